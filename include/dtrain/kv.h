@@ -1,0 +1,109 @@
+/*
+ * dtrain/kv.h - the key-value store of MXNet: push gradients, pull weights.
+ *
+ * A store is created from a type string as MXNet's kvstore.create():
+ *   "local", "device"            one process; devices are summed locally
+ *   "dist_sync", "dist"          servers sum one push per worker per round,
+ *                                update once, then answer
+ *   "dist_async"                 servers apply each push on arrival
+ *   "dist_sync_device", "dist_async_device"   the same with local
+ *                                multi-device aggregation
+ * Values are float32 arrays identified by an integer key. A key's array
+ * lives on one server; arrays of at least MXNET_KVSTORE_BIGARRAY_BOUND
+ * elements are split evenly over all servers (docs/kvstore.md).
+ *
+ * Thread-safety: one thread at a time per store, except that asynchronous
+ * requests complete in the background and may be waited on from the thread
+ * that made them. Every call returns a dt_err; dt_errmsg() names the key and
+ * sizes on failure, and the store remains usable.
+ */
+#ifndef DTRAIN_KV_H
+#define DTRAIN_KV_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "dtrain/err.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct dt_kv dt_kv;
+typedef uint64_t dt_key;
+/* An asynchronous request; finished with dt_kv_wait(). */
+typedef uint64_t dt_kv_req;
+
+/*
+ * Create a store. For dist types, joins the cluster from the DMLC_*
+ * environment; a process whose DMLC_ROLE is server or scheduler serves that
+ * role and exits with status 0 at the end of the job (MXNet semantics), so
+ * the same program can be started for every role.
+ */
+dt_err dt_kv_create(const char *type, dt_kv **out);
+
+/* Leave the cluster (for dist types) and free the store. */
+dt_err dt_kv_destroy(dt_kv *kv);
+
+const char *dt_kv_type(const dt_kv *kv);
+int dt_kv_rank(const dt_kv *kv);        /* 0 for local stores */
+int dt_kv_num_workers(const dt_kv *kv); /* 1 for local stores */
+int dt_kv_is_dist(const dt_kv *kv);
+
+/*
+ * Run updates in the store (update_on_kvstore): name is "sgd" or "adam";
+ * params is "key=value,..." with lr, momentum, wd, rescale_grad,
+ * clip_gradient (sgd) or lr, beta1, beta2, epsilon, wd, rescale_grad (adam).
+ * Sent to the servers as data. Call before init. Without an optimizer a
+ * pull returns the sum of the last round's pushes.
+ */
+dt_err dt_kv_set_optimizer(dt_kv *kv, const char *name, const char *params);
+
+/* Initialise key with n floats; rank 0's value wins, every worker waits. */
+dt_err dt_kv_init(dt_kv *kv, dt_key key, const float *val, size_t n);
+
+dt_err dt_kv_push(dt_kv *kv, dt_key key, const float *val, size_t n);
+dt_err dt_kv_pull(dt_kv *kv, dt_key key, float *out, size_t n);
+/* Push val then pull the updated value into out (which may equal val). */
+dt_err dt_kv_pushpull(dt_kv *kv, dt_key key, const float *val, float *out,
+		      size_t n);
+
+/*
+ * Local aggregation: ndev arrays of n floats (one per device) are summed
+ * (with MXNET_KVSTORE_REDUCTION_NTHREADS threads for big arrays) and pushed
+ * as one.
+ */
+dt_err dt_kv_push_devices(dt_kv *kv, dt_key key, const float *const *vals,
+			  int ndev, size_t n);
+
+/*
+ * Asynchronous forms: start the request and return at once. The buffers
+ * must stay valid and untouched until dt_kv_wait() on the request returns.
+ */
+dt_err dt_kv_push_async(dt_kv *kv, dt_key key, const float *val, size_t n,
+			dt_kv_req *req);
+dt_err dt_kv_pull_async(dt_kv *kv, dt_key key, float *out, size_t n,
+			dt_kv_req *req);
+dt_err dt_kv_pushpull_async(dt_kv *kv, dt_key key, const float *val,
+			    float *out, size_t n, dt_kv_req *req);
+dt_err dt_kv_wait(dt_kv *kv, dt_kv_req req);
+dt_err dt_kv_wait_all(dt_kv *kv);
+
+/* Batched forms over nkeys keys: vals[i] has lens[i] floats. */
+dt_err dt_kv_init_many(dt_kv *kv, size_t nkeys, const dt_key *keys,
+		       const float *const *vals, const size_t *lens);
+dt_err dt_kv_push_many(dt_kv *kv, size_t nkeys, const dt_key *keys,
+		       const float *const *vals, const size_t *lens);
+dt_err dt_kv_pull_many(dt_kv *kv, size_t nkeys, const dt_key *keys,
+		       float *const *outs, const size_t *lens);
+dt_err dt_kv_pushpull_many(dt_kv *kv, size_t nkeys, const dt_key *keys,
+			   const float *const *vals, float *const *outs,
+			   const size_t *lens);
+
+/* Barrier among all workers of the store (a no-op for local stores). */
+dt_err dt_kv_barrier(dt_kv *kv);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

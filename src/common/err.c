@@ -1,0 +1,62 @@
+/*
+ * err.c - the error table and the per-thread detailed error message.
+ *
+ * Library code reports a failure with dt__fail(code, fmt, ...), which records
+ * a message naming what was wrong on the calling thread and returns the code,
+ * so a failing path reads `return dt__fail(DT_ESIZE, "push of key %llu: ...")`.
+ */
+#include <stdarg.h>
+#include <stdio.h>
+
+#include "common/util.h"
+
+static _Thread_local char last_msg[512];
+
+const char *
+dt_strerror(dt_err err)
+{
+	switch (err) {
+#define DT_ERR_TEXT_(name, value, text)                                        \
+	case name:                                                             \
+		return text;
+		DT_ERR_TABLE(DT_ERR_TEXT_)
+#undef DT_ERR_TEXT_
+	}
+	return "unknown error";
+}
+
+const char *
+dt_errname(dt_err err)
+{
+	switch (err) {
+#define DT_ERR_NAME_(name, value, text)                                        \
+	case name:                                                             \
+		return #name;
+		DT_ERR_TABLE(DT_ERR_NAME_)
+#undef DT_ERR_NAME_
+	}
+	return "DT_E?";
+}
+
+const char *
+dt_errmsg(void)
+{
+	return last_msg;
+}
+
+dt_err
+dt__fail(dt_err err, const char *fmt, ...)
+{
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(last_msg, sizeof(last_msg), fmt, ap);
+	va_end(ap);
+	return err;
+}
+
+void
+dt__clear_error(void)
+{
+	last_msg[0] = '\0';
+}

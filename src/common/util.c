@@ -1,0 +1,139 @@
+/*
+ * util.c - the log, clocks, environment parsing and checked allocation
+ * declared in util.h.
+ */
+#include <errno.h>
+#include <limits.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <pthread.h>
+
+#include "common/util.h"
+
+int dt__verbose = 0;
+static char log_name[64] = "dtrain";
+static pthread_mutex_t log_mu = PTHREAD_MUTEX_INITIALIZER;
+
+void
+dt__log_set_name(const char *name)
+{
+	pthread_mutex_lock(&log_mu);
+	snprintf(log_name, sizeof(log_name), "%s", name);
+	pthread_mutex_unlock(&log_mu);
+}
+
+const char *
+dt__log_name(void)
+{
+	return log_name;
+}
+
+void
+dt__log(int level, const char *fmt, ...)
+{
+	char line[1024];
+	va_list ap;
+	int n;
+
+	(void)level;
+	pthread_mutex_lock(&log_mu);
+	n = snprintf(line, sizeof(line), "[%s] ", log_name);
+	pthread_mutex_unlock(&log_mu);
+	if (n < 0 || (size_t)n >= sizeof(line))
+		n = 0;
+	va_start(ap, fmt);
+	vsnprintf(line + n, sizeof(line) - (size_t)n, fmt, ap);
+	va_end(ap);
+	/* One write per line keeps lines of concurrent threads whole. */
+	n = (int)strlen(line);
+	if (n > 0 && line[n - 1] != '\n' && (size_t)n < sizeof(line) - 1) {
+		line[n++] = '\n';
+		line[n] = '\0';
+	}
+	fputs(line, stderr);
+}
+
+uint64_t
+dt__now_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+const char *
+dt__env_str(const char *name)
+{
+	const char *v = getenv(name);
+
+	return (v && *v) ? v : NULL;
+}
+
+dt_err
+dt__parse_long(const char *what, const char *s, long lo, long hi, long *out)
+{
+	char *end;
+	long v;
+
+	if (s == NULL || *s == '\0')
+		return dt__fail(DT_ECONFIG, "%s: empty value", what);
+	errno = 0;
+	v = strtol(s, &end, 10);
+	if (errno != 0 || *end != '\0')
+		return dt__fail(DT_ECONFIG, "%s: '%s' is not an integer", what,
+				s);
+	if (v < lo || v > hi)
+		return dt__fail(DT_ECONFIG, "%s: %ld is out of range [%ld, %ld]",
+				what, v, lo, hi);
+	*out = v;
+	return DT_OK;
+}
+
+dt_err
+dt__env_long(const char *name, long def, long lo, long hi, long *out)
+{
+	const char *v = dt__env_str(name);
+
+	if (v == NULL) {
+		*out = def;
+		return DT_OK;
+	}
+	return dt__parse_long(name, v, lo, hi, out);
+}
+
+void *
+dt__malloc(size_t n)
+{
+	void *p = malloc(n ? n : 1);
+
+	if (p == NULL)
+		dt__fail(DT_ENOMEM, "out of memory allocating %zu bytes", n);
+	return p;
+}
+
+void *
+dt__calloc(size_t n, size_t size)
+{
+	void *p = calloc(n ? n : 1, size ? size : 1);
+
+	if (p == NULL)
+		dt__fail(DT_ENOMEM, "out of memory allocating %zu x %zu bytes",
+			 n, size);
+	return p;
+}
+
+void *
+dt__aligned_alloc(size_t n)
+{
+	void *p = NULL;
+
+	if (posix_memalign(&p, 64, n ? n : 64) != 0) {
+		dt__fail(DT_ENOMEM, "out of memory allocating %zu bytes", n);
+		return NULL;
+	}
+	return p;
+}

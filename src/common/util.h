@@ -1,0 +1,68 @@
+/*
+ * util.h - small internal helpers every module uses: error reporting, the
+ * PS_VERBOSE log, clocks, environment parsing and checked allocation.
+ * Private to the library (not installed).
+ */
+#ifndef DT_COMMON_UTIL_H
+#define DT_COMMON_UTIL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "dtrain/err.h"
+
+#if defined(__GNUC__)
+#define DT_PRINTF(a, b) __attribute__((format(printf, a, b)))
+#else
+#define DT_PRINTF(a, b)
+#endif
+
+#define DT_ARRAY_LEN(a) (sizeof(a) / sizeof((a)[0]))
+#define DT_MIN(a, b) ((a) < (b) ? (a) : (b))
+#define DT_MAX(a, b) ((a) > (b) ? (a) : (b))
+
+/* Record a detailed message for dt_errmsg() and return err. */
+dt_err dt__fail(dt_err err, const char *fmt, ...) DT_PRINTF(2, 3);
+void dt__clear_error(void);
+
+/*
+ * The log. Level 0 is always printed (errors and warnings), 1 is PS_VERBOSE=1
+ * (connections, ranks, barriers), 2 is PS_VERBOSE=2 (every message). Lines go
+ * to stderr with the node's name ("[worker 1] ...").
+ */
+extern int dt__verbose;
+void dt__log_set_name(const char *name);
+const char *dt__log_name(void);
+void dt__log(int level, const char *fmt, ...) DT_PRINTF(2, 3);
+#define DT_LOG(level, ...)                                                     \
+	do {                                                                   \
+		if ((level) <= dt__verbose)                                    \
+			dt__log((level), __VA_ARGS__);                         \
+	} while (0)
+
+/* Monotonic clock. */
+uint64_t dt__now_ns(void);
+static inline double
+dt__now_s(void)
+{
+	return (double)dt__now_ns() * 1e-9;
+}
+
+/*
+ * Environment: read an integer variable. An unset or empty variable gives
+ * def; a value that is not an integer within [lo, hi] fails with DT_ECONFIG
+ * and a message naming the variable.
+ */
+dt_err dt__env_long(const char *name, long def, long lo, long hi, long *out);
+/* The variable's value, or NULL if unset or empty. */
+const char *dt__env_str(const char *name);
+/* Parse an integer in [lo, hi] from s; what names the setting in errors. */
+dt_err dt__parse_long(const char *what, const char *s, long lo, long hi,
+		      long *out);
+
+/* Checked allocation that reports DT_ENOMEM through dt__fail. */
+void *dt__malloc(size_t n);
+void *dt__calloc(size_t n, size_t size);
+void *dt__aligned_alloc(size_t n); /* 64-byte aligned, free with free() */
+
+#endif

@@ -1,0 +1,549 @@
+/*
+ * scheduler.c - the scheduler's side of the cluster protocol: admit nodes,
+ * assign ranks, send the node table, run barriers, end the job in order,
+ * and abort it - never hang it - when a node is lost.
+ *
+ * Rank rule (deterministic, docs/cluster.md): within each role, a node that
+ * asked for a rank (DMLC_WORKER_ID / DMLC_SERVER_ID, or the rank mpirun or
+ * srun gave it) gets it if it is in range and nobody with a smaller address
+ * asked for it too; the other nodes, sorted by (host, port), fill the free
+ * ranks in ascending order.
+ *
+ * Threads: joins, barriers, departures and losses are handled in the I/O
+ * thread; the thread that called dt_node_start()/dt_node_serve() waits for
+ * them on node->cv. Every field of dt_sched is guarded by node->mu.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "core/node_impl.h"
+
+typedef struct joiner {
+	dt_conn *conn;
+	dt_role role;
+	int want; /* requested rank, -1 for none */
+	char host[DT_HOST_MAX];
+	int port;
+	int pid;
+	int rank;
+} joiner;
+
+struct dt_sched {
+	int expected;
+	joiner *j;
+	int nj;
+	int assigned;
+	int *left;            /* by id: worker done, or server closed */
+	int workers_done;
+	int servers_closed;
+	int ending;           /* TERMINATE sent */
+	uint64_t arrived[8];  /* barrier arrivals per group mask */
+	uint64_t passed[8];   /* barriers passed per group mask */
+};
+
+static int
+group_size(const dt_node *n, int mask)
+{
+	return ((mask & DT_GROUP_SERVERS) ? n->num_servers : 0) +
+	       ((mask & DT_GROUP_WORKERS) ? n->num_workers : 0);
+}
+
+static int
+in_group(const dt_node_entry *e, int mask)
+{
+	return (e->role == DT_ROLE_SERVER && (mask & DT_GROUP_SERVERS)) ||
+	       (e->role == DT_ROLE_WORKER && (mask & DT_GROUP_WORKERS));
+}
+
+static void
+send_abort(dt_node *n, dt_conn *c, const char *reason)
+{
+	dt_msg_hdr h = {.cmd = DT_CMD_ABORT};
+
+	h.recver = (uint32_t)dt__conn_peer(c);
+	dt__van_send(n->van, c, &h, reason, (uint32_t)strlen(reason), NULL, 0);
+}
+
+/* Abort the job: tell every node why, and fail the scheduler. */
+static void
+abort_job(dt_node *n, const char *reason)
+{
+	for (int id = 1; id < n->ntable; id++) {
+		dt_conn *c = __atomic_load_n(&n->peers[id], __ATOMIC_ACQUIRE);
+		if (c && dt__conn_is_open(c))
+			send_abort(n, c, reason);
+	}
+	pthread_mutex_lock(&n->mu);
+	for (int i = 0; n->sched && i < n->sched->nj; i++)
+		if (n->sched->j[i].conn && dt__conn_peer(n->sched->j[i].conn) < 0)
+			send_abort(n, n->sched->j[i].conn, reason);
+	pthread_mutex_unlock(&n->mu);
+	dt__node_set_fatal(n, DT_EPEER, "aborting the job: %s", reason);
+}
+
+static void
+on_add_node(dt_node *n, dt_conn *c, dt_msg *m)
+{
+	dt_sched *s = n->sched;
+	dt_rbuf r;
+	joiner j = {0};
+	uint32_t ns, nw;
+	char reason[512];
+
+	dt__rbuf_init(&r, m->meta, m->hdr.meta_len);
+	j.conn = c;
+	j.role = (dt_role)dt__rbuf_u8(&r);
+	j.want = (int)(int32_t)dt__rbuf_u32(&r);
+	dt__rbuf_str(&r, j.host, sizeof(j.host));
+	j.port = (int)dt__rbuf_u32(&r);
+	j.pid = (int)dt__rbuf_u32(&r);
+	ns = dt__rbuf_u32(&r);
+	nw = dt__rbuf_u32(&r);
+	if (dt__rbuf_err(&r, "ADD_NODE") ||
+	    (j.role != DT_ROLE_SERVER && j.role != DT_ROLE_WORKER) ||
+	    j.port < 1 || j.port > 65535) {
+		dt__log(0, "dropping %s: malformed ADD_NODE", dt__conn_addr(c));
+		dt__van_close(n->van, c);
+		return;
+	}
+	if ((int)ns != n->num_servers || (int)nw != n->num_workers) {
+		snprintf(reason, sizeof(reason),
+			 "a %s at %s:%d was started with DMLC_NUM_SERVER=%u "
+			 "DMLC_NUM_WORKER=%u but this job has %d servers and "
+			 "%d workers",
+			 dt_role_name(j.role), j.host, j.port, ns, nw,
+			 n->num_servers, n->num_workers);
+		dt__log(0, "refusing a node: %s", reason);
+		send_abort(n, c, reason);
+		dt__van_close(n->van, c);
+		return;
+	}
+	pthread_mutex_lock(&n->mu);
+	if (s->nj >= s->expected || s->assigned) {
+		pthread_mutex_unlock(&n->mu);
+		snprintf(reason, sizeof(reason),
+			 "the job is full (%d servers and %d workers have "
+			 "joined)",
+			 n->num_servers, n->num_workers);
+		dt__log(0, "refusing a %s at %s:%d: %s", dt_role_name(j.role),
+			j.host, j.port, reason);
+		send_abort(n, c, reason);
+		dt__van_close(n->van, c);
+		return;
+	}
+	for (int i = 0; i < s->nj; i++)
+		if (s->j[i].conn == c) {
+			pthread_mutex_unlock(&n->mu);
+			dt__log(0, "dropping %s: second ADD_NODE",
+				dt__conn_addr(c));
+			dt__van_close(n->van, c);
+			return;
+		}
+	s->j[s->nj++] = j;
+	DT_LOG(1, "a %s at %s:%d (pid %d) joined: %d of %d nodes",
+	       dt_role_name(j.role), j.host, j.port, j.pid, s->nj, s->expected);
+	pthread_cond_broadcast(&n->cv);
+	pthread_mutex_unlock(&n->mu);
+}
+
+static void
+on_barrier(dt_node *n, dt_conn *c, dt_msg *m)
+{
+	dt_sched *s = n->sched;
+	int mask = (int)m->hdr.arg0;
+	int peer = dt__conn_peer(c);
+	int release = 0;
+
+	if (peer <= 0 || mask < 1 || mask > DT_GROUP_ALL ||
+	    !in_group(&n->table[peer], mask)) {
+		dt__log(0, "dropping %s: bad BARRIER (group mask %d)",
+			dt__conn_addr(c), mask);
+		dt__van_close(n->van, c);
+		return;
+	}
+	pthread_mutex_lock(&n->mu);
+	s->arrived[mask]++;
+	if ((int)s->arrived[mask] == group_size(n, mask)) {
+		s->arrived[mask] = 0;
+		s->passed[mask]++;
+		release = 1;
+		pthread_cond_broadcast(&n->cv);
+	}
+	pthread_mutex_unlock(&n->mu);
+	if (!release)
+		return;
+	DT_LOG(1, "barrier #%llu over group mask %d: all %d nodes arrived",
+	       (unsigned long long)s->passed[mask], mask, group_size(n, mask));
+	for (int id = 1; id < n->ntable; id++) {
+		if (!in_group(&n->table[id], mask))
+			continue;
+		dt_msg_hdr h = {.cmd = DT_CMD_BARRIER_DONE,
+				.flags = DT_F_RESPONSE,
+				.arg0 = (uint64_t)mask};
+		dt__node_send(n, id, &h, NULL, 0, NULL, 0);
+	}
+}
+
+void
+dt__sched_on_msg(dt_node *n, dt_conn *c, dt_msg *m)
+{
+	dt_sched *s = n->sched;
+	int peer = dt__conn_peer(c);
+	char name[64];
+
+	switch (m->hdr.cmd) {
+	case DT_CMD_ADD_NODE:
+		if (peer >= 0) {
+			dt__van_close(n->van, c);
+			return;
+		}
+		on_add_node(n, c, m);
+		return;
+	case DT_CMD_BARRIER:
+		on_barrier(n, c, m);
+		return;
+	case DT_CMD_WORKER_DONE:
+		if (peer <= 0 || n->table[peer].role != DT_ROLE_WORKER)
+			break;
+		pthread_mutex_lock(&n->mu);
+		if (!s->left[peer]) {
+			s->left[peer] = 1;
+			s->workers_done++;
+		}
+		pthread_cond_broadcast(&n->cv);
+		pthread_mutex_unlock(&n->mu);
+		DT_LOG(1, "%s is done (%d of %d workers)",
+		       dt__node_name(n, peer, name, sizeof(name)),
+		       s->workers_done, n->num_workers);
+		return;
+	case DT_CMD_TEXT:
+		dt__log(0, "message from %s: %s",
+			dt__node_name(n, peer, name, sizeof(name)),
+			m->meta ? (const char *)m->meta : "");
+		return;
+	case DT_CMD_HEARTBEAT:
+		return;
+	default:
+		break;
+	}
+	dt__log(0, "dropping %s: unexpected %s", dt__conn_addr(c),
+		dt__cmd_name(m->hdr.cmd));
+	dt__van_close(n->van, c);
+}
+
+void
+dt__sched_on_close(dt_node *n, dt_conn *c, dt_err why)
+{
+	dt_sched *s = n->sched;
+	int peer = dt__conn_peer(c);
+	char name[64], reason[512];
+	int expected_end;
+
+	if (s == NULL)
+		return;
+	if (peer < 0) {
+		/* Not (yet) a member: forget it if it had asked to join. */
+		pthread_mutex_lock(&n->mu);
+		for (int i = 0; i < s->nj; i++) {
+			if (s->j[i].conn != c)
+				continue;
+			if (!s->assigned) {
+				dt__log(0, "a %s at %s:%d left before the job "
+					   "started",
+					dt_role_name(s->j[i].role), s->j[i].host,
+					s->j[i].port);
+				s->j[i] = s->j[--s->nj];
+			}
+			break;
+		}
+		pthread_mutex_unlock(&n->mu);
+		return;
+	}
+	int failed;
+
+	pthread_mutex_lock(&n->mu);
+	failed = n->fatal != DT_OK;
+	expected_end = s->left[peer] ||
+		       (n->table[peer].role == DT_ROLE_SERVER && s->ending);
+	if (n->table[peer].role == DT_ROLE_SERVER && s->ending &&
+	    !s->left[peer]) {
+		s->left[peer] = 1;
+		s->servers_closed++;
+	}
+	pthread_cond_broadcast(&n->cv);
+	pthread_mutex_unlock(&n->mu);
+	__atomic_store_n(&n->peers[peer], NULL, __ATOMIC_RELEASE);
+	if (expected_end || failed)
+		return;
+	dt__node_name(n, peer, name, sizeof(name));
+	snprintf(reason, sizeof(reason),
+		 "%s (pid %d at %s:%d) was lost before the job ended (%s)",
+		 name, n->table[peer].pid, n->table[peer].host,
+		 n->table[peer].port,
+		 why == DT_ECLOSED ? "connection closed" : dt_strerror(why));
+	abort_job(n, reason);
+}
+
+static int
+cmp_joiner(const void *a, const void *b)
+{
+	const joiner *x = a, *y = b;
+	int c = strcmp(x->host, y->host);
+
+	if (c)
+		return c;
+	return (x->port > y->port) - (x->port < y->port);
+}
+
+/* Assign ranks within one role by the documented rule. */
+static void
+assign_role(joiner *j, int nj, dt_role role, int count)
+{
+	char *taken = calloc((size_t)count + 1, 1);
+
+	if (taken == NULL)
+		return;
+	for (int i = 0; i < nj; i++) { /* j is sorted by (host, port) */
+		if (j[i].role != role)
+			continue;
+		j[i].rank = -1;
+		if (j[i].want >= 0 && j[i].want < count && !taken[j[i].want]) {
+			j[i].rank = j[i].want;
+			taken[j[i].want] = 1;
+		}
+	}
+	int next = 0;
+	for (int i = 0; i < nj; i++) {
+		if (j[i].role != role || j[i].rank >= 0)
+			continue;
+		while (taken[next])
+			next++;
+		j[i].rank = next;
+		taken[next] = 1;
+	}
+	free(taken);
+}
+
+static dt_err
+send_tables(dt_node *n)
+{
+	dt_sched *s = n->sched;
+	dt_wbuf w;
+	dt_err err = DT_OK;
+
+	for (int id = 1; id < n->ntable && !err; id++) {
+		dt__wbuf_init(&w);
+		dt__wbuf_u32(&w, (uint32_t)id);
+		dt__wbuf_u32(&w, (uint32_t)n->num_servers);
+		dt__wbuf_u32(&w, (uint32_t)n->num_workers);
+		for (int k = 0; k < n->ntable; k++) {
+			dt_node_entry *e = &n->table[k];
+			dt__wbuf_u8(&w, (uint8_t)e->role);
+			dt__wbuf_u32(&w, (uint32_t)e->rank);
+			dt__wbuf_str(&w, e->host);
+			dt__wbuf_u32(&w, (uint32_t)e->port);
+			dt__wbuf_u32(&w, (uint32_t)e->pid);
+		}
+		dt_msg_hdr h = {.cmd = DT_CMD_NODE_TABLE,
+				.flags = DT_F_RESPONSE};
+		err = dt__wbuf_err(&w);
+		if (!err)
+			err = dt__node_send(n, id, &h, w.data, (uint32_t)w.len,
+					    NULL, 0);
+		dt__wbuf_fini(&w);
+	}
+	(void)s;
+	return err;
+}
+
+static dt_err
+wait_sched(dt_node *n, int (*done)(dt_node *), uint64_t deadline_ns)
+{
+	dt_err err = DT_OK;
+
+	pthread_mutex_lock(&n->mu);
+	while (!done(n)) {
+		if (n->fatal) {
+			err = dt__fail(n->fatal, "%s", n->fatal_msg);
+			break;
+		}
+		if (deadline_ns && dt__now_ns() >= deadline_ns) {
+			err = DT_ETIMEDOUT;
+			break;
+		}
+		struct timespec ts;
+		clock_gettime(CLOCK_REALTIME, &ts);
+		ts.tv_nsec += 100 * 1000000L;
+		if (ts.tv_nsec >= 1000000000L) {
+			ts.tv_sec++;
+			ts.tv_nsec -= 1000000000L;
+		}
+		pthread_cond_timedwait(&n->cv, &n->mu, &ts);
+	}
+	pthread_mutex_unlock(&n->mu);
+	return err;
+}
+
+static int
+all_joined(dt_node *n)
+{
+	return n->sched->nj == n->sched->expected;
+}
+
+static int
+started(dt_node *n)
+{
+	return n->sched->passed[DT_GROUP_ALL] >= 1;
+}
+
+static int
+workers_gone(dt_node *n)
+{
+	return n->sched->workers_done == n->num_workers;
+}
+
+static int
+servers_gone(dt_node *n)
+{
+	return n->sched->servers_closed == n->num_servers;
+}
+
+dt_err
+dt__sched_start(dt_node *n)
+{
+	dt_sched *s;
+	long join_s;
+	dt_err err;
+	int count = 1 + n->num_servers + n->num_workers;
+
+	if ((err = dt__env_long("DT_JOIN_TIMEOUT", 300, 1, 86400, &join_s)))
+		return err;
+	s = dt__calloc(1, sizeof(*s));
+	if (s == NULL)
+		return DT_ENOMEM;
+	s->expected = n->num_servers + n->num_workers;
+	s->j = dt__calloc((size_t)s->expected, sizeof(joiner));
+	s->left = dt__calloc((size_t)count, sizeof(int));
+	n->table = dt__calloc((size_t)count, sizeof(dt_node_entry));
+	n->peers = dt__calloc((size_t)count, sizeof(dt_conn *));
+	pthread_mutex_lock(&n->mu);
+	n->sched = s;
+	pthread_mutex_unlock(&n->mu);
+	if (!s->j || !s->left || !n->table || !n->peers)
+		return DT_ENOMEM;
+
+	err = wait_sched(n, all_joined,
+			 dt__now_ns() + (uint64_t)join_s * 1000000000ull);
+	if (err == DT_ETIMEDOUT) {
+		int ns = 0, nw = 0;
+		char reason[256];
+
+		pthread_mutex_lock(&n->mu);
+		for (int i = 0; i < s->nj; i++)
+			if (s->j[i].role == DT_ROLE_SERVER)
+				ns++;
+			else
+				nw++;
+		pthread_mutex_unlock(&n->mu);
+		snprintf(reason, sizeof(reason),
+			 "only %d of %d servers and %d of %d workers joined "
+			 "within %ld s (DT_JOIN_TIMEOUT)",
+			 ns, n->num_servers, nw, n->num_workers, join_s);
+		abort_job(n, reason);
+		return dt__fail(DT_ETIMEDOUT, "%s", reason);
+	}
+	if (err)
+		return err;
+
+	/* Everyone is here: assign ranks and ids. */
+	pthread_mutex_lock(&n->mu);
+	qsort(s->j, (size_t)s->nj, sizeof(joiner), cmp_joiner);
+	assign_role(s->j, s->nj, DT_ROLE_SERVER, n->num_servers);
+	assign_role(s->j, s->nj, DT_ROLE_WORKER, n->num_workers);
+	n->ntable = count;
+	n->table[0] = (dt_node_entry){.role = DT_ROLE_SCHEDULER,
+				       .rank = 0,
+				       .id = 0,
+				       .port = n->port,
+				       .pid = (int)getpid()};
+	snprintf(n->table[0].host, DT_HOST_MAX, "%s", n->host);
+	for (int i = 0; i < s->nj; i++) {
+		joiner *j = &s->j[i];
+		int id = j->role == DT_ROLE_SERVER
+				 ? dt__node_server_id(n, j->rank)
+				 : dt__node_worker_id(n, j->rank);
+		dt_node_entry *e = &n->table[id];
+
+		e->role = j->role;
+		e->rank = j->rank;
+		e->id = id;
+		e->port = j->port;
+		e->pid = j->pid;
+		snprintf(e->host, DT_HOST_MAX, "%s", j->host);
+		dt__conn_set_peer(j->conn, id);
+		__atomic_store_n(&n->peers[id], j->conn, __ATOMIC_RELEASE);
+	}
+	s->assigned = 1;
+	pthread_mutex_unlock(&n->mu);
+	for (int id = 1; id < count; id++)
+		DT_LOG(1, "assigned rank %d to the %s at %s:%d (pid %d, node "
+			  "id %d)",
+		       n->table[id].rank, dt_role_name(n->table[id].role),
+		       n->table[id].host, n->table[id].port, n->table[id].pid,
+		       id);
+	if ((err = send_tables(n)))
+		return err;
+	DT_LOG(1, "the scheduler is connected to %d workers and %d servers",
+	       n->num_workers, n->num_servers);
+	if ((err = wait_sched(n, started, 0)))
+		return err;
+	DT_LOG(1, "all %d nodes are ready", count);
+	return DT_OK;
+}
+
+dt_err
+dt__sched_serve(dt_node *n)
+{
+	dt_sched *s = n->sched;
+	dt_err err;
+	long grace;
+
+	if ((err = wait_sched(n, workers_gone, 0)))
+		return err;
+	DT_LOG(1, "all %d workers are done; ending the job", n->num_workers);
+	pthread_mutex_lock(&n->mu);
+	s->ending = 1;
+	pthread_mutex_unlock(&n->mu);
+	for (int r = 0; r < n->num_servers; r++) {
+		dt_msg_hdr h = {.cmd = DT_CMD_TERMINATE};
+		dt__node_send(n, dt__node_server_id(n, r), &h, NULL, 0, NULL,
+			      0);
+	}
+	if ((err = dt__env_long("DT_END_TIMEOUT", 30, 1, 3600, &grace)))
+		return err;
+	err = wait_sched(n, servers_gone,
+			 dt__now_ns() + (uint64_t)grace * 1000000000ull);
+	if (err == DT_ETIMEDOUT)
+		return dt__fail(DT_ETIMEDOUT,
+				"%d of %d servers did not leave within %ld s "
+				"of the end",
+				n->num_servers - s->servers_closed,
+				n->num_servers, grace);
+	if (err == DT_OK)
+		DT_LOG(1, "job over: every node has left");
+	return err;
+}
+
+void
+dt__sched_free(dt_node *n)
+{
+	if (n->sched == NULL)
+		return;
+	free(n->sched->j);
+	free(n->sched->left);
+	free(n->sched);
+	n->sched = NULL;
+}

@@ -1,0 +1,171 @@
+/*
+ * codec.h - the wire format: a fixed 64-byte frame header, a small metadata
+ * block and a payload, and bounds-checked readers/writers for the metadata.
+ *
+ * Every frame is   header (64 B) | meta (meta_len B) | payload (payload_len B)
+ * with every header field written in little-endian order one by one (never
+ * a struct copy). Payload floats are little-endian IEEE-754 binary32, which
+ * is the host format on every platform dtrain builds for (checked at
+ * compile time in codec.c). The first frame on a connection is a HELLO or
+ * ADD_NODE, and every frame carries the protocol version, so a peer of
+ * another version is refused at once.
+ */
+#ifndef DT_NET_CODEC_H
+#define DT_NET_CODEC_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "dtrain/err.h"
+
+#define DT_WIRE_MAGIC 0x4e525444u /* "DTRN" */
+#define DT_WIRE_VERSION 1
+#define DT_HDR_SIZE 64
+#define DT_MAX_META (1u << 20)
+/* Default payload limit; DT_MAX_MESSAGE (bytes) overrides it. */
+#define DT_DEFAULT_MAX_PAYLOAD (16ull << 30)
+
+/* Header flags. */
+#define DT_F_REQUEST 0x1
+#define DT_F_RESPONSE 0x2
+#define DT_F_ERROR 0x4 /* meta holds a u32 dt_err and a message */
+
+/*
+ * Commands. 1..31 are the cluster's control messages, 32..63 belong to the
+ * KVStore and 64..95 to the collectives; the receiver dispatches by range.
+ */
+enum dt_cmd {
+	DT_CMD_ADD_NODE = 1,     /* node -> scheduler: role, address, rank wish */
+	DT_CMD_NODE_TABLE = 2,   /* scheduler -> node: ids, ranks, addresses */
+	DT_CMD_HELLO = 3,        /* node -> peer: my node id */
+	DT_CMD_HELLO_ACK = 4,    /* peer -> node */
+	DT_CMD_BARRIER = 5,      /* node -> scheduler: entering a barrier */
+	DT_CMD_BARRIER_DONE = 6, /* scheduler -> node: barrier passed */
+	DT_CMD_WORKER_DONE = 7,  /* worker -> scheduler: leaving */
+	DT_CMD_TERMINATE = 8,    /* scheduler -> server: job over */
+	DT_CMD_ABORT = 9,        /* scheduler -> all: job failed, reason */
+	DT_CMD_HEARTBEAT = 10,   /* node -> scheduler */
+	DT_CMD_TEXT = 11,        /* any -> any: a line of text (demo, tests) */
+	DT_CMD_CONTROL_MAX = 31,
+	DT_CMD_KV_FIRST = 32,
+	DT_CMD_KV_LAST = 63,
+	DT_CMD_COLL_FIRST = 64,
+	DT_CMD_COLL_LAST = 95,
+};
+
+typedef struct dt_msg_hdr {
+	uint8_t version;
+	uint8_t cmd;
+	uint16_t flags;
+	uint32_t sender; /* node id */
+	uint32_t recver; /* node id */
+	uint32_t arg2;
+	uint64_t seq; /* request id, echoed in the response */
+	uint64_t key;
+	uint64_t arg0;
+	uint64_t arg1;
+	uint32_t meta_len;
+	uint64_t payload_len;
+} dt_msg_hdr;
+
+/* Name of a command for logs ("ADD_NODE", "KV_PUSH", "cmd 77"). */
+const char *dt__cmd_name(unsigned cmd);
+/* Register names for a range owner (kv, coll); table indexed cmd-first. */
+void dt__cmd_names_register(unsigned first, unsigned count,
+			    const char *const *names);
+
+void dt__hdr_encode(const dt_msg_hdr *h, uint8_t out[DT_HDR_SIZE]);
+/*
+ * Decode and validate a header: magic, version, a known command range,
+ * meta_len <= DT_MAX_META and payload_len <= max_payload. On failure the
+ * message says which field was wrong and its value.
+ */
+dt_err dt__hdr_decode(const uint8_t in[DT_HDR_SIZE], uint64_t max_payload,
+		      dt_msg_hdr *h);
+
+/* Little-endian field access. */
+static inline void
+dt__put_u16(uint8_t *p, uint16_t v)
+{
+	p[0] = (uint8_t)v;
+	p[1] = (uint8_t)(v >> 8);
+}
+static inline void
+dt__put_u32(uint8_t *p, uint32_t v)
+{
+	for (int i = 0; i < 4; i++)
+		p[i] = (uint8_t)(v >> (8 * i));
+}
+static inline void
+dt__put_u64(uint8_t *p, uint64_t v)
+{
+	for (int i = 0; i < 8; i++)
+		p[i] = (uint8_t)(v >> (8 * i));
+}
+static inline uint16_t
+dt__get_u16(const uint8_t *p)
+{
+	return (uint16_t)(p[0] | (p[1] << 8));
+}
+static inline uint32_t
+dt__get_u32(const uint8_t *p)
+{
+	uint32_t v = 0;
+	for (int i = 3; i >= 0; i--)
+		v = (v << 8) | p[i];
+	return v;
+}
+static inline uint64_t
+dt__get_u64(const uint8_t *p)
+{
+	uint64_t v = 0;
+	for (int i = 7; i >= 0; i--)
+		v = (v << 8) | p[i];
+	return v;
+}
+
+/*
+ * A growable writer for metadata blocks. Errors stick: after a failed
+ * allocation every put is a no-op and dt__wbuf_err() reports it.
+ */
+typedef struct dt_wbuf {
+	uint8_t *data;
+	size_t len;
+	size_t cap;
+	int failed;
+	uint8_t inline_buf[256];
+} dt_wbuf;
+
+void dt__wbuf_init(dt_wbuf *w);
+void dt__wbuf_fini(dt_wbuf *w);
+void dt__wbuf_u8(dt_wbuf *w, uint8_t v);
+void dt__wbuf_u32(dt_wbuf *w, uint32_t v);
+void dt__wbuf_u64(dt_wbuf *w, uint64_t v);
+void dt__wbuf_f64(dt_wbuf *w, double v);
+void dt__wbuf_bytes(dt_wbuf *w, const void *p, size_t n);
+void dt__wbuf_str(dt_wbuf *w, const char *s); /* u32 length + bytes */
+dt_err dt__wbuf_err(const dt_wbuf *w);
+
+/*
+ * A bounds-checked reader. A read past the end sets an error that sticks;
+ * the values read after it are zero. Check dt__rbuf_err() once at the end.
+ */
+typedef struct dt_rbuf {
+	const uint8_t *p;
+	size_t len;
+	size_t off;
+	int failed;
+} dt_rbuf;
+
+void dt__rbuf_init(dt_rbuf *r, const void *p, size_t len);
+uint8_t dt__rbuf_u8(dt_rbuf *r);
+uint32_t dt__rbuf_u32(dt_rbuf *r);
+uint64_t dt__rbuf_u64(dt_rbuf *r);
+double dt__rbuf_f64(dt_rbuf *r);
+/* Copy a string of at most cap-1 bytes into out, NUL-terminated. */
+void dt__rbuf_str(dt_rbuf *r, char *out, size_t cap);
+const void *dt__rbuf_bytes(dt_rbuf *r, size_t n);
+/* DT_OK, or DT_EPROTO naming what (e.g. "NODE_TABLE") was truncated. */
+dt_err dt__rbuf_err(const dt_rbuf *r, const char *what);
+
+#endif

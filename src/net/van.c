@@ -1,0 +1,869 @@
+/*
+ * van.c - TCP transport: non-blocking sockets, one epoll I/O thread per
+ * node, frames cut from the byte stream, scatter-gather sends.
+ *
+ * Threads: the I/O thread (started by dt__van_start, named "dt-io") owns
+ * every connection's receive state and runs the owner's hooks. Senders are
+ * any threads; each connection's send side is serialised by its send_mu.
+ * The connection list is guarded by van->mu. A closed connection is shut
+ * down, not closed, so its descriptor cannot be reused under a sender's
+ * feet; descriptors are closed when the van is destroyed.
+ */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <ifaddrs.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "common/util.h"
+#include "net/van.h"
+
+#define STAGE_CAP (256u << 10) /* receive staging buffer per connection */
+#define DIRECT_MIN (32u << 10) /* payload rest read straight into place */
+#define RXBUF_KEEP (64u << 20) /* larger receive buffers are not kept */
+#define IOV_BATCH 64
+
+enum rx_state { RX_HDR, RX_META, RX_PAYLOAD };
+
+struct dt_conn {
+	dt_van *van;
+	int fd;
+	int peer;
+	atomic_int open;
+	char addr[64];
+	pthread_mutex_t send_mu;
+	dt_conn *next;
+
+	/* Receive state, owned by the I/O thread. */
+	enum rx_state state;
+	uint8_t *stage;
+	size_t stage_len; /* bytes in stage */
+	size_t stage_off; /* bytes of stage consumed */
+	uint8_t hdrbuf[DT_HDR_SIZE];
+	size_t got;
+	dt_msg_hdr h;
+	uint8_t *meta;
+	size_t meta_cap;
+	uint8_t *rxbuf;
+	size_t rxcap;
+	uint8_t *dest; /* NULL while discarding */
+	int external;
+	int discard;
+	uint64_t payload_got;
+};
+
+struct dt_van {
+	dt_van_hooks hooks;
+	int epfd;
+	int evfd;
+	int lfd;
+	pthread_t thread;
+	int started;
+	pthread_mutex_t mu;
+	dt_conn *conns;
+	uint64_t max_payload;
+	int send_timeout_ms;
+	atomic_uint_fast64_t sent;
+	atomic_uint_fast64_t recvd;
+	atomic_int stopping;
+};
+
+/* A pointer value no buffer has: payload_dest returns it to discard. */
+char dt__van_discard_tag;
+
+static dt_err
+set_nonblock(int fd)
+{
+	int fl = fcntl(fd, F_GETFL);
+
+	if (fl < 0 || fcntl(fd, F_SETFL, fl | O_NONBLOCK) < 0)
+		return dt__fail(DT_ESYS, "fcntl(O_NONBLOCK): %s",
+				strerror(errno));
+	return DT_OK;
+}
+
+static void
+tune_socket(int fd)
+{
+	int one = 1;
+
+	setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+}
+
+static void
+format_addr(const struct sockaddr_storage *ss, char *out, size_t cap)
+{
+	char host[INET6_ADDRSTRLEN] = "?";
+	int port = 0;
+
+	if (ss->ss_family == AF_INET) {
+		const struct sockaddr_in *s = (const void *)ss;
+		inet_ntop(AF_INET, &s->sin_addr, host, sizeof(host));
+		port = ntohs(s->sin_port);
+	} else if (ss->ss_family == AF_INET6) {
+		const struct sockaddr_in6 *s = (const void *)ss;
+		inet_ntop(AF_INET6, &s->sin6_addr, host, sizeof(host));
+		port = ntohs(s->sin6_port);
+	}
+	snprintf(out, cap, "%s:%d", host, port);
+}
+
+static dt_conn *
+conn_new(dt_van *v, int fd)
+{
+	dt_conn *c = dt__calloc(1, sizeof(*c));
+
+	if (c == NULL)
+		return NULL;
+	c->stage = dt__malloc(STAGE_CAP);
+	if (c->stage == NULL) {
+		free(c);
+		return NULL;
+	}
+	c->van = v;
+	c->fd = fd;
+	c->peer = -1;
+	atomic_store(&c->open, 1);
+	pthread_mutex_init(&c->send_mu, NULL);
+	snprintf(c->addr, sizeof(c->addr), "?");
+	return c;
+}
+
+static void
+conn_free(dt_conn *c)
+{
+	if (c->fd >= 0)
+		close(c->fd);
+	pthread_mutex_destroy(&c->send_mu);
+	free(c->stage);
+	free(c->meta);
+	free(c->rxbuf);
+	free(c);
+}
+
+/* Register c with the van's list and epoll. */
+static dt_err
+conn_add(dt_van *v, dt_conn *c)
+{
+	struct epoll_event ev = {.events = EPOLLIN | EPOLLRDHUP, .data.ptr = c};
+
+	pthread_mutex_lock(&v->mu);
+	c->next = v->conns;
+	v->conns = c;
+	pthread_mutex_unlock(&v->mu);
+	if (epoll_ctl(v->epfd, EPOLL_CTL_ADD, c->fd, &ev) < 0) {
+		atomic_store(&c->open, 0);
+		return dt__fail(DT_ESYS, "epoll_ctl: %s", strerror(errno));
+	}
+	return DT_OK;
+}
+
+/* In the I/O thread: stop reading c and tell the owner. */
+static void
+conn_down(dt_van *v, dt_conn *c, dt_err why, const char *reason)
+{
+	atomic_store(&c->open, 0);
+	epoll_ctl(v->epfd, EPOLL_CTL_DEL, c->fd, NULL);
+	shutdown(c->fd, SHUT_RDWR);
+	if (why != DT_ECLOSED)
+		dt__log(0, "dropping connection from %s: %s", c->addr, reason);
+	else
+		DT_LOG(1, "connection %s closed", c->addr);
+	if (v->hooks.on_close)
+		v->hooks.on_close(v->hooks.arg, c, why);
+}
+
+dt_err
+dt__van_create(const dt_van_hooks *hooks, dt_van **out)
+{
+	dt_van *v;
+	long maxmsg, tmo;
+	dt_err err;
+
+	err = dt__env_long("DT_MAX_MESSAGE", (long)DT_DEFAULT_MAX_PAYLOAD, 1024,
+			   (long)(1ull << 40) * 1, &maxmsg);
+	if (err)
+		return err;
+	err = dt__env_long("DT_SEND_TIMEOUT", 120, 1, 86400, &tmo);
+	if (err)
+		return err;
+	v = dt__calloc(1, sizeof(*v));
+	if (v == NULL)
+		return DT_ENOMEM;
+	v->hooks = *hooks;
+	v->lfd = -1;
+	v->max_payload = (uint64_t)maxmsg;
+	v->send_timeout_ms = (int)tmo * 1000;
+	pthread_mutex_init(&v->mu, NULL);
+	v->epfd = epoll_create1(EPOLL_CLOEXEC);
+	v->evfd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+	if (v->epfd < 0 || v->evfd < 0) {
+		err = dt__fail(DT_ESYS, "epoll/eventfd: %s", strerror(errno));
+		goto fail;
+	}
+	struct epoll_event ev = {.events = EPOLLIN, .data.ptr = NULL};
+	if (epoll_ctl(v->epfd, EPOLL_CTL_ADD, v->evfd, &ev) < 0) {
+		err = dt__fail(DT_ESYS, "epoll_ctl: %s", strerror(errno));
+		goto fail;
+	}
+	*out = v;
+	return DT_OK;
+fail:
+	if (v->epfd >= 0)
+		close(v->epfd);
+	if (v->evfd >= 0)
+		close(v->evfd);
+	free(v);
+	return err;
+}
+
+void
+dt__van_destroy(dt_van *v)
+{
+	dt_conn *c, *next;
+	uint64_t one = 1;
+
+	if (v == NULL)
+		return;
+	atomic_store(&v->stopping, 1);
+	if (v->started) {
+		if (write(v->evfd, &one, sizeof(one)) < 0) {
+			/* The eventfd cannot be full; nothing to do. */
+		}
+		pthread_join(v->thread, NULL);
+	}
+	for (c = v->conns; c; c = next) {
+		next = c->next;
+		conn_free(c);
+	}
+	if (v->lfd >= 0)
+		close(v->lfd);
+	close(v->epfd);
+	close(v->evfd);
+	pthread_mutex_destroy(&v->mu);
+	free(v);
+}
+
+dt_err
+dt__van_listen(dt_van *v, const char *host, int port, int fd, int *bound_port)
+{
+	struct sockaddr_storage ss;
+	socklen_t len = sizeof(ss);
+	dt_err err;
+
+	if (fd < 0) {
+		struct addrinfo hints = {.ai_family = AF_UNSPEC,
+					 .ai_socktype = SOCK_STREAM,
+					 .ai_flags = AI_PASSIVE |
+						     AI_NUMERICSERV};
+		struct addrinfo *res = NULL;
+		char portstr[16];
+		int one = 1, rc;
+
+		snprintf(portstr, sizeof(portstr), "%d", port);
+		rc = getaddrinfo(host, portstr, &hints, &res);
+		if (rc != 0)
+			return dt__fail(DT_ECONFIG, "cannot resolve '%s': %s",
+					host, gai_strerror(rc));
+		fd = socket(res->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+		if (fd < 0) {
+			freeaddrinfo(res);
+			return dt__fail(DT_ESYS, "socket: %s", strerror(errno));
+		}
+		setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+		if (bind(fd, res->ai_addr, res->ai_addrlen) < 0) {
+			err = dt__fail(DT_ESYS, "cannot listen on %s:%d: %s",
+				       host, port, strerror(errno));
+			freeaddrinfo(res);
+			close(fd);
+			return err;
+		}
+		freeaddrinfo(res);
+		if (listen(fd, 1024) < 0) {
+			err = dt__fail(DT_ESYS, "listen: %s", strerror(errno));
+			close(fd);
+			return err;
+		}
+	} else {
+		/* An inherited socket: make sure it is listening. */
+		fcntl(fd, F_SETFD, FD_CLOEXEC);
+		if (listen(fd, 1024) < 0)
+			return dt__fail(DT_ECONFIG,
+					"DT_LISTEN_FD=%d is not a bound TCP "
+					"socket: %s",
+					fd, strerror(errno));
+	}
+	if ((err = set_nonblock(fd)) != DT_OK) {
+		close(fd);
+		return err;
+	}
+	if (getsockname(fd, (struct sockaddr *)&ss, &len) < 0) {
+		err = dt__fail(DT_ESYS, "getsockname: %s", strerror(errno));
+		close(fd);
+		return err;
+	}
+	*bound_port = ss.ss_family == AF_INET
+			      ? ntohs(((struct sockaddr_in *)&ss)->sin_port)
+			      : ntohs(((struct sockaddr_in6 *)&ss)->sin6_port);
+	v->lfd = fd;
+	struct epoll_event ev = {.events = EPOLLIN, .data.ptr = &v->lfd};
+	if (epoll_ctl(v->epfd, EPOLL_CTL_ADD, fd, &ev) < 0)
+		return dt__fail(DT_ESYS, "epoll_ctl: %s", strerror(errno));
+	return DT_OK;
+}
+
+static void
+accept_all(dt_van *v)
+{
+	for (;;) {
+		struct sockaddr_storage ss;
+		socklen_t len = sizeof(ss);
+		int fd = accept4(v->lfd, (struct sockaddr *)&ss, &len,
+				 SOCK_NONBLOCK | SOCK_CLOEXEC);
+		dt_conn *c;
+
+		if (fd < 0) {
+			if (errno == EINTR || errno == ECONNABORTED)
+				continue;
+			if (errno != EAGAIN && errno != EWOULDBLOCK)
+				dt__log(0, "accept: %s", strerror(errno));
+			return;
+		}
+		tune_socket(fd);
+		c = conn_new(v, fd);
+		if (c == NULL) {
+			dt__log(0, "refusing a connection: out of memory");
+			close(fd);
+			continue;
+		}
+		format_addr(&ss, c->addr, sizeof(c->addr));
+		DT_LOG(2, "accepted a connection from %s", c->addr);
+		if (conn_add(v, c) != DT_OK)
+			dt__log(0, "cannot watch %s: %s", c->addr, dt_errmsg());
+	}
+}
+
+static void
+deliver(dt_van *v, dt_conn *c)
+{
+	dt_msg m;
+
+	m.hdr = c->h;
+	m.meta = c->meta;
+	m.payload = c->discard ? NULL : c->dest;
+	m.payload_external = c->external;
+	if (c->meta)
+		c->meta[c->h.meta_len] = '\0';
+	atomic_fetch_add(&v->recvd, DT_HDR_SIZE + c->h.meta_len +
+					    c->h.payload_len);
+	if (dt__verbose >= 2)
+		dt__log(2, "recv %s from node %d seq=%llu key=%llu len=%llu",
+			dt__cmd_name(c->h.cmd), (int)c->h.sender,
+			(unsigned long long)c->h.seq,
+			(unsigned long long)c->h.key,
+			(unsigned long long)c->h.payload_len);
+	v->hooks.on_msg(v->hooks.arg, c, &m);
+	if (c->rxcap > RXBUF_KEEP) {
+		free(c->rxbuf);
+		c->rxbuf = NULL;
+		c->rxcap = 0;
+	}
+	c->state = RX_HDR;
+	c->got = 0;
+	c->dest = NULL;
+	c->external = 0;
+	c->discard = 0;
+}
+
+/* Header and metadata are in: choose the payload's home. */
+static dt_err
+begin_payload(dt_van *v, dt_conn *c)
+{
+	void *dest = NULL;
+
+	c->payload_got = 0;
+	c->external = 0;
+	c->discard = 0;
+	if (c->h.payload_len == 0) {
+		c->dest = NULL;
+		return DT_OK;
+	}
+	if (v->hooks.payload_dest)
+		dest = v->hooks.payload_dest(v->hooks.arg, c, &c->h, c->meta);
+	if (dest == &dt__van_discard_tag) {
+		c->discard = 1;
+		c->dest = NULL;
+	} else if (dest) {
+		c->dest = dest;
+		c->external = 1;
+	} else {
+		if (c->rxcap < c->h.payload_len) {
+			free(c->rxbuf);
+			c->rxcap = 0;
+			c->rxbuf = malloc(c->h.payload_len);
+			if (c->rxbuf == NULL)
+				return dt__fail(DT_ENOMEM,
+						"cannot buffer a payload of "
+						"%llu bytes",
+						(unsigned long long)
+							c->h.payload_len);
+			c->rxcap = c->h.payload_len;
+		}
+		c->dest = c->rxbuf;
+	}
+	c->state = RX_PAYLOAD;
+	return DT_OK;
+}
+
+/* Consume staged bytes; returns an error to drop the connection. */
+static dt_err
+consume(dt_van *v, dt_conn *c)
+{
+	dt_err err;
+
+	while (c->stage_off < c->stage_len) {
+		size_t avail = c->stage_len - c->stage_off;
+		const uint8_t *p = c->stage + c->stage_off;
+		size_t n;
+
+		switch (c->state) {
+		case RX_HDR:
+			n = DT_MIN(avail, DT_HDR_SIZE - c->got);
+			memcpy(c->hdrbuf + c->got, p, n);
+			c->got += n;
+			c->stage_off += n;
+			if (c->got < DT_HDR_SIZE)
+				break;
+			err = dt__hdr_decode(c->hdrbuf, v->max_payload, &c->h);
+			if (err)
+				return err;
+			c->got = 0;
+			if (c->meta_cap < (size_t)c->h.meta_len + 1) {
+				free(c->meta);
+				c->meta = malloc((size_t)c->h.meta_len + 1);
+				if (c->meta == NULL) {
+					c->meta_cap = 0;
+					return dt__fail(DT_ENOMEM,
+							"metadata buffer");
+				}
+				c->meta_cap = (size_t)c->h.meta_len + 1;
+			}
+			if (c->h.meta_len > 0) {
+				c->state = RX_META;
+				break;
+			}
+			if ((err = begin_payload(v, c)) != DT_OK)
+				return err;
+			if (c->h.payload_len == 0)
+				deliver(v, c);
+			break;
+		case RX_META:
+			n = DT_MIN(avail, c->h.meta_len - c->got);
+			memcpy(c->meta + c->got, p, n);
+			c->got += n;
+			c->stage_off += n;
+			if (c->got < c->h.meta_len)
+				break;
+			c->got = 0;
+			if ((err = begin_payload(v, c)) != DT_OK)
+				return err;
+			if (c->h.payload_len == 0)
+				deliver(v, c);
+			break;
+		case RX_PAYLOAD:
+			n = (size_t)DT_MIN((uint64_t)avail,
+					   c->h.payload_len - c->payload_got);
+			if (!c->discard && n)
+				memcpy(c->dest + c->payload_got, p, n);
+			c->payload_got += n;
+			c->stage_off += n;
+			if (c->payload_got == c->h.payload_len)
+				deliver(v, c);
+			break;
+		}
+	}
+	return DT_OK;
+}
+
+/* The connection is readable: read until the kernel has nothing more. */
+static void
+conn_readable(dt_van *v, dt_conn *c)
+{
+	for (;;) {
+		ssize_t n;
+
+		if (c->stage_off == c->stage_len)
+			c->stage_off = c->stage_len = 0;
+		if (c->state == RX_PAYLOAD && !c->discard &&
+		    c->stage_off == c->stage_len &&
+		    c->h.payload_len - c->payload_got >= DIRECT_MIN) {
+			/* Big rest of a payload: read it straight into place. */
+			n = read(c->fd, c->dest + c->payload_got,
+				 (size_t)(c->h.payload_len - c->payload_got));
+			if (n > 0) {
+				c->payload_got += (uint64_t)n;
+				if (c->payload_got == c->h.payload_len)
+					deliver(v, c);
+				continue;
+			}
+		} else {
+			n = read(c->fd, c->stage + c->stage_len,
+				 STAGE_CAP - c->stage_len);
+			if (n > 0) {
+				dt_err err;
+
+				c->stage_len += (size_t)n;
+				err = consume(v, c);
+				if (err) {
+					conn_down(v, c, err, dt_errmsg());
+					return;
+				}
+				if (!atomic_load(&c->open))
+					return;
+				continue;
+			}
+		}
+		if (n == 0) {
+			if (c->state != RX_HDR || c->got != 0)
+				conn_down(v, c, DT_EPROTO,
+					  "connection closed in the middle of "
+					  "a frame (truncated message)");
+			else
+				conn_down(v, c, DT_ECLOSED, "closed by peer");
+			return;
+		}
+		if (errno == EINTR)
+			continue;
+		if (errno == EAGAIN || errno == EWOULDBLOCK)
+			return;
+		conn_down(v, c, DT_ECLOSED, strerror(errno));
+		return;
+	}
+}
+
+static void *
+io_thread(void *arg)
+{
+	dt_van *v = arg;
+	struct epoll_event evs[64];
+
+	while (!atomic_load(&v->stopping)) {
+		int n = epoll_wait(v->epfd, evs, 64, -1);
+
+		if (n < 0) {
+			if (errno == EINTR)
+				continue;
+			dt__log(0, "epoll_wait: %s", strerror(errno));
+			break;
+		}
+		for (int i = 0; i < n; i++) {
+			void *p = evs[i].data.ptr;
+
+			if (p == NULL)
+				continue; /* the stop eventfd */
+			if (p == &v->lfd) {
+				accept_all(v);
+				continue;
+			}
+			dt_conn *c = p;
+			if (atomic_load(&c->open))
+				conn_readable(v, c);
+		}
+	}
+	return NULL;
+}
+
+dt_err
+dt__van_start(dt_van *v)
+{
+	if (pthread_create(&v->thread, NULL, io_thread, v) != 0)
+		return dt__fail(DT_ESYS, "cannot start the I/O thread");
+	pthread_setname_np(v->thread, "dt-io");
+	v->started = 1;
+	return DT_OK;
+}
+
+dt_err
+dt__van_connect(dt_van *v, const char *host, int port, int timeout_ms,
+		const char *what, dt_conn **out)
+{
+	uint64_t deadline = dt__now_ns() + (uint64_t)timeout_ms * 1000000ull;
+	struct addrinfo hints = {.ai_family = AF_UNSPEC,
+				 .ai_socktype = SOCK_STREAM,
+				 .ai_flags = AI_NUMERICSERV};
+	struct addrinfo *res = NULL;
+	char portstr[16];
+	int backoff_ms = 5, rc, last_errno = 0;
+	dt_conn *c;
+
+	snprintf(portstr, sizeof(portstr), "%d", port);
+	for (;;) {
+		rc = getaddrinfo(host, portstr, &hints, &res);
+		if (rc == 0)
+			break;
+		if (rc != EAI_AGAIN || dt__now_ns() >= deadline)
+			return dt__fail(DT_ECONFIG,
+					"cannot resolve %s address '%s': %s",
+					what, host, gai_strerror(rc));
+	}
+	for (;;) {
+		int fd = socket(res->ai_family,
+				SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+		uint64_t now;
+
+		if (fd < 0) {
+			freeaddrinfo(res);
+			return dt__fail(DT_ESYS, "socket: %s", strerror(errno));
+		}
+		rc = connect(fd, res->ai_addr, res->ai_addrlen);
+		if (rc < 0 && errno == EINPROGRESS) {
+			struct pollfd pfd = {.fd = fd, .events = POLLOUT};
+			int left;
+
+			now = dt__now_ns();
+			left = now < deadline
+				       ? (int)((deadline - now) / 1000000) + 1
+				       : 0;
+			rc = poll(&pfd, 1, left);
+			if (rc > 0) {
+				int e = 0;
+				socklen_t l = sizeof(e);
+
+				getsockopt(fd, SOL_SOCKET, SO_ERROR, &e, &l);
+				rc = e ? -1 : 0;
+				errno = e;
+			} else {
+				rc = -1;
+				errno = ETIMEDOUT;
+			}
+		}
+		if (rc == 0) {
+			freeaddrinfo(res);
+			tune_socket(fd);
+			c = conn_new(v, fd);
+			if (c == NULL) {
+				close(fd);
+				return DT_ENOMEM;
+			}
+			snprintf(c->addr, sizeof(c->addr), "%s:%d", host, port);
+			if (conn_add(v, c) != DT_OK)
+				return DT_ESYS;
+			DT_LOG(2, "connected to %s at %s", what, c->addr);
+			*out = c;
+			return DT_OK;
+		}
+		last_errno = errno;
+		close(fd);
+		now = dt__now_ns();
+		if (now >= deadline)
+			break;
+		/* Refused or unreachable: the peer may not be up yet. */
+		uint64_t left_ms = (deadline - now) / 1000000;
+		struct timespec ts = {0, 0};
+		uint64_t nap = DT_MIN((uint64_t)backoff_ms, left_ms + 1);
+		ts.tv_sec = (time_t)(nap / 1000);
+		ts.tv_nsec = (long)(nap % 1000) * 1000000L;
+		nanosleep(&ts, NULL);
+		backoff_ms = DT_MIN(backoff_ms * 2, 500);
+	}
+	freeaddrinfo(res);
+	return dt__fail(last_errno == ECONNREFUSED ? DT_ECONNREFUSED
+						   : DT_ETIMEDOUT,
+			"%s at %s:%d unreachable after %.1f s: %s", what, host,
+			port, timeout_ms / 1000.0, strerror(last_errno));
+}
+
+dt_err
+dt__van_send(dt_van *v, dt_conn *c, dt_msg_hdr *h, const void *meta,
+	     uint32_t meta_len, const struct iovec *iov, int iovcnt)
+{
+	struct iovec local[IOV_BATCH + 2];
+	struct iovec *vec = local;
+	uint8_t hb[DT_HDR_SIZE];
+	uint64_t total = 0, deadline;
+	int n = 0;
+	dt_err err = DT_OK;
+
+	h->meta_len = meta_len;
+	h->payload_len = 0;
+	for (int i = 0; i < iovcnt; i++)
+		h->payload_len += iov[i].iov_len;
+	if (h->payload_len > v->max_payload)
+		return dt__fail(DT_ETOOBIG,
+				"%s of %llu bytes exceeds the message limit "
+				"%llu (DT_MAX_MESSAGE)",
+				dt__cmd_name(h->cmd),
+				(unsigned long long)h->payload_len,
+				(unsigned long long)v->max_payload);
+	if (iovcnt > IOV_BATCH) {
+		vec = malloc(sizeof(*vec) * (size_t)(iovcnt + 2));
+		if (vec == NULL)
+			return dt__fail(DT_ENOMEM, "send vector");
+	}
+	dt__hdr_encode(h, hb);
+	vec[n++] = (struct iovec){hb, DT_HDR_SIZE};
+	if (meta_len)
+		vec[n++] = (struct iovec){(void *)meta, meta_len};
+	for (int i = 0; i < iovcnt; i++)
+		if (iov[i].iov_len)
+			vec[n++] = iov[i];
+	total = DT_HDR_SIZE + meta_len + h->payload_len;
+
+	if (dt__verbose >= 2)
+		dt__log(2, "send %s to node %d seq=%llu key=%llu len=%llu",
+			dt__cmd_name(h->cmd), (int)h->recver,
+			(unsigned long long)h->seq,
+			(unsigned long long)h->key,
+			(unsigned long long)h->payload_len);
+
+	pthread_mutex_lock(&c->send_mu);
+	deadline = dt__now_ns() + (uint64_t)v->send_timeout_ms * 1000000ull;
+	struct iovec *cur = vec;
+	int left = n;
+	while (left > 0) {
+		struct msghdr mh = {.msg_iov = cur,
+				    .msg_iovlen = (size_t)DT_MIN(left, 1024)};
+		ssize_t w;
+
+		if (!atomic_load(&c->open)) {
+			err = dt__fail(DT_ECLOSED,
+				       "send %s to %s: connection closed",
+				       dt__cmd_name(h->cmd), c->addr);
+			break;
+		}
+		w = sendmsg(c->fd, &mh, MSG_NOSIGNAL);
+		if (w < 0) {
+			if (errno == EINTR)
+				continue;
+			if (errno == EAGAIN || errno == EWOULDBLOCK) {
+				struct pollfd pfd = {.fd = c->fd,
+						     .events = POLLOUT};
+				uint64_t now = dt__now_ns();
+
+				if (now >= deadline) {
+					err = dt__fail(
+						DT_ETIMEDOUT,
+						"send %s to %s: peer has not "
+						"read for %d s",
+						dt__cmd_name(h->cmd), c->addr,
+						v->send_timeout_ms / 1000);
+					break;
+				}
+				poll(&pfd, 1,
+				     (int)DT_MIN((deadline - now) / 1000000 + 1,
+						 1000));
+				continue;
+			}
+			err = dt__fail(DT_ECLOSED, "send %s to %s: %s",
+				       dt__cmd_name(h->cmd), c->addr,
+				       strerror(errno));
+			break;
+		}
+		size_t done = (size_t)w;
+		while (left > 0 && done >= cur->iov_len) {
+			done -= cur->iov_len;
+			cur++;
+			left--;
+		}
+		if (left > 0 && done) {
+			cur->iov_base = (uint8_t *)cur->iov_base + done;
+			cur->iov_len -= done;
+		}
+	}
+	pthread_mutex_unlock(&c->send_mu);
+	if (err == DT_OK)
+		atomic_fetch_add(&v->sent, total);
+	if (vec != local)
+		free(vec);
+	return err;
+}
+
+void
+dt__van_close(dt_van *v, dt_conn *c)
+{
+	(void)v;
+	/* The I/O thread sees the shutdown as EOF and reports it. */
+	shutdown(c->fd, SHUT_RDWR);
+}
+
+void
+dt__conn_set_peer(dt_conn *c, int peer)
+{
+	c->peer = peer;
+}
+
+int
+dt__conn_peer(const dt_conn *c)
+{
+	return c->peer;
+}
+
+const char *
+dt__conn_addr(const dt_conn *c)
+{
+	return c->addr;
+}
+
+int
+dt__conn_is_open(const dt_conn *c)
+{
+	return atomic_load(&c->open);
+}
+
+void
+dt__van_counters(dt_van *v, uint64_t *sent, uint64_t *recvd)
+{
+	*sent = atomic_load(&v->sent);
+	*recvd = atomic_load(&v->recvd);
+}
+
+dt_err
+dt__net_local_addr(const char *node_host, const char *iface, char *out,
+		   size_t cap)
+{
+	struct ifaddrs *ifs, *i;
+	int found = 0;
+
+	if (node_host && *node_host) {
+		snprintf(out, cap, "%s", node_host);
+		return DT_OK;
+	}
+	if (getifaddrs(&ifs) < 0)
+		return dt__fail(DT_ESYS, "getifaddrs: %s", strerror(errno));
+	for (i = ifs; i && !found; i = i->ifa_next) {
+		if (i->ifa_addr == NULL || i->ifa_addr->sa_family != AF_INET)
+			continue;
+		if (iface && *iface) {
+			if (strcmp(i->ifa_name, iface) != 0)
+				continue;
+		} else if (strncmp(i->ifa_name, "lo", 2) == 0) {
+			continue;
+		}
+		inet_ntop(AF_INET,
+			  &((struct sockaddr_in *)i->ifa_addr)->sin_addr, out,
+			  (socklen_t)cap);
+		found = 1;
+	}
+	freeifaddrs(ifs);
+	if (!found && iface && *iface)
+		return dt__fail(DT_ECONFIG,
+				"DMLC_INTERFACE=%s: no such interface with an "
+				"IPv4 address",
+				iface);
+	if (!found)
+		snprintf(out, cap, "127.0.0.1");
+	return DT_OK;
+}

@@ -1,0 +1,109 @@
+/*
+ * van.h - a node's message transport (ps-lite calls it the van).
+ *
+ * A van owns one listening socket, the connections to peers, and one I/O
+ * thread that waits on all of them with epoll, cuts the byte streams into
+ * frames (codec.h) and hands each complete message to the owner's on_msg
+ * hook, in that thread. Any thread may send: a send takes the connection's
+ * send lock and writes header, metadata and payload with one writev, with
+ * no copy of the payload.
+ *
+ * Receiving into the final buffer: when a header arrives, the payload_dest
+ * hook may return the buffer the payload belongs in (a pending pull's
+ * output, say); otherwise the payload goes into a per-connection buffer
+ * that is reused, valid until on_msg returns.
+ *
+ * A connection that sends a bad frame is closed with a logged reason; the
+ * van goes on serving the others. Connection objects live until the van is
+ * destroyed, so a sender holding one never touches freed memory; a send on
+ * a closed connection fails with DT_ECLOSED.
+ *
+ * The transport below is TCP; the hooks and send call are all the layers
+ * above see, so a shared-memory transport can slot in beside it.
+ */
+#ifndef DT_NET_VAN_H
+#define DT_NET_VAN_H
+
+#include <stdint.h>
+#include <sys/uio.h>
+
+#include "net/codec.h"
+
+typedef struct dt_van dt_van;
+typedef struct dt_conn dt_conn;
+
+typedef struct dt_msg {
+	dt_msg_hdr hdr;
+	const uint8_t *meta; /* meta_len bytes, NUL-terminated for text */
+	void *payload;       /* payload_len bytes */
+	int payload_external; /* payload is the payload_dest buffer */
+} dt_msg;
+
+typedef struct dt_van_hooks {
+	void *arg;
+	/* A complete message, in the I/O thread. */
+	void (*on_msg)(void *arg, dt_conn *c, dt_msg *m);
+	/*
+	 * Where to put the payload of the message whose header and metadata
+	 * have arrived, or NULL for the connection's buffer. The returned
+	 * buffer must hold h->payload_len bytes. Optional.
+	 */
+	void *(*payload_dest)(void *arg, dt_conn *c, const dt_msg_hdr *h,
+			      const uint8_t *meta);
+	/* A connection closed (why: DT_ECLOSED on EOF, else the error). */
+	void (*on_close)(void *arg, dt_conn *c, dt_err why);
+} dt_van_hooks;
+
+/* payload_dest returns DT_VAN_DISCARD to read and drop a payload (a push of
+ * the wrong size, say): on_msg then sees payload == NULL. */
+extern char dt__van_discard_tag;
+#define DT_VAN_DISCARD ((void *)&dt__van_discard_tag)
+
+dt_err dt__van_create(const dt_van_hooks *hooks, dt_van **out);
+/* Close every connection, stop the I/O thread and free the van. */
+void dt__van_destroy(dt_van *v);
+
+/*
+ * Listen on host:port (port 0 = any), or adopt the bound socket fd when fd
+ * >= 0 (DT_LISTEN_FD). *bound_port receives the port.
+ */
+dt_err dt__van_listen(dt_van *v, const char *host, int port, int fd,
+		      int *bound_port);
+/* Start the I/O thread. */
+dt_err dt__van_start(dt_van *v);
+
+/*
+ * Connect to host:port, retrying refused connections until timeout_ms has
+ * passed. what names the peer in errors ("scheduler").
+ */
+dt_err dt__van_connect(dt_van *v, const char *host, int port, int timeout_ms,
+		       const char *what, dt_conn **out);
+
+/*
+ * Send one frame: h (meta_len and payload_len are filled in here), meta and
+ * the payload pieces. Thread-safe; blocks until all bytes are in the kernel
+ * or the send timeout passes.
+ */
+dt_err dt__van_send(dt_van *v, dt_conn *c, dt_msg_hdr *h, const void *meta,
+		    uint32_t meta_len, const struct iovec *iov, int iovcnt);
+
+/* Close a connection (the on_close hook runs in the I/O thread). */
+void dt__van_close(dt_van *v, dt_conn *c);
+
+/* Owner-defined tag of a connection (the peer's node id), -1 initially. */
+void dt__conn_set_peer(dt_conn *c, int peer);
+int dt__conn_peer(const dt_conn *c);
+/* "127.0.0.1:40211" */
+const char *dt__conn_addr(const dt_conn *c);
+int dt__conn_is_open(const dt_conn *c);
+
+/* Bytes sent and received by the van (observability, benchmarks). */
+void dt__van_counters(dt_van *v, uint64_t *sent, uint64_t *recvd);
+
+/* Resolve the address this node advertises: DMLC_NODE_HOST, else the
+ * IPv4 address of DMLC_INTERFACE, else the first non-loopback IPv4 address,
+ * else 127.0.0.1. */
+dt_err dt__net_local_addr(const char *node_host, const char *iface,
+			  char *out, size_t cap);
+
+#endif
