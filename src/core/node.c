@@ -649,6 +649,8 @@ dt_node_start(const dt_node_config *cfg, dt_node **out)
 				     cfg->listen_fd, &n->port);
 		if (err)
 			goto fail;
+		if ((err = dt__sched_create(n)))
+			goto fail;
 		if ((err = dt__van_start(n->van)))
 			goto fail;
 		DT_LOG(1, "scheduler listening on %s:%d for %d servers and %d "
@@ -688,9 +690,9 @@ fail:
 		pthread_mutex_lock(&n->mu);
 		n->stopping = 1;
 		pthread_mutex_unlock(&n->mu);
+		dt__van_destroy(n->van); /* no I/O thread from here on */
 		if (n->role == DT_ROLE_SERVER)
 			dt__kv_server_detach(n);
-		dt__van_destroy(n->van);
 		dt__sched_free(n);
 		free(n->table);
 		free(n->peers);
@@ -739,9 +741,9 @@ dt_node_stop(dt_node *n)
 	pthread_mutex_lock(&n->mu);
 	n->stopping = 1;
 	pthread_mutex_unlock(&n->mu);
+	dt__van_destroy(n->van); /* no I/O thread from here on */
 	if (n->role == DT_ROLE_SERVER)
 		dt__kv_server_detach(n);
-	dt__van_destroy(n->van);
 	dt__sched_free(n);
 	free(n->table);
 	free(n->peers);

@@ -105,6 +105,8 @@ dt_err dt__node_check(dt_node *n);
 const char *dt__node_name(const dt_node *n, int id, char *buf, size_t cap);
 
 /* Scheduler side (scheduler.c). */
+/* Allocate the scheduler's state; before the I/O thread starts. */
+dt_err dt__sched_create(dt_node *n);
 dt_err dt__sched_start(dt_node *n);
 dt_err dt__sched_serve(dt_node *n);
 void dt__sched_on_msg(dt_node *n, dt_conn *c, dt_msg *m);

@@ -412,15 +412,11 @@ servers_gone(dt_node *n)
 }
 
 dt_err
-dt__sched_start(dt_node *n)
+dt__sched_create(dt_node *n)
 {
 	dt_sched *s;
-	long join_s;
-	dt_err err;
 	int count = 1 + n->num_servers + n->num_workers;
 
-	if ((err = dt__env_long("DT_JOIN_TIMEOUT", 300, 1, 86400, &join_s)))
-		return err;
 	s = dt__calloc(1, sizeof(*s));
 	if (s == NULL)
 		return DT_ENOMEM;
@@ -429,12 +425,22 @@ dt__sched_start(dt_node *n)
 	s->left = dt__calloc((size_t)count, sizeof(int));
 	n->table = dt__calloc((size_t)count, sizeof(dt_node_entry));
 	n->peers = dt__calloc((size_t)count, sizeof(dt_conn *));
-	pthread_mutex_lock(&n->mu);
 	n->sched = s;
-	pthread_mutex_unlock(&n->mu);
 	if (!s->j || !s->left || !n->table || !n->peers)
 		return DT_ENOMEM;
+	return DT_OK;
+}
 
+dt_err
+dt__sched_start(dt_node *n)
+{
+	dt_sched *s = n->sched;
+	long join_s;
+	dt_err err;
+	int count = 1 + n->num_servers + n->num_workers;
+
+	if ((err = dt__env_long("DT_JOIN_TIMEOUT", 300, 1, 86400, &join_s)))
+		return err;
 	err = wait_sched(n, all_joined,
 			 dt__now_ns() + (uint64_t)join_s * 1000000000ull);
 	if (err == DT_ETIMEDOUT) {

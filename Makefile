@@ -1,0 +1,70 @@
+# dtrain's two commands (README): `make demo` runs the main job, `make test`
+# runs the whole test suite. Both install missing Debian packages when run
+# as root. `make` alone builds into build/.
+BUILD      ?= build
+ASAN_BUILD ?= build-asan
+JOBS       ?= $(shell nproc 2>/dev/null || echo 2)
+DEPS        = build-essential cmake pkg-config libcmocka-dev libopenblas-dev \
+              zlib1g-dev openmpi-bin libopenmpi-dev dataset-fashion-mnist \
+              python3 procps
+DATA       ?= /usr/share/datasets/fashion-mnist
+
+.PHONY: all deps test test-fast test-asan demo hello bench clean format
+
+all:
+	cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
+	cmake --build $(BUILD) -j$(JOBS)
+
+# Install what is missing (Debian 12), only when we can (root).
+deps:
+	@missing=""; for p in $(DEPS); do \
+	  dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
+	if [ -n "$$missing" ]; then \
+	  if [ "$$(id -u)" = 0 ]; then \
+	    echo "installing:$$missing"; \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive \
+	      apt-get install -y -qq --no-install-recommends $$missing; \
+	  else \
+	    echo "missing Debian packages:$$missing (run as root to install)"; \
+	  fi; \
+	fi
+
+# The whole suite: the normal build, then again under ASan+UBSan.
+test: deps all
+	cd $(BUILD) && ctest --output-on-failure -j$(JOBS)
+	$(MAKE) test-asan
+
+test-fast: all
+	cd $(BUILD) && ctest --output-on-failure -j$(JOBS)
+
+test-asan:
+	cmake -S . -B $(ASAN_BUILD) -DCMAKE_BUILD_TYPE=Debug \
+	  -DDT_SANITIZE=address,undefined
+	cmake --build $(ASAN_BUILD) -j$(JOBS)
+	cd $(ASAN_BUILD) && ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 \
+	  UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+	  ctest --output-on-failure -j$(JOBS)
+
+# The main job: a local cluster (scheduler, 2 servers, 2 workers).
+demo: deps all
+	@if [ -x $(BUILD)/examples/mnist ] && [ -d $(DATA) ]; then \
+	  $(BUILD)/dtrain launch -n 2 -s 2 --launcher local -- \
+	    $(BUILD)/examples/mnist --model lenet --kvstore dist_sync \
+	    --data $(DATA); \
+	else \
+	  PS_VERBOSE=1 $(BUILD)/dtrain launch -n 2 -s 2 --launcher local -- \
+	    $(BUILD)/examples/hello_cluster; \
+	fi
+
+hello: all
+	PS_VERBOSE=1 $(BUILD)/dtrain launch -n 2 -s 2 --launcher local -- \
+	  $(BUILD)/examples/hello_cluster
+
+bench: deps all
+	bash bench/run_all.sh $(BUILD)
+
+format:
+	clang-format -i $$(git ls-files '*.c' '*.h')
+
+clean:
+	rm -rf $(BUILD) $(ASAN_BUILD)

@@ -1,0 +1,485 @@
+/*
+ * client.c - a worker's side of a dist store: cut each request by the
+ * placement rule into one message per server, match the answers, and let
+ * the caller wait for the whole operation.
+ *
+ * An operation (dt_kv_req) has one sub-request per server part. Answers
+ * with a payload (pull, pushpull) are received straight into the caller's
+ * output buffer: payload_dest finds the sub-request by its sequence number
+ * and returns the right slice of the output, so a pull costs no copy.
+ *
+ * Threads: the caller's thread starts and waits; the node's I/O thread
+ * completes sub-requests. Both tables and every op's state are guarded by
+ * c->mu; c->cv is signalled when an op completes or the node fails.
+ */
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "kv/kv_impl.h"
+
+#define NBUCKETS 1024
+
+typedef struct op {
+	dt_kv_req id;
+	int cmd;
+	dt_key key;
+	int remaining;
+	dt_err err;
+	char msg[512];
+	struct op *next;
+} op;
+
+typedef struct sub {
+	uint64_t seq;
+	int server_id;
+	float *dest;
+	size_t bytes;
+	op *op;
+	struct sub *next;
+} sub;
+
+struct dt_kv_client {
+	dt_node *node;
+	int sync;
+	size_t bound;
+	dt_kv_part *parts;
+	pthread_mutex_t mu;
+	pthread_cond_t cv;
+	uint64_t next_seq;
+	uint64_t next_op;
+	sub *subs[NBUCKETS];
+	op *ops[NBUCKETS];
+	size_t nops;
+};
+
+static const char *
+cmd_op(int cmd)
+{
+	switch (cmd) {
+	case DT_CMD_KV_INIT:
+		return "init";
+	case DT_CMD_KV_PUSH:
+		return "push";
+	case DT_CMD_KV_PULL:
+		return "pull";
+	case DT_CMD_KV_PUSHPULL:
+		return "pushpull";
+	case DT_CMD_KV_SET_OPT:
+		return "set optimizer";
+	case DT_CMD_KV_CONFIG:
+		return "configure";
+	}
+	return "request";
+}
+
+static sub *
+take_sub(dt_kv_client *c, uint64_t seq)
+{
+	sub **p = &c->subs[seq % NBUCKETS];
+
+	for (; *p; p = &(*p)->next)
+		if ((*p)->seq == seq) {
+			sub *s = *p;
+			*p = s->next;
+			return s;
+		}
+	return NULL;
+}
+
+static sub *
+find_sub(dt_kv_client *c, uint64_t seq)
+{
+	sub *s = c->subs[seq % NBUCKETS];
+
+	while (s && s->seq != seq)
+		s = s->next;
+	return s;
+}
+
+static op *
+find_op(dt_kv_client *c, dt_kv_req id, int unlink)
+{
+	op **p = &c->ops[id % NBUCKETS];
+
+	for (; *p; p = &(*p)->next)
+		if ((*p)->id == id) {
+			op *o = *p;
+			if (unlink) {
+				*p = o->next;
+				c->nops--;
+			}
+			return o;
+		}
+	return NULL;
+}
+
+static void
+op_fail(op *o, dt_err err, const char *msg)
+{
+	if (o->err == DT_OK) {
+		o->err = err;
+		snprintf(o->msg, sizeof(o->msg), "%s", msg);
+	}
+}
+
+/* Complete a sub-request (under c->mu). */
+static void
+sub_done(dt_kv_client *c, sub *s)
+{
+	if (--s->op->remaining == 0)
+		pthread_cond_broadcast(&c->cv);
+	free(s);
+}
+
+static void *
+payload_dest(void *arg, dt_node *n, dt_conn *conn, const dt_msg_hdr *h,
+	     const uint8_t *meta)
+{
+	dt_kv_client *c = arg;
+	void *dest = DT_VAN_DISCARD;
+	sub *s;
+
+	pthread_mutex_lock(&c->mu);
+	s = find_sub(c, h->seq);
+	if (s && s->dest && h->payload_len == s->bytes)
+		dest = s->dest;
+	pthread_mutex_unlock(&c->mu);
+	return dest;
+}
+
+static void
+on_msg(void *arg, dt_node *n, dt_conn *conn, dt_msg *m)
+{
+	dt_kv_client *c = arg;
+	const dt_msg_hdr *h = &m->hdr;
+	char name[64], msg[512];
+	sub *s;
+
+	if (!(h->flags & DT_F_RESPONSE))
+		return;
+	pthread_mutex_lock(&c->mu);
+	s = take_sub(c, h->seq);
+	if (s == NULL || s->server_id != (int)h->sender) {
+		pthread_mutex_unlock(&c->mu);
+		dt__log(0, "ignoring an answer to unknown request %llu from %s",
+			(unsigned long long)h->seq,
+			dt__node_name(n, (int)h->sender, name, sizeof(name)));
+		return;
+	}
+	if (h->flags & DT_F_ERROR) {
+		dt_rbuf r;
+		uint32_t code;
+
+		dt__rbuf_init(&r, m->meta, h->meta_len);
+		code = dt__rbuf_u32(&r);
+		dt__rbuf_str(&r, msg, sizeof(msg));
+		if (dt__rbuf_err(&r, "KV error") || code == 0 ||
+		    code > DT_ESHUTDOWN) {
+			code = DT_EPROTO;
+			snprintf(msg, sizeof(msg), "malformed error answer");
+		}
+		op_fail(s->op, (dt_err)code, msg);
+	} else if (s->dest && (h->payload_len != s->bytes || !m->payload)) {
+		snprintf(msg, sizeof(msg),
+			 "%s of key %llu: %s answered %llu bytes, expected %zu",
+			 cmd_op(s->op->cmd), (unsigned long long)s->op->key,
+			 dt__node_name(n, (int)h->sender, name, sizeof(name)),
+			 (unsigned long long)h->payload_len, s->bytes);
+		op_fail(s->op, DT_ESIZE, msg);
+	}
+	sub_done(c, s);
+	pthread_mutex_unlock(&c->mu);
+}
+
+static void
+on_fail(void *arg, dt_node *n, int peer, dt_err err)
+{
+	dt_kv_client *c = arg;
+	char name[64], msg[512];
+
+	if (peer < 0) {
+		pthread_mutex_lock(&n->mu);
+		snprintf(msg, sizeof(msg), "%s", n->fatal_msg);
+		pthread_mutex_unlock(&n->mu);
+	} else {
+		snprintf(msg, sizeof(msg), "lost the connection to %s",
+			 dt__node_name(n, peer, name, sizeof(name)));
+	}
+	pthread_mutex_lock(&c->mu);
+	for (int b = 0; b < NBUCKETS; b++) {
+		sub **p = &c->subs[b];
+		while (*p) {
+			sub *s = *p;
+			if (peer >= 0 && s->server_id != peer) {
+				p = &s->next;
+				continue;
+			}
+			*p = s->next;
+			op_fail(s->op, err, msg);
+			sub_done(c, s);
+		}
+	}
+	pthread_cond_broadcast(&c->cv);
+	pthread_mutex_unlock(&c->mu);
+}
+
+dt_err
+dt__kv_client_create(dt_node *node, int sync, size_t bound,
+		     dt_kv_client **out)
+{
+	dt_kv_client *c = dt__calloc(1, sizeof(*c));
+	dt__node_app app = {0};
+
+	if (c == NULL)
+		return DT_ENOMEM;
+	c->parts = dt__calloc((size_t)DT_MAX(node->num_servers, 1),
+			      sizeof(dt_kv_part));
+	if (c->parts == NULL) {
+		free(c);
+		return DT_ENOMEM;
+	}
+	c->node = node;
+	c->sync = sync;
+	c->bound = bound;
+	c->next_seq = 1;
+	c->next_op = 1;
+	pthread_mutex_init(&c->mu, NULL);
+	pthread_cond_init(&c->cv, NULL);
+	app.arg = c;
+	app.on_msg = on_msg;
+	app.payload_dest = payload_dest;
+	app.on_fail = on_fail;
+	dt__node_set_app(node, DT_APP_KV, &app);
+	*out = c;
+	return DT_OK;
+}
+
+void
+dt__kv_client_destroy(dt_kv_client *c)
+{
+	if (c == NULL)
+		return;
+	dt__kv_client_wait_all(c);
+	dt__node_set_app(c->node, DT_APP_KV, NULL);
+	for (int b = 0; b < NBUCKETS; b++) {
+		while (c->subs[b]) {
+			sub *s = c->subs[b];
+			c->subs[b] = s->next;
+			free(s);
+		}
+		while (c->ops[b]) {
+			op *o = c->ops[b];
+			c->ops[b] = o->next;
+			free(o);
+		}
+	}
+	pthread_mutex_destroy(&c->mu);
+	pthread_cond_destroy(&c->cv);
+	free(c->parts);
+	free(c);
+}
+
+/* Send one sub-request; the sub is registered before the send. */
+static void
+send_part(dt_kv_client *c, op *o, int server, dt_msg_hdr *h, const void *meta,
+	  uint32_t meta_len, const float *val, float *out, size_t len)
+{
+	struct iovec iov = {(void *)val, len * sizeof(float)};
+	sub *s = malloc(sizeof(*s));
+	dt_err err;
+
+	pthread_mutex_lock(&c->mu);
+	if (s == NULL) {
+		op_fail(o, DT_ENOMEM, "out of memory");
+		o->remaining--;
+		pthread_mutex_unlock(&c->mu);
+		return;
+	}
+	h->seq = c->next_seq++;
+	*s = (sub){h->seq, dt__node_server_id(c->node, server), out,
+		   out ? len * sizeof(float) : 0, o, NULL};
+	s->next = c->subs[h->seq % NBUCKETS];
+	c->subs[h->seq % NBUCKETS] = s;
+	pthread_mutex_unlock(&c->mu);
+
+	err = dt__node_send(c->node, s->server_id, h, meta, meta_len,
+			    val ? &iov : NULL, val ? 1 : 0);
+	if (err) {
+		char msg[512];
+
+		snprintf(msg, sizeof(msg), "%s", dt_errmsg());
+		pthread_mutex_lock(&c->mu);
+		s = take_sub(c, h->seq);
+		if (s) { /* not already failed by on_fail */
+			op_fail(o, err, msg);
+			sub_done(c, s);
+		}
+		pthread_mutex_unlock(&c->mu);
+	}
+}
+
+static op *
+new_op(dt_kv_client *c, int cmd, dt_key key, int parts, dt_kv_req *req)
+{
+	op *o = dt__calloc(1, sizeof(*o));
+
+	if (o == NULL)
+		return NULL;
+	pthread_mutex_lock(&c->mu);
+	o->id = c->next_op++;
+	o->cmd = cmd;
+	o->key = key;
+	o->remaining = parts;
+	o->next = c->ops[o->id % NBUCKETS];
+	c->ops[o->id % NBUCKETS] = o;
+	c->nops++;
+	pthread_mutex_unlock(&c->mu);
+	*req = o->id;
+	return o;
+}
+
+dt_err
+dt__kv_client_start(dt_kv_client *c, int cmd, dt_key key, const float *val,
+		    float *out, size_t n, dt_kv_req *req)
+{
+	int nparts, rank0 = c->node->rank == 0;
+	op *o;
+	dt_err err;
+
+	if ((err = dt__node_check(c->node)))
+		return err;
+	nparts = dt__kv_place(key, n, c->node->num_servers, c->bound, c->parts);
+	if ((o = new_op(c, cmd, key, nparts, req)) == NULL)
+		return DT_ENOMEM;
+	for (int i = 0; i < nparts; i++) {
+		dt_kv_part *p = &c->parts[i];
+		dt_msg_hdr h = {.cmd = (uint8_t)cmd,
+				.flags = DT_F_REQUEST,
+				.key = key,
+				.arg0 = n,
+				.arg1 = p->offset};
+		const float *pv = NULL;
+		float *po = NULL;
+
+		if (cmd == DT_CMD_KV_INIT) {
+			if (rank0) {
+				h.arg2 = DT_KV_INIT_HAS_VALUE;
+				pv = val + p->offset;
+			}
+		} else if (cmd == DT_CMD_KV_PUSH) {
+			pv = val + p->offset;
+		} else if (cmd == DT_CMD_KV_PULL) {
+			po = out + p->offset;
+		} else if (cmd == DT_CMD_KV_PUSHPULL) {
+			pv = val + p->offset;
+			po = out + p->offset;
+		}
+		send_part(c, o, p->server, &h, NULL, 0, pv, po, p->len);
+	}
+	return DT_OK;
+}
+
+dt_err
+dt__kv_client_wait(dt_kv_client *c, dt_kv_req req)
+{
+	op *o;
+	dt_err err;
+
+	pthread_mutex_lock(&c->mu);
+	o = find_op(c, req, 0);
+	if (o == NULL) {
+		pthread_mutex_unlock(&c->mu);
+		return dt__fail(DT_EINVAL, "wait: unknown request %llu",
+				(unsigned long long)req);
+	}
+	while (o->remaining > 0)
+		pthread_cond_wait(&c->cv, &c->mu);
+	find_op(c, req, 1);
+	pthread_mutex_unlock(&c->mu);
+	err = o->err;
+	if (err)
+		dt__fail(err, "%s", o->msg);
+	free(o);
+	return err;
+}
+
+dt_err
+dt__kv_client_wait_all(dt_kv_client *c)
+{
+	dt_err first = DT_OK;
+	char msg[512] = "";
+
+	for (;;) {
+		dt_kv_req id = 0;
+		dt_err err;
+
+		pthread_mutex_lock(&c->mu);
+		for (int b = 0; b < NBUCKETS && !id; b++)
+			if (c->ops[b])
+				id = c->ops[b]->id;
+		pthread_mutex_unlock(&c->mu);
+		if (!id)
+			break;
+		err = dt__kv_client_wait(c, id);
+		if (err && !first) {
+			first = err;
+			snprintf(msg, sizeof(msg), "%s", dt_errmsg());
+		}
+	}
+	if (first)
+		dt__fail(first, "%s", msg);
+	return first;
+}
+
+static dt_err
+broadcast_to_servers(dt_kv_client *c, int cmd, uint64_t arg0,
+		     const void *meta, uint32_t meta_len)
+{
+	dt_kv_req req;
+	op *o = new_op(c, cmd, 0, c->node->num_servers, &req);
+
+	if (o == NULL)
+		return DT_ENOMEM;
+	for (int s = 0; s < c->node->num_servers; s++) {
+		dt_msg_hdr h = {.cmd = (uint8_t)cmd,
+				.flags = DT_F_REQUEST,
+				.arg0 = arg0};
+		send_part(c, o, s, &h, meta, meta_len, NULL, NULL, 0);
+	}
+	return dt__kv_client_wait(c, req);
+}
+
+dt_err
+dt__kv_client_set_optimizer(dt_kv_client *c, const dt_opt *opt)
+{
+	dt_wbuf w;
+	dt_err err;
+
+	if (c->node->rank == 0) {
+		dt__wbuf_init(&w);
+		dt__opt_encode(opt, &w);
+		err = dt__wbuf_err(&w);
+		if (!err)
+			err = broadcast_to_servers(c, DT_CMD_KV_SET_OPT, 0,
+						   w.data, (uint32_t)w.len);
+		dt__wbuf_fini(&w);
+		if (err)
+			return err;
+	}
+	return dt_node_barrier(c->node, DT_GROUP_WORKERS);
+}
+
+dt_err
+dt__kv_client_configure(dt_kv_client *c)
+{
+	dt_err err;
+
+	if (c->node->rank == 0 &&
+	    (err = broadcast_to_servers(c, DT_CMD_KV_CONFIG, (uint64_t)c->sync,
+					NULL, 0)))
+		return err;
+	return dt_node_barrier(c->node, DT_GROUP_WORKERS);
+}

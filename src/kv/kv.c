@@ -1,0 +1,582 @@
+/*
+ * kv.c - the public KVStore API (dtrain/kv.h): store types, the local
+ * store, local multi-device aggregation, and the dispatch of dist stores
+ * to client.c.
+ *
+ * The local store ("local", "device") keeps values in this process with
+ * MXNet's semantics: a push replaces the value by the pushed (summed)
+ * array, or runs the optimizer when one is set.
+ */
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kv/kv_impl.h"
+
+typedef struct local_entry {
+	dt_key key;
+	size_t n;
+	float *val;
+	float *state;
+	uint64_t steps;
+	struct local_entry *next;
+} local_entry;
+
+#define LOCAL_BUCKETS 256
+
+struct dt_kv {
+	char type[32];
+	int dist;
+	int sync;
+	int device;
+	size_t bound;
+	int nthreads;
+	int have_opt;
+	dt_opt opt;
+	dt_node *node;
+	dt_kv_client *client;
+	local_entry *local[LOCAL_BUCKETS];
+	float *scratch; /* local aggregation */
+	size_t scratch_len;
+};
+
+static local_entry *
+local_find(dt_kv *kv, dt_key key)
+{
+	local_entry *e = kv->local[key % LOCAL_BUCKETS];
+
+	while (e && e->key != key)
+		e = e->next;
+	return e;
+}
+
+dt_err
+dt_kv_create(const char *type, dt_kv **out)
+{
+	static const struct {
+		const char *name;
+		int dist, sync, device;
+	} types[] = {
+		{"local", 0, 1, 0},
+		{"device", 0, 1, 1},
+		{"dist", 1, 1, 0},
+		{"dist_sync", 1, 1, 0},
+		{"dist_async", 1, 0, 0},
+		{"dist_sync_device", 1, 1, 1},
+		{"dist_async_device", 1, 0, 1},
+	};
+	dt_kv *kv;
+	long bound, nthreads;
+	dt_err err;
+	size_t i;
+
+	*out = NULL;
+	if (type == NULL)
+		return dt__fail(DT_EINVAL, "kvstore type is NULL");
+	for (i = 0; i < DT_ARRAY_LEN(types); i++)
+		if (strcmp(types[i].name, type) == 0)
+			break;
+	if (i == DT_ARRAY_LEN(types))
+		return dt__fail(DT_EINVAL,
+				"unknown kvstore type '%s' (local, device, "
+				"dist_sync, dist_async, dist_sync_device, "
+				"dist_async_device)",
+				type);
+	if ((err = dt__env_long("MXNET_KVSTORE_BIGARRAY_BOUND", 1000000, 1,
+				(long)1 << 40, &bound)))
+		return err;
+	if ((err = dt__env_long("MXNET_KVSTORE_REDUCTION_NTHREADS", 4, 1, 256,
+				&nthreads)))
+		return err;
+	kv = dt__calloc(1, sizeof(*kv));
+	if (kv == NULL)
+		return DT_ENOMEM;
+	snprintf(kv->type, sizeof(kv->type), "%s", type);
+	kv->dist = types[i].dist;
+	kv->sync = types[i].sync;
+	kv->device = types[i].device;
+	kv->bound = (size_t)bound;
+	kv->nthreads = (int)nthreads;
+	if (!kv->dist) {
+		*out = kv;
+		return DT_OK;
+	}
+	/* A server or scheduler process serves here and exits (MXNet). */
+	if ((err = dt_node_init_from_env(&kv->node)))
+		goto fail;
+	if (kv->node == NULL) {
+		err = dt__fail(DT_ECONFIG,
+			       "kvstore '%s' needs a cluster, but DMLC_ROLE "
+			       "and DMLC_PS_ROOT_URI are not set: start the "
+			       "program with `dtrain launch` (docs/launcher.md)",
+			       type);
+		goto fail;
+	}
+	if (kv->node->num_servers == 0) {
+		err = dt__fail(DT_ECONFIG,
+			       "kvstore '%s' needs servers, but "
+			       "DMLC_NUM_SERVER=0",
+			       type);
+		goto fail;
+	}
+	if ((err = dt__kv_client_create(kv->node, kv->sync, kv->bound,
+					&kv->client)))
+		goto fail;
+	if ((err = dt__kv_client_configure(kv->client)))
+		goto fail;
+	*out = kv;
+	return DT_OK;
+fail:
+	dt_kv_destroy(kv);
+	return err;
+}
+
+dt_err
+dt_kv_destroy(dt_kv *kv)
+{
+	dt_err err = DT_OK;
+	char msg[512] = "";
+
+	if (kv == NULL)
+		return DT_OK;
+	if (kv->client) {
+		err = dt__kv_client_wait_all(kv->client);
+		if (err)
+			snprintf(msg, sizeof(msg), "%s", dt_errmsg());
+		dt__kv_client_destroy(kv->client);
+	}
+	if (kv->node) {
+		dt_err e2 = dt_node_stop(kv->node);
+		if (e2 && !err) {
+			err = e2;
+			snprintf(msg, sizeof(msg), "%s", dt_errmsg());
+		}
+	}
+	for (int b = 0; b < LOCAL_BUCKETS; b++) {
+		while (kv->local[b]) {
+			local_entry *e = kv->local[b];
+			kv->local[b] = e->next;
+			free(e->val);
+			free(e->state);
+			free(e);
+		}
+	}
+	free(kv->scratch);
+	free(kv);
+	if (err)
+		dt__fail(err, "%s", msg);
+	return err;
+}
+
+const char *
+dt_kv_type(const dt_kv *kv)
+{
+	return kv->type;
+}
+
+int
+dt_kv_rank(const dt_kv *kv)
+{
+	return kv->node ? dt_node_rank(kv->node) : 0;
+}
+
+int
+dt_kv_num_workers(const dt_kv *kv)
+{
+	return kv->node ? dt_node_num_workers(kv->node) : 1;
+}
+
+int
+dt_kv_is_dist(const dt_kv *kv)
+{
+	return kv->dist;
+}
+
+dt_err
+dt_kv_set_optimizer(dt_kv *kv, const char *name, const char *params)
+{
+	dt_opt opt;
+	dt_err err;
+
+	if ((err = dt__opt_parse(name, params, &opt)))
+		return err;
+	if (kv->client && (err = dt__kv_client_set_optimizer(kv->client, &opt)))
+		return err;
+	if (!kv->client) {
+		for (int b = 0; b < LOCAL_BUCKETS; b++)
+			if (kv->local[b])
+				return dt__fail(DT_ESTATE,
+						"set optimizer: keys are "
+						"already initialised; set the "
+						"optimizer first");
+	}
+	kv->opt = opt;
+	kv->have_opt = 1;
+	return DT_OK;
+}
+
+/* ---- local store ---- */
+
+static dt_err
+local_init(dt_kv *kv, dt_key key, const float *val, size_t n)
+{
+	local_entry *e = local_find(kv, key);
+
+	if (e) {
+		if (e->n != n)
+			return dt__fail(DT_ESIZE,
+					"init of key %llu: length %zu != "
+					"initialised length %zu",
+					(unsigned long long)key, n, e->n);
+		memcpy(e->val, val, n * sizeof(float));
+		return DT_OK;
+	}
+	e = dt__calloc(1, sizeof(*e));
+	if (e == NULL)
+		return DT_ENOMEM;
+	e->key = key;
+	e->n = n;
+	e->val = dt__malloc(DT_MAX(n, 1) * sizeof(float));
+	size_t st = kv->have_opt ? dt__opt_state_len(&kv->opt, n) : 0;
+	e->state = st ? dt__calloc(st, sizeof(float)) : NULL;
+	if (e->val == NULL || (st && e->state == NULL)) {
+		free(e->val);
+		free(e);
+		return DT_ENOMEM;
+	}
+	memcpy(e->val, val, n * sizeof(float));
+	e->next = kv->local[key % LOCAL_BUCKETS];
+	kv->local[key % LOCAL_BUCKETS] = e;
+	return DT_OK;
+}
+
+static dt_err
+local_get(dt_kv *kv, const char *op, dt_key key, size_t n, local_entry **out)
+{
+	local_entry *e = local_find(kv, key);
+
+	if (e == NULL)
+		return dt__fail(DT_ENOKEY,
+				"%s of key %llu: unknown key (never "
+				"initialised with init)",
+				op, (unsigned long long)key);
+	if (e->n != n)
+		return dt__fail(DT_ESIZE,
+				"%s of key %llu: length %zu != initialised "
+				"length %zu",
+				op, (unsigned long long)key, n, e->n);
+	*out = e;
+	return DT_OK;
+}
+
+static void
+local_apply(dt_kv *kv, local_entry *e, const float *g)
+{
+	if (kv->have_opt) {
+		e->steps++;
+		dt__opt_apply(&kv->opt, e->val, g, e->state, e->n, e->steps);
+	} else if (g != e->val) {
+		memcpy(e->val, g, e->n * sizeof(float));
+	}
+}
+
+/* ---- the calls ---- */
+
+static dt_err
+check_args(const char *op, dt_key key, const void *a, const void *b,
+	   size_t n)
+{
+	if ((a == NULL || b == NULL) && n > 0)
+		return dt__fail(DT_EINVAL, "%s of key %llu: NULL buffer", op,
+				(unsigned long long)key);
+	return DT_OK;
+}
+
+static dt_err
+async_check(dt_kv *kv, const char *op, dt_key key)
+{
+	if (kv->dist && !kv->sync && !kv->have_opt)
+		return dt__fail(DT_ESTATE,
+				"%s of key %llu: dist_async needs an optimizer "
+				"on the servers (dt_kv_set_optimizer before "
+				"init), as MXNet's update_on_kvstore",
+				op, (unsigned long long)key);
+	return DT_OK;
+}
+
+dt_err
+dt_kv_init(dt_kv *kv, dt_key key, const float *val, size_t n)
+{
+	dt_kv_req req;
+	dt_err err;
+
+	if ((err = check_args("init", key, val, val, n)))
+		return err;
+	if (!kv->client)
+		return local_init(kv, key, val, n);
+	if ((err = dt__kv_client_start(kv->client, DT_CMD_KV_INIT, key, val,
+				       NULL, n, &req)))
+		return err;
+	return dt__kv_client_wait(kv->client, req);
+}
+
+dt_err
+dt_kv_push_async(dt_kv *kv, dt_key key, const float *val, size_t n,
+		 dt_kv_req *req)
+{
+	local_entry *e;
+	dt_err err;
+
+	*req = 0;
+	if ((err = check_args("push", key, val, val, n)) ||
+	    (err = async_check(kv, "push", key)))
+		return err;
+	if (kv->client)
+		return dt__kv_client_start(kv->client, DT_CMD_KV_PUSH, key, val,
+					   NULL, n, req);
+	if ((err = local_get(kv, "push", key, n, &e)))
+		return err;
+	local_apply(kv, e, val);
+	return DT_OK;
+}
+
+dt_err
+dt_kv_pull_async(dt_kv *kv, dt_key key, float *out, size_t n,
+		 dt_kv_req *req)
+{
+	local_entry *e;
+	dt_err err;
+
+	*req = 0;
+	if ((err = check_args("pull", key, out, out, n)))
+		return err;
+	if (kv->client)
+		return dt__kv_client_start(kv->client, DT_CMD_KV_PULL, key,
+					   NULL, out, n, req);
+	if ((err = local_get(kv, "pull", key, n, &e)))
+		return err;
+	memcpy(out, e->val, n * sizeof(float));
+	return DT_OK;
+}
+
+dt_err
+dt_kv_pushpull_async(dt_kv *kv, dt_key key, const float *val, float *out,
+		     size_t n, dt_kv_req *req)
+{
+	local_entry *e;
+	dt_err err;
+
+	*req = 0;
+	if ((err = check_args("pushpull", key, val, out, n)) ||
+	    (err = async_check(kv, "pushpull", key)))
+		return err;
+	if (kv->client)
+		return dt__kv_client_start(kv->client, DT_CMD_KV_PUSHPULL, key,
+					   val, out, n, req);
+	if ((err = local_get(kv, "pushpull", key, n, &e)))
+		return err;
+	local_apply(kv, e, val);
+	memmove(out, e->val, n * sizeof(float));
+	return DT_OK;
+}
+
+dt_err
+dt_kv_wait(dt_kv *kv, dt_kv_req req)
+{
+	if (req == 0 || kv->client == NULL)
+		return DT_OK;
+	return dt__kv_client_wait(kv->client, req);
+}
+
+dt_err
+dt_kv_wait_all(dt_kv *kv)
+{
+	return kv->client ? dt__kv_client_wait_all(kv->client) : DT_OK;
+}
+
+dt_err
+dt_kv_push(dt_kv *kv, dt_key key, const float *val, size_t n)
+{
+	dt_kv_req req;
+	dt_err err = dt_kv_push_async(kv, key, val, n, &req);
+
+	return err ? err : dt_kv_wait(kv, req);
+}
+
+dt_err
+dt_kv_pull(dt_kv *kv, dt_key key, float *out, size_t n)
+{
+	dt_kv_req req;
+	dt_err err = dt_kv_pull_async(kv, key, out, n, &req);
+
+	return err ? err : dt_kv_wait(kv, req);
+}
+
+dt_err
+dt_kv_pushpull(dt_kv *kv, dt_key key, const float *val, float *out, size_t n)
+{
+	dt_kv_req req;
+	dt_err err = dt_kv_pushpull_async(kv, key, val, out, n, &req);
+
+	return err ? err : dt_kv_wait(kv, req);
+}
+
+/* ---- batched forms: start everything, then wait for everything ---- */
+
+static dt_err
+wait_reqs(dt_kv *kv, dt_kv_req *reqs, size_t n, dt_err first)
+{
+	char msg[512] = "";
+
+	if (first)
+		snprintf(msg, sizeof(msg), "%s", dt_errmsg());
+	for (size_t i = 0; i < n; i++) {
+		dt_err err = dt_kv_wait(kv, reqs[i]);
+		if (err && !first) {
+			first = err;
+			snprintf(msg, sizeof(msg), "%s", dt_errmsg());
+		}
+	}
+	if (first)
+		dt__fail(first, "%s", msg);
+	return first;
+}
+
+#define DT_KV_MANY(start_call)                                                 \
+	dt_kv_req stack[64], *reqs = nkeys <= 64 ? stack                       \
+						 : dt__calloc(nkeys,            \
+							      sizeof(*reqs));  \
+	size_t started = 0;                                                    \
+	dt_err err = DT_OK;                                                    \
+	if (reqs == NULL)                                                      \
+		return DT_ENOMEM;                                              \
+	for (; started < nkeys; started++)                                     \
+		if ((err = (start_call)))                                      \
+			break;                                                 \
+	err = wait_reqs(kv, reqs, started, err);                               \
+	if (reqs != stack)                                                     \
+		free(reqs);                                                    \
+	return err
+
+dt_err
+dt_kv_init_many(dt_kv *kv, size_t nkeys, const dt_key *keys,
+		const float *const *vals, const size_t *lens)
+{
+	/* Inits are few and wait on rank 0: keep them one by one. */
+	for (size_t i = 0; i < nkeys; i++) {
+		dt_err err = dt_kv_init(kv, keys[i], vals[i], lens[i]);
+		if (err)
+			return err;
+	}
+	return DT_OK;
+}
+
+dt_err
+dt_kv_push_many(dt_kv *kv, size_t nkeys, const dt_key *keys,
+		const float *const *vals, const size_t *lens)
+{
+	DT_KV_MANY(dt_kv_push_async(kv, keys[started], vals[started],
+				    lens[started], &reqs[started]));
+}
+
+dt_err
+dt_kv_pull_many(dt_kv *kv, size_t nkeys, const dt_key *keys,
+		float *const *outs, const size_t *lens)
+{
+	DT_KV_MANY(dt_kv_pull_async(kv, keys[started], outs[started],
+				    lens[started], &reqs[started]));
+}
+
+dt_err
+dt_kv_pushpull_many(dt_kv *kv, size_t nkeys, const dt_key *keys,
+		    const float *const *vals, float *const *outs,
+		    const size_t *lens)
+{
+	DT_KV_MANY(dt_kv_pushpull_async(kv, keys[started], vals[started],
+					outs[started], lens[started],
+					&reqs[started]));
+}
+
+/* ---- local aggregation over devices ---- */
+
+typedef struct sum_job {
+	float *dst;
+	const float *const *vals;
+	int ndev;
+	size_t lo, hi;
+} sum_job;
+
+static void *
+sum_range(void *arg)
+{
+	sum_job *j = arg;
+
+	memcpy(j->dst + j->lo, j->vals[0] + j->lo,
+	       (j->hi - j->lo) * sizeof(float));
+	for (int d = 1; d < j->ndev; d++)
+		dt__kv_add(j->dst + j->lo, j->vals[d] + j->lo, j->hi - j->lo);
+	return NULL;
+}
+
+dt_err
+dt_kv_push_devices(dt_kv *kv, dt_key key, const float *const *vals, int ndev,
+		   size_t n)
+{
+	int nthreads;
+
+	if (ndev < 1 || vals == NULL)
+		return dt__fail(DT_EINVAL,
+				"push of key %llu: %d devices (need at least 1)",
+				(unsigned long long)key, ndev);
+	for (int d = 0; d < ndev; d++)
+		if (vals[d] == NULL && n)
+			return dt__fail(DT_EINVAL,
+					"push of key %llu: device %d's array "
+					"is NULL",
+					(unsigned long long)key, d);
+	if (ndev == 1)
+		return dt_kv_push(kv, key, vals[0], n);
+	if (kv->scratch_len < n) {
+		float *s = dt__aligned_alloc(n * sizeof(float));
+		if (s == NULL)
+			return DT_ENOMEM;
+		free(kv->scratch);
+		kv->scratch = s;
+		kv->scratch_len = n;
+	}
+	/* Big arrays are summed by MXNET_KVSTORE_REDUCTION_NTHREADS threads. */
+	nthreads = n >= kv->bound ? kv->nthreads : 1;
+	if (nthreads <= 1) {
+		sum_job j = {kv->scratch, vals, ndev, 0, n};
+		sum_range(&j);
+	} else {
+		pthread_t th[256];
+		int running[256] = {0};
+		sum_job jobs[256];
+
+		for (int t = 0; t < nthreads; t++)
+			jobs[t] = (sum_job){kv->scratch, vals, ndev,
+					    n * (size_t)t / (size_t)nthreads,
+					    n * (size_t)(t + 1) /
+						    (size_t)nthreads};
+		for (int t = 1; t < nthreads; t++)
+			running[t] = pthread_create(&th[t], NULL, sum_range,
+						    &jobs[t]) == 0;
+		for (int t = 0; t < nthreads; t++)
+			if (!running[t]) /* ours, or a thread that failed */
+				sum_range(&jobs[t]);
+		for (int t = 1; t < nthreads; t++)
+			if (running[t])
+				pthread_join(th[t], NULL);
+	}
+	return dt_kv_push(kv, key, kv->scratch, n);
+}
+
+dt_err
+dt_kv_barrier(dt_kv *kv)
+{
+	if (!kv->node)
+		return DT_OK;
+	return dt_node_barrier(kv->node, DT_GROUP_WORKERS);
+}

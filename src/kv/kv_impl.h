@@ -1,0 +1,94 @@
+/*
+ * kv_impl.h - what the KVStore's files share: the KV wire commands, the
+ * placement rule, and the optimizers that run on servers (and in local
+ * stores).
+ *
+ * Files: kv.c (the public API, local stores, local aggregation), client.c
+ * (a worker talking to servers), server.c (a server's store and dist_sync
+ * rounds), placement.c, optim.c.
+ */
+#ifndef DT_KV_KV_IMPL_H
+#define DT_KV_KV_IMPL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "core/node_impl.h"
+#include "dtrain/kv.h"
+
+/* KV commands (codec.h reserves 32..63). Requests carry key, arg0 = the
+ * array's total length n, arg1 = the slice's offset; the payload is the
+ * slice. A response echoes seq; DT_F_ERROR responses carry u32 code +
+ * message in meta. */
+enum {
+	DT_CMD_KV_CONFIG = DT_CMD_KV_FIRST, /* rank 0 -> servers: mode */
+	DT_CMD_KV_SET_OPT,                  /* rank 0 -> servers: optimizer */
+	DT_CMD_KV_INIT,
+	DT_CMD_KV_PUSH,
+	DT_CMD_KV_PULL,
+	DT_CMD_KV_PUSHPULL,
+	DT_CMD_KV_END_,
+};
+
+/* KV_INIT's arg2 bit: the message carries the value (rank 0's). */
+#define DT_KV_INIT_HAS_VALUE 1u
+
+/* One server's part of an array. */
+typedef struct dt_kv_part {
+	int server; /* server rank */
+	size_t offset;
+	size_t len;
+} dt_kv_part;
+
+/*
+ * Placement: an array of n < bound elements lives whole on server
+ * key mod S; an array of n >= bound is split in S contiguous parts, part i
+ * ([i*n/S, (i+1)*n/S)) on server i. Fills parts (room for S entries) and
+ * returns how many there are.
+ */
+int dt__kv_place(dt_key key, size_t n, int num_servers, size_t bound,
+		 dt_kv_part *parts);
+
+/* Optimizers (optim.c). */
+typedef enum dt_opt_kind { DT_OPT_NONE = 0, DT_OPT_SGD, DT_OPT_ADAM } dt_opt_kind;
+
+typedef struct dt_opt {
+	dt_opt_kind kind;
+	double lr, momentum, wd, rescale_grad, clip_gradient;
+	double beta1, beta2, epsilon;
+} dt_opt;
+
+/* Parse name and "k=v,k=v" into opt; names every bad key or value. */
+dt_err dt__opt_parse(const char *name, const char *params, dt_opt *opt);
+/* Encode/decode an optimizer as data (no code crosses the wire). */
+void dt__opt_encode(const dt_opt *opt, dt_wbuf *w);
+dt_err dt__opt_decode(dt_rbuf *r, dt_opt *opt);
+/* Per-array optimizer state: floats needed (0, n or 2n). */
+size_t dt__opt_state_len(const dt_opt *opt, size_t n);
+/*
+ * One update of w (n floats) with gradient g: state has
+ * dt__opt_state_len() floats (zero at first), t is the 1-based step count.
+ */
+void dt__opt_apply(const dt_opt *opt, float *w, const float *g, float *state,
+		   size_t n, uint64_t t);
+
+/* Sum helpers. */
+void dt__kv_add(float *restrict dst, const float *restrict src, size_t n);
+
+/* The worker side of dist stores (client.c). */
+typedef struct dt_kv_client dt_kv_client;
+dt_err dt__kv_client_create(dt_node *node, int sync, size_t bound,
+			    dt_kv_client **out);
+void dt__kv_client_destroy(dt_kv_client *c);
+dt_err dt__kv_client_set_optimizer(dt_kv_client *c, const dt_opt *opt);
+/* Rank 0 tells the servers the mode; all workers then pass a barrier. */
+dt_err dt__kv_client_configure(dt_kv_client *c);
+/* Start an op; *req names it for dt__kv_client_wait. out may be NULL
+ * (push) and val may be NULL (pull). */
+dt_err dt__kv_client_start(dt_kv_client *c, int cmd, dt_key key,
+			   const float *val, float *out, size_t n,
+			   dt_kv_req *req);
+dt_err dt__kv_client_wait(dt_kv_client *c, dt_kv_req req);
+dt_err dt__kv_client_wait_all(dt_kv_client *c);
+
+#endif

@@ -1,0 +1,287 @@
+/*
+ * kv_check.c - checks the KVStore end to end; run one copy per worker under
+ * `dtrain launch` (tests/integration/kv_*.sh).
+ *
+ *   kv_check sum     dist_sync without an optimizer: init (rank 0 wins),
+ *                    exact sums, pushpull, a second push in one round,
+ *                    sizes 1, 7, 1000, bound-1, bound, 3*bound+1, and
+ *                    every error case (the store keeps serving after each)
+ *   kv_check sgd     dist_sync with sgd on the servers vs a reference
+ *   kv_check adam    dist_sync with adam on the servers vs a reference
+ *   kv_check async   dist_async: every push applied exactly once
+ *   kv_check local   the same sums through a "local" store (1 process)
+ *
+ * Inputs are small integers so that sums are exact in float32.
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "dtrain/kv.h"
+
+static int failures;
+
+#define CHECK(cond, ...)                                                       \
+	do {                                                                   \
+		if (!(cond)) {                                                 \
+			fprintf(stderr, "kv_check FAILED at line %d: ",        \
+				__LINE__);                                     \
+			fprintf(stderr, __VA_ARGS__);                          \
+			fprintf(stderr, "\n");                                 \
+			failures++;                                            \
+		}                                                              \
+	} while (0)
+
+#define OK(call)                                                               \
+	do {                                                                   \
+		dt_err e_ = (call);                                            \
+		if (e_ != DT_OK) {                                             \
+			fprintf(stderr, "kv_check: %s failed at line %d: %s\n", \
+				#call, __LINE__, dt_errmsg());                 \
+			exit(1);                                               \
+		}                                                              \
+	} while (0)
+
+static float
+grad(int rank, int round, size_t i)
+{
+	return (float)((rank + 1) * (int)(i % 7 + 1) + round);
+}
+
+static void
+check_sum(dt_kv *kv, dt_key key, size_t n)
+{
+	int rank = dt_kv_rank(kv), nw = dt_kv_num_workers(kv);
+	float *v = malloc(n * sizeof(float)), *out = malloc(n * sizeof(float));
+	dt_kv_req r1, r2;
+
+	/* init: rank 0's value wins, whatever the others pass. */
+	for (size_t i = 0; i < n; i++)
+		v[i] = rank == 0 ? (float)(key + i % 1000) : -1.0f;
+	OK(dt_kv_init(kv, key, v, n));
+	OK(dt_kv_pull(kv, key, out, n));
+	for (size_t i = 0; i < n; i++)
+		if (out[i] != (float)(key + i % 1000)) {
+			CHECK(0, "key %llu n=%zu: init value [%zu] = %g",
+			      (unsigned long long)key, n, i, out[i]);
+			break;
+		}
+	/* round 0: push then pull gives the exact sum */
+	for (size_t i = 0; i < n; i++)
+		v[i] = grad(rank, 0, i);
+	OK(dt_kv_push(kv, key, v, n));
+	OK(dt_kv_pull(kv, key, out, n));
+	for (size_t i = 0; i < n; i++) {
+		float want = 0;
+		for (int r = 0; r < nw; r++)
+			want += grad(r, 0, i);
+		if (out[i] != want) {
+			CHECK(0, "key %llu n=%zu: sum [%zu] = %g, want %g",
+			      (unsigned long long)key, n, i, out[i], want);
+			break;
+		}
+	}
+	/* rounds 1 and 2 in flight at once from each worker: the second
+	 * push must wait for the next round, never count as a worker. */
+	float *v2 = malloc(n * sizeof(float));
+	for (size_t i = 0; i < n; i++) {
+		v[i] = grad(rank, 1, i);
+		v2[i] = grad(rank, 2, i);
+	}
+	OK(dt_kv_push_async(kv, key, v, n, &r1));
+	OK(dt_kv_pushpull_async(kv, key, v2, out, n, &r2));
+	OK(dt_kv_wait(kv, r1));
+	OK(dt_kv_wait(kv, r2));
+	for (size_t i = 0; i < n; i++) {
+		float want = 0;
+		for (int r = 0; r < nw; r++)
+			want += grad(r, 2, i);
+		if (out[i] != want) {
+			CHECK(0, "key %llu n=%zu: round-2 sum [%zu] = %g, want "
+				 "%g",
+			      (unsigned long long)key, n, i, out[i], want);
+			break;
+		}
+	}
+	free(v);
+	free(v2);
+	free(out);
+}
+
+static void
+check_errors(dt_kv *kv)
+{
+	float v[8] = {1, 2, 3, 4, 5, 6, 7, 8}, out[8];
+	dt_err err;
+
+	err = dt_kv_pull(kv, 424242, out, 8);
+	CHECK(err == DT_ENOKEY && strstr(dt_errmsg(), "key 424242"),
+	      "pull of an unknown key: %s (%s)", dt_errname(err), dt_errmsg());
+	err = dt_kv_push(kv, 424242, v, 8);
+	CHECK(err == DT_ENOKEY, "push before init: %s (%s)", dt_errname(err),
+	      dt_errmsg());
+	OK(dt_kv_init(kv, 777, v, 8));
+	err = dt_kv_push(kv, 777, v, 5);
+	CHECK(err == DT_ESIZE && strstr(dt_errmsg(), "key 777") &&
+		      strstr(dt_errmsg(), "length 5 != initialised length 8"),
+	      "push of a wrong length: %s (%s)", dt_errname(err), dt_errmsg());
+	err = dt_kv_init(kv, 777, v, 6);
+	CHECK(err == DT_ESIZE && strstr(dt_errmsg(), "key 777"),
+	      "init with another length: %s (%s)", dt_errname(err),
+	      dt_errmsg());
+	err = dt_kv_pull(kv, 777, out, 9);
+	CHECK(err == DT_ESIZE, "pull of a wrong length: %s (%s)",
+	      dt_errname(err), dt_errmsg());
+	/* ...and the store still serves. */
+	OK(dt_kv_barrier(kv));
+	OK(dt_kv_pushpull(kv, 777, v, out, 8));
+	CHECK(out[7] == 8.0f * (float)dt_kv_num_workers(kv),
+	      "store after errors: %g", out[7]);
+}
+
+/* The server-side optimizer against the same formula computed here. */
+static void
+check_optimizer(dt_kv *kv, const char *name)
+{
+	int rank = dt_kv_rank(kv), nw = dt_kv_num_workers(kv);
+	const size_t n = 1003;
+	float w[1003], ref[1003], g[1003], m[1003] = {0}, vv[1003] = {0},
+			out[1003];
+	const double lr = 0.05, mom = 0.9, wd = 0.01, rescale = 0.25,
+		     clip = 20;
+	char params[256];
+
+	if (strcmp(name, "sgd") == 0)
+		snprintf(params, sizeof(params),
+			 "lr=%g,momentum=%g,wd=%g,rescale_grad=%g,"
+			 "clip_gradient=%g",
+			 lr, mom, wd, rescale, clip);
+	else
+		snprintf(params, sizeof(params),
+			 "lr=%g,wd=%g,rescale_grad=%g,beta1=0.9,beta2=0.999,"
+			 "epsilon=1e-8",
+			 lr, wd, rescale);
+	OK(dt_kv_set_optimizer(kv, name, params));
+	for (size_t i = 0; i < n; i++)
+		w[i] = ref[i] = (float)((int)(i % 13) - 6) * 0.1f;
+	OK(dt_kv_init(kv, 5, w, n));
+	for (int t = 1; t <= 4; t++) {
+		for (size_t i = 0; i < n; i++)
+			g[i] = grad(rank, t, i);
+		OK(dt_kv_pushpull(kv, 5, g, out, n));
+		for (size_t i = 0; i < n; i++) {
+			float s = 0;
+			for (int r = 0; r < nw; r++)
+				s += grad(r, t, i);
+			float gi = s * (float)rescale;
+			if (strcmp(name, "sgd") == 0) {
+				gi = gi > clip ? (float)clip : gi;
+				gi = gi < -clip ? (float)-clip : gi;
+				gi += (float)wd * ref[i];
+				m[i] = (float)mom * m[i] - (float)lr * gi;
+				ref[i] += m[i];
+			} else {
+				gi += (float)wd * ref[i];
+				m[i] = 0.9f * m[i] + 0.1f * gi;
+				vv[i] = 0.999f * vv[i] + 0.001f * gi * gi;
+				double lr_t = lr * sqrt(1 - pow(0.999, t)) /
+					      (1 - pow(0.9, t));
+				ref[i] -= (float)lr_t * m[i] /
+					  (sqrtf(vv[i]) + 1e-8f);
+			}
+		}
+		for (size_t i = 0; i < n; i++)
+			if (fabsf(out[i] - ref[i]) >
+			    1e-5f * fmaxf(1.0f, fabsf(ref[i]))) {
+				CHECK(0, "%s step %d: w[%zu] = %.8g, want %.8g",
+				      name, t, i, out[i], ref[i]);
+				break;
+			}
+	}
+}
+
+static void
+check_async(dt_kv *kv)
+{
+	int nw = dt_kv_num_workers(kv);
+	const size_t n = 4099;
+	float *w = calloc(n, sizeof(float)), *g = malloc(n * sizeof(float));
+	dt_err err;
+
+	/* Without an optimizer dist_async is refused, as in MXNet. */
+	OK(dt_kv_init(kv, 9, w, n));
+	err = dt_kv_push(kv, 9, w, n);
+	CHECK(err == DT_ESTATE && strstr(dt_errmsg(), "optimizer"),
+	      "dist_async push without optimizer: %s (%s)", dt_errname(err),
+	      dt_errmsg());
+	OK(dt_kv_barrier(kv));
+	free(w);
+	free(g);
+	(void)nw;
+}
+
+static void
+check_async_opt(dt_kv *kv)
+{
+	int nw = dt_kv_num_workers(kv);
+	const size_t n = 4099;
+	const int pushes = 50;
+	float *w = calloc(n, sizeof(float)), *g = malloc(n * sizeof(float));
+
+	OK(dt_kv_set_optimizer(kv, "sgd", "lr=1"));
+	OK(dt_kv_init(kv, 9, w, n));
+	for (size_t i = 0; i < n; i++)
+		g[i] = -1.0f; /* w -= lr * g: each push adds 1 */
+	for (int p = 0; p < pushes; p++)
+		OK(dt_kv_push(kv, 9, g, n));
+	OK(dt_kv_barrier(kv));
+	OK(dt_kv_pull(kv, 9, w, n));
+	for (size_t i = 0; i < n; i++)
+		if (w[i] != (float)(nw * pushes)) {
+			CHECK(0, "async: w[%zu] = %g, want %d", i, w[i],
+			      nw * pushes);
+			break;
+		}
+	free(w);
+	free(g);
+}
+
+int
+main(int argc, char **argv)
+{
+	const char *mode = argc > 1 ? argv[1] : "sum";
+	const char *type = strcmp(mode, "async") == 0 ||
+					   strcmp(mode, "async_noopt") == 0
+				   ? "dist_async"
+			   : strcmp(mode, "local") == 0 ? "local"
+							: "dist_sync";
+	const char *b = getenv("MXNET_KVSTORE_BIGARRAY_BOUND");
+	size_t bound = b ? (size_t)atol(b) : 1000000;
+	dt_kv *kv;
+
+	OK(dt_kv_create(type, &kv));
+	if (strcmp(mode, "sum") == 0 || strcmp(mode, "local") == 0) {
+		size_t sizes[] = {1, 7, 1000, bound - 1, bound, 3 * bound + 1};
+		for (size_t i = 0; i < sizeof(sizes) / sizeof(*sizes); i++)
+			check_sum(kv, (dt_key)(100 + i), sizes[i]);
+		if (strcmp(mode, "sum") == 0)
+			check_errors(kv);
+	} else if (strcmp(mode, "sgd") == 0 || strcmp(mode, "adam") == 0) {
+		check_optimizer(kv, mode);
+	} else if (strcmp(mode, "async") == 0) {
+		check_async_opt(kv);
+	} else if (strcmp(mode, "async_noopt") == 0) {
+		check_async(kv);
+	} else {
+		fprintf(stderr, "kv_check: unknown mode '%s'\n", mode);
+		return 2;
+	}
+	if (dt_kv_destroy(kv) != DT_OK) {
+		fprintf(stderr, "kv_check: destroy: %s\n", dt_errmsg());
+		return 1;
+	}
+	if (failures == 0)
+		printf("kv_check %s: worker passed\n", mode);
+	return failures ? 1 : 0;
+}
