@@ -3,9 +3,9 @@
  * slices of big keys) placed on this server, dist_sync rounds, dist_async
  * updates, and the optimizer when updates run on the servers.
  *
- * dist_sync: a round of a key collects one push per worker. The first push
- * of a round lands straight in the key's merge buffer (payload_dest), the
- * others are added to it; when every worker has pushed, the update runs
+ * dist_sync: a round of a key collects one push per worker, summed in the
+ * key's merge buffer (with one worker the push itself is the sum, with no
+ * copy); when every worker has pushed, the update runs
  * once (the optimizer, or "the value is the sum" without one) and only
  * then do the round's pushes get their answers. A worker that pushes the
  * same key again before the round is over is not counted twice: its push
@@ -227,14 +227,14 @@ static void push_sync(kv_server *s, entry *e, int worker, int cmd,
 		      uint64_t seq, const float *g);
 
 static void
-finish_round(kv_server *s, entry *e)
+finish_round(kv_server *s, entry *e, const float *sum)
 {
 	if (s->opt.kind != DT_OPT_NONE) {
 		e->steps++;
-		dt__opt_apply(&s->opt, e->val, e->merge, e->state, e->len,
+		dt__opt_apply(&s->opt, e->val, sum, e->state, e->len,
 			      e->steps);
 	} else {
-		memcpy(e->val, e->merge, e->len * sizeof(float));
+		memcpy(e->val, sum, e->len * sizeof(float));
 	}
 	e->npushed = 0;
 	memset(e->pushed, 0, (size_t)s->node->num_workers);
@@ -286,16 +286,18 @@ push_sync(kv_server *s, entry *e, int worker, int cmd, uint64_t seq,
 			    "out of memory");
 		return;
 	}
-	if (e->npushed == 0) {
-		if (g != e->merge)
-			memcpy(e->merge, g, e->len * sizeof(float));
-	} else {
-		dt__kv_add(e->merge, g, e->len);
-	}
 	e->pushed[worker] = 1;
 	e->npushed++;
+	if (s->node->num_workers == 1) { /* the round is this push */
+		finish_round(s, e, g);
+		return;
+	}
+	if (e->npushed == 1)
+		memcpy(e->merge, g, e->len * sizeof(float));
+	else
+		dt__kv_add(e->merge, g, e->len);
 	if (e->npushed == s->node->num_workers)
-		finish_round(s, e);
+		finish_round(s, e, e->merge);
 }
 
 static void
@@ -516,15 +518,16 @@ on_msg(void *arg, dt_node *n, dt_conn *c, dt_msg *m)
 }
 
 /*
- * Put the first push of a sync round straight into the merge buffer, and
- * drop (without buffering) any payload whose size is wrong for its key.
+ * Drop (without buffering) any payload whose size is wrong for its key.
+ * Payloads are never received straight into the merge buffer: pushes from
+ * several workers arrive interleaved, and a round may end (and the merge
+ * buffer be reused) while another worker's payload is still streaming in.
  */
 static void *
 payload_dest(void *arg, dt_node *n, dt_conn *c, const dt_msg_hdr *h,
 	     const uint8_t *meta)
 {
 	kv_server *s = arg;
-	int worker = (int)h->sender - 1 - n->num_servers;
 	entry *e;
 
 	if (h->cmd == DT_CMD_KV_INIT)
@@ -536,10 +539,6 @@ payload_dest(void *arg, dt_node *n, dt_conn *c, const dt_msg_hdr *h,
 	if (e == NULL || !e->initialised ||
 	    h->payload_len != e->len * sizeof(float))
 		return DT_VAN_DISCARD;
-	if (s->sync && e->npushed == 0 && worker >= 0 &&
-	    worker < n->num_workers && !e->pushed[worker] &&
-	    h->arg0 == e->n && h->arg1 == e->offset)
-		return e->merge;
 	return NULL;
 }
 
