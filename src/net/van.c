@@ -511,17 +511,21 @@ conn_readable(dt_van *v, dt_conn *c)
 		    c->stage_off == c->stage_len &&
 		    c->h.payload_len - c->payload_got >= DIRECT_MIN) {
 			/* Big rest of a payload: read it straight into place. */
-			n = read(c->fd, c->dest + c->payload_got,
-				 (size_t)(c->h.payload_len - c->payload_got));
+			size_t want = (size_t)(c->h.payload_len - c->payload_got);
+
+			n = read(c->fd, c->dest + c->payload_got, want);
 			if (n > 0) {
 				c->payload_got += (uint64_t)n;
 				if (c->payload_got == c->h.payload_len)
 					deliver(v, c);
+				if ((size_t)n < want)
+					return; /* drained; epoll says when more comes */
 				continue;
 			}
 		} else {
-			n = read(c->fd, c->stage + c->stage_len,
-				 STAGE_CAP - c->stage_len);
+			size_t want = STAGE_CAP - c->stage_len;
+
+			n = read(c->fd, c->stage + c->stage_len, want);
 			if (n > 0) {
 				dt_err err;
 
@@ -531,7 +535,7 @@ conn_readable(dt_van *v, dt_conn *c)
 					conn_down(v, c, err, dt_errmsg());
 					return;
 				}
-				if (!atomic_load(&c->open))
+				if (!atomic_load(&c->open) || (size_t)n < want)
 					return;
 				continue;
 			}
