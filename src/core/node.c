@@ -240,6 +240,18 @@ hook_payload_dest(void *arg, dt_conn *c, const dt_msg_hdr *h,
 	return NULL;
 }
 
+static void
+hook_payload_chunk(void *arg, dt_conn *c, const dt_msg_hdr *h,
+		   const void *data, uint64_t off, size_t len)
+{
+	dt_node *n = arg;
+	int app = app_of_cmd(h->cmd);
+
+	if (app >= 0 && n->apps[app].payload_chunk)
+		n->apps[app].payload_chunk(n->apps[app].arg, n, c, h, data,
+					   off, len);
+}
+
 /* Member side: the NODE_TABLE message. */
 static dt_err
 parse_table(dt_node *n, const dt_msg *m)
@@ -639,6 +651,7 @@ dt_node_start(const dt_node_config *cfg, dt_node **out)
 	hooks.arg = n;
 	hooks.on_msg = hook_on_msg;
 	hooks.payload_dest = hook_payload_dest;
+	hooks.payload_chunk = hook_payload_chunk;
 	hooks.on_close = hook_on_close;
 	if ((err = dt__van_create(&hooks, &n->van)))
 		goto fail;

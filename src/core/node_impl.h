@@ -40,6 +40,10 @@ typedef struct dt__node_app {
 	/* Where its payload goes (see van.h); optional. */
 	void *(*payload_dest)(void *arg, dt_node *n, dt_conn *c,
 			      const dt_msg_hdr *h, const uint8_t *meta);
+	/* A piece of a payload for which payload_dest said DT_VAN_STREAM. */
+	void (*payload_chunk)(void *arg, dt_node *n, dt_conn *c,
+			      const dt_msg_hdr *h, const void *data,
+			      uint64_t off, size_t len);
 	/* A peer's connection failed (peer id) or the job aborted (-1):
 	 * fail what waits on it. Optional; runs in the I/O thread. */
 	void (*on_fail)(void *arg, dt_node *n, int peer, dt_err err);

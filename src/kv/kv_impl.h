@@ -72,6 +72,12 @@ size_t dt__opt_state_len(const dt_opt *opt, size_t n);
 void dt__opt_apply(const dt_opt *opt, float *w, const float *g, float *state,
 		   size_t n, uint64_t t);
 
+/* The same on elements [off, off + n) of an array of total elements; g
+ * holds those n gradients. Lets a server update while a push streams in. */
+void dt__opt_apply_range(const dt_opt *opt, float *w, const float *g,
+			 float *state, size_t total, size_t off, size_t n,
+			 uint64_t t);
+
 /* Sum helpers. */
 void dt__kv_add(float *restrict dst, const float *restrict src, size_t n);
 

@@ -192,6 +192,15 @@ void
 dt__opt_apply(const dt_opt *o, float *w, const float *g, float *state,
 	      size_t n, uint64_t t)
 {
+	dt__opt_apply_range(o, w, g, state, n, 0, n, t);
+}
+
+void
+dt__opt_apply_range(const dt_opt *o, float *w_all, const float *g,
+		    float *state, size_t total, size_t off, size_t n,
+		    uint64_t t)
+{
+	float *w = w_all + off;
 	const float lr = (float)o->lr, wd = (float)o->wd;
 	const float rescale = (float)o->rescale_grad;
 	const float clip = (float)o->clip_gradient;
@@ -207,10 +216,11 @@ dt__opt_apply(const dt_opt *o, float *w, const float *g, float *state,
 			w[i] -= lr * prep_grad(o, g[i], w[i], rescale, clip, wd);
 	} else if (o->kind == DT_OPT_SGD) {
 		const float mu = (float)o->momentum;
+		float *mom = state + off;
 		for (size_t i = 0; i < n; i++) {
 			float gi = prep_grad(o, g[i], w[i], rescale, clip, wd);
-			state[i] = mu * state[i] - lr * gi;
-			w[i] += state[i];
+			mom[i] = mu * mom[i] - lr * gi;
+			w[i] += mom[i];
 		}
 	} else if (o->kind == DT_OPT_ADAM) {
 		const float b1 = (float)o->beta1, b2 = (float)o->beta2;
@@ -218,7 +228,7 @@ dt__opt_apply(const dt_opt *o, float *w, const float *g, float *state,
 		double c1 = 1.0 - pow(o->beta1, (double)t);
 		double c2 = 1.0 - pow(o->beta2, (double)t);
 		const float lr_t = (float)(o->lr * sqrt(c2) / c1);
-		float *m = state, *v = state + n;
+		float *m = state + off, *v = state + total + off;
 
 		for (size_t i = 0; i < n; i++) {
 			float gi = prep_grad(o, g[i], w[i], rescale, clip, wd);

@@ -23,6 +23,9 @@
 
 #include "kv/kv_impl.h"
 
+/* Pushes at least this big are applied while they stream in. */
+#define STREAM_MIN (256u << 10)
+
 typedef struct waiter {
 	int worker; /* rank */
 	int cmd;
@@ -224,18 +227,11 @@ queue(waiter **list, int worker, int cmd, uint64_t seq, uint64_t n,
 
 /* The end of a dist_sync round: update once, then answer everyone. */
 static void push_sync(kv_server *s, entry *e, int worker, int cmd,
-		      uint64_t seq, const float *g);
+		      uint64_t seq, const float *g, int streamed);
 
 static void
-finish_round(kv_server *s, entry *e, const float *sum)
+round_done(kv_server *s, entry *e)
 {
-	if (s->opt.kind != DT_OPT_NONE) {
-		e->steps++;
-		dt__opt_apply(&s->opt, e->val, sum, e->state, e->len,
-			      e->steps);
-	} else {
-		memcpy(e->val, sum, e->len * sizeof(float));
-	}
 	e->npushed = 0;
 	memset(e->pushed, 0, (size_t)s->node->num_workers);
 	while (e->answers) {
@@ -251,15 +247,35 @@ finish_round(kv_server *s, entry *e, const float *sum)
 		deferred *d = e->later;
 
 		e->later = d->next;
-		push_sync(s, e, d->worker, d->cmd, d->seq, d->data);
+		push_sync(s, e, d->worker, d->cmd, d->seq, d->data, 0);
 		free(d->data);
 		free(d);
 	}
 }
 
 static void
+finish_round(kv_server *s, entry *e, const float *sum)
+{
+	if (s->opt.kind != DT_OPT_NONE) {
+		e->steps++;
+		dt__opt_apply(&s->opt, e->val, sum, e->state, e->len,
+			      e->steps);
+	} else {
+		memcpy(e->val, sum, e->len * sizeof(float));
+	}
+	if (sum == e->merge) /* the next round adds into zeros */
+		memset(e->merge, 0, e->len * sizeof(float));
+	round_done(s, e);
+}
+
+/*
+ * A push of a sync round. g is the pushed array, or NULL when it was
+ * streamed: then payload_chunk already added it into the merge buffer, or
+ * (one worker) already applied it to the value.
+ */
+static void
 push_sync(kv_server *s, entry *e, int worker, int cmd, uint64_t seq,
-	  const float *g)
+	  const float *g, int streamed)
 {
 	if (e->pushed[worker]) {
 		deferred *d = malloc(sizeof(*d)), **p = &e->later;
@@ -289,12 +305,16 @@ push_sync(kv_server *s, entry *e, int worker, int cmd, uint64_t seq,
 	e->pushed[worker] = 1;
 	e->npushed++;
 	if (s->node->num_workers == 1) { /* the round is this push */
-		finish_round(s, e, g);
+		if (!streamed) {
+			finish_round(s, e, g);
+			return;
+		}
+		if (s->opt.kind != DT_OPT_NONE)
+			e->steps++;
+		round_done(s, e);
 		return;
 	}
-	if (e->npushed == 1)
-		memcpy(e->merge, g, e->len * sizeof(float));
-	else
+	if (!streamed)
 		dt__kv_add(e->merge, g, e->len);
 	if (e->npushed == s->node->num_workers)
 		finish_round(s, e, e->merge);
@@ -323,7 +343,7 @@ alloc_value(kv_server *s, entry *e, uint64_t n, uint64_t offset, size_t len)
 	e->offset = offset;
 	e->len = len;
 	e->val = malloc(DT_MAX(len, 1) * sizeof(float));
-	e->merge = s->sync ? malloc(DT_MAX(len, 1) * sizeof(float)) : NULL;
+	e->merge = s->sync ? calloc(DT_MAX(len, 1), sizeof(float)) : NULL;
 	e->state = st ? calloc(st, sizeof(float)) : NULL;
 	if (!e->val || (s->sync && !e->merge) || (st && !e->state))
 		return -1;
@@ -488,7 +508,7 @@ on_msg(void *arg, dt_node *n, dt_conn *c, dt_msg *m)
 	case DT_CMD_KV_PUSHPULL:
 		if ((e = check_access(s, worker, h, 1)) == NULL)
 			return;
-		if (m->payload == NULL && e->len) {
+		if (m->payload == NULL && !m->streamed && e->len) {
 			reply_error(s, worker, h->cmd, h->seq, h->key, DT_ESIZE,
 				    "%s of key %llu: payload dropped",
 				    op_name(h->cmd),
@@ -496,7 +516,8 @@ on_msg(void *arg, dt_node *n, dt_conn *c, dt_msg *m)
 			return;
 		}
 		if (s->sync)
-			push_sync(s, e, worker, h->cmd, h->seq, m->payload);
+			push_sync(s, e, worker, h->cmd, h->seq, m->payload,
+				  m->streamed);
 		else
 			push_async(s, e, worker, h->cmd, h->seq, m->payload);
 		return;
@@ -528,6 +549,7 @@ payload_dest(void *arg, dt_node *n, dt_conn *c, const dt_msg_hdr *h,
 	     const uint8_t *meta)
 {
 	kv_server *s = arg;
+	int worker = (int)h->sender - 1 - n->num_servers;
 	entry *e;
 
 	if (h->cmd == DT_CMD_KV_INIT)
@@ -539,7 +561,42 @@ payload_dest(void *arg, dt_node *n, dt_conn *c, const dt_msg_hdr *h,
 	if (e == NULL || !e->initialised ||
 	    h->payload_len != e->len * sizeof(float))
 		return DT_VAN_DISCARD;
+	/*
+	 * A big push of a worker that has not pushed in this round is
+	 * applied as it streams in, piece by piece while the piece is still
+	 * in cache: added into the merge buffer (which is all zeros at the
+	 * start of a round), or - when the push is the whole round (one
+	 * worker, whose next request comes after this one) - given to the
+	 * optimizer directly. The round cannot end meanwhile: it waits for
+	 * this worker's push. dist_async does not stream: there a pull from
+	 * another worker must never see half a push.
+	 */
+	if (s->sync && h->payload_len >= STREAM_MIN && worker >= 0 &&
+	    worker < n->num_workers && h->arg0 == e->n &&
+	    h->arg1 == e->offset && !e->pushed[worker])
+		return DT_VAN_STREAM;
 	return NULL;
+}
+
+static void
+payload_chunk(void *arg, dt_node *n, dt_conn *c, const dt_msg_hdr *h,
+	      const void *data, uint64_t off, size_t len)
+{
+	kv_server *s = arg;
+	entry *e = find(s, h->key);
+	size_t i0 = (size_t)(off / sizeof(float)), cnt = len / sizeof(float);
+	const float *g = data;
+
+	if (e == NULL)
+		return;
+	if (n->num_workers > 1) {
+		dt__kv_add(e->merge + i0, g, cnt);
+	} else if (s->opt.kind != DT_OPT_NONE) {
+		dt__opt_apply_range(&s->opt, e->val, g, e->state, e->len, i0,
+				    cnt, e->steps + 1);
+	} else {
+		memcpy(e->val + i0, g, cnt * sizeof(float));
+	}
 }
 
 dt_err
@@ -563,6 +620,7 @@ dt__kv_server_attach(dt_node *n)
 	app.arg = s;
 	app.on_msg = on_msg;
 	app.payload_dest = payload_dest;
+	app.payload_chunk = payload_chunk;
 	dt__node_set_app(n, DT_APP_KV, &app);
 	return DT_OK;
 }

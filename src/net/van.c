@@ -62,6 +62,7 @@ struct dt_conn {
 	uint8_t *dest; /* NULL while discarding */
 	int external;
 	int discard;
+	int stream;
 	uint64_t payload_got;
 };
 
@@ -83,6 +84,7 @@ struct dt_van {
 
 /* A pointer value no buffer has: payload_dest returns it to discard. */
 char dt__van_discard_tag;
+char dt__van_stream_tag;
 
 static dt_err
 set_nonblock(int fd)
@@ -363,8 +365,9 @@ deliver(dt_van *v, dt_conn *c)
 
 	m.hdr = c->h;
 	m.meta = c->meta;
-	m.payload = c->discard ? NULL : c->dest;
+	m.payload = c->discard || c->stream ? NULL : c->dest;
 	m.payload_external = c->external;
+	m.streamed = c->stream;
 	if (c->meta)
 		c->meta[c->h.meta_len] = '\0';
 	atomic_fetch_add(&v->recvd, DT_HDR_SIZE + c->h.meta_len +
@@ -386,6 +389,7 @@ deliver(dt_van *v, dt_conn *c)
 	c->dest = NULL;
 	c->external = 0;
 	c->discard = 0;
+	c->stream = 0;
 }
 
 /* Header and metadata are in: choose the payload's home. */
@@ -397,6 +401,7 @@ begin_payload(dt_van *v, dt_conn *c)
 	c->payload_got = 0;
 	c->external = 0;
 	c->discard = 0;
+	c->stream = 0;
 	if (c->h.payload_len == 0) {
 		c->dest = NULL;
 		return DT_OK;
@@ -406,6 +411,16 @@ begin_payload(dt_van *v, dt_conn *c)
 	if (dest == &dt__van_discard_tag) {
 		c->discard = 1;
 		c->dest = NULL;
+	} else if (dest == &dt__van_stream_tag && v->hooks.payload_chunk &&
+		   c->h.payload_len % 4 == 0) {
+		c->stream = 1;
+		c->dest = NULL;
+	} else if (dest == &dt__van_stream_tag) {
+		c->dest = NULL; /* cannot stream: buffer it */
+		dest = NULL;
+	}
+	if (c->discard || c->stream) {
+		/* nothing to allocate */
 	} else if (dest) {
 		c->dest = dest;
 		c->external = 1;
@@ -486,7 +501,14 @@ consume(dt_van *v, dt_conn *c)
 		case RX_PAYLOAD:
 			n = (size_t)DT_MIN((uint64_t)avail,
 					   c->h.payload_len - c->payload_got);
-			if (!c->discard && n)
+			if (c->stream) {
+				/* Whole floats only; keep a ragged tail. */
+				n &= ~(size_t)3;
+				if (n == 0)
+					return DT_OK;
+				v->hooks.payload_chunk(v->hooks.arg, c, &c->h,
+						       p, c->payload_got, n);
+			} else if (!c->discard && n)
 				memcpy(c->dest + c->payload_got, p, n);
 			c->payload_got += n;
 			c->stage_off += n;
@@ -505,9 +527,16 @@ conn_readable(dt_van *v, dt_conn *c)
 	for (;;) {
 		ssize_t n;
 
-		if (c->stage_off == c->stage_len)
+		if (c->stage_off == c->stage_len) {
 			c->stage_off = c->stage_len = 0;
-		if (c->state == RX_PAYLOAD && !c->discard &&
+		} else if (c->stage_off > 0 && c->stage_len == STAGE_CAP) {
+			/* A ragged tail left by a stream: move it to the front. */
+			memmove(c->stage, c->stage + c->stage_off,
+				c->stage_len - c->stage_off);
+			c->stage_len -= c->stage_off;
+			c->stage_off = 0;
+		}
+		if (c->state == RX_PAYLOAD && !c->discard && !c->stream &&
 		    c->stage_off == c->stage_len &&
 		    c->h.payload_len - c->payload_got >= DIRECT_MIN) {
 			/* Big rest of a payload: read it straight into place. */

@@ -37,6 +37,7 @@ typedef struct dt_msg {
 	const uint8_t *meta; /* meta_len bytes, NUL-terminated for text */
 	void *payload;       /* payload_len bytes */
 	int payload_external; /* payload is the payload_dest buffer */
+	int streamed;         /* payload went to payload_chunk */
 } dt_msg;
 
 typedef struct dt_van_hooks {
@@ -50,6 +51,9 @@ typedef struct dt_van_hooks {
 	 */
 	void *(*payload_dest)(void *arg, dt_conn *c, const dt_msg_hdr *h,
 			      const uint8_t *meta);
+	/* A piece of a streamed payload: bytes [off, off + len). */
+	void (*payload_chunk)(void *arg, dt_conn *c, const dt_msg_hdr *h,
+			      const void *data, uint64_t off, size_t len);
 	/* A connection closed (why: DT_ECLOSED on EOF, else the error). */
 	void (*on_close)(void *arg, dt_conn *c, dt_err why);
 } dt_van_hooks;
@@ -58,6 +62,11 @@ typedef struct dt_van_hooks {
  * the wrong size, say): on_msg then sees payload == NULL. */
 extern char dt__van_discard_tag;
 #define DT_VAN_DISCARD ((void *)&dt__van_discard_tag)
+/* ...or DT_VAN_STREAM to be handed the payload in pieces, as it arrives,
+ * through payload_chunk (each piece a multiple of 4 bytes long, at a
+ * 4-byte multiple offset); on_msg then sees payload == NULL, streamed = 1. */
+extern char dt__van_stream_tag;
+#define DT_VAN_STREAM ((void *)&dt__van_stream_tag)
 
 dt_err dt__van_create(const dt_van_hooks *hooks, dt_van **out);
 /* Close every connection, stop the I/O thread and free the van. */
