@@ -54,8 +54,11 @@ int dt_kv_is_dist(const dt_kv *kv);
  * Run updates in the store (update_on_kvstore): name is "sgd" or "adam";
  * params is "key=value,..." with lr, momentum, wd, rescale_grad,
  * clip_gradient (sgd) or lr, beta1, beta2, epsilon, wd, rescale_grad (adam).
- * Sent to the servers as data. Call before init. Without an optimizer a
- * pull returns the sum of the last round's pushes.
+ * Sent to the servers as data. Call before init; later calls may change
+ * the parameters (a learning-rate schedule) but not the optimizer, and keep
+ * its state. Every worker calls it (rank 0's settings are sent, then all
+ * pass a barrier). Without an optimizer a pull returns the sum of the last
+ * round's pushes.
  */
 dt_err dt_kv_set_optimizer(dt_kv *kv, const char *name, const char *params);
 

@@ -7,6 +7,7 @@
  */
 #include <stdarg.h>
 #include <stdio.h>
+#include <string.h>
 
 #include "common/util.h"
 
@@ -47,11 +48,14 @@ dt_errmsg(void)
 dt_err
 dt__fail(dt_err err, const char *fmt, ...)
 {
+	char buf[sizeof(last_msg)];
 	va_list ap;
 
+	/* Format aside first: callers may pass dt_errmsg() as an argument. */
 	va_start(ap, fmt);
-	vsnprintf(last_msg, sizeof(last_msg), fmt, ap);
+	vsnprintf(buf, sizeof(buf), fmt, ap);
 	va_end(ap);
+	memcpy(last_msg, buf, sizeof(buf));
 	return err;
 }
 

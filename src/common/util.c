@@ -16,6 +16,7 @@
 int dt__verbose = 0;
 static char log_name[64] = "dtrain";
 static pthread_mutex_t log_mu = PTHREAD_MUTEX_INITIALIZER;
+static int launched = -1; /* DTRAIN_LAUNCHED set? -1: not read yet */
 
 void
 dt__log_set_name(const char *name)
@@ -39,8 +40,12 @@ dt__log(int level, const char *fmt, ...)
 	int n;
 
 	(void)level;
+	/* Under dtrain launch every line is already prefixed with the role
+	 * and rank; don't say it twice. */
+	if (launched < 0)
+		launched = getenv("DTRAIN_LAUNCHED") != NULL;
 	pthread_mutex_lock(&log_mu);
-	n = snprintf(line, sizeof(line), "[%s] ", log_name);
+	n = launched ? 0 : snprintf(line, sizeof(line), "[%s] ", log_name);
 	pthread_mutex_unlock(&log_mu);
 	if (n < 0 || (size_t)n >= sizeof(line))
 		n = 0;

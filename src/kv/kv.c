@@ -201,16 +201,17 @@ dt_kv_set_optimizer(dt_kv *kv, const char *name, const char *params)
 
 	if ((err = dt__opt_parse(name, params, &opt)))
 		return err;
-	if (kv->client && (err = dt__kv_client_set_optimizer(kv->client, &opt)))
-		return err;
-	if (!kv->client) {
+	if (!kv->client && (!kv->have_opt || opt.kind != kv->opt.kind)) {
 		for (int b = 0; b < LOCAL_BUCKETS; b++)
 			if (kv->local[b])
 				return dt__fail(DT_ESTATE,
 						"set optimizer: keys are "
-						"already initialised; set the "
-						"optimizer first");
+						"already initialised with "
+						"another optimizer; only its "
+						"parameters may change now");
 	}
+	if (kv->client && (err = dt__kv_client_set_optimizer(kv->client, &opt)))
+		return err;
 	kv->opt = opt;
 	kv->have_opt = 1;
 	return DT_OK;

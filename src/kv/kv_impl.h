@@ -15,6 +15,7 @@
 
 #include "core/node_impl.h"
 #include "dtrain/kv.h"
+#include "dtrain/nn.h"
 
 /* KV commands (codec.h reserves 32..63). Requests carry key, arg0 = the
  * array's total length n, arg1 = the slice's offset; the payload is the
@@ -54,8 +55,7 @@ typedef enum dt_opt_kind { DT_OPT_NONE = 0, DT_OPT_SGD, DT_OPT_ADAM } dt_opt_kin
 
 typedef struct dt_opt {
 	dt_opt_kind kind;
-	double lr, momentum, wd, rescale_grad, clip_gradient;
-	double beta1, beta2, epsilon;
+	dt_nn_optim_param p; /* the trainer's parameters and defaults */
 } dt_opt;
 
 /* Parse name and "k=v,k=v" into opt; names every bad key or value. */

@@ -488,16 +488,17 @@ on_msg(void *arg, dt_node *n, dt_conn *c, dt_msg *m)
 				    "set optimizer: %s", dt_errmsg());
 			return;
 		}
-		if (s->nkeys) {
+		if (s->nkeys && opt.kind != s->opt.kind) {
 			reply_error(s, worker, h->cmd, h->seq, 0, DT_ESTATE,
 				    "set optimizer: keys are already "
-				    "initialised; set the optimizer first");
+				    "initialised with another optimizer; only "
+				    "its parameters may change now");
 			return;
 		}
 		s->opt = opt;
 		DT_LOG(1, "optimizer %s lr=%g momentum=%g wd=%g rescale_grad=%g",
-		       opt.kind == DT_OPT_SGD ? "sgd" : "adam", opt.lr,
-		       opt.momentum, opt.wd, opt.rescale_grad);
+		       opt.kind == DT_OPT_SGD ? "sgd" : "adam", opt.p.lr,
+		       opt.p.momentum, opt.p.wd, opt.p.rescale_grad);
 		reply(s, worker, h->cmd, h->seq, 0, NULL, 0);
 		return;
 	}

@@ -1,0 +1,17 @@
+#!/usr/bin/env bash
+# `make bench`: every benchmark, each printing its table beside the
+# baseline it measured in the same run. Usage: bench/run_all.sh [BUILD_DIR]
+set -u
+B=${1:-build}
+here=$(cd "$(dirname "$0")" && pwd)
+section() { printf '\n== %s\n' "$*"; }
+section "transport: dtrain van vs a plain TCP socket pair (net_bench)"
+[ -x "$B/bench/net_bench" ] && "$B/bench/net_bench"
+section "KVStore, 1 server 1 worker, vs plain TCP (kv_bench)"
+"$B/dtrain" launch -n 1 -s 1 -- "$B/bench/kv_bench"
+section "trainer: LeNet forward+backward vs OpenBLAS sgemm (train_bench)"
+[ -x "$B/bench/train_bench" ] && "$B/bench/train_bench"
+if [ -f "$here/run_coll.sh" ]; then
+  section "collectives vs OpenMPI MPI_Allreduce (coll_bench)"
+  bash "$here/run_coll.sh" "$B"
+fi

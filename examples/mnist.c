@@ -1,0 +1,417 @@
+/*
+ * mnist.c - data-parallel training of LeNet (or an MLP) on MNIST-format
+ * data through a KVStore: seed 004's Gluon example in C.
+ *
+ *   build/examples/mnist --kvstore local
+ *   dtrain launch -n 2 -s 2 -- build/examples/mnist --kvstore dist_sync
+ *
+ * Every step each worker takes its slice of the global batch (the split
+ * sampler: the same seeded permutation on every worker), computes the
+ * summed gradient of its slice - with --devices N, N threads each run a
+ * replica on 1/N of the slice and their gradients are summed locally, as
+ * MXNet's multi-device training - pushes one key per parameter tensor and
+ * pulls the new weights. The optimizer runs in the store (MXNet's
+ * update_on_kvstore), with rescale_grad = 1 / global batch: the servers
+ * for dist types, this process for local ones, so all types share one
+ * update rule and 2 workers at batch 32 equal 1 process at batch 64.
+ * --kvstore horovod averages the gradients with an allreduce among the
+ * workers instead (no servers) and updates locally with the same rule.
+ */
+#include <getopt.h>
+#include <math.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "dtrain/coll.h"
+#include "dtrain/kv.h"
+#include "dtrain/nn.h"
+
+#define MAX_DEV 16
+
+typedef struct opts {
+	const char *model, *kvstore, *optimizer, *data, *save, *load;
+	long devices, epochs, batch, seed, limit, disp;
+	double lr, momentum, wd, lr_factor;
+} opts;
+
+typedef struct replica {
+	dt_nn_model *m;
+	const dt_dataset *d;
+	const size_t *idx; /* this replica's samples */
+	int count;
+	float *x, *y;
+	double loss;
+	int correct;
+	dt_err err;
+	char msg[256];
+} replica;
+
+static void *
+replica_step(void *arg)
+{
+	replica *r = arg;
+
+	dt_nn_model_zero_grad(r->m);
+	r->err = dt_data_gather(r->d, r->idx, (size_t)r->count, r->x, r->y);
+	if (!r->err)
+		r->err = dt_nn_forward_backward(r->m, r->x, r->y, r->count,
+						&r->loss, &r->correct);
+	if (r->err)
+		snprintf(r->msg, sizeof(r->msg), "%s", dt_errmsg());
+	return NULL;
+}
+
+static double
+now(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+static void
+usage(FILE *f)
+{
+	fputs("usage: mnist [options]\n"
+	      "  --model lenet|mlp          (lenet)\n"
+	      "  --kvstore TYPE             local, device, dist_sync, dist_async,\n"
+	      "                             dist_sync_device, dist_async_device,\n"
+	      "                             horovod (local)\n"
+	      "  --devices N                replicas (threads) per worker (1)\n"
+	      "  --epochs N                 (3)\n"
+	      "  --batch-size N             per worker (64)\n"
+	      "  --optimizer sgd|adam       (adam)\n"
+	      "  --lr X                     learning rate (0.002)\n"
+	      "  --lr-factor X              lr *= X after each epoch (0.5)\n"
+	      "  --momentum X --wd X        sgd momentum, weight decay (0.9, 0)\n"
+	      "  --seed N                   initialisation and data order (42)\n"
+	      "  --limit N                  use the first N training images\n"
+	      "  --data DIR                 (/usr/share/datasets/fashion-mnist)\n"
+	      "  --save FILE --load FILE    parameter files (rank 0 saves)\n"
+	      "  --disp-batches N           Speedometer interval (50)\n",
+	      f);
+}
+
+static int
+parse(int argc, char **argv, opts *o)
+{
+	static const struct option lo[] = {
+		{"model", 1, 0, 'M'},     {"kvstore", 1, 0, 'k'},
+		{"devices", 1, 0, 'D'},   {"epochs", 1, 0, 'e'},
+		{"batch-size", 1, 0, 'b'}, {"optimizer", 1, 0, 'o'},
+		{"lr", 1, 0, 'l'},        {"momentum", 1, 0, 'm'},
+		{"wd", 1, 0, 'w'},        {"seed", 1, 0, 's'},
+		{"limit", 1, 0, 'L'},     {"data", 1, 0, 'd'},
+		{"save", 1, 0, 'S'},      {"load", 1, 0, 'R'},
+		{"disp-batches", 1, 0, 'p'}, {"lr-factor", 1, 0, 'F'},
+		{"help", 0, 0, 'h'},
+		{0, 0, 0, 0},
+	};
+	int c, idx;
+
+	*o = (opts){"lenet", "local", "adam", "/usr/share/datasets/fashion-mnist",
+		    NULL, NULL, 1, 3, 64, 42, 0, 50, 0.002, 0.9, 0, 0.5};
+	while ((c = getopt_long(argc, argv, "", lo, &idx)) != -1) {
+		char *end = NULL;
+		long *lp = NULL;
+		double *dp = NULL;
+
+		switch (c) {
+		case 'M': o->model = optarg; continue;
+		case 'k': o->kvstore = optarg; continue;
+		case 'o': o->optimizer = optarg; continue;
+		case 'd': o->data = optarg; continue;
+		case 'S': o->save = optarg; continue;
+		case 'R': o->load = optarg; continue;
+		case 'D': lp = &o->devices; break;
+		case 'e': lp = &o->epochs; break;
+		case 'b': lp = &o->batch; break;
+		case 's': lp = &o->seed; break;
+		case 'L': lp = &o->limit; break;
+		case 'p': lp = &o->disp; break;
+		case 'l': dp = &o->lr; break;
+		case 'm': dp = &o->momentum; break;
+		case 'w': dp = &o->wd; break;
+		case 'F': dp = &o->lr_factor; break;
+		case 'h': usage(stdout); exit(0);
+		default: usage(stderr); return -1;
+		}
+		if (lp)
+			*lp = strtol(optarg, &end, 10);
+		else
+			*dp = strtod(optarg, &end);
+		if (end == optarg || *end != '\0') {
+			fprintf(stderr, "mnist: --%s: '%s' is not a number\n",
+				lo[idx].name, optarg);
+			return -1;
+		}
+	}
+	if (optind < argc) {
+		fprintf(stderr, "mnist: unexpected argument '%s'\n", argv[optind]);
+		return -1;
+	}
+	if (o->devices < 1 || o->devices > MAX_DEV || o->epochs < 0 ||
+	    o->batch < 1 || o->limit < 0 || o->disp < 1 ||
+	    o->batch % o->devices != 0) {
+		fprintf(stderr, "mnist: need 1 <= --devices <= %d dividing "
+				"--batch-size, --batch-size >= 1, --epochs >= 0, "
+				"--limit >= 0, --disp-batches >= 1\n",
+			MAX_DEV);
+		return -1;
+	}
+	if (strcmp(o->model, "lenet") && strcmp(o->model, "mlp")) {
+		fprintf(stderr, "mnist: --model must be lenet or mlp, not '%s'\n",
+			o->model);
+		return -1;
+	}
+	return 0;
+}
+
+/* The optimizer, in the store, with MXNet's rescale_grad = 1/global batch.
+ * Called again each epoch with the decayed rate (a FactorScheduler). */
+static dt_err
+set_lr(dt_kv *kv, const opts *o, double lr, int nw, char *params, size_t cap)
+{
+	int sgd = strcmp(o->optimizer, "sgd") == 0;
+
+	snprintf(params, cap, "lr=%.9g,wd=%g,rescale_grad=%.17g%s", lr, o->wd,
+		 1.0 / (double)(o->batch * nw), sgd ? ",momentum=" : "");
+	if (sgd)
+		snprintf(params + strlen(params), cap - strlen(params), "%g",
+			 o->momentum);
+	return dt_kv_set_optimizer(kv, o->optimizer, params);
+}
+
+static double
+validate(dt_nn_model *m, const dt_dataset *test)
+{
+	const int bs = 500;
+	long correct = 0;
+
+	for (size_t i = 0; i < test->n; i += bs) {
+		int b = (int)(test->n - i < (size_t)bs ? test->n - i : (size_t)bs), c = 0;
+		if (dt_nn_evaluate(m, test->x + i * test->dim,
+				   test->y + i * test->label_dim, b, NULL,
+				   &c) != DT_OK)
+			return -1;
+		correct += c;
+	}
+	return test->n ? (double)correct / (double)test->n : 0;
+}
+
+int
+main(int argc, char **argv)
+{
+	opts o;
+	dt_kv *kv = NULL, *updater = NULL;
+	dt_coll *coll = NULL;
+	dt_dataset train = {0}, test = {0};
+	dt_sampler *sampler = NULL;
+	replica rep[MAX_DEV] = {{0}};
+	dt_key *keys = NULL;
+	float **pv = NULL, **gv = NULL;
+	size_t *lens = NULL;
+	int horovod, rank = 0, nw = 1, nt, rc = 1;
+	char params[256];
+
+	if (parse(argc, argv, &o))
+		return 2;
+	horovod = strcmp(o.kvstore, "horovod") == 0;
+
+	/* Join the job first: server and scheduler processes serve and exit
+	 * here (MXNet semantics), before loading any data. */
+	if (horovod) {
+		if (dt_coll_init(&coll) != DT_OK)
+			goto fail;
+		rank = dt_coll_rank(coll);
+		nw = dt_coll_size(coll);
+		if (dt_kv_create("local", &updater) != DT_OK)
+			goto fail;
+	} else {
+		if (dt_kv_create(o.kvstore, &kv) != DT_OK)
+			goto fail;
+		rank = dt_kv_rank(kv);
+		nw = dt_kv_num_workers(kv);
+		updater = kv;
+	}
+
+	if (dt_data_load_mnist_dir(o.data, 1, &train) != DT_OK ||
+	    dt_data_load_mnist_dir(o.data, 0, &test) != DT_OK)
+		goto fail;
+	if (o.limit > 0 && (size_t)o.limit < train.n)
+		train.n = (size_t)o.limit;
+	if (dt_sampler_create(train.n, (size_t)o.batch, nw, rank,
+			      (uint64_t)o.seed, 1, &sampler) != DT_OK)
+		goto fail;
+	if (dt_sampler_num_batches(sampler) == 0) {
+		fprintf(stderr, "mnist: %zu images are fewer than one global "
+				"batch of %ld x %d\n",
+			train.n, o.batch, nw);
+		goto out;
+	}
+
+	int ndev = (int)o.devices, per_dev = (int)(o.batch / o.devices);
+	for (int d = 0; d < ndev; d++) {
+		if (dt_nn_model_create(o.model, (uint64_t)o.seed, &rep[d].m) !=
+		    DT_OK)
+			goto fail;
+		rep[d].d = &train;
+		rep[d].count = per_dev;
+		rep[d].x = malloc(sizeof(float) * train.dim * (size_t)per_dev);
+		rep[d].y = malloc(sizeof(float) * train.label_dim *
+				  (size_t)per_dev);
+		if (!rep[d].x || !rep[d].y) {
+			fprintf(stderr, "mnist: out of memory\n");
+			goto out;
+		}
+	}
+	dt_nn_model *m = rep[0].m;
+	if (o.load && dt_nn_params_load(m, o.load) != DT_OK)
+		goto fail;
+
+	/* One key per parameter tensor; the optimizer runs in the store. */
+	nt = dt_nn_model_num_tensors(m);
+	keys = calloc((size_t)nt, sizeof(*keys));
+	pv = calloc((size_t)nt, sizeof(*pv));
+	gv = calloc((size_t)nt, sizeof(*gv));
+	lens = calloc((size_t)nt, sizeof(*lens));
+	float *sum = malloc(sizeof(float) * dt_nn_model_num_params(m));
+	if (!keys || !pv || !gv || !lens || !sum) {
+		fprintf(stderr, "mnist: out of memory\n");
+		goto out;
+	}
+	for (int i = 0; i < nt; i++) {
+		const dt_nn_tensor *t = dt_nn_model_tensor(m, i);
+		keys[i] = (dt_key)i;
+		pv[i] = dt_nn_model_params(m) + t->offset;
+		gv[i] = sum + t->offset;
+		lens[i] = t->size;
+	}
+	if (set_lr(updater, &o, o.lr, nw, params, sizeof(params)) != DT_OK)
+		goto fail;
+	if (horovod && dt_coll_broadcast(coll, dt_nn_model_params(m),
+					 dt_nn_model_num_params(m),
+					 DT_FLOAT32, 0) != DT_OK)
+		goto fail;
+	if (dt_kv_init_many(updater, (size_t)nt, keys, (const float *const *)pv,
+			    lens) != DT_OK ||
+	    dt_kv_pull_many(updater, (size_t)nt, keys, pv, lens) != DT_OK)
+		goto fail;
+
+	if (rank == 0)
+		printf("mnist: %s on %zu images, %d worker(s) x batch %ld x %d "
+		       "device(s), kvstore %s, %s %s\n",
+		       o.model, train.n, nw, o.batch, ndev, o.kvstore,
+		       o.optimizer, params);
+	fflush(stdout);
+
+	size_t nb = dt_sampler_num_batches(sampler);
+	double acc = 0;
+	for (long ep = 0; ep < o.epochs; ep++) {
+		dt_metric metric;
+		dt_speedometer sp;
+		double t0 = now(), tcomm = 0;
+
+		dt_metric_init(&metric, "accuracy");
+		dt_speedometer_init(&sp, (size_t)o.batch, o.disp, stdout);
+		if (dt_sampler_set_epoch(sampler, (uint64_t)ep) != DT_OK)
+			goto fail;
+		for (size_t b = 0; b < nb; b++) {
+			const size_t *idx;
+			pthread_t th[MAX_DEV];
+			int correct = 0;
+
+			if (dt_sampler_batch(sampler, b, &idx) != DT_OK)
+				goto fail;
+			for (int d = 0; d < ndev; d++) {
+				if (d > 0)
+					dt_nn_model_copy_params(rep[d].m, m);
+				rep[d].idx = idx + (size_t)d * (size_t)per_dev;
+				if (d > 0 && pthread_create(&th[d], NULL,
+							    replica_step,
+							    &rep[d]) != 0)
+					replica_step(&rep[d]), th[d] = 0;
+			}
+			replica_step(&rep[0]);
+			for (int d = 1; d < ndev; d++)
+				if (th[d])
+					pthread_join(th[d], NULL);
+			for (int d = 0; d < ndev; d++) {
+				if (rep[d].err) {
+					fprintf(stderr, "mnist: %s\n",
+						rep[d].msg);
+					goto out;
+				}
+				correct += rep[d].correct;
+			}
+			/* Sum the devices' gradients (local aggregation). */
+			size_t np = dt_nn_model_num_params(m);
+			memcpy(sum, dt_nn_model_grads(m), np * sizeof(float));
+			for (int d = 1; d < ndev; d++) {
+				const float *g = dt_nn_model_grads(rep[d].m);
+				for (size_t i = 0; i < np; i++)
+					sum[i] += g[i];
+			}
+			double tc = now();
+			if (horovod &&
+			    dt_coll_allreduce(coll, DT_COLL_IN_PLACE, sum, np,
+					      DT_FLOAT32,
+					      DT_COLL_SUM) != DT_OK)
+				goto fail;
+			if (dt_kv_pushpull_many(updater, (size_t)nt, keys,
+						(const float *const *)gv, pv,
+						lens) != DT_OK)
+				goto fail;
+			tcomm += now() - tc;
+			dt_metric_add(&metric, correct, (double)o.batch);
+			dt_speedometer_update(&sp, (int)ep, (long)b, &metric,
+					      NULL);
+		}
+		double ttrain = now() - t0;
+		if (o.lr_factor != 1.0 && ep + 1 < o.epochs &&
+		    set_lr(updater, &o, o.lr * pow(o.lr_factor, (double)(ep + 1)),
+			   nw, params, sizeof(params)) != DT_OK)
+			goto fail;
+		if (rank == 0) {
+			acc = validate(m, &test);
+			printf("Epoch[%ld] Time cost=%.3f (communication %.3f)\n",
+			       ep, ttrain, tcomm);
+			printf("Epoch[%ld] Validation-accuracy=%.6f\n", ep, acc);
+			fflush(stdout);
+		}
+	}
+	if (o.save && rank == 0 && dt_nn_params_save(m, o.save) != DT_OK)
+		goto fail;
+	rc = 0;
+	goto out;
+fail:
+	fprintf(stderr, "mnist: %s\n", dt_errmsg());
+	rc = 1;
+out:
+	for (int d = 0; d < MAX_DEV; d++) {
+		dt_nn_model_destroy(rep[d].m);
+		free(rep[d].x);
+		free(rep[d].y);
+	}
+	dt_sampler_destroy(sampler);
+	dt_data_fini(&train);
+	dt_data_fini(&test);
+	free(keys);
+	free(pv);
+	free(gv);
+	free(lens);
+	if (horovod)
+		dt_kv_destroy(updater);
+	if (kv && dt_kv_destroy(kv) != DT_OK && rc == 0) {
+		fprintf(stderr, "mnist: %s\n", dt_errmsg());
+		rc = 1;
+	}
+	if (coll && dt_coll_finalize(coll) != DT_OK && rc == 0) {
+		fprintf(stderr, "mnist: %s\n", dt_errmsg());
+		rc = 1;
+	}
+	return rc;
+}

@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# The trainer's correctness: with the same --seed and --limit 2048, one
+# epoch of dist_sync with 2 workers at batch 32 gives the parameters of
+# --kvstore local at batch 64 (dtrain params diff max_abs <= 1e-4); so do
+# --devices 2, dist_sync_device, and --kvstore horovod (allreduce).
+set -u
+B=${DTRAIN_BUILD:?}
+DATA=${FASHION_MNIST:-/usr/share/datasets/fashion-mnist}
+if [ ! -f "$DATA/train-images-idx3-ubyte.gz" ]; then
+  echo "skipped: Fashion-MNIST not installed at $DATA (Debian's dataset-fashion-mnist)"
+  exit 0
+fi
+tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
+fails=0
+common=(--model lenet --epochs 1 --limit 2048 --seed 7 --disp-batches 16 --data "$DATA")
+check() { # name file
+  local out
+  out=$("$B/dtrain" params diff "$tmp/local.params" "$2") || { echo "FAIL: $1: params diff failed: $out"; fails=$((fails+1)); return; }
+  echo "$1: $out"
+  python3 -c "import sys; v=float(sys.argv[1].split('max_abs=')[1].split()[0]); sys.exit(0 if v <= 1e-4 else 1)" "$out" \
+    || { echo "FAIL: $1: max_abs above 1e-4"; fails=$((fails+1)); }
+}
+run() { # name args...
+  local name=$1; shift
+  if ! timeout 240 "$@" > "$tmp/$name.log" 2>&1; then
+    echo "FAIL: $name"; tail -20 "$tmp/$name.log"; fails=$((fails+1)); return 1
+  fi
+}
+run local "$B/examples/mnist" --kvstore local --batch-size 64 "${common[@]}" --save "$tmp/local.params" || exit 1
+grep -q 'Epoch\[0\] Validation-accuracy=' "$tmp/local.log" || { echo "FAIL: no validation line"; fails=$((fails+1)); }
+grep -q 'Epoch\[0\] Batch \[0-16\] Speed: .* samples/sec accuracy=' "$tmp/local.log" || { echo "FAIL: no Speedometer line"; fails=$((fails+1)); }
+
+run dist_sync "$B/dtrain" launch -n 2 -s 2 -- "$B/examples/mnist" --kvstore dist_sync --batch-size 32 "${common[@]}" --save "$tmp/dist.params" && check dist_sync "$tmp/dist.params"
+run devices "$B/examples/mnist" --kvstore device --devices 2 --batch-size 64 "${common[@]}" --save "$tmp/dev.params" && check "device x2" "$tmp/dev.params"
+run dist_sync_device "$B/dtrain" launch -n 2 -s 1 -- "$B/examples/mnist" --kvstore dist_sync_device --devices 2 --batch-size 32 "${common[@]}" --save "$tmp/distdev.params" && check "dist_sync_device x2" "$tmp/distdev.params"
+run horovod "$B/dtrain" launch -n 2 -s 0 -- "$B/examples/mnist" --kvstore horovod --batch-size 32 "${common[@]}" --save "$tmp/hvd.params" && check horovod "$tmp/hvd.params"
+echo "$fails failed"
+[ $fails -eq 0 ]
