@@ -1,0 +1,190 @@
+/*
+ * params.c - `dtrain params`: look at and compare saved parameter files.
+ *
+ *   dtrain params diff [--atol X] [--rtol Y] A B
+ *       prints "max_abs=<v> max_rel=<v>" and the tensor that differs most.
+ *       Exit 0 when the files are comparable (same tensors and shapes),
+ *       2 on bad usage, unreadable or corrupt files, or files of different
+ *       models. With --atol/--rtol, exit 1 when a difference exceeds them.
+ *   dtrain params show FILE
+ *       lists the tensors of a file with their shapes and norms.
+ *
+ * The file format and the comparison live in src/nn/params_io.c; this file
+ * only parses arguments and prints.
+ */
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli/cli.h"
+#include "dtrain/nn.h"
+
+static void
+usage(FILE *f)
+{
+	fputs("usage: dtrain params diff [--atol X] [--rtol Y] A B\n"
+	      "       dtrain params show FILE\n"
+	      "\n"
+	      "diff prints max_abs=<v> max_rel=<v> over all elements of two\n"
+	      "parameter files of the same model, and the tensor that\n"
+	      "differs most. Exit status: 0 comparable, 1 a difference over\n"
+	      "--atol/--rtol, 2 bad usage, bad files or different models.\n",
+	      f);
+}
+
+static void
+shape_str(const dt_nn_tensor *t, char *buf, size_t n)
+{
+	size_t k = 0;
+
+	buf[0] = '\0';
+	for (int d = 0; d < t->ndim && k < n; d++)
+		k += (size_t)snprintf(buf + k, n - k, "%s%d", d ? "x" : "",
+		                      t->shape[d]);
+}
+
+static int
+parse_tol(const char *flag, const char *s, double *out)
+{
+	char *end;
+
+	errno = 0;
+	*out = strtod(s, &end);
+	if (errno || end == s || *end || !(*out >= 0.0)) {
+		fprintf(stderr,
+		        "dtrain params: %s needs a number >= 0, not "
+		        "'%s'\n",
+		        flag, s);
+		return -1;
+	}
+	return 0;
+}
+
+static int
+cmd_diff(int argc, char **argv)
+{
+	const char *files[2];
+	int nfiles = 0;
+	double atol = -1.0, rtol = -1.0;
+	dt_nn_params *a = NULL, *b = NULL;
+	dt_nn_params_diff d;
+	dt_err err;
+	int rc = 2;
+
+	for (int i = 1; i < argc; i++) {
+		if (strcmp(argv[i], "--atol") == 0 && i + 1 < argc) {
+			if (parse_tol("--atol", argv[++i], &atol))
+				return 2;
+		} else if (strcmp(argv[i], "--rtol") == 0 && i + 1 < argc) {
+			if (parse_tol("--rtol", argv[++i], &rtol))
+				return 2;
+		} else if (argv[i][0] == '-' && argv[i][1] != '\0') {
+			fprintf(stderr,
+			        "dtrain params diff: unknown option "
+			        "'%s'\n",
+			        argv[i]);
+			usage(stderr);
+			return 2;
+		} else if (nfiles < 2) {
+			files[nfiles++] = argv[i];
+		} else {
+			nfiles++;
+		}
+	}
+	if (nfiles != 2) {
+		fprintf(stderr, "dtrain params diff: need two files, got %d\n",
+		        nfiles);
+		usage(stderr);
+		return 2;
+	}
+	if ((err = dt_nn_params_read(files[0], &a)) ||
+	    (err = dt_nn_params_read(files[1], &b))) {
+		fprintf(stderr, "dtrain params diff: %s\n", dt_errmsg());
+		goto out;
+	}
+	if ((err = dt_nn_params_compare(a, b, &d))) {
+		fprintf(stderr,
+		        "dtrain params diff: %s and %s are not "
+		        "comparable: %s\n",
+		        files[0], files[1], dt_errmsg());
+		goto out;
+	}
+	printf("max_abs=%.9g max_rel=%.9g\n", d.max_abs, d.max_rel);
+	if (d.max_abs > 0.0) {
+		const dt_nn_tensor *t = dt_nn_params_tensor(a, d.worst_tensor);
+		char sh[64];
+
+		shape_str(t, sh, sizeof(sh));
+		printf("most different: %s (%s) element %zu: %.9g vs %.9g\n",
+		       t->name, sh, d.worst_index, (double)d.worst_a,
+		       (double)d.worst_b);
+	} else {
+		printf("identical\n");
+	}
+	rc = 0;
+	if ((atol >= 0.0 && !(d.max_abs <= atol)) ||
+	    (rtol >= 0.0 && !(d.max_rel <= rtol))) {
+		fprintf(stderr,
+		        "dtrain params diff: difference over the "
+		        "tolerance (atol %g, rtol %g)\n",
+		        atol, rtol);
+		rc = 1;
+	}
+out:
+	dt_nn_params_free(a);
+	dt_nn_params_free(b);
+	return rc;
+}
+
+static int
+cmd_show(int argc, char **argv)
+{
+	dt_nn_params *p = NULL;
+	size_t total = 0;
+
+	if (argc != 2) {
+		usage(stderr);
+		return 2;
+	}
+	if (dt_nn_params_read(argv[1], &p)) {
+		fprintf(stderr, "dtrain params show: %s\n", dt_errmsg());
+		return 2;
+	}
+	for (int i = 0; i < dt_nn_params_num_tensors(p); i++)
+		total += dt_nn_params_tensor(p, i)->size;
+	printf("%s: %d tensors, %zu floats\n", argv[1],
+	       dt_nn_params_num_tensors(p), total);
+	for (int i = 0; i < dt_nn_params_num_tensors(p); i++) {
+		const dt_nn_tensor *t = dt_nn_params_tensor(p, i);
+		const float *x = dt_nn_params_data(p) + t->offset;
+		double ss = 0.0;
+		char sh[64];
+
+		for (size_t j = 0; j < t->size; j++)
+			ss += (double)x[j] * x[j];
+		shape_str(t, sh, sizeof(sh));
+		printf("  %-24s %-16s %10zu  l2=%.6g\n", t->name, sh, t->size,
+		       sqrt(ss));
+	}
+	dt_nn_params_free(p);
+	return 0;
+}
+
+int
+dt__cli_params(int argc, char **argv)
+{
+	if (argc < 2 || strcmp(argv[1], "--help") == 0 ||
+	    strcmp(argv[1], "-h") == 0) {
+		usage(argc < 2 ? stderr : stdout);
+		return argc < 2 ? 2 : 0;
+	}
+	if (strcmp(argv[1], "diff") == 0)
+		return cmd_diff(argc - 1, argv + 1);
+	if (strcmp(argv[1], "show") == 0)
+		return cmd_show(argc - 1, argv + 1);
+	fprintf(stderr, "dtrain params: unknown subcommand '%s'\n", argv[1]);
+	usage(stderr);
+	return 2;
+}

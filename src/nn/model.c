@@ -1,0 +1,1086 @@
+/*
+ * model.c - sequential models: spec parsing, the parameter and gradient
+ * buffers, initialisation, and the forward/backward passes.
+ *
+ * A model is built from a spec string ("input:1x28x28,conv:20:5,...",
+ * dtrain/nn.h) into an array of layers. Parameters of all layers are laid
+ * out one tensor after another in one float buffer, and gradients in a
+ * second buffer with the same offsets, so the whole model is one array to
+ * push, pull or allreduce, and each tensor is a slice a KVStore key can name.
+ *
+ * Activations live in per-layer buffers sized for the largest batch seen
+ * (they grow on demand, all or nothing). Elementwise layers run in place
+ * when no backward pass still needs the values they overwrite, and the
+ * backward pass ping-pongs between two gradient buffers. Layer kernels are
+ * in layers.c and losses in loss.c; this file only plans and dispatches.
+ */
+#include <errno.h>
+#include <math.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cblas.h>
+
+#include "common/util.h"
+#include "dtrain/nn.h"
+#include "nn/layers.h"
+
+#define MAX_LAYERS 64
+#define MAX_DIM    (1 << 16) /* any one channel count, height, width */
+#define MAX_PARAMS (1ull << 30)
+#define MAX_ACT    (1 << 24) /* floats per sample of any activation */
+#define MAX_SPEC   1024
+#define NAME_LEN   32
+
+enum layer_kind {
+	L_CONV,
+	L_MAXPOOL,
+	L_RELU,
+	L_TANH,
+	L_FLATTEN,
+	L_DENSE,
+	L_DROPOUT,
+};
+
+enum loss_kind { LOSS_CE, LOSS_L2, LOSS_L1 };
+
+typedef struct layer {
+	enum layer_kind kind;
+	int c, h, w;    /* input shape per sample (flat: c = size, h = w = 1) */
+	int oc, oh, ow; /* output shape per sample */
+	int cm_in;      /* input is channel-major (C, B, H, W) */
+	int k, s, p;    /* conv / pool geometry */
+	float rate;     /* dropout */
+	int wt;         /* weight tensor index (bias is wt + 1), or -1 */
+	int inplace;    /* output is written over the input buffer */
+	int alias;      /* output IS the input (flatten of a flat input) */
+	int need_dx;    /* some earlier layer has parameters */
+	size_t in_size, out_size;
+	/* Buffers for the current capacity (model-owned). */
+	float *out, *col, *mask;
+	int32_t *arg;
+	/* Set by each forward pass for the backward pass. */
+	const float *x, *y;
+} layer;
+
+struct dt_nn_model {
+	char *spec;
+	int nlayers;
+	layer layers[MAX_LAYERS];
+	enum loss_kind loss;
+	int in_c, in_h, in_w;
+	size_t in_size, out_size, label_size;
+	int ntensors;
+	dt_nn_tensor tensors[2 * MAX_LAYERS];
+	char names[2 * MAX_LAYERS][NAME_LEN];
+	size_t nparams;
+	float *params, *grads;
+	uint64_t rng;  /* dropout masks */
+	int cap;       /* batch capacity of the activation buffers */
+	size_t gsize;  /* floats per sample of each gradient buffer */
+	int max_batch; /* keeps every buffer under 2^31 floats (sgemm ints) */
+	float *gbuf[2];
+	const float *last_out;
+};
+
+static const struct {
+	const char *name, *spec;
+} builtins[] = {
+    {"lenet", "input:1x28x28,conv:20:5,maxpool:2:2,relu,conv:50:5,"
+              "maxpool:2:2,relu,flatten,dense:500,relu,dense:10,softmax_ce"},
+    {"lenet-tanh", "input:1x28x28,conv:20:5,maxpool:2:2,tanh,conv:50:5,"
+                   "maxpool:2:2,tanh,flatten,dense:500,tanh,dense:10,"
+                   "softmax_ce"},
+    {"mlp", "input:784,dense:128,relu,dense:64,relu,dense:10,softmax_ce"},
+    {"linreg", "input:1,dense:1,l2"},
+};
+
+static pthread_once_t blas_once = PTHREAD_ONCE_INIT;
+
+static void
+blas_single_thread(void)
+{
+	openblas_set_num_threads(1);
+}
+
+/* ---- spec parsing ---- */
+
+/*
+ * Parse an integer in [lo, hi] at the start of field. With end NULL the
+ * whole field must be the number; otherwise *end gets what follows it.
+ */
+static dt_err
+parse_int(const char *tok, const char *field, long lo, long hi, int *out,
+          const char **end)
+{
+	char *e;
+	long v;
+
+	errno = 0;
+	v = strtol(field, &e, 10);
+	if (errno != 0 || e == field || (end == NULL && *e != '\0'))
+		return dt__fail(DT_EINVAL,
+		                "model spec '%s': '%s' is not an integer", tok,
+		                field);
+	if (v < lo || v > hi)
+		return dt__fail(DT_EINVAL,
+		                "model spec '%s': %ld is out of range "
+		                "[%ld, %ld]",
+		                tok, v, lo, hi);
+	*out = (int)v;
+	if (end)
+		*end = e;
+	return DT_OK;
+}
+
+/* Split tok at ':' into fields; returns their number (f gets at most max).
+ */
+static int
+split_fields(char *tok, char **f, int max)
+{
+	int n = 1;
+
+	f[0] = tok;
+	for (char *p = tok; *p; p++) {
+		if (*p == ':') {
+			*p = '\0';
+			if (n < max)
+				f[n] = p + 1;
+			n++;
+		}
+	}
+	return n;
+}
+
+typedef struct plan {
+	int c, h, w; /* current shape per sample */
+	int spatial; /* current activation is (C, H, W), not flat */
+	int cm;      /* current activation is channel-major */
+	int owned;   /* current buffer belongs to the model (not caller x) */
+	int fragile; /* its producer needs it for backward (relu, tanh) */
+	int conv_n, dense_n;
+} plan;
+
+static dt_err
+add_tensor(dt_nn_model *m, const char *kind, int idx, const char *what,
+           int ndim, const int *shape, float wd_mult)
+{
+	dt_nn_tensor *t;
+	size_t size = 1;
+
+	if (m->ntensors >= 2 * MAX_LAYERS)
+		return dt__fail(DT_EINVAL, "model spec: too many tensors");
+	t = &m->tensors[m->ntensors];
+	snprintf(m->names[m->ntensors], NAME_LEN, "%s%d_%s", kind, idx, what);
+	t->name = m->names[m->ntensors];
+	t->ndim = ndim;
+	for (int i = 0; i < DT_NN_MAX_DIMS; i++)
+		t->shape[i] = i < ndim ? shape[i] : 0;
+	for (int i = 0; i < ndim; i++)
+		size *= (size_t)shape[i];
+	if (size > MAX_PARAMS || m->nparams + size > MAX_PARAMS)
+		return dt__fail(DT_EINVAL,
+		                "model spec: tensor %s has %zu "
+		                "floats, over the limit of %llu in all",
+		                t->name, size, (unsigned long long)MAX_PARAMS);
+	t->offset = m->nparams;
+	t->size = size;
+	t->wd_mult = wd_mult;
+	m->nparams += size;
+	m->ntensors++;
+	return DT_OK;
+}
+
+static dt_err
+new_layer(dt_nn_model *m, plan *pl, enum layer_kind kind, layer **out)
+{
+	layer *L;
+
+	if (m->nlayers >= MAX_LAYERS)
+		return dt__fail(DT_EINVAL, "model spec: more than %d layers",
+		                MAX_LAYERS);
+	L = &m->layers[m->nlayers++];
+	memset(L, 0, sizeof(*L));
+	L->kind = kind;
+	L->c = pl->c;
+	L->h = pl->h;
+	L->w = pl->w;
+	L->cm_in = pl->cm;
+	L->wt = -1;
+	L->in_size = (size_t)pl->c * pl->h * pl->w;
+	*out = L;
+	return DT_OK;
+}
+
+static dt_err
+set_out(const dt_nn_model *m, layer *L, plan *pl, size_t c, int h, int w)
+{
+	size_t n = c * (size_t)h * (size_t)w;
+
+	if (n > MAX_ACT)
+		return dt__fail(DT_EINVAL,
+		                "model spec: layer %d has %zu outputs per "
+		                "sample, over the limit of %d",
+		                (int)(L - m->layers), n, MAX_ACT);
+	L->oc = (int)c;
+	L->oh = h;
+	L->ow = w;
+	L->out_size = n;
+	pl->c = (int)c;
+	pl->h = h;
+	pl->w = w;
+	return DT_OK;
+}
+
+static dt_err
+add_flatten(dt_nn_model *m, plan *pl)
+{
+	layer *L = NULL;
+	dt_err err = new_layer(m, pl, L_FLATTEN, &L);
+
+	if (err)
+		return err;
+	/* Sample-major data is already in flat order: nothing to do. */
+	L->alias = !pl->cm;
+	if ((err = set_out(m, L, pl, (size_t)pl->c * pl->h * pl->w, 1, 1)))
+		return err;
+	if (!L->alias) {
+		pl->owned = 1;
+		pl->fragile = 0;
+	}
+	pl->spatial = 0;
+	pl->cm = 0;
+	return DT_OK;
+}
+
+/* An elementwise layer (relu, tanh, dropout). */
+static dt_err
+add_elementwise(dt_nn_model *m, plan *pl, enum layer_kind kind, float rate)
+{
+	layer *L = NULL;
+	dt_err err = new_layer(m, pl, kind, &L);
+
+	if (err)
+		return err;
+	L->rate = rate;
+	/* Overwrite the input only if it is ours and no backward pass still
+	 * needs it (relu and tanh read their own outputs). */
+	L->inplace = pl->owned && !pl->fragile;
+	if ((err = set_out(m, L, pl, pl->c, pl->h, pl->w)))
+		return err;
+	pl->owned = 1;
+	pl->fragile = kind == L_RELU || kind == L_TANH;
+	return DT_OK;
+}
+
+static dt_err
+parse_layer(dt_nn_model *m, plan *pl, char *tok, const char *orig)
+{
+	char *f[5];
+	int nf = split_fields(tok, f, 5);
+	layer *L = NULL;
+	dt_err err;
+	int a = 0, b = 0, s, p;
+
+	if (strcmp(f[0], "conv") == 0) {
+		if (nf < 3 || nf > 5)
+			return dt__fail(DT_EINVAL,
+			                "model spec '%s': expected "
+			                "conv:OUT:K[:STRIDE[:PAD]]",
+			                orig);
+		if (!pl->spatial)
+			return dt__fail(DT_EINVAL,
+			                "model spec '%s': conv needs "
+			                "a CxHxW input",
+			                orig);
+		s = 1;
+		p = 0;
+		if ((err = parse_int(orig, f[1], 1, MAX_DIM, &a, NULL)) ||
+		    (err = parse_int(orig, f[2], 1, 64, &b, NULL)) ||
+		    (nf > 3 &&
+		     (err = parse_int(orig, f[3], 1, 64, &s, NULL))) ||
+		    (nf > 4 &&
+		     (err = parse_int(orig, f[4], 0, b - 1, &p, NULL))))
+			return err;
+		if (pl->h + 2 * p < b || pl->w + 2 * p < b)
+			return dt__fail(DT_EINVAL,
+			                "model spec '%s': kernel %d "
+			                "larger than the %dx%d input",
+			                orig, b, pl->h, pl->w);
+		if ((err = new_layer(m, pl, L_CONV, &L)))
+			return err;
+		L->k = b;
+		L->s = s;
+		L->p = p;
+		L->wt = m->ntensors;
+		{
+			int ws[4] = {a, pl->c, b, b};
+
+			if ((err = add_tensor(m, "conv", pl->conv_n, "weight",
+			                      4, ws, 1.0f)) ||
+			    (err = add_tensor(m, "conv", pl->conv_n, "bias", 1,
+			                      ws, 0.0f)))
+				return err;
+		}
+		pl->conv_n++;
+		if ((err = set_out(m, L, pl, a, nn_out_dim(pl->h, b, s, p),
+		                   nn_out_dim(pl->w, b, s, p))))
+			return err;
+		pl->cm = 1;
+		pl->owned = 1;
+		pl->fragile = 0;
+	} else if (strcmp(f[0], "maxpool") == 0) {
+		if (nf < 2 || nf > 3)
+			return dt__fail(DT_EINVAL,
+			                "model spec '%s': expected "
+			                "maxpool:K[:STRIDE]",
+			                orig);
+		if (!pl->spatial)
+			return dt__fail(DT_EINVAL,
+			                "model spec '%s': maxpool "
+			                "needs a CxHxW input",
+			                orig);
+		if ((err = parse_int(orig, f[1], 1, 64, &b, NULL)))
+			return err;
+		s = b;
+		if (nf > 2 && (err = parse_int(orig, f[2], 1, 64, &s, NULL)))
+			return err;
+		if (pl->h < b || pl->w < b)
+			return dt__fail(DT_EINVAL,
+			                "model spec '%s': window %d "
+			                "larger than the %dx%d input",
+			                orig, b, pl->h, pl->w);
+		if ((err = new_layer(m, pl, L_MAXPOOL, &L)))
+			return err;
+		L->k = b;
+		L->s = s;
+		if ((err = set_out(m, L, pl, pl->c, nn_out_dim(pl->h, b, s, 0),
+		                   nn_out_dim(pl->w, b, s, 0))))
+			return err;
+		pl->owned = 1;
+		pl->fragile = 0;
+	} else if (strcmp(f[0], "relu") == 0 || strcmp(f[0], "tanh") == 0) {
+		if (nf != 1)
+			return dt__fail(DT_EINVAL,
+			                "model spec '%s': %s takes "
+			                "no arguments",
+			                orig, f[0]);
+		return add_elementwise(m, pl, f[0][0] == 'r' ? L_RELU : L_TANH,
+		                       0.0f);
+	} else if (strcmp(f[0], "dropout") == 0) {
+		char *end;
+		double r;
+
+		if (nf != 2)
+			return dt__fail(DT_EINVAL,
+			                "model spec '%s': expected "
+			                "dropout:RATE",
+			                orig);
+		errno = 0;
+		r = strtod(f[1], &end);
+		if (errno || end == f[1] || *end || !(r >= 0.0 && r < 1.0))
+			return dt__fail(DT_EINVAL,
+			                "model spec '%s': dropout "
+			                "rate must be in [0, 1)",
+			                orig);
+		return add_elementwise(m, pl, L_DROPOUT, (float)r);
+	} else if (strcmp(f[0], "flatten") == 0) {
+		if (nf != 1)
+			return dt__fail(DT_EINVAL,
+			                "model spec '%s': flatten "
+			                "takes no arguments",
+			                orig);
+		return add_flatten(m, pl);
+	} else if (strcmp(f[0], "dense") == 0) {
+		size_t in;
+
+		if (nf != 2)
+			return dt__fail(DT_EINVAL,
+			                "model spec '%s': expected "
+			                "dense:N",
+			                orig);
+		if ((err = parse_int(orig, f[1], 1, MAX_DIM, &a, NULL)))
+			return err;
+		if (pl->spatial && (err = add_flatten(m, pl)))
+			return err;
+		in = (size_t)pl->c;
+		if (in > MAX_PARAMS / (size_t)a)
+			return dt__fail(DT_EINVAL,
+			                "model spec '%s': %zu x %d "
+			                "weights are too many",
+			                orig, in, a);
+		if ((err = new_layer(m, pl, L_DENSE, &L)))
+			return err;
+		L->wt = m->ntensors;
+		{
+			int ws[2] = {a, (int)in};
+
+			if ((err = add_tensor(m, "dense", pl->dense_n, "weight",
+			                      2, ws, 1.0f)) ||
+			    (err = add_tensor(m, "dense", pl->dense_n, "bias",
+			                      1, ws, 0.0f)))
+				return err;
+		}
+		pl->dense_n++;
+		if ((err = set_out(m, L, pl, a, 1, 1)))
+			return err;
+		pl->owned = 1;
+		pl->fragile = 0;
+	} else {
+		return dt__fail(DT_EINVAL,
+		                "model spec: unknown layer '%s' "
+		                "(known: conv, maxpool, relu, tanh, flatten, "
+		                "dense, dropout; losses softmax_ce, l2, l1)",
+		                orig);
+	}
+	return DT_OK;
+}
+
+static dt_err
+parse_input(dt_nn_model *m, plan *pl, const char *tok)
+{
+	const char *p = tok + strlen("input:");
+	int d[3] = {1, 1, 1}, n = 0;
+	dt_err err;
+
+	for (;;) {
+		if (n == 3)
+			return dt__fail(DT_EINVAL,
+			                "model spec '%s': at most "
+			                "3 dimensions",
+			                tok);
+		if ((err = parse_int(tok, p, 1, MAX_DIM, &d[n++], &p)))
+			return err;
+		if (*p == '\0')
+			break;
+		if (*p != 'x')
+			return dt__fail(DT_EINVAL,
+			                "model spec '%s': expected "
+			                "input:C[xHxW]",
+			                tok);
+		p++;
+	}
+	if (n == 2)
+		return dt__fail(DT_EINVAL,
+		                "model spec '%s': give input:N or "
+		                "input:CxHxW",
+		                tok);
+	if ((size_t)d[0] * d[1] * d[2] > MAX_ACT)
+		return dt__fail(DT_EINVAL, "model spec '%s': input too large",
+		                tok);
+	pl->c = d[0];
+	pl->h = d[1];
+	pl->w = d[2];
+	pl->spatial = n == 3;
+	m->in_c = d[0];
+	m->in_h = d[1];
+	m->in_w = d[2];
+	m->in_size = (size_t)d[0] * d[1] * d[2];
+	return DT_OK;
+}
+
+static dt_err
+parse_spec(dt_nn_model *m, const char *spec)
+{
+	char buf[MAX_SPEC], orig[MAX_SPEC];
+	char *save = NULL, *tok;
+	plan pl;
+	int ntok = 0, have_loss = 0;
+	dt_err err;
+
+	memset(&pl, 0, sizeof(pl));
+	if (strlen(spec) >= sizeof(buf))
+		return dt__fail(DT_EINVAL, "model spec longer than %d bytes",
+		                MAX_SPEC - 1);
+	strcpy(buf, spec);
+	for (tok = strtok_r(buf, ",", &save); tok != NULL;
+	     tok = strtok_r(NULL, ",", &save), ntok++) {
+		snprintf(orig, sizeof(orig), "%s", tok);
+		if (have_loss)
+			return dt__fail(DT_EINVAL,
+			                "model spec '%s': nothing "
+			                "may follow the loss",
+			                orig);
+		if (ntok == 0) {
+			if (strncmp(tok, "input:", 6) != 0)
+				return dt__fail(DT_EINVAL,
+				                "model spec '%s': "
+				                "must start with input:C[xHxW] "
+				                "or be one of lenet, "
+				                "lenet-tanh, mlp, linreg",
+				                spec);
+			if ((err = parse_input(m, &pl, tok)))
+				return err;
+			continue;
+		}
+		if (strcmp(tok, "softmax_ce") == 0 || strcmp(tok, "l2") == 0 ||
+		    strcmp(tok, "l1") == 0) {
+			m->loss = tok[0] == 's'   ? LOSS_CE
+			          : tok[1] == '2' ? LOSS_L2
+			                          : LOSS_L1;
+			have_loss = 1;
+			continue;
+		}
+		if ((err = parse_layer(m, &pl, tok, orig)))
+			return err;
+	}
+	if (ntok == 0)
+		return dt__fail(DT_EINVAL, "model spec is empty");
+	if (!have_loss)
+		return dt__fail(DT_EINVAL,
+		                "model spec '%s': must end with a "
+		                "loss (softmax_ce, l2 or l1)",
+		                spec);
+	if (m->nlayers == 0)
+		return dt__fail(DT_EINVAL, "model spec '%s': no layers", spec);
+	/* Losses read sample-major rows. */
+	if (pl.spatial && (err = add_flatten(m, &pl)))
+		return err;
+	m->out_size = (size_t)pl.c * pl.h * pl.w;
+	m->label_size = m->loss == LOSS_CE ? 1 : m->out_size;
+	if (m->loss == LOSS_CE && m->out_size < 2)
+		return dt__fail(DT_EINVAL,
+		                "model spec '%s': softmax_ce needs "
+		                "at least 2 outputs, not %zu",
+		                spec, m->out_size);
+	/* Input gradients are only needed when an earlier layer has
+	 * parameters (the first conv of lenet computes none). */
+	for (int i = 0, seen = 0; i < m->nlayers; i++) {
+		m->layers[i].need_dx = seen;
+		if (m->layers[i].wt >= 0)
+			seen = 1;
+	}
+	return DT_OK;
+}
+
+/* ---- initialisation ---- */
+
+/*
+ * MXNet's Xavier initializer with its defaults (rnd_type "uniform",
+ * factor_type "avg", magnitude 3): for a weight of shape (out, in, ...),
+ * fan_in = in * receptive field, fan_out = out * receptive field and the
+ * values are uniform in [-s, s] with s = sqrt(3 / ((fan_in + fan_out) / 2)).
+ * Each tensor draws from its own stream nn_mix(seed, index), so the values
+ * depend only on the seed and the layout, never on anything else.
+ */
+static void
+init_params(dt_nn_model *m, uint64_t seed)
+{
+	for (int i = 0; i < m->ntensors; i++) {
+		const dt_nn_tensor *t = &m->tensors[i];
+		float *p = m->params + t->offset;
+		uint64_t rng = nn_mix(seed, (uint64_t)i);
+		double hw = 1.0, fan_in, fan_out;
+		float scale;
+
+		if (t->ndim == 1) {
+			memset(p, 0, sizeof(float) * t->size);
+			continue;
+		}
+		for (int d = 2; d < t->ndim; d++)
+			hw *= t->shape[d];
+		fan_in = t->shape[1] * hw;
+		fan_out = t->shape[0] * hw;
+		scale = (float)sqrt(3.0 / ((fan_in + fan_out) / 2.0));
+		for (size_t j = 0; j < t->size; j++)
+			p[j] = (2.0f * nn_rng_uniform(&rng) - 1.0f) * scale;
+	}
+}
+
+/* ---- buffers ---- */
+
+typedef struct bufs {
+	float *out, *col, *mask;
+	int32_t *arg;
+} bufs;
+
+static void
+free_bufs(bufs *b, int n)
+{
+	for (int i = 0; i < n; i++) {
+		free(b[i].out);
+		free(b[i].col);
+		free(b[i].mask);
+		free(b[i].arg);
+	}
+}
+
+static float *
+alloc_floats(size_t n)
+{
+	return dt__aligned_alloc(sizeof(float) * n);
+}
+
+/* Grow every activation buffer to batch samples, all or nothing. */
+static dt_err
+reserve(dt_nn_model *m, int batch)
+{
+	bufs nb[MAX_LAYERS];
+	float *ng[2] = {NULL, NULL};
+	size_t B = (size_t)batch;
+
+	if (batch <= m->cap)
+		return DT_OK;
+	memset(nb, 0, sizeof(nb));
+	for (int i = 0; i < m->nlayers; i++) {
+		const layer *L = &m->layers[i];
+		size_t n = B * L->out_size;
+
+		if (!L->inplace && !L->alias &&
+		    (nb[i].out = alloc_floats(n)) == NULL)
+			goto fail;
+		if (L->kind == L_CONV &&
+		    (nb[i].col = alloc_floats(B * L->c * L->k * L->k * L->oh *
+		                              L->ow)) == NULL)
+			goto fail;
+		if (L->kind == L_MAXPOOL && (nb[i].arg = dt__aligned_alloc(
+		                                 sizeof(int32_t) * n)) == NULL)
+			goto fail;
+		if (L->kind == L_DROPOUT &&
+		    (nb[i].mask = alloc_floats(n)) == NULL)
+			goto fail;
+	}
+	if ((ng[0] = alloc_floats(B * m->gsize)) == NULL ||
+	    (ng[1] = alloc_floats(B * m->gsize)) == NULL)
+		goto fail;
+	for (int i = 0; i < m->nlayers; i++) {
+		layer *L = &m->layers[i];
+
+		free(L->out);
+		free(L->col);
+		free(L->mask);
+		free(L->arg);
+		L->out = nb[i].out;
+		L->col = nb[i].col;
+		L->mask = nb[i].mask;
+		L->arg = nb[i].arg;
+	}
+	free(m->gbuf[0]);
+	free(m->gbuf[1]);
+	m->gbuf[0] = ng[0];
+	m->gbuf[1] = ng[1];
+	m->cap = batch;
+	m->last_out = NULL;
+	return DT_OK;
+fail:
+	free_bufs(nb, m->nlayers);
+	free(ng[0]);
+	free(ng[1]);
+	return dt__fail(DT_ENOMEM,
+	                "model: no memory for activations of a "
+	                "batch of %d",
+	                batch);
+}
+
+/* ---- public: life cycle and accessors ---- */
+
+dt_err
+dt_nn_model_create(const char *spec, uint64_t seed, dt_nn_model **out)
+{
+	dt_nn_model *m;
+	const char *full = spec;
+	size_t biggest;
+	dt_err err;
+
+	if (spec == NULL || out == NULL)
+		return dt__fail(DT_EINVAL, "dt_nn_model_create: NULL argument");
+	*out = NULL;
+	for (size_t i = 0; i < DT_ARRAY_LEN(builtins); i++)
+		if (strcmp(spec, builtins[i].name) == 0)
+			full = builtins[i].spec;
+	pthread_once(&blas_once, blas_single_thread);
+	if ((m = dt__calloc(1, sizeof(*m))) == NULL)
+		return DT_ENOMEM;
+	if ((err = parse_spec(m, full)))
+		goto fail;
+	err = DT_ENOMEM;
+	if ((m->spec = strdup(full)) == NULL) {
+		dt__fail(DT_ENOMEM, "model: out of memory");
+		goto fail;
+	}
+	if ((m->params = alloc_floats(m->nparams)) == NULL ||
+	    (m->grads = alloc_floats(m->nparams)) == NULL)
+		goto fail;
+	memset(m->grads, 0, sizeof(float) * m->nparams);
+	init_params(m, seed);
+	m->rng = nn_mix(seed, 0x64726f706f7574ull); /* "dropout" */
+	m->gsize = m->out_size;
+	biggest = m->out_size;
+	for (int i = 0; i < m->nlayers; i++) {
+		const layer *L = &m->layers[i];
+
+		m->gsize = DT_MAX(m->gsize, L->in_size);
+		m->gsize = DT_MAX(m->gsize, L->out_size);
+		biggest = DT_MAX(biggest, m->gsize);
+		if (L->kind == L_CONV)
+			biggest = DT_MAX(biggest, (size_t)L->c * L->k * L->k *
+			                              L->oh * L->ow);
+	}
+	m->max_batch = (int)DT_MIN((size_t)INT32_MAX / biggest, 1u << 20);
+	*out = m;
+	return DT_OK;
+fail:
+	dt_nn_model_destroy(m);
+	return err;
+}
+
+void
+dt_nn_model_destroy(dt_nn_model *m)
+{
+	if (m == NULL)
+		return;
+	for (int i = 0; i < m->nlayers; i++) {
+		free(m->layers[i].out);
+		free(m->layers[i].col);
+		free(m->layers[i].mask);
+		free(m->layers[i].arg);
+	}
+	free(m->gbuf[0]);
+	free(m->gbuf[1]);
+	free(m->params);
+	free(m->grads);
+	free(m->spec);
+	free(m);
+}
+
+const char *
+dt_nn_model_spec(const dt_nn_model *m)
+{
+	return m->spec;
+}
+
+size_t
+dt_nn_model_input_size(const dt_nn_model *m)
+{
+	return m->in_size;
+}
+
+size_t
+dt_nn_model_output_size(const dt_nn_model *m)
+{
+	return m->out_size;
+}
+
+size_t
+dt_nn_model_label_size(const dt_nn_model *m)
+{
+	return m->label_size;
+}
+
+int
+dt_nn_model_num_tensors(const dt_nn_model *m)
+{
+	return m->ntensors;
+}
+
+const dt_nn_tensor *
+dt_nn_model_tensor(const dt_nn_model *m, int i)
+{
+	if (i < 0 || i >= m->ntensors)
+		return NULL;
+	return &m->tensors[i];
+}
+
+size_t
+dt_nn_model_num_params(const dt_nn_model *m)
+{
+	return m->nparams;
+}
+
+float *
+dt_nn_model_params(dt_nn_model *m)
+{
+	return m->params;
+}
+
+float *
+dt_nn_model_grads(dt_nn_model *m)
+{
+	return m->grads;
+}
+
+void
+dt_nn_model_zero_grad(dt_nn_model *m)
+{
+	memset(m->grads, 0, sizeof(float) * m->nparams);
+}
+
+dt_err
+dt_nn_model_copy_params(dt_nn_model *dst, const dt_nn_model *src)
+{
+	if (dst->nparams != src->nparams || strcmp(dst->spec, src->spec) != 0)
+		return dt__fail(DT_ESIZE,
+		                "copy of parameters between models "
+		                "'%s' (%zu floats) and '%s' (%zu floats)",
+		                src->spec, src->nparams, dst->spec,
+		                dst->nparams);
+	memcpy(dst->params, src->params, sizeof(float) * dst->nparams);
+	return DT_OK;
+}
+
+const float *
+dt_nn_model_output(const dt_nn_model *m)
+{
+	return m->last_out;
+}
+
+void
+dt_nn_model_flops(const dt_nn_model *m, double *fwd, double *bwd)
+{
+	double f = 0.0, b = 0.0;
+
+	for (int i = 0; i < m->nlayers; i++) {
+		const layer *L = &m->layers[i];
+		double g;
+
+		if (L->kind == L_CONV)
+			g = 2.0 * L->oc * ((double)L->c * L->k * L->k) *
+			    ((double)L->oh * L->ow);
+		else if (L->kind == L_DENSE)
+			g = 2.0 * L->oc * (double)L->c;
+		else
+			continue;
+		f += g;
+		b += L->need_dx ? 2.0 * g : g;
+	}
+	if (fwd)
+		*fwd = f;
+	if (bwd)
+		*bwd = b;
+}
+
+/* ---- forward and backward ---- */
+
+static nn_conv_shape
+conv_shape(const layer *L, int B)
+{
+	nn_conv_shape sh;
+	size_t hw = (size_t)L->h * L->w;
+
+	sh.c = L->c;
+	sh.h = L->h;
+	sh.w = L->w;
+	sh.m = L->oc;
+	sh.k = L->k;
+	sh.s = L->s;
+	sh.p = L->p;
+	sh.oh = L->oh;
+	sh.ow = L->ow;
+	sh.batch = B;
+	sh.cs = L->cm_in ? (size_t)B * hw : hw;
+	sh.bs = L->cm_in ? hw : (size_t)L->c * hw;
+	return sh;
+}
+
+static void
+forward(dt_nn_model *m, const float *x, int B, int train)
+{
+	const float *cur = x;
+
+	for (int i = 0; i < m->nlayers; i++) {
+		layer *L = &m->layers[i];
+		const float *wt =
+		    L->wt >= 0 ? m->params + m->tensors[L->wt].offset : NULL;
+		const float *bs = L->wt >= 0
+		                      ? m->params + m->tensors[L->wt + 1].offset
+		                      : NULL;
+		float *dst = L->inplace ? (float *)cur : L->out;
+		size_t n = (size_t)B * L->out_size;
+
+		L->x = cur;
+		switch (L->kind) {
+		case L_CONV: {
+			nn_conv_shape sh = conv_shape(L, B);
+
+			nn_conv2d_forward(cur, wt, bs, &sh, L->col, dst);
+			break;
+		}
+		case L_MAXPOOL:
+			nn_maxpool_forward(cur, (size_t)B * L->c, L->h, L->w,
+			                   L->k, L->s, dst, L->arg);
+			break;
+		case L_RELU:
+			nn_relu_forward(cur, n, dst);
+			break;
+		case L_TANH:
+			nn_tanh_forward(cur, n, dst);
+			break;
+		case L_DROPOUT:
+			if (train && L->rate > 0.0f)
+				nn_dropout_forward(cur, n, L->rate, &m->rng,
+				                   L->mask, dst);
+			else if (dst != cur)
+				memcpy(dst, cur, sizeof(float) * n);
+			break;
+		case L_FLATTEN:
+			if (L->alias)
+				dst = (float *)cur;
+			else
+				nn_flatten_forward(cur, L->c, B,
+				                   (size_t)L->h * L->w, dst);
+			break;
+		case L_DENSE:
+			nn_dense_forward(cur, wt, bs, B, L->c, L->oc, dst);
+			break;
+		}
+		L->y = dst;
+		cur = dst;
+	}
+	m->last_out = cur;
+}
+
+/* Backward from the loss gradient in gbuf[0]; accumulates into grads. */
+static void
+backward(dt_nn_model *m, int B, int train)
+{
+	int gi = 0;
+
+	for (int i = m->nlayers - 1; i >= 0; i--) {
+		layer *L = &m->layers[i];
+		float *dy = m->gbuf[gi];
+		float *dx = L->need_dx ? m->gbuf[gi ^ 1] : NULL;
+		size_t n = (size_t)B * L->out_size;
+		const float *wt = NULL;
+		float *dw = NULL, *db = NULL;
+
+		if (L->wt < 0 && !L->need_dx)
+			break; /* nothing below needs a gradient */
+		if (L->wt >= 0) {
+			wt = m->params + m->tensors[L->wt].offset;
+			dw = m->grads + m->tensors[L->wt].offset;
+			db = m->grads + m->tensors[L->wt + 1].offset;
+		}
+		switch (L->kind) {
+		case L_CONV: {
+			nn_conv_shape sh = conv_shape(L, B);
+
+			nn_conv2d_backward(dy, wt, &sh, L->col, dw, db, dx);
+			gi ^= 1;
+			break;
+		}
+		case L_MAXPOOL:
+			nn_maxpool_backward(dy, L->arg, (size_t)B * L->c, L->h,
+			                    L->w, L->k, L->s, dx);
+			gi ^= 1;
+			break;
+		case L_RELU:
+			nn_relu_backward(dy, L->y, n, dy);
+			break;
+		case L_TANH:
+			nn_tanh_backward(dy, L->y, n, dy);
+			break;
+		case L_DROPOUT:
+			if (train && L->rate > 0.0f)
+				nn_dropout_backward(dy, L->mask, n, dy);
+			break;
+		case L_FLATTEN:
+			if (!L->alias) {
+				nn_flatten_backward(dy, L->c, B,
+				                    (size_t)L->h * L->w, dx);
+				gi ^= 1;
+			}
+			break;
+		case L_DENSE:
+			nn_dense_backward(dy, L->x, wt, B, L->c, L->oc, dw, db,
+			                  dx);
+			gi ^= 1;
+			break;
+		}
+	}
+}
+
+static dt_err
+check_call(const dt_nn_model *m, const float *x, const float *y, int need_y,
+           int batch, const char *what)
+{
+	if (x == NULL || (y == NULL && need_y))
+		return dt__fail(DT_EINVAL, "%s: NULL data", what);
+	if (batch <= 0 || batch > m->max_batch)
+		return dt__fail(DT_EINVAL, "%s: batch %d out of range [1, %d]",
+		                what, batch, m->max_batch);
+	if (y == NULL || m->loss != LOSS_CE)
+		return DT_OK;
+	for (int b = 0; b < batch; b++) {
+		float v = y[b];
+
+		if (!(v >= 0.0f && v < (float)m->out_size) || v != (int)v)
+			return dt__fail(DT_EINVAL,
+			                "%s: label %g of sample %d "
+			                "is not a class in [0, %zu)",
+			                what, (double)v, b, m->out_size);
+	}
+	return DT_OK;
+}
+
+static double
+loss_of(dt_nn_model *m, const float *y, int B, float *grad, int *correct)
+{
+	int n = (int)m->out_size, hits = 0;
+	double l;
+
+	switch (m->loss) {
+	case LOSS_CE:
+		l = nn_softmax_ce(m->last_out, y, B, n, grad, &hits);
+		break;
+	case LOSS_L2:
+		l = nn_l2_loss(m->last_out, y, B, n, grad);
+		break;
+	default:
+		l = nn_l1_loss(m->last_out, y, B, n, grad);
+		break;
+	}
+	if (correct)
+		*correct = hits;
+	return l;
+}
+
+dt_err
+dt_nn_forward(dt_nn_model *m, const float *x, int batch, const float **out)
+{
+	dt_err err;
+
+	if ((err = check_call(m, x, NULL, 0, batch, "forward")) ||
+	    (err = reserve(m, batch)))
+		return err;
+	forward(m, x, batch, 0);
+	if (out)
+		*out = m->last_out;
+	return DT_OK;
+}
+
+dt_err
+dt_nn_forward_backward(dt_nn_model *m, const float *x, const float *y,
+                       int batch, double *loss, int *correct)
+{
+	dt_err err;
+	double l;
+
+	if ((err = check_call(m, x, y, 1, batch, "forward_backward")) ||
+	    (err = reserve(m, batch)))
+		return err;
+	forward(m, x, batch, 1);
+	l = loss_of(m, y, batch, m->gbuf[0], correct);
+	backward(m, batch, 1);
+	if (loss)
+		*loss = l;
+	return DT_OK;
+}
+
+dt_err
+dt_nn_evaluate(dt_nn_model *m, const float *x, const float *y, int batch,
+               double *loss, int *correct)
+{
+	dt_err err;
+	double l;
+
+	if ((err = check_call(m, x, y, 1, batch, "evaluate")) ||
+	    (err = reserve(m, batch)))
+		return err;
+	forward(m, x, batch, 0);
+	l = loss_of(m, y, batch, NULL, correct);
+	if (loss)
+		*loss = l;
+	return DT_OK;
+}
