@@ -1156,7 +1156,7 @@ scheduler_addr(const struct opts *o, const struct hosts *h, struct in_addr *out)
 	if (nh)
 		return resolve4("DMLC_NODE_HOST", nh, out);
 	if (h->n > 0) {
-		struct in_addr first;
+		struct in_addr first = {0};
 
 		if ((err =
 		         resolve4("first host of -H", h->h[0].name, &first))) {

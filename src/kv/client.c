@@ -55,26 +55,6 @@ struct dt_kv_client {
 	size_t nops;
 };
 
-static const char *
-cmd_op(int cmd)
-{
-	switch (cmd) {
-	case DT_CMD_KV_INIT:
-		return "init";
-	case DT_CMD_KV_PUSH:
-		return "push";
-	case DT_CMD_KV_PULL:
-		return "pull";
-	case DT_CMD_KV_PUSHPULL:
-		return "pushpull";
-	case DT_CMD_KV_SET_OPT:
-		return "set optimizer";
-	case DT_CMD_KV_CONFIG:
-		return "configure";
-	}
-	return "request";
-}
-
 static sub *
 take_sub(dt_kv_client *c, uint64_t seq)
 {
@@ -185,7 +165,7 @@ on_msg(void *arg, dt_node *n, dt_conn *conn, dt_msg *m)
 	} else if (s->dest && (h->payload_len != s->bytes || !m->payload)) {
 		snprintf(msg, sizeof(msg),
 			 "%s of key %llu: %s answered %llu bytes, expected %zu",
-			 cmd_op(s->op->cmd), (unsigned long long)s->op->key,
+			 dt__kv_op_name(s->op->cmd), (unsigned long long)s->op->key,
 			 dt__node_name(n, (int)h->sender, name, sizeof(name)),
 			 (unsigned long long)h->payload_len, s->bytes);
 		op_fail(s->op, DT_ESIZE, msg);

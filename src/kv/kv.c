@@ -326,7 +326,7 @@ dt_err
 dt_kv_push_async(dt_kv *kv, dt_key key, const float *val, size_t n,
 		 dt_kv_req *req)
 {
-	local_entry *e;
+	local_entry *e = NULL;
 	dt_err err;
 
 	*req = 0;
@@ -346,7 +346,7 @@ dt_err
 dt_kv_pull_async(dt_kv *kv, dt_key key, float *out, size_t n,
 		 dt_kv_req *req)
 {
-	local_entry *e;
+	local_entry *e = NULL;
 	dt_err err;
 
 	*req = 0;
@@ -365,7 +365,7 @@ dt_err
 dt_kv_pushpull_async(dt_kv *kv, dt_key key, const float *val, float *out,
 		     size_t n, dt_kv_req *req)
 {
-	local_entry *e;
+	local_entry *e = NULL;
 	dt_err err;
 
 	*req = 0;

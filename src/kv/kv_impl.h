@@ -31,6 +31,27 @@ enum {
 	DT_CMD_KV_END_,
 };
 
+/* "push", "pull", ... for messages naming a KV command. */
+static inline const char *
+dt__kv_op_name(int cmd)
+{
+	switch (cmd) {
+	case DT_CMD_KV_INIT:
+		return "init";
+	case DT_CMD_KV_PUSH:
+		return "push";
+	case DT_CMD_KV_PULL:
+		return "pull";
+	case DT_CMD_KV_PUSHPULL:
+		return "pushpull";
+	case DT_CMD_KV_SET_OPT:
+		return "set optimizer";
+	case DT_CMD_KV_CONFIG:
+		return "configure";
+	}
+	return "request";
+}
+
 /* KV_INIT's arg2 bit: the message carries the value (rank 0's). */
 #define DT_KV_INIT_HAS_VALUE 1u
 

@@ -74,22 +74,6 @@ static const char *const kv_cmd_names[] = {
 	"KV_PUSHPULL",
 };
 
-static const char *
-op_name(int cmd)
-{
-	switch (cmd) {
-	case DT_CMD_KV_INIT:
-		return "init";
-	case DT_CMD_KV_PUSH:
-		return "push";
-	case DT_CMD_KV_PULL:
-		return "pull";
-	case DT_CMD_KV_PUSHPULL:
-		return "pushpull";
-	}
-	return "request";
-}
-
 static entry *
 find(kv_server *s, dt_key key)
 {
@@ -287,7 +271,7 @@ push_sync(kv_server *s, entry *e, int worker, int cmd, uint64_t seq,
 			reply_error(s, worker, cmd, seq, e->key, DT_ENOMEM,
 				    "%s of key %llu: out of memory holding a "
 				    "second push of this round",
-				    op_name(cmd), (unsigned long long)e->key);
+				    dt__kv_op_name(cmd), (unsigned long long)e->key);
 			return;
 		}
 		memcpy(d->data, g, e->len * sizeof(float));
@@ -434,7 +418,7 @@ static entry *
 check_access(kv_server *s, int worker, const dt_msg_hdr *h, int with_data)
 {
 	entry *e = find(s, h->key);
-	const char *op = op_name(h->cmd);
+	const char *op = dt__kv_op_name(h->cmd);
 
 	if (e == NULL || !e->initialised) {
 		reply_error(s, worker, h->cmd, h->seq, h->key, DT_ENOKEY,
@@ -512,7 +496,7 @@ on_msg(void *arg, dt_node *n, dt_conn *c, dt_msg *m)
 		if (m->payload == NULL && !m->streamed && e->len) {
 			reply_error(s, worker, h->cmd, h->seq, h->key, DT_ESIZE,
 				    "%s of key %llu: payload dropped",
-				    op_name(h->cmd),
+				    dt__kv_op_name(h->cmd),
 				    (unsigned long long)h->key);
 			return;
 		}

@@ -89,7 +89,7 @@ read_idx(const char *path, uint32_t magic, uint32_t dims[3], uint8_t **data)
 	unsigned char hdr[16];
 	const int ndims = magic == IDX_IMAGES_MAGIC ? 3 : 1;
 	const char *what = ndims == 3 ? "image" : "label";
-	size_t hlen = 4 + 4 * (size_t)ndims, got, total, have = 0, cap = 0;
+	size_t hlen = 4 + 4 * (size_t)ndims, got = 0, total, have = 0, cap = 0;
 	uint8_t *buf = NULL;
 	gzFile f;
 	dt_err err;
@@ -344,7 +344,7 @@ fail:
 static dt_err
 slurp(const char *path, char **out, size_t *len)
 {
-	size_t have = 0, cap = 0, got;
+	size_t have = 0, cap = 0, got = 0;
 	char *buf = NULL;
 	gzFile f;
 	dt_err err;
