@@ -214,6 +214,7 @@ main(int argc, char **argv)
 	dt_key *keys = NULL;
 	float **pv = NULL, **gv = NULL;
 	size_t *lens = NULL;
+	float *sum = NULL;
 	int horovod, rank = 0, nw = 1, nt, rc = 1;
 	char params[256];
 
@@ -278,7 +279,7 @@ main(int argc, char **argv)
 	pv = calloc((size_t)nt, sizeof(*pv));
 	gv = calloc((size_t)nt, sizeof(*gv));
 	lens = calloc((size_t)nt, sizeof(*lens));
-	float *sum = malloc(sizeof(float) * dt_nn_model_num_params(m));
+	sum = malloc(sizeof(float) * dt_nn_model_num_params(m));
 	if (!keys || !pv || !gv || !lens || !sum) {
 		fprintf(stderr, "mnist: out of memory\n");
 		goto out;
@@ -403,6 +404,7 @@ out:
 	free(pv);
 	free(gv);
 	free(lens);
+	free(sum);
 	if (horovod)
 		dt_kv_destroy(updater);
 	if (kv && dt_kv_destroy(kv) != DT_OK && rc == 0) {

@@ -42,9 +42,9 @@ dt__log(int level, const char *fmt, ...)
 	(void)level;
 	/* Under dtrain launch every line is already prefixed with the role
 	 * and rank; don't say it twice. */
+	pthread_mutex_lock(&log_mu);
 	if (launched < 0)
 		launched = getenv("DTRAIN_LAUNCHED") != NULL;
-	pthread_mutex_lock(&log_mu);
 	n = launched ? 0 : snprintf(line, sizeof(line), "[%s] ", log_name);
 	pthread_mutex_unlock(&log_mu);
 	if (n < 0 || (size_t)n >= sizeof(line))
