@@ -180,6 +180,24 @@ conn_down(dt_van *v, dt_conn *c, dt_err why, const char *reason)
 	atomic_store(&c->open, 0);
 	epoll_ctl(v->epfd, EPOLL_CTL_DEL, c->fd, NULL);
 	shutdown(c->fd, SHUT_RDWR);
+	/*
+	 * Give the descriptor and the receive buffers back now, so a peer
+	 * that connects and misbehaves again and again cannot exhaust them.
+	 * Under send_mu: a sender re-checks `open` under that lock before
+	 * every write, so it never writes to a recycled descriptor (after the
+	 * shutdown above a blocked sender wakes at once).
+	 */
+	pthread_mutex_lock(&c->send_mu);
+	close(c->fd);
+	c->fd = -1;
+	pthread_mutex_unlock(&c->send_mu);
+	free(c->stage);
+	free(c->meta);
+	free(c->rxbuf);
+	c->stage = NULL;
+	c->meta = NULL;
+	c->rxbuf = NULL;
+	c->meta_cap = c->rxcap = 0;
 	if (why != DT_ECLOSED)
 		dt__log(0, "dropping connection from %s: %s", c->addr, reason);
 	else
@@ -828,8 +846,11 @@ void
 dt__van_close(dt_van *v, dt_conn *c)
 {
 	(void)v;
-	/* The I/O thread sees the shutdown as EOF and reports it. */
-	shutdown(c->fd, SHUT_RDWR);
+	/* The I/O thread sees the shutdown as EOF, reports it and closes. */
+	pthread_mutex_lock(&c->send_mu);
+	if (c->fd >= 0)
+		shutdown(c->fd, SHUT_RDWR);
+	pthread_mutex_unlock(&c->send_mu);
 }
 
 void
