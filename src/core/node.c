@@ -234,7 +234,12 @@ hook_payload_dest(void *arg, dt_conn *c, const dt_msg_hdr *h,
 	dt_node *n = arg;
 	int app = app_of_cmd(h->cmd);
 
-	if (app >= 0 && n->apps[app].payload_dest)
+	/* Control messages carry their data in the metadata, never in a
+	 * payload: read one away rather than let a stranger's header make
+	 * this node allocate up to DT_MAX_MESSAGE. */
+	if (app < 0)
+		return DT_VAN_DISCARD;
+	if (n->apps[app].payload_dest)
 		return n->apps[app].payload_dest(n->apps[app].arg, n, c, h,
 						 meta);
 	return NULL;

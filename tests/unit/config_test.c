@@ -1,0 +1,294 @@
+/*
+ * config_test.c - dt_node_config_from_env(): the DMLC_* variables a node
+ * reads at start-up (docs/cluster.md), their defaults, and the errors for
+ * a variable that is missing or malformed. Each error must be DT_ECONFIG
+ * with a message naming the variable, since that message is all a user
+ * who mistyped a launch script sees.
+ *
+ * Every test starts from an environment holding only a complete, valid
+ * worker configuration and changes one thing.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "common/util.h"
+#include "dtrain/node.h"
+
+/* Every variable the config reads; cleared before each test. */
+static const char *const all_vars[] = {
+    "DMLC_ROLE",         "DMLC_PS_ROOT_URI",
+    "DMLC_PS_ROOT_PORT", "DMLC_NUM_SERVER",
+    "DMLC_NUM_WORKER",   "DMLC_INTERFACE",
+    "DMLC_NODE_HOST",    "DMLC_PORT",
+    "PS_VERBOSE",        "DT_CONNECT_TIMEOUT",
+    "DT_LISTEN_FD",      "DMLC_WORKER_ID",
+    "DMLC_SERVER_ID",    "OMPI_COMM_WORLD_RANK",
+    "PMIX_RANK",         "SLURM_PROCID",
+};
+
+static int
+setup_valid_env(void **state)
+{
+	(void)state;
+	for (size_t i = 0; i < DT_ARRAY_LEN(all_vars); i++)
+		unsetenv(all_vars[i]);
+	setenv("DMLC_ROLE", "worker", 1);
+	setenv("DMLC_PS_ROOT_URI", "127.0.0.1", 1);
+	setenv("DMLC_PS_ROOT_PORT", "9092", 1);
+	setenv("DMLC_NUM_SERVER", "2", 1);
+	setenv("DMLC_NUM_WORKER", "3", 1);
+	dt__clear_error();
+	return 0;
+}
+
+static void
+assert_msg_has(const char *word)
+{
+	if (strstr(dt_errmsg(), word) == NULL)
+		fail_msg("error message '%s' does not mention '%s'",
+		         dt_errmsg(), word);
+}
+
+/* Reading the config fails with DT_ECONFIG naming var (and value). */
+static void
+expect_bad(int role_required, const char *var, const char *value)
+{
+	dt_node_config cfg;
+
+	dt__clear_error();
+	assert_int_equal(dt_node_config_from_env(&cfg, role_required),
+	                 DT_ECONFIG);
+	assert_msg_has(var);
+	if (value)
+		assert_msg_has(value);
+}
+
+static void
+test_valid_worker(void **state)
+{
+	dt_node_config cfg;
+
+	(void)state;
+	memset(&cfg, 0x5a, sizeof(cfg));
+	assert_int_equal(dt_node_config_from_env(&cfg, 1), DT_OK);
+	assert_int_equal(cfg.role, DT_ROLE_WORKER);
+	assert_string_equal(cfg.root_uri, "127.0.0.1");
+	assert_int_equal(cfg.root_port, 9092);
+	assert_int_equal(cfg.num_servers, 2);
+	assert_int_equal(cfg.num_workers, 3);
+	/* Defaults (docs/cluster.md). */
+	assert_int_equal(cfg.verbose, 0);
+	assert_int_equal(cfg.connect_timeout_ms, 60 * 1000);
+	assert_int_equal(cfg.port, 0);
+	assert_int_equal(cfg.listen_fd, -1);
+	assert_int_equal(cfg.requested_rank, -1);
+	assert_string_equal(cfg.interface, "");
+	assert_string_equal(cfg.node_host, "");
+}
+
+static void
+test_roles(void **state)
+{
+	dt_node_config cfg;
+
+	(void)state;
+	setenv("DMLC_ROLE", "scheduler", 1);
+	assert_int_equal(dt_node_config_from_env(&cfg, 1), DT_OK);
+	assert_int_equal(cfg.role, DT_ROLE_SCHEDULER);
+	setenv("DMLC_ROLE", "server", 1);
+	assert_int_equal(dt_node_config_from_env(&cfg, 1), DT_OK);
+	assert_int_equal(cfg.role, DT_ROLE_SERVER);
+	/* A job of workers only (collectives) has no servers. */
+	setenv("DMLC_NUM_SERVER", "0", 1);
+	assert_int_equal(dt_node_config_from_env(&cfg, 1), DT_OK);
+	assert_int_equal(cfg.num_servers, 0);
+	/* Without DMLC_ROLE a program run alone is a worker... */
+	unsetenv("DMLC_ROLE");
+	assert_int_equal(dt_node_config_from_env(&cfg, 0), DT_OK);
+	assert_int_equal(cfg.role, DT_ROLE_WORKER);
+	/* ...and an empty value counts as unset. */
+	setenv("DMLC_ROLE", "", 1);
+	assert_int_equal(dt_node_config_from_env(&cfg, 0), DT_OK);
+	assert_int_equal(cfg.role, DT_ROLE_WORKER);
+	expect_bad(1, "DMLC_ROLE", NULL);
+}
+
+static void
+test_missing_required(void **state)
+{
+	const char *const required[] = {"DMLC_PS_ROOT_URI", "DMLC_PS_ROOT_PORT",
+	                                "DMLC_NUM_SERVER", "DMLC_NUM_WORKER"};
+
+	(void)state;
+	unsetenv("DMLC_ROLE");
+	expect_bad(1, "DMLC_ROLE", NULL);
+	for (size_t i = 0; i < DT_ARRAY_LEN(required); i++) {
+		setup_valid_env(NULL);
+		unsetenv(required[i]);
+		expect_bad(1, required[i], NULL);
+		expect_bad(0, required[i], NULL);
+		/* Set but empty is as good as missing. */
+		setenv(required[i], "", 1);
+		expect_bad(1, required[i], NULL);
+	}
+	/* The scheduler needs them too. */
+	setup_valid_env(NULL);
+	setenv("DMLC_ROLE", "scheduler", 1);
+	unsetenv("DMLC_NUM_WORKER");
+	expect_bad(1, "DMLC_NUM_WORKER", NULL);
+}
+
+static void
+test_malformed(void **state)
+{
+	static const struct {
+		const char *var, *value;
+	} cases[] = {
+	    {"DMLC_ROLE", "boss"},
+	    {"DMLC_ROLE", "Worker"},
+	    {"DMLC_PS_ROOT_PORT", "abc"},
+	    {"DMLC_PS_ROOT_PORT", "70000"},
+	    {"DMLC_PS_ROOT_PORT", "-1"},
+	    {"DMLC_PS_ROOT_PORT", "90 92"},
+	    {"DMLC_PS_ROOT_PORT", "9092x"},
+	    {"DMLC_PS_ROOT_PORT", "99999999999999999999999"},
+	    {"DMLC_NUM_WORKER", "0"},
+	    {"DMLC_NUM_WORKER", "-2"},
+	    {"DMLC_NUM_WORKER", "two"},
+	    {"DMLC_NUM_WORKER", "100000"},
+	    {"DMLC_NUM_SERVER", "-1"},
+	    {"DMLC_NUM_SERVER", "1.5"},
+	    {"PS_VERBOSE", "5"},
+	    {"PS_VERBOSE", "-1"},
+	    {"PS_VERBOSE", "yes"},
+	    {"DT_CONNECT_TIMEOUT", "0"},
+	    {"DT_CONNECT_TIMEOUT", "soon"},
+	    {"DMLC_PORT", "65536"},
+	    {"DT_LISTEN_FD", "x"},
+	    {"DMLC_WORKER_ID", "abc"},
+	    {"DMLC_WORKER_ID", "-3"},
+	    {"OMPI_COMM_WORLD_RANK", "first"},
+	};
+
+	(void)state;
+	for (size_t i = 0; i < DT_ARRAY_LEN(cases); i++) {
+		setup_valid_env(NULL);
+		setenv(cases[i].var, cases[i].value, 1);
+		/* The message names the variable and quotes the value. */
+		expect_bad(1, cases[i].var, cases[i].value);
+	}
+}
+
+static void
+test_too_long(void **state)
+{
+	char longv[600];
+
+	(void)state;
+	memset(longv, 'h', sizeof(longv) - 1);
+	longv[sizeof(longv) - 1] = '\0';
+	setenv("DMLC_PS_ROOT_URI", longv, 1);
+	expect_bad(1, "DMLC_PS_ROOT_URI", NULL);
+	setup_valid_env(NULL);
+	setenv("DMLC_NODE_HOST", longv, 1);
+	expect_bad(1, "DMLC_NODE_HOST", NULL);
+	setup_valid_env(NULL);
+	setenv("DMLC_INTERFACE", longv, 1);
+	expect_bad(1, "DMLC_INTERFACE", NULL);
+}
+
+static void
+test_optional_values(void **state)
+{
+	dt_node_config cfg;
+
+	(void)state;
+	setenv("PS_VERBOSE", "2", 1);
+	setenv("DT_CONNECT_TIMEOUT", "3", 1);
+	setenv("DMLC_INTERFACE", "eth0", 1);
+	setenv("DMLC_NODE_HOST", "10.0.0.7", 1);
+	setenv("DMLC_PORT", "9100", 1);
+	setenv("DMLC_PS_ROOT_PORT", "65535", 1);
+	assert_int_equal(dt_node_config_from_env(&cfg, 1), DT_OK);
+	assert_int_equal(cfg.verbose, 2);
+	assert_int_equal(cfg.connect_timeout_ms, 3000);
+	assert_string_equal(cfg.interface, "eth0");
+	assert_string_equal(cfg.node_host, "10.0.0.7");
+	assert_int_equal(cfg.port, 9100);
+	assert_int_equal(cfg.root_port, 65535);
+	/* Empty values take the defaults. */
+	setenv("PS_VERBOSE", "", 1);
+	setenv("DT_CONNECT_TIMEOUT", "", 1);
+	assert_int_equal(dt_node_config_from_env(&cfg, 1), DT_OK);
+	assert_int_equal(cfg.verbose, 0);
+	assert_int_equal(cfg.connect_timeout_ms, 60 * 1000);
+}
+
+static int
+rank_of(void)
+{
+	dt_node_config cfg;
+
+	assert_int_equal(dt_node_config_from_env(&cfg, 1), DT_OK);
+	return cfg.requested_rank;
+}
+
+static void
+test_rank_requests(void **state)
+{
+	(void)state;
+	/* A worker reads DMLC_WORKER_ID, not DMLC_SERVER_ID. */
+	setenv("DMLC_SERVER_ID", "1", 1);
+	assert_int_equal(rank_of(), -1);
+	setenv("DMLC_WORKER_ID", "2", 1);
+	assert_int_equal(rank_of(), 2);
+	setenv("DMLC_WORKER_ID", "0", 1);
+	assert_int_equal(rank_of(), 0);
+
+	/* A server reads DMLC_SERVER_ID, not DMLC_WORKER_ID. */
+	setenv("DMLC_ROLE", "server", 1);
+	assert_int_equal(rank_of(), 1);
+	unsetenv("DMLC_SERVER_ID");
+	assert_int_equal(rank_of(), -1);
+
+	/* mpirun's rank, when the role's own variable is not set. */
+	setup_valid_env(NULL);
+	setenv("OMPI_COMM_WORLD_RANK", "1", 1);
+	assert_int_equal(rank_of(), 1);
+	setenv("DMLC_WORKER_ID", "2", 1); /* the explicit one wins */
+	assert_int_equal(rank_of(), 2);
+	unsetenv("DMLC_WORKER_ID");
+	unsetenv("OMPI_COMM_WORLD_RANK");
+	setenv("PMIX_RANK", "2", 1);
+	assert_int_equal(rank_of(), 2);
+	unsetenv("PMIX_RANK");
+	setenv("SLURM_PROCID", "1", 1);
+	assert_int_equal(rank_of(), 1);
+
+	/* The scheduler has no rank to ask for. */
+	setenv("DMLC_ROLE", "scheduler", 1);
+	setenv("DMLC_WORKER_ID", "1", 1);
+	setenv("OMPI_COMM_WORLD_RANK", "1", 1);
+	assert_int_equal(rank_of(), -1);
+}
+
+int
+main(void)
+{
+#define T(f) cmocka_unit_test_setup(f, setup_valid_env)
+	const struct CMUnitTest tests[] = {
+	    T(test_valid_worker),  T(test_roles),    T(test_missing_required),
+	    T(test_malformed),     T(test_too_long), T(test_optional_values),
+	    T(test_rank_requests),
+	};
+#undef T
+
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}

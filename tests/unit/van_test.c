@@ -1,0 +1,1284 @@
+/*
+ * van_test.c - the TCP transport (src/net/van.c) in one process: two vans
+ * on 127.0.0.1 with port 0, talking through real sockets.
+ *
+ * What is checked: frames of every size class (empty, one byte, a page,
+ * larger than the receive staging buffer and the 16 MiB + 3 that crosses
+ * every boundary) arrive intact (CRC-32 of the payload) and in order, also
+ * when several threads send on one connection at once; payload_dest places
+ * a payload in the caller's buffer; DT_VAN_DISCARD drops one without
+ * disturbing the next message; DT_VAN_STREAM hands one over in aligned,
+ * ordered pieces that add up to it; a raw socket that sends garbage, a
+ * truncated frame or an oversized declared length is dropped with a
+ * logged reason while the van goes on serving its other peers; connecting
+ * to a closed port fails in time with a message naming the address.
+ *
+ * Every wait is a poll of shared state with a deadline; no test sleeps a
+ * fixed time. Each test ends by checking that the process holds exactly
+ * the descriptors it held before (libuv's "the loop closes clean"); ASan's
+ * leak checker covers memory in the sanitizer build.
+ */
+#include <arpa/inet.h>
+#include <dirent.h>
+#include <errno.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <pthread.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+#include <zlib.h>
+
+#include <cmocka.h>
+
+#include "common/util.h"
+#include "net/van.h"
+
+#define WAIT_MS    30000 /* generous: the sanitizer build is slow */
+#define MAX_RECS   4096
+#define MAX_CLOSES 512
+
+/* What a van's hooks saw, written by its I/O thread. */
+typedef struct rec {
+	dt_msg_hdr h;
+	uint32_t crc;      /* CRC-32 of the payload as delivered */
+	uint32_t meta_crc; /* of the metadata */
+	int meta_nul;      /* meta[meta_len] == '\0' */
+	int null_payload;
+	int external;
+	int streamed;
+	void *payload;
+	dt_conn *conn;
+} rec;
+
+typedef struct sink {
+	pthread_mutex_t mu;
+	pthread_cond_t cv;
+	rec recs[MAX_RECS];
+	int nrec;
+	dt_conn *close_conn[MAX_CLOSES];
+	dt_err close_why[MAX_CLOSES];
+	int nclose;
+	/* payload_dest behaviour: */
+	uint64_t ext_key; /* payloads of this key go to ext_buf */
+	uint8_t *ext_buf;
+	uint64_t ext_cap;
+	uint64_t discard_key; /* payloads of this key are dropped */
+	uint64_t stream_key;  /* payloads of this key are streamed */
+	uint64_t stream_off;  /* next offset payload_chunk should see */
+	uint32_t stream_crc;  /* of the pieces so far */
+	int stream_pieces;
+	int stream_bad;         /* a piece was misaligned or out of order */
+	uint32_t dest_meta_crc; /* meta as payload_dest saw it */
+	int dest_calls;
+	/* Echo every message back on its connection. */
+	dt_van *echo_van;
+} sink;
+
+static void
+sink_init(sink *s)
+{
+	memset(s, 0, sizeof(*s));
+	pthread_mutex_init(&s->mu, NULL);
+	pthread_cond_init(&s->cv, NULL);
+	s->ext_key = UINT64_MAX;
+	s->discard_key = UINT64_MAX;
+	s->stream_key = UINT64_MAX;
+	s->stream_crc = (uint32_t)crc32(0, NULL, 0);
+}
+
+static void
+sink_fini(sink *s)
+{
+	pthread_mutex_destroy(&s->mu);
+	pthread_cond_destroy(&s->cv);
+}
+
+static void
+on_msg(void *arg, dt_conn *c, dt_msg *m)
+{
+	sink *s = arg;
+	rec r = {0};
+
+	r.h = m->hdr;
+	r.null_payload = m->payload == NULL;
+	r.external = m->payload_external;
+	r.streamed = m->streamed;
+	r.payload = m->payload;
+	r.conn = c;
+	r.crc = (uint32_t)crc32(0, NULL, 0);
+	if (m->streamed) {
+		/* The pieces are in; the next streamed payload starts anew. */
+		if (s->stream_off != m->hdr.payload_len)
+			s->stream_bad = 1;
+		r.crc = s->stream_crc;
+		s->stream_off = 0;
+		s->stream_crc = (uint32_t)crc32(0, NULL, 0);
+	} else if (m->payload) {
+		/* zlib's crc32 takes a uInt length: feed it in pieces. */
+		const uint8_t *p = m->payload;
+		uint64_t left = m->hdr.payload_len;
+		while (left) {
+			uInt n = (uInt)DT_MIN(left, 1u << 30);
+			r.crc = (uint32_t)crc32(r.crc, p, n);
+			p += n;
+			left -= n;
+		}
+	}
+	r.meta_crc = (uint32_t)crc32(0, m->meta, m->meta ? m->hdr.meta_len : 0);
+	r.meta_nul = m->meta == NULL || m->meta[m->hdr.meta_len] == '\0';
+	if (s->echo_van) {
+		dt_msg_hdr h = m->hdr;
+		struct iovec iov = {m->payload,
+		                    m->payload ? m->hdr.payload_len : 0};
+		dt__van_send(s->echo_van, c, &h, m->meta, m->hdr.meta_len, &iov,
+		             1);
+	}
+	pthread_mutex_lock(&s->mu);
+	if (s->nrec < MAX_RECS)
+		s->recs[s->nrec++] = r;
+	pthread_cond_broadcast(&s->cv);
+	pthread_mutex_unlock(&s->mu);
+}
+
+static void *
+payload_dest(void *arg, dt_conn *c, const dt_msg_hdr *h, const uint8_t *meta)
+{
+	sink *s = arg;
+
+	(void)c;
+	s->dest_calls++;
+	s->dest_meta_crc = (uint32_t)crc32(0, meta, meta ? h->meta_len : 0);
+	if (h->key == s->discard_key)
+		return DT_VAN_DISCARD;
+	if (h->key == s->stream_key)
+		return DT_VAN_STREAM;
+	if (h->key == s->ext_key && h->payload_len <= s->ext_cap)
+		return s->ext_buf;
+	return NULL;
+}
+
+static void
+payload_chunk(void *arg, dt_conn *c, const dt_msg_hdr *h, const void *data,
+              uint64_t off, size_t len)
+{
+	sink *s = arg;
+
+	(void)c;
+	if (off != s->stream_off || off % 4 || len % 4 || len == 0 ||
+	    off + len > h->payload_len)
+		s->stream_bad = 1;
+	s->stream_crc = (uint32_t)crc32(s->stream_crc, data, (uInt)len);
+	s->stream_off = off + len;
+	s->stream_pieces++;
+}
+
+static void
+on_close(void *arg, dt_conn *c, dt_err why)
+{
+	sink *s = arg;
+
+	pthread_mutex_lock(&s->mu);
+	if (s->nclose < MAX_CLOSES) {
+		s->close_conn[s->nclose] = c;
+		s->close_why[s->nclose] = why;
+		s->nclose++;
+	}
+	pthread_cond_broadcast(&s->cv);
+	pthread_mutex_unlock(&s->mu);
+}
+
+/* Wait until *counter >= want (under s->mu) or WAIT_MS pass. */
+static int
+wait_count(sink *s, const int *counter, int want)
+{
+	uint64_t deadline = dt__now_ns() + WAIT_MS * 1000000ull;
+	int ok;
+
+	pthread_mutex_lock(&s->mu);
+	while (*counter < want && dt__now_ns() < deadline) {
+		struct timespec ts;
+		clock_gettime(CLOCK_REALTIME, &ts);
+		ts.tv_nsec += 20 * 1000000L;
+		if (ts.tv_nsec >= 1000000000L) {
+			ts.tv_sec++;
+			ts.tv_nsec -= 1000000000L;
+		}
+		pthread_cond_timedwait(&s->cv, &s->mu, &ts);
+	}
+	ok = *counter >= want;
+	pthread_mutex_unlock(&s->mu);
+	return ok;
+}
+
+/* Read a counter the I/O thread writes, under the sink's lock. */
+static int
+sink_read(sink *s, const int *counter)
+{
+	int v;
+
+	pthread_mutex_lock(&s->mu);
+	v = *counter;
+	pthread_mutex_unlock(&s->mu);
+	return v;
+}
+
+#define NREC(s)   sink_read((s), &(s)->nrec)
+#define NCLOSE(s) sink_read((s), &(s)->nclose)
+
+#define WAIT_RECS(s, n)   assert_true(wait_count((s), &(s)->nrec, (n)))
+#define WAIT_CLOSES(s, n) assert_true(wait_count((s), &(s)->nclose, (n)))
+
+static uint32_t
+crc_of(const void *p, size_t n)
+{
+	return (uint32_t)crc32(crc32(0, NULL, 0), p, (uInt)n);
+}
+
+static void
+fill_random(uint8_t *p, size_t n, uint64_t seed)
+{
+	uint64_t x = seed * 0x9e3779b97f4a7c15ull + 1;
+
+	for (size_t i = 0; i < n; i++) {
+		x ^= x >> 12;
+		x ^= x << 25;
+		x ^= x >> 27;
+		p[i] = (uint8_t)((x * 0x2545f4914f6cdd1dull) >> 56);
+	}
+}
+
+static void
+assert_msg_has(const char *msg, const char *word)
+{
+	if (strstr(msg, word) == NULL)
+		fail_msg("message '%s' does not mention '%s'", msg, word);
+}
+
+/* ---- fixture: the descriptors held before a test, checked after it. */
+
+static int
+count_fds(void)
+{
+	DIR *d = opendir("/proc/self/fd");
+	struct dirent *e;
+	int n = 0;
+
+	if (d == NULL)
+		return -1;
+	while ((e = readdir(d)) != NULL)
+		if (e->d_name[0] != '.')
+			n++;
+	closedir(d);
+	return n - 1; /* the directory's own descriptor */
+}
+
+static int fds_before;
+static int saved_stderr = -1;
+
+static void capture_end(char *out, size_t cap);
+
+static int
+setup(void **state)
+{
+	(void)state;
+	unsetenv("DT_MAX_MESSAGE");
+	unsetenv("DT_SEND_TIMEOUT");
+	fds_before = count_fds();
+	return 0;
+}
+
+static int
+teardown(void **state)
+{
+	(void)state;
+	if (saved_stderr >= 0)
+		capture_end(NULL, 0);
+	unsetenv("DT_MAX_MESSAGE");
+	if (count_fds() != fds_before) {
+		fprintf(stderr, "descriptor leak: %d open before, %d after\n",
+		        fds_before, count_fds());
+		return -1;
+	}
+	return 0;
+}
+
+/* ---- stderr capture, to check the logged drop reasons. */
+
+static FILE *capture_file;
+
+static void
+capture_begin(void)
+{
+	fflush(stderr);
+	capture_file = tmpfile();
+	assert_non_null(capture_file);
+	saved_stderr = dup(2);
+	assert_true(saved_stderr >= 0);
+	dup2(fileno(capture_file), 2);
+}
+
+/* Restore stderr; copy what was logged into out (NUL-terminated). */
+static void
+capture_end(char *out, size_t cap)
+{
+	size_t n = 0;
+
+	fflush(stderr);
+	dup2(saved_stderr, 2);
+	close(saved_stderr);
+	saved_stderr = -1;
+	if (out && cap) {
+		rewind(capture_file);
+		n = fread(out, 1, cap - 1, capture_file);
+		out[n] = '\0';
+	}
+	fclose(capture_file);
+	capture_file = NULL;
+	if (out && cap)
+		fputs(out,
+		      stderr); /* keep the log visible in the test output */
+}
+
+/* ---- a pair of vans: a listens, b connects. */
+
+typedef struct pair {
+	sink sa, sb;
+	dt_van *a, *b;
+	int port;
+	dt_conn *cb; /* b's connection to a */
+} pair;
+
+/* Hooks of a van: on_msg and on_close always, payload_dest and
+ * payload_chunk as asked (HOOK_* flags). */
+#define HOOK_DEST  1
+#define HOOK_CHUNK 2
+
+static dt_van *
+make_van(sink *s, int with)
+{
+	dt_van_hooks hooks = {
+	    .arg = s,
+	    .on_msg = on_msg,
+	    .payload_dest = (with & HOOK_DEST) ? payload_dest : NULL,
+	    .payload_chunk = (with & HOOK_CHUNK) ? payload_chunk : NULL,
+	    .on_close = on_close};
+	dt_van *v = NULL;
+
+	assert_int_equal(dt__van_create(&hooks, &v), DT_OK);
+	assert_non_null(v);
+	return v;
+}
+
+static void
+pair_open(pair *p, int with)
+{
+	memset(p, 0, sizeof(*p));
+	sink_init(&p->sa);
+	sink_init(&p->sb);
+	p->a = make_van(&p->sa, with);
+	p->b = make_van(&p->sb, 0);
+	assert_int_equal(dt__van_listen(p->a, "127.0.0.1", 0, -1, &p->port),
+	                 DT_OK);
+	assert_true(p->port > 0);
+	assert_int_equal(dt__van_start(p->a), DT_OK);
+	assert_int_equal(dt__van_start(p->b), DT_OK);
+	assert_int_equal(
+	    dt__van_connect(p->b, "127.0.0.1", p->port, 5000, "van a", &p->cb),
+	    DT_OK);
+	assert_non_null(p->cb);
+	assert_true(dt__conn_is_open(p->cb));
+	assert_int_equal(dt__conn_peer(p->cb), -1);
+}
+
+static void
+pair_close(pair *p)
+{
+	dt__van_destroy(p->b);
+	dt__van_destroy(p->a);
+	sink_fini(&p->sa);
+	sink_fini(&p->sb);
+}
+
+/* Send one frame from b to a with the payload cut into pieces. */
+static dt_err
+send_pieces(dt_van *v, dt_conn *c, uint8_t cmd, uint64_t seq, uint64_t key,
+            const char *meta, const uint8_t *payload, size_t len, int pieces)
+{
+	struct iovec iov[4];
+	size_t cut[5] = {0};
+	dt_msg_hdr h = {.cmd = cmd, .seq = seq, .key = key};
+	int n = 0;
+
+	/* Cut at 1 byte, then in halves: odd boundaries on purpose. */
+	cut[0] = 0;
+	if (pieces >= 2 && len >= 2)
+		cut[++n] = 1;
+	if (pieces >= 3 && len >= 4)
+		cut[++n] = len / 2 + 1;
+	cut[++n] = len;
+	for (int i = 0; i < n; i++)
+		iov[i] = (struct iovec){(void *)(payload + cut[i]),
+		                        cut[i + 1] - cut[i]};
+	return dt__van_send(v, c, &h, meta, meta ? (uint32_t)strlen(meta) : 0,
+	                    iov, n);
+}
+
+/* ---- tests ---- */
+
+static void
+test_sizes_in_order(void **state)
+{
+	const size_t sizes[] = {0,
+	                        1,
+	                        4096,
+	                        32767,
+	                        32768,
+	                        256 << 10,
+	                        (256 << 10) + 1,
+	                        (16u << 20) + 3,
+	                        3};
+	enum { N = DT_ARRAY_LEN(sizes) };
+	uint32_t want_crc[N], want_meta[N];
+	char meta[N][32];
+	pair p;
+
+	(void)state;
+	pair_open(&p, 0);
+	for (int i = 0; i < N; i++) {
+		uint8_t *buf = malloc(sizes[i] ? sizes[i] : 1);
+		assert_non_null(buf);
+		fill_random(buf, sizes[i], (uint64_t)i + 1);
+		want_crc[i] = crc_of(buf, sizes[i]);
+		snprintf(meta[i], sizeof(meta[i]), "%s%d",
+		         i % 2 ? "frame " : "", i);
+		want_meta[i] = crc_of(meta[i], strlen(meta[i]));
+		assert_int_equal(send_pieces(p.b, p.cb, DT_CMD_TEXT,
+		                             100 + (uint64_t)i, 7, meta[i], buf,
+		                             sizes[i], 1 + i % 3),
+		                 DT_OK);
+		free(buf);
+	}
+	WAIT_RECS(&p.sa, N);
+	for (int i = 0; i < N; i++) {
+		rec *r = &p.sa.recs[i];
+
+		assert_int_equal(r->h.seq, 100 + i); /* in order */
+		assert_int_equal(r->h.cmd, DT_CMD_TEXT);
+		assert_int_equal(r->h.key, 7);
+		assert_int_equal(r->h.version, DT_WIRE_VERSION);
+		assert_true(r->h.payload_len == sizes[i]);
+		assert_int_equal(r->h.meta_len, strlen(meta[i]));
+		assert_int_equal(r->crc, want_crc[i]);
+		assert_int_equal(r->meta_crc, want_meta[i]);
+		assert_true(r->meta_nul);
+		assert_int_equal(r->null_payload, sizes[i] == 0);
+		assert_int_equal(r->external, 0);
+		assert_true(r->conn == p.sa.recs[0].conn);
+	}
+	uint64_t sent, recvd, total = 0;
+	for (int i = 0; i < N; i++)
+		total += DT_HDR_SIZE + strlen(meta[i]) + sizes[i];
+	dt__van_counters(p.b, &sent, &recvd);
+	assert_true(sent == total);
+	dt__van_counters(p.a, &sent, &recvd);
+	assert_true(recvd == total);
+	assert_int_equal(NCLOSE(&p.sa), 0);
+	pair_close(&p);
+}
+
+/* The accepted side sends too: a echoes everything back to b. */
+static void
+test_echo(void **state)
+{
+	const size_t sizes[] = {0, 1, 4096, (16u << 20) + 3, 8};
+	enum { N = DT_ARRAY_LEN(sizes) };
+	uint32_t want[N];
+	pair p;
+
+	(void)state;
+	pair_open(&p, 0);
+	p.sa.echo_van = p.a;
+	for (int i = 0; i < N; i++) {
+		uint8_t *buf = malloc(sizes[i] + 1);
+		assert_non_null(buf);
+		fill_random(buf, sizes[i], 1000 + (uint64_t)i);
+		want[i] = crc_of(buf, sizes[i]);
+		assert_int_equal(send_pieces(p.b, p.cb, DT_CMD_KV_FIRST + 1,
+		                             (uint64_t)i, 0, "echo", buf,
+		                             sizes[i], 3),
+		                 DT_OK);
+		free(buf);
+	}
+	WAIT_RECS(&p.sb, N);
+	for (int i = 0; i < N; i++) {
+		assert_int_equal(p.sb.recs[i].h.seq, i);
+		assert_int_equal(p.sb.recs[i].h.cmd, DT_CMD_KV_FIRST + 1);
+		assert_int_equal(p.sb.recs[i].crc, want[i]);
+		assert_true(p.sb.recs[i].conn == p.cb);
+	}
+	pair_close(&p);
+}
+
+/* Several threads share one connection; frames never interleave. */
+#define SENDERS    4
+#define PER_SENDER 150
+
+typedef struct sender_arg {
+	pair *p;
+	int id;
+	dt_err err;
+} sender_arg;
+
+static void *
+sender_main(void *arg)
+{
+	sender_arg *a = arg;
+	uint8_t *buf = malloc(70000);
+
+	a->err = buf ? DT_OK : DT_ENOMEM;
+	for (int i = 0; i < PER_SENDER && !a->err; i++) {
+		size_t len = (size_t)((a->id * 7919 + i * 104729) % 70000);
+		dt_msg_hdr h = {.cmd = DT_CMD_COLL_FIRST,
+		                .key = (uint64_t)a->id,
+		                .seq = (uint64_t)i};
+		struct iovec iov = {buf, len};
+
+		fill_random(buf, len, (uint64_t)(a->id * 100000 + i));
+		h.arg0 = crc_of(buf, len);
+		a->err = dt__van_send(a->p->b, a->p->cb, &h, NULL, 0, &iov, 1);
+	}
+	free(buf);
+	return NULL;
+}
+
+static void
+test_concurrent_senders(void **state)
+{
+	pthread_t th[SENDERS];
+	sender_arg args[SENDERS];
+	uint64_t next[SENDERS] = {0};
+	pair p;
+
+	(void)state;
+	pair_open(&p, 0);
+	for (int t = 0; t < SENDERS; t++) {
+		args[t] = (sender_arg){&p, t, DT_OK};
+		assert_int_equal(
+		    pthread_create(&th[t], NULL, sender_main, &args[t]), 0);
+	}
+	for (int t = 0; t < SENDERS; t++) {
+		pthread_join(th[t], NULL);
+		assert_int_equal(args[t].err, DT_OK);
+	}
+	WAIT_RECS(&p.sa, SENDERS * PER_SENDER);
+	for (int i = 0; i < SENDERS * PER_SENDER; i++) {
+		rec *r = &p.sa.recs[i];
+
+		assert_true(r->h.key < SENDERS);
+		assert_true(r->h.seq == next[r->h.key]); /* per-thread order */
+		next[r->h.key]++;
+		assert_true(r->crc == r->h.arg0);
+	}
+	pair_close(&p);
+}
+
+/* payload_dest: the payload lands in the caller's buffer. */
+static void
+test_payload_dest(void **state)
+{
+	const size_t sizes[] = {10, (1u << 20) + 5, 0};
+	pair p;
+
+	(void)state;
+	pair_open(&p, HOOK_DEST);
+	p.sa.ext_cap = (1u << 20) + 5;
+	p.sa.ext_buf = calloc(1, p.sa.ext_cap);
+	assert_non_null(p.sa.ext_buf);
+	p.sa.ext_key = 42;
+	for (size_t i = 0; i < DT_ARRAY_LEN(sizes); i++) {
+		uint8_t *buf = malloc(sizes[i] + 1);
+		int before = NREC(&p.sa);
+
+		assert_non_null(buf);
+		fill_random(buf, sizes[i], 77 + i);
+		assert_int_equal(send_pieces(p.b, p.cb, DT_CMD_KV_FIRST, i, 42,
+		                             "pull-reply", buf, sizes[i], 2),
+		                 DT_OK);
+		WAIT_RECS(&p.sa, before + 1);
+		rec *r = &p.sa.recs[before];
+		if (sizes[i]) {
+			assert_int_equal(r->external, 1);
+			assert_ptr_equal(r->payload, p.sa.ext_buf);
+			assert_memory_equal(p.sa.ext_buf, buf, sizes[i]);
+			/* The hook saw the message's metadata. */
+			assert_int_equal(p.sa.dest_meta_crc,
+			                 crc_of("pull-reply", 10));
+		} else {
+			/* No payload: no buffer asked for. */
+			assert_int_equal(r->null_payload, 1);
+		}
+		free(buf);
+	}
+	/* Other keys still use the van's own buffer. */
+	uint8_t small[100];
+	fill_random(small, sizeof(small), 5);
+	assert_int_equal(send_pieces(p.b, p.cb, DT_CMD_KV_FIRST, 9, 1, NULL,
+	                             small, sizeof(small), 1),
+	                 DT_OK);
+	WAIT_RECS(&p.sa, 4);
+	assert_int_equal(p.sa.recs[3].external, 0);
+	assert_true(p.sa.recs[3].payload != p.sa.ext_buf);
+	assert_int_equal(p.sa.recs[3].crc, crc_of(small, sizeof(small)));
+	/* payload_dest is asked only for messages with a payload. */
+	assert_int_equal(p.sa.dest_calls, 3);
+	pair_close(&p);
+	free(p.sa.ext_buf);
+}
+
+/* DT_VAN_DISCARD reads a payload away; the stream stays in step. */
+static void
+test_discard(void **state)
+{
+	const size_t sizes[] = {1, 5000, (3u << 20) + 1};
+	pair p;
+
+	(void)state;
+	pair_open(&p, HOOK_DEST);
+	p.sa.discard_key = 13;
+	for (size_t i = 0; i < DT_ARRAY_LEN(sizes); i++) {
+		uint8_t *junk = malloc(sizes[i]);
+		uint8_t next[333];
+		int before = NREC(&p.sa);
+
+		assert_non_null(junk);
+		memset(junk, 0xdd, sizes[i]);
+		fill_random(next, sizeof(next), i);
+		assert_int_equal(send_pieces(p.b, p.cb, DT_CMD_KV_FIRST, 1, 13,
+		                             "wrong size", junk, sizes[i], 3),
+		                 DT_OK);
+		assert_int_equal(send_pieces(p.b, p.cb, DT_CMD_KV_FIRST, 2, 14,
+		                             "next", next, sizeof(next), 1),
+		                 DT_OK);
+		WAIT_RECS(&p.sa, before + 2);
+		rec *d = &p.sa.recs[before], *n = &p.sa.recs[before + 1];
+		assert_int_equal(d->h.key, 13);
+		assert_int_equal(d->null_payload, 1);
+		assert_true(d->h.payload_len == sizes[i]);
+		assert_int_equal(d->meta_crc, crc_of("wrong size", 10));
+		assert_int_equal(n->h.key, 14);
+		assert_int_equal(n->h.seq, 2);
+		assert_int_equal(n->crc, crc_of(next, sizeof(next)));
+		free(junk);
+	}
+	assert_int_equal(NCLOSE(&p.sa), 0);
+	pair_close(&p);
+}
+
+/* DT_VAN_STREAM: the payload comes in pieces, 4-byte aligned, in order,
+ * adding up to the payload; one that is not a multiple of 4 long, or a
+ * van without payload_chunk, falls back to a buffer. */
+static void
+test_stream(void **state)
+{
+	const size_t sizes[] = {4, 8, 4096, (1u << 20) + 4, 3u << 20, 10, 0};
+	pair p;
+
+	(void)state;
+	pair_open(&p, HOOK_DEST | HOOK_CHUNK);
+	p.sa.stream_key = 5;
+	for (size_t i = 0; i < DT_ARRAY_LEN(sizes); i++) {
+		uint8_t *buf = malloc(sizes[i] + 1);
+		int before = NREC(&p.sa);
+
+		assert_non_null(buf);
+		fill_random(buf, sizes[i], 500 + i);
+		assert_int_equal(send_pieces(p.b, p.cb, DT_CMD_KV_FIRST, i, 5,
+		                             "push", buf, sizes[i], 3),
+		                 DT_OK);
+		WAIT_RECS(&p.sa, before + 1);
+		rec *r = &p.sa.recs[before];
+		assert_int_equal(r->h.seq, i);
+		assert_int_equal(r->crc, crc_of(buf, sizes[i]));
+		if (sizes[i] && sizes[i] % 4 == 0) {
+			assert_int_equal(r->streamed, 1);
+			assert_int_equal(r->null_payload, 1);
+		} else {
+			assert_int_equal(r->streamed, 0);
+			assert_int_equal(r->null_payload, sizes[i] == 0);
+		}
+		assert_int_equal(p.sa.stream_bad, 0);
+		free(buf);
+	}
+	assert_true(p.sa.stream_pieces >= 5);
+	pair_close(&p);
+
+	/* No payload_chunk hook: DT_VAN_STREAM means a buffer. */
+	pair_open(&p, HOOK_DEST);
+	p.sa.stream_key = 5;
+	uint8_t x[64];
+	fill_random(x, sizeof(x), 9);
+	assert_int_equal(send_pieces(p.b, p.cb, DT_CMD_KV_FIRST, 1, 5, NULL, x,
+	                             sizeof(x), 1),
+	                 DT_OK);
+	WAIT_RECS(&p.sa, 1);
+	assert_int_equal(p.sa.recs[0].streamed, 0);
+	assert_int_equal(p.sa.recs[0].null_payload, 0);
+	assert_int_equal(p.sa.recs[0].crc, crc_of(x, sizeof(x)));
+	assert_int_equal(p.sa.stream_pieces, 0);
+	pair_close(&p);
+}
+
+/* ---- raw sockets that do not speak the protocol ---- */
+
+static int
+raw_connect(int port)
+{
+	struct sockaddr_in sa = {.sin_family = AF_INET,
+	                         .sin_port = htons((uint16_t)port)};
+	int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	int one = 1;
+
+	assert_true(fd >= 0);
+	inet_pton(AF_INET, "127.0.0.1", &sa.sin_addr);
+	assert_int_equal(connect(fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
+	setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+	return fd;
+}
+
+static void
+raw_send(int fd, const void *p, size_t n)
+{
+	const uint8_t *b = p;
+
+	while (n) {
+		ssize_t w = send(fd, b, n, MSG_NOSIGNAL);
+		if (w < 0 && errno == EINTR)
+			continue;
+		assert_true(w > 0);
+		b += w;
+		n -= (size_t)w;
+	}
+}
+
+/* The van hangs up on fd: EOF (or a reset) within the deadline. */
+static int
+wait_hangup(int fd)
+{
+	uint64_t deadline = dt__now_ns() + WAIT_MS * 1000000ull;
+	char b[256];
+
+	while (dt__now_ns() < deadline) {
+		struct pollfd pfd = {.fd = fd, .events = POLLIN};
+		if (poll(&pfd, 1, 50) <= 0)
+			continue;
+		ssize_t n = recv(fd, b, sizeof(b), 0);
+		if (n == 0 || (n < 0 && errno != EINTR && errno != EAGAIN))
+			return 1;
+	}
+	return 0;
+}
+
+static void
+frame_header(uint8_t out[DT_HDR_SIZE], uint8_t cmd, uint32_t meta_len,
+             uint64_t payload_len)
+{
+	dt_msg_hdr h = {
+	    .cmd = cmd, .meta_len = meta_len, .payload_len = payload_len};
+
+	dt__hdr_encode(&h, out);
+}
+
+typedef struct bad_case {
+	const char *name;
+	const char *logged; /* the reason must name this */
+	dt_err why;         /* what on_close reports */
+	int closes_first;   /* the client hangs up after sending */
+	size_t ngarbage;    /* bytes of text garbage, or */
+	uint8_t cmd;        /* a header with these fields, cut at cut */
+	uint32_t meta_len;
+	uint64_t payload_len;
+	size_t cut;
+	size_t extra; /* bytes of body sent after the header */
+} bad_case;
+
+static void
+test_bad_peers(void **state)
+{
+	const uint64_t limit = 1u << 20; /* DT_MAX_MESSAGE for this van */
+	const bad_case cases[] = {
+	    {.name = "text garbage",
+	     .logged = "magic",
+	     .why = DT_EPROTO,
+	     .ngarbage = 200},
+	    {.name = "short garbage, then close",
+	     .logged = "truncated",
+	     .why = DT_EPROTO,
+	     .closes_first = 1,
+	     .ngarbage = 10},
+	    {.name = "truncated header, then close",
+	     .logged = "truncated",
+	     .why = DT_EPROTO,
+	     .closes_first = 1,
+	     .cmd = DT_CMD_HELLO,
+	     .cut = 30},
+	    {.name = "oversized payload length",
+	     .logged = "payload length",
+	     .why = DT_ETOOBIG,
+	     .cmd = DT_CMD_KV_FIRST,
+	     .payload_len = limit + 1,
+	     .cut = DT_HDR_SIZE},
+	    {.name = "payload length 2^63",
+	     .logged = "payload length",
+	     .why = DT_ETOOBIG,
+	     .cmd = DT_CMD_TEXT,
+	     .meta_len = 4,
+	     .payload_len = 1ull << 63,
+	     .cut = DT_HDR_SIZE},
+	    {.name = "oversized metadata length",
+	     .logged = "metadata length",
+	     .why = DT_ETOOBIG,
+	     .cmd = DT_CMD_ADD_NODE,
+	     .meta_len = DT_MAX_META + 1,
+	     .cut = DT_HDR_SIZE},
+	    {.name = "unknown command",
+	     .logged = "command",
+	     .why = DT_EPROTO,
+	     .cmd = 200,
+	     .cut = DT_HDR_SIZE},
+	    {.name = "truncated metadata, then close",
+	     .logged = "truncated",
+	     .why = DT_EPROTO,
+	     .closes_first = 1,
+	     .cmd = DT_CMD_TEXT,
+	     .meta_len = 100,
+	     .cut = DT_HDR_SIZE,
+	     .extra = 50},
+	    {.name = "truncated payload, then close",
+	     .logged = "truncated",
+	     .why = DT_EPROTO,
+	     .closes_first = 1,
+	     .cmd = DT_CMD_KV_FIRST,
+	     .payload_len = 1000,
+	     .cut = DT_HDR_SIZE,
+	     .extra = 999},
+	    {.name = "payload within the limit, never sent",
+	     .logged = "truncated",
+	     .why = DT_EPROTO,
+	     .closes_first = 1,
+	     .cmd = DT_CMD_KV_FIRST,
+	     .payload_len = limit,
+	     .cut = DT_HDR_SIZE},
+	};
+	char log[16384];
+	pair p;
+
+	(void)state;
+	setenv("DT_MAX_MESSAGE", "1048576", 1);
+	pair_open(&p, 0);
+	unsetenv("DT_MAX_MESSAGE");
+
+	/* b is a good peer, connected before the trouble starts. */
+	uint8_t hello[10] = "good peer";
+	assert_int_equal(send_pieces(p.b, p.cb, DT_CMD_TEXT, 1, 0, "x", hello,
+	                             sizeof(hello), 1),
+	                 DT_OK);
+	WAIT_RECS(&p.sa, 1);
+
+	for (size_t i = 0; i < DT_ARRAY_LEN(cases); i++) {
+		const bad_case *bc = &cases[i];
+		int fd, before = NCLOSE(&p.sa);
+		uint8_t buf[DT_HDR_SIZE + 1024];
+		size_t n;
+
+		print_message("bad peer: %s\n", bc->name);
+		capture_begin();
+		fd = raw_connect(p.port);
+		if (bc->ngarbage) {
+			for (n = 0; n < bc->ngarbage; n++)
+				buf[n] =
+				    (uint8_t) "Not a dtrain peer! "[n % 19];
+		} else {
+			frame_header(buf, bc->cmd, bc->meta_len,
+			             bc->payload_len);
+			memset(buf + DT_HDR_SIZE, 'm', bc->extra);
+			n = bc->cut + bc->extra;
+		}
+		raw_send(fd, buf, n);
+		if (bc->closes_first)
+			close(fd);
+		WAIT_CLOSES(&p.sa, before + 1);
+		if (!bc->closes_first) {
+			/* The van hung up on the bad peer by itself. */
+			assert_true(wait_hangup(fd));
+			close(fd);
+		}
+		capture_end(log, sizeof(log));
+		assert_int_equal(p.sa.close_why[before], bc->why);
+		assert_true(p.sa.close_why[before] != DT_ECLOSED);
+		assert_msg_has(log, "dropping connection from 127.0.0.1:");
+		assert_msg_has(log, bc->logged);
+		/* Nothing of it reached the owner. */
+		assert_int_equal(NREC(&p.sa), 1);
+	}
+
+	/* The good peer is still served... */
+	assert_true(dt__conn_is_open(p.cb));
+	assert_int_equal(send_pieces(p.b, p.cb, DT_CMD_TEXT, 2, 0, "y", hello,
+	                             sizeof(hello), 1),
+	                 DT_OK);
+	WAIT_RECS(&p.sa, 2);
+	assert_int_equal(p.sa.recs[1].h.seq, 2);
+	assert_int_equal(p.sa.recs[1].crc, crc_of(hello, sizeof(hello)));
+
+	/* ...and so is a new one, sending a frame byte by byte. */
+	int fd = raw_connect(p.port);
+	uint8_t frame[DT_HDR_SIZE + 3 + 5];
+	dt_msg_hdr h = {
+	    .cmd = DT_CMD_TEXT, .seq = 3, .meta_len = 3, .payload_len = 5};
+	dt__hdr_encode(&h, frame);
+	memcpy(frame + DT_HDR_SIZE, "abc12345", 8);
+	for (size_t i = 0; i < sizeof(frame); i++)
+		raw_send(fd, frame + i, 1);
+	WAIT_RECS(&p.sa, 3);
+	assert_int_equal(p.sa.recs[2].h.seq, 3);
+	assert_int_equal(p.sa.recs[2].crc, crc_of("12345", 5));
+	assert_int_equal(p.sa.recs[2].meta_crc, crc_of("abc", 3));
+	assert_true(p.sa.recs[2].conn != p.sa.recs[0].conn);
+
+	/* A clean hang-up between frames is DT_ECLOSED, not logged as bad. */
+	int before = NCLOSE(&p.sa);
+	close(fd);
+	WAIT_CLOSES(&p.sa, before + 1);
+	assert_int_equal(p.sa.close_why[before], DT_ECLOSED);
+	pair_close(&p);
+}
+
+/*
+ * A dropped connection gives back its descriptor and buffers at once, not
+ * when the van is destroyed: a scheduler that is port-scanned, probed by
+ * a health check or sent garbage for a week must not run out of
+ * descriptors (accept would then fail on every wake-up of the loop).
+ */
+static void
+test_dropped_conns_release_fds(void **state)
+{
+	enum { N = 200 };
+	uint8_t x = 1;
+	pair p;
+	int base;
+
+	(void)state;
+	pair_open(&p, 0);
+	assert_int_equal(
+	    send_pieces(p.b, p.cb, DT_CMD_TEXT, 1, 0, NULL, &x, 1, 1), DT_OK);
+	WAIT_RECS(&p.sa, 1);
+	base = count_fds();
+	capture_begin(); /* N lines of drop reasons */
+	for (int i = 0; i < N; i++) {
+		int fd = raw_connect(p.port);
+		if (i % 2)
+			raw_send(fd,
+			         "garbage, not a frame, not at all, no. "
+			         "garbage, not a frame, not at all, no.",
+			         76);
+		close(fd); /* odd: a bad frame; even: a clean hang-up */
+	}
+	int ok = wait_count(&p.sa, &p.sa.nclose, N);
+	capture_end(NULL, 0);
+	assert_true(ok);
+	/* The van closes each one after its on_close hook: poll for it. */
+	uint64_t deadline = dt__now_ns() + 5000000000ull;
+	while (count_fds() > base && dt__now_ns() < deadline) {
+		struct timespec ts = {0, 10 * 1000000L};
+		nanosleep(&ts, NULL);
+	}
+	if (count_fds() != base)
+		fail_msg("%d descriptors held after %d connections were "
+		         "dropped (%d before)",
+		         count_fds(), N, base);
+	/* And the van still serves its good peer. */
+	assert_int_equal(
+	    send_pieces(p.b, p.cb, DT_CMD_TEXT, 2, 0, NULL, &x, 1, 1), DT_OK);
+	WAIT_RECS(&p.sa, 2);
+	pair_close(&p);
+}
+
+/* Many frames in one write: the van cuts them all out of one read. */
+static void
+test_coalesced_frames(void **state)
+{
+	enum { N = 500 };
+	uint8_t *stream = malloc(N * (DT_HDR_SIZE + 16));
+	size_t len = 0;
+	pair p;
+
+	(void)state;
+	assert_non_null(stream);
+	pair_open(&p, 0);
+	for (int i = 0; i < N; i++) {
+		dt_msg_hdr h = {.cmd = DT_CMD_TEXT,
+		                .seq = (uint64_t)i,
+		                .payload_len = (uint64_t)(i % 17)};
+		dt__hdr_encode(&h, stream + len);
+		len += DT_HDR_SIZE;
+		memset(stream + len, i & 0xff, (size_t)(i % 17));
+		len += (size_t)(i % 17);
+	}
+	int fd = raw_connect(p.port);
+	raw_send(fd, stream, len);
+	WAIT_RECS(&p.sa, N);
+	for (int i = 0; i < N; i++) {
+		uint8_t want[16];
+		memset(want, i & 0xff, sizeof(want));
+		assert_int_equal(p.sa.recs[i].h.seq, i);
+		assert_int_equal(p.sa.recs[i].crc,
+		                 crc_of(want, (size_t)(i % 17)));
+	}
+	close(fd);
+	WAIT_CLOSES(&p.sa, 1);
+	assert_int_equal(p.sa.close_why[0], DT_ECLOSED);
+	pair_close(&p);
+	free(stream);
+}
+
+/* A free port: bind port 0, read it, close the socket. */
+static int
+closed_port(void)
+{
+	struct sockaddr_in sa = {.sin_family = AF_INET};
+	socklen_t len = sizeof(sa);
+	int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+
+	assert_true(fd >= 0);
+	inet_pton(AF_INET, "127.0.0.1", &sa.sin_addr);
+	assert_int_equal(bind(fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
+	assert_int_equal(getsockname(fd, (struct sockaddr *)&sa, &len), 0);
+	close(fd);
+	return ntohs(sa.sin_port);
+}
+
+static void
+test_connect_closed_port(void **state)
+{
+	const int timeouts_ms[] = {0, 300, 1500};
+	sink s;
+	dt_van *v;
+
+	(void)state;
+	sink_init(&s);
+	v = make_van(&s, 0);
+	assert_int_equal(dt__van_start(v), DT_OK);
+	for (size_t i = 0; i < DT_ARRAY_LEN(timeouts_ms); i++) {
+		int port = closed_port();
+		dt_conn *c = NULL;
+		char where[64];
+		uint64_t t0 = dt__now_ns();
+		dt_err err = dt__van_connect(v, "127.0.0.1", port,
+		                             timeouts_ms[i], "test peer", &c);
+		double ms = (double)(dt__now_ns() - t0) / 1e6;
+
+		assert_true(err == DT_ECONNREFUSED || err == DT_ETIMEDOUT);
+		assert_null(c);
+		/* It waited for the peer to come up, but not much longer. */
+		assert_true(ms <= timeouts_ms[i] + 1000);
+		assert_true(ms >= timeouts_ms[i] * 0.9);
+		snprintf(where, sizeof(where), "127.0.0.1:%d", port);
+		assert_msg_has(dt_errmsg(), where);
+		assert_msg_has(dt_errmsg(), "test peer");
+	}
+	dt__van_destroy(v);
+	sink_fini(&s);
+}
+
+/* A peer that starts listening late is reached by the retries. */
+typedef struct late_arg {
+	int port;
+	dt_van *v;
+	uint64_t delay_ns;
+} late_arg;
+
+static void *
+late_listener(void *arg)
+{
+	late_arg *a = arg;
+	uint64_t until = dt__now_ns() + a->delay_ns;
+	int port = 0;
+
+	/* Spin on the clock with short naps: the delay is the point. */
+	while (dt__now_ns() < until) {
+		struct timespec ts = {0, 5 * 1000000L};
+		nanosleep(&ts, NULL);
+	}
+	if (dt__van_listen(a->v, "127.0.0.1", a->port, -1, &port) == DT_OK)
+		dt__van_start(a->v);
+	return NULL;
+}
+
+static void
+test_connect_retries(void **state)
+{
+	sink sa, sb;
+	dt_van *a, *b;
+	dt_conn *c = NULL;
+	pthread_t th;
+
+	(void)state;
+	sink_init(&sa);
+	sink_init(&sb);
+	a = make_van(&sa, 0);
+	b = make_van(&sb, 0);
+	assert_int_equal(dt__van_start(b), DT_OK);
+	late_arg arg = {closed_port(), a, 300 * 1000000ull};
+	pthread_create(&th, NULL, late_listener, &arg);
+	dt_err err =
+	    dt__van_connect(b, "127.0.0.1", arg.port, 10000, "late peer", &c);
+	pthread_join(th, NULL);
+	if (err != DT_OK)
+		fail_msg("connect: %s", dt_errmsg());
+	uint8_t x = 1;
+	assert_int_equal(send_pieces(b, c, DT_CMD_TEXT, 5, 0, NULL, &x, 1, 1),
+	                 DT_OK);
+	WAIT_RECS(&sa, 1);
+	assert_int_equal(sa.recs[0].h.seq, 5);
+	dt__van_destroy(b);
+	dt__van_destroy(a);
+	sink_fini(&sa);
+	sink_fini(&sb);
+}
+
+/* Closing: the other side hears DT_ECLOSED; sends on it then fail. */
+static void
+test_close_and_send(void **state)
+{
+	uint8_t x[4] = {1, 2, 3, 4};
+	pair p;
+
+	(void)state;
+	pair_open(&p, 0);
+	assert_int_equal(
+	    send_pieces(p.b, p.cb, DT_CMD_TEXT, 1, 0, NULL, x, 4, 1), DT_OK);
+	WAIT_RECS(&p.sa, 1);
+	dt_conn *ca = p.sa.recs[0].conn;
+	dt__conn_set_peer(ca, 12);
+	assert_int_equal(dt__conn_peer(ca), 12);
+	assert_msg_has(dt__conn_addr(ca), "127.0.0.1:");
+
+	/* a closes its end: both hooks run, b's with DT_ECLOSED. */
+	dt__van_close(p.a, ca);
+	WAIT_CLOSES(&p.sa, 1);
+	WAIT_CLOSES(&p.sb, 1);
+	assert_ptr_equal(p.sb.close_conn[0], p.cb);
+	assert_int_equal(p.sb.close_why[0], DT_ECLOSED);
+	assert_ptr_equal(p.sa.close_conn[0], ca);
+	assert_false(dt__conn_is_open(p.cb));
+	assert_false(dt__conn_is_open(ca));
+
+	dt__clear_error();
+	assert_int_equal(
+	    send_pieces(p.b, p.cb, DT_CMD_TEXT, 2, 0, NULL, x, 4, 1),
+	    DT_ECLOSED);
+	char where[64];
+	snprintf(where, sizeof(where), "127.0.0.1:%d", p.port);
+	assert_msg_has(dt_errmsg(), where);
+	dt_msg_hdr h = {.cmd = DT_CMD_TEXT};
+	assert_int_equal(dt__van_send(p.a, ca, &h, NULL, 0, NULL, 0),
+	                 DT_ECLOSED);
+	/* Closing twice is harmless. */
+	dt__van_close(p.a, ca);
+	dt__van_close(p.b, p.cb);
+	pair_close(&p);
+	/* The I/O threads are gone: plain reads. No second on_close. */
+	assert_int_equal(p.sa.nclose, 1);
+	assert_int_equal(p.sb.nclose, 1);
+}
+
+/* A send larger than DT_MAX_MESSAGE is refused before a byte is sent. */
+static void
+test_send_too_big(void **state)
+{
+	uint8_t x[8] = {0};
+	pair p;
+
+	(void)state;
+	setenv("DT_MAX_MESSAGE", "4096", 1);
+	pair_open(&p, 0);
+	unsetenv("DT_MAX_MESSAGE");
+	struct iovec iov[2] = {{x, 8}, {NULL, 0}};
+	uint8_t *big = calloc(1, 4089);
+	assert_non_null(big);
+	iov[1] = (struct iovec){big, 4089};
+	dt_msg_hdr h = {.cmd = DT_CMD_KV_FIRST};
+	dt__clear_error();
+	assert_int_equal(dt__van_send(p.b, p.cb, &h, NULL, 0, iov, 2),
+	                 DT_ETOOBIG);
+	assert_msg_has(dt_errmsg(), "DT_MAX_MESSAGE");
+	/* At the limit it goes, and the connection is still in step. */
+	iov[1].iov_len = 4088;
+	assert_int_equal(dt__van_send(p.b, p.cb, &h, NULL, 0, iov, 2), DT_OK);
+	WAIT_RECS(&p.sa, 1);
+	assert_true(p.sa.recs[0].h.payload_len == 4096);
+	assert_int_equal(NCLOSE(&p.sa), 0);
+	free(big);
+	pair_close(&p);
+}
+
+static void
+test_bad_listen(void **state)
+{
+	sink s;
+	dt_van *v;
+	int port = 0;
+
+	(void)state;
+	sink_init(&s);
+	v = make_van(&s, 0);
+	dt__clear_error();
+	assert_int_not_equal(dt__van_listen(v, "256.1.1.1", 0, -1, &port),
+	                     DT_OK);
+	assert_msg_has(dt_errmsg(), "256.1.1.1");
+	dt__van_destroy(v);
+	/* A van that never started is destroyed cleanly too. */
+	sink_fini(&s);
+
+	setenv("DT_MAX_MESSAGE", "lots", 1);
+	dt_van_hooks hooks = {.arg = &s, .on_msg = on_msg};
+	dt__clear_error();
+	v = NULL;
+	assert_int_equal(dt__van_create(&hooks, &v), DT_ECONFIG);
+	assert_msg_has(dt_errmsg(), "DT_MAX_MESSAGE");
+	unsetenv("DT_MAX_MESSAGE");
+}
+
+int
+main(void)
+{
+#define T(f) cmocka_unit_test_setup_teardown(f, setup, teardown)
+	const struct CMUnitTest tests[] = {
+	    T(test_sizes_in_order),
+	    T(test_echo),
+	    T(test_concurrent_senders),
+	    T(test_payload_dest),
+	    T(test_discard),
+	    T(test_stream),
+	    T(test_bad_peers),
+	    T(test_dropped_conns_release_fds),
+	    T(test_coalesced_frames),
+	    T(test_connect_closed_port),
+	    T(test_connect_retries),
+	    T(test_close_and_send),
+	    T(test_send_too_big),
+	    T(test_bad_listen),
+	};
+#undef T
+
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
