@@ -5,9 +5,12 @@
  * Threads: the I/O thread (started by dt__van_start, named "dt-io") owns
  * every connection's receive state and runs the owner's hooks. Senders are
  * any threads; each connection's send side is serialised by its send_mu.
- * The connection list is guarded by van->mu. A closed connection is shut
- * down, not closed, so its descriptor cannot be reused under a sender's
- * feet; descriptors are closed when the van is destroyed.
+ * The connection list is guarded by van->mu. When a connection goes down
+ * the I/O thread shuts it down, then closes its descriptor under send_mu
+ * (senders re-check `open` under that lock before each write, so none
+ * writes to a recycled descriptor) and frees its buffers; the small
+ * dt_conn itself lives until the van is destroyed, so a sender still
+ * holding it never touches freed memory.
  */
 #include <arpa/inet.h>
 #include <errno.h>
