@@ -3,13 +3,16 @@
 # as root. `make` alone builds into build/.
 BUILD      ?= build
 ASAN_BUILD ?= build-asan
+TSAN_BUILD ?= build-tsan
+# The threaded parts: the transport, the KVStore, the collectives, bootstrap.
+TSAN_TESTS ?= van_test|coll_test|integration_kv_matrix|integration_cluster_manual|integration_coll_ranks
 JOBS       ?= $(shell nproc 2>/dev/null || echo 2)
 DEPS        = build-essential cmake pkg-config libcmocka-dev libopenblas-dev \
               zlib1g-dev openmpi-bin libopenmpi-dev dataset-fashion-mnist \
               python3 procps
 DATA       ?= /usr/share/datasets/fashion-mnist
 
-.PHONY: all deps test test-fast test-asan demo hello bench clean format
+.PHONY: all deps test test-fast test-asan test-tsan demo hello bench clean format
 
 all:
 	cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
@@ -29,10 +32,12 @@ deps:
 	  fi; \
 	fi
 
-# The whole suite: the normal build, then again under ASan+UBSan.
+# The whole suite: the normal build, then again under ASan+UBSan, then the
+# threaded parts under TSan.
 test: deps all
 	cd $(BUILD) && ctest --output-on-failure -j$(JOBS)
 	$(MAKE) test-asan
+	$(MAKE) test-tsan
 
 test-fast: all
 	cd $(BUILD) && ctest --output-on-failure -j$(JOBS)
@@ -44,6 +49,12 @@ test-asan:
 	cd $(ASAN_BUILD) && ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 \
 	  UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
 	  ctest --output-on-failure -j$(JOBS)
+
+test-tsan:
+	cmake -S . -B $(TSAN_BUILD) -DCMAKE_BUILD_TYPE=Debug -DDT_SANITIZE=thread
+	cmake --build $(TSAN_BUILD) -j$(JOBS)
+	cd $(TSAN_BUILD) && TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 \
+	  ctest --output-on-failure -j$(JOBS) -R '$(TSAN_TESTS)'
 
 # The main job: a local cluster (scheduler, 2 servers, 2 workers).
 demo: deps all
@@ -67,4 +78,4 @@ format:
 	clang-format -i $$(git ls-files '*.c' '*.h')
 
 clean:
-	rm -rf $(BUILD) $(ASAN_BUILD)
+	rm -rf $(BUILD) $(ASAN_BUILD) $(TSAN_BUILD)
