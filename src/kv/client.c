@@ -105,13 +105,17 @@ op_fail(op *o, dt_err err, const char *msg)
 	}
 }
 
-/* Complete a sub-request (under c->mu). */
-static void
+/* Complete a sub-request (under c->mu); 1 if its op is now complete, and
+ * the caller signals c->cv once it has dropped the lock (the woken waiter
+ * then does not block on the mutex). */
+static int
 sub_done(dt_kv_client *c, sub *s)
 {
-	if (--s->op->remaining == 0)
-		pthread_cond_broadcast(&c->cv);
+	int done = --s->op->remaining == 0;
+
+	(void)c;
 	free(s);
+	return done;
 }
 
 static void *
@@ -170,8 +174,10 @@ on_msg(void *arg, dt_node *n, dt_conn *conn, dt_msg *m)
 			 (unsigned long long)h->payload_len, s->bytes);
 		op_fail(s->op, DT_ESIZE, msg);
 	}
-	sub_done(c, s);
+	int done = sub_done(c, s);
 	pthread_mutex_unlock(&c->mu);
+	if (done)
+		pthread_cond_broadcast(&c->cv);
 }
 
 static void
@@ -298,6 +304,7 @@ send_part(dt_kv_client *c, op *o, int server, dt_msg_hdr *h, const void *meta,
 			sub_done(c, s);
 		}
 		pthread_mutex_unlock(&c->mu);
+		pthread_cond_broadcast(&c->cv);
 	}
 }
 
