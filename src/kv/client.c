@@ -248,8 +248,8 @@ dt__kv_client_destroy(dt_kv_client *c)
 {
 	if (c == NULL)
 		return;
-	dt__kv_client_wait_all(c);
-	dt__node_set_app(c->node, DT_APP_KV, NULL);
+	/* The node is stopped (its I/O thread joined) or the app detached:
+	 * nothing can call into c any more. */
 	for (int b = 0; b < NBUCKETS; b++) {
 		while (c->subs[b]) {
 			sub *s = c->subs[b];

@@ -144,15 +144,15 @@ dt_kv_destroy(dt_kv *kv)
 		err = dt__kv_client_wait_all(kv->client);
 		if (err)
 			snprintf(msg, sizeof(msg), "%s", dt_errmsg());
-		dt__kv_client_destroy(kv->client);
 	}
 	if (kv->node) {
-		dt_err e2 = dt_node_stop(kv->node);
+		dt_err e2 = dt_node_stop(kv->node); /* joins the I/O thread */
 		if (e2 && !err) {
 			err = e2;
 			snprintf(msg, sizeof(msg), "%s", dt_errmsg());
 		}
 	}
+	dt__kv_client_destroy(kv->client);
 	for (int b = 0; b < LOCAL_BUCKETS; b++) {
 		while (kv->local[b]) {
 			local_entry *e = kv->local[b];

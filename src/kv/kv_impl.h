@@ -106,6 +106,7 @@ void dt__kv_add(float *restrict dst, const float *restrict src, size_t n);
 typedef struct dt_kv_client dt_kv_client;
 dt_err dt__kv_client_create(dt_node *node, int sync, size_t bound,
 			    dt_kv_client **out);
+/* Free c; only after its node is stopped (no I/O thread can call in). */
 void dt__kv_client_destroy(dt_kv_client *c);
 dt_err dt__kv_client_set_optimizer(dt_kv_client *c, const dt_opt *opt);
 /* Rank 0 tells the servers the mode; all workers then pass a barrier. */
