@@ -1,0 +1,944 @@
+/*
+ * comm.c - the communicator: joining (from dtrain launch, mpirun or srun),
+ * the node hooks through which every collective message arrives, the
+ * executor that runs one operation at a time, and the safety net -
+ * signature checks, aborts that reach every rank, stall reports and lost
+ * peers. algo.c holds the algorithms it runs; api.c the public calls.
+ *
+ * Message routing (I/O thread, comm.h explains the threads): a message
+ * carries its operation's sequence number. One for an operation already
+ * finished is dropped (a straggler of a failed one); one for the operation
+ * being executed is checked against its signature and schedule and placed
+ * (into the user's buffer, a slot, or reduced from the socket buffer);
+ * one for a later operation is kept in the early queue, capped at
+ * DT_COLL_UNEXPECTED_MAX bytes, and replayed when that operation starts.
+ * Since every operation's completion depends on every rank (algo.c), no
+ * rank runs more than one operation ahead of another, which bounds the
+ * early queue to one operation's eager (small) messages.
+ *
+ * Failure: a rank that finds a signature mismatch or a protocol error, or
+ * whose operation stalls past DT_COLL_TIMEOUT, sends ABORT with the reason
+ * to every rank; a rank receiving it fails that operation (at once, or
+ * when it reaches it). A lost peer breaks the communicator.
+ */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <netdb.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "coll/comm.h"
+
+/*
+ * ThreadSanitizer records the reads of a sendmsg() payload when the call
+ * returns. A collective often receives into a block it sent earlier in
+ * the same operation (the ring's allgather overwrites what its
+ * reduce-scatter forwarded; see algo.c), which is safe because that data
+ * can only arrive after the peer has received every byte we sent - but
+ * the causality runs through other processes, which TSan cannot see, and
+ * a descheduled sender makes it report a race. So the payload reads of our
+ * own sends are hidden from it; locks are still tracked.
+ */
+#if defined(__SANITIZE_THREAD__)
+#define DT_TSAN 1
+#elif defined(__has_feature)
+#if __has_feature(thread_sanitizer)
+#define DT_TSAN 1
+#endif
+#endif
+#ifdef DT_TSAN
+void __tsan_ignore_thread_begin(void);
+void __tsan_ignore_thread_end(void);
+#define TSAN_IGNORE_BEGIN() __tsan_ignore_thread_begin()
+#define TSAN_IGNORE_END()   __tsan_ignore_thread_end()
+#else
+#define TSAN_IGNORE_BEGIN() ((void)0)
+#define TSAN_IGNORE_END()   ((void)0)
+#endif
+
+static const char *const cmd_names[] = {
+    "COLL_DATA",        "COLL_READY",       "COLL_ABORT",
+    "COLL_STALL_QUERY", "COLL_STALL_REPLY", "COLL_FIN",
+};
+
+dt_err
+dt__coll_cfg_from_env(dt__coll_cfg *cfg)
+{
+	long v;
+	dt_err err;
+
+	if ((err = dt__env_long("DT_COLL_RING_THRESHOLD", 256L << 10, 0,
+	                        1L << 40, &v)))
+		return err;
+	cfg->ring_threshold = (size_t)v;
+	if ((err = dt__env_long("DT_COLL_CHUNK_BYTES", 512L << 10, 4096,
+	                        1L << 30, &v)))
+		return err;
+	cfg->chunk_bytes = (size_t)v;
+	if ((err = dt__env_long("HOROVOD_FUSION_THRESHOLD", 64L << 20, 0,
+	                        1L << 40, &v)))
+		return err;
+	cfg->fusion_bytes = (size_t)v;
+	if ((err = dt__env_long("DT_COLL_UNEXPECTED_MAX", 256L << 20, 1L << 20,
+	                        1L << 40, &v)))
+		return err;
+	cfg->unexpected_max = (size_t)v;
+	if ((err = dt__env_long("DT_COLL_TIMEOUT", 60, 1, 86400 * 7, &v)))
+		return err;
+	cfg->timeout_s = (double)v;
+	if ((err = dt__env_long("DT_COLL_CMA", 1, 0, 1, &v)))
+		return err;
+	cfg->cma = (int)v;
+	if ((err = dt__env_long("DT_COLL_CMA_WHOLE_MAX", 8L << 20, 0, 1L << 40,
+	                        &v)))
+		return err;
+	cfg->cma_whole_max = (size_t)v;
+	return DT_OK;
+}
+
+uint8_t *
+dt__coll_buf(uint8_t **buf, size_t *cap, size_t need)
+{
+	if (need <= *cap)
+		return *buf;
+	free(*buf);
+	*cap = 0;
+	*buf = dt__aligned_alloc(need);
+	if (*buf == NULL)
+		return NULL;
+	*cap = need;
+	return *buf;
+}
+
+void
+dt__coll_op_fail(coll_op *op, dt_err err, int need_abort, const char *fmt, ...)
+{
+	va_list ap;
+
+	if (op->err)
+		return; /* the first reason wins */
+	op->err = err;
+	op->need_abort = need_abort;
+	va_start(ap, fmt);
+	vsnprintf(op->msg, sizeof(op->msg), fmt, ap);
+	va_end(ap);
+}
+
+static uint64_t
+timeout_ns(const dt_coll *c)
+{
+	return (uint64_t)(c->cfg.timeout_s * 1e9);
+}
+
+static void
+cv_wait_until(dt_coll *c, uint64_t until_ns)
+{
+	struct timespec ts;
+	uint64_t now = dt__now_ns();
+
+	if (until_ns <= now)
+		return;
+	/* The cv runs on CLOCK_MONOTONIC, dt__now_ns's clock. */
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	uint64_t abs = (uint64_t)ts.tv_sec * 1000000000ull +
+	               (uint64_t)ts.tv_nsec + (until_ns - now);
+	ts.tv_sec = (time_t)(abs / 1000000000ull);
+	ts.tv_nsec = (long)(abs % 1000000000ull);
+	pthread_cond_timedwait(&c->cv, &c->mu, &ts);
+}
+
+dt_err
+dt__coll_send(dt_coll *c, int rank, dt_msg_hdr *h, const void *meta,
+              uint32_t meta_len, const void *payload, size_t bytes)
+{
+	struct iovec iov = {(void *)payload, bytes};
+	dt_err err;
+
+	TSAN_IGNORE_BEGIN();
+	err = dt__node_send(c->node, c->base_id + rank, h, meta, meta_len,
+	                    bytes ? &iov : NULL, bytes ? 1 : 0);
+	TSAN_IGNORE_END();
+	if (err)
+		return dt__fail(err, "sending %s to rank %d: %s",
+		                dt__cmd_name(h->cmd), rank, dt_errmsg());
+	return DT_OK;
+}
+
+/* Rank of the worker at the other end of conn, or -1. */
+static int
+peer_rank(dt_coll *c, dt_conn *conn)
+{
+	int r = dt__conn_peer(conn) - c->base_id;
+
+	return r >= 0 && r < c->size && r != c->rank ? r : -1;
+}
+
+/* ---- stall queries ---- */
+
+void
+dt__coll_answer_queries(dt_coll *c)
+{
+	while (c->nqueries > 0) {
+		coll_query q = c->queries[--c->nqueries];
+		dt_msg_hdr h = {.cmd = DT__CC_STALL_REPLY,
+		                .seq = q.seq,
+		                .arg0 = c->next_seq,
+		                .arg1 = c->cur ? c->cur->seq : 0};
+
+		pthread_mutex_unlock(&c->mu);
+		dt__coll_send(c, q.peer, &h, NULL, 0, NULL, 0);
+		pthread_mutex_lock(&c->mu);
+	}
+}
+
+dt_err
+dt__coll_wait(dt_coll *c, coll_op *op, int (*pred)(coll_op *, void *),
+              void *arg, int waiting_on)
+{
+	for (;;) {
+		if (pred(op, arg))
+			return DT_OK;
+		if (op->err)
+			return dt__fail(op->err, "%s", op->msg);
+		if (c->nqueries) {
+			dt__coll_answer_queries(c);
+			continue;
+		}
+		uint64_t now = dt__now_ns();
+		uint64_t deadline = op->progress_ns + timeout_ns(c);
+		if (now >= deadline) {
+			op->waiting_on = waiting_on;
+			return DT_ETIMEDOUT;
+		}
+		/* No spinning before sleeping: on a machine with as many
+		 * ranks as cores a spinning executor takes the core its own
+		 * I/O thread needs (measured: twice as slow). */
+		cv_wait_until(c, DT_MIN(deadline, now + 1000000000ull));
+	}
+}
+
+/* ---- the early queue ---- */
+
+static void
+early_free(coll_early *e)
+{
+	free(e->text);
+	free(e->payload);
+	free(e);
+}
+
+/* Keep a message of an operation not started yet (mu held). */
+static void
+early_add(dt_coll *c, int peer, const dt_msg *m)
+{
+	coll_early *e;
+	size_t len = m->payload ? (size_t)m->hdr.payload_len : 0;
+
+	if (c->broken)
+		return;
+	if (c->eq_bytes + len + m->hdr.meta_len > c->cfg.unexpected_max) {
+		c->broken = DT_ENOMEM;
+		snprintf(c->broken_msg, sizeof(c->broken_msg),
+		         "more than %zu bytes of collective messages arrived "
+		         "ahead of their operation (DT_COLL_UNEXPECTED_MAX); "
+		         "are the ranks calling the same operations?",
+		         c->cfg.unexpected_max);
+		if (c->cur)
+			dt__coll_op_fail(c->cur, c->broken, 1, "%s",
+			                 c->broken_msg);
+		pthread_cond_broadcast(&c->cv);
+		return;
+	}
+	e = calloc(1, sizeof(*e));
+	if (e == NULL)
+		return;
+	e->h = m->hdr;
+	e->peer = peer;
+	if (m->hdr.cmd == DT__CC_DATA || m->hdr.cmd == DT__CC_READY)
+		e->has_sig = dt__coll_sig_decode(m->meta, m->hdr.meta_len,
+		                                 &e->sig) == DT_OK;
+	if (m->hdr.meta_len >= DT__COLL_META_CMA)
+		e->remote = dt__get_u64(m->meta + DT__COLL_SIG_LEN);
+	if (m->hdr.cmd == DT__CC_ABORT)
+		e->text = strndup(m->meta ? (const char *)m->meta : "",
+		                  m->hdr.meta_len);
+	if (len) {
+		e->payload = malloc(len);
+		if (e->payload == NULL) {
+			early_free(e);
+			return;
+		}
+		memcpy(e->payload, m->payload, len);
+	} else if (m->hdr.payload_len) {
+		e->h.payload_len = 0;
+		e->dropped = 1;
+	}
+	c->eq_bytes += len + m->hdr.meta_len;
+	if (c->eq_tail)
+		c->eq_tail->next = e;
+	else
+		c->eq_head = e;
+	c->eq_tail = e;
+}
+
+/* Unlink and return the first early message of seq (of command cmd, or
+ * any when cmd is 0), or NULL (mu held). */
+static coll_early *
+early_take(dt_coll *c, uint64_t seq, unsigned cmd)
+{
+	coll_early **pp = &c->eq_head, *prev = NULL;
+
+	for (coll_early *e = c->eq_head; e; prev = e, e = e->next) {
+		if (e->h.seq != seq || (cmd && e->h.cmd != cmd)) {
+			pp = &e->next;
+			continue;
+		}
+		*pp = e->next;
+		if (c->eq_tail == e)
+			c->eq_tail = prev;
+		c->eq_bytes -=
+		    (e->payload ? e->h.payload_len : 0) + e->h.meta_len;
+		return e;
+	}
+	return NULL;
+}
+
+/* Drop early messages of finished operations (mu held). */
+static void
+early_purge(dt_coll *c)
+{
+	coll_early *e, *next, *keep = NULL, *tail = NULL;
+
+	for (e = c->eq_head; e; e = next) {
+		next = e->next;
+		if (e->h.seq <= c->done_seq) {
+			c->eq_bytes -=
+			    (e->payload ? e->h.payload_len : 0) + e->h.meta_len;
+			early_free(e);
+			continue;
+		}
+		e->next = NULL;
+		if (tail)
+			tail->next = e;
+		else
+			keep = e;
+		tail = e;
+	}
+	c->eq_head = keep;
+	c->eq_tail = tail;
+}
+
+/* ---- processing messages of the posted operation (mu held) ---- */
+
+static void
+mismatch(dt_coll *c, coll_op *op, int peer, const dt__coll_sig *theirs)
+{
+	char mine[160], other[160];
+	int lo = c->rank < peer ? c->rank : peer;
+	const dt__coll_sig *slo = c->rank < peer ? &op->sig : theirs;
+	const dt__coll_sig *shi = c->rank < peer ? theirs : &op->sig;
+
+	dt__coll_sig_describe(slo, mine, sizeof(mine));
+	dt__coll_sig_describe(shi, other, sizeof(other));
+	if (strcmp(mine, other) == 0 && slo->kind == DT__COLL_ALLGATHERV)
+		snprintf(other + strlen(other), sizeof(other) - strlen(other),
+		         " with other per-rank counts");
+	else if (strcmp(mine, other) == 0)
+		snprintf(other + strlen(other), sizeof(other) - strlen(other),
+		         " with another group layout");
+	dt__coll_op_fail(op, DT_EMISMATCH, 1,
+	                 "%s #%llu: ranks disagree: rank %d called %s but "
+	                 "rank %d called %s",
+	                 dt__coll_kind_name(op->kind),
+	                 (unsigned long long)op->num, lo, mine,
+	                 lo == c->rank ? peer : c->rank, other);
+}
+
+/* A DATA message (payload in hand, or NULL if dropped) for op. */
+static void
+posted_data(dt_coll *c, coll_op *op, int peer, const dt_msg_hdr *h,
+            const dt__coll_sig *sig, int has_sig, const void *payload,
+            uint64_t remote)
+{
+	void *dest;
+	int reduce;
+	dt_err err;
+
+	op->progress_ns = dt__now_ns();
+	if (!has_sig) {
+		dt__coll_op_fail(op, DT_EPROTO, 1,
+		                 "%s #%llu: message without a signature from "
+		                 "rank %d",
+		                 dt__coll_kind_name(op->kind),
+		                 (unsigned long long)op->num, peer);
+		return;
+	}
+	if (!dt__coll_sig_equal(sig, &op->sig)) {
+		mismatch(c, op, peer, sig);
+		return;
+	}
+	if (op->err)
+		return;
+	if (dt__coll_algo_dest(c, op, peer, h, &dest, &reduce))
+		return;
+	if (h->payload_len && payload == NULL && dest != DT_VAN_DISCARD) {
+		dt__coll_op_fail(op, DT_EPROTO, 1,
+		                 "%s #%llu: the payload from rank %d was lost",
+		                 dt__coll_kind_name(op->kind),
+		                 (unsigned long long)op->num, peer);
+		return;
+	}
+	if (reduce) {
+		op->io_refs++;
+		pthread_mutex_unlock(&c->mu);
+		err = dt__coll_algo_deliver(c, op, peer, h, payload);
+		pthread_mutex_lock(&c->mu);
+		op->io_refs--;
+		if (err) {
+			dt__coll_op_fail(
+			    op, err, 1, "%s #%llu: from rank %d: %s",
+			    dt__coll_kind_name(op->kind),
+			    (unsigned long long)op->num, peer, dt_errmsg());
+			return;
+		}
+	} else if (dest && dest != DT_VAN_DISCARD) {
+		memcpy(dest, payload, h->payload_len);
+	}
+	dt__coll_algo_done(c, op, peer, h, remote);
+}
+
+static void
+posted_ready(dt_coll *c, coll_op *op, int peer, const dt__coll_sig *sig,
+             int has_sig)
+{
+	op->progress_ns = dt__now_ns();
+	if (!has_sig) {
+		dt__coll_op_fail(op, DT_EPROTO, 1,
+		                 "%s #%llu: READY without a signature from "
+		                 "rank %d",
+		                 dt__coll_kind_name(op->kind),
+		                 (unsigned long long)op->num, peer);
+		return;
+	}
+	if (!dt__coll_sig_equal(sig, &op->sig)) {
+		mismatch(c, op, peer, sig);
+		return;
+	}
+	if (op->algo != DT__ALG_STREAM || !op->ready_mode ||
+	    peer != op->sc.to) {
+		dt__coll_op_fail(op, DT_EPROTO, 1,
+		                 "%s #%llu: unexpected READY from rank %d",
+		                 dt__coll_kind_name(op->kind),
+		                 (unsigned long long)op->num, peer);
+		return;
+	}
+	op->ready_to = 1;
+}
+
+static void
+posted_abort(coll_op *op, int peer, dt_err err, const char *text)
+{
+	if (!err || err > DT_ESHUTDOWN)
+		err = DT_EPEER;
+	if (text && *text)
+		dt__coll_op_fail(op, err, 0, "%s", text);
+	else
+		dt__coll_op_fail(op, err, 0, "%s #%llu: rank %d gave up",
+		                 dt__coll_kind_name(op->kind),
+		                 (unsigned long long)op->num, peer);
+}
+
+/* Replay the early messages of the operation just posted (mu held). */
+static void
+drain_early(dt_coll *c, coll_op *op)
+{
+	coll_early *e;
+
+	/* An abort explains the operation's fate better than the stray data
+	 * that came with it (a rank that skipped a call would otherwise see
+	 * a mismatch against the next one). */
+	if ((e = early_take(c, op->seq, DT__CC_ABORT)) != NULL) {
+		posted_abort(op, e->peer, (dt_err)e->h.arg2, e->text);
+		early_free(e);
+	}
+	while ((e = early_take(c, op->seq, 0)) != NULL) {
+		switch (e->h.cmd) {
+		case DT__CC_DATA:
+			if (e->dropped)
+				dt__coll_op_fail(
+				    op, DT_ENOMEM, 1,
+				    "%s #%llu: a message from rank "
+				    "%d was dropped (over "
+				    "DT_COLL_UNEXPECTED_MAX)",
+				    dt__coll_kind_name(op->kind),
+				    (unsigned long long)op->num, e->peer);
+			else
+				posted_data(c, op, e->peer, &e->h, &e->sig,
+				            e->has_sig, e->payload, e->remote);
+			break;
+		case DT__CC_READY:
+			posted_ready(c, op, e->peer, &e->sig, e->has_sig);
+			break;
+		case DT__CC_ABORT:
+			posted_abort(op, e->peer, (dt_err)e->h.arg2, e->text);
+			break;
+		case DT__CC_FIN:
+			dt__coll_algo_fin(c, op, e->peer);
+			break;
+		}
+		early_free(e);
+	}
+}
+
+/* ---- node hooks (I/O thread) ---- */
+
+static void *
+hook_payload_dest(void *arg, dt_node *n, dt_conn *conn, const dt_msg_hdr *h,
+                  const uint8_t *meta)
+{
+	dt_coll *c = arg;
+	int peer = peer_rank(c, conn);
+	coll_op *op;
+	dt__coll_sig sig;
+	void *dest = NULL;
+	int reduce;
+
+	(void)n;
+	if (peer < 0 || h->cmd != DT__CC_DATA)
+		return DT_VAN_DISCARD;
+	pthread_mutex_lock(&c->mu);
+	op = c->cur;
+	if (h->seq <= c->done_seq) {
+		dest = DT_VAN_DISCARD;
+	} else if (op == NULL || op->seq != h->seq) {
+		/* Early: into the connection buffer, copied by on_msg. */
+		if (c->eq_bytes + h->payload_len > c->cfg.unexpected_max)
+			dest = DT_VAN_DISCARD;
+	} else if (dt__coll_sig_decode(meta, h->meta_len, &sig) ||
+	           !dt__coll_sig_equal(&sig, &op->sig) || op->err) {
+		dest = DT_VAN_DISCARD; /* on_msg reports it */
+	} else if (dt__coll_algo_dest(c, op, peer, h, &dest, &reduce)) {
+		dest = DT_VAN_DISCARD;
+	} else if (dest && dest != DT_VAN_DISCARD) {
+		op->io_refs++;
+		c->ext[peer] = 1;
+		op->progress_ns = dt__now_ns();
+	}
+	pthread_mutex_unlock(&c->mu);
+	return dest;
+}
+
+static void
+hook_on_msg(void *arg, dt_node *n, dt_conn *conn, dt_msg *m)
+{
+	dt_coll *c = arg;
+	const dt_msg_hdr *h = &m->hdr;
+	int peer = peer_rank(c, conn);
+	coll_op *op;
+	dt__coll_sig sig;
+	int has_sig;
+
+	(void)n;
+	if (peer < 0) {
+		dt__log(0, "dropping %s from %s: not a peer worker",
+		        dt__cmd_name(h->cmd), dt__conn_addr(conn));
+		return;
+	}
+	pthread_mutex_lock(&c->mu);
+	op = c->cur;
+	switch (h->cmd) {
+	case DT__CC_DATA:
+		if (m->payload_external) {
+			/* Landed in place (payload_dest took a reference). */
+			if (op && op->seq == h->seq && c->ext[peer]) {
+				c->ext[peer] = 0;
+				op->io_refs--;
+				op->progress_ns = dt__now_ns();
+				dt__coll_algo_done(c, op, peer, h, 0);
+			}
+			break;
+		}
+		if (h->seq <= c->done_seq)
+			break;
+		if (op == NULL || op->seq != h->seq) {
+			early_add(c, peer, m);
+			break;
+		}
+		has_sig =
+		    dt__coll_sig_decode(m->meta, h->meta_len, &sig) == DT_OK;
+		posted_data(c, op, peer, h, &sig, has_sig, m->payload,
+		            h->meta_len >= DT__COLL_META_CMA
+		                ? dt__get_u64(m->meta + DT__COLL_SIG_LEN)
+		                : 0);
+		break;
+	case DT__CC_FIN:
+		if (h->seq <= c->done_seq)
+			break;
+		if (op == NULL || op->seq != h->seq) {
+			early_add(c, peer, m);
+			break;
+		}
+		dt__coll_algo_fin(c, op, peer);
+		break;
+	case DT__CC_READY:
+		if (h->seq <= c->done_seq)
+			break;
+		if (op == NULL || op->seq != h->seq) {
+			early_add(c, peer, m);
+			break;
+		}
+		has_sig =
+		    dt__coll_sig_decode(m->meta, h->meta_len, &sig) == DT_OK;
+		posted_ready(c, op, peer, &sig, has_sig);
+		break;
+	case DT__CC_ABORT:
+		if (h->seq <= c->done_seq)
+			break;
+		if (op == NULL || op->seq != h->seq) {
+			early_add(c, peer, m);
+			break;
+		}
+		posted_abort(op, peer, (dt_err)h->arg2,
+		             m->meta ? (const char *)m->meta : "");
+		break;
+	case DT__CC_STALL_QUERY:
+		if (c->nqueries < DT__COLL_MAX_QUERIES)
+			c->queries[c->nqueries++] =
+			    (coll_query){.peer = peer, .seq = h->seq};
+		pthread_cond_signal(&c->bg_cv);
+		break;
+	case DT__CC_STALL_REPLY:
+		if (h->seq == c->stall_seq)
+			c->stall_reply[peer] = (int64_t)h->arg0;
+		break;
+	default:
+		dt__log(0,
+		        "dropping %s from rank %d: unknown collective "
+		        "command",
+		        dt__cmd_name(h->cmd), peer);
+	}
+	pthread_cond_broadcast(&c->cv);
+	pthread_mutex_unlock(&c->mu);
+}
+
+static void
+hook_on_fail(void *arg, dt_node *n, int peer_id, dt_err err)
+{
+	dt_coll *c = arg;
+	char why[600];
+	int r = peer_id - c->base_id;
+
+	if (peer_id >= 0 && (r < 0 || r >= c->size))
+		return; /* a server or the scheduler: not ours */
+	if (peer_id < 0) {
+		pthread_mutex_lock(&n->mu);
+		snprintf(why, sizeof(why), "%s",
+		         n->fatal_msg[0] ? n->fatal_msg : dt_strerror(err));
+		pthread_mutex_unlock(&n->mu);
+	} else {
+		snprintf(why, sizeof(why),
+		         "lost rank %d (worker at %s:%d, pid %d): %s", r,
+		         n->table[peer_id].host, n->table[peer_id].port,
+		         n->table[peer_id].pid,
+		         err == DT_EPEER ? "connection closed"
+		                         : dt_strerror(err));
+	}
+	pthread_mutex_lock(&c->mu);
+	if (r >= 0 && r < c->size) {
+		c->dead[r] = 1;
+		if (c->ext[r] && c->cur) {
+			/* The van will not finish that payload. */
+			c->ext[r] = 0;
+			c->cur->io_refs--;
+		}
+	}
+	if (!c->broken) {
+		c->broken = peer_id < 0 ? err : DT_EPEER;
+		snprintf(c->broken_msg, sizeof(c->broken_msg), "%s", why);
+	}
+	/*
+	 * Fail the running operation if it still needs that rank (a rank
+	 * that finished the operation may leave before we do), and tell the
+	 * others, who may be waiting on us rather than on it.
+	 */
+	if (c->cur && (peer_id < 0 || dt__coll_algo_needs(c, c->cur, r))) {
+		char kind[64];
+		snprintf(kind, sizeof(kind), "%s",
+		         dt__coll_kind_name(c->cur->kind));
+		dt__coll_op_fail(c->cur, c->broken, peer_id >= 0,
+		                 "%s #%llu: %s", kind,
+		                 (unsigned long long)c->cur->num, why);
+	}
+	pthread_cond_broadcast(&c->cv);
+	pthread_cond_broadcast(&c->done_cv);
+	pthread_mutex_unlock(&c->mu);
+}
+
+/* ---- the executor ---- */
+
+static void
+send_abort_all(dt_coll *c, coll_op *op)
+{
+	for (int r = 0; r < c->size; r++) {
+		int dead;
+
+		if (r == c->rank)
+			continue;
+		pthread_mutex_lock(&c->mu);
+		dead = c->dead[r];
+		pthread_mutex_unlock(&c->mu);
+		if (dead)
+			continue;
+		dt_msg_hdr h = {.cmd = DT__CC_ABORT,
+		                .seq = op->seq,
+		                .arg2 = (uint32_t)op->err};
+		dt__coll_send(c, r, &h, op->msg, (uint32_t)strlen(op->msg),
+		              NULL, 0);
+	}
+}
+
+static void
+append_list(char *buf, size_t cap, const int *ranks, int n)
+{
+	size_t len = strlen(buf);
+
+	for (int i = 0; i < n && len + 16 < cap; i++) {
+		snprintf(buf + len, cap - len, "%s%d", i ? ", " : "", ranks[i]);
+		len = strlen(buf);
+	}
+}
+
+/*
+ * The operation made no progress for DT_COLL_TIMEOUT: ask every rank how
+ * many operations it has called and name those that have not called this
+ * one (executor; fills op->msg).
+ */
+static void
+stall_report(dt_coll *c, coll_op *op)
+{
+	int *missing = calloc((size_t)c->size, sizeof(int));
+	int *silent = calloc((size_t)c->size, sizeof(int));
+	int nm = 0, ns = 0, answered;
+	uint64_t grace =
+	    (uint64_t)(DT_MIN(2.0, DT_MAX(0.5, c->cfg.timeout_s / 2)) * 1e9);
+	uint64_t until;
+	char text[1024];
+	const char *kind = dt__coll_kind_name(op->kind);
+
+	pthread_mutex_lock(&c->mu);
+	c->stall_seq = op->seq;
+	for (int r = 0; r < c->size; r++)
+		c->stall_reply[r] = -1;
+	pthread_mutex_unlock(&c->mu);
+	for (int r = 0; r < c->size; r++) {
+		if (r == c->rank)
+			continue;
+		dt_msg_hdr h = {.cmd = DT__CC_STALL_QUERY, .seq = op->seq};
+		dt__coll_send(c, r, &h, NULL, 0, NULL, 0);
+	}
+	until = dt__now_ns() + grace;
+	pthread_mutex_lock(&c->mu);
+	for (;;) {
+		answered = 1;
+		for (int r = 0; r < c->size; r++)
+			if (r != c->rank && c->stall_reply[r] < 0 &&
+			    !c->dead[r])
+				answered = 0;
+		if (answered || dt__now_ns() >= until)
+			break;
+		if (c->nqueries) {
+			dt__coll_answer_queries(c);
+			continue;
+		}
+		cv_wait_until(c, until);
+	}
+	for (int r = 0; r < c->size && missing && silent; r++) {
+		if (r == c->rank)
+			continue;
+		if (c->stall_reply[r] < 0)
+			silent[ns++] = r;
+		else if ((uint64_t)c->stall_reply[r] < op->seq)
+			missing[nm++] = r;
+	}
+	c->stall_seq = 0;
+	pthread_mutex_unlock(&c->mu);
+
+	snprintf(text, sizeof(text), "%s #%llu stalled for %.0f s: ", kind,
+	         (unsigned long long)op->num, c->cfg.timeout_s);
+	if (nm) {
+		strncat(text, nm > 1 ? "ranks " : "rank ",
+		        sizeof(text) - strlen(text) - 1);
+		append_list(text, sizeof(text), missing, nm);
+		strncat(text,
+		        nm > 1 ? " have not called it" : " has not called it",
+		        sizeof(text) - strlen(text) - 1);
+	}
+	if (ns) {
+		strncat(text, nm ? "; " : "", sizeof(text) - strlen(text) - 1);
+		strncat(text, ns > 1 ? "ranks " : "rank ",
+		        sizeof(text) - strlen(text) - 1);
+		append_list(text, sizeof(text), silent, ns);
+		strncat(text, ns > 1 ? " did not answer" : " did not answer",
+		        sizeof(text) - strlen(text) - 1);
+	}
+	if (!nm && !ns) {
+		size_t len = strlen(text);
+		if (op->waiting_on >= 0)
+			snprintf(text + len, sizeof(text) - len,
+			         "every rank has called it; still waiting for "
+			         "rank %d",
+			         op->waiting_on);
+		else
+			snprintf(text + len, sizeof(text) - len,
+			         "every rank has called it");
+	}
+	strncat(text, " (DT_COLL_TIMEOUT)", sizeof(text) - strlen(text) - 1);
+	pthread_mutex_lock(&c->mu);
+	dt__coll_op_fail(op, DT_ETIMEDOUT, 1, "%s", text);
+	pthread_mutex_unlock(&c->mu);
+	free(missing);
+	free(silent);
+}
+
+/* Wait until the I/O thread no longer touches op's buffers (mu held). */
+static void
+quiesce(dt_coll *c, coll_op *op)
+{
+	uint64_t until = dt__now_ns() + timeout_ns(c);
+	int closed = 0;
+
+	while (op->io_refs > 0) {
+		if (dt__now_ns() >= until) {
+			if (closed)
+				break;
+			/* A peer stopped in the middle of a payload that
+			 * lands in the caller's buffer: cut it off. */
+			for (int r = 0; r < c->size; r++) {
+				int id = c->base_id + r;
+				if (!c->ext[r] || c->node->peers[id] == NULL)
+					continue;
+				dt__log(0,
+				        "closing the connection to rank %d: "
+				        "a payload is stuck",
+				        r);
+				dt__van_close(c->node->van, c->node->peers[id]);
+			}
+			closed = 1;
+			until = dt__now_ns() + timeout_ns(c);
+		}
+		cv_wait_until(c, DT_MIN(until, dt__now_ns() + 100000000ull));
+	}
+}
+
+void
+dt__coll_execute(dt_coll *c, coll_op *op)
+{
+	dt_err err;
+
+	err = dt__coll_algo_prepare(c, op);
+	pthread_mutex_lock(&c->mu);
+	op->progress_ns = dt__now_ns();
+	op->waiting_on = -1;
+	c->cur = op;
+	if (err)
+		dt__coll_op_fail(op, err, 1, "%s #%llu: %s",
+		                 dt__coll_kind_name(op->kind),
+		                 (unsigned long long)op->num, dt_errmsg());
+	else if (c->broken)
+		dt__coll_op_fail(op, c->broken, 0, "%s #%llu: %s",
+		                 dt__coll_kind_name(op->kind),
+		                 (unsigned long long)op->num, c->broken_msg);
+	else
+		drain_early(c, op);
+	err = op->err;
+	pthread_mutex_unlock(&c->mu);
+
+	if (err == DT_OK)
+		err = dt__coll_algo_run(c, op);
+	pthread_mutex_lock(&c->mu);
+	if (err == DT_ETIMEDOUT && op->err == DT_OK) {
+		pthread_mutex_unlock(&c->mu);
+		stall_report(c, op);
+		pthread_mutex_lock(&c->mu);
+	} else if (err && op->err == DT_OK) {
+		/* A failed send: the peer is gone or going. */
+		dt__coll_op_fail(op, err, 1, "%s #%llu: %s",
+		                 dt__coll_kind_name(op->kind),
+		                 (unsigned long long)op->num, dt_errmsg());
+	} else if (err == DT_OK) {
+		op->err = DT_OK; /* a late failure after completion is moot */
+	}
+	pthread_mutex_unlock(&c->mu);
+	if (op->err && op->need_abort)
+		send_abort_all(c, op);
+	if (op->err)
+		DT_LOG(op->err == DT_ETIMEDOUT ? 0 : 1, "%s", op->msg);
+
+	pthread_mutex_lock(&c->mu);
+	quiesce(c, op);
+	c->cur = NULL;
+	c->done_seq = op->seq;
+	early_purge(c);
+	for (int i = 0; i < op->nhandles; i++) {
+		dt_coll_handle *h = op->handles[i];
+		h->err = op->err;
+		snprintf(h->msg, sizeof(h->msg), "%s", op->err ? op->msg : "");
+		h->done = 1;
+	}
+	pthread_cond_broadcast(&c->done_cv);
+	pthread_mutex_unlock(&c->mu);
+	dt__coll_algo_release(c, op);
+}
+
+/* ---- set-up ---- */
+
+dt_err
+dt__coll_attach(dt_coll *c)
+{
+	dt_node *n = c->node;
+	dt__node_app app = {.arg = c,
+	                    .on_msg = hook_on_msg,
+	                    .payload_dest = hook_payload_dest,
+	                    .on_fail = hook_on_fail};
+	int myid;
+
+	if (n->role != DT_ROLE_WORKER)
+		return dt__fail(DT_EINVAL,
+		                "collectives run among workers; "
+		                "this node is a %s",
+		                dt_role_name(n->role));
+	c->rank = n->rank;
+	c->size = n->num_workers;
+	c->base_id = 1 + n->num_servers;
+	myid = c->base_id + c->rank;
+	c->local_rank = 0;
+	c->local_size = 0;
+	for (int r = 0; r < c->size; r++) {
+		if (strcmp(n->table[c->base_id + r].host, n->table[myid].host))
+			continue;
+		if (r < c->rank)
+			c->local_rank++;
+		c->local_size++;
+	}
+	c->dead = calloc((size_t)c->size, 1);
+	c->ext = calloc((size_t)c->size, 1);
+	c->stall_reply = calloc((size_t)c->size, sizeof(int64_t));
+	if (!c->dead || !c->ext || !c->stall_reply)
+		return dt__fail(DT_ENOMEM, "communicator of %d ranks", c->size);
+	pthread_mutex_lock(&n->mu);
+	if (n->apps[DT_APP_COLL].on_msg) {
+		pthread_mutex_unlock(&n->mu);
+		return dt__fail(DT_EEXIST, "this node already has a "
+		                           "communicator");
+	}
+	pthread_mutex_unlock(&n->mu);
+	dt__cmd_names_register(DT_CMD_COLL_FIRST, DT_ARRAY_LEN(cmd_names),
+	                       cmd_names);
+	dt__node_set_app(n, DT_APP_COLL, &app);
+	return DT_OK;
+}

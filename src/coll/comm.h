@@ -1,0 +1,256 @@
+/*
+ * comm.h - the communicator and operation objects shared by comm.c (the
+ * communicator: set-up, message routing, execution, safety), algo.c (the
+ * algorithms) and api.c (the public calls).
+ *
+ * Threads and ownership:
+ *   - The node's I/O thread delivers every collective message (on_msg,
+ *     payload_dest, on_fail in comm.c). It never blocks and never sends:
+ *     it reduces or stores data for the operation being executed, queues
+ *     messages of operations not yet started (with a memory cap), records
+ *     failures, and signals c->cv.
+ *   - The executor runs one operation at a time, in sequence order: the
+ *     calling thread for a synchronous call when nothing is queued, else
+ *     the background thread (one per communicator, started by init) that
+ *     also answers stall queries while the program is busy elsewhere.
+ *     The executor does every send.
+ *   - c->mu guards every field marked (mu), here and in coll_op. The bulk
+ *     data work of the I/O thread (copying a payload into place, reducing)
+ *     runs outside the lock while op->io_refs counts it; an operation is
+ *     finished only when io_refs is back to zero, so no byte lands in a
+ *     user buffer after the call returns.
+ */
+#ifndef DT_COLL_COMM_H
+#define DT_COLL_COMM_H
+
+#include "coll/coll_impl.h"
+
+/* Message commands (DT_CMD_COLL_FIRST + ...). */
+enum {
+	DT__CC_DATA = DT_CMD_COLL_FIRST, /* op data: key = message index */
+	DT__CC_READY,                    /* receiver posted the operation */
+	DT__CC_ABORT,                    /* operation failed; meta = reason */
+	DT__CC_STALL_QUERY,              /* how far are you? */
+	DT__CC_STALL_REPLY,              /* arg0 = operations called */
+	DT__CC_FIN,                      /* done reading your memory (CMA) */
+	DT__CC_END,
+};
+
+/* DATA flags (arg2). */
+#define DT__CF_HAS_DATA 1u /* recursive-doubling broadcast: payload valid */
+#define DT__CF_CMA                                                             \
+	2u /* no payload: read it from the sender's memory                     \
+	      at the address after the signature (meta) */
+#define DT__COLL_META_CMA (DT__COLL_SIG_LEN + 8)
+
+enum {
+	DT__ALG_LOCAL = 0,  /* one rank */
+	DT__ALG_RD = 1,     /* recursive doubling over TCP */
+	DT__ALG_STREAM = 2, /* ring or chain, pipelined chunks */
+	DT__ALG_CMA = 3,    /* same host: direct reads of peers' memory */
+};
+
+/* Keys of DT__ALG_CMA notices. */
+#define DT__CMA_KEY_SRC 0 /* my input (or broadcast buffer) is at addr */
+#define DT__CMA_KEY_BLK 1 /* my finished block is in my output at addr */
+
+struct dt_coll_handle {
+	dt_coll *c;
+	int done;   /* (mu) */
+	dt_err err; /* (mu) */
+	char msg[1024];
+};
+
+typedef struct coll_op coll_op;
+struct coll_op {
+	uint64_t seq;
+	uint64_t num; /* the number users see: seq less the set-up's ops */
+	dt__coll_sig sig;
+	int kind;
+	dt_dtype dtype;
+	dt_coll_op redop;
+	int root;
+	size_t esz;
+	const void *send; /* user input (NULL: in place) */
+	void *recv;       /* user output */
+	size_t count;     /* elements: allreduce/bcast count, allgatherv total,
+	                     reduce_scatter per-rank count */
+	size_t *counts;   /* allgatherv per-rank counts (owned) */
+	dt_coll_tensor *tensors; /* fused group (owned), ntensors > 1 */
+	int ntensors;
+	dt_coll_handle **handles; /* completed with the result (owned array) */
+	int nhandles;
+	coll_op *next; /* queue link (mu) */
+
+	/* Execution. */
+	int algo;
+	uint8_t *work;      /* result buffer the algorithm builds */
+	const uint8_t *src; /* this rank's input (== work when in place) */
+	size_t nelem;       /* elements in work */
+	dt__coll_rd rd;
+	uint8_t *slots; /* recursive doubling: one slot per key */
+	size_t slot_bytes;
+	dt__coll_sched sc;
+	int ready_mode; /* stream: data only after the receiver's READY */
+	int chain;      /* stream: READY goes upstream once downstream's came */
+
+	/* (mu) */
+	uint8_t got[72]; /* recursive doubling: keys received */
+	int bc_valid;    /* recursive-doubling broadcast holds the data */
+	size_t rx_done;  /* stream: rx entries processed */
+	size_t tx_sent;  /* stream: tx entries sent */
+	int ready_to;    /* stream: READY from sc.to arrived */
+	/* DT__ALG_CMA, by rank: notices seen and their addresses, FINs. */
+	uint8_t *cma_got;   /* [3 * size]: key * size + rank; row 2: FIN */
+	uint64_t *cma_addr; /* [2 * size] */
+	int cma_fins;
+	int cma_rs, cma_ag; /* phases: reduce-scatter, allgather */
+	int cma_whole;      /* reduce-scatter over the whole buffer */
+	int io_refs;        /* I/O-thread data work in progress */
+	dt_err err;         /* first failure, DT_OK if none */
+	char msg[1024];
+	int need_abort; /* failure found here: tell the other ranks */
+	uint64_t progress_ns;
+	int waiting_on; /* rank whose message the executor waits for */
+};
+
+/* A message of an operation not yet started (or a control message). */
+typedef struct coll_early {
+	struct coll_early *next;
+	dt_msg_hdr h;
+	int peer;
+	dt__coll_sig sig;
+	int has_sig;
+	char *text;      /* ABORT reason */
+	uint64_t remote; /* CMA address of the data */
+	void *payload;   /* copy, h.payload_len bytes */
+	int dropped;     /* the payload was dropped (over the cap) */
+} coll_early;
+
+typedef struct coll_query {
+	int peer;
+	uint64_t seq;
+} coll_query;
+
+#define DT__COLL_MAX_QUERIES 256
+
+typedef struct coll_pending {
+	int kind; /* DT__COLL_ALLREDUCE (fusable), or 0: prepared below */
+	struct coll_op *prepared; /* a non-allreduce operation, queued as is */
+	const void *send;
+	void *recv;
+	size_t count;
+	const size_t *counts;
+	dt_dtype dtype;
+	dt_coll_op op;
+	int root;
+	dt_coll_handle *h;
+} coll_pending;
+
+struct dt_coll {
+	dt_node *node;  /* NULL for a one-process communicator */
+	int own_node;   /* dt_coll_init joined: finalize stops the node */
+	dt_node *sched; /* in-process scheduler (mpirun/srun rank 0) */
+	pthread_t sched_thread;
+	int sched_started;
+	dt_err sched_err;
+	char sched_msg[512];
+	int rank, size, local_rank, local_size;
+	int base_id;       /* node id of worker rank 0 */
+	uint64_t seq_base; /* operations run by the set-up itself */
+	int cma;         /* ranks read each other's memory (process_vm_readv) */
+	int *pids;       /* by rank */
+	uint8_t *bounce; /* the executor's buffer for reducing CMA reads */
+	size_t bounce_cap;
+	dt__coll_cfg cfg;
+
+	pthread_mutex_t mu;
+	pthread_cond_t cv;      /* executor: progress of the op (MONOTONIC) */
+	pthread_cond_t bg_cv;   /* background thread: work, queries, stop */
+	pthread_cond_t done_cv; /* callers: a handle completed */
+	uint64_t next_seq;      /* (mu) operations called so far */
+	uint64_t done_seq;      /* (mu) last operation finished */
+	coll_op *cur;           /* (mu) operation being executed */
+	coll_op *qhead, *qtail; /* (mu) queued operations */
+	int exec_busy;          /* (mu) an executor is running an operation */
+	int stop;               /* (mu) background thread: leave */
+	coll_early *eq_head, *eq_tail; /* (mu) early messages */
+	size_t eq_bytes;               /* (mu) */
+	dt_err broken; /* (mu) sticky failure (lost peer, job abort) */
+	char broken_msg[1024];
+	uint8_t *dead;        /* (mu) by rank */
+	uint8_t *ext;         /* (mu) by rank: the van writes into op memory */
+	uint64_t stall_seq;   /* (mu) stall query in progress */
+	int64_t *stall_reply; /* (mu) by rank: ops called, -1 no answer */
+	coll_query queries[DT__COLL_MAX_QUERIES]; /* (mu) to answer */
+	int nqueries;                             /* (mu) */
+	pthread_t bg;
+	int bg_started;
+
+	/* Group recording (the calling thread only). */
+	int in_group;
+	coll_pending *pend;
+	size_t npend, pend_cap;
+
+	/* Buffers of the executor (only the executing thread resizes them,
+	 * between operations). */
+	uint8_t *fusion;
+	size_t fusion_cap;
+	uint8_t *scratch;
+	size_t scratch_cap;
+	uint8_t *slotbuf;
+	size_t slotbuf_cap;
+};
+
+/* comm.c */
+dt_err dt__coll_attach(dt_coll *c);
+/* Send a collective message to worker rank; h's cmd etc. set by caller. */
+dt_err dt__coll_send(dt_coll *c, int rank, dt_msg_hdr *h, const void *meta,
+                     uint32_t meta_len, const void *payload, size_t bytes);
+/* Run op to completion in the calling thread (the executor). */
+void dt__coll_execute(dt_coll *c, coll_op *op);
+/*
+ * Wait (c->mu held) until pred(op, arg) or a failure, answering stall
+ * queries meanwhile. waiting_on names the rank whose message is awaited,
+ * for stall reports (-1 unknown).
+ */
+dt_err dt__coll_wait(dt_coll *c, coll_op *op, int (*pred)(coll_op *, void *),
+                     void *arg, int waiting_on);
+/* Answer queued stall queries (mu held, dropped while sending). */
+void dt__coll_answer_queries(dt_coll *c);
+/* Grow-only buffers. */
+uint8_t *dt__coll_buf(uint8_t **buf, size_t *cap, size_t need);
+/* Fail op with a reason found here (I/O thread or executor, mu held). */
+void dt__coll_op_fail(coll_op *op, dt_err err, int need_abort, const char *fmt,
+                      ...) DT_PRINTF(4, 5);
+
+/* algo.c: run op's algorithm (executor, mu not held). */
+dt_err dt__coll_algo_run(dt_coll *c, coll_op *op);
+/* Choose and prepare the algorithm (executor, before posting). */
+dt_err dt__coll_algo_prepare(dt_coll *c, coll_op *op);
+void dt__coll_algo_release(dt_coll *c, coll_op *op);
+/* Does op still need a message from (or a send to) rank peer? (mu held) */
+int dt__coll_algo_needs(dt_coll *c, const coll_op *op, int peer);
+/*
+ * A DATA message for the posted op (mu held): check it against the
+ * schedule and decide where its payload goes: *dest (DT_VAN_DISCARD to
+ * drop it, NULL when there is nothing to place), or *reduce = 1 when the
+ * caller must pass the bytes to dt__coll_algo_deliver. An error fails op.
+ */
+dt_err dt__coll_algo_dest(dt_coll *c, coll_op *op, int peer,
+                          const dt_msg_hdr *h, void **dest, int *reduce);
+/* Process a payload that is not in its final place yet (mu NOT held;
+ * io_refs held by the caller): reduce it. An error leaves op to the
+ * caller to fail. */
+dt_err dt__coll_algo_deliver(dt_coll *c, coll_op *op, int peer,
+                             const dt_msg_hdr *h, const void *payload);
+/* Read bytes at remote in process pid into dst (CMA). */
+dt_err dt__coll_cma_read(int pid, void *dst, uint64_t remote, size_t bytes);
+/* Record that a message was fully processed (mu held); remote is the
+ * address a CMA notice carried. */
+void dt__coll_algo_done(dt_coll *c, coll_op *op, int peer, const dt_msg_hdr *h,
+                        uint64_t remote);
+/* A FIN from peer (mu held). */
+void dt__coll_algo_fin(dt_coll *c, coll_op *op, int peer);
+
+#endif

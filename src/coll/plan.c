@@ -1,0 +1,319 @@
+/*
+ * plan.c - the pure arithmetic of the collectives: operation signatures,
+ * how a buffer is cut into blocks and chunks, the ring and chain
+ * schedules every rank derives on its own, recursive-doubling partners and
+ * tensor-fusion batches. No I/O and no shared state: algo.c runs what is
+ * planned here and the unit tests check it directly.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "coll/coll_impl.h"
+#include "net/codec.h"
+
+const char *
+dt__coll_kind_name(int kind)
+{
+	switch (kind) {
+	case DT__COLL_ALLREDUCE:
+		return "allreduce";
+	case DT__COLL_BROADCAST:
+		return "broadcast";
+	case DT__COLL_ALLGATHERV:
+		return "allgatherv";
+	case DT__COLL_REDUCE_SCATTER:
+		return "reduce_scatter";
+	case DT__COLL_BARRIER:
+		return "barrier";
+	}
+	return "unknown operation";
+}
+
+void
+dt__coll_sig_encode(const dt__coll_sig *s, uint8_t out[DT__COLL_SIG_LEN])
+{
+	out[0] = s->kind;
+	out[1] = s->dtype;
+	out[2] = s->op;
+	out[3] = s->ntensors;
+	dt__put_u32(out + 4, s->root);
+	dt__put_u64(out + 8, s->count);
+	dt__put_u64(out + 16, s->hash);
+}
+
+dt_err
+dt__coll_sig_decode(const uint8_t *in, size_t len, dt__coll_sig *s)
+{
+	if (in == NULL || len < DT__COLL_SIG_LEN)
+		return dt__fail(DT_EPROTO,
+		                "collective message: signature of %zu bytes "
+		                "(expected %d)",
+		                len, DT__COLL_SIG_LEN);
+	s->kind = in[0];
+	s->dtype = in[1];
+	s->op = in[2];
+	s->ntensors = in[3];
+	s->root = dt__get_u32(in + 4);
+	s->count = dt__get_u64(in + 8);
+	s->hash = dt__get_u64(in + 16);
+	return DT_OK;
+}
+
+int
+dt__coll_sig_equal(const dt__coll_sig *a, const dt__coll_sig *b)
+{
+	return a->kind == b->kind && a->dtype == b->dtype && a->op == b->op &&
+	       a->ntensors == b->ntensors && a->root == b->root &&
+	       a->count == b->count && a->hash == b->hash;
+}
+
+void
+dt__coll_sig_describe(const dt__coll_sig *s, char *out, size_t cap)
+{
+	const char *dt = dt__coll_dtype_valid(s->dtype)
+	                     ? dt_dtype_name((dt_dtype)s->dtype)
+	                     : "?";
+	const char *op =
+	    dt__coll_op_valid(s->op) ? dt_coll_op_name((dt_coll_op)s->op) : "?";
+	unsigned long long n = (unsigned long long)s->count;
+
+	switch (s->kind) {
+	case DT__COLL_ALLREDUCE:
+		if (s->ntensors > 1)
+			snprintf(out, cap,
+			         "allreduce(group of %u tensors, count=%llu, "
+			         "%s, %s)",
+			         s->ntensors, n, dt, op);
+		else
+			snprintf(out, cap, "allreduce(count=%llu, %s, %s)", n,
+			         dt, op);
+		break;
+	case DT__COLL_BROADCAST:
+		snprintf(out, cap, "broadcast(count=%llu, %s, root=%u)", n, dt,
+		         s->root);
+		break;
+	case DT__COLL_ALLGATHERV:
+		snprintf(out, cap, "allgatherv(total count=%llu, %s)", n, dt);
+		break;
+	case DT__COLL_REDUCE_SCATTER:
+		snprintf(out, cap,
+		         "reduce_scatter(count=%llu per rank, %s, %s)", n, dt,
+		         op);
+		break;
+	case DT__COLL_BARRIER:
+		snprintf(out, cap, "barrier()");
+		break;
+	default:
+		snprintf(out, cap, "operation kind %u", s->kind);
+	}
+}
+
+uint64_t
+dt__coll_hash_counts(const size_t *counts, size_t n)
+{
+	uint64_t h = 1469598103934665603ull;
+
+	for (size_t i = 0; i < n; i++) {
+		uint64_t v = (uint64_t)counts[i];
+		for (int b = 0; b < 8; b++) {
+			h ^= (v >> (8 * b)) & 0xff;
+			h *= 1099511628211ull;
+		}
+	}
+	return h;
+}
+
+void
+dt__coll_block(size_t count, int n, int i, size_t *off, size_t *len)
+{
+	size_t base = count / (size_t)n, rem = count % (size_t)n;
+	size_t ui = (size_t)i;
+
+	*len = base + (ui < rem ? 1 : 0);
+	*off = ui * base + (ui < rem ? ui : rem);
+}
+
+size_t
+dt__coll_nchunks(size_t len, size_t chunk_elems)
+{
+	return len == 0 ? 0 : (len + chunk_elems - 1) / chunk_elems;
+}
+
+size_t
+dt__coll_chunk_elems(size_t chunk_bytes, size_t elem_size)
+{
+	size_t e = elem_size ? chunk_bytes / elem_size : chunk_bytes;
+
+	return e ? e : 1;
+}
+
+void
+dt__coll_sched_free(dt__coll_sched *s)
+{
+	free(s->tx);
+	free(s->rx);
+	memset(s, 0, sizeof(*s));
+}
+
+static int
+mod(int a, int n)
+{
+	return ((a % n) + n) % n;
+}
+
+/*
+ * Messages for a block in a ring: an empty block still sends one empty
+ * message, so that every rank hears from its neighbour at every step and
+ * its completion depends on every other rank (the mismatch guarantee).
+ */
+static size_t
+ring_nchunks(size_t len, size_t ce)
+{
+	return len == 0 ? 1 : dt__coll_nchunks(len, ce);
+}
+
+/* Append the chunks of one block to list at *pos. */
+static void
+add_chunks(dt__coll_msg *list, size_t *pos, size_t off, size_t len, size_t ce,
+           uint8_t phase, int64_t dep_base, uint8_t from_src, uint8_t final)
+{
+	size_t nch = ring_nchunks(len, ce);
+
+	for (size_t k = 0; k < nch; k++) {
+		dt__coll_msg *m = &list[(*pos)++];
+		m->off = off + k * ce;
+		m->n = k + 1 < nch ? ce : len - k * ce;
+		m->dep = dep_base < 0 ? -1 : dep_base + (int64_t)k;
+		m->phase = phase;
+		m->from_src = from_src;
+		m->final = final;
+	}
+}
+
+dt_err
+dt__coll_ring_sched(int r, int n, const size_t *offs, const size_t *lens,
+                    size_t ce, int rs, int ag, dt__coll_sched *s)
+{
+	size_t total = 0, ntx = 0, nrx = 0;
+	int64_t *rs_base = NULL, *ag_base = NULL;
+
+	memset(s, 0, sizeof(*s));
+	s->to = s->from = -1;
+	if (n < 2)
+		return DT_OK;
+	s->to = mod(r + 1, n);
+	s->from = mod(r - 1, n);
+	for (int b = 0; b < n; b++)
+		total += ring_nchunks(lens[b], ce);
+	/* Each phase moves every block but one through this rank. */
+	size_t per_phase = total; /* upper bound */
+	size_t cap = (size_t)((rs ? 1 : 0) + (ag ? 1 : 0)) * per_phase;
+	s->tx = calloc(cap ? cap : 1, sizeof(*s->tx));
+	s->rx = calloc(cap ? cap : 1, sizeof(*s->rx));
+	rs_base = calloc((size_t)n, sizeof(*rs_base));
+	ag_base = calloc((size_t)n, sizeof(*ag_base));
+	if (!s->tx || !s->rx || !rs_base || !ag_base) {
+		free(rs_base);
+		free(ag_base);
+		dt__coll_sched_free(s);
+		return dt__fail(DT_ENOMEM, "ring schedule of %zu chunks", cap);
+	}
+	if (rs) {
+		for (int st = 0; st < n - 1; st++) {
+			int sb = mod(r - st - 1, n), rb = mod(r - st - 2, n);
+			rs_base[st] = (int64_t)nrx;
+			add_chunks(s->tx, &ntx, offs[sb], lens[sb], ce,
+			           DT__PH_RS, st == 0 ? -1 : rs_base[st - 1],
+			           st == 0 ? 1 : 0, 0);
+			add_chunks(s->rx, &nrx, offs[rb], lens[rb], ce,
+			           DT__PH_RS, -1, 0, st == n - 2);
+		}
+	}
+	if (ag) {
+		for (int st = 0; st < n - 1; st++) {
+			int sb = mod(r - st, n), rb = mod(r - st - 1, n);
+			int64_t dep;
+
+			ag_base[st] = (int64_t)nrx;
+			if (st > 0)
+				dep = ag_base[st - 1];
+			else
+				dep = rs ? rs_base[n - 2] : -1;
+			add_chunks(s->tx, &ntx, offs[sb], lens[sb], ce,
+			           DT__PH_AG, dep, 0, 0);
+			add_chunks(s->rx, &nrx, offs[rb], lens[rb], ce,
+			           DT__PH_AG, -1, 0, 0);
+		}
+	}
+	free(rs_base);
+	free(ag_base);
+	s->ntx = ntx;
+	s->nrx = nrx;
+	return DT_OK;
+}
+
+dt_err
+dt__coll_chain_sched(int r, int n, int root, size_t count, size_t ce,
+                     dt__coll_sched *s)
+{
+	int pos = mod(r - root, n);
+	size_t nch = dt__coll_nchunks(count, ce), ntx = 0, nrx = 0;
+
+	memset(s, 0, sizeof(*s));
+	s->from = pos > 0 ? mod(r - 1, n) : -1;
+	s->to = pos < n - 1 ? mod(r + 1, n) : -1;
+	s->tx = calloc(nch ? nch : 1, sizeof(*s->tx));
+	s->rx = calloc(nch ? nch : 1, sizeof(*s->rx));
+	if (!s->tx || !s->rx) {
+		dt__coll_sched_free(s);
+		return dt__fail(DT_ENOMEM, "chain schedule of %zu chunks", nch);
+	}
+	if (s->from >= 0)
+		add_chunks(s->rx, &nrx, 0, count, ce, DT__PH_BC, -1, 0, 0);
+	if (s->to >= 0)
+		add_chunks(s->tx, &ntx, 0, count, ce, DT__PH_BC,
+		           s->from >= 0 ? 0 : -1, 0, 0);
+	s->ntx = ntx;
+	s->nrx = nrx;
+	return DT_OK;
+}
+
+void
+dt__coll_rd_plan(int r, int n, dt__coll_rd *rd)
+{
+	int p2 = 1, rounds = 0;
+
+	while (p2 * 2 <= n) {
+		p2 *= 2;
+		rounds++;
+	}
+	rd->p2 = p2;
+	rd->rounds = rounds;
+	rd->extra_of = r >= p2 ? r - p2 : -1;
+	rd->extra = r < n - p2 ? r + p2 : -1;
+}
+
+size_t
+dt__coll_fusion_plan(const size_t *counts, size_t n, size_t elem_size,
+                     size_t threshold, size_t *first)
+{
+	size_t nb = 0, cur = 0;
+	int open = 0;
+
+	for (size_t i = 0; i < n; i++) {
+		size_t bytes = counts[i] * elem_size;
+
+		if (open && (bytes > threshold || cur + bytes > threshold))
+			open = 0;
+		if (!open) {
+			first[nb++] = i;
+			cur = 0;
+			open = 1;
+		}
+		cur += bytes;
+		if (bytes > threshold)
+			open = 0; /* a big tensor travels alone */
+	}
+	return nb;
+}

@@ -1,0 +1,58 @@
+#!/bin/bash
+# coll_errors.sh - the safety net of the collectives under `dtrain launch`:
+#   - a rank that passes another count, type, reduction or operation makes
+#     every rank fail with DT_EMISMATCH naming both calls, and the
+#     communicator stays usable (on 2, 3 and 4 ranks);
+#   - a rank that skips an allreduce makes every rank fail with the stall
+#     report naming it after DT_COLL_TIMEOUT, then all carry on;
+#   - a rank that dies makes every other rank's call fail at once with
+#     DT_EPEER instead of hanging.
+. "$(dirname "$0")/coll_lib.bash"
+
+for n in 2 3 4; do
+	out=$TMP/mismatch$n
+	launch "$n" "$out" -- --mismatch
+	rc=$?
+	check "mismatch on $n ranks: launcher exits 0 (got $rc)" test "$rc" = 0
+	for what in "count mismatch (small)" "count mismatch (ring)" \
+		"type mismatch" "reduction mismatch" "operation mismatch"; do
+		check "mismatch on $n ranks: $what reaches every rank" \
+			every_rank "$n" "$out" "$what: DT_EMISMATCH: "
+	done
+	# Which neighbour of the odd rank notices first varies.
+	check "mismatch on $n ranks: message names the honest call" \
+		every_rank "$n" "$out" \
+		"called allreduce(count=1048576, float32, sum) but rank"
+	check "mismatch on $n ranks: message names the odd rank's call" \
+		every_rank "$n" "$out" \
+		"rank $((n - 1)) called allreduce(count=1048577, float32, sum)"
+	check "mismatch on $n ranks: no FAIL line" \
+		test -z "$(grep -F FAIL "$out")"
+	grep -F FAIL "$out" | head -5
+done
+
+out=$TMP/stall
+start=$(now_ms)
+launch 3 "$out" --env DT_COLL_TIMEOUT=3 -- --stall
+rc=$?
+ms=$(($(now_ms) - start))
+check "stall: launcher exits 0 (got $rc)" test "$rc" = 0
+check "stall: every rank gets the report naming rank 2" every_rank 3 "$out" \
+	"stall report: DT_ETIMEDOUT: allreduce #2 stalled for 3 s: rank 2 has not called it"
+check "stall: no FAIL line" test -z "$(grep -F FAIL "$out")"
+check "stall: over within 30 s (${ms} ms)" test "$ms" -lt 30000
+grep -F FAIL "$out" | head -5
+
+out=$TMP/die
+start=$(now_ms)
+launch 3 "$out" --env DT_COLL_TIMEOUT=60 -- --die
+rc=$?
+ms=$(($(now_ms) - start))
+check "dead rank: the job fails (launcher exits $rc)" test "$rc" != 0
+check "dead rank: ranks 0 and 1 get an error, not a hang" \
+	every_rank 2 "$out" "dead peer: DT_EPEER"
+check "dead rank: over well within DT_COLL_TIMEOUT (${ms} ms)" \
+	test "$ms" -lt 30000
+check "dead rank: no FAIL line" test -z "$(grep -F FAIL "$out")"
+
+finish
