@@ -49,8 +49,11 @@ launch 3 "$out" --env DT_COLL_TIMEOUT=60 -- --die
 rc=$?
 ms=$(($(now_ms) - start))
 check "dead rank: the job fails (launcher exits $rc)" test "$rc" != 0
-check "dead rank: ranks 0 and 1 get an error, not a hang" \
-	every_rank 2 "$out" "dead peer: DT_EPEER"
+# The launcher stops the whole job as soon as rank 2 dies, so a surviving
+# rank may be stopped before it prints: require the error from at least one
+# of them (and, below, that the job ended fast - no hang).
+check "dead rank: a surviving rank gets DT_EPEER, not a hang" \
+	grep -q "dead peer: DT_EPEER" "$out"
 check "dead rank: over well within DT_COLL_TIMEOUT (${ms} ms)" \
 	test "$ms" -lt 30000
 check "dead rank: no FAIL line" test -z "$(grep -F FAIL "$out")"
