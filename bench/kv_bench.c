@@ -7,7 +7,7 @@
  * For 4 KiB, 1 MiB and 16 MiB, with one key and with the same bytes over
  * 16 keys (batched calls), it times each operation's round trip: p50, p99
  * and throughput (10^9 payload bytes per second). The servers run
- * "sgd lr=-1", so every push is added into the stored value (w += g), as a
+ * "sgd lr=1", so every push is added into the stored value (w -= g), as a
  * real server's update would. The baseline (rank 0 only) is a forked
  * process on a TCP socket pair doing the same exchange: send the bytes and
  * wait for a 1-byte answer (push), or send 1 byte and read the bytes back
@@ -152,7 +152,7 @@ main(int argc, char **argv)
 		}
 	}
 	if (dt_kv_create("dist_sync", &kv) != DT_OK ||
-	    dt_kv_set_optimizer(kv, "sgd", "lr=-1") != DT_OK) {
+	    dt_kv_set_optimizer(kv, "sgd", "lr=1") != DT_OK) {
 		fprintf(stderr, "kv_bench: %s\n", dt_errmsg());
 		return 1;
 	}
