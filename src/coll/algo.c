@@ -156,7 +156,13 @@ dt__coll_algo_prepare(dt_coll *c, coll_op *op)
 			op->src = op->send ? op->send : op->recv;
 		}
 		op->nelem = op->count;
-		if (bytes > c->cfg.ring_threshold && c->cma) {
+		if (bytes > c->cfg.cma_threshold && c->cma &&
+		    bytes <= c->push_max) {
+			dt_err e = prepare_cma(c, op, 0, 0, 0);
+			op->cma_push = 1;
+			return e;
+		}
+		if (bytes > c->cfg.cma_threshold && c->cma) {
 			/* Reading the other's whole input is safe only when it
 			 * is not also the output being written. */
 			int whole = c->size == 2 && op->src != op->work &&
@@ -190,7 +196,7 @@ dt__coll_algo_prepare(dt_coll *c, coll_op *op)
 		op->work = op->recv;
 		op->src = op->recv;
 		op->nelem = op->count;
-		if (bytes_of(op, op->count) > c->cfg.ring_threshold && c->cma)
+		if (bytes_of(op, op->count) > c->cfg.cma_threshold && c->cma)
 			return prepare_cma(c, op, 0, 0, 0);
 		if (bytes_of(op, op->count) > c->cfg.ring_threshold) {
 			size_t ce =
@@ -222,7 +228,7 @@ dt__coll_algo_prepare(dt_coll *c, coll_op *op)
 			memcpy(op->work + offs[c->rank] * esz, op->send,
 			       op->counts[c->rank] * esz);
 		op->src = op->work;
-		if (bytes_of(op, off) > c->cfg.ring_threshold && c->cma) {
+		if (bytes_of(op, off) > c->cfg.cma_threshold && c->cma) {
 			free(offs);
 			return prepare_cma(c, op, 0, 1, 0);
 		}
@@ -246,7 +252,7 @@ dt__coll_algo_prepare(dt_coll *c, coll_op *op)
 		}
 		op->src = in;
 		op->nelem = total;
-		if (bytes > c->cfg.ring_threshold && c->cma)
+		if (bytes > c->cfg.cma_threshold && c->cma)
 			return prepare_cma(c, op, 1, 0, 0);
 		if (bytes > c->cfg.ring_threshold && op->count > 0) {
 			size_t *offs = malloc(n * sizeof(size_t));
@@ -422,9 +428,10 @@ dt__coll_algo_dest(dt_coll *c, coll_op *op, int peer, const dt_msg_hdr *h,
 		return DT_OK;
 	}
 	if (op->algo == DT__ALG_CMA) {
-		int want = op->kind == DT__COLL_BROADCAST || op->cma_rs
-		               ? DT__CMA_KEY_SRC
-		               : DT__CMA_KEY_BLK;
+		int want =
+		    op->kind == DT__COLL_BROADCAST || op->cma_rs || op->cma_push
+		        ? DT__CMA_KEY_SRC
+		        : DT__CMA_KEY_BLK;
 		int ok =
 		    (h->arg2 & DT__CF_CMA) && h->payload_len == 0 &&
 		    (h->key == (uint64_t)want ||
@@ -463,6 +470,30 @@ dt__coll_cma_read(int pid, void *dst, uint64_t remote, size_t bytes)
 			    DT_EIO, "reading %zu bytes from process %d: %s",
 			    bytes - done, pid,
 			    n < 0 ? strerror(errno) : "nothing read");
+		}
+		done += (size_t)n;
+	}
+	return DT_OK;
+}
+
+dt_err
+dt__coll_cma_write(int pid, uint64_t remote, const void *src, size_t bytes)
+{
+	size_t done = 0;
+
+	while (done < bytes) {
+		struct iovec l = {(uint8_t *)src + done, bytes - done};
+		struct iovec r = {(void *)(uintptr_t)(remote + done),
+		                  bytes - done};
+		ssize_t n = process_vm_writev(pid, &l, 1, &r, 1, 0);
+
+		if (n <= 0) {
+			if (n < 0 && errno == EINTR)
+				continue;
+			return dt__fail(
+			    DT_EIO, "writing %zu bytes to process %d: %s",
+			    bytes - done, pid,
+			    n < 0 ? strerror(errno) : "nothing written");
 		}
 		done += (size_t)n;
 	}
@@ -522,6 +553,8 @@ dt__coll_algo_needs(dt_coll *c, const coll_op *op, int peer)
 	if (op->algo == DT__ALG_CMA) {
 		size_t n = (size_t)c->size, p = (size_t)peer;
 		int src = op->kind == DT__COLL_BROADCAST || op->cma_rs;
+		if (op->cma_push)
+			return !op->cma_got[p];
 		return (src && !op->cma_got[p]) ||
 		       (op->cma_ag && !op->cma_got[n + p]) ||
 		       !op->cma_got[2 * n + p];
@@ -810,12 +843,51 @@ cma_fail_read(coll_op *op, int peer)
 	                (unsigned long long)op->num, peer, dt_errmsg());
 }
 
+/*
+ * Two ranks, push: write my input into the peer's slot for this
+ * operation's parity, tell it, and reduce its input from my slot once it
+ * says it wrote it. Nobody reads my buffers, so no FIN. A slot is written
+ * again two operations later, which the peer can only reach after I have
+ * finished this one (it needs my notice of the next).
+ */
+static dt_err
+run_cma_push(dt_coll *c, coll_op *op)
+{
+	int peer = 1 - c->rank, slot = (int)(op->seq & 1);
+	size_t bytes = bytes_of(op, op->nelem);
+	uint64_t addr;
+	dt_err err;
+
+	if (dt__coll_cma_write(c->pids[peer], c->push_remote[slot], op->src,
+	                       bytes))
+		return dt__fail(DT_EIO, "%s #%llu: writing to rank %d: %s",
+		                dt__coll_kind_name(op->kind),
+		                (unsigned long long)op->num, peer, dt_errmsg());
+	if ((err = send_data(c, op, peer, DT__CMA_KEY_SRC, 0, op->nelem,
+	                     DT__CF_CMA, NULL, 0)) ||
+	    (err = cma_wait(c, op, DT__CMA_KEY_SRC, peer, &addr)))
+		return err;
+	/* Rank 0's data first, as everywhere. */
+	if (peer < c->rank)
+		dt__coll_reduce(op->dtype, op->redop, op->work,
+		                c->push_slot[slot], op->src, op->nelem);
+	else
+		dt__coll_reduce(op->dtype, op->redop, op->work, op->src,
+		                c->push_slot[slot], op->nelem);
+	if (op->redop == DT_COLL_AVG)
+		dt__coll_scale(op->dtype, op->work, op->nelem, c->size);
+	return DT_OK;
+}
+
 static dt_err
 run_cma(dt_coll *c, coll_op *op)
 {
 	size_t esz = op->esz, lo, len;
 	uint64_t addr;
 	dt_err err;
+
+	if (op->cma_push)
+		return run_cma_push(c, op);
 
 	if (op->kind == DT__COLL_BROADCAST)
 		err = cma_notify(c, op, DT__CMA_KEY_SRC,

@@ -724,6 +724,8 @@ comm_free(dt_coll *c)
 	free(c->ext);
 	free(c->pids);
 	free(c->bounce);
+	free(c->push_slot[0]);
+	free(c->push_slot[1]);
 	free(c->stall_reply);
 	free(c->pend);
 	free(c->fusion);
@@ -792,48 +794,84 @@ stop_bg(dt_coll *c)
  * When every rank runs on this host, find out whether they may read each
  * other's memory (process_vm_readv needs ptrace rights over the peer):
  * each rank publishes the address of a marker, reads everyone else's, and
- * the ranks agree (allreduce min) so that all use CMA or none does. Costs
- * two small collectives at start-up, which users' numbering skips.
+ * the ranks agree (allreduce min) so that all use CMA or none does. With
+ * two ranks each also publishes two slots for the other to write its
+ * input into (algo.c, push), and their size; both then use the smaller.
+ * Costs two small collectives at start-up, which users' numbering skips.
  */
+enum { PROBE_WORDS = 8 }; /* mark, slot 0, slot 1, slot size: u64 each */
+
+static uint64_t
+probe_word(const int32_t *w, int i)
+{
+	return (uint64_t)(uint32_t)w[2 * i] | (uint64_t)(uint32_t)w[2 * i + 1]
+	                                          << 32;
+}
+
 static dt_err
 probe_cma(dt_coll *c)
 {
-	uint64_t *mark = malloc(sizeof(*mark));
-	int32_t *addrs = calloc((size_t)c->size * 2, sizeof(int32_t));
-	int32_t mine[2], ok = c->cfg.cma;
+	uint64_t *mark = malloc(sizeof(*mark)), v = 0;
+	int32_t *all = calloc((size_t)c->size * PROBE_WORDS, sizeof(int32_t));
+	int32_t mine[PROBE_WORDS] = {0}, ok[2] = {c->cfg.cma, 0};
+	uint64_t words[4] = {0};
+	size_t push = c->size == 2 ? c->cfg.cma_push_max : 0;
 	dt_err err = DT_OK;
 
-	if (mark == NULL || addrs == NULL) {
+	if (mark == NULL || all == NULL) {
 		err = dt__fail(DT_ENOMEM, "CMA probe");
 		goto out;
 	}
 	*mark = 0x636d610000000000ull + (uint64_t)c->rank;
-	uint64_t a = (uint64_t)(uintptr_t)mark;
-	mine[0] = (int32_t)(uint32_t)a;
-	mine[1] = (int32_t)(uint32_t)(a >> 32);
-	if ((err = dt_coll_allgather(c, mine, addrs, 2, DT_INT32)))
+	if (push && c->cfg.cma) {
+		c->push_slot[0] = dt__aligned_alloc(push);
+		c->push_slot[1] = dt__aligned_alloc(push);
+		if (c->push_slot[0] == NULL || c->push_slot[1] == NULL)
+			push = 0;
+	}
+	words[0] = (uint64_t)(uintptr_t)mark;
+	words[1] = (uint64_t)(uintptr_t)c->push_slot[0];
+	words[2] = (uint64_t)(uintptr_t)c->push_slot[1];
+	words[3] = push && c->cfg.cma ? push : 0;
+	for (int i = 0; i < 4; i++) {
+		mine[2 * i] = (int32_t)(uint32_t)words[i];
+		mine[2 * i + 1] = (int32_t)(uint32_t)(words[i] >> 32);
+	}
+	if ((err = dt_coll_allgather(c, mine, all, PROBE_WORDS, DT_INT32)))
 		goto out;
-	for (int r = 0; ok && r < c->size; r++) {
-		uint64_t v = 0, ra = (uint64_t)(uint32_t)addrs[2 * r] |
-		                     (uint64_t)(uint32_t)addrs[2 * r + 1] << 32;
+	ok[1] = ok[0] && c->size == 2;
+	for (int r = 0; ok[0] && r < c->size; r++) {
+		const int32_t *w = all + (size_t)r * PROBE_WORDS;
 		if (r == c->rank)
 			continue;
-		if (dt__coll_cma_read(c->pids[r], &v, ra, sizeof(v)) ||
+		if (dt__coll_cma_read(c->pids[r], &v, probe_word(w, 0),
+		                      sizeof(v)) ||
 		    v != 0x636d610000000000ull + (uint64_t)r) {
 			DT_LOG(1,
 			       "collectives: cannot read rank %d's memory "
 			       "(%s); using TCP for large messages",
 			       r, v ? "wrong data" : dt_errmsg());
-			ok = 0;
+			ok[0] = ok[1] = 0;
+			break;
 		}
+		if (!ok[1] || probe_word(w, 3) == 0 ||
+		    dt__coll_cma_write(c->pids[r], probe_word(w, 1), &v,
+		                       sizeof(v))) {
+			ok[1] = 0;
+			continue;
+		}
+		c->push_remote[0] = probe_word(w, 1);
+		c->push_remote[1] = probe_word(w, 2);
+		push = DT_MIN(push, probe_word(w, 3));
 	}
-	if ((err = dt_coll_allreduce(c, DT_COLL_IN_PLACE, &ok, 1, DT_INT32,
+	if ((err = dt_coll_allreduce(c, DT_COLL_IN_PLACE, ok, 2, DT_INT32,
 	                             DT_COLL_MIN)))
 		goto out;
-	c->cma = ok;
+	c->cma = ok[0];
+	c->push_max = ok[0] && ok[1] ? push : 0;
 out:
 	free(mark);
-	free(addrs);
+	free(all);
 	return err;
 }
 
@@ -860,6 +898,12 @@ comm_start(dt_coll *c)
 			c->pids[r] = c->node->table[c->base_id + r].pid;
 		if ((err = probe_cma(c)))
 			return err;
+		/* Beyond two ranks the CMA algorithms exchange 3(n-1)
+		 * notices per rank, which recursive doubling beats up to
+		 * about the ring's threshold (measured at 4 ranks). */
+		if (c->size > 2 && !dt__env_str("DT_COLL_CMA_THRESHOLD"))
+			c->cfg.cma_threshold =
+			    DT_MAX(c->cfg.cma_threshold, c->cfg.ring_threshold);
 		pthread_mutex_lock(&c->mu);
 		c->seq_base = c->next_seq;
 		pthread_mutex_unlock(&c->mu);

@@ -157,6 +157,10 @@ typedef struct dt__coll_cfg {
 	int cma;               /* DT_COLL_CMA: same-host ranks read directly */
 	size_t cma_whole_max;  /* DT_COLL_CMA_WHOLE_MAX: 2 ranks read each
 	                          other's whole input up to this many bytes */
+	size_t cma_threshold;  /* DT_COLL_CMA_THRESHOLD: bytes above which
+	                          same-host CMA replaces recursive doubling */
+	size_t cma_push_max;   /* DT_COLL_CMA_PUSH_MAX: 2 ranks write their
+	                          input into the other's slot up to this */
 } dt__coll_cfg;
 dt_err dt__coll_cfg_from_env(dt__coll_cfg *cfg);
 

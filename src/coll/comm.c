@@ -98,6 +98,14 @@ dt__coll_cfg_from_env(dt__coll_cfg *cfg)
 	                        &v)))
 		return err;
 	cfg->cma_whole_max = (size_t)v;
+	if ((err = dt__env_long("DT_COLL_CMA_PUSH_MAX", 4L << 20, 0, 1L << 32,
+	                        &v)))
+		return err;
+	cfg->cma_push_max = (size_t)v;
+	if ((err = dt__env_long("DT_COLL_CMA_THRESHOLD", 64L << 10, 0, 1L << 40,
+	                        &v)))
+		return err;
+	cfg->cma_threshold = (size_t)v;
 	return DT_OK;
 }
 

@@ -106,6 +106,7 @@ struct coll_op {
 	int cma_fins;
 	int cma_rs, cma_ag; /* phases: reduce-scatter, allgather */
 	int cma_whole;      /* reduce-scatter over the whole buffer */
+	int cma_push;       /* 2 ranks: write into the peer's slot */
 	int io_refs;        /* I/O-thread data work in progress */
 	dt_err err;         /* first failure, DT_OK if none */
 	char msg[1024];
@@ -162,6 +163,11 @@ struct dt_coll {
 	int *pids;       /* by rank */
 	uint8_t *bounce; /* the executor's buffer for reducing CMA reads */
 	size_t bounce_cap;
+	/* 2 ranks on one host: each has two slots (by operation parity) the
+	 * other writes its input into; push_max 0 when not in use. */
+	uint8_t *push_slot[2];
+	uint64_t push_remote[2]; /* the peer's slots */
+	size_t push_max;
 	dt__coll_cfg cfg;
 
 	pthread_mutex_t mu;
@@ -244,8 +250,10 @@ dt_err dt__coll_algo_dest(dt_coll *c, coll_op *op, int peer,
  * caller to fail. */
 dt_err dt__coll_algo_deliver(dt_coll *c, coll_op *op, int peer,
                              const dt_msg_hdr *h, const void *payload);
-/* Read bytes at remote in process pid into dst (CMA). */
+/* Read bytes at remote in process pid into dst (CMA), or write them. */
 dt_err dt__coll_cma_read(int pid, void *dst, uint64_t remote, size_t bytes);
+dt_err dt__coll_cma_write(int pid, uint64_t remote, const void *src,
+                          size_t bytes);
 /* Record that a message was fully processed (mu held); remote is the
  * address a CMA notice carried. */
 void dt__coll_algo_done(dt_coll *c, coll_op *op, int peer, const dt_msg_hdr *h,

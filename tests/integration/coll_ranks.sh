@@ -4,17 +4,20 @@
 # reductions, in place and out of place, sizes 0, 1, 3, 1023 and 2^20+5,
 # async, grouped and fused calls (tests/progs/coll_check.c). Same-host
 # ranks read large messages from each other's memory (CMA) when allowed;
-# the TCP path gets the same suite with DT_COLL_CMA=0. Then the other
-# code paths: the ring for every size with tiny chunks and fusion cut into
-# many small batches, and recursive doubling for every size.
+# the TCP path gets the same suite with DT_COLL_CMA=0, and the three
+# two-rank CMA variants run on their own. Then every path for every size:
+# the ring with tiny chunks and fusion cut into many small batches,
+# recursive doubling, CMA; and a communicator attached to a started node.
 . "$(dirname "$0")/coll_lib.bash"
 
 # Under a sanitizer (several times slower) 4 and 8 ranks skip the largest
 # size, so that the test stays well within ctest's time limit.
 quick_from=99
+san=
 if grep -qE '^DT_SANITIZE:STRING=.+' "$BUILD/CMakeCache.txt" 2>/dev/null; then
 	quick_from=4
-	echo "sanitizer build: 4 and 8 ranks without the 2^20+5 size"
+	san=--quick
+	echo "sanitizer build: 4 and 8 ranks and the variants without the 2^20+5 size"
 fi
 
 for n in 1 2 3 4 8; do
@@ -34,8 +37,24 @@ for n in 1 2 3 4 8; do
 	grep -F FAIL "$out" | head -5
 done
 
+# Two same-host ranks have three CMA variants (docs/collectives.md): push
+# into the peer's slot, read the peer's whole input, read by blocks.
+out=$TMP/push
+launch 2 "$out" --env DT_COLL_CMA_PUSH_MAX=67108864 -- $san
+rc=$?
+check "2 ranks, push for every size: exits 0 (got $rc)" test "$rc" = 0
+check "2 ranks, push: every rank reports 0 failed" \
+	every_rank 2 "$out" "checks, 0 failed"
+out=$TMP/nopush
+launch 2 "$out" --env DT_COLL_CMA_PUSH_MAX=0 --env DT_COLL_CMA_WHOLE_MAX=1048576 -- $san
+rc=$?
+check "2 ranks, no push, whole reads up to 1 MiB: exits 0 (got $rc)" \
+	test "$rc" = 0
+check "2 ranks, no push: every rank reports 0 failed" \
+	every_rank 2 "$out" "checks, 0 failed"
+
 out=$TMP/tcp
-launch 3 "$out" --env DT_COLL_CMA=0 --
+launch 3 "$out" --env DT_COLL_CMA=0 -- $san
 rc=$?
 check "3 ranks over TCP only (DT_COLL_CMA=0): exits 0 (got $rc)" test "$rc" = 0
 check "TCP only: every rank reports 0 failed" \
@@ -52,7 +71,7 @@ check "attached: every rank reports 0 failed" \
 
 out=$TMP/ring
 launch 3 "$out" --env DT_COLL_RING_THRESHOLD=0 --env DT_COLL_CHUNK_BYTES=4096 \
-	--env HOROVOD_FUSION_THRESHOLD=4096 -- --quick
+	--env HOROVOD_FUSION_THRESHOLD=4096 --env DT_COLL_CMA=0 -- --quick
 rc=$?
 check "ring everywhere, 4 KiB chunks, 4 KiB fusion: exits 0 (got $rc)" \
 	test "$rc" = 0
@@ -67,10 +86,22 @@ check "ring everywhere over TCP: no FAIL line" \
 	test -z "$(grep -F FAIL "$out")"
 
 out=$TMP/rd
-launch 4 "$out" --env DT_COLL_RING_THRESHOLD=1000000000 -- --quick
+launch 4 "$out" --env DT_COLL_RING_THRESHOLD=1000000000 \
+	--env DT_COLL_CMA_THRESHOLD=1000000000 -- --quick
 rc=$?
 check "recursive doubling everywhere: exits 0 (got $rc)" test "$rc" = 0
 check "recursive doubling everywhere: no FAIL line" \
 	test -z "$(grep -F FAIL "$out")"
+
+out=$TMP/cma
+launch 3 "$out" --env DT_COLL_CMA_THRESHOLD=0 -- --quick
+rc=$?
+check "same-host reads (CMA) for every size, 3 ranks: exits 0 (got $rc)" \
+	test "$rc" = 0
+check "CMA everywhere: no FAIL line" test -z "$(grep -F FAIL "$out")"
+launch 2 "$out" --env DT_COLL_CMA_THRESHOLD=0 -- --quick
+rc=$?
+check "CMA (push) for every size, 2 ranks: exits 0 (got $rc)" test "$rc" = 0
+check "CMA everywhere, 2 ranks: no FAIL line" test -z "$(grep -F FAIL "$out")"
 
 finish
