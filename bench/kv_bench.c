@@ -56,7 +56,8 @@ summarise(double *t, int iters, size_t bytes)
 		sum += t[i];
 	qsort(t, (size_t)iters, sizeof(double), cmp_d);
 	r.p50 = t[iters / 2];
-	r.p99 = t[(int)(iters * 0.99) < iters ? (int)(iters * 0.99) : iters - 1];
+	r.p99 =
+	    t[(int)(iters * 0.99) < iters ? (int)(iters * 0.99) : iters - 1];
 	r.gbps = (double)bytes * iters / (sum * 1e3);
 	return r;
 }
@@ -81,7 +82,7 @@ tcp_baseline(int op, size_t bytes, int iters)
 {
 	int lfd = socket(AF_INET, SOCK_STREAM, 0), one = 1, fd;
 	struct sockaddr_in a = {.sin_family = AF_INET,
-				.sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+	                        .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
 	socklen_t al = sizeof(a);
 	char *buf = malloc(bytes), ack = 1;
 	double *t = malloc(sizeof(double) * (size_t)iters);
@@ -159,12 +160,14 @@ main(int argc, char **argv)
 	int rank = dt_kv_rank(kv);
 	if (rank == 0 && !json)
 		printf("%-9s %5s %9s %9s %9s %8s | %9s %8s | %6s %6s\n", "op",
-		       "keys", "bytes", "p50_us", "p99_us", "GB/s",
-		       "tcp_p50", "tcp_GB/s", "p50x", "bw_x");
+		       "keys", "bytes", "p50_us", "p99_us", "GB/s", "tcp_p50",
+		       "tcp_GB/s", "p50x", "bw_x");
 	dt_key next_key = 0;
 	for (size_t si = 0; si < sizeof(sizes) / sizeof(*sizes); si++) {
 		size_t bytes = sizes[si], n = bytes / sizeof(float);
-		int iters = bytes <= 4096 ? 3000 : bytes <= (1 << 20) ? 300 : 40;
+		int iters = bytes <= 4096        ? 3000
+		            : bytes <= (1 << 20) ? 300
+		                                 : 40;
 		if (quick)
 			iters = iters / 10 + 3;
 		for (int nkeys = 1; nkeys <= 16; nkeys *= 16) {
@@ -184,7 +187,7 @@ main(int argc, char **argv)
 				lens[k] = per;
 			}
 			if (dt_kv_init_many(kv, (size_t)nkeys, keys, vals,
-					    lens) != DT_OK) {
+			                    lens) != DT_OK) {
 				fprintf(stderr, "kv_bench: %s\n", dt_errmsg());
 				return 1;
 			}
@@ -193,22 +196,20 @@ main(int argc, char **argv)
 				for (int i = -iters / 10 - 1; i < iters; i++) {
 					double t0 = now_us();
 					dt_err err =
-						o == 0 ? dt_kv_push_many(
-								 kv, (size_t)nkeys,
-								 keys, vals, lens)
-						: o == 1 ? dt_kv_pull_many(
-								   kv,
-								   (size_t)nkeys,
-								   keys, outs,
-								   lens)
-							 : dt_kv_pushpull_many(
-								   kv,
-								   (size_t)nkeys,
-								   keys, vals,
-								   outs, lens);
+					    o == 0 ? dt_kv_push_many(
+					                 kv, (size_t)nkeys,
+					                 keys, vals, lens)
+					    : o == 1
+					        ? dt_kv_pull_many(
+					              kv, (size_t)nkeys, keys,
+					              outs, lens)
+					        : dt_kv_pushpull_many(
+					              kv, (size_t)nkeys, keys,
+					              vals, outs, lens);
 					if (err) {
-						fprintf(stderr, "kv_bench: %s\n",
-							dt_errmsg());
+						fprintf(stderr,
+						        "kv_bench: %s\n",
+						        dt_errmsg());
 						return 1;
 					}
 					if (i >= 0)
@@ -218,7 +219,7 @@ main(int argc, char **argv)
 					continue;
 				result r = summarise(t, iters, per * nkeys * 4);
 				result b = tcp_baseline(o == 1 ? 1 : 0,
-							per * nkeys * 4, iters);
+				                        per * nkeys * 4, iters);
 				if (json)
 					printf("{\"op\":\"%s\",\"keys\":%d,"
 					       "\"bytes\":%zu,\"p50_us\":%.2f,"
@@ -229,12 +230,12 @@ main(int argc, char **argv)
 					       r.p50, r.p99, r.gbps, b.p50,
 					       b.gbps);
 				else
-					printf("%-9s %5d %9zu %9.1f %9.1f %8.3f | "
-					       "%9.1f %8.3f | %6.2f %6.2f\n",
-					       ops[o], nkeys, per * nkeys * 4,
-					       r.p50, r.p99, r.gbps, b.p50,
-					       b.gbps, r.p50 / b.p50,
-					       r.gbps / b.gbps);
+					printf(
+					    "%-9s %5d %9zu %9.1f %9.1f %8.3f | "
+					    "%9.1f %8.3f | %6.2f %6.2f\n",
+					    ops[o], nkeys, per * nkeys * 4,
+					    r.p50, r.p99, r.gbps, b.p50, b.gbps,
+					    r.p50 / b.p50, r.gbps / b.gbps);
 				fflush(stdout);
 			}
 			free(val);

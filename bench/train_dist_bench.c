@@ -50,14 +50,14 @@ main(int argc, char **argv)
 			steps = atoi(argv[++i]);
 		else {
 			fprintf(stderr, "usage: train_dist_bench [--json] "
-					"[--kvstore TYPE] [--model NAME] "
-					"[--batch N] [--steps N]\n");
+			                "[--kvstore TYPE] [--model NAME] "
+			                "[--batch N] [--steps N]\n");
 			return 2;
 		}
 	}
 	if (batch < 1 || steps < 1) {
 		fprintf(stderr, "train_dist_bench: --batch and --steps must be "
-				">= 1\n");
+		                ">= 1\n");
 		return 2;
 	}
 	if (dt_kv_create(type, &kv) != DT_OK ||
@@ -69,7 +69,8 @@ main(int argc, char **argv)
 	float *x = malloc(sizeof(float) * in * (size_t)batch);
 	float *y = malloc(sizeof(float) * (size_t)batch);
 	dt_key *keys = calloc((size_t)nt, sizeof(*keys));
-	float **pv = calloc((size_t)nt, sizeof(*pv)), **gv = calloc((size_t)nt, sizeof(*gv));
+	float **pv = calloc((size_t)nt, sizeof(*pv)),
+	      **gv = calloc((size_t)nt, sizeof(*gv));
 	size_t *lens = calloc((size_t)nt, sizeof(*lens));
 	char params[128];
 
@@ -90,10 +91,10 @@ main(int argc, char **argv)
 		lens[i] = t->size;
 	}
 	snprintf(params, sizeof(params), "lr=0.001,rescale_grad=%.17g",
-		 1.0 / (double)(batch * nw));
+	         1.0 / (double)(batch * nw));
 	if (dt_kv_set_optimizer(kv, "adam", params) != DT_OK ||
 	    dt_kv_init_many(kv, (size_t)nt, keys, (const float *const *)pv,
-			    lens) != DT_OK)
+	                    lens) != DT_OK)
 		goto fail;
 
 	double tcomp = 0, tcomm = 0, t0 = 0;
@@ -109,8 +110,8 @@ main(int argc, char **argv)
 			goto fail;
 		double b = now();
 		if (dt_kv_pushpull_many(kv, (size_t)nt, keys,
-					(const float *const *)gv, pv,
-					lens) != DT_OK)
+		                        (const float *const *)gv, pv,
+		                        lens) != DT_OK)
 			goto fail;
 		double c = now();
 		tcomp += b - a;
@@ -122,8 +123,10 @@ main(int argc, char **argv)
 	double gflops = sps * (fwd + bwd) * 1e-9;
 	if (rank == 0) {
 		if (json)
-			printf("{\"model\":\"%s\",\"kvstore\":\"%s\",\"workers\":%d,"
-			       "\"batch\":%d,\"params\":%zu,\"samples_per_s\":%.1f,"
+			printf("{\"model\":\"%s\",\"kvstore\":\"%s\","
+			       "\"workers\":%d,"
+			       "\"batch\":%d,\"params\":%zu,\"samples_per_s\":%"
+			       ".1f,"
 			       "\"gflops\":%.2f,\"compute_ms\":%.3f,"
 			       "\"comm_ms\":%.3f,\"comm_frac\":%.3f}\n",
 			       model, type, nw, batch, np, sps, gflops,

@@ -26,8 +26,9 @@ main(void)
 		return 1;
 	}
 	if (node == NULL) {
-		printf("hello_cluster: no cluster configured (DMLC_ROLE unset); "
-		       "run it under `dtrain launch`\n");
+		printf(
+		    "hello_cluster: no cluster configured (DMLC_ROLE unset); "
+		    "run it under `dtrain launch`\n");
 		return 0;
 	}
 	rank = dt_node_rank(node);
@@ -45,7 +46,7 @@ main(void)
 	if (nw > 1) {
 		snprintf(text, sizeof(text), "hello from worker %d", rank);
 		if (dt_node_send_text(node, DT_ROLE_WORKER, (rank + 1) % nw,
-				      text) != DT_OK)
+		                      text) != DT_OK)
 			goto fail;
 	}
 	if (dt_node_barrier(node, DT_GROUP_WORKERS) != DT_OK)

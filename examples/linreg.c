@@ -57,15 +57,15 @@ int
 main(int argc, char **argv)
 {
 	static const struct option opts[] = {
-		{"kvstore", required_argument, 0, 'k'},
-		{"batch-size", required_argument, 0, 'b'},
-		{"epochs", required_argument, 0, 'e'},
-		{"lr", required_argument, 0, 'l'},
-		{"momentum", required_argument, 0, 'm'},
-		{"seed", required_argument, 0, 's'},
-		{"disp-batches", required_argument, 0, 'd'},
-		{"help", no_argument, 0, 'h'},
-		{0, 0, 0, 0},
+	    {"kvstore", required_argument, 0, 'k'},
+	    {"batch-size", required_argument, 0, 'b'},
+	    {"epochs", required_argument, 0, 'e'},
+	    {"lr", required_argument, 0, 'l'},
+	    {"momentum", required_argument, 0, 'm'},
+	    {"seed", required_argument, 0, 's'},
+	    {"disp-batches", required_argument, 0, 'd'},
+	    {"help", no_argument, 0, 'h'},
+	    {0, 0, 0, 0},
 	};
 	const char *type = "local";
 	long batch = 100, epochs = 5, seed = 42, disp = 250;
@@ -75,25 +75,50 @@ main(int argc, char **argv)
 
 	while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
 		switch (c) {
-		case 'k': type = optarg; break;
-		case 'b': batch = strtol(optarg, &end, 10); break;
-		case 'e': epochs = strtol(optarg, &end, 10); break;
-		case 'l': lr = strtod(optarg, &end); break;
-		case 'm': momentum = strtod(optarg, &end); break;
-		case 's': seed = strtol(optarg, &end, 10); break;
-		case 'd': disp = strtol(optarg, &end, 10); break;
-		case 'h': usage(stdout); return 0;
-		default: usage(stderr); return 2;
+		case 'k':
+			type = optarg;
+			break;
+		case 'b':
+			batch = strtol(optarg, &end, 10);
+			break;
+		case 'e':
+			epochs = strtol(optarg, &end, 10);
+			break;
+		case 'l':
+			lr = strtod(optarg, &end);
+			break;
+		case 'm':
+			momentum = strtod(optarg, &end);
+			break;
+		case 's':
+			seed = strtol(optarg, &end, 10);
+			break;
+		case 'd':
+			disp = strtol(optarg, &end, 10);
+			break;
+		case 'h':
+			usage(stdout);
+			return 0;
+		default:
+			usage(stderr);
+			return 2;
 		}
 		if (c != 'k' && (*end != '\0' || end == optarg)) {
 			fprintf(stderr, "linreg: bad value '%s' for --%s\n",
-				optarg, opts[c == 'b' ? 1 : c == 'e' ? 2 : c == 'l' ? 3 : c == 'm' ? 4 : c == 's' ? 5 : 6].name);
+			        optarg,
+			        opts[c == 'b'   ? 1
+			             : c == 'e' ? 2
+			             : c == 'l' ? 3
+			             : c == 'm' ? 4
+			             : c == 's' ? 5
+			                        : 6]
+			            .name);
 			return 2;
 		}
 	}
 	if (batch < 1 || epochs < 1 || disp < 1 || !(lr > 0)) {
 		fprintf(stderr, "linreg: --batch-size, --epochs and "
-				"--disp-batches must be >= 1 and --lr > 0\n");
+		                "--disp-batches must be >= 1 and --lr > 0\n");
 		return 2;
 	}
 
@@ -112,14 +137,14 @@ main(int argc, char **argv)
 	}
 	if (nbatches < 1) {
 		fprintf(stderr, "linreg: global batch %ld exceeds %d samples\n",
-			global, N);
+		        global, N);
 		return 2;
 	}
 
 	/* MXNet's rescale_grad = 1 / global batch, optimizer in the store. */
 	char params[128];
 	snprintf(params, sizeof(params), "lr=%g,momentum=%g,rescale_grad=%.17g",
-		 lr, momentum, 1.0 / (double)global);
+	         lr, momentum, 1.0 / (double)global);
 	float w = 0, b = 0, gw, gb;
 	dt_key kw = 0, kb = 1;
 	if (dt_kv_set_optimizer(kv, "sgd", params) ||
@@ -135,7 +160,8 @@ main(int argc, char **argv)
 		for (int i = 0; i < N; i++)
 			perm[i] = (uint32_t)i;
 		for (int i = N - 1; i > 0; i--) {
-			uint32_t j = (uint32_t)(splitmix64(&st) % (uint64_t)(i + 1));
+			uint32_t j =
+			    (uint32_t)(splitmix64(&st) % (uint64_t)(i + 1));
 			uint32_t t = perm[i];
 			perm[i] = perm[j];
 			perm[j] = t;
@@ -166,9 +192,10 @@ main(int argc, char **argv)
 				       "samples/sec mae=%.6f\n",
 				       ep, last_batch, bi + 1,
 				       (double)(bi + 1 - last_batch) * global /
-					       (t - tlast),
-				       abs_err / (double)((bi + 1 - last_batch) *
-							  batch));
+				           (t - tlast),
+				       abs_err /
+				           (double)((bi + 1 - last_batch) *
+				                    batch));
 				fflush(stdout);
 				tlast = t;
 				last_batch = bi + 1;

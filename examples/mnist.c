@@ -58,7 +58,7 @@ replica_step(void *arg)
 	r->err = dt_data_gather(r->d, r->idx, (size_t)r->count, r->x, r->y);
 	if (!r->err)
 		r->err = dt_nn_forward_backward(r->m, r->x, r->y, r->count,
-						&r->loss, &r->correct);
+		                                &r->loss, &r->correct);
 	if (r->err)
 		snprintf(r->msg, sizeof(r->msg), "%s", dt_errmsg());
 	return NULL;
@@ -75,69 +75,110 @@ now(void)
 static void
 usage(FILE *f)
 {
-	fputs("usage: mnist [options]\n"
-	      "  --model lenet|mlp          (lenet)\n"
-	      "  --kvstore TYPE             local, device, dist_sync, dist_async,\n"
-	      "                             dist_sync_device, dist_async_device,\n"
-	      "                             horovod (local)\n"
-	      "  --devices N                replicas (threads) per worker (1)\n"
-	      "  --epochs N                 (3)\n"
-	      "  --batch-size N             per worker (64)\n"
-	      "  --optimizer sgd|adam       (adam)\n"
-	      "  --lr X                     learning rate (0.002)\n"
-	      "  --lr-factor X              lr *= X after each epoch (0.5)\n"
-	      "  --momentum X --wd X        sgd momentum, weight decay (0.9, 0)\n"
-	      "  --seed N                   initialisation and data order (42)\n"
-	      "  --limit N                  use the first N training images\n"
-	      "  --data DIR                 (/usr/share/datasets/fashion-mnist)\n"
-	      "  --save FILE --load FILE    parameter files (rank 0 saves)\n"
-	      "  --disp-batches N           Speedometer interval (50)\n",
-	      f);
+	fputs(
+	    "usage: mnist [options]\n"
+	    "  --model lenet|mlp          (lenet)\n"
+	    "  --kvstore TYPE             local, device, dist_sync, "
+	    "dist_async,\n"
+	    "                             dist_sync_device, "
+	    "dist_async_device,\n"
+	    "                             horovod (local)\n"
+	    "  --devices N                replicas (threads) per worker (1)\n"
+	    "  --epochs N                 (3)\n"
+	    "  --batch-size N             per worker (64)\n"
+	    "  --optimizer sgd|adam       (adam)\n"
+	    "  --lr X                     learning rate (0.002)\n"
+	    "  --lr-factor X              lr *= X after each epoch (0.5)\n"
+	    "  --momentum X --wd X        sgd momentum, weight decay (0.9, 0)\n"
+	    "  --seed N                   initialisation and data order (42)\n"
+	    "  --limit N                  use the first N training images\n"
+	    "  --data DIR                 (/usr/share/datasets/fashion-mnist)\n"
+	    "  --save FILE --load FILE    parameter files (rank 0 saves)\n"
+	    "  --disp-batches N           Speedometer interval (50)\n",
+	    f);
 }
 
 static int
 parse(int argc, char **argv, opts *o)
 {
 	static const struct option lo[] = {
-		{"model", 1, 0, 'M'},     {"kvstore", 1, 0, 'k'},
-		{"devices", 1, 0, 'D'},   {"epochs", 1, 0, 'e'},
-		{"batch-size", 1, 0, 'b'}, {"optimizer", 1, 0, 'o'},
-		{"lr", 1, 0, 'l'},        {"momentum", 1, 0, 'm'},
-		{"wd", 1, 0, 'w'},        {"seed", 1, 0, 's'},
-		{"limit", 1, 0, 'L'},     {"data", 1, 0, 'd'},
-		{"save", 1, 0, 'S'},      {"load", 1, 0, 'R'},
-		{"disp-batches", 1, 0, 'p'}, {"lr-factor", 1, 0, 'F'},
-		{"help", 0, 0, 'h'},
-		{0, 0, 0, 0},
+	    {"model", 1, 0, 'M'},        {"kvstore", 1, 0, 'k'},
+	    {"devices", 1, 0, 'D'},      {"epochs", 1, 0, 'e'},
+	    {"batch-size", 1, 0, 'b'},   {"optimizer", 1, 0, 'o'},
+	    {"lr", 1, 0, 'l'},           {"momentum", 1, 0, 'm'},
+	    {"wd", 1, 0, 'w'},           {"seed", 1, 0, 's'},
+	    {"limit", 1, 0, 'L'},        {"data", 1, 0, 'd'},
+	    {"save", 1, 0, 'S'},         {"load", 1, 0, 'R'},
+	    {"disp-batches", 1, 0, 'p'}, {"lr-factor", 1, 0, 'F'},
+	    {"help", 0, 0, 'h'},         {0, 0, 0, 0},
 	};
 	int c, idx;
 
-	*o = (opts){"lenet", "local", "adam", "/usr/share/datasets/fashion-mnist",
-		    NULL, NULL, 1, 3, 64, 42, 0, 50, 0.002, 0.9, 0, 0.5};
+	*o = (opts){
+	    "lenet", "local", "adam", "/usr/share/datasets/fashion-mnist",
+	    NULL,    NULL,    1,      3,
+	    64,      42,      0,      50,
+	    0.002,   0.9,     0,      0.5};
 	while ((c = getopt_long(argc, argv, "", lo, &idx)) != -1) {
 		char *end = NULL;
 		long *lp = NULL;
 		double *dp = NULL;
 
 		switch (c) {
-		case 'M': o->model = optarg; continue;
-		case 'k': o->kvstore = optarg; continue;
-		case 'o': o->optimizer = optarg; continue;
-		case 'd': o->data = optarg; continue;
-		case 'S': o->save = optarg; continue;
-		case 'R': o->load = optarg; continue;
-		case 'D': lp = &o->devices; break;
-		case 'e': lp = &o->epochs; break;
-		case 'b': lp = &o->batch; break;
-		case 's': lp = &o->seed; break;
-		case 'L': lp = &o->limit; break;
-		case 'p': lp = &o->disp; break;
-		case 'l': dp = &o->lr; break;
-		case 'm': dp = &o->momentum; break;
-		case 'w': dp = &o->wd; break;
-		case 'F': dp = &o->lr_factor; break;
-		case 'h': usage(stdout); exit(0);
-		default: usage(stderr); return -1;
+		case 'M':
+			o->model = optarg;
+			continue;
+		case 'k':
+			o->kvstore = optarg;
+			continue;
+		case 'o':
+			o->optimizer = optarg;
+			continue;
+		case 'd':
+			o->data = optarg;
+			continue;
+		case 'S':
+			o->save = optarg;
+			continue;
+		case 'R':
+			o->load = optarg;
+			continue;
+		case 'D':
+			lp = &o->devices;
+			break;
+		case 'e':
+			lp = &o->epochs;
+			break;
+		case 'b':
+			lp = &o->batch;
+			break;
+		case 's':
+			lp = &o->seed;
+			break;
+		case 'L':
+			lp = &o->limit;
+			break;
+		case 'p':
+			lp = &o->disp;
+			break;
+		case 'l':
+			dp = &o->lr;
+			break;
+		case 'm':
+			dp = &o->momentum;
+			break;
+		case 'w':
+			dp = &o->wd;
+			break;
+		case 'F':
+			dp = &o->lr_factor;
+			break;
+		case 'h':
+			usage(stdout);
+			exit(0);
+		default:
+			usage(stderr);
+			return -1;
 		}
 		if (lp)
 			*lp = strtol(optarg, &end, 10);
@@ -145,26 +186,29 @@ parse(int argc, char **argv, opts *o)
 			*dp = strtod(optarg, &end);
 		if (end == optarg || *end != '\0') {
 			fprintf(stderr, "mnist: --%s: '%s' is not a number\n",
-				lo[idx].name, optarg);
+			        lo[idx].name, optarg);
 			return -1;
 		}
 	}
 	if (optind < argc) {
-		fprintf(stderr, "mnist: unexpected argument '%s'\n", argv[optind]);
+		fprintf(stderr, "mnist: unexpected argument '%s'\n",
+		        argv[optind]);
 		return -1;
 	}
 	if (o->devices < 1 || o->devices > MAX_DEV || o->epochs < 0 ||
 	    o->batch < 1 || o->limit < 0 || o->disp < 1 ||
 	    o->batch % o->devices != 0) {
-		fprintf(stderr, "mnist: need 1 <= --devices <= %d dividing "
-				"--batch-size, --batch-size >= 1, --epochs >= 0, "
-				"--limit >= 0, --disp-batches >= 1\n",
-			MAX_DEV);
+		fprintf(stderr,
+		        "mnist: need 1 <= --devices <= %d dividing "
+		        "--batch-size, --batch-size >= 1, --epochs >= 0, "
+		        "--limit >= 0, --disp-batches >= 1\n",
+		        MAX_DEV);
 		return -1;
 	}
 	if (strcmp(o->model, "lenet") && strcmp(o->model, "mlp")) {
-		fprintf(stderr, "mnist: --model must be lenet or mlp, not '%s'\n",
-			o->model);
+		fprintf(stderr,
+		        "mnist: --model must be lenet or mlp, not '%s'\n",
+		        o->model);
 		return -1;
 	}
 	return 0;
@@ -178,10 +222,10 @@ set_lr(dt_kv *kv, const opts *o, double lr, int nw, char *params, size_t cap)
 	int sgd = strcmp(o->optimizer, "sgd") == 0;
 
 	snprintf(params, cap, "lr=%.9g,wd=%g,rescale_grad=%.17g%s", lr, o->wd,
-		 1.0 / (double)(o->batch * nw), sgd ? ",momentum=" : "");
+	         1.0 / (double)(o->batch * nw), sgd ? ",momentum=" : "");
 	if (sgd)
 		snprintf(params + strlen(params), cap - strlen(params), "%g",
-			 o->momentum);
+		         o->momentum);
 	return dt_kv_set_optimizer(kv, o->optimizer, params);
 }
 
@@ -192,10 +236,12 @@ validate(dt_nn_model *m, const dt_dataset *test)
 	long correct = 0;
 
 	for (size_t i = 0; i < test->n; i += bs) {
-		int b = (int)(test->n - i < (size_t)bs ? test->n - i : (size_t)bs), c = 0;
+		int b = (int)(test->n - i < (size_t)bs ? test->n - i
+		                                       : (size_t)bs),
+		    c = 0;
 		if (dt_nn_evaluate(m, test->x + i * test->dim,
-				   test->y + i * test->label_dim, b, NULL,
-				   &c) != DT_OK)
+		                   test->y + i * test->label_dim, b, NULL,
+		                   &c) != DT_OK)
 			return -1;
 		correct += c;
 	}
@@ -245,12 +291,13 @@ main(int argc, char **argv)
 	if (o.limit > 0 && (size_t)o.limit < train.n)
 		train.n = (size_t)o.limit;
 	if (dt_sampler_create(train.n, (size_t)o.batch, nw, rank,
-			      (uint64_t)o.seed, 1, &sampler) != DT_OK)
+	                      (uint64_t)o.seed, 1, &sampler) != DT_OK)
 		goto fail;
 	if (dt_sampler_num_batches(sampler) == 0) {
-		fprintf(stderr, "mnist: %zu images are fewer than one global "
-				"batch of %ld x %d\n",
-			train.n, o.batch, nw);
+		fprintf(stderr,
+		        "mnist: %zu images are fewer than one global "
+		        "batch of %ld x %d\n",
+		        train.n, o.batch, nw);
 		goto out;
 	}
 
@@ -262,8 +309,8 @@ main(int argc, char **argv)
 		rep[d].d = &train;
 		rep[d].count = per_dev;
 		rep[d].x = malloc(sizeof(float) * train.dim * (size_t)per_dev);
-		rep[d].y = malloc(sizeof(float) * train.label_dim *
-				  (size_t)per_dev);
+		rep[d].y =
+		    malloc(sizeof(float) * train.label_dim * (size_t)per_dev);
 		if (!rep[d].x || !rep[d].y) {
 			fprintf(stderr, "mnist: out of memory\n");
 			goto out;
@@ -294,11 +341,11 @@ main(int argc, char **argv)
 	if (set_lr(updater, &o, o.lr, nw, params, sizeof(params)) != DT_OK)
 		goto fail;
 	if (horovod && dt_coll_broadcast(coll, dt_nn_model_params(m),
-					 dt_nn_model_num_params(m),
-					 DT_FLOAT32, 0) != DT_OK)
+	                                 dt_nn_model_num_params(m), DT_FLOAT32,
+	                                 0) != DT_OK)
 		goto fail;
 	if (dt_kv_init_many(updater, (size_t)nt, keys, (const float *const *)pv,
-			    lens) != DT_OK ||
+	                    lens) != DT_OK ||
 	    dt_kv_pull_many(updater, (size_t)nt, keys, pv, lens) != DT_OK)
 		goto fail;
 
@@ -331,9 +378,9 @@ main(int argc, char **argv)
 				if (d > 0)
 					dt_nn_model_copy_params(rep[d].m, m);
 				rep[d].idx = idx + (size_t)d * (size_t)per_dev;
-				if (d > 0 && pthread_create(&th[d], NULL,
-							    replica_step,
-							    &rep[d]) != 0)
+				if (d > 0 &&
+				    pthread_create(&th[d], NULL, replica_step,
+				                   &rep[d]) != 0)
 					replica_step(&rep[d]), th[d] = 0;
 			}
 			replica_step(&rep[0]);
@@ -343,7 +390,7 @@ main(int argc, char **argv)
 			for (int d = 0; d < ndev; d++) {
 				if (rep[d].err) {
 					fprintf(stderr, "mnist: %s\n",
-						rep[d].msg);
+					        rep[d].msg);
 					goto out;
 				}
 				correct += rep[d].correct;
@@ -359,28 +406,30 @@ main(int argc, char **argv)
 			double tc = now();
 			if (horovod &&
 			    dt_coll_allreduce(coll, DT_COLL_IN_PLACE, sum, np,
-					      DT_FLOAT32,
-					      DT_COLL_SUM) != DT_OK)
+			                      DT_FLOAT32, DT_COLL_SUM) != DT_OK)
 				goto fail;
 			if (dt_kv_pushpull_many(updater, (size_t)nt, keys,
-						(const float *const *)gv, pv,
-						lens) != DT_OK)
+			                        (const float *const *)gv, pv,
+			                        lens) != DT_OK)
 				goto fail;
 			tcomm += now() - tc;
 			dt_metric_add(&metric, correct, (double)o.batch);
 			dt_speedometer_update(&sp, (int)ep, (long)b, &metric,
-					      NULL);
+			                      NULL);
 		}
 		double ttrain = now() - t0;
 		if (o.lr_factor != 1.0 && ep + 1 < o.epochs &&
-		    set_lr(updater, &o, o.lr * pow(o.lr_factor, (double)(ep + 1)),
-			   nw, params, sizeof(params)) != DT_OK)
+		    set_lr(updater, &o,
+		           o.lr * pow(o.lr_factor, (double)(ep + 1)), nw,
+		           params, sizeof(params)) != DT_OK)
 			goto fail;
 		if (rank == 0) {
 			acc = validate(m, &test);
-			printf("Epoch[%ld] Time cost=%.3f (communication %.3f)\n",
-			       ep, ttrain, tcomm);
-			printf("Epoch[%ld] Validation-accuracy=%.6f\n", ep, acc);
+			printf(
+			    "Epoch[%ld] Time cost=%.3f (communication %.3f)\n",
+			    ep, ttrain, tcomm);
+			printf("Epoch[%ld] Validation-accuracy=%.6f\n", ep,
+			       acc);
 			fflush(stdout);
 		}
 	}

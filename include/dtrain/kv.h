@@ -69,7 +69,7 @@ dt_err dt_kv_push(dt_kv *kv, dt_key key, const float *val, size_t n);
 dt_err dt_kv_pull(dt_kv *kv, dt_key key, float *out, size_t n);
 /* Push val then pull the updated value into out (which may equal val). */
 dt_err dt_kv_pushpull(dt_kv *kv, dt_key key, const float *val, float *out,
-		      size_t n);
+                      size_t n);
 
 /*
  * Local aggregation: ndev arrays of n floats (one per device) are summed
@@ -77,31 +77,31 @@ dt_err dt_kv_pushpull(dt_kv *kv, dt_key key, const float *val, float *out,
  * as one.
  */
 dt_err dt_kv_push_devices(dt_kv *kv, dt_key key, const float *const *vals,
-			  int ndev, size_t n);
+                          int ndev, size_t n);
 
 /*
  * Asynchronous forms: start the request and return at once. The buffers
  * must stay valid and untouched until dt_kv_wait() on the request returns.
  */
 dt_err dt_kv_push_async(dt_kv *kv, dt_key key, const float *val, size_t n,
-			dt_kv_req *req);
+                        dt_kv_req *req);
 dt_err dt_kv_pull_async(dt_kv *kv, dt_key key, float *out, size_t n,
-			dt_kv_req *req);
-dt_err dt_kv_pushpull_async(dt_kv *kv, dt_key key, const float *val,
-			    float *out, size_t n, dt_kv_req *req);
+                        dt_kv_req *req);
+dt_err dt_kv_pushpull_async(dt_kv *kv, dt_key key, const float *val, float *out,
+                            size_t n, dt_kv_req *req);
 dt_err dt_kv_wait(dt_kv *kv, dt_kv_req req);
 dt_err dt_kv_wait_all(dt_kv *kv);
 
 /* Batched forms over nkeys keys: vals[i] has lens[i] floats. */
 dt_err dt_kv_init_many(dt_kv *kv, size_t nkeys, const dt_key *keys,
-		       const float *const *vals, const size_t *lens);
+                       const float *const *vals, const size_t *lens);
 dt_err dt_kv_push_many(dt_kv *kv, size_t nkeys, const dt_key *keys,
-		       const float *const *vals, const size_t *lens);
+                       const float *const *vals, const size_t *lens);
 dt_err dt_kv_pull_many(dt_kv *kv, size_t nkeys, const dt_key *keys,
-		       float *const *outs, const size_t *lens);
+                       float *const *outs, const size_t *lens);
 dt_err dt_kv_pushpull_many(dt_kv *kv, size_t nkeys, const dt_key *keys,
-			   const float *const *vals, float *const *outs,
-			   const size_t *lens);
+                           const float *const *vals, float *const *outs,
+                           const size_t *lens);
 
 /* Barrier among all workers of the store (a no-op for local stores). */
 dt_err dt_kv_barrier(dt_kv *kv);

@@ -31,9 +31,9 @@ typedef enum dt_role {
 
 /* Barrier groups; combine with |. */
 #define DT_GROUP_SCHEDULER 1
-#define DT_GROUP_SERVERS 2
-#define DT_GROUP_WORKERS 4
-#define DT_GROUP_ALL 7
+#define DT_GROUP_SERVERS   2
+#define DT_GROUP_WORKERS   4
+#define DT_GROUP_ALL       7
 
 typedef struct dt_node_config {
 	dt_role role;
@@ -47,7 +47,7 @@ typedef struct dt_node_config {
 	int requested_rank;  /* DMLC_WORKER_ID / DMLC_SERVER_ID, -1 = none */
 	int verbose;         /* PS_VERBOSE: 0, 1 or 2 */
 	int connect_timeout_ms; /* DT_CONNECT_TIMEOUT (s, default 60) */
-	int listen_fd;       /* DT_LISTEN_FD: a bound socket to use, or -1 */
+	int listen_fd;          /* DT_LISTEN_FD: a bound socket to use, or -1 */
 } dt_node_config;
 
 typedef struct dt_node dt_node;
@@ -110,7 +110,7 @@ dt_err dt_node_init_from_env(dt_node **out);
  * dst_rank name the receiver.
  */
 dt_err dt_node_send_text(dt_node *node, dt_role dst_role, int dst_rank,
-			 const char *text);
+                         const char *text);
 
 #ifdef __cplusplus
 }

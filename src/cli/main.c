@@ -33,35 +33,35 @@ static void
 role_usage(FILE *f, const char *role)
 {
 	fprintf(f,
-		"usage: dtrain %s [options]\n"
-		"\n"
-		"Each option sets the variable named beside it; unset options\n"
-		"keep the variable's value from the environment.\n"
-		"  --uri HOST          scheduler address   DMLC_PS_ROOT_URI\n"
-		"  --port N            scheduler port      DMLC_PS_ROOT_PORT\n"
-		"  --num-servers N     servers in the job  DMLC_NUM_SERVER\n"
-		"  --num-workers N     workers in the job  DMLC_NUM_WORKER\n"
-		"  --interface NAME    interface to advertise DMLC_INTERFACE\n"
-		"  --host ADDR         address to advertise DMLC_NODE_HOST\n"
-		"  --rank N            rank to ask for     DMLC_SERVER_ID\n"
-		"  --verbose N         0, 1 or 2           PS_VERBOSE\n",
-		role);
+	        "usage: dtrain %s [options]\n"
+	        "\n"
+	        "Each option sets the variable named beside it; unset options\n"
+	        "keep the variable's value from the environment.\n"
+	        "  --uri HOST          scheduler address   DMLC_PS_ROOT_URI\n"
+	        "  --port N            scheduler port      DMLC_PS_ROOT_PORT\n"
+	        "  --num-servers N     servers in the job  DMLC_NUM_SERVER\n"
+	        "  --num-workers N     workers in the job  DMLC_NUM_WORKER\n"
+	        "  --interface NAME    interface to advertise DMLC_INTERFACE\n"
+	        "  --host ADDR         address to advertise DMLC_NODE_HOST\n"
+	        "  --rank N            rank to ask for     DMLC_SERVER_ID\n"
+	        "  --verbose N         0, 1 or 2           PS_VERBOSE\n",
+	        role);
 }
 
 int
 dt__cli_role(int argc, char **argv)
 {
 	static const struct option opts[] = {
-		{"uri", required_argument, 0, 'u'},
-		{"port", required_argument, 0, 'p'},
-		{"num-servers", required_argument, 0, 's'},
-		{"num-workers", required_argument, 0, 'w'},
-		{"interface", required_argument, 0, 'i'},
-		{"host", required_argument, 0, 'H'},
-		{"rank", required_argument, 0, 'r'},
-		{"verbose", required_argument, 0, 'v'},
-		{"help", no_argument, 0, 'h'},
-		{0, 0, 0, 0},
+	    {"uri", required_argument, 0, 'u'},
+	    {"port", required_argument, 0, 'p'},
+	    {"num-servers", required_argument, 0, 's'},
+	    {"num-workers", required_argument, 0, 'w'},
+	    {"interface", required_argument, 0, 'i'},
+	    {"host", required_argument, 0, 'H'},
+	    {"rank", required_argument, 0, 'r'},
+	    {"verbose", required_argument, 0, 'v'},
+	    {"help", no_argument, 0, 'h'},
+	    {0, 0, 0, 0},
 	};
 	const char *role = argv[0];
 	dt_node_config cfg;
@@ -75,21 +75,38 @@ dt__cli_role(int argc, char **argv)
 		const char *var = NULL;
 
 		switch (c) {
-		case 'u': var = "DMLC_PS_ROOT_URI"; break;
-		case 'p': var = "DMLC_PS_ROOT_PORT"; break;
-		case 's': var = "DMLC_NUM_SERVER"; break;
-		case 'w': var = "DMLC_NUM_WORKER"; break;
-		case 'i': var = "DMLC_INTERFACE"; break;
-		case 'H': var = "DMLC_NODE_HOST"; break;
-		case 'r': var = "DMLC_SERVER_ID"; break;
-		case 'v': var = "PS_VERBOSE"; break;
+		case 'u':
+			var = "DMLC_PS_ROOT_URI";
+			break;
+		case 'p':
+			var = "DMLC_PS_ROOT_PORT";
+			break;
+		case 's':
+			var = "DMLC_NUM_SERVER";
+			break;
+		case 'w':
+			var = "DMLC_NUM_WORKER";
+			break;
+		case 'i':
+			var = "DMLC_INTERFACE";
+			break;
+		case 'H':
+			var = "DMLC_NODE_HOST";
+			break;
+		case 'r':
+			var = "DMLC_SERVER_ID";
+			break;
+		case 'v':
+			var = "PS_VERBOSE";
+			break;
 		case 'h':
 			role_usage(stdout, role);
 			return 0;
 		default:
-			fprintf(stderr, "dtrain %s: unknown or incomplete "
-					"option '%s'\n",
-				role, argv[optind - 1]);
+			fprintf(stderr,
+			        "dtrain %s: unknown or incomplete "
+			        "option '%s'\n",
+			        role, argv[optind - 1]);
 			role_usage(stderr, role);
 			return 2;
 		}
@@ -97,7 +114,7 @@ dt__cli_role(int argc, char **argv)
 	}
 	if (optind < argc) {
 		fprintf(stderr, "dtrain %s: unexpected argument '%s'\n", role,
-			argv[optind]);
+		        argv[optind]);
 		return 2;
 	}
 	setenv("DMLC_ROLE", role, 1);

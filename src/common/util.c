@@ -90,10 +90,11 @@ dt__parse_long(const char *what, const char *s, long lo, long hi, long *out)
 	v = strtol(s, &end, 10);
 	if (errno != 0 || *end != '\0')
 		return dt__fail(DT_ECONFIG, "%s: '%s' is not an integer", what,
-				s);
+		                s);
 	if (v < lo || v > hi)
-		return dt__fail(DT_ECONFIG, "%s: %ld is out of range [%ld, %ld]",
-				what, v, lo, hi);
+		return dt__fail(DT_ECONFIG,
+		                "%s: %ld is out of range [%ld, %ld]", what, v,
+		                lo, hi);
 	*out = v;
 	return DT_OK;
 }
@@ -127,7 +128,7 @@ dt__calloc(size_t n, size_t size)
 
 	if (p == NULL)
 		dt__fail(DT_ENOMEM, "out of memory allocating %zu x %zu bytes",
-			 n, size);
+		         n, size);
 	return p;
 }
 

@@ -18,8 +18,8 @@
 #endif
 
 #define DT_ARRAY_LEN(a) (sizeof(a) / sizeof((a)[0]))
-#define DT_MIN(a, b) ((a) < (b) ? (a) : (b))
-#define DT_MAX(a, b) ((a) > (b) ? (a) : (b))
+#define DT_MIN(a, b)    ((a) < (b) ? (a) : (b))
+#define DT_MAX(a, b)    ((a) > (b) ? (a) : (b))
 
 /* Record a detailed message for dt_errmsg() and return err. */
 dt_err dt__fail(dt_err err, const char *fmt, ...) DT_PRINTF(2, 3);
@@ -58,7 +58,7 @@ dt_err dt__env_long(const char *name, long def, long lo, long hi, long *out);
 const char *dt__env_str(const char *name);
 /* Parse an integer in [lo, hi] from s; what names the setting in errors. */
 dt_err dt__parse_long(const char *what, const char *s, long lo, long hi,
-		      long *out);
+                      long *out);
 
 /* Checked allocation that reports DT_ENOMEM through dt__fail. */
 void *dt__malloc(size_t n);

@@ -42,7 +42,7 @@ role_group(dt_role r)
 {
 	return r == DT_ROLE_SCHEDULER ? DT_GROUP_SCHEDULER
 	       : r == DT_ROLE_SERVER  ? DT_GROUP_SERVERS
-				      : DT_GROUP_WORKERS;
+	                              : DT_GROUP_WORKERS;
 }
 
 dt_err
@@ -59,8 +59,8 @@ dt_node_config_from_env(dt_node_config *cfg, int role_required)
 	if (role == NULL) {
 		if (role_required)
 			return dt__fail(DT_ECONFIG,
-					"DMLC_ROLE is not set (scheduler, "
-					"server or worker)");
+			                "DMLC_ROLE is not set (scheduler, "
+			                "server or worker)");
 		cfg->role = DT_ROLE_WORKER;
 	} else if (strcmp(role, "scheduler") == 0) {
 		cfg->role = DT_ROLE_SCHEDULER;
@@ -70,22 +70,21 @@ dt_node_config_from_env(dt_node_config *cfg, int role_required)
 		cfg->role = DT_ROLE_WORKER;
 	} else {
 		return dt__fail(DT_ECONFIG,
-				"DMLC_ROLE='%s': expected scheduler, server "
-				"or worker",
-				role);
+		                "DMLC_ROLE='%s': expected scheduler, server "
+		                "or worker",
+		                role);
 	}
 	s = dt__env_str("DMLC_PS_ROOT_URI");
 	if (s == NULL)
 		return dt__fail(DT_ECONFIG,
-				"DMLC_PS_ROOT_URI is not set (the scheduler's "
-				"address)");
+		                "DMLC_PS_ROOT_URI is not set (the scheduler's "
+		                "address)");
 	if (strlen(s) >= sizeof(cfg->root_uri))
 		return dt__fail(DT_ECONFIG, "DMLC_PS_ROOT_URI is too long");
 	strcpy(cfg->root_uri, s);
 	if (dt__env_str("DMLC_PS_ROOT_PORT") == NULL)
-		return dt__fail(DT_ECONFIG,
-				"DMLC_PS_ROOT_PORT is not set (the "
-				"scheduler's port)");
+		return dt__fail(DT_ECONFIG, "DMLC_PS_ROOT_PORT is not set (the "
+		                            "scheduler's port)");
 	if ((err = dt__env_long("DMLC_PS_ROOT_PORT", 0, 0, 65535, &v)))
 		return err;
 	cfg->root_port = (int)v;
@@ -123,10 +122,10 @@ dt_node_config_from_env(dt_node_config *cfg, int role_required)
 	cfg->listen_fd = (int)v;
 
 	/* A rank wish: set by dtrain launch, or by mpirun / srun. */
-	const char *rank_var = cfg->role == DT_ROLE_SERVER ? "DMLC_SERVER_ID"
-							   : "DMLC_WORKER_ID";
+	const char *rank_var =
+	    cfg->role == DT_ROLE_SERVER ? "DMLC_SERVER_ID" : "DMLC_WORKER_ID";
 	const char *const sources[] = {rank_var, "OMPI_COMM_WORLD_RANK",
-				       "PMIX_RANK", "SLURM_PROCID"};
+	                               "PMIX_RANK", "SLURM_PROCID"};
 	if (cfg->role != DT_ROLE_SCHEDULER) {
 		for (size_t i = 0; i < DT_ARRAY_LEN(sources); i++) {
 			if (dt__env_str(sources[i]) == NULL)
@@ -147,7 +146,7 @@ dt__node_name(const dt_node *n, int id, char *buf, size_t cap)
 		snprintf(buf, cap, "scheduler");
 	else if (n->table && id > 0 && id < n->ntable)
 		snprintf(buf, cap, "%s %d", dt_role_name(n->table[id].role),
-			 n->table[id].rank);
+		         n->table[id].rank);
 	else
 		snprintf(buf, cap, "node %d", id);
 	return buf;
@@ -203,7 +202,7 @@ dt__node_set_app(dt_node *n, int which, const dt__node_app *app)
 
 dt_err
 dt__node_send(dt_node *n, int id, dt_msg_hdr *h, const void *meta,
-	      uint32_t meta_len, const struct iovec *iov, int iovcnt)
+              uint32_t meta_len, const struct iovec *iov, int iovcnt)
 {
 	char name[64];
 	dt_conn *c;
@@ -211,7 +210,7 @@ dt__node_send(dt_node *n, int id, dt_msg_hdr *h, const void *meta,
 	if (id < 0 || id >= n->ntable ||
 	    (c = __atomic_load_n(&n->peers[id], __ATOMIC_ACQUIRE)) == NULL)
 		return dt__fail(DT_ESTATE, "no connection to %s",
-				dt__node_name(n, id, name, sizeof(name)));
+		                dt__node_name(n, id, name, sizeof(name)));
 	h->sender = (uint32_t)n->id;
 	h->recver = (uint32_t)id;
 	return dt__van_send(n->van, c, h, meta, meta_len, iov, iovcnt);
@@ -229,7 +228,7 @@ app_of_cmd(unsigned cmd)
 
 static void *
 hook_payload_dest(void *arg, dt_conn *c, const dt_msg_hdr *h,
-		  const uint8_t *meta)
+                  const uint8_t *meta)
 {
 	dt_node *n = arg;
 	int app = app_of_cmd(h->cmd);
@@ -241,20 +240,20 @@ hook_payload_dest(void *arg, dt_conn *c, const dt_msg_hdr *h,
 		return DT_VAN_DISCARD;
 	if (n->apps[app].payload_dest)
 		return n->apps[app].payload_dest(n->apps[app].arg, n, c, h,
-						 meta);
+		                                 meta);
 	return NULL;
 }
 
 static void
-hook_payload_chunk(void *arg, dt_conn *c, const dt_msg_hdr *h,
-		   const void *data, uint64_t off, size_t len)
+hook_payload_chunk(void *arg, dt_conn *c, const dt_msg_hdr *h, const void *data,
+                   uint64_t off, size_t len)
 {
 	dt_node *n = arg;
 	int app = app_of_cmd(h->cmd);
 
 	if (app >= 0 && n->apps[app].payload_chunk)
-		n->apps[app].payload_chunk(n->apps[app].arg, n, c, h, data,
-					   off, len);
+		n->apps[app].payload_chunk(n->apps[app].arg, n, c, h, data, off,
+		                           len);
 }
 
 /* Member side: the NODE_TABLE message. */
@@ -275,11 +274,10 @@ parse_table(dt_node *n, const dt_msg *m)
 		return err;
 	if ((int)ns != n->cfg.num_servers || (int)nw != n->cfg.num_workers)
 		return dt__fail(DT_ECONFIG,
-				"the scheduler runs a job of %u servers and %u "
-				"workers, but this node was started with "
-				"DMLC_NUM_SERVER=%d DMLC_NUM_WORKER=%d",
-				ns, nw, n->cfg.num_servers,
-				n->cfg.num_workers);
+		                "the scheduler runs a job of %u servers and %u "
+		                "workers, but this node was started with "
+		                "DMLC_NUM_SERVER=%d DMLC_NUM_WORKER=%d",
+		                ns, nw, n->cfg.num_servers, n->cfg.num_workers);
 	if (id == 0 || id >= count)
 		return dt__fail(DT_EPROTO, "NODE_TABLE: bad node id %u", id);
 	t = dt__calloc(count, sizeof(*t));
@@ -301,9 +299,10 @@ parse_table(dt_node *n, const dt_msg *m)
 	}
 	if (t[id].role != n->role) {
 		free(t);
-		return dt__fail(DT_EPROTO, "NODE_TABLE gives this %s the "
-					   "role of another",
-				dt_role_name(n->role));
+		return dt__fail(DT_EPROTO,
+		                "NODE_TABLE gives this %s the "
+		                "role of another",
+		                dt_role_name(n->role));
 	}
 	n->peers = dt__calloc(count, sizeof(dt_conn *));
 	if (n->peers == NULL) {
@@ -335,8 +334,8 @@ member_on_msg(dt_node *n, dt_conn *c, dt_msg *m)
 		}
 		if ((err = parse_table(n, m)) != DT_OK) {
 			dt__node_set_fatal(n, DT_EPROTO,
-					   "cannot join the cluster: %s",
-					   dt_errmsg());
+			                   "cannot join the cluster: %s",
+			                   dt_errmsg());
 			return;
 		}
 		__atomic_store_n(&n->peers[0], c, __ATOMIC_RELEASE);
@@ -351,7 +350,7 @@ member_on_msg(dt_node *n, dt_conn *c, dt_msg *m)
 		if (!n->have_table || id == 0 || (int)id >= n->ntable ||
 		    dt__conn_peer(c) != -1) {
 			dt__log(0, "dropping %s: unexpected HELLO from node %u",
-				dt__conn_addr(c), id);
+			        dt__conn_addr(c), id);
 			dt__van_close(n->van, c);
 			return;
 		}
@@ -361,7 +360,7 @@ member_on_msg(dt_node *n, dt_conn *c, dt_msg *m)
 		       dt__node_name(n, (int)id, name, sizeof(name)),
 		       dt__conn_addr(c));
 		dt_msg_hdr h = {.cmd = DT_CMD_HELLO_ACK,
-				.flags = DT_F_RESPONSE};
+		                .flags = DT_F_RESPONSE};
 		dt__node_send(n, (int)id, &h, NULL, 0, NULL, 0);
 		return;
 	}
@@ -372,8 +371,7 @@ member_on_msg(dt_node *n, dt_conn *c, dt_msg *m)
 		pthread_mutex_unlock(&n->mu);
 		return;
 	case DT_CMD_BARRIER_DONE:
-		if (m->hdr.arg0 < 1 || m->hdr.arg0 > 7 ||
-		    dt__conn_peer(c) != 0)
+		if (m->hdr.arg0 < 1 || m->hdr.arg0 > 7 || dt__conn_peer(c) != 0)
 			return;
 		pthread_mutex_lock(&n->mu);
 		n->barrier_done[m->hdr.arg0]++;
@@ -392,18 +390,19 @@ member_on_msg(dt_node *n, dt_conn *c, dt_msg *m)
 	case DT_CMD_ABORT:
 		if (dt__conn_peer(c) != 0)
 			return;
-		dt__node_set_fatal(n, DT_EPEER, "job aborted by the scheduler: %s",
-				   m->meta ? (const char *)m->meta : "?");
+		dt__node_set_fatal(n, DT_EPEER,
+		                   "job aborted by the scheduler: %s",
+		                   m->meta ? (const char *)m->meta : "?");
 		return;
 	case DT_CMD_TEXT:
-		dt__log(0, "message from %s: %s",
-			dt__node_name(n, (int)m->hdr.sender, name,
-				      sizeof(name)),
-			m->meta ? (const char *)m->meta : "");
+		dt__log(
+		    0, "message from %s: %s",
+		    dt__node_name(n, (int)m->hdr.sender, name, sizeof(name)),
+		    m->meta ? (const char *)m->meta : "");
 		return;
 	default:
 		dt__log(0, "ignoring %s from %s", dt__cmd_name(m->hdr.cmd),
-			dt__conn_addr(c));
+		        dt__conn_addr(c));
 	}
 }
 
@@ -417,7 +416,7 @@ hook_on_msg(void *arg, dt_conn *c, dt_msg *m)
 		/* Only a peer that said HELLO (or the scheduler) may talk. */
 		if (dt__conn_peer(c) < 0) {
 			dt__log(0, "dropping %s: %s before HELLO",
-				dt__conn_addr(c), dt__cmd_name(m->hdr.cmd));
+			        dt__conn_addr(c), dt__cmd_name(m->hdr.cmd));
 			dt__van_close(n->van, c);
 			return;
 		}
@@ -425,7 +424,7 @@ hook_on_msg(void *arg, dt_conn *c, dt_msg *m)
 			n->apps[app].on_msg(n->apps[app].arg, n, c, m);
 		else
 			dt__log(0, "no handler for %s from %s",
-				dt__cmd_name(m->hdr.cmd), dt__conn_addr(c));
+			        dt__cmd_name(m->hdr.cmd), dt__conn_addr(c));
 		return;
 	}
 	if (n->role == DT_ROLE_SCHEDULER)
@@ -450,16 +449,16 @@ hook_on_close(void *arg, dt_conn *c, dt_err why)
 		return;
 	if (peer > 0 && peer < n->ntable)
 		__atomic_compare_exchange_n(&n->peers[peer], &(dt_conn *){c},
-					    NULL, 0, __ATOMIC_ACQ_REL,
-					    __ATOMIC_ACQUIRE);
+		                            NULL, 0, __ATOMIC_ACQ_REL,
+		                            __ATOMIC_ACQUIRE);
 	pthread_mutex_lock(&n->mu);
 	quiet = n->terminated || n->stopping;
 	pthread_mutex_unlock(&n->mu);
 	if (peer == 0 && !quiet) {
 		dt__node_set_fatal(n, DT_EPEER,
-				   "lost the connection to the scheduler at "
-				   "%s",
-				   dt__conn_addr(c));
+		                   "lost the connection to the scheduler at "
+		                   "%s",
+		                   dt__conn_addr(c));
 		return;
 	}
 	/* A worker that lost a server it talks to fails what waits on it. */
@@ -469,21 +468,21 @@ hook_on_close(void *arg, dt_conn *c, dt_err why)
 		for (int i = 0; i < DT_APP_COUNT; i++)
 			if (n->apps[i].on_fail)
 				n->apps[i].on_fail(n->apps[i].arg, n, peer,
-						   DT_EPEER);
+				                   DT_EPEER);
 	}
 }
 
 /* Wait on n->cv until *flag >= want, a fatal error, or the deadline. */
 static dt_err
 wait_count(dt_node *n, const void *flag, int is64, uint64_t want,
-	   uint64_t deadline_ns, const char *what)
+           uint64_t deadline_ns, const char *what)
 {
 	dt_err err = DT_OK;
 
 	pthread_mutex_lock(&n->mu);
 	for (;;) {
 		uint64_t v = is64 ? *(const uint64_t *)flag
-				  : (uint64_t) * (const int *)flag;
+		                  : (uint64_t) * (const int *)flag;
 		if (v >= want)
 			break;
 		if (n->fatal) {
@@ -492,7 +491,7 @@ wait_count(dt_node *n, const void *flag, int is64, uint64_t want,
 		}
 		if (deadline_ns && dt__now_ns() >= deadline_ns) {
 			err = dt__fail(DT_ETIMEDOUT, "timed out waiting for %s",
-				       what);
+			               what);
 			break;
 		}
 		struct timespec ts;
@@ -515,22 +514,23 @@ dt_node_barrier(dt_node *n, int groups)
 	dt_err err;
 
 	if (groups < 1 || groups > DT_GROUP_ALL)
-		return dt__fail(DT_EINVAL, "barrier: bad group mask %d", groups);
+		return dt__fail(DT_EINVAL, "barrier: bad group mask %d",
+		                groups);
 	if (!(groups & role_group(n->role)))
 		return dt__fail(DT_EINVAL,
-				"barrier: a %s is not in group mask %d",
-				dt_role_name(n->role), groups);
+		                "barrier: a %s is not in group mask %d",
+		                dt_role_name(n->role), groups);
 	if ((err = dt__node_check(n)))
 		return err;
 	if (n->role == DT_ROLE_SCHEDULER)
 		return dt__fail(DT_ENOTSUP,
-				"the scheduler joins barriers by serving");
+		                "the scheduler joins barriers by serving");
 	pthread_mutex_lock(&n->mu);
 	want = ++n->barrier_sent[groups];
 	pthread_mutex_unlock(&n->mu);
 	dt_msg_hdr h = {.cmd = DT_CMD_BARRIER,
-			.flags = DT_F_REQUEST,
-			.arg0 = (uint64_t)groups};
+	                .flags = DT_F_REQUEST,
+	                .arg0 = (uint64_t)groups};
 	if ((err = dt__node_send(n, 0, &h, NULL, 0, NULL, 0)))
 		return err;
 	err = wait_count(n, &n->barrier_done[groups], 1, want, 0, "a barrier");
@@ -551,12 +551,12 @@ member_start(dt_node *n)
 	int need = 0;
 
 	err = dt__van_connect(n->van, n->cfg.root_uri, n->cfg.root_port,
-			      n->cfg.connect_timeout_ms, "scheduler", &sc);
+	                      n->cfg.connect_timeout_ms, "scheduler", &sc);
 	if (err)
 		return dt__fail(err,
-				"%s (DMLC_PS_ROOT_URI=%s DMLC_PS_ROOT_PORT=%d; "
-				"raise DT_CONNECT_TIMEOUT to wait longer)",
-				dt_errmsg(), n->cfg.root_uri, n->cfg.root_port);
+		                "%s (DMLC_PS_ROOT_URI=%s DMLC_PS_ROOT_PORT=%d; "
+		                "raise DT_CONNECT_TIMEOUT to wait longer)",
+		                dt_errmsg(), n->cfg.root_uri, n->cfg.root_port);
 	dt__conn_set_peer(sc, 0);
 	DT_LOG(1, "connected to the scheduler at %s:%d", n->cfg.root_uri,
 	       n->cfg.root_port);
@@ -574,7 +574,7 @@ member_start(dt_node *n)
 	err = dt__wbuf_err(&w);
 	if (!err)
 		err = dt__van_send(n->van, sc, &h, w.data, (uint32_t)w.len,
-				   NULL, 0);
+		                   NULL, 0);
 	dt__wbuf_fini(&w);
 	if (err)
 		return err;
@@ -585,27 +585,28 @@ member_start(dt_node *n)
 		return err;
 	snprintf(name, sizeof(name), "%s %d", dt_role_name(n->role), n->rank);
 	dt__log_set_name(name);
-	DT_LOG(1, "joined the cluster as %s (node id %d) of %d servers and %d "
-		  "workers",
+	DT_LOG(1,
+	       "joined the cluster as %s (node id %d) of %d servers and %d "
+	       "workers",
 	       name, n->id, n->num_servers, n->num_workers);
 
 	/* Connect to the peers this node talks to. */
-	deadline = dt__now_ns() + (uint64_t)n->cfg.connect_timeout_ms * 1000000ull;
+	deadline =
+	    dt__now_ns() + (uint64_t)n->cfg.connect_timeout_ms * 1000000ull;
 	if (n->role == DT_ROLE_WORKER) {
 		for (int id = 1; id < n->id; id++) {
 			dt_node_entry *e = &n->table[id];
 			dt_conn *c;
 
 			err = dt__van_connect(
-				n->van, e->host, e->port,
-				n->cfg.connect_timeout_ms,
-				dt__node_name(n, id, name, sizeof(name)), &c);
+			    n->van, e->host, e->port, n->cfg.connect_timeout_ms,
+			    dt__node_name(n, id, name, sizeof(name)), &c);
 			if (err)
 				return err;
 			dt__conn_set_peer(c, id);
 			__atomic_store_n(&n->peers[id], c, __ATOMIC_RELEASE);
 			dt_msg_hdr hh = {.cmd = DT_CMD_HELLO,
-					 .flags = DT_F_REQUEST};
+			                 .flags = DT_F_REQUEST};
 			if ((err = dt__node_send(n, id, &hh, NULL, 0, NULL, 0)))
 				return err;
 			need++;
@@ -614,7 +615,7 @@ member_start(dt_node *n)
 		}
 	}
 	if ((err = wait_count(n, &n->hello_acks, 0, (uint64_t)need, deadline,
-			      "peers to answer HELLO")))
+	                      "peers to answer HELLO")))
 		return err;
 	if (n->role == DT_ROLE_SERVER && (err = dt__kv_server_attach(n)))
 		return err;
@@ -635,7 +636,8 @@ dt_node_start(const dt_node_config *cfg, dt_node **out)
 
 	*out = NULL;
 	if (cfg->num_workers < 1)
-		return dt__fail(DT_ECONFIG, "DMLC_NUM_WORKER must be at least 1");
+		return dt__fail(DT_ECONFIG,
+		                "DMLC_NUM_WORKER must be at least 1");
 	n = dt__calloc(1, sizeof(*n));
 	if (n == NULL)
 		return DT_ENOMEM;
@@ -650,8 +652,8 @@ dt_node_start(const dt_node_config *cfg, dt_node **out)
 	if (cfg->verbose > dt__verbose)
 		dt__verbose = cfg->verbose;
 	dt__log_set_name(cfg->role == DT_ROLE_SCHEDULER
-				 ? "scheduler"
-				 : dt_role_name(cfg->role));
+	                     ? "scheduler"
+	                     : dt_role_name(cfg->role));
 
 	hooks.arg = n;
 	hooks.on_msg = hook_on_msg;
@@ -664,15 +666,16 @@ dt_node_start(const dt_node_config *cfg, dt_node **out)
 	if (cfg->role == DT_ROLE_SCHEDULER) {
 		snprintf(n->host, sizeof(n->host), "%s", cfg->root_uri);
 		err = dt__van_listen(n->van, cfg->root_uri, cfg->root_port,
-				     cfg->listen_fd, &n->port);
+		                     cfg->listen_fd, &n->port);
 		if (err)
 			goto fail;
 		if ((err = dt__sched_create(n)))
 			goto fail;
 		if ((err = dt__van_start(n->van)))
 			goto fail;
-		DT_LOG(1, "scheduler listening on %s:%d for %d servers and %d "
-			  "workers",
+		DT_LOG(1,
+		       "scheduler listening on %s:%d for %d servers and %d "
+		       "workers",
 		       n->host, n->port, cfg->num_servers, cfg->num_workers);
 		if ((err = dt__sched_start(n)))
 			goto fail;
@@ -687,7 +690,7 @@ dt_node_start(const dt_node_config *cfg, dt_node **out)
 	     strcmp(cfg->root_uri, "localhost") == 0))
 		host_hint = "127.0.0.1"; /* a single-host job */
 	err = dt__net_local_addr(host_hint, cfg->interface, n->host,
-				 sizeof(n->host));
+	                         sizeof(n->host));
 	if (err)
 		goto fail;
 	if ((err = dt__van_listen(n->van, n->host, cfg->port, -1, &n->port)))
@@ -700,25 +703,24 @@ dt_node_start(const dt_node_config *cfg, dt_node **out)
 		goto fail;
 	*out = n;
 	return DT_OK;
-fail:
-	{
-		char msg[512];
+fail : {
+	char msg[512];
 
-		snprintf(msg, sizeof(msg), "%s", dt_errmsg());
-		pthread_mutex_lock(&n->mu);
-		n->stopping = 1;
-		pthread_mutex_unlock(&n->mu);
-		dt__van_destroy(n->van); /* no I/O thread from here on */
-		if (n->role == DT_ROLE_SERVER)
-			dt__kv_server_detach(n);
-		dt__sched_free(n);
-		free(n->table);
-		free(n->peers);
-		pthread_mutex_destroy(&n->mu);
-		pthread_cond_destroy(&n->cv);
-		free(n);
-		return dt__fail(err, "%s", msg);
-	}
+	snprintf(msg, sizeof(msg), "%s", dt_errmsg());
+	pthread_mutex_lock(&n->mu);
+	n->stopping = 1;
+	pthread_mutex_unlock(&n->mu);
+	dt__van_destroy(n->van); /* no I/O thread from here on */
+	if (n->role == DT_ROLE_SERVER)
+		dt__kv_server_detach(n);
+	dt__sched_free(n);
+	free(n->table);
+	free(n->peers);
+	pthread_mutex_destroy(&n->mu);
+	pthread_cond_destroy(&n->cv);
+	free(n);
+	return dt__fail(err, "%s", msg);
+}
 }
 
 dt_err
@@ -730,7 +732,7 @@ dt_node_serve(dt_node *n)
 		return dt__sched_serve(n);
 	if (n->role != DT_ROLE_SERVER)
 		return dt__fail(DT_ESTATE, "dt_node_serve: a worker does not "
-					   "serve");
+		                           "serve");
 	err = wait_count(n, &n->terminated, 0, 1, 0, "the end of the job");
 	if (err == DT_OK)
 		DT_LOG(1, "%s: job over", dt__log_name());
@@ -748,7 +750,7 @@ dt_node_stop(dt_node *n)
 	if (n->role == DT_ROLE_WORKER && n->peers && n->peers[0] &&
 	    err == DT_OK) {
 		dt_msg_hdr h = {.cmd = DT_CMD_WORKER_DONE,
-				.flags = DT_F_REQUEST};
+		                .flags = DT_F_REQUEST};
 		DT_LOG(1, "%s is done; telling the scheduler", dt__log_name());
 		/* Leave quietly from here on: closing is expected. */
 		pthread_mutex_lock(&n->mu);
@@ -796,8 +798,7 @@ dt_node_num_servers(const dt_node *n)
 }
 
 dt_err
-dt_node_send_text(dt_node *n, dt_role dst_role, int dst_rank,
-		  const char *text)
+dt_node_send_text(dt_node *n, dt_role dst_role, int dst_rank, const char *text)
 {
 	int id;
 	size_t len = strlen(text);
@@ -805,18 +806,19 @@ dt_node_send_text(dt_node *n, dt_role dst_role, int dst_rank,
 	if (dst_role == DT_ROLE_SCHEDULER)
 		id = 0;
 	else if (dst_role == DT_ROLE_SERVER && dst_rank >= 0 &&
-		 dst_rank < n->num_servers)
+	         dst_rank < n->num_servers)
 		id = dt__node_server_id(n, dst_rank);
 	else if (dst_role == DT_ROLE_WORKER && dst_rank >= 0 &&
-		 dst_rank < n->num_workers)
+	         dst_rank < n->num_workers)
 		id = dt__node_worker_id(n, dst_rank);
 	else
 		return dt__fail(DT_EINVAL, "send_text: no %s of rank %d",
-				dt_role_name(dst_role), dst_rank);
+		                dt_role_name(dst_role), dst_rank);
 	if (len > 4096)
-		return dt__fail(DT_EINVAL, "send_text: text of %zu bytes is too "
-					   "long (4096 at most)",
-				len);
+		return dt__fail(DT_EINVAL,
+		                "send_text: text of %zu bytes is too "
+		                "long (4096 at most)",
+		                len);
 	dt_msg_hdr h = {.cmd = DT_CMD_TEXT};
 	return dt__node_send(n, id, &h, text, (uint32_t)len, NULL, 0);
 }
@@ -844,7 +846,7 @@ dt_node_init_from_env(dt_node **out)
 	err = dt_node_serve(n);
 	if (err) {
 		fprintf(stderr, "dtrain %s: %s\n", dt_role_name(cfg.role),
-			dt_errmsg());
+		        dt_errmsg());
 		dt_node_stop(n);
 		fflush(NULL);
 		_exit(1);

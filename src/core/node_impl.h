@@ -19,7 +19,7 @@
 #include "net/van.h"
 
 #define DT_MAX_NODES 4097
-#define DT_HOST_MAX 256
+#define DT_HOST_MAX  256
 
 typedef struct dt_node_entry {
 	dt_role role;
@@ -39,11 +39,11 @@ typedef struct dt__node_app {
 	void (*on_msg)(void *arg, dt_node *n, dt_conn *c, dt_msg *m);
 	/* Where its payload goes (see van.h); optional. */
 	void *(*payload_dest)(void *arg, dt_node *n, dt_conn *c,
-			      const dt_msg_hdr *h, const uint8_t *meta);
+	                      const dt_msg_hdr *h, const uint8_t *meta);
 	/* A piece of a payload for which payload_dest said DT_VAN_STREAM. */
 	void (*payload_chunk)(void *arg, dt_node *n, dt_conn *c,
-			      const dt_msg_hdr *h, const void *data,
-			      uint64_t off, size_t len);
+	                      const dt_msg_hdr *h, const void *data,
+	                      uint64_t off, size_t len);
 	/* A peer's connection failed (peer id) or the job aborted (-1):
 	 * fail what waits on it. Optional; runs in the I/O thread. */
 	void (*on_fail)(void *arg, dt_node *n, int peer, dt_err err);
@@ -68,14 +68,14 @@ struct dt_node {
 
 	pthread_mutex_t mu;
 	pthread_cond_t cv;
-	int have_table;         /* (mu) */
-	int hello_acks;         /* (mu) HELLO_ACKs received */
+	int have_table;           /* (mu) */
+	int hello_acks;           /* (mu) HELLO_ACKs received */
 	uint64_t barrier_done[8]; /* (mu) BARRIER_DONEs per group mask */
 	uint64_t barrier_sent[8]; /* (mu) barriers entered per mask */
-	int terminated;         /* (mu) TERMINATE received */
-	int stopping;           /* (mu) dt_node_stop in progress */
-	dt_err fatal;           /* (mu) first fatal error, DT_OK if none */
-	char fatal_msg[512];    /* (mu) */
+	int terminated;           /* (mu) TERMINATE received */
+	int stopping;             /* (mu) dt_node_stop in progress */
+	dt_err fatal;             /* (mu) first fatal error, DT_OK if none */
+	char fatal_msg[512];      /* (mu) */
 
 	dt__node_app apps[DT_APP_COUNT];
 	dt_sched *sched; /* scheduler state, NULL on other roles */
@@ -86,7 +86,7 @@ void dt__node_set_app(dt_node *n, int which, const dt__node_app *app);
 
 /* Send a frame to node id; the header's sender/recver are filled in. */
 dt_err dt__node_send(dt_node *n, int id, dt_msg_hdr *h, const void *meta,
-		     uint32_t meta_len, const struct iovec *iov, int iovcnt);
+                     uint32_t meta_len, const struct iovec *iov, int iovcnt);
 
 static inline int
 dt__node_server_id(const dt_node *n, int rank)
@@ -101,7 +101,7 @@ dt__node_worker_id(const dt_node *n, int rank)
 
 /* Record a fatal error (first one wins), fail the apps, wake waiters. */
 void dt__node_set_fatal(dt_node *n, dt_err err, const char *fmt, ...)
-	DT_PRINTF(3, 4);
+    DT_PRINTF(3, 4);
 /* The fatal error, with its message recorded for dt_errmsg(); DT_OK if none. */
 dt_err dt__node_check(dt_node *n);
 

@@ -36,12 +36,12 @@ struct dt_sched {
 	joiner *j;
 	int nj;
 	int assigned;
-	int *left;            /* by id: worker done, or server closed */
+	int *left; /* by id: worker done, or server closed */
 	int workers_done;
 	int servers_closed;
-	int ending;           /* TERMINATE sent */
-	uint64_t arrived[8];  /* barrier arrivals per group mask */
-	uint64_t passed[8];   /* barriers passed per group mask */
+	int ending;          /* TERMINATE sent */
+	uint64_t arrived[8]; /* barrier arrivals per group mask */
+	uint64_t passed[8];  /* barriers passed per group mask */
 };
 
 static int
@@ -78,7 +78,8 @@ abort_job(dt_node *n, const char *reason)
 	}
 	pthread_mutex_lock(&n->mu);
 	for (int i = 0; n->sched && i < n->sched->nj; i++)
-		if (n->sched->j[i].conn && dt__conn_peer(n->sched->j[i].conn) < 0)
+		if (n->sched->j[i].conn &&
+		    dt__conn_peer(n->sched->j[i].conn) < 0)
 			send_abort(n, n->sched->j[i].conn, reason);
 	pthread_mutex_unlock(&n->mu);
 	dt__node_set_fatal(n, DT_EPEER, "aborting the job: %s", reason);
@@ -111,11 +112,11 @@ on_add_node(dt_node *n, dt_conn *c, dt_msg *m)
 	}
 	if ((int)ns != n->num_servers || (int)nw != n->num_workers) {
 		snprintf(reason, sizeof(reason),
-			 "a %s at %s:%d was started with DMLC_NUM_SERVER=%u "
-			 "DMLC_NUM_WORKER=%u but this job has %d servers and "
-			 "%d workers",
-			 dt_role_name(j.role), j.host, j.port, ns, nw,
-			 n->num_servers, n->num_workers);
+		         "a %s at %s:%d was started with DMLC_NUM_SERVER=%u "
+		         "DMLC_NUM_WORKER=%u but this job has %d servers and "
+		         "%d workers",
+		         dt_role_name(j.role), j.host, j.port, ns, nw,
+		         n->num_servers, n->num_workers);
 		dt__log(0, "refusing a node: %s", reason);
 		send_abort(n, c, reason);
 		dt__van_close(n->van, c);
@@ -125,11 +126,11 @@ on_add_node(dt_node *n, dt_conn *c, dt_msg *m)
 	if (s->nj >= s->expected || s->assigned) {
 		pthread_mutex_unlock(&n->mu);
 		snprintf(reason, sizeof(reason),
-			 "the job is full (%d servers and %d workers have "
-			 "joined)",
-			 n->num_servers, n->num_workers);
+		         "the job is full (%d servers and %d workers have "
+		         "joined)",
+		         n->num_servers, n->num_workers);
 		dt__log(0, "refusing a %s at %s:%d: %s", dt_role_name(j.role),
-			j.host, j.port, reason);
+		        j.host, j.port, reason);
 		send_abort(n, c, reason);
 		dt__van_close(n->van, c);
 		return;
@@ -138,7 +139,7 @@ on_add_node(dt_node *n, dt_conn *c, dt_msg *m)
 		if (s->j[i].conn == c) {
 			pthread_mutex_unlock(&n->mu);
 			dt__log(0, "dropping %s: second ADD_NODE",
-				dt__conn_addr(c));
+			        dt__conn_addr(c));
 			dt__van_close(n->van, c);
 			return;
 		}
@@ -160,7 +161,7 @@ on_barrier(dt_node *n, dt_conn *c, dt_msg *m)
 	if (peer <= 0 || mask < 1 || mask > DT_GROUP_ALL ||
 	    !in_group(&n->table[peer], mask)) {
 		dt__log(0, "dropping %s: bad BARRIER (group mask %d)",
-			dt__conn_addr(c), mask);
+		        dt__conn_addr(c), mask);
 		dt__van_close(n->van, c);
 		return;
 	}
@@ -181,8 +182,8 @@ on_barrier(dt_node *n, dt_conn *c, dt_msg *m)
 		if (!in_group(&n->table[id], mask))
 			continue;
 		dt_msg_hdr h = {.cmd = DT_CMD_BARRIER_DONE,
-				.flags = DT_F_RESPONSE,
-				.arg0 = (uint64_t)mask};
+		                .flags = DT_F_RESPONSE,
+		                .arg0 = (uint64_t)mask};
 		dt__node_send(n, id, &h, NULL, 0, NULL, 0);
 	}
 }
@@ -221,8 +222,8 @@ dt__sched_on_msg(dt_node *n, dt_conn *c, dt_msg *m)
 		return;
 	case DT_CMD_TEXT:
 		dt__log(0, "message from %s: %s",
-			dt__node_name(n, peer, name, sizeof(name)),
-			m->meta ? (const char *)m->meta : "");
+		        dt__node_name(n, peer, name, sizeof(name)),
+		        m->meta ? (const char *)m->meta : "");
 		return;
 	case DT_CMD_HEARTBEAT:
 		return;
@@ -230,7 +231,7 @@ dt__sched_on_msg(dt_node *n, dt_conn *c, dt_msg *m)
 		break;
 	}
 	dt__log(0, "dropping %s: unexpected %s", dt__conn_addr(c),
-		dt__cmd_name(m->hdr.cmd));
+	        dt__cmd_name(m->hdr.cmd));
 	dt__van_close(n->van, c);
 }
 
@@ -251,10 +252,11 @@ dt__sched_on_close(dt_node *n, dt_conn *c, dt_err why)
 			if (s->j[i].conn != c)
 				continue;
 			if (!s->assigned) {
-				dt__log(0, "a %s at %s:%d left before the job "
-					   "started",
-					dt_role_name(s->j[i].role), s->j[i].host,
-					s->j[i].port);
+				dt__log(0,
+				        "a %s at %s:%d left before the job "
+				        "started",
+				        dt_role_name(s->j[i].role),
+				        s->j[i].host, s->j[i].port);
 				s->j[i] = s->j[--s->nj];
 			}
 			break;
@@ -267,7 +269,7 @@ dt__sched_on_close(dt_node *n, dt_conn *c, dt_err why)
 	pthread_mutex_lock(&n->mu);
 	failed = n->fatal != DT_OK;
 	expected_end = s->left[peer] ||
-		       (n->table[peer].role == DT_ROLE_SERVER && s->ending);
+	               (n->table[peer].role == DT_ROLE_SERVER && s->ending);
 	if (n->table[peer].role == DT_ROLE_SERVER && s->ending &&
 	    !s->left[peer]) {
 		s->left[peer] = 1;
@@ -280,10 +282,10 @@ dt__sched_on_close(dt_node *n, dt_conn *c, dt_err why)
 		return;
 	dt__node_name(n, peer, name, sizeof(name));
 	snprintf(reason, sizeof(reason),
-		 "%s (pid %d at %s:%d) was lost before the job ended (%s)",
-		 name, n->table[peer].pid, n->table[peer].host,
-		 n->table[peer].port,
-		 why == DT_ECLOSED ? "connection closed" : dt_strerror(why));
+	         "%s (pid %d at %s:%d) was lost before the job ended (%s)",
+	         name, n->table[peer].pid, n->table[peer].host,
+	         n->table[peer].port,
+	         why == DT_ECLOSED ? "connection closed" : dt_strerror(why));
 	abort_job(n, reason);
 }
 
@@ -348,11 +350,11 @@ send_tables(dt_node *n)
 			dt__wbuf_u32(&w, (uint32_t)e->pid);
 		}
 		dt_msg_hdr h = {.cmd = DT_CMD_NODE_TABLE,
-				.flags = DT_F_RESPONSE};
+		                .flags = DT_F_RESPONSE};
 		err = dt__wbuf_err(&w);
 		if (!err)
 			err = dt__node_send(n, id, &h, w.data, (uint32_t)w.len,
-					    NULL, 0);
+			                    NULL, 0);
 		dt__wbuf_fini(&w);
 	}
 	(void)s;
@@ -442,7 +444,7 @@ dt__sched_start(dt_node *n)
 	if ((err = dt__env_long("DT_JOIN_TIMEOUT", 300, 1, 86400, &join_s)))
 		return err;
 	err = wait_sched(n, all_joined,
-			 dt__now_ns() + (uint64_t)join_s * 1000000000ull);
+	                 dt__now_ns() + (uint64_t)join_s * 1000000000ull);
 	if (err == DT_ETIMEDOUT) {
 		int ns = 0, nw = 0;
 		char reason[256];
@@ -455,9 +457,9 @@ dt__sched_start(dt_node *n)
 				nw++;
 		pthread_mutex_unlock(&n->mu);
 		snprintf(reason, sizeof(reason),
-			 "only %d of %d servers and %d of %d workers joined "
-			 "within %ld s (DT_JOIN_TIMEOUT)",
-			 ns, n->num_servers, nw, n->num_workers, join_s);
+		         "only %d of %d servers and %d of %d workers joined "
+		         "within %ld s (DT_JOIN_TIMEOUT)",
+		         ns, n->num_servers, nw, n->num_workers, join_s);
 		abort_job(n, reason);
 		return dt__fail(DT_ETIMEDOUT, "%s", reason);
 	}
@@ -471,16 +473,16 @@ dt__sched_start(dt_node *n)
 	assign_role(s->j, s->nj, DT_ROLE_WORKER, n->num_workers);
 	n->ntable = count;
 	n->table[0] = (dt_node_entry){.role = DT_ROLE_SCHEDULER,
-				       .rank = 0,
-				       .id = 0,
-				       .port = n->port,
-				       .pid = (int)getpid()};
+	                              .rank = 0,
+	                              .id = 0,
+	                              .port = n->port,
+	                              .pid = (int)getpid()};
 	snprintf(n->table[0].host, DT_HOST_MAX, "%s", n->host);
 	for (int i = 0; i < s->nj; i++) {
 		joiner *j = &s->j[i];
 		int id = j->role == DT_ROLE_SERVER
-				 ? dt__node_server_id(n, j->rank)
-				 : dt__node_worker_id(n, j->rank);
+		             ? dt__node_server_id(n, j->rank)
+		             : dt__node_worker_id(n, j->rank);
 		dt_node_entry *e = &n->table[id];
 
 		e->role = j->role;
@@ -495,8 +497,9 @@ dt__sched_start(dt_node *n)
 	s->assigned = 1;
 	pthread_mutex_unlock(&n->mu);
 	for (int id = 1; id < count; id++)
-		DT_LOG(1, "assigned rank %d to the %s at %s:%d (pid %d, node "
-			  "id %d)",
+		DT_LOG(1,
+		       "assigned rank %d to the %s at %s:%d (pid %d, node "
+		       "id %d)",
 		       n->table[id].rank, dt_role_name(n->table[id].role),
 		       n->table[id].host, n->table[id].port, n->table[id].pid,
 		       id);
@@ -526,18 +529,18 @@ dt__sched_serve(dt_node *n)
 	for (int r = 0; r < n->num_servers; r++) {
 		dt_msg_hdr h = {.cmd = DT_CMD_TERMINATE};
 		dt__node_send(n, dt__node_server_id(n, r), &h, NULL, 0, NULL,
-			      0);
+		              0);
 	}
 	if ((err = dt__env_long("DT_END_TIMEOUT", 30, 1, 3600, &grace)))
 		return err;
 	err = wait_sched(n, servers_gone,
-			 dt__now_ns() + (uint64_t)grace * 1000000000ull);
+	                 dt__now_ns() + (uint64_t)grace * 1000000000ull);
 	if (err == DT_ETIMEDOUT)
 		return dt__fail(DT_ETIMEDOUT,
-				"%d of %d servers did not leave within %ld s "
-				"of the end",
-				n->num_servers - s->servers_closed,
-				n->num_servers, grace);
+		                "%d of %d servers did not leave within %ld s "
+		                "of the end",
+		                n->num_servers - s->servers_closed,
+		                n->num_servers, grace);
 	if (err == DT_OK)
 		DT_LOG(1, "job over: every node has left");
 	return err;

@@ -120,7 +120,7 @@ sub_done(dt_kv_client *c, sub *s)
 
 static void *
 payload_dest(void *arg, dt_node *n, dt_conn *conn, const dt_msg_hdr *h,
-	     const uint8_t *meta)
+             const uint8_t *meta)
 {
 	dt_kv_client *c = arg;
 	void *dest = DT_VAN_DISCARD;
@@ -149,8 +149,8 @@ on_msg(void *arg, dt_node *n, dt_conn *conn, dt_msg *m)
 	if (s == NULL || s->server_id != (int)h->sender) {
 		pthread_mutex_unlock(&c->mu);
 		dt__log(0, "ignoring an answer to unknown request %llu from %s",
-			(unsigned long long)h->seq,
-			dt__node_name(n, (int)h->sender, name, sizeof(name)));
+		        (unsigned long long)h->seq,
+		        dt__node_name(n, (int)h->sender, name, sizeof(name)));
 		return;
 	}
 	if (h->flags & DT_F_ERROR) {
@@ -168,10 +168,11 @@ on_msg(void *arg, dt_node *n, dt_conn *conn, dt_msg *m)
 		op_fail(s->op, (dt_err)code, msg);
 	} else if (s->dest && (h->payload_len != s->bytes || !m->payload)) {
 		snprintf(msg, sizeof(msg),
-			 "%s of key %llu: %s answered %llu bytes, expected %zu",
-			 dt__kv_op_name(s->op->cmd), (unsigned long long)s->op->key,
-			 dt__node_name(n, (int)h->sender, name, sizeof(name)),
-			 (unsigned long long)h->payload_len, s->bytes);
+		         "%s of key %llu: %s answered %llu bytes, expected %zu",
+		         dt__kv_op_name(s->op->cmd),
+		         (unsigned long long)s->op->key,
+		         dt__node_name(n, (int)h->sender, name, sizeof(name)),
+		         (unsigned long long)h->payload_len, s->bytes);
 		op_fail(s->op, DT_ESIZE, msg);
 	}
 	int done = sub_done(c, s);
@@ -192,7 +193,7 @@ on_fail(void *arg, dt_node *n, int peer, dt_err err)
 		pthread_mutex_unlock(&n->mu);
 	} else {
 		snprintf(msg, sizeof(msg), "lost the connection to %s",
-			 dt__node_name(n, peer, name, sizeof(name)));
+		         dt__node_name(n, peer, name, sizeof(name)));
 	}
 	pthread_mutex_lock(&c->mu);
 	for (int b = 0; b < NBUCKETS; b++) {
@@ -213,8 +214,7 @@ on_fail(void *arg, dt_node *n, int peer, dt_err err)
 }
 
 dt_err
-dt__kv_client_create(dt_node *node, int sync, size_t bound,
-		     dt_kv_client **out)
+dt__kv_client_create(dt_node *node, int sync, size_t bound, dt_kv_client **out)
 {
 	dt_kv_client *c = dt__calloc(1, sizeof(*c));
 	dt__node_app app = {0};
@@ -222,7 +222,7 @@ dt__kv_client_create(dt_node *node, int sync, size_t bound,
 	if (c == NULL)
 		return DT_ENOMEM;
 	c->parts = dt__calloc((size_t)DT_MAX(node->num_servers, 1),
-			      sizeof(dt_kv_part));
+	                      sizeof(dt_kv_part));
 	if (c->parts == NULL) {
 		free(c);
 		return DT_ENOMEM;
@@ -271,7 +271,7 @@ dt__kv_client_destroy(dt_kv_client *c)
 /* Send one sub-request; the sub is registered before the send. */
 static void
 send_part(dt_kv_client *c, op *o, int server, dt_msg_hdr *h, const void *meta,
-	  uint32_t meta_len, const float *val, float *out, size_t len)
+          uint32_t meta_len, const float *val, float *out, size_t len)
 {
 	struct iovec iov = {(void *)val, len * sizeof(float)};
 	sub *s = malloc(sizeof(*s));
@@ -285,14 +285,15 @@ send_part(dt_kv_client *c, op *o, int server, dt_msg_hdr *h, const void *meta,
 		return;
 	}
 	h->seq = c->next_seq++;
-	*s = (sub){h->seq, dt__node_server_id(c->node, server), out,
-		   out ? len * sizeof(float) : 0, o, NULL};
+	*s = (sub){h->seq, dt__node_server_id(c->node, server),
+	           out,    out ? len * sizeof(float) : 0,
+	           o,      NULL};
 	s->next = c->subs[h->seq % NBUCKETS];
 	c->subs[h->seq % NBUCKETS] = s;
 	pthread_mutex_unlock(&c->mu);
 
 	err = dt__node_send(c->node, s->server_id, h, meta, meta_len,
-			    val ? &iov : NULL, val ? 1 : 0);
+	                    val ? &iov : NULL, val ? 1 : 0);
 	if (err) {
 		char msg[512];
 
@@ -330,7 +331,7 @@ new_op(dt_kv_client *c, int cmd, dt_key key, int parts, dt_kv_req *req)
 
 dt_err
 dt__kv_client_start(dt_kv_client *c, int cmd, dt_key key, const float *val,
-		    float *out, size_t n, dt_kv_req *req)
+                    float *out, size_t n, dt_kv_req *req)
 {
 	int nparts, rank0 = c->node->rank == 0;
 	op *o;
@@ -344,10 +345,10 @@ dt__kv_client_start(dt_kv_client *c, int cmd, dt_key key, const float *val,
 	for (int i = 0; i < nparts; i++) {
 		dt_kv_part *p = &c->parts[i];
 		dt_msg_hdr h = {.cmd = (uint8_t)cmd,
-				.flags = DT_F_REQUEST,
-				.key = key,
-				.arg0 = n,
-				.arg1 = p->offset};
+		                .flags = DT_F_REQUEST,
+		                .key = key,
+		                .arg0 = n,
+		                .arg1 = p->offset};
 		const float *pv = NULL;
 		float *po = NULL;
 
@@ -380,7 +381,7 @@ dt__kv_client_wait(dt_kv_client *c, dt_kv_req req)
 	if (o == NULL) {
 		pthread_mutex_unlock(&c->mu);
 		return dt__fail(DT_EINVAL, "wait: unknown request %llu",
-				(unsigned long long)req);
+		                (unsigned long long)req);
 	}
 	while (o->remaining > 0)
 		pthread_cond_wait(&c->cv, &c->mu);
@@ -422,8 +423,8 @@ dt__kv_client_wait_all(dt_kv_client *c)
 }
 
 static dt_err
-broadcast_to_servers(dt_kv_client *c, int cmd, uint64_t arg0,
-		     const void *meta, uint32_t meta_len)
+broadcast_to_servers(dt_kv_client *c, int cmd, uint64_t arg0, const void *meta,
+                     uint32_t meta_len)
 {
 	dt_kv_req req;
 	op *o = new_op(c, cmd, 0, c->node->num_servers, &req);
@@ -431,9 +432,8 @@ broadcast_to_servers(dt_kv_client *c, int cmd, uint64_t arg0,
 	if (o == NULL)
 		return DT_ENOMEM;
 	for (int s = 0; s < c->node->num_servers; s++) {
-		dt_msg_hdr h = {.cmd = (uint8_t)cmd,
-				.flags = DT_F_REQUEST,
-				.arg0 = arg0};
+		dt_msg_hdr h = {
+		    .cmd = (uint8_t)cmd, .flags = DT_F_REQUEST, .arg0 = arg0};
 		send_part(c, o, s, &h, meta, meta_len, NULL, NULL, 0);
 	}
 	return dt__kv_client_wait(c, req);
@@ -451,7 +451,7 @@ dt__kv_client_set_optimizer(dt_kv_client *c, const dt_opt *opt)
 		err = dt__wbuf_err(&w);
 		if (!err)
 			err = broadcast_to_servers(c, DT_CMD_KV_SET_OPT, 0,
-						   w.data, (uint32_t)w.len);
+			                           w.data, (uint32_t)w.len);
 		dt__wbuf_fini(&w);
 		if (err)
 			return err;
@@ -466,7 +466,7 @@ dt__kv_client_configure(dt_kv_client *c)
 
 	if (c->node->rank == 0 &&
 	    (err = broadcast_to_servers(c, DT_CMD_KV_CONFIG, (uint64_t)c->sync,
-					NULL, 0)))
+	                                NULL, 0)))
 		return err;
 	return dt_node_barrier(c->node, DT_GROUP_WORKERS);
 }

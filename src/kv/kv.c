@@ -58,13 +58,13 @@ dt_kv_create(const char *type, dt_kv **out)
 		const char *name;
 		int dist, sync, device;
 	} types[] = {
-		{"local", 0, 1, 0},
-		{"device", 0, 1, 1},
-		{"dist", 1, 1, 0},
-		{"dist_sync", 1, 1, 0},
-		{"dist_async", 1, 0, 0},
-		{"dist_sync_device", 1, 1, 1},
-		{"dist_async_device", 1, 0, 1},
+	    {"local", 0, 1, 0},
+	    {"device", 0, 1, 1},
+	    {"dist", 1, 1, 0},
+	    {"dist_sync", 1, 1, 0},
+	    {"dist_async", 1, 0, 0},
+	    {"dist_sync_device", 1, 1, 1},
+	    {"dist_async_device", 1, 0, 1},
 	};
 	dt_kv *kv;
 	long bound, nthreads;
@@ -79,15 +79,15 @@ dt_kv_create(const char *type, dt_kv **out)
 			break;
 	if (i == DT_ARRAY_LEN(types))
 		return dt__fail(DT_EINVAL,
-				"unknown kvstore type '%s' (local, device, "
-				"dist_sync, dist_async, dist_sync_device, "
-				"dist_async_device)",
-				type);
+		                "unknown kvstore type '%s' (local, device, "
+		                "dist_sync, dist_async, dist_sync_device, "
+		                "dist_async_device)",
+		                type);
 	if ((err = dt__env_long("MXNET_KVSTORE_BIGARRAY_BOUND", 1000000, 1,
-				(long)1 << 40, &bound)))
+	                        (long)1 << 40, &bound)))
 		return err;
 	if ((err = dt__env_long("MXNET_KVSTORE_REDUCTION_NTHREADS", 4, 1, 256,
-				&nthreads)))
+	                        &nthreads)))
 		return err;
 	kv = dt__calloc(1, sizeof(*kv));
 	if (kv == NULL)
@@ -106,22 +106,23 @@ dt_kv_create(const char *type, dt_kv **out)
 	if ((err = dt_node_init_from_env(&kv->node)))
 		goto fail;
 	if (kv->node == NULL) {
-		err = dt__fail(DT_ECONFIG,
-			       "kvstore '%s' needs a cluster, but DMLC_ROLE "
-			       "and DMLC_PS_ROOT_URI are not set: start the "
-			       "program with `dtrain launch` (docs/launcher.md)",
-			       type);
+		err =
+		    dt__fail(DT_ECONFIG,
+		             "kvstore '%s' needs a cluster, but DMLC_ROLE "
+		             "and DMLC_PS_ROOT_URI are not set: start the "
+		             "program with `dtrain launch` (docs/launcher.md)",
+		             type);
 		goto fail;
 	}
 	if (kv->node->num_servers == 0) {
 		err = dt__fail(DT_ECONFIG,
-			       "kvstore '%s' needs servers, but "
-			       "DMLC_NUM_SERVER=0",
-			       type);
+		               "kvstore '%s' needs servers, but "
+		               "DMLC_NUM_SERVER=0",
+		               type);
 		goto fail;
 	}
 	if ((err = dt__kv_client_create(kv->node, kv->sync, kv->bound,
-					&kv->client)))
+	                                &kv->client)))
 		goto fail;
 	if ((err = dt__kv_client_configure(kv->client)))
 		goto fail;
@@ -205,10 +206,10 @@ dt_kv_set_optimizer(dt_kv *kv, const char *name, const char *params)
 		for (int b = 0; b < LOCAL_BUCKETS; b++)
 			if (kv->local[b])
 				return dt__fail(DT_ESTATE,
-						"set optimizer: keys are "
-						"already initialised with "
-						"another optimizer; only its "
-						"parameters may change now");
+				                "set optimizer: keys are "
+				                "already initialised with "
+				                "another optimizer; only its "
+				                "parameters may change now");
 	}
 	if (kv->client && (err = dt__kv_client_set_optimizer(kv->client, &opt)))
 		return err;
@@ -227,9 +228,9 @@ local_init(dt_kv *kv, dt_key key, const float *val, size_t n)
 	if (e) {
 		if (e->n != n)
 			return dt__fail(DT_ESIZE,
-					"init of key %llu: length %zu != "
-					"initialised length %zu",
-					(unsigned long long)key, n, e->n);
+			                "init of key %llu: length %zu != "
+			                "initialised length %zu",
+			                (unsigned long long)key, n, e->n);
 		memcpy(e->val, val, n * sizeof(float));
 		return DT_OK;
 	}
@@ -259,14 +260,14 @@ local_get(dt_kv *kv, const char *op, dt_key key, size_t n, local_entry **out)
 
 	if (e == NULL)
 		return dt__fail(DT_ENOKEY,
-				"%s of key %llu: unknown key (never "
-				"initialised with init)",
-				op, (unsigned long long)key);
+		                "%s of key %llu: unknown key (never "
+		                "initialised with init)",
+		                op, (unsigned long long)key);
 	if (e->n != n)
 		return dt__fail(DT_ESIZE,
-				"%s of key %llu: length %zu != initialised "
-				"length %zu",
-				op, (unsigned long long)key, n, e->n);
+		                "%s of key %llu: length %zu != initialised "
+		                "length %zu",
+		                op, (unsigned long long)key, n, e->n);
 	*out = e;
 	return DT_OK;
 }
@@ -285,12 +286,11 @@ local_apply(dt_kv *kv, local_entry *e, const float *g)
 /* ---- the calls ---- */
 
 static dt_err
-check_args(const char *op, dt_key key, const void *a, const void *b,
-	   size_t n)
+check_args(const char *op, dt_key key, const void *a, const void *b, size_t n)
 {
 	if ((a == NULL || b == NULL) && n > 0)
 		return dt__fail(DT_EINVAL, "%s of key %llu: NULL buffer", op,
-				(unsigned long long)key);
+		                (unsigned long long)key);
 	return DT_OK;
 }
 
@@ -299,10 +299,10 @@ async_check(dt_kv *kv, const char *op, dt_key key)
 {
 	if (kv->dist && !kv->sync && !kv->have_opt)
 		return dt__fail(DT_ESTATE,
-				"%s of key %llu: dist_async needs an optimizer "
-				"on the servers (dt_kv_set_optimizer before "
-				"init), as MXNet's update_on_kvstore",
-				op, (unsigned long long)key);
+		                "%s of key %llu: dist_async needs an optimizer "
+		                "on the servers (dt_kv_set_optimizer before "
+		                "init), as MXNet's update_on_kvstore",
+		                op, (unsigned long long)key);
 	return DT_OK;
 }
 
@@ -317,14 +317,14 @@ dt_kv_init(dt_kv *kv, dt_key key, const float *val, size_t n)
 	if (!kv->client)
 		return local_init(kv, key, val, n);
 	if ((err = dt__kv_client_start(kv->client, DT_CMD_KV_INIT, key, val,
-				       NULL, n, &req)))
+	                               NULL, n, &req)))
 		return err;
 	return dt__kv_client_wait(kv->client, req);
 }
 
 dt_err
 dt_kv_push_async(dt_kv *kv, dt_key key, const float *val, size_t n,
-		 dt_kv_req *req)
+                 dt_kv_req *req)
 {
 	local_entry *e = NULL;
 	dt_err err;
@@ -335,7 +335,7 @@ dt_kv_push_async(dt_kv *kv, dt_key key, const float *val, size_t n,
 		return err;
 	if (kv->client)
 		return dt__kv_client_start(kv->client, DT_CMD_KV_PUSH, key, val,
-					   NULL, n, req);
+		                           NULL, n, req);
 	if ((err = local_get(kv, "push", key, n, &e)))
 		return err;
 	local_apply(kv, e, val);
@@ -343,8 +343,7 @@ dt_kv_push_async(dt_kv *kv, dt_key key, const float *val, size_t n,
 }
 
 dt_err
-dt_kv_pull_async(dt_kv *kv, dt_key key, float *out, size_t n,
-		 dt_kv_req *req)
+dt_kv_pull_async(dt_kv *kv, dt_key key, float *out, size_t n, dt_kv_req *req)
 {
 	local_entry *e = NULL;
 	dt_err err;
@@ -354,7 +353,7 @@ dt_kv_pull_async(dt_kv *kv, dt_key key, float *out, size_t n,
 		return err;
 	if (kv->client)
 		return dt__kv_client_start(kv->client, DT_CMD_KV_PULL, key,
-					   NULL, out, n, req);
+		                           NULL, out, n, req);
 	if ((err = local_get(kv, "pull", key, n, &e)))
 		return err;
 	memcpy(out, e->val, n * sizeof(float));
@@ -363,7 +362,7 @@ dt_kv_pull_async(dt_kv *kv, dt_key key, float *out, size_t n,
 
 dt_err
 dt_kv_pushpull_async(dt_kv *kv, dt_key key, const float *val, float *out,
-		     size_t n, dt_kv_req *req)
+                     size_t n, dt_kv_req *req)
 {
 	local_entry *e = NULL;
 	dt_err err;
@@ -374,7 +373,7 @@ dt_kv_pushpull_async(dt_kv *kv, dt_key key, const float *val, float *out,
 		return err;
 	if (kv->client)
 		return dt__kv_client_start(kv->client, DT_CMD_KV_PUSHPULL, key,
-					   val, out, n, req);
+		                           val, out, n, req);
 	if ((err = local_get(kv, "pushpull", key, n, &e)))
 		return err;
 	local_apply(kv, e, val);
@@ -445,9 +444,8 @@ wait_reqs(dt_kv *kv, dt_kv_req *reqs, size_t n, dt_err first)
 }
 
 #define DT_KV_MANY(start_call)                                                 \
-	dt_kv_req stack[64], *reqs = nkeys <= 64 ? stack                       \
-						 : dt__calloc(nkeys,            \
-							      sizeof(*reqs));  \
+	dt_kv_req stack[64],                                                   \
+	    *reqs = nkeys <= 64 ? stack : dt__calloc(nkeys, sizeof(*reqs));    \
 	size_t started = 0;                                                    \
 	dt_err err = DT_OK;                                                    \
 	if (reqs == NULL)                                                      \
@@ -462,7 +460,7 @@ wait_reqs(dt_kv *kv, dt_kv_req *reqs, size_t n, dt_err first)
 
 dt_err
 dt_kv_init_many(dt_kv *kv, size_t nkeys, const dt_key *keys,
-		const float *const *vals, const size_t *lens)
+                const float *const *vals, const size_t *lens)
 {
 	/* Inits are few and wait on rank 0: keep them one by one. */
 	for (size_t i = 0; i < nkeys; i++) {
@@ -475,28 +473,28 @@ dt_kv_init_many(dt_kv *kv, size_t nkeys, const dt_key *keys,
 
 dt_err
 dt_kv_push_many(dt_kv *kv, size_t nkeys, const dt_key *keys,
-		const float *const *vals, const size_t *lens)
+                const float *const *vals, const size_t *lens)
 {
 	DT_KV_MANY(dt_kv_push_async(kv, keys[started], vals[started],
-				    lens[started], &reqs[started]));
+	                            lens[started], &reqs[started]));
 }
 
 dt_err
-dt_kv_pull_many(dt_kv *kv, size_t nkeys, const dt_key *keys,
-		float *const *outs, const size_t *lens)
+dt_kv_pull_many(dt_kv *kv, size_t nkeys, const dt_key *keys, float *const *outs,
+                const size_t *lens)
 {
 	DT_KV_MANY(dt_kv_pull_async(kv, keys[started], outs[started],
-				    lens[started], &reqs[started]));
+	                            lens[started], &reqs[started]));
 }
 
 dt_err
 dt_kv_pushpull_many(dt_kv *kv, size_t nkeys, const dt_key *keys,
-		    const float *const *vals, float *const *outs,
-		    const size_t *lens)
+                    const float *const *vals, float *const *outs,
+                    const size_t *lens)
 {
 	DT_KV_MANY(dt_kv_pushpull_async(kv, keys[started], vals[started],
-					outs[started], lens[started],
-					&reqs[started]));
+	                                outs[started], lens[started],
+	                                &reqs[started]));
 }
 
 /* ---- local aggregation over devices ---- */
@@ -522,20 +520,20 @@ sum_range(void *arg)
 
 dt_err
 dt_kv_push_devices(dt_kv *kv, dt_key key, const float *const *vals, int ndev,
-		   size_t n)
+                   size_t n)
 {
 	int nthreads;
 
 	if (ndev < 1 || vals == NULL)
-		return dt__fail(DT_EINVAL,
-				"push of key %llu: %d devices (need at least 1)",
-				(unsigned long long)key, ndev);
+		return dt__fail(
+		    DT_EINVAL, "push of key %llu: %d devices (need at least 1)",
+		    (unsigned long long)key, ndev);
 	for (int d = 0; d < ndev; d++)
 		if (vals[d] == NULL && n)
 			return dt__fail(DT_EINVAL,
-					"push of key %llu: device %d's array "
-					"is NULL",
-					(unsigned long long)key, d);
+			                "push of key %llu: device %d's array "
+			                "is NULL",
+			                (unsigned long long)key, d);
 	if (ndev == 1)
 		return dt_kv_push(kv, key, vals[0], n);
 	if (kv->scratch_len < n) {
@@ -557,13 +555,13 @@ dt_kv_push_devices(dt_kv *kv, dt_key key, const float *const *vals, int ndev,
 		sum_job jobs[256];
 
 		for (int t = 0; t < nthreads; t++)
-			jobs[t] = (sum_job){kv->scratch, vals, ndev,
-					    n * (size_t)t / (size_t)nthreads,
-					    n * (size_t)(t + 1) /
-						    (size_t)nthreads};
+			jobs[t] =
+			    (sum_job){kv->scratch, vals, ndev,
+			              n * (size_t)t / (size_t)nthreads,
+			              n * (size_t)(t + 1) / (size_t)nthreads};
 		for (int t = 1; t < nthreads; t++)
 			running[t] = pthread_create(&th[t], NULL, sum_range,
-						    &jobs[t]) == 0;
+			                            &jobs[t]) == 0;
 		for (int t = 0; t < nthreads; t++)
 			if (!running[t]) /* ours, or a thread that failed */
 				sum_range(&jobs[t]);

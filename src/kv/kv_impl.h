@@ -69,10 +69,14 @@ typedef struct dt_kv_part {
  * returns how many there are.
  */
 int dt__kv_place(dt_key key, size_t n, int num_servers, size_t bound,
-		 dt_kv_part *parts);
+                 dt_kv_part *parts);
 
 /* Optimizers (optim.c). */
-typedef enum dt_opt_kind { DT_OPT_NONE = 0, DT_OPT_SGD, DT_OPT_ADAM } dt_opt_kind;
+typedef enum dt_opt_kind {
+	DT_OPT_NONE = 0,
+	DT_OPT_SGD,
+	DT_OPT_ADAM
+} dt_opt_kind;
 
 typedef struct dt_opt {
 	dt_opt_kind kind;
@@ -91,13 +95,13 @@ size_t dt__opt_state_len(const dt_opt *opt, size_t n);
  * dt__opt_state_len() floats (zero at first), t is the 1-based step count.
  */
 void dt__opt_apply(const dt_opt *opt, float *w, const float *g, float *state,
-		   size_t n, uint64_t t);
+                   size_t n, uint64_t t);
 
 /* The same on elements [off, off + n) of an array of total elements; g
  * holds those n gradients. Lets a server update while a push streams in. */
 void dt__opt_apply_range(const dt_opt *opt, float *w, const float *g,
-			 float *state, size_t total, size_t off, size_t n,
-			 uint64_t t);
+                         float *state, size_t total, size_t off, size_t n,
+                         uint64_t t);
 
 /* Sum helpers. */
 void dt__kv_add(float *restrict dst, const float *restrict src, size_t n);
@@ -105,7 +109,7 @@ void dt__kv_add(float *restrict dst, const float *restrict src, size_t n);
 /* The worker side of dist stores (client.c). */
 typedef struct dt_kv_client dt_kv_client;
 dt_err dt__kv_client_create(dt_node *node, int sync, size_t bound,
-			    dt_kv_client **out);
+                            dt_kv_client **out);
 /* Free c; only after its node is stopped (no I/O thread can call in). */
 void dt__kv_client_destroy(dt_kv_client *c);
 dt_err dt__kv_client_set_optimizer(dt_kv_client *c, const dt_opt *opt);
@@ -114,8 +118,8 @@ dt_err dt__kv_client_configure(dt_kv_client *c);
 /* Start an op; *req names it for dt__kv_client_wait. out may be NULL
  * (push) and val may be NULL (pull). */
 dt_err dt__kv_client_start(dt_kv_client *c, int cmd, dt_key key,
-			   const float *val, float *out, size_t n,
-			   dt_kv_req *req);
+                           const float *val, float *out, size_t n,
+                           dt_kv_req *req);
 dt_err dt__kv_client_wait(dt_kv_client *c, dt_kv_req req);
 dt_err dt__kv_client_wait_all(dt_kv_client *c);
 

@@ -29,13 +29,13 @@ dt__opt_parse(const char *name, const char *params, dt_opt *opt)
 		opt->kind = DT_OPT_ADAM;
 	else
 		return dt__fail(DT_EINVAL,
-				"unknown optimizer '%s' (sgd or adam)", name);
+		                "unknown optimizer '%s' (sgd or adam)", name);
 	if ((err = dt_nn_optim_parse(name, params, &opt->p)))
 		return err;
 	if (!isfinite(opt->p.lr) || !isfinite(opt->p.wd) ||
 	    !isfinite(opt->p.rescale_grad))
 		return dt__fail(DT_EINVAL, "optimizer parameters must be "
-					   "finite");
+		                           "finite");
 	return DT_OK;
 }
 
@@ -72,7 +72,7 @@ dt__opt_decode(dt_rbuf *r, dt_opt *o)
 		return err;
 	if (o->kind != DT_OPT_SGD && o->kind != DT_OPT_ADAM)
 		return dt__fail(DT_EPROTO, "KV_SET_OPT: unknown optimizer %d",
-				(int)o->kind);
+		                (int)o->kind);
 	if (!isfinite(o->p.lr) || !isfinite(o->p.momentum) ||
 	    !isfinite(o->p.wd) || !isfinite(o->p.rescale_grad) ||
 	    !isfinite(o->p.clip_gradient) || !(o->p.momentum >= 0) ||
@@ -81,7 +81,7 @@ dt__opt_decode(dt_rbuf *r, dt_opt *o)
 	     (!(o->p.beta1 >= 0 && o->p.beta1 < 1) ||
 	      !(o->p.beta2 >= 0 && o->p.beta2 < 1) || !(o->p.epsilon > 0))))
 		return dt__fail(DT_EPROTO, "KV_SET_OPT: parameters out of "
-					   "range");
+		                           "range");
 	return DT_OK;
 }
 
@@ -96,23 +96,23 @@ dt__opt_state_len(const dt_opt *o, size_t n)
 }
 
 void
-dt__opt_apply(const dt_opt *o, float *w, const float *g, float *state,
-	      size_t n, uint64_t t)
+dt__opt_apply(const dt_opt *o, float *w, const float *g, float *state, size_t n,
+              uint64_t t)
 {
 	dt__opt_apply_range(o, w, g, state, n, 0, n, t);
 }
 
 void
 dt__opt_apply_range(const dt_opt *o, float *w, const float *g, float *state,
-		    size_t total, size_t off, size_t n, uint64_t t)
+                    size_t total, size_t off, size_t n, uint64_t t)
 {
 	/* Arguments were validated when the optimizer was set. */
 	if (o->kind == DT_OPT_SGD)
 		dt_nn_sgd_update(&o->p, o->p.wd, w + off, g,
-				 state ? state + off : NULL, n);
+		                 state ? state + off : NULL, n);
 	else if (o->kind == DT_OPT_ADAM)
 		dt_nn_adam_update(&o->p, o->p.wd, t, w + off, g, state + off,
-				  state + total + off, n);
+		                  state + total + off, n);
 }
 
 void

@@ -12,21 +12,20 @@
 
 int
 dt__kv_place(dt_key key, size_t n, int num_servers, size_t bound,
-	     dt_kv_part *parts)
+             dt_kv_part *parts)
 {
 	if (num_servers <= 1 || n < bound) {
-		parts[0].server = num_servers <= 1
-					  ? 0
-					  : (int)(key % (uint64_t)num_servers);
+		parts[0].server =
+		    num_servers <= 1 ? 0 : (int)(key % (uint64_t)num_servers);
 		parts[0].offset = 0;
 		parts[0].len = n;
 		return 1;
 	}
 	for (int i = 0; i < num_servers; i++) {
 		size_t lo = n / (size_t)num_servers * (size_t)i +
-			    DT_MIN((size_t)i, n % (size_t)num_servers);
+		            DT_MIN((size_t)i, n % (size_t)num_servers);
 		size_t len = n / (size_t)num_servers +
-			     ((size_t)i < n % (size_t)num_servers ? 1 : 0);
+		             ((size_t)i < n % (size_t)num_servers ? 1 : 0);
 
 		parts[i].server = i;
 		parts[i].offset = lo;

@@ -70,8 +70,7 @@ typedef struct kv_server {
 } kv_server;
 
 static const char *const kv_cmd_names[] = {
-	"KV_CONFIG", "KV_SET_OPT", "KV_INIT", "KV_PUSH", "KV_PULL",
-	"KV_PUSHPULL",
+    "KV_CONFIG", "KV_SET_OPT", "KV_INIT", "KV_PUSH", "KV_PULL", "KV_PUSHPULL",
 };
 
 static entry *
@@ -153,25 +152,25 @@ reply(kv_server *s, int worker, int cmd, uint64_t seq, dt_key key,
       const float *val, size_t len)
 {
 	dt_msg_hdr h = {.cmd = (uint8_t)cmd,
-			.flags = DT_F_RESPONSE,
-			.seq = seq,
-			.key = key};
+	                .flags = DT_F_RESPONSE,
+	                .seq = seq,
+	                .key = key};
 	struct iovec iov = {(void *)val, len * sizeof(float)};
 	dt_err err;
 
 	err = dt__node_send(s->node, dt__node_worker_id(s->node, worker), &h,
-			    NULL, 0, val ? &iov : NULL, val ? 1 : 0);
+	                    NULL, 0, val ? &iov : NULL, val ? 1 : 0);
 	if (err)
 		DT_LOG(1, "answer to worker %d: %s", worker, dt_errmsg());
 }
 
-static void
-reply_error(kv_server *s, int worker, int cmd, uint64_t seq, dt_key key,
-	    dt_err code, const char *fmt, ...) DT_PRINTF(7, 8);
+static void reply_error(kv_server *s, int worker, int cmd, uint64_t seq,
+                        dt_key key, dt_err code, const char *fmt, ...)
+    DT_PRINTF(7, 8);
 
 static void
 reply_error(kv_server *s, int worker, int cmd, uint64_t seq, dt_key key,
-	    dt_err code, const char *fmt, ...)
+            dt_err code, const char *fmt, ...)
 {
 	char msg[512];
 	va_list ap;
@@ -185,12 +184,12 @@ reply_error(kv_server *s, int worker, int cmd, uint64_t seq, dt_key key,
 	dt__wbuf_u32(&w, (uint32_t)code);
 	dt__wbuf_str(&w, msg);
 	dt_msg_hdr h = {.cmd = (uint8_t)cmd,
-			.flags = DT_F_RESPONSE | DT_F_ERROR,
-			.seq = seq,
-			.key = key};
+	                .flags = DT_F_RESPONSE | DT_F_ERROR,
+	                .seq = seq,
+	                .key = key};
 	if (dt__wbuf_err(&w) == DT_OK)
 		dt__node_send(s->node, dt__node_worker_id(s->node, worker), &h,
-			      w.data, (uint32_t)w.len, NULL, 0);
+		              w.data, (uint32_t)w.len, NULL, 0);
 	dt__wbuf_fini(&w);
 }
 
@@ -210,8 +209,8 @@ queue(waiter **list, int worker, int cmd, uint64_t seq, uint64_t n,
 }
 
 /* The end of a dist_sync round: update once, then answer everyone. */
-static void push_sync(kv_server *s, entry *e, int worker, int cmd,
-		      uint64_t seq, const float *g, int streamed);
+static void push_sync(kv_server *s, entry *e, int worker, int cmd, uint64_t seq,
+                      const float *g, int streamed);
 
 static void
 round_done(kv_server *s, entry *e)
@@ -242,8 +241,7 @@ finish_round(kv_server *s, entry *e, const float *sum)
 {
 	if (s->opt.kind != DT_OPT_NONE) {
 		e->steps++;
-		dt__opt_apply(&s->opt, e->val, sum, e->state, e->len,
-			      e->steps);
+		dt__opt_apply(&s->opt, e->val, sum, e->state, e->len, e->steps);
 	} else {
 		memcpy(e->val, sum, e->len * sizeof(float));
 	}
@@ -259,7 +257,7 @@ finish_round(kv_server *s, entry *e, const float *sum)
  */
 static void
 push_sync(kv_server *s, entry *e, int worker, int cmd, uint64_t seq,
-	  const float *g, int streamed)
+          const float *g, int streamed)
 {
 	if (e->pushed[worker]) {
 		deferred *d = malloc(sizeof(*d)), **p = &e->later;
@@ -269,9 +267,10 @@ push_sync(kv_server *s, entry *e, int worker, int cmd, uint64_t seq,
 		if (d == NULL || d->data == NULL) {
 			free(d);
 			reply_error(s, worker, cmd, seq, e->key, DT_ENOMEM,
-				    "%s of key %llu: out of memory holding a "
-				    "second push of this round",
-				    dt__kv_op_name(cmd), (unsigned long long)e->key);
+			            "%s of key %llu: out of memory holding a "
+			            "second push of this round",
+			            dt__kv_op_name(cmd),
+			            (unsigned long long)e->key);
 			return;
 		}
 		memcpy(d->data, g, e->len * sizeof(float));
@@ -283,7 +282,7 @@ push_sync(kv_server *s, entry *e, int worker, int cmd, uint64_t seq,
 	}
 	if (queue(&e->answers, worker, cmd, seq, 0, 0)) {
 		reply_error(s, worker, cmd, seq, e->key, DT_ENOMEM,
-			    "out of memory");
+		            "out of memory");
 		return;
 	}
 	e->pushed[worker] = 1;
@@ -306,7 +305,7 @@ push_sync(kv_server *s, entry *e, int worker, int cmd, uint64_t seq,
 
 static void
 push_async(kv_server *s, entry *e, int worker, int cmd, uint64_t seq,
-	   const float *g)
+           const float *g)
 {
 	if (s->opt.kind != DT_OPT_NONE) {
 		e->steps++;
@@ -344,20 +343,19 @@ on_init(kv_server *s, int worker, const dt_msg *m)
 
 	if (has_value && m->payload == NULL && h->payload_len) {
 		reply_error(s, worker, h->cmd, h->seq, h->key, DT_ESIZE,
-			    "init of key %llu: slice too large",
-			    (unsigned long long)h->key);
+		            "init of key %llu: slice too large",
+		            (unsigned long long)h->key);
 		return;
 	}
 	if (e && e->initialised) {
 		size_t want = has_value ? len : e->len;
-		if (e->n != h->arg0 || e->offset != h->arg1 ||
-		    e->len != want) {
+		if (e->n != h->arg0 || e->offset != h->arg1 || e->len != want) {
 			reply_error(s, worker, h->cmd, h->seq, h->key, DT_ESIZE,
-				    "init of key %llu: length %llu != "
-				    "initialised length %llu",
-				    (unsigned long long)h->key,
-				    (unsigned long long)h->arg0,
-				    (unsigned long long)e->n);
+			            "init of key %llu: length %llu != "
+			            "initialised length %llu",
+			            (unsigned long long)h->key,
+			            (unsigned long long)h->arg0,
+			            (unsigned long long)e->n);
 			return;
 		}
 		if (has_value) { /* rank 0 sets the value again */
@@ -366,27 +364,27 @@ on_init(kv_server *s, int worker, const dt_msg *m)
 			if (e->state)
 				memset(e->state, 0,
 				       dt__opt_state_len(&s->opt, e->len) *
-					       sizeof(float));
+				           sizeof(float));
 		}
 		reply(s, worker, h->cmd, h->seq, h->key, NULL, 0);
 		return;
 	}
 	if (e == NULL && (e = insert(s, h->key)) == NULL) {
 		reply_error(s, worker, h->cmd, h->seq, h->key, DT_ENOMEM,
-			    "init of key %llu: out of memory",
-			    (unsigned long long)h->key);
+		            "init of key %llu: out of memory",
+		            (unsigned long long)h->key);
 		return;
 	}
 	if (!has_value) { /* wait for rank 0's value */
 		if (queue(&e->inits, worker, h->cmd, h->seq, h->arg0, h->arg1))
 			reply_error(s, worker, h->cmd, h->seq, h->key,
-				    DT_ENOMEM, "out of memory");
+			            DT_ENOMEM, "out of memory");
 		return;
 	}
 	if (alloc_value(s, e, h->arg0, h->arg1, len)) {
 		reply_error(s, worker, h->cmd, h->seq, h->key, DT_ENOMEM,
-			    "init of key %llu: out of memory for %zu floats",
-			    (unsigned long long)h->key, len);
+		            "init of key %llu: out of memory for %zu floats",
+		            (unsigned long long)h->key, len);
 		return;
 	}
 	memcpy(e->val, m->payload, len * sizeof(float));
@@ -400,13 +398,12 @@ on_init(kv_server *s, int worker, const dt_msg *m)
 
 		e->inits = w->next;
 		if (w->n != e->n || w->offset != e->offset)
-			reply_error(s, w->worker, w->cmd, w->seq, e->key,
-				    DT_ESIZE,
-				    "init of key %llu: length %llu != "
-				    "initialised length %llu",
-				    (unsigned long long)e->key,
-				    (unsigned long long)w->n,
-				    (unsigned long long)e->n);
+			reply_error(
+			    s, w->worker, w->cmd, w->seq, e->key, DT_ESIZE,
+			    "init of key %llu: length %llu != "
+			    "initialised length %llu",
+			    (unsigned long long)e->key,
+			    (unsigned long long)w->n, (unsigned long long)e->n);
 		else
 			reply(s, w->worker, w->cmd, w->seq, e->key, NULL, 0);
 		free(w);
@@ -422,19 +419,19 @@ check_access(kv_server *s, int worker, const dt_msg_hdr *h, int with_data)
 
 	if (e == NULL || !e->initialised) {
 		reply_error(s, worker, h->cmd, h->seq, h->key, DT_ENOKEY,
-			    "%s of key %llu: unknown key (never initialised "
-			    "with init)",
-			    op, (unsigned long long)h->key);
+		            "%s of key %llu: unknown key (never initialised "
+		            "with init)",
+		            op, (unsigned long long)h->key);
 		return NULL;
 	}
 	if (h->arg0 != e->n || h->arg1 != e->offset ||
 	    (with_data && h->payload_len != e->len * sizeof(float))) {
 		reply_error(s, worker, h->cmd, h->seq, h->key, DT_ESIZE,
-			    "%s of key %llu: length %llu != initialised "
-			    "length %llu",
-			    op, (unsigned long long)h->key,
-			    (unsigned long long)h->arg0,
-			    (unsigned long long)e->n);
+		            "%s of key %llu: length %llu != initialised "
+		            "length %llu",
+		            op, (unsigned long long)h->key,
+		            (unsigned long long)h->arg0,
+		            (unsigned long long)e->n);
 		return NULL;
 	}
 	return e;
@@ -452,14 +449,15 @@ on_msg(void *arg, dt_node *n, dt_conn *c, dt_msg *m)
 	if (sender != dt__conn_peer(c) || worker < 0 ||
 	    worker >= n->num_workers) {
 		dt__log(0, "dropping %s: KV request from node %d, not a worker",
-			dt__conn_addr(c), sender);
+		        dt__conn_addr(c), sender);
 		dt__van_close(n->van, c);
 		return;
 	}
 	switch (h->cmd) {
 	case DT_CMD_KV_CONFIG:
 		s->sync = h->arg0 != 0;
-		DT_LOG(1, "store mode: %s", s->sync ? "dist_sync" : "dist_async");
+		DT_LOG(1, "store mode: %s",
+		       s->sync ? "dist_sync" : "dist_async");
 		reply(s, worker, h->cmd, h->seq, 0, NULL, 0);
 		return;
 	case DT_CMD_KV_SET_OPT: {
@@ -469,18 +467,19 @@ on_msg(void *arg, dt_node *n, dt_conn *c, dt_msg *m)
 		dt__rbuf_init(&r, m->meta, h->meta_len);
 		if (dt__opt_decode(&r, &opt)) {
 			reply_error(s, worker, h->cmd, h->seq, 0, DT_EINVAL,
-				    "set optimizer: %s", dt_errmsg());
+			            "set optimizer: %s", dt_errmsg());
 			return;
 		}
 		if (s->nkeys && opt.kind != s->opt.kind) {
 			reply_error(s, worker, h->cmd, h->seq, 0, DT_ESTATE,
-				    "set optimizer: keys are already "
-				    "initialised with another optimizer; only "
-				    "its parameters may change now");
+			            "set optimizer: keys are already "
+			            "initialised with another optimizer; only "
+			            "its parameters may change now");
 			return;
 		}
 		s->opt = opt;
-		DT_LOG(1, "optimizer %s lr=%g momentum=%g wd=%g rescale_grad=%g",
+		DT_LOG(1,
+		       "optimizer %s lr=%g momentum=%g wd=%g rescale_grad=%g",
 		       opt.kind == DT_OPT_SGD ? "sgd" : "adam", opt.p.lr,
 		       opt.p.momentum, opt.p.wd, opt.p.rescale_grad);
 		reply(s, worker, h->cmd, h->seq, 0, NULL, 0);
@@ -495,14 +494,14 @@ on_msg(void *arg, dt_node *n, dt_conn *c, dt_msg *m)
 			return;
 		if (m->payload == NULL && !m->streamed && e->len) {
 			reply_error(s, worker, h->cmd, h->seq, h->key, DT_ESIZE,
-				    "%s of key %llu: payload dropped",
-				    dt__kv_op_name(h->cmd),
-				    (unsigned long long)h->key);
+			            "%s of key %llu: payload dropped",
+			            dt__kv_op_name(h->cmd),
+			            (unsigned long long)h->key);
 			return;
 		}
 		if (s->sync)
 			push_sync(s, e, worker, h->cmd, h->seq, m->payload,
-				  m->streamed);
+			          m->streamed);
 		else
 			push_async(s, e, worker, h->cmd, h->seq, m->payload);
 		return;
@@ -512,14 +511,14 @@ on_msg(void *arg, dt_node *n, dt_conn *c, dt_msg *m)
 		if (s->sync && e->pushed[worker]) {
 			if (queue(&e->answers, worker, h->cmd, h->seq, 0, 0))
 				reply_error(s, worker, h->cmd, h->seq, h->key,
-					    DT_ENOMEM, "out of memory");
+				            DT_ENOMEM, "out of memory");
 			return;
 		}
 		reply(s, worker, h->cmd, h->seq, h->key, e->val, e->len);
 		return;
 	default:
 		reply_error(s, worker, h->cmd, h->seq, h->key, DT_EPROTO,
-			    "unknown KV command %u", h->cmd);
+		            "unknown KV command %u", h->cmd);
 	}
 }
 
@@ -531,7 +530,7 @@ on_msg(void *arg, dt_node *n, dt_conn *c, dt_msg *m)
  */
 static void *
 payload_dest(void *arg, dt_node *n, dt_conn *c, const dt_msg_hdr *h,
-	     const uint8_t *meta)
+             const uint8_t *meta)
 {
 	kv_server *s = arg;
 	int worker = (int)h->sender - 1 - n->num_servers;
@@ -539,7 +538,7 @@ payload_dest(void *arg, dt_node *n, dt_conn *c, const dt_msg_hdr *h,
 
 	if (h->cmd == DT_CMD_KV_INIT)
 		return h->payload_len > h->arg0 * sizeof(float) ? DT_VAN_DISCARD
-								 : NULL;
+		                                                : NULL;
 	if (h->cmd != DT_CMD_KV_PUSH && h->cmd != DT_CMD_KV_PUSHPULL)
 		return DT_VAN_DISCARD;
 	e = find(s, h->key);
@@ -565,7 +564,7 @@ payload_dest(void *arg, dt_node *n, dt_conn *c, const dt_msg_hdr *h,
 
 static void
 payload_chunk(void *arg, dt_node *n, dt_conn *c, const dt_msg_hdr *h,
-	      const void *data, uint64_t off, size_t len)
+              const void *data, uint64_t off, size_t len)
 {
 	kv_server *s = arg;
 	entry *e = find(s, h->key);
@@ -578,7 +577,7 @@ payload_chunk(void *arg, dt_node *n, dt_conn *c, const dt_msg_hdr *h,
 		dt__kv_add(e->merge + i0, g, cnt);
 	} else if (s->opt.kind != DT_OPT_NONE) {
 		dt__opt_apply_range(&s->opt, e->val, g, e->state, e->len, i0,
-				    cnt, e->steps + 1);
+		                    cnt, e->steps + 1);
 	} else {
 		memcpy(e->val + i0, g, cnt * sizeof(float));
 	}
@@ -601,7 +600,7 @@ dt__kv_server_attach(dt_node *n)
 		return DT_ENOMEM;
 	}
 	dt__cmd_names_register(DT_CMD_KV_FIRST, DT_ARRAY_LEN(kv_cmd_names),
-			       kv_cmd_names);
+	                       kv_cmd_names);
 	app.arg = s;
 	app.on_msg = on_msg;
 	app.payload_dest = payload_dest;

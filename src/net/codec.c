@@ -14,20 +14,20 @@
 
 _Static_assert(sizeof(float) == 4, "dtrain needs 32-bit floats");
 #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
-#error "dtrain's wire payloads are little-endian; big-endian hosts are not supported"
+#error                                                                         \
+    "dtrain's wire payloads are little-endian; big-endian hosts are not supported"
 #endif
 
 static const char *const control_names[] = {
-    "cmd 0",       "ADD_NODE",    "NODE_TABLE", "HELLO",     "HELLO_ACK",
-    "BARRIER",     "BARRIER_DONE", "WORKER_DONE", "TERMINATE", "ABORT",
-    "HEARTBEAT",   "TEXT",
+    "cmd 0",     "ADD_NODE", "NODE_TABLE",   "HELLO",
+    "HELLO_ACK", "BARRIER",  "BARRIER_DONE", "WORKER_DONE",
+    "TERMINATE", "ABORT",    "HEARTBEAT",    "TEXT",
 };
 static const char *const *range_names[2];
 static unsigned range_count[2];
 
 void
-dt__cmd_names_register(unsigned first, unsigned count,
-		       const char *const *names)
+dt__cmd_names_register(unsigned first, unsigned count, const char *const *names)
 {
 	int i = first >= DT_CMD_COLL_FIRST ? 1 : 0;
 
@@ -72,24 +72,25 @@ dt__hdr_encode(const dt_msg_hdr *h, uint8_t out[DT_HDR_SIZE])
 
 dt_err
 dt__hdr_decode(const uint8_t in[DT_HDR_SIZE], uint64_t max_payload,
-	       dt_msg_hdr *h)
+               dt_msg_hdr *h)
 {
 	uint32_t magic = dt__get_u32(in);
 
 	if (magic != DT_WIRE_MAGIC)
 		return dt__fail(DT_EPROTO,
-				"bad frame magic 0x%08x (expected 0x%08x): "
-				"not a dtrain peer",
-				magic, DT_WIRE_MAGIC);
+		                "bad frame magic 0x%08x (expected 0x%08x): "
+		                "not a dtrain peer",
+		                magic, DT_WIRE_MAGIC);
 	h->version = in[4];
 	if (h->version != DT_WIRE_VERSION)
 		return dt__fail(DT_EPROTO,
-				"protocol version %u not supported (this node "
-				"speaks %u)",
-				h->version, DT_WIRE_VERSION);
+		                "protocol version %u not supported (this node "
+		                "speaks %u)",
+		                h->version, DT_WIRE_VERSION);
 	h->cmd = in[5];
 	if (h->cmd == 0 ||
-	    (h->cmd >= DT_ARRAY_LEN(control_names) && h->cmd < DT_CMD_KV_FIRST) ||
+	    (h->cmd >= DT_ARRAY_LEN(control_names) &&
+	     h->cmd < DT_CMD_KV_FIRST) ||
 	    h->cmd > DT_CMD_COLL_LAST)
 		return dt__fail(DT_EPROTO, "unknown command %u", h->cmd);
 	h->flags = dt__get_u16(in + 6);
@@ -105,16 +106,16 @@ dt__hdr_decode(const uint8_t in[DT_HDR_SIZE], uint64_t max_payload,
 	h->meta_len = dt__get_u32(in + 52);
 	if (h->meta_len > DT_MAX_META)
 		return dt__fail(DT_ETOOBIG,
-				"%s: metadata length %u exceeds the limit %u",
-				dt__cmd_name(h->cmd), h->meta_len, DT_MAX_META);
+		                "%s: metadata length %u exceeds the limit %u",
+		                dt__cmd_name(h->cmd), h->meta_len, DT_MAX_META);
 	h->payload_len = dt__get_u64(in + 56);
 	if (h->payload_len > max_payload)
 		return dt__fail(DT_ETOOBIG,
-				"%s: payload length %llu exceeds the limit "
-				"%llu (DT_MAX_MESSAGE)",
-				dt__cmd_name(h->cmd),
-				(unsigned long long)h->payload_len,
-				(unsigned long long)max_payload);
+		                "%s: payload length %llu exceeds the limit "
+		                "%llu (DT_MAX_MESSAGE)",
+		                dt__cmd_name(h->cmd),
+		                (unsigned long long)h->payload_len,
+		                (unsigned long long)max_payload);
 	return DT_OK;
 }
 
@@ -211,8 +212,8 @@ dt_err
 dt__wbuf_err(const dt_wbuf *w)
 {
 	return w->failed ? dt__fail(DT_ENOMEM, "out of memory encoding a "
-					       "message")
-			 : DT_OK;
+	                                       "message")
+	                 : DT_OK;
 }
 
 void
@@ -297,8 +298,8 @@ dt__rbuf_err(const dt_rbuf *r, const char *what)
 {
 	if (r->failed)
 		return dt__fail(DT_EPROTO,
-				"%s: truncated or malformed metadata (%zu "
-				"bytes)",
-				what, r->len);
+		                "%s: truncated or malformed metadata (%zu "
+		                "bytes)",
+		                what, r->len);
 	return DT_OK;
 }

@@ -18,28 +18,28 @@
 
 #include "dtrain/err.h"
 
-#define DT_WIRE_MAGIC 0x4e525444u /* "DTRN" */
+#define DT_WIRE_MAGIC   0x4e525444u /* "DTRN" */
 #define DT_WIRE_VERSION 1
-#define DT_HDR_SIZE 64
-#define DT_MAX_META (1u << 20)
+#define DT_HDR_SIZE     64
+#define DT_MAX_META     (1u << 20)
 /* Default payload limit; DT_MAX_MESSAGE (bytes) overrides it. */
 #define DT_DEFAULT_MAX_PAYLOAD (16ull << 30)
 
 /* Header flags. */
-#define DT_F_REQUEST 0x1
+#define DT_F_REQUEST  0x1
 #define DT_F_RESPONSE 0x2
-#define DT_F_ERROR 0x4 /* meta holds a u32 dt_err and a message */
+#define DT_F_ERROR    0x4 /* meta holds a u32 dt_err and a message */
 
 /*
  * Commands. 1..31 are the cluster's control messages, 32..63 belong to the
  * KVStore and 64..95 to the collectives; the receiver dispatches by range.
  */
 enum dt_cmd {
-	DT_CMD_ADD_NODE = 1,     /* node -> scheduler: role, address, rank wish */
-	DT_CMD_NODE_TABLE = 2,   /* scheduler -> node: ids, ranks, addresses */
-	DT_CMD_HELLO = 3,        /* node -> peer: my node id */
-	DT_CMD_HELLO_ACK = 4,    /* peer -> node */
-	DT_CMD_BARRIER = 5,      /* node -> scheduler: entering a barrier */
+	DT_CMD_ADD_NODE = 1,   /* node -> scheduler: role, address, rank wish */
+	DT_CMD_NODE_TABLE = 2, /* scheduler -> node: ids, ranks, addresses */
+	DT_CMD_HELLO = 3,      /* node -> peer: my node id */
+	DT_CMD_HELLO_ACK = 4,  /* peer -> node */
+	DT_CMD_BARRIER = 5,    /* node -> scheduler: entering a barrier */
 	DT_CMD_BARRIER_DONE = 6, /* scheduler -> node: barrier passed */
 	DT_CMD_WORKER_DONE = 7,  /* worker -> scheduler: leaving */
 	DT_CMD_TERMINATE = 8,    /* scheduler -> server: job over */
@@ -72,7 +72,7 @@ typedef struct dt_msg_hdr {
 const char *dt__cmd_name(unsigned cmd);
 /* Register names for a range owner (kv, coll); table indexed cmd-first. */
 void dt__cmd_names_register(unsigned first, unsigned count,
-			    const char *const *names);
+                            const char *const *names);
 
 void dt__hdr_encode(const dt_msg_hdr *h, uint8_t out[DT_HDR_SIZE]);
 /*
@@ -81,7 +81,7 @@ void dt__hdr_encode(const dt_msg_hdr *h, uint8_t out[DT_HDR_SIZE]);
  * message says which field was wrong and its value.
  */
 dt_err dt__hdr_decode(const uint8_t in[DT_HDR_SIZE], uint64_t max_payload,
-		      dt_msg_hdr *h);
+                      dt_msg_hdr *h);
 
 /* Little-endian field access. */
 static inline void

@@ -34,10 +34,10 @@
 #include "common/util.h"
 #include "net/van.h"
 
-#define STAGE_CAP (256u << 10) /* receive staging buffer per connection */
-#define DIRECT_MIN (32u << 10) /* payload rest read straight into place */
-#define RXBUF_KEEP (64u << 20) /* larger receive buffers are not kept */
-#define IOV_BATCH 64
+#define STAGE_CAP  (256u << 10) /* receive staging buffer per connection */
+#define DIRECT_MIN (32u << 10)  /* payload rest read straight into place */
+#define RXBUF_KEEP (64u << 20)  /* larger receive buffers are not kept */
+#define IOV_BATCH  64
 
 enum rx_state { RX_HDR, RX_META, RX_PAYLOAD };
 
@@ -96,7 +96,7 @@ set_nonblock(int fd)
 
 	if (fl < 0 || fcntl(fd, F_SETFL, fl | O_NONBLOCK) < 0)
 		return dt__fail(DT_ESYS, "fcntl(O_NONBLOCK): %s",
-				strerror(errno));
+		                strerror(errno));
 	return DT_OK;
 }
 
@@ -217,7 +217,7 @@ dt__van_create(const dt_van_hooks *hooks, dt_van **out)
 	dt_err err;
 
 	err = dt__env_long("DT_MAX_MESSAGE", (long)DT_DEFAULT_MAX_PAYLOAD, 1024,
-			   (long)(1ull << 40) * 1, &maxmsg);
+	                   (long)(1ull << 40) * 1, &maxmsg);
 	if (err)
 		return err;
 	err = dt__env_long("DT_SEND_TIMEOUT", 120, 1, 86400, &tmo);
@@ -289,9 +289,9 @@ dt__van_listen(dt_van *v, const char *host, int port, int fd, int *bound_port)
 
 	if (fd < 0) {
 		struct addrinfo hints = {.ai_family = AF_UNSPEC,
-					 .ai_socktype = SOCK_STREAM,
-					 .ai_flags = AI_PASSIVE |
-						     AI_NUMERICSERV};
+		                         .ai_socktype = SOCK_STREAM,
+		                         .ai_flags =
+		                             AI_PASSIVE | AI_NUMERICSERV};
 		struct addrinfo *res = NULL;
 		char portstr[16];
 		int one = 1, rc;
@@ -300,7 +300,7 @@ dt__van_listen(dt_van *v, const char *host, int port, int fd, int *bound_port)
 		rc = getaddrinfo(host, portstr, &hints, &res);
 		if (rc != 0)
 			return dt__fail(DT_ECONFIG, "cannot resolve '%s': %s",
-					host, gai_strerror(rc));
+			                host, gai_strerror(rc));
 		fd = socket(res->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
 		if (fd < 0) {
 			freeaddrinfo(res);
@@ -309,7 +309,7 @@ dt__van_listen(dt_van *v, const char *host, int port, int fd, int *bound_port)
 		setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
 		if (bind(fd, res->ai_addr, res->ai_addrlen) < 0) {
 			err = dt__fail(DT_ESYS, "cannot listen on %s:%d: %s",
-				       host, port, strerror(errno));
+			               host, port, strerror(errno));
 			freeaddrinfo(res);
 			close(fd);
 			return err;
@@ -325,9 +325,9 @@ dt__van_listen(dt_van *v, const char *host, int port, int fd, int *bound_port)
 		fcntl(fd, F_SETFD, FD_CLOEXEC);
 		if (listen(fd, 1024) < 0)
 			return dt__fail(DT_ECONFIG,
-					"DT_LISTEN_FD=%d is not a bound TCP "
-					"socket: %s",
-					fd, strerror(errno));
+			                "DT_LISTEN_FD=%d is not a bound TCP "
+			                "socket: %s",
+			                fd, strerror(errno));
 	}
 	if ((err = set_nonblock(fd)) != DT_OK) {
 		close(fd);
@@ -339,8 +339,8 @@ dt__van_listen(dt_van *v, const char *host, int port, int fd, int *bound_port)
 		return err;
 	}
 	*bound_port = ss.ss_family == AF_INET
-			      ? ntohs(((struct sockaddr_in *)&ss)->sin_port)
-			      : ntohs(((struct sockaddr_in6 *)&ss)->sin6_port);
+	                  ? ntohs(((struct sockaddr_in *)&ss)->sin_port)
+	                  : ntohs(((struct sockaddr_in6 *)&ss)->sin6_port);
 	v->lfd = fd;
 	struct epoll_event ev = {.events = EPOLLIN, .data.ptr = &v->lfd};
 	if (epoll_ctl(v->epfd, EPOLL_CTL_ADD, fd, &ev) < 0)
@@ -355,7 +355,7 @@ accept_all(dt_van *v)
 		struct sockaddr_storage ss;
 		socklen_t len = sizeof(ss);
 		int fd = accept4(v->lfd, (struct sockaddr *)&ss, &len,
-				 SOCK_NONBLOCK | SOCK_CLOEXEC);
+		                 SOCK_NONBLOCK | SOCK_CLOEXEC);
 		dt_conn *c;
 
 		if (fd < 0) {
@@ -391,14 +391,14 @@ deliver(dt_van *v, dt_conn *c)
 	m.streamed = c->stream;
 	if (c->meta)
 		c->meta[c->h.meta_len] = '\0';
-	atomic_fetch_add(&v->recvd, DT_HDR_SIZE + c->h.meta_len +
-					    c->h.payload_len);
+	atomic_fetch_add(&v->recvd,
+	                 DT_HDR_SIZE + c->h.meta_len + c->h.payload_len);
 	if (dt__verbose >= 2)
 		dt__log(2, "recv %s from node %d seq=%llu key=%llu len=%llu",
-			dt__cmd_name(c->h.cmd), (int)c->h.sender,
-			(unsigned long long)c->h.seq,
-			(unsigned long long)c->h.key,
-			(unsigned long long)c->h.payload_len);
+		        dt__cmd_name(c->h.cmd), (int)c->h.sender,
+		        (unsigned long long)c->h.seq,
+		        (unsigned long long)c->h.key,
+		        (unsigned long long)c->h.payload_len);
 	v->hooks.on_msg(v->hooks.arg, c, &m);
 	if (c->rxcap > RXBUF_KEEP) {
 		free(c->rxbuf);
@@ -433,7 +433,7 @@ begin_payload(dt_van *v, dt_conn *c)
 		c->discard = 1;
 		c->dest = NULL;
 	} else if (dest == &dt__van_stream_tag && v->hooks.payload_chunk &&
-		   c->h.payload_len % 4 == 0) {
+	           c->h.payload_len % 4 == 0) {
 		c->stream = 1;
 		c->dest = NULL;
 	} else if (dest == &dt__van_stream_tag) {
@@ -451,11 +451,11 @@ begin_payload(dt_van *v, dt_conn *c)
 			c->rxcap = 0;
 			c->rxbuf = malloc(c->h.payload_len);
 			if (c->rxbuf == NULL)
-				return dt__fail(DT_ENOMEM,
-						"cannot buffer a payload of "
-						"%llu bytes",
-						(unsigned long long)
-							c->h.payload_len);
+				return dt__fail(
+				    DT_ENOMEM,
+				    "cannot buffer a payload of "
+				    "%llu bytes",
+				    (unsigned long long)c->h.payload_len);
 			c->rxcap = c->h.payload_len;
 		}
 		c->dest = c->rxbuf;
@@ -493,7 +493,7 @@ consume(dt_van *v, dt_conn *c)
 				if (c->meta == NULL) {
 					c->meta_cap = 0;
 					return dt__fail(DT_ENOMEM,
-							"metadata buffer");
+					                "metadata buffer");
 				}
 				c->meta_cap = (size_t)c->h.meta_len + 1;
 			}
@@ -521,14 +521,14 @@ consume(dt_van *v, dt_conn *c)
 			break;
 		case RX_PAYLOAD:
 			n = (size_t)DT_MIN((uint64_t)avail,
-					   c->h.payload_len - c->payload_got);
+			                   c->h.payload_len - c->payload_got);
 			if (c->stream) {
 				/* Whole floats only; keep a ragged tail. */
 				n &= ~(size_t)3;
 				if (n == 0)
 					return DT_OK;
 				v->hooks.payload_chunk(v->hooks.arg, c, &c->h,
-						       p, c->payload_got, n);
+				                       p, c->payload_got, n);
 			} else if (!c->discard && n)
 				memcpy(c->dest + c->payload_got, p, n);
 			c->payload_got += n;
@@ -551,17 +551,20 @@ conn_readable(dt_van *v, dt_conn *c)
 		if (c->stage_off == c->stage_len) {
 			c->stage_off = c->stage_len = 0;
 		} else if (c->stage_off > 0 && c->stage_len == STAGE_CAP) {
-			/* A ragged tail left by a stream: move it to the front. */
+			/* A ragged tail left by a stream: move it to the front.
+			 */
 			memmove(c->stage, c->stage + c->stage_off,
-				c->stage_len - c->stage_off);
+			        c->stage_len - c->stage_off);
 			c->stage_len -= c->stage_off;
 			c->stage_off = 0;
 		}
 		if (c->state == RX_PAYLOAD && !c->discard && !c->stream &&
 		    c->stage_off == c->stage_len &&
 		    c->h.payload_len - c->payload_got >= DIRECT_MIN) {
-			/* Big rest of a payload: read it straight into place. */
-			size_t want = (size_t)(c->h.payload_len - c->payload_got);
+			/* Big rest of a payload: read it straight into place.
+			 */
+			size_t want =
+			    (size_t)(c->h.payload_len - c->payload_got);
 
 			n = read(c->fd, c->dest + c->payload_got, want);
 			if (n > 0) {
@@ -569,7 +572,8 @@ conn_readable(dt_van *v, dt_conn *c)
 				if (c->payload_got == c->h.payload_len)
 					deliver(v, c);
 				if ((size_t)n < want)
-					return; /* drained; epoll says when more comes */
+					return; /* drained; epoll says when more
+					           comes */
 				continue;
 			}
 		} else {
@@ -593,8 +597,8 @@ conn_readable(dt_van *v, dt_conn *c)
 		if (n == 0) {
 			if (c->state != RX_HDR || c->got != 0)
 				conn_down(v, c, DT_EPROTO,
-					  "connection closed in the middle of "
-					  "a frame (truncated message)");
+				          "connection closed in the middle of "
+				          "a frame (truncated message)");
 			else
 				conn_down(v, c, DT_ECLOSED, "closed by peer");
 			return;
@@ -652,12 +656,12 @@ dt__van_start(dt_van *v)
 
 dt_err
 dt__van_connect(dt_van *v, const char *host, int port, int timeout_ms,
-		const char *what, dt_conn **out)
+                const char *what, dt_conn **out)
 {
 	uint64_t deadline = dt__now_ns() + (uint64_t)timeout_ms * 1000000ull;
 	struct addrinfo hints = {.ai_family = AF_UNSPEC,
-				 .ai_socktype = SOCK_STREAM,
-				 .ai_flags = AI_NUMERICSERV};
+	                         .ai_socktype = SOCK_STREAM,
+	                         .ai_flags = AI_NUMERICSERV};
 	struct addrinfo *res = NULL;
 	char portstr[16];
 	int backoff_ms = 5, rc, last_errno = 0;
@@ -670,12 +674,12 @@ dt__van_connect(dt_van *v, const char *host, int port, int timeout_ms,
 			break;
 		if (rc != EAI_AGAIN || dt__now_ns() >= deadline)
 			return dt__fail(DT_ECONFIG,
-					"cannot resolve %s address '%s': %s",
-					what, host, gai_strerror(rc));
+			                "cannot resolve %s address '%s': %s",
+			                what, host, gai_strerror(rc));
 	}
 	for (;;) {
 		int fd = socket(res->ai_family,
-				SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+		                SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
 		uint64_t now;
 
 		if (fd < 0) {
@@ -689,8 +693,8 @@ dt__van_connect(dt_van *v, const char *host, int port, int timeout_ms,
 
 			now = dt__now_ns();
 			left = now < deadline
-				       ? (int)((deadline - now) / 1000000) + 1
-				       : 0;
+			           ? (int)((deadline - now) / 1000000) + 1
+			           : 0;
 			rc = poll(&pfd, 1, left);
 			if (rc > 0) {
 				int e = 0;
@@ -735,14 +739,14 @@ dt__van_connect(dt_van *v, const char *host, int port, int timeout_ms,
 	}
 	freeaddrinfo(res);
 	return dt__fail(last_errno == ECONNREFUSED ? DT_ECONNREFUSED
-						   : DT_ETIMEDOUT,
-			"%s at %s:%d unreachable after %.1f s: %s", what, host,
-			port, timeout_ms / 1000.0, strerror(last_errno));
+	                                           : DT_ETIMEDOUT,
+	                "%s at %s:%d unreachable after %.1f s: %s", what, host,
+	                port, timeout_ms / 1000.0, strerror(last_errno));
 }
 
 dt_err
 dt__van_send(dt_van *v, dt_conn *c, dt_msg_hdr *h, const void *meta,
-	     uint32_t meta_len, const struct iovec *iov, int iovcnt)
+             uint32_t meta_len, const struct iovec *iov, int iovcnt)
 {
 	struct iovec local[IOV_BATCH + 2];
 	struct iovec *vec = local;
@@ -757,11 +761,11 @@ dt__van_send(dt_van *v, dt_conn *c, dt_msg_hdr *h, const void *meta,
 		h->payload_len += iov[i].iov_len;
 	if (h->payload_len > v->max_payload)
 		return dt__fail(DT_ETOOBIG,
-				"%s of %llu bytes exceeds the message limit "
-				"%llu (DT_MAX_MESSAGE)",
-				dt__cmd_name(h->cmd),
-				(unsigned long long)h->payload_len,
-				(unsigned long long)v->max_payload);
+		                "%s of %llu bytes exceeds the message limit "
+		                "%llu (DT_MAX_MESSAGE)",
+		                dt__cmd_name(h->cmd),
+		                (unsigned long long)h->payload_len,
+		                (unsigned long long)v->max_payload);
 	if (iovcnt > IOV_BATCH) {
 		vec = malloc(sizeof(*vec) * (size_t)(iovcnt + 2));
 		if (vec == NULL)
@@ -778,10 +782,9 @@ dt__van_send(dt_van *v, dt_conn *c, dt_msg_hdr *h, const void *meta,
 
 	if (dt__verbose >= 2)
 		dt__log(2, "send %s to node %d seq=%llu key=%llu len=%llu",
-			dt__cmd_name(h->cmd), (int)h->recver,
-			(unsigned long long)h->seq,
-			(unsigned long long)h->key,
-			(unsigned long long)h->payload_len);
+		        dt__cmd_name(h->cmd), (int)h->recver,
+		        (unsigned long long)h->seq, (unsigned long long)h->key,
+		        (unsigned long long)h->payload_len);
 
 	pthread_mutex_lock(&c->send_mu);
 	deadline = dt__now_ns() + (uint64_t)v->send_timeout_ms * 1000000ull;
@@ -789,13 +792,13 @@ dt__van_send(dt_van *v, dt_conn *c, dt_msg_hdr *h, const void *meta,
 	int left = n;
 	while (left > 0) {
 		struct msghdr mh = {.msg_iov = cur,
-				    .msg_iovlen = (size_t)DT_MIN(left, 1024)};
+		                    .msg_iovlen = (size_t)DT_MIN(left, 1024)};
 		ssize_t w;
 
 		if (!atomic_load(&c->open)) {
 			err = dt__fail(DT_ECLOSED,
-				       "send %s to %s: connection closed",
-				       dt__cmd_name(h->cmd), c->addr);
+			               "send %s to %s: connection closed",
+			               dt__cmd_name(h->cmd), c->addr);
 			break;
 		}
 		w = sendmsg(c->fd, &mh, MSG_NOSIGNAL);
@@ -804,26 +807,26 @@ dt__van_send(dt_van *v, dt_conn *c, dt_msg_hdr *h, const void *meta,
 				continue;
 			if (errno == EAGAIN || errno == EWOULDBLOCK) {
 				struct pollfd pfd = {.fd = c->fd,
-						     .events = POLLOUT};
+				                     .events = POLLOUT};
 				uint64_t now = dt__now_ns();
 
 				if (now >= deadline) {
 					err = dt__fail(
-						DT_ETIMEDOUT,
-						"send %s to %s: peer has not "
-						"read for %d s",
-						dt__cmd_name(h->cmd), c->addr,
-						v->send_timeout_ms / 1000);
+					    DT_ETIMEDOUT,
+					    "send %s to %s: peer has not "
+					    "read for %d s",
+					    dt__cmd_name(h->cmd), c->addr,
+					    v->send_timeout_ms / 1000);
 					break;
 				}
 				poll(&pfd, 1,
 				     (int)DT_MIN((deadline - now) / 1000000 + 1,
-						 1000));
+				                 1000));
 				continue;
 			}
 			err = dt__fail(DT_ECLOSED, "send %s to %s: %s",
-				       dt__cmd_name(h->cmd), c->addr,
-				       strerror(errno));
+			               dt__cmd_name(h->cmd), c->addr,
+			               strerror(errno));
 			break;
 		}
 		size_t done = (size_t)w;
@@ -889,7 +892,7 @@ dt__van_counters(dt_van *v, uint64_t *sent, uint64_t *recvd)
 
 dt_err
 dt__net_local_addr(const char *node_host, const char *iface, char *out,
-		   size_t cap)
+                   size_t cap)
 {
 	struct ifaddrs *ifs, *i;
 	int found = 0;
@@ -910,16 +913,16 @@ dt__net_local_addr(const char *node_host, const char *iface, char *out,
 			continue;
 		}
 		inet_ntop(AF_INET,
-			  &((struct sockaddr_in *)i->ifa_addr)->sin_addr, out,
-			  (socklen_t)cap);
+		          &((struct sockaddr_in *)i->ifa_addr)->sin_addr, out,
+		          (socklen_t)cap);
 		found = 1;
 	}
 	freeifaddrs(ifs);
 	if (!found && iface && *iface)
 		return dt__fail(DT_ECONFIG,
-				"DMLC_INTERFACE=%s: no such interface with an "
-				"IPv4 address",
-				iface);
+		                "DMLC_INTERFACE=%s: no such interface with an "
+		                "IPv4 address",
+		                iface);
 	if (!found)
 		snprintf(out, cap, "127.0.0.1");
 	return DT_OK;

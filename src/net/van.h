@@ -34,8 +34,8 @@ typedef struct dt_conn dt_conn;
 
 typedef struct dt_msg {
 	dt_msg_hdr hdr;
-	const uint8_t *meta; /* meta_len bytes, NUL-terminated for text */
-	void *payload;       /* payload_len bytes */
+	const uint8_t *meta;  /* meta_len bytes, NUL-terminated for text */
+	void *payload;        /* payload_len bytes */
 	int payload_external; /* payload is the payload_dest buffer */
 	int streamed;         /* payload went to payload_chunk */
 } dt_msg;
@@ -50,10 +50,10 @@ typedef struct dt_van_hooks {
 	 * buffer must hold h->payload_len bytes. Optional.
 	 */
 	void *(*payload_dest)(void *arg, dt_conn *c, const dt_msg_hdr *h,
-			      const uint8_t *meta);
+	                      const uint8_t *meta);
 	/* A piece of a streamed payload: bytes [off, off + len). */
 	void (*payload_chunk)(void *arg, dt_conn *c, const dt_msg_hdr *h,
-			      const void *data, uint64_t off, size_t len);
+	                      const void *data, uint64_t off, size_t len);
 	/* A connection closed (why: DT_ECLOSED on EOF, else the error). */
 	void (*on_close)(void *arg, dt_conn *c, dt_err why);
 } dt_van_hooks;
@@ -77,7 +77,7 @@ void dt__van_destroy(dt_van *v);
  * >= 0 (DT_LISTEN_FD). *bound_port receives the port.
  */
 dt_err dt__van_listen(dt_van *v, const char *host, int port, int fd,
-		      int *bound_port);
+                      int *bound_port);
 /* Start the I/O thread. */
 dt_err dt__van_start(dt_van *v);
 
@@ -86,7 +86,7 @@ dt_err dt__van_start(dt_van *v);
  * passed. what names the peer in errors ("scheduler").
  */
 dt_err dt__van_connect(dt_van *v, const char *host, int port, int timeout_ms,
-		       const char *what, dt_conn **out);
+                       const char *what, dt_conn **out);
 
 /*
  * Send one frame: h (meta_len and payload_len are filled in here), meta and
@@ -94,7 +94,7 @@ dt_err dt__van_connect(dt_van *v, const char *host, int port, int timeout_ms,
  * or the send timeout passes.
  */
 dt_err dt__van_send(dt_van *v, dt_conn *c, dt_msg_hdr *h, const void *meta,
-		    uint32_t meta_len, const struct iovec *iov, int iovcnt);
+                    uint32_t meta_len, const struct iovec *iov, int iovcnt);
 
 /* Close a connection (the on_close hook runs in the I/O thread). */
 void dt__van_close(dt_van *v, dt_conn *c);
@@ -112,7 +112,7 @@ void dt__van_counters(dt_van *v, uint64_t *sent, uint64_t *recvd);
 /* Resolve the address this node advertises: DMLC_NODE_HOST, else the
  * IPv4 address of DMLC_INTERFACE, else the first non-loopback IPv4 address,
  * else 127.0.0.1. */
-dt_err dt__net_local_addr(const char *node_host, const char *iface,
-			  char *out, size_t cap);
+dt_err dt__net_local_addr(const char *node_host, const char *iface, char *out,
+                          size_t cap);
 
 #endif

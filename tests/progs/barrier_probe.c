@@ -24,7 +24,7 @@ mark_and_check(dt_node *n, const char *dir, int mask, int round)
 	const char *role = dt_role_name(dt_node_role(n));
 
 	snprintf(path, sizeof(path), "%s/m%d.r%d.%s%d", dir, mask, round, role,
-		 dt_node_rank(n));
+	         dt_node_rank(n));
 	if ((f = fopen(path, "w")) == NULL)
 		return -1;
 	fclose(f);
@@ -35,22 +35,24 @@ mark_and_check(dt_node *n, const char *dir, int mask, int round)
 	for (int r = 0; r < dt_node_num_servers(n) && (mask & DT_GROUP_SERVERS);
 	     r++) {
 		snprintf(path, sizeof(path), "%s/m%d.r%d.server%d", dir, mask,
-			 round, r);
+		         round, r);
 		if (access(path, F_OK) != 0) {
-			fprintf(stderr, "barrier_probe: passed barrier %d/%d "
-					"before server %d arrived\n",
-				mask, round, r);
+			fprintf(stderr,
+			        "barrier_probe: passed barrier %d/%d "
+			        "before server %d arrived\n",
+			        mask, round, r);
 			return -1;
 		}
 	}
 	for (int r = 0; r < dt_node_num_workers(n) && (mask & DT_GROUP_WORKERS);
 	     r++) {
 		snprintf(path, sizeof(path), "%s/m%d.r%d.worker%d", dir, mask,
-			 round, r);
+		         round, r);
 		if (access(path, F_OK) != 0) {
-			fprintf(stderr, "barrier_probe: passed barrier %d/%d "
-					"before worker %d arrived\n",
-				mask, round, r);
+			fprintf(stderr,
+			        "barrier_probe: passed barrier %d/%d "
+			        "before worker %d arrived\n",
+			        mask, round, r);
 			return -1;
 		}
 	}
@@ -64,7 +66,7 @@ main(void)
 	dt_node_config cfg;
 	dt_node *n;
 	int masks[] = {DT_GROUP_WORKERS, DT_GROUP_SERVERS,
-		       DT_GROUP_SERVERS | DT_GROUP_WORKERS, DT_GROUP_ALL};
+	               DT_GROUP_SERVERS | DT_GROUP_WORKERS, DT_GROUP_ALL};
 	int rc = 0;
 
 	if (dir == NULL) {
@@ -77,8 +79,9 @@ main(void)
 		return 1;
 	}
 	if (dt_node_role(n) != DT_ROLE_SCHEDULER) {
-		int group = dt_node_role(n) == DT_ROLE_SERVER ? DT_GROUP_SERVERS
-							      : DT_GROUP_WORKERS;
+		int group = dt_node_role(n) == DT_ROLE_SERVER
+		                ? DT_GROUP_SERVERS
+		                : DT_GROUP_WORKERS;
 		for (int round = 0; round < ROUNDS && rc == 0; round++)
 			for (size_t i = 0; i < sizeof(masks) / sizeof(*masks);
 			     i++)

@@ -25,8 +25,8 @@ static int failures;
 #define CHECK(cond, ...)                                                       \
 	do {                                                                   \
 		if (!(cond)) {                                                 \
-			fprintf(stderr, "kv_check FAILED at line %d: ",        \
-				__LINE__);                                     \
+			fprintf(stderr,                                        \
+			        "kv_check FAILED at line %d: ", __LINE__);     \
 			fprintf(stderr, __VA_ARGS__);                          \
 			fprintf(stderr, "\n");                                 \
 			failures++;                                            \
@@ -37,8 +37,9 @@ static int failures;
 	do {                                                                   \
 		dt_err e_ = (call);                                            \
 		if (e_ != DT_OK) {                                             \
-			fprintf(stderr, "kv_check: %s failed at line %d: %s\n", \
-				#call, __LINE__, dt_errmsg());                 \
+			fprintf(stderr,                                        \
+			        "kv_check: %s failed at line %d: %s\n", #call, \
+			        __LINE__, dt_errmsg());                        \
 			exit(1);                                               \
 		}                                                              \
 	} while (0)
@@ -98,8 +99,9 @@ check_sum(dt_kv *kv, dt_key key, size_t n)
 		for (int r = 0; r < nw; r++)
 			want += grad(r, 2, i);
 		if (out[i] != want) {
-			CHECK(0, "key %llu n=%zu: round-2 sum [%zu] = %g, want "
-				 "%g",
+			CHECK(0,
+			      "key %llu n=%zu: round-2 sum [%zu] = %g, want "
+			      "%g",
 			      (unsigned long long)key, n, i, out[i], want);
 			break;
 		}
@@ -124,7 +126,7 @@ check_errors(dt_kv *kv)
 	OK(dt_kv_init(kv, 777, v, 8));
 	err = dt_kv_push(kv, 777, v, 5);
 	CHECK(err == DT_ESIZE && strstr(dt_errmsg(), "key 777") &&
-		      strstr(dt_errmsg(), "length 5 != initialised length 8"),
+	          strstr(dt_errmsg(), "length 5 != initialised length 8"),
 	      "push of a wrong length: %s (%s)", dt_errname(err), dt_errmsg());
 	err = dt_kv_init(kv, 777, v, 6);
 	CHECK(err == DT_ESIZE && strstr(dt_errmsg(), "key 777"),
@@ -147,21 +149,20 @@ check_optimizer(dt_kv *kv, const char *name)
 	int rank = dt_kv_rank(kv), nw = dt_kv_num_workers(kv);
 	const size_t n = 1003;
 	float w[1003], ref[1003], g[1003], m[1003] = {0}, vv[1003] = {0},
-			out[1003];
-	const double lr = 0.05, mom = 0.9, wd = 0.01, rescale = 0.25,
-		     clip = 20;
+	                                   out[1003];
+	const double lr = 0.05, mom = 0.9, wd = 0.01, rescale = 0.25, clip = 20;
 	char params[256];
 
 	if (strcmp(name, "sgd") == 0)
 		snprintf(params, sizeof(params),
-			 "lr=%g,momentum=%g,wd=%g,rescale_grad=%g,"
-			 "clip_gradient=%g",
-			 lr, mom, wd, rescale, clip);
+		         "lr=%g,momentum=%g,wd=%g,rescale_grad=%g,"
+		         "clip_gradient=%g",
+		         lr, mom, wd, rescale, clip);
 	else
 		snprintf(params, sizeof(params),
-			 "lr=%g,wd=%g,rescale_grad=%g,beta1=0.9,beta2=0.999,"
-			 "epsilon=1e-8",
-			 lr, wd, rescale);
+		         "lr=%g,wd=%g,rescale_grad=%g,beta1=0.9,beta2=0.999,"
+		         "epsilon=1e-8",
+		         lr, wd, rescale);
 	OK(dt_kv_set_optimizer(kv, name, params));
 	for (size_t i = 0; i < n; i++)
 		w[i] = ref[i] = (float)((int)(i % 13) - 6) * 0.1f;
@@ -186,9 +187,9 @@ check_optimizer(dt_kv *kv, const char *name)
 				m[i] = 0.9f * m[i] + 0.1f * gi;
 				vv[i] = 0.999f * vv[i] + 0.001f * gi * gi;
 				double lr_t = lr * sqrt(1 - pow(0.999, t)) /
-					      (1 - pow(0.9, t));
-				ref[i] -= (float)lr_t * m[i] /
-					  (sqrtf(vv[i]) + 1e-8f);
+				              (1 - pow(0.9, t));
+				ref[i] -=
+				    (float)lr_t * m[i] / (sqrtf(vv[i]) + 1e-8f);
 			}
 		}
 		for (size_t i = 0; i < n; i++)
@@ -251,11 +252,11 @@ int
 main(int argc, char **argv)
 {
 	const char *mode = argc > 1 ? argv[1] : "sum";
-	const char *type = strcmp(mode, "async") == 0 ||
-					   strcmp(mode, "async_noopt") == 0
-				   ? "dist_async"
-			   : strcmp(mode, "local") == 0 ? "local"
-							: "dist_sync";
+	const char *type =
+	    strcmp(mode, "async") == 0 || strcmp(mode, "async_noopt") == 0
+	        ? "dist_async"
+	    : strcmp(mode, "local") == 0 ? "local"
+	                                 : "dist_sync";
 	const char *b = getenv("MXNET_KVSTORE_BIGARRAY_BOUND");
 	size_t bound = b ? (size_t)atol(b) : 1000000;
 	dt_kv *kv;
