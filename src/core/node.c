@@ -626,6 +626,24 @@ member_start(dt_node *n)
 	return DT_OK;
 }
 
+/* Stop the I/O thread, then free everything the node owns. */
+static void
+node_free(dt_node *n)
+{
+	pthread_mutex_lock(&n->mu);
+	n->stopping = 1;
+	pthread_mutex_unlock(&n->mu);
+	dt__van_destroy(n->van); /* no I/O thread from here on */
+	if (n->role == DT_ROLE_SERVER)
+		dt__kv_server_detach(n);
+	dt__sched_free(n);
+	free(n->table);
+	free(n->peers);
+	pthread_mutex_destroy(&n->mu);
+	pthread_cond_destroy(&n->cv);
+	free(n);
+}
+
 dt_err
 dt_node_start(const dt_node_config *cfg, dt_node **out)
 {
@@ -707,18 +725,7 @@ fail : {
 	char msg[512];
 
 	snprintf(msg, sizeof(msg), "%s", dt_errmsg());
-	pthread_mutex_lock(&n->mu);
-	n->stopping = 1;
-	pthread_mutex_unlock(&n->mu);
-	dt__van_destroy(n->van); /* no I/O thread from here on */
-	if (n->role == DT_ROLE_SERVER)
-		dt__kv_server_detach(n);
-	dt__sched_free(n);
-	free(n->table);
-	free(n->peers);
-	pthread_mutex_destroy(&n->mu);
-	pthread_cond_destroy(&n->cv);
-	free(n);
+	node_free(n);
 	return dt__fail(err, "%s", msg);
 }
 }
@@ -758,18 +765,7 @@ dt_node_stop(dt_node *n)
 		pthread_mutex_unlock(&n->mu);
 		err = dt__node_send(n, 0, &h, NULL, 0, NULL, 0);
 	}
-	pthread_mutex_lock(&n->mu);
-	n->stopping = 1;
-	pthread_mutex_unlock(&n->mu);
-	dt__van_destroy(n->van); /* no I/O thread from here on */
-	if (n->role == DT_ROLE_SERVER)
-		dt__kv_server_detach(n);
-	dt__sched_free(n);
-	free(n->table);
-	free(n->peers);
-	pthread_mutex_destroy(&n->mu);
-	pthread_cond_destroy(&n->cv);
-	free(n);
+	node_free(n);
 	return err;
 }
 
