@@ -472,19 +472,14 @@ hook_on_close(void *arg, dt_conn *c, dt_err why)
 	}
 }
 
-/* Wait on n->cv until *flag >= want, a fatal error, or the deadline. */
-static dt_err
-wait_count(dt_node *n, const void *flag, int is64, uint64_t want,
-           uint64_t deadline_ns, const char *what)
+dt_err
+dt__node_wait(dt_node *n, int (*done)(dt_node *, const void *), const void *arg,
+              uint64_t deadline_ns, const char *what)
 {
 	dt_err err = DT_OK;
 
 	pthread_mutex_lock(&n->mu);
-	for (;;) {
-		uint64_t v = is64 ? *(const uint64_t *)flag
-		                  : (uint64_t) * (const int *)flag;
-		if (v >= want)
-			break;
+	while (!done(n, arg)) {
 		if (n->fatal) {
 			err = dt__fail(n->fatal, "%s", n->fatal_msg);
 			break;
@@ -494,6 +489,7 @@ wait_count(dt_node *n, const void *flag, int is64, uint64_t want,
 			               what);
 			break;
 		}
+		/* Wake at least every 100 ms to check the deadline. */
 		struct timespec ts;
 		clock_gettime(CLOCK_REALTIME, &ts);
 		ts.tv_nsec += 100 * 1000000L;
@@ -505,6 +501,33 @@ wait_count(dt_node *n, const void *flag, int is64, uint64_t want,
 	}
 	pthread_mutex_unlock(&n->mu);
 	return err;
+}
+
+typedef struct count_goal {
+	const void *flag;
+	int is64;
+	uint64_t want;
+} count_goal;
+
+static int
+count_reached(dt_node *n, const void *arg)
+{
+	const count_goal *g = arg;
+	uint64_t v = g->is64 ? *(const uint64_t *)g->flag
+	                     : (uint64_t) * (const int *)g->flag;
+
+	(void)n;
+	return v >= g->want;
+}
+
+/* Wait until *flag (an int, or a uint64_t if is64) reaches want. */
+static dt_err
+wait_count(dt_node *n, const void *flag, int is64, uint64_t want,
+           uint64_t deadline_ns, const char *what)
+{
+	count_goal g = {flag, is64, want};
+
+	return dt__node_wait(n, count_reached, &g, deadline_ns, what);
 }
 
 dt_err

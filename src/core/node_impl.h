@@ -99,6 +99,14 @@ dt__node_worker_id(const dt_node *n, int rank)
 	return 1 + n->num_servers + rank;
 }
 
+/*
+ * Wait on n->cv, under n->mu, until done(n, arg) holds; fail with the
+ * node's fatal error, or DT_ETIMEDOUT ("timed out waiting for <what>") once
+ * deadline_ns (dt__now_ns() clock, 0 = none) passes.
+ */
+dt_err dt__node_wait(dt_node *n, int (*done)(dt_node *, const void *),
+                     const void *arg, uint64_t deadline_ns, const char *what);
+
 /* Record a fatal error (first one wins), fail the apps, wake waiters. */
 void dt__node_set_fatal(dt_node *n, dt_err err, const char *fmt, ...)
     DT_PRINTF(3, 4);

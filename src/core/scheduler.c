@@ -361,55 +361,31 @@ send_tables(dt_node *n)
 	return err;
 }
 
-static dt_err
-wait_sched(dt_node *n, int (*done)(dt_node *), uint64_t deadline_ns)
-{
-	dt_err err = DT_OK;
-
-	pthread_mutex_lock(&n->mu);
-	while (!done(n)) {
-		if (n->fatal) {
-			err = dt__fail(n->fatal, "%s", n->fatal_msg);
-			break;
-		}
-		if (deadline_ns && dt__now_ns() >= deadline_ns) {
-			err = DT_ETIMEDOUT;
-			break;
-		}
-		struct timespec ts;
-		clock_gettime(CLOCK_REALTIME, &ts);
-		ts.tv_nsec += 100 * 1000000L;
-		if (ts.tv_nsec >= 1000000000L) {
-			ts.tv_sec++;
-			ts.tv_nsec -= 1000000000L;
-		}
-		pthread_cond_timedwait(&n->cv, &n->mu, &ts);
-	}
-	pthread_mutex_unlock(&n->mu);
-	return err;
-}
-
 static int
-all_joined(dt_node *n)
+all_joined(dt_node *n, const void *arg)
 {
+	(void)arg;
 	return n->sched->nj == n->sched->expected;
 }
 
 static int
-started(dt_node *n)
+started(dt_node *n, const void *arg)
 {
+	(void)arg;
 	return n->sched->passed[DT_GROUP_ALL] >= 1;
 }
 
 static int
-workers_gone(dt_node *n)
+workers_gone(dt_node *n, const void *arg)
 {
+	(void)arg;
 	return n->sched->workers_done == n->num_workers;
 }
 
 static int
-servers_gone(dt_node *n)
+servers_gone(dt_node *n, const void *arg)
 {
+	(void)arg;
 	return n->sched->servers_closed == n->num_servers;
 }
 
@@ -443,8 +419,9 @@ dt__sched_start(dt_node *n)
 
 	if ((err = dt__env_long("DT_JOIN_TIMEOUT", 300, 1, 86400, &join_s)))
 		return err;
-	err = wait_sched(n, all_joined,
-	                 dt__now_ns() + (uint64_t)join_s * 1000000000ull);
+	err = dt__node_wait(n, all_joined, NULL,
+	                    dt__now_ns() + (uint64_t)join_s * 1000000000ull,
+	                    "every node to join");
 	if (err == DT_ETIMEDOUT) {
 		int ns = 0, nw = 0;
 		char reason[256];
@@ -507,7 +484,7 @@ dt__sched_start(dt_node *n)
 		return err;
 	DT_LOG(1, "the scheduler is connected to %d workers and %d servers",
 	       n->num_workers, n->num_servers);
-	if ((err = wait_sched(n, started, 0)))
+	if ((err = dt__node_wait(n, started, NULL, 0, "the start-up barrier")))
 		return err;
 	DT_LOG(1, "all %d nodes are ready", count);
 	return DT_OK;
@@ -520,7 +497,7 @@ dt__sched_serve(dt_node *n)
 	dt_err err;
 	long grace;
 
-	if ((err = wait_sched(n, workers_gone, 0)))
+	if ((err = dt__node_wait(n, workers_gone, NULL, 0, "the workers")))
 		return err;
 	DT_LOG(1, "all %d workers are done; ending the job", n->num_workers);
 	pthread_mutex_lock(&n->mu);
@@ -533,8 +510,9 @@ dt__sched_serve(dt_node *n)
 	}
 	if ((err = dt__env_long("DT_END_TIMEOUT", 30, 1, 3600, &grace)))
 		return err;
-	err = wait_sched(n, servers_gone,
-	                 dt__now_ns() + (uint64_t)grace * 1000000000ull);
+	err = dt__node_wait(n, servers_gone, NULL,
+	                    dt__now_ns() + (uint64_t)grace * 1000000000ull,
+	                    "the servers to leave");
 	if (err == DT_ETIMEDOUT)
 		return dt__fail(DT_ETIMEDOUT,
 		                "%d of %d servers did not leave within %ld s "
