@@ -26,23 +26,7 @@
 #include "common/util.h"
 #include "dtrain/coll.h"
 
-static const char *const op_names[] = {"allreduce", "allgather",
-                                       "reduce_scatter", "broadcast"};
-
-static double
-bus_factor(int op, int n)
-{
-	if (n <= 1)
-		return 1.0;
-	switch (op) {
-	case 0:
-		return 2.0 * (n - 1) / n;
-	case 1:
-	case 2:
-		return (double)(n - 1) / n;
-	}
-	return 1.0;
-}
+#include "coll_bench_common.h"
 
 static dt_err
 run_once(dt_coll *c, int op, float *a, float *b, size_t count)

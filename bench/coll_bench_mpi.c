@@ -11,23 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-static const char *const op_names[] = {"allreduce", "allgather",
-                                       "reduce_scatter", "broadcast"};
-
-static double
-bus_factor(int op, int n)
-{
-	if (n <= 1)
-		return 1.0;
-	switch (op) {
-	case 0:
-		return 2.0 * (n - 1) / n;
-	case 1:
-	case 2:
-		return (double)(n - 1) / n;
-	}
-	return 1.0;
-}
+#include "coll_bench_common.h"
 
 static int
 run_once(int op, float *a, float *b, size_t count, int n)
