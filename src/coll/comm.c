@@ -143,21 +143,24 @@ timeout_ns(const dt_coll *c)
 	return (uint64_t)(c->cfg.timeout_s * 1e9);
 }
 
+/* Progress for the executor (mu held). */
+static void
+wake_executor(dt_coll *c)
+{
+	dt__gen_bump(&c->cv_gen);
+	pthread_cond_broadcast(&c->cv);
+}
+
+/* Wait (mu held) for progress or until_ns. A short wait is spent reading
+ * the network in this thread rather than asleep (dt__van_wait). */
 static void
 cv_wait_until(dt_coll *c, uint64_t until_ns)
 {
-	struct timespec ts;
-	uint64_t now = dt__now_ns();
-
-	if (until_ns <= now)
+	if (until_ns <= dt__now_ns())
 		return;
 	/* The cv runs on CLOCK_MONOTONIC, dt__now_ns's clock. */
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	uint64_t abs = (uint64_t)ts.tv_sec * 1000000000ull +
-	               (uint64_t)ts.tv_nsec + (until_ns - now);
-	ts.tv_sec = (time_t)(abs / 1000000000ull);
-	ts.tv_nsec = (long)(abs % 1000000000ull);
-	pthread_cond_timedwait(&c->cv, &c->mu, &ts);
+	dt__van_wait(c->node ? c->node->van : NULL, &c->cv_gen, &c->mu, &c->cv,
+	             until_ns);
 }
 
 dt_err
@@ -259,7 +262,7 @@ early_add(dt_coll *c, int peer, const dt_msg *m)
 		if (c->cur)
 			dt__coll_op_fail(c->cur, c->broken, 1, "%s",
 			                 c->broken_msg);
-		pthread_cond_broadcast(&c->cv);
+		wake_executor(c);
 		return;
 	}
 	e = calloc(1, sizeof(*e));
@@ -630,7 +633,7 @@ hook_on_msg(void *arg, dt_node *n, dt_conn *conn, dt_msg *m)
 		        "command",
 		        dt__cmd_name(h->cmd), peer);
 	}
-	pthread_cond_broadcast(&c->cv);
+	wake_executor(c);
 	pthread_mutex_unlock(&c->mu);
 }
 
@@ -682,7 +685,7 @@ hook_on_fail(void *arg, dt_node *n, int peer_id, dt_err err)
 		                 "%s #%llu: %s", kind,
 		                 (unsigned long long)c->cur->num, why);
 	}
-	pthread_cond_broadcast(&c->cv);
+	wake_executor(c);
 	pthread_cond_broadcast(&c->done_cv);
 	pthread_mutex_unlock(&c->mu);
 }

@@ -24,6 +24,7 @@
 #define DT_COLL_COMM_H
 
 #include "coll/coll_impl.h"
+#include "common/spin.h"
 
 /* Message commands (DT_CMD_COLL_FIRST + ...). */
 enum {
@@ -172,6 +173,7 @@ struct dt_coll {
 
 	pthread_mutex_t mu;
 	pthread_cond_t cv;      /* executor: progress of the op (MONOTONIC) */
+	dt_gen cv_gen;          /* bumped with every cv broadcast */
 	pthread_cond_t bg_cv;   /* background thread: work, queries, stop */
 	pthread_cond_t done_cv; /* callers: a handle completed */
 	uint64_t next_seq;      /* (mu) operations called so far */

@@ -45,6 +45,12 @@ dt_errmsg(void)
 	return last_msg;
 }
 
+void
+dt__errmsg_set(const char *msg)
+{
+	snprintf(last_msg, sizeof(last_msg), "%s", msg);
+}
+
 dt_err
 dt__fail(dt_err err, const char *fmt, ...)
 {

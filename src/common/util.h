@@ -24,6 +24,8 @@
 /* Record a detailed message for dt_errmsg() and return err. */
 dt_err dt__fail(dt_err err, const char *fmt, ...) DT_PRINTF(2, 3);
 void dt__clear_error(void);
+/* Put back a message saved from dt_errmsg(). */
+void dt__errmsg_set(const char *msg);
 
 /*
  * The log. Level 0 is always printed (errors and warnings), 1 is PS_VERBOSE=1

@@ -18,6 +18,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "common/spin.h"
 #include "kv/kv_impl.h"
 
 #define NBUCKETS 1024
@@ -48,6 +49,7 @@ struct dt_kv_client {
 	dt_kv_part *parts;
 	pthread_mutex_t mu;
 	pthread_cond_t cv;
+	dt_gen done_gen; /* bumped when an op completes (common/spin.h) */
 	uint64_t next_seq;
 	uint64_t next_op;
 	sub *subs[NBUCKETS];
@@ -113,7 +115,8 @@ sub_done(dt_kv_client *c, sub *s)
 {
 	int done = --s->op->remaining == 0;
 
-	(void)c;
+	if (done)
+		dt__gen_bump(&c->done_gen);
 	free(s);
 	return done;
 }
@@ -383,8 +386,10 @@ dt__kv_client_wait(dt_kv_client *c, dt_kv_req req)
 		return dt__fail(DT_EINVAL, "wait: unknown request %llu",
 		                (unsigned long long)req);
 	}
+	/* A short answer comes before a sleep would end: the wait reads the
+	 * network itself first (dt__van_wait). */
 	while (o->remaining > 0)
-		pthread_cond_wait(&c->cv, &c->mu);
+		dt__van_wait(c->node->van, &c->done_gen, &c->mu, &c->cv, 0);
 	find_op(c, req, 1);
 	pthread_mutex_unlock(&c->mu);
 	err = o->err;

@@ -20,6 +20,7 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
+#include <sched.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -31,11 +32,14 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "common/spin.h"
 #include "common/util.h"
 #include "net/van.h"
 
 #define STAGE_CAP  (256u << 10) /* receive staging buffer per connection */
 #define DIRECT_MIN (32u << 10)  /* payload rest read straight into place */
+#define SEND_CHUNK (1u << 20)   /* bytes per sendmsg call at most */
+#define POLL_BIG   (64u << 10)  /* payload rest that extends a poll */
 #define RXBUF_KEEP (64u << 20)  /* larger receive buffers are not kept */
 #define IOV_BATCH  64
 
@@ -77,6 +81,20 @@ struct dt_van {
 	pthread_t thread;
 	int started;
 	pthread_mutex_t mu;
+	/* Held while events are handled, by the I/O thread or by a caller
+	 * that polls while it waits (dt__van_wait): hooks never run in two
+	 * threads at once. */
+	pthread_mutex_t dispatch_mu;
+	/* Waiting callers (dt__van_wait): polling now, or asleep expecting the
+	 * I/O thread to deliver. While some poll and none sleeps, or for a
+	 * short while after a poll found its answer, the I/O thread is parked
+	 * on park_cv, so the bytes the pollers read wake nobody. */
+	atomic_int pollers;
+	atomic_int sleepers;
+	atomic_uint_fast64_t linger_until;
+	pthread_mutex_t park_mu;
+	pthread_cond_t park_cv; /* CLOCK_MONOTONIC */
+	int parked;             /* (park_mu) */
 	dt_conn *conns;
 	uint64_t max_payload;
 	int send_timeout_ms;
@@ -159,11 +177,18 @@ conn_free(dt_conn *c)
 	free(c);
 }
 
+/*
+ * A connection's readiness goes to one thread only (EPOLLONESHOT): the I/O
+ * thread and a polling caller (dt__van_wait) never both wake for the same
+ * bytes. Whoever handled it re-arms it (dispatch).
+ */
+#define CONN_EVENTS (EPOLLIN | EPOLLRDHUP | EPOLLONESHOT)
+
 /* Register c with the van's list and epoll. */
 static dt_err
 conn_add(dt_van *v, dt_conn *c)
 {
-	struct epoll_event ev = {.events = EPOLLIN | EPOLLRDHUP, .data.ptr = c};
+	struct epoll_event ev = {.events = CONN_EVENTS, .data.ptr = c};
 
 	pthread_mutex_lock(&v->mu);
 	c->next = v->conns;
@@ -223,6 +248,8 @@ dt__van_create(const dt_van_hooks *hooks, dt_van **out)
 	err = dt__env_long("DT_SEND_TIMEOUT", 120, 1, 86400, &tmo);
 	if (err)
 		return err;
+	if ((err = dt__spin_configure()))
+		return err;
 	v = dt__calloc(1, sizeof(*v));
 	if (v == NULL)
 		return DT_ENOMEM;
@@ -231,6 +258,16 @@ dt__van_create(const dt_van_hooks *hooks, dt_van **out)
 	v->max_payload = (uint64_t)maxmsg;
 	v->send_timeout_ms = (int)tmo * 1000;
 	pthread_mutex_init(&v->mu, NULL);
+	pthread_mutex_init(&v->dispatch_mu, NULL);
+	pthread_mutex_init(&v->park_mu, NULL);
+	{
+		pthread_condattr_t ca;
+
+		pthread_condattr_init(&ca);
+		pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+		pthread_cond_init(&v->park_cv, &ca);
+		pthread_condattr_destroy(&ca);
+	}
 	v->epfd = epoll_create1(EPOLL_CLOEXEC);
 	v->evfd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
 	if (v->epfd < 0 || v->evfd < 0) {
@@ -262,6 +299,9 @@ dt__van_destroy(dt_van *v)
 	if (v == NULL)
 		return;
 	atomic_store(&v->stopping, 1);
+	pthread_mutex_lock(&v->park_mu);
+	pthread_cond_signal(&v->park_cv);
+	pthread_mutex_unlock(&v->park_mu);
 	if (v->started) {
 		if (write(v->evfd, &one, sizeof(one)) < 0) {
 			/* The eventfd cannot be full; nothing to do. */
@@ -277,6 +317,9 @@ dt__van_destroy(dt_van *v)
 	close(v->epfd);
 	close(v->evfd);
 	pthread_mutex_destroy(&v->mu);
+	pthread_mutex_destroy(&v->dispatch_mu);
+	pthread_mutex_destroy(&v->park_mu);
+	pthread_cond_destroy(&v->park_cv);
 	free(v);
 }
 
@@ -612,6 +655,80 @@ conn_readable(dt_van *v, dt_conn *c)
 	}
 }
 
+/* Handle what epoll reported (dispatch_mu held). Returns 1 if a big payload
+ * is still coming in on one of the connections. */
+static int
+dispatch(dt_van *v, const struct epoll_event *evs, int n)
+{
+	int big = 0;
+
+	for (int i = 0; i < n; i++) {
+		void *p = evs[i].data.ptr;
+
+		if (p == NULL)
+			continue; /* the stop eventfd */
+		if (p == &v->lfd) {
+			accept_all(v);
+			continue;
+		}
+		dt_conn *c = p;
+		if (atomic_load(&c->open))
+			conn_readable(v, c);
+		if (atomic_load(&c->open)) {
+			struct epoll_event ev = {.events = CONN_EVENTS,
+			                         .data.ptr = c};
+			epoll_ctl(v->epfd, EPOLL_CTL_MOD, c->fd, &ev);
+			if (c->state == RX_PAYLOAD &&
+			    c->h.payload_len - c->payload_got >= POLL_BIG)
+				big = 1;
+		}
+	}
+	return big;
+}
+
+/* How long the I/O thread stays parked after a poll found its answer: the
+ * next wait usually follows at once (a training loop, a benchmark). */
+#define LINGER_NS 500000ull
+
+static int
+io_should_park(dt_van *v, uint64_t now)
+{
+	return atomic_load(&v->sleepers) == 0 &&
+	       (atomic_load(&v->pollers) > 0 ||
+	        now < atomic_load(&v->linger_until));
+}
+
+/* The I/O thread stands aside while callers poll (see dt_van). */
+static void
+io_park(dt_van *v)
+{
+	pthread_mutex_lock(&v->park_mu);
+	v->parked = 1;
+	while (!atomic_load(&v->stopping) && io_should_park(v, dt__now_ns())) {
+		struct timespec ts;
+
+		clock_gettime(CLOCK_MONOTONIC, &ts);
+		ts.tv_nsec += (long)LINGER_NS;
+		if (ts.tv_nsec >= 1000000000L) {
+			ts.tv_sec++;
+			ts.tv_nsec -= 1000000000L;
+		}
+		pthread_cond_timedwait(&v->park_cv, &v->park_mu, &ts);
+	}
+	v->parked = 0;
+	pthread_mutex_unlock(&v->park_mu);
+}
+
+static void
+io_unpark(dt_van *v)
+{
+	atomic_store(&v->linger_until, 0);
+	pthread_mutex_lock(&v->park_mu);
+	if (v->parked)
+		pthread_cond_signal(&v->park_cv);
+	pthread_mutex_unlock(&v->park_mu);
+}
+
 static void *
 io_thread(void *arg)
 {
@@ -619,29 +736,121 @@ io_thread(void *arg)
 	struct epoll_event evs[64];
 
 	while (!atomic_load(&v->stopping)) {
-		int n = epoll_wait(v->epfd, evs, 64, -1);
+		int n;
 
+		if (io_should_park(v, dt__now_ns())) {
+			io_park(v);
+			continue;
+		}
+		n = epoll_wait(v->epfd, evs, 64, -1);
 		if (n < 0) {
 			if (errno == EINTR)
 				continue;
 			dt__log(0, "epoll_wait: %s", strerror(errno));
 			break;
 		}
-		for (int i = 0; i < n; i++) {
-			void *p = evs[i].data.ptr;
-
-			if (p == NULL)
-				continue; /* the stop eventfd */
-			if (p == &v->lfd) {
-				accept_all(v);
-				continue;
-			}
-			dt_conn *c = p;
-			if (atomic_load(&c->open))
-				conn_readable(v, c);
-		}
+		pthread_mutex_lock(&v->dispatch_mu);
+		(void)dispatch(v, evs, n);
+		pthread_mutex_unlock(&v->dispatch_mu);
 	}
 	return NULL;
+}
+
+/* Handle whatever has arrived, in this thread, unless another thread is at
+ * it; never blocks. Returns 1 if it read part of a big payload that is
+ * still coming in (dispatch). */
+static int
+poll_once(dt_van *v)
+{
+	struct epoll_event evs[64];
+	char saved[512];
+	int n, big = 0;
+
+	if (pthread_mutex_trylock(&v->dispatch_mu) != 0)
+		return 0;
+	n = epoll_wait(v->epfd, evs, 64, 0);
+	if (n > 0) {
+		/* The hooks may record errors; they are not this caller's. */
+		snprintf(saved, sizeof(saved), "%s", dt_errmsg());
+		big = dispatch(v, evs, n);
+		dt__errmsg_set(saved);
+	}
+	pthread_mutex_unlock(&v->dispatch_mu);
+	return big;
+}
+
+/* Poll until *g moves from seen (1) or the spin budget is spent (0). */
+static int
+spin_poll(dt_van *v, dt_gen *g, uint64_t seen)
+{
+	uint64_t now = dt__now_ns(), end = now + dt__spin_budget_ns();
+	int found = 0;
+
+	atomic_fetch_add(&v->pollers, 1);
+	for (unsigned i = 1;; i++) {
+		int big = poll_once(v);
+
+		if (dt__gen_get(g) != seen) {
+			found = 1;
+			break;
+		}
+		/* Bytes of a big payload came in: keep reading it here while
+		 * it flows (a pull's answer), as the I/O thread would. */
+		if (big)
+			end = dt__now_ns() + dt__spin_budget_ns();
+		if ((now = dt__now_ns()) >= end)
+			break;
+		if ((i & 63) == 0)
+			sched_yield(); /* let a thread that wants this CPU run
+			                */
+	}
+	if (found)
+		atomic_store(&v->linger_until, now + LINGER_NS);
+	else
+		atomic_fetch_add(&v->sleepers, 1); /* before pollers drops */
+	atomic_fetch_sub(&v->pollers, 1);
+	if (!found)
+		io_unpark(v);
+	return found;
+}
+
+void
+dt__van_wait(dt_van *v, dt_gen *g, pthread_mutex_t *mu, pthread_cond_t *cv,
+             uint64_t until_ns)
+{
+	uint64_t seen = dt__gen_get(g);
+	int slept = 0;
+
+	if (v && v->started && !atomic_load(&v->stopping) &&
+	    dt__spin_budget_ns() > 0) {
+		int found;
+
+		pthread_mutex_unlock(mu);
+		found = spin_poll(v, g, seen);
+		pthread_mutex_lock(mu);
+		if (found)
+			return;
+		slept = 1; /* counted in v->sleepers by spin_poll */
+	}
+	if (dt__gen_get(g) == seen) {
+		uint64_t now = dt__now_ns();
+
+		if (until_ns == 0) {
+			pthread_cond_wait(cv, mu);
+		} else if (until_ns > now) {
+			struct timespec ts;
+			uint64_t abs;
+
+			clock_gettime(CLOCK_MONOTONIC, &ts);
+			abs = (uint64_t)ts.tv_sec * 1000000000ull +
+			      (uint64_t)ts.tv_nsec + (until_ns - now);
+			ts.tv_sec = (time_t)(abs / 1000000000ull);
+			ts.tv_nsec = (long)(abs % 1000000000ull);
+			pthread_cond_timedwait(cv, mu, &ts);
+		}
+	}
+	if (slept)
+		atomic_fetch_sub(&v->sleepers, 1);
 }
 
 dt_err
@@ -791,9 +1000,32 @@ dt__van_send(dt_van *v, dt_conn *c, dt_msg_hdr *h, const void *meta,
 	struct iovec *cur = vec;
 	int left = n;
 	while (left > 0) {
-		struct msghdr mh = {.msg_iov = cur,
-		                    .msg_iovlen = (size_t)DT_MIN(left, 1024)};
+		struct msghdr mh = {.msg_iov = cur};
+		size_t cut = 0, full = 0;
 		ssize_t w;
+
+		/* At most SEND_CHUNK bytes per call: each call's end pushes
+		 * its segments out, so the receiver works on a big payload
+		 * steadily instead of in bursts of half the window. */
+		size_t rest = 0, limit;
+
+		for (int i = 0; i < left; i++)
+			rest += cur[i].iov_len;
+		/* (no cut that would leave a small tail for another call) */
+		limit = rest < 2 * SEND_CHUNK ? rest : SEND_CHUNK;
+		while (mh.msg_iovlen < (size_t)DT_MIN(left, 1024) &&
+		       cut < limit) {
+			size_t len = cur[mh.msg_iovlen].iov_len;
+
+			if (cut + len > limit) {
+				full = len;
+				cur[mh.msg_iovlen].iov_len = limit - cut;
+				cut = limit;
+			} else {
+				cut += len;
+			}
+			mh.msg_iovlen++;
+		}
 
 		if (!atomic_load(&c->open)) {
 			err = dt__fail(DT_ECLOSED,
@@ -802,6 +1034,8 @@ dt__van_send(dt_van *v, dt_conn *c, dt_msg_hdr *h, const void *meta,
 			break;
 		}
 		w = sendmsg(c->fd, &mh, MSG_NOSIGNAL);
+		if (full) /* put the cut piece's length back */
+			cur[mh.msg_iovlen - 1].iov_len = full;
 		if (w < 0) {
 			if (errno == EINTR)
 				continue;

@@ -4,7 +4,8 @@
  * A van owns one listening socket, the connections to peers, and one I/O
  * thread that waits on all of them with epoll, cuts the byte streams into
  * frames (codec.h) and hands each complete message to the owner's on_msg
- * hook, in that thread. Any thread may send: a send takes the connection's
+ * hook, in that thread (or in a waiting caller's, see dt__van_wait; hooks
+ * never run concurrently). Any thread may send: a send takes the connection's
  * send lock and writes header, metadata and payload with one writev, with
  * no copy of the payload.
  *
@@ -24,9 +25,11 @@
 #ifndef DT_NET_VAN_H
 #define DT_NET_VAN_H
 
+#include <pthread.h>
 #include <stdint.h>
 #include <sys/uio.h>
 
+#include "common/spin.h"
 #include "net/codec.h"
 
 typedef struct dt_van dt_van;
@@ -95,6 +98,22 @@ dt_err dt__van_connect(dt_van *v, const char *host, int port, int timeout_ms,
  */
 dt_err dt__van_send(dt_van *v, dt_conn *c, dt_msg_hdr *h, const void *meta,
                     uint32_t meta_len, const struct iovec *iov, int iovcnt);
+
+/*
+ * Wait, with *mu held, for the state behind *g to move: the other side bumps
+ * g (common/spin.h) and broadcasts cv under mu whenever it changes it.
+ * Returns with *mu held when g moved, cv was signalled, or until_ns
+ * (dt__now_ns clock; 0 = no limit; otherwise cv must use CLOCK_MONOTONIC)
+ * passed; the caller re-checks its condition and loops.
+ *
+ * First, for up to DT_SPIN_US, the caller reads the network itself: it
+ * handles whatever arrives (hooks still run in one thread at a time), so a
+ * short answer costs no wake-up of the I/O thread or of the caller. The I/O
+ * thread stands aside meanwhile and takes over again before the caller
+ * sleeps. v may be NULL (a plain condition wait).
+ */
+void dt__van_wait(dt_van *v, dt_gen *g, pthread_mutex_t *mu, pthread_cond_t *cv,
+                  uint64_t until_ns);
 
 /* Close a connection (the on_close hook runs in the I/O thread). */
 void dt__van_close(dt_van *v, dt_conn *c);

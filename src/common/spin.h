@@ -1,0 +1,55 @@
+/*
+ * spin.h - waiting for another thread without paying for a sleep and a
+ * wake-up when the wait is short.
+ *
+ * A thread that waits for a reply (a KV push, a collective's next message)
+ * would normally sleep on a condition variable that the I/O thread signals.
+ * On a small message the futex wake-ups and reschedules cost as much as the
+ * network round trip itself. So the waiter first spends up to DT_SPIN_US
+ * microseconds reading the network itself and watching a generation
+ * counter, which the signalling side bumps whenever it changes the state
+ * the waiter looks at (under its mutex, before the broadcast); only then
+ * does it sleep. The waiting loop is dt__van_wait (net/van.h).
+ *
+ * A spin that finds nothing costs at most the budget of CPU time.
+ */
+#ifndef DT_COMMON_SPIN_H
+#define DT_COMMON_SPIN_H
+
+#include <stdatomic.h>
+#include <stdint.h>
+
+#include "dtrain/err.h"
+
+typedef atomic_uint_fast64_t dt_gen;
+
+static inline uint64_t
+dt__gen_get(dt_gen *g)
+{
+	return atomic_load_explicit(g, memory_order_acquire);
+}
+
+static inline void
+dt__gen_bump(dt_gen *g)
+{
+	atomic_fetch_add_explicit(g, 1, memory_order_release);
+}
+
+/* Read DT_SPIN_US (default 200, 0 = never spin) into the process's budget. */
+dt_err dt__spin_configure(void);
+
+/* The spin budget in nanoseconds (0: never spin). */
+uint64_t dt__spin_budget_ns(void);
+
+/* One pause of a spin loop. */
+static inline void
+dt__cpu_relax(void)
+{
+#if defined(__x86_64__) || defined(__i386__)
+	__builtin_ia32_pause();
+#elif defined(__aarch64__)
+	__asm__ __volatile__("yield");
+#endif
+}
+
+#endif
