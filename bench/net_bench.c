@@ -609,7 +609,7 @@ main(int argc, char **argv)
 		}
 		fflush(stdout);
 	}
-	if (!json)
+	if (!json && !only)
 		printf("\ntargets: small-message RTT <= 1.5x TCP: %.2fx %s; "
 		       "16 MiB throughput >= 0.9x TCP: %.2fx %s\n",
 		       small_ratio_max,

@@ -5,13 +5,16 @@
  *   dtrain launch -n 2 -s 1 -- build/bench/train_dist_bench [--json]
  *        [--kvstore dist_sync] [--batch N] [--steps N] [--model NAME]
  *
- * Each worker runs forward+backward on its batch of synthetic images
- * (compute), then pushes one key per parameter tensor and pulls the new
- * weights, with Adam on the servers (communication: everything from the
- * first push to the last pulled byte, including waiting for the other
- * workers of the round). Rank 0 prints the per-step means; --json prints
- * one object with model, samples_per_s, gflops, compute_ms, comm_ms,
- * comm_frac.
+ * Each worker runs forward+backward on its batch of synthetic images and
+ * pushes one key per parameter tensor, pulling the new weights back, with
+ * Adam on the servers. By default each layer's push-pull starts as soon as
+ * backward has finished that layer (dt_nn_model_set_grad_hook), so it
+ * overlaps the rest of the backward pass; --no-overlap pushes everything
+ * after backward. compute is forward+backward (including starting the
+ * sends); communication is the time the worker then waits for the last
+ * pulled byte, including waiting for the other workers of the round.
+ * Rank 0 prints the per-step means; --json prints one object with model,
+ * overlap, samples_per_s, gflops, compute_ms, comm_ms, comm_frac.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -20,6 +23,28 @@
 
 #include "dtrain/kv.h"
 #include "dtrain/nn.h"
+
+typedef struct overlap {
+	dt_kv *kv;
+	dt_key *keys;
+	float **gv, **pv;
+	size_t *lens;
+	dt_kv_req *reqs;
+	int nreqs;
+	dt_err err;
+} overlap;
+
+/* A layer's gradients are final: start its push-pull now. */
+static void
+on_grads(void *arg, int first, int count)
+{
+	overlap *o = arg;
+
+	for (int i = first; i < first + count && o->err == DT_OK; i++)
+		o->err =
+		    dt_kv_pushpull_async(o->kv, o->keys[i], o->gv[i], o->pv[i],
+		                         o->lens[i], &o->reqs[o->nreqs++]);
+}
 
 static double
 now(void)
@@ -33,7 +58,7 @@ int
 main(int argc, char **argv)
 {
 	const char *type = "dist_sync", *model = "lenet";
-	int batch = 64, steps = 150, warmup = 10, json = 0;
+	int batch = 64, steps = 150, warmup = 10, json = 0, overlapped = 1;
 	dt_kv *kv;
 	dt_nn_model *m;
 
@@ -48,10 +73,13 @@ main(int argc, char **argv)
 			batch = atoi(argv[++i]);
 		else if (strcmp(argv[i], "--steps") == 0 && i + 1 < argc)
 			steps = atoi(argv[++i]);
+		else if (strcmp(argv[i], "--no-overlap") == 0)
+			overlapped = 0;
 		else {
 			fprintf(stderr, "usage: train_dist_bench [--json] "
 			                "[--kvstore TYPE] [--model NAME] "
-			                "[--batch N] [--steps N]\n");
+			                "[--batch N] [--steps N] "
+			                "[--no-overlap]\n");
 			return 2;
 		}
 	}
@@ -97,6 +125,16 @@ main(int argc, char **argv)
 	                    lens) != DT_OK)
 		goto fail;
 
+	overlap ov = {kv, keys, gv,
+	              pv, lens, calloc((size_t)nt, sizeof(dt_kv_req)),
+	              0,  DT_OK};
+	if (ov.reqs == NULL) {
+		fprintf(stderr, "train_dist_bench: out of memory\n");
+		return 1;
+	}
+	if (overlapped)
+		dt_nn_model_set_grad_hook(m, on_grads, &ov);
+
 	double tcomp = 0, tcomm = 0, t0 = 0;
 	for (int s = -warmup; s < steps; s++) {
 		if (s == 0) {
@@ -106,13 +144,25 @@ main(int argc, char **argv)
 		}
 		double a = now();
 		dt_nn_model_zero_grad(m);
+		ov.nreqs = 0;
 		if (dt_nn_forward_backward(m, x, y, batch, NULL, NULL) != DT_OK)
 			goto fail;
 		double b = now();
-		if (dt_kv_pushpull_many(kv, (size_t)nt, keys,
-		                        (const float *const *)gv, pv,
-		                        lens) != DT_OK)
+		if (overlapped) {
+			dt_err err = ov.err;
+
+			for (int i = 0; i < ov.nreqs; i++) {
+				dt_err e = dt_kv_wait(kv, ov.reqs[i]);
+				if (err == DT_OK)
+					err = e;
+			}
+			if (err != DT_OK)
+				goto fail;
+		} else if (dt_kv_pushpull_many(kv, (size_t)nt, keys,
+		                               (const float *const *)gv, pv,
+		                               lens) != DT_OK) {
 			goto fail;
+		}
 		double c = now();
 		tcomp += b - a;
 		tcomm += c - b;
@@ -124,21 +174,23 @@ main(int argc, char **argv)
 	if (rank == 0) {
 		if (json)
 			printf("{\"model\":\"%s\",\"kvstore\":\"%s\","
-			       "\"workers\":%d,"
+			       "\"overlap\":%s,\"workers\":%d,"
 			       "\"batch\":%d,\"params\":%zu,\"samples_per_s\":%"
 			       ".1f,"
 			       "\"gflops\":%.2f,\"compute_ms\":%.3f,"
 			       "\"comm_ms\":%.3f,\"comm_frac\":%.3f}\n",
-			       model, type, nw, batch, np, sps, gflops,
-			       tcomp / steps * 1e3, tcomm / steps * 1e3,
-			       tcomm / (tcomp + tcomm));
+			       model, type, overlapped ? "true" : "false", nw,
+			       batch, np, sps, gflops, tcomp / steps * 1e3,
+			       tcomm / steps * 1e3, tcomm / (tcomp + tcomm));
 		else
-			printf("%s %s, %d workers x batch %d, %zu params: "
+			printf("%s %s, %d workers x batch %d, %zu params, %s: "
 			       "%.1f samples/s per worker, %.2f GFLOP/s\n"
 			       "step %.3f ms = compute %.3f ms + communication "
 			       "%.3f ms (%.1f%%)\n",
-			       model, type, nw, batch, np, sps, gflops,
-			       (tcomp + tcomm) / steps * 1e3,
+			       model, type, nw, batch, np,
+			       overlapped ? "push per layer during backward"
+			                  : "push after backward",
+			       sps, gflops, (tcomp + tcomm) / steps * 1e3,
 			       tcomp / steps * 1e3, tcomm / steps * 1e3,
 			       100 * tcomm / (tcomp + tcomm));
 	}
@@ -149,6 +201,7 @@ main(int argc, char **argv)
 	free(pv);
 	free(gv);
 	free(lens);
+	free(ov.reqs);
 	if (dt_kv_destroy(kv) != DT_OK)
 		goto fail_nokv;
 	return 0;

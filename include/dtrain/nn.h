@@ -145,6 +145,17 @@ dt_err dt_nn_forward(dt_nn_model *m, const float *x, int batch,
 dt_err dt_nn_forward_backward(dt_nn_model *m, const float *x, const float *y,
                               int batch, double *loss, int *correct);
 
+/*
+ * Called during dt_nn_forward_backward's backward pass as soon as the
+ * gradients of tensors [first, first + count) are final (a layer's weight
+ * and bias), last layer first. A data-parallel trainer starts sending them
+ * here, so communication overlaps the rest of the backward pass; the
+ * parameters of those tensors are not read again in this step, so new
+ * values may be received into them meanwhile. NULL removes the hook.
+ */
+typedef void (*dt_nn_grad_hook)(void *arg, int first, int count);
+void dt_nn_model_set_grad_hook(dt_nn_model *m, dt_nn_grad_hook fn, void *arg);
+
 /* Forward and loss without backward, dropout off (evaluation). */
 dt_err dt_nn_evaluate(dt_nn_model *m, const float *x, const float *y, int batch,
                       double *loss, int *correct);

@@ -83,6 +83,8 @@ struct dt_nn_model {
 	int max_batch; /* keeps every buffer under 2^31 floats (sgemm ints) */
 	float *gbuf[2];
 	const float *last_out;
+	dt_nn_grad_hook grad_hook; /* see dt_nn_model_set_grad_hook */
+	void *grad_hook_arg;
 };
 
 static const struct {
@@ -988,7 +990,17 @@ backward(dt_nn_model *m, int B, int train)
 			gi ^= 1;
 			break;
 		}
+		/* This layer's weight and bias gradients are final now. */
+		if (L->wt >= 0 && m->grad_hook)
+			m->grad_hook(m->grad_hook_arg, L->wt, 2);
 	}
+}
+
+void
+dt_nn_model_set_grad_hook(dt_nn_model *m, dt_nn_grad_hook fn, void *arg)
+{
+	m->grad_hook = fn;
+	m->grad_hook_arg = arg;
 }
 
 static dt_err

@@ -913,6 +913,81 @@ test_model_replicas_in_threads(void **state)
 	free(x);
 }
 
+/* The gradient hook: once per layer with parameters, last layer first,
+ * when that layer's gradients are final (they equal what the step ends
+ * with), and the parameters written in the hook (a pull arriving during
+ * backward) do not change the step's gradients. */
+typedef struct hook_log {
+	dt_nn_model *m;
+	int calls, first[8], count[8];
+	float *snap; /* the gradients as the hook saw them */
+} hook_log;
+
+static void
+hook_record(void *arg, int first, int count)
+{
+	hook_log *h = arg;
+
+	if (h->calls < 8) {
+		h->first[h->calls] = first;
+		h->count[h->calls] = count;
+	}
+	h->calls++;
+	for (int t = first; t < first + count; t++) {
+		const dt_nn_tensor *tt = dt_nn_model_tensor(h->m, t);
+
+		memcpy(h->snap + tt->offset,
+		       dt_nn_model_grads(h->m) + tt->offset,
+		       tt->size * sizeof(float));
+		/* overwrite the weights now: nothing below may read them */
+		for (size_t i = 0; i < tt->size; i++)
+			dt_nn_model_params(h->m)[tt->offset + i] = 1e3f;
+	}
+}
+
+static void
+test_model_grad_hook(void **state)
+{
+	dt_nn_model *a, *b;
+	const int B = 8;
+	float *x, *y;
+	hook_log h = {0};
+
+	(void)state;
+	assert_int_equal(dt_nn_model_create("lenet", 1, &a), DT_OK);
+	assert_int_equal(dt_nn_model_create("lenet", 1, &b), DT_OK);
+	x = rand_array((size_t)B * 784, 0, 1);
+	y = zeros((size_t)B);
+	for (int i = 0; i < B; i++)
+		y[i] = (float)(i % 10);
+	h.m = b;
+	h.snap = zeros(dt_nn_model_num_params(b));
+	dt_nn_model_set_grad_hook(b, hook_record, &h);
+	dt_nn_model_zero_grad(a);
+	dt_nn_model_zero_grad(b);
+	assert_int_equal(dt_nn_forward_backward(a, x, y, B, NULL, NULL), DT_OK);
+	assert_int_equal(dt_nn_forward_backward(b, x, y, B, NULL, NULL), DT_OK);
+	/* lenet: conv, conv, dense, dense -> 4 calls, last layer first */
+	assert_int_equal(h.calls, 4);
+	for (int c = 0; c < 4; c++) {
+		assert_int_equal(h.first[c], 6 - 2 * c);
+		assert_int_equal(h.count[c], 2);
+	}
+	for (size_t i = 0; i < dt_nn_model_num_params(a); i++) {
+		assert_true(h.snap[i] == dt_nn_model_grads(b)[i]);
+		assert_true(dt_nn_model_grads(a)[i] == dt_nn_model_grads(b)[i]);
+	}
+	dt_nn_model_set_grad_hook(b, NULL, NULL);
+	h.calls = 0;
+	assert_int_equal(dt_nn_forward_backward(b, x, y, B, NULL, NULL), DT_OK);
+	assert_int_equal(h.calls, 0);
+	free(h.snap);
+	free(x);
+	free(y);
+	dt_nn_model_destroy(a);
+	dt_nn_model_destroy(b);
+}
+
 static void
 test_model_flops(void **state)
 {
@@ -946,6 +1021,7 @@ main(void)
 	    cmocka_unit_test(test_model_errors),
 	    cmocka_unit_test(test_model_batch_growth),
 	    cmocka_unit_test(test_model_replicas_in_threads),
+	    cmocka_unit_test(test_model_grad_hook),
 	    cmocka_unit_test(test_model_flops),
 	};
 
