@@ -689,6 +689,16 @@ test_model_gradcheck(void **state)
 	}
 }
 
+/* B random 28x28 images with labels 0, 1, ..., 9, 0, ... */
+static void
+mnist_batch(int B, float **x, float **y)
+{
+	*x = rand_array((size_t)B * 784, 0, 1);
+	*y = zeros((size_t)B);
+	for (int i = 0; i < B; i++)
+		(*y)[i] = (float)(i % 10);
+}
+
 /* The gradient of a batch is the sum of the gradients of its halves: what
  * two workers push at batch 32 equals what one process computes at 64. */
 static void
@@ -703,10 +713,7 @@ test_model_sum_over_batch(void **state)
 	(void)state;
 	assert_int_equal(dt_nn_model_create("lenet", 1, &a), DT_OK);
 	assert_int_equal(dt_nn_model_create("lenet", 1, &b), DT_OK);
-	x = rand_array((size_t)B * 784, 0, 1);
-	y = zeros((size_t)B);
-	for (int i = 0; i < B; i++)
-		y[i] = (float)(i % 10);
+	mnist_batch(B, &x, &y);
 	dt_nn_model_zero_grad(a);
 	dt_nn_model_zero_grad(b);
 	assert_int_equal(dt_nn_forward_backward(a, x, y, B, &la, &ca), DT_OK);
@@ -956,10 +963,7 @@ test_model_grad_hook(void **state)
 	(void)state;
 	assert_int_equal(dt_nn_model_create("lenet", 1, &a), DT_OK);
 	assert_int_equal(dt_nn_model_create("lenet", 1, &b), DT_OK);
-	x = rand_array((size_t)B * 784, 0, 1);
-	y = zeros((size_t)B);
-	for (int i = 0; i < B; i++)
-		y[i] = (float)(i % 10);
+	mnist_batch(B, &x, &y);
 	h.m = b;
 	h.snap = zeros(dt_nn_model_num_params(b));
 	dt_nn_model_set_grad_hook(b, hook_record, &h);
