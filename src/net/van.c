@@ -36,18 +36,21 @@
 #include "common/util.h"
 #include "net/van.h"
 
-#define STAGE_CAP  (256u << 10) /* receive staging buffer per connection */
-#define DIRECT_MIN (32u << 10)  /* payload rest read straight into place */
-#define SEND_CHUNK (1u << 20)   /* bytes per sendmsg call at most */
-#define POLL_BIG   (64u << 10)  /* payload rest that extends a poll */
-#define RXBUF_KEEP (64u << 20)  /* larger receive buffers are not kept */
-#define IOV_BATCH  64
+#define STAGE_CAP   (256u << 10) /* receive staging buffer per connection */
+#define DIRECT_MIN  (32u << 10)  /* payload rest read straight into place */
+#define SEND_CHUNK  (1u << 20)   /* bytes per sendmsg call at most */
+#define POLL_BIG    (64u << 10)  /* payload rest that extends a poll */
+#define LOWAT_MIN   (1u << 20)   /* payload rest worth a receive low mark */
+#define LOWAT_PIECE (256u << 10) /* ...and the mark */
+#define RXBUF_KEEP  (64u << 20)  /* larger receive buffers are not kept */
+#define IOV_BATCH   64
 
 enum rx_state { RX_HDR, RX_META, RX_PAYLOAD };
 
 struct dt_conn {
 	dt_van *van;
 	int fd;
+	int lowat; /* SO_RCVLOWAT now set (set_lowat) */
 	int peer;
 	atomic_int open;
 	char addr[64];
@@ -584,6 +587,21 @@ consume(dt_van *v, dt_conn *c)
 	return DT_OK;
 }
 
+/*
+ * While a big payload comes in, have epoll report the socket readable only
+ * once a good piece of it is there (SO_RCVLOWAT): fewer wake-ups and bigger
+ * reads. Never more than what is still to come, and back to 1 after.
+ */
+static void
+set_lowat(dt_conn *c, int bytes)
+{
+	if (c->lowat == bytes || (c->lowat == 0 && bytes == 1))
+		return;
+	if (setsockopt(c->fd, SOL_SOCKET, SO_RCVLOWAT, &bytes, sizeof(bytes)) ==
+	    0)
+		c->lowat = bytes;
+}
+
 /* The connection is readable: read until the kernel has nothing more. */
 static void
 conn_readable(dt_van *v, dt_conn *c)
@@ -612,11 +630,19 @@ conn_readable(dt_van *v, dt_conn *c)
 			n = read(c->fd, c->dest + c->payload_got, want);
 			if (n > 0) {
 				c->payload_got += (uint64_t)n;
-				if (c->payload_got == c->h.payload_len)
+				if (c->payload_got == c->h.payload_len) {
+					set_lowat(c, 1);
 					deliver(v, c);
-				if ((size_t)n < want)
-					return; /* drained; epoll says when more
-					           comes */
+				}
+				if ((size_t)n < want) {
+					/* Drained; epoll says when more comes:
+					 * not before a good piece has. */
+					want -= (size_t)n;
+					set_lowat(c, want >= LOWAT_MIN
+					                 ? (int)LOWAT_PIECE
+					                 : 1);
+					return;
+				}
 				continue;
 			}
 		} else {
@@ -632,8 +658,19 @@ conn_readable(dt_van *v, dt_conn *c)
 					conn_down(v, c, err, dt_errmsg());
 					return;
 				}
-				if (!atomic_load(&c->open) || (size_t)n < want)
+				if (!atomic_load(&c->open))
 					return;
+				if ((size_t)n < want) {
+					/* A streamed payload: as above. */
+					set_lowat(
+					    c, c->state == RX_PAYLOAD &&
+					               c->h.payload_len -
+					                       c->payload_got >=
+					                   LOWAT_MIN
+					           ? (int)LOWAT_PIECE
+					           : 1);
+					return;
+				}
 				continue;
 			}
 		}
