@@ -35,6 +35,7 @@ typedef struct opts {
 	const char *model, *kvstore, *optimizer, *data, *save, *load;
 	long devices, epochs, batch, seed, limit, disp;
 	double lr, momentum, wd, lr_factor;
+	int no_overlap;
 } opts;
 
 typedef struct replica {
@@ -62,6 +63,57 @@ replica_step(void *arg)
 	if (r->err)
 		snprintf(r->msg, sizeof(r->msg), "%s", dt_errmsg());
 	return NULL;
+}
+
+/*
+ * Overlap (one device, a KVStore): a layer's push-pull starts during the
+ * backward pass as soon as its gradients are final (dt_nn_model_set_grad_hook),
+ * straight from the model's gradient buffer; the step then waits for all.
+ */
+typedef struct overlap {
+	dt_kv *kv;
+	const dt_key *keys;
+	float *const *gv, *const *pv;
+	const size_t *lens;
+	dt_kv_req reqs[64];
+	int nreqs;
+	dt_err err;
+	char msg[256];
+} overlap;
+
+static void
+on_grads(void *arg, int first, int count)
+{
+	overlap *o = arg;
+
+	for (int i = first; i < first + count && o->err == DT_OK; i++) {
+		o->err =
+		    dt_kv_pushpull_async(o->kv, o->keys[i], o->gv[i], o->pv[i],
+		                         o->lens[i], &o->reqs[o->nreqs]);
+		if (o->err)
+			snprintf(o->msg, sizeof(o->msg), "%s", dt_errmsg());
+		else
+			o->nreqs++;
+	}
+}
+
+/* Wait for every push-pull started this step; the first error wins. */
+static dt_err
+overlap_wait(overlap *o)
+{
+	dt_err err = o->err;
+
+	for (int i = 0; i < o->nreqs; i++) {
+		dt_err e = dt_kv_wait(o->kv, o->reqs[i]);
+
+		if (e && err == DT_OK) {
+			err = e;
+			snprintf(o->msg, sizeof(o->msg), "%s", dt_errmsg());
+		}
+	}
+	o->nreqs = 0;
+	o->err = DT_OK;
+	return err;
 }
 
 static double
@@ -94,7 +146,9 @@ usage(FILE *f)
 	    "  --limit N                  use the first N training images\n"
 	    "  --data DIR                 (/usr/share/datasets/fashion-mnist)\n"
 	    "  --save FILE --load FILE    parameter files (rank 0 saves)\n"
-	    "  --disp-batches N           Speedometer interval (50)\n",
+	    "  --disp-batches N           Speedometer interval (50)\n"
+	    "  --no-overlap               push after backward, not per layer\n"
+	    "                             during it (one device, no horovod)\n",
 	    f);
 }
 
@@ -102,15 +156,25 @@ static int
 parse(int argc, char **argv, opts *o)
 {
 	static const struct option lo[] = {
-	    {"model", 1, 0, 'M'},        {"kvstore", 1, 0, 'k'},
-	    {"devices", 1, 0, 'D'},      {"epochs", 1, 0, 'e'},
-	    {"batch-size", 1, 0, 'b'},   {"optimizer", 1, 0, 'o'},
-	    {"lr", 1, 0, 'l'},           {"momentum", 1, 0, 'm'},
-	    {"wd", 1, 0, 'w'},           {"seed", 1, 0, 's'},
-	    {"limit", 1, 0, 'L'},        {"data", 1, 0, 'd'},
-	    {"save", 1, 0, 'S'},         {"load", 1, 0, 'R'},
-	    {"disp-batches", 1, 0, 'p'}, {"lr-factor", 1, 0, 'F'},
-	    {"help", 0, 0, 'h'},         {0, 0, 0, 0},
+	    {"model", 1, 0, 'M'},
+	    {"kvstore", 1, 0, 'k'},
+	    {"devices", 1, 0, 'D'},
+	    {"epochs", 1, 0, 'e'},
+	    {"batch-size", 1, 0, 'b'},
+	    {"optimizer", 1, 0, 'o'},
+	    {"lr", 1, 0, 'l'},
+	    {"momentum", 1, 0, 'm'},
+	    {"wd", 1, 0, 'w'},
+	    {"seed", 1, 0, 's'},
+	    {"limit", 1, 0, 'L'},
+	    {"data", 1, 0, 'd'},
+	    {"save", 1, 0, 'S'},
+	    {"load", 1, 0, 'R'},
+	    {"disp-batches", 1, 0, 'p'},
+	    {"lr-factor", 1, 0, 'F'},
+	    {"no-overlap", 0, 0, 'O'},
+	    {"help", 0, 0, 'h'},
+	    {0, 0, 0, 0},
 	};
 	int c, idx;
 
@@ -118,7 +182,8 @@ parse(int argc, char **argv, opts *o)
 	    "lenet", "local", "adam", "/usr/share/datasets/fashion-mnist",
 	    NULL,    NULL,    1,      3,
 	    64,      42,      0,      50,
-	    0.002,   0.9,     0,      0.5};
+	    0.002,   0.9,     0,      0.5,
+	    0};
 	while ((c = getopt_long(argc, argv, "", lo, &idx)) != -1) {
 		char *end = NULL;
 		long *lp = NULL;
@@ -173,6 +238,9 @@ parse(int argc, char **argv, opts *o)
 		case 'F':
 			dp = &o->lr_factor;
 			break;
+		case 'O':
+			o->no_overlap = 1;
+			continue;
 		case 'h':
 			usage(stdout);
 			exit(0);
@@ -331,11 +399,14 @@ main(int argc, char **argv)
 		fprintf(stderr, "mnist: out of memory\n");
 		goto out;
 	}
+	int overlapped = ndev == 1 && !horovod && !o.no_overlap && nt <= 64;
+	overlap ov = {
+	    .kv = updater, .keys = keys, .gv = gv, .pv = pv, .lens = lens};
 	for (int i = 0; i < nt; i++) {
 		const dt_nn_tensor *t = dt_nn_model_tensor(m, i);
 		keys[i] = (dt_key)i;
 		pv[i] = dt_nn_model_params(m) + t->offset;
-		gv[i] = sum + t->offset;
+		gv[i] = (overlapped ? dt_nn_model_grads(m) : sum) + t->offset;
 		lens[i] = t->size;
 	}
 	if (set_lr(updater, &o, o.lr, nw, params, sizeof(params)) != DT_OK)
@@ -349,11 +420,14 @@ main(int argc, char **argv)
 	    dt_kv_pull_many(updater, (size_t)nt, keys, pv, lens) != DT_OK)
 		goto fail;
 
+	if (overlapped)
+		dt_nn_model_set_grad_hook(m, on_grads, &ov);
 	if (rank == 0)
 		printf("mnist: %s on %zu images, %d worker(s) x batch %ld x %d "
-		       "device(s), kvstore %s, %s %s\n",
+		       "device(s), kvstore %s, %s %s%s\n",
 		       o.model, train.n, nw, o.batch, ndev, o.kvstore,
-		       o.optimizer, params);
+		       o.optimizer, params,
+		       overlapped ? ", push per layer during backward" : "");
 	fflush(stdout);
 
 	size_t nb = dt_sampler_num_batches(sampler);
@@ -387,6 +461,11 @@ main(int argc, char **argv)
 			for (int d = 1; d < ndev; d++)
 				if (th[d])
 					pthread_join(th[d], NULL);
+			double tc = now();
+			if (overlapped && overlap_wait(&ov) != DT_OK) {
+				fprintf(stderr, "mnist: %s\n", ov.msg);
+				goto out;
+			}
 			for (int d = 0; d < ndev; d++) {
 				if (rep[d].err) {
 					fprintf(stderr, "mnist: %s\n",
@@ -395,23 +474,30 @@ main(int argc, char **argv)
 				}
 				correct += rep[d].correct;
 			}
-			/* Sum the devices' gradients (local aggregation). */
-			size_t np = dt_nn_model_num_params(m);
-			memcpy(sum, dt_nn_model_grads(m), np * sizeof(float));
-			for (int d = 1; d < ndev; d++) {
-				const float *g = dt_nn_model_grads(rep[d].m);
-				for (size_t i = 0; i < np; i++)
-					sum[i] += g[i];
+			if (!overlapped) {
+				/* Sum the devices' gradients (local
+				 * aggregation). */
+				size_t np = dt_nn_model_num_params(m);
+				memcpy(sum, dt_nn_model_grads(m),
+				       np * sizeof(float));
+				for (int d = 1; d < ndev; d++) {
+					const float *g =
+					    dt_nn_model_grads(rep[d].m);
+					for (size_t i = 0; i < np; i++)
+						sum[i] += g[i];
+				}
+				tc = now();
+				if (horovod &&
+				    dt_coll_allreduce(coll, DT_COLL_IN_PLACE,
+				                      sum, np, DT_FLOAT32,
+				                      DT_COLL_SUM) != DT_OK)
+					goto fail;
+				if (dt_kv_pushpull_many(
+				        updater, (size_t)nt, keys,
+				        (const float *const *)gv, pv,
+				        lens) != DT_OK)
+					goto fail;
 			}
-			double tc = now();
-			if (horovod &&
-			    dt_coll_allreduce(coll, DT_COLL_IN_PLACE, sum, np,
-			                      DT_FLOAT32, DT_COLL_SUM) != DT_OK)
-				goto fail;
-			if (dt_kv_pushpull_many(updater, (size_t)nt, keys,
-			                        (const float *const *)gv, pv,
-			                        lens) != DT_OK)
-				goto fail;
 			tcomm += now() - tc;
 			dt_metric_add(&metric, correct, (double)o.batch);
 			dt_speedometer_update(&sp, (int)ep, (long)b, &metric,

@@ -2,7 +2,8 @@
 # The trainer's correctness: with the same --seed and --limit 2048, one
 # epoch of dist_sync with 2 workers at batch 32 gives the parameters of
 # --kvstore local at batch 64 (dtrain params diff max_abs <= 1e-4); so do
-# --devices 2, dist_sync_device, and --kvstore horovod (allreduce).
+# --devices 2, dist_sync_device, --kvstore horovod (allreduce), and dist_sync
+# with --no-overlap (the push after backward instead of per layer in it).
 set -u
 B=${DTRAIN_BUILD:?}
 DATA=${FASHION_MNIST:-/usr/share/datasets/fashion-mnist}
@@ -33,6 +34,7 @@ grep -q 'Epoch\[0\] Validation-accuracy=' "$tmp/local.log" || { echo "FAIL: no v
 grep -q 'Epoch\[0\] Batch \[0-16\] Speed: .* samples/sec accuracy=' "$tmp/local.log" || { echo "FAIL: no Speedometer line"; fails=$((fails+1)); }
 
 run dist_sync "$B/dtrain" launch -n 2 -s 2 -- "$B/examples/mnist" --kvstore dist_sync --batch-size 32 "${common[@]}" --save "$tmp/dist.params" && check dist_sync "$tmp/dist.params"
+run dist_sync_no_overlap "$B/dtrain" launch -n 2 -s 2 -- "$B/examples/mnist" --kvstore dist_sync --no-overlap --batch-size 32 "${common[@]}" --save "$tmp/distno.params" && check "dist_sync --no-overlap" "$tmp/distno.params"
 run devices "$B/examples/mnist" --kvstore device --devices 2 --batch-size 64 "${common[@]}" --save "$tmp/dev.params" && check "device x2" "$tmp/dev.params"
 run dist_sync_device "$B/dtrain" launch -n 2 -s 1 -- "$B/examples/mnist" --kvstore dist_sync_device --devices 2 --batch-size 32 "${common[@]}" --save "$tmp/distdev.params" && check "dist_sync_device x2" "$tmp/distdev.params"
 run horovod "$B/dtrain" launch -n 2 -s 0 -- "$B/examples/mnist" --kvstore horovod --batch-size 32 "${common[@]}" --save "$tmp/hvd.params" && check horovod "$tmp/hvd.params"
