@@ -450,9 +450,15 @@ wait_reqs(dt_kv *kv, dt_kv_req *reqs, size_t n, dt_err first)
 	dt_err err = DT_OK;                                                    \
 	if (reqs == NULL)                                                      \
 		return DT_ENOMEM;                                              \
+	/* Small frames to one server leave in one write (van.h corking);      \
+	 * a failed flush ends the connection, and the waits report it. */     \
+	if (kv->node)                                                          \
+		dt__van_cork(kv->node->van);                                   \
 	for (; started < nkeys; started++)                                     \
 		if ((err = (start_call)))                                      \
 			break;                                                 \
+	if (kv->node)                                                          \
+		(void)dt__van_uncork(kv->node->van);                           \
 	err = wait_reqs(kv, reqs, started, err);                               \
 	if (reqs != stack)                                                     \
 		free(reqs);                                                    \

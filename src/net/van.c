@@ -55,6 +55,8 @@ struct dt_conn {
 	atomic_int open;
 	char addr[64];
 	pthread_mutex_t send_mu;
+	uint8_t *obuf; /* (send_mu) frames held by a corked thread */
+	size_t olen, ocap;
 	dt_conn *next;
 
 	/* Receive state, owned by the I/O thread. */
@@ -177,6 +179,7 @@ conn_free(dt_conn *c)
 	free(c->stage);
 	free(c->meta);
 	free(c->rxbuf);
+	free(c->obuf);
 	free(c);
 }
 
@@ -709,8 +712,12 @@ dispatch(dt_van *v, const struct epoll_event *evs, int n)
 			continue;
 		}
 		dt_conn *c = p;
-		if (atomic_load(&c->open))
+		if (atomic_load(&c->open)) {
+			/* The answers to a burst of requests leave together. */
+			dt__van_cork(v);
 			conn_readable(v, c);
+			(void)dt__van_uncork(v);
+		}
 		if (atomic_load(&c->open)) {
 			struct epoll_event ev = {.events = CONN_EVENTS,
 			                         .data.ptr = c};
@@ -990,61 +997,25 @@ dt__van_connect(dt_van *v, const char *host, int port, int timeout_ms,
 	                port, timeout_ms / 1000.0, strerror(last_errno));
 }
 
-dt_err
-dt__van_send(dt_van *v, dt_conn *c, dt_msg_hdr *h, const void *meta,
-             uint32_t meta_len, const struct iovec *iov, int iovcnt)
+/*
+ * Write vec[0..n) to c, all of it, with send_mu held. Each call writes at
+ * most SEND_CHUNK bytes (no cut that would leave a small tail): each call's
+ * end pushes its segments out, so the receiver works on a big payload
+ * steadily instead of in bursts of half the window.
+ */
+static dt_err
+write_locked(dt_van *v, dt_conn *c, struct iovec *vec, int n, const char *what)
 {
-	struct iovec local[IOV_BATCH + 2];
-	struct iovec *vec = local;
-	uint8_t hb[DT_HDR_SIZE];
-	uint64_t total = 0, deadline;
-	int n = 0;
+	uint64_t deadline;
 	dt_err err = DT_OK;
 
-	h->meta_len = meta_len;
-	h->payload_len = 0;
-	for (int i = 0; i < iovcnt; i++)
-		h->payload_len += iov[i].iov_len;
-	if (h->payload_len > v->max_payload)
-		return dt__fail(DT_ETOOBIG,
-		                "%s of %llu bytes exceeds the message limit "
-		                "%llu (DT_MAX_MESSAGE)",
-		                dt__cmd_name(h->cmd),
-		                (unsigned long long)h->payload_len,
-		                (unsigned long long)v->max_payload);
-	if (iovcnt > IOV_BATCH) {
-		vec = malloc(sizeof(*vec) * (size_t)(iovcnt + 2));
-		if (vec == NULL)
-			return dt__fail(DT_ENOMEM, "send vector");
-	}
-	dt__hdr_encode(h, hb);
-	vec[n++] = (struct iovec){hb, DT_HDR_SIZE};
-	if (meta_len)
-		vec[n++] = (struct iovec){(void *)meta, meta_len};
-	for (int i = 0; i < iovcnt; i++)
-		if (iov[i].iov_len)
-			vec[n++] = iov[i];
-	total = DT_HDR_SIZE + meta_len + h->payload_len;
-
-	if (dt__verbose >= 2)
-		dt__log(2, "send %s to node %d seq=%llu key=%llu len=%llu",
-		        dt__cmd_name(h->cmd), (int)h->recver,
-		        (unsigned long long)h->seq, (unsigned long long)h->key,
-		        (unsigned long long)h->payload_len);
-
-	pthread_mutex_lock(&c->send_mu);
 	deadline = dt__now_ns() + (uint64_t)v->send_timeout_ms * 1000000ull;
 	struct iovec *cur = vec;
 	int left = n;
 	while (left > 0) {
 		struct msghdr mh = {.msg_iov = cur};
-		size_t cut = 0, full = 0;
+		size_t cut = 0, full = 0, rest = 0, limit;
 		ssize_t w;
-
-		/* At most SEND_CHUNK bytes per call: each call's end pushes
-		 * its segments out, so the receiver works on a big payload
-		 * steadily instead of in bursts of half the window. */
-		size_t rest = 0, limit;
 
 		for (int i = 0; i < left; i++)
 			rest += cur[i].iov_len;
@@ -1066,8 +1037,8 @@ dt__van_send(dt_van *v, dt_conn *c, dt_msg_hdr *h, const void *meta,
 
 		if (!atomic_load(&c->open)) {
 			err = dt__fail(DT_ECLOSED,
-			               "send %s to %s: connection closed",
-			               dt__cmd_name(h->cmd), c->addr);
+			               "send %s to %s: connection closed", what,
+			               c->addr);
 			break;
 		}
 		w = sendmsg(c->fd, &mh, MSG_NOSIGNAL);
@@ -1086,7 +1057,7 @@ dt__van_send(dt_van *v, dt_conn *c, dt_msg_hdr *h, const void *meta,
 					    DT_ETIMEDOUT,
 					    "send %s to %s: peer has not "
 					    "read for %d s",
-					    dt__cmd_name(h->cmd), c->addr,
+					    what, c->addr,
 					    v->send_timeout_ms / 1000);
 					break;
 				}
@@ -1095,9 +1066,8 @@ dt__van_send(dt_van *v, dt_conn *c, dt_msg_hdr *h, const void *meta,
 				                 1000));
 				continue;
 			}
-			err = dt__fail(DT_ECLOSED, "send %s to %s: %s",
-			               dt__cmd_name(h->cmd), c->addr,
-			               strerror(errno));
+			err = dt__fail(DT_ECLOSED, "send %s to %s: %s", what,
+			               c->addr, strerror(errno));
 			break;
 		}
 		size_t done = (size_t)w;
@@ -1110,6 +1080,172 @@ dt__van_send(dt_van *v, dt_conn *c, dt_msg_hdr *h, const void *meta,
 			cur->iov_base = (uint8_t *)cur->iov_base + done;
 			cur->iov_len -= done;
 		}
+	}
+	return err;
+}
+
+/* ---- corking: a thread's small frames leave in one write ---- */
+
+#define CORK_MAX   (64u << 10)  /* frames up to this size are held */
+#define CORK_BUF   (256u << 10) /* held bytes per connection at most */
+#define CORK_CONNS 64
+
+static _Thread_local struct {
+	dt_van *v;
+	int depth;
+	int nconns;
+	dt_conn *conns[CORK_CONNS]; /* connections holding this thread's */
+} cork;
+
+/* Write out what c holds (send_mu held). */
+static dt_err
+flush_locked(dt_van *v, dt_conn *c)
+{
+	struct iovec iov = {c->obuf, c->olen};
+	dt_err err;
+
+	if (c->olen == 0)
+		return DT_OK;
+	err = write_locked(v, c, &iov, 1, "held frames");
+	if (err == DT_OK)
+		atomic_fetch_add(&v->sent, c->olen);
+	c->olen = 0;
+	return err;
+}
+
+/* A flush that failed loses frames whose senders wait for answers: end
+ * the connection, so that its owner learns of the loss (on_close). */
+static dt_err
+flush(dt_van *v, dt_conn *c)
+{
+	dt_err err;
+
+	pthread_mutex_lock(&c->send_mu);
+	err = flush_locked(v, c);
+	if (err && c->fd >= 0)
+		shutdown(c->fd, SHUT_RDWR);
+	pthread_mutex_unlock(&c->send_mu);
+	return err;
+}
+
+void
+dt__van_cork(dt_van *v)
+{
+	if (cork.depth > 0 && cork.v != v)
+		return; /* corked on another van: this one sends at once */
+	cork.v = v;
+	cork.depth++;
+}
+
+dt_err
+dt__van_uncork(dt_van *v)
+{
+	dt_err first = DT_OK;
+
+	if (cork.v != v || cork.depth == 0 || --cork.depth > 0)
+		return DT_OK;
+	for (int i = 0; i < cork.nconns; i++) {
+		dt_err err = flush(v, cork.conns[i]);
+
+		if (err && first == DT_OK)
+			first = err;
+	}
+	cork.nconns = 0;
+	cork.v = NULL;
+	return first;
+}
+
+/* Hold a small frame in c's buffer if this thread is corked (send_mu held):
+ * 1 if held. */
+static int
+hold_locked(dt_van *v, dt_conn *c, const struct iovec *vec, int n,
+            uint64_t total)
+{
+	if (cork.v != v || cork.depth == 0 || total > CORK_MAX)
+		return 0;
+	if (c->olen + total > CORK_BUF &&
+	    (c->olen == 0 || flush_locked(v, c) != DT_OK))
+		return 0;
+	if (c->ocap < CORK_BUF) {
+		uint8_t *b = realloc(c->obuf, CORK_BUF);
+
+		if (b == NULL)
+			return 0;
+		c->obuf = b;
+		c->ocap = CORK_BUF;
+	}
+	int listed = 0;
+
+	for (int i = 0; i < cork.nconns && !listed; i++)
+		listed = cork.conns[i] == c;
+	if (!listed && cork.nconns == CORK_CONNS)
+		return 0; /* no room to remember c: send at once */
+	for (int i = 0; i < n; i++) {
+		memcpy(c->obuf + c->olen, vec[i].iov_base, vec[i].iov_len);
+		c->olen += vec[i].iov_len;
+	}
+	if (!listed)
+		cork.conns[cork.nconns++] = c;
+	return 1;
+}
+
+dt_err
+dt__van_send(dt_van *v, dt_conn *c, dt_msg_hdr *h, const void *meta,
+             uint32_t meta_len, const struct iovec *iov, int iovcnt)
+{
+	struct iovec local[IOV_BATCH + 3];
+	struct iovec *vec = local;
+	uint8_t hb[DT_HDR_SIZE];
+	uint64_t total = 0;
+	int n = 0;
+	dt_err err = DT_OK;
+
+	h->meta_len = meta_len;
+	h->payload_len = 0;
+	for (int i = 0; i < iovcnt; i++)
+		h->payload_len += iov[i].iov_len;
+	if (h->payload_len > v->max_payload)
+		return dt__fail(DT_ETOOBIG,
+		                "%s of %llu bytes exceeds the message limit "
+		                "%llu (DT_MAX_MESSAGE)",
+		                dt__cmd_name(h->cmd),
+		                (unsigned long long)h->payload_len,
+		                (unsigned long long)v->max_payload);
+	if (iovcnt > IOV_BATCH) {
+		vec = malloc(sizeof(*vec) * (size_t)(iovcnt + 3));
+		if (vec == NULL)
+			return dt__fail(DT_ENOMEM, "send vector");
+	}
+	vec[n++] = (struct iovec){NULL, 0}; /* frames held before this one */
+	dt__hdr_encode(h, hb);
+	vec[n++] = (struct iovec){hb, DT_HDR_SIZE};
+	if (meta_len)
+		vec[n++] = (struct iovec){(void *)meta, meta_len};
+	for (int i = 0; i < iovcnt; i++)
+		if (iov[i].iov_len)
+			vec[n++] = iov[i];
+	total = DT_HDR_SIZE + meta_len + h->payload_len;
+
+	if (dt__verbose >= 2)
+		dt__log(2, "send %s to node %d seq=%llu key=%llu len=%llu",
+		        dt__cmd_name(h->cmd), (int)h->recver,
+		        (unsigned long long)h->seq, (unsigned long long)h->key,
+		        (unsigned long long)h->payload_len);
+
+	pthread_mutex_lock(&c->send_mu);
+	if (!atomic_load(&c->open)) {
+		err = dt__fail(DT_ECLOSED, "send %s to %s: connection closed",
+		               dt__cmd_name(h->cmd), c->addr);
+	} else if (hold_locked(v, c, vec + 1, n - 1, total)) {
+		total = 0; /* counted when flushed */
+	} else {
+		uint64_t held = c->olen;
+
+		vec[0] = (struct iovec){c->obuf, c->olen};
+		c->olen = 0;
+		err = write_locked(v, c, held ? vec : vec + 1, held ? n : n - 1,
+		                   dt__cmd_name(h->cmd));
+		total += held;
 	}
 	pthread_mutex_unlock(&c->send_mu);
 	if (err == DT_OK)

@@ -115,6 +115,19 @@ dt_err dt__van_send(dt_van *v, dt_conn *c, dt_msg_hdr *h, const void *meta,
 void dt__van_wait(dt_van *v, dt_gen *g, pthread_mutex_t *mu, pthread_cond_t *cv,
                   uint64_t until_ns);
 
+/*
+ * Corking (per thread, nestable): between dt__van_cork and dt__van_uncork,
+ * this thread's frames of up to 64 KiB are held per connection and leave
+ * together at the uncork, in one write per connection; a bigger frame
+ * takes the held ones with it. Order on a connection is kept. Never wait
+ * for an answer while corked. A flush that fails closes the connection
+ * (its owner hears of it through on_close) and uncork returns the error.
+ * The van corks the answers its hooks send while it handles one
+ * connection's input.
+ */
+void dt__van_cork(dt_van *v);
+dt_err dt__van_uncork(dt_van *v);
+
 /* Close a connection (the on_close hook runs in the I/O thread). */
 void dt__van_close(dt_van *v, dt_conn *c);
 
