@@ -10,6 +10,7 @@
  *   kv_check adam    dist_sync with adam on the servers vs a reference
  *   kv_check async   dist_async: every push applied exactly once
  *   kv_check local   the same sums through a "local" store (1 process)
+ *   kv_check huge    the sums on one array of 2^28 + 3 floats (over 1 GiB)
  *
  * Inputs are small integers so that sums are exact in float32.
  */
@@ -268,6 +269,8 @@ main(int argc, char **argv)
 			check_sum(kv, (dt_key)(100 + i), sizes[i]);
 		if (strcmp(mode, "sum") == 0)
 			check_errors(kv);
+	} else if (strcmp(mode, "huge") == 0) {
+		check_sum(kv, 900, ((size_t)1 << 28) + 3);
 	} else if (strcmp(mode, "sgd") == 0 || strcmp(mode, "adam") == 0) {
 		check_optimizer(kv, mode);
 	} else if (strcmp(mode, "async") == 0) {
