@@ -3,11 +3,14 @@
  */
 #include "common/spin.h"
 
+#include <unistd.h>
+
 #include "common/util.h"
 
 #define DEFAULT_SPIN_US 200
 
 static atomic_int spin_us = DEFAULT_SPIN_US;
+static atomic_int spin_set; /* DT_SPIN_US was given */
 
 dt_err
 dt__spin_configure(void)
@@ -16,9 +19,24 @@ dt__spin_configure(void)
 	dt_err err =
 	    dt__env_long("DT_SPIN_US", DEFAULT_SPIN_US, 0, 100000, &us);
 
-	if (err == DT_OK)
+	if (err == DT_OK) {
 		atomic_store(&spin_us, (int)us);
+		atomic_store(&spin_set, dt__env_str("DT_SPIN_US") != NULL);
+	}
 	return err;
+}
+
+int
+dt__spin_fit(int busy_here)
+{
+	long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+
+	if (atomic_load(&spin_set) || cpus < 1 || busy_here <= cpus)
+		return 0;
+	/* More busy processes than processors: a spinning waiter would take
+	 * the processor that the one it waits for needs. Sleep at once. */
+	atomic_store(&spin_us, 0);
+	return 1;
 }
 
 uint64_t

@@ -38,6 +38,12 @@ dt__gen_bump(dt_gen *g)
 /* Read DT_SPIN_US (default 200, 0 = never spin) into the process's budget. */
 dt_err dt__spin_configure(void);
 
+/*
+ * Without DT_SPIN_US, turn the spin off if busy_here (this job's servers and
+ * workers on this machine) exceeds the online processors. 1 if it did.
+ */
+int dt__spin_fit(int busy_here);
+
 /* The spin budget in nanoseconds (0: never spin). */
 uint64_t dt__spin_budget_ns(void);
 

@@ -256,6 +256,24 @@ hook_payload_chunk(void *arg, dt_conn *c, const dt_msg_hdr *h, const void *data,
 		                           len);
 }
 
+/* The waiting calls' spin (common/spin.h) suits a machine with a processor
+ * for each busy process of the job; count ours on this host. */
+static void
+fit_spin(dt_node *n)
+{
+	int here = 0;
+
+	for (int id = 1; id < n->ntable; id++)
+		if (strcmp(n->table[id].host, n->host) == 0)
+			here++;
+	if (dt__spin_fit(here))
+		DT_LOG(1,
+		       "%d servers and workers on this host for %ld "
+		       "processors: waiting calls sleep at once (set "
+		       "DT_SPIN_US to choose)",
+		       here, sysconf(_SC_NPROCESSORS_ONLN));
+}
+
 /* Member side: the NODE_TABLE message. */
 static dt_err
 parse_table(dt_node *n, const dt_msg *m)
@@ -608,6 +626,7 @@ member_start(dt_node *n)
 		return err;
 	snprintf(name, sizeof(name), "%s %d", dt_role_name(n->role), n->rank);
 	dt__log_set_name(name);
+	fit_spin(n);
 	DT_LOG(1,
 	       "joined the cluster as %s (node id %d) of %d servers and %d "
 	       "workers",
