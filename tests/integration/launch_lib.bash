@@ -101,6 +101,8 @@ if [ "$role" = scheduler ]; then
 	fi
 else
 	echo "server $DMLC_SERVER_ID role $DMLC_ROLE listen_fd=${DT_LISTEN_FD:-unset} sockets $(sockets)"
+	# For tests whose workers must not finish before this line is out.
+	: >"$(dirname "$0")/server.$DMLC_SERVER_ID.started"
 fi
 if [ "$role" = scheduler ]; then
 	mode=${FAKE_SCHEDULER_MODE:-}

@@ -54,6 +54,8 @@ MSG="it's a \"test\" with \$dollar, spaces and a * star"
 # shellcheck disable=SC2016
 timeout 60 "$DTRAIN" launch -n 2 -s 1 -H hosts --env DT_TEST_TAG="$TAG" \
 	--env "MSG=$MSG" -- sh -c '
+	# The job ends when the workers do: let the server print its line first.
+	i=0; while [ ! -e "'"$TMP"'/server.0.started" ] && [ $i -lt 400 ]; do sleep 0.05; i=$((i + 1)); done
 	echo "worker $DMLC_WORKER_ID on $FAKE_HOST in $(pwd) uri=$DMLC_PS_ROOT_URI nw=$DMLC_NUM_WORKER ns=$DMLC_NUM_SERVER verbose=${PS_VERBOSE-unset} nodehost=${DMLC_NODE_HOST-unset} launched=$DTRAIN_LAUNCHED"
 	echo "msg=$MSG"
 	echo "zero=$0"
