@@ -656,7 +656,11 @@ conn_readable(dt_van *v, dt_conn *c)
 				dt_err err;
 
 				c->stage_len += (size_t)n;
+				/* The answers to the requests of one read leave
+				 * together (corking). */
+				dt__van_cork(v);
 				err = consume(v, c);
+				(void)dt__van_uncork(v);
 				if (err) {
 					conn_down(v, c, err, dt_errmsg());
 					return;
@@ -712,12 +716,8 @@ dispatch(dt_van *v, const struct epoll_event *evs, int n)
 			continue;
 		}
 		dt_conn *c = p;
-		if (atomic_load(&c->open)) {
-			/* The answers to a burst of requests leave together. */
-			dt__van_cork(v);
+		if (atomic_load(&c->open))
 			conn_readable(v, c);
-			(void)dt__van_uncork(v);
-		}
 		if (atomic_load(&c->open)) {
 			struct epoll_event ev = {.events = CONN_EVENTS,
 			                         .data.ptr = c};

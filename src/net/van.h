@@ -122,8 +122,8 @@ void dt__van_wait(dt_van *v, dt_gen *g, pthread_mutex_t *mu, pthread_cond_t *cv,
  * takes the held ones with it. Order on a connection is kept. Never wait
  * for an answer while corked. A flush that fails closes the connection
  * (its owner hears of it through on_close) and uncork returns the error.
- * The van corks the answers its hooks send while it handles one
- * connection's input.
+ * The van corks the answers its hooks send while they handle the frames
+ * of one read.
  */
 void dt__van_cork(dt_van *v);
 dt_err dt__van_uncork(dt_van *v);
