@@ -434,6 +434,20 @@ send_pieces(dt_van *v, dt_conn *c, uint8_t cmd, uint64_t seq, uint64_t key,
 
 /* ---- tests ---- */
 
+/* b sent and a received exactly total bytes, nothing closed; close. */
+static void
+check_counts_and_close(pair *p, uint64_t total)
+{
+	uint64_t sent, recvd;
+
+	dt__van_counters(p->b, &sent, &recvd);
+	assert_true(sent == total);
+	dt__van_counters(p->a, &sent, &recvd);
+	assert_true(recvd == total);
+	assert_int_equal(NCLOSE(&p->sa), 0);
+	pair_close(p);
+}
+
 static void
 test_sizes_in_order(void **state)
 {
@@ -484,15 +498,10 @@ test_sizes_in_order(void **state)
 		assert_int_equal(r->external, 0);
 		assert_true(r->conn == p.sa.recs[0].conn);
 	}
-	uint64_t sent, recvd, total = 0;
+	uint64_t total = 0;
 	for (int i = 0; i < N; i++)
 		total += DT_HDR_SIZE + strlen(meta[i]) + sizes[i];
-	dt__van_counters(p.b, &sent, &recvd);
-	assert_true(sent == total);
-	dt__van_counters(p.a, &sent, &recvd);
-	assert_true(recvd == total);
-	assert_int_equal(NCLOSE(&p.sa), 0);
-	pair_close(&p);
+	check_counts_and_close(&p, total);
 }
 
 /* Corked sends (nested): small frames are held and leave at the outer
@@ -505,7 +514,7 @@ test_corked_in_order(void **state)
 	                        7, 8, 300,  65536,      65537, 9};
 	enum { N = DT_ARRAY_LEN(sizes), ROUNDS = 40 };
 	uint32_t want_crc[N];
-	uint64_t sent, recvd, total = 0;
+	uint64_t total = 0;
 	pair p;
 
 	(void)state;
@@ -537,12 +546,7 @@ test_corked_in_order(void **state)
 		assert_true(r->h.payload_len == sizes[k % N]);
 		assert_int_equal(r->crc, want_crc[k % N]);
 	}
-	dt__van_counters(p.b, &sent, &recvd);
-	assert_true(sent == total);
-	dt__van_counters(p.a, &sent, &recvd);
-	assert_true(recvd == total);
-	assert_int_equal(NCLOSE(&p.sa), 0);
-	pair_close(&p);
+	check_counts_and_close(&p, total);
 }
 
 /* The accepted side sends too: a echoes everything back to b. */
