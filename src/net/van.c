@@ -50,7 +50,7 @@ enum rx_state { RX_HDR, RX_META, RX_PAYLOAD };
 struct dt_conn {
 	dt_van *van;
 	int fd;
-	int lowat; /* SO_RCVLOWAT now set (set_lowat) */
+	int lowat; /* SO_RCVLOWAT now set (fit_lowat) */
 	int peer;
 	atomic_int open;
 	char addr[64];
@@ -593,11 +593,17 @@ consume(dt_van *v, dt_conn *c)
 /*
  * While a big payload comes in, have epoll report the socket readable only
  * once a good piece of it is there (SO_RCVLOWAT): fewer wake-ups and bigger
- * reads. Never more than what is still to come, and back to 1 after.
+ * reads. Derived from the receive state whenever reading stops, so the mark
+ * is never more than what is still to come, and is 1 between frames.
  */
 static void
-set_lowat(dt_conn *c, int bytes)
+fit_lowat(dt_conn *c)
 {
+	int bytes = c->state == RX_PAYLOAD &&
+	                    c->h.payload_len - c->payload_got >= LOWAT_MIN
+	                ? (int)LOWAT_PIECE
+	                : 1;
+
 	if (c->lowat == bytes || (c->lowat == 0 && bytes == 1))
 		return;
 	if (setsockopt(c->fd, SOL_SOCKET, SO_RCVLOWAT, &bytes, sizeof(bytes)) ==
@@ -605,9 +611,9 @@ set_lowat(dt_conn *c, int bytes)
 		c->lowat = bytes;
 }
 
-/* The connection is readable: read until the kernel has nothing more. */
+/* Read until the kernel has nothing more (or the connection is down). */
 static void
-conn_readable(dt_van *v, dt_conn *c)
+read_all(dt_van *v, dt_conn *c)
 {
 	for (;;) {
 		ssize_t n;
@@ -633,19 +639,11 @@ conn_readable(dt_van *v, dt_conn *c)
 			n = read(c->fd, c->dest + c->payload_got, want);
 			if (n > 0) {
 				c->payload_got += (uint64_t)n;
-				if (c->payload_got == c->h.payload_len) {
-					set_lowat(c, 1);
+				if (c->payload_got == c->h.payload_len)
 					deliver(v, c);
-				}
-				if ((size_t)n < want) {
-					/* Drained; epoll says when more comes:
-					 * not before a good piece has. */
-					want -= (size_t)n;
-					set_lowat(c, want >= LOWAT_MIN
-					                 ? (int)LOWAT_PIECE
-					                 : 1);
-					return;
-				}
+				if ((size_t)n < want)
+					return; /* drained; epoll says when more
+					           comes */
 				continue;
 			}
 		} else {
@@ -665,19 +663,8 @@ conn_readable(dt_van *v, dt_conn *c)
 					conn_down(v, c, err, dt_errmsg());
 					return;
 				}
-				if (!atomic_load(&c->open))
+				if (!atomic_load(&c->open) || (size_t)n < want)
 					return;
-				if ((size_t)n < want) {
-					/* A streamed payload: as above. */
-					set_lowat(
-					    c, c->state == RX_PAYLOAD &&
-					               c->h.payload_len -
-					                       c->payload_got >=
-					                   LOWAT_MIN
-					           ? (int)LOWAT_PIECE
-					           : 1);
-					return;
-				}
 				continue;
 			}
 		}
@@ -697,6 +684,15 @@ conn_readable(dt_van *v, dt_conn *c)
 		conn_down(v, c, DT_ECLOSED, strerror(errno));
 		return;
 	}
+}
+
+/* The connection is readable. */
+static void
+conn_readable(dt_van *v, dt_conn *c)
+{
+	read_all(v, c);
+	if (atomic_load(&c->open))
+		fit_lowat(c);
 }
 
 /* Handle what epoll reported (dispatch_mu held). Returns 1 if a big payload
