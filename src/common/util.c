@@ -70,6 +70,13 @@ dt__now_ns(void)
 	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
+struct timespec
+dt__timespec_at(uint64_t ns)
+{
+	return (struct timespec){.tv_sec = (time_t)(ns / 1000000000ull),
+	                         .tv_nsec = (long)(ns % 1000000000ull)};
+}
+
 const char *
 dt__env_str(const char *name)
 {

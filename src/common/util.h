@@ -8,6 +8,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <time.h>
 
 #include "dtrain/err.h"
 
@@ -42,8 +43,11 @@ void dt__log(int level, const char *fmt, ...) DT_PRINTF(2, 3);
 			dt__log((level), __VA_ARGS__);                         \
 	} while (0)
 
-/* Monotonic clock. */
+/* Monotonic clock (CLOCK_MONOTONIC). */
 uint64_t dt__now_ns(void);
+/* The instant ns of that clock as a timespec, for pthread_cond_timedwait on
+ * a condition variable set to CLOCK_MONOTONIC. */
+struct timespec dt__timespec_at(uint64_t ns);
 static inline double
 dt__now_s(void)
 {

@@ -745,14 +745,8 @@ io_park(dt_van *v)
 	pthread_mutex_lock(&v->park_mu);
 	v->parked = 1;
 	while (!atomic_load(&v->stopping) && io_should_park(v, dt__now_ns())) {
-		struct timespec ts;
+		struct timespec ts = dt__timespec_at(dt__now_ns() + LINGER_NS);
 
-		clock_gettime(CLOCK_MONOTONIC, &ts);
-		ts.tv_nsec += (long)LINGER_NS;
-		if (ts.tv_nsec >= 1000000000L) {
-			ts.tv_sec++;
-			ts.tv_nsec -= 1000000000L;
-		}
 		pthread_cond_timedwait(&v->park_cv, &v->park_mu, &ts);
 	}
 	v->parked = 0;
@@ -840,9 +834,8 @@ spin_poll(dt_van *v, dt_gen *g, uint64_t seen)
 			end = dt__now_ns() + dt__spin_budget_ns();
 		if ((now = dt__now_ns()) >= end)
 			break;
-		if ((i & 63) == 0)
-			sched_yield(); /* let a thread that wants this CPU run
-			                */
+		if ((i & 63) == 0) /* let a thread that wants this CPU run */
+			sched_yield();
 	}
 	if (found)
 		atomic_store(&v->linger_until, now + LINGER_NS);
@@ -873,19 +866,11 @@ dt__van_wait(dt_van *v, dt_gen *g, pthread_mutex_t *mu, pthread_cond_t *cv,
 		slept = 1; /* counted in v->sleepers by spin_poll */
 	}
 	if (dt__gen_get(g) == seen) {
-		uint64_t now = dt__now_ns();
-
 		if (until_ns == 0) {
 			pthread_cond_wait(cv, mu);
-		} else if (until_ns > now) {
-			struct timespec ts;
-			uint64_t abs;
+		} else if (until_ns > dt__now_ns()) {
+			struct timespec ts = dt__timespec_at(until_ns);
 
-			clock_gettime(CLOCK_MONOTONIC, &ts);
-			abs = (uint64_t)ts.tv_sec * 1000000000ull +
-			      (uint64_t)ts.tv_nsec + (until_ns - now);
-			ts.tv_sec = (time_t)(abs / 1000000000ull);
-			ts.tv_nsec = (long)(abs % 1000000000ull);
 			pthread_cond_timedwait(cv, mu, &ts);
 		}
 	}
