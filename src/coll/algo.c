@@ -585,7 +585,7 @@ send_data(dt_coll *c, coll_op *op, int to, uint64_t key, uint64_t off,
 {
 	uint8_t meta[DT__COLL_META_CMA];
 	uint32_t meta_len = DT__COLL_SIG_LEN;
-	dt_msg_hdr h = {.cmd = DT__CC_DATA,
+	dt_msg_hdr h = {.cmd = DT_CMD_COLL_DATA,
 	                .seq = op->seq,
 	                .key = key,
 	                .arg0 = off,
@@ -607,7 +607,7 @@ send_data(dt_coll *c, coll_op *op, int to, uint64_t key, uint64_t off,
 static dt_err
 send_fin(dt_coll *c, coll_op *op, int to)
 {
-	dt_msg_hdr h = {.cmd = DT__CC_FIN, .seq = op->seq};
+	dt_msg_hdr h = {.cmd = DT_CMD_COLL_FIN, .seq = op->seq};
 
 	return dt__coll_send(c, to, &h, NULL, 0, NULL, 0);
 }
@@ -616,7 +616,7 @@ static dt_err
 send_ready(dt_coll *c, coll_op *op, int to)
 {
 	uint8_t meta[DT__COLL_SIG_LEN];
-	dt_msg_hdr h = {.cmd = DT__CC_READY, .seq = op->seq};
+	dt_msg_hdr h = {.cmd = DT_CMD_COLL_READY, .seq = op->seq};
 
 	dt__coll_sig_encode(&op->sig, meta);
 	return dt__coll_send(c, to, &h, meta, sizeof(meta), NULL, 0);

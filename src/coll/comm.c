@@ -61,11 +61,6 @@ void __tsan_ignore_thread_end(void);
 #define TSAN_IGNORE_END()   ((void)0)
 #endif
 
-static const char *const cmd_names[] = {
-    "COLL_DATA",        "COLL_READY",       "COLL_ABORT",
-    "COLL_STALL_QUERY", "COLL_STALL_REPLY", "COLL_FIN",
-};
-
 dt_err
 dt__coll_cfg_from_env(dt__coll_cfg *cfg)
 {
@@ -196,7 +191,7 @@ dt__coll_answer_queries(dt_coll *c)
 {
 	while (c->nqueries > 0) {
 		coll_query q = c->queries[--c->nqueries];
-		dt_msg_hdr h = {.cmd = DT__CC_STALL_REPLY,
+		dt_msg_hdr h = {.cmd = DT_CMD_COLL_STALL_REPLY,
 		                .seq = q.seq,
 		                .arg0 = c->next_seq,
 		                .arg1 = c->cur ? c->cur->seq : 0};
@@ -270,12 +265,12 @@ early_add(dt_coll *c, int peer, const dt_msg *m)
 		return;
 	e->h = m->hdr;
 	e->peer = peer;
-	if (m->hdr.cmd == DT__CC_DATA || m->hdr.cmd == DT__CC_READY)
+	if (m->hdr.cmd == DT_CMD_COLL_DATA || m->hdr.cmd == DT_CMD_COLL_READY)
 		e->has_sig = dt__coll_sig_decode(m->meta, m->hdr.meta_len,
 		                                 &e->sig) == DT_OK;
 	if (m->hdr.meta_len >= DT__COLL_META_CMA)
 		e->remote = dt__get_u64(m->meta + DT__COLL_SIG_LEN);
-	if (m->hdr.cmd == DT__CC_ABORT)
+	if (m->hdr.cmd == DT_CMD_COLL_ABORT)
 		e->text = strndup(m->meta ? (const char *)m->meta : "",
 		                  m->hdr.meta_len);
 	if (len) {
@@ -473,13 +468,13 @@ drain_early(dt_coll *c, coll_op *op)
 	/* An abort explains the operation's fate better than the stray data
 	 * that came with it (a rank that skipped a call would otherwise see
 	 * a mismatch against the next one). */
-	if ((e = early_take(c, op->seq, DT__CC_ABORT)) != NULL) {
+	if ((e = early_take(c, op->seq, DT_CMD_COLL_ABORT)) != NULL) {
 		posted_abort(op, e->peer, (dt_err)e->h.arg2, e->text);
 		early_free(e);
 	}
 	while ((e = early_take(c, op->seq, 0)) != NULL) {
 		switch (e->h.cmd) {
-		case DT__CC_DATA:
+		case DT_CMD_COLL_DATA:
 			if (e->dropped)
 				dt__coll_op_fail(
 				    op, DT_ENOMEM, 1,
@@ -492,13 +487,13 @@ drain_early(dt_coll *c, coll_op *op)
 				posted_data(c, op, e->peer, &e->h, &e->sig,
 				            e->has_sig, e->payload, e->remote);
 			break;
-		case DT__CC_READY:
+		case DT_CMD_COLL_READY:
 			posted_ready(c, op, e->peer, &e->sig, e->has_sig);
 			break;
-		case DT__CC_ABORT:
+		case DT_CMD_COLL_ABORT:
 			posted_abort(op, e->peer, (dt_err)e->h.arg2, e->text);
 			break;
-		case DT__CC_FIN:
+		case DT_CMD_COLL_FIN:
 			dt__coll_algo_fin(c, op, e->peer);
 			break;
 		}
@@ -520,7 +515,7 @@ hook_payload_dest(void *arg, dt_node *n, dt_conn *conn, const dt_msg_hdr *h,
 	int reduce;
 
 	(void)n;
-	if (peer < 0 || h->cmd != DT__CC_DATA)
+	if (peer < 0 || h->cmd != DT_CMD_COLL_DATA)
 		return DT_VAN_DISCARD;
 	pthread_mutex_lock(&c->mu);
 	op = c->cur;
@@ -563,7 +558,7 @@ hook_on_msg(void *arg, dt_node *n, dt_conn *conn, dt_msg *m)
 	pthread_mutex_lock(&c->mu);
 	op = c->cur;
 	switch (h->cmd) {
-	case DT__CC_DATA:
+	case DT_CMD_COLL_DATA:
 		if (m->payload_external) {
 			/* Landed in place (payload_dest took a reference). */
 			if (op && op->seq == h->seq && c->ext[peer]) {
@@ -587,7 +582,7 @@ hook_on_msg(void *arg, dt_node *n, dt_conn *conn, dt_msg *m)
 		                ? dt__get_u64(m->meta + DT__COLL_SIG_LEN)
 		                : 0);
 		break;
-	case DT__CC_FIN:
+	case DT_CMD_COLL_FIN:
 		if (h->seq <= c->done_seq)
 			break;
 		if (op == NULL || op->seq != h->seq) {
@@ -596,7 +591,7 @@ hook_on_msg(void *arg, dt_node *n, dt_conn *conn, dt_msg *m)
 		}
 		dt__coll_algo_fin(c, op, peer);
 		break;
-	case DT__CC_READY:
+	case DT_CMD_COLL_READY:
 		if (h->seq <= c->done_seq)
 			break;
 		if (op == NULL || op->seq != h->seq) {
@@ -607,7 +602,7 @@ hook_on_msg(void *arg, dt_node *n, dt_conn *conn, dt_msg *m)
 		    dt__coll_sig_decode(m->meta, h->meta_len, &sig) == DT_OK;
 		posted_ready(c, op, peer, &sig, has_sig);
 		break;
-	case DT__CC_ABORT:
+	case DT_CMD_COLL_ABORT:
 		if (h->seq <= c->done_seq)
 			break;
 		if (op == NULL || op->seq != h->seq) {
@@ -617,13 +612,13 @@ hook_on_msg(void *arg, dt_node *n, dt_conn *conn, dt_msg *m)
 		posted_abort(op, peer, (dt_err)h->arg2,
 		             m->meta ? (const char *)m->meta : "");
 		break;
-	case DT__CC_STALL_QUERY:
+	case DT_CMD_COLL_STALL_QUERY:
 		if (c->nqueries < DT__COLL_MAX_QUERIES)
 			c->queries[c->nqueries++] =
 			    (coll_query){.peer = peer, .seq = h->seq};
 		pthread_cond_signal(&c->bg_cv);
 		break;
-	case DT__CC_STALL_REPLY:
+	case DT_CMD_COLL_STALL_REPLY:
 		if (h->seq == c->stall_seq)
 			c->stall_reply[peer] = (int64_t)h->arg0;
 		break;
@@ -705,7 +700,7 @@ send_abort_all(dt_coll *c, coll_op *op)
 		pthread_mutex_unlock(&c->mu);
 		if (dead)
 			continue;
-		dt_msg_hdr h = {.cmd = DT__CC_ABORT,
+		dt_msg_hdr h = {.cmd = DT_CMD_COLL_ABORT,
 		                .seq = op->seq,
 		                .arg2 = (uint32_t)op->err};
 		dt__coll_send(c, r, &h, op->msg, (uint32_t)strlen(op->msg),
@@ -749,7 +744,7 @@ stall_report(dt_coll *c, coll_op *op)
 	for (int r = 0; r < c->size; r++) {
 		if (r == c->rank)
 			continue;
-		dt_msg_hdr h = {.cmd = DT__CC_STALL_QUERY, .seq = op->seq};
+		dt_msg_hdr h = {.cmd = DT_CMD_COLL_STALL_QUERY, .seq = op->seq};
 		dt__coll_send(c, r, &h, NULL, 0, NULL, 0);
 	}
 	until = dt__now_ns() + grace;
@@ -948,8 +943,6 @@ dt__coll_attach(dt_coll *c)
 		                           "communicator");
 	}
 	pthread_mutex_unlock(&n->mu);
-	dt__cmd_names_register(DT_CMD_COLL_FIRST, DT_ARRAY_LEN(cmd_names),
-	                       cmd_names);
 	dt__node_set_app(n, DT_APP_COLL, &app);
 	return DT_OK;
 }

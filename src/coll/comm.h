@@ -26,17 +26,6 @@
 #include "coll/coll_impl.h"
 #include "common/spin.h"
 
-/* Message commands (DT_CMD_COLL_FIRST + ...). */
-enum {
-	DT__CC_DATA = DT_CMD_COLL_FIRST, /* op data: key = message index */
-	DT__CC_READY,                    /* receiver posted the operation */
-	DT__CC_ABORT,                    /* operation failed; meta = reason */
-	DT__CC_STALL_QUERY,              /* how far are you? */
-	DT__CC_STALL_REPLY,              /* arg0 = operations called */
-	DT__CC_FIN,                      /* done reading your memory (CMA) */
-	DT__CC_END,
-};
-
 /* DATA flags (arg2). */
 #define DT__CF_HAS_DATA 1u /* recursive-doubling broadcast: payload valid */
 #define DT__CF_CMA                                                             \

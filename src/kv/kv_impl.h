@@ -17,19 +17,10 @@
 #include "dtrain/kv.h"
 #include "dtrain/nn.h"
 
-/* KV commands (codec.h reserves 32..63). Requests carry key, arg0 = the
- * array's total length n, arg1 = the slice's offset; the payload is the
- * slice. A response echoes seq; DT_F_ERROR responses carry u32 code +
- * message in meta. */
-enum {
-	DT_CMD_KV_CONFIG = DT_CMD_KV_FIRST, /* rank 0 -> servers: mode */
-	DT_CMD_KV_SET_OPT,                  /* rank 0 -> servers: optimizer */
-	DT_CMD_KV_INIT,
-	DT_CMD_KV_PUSH,
-	DT_CMD_KV_PULL,
-	DT_CMD_KV_PUSHPULL,
-	DT_CMD_KV_END_,
-};
+/* KV requests (net/proto.h has the commands, docs/protocol.md their
+ * bodies) carry key, arg0 = the array's total length n, arg1 = the slice's
+ * offset; the payload is the slice. A response echoes seq; DT_F_ERROR
+ * responses carry u32 code + message in meta. */
 
 /* "push", "pull", ... for messages naming a KV command. */
 static inline const char *

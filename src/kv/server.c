@@ -69,10 +69,6 @@ typedef struct kv_server {
 	size_t nkeys;
 } kv_server;
 
-static const char *const kv_cmd_names[] = {
-    "KV_CONFIG", "KV_SET_OPT", "KV_INIT", "KV_PUSH", "KV_PULL", "KV_PUSHPULL",
-};
-
 static entry *
 find(kv_server *s, dt_key key)
 {
@@ -599,8 +595,6 @@ dt__kv_server_attach(dt_node *n)
 		free(s);
 		return DT_ENOMEM;
 	}
-	dt__cmd_names_register(DT_CMD_KV_FIRST, DT_ARRAY_LEN(kv_cmd_names),
-	                       kv_cmd_names);
 	app.arg = s;
 	app.on_msg = on_msg;
 	app.payload_dest = payload_dest;

@@ -18,38 +18,38 @@ _Static_assert(sizeof(float) == 4, "dtrain needs 32-bit floats");
     "dtrain's wire payloads are little-endian; big-endian hosts are not supported"
 #endif
 
-static const char *const control_names[] = {
-    "cmd 0",     "ADD_NODE", "NODE_TABLE",   "HELLO",
-    "HELLO_ACK", "BARRIER",  "BARRIER_DONE", "WORKER_DONE",
-    "TERMINATE", "ABORT",    "HEARTBEAT",    "TEXT",
+static const char *const cmd_names[DT_CMD_COLL_LAST + 1] = {
+#define NAME(name, num, dir) [num] = #name,
+    DT_PROTO_COMMANDS(NAME)
+#undef NAME
 };
-static const char *const *range_names[2];
-static unsigned range_count[2];
-
-void
-dt__cmd_names_register(unsigned first, unsigned count, const char *const *names)
-{
-	int i = first >= DT_CMD_COLL_FIRST ? 1 : 0;
-
-	range_names[i] = names;
-	range_count[i] = count;
-}
 
 const char *
 dt__cmd_name(unsigned cmd)
 {
 	static _Thread_local char buf[16];
 
-	if (cmd < DT_ARRAY_LEN(control_names))
-		return control_names[cmd];
-	if (cmd >= DT_CMD_KV_FIRST && cmd <= DT_CMD_KV_LAST &&
-	    cmd - DT_CMD_KV_FIRST < range_count[0])
-		return range_names[0][cmd - DT_CMD_KV_FIRST];
-	if (cmd >= DT_CMD_COLL_FIRST && cmd <= DT_CMD_COLL_LAST &&
-	    cmd - DT_CMD_COLL_FIRST < range_count[1])
-		return range_names[1][cmd - DT_CMD_COLL_FIRST];
+	if (cmd < DT_ARRAY_LEN(cmd_names) && cmd_names[cmd])
+		return cmd_names[cmd];
 	snprintf(buf, sizeof(buf), "cmd %u", cmd);
 	return buf;
+}
+
+int
+dt__cmd_is_control(unsigned cmd)
+{
+	return cmd >= DT_CMD_CONTROL_FIRST && cmd <= DT_CMD_CONTROL_LAST;
+}
+
+int
+dt__cmd_in_range(unsigned cmd)
+{
+	/* The control range holds only the commands the table names; the
+	 * other ranges belong to their layers, which refuse what they do
+	 * not know. */
+	if (dt__cmd_is_control(cmd))
+		return cmd_names[cmd] != NULL;
+	return cmd >= DT_CMD_KV_FIRST && cmd <= DT_CMD_COLL_LAST;
 }
 
 void
@@ -88,10 +88,7 @@ dt__hdr_decode(const uint8_t in[DT_HDR_SIZE], uint64_t max_payload,
 		                "speaks %u)",
 		                h->version, DT_WIRE_VERSION);
 	h->cmd = in[5];
-	if (h->cmd == 0 ||
-	    (h->cmd >= DT_ARRAY_LEN(control_names) &&
-	     h->cmd < DT_CMD_KV_FIRST) ||
-	    h->cmd > DT_CMD_COLL_LAST)
+	if (!dt__cmd_in_range(h->cmd))
 		return dt__fail(DT_EPROTO, "unknown command %u", h->cmd);
 	h->flags = dt__get_u16(in + 6);
 	if (h->flags & ~(DT_F_REQUEST | DT_F_RESPONSE | DT_F_ERROR))

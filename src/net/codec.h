@@ -17,6 +17,7 @@
 #include <stdint.h>
 
 #include "dtrain/err.h"
+#include "net/proto.h"
 
 #define DT_WIRE_MAGIC   0x4e525444u /* "DTRN" */
 #define DT_WIRE_VERSION 1
@@ -24,34 +25,6 @@
 #define DT_MAX_META     (1u << 20)
 /* Default payload limit; DT_MAX_MESSAGE (bytes) overrides it. */
 #define DT_DEFAULT_MAX_PAYLOAD (16ull << 30)
-
-/* Header flags. */
-#define DT_F_REQUEST  0x1
-#define DT_F_RESPONSE 0x2
-#define DT_F_ERROR    0x4 /* meta holds a u32 dt_err and a message */
-
-/*
- * Commands. 1..31 are the cluster's control messages, 32..63 belong to the
- * KVStore and 64..95 to the collectives; the receiver dispatches by range.
- */
-enum dt_cmd {
-	DT_CMD_ADD_NODE = 1,   /* node -> scheduler: role, address, rank wish */
-	DT_CMD_NODE_TABLE = 2, /* scheduler -> node: ids, ranks, addresses */
-	DT_CMD_HELLO = 3,      /* node -> peer: my node id */
-	DT_CMD_HELLO_ACK = 4,  /* peer -> node */
-	DT_CMD_BARRIER = 5,    /* node -> scheduler: entering a barrier */
-	DT_CMD_BARRIER_DONE = 6, /* scheduler -> node: barrier passed */
-	DT_CMD_WORKER_DONE = 7,  /* worker -> scheduler: leaving */
-	DT_CMD_TERMINATE = 8,    /* scheduler -> server: job over */
-	DT_CMD_ABORT = 9,        /* scheduler -> all: job failed, reason */
-	DT_CMD_HEARTBEAT = 10,   /* node -> scheduler */
-	DT_CMD_TEXT = 11,        /* any -> any: a line of text (demo, tests) */
-	DT_CMD_CONTROL_MAX = 31,
-	DT_CMD_KV_FIRST = 32,
-	DT_CMD_KV_LAST = 63,
-	DT_CMD_COLL_FIRST = 64,
-	DT_CMD_COLL_LAST = 95,
-};
 
 typedef struct dt_msg_hdr {
 	uint8_t version;
@@ -68,15 +41,10 @@ typedef struct dt_msg_hdr {
 	uint64_t payload_len;
 } dt_msg_hdr;
 
-/* Name of a command for logs ("ADD_NODE", "KV_PUSH", "cmd 77"). */
-const char *dt__cmd_name(unsigned cmd);
-/* Register names for a range owner (kv, coll); table indexed cmd-first. */
-void dt__cmd_names_register(unsigned first, unsigned count,
-                            const char *const *names);
-
 void dt__hdr_encode(const dt_msg_hdr *h, uint8_t out[DT_HDR_SIZE]);
 /*
- * Decode and validate a header: magic, version, a known command range,
+ * Decode and validate a header: magic, version, a command that
+ * dt__cmd_in_range accepts,
  * meta_len <= DT_MAX_META and payload_len <= max_payload. On failure the
  * message says which field was wrong and its value.
  */

@@ -37,6 +37,10 @@ if [ "$host" = "${FAKE_RSYNC_FAIL:-}" ]; then
 	echo "rsync: connection to $host failed" >&2
 	exit 23
 fi
+# The fake hosts share one file system, so the copies of one launch land in
+# one directory: take turns, as the copies to real hosts never collide.
+exec 9>>"$FAKE_RSYNC_LOG.lock"
+flock 9
 mkdir -p "$dir" && cp -a "$src." "$dir"
 EOS
 chmod +x "$TMP/fake_ssh" "$TMP/fake_rsync"
