@@ -11,6 +11,7 @@
 #include "cli/cli.h"
 #include "common/util.h"
 #include "dtrain/node.h"
+#include "kv/kv_impl.h"
 
 static void
 usage(FILE *f)
@@ -122,7 +123,8 @@ dt__cli_role(int argc, char **argv)
 		fprintf(stderr, "dtrain %s: %s\n", role, dt_errmsg());
 		return 2;
 	}
-	if ((err = dt_node_start(&cfg, &node))) {
+	/* A server serves the KVStore. */
+	if ((err = dt__kv_register()) || (err = dt_node_start(&cfg, &node))) {
 		fprintf(stderr, "dtrain %s: %s\n", role, dt_errmsg());
 		return 1;
 	}

@@ -895,7 +895,7 @@ comm_start(dt_coll *c)
 		if (c->pids == NULL || c->bounce == NULL)
 			return dt__fail(DT_ENOMEM, "CMA buffers");
 		for (int r = 0; r < c->size; r++)
-			c->pids[r] = c->node->table[c->base_id + r].pid;
+			c->pids[r] = dt__node_entry(c->node, c->base_id + r)->pid;
 		if ((err = probe_cma(c)))
 			return err;
 		/* Beyond two ranks the CMA algorithms exchange 3(n-1)
@@ -930,8 +930,8 @@ dt_coll_init_node(dt_node *node, dt_coll **out)
 		char msg[512];
 		snprintf(msg, sizeof(msg), "%s", dt_errmsg());
 		stop_bg(c);
-		if (c->dead)
-			dt__node_set_app(node, DT_APP_COLL, NULL);
+		if (dt__node_app_arg(node, &dt__coll_app) == c)
+			dt__node_detach(node, &dt__coll_app);
 		comm_free(c);
 		return dt__fail(err, "%s", msg);
 	}
@@ -1127,8 +1127,14 @@ dt_coll_init(dt_coll **out)
 	if ((err = comm_new(&c)))
 		return err;
 	if (dt__env_str("DMLC_PS_ROOT_URI") || dt__env_str("DMLC_ROLE")) {
-		/* dtrain launch: a scheduler or server serves and exits. */
-		if ((err = dt_node_init_from_env(&c->node)))
+		int served;
+
+		err = dt__node_join_env(&c->node, &served);
+		/* dtrain launch: a scheduler or server serves here, then ends
+		 * (MXNet). */
+		if (served)
+			dt__exit_served(err);
+		if (err)
 			goto fail;
 		c->own_node = c->node != NULL;
 	} else {
@@ -1187,7 +1193,7 @@ dt_coll_finalize(dt_coll *c)
 			else if (err)
 				dt__fail(err, "%s", msg);
 		} else {
-			dt__node_set_app(c->node, DT_APP_COLL, NULL);
+			dt__node_detach(c->node, &dt__coll_app);
 			/*
 			 * The node's I/O thread may still be inside one of our
 			 * hooks. It handles messages one at a time, so once it

@@ -16,7 +16,7 @@
 #include <stdint.h>
 
 #include "dtrain/coll.h"
-#include "core/node_impl.h"
+#include "core/core.h"
 
 /* ---- reduction kernels (reduce.c) ---- */
 

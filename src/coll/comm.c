@@ -147,15 +147,14 @@ wake_executor(dt_coll *c)
 }
 
 /* Wait (mu held) for progress or until_ns. A short wait is spent reading
- * the network in this thread rather than asleep (dt__van_wait). */
+ * the network in this thread rather than asleep (dt__node_wait_gen). */
 static void
 cv_wait_until(dt_coll *c, uint64_t until_ns)
 {
 	if (until_ns <= dt__now_ns())
 		return;
 	/* The cv runs on CLOCK_MONOTONIC, dt__now_ns's clock. */
-	dt__van_wait(c->node ? c->node->van : NULL, &c->cv_gen, &c->mu, &c->cv,
-	             until_ns);
+	dt__node_wait_gen(c->node, &c->cv_gen, &c->mu, &c->cv, until_ns);
 }
 
 dt_err
@@ -642,15 +641,17 @@ hook_on_fail(void *arg, dt_node *n, int peer_id, dt_err err)
 	if (peer_id >= 0 && (r < 0 || r >= c->size))
 		return; /* a server or the scheduler: not ours */
 	if (peer_id < 0) {
-		pthread_mutex_lock(&n->mu);
+		char fmsg[512];
+
+		dt__node_fatal(n, fmsg, sizeof(fmsg));
 		snprintf(why, sizeof(why), "%s",
-		         n->fatal_msg[0] ? n->fatal_msg : dt_strerror(err));
-		pthread_mutex_unlock(&n->mu);
+		         fmsg[0] ? fmsg : dt_strerror(err));
 	} else {
+		const dt_node_entry *e = dt__node_entry(n, peer_id);
+
 		snprintf(why, sizeof(why),
 		         "lost rank %d (worker at %s:%d, pid %d): %s", r,
-		         n->table[peer_id].host, n->table[peer_id].port,
-		         n->table[peer_id].pid,
+		         e ? e->host : "?", e ? e->port : 0, e ? e->pid : 0,
 		         err == DT_EPEER ? "connection closed"
 		                         : dt_strerror(err));
 	}
@@ -826,13 +827,13 @@ quiesce(dt_coll *c, coll_op *op)
 			 * lands in the caller's buffer: cut it off. */
 			for (int r = 0; r < c->size; r++) {
 				int id = c->base_id + r;
-				if (!c->ext[r] || c->node->peers[id] == NULL)
+				if (!c->ext[r])
 					continue;
 				dt__log(0,
 				        "closing the connection to rank %d: "
 				        "a payload is stuck",
 				        r);
-				dt__van_close(c->node->van, c->node->peers[id]);
+				dt__node_close_peer(c->node, id);
 			}
 			closed = 1;
 			until = dt__now_ns() + timeout_ns(c);
@@ -903,29 +904,37 @@ dt__coll_execute(dt_coll *c, coll_op *op)
 
 /* ---- set-up ---- */
 
+const dt__app_class dt__coll_app = {
+    .name = "communicator",
+    .cmd_first = DT_CMD_COLL_FIRST,
+    .cmd_last = DT_CMD_COLL_LAST,
+};
+
 dt_err
 dt__coll_attach(dt_coll *c)
 {
 	dt_node *n = c->node;
-	dt__node_app app = {.arg = c,
-	                    .on_msg = hook_on_msg,
-	                    .payload_dest = hook_payload_dest,
-	                    .on_fail = hook_on_fail};
-	int myid;
+	dt__app_hooks app = {.arg = c,
+	                     .on_msg = hook_on_msg,
+	                     .payload_dest = hook_payload_dest,
+	                     .on_fail = hook_on_fail};
+	const dt_node_entry *me;
 
-	if (n->role != DT_ROLE_WORKER)
+	if (dt_node_role(n) != DT_ROLE_WORKER)
 		return dt__fail(DT_EINVAL,
 		                "collectives run among workers; "
 		                "this node is a %s",
-		                dt_role_name(n->role));
-	c->rank = n->rank;
-	c->size = n->num_workers;
-	c->base_id = 1 + n->num_servers;
-	myid = c->base_id + c->rank;
+		                dt_role_name(dt_node_role(n)));
+	c->rank = dt_node_rank(n);
+	c->size = dt_node_num_workers(n);
+	c->base_id = 1 + dt_node_num_servers(n);
+	me = dt__node_entry(n, c->base_id + c->rank);
 	c->local_rank = 0;
 	c->local_size = 0;
 	for (int r = 0; r < c->size; r++) {
-		if (strcmp(n->table[c->base_id + r].host, n->table[myid].host))
+		const dt_node_entry *e = dt__node_entry(n, c->base_id + r);
+
+		if (me == NULL || e == NULL || strcmp(e->host, me->host))
 			continue;
 		if (r < c->rank)
 			c->local_rank++;
@@ -936,13 +945,5 @@ dt__coll_attach(dt_coll *c)
 	c->stall_reply = calloc((size_t)c->size, sizeof(int64_t));
 	if (!c->dead || !c->ext || !c->stall_reply)
 		return dt__fail(DT_ENOMEM, "communicator of %d ranks", c->size);
-	pthread_mutex_lock(&n->mu);
-	if (n->apps[DT_APP_COLL].on_msg) {
-		pthread_mutex_unlock(&n->mu);
-		return dt__fail(DT_EEXIST, "this node already has a "
-		                           "communicator");
-	}
-	pthread_mutex_unlock(&n->mu);
-	dt__node_set_app(n, DT_APP_COLL, &app);
-	return DT_OK;
+	return dt__node_attach(n, &dt__coll_app, &app);
 }

@@ -200,6 +200,8 @@ struct dt_coll {
 };
 
 /* comm.c */
+/* The collectives' app class (the COLL command range). */
+extern const dt__app_class dt__coll_app;
 dt_err dt__coll_attach(dt_coll *c);
 /* Send a collective message to worker rank; h's cmd etc. set by caller. */
 dt_err dt__coll_send(dt_coll *c, int rank, dt_msg_hdr *h, const void *meta,

@@ -171,9 +171,7 @@ dt__node_set_fatal(dt_node *n, dt_err err, const char *fmt, ...)
 	if (!first)
 		return;
 	dt__log(0, "%s", n->fatal_msg);
-	for (int i = 0; i < DT_APP_COUNT; i++)
-		if (n->apps[i].on_fail)
-			n->apps[i].on_fail(n->apps[i].arg, n, -1, err);
+	dt__node_fail_apps(n, -1, err);
 }
 
 dt_err
@@ -189,15 +187,79 @@ dt__node_check(dt_node *n)
 	return err;
 }
 
-void
-dt__node_set_app(dt_node *n, int which, const dt__node_app *app)
+dt_err
+dt__node_fatal(dt_node *n, char *msg, size_t cap)
 {
+	dt_err err;
+
 	pthread_mutex_lock(&n->mu);
-	if (app)
-		n->apps[which] = *app;
-	else
-		memset(&n->apps[which], 0, sizeof(n->apps[which]));
+	err = n->fatal;
+	snprintf(msg, cap, "%s", n->fatal_msg);
 	pthread_mutex_unlock(&n->mu);
+	return err;
+}
+
+int
+dt__node_id(const dt_node *n)
+{
+	return n->id;
+}
+
+const dt_node_entry *
+dt__node_entry(const dt_node *n, int id)
+{
+	if (n->table == NULL || id < 0 || id >= n->ntable)
+		return NULL;
+	return &n->table[id];
+}
+
+int
+dt__node_server_id(const dt_node *n, int rank)
+{
+	(void)n;
+	return 1 + rank;
+}
+
+int
+dt__node_worker_id(const dt_node *n, int rank)
+{
+	return 1 + n->num_servers + rank;
+}
+
+void
+dt__node_close(dt_node *n, dt_conn *c)
+{
+	dt__van_close(n->van, c);
+}
+
+void
+dt__node_close_peer(dt_node *n, int id)
+{
+	dt_conn *c;
+
+	if (id < 0 || id >= n->ntable || n->peers == NULL)
+		return;
+	if ((c = __atomic_load_n(&n->peers[id], __ATOMIC_ACQUIRE)) != NULL)
+		dt__van_close(n->van, c);
+}
+
+void
+dt__node_cork(dt_node *n)
+{
+	dt__van_cork(n->van);
+}
+
+dt_err
+dt__node_uncork(dt_node *n)
+{
+	return dt__van_uncork(n->van);
+}
+
+void
+dt__node_wait_gen(dt_node *n, dt_gen *g, pthread_mutex_t *mu,
+                  pthread_cond_t *cv, uint64_t until_ns)
+{
+	dt__van_wait(n ? n->van : NULL, g, mu, cv, until_ns);
 }
 
 dt_err
@@ -216,31 +278,25 @@ dt__node_send(dt_node *n, int id, dt_msg_hdr *h, const void *meta,
 	return dt__van_send(n->van, c, h, meta, meta_len, iov, iovcnt);
 }
 
-static int
-app_of_cmd(unsigned cmd)
-{
-	if (cmd >= DT_CMD_KV_FIRST && cmd <= DT_CMD_KV_LAST)
-		return DT_APP_KV;
-	if (cmd >= DT_CMD_COLL_FIRST && cmd <= DT_CMD_COLL_LAST)
-		return DT_APP_COLL;
-	return -1;
-}
-
 static void *
 hook_payload_dest(void *arg, dt_conn *c, const dt_msg_hdr *h,
                   const uint8_t *meta)
 {
 	dt_node *n = arg;
-	int app = app_of_cmd(h->cmd);
+	const dt__node_app *app;
+	dt__app_hooks hk;
 
 	/* Control messages carry their data in the metadata, never in a
-	 * payload: read one away rather than let a stranger's header make
-	 * this node allocate up to DT_MAX_MESSAGE. */
-	if (app < 0)
+	 * payload; nobody but a peer that said HELLO may send an app's; and
+	 * an app that is not attached takes none. Read such a payload away
+	 * rather than let a stranger's header make this node allocate up to
+	 * DT_MAX_MESSAGE (on_msg then drops the message). */
+	if (dt__cmd_is_control(h->cmd) || dt__conn_peer(c) < 0 ||
+	    (app = dt__node_app_of(n, h->cmd)) == NULL)
 		return DT_VAN_DISCARD;
-	if (n->apps[app].payload_dest)
-		return n->apps[app].payload_dest(n->apps[app].arg, n, c, h,
-		                                 meta);
+	hk = app->hooks;
+	if (hk.payload_dest)
+		return hk.payload_dest(hk.arg, n, c, h, meta);
 	return NULL;
 }
 
@@ -249,11 +305,14 @@ hook_payload_chunk(void *arg, dt_conn *c, const dt_msg_hdr *h, const void *data,
                    uint64_t off, size_t len)
 {
 	dt_node *n = arg;
-	int app = app_of_cmd(h->cmd);
+	const dt__node_app *app = dt__node_app_of(n, h->cmd);
+	dt__app_hooks hk;
 
-	if (app >= 0 && n->apps[app].payload_chunk)
-		n->apps[app].payload_chunk(n->apps[app].arg, n, c, h, data, off,
-		                           len);
+	if (app == NULL)
+		return;
+	hk = app->hooks;
+	if (hk.payload_chunk)
+		hk.payload_chunk(hk.arg, n, c, h, data, off, len);
 }
 
 /* The waiting calls' spin (common/spin.h) suits a machine with a processor
@@ -428,9 +487,11 @@ static void
 hook_on_msg(void *arg, dt_conn *c, dt_msg *m)
 {
 	dt_node *n = arg;
-	int app = app_of_cmd(m->hdr.cmd);
 
-	if (app >= 0) {
+	if (!dt__cmd_is_control(m->hdr.cmd)) {
+		const dt__node_app *app;
+		dt__app_hooks hk = {0};
+
 		/* Only a peer that said HELLO (or the scheduler) may talk. */
 		if (dt__conn_peer(c) < 0) {
 			dt__log(0, "dropping %s: %s before HELLO",
@@ -438,8 +499,10 @@ hook_on_msg(void *arg, dt_conn *c, dt_msg *m)
 			dt__van_close(n->van, c);
 			return;
 		}
-		if (n->apps[app].on_msg)
-			n->apps[app].on_msg(n->apps[app].arg, n, c, m);
+		if ((app = dt__node_app_of(n, m->hdr.cmd)) != NULL)
+			hk = app->hooks;
+		if (hk.on_msg)
+			hk.on_msg(hk.arg, n, c, m);
 		else
 			dt__log(0, "no handler for %s from %s",
 			        dt__cmd_name(m->hdr.cmd), dt__conn_addr(c));
@@ -483,10 +546,7 @@ hook_on_close(void *arg, dt_conn *c, dt_err why)
 	if (peer > 0 && !quiet) {
 		dt__node_name(n, peer, name, sizeof(name));
 		DT_LOG(1, "connection to %s closed", name);
-		for (int i = 0; i < DT_APP_COUNT; i++)
-			if (n->apps[i].on_fail)
-				n->apps[i].on_fail(n->apps[i].arg, n, peer,
-				                   DT_EPEER);
+		dt__node_fail_apps(n, peer, DT_EPEER);
 	}
 }
 
@@ -659,7 +719,7 @@ member_start(dt_node *n)
 	if ((err = wait_count(n, &n->hello_acks, 0, (uint64_t)need, deadline,
 	                      "peers to answer HELLO")))
 		return err;
-	if (n->role == DT_ROLE_SERVER && (err = dt__kv_server_attach(n)))
+	if ((err = dt__apps_start(n)))
 		return err;
 	DT_LOG(1, "%s is connected to its peers", dt__log_name());
 	if ((err = dt_node_barrier(n, DT_GROUP_ALL)))
@@ -676,8 +736,7 @@ node_free(dt_node *n)
 	n->stopping = 1;
 	pthread_mutex_unlock(&n->mu);
 	dt__van_destroy(n->van); /* no I/O thread from here on */
-	if (n->role == DT_ROLE_SERVER)
-		dt__kv_server_detach(n);
+	dt__apps_stop(n);
 	dt__sched_free(n);
 	free(n->table);
 	free(n->peers);
@@ -862,13 +921,14 @@ dt_node_send_text(dt_node *n, dt_role dst_role, int dst_rank, const char *text)
 }
 
 dt_err
-dt_node_init_from_env(dt_node **out)
+dt__node_join_env(dt_node **out, int *served)
 {
 	dt_node_config cfg;
 	dt_node *n;
 	dt_err err;
 
 	*out = NULL;
+	*served = 0;
 	if (dt__env_str("DMLC_ROLE") == NULL &&
 	    dt__env_str("DMLC_PS_ROOT_URI") == NULL)
 		return DT_OK; /* a single process */
@@ -880,16 +940,39 @@ dt_node_init_from_env(dt_node **out)
 		*out = n;
 		return DT_OK;
 	}
-	/* MXNet: a scheduler or server process serves, then exits. */
+	/* MXNet: a scheduler or server process serves its role to the end. */
+	*served = 1;
 	err = dt_node_serve(n);
 	if (err) {
-		fprintf(stderr, "dtrain %s: %s\n", dt_role_name(cfg.role),
-		        dt_errmsg());
+		char msg[512];
+
+		snprintf(msg, sizeof(msg), "%s: %s", dt_role_name(cfg.role),
+		         dt_errmsg());
 		dt_node_stop(n);
-		fflush(NULL);
-		_exit(1);
+		return dt__fail(err, "%s", msg);
 	}
-	dt_node_stop(n);
+	return dt_node_stop(n);
+}
+
+void
+dt__exit_served(dt_err err)
+{
+	if (err)
+		fprintf(stderr, "dtrain %s\n", dt_errmsg());
 	fflush(NULL);
+	if (err)
+		_exit(1);
 	exit(0);
+}
+
+dt_err
+dt_node_init_from_env(dt_node **out)
+{
+	int served;
+	dt_err err = dt__node_join_env(out, &served);
+
+	/* The MXNet contract: a server or scheduler process ends here. */
+	if (served)
+		dt__exit_served(err);
+	return err;
 }

@@ -191,9 +191,7 @@ on_fail(void *arg, dt_node *n, int peer, dt_err err)
 	char name[64], msg[512];
 
 	if (peer < 0) {
-		pthread_mutex_lock(&n->mu);
-		snprintf(msg, sizeof(msg), "%s", n->fatal_msg);
-		pthread_mutex_unlock(&n->mu);
+		dt__node_fatal(n, msg, sizeof(msg));
 	} else {
 		snprintf(msg, sizeof(msg), "lost the connection to %s",
 		         dt__node_name(n, peer, name, sizeof(name)));
@@ -220,11 +218,12 @@ dt_err
 dt__kv_client_create(dt_node *node, int sync, size_t bound, dt_kv_client **out)
 {
 	dt_kv_client *c = dt__calloc(1, sizeof(*c));
-	dt__node_app app = {0};
+	dt__app_hooks app = {0};
+	dt_err err;
 
 	if (c == NULL)
 		return DT_ENOMEM;
-	c->parts = dt__calloc((size_t)DT_MAX(node->num_servers, 1),
+	c->parts = dt__calloc((size_t)DT_MAX(dt_node_num_servers(node), 1),
 	                      sizeof(dt_kv_part));
 	if (c->parts == NULL) {
 		free(c);
@@ -241,7 +240,13 @@ dt__kv_client_create(dt_node *node, int sync, size_t bound, dt_kv_client **out)
 	app.on_msg = on_msg;
 	app.payload_dest = payload_dest;
 	app.on_fail = on_fail;
-	dt__node_set_app(node, DT_APP_KV, &app);
+	if ((err = dt__node_attach(node, &dt__kv_app, &app))) {
+		pthread_mutex_destroy(&c->mu);
+		pthread_cond_destroy(&c->cv);
+		free(c->parts);
+		free(c);
+		return err;
+	}
 	*out = c;
 	return DT_OK;
 }
@@ -336,13 +341,13 @@ dt_err
 dt__kv_client_start(dt_kv_client *c, int cmd, dt_key key, const float *val,
                     float *out, size_t n, dt_kv_req *req)
 {
-	int nparts, rank0 = c->node->rank == 0;
+	int nparts, rank0 = dt_node_rank(c->node) == 0;
 	op *o;
 	dt_err err;
 
 	if ((err = dt__node_check(c->node)))
 		return err;
-	nparts = dt__kv_place(key, n, c->node->num_servers, c->bound, c->parts);
+	nparts = dt__kv_place(key, n, dt_node_num_servers(c->node), c->bound, c->parts);
 	if ((o = new_op(c, cmd, key, nparts, req)) == NULL)
 		return DT_ENOMEM;
 	for (int i = 0; i < nparts; i++) {
@@ -387,9 +392,9 @@ dt__kv_client_wait(dt_kv_client *c, dt_kv_req req)
 		                (unsigned long long)req);
 	}
 	/* A short answer comes before a sleep would end: the wait reads the
-	 * network itself first (dt__van_wait). */
+	 * network itself first (dt__node_wait_gen). */
 	while (o->remaining > 0)
-		dt__van_wait(c->node->van, &c->done_gen, &c->mu, &c->cv, 0);
+		dt__node_wait_gen(c->node, &c->done_gen, &c->mu, &c->cv, 0);
 	find_op(c, req, 1);
 	pthread_mutex_unlock(&c->mu);
 	err = o->err;
@@ -432,11 +437,11 @@ broadcast_to_servers(dt_kv_client *c, int cmd, uint64_t arg0, const void *meta,
                      uint32_t meta_len)
 {
 	dt_kv_req req;
-	op *o = new_op(c, cmd, 0, c->node->num_servers, &req);
+	op *o = new_op(c, cmd, 0, dt_node_num_servers(c->node), &req);
 
 	if (o == NULL)
 		return DT_ENOMEM;
-	for (int s = 0; s < c->node->num_servers; s++) {
+	for (int s = 0; s < dt_node_num_servers(c->node); s++) {
 		dt_msg_hdr h = {
 		    .cmd = (uint8_t)cmd, .flags = DT_F_REQUEST, .arg0 = arg0};
 		send_part(c, o, s, &h, meta, meta_len, NULL, NULL, 0);
@@ -450,7 +455,7 @@ dt__kv_client_set_optimizer(dt_kv_client *c, const dt_opt *opt)
 	dt_wbuf w;
 	dt_err err;
 
-	if (c->node->rank == 0) {
+	if (dt_node_rank(c->node) == 0) {
 		dt__wbuf_init(&w);
 		dt__opt_encode(opt, &w);
 		err = dt__wbuf_err(&w);
@@ -469,7 +474,7 @@ dt__kv_client_configure(dt_kv_client *c)
 {
 	dt_err err;
 
-	if (c->node->rank == 0 &&
+	if (dt_node_rank(c->node) == 0 &&
 	    (err = broadcast_to_servers(c, DT_CMD_KV_CONFIG, (uint64_t)c->sync,
 	                                NULL, 0)))
 		return err;

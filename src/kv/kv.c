@@ -51,6 +51,15 @@ local_find(dt_kv *kv, dt_key key)
 	return e;
 }
 
+/* A program that uses the KVStore serves it in its server processes,
+ * whichever entry point (dt_kv_create, dt_node_init_from_env) they start
+ * through. */
+__attribute__((constructor)) static void
+kv_autoregister(void)
+{
+	(void)dt__kv_register();
+}
+
 dt_err
 dt_kv_create(const char *type, dt_kv **out)
 {
@@ -102,8 +111,18 @@ dt_kv_create(const char *type, dt_kv **out)
 		*out = kv;
 		return DT_OK;
 	}
-	/* A server or scheduler process serves here and exits (MXNet). */
-	if ((err = dt_node_init_from_env(&kv->node)))
+	if ((err = dt__kv_register()))
+		goto fail;
+	{
+		int served;
+
+		err = dt__node_join_env(&kv->node, &served);
+		/* MXNet: a server or scheduler process serves here, then
+		 * ends. */
+		if (served)
+			dt__exit_served(err);
+	}
+	if (err)
 		goto fail;
 	if (kv->node == NULL) {
 		err =
@@ -114,7 +133,7 @@ dt_kv_create(const char *type, dt_kv **out)
 		             type);
 		goto fail;
 	}
-	if (kv->node->num_servers == 0) {
+	if (dt_node_num_servers(kv->node) == 0) {
 		err = dt__fail(DT_ECONFIG,
 		               "kvstore '%s' needs servers, but "
 		               "DMLC_NUM_SERVER=0",
@@ -453,12 +472,12 @@ wait_reqs(dt_kv *kv, dt_kv_req *reqs, size_t n, dt_err first)
 	/* Small frames to one server leave in one write (van.h corking);      \
 	 * a failed flush ends the connection, and the waits report it. */     \
 	if (kv->node)                                                          \
-		dt__van_cork(kv->node->van);                                   \
+		dt__node_cork(kv->node);                                       \
 	for (; started < nkeys; started++)                                     \
 		if ((err = (start_call)))                                      \
 			break;                                                 \
 	if (kv->node)                                                          \
-		(void)dt__van_uncork(kv->node->van);                           \
+		(void)dt__node_uncork(kv->node);                               \
 	err = wait_reqs(kv, reqs, started, err);                               \
 	if (reqs != stack)                                                     \
 		free(reqs);                                                    \

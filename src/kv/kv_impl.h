@@ -13,7 +13,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "core/node_impl.h"
+#include "core/core.h"
 #include "dtrain/kv.h"
 #include "dtrain/nn.h"
 
@@ -96,6 +96,12 @@ void dt__opt_apply_range(const dt_opt *opt, float *w, const float *g,
 
 /* Sum helpers. */
 void dt__kv_add(float *restrict dst, const float *restrict src, size_t n);
+
+/* The KVStore's app class (server.c): the KV command range, and the
+ * server role's store started on every server node. */
+extern const dt__app_class dt__kv_app;
+/* Register it for this process (before a server node starts). */
+dt_err dt__kv_register(void);
 
 /* The worker side of dist stores (client.c). */
 typedef struct dt_kv_client dt_kv_client;

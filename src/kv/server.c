@@ -62,6 +62,7 @@ typedef struct entry {
 
 typedef struct kv_server {
 	dt_node *node;
+	int nservers, nworkers; /* the job's */
 	int sync;
 	dt_opt opt; /* kind DT_OPT_NONE: the value is the sum of a round */
 	entry **buckets;
@@ -105,7 +106,7 @@ insert(kv_server *s, dt_key key)
 	e = calloc(1, sizeof(*e));
 	if (e == NULL)
 		return NULL;
-	e->pushed = calloc((size_t)s->node->num_workers, 1);
+	e->pushed = calloc((size_t)s->nworkers, 1);
 	if (e->pushed == NULL) {
 		free(e);
 		return NULL;
@@ -212,7 +213,7 @@ static void
 round_done(kv_server *s, entry *e)
 {
 	e->npushed = 0;
-	memset(e->pushed, 0, (size_t)s->node->num_workers);
+	memset(e->pushed, 0, (size_t)s->nworkers);
 	while (e->answers) {
 		waiter *w = e->answers;
 
@@ -283,7 +284,7 @@ push_sync(kv_server *s, entry *e, int worker, int cmd, uint64_t seq,
 	}
 	e->pushed[worker] = 1;
 	e->npushed++;
-	if (s->node->num_workers == 1) { /* the round is this push */
+	if (s->nworkers == 1) { /* the round is this push */
 		if (!streamed) {
 			finish_round(s, e, g);
 			return;
@@ -295,7 +296,7 @@ push_sync(kv_server *s, entry *e, int worker, int cmd, uint64_t seq,
 	}
 	if (!streamed)
 		dt__kv_add(e->merge, g, e->len);
-	if (e->npushed == s->node->num_workers)
+	if (e->npushed == s->nworkers)
 		finish_round(s, e, e->merge);
 }
 
@@ -439,14 +440,14 @@ on_msg(void *arg, dt_node *n, dt_conn *c, dt_msg *m)
 	kv_server *s = arg;
 	const dt_msg_hdr *h = &m->hdr;
 	int sender = (int)h->sender;
-	int worker = sender - 1 - n->num_servers;
+	int worker = sender - 1 - s->nservers;
 	entry *e;
 
 	if (sender != dt__conn_peer(c) || worker < 0 ||
-	    worker >= n->num_workers) {
+	    worker >= s->nworkers) {
 		dt__log(0, "dropping %s: KV request from node %d, not a worker",
 		        dt__conn_addr(c), sender);
-		dt__van_close(n->van, c);
+		dt__node_close(n, c);
 		return;
 	}
 	switch (h->cmd) {
@@ -529,7 +530,7 @@ payload_dest(void *arg, dt_node *n, dt_conn *c, const dt_msg_hdr *h,
              const uint8_t *meta)
 {
 	kv_server *s = arg;
-	int worker = (int)h->sender - 1 - n->num_servers;
+	int worker = (int)h->sender - 1 - s->nservers;
 	entry *e;
 
 	if (h->cmd == DT_CMD_KV_INIT)
@@ -552,7 +553,7 @@ payload_dest(void *arg, dt_node *n, dt_conn *c, const dt_msg_hdr *h,
 	 * another worker must never see half a push.
 	 */
 	if (s->sync && h->payload_len >= STREAM_MIN && worker >= 0 &&
-	    worker < n->num_workers && h->arg0 == e->n &&
+	    worker < s->nworkers && h->arg0 == e->n &&
 	    h->arg1 == e->offset && !e->pushed[worker])
 		return DT_VAN_STREAM;
 	return NULL;
@@ -569,7 +570,7 @@ payload_chunk(void *arg, dt_node *n, dt_conn *c, const dt_msg_hdr *h,
 
 	if (e == NULL)
 		return;
-	if (n->num_workers > 1) {
+	if (s->nworkers > 1) {
 		dt__kv_add(e->merge + i0, g, cnt);
 	} else if (s->opt.kind != DT_OPT_NONE) {
 		dt__opt_apply_range(&s->opt, e->val, g, e->state, e->len, i0,
@@ -579,15 +580,19 @@ payload_chunk(void *arg, dt_node *n, dt_conn *c, const dt_msg_hdr *h,
 	}
 }
 
-dt_err
-dt__kv_server_attach(dt_node *n)
+/* The class's start hook: a server node's store. */
+static dt_err
+server_start(dt_node *n)
 {
 	kv_server *s = dt__calloc(1, sizeof(*s));
-	dt__node_app app = {0};
+	dt__app_hooks app = {0};
+	dt_err err;
 
 	if (s == NULL)
 		return DT_ENOMEM;
 	s->node = n;
+	s->nservers = dt_node_num_servers(n);
+	s->nworkers = dt_node_num_workers(n);
 	s->sync = 1;
 	s->nbuckets = 64;
 	s->buckets = dt__calloc(s->nbuckets, sizeof(entry *));
@@ -599,20 +604,22 @@ dt__kv_server_attach(dt_node *n)
 	app.on_msg = on_msg;
 	app.payload_dest = payload_dest;
 	app.payload_chunk = payload_chunk;
-	dt__node_set_app(n, DT_APP_KV, &app);
-	return DT_OK;
+	if ((err = dt__node_attach(n, &dt__kv_app, &app))) {
+		free(s->buckets);
+		free(s);
+	}
+	return err;
 }
 
-void
-dt__kv_server_detach(dt_node *n)
+/* The class's stop hook, once the node's I/O thread is gone. */
+static void
+server_stop(dt_node *n)
 {
-	kv_server *s = n->apps[DT_APP_KV].arg;
+	kv_server *s = dt__node_app_arg(n, &dt__kv_app);
 
-	if (s == NULL || n->apps[DT_APP_KV].on_msg != on_msg)
+	dt__node_detach(n, &dt__kv_app);
+	if (s == NULL)
 		return;
-	/* Called after the I/O thread can no longer run (van destroyed) or
-	 * before it starts serving; detach first so no message finds s. */
-	dt__node_set_app(n, DT_APP_KV, NULL);
 	for (size_t i = 0; i < s->nbuckets; i++) {
 		entry *e = s->buckets[i], *next;
 		for (; e; e = next) {
@@ -622,4 +629,19 @@ dt__kv_server_detach(dt_node *n)
 	}
 	free(s->buckets);
 	free(s);
+}
+
+const dt__app_class dt__kv_app = {
+    .name = "KVStore",
+    .cmd_first = DT_CMD_KV_FIRST,
+    .cmd_last = DT_CMD_KV_LAST,
+    .start_roles = DT__ROLE_BIT(DT_ROLE_SERVER),
+    .start = server_start,
+    .stop = server_stop,
+};
+
+dt_err
+dt__kv_register(void)
+{
+	return dt__app_register(&dt__kv_app);
 }

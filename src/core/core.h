@@ -1,0 +1,140 @@
+/*
+ * core.h - what the layers above the core (kv, coll) use of a node.
+ *
+ * A node (struct dt_node, private to core/) is one process's membership in
+ * a cluster: its transport, the node table, barriers, and the fatal error
+ * that ends every wait. The layers above it are "apps": each owns one range
+ * of commands (net/proto.h) and plugs into the node with hooks, so the core
+ * dispatches their messages without naming them:
+ *
+ *   - An app class (dt__app_class) is registered once per process with
+ *     dt__app_register. A class with a start hook is started by the core on
+ *     every node of the roles it names, once the node is connected to its
+ *     peers and before the start-up barrier (the KV server store does
+ *     this); its stop hook runs when the node is freed, after its I/O
+ *     thread is gone.
+ *   - An app instance is attached to one node with dt__node_attach (the
+ *     KV client, a communicator); its hooks then receive that range's
+ *     messages in the I/O thread (or a waiting caller's thread; hooks never
+ *     run concurrently), and learn of lost peers and of the job's end
+ *     through on_fail.
+ *
+ * Node ids: the scheduler is 0, server rank r is 1 + r, worker rank r is
+ * 1 + S + r.
+ */
+#ifndef DT_CORE_CORE_H
+#define DT_CORE_CORE_H
+
+#include <pthread.h>
+#include <stdint.h>
+
+#include "common/spin.h"
+#include "common/util.h"
+#include "dtrain/node.h"
+#include "net/van.h"
+
+#define DT_HOST_MAX 256
+
+/* One row of the node table. */
+typedef struct dt_node_entry {
+	dt_role role;
+	int rank;
+	int id;
+	char host[DT_HOST_MAX];
+	int port;
+	int pid;
+} dt_node_entry;
+
+/* An app's hooks on one node; every one but on_msg is optional. */
+typedef struct dt__app_hooks {
+	void *arg;
+	/* A message of the app's range from a peer that said HELLO. */
+	void (*on_msg)(void *arg, dt_node *n, dt_conn *c, dt_msg *m);
+	/* Where its payload goes (see net/van.h); NULL: a buffer of the
+	 * connection's. */
+	void *(*payload_dest)(void *arg, dt_node *n, dt_conn *c,
+	                      const dt_msg_hdr *h, const uint8_t *meta);
+	/* A piece of a payload for which payload_dest said DT_VAN_STREAM. */
+	void (*payload_chunk)(void *arg, dt_node *n, dt_conn *c,
+	                      const dt_msg_hdr *h, const void *data,
+	                      uint64_t off, size_t len);
+	/* A peer's connection failed (peer id) or the job failed (-1, the
+	 * reason in dt__node_fatal): fail what waits on it. */
+	void (*on_fail)(void *arg, dt_node *n, int peer, dt_err err);
+} dt__app_hooks;
+
+/* An app class: a command range and, optionally, per-role start/stop. */
+typedef struct dt__app_class {
+	const char *name; /* "kv" */
+	unsigned cmd_first, cmd_last;
+	unsigned start_roles; /* DT__ROLE_BIT(...) of nodes to start on */
+	dt_err (*start)(dt_node *n);
+	void (*stop)(dt_node *n);
+} dt__app_class;
+
+#define DT__ROLE_BIT(role) (1u << (role))
+#define DT__MAX_APPS       8
+
+/*
+ * Register a class for this process (idempotent; the class must live for
+ * the process). Before the nodes it should start on are started.
+ */
+dt_err dt__app_register(const dt__app_class *cls);
+
+/* Attach an instance of cls to n (DT_EEXIST if one is); do it before
+ * messages of its range can arrive. Detach with hooks no longer called
+ * once the I/O thread has left them (see dt__node_detach). */
+dt_err dt__node_attach(dt_node *n, const dt__app_class *cls,
+                       const dt__app_hooks *hooks);
+/* Detach cls's instance; messages of its range are dropped from then on.
+ * The I/O thread may still be inside a hook when this returns. */
+void dt__node_detach(dt_node *n, const dt__app_class *cls);
+/* The attached instance's arg, or NULL. */
+void *dt__node_app_arg(dt_node *n, const dt__app_class *cls);
+
+/* This node's id (-1 before the table arrives). */
+int dt__node_id(const dt_node *n);
+/* The table row of node id, or NULL if there is none. */
+const dt_node_entry *dt__node_entry(const dt_node *n, int id);
+int dt__node_server_id(const dt_node *n, int rank);
+int dt__node_worker_id(const dt_node *n, int rank);
+/* "worker 1", "server 0", "scheduler", or "node 7" before the table. */
+const char *dt__node_name(const dt_node *n, int id, char *buf, size_t cap);
+
+/* Send a frame to node id; the header's sender/recver are filled in. */
+dt_err dt__node_send(dt_node *n, int id, dt_msg_hdr *h, const void *meta,
+                     uint32_t meta_len, const struct iovec *iov, int iovcnt);
+/* Drop a connection (a peer that broke the protocol). */
+void dt__node_close(dt_node *n, dt_conn *c);
+/* Drop the connection to node id, if there is one. */
+void dt__node_close_peer(dt_node *n, int id);
+/* Hold this thread's small frames and send them together (net/van.h). */
+void dt__node_cork(dt_node *n);
+dt_err dt__node_uncork(dt_node *n);
+/* Wait for state behind g to move, reading the network meanwhile (see
+ * dt__van_wait). n may be NULL: a plain condition wait. */
+void dt__node_wait_gen(dt_node *n, dt_gen *g, pthread_mutex_t *mu,
+                       pthread_cond_t *cv, uint64_t until_ns);
+
+/* Record a fatal error (first one wins), fail the apps, wake waiters. */
+void dt__node_set_fatal(dt_node *n, dt_err err, const char *fmt, ...)
+    DT_PRINTF(3, 4);
+/* The fatal error, with its message recorded for dt_errmsg(); DT_OK if none. */
+dt_err dt__node_check(dt_node *n);
+/* The fatal error and its message (copied into msg), DT_OK if none. */
+dt_err dt__node_fatal(dt_node *n, char *msg, size_t cap);
+
+/*
+ * The MXNet start-up rule, without its exit: start the node that the
+ * DMLC_* variables describe. A worker's node comes back in *out. A
+ * scheduler or server serves its role until the job ends and is stopped;
+ * *served is then 1 and the result is how serving ended (the caller, a
+ * public entry point, exits: see dt__exit_served). No DMLC_ROLE and no
+ * DMLC_PS_ROOT_URI: a single process, *out = NULL.
+ */
+dt_err dt__node_join_env(dt_node **out, int *served);
+/* End a process that served its role: exit status 0, or 1 with err's
+ * message on stderr. */
+_Noreturn void dt__exit_served(dt_err err);
+
+#endif

@@ -1,0 +1,79 @@
+/*
+ * proto.h - every command of dtrain's wire protocol, in one table.
+ *
+ * A frame's header names its command (codec.h has the frame layout); the
+ * command decides who may send it, what its header fields and metadata
+ * mean, and which layer handles it. The ranges are reserved by layer:
+ *   1..31   the cluster's control messages (core/),
+ *   32..63  the KVStore (kv/),
+ *   64..95  the collectives (coll/).
+ * A node hands a message of the KV or collective range to the app that
+ * registered that range with the core (core/core.h); the core itself
+ * handles the control range. docs/protocol.md describes each message in
+ * full: who sends it, each header field, its body and its limits. Each
+ * body's encoder and decoder sit side by side: control bodies in
+ * core/msg.c, KV bodies in kv/kv_msg.c, collective metadata in
+ * coll/coll_msg.c.
+ *
+ * Adding a message: one line here (a free number in the owner's range),
+ * its encoder/decoder beside the others of its layer, its section in
+ * docs/protocol.md, and its decoder in the layer's fuzz target.
+ */
+#ifndef DT_NET_PROTO_H
+#define DT_NET_PROTO_H
+
+/* X(NAME, number, direction) - DT_CMD_<NAME>, named "<NAME>" in logs. */
+#define DT_PROTO_COMMANDS(X)                                                   \
+	/* Control (core/). */                                                 \
+	X(ADD_NODE, 1, "node -> scheduler")                                    \
+	X(NODE_TABLE, 2, "scheduler -> node")                                  \
+	X(HELLO, 3, "node -> peer")                                            \
+	X(HELLO_ACK, 4, "peer -> node")                                        \
+	X(BARRIER, 5, "node -> scheduler")                                     \
+	X(BARRIER_DONE, 6, "scheduler -> node")                                \
+	X(WORKER_DONE, 7, "worker -> scheduler")                               \
+	X(TERMINATE, 8, "scheduler -> server")                                 \
+	X(ABORT, 9, "scheduler -> node")                                       \
+	X(HEARTBEAT, 10, "node -> scheduler")                                  \
+	X(TEXT, 11, "any -> any")                                              \
+	/* KVStore (kv/). */                                                   \
+	X(KV_CONFIG, 32, "worker 0 -> server")                                 \
+	X(KV_SET_OPT, 33, "worker 0 -> server")                                \
+	X(KV_INIT, 34, "worker -> server")                                     \
+	X(KV_PUSH, 35, "worker -> server")                                     \
+	X(KV_PULL, 36, "worker -> server")                                     \
+	X(KV_PUSHPULL, 37, "worker -> server")                                 \
+	/* Collectives (coll/). */                                             \
+	X(COLL_DATA, 64, "worker -> worker")                                   \
+	X(COLL_READY, 65, "worker -> worker")                                  \
+	X(COLL_ABORT, 66, "worker -> worker")                                  \
+	X(COLL_STALL_QUERY, 67, "worker -> worker")                            \
+	X(COLL_STALL_REPLY, 68, "worker -> worker")                            \
+	X(COLL_FIN, 69, "worker -> worker")
+
+enum dt_cmd {
+#define DT__PROTO_ENUM(name, num, dir) DT_CMD_##name = num,
+	DT_PROTO_COMMANDS(DT__PROTO_ENUM)
+#undef DT__PROTO_ENUM
+	/* The ranges reserved by layer; a frame outside them is refused. */
+	DT_CMD_CONTROL_FIRST = 1,
+	DT_CMD_CONTROL_LAST = 31,
+	DT_CMD_KV_FIRST = 32,
+	DT_CMD_KV_LAST = 63,
+	DT_CMD_COLL_FIRST = 64,
+	DT_CMD_COLL_LAST = 95,
+};
+
+/* Header flags. */
+#define DT_F_REQUEST  0x1
+#define DT_F_RESPONSE 0x2
+#define DT_F_ERROR    0x4 /* meta holds a u32 dt_err and a message */
+
+/* Name of a command for logs ("ADD_NODE", "KV_PUSH", "cmd 77"). */
+const char *dt__cmd_name(unsigned cmd);
+/* 1 if cmd is in a reserved range (a frame may carry it). */
+int dt__cmd_in_range(unsigned cmd);
+/* 1 if cmd is a control command (the core's own). */
+int dt__cmd_is_control(unsigned cmd);
+
+#endif
