@@ -80,24 +80,20 @@ submit(dt_coll *c, coll_op *op, int sync)
 	pthread_mutex_lock(&c->mu);
 	op->seq = ++c->next_seq;
 	op->num = op->seq - c->seq_base;
-	if (sync && !c->exec_busy && c->qhead == NULL) {
+	if (sync && !c->exec_busy && dt__list_empty(&c->queue)) {
 		c->exec_busy = 1;
 		pthread_mutex_unlock(&c->mu);
 		dt__coll_execute(c, op);
 		op_free(op);
 		pthread_mutex_lock(&c->mu);
 		c->exec_busy = 0;
-		if (c->qhead) /* queued behind us meanwhile (from another
+		if (!dt__list_empty(&c->queue)) /* queued behind us meanwhile (from another
 		                 thread): the background thread takes over */
 			pthread_cond_signal(&c->bg_cv);
 		pthread_mutex_unlock(&c->mu);
 		return;
 	}
-	if (c->qtail)
-		c->qtail->next = op;
-	else
-		c->qhead = op;
-	c->qtail = op;
+	dt__list_push_back(&c->queue, &op->qlink);
 	pthread_cond_signal(&c->bg_cv);
 	pthread_mutex_unlock(&c->mu);
 }
@@ -164,12 +160,10 @@ bg_main(void *arg)
 			dt__coll_answer_queries(c);
 			continue;
 		}
-		if (c->qhead && !c->exec_busy) {
-			coll_op *op = c->qhead;
+		if (!dt__list_empty(&c->queue) && !c->exec_busy) {
+			coll_op *op = DT_CONTAINER_OF(
+			    dt__list_pop_front(&c->queue), coll_op, qlink);
 
-			c->qhead = op->next;
-			if (c->qhead == NULL)
-				c->qtail = NULL;
 			c->exec_busy = 1;
 			pthread_mutex_unlock(&c->mu);
 			dt__coll_execute(c, op);
@@ -712,10 +706,9 @@ dt_coll_local_size(const dt_coll *c)
 static void
 comm_free(dt_coll *c)
 {
-	coll_early *e, *next;
+	for (dt_lnode *l; (l = dt__list_pop_front(&c->early));) {
+		coll_early *e = DT_CONTAINER_OF(l, coll_early, link);
 
-	for (e = c->eq_head; e; e = next) {
-		next = e->next;
 		free(e->text);
 		free(e->payload);
 		free(e);
@@ -759,6 +752,8 @@ comm_new(dt_coll **out)
 	pthread_condattr_destroy(&ca);
 	pthread_cond_init(&c->bg_cv, NULL);
 	pthread_cond_init(&c->done_cv, NULL);
+	dt__list_init(&c->queue);
+	dt__list_init(&c->early);
 	c->rank = 0;
 	c->size = 1;
 	c->local_rank = 0;
@@ -1173,7 +1168,7 @@ dt_coll_finalize(dt_coll *c)
 		err = dt_coll_group_end(c);
 	/* Let queued operations finish (their handles stay valid). */
 	pthread_mutex_lock(&c->mu);
-	while (c->qhead || c->exec_busy)
+	while (!dt__list_empty(&c->queue) || c->exec_busy)
 		pthread_cond_wait(&c->done_cv, &c->mu);
 	broken = c->broken != DT_OK;
 	pthread_mutex_unlock(&c->mu);

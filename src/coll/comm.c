@@ -284,11 +284,7 @@ early_add(dt_coll *c, int peer, const dt_msg *m)
 		e->dropped = 1;
 	}
 	c->eq_bytes += len + m->hdr.meta_len;
-	if (c->eq_tail)
-		c->eq_tail->next = e;
-	else
-		c->eq_head = e;
-	c->eq_tail = e;
+	dt__list_push_back(&c->early, &e->link);
 }
 
 /* Unlink and return the first early message of seq (of command cmd, or
@@ -296,16 +292,13 @@ early_add(dt_coll *c, int peer, const dt_msg *m)
 static coll_early *
 early_take(dt_coll *c, uint64_t seq, unsigned cmd)
 {
-	coll_early **pp = &c->eq_head, *prev = NULL;
+	for (dt_lnode *l = dt__list_first(&c->early); l;
+	     l = dt__list_next(&c->early, l)) {
+		coll_early *e = DT_CONTAINER_OF(l, coll_early, link);
 
-	for (coll_early *e = c->eq_head; e; prev = e, e = e->next) {
-		if (e->h.seq != seq || (cmd && e->h.cmd != cmd)) {
-			pp = &e->next;
+		if (e->h.seq != seq || (cmd && e->h.cmd != cmd))
 			continue;
-		}
-		*pp = e->next;
-		if (c->eq_tail == e)
-			c->eq_tail = prev;
+		dt__list_remove(l);
 		c->eq_bytes -=
 		    (e->payload ? e->h.payload_len : 0) + e->h.meta_len;
 		return e;
@@ -317,25 +310,19 @@ early_take(dt_coll *c, uint64_t seq, unsigned cmd)
 static void
 early_purge(dt_coll *c)
 {
-	coll_early *e, *next, *keep = NULL, *tail = NULL;
+	dt_lnode *l, *next;
 
-	for (e = c->eq_head; e; e = next) {
-		next = e->next;
-		if (e->h.seq <= c->done_seq) {
-			c->eq_bytes -=
-			    (e->payload ? e->h.payload_len : 0) + e->h.meta_len;
-			early_free(e);
+	for (l = dt__list_first(&c->early); l; l = next) {
+		coll_early *e = DT_CONTAINER_OF(l, coll_early, link);
+
+		next = dt__list_next(&c->early, l);
+		if (e->h.seq > c->done_seq)
 			continue;
-		}
-		e->next = NULL;
-		if (tail)
-			tail->next = e;
-		else
-			keep = e;
-		tail = e;
+		dt__list_remove(l);
+		c->eq_bytes -=
+		    (e->payload ? e->h.payload_len : 0) + e->h.meta_len;
+		early_free(e);
 	}
-	c->eq_head = keep;
-	c->eq_tail = tail;
 }
 
 /* ---- processing messages of the posted operation (mu held) ---- */

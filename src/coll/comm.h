@@ -25,6 +25,7 @@
 
 #include "coll/coll_impl.h"
 #include "common/spin.h"
+#include "common/table.h"
 
 /* DATA flags (arg2). */
 #define DT__CF_HAS_DATA 1u /* recursive-doubling broadcast: payload valid */
@@ -70,7 +71,7 @@ struct coll_op {
 	int ntensors;
 	dt_coll_handle **handles; /* completed with the result (owned array) */
 	int nhandles;
-	coll_op *next; /* queue link (mu) */
+	dt_lnode qlink; /* in c->queue (mu) */
 
 	/* Execution. */
 	int algo;
@@ -107,7 +108,7 @@ struct coll_op {
 
 /* A message of an operation not yet started (or a control message). */
 typedef struct coll_early {
-	struct coll_early *next;
+	dt_lnode link; /* in c->early */
 	dt_msg_hdr h;
 	int peer;
 	dt__coll_sig sig;
@@ -168,10 +169,10 @@ struct dt_coll {
 	uint64_t next_seq;      /* (mu) operations called so far */
 	uint64_t done_seq;      /* (mu) last operation finished */
 	coll_op *cur;           /* (mu) operation being executed */
-	coll_op *qhead, *qtail; /* (mu) queued operations */
+	dt_list queue;          /* (mu) queued operations */
 	int exec_busy;          /* (mu) an executor is running an operation */
 	int stop;               /* (mu) background thread: leave */
-	coll_early *eq_head, *eq_tail; /* (mu) early messages */
+	dt_list early;                 /* (mu) early messages */
 	size_t eq_bytes;               /* (mu) */
 	dt_err broken; /* (mu) sticky failure (lost peer, job abort) */
 	char broken_msg[1024];

@@ -19,9 +19,8 @@
 #include <time.h>
 
 #include "common/spin.h"
+#include "common/table.h"
 #include "kv/kv_impl.h"
-
-#define NBUCKETS 1024
 
 typedef struct op {
 	dt_kv_req id;
@@ -30,7 +29,8 @@ typedef struct op {
 	int remaining;
 	dt_err err;
 	char msg[512];
-	struct op *next;
+	dt_hnode hn; /* in ops, by id */
+	dt_lnode ln; /* in op_order */
 } op;
 
 typedef struct sub {
@@ -39,7 +39,7 @@ typedef struct sub {
 	float *dest;
 	size_t bytes;
 	op *op;
-	struct sub *next;
+	dt_hnode hn; /* in subs, by seq */
 } sub;
 
 struct dt_kv_client {
@@ -52,50 +52,37 @@ struct dt_kv_client {
 	dt_gen done_gen; /* bumped when an op completes (common/spin.h) */
 	uint64_t next_seq;
 	uint64_t next_op;
-	sub *subs[NBUCKETS];
-	op *ops[NBUCKETS];
-	size_t nops;
+	dt_table subs;   /* sub-requests in flight, by seq (mu) */
+	dt_table ops;    /* ops not yet waited for, by id (mu) */
+	dt_list op_order; /* the same ops, oldest first (mu) */
 };
 
 static sub *
 take_sub(dt_kv_client *c, uint64_t seq)
 {
-	sub **p = &c->subs[seq % NBUCKETS];
+	dt_hnode *h = dt__table_take(&c->subs, seq);
 
-	for (; *p; p = &(*p)->next)
-		if ((*p)->seq == seq) {
-			sub *s = *p;
-			*p = s->next;
-			return s;
-		}
-	return NULL;
+	return h ? DT_CONTAINER_OF(h, sub, hn) : NULL;
 }
 
 static sub *
 find_sub(dt_kv_client *c, uint64_t seq)
 {
-	sub *s = c->subs[seq % NBUCKETS];
+	dt_hnode *h = dt__table_find(&c->subs, seq);
 
-	while (s && s->seq != seq)
-		s = s->next;
-	return s;
+	return h ? DT_CONTAINER_OF(h, sub, hn) : NULL;
 }
 
 static op *
 find_op(dt_kv_client *c, dt_kv_req id, int unlink)
 {
-	op **p = &c->ops[id % NBUCKETS];
+	dt_hnode *h = unlink ? dt__table_take(&c->ops, id)
+	                     : dt__table_find(&c->ops, id);
+	op *o = h ? DT_CONTAINER_OF(h, op, hn) : NULL;
 
-	for (; *p; p = &(*p)->next)
-		if ((*p)->id == id) {
-			op *o = *p;
-			if (unlink) {
-				*p = o->next;
-				c->nops--;
-			}
-			return o;
-		}
-	return NULL;
+	if (o && unlink)
+		dt__list_remove(&o->ln);
+	return o;
 }
 
 static void
@@ -197,18 +184,16 @@ on_fail(void *arg, dt_node *n, int peer, dt_err err)
 		         dt__node_name(n, peer, name, sizeof(name)));
 	}
 	pthread_mutex_lock(&c->mu);
-	for (int b = 0; b < NBUCKETS; b++) {
-		sub **p = &c->subs[b];
-		while (*p) {
-			sub *s = *p;
-			if (peer >= 0 && s->server_id != peer) {
-				p = &s->next;
-				continue;
-			}
-			*p = s->next;
-			op_fail(s->op, err, msg);
-			sub_done(c, s);
-		}
+	dt_table_iter it;
+	for (dt_hnode *h = dt__table_first(&c->subs, &it); h;
+	     h = dt__table_next(&it)) {
+		sub *s = DT_CONTAINER_OF(h, sub, hn);
+
+		if (peer >= 0 && s->server_id != peer)
+			continue;
+		dt__table_remove(&c->subs, h);
+		op_fail(s->op, err, msg);
+		sub_done(c, s);
 	}
 	pthread_cond_broadcast(&c->cv);
 	pthread_mutex_unlock(&c->mu);
@@ -236,11 +221,16 @@ dt__kv_client_create(dt_node *node, int sync, size_t bound, dt_kv_client **out)
 	c->next_op = 1;
 	pthread_mutex_init(&c->mu, NULL);
 	pthread_cond_init(&c->cv, NULL);
+	dt__table_init(&c->subs);
+	dt__table_init(&c->ops);
+	dt__list_init(&c->op_order);
 	app.arg = c;
 	app.on_msg = on_msg;
 	app.payload_dest = payload_dest;
 	app.on_fail = on_fail;
 	if ((err = dt__node_attach(node, &dt__kv_app, &app))) {
+		dt__table_fini(&c->subs);
+		dt__table_fini(&c->ops);
 		pthread_mutex_destroy(&c->mu);
 		pthread_cond_destroy(&c->cv);
 		free(c->parts);
@@ -258,18 +248,18 @@ dt__kv_client_destroy(dt_kv_client *c)
 		return;
 	/* The node is stopped (its I/O thread joined) or the app detached:
 	 * nothing can call into c any more. */
-	for (int b = 0; b < NBUCKETS; b++) {
-		while (c->subs[b]) {
-			sub *s = c->subs[b];
-			c->subs[b] = s->next;
-			free(s);
-		}
-		while (c->ops[b]) {
-			op *o = c->ops[b];
-			c->ops[b] = o->next;
-			free(o);
-		}
+	dt_table_iter it;
+	for (dt_hnode *h = dt__table_first(&c->subs, &it); h;
+	     h = dt__table_next(&it))
+		free(DT_CONTAINER_OF(h, sub, hn));
+	dt__table_fini(&c->subs);
+	for (dt_lnode *l; (l = dt__list_pop_front(&c->op_order));) {
+		op *o = DT_CONTAINER_OF(l, op, ln);
+
+		dt__table_remove(&c->ops, &o->hn);
+		free(o);
 	}
+	dt__table_fini(&c->ops);
 	pthread_mutex_destroy(&c->mu);
 	pthread_cond_destroy(&c->cv);
 	free(c->parts);
@@ -293,11 +283,12 @@ send_part(dt_kv_client *c, op *o, int server, dt_msg_hdr *h, const void *meta,
 		return;
 	}
 	h->seq = c->next_seq++;
-	*s = (sub){h->seq, dt__node_server_id(c->node, server),
-	           out,    out ? len * sizeof(float) : 0,
-	           o,      NULL};
-	s->next = c->subs[h->seq % NBUCKETS];
-	c->subs[h->seq % NBUCKETS] = s;
+	*s = (sub){.seq = h->seq,
+	           .server_id = dt__node_server_id(c->node, server),
+	           .dest = out,
+	           .bytes = out ? len * sizeof(float) : 0,
+	           .op = o};
+	dt__table_insert(&c->subs, &s->hn, s->seq);
 	pthread_mutex_unlock(&c->mu);
 
 	err = dt__node_send(c->node, s->server_id, h, meta, meta_len,
@@ -329,9 +320,8 @@ new_op(dt_kv_client *c, int cmd, dt_key key, int parts, dt_kv_req *req)
 	o->cmd = cmd;
 	o->key = key;
 	o->remaining = parts;
-	o->next = c->ops[o->id % NBUCKETS];
-	c->ops[o->id % NBUCKETS] = o;
-	c->nops++;
+	dt__table_insert(&c->ops, &o->hn, o->id);
+	dt__list_push_back(&c->op_order, &o->ln);
 	pthread_mutex_unlock(&c->mu);
 	*req = o->id;
 	return o;
@@ -415,9 +405,10 @@ dt__kv_client_wait_all(dt_kv_client *c)
 		dt_err err;
 
 		pthread_mutex_lock(&c->mu);
-		for (int b = 0; b < NBUCKETS && !id; b++)
-			if (c->ops[b])
-				id = c->ops[b]->id;
+		if (!dt__list_empty(&c->op_order))
+			id = DT_CONTAINER_OF(dt__list_first(&c->op_order), op,
+			                     ln)
+			         ->id;
 		pthread_mutex_unlock(&c->mu);
 		if (!id)
 			break;

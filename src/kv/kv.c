@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/table.h"
 #include "kv/kv_impl.h"
 
 typedef struct local_entry {
@@ -20,10 +21,8 @@ typedef struct local_entry {
 	float *val;
 	float *state;
 	uint64_t steps;
-	struct local_entry *next;
+	dt_hnode hn; /* in local */
 } local_entry;
-
-#define LOCAL_BUCKETS 256
 
 struct dt_kv {
 	char type[32];
@@ -36,7 +35,7 @@ struct dt_kv {
 	dt_opt opt;
 	dt_node *node;
 	dt_kv_client *client;
-	local_entry *local[LOCAL_BUCKETS];
+	dt_table local; /* local_entry by key */
 	float *scratch; /* local aggregation */
 	size_t scratch_len;
 };
@@ -44,11 +43,9 @@ struct dt_kv {
 static local_entry *
 local_find(dt_kv *kv, dt_key key)
 {
-	local_entry *e = kv->local[key % LOCAL_BUCKETS];
+	dt_hnode *h = dt__table_find(&kv->local, key);
 
-	while (e && e->key != key)
-		e = e->next;
-	return e;
+	return h ? DT_CONTAINER_OF(h, local_entry, hn) : NULL;
 }
 
 /* A program that uses the KVStore serves it in its server processes,
@@ -173,15 +170,16 @@ dt_kv_destroy(dt_kv *kv)
 		}
 	}
 	dt__kv_client_destroy(kv->client);
-	for (int b = 0; b < LOCAL_BUCKETS; b++) {
-		while (kv->local[b]) {
-			local_entry *e = kv->local[b];
-			kv->local[b] = e->next;
-			free(e->val);
-			free(e->state);
-			free(e);
-		}
+	dt_table_iter it;
+	for (dt_hnode *h = dt__table_first(&kv->local, &it); h;
+	     h = dt__table_next(&it)) {
+		local_entry *e = DT_CONTAINER_OF(h, local_entry, hn);
+
+		free(e->val);
+		free(e->state);
+		free(e);
 	}
+	dt__table_fini(&kv->local);
 	free(kv->scratch);
 	free(kv);
 	if (err)
@@ -222,13 +220,11 @@ dt_kv_set_optimizer(dt_kv *kv, const char *name, const char *params)
 	if ((err = dt__opt_parse(name, params, &opt)))
 		return err;
 	if (!kv->client && (!kv->have_opt || opt.kind != kv->opt.kind)) {
-		for (int b = 0; b < LOCAL_BUCKETS; b++)
-			if (kv->local[b])
-				return dt__fail(DT_ESTATE,
-				                "set optimizer: keys are "
-				                "already initialised with "
-				                "another optimizer; only its "
-				                "parameters may change now");
+		if (dt__table_count(&kv->local))
+			return dt__fail(DT_ESTATE,
+			                "set optimizer: keys are already "
+			                "initialised with another optimizer; "
+			                "only its parameters may change now");
 	}
 	if (kv->client && (err = dt__kv_client_set_optimizer(kv->client, &opt)))
 		return err;
@@ -267,8 +263,7 @@ local_init(dt_kv *kv, dt_key key, const float *val, size_t n)
 		return DT_ENOMEM;
 	}
 	memcpy(e->val, val, n * sizeof(float));
-	e->next = kv->local[key % LOCAL_BUCKETS];
-	kv->local[key % LOCAL_BUCKETS] = e;
+	dt__table_insert(&kv->local, &e->hn, key);
 	return DT_OK;
 }
 

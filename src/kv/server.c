@@ -21,6 +21,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/table.h"
 #include "kv/kv_impl.h"
 
 /* Pushes at least this big are applied while they stream in. */
@@ -57,7 +58,7 @@ typedef struct entry {
 	waiter *answers; /* answered at the end of the round */
 	waiter *inits;   /* INITs waiting for rank 0's value */
 	deferred *later; /* second pushes in a round, oldest first */
-	struct entry *next;
+	dt_hnode hn;      /* in keys */
 } entry;
 
 typedef struct kv_server {
@@ -65,19 +66,15 @@ typedef struct kv_server {
 	int nservers, nworkers; /* the job's */
 	int sync;
 	dt_opt opt; /* kind DT_OPT_NONE: the value is the sum of a round */
-	entry **buckets;
-	size_t nbuckets;
-	size_t nkeys;
+	dt_table keys; /* entries by key */
 } kv_server;
 
 static entry *
 find(kv_server *s, dt_key key)
 {
-	entry *e = s->buckets[key & (s->nbuckets - 1)];
+	dt_hnode *h = dt__table_find(&s->keys, key);
 
-	while (e && e->key != key)
-		e = e->next;
-	return e;
+	return h ? DT_CONTAINER_OF(h, entry, hn) : NULL;
 }
 
 static entry *
@@ -85,24 +82,6 @@ insert(kv_server *s, dt_key key)
 {
 	entry *e;
 
-	if (s->nkeys >= s->nbuckets) {
-		size_t nb = s->nbuckets * 2;
-		entry **b = calloc(nb, sizeof(*b));
-
-		if (b) {
-			for (size_t i = 0; i < s->nbuckets; i++) {
-				entry *x = s->buckets[i], *next;
-				for (; x; x = next) {
-					next = x->next;
-					x->next = b[x->key & (nb - 1)];
-					b[x->key & (nb - 1)] = x;
-				}
-			}
-			free(s->buckets);
-			s->buckets = b;
-			s->nbuckets = nb;
-		}
-	}
 	e = calloc(1, sizeof(*e));
 	if (e == NULL)
 		return NULL;
@@ -112,9 +91,7 @@ insert(kv_server *s, dt_key key)
 		return NULL;
 	}
 	e->key = key;
-	e->next = s->buckets[key & (s->nbuckets - 1)];
-	s->buckets[key & (s->nbuckets - 1)] = e;
-	s->nkeys++;
+	dt__table_insert(&s->keys, &e->hn, key);
 	return e;
 }
 
@@ -467,7 +444,7 @@ on_msg(void *arg, dt_node *n, dt_conn *c, dt_msg *m)
 			            "set optimizer: %s", dt_errmsg());
 			return;
 		}
-		if (s->nkeys && opt.kind != s->opt.kind) {
+		if (dt__table_count(&s->keys) && opt.kind != s->opt.kind) {
 			reply_error(s, worker, h->cmd, h->seq, 0, DT_ESTATE,
 			            "set optimizer: keys are already "
 			            "initialised with another optimizer; only "
@@ -594,18 +571,12 @@ server_start(dt_node *n)
 	s->nservers = dt_node_num_servers(n);
 	s->nworkers = dt_node_num_workers(n);
 	s->sync = 1;
-	s->nbuckets = 64;
-	s->buckets = dt__calloc(s->nbuckets, sizeof(entry *));
-	if (s->buckets == NULL) {
-		free(s);
-		return DT_ENOMEM;
-	}
+	dt__table_init(&s->keys);
 	app.arg = s;
 	app.on_msg = on_msg;
 	app.payload_dest = payload_dest;
 	app.payload_chunk = payload_chunk;
 	if ((err = dt__node_attach(n, &dt__kv_app, &app))) {
-		free(s->buckets);
 		free(s);
 	}
 	return err;
@@ -620,14 +591,11 @@ server_stop(dt_node *n)
 	dt__node_detach(n, &dt__kv_app);
 	if (s == NULL)
 		return;
-	for (size_t i = 0; i < s->nbuckets; i++) {
-		entry *e = s->buckets[i], *next;
-		for (; e; e = next) {
-			next = e->next;
-			free_entry(e);
-		}
-	}
-	free(s->buckets);
+	dt_table_iter it;
+	for (dt_hnode *h = dt__table_first(&s->keys, &it); h;
+	     h = dt__table_next(&it))
+		free_entry(DT_CONTAINER_OF(h, entry, hn));
+	dt__table_fini(&s->keys);
 	free(s);
 }
 
