@@ -584,7 +584,7 @@ send_data(dt_coll *c, coll_op *op, int to, uint64_t key, uint64_t off,
           uint64_t n, uint32_t flags, const void *payload, size_t bytes)
 {
 	uint8_t meta[DT__COLL_META_CMA];
-	uint32_t meta_len = DT__COLL_SIG_LEN;
+	uint32_t meta_len;
 	dt_msg_hdr h = {.cmd = DT_CMD_COLL_DATA,
 	                .seq = op->seq,
 	                .key = key,
@@ -592,12 +592,10 @@ send_data(dt_coll *c, coll_op *op, int to, uint64_t key, uint64_t off,
 	                .arg1 = n,
 	                .arg2 = flags};
 
-	dt__coll_sig_encode(&op->sig, meta);
+	/* With DT__CF_CMA the receiver reads the bytes where they are. */
+	meta_len = dt__coll_meta_encode(&op->sig, (flags & DT__CF_CMA) != 0,
+	                                (uint64_t)(uintptr_t)payload, meta);
 	if (flags & DT__CF_CMA) {
-		/* The receiver reads the bytes where they are. */
-		dt__put_u64(meta + DT__COLL_SIG_LEN,
-		            (uint64_t)(uintptr_t)payload);
-		meta_len = DT__COLL_META_CMA;
 		payload = NULL;
 		bytes = 0;
 	}
@@ -615,11 +613,11 @@ send_fin(dt_coll *c, coll_op *op, int to)
 static dt_err
 send_ready(dt_coll *c, coll_op *op, int to)
 {
-	uint8_t meta[DT__COLL_SIG_LEN];
+	uint8_t meta[DT__COLL_META_CMA];
 	dt_msg_hdr h = {.cmd = DT_CMD_COLL_READY, .seq = op->seq};
+	uint32_t len = dt__coll_meta_encode(&op->sig, 0, 0, meta);
 
-	dt__coll_sig_encode(&op->sig, meta);
-	return dt__coll_send(c, to, &h, meta, sizeof(meta), NULL, 0);
+	return dt__coll_send(c, to, &h, meta, len, NULL, 0);
 }
 
 static int

@@ -264,11 +264,11 @@ early_add(dt_coll *c, int peer, const dt_msg *m)
 		return;
 	e->h = m->hdr;
 	e->peer = peer;
-	if (m->hdr.cmd == DT_CMD_COLL_DATA || m->hdr.cmd == DT_CMD_COLL_READY)
-		e->has_sig = dt__coll_sig_decode(m->meta, m->hdr.meta_len,
-		                                 &e->sig) == DT_OK;
-	if (m->hdr.meta_len >= DT__COLL_META_CMA)
-		e->remote = dt__get_u64(m->meta + DT__COLL_SIG_LEN);
+	dt__coll_meta md;
+	(void)dt__coll_meta_decode(m->meta, m->hdr.meta_len, m->hdr.cmd, &md);
+	e->has_sig = md.has_sig;
+	e->sig = md.sig;
+	e->remote = md.remote;
 	if (m->hdr.cmd == DT_CMD_COLL_ABORT)
 		e->text = strndup(m->meta ? (const char *)m->meta : "",
 		                  m->hdr.meta_len);
@@ -496,7 +496,7 @@ hook_payload_dest(void *arg, dt_node *n, dt_conn *conn, const dt_msg_hdr *h,
 	dt_coll *c = arg;
 	int peer = peer_rank(c, conn);
 	coll_op *op;
-	dt__coll_sig sig;
+	dt__coll_meta md;
 	void *dest = NULL;
 	int reduce;
 
@@ -511,8 +511,8 @@ hook_payload_dest(void *arg, dt_node *n, dt_conn *conn, const dt_msg_hdr *h,
 		/* Early: into the connection buffer, copied by on_msg. */
 		if (c->eq_bytes + h->payload_len > c->cfg.unexpected_max)
 			dest = DT_VAN_DISCARD;
-	} else if (dt__coll_sig_decode(meta, h->meta_len, &sig) ||
-	           !dt__coll_sig_equal(&sig, &op->sig) || op->err) {
+	} else if (dt__coll_meta_decode(meta, h->meta_len, h->cmd, &md) ||
+	           !dt__coll_sig_equal(&md.sig, &op->sig) || op->err) {
 		dest = DT_VAN_DISCARD; /* on_msg reports it */
 	} else if (dt__coll_algo_dest(c, op, peer, h, &dest, &reduce)) {
 		dest = DT_VAN_DISCARD;
@@ -532,8 +532,7 @@ hook_on_msg(void *arg, dt_node *n, dt_conn *conn, dt_msg *m)
 	const dt_msg_hdr *h = &m->hdr;
 	int peer = peer_rank(c, conn);
 	coll_op *op;
-	dt__coll_sig sig;
-	int has_sig;
+	dt__coll_meta md;
 
 	(void)n;
 	if (peer < 0) {
@@ -561,12 +560,9 @@ hook_on_msg(void *arg, dt_node *n, dt_conn *conn, dt_msg *m)
 			early_add(c, peer, m);
 			break;
 		}
-		has_sig =
-		    dt__coll_sig_decode(m->meta, h->meta_len, &sig) == DT_OK;
-		posted_data(c, op, peer, h, &sig, has_sig, m->payload,
-		            h->meta_len >= DT__COLL_META_CMA
-		                ? dt__get_u64(m->meta + DT__COLL_SIG_LEN)
-		                : 0);
+		(void)dt__coll_meta_decode(m->meta, h->meta_len, h->cmd, &md);
+		posted_data(c, op, peer, h, &md.sig, md.has_sig, m->payload,
+		            md.remote);
 		break;
 	case DT_CMD_COLL_FIN:
 		if (h->seq <= c->done_seq)
@@ -584,9 +580,8 @@ hook_on_msg(void *arg, dt_node *n, dt_conn *conn, dt_msg *m)
 			early_add(c, peer, m);
 			break;
 		}
-		has_sig =
-		    dt__coll_sig_decode(m->meta, h->meta_len, &sig) == DT_OK;
-		posted_ready(c, op, peer, &sig, has_sig);
+		(void)dt__coll_meta_decode(m->meta, h->meta_len, h->cmd, &md);
+		posted_ready(c, op, peer, &md.sig, md.has_sig);
 		break;
 	case DT_CMD_COLL_ABORT:
 		if (h->seq <= c->done_seq)

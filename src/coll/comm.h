@@ -106,6 +106,23 @@ struct coll_op {
 	int waiting_on; /* rank whose message the executor waits for */
 };
 
+/* A DATA or READY message's metadata (coll_msg.c, docs/protocol.md). */
+typedef struct dt__coll_meta {
+	dt__coll_sig sig;
+	int has_sig;
+	int has_remote;  /* DATA read from the sender's memory */
+	uint64_t remote; /* its address there */
+} dt__coll_meta;
+
+/* Decode the metadata of a message of command cmd (nothing to decode for
+ * FIN, ABORT's text, STALL_*); DT_EPROTO if a DATA or READY message has no
+ * whole signature. */
+dt_err dt__coll_meta_decode(const uint8_t *meta, size_t len, unsigned cmd,
+                            dt__coll_meta *out);
+/* Encode a DATA / READY metadata block into out; returns its length. */
+uint32_t dt__coll_meta_encode(const dt__coll_sig *sig, int with_remote,
+                              uint64_t remote, uint8_t out[DT__COLL_META_CMA]);
+
 /* A message of an operation not yet started (or a control message). */
 typedef struct coll_early {
 	dt_lnode link; /* in c->early */

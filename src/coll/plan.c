@@ -1,6 +1,5 @@
 /*
- * plan.c - the pure arithmetic of the collectives: operation signatures,
- * how a buffer is cut into blocks and chunks, the ring and chain
+ * plan.c - the pure arithmetic of the collectives: how a buffer is cut into blocks and chunks, the ring and chain
  * schedules every rank derives on its own, recursive-doubling partners and
  * tensor-fusion batches. No I/O and no shared state: algo.c runs what is
  * planned here and the unit tests check it directly.
@@ -28,85 +27,6 @@ dt__coll_kind_name(int kind)
 		return "barrier";
 	}
 	return "unknown operation";
-}
-
-void
-dt__coll_sig_encode(const dt__coll_sig *s, uint8_t out[DT__COLL_SIG_LEN])
-{
-	out[0] = s->kind;
-	out[1] = s->dtype;
-	out[2] = s->op;
-	out[3] = s->ntensors;
-	dt__put_u32(out + 4, s->root);
-	dt__put_u64(out + 8, s->count);
-	dt__put_u64(out + 16, s->hash);
-}
-
-dt_err
-dt__coll_sig_decode(const uint8_t *in, size_t len, dt__coll_sig *s)
-{
-	if (in == NULL || len < DT__COLL_SIG_LEN)
-		return dt__fail(DT_EPROTO,
-		                "collective message: signature of %zu bytes "
-		                "(expected %d)",
-		                len, DT__COLL_SIG_LEN);
-	s->kind = in[0];
-	s->dtype = in[1];
-	s->op = in[2];
-	s->ntensors = in[3];
-	s->root = dt__get_u32(in + 4);
-	s->count = dt__get_u64(in + 8);
-	s->hash = dt__get_u64(in + 16);
-	return DT_OK;
-}
-
-int
-dt__coll_sig_equal(const dt__coll_sig *a, const dt__coll_sig *b)
-{
-	return a->kind == b->kind && a->dtype == b->dtype && a->op == b->op &&
-	       a->ntensors == b->ntensors && a->root == b->root &&
-	       a->count == b->count && a->hash == b->hash;
-}
-
-void
-dt__coll_sig_describe(const dt__coll_sig *s, char *out, size_t cap)
-{
-	const char *dt = dt__coll_dtype_valid(s->dtype)
-	                     ? dt_dtype_name((dt_dtype)s->dtype)
-	                     : "?";
-	const char *op =
-	    dt__coll_op_valid(s->op) ? dt_coll_op_name((dt_coll_op)s->op) : "?";
-	unsigned long long n = (unsigned long long)s->count;
-
-	switch (s->kind) {
-	case DT__COLL_ALLREDUCE:
-		if (s->ntensors > 1)
-			snprintf(out, cap,
-			         "allreduce(group of %u tensors, count=%llu, "
-			         "%s, %s)",
-			         s->ntensors, n, dt, op);
-		else
-			snprintf(out, cap, "allreduce(count=%llu, %s, %s)", n,
-			         dt, op);
-		break;
-	case DT__COLL_BROADCAST:
-		snprintf(out, cap, "broadcast(count=%llu, %s, root=%u)", n, dt,
-		         s->root);
-		break;
-	case DT__COLL_ALLGATHERV:
-		snprintf(out, cap, "allgatherv(total count=%llu, %s)", n, dt);
-		break;
-	case DT__COLL_REDUCE_SCATTER:
-		snprintf(out, cap,
-		         "reduce_scatter(count=%llu per rank, %s, %s)", n, dt,
-		         op);
-		break;
-	case DT__COLL_BARRIER:
-		snprintf(out, cap, "barrier()");
-		break;
-	default:
-		snprintf(out, cap, "operation kind %u", s->kind);
-	}
 }
 
 uint64_t

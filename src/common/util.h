@@ -12,6 +12,10 @@
 
 #include "dtrain/err.h"
 
+/* How many error codes there are (they run from 0 without gaps). */
+#define DT__ERR_COUNT_(name, value, text) +1
+enum { DT__ERR_COUNT = 0 DT_ERR_TABLE(DT__ERR_COUNT_) };
+
 #if defined(__GNUC__)
 #define DT_PRINTF(a, b) __attribute__((format(printf, a, b)))
 #else

@@ -337,43 +337,22 @@ fit_spin(dt_node *n)
 static dt_err
 parse_table(dt_node *n, const dt_msg *m)
 {
-	dt_rbuf r;
-	uint32_t id, ns, nw, count;
+	int id, ns, nw, count;
 	dt_node_entry *t;
 	dt_err err;
 
-	dt__rbuf_init(&r, m->meta, m->hdr.meta_len);
-	id = dt__rbuf_u32(&r);
-	ns = dt__rbuf_u32(&r);
-	nw = dt__rbuf_u32(&r);
-	count = 1 + ns + nw;
-	if ((err = dt__rbuf_err(&r, "NODE_TABLE")))
+	if ((err = dt__msg_node_table_decode(m->meta, m->hdr.meta_len, &id,
+	                                     &ns, &nw, &t)))
 		return err;
-	if ((int)ns != n->cfg.num_servers || (int)nw != n->cfg.num_workers)
+	if (ns != n->cfg.num_servers || nw != n->cfg.num_workers) {
+		free(t);
 		return dt__fail(DT_ECONFIG,
-		                "the scheduler runs a job of %u servers and %u "
+		                "the scheduler runs a job of %d servers and %d "
 		                "workers, but this node was started with "
 		                "DMLC_NUM_SERVER=%d DMLC_NUM_WORKER=%d",
 		                ns, nw, n->cfg.num_servers, n->cfg.num_workers);
-	if (id == 0 || id >= count)
-		return dt__fail(DT_EPROTO, "NODE_TABLE: bad node id %u", id);
-	t = dt__calloc(count, sizeof(*t));
-	if (t == NULL)
-		return DT_ENOMEM;
-	for (uint32_t i = 0; i < count; i++) {
-		t[i].id = (int)i;
-		t[i].role = (dt_role)dt__rbuf_u8(&r);
-		t[i].rank = (int)dt__rbuf_u32(&r);
-		dt__rbuf_str(&r, t[i].host, sizeof(t[i].host));
-		t[i].port = (int)dt__rbuf_u32(&r);
-		t[i].pid = (int)dt__rbuf_u32(&r);
-		if (t[i].role > DT_ROLE_WORKER || t[i].port > 65535)
-			r.failed = 1;
 	}
-	if ((err = dt__rbuf_err(&r, "NODE_TABLE"))) {
-		free(t);
-		return err;
-	}
+	count = 1 + ns + nw;
 	if (t[id].role != n->role) {
 		free(t);
 		return dt__fail(DT_EPROTO,
@@ -388,10 +367,10 @@ parse_table(dt_node *n, const dt_msg *m)
 	}
 	pthread_mutex_lock(&n->mu);
 	n->table = t;
-	n->ntable = (int)count;
-	n->num_servers = (int)ns;
-	n->num_workers = (int)nw;
-	n->id = (int)id;
+	n->ntable = count;
+	n->num_servers = ns;
+	n->num_workers = nw;
+	n->id = id;
 	n->rank = t[id].rank;
 	pthread_mutex_unlock(&n->mu);
 	return DT_OK;
@@ -662,17 +641,17 @@ member_start(dt_node *n)
 	DT_LOG(1, "connected to the scheduler at %s:%d", n->cfg.root_uri,
 	       n->cfg.root_port);
 
+	dt__msg_add_node a = {.role = n->role,
+	                      .want = n->cfg.requested_rank,
+	                      .port = n->port,
+	                      .pid = (int)getpid(),
+	                      .num_servers = n->cfg.num_servers,
+	                      .num_workers = n->cfg.num_workers};
+	snprintf(a.host, sizeof(a.host), "%s", n->host);
 	dt__wbuf_init(&w);
-	dt__wbuf_u8(&w, (uint8_t)n->role);
-	dt__wbuf_u32(&w, (uint32_t)(int32_t)n->cfg.requested_rank);
-	dt__wbuf_str(&w, n->host);
-	dt__wbuf_u32(&w, (uint32_t)n->port);
-	dt__wbuf_u32(&w, (uint32_t)getpid());
-	dt__wbuf_u32(&w, (uint32_t)n->cfg.num_servers);
-	dt__wbuf_u32(&w, (uint32_t)n->cfg.num_workers);
 	dt_msg_hdr h = {.cmd = DT_CMD_ADD_NODE, .flags = DT_F_REQUEST};
 	h.recver = 0;
-	err = dt__wbuf_err(&w);
+	err = dt__msg_add_node_encode(&a, &w);
 	if (!err)
 		err = dt__van_send(n->van, sc, &h, w.data, (uint32_t)w.len,
 		                   NULL, 0);

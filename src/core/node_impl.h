@@ -16,10 +16,9 @@
 
 #include "common/util.h"
 #include "core/core.h"
+#include "core/msg.h"
 #include "dtrain/node.h"
 #include "net/van.h"
-
-#define DT_MAX_NODES 4097
 
 /* An attached app instance. */
 typedef struct dt__node_app {

@@ -89,34 +89,30 @@ static void
 on_add_node(dt_node *n, dt_conn *c, dt_msg *m)
 {
 	dt_sched *s = n->sched;
-	dt_rbuf r;
+	dt__msg_add_node a;
 	joiner j = {0};
-	uint32_t ns, nw;
 	char reason[512];
 
-	dt__rbuf_init(&r, m->meta, m->hdr.meta_len);
-	j.conn = c;
-	j.role = (dt_role)dt__rbuf_u8(&r);
-	j.want = (int)(int32_t)dt__rbuf_u32(&r);
-	dt__rbuf_str(&r, j.host, sizeof(j.host));
-	j.port = (int)dt__rbuf_u32(&r);
-	j.pid = (int)dt__rbuf_u32(&r);
-	ns = dt__rbuf_u32(&r);
-	nw = dt__rbuf_u32(&r);
-	if (dt__rbuf_err(&r, "ADD_NODE") ||
-	    (j.role != DT_ROLE_SERVER && j.role != DT_ROLE_WORKER) ||
-	    j.port < 1 || j.port > 65535) {
-		dt__log(0, "dropping %s: malformed ADD_NODE", dt__conn_addr(c));
+	if (dt__msg_add_node_decode(m->meta, m->hdr.meta_len, &a)) {
+		dt__log(0, "dropping %s: malformed ADD_NODE (%s)",
+		        dt__conn_addr(c), dt_errmsg());
 		dt__van_close(n->van, c);
 		return;
 	}
-	if ((int)ns != n->num_servers || (int)nw != n->num_workers) {
+	j.conn = c;
+	j.role = a.role;
+	j.want = a.want;
+	memcpy(j.host, a.host, sizeof(j.host));
+	j.port = a.port;
+	j.pid = a.pid;
+	if (a.num_servers != n->num_servers ||
+	    a.num_workers != n->num_workers) {
 		snprintf(reason, sizeof(reason),
-		         "a %s at %s:%d was started with DMLC_NUM_SERVER=%u "
-		         "DMLC_NUM_WORKER=%u but this job has %d servers and "
+		         "a %s at %s:%d was started with DMLC_NUM_SERVER=%d "
+		         "DMLC_NUM_WORKER=%d but this job has %d servers and "
 		         "%d workers",
-		         dt_role_name(j.role), j.host, j.port, ns, nw,
-		         n->num_servers, n->num_workers);
+		         dt_role_name(j.role), j.host, j.port, a.num_servers,
+		         a.num_workers, n->num_servers, n->num_workers);
 		dt__log(0, "refusing a node: %s", reason);
 		send_abort(n, c, reason);
 		dt__van_close(n->van, c);
@@ -338,20 +334,10 @@ send_tables(dt_node *n)
 
 	for (int id = 1; id < n->ntable && !err; id++) {
 		dt__wbuf_init(&w);
-		dt__wbuf_u32(&w, (uint32_t)id);
-		dt__wbuf_u32(&w, (uint32_t)n->num_servers);
-		dt__wbuf_u32(&w, (uint32_t)n->num_workers);
-		for (int k = 0; k < n->ntable; k++) {
-			dt_node_entry *e = &n->table[k];
-			dt__wbuf_u8(&w, (uint8_t)e->role);
-			dt__wbuf_u32(&w, (uint32_t)e->rank);
-			dt__wbuf_str(&w, e->host);
-			dt__wbuf_u32(&w, (uint32_t)e->port);
-			dt__wbuf_u32(&w, (uint32_t)e->pid);
-		}
 		dt_msg_hdr h = {.cmd = DT_CMD_NODE_TABLE,
 		                .flags = DT_F_RESPONSE};
-		err = dt__wbuf_err(&w);
+		err = dt__msg_node_table_encode(id, n->num_servers,
+		                                n->num_workers, n->table, &w);
 		if (!err)
 			err = dt__node_send(n, id, &h, w.data, (uint32_t)w.len,
 			                    NULL, 0);

@@ -144,18 +144,14 @@ on_msg(void *arg, dt_node *n, dt_conn *conn, dt_msg *m)
 		return;
 	}
 	if (h->flags & DT_F_ERROR) {
-		dt_rbuf r;
-		uint32_t code;
+		dt_err code;
 
-		dt__rbuf_init(&r, m->meta, h->meta_len);
-		code = dt__rbuf_u32(&r);
-		dt__rbuf_str(&r, msg, sizeof(msg));
-		if (dt__rbuf_err(&r, "KV error") || code == 0 ||
-		    code > DT_ESHUTDOWN) {
+		if (dt__kv_error_decode(m->meta, h->meta_len, &code, msg,
+		                        sizeof(msg))) {
 			code = DT_EPROTO;
 			snprintf(msg, sizeof(msg), "malformed error answer");
 		}
-		op_fail(s->op, (dt_err)code, msg);
+		op_fail(s->op, code, msg);
 	} else if (s->dest && (h->payload_len != s->bytes || !m->payload)) {
 		snprintf(msg, sizeof(msg),
 		         "%s of key %llu: %s answered %llu bytes, expected %zu",

@@ -76,9 +76,14 @@ typedef struct dt_opt {
 
 /* Parse name and "k=v,k=v" into opt; names every bad key or value. */
 dt_err dt__opt_parse(const char *name, const char *params, dt_opt *opt);
-/* Encode/decode an optimizer as data (no code crosses the wire). */
+/* Message bodies (kv_msg.c). KV_SET_OPT: an optimizer as data (no code
+ * crosses the wire); the decoder checks every parameter's range. */
 void dt__opt_encode(const dt_opt *opt, dt_wbuf *w);
 dt_err dt__opt_decode(dt_rbuf *r, dt_opt *opt);
+/* A DT_F_ERROR answer: the error code and its message. */
+dt_err dt__kv_error_encode(dt_err code, const char *msg, dt_wbuf *w);
+dt_err dt__kv_error_decode(const void *meta, size_t len, dt_err *code,
+                           char *msg, size_t cap);
 /* Per-array optimizer state: floats needed (0, n or 2n). */
 size_t dt__opt_state_len(const dt_opt *opt, size_t n);
 /*

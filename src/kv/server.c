@@ -155,13 +155,11 @@ reply_error(kv_server *s, int worker, int cmd, uint64_t seq, dt_key key,
 	va_end(ap);
 	DT_LOG(1, "error for worker %d: %s", worker, msg);
 	dt__wbuf_init(&w);
-	dt__wbuf_u32(&w, (uint32_t)code);
-	dt__wbuf_str(&w, msg);
 	dt_msg_hdr h = {.cmd = (uint8_t)cmd,
 	                .flags = DT_F_RESPONSE | DT_F_ERROR,
 	                .seq = seq,
 	                .key = key};
-	if (dt__wbuf_err(&w) == DT_OK)
+	if (dt__kv_error_encode(code, msg, &w) == DT_OK)
 		dt__node_send(s->node, dt__node_worker_id(s->node, worker), &h,
 		              w.data, (uint32_t)w.len, NULL, 0);
 	dt__wbuf_fini(&w);

@@ -1,0 +1,170 @@
+/*
+ * msg.c - encoders and decoders of the control messages' bodies (msg.h).
+ * The bodies that are only header fields (HELLO, BARRIER's group mask in
+ * arg0, ...) or one line of text (ABORT, TEXT) need none; the van ends
+ * every metadata block with a NUL, so text is read as a C string.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/util.h"
+#include "core/msg.h"
+
+static int
+valid_role(unsigned r)
+{
+	return r == DT_ROLE_SERVER || r == DT_ROLE_WORKER;
+}
+
+dt_err
+dt__msg_add_node_encode(const dt__msg_add_node *a, dt_wbuf *w)
+{
+	dt__wbuf_u8(w, (uint8_t)a->role);
+	dt__wbuf_u32(w, (uint32_t)(int32_t)a->want);
+	dt__wbuf_str(w, a->host);
+	dt__wbuf_u32(w, (uint32_t)a->port);
+	dt__wbuf_u32(w, (uint32_t)a->pid);
+	dt__wbuf_u32(w, (uint32_t)a->num_servers);
+	dt__wbuf_u32(w, (uint32_t)a->num_workers);
+	return dt__wbuf_err(w);
+}
+
+dt_err
+dt__msg_add_node_decode(const void *meta, size_t len, dt__msg_add_node *a)
+{
+	dt_rbuf r;
+	uint8_t role;
+	int32_t want;
+	uint32_t port, pid, ns, nw;
+	dt_err err;
+
+	memset(a, 0, sizeof(*a));
+	dt__rbuf_init(&r, meta, len);
+	role = dt__rbuf_u8(&r);
+	want = (int32_t)dt__rbuf_u32(&r);
+	dt__rbuf_str(&r, a->host, sizeof(a->host));
+	port = dt__rbuf_u32(&r);
+	pid = dt__rbuf_u32(&r);
+	ns = dt__rbuf_u32(&r);
+	nw = dt__rbuf_u32(&r);
+	if ((err = dt__rbuf_err(&r, "ADD_NODE")))
+		return err;
+	if (!valid_role(role))
+		return dt__fail(DT_EPROTO, "ADD_NODE: role %u is not a "
+		                           "server or worker", role);
+	if (want < -1 || want > DT_MAX_RANK_WISH)
+		return dt__fail(DT_EPROTO, "ADD_NODE: rank wish %d", want);
+	if (a->host[0] == '\0')
+		return dt__fail(DT_EPROTO, "ADD_NODE: empty host");
+	if (port < 1 || port > 65535)
+		return dt__fail(DT_EPROTO, "ADD_NODE: port %u", port);
+	if (pid > INT32_MAX)
+		return dt__fail(DT_EPROTO, "ADD_NODE: pid %u", pid);
+	if (ns > DT_MAX_ROLE_NODES || nw > DT_MAX_ROLE_NODES)
+		return dt__fail(DT_EPROTO,
+		                "ADD_NODE: job size of %u servers and %u "
+		                "workers (%d of each at most)",
+		                ns, nw, DT_MAX_ROLE_NODES);
+	a->role = (dt_role)role;
+	a->want = want;
+	a->port = (int)port;
+	a->pid = (int)pid;
+	a->num_servers = (int)ns;
+	a->num_workers = (int)nw;
+	return DT_OK;
+}
+
+dt_err
+dt__msg_node_table_encode(int id, int num_servers, int num_workers,
+                          const dt_node_entry *table, dt_wbuf *w)
+{
+	int count = 1 + num_servers + num_workers;
+
+	dt__wbuf_u32(w, (uint32_t)id);
+	dt__wbuf_u32(w, (uint32_t)num_servers);
+	dt__wbuf_u32(w, (uint32_t)num_workers);
+	for (int k = 0; k < count; k++) {
+		const dt_node_entry *e = &table[k];
+
+		dt__wbuf_u8(w, (uint8_t)e->role);
+		dt__wbuf_u32(w, (uint32_t)e->rank);
+		dt__wbuf_str(w, e->host);
+		dt__wbuf_u32(w, (uint32_t)e->port);
+		dt__wbuf_u32(w, (uint32_t)e->pid);
+	}
+	return dt__wbuf_err(w);
+}
+
+dt_err
+dt__msg_node_table_decode(const void *meta, size_t len, int *id,
+                          int *num_servers, int *num_workers,
+                          dt_node_entry **out)
+{
+	dt_rbuf r;
+	uint32_t me, ns, nw, count;
+	dt_node_entry *t;
+	dt_err err;
+
+	*out = NULL;
+	dt__rbuf_init(&r, meta, len);
+	me = dt__rbuf_u32(&r);
+	ns = dt__rbuf_u32(&r);
+	nw = dt__rbuf_u32(&r);
+	if ((err = dt__rbuf_err(&r, "NODE_TABLE")))
+		return err;
+	if (ns > DT_MAX_ROLE_NODES || nw < 1 || nw > DT_MAX_ROLE_NODES)
+		return dt__fail(DT_EPROTO,
+		                "NODE_TABLE: job size of %u servers and %u "
+		                "workers",
+		                ns, nw);
+	count = 1 + ns + nw;
+	if (me == 0 || me >= count)
+		return dt__fail(DT_EPROTO, "NODE_TABLE: bad node id %u", me);
+	/* Each entry takes at least 17 bytes: refuse a count the block
+	 * cannot hold before allocating for it. */
+	if ((size_t)count * 17 > len - r.off)
+		return dt__fail(DT_EPROTO,
+		                "NODE_TABLE: %u entries do not fit in %zu "
+		                "bytes",
+		                count, len - r.off);
+	if ((t = dt__calloc(count, sizeof(*t))) == NULL)
+		return DT_ENOMEM;
+	for (uint32_t i = 0; i < count; i++) {
+		uint8_t role = dt__rbuf_u8(&r);
+		uint32_t rank = dt__rbuf_u32(&r), port, pid;
+
+		dt__rbuf_str(&r, t[i].host, sizeof(t[i].host));
+		port = dt__rbuf_u32(&r);
+		pid = dt__rbuf_u32(&r);
+		if (r.failed)
+			break;
+		/* The scheduler's row, then S servers, then W workers, each
+		 * role's ranks in id order. */
+		dt_role want_role = i == 0    ? DT_ROLE_SCHEDULER
+		                    : i <= ns ? DT_ROLE_SERVER
+		                              : DT_ROLE_WORKER;
+		uint32_t want_rank = i == 0 ? 0 : i <= ns ? i - 1 : i - 1 - ns;
+		if (role != (uint8_t)want_role || rank != want_rank ||
+		    port > 65535 || pid > INT32_MAX) {
+			free(t);
+			return dt__fail(DT_EPROTO,
+			                "NODE_TABLE: entry %u (role %u rank %u "
+			                "port %u) is out of place",
+			                i, role, rank, port);
+		}
+		t[i].id = (int)i;
+		t[i].role = want_role;
+		t[i].rank = (int)rank;
+		t[i].port = (int)port;
+		t[i].pid = (int)pid;
+	}
+	if ((err = dt__rbuf_err(&r, "NODE_TABLE"))) {
+		free(t);
+		return err;
+	}
+	*id = (int)me;
+	*num_servers = (int)ns;
+	*num_workers = (int)nw;
+	*out = t;
+	return DT_OK;
+}

@@ -1,0 +1,52 @@
+/*
+ * msg.h - the bodies of the cluster's control messages, each encoder
+ * beside its decoder (docs/protocol.md describes them byte by byte).
+ *
+ * Decoders take the metadata block exactly as it arrived, check every
+ * field against its limit before anything is sized from it, and name what
+ * was wrong in the error (DT_EPROTO). They allocate only what the checked
+ * counts allow.
+ */
+#ifndef DT_CORE_MSG_H
+#define DT_CORE_MSG_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "core/core.h"
+#include "net/codec.h"
+
+/* The most nodes a job can have: the scheduler, 2048 servers and 2048
+ * workers (DMLC_NUM_SERVER / DMLC_NUM_WORKER are capped there). */
+#define DT_MAX_ROLE_NODES 2048
+#define DT_MAX_NODES      (1 + 2 * DT_MAX_ROLE_NODES)
+/* The largest rank a node may ask for. */
+#define DT_MAX_RANK_WISH 4095
+
+/* ADD_NODE: a server or worker asks the scheduler to admit it. */
+typedef struct dt__msg_add_node {
+	dt_role role;             /* DT_ROLE_SERVER or DT_ROLE_WORKER */
+	int want;                 /* rank asked for, -1 for none */
+	char host[DT_HOST_MAX];   /* address it listens on */
+	int port;                 /* 1..65535 */
+	int pid;                  /* for messages naming it */
+	int num_servers;          /* the job size it was started with */
+	int num_workers;
+} dt__msg_add_node;
+
+dt_err dt__msg_add_node_encode(const dt__msg_add_node *a, dt_wbuf *w);
+dt_err dt__msg_add_node_decode(const void *meta, size_t len,
+                               dt__msg_add_node *a);
+
+/*
+ * NODE_TABLE: the scheduler tells node `id` the whole table, 1 + S + W
+ * entries by node id. The decoder allocates the table (*out, the caller
+ * frees it) only once S and W are within DT_MAX_ROLE_NODES.
+ */
+dt_err dt__msg_node_table_encode(int id, int num_servers, int num_workers,
+                                 const dt_node_entry *table, dt_wbuf *w);
+dt_err dt__msg_node_table_decode(const void *meta, size_t len, int *id,
+                                 int *num_servers, int *num_workers,
+                                 dt_node_entry **out);
+
+#endif
