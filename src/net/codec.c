@@ -286,6 +286,10 @@ dt__rbuf_str(dt_rbuf *r, char *out, size_t cap)
 	p = dt__rbuf_bytes(r, n);
 	if (p == NULL)
 		return;
+	if (memchr(p, '\0', n) != NULL) { /* would cut the value: reject */
+		r->failed = 1;
+		return;
+	}
 	memcpy(out, p, n);
 	out[n] = '\0';
 }

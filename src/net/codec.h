@@ -130,7 +130,9 @@ uint8_t dt__rbuf_u8(dt_rbuf *r);
 uint32_t dt__rbuf_u32(dt_rbuf *r);
 uint64_t dt__rbuf_u64(dt_rbuf *r);
 double dt__rbuf_f64(dt_rbuf *r);
-/* Copy a string of at most cap-1 bytes into out, NUL-terminated. */
+/* Copy a string of at most cap-1 bytes, none of them NUL, into out,
+ * NUL-terminated; a longer one or one with a NUL inside fails the reader
+ * (out is then ""). */
 void dt__rbuf_str(dt_rbuf *r, char *out, size_t cap);
 const void *dt__rbuf_bytes(dt_rbuf *r, size_t n);
 /* DT_OK, or DT_EPROTO naming what (e.g. "NODE_TABLE") was truncated. */

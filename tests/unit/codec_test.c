@@ -616,6 +616,14 @@ test_rbuf_str_limits(void **state)
 	assert_int_equal(dt__rbuf_err(&r, "x"), DT_OK);
 	assert_string_equal(out, "012345678");
 
+	/* A NUL inside the string would cut it: rejected. */
+	dt__put_u32(b, 5);
+	memcpy(b + 4, "ab\0cd", 5);
+	dt__rbuf_init(&r, b, 9);
+	dt__rbuf_str(&r, out, sizeof(out));
+	assert_int_equal(r.failed, 1);
+	assert_string_equal(out, "");
+
 	/* A declared length past the end of the block: no overread. */
 	dt__put_u32(b, 8);
 	uint8_t *tight = malloc(4 + 5);

@@ -1,8 +1,9 @@
 /*
- * fuzz_replay_test.c - replays every input kept in fuzz/corpus/codec (the
- * seeds and any crash the fuzzer found) through the fuzz target's own
- * handler, fuzz/fuzz_codec_entry.h, so CTest keeps fixed bugs fixed
- * without needing clang or libFuzzer. Each file is also replayed cut at
+ * fuzz_replay_test.c - replays every input kept in fuzz/corpus/<target>
+ * (the seeds and any crash the fuzzer found) through that fuzz target's
+ * own handler, fuzz/fuzz_<target>_entry.h, so CTest keeps fixed bugs fixed
+ * without needing clang or libFuzzer: codec (frame headers and metadata
+ * readers), control (core/msg.c), kv (kv/kv_msg.c), coll (coll_msg.c). Each file is also replayed cut at
  * every length, since a truncated frame is the commonest bad input.
  *
  * Inputs are copied into heap blocks of exactly their length, so in the
@@ -22,23 +23,32 @@
 #include <cmocka.h>
 
 #include "../../fuzz/fuzz_codec_entry.h"
+#include "../../fuzz/fuzz_coll_entry.h"
+#include "../../fuzz/fuzz_control_entry.h"
+#include "../../fuzz/fuzz_kv_entry.h"
+
+typedef struct target {
+	const char *name;
+	int (*one)(const uint8_t *data, size_t size);
+} target;
 
 static void
-corpus_dir(char *out, size_t cap)
+corpus_dir(const char *name, char *out, size_t cap)
 {
 	const char *src = getenv("DTRAIN_SOURCE");
 
 	if (src && *src) {
-		snprintf(out, cap, "%s/fuzz/corpus/codec", src);
+		snprintf(out, cap, "%s/fuzz/corpus/%s", src, name);
 		return;
 	}
 	/* __FILE__ is tests/unit/fuzz_replay_test.c under the source. */
 	snprintf(out, cap, "%s", __FILE__);
 	char *cut = strstr(out, "tests/unit/");
 	if (cut)
-		snprintf(cut, cap - (size_t)(cut - out), "fuzz/corpus/codec");
+		snprintf(cut, cap - (size_t)(cut - out), "fuzz/corpus/%s",
+		         name);
 	else
-		snprintf(out, cap, "fuzz/corpus/codec");
+		snprintf(out, cap, "fuzz/corpus/%s", name);
 }
 
 static uint8_t *
@@ -67,13 +77,13 @@ read_file(const char *path, size_t *len)
 static void
 test_replay_corpus(void **state)
 {
+	const target *t = *state;
 	char dir[4096], path[8192];
 	struct dirent *e;
 	DIR *d;
 	int files = 0;
 
-	(void)state;
-	corpus_dir(dir, sizeof(dir));
+	corpus_dir(t->name, dir, sizeof(dir));
 	d = opendir(dir);
 	if (d == NULL)
 		fail_msg("cannot open the corpus %s (set DTRAIN_SOURCE)", dir);
@@ -93,7 +103,7 @@ test_replay_corpus(void **state)
 			uint8_t *cut = malloc(n ? n : 1);
 			assert_non_null(cut);
 			memcpy(cut, data, n);
-			dt_fuzz_codec_one(cut, n);
+			t->one(cut, n);
 			free(cut);
 			if (len - n > 4096)
 				break; /* long inputs: the last 4 KiB of cuts */
@@ -110,8 +120,21 @@ test_replay_corpus(void **state)
 int
 main(void)
 {
+	static const target targets[] = {
+	    {"codec", dt_fuzz_codec_one},
+	    {"control", dt_fuzz_control_one},
+	    {"kv", dt_fuzz_kv_one},
+	    {"coll", dt_fuzz_coll_one},
+	};
 	const struct CMUnitTest tests[] = {
-	    cmocka_unit_test(test_replay_corpus),
+	    cmocka_unit_test_prestate(test_replay_corpus,
+	                              (void *)&targets[0]),
+	    cmocka_unit_test_prestate(test_replay_corpus,
+	                              (void *)&targets[1]),
+	    cmocka_unit_test_prestate(test_replay_corpus,
+	                              (void *)&targets[2]),
+	    cmocka_unit_test_prestate(test_replay_corpus,
+	                              (void *)&targets[3]),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

@@ -1,0 +1,124 @@
+/*
+ * fuzz_control_entry.h - the checks of the control-message fuzz target
+ * (fuzz/fuzz_control.c), shared with its CTest replay of
+ * fuzz/corpus/control. An input is read as a metadata block and given to
+ * the real decoders of core/msg.c: ADD_NODE (what a stranger can send the
+ * scheduler first) and NODE_TABLE (what a node reads from "its"
+ * scheduler). Besides "no crash, no overread, no leak", it traps when:
+ *   - a decoder fails without a message, or with a code other than
+ *     DT_EPROTO (DT_ENOMEM aside);
+ *   - a decoded ADD_NODE has a field out of its limit, or does not encode
+ *     back to the bytes it was read from (less any trailing bytes), which
+ *     decode to the same values;
+ *   - a decoded NODE_TABLE has an id, a size or an entry out of place, or
+ *     does not encode back to a block, no longer than the input, that
+ *     decodes to the same table.
+ */
+#ifndef DT_FUZZ_CONTROL_ENTRY_H
+#define DT_FUZZ_CONTROL_ENTRY_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/util.h"
+#include "core/msg.h"
+
+#ifndef FUZZ_CHECK
+#define FUZZ_CHECK(cond)                                                       \
+	do {                                                                   \
+		if (!(cond))                                                   \
+			__builtin_trap();                                      \
+	} while (0)
+#endif
+
+static void
+fuzz_control_failed(dt_err err)
+{
+	FUZZ_CHECK(err == DT_EPROTO || err == DT_ENOMEM);
+	FUZZ_CHECK(dt_errmsg()[0] != '\0');
+}
+
+static void
+fuzz_control_add_node(const uint8_t *data, size_t size)
+{
+	dt__msg_add_node a, b;
+	dt_wbuf w;
+	dt_err err;
+
+	dt__clear_error();
+	if ((err = dt__msg_add_node_decode(data, size, &a))) {
+		fuzz_control_failed(err);
+		return;
+	}
+	FUZZ_CHECK(a.role == DT_ROLE_SERVER || a.role == DT_ROLE_WORKER);
+	FUZZ_CHECK(a.want >= -1 && a.want <= DT_MAX_RANK_WISH);
+	FUZZ_CHECK(a.port >= 1 && a.port <= 65535 && a.pid >= 0);
+	FUZZ_CHECK(a.num_servers >= 0 && a.num_servers <= DT_MAX_ROLE_NODES);
+	FUZZ_CHECK(a.num_workers >= 0 && a.num_workers <= DT_MAX_ROLE_NODES);
+	FUZZ_CHECK(memchr(a.host, '\0', sizeof(a.host)) && a.host[0]);
+	dt__wbuf_init(&w);
+	FUZZ_CHECK(dt__msg_add_node_encode(&a, &w) == DT_OK);
+	FUZZ_CHECK(w.len == size || w.len < size); /* trailing bytes */
+	FUZZ_CHECK(memcmp(w.data, data, w.len) == 0);
+	FUZZ_CHECK(dt__msg_add_node_decode(w.data, w.len, &b) == DT_OK);
+	FUZZ_CHECK(a.role == b.role && a.want == b.want && a.port == b.port &&
+	           a.pid == b.pid && a.num_servers == b.num_servers &&
+	           a.num_workers == b.num_workers &&
+	           strcmp(a.host, b.host) == 0);
+	dt__wbuf_fini(&w);
+}
+
+static void
+fuzz_control_node_table(const uint8_t *data, size_t size)
+{
+	dt_node_entry *t;
+	int id, ns, nw;
+	dt_wbuf w;
+	dt_err err;
+
+	dt__clear_error();
+	if ((err = dt__msg_node_table_decode(data, size, &id, &ns, &nw, &t))) {
+		fuzz_control_failed(err);
+		return;
+	}
+	FUZZ_CHECK(ns >= 0 && ns <= DT_MAX_ROLE_NODES);
+	FUZZ_CHECK(nw >= 1 && nw <= DT_MAX_ROLE_NODES);
+	FUZZ_CHECK(id >= 1 && id < 1 + ns + nw);
+	for (int i = 0; i < 1 + ns + nw; i++) {
+		FUZZ_CHECK(t[i].id == i);
+		FUZZ_CHECK(t[i].role == (i == 0 ? DT_ROLE_SCHEDULER
+		                         : i <= ns ? DT_ROLE_SERVER
+		                                   : DT_ROLE_WORKER));
+		FUZZ_CHECK(t[i].port >= 0 && t[i].port <= 65535);
+		FUZZ_CHECK(memchr(t[i].host, '\0', sizeof(t[i].host)));
+	}
+	dt__wbuf_init(&w);
+	FUZZ_CHECK(dt__msg_node_table_encode(id, ns, nw, t, &w) == DT_OK);
+	/* No longer than what it came from (a host with a NUL inside comes
+	 * back shorter), and it decodes to the same table. */
+	FUZZ_CHECK(w.len <= size);
+	dt_node_entry *t2;
+	int id2, ns2, nw2;
+	FUZZ_CHECK(dt__msg_node_table_decode(w.data, w.len, &id2, &ns2, &nw2,
+	                                     &t2) == DT_OK);
+	FUZZ_CHECK(id2 == id && ns2 == ns && nw2 == nw);
+	for (int i = 0; i < 1 + ns + nw; i++)
+		FUZZ_CHECK(t2[i].role == t[i].role && t2[i].rank == t[i].rank &&
+		           t2[i].port == t[i].port && t2[i].pid == t[i].pid &&
+		           strcmp(t2[i].host, t[i].host) == 0);
+	free(t2);
+	dt__wbuf_fini(&w);
+	free(t);
+}
+
+static int
+dt_fuzz_control_one(const uint8_t *data, size_t size)
+{
+	fuzz_control_add_node(data, size);
+	fuzz_control_node_table(data, size);
+	return 0;
+}
+
+#endif

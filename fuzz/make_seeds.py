@@ -1,0 +1,89 @@
+#!/usr/bin/env python3
+"""Write the hand-made seeds of the control, kv and coll fuzz targets into
+fuzz/corpus/<target>/ (the codec seeds predate this script and are kept as
+they are). One idea per file; docs/protocol.md has the layouts. Run from
+anywhere: python3 fuzz/make_seeds.py"""
+import os
+import struct
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def u8(v): return struct.pack('<B', v)
+def u32(v): return struct.pack('<I', v & 0xffffffff)
+def u64(v): return struct.pack('<Q', v & 0xffffffffffffffff)
+def f64(v): return struct.pack('<d', v)
+def s(text): b = text.encode(); return u32(len(b)) + b
+
+
+def add_node(role=2, want=-1, host='127.0.0.1', port=40000, pid=1234,
+             ns=2, nw=2):
+    return u8(role) + u32(want) + s(host) + u32(port) + u32(pid) + u32(ns) + u32(nw)
+
+
+def table(me=3, ns=2, nw=2, rows=None):
+    if rows is None:
+        rows = [(0, 0)] + [(1, r) for r in range(ns)] + [(2, r) for r in range(nw)]
+    out = u32(me) + u32(ns) + u32(nw)
+    for i, (role, rank) in enumerate(rows):
+        out += u8(role) + u32(rank) + s('10.0.0.%d' % (i + 1)) + u32(9000 + i) + u32(100 + i)
+    return out
+
+
+def opt(kind, lr=0.1, mom=0.9, wd=1e-4, rescale=1.0, clip=0.0, b1=0.9, b2=0.999, eps=1e-8):
+    return u8(kind) + b''.join(f64(v) for v in (lr, mom, wd, rescale, clip, b1, b2, eps))
+
+
+def sig(kind=1, dtype=0, op=0, ntensors=1, root=0, count=1024, hash_=0):
+    return u8(kind) + u8(dtype) + u8(op) + u8(ntensors) + u32(root) + u64(count) + u64(hash_)
+
+
+SEEDS = {
+    'control': {
+        'add_node_worker': add_node(),
+        'add_node_server_rank0': add_node(role=1, want=0),
+        'add_node_role_scheduler': add_node(role=0),
+        'add_node_rank_huge': add_node(want=0x7fffffff),
+        'add_node_port_zero': add_node(port=0),
+        'add_node_job_huge': add_node(ns=0xffffffff),
+        'add_node_host_empty': add_node(host=''),
+        'add_node_host_255': add_node(host='h' * 255),
+        'add_node_truncated': add_node()[:12],
+        'node_table_2x2': table(),
+        'node_table_0_servers': table(me=1, ns=0, nw=1),
+        'node_table_count_wrap': u32(3) + u32(0xffffffff) + u32(2),
+        'node_table_claims_2000': u32(3) + u32(0) + u32(2000) + table()[12:],
+        'node_table_out_of_place': table(rows=[(0, 0), (2, 0), (1, 0), (2, 1), (1, 1)]),
+        'node_table_id_zero': table(me=0),
+        'node_table_trailing': table() + b'\x00' * 7,
+    },
+    'kv': {
+        'error_esize': u32(11) + s('push of key 3: length 4 != initialised length 8'),
+        'error_code_zero': u32(0) + s('no error?'),
+        'error_code_huge': u32(0xffffffff) + s('x'),
+        'error_str_len_huge': u32(8) + u32(0xffffffff),
+        'error_msg_511': u32(13) + s('m' * 511),
+        'opt_sgd': opt(1),
+        'opt_adam': opt(2, mom=0.0),
+        'opt_nan_lr': opt(1, lr=float('nan')),
+        'opt_adam_beta_1': opt(2, mom=0.0, b1=1.0),
+        'opt_kind_7': opt(7),
+        'opt_truncated': opt(1)[:30],
+    },
+    'coll': {
+        'ready_allreduce': sig(),
+        'data_cma': sig(count=1 << 20) + u64(0x7ffd12345678),
+        'broadcast_root_huge': sig(kind=2, root=0xffffffff),
+        'group_of_255': sig(ntensors=255, count=1 << 40),
+        'kind_bogus': sig(kind=200, dtype=99, op=77),
+        'short': sig()[:10],
+        'abort_text': b'rank 1: allreduce(count=4) != broadcast(count=4)\x00',
+    },
+}
+
+for target, files in SEEDS.items():
+    d = os.path.join(HERE, 'corpus', target)
+    os.makedirs(d, exist_ok=True)
+    for name, data in files.items():
+        with open(os.path.join(d, name), 'wb') as f:
+            f.write(data)
