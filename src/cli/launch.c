@@ -51,6 +51,7 @@
 
 #include "cli/cli.h"
 #include "common/util.h"
+#include "net/sock.h"
 
 extern char **environ;
 
@@ -1188,22 +1189,11 @@ scheduler_addr(const struct opts *o, const struct hosts *h, struct in_addr *out)
 static dt_err
 listen_on(struct in_addr addr, int *fd_out, int *port_out)
 {
-	struct sockaddr_in sa = {.sin_family = AF_INET, .sin_addr = addr};
-	socklen_t len = sizeof(sa);
-	int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	char host[INET_ADDRSTRLEN];
 
-	if (fd < 0 || bind(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0 ||
-	    listen(fd, SOMAXCONN) < 0 ||
-	    getsockname(fd, (struct sockaddr *)&sa, &len) < 0) {
-		dt_err err = dt__fail(DT_ESYS, "scheduler socket on %s: %s",
-		                      inet_ntoa(addr), strerror(errno));
-		if (fd >= 0)
-			close(fd);
-		return err;
-	}
-	*fd_out = fd;
-	*port_out = ntohs(sa.sin_port);
-	return DT_OK;
+	inet_ntop(AF_INET, &addr, host, sizeof(host));
+	return dt__sock_listen(host, 0, "the scheduler's socket", fd_out,
+	                       port_out);
 }
 
 /* ------------------------------------------------------------------ */

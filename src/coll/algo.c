@@ -453,54 +453,6 @@ dt__coll_algo_dest(dt_coll *c, coll_op *op, int peer, const dt_msg_hdr *h,
 }
 
 dt_err
-dt__coll_cma_read(int pid, void *dst, uint64_t remote, size_t bytes)
-{
-	size_t done = 0;
-
-	while (done < bytes) {
-		struct iovec l = {(uint8_t *)dst + done, bytes - done};
-		struct iovec r = {(void *)(uintptr_t)(remote + done),
-		                  bytes - done};
-		ssize_t n = process_vm_readv(pid, &l, 1, &r, 1, 0);
-
-		if (n <= 0) {
-			if (n < 0 && errno == EINTR)
-				continue;
-			return dt__fail(
-			    DT_EIO, "reading %zu bytes from process %d: %s",
-			    bytes - done, pid,
-			    n < 0 ? strerror(errno) : "nothing read");
-		}
-		done += (size_t)n;
-	}
-	return DT_OK;
-}
-
-dt_err
-dt__coll_cma_write(int pid, uint64_t remote, const void *src, size_t bytes)
-{
-	size_t done = 0;
-
-	while (done < bytes) {
-		struct iovec l = {(uint8_t *)src + done, bytes - done};
-		struct iovec r = {(void *)(uintptr_t)(remote + done),
-		                  bytes - done};
-		ssize_t n = process_vm_writev(pid, &l, 1, &r, 1, 0);
-
-		if (n <= 0) {
-			if (n < 0 && errno == EINTR)
-				continue;
-			return dt__fail(
-			    DT_EIO, "writing %zu bytes to process %d: %s",
-			    bytes - done, pid,
-			    n < 0 ? strerror(errno) : "nothing written");
-		}
-		done += (size_t)n;
-	}
-	return DT_OK;
-}
-
-dt_err
 dt__coll_algo_deliver(dt_coll *c, coll_op *op, int peer, const dt_msg_hdr *h,
                       const void *payload)
 {
@@ -856,7 +808,7 @@ run_cma_push(dt_coll *c, coll_op *op)
 	uint64_t addr;
 	dt_err err;
 
-	if (dt__coll_cma_write(c->pids[peer], c->push_remote[slot], op->src,
+	if (dt__cma_write(c->pids[peer], c->push_remote[slot], op->src,
 	                       bytes))
 		return dt__fail(DT_EIO, "%s #%llu: writing to rank %d: %s",
 		                dt__coll_kind_name(op->kind),
@@ -915,7 +867,7 @@ run_cma(dt_coll *c, coll_op *op)
 				return err;
 			for (size_t o = lo; o < lo + len; o += piece) {
 				size_t k = DT_MIN(piece, lo + len - o);
-				if (dt__coll_cma_read(c->pids[p], c->bounce,
+				if (dt__cma_read(c->pids[p], c->bounce,
 				                      addr + o * esz, k * esz))
 					return cma_fail_read(op, p);
 				/* Lower rank first, as recursive doubling. */
@@ -948,7 +900,7 @@ run_cma(dt_coll *c, coll_op *op)
 				return err;
 			cma_block(c, op, p, &lo, &len);
 			if (len &&
-			    dt__coll_cma_read(c->pids[p], op->work + lo * esz,
+			    dt__cma_read(c->pids[p], op->work + lo * esz,
 			                      addr + lo * esz, len * esz))
 				return cma_fail_read(op, p);
 		}
@@ -961,7 +913,7 @@ run_cma(dt_coll *c, coll_op *op)
 				return err;
 		if (c->rank != op->root) {
 			addr = op->cma_addr[op->root];
-			if (dt__coll_cma_read(c->pids[op->root], op->work, addr,
+			if (dt__cma_read(c->pids[op->root], op->work, addr,
 			                      op->nelem * esz))
 				return cma_fail_read(op, op->root);
 		}

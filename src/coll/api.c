@@ -20,6 +20,7 @@
 #include <unistd.h>
 
 #include "coll/comm.h"
+#include "net/sock.h"
 
 /* ---- operations ---- */
 
@@ -839,7 +840,7 @@ probe_cma(dt_coll *c)
 		const int32_t *w = all + (size_t)r * PROBE_WORDS;
 		if (r == c->rank)
 			continue;
-		if (dt__coll_cma_read(c->pids[r], &v, probe_word(w, 0),
+		if (dt__cma_read(c->pids[r], &v, probe_word(w, 0),
 		                      sizeof(v)) ||
 		    v != 0x636d610000000000ull + (uint64_t)r) {
 			DT_LOG(1,
@@ -850,7 +851,7 @@ probe_cma(dt_coll *c)
 			break;
 		}
 		if (!ok[1] || probe_word(w, 3) == 0 ||
-		    dt__coll_cma_write(c->pids[r], probe_word(w, 1), &v,
+		    dt__cma_write(c->pids[r], probe_word(w, 1), &v,
 		                       sizeof(v))) {
 			ok[1] = 0;
 			continue;
@@ -967,38 +968,18 @@ launcher_rank(int *rank, int *size, int *found)
 static dt_err
 bind_root(const char *host, int port, int *fd_out)
 {
-	struct addrinfo hints = {.ai_family = AF_UNSPEC,
-	                         .ai_socktype = SOCK_STREAM,
-	                         .ai_flags = AI_PASSIVE | AI_NUMERICSERV};
-	struct addrinfo *res = NULL;
-	char portstr[16];
-	int fd, one = 1, rc;
+	char why[512];
+	int bound;
+	dt_err err = dt__sock_listen(host, port, "the rendezvous socket",
+	                             fd_out, &bound);
 
-	snprintf(portstr, sizeof(portstr), "%d", port);
-	if ((rc = getaddrinfo(host, portstr, &hints, &res)) != 0)
-		return dt__fail(DT_ECONFIG,
-		                "DTRAIN_COLL_ROOT: cannot resolve '%s': %s",
-		                host, gai_strerror(rc));
-	fd = socket(res->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
-	if (fd < 0) {
-		freeaddrinfo(res);
-		return dt__fail(DT_ESYS, "socket: %s", strerror(errno));
-	}
-	setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
-	if (bind(fd, res->ai_addr, res->ai_addrlen) < 0 ||
-	    listen(fd, 1024) < 0) {
-		int e = errno;
-		freeaddrinfo(res);
-		close(fd);
-		return dt__fail(
-		    DT_ESYS,
-		    "rank 0 cannot listen on DTRAIN_COLL_ROOT=%s:%d "
-		    "for the rendezvous: %s",
-		    host, port, strerror(e));
-	}
-	freeaddrinfo(res);
-	*fd_out = fd;
-	return DT_OK;
+	if (err == DT_OK)
+		return DT_OK;
+	snprintf(why, sizeof(why), "%s", dt_errmsg());
+	return dt__fail(err,
+	                "rank 0 cannot listen on DTRAIN_COLL_ROOT=%s:%d for "
+	                "the rendezvous (%s)",
+	                host, port, why);
 }
 
 typedef struct sched_arg {

@@ -26,6 +26,7 @@
 #include "coll/coll_impl.h"
 #include "common/spin.h"
 #include "common/table.h"
+#include "net/cma.h"
 
 /* DATA flags (arg2). */
 #define DT__CF_HAS_DATA 1u /* recursive-doubling broadcast: payload valid */
@@ -261,10 +262,6 @@ dt_err dt__coll_algo_dest(dt_coll *c, coll_op *op, int peer,
  * caller to fail. */
 dt_err dt__coll_algo_deliver(dt_coll *c, coll_op *op, int peer,
                              const dt_msg_hdr *h, const void *payload);
-/* Read bytes at remote in process pid into dst (CMA), or write them. */
-dt_err dt__coll_cma_read(int pid, void *dst, uint64_t remote, size_t bytes);
-dt_err dt__coll_cma_write(int pid, uint64_t remote, const void *src,
-                          size_t bytes);
 /* Record that a message was fully processed (mu held); remote is the
  * address a CMA notice carried. */
 void dt__coll_algo_done(dt_coll *c, coll_op *op, int peer, const dt_msg_hdr *h,

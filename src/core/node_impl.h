@@ -18,6 +18,7 @@
 #include "core/core.h"
 #include "core/msg.h"
 #include "dtrain/node.h"
+#include "net/sock.h"
 #include "net/van.h"
 
 /* An attached app instance. */

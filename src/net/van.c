@@ -1,47 +1,40 @@
 /*
- * van.c - TCP transport: non-blocking sockets, one epoll I/O thread per
- * node, frames cut from the byte stream, scatter-gather sends.
+ * van.c - the transport-independent part of a node's messaging: one epoll
+ * I/O thread per node, frames cut from each link's byte stream, payloads
+ * received into their final buffer, scatter-gather sends, corking and the
+ * polling wait. How bytes move is the transport's (transport.h; tcp.c).
  *
  * Threads: the I/O thread (started by dt__van_start, named "dt-io") owns
  * every connection's receive state and runs the owner's hooks. Senders are
  * any threads; each connection's send side is serialised by its send_mu.
  * The connection list is guarded by van->mu. When a connection goes down
- * the I/O thread shuts it down, then closes its descriptor under send_mu
+ * the I/O thread shuts it down, then closes its link under send_mu
  * (senders re-check `open` under that lock before each write, so none
  * writes to a recycled descriptor) and frees its buffers; the small
  * dt_conn itself lives until the van is destroyed, so a sender still
  * holding it never touches freed memory.
  */
-#include <arpa/inet.h>
 #include <errno.h>
-#include <fcntl.h>
-#include <ifaddrs.h>
-#include <netdb.h>
-#include <netinet/in.h>
-#include <netinet/tcp.h>
-#include <poll.h>
-#include <sched.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
-#include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
 
 #include "common/spin.h"
 #include "common/util.h"
+#include "net/transport.h"
 #include "net/van.h"
 
 #define STAGE_CAP   (256u << 10) /* receive staging buffer per connection */
 #define DIRECT_MIN  (32u << 10)  /* payload rest read straight into place */
 #define SEND_CHUNK  (1u << 20)   /* bytes per sendmsg call at most */
 #define POLL_BIG    (64u << 10)  /* payload rest that extends a poll */
-#define LOWAT_MIN   (1u << 20)   /* payload rest worth a receive low mark */
-#define LOWAT_PIECE (256u << 10) /* ...and the mark */
 #define RXBUF_KEEP  (64u << 20)  /* larger receive buffers are not kept */
 #define IOV_BATCH   64
 
@@ -49,8 +42,7 @@ enum rx_state { RX_HDR, RX_META, RX_PAYLOAD };
 
 struct dt_conn {
 	dt_van *van;
-	int fd;
-	int lowat; /* SO_RCVLOWAT now set (fit_lowat) */
+	dt_link link; /* fd -1 once closed (under send_mu) */
 	int peer;
 	atomic_int open;
 	char addr[64];
@@ -80,9 +72,10 @@ struct dt_conn {
 
 struct dt_van {
 	dt_van_hooks hooks;
+	const dt_transport_ops *tp;
 	int epfd;
 	int evfd;
-	int lfd;
+	dt_link lis; /* the listener, fd -1 if none */
 	pthread_t thread;
 	int started;
 	pthread_mutex_t mu;
@@ -112,45 +105,8 @@ struct dt_van {
 char dt__van_discard_tag;
 char dt__van_stream_tag;
 
-static dt_err
-set_nonblock(int fd)
-{
-	int fl = fcntl(fd, F_GETFL);
-
-	if (fl < 0 || fcntl(fd, F_SETFL, fl | O_NONBLOCK) < 0)
-		return dt__fail(DT_ESYS, "fcntl(O_NONBLOCK): %s",
-		                strerror(errno));
-	return DT_OK;
-}
-
-static void
-tune_socket(int fd)
-{
-	int one = 1;
-
-	setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-}
-
-static void
-format_addr(const struct sockaddr_storage *ss, char *out, size_t cap)
-{
-	char host[INET6_ADDRSTRLEN] = "?";
-	int port = 0;
-
-	if (ss->ss_family == AF_INET) {
-		const struct sockaddr_in *s = (const void *)ss;
-		inet_ntop(AF_INET, &s->sin_addr, host, sizeof(host));
-		port = ntohs(s->sin_port);
-	} else if (ss->ss_family == AF_INET6) {
-		const struct sockaddr_in6 *s = (const void *)ss;
-		inet_ntop(AF_INET6, &s->sin6_addr, host, sizeof(host));
-		port = ntohs(s->sin6_port);
-	}
-	snprintf(out, cap, "%s:%d", host, port);
-}
-
 static dt_conn *
-conn_new(dt_van *v, int fd)
+conn_new(dt_van *v, const dt_link *link)
 {
 	dt_conn *c = dt__calloc(1, sizeof(*c));
 
@@ -162,7 +118,7 @@ conn_new(dt_van *v, int fd)
 		return NULL;
 	}
 	c->van = v;
-	c->fd = fd;
+	c->link = *link;
 	c->peer = -1;
 	atomic_store(&c->open, 1);
 	pthread_mutex_init(&c->send_mu, NULL);
@@ -173,8 +129,8 @@ conn_new(dt_van *v, int fd)
 static void
 conn_free(dt_conn *c)
 {
-	if (c->fd >= 0)
-		close(c->fd);
+	if (c->link.fd >= 0)
+		c->link.ops->close(&c->link);
 	pthread_mutex_destroy(&c->send_mu);
 	free(c->stage);
 	free(c->meta);
@@ -200,7 +156,7 @@ conn_add(dt_van *v, dt_conn *c)
 	c->next = v->conns;
 	v->conns = c;
 	pthread_mutex_unlock(&v->mu);
-	if (epoll_ctl(v->epfd, EPOLL_CTL_ADD, c->fd, &ev) < 0) {
+	if (epoll_ctl(v->epfd, EPOLL_CTL_ADD, c->link.fd, &ev) < 0) {
 		atomic_store(&c->open, 0);
 		return dt__fail(DT_ESYS, "epoll_ctl: %s", strerror(errno));
 	}
@@ -212,8 +168,8 @@ static void
 conn_down(dt_van *v, dt_conn *c, dt_err why, const char *reason)
 {
 	atomic_store(&c->open, 0);
-	epoll_ctl(v->epfd, EPOLL_CTL_DEL, c->fd, NULL);
-	shutdown(c->fd, SHUT_RDWR);
+	epoll_ctl(v->epfd, EPOLL_CTL_DEL, c->link.fd, NULL);
+	c->link.ops->shutdown(&c->link);
 	/*
 	 * Give the descriptor and the receive buffers back now, so a peer
 	 * that connects and misbehaves again and again cannot exhaust them.
@@ -222,8 +178,7 @@ conn_down(dt_van *v, dt_conn *c, dt_err why, const char *reason)
 	 * shutdown above a blocked sender wakes at once).
 	 */
 	pthread_mutex_lock(&c->send_mu);
-	close(c->fd);
-	c->fd = -1;
+	c->link.ops->close(&c->link);
 	pthread_mutex_unlock(&c->send_mu);
 	free(c->stage);
 	free(c->meta);
@@ -259,8 +214,12 @@ dt__van_create(const dt_van_hooks *hooks, dt_van **out)
 	v = dt__calloc(1, sizeof(*v));
 	if (v == NULL)
 		return DT_ENOMEM;
+	if ((err = dt__transport_choose(&v->tp))) {
+		free(v);
+		return err;
+	}
 	v->hooks = *hooks;
-	v->lfd = -1;
+	v->lis.fd = -1;
 	v->max_payload = (uint64_t)maxmsg;
 	v->send_timeout_ms = (int)tmo * 1000;
 	pthread_mutex_init(&v->mu, NULL);
@@ -318,8 +277,8 @@ dt__van_destroy(dt_van *v)
 		next = c->next;
 		conn_free(c);
 	}
-	if (v->lfd >= 0)
-		close(v->lfd);
+	if (v->lis.fd >= 0)
+		v->lis.ops->close(&v->lis);
 	close(v->epfd);
 	close(v->evfd);
 	pthread_mutex_destroy(&v->mu);
@@ -332,67 +291,12 @@ dt__van_destroy(dt_van *v)
 dt_err
 dt__van_listen(dt_van *v, const char *host, int port, int fd, int *bound_port)
 {
-	struct sockaddr_storage ss;
-	socklen_t len = sizeof(ss);
-	dt_err err;
+	dt_err err = v->tp->listen(host, port, fd, &v->lis, bound_port);
 
-	if (fd < 0) {
-		struct addrinfo hints = {.ai_family = AF_UNSPEC,
-		                         .ai_socktype = SOCK_STREAM,
-		                         .ai_flags =
-		                             AI_PASSIVE | AI_NUMERICSERV};
-		struct addrinfo *res = NULL;
-		char portstr[16];
-		int one = 1, rc;
-
-		snprintf(portstr, sizeof(portstr), "%d", port);
-		rc = getaddrinfo(host, portstr, &hints, &res);
-		if (rc != 0)
-			return dt__fail(DT_ECONFIG, "cannot resolve '%s': %s",
-			                host, gai_strerror(rc));
-		fd = socket(res->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
-		if (fd < 0) {
-			freeaddrinfo(res);
-			return dt__fail(DT_ESYS, "socket: %s", strerror(errno));
-		}
-		setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
-		if (bind(fd, res->ai_addr, res->ai_addrlen) < 0) {
-			err = dt__fail(DT_ESYS, "cannot listen on %s:%d: %s",
-			               host, port, strerror(errno));
-			freeaddrinfo(res);
-			close(fd);
-			return err;
-		}
-		freeaddrinfo(res);
-		if (listen(fd, 1024) < 0) {
-			err = dt__fail(DT_ESYS, "listen: %s", strerror(errno));
-			close(fd);
-			return err;
-		}
-	} else {
-		/* An inherited socket: make sure it is listening. */
-		fcntl(fd, F_SETFD, FD_CLOEXEC);
-		if (listen(fd, 1024) < 0)
-			return dt__fail(DT_ECONFIG,
-			                "DT_LISTEN_FD=%d is not a bound TCP "
-			                "socket: %s",
-			                fd, strerror(errno));
-	}
-	if ((err = set_nonblock(fd)) != DT_OK) {
-		close(fd);
+	if (err)
 		return err;
-	}
-	if (getsockname(fd, (struct sockaddr *)&ss, &len) < 0) {
-		err = dt__fail(DT_ESYS, "getsockname: %s", strerror(errno));
-		close(fd);
-		return err;
-	}
-	*bound_port = ss.ss_family == AF_INET
-	                  ? ntohs(((struct sockaddr_in *)&ss)->sin_port)
-	                  : ntohs(((struct sockaddr_in6 *)&ss)->sin6_port);
-	v->lfd = fd;
-	struct epoll_event ev = {.events = EPOLLIN, .data.ptr = &v->lfd};
-	if (epoll_ctl(v->epfd, EPOLL_CTL_ADD, fd, &ev) < 0)
+	struct epoll_event ev = {.events = EPOLLIN, .data.ptr = &v->lis};
+	if (epoll_ctl(v->epfd, EPOLL_CTL_ADD, v->lis.fd, &ev) < 0)
 		return dt__fail(DT_ESYS, "epoll_ctl: %s", strerror(errno));
 	return DT_OK;
 }
@@ -401,27 +305,22 @@ static void
 accept_all(dt_van *v)
 {
 	for (;;) {
-		struct sockaddr_storage ss;
-		socklen_t len = sizeof(ss);
-		int fd = accept4(v->lfd, (struct sockaddr *)&ss, &len,
-		                 SOCK_NONBLOCK | SOCK_CLOEXEC);
+		char addr[64];
+		dt_link link;
 		dt_conn *c;
+		int rc = v->tp->accept(&v->lis, &link, addr, sizeof(addr));
 
-		if (fd < 0) {
-			if (errno == EINTR || errno == ECONNABORTED)
-				continue;
-			if (errno != EAGAIN && errno != EWOULDBLOCK)
-				dt__log(0, "accept: %s", strerror(errno));
+		if (rc < 0)
+			dt__log(0, "accept: %s", strerror(errno));
+		if (rc <= 0)
 			return;
-		}
-		tune_socket(fd);
-		c = conn_new(v, fd);
+		c = conn_new(v, &link);
 		if (c == NULL) {
 			dt__log(0, "refusing a connection: out of memory");
-			close(fd);
+			link.ops->close(&link);
 			continue;
 		}
-		format_addr(&ss, c->addr, sizeof(c->addr));
+		snprintf(c->addr, sizeof(c->addr), "%s", addr);
 		DT_LOG(2, "accepted a connection from %s", c->addr);
 		if (conn_add(v, c) != DT_OK)
 			dt__log(0, "cannot watch %s: %s", c->addr, dt_errmsg());
@@ -591,24 +490,18 @@ consume(dt_van *v, dt_conn *c)
 }
 
 /*
- * While a big payload comes in, have epoll report the socket readable only
- * once a good piece of it is there (SO_RCVLOWAT): fewer wake-ups and bigger
- * reads. Derived from the receive state whenever reading stops, so the mark
- * is never more than what is still to come, and is 1 between frames.
+ * Tell the transport how much of a payload is still to come whenever
+ * reading stops (TCP then wakes the reader less often: tcp.c), so what it
+ * knows is never more than the truth, and 0 between frames.
  */
 static void
 fit_lowat(dt_conn *c)
 {
-	int bytes = c->state == RX_PAYLOAD &&
-	                    c->h.payload_len - c->payload_got >= LOWAT_MIN
-	                ? (int)LOWAT_PIECE
-	                : 1;
-
-	if (c->lowat == bytes || (c->lowat == 0 && bytes == 1))
-		return;
-	if (setsockopt(c->fd, SOL_SOCKET, SO_RCVLOWAT, &bytes, sizeof(bytes)) ==
-	    0)
-		c->lowat = bytes;
+	if (c->link.ops->expect)
+		c->link.ops->expect(&c->link, c->state == RX_PAYLOAD
+		                                   ? c->h.payload_len -
+		                                         c->payload_got
+		                                   : 0);
 }
 
 /* Read until the kernel has nothing more (or the connection is down). */
@@ -636,7 +529,8 @@ read_all(dt_van *v, dt_conn *c)
 			size_t want =
 			    (size_t)(c->h.payload_len - c->payload_got);
 
-			n = read(c->fd, c->dest + c->payload_got, want);
+			n = c->link.ops->recv(&c->link,
+			                      c->dest + c->payload_got, want);
 			if (n > 0) {
 				c->payload_got += (uint64_t)n;
 				if (c->payload_got == c->h.payload_len)
@@ -649,7 +543,8 @@ read_all(dt_van *v, dt_conn *c)
 		} else {
 			size_t want = STAGE_CAP - c->stage_len;
 
-			n = read(c->fd, c->stage + c->stage_len, want);
+			n = c->link.ops->recv(&c->link, c->stage + c->stage_len,
+			                      want);
 			if (n > 0) {
 				dt_err err;
 
@@ -707,7 +602,7 @@ dispatch(dt_van *v, const struct epoll_event *evs, int n)
 
 		if (p == NULL)
 			continue; /* the stop eventfd */
-		if (p == &v->lfd) {
+		if (p == &v->lis) {
 			accept_all(v);
 			continue;
 		}
@@ -717,7 +612,7 @@ dispatch(dt_van *v, const struct epoll_event *evs, int n)
 		if (atomic_load(&c->open)) {
 			struct epoll_event ev = {.events = CONN_EVENTS,
 			                         .data.ptr = c};
-			epoll_ctl(v->epfd, EPOLL_CTL_MOD, c->fd, &ev);
+			epoll_ctl(v->epfd, EPOLL_CTL_MOD, c->link.fd, &ev);
 			if (c->state == RX_PAYLOAD &&
 			    c->h.payload_len - c->payload_got >= POLL_BIG)
 				big = 1;
@@ -893,89 +788,23 @@ dt__van_connect(dt_van *v, const char *host, int port, int timeout_ms,
                 const char *what, dt_conn **out)
 {
 	uint64_t deadline = dt__now_ns() + (uint64_t)timeout_ms * 1000000ull;
-	struct addrinfo hints = {.ai_family = AF_UNSPEC,
-	                         .ai_socktype = SOCK_STREAM,
-	                         .ai_flags = AI_NUMERICSERV};
-	struct addrinfo *res = NULL;
-	char portstr[16];
-	int backoff_ms = 5, rc, last_errno = 0;
+	dt_link link;
 	dt_conn *c;
+	dt_err err = v->tp->connect(host, port, deadline, what, &link);
 
-	snprintf(portstr, sizeof(portstr), "%d", port);
-	for (;;) {
-		rc = getaddrinfo(host, portstr, &hints, &res);
-		if (rc == 0)
-			break;
-		if (rc != EAI_AGAIN || dt__now_ns() >= deadline)
-			return dt__fail(DT_ECONFIG,
-			                "cannot resolve %s address '%s': %s",
-			                what, host, gai_strerror(rc));
+	if (err)
+		return err;
+	c = conn_new(v, &link);
+	if (c == NULL) {
+		link.ops->close(&link);
+		return DT_ENOMEM;
 	}
-	for (;;) {
-		int fd = socket(res->ai_family,
-		                SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
-		uint64_t now;
-
-		if (fd < 0) {
-			freeaddrinfo(res);
-			return dt__fail(DT_ESYS, "socket: %s", strerror(errno));
-		}
-		rc = connect(fd, res->ai_addr, res->ai_addrlen);
-		if (rc < 0 && errno == EINPROGRESS) {
-			struct pollfd pfd = {.fd = fd, .events = POLLOUT};
-			int left;
-
-			now = dt__now_ns();
-			left = now < deadline
-			           ? (int)((deadline - now) / 1000000) + 1
-			           : 0;
-			rc = poll(&pfd, 1, left);
-			if (rc > 0) {
-				int e = 0;
-				socklen_t l = sizeof(e);
-
-				getsockopt(fd, SOL_SOCKET, SO_ERROR, &e, &l);
-				rc = e ? -1 : 0;
-				errno = e;
-			} else {
-				rc = -1;
-				errno = ETIMEDOUT;
-			}
-		}
-		if (rc == 0) {
-			freeaddrinfo(res);
-			tune_socket(fd);
-			c = conn_new(v, fd);
-			if (c == NULL) {
-				close(fd);
-				return DT_ENOMEM;
-			}
-			snprintf(c->addr, sizeof(c->addr), "%s:%d", host, port);
-			if (conn_add(v, c) != DT_OK)
-				return DT_ESYS;
-			DT_LOG(2, "connected to %s at %s", what, c->addr);
-			*out = c;
-			return DT_OK;
-		}
-		last_errno = errno;
-		close(fd);
-		now = dt__now_ns();
-		if (now >= deadline)
-			break;
-		/* Refused or unreachable: the peer may not be up yet. */
-		uint64_t left_ms = (deadline - now) / 1000000;
-		struct timespec ts = {0, 0};
-		uint64_t nap = DT_MIN((uint64_t)backoff_ms, left_ms + 1);
-		ts.tv_sec = (time_t)(nap / 1000);
-		ts.tv_nsec = (long)(nap % 1000) * 1000000L;
-		nanosleep(&ts, NULL);
-		backoff_ms = DT_MIN(backoff_ms * 2, 500);
-	}
-	freeaddrinfo(res);
-	return dt__fail(last_errno == ECONNREFUSED ? DT_ECONNREFUSED
-	                                           : DT_ETIMEDOUT,
-	                "%s at %s:%d unreachable after %.1f s: %s", what, host,
-	                port, timeout_ms / 1000.0, strerror(last_errno));
+	snprintf(c->addr, sizeof(c->addr), "%s:%d", host, port);
+	if (conn_add(v, c) != DT_OK)
+		return DT_ESYS;
+	DT_LOG(2, "connected to %s at %s", what, c->addr);
+	*out = c;
+	return DT_OK;
 }
 
 /*
@@ -994,7 +823,7 @@ write_locked(dt_van *v, dt_conn *c, struct iovec *vec, int n, const char *what)
 	struct iovec *cur = vec;
 	int left = n;
 	while (left > 0) {
-		struct msghdr mh = {.msg_iov = cur};
+		int iovlen = 0;
 		size_t cut = 0, full = 0, rest = 0, limit;
 		ssize_t w;
 
@@ -1002,18 +831,17 @@ write_locked(dt_van *v, dt_conn *c, struct iovec *vec, int n, const char *what)
 			rest += cur[i].iov_len;
 		/* (no cut that would leave a small tail for another call) */
 		limit = rest < 2 * SEND_CHUNK ? rest : SEND_CHUNK;
-		while (mh.msg_iovlen < (size_t)DT_MIN(left, 1024) &&
-		       cut < limit) {
-			size_t len = cur[mh.msg_iovlen].iov_len;
+		while (iovlen < DT_MIN(left, 1024) && cut < limit) {
+			size_t len = cur[iovlen].iov_len;
 
 			if (cut + len > limit) {
 				full = len;
-				cur[mh.msg_iovlen].iov_len = limit - cut;
+				cur[iovlen].iov_len = limit - cut;
 				cut = limit;
 			} else {
 				cut += len;
 			}
-			mh.msg_iovlen++;
+			iovlen++;
 		}
 
 		if (!atomic_load(&c->open)) {
@@ -1022,15 +850,13 @@ write_locked(dt_van *v, dt_conn *c, struct iovec *vec, int n, const char *what)
 			               c->addr);
 			break;
 		}
-		w = sendmsg(c->fd, &mh, MSG_NOSIGNAL);
+		w = c->link.ops->sendv(&c->link, cur, iovlen);
 		if (full) /* put the cut piece's length back */
-			cur[mh.msg_iovlen - 1].iov_len = full;
+			cur[iovlen - 1].iov_len = full;
 		if (w < 0) {
 			if (errno == EINTR)
 				continue;
 			if (errno == EAGAIN || errno == EWOULDBLOCK) {
-				struct pollfd pfd = {.fd = c->fd,
-				                     .events = POLLOUT};
 				uint64_t now = dt__now_ns();
 
 				if (now >= deadline) {
@@ -1042,9 +868,10 @@ write_locked(dt_van *v, dt_conn *c, struct iovec *vec, int n, const char *what)
 					    v->send_timeout_ms / 1000);
 					break;
 				}
-				poll(&pfd, 1,
-				     (int)DT_MIN((deadline - now) / 1000000 + 1,
-				                 1000));
+				c->link.ops->wait_writable(
+				    &c->link,
+				    (int)DT_MIN((deadline - now) / 1000000 + 1,
+				                1000));
 				continue;
 			}
 			err = dt__fail(DT_ECLOSED, "send %s to %s: %s", what,
@@ -1103,8 +930,8 @@ flush(dt_van *v, dt_conn *c)
 
 	pthread_mutex_lock(&c->send_mu);
 	err = flush_locked(v, c);
-	if (err && c->fd >= 0)
-		shutdown(c->fd, SHUT_RDWR);
+	if (err && c->link.fd >= 0)
+		c->link.ops->shutdown(&c->link);
 	pthread_mutex_unlock(&c->send_mu);
 	return err;
 }
@@ -1242,8 +1069,8 @@ dt__van_close(dt_van *v, dt_conn *c)
 	(void)v;
 	/* The I/O thread sees the shutdown as EOF, reports it and closes. */
 	pthread_mutex_lock(&c->send_mu);
-	if (c->fd >= 0)
-		shutdown(c->fd, SHUT_RDWR);
+	if (c->link.fd >= 0)
+		c->link.ops->shutdown(&c->link);
 	pthread_mutex_unlock(&c->send_mu);
 }
 
@@ -1276,42 +1103,4 @@ dt__van_counters(dt_van *v, uint64_t *sent, uint64_t *recvd)
 {
 	*sent = atomic_load(&v->sent);
 	*recvd = atomic_load(&v->recvd);
-}
-
-dt_err
-dt__net_local_addr(const char *node_host, const char *iface, char *out,
-                   size_t cap)
-{
-	struct ifaddrs *ifs, *i;
-	int found = 0;
-
-	if (node_host && *node_host) {
-		snprintf(out, cap, "%s", node_host);
-		return DT_OK;
-	}
-	if (getifaddrs(&ifs) < 0)
-		return dt__fail(DT_ESYS, "getifaddrs: %s", strerror(errno));
-	for (i = ifs; i && !found; i = i->ifa_next) {
-		if (i->ifa_addr == NULL || i->ifa_addr->sa_family != AF_INET)
-			continue;
-		if (iface && *iface) {
-			if (strcmp(i->ifa_name, iface) != 0)
-				continue;
-		} else if (strncmp(i->ifa_name, "lo", 2) == 0) {
-			continue;
-		}
-		inet_ntop(AF_INET,
-		          &((struct sockaddr_in *)i->ifa_addr)->sin_addr, out,
-		          (socklen_t)cap);
-		found = 1;
-	}
-	freeifaddrs(ifs);
-	if (!found && iface && *iface)
-		return dt__fail(DT_ECONFIG,
-		                "DMLC_INTERFACE=%s: no such interface with an "
-		                "IPv4 address",
-		                iface);
-	if (!found)
-		snprintf(out, cap, "127.0.0.1");
-	return DT_OK;
 }

@@ -19,8 +19,9 @@
  * destroyed, so a sender holding one never touches freed memory; a send on
  * a closed connection fails with DT_ECLOSED.
  *
- * The transport below is TCP; the hooks and send call are all the layers
- * above see, so a shared-memory transport can slot in beside it.
+ * How bytes move is a transport's (transport.h: an ops table; TCP in
+ * tcp.c, chosen by DTRAIN_TRANSPORT); the hooks and send call are all the
+ * layers above see.
  */
 #ifndef DT_NET_VAN_H
 #define DT_NET_VAN_H
@@ -140,11 +141,5 @@ int dt__conn_is_open(const dt_conn *c);
 
 /* Bytes sent and received by the van (observability, benchmarks). */
 void dt__van_counters(dt_van *v, uint64_t *sent, uint64_t *recvd);
-
-/* Resolve the address this node advertises: DMLC_NODE_HOST, else the
- * IPv4 address of DMLC_INTERFACE, else the first non-loopback IPv4 address,
- * else 127.0.0.1. */
-dt_err dt__net_local_addr(const char *node_host, const char *iface, char *out,
-                          size_t cap);
 
 #endif

@@ -40,6 +40,8 @@
 #include <cmocka.h>
 
 #include "common/util.h"
+#include "net/sock.h"
+#include "net/transport.h"
 #include "net/van.h"
 
 #define WAIT_MS    30000 /* generous: the sanitizer build is slow */
@@ -1312,6 +1314,77 @@ test_bad_listen(void **state)
 	unsetenv("DT_MAX_MESSAGE");
 }
 
+/* The transport is chosen by name; an unknown one is refused by name. */
+static void
+test_transport_choice(void **state)
+{
+	const dt_transport_ops *tp = NULL;
+	dt_van_hooks hooks = {.on_msg = NULL};
+	dt_van *v = NULL;
+
+	(void)state;
+	unsetenv("DTRAIN_TRANSPORT");
+	assert_int_equal(dt__transport_choose(&tp), DT_OK);
+	assert_string_equal(tp->name, "tcp");
+	setenv("DTRAIN_TRANSPORT", "tcp", 1);
+	assert_int_equal(dt__transport_choose(&tp), DT_OK);
+	assert_string_equal(tp->name, "tcp");
+	setenv("DTRAIN_TRANSPORT", "carrier-pigeon", 1);
+	assert_int_equal(dt__van_create(&hooks, &v), DT_ECONFIG);
+	assert_null(v);
+	assert_msg_has(dt_errmsg(), "DTRAIN_TRANSPORT='carrier-pigeon'");
+	unsetenv("DTRAIN_TRANSPORT");
+	/* Every transport in the table fills every op the van calls. */
+	for (int i = 0; dt__transports[i]; i++) {
+		const dt_transport_ops *t = dt__transports[i];
+		assert_non_null(t->listen);
+		assert_non_null(t->accept);
+		assert_non_null(t->connect);
+		assert_non_null(t->recv);
+		assert_non_null(t->sendv);
+		assert_non_null(t->wait_writable);
+		assert_non_null(t->shutdown);
+		assert_non_null(t->close);
+	}
+}
+
+/* The socket helpers the van, the rendezvous and the launcher share. */
+static void
+test_sock_helpers(void **state)
+{
+	int fd = -1, port = 0, cfd = -1, sfd, port2;
+	uint64_t t0;
+
+	(void)state;
+	assert_int_equal(dt__sock_listen("127.0.0.1", 0, "test socket", &fd,
+	                                 &port),
+	                 DT_OK);
+	assert_true(port > 0);
+	/* The same port again is busy, and the error says which. */
+	assert_int_equal(dt__sock_listen("127.0.0.1", port, "test socket",
+	                                 &sfd, &port2),
+	                 DT_ESYS);
+	assert_msg_has(dt_errmsg(), "test socket: cannot listen on");
+	assert_int_equal(dt__sock_connect("127.0.0.1", port,
+	                                  dt__now_ns() + 5000000000ull, "peer",
+	                                  &cfd),
+	                 DT_OK);
+	sfd = accept(fd, NULL, NULL);
+	assert_true(sfd >= 0);
+	close(sfd);
+	close(cfd);
+	close(fd);
+	/* A closed port: refused until the deadline, then an error naming
+	 * the peer, in about the time given. */
+	t0 = dt__now_ns();
+	assert_int_equal(dt__sock_connect("127.0.0.1", port,
+	                                  dt__now_ns() + 300000000ull, "peer",
+	                                  &cfd),
+	                 DT_ECONNREFUSED);
+	assert_true(dt__now_ns() - t0 < 3000000000ull);
+	assert_msg_has(dt_errmsg(), "peer at 127.0.0.1:");
+}
+
 int
 main(void)
 {
@@ -1332,6 +1405,8 @@ main(void)
 	    T(test_close_and_send),
 	    T(test_send_too_big),
 	    T(test_bad_listen),
+	    cmocka_unit_test(test_transport_choice),
+	    cmocka_unit_test(test_sock_helpers),
 	};
 #undef T
 

@@ -1,0 +1,73 @@
+/*
+ * transport.h - what the van (van.c) needs of a transport: an ops table
+ * that each transport fills in a file of its own (tcp.c today; a
+ * shared-memory ring or RDMA later), so adding one means adding a file and
+ * a line in transport.c, and nothing above net/ changes.
+ *
+ * The van keeps everything that does not depend on how bytes move: frames
+ * cut from the byte stream, payloads received into their final buffer,
+ * corking, the polling wait, the I/O thread. A transport moves bytes of
+ * one link in order, like a stream socket, and gives the van a descriptor
+ * that epoll reports readable when bytes (or the end) have come: a socket,
+ * or an eventfd a ring's writer rings.
+ *
+ * Threads: recv runs in one thread at a time per link (the van's dispatch
+ * lock); sendv and wait_writable in one thread at a time (the link's send
+ * lock), possibly beside a recv; shutdown from any thread; close once,
+ * when nothing else runs on the link.
+ */
+#ifndef DT_NET_TRANSPORT_H
+#define DT_NET_TRANSPORT_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+#include <sys/uio.h>
+
+#include "dtrain/err.h"
+
+typedef struct dt_transport_ops dt_transport_ops;
+
+/* One end of a link (or a listener), as a transport made it. */
+typedef struct dt_link {
+	const dt_transport_ops *ops;
+	int fd;     /* what epoll watches; -1 once closed */
+	void *priv; /* the transport's own state, if any */
+} dt_link;
+
+struct dt_transport_ops {
+	const char *name; /* "tcp"; DTRAIN_TRANSPORT names it */
+
+	/* Listen on host:port (port 0: any), or adopt inherited_fd >= 0. */
+	dt_err (*listen)(const char *host, int port, int inherited_fd,
+	                 dt_link *lis, int *bound_port);
+	/* Take one waiting connection: 1 with *out and its peer's address
+	 * in addr, 0 when none waits, -1 on an error worth logging (errno). */
+	int (*accept)(dt_link *lis, dt_link *out, char *addr, size_t cap);
+	/* Connect to host:port, retrying until deadline_ns (dt__now_ns). */
+	dt_err (*connect)(const char *host, int port, uint64_t deadline_ns,
+	                  const char *what, dt_link *out);
+
+	/* Non-blocking I/O with read(2) / sendmsg(2) semantics: bytes moved,
+	 * 0 at the end of the stream (recv), -1 with errno (EAGAIN: nothing
+	 * now). sendv never raises SIGPIPE. */
+	ssize_t (*recv)(dt_link *l, void *buf, size_t len);
+	ssize_t (*sendv)(dt_link *l, const struct iovec *iov, int iovcnt);
+	/* Wait up to timeout_ms for room to send. */
+	void (*wait_writable)(dt_link *l, int timeout_ms);
+	/* How many bytes of a payload are still to come (0 between frames):
+	 * a transport may wake the reader less often meanwhile. Optional. */
+	void (*expect)(dt_link *l, uint64_t rest);
+	/* End both directions; the reader sees the end of the stream. Any
+	 * thread, any number of times. */
+	void (*shutdown)(dt_link *l);
+	/* Free the link (fd = -1 afterwards). */
+	void (*close)(dt_link *l);
+};
+
+/* The transports built in, by name (NULL-terminated). */
+extern const dt_transport_ops *const dt__transports[];
+/* The transport a van uses: DTRAIN_TRANSPORT, default "tcp". */
+dt_err dt__transport_choose(const dt_transport_ops **out);
+
+#endif
