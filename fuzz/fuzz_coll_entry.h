@@ -16,7 +16,7 @@
 #include <stdint.h>
 #include <string.h>
 
-#include "coll/comm.h"
+#include "coll/state.h"
 #include "common/util.h"
 
 #ifndef FUZZ_CHECK

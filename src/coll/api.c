@@ -20,6 +20,7 @@
 #include <unistd.h>
 
 #include "coll/comm.h"
+#include "coll/exec.h"
 #include "net/sock.h"
 
 /* ---- operations ---- */

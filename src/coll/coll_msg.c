@@ -9,7 +9,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "coll/comm.h"
+#include "coll/state.h"
 #include "net/codec.h"
 
 void

@@ -3,7 +3,9 @@
  * the node hooks through which every collective message arrives, the
  * executor that runs one operation at a time, and the safety net -
  * signature checks, aborts that reach every rank, stall reports and lost
- * peers. algo.c holds the algorithms it runs; api.c the public calls.
+ * peers. It reaches the algorithms only through their ops (algo.h: one
+ * file per algorithm, algo.c chooses); exec.c has the services both use;
+ * api.c the public calls.
  *
  * Message routing (I/O thread, comm.h explains the threads): a message
  * carries its operation's sequence number. One for an operation already
@@ -21,45 +23,18 @@
  * to every rank; a rank receiving it fails that operation (at once, or
  * when it reaches it). A lost peer breaks the communicator.
  */
-#include <arpa/inet.h>
 #include <errno.h>
-#include <netdb.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
 
+#include "coll/algo.h"
 #include "coll/comm.h"
+#include "coll/exec.h"
 
-/*
- * ThreadSanitizer records the reads of a sendmsg() payload when the call
- * returns. A collective often receives into a block it sent earlier in
- * the same operation (the ring's allgather overwrites what its
- * reduce-scatter forwarded; see algo.c), which is safe because that data
- * can only arrive after the peer has received every byte we sent - but
- * the causality runs through other processes, which TSan cannot see, and
- * a descheduled sender makes it report a race. So the payload reads of our
- * own sends are hidden from it; locks are still tracked.
- */
-#if defined(__SANITIZE_THREAD__)
-#define DT_TSAN 1
-#elif defined(__has_feature)
-#if __has_feature(thread_sanitizer)
-#define DT_TSAN 1
-#endif
-#endif
-#ifdef DT_TSAN
-void __tsan_ignore_thread_begin(void);
-void __tsan_ignore_thread_end(void);
-#define TSAN_IGNORE_BEGIN() __tsan_ignore_thread_begin()
-#define TSAN_IGNORE_END()   __tsan_ignore_thread_end()
-#else
-#define TSAN_IGNORE_BEGIN() ((void)0)
-#define TSAN_IGNORE_END()   ((void)0)
-#endif
 
 dt_err
 dt__coll_cfg_from_env(dt__coll_cfg *cfg)
@@ -104,76 +79,6 @@ dt__coll_cfg_from_env(dt__coll_cfg *cfg)
 	return DT_OK;
 }
 
-uint8_t *
-dt__coll_buf(uint8_t **buf, size_t *cap, size_t need)
-{
-	if (need <= *cap)
-		return *buf;
-	free(*buf);
-	*cap = 0;
-	*buf = dt__aligned_alloc(need);
-	if (*buf == NULL)
-		return NULL;
-	*cap = need;
-	return *buf;
-}
-
-void
-dt__coll_op_fail(coll_op *op, dt_err err, int need_abort, const char *fmt, ...)
-{
-	va_list ap;
-
-	if (op->err)
-		return; /* the first reason wins */
-	op->err = err;
-	op->need_abort = need_abort;
-	va_start(ap, fmt);
-	vsnprintf(op->msg, sizeof(op->msg), fmt, ap);
-	va_end(ap);
-}
-
-static uint64_t
-timeout_ns(const dt_coll *c)
-{
-	return (uint64_t)(c->cfg.timeout_s * 1e9);
-}
-
-/* Progress for the executor (mu held). */
-static void
-wake_executor(dt_coll *c)
-{
-	dt__gen_bump(&c->cv_gen);
-	pthread_cond_broadcast(&c->cv);
-}
-
-/* Wait (mu held) for progress or until_ns. A short wait is spent reading
- * the network in this thread rather than asleep (dt__node_wait_gen). */
-static void
-cv_wait_until(dt_coll *c, uint64_t until_ns)
-{
-	if (until_ns <= dt__now_ns())
-		return;
-	/* The cv runs on CLOCK_MONOTONIC, dt__now_ns's clock. */
-	dt__node_wait_gen(c->node, &c->cv_gen, &c->mu, &c->cv, until_ns);
-}
-
-dt_err
-dt__coll_send(dt_coll *c, int rank, dt_msg_hdr *h, const void *meta,
-              uint32_t meta_len, const void *payload, size_t bytes)
-{
-	struct iovec iov = {(void *)payload, bytes};
-	dt_err err;
-
-	TSAN_IGNORE_BEGIN();
-	err = dt__node_send(c->node, c->base_id + rank, h, meta, meta_len,
-	                    bytes ? &iov : NULL, bytes ? 1 : 0);
-	TSAN_IGNORE_END();
-	if (err)
-		return dt__fail(err, "sending %s to rank %d: %s",
-		                dt__cmd_name(h->cmd), rank, dt_errmsg());
-	return DT_OK;
-}
-
 /* Rank of the worker at the other end of conn, or -1. */
 static int
 peer_rank(dt_coll *c, dt_conn *conn)
@@ -184,48 +89,6 @@ peer_rank(dt_coll *c, dt_conn *conn)
 }
 
 /* ---- stall queries ---- */
-
-void
-dt__coll_answer_queries(dt_coll *c)
-{
-	while (c->nqueries > 0) {
-		coll_query q = c->queries[--c->nqueries];
-		dt_msg_hdr h = {.cmd = DT_CMD_COLL_STALL_REPLY,
-		                .seq = q.seq,
-		                .arg0 = c->next_seq,
-		                .arg1 = c->cur ? c->cur->seq : 0};
-
-		pthread_mutex_unlock(&c->mu);
-		dt__coll_send(c, q.peer, &h, NULL, 0, NULL, 0);
-		pthread_mutex_lock(&c->mu);
-	}
-}
-
-dt_err
-dt__coll_wait(dt_coll *c, coll_op *op, int (*pred)(coll_op *, void *),
-              void *arg, int waiting_on)
-{
-	for (;;) {
-		if (pred(op, arg))
-			return DT_OK;
-		if (op->err)
-			return dt__fail(op->err, "%s", op->msg);
-		if (c->nqueries) {
-			dt__coll_answer_queries(c);
-			continue;
-		}
-		uint64_t now = dt__now_ns();
-		uint64_t deadline = op->progress_ns + timeout_ns(c);
-		if (now >= deadline) {
-			op->waiting_on = waiting_on;
-			return DT_ETIMEDOUT;
-		}
-		/* No spinning before sleeping: on a machine with as many
-		 * ranks as cores a spinning executor takes the core its own
-		 * I/O thread needs (measured: twice as slow). */
-		cv_wait_until(c, DT_MIN(deadline, now + 1000000000ull));
-	}
-}
 
 /* ---- the early queue ---- */
 
@@ -256,7 +119,7 @@ early_add(dt_coll *c, int peer, const dt_msg *m)
 		if (c->cur)
 			dt__coll_op_fail(c->cur, c->broken, 1, "%s",
 			                 c->broken_msg);
-		wake_executor(c);
+		dt__coll_wake(c);
 		return;
 	}
 	e = calloc(1, sizeof(*e));
@@ -376,7 +239,7 @@ posted_data(dt_coll *c, coll_op *op, int peer, const dt_msg_hdr *h,
 	}
 	if (op->err)
 		return;
-	if (dt__coll_algo_dest(c, op, peer, h, &dest, &reduce))
+	if (dt__coll_algo_of(op)->dest(c, op, peer, h, &dest, &reduce))
 		return;
 	if (h->payload_len && payload == NULL && dest != DT_VAN_DISCARD) {
 		dt__coll_op_fail(op, DT_EPROTO, 1,
@@ -388,7 +251,7 @@ posted_data(dt_coll *c, coll_op *op, int peer, const dt_msg_hdr *h,
 	if (reduce) {
 		op->io_refs++;
 		pthread_mutex_unlock(&c->mu);
-		err = dt__coll_algo_deliver(c, op, peer, h, payload);
+		err = dt__coll_algo_of(op)->deliver(c, op, peer, h, payload);
 		pthread_mutex_lock(&c->mu);
 		op->io_refs--;
 		if (err) {
@@ -401,7 +264,7 @@ posted_data(dt_coll *c, coll_op *op, int peer, const dt_msg_hdr *h,
 	} else if (dest && dest != DT_VAN_DISCARD) {
 		memcpy(dest, payload, h->payload_len);
 	}
-	dt__coll_algo_done(c, op, peer, h, remote);
+	dt__coll_algo_of(op)->done(c, op, peer, h, remote);
 }
 
 static void
@@ -480,7 +343,7 @@ drain_early(dt_coll *c, coll_op *op)
 			posted_abort(op, e->peer, (dt_err)e->h.arg2, e->text);
 			break;
 		case DT_CMD_COLL_FIN:
-			dt__coll_algo_fin(c, op, e->peer);
+			dt__coll_algo_of(op)->fin(c, op, e->peer);
 			break;
 		}
 		early_free(e);
@@ -514,7 +377,7 @@ hook_payload_dest(void *arg, dt_node *n, dt_conn *conn, const dt_msg_hdr *h,
 	} else if (dt__coll_meta_decode(meta, h->meta_len, h->cmd, &md) ||
 	           !dt__coll_sig_equal(&md.sig, &op->sig) || op->err) {
 		dest = DT_VAN_DISCARD; /* on_msg reports it */
-	} else if (dt__coll_algo_dest(c, op, peer, h, &dest, &reduce)) {
+	} else if (dt__coll_algo_of(op)->dest(c, op, peer, h, &dest, &reduce)) {
 		dest = DT_VAN_DISCARD;
 	} else if (dest && dest != DT_VAN_DISCARD) {
 		op->io_refs++;
@@ -550,7 +413,7 @@ hook_on_msg(void *arg, dt_node *n, dt_conn *conn, dt_msg *m)
 				c->ext[peer] = 0;
 				op->io_refs--;
 				op->progress_ns = dt__now_ns();
-				dt__coll_algo_done(c, op, peer, h, 0);
+				dt__coll_algo_of(op)->done(c, op, peer, h, 0);
 			}
 			break;
 		}
@@ -571,7 +434,7 @@ hook_on_msg(void *arg, dt_node *n, dt_conn *conn, dt_msg *m)
 			early_add(c, peer, m);
 			break;
 		}
-		dt__coll_algo_fin(c, op, peer);
+		dt__coll_algo_of(op)->fin(c, op, peer);
 		break;
 	case DT_CMD_COLL_READY:
 		if (h->seq <= c->done_seq)
@@ -609,7 +472,7 @@ hook_on_msg(void *arg, dt_node *n, dt_conn *conn, dt_msg *m)
 		        "command",
 		        dt__cmd_name(h->cmd), peer);
 	}
-	wake_executor(c);
+	dt__coll_wake(c);
 	pthread_mutex_unlock(&c->mu);
 }
 
@@ -655,7 +518,7 @@ hook_on_fail(void *arg, dt_node *n, int peer_id, dt_err err)
 	 * that finished the operation may leave before we do), and tell the
 	 * others, who may be waiting on us rather than on it.
 	 */
-	if (c->cur && (peer_id < 0 || dt__coll_algo_needs(c, c->cur, r))) {
+	if (c->cur && (peer_id < 0 || dt__coll_algo_of(c->cur)->needs(c, c->cur, r))) {
 		char kind[64];
 		snprintf(kind, sizeof(kind), "%s",
 		         dt__coll_kind_name(c->cur->kind));
@@ -663,7 +526,7 @@ hook_on_fail(void *arg, dt_node *n, int peer_id, dt_err err)
 		                 "%s #%llu: %s", kind,
 		                 (unsigned long long)c->cur->num, why);
 	}
-	wake_executor(c);
+	dt__coll_wake(c);
 	pthread_cond_broadcast(&c->done_cv);
 	pthread_mutex_unlock(&c->mu);
 }
@@ -744,7 +607,7 @@ stall_report(dt_coll *c, coll_op *op)
 			dt__coll_answer_queries(c);
 			continue;
 		}
-		cv_wait_until(c, until);
+		dt__coll_cv_wait_until(c, until);
 	}
 	for (int r = 0; r < c->size && missing && silent; r++) {
 		if (r == c->rank)
@@ -798,7 +661,7 @@ stall_report(dt_coll *c, coll_op *op)
 static void
 quiesce(dt_coll *c, coll_op *op)
 {
-	uint64_t until = dt__now_ns() + timeout_ns(c);
+	uint64_t until = dt__now_ns() + dt__coll_timeout_ns(c);
 	int closed = 0;
 
 	while (op->io_refs > 0) {
@@ -818,9 +681,9 @@ quiesce(dt_coll *c, coll_op *op)
 				dt__node_close_peer(c->node, id);
 			}
 			closed = 1;
-			until = dt__now_ns() + timeout_ns(c);
+			until = dt__now_ns() + dt__coll_timeout_ns(c);
 		}
-		cv_wait_until(c, DT_MIN(until, dt__now_ns() + 100000000ull));
+		dt__coll_cv_wait_until(c, DT_MIN(until, dt__now_ns() + 100000000ull));
 	}
 }
 

@@ -1,0 +1,78 @@
+/*
+ * algo.h - the collective algorithms behind one ops table. Each algorithm
+ * is a file (algo_local.c, algo_rd.c, algo_stream.c, algo_cma.c) that
+ * fills a dt__coll_algo; algo.c chooses one per operation (its prepare
+ * function sets op->algo) and the router (comm.c) reaches it only through
+ * dt__coll_algo_of(op). Algorithms call down into exec.c (send, wait,
+ * fail) and the pure planning of plan.c, never up into the router.
+ *
+ * Adding an algorithm: a file with its prepare function and its ops, an
+ * entry in enum DT__ALG_* (comm.h) and in dt__coll_algo_of's table, and a
+ * rule in dt__coll_algo_prepare.
+ */
+#ifndef DT_COLL_ALGO_H
+#define DT_COLL_ALGO_H
+
+#include "coll/exec.h"
+#include "coll/state.h"
+
+typedef struct dt__coll_algo {
+	const char *name;
+	/* Run op to completion (executor, mu not held). */
+	dt_err (*run)(dt_coll *c, coll_op *op);
+	/* Free what prepare allocated (after the I/O thread is done). */
+	void (*release)(dt_coll *c, coll_op *op);
+	/* Does op still need a message from (or a send to) rank peer? (mu
+	 * held; a lost peer that is still needed fails the operation) */
+	int (*needs)(dt_coll *c, const coll_op *op, int peer);
+	/*
+	 * A DATA message for the posted op (mu held): check it against the
+	 * schedule and decide where its payload goes: *dest (DT_VAN_DISCARD
+	 * to drop it, NULL when there is nothing to place), or *reduce = 1
+	 * when the bytes go to deliver. An error fails op.
+	 */
+	dt_err (*dest)(dt_coll *c, coll_op *op, int peer, const dt_msg_hdr *h,
+	               void **dest, int *reduce);
+	/* Process a payload not yet in its final place (mu NOT held; the
+	 * caller holds io_refs): reduce it. */
+	dt_err (*deliver)(dt_coll *c, coll_op *op, int peer,
+	                  const dt_msg_hdr *h, const void *payload);
+	/* A message was fully processed (mu held); remote is the address a
+	 * same-host notice carried. */
+	void (*done)(dt_coll *c, coll_op *op, int peer, const dt_msg_hdr *h,
+	             uint64_t remote);
+	/* A FIN from peer (mu held). */
+	void (*fin)(dt_coll *c, coll_op *op, int peer);
+} dt__coll_algo;
+
+extern const dt__coll_algo dt__coll_algo_local;
+extern const dt__coll_algo dt__coll_algo_rd;
+extern const dt__coll_algo dt__coll_algo_stream;
+extern const dt__coll_algo dt__coll_algo_cma;
+
+/* algo.c: choose and prepare op's algorithm (executor, before posting),
+ * run it (mu not held) and release it. */
+dt_err dt__coll_algo_prepare(dt_coll *c, coll_op *op);
+dt_err dt__coll_algo_run(dt_coll *c, coll_op *op);
+void dt__coll_algo_release(dt_coll *c, coll_op *op);
+
+/* The algorithm op was prepared for. */
+const dt__coll_algo *dt__coll_algo_of(const coll_op *op);
+
+/* The algorithms' prepare functions (algo.c calls them; executor). */
+dt_err dt__coll_local_prepare(dt_coll *c, coll_op *op);
+/* Recursive doubling over nelem elements of op->work. */
+dt_err dt__coll_rd_prepare(dt_coll *c, coll_op *op, size_t nelem);
+/* A ring over blocks [offs[b], +lens[b]): rs reduce-scatter, ag allgather,
+ * ready a READY handshake first. */
+dt_err dt__coll_ring_prepare(dt_coll *c, coll_op *op, const size_t *offs,
+                             const size_t *lens, int rs, int ag, int ready);
+/* A pipelined chain from the root (broadcast). */
+dt_err dt__coll_chain_prepare(dt_coll *c, coll_op *op);
+/* Same-host memory: rs reduce my block of everyone's input, ag gather
+ * every block, whole (2 ranks) reduce the other's whole input, push (2
+ * ranks) write my input into the peer's slot. */
+dt_err dt__coll_cma_prepare(dt_coll *c, coll_op *op, int rs, int ag, int whole,
+                            int push);
+
+#endif

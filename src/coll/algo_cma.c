@@ -1,0 +1,338 @@
+/*
+ * algo_cma.c - the same-host algorithms.
+ *
+ * Cross-memory attach (CMA): when every rank runs on one host and may
+ * read the others' memory (probed at start-up, DT_COLL_CMA=0 turns it
+ * off), large operations move no data through sockets. Every rank sends
+ * each peer a notice with the address of its buffer, and reads what it
+ * needs (net/cma.c) - one copy instead of a socket's two:
+ *   - allreduce of 2 ranks (out of place): each reads the other's whole
+ *     input and reduces, lower rank first (2 message hops);
+ *   - allreduce otherwise, and reduce-scatter: rank r reads block r of
+ *     every peer's input, in rank order, and reduces it; then (allreduce)
+ *     announces the finished block, and everyone reads every block from
+ *     its owner (3 hops, whatever the number of ranks);
+ *   - allgather: everyone reads every block from its owner;
+ *   - broadcast: everyone waits for every rank's notice (so all agree),
+ *     then reads the root's buffer.
+ * Reads that reduce go through a small bounce buffer that stays in cache.
+ * Notices carry the signature like data messages do, so mismatches are
+ * caught the same way. A rank's memory is read after it has sent the
+ * notice, so every operation ends with FIN from every rank to every rank:
+ * nobody returns (and lets the caller reuse its buffers) before everyone
+ * has finished reading them.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "coll/algo.h"
+
+dt_err
+dt__coll_cma_prepare(dt_coll *c, coll_op *op, int rs, int ag, int whole,
+                     int push)
+{
+	size_t n = (size_t)c->size;
+
+	op->algo = DT__ALG_CMA;
+	op->cma_rs = rs;
+	op->cma_ag = ag;
+	op->cma_whole = whole;
+	op->cma_push = push;
+	op->cma_got = calloc(3 * n, 1);
+	op->cma_addr = calloc(2 * n, sizeof(uint64_t));
+	if (!op->cma_got || !op->cma_addr)
+		return dt__fail(DT_ENOMEM, "CMA state of %zu ranks", n);
+	return DT_OK;
+}
+
+/* Block b of op's buffer in the direct (CMA) algorithm. */
+static void
+cma_block(dt_coll *c, const coll_op *op, int b, size_t *off, size_t *len)
+{
+	switch (op->kind) {
+	case DT__COLL_REDUCE_SCATTER:
+		*off = (size_t)b * op->count;
+		*len = op->count;
+		return;
+	case DT__COLL_ALLGATHERV:
+		*off = 0;
+		for (int r = 0; r < b; r++)
+			*off += op->counts[r];
+		*len = op->counts[b];
+		return;
+	default:
+		dt__coll_block(op->nelem, c->size, b, off, len);
+	}
+}
+
+static dt_err
+cma_dest(dt_coll *c, coll_op *op, int peer, const dt_msg_hdr *h,
+     void **dest, int *reduce)
+{
+	*dest = NULL;
+	*reduce = 0;
+	int want =
+	    op->kind == DT__COLL_BROADCAST || op->cma_rs || op->cma_push
+	        ? DT__CMA_KEY_SRC
+	        : DT__CMA_KEY_BLK;
+	int ok =
+	    (h->arg2 & DT__CF_CMA) && h->payload_len == 0 &&
+	    (h->key == (uint64_t)want ||
+	     (h->key == DT__CMA_KEY_BLK && op->cma_rs && op->cma_ag)) &&
+	    !op->cma_got[h->key * (size_t)c->size + (size_t)peer];
+	if (ok)
+		return DT_OK;
+	dt__coll_op_fail(
+	    op, DT_EPROTO, 1,
+	    "%s #%llu: unexpected notice %llu from rank %d",
+	    dt__coll_kind_name(op->kind), (unsigned long long)op->num,
+	    (unsigned long long)h->key, peer);
+	return DT_EPROTO;
+}
+
+static void
+cma_done(dt_coll *c, coll_op *op, int peer, const dt_msg_hdr *h,
+         uint64_t remote)
+{
+	size_t i = h->key * (size_t)c->size + (size_t)peer;
+
+	op->cma_got[i] = 1;
+	op->cma_addr[i] = remote;
+}
+
+static int
+cma_needs(dt_coll *c, const coll_op *op, int peer)
+{
+	size_t n = (size_t)c->size, p = (size_t)peer;
+	int src = op->kind == DT__COLL_BROADCAST || op->cma_rs;
+
+	if (op->cma_push)
+		return !op->cma_got[p];
+	return (src && !op->cma_got[p]) || (op->cma_ag && !op->cma_got[n + p]) ||
+	       !op->cma_got[2 * n + p];
+}
+
+static void
+cma_fin(dt_coll *c, coll_op *op, int peer)
+{
+	if (!op->cma_got[2 * (size_t)c->size + (size_t)peer]) {
+		op->cma_got[2 * (size_t)c->size + (size_t)peer] = 1;
+		op->cma_fins++;
+	}
+}
+
+static int
+pred_cma_got(coll_op *op, void *arg)
+{
+	return op->cma_got[(uintptr_t)arg];
+}
+
+static int
+pred_cma_fins(coll_op *op, void *arg)
+{
+	return op->cma_fins >= (int)(uintptr_t)arg;
+}
+
+/* Send a notice (key, address) to every other rank. */
+static dt_err
+cma_notify(dt_coll *c, coll_op *op, uint64_t key, const void *addr)
+{
+	dt_err err;
+
+	for (int p = 0; p < c->size; p++)
+		if (p != c->rank &&
+		    (err = dt__coll_send_data(c, op, p, key, 0, op->nelem, DT__CF_CMA,
+		                     addr, 0)))
+			return err;
+	return DT_OK;
+}
+
+/* Wait (mu not held) for peer's notice of key; its address in *addr. */
+static dt_err
+cma_wait(dt_coll *c, coll_op *op, uint64_t key, int peer, uint64_t *addr)
+{
+	size_t i = key * (size_t)c->size + (size_t)peer;
+	dt_err err;
+
+	pthread_mutex_lock(&c->mu);
+	err = dt__coll_wait(c, op, pred_cma_got, (void *)(uintptr_t)i, peer);
+	*addr = op->cma_addr[i];
+	pthread_mutex_unlock(&c->mu);
+	return err;
+}
+
+static dt_err
+cma_fail_read(coll_op *op, int peer)
+{
+	return dt__fail(DT_EIO, "%s #%llu: reading from rank %d: %s",
+	                dt__coll_kind_name(op->kind),
+	                (unsigned long long)op->num, peer, dt_errmsg());
+}
+
+/*
+ * Two ranks, push: write my input into the peer's slot for this
+ * operation's parity, tell it, and reduce its input from my slot once it
+ * says it wrote it. Nobody reads my buffers, so no FIN. A slot is written
+ * again two operations later, which the peer can only reach after I have
+ * finished this one (it needs my notice of the next).
+ */
+static dt_err
+run_cma_push(dt_coll *c, coll_op *op)
+{
+	int peer = 1 - c->rank, slot = (int)(op->seq & 1);
+	size_t bytes = dt__coll_bytes(op, op->nelem);
+	uint64_t addr;
+	dt_err err;
+
+	if (dt__cma_write(c->pids[peer], c->push_remote[slot], op->src,
+	                       bytes))
+		return dt__fail(DT_EIO, "%s #%llu: writing to rank %d: %s",
+		                dt__coll_kind_name(op->kind),
+		                (unsigned long long)op->num, peer, dt_errmsg());
+	if ((err = dt__coll_send_data(c, op, peer, DT__CMA_KEY_SRC, 0, op->nelem,
+	                     DT__CF_CMA, NULL, 0)) ||
+	    (err = cma_wait(c, op, DT__CMA_KEY_SRC, peer, &addr)))
+		return err;
+	/* Rank 0's data first, as everywhere. */
+	if (peer < c->rank)
+		dt__coll_reduce(op->dtype, op->redop, op->work,
+		                c->push_slot[slot], op->src, op->nelem);
+	else
+		dt__coll_reduce(op->dtype, op->redop, op->work, op->src,
+		                c->push_slot[slot], op->nelem);
+	if (op->redop == DT_COLL_AVG)
+		dt__coll_scale(op->dtype, op->work, op->nelem, c->size);
+	return DT_OK;
+}
+
+static dt_err
+run_cma(dt_coll *c, coll_op *op)
+{
+	size_t esz = op->esz, lo, len;
+	uint64_t addr;
+	dt_err err;
+
+	if (op->cma_push)
+		return run_cma_push(c, op);
+
+	if (op->kind == DT__COLL_BROADCAST)
+		err = cma_notify(c, op, DT__CMA_KEY_SRC,
+		                 c->rank == op->root ? op->work : NULL);
+	else if (op->cma_rs)
+		err = cma_notify(c, op, DT__CMA_KEY_SRC, op->src);
+	else
+		err = cma_notify(c, op, DT__CMA_KEY_BLK, op->work);
+	if (err)
+		return err;
+
+	if (op->cma_rs) {
+		/* Reduce my range of everyone's input, in rank order. */
+		const uint8_t *acc = op->src;
+		size_t piece = c->bounce_cap / esz;
+
+		if (op->cma_whole) {
+			lo = 0;
+			len = op->nelem;
+		} else {
+			cma_block(c, op, c->rank, &lo, &len);
+		}
+		for (int p = 0; p < c->size; p++) {
+			if (p == c->rank)
+				continue;
+			if ((err = cma_wait(c, op, DT__CMA_KEY_SRC, p, &addr)))
+				return err;
+			for (size_t o = lo; o < lo + len; o += piece) {
+				size_t k = DT_MIN(piece, lo + len - o);
+				if (dt__cma_read(c->pids[p], c->bounce,
+				                      addr + o * esz, k * esz))
+					return cma_fail_read(op, p);
+				/* Lower rank first, as recursive doubling. */
+				if (p < c->rank && acc == op->src)
+					dt__coll_reduce(op->dtype, op->redop,
+					                op->work + o * esz,
+					                c->bounce,
+					                acc + o * esz, k);
+				else
+					dt__coll_reduce(op->dtype, op->redop,
+					                op->work + o * esz,
+					                acc + o * esz,
+					                c->bounce, k);
+			}
+			acc = op->work;
+		}
+		if (op->redop == DT_COLL_AVG)
+			dt__coll_scale(op->dtype, op->work + lo * esz, len,
+			               c->size);
+		if (op->cma_ag &&
+		    (err = cma_notify(c, op, DT__CMA_KEY_BLK, op->work)))
+			return err;
+	}
+	if (op->cma_ag) {
+		/* Every other block from its owner, straight into place. */
+		for (int p = 0; p < c->size; p++) {
+			if (p == c->rank)
+				continue;
+			if ((err = cma_wait(c, op, DT__CMA_KEY_BLK, p, &addr)))
+				return err;
+			cma_block(c, op, p, &lo, &len);
+			if (len &&
+			    dt__cma_read(c->pids[p], op->work + lo * esz,
+			                      addr + lo * esz, len * esz))
+				return cma_fail_read(op, p);
+		}
+	}
+	if (op->kind == DT__COLL_BROADCAST) {
+		/* Everyone's notice first: all ranks agree before any use. */
+		for (int p = 0; p < c->size; p++)
+			if (p != c->rank &&
+			    (err = cma_wait(c, op, DT__CMA_KEY_SRC, p, &addr)))
+				return err;
+		if (c->rank != op->root) {
+			addr = op->cma_addr[op->root];
+			if (dt__cma_read(c->pids[op->root], op->work, addr,
+			                      op->nelem * esz))
+				return cma_fail_read(op, op->root);
+		}
+	}
+	/* Done reading everyone; wait until everyone is done with us. */
+	for (int p = 0; p < c->size; p++)
+		if (p != c->rank && (err = dt__coll_send_fin(c, op, p)))
+			return err;
+	pthread_mutex_lock(&c->mu);
+	err = dt__coll_wait(c, op, pred_cma_fins,
+	                    (void *)(uintptr_t)(c->size - 1), -1);
+	pthread_mutex_unlock(&c->mu);
+	return err;
+}
+
+static void
+cma_release(dt_coll *c, coll_op *op)
+{
+	(void)c;
+	free(op->cma_got);
+	free(op->cma_addr);
+	op->cma_got = NULL;
+	op->cma_addr = NULL;
+}
+
+static dt_err
+cma_deliver(dt_coll *c, coll_op *op, int peer, const dt_msg_hdr *h,
+            const void *payload)
+{
+	(void)c;
+	(void)h;
+	(void)payload;
+	return dt__coll_unexpected(op, peer); /* notices carry no data */
+}
+
+const dt__coll_algo dt__coll_algo_cma = {
+    .name = "same-host memory",
+    .run = run_cma,
+    .release = cma_release,
+    .needs = cma_needs,
+    .dest = cma_dest,
+    .deliver = cma_deliver,
+    .done = cma_done,
+    .fin = cma_fin,
+};
+
