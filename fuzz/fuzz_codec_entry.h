@@ -21,21 +21,10 @@
 #ifndef DT_FUZZ_CODEC_ENTRY_H
 #define DT_FUZZ_CODEC_ENTRY_H
 
-#include <stddef.h>
-#include <stdint.h>
-#include <string.h>
+#include "fuzz_check.h"
 
-#include "common/util.h"
 #include "core/msg.h"
 #include "net/codec.h"
-
-#ifndef FUZZ_CHECK
-#define FUZZ_CHECK(cond)                                                       \
-	do {                                                                   \
-		if (!(cond))                                                   \
-			__builtin_trap();                                      \
-	} while (0)
-#endif
 
 /* Right after a string read: the string is terminated inside its
  * buffer, and empty if the reader has failed (never a cut value). */

@@ -12,20 +12,9 @@
 #ifndef DT_FUZZ_COLL_ENTRY_H
 #define DT_FUZZ_COLL_ENTRY_H
 
-#include <stddef.h>
-#include <stdint.h>
-#include <string.h>
+#include "fuzz_check.h"
 
 #include "coll/state.h"
-#include "common/util.h"
-
-#ifndef FUZZ_CHECK
-#define FUZZ_CHECK(cond)                                                       \
-	do {                                                                   \
-		if (!(cond))                                                   \
-			__builtin_trap();                                      \
-	} while (0)
-#endif
 
 static int
 dt_fuzz_coll_one(const uint8_t *data, size_t size)

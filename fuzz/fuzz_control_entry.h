@@ -17,21 +17,10 @@
 #ifndef DT_FUZZ_CONTROL_ENTRY_H
 #define DT_FUZZ_CONTROL_ENTRY_H
 
-#include <stddef.h>
-#include <stdint.h>
+#include "fuzz_check.h"
 #include <stdlib.h>
-#include <string.h>
 
-#include "common/util.h"
 #include "core/msg.h"
-
-#ifndef FUZZ_CHECK
-#define FUZZ_CHECK(cond)                                                       \
-	do {                                                                   \
-		if (!(cond))                                                   \
-			__builtin_trap();                                      \
-	} while (0)
-#endif
 
 static void
 fuzz_control_failed(dt_err err)

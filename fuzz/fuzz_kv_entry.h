@@ -12,21 +12,10 @@
 #ifndef DT_FUZZ_KV_ENTRY_H
 #define DT_FUZZ_KV_ENTRY_H
 
+#include "fuzz_check.h"
 #include <math.h>
-#include <stddef.h>
-#include <stdint.h>
-#include <string.h>
 
-#include "common/util.h"
 #include "kv/kv_impl.h"
-
-#ifndef FUZZ_CHECK
-#define FUZZ_CHECK(cond)                                                       \
-	do {                                                                   \
-		if (!(cond))                                                   \
-			__builtin_trap();                                      \
-	} while (0)
-#endif
 
 static void
 fuzz_kv_error(const uint8_t *data, size_t size)

@@ -191,7 +191,63 @@ dt__coll_algo_prepare(dt_coll *c, coll_op *op)
 void
 dt__coll_algo_release(dt_coll *c, coll_op *op)
 {
-	dt__coll_algo_of(op)->release(c, op);
+	const dt__coll_algo *a = dt__coll_algo_of(op);
+
+	if (a->release)
+		a->release(c, op);
+}
+
+/* The router's way to an algorithm's ops; an op an algorithm leaves NULL
+ * means it sends no such message (data: a protocol error) or has nothing
+ * to do. */
+
+dt_err
+dt__coll_algo_dest(dt_coll *c, coll_op *op, int peer, const dt_msg_hdr *h,
+                   void **dest, int *reduce)
+{
+	const dt__coll_algo *a = dt__coll_algo_of(op);
+
+	*dest = NULL;
+	*reduce = 0;
+	return a->dest ? a->dest(c, op, peer, h, dest, reduce)
+	               : dt__coll_unexpected(op, peer);
+}
+
+dt_err
+dt__coll_algo_deliver(dt_coll *c, coll_op *op, int peer, const dt_msg_hdr *h,
+                      const void *payload)
+{
+	const dt__coll_algo *a = dt__coll_algo_of(op);
+
+	return a->deliver ? a->deliver(c, op, peer, h, payload)
+	                  : dt__coll_unexpected(op, peer);
+}
+
+void
+dt__coll_algo_done(dt_coll *c, coll_op *op, int peer, const dt_msg_hdr *h,
+                   uint64_t remote)
+{
+	const dt__coll_algo *a = dt__coll_algo_of(op);
+
+	if (a->done)
+		a->done(c, op, peer, h, remote);
+}
+
+void
+dt__coll_algo_fin(dt_coll *c, coll_op *op, int peer)
+{
+	const dt__coll_algo *a = dt__coll_algo_of(op);
+
+	if (a->fin)
+		a->fin(c, op, peer);
+}
+
+int
+dt__coll_algo_needs(dt_coll *c, const coll_op *op, int peer)
+{
+	const dt__coll_algo *a = dt__coll_algo_of(op);
+
+	return a->needs ? a->needs(c, op, peer) : 0;
 }
 
 /* After a successful run: results to where the caller wants them. */

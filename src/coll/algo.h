@@ -3,7 +3,7 @@
  * is a file (algo_local.c, algo_rd.c, algo_stream.c, algo_cma.c) that
  * fills a dt__coll_algo; algo.c chooses one per operation (its prepare
  * function sets op->algo) and the router (comm.c) reaches it only through
- * dt__coll_algo_of(op). Algorithms call down into exec.c (send, wait,
+ * the dt__coll_algo_* calls, which go through the ops. Algorithms call down into exec.c (send, wait,
  * fail) and the pure planning of plan.c, never up into the router.
  *
  * Adding an algorithm: a file with its prepare function and its ops, an
@@ -16,6 +16,9 @@
 #include "coll/exec.h"
 #include "coll/state.h"
 
+/* Every op but run may be NULL: no such message (dest, deliver: a
+ * protocol error), nothing to do (release, done, fin), nobody needed
+ * (needs). */
 typedef struct dt__coll_algo {
 	const char *name;
 	/* Run op to completion (executor, mu not held). */
@@ -55,6 +58,17 @@ extern const dt__coll_algo dt__coll_algo_cma;
 dt_err dt__coll_algo_prepare(dt_coll *c, coll_op *op);
 dt_err dt__coll_algo_run(dt_coll *c, coll_op *op);
 void dt__coll_algo_release(dt_coll *c, coll_op *op);
+
+/* The router's calls: through op's algorithm's ops, with the defaults
+ * above. */
+dt_err dt__coll_algo_dest(dt_coll *c, coll_op *op, int peer,
+                          const dt_msg_hdr *h, void **dest, int *reduce);
+dt_err dt__coll_algo_deliver(dt_coll *c, coll_op *op, int peer,
+                             const dt_msg_hdr *h, const void *payload);
+void dt__coll_algo_done(dt_coll *c, coll_op *op, int peer, const dt_msg_hdr *h,
+                        uint64_t remote);
+void dt__coll_algo_fin(dt_coll *c, coll_op *op, int peer);
+int dt__coll_algo_needs(dt_coll *c, const coll_op *op, int peer);
 
 /* The algorithm op was prepared for. */
 const dt__coll_algo *dt__coll_algo_of(const coll_op *op);

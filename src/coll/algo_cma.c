@@ -315,23 +315,12 @@ cma_release(dt_coll *c, coll_op *op)
 	op->cma_addr = NULL;
 }
 
-static dt_err
-cma_deliver(dt_coll *c, coll_op *op, int peer, const dt_msg_hdr *h,
-            const void *payload)
-{
-	(void)c;
-	(void)h;
-	(void)payload;
-	return dt__coll_unexpected(op, peer); /* notices carry no data */
-}
-
 const dt__coll_algo dt__coll_algo_cma = {
     .name = "same-host memory",
     .run = run_cma,
     .release = cma_release,
     .needs = cma_needs,
     .dest = cma_dest,
-    .deliver = cma_deliver,
     .done = cma_done,
     .fin = cma_fin,
 };

@@ -41,70 +41,8 @@ run_local(dt_coll *c, coll_op *op)
 	return DT_OK;
 }
 
-static void
-local_release(dt_coll *c, coll_op *op)
-{
-	(void)c;
-	(void)op;
-}
-
-static int
-local_needs(dt_coll *c, const coll_op *op, int peer)
-{
-	(void)c;
-	(void)op;
-	(void)peer;
-	return 0;
-}
-
-static dt_err
-local_dest(dt_coll *c, coll_op *op, int peer, const dt_msg_hdr *h, void **dest,
-           int *reduce)
-{
-	(void)c;
-	(void)h;
-	*dest = NULL;
-	*reduce = 0;
-	return dt__coll_unexpected(op, peer);
-}
-
-static dt_err
-local_deliver(dt_coll *c, coll_op *op, int peer, const dt_msg_hdr *h,
-              const void *payload)
-{
-	(void)c;
-	(void)h;
-	(void)payload;
-	return dt__coll_unexpected(op, peer);
-}
-
-static void
-local_done(dt_coll *c, coll_op *op, int peer, const dt_msg_hdr *h,
-           uint64_t remote)
-{
-	(void)c;
-	(void)op;
-	(void)peer;
-	(void)h;
-	(void)remote;
-}
-
-static void
-local_fin(dt_coll *c, coll_op *op, int peer)
-{
-	(void)c;
-	(void)op;
-	(void)peer;
-}
-
 const dt__coll_algo dt__coll_algo_local = {
     .name = "local",
     .run = run_local,
-    .release = local_release,
-    .needs = local_needs,
-    .dest = local_dest,
-    .deliver = local_deliver,
-    .done = local_done,
-    .fin = local_fin,
 };
 

@@ -240,39 +240,11 @@ run_rd(dt_coll *c, coll_op *op)
 	return DT_OK;
 }
 
-static void
-rd_fin(dt_coll *c, coll_op *op, int peer)
-{
-	(void)c;
-	(void)op;
-	(void)peer;
-}
-
-static void
-rd_release(dt_coll *c, coll_op *op)
-{
-	(void)c;
-	(void)op;
-}
-
-static dt_err
-rd_deliver(dt_coll *c, coll_op *op, int peer, const dt_msg_hdr *h,
-           const void *payload)
-{
-	(void)c;
-	(void)h;
-	(void)payload;
-	return dt__coll_unexpected(op, peer); /* everything lands in place */
-}
-
 const dt__coll_algo dt__coll_algo_rd = {
     .name = "recursive doubling",
     .run = run_rd,
-    .release = rd_release,
     .needs = rd_needs,
     .dest = rd_dest,
-    .deliver = rd_deliver,
     .done = rd_done,
-    .fin = rd_fin,
 };
 

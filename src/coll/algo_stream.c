@@ -187,14 +187,6 @@ out:
 }
 
 static void
-stream_fin(dt_coll *c, coll_op *op, int peer)
-{
-	(void)c;
-	(void)op;
-	(void)peer;
-}
-
-static void
 stream_release(dt_coll *c, coll_op *op)
 {
 	(void)c;
@@ -209,6 +201,5 @@ const dt__coll_algo dt__coll_algo_stream = {
     .dest = stream_dest,
     .deliver = stream_deliver,
     .done = stream_done,
-    .fin = stream_fin,
 };
 

@@ -239,7 +239,7 @@ posted_data(dt_coll *c, coll_op *op, int peer, const dt_msg_hdr *h,
 	}
 	if (op->err)
 		return;
-	if (dt__coll_algo_of(op)->dest(c, op, peer, h, &dest, &reduce))
+	if (dt__coll_algo_dest(c, op, peer, h, &dest, &reduce))
 		return;
 	if (h->payload_len && payload == NULL && dest != DT_VAN_DISCARD) {
 		dt__coll_op_fail(op, DT_EPROTO, 1,
@@ -251,7 +251,7 @@ posted_data(dt_coll *c, coll_op *op, int peer, const dt_msg_hdr *h,
 	if (reduce) {
 		op->io_refs++;
 		pthread_mutex_unlock(&c->mu);
-		err = dt__coll_algo_of(op)->deliver(c, op, peer, h, payload);
+		err = dt__coll_algo_deliver(c, op, peer, h, payload);
 		pthread_mutex_lock(&c->mu);
 		op->io_refs--;
 		if (err) {
@@ -264,7 +264,7 @@ posted_data(dt_coll *c, coll_op *op, int peer, const dt_msg_hdr *h,
 	} else if (dest && dest != DT_VAN_DISCARD) {
 		memcpy(dest, payload, h->payload_len);
 	}
-	dt__coll_algo_of(op)->done(c, op, peer, h, remote);
+	dt__coll_algo_done(c, op, peer, h, remote);
 }
 
 static void
@@ -343,7 +343,7 @@ drain_early(dt_coll *c, coll_op *op)
 			posted_abort(op, e->peer, (dt_err)e->h.arg2, e->text);
 			break;
 		case DT_CMD_COLL_FIN:
-			dt__coll_algo_of(op)->fin(c, op, e->peer);
+			dt__coll_algo_fin(c, op, e->peer);
 			break;
 		}
 		early_free(e);
@@ -377,7 +377,7 @@ hook_payload_dest(void *arg, dt_node *n, dt_conn *conn, const dt_msg_hdr *h,
 	} else if (dt__coll_meta_decode(meta, h->meta_len, h->cmd, &md) ||
 	           !dt__coll_sig_equal(&md.sig, &op->sig) || op->err) {
 		dest = DT_VAN_DISCARD; /* on_msg reports it */
-	} else if (dt__coll_algo_of(op)->dest(c, op, peer, h, &dest, &reduce)) {
+	} else if (dt__coll_algo_dest(c, op, peer, h, &dest, &reduce)) {
 		dest = DT_VAN_DISCARD;
 	} else if (dest && dest != DT_VAN_DISCARD) {
 		op->io_refs++;
@@ -413,7 +413,7 @@ hook_on_msg(void *arg, dt_node *n, dt_conn *conn, dt_msg *m)
 				c->ext[peer] = 0;
 				op->io_refs--;
 				op->progress_ns = dt__now_ns();
-				dt__coll_algo_of(op)->done(c, op, peer, h, 0);
+				dt__coll_algo_done(c, op, peer, h, 0);
 			}
 			break;
 		}
@@ -434,7 +434,7 @@ hook_on_msg(void *arg, dt_node *n, dt_conn *conn, dt_msg *m)
 			early_add(c, peer, m);
 			break;
 		}
-		dt__coll_algo_of(op)->fin(c, op, peer);
+		dt__coll_algo_fin(c, op, peer);
 		break;
 	case DT_CMD_COLL_READY:
 		if (h->seq <= c->done_seq)
@@ -518,7 +518,7 @@ hook_on_fail(void *arg, dt_node *n, int peer_id, dt_err err)
 	 * that finished the operation may leave before we do), and tell the
 	 * others, who may be waiting on us rather than on it.
 	 */
-	if (c->cur && (peer_id < 0 || dt__coll_algo_of(c->cur)->needs(c, c->cur, r))) {
+	if (c->cur && (peer_id < 0 || dt__coll_algo_needs(c, c->cur, r))) {
 		char kind[64];
 		snprintf(kind, sizeof(kind), "%s",
 		         dt__coll_kind_name(c->cur->kind));
