@@ -1,7 +1,11 @@
 /*
- * node_impl.h - the node object, private to core/: shared by the member
- * side (node.c), the app registry (app.c) and the scheduler (scheduler.c).
- * The layers above see a node only through core.h.
+ * node_impl.h - the node object, private to core/: shared by its
+ * services (node.c), the app registry (app.c), the start and stop
+ * (lifecycle.c), the member's side (member.c) and the scheduler's
+ * (scheduler.c). The layers above see a node only through core.h.
+ *
+ * Calls point one way: lifecycle.c -> member.c | scheduler.c -> node.c ->
+ * app.c; config.c and msg.c stand apart.
  *
  * Node ids: the scheduler is 0, server rank r is 1 + r, worker rank r is
  * 1 + S + r. Locking: node->mu guards every field below marked (mu);
@@ -78,6 +82,15 @@ void dt__apps_stop(dt_node *n);
  */
 dt_err dt__node_wait(dt_node *n, int (*done)(dt_node *, const void *),
                      const void *arg, uint64_t deadline_ns, const char *what);
+
+/* Wait until *flag (an int, or a uint64_t if is64) reaches want. */
+dt_err dt__node_wait_count(dt_node *n, const void *flag, int is64,
+                           uint64_t want, uint64_t deadline_ns,
+                           const char *what);
+
+/* Member side (member.c): join the cluster; a control message. */
+dt_err dt__member_start(dt_node *n);
+void dt__member_on_msg(dt_node *n, dt_conn *c, dt_msg *m);
 
 /* Scheduler side (scheduler.c). */
 /* Allocate the scheduler's state; before the I/O thread starts. */

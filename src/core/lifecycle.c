@@ -1,0 +1,319 @@
+/*
+ * lifecycle.c - a node from start to stop: the transport's hooks, which
+ * hand each message to the scheduler's side (scheduler.c), the member's
+ * side (member.c) or the app owning its command (app.c); dt_node_start,
+ * serve and stop; and the MXNet rule that a process started as a server or
+ * scheduler serves that role and ends (dt_node_init_from_env).
+ */
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "core/node_impl.h"
+
+static void *
+hook_payload_dest(void *arg, dt_conn *c, const dt_msg_hdr *h,
+                  const uint8_t *meta)
+{
+	dt_node *n = arg;
+	const dt__node_app *app;
+	dt__app_hooks hk;
+
+	/* Control messages carry their data in the metadata, never in a
+	 * payload; nobody but a peer that said HELLO may send an app's; and
+	 * an app that is not attached takes none. Read such a payload away
+	 * rather than let a stranger's header make this node allocate up to
+	 * DT_MAX_MESSAGE (on_msg then drops the message). */
+	if (dt__cmd_is_control(h->cmd) || dt__conn_peer(c) < 0 ||
+	    (app = dt__node_app_of(n, h->cmd)) == NULL)
+		return DT_VAN_DISCARD;
+	hk = app->hooks;
+	if (hk.payload_dest)
+		return hk.payload_dest(hk.arg, n, c, h, meta);
+	return NULL;
+}
+
+static void
+hook_payload_chunk(void *arg, dt_conn *c, const dt_msg_hdr *h, const void *data,
+                   uint64_t off, size_t len)
+{
+	dt_node *n = arg;
+	const dt__node_app *app = dt__node_app_of(n, h->cmd);
+	dt__app_hooks hk;
+
+	if (app == NULL)
+		return;
+	hk = app->hooks;
+	if (hk.payload_chunk)
+		hk.payload_chunk(hk.arg, n, c, h, data, off, len);
+}
+
+static void
+hook_on_msg(void *arg, dt_conn *c, dt_msg *m)
+{
+	dt_node *n = arg;
+
+	if (!dt__cmd_is_control(m->hdr.cmd)) {
+		const dt__node_app *app;
+		dt__app_hooks hk = {0};
+
+		/* Only a peer that said HELLO (or the scheduler) may talk. */
+		if (dt__conn_peer(c) < 0) {
+			dt__log(0, "dropping %s: %s before HELLO",
+			        dt__conn_addr(c), dt__cmd_name(m->hdr.cmd));
+			dt__van_close(n->van, c);
+			return;
+		}
+		if ((app = dt__node_app_of(n, m->hdr.cmd)) != NULL)
+			hk = app->hooks;
+		if (hk.on_msg)
+			hk.on_msg(hk.arg, n, c, m);
+		else
+			dt__log(0, "no handler for %s from %s",
+			        dt__cmd_name(m->hdr.cmd), dt__conn_addr(c));
+		return;
+	}
+	if (n->role == DT_ROLE_SCHEDULER)
+		dt__sched_on_msg(n, c, m);
+	else
+		dt__member_on_msg(n, c, m);
+}
+
+static void
+hook_on_close(void *arg, dt_conn *c, dt_err why)
+{
+	dt_node *n = arg;
+	int peer = dt__conn_peer(c);
+	char name[64];
+	int quiet;
+
+	if (n->role == DT_ROLE_SCHEDULER) {
+		dt__sched_on_close(n, c, why);
+		return;
+	}
+	if (peer < 0)
+		return;
+	if (peer > 0 && peer < n->ntable)
+		__atomic_compare_exchange_n(&n->peers[peer], &(dt_conn *){c},
+		                            NULL, 0, __ATOMIC_ACQ_REL,
+		                            __ATOMIC_ACQUIRE);
+	pthread_mutex_lock(&n->mu);
+	quiet = n->terminated || n->stopping;
+	pthread_mutex_unlock(&n->mu);
+	if (peer == 0 && !quiet) {
+		dt__node_set_fatal(n, DT_EPEER,
+		                   "lost the connection to the scheduler at "
+		                   "%s",
+		                   dt__conn_addr(c));
+		return;
+	}
+	/* A worker that lost a server it talks to fails what waits on it. */
+	if (peer > 0 && !quiet) {
+		dt__node_name(n, peer, name, sizeof(name));
+		DT_LOG(1, "connection to %s closed", name);
+		dt__node_fail_apps(n, peer, DT_EPEER);
+	}
+}
+
+/* Stop the I/O thread, then free everything the node owns. */
+static void
+node_free(dt_node *n)
+{
+	pthread_mutex_lock(&n->mu);
+	n->stopping = 1;
+	pthread_mutex_unlock(&n->mu);
+	dt__van_destroy(n->van); /* no I/O thread from here on */
+	dt__apps_stop(n);
+	dt__sched_free(n);
+	free(n->table);
+	free(n->peers);
+	pthread_mutex_destroy(&n->mu);
+	pthread_cond_destroy(&n->cv);
+	free(n);
+}
+
+dt_err
+dt_node_start(const dt_node_config *cfg, dt_node **out)
+{
+	dt_van_hooks hooks = {0};
+	dt_node *n;
+	dt_err err;
+	const char *host_hint;
+
+	*out = NULL;
+	if (cfg->num_workers < 1)
+		return dt__fail(DT_ECONFIG,
+		                "DMLC_NUM_WORKER must be at least 1");
+	n = dt__calloc(1, sizeof(*n));
+	if (n == NULL)
+		return DT_ENOMEM;
+	n->cfg = *cfg;
+	n->role = cfg->role;
+	n->id = cfg->role == DT_ROLE_SCHEDULER ? 0 : -1;
+	n->rank = cfg->role == DT_ROLE_SCHEDULER ? 0 : -1;
+	n->num_servers = cfg->num_servers;
+	n->num_workers = cfg->num_workers;
+	pthread_mutex_init(&n->mu, NULL);
+	pthread_cond_init(&n->cv, NULL);
+	if (cfg->verbose > dt__verbose)
+		dt__verbose = cfg->verbose;
+	dt__log_set_name(cfg->role == DT_ROLE_SCHEDULER
+	                     ? "scheduler"
+	                     : dt_role_name(cfg->role));
+
+	hooks.arg = n;
+	hooks.on_msg = hook_on_msg;
+	hooks.payload_dest = hook_payload_dest;
+	hooks.payload_chunk = hook_payload_chunk;
+	hooks.on_close = hook_on_close;
+	if ((err = dt__van_create(&hooks, &n->van)))
+		goto fail;
+
+	if (cfg->role == DT_ROLE_SCHEDULER) {
+		snprintf(n->host, sizeof(n->host), "%s", cfg->root_uri);
+		err = dt__van_listen(n->van, cfg->root_uri, cfg->root_port,
+		                     cfg->listen_fd, &n->port);
+		if (err)
+			goto fail;
+		if ((err = dt__sched_create(n)))
+			goto fail;
+		if ((err = dt__van_start(n->van)))
+			goto fail;
+		DT_LOG(1,
+		       "scheduler listening on %s:%d for %d servers and %d "
+		       "workers",
+		       n->host, n->port, cfg->num_servers, cfg->num_workers);
+		if ((err = dt__sched_start(n)))
+			goto fail;
+		*out = n;
+		return DT_OK;
+	}
+
+	/* Advertise the address peers can reach; listen only there. */
+	host_hint = cfg->node_host[0] ? cfg->node_host : NULL;
+	if (!host_hint && !cfg->interface[0] &&
+	    (strcmp(cfg->root_uri, "127.0.0.1") == 0 ||
+	     strcmp(cfg->root_uri, "localhost") == 0))
+		host_hint = "127.0.0.1"; /* a single-host job */
+	err = dt__net_local_addr(host_hint, cfg->interface, n->host,
+	                         sizeof(n->host));
+	if (err)
+		goto fail;
+	if ((err = dt__van_listen(n->van, n->host, cfg->port, -1, &n->port)))
+		goto fail;
+	if ((err = dt__van_start(n->van)))
+		goto fail;
+	DT_LOG(1, "%s listening on %s:%d", dt_role_name(n->role), n->host,
+	       n->port);
+	if ((err = dt__member_start(n)))
+		goto fail;
+	*out = n;
+	return DT_OK;
+fail : {
+	char msg[512];
+
+	snprintf(msg, sizeof(msg), "%s", dt_errmsg());
+	node_free(n);
+	return dt__fail(err, "%s", msg);
+}
+}
+
+dt_err
+dt_node_serve(dt_node *n)
+{
+	dt_err err;
+
+	if (n->role == DT_ROLE_SCHEDULER)
+		return dt__sched_serve(n);
+	if (n->role != DT_ROLE_SERVER)
+		return dt__fail(DT_ESTATE, "dt_node_serve: a worker does not "
+		                           "serve");
+	err = dt__node_wait_count(n, &n->terminated, 0, 1, 0, "the end of the job");
+	if (err == DT_OK)
+		DT_LOG(1, "%s: job over", dt__log_name());
+	return err;
+}
+
+dt_err
+dt_node_stop(dt_node *n)
+{
+	dt_err err;
+
+	if (n == NULL)
+		return DT_OK;
+	err = n->role == DT_ROLE_SCHEDULER ? DT_OK : dt__node_check(n);
+	if (n->role == DT_ROLE_WORKER && n->peers && n->peers[0] &&
+	    err == DT_OK) {
+		dt_msg_hdr h = {.cmd = DT_CMD_WORKER_DONE,
+		                .flags = DT_F_REQUEST};
+		DT_LOG(1, "%s is done; telling the scheduler", dt__log_name());
+		/* Leave quietly from here on: closing is expected. */
+		pthread_mutex_lock(&n->mu);
+		n->stopping = 1;
+		pthread_mutex_unlock(&n->mu);
+		err = dt__node_send(n, 0, &h, NULL, 0, NULL, 0);
+	}
+	node_free(n);
+	return err;
+}
+
+dt_err
+dt__node_join_env(dt_node **out, int *served)
+{
+	dt_node_config cfg;
+	dt_node *n;
+	dt_err err;
+
+	*out = NULL;
+	*served = 0;
+	if (dt__env_str("DMLC_ROLE") == NULL &&
+	    dt__env_str("DMLC_PS_ROOT_URI") == NULL)
+		return DT_OK; /* a single process */
+	if ((err = dt_node_config_from_env(&cfg, 1)))
+		return err;
+	if ((err = dt_node_start(&cfg, &n)))
+		return err;
+	if (cfg.role == DT_ROLE_WORKER) {
+		*out = n;
+		return DT_OK;
+	}
+	/* MXNet: a scheduler or server process serves its role to the end. */
+	*served = 1;
+	err = dt_node_serve(n);
+	if (err) {
+		char msg[512];
+
+		snprintf(msg, sizeof(msg), "%s: %s", dt_role_name(cfg.role),
+		         dt_errmsg());
+		dt_node_stop(n);
+		return dt__fail(err, "%s", msg);
+	}
+	return dt_node_stop(n);
+}
+
+void
+dt__exit_served(dt_err err)
+{
+	if (err)
+		fprintf(stderr, "dtrain %s\n", dt_errmsg());
+	fflush(NULL);
+	if (err)
+		_exit(1);
+	exit(0);
+}
+
+dt_err
+dt_node_init_from_env(dt_node **out)
+{
+	int served;
+	dt_err err = dt__node_join_env(out, &served);
+
+	/* The MXNet contract: a server or scheduler process ends here. */
+	if (served)
+		dt__exit_served(err);
+	return err;
+}
+

@@ -1,0 +1,296 @@
+/*
+ * member.c - a server's or worker's side of the cluster protocol
+ * (docs/cluster.md has the whole protocol; scheduler.c the other side):
+ *   1. connect to the scheduler (retrying until DT_CONNECT_TIMEOUT) and
+ *      send ADD_NODE with role, address and any rank request;
+ *   2. receive NODE_TABLE: our id and rank, everyone's address;
+ *   3. connect to the peers we talk to (a worker: every server and every
+ *      worker of lower rank), each answered by HELLO_ACK;
+ *   4. start the apps meant for this role, then pass the start-up barrier
+ *      over all nodes.
+ * Then the control messages of a running job: barriers, TERMINATE, ABORT.
+ */
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "core/node_impl.h"
+
+static int
+role_group(dt_role r)
+{
+	return r == DT_ROLE_SCHEDULER ? DT_GROUP_SCHEDULER
+	       : r == DT_ROLE_SERVER  ? DT_GROUP_SERVERS
+	                              : DT_GROUP_WORKERS;
+}
+
+/* The waiting calls' spin (common/spin.h) suits a machine with a processor
+ * for each busy process of the job; count ours on this host. */
+static void
+fit_spin(dt_node *n)
+{
+	int here = 0;
+
+	for (int id = 1; id < n->ntable; id++)
+		if (strcmp(n->table[id].host, n->host) == 0)
+			here++;
+	if (dt__spin_fit(here))
+		DT_LOG(1,
+		       "%d servers and workers on this host for %ld "
+		       "processors: waiting calls sleep at once (set "
+		       "DT_SPIN_US to choose)",
+		       here, sysconf(_SC_NPROCESSORS_ONLN));
+}
+
+/* Member side: the NODE_TABLE message. */
+static dt_err
+parse_table(dt_node *n, const dt_msg *m)
+{
+	int id, ns, nw, count;
+	dt_node_entry *t;
+	dt_err err;
+
+	if ((err = dt__msg_node_table_decode(m->meta, m->hdr.meta_len, &id,
+	                                     &ns, &nw, &t)))
+		return err;
+	if (ns != n->cfg.num_servers || nw != n->cfg.num_workers) {
+		free(t);
+		return dt__fail(DT_ECONFIG,
+		                "the scheduler runs a job of %d servers and %d "
+		                "workers, but this node was started with "
+		                "DMLC_NUM_SERVER=%d DMLC_NUM_WORKER=%d",
+		                ns, nw, n->cfg.num_servers, n->cfg.num_workers);
+	}
+	count = 1 + ns + nw;
+	if (t[id].role != n->role) {
+		free(t);
+		return dt__fail(DT_EPROTO,
+		                "NODE_TABLE gives this %s the "
+		                "role of another",
+		                dt_role_name(n->role));
+	}
+	n->peers = dt__calloc(count, sizeof(dt_conn *));
+	if (n->peers == NULL) {
+		free(t);
+		return DT_ENOMEM;
+	}
+	pthread_mutex_lock(&n->mu);
+	n->table = t;
+	n->ntable = count;
+	n->num_servers = ns;
+	n->num_workers = nw;
+	n->id = id;
+	n->rank = t[id].rank;
+	pthread_mutex_unlock(&n->mu);
+	return DT_OK;
+}
+
+void
+dt__member_on_msg(dt_node *n, dt_conn *c, dt_msg *m)
+{
+	char name[64];
+	dt_err err;
+
+	switch (m->hdr.cmd) {
+	case DT_CMD_NODE_TABLE:
+		if (n->have_table || dt__conn_peer(c) != 0) {
+			dt__van_close(n->van, c);
+			return;
+		}
+		if ((err = parse_table(n, m)) != DT_OK) {
+			dt__node_set_fatal(n, DT_EPROTO,
+			                   "cannot join the cluster: %s",
+			                   dt_errmsg());
+			return;
+		}
+		__atomic_store_n(&n->peers[0], c, __ATOMIC_RELEASE);
+		pthread_mutex_lock(&n->mu);
+		n->have_table = 1;
+		pthread_cond_broadcast(&n->cv);
+		pthread_mutex_unlock(&n->mu);
+		return;
+	case DT_CMD_HELLO: {
+		uint32_t id = m->hdr.sender;
+
+		if (!n->have_table || id == 0 || (int)id >= n->ntable ||
+		    dt__conn_peer(c) != -1) {
+			dt__log(0, "dropping %s: unexpected HELLO from node %u",
+			        dt__conn_addr(c), id);
+			dt__van_close(n->van, c);
+			return;
+		}
+		dt__conn_set_peer(c, (int)id);
+		__atomic_store_n(&n->peers[id], c, __ATOMIC_RELEASE);
+		DT_LOG(1, "%s connected from %s",
+		       dt__node_name(n, (int)id, name, sizeof(name)),
+		       dt__conn_addr(c));
+		dt_msg_hdr h = {.cmd = DT_CMD_HELLO_ACK,
+		                .flags = DT_F_RESPONSE};
+		dt__node_send(n, (int)id, &h, NULL, 0, NULL, 0);
+		return;
+	}
+	case DT_CMD_HELLO_ACK:
+		pthread_mutex_lock(&n->mu);
+		n->hello_acks++;
+		pthread_cond_broadcast(&n->cv);
+		pthread_mutex_unlock(&n->mu);
+		return;
+	case DT_CMD_BARRIER_DONE:
+		if (m->hdr.arg0 < 1 || m->hdr.arg0 > 7 || dt__conn_peer(c) != 0)
+			return;
+		pthread_mutex_lock(&n->mu);
+		n->barrier_done[m->hdr.arg0]++;
+		pthread_cond_broadcast(&n->cv);
+		pthread_mutex_unlock(&n->mu);
+		return;
+	case DT_CMD_TERMINATE:
+		if (dt__conn_peer(c) != 0)
+			return;
+		DT_LOG(1, "the scheduler ends the job");
+		pthread_mutex_lock(&n->mu);
+		n->terminated = 1;
+		pthread_cond_broadcast(&n->cv);
+		pthread_mutex_unlock(&n->mu);
+		return;
+	case DT_CMD_ABORT:
+		if (dt__conn_peer(c) != 0)
+			return;
+		dt__node_set_fatal(n, DT_EPEER,
+		                   "job aborted by the scheduler: %s",
+		                   m->meta ? (const char *)m->meta : "?");
+		return;
+	case DT_CMD_TEXT:
+		dt__log(
+		    0, "message from %s: %s",
+		    dt__node_name(n, (int)m->hdr.sender, name, sizeof(name)),
+		    m->meta ? (const char *)m->meta : "");
+		return;
+	default:
+		dt__log(0, "ignoring %s from %s", dt__cmd_name(m->hdr.cmd),
+		        dt__conn_addr(c));
+	}
+}
+
+dt_err
+dt_node_barrier(dt_node *n, int groups)
+{
+	uint64_t want;
+	dt_err err;
+
+	if (groups < 1 || groups > DT_GROUP_ALL)
+		return dt__fail(DT_EINVAL, "barrier: bad group mask %d",
+		                groups);
+	if (!(groups & role_group(n->role)))
+		return dt__fail(DT_EINVAL,
+		                "barrier: a %s is not in group mask %d",
+		                dt_role_name(n->role), groups);
+	if ((err = dt__node_check(n)))
+		return err;
+	if (n->role == DT_ROLE_SCHEDULER)
+		return dt__fail(DT_ENOTSUP,
+		                "the scheduler joins barriers by serving");
+	pthread_mutex_lock(&n->mu);
+	want = ++n->barrier_sent[groups];
+	pthread_mutex_unlock(&n->mu);
+	dt_msg_hdr h = {.cmd = DT_CMD_BARRIER,
+	                .flags = DT_F_REQUEST,
+	                .arg0 = (uint64_t)groups};
+	if ((err = dt__node_send(n, 0, &h, NULL, 0, NULL, 0)))
+		return err;
+	err = dt__node_wait_count(n, &n->barrier_done[groups], 1, want, 0, "a barrier");
+	if (err == DT_OK)
+		DT_LOG(1, "passed barrier #%llu over group mask %d",
+		       (unsigned long long)want, groups);
+	return err;
+}
+
+dt_err
+dt__member_start(dt_node *n)
+{
+	uint64_t deadline;
+	dt_conn *sc;
+	dt_wbuf w;
+	dt_err err;
+	char name[64];
+	int need = 0;
+
+	err = dt__van_connect(n->van, n->cfg.root_uri, n->cfg.root_port,
+	                      n->cfg.connect_timeout_ms, "scheduler", &sc);
+	if (err)
+		return dt__fail(err,
+		                "%s (DMLC_PS_ROOT_URI=%s DMLC_PS_ROOT_PORT=%d; "
+		                "raise DT_CONNECT_TIMEOUT to wait longer)",
+		                dt_errmsg(), n->cfg.root_uri, n->cfg.root_port);
+	dt__conn_set_peer(sc, 0);
+	DT_LOG(1, "connected to the scheduler at %s:%d", n->cfg.root_uri,
+	       n->cfg.root_port);
+
+	dt__msg_add_node a = {.role = n->role,
+	                      .want = n->cfg.requested_rank,
+	                      .port = n->port,
+	                      .pid = (int)getpid(),
+	                      .num_servers = n->cfg.num_servers,
+	                      .num_workers = n->cfg.num_workers};
+	snprintf(a.host, sizeof(a.host), "%s", n->host);
+	dt__wbuf_init(&w);
+	dt_msg_hdr h = {.cmd = DT_CMD_ADD_NODE, .flags = DT_F_REQUEST};
+	h.recver = 0;
+	err = dt__msg_add_node_encode(&a, &w);
+	if (!err)
+		err = dt__van_send(n->van, sc, &h, w.data, (uint32_t)w.len,
+		                   NULL, 0);
+	dt__wbuf_fini(&w);
+	if (err)
+		return err;
+	DT_LOG(1, "asked the scheduler to add this %s at %s:%d",
+	       dt_role_name(n->role), n->host, n->port);
+
+	if ((err = dt__node_wait_count(n, &n->have_table, 0, 1, 0, "the node table")))
+		return err;
+	snprintf(name, sizeof(name), "%s %d", dt_role_name(n->role), n->rank);
+	dt__log_set_name(name);
+	fit_spin(n);
+	DT_LOG(1,
+	       "joined the cluster as %s (node id %d) of %d servers and %d "
+	       "workers",
+	       name, n->id, n->num_servers, n->num_workers);
+
+	/* Connect to the peers this node talks to. */
+	deadline =
+	    dt__now_ns() + (uint64_t)n->cfg.connect_timeout_ms * 1000000ull;
+	if (n->role == DT_ROLE_WORKER) {
+		for (int id = 1; id < n->id; id++) {
+			dt_node_entry *e = &n->table[id];
+			dt_conn *c;
+
+			err = dt__van_connect(
+			    n->van, e->host, e->port, n->cfg.connect_timeout_ms,
+			    dt__node_name(n, id, name, sizeof(name)), &c);
+			if (err)
+				return err;
+			dt__conn_set_peer(c, id);
+			__atomic_store_n(&n->peers[id], c, __ATOMIC_RELEASE);
+			dt_msg_hdr hh = {.cmd = DT_CMD_HELLO,
+			                 .flags = DT_F_REQUEST};
+			if ((err = dt__node_send(n, id, &hh, NULL, 0, NULL, 0)))
+				return err;
+			need++;
+			DT_LOG(1, "connected to %s at %s:%d", name, e->host,
+			       e->port);
+		}
+	}
+	if ((err = dt__node_wait_count(n, &n->hello_acks, 0, (uint64_t)need, deadline,
+	                      "peers to answer HELLO")))
+		return err;
+	if ((err = dt__apps_start(n)))
+		return err;
+	DT_LOG(1, "%s is connected to its peers", dt__log_name());
+	if ((err = dt_node_barrier(n, DT_GROUP_ALL)))
+		return err;
+	DT_LOG(1, "%s is ready", dt__log_name());
+	return DT_OK;
+}
+
