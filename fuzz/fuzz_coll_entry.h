@@ -36,8 +36,8 @@ dt_fuzz_coll_one(const uint8_t *data, size_t size)
 			continue;
 		}
 		FUZZ_CHECK(md.has_sig && size >= DT__COLL_SIG_LEN);
-		FUZZ_CHECK(md.has_remote ==
-		           (cmd == DT_CMD_COLL_DATA && size >= DT__COLL_META_CMA));
+		FUZZ_CHECK(md.has_remote == (cmd == DT_CMD_COLL_DATA &&
+		                             size >= DT__COLL_META_CMA));
 		len = dt__coll_meta_encode(&md.sig, md.has_remote, md.remote,
 		                           again);
 		FUZZ_CHECK(len <= size && memcmp(again, data, len) == 0);

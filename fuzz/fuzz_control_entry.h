@@ -77,7 +77,7 @@ fuzz_control_node_table(const uint8_t *data, size_t size)
 	FUZZ_CHECK(id >= 1 && id < 1 + ns + nw);
 	for (int i = 0; i < 1 + ns + nw; i++) {
 		FUZZ_CHECK(t[i].id == i);
-		FUZZ_CHECK(t[i].role == (i == 0 ? DT_ROLE_SCHEDULER
+		FUZZ_CHECK(t[i].role == (i == 0    ? DT_ROLE_SCHEDULER
 		                         : i <= ns ? DT_ROLE_SERVER
 		                                   : DT_ROLE_WORKER));
 		FUZZ_CHECK(t[i].port >= 0 && t[i].port <= 65535);

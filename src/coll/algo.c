@@ -105,7 +105,8 @@ dt__coll_algo_prepare(dt_coll *c, coll_op *op)
 		op->work = op->recv;
 		op->src = op->recv;
 		op->nelem = op->count;
-		if (dt__coll_bytes(op, op->count) > c->cfg.cma_threshold && c->cma)
+		if (dt__coll_bytes(op, op->count) > c->cfg.cma_threshold &&
+		    c->cma)
 			return dt__coll_cma_prepare(c, op, 0, 0, 0, 0);
 		if (dt__coll_bytes(op, op->count) > c->cfg.ring_threshold)
 			return dt__coll_chain_prepare(c, op);
@@ -135,7 +136,8 @@ dt__coll_algo_prepare(dt_coll *c, coll_op *op)
 			return dt__coll_cma_prepare(c, op, 0, 1, 0, 0);
 		}
 		err = dt__coll_ring_prepare(c, op, offs, op->counts, 0, 1,
-		                   dt__coll_bytes(op, off) > c->cfg.ring_threshold);
+		                            dt__coll_bytes(op, off) >
+		                                c->cfg.ring_threshold);
 		free(offs);
 		return err;
 	}

@@ -3,8 +3,9 @@
  * is a file (algo_local.c, algo_rd.c, algo_stream.c, algo_cma.c) that
  * fills a dt__coll_algo; algo.c chooses one per operation (its prepare
  * function sets op->algo) and the router (comm.c) reaches it only through
- * the dt__coll_algo_* calls, which go through the ops. Algorithms call down into exec.c (send, wait,
- * fail) and the pure planning of plan.c, never up into the router.
+ * the dt__coll_algo_* calls, which go through the ops. Algorithms call down
+ * into exec.c (send, wait, fail) and the pure planning of plan.c, never up into
+ * the router.
  *
  * Adding an algorithm: a file with its prepare function and its ops, an
  * entry in enum DT__ALG_* (comm.h) and in dt__coll_algo_of's table, and a

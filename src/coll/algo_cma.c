@@ -66,25 +66,22 @@ cma_block(dt_coll *c, const coll_op *op, int b, size_t *off, size_t *len)
 }
 
 static dt_err
-cma_dest(dt_coll *c, coll_op *op, int peer, const dt_msg_hdr *h,
-     void **dest, int *reduce)
+cma_dest(dt_coll *c, coll_op *op, int peer, const dt_msg_hdr *h, void **dest,
+         int *reduce)
 {
 	*dest = NULL;
 	*reduce = 0;
-	int want =
-	    op->kind == DT__COLL_BROADCAST || op->cma_rs || op->cma_push
-	        ? DT__CMA_KEY_SRC
-	        : DT__CMA_KEY_BLK;
-	int ok =
-	    (h->arg2 & DT__CF_CMA) && h->payload_len == 0 &&
-	    (h->key == (uint64_t)want ||
-	     (h->key == DT__CMA_KEY_BLK && op->cma_rs && op->cma_ag)) &&
-	    !op->cma_got[h->key * (size_t)c->size + (size_t)peer];
+	int want = op->kind == DT__COLL_BROADCAST || op->cma_rs || op->cma_push
+	               ? DT__CMA_KEY_SRC
+	               : DT__CMA_KEY_BLK;
+	int ok = (h->arg2 & DT__CF_CMA) && h->payload_len == 0 &&
+	         (h->key == (uint64_t)want ||
+	          (h->key == DT__CMA_KEY_BLK && op->cma_rs && op->cma_ag)) &&
+	         !op->cma_got[h->key * (size_t)c->size + (size_t)peer];
 	if (ok)
 		return DT_OK;
 	dt__coll_op_fail(
-	    op, DT_EPROTO, 1,
-	    "%s #%llu: unexpected notice %llu from rank %d",
+	    op, DT_EPROTO, 1, "%s #%llu: unexpected notice %llu from rank %d",
 	    dt__coll_kind_name(op->kind), (unsigned long long)op->num,
 	    (unsigned long long)h->key, peer);
 	return DT_EPROTO;
@@ -108,8 +105,8 @@ cma_needs(dt_coll *c, const coll_op *op, int peer)
 
 	if (op->cma_push)
 		return !op->cma_got[p];
-	return (src && !op->cma_got[p]) || (op->cma_ag && !op->cma_got[n + p]) ||
-	       !op->cma_got[2 * n + p];
+	return (src && !op->cma_got[p]) ||
+	       (op->cma_ag && !op->cma_got[n + p]) || !op->cma_got[2 * n + p];
 }
 
 static void
@@ -141,8 +138,8 @@ cma_notify(dt_coll *c, coll_op *op, uint64_t key, const void *addr)
 
 	for (int p = 0; p < c->size; p++)
 		if (p != c->rank &&
-		    (err = dt__coll_send_data(c, op, p, key, 0, op->nelem, DT__CF_CMA,
-		                     addr, 0)))
+		    (err = dt__coll_send_data(c, op, p, key, 0, op->nelem,
+		                              DT__CF_CMA, addr, 0)))
 			return err;
 	return DT_OK;
 }
@@ -184,13 +181,12 @@ run_cma_push(dt_coll *c, coll_op *op)
 	uint64_t addr;
 	dt_err err;
 
-	if (dt__cma_write(c->pids[peer], c->push_remote[slot], op->src,
-	                       bytes))
+	if (dt__cma_write(c->pids[peer], c->push_remote[slot], op->src, bytes))
 		return dt__fail(DT_EIO, "%s #%llu: writing to rank %d: %s",
 		                dt__coll_kind_name(op->kind),
 		                (unsigned long long)op->num, peer, dt_errmsg());
-	if ((err = dt__coll_send_data(c, op, peer, DT__CMA_KEY_SRC, 0, op->nelem,
-	                     DT__CF_CMA, NULL, 0)) ||
+	if ((err = dt__coll_send_data(c, op, peer, DT__CMA_KEY_SRC, 0,
+	                              op->nelem, DT__CF_CMA, NULL, 0)) ||
 	    (err = cma_wait(c, op, DT__CMA_KEY_SRC, peer, &addr)))
 		return err;
 	/* Rank 0's data first, as everywhere. */
@@ -244,7 +240,7 @@ run_cma(dt_coll *c, coll_op *op)
 			for (size_t o = lo; o < lo + len; o += piece) {
 				size_t k = DT_MIN(piece, lo + len - o);
 				if (dt__cma_read(c->pids[p], c->bounce,
-				                      addr + o * esz, k * esz))
+				                 addr + o * esz, k * esz))
 					return cma_fail_read(op, p);
 				/* Lower rank first, as recursive doubling. */
 				if (p < c->rank && acc == op->src)
@@ -275,9 +271,8 @@ run_cma(dt_coll *c, coll_op *op)
 			if ((err = cma_wait(c, op, DT__CMA_KEY_BLK, p, &addr)))
 				return err;
 			cma_block(c, op, p, &lo, &len);
-			if (len &&
-			    dt__cma_read(c->pids[p], op->work + lo * esz,
-			                      addr + lo * esz, len * esz))
+			if (len && dt__cma_read(c->pids[p], op->work + lo * esz,
+			                        addr + lo * esz, len * esz))
 				return cma_fail_read(op, p);
 		}
 	}
@@ -290,7 +285,7 @@ run_cma(dt_coll *c, coll_op *op)
 		if (c->rank != op->root) {
 			addr = op->cma_addr[op->root];
 			if (dt__cma_read(c->pids[op->root], op->work, addr,
-			                      op->nelem * esz))
+			                 op->nelem * esz))
 				return cma_fail_read(op, op->root);
 		}
 	}
@@ -324,4 +319,3 @@ const dt__coll_algo dt__coll_algo_cma = {
     .done = cma_done,
     .fin = cma_fin,
 };
-

@@ -45,4 +45,3 @@ const dt__coll_algo dt__coll_algo_local = {
     .name = "local",
     .run = run_local,
 };
-

@@ -53,8 +53,8 @@ rd_expected_peer(dt_coll *c, const coll_op *op, uint64_t key)
 }
 
 static dt_err
-rd_dest(dt_coll *c, coll_op *op, int peer, const dt_msg_hdr *h,
-     void **dest, int *reduce)
+rd_dest(dt_coll *c, coll_op *op, int peer, const dt_msg_hdr *h, void **dest,
+        int *reduce)
 {
 	*dest = NULL;
 	*reduce = 0;
@@ -95,13 +95,12 @@ rd_dest(dt_coll *c, coll_op *op, int peer, const dt_msg_hdr *h,
 	*dest = op->slots + key * op->slot_bytes;
 	return DT_OK;
 bad_len:
-	dt__coll_op_fail(op, DT_EPROTO, 1,
-	                 "%s #%llu: message of %llu bytes from rank %d "
-	                 "(expected %llu)",
-	                 dt__coll_kind_name(op->kind),
-	                 (unsigned long long)op->num,
-	                 (unsigned long long)h->payload_len, peer,
-	                 (unsigned long long)full);
+	dt__coll_op_fail(
+	    op, DT_EPROTO, 1,
+	    "%s #%llu: message of %llu bytes from rank %d "
+	    "(expected %llu)",
+	    dt__coll_kind_name(op->kind), (unsigned long long)op->num,
+	    (unsigned long long)h->payload_len, peer, (unsigned long long)full);
 	return DT_EPROTO;
 }
 
@@ -180,8 +179,8 @@ run_rd(dt_coll *c, coll_op *op)
 		/* Fold into the core partner, then wait for the result. */
 		rd_payload(op, &p, &bytes, &flags);
 		pthread_mutex_unlock(&c->mu);
-		if ((err = dt__coll_send_data(c, op, rd->extra_of, 0, 0, op->nelem,
-		                     flags, p, bytes)))
+		if ((err = dt__coll_send_data(c, op, rd->extra_of, 0, 0,
+		                              op->nelem, flags, p, bytes)))
 			return err;
 		pthread_mutex_lock(&c->mu);
 		err = dt__coll_wait(c, op, pred_got,
@@ -211,8 +210,8 @@ run_rd(dt_coll *c, coll_op *op)
 
 		rd_payload(op, &p, &bytes, &flags);
 		pthread_mutex_unlock(&c->mu);
-		if ((err = dt__coll_send_data(c, op, partner, (uint64_t)k, 0, op->nelem,
-		                     flags, p, bytes)))
+		if ((err = dt__coll_send_data(c, op, partner, (uint64_t)k, 0,
+		                              op->nelem, flags, p, bytes)))
 			return err;
 		pthread_mutex_lock(&c->mu);
 		err = dt__coll_wait(c, op, pred_got, (void *)(uintptr_t)k,
@@ -233,8 +232,8 @@ run_rd(dt_coll *c, coll_op *op)
 		rd_payload(op, &p, &bytes, &flags);
 		pthread_mutex_unlock(&c->mu);
 		if ((err = dt__coll_send_data(c, op, rd->extra,
-		                     (uint64_t)RD_KEY_RESULT(op), 0, op->nelem,
-		                     flags, p, bytes)))
+		                              (uint64_t)RD_KEY_RESULT(op), 0,
+		                              op->nelem, flags, p, bytes)))
 			return err;
 	}
 	return DT_OK;
@@ -247,4 +246,3 @@ const dt__coll_algo dt__coll_algo_rd = {
     .dest = rd_dest,
     .done = rd_done,
 };
-

@@ -17,8 +17,8 @@
 #include "coll/algo.h"
 
 dt_err
-dt__coll_ring_prepare(dt_coll *c, coll_op *op, const size_t *offs, const size_t *lens,
-             int rs, int ag, int ready)
+dt__coll_ring_prepare(dt_coll *c, coll_op *op, const size_t *offs,
+                      const size_t *lens, int rs, int ag, int ready)
 {
 	size_t ce = dt__coll_chunk_elems(c->cfg.chunk_bytes, op->esz);
 
@@ -41,8 +41,8 @@ dt__coll_chain_prepare(dt_coll *c, coll_op *op)
 }
 
 static dt_err
-stream_dest(dt_coll *c, coll_op *op, int peer, const dt_msg_hdr *h,
-     void **dest, int *reduce)
+stream_dest(dt_coll *c, coll_op *op, int peer, const dt_msg_hdr *h, void **dest,
+            int *reduce)
 {
 	*dest = NULL;
 	*reduce = 0;
@@ -50,31 +50,28 @@ stream_dest(dt_coll *c, coll_op *op, int peer, const dt_msg_hdr *h,
 
 	if (peer != op->sc.from || h->key != op->rx_done ||
 	    h->key >= op->sc.nrx) {
-		dt__coll_op_fail(op, DT_EPROTO, 1,
-		                 "%s #%llu: message %llu from rank %d "
-		                 "out of order (expected message %zu "
-		                 "from rank %d)",
-		                 dt__coll_kind_name(op->kind),
-		                 (unsigned long long)op->num,
-		                 (unsigned long long)h->key, peer,
-		                 op->rx_done, op->sc.from);
+		dt__coll_op_fail(
+		    op, DT_EPROTO, 1,
+		    "%s #%llu: message %llu from rank %d "
+		    "out of order (expected message %zu "
+		    "from rank %d)",
+		    dt__coll_kind_name(op->kind), (unsigned long long)op->num,
+		    (unsigned long long)h->key, peer, op->rx_done, op->sc.from);
 		return DT_EPROTO;
 	}
 	m = &op->sc.rx[h->key];
 	if (h->arg0 != m->off || h->arg1 != m->n ||
 	    h->payload_len != dt__coll_bytes(op, m->n) ||
 	    (h->arg2 & DT__CF_CMA)) {
-		dt__coll_op_fail(op, DT_EPROTO, 1,
-		                 "%s #%llu: message %llu from rank %d "
-		                 "covers [%llu, +%llu), expected "
-		                 "[%llu, +%llu)",
-		                 dt__coll_kind_name(op->kind),
-		                 (unsigned long long)op->num,
-		                 (unsigned long long)h->key, peer,
-		                 (unsigned long long)h->arg0,
-		                 (unsigned long long)h->arg1,
-		                 (unsigned long long)m->off,
-		                 (unsigned long long)m->n);
+		dt__coll_op_fail(
+		    op, DT_EPROTO, 1,
+		    "%s #%llu: message %llu from rank %d "
+		    "covers [%llu, +%llu), expected "
+		    "[%llu, +%llu)",
+		    dt__coll_kind_name(op->kind), (unsigned long long)op->num,
+		    (unsigned long long)h->key, peer,
+		    (unsigned long long)h->arg0, (unsigned long long)h->arg1,
+		    (unsigned long long)m->off, (unsigned long long)m->n);
 		return DT_EPROTO;
 	}
 	if (m->n == 0)
@@ -172,9 +169,9 @@ run_stream(dt_coll *c, coll_op *op)
 		                         s->from)))
 			goto out;
 		pthread_mutex_unlock(&c->mu);
-		err =
-		    dt__coll_send_data(c, op, s->to, i, m->off, m->n, 0,
-		              base + dt__coll_bytes(op, m->off), dt__coll_bytes(op, m->n));
+		err = dt__coll_send_data(c, op, s->to, i, m->off, m->n, 0,
+		                         base + dt__coll_bytes(op, m->off),
+		                         dt__coll_bytes(op, m->n));
 		pthread_mutex_lock(&c->mu);
 		if (err)
 			goto out;
@@ -202,4 +199,3 @@ const dt__coll_algo dt__coll_algo_stream = {
     .deliver = stream_deliver,
     .done = stream_done,
 };
-

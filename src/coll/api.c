@@ -89,8 +89,9 @@ submit(dt_coll *c, coll_op *op, int sync)
 		op_free(op);
 		pthread_mutex_lock(&c->mu);
 		c->exec_busy = 0;
-		if (!dt__list_empty(&c->queue)) /* queued behind us meanwhile (from another
-		                 thread): the background thread takes over */
+		if (!dt__list_empty(
+		        &c->queue)) /* queued behind us meanwhile (from another
+		     thread): the background thread takes over */
 			pthread_cond_signal(&c->bg_cv);
 		pthread_mutex_unlock(&c->mu);
 		return;
@@ -841,8 +842,7 @@ probe_cma(dt_coll *c)
 		const int32_t *w = all + (size_t)r * PROBE_WORDS;
 		if (r == c->rank)
 			continue;
-		if (dt__cma_read(c->pids[r], &v, probe_word(w, 0),
-		                      sizeof(v)) ||
+		if (dt__cma_read(c->pids[r], &v, probe_word(w, 0), sizeof(v)) ||
 		    v != 0x636d610000000000ull + (uint64_t)r) {
 			DT_LOG(1,
 			       "collectives: cannot read rank %d's memory "
@@ -853,7 +853,7 @@ probe_cma(dt_coll *c)
 		}
 		if (!ok[1] || probe_word(w, 3) == 0 ||
 		    dt__cma_write(c->pids[r], probe_word(w, 1), &v,
-		                       sizeof(v))) {
+		                  sizeof(v))) {
 			ok[1] = 0;
 			continue;
 		}
@@ -892,7 +892,8 @@ comm_start(dt_coll *c)
 		if (c->pids == NULL || c->bounce == NULL)
 			return dt__fail(DT_ENOMEM, "CMA buffers");
 		for (int r = 0; r < c->size; r++)
-			c->pids[r] = dt__node_entry(c->node, c->base_id + r)->pid;
+			c->pids[r] =
+			    dt__node_entry(c->node, c->base_id + r)->pid;
 		if ((err = probe_cma(c)))
 			return err;
 		/* Beyond two ranks the CMA algorithms exchange 3(n-1)

@@ -35,7 +35,6 @@
 #include "coll/comm.h"
 #include "coll/exec.h"
 
-
 dt_err
 dt__coll_cfg_from_env(dt__coll_cfg *cfg)
 {
@@ -683,7 +682,8 @@ quiesce(dt_coll *c, coll_op *op)
 			closed = 1;
 			until = dt__now_ns() + dt__coll_timeout_ns(c);
 		}
-		dt__coll_cv_wait_until(c, DT_MIN(until, dt__now_ns() + 100000000ull));
+		dt__coll_cv_wait_until(
+		    c, DT_MIN(until, dt__now_ns() + 100000000ull));
 	}
 }
 

@@ -149,13 +149,15 @@ dt__coll_wait(dt_coll *c, coll_op *op, int (*pred)(coll_op *, void *),
 		/* No spinning before sleeping: on a machine with as many
 		 * ranks as cores a spinning executor takes the core its own
 		 * I/O thread needs (measured: twice as slow). */
-		dt__coll_cv_wait_until(c, DT_MIN(deadline, now + 1000000000ull));
+		dt__coll_cv_wait_until(c,
+		                       DT_MIN(deadline, now + 1000000000ull));
 	}
 }
 
 dt_err
 dt__coll_send_data(dt_coll *c, coll_op *op, int to, uint64_t key, uint64_t off,
-          uint64_t n, uint32_t flags, const void *payload, size_t bytes)
+                   uint64_t n, uint32_t flags, const void *payload,
+                   size_t bytes)
 {
 	uint8_t meta[DT__COLL_META_CMA];
 	uint32_t meta_len;

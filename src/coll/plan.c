@@ -1,8 +1,9 @@
 /*
- * plan.c - the pure arithmetic of the collectives: how a buffer is cut into blocks and chunks, the ring and chain
- * schedules every rank derives on its own, recursive-doubling partners and
- * tensor-fusion batches. No I/O and no shared state: algo.c runs what is
- * planned here and the unit tests check it directly.
+ * plan.c - the pure arithmetic of the collectives: how a buffer is cut into
+ * blocks and chunks, the ring and chain schedules every rank derives on its
+ * own, recursive-doubling partners and tensor-fusion batches. No I/O and no
+ * shared state: algo.c runs what is planned here and the unit tests check it
+ * directly.
  */
 #include <stdio.h>
 #include <stdlib.h>

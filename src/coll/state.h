@@ -191,9 +191,9 @@ struct dt_coll {
 	dt_list queue;          /* (mu) queued operations */
 	int exec_busy;          /* (mu) an executor is running an operation */
 	int stop;               /* (mu) background thread: leave */
-	dt_list early;                 /* (mu) early messages */
-	size_t eq_bytes;               /* (mu) */
-	dt_err broken; /* (mu) sticky failure (lost peer, job abort) */
+	dt_list early;          /* (mu) early messages */
+	size_t eq_bytes;        /* (mu) */
+	dt_err broken;          /* (mu) sticky failure (lost peer, job abort) */
 	char broken_msg[1024];
 	uint8_t *dead;        /* (mu) by rank */
 	uint8_t *ext;         /* (mu) by rank: the van writes into op memory */

@@ -15,7 +15,7 @@
 #include <stdint.h>
 
 #define DT_CONTAINER_OF(ptr, type, member)                                     \
-	((type *)(void *)((char *)(ptr) - offsetof(type, member)))
+	((type *)(void *)((char *)(ptr)-offsetof(type, member)))
 
 /* ---- hash table, keyed by a 64-bit id ---- */
 

@@ -14,7 +14,7 @@
 
 static pthread_mutex_t reg_mu = PTHREAD_MUTEX_INITIALIZER;
 static const dt__app_class *registry[DT__MAX_APPS]; /* (reg_mu) */
-static int nregistry;                                /* (reg_mu) */
+static int nregistry;                               /* (reg_mu) */
 
 static int
 ranges_overlap(const dt__app_class *a, const dt__app_class *b)
@@ -27,19 +27,20 @@ dt__app_register(const dt__app_class *cls)
 {
 	dt_err err = DT_OK;
 
-	if (cls->cmd_first > cls->cmd_last || dt__cmd_is_control(cls->cmd_first))
-		return dt__fail(DT_EINVAL,
-		                "app %s: bad command range %u..%u", cls->name,
-		                cls->cmd_first, cls->cmd_last);
+	if (cls->cmd_first > cls->cmd_last ||
+	    dt__cmd_is_control(cls->cmd_first))
+		return dt__fail(DT_EINVAL, "app %s: bad command range %u..%u",
+		                cls->name, cls->cmd_first, cls->cmd_last);
 	pthread_mutex_lock(&reg_mu);
 	for (int i = 0; i < nregistry; i++) {
 		if (registry[i] == cls)
 			goto out;
 		if (ranges_overlap(registry[i], cls)) {
-			err = dt__fail(DT_EEXIST,
-			               "app %s: commands %u..%u overlap app %s's",
-			               cls->name, cls->cmd_first, cls->cmd_last,
-			               registry[i]->name);
+			err =
+			    dt__fail(DT_EEXIST,
+			             "app %s: commands %u..%u overlap app %s's",
+			             cls->name, cls->cmd_first, cls->cmd_last,
+			             registry[i]->name);
 			goto out;
 		}
 	}

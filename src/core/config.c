@@ -119,4 +119,3 @@ dt_node_config_from_env(dt_node_config *cfg, int role_required)
 	}
 	return DT_OK;
 }
-

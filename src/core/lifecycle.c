@@ -231,7 +231,8 @@ dt_node_serve(dt_node *n)
 	if (n->role != DT_ROLE_SERVER)
 		return dt__fail(DT_ESTATE, "dt_node_serve: a worker does not "
 		                           "serve");
-	err = dt__node_wait_count(n, &n->terminated, 0, 1, 0, "the end of the job");
+	err = dt__node_wait_count(n, &n->terminated, 0, 1, 0,
+	                          "the end of the job");
 	if (err == DT_OK)
 		DT_LOG(1, "%s: job over", dt__log_name());
 	return err;
@@ -316,4 +317,3 @@ dt_node_init_from_env(dt_node **out)
 		dt__exit_served(err);
 	return err;
 }
-

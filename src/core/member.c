@@ -53,8 +53,8 @@ parse_table(dt_node *n, const dt_msg *m)
 	dt_node_entry *t;
 	dt_err err;
 
-	if ((err = dt__msg_node_table_decode(m->meta, m->hdr.meta_len, &id,
-	                                     &ns, &nw, &t)))
+	if ((err = dt__msg_node_table_decode(m->meta, m->hdr.meta_len, &id, &ns,
+	                                     &nw, &t)))
 		return err;
 	if (ns != n->cfg.num_servers || nw != n->cfg.num_workers) {
 		free(t);
@@ -200,7 +200,8 @@ dt_node_barrier(dt_node *n, int groups)
 	                .arg0 = (uint64_t)groups};
 	if ((err = dt__node_send(n, 0, &h, NULL, 0, NULL, 0)))
 		return err;
-	err = dt__node_wait_count(n, &n->barrier_done[groups], 1, want, 0, "a barrier");
+	err = dt__node_wait_count(n, &n->barrier_done[groups], 1, want, 0,
+	                          "a barrier");
 	if (err == DT_OK)
 		DT_LOG(1, "passed barrier #%llu over group mask %d",
 		       (unsigned long long)want, groups);
@@ -248,7 +249,8 @@ dt__member_start(dt_node *n)
 	DT_LOG(1, "asked the scheduler to add this %s at %s:%d",
 	       dt_role_name(n->role), n->host, n->port);
 
-	if ((err = dt__node_wait_count(n, &n->have_table, 0, 1, 0, "the node table")))
+	if ((err = dt__node_wait_count(n, &n->have_table, 0, 1, 0,
+	                               "the node table")))
 		return err;
 	snprintf(name, sizeof(name), "%s %d", dt_role_name(n->role), n->rank);
 	dt__log_set_name(name);
@@ -282,8 +284,8 @@ dt__member_start(dt_node *n)
 			       e->port);
 		}
 	}
-	if ((err = dt__node_wait_count(n, &n->hello_acks, 0, (uint64_t)need, deadline,
-	                      "peers to answer HELLO")))
+	if ((err = dt__node_wait_count(n, &n->hello_acks, 0, (uint64_t)need,
+	                               deadline, "peers to answer HELLO")))
 		return err;
 	if ((err = dt__apps_start(n)))
 		return err;
@@ -293,4 +295,3 @@ dt__member_start(dt_node *n)
 	DT_LOG(1, "%s is ready", dt__log_name());
 	return DT_OK;
 }
-

@@ -50,8 +50,10 @@ dt__msg_add_node_decode(const void *meta, size_t len, dt__msg_add_node *a)
 	if ((err = dt__rbuf_err(&r, "ADD_NODE")))
 		return err;
 	if (!valid_role(role))
-		return dt__fail(DT_EPROTO, "ADD_NODE: role %u is not a "
-		                           "server or worker", role);
+		return dt__fail(DT_EPROTO,
+		                "ADD_NODE: role %u is not a "
+		                "server or worker",
+		                role);
 	if (want < -1 || want > DT_MAX_RANK_WISH)
 		return dt__fail(DT_EPROTO, "ADD_NODE: rank wish %d", want);
 	if (a->host[0] == '\0')

@@ -25,12 +25,12 @@
 
 /* ADD_NODE: a server or worker asks the scheduler to admit it. */
 typedef struct dt__msg_add_node {
-	dt_role role;             /* DT_ROLE_SERVER or DT_ROLE_WORKER */
-	int want;                 /* rank asked for, -1 for none */
-	char host[DT_HOST_MAX];   /* address it listens on */
-	int port;                 /* 1..65535 */
-	int pid;                  /* for messages naming it */
-	int num_servers;          /* the job size it was started with */
+	dt_role role;           /* DT_ROLE_SERVER or DT_ROLE_WORKER */
+	int want;               /* rank asked for, -1 for none */
+	char host[DT_HOST_MAX]; /* address it listens on */
+	int port;               /* 1..65535 */
+	int pid;                /* for messages naming it */
+	int num_servers;        /* the job size it was started with */
 	int num_workers;
 } dt__msg_add_node;
 

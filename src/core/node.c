@@ -204,7 +204,7 @@ count_reached(dt_node *n, const void *arg)
 /* Wait until *flag (an int, or a uint64_t if is64) reaches want. */
 dt_err
 dt__node_wait_count(dt_node *n, const void *flag, int is64, uint64_t want,
-           uint64_t deadline_ns, const char *what)
+                    uint64_t deadline_ns, const char *what)
 {
 	count_goal g = {flag, is64, want};
 
@@ -260,4 +260,3 @@ dt_node_send_text(dt_node *n, dt_role dst_role, int dst_rank, const char *text)
 	dt_msg_hdr h = {.cmd = DT_CMD_TEXT};
 	return dt__node_send(n, id, &h, text, (uint32_t)len, NULL, 0);
 }
-

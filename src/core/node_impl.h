@@ -64,7 +64,7 @@ struct dt_node {
 	 * core.h (attach before the range's messages, detach after). */
 	dt__node_app apps[DT__MAX_APPS];
 	unsigned started; /* registry classes started on this node, by bit */
-	dt_sched *sched; /* scheduler state, NULL on other roles */
+	dt_sched *sched;  /* scheduler state, NULL on other roles */
 };
 
 /* The attached app owning cmd, or NULL. */

@@ -52,8 +52,8 @@ struct dt_kv_client {
 	dt_gen done_gen; /* bumped when an op completes (common/spin.h) */
 	uint64_t next_seq;
 	uint64_t next_op;
-	dt_table subs;   /* sub-requests in flight, by seq (mu) */
-	dt_table ops;    /* ops not yet waited for, by id (mu) */
+	dt_table subs;    /* sub-requests in flight, by seq (mu) */
+	dt_table ops;     /* ops not yet waited for, by id (mu) */
 	dt_list op_order; /* the same ops, oldest first (mu) */
 };
 
@@ -76,8 +76,8 @@ find_sub(dt_kv_client *c, uint64_t seq)
 static op *
 find_op(dt_kv_client *c, dt_kv_req id, int unlink)
 {
-	dt_hnode *h = unlink ? dt__table_take(&c->ops, id)
-	                     : dt__table_find(&c->ops, id);
+	dt_hnode *h =
+	    unlink ? dt__table_take(&c->ops, id) : dt__table_find(&c->ops, id);
 	op *o = h ? DT_CONTAINER_OF(h, op, hn) : NULL;
 
 	if (o && unlink)
@@ -333,7 +333,8 @@ dt__kv_client_start(dt_kv_client *c, int cmd, dt_key key, const float *val,
 
 	if ((err = dt__node_check(c->node)))
 		return err;
-	nparts = dt__kv_place(key, n, dt_node_num_servers(c->node), c->bound, c->parts);
+	nparts = dt__kv_place(key, n, dt_node_num_servers(c->node), c->bound,
+	                      c->parts);
 	if ((o = new_op(c, cmd, key, nparts, req)) == NULL)
 		return DT_ENOMEM;
 	for (int i = 0; i < nparts; i++) {

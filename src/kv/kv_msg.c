@@ -31,8 +31,7 @@ dt__kv_error_decode(const void *meta, size_t len, dt_err *code, char *msg,
 	if ((err = dt__rbuf_err(&r, "KV error answer")))
 		return err;
 	if (c == 0 || c >= DT__ERR_COUNT)
-		return dt__fail(DT_EPROTO, "KV error answer: error code %u",
-		                c);
+		return dt__fail(DT_EPROTO, "KV error answer: error code %u", c);
 	*code = (dt_err)c;
 	return DT_OK;
 }
@@ -82,4 +81,3 @@ dt__opt_decode(dt_rbuf *r, dt_opt *o)
 		                           "range");
 	return DT_OK;
 }
-

@@ -5,9 +5,10 @@
  * never make a server run code.
  *
  * The parameter string and the update kernels are the trainer's
- * (dt_nn_optim_parse, dt_nn_sgd_update, dt_nn_adam_update in src/optim/kernels.c,
- * where the formulas are written out), so a server, a local store and a
- * worker updating locally all apply the same rule, element for element.
+ * (dt_nn_optim_parse, dt_nn_sgd_update, dt_nn_adam_update in
+ * src/optim/kernels.c, where the formulas are written out), so a server, a
+ * local store and a worker updating locally all apply the same rule, element
+ * for element.
  */
 #include <math.h>
 #include <string.h>

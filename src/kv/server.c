@@ -58,14 +58,14 @@ typedef struct entry {
 	waiter *answers; /* answered at the end of the round */
 	waiter *inits;   /* INITs waiting for rank 0's value */
 	deferred *later; /* second pushes in a round, oldest first */
-	dt_hnode hn;      /* in keys */
+	dt_hnode hn;     /* in keys */
 } entry;
 
 typedef struct kv_server {
 	dt_node *node;
 	int nservers, nworkers; /* the job's */
 	int sync;
-	dt_opt opt; /* kind DT_OPT_NONE: the value is the sum of a round */
+	dt_opt opt;    /* kind DT_OPT_NONE: the value is the sum of a round */
 	dt_table keys; /* entries by key */
 } kv_server;
 
@@ -418,8 +418,7 @@ on_msg(void *arg, dt_node *n, dt_conn *c, dt_msg *m)
 	int worker = sender - 1 - s->nservers;
 	entry *e;
 
-	if (sender != dt__conn_peer(c) || worker < 0 ||
-	    worker >= s->nworkers) {
+	if (sender != dt__conn_peer(c) || worker < 0 || worker >= s->nworkers) {
 		dt__log(0, "dropping %s: KV request from node %d, not a worker",
 		        dt__conn_addr(c), sender);
 		dt__node_close(n, c);
@@ -528,8 +527,8 @@ payload_dest(void *arg, dt_node *n, dt_conn *c, const dt_msg_hdr *h,
 	 * another worker must never see half a push.
 	 */
 	if (s->sync && h->payload_len >= STREAM_MIN && worker >= 0 &&
-	    worker < s->nworkers && h->arg0 == e->n &&
-	    h->arg1 == e->offset && !e->pushed[worker])
+	    worker < s->nworkers && h->arg0 == e->n && h->arg1 == e->offset &&
+	    !e->pushed[worker])
 		return DT_VAN_STREAM;
 	return NULL;
 }

@@ -31,12 +31,13 @@ cma_move(int pid, void *local, uint64_t remote, size_t bytes, int write)
 		if (n <= 0) {
 			if (n < 0 && errno == EINTR)
 				continue;
-			return dt__fail(DT_EIO, "%s %zu bytes %s process %d: %s",
-			                write ? "writing" : "reading",
-			                bytes - done, write ? "to" : "from", pid,
-			                n < 0 ? strerror(errno)
-			                      : write ? "nothing written"
-			                              : "nothing read");
+			return dt__fail(
+			    DT_EIO, "%s %zu bytes %s process %d: %s",
+			    write ? "writing" : "reading", bytes - done,
+			    write ? "to" : "from", pid,
+			    n < 0   ? strerror(errno)
+			    : write ? "nothing written"
+			            : "nothing read");
 		}
 		done += (size_t)n;
 	}

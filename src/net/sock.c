@@ -91,9 +91,9 @@ dt__sock_listen(const char *host, int port, const char *what, int *fd_out,
 	setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
 	if (bind(fd, res->ai_addr, res->ai_addrlen) < 0 ||
 	    listen(fd, BACKLOG) < 0) {
-		err = dt__fail(DT_ESYS, "%s: cannot listen on %s:%d: %s", what,
-		               host && *host ? host : "*", port,
-		               strerror(errno));
+		err =
+		    dt__fail(DT_ESYS, "%s: cannot listen on %s:%d: %s", what,
+		             host && *host ? host : "*", port, strerror(errno));
 		freeaddrinfo(res);
 		close(fd);
 		return err;
@@ -198,11 +198,10 @@ dt__sock_connect(const char *host, int port, uint64_t deadline_ns,
 		backoff_ms = DT_MIN(backoff_ms * 2, 500);
 	}
 	freeaddrinfo(res);
-	return dt__fail(last_errno == ECONNREFUSED ? DT_ECONNREFUSED
-	                                           : DT_ETIMEDOUT,
-	                "%s at %s:%d unreachable after %.1f s: %s", what, host,
-	                port, (double)(deadline_ns - start) / 1e9,
-	                strerror(last_errno));
+	return dt__fail(
+	    last_errno == ECONNREFUSED ? DT_ECONNREFUSED : DT_ETIMEDOUT,
+	    "%s at %s:%d unreachable after %.1f s: %s", what, host, port,
+	    (double)(deadline_ns - start) / 1e9, strerror(last_errno));
 }
 
 dt_err

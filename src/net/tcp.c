@@ -78,8 +78,8 @@ tcp_accept(dt_link *lis, dt_link *out, char *addr, size_t cap)
 }
 
 static dt_err
-tcp_connect(const char *host, int port, uint64_t deadline_ns,
-            const char *what, dt_link *out)
+tcp_connect(const char *host, int port, uint64_t deadline_ns, const char *what,
+            dt_link *out)
 {
 	int fd;
 	dt_err err = dt__sock_connect(host, port, deadline_ns, what, &fd);

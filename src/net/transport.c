@@ -26,7 +26,8 @@ dt__transport_choose(const dt_transport_ops **out)
 			*out = dt__transports[i];
 			return DT_OK;
 		}
-	return dt__fail(DT_ECONFIG, "DTRAIN_TRANSPORT='%s': no such transport "
-	                            "(this build has: tcp)",
+	return dt__fail(DT_ECONFIG,
+	                "DTRAIN_TRANSPORT='%s': no such transport "
+	                "(this build has: tcp)",
 	                want);
 }

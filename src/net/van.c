@@ -31,12 +31,12 @@
 #include "net/transport.h"
 #include "net/van.h"
 
-#define STAGE_CAP   (256u << 10) /* receive staging buffer per connection */
-#define DIRECT_MIN  (32u << 10)  /* payload rest read straight into place */
-#define SEND_CHUNK  (1u << 20)   /* bytes per sendmsg call at most */
-#define POLL_BIG    (64u << 10)  /* payload rest that extends a poll */
-#define RXBUF_KEEP  (64u << 20)  /* larger receive buffers are not kept */
-#define IOV_BATCH   64
+#define STAGE_CAP  (256u << 10) /* receive staging buffer per connection */
+#define DIRECT_MIN (32u << 10)  /* payload rest read straight into place */
+#define SEND_CHUNK (1u << 20)   /* bytes per sendmsg call at most */
+#define POLL_BIG   (64u << 10)  /* payload rest that extends a poll */
+#define RXBUF_KEEP (64u << 20)  /* larger receive buffers are not kept */
+#define IOV_BATCH  64
 
 enum rx_state { RX_HDR, RX_META, RX_PAYLOAD };
 
@@ -498,10 +498,10 @@ static void
 fit_lowat(dt_conn *c)
 {
 	if (c->link.ops->expect)
-		c->link.ops->expect(&c->link, c->state == RX_PAYLOAD
-		                                   ? c->h.payload_len -
-		                                         c->payload_got
-		                                   : 0);
+		c->link.ops->expect(&c->link,
+		                    c->state == RX_PAYLOAD
+		                        ? c->h.payload_len - c->payload_got
+		                        : 0);
 }
 
 /* Read until the kernel has nothing more (or the connection is down). */

@@ -210,4 +210,3 @@ dt_nn_adam_update(const dt_nn_optim_param *p, double wd, uint64_t t, float *w,
 	}
 	return DT_OK;
 }
-

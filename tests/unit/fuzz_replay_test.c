@@ -3,8 +3,9 @@
  * (the seeds and any crash the fuzzer found) through that fuzz target's
  * own handler, fuzz/fuzz_<target>_entry.h, so CTest keeps fixed bugs fixed
  * without needing clang or libFuzzer: codec (frame headers and metadata
- * readers), control (core/msg.c), kv (kv/kv_msg.c), coll (coll_msg.c). Each file is also replayed cut at
- * every length, since a truncated frame is the commonest bad input.
+ * readers), control (core/msg.c), kv (kv/kv_msg.c), coll (coll_msg.c). Each
+ * file is also replayed cut at every length, since a truncated frame is the
+ * commonest bad input.
  *
  * Inputs are copied into heap blocks of exactly their length, so in the
  * ASan build any read past the end is reported. The corpus is found
@@ -127,14 +128,10 @@ main(void)
 	    {"coll", dt_fuzz_coll_one},
 	};
 	const struct CMUnitTest tests[] = {
-	    cmocka_unit_test_prestate(test_replay_corpus,
-	                              (void *)&targets[0]),
-	    cmocka_unit_test_prestate(test_replay_corpus,
-	                              (void *)&targets[1]),
-	    cmocka_unit_test_prestate(test_replay_corpus,
-	                              (void *)&targets[2]),
-	    cmocka_unit_test_prestate(test_replay_corpus,
-	                              (void *)&targets[3]),
+	    cmocka_unit_test_prestate(test_replay_corpus, (void *)&targets[0]),
+	    cmocka_unit_test_prestate(test_replay_corpus, (void *)&targets[1]),
+	    cmocka_unit_test_prestate(test_replay_corpus, (void *)&targets[2]),
+	    cmocka_unit_test_prestate(test_replay_corpus, (void *)&targets[3]),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

@@ -1356,14 +1356,13 @@ test_sock_helpers(void **state)
 	uint64_t t0;
 
 	(void)state;
-	assert_int_equal(dt__sock_listen("127.0.0.1", 0, "test socket", &fd,
-	                                 &port),
-	                 DT_OK);
+	assert_int_equal(
+	    dt__sock_listen("127.0.0.1", 0, "test socket", &fd, &port), DT_OK);
 	assert_true(port > 0);
 	/* The same port again is busy, and the error says which. */
-	assert_int_equal(dt__sock_listen("127.0.0.1", port, "test socket",
-	                                 &sfd, &port2),
-	                 DT_ESYS);
+	assert_int_equal(
+	    dt__sock_listen("127.0.0.1", port, "test socket", &sfd, &port2),
+	    DT_ESYS);
 	assert_msg_has(dt_errmsg(), "test socket: cannot listen on");
 	assert_int_equal(dt__sock_connect("127.0.0.1", port,
 	                                  dt__now_ns() + 5000000000ull, "peer",
