@@ -78,6 +78,20 @@ dt__timespec_at(uint64_t ns)
 }
 
 const char *
+dt__printable(const char *s, char *out, size_t cap)
+{
+	size_t i = 0;
+
+	for (; s[i] && i + 1 < cap; i++) {
+		unsigned char ch = (unsigned char)s[i];
+
+		out[i] = ch < 0x20 || ch == 0x7f ? '?' : (char)ch;
+	}
+	out[i] = '\0';
+	return out;
+}
+
+const char *
 dt__env_str(const char *name)
 {
 	const char *v = getenv(name);

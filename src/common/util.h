@@ -47,6 +47,10 @@ void dt__log(int level, const char *fmt, ...) DT_PRINTF(2, 3);
 			dt__log((level), __VA_ARGS__);                         \
 	} while (0)
 
+/* s as one printable line for a log (control characters, newlines
+ * included, become '?'), cut to cap - 1 bytes; returns out. */
+const char *dt__printable(const char *s, char *out, size_t cap);
+
 /* Monotonic clock (CLOCK_MONOTONIC). */
 uint64_t dt__now_ns(void);
 /* The instant ns of that clock as a timespec, for pthread_cond_timedwait on

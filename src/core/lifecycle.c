@@ -27,7 +27,14 @@ hook_payload_dest(void *arg, dt_conn *c, const dt_msg_hdr *h,
 	 * an app that is not attached takes none. Read such a payload away
 	 * rather than let a stranger's header make this node allocate up to
 	 * DT_MAX_MESSAGE (on_msg then drops the message). */
-	if (dt__cmd_is_control(h->cmd) || dt__conn_peer(c) < 0 ||
+	if (!dt__cmd_is_control(h->cmd) && dt__conn_peer(c) < 0) {
+		/* Hang up at once rather than read the payload away. */
+		dt__log(0, "dropping %s: %s before HELLO", dt__conn_addr(c),
+		        dt__cmd_name(h->cmd));
+		dt__van_close(n->van, c);
+		return DT_VAN_DISCARD;
+	}
+	if (dt__cmd_is_control(h->cmd) ||
 	    (app = dt__node_app_of(n, h->cmd)) == NULL)
 		return DT_VAN_DISCARD;
 	hk = app->hooks;

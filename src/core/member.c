@@ -115,8 +115,13 @@ dt__member_on_msg(dt_node *n, dt_conn *c, dt_msg *m)
 	case DT_CMD_HELLO: {
 		uint32_t id = m->hdr.sender;
 
-		if (!n->have_table || id == 0 || (int)id >= n->ntable ||
-		    dt__conn_peer(c) != -1) {
+		/* Only workers dial, and only nodes of lower id; one
+		 * connection per node (a second HELLO naming a live node is
+		 * refused, not allowed to replace it). */
+		if (!n->have_table || id == 0 || id >= (uint32_t)n->ntable ||
+		    dt__conn_peer(c) != -1 ||
+		    n->table[id].role != DT_ROLE_WORKER || (int)id <= n->id ||
+		    __atomic_load_n(&n->peers[id], __ATOMIC_ACQUIRE) != NULL) {
 			dt__log(0, "dropping %s: unexpected HELLO from node %u",
 			        dt__conn_addr(c), id);
 			dt__van_close(n->van, c);
@@ -162,12 +167,22 @@ dt__member_on_msg(dt_node *n, dt_conn *c, dt_msg *m)
 		                   "job aborted by the scheduler: %s",
 		                   m->meta ? (const char *)m->meta : "?");
 		return;
-	case DT_CMD_TEXT:
-		dt__log(
-		    0, "message from %s: %s",
-		    dt__node_name(n, (int)m->hdr.sender, name, sizeof(name)),
-		    m->meta ? (const char *)m->meta : "");
+	case DT_CMD_TEXT: {
+		char text[4097];
+
+		/* From a connection that said who it is, named by that. */
+		if (dt__conn_peer(c) < 0) {
+			dt__log(0, "dropping %s: TEXT before HELLO",
+			        dt__conn_addr(c));
+			dt__van_close(n->van, c);
+			return;
+		}
+		dt__log(0, "message from %s: %s",
+		        dt__node_name(n, dt__conn_peer(c), name, sizeof(name)),
+		        dt__printable(m->meta ? (const char *)m->meta : "",
+		                      text, sizeof(text)));
 		return;
+	}
 	default:
 		dt__log(0, "ignoring %s from %s", dt__cmd_name(m->hdr.cmd),
 		        dt__conn_addr(c));

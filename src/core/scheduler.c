@@ -119,12 +119,17 @@ on_add_node(dt_node *n, dt_conn *c, dt_msg *m)
 		return;
 	}
 	pthread_mutex_lock(&n->mu);
-	if (s->nj >= s->expected || s->assigned) {
+	int have = 0,
+	    room = j.role == DT_ROLE_SERVER ? n->num_servers : n->num_workers;
+	for (int i = 0; i < s->nj; i++)
+		have += s->j[i].role == j.role;
+	if (have >= room || s->assigned) {
 		pthread_mutex_unlock(&n->mu);
 		snprintf(reason, sizeof(reason),
 		         "the job is full (%d servers and %d workers have "
-		         "joined)",
-		         n->num_servers, n->num_workers);
+		         "joined; this job has %d %ss)",
+		         n->num_servers, n->num_workers, room,
+		         dt_role_name(j.role));
 		dt__log(0, "refusing a %s at %s:%d: %s", dt_role_name(j.role),
 		        j.host, j.port, reason);
 		send_abort(n, c, reason);
@@ -216,11 +221,17 @@ dt__sched_on_msg(dt_node *n, dt_conn *c, dt_msg *m)
 		       dt__node_name(n, peer, name, sizeof(name)),
 		       s->workers_done, n->num_workers);
 		return;
-	case DT_CMD_TEXT:
+	case DT_CMD_TEXT: {
+		char text[4097];
+
+		if (peer <= 0) /* only from a node that joined */
+			break;
 		dt__log(0, "message from %s: %s",
 		        dt__node_name(n, peer, name, sizeof(name)),
-		        m->meta ? (const char *)m->meta : "");
+		        dt__printable(m->meta ? (const char *)m->meta : "",
+		                      text, sizeof(text)));
 		return;
+	}
 	case DT_CMD_HEARTBEAT:
 		return;
 	default:

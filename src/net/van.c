@@ -76,6 +76,11 @@ struct dt_van {
 	int epfd;
 	int evfd;
 	dt_link lis; /* the listener, fd -1 if none */
+	/* Out of descriptors: the listener is out of epoll until then (its
+	 * readiness would otherwise spin the I/O thread), and the log says
+	 * so once a second at most. */
+	atomic_uint_fast64_t accept_paused_until;
+	uint64_t accept_logged_ns; /* (dispatch_mu) */
 	pthread_t thread;
 	int started;
 	pthread_mutex_t mu;
@@ -301,6 +306,38 @@ dt__van_listen(dt_van *v, const char *host, int port, int fd, int *bound_port)
 	return DT_OK;
 }
 
+#define ACCEPT_PAUSE_NS 100000000ull /* 100 ms */
+
+/* accept failed for want of resources: stop watching the listener for a
+ * while (dispatch_mu held). */
+static void
+accept_pause(dt_van *v, int err)
+{
+	uint64_t now = dt__now_ns();
+
+	epoll_ctl(v->epfd, EPOLL_CTL_DEL, v->lis.fd, NULL);
+	atomic_store(&v->accept_paused_until, now + ACCEPT_PAUSE_NS);
+	if (now - v->accept_logged_ns >= 1000000000ull) {
+		v->accept_logged_ns = now;
+		dt__log(0, "accept: %s; not accepting for %llu ms",
+		        strerror(err),
+		        (unsigned long long)(ACCEPT_PAUSE_NS / 1000000));
+	}
+}
+
+/* Watch the listener again once its pause is over (dispatch_mu held). */
+static void
+accept_resume(dt_van *v)
+{
+	uint64_t until = atomic_load(&v->accept_paused_until);
+
+	if (until == 0 || dt__now_ns() < until)
+		return;
+	atomic_store(&v->accept_paused_until, 0);
+	struct epoll_event ev = {.events = EPOLLIN, .data.ptr = &v->lis};
+	epoll_ctl(v->epfd, EPOLL_CTL_ADD, v->lis.fd, &ev);
+}
+
 static void
 accept_all(dt_van *v)
 {
@@ -310,6 +347,11 @@ accept_all(dt_van *v)
 		dt_conn *c;
 		int rc = v->tp->accept(&v->lis, &link, addr, sizeof(addr));
 
+		if (rc < 0 && (errno == EMFILE || errno == ENFILE ||
+		               errno == ENOBUFS || errno == ENOMEM)) {
+			accept_pause(v, errno);
+			return;
+		}
 		if (rc < 0)
 			dt__log(0, "accept: %s", strerror(errno));
 		if (rc <= 0)
@@ -597,6 +639,7 @@ dispatch(dt_van *v, const struct epoll_event *evs, int n)
 {
 	int big = 0;
 
+	accept_resume(v);
 	for (int i = 0; i < n; i++) {
 		void *p = evs[i].data.ptr;
 
@@ -671,7 +714,14 @@ io_thread(void *arg)
 			io_park(v);
 			continue;
 		}
-		n = epoll_wait(v->epfd, evs, 64, -1);
+		uint64_t until = atomic_load(&v->accept_paused_until), now;
+		int tmo = -1;
+
+		if (until && (now = dt__now_ns()) < until)
+			tmo = (int)((until - now) / 1000000) + 1;
+		else if (until)
+			tmo = 0;
+		n = epoll_wait(v->epfd, evs, 64, tmo);
 		if (n < 0) {
 			if (errno == EINTR)
 				continue;
@@ -1066,11 +1116,15 @@ dt__van_send(dt_van *v, dt_conn *c, dt_msg_hdr *h, const void *meta,
 void
 dt__van_close(dt_van *v, dt_conn *c)
 {
-	(void)v;
-	/* The I/O thread sees the shutdown as EOF, reports it and closes. */
+	/* The I/O thread sees the shutdown as EOF, reports it and closes.
+	 * Frames this thread held (corked) for c leave first: a refusal
+	 * sent just before the close must reach the peer. */
 	pthread_mutex_lock(&c->send_mu);
-	if (c->link.fd >= 0)
+	if (c->link.fd >= 0) {
+		if (c->olen)
+			(void)flush_locked(v, c);
 		c->link.ops->shutdown(&c->link);
+	}
 	pthread_mutex_unlock(&c->send_mu);
 }
 

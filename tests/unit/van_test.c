@@ -32,6 +32,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
@@ -1314,6 +1315,90 @@ test_bad_listen(void **state)
 	unsetenv("DT_MAX_MESSAGE");
 }
 
+/* Out of descriptors, a pending connection must not spin the I/O thread
+ * (its listener stays readable); once descriptors are free again the
+ * connection is taken and its frame delivered. */
+static void
+test_accept_out_of_fds(void **state)
+{
+	struct rlimit old, low;
+	struct sockaddr_in sa = {.sin_family = AF_INET};
+	struct rusage r0, r1;
+	uint8_t hb[DT_HDR_SIZE];
+	dt_msg_hdr h = {.cmd = DT_CMD_KV_FIRST, .seq = 7};
+	static int fds[4096];
+	int nfd = 0, cfd, port = 0;
+	sink s;
+	dt_van *v;
+
+	(void)state;
+	sink_init(&s);
+	v = make_van(&s, 0);
+	assert_int_equal(dt__van_listen(v, "127.0.0.1", 0, -1, &port), DT_OK);
+	assert_int_equal(dt__van_start(v), DT_OK);
+	cfd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	assert_true(cfd >= 0);
+	/* The log goes to a file meanwhile, to be counted. */
+	char logpath[] = "/tmp/dtrain_van_test_log.XXXXXX";
+	int logfd = mkstemp(logpath), saved_err = dup(2);
+	assert_true(logfd >= 0 && saved_err >= 0);
+	unlink(logpath);
+	fflush(stderr);
+	dup2(logfd, 2);
+	assert_int_equal(getrlimit(RLIMIT_NOFILE, &old), 0);
+	low = old;
+	if (low.rlim_cur > 1024)
+		low.rlim_cur = 1024;
+	assert_int_equal(setrlimit(RLIMIT_NOFILE, &low), 0);
+	while (nfd < (int)DT_ARRAY_LEN(fds)) {
+		int fd = dup(cfd);
+		if (fd < 0)
+			break;
+		fds[nfd++] = fd;
+	}
+	assert_int_equal(errno, EMFILE);
+	sa.sin_port = htons((uint16_t)port);
+	sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	assert_int_equal(connect(cfd, (struct sockaddr *)&sa, sizeof(sa)), 0);
+	dt__hdr_encode(&h, hb);
+	assert_int_equal(write(cfd, hb, sizeof(hb)), (ssize_t)sizeof(hb));
+	/* A window of 400 ms: a spinning I/O thread would burn all of it. */
+	getrusage(RUSAGE_SELF, &r0);
+	uint64_t end = dt__now_ns() + 400000000ull;
+	while (dt__now_ns() < end) {
+		struct timespec ts = {0, 20000000L};
+		nanosleep(&ts, NULL);
+	}
+	getrusage(RUSAGE_SELF, &r1);
+	double cpu = (double)(r1.ru_utime.tv_sec - r0.ru_utime.tv_sec) +
+	             (double)(r1.ru_stime.tv_sec - r0.ru_stime.tv_sec) +
+	             (double)(r1.ru_utime.tv_usec - r0.ru_utime.tv_usec) / 1e6 +
+	             (double)(r1.ru_stime.tv_usec - r0.ru_stime.tv_usec) / 1e6;
+	while (nfd > 0)
+		close(fds[--nfd]);
+	assert_int_equal(setrlimit(RLIMIT_NOFILE, &old), 0);
+	fflush(stderr);
+	dup2(saved_err, 2);
+	close(saved_err);
+	/* One line about it, not one per wake-up (the log says once a
+	 * second at most), and no busy thread. */
+	char buf[65536];
+	ssize_t got = pread(logfd, buf, sizeof(buf) - 1, 0);
+	int lines = 0;
+	buf[got > 0 ? got : 0] = '\0';
+	for (char *p = buf; (p = strstr(p, "accept: ")) != NULL; p++)
+		lines++;
+	close(logfd);
+	assert_true(lines >= 1 && lines <= 2);
+	assert_true(cpu < 0.3);
+	/* Descriptors are back: the connection is taken, its frame comes. */
+	assert_true(wait_count(&s, &s.nrec, 1));
+	assert_int_equal(s.recs[0].h.seq, 7);
+	close(cfd);
+	dt__van_destroy(v);
+	sink_fini(&s);
+}
+
 /* The transport is chosen by name; an unknown one is refused by name. */
 static void
 test_transport_choice(void **state)
@@ -1405,6 +1490,7 @@ main(void)
 	    T(test_send_too_big),
 	    T(test_bad_listen),
 	    cmocka_unit_test(test_transport_choice),
+	    cmocka_unit_test(test_accept_out_of_fds),
 	    cmocka_unit_test(test_sock_helpers),
 	};
 #undef T
