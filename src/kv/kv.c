@@ -48,6 +48,13 @@ local_find(dt_kv *kv, dt_key key)
 	return h ? DT_CONTAINER_OF(h, local_entry, hn) : NULL;
 }
 
+/* Every public call names what was wrong with its arguments. */
+#define KV_NEED(cond, ...)                                                     \
+	do {                                                                   \
+		if (!(cond))                                                   \
+			return dt__fail(DT_EINVAL, __VA_ARGS__);               \
+	} while (0)
+
 /* A program that uses the KVStore serves it in its server processes,
  * whichever entry point (dt_kv_create, dt_node_init_from_env) they start
  * through. */
@@ -77,6 +84,7 @@ dt_kv_create(const char *type, dt_kv **out)
 	dt_err err;
 	size_t i;
 
+	KV_NEED(out != NULL, "kv_create: out is NULL");
 	*out = NULL;
 	if (type == NULL)
 		return dt__fail(DT_EINVAL, "kvstore type is NULL");
@@ -190,25 +198,25 @@ dt_kv_destroy(dt_kv *kv)
 const char *
 dt_kv_type(const dt_kv *kv)
 {
-	return kv->type;
+	return kv ? kv->type : "";
 }
 
 int
 dt_kv_rank(const dt_kv *kv)
 {
-	return kv->node ? dt_node_rank(kv->node) : 0;
+	return kv && kv->node ? dt_node_rank(kv->node) : 0;
 }
 
 int
 dt_kv_num_workers(const dt_kv *kv)
 {
-	return kv->node ? dt_node_num_workers(kv->node) : 1;
+	return kv && kv->node ? dt_node_num_workers(kv->node) : 1;
 }
 
 int
 dt_kv_is_dist(const dt_kv *kv)
 {
-	return kv->dist;
+	return kv ? kv->dist : 0;
 }
 
 dt_err
@@ -217,6 +225,8 @@ dt_kv_set_optimizer(dt_kv *kv, const char *name, const char *params)
 	dt_opt opt;
 	dt_err err;
 
+	KV_NEED(kv != NULL, "set optimizer: kv is NULL");
+	KV_NEED(name != NULL, "set optimizer: name is NULL");
 	if ((err = dt__opt_parse(name, params, &opt)))
 		return err;
 	if (!kv->client && (!kv->have_opt || opt.kind != kv->opt.kind)) {
@@ -326,6 +336,10 @@ dt_kv_init(dt_kv *kv, dt_key key, const float *val, size_t n)
 	dt_kv_req req;
 	dt_err err;
 
+	KV_NEED(kv != NULL, "init of key %llu: kv is NULL",
+	        (unsigned long long)key);
+	KV_NEED(n > 0, "init of key %llu: an array has at least one element",
+	        (unsigned long long)key);
 	if ((err = check_args("init", key, val, val, n)))
 		return err;
 	if (!kv->client)
@@ -343,6 +357,10 @@ dt_kv_push_async(dt_kv *kv, dt_key key, const float *val, size_t n,
 	local_entry *e = NULL;
 	dt_err err;
 
+	KV_NEED(kv != NULL, "push of key %llu: kv is NULL",
+	        (unsigned long long)key);
+	KV_NEED(req != NULL, "push of key %llu: req is NULL",
+	        (unsigned long long)key);
 	*req = 0;
 	if ((err = check_args("push", key, val, val, n)) ||
 	    (err = async_check(kv, "push", key)))
@@ -362,6 +380,10 @@ dt_kv_pull_async(dt_kv *kv, dt_key key, float *out, size_t n, dt_kv_req *req)
 	local_entry *e = NULL;
 	dt_err err;
 
+	KV_NEED(kv != NULL, "pull of key %llu: kv is NULL",
+	        (unsigned long long)key);
+	KV_NEED(req != NULL, "pull of key %llu: req is NULL",
+	        (unsigned long long)key);
 	*req = 0;
 	if ((err = check_args("pull", key, out, out, n)))
 		return err;
@@ -381,6 +403,10 @@ dt_kv_pushpull_async(dt_kv *kv, dt_key key, const float *val, float *out,
 	local_entry *e = NULL;
 	dt_err err;
 
+	KV_NEED(kv != NULL, "pushpull of key %llu: kv is NULL",
+	        (unsigned long long)key);
+	KV_NEED(req != NULL, "pushpull of key %llu: req is NULL",
+	        (unsigned long long)key);
 	*req = 0;
 	if ((err = check_args("pushpull", key, val, out, n)) ||
 	    (err = async_check(kv, "pushpull", key)))
@@ -398,6 +424,7 @@ dt_kv_pushpull_async(dt_kv *kv, dt_key key, const float *val, float *out,
 dt_err
 dt_kv_wait(dt_kv *kv, dt_kv_req req)
 {
+	KV_NEED(kv != NULL, "wait: kv is NULL");
 	if (req == 0 || kv->client == NULL)
 		return DT_OK;
 	return dt__kv_client_wait(kv->client, req);
@@ -406,6 +433,7 @@ dt_kv_wait(dt_kv *kv, dt_kv_req req)
 dt_err
 dt_kv_wait_all(dt_kv *kv)
 {
+	KV_NEED(kv != NULL, "wait_all: kv is NULL");
 	return kv->client ? dt__kv_client_wait_all(kv->client) : DT_OK;
 }
 
@@ -478,10 +506,26 @@ wait_reqs(dt_kv *kv, dt_kv_req *reqs, size_t n, dt_err first)
 		free(reqs);                                                    \
 	return err
 
+/* The arrays of a batched call: all there when there are keys. */
+static dt_err
+many_check(const dt_kv *kv, size_t nkeys, const dt_key *keys, const void *bufs,
+           const size_t *lens)
+{
+	KV_NEED(kv != NULL, "batched call: kv is NULL");
+	KV_NEED(nkeys == 0 || (keys && bufs && lens),
+	        "batched call of %zu keys: keys, buffers or lengths is NULL",
+	        nkeys);
+	return DT_OK;
+}
+
 dt_err
 dt_kv_init_many(dt_kv *kv, size_t nkeys, const dt_key *keys,
                 const float *const *vals, const size_t *lens)
 {
+	dt_err e0 = many_check(kv, nkeys, keys, vals, lens);
+
+	if (e0)
+		return e0;
 	/* Inits are few and wait on rank 0: keep them one by one. */
 	for (size_t i = 0; i < nkeys; i++) {
 		dt_err err = dt_kv_init(kv, keys[i], vals[i], lens[i]);
@@ -495,6 +539,10 @@ dt_err
 dt_kv_push_many(dt_kv *kv, size_t nkeys, const dt_key *keys,
                 const float *const *vals, const size_t *lens)
 {
+	dt_err e0 = many_check(kv, nkeys, keys, vals, lens);
+
+	if (e0)
+		return e0;
 	DT_KV_MANY(dt_kv_push_async(kv, keys[started], vals[started],
 	                            lens[started], &reqs[started]));
 }
@@ -503,6 +551,10 @@ dt_err
 dt_kv_pull_many(dt_kv *kv, size_t nkeys, const dt_key *keys, float *const *outs,
                 const size_t *lens)
 {
+	dt_err e0 = many_check(kv, nkeys, keys, outs, lens);
+
+	if (e0)
+		return e0;
 	DT_KV_MANY(dt_kv_pull_async(kv, keys[started], outs[started],
 	                            lens[started], &reqs[started]));
 }
@@ -512,6 +564,11 @@ dt_kv_pushpull_many(dt_kv *kv, size_t nkeys, const dt_key *keys,
                     const float *const *vals, float *const *outs,
                     const size_t *lens)
 {
+	dt_err e0 =
+	    many_check(kv, nkeys, keys, vals && outs ? vals : NULL, lens);
+
+	if (e0)
+		return e0;
 	DT_KV_MANY(dt_kv_pushpull_async(kv, keys[started], vals[started],
 	                                outs[started], lens[started],
 	                                &reqs[started]));
@@ -544,6 +601,8 @@ dt_kv_push_devices(dt_kv *kv, dt_key key, const float *const *vals, int ndev,
 {
 	int nthreads;
 
+	KV_NEED(kv != NULL, "push of key %llu: kv is NULL",
+	        (unsigned long long)key);
 	if (ndev < 1 || vals == NULL)
 		return dt__fail(
 		    DT_EINVAL, "push of key %llu: %d devices (need at least 1)",
@@ -595,6 +654,7 @@ dt_kv_push_devices(dt_kv *kv, dt_key key, const float *const *vals, int ndev,
 dt_err
 dt_kv_barrier(dt_kv *kv)
 {
+	KV_NEED(kv != NULL, "barrier: kv is NULL");
 	if (!kv->node)
 		return DT_OK;
 	return dt_node_barrier(kv->node, DT_GROUP_WORKERS);
