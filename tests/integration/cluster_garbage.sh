@@ -54,12 +54,7 @@ PY
 }
 
 check_case() {
-	local case=$1 pattern=$2
-	send_raw "$case" || fail "$case: the scheduler did not hang up"
-	wait_for_line "$T_DIR/scheduler.log" "$pattern" 20 ||
-		fail "$case: the scheduler did not log the reason ('$pattern')"
-	kill -0 "$sched_pid" 2>/dev/null || fail "$case: the scheduler died"
-	log "$case: dropped, logged, scheduler alive"
+	expect_dropped "$1" "$T_DIR/scheduler.log" "$2" "$sched_pid" send_raw "$1"
 }
 
 check_case garbage "dropping connection from 127\.0\.0\.1:[0-9]+: bad frame magic"

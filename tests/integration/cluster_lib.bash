@@ -101,6 +101,19 @@ wait_for_line() {
 	return 0
 }
 
+# expect_dropped WHAT LOG PATTERN PID CMD...: CMD plays a bad peer and must
+# be hung up on (exit 0); then LOG must get a line matching PATTERN (the
+# reason) and PID, the node it talked to, must still be running.
+expect_dropped() {
+	local what=$1 logf=$2 pattern=$3 pid=$4
+	shift 4
+	"$@" || fail "$what: the node did not hang up"
+	wait_for_line "$logf" "$pattern" 20 ||
+		fail "$what: the node did not log the reason ('$pattern')"
+	kill -0 "$pid" 2>/dev/null || fail "$what: the node died"
+	log "$what: dropped, logged, node alive"
+}
+
 # free_port: print a TCP port nobody listens on (the OS picks it).
 free_port() {
 	if command -v python3 >/dev/null 2>&1; then

@@ -71,12 +71,7 @@ PY
 }
 
 check_case() {
-	local case=$1 pattern=$2
-	stranger "$case" || fail "$case: the server did not hang up"
-	wait_for_line "$T_DIR/server.log" "$pattern" 20 ||
-		fail "$case: the server did not log the reason ('$pattern')"
-	kill -0 "$server_pid" 2>/dev/null || fail "$case: the server died"
-	log "$case: dropped, logged, server alive"
+	expect_dropped "$1" "$T_DIR/server.log" "$2" "$server_pid" stranger "$1"
 }
 
 check_case hello_2_31 "dropping 127\.0\.0\.1:[0-9]+: unexpected HELLO from node 2147483648"
