@@ -178,6 +178,18 @@ dt_node_start(const dt_node_config *cfg, dt_node **out)
 	hooks.on_close = hook_on_close;
 	if ((err = dt__van_create(&hooks, &n->van)))
 		goto fail;
+	/* A connection says who it is (ADD_NODE, HELLO) at once, or goes. */
+	{
+		long secs, pending;
+
+		if ((err = dt__env_long("DT_HANDSHAKE_TIMEOUT", 10, 1, 86400,
+		                        &secs)) ||
+		    (err = dt__env_long("DT_MAX_PENDING_CONNS", 256, 1, 65536,
+		                        &pending)))
+			goto fail;
+		dt__van_guard(n->van, (uint64_t)secs * 1000000000ull,
+		              (int)pending);
+	}
 
 	if (cfg->role == DT_ROLE_SCHEDULER) {
 		snprintf(n->host, sizeof(n->host), "%s", cfg->root_uri);

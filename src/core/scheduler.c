@@ -145,6 +145,7 @@ on_add_node(dt_node *n, dt_conn *c, dt_msg *m)
 			return;
 		}
 	s->j[s->nj++] = j;
+	dt__conn_vouch(c); /* a node of this job, waiting for its table */
 	DT_LOG(1, "a %s at %s:%d (pid %d) joined: %d of %d nodes",
 	       dt_role_name(j.role), j.host, j.port, j.pid, s->nj, s->expected);
 	pthread_cond_broadcast(&n->cv);

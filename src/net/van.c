@@ -45,6 +45,8 @@ struct dt_conn {
 	dt_link link; /* fd -1 once closed (under send_mu) */
 	int peer;
 	atomic_int open;
+	atomic_int vouched; /* the owner knows the peer (dt__conn_vouch) */
+	uint64_t born_ns;   /* accepted at */
 	char addr[64];
 	pthread_mutex_t send_mu;
 	uint8_t *obuf; /* (send_mu) frames held by a corked thread */
@@ -81,6 +83,13 @@ struct dt_van {
 	 * so once a second at most. */
 	atomic_uint_fast64_t accept_paused_until;
 	uint64_t accept_logged_ns; /* (dispatch_mu) */
+	/* The guard (dt__van_guard): accepted connections the owner has not
+	 * vouched for, how long they may stay so, and how many at once. */
+	atomic_int unvouched;
+	uint64_t vouch_ns; /* 0: no guard */
+	int max_unvouched;
+	uint64_t swept_ns;         /* (dispatch_mu) */
+	uint64_t refuse_logged_ns; /* (dispatch_mu) */
 	pthread_t thread;
 	int started;
 	pthread_mutex_t mu;
@@ -125,6 +134,8 @@ conn_new(dt_van *v, const dt_link *link)
 	c->van = v;
 	c->link = *link;
 	c->peer = -1;
+	atomic_store(&c->vouched, 1);
+	c->born_ns = dt__now_ns();
 	atomic_store(&c->open, 1);
 	pthread_mutex_init(&c->send_mu, NULL);
 	snprintf(c->addr, sizeof(c->addr), "?");
@@ -173,6 +184,8 @@ static void
 conn_down(dt_van *v, dt_conn *c, dt_err why, const char *reason)
 {
 	atomic_store(&c->open, 0);
+	if (atomic_exchange(&c->vouched, 1) == 0)
+		atomic_fetch_sub(&v->unvouched, 1);
 	epoll_ctl(v->epfd, EPOLL_CTL_DEL, c->link.fd, NULL);
 	c->link.ops->shutdown(&c->link);
 	/*
@@ -338,6 +351,33 @@ accept_resume(dt_van *v)
 	epoll_ctl(v->epfd, EPOLL_CTL_ADD, v->lis.fd, &ev);
 }
 
+/* Close the connections that were not introduced in time (dispatch_mu
+ * held); at most every 100 ms, and only while there are any. */
+static void
+sweep_unvouched(dt_van *v)
+{
+	uint64_t now;
+
+	if (atomic_load(&v->unvouched) == 0 ||
+	    (now = dt__now_ns()) - v->swept_ns < 100000000ull)
+		return;
+	v->swept_ns = now;
+	pthread_mutex_lock(&v->mu);
+	for (dt_conn *c = v->conns; c; c = c->next) {
+		if (atomic_load(&c->vouched) || !atomic_load(&c->open) ||
+		    now - c->born_ns < v->vouch_ns)
+			continue;
+		dt__log(0, "dropping %s: not introduced within %.1f s", c->addr,
+		        (double)v->vouch_ns / 1e9);
+		/* The I/O thread sees the end of the stream and closes it. */
+		pthread_mutex_lock(&c->send_mu);
+		if (c->link.fd >= 0)
+			c->link.ops->shutdown(&c->link);
+		pthread_mutex_unlock(&c->send_mu);
+	}
+	pthread_mutex_unlock(&v->mu);
+}
+
 static void
 accept_all(dt_van *v)
 {
@@ -356,6 +396,23 @@ accept_all(dt_van *v)
 			dt__log(0, "accept: %s", strerror(errno));
 		if (rc <= 0)
 			return;
+		if (v->vouch_ns &&
+		    atomic_load(&v->unvouched) >= v->max_unvouched) {
+			/* Too many strangers at once: the newest waits for
+			 * no one. */
+			uint64_t now = dt__now_ns();
+
+			if (now - v->refuse_logged_ns >= 1000000000ull) {
+				v->refuse_logged_ns = now;
+				dt__log(0,
+				        "refusing connections (from %s and "
+				        "maybe others): %d are not introduced "
+				        "yet",
+				        addr, v->max_unvouched);
+			}
+			link.ops->close(&link);
+			continue;
+		}
 		c = conn_new(v, &link);
 		if (c == NULL) {
 			dt__log(0, "refusing a connection: out of memory");
@@ -363,6 +420,10 @@ accept_all(dt_van *v)
 			continue;
 		}
 		snprintf(c->addr, sizeof(c->addr), "%s", addr);
+		if (v->vouch_ns) {
+			atomic_store(&c->vouched, 0);
+			atomic_fetch_add(&v->unvouched, 1);
+		}
 		DT_LOG(2, "accepted a connection from %s", c->addr);
 		if (conn_add(v, c) != DT_OK)
 			dt__log(0, "cannot watch %s: %s", c->addr, dt_errmsg());
@@ -640,6 +701,7 @@ dispatch(dt_van *v, const struct epoll_event *evs, int n)
 	int big = 0;
 
 	accept_resume(v);
+	sweep_unvouched(v);
 	for (int i = 0; i < n; i++) {
 		void *p = evs[i].data.ptr;
 
@@ -721,6 +783,8 @@ io_thread(void *arg)
 			tmo = (int)((until - now) / 1000000) + 1;
 		else if (until)
 			tmo = 0;
+		if (atomic_load(&v->unvouched) > 0 && (tmo < 0 || tmo > 100))
+			tmo = 100; /* sweep_unvouched's rounds */
 		n = epoll_wait(v->epfd, evs, 64, tmo);
 		if (n < 0) {
 			if (errno == EINTR)
@@ -1132,6 +1196,22 @@ void
 dt__conn_set_peer(dt_conn *c, int peer)
 {
 	c->peer = peer;
+	if (peer >= 0)
+		dt__conn_vouch(c);
+}
+
+void
+dt__conn_vouch(dt_conn *c)
+{
+	if (atomic_exchange(&c->vouched, 1) == 0)
+		atomic_fetch_sub(&c->van->unvouched, 1);
+}
+
+void
+dt__van_guard(dt_van *v, uint64_t vouch_ns, int max_unvouched)
+{
+	v->vouch_ns = vouch_ns;
+	v->max_unvouched = max_unvouched;
 }
 
 int

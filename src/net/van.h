@@ -132,7 +132,21 @@ dt_err dt__van_uncork(dt_van *v);
 /* Close a connection (the on_close hook runs in the I/O thread). */
 void dt__van_close(dt_van *v, dt_conn *c);
 
-/* Owner-defined tag of a connection (the peer's node id), -1 initially. */
+/*
+ * The guard against strangers, off unless the owner calls this before
+ * dt__van_start: an accepted connection must be vouched for by the owner
+ * (dt__conn_vouch, or a peer id >= 0 through dt__conn_set_peer) within
+ * vouch_ns of its arrival, or it is closed with a logged reason; and at
+ * most max_unvouched such connections are kept at once (more are closed
+ * at once, logged once a second at most). A slow or silent stranger thus
+ * holds no descriptor or buffer for long. Connections this node made
+ * (dt__van_connect) need no vouching.
+ */
+void dt__van_guard(dt_van *v, uint64_t vouch_ns, int max_unvouched);
+void dt__conn_vouch(dt_conn *c);
+
+/* Owner-defined tag of a connection (the peer's node id), -1 initially;
+ * a tag >= 0 vouches for the connection. */
 void dt__conn_set_peer(dt_conn *c, int peer);
 int dt__conn_peer(const dt_conn *c);
 /* "127.0.0.1:40211" */

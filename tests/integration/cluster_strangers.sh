@@ -6,9 +6,9 @@
 # the node), a HELLO naming the live worker (which used to replace its
 # connection), a HELLO naming a server, a TEXT before HELLO carrying a
 # forged log line, and KV frames before HELLO (a push of NaNs, an INIT
-# declaring 4 GiB). Each is dropped with its reason logged, nothing of it
-# reaches the store or the log as text, and the job then ends with every
-# exit 0. Then, at a second scheduler, more nodes of one role than the job
+# declaring 4 GiB), a header a byte at a time, and 40 silent connections.
+# Each is dropped with its reason logged, nothing of it reaches the store
+# or the log as text, and the job then ends with every exit 0. Then, at a second scheduler, more nodes of one role than the job
 # has are refused by role (this used to overflow the scheduler's table).
 # (Authentication, which stops a stranger outright, is issue 11's.)
 . "$(dirname "$0")/cluster_lib.bash"
@@ -19,6 +19,8 @@ IDLE="$DTRAIN_BUILD/tests/progs/idle_worker"
 port=$(free_port)
 job_env "$port" 1 1
 export PS_VERBOSE=1
+# Strangers that never say who they are go after 2 s; 16 at most at once.
+export DT_HANDSHAKE_TIMEOUT=2 DT_MAX_PENDING_CONNS=16
 spawn scheduler "$DTRAIN" scheduler
 sched_pid=$SPAWNED
 DMLC_ROLE=server spawn server "$DTRAIN" server
@@ -55,6 +57,43 @@ elif case == "push_before_hello":
     nans = struct.pack('<4f', *([float('nan')] * 4))
     s.sendall(hdr(35, sender=2, payload_len=len(nans), flags=1, key=0,
                   arg0=4) + nans)
+elif case == "slowloris":
+    # A header a byte at a time: hung up on once the 2 s are up.
+    import time
+    end = time.time() + 20
+    for b in struct.pack('<I', 0x4e525444) + bytes(60):
+        try:
+            s.sendall(bytes([b]))
+        except OSError:
+            sys.exit(0)
+        s.settimeout(0.2)
+        try:
+            if s.recv(1) == b"":
+                sys.exit(0)
+        except socket.timeout:
+            pass
+        except ConnectionResetError:
+            sys.exit(0)
+        if time.time() > end:
+            break
+    sys.exit(1)
+elif case == "flood":
+    # 40 silent connections: past 16 they are refused at once, and all
+    # are gone once the 2 s are up.
+    import select, time
+    socks = [s] + [socket.create_connection(("127.0.0.1", port), timeout=10)
+                   for _ in range(39)]
+    end = time.time() + 20
+    open_ = set(socks)
+    while open_ and time.time() < end:
+        r, _, _ = select.select(list(open_), [], [], 0.5)
+        for x in r:
+            try:
+                if x.recv(1) == b"":
+                    open_.discard(x)
+            except ConnectionResetError:
+                open_.discard(x)
+    sys.exit(0 if not open_ else 1)
 elif case == "init_4gib_before_hello":
     s.sendall(hdr(34, sender=2, payload_len=4 << 30, flags=1, arg0=1 << 30))
     try:
@@ -80,6 +119,8 @@ check_case hello_server "dropping 127\.0\.0\.1:[0-9]+: unexpected HELLO from nod
 check_case text_before_hello "dropping 127\.0\.0\.1:[0-9]+: TEXT before HELLO"
 check_case push_before_hello "dropping 127\.0\.0\.1:[0-9]+: KV_PUSH before HELLO"
 check_case init_4gib_before_hello "dropping 127\.0\.0\.1:[0-9]+: KV_INIT before HELLO"
+check_case slowloris "dropping 127\.0\.0\.1:[0-9]+: not introduced within 2\.0 s"
+check_case flood "refusing connections \(from 127\.0\.0\.1:[0-9]+ and maybe others\): 16 are not introduced yet"
 grep -q "FAKE LINE" "$T_DIR/server.log" && fail "a stranger's text reached the log"
 rss=$(awk '/VmRSS/ {print $2}' "/proc/$server_pid/status" 2>/dev/null || echo 0)
 # (the spawned pid is timeout(1); the server is its child)

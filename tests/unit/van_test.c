@@ -1399,6 +1399,64 @@ test_accept_out_of_fds(void **state)
 	sink_fini(&s);
 }
 
+/* 1 if the van hung up on fd within ms (EOF or reset), 0 if not. */
+static int
+hung_up_within(int fd, int ms)
+{
+	struct pollfd p = {.fd = fd, .events = POLLIN};
+	char b[64];
+
+	if (poll(&p, 1, ms) <= 0)
+		return 0;
+	return read(fd, b, sizeof(b)) <= 0;
+}
+
+/* The guard: a connection nobody vouches for goes after its time, one
+ * that is vouched for stays, and no more than the cap wait at once. */
+static void
+test_guard(void **state)
+{
+	uint8_t hb[DT_HDR_SIZE];
+	dt_msg_hdr h = {.cmd = DT_CMD_KV_FIRST, .seq = 9};
+	int port = 0, quiet, talker, extra;
+	uint64_t t0;
+	sink s;
+	dt_van *v;
+
+	(void)state;
+	sink_init(&s);
+	v = make_van(&s, 0);
+	dt__van_guard(v, 3000000000ull, 1); /* 3 s, 1 at once */
+	assert_int_equal(dt__van_listen(v, "127.0.0.1", 0, -1, &port), DT_OK);
+	assert_int_equal(dt__van_start(v), DT_OK);
+	talker = raw_connect(port);
+	dt__hdr_encode(&h, hb);
+	assert_int_equal(write(talker, hb, sizeof(hb)), (ssize_t)sizeof(hb));
+	assert_true(wait_count(&s, &s.nrec, 1));
+	/* The owner vouches for the one that spoke (as the core does on a
+	 * good HELLO or ADD_NODE). */
+	dt__conn_vouch(s.recs[0].conn);
+	t0 = dt__now_ns();
+	quiet = raw_connect(port);
+	/* The one slot is the quiet one's: a third is closed at once, long
+	 * before anyone's time is up. */
+	extra = raw_connect(port);
+	assert_true(hung_up_within(extra, 2500));
+	assert_true(dt__now_ns() - t0 < 2900000000ull);
+	/* The quiet one goes after its 3 s, not before; the vouched one
+	 * stays. */
+	assert_false(hung_up_within(quiet, 1000));
+	assert_true(hung_up_within(quiet, 10000));
+	assert_true(dt__now_ns() - t0 >= 2900000000ull);
+	assert_false(hung_up_within(talker, 200));
+	assert_true(wait_count(&s, &s.nclose, 1));
+	close(quiet);
+	close(talker);
+	close(extra);
+	dt__van_destroy(v);
+	sink_fini(&s);
+}
+
 /* The transport is chosen by name; an unknown one is refused by name. */
 static void
 test_transport_choice(void **state)
@@ -1491,6 +1549,7 @@ main(void)
 	    T(test_bad_listen),
 	    cmocka_unit_test(test_transport_choice),
 	    cmocka_unit_test(test_accept_out_of_fds),
+	    cmocka_unit_test(test_guard),
 	    cmocka_unit_test(test_sock_helpers),
 	};
 #undef T
