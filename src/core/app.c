@@ -122,8 +122,10 @@ dt__node_attach(dt_node *n, const dt__app_class *cls,
 		return dt__fail(DT_ENOMEM, "%d apps attached already",
 		                DT__MAX_APPS);
 	}
+	/* The hooks first, then the class that makes the slot live: the I/O
+	 * thread reads slots without the lock (dt__node_app_of). */
 	n->apps[slot].hooks = *hooks;
-	n->apps[slot].cls = cls;
+	__atomic_store_n(&n->apps[slot].cls, cls, __ATOMIC_RELEASE);
 	pthread_mutex_unlock(&n->mu);
 	return DT_OK;
 }
@@ -131,10 +133,13 @@ dt__node_attach(dt_node *n, const dt__app_class *cls,
 void
 dt__node_detach(dt_node *n, const dt__app_class *cls)
 {
+	/* Only the class goes: a reader that saw it live may still copy the
+	 * hooks, which stay valid until a later attach reuses the slot. */
 	pthread_mutex_lock(&n->mu);
 	for (int i = 0; i < DT__MAX_APPS; i++)
 		if (n->apps[i].cls == cls)
-			memset(&n->apps[i], 0, sizeof(n->apps[i]));
+			__atomic_store_n(&n->apps[i].cls, NULL,
+			                 __ATOMIC_RELEASE);
 	pthread_mutex_unlock(&n->mu);
 }
 
@@ -155,7 +160,8 @@ const dt__node_app *
 dt__node_app_of(const dt_node *n, unsigned cmd)
 {
 	for (int i = 0; i < DT__MAX_APPS; i++) {
-		const dt__app_class *c = n->apps[i].cls;
+		const dt__app_class *c =
+		    __atomic_load_n(&n->apps[i].cls, __ATOMIC_ACQUIRE);
 
 		if (c && cmd >= c->cmd_first && cmd <= c->cmd_last)
 			return &n->apps[i];
@@ -166,8 +172,13 @@ dt__node_app_of(const dt_node *n, unsigned cmd)
 void
 dt__node_fail_apps(dt_node *n, int peer, dt_err err)
 {
-	for (int i = 0; i < DT__MAX_APPS; i++)
-		if (n->apps[i].cls && n->apps[i].hooks.on_fail)
-			n->apps[i].hooks.on_fail(n->apps[i].hooks.arg, n, peer,
-			                         err);
+	for (int i = 0; i < DT__MAX_APPS; i++) {
+		dt__app_hooks hk;
+
+		if (!__atomic_load_n(&n->apps[i].cls, __ATOMIC_ACQUIRE))
+			continue;
+		hk = n->apps[i].hooks;
+		if (hk.on_fail)
+			hk.on_fail(hk.arg, n, peer, err);
+	}
 }

@@ -14,6 +14,23 @@
 
 #include "core/node_impl.h"
 
+/*
+ * Only a peer that said HELLO (or the scheduler) may send an app's
+ * message: hang up on anyone else, as soon as the header is in (1 if it
+ * did). Checked where a payload would be placed and where a message is
+ * delivered, since a message without payload reaches only the latter.
+ */
+static int
+refuse_stranger(dt_node *n, dt_conn *c, unsigned cmd)
+{
+	if (dt__cmd_is_control(cmd) || dt__conn_peer(c) >= 0)
+		return 0;
+	dt__log(0, "dropping %s: %s before HELLO", dt__conn_addr(c),
+	        dt__cmd_name(cmd));
+	dt__van_close(n->van, c);
+	return 1;
+}
+
 static void *
 hook_payload_dest(void *arg, dt_conn *c, const dt_msg_hdr *h,
                   const uint8_t *meta)
@@ -22,18 +39,11 @@ hook_payload_dest(void *arg, dt_conn *c, const dt_msg_hdr *h,
 	const dt__node_app *app;
 	dt__app_hooks hk;
 
-	/* Control messages carry their data in the metadata, never in a
-	 * payload; nobody but a peer that said HELLO may send an app's; and
-	 * an app that is not attached takes none. Read such a payload away
-	 * rather than let a stranger's header make this node allocate up to
-	 * DT_MAX_MESSAGE (on_msg then drops the message). */
-	if (!dt__cmd_is_control(h->cmd) && dt__conn_peer(c) < 0) {
-		/* Hang up at once rather than read the payload away. */
-		dt__log(0, "dropping %s: %s before HELLO", dt__conn_addr(c),
-		        dt__cmd_name(h->cmd));
-		dt__van_close(n->van, c);
+	/* A stranger's payload is never read. Control messages carry their
+	 * data in the metadata, never in a payload, and an app that is not
+	 * attached takes none: such a payload is read away, never stored. */
+	if (refuse_stranger(n, c, h->cmd))
 		return DT_VAN_DISCARD;
-	}
 	if (dt__cmd_is_control(h->cmd) ||
 	    (app = dt__node_app_of(n, h->cmd)) == NULL)
 		return DT_VAN_DISCARD;
@@ -67,13 +77,8 @@ hook_on_msg(void *arg, dt_conn *c, dt_msg *m)
 		const dt__node_app *app;
 		dt__app_hooks hk = {0};
 
-		/* Only a peer that said HELLO (or the scheduler) may talk. */
-		if (dt__conn_peer(c) < 0) {
-			dt__log(0, "dropping %s: %s before HELLO",
-			        dt__conn_addr(c), dt__cmd_name(m->hdr.cmd));
-			dt__van_close(n->van, c);
+		if (refuse_stranger(n, c, m->hdr.cmd))
 			return;
-		}
 		if ((app = dt__node_app_of(n, m->hdr.cmd)) != NULL)
 			hk = app->hooks;
 		if (hk.on_msg)

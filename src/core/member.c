@@ -167,9 +167,7 @@ dt__member_on_msg(dt_node *n, dt_conn *c, dt_msg *m)
 		                   "job aborted by the scheduler: %s",
 		                   m->meta ? (const char *)m->meta : "?");
 		return;
-	case DT_CMD_TEXT: {
-		char text[4097];
-
+	case DT_CMD_TEXT:
 		/* From a connection that said who it is, named by that. */
 		if (dt__conn_peer(c) < 0) {
 			dt__log(0, "dropping %s: TEXT before HELLO",
@@ -177,12 +175,8 @@ dt__member_on_msg(dt_node *n, dt_conn *c, dt_msg *m)
 			dt__van_close(n->van, c);
 			return;
 		}
-		dt__log(0, "message from %s: %s",
-		        dt__node_name(n, dt__conn_peer(c), name, sizeof(name)),
-		        dt__printable(m->meta ? (const char *)m->meta : "",
-		                      text, sizeof(text)));
+		dt__node_log_text(n, dt__conn_peer(c), m);
 		return;
-	}
 	default:
 		dt__log(0, "ignoring %s from %s", dt__cmd_name(m->hdr.cmd),
 		        dt__conn_addr(c));

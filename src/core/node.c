@@ -137,6 +137,17 @@ dt__node_wait_gen(dt_node *n, dt_gen *g, pthread_mutex_t *mu,
 	dt__van_wait(n ? n->van : NULL, g, mu, cv, until_ns);
 }
 
+void
+dt__node_log_text(dt_node *n, int peer, const dt_msg *m)
+{
+	char name[64], text[4097];
+
+	dt__log(0, "message from %s: %s",
+	        dt__node_name(n, peer, name, sizeof(name)),
+	        dt__printable(m->meta ? (const char *)m->meta : "", text,
+	                      sizeof(text)));
+}
+
 dt_err
 dt__node_send(dt_node *n, int id, dt_msg_hdr *h, const void *meta,
               uint32_t meta_len, const struct iovec *iov, int iovcnt)

@@ -60,8 +60,10 @@ struct dt_node {
 	char fatal_msg[512];      /* (mu) */
 
 	/* Attached apps. Changed under mu; read without it by the I/O
-	 * thread, which only runs while attach/detach keep to the rules in
-	 * core.h (attach before the range's messages, detach after). */
+	 * thread: a slot is live once its cls is published (release/acquire,
+	 * app.c), and the rules in core.h (attach before the range's
+	 * messages, detach after) keep its hooks from changing under a
+	 * reader. */
 	dt__node_app apps[DT__MAX_APPS];
 	unsigned started; /* registry classes started on this node, by bit */
 	dt_sched *sched;  /* scheduler state, NULL on other roles */
@@ -82,6 +84,10 @@ void dt__apps_stop(dt_node *n);
  */
 dt_err dt__node_wait(dt_node *n, int (*done)(dt_node *, const void *),
                      const void *arg, uint64_t deadline_ns, const char *what);
+
+/* Log a TEXT message from node peer (which the connection, never the
+ * header, names) as one printable line. */
+void dt__node_log_text(dt_node *n, int peer, const dt_msg *m);
 
 /* Wait until *flag (an int, or a uint64_t if is64) reaches want. */
 dt_err dt__node_wait_count(dt_node *n, const void *flag, int is64,

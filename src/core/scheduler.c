@@ -222,17 +222,11 @@ dt__sched_on_msg(dt_node *n, dt_conn *c, dt_msg *m)
 		       dt__node_name(n, peer, name, sizeof(name)),
 		       s->workers_done, n->num_workers);
 		return;
-	case DT_CMD_TEXT: {
-		char text[4097];
-
+	case DT_CMD_TEXT:
 		if (peer <= 0) /* only from a node that joined */
 			break;
-		dt__log(0, "message from %s: %s",
-		        dt__node_name(n, peer, name, sizeof(name)),
-		        dt__printable(m->meta ? (const char *)m->meta : "",
-		                      text, sizeof(text)));
+		dt__node_log_text(n, peer, m);
 		return;
-	}
 	case DT_CMD_HEARTBEAT:
 		return;
 	default:

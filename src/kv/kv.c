@@ -116,8 +116,6 @@ dt_kv_create(const char *type, dt_kv **out)
 		*out = kv;
 		return DT_OK;
 	}
-	if ((err = dt__kv_register()))
-		goto fail;
 	{
 		int served;
 
@@ -310,8 +308,11 @@ local_apply(dt_kv *kv, local_entry *e, const float *g)
 /* ---- the calls ---- */
 
 static dt_err
-check_args(const char *op, dt_key key, const void *a, const void *b, size_t n)
+check_args(const dt_kv *kv, const char *op, dt_key key, const void *a,
+           const void *b, size_t n)
 {
+	KV_NEED(kv != NULL, "%s of key %llu: kv is NULL", op,
+	        (unsigned long long)key);
 	if ((a == NULL || b == NULL) && n > 0)
 		return dt__fail(DT_EINVAL, "%s of key %llu: NULL buffer", op,
 		                (unsigned long long)key);
@@ -336,12 +337,10 @@ dt_kv_init(dt_kv *kv, dt_key key, const float *val, size_t n)
 	dt_kv_req req;
 	dt_err err;
 
-	KV_NEED(kv != NULL, "init of key %llu: kv is NULL",
-	        (unsigned long long)key);
+	if ((err = check_args(kv, "init", key, val, val, n)))
+		return err;
 	KV_NEED(n > 0, "init of key %llu: an array has at least one element",
 	        (unsigned long long)key);
-	if ((err = check_args("init", key, val, val, n)))
-		return err;
 	if (!kv->client)
 		return local_init(kv, key, val, n);
 	if ((err = dt__kv_client_start(kv->client, DT_CMD_KV_INIT, key, val,
@@ -357,12 +356,10 @@ dt_kv_push_async(dt_kv *kv, dt_key key, const float *val, size_t n,
 	local_entry *e = NULL;
 	dt_err err;
 
-	KV_NEED(kv != NULL, "push of key %llu: kv is NULL",
-	        (unsigned long long)key);
 	KV_NEED(req != NULL, "push of key %llu: req is NULL",
 	        (unsigned long long)key);
 	*req = 0;
-	if ((err = check_args("push", key, val, val, n)) ||
+	if ((err = check_args(kv, "push", key, val, val, n)) ||
 	    (err = async_check(kv, "push", key)))
 		return err;
 	if (kv->client)
@@ -380,12 +377,10 @@ dt_kv_pull_async(dt_kv *kv, dt_key key, float *out, size_t n, dt_kv_req *req)
 	local_entry *e = NULL;
 	dt_err err;
 
-	KV_NEED(kv != NULL, "pull of key %llu: kv is NULL",
-	        (unsigned long long)key);
 	KV_NEED(req != NULL, "pull of key %llu: req is NULL",
 	        (unsigned long long)key);
 	*req = 0;
-	if ((err = check_args("pull", key, out, out, n)))
+	if ((err = check_args(kv, "pull", key, out, out, n)))
 		return err;
 	if (kv->client)
 		return dt__kv_client_start(kv->client, DT_CMD_KV_PULL, key,
@@ -403,12 +398,10 @@ dt_kv_pushpull_async(dt_kv *kv, dt_key key, const float *val, float *out,
 	local_entry *e = NULL;
 	dt_err err;
 
-	KV_NEED(kv != NULL, "pushpull of key %llu: kv is NULL",
-	        (unsigned long long)key);
 	KV_NEED(req != NULL, "pushpull of key %llu: req is NULL",
 	        (unsigned long long)key);
 	*req = 0;
-	if ((err = check_args("pushpull", key, val, out, n)) ||
+	if ((err = check_args(kv, "pushpull", key, val, out, n)) ||
 	    (err = async_check(kv, "pushpull", key)))
 		return err;
 	if (kv->client)

@@ -169,6 +169,9 @@ dt__sock_connect(const char *host, int port, uint64_t deadline_ns,
 			return dt__fail(DT_ECONFIG,
 			                "cannot resolve %s address '%s': %s",
 			                what, host, gai_strerror(rc));
+		/* The resolver said "try again": after a nap, not at once. */
+		struct timespec nap = {0, 50000000L};
+		nanosleep(&nap, NULL);
 	}
 	for (;;) {
 		int fd = socket(res->ai_family,

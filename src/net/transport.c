@@ -2,6 +2,7 @@
  * transport.c - the table of transports (transport.h) and the choice of
  * one. A new transport adds its file and one line here.
  */
+#include <stdio.h>
 #include <string.h>
 
 #include "common/util.h"
@@ -26,8 +27,13 @@ dt__transport_choose(const dt_transport_ops **out)
 			*out = dt__transports[i];
 			return DT_OK;
 		}
+	char have[128] = "";
+
+	for (int i = 0; dt__transports[i]; i++)
+		snprintf(have + strlen(have), sizeof(have) - strlen(have),
+		         "%s%s", i ? ", " : "", dt__transports[i]->name);
 	return dt__fail(DT_ECONFIG,
-	                "DTRAIN_TRANSPORT='%s': no such transport "
-	                "(this build has: tcp)",
-	                want);
+	                "DTRAIN_TRANSPORT='%s': no such transport (this build "
+	                "has: %s)",
+	                want, have);
 }

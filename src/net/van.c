@@ -321,6 +321,17 @@ dt__van_listen(dt_van *v, const char *host, int port, int fd, int *bound_port)
 
 #define ACCEPT_PAUSE_NS 100000000ull /* 100 ms */
 
+/* 1 at most once a second per *last (dispatch_mu held): log lines about
+ * what a stranger can repeat at will. */
+static int
+once_a_second(uint64_t *last, uint64_t now)
+{
+	if (now - *last < 1000000000ull)
+		return 0;
+	*last = now;
+	return 1;
+}
+
 /* accept failed for want of resources: stop watching the listener for a
  * while (dispatch_mu held). */
 static void
@@ -330,12 +341,10 @@ accept_pause(dt_van *v, int err)
 
 	epoll_ctl(v->epfd, EPOLL_CTL_DEL, v->lis.fd, NULL);
 	atomic_store(&v->accept_paused_until, now + ACCEPT_PAUSE_NS);
-	if (now - v->accept_logged_ns >= 1000000000ull) {
-		v->accept_logged_ns = now;
+	if (once_a_second(&v->accept_logged_ns, now))
 		dt__log(0, "accept: %s; not accepting for %llu ms",
 		        strerror(err),
 		        (unsigned long long)(ACCEPT_PAUSE_NS / 1000000));
-	}
 }
 
 /* Watch the listener again once its pause is over (dispatch_mu held). */
@@ -369,11 +378,7 @@ sweep_unvouched(dt_van *v)
 			continue;
 		dt__log(0, "dropping %s: not introduced within %.1f s", c->addr,
 		        (double)v->vouch_ns / 1e9);
-		/* The I/O thread sees the end of the stream and closes it. */
-		pthread_mutex_lock(&c->send_mu);
-		if (c->link.fd >= 0)
-			c->link.ops->shutdown(&c->link);
-		pthread_mutex_unlock(&c->send_mu);
+		dt__van_close(v, c);
 	}
 	pthread_mutex_unlock(&v->mu);
 }
@@ -400,16 +405,12 @@ accept_all(dt_van *v)
 		    atomic_load(&v->unvouched) >= v->max_unvouched) {
 			/* Too many strangers at once: the newest waits for
 			 * no one. */
-			uint64_t now = dt__now_ns();
-
-			if (now - v->refuse_logged_ns >= 1000000000ull) {
-				v->refuse_logged_ns = now;
+			if (once_a_second(&v->refuse_logged_ns, dt__now_ns()))
 				dt__log(0,
 				        "refusing connections (from %s and "
 				        "maybe others): %d are not introduced "
 				        "yet",
 				        addr, v->max_unvouched);
-			}
 			link.ops->close(&link);
 			continue;
 		}
