@@ -47,6 +47,7 @@
 #include <sys/socket.h>
 #include <sys/types.h>
 #include <sys/wait.h>
+#include <sodium.h>
 #include <unistd.h>
 
 #include "cli/cli.h"
@@ -396,6 +397,7 @@ static const char *const reserved_env[] = {
     "DMLC_ROLE",       "DMLC_PS_ROOT_URI", "DMLC_PS_ROOT_PORT",
     "DMLC_NUM_SERVER", "DMLC_NUM_WORKER",  "DMLC_WORKER_ID",
     "DMLC_SERVER_ID",  "DTRAIN_LAUNCHED",  "DT_LISTEN_FD",
+    "DTRAIN_JOB_ID",   "DTRAIN_SECRET",    "DTRAIN_SECRET_FILE",
 };
 
 static int
@@ -422,6 +424,13 @@ add_env_opt(struct opts *o, const char *flag, const char *kv)
 		return dt__fail(DT_EINVAL,
 		                "%s '%s': '%.*s' is not a valid variable name",
 		                flag, kv, (int)n, kv);
+	if (is_reserved(kv, n) && strncmp(kv, "DTRAIN_SECRET", 13) == 0)
+		return dt__fail(
+		    DT_EINVAL,
+		    "%s '%.*s': a secret does not go on a command "
+		    "line; export %.*s instead (or let the launcher "
+		    "make one)",
+		    flag, (int)n, kv, (int)n, kv);
 	if (is_reserved(kv, n))
 		return dt__fail(DT_EINVAL,
 		                "%s '%s': %.*s is set by the launcher itself",
@@ -689,10 +698,12 @@ struct proc {
 	const char *tag_role; /* "worker"/"server" for tagged lines */
 	enum kind kind;
 	enum tag tag;
-	int strip_cr;          /* remote pty output ends lines with \r\n */
-	int is_scheduler;      /* inherits the listening socket */
-	int show_env;          /* the plan shows the variables as env K=V */
-	const char *exec_path; /* path to exec, NULL: search argv[0] */
+	int strip_cr;           /* remote pty output ends lines with \r\n */
+	int is_scheduler;       /* inherits the listening socket */
+	int show_env;           /* the plan shows the variables as env K=V */
+	const char *exec_path;  /* path to exec, NULL: search argv[0] */
+	const char *secret_env; /* "DTRAIN_SECRET=..." added unseen, or NULL */
+	const char *stdin_data; /* written to the process's stdin, or NULL */
 	struct strv argv;
 	struct strv env; /* K=V added to the launcher's environment */
 	pid_t pid;       /* 0 until started */
@@ -712,6 +723,16 @@ struct ctx {
 	const char *ssh, *rsync, *mpirun, *srun;
 	struct strv common;  /* DMLC_* and DTRAIN_LAUNCHED, then --env */
 	struct strv forward; /* variables passed on to other hosts */
+	/* Authentication (docs/security.md): the job's id, and the secret
+	 * every process gets in its environment, never on a command line
+	 * or in the plan: "DTRAIN_SECRET=<64 hex digits>" (made here, or the
+	 * launcher's own), "DTRAIN_SECRET_FILE=PATH" (the launcher's own), or
+	 * NULL with DTRAIN_AUTH=none. secret_line is the secret alone, what
+	 * the ssh launcher writes to a file on each host. */
+	char job_id[40];
+	char *secret_env;
+	char *secret_line;
+	char *remote_secret_file; /* "DIR/.dtrain-JOB.secret" (ssh) */
 };
 
 static void
@@ -775,6 +796,7 @@ plan_local(struct proc *p, const struct ctx *c, const char *role,
 	dt_err err;
 
 	p->show_env = 1;
+	p->secret_env = c->secret_env;
 	if ((err = role_env(p, c, role, id_var, id, 0)))
 		return err;
 	if (strcmp(role, "scheduler") == 0) {
@@ -824,6 +846,13 @@ plan_ssh(struct proc *p, const struct ctx *c, const struct host *h,
 	p->strip_cr = 1;
 	if ((err = role_env(p, c, role, id_var, id, 1)))
 		return err;
+	if (c->remote_secret_file &&
+	    (err = strv_addf(&p->env, "DTRAIN_SECRET_FILE=%s",
+	                     c->remote_secret_file)))
+		return err;
+	else if (!c->remote_secret_file && c->secret_env &&
+	         (err = strv_dup(&p->env, c->secret_env)))
+		return err; /* a DTRAIN_SECRET_FILE of the user's */
 	sb_add(&b, "cd ");
 	sb_addq(&b, c->cwd);
 	sb_add(&b, " && exec env");
@@ -859,6 +888,7 @@ plan_mpi(struct proc *p, const struct ctx *c, const struct opts *o,
 
 	p->tag = TAG_MPI;
 	p->tag_role = role;
+	p->secret_env = c->secret_env;
 	if ((err = role_env(p, c, role, NULL, 0, 1)) ||
 	    (err = strv_dup(&p->argv, c->mpirun)))
 		return err;
@@ -871,6 +901,12 @@ plan_mpi(struct proc *p, const struct ctx *c, const struct opts *o,
 	for (size_t i = 0; i < p->env.n && !err; i++)
 		if (!(err = strv_dup(&p->argv, "-x")))
 			err = strv_dup(&p->argv, p->env.v[i]);
+	/* The secret by name: mpirun takes its value from its environment,
+	 * so it is on no command line. */
+	if (!err && c->secret_env && !(err = strv_dup(&p->argv, "-x")))
+		err =
+		    strv_addf(&p->argv, "%.*s",
+		              (int)strcspn(c->secret_env, "="), c->secret_env);
 	if (err)
 		return err;
 	if (cmd)
@@ -891,6 +927,7 @@ plan_slurm(struct proc *p, const struct ctx *c, const char *role, long np,
 	p->tag = TAG_SLURM;
 	p->tag_role = role;
 	p->show_env = 1;
+	p->secret_env = c->secret_env; /* srun passes the environment on */
 	if ((err = role_env(p, c, role, NULL, 0, 1)) ||
 	    (err = strv_dup(&p->argv, c->srun)) ||
 	    (err = strv_addf(&p->argv, "--ntasks=%ld", np)) ||
@@ -982,6 +1019,52 @@ build_plan(const struct opts *o, const struct hosts *h, const struct ctx *c,
 			err = plan_slurm(&p[n++], c, "worker", W, cmd, ncmd);
 		}
 		break;
+	}
+	if (err) {
+		procs_free(p, n);
+		return err;
+	}
+	*out = p;
+	*nout = n;
+	return DT_OK;
+}
+
+/* One ssh per distinct host running remote_cmd (a shell line), with input
+ * stdin_data: the secret's file written before the job, removed after. */
+static dt_err
+build_host_steps(const struct hosts *h, const struct ctx *c, const char *what,
+                 const char *remote_cmd, const char *stdin_data,
+                 struct proc **out, size_t *nout)
+{
+	struct proc *p = calloc(h->n ? h->n : 1, sizeof(*p));
+	size_t n = 0;
+	dt_err err = DT_OK;
+
+	if (p == NULL)
+		return dt__fail(DT_ENOMEM, "out of memory");
+	for (size_t i = 0; i < h->n && !err; i++) {
+		static const char *const opts[] = {
+		    "-o", "StrictHostKeyChecking=no", "-o", "BatchMode=yes"};
+		size_t k;
+
+		for (k = 0; k < i; k++)
+			if (strcmp(h->h[k].name, h->h[i].name) == 0)
+				break;
+		if (k < i)
+			continue;
+		proc_init(&p[n], KIND_MAIN, h->h[i].name, "%s %s", what,
+		          h->h[i].name);
+		p[n].stdin_data = stdin_data;
+		err = strv_dup(&p[n].argv, c->ssh);
+		for (size_t j = 0; j < DT_ARRAY_LEN(opts) && !err; j++)
+			err = strv_dup(&p[n].argv, opts[j]);
+		if (!err && h->h[i].port && !(err = strv_dup(&p[n].argv, "-p")))
+			err = strv_dup(&p[n].argv, h->h[i].port);
+		if (!err)
+			err = strv_dup(&p[n].argv, h->h[i].name);
+		if (!err)
+			err = strv_dup(&p[n].argv, remote_cmd);
+		n++;
 	}
 	if (err) {
 		procs_free(p, n);
@@ -1395,14 +1478,14 @@ guard_stop(struct run *r)
 /* The environment of a child: ours without the launcher's own variables
  * and the ones it adds, then the additions. Pointers are borrowed. */
 static char **
-build_envp(const struct strv *add)
+build_envp(const struct strv *add, const char *extra)
 {
 	size_t n = 0, k = 0;
 	char **envp;
 
 	while (environ[n])
 		n++;
-	if ((envp = calloc(n + add->n + 1, sizeof(*envp))) == NULL)
+	if ((envp = calloc(n + add->n + 2, sizeof(*envp))) == NULL)
 		return NULL;
 	for (size_t i = 0; i < n; i++) {
 		const char *e = environ[i];
@@ -1417,6 +1500,8 @@ build_envp(const struct strv *add)
 	}
 	for (size_t j = 0; j < add->n; j++)
 		envp[k++] = add->v[j];
+	if (extra)
+		envp[k++] = (char *)extra;
 	envp[k] = NULL;
 	return envp;
 }
@@ -1424,8 +1509,8 @@ build_envp(const struct strv *add)
 /* In the child: become a session leader, die with the launcher, wire the
  * pipes, undo the launcher's signal settings, exec. Never returns. */
 static void
-child_exec(const struct run *r, const struct proc *p, char **envp, int ofd,
-           int efd)
+child_exec(const struct run *r, const struct proc *p, char **envp, int ifd,
+           int ofd, int efd)
 {
 	const char *prog = p->argv.v[0];
 	char msg[512];
@@ -1435,7 +1520,9 @@ child_exec(const struct run *r, const struct proc *p, char **envp, int ofd,
 	prctl(PR_SET_PDEATHSIG, SIGKILL);
 	if (getppid() != r->self)
 		_exit(1); /* the launcher died before prctl */
-	if ((fd = open("/dev/null", O_RDONLY)) >= 0 && fd != 0) {
+	if (ifd >= 0)
+		dup2(ifd, 0);
+	else if ((fd = open("/dev/null", O_RDONLY)) >= 0 && fd != 0) {
 		dup2(fd, 0);
 		close(fd);
 	}
@@ -1464,15 +1551,16 @@ child_exec(const struct run *r, const struct proc *p, char **envp, int ofd,
 static dt_err
 spawn(struct run *r, struct proc *p)
 {
-	int po[2] = {-1, -1}, pe[2] = {-1, -1};
-	char **envp = build_envp(&p->env);
+	int po[2] = {-1, -1}, pe[2] = {-1, -1}, pi[2] = {-1, -1};
+	char **envp = build_envp(&p->env, p->secret_env);
 	dt_err err = DT_OK;
 	pid_t pid;
 
 	if (envp == NULL)
 		return dt__fail(DT_ENOMEM, "starting %s: out of memory",
 		                p->label);
-	if (pipe2(po, O_CLOEXEC) < 0 || pipe2(pe, O_CLOEXEC) < 0) {
+	if (pipe2(po, O_CLOEXEC) < 0 || pipe2(pe, O_CLOEXEC) < 0 ||
+	    (p->stdin_data && pipe2(pi, O_CLOEXEC) < 0)) {
 		err = dt__fail(DT_ESYS, "starting %s: pipe: %s", p->label,
 		               strerror(errno));
 		goto out;
@@ -1485,8 +1573,16 @@ spawn(struct run *r, struct proc *p)
 		goto out;
 	}
 	if (pid == 0)
-		child_exec(r, p, envp, po[1], pe[1]);
+		child_exec(r, p, envp, pi[0], po[1], pe[1]);
 	p->pid = pid;
+	if (p->stdin_data) {
+		/* Small (< PIPE_BUF): the pipe takes it at once. */
+		size_t len = strlen(p->stdin_data);
+
+		if (write(pi[1], p->stdin_data, len) != (ssize_t)len)
+			say("%s: cannot write its input: %s", p->label,
+			    strerror(errno));
+	}
 	guard_send(r, pid);
 	p->out[0].fd = po[0];
 	p->out[1].fd = pe[0];
@@ -1502,6 +1598,8 @@ out:
 			close(po[k]);
 		if (pe[k] >= 0)
 			close(pe[k]);
+		if (pi[k] >= 0)
+			close(pi[k]);
 	}
 	free(envp);
 	return err;
@@ -1969,8 +2067,8 @@ static int
 forwarded(const char *e)
 {
 	static const char *const prefixes[] = {"PS_", "MXNET_", "DT_"};
-	static const char *const names[] = {"DMLC_INTERFACE",
-	                                    "OMP_NUM_THREADS"};
+	static const char *const names[] = {"DMLC_INTERFACE", "OMP_NUM_THREADS",
+	                                    "DTRAIN_AUTH", "DTRAIN_ENCRYPT"};
 	size_t len = strcspn(e, "=");
 
 	if (is_reserved(e, len))
@@ -2010,11 +2108,99 @@ build_ctx(const struct opts *o, struct ctx *c)
 	return DT_OK;
 }
 
+/*
+ * The job's id and secret (docs/security.md). The launcher's own
+ * DTRAIN_SECRET or DTRAIN_SECRET_FILE is passed on as it is; otherwise a
+ * fresh random secret is made for this job. DTRAIN_AUTH=none passes none.
+ */
+static dt_err
+prepare_auth(const struct opts *o, struct ctx *c)
+{
+	const char *id = dt__env_str("DTRAIN_JOB_ID");
+	const char *mode = dt__env_str("DTRAIN_AUTH");
+	const char *secret = dt__env_str("DTRAIN_SECRET");
+	const char *file = dt__env_str("DTRAIN_SECRET_FILE");
+	dt_err err;
+
+	if (sodium_init() < 0)
+		return dt__fail(DT_ESYS, "libsodium cannot start");
+	if (id) {
+		if (strlen(id) >= sizeof(c->job_id) ||
+		    strspn(id, "abcdefghijklmnopqrstuvwxyz"
+		               "ABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_.") !=
+		        strlen(id))
+			return dt__fail(DT_ECONFIG,
+			                "DTRAIN_JOB_ID must be at most %zu "
+			                "letters, digits, '-', '_' or '.'",
+			                sizeof(c->job_id) - 1);
+		snprintf(c->job_id, sizeof(c->job_id), "%s", id);
+	} else {
+		uint8_t raw[16];
+
+		randombytes_buf(raw, sizeof(raw));
+		sodium_bin2hex(c->job_id, sizeof(c->job_id), raw, sizeof(raw));
+	}
+	if ((err = strv_addf(&c->common, "DTRAIN_JOB_ID=%s", c->job_id)))
+		return err;
+	if (mode && strcmp(mode, "none") == 0)
+		return DT_OK;
+	if (secret && file)
+		return dt__fail(DT_ECONFIG, "both DTRAIN_SECRET and "
+		                            "DTRAIN_SECRET_FILE are set; "
+		                            "keep one");
+	if (file) {
+		if (asprintf(&c->secret_env, "DTRAIN_SECRET_FILE=%s", file) < 0)
+			c->secret_env = NULL;
+		return c->secret_env ? DT_OK : DT_ENOMEM;
+	}
+	if (secret) {
+		c->secret_line = sodium_malloc(strlen(secret) + 2);
+		if (c->secret_line)
+			snprintf(c->secret_line, strlen(secret) + 2, "%s\n",
+			         secret);
+	} else {
+		uint8_t raw[32];
+
+		c->secret_line = sodium_malloc(2 * sizeof(raw) + 2);
+		if (c->secret_line) {
+			randombytes_buf(raw, sizeof(raw));
+			sodium_bin2hex(c->secret_line, 2 * sizeof(raw) + 1, raw,
+			               sizeof(raw));
+			strcat(c->secret_line, "\n");
+			sodium_memzero(raw, sizeof(raw));
+		}
+	}
+	if (c->secret_line == NULL)
+		return dt__fail(DT_ENOMEM, "out of memory");
+	size_t len = strlen(c->secret_line); /* with its newline */
+	c->secret_env = sodium_malloc(len + 14);
+	if (c->secret_env == NULL)
+		return dt__fail(DT_ENOMEM, "out of memory");
+	snprintf(c->secret_env, len + 14, "DTRAIN_SECRET=%.*s", (int)len - 1,
+	         c->secret_line);
+	if (o->launcher == L_SSH &&
+	    asprintf(&c->remote_secret_file, "%s%s.dtrain-%s.secret",
+	             c->cwd[0] == '/' ? c->cwd : "",
+	             c->cwd[0] == '/' ? "/" : "", c->job_id) < 0) {
+		c->remote_secret_file = NULL;
+		return dt__fail(DT_ENOMEM, "out of memory");
+	}
+	return DT_OK;
+}
+
 static void
 ctx_free(struct ctx *c)
 {
 	strv_free(&c->common);
 	strv_free(&c->forward);
+	if (c->secret_line)
+		sodium_free(c->secret_line); /* zeroes it */
+	if (c->secret_env && strncmp(c->secret_env, "DTRAIN_SECRET=", 14) == 0)
+		sodium_free(c->secret_env);
+	else
+		free(c->secret_env);
+	free(c->remote_secret_file);
+	c->secret_line = c->secret_env = c->remote_secret_file = NULL;
 }
 
 static int
@@ -2090,6 +2276,44 @@ run_procs(struct run *r, struct proc *p, size_t n)
 	return supervise(r);
 }
 
+/* The ssh launcher's secret file on every host: written before the job
+ * (mode 0600, from ssh's input: on no command line), removed after. */
+static int
+remote_secret(const struct opts *o, const struct hosts *h, struct ctx *c,
+              struct run *r, int remove)
+{
+	struct proc *p = NULL;
+	size_t n = 0;
+	char *cmd = NULL;
+	struct sbuf b = {0};
+	int rc;
+	dt_err err;
+
+	(void)o;
+	sb_add(&b, "cd ");
+	sb_addq(&b, c->cwd);
+	sb_add(&b, remove ? " && rm -f " : " && umask 077 && cat > ");
+	sb_addq(&b, c->remote_secret_file);
+	if ((cmd = sb_take(&b)) == NULL) {
+		say("out of memory");
+		return RC_FAIL;
+	}
+	err = build_host_steps(h, c, remove ? "unkey" : "key", cmd,
+	                       remove ? NULL : c->secret_line, &p, &n);
+	free(cmd);
+	if (err) {
+		say("%s", dt_errmsg());
+		return RC_FAIL;
+	}
+	raise_nofile(r, n);
+	rc = run_procs(r, p, n);
+	procs_free(p, n);
+	if (rc != 0)
+		say("%s the job's secret file on the hosts failed (%s)",
+		    remove ? "removing" : "writing", r->reason);
+	return rc;
+}
+
 static int
 run_job(const struct opts *o, const struct hosts *h, struct ctx *c)
 {
@@ -2155,7 +2379,7 @@ run_job(const struct opts *o, const struct hosts *h, struct ctx *c)
 	c->uri = uri;
 	c->port = port;
 	c->listen_fd = lfd;
-	if ((err = build_ctx(o, c))) {
+	if ((err = build_ctx(o, c)) || (err = prepare_auth(o, c))) {
 		say("%s", dt_errmsg());
 		goto out;
 	}
@@ -2178,6 +2402,11 @@ run_job(const struct opts *o, const struct hosts *h, struct ctx *c)
 			goto out;
 		}
 	}
+	if (c->remote_secret_file &&
+	    (rc = remote_secret(o, h, c, &r, 0)) != 0) {
+		(void)remote_secret(o, h, c, &r, 1);
+		goto out;
+	}
 	if ((err = build_plan(o, h, c, &p, &n))) {
 		say("%s", dt_errmsg());
 		rc = RC_FAIL;
@@ -2189,6 +2418,11 @@ run_job(const struct opts *o, const struct hosts *h, struct ctx *c)
 		say("job failed: %s", r.reason);
 	else if (o->verbose)
 		say("job finished");
+	if (c->remote_secret_file) {
+		/* Whatever became of the job, and within a short while. */
+		r.deadline = dt__now_ns() + 30 * NS_PER_S;
+		(void)remote_secret(o, h, c, &r, 1);
+	}
 out:
 	procs_free(p, n);
 	if (r.listen_fd >= 0)
@@ -2271,7 +2505,7 @@ dt__cli_launch(int argc, char **argv)
 		c.port = "PORT";
 		c.listen_fd = "FD";
 		rc = RC_FAIL;
-		if ((err = build_ctx(&o, &c)) ||
+		if ((err = build_ctx(&o, &c)) || (err = prepare_auth(&o, &c)) ||
 		    (o.sync_dir && (err = build_sync(&o, &h, &c, &p, &n)))) {
 			say("%s", dt_errmsg());
 			goto out;

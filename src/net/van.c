@@ -15,6 +15,7 @@
  * holding it never touches freed memory.
  */
 #include <errno.h>
+#include <poll.h>
 #include <pthread.h>
 #include <sched.h>
 #include <stdatomic.h>
@@ -28,6 +29,7 @@
 
 #include "common/spin.h"
 #include "common/util.h"
+#include "net/auth.h"
 #include "net/transport.h"
 #include "net/van.h"
 
@@ -37,8 +39,13 @@
 #define POLL_BIG   (64u << 10)  /* payload rest that extends a poll */
 #define RXBUF_KEEP (64u << 20)  /* larger receive buffers are not kept */
 #define IOV_BATCH  64
+#define TX_RECS    16 /* sealed records per write at most */
+#define RX_RAW_CAP (2 * DT_REC_WIRE)
 
 enum rx_state { RX_HDR, RX_META, RX_PAYLOAD };
+
+/* Where an accepted connection is in the handshake (auth.h). */
+enum auth_state { AUTH_DONE, AUTH_HELLO, AUTH_PROOF };
 
 struct dt_conn {
 	dt_van *van;
@@ -52,6 +59,23 @@ struct dt_conn {
 	uint8_t *obuf; /* (send_mu) frames held by a corked thread */
 	size_t olen, ocap;
 	dt_conn *next;
+
+	/* Authentication: until it is done, the connection's bytes go to a
+	 * fixed buffer, never to a frame, a hook or the log. */
+	enum auth_state auth; /* (I/O thread) */
+	uint8_t hsbuf[DT_AUTH_MAX_LEN];
+	size_t hs_got;
+	dt_auth_hs hs;
+	/* Encryption (DTRAIN_ENCRYPT): sealing under send_mu, opening in
+	 * the I/O thread; NULL when the connection is in the clear. */
+	dt_crypt *tx;
+	uint8_t *txbuf;   /* (send_mu) sealed records, TX_RECS of them */
+	uint8_t *txplain; /* (send_mu) a record's plaintext being gathered */
+	dt_crypt *rx;
+	uint8_t *rxraw; /* records as read */
+	size_t raw_off, raw_len;
+	uint8_t *rxplain; /* an opened record not yet taken */
+	size_t plain_off, plain_len;
 
 	/* Receive state, owned by the I/O thread. */
 	enum rx_state state;
@@ -90,6 +114,11 @@ struct dt_van {
 	int max_unvouched;
 	uint64_t swept_ns;         /* (dispatch_mu) */
 	uint64_t refuse_logged_ns; /* (dispatch_mu) */
+	/* Authentication: the job key (NULL: DTRAIN_AUTH=none), how long a
+	 * handshake may take, and the once-a-second log of failures. */
+	dt_auth *auth;
+	uint64_t handshake_ns;
+	uint64_t auth_logged_ns; /* (dispatch_mu) */
 	pthread_t thread;
 	int started;
 	pthread_mutex_t mu;
@@ -142,6 +171,29 @@ conn_new(dt_van *v, const dt_link *link)
 	return c;
 }
 
+/* 1 at most once a second per *last (dispatch_mu held): log lines about
+ * what a stranger can repeat at will. */
+static int
+once_a_second(uint64_t *last, uint64_t now)
+{
+	if (now - *last < 1000000000ull)
+		return 0;
+	*last = now;
+	return 1;
+}
+
+/* The buffers of encryption (send_mu held, or nothing else runs on c). */
+static void
+crypt_buffers_free(dt_conn *c)
+{
+	free(c->txbuf);
+	free(c->txplain);
+	free(c->rxraw);
+	free(c->rxplain);
+	c->txbuf = c->txplain = c->rxraw = c->rxplain = NULL;
+	c->raw_off = c->raw_len = c->plain_off = c->plain_len = 0;
+}
+
 static void
 conn_free(dt_conn *c)
 {
@@ -152,6 +204,9 @@ conn_free(dt_conn *c)
 	free(c->meta);
 	free(c->rxbuf);
 	free(c->obuf);
+	crypt_buffers_free(c);
+	dt__crypt_free(c->tx);
+	dt__crypt_free(c->rx);
 	free(c);
 }
 
@@ -197,6 +252,7 @@ conn_down(dt_van *v, dt_conn *c, dt_err why, const char *reason)
 	 */
 	pthread_mutex_lock(&c->send_mu);
 	c->link.ops->close(&c->link);
+	crypt_buffers_free(c);
 	pthread_mutex_unlock(&c->send_mu);
 	free(c->stage);
 	free(c->meta);
@@ -205,7 +261,15 @@ conn_down(dt_van *v, dt_conn *c, dt_err why, const char *reason)
 	c->meta = NULL;
 	c->rxbuf = NULL;
 	c->meta_cap = c->rxcap = 0;
-	if (why != DT_ECLOSED)
+	if (c->auth != AUTH_DONE) {
+		/* A stranger can fail the handshake at will: say so once a
+		 * second at most. */
+		if (once_a_second(&v->auth_logged_ns, dt__now_ns()))
+			dt__log(0,
+			        "refusing a connection from %s (and maybe "
+			        "others since): %s",
+			        c->addr, reason);
+	} else if (why != DT_ECLOSED)
 		dt__log(0, "dropping connection from %s: %s", c->addr, reason);
 	else
 		DT_LOG(1, "connection %s closed", c->addr);
@@ -217,7 +281,8 @@ dt_err
 dt__van_create(const dt_van_hooks *hooks, dt_van **out)
 {
 	dt_van *v;
-	long maxmsg, tmo;
+	long maxmsg, tmo, hs;
+	dt_auth *auth = NULL;
 	dt_err err;
 
 	err = dt__env_long("DT_MAX_MESSAGE", (long)DT_DEFAULT_MAX_PAYLOAD, 1024,
@@ -227,15 +292,24 @@ dt__van_create(const dt_van_hooks *hooks, dt_van **out)
 	err = dt__env_long("DT_SEND_TIMEOUT", 120, 1, 86400, &tmo);
 	if (err)
 		return err;
+	if ((err = dt__env_long("DT_HANDSHAKE_TIMEOUT", 10, 1, 86400, &hs)))
+		return err;
 	if ((err = dt__spin_configure()))
 		return err;
+	if ((err = dt__auth_from_env(&auth)))
+		return err;
 	v = dt__calloc(1, sizeof(*v));
-	if (v == NULL)
+	if (v == NULL) {
+		dt__auth_free(auth);
 		return DT_ENOMEM;
+	}
 	if ((err = dt__transport_choose(&v->tp))) {
+		dt__auth_free(auth);
 		free(v);
 		return err;
 	}
+	v->auth = auth;
+	v->handshake_ns = (uint64_t)hs * 1000000000ull;
 	v->hooks = *hooks;
 	v->lis.fd = -1;
 	v->max_payload = (uint64_t)maxmsg;
@@ -269,6 +343,7 @@ fail:
 		close(v->epfd);
 	if (v->evfd >= 0)
 		close(v->evfd);
+	dt__auth_free(v->auth);
 	free(v);
 	return err;
 }
@@ -303,6 +378,7 @@ dt__van_destroy(dt_van *v)
 	pthread_mutex_destroy(&v->dispatch_mu);
 	pthread_mutex_destroy(&v->park_mu);
 	pthread_cond_destroy(&v->park_cv);
+	dt__auth_free(v->auth);
 	free(v);
 }
 
@@ -320,17 +396,6 @@ dt__van_listen(dt_van *v, const char *host, int port, int fd, int *bound_port)
 }
 
 #define ACCEPT_PAUSE_NS 100000000ull /* 100 ms */
-
-/* 1 at most once a second per *last (dispatch_mu held): log lines about
- * what a stranger can repeat at will. */
-static int
-once_a_second(uint64_t *last, uint64_t now)
-{
-	if (now - *last < 1000000000ull)
-		return 0;
-	*last = now;
-	return 1;
-}
 
 /* accept failed for want of resources: stop watching the listener for a
  * while (dispatch_mu held). */
@@ -421,6 +486,8 @@ accept_all(dt_van *v)
 			continue;
 		}
 		snprintf(c->addr, sizeof(c->addr), "%s", addr);
+		if (v->auth)
+			c->auth = AUTH_HELLO;
 		if (v->vouch_ns) {
 			atomic_store(&c->vouched, 0);
 			atomic_fetch_add(&v->unvouched, 1);
@@ -593,6 +660,196 @@ consume(dt_van *v, dt_conn *c)
 	return DT_OK;
 }
 
+/* Write a handshake message: small, and the first bytes on a new link, so
+ * it fits in the socket's buffer at once unless the peer is broken. */
+static dt_err
+send_small(dt_link *l, const uint8_t *buf, size_t len, uint64_t deadline)
+{
+	size_t done = 0;
+
+	while (done < len) {
+		struct iovec iov = {(void *)(buf + done), len - done};
+		ssize_t w = l->ops->sendv(l, &iov, 1);
+
+		if (w > 0) {
+			done += (size_t)w;
+			continue;
+		}
+		if (w < 0 && errno == EINTR)
+			continue;
+		if (w < 0 && (errno == EAGAIN || errno == EWOULDBLOCK) &&
+		    dt__now_ns() < deadline) {
+			l->ops->wait_writable(l, 10);
+			continue;
+		}
+		return dt__fail(DT_ECLOSED, "handshake: cannot send: %s",
+		                w < 0 ? strerror(errno) : "no progress");
+	}
+	return DT_OK;
+}
+
+/*
+ * An accepted connection before it has authenticated: read the HELLO, then
+ * the PROOF, each into the fixed buffer and no further (what follows them
+ * stays in the kernel until then). Returns 1 to go on reading, 0 to stop
+ * (nothing more now, or the connection is down).
+ */
+static int
+handshake_read(dt_van *v, dt_conn *c)
+{
+	size_t need =
+	    c->auth == AUTH_HELLO ? DT_AUTH_HELLO_LEN : DT_AUTH_PROOF_LEN;
+	ssize_t n =
+	    c->link.ops->recv(&c->link, c->hsbuf + c->hs_got, need - c->hs_got);
+	dt_crypt *tx, *rx;
+	dt_err err;
+
+	if (n == 0) {
+		conn_down(v, c, DT_EAUTH,
+		          "closed during the handshake (the peer may not "
+		          "hold this job's secret)");
+		return 0;
+	}
+	if (n < 0) {
+		if (errno == EINTR)
+			return 1;
+		if (errno != EAGAIN && errno != EWOULDBLOCK)
+			conn_down(v, c, DT_ECLOSED, strerror(errno));
+		return 0;
+	}
+	c->hs_got += (size_t)n;
+	if (c->hs_got < need)
+		return 1;
+	c->hs_got = 0;
+	if (c->auth == AUTH_HELLO) {
+		uint8_t out[DT_AUTH_CHALLENGE_LEN];
+
+		err = dt__auth_on_hello(v->auth, &c->hs, c->hsbuf, out);
+		if (err == DT_OK) {
+			pthread_mutex_lock(&c->send_mu);
+			err = c->link.fd < 0
+			          ? DT_ECLOSED
+			          : send_small(&c->link, out, sizeof(out),
+			                       dt__now_ns() + 1000000000ull);
+			pthread_mutex_unlock(&c->send_mu);
+		}
+		if (err) {
+			conn_down(v, c, err, dt_errmsg());
+			return 0;
+		}
+		c->auth = AUTH_PROOF;
+		return 1;
+	}
+	if ((err = dt__auth_on_proof(v->auth, &c->hs, c->hsbuf, &tx, &rx))) {
+		conn_down(v, c, err, dt_errmsg());
+		return 0;
+	}
+	pthread_mutex_lock(&c->send_mu);
+	c->tx = tx;
+	pthread_mutex_unlock(&c->send_mu);
+	c->rx = rx;
+	c->auth = AUTH_DONE;
+	DT_LOG(2, "%s authenticated%s", c->addr, rx ? " (encrypted)" : "");
+	return 1;
+}
+
+/*
+ * Read opened records into buf (an encrypted connection), with read(2)'s
+ * results: a short count only once the link has nothing more now, so the
+ * reader's "drained" logic holds. A record that does not open sets errno
+ * EBADMSG (the reason in dt_errmsg).
+ */
+static ssize_t
+crypt_recv(dt_conn *c, uint8_t *buf, size_t len)
+{
+	size_t done = 0;
+
+	if (c->rxraw == NULL) {
+		c->rxraw = malloc(RX_RAW_CAP);
+		c->rxplain = malloc(DT_REC_MAX);
+		if (c->rxraw == NULL || c->rxplain == NULL) {
+			errno = ENOMEM;
+			return -1;
+		}
+	}
+	for (;;) {
+		if (c->plain_off < c->plain_len) {
+			size_t n =
+			    DT_MIN(len - done, c->plain_len - c->plain_off);
+
+			memcpy(buf + done, c->rxplain + c->plain_off, n);
+			c->plain_off += n;
+			done += n;
+		}
+		if (done == len)
+			return (ssize_t)done;
+		size_t have = c->raw_len - c->raw_off;
+		if (have >= DT_REC_HDR) {
+			const uint8_t *rec = c->rxraw + c->raw_off;
+			size_t pl = dt__crypt_rec_len(rec);
+			size_t whole = DT_REC_HDR + pl + DT_REC_TAG;
+
+			if (pl == 0) {
+				dt__fail(DT_EAUTH, "bad record length %u",
+				         (unsigned)dt__get_u32(rec));
+				errno = EBADMSG;
+				return -1;
+			}
+			if (have >= whole) {
+				/* Straight into buf when it takes the whole
+				 * record. */
+				int direct = len - done >= pl;
+				uint8_t *dst = direct ? buf + done : c->rxplain;
+
+				if (dt__crypt_open(c->rx, rec, whole, dst)) {
+					errno = EBADMSG;
+					return -1;
+				}
+				c->raw_off += whole;
+				if (direct) {
+					done += pl;
+				} else {
+					c->plain_off = 0;
+					c->plain_len = pl;
+				}
+				continue;
+			}
+		}
+		if (c->raw_off == c->raw_len) {
+			c->raw_off = c->raw_len = 0;
+		} else if (RX_RAW_CAP - c->raw_len < DT_REC_WIRE) {
+			memmove(c->rxraw, c->rxraw + c->raw_off, have);
+			c->raw_len = have;
+			c->raw_off = 0;
+		}
+		ssize_t n = c->link.ops->recv(&c->link, c->rxraw + c->raw_len,
+		                              RX_RAW_CAP - c->raw_len);
+		if (n > 0) {
+			c->raw_len += (size_t)n;
+			continue;
+		}
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (done > 0)
+			return (
+			    ssize_t)done; /* the end or the error next time */
+		if (n == 0 && c->raw_len > c->raw_off) {
+			dt__fail(DT_EAUTH, "the stream ends inside a record");
+			errno = EBADMSG;
+			return -1;
+		}
+		return n;
+	}
+}
+
+static ssize_t
+conn_recv(dt_conn *c, void *buf, size_t len)
+{
+	if (c->rx)
+		return crypt_recv(c, buf, len);
+	return c->link.ops->recv(&c->link, buf, len);
+}
+
 /*
  * Tell the transport how much of a payload is still to come whenever
  * reading stops (TCP then wakes the reader less often: tcp.c), so what it
@@ -615,6 +872,11 @@ read_all(dt_van *v, dt_conn *c)
 	for (;;) {
 		ssize_t n;
 
+		if (c->auth != AUTH_DONE) {
+			if (!handshake_read(v, c))
+				return;
+			continue;
+		}
 		if (c->stage_off == c->stage_len) {
 			c->stage_off = c->stage_len = 0;
 		} else if (c->stage_off > 0 && c->stage_len == STAGE_CAP) {
@@ -633,8 +895,7 @@ read_all(dt_van *v, dt_conn *c)
 			size_t want =
 			    (size_t)(c->h.payload_len - c->payload_got);
 
-			n = c->link.ops->recv(&c->link,
-			                      c->dest + c->payload_got, want);
+			n = conn_recv(c, c->dest + c->payload_got, want);
 			if (n > 0) {
 				c->payload_got += (uint64_t)n;
 				if (c->payload_got == c->h.payload_len)
@@ -647,8 +908,7 @@ read_all(dt_van *v, dt_conn *c)
 		} else {
 			size_t want = STAGE_CAP - c->stage_len;
 
-			n = c->link.ops->recv(&c->link, c->stage + c->stage_len,
-			                      want);
+			n = conn_recv(c, c->stage + c->stage_len, want);
 			if (n > 0) {
 				dt_err err;
 
@@ -680,6 +940,13 @@ read_all(dt_van *v, dt_conn *c)
 			continue;
 		if (errno == EAGAIN || errno == EWOULDBLOCK)
 			return;
+		if (errno == EBADMSG) {
+			char why[256];
+
+			snprintf(why, sizeof(why), "%s", dt_errmsg());
+			conn_down(v, c, DT_EAUTH, why);
+			return;
+		}
 		conn_down(v, c, DT_ECLOSED, strerror(errno));
 		return;
 	}
@@ -898,6 +1165,61 @@ dt__van_start(dt_van *v)
 	return DT_OK;
 }
 
+/* Read exactly len bytes of a handshake from a new link by deadline. */
+static dt_err
+recv_small(dt_link *l, uint8_t *buf, size_t len, uint64_t deadline)
+{
+	size_t got = 0;
+
+	while (got < len) {
+		ssize_t n = l->ops->recv(l, buf + got, len - got);
+		uint64_t now;
+
+		if (n > 0) {
+			got += (size_t)n;
+			continue;
+		}
+		if (n == 0)
+			return dt__fail(DT_EAUTH,
+			                "closed the connection during "
+			                "the handshake");
+		if (errno == EINTR)
+			continue;
+		if (errno != EAGAIN && errno != EWOULDBLOCK)
+			return dt__fail(DT_ECLOSED, "%s", strerror(errno));
+		if ((now = dt__now_ns()) >= deadline)
+			return dt__fail(DT_ETIMEDOUT,
+			                "did not answer the handshake in time");
+		struct pollfd pfd = {.fd = l->fd, .events = POLLIN};
+		poll(&pfd, 1, (int)DT_MIN((deadline - now) / 1000000 + 1, 100));
+	}
+	return DT_OK;
+}
+
+/* The connector's side of the handshake (auth.h), before the link joins
+ * the van. */
+static dt_err
+handshake_connect(dt_van *v, dt_link *l, dt_crypt **tx, dt_crypt **rx)
+{
+	uint64_t deadline = dt__now_ns() + v->handshake_ns;
+	uint8_t hello[DT_AUTH_HELLO_LEN], chal[DT_AUTH_CHALLENGE_LEN];
+	uint8_t proof[DT_AUTH_PROOF_LEN];
+	dt_auth_hs hs;
+	dt_err err;
+
+	dt__auth_hello(v->auth, &hs, hello);
+	if ((err = send_small(l, hello, sizeof(hello), deadline)) ||
+	    (err = recv_small(l, chal, sizeof(chal), deadline)) ||
+	    (err = dt__auth_on_challenge(v->auth, &hs, chal, proof, tx, rx)))
+		return err;
+	if ((err = send_small(l, proof, sizeof(proof), deadline))) {
+		dt__crypt_free(*tx);
+		dt__crypt_free(*rx);
+		*tx = *rx = NULL;
+	}
+	return err;
+}
+
 dt_err
 dt__van_connect(dt_van *v, const char *host, int port, int timeout_ms,
                 const char *what, dt_conn **out)
@@ -905,15 +1227,33 @@ dt__van_connect(dt_van *v, const char *host, int port, int timeout_ms,
 	uint64_t deadline = dt__now_ns() + (uint64_t)timeout_ms * 1000000ull;
 	dt_link link;
 	dt_conn *c;
+	dt_crypt *tx = NULL, *rx = NULL;
 	dt_err err = v->tp->connect(host, port, deadline, what, &link);
 
 	if (err)
 		return err;
+	if (v->auth && (err = handshake_connect(v, &link, &tx, &rx))) {
+		char why[512];
+
+		snprintf(why, sizeof(why), "%s", dt_errmsg());
+		link.ops->close(&link);
+		if (err == DT_EAUTH && strncmp(why, "authentication", 14) != 0)
+			return dt__fail(DT_EAUTH,
+			                "authentication failed: %s at %s:%d %s "
+			                "(does it hold this job's secret, and "
+			                "run with authentication on?)",
+			                what, host, port, why);
+		return dt__fail(err, "%s at %s:%d: %s", what, host, port, why);
+	}
 	c = conn_new(v, &link);
 	if (c == NULL) {
+		dt__crypt_free(tx);
+		dt__crypt_free(rx);
 		link.ops->close(&link);
 		return DT_ENOMEM;
 	}
+	c->tx = tx;
+	c->rx = rx;
 	snprintf(c->addr, sizeof(c->addr), "%s:%d", host, port);
 	if (conn_add(v, c) != DT_OK)
 		return DT_ESYS;
@@ -929,7 +1269,8 @@ dt__van_connect(dt_van *v, const char *host, int port, int timeout_ms,
  * steadily instead of in bursts of half the window.
  */
 static dt_err
-write_locked(dt_van *v, dt_conn *c, struct iovec *vec, int n, const char *what)
+write_raw_locked(dt_van *v, dt_conn *c, struct iovec *vec, int n,
+                 const char *what)
 {
 	uint64_t deadline;
 	dt_err err = DT_OK;
@@ -1005,6 +1346,80 @@ write_locked(dt_van *v, dt_conn *c, struct iovec *vec, int n, const char *what)
 		}
 	}
 	return err;
+}
+
+/* Seal what vec holds into records and write them (send_mu held): up to
+ * TX_RECS records per write. */
+static dt_err
+write_sealed_locked(dt_van *v, dt_conn *c, const struct iovec *vec, int n,
+                    const char *what)
+{
+	size_t used = 0, gathered = 0;
+	dt_err err = DT_OK;
+
+	if (c->txbuf == NULL) {
+		c->txbuf = malloc((size_t)TX_RECS * DT_REC_WIRE);
+		c->txplain = malloc(DT_REC_MAX);
+		if (c->txbuf == NULL || c->txplain == NULL)
+			return dt__fail(DT_ENOMEM,
+			                "send %s: out of memory for "
+			                "encryption",
+			                what);
+	}
+	for (int i = 0; i < n; i++) {
+		const uint8_t *p = vec[i].iov_base;
+		size_t left = vec[i].iov_len;
+
+		while (left > 0) {
+			if (gathered == 0 && left >= DT_REC_MAX) {
+				/* A whole record straight from the caller's */
+				used += dt__crypt_seal(c->tx, p, DT_REC_MAX,
+				                       c->txbuf + used);
+				p += DT_REC_MAX;
+				left -= DT_REC_MAX;
+			} else {
+				size_t take =
+				    DT_MIN(left, DT_REC_MAX - gathered);
+
+				memcpy(c->txplain + gathered, p, take);
+				gathered += take;
+				p += take;
+				left -= take;
+				if (gathered < DT_REC_MAX)
+					continue;
+				used +=
+				    dt__crypt_seal(c->tx, c->txplain, gathered,
+				                   c->txbuf + used);
+				gathered = 0;
+			}
+			if (used + DT_REC_WIRE >
+			    (size_t)TX_RECS * DT_REC_WIRE) {
+				struct iovec iov = {c->txbuf, used};
+
+				used = 0;
+				if ((err =
+				         write_raw_locked(v, c, &iov, 1, what)))
+					return err;
+			}
+		}
+	}
+	if (gathered > 0)
+		used += dt__crypt_seal(c->tx, c->txplain, gathered,
+		                       c->txbuf + used);
+	if (used > 0) {
+		struct iovec iov = {c->txbuf, used};
+
+		err = write_raw_locked(v, c, &iov, 1, what);
+	}
+	return err;
+}
+
+static dt_err
+write_locked(dt_van *v, dt_conn *c, struct iovec *vec, int n, const char *what)
+{
+	if (c->tx)
+		return write_sealed_locked(v, c, vec, n, what);
+	return write_raw_locked(v, c, vec, n, what);
 }
 
 /* ---- corking: a thread's small frames leave in one write ---- */

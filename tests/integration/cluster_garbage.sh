@@ -9,6 +9,7 @@
 . "$(dirname "$0")/cluster_lib.bash"
 
 command -v python3 >/dev/null || fail "python3 is needed to send raw frames"
+SECURITY="$(cd "$(dirname "$0")/../security" && pwd)"
 
 port=$(free_port)
 job_env "$port" 1 1
@@ -20,8 +21,9 @@ wait_for_line "$T_DIR/scheduler.log" "listening on 127\.0\.0\.1:$port" 30 ||
 
 # send_raw CASE: one connection sending one kind of bad input.
 send_raw() {
-	python3 - "$port" "$1" <<'PY'
-import socket, struct, sys, time
+	PYTHONPATH=$SECURITY python3 - "$port" "$1" <<'PY'
+import os, socket, struct, sys, time
+import dtpeer
 port, case = int(sys.argv[1]), sys.argv[2]
 
 def hdr(cmd, meta_len=0, payload_len=0, flags=0, magic=0x4e525444, ver=1):
@@ -29,6 +31,8 @@ def hdr(cmd, meta_len=0, payload_len=0, flags=0, magic=0x4e525444, ver=1):
                        0, 0, 0, meta_len, payload_len)
 
 s = socket.create_connection(("127.0.0.1", port), timeout=10)
+# With the job's secret (a buggy node): the frames are what is judged.
+dtpeer.handshake(s, os.environ["DTRAIN_SECRET"].encode())
 if case == "garbage":
     s.sendall(b"GET / HTTP/1.1\r\nHost: scheduler\r\n\r\n" + bytes(range(256)))
 elif case == "truncated":

@@ -11,6 +11,9 @@ set -u
 
 : "${DTRAIN_BUILD:?DTRAIN_BUILD must name the build directory}"
 DTRAIN="$DTRAIN_BUILD/dtrain"
+# Nodes started by hand need the job's secret (dtrain launch makes its own).
+DTRAIN_SECRET=$(od -An -tx1 -N32 /dev/urandom | tr -d ' \n')
+export DTRAIN_SECRET
 HELLO="$DTRAIN_BUILD/examples/hello_cluster"
 PROBE="$DTRAIN_BUILD/tests/progs/barrier_probe"
 PROC_TIMEOUT=${PROC_TIMEOUT:-120} # per process, seconds

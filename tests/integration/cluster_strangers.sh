@@ -10,11 +10,14 @@
 # Each is dropped with its reason logged, nothing of it reaches the store
 # or the log as text, and the job then ends with every exit 0. Then, at a second scheduler, more nodes of one role than the job
 # has are refused by role (this used to overflow the scheduler's table).
-# (Authentication, which stops a stranger outright, is issue 11's.)
+# The stranger here holds the job's secret (a buggy or hostile insider):
+# authentication lets it in, and these checks are what is left to stop it.
+# Strangers without the secret are refused earlier (tests/security).
 . "$(dirname "$0")/cluster_lib.bash"
 
 command -v python3 >/dev/null || fail "python3 is needed to send raw frames"
 IDLE="$DTRAIN_BUILD/tests/progs/idle_worker"
+SECURITY="$(cd "$(dirname "$0")/../security" && pwd)"
 
 port=$(free_port)
 job_env "$port" 1 1
@@ -35,15 +38,21 @@ sport=$(sed -n 's/.*server listening on 127\.0\.0\.1:\([0-9]*\).*/\1/p' \
 
 # stranger CASE: one connection to the server sending one kind of frame.
 stranger() {
-	python3 - "$sport" "$1" <<'PY'
-import socket, struct, sys
+	PYTHONPATH=$SECURITY python3 - "$sport" "$1" <<'PY'
+import os, socket, struct, sys
+import dtpeer
 port, case = int(sys.argv[1]), sys.argv[2]
 
 def hdr(cmd, sender=0, meta_len=0, payload_len=0, flags=0, key=0, arg0=0):
-    return struct.pack('<IBBHIIQQQQIIQ', 0x4e525444, 1, cmd, flags, sender,
-                       1, 0, key, arg0, 0, 0, meta_len, payload_len)
+    return dtpeer.hdr(cmd, sender=sender, meta_len=meta_len,
+                      payload_len=payload_len, flags=flags, key=key, arg0=arg0)
 
 s = socket.create_connection(("127.0.0.1", port), timeout=10)
+# An insider: it holds the job's secret, so it gets past the handshake and
+# what it sends next is judged as frames (strangers without the secret are
+# tests/security's).
+if case != "flood":
+    dtpeer.handshake(s, os.environ["DTRAIN_SECRET"].encode())
 if case == "hello_2_31":
     s.sendall(hdr(3, sender=1 << 31, flags=1))
 elif case == "hello_live_worker":
@@ -61,7 +70,7 @@ elif case == "slowloris":
     # A header a byte at a time: hung up on once the 2 s are up.
     import time
     end = time.time() + 20
-    for b in struct.pack('<I', 0x4e525444) + bytes(60):
+    for b in struct.pack('<I', 0x4e525444) + bytes(60):  # after the handshake
         try:
             s.sendall(bytes([b]))
         except OSError:
@@ -144,9 +153,11 @@ spawn scheduler2 "$DTRAIN" scheduler
 sched2_pid=$SPAWNED
 wait_for_line "$T_DIR/scheduler2.log" "listening on 127\.0\.0\.1:$port2" 30 ||
 	fail "the second scheduler did not start listening"
-python3 - "$port2" "$T_DIR/scheduler2.log" <<'PY' || fail "the extra worker was not refused"
-import socket, struct, sys, time
+PYTHONPATH=$SECURITY python3 - "$port2" "$T_DIR/scheduler2.log" <<'PY' || fail "the extra worker was not refused"
+import os, socket, struct, sys, time
+import dtpeer
 port, log = int(sys.argv[1]), sys.argv[2]
+secret = os.environ["DTRAIN_SECRET"].encode()
 
 def add_node(role, port_of_node):
     host = b"127.0.0.1"
@@ -155,14 +166,14 @@ def add_node(role, port_of_node):
     return struct.pack('<IBBHIIQQQQIIQ', 0x4e525444, 1, 1, 1, 0, 0, 0, 0, 0,
                        0, 0, len(meta), 0) + meta
 
-first = socket.create_connection(("127.0.0.1", port), timeout=10)
+first = dtpeer.connect(port, secret)
 first.sendall(add_node(2, 50001))
 deadline = time.time() + 20  # the first one is in before the extra comes
 while "127.0.0.1:50001 (pid 4242) joined" not in open(log).read():
     if time.time() > deadline:
         sys.exit(2)
     time.sleep(0.02)
-extra = socket.create_connection(("127.0.0.1", port), timeout=10)
+extra = dtpeer.connect(port, secret)
 extra.sendall(add_node(2, 50002))
 got = b""
 try:

@@ -8,6 +8,9 @@ set -u
 
 BUILD=${DTRAIN_BUILD:?DTRAIN_BUILD must name the build directory}
 DTRAIN=$BUILD/dtrain
+# Nodes started by hand need the job's secret (dtrain launch makes its own).
+DTRAIN_SECRET=$(od -An -tx1 -N32 /dev/urandom | tr -d ' \n')
+export DTRAIN_SECRET
 CHECK=$BUILD/tests/progs/coll_check
 TMP=$(mktemp -d "${TMPDIR:-/tmp}/dtrain_coll_test.XXXXXX")
 TAG=dtc_$$_$RANDOM

@@ -27,6 +27,8 @@ PY
 # Seed 001's manual recipe: one command, five roles.
 port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
 export DMLC_PS_ROOT_URI=127.0.0.1 DMLC_PS_ROOT_PORT=$port DMLC_NUM_SERVER=2 DMLC_NUM_WORKER=2
+# (by hand, every process needs the job's secret: docs/security.md)
+DTRAIN_SECRET=$(od -An -tx1 -N32 /dev/urandom | tr -d ' \n'); export DTRAIN_SECRET
 CMD=("$B/examples/linreg" --kvstore dist_sync --batch-size 50)
 for role in server server scheduler worker worker; do
   DMLC_ROLE=$role timeout 120 "${CMD[@]}" > "$tmp/$role.$RANDOM" 2>&1 & pids+=($!)

@@ -8,6 +8,8 @@ cd "$TMP" || exit 1
 for v in $(compgen -e); do
 	case $v in PS_* | MXNET_* | DT_* | DMLC_* | OMP_NUM_THREADS) unset "$v" ;; esac
 done
+unset DTRAIN_SECRET DTRAIN_SECRET_FILE DTRAIN_AUTH
+export DTRAIN_JOB_ID=testjob # a fixed job id, to compare the lines
 printf 'h1\nh2\n# a comment\n\nh3   # trailing comment\nh4\nh5\n' >hosts5
 printf 'h1\nh2\nh3\n' >hosts3
 printf 'h1:2222\nh2\n' >hosts2
@@ -39,7 +41,7 @@ check "nothing was started" test ! -e ran
 # The ssh command line, with quoting and the ssh port from host:port.
 plan -n 2 -s 1 -H hosts2 --env "MSG=it's" -- python train.py --kv "dist sync" >/dev/null
 check "ssh: port from host:port" grep -qF \
-	"server 0 on h1: ssh -o StrictHostKeyChecking=no -o BatchMode=yes -o ServerAliveInterval=15 -tt -p 2222 h1 'cd $TMP && exec env DMLC_ROLE=server DMLC_SERVER_ID=0 DMLC_PS_ROOT_URI=h1 DMLC_PS_ROOT_PORT=PORT DMLC_NUM_SERVER=1 DMLC_NUM_WORKER=2 DTRAIN_LAUNCHED=1 '\\''MSG=it'\\''\\'\\'''\\''s'\\'' $DTRAIN server'" \
+	"server 0 on h1: ssh -o StrictHostKeyChecking=no -o BatchMode=yes -o ServerAliveInterval=15 -tt -p 2222 h1 'cd $TMP && exec env DMLC_ROLE=server DMLC_SERVER_ID=0 DMLC_PS_ROOT_URI=h1 DMLC_PS_ROOT_PORT=PORT DMLC_NUM_SERVER=1 DMLC_NUM_WORKER=2 DTRAIN_LAUNCHED=1 '\\''MSG=it'\\''\\'\\'''\\''s'\\'' DTRAIN_JOB_ID=testjob DTRAIN_SECRET_FILE=$TMP/.dtrain-testjob.secret $DTRAIN server'" \
 	"$TMP/plan"
 check "ssh: worker 1 on h1 with its rank and quoted command" grep -qF \
 	"worker 1 on h1: ssh -o StrictHostKeyChecking=no -o BatchMode=yes -o ServerAliveInterval=15 -tt -p 2222 h1 'cd $TMP && exec env DMLC_ROLE=worker DMLC_WORKER_ID=1 " \
@@ -77,10 +79,10 @@ got=$(plan -n 3 -s 2 --launcher mpi -H hosts5 -- python train.py)
 check "mpi: scheduler, servers, workers: $got" test "$got" = \
 	"scheduler on localhost,servers on hosts5,workers on hosts5"
 check "mpi: workers command" grep -qF \
-	"workers on hosts5: mpirun --allow-run-as-root --oversubscribe --tag-output -np 3 -hostfile hosts5 -x DMLC_ROLE=worker -x DMLC_PS_ROOT_URI=h1 -x DMLC_PS_ROOT_PORT=PORT -x DMLC_NUM_SERVER=2 -x DMLC_NUM_WORKER=3 -x DTRAIN_LAUNCHED=1 python train.py" \
+	"workers on hosts5: mpirun --allow-run-as-root --oversubscribe --tag-output -np 3 -hostfile hosts5 -x DMLC_ROLE=worker -x DMLC_PS_ROOT_URI=h1 -x DMLC_PS_ROOT_PORT=PORT -x DMLC_NUM_SERVER=2 -x DMLC_NUM_WORKER=3 -x DTRAIN_LAUNCHED=1 -x DTRAIN_JOB_ID=testjob -x DTRAIN_SECRET python train.py" \
 	"$TMP/plan"
 check "mpi: servers command" grep -qF \
-	"servers on hosts5: mpirun --allow-run-as-root --oversubscribe --tag-output -np 2 -hostfile hosts5 -x DMLC_ROLE=server -x DMLC_PS_ROOT_URI=h1 -x DMLC_PS_ROOT_PORT=PORT -x DMLC_NUM_SERVER=2 -x DMLC_NUM_WORKER=3 -x DTRAIN_LAUNCHED=1 $DTRAIN server" \
+	"servers on hosts5: mpirun --allow-run-as-root --oversubscribe --tag-output -np 2 -hostfile hosts5 -x DMLC_ROLE=server -x DMLC_PS_ROOT_URI=h1 -x DMLC_PS_ROOT_PORT=PORT -x DMLC_NUM_SERVER=2 -x DMLC_NUM_WORKER=3 -x DTRAIN_LAUNCHED=1 -x DTRAIN_JOB_ID=testjob -x DTRAIN_SECRET $DTRAIN server" \
 	"$TMP/plan"
 check "mpi: no rank variables" test -z "$(grep -E 'DMLC_(WORKER|SERVER)_ID' "$TMP/plan")"
 got=$(plan -n 2 -s 0 --launcher mpi -- python train.py)
@@ -101,11 +103,17 @@ check "slurm: workers command" grep -qE \
 # Local: the scheduler gets the socket, each process its role and rank.
 plan -n 2 -s 1 -- ./train >/dev/null
 check "local: scheduler command" grep -qE \
-	"^scheduler on localhost: env DMLC_ROLE=scheduler DMLC_PS_ROOT_URI=127.0.0.1 DMLC_PS_ROOT_PORT=PORT DMLC_NUM_SERVER=1 DMLC_NUM_WORKER=2 DTRAIN_LAUNCHED=1 DT_LISTEN_FD=FD .*/dtrain scheduler$" \
+	"^scheduler on localhost: env DMLC_ROLE=scheduler DMLC_PS_ROOT_URI=127.0.0.1 DMLC_PS_ROOT_PORT=PORT DMLC_NUM_SERVER=1 DMLC_NUM_WORKER=2 DTRAIN_LAUNCHED=1 DTRAIN_JOB_ID=testjob DT_LISTEN_FD=FD .*/dtrain scheduler$" \
 	"$TMP/plan"
 check "local: worker 1 command" grep -qF \
-	"worker 1 on localhost: env DMLC_ROLE=worker DMLC_WORKER_ID=1 DMLC_PS_ROOT_URI=127.0.0.1 DMLC_PS_ROOT_PORT=PORT DMLC_NUM_SERVER=1 DMLC_NUM_WORKER=2 DTRAIN_LAUNCHED=1 ./train" \
+	"worker 1 on localhost: env DMLC_ROLE=worker DMLC_WORKER_ID=1 DMLC_PS_ROOT_URI=127.0.0.1 DMLC_PS_ROOT_PORT=PORT DMLC_NUM_SERVER=1 DMLC_NUM_WORKER=2 DTRAIN_LAUNCHED=1 DTRAIN_JOB_ID=testjob ./train" \
 	"$TMP/plan"
+# The job's secret: in no plan line (nor so on any command line), but
+# by name to mpirun, and as a file of its own to ssh hosts.
+check "the secret's value is in no plan" test -z "$(grep -h 'DTRAIN_SECRET=' "$TMP"/plan* 2>/dev/null)"
+plan -n 2 -s 1 -H hosts2 -- ./train >/dev/null
+check "ssh: the secret in a file on each host" grep -qF \
+	"DTRAIN_SECRET_FILE=$TMP/.dtrain-testjob.secret ./train'" "$TMP/plan"
 got=$(plan -n 1 -s 0 --no-scheduler -- ./train)
 check "--no-scheduler: $got" test "$got" = "worker 0 on localhost"
 

@@ -22,7 +22,11 @@ while [ $# -gt 0 ]; do
 done
 host=$1
 shift
-echo "$host" >>"$FAKE_SSH_LOG"
+case "$*" in
+*"umask 077 && cat >"*) echo "$host key" >>"$FAKE_SSH_LOG" ;;
+*"rm -f"*) echo "$host unkey" >>"$FAKE_SSH_LOG" ;;
+*) echo "$host" >>"$FAKE_SSH_LOG" ;;
+esac
 exec env -i PATH="$PATH" FAKE_HOST="$host" sh -c "$*"
 EOS
 cat >"$TMP/fake_rsync" <<'EOS'
@@ -62,6 +66,7 @@ timeout 60 "$DTRAIN" launch -n 2 -s 1 -H hosts --env DT_TEST_TAG="$TAG" \
 	i=0; while [ ! -e "'"$TMP"'/server.0.started" ] && [ $i -lt 400 ]; do sleep 0.05; i=$((i + 1)); done
 	echo "worker $DMLC_WORKER_ID on $FAKE_HOST in $(pwd) uri=$DMLC_PS_ROOT_URI nw=$DMLC_NUM_WORKER ns=$DMLC_NUM_SERVER verbose=${PS_VERBOSE-unset} nodehost=${DMLC_NODE_HOST-unset} launched=$DTRAIN_LAUNCHED"
 	echo "msg=$MSG"
+	echo "secret file mode $(stat -c %a "$DTRAIN_SECRET_FILE") length $(wc -c <"$DTRAIN_SECRET_FILE") env ${DTRAIN_SECRET:-none}"
 	echo "zero=$0"
 	echo "to stderr $DMLC_WORKER_ID" >&2' "arg with 'quotes'" >"$OUT" 2>"$ERR"
 rc=$?
@@ -76,7 +81,18 @@ for i in 0 1; do
 	check "ssh: worker $i argument" has "$OUT" "[worker $i] zero=arg with 'quotes'"
 done
 check "ssh: one connection per process" \
-	test "$(sort "$FAKE_SSH_LOG" | paste -sd, -)" = "h1,h2,h3"
+	test "$(grep -v key "$FAKE_SSH_LOG" | sort | paste -sd, -)" = "h1,h2,h3"
+# The job's secret: written to a file of mode 600 on each host before the
+# job (through ssh's input, on no command line), removed after it.
+check "ssh: the secret's file written once per host" \
+	test "$(grep ' key' "$FAKE_SSH_LOG" | sort | paste -sd, -)" = "h1 key,h2 key,h3 key"
+check "ssh: ...and removed once per host" \
+	test "$(grep ' unkey' "$FAKE_SSH_LOG" | sort | paste -sd, -)" = "h1 unkey,h2 unkey,h3 unkey"
+for i in 0 1; do
+	check "ssh: worker $i reads the secret from its file" has "$OUT" \
+		"[worker $i] secret file mode 600 length 65 env none"
+done
+check "ssh: no secret file left" test -z "$(ls -A "$TMP/work" | grep secret)"
 
 # A remote worker fails: the job stops, remote processes included.
 : >"$FAKE_SSH_LOG"
