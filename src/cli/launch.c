@@ -1533,8 +1533,8 @@ child_exec(const struct run *r, const struct proc *p, char **envp, int ifd,
 	sigaction(SIGPIPE, &r->old_pipe, NULL);
 	sigaction(SIGCHLD, &r->old_chld, NULL);
 	sigaction(SIGTERM, &r->old_term, NULL);
-	if (r->nofile_raised)
-		setrlimit(RLIMIT_NOFILE, &r->orig_nofile);
+	/* (A limit the launcher raised for the job stays raised: the
+	 * scheduler of a big job needs a descriptor per node.) */
 	sigprocmask(SIG_SETMASK, &r->orig_mask, NULL);
 	if (p->exec_path)
 		execve(p->exec_path, p->argv.v, envp);
@@ -1824,9 +1824,26 @@ note_exit(struct run *r, struct proc *p)
 
 /* Look for exits without reaping (WNOWAIT): a zombie keeps its pid, so
  * its process group and session id stay ours until the end. */
+/* Which of the exits seen at once to report first (lower first): the
+ * first failure is the one named, and of exits that arrive together the
+ * cause is likelier a process killed by a signal than one that exited 1,
+ * a worker than a server, a server than the scheduler (which exits when it
+ * loses any node). */
+static int
+blame_order(const struct proc *p)
+{
+	if (p->code == CLD_EXITED && p->status == 0)
+		return 100;
+	if (p->code != CLD_EXITED)
+		return 0;
+	return 10 + (p->is_scheduler ? 2 : p->kind == KIND_SERVICE ? 1 : 0);
+}
+
 static void
 check_exits(struct run *r)
 {
+	size_t fresh[64], nfresh = 0;
+
 	for (size_t i = 0; i < r->n; i++) {
 		struct proc *p = &r->p[i];
 		siginfo_t si;
@@ -1848,8 +1865,24 @@ check_exits(struct run *r)
 			for (int t = 0; t < 64 && p->out[k].fd >= 0; t++)
 				if (!stream_read(p, &p->out[k]))
 					break;
-		note_exit(r, p);
+		if (nfresh == DT_ARRAY_LEN(fresh))
+			note_exit(r, p);
+		else
+			fresh[nfresh++] = i;
 	}
+	/* Report in blame order (stable: plan order among equals). */
+	for (size_t a = 1; a < nfresh; a++)
+		for (size_t b = a;
+		     b > 0 && blame_order(&r->p[fresh[b]]) <
+		                  blame_order(&r->p[fresh[b - 1]]);
+		     b--) {
+			size_t t = fresh[b];
+
+			fresh[b] = fresh[b - 1];
+			fresh[b - 1] = t;
+		}
+	for (size_t a = 0; a < nfresh; a++)
+		note_exit(r, &r->p[fresh[a]]);
 }
 
 /* Names of the processes still running, for messages. */
@@ -2412,7 +2445,7 @@ run_job(const struct opts *o, const struct hosts *h, struct ctx *c)
 		rc = RC_FAIL;
 		goto out;
 	}
-	raise_nofile(&r, n);
+	raise_nofile(&r, n + (size_t)(o->workers + o->servers));
 	rc = run_procs(&r, p, n);
 	if (rc != 0)
 		say("job failed: %s", r.reason);

@@ -34,6 +34,10 @@ dt_node_config_from_env(dt_node_config *cfg, int role_required)
 	long v;
 	dt_err err;
 
+	if (cfg == NULL)
+		return dt__fail(DT_EINVAL, "dt_node_config_from_env: cfg is "
+		                           "NULL");
+
 	memset(cfg, 0, sizeof(*cfg));
 	cfg->requested_rank = -1;
 	cfg->listen_fd = -1;
@@ -69,6 +73,13 @@ dt_node_config_from_env(dt_node_config *cfg, int role_required)
 	if ((err = dt__env_long("DMLC_PS_ROOT_PORT", 0, 0, 65535, &v)))
 		return err;
 	cfg->root_port = (int)v;
+	if (v == 0 && cfg->role != DT_ROLE_SCHEDULER)
+		return dt__fail(
+		    DT_ECONFIG,
+		    "DMLC_PS_ROOT_PORT=0: a %s needs the scheduler's "
+		    "port (a scheduler started with 0 prints the one "
+		    "it chose)",
+		    dt_role_name(cfg->role));
 	if (dt__env_str("DMLC_NUM_SERVER") == NULL)
 		return dt__fail(DT_ECONFIG, "DMLC_NUM_SERVER is not set");
 	if ((err = dt__env_long("DMLC_NUM_SERVER", 0, 0, 2048, &v)))

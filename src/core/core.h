@@ -137,4 +137,14 @@ dt_err dt__node_join_env(dt_node **out, int *served);
  * message on stderr. */
 _Noreturn void dt__exit_served(dt_err err);
 
+/*
+ * A barrier that also tells the outcome of a step each member took before
+ * it (mine, with msg when not DT_OK): every member gets DT_OK when all
+ * brought DT_OK, else the first error brought, named after its node
+ * ("worker 0: set_optimizer: ..."). So a refusal one worker met reaches
+ * every worker as an error, and none waits for a step that never comes.
+ */
+dt_err dt__node_barrier_status(dt_node *n, int groups, dt_err mine,
+                               const char *msg);
+
 #endif

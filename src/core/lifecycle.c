@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -100,7 +101,7 @@ hook_on_close(void *arg, dt_conn *c, dt_err why)
 	dt_node *n = arg;
 	int peer = dt__conn_peer(c);
 	char name[64];
-	int quiet;
+	int quiet, joined;
 
 	if (n->role == DT_ROLE_SCHEDULER) {
 		dt__sched_on_close(n, c, why);
@@ -114,12 +115,18 @@ hook_on_close(void *arg, dt_conn *c, dt_err why)
 		                            __ATOMIC_ACQUIRE);
 	pthread_mutex_lock(&n->mu);
 	quiet = n->terminated || n->stopping;
+	joined = n->have_table;
 	pthread_mutex_unlock(&n->mu);
 	if (peer == 0 && !quiet) {
 		dt__node_set_fatal(n, DT_EPEER,
 		                   "lost the connection to the scheduler at "
-		                   "%s",
-		                   dt__conn_addr(c));
+		                   "%s%s",
+		                   dt__conn_addr(c),
+		                   joined || dt__env_str("DTRAIN_AUTH") == NULL
+		                       ? ""
+		                       : " before joining (this node runs with "
+		                         "DTRAIN_AUTH=none: does the job "
+		                         "require authentication?)");
 		return;
 	}
 	/* A worker that lost a server it talks to fails what waits on it. */
@@ -147,6 +154,21 @@ node_free(dt_node *n)
 	free(n);
 }
 
+/* A descriptor per peer, and a few more: raise the soft limit toward the
+ * hard one when the job needs more than it allows (as servers do). */
+static void
+raise_nofile(int nodes)
+{
+	rlim_t need = (rlim_t)nodes * 2 + 256;
+	struct rlimit rl;
+
+	if (getrlimit(RLIMIT_NOFILE, &rl) < 0 || rl.rlim_cur >= need)
+		return;
+	rl.rlim_cur =
+	    rl.rlim_max == RLIM_INFINITY ? need : DT_MIN(need, rl.rlim_max);
+	(void)setrlimit(RLIMIT_NOFILE, &rl);
+}
+
 dt_err
 dt_node_start(const dt_node_config *cfg, dt_node **out)
 {
@@ -155,10 +177,14 @@ dt_node_start(const dt_node_config *cfg, dt_node **out)
 	dt_err err;
 	const char *host_hint;
 
+	if (out == NULL || cfg == NULL)
+		return dt__fail(DT_EINVAL, "dt_node_start: %s is NULL",
+		                out ? "cfg" : "out");
 	*out = NULL;
 	if (cfg->num_workers < 1)
 		return dt__fail(DT_ECONFIG,
 		                "DMLC_NUM_WORKER must be at least 1");
+	raise_nofile(cfg->num_servers + cfg->num_workers);
 	n = dt__calloc(1, sizeof(*n));
 	if (n == NULL)
 		return DT_ENOMEM;
@@ -210,6 +236,12 @@ dt_node_start(const dt_node_config *cfg, dt_node **out)
 		       "scheduler listening on %s:%d for %d servers and %d "
 		       "workers",
 		       n->host, n->port, cfg->num_servers, cfg->num_workers);
+		if (cfg->root_port == 0 && cfg->listen_fd < 0)
+			dt__log(0,
+			        "DMLC_PS_ROOT_PORT=0: listening on port %d; "
+			        "start the other nodes with "
+			        "DMLC_PS_ROOT_PORT=%d",
+			        n->port, n->port);
 		if ((err = dt__sched_start(n)))
 			goto fail;
 		*out = n;
@@ -250,6 +282,8 @@ dt_node_serve(dt_node *n)
 {
 	dt_err err;
 
+	if (n == NULL)
+		return dt__fail(DT_EINVAL, "dt_node_serve: node is NULL");
 	if (n->role == DT_ROLE_SCHEDULER)
 		return dt__sched_serve(n);
 	if (n->role != DT_ROLE_SERVER)
@@ -334,7 +368,12 @@ dt_err
 dt_node_init_from_env(dt_node **out)
 {
 	int served;
-	dt_err err = dt__node_join_env(out, &served);
+	dt_err err;
+
+	if (out == NULL)
+		return dt__fail(DT_EINVAL,
+		                "dt_node_init_from_env: out is NULL");
+	err = dt__node_join_env(out, &served);
 
 	/* The MXNet contract: a server or scheduler process ends here. */
 	if (served)

@@ -147,6 +147,13 @@ dt__member_on_msg(dt_node *n, dt_conn *c, dt_msg *m)
 		if (m->hdr.arg0 < 1 || m->hdr.arg0 > 7 || dt__conn_peer(c) != 0)
 			return;
 		pthread_mutex_lock(&n->mu);
+		n->barrier_err[m->hdr.arg0] =
+		    m->hdr.key == 0                        ? 0
+		    : m->hdr.key < (uint64_t)DT__ERR_COUNT ? (int)m->hdr.key
+		                                           : (int)DT_EPEER;
+		dt__printable(m->meta ? (const char *)m->meta : "",
+		              n->barrier_msg[m->hdr.arg0],
+		              sizeof(n->barrier_msg[m->hdr.arg0]));
 		n->barrier_done[m->hdr.arg0]++;
 		pthread_cond_broadcast(&n->cv);
 		pthread_mutex_unlock(&n->mu);
@@ -186,9 +193,17 @@ dt__member_on_msg(dt_node *n, dt_conn *c, dt_msg *m)
 dt_err
 dt_node_barrier(dt_node *n, int groups)
 {
+	return dt__node_barrier_status(n, groups, DT_OK, NULL);
+}
+
+dt_err
+dt__node_barrier_status(dt_node *n, int groups, dt_err mine, const char *msg)
+{
 	uint64_t want;
 	dt_err err;
 
+	if (n == NULL)
+		return dt__fail(DT_EINVAL, "barrier: node is NULL");
 	if (groups < 1 || groups > DT_GROUP_ALL)
 		return dt__fail(DT_EINVAL, "barrier: bad group mask %d",
 		                groups);
@@ -206,15 +221,27 @@ dt_node_barrier(dt_node *n, int groups)
 	pthread_mutex_unlock(&n->mu);
 	dt_msg_hdr h = {.cmd = DT_CMD_BARRIER,
 	                .flags = DT_F_REQUEST,
-	                .arg0 = (uint64_t)groups};
-	if ((err = dt__node_send(n, 0, &h, NULL, 0, NULL, 0)))
+	                .arg0 = (uint64_t)groups,
+	                .key = (uint64_t)mine};
+	char text[256];
+
+	snprintf(text, sizeof(text), "%s", mine && msg ? msg : "");
+	if ((err = dt__node_send(n, 0, &h, text, (uint32_t)strlen(text), NULL,
+	                         0)))
 		return err;
 	err = dt__node_wait_count(n, &n->barrier_done[groups], 1, want, 0,
 	                          "a barrier");
-	if (err == DT_OK)
-		DT_LOG(1, "passed barrier #%llu over group mask %d",
-		       (unsigned long long)want, groups);
-	return err;
+	if (err)
+		return err;
+	DT_LOG(1, "passed barrier #%llu over group mask %d",
+	       (unsigned long long)want, groups);
+	pthread_mutex_lock(&n->mu);
+	err = (dt_err)n->barrier_err[groups];
+	snprintf(text, sizeof(text), "%s", n->barrier_msg[groups]);
+	pthread_mutex_unlock(&n->mu);
+	if (err)
+		return dt__fail(err, "%s", text);
+	return DT_OK;
 }
 
 dt_err
@@ -229,6 +256,10 @@ dt__member_start(dt_node *n)
 
 	err = dt__van_connect(n->van, n->cfg.root_uri, n->cfg.root_port,
 	                      n->cfg.connect_timeout_ms, "scheduler", &sc);
+	if (err == DT_EAUTH)
+		return dt__fail(err,
+		                "%s (DMLC_PS_ROOT_URI=%s DMLC_PS_ROOT_PORT=%d)",
+		                dt_errmsg(), n->cfg.root_uri, n->cfg.root_port);
 	if (err)
 		return dt__fail(err,
 		                "%s (DMLC_PS_ROOT_URI=%s DMLC_PS_ROOT_PORT=%d; "

@@ -225,32 +225,37 @@ dt__node_wait_count(dt_node *n, const void *flag, int is64, uint64_t want,
 dt_role
 dt_node_role(const dt_node *n)
 {
-	return n->role;
+	return n ? n->role : (dt_role)-1;
 }
 
 int
 dt_node_rank(const dt_node *n)
 {
-	return n->rank;
+	return n ? n->rank : -1;
 }
 
 int
 dt_node_num_workers(const dt_node *n)
 {
-	return n->num_workers;
+	return n ? n->num_workers : -1;
 }
 
 int
 dt_node_num_servers(const dt_node *n)
 {
-	return n->num_servers;
+	return n ? n->num_servers : -1;
 }
 
 dt_err
 dt_node_send_text(dt_node *n, dt_role dst_role, int dst_rank, const char *text)
 {
 	int id;
-	size_t len = strlen(text);
+	size_t len;
+
+	if (n == NULL || text == NULL)
+		return dt__fail(DT_EINVAL, "dt_node_send_text: %s is NULL",
+		                n ? "text" : "node");
+	len = strlen(text);
 
 	if (dst_role == DT_ROLE_SCHEDULER)
 		id = 0;

@@ -54,6 +54,10 @@ struct dt_node {
 	int hello_acks;           /* (mu) HELLO_ACKs received */
 	uint64_t barrier_done[8]; /* (mu) BARRIER_DONEs per group mask */
 	uint64_t barrier_sent[8]; /* (mu) barriers entered per mask */
+	/* (mu) the outcome the last BARRIER_DONE per mask carried: the
+	 * first error a member brought to it (dt__node_barrier_status). */
+	int barrier_err[8];
+	char barrier_msg[8][256];
 	int terminated;           /* (mu) TERMINATE received */
 	int stopping;             /* (mu) dt_node_stop in progress */
 	dt_err fatal;             /* (mu) first fatal error, DT_OK if none */

@@ -42,6 +42,10 @@ struct dt_sched {
 	int ending;          /* TERMINATE sent */
 	uint64_t arrived[8]; /* barrier arrivals per group mask */
 	uint64_t passed[8];  /* barriers passed per group mask */
+	/* The first error a member brought to the round per mask, handed to
+	 * every member with BARRIER_DONE. */
+	int round_err[8];
+	char round_msg[8][256];
 };
 
 static int
@@ -167,11 +171,30 @@ on_barrier(dt_node *n, dt_conn *c, dt_msg *m)
 		dt__van_close(n->van, c);
 		return;
 	}
+	int err = 0;
+	char msg[256] = "";
+
 	pthread_mutex_lock(&n->mu);
+	if (m->hdr.key != 0 && s->round_err[mask] == 0) {
+		char text[256], name[64];
+
+		s->round_err[mask] = m->hdr.key < (uint64_t)DT__ERR_COUNT
+		                         ? (int)m->hdr.key
+		                         : (int)DT_EPEER;
+		dt__node_name(n, peer, name, sizeof(name));
+		snprintf(s->round_msg[mask], sizeof(s->round_msg[mask]),
+		         "%s: %s", name,
+		         dt__printable(m->meta ? (const char *)m->meta : "",
+		                       text, sizeof(text)));
+	}
 	s->arrived[mask]++;
 	if ((int)s->arrived[mask] == group_size(n, mask)) {
 		s->arrived[mask] = 0;
 		s->passed[mask]++;
+		err = s->round_err[mask];
+		memcpy(msg, s->round_msg[mask], sizeof(msg));
+		s->round_err[mask] = 0;
+		s->round_msg[mask][0] = '\0';
 		release = 1;
 		pthread_cond_broadcast(&n->cv);
 	}
@@ -185,8 +208,10 @@ on_barrier(dt_node *n, dt_conn *c, dt_msg *m)
 			continue;
 		dt_msg_hdr h = {.cmd = DT_CMD_BARRIER_DONE,
 		                .flags = DT_F_RESPONSE,
-		                .arg0 = (uint64_t)mask};
-		dt__node_send(n, id, &h, NULL, 0, NULL, 0);
+		                .arg0 = (uint64_t)mask,
+		                .key = (uint64_t)err};
+		dt__node_send(n, id, &h, err ? msg : NULL,
+		              err ? (uint32_t)strlen(msg) : 0, NULL, 0);
 	}
 }
 

@@ -437,11 +437,22 @@ broadcast_to_servers(dt_kv_client *c, int cmd, uint64_t arg0, const void *meta,
 	return dt__kv_client_wait(c, req);
 }
 
+/* What rank 0 did (err, with its message) reaches every worker: all of
+ * them pass a barrier that carries the outcome. */
+dt_err
+dt__kv_client_agree(dt_kv_client *c, dt_err err)
+{
+	char msg[256];
+
+	snprintf(msg, sizeof(msg), "%s", err ? dt_errmsg() : "");
+	return dt__node_barrier_status(c->node, DT_GROUP_WORKERS, err, msg);
+}
+
 dt_err
 dt__kv_client_set_optimizer(dt_kv_client *c, const dt_opt *opt)
 {
 	dt_wbuf w;
-	dt_err err;
+	dt_err err = DT_OK;
 
 	if (dt_node_rank(c->node) == 0) {
 		dt__wbuf_init(&w);
@@ -451,20 +462,17 @@ dt__kv_client_set_optimizer(dt_kv_client *c, const dt_opt *opt)
 			err = broadcast_to_servers(c, DT_CMD_KV_SET_OPT, 0,
 			                           w.data, (uint32_t)w.len);
 		dt__wbuf_fini(&w);
-		if (err)
-			return err;
 	}
-	return dt_node_barrier(c->node, DT_GROUP_WORKERS);
+	return dt__kv_client_agree(c, err);
 }
 
 dt_err
 dt__kv_client_configure(dt_kv_client *c)
 {
-	dt_err err;
+	dt_err err = DT_OK;
 
-	if (dt_node_rank(c->node) == 0 &&
-	    (err = broadcast_to_servers(c, DT_CMD_KV_CONFIG, (uint64_t)c->sync,
-	                                NULL, 0)))
-		return err;
-	return dt_node_barrier(c->node, DT_GROUP_WORKERS);
+	if (dt_node_rank(c->node) == 0)
+		err = broadcast_to_servers(c, DT_CMD_KV_CONFIG,
+		                           (uint64_t)c->sync, NULL, 0);
+	return dt__kv_client_agree(c, err);
 }

@@ -331,8 +331,9 @@ async_check(dt_kv *kv, const char *op, dt_key key)
 	return DT_OK;
 }
 
-dt_err
-dt_kv_init(dt_kv *kv, dt_key key, const float *val, size_t n)
+/* One key's init, without the workers' agreement (init_one's callers). */
+static dt_err
+init_one(dt_kv *kv, dt_key key, const float *val, size_t n)
 {
 	dt_kv_req req;
 	dt_err err;
@@ -347,6 +348,24 @@ dt_kv_init(dt_kv *kv, dt_key key, const float *val, size_t n)
 	                               NULL, n, &req)))
 		return err;
 	return dt__kv_client_wait(kv->client, req);
+}
+
+/*
+ * init is collective: every worker returns once rank 0's value is in the
+ * store (a first init or a re-init alike), and an error any worker met
+ * (a length that differs, say) is every worker's.
+ */
+dt_err
+dt_kv_init(dt_kv *kv, dt_key key, const float *val, size_t n)
+{
+	dt_err err;
+
+	KV_NEED(kv != NULL, "init of key %llu: kv is NULL",
+	        (unsigned long long)key);
+	err = init_one(kv, key, val, n);
+	if (!kv->client)
+		return err;
+	return dt__kv_client_agree(kv->client, err);
 }
 
 dt_err
@@ -519,13 +538,13 @@ dt_kv_init_many(dt_kv *kv, size_t nkeys, const dt_key *keys,
 
 	if (e0)
 		return e0;
-	/* Inits are few and wait on rank 0: keep them one by one. */
-	for (size_t i = 0; i < nkeys; i++) {
-		dt_err err = dt_kv_init(kv, keys[i], vals[i], lens[i]);
-		if (err)
-			return err;
-	}
-	return DT_OK;
+	/* Inits are few and wait on rank 0: keep them one by one, and
+	 * agree once at the end. */
+	for (size_t i = 0; i < nkeys && e0 == DT_OK; i++)
+		e0 = init_one(kv, keys[i], vals[i], lens[i]);
+	if (!kv->client)
+		return e0;
+	return dt__kv_client_agree(kv->client, e0);
 }
 
 dt_err

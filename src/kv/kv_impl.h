@@ -117,6 +117,9 @@ void dt__kv_client_destroy(dt_kv_client *c);
 dt_err dt__kv_client_set_optimizer(dt_kv_client *c, const dt_opt *opt);
 /* Rank 0 tells the servers the mode; all workers then pass a barrier. */
 dt_err dt__kv_client_configure(dt_kv_client *c);
+/* Every worker passes a barrier carrying err (its outcome of a collective
+ * step): DT_OK if all succeeded, else the first error, on every worker. */
+dt_err dt__kv_client_agree(dt_kv_client *c, dt_err err);
 /* Start an op; *req names it for dt__kv_client_wait. out may be NULL
  * (push) and val may be NULL (pull). */
 dt_err dt__kv_client_start(dt_kv_client *c, int cmd, dt_key key,

@@ -136,8 +136,30 @@ check_errors(dt_kv *kv)
 	err = dt_kv_pull(kv, 777, out, 9);
 	CHECK(err == DT_ESIZE, "pull of a wrong length: %s (%s)",
 	      dt_errname(err), dt_errmsg());
+	/* Re-init: collective, so no worker returns before rank 0's new
+	 * value is in (it used to be read stale half of the time). */
+	for (int t = 0; t < 20; t++) {
+		float nv[8];
+
+		for (int i = 0; i < 8; i++)
+			nv[i] =
+			    dt_kv_rank(kv) == 0 ? (float)(1000 * t + i) : -1.0f;
+		OK(dt_kv_init(kv, 777, nv, 8));
+		OK(dt_kv_pull(kv, 777, out, 8));
+		CHECK(out[0] == (float)(1000 * t) &&
+		          out[7] == (float)(1000 * t + 7),
+		      "re-init %d: read %g %g, not rank 0's new value", t,
+		      out[0], out[7]);
+	}
+	/* A refusal on rank 0 (another optimizer once keys exist) is every
+	 * worker's error, and no worker hangs. */
+	err = dt_kv_set_optimizer(kv, "sgd", "lr=0.1");
+	CHECK(err == DT_ESTATE && strstr(dt_errmsg(), "worker 0") &&
+	          strstr(dt_errmsg(), "another optimizer"),
+	      "set_optimizer refused: %s (%s)", dt_errname(err), dt_errmsg());
 	/* ...and the store still serves. */
 	OK(dt_kv_barrier(kv));
+	OK(dt_kv_init(kv, 777, v, 8));
 	OK(dt_kv_pushpull(kv, 777, v, out, 8));
 	CHECK(out[7] == 8.0f * (float)dt_kv_num_workers(kv),
 	      "store after errors: %g", out[7]);
