@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Write the hand-made seeds of the control, kv and coll fuzz targets into
+"""Write the hand-made seeds of the control, kv, auth and coll fuzz targets into
 fuzz/corpus/<target>/ (the codec seeds predate this script and are kept as
 they are). One idea per file; docs/protocol.md has the layouts. Run from
 anywhere: python3 fuzz/make_seeds.py"""
@@ -69,6 +69,19 @@ SEEDS = {
         'opt_adam_beta_1': opt(2, mom=0.0, b1=1.0),
         'opt_kind_7': opt(7),
         'opt_truncated': opt(1)[:30],
+    },
+    'auth': {
+        'acceptor_hello_proof': b'\x00' + b'DTH1' + u32(0) + bytes(range(32)) + b'DTP1' + bytes(32),
+        'acceptor_hello_encrypt': b'\x00' + b'DTH1' + u32(3) + bytes(32) + b'DTP1' + b'\xff' * 32,
+        'acceptor_frame_not_hello': b'\x00' + u32(0x4e525444) + bytes(36),
+        'acceptor_short': b'\x00' + b'DTH1' + bytes(10),
+        'connector_challenge': b'\x01' + b'DTC1' + u32(1) + bytes(32) + bytes(32),
+        'connector_not_challenge': b'\x01' + b'HTTP/1.1 200 OK\r\n' + bytes(60),
+        'records_one': b'\x02' + u32(5) + b'hello' + bytes(16),
+        'records_len_huge': b'\x02' + u32(0xffffffff) + bytes(40),
+        'records_len_over_max': b'\x02' + u32((64 << 10) + 1) + bytes(40),
+        'records_two': b'\x02' + (u32(3) + b'abc' + bytes(16)) * 2,
+        'records_plain_64k': b'\x02' + bytes(70000),
     },
     'coll': {
         'ready_allreduce': sig(),

@@ -3,7 +3,8 @@
  * (the seeds and any crash the fuzzer found) through that fuzz target's
  * own handler, fuzz/fuzz_<target>_entry.h, so CTest keeps fixed bugs fixed
  * without needing clang or libFuzzer: codec (frame headers and metadata
- * readers), control (core/msg.c), kv (kv/kv_msg.c), coll (coll_msg.c). Each
+ * readers), control (core/msg.c), kv (kv/kv_msg.c), coll (coll_msg.c), auth
+ * (net/auth.c: the handshake and encrypted records). Each
  * file is also replayed cut at every length, since a truncated frame is the
  * commonest bad input.
  *
@@ -23,6 +24,7 @@
 
 #include <cmocka.h>
 
+#include "../../fuzz/fuzz_auth_entry.h"
 #include "../../fuzz/fuzz_codec_entry.h"
 #include "../../fuzz/fuzz_coll_entry.h"
 #include "../../fuzz/fuzz_control_entry.h"
@@ -126,12 +128,14 @@ main(void)
 	    {"control", dt_fuzz_control_one},
 	    {"kv", dt_fuzz_kv_one},
 	    {"coll", dt_fuzz_coll_one},
+	    {"auth", dt_fuzz_auth_one},
 	};
 	const struct CMUnitTest tests[] = {
 	    cmocka_unit_test_prestate(test_replay_corpus, (void *)&targets[0]),
 	    cmocka_unit_test_prestate(test_replay_corpus, (void *)&targets[1]),
 	    cmocka_unit_test_prestate(test_replay_corpus, (void *)&targets[2]),
 	    cmocka_unit_test_prestate(test_replay_corpus, (void *)&targets[3]),
+	    cmocka_unit_test_prestate(test_replay_corpus, (void *)&targets[4]),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
