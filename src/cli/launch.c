@@ -708,8 +708,10 @@ struct proc {
 	struct strv env; /* K=V added to the launcher's environment */
 	pid_t pid;       /* 0 until started */
 	int exited;
-	int code;   /* CLD_EXITED, CLD_KILLED or CLD_DUMPED */
-	int status; /* exit status or signal */
+	int failed;        /* exited non-zero or by a signal */
+	unsigned exit_seq; /* in which order its exit was noted */
+	int code;          /* CLD_EXITED, CLD_KILLED or CLD_DUMPED */
+	int status;        /* exit status or signal */
 	struct stream out[2];
 };
 
@@ -1301,6 +1303,11 @@ struct run {
 	/* State of the current supervise() call. */
 	int stopping, killed;
 	uint64_t kill_at, grace_at;
+	/* A failure seen: who to blame is chosen at blame_at, among the
+	 * failures seen by then (one exit often brings others, a moment
+	 * later or sooner: the scheduler exits when it loses a node). */
+	uint64_t blame_at;
+	unsigned exits; /* exits noted, for their order */
 	int rc;
 	char reason[256];
 };
@@ -1796,34 +1803,6 @@ stop_job(struct run *r, int rc)
 	kill_all(r, SIGTERM);
 }
 
-static void
-note_exit(struct run *r, struct proc *p)
-{
-	char how[128];
-
-	describe(p, how, sizeof(how));
-	if (r->stopping) {
-		if (r->verbose)
-			say("%s (pid %d) %s", p->label, (int)p->pid, how);
-		return;
-	}
-	if (p->code != CLD_EXITED || p->status != 0) {
-		say("%s (pid %d) %s; stopping the job", p->label, (int)p->pid,
-		    how);
-		snprintf(r->reason, sizeof(r->reason), "%s %s", p->label, how);
-		stop_job(r, RC_FAIL);
-		return;
-	}
-	if (r->verbose)
-		say("%s (pid %d) %s", p->label, (int)p->pid, how);
-	if (p->kind == KIND_MAIN && all_exited(r, 1) && !all_exited(r, 0) &&
-	    r->grace_at == 0)
-		r->grace_at =
-		    dt__now_ns() + (uint64_t)r->grace_s * NS_PER_S + 1;
-}
-
-/* Look for exits without reaping (WNOWAIT): a zombie keeps its pid, so
- * its process group and session id stay ours until the end. */
 /* Which of the exits seen at once to report first (lower first): the
  * first failure is the one named, and of exits that arrive together the
  * cause is likelier a process killed by a signal than one that exited 1,
@@ -1839,6 +1818,70 @@ blame_order(const struct proc *p)
 	return 10 + (p->is_scheduler ? 2 : p->kind == KIND_SERVICE ? 1 : 0);
 }
 
+#define BLAME_WAIT_NS (300 * NS_PER_MS)
+
+/* Name the failure to blame (the lowest blame_order, the first seen among
+ * equals) and stop the job. */
+static void
+blame(struct run *r)
+{
+	struct proc *best = NULL;
+	char how[128];
+
+	r->blame_at = 0;
+	for (size_t i = 0; i < r->n; i++) {
+		struct proc *p = &r->p[i];
+
+		if (p->failed &&
+		    (best == NULL || blame_order(p) < blame_order(best) ||
+		     (blame_order(p) == blame_order(best) &&
+		      p->exit_seq < best->exit_seq)))
+			best = p;
+	}
+	if (best == NULL || r->stopping)
+		return;
+	describe(best, how, sizeof(how));
+	say("%s (pid %d) %s; stopping the job", best->label, (int)best->pid,
+	    how);
+	snprintf(r->reason, sizeof(r->reason), "%s %s", best->label, how);
+	stop_job(r, RC_FAIL);
+}
+
+static void
+note_exit(struct run *r, struct proc *p)
+{
+	char how[128];
+
+	describe(p, how, sizeof(how));
+	p->exit_seq = r->exits++;
+	if (r->stopping) {
+		if (r->verbose)
+			say("%s (pid %d) %s", p->label, (int)p->pid, how);
+		return;
+	}
+	if (p->code != CLD_EXITED || p->status != 0) {
+		p->failed = 1;
+		if (r->verbose)
+			say("%s (pid %d) %s", p->label, (int)p->pid, how);
+		/* A process killed by a signal is the likeliest cause: at
+		 * once. Otherwise wait a moment for the exit that caused
+		 * this one. */
+		if (blame_order(p) == 0)
+			blame(r);
+		else if (r->blame_at == 0)
+			r->blame_at = dt__now_ns() + BLAME_WAIT_NS;
+		return;
+	}
+	if (r->verbose)
+		say("%s (pid %d) %s", p->label, (int)p->pid, how);
+	if (p->kind == KIND_MAIN && all_exited(r, 1) && !all_exited(r, 0) &&
+	    r->grace_at == 0)
+		r->grace_at =
+		    dt__now_ns() + (uint64_t)r->grace_s * NS_PER_S + 1;
+}
+
+/* Look for exits without reaping (WNOWAIT): a zombie keeps its pid, so
+ * its process group and session id stay ours until the end. */
 static void
 check_exits(struct run *r)
 {
@@ -1933,6 +1976,8 @@ on_timers(struct run *r, uint64_t now)
 {
 	char list[512];
 
+	if (!r->stopping && r->blame_at && now >= r->blame_at)
+		blame(r);
 	if (!r->stopping && r->deadline && now >= r->deadline) {
 		say("the job did not finish within --timeout %ld s; stopping "
 		    "it",
@@ -1996,6 +2041,8 @@ supervise(struct run *r)
 		int timeout = -1, n;
 
 		on_timers(r, now);
+		if (!r->stopping && r->blame_at && all_exited(r, 0))
+			blame(r); /* no exit left to wait for */
 		if (all_exited(r, 0)) {
 			if (streams_closed(r))
 				break;
@@ -2016,7 +2063,9 @@ supervise(struct run *r)
 			}
 		}
 		if (!r->stopping)
-			next = min_deadline(r->deadline, r->grace_at);
+			next =
+			    min_deadline(min_deadline(r->deadline, r->grace_at),
+			                 r->blame_at);
 		else if (!r->killed)
 			next = r->kill_at;
 		next = min_deadline(next, drain_at);
@@ -2283,7 +2332,7 @@ run_procs(struct run *r, struct proc *p, size_t n)
 	r->p = p;
 	r->n = n;
 	r->stopping = r->killed = 0;
-	r->kill_at = r->grace_at = 0;
+	r->kill_at = r->grace_at = r->blame_at = 0;
 	r->rc = -1;
 	r->reason[0] = '\0';
 	for (size_t i = 0; i < n && !r->stopping; i++) {

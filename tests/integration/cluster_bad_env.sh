@@ -48,6 +48,21 @@ for prog in server hello; do
 		run_bad "$prog.port_$bad" nonzero "DMLC_PS_ROOT_PORT.*$bad" "${cmd[@]}"
 	done
 
+	job_env 0 1 1
+	export DMLC_ROLE=server
+	run_bad "$prog.port_0" nonzero "DMLC_PS_ROOT_PORT=0: a server needs the scheduler's port" "${cmd[@]}"
+
+	# Authentication: no secret, a short one, a file others may read.
+	job_env "$port" 1 1
+	export DMLC_ROLE=server
+	(unset DTRAIN_SECRET; run_bad "$prog.no_secret" nonzero "no secret to authenticate this node: set DTRAIN_SECRET" "${cmd[@]}") || fail "$prog.no_secret"
+	DTRAIN_SECRET=short run_bad "$prog.short_secret" nonzero "DTRAIN_SECRET is 5 bytes long; it must have at least 16" "${cmd[@]}"
+	printf '%s\n' "$DTRAIN_SECRET" >"$T_DIR/secret"
+	chmod 644 "$T_DIR/secret"
+	(unset DTRAIN_SECRET; DTRAIN_SECRET_FILE=$T_DIR/secret run_bad "$prog.secret_file_644" nonzero "may be read by others \(mode 0644\); chmod 600" "${cmd[@]}") || fail "$prog.secret_file_644"
+	DTRAIN_AUTH=maybe run_bad "$prog.auth_maybe" nonzero "DTRAIN_AUTH=maybe" "${cmd[@]}"
+	DTRAIN_ENCRYPT=yes run_bad "$prog.encrypt_yes" nonzero "DTRAIN_ENCRYPT" "${cmd[@]}"
+
 	job_env "$port" 1 1
 	export DMLC_ROLE=server PS_VERBOSE=5
 	run_bad "$prog.verbose_5" nonzero "PS_VERBOSE.*5" "${cmd[@]}"
@@ -73,6 +88,16 @@ unset DMLC_NUM_WORKER
 run_bad scheduler.no_num_worker nonzero "DMLC_NUM_WORKER" "$DTRAIN" scheduler
 job_env "$port" 1 1
 run_bad scheduler.port_flag nonzero "DMLC_PS_ROOT_PORT.*abc" "$DTRAIN" scheduler --port abc
+
+# A scheduler told DMLC_PS_ROOT_PORT=0 listens on a port of the system's
+# choosing and says which (it used to wait 300 s in silence).
+job_env 0 1 1
+spawn scheduler.port_0 "$DTRAIN" scheduler
+wait_for_line "$T_DIR/scheduler.port_0.log" "DMLC_PS_ROOT_PORT=0: listening on port [0-9]+; start the other nodes with DMLC_PS_ROOT_PORT=[0-9]+" 20 ||
+	fail "scheduler.port_0: the chosen port was not printed"
+kill -TERM -- "-$SPAWNED" 2>/dev/null
+wait_exit "$SPAWNED" 30 || fail "scheduler.port_0 did not stop"
+log "scheduler.port_0: says its port"
 
 # Flags: unknown, missing argument, stray argument -> usage error, 2.
 job_env "$port" 1 1

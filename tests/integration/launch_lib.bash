@@ -22,7 +22,7 @@ cleanup() {
 	for p in $(tagged_pids); do
 		kill -9 "$p" 2>/dev/null
 	done
-	rm -rf "$TMP"
+	[ -n "${KEEP:-}" ] || rm -rf "$TMP"
 }
 trap cleanup EXIT
 
