@@ -25,7 +25,7 @@ port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); pr
 out=$TMP/mpirun
 DT_TEST_TAG=$TAG DTRAIN_COLL_ROOT=127.0.0.1:$port timeout 280 \
 	mpirun --allow-run-as-root --oversubscribe -np 2 \
-	-x DT_TEST_TAG -x DTRAIN_COLL_ROOT "$CHECK" --quick >"$out" 2>&1
+	-x DT_TEST_TAG -x DTRAIN_COLL_ROOT -x DTRAIN_SECRET "$CHECK" --quick >"$out" 2>&1
 rc=$?
 check "plain mpirun, 2 ranks, DTRAIN_COLL_ROOT: exits 0 (got $rc)" \
 	test "$rc" = 0
