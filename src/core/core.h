@@ -94,6 +94,8 @@ void *dt__node_app_arg(dt_node *n, const dt__app_class *cls);
 
 /* This node's id (-1 before the table arrives). */
 int dt__node_id(const dt_node *n);
+/* How long a call may wait for its peers (DT_WAIT_TIMEOUT), in ns. */
+uint64_t dt__node_wait_ns(const dt_node *n);
 /* The table row of node id, or NULL if there is none. */
 const dt_node_entry *dt__node_entry(const dt_node *n, int id);
 int dt__node_server_id(const dt_node *n, int rank);

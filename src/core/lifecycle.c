@@ -211,8 +211,12 @@ dt_node_start(const dt_node_config *cfg, dt_node **out)
 		goto fail;
 	/* A connection says who it is (ADD_NODE, HELLO) at once, or goes. */
 	{
-		long secs, pending;
+		long secs, pending, wait;
 
+		if ((err = dt__env_long("DT_WAIT_TIMEOUT", 3600, 1, 30L * 86400,
+		                        &wait)))
+			goto fail;
+		n->wait_ns = (uint64_t)wait * 1000000000ull;
 		if ((err = dt__env_long("DT_HANDSHAKE_TIMEOUT", 10, 1, 86400,
 		                        &secs)) ||
 		    (err = dt__env_long("DT_MAX_PENDING_CONNS", 256, 1, 65536,

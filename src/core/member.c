@@ -229,8 +229,18 @@ dt__node_barrier_status(dt_node *n, int groups, dt_err mine, const char *msg)
 	if ((err = dt__node_send(n, 0, &h, text, (uint32_t)strlen(text), NULL,
 	                         0)))
 		return err;
-	err = dt__node_wait_count(n, &n->barrier_done[groups], 1, want, 0,
-	                          "a barrier");
+	err = dt__node_wait_count(n, &n->barrier_done[groups], 1, want,
+	                          dt__now_ns() + n->wait_ns, "a barrier");
+	if (err == DT_ETIMEDOUT) {
+		/* The barriers' count is off from here on: the node is done. */
+		dt__node_set_fatal(
+		    n, DT_ETIMEDOUT,
+		    "barrier #%llu over group mask %d: not every "
+		    "node arrived within DT_WAIT_TIMEOUT=%llu s",
+		    (unsigned long long)want, groups,
+		    (unsigned long long)(n->wait_ns / 1000000000ull));
+		return dt__fail(DT_ETIMEDOUT, "%s", n->fatal_msg);
+	}
 	if (err)
 		return err;
 	DT_LOG(1, "passed barrier #%llu over group mask %d",

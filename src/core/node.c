@@ -80,6 +80,12 @@ dt__node_id(const dt_node *n)
 	return n->id;
 }
 
+uint64_t
+dt__node_wait_ns(const dt_node *n)
+{
+	return n->wait_ns;
+}
+
 const dt_node_entry *
 dt__node_entry(const dt_node *n, int id)
 {

@@ -46,6 +46,7 @@ struct dt_node {
 
 	dt_node_entry *table; /* by id, 1 + S + W entries */
 	int ntable;
+	uint64_t wait_ns; /* DT_WAIT_TIMEOUT: a worker's wait for peers */
 	dt_conn **peers; /* by id; peers[0] is the scheduler */
 
 	pthread_mutex_t mu;

@@ -216,7 +216,15 @@ dt__kv_client_create(dt_node *node, int sync, size_t bound, dt_kv_client **out)
 	c->next_seq = 1;
 	c->next_op = 1;
 	pthread_mutex_init(&c->mu, NULL);
-	pthread_cond_init(&c->cv, NULL);
+	{
+		pthread_condattr_t
+		    ca; /* dt__van_wait's deadlines are monotonic */
+
+		pthread_condattr_init(&ca);
+		pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+		pthread_cond_init(&c->cv, &ca);
+		pthread_condattr_destroy(&ca);
+	}
 	dt__table_init(&c->subs);
 	dt__table_init(&c->ops);
 	dt__list_init(&c->op_order);
@@ -379,9 +387,33 @@ dt__kv_client_wait(dt_kv_client *c, dt_kv_req req)
 		                (unsigned long long)req);
 	}
 	/* A short answer comes before a sleep would end: the wait reads the
-	 * network itself first (dt__node_wait_gen). */
-	while (o->remaining > 0)
-		dt__node_wait_gen(c->node, &c->done_gen, &c->mu, &c->cv, 0);
+	 * network itself first (dt__node_wait_gen). A server that has not
+	 * answered within DT_WAIT_TIMEOUT ends the node: its connections to
+	 * the servers close (nothing more lands in a caller's buffer) and
+	 * every pending call fails with the reason. */
+	uint64_t until = dt__now_ns() + dt__node_wait_ns(c->node);
+	while (o->remaining > 0) {
+		if (until && dt__now_ns() >= until) {
+			int cmd = o->cmd;
+			dt_key key = o->key;
+
+			pthread_mutex_unlock(&c->mu);
+			dt__node_set_fatal(
+			    c->node, DT_ETIMEDOUT,
+			    "%s of key %llu: no answer from the servers within "
+			    "DT_WAIT_TIMEOUT=%llu s",
+			    dt__cmd_name(cmd), (unsigned long long)key,
+			    (unsigned long long)(dt__node_wait_ns(c->node) /
+			                         1000000000ull));
+			for (int s = 0; s < dt_node_num_servers(c->node); s++)
+				dt__node_close_peer(
+				    c->node, dt__node_server_id(c->node, s));
+			pthread_mutex_lock(&c->mu);
+			until = 0; /* the failure ends the wait */
+			continue;
+		}
+		dt__node_wait_gen(c->node, &c->done_gen, &c->mu, &c->cv, until);
+	}
 	find_op(c, req, 1);
 	pthread_mutex_unlock(&c->mu);
 	err = o->err;
