@@ -150,6 +150,7 @@ check_errors(dt_kv *kv)
 		          out[7] == (float)(1000 * t + 7),
 		      "re-init %d: read %g %g, not rank 0's new value", t,
 		      out[0], out[7]);
+		OK(dt_kv_barrier(kv)); /* (before rank 0 sets the next) */
 	}
 	/* A refusal on rank 0 (another optimizer once keys exist) is every
 	 * worker's error, and no worker hangs. */
