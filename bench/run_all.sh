@@ -15,3 +15,5 @@ if [ -f "$here/run_coll.sh" ]; then
   section "collectives vs OpenMPI MPI_Allreduce (coll_bench)"
   bash "$here/run_coll.sh" "$B"
 fi
+section "authentication and encryption vs plain, and vs the AEAD on one core (auth_bench)"
+bash "$here/auth_bench.sh" "$B"
