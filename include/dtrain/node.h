@@ -48,6 +48,10 @@ typedef struct dt_node_config {
 	int verbose;         /* PS_VERBOSE: 0, 1 or 2 */
 	int connect_timeout_ms; /* DT_CONNECT_TIMEOUT (s, default 60) */
 	int listen_fd;          /* DT_LISTEN_FD: a bound socket to use, or -1 */
+	/* What set root_uri and root_port, as errors should name it: ""
+	 * for DMLC_PS_ROOT_URI and DMLC_PS_ROOT_PORT (the default), or a
+	 * variable such as "DTRAIN_COLL_ROOT". */
+	char root_var[32];
 } dt_node_config;
 
 typedef struct dt_node dt_node;

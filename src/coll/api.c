@@ -1047,6 +1047,7 @@ join_mpi(dt_coll *c, int rank, int size)
 	cfg.role = DT_ROLE_WORKER;
 	snprintf(cfg.root_uri, sizeof(cfg.root_uri), "%s", host);
 	cfg.root_port = (int)port;
+	snprintf(cfg.root_var, sizeof(cfg.root_var), "DTRAIN_COLL_ROOT");
 	cfg.num_servers = 0;
 	cfg.num_workers = size;
 	cfg.requested_rank = rank;

@@ -264,17 +264,27 @@ dt__member_start(dt_node *n)
 	char name[64];
 	int need = 0;
 
-	err = dt__van_connect(n->van, n->cfg.root_uri, n->cfg.root_port,
-	                      n->cfg.connect_timeout_ms, "scheduler", &sc);
-	if (err == DT_EAUTH)
-		return dt__fail(err,
-		                "%s (DMLC_PS_ROOT_URI=%s DMLC_PS_ROOT_PORT=%d)",
-		                dt_errmsg(), n->cfg.root_uri, n->cfg.root_port);
-	if (err)
-		return dt__fail(err,
-		                "%s (DMLC_PS_ROOT_URI=%s DMLC_PS_ROOT_PORT=%d; "
-		                "raise DT_CONNECT_TIMEOUT to wait longer)",
-		                dt_errmsg(), n->cfg.root_uri, n->cfg.root_port);
+	err = dt__van_connect(
+	    n->van, n->cfg.root_uri, n->cfg.root_port,
+	    n->cfg.connect_timeout_ms,
+	    n->cfg.root_var[0] ? "rank 0's rendezvous" : "scheduler", &sc);
+	if (err) {
+		char where[320];
+
+		if (n->cfg.root_var[0])
+			snprintf(where, sizeof(where), "%s=%s:%d",
+			         n->cfg.root_var, n->cfg.root_uri,
+			         n->cfg.root_port);
+		else
+			snprintf(where, sizeof(where),
+			         "DMLC_PS_ROOT_URI=%s DMLC_PS_ROOT_PORT=%d",
+			         n->cfg.root_uri, n->cfg.root_port);
+		return dt__fail(
+		    err, "%s (%s%s)", dt_errmsg(), where,
+		    err == DT_EAUTH
+		        ? ""
+		        : "; raise DT_CONNECT_TIMEOUT to wait longer");
+	}
 	dt__conn_set_peer(sc, 0);
 	DT_LOG(1, "connected to the scheduler at %s:%d", n->cfg.root_uri,
 	       n->cfg.root_port);
