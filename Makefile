@@ -8,7 +8,7 @@ TSAN_BUILD ?= build-tsan
 TSAN_TESTS ?= van_test|coll_test|integration_kv_matrix|integration_cluster_manual|integration_coll_ranks
 JOBS       ?= $(shell nproc 2>/dev/null || echo 2)
 DEPS        = build-essential cmake pkg-config libcmocka-dev libopenblas-dev \
-              zlib1g-dev libsodium-dev openmpi-bin libopenmpi-dev dataset-fashion-mnist \
+              zlib1g-dev libsodium-dev openssh-client openmpi-bin libopenmpi-dev dataset-fashion-mnist \
               python3 procps
 DATA       ?= /usr/share/datasets/fashion-mnist
 

@@ -723,8 +723,10 @@ struct ctx {
 	const char *cwd;       /* directory of remote processes */
 	const char *local_cwd; /* the launcher\'s directory, for rsync */
 	const char *ssh, *rsync, *mpirun, *srun;
-	struct strv common;  /* DMLC_* and DTRAIN_LAUNCHED, then --env */
-	struct strv forward; /* variables passed on to other hosts */
+	char ssh_timeout[48]; /* "ConnectTimeout=N" (DTRAIN_SSH_CONNECT_TIMEOUT)
+	                       */
+	struct strv common;   /* DMLC_* and DTRAIN_LAUNCHED, then --env */
+	struct strv forward;  /* variables passed on to other hosts */
 	/* Authentication (docs/security.md): the job's id, and the secret
 	 * every process gets in its environment, never on a command line
 	 * or in the plan: "DTRAIN_SECRET=<64 hex digits>" (made here, or the
@@ -735,6 +737,7 @@ struct ctx {
 	char *secret_env;
 	char *secret_line;
 	char *remote_secret_file; /* "DIR/.dtrain-JOB.secret" (ssh) */
+	unsigned char *unreached; /* by host: ssh could not connect there */
 };
 
 static void
@@ -817,9 +820,11 @@ plan_local(struct proc *p, const struct ctx *c, const char *role,
 static dt_err
 ssh_prefix(struct strv *a, const struct ctx *c, const struct host *h)
 {
-	static const char *const opts[] = {
-	    "-o", "StrictHostKeyChecking=no", "-o", "BatchMode=yes",
-	    "-o", "ServerAliveInterval=15",   "-tt"};
+	const char *const opts[] = {"-o", "StrictHostKeyChecking=no",
+	                            "-o", "BatchMode=yes",
+	                            "-o", c->ssh_timeout,
+	                            "-o", "ServerAliveInterval=15",
+	                            "-tt"};
 	dt_err err = strv_dup(a, c->ssh);
 
 	for (size_t i = 0; i < DT_ARRAY_LEN(opts) && !err; i++)
@@ -900,6 +905,10 @@ plan_mpi(struct proc *p, const struct ctx *c, const struct opts *o,
 		err = strv_addf(&p->argv, "%ld", np);
 	if (!err && o->hostfile && !(err = strv_dup(&p->argv, "-hostfile")))
 		err = strv_dup(&p->argv, o->hostfile);
+	/* mpirun reaches other hosts through ssh: fail as fast. */
+	if (!err && o->hostfile && !(err = strv_dup(&p->argv, "--mca")) &&
+	    !(err = strv_dup(&p->argv, "plm_rsh_args")))
+		err = strv_addf(&p->argv, "-o %s", c->ssh_timeout);
 	for (size_t i = 0; i < p->env.n && !err; i++)
 		if (!(err = strv_dup(&p->argv, "-x")))
 			err = strv_dup(&p->argv, p->env.v[i]);
@@ -934,6 +943,9 @@ plan_slurm(struct proc *p, const struct ctx *c, const char *role, long np,
 	    (err = strv_dup(&p->argv, c->srun)) ||
 	    (err = strv_addf(&p->argv, "--ntasks=%ld", np)) ||
 	    (err = strv_dup(&p->argv, "--kill-on-bad-exit=1")) ||
+	    /* The servers' and the workers' steps share the allocation's
+	     * CPUs: without it the second waits for the first to end. */
+	    (err = strv_dup(&p->argv, "--overlap")) ||
 	    (err = strv_dup(&p->argv, "--label")))
 		return err;
 	if (cmd)
@@ -1036,7 +1048,7 @@ build_plan(const struct opts *o, const struct hosts *h, const struct ctx *c,
 static dt_err
 build_host_steps(const struct hosts *h, const struct ctx *c, const char *what,
                  const char *remote_cmd, const char *stdin_data,
-                 struct proc **out, size_t *nout)
+                 const unsigned char *skip, struct proc **out, size_t *nout)
 {
 	struct proc *p = calloc(h->n ? h->n : 1, sizeof(*p));
 	size_t n = 0;
@@ -1045,14 +1057,15 @@ build_host_steps(const struct hosts *h, const struct ctx *c, const char *what,
 	if (p == NULL)
 		return dt__fail(DT_ENOMEM, "out of memory");
 	for (size_t i = 0; i < h->n && !err; i++) {
-		static const char *const opts[] = {
-		    "-o", "StrictHostKeyChecking=no", "-o", "BatchMode=yes"};
+		const char *const opts[] = {"-o", "StrictHostKeyChecking=no",
+		                            "-o", "BatchMode=yes",
+		                            "-o", c->ssh_timeout};
 		size_t k;
 
 		for (k = 0; k < i; k++)
 			if (strcmp(h->h[k].name, h->h[i].name) == 0)
 				break;
-		if (k < i)
+		if (k < i || (skip && skip[i]))
 			continue;
 		proc_init(&p[n], KIND_MAIN, h->h[i].name, "%s %s", what,
 		          h->h[i].name);
@@ -1102,7 +1115,8 @@ build_sync(const struct opts *o, const struct hosts *h, const struct ctx *c,
 		          h->h[i].name);
 		p[n].show_env = 1;
 		sb_addq(&b, c->ssh);
-		sb_add(&b, " -o StrictHostKeyChecking=no -o BatchMode=yes");
+		sb_add(&b, " -o StrictHostKeyChecking=no -o BatchMode=yes -o ");
+		sb_add(&b, c->ssh_timeout);
 		if (h->h[i].port) {
 			sb_add(&b, " -p ");
 			sb_add(&b, h->h[i].port);
@@ -2282,7 +2296,9 @@ ctx_free(struct ctx *c)
 	else
 		free(c->secret_env);
 	free(c->remote_secret_file);
+	free(c->unreached);
 	c->secret_line = c->secret_env = c->remote_secret_file = NULL;
+	c->unreached = NULL;
 }
 
 static int
@@ -2380,19 +2396,35 @@ remote_secret(const struct opts *o, const struct hosts *h, struct ctx *c,
 		say("out of memory");
 		return RC_FAIL;
 	}
-	err = build_host_steps(h, c, remove ? "unkey" : "key", cmd,
-	                       remove ? NULL : c->secret_line, &p, &n);
+	err = build_host_steps(
+	    h, c, remove ? "removing the secret on" : "writing the secret on",
+	    cmd, remove ? NULL : c->secret_line, remove ? c->unreached : NULL,
+	    &p, &n);
 	free(cmd);
 	if (err) {
 		say("%s", dt_errmsg());
 		return RC_FAIL;
 	}
+	if (n == 0) {
+		procs_free(p, n);
+		return 0;
+	}
 	raise_nofile(r, n);
 	rc = run_procs(r, p, n);
+	/* Where ssh could not even connect (status 255 before anything
+	 * ran) nothing was written: no need to go back and remove it. */
+	if (!remove && (c->unreached = calloc(h->n ? h->n : 1, 1)) != NULL)
+		for (size_t i = 0; i < n; i++)
+			for (size_t k = 0; k < h->n; k++)
+				if (p[i].exited && p[i].code == CLD_EXITED &&
+				    p[i].status == 255 &&
+				    strcmp(p[i].host, h->h[k].name) == 0)
+					c->unreached[k] = 1;
 	procs_free(p, n);
-	if (rc != 0)
-		say("%s the job's secret file on the hosts failed (%s)",
-		    remove ? "removing" : "writing", r->reason);
+	if (rc != 0 && remove)
+		say("the job's secret file may be left on a host: %s", r->reason);
+	else if (rc != 0)
+		say("job failed before it started: %s", r->reason);
 	return rc;
 }
 
@@ -2574,6 +2606,17 @@ dt__cli_launch(int argc, char **argv)
 	c.rsync = prog("DTRAIN_RSYNC", "rsync");
 	c.mpirun = prog("DTRAIN_MPIRUN", "mpirun");
 	c.srun = prog("DTRAIN_SRUN", "srun");
+	{
+		long t;
+
+		if ((err = dt__env_long("DTRAIN_SSH_CONNECT_TIMEOUT", 10, 1,
+		                        3600, &t))) {
+			fprintf(stderr, "dtrain launch: %s\n", dt_errmsg());
+			goto out;
+		}
+		snprintf(c.ssh_timeout, sizeof(c.ssh_timeout),
+		         "ConnectTimeout=%ld", t);
+	}
 
 	if (o.dry_run) {
 		struct proc *p = NULL;

@@ -8,7 +8,7 @@ cd "$TMP" || exit 1
 for v in $(compgen -e); do
 	case $v in PS_* | MXNET_* | DT_* | DMLC_* | OMP_NUM_THREADS) unset "$v" ;; esac
 done
-unset DTRAIN_SECRET DTRAIN_SECRET_FILE DTRAIN_AUTH
+unset DTRAIN_SECRET DTRAIN_SECRET_FILE DTRAIN_AUTH DTRAIN_SSH_CONNECT_TIMEOUT
 export DTRAIN_JOB_ID=testjob # a fixed job id, to compare the lines
 printf 'h1\nh2\n# a comment\n\nh3   # trailing comment\nh4\nh5\n' >hosts5
 printf 'h1\nh2\nh3\n' >hosts3
@@ -41,10 +41,10 @@ check "nothing was started" test ! -e ran
 # The ssh command line, with quoting and the ssh port from host:port.
 plan -n 2 -s 1 -H hosts2 --env "MSG=it's" -- python train.py --kv "dist sync" >/dev/null
 check "ssh: port from host:port" grep -qF \
-	"server 0 on h1: ssh -o StrictHostKeyChecking=no -o BatchMode=yes -o ServerAliveInterval=15 -tt -p 2222 h1 'cd $TMP && exec env DMLC_ROLE=server DMLC_SERVER_ID=0 DMLC_PS_ROOT_URI=h1 DMLC_PS_ROOT_PORT=PORT DMLC_NUM_SERVER=1 DMLC_NUM_WORKER=2 DTRAIN_LAUNCHED=1 '\\''MSG=it'\\''\\'\\'''\\''s'\\'' DTRAIN_JOB_ID=testjob DTRAIN_SECRET_FILE=$TMP/.dtrain-testjob.secret $DTRAIN server'" \
+	"server 0 on h1: ssh -o StrictHostKeyChecking=no -o BatchMode=yes -o ConnectTimeout=10 -o ServerAliveInterval=15 -tt -p 2222 h1 'cd $TMP && exec env DMLC_ROLE=server DMLC_SERVER_ID=0 DMLC_PS_ROOT_URI=h1 DMLC_PS_ROOT_PORT=PORT DMLC_NUM_SERVER=1 DMLC_NUM_WORKER=2 DTRAIN_LAUNCHED=1 '\\''MSG=it'\\''\\'\\'''\\''s'\\'' DTRAIN_JOB_ID=testjob DTRAIN_SECRET_FILE=$TMP/.dtrain-testjob.secret $DTRAIN server'" \
 	"$TMP/plan"
 check "ssh: worker 1 on h1 with its rank and quoted command" grep -qF \
-	"worker 1 on h1: ssh -o StrictHostKeyChecking=no -o BatchMode=yes -o ServerAliveInterval=15 -tt -p 2222 h1 'cd $TMP && exec env DMLC_ROLE=worker DMLC_WORKER_ID=1 " \
+	"worker 1 on h1: ssh -o StrictHostKeyChecking=no -o BatchMode=yes -o ConnectTimeout=10 -o ServerAliveInterval=15 -tt -p 2222 h1 'cd $TMP && exec env DMLC_ROLE=worker DMLC_WORKER_ID=1 " \
 	"$TMP/plan"
 check "ssh: command words quoted for the remote shell" grep -qF \
 	"python train.py --kv '\\''dist sync'\\'''" "$TMP/plan"
@@ -69,20 +69,20 @@ got=$(plan -n 2 -s 0 -H hosts_dup --sync-dst-dir /tmp/job -- true)
 check "sync: one rsync per host, then the job: $got" test "$got" = \
 	"sync h1 on h1,sync h2 on h2,scheduler on localhost,worker 0 on h1,worker 1 on h2"
 check "sync: rsync command" grep -qF \
-	"sync h2 on h2: rsync -az -e 'ssh -o StrictHostKeyChecking=no -o BatchMode=yes' '--rsync-path=mkdir -p /tmp/job && rsync' $TMP/ h2:/tmp/job/" \
+	"sync h2 on h2: rsync -az -e 'ssh -o StrictHostKeyChecking=no -o BatchMode=yes -o ConnectTimeout=10' '--rsync-path=mkdir -p /tmp/job && rsync' $TMP/ h2:/tmp/job/" \
 	"$TMP/plan"
 check "sync: workers run in the synced directory" \
-	grep -qF "worker 0 on h1: ssh -o StrictHostKeyChecking=no -o BatchMode=yes -o ServerAliveInterval=15 -tt h1 'cd /tmp/job && exec env" "$TMP/plan"
+	grep -qF "worker 0 on h1: ssh -o StrictHostKeyChecking=no -o BatchMode=yes -o ConnectTimeout=10 -o ServerAliveInterval=15 -tt h1 'cd /tmp/job && exec env" "$TMP/plan"
 
 # mpirun: one per role, every variable with -x, no DMLC_*_ID.
 got=$(plan -n 3 -s 2 --launcher mpi -H hosts5 -- python train.py)
 check "mpi: scheduler, servers, workers: $got" test "$got" = \
 	"scheduler on localhost,servers on hosts5,workers on hosts5"
 check "mpi: workers command" grep -qF \
-	"workers on hosts5: mpirun --allow-run-as-root --oversubscribe --tag-output -np 3 -hostfile hosts5 -x DMLC_ROLE=worker -x DMLC_PS_ROOT_URI=h1 -x DMLC_PS_ROOT_PORT=PORT -x DMLC_NUM_SERVER=2 -x DMLC_NUM_WORKER=3 -x DTRAIN_LAUNCHED=1 -x DTRAIN_JOB_ID=testjob -x DTRAIN_SECRET python train.py" \
+	"workers on hosts5: mpirun --allow-run-as-root --oversubscribe --tag-output -np 3 -hostfile hosts5 --mca plm_rsh_args '-o ConnectTimeout=10' -x DMLC_ROLE=worker -x DMLC_PS_ROOT_URI=h1 -x DMLC_PS_ROOT_PORT=PORT -x DMLC_NUM_SERVER=2 -x DMLC_NUM_WORKER=3 -x DTRAIN_LAUNCHED=1 -x DTRAIN_JOB_ID=testjob -x DTRAIN_SECRET python train.py" \
 	"$TMP/plan"
 check "mpi: servers command" grep -qF \
-	"servers on hosts5: mpirun --allow-run-as-root --oversubscribe --tag-output -np 2 -hostfile hosts5 -x DMLC_ROLE=server -x DMLC_PS_ROOT_URI=h1 -x DMLC_PS_ROOT_PORT=PORT -x DMLC_NUM_SERVER=2 -x DMLC_NUM_WORKER=3 -x DTRAIN_LAUNCHED=1 -x DTRAIN_JOB_ID=testjob -x DTRAIN_SECRET $DTRAIN server" \
+	"servers on hosts5: mpirun --allow-run-as-root --oversubscribe --tag-output -np 2 -hostfile hosts5 --mca plm_rsh_args '-o ConnectTimeout=10' -x DMLC_ROLE=server -x DMLC_PS_ROOT_URI=h1 -x DMLC_PS_ROOT_PORT=PORT -x DMLC_NUM_SERVER=2 -x DMLC_NUM_WORKER=3 -x DTRAIN_LAUNCHED=1 -x DTRAIN_JOB_ID=testjob -x DTRAIN_SECRET $DTRAIN server" \
 	"$TMP/plan"
 check "mpi: no rank variables" test -z "$(grep -E 'DMLC_(WORKER|SERVER)_ID' "$TMP/plan")"
 got=$(plan -n 2 -s 0 --launcher mpi -- python train.py)
@@ -97,7 +97,7 @@ got=$(plan -n 4 -s 1 --launcher slurm -- python train.py)
 check "slurm: scheduler, servers, workers: $got" test "$got" = \
 	"scheduler on localhost,servers on slurm,workers on slurm"
 check "slurm: workers command" grep -qE \
-	"^workers on slurm: env DMLC_ROLE=worker .*DMLC_NUM_SERVER=1 DMLC_NUM_WORKER=4 .* srun --ntasks=4 --kill-on-bad-exit=1 --label python train.py$" \
+	"^workers on slurm: env DMLC_ROLE=worker .*DMLC_NUM_SERVER=1 DMLC_NUM_WORKER=4 .* srun --ntasks=4 --kill-on-bad-exit=1 --overlap --label python train.py$" \
 	"$TMP/plan"
 
 # Local: the scheduler gets the socket, each process its role and rank.
