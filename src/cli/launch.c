@@ -839,7 +839,29 @@ ssh_prefix(struct strv *a, const struct ctx *c, const struct host *h)
 }
 
 /*
- * A process on another host: ssh -tt HOST 'cd DIR && exec env K=V... CMD'.
+ * The remote side's supervisor, a POSIX shell script that runs CMD ("$@")
+ * as the leader of a session and process group of its own and waits for
+ * it. It stays the terminal's session leader, so when the ssh connection
+ * drops (the launcher stopping the job, a network failure) it is the one
+ * the kernel sends SIGHUP: it then sends SIGTERM to CMD's whole group
+ * (once, whatever signals follow), and SIGKILL to what is left of it 2 s
+ * later, so a program that ignores SIGHUP, and whatever it started, ends
+ * with the job. When CMD exits by itself, what it left running in its
+ * group is ended the same way. Its exit status is CMD's (129 when it was
+ * stopped).
+ */
+static const char remote_supervisor[] =
+    "p=; stop() { kill -TERM -$p 2>/dev/null || kill -TERM $p 2>/dev/null; "
+    "i=0; while kill -0 -$p 2>/dev/null && [ $i -lt 20 ]; do sleep 0.1; "
+    "i=$((i + 1)); done; kill -KILL -$p 2>/dev/null; }; "
+    "trap 'trap \"\" HUP INT TERM; [ -n \"$p\" ] && stop; exit 129' "
+    "HUP INT TERM; if command -v setsid >/dev/null 2>&1; then "
+    "setsid \"$@\" & else \"$@\" & fi; p=$!; wait $p; rc=$?; "
+    "trap \"\" HUP INT TERM; stop; exit $rc";
+
+/*
+ * A process on another host:
+ * ssh -tt HOST 'cd DIR && exec env K=V... sh -c SUPERVISOR dtrain-remote CMD'.
  * The remote side runs on a pseudo-terminal, so when the launcher kills ssh
  * the connection drops and the remote process gets SIGHUP.
  */
@@ -867,6 +889,9 @@ plan_ssh(struct proc *p, const struct ctx *c, const struct host *h,
 		sb_add(&b, " ");
 		sb_addq(&b, p->env.v[i]);
 	}
+	sb_add(&b, " sh -c ");
+	sb_addq(&b, remote_supervisor);
+	sb_add(&b, " dtrain-remote");
 	if (cmd) {
 		for (size_t i = 0; i < ncmd; i++) {
 			sb_add(&b, " ");
@@ -2422,7 +2447,8 @@ remote_secret(const struct opts *o, const struct hosts *h, struct ctx *c,
 					c->unreached[k] = 1;
 	procs_free(p, n);
 	if (rc != 0 && remove)
-		say("the job's secret file may be left on a host: %s", r->reason);
+		say("the job's secret file may be left on a host: %s",
+		    r->reason);
 	else if (rc != 0)
 		say("job failed before it started: %s", r->reason);
 	return rc;
