@@ -501,7 +501,17 @@ dt__sched_start(dt_node *n)
 		return err;
 	DT_LOG(1, "the scheduler is connected to %d workers and %d servers",
 	       n->num_workers, n->num_servers);
-	if ((err = dt__node_wait(n, started, NULL, 0, "the start-up barrier")))
+	/* Every node has joined: the start-up barrier is a matter of
+	 * connecting to peers, bounded as the join was. */
+	err = dt__node_wait(n, started, NULL,
+	                    dt__now_ns() + (uint64_t)join_s * 1000000000ull,
+	                    "the start-up barrier");
+	if (err == DT_ETIMEDOUT)
+		return dt__fail(DT_ETIMEDOUT,
+		                "not every node reached the start-up barrier "
+		                "within DT_JOIN_TIMEOUT=%ld s of joining",
+		                join_s);
+	if (err)
 		return err;
 	DT_LOG(1, "all %d nodes are ready", count);
 	return DT_OK;
