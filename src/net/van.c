@@ -1584,6 +1584,11 @@ dt__van_send(dt_van *v, dt_conn *c, dt_msg_hdr *h, const void *meta,
 		err = write_locked(v, c, held ? vec : vec + 1, held ? n : n - 1,
 		                   dt__cmd_name(h->cmd));
 		total += held;
+		/* A write that failed part-way leaves the stream cut inside
+		 * a frame (or a record): nothing more can follow it. End the
+		 * connection, so its owner and the peer learn of it. */
+		if (err && c->link.fd >= 0)
+			c->link.ops->shutdown(&c->link);
 	}
 	pthread_mutex_unlock(&c->send_mu);
 	if (err == DT_OK)

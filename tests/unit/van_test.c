@@ -1364,6 +1364,59 @@ test_send_too_big(void **state)
 	pair_close(&p);
 }
 
+/* A peer that stops reading: the send gives up after DT_SEND_TIMEOUT with
+ * a message naming it, and the connection ends (a frame cut part-way
+ * leaves nothing that could follow it in step). Encrypted too. */
+static void
+test_send_timeout(void **state)
+{
+	const size_t big = 64u << 20;
+	uint8_t *buf = calloc(1, big);
+	uint8_t hb[DT_HDR_SIZE];
+	dt_msg_hdr h = {.cmd = DT_CMD_KV_FIRST, .seq = 1};
+	dt_crypt *tx = NULL, *rx = NULL;
+	static uint8_t sealed[DT_REC_WIRE];
+	sink s;
+	dt_van *v;
+	int port = 0, fd;
+
+	(void)state;
+	assert_non_null(buf);
+	sink_init(&s);
+	setenv("DT_SEND_TIMEOUT", "1", 1);
+	v = make_van(&s, 0);
+	unsetenv("DT_SEND_TIMEOUT");
+	assert_int_equal(dt__van_listen(v, "127.0.0.1", 0, -1, &port), DT_OK);
+	assert_int_equal(dt__van_start(v), DT_OK);
+	fd = raw_connect_noauth(port);
+	assert_true(raw_auth_with(fd, NULL, &tx, &rx));
+	dt__hdr_encode(&h, hb);
+	if (tx) /* DTRAIN_ENCRYPT=1: the frame goes as a record */
+		raw_send(fd, sealed,
+		         dt__crypt_seal(tx, hb, sizeof(hb), sealed));
+	else
+		raw_send(fd, hb, sizeof(hb));
+	assert_true(wait_count(&s, &s.nrec, 1));
+	/* The peer never reads: 64 MiB cannot all go. */
+	struct iovec iov = {buf, big};
+	uint64_t t0 = dt__now_ns();
+	dt__clear_error();
+	assert_int_equal(dt__van_send(v, s.recs[0].conn, &h, NULL, 0, &iov, 1),
+	                 DT_ETIMEDOUT);
+	assert_msg_has(dt_errmsg(), "has not read for 1 s");
+	assert_true(dt__now_ns() - t0 < 10000000000ull);
+	/* ...and the connection is over, for the owner and the peer. */
+	assert_true(wait_count(&s, &s.nclose, 1));
+	assert_false(dt__conn_is_open(s.recs[0].conn));
+	assert_true(wait_hangup(fd));
+	close(fd);
+	dt__crypt_free(tx);
+	dt__crypt_free(rx);
+	dt__van_destroy(v);
+	sink_fini(&s);
+	free(buf);
+}
+
 static void
 test_bad_listen(void **state)
 {
@@ -1864,6 +1917,7 @@ main(void)
 	    T(test_connect_retries),
 	    T(test_close_and_send),
 	    T(test_send_too_big),
+	    T(test_send_timeout),
 	    T(test_bad_listen),
 	    T(test_auth_refusals),
 	    cmocka_unit_test_setup_teardown(test_sizes_in_order,
@@ -1878,6 +1932,8 @@ main(void)
 	                                    teardown),
 	    cmocka_unit_test_setup_teardown(test_encrypted_tamper,
 	                                    setup_encrypted, teardown),
+	    cmocka_unit_test_setup_teardown(test_send_timeout, setup_encrypted,
+	                                    teardown),
 	    cmocka_unit_test(test_transport_choice),
 	    cmocka_unit_test(test_accept_out_of_fds),
 	    cmocka_unit_test(test_guard),
