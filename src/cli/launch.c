@@ -277,8 +277,9 @@ struct opts {
 	int launcher_set;
 	struct strv env; /* --env, resolved to K=V */
 	const char *sync_dir;
-	long timeout_s; /* 0 = none */
-	long grace_s;   /* servers and scheduler finish after the workers */
+	struct strv sync_exclude; /* --sync-exclude patterns, for rsync */
+	long timeout_s;           /* 0 = none */
+	long grace_s; /* servers and scheduler finish after the workers */
 	int verbose, dry_run, no_scheduler, help;
 	char **cmd; /* the worker command, NULL-terminated */
 	int ncmd;
@@ -317,6 +318,9 @@ usage(FILE *f)
 	    "      --sync-dst-dir DIR   rsync this directory to DIR on every "
 	    "host\n"
 	    "                           first, and run there (ssh)\n"
+	    "      --sync-exclude PAT   leave what matches PAT out of the copy "
+	    "(repeat;\n"
+	    "                           rsync's --exclude; .git/ always)\n"
 	    "      --timeout SEC        stop the job after SEC seconds\n"
 	    "      --grace SEC          time the servers and the scheduler get "
 	    "to\n"
@@ -532,6 +536,15 @@ parse_opts(int argc, char **argv, struct opts *o)
 				                "%s: empty directory name",
 				                name);
 			o->sync_dir = val;
+		} else if ((m = opt_value(argc, argv, &i, NULL,
+		                          "--sync-exclude", &val, &err)) != 0) {
+			if (m < 0)
+				return err;
+			if (*val == '\0')
+				return dt__fail(DT_EINVAL, "%s: empty pattern",
+				                name);
+			if ((err = strv_dup(&o->sync_exclude, val)))
+				return err;
 		} else if ((m = opt_value(argc, argv, &i, NULL, "--timeout",
 		                          &val, &err)) != 0) {
 			if (m < 0 ||
@@ -566,6 +579,9 @@ parse_opts(int argc, char **argv, struct opts *o)
 	if (o->sync_dir && o->launcher != L_SSH)
 		return dt__fail(DT_EINVAL, "--sync-dst-dir works only with "
 		                           "--launcher ssh");
+	if (o->sync_exclude.n && !o->sync_dir)
+		return dt__fail(DT_EINVAL,
+		                "--sync-exclude needs --sync-dst-dir");
 	return DT_OK;
 }
 
@@ -1154,6 +1170,12 @@ build_sync(const struct opts *o, const struct hosts *h, const struct ctx *c,
 		err = strv_dup(&p[n].argv, c->rsync);
 		if (!err)
 			err = strv_dup(&p[n].argv, "-az");
+		/* A repository's history is never needed to run the job. */
+		if (!err)
+			err = strv_dup(&p[n].argv, "--exclude=.git/");
+		for (size_t x = 0; x < o->sync_exclude.n && !err; x++)
+			err = strv_addf(&p[n].argv, "--exclude=%s",
+			                o->sync_exclude.v[x]);
 		if (!err)
 			err = strv_dup(&p[n].argv, "-e");
 		if (!err) {
@@ -2676,5 +2698,6 @@ out:
 	ctx_free(&c);
 	hosts_free(&h);
 	strv_free(&o.env);
+	strv_free(&o.sync_exclude);
 	return rc;
 }

@@ -69,10 +69,13 @@ got=$(plan -n 2 -s 0 -H hosts_dup --sync-dst-dir /tmp/job -- true)
 check "sync: one rsync per host, then the job: $got" test "$got" = \
 	"sync h1 on h1,sync h2 on h2,scheduler on localhost,worker 0 on h1,worker 1 on h2"
 check "sync: rsync command" grep -qF \
-	"sync h2 on h2: rsync -az -e 'ssh -o StrictHostKeyChecking=no -o BatchMode=yes -o ConnectTimeout=10' '--rsync-path=mkdir -p /tmp/job && rsync' $TMP/ h2:/tmp/job/" \
+	"sync h2 on h2: rsync -az --exclude=.git/ -e 'ssh -o StrictHostKeyChecking=no -o BatchMode=yes -o ConnectTimeout=10' '--rsync-path=mkdir -p /tmp/job && rsync' $TMP/ h2:/tmp/job/" \
 	"$TMP/plan"
 check "sync: workers run in the synced directory" \
 	grep -qF "worker 0 on h1: ssh -o StrictHostKeyChecking=no -o BatchMode=yes -o ConnectTimeout=10 -o ServerAliveInterval=15 -tt h1 'cd /tmp/job && exec env" "$TMP/plan"
+plan -n 2 -s 0 -H hosts2 --sync-dst-dir /tmp/job --sync-exclude 'build*/' --sync-exclude data.bin -- ./train >/dev/null
+check "sync: --sync-exclude patterns go to rsync, after .git/" grep -qF \
+	"rsync -az --exclude=.git/ '--exclude=build*/' --exclude=data.bin -e" "$TMP/plan"
 
 # mpirun: one per role, every variable with -x, no DMLC_*_ID.
 got=$(plan -n 3 -s 2 --launcher mpi -H hosts5 -- python train.py)

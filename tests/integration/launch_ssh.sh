@@ -121,7 +121,7 @@ rc=$?
 check "sync: launcher exits 0 (got $rc)" test "$rc" = 0
 check "sync: one rsync per host" test "$(wc -l <"$FAKE_RSYNC_LOG")" = 3
 check "sync: rsync arguments" has "$FAKE_RSYNC_LOG" \
-	"-az -e $TMP/fake_ssh -o StrictHostKeyChecking=no -o BatchMode=yes -o ConnectTimeout=10 --rsync-path=mkdir -p $DST && rsync $TMP/work/ h3:$DST/"
+	"-az --exclude=.git/ -e $TMP/fake_ssh -o StrictHostKeyChecking=no -o BatchMode=yes -o ConnectTimeout=10 --rsync-path=mkdir -p $DST && rsync $TMP/work/ h3:$DST/"
 check "sync: worker 0 runs in the copy" has "$OUT" "[worker 0] $DST: payload"
 check "sync: worker 1 runs in the copy" has "$OUT" "[worker 1] $DST: payload"
 

@@ -43,6 +43,10 @@ usage_case "--timeout needs a value" -n 1 --timeout
 usage_case "--grace: 'soon' is not an integer" -n 1 --grace soon true
 usage_case "--sync-dst-dir works only with --launcher ssh" \
 	-n 1 --sync-dst-dir /tmp/x true
+usage_case "--sync-exclude needs --sync-dst-dir" \
+	-n 1 -H "$TMP/hosts" --sync-exclude 'build*/' true
+usage_case "--sync-exclude: empty pattern" \
+	-n 1 -H "$TMP/hosts" --sync-dst-dir /tmp/x --sync-exclude '' true
 
 timeout 20 "$DTRAIN" launch --help >"$TMP/out" 2>&1
 check "--help exits 0 with the synopsis" \
