@@ -131,14 +131,27 @@ main(int argc, char **argv)
 	long global = batch * nw, nbatches = N / global;
 	float *x = malloc(N * sizeof(float)), *y = malloc(N * sizeof(float));
 	uint32_t *perm = malloc(N * sizeof(uint32_t));
-	for (int i = 0; i < N; i++) {
-		x[i] = (float)(i * 0.001);
-		y[i] = 5.0f * x[i] + 2.0f;
+	if (!x || !y || !perm) {
+		fprintf(stderr, "linreg: out of memory\n");
+		free(x);
+		free(y);
+		free(perm);
+		dt_kv_destroy(kv);
+		return 1;
 	}
 	if (nbatches < 1) {
 		fprintf(stderr, "linreg: global batch %ld exceeds %d samples\n",
 		        global, N);
+		free(x);
+		free(y);
+		free(perm);
+		dt_kv_destroy(kv);
 		return 2;
+	}
+
+	for (int i = 0; i < N; i++) {
+		x[i] = (float)(i * 0.001);
+		y[i] = 5.0f * x[i] + 2.0f;
 	}
 
 	/* MXNet's rescale_grad = 1 / global batch, optimizer in the store. */
@@ -219,6 +232,9 @@ main(int argc, char **argv)
 	return 0;
 fail:
 	fprintf(stderr, "linreg: %s\n", dt_errmsg());
+	free(x);
+	free(y);
+	free(perm);
 	dt_kv_destroy(kv);
 	return 1;
 }

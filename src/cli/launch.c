@@ -1880,6 +1880,10 @@ blame_order(const struct proc *p)
 }
 
 #define BLAME_WAIT_NS (300 * NS_PER_MS)
+/* A server or the scheduler that fails first has most often lost a node
+ * whose own exit is on its way (slowed by whatever runs at its exit: a
+ * leak checker, a core dump): wait longer for it. */
+#define BLAME_WAIT_SERVICE_NS (1500 * NS_PER_MS)
 
 /* Name the failure to blame (the lowest blame_order, the first seen among
  * equals) and stop the job. */
@@ -1930,7 +1934,10 @@ note_exit(struct run *r, struct proc *p)
 		if (blame_order(p) == 0)
 			blame(r);
 		else if (r->blame_at == 0)
-			r->blame_at = dt__now_ns() + BLAME_WAIT_NS;
+			r->blame_at =
+			    dt__now_ns() + (p->kind == KIND_SERVICE
+			                        ? BLAME_WAIT_SERVICE_NS
+			                        : BLAME_WAIT_NS);
 		return;
 	}
 	if (r->verbose)
