@@ -118,9 +118,10 @@ main(int argc, char **argv)
 		double s = rate(algs[i].seal, m, REC, c);
 		double o = rate(algs[i].open, c, REC + 16, back);
 		if (json)
-			printf("{\"bench\":\"aead\",\"alg\":\"%s\",\"record\":%u,"
-			       "\"seal_gbps\":%.3f,\"open_gbps\":%.3f}\n",
-			       algs[i].name, REC, s, o);
+			printf(
+			    "{\"bench\":\"aead\",\"alg\":\"%s\",\"record\":%u,"
+			    "\"seal_gbps\":%.3f,\"open_gbps\":%.3f}\n",
+			    algs[i].name, REC, s, o);
 		else
 			printf("%-18s %12.3f %12.3f\n", algs[i].name, s, o);
 	}

@@ -35,7 +35,7 @@ extern "C" {
 	X(DT_ENOTSUP, 16, "not supported")                                     \
 	X(DT_EMISMATCH, 17, "ranks disagree")                                  \
 	X(DT_ESYS, 18, "system call failed")                                   \
-	X(DT_ESHUTDOWN, 19, "cluster is shutting down")                       \
+	X(DT_ESHUTDOWN, 19, "cluster is shutting down")                        \
 	X(DT_EAUTH, 20, "authentication failed")
 
 typedef enum dt_err {

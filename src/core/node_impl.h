@@ -47,7 +47,7 @@ struct dt_node {
 	dt_node_entry *table; /* by id, 1 + S + W entries */
 	int ntable;
 	uint64_t wait_ns; /* DT_WAIT_TIMEOUT: a worker's wait for peers */
-	dt_conn **peers; /* by id; peers[0] is the scheduler */
+	dt_conn **peers;  /* by id; peers[0] is the scheduler */
 
 	pthread_mutex_t mu;
 	pthread_cond_t cv;
@@ -59,10 +59,10 @@ struct dt_node {
 	 * first error a member brought to it (dt__node_barrier_status). */
 	int barrier_err[8];
 	char barrier_msg[8][256];
-	int terminated;           /* (mu) TERMINATE received */
-	int stopping;             /* (mu) dt_node_stop in progress */
-	dt_err fatal;             /* (mu) first fatal error, DT_OK if none */
-	char fatal_msg[512];      /* (mu) */
+	int terminated;      /* (mu) TERMINATE received */
+	int stopping;        /* (mu) dt_node_stop in progress */
+	dt_err fatal;        /* (mu) first fatal error, DT_OK if none */
+	char fatal_msg[512]; /* (mu) */
 
 	/* Attached apps. Changed under mu; read without it by the I/O
 	 * thread: a slot is live once its cls is published (release/acquire,

@@ -124,10 +124,8 @@ int
 main(void)
 {
 	static const target targets[] = {
-	    {"codec", dt_fuzz_codec_one},
-	    {"control", dt_fuzz_control_one},
-	    {"kv", dt_fuzz_kv_one},
-	    {"coll", dt_fuzz_coll_one},
+	    {"codec", dt_fuzz_codec_one}, {"control", dt_fuzz_control_one},
+	    {"kv", dt_fuzz_kv_one},       {"coll", dt_fuzz_coll_one},
 	    {"auth", dt_fuzz_auth_one},
 	};
 	const struct CMUnitTest tests[] = {
