@@ -2431,8 +2431,7 @@ run_procs(struct run *r, struct proc *p, size_t n)
 /* The ssh launcher's secret file on every host: written before the job
  * (mode 0600, from ssh's input: on no command line), removed after. */
 static int
-remote_secret(const struct opts *o, const struct hosts *h, struct ctx *c,
-              struct run *r, int remove)
+remote_secret(const struct hosts *h, struct ctx *c, struct run *r, int remove)
 {
 	struct proc *p = NULL;
 	size_t n = 0;
@@ -2441,7 +2440,6 @@ remote_secret(const struct opts *o, const struct hosts *h, struct ctx *c,
 	int rc;
 	dt_err err;
 
-	(void)o;
 	sb_add(&b, "cd ");
 	sb_addq(&b, c->cwd);
 	sb_add(&b, remove ? " && rm -f " : " && umask 077 && cat > ");
@@ -2571,9 +2569,8 @@ run_job(const struct opts *o, const struct hosts *h, struct ctx *c)
 			goto out;
 		}
 	}
-	if (c->remote_secret_file &&
-	    (rc = remote_secret(o, h, c, &r, 0)) != 0) {
-		(void)remote_secret(o, h, c, &r, 1);
+	if (c->remote_secret_file && (rc = remote_secret(h, c, &r, 0)) != 0) {
+		(void)remote_secret(h, c, &r, 1);
 		goto out;
 	}
 	if ((err = build_plan(o, h, c, &p, &n))) {
@@ -2590,7 +2587,7 @@ run_job(const struct opts *o, const struct hosts *h, struct ctx *c)
 	if (c->remote_secret_file) {
 		/* Whatever became of the job, and within a short while. */
 		r.deadline = dt__now_ns() + 30 * NS_PER_S;
-		(void)remote_secret(o, h, c, &r, 1);
+		(void)remote_secret(h, c, &r, 1);
 	}
 out:
 	procs_free(p, n);

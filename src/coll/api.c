@@ -89,9 +89,9 @@ submit(dt_coll *c, coll_op *op, int sync)
 		op_free(op);
 		pthread_mutex_lock(&c->mu);
 		c->exec_busy = 0;
-		if (!dt__list_empty(
-		        &c->queue)) /* queued behind us meanwhile (from another
-		     thread): the background thread takes over */
+		/* Queued behind us meanwhile (from another thread): the
+		 * background thread takes over. */
+		if (!dt__list_empty(&c->queue))
 			pthread_cond_signal(&c->bg_cv);
 		pthread_mutex_unlock(&c->mu);
 		return;

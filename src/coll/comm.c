@@ -297,8 +297,7 @@ posted_ready(dt_coll *c, coll_op *op, int peer, const dt__coll_sig *sig,
 static void
 posted_abort(coll_op *op, int peer, dt_err err, const char *text)
 {
-	if (!err || (int)err >= DT__ERR_COUNT)
-		err = DT_EPEER;
+	err = dt__err_from_wire((uint64_t)err, DT_EPEER);
 	if (text && *text)
 		dt__coll_op_fail(op, err, 0, "%s", text);
 	else

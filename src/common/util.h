@@ -16,6 +16,15 @@
 #define DT__ERR_COUNT_(name, value, text) +1
 enum { DT__ERR_COUNT = 0 DT_ERR_TABLE(DT__ERR_COUNT_) };
 
+/* An error code a peer sent: itself when it names one of the table's
+ * failures, else `other` (0 is no failure, and stays 0 when other is). */
+static inline dt_err
+dt__err_from_wire(uint64_t code, dt_err other)
+{
+	return code > 0 && code < (uint64_t)DT__ERR_COUNT ? (dt_err)code
+	                                                  : other;
+}
+
 #if defined(__GNUC__)
 #define DT_PRINTF(a, b) __attribute__((format(printf, a, b)))
 #else

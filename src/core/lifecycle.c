@@ -102,6 +102,7 @@ hook_on_close(void *arg, dt_conn *c, dt_err why)
 	int peer = dt__conn_peer(c);
 	char name[64];
 	int quiet, joined;
+	const char *auth = dt__env_str("DTRAIN_AUTH");
 
 	if (n->role == DT_ROLE_SCHEDULER) {
 		dt__sched_on_close(n, c, why);
@@ -122,11 +123,11 @@ hook_on_close(void *arg, dt_conn *c, dt_err why)
 		                   "lost the connection to the scheduler at "
 		                   "%s%s",
 		                   dt__conn_addr(c),
-		                   joined || dt__env_str("DTRAIN_AUTH") == NULL
-		                       ? ""
-		                       : " before joining (this node runs with "
+		                   !joined && auth && strcmp(auth, "none") == 0
+		                       ? " before joining (this node runs with "
 		                         "DTRAIN_AUTH=none: does the job "
-		                         "require authentication?)");
+		                         "require authentication?)"
+		                       : "");
 		return;
 	}
 	/* A worker that lost a server it talks to fails what waits on it. */

@@ -148,9 +148,8 @@ dt__member_on_msg(dt_node *n, dt_conn *c, dt_msg *m)
 			return;
 		pthread_mutex_lock(&n->mu);
 		n->barrier_err[m->hdr.arg0] =
-		    m->hdr.key == 0                        ? 0
-		    : m->hdr.key < (uint64_t)DT__ERR_COUNT ? (int)m->hdr.key
-		                                           : (int)DT_EPEER;
+		    m->hdr.key ? (int)dt__err_from_wire(m->hdr.key, DT_EPEER)
+		               : 0;
 		dt__printable(m->meta ? (const char *)m->meta : "",
 		              n->barrier_msg[m->hdr.arg0],
 		              sizeof(n->barrier_msg[m->hdr.arg0]));

@@ -178,9 +178,8 @@ on_barrier(dt_node *n, dt_conn *c, dt_msg *m)
 	if (m->hdr.key != 0 && s->round_err[mask] == 0) {
 		char text[256], name[64];
 
-		s->round_err[mask] = m->hdr.key < (uint64_t)DT__ERR_COUNT
-		                         ? (int)m->hdr.key
-		                         : (int)DT_EPEER;
+		s->round_err[mask] =
+		    (int)dt__err_from_wire(m->hdr.key, DT_EPEER);
 		dt__node_name(n, peer, name, sizeof(name));
 		snprintf(s->round_msg[mask], sizeof(s->round_msg[mask]),
 		         "%s: %s", name,

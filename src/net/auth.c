@@ -256,8 +256,7 @@ session(const dt_auth *a, const dt_auth_hs *hs, int connector, dt_crypt **tx,
 	    (hs->peer_flags & DT_AUTH_FLAG_ENCRYPT))
 		return dt__fail(
 		    DT_EAUTH,
-		    "authentication failed: this node %s "
-		    "encryption and the peer %s "
+		    "this node %s encryption and the peer %s "
 		    "(DTRAIN_ENCRYPT must be the same on every node)",
 		    (a->flags & DT_AUTH_FLAG_ENCRYPT) ? "asks for"
 		                                      : "does not want",
@@ -324,17 +323,16 @@ dt__auth_on_challenge(const dt_auth *a, dt_auth_hs *hs,
 	*tx = *rx = NULL;
 	if (memcmp(in, magic_chal, 4) != 0)
 		return dt__fail(
-		    DT_EAUTH, "authentication failed: the peer did not answer "
-		              "the handshake (DTRAIN_AUTH=none there, or not "
-		              "a dtrain node)");
+		    DT_EAUTH, "the peer did not answer the handshake "
+		              "(DTRAIN_AUTH=none there, or not a dtrain node)");
 	mac(a, "srv", hs->hello, DT_AUTH_HELLO_LEN, in, 8 + NONCE_LEN, want);
 	ok = crypto_verify_32(want, in + 8 + NONCE_LEN) == 0;
 	sodium_memzero(want, sizeof(want));
 	if (!ok)
 		return dt__fail(DT_EAUTH,
-		                "authentication failed: the peer does not hold "
-		                "this job's key (a different DTRAIN_SECRET, or "
-		                "a node of another job: DTRAIN_JOB_ID)");
+		                "the peer does not hold this job's key (a "
+		                "different DTRAIN_SECRET, or a node of another "
+		                "job: DTRAIN_JOB_ID)");
 	memcpy(hs->challenge, in, DT_AUTH_CHALLENGE_LEN);
 	hs->peer_flags = dt__get_u32(in + 4);
 	memcpy(proof, magic_proof, 4);

@@ -830,9 +830,10 @@ crypt_recv(dt_conn *c, uint8_t *buf, size_t len)
 		}
 		if (n < 0 && errno == EINTR)
 			continue;
+		/* Bytes in hand go first; the end or the error comes again
+		 * on the next call. */
 		if (done > 0)
-			return (
-			    ssize_t)done; /* the end or the error next time */
+			return (ssize_t)done;
 		if (n == 0 && c->raw_len > c->raw_off) {
 			dt__fail(DT_EAUTH, "the stream ends inside a record");
 			errno = EBADMSG;
@@ -1181,8 +1182,10 @@ recv_small(dt_link *l, uint8_t *buf, size_t len, uint64_t deadline)
 		}
 		if (n == 0)
 			return dt__fail(DT_EAUTH,
-			                "closed the connection during "
-			                "the handshake");
+			                "closed the connection during the "
+			                "handshake (does it hold this job's "
+			                "secret, and run with authentication "
+			                "on?)");
 		if (errno == EINTR)
 			continue;
 		if (errno != EAGAIN && errno != EWOULDBLOCK)
@@ -1237,13 +1240,10 @@ dt__van_connect(dt_van *v, const char *host, int port, int timeout_ms,
 
 		snprintf(why, sizeof(why), "%s", dt_errmsg());
 		link.ops->close(&link);
-		if (err == DT_EAUTH && strncmp(why, "authentication", 14) != 0)
-			return dt__fail(DT_EAUTH,
-			                "authentication failed: %s at %s:%d %s "
-			                "(does it hold this job's secret, and "
-			                "run with authentication on?)",
-			                what, host, port, why);
-		return dt__fail(err, "%s at %s:%d: %s", what, host, port, why);
+		return dt__fail(err, "%s%s at %s:%d: %s",
+		                err == DT_EAUTH ? "authentication failed: "
+		                                : "",
+		                what, host, port, why);
 	}
 	c = conn_new(v, &link);
 	if (c == NULL) {
