@@ -1392,8 +1392,13 @@ kill_sessions(const pid_t *sids, size_t n, int sig, pid_t self)
 	struct dirent *de;
 	DIR *d;
 
-	for (size_t i = 0; i < n; i++)
+	/* A stopped process (SIGSTOP, a debugger) acts on SIGTERM only once
+	 * continued: continue it too. */
+	for (size_t i = 0; i < n; i++) {
 		kill(-sids[i], sig);
+		if (sig == SIGTERM)
+			kill(-sids[i], SIGCONT);
+	}
 	if ((d = opendir("/proc")) == NULL)
 		return;
 	while ((de = readdir(d)) != NULL) {
@@ -1420,8 +1425,11 @@ kill_sessions(const pid_t *sids, size_t n, int sig, pid_t self)
 		           &sid) != 4)
 			continue;
 		if (pid != self &&
-		    bsearch(&(pid_t){sid}, sids, n, sizeof(pid_t), cmp_pid))
+		    bsearch(&(pid_t){sid}, sids, n, sizeof(pid_t), cmp_pid)) {
 			kill(pid, sig);
+			if (sig == SIGTERM)
+				kill(pid, SIGCONT);
+		}
 	}
 	closedir(d);
 }
@@ -1931,13 +1939,19 @@ note_exit(struct run *r, struct proc *p)
 		/* A process killed by a signal is the likeliest cause: at
 		 * once. Otherwise wait a moment for the exit that caused
 		 * this one. */
-		if (blame_order(p) == 0)
+		if (blame_order(p) == 0) {
 			blame(r);
-		else if (r->blame_at == 0)
-			r->blame_at =
+		} else {
+			/* (a worker's failure after a service's: what the
+			 * longer wait was for has come) */
+			uint64_t at =
 			    dt__now_ns() + (p->kind == KIND_SERVICE
 			                        ? BLAME_WAIT_SERVICE_NS
 			                        : BLAME_WAIT_NS);
+
+			if (r->blame_at == 0 || at < r->blame_at)
+				r->blame_at = at;
+		}
 		return;
 	}
 	if (r->verbose)

@@ -132,6 +132,30 @@ dt__env_long(const char *name, long def, long lo, long hi, long *out)
 	return dt__parse_long(name, v, lo, hi, out);
 }
 
+dt_err
+dt__env_seconds(const char *name, double def, double lo, double hi,
+                uint64_t *out_ns)
+{
+	const char *v = dt__env_str(name);
+	char *end;
+	double d;
+
+	if (v == NULL) {
+		*out_ns = (uint64_t)(def * 1e9 + 0.5);
+		return DT_OK;
+	}
+	errno = 0;
+	d = strtod(v, &end);
+	if (end == v || *end != '\0' || errno || !(d >= lo && d <= hi))
+		return dt__fail(
+		    DT_ECONFIG,
+		    "%s: '%s' is not a number of seconds from %g to "
+		    "%g",
+		    name, v, lo, hi);
+	*out_ns = (uint64_t)(d * 1e9 + 0.5);
+	return DT_OK;
+}
+
 void *
 dt__malloc(size_t n)
 {

@@ -77,6 +77,10 @@ dt__now_s(void)
  * and a message naming the variable.
  */
 dt_err dt__env_long(const char *name, long def, long lo, long hi, long *out);
+/* A duration in seconds (decimals allowed: "0.5"), in ns; unset or empty
+ * gives def; outside [lo, hi] or not a number fails with DT_ECONFIG. */
+dt_err dt__env_seconds(const char *name, double def, double lo, double hi,
+                       uint64_t *out_ns);
 /* The variable's value, or NULL if unset or empty. */
 const char *dt__env_str(const char *name);
 /* Parse an integer in [lo, hi] from s; what names the setting in errors. */

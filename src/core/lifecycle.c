@@ -132,8 +132,18 @@ hook_on_close(void *arg, dt_conn *c, dt_err why)
 	}
 	/* A worker that lost a server it talks to fails what waits on it. */
 	if (peer > 0 && !quiet) {
+		char cause[DT_HOST_MAX + 128];
+
 		dt__node_name(n, peer, name, sizeof(name));
 		DT_LOG(1, "connection to %s closed", name);
+		if (dt__watch_root_silent(n, cause, sizeof(cause))) {
+			/* The peer most likely left because the scheduler
+			 * froze: say so, and end the job here too. */
+			dt__node_set_fatal(n, DT_EPEER,
+			                   "lost the connection to %s; the %s",
+			                   name, cause);
+			return;
+		}
 		dt__node_fail_apps(n, peer, DT_EPEER);
 	}
 }
@@ -145,6 +155,7 @@ node_free(dt_node *n)
 	pthread_mutex_lock(&n->mu);
 	n->stopping = 1;
 	pthread_mutex_unlock(&n->mu);
+	dt__watch_stop(n);
 	dt__van_destroy(n->van); /* no I/O thread from here on */
 	dt__apps_stop(n);
 	dt__sched_free(n);
@@ -225,6 +236,9 @@ dt_node_start(const dt_node_config *cfg, dt_node **out)
 			goto fail;
 		dt__van_guard(n->van, (uint64_t)secs * 1000000000ull,
 		              (int)pending);
+		if ((err = dt__watch_config(&n->hb_interval_ns,
+		                            &n->hb_timeout_ns)))
+			goto fail;
 	}
 
 	if (cfg->role == DT_ROLE_SCHEDULER) {
@@ -235,7 +249,7 @@ dt_node_start(const dt_node_config *cfg, dt_node **out)
 			goto fail;
 		if ((err = dt__sched_create(n)))
 			goto fail;
-		if ((err = dt__van_start(n->van)))
+		if ((err = dt__van_start(n->van)) || (err = dt__watch_start(n)))
 			goto fail;
 		DT_LOG(1,
 		       "scheduler listening on %s:%d for %d servers and %d "
@@ -265,7 +279,7 @@ dt_node_start(const dt_node_config *cfg, dt_node **out)
 		goto fail;
 	if ((err = dt__van_listen(n->van, n->host, cfg->port, -1, &n->port)))
 		goto fail;
-	if ((err = dt__van_start(n->van)))
+	if ((err = dt__van_start(n->van)) || (err = dt__watch_start(n)))
 		goto fail;
 	DT_LOG(1, "%s listening on %s:%d", dt_role_name(n->role), n->host,
 	       n->port);

@@ -173,6 +173,8 @@ dt__member_on_msg(dt_node *n, dt_conn *c, dt_msg *m)
 		                   "job aborted by the scheduler: %s",
 		                   m->meta ? (const char *)m->meta : "?");
 		return;
+	case DT_CMD_HEARTBEAT:
+		return; /* its bytes were the point (watch.c) */
 	case DT_CMD_TEXT:
 		/* From a connection that said who it is, named by that. */
 		if (dt__conn_peer(c) < 0) {
@@ -285,6 +287,7 @@ dt__member_start(dt_node *n)
 		        : "; raise DT_CONNECT_TIMEOUT to wait longer");
 	}
 	dt__conn_set_peer(sc, 0);
+	__atomic_store_n(&n->root, sc, __ATOMIC_RELEASE); /* heartbeats */
 	DT_LOG(1, "connected to the scheduler at %s:%d", n->cfg.root_uri,
 	       n->cfg.root_port);
 

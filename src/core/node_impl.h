@@ -72,6 +72,13 @@ struct dt_node {
 	dt__node_app apps[DT__MAX_APPS];
 	unsigned started; /* registry classes started on this node, by bit */
 	dt_sched *sched;  /* scheduler state, NULL on other roles */
+
+	/* Heartbeats (watch.c): PS_HEARTBEAT_INTERVAL and _TIMEOUT, the
+	 * member's connection to the scheduler (set once, when made), and
+	 * the watching thread. */
+	uint64_t hb_interval_ns, hb_timeout_ns;
+	dt_conn *root;
+	struct dt_watch *watch;
 };
 
 /* The attached app owning cmd, or NULL. */
@@ -103,7 +110,24 @@ dt_err dt__node_wait_count(dt_node *n, const void *flag, int is64,
 dt_err dt__member_start(dt_node *n);
 void dt__member_on_msg(dt_node *n, dt_conn *c, dt_msg *m);
 
+/* Heartbeats (watch.c): read PS_HEARTBEAT_*; start the thread that sends
+ * them and judges the peers' silence (after the van started); stop it
+ * (before the van is destroyed). */
+dt_err dt__watch_config(uint64_t *interval_ns, uint64_t *timeout_ns);
+dt_err dt__watch_start(dt_node *n);
+void dt__watch_stop(dt_node *n);
+/* 1 with why = "scheduler (pid 4242 on host h) has sent nothing for 3.1 s"
+ * when a member's scheduler has missed two heartbeats: the likelier cause
+ * of a peer's loss than the peer. */
+int dt__watch_root_silent(dt_node *n, char *why, size_t cap);
+
 /* Scheduler side (scheduler.c). */
+/* (n->mu held) What the scheduler's heartbeats go to: by node id once
+ * ranks are assigned (*judge = 1; NULL for itself and for a node that has
+ * left), else the joiners' connections (*judge = 0). Returns the count. */
+int dt__sched_watch_list(dt_node *n, dt_conn **out, int cap, int *judge);
+/* Abort the job, telling every node why (reason names the culprit). */
+void dt__sched_abort(dt_node *n, const char *reason);
 /* Allocate the scheduler's state; before the I/O thread starts. */
 dt_err dt__sched_create(dt_node *n);
 dt_err dt__sched_start(dt_node *n);

@@ -89,6 +89,38 @@ abort_job(dt_node *n, const char *reason)
 	dt__node_set_fatal(n, DT_EPEER, "aborting the job: %s", reason);
 }
 
+void
+dt__sched_abort(dt_node *n, const char *reason)
+{
+	abort_job(n, reason);
+}
+
+int
+dt__sched_watch_list(dt_node *n, dt_conn **out, int cap, int *judge)
+{
+	dt_sched *s = n->sched;
+	int k = 0;
+
+	if (s == NULL)
+		return 0;
+	if (!s->assigned) {
+		*judge = 0;
+		for (int i = 0; i < s->nj && k < cap; i++)
+			out[k++] = s->j[i].conn;
+		return k;
+	}
+	*judge = 1;
+	out[k++] = NULL; /* itself */
+	for (; k < n->ntable && k < cap; k++) {
+		int gone = s->left[k] ||
+		           (s->ending && n->table[k].role == DT_ROLE_SERVER);
+
+		out[k] = gone ? NULL
+		              : __atomic_load_n(&n->peers[k], __ATOMIC_ACQUIRE);
+	}
+	return k;
+}
+
 static void
 on_add_node(dt_node *n, dt_conn *c, dt_msg *m)
 {

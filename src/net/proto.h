@@ -34,7 +34,7 @@
 	X(WORKER_DONE, 7, "worker -> scheduler")                               \
 	X(TERMINATE, 8, "scheduler -> server")                                 \
 	X(ABORT, 9, "scheduler -> node")                                       \
-	X(HEARTBEAT, 10, "node -> scheduler")                                  \
+	X(HEARTBEAT, 10, "any node -> its peers")                                  \
 	X(TEXT, 11, "any -> any")                                              \
 	/* KVStore (kv/). */                                                   \
 	X(KV_CONFIG, 32, "worker 0 -> server")                                 \

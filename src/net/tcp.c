@@ -106,12 +106,12 @@ tcp_sendv(dt_link *l, const struct iovec *iov, int iovcnt)
 	return sendmsg(l->fd, &mh, MSG_NOSIGNAL);
 }
 
-static void
+static int
 tcp_wait_writable(dt_link *l, int timeout_ms)
 {
 	struct pollfd pfd = {.fd = l->fd, .events = POLLOUT};
 
-	poll(&pfd, 1, timeout_ms);
+	return poll(&pfd, 1, timeout_ms) == 1 && (pfd.revents & POLLOUT);
 }
 
 /*

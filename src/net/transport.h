@@ -53,8 +53,9 @@ struct dt_transport_ops {
 	 * now). sendv never raises SIGPIPE. */
 	ssize_t (*recv)(dt_link *l, void *buf, size_t len);
 	ssize_t (*sendv)(dt_link *l, const struct iovec *iov, int iovcnt);
-	/* Wait up to timeout_ms for room to send. */
-	void (*wait_writable)(dt_link *l, int timeout_ms);
+	/* Wait up to timeout_ms (0: just look) for room to send: 1 if
+	 * there is room. */
+	int (*wait_writable)(dt_link *l, int timeout_ms);
 	/* How many bytes of a payload are still to come (0 between frames):
 	 * a transport may wake the reader less often meanwhile. Optional. */
 	void (*expect)(dt_link *l, uint64_t rest);

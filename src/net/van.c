@@ -54,6 +54,9 @@ struct dt_conn {
 	atomic_int open;
 	atomic_int vouched; /* the owner knows the peer (dt__conn_vouch) */
 	uint64_t born_ns;   /* accepted at */
+	/* When bytes last came in (or the connection was made): the
+	 * heartbeats' measure of a peer's silence (dt__conn_silent_ns). */
+	atomic_uint_fast64_t heard_ns;
 	char addr[64];
 	pthread_mutex_t send_mu;
 	uint8_t *obuf; /* (send_mu) frames held by a corked thread */
@@ -142,6 +145,12 @@ struct dt_van {
 	atomic_uint_fast64_t sent;
 	atomic_uint_fast64_t recvd;
 	atomic_int stopping;
+	/* The reading side's own stalls: when a dispatch that is still
+	 * running began (0: none runs), and when the last one that took
+	 * longer than STALL_NS ended. A peer is not silent while this node
+	 * itself did not read (dt__conn_silent_ns). */
+	atomic_uint_fast64_t busy_since;
+	atomic_uint_fast64_t stall_end;
 };
 
 /* A pointer value no buffer has: payload_dest returns it to discard. */
@@ -165,6 +174,7 @@ conn_new(dt_van *v, const dt_link *link)
 	c->peer = -1;
 	atomic_store(&c->vouched, 1);
 	c->born_ns = dt__now_ns();
+	atomic_store(&c->heard_ns, c->born_ns);
 	atomic_store(&c->open, 1);
 	pthread_mutex_init(&c->send_mu, NULL);
 	snprintf(c->addr, sizeof(c->addr), "?");
@@ -957,6 +967,7 @@ read_all(dt_van *v, dt_conn *c)
 static void
 conn_readable(dt_van *v, dt_conn *c)
 {
+	atomic_store(&c->heard_ns, dt__now_ns());
 	read_all(v, c);
 	if (atomic_load(&c->open))
 		fit_lowat(c);
@@ -964,8 +975,28 @@ conn_readable(dt_van *v, dt_conn *c)
 
 /* Handle what epoll reported (dispatch_mu held). Returns 1 if a big payload
  * is still coming in on one of the connections. */
+/* A dispatch longer than this is a stall of the reading side. */
+#define STALL_NS 100000000ull
+
+static int dispatch_events(dt_van *v, const struct epoll_event *evs, int n);
+
 static int
 dispatch(dt_van *v, const struct epoll_event *evs, int n)
+{
+	uint64_t t0 = dt__now_ns(), t1;
+	int big;
+
+	atomic_store(&v->busy_since, t0);
+	big = dispatch_events(v, evs, n);
+	t1 = dt__now_ns();
+	if (t1 - t0 > STALL_NS)
+		atomic_store(&v->stall_end, t1);
+	atomic_store(&v->busy_since, 0);
+	return big;
+}
+
+static int
+dispatch_events(dt_van *v, const struct epoll_event *evs, int n)
 {
 	int big = 0;
 
@@ -1596,6 +1627,51 @@ dt__van_send(dt_van *v, dt_conn *c, dt_msg_hdr *h, const void *meta,
 	if (vec != local)
 		free(vec);
 	return err;
+}
+
+dt_err
+dt__van_beat(dt_van *v, dt_conn *c, dt_msg_hdr *h, int *sent)
+{
+	uint8_t hb[DT_HDR_SIZE];
+	struct iovec iov = {hb, DT_HDR_SIZE};
+	dt_err err = DT_OK;
+
+	*sent = 0;
+	h->meta_len = 0;
+	h->payload_len = 0;
+	dt__hdr_encode(h, hb);
+	if (pthread_mutex_trylock(&c->send_mu) != 0)
+		return DT_OK; /* a send is under way: it speaks for us */
+	if (!atomic_load(&c->open) || c->link.fd < 0) {
+		err = dt__fail(DT_ECLOSED, "send %s to %s: connection closed",
+		               dt__cmd_name(h->cmd), c->addr);
+	} else if (c->olen == 0 && c->link.ops->wait_writable(&c->link, 0)) {
+		/* Room for far more than a header: the write cannot block. */
+		err = write_locked(v, c, &iov, 1, dt__cmd_name(h->cmd));
+		if (err && c->link.fd >= 0)
+			c->link.ops->shutdown(&c->link);
+		if (err == DT_OK) {
+			*sent = 1;
+			atomic_fetch_add(&v->sent, DT_HDR_SIZE);
+		}
+	}
+	pthread_mutex_unlock(&c->send_mu);
+	return err;
+}
+
+uint64_t
+dt__conn_silent_ns(const dt_conn *c, uint64_t now)
+{
+	const dt_van *v = c->van;
+	uint64_t busy = atomic_load(&v->busy_since);
+	uint64_t heard = atomic_load(&c->heard_ns);
+	uint64_t stall = atomic_load(&v->stall_end);
+
+	if (busy && now > busy && now - busy > STALL_NS)
+		return 0; /* this node is not reading: it cannot tell */
+	if (stall > heard)
+		heard = stall;
+	return now > heard ? now - heard : 0;
 }
 
 void

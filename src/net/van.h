@@ -129,6 +129,22 @@ void dt__van_wait(dt_van *v, dt_gen *g, pthread_mutex_t *mu, pthread_cond_t *cv,
 void dt__van_cork(dt_van *v);
 dt_err dt__van_uncork(dt_van *v);
 
+/*
+ * A header-only frame (a heartbeat) that never waits: sent (*sent = 1)
+ * when c's send side is free and has room, else skipped (*sent = 0, DT_OK:
+ * a send under way, or a peer that does not read, speaks for itself).
+ */
+dt_err dt__van_beat(dt_van *v, dt_conn *c, dt_msg_hdr *h, int *sent);
+
+/*
+ * How long c's peer has been silent at now (dt__now_ns): since bytes last
+ * came from it, or since this node's reading side last came back from a
+ * stall of its own (a hook that ran for a long time), whichever is later;
+ * 0 while such a stall goes on. So a node busy in a long computation never
+ * takes its peers for dead.
+ */
+uint64_t dt__conn_silent_ns(const dt_conn *c, uint64_t now);
+
 /* Close a connection (the on_close hook runs in the I/O thread). */
 void dt__van_close(dt_van *v, dt_conn *c);
 

@@ -1,0 +1,278 @@
+/*
+ * watch.c - heartbeats: every node and the scheduler watch each other, so a
+ * peer that froze (SIGSTOP, a dead host whose connection stays open, a
+ * partition) is noticed, named and ends the job instead of hanging it.
+ *
+ * One thread per node. Every PS_HEARTBEAT_INTERVAL it sends a HEARTBEAT
+ * (a bare header) on each of the node's connections to the job - a member
+ * to the scheduler and to its peers, the scheduler to every node - unless a
+ * send is already under way there, which speaks for it (dt__van_beat never
+ * waits). Any bytes count as a sign of life (dt__conn_silent_ns, which also
+ * forgives the silence of a peer while this node itself did not read).
+ *
+ * A peer silent for PS_HEARTBEAT_TIMEOUT is dead:
+ *   - the scheduler aborts the job, naming it ("server 1 (pid 4242 on host
+ *     h2) sent nothing for 10.0 s"), so every survivor's error names it;
+ *   - a member whose scheduler went silent fails with the same kind of
+ *     message;
+ *   - a member whose peer went silent (a partition the scheduler does not
+ *     see) waits a little longer first (peer_grace), so that where the
+ *     scheduler sees the same silence, its ABORT is what everyone reports.
+ */
+#include <errno.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "core/node_impl.h"
+
+struct dt_watch {
+	dt_node *n;
+	uint64_t interval_ns; /* 0: send none */
+	uint64_t timeout_ns;  /* 0: judge none */
+	uint64_t tick_ns;
+	dt_conn **cs; /* (watch thread) a round's connections */
+	int cap;
+	pthread_t thread;
+	pthread_mutex_t mu;
+	pthread_cond_t cv; /* CLOCK_MONOTONIC */
+	int stop;          /* (mu) */
+};
+
+dt_err
+dt__watch_config(uint64_t *interval_ns, uint64_t *timeout_ns)
+{
+	dt_err err;
+
+	if ((err = dt__env_seconds("PS_HEARTBEAT_INTERVAL", 1.0, 0, 3600,
+	                           interval_ns)) ||
+	    (err = dt__env_seconds("PS_HEARTBEAT_TIMEOUT", 10.0, 0, 86400,
+	                           timeout_ns)))
+		return err;
+	if (*timeout_ns && (*interval_ns == 0 || *interval_ns >= *timeout_ns))
+		return dt__fail(
+		    DT_ECONFIG,
+		    "PS_HEARTBEAT_INTERVAL=%.3g s must be more than 0 "
+		    "and less than PS_HEARTBEAT_TIMEOUT=%.3g s (0 "
+		    "turns the timeout off)",
+		    (double)*interval_ns * 1e-9, (double)*timeout_ns * 1e-9);
+	return DT_OK;
+}
+
+/* The extra silence a member allows a peer other than the scheduler. */
+static uint64_t
+peer_grace(const struct dt_watch *w)
+{
+	uint64_t g = 2 * w->interval_ns, half = w->timeout_ns / 2;
+
+	return g > half ? g : half;
+}
+
+/* "server 1 (pid 4242 on host h2)", or the address before the table. */
+static void
+describe(dt_node *n, int id, dt_conn *c, char *out, size_t cap)
+{
+	char name[64];
+	const dt_node_entry *e = dt__node_entry(n, id);
+
+	dt__node_name(n, id, name, sizeof(name));
+	if (e && e->pid > 0)
+		snprintf(out, cap, "%s (pid %d on host %s)", name, e->pid,
+		         e->host);
+	else
+		snprintf(out, cap, "%s (at %s)", name, dt__conn_addr(c));
+}
+
+/* The connections this node watches, by node id (NULL where none), in
+ * out[0..cap); the count. *judge = 0 while the scheduler has not assigned
+ * ranks: it then beats the joiners (who watch it) but judges nobody. */
+static int
+targets(dt_node *n, dt_conn **out, int cap, int *judge)
+{
+	int k;
+
+	pthread_mutex_lock(&n->mu);
+	*judge = 1;
+	if (n->role == DT_ROLE_SCHEDULER) {
+		k = dt__sched_watch_list(n, out, cap, judge);
+	} else {
+		out[0] = __atomic_load_n(&n->root, __ATOMIC_ACQUIRE);
+		k = 1;
+		for (int id = 1; n->have_table && id < n->ntable && id < cap;
+		     id++, k++)
+			out[id] =
+			    __atomic_load_n(&n->peers[id], __ATOMIC_ACQUIRE);
+	}
+	pthread_mutex_unlock(&n->mu);
+	return k;
+}
+
+/* Whether the node still cares: not failed, not on its way out. */
+static int
+watching(dt_node *n)
+{
+	int on;
+
+	pthread_mutex_lock(&n->mu);
+	on = n->fatal == DT_OK && !n->terminated && !n->stopping;
+	pthread_mutex_unlock(&n->mu);
+	return on;
+}
+
+static void
+judge(struct dt_watch *w, int id, dt_conn *c, uint64_t now)
+{
+	dt_node *n = w->n;
+	uint64_t silent = dt__conn_silent_ns(c, now), limit = w->timeout_ns;
+	char who[DT_HOST_MAX + 96], reason[DT_HOST_MAX + 256];
+
+	if (n->role != DT_ROLE_SCHEDULER && id != 0)
+		limit += peer_grace(w);
+	if (silent <= limit || !dt__conn_is_open(c) || !watching(n))
+		return;
+	describe(n, id, c, who, sizeof(who));
+	snprintf(reason, sizeof(reason),
+	         "%s sent nothing for %.1f s (PS_HEARTBEAT_TIMEOUT=%.3g s)",
+	         who, (double)silent * 1e-9, (double)w->timeout_ns * 1e-9);
+	dt__log(0, "%s", reason);
+	if (n->role == DT_ROLE_SCHEDULER)
+		dt__sched_abort(n, reason);
+	else
+		dt__node_set_fatal(n, DT_EPEER, "%s", reason);
+	dt__van_close(n->van, c);
+}
+
+static void
+round_of(struct dt_watch *w, int beat)
+{
+	dt_node *n = w->n;
+	uint64_t now = dt__now_ns();
+	int judging, k = targets(n, w->cs, w->cap, &judging);
+
+	for (int i = 0; i < k; i++) {
+		dt_conn *c = w->cs[i];
+		int sent;
+
+		if (c == NULL || !dt__conn_is_open(c))
+			continue;
+		if (beat) {
+			dt_msg_hdr h = {.cmd = DT_CMD_HEARTBEAT};
+
+			h.sender = (uint32_t)(n->id < 0 ? 0 : n->id);
+			h.recver = (uint32_t)(judging ? i : 0);
+			(void)dt__van_beat(n->van, c, &h, &sent);
+		}
+		if (judging && w->timeout_ns)
+			judge(w, i, c, now);
+	}
+}
+
+int
+dt__watch_root_silent(dt_node *n, char *why, size_t cap)
+{
+	struct dt_watch *w = n->watch;
+	dt_conn *c = __atomic_load_n(&n->root, __ATOMIC_ACQUIRE);
+	char who[DT_HOST_MAX + 96];
+	uint64_t silent;
+
+	if (w == NULL || c == NULL || w->interval_ns == 0)
+		return 0;
+	silent = dt__conn_silent_ns(c, dt__now_ns());
+	if (silent <= 2 * w->interval_ns)
+		return 0;
+	describe(n, 0, c, who, sizeof(who));
+	snprintf(why, cap, "%s has sent nothing for %.1f s", who,
+	         (double)silent * 1e-9);
+	return 1;
+}
+
+static void *
+watch_main(void *arg)
+{
+	struct dt_watch *w = arg;
+	uint64_t next_beat = 0;
+
+	pthread_mutex_lock(&w->mu);
+	while (!w->stop) {
+		uint64_t now = dt__now_ns();
+		int beat = w->interval_ns && now >= next_beat;
+
+		pthread_mutex_unlock(&w->mu);
+		if (beat)
+			next_beat = now + w->interval_ns;
+		round_of(w, beat);
+		pthread_mutex_lock(&w->mu);
+		if (w->stop)
+			break;
+		struct timespec ts = dt__timespec_at(now + w->tick_ns);
+
+		pthread_cond_timedwait(&w->cv, &w->mu, &ts);
+	}
+	pthread_mutex_unlock(&w->mu);
+	return NULL;
+}
+
+dt_err
+dt__watch_start(dt_node *n)
+{
+	struct dt_watch *w;
+	pthread_condattr_t ca;
+
+	if (n->watch || (n->hb_interval_ns == 0 && n->hb_timeout_ns == 0))
+		return DT_OK;
+	if ((w = dt__calloc(1, sizeof(*w))) == NULL)
+		return DT_ENOMEM;
+	w->n = n;
+	w->cap = 1 + n->num_servers + n->num_workers;
+	if ((w->cs = dt__calloc((size_t)w->cap, sizeof(*w->cs))) == NULL) {
+		free(w);
+		return DT_ENOMEM;
+	}
+	w->interval_ns = n->hb_interval_ns;
+	w->timeout_ns = n->hb_timeout_ns;
+	w->tick_ns = w->interval_ns;
+	if (w->timeout_ns && w->timeout_ns / 4 < w->tick_ns)
+		w->tick_ns = w->timeout_ns / 4;
+	if (w->tick_ns == 0 || w->tick_ns > 1000000000ull)
+		w->tick_ns = 1000000000ull;
+	if (w->tick_ns < 10000000ull)
+		w->tick_ns = 10000000ull;
+	pthread_mutex_init(&w->mu, NULL);
+	pthread_condattr_init(&ca);
+	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+	pthread_cond_init(&w->cv, &ca);
+	pthread_condattr_destroy(&ca);
+	int rc = pthread_create(&w->thread, NULL, watch_main, w);
+
+	if (rc != 0) {
+		pthread_mutex_destroy(&w->mu);
+		pthread_cond_destroy(&w->cv);
+		free(w->cs);
+		free(w);
+		return dt__fail(DT_ESYS, "starting the heartbeat thread: %s",
+		                strerror(rc));
+	}
+	n->watch = w;
+	return DT_OK;
+}
+
+void
+dt__watch_stop(dt_node *n)
+{
+	struct dt_watch *w = n->watch;
+
+	if (w == NULL)
+		return;
+	pthread_mutex_lock(&w->mu);
+	w->stop = 1;
+	pthread_cond_signal(&w->cv);
+	pthread_mutex_unlock(&w->mu);
+	pthread_join(w->thread, NULL);
+	pthread_mutex_destroy(&w->mu);
+	pthread_cond_destroy(&w->cv);
+	free(w->cs);
+	free(w);
+	n->watch = NULL;
+}
