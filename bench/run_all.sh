@@ -17,3 +17,5 @@ if [ -f "$here/run_coll.sh" ]; then
 fi
 section "authentication and encryption vs plain, and vs the AEAD on one core (auth_bench)"
 bash "$here/auth_bench.sh" "$B"
+section "PS_RESEND=1 vs plain, kv_bench (resend_bench)"
+bash "$here/resend_bench.sh" "$B"

@@ -63,6 +63,12 @@ dt__coll_cfg_from_env(dt__coll_cfg *cfg)
 	if ((err = dt__env_long("DT_COLL_CMA", 1, 0, 1, &v)))
 		return err;
 	cfg->cma = (int)v;
+	/* PS_RESEND keeps and resends what a rank sends; a same-host read
+	 * or write of another rank's memory is not a message it can keep. */
+	if ((err = dt__env_long("PS_RESEND", 0, 0, 1, &v)))
+		return err;
+	if (v)
+		cfg->cma = 0;
 	if ((err = dt__env_long("DT_COLL_CMA_WHOLE_MAX", 8L << 20, 0, 1L << 40,
 	                        &v)))
 		return err;

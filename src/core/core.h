@@ -54,6 +54,11 @@ typedef struct dt__app_hooks {
 	 * connection's. */
 	void *(*payload_dest)(void *arg, dt_node *n, dt_conn *c,
 	                      const dt_msg_hdr *h, const uint8_t *meta);
+	/* 1: payload_dest only looks (no state changes), so it may be
+	 * asked about a frame that then never arrives whole (PS_RESEND: a
+	 * connection cut inside it; the frame comes again). Else, with
+	 * PS_RESEND, the payload is buffered and only on_msg sees it. */
+	int dest_pure;
 	/* A piece of a payload for which payload_dest said DT_VAN_STREAM. */
 	void (*payload_chunk)(void *arg, dt_node *n, dt_conn *c,
 	                      const dt_msg_hdr *h, const void *data,
@@ -106,6 +111,18 @@ const char *dt__node_name(const dt_node *n, int id, char *buf, size_t cap);
 /* Send a frame to node id; the header's sender/recver are filled in. */
 dt_err dt__node_send(dt_node *n, int id, dt_msg_hdr *h, const void *meta,
                      uint32_t meta_len, const struct iovec *iov, int iovcnt);
+/* The same; DT_SEND_STABLE promises that the payload stays untouched
+ * until an answer to this message arrives (PS_RESEND then keeps it by
+ * reference instead of copying it). */
+#define DT_SEND_STABLE 0x1u
+dt_err dt__node_send_ex(dt_node *n, int id, dt_msg_hdr *h, const void *meta,
+                        uint32_t meta_len, const struct iovec *iov, int iovcnt,
+                        unsigned flags);
+/* A buffer sent with DT_SEND_STABLE is about to change: call this first
+ * (PS_RESEND then keeps a copy of what it still holds of it). A store's
+ * answers are sent from its values this way. Cheap without PS_RESEND. */
+void dt__node_before_write(dt_node *n, const void *p, size_t bytes);
+
 /* Drop a connection (a peer that broke the protocol). */
 void dt__node_close(dt_node *n, dt_conn *c);
 /* Drop the connection to node id, if there is one. */

@@ -45,12 +45,32 @@ hook_payload_dest(void *arg, dt_conn *c, const dt_msg_hdr *h,
 	 * attached takes none: such a payload is read away, never stored. */
 	if (refuse_stranger(n, c, h->cmd))
 		return DT_VAN_DISCARD;
-	if (dt__cmd_is_control(h->cmd) ||
-	    (app = dt__node_app_of(n, h->cmd)) == NULL)
+	/* PS_RESEND: judged here, once, for a frame with a payload; on_msg
+	 * finds the verdict in the connection's note. */
+	dt_msg_hdr hh = *h;
+	int v = dt__link_judge(n, c, &hh, &meta, 1);
+
+	dt__conn_set_note(c, v > 0 ? 2 : 1);
+	if (v < 0) {
+		dt__log(0, "dropping %s: %s", dt__conn_addr(c), dt_errmsg());
+		dt__van_close(n->van, c);
+	}
+	if (v <= 0 || dt__cmd_is_control(hh.cmd) ||
+	    (app = dt__node_app_of(n, hh.cmd)) == NULL)
 		return DT_VAN_DISCARD;
 	hk = app->hooks;
-	if (hk.payload_dest)
-		return hk.payload_dest(hk.arg, n, c, h, meta);
+	if ((h->flags & DT_F_LINK) && !hk.dest_pure)
+		return NULL; /* (see dest_pure in core.h) */
+	if (hk.payload_dest) {
+		void *dest = hk.payload_dest(hk.arg, n, c, &hh, meta);
+
+		/* A streamed payload is used as it comes; with PS_RESEND a
+		 * frame cut by a broken connection comes again whole, so its
+		 * first part must not have been used: buffer it. */
+		if (dest == DT_VAN_STREAM && (h->flags & DT_F_LINK))
+			dest = NULL;
+		return dest;
+	}
 	return NULL;
 }
 
@@ -61,12 +81,17 @@ hook_payload_chunk(void *arg, dt_conn *c, const dt_msg_hdr *h, const void *data,
 	dt_node *n = arg;
 	const dt__node_app *app = dt__node_app_of(n, h->cmd);
 	dt__app_hooks hk;
+	dt_msg_hdr hh = *h;
 
 	if (app == NULL)
 		return;
+	if (hh.flags & DT_F_LINK) { /* judged and kept in payload_dest */
+		hh.flags &= (uint16_t)~DT_F_LINK;
+		hh.meta_len -= 16;
+	}
 	hk = app->hooks;
 	if (hk.payload_chunk)
-		hk.payload_chunk(hk.arg, n, c, h, data, off, len);
+		hk.payload_chunk(hk.arg, n, c, &hh, data, off, len);
 }
 
 static void
@@ -74,6 +99,26 @@ hook_on_msg(void *arg, dt_conn *c, dt_msg *m)
 {
 	dt_node *n = arg;
 
+	if ((m->hdr.flags & DT_F_LINK) && m->hdr.payload_len > 0) {
+		uint64_t note = dt__conn_note(c);
+
+		dt__conn_set_note(c, 0);
+		if (note != 2 || !dt__link_commit(n, c))
+			return; /* dropped by the links (or never judged) */
+		m->hdr.flags &= (uint16_t)~DT_F_LINK;
+		m->hdr.meta_len -= 16;
+		m->meta += 16;
+	} else if (m->hdr.flags & DT_F_LINK) {
+		int v = dt__link_judge(n, c, &m->hdr, &m->meta, 0);
+
+		if (v < 0) {
+			dt__log(0, "dropping %s: %s", dt__conn_addr(c),
+			        dt_errmsg());
+			dt__van_close(n->van, c);
+		}
+		if (v <= 0)
+			return;
+	}
 	if (!dt__cmd_is_control(m->hdr.cmd)) {
 		const dt__node_app *app;
 		dt__app_hooks hk = {0};
@@ -95,14 +140,77 @@ hook_on_msg(void *arg, dt_conn *c, dt_msg *m)
 		dt__member_on_msg(n, c, m);
 }
 
+/* The member's side of a lost peer (see dt__node_peer_lost). */
+static void
+member_lost(dt_node *n, int peer, const char *addr, const char *why)
+{
+	char name[64];
+	int joined;
+	const char *auth = dt__env_str("DTRAIN_AUTH");
+
+	pthread_mutex_lock(&n->mu);
+	joined = n->have_table;
+	pthread_mutex_unlock(&n->mu);
+	if (peer == 0) {
+		char tail[256] = "";
+
+		if (why)
+			snprintf(tail, sizeof(tail), " (%s)", why);
+		if (!joined && auth && strcmp(auth, "none") == 0)
+			snprintf(tail + strlen(tail),
+			         sizeof(tail) - strlen(tail),
+			         " before joining (this node runs with "
+			         "DTRAIN_AUTH=none: does the job require "
+			         "authentication?)");
+		dt__node_set_fatal(n, DT_EPEER,
+		                   "lost the connection to the scheduler at "
+		                   "%s%s",
+		                   addr, tail);
+		return;
+	}
+	/* A worker that lost a server it talks to fails what waits on it. */
+	char cause[DT_HOST_MAX + 128];
+
+	dt__node_name(n, peer, name, sizeof(name));
+	DT_LOG(1, "connection to %s closed%s%s", name, why ? ": " : "",
+	       why ? why : "");
+	if (dt__watch_root_silent(n, cause, sizeof(cause))) {
+		/* The peer most likely left because the scheduler froze: say
+		 * so, and end the job here too. */
+		dt__node_set_fatal(n, DT_EPEER,
+		                   "lost the connection to %s; the %s", name,
+		                   cause);
+		return;
+	}
+	dt__node_fail_apps(n, peer, DT_EPEER);
+}
+
+void
+dt__node_peer_lost(dt_node *n, int peer, const char *why)
+{
+	char addr[DT_HOST_MAX + 16];
+	int quiet;
+
+	if (n->role == DT_ROLE_SCHEDULER) {
+		dt__sched_peer_lost(n, peer, why);
+		return;
+	}
+	pthread_mutex_lock(&n->mu);
+	quiet = n->terminated || n->stopping;
+	pthread_mutex_unlock(&n->mu);
+	if (quiet)
+		return;
+	snprintf(addr, sizeof(addr), "%s:%d", n->cfg.root_uri,
+	         n->cfg.root_port);
+	member_lost(n, peer, addr, why);
+}
+
 static void
 hook_on_close(void *arg, dt_conn *c, dt_err why)
 {
 	dt_node *n = arg;
 	int peer = dt__conn_peer(c);
-	char name[64];
-	int quiet, joined;
-	const char *auth = dt__env_str("DTRAIN_AUTH");
+	int quiet;
 
 	if (n->role == DT_ROLE_SCHEDULER) {
 		dt__sched_on_close(n, c, why);
@@ -110,53 +218,39 @@ hook_on_close(void *arg, dt_conn *c, dt_err why)
 	}
 	if (peer < 0)
 		return;
+	pthread_mutex_lock(&n->mu);
+	quiet = n->terminated || n->stopping;
+	pthread_mutex_unlock(&n->mu);
+	/* PS_RESEND: wait for a new connection rather than call it lost. */
+	if (!quiet && dt__link_on_close(n, c, peer))
+		return;
 	if (peer > 0 && peer < n->ntable)
 		__atomic_compare_exchange_n(&n->peers[peer], &(dt_conn *){c},
 		                            NULL, 0, __ATOMIC_ACQ_REL,
 		                            __ATOMIC_ACQUIRE);
-	pthread_mutex_lock(&n->mu);
-	quiet = n->terminated || n->stopping;
-	joined = n->have_table;
-	pthread_mutex_unlock(&n->mu);
-	if (peer == 0 && !quiet) {
-		dt__node_set_fatal(n, DT_EPEER,
-		                   "lost the connection to the scheduler at "
-		                   "%s%s",
-		                   dt__conn_addr(c),
-		                   !joined && auth && strcmp(auth, "none") == 0
-		                       ? " before joining (this node runs with "
-		                         "DTRAIN_AUTH=none: does the job "
-		                         "require authentication?)"
-		                       : "");
+	if (quiet)
 		return;
-	}
-	/* A worker that lost a server it talks to fails what waits on it. */
-	if (peer > 0 && !quiet) {
-		char cause[DT_HOST_MAX + 128];
-
-		dt__node_name(n, peer, name, sizeof(name));
-		DT_LOG(1, "connection to %s closed", name);
-		if (dt__watch_root_silent(n, cause, sizeof(cause))) {
-			/* The peer most likely left because the scheduler
-			 * froze: say so, and end the job here too. */
-			dt__node_set_fatal(n, DT_EPEER,
-			                   "lost the connection to %s; the %s",
-			                   name, cause);
-			return;
-		}
-		dt__node_fail_apps(n, peer, DT_EPEER);
-	}
+	member_lost(n, peer, dt__conn_addr(c), NULL);
 }
 
 /* Stop the I/O thread, then free everything the node owns. */
 static void
 node_free(dt_node *n)
 {
+	int failed;
+
 	pthread_mutex_lock(&n->mu);
+	failed = n->fatal != DT_OK;
 	n->stopping = 1;
 	pthread_mutex_unlock(&n->mu);
+	/* PS_RESEND: what this node sent reaches its peers before it goes. */
+	if (!failed)
+		dt__link_finish(n, dt__now_ns() + 10 * n->rs_timeout_ns +
+		                       2000000000ull);
 	dt__watch_stop(n);
+	dt__link_stop(n);
 	dt__van_destroy(n->van); /* no I/O thread from here on */
+	dt__link_destroy(n);
 	dt__apps_stop(n);
 	dt__sched_free(n);
 	free(n->table);
@@ -237,7 +331,8 @@ dt_node_start(const dt_node_config *cfg, dt_node **out)
 		dt__van_guard(n->van, (uint64_t)secs * 1000000000ull,
 		              (int)pending);
 		if ((err = dt__watch_config(&n->hb_interval_ns,
-		                            &n->hb_timeout_ns)))
+		                            &n->hb_timeout_ns)) ||
+		    (err = dt__link_config(n)))
 			goto fail;
 	}
 

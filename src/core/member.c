@@ -107,6 +107,11 @@ dt__member_on_msg(dt_node *n, dt_conn *c, dt_msg *m)
 			return;
 		}
 		__atomic_store_n(&n->peers[0], c, __ATOMIC_RELEASE);
+		if ((err = dt__link_create(n)) != DT_OK) {
+			dt__node_set_fatal(
+			    n, err, "cannot join the cluster: %s", dt_errmsg());
+			return;
+		}
 		pthread_mutex_lock(&n->mu);
 		n->have_table = 1;
 		pthread_cond_broadcast(&n->cv);
@@ -114,6 +119,17 @@ dt__member_on_msg(dt_node *n, dt_conn *c, dt_msg *m)
 		return;
 	case DT_CMD_HELLO: {
 		uint32_t id = m->hdr.sender;
+
+		/* PS_RESEND: a worker dials again after a lost connection. */
+		if (n->links && n->have_table && id > 0 &&
+		    id < (uint32_t)n->ntable && dt__conn_peer(c) == -1 &&
+		    n->table[id].role == DT_ROLE_WORKER && (int)id > n->id &&
+		    dt__link_adopt(n, c, (int)id)) {
+			dt_msg_hdr h = {.cmd = DT_CMD_HELLO_ACK,
+			                .flags = DT_F_RESPONSE};
+			dt__node_send(n, (int)id, &h, NULL, 0, NULL, 0);
+			return;
+		}
 
 		/* Only workers dial, and only nodes of lower id; one
 		 * connection per node (a second HELLO naming a live node is
@@ -174,7 +190,12 @@ dt__member_on_msg(dt_node *n, dt_conn *c, dt_msg *m)
 		                   m->meta ? (const char *)m->meta : "?");
 		return;
 	case DT_CMD_HEARTBEAT:
-		return; /* its bytes were the point (watch.c) */
+	case DT_CMD_ACK: /* (a PS_RESEND ACK is taken in lifecycle.c) */
+		return;  /* its bytes were the point (watch.c) */
+	case DT_CMD_BYE:
+		if (dt__conn_peer(c) >= 0)
+			dt__link_bye_from(n, dt__conn_peer(c));
+		return;
 	case DT_CMD_TEXT:
 		/* From a connection that said who it is, named by that. */
 		if (dt__conn_peer(c) < 0) {

@@ -46,6 +46,7 @@ dt__node_set_fatal(dt_node *n, dt_err err, const char *fmt, ...)
 	if (!first)
 		return;
 	dt__log(0, "%s", n->fatal_msg);
+	dt__link_clear(n); /* nothing kept refers to the waits failed here */
 	dt__node_fail_apps(n, -1, err);
 }
 
@@ -154,13 +155,31 @@ dt__node_log_text(dt_node *n, int peer, const dt_msg *m)
 	                      sizeof(text)));
 }
 
+void
+dt__node_before_write(dt_node *n, const void *p, size_t bytes)
+{
+	dt__link_unpin(n, p, bytes);
+}
+
 dt_err
 dt__node_send(dt_node *n, int id, dt_msg_hdr *h, const void *meta,
               uint32_t meta_len, const struct iovec *iov, int iovcnt)
 {
+	return dt__node_send_ex(n, id, h, meta, meta_len, iov, iovcnt, 0);
+}
+
+dt_err
+dt__node_send_ex(dt_node *n, int id, dt_msg_hdr *h, const void *meta,
+                 uint32_t meta_len, const struct iovec *iov, int iovcnt,
+                 unsigned flags)
+{
 	char name[64];
 	dt_conn *c;
 
+	if (id >= 0 && id < n->ntable && id != n->id &&
+	    dt__link_wants(n, h->cmd))
+		return dt__link_send(n, id, h, meta, meta_len, iov, iovcnt,
+		                     (flags & DT_SEND_STABLE) != 0);
 	if (id < 0 || id >= n->ntable ||
 	    (c = __atomic_load_n(&n->peers[id], __ATOMIC_ACQUIRE)) == NULL)
 		return dt__fail(DT_ESTATE, "no connection to %s",

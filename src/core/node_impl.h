@@ -32,6 +32,7 @@ typedef struct dt__node_app {
 } dt__node_app;
 
 typedef struct dt_sched dt_sched;
+typedef struct dt_links dt_links;
 
 struct dt_node {
 	dt_node_config cfg;
@@ -79,6 +80,12 @@ struct dt_node {
 	uint64_t hb_interval_ns, hb_timeout_ns;
 	dt_conn *root;
 	struct dt_watch *watch;
+
+	/* PS_RESEND (link.c): the settings, and the links once the table is
+	 * known (NULL without PS_RESEND=1). */
+	int rs_on, rs_drop;
+	uint64_t rs_timeout_ns, rs_seed, rs_reset_ns, rs_window_ns;
+	dt_links *links;
 };
 
 /* The attached app owning cmd, or NULL. */
@@ -120,6 +127,52 @@ void dt__watch_stop(dt_node *n);
  * when a member's scheduler has missed two heartbeats: the likelier cause
  * of a peer's loss than the peer. */
 int dt__watch_root_silent(dt_node *n, char *why, size_t cap);
+
+/* PS_RESEND (link.c; the whole design is at its top). */
+dt_err dt__link_config(dt_node *n);
+/* Once the table is known; a no-op without PS_RESEND=1. */
+dt_err dt__link_create(dt_node *n);
+/* Stop the link thread (before the van goes); free (after). */
+void dt__link_stop(dt_node *n);
+void dt__link_destroy(dt_node *n);
+/* 1 if a frame of cmd goes through the links. */
+int dt__link_wants(const dt_node *n, unsigned cmd);
+/* Number, keep and send a message to node id. stable: the payload stays
+ * untouched until an answer to it comes (kept by reference). */
+dt_err dt__link_send(dt_node *n, int id, dt_msg_hdr *h, const void *meta,
+                     uint32_t meta_len, const struct iovec *iov, int iovcnt,
+                     int stable);
+/* Judge a frame from c: 1 deliver (the link block is taken off *h and
+ * *meta), 0 drop it (a duplicate, a gap, an ACK, PS_DROP_MSG), -1 a
+ * protocol error (dt_errmsg). Frames without DT_F_LINK: 1. tentative: its
+ * payload is still to come; it counts only at dt__link_commit. */
+int dt__link_judge(dt_node *n, dt_conn *c, dt_msg_hdr *h, const uint8_t **meta,
+                   int tentative);
+/* The payload of the frame c's judge let through tentatively is all in:
+ * 1 if it counts (deliver it), 0 if it came whole on another connection
+ * first. */
+int dt__link_commit(dt_node *n, dt_conn *c);
+/* c to peer closed: 1 if the links handle it (a reconnection is awaited,
+ * or c was an old connection already replaced), 0 for the usual way. */
+int dt__link_on_close(dt_node *n, dt_conn *c, int peer);
+/* A HELLO from peer on c: adopt c as its connection (1), or 0 if the links
+ * do not apply (the caller goes the usual way). */
+int dt__link_adopt(dt_node *n, dt_conn *c, int peer);
+/* [p, p + bytes) is about to change: what is kept by reference there is
+ * copied first (core.h: dt__node_before_write). */
+void dt__link_unpin(dt_node *n, const void *p, size_t bytes);
+/* The peer said BYE: it stopped cleanly; its close is expected. */
+void dt__link_bye_from(dt_node *n, int peer);
+/* The node failed: keep nothing more (before failing the apps' waits). */
+void dt__link_clear(dt_node *n);
+/* A clean stop: wait (until deadline_ns) for what this node sent to be
+ * acknowledged, then say BYE to every peer. */
+void dt__link_finish(dt_node *n, uint64_t deadline_ns);
+
+/* A peer is lost for good (why: "connection closed", ...): what a closed
+ * connection means without PS_RESEND (lifecycle.c, scheduler.c). */
+void dt__node_peer_lost(dt_node *n, int peer, const char *why);
+void dt__sched_peer_lost(dt_node *n, int peer, const char *why);
 
 /* Scheduler side (scheduler.c). */
 /* (n->mu held) What the scheduler's heartbeats go to: by node id once

@@ -284,7 +284,22 @@ dt__sched_on_msg(dt_node *n, dt_conn *c, dt_msg *m)
 		dt__node_log_text(n, peer, m);
 		return;
 	case DT_CMD_HEARTBEAT:
+	case DT_CMD_ACK:
 		return;
+	case DT_CMD_BYE:
+		if (peer > 0)
+			dt__link_bye_from(n, peer);
+		return;
+	case DT_CMD_HELLO: {
+		/* PS_RESEND: a node dials the scheduler again after a lost
+		 * connection, and says who it is. */
+		uint32_t id = m->hdr.sender;
+
+		if (peer == -1 && n->links && id > 0 &&
+		    id < (uint32_t)n->ntable && dt__link_adopt(n, c, (int)id))
+			return;
+		break;
+	}
 	default:
 		break;
 	}
@@ -298,7 +313,6 @@ dt__sched_on_close(dt_node *n, dt_conn *c, dt_err why)
 {
 	dt_sched *s = n->sched;
 	int peer = dt__conn_peer(c);
-	char name[64], reason[512];
 	int expected_end;
 
 	if (s == NULL)
@@ -335,15 +349,37 @@ dt__sched_on_close(dt_node *n, dt_conn *c, dt_err why)
 	}
 	pthread_cond_broadcast(&n->cv);
 	pthread_mutex_unlock(&n->mu);
-	__atomic_store_n(&n->peers[peer], NULL, __ATOMIC_RELEASE);
+	/* PS_RESEND: the node may dial again (or this was an old
+	 * connection, replaced already). */
+	if (!expected_end && !failed && dt__link_on_close(n, c, peer))
+		return;
+	__atomic_compare_exchange_n(&n->peers[peer], &(dt_conn *){c}, NULL, 0,
+	                            __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE);
 	if (expected_end || failed)
+		return;
+	dt__sched_peer_lost(n, peer,
+	                    why == DT_ECLOSED ? "connection closed"
+	                                      : dt_strerror(why));
+}
+
+void
+dt__sched_peer_lost(dt_node *n, int peer, const char *why)
+{
+	dt_sched *s = n->sched;
+	char name[64], reason[512];
+	int skip;
+
+	pthread_mutex_lock(&n->mu);
+	skip = n->fatal != DT_OK || s->left[peer] ||
+	       (n->table[peer].role == DT_ROLE_SERVER && s->ending);
+	pthread_mutex_unlock(&n->mu);
+	if (skip)
 		return;
 	dt__node_name(n, peer, name, sizeof(name));
 	snprintf(reason, sizeof(reason),
 	         "%s (pid %d at %s:%d) was lost before the job ended (%s)",
 	         name, n->table[peer].pid, n->table[peer].host,
-	         n->table[peer].port,
-	         why == DT_ECLOSED ? "connection closed" : dt_strerror(why));
+	         n->table[peer].port, why);
 	abort_job(n, reason);
 }
 
@@ -521,6 +557,8 @@ dt__sched_start(dt_node *n)
 	}
 	s->assigned = 1;
 	pthread_mutex_unlock(&n->mu);
+	if ((err = dt__link_create(n)))
+		return err;
 	for (int id = 1; id < count; id++)
 		DT_LOG(1,
 		       "assigned rank %d to the %s at %s:%d (pid %d, node "

@@ -231,6 +231,7 @@ dt__kv_client_create(dt_node *node, int sync, size_t bound, dt_kv_client **out)
 	app.arg = c;
 	app.on_msg = on_msg;
 	app.payload_dest = payload_dest;
+	app.dest_pure = 1; /* it finds the output buffer, nothing more */
 	app.on_fail = on_fail;
 	if ((err = dt__node_attach(node, &dt__kv_app, &app))) {
 		dt__table_fini(&c->subs);
@@ -295,8 +296,9 @@ send_part(dt_kv_client *c, op *o, int server, dt_msg_hdr *h, const void *meta,
 	dt__table_insert(&c->subs, &s->hn, s->seq);
 	pthread_mutex_unlock(&c->mu);
 
-	err = dt__node_send(c->node, s->server_id, h, meta, meta_len,
-	                    val ? &iov : NULL, val ? 1 : 0);
+	/* The caller keeps val untouched until the answer (kv.h). */
+	err = dt__node_send_ex(c->node, s->server_id, h, meta, meta_len,
+	                       val ? &iov : NULL, val ? 1 : 0, DT_SEND_STABLE);
 	if (err) {
 		char msg[512];
 

@@ -132,8 +132,11 @@ reply(kv_server *s, int worker, int cmd, uint64_t seq, dt_key key,
 	struct iovec iov = {(void *)val, len * sizeof(float)};
 	dt_err err;
 
-	err = dt__node_send(s->node, dt__node_worker_id(s->node, worker), &h,
-	                    NULL, 0, val ? &iov : NULL, val ? 1 : 0);
+	/* From the value itself: before it changes, touch() has PS_RESEND
+	 * keep a copy of what it still holds of it. */
+	err = dt__node_send_ex(s->node, dt__node_worker_id(s->node, worker), &h,
+	                       NULL, 0, val ? &iov : NULL, val ? 1 : 0,
+	                       DT_SEND_STABLE);
 	if (err)
 		DT_LOG(1, "answer to worker %d: %s", worker, dt_errmsg());
 }
@@ -184,6 +187,13 @@ queue(waiter **list, int worker, int cmd, uint64_t seq, uint64_t n,
 static void push_sync(kv_server *s, entry *e, int worker, int cmd, uint64_t seq,
                       const float *g, int streamed);
 
+/* e's value is about to change (see reply). */
+static void
+touch(kv_server *s, entry *e)
+{
+	dt__node_before_write(s->node, e->val, e->len * sizeof(float));
+}
+
 static void
 round_done(kv_server *s, entry *e)
 {
@@ -211,6 +221,7 @@ round_done(kv_server *s, entry *e)
 static void
 finish_round(kv_server *s, entry *e, const float *sum)
 {
+	touch(s, e);
 	if (s->opt.kind != DT_OPT_NONE) {
 		e->steps++;
 		dt__opt_apply(&s->opt, e->val, sum, e->state, e->len, e->steps);
@@ -279,6 +290,7 @@ static void
 push_async(kv_server *s, entry *e, int worker, int cmd, uint64_t seq,
            const float *g)
 {
+	touch(s, e);
 	if (s->opt.kind != DT_OPT_NONE) {
 		e->steps++;
 		dt__opt_apply(&s->opt, e->val, g, e->state, e->len, e->steps);
@@ -331,6 +343,7 @@ on_init(kv_server *s, int worker, const dt_msg *m)
 			return;
 		}
 		if (has_value) { /* rank 0 sets the value again */
+			touch(s, e);
 			memcpy(e->val, m->payload, len * sizeof(float));
 			e->steps = 0;
 			if (e->state)
@@ -546,7 +559,10 @@ payload_chunk(void *arg, dt_node *n, dt_conn *c, const dt_msg_hdr *h,
 		return;
 	if (s->nworkers > 1) {
 		dt__kv_add(e->merge + i0, g, cnt);
-	} else if (s->opt.kind != DT_OPT_NONE) {
+		return;
+	}
+	touch(s, e);
+	if (s->opt.kind != DT_OPT_NONE) {
 		dt__opt_apply_range(&s->opt, e->val, g, e->state, e->len, i0,
 		                    cnt, e->steps + 1);
 	} else {
@@ -572,6 +588,7 @@ server_start(dt_node *n)
 	app.arg = s;
 	app.on_msg = on_msg;
 	app.payload_dest = payload_dest;
+	app.dest_pure = 1; /* it only chooses where a payload goes */
 	app.payload_chunk = payload_chunk;
 	if ((err = dt__node_attach(n, &dt__kv_app, &app))) {
 		free(s);

@@ -91,7 +91,7 @@ dt__hdr_decode(const uint8_t in[DT_HDR_SIZE], uint64_t max_payload,
 	if (!dt__cmd_in_range(h->cmd))
 		return dt__fail(DT_EPROTO, "unknown command %u", h->cmd);
 	h->flags = dt__get_u16(in + 6);
-	if (h->flags & ~(DT_F_REQUEST | DT_F_RESPONSE | DT_F_ERROR))
+	if (h->flags & ~(DT_F_REQUEST | DT_F_RESPONSE | DT_F_ERROR | DT_F_LINK))
 		return dt__fail(DT_EPROTO, "unknown flags 0x%x", h->flags);
 	h->sender = dt__get_u32(in + 8);
 	h->recver = dt__get_u32(in + 12);

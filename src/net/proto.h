@@ -34,8 +34,10 @@
 	X(WORKER_DONE, 7, "worker -> scheduler")                               \
 	X(TERMINATE, 8, "scheduler -> server")                                 \
 	X(ABORT, 9, "scheduler -> node")                                       \
-	X(HEARTBEAT, 10, "any node -> its peers")                                  \
+	X(HEARTBEAT, 10, "any node -> its peers")                              \
 	X(TEXT, 11, "any -> any")                                              \
+	X(ACK, 12, "any node -> its peers (PS_RESEND)")                        \
+	X(BYE, 13, "any node -> its peers, on a clean stop")                   \
 	/* KVStore (kv/). */                                                   \
 	X(KV_CONFIG, 32, "worker 0 -> server")                                 \
 	X(KV_SET_OPT, 33, "worker 0 -> server")                                \
@@ -68,6 +70,10 @@ enum dt_cmd {
 #define DT_F_REQUEST  0x1
 #define DT_F_RESPONSE 0x2
 #define DT_F_ERROR    0x4 /* meta holds a u32 dt_err and a message */
+/* PS_RESEND: the metadata begins with a 16-byte link block, u64 link
+ * sequence number (0: none, an ACK) and u64 cumulative acknowledgement
+ * (core/link.c strips it before any layer sees the frame). */
+#define DT_F_LINK 0x8
 
 /* Name of a command for logs ("ADD_NODE", "KV_PUSH", "cmd 77"). */
 const char *dt__cmd_name(unsigned cmd);

@@ -57,6 +57,7 @@ struct dt_conn {
 	/* When bytes last came in (or the connection was made): the
 	 * heartbeats' measure of a peer's silence (dt__conn_silent_ns). */
 	atomic_uint_fast64_t heard_ns;
+	uint64_t note; /* the owner's, in the reading thread (dt__conn_note) */
 	char addr[64];
 	pthread_mutex_t send_mu;
 	uint8_t *obuf; /* (send_mu) frames held by a corked thread */
@@ -1711,6 +1712,18 @@ dt__van_guard(dt_van *v, uint64_t vouch_ns, int max_unvouched)
 	v->max_unvouched = max_unvouched;
 }
 
+void
+dt__conn_set_note(dt_conn *c, uint64_t note)
+{
+	c->note = note;
+}
+
+uint64_t
+dt__conn_note(const dt_conn *c)
+{
+	return c->note;
+}
+
 int
 dt__conn_peer(const dt_conn *c)
 {
@@ -1727,6 +1740,12 @@ int
 dt__conn_is_open(const dt_conn *c)
 {
 	return atomic_load(&c->open);
+}
+
+uint64_t
+dt__van_max_payload(const dt_van *v)
+{
+	return v->max_payload;
 }
 
 void

@@ -165,9 +165,16 @@ void dt__conn_vouch(dt_conn *c);
  * a tag >= 0 vouches for the connection. */
 void dt__conn_set_peer(dt_conn *c, int peer);
 int dt__conn_peer(const dt_conn *c);
+/* A word the owner keeps with a connection, read and written only in the
+ * thread that runs its hooks (what it decided about the frame being read). */
+void dt__conn_set_note(dt_conn *c, uint64_t note);
+uint64_t dt__conn_note(const dt_conn *c);
 /* "127.0.0.1:40211" */
 const char *dt__conn_addr(const dt_conn *c);
 int dt__conn_is_open(const dt_conn *c);
+
+/* The largest payload a frame may carry (DT_MAX_MESSAGE). */
+uint64_t dt__van_max_payload(const dt_van *v);
 
 /* Bytes sent and received by the van (observability, benchmarks). */
 void dt__van_counters(dt_van *v, uint64_t *sent, uint64_t *recvd);

@@ -274,7 +274,7 @@ test_reject_version(void **state)
 static int
 cmd_is_known(unsigned c)
 {
-	return (c >= DT_CMD_ADD_NODE && c <= DT_CMD_TEXT) ||
+	return (c >= DT_CMD_ADD_NODE && c <= DT_CMD_BYE) ||
 	       (c >= DT_CMD_KV_FIRST && c <= DT_CMD_KV_LAST) ||
 	       (c >= DT_CMD_COLL_FIRST && c <= DT_CMD_COLL_LAST);
 }
@@ -306,8 +306,8 @@ test_reject_unknown_command(void **state)
 		assert_msg_has(num);
 		rejected++;
 	}
-	/* 0, 12..31 and 96..255. */
-	assert_int_equal(rejected, 1 + (32 - 12) + (256 - 96));
+	/* 0, 14..31 and 96..255. */
+	assert_int_equal(rejected, 1 + (32 - 14) + (256 - 96));
 }
 
 static void
@@ -325,7 +325,8 @@ test_reject_unknown_flags(void **state)
 		dt__put_u16(b + 6, f);
 		dt__clear_error();
 		err = dt__hdr_decode(b, DT_DEFAULT_MAX_PAYLOAD, &h);
-		if (f & (DT_F_REQUEST | DT_F_RESPONSE | DT_F_ERROR)) {
+		if (f &
+		    (DT_F_REQUEST | DT_F_RESPONSE | DT_F_ERROR | DT_F_LINK)) {
 			assert_int_equal(err, DT_OK);
 			assert_int_equal(h.flags, f);
 		} else {
@@ -408,7 +409,8 @@ test_cmd_names(void **state)
 	assert_string_equal(dt__cmd_name(DT_CMD_NODE_TABLE), "NODE_TABLE");
 	assert_string_equal(dt__cmd_name(DT_CMD_TEXT), "TEXT");
 	assert_string_equal(dt__cmd_name(200), "cmd 200");
-	assert_string_equal(dt__cmd_name(12), "cmd 12");
+	assert_string_equal(dt__cmd_name(DT_CMD_ACK), "ACK");
+	assert_string_equal(dt__cmd_name(14), "cmd 14");
 	assert_string_equal(dt__cmd_name(DT_CMD_KV_FIRST + 31), "cmd 63");
 }
 

@@ -1,0 +1,95 @@
+#!/usr/bin/env bash
+# resend.sh - PS_RESEND=1 (docs/fault-tolerance.md): with 5% of the
+# messages dropped on arrival (PS_DROP_MSG=5), and in other runs with every
+# connection a node dialled closed every 0.2-0.3 s (DT_RESET_EVERY), jobs
+# under `dtrain launch` complete with exactly the result of the undisturbed
+# run:
+#   - linreg and a short mnist (lenet) in dist_sync, and mnist with
+#     --kvstore horovod (the collectives): parameters bit-identical;
+#   - kv_check async (dist_async: every push applied exactly once, counted)
+#     and kv_check sum (exact sums, errors answered, in dist_sync);
+# and the faults really happened (messages dropped, resent, reconnections).
+# PS_DROP_MSG without PS_RESEND=1 is refused with the reason.
+set -u
+B=${DTRAIN_BUILD:?}
+DATA=${FASHION_MNIST:-/usr/share/datasets/fashion-mnist}
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+fail() { echo "FAIL: $*"; exit 1; }
+FAULTS=(--env PS_RESEND=1 --env PS_RESEND_TIMEOUT=20 --env PS_DROP_MSG=5)
+RESETS=(--env PS_RESEND=1 --env DT_RESET_EVERY=0.2)
+
+run() { # name args...: a launch that must succeed
+	local name=$1
+	shift
+	timeout 280 "$@" >"$tmp/$name.log" 2>&1 || { tail -30 "$tmp/$name.log"; fail "$name exited $?"; }
+}
+# faults_seen name: the log of a faulty run shows drops and resends
+faults_seen() {
+	local d r c
+	d=$(sed -n 's/.*PS_RESEND: [0-9]* messages resent, \([0-9]*\) dropped.*/\1/p' "$tmp/$1.log" | awk '{s += $1} END {print s + 0}')
+	r=$(sed -n 's/.*PS_RESEND: \([0-9]*\) messages resent.*/\1/p' "$tmp/$1.log" | awk '{s += $1} END {print s + 0}')
+	c=$(sed -n 's/.* \([0-9]*\) reconnections/\1/p' "$tmp/$1.log" | awk '{s += $1} END {print s + 0}')
+	if [ "${2:-}" = resets ]; then
+		[ "${c:-0}" -gt 0 ] || fail "$1: no connection was reset and dialled again"
+	else
+		[ "${d:-0}" -gt 0 ] && [ "${r:-0}" -gt 0 ] || fail "$1: no message was dropped and resent (dropped ${d:-0}, resent ${r:-0})"
+	fi
+	echo "$1: ${d} dropped, ${r} resent, ${c:-0} reconnections"
+	RECONNECTS=${c:-0}
+}
+
+# linreg, dist_sync
+last() { grep -o 'w=[^ ]* b=[^ ]*' "$tmp/$1.log" | tail -1; }
+LIN=("$B/examples/linreg" --kvstore dist_sync --batch-size 100 --epochs 1)
+run lin_ref "$B/dtrain" launch -n 2 -s 2 -- "${LIN[@]}"
+run lin_faults "$B/dtrain" launch -n 2 -s 2 "${FAULTS[@]}" -- "${LIN[@]}"
+[ -n "$(last lin_ref)" ] && [ "$(last lin_ref)" = "$(last lin_faults)" ] ||
+	fail "linreg: '$(last lin_faults)' with faults, '$(last lin_ref)' without"
+faults_seen lin_faults
+echo "linreg dist_sync, drops: $(last lin_faults), identical"
+LIN5=("$B/examples/linreg" --kvstore dist_sync --batch-size 100 --epochs 5)
+run lin5_ref "$B/dtrain" launch -n 2 -s 2 -- "${LIN5[@]}"
+run lin5_resets "$B/dtrain" launch -n 2 -s 2 "${RESETS[@]}" -- "${LIN5[@]}"
+[ -n "$(last lin5_ref)" ] && [ "$(last lin5_ref)" = "$(last lin5_resets)" ] ||
+	fail "linreg: '$(last lin5_resets)' with resets, '$(last lin5_ref)' without"
+faults_seen lin5_resets resets
+echo "linreg dist_sync, resets: $(last lin5_resets), identical"
+
+# kv_check: exactly once, counted
+for mode in async sum; do
+	run "kv_$mode" "$B/dtrain" launch -n 3 -s 2 "${FAULTS[@]}" -- "$B/tests/progs/kv_check" "$mode"
+	[ "$(grep -c "kv_check $mode: worker passed" "$tmp/kv_$mode.log")" = 3 ] || fail "kv_check $mode"
+	faults_seen "kv_$mode"
+done
+
+if [ -f "$DATA/train-images-idx3-ubyte.gz" ]; then
+	M=(--model lenet --epochs 1 --limit 3072 --seed 7 --disp-batches 16 --optimizer sgd
+		--lr 0.05 --momentum 0.9 --batch-size 32 --data "$DATA")
+	for kv in dist_sync horovod; do
+		s=2
+		[ $kv = horovod ] && s=0
+		run "m_${kv}_ref" "$B/dtrain" launch -n 2 -s $s -- "$B/examples/mnist" --kvstore $kv "${M[@]}" --save "$tmp/$kv.ref.params"
+		run "m_${kv}_faults" "$B/dtrain" launch -n 2 -s $s "${FAULTS[@]}" -- "$B/examples/mnist" --kvstore $kv "${M[@]}" --save "$tmp/$kv.faults.params"
+		cmp -s "$tmp/$kv.ref.params" "$tmp/$kv.faults.params" ||
+			fail "mnist $kv: parameters differ ($("$B/dtrain" params diff "$tmp/$kv.ref.params" "$tmp/$kv.faults.params"))"
+		faults_seen "m_${kv}_faults"
+		echo "mnist $kv, drops: parameters bit-identical"
+	done
+	run m_resets "$B/dtrain" launch -n 2 -s 2 --env PS_RESEND=1 --env DT_RESET_EVERY=0.3 -- \
+		"$B/examples/mnist" --kvstore dist_sync "${M[@]}" --save "$tmp/resets.params"
+	cmp -s "$tmp/dist_sync.ref.params" "$tmp/resets.params" ||
+		fail "mnist dist_sync with resets: parameters differ"
+	faults_seen m_resets resets
+	echo "mnist dist_sync, resets: parameters bit-identical"
+else
+	echo "mnist cases skipped: Fashion-MNIST not installed at $DATA"
+fi
+
+# Losing messages on purpose without resending them is refused.
+if timeout 60 "$B/dtrain" launch -n 1 -s 1 --env PS_DROP_MSG=5 -- "${LIN[@]}" >"$tmp/bad.log" 2>&1; then
+	fail "PS_DROP_MSG without PS_RESEND was accepted"
+fi
+grep -q "PS_DROP_MSG loses messages on purpose; it needs PS_RESEND=1" "$tmp/bad.log" ||
+	{ tail -5 "$tmp/bad.log"; fail "no reason given for refusing PS_DROP_MSG"; }
+echo "ok"
