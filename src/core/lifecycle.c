@@ -418,7 +418,10 @@ dt_node_stop(dt_node *n)
 	if (n == NULL)
 		return DT_OK;
 	err = n->role == DT_ROLE_SCHEDULER ? DT_OK : dt__node_check(n);
-	if (n->role == DT_ROLE_WORKER && n->peers && n->peers[0] &&
+	/* (peers[0] is NULL before the table, and with PS_RESEND while the
+	 * scheduler's connection is being dialled again) */
+	if (n->role == DT_ROLE_WORKER && n->peers &&
+	    (n->links || __atomic_load_n(&n->peers[0], __ATOMIC_ACQUIRE)) &&
 	    err == DT_OK) {
 		dt_msg_hdr h = {.cmd = DT_CMD_WORKER_DONE,
 		                .flags = DT_F_REQUEST};

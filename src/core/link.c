@@ -421,15 +421,22 @@ dt__link_send(dt_node *n, int id, dt_msg_hdr *h, const void *meta,
 	P->tail = e;
 	P->queued++;
 	c = P->down ? NULL : __atomic_load_n(&n->peers[id], __ATOMIC_ACQUIRE);
+	if (c)
+		e->refs++; /* its answer may come before sendmsg returns */
 	if (P->head == e)
 		poke(L, P->sent_ns + P->rto);
 	pthread_mutex_unlock(&L->mu);
 	/* From the caller's buffers: they are valid for this call. The
 	 * message is kept: a failed write is resent on the next connection,
 	 * and a peer that never comes back fails the caller's wait. */
-	if (c)
+	if (c) {
 		err = dt__van_send(n->van, c, &e->h, e->meta, e->meta_len, iov,
 		                   iovcnt);
+		pthread_mutex_lock(&L->mu);
+		if (--e->refs == 0 && e->acked)
+			rtx_free(e);
+		pthread_mutex_unlock(&L->mu);
+	}
 	pthread_mutex_unlock(&P->order_mu);
 	if (err == DT_ETOOBIG)
 		return err;

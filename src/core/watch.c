@@ -89,12 +89,13 @@ describe(dt_node *n, int id, dt_conn *c, char *out, size_t cap)
  * out[0..cap); the count. *judge = 0 while the scheduler has not assigned
  * ranks: it then beats the joiners (who watch it) but judges nobody. */
 static int
-targets(dt_node *n, dt_conn **out, int cap, int *judge)
+targets(dt_node *n, dt_conn **out, int cap, int *judge, int *self)
 {
 	int k;
 
 	pthread_mutex_lock(&n->mu);
 	*judge = 1;
+	*self = n->id;
 	if (n->role == DT_ROLE_SCHEDULER) {
 		k = dt__sched_watch_list(n, out, cap, judge);
 	} else {
@@ -149,7 +150,7 @@ round_of(struct dt_watch *w, int beat)
 {
 	dt_node *n = w->n;
 	uint64_t now = dt__now_ns();
-	int judging, k = targets(n, w->cs, w->cap, &judging);
+	int judging, self, k = targets(n, w->cs, w->cap, &judging, &self);
 
 	for (int i = 0; i < k; i++) {
 		dt_conn *c = w->cs[i];
@@ -160,7 +161,7 @@ round_of(struct dt_watch *w, int beat)
 		if (beat) {
 			dt_msg_hdr h = {.cmd = DT_CMD_HEARTBEAT};
 
-			h.sender = (uint32_t)(n->id < 0 ? 0 : n->id);
+			h.sender = (uint32_t)(self < 0 ? 0 : self);
 			h.recver = (uint32_t)(judging ? i : 0);
 			(void)dt__van_beat(n->van, c, &h, &sent);
 		}
