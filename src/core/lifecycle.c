@@ -250,6 +250,7 @@ node_free(dt_node *n)
 	dt__watch_stop(n);
 	dt__link_stop(n);
 	dt__van_destroy(n->van); /* no I/O thread from here on */
+	dt__watch_free(n);
 	dt__link_destroy(n);
 	dt__apps_stop(n);
 	dt__sched_free(n);

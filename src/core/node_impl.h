@@ -123,6 +123,8 @@ void dt__member_on_msg(dt_node *n, dt_conn *c, dt_msg *m);
 dt_err dt__watch_config(uint64_t *interval_ns, uint64_t *timeout_ns);
 dt_err dt__watch_start(dt_node *n);
 void dt__watch_stop(dt_node *n);
+/* Free it (after the van: the I/O thread reads it, dt__watch_root_silent). */
+void dt__watch_free(dt_node *n);
 /* 1 with why = "scheduler (pid 4242 on host h) has sent nothing for 3.1 s"
  * when a member's scheduler has missed two heartbeats: the likelier cause
  * of a peer's loss than the peer. */

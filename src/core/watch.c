@@ -39,6 +39,7 @@ struct dt_watch {
 	pthread_mutex_t mu;
 	pthread_cond_t cv; /* CLOCK_MONOTONIC */
 	int stop;          /* (mu) */
+	int joined;        /* the thread is gone (dt__watch_stop) */
 };
 
 dt_err
@@ -264,13 +265,24 @@ dt__watch_stop(dt_node *n)
 {
 	struct dt_watch *w = n->watch;
 
-	if (w == NULL)
+	if (w == NULL || w->joined)
 		return;
 	pthread_mutex_lock(&w->mu);
 	w->stop = 1;
 	pthread_cond_signal(&w->cv);
 	pthread_mutex_unlock(&w->mu);
 	pthread_join(w->thread, NULL);
+	w->joined = 1;
+}
+
+void
+dt__watch_free(dt_node *n)
+{
+	struct dt_watch *w = n->watch;
+
+	if (w == NULL)
+		return;
+	dt__watch_stop(n);
 	pthread_mutex_destroy(&w->mu);
 	pthread_cond_destroy(&w->cv);
 	free(w->cs);

@@ -49,8 +49,8 @@ enum auth_state { AUTH_DONE, AUTH_HELLO, AUTH_PROOF };
 
 struct dt_conn {
 	dt_van *van;
-	dt_link link; /* fd -1 once closed (under send_mu) */
-	int peer;
+	dt_link link;    /* fd -1 once closed (under send_mu) */
+	atomic_int peer; /* set by the owner's threads, read by all */
 	atomic_int open;
 	atomic_int vouched; /* the owner knows the peer (dt__conn_vouch) */
 	uint64_t born_ns;   /* accepted at */
@@ -172,7 +172,7 @@ conn_new(dt_van *v, const dt_link *link)
 	}
 	c->van = v;
 	c->link = *link;
-	c->peer = -1;
+	atomic_store(&c->peer, -1);
 	atomic_store(&c->vouched, 1);
 	c->born_ns = dt__now_ns();
 	atomic_store(&c->heard_ns, c->born_ns);
@@ -1693,7 +1693,7 @@ dt__van_close(dt_van *v, dt_conn *c)
 void
 dt__conn_set_peer(dt_conn *c, int peer)
 {
-	c->peer = peer;
+	atomic_store(&c->peer, peer);
 	if (peer >= 0)
 		dt__conn_vouch(c);
 }
@@ -1727,7 +1727,7 @@ dt__conn_note(const dt_conn *c)
 int
 dt__conn_peer(const dt_conn *c)
 {
-	return c->peer;
+	return atomic_load(&c->peer);
 }
 
 const char *
