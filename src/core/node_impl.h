@@ -5,7 +5,9 @@
  * (scheduler.c). The layers above see a node only through core.h.
  *
  * Calls point one way: lifecycle.c -> member.c | scheduler.c -> node.c ->
- * app.c; config.c and msg.c stand apart.
+ * app.c; watch.c (heartbeats) and link.c (PS_RESEND) are called from those
+ * and hand a lost peer back to lifecycle.c / scheduler.c; config.c and
+ * msg.c stand apart.
  *
  * Node ids: the scheduler is 0, server rank r is 1 + r, worker rank r is
  * 1 + S + r. Locking: node->mu guards every field below marked (mu);
