@@ -737,7 +737,6 @@ comm_free(dt_coll *c)
 static dt_err
 comm_new(dt_coll **out)
 {
-	pthread_condattr_t ca;
 	dt_coll *c;
 	dt_err err;
 
@@ -749,10 +748,7 @@ comm_new(dt_coll **out)
 		return err;
 	}
 	pthread_mutex_init(&c->mu, NULL);
-	pthread_condattr_init(&ca);
-	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-	pthread_cond_init(&c->cv, &ca);
-	pthread_condattr_destroy(&ca);
+	dt__cond_init_monotonic(&c->cv);
 	pthread_cond_init(&c->bg_cv, NULL);
 	pthread_cond_init(&c->done_cv, NULL);
 	dt__list_init(&c->queue);

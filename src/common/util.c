@@ -132,6 +132,17 @@ dt__env_long(const char *name, long def, long lo, long hi, long *out)
 	return dt__parse_long(name, v, lo, hi, out);
 }
 
+void
+dt__cond_init_monotonic(pthread_cond_t *cv)
+{
+	pthread_condattr_t ca;
+
+	pthread_condattr_init(&ca);
+	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+	pthread_cond_init(cv, &ca);
+	pthread_condattr_destroy(&ca);
+}
+
 dt_err
 dt__env_seconds(const char *name, double def, double lo, double hi,
                 uint64_t *out_ns)

@@ -7,6 +7,7 @@
 #define DT_COMMON_UTIL_H
 
 #include <stddef.h>
+#include <pthread.h>
 #include <stdint.h>
 #include <time.h>
 
@@ -60,6 +61,9 @@ void dt__log(int level, const char *fmt, ...) DT_PRINTF(2, 3);
  * included, become '?'), cut to cap - 1 bytes; returns out. */
 const char *dt__printable(const char *s, char *out, size_t cap);
 
+/* Initialise cv on CLOCK_MONOTONIC, dt__now_ns's clock (for deadlines from
+ * dt__timespec_at). */
+void dt__cond_init_monotonic(pthread_cond_t *cv);
 /* Monotonic clock (CLOCK_MONOTONIC). */
 uint64_t dt__now_ns(void);
 /* The instant ns of that clock as a timespec, for pthread_cond_timedwait on

@@ -87,7 +87,7 @@ hook_payload_chunk(void *arg, dt_conn *c, const dt_msg_hdr *h, const void *data,
 		return;
 	if (hh.flags & DT_F_LINK) { /* judged and kept in payload_dest */
 		hh.flags &= (uint16_t)~DT_F_LINK;
-		hh.meta_len -= 16;
+		hh.meta_len -= DT_LINK_BLOCK;
 	}
 	hk = app->hooks;
 	if (hk.payload_chunk)
@@ -106,8 +106,8 @@ hook_on_msg(void *arg, dt_conn *c, dt_msg *m)
 		if (note != 2 || !dt__link_commit(n, c))
 			return; /* dropped by the links (or never judged) */
 		m->hdr.flags &= (uint16_t)~DT_F_LINK;
-		m->hdr.meta_len -= 16;
-		m->meta += 16;
+		m->hdr.meta_len -= DT_LINK_BLOCK;
+		m->meta += DT_LINK_BLOCK;
 	} else if (m->hdr.flags & DT_F_LINK) {
 		int v = dt__link_judge(n, c, &m->hdr, &m->meta, 0);
 

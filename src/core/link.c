@@ -47,7 +47,7 @@
 
 #include "core/node_impl.h"
 
-#define BLOCK         16
+#define BLOCK         DT_LINK_BLOCK
 #define REDIAL_TRY_MS 200 /* one dial attempt at most */
 #define REDIAL_GAP_NS 100000000ull
 
@@ -238,7 +238,6 @@ dt_err
 dt__link_create(dt_node *n)
 {
 	dt_links *L;
-	pthread_condattr_t ca;
 	int rc;
 
 	if (!n->rs_on || n->links)
@@ -267,11 +266,8 @@ dt__link_create(dt_node *n)
 	if (n->rs_reset_ns)
 		L->reset_next = dt__now_ns() + n->rs_reset_ns;
 	pthread_mutex_init(&L->mu, NULL);
-	pthread_condattr_init(&ca);
-	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-	pthread_cond_init(&L->cv, &ca);
-	pthread_cond_init(&L->drained, &ca);
-	pthread_condattr_destroy(&ca);
+	dt__cond_init_monotonic(&L->cv);
+	dt__cond_init_monotonic(&L->drained);
 	if ((rc = pthread_create(&L->thread, NULL, link_main, L)) != 0) {
 		pthread_mutex_destroy(&L->mu);
 		pthread_cond_destroy(&L->cv);

@@ -220,7 +220,6 @@ dt_err
 dt__watch_start(dt_node *n)
 {
 	struct dt_watch *w;
-	pthread_condattr_t ca;
 
 	if (n->watch || (n->hb_interval_ns == 0 && n->hb_timeout_ns == 0))
 		return DT_OK;
@@ -242,10 +241,7 @@ dt__watch_start(dt_node *n)
 	if (w->tick_ns < 10000000ull)
 		w->tick_ns = 10000000ull;
 	pthread_mutex_init(&w->mu, NULL);
-	pthread_condattr_init(&ca);
-	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-	pthread_cond_init(&w->cv, &ca);
-	pthread_condattr_destroy(&ca);
+	dt__cond_init_monotonic(&w->cv);
 	int rc = pthread_create(&w->thread, NULL, watch_main, w);
 
 	if (rc != 0) {

@@ -216,15 +216,7 @@ dt__kv_client_create(dt_node *node, int sync, size_t bound, dt_kv_client **out)
 	c->next_seq = 1;
 	c->next_op = 1;
 	pthread_mutex_init(&c->mu, NULL);
-	{
-		pthread_condattr_t
-		    ca; /* dt__van_wait's deadlines are monotonic */
-
-		pthread_condattr_init(&ca);
-		pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-		pthread_cond_init(&c->cv, &ca);
-		pthread_condattr_destroy(&ca);
-	}
+	dt__cond_init_monotonic(&c->cv); /* dt__van_wait's deadlines */
 	dt__table_init(&c->subs);
 	dt__table_init(&c->ops);
 	dt__list_init(&c->op_order);

@@ -73,7 +73,8 @@ enum dt_cmd {
 /* PS_RESEND: the metadata begins with a 16-byte link block, u64 link
  * sequence number (0: none, an ACK) and u64 cumulative acknowledgement
  * (core/link.c strips it before any layer sees the frame). */
-#define DT_F_LINK 0x8
+#define DT_F_LINK     0x8
+#define DT_LINK_BLOCK 16 /* bytes of that block */
 
 /* Name of a command for logs ("ADD_NODE", "KV_PUSH", "cmd 77"). */
 const char *dt__cmd_name(unsigned cmd);

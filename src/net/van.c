@@ -328,14 +328,7 @@ dt__van_create(const dt_van_hooks *hooks, dt_van **out)
 	pthread_mutex_init(&v->mu, NULL);
 	pthread_mutex_init(&v->dispatch_mu, NULL);
 	pthread_mutex_init(&v->park_mu, NULL);
-	{
-		pthread_condattr_t ca;
-
-		pthread_condattr_init(&ca);
-		pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-		pthread_cond_init(&v->park_cv, &ca);
-		pthread_condattr_destroy(&ca);
-	}
+	dt__cond_init_monotonic(&v->park_cv);
 	v->epfd = epoll_create1(EPOLL_CLOEXEC);
 	v->evfd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
 	if (v->epfd < 0 || v->evfd < 0) {

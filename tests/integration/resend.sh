@@ -36,7 +36,6 @@ faults_seen() {
 		[ "${d:-0}" -gt 0 ] && [ "${r:-0}" -gt 0 ] || fail "$1: no message was dropped and resent (dropped ${d:-0}, resent ${r:-0})"
 	fi
 	echo "$1: ${d} dropped, ${r} resent, ${c:-0} reconnections"
-	RECONNECTS=${c:-0}
 }
 
 # linreg, dist_sync
