@@ -221,8 +221,10 @@ hook_on_close(void *arg, dt_conn *c, dt_err why)
 	pthread_mutex_lock(&n->mu);
 	quiet = n->terminated || n->stopping;
 	pthread_mutex_unlock(&n->mu);
-	/* PS_RESEND: wait for a new connection rather than call it lost. */
-	if (!quiet && dt__link_on_close(n, c, peer))
+	/* PS_RESEND: wait for a new connection rather than call it lost,
+	 * also while this node stops (its last messages and BYE are still
+	 * to be acknowledged). */
+	if (dt__link_on_close(n, c, peer))
 		return;
 	if (peer > 0 && peer < n->ntable)
 		__atomic_compare_exchange_n(&n->peers[peer], &(dt_conn *){c},

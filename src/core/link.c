@@ -104,8 +104,9 @@ struct dt_links {
 	int stop;               /* (mu) */
 	uint64_t wake_at;       /* (mu) when the thread wakes (UINT64_MAX: when
 	                           poked; 0 while it is awake) */
-	int dirty; /* (mu) poked since the thread began its round */
-	int clear; /* (mu) the node failed: nothing is kept */
+	int dirty;     /* (mu) poked since the thread began its round */
+	int clear;     /* (mu) the node failed: nothing is kept */
+	int finishing; /* (mu) dt__link_finish began */
 	pthread_t thread;
 	int joined;
 	uint64_t rng;        /* (mu) PS_DROP_MSG's */
@@ -139,7 +140,6 @@ eligible(unsigned cmd)
 	case DT_CMD_HELLO_ACK:
 	case DT_CMD_HEARTBEAT:
 	case DT_CMD_ACK:
-	case DT_CMD_BYE:
 	case DT_CMD_ABORT:
 		return 0;
 	default:
@@ -216,17 +216,18 @@ queue_clear(dt_links *L, plink *P)
 }
 
 /*
- * Tell the link thread of work due at when (mu held). While anything is
- * pending it looks every ACK_DELAY anyway (link_main), so only an idle
- * thread is woken, or any for work due now (0): a message costs no
- * wake-up of the thread in a busy job.
+ * Tell the link thread of work due at when (mu held). It is woken only if
+ * it sleeps past that time (wake_at: 0 while awake, or when it will look
+ * again), or for work due now (0). While anything is pending it looks
+ * every ACK_DELAY anyway (link_main), and a new message's deadline is
+ * later than that: a message costs no wake-up of the thread in a busy job.
  */
 static void
 poke(dt_links *L, uint64_t when)
 {
 	if (when == 0)
 		L->dirty = 1;
-	if ((when == 0 && L->wake_at) || L->wake_at == UINT64_MAX) {
+	if ((when == 0 && L->wake_at) || when < L->wake_at) {
 		L->wake_at = when;
 		pthread_cond_broadcast(&L->cv);
 	}
@@ -724,6 +725,13 @@ redial(dt_links *L, int id)
 	if (err) {
 		pthread_mutex_lock(&L->mu);
 		P->redial_ns = dt__now_ns() + REDIAL_GAP_NS;
+		if (err == DT_ECONNREFUSED && L->finishing) {
+			/* This node is leaving and the peer's port is
+			 * closed: it has left too (its BYE or our last
+			 * acknowledgement was cut off). Nothing to wait for. */
+			P->gone = 1;
+			queue_clear(L, P);
+		}
 		pthread_mutex_unlock(&L->mu);
 		DT_LOG(1, "dialling %s again: %s", name, dt_errmsg());
 		return;
@@ -762,8 +770,12 @@ reset_dialled(dt_links *L)
 
 	for (int id = 0; id < L->count; id++) {
 		dt_conn *c;
+		int bye;
 
-		if (!L->p[id].dialer ||
+		pthread_mutex_lock(&L->mu);
+		bye = L->p[id].bye;
+		pthread_mutex_unlock(&L->mu);
+		if (!L->p[id].dialer || bye ||
 		    (c = __atomic_load_n(&n->peers[id], __ATOMIC_ACQUIRE)) ==
 		        NULL)
 			continue;
@@ -788,8 +800,22 @@ link_main(void *arg)
 			plink *P = &L->p[id];
 
 			now = dt__now_ns();
-			if (id == n->id || P->gone || P->bye || L->clear)
+			if (id == n->id || P->gone || L->clear)
 				continue;
+			if (P->bye) {
+				/* Gone cleanly: only its BYE (or a copy of it)
+				 * is acknowledged. */
+				if (P->ack_due && !P->down) {
+					uint64_t ack = P->rx_next - 1;
+
+					P->ack_due = 0;
+					P->ack_told = ack;
+					pthread_mutex_unlock(&L->mu);
+					send_ack(L, id, ack, 0);
+					pthread_mutex_lock(&L->mu);
+				}
+				continue;
+			}
 			if (P->down) {
 				if (since(now, P->down_ns) >= n->rs_window_ns) {
 					char why[96];
@@ -1000,7 +1026,24 @@ dt__link_bye_from(dt_node *n, int peer)
 	pthread_mutex_lock(&L->mu);
 	L->p[peer].bye = 1;
 	queue_clear(L, &L->p[peer]);
+	/* Acknowledge it at once: the peer waits for that before it goes. */
+	L->p[peer].ack_due = dt__now_ns();
+	poke(L, 0);
 	pthread_mutex_unlock(&L->mu);
+}
+
+int
+dt__link_ended(dt_node *n, int peer)
+{
+	dt_links *L = __atomic_load_n(&n->links, __ATOMIC_ACQUIRE);
+	int ended;
+
+	if (L == NULL || peer < 0 || peer >= L->count)
+		return 1;
+	pthread_mutex_lock(&L->mu);
+	ended = L->p[peer].bye || L->p[peer].gone || L->clear;
+	pthread_mutex_unlock(&L->mu);
+	return ended;
 }
 
 void
@@ -1017,13 +1060,11 @@ dt__link_clear(dt_node *n)
 	pthread_mutex_unlock(&L->mu);
 }
 
-void
-dt__link_finish(dt_node *n, uint64_t deadline_ns)
+/* Wait until every live link has its messages acknowledged, or the
+ * deadline. */
+static void
+drain(dt_links *L, uint64_t deadline_ns)
 {
-	dt_links *L = n->links;
-
-	if (L == NULL)
-		return;
 	pthread_mutex_lock(&L->mu);
 	L->draining++;
 	for (;;) {
@@ -1039,17 +1080,41 @@ dt__link_finish(dt_node *n, uint64_t deadline_ns)
 		pthread_cond_timedwait(&L->drained, &L->mu, &ts);
 	}
 	L->draining--;
+	pthread_mutex_unlock(&L->mu);
+}
+
+void
+dt__link_finish(dt_node *n, uint64_t deadline_ns)
+{
+	dt_links *L = n->links;
+
+	if (L == NULL)
+		return;
+	pthread_mutex_lock(&L->mu);
+	L->finishing = 1;
+	pthread_mutex_unlock(&L->mu);
+	drain(L, deadline_ns);
+	/* BYE is a message of the link like any other: numbered after all
+	 * this node sent, acknowledged, resent through a broken connection.
+	 * So a peer hears it (and stops waiting for this node to dial again)
+	 * unless the deadline passes first. Said to every peer this node
+	 * has talked to. */
+	for (int id = 0; id < L->count; id++) {
+		plink *P = &L->p[id];
+		dt_msg_hdr h = {.cmd = DT_CMD_BYE};
+		int say;
+
+		pthread_mutex_lock(&L->mu);
+		say = id != n->id && !P->bye && !P->gone && !L->clear &&
+		      (P->down || P->tx_next > 1 || P->rx_next > 1 ||
+		       __atomic_load_n(&n->peers[id], __ATOMIC_ACQUIRE));
+		pthread_mutex_unlock(&L->mu);
+		if (say)
+			(void)dt__link_send(n, id, &h, NULL, 0, NULL, 0, 0);
+	}
+	drain(L, deadline_ns);
+	pthread_mutex_lock(&L->mu);
 	for (int i = 0; i < L->count; i++)
 		L->p[i].bye = 1; /* no more redialling */
 	pthread_mutex_unlock(&L->mu);
-	for (int id = 0; id < L->count; id++) {
-		dt_conn *c = __atomic_load_n(&n->peers[id], __ATOMIC_ACQUIRE);
-		dt_msg_hdr h = {.cmd = DT_CMD_BYE};
-
-		if (id == n->id || c == NULL || !dt__conn_is_open(c))
-			continue;
-		h.sender = (uint32_t)n->id;
-		h.recver = (uint32_t)id;
-		(void)dt__van_send(n->van, c, &h, NULL, 0, NULL, 0);
-	}
 }

@@ -167,10 +167,14 @@ int dt__link_adopt(dt_node *n, dt_conn *c, int peer);
 void dt__link_unpin(dt_node *n, const void *p, size_t bytes);
 /* The peer said BYE: it stopped cleanly; its close is expected. */
 void dt__link_bye_from(dt_node *n, int peer);
+/* Whether peer's link is over (its BYE came, or it was lost), or there
+ * are no links: 1. */
+int dt__link_ended(dt_node *n, int peer);
 /* The node failed: keep nothing more (before failing the apps' waits). */
 void dt__link_clear(dt_node *n);
 /* A clean stop: wait (until deadline_ns) for what this node sent to be
- * acknowledged, then say BYE to every peer. */
+ * acknowledged, then say BYE to every peer it talked to and wait for those
+ * to be acknowledged too. */
 void dt__link_finish(dt_node *n, uint64_t deadline_ns);
 
 /* A peer is lost for good (why: "connection closed", ...): what a closed

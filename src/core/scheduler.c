@@ -289,6 +289,9 @@ dt__sched_on_msg(dt_node *n, dt_conn *c, dt_msg *m)
 	case DT_CMD_BYE:
 		if (peer > 0)
 			dt__link_bye_from(n, peer);
+		pthread_mutex_lock(&n->mu);
+		pthread_cond_broadcast(&n->cv); /* (nodes_gone) */
+		pthread_mutex_unlock(&n->mu);
 		return;
 	case DT_CMD_HELLO: {
 		/* PS_RESEND: a node dials the scheduler again after a lost
@@ -308,12 +311,33 @@ dt__sched_on_msg(dt_node *n, dt_conn *c, dt_msg *m)
 	dt__van_close(n->van, c);
 }
 
+/* A server's connection ended, or its link did: once the job is ending,
+ * that server has left (counted once). Returns whether the end was
+ * expected: a node that said it was done, or a server at the end. */
+static int
+left_at_end(dt_node *n, int peer)
+{
+	dt_sched *s = n->sched;
+	int expected;
+
+	pthread_mutex_lock(&n->mu);
+	expected = s->left[peer] ||
+	           (n->table[peer].role == DT_ROLE_SERVER && s->ending);
+	if (n->table[peer].role == DT_ROLE_SERVER && s->ending &&
+	    !s->left[peer]) {
+		s->left[peer] = 1;
+		s->servers_closed++;
+	}
+	pthread_cond_broadcast(&n->cv);
+	pthread_mutex_unlock(&n->mu);
+	return expected;
+}
+
 void
 dt__sched_on_close(dt_node *n, dt_conn *c, dt_err why)
 {
 	dt_sched *s = n->sched;
 	int peer = dt__conn_peer(c);
-	int expected_end;
 
 	if (s == NULL)
 		return;
@@ -340,22 +364,15 @@ dt__sched_on_close(dt_node *n, dt_conn *c, dt_err why)
 
 	pthread_mutex_lock(&n->mu);
 	failed = n->fatal != DT_OK;
-	expected_end = s->left[peer] ||
-	               (n->table[peer].role == DT_ROLE_SERVER && s->ending);
-	if (n->table[peer].role == DT_ROLE_SERVER && s->ending &&
-	    !s->left[peer]) {
-		s->left[peer] = 1;
-		s->servers_closed++;
-	}
-	pthread_cond_broadcast(&n->cv);
 	pthread_mutex_unlock(&n->mu);
 	/* PS_RESEND: the node may dial again (or this was an old
-	 * connection, replaced already). */
-	if (!expected_end && !failed && dt__link_on_close(n, c, peer))
+	 * connection, replaced already), also when it is done: only its BYE
+	 * (or no connection again in time) ends its link. */
+	if (!failed && dt__link_on_close(n, c, peer))
 		return;
 	__atomic_compare_exchange_n(&n->peers[peer], &(dt_conn *){c}, NULL, 0,
 	                            __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE);
-	if (expected_end || failed)
+	if (left_at_end(n, peer) || failed)
 		return;
 	dt__sched_peer_lost(n, peer,
 	                    why == DT_ECLOSED ? "connection closed"
@@ -370,10 +387,9 @@ dt__sched_peer_lost(dt_node *n, int peer, const char *why)
 	int skip;
 
 	pthread_mutex_lock(&n->mu);
-	skip = n->fatal != DT_OK || s->left[peer] ||
-	       (n->table[peer].role == DT_ROLE_SERVER && s->ending);
+	skip = n->fatal != DT_OK || s->left[peer];
 	pthread_mutex_unlock(&n->mu);
-	if (skip)
+	if (skip || left_at_end(n, peer))
 		return;
 	dt__node_name(n, peer, name, sizeof(name));
 	snprintf(reason, sizeof(reason),
@@ -466,11 +482,20 @@ workers_gone(dt_node *n, const void *arg)
 	return n->sched->workers_done == n->num_workers;
 }
 
+/* The end: every server left, and with PS_RESEND every worker's link
+ * ended too (its BYE came after all it sent was acknowledged), so no
+ * node is still dialling a scheduler that has gone. */
 static int
-servers_gone(dt_node *n, const void *arg)
+nodes_gone(dt_node *n, const void *arg)
 {
 	(void)arg;
-	return n->sched->servers_closed == n->num_servers;
+	if (n->sched->servers_closed != n->num_servers)
+		return 0;
+	for (int id = 1; id < n->ntable && n->links; id++)
+		if (n->table[id].role == DT_ROLE_WORKER &&
+		    !dt__link_ended(n, id))
+			return 0;
+	return 1;
 }
 
 dt_err
@@ -606,15 +631,20 @@ dt__sched_serve(dt_node *n)
 	}
 	if ((err = dt__env_long("DT_END_TIMEOUT", 30, 1, 3600, &grace)))
 		return err;
-	err = dt__node_wait(n, servers_gone, NULL,
+	err = dt__node_wait(n, nodes_gone, NULL,
 	                    dt__now_ns() + (uint64_t)grace * 1000000000ull,
-	                    "the servers to leave");
-	if (err == DT_ETIMEDOUT)
+	                    "the nodes to leave");
+	if (err == DT_ETIMEDOUT && s->servers_closed != n->num_servers)
 		return dt__fail(DT_ETIMEDOUT,
 		                "%d of %d servers did not leave within %ld s "
 		                "of the end",
 		                n->num_servers - s->servers_closed,
 		                n->num_servers, grace);
+	if (err == DT_ETIMEDOUT)
+		return dt__fail(DT_ETIMEDOUT,
+		                "a worker did not say BYE within %ld s of the "
+		                "end (PS_RESEND)",
+		                grace);
 	if (err == DT_OK)
 		DT_LOG(1, "job over: every node has left");
 	return err;

@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # resend.sh - PS_RESEND=1 (docs/fault-tolerance.md): with 5% of the
-# messages dropped on arrival (PS_DROP_MSG=5), and in other runs with every
-# connection a node dialled closed every 0.2-0.3 s (DT_RESET_EVERY), jobs
-# under `dtrain launch` complete with exactly the result of the undisturbed
-# run:
+# messages dropped on arrival (PS_DROP_MSG=5) and every connection a node
+# dialled closed every 0.5 s (DT_RESET_EVERY), and in other runs with
+# resets alone every 0.2-0.3 s, jobs under `dtrain launch` complete with
+# exactly the result of the undisturbed run:
 #   - linreg and a short mnist (lenet) in dist_sync, and mnist with
 #     --kvstore horovod (the collectives): parameters bit-identical;
 #   - kv_check async (dist_async: every push applied exactly once, counted)
@@ -16,15 +16,17 @@ DATA=${FASHION_MNIST:-/usr/share/datasets/fashion-mnist}
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 fail() { echo "FAIL: $*"; exit 1; }
-FAULTS=(--env PS_RESEND=1 --env PS_RESEND_TIMEOUT=20 --env PS_DROP_MSG=5)
+FAULTS=(--env PS_RESEND=1 --env PS_RESEND_TIMEOUT=20 --env PS_DROP_MSG=5 --env DT_RESET_EVERY=0.5)
 RESETS=(--env PS_RESEND=1 --env DT_RESET_EVERY=0.2)
+FAULTS_KV=(--env PS_RESEND=1 --env PS_RESEND_TIMEOUT=20 --env PS_DROP_MSG=5 --env DT_RESET_EVERY=0.1) # (kv_check is short)
 
 run() { # name args...: a launch that must succeed
 	local name=$1
 	shift
 	timeout 280 "$@" >"$tmp/$name.log" 2>&1 || { tail -30 "$tmp/$name.log"; fail "$name exited $?"; }
 }
-# faults_seen name: the log of a faulty run shows drops and resends
+# faults_seen name [resets]: the log of a faulty run shows drops, resends
+# and reconnections (with resets: reconnections)
 faults_seen() {
 	local d r c
 	d=$(sed -n 's/.*PS_RESEND: [0-9]* messages resent, \([0-9]*\) dropped.*/\1/p' "$tmp/$1.log" | awk '{s += $1} END {print s + 0}')
@@ -33,7 +35,8 @@ faults_seen() {
 	if [ "${2:-}" = resets ]; then
 		[ "${c:-0}" -gt 0 ] || fail "$1: no connection was reset and dialled again"
 	else
-		[ "${d:-0}" -gt 0 ] && [ "${r:-0}" -gt 0 ] || fail "$1: no message was dropped and resent (dropped ${d:-0}, resent ${r:-0})"
+		[ "${d:-0}" -gt 0 ] && [ "${r:-0}" -gt 0 ] && [ "${c:-0}" -gt 0 ] ||
+			fail "$1: no message was dropped and resent, or no connection reset (dropped ${d:-0}, resent ${r:-0}, reconnections ${c:-0})"
 	fi
 	echo "$1: ${d} dropped, ${r} resent, ${c:-0} reconnections"
 }
@@ -46,7 +49,7 @@ run lin_faults "$B/dtrain" launch -n 2 -s 2 "${FAULTS[@]}" -- "${LIN[@]}"
 [ -n "$(last lin_ref)" ] && [ "$(last lin_ref)" = "$(last lin_faults)" ] ||
 	fail "linreg: '$(last lin_faults)' with faults, '$(last lin_ref)' without"
 faults_seen lin_faults
-echo "linreg dist_sync, drops: $(last lin_faults), identical"
+echo "linreg dist_sync, drops and resets: $(last lin_faults), identical"
 LIN5=("$B/examples/linreg" --kvstore dist_sync --batch-size 100 --epochs 5)
 run lin5_ref "$B/dtrain" launch -n 2 -s 2 -- "${LIN5[@]}"
 run lin5_resets "$B/dtrain" launch -n 2 -s 2 "${RESETS[@]}" -- "${LIN5[@]}"
@@ -57,7 +60,7 @@ echo "linreg dist_sync, resets: $(last lin5_resets), identical"
 
 # kv_check: exactly once, counted
 for mode in async sum; do
-	run "kv_$mode" "$B/dtrain" launch -n 3 -s 2 "${FAULTS[@]}" -- "$B/tests/progs/kv_check" "$mode"
+	run "kv_$mode" "$B/dtrain" launch -n 3 -s 2 "${FAULTS_KV[@]}" -- "$B/tests/progs/kv_check" "$mode"
 	[ "$(grep -c "kv_check $mode: worker passed" "$tmp/kv_$mode.log")" = 3 ] || fail "kv_check $mode"
 	faults_seen "kv_$mode"
 done
@@ -78,7 +81,7 @@ elif [ -f "$DATA/train-images-idx3-ubyte.gz" ]; then
 		cmp -s "$tmp/$kv.ref.params" "$tmp/$kv.faults.params" ||
 			fail "mnist $kv: parameters differ ($("$B/dtrain" params diff "$tmp/$kv.ref.params" "$tmp/$kv.faults.params"))"
 		faults_seen "m_${kv}_faults"
-		echo "mnist $kv, drops: parameters bit-identical"
+		echo "mnist $kv, drops and resets: parameters bit-identical"
 	done
 	run m_resets "$B/dtrain" launch -n 2 -s 2 --env PS_RESEND=1 --env DT_RESET_EVERY=0.3 -- \
 		"$B/examples/mnist" --kvstore dist_sync "${M[@]}" --save "$tmp/resets.params"
