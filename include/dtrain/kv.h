@@ -106,6 +106,19 @@ dt_err dt_kv_pushpull_many(dt_kv *kv, size_t nkeys, const dt_key *keys,
 /* Barrier among all workers of the store (a no-op for local stores). */
 dt_err dt_kv_barrier(dt_kv *kv);
 
+/*
+ * Checkpoint the servers now (DTRAIN_CHECKPOINT_DIR on the servers; see
+ * docs/fault-tolerance.md): every worker calls it at the same point, like a
+ * barrier; it returns once every server's file is on disk. A store without
+ * servers has nothing to checkpoint (DT_ESTATE).
+ */
+dt_err dt_kv_checkpoint(dt_kv *kv);
+
+/* Read and check a server's checkpoint file; a one-line summary of what it
+ * holds into summary. Every fault (damaged, truncated, another version) is
+ * an error naming it. */
+dt_err dt_kv_checkpoint_inspect(const char *path, char *summary, size_t cap);
+
 #ifdef __cplusplus
 }
 #endif

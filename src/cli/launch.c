@@ -321,6 +321,12 @@ usage(FILE *f)
 	    "      --sync-exclude PAT   leave what matches PAT out of the copy "
 	    "(repeat;\n"
 	    "                           rsync's --exclude; .git/ always)\n"
+	    "      --checkpoint-dir DIR servers checkpoint their store in DIR\n"
+	    "                           (DTRAIN_CHECKPOINT_DIR; shared or per "
+	    "host)\n"
+	    "      --checkpoint-every N every N rounds (default 100; 0: only "
+	    "when\n"
+	    "                           a worker calls dt_kv_checkpoint)\n"
 	    "      --timeout SEC        stop the job after SEC seconds\n"
 	    "      --grace SEC          time the servers and the scheduler get "
 	    "to\n"
@@ -526,6 +532,30 @@ parse_opts(int argc, char **argv, struct opts *o)
 		} else if ((m = opt_value(argc, argv, &i, NULL, "--env", &val,
 		                          &err)) != 0) {
 			if (m < 0 || (err = add_env_opt(o, name, val)))
+				return err;
+		} else if ((m = opt_value(argc, argv, &i, NULL,
+		                          "--checkpoint-dir", &val, &err)) !=
+		           0) {
+			if (m < 0)
+				return err;
+			if (*val == '\0')
+				return dt__fail(DT_EINVAL,
+				                "%s: empty directory name",
+				                name);
+			if ((err = strv_addf(&o->env,
+			                     "DTRAIN_CHECKPOINT_DIR=%s", val)))
+				return err;
+		} else if ((m = opt_value(argc, argv, &i, NULL,
+		                          "--checkpoint-every", &val, &err)) !=
+		           0) {
+			long every;
+
+			if (m < 0 ||
+			    (err = dt__parse_long(name, val, 0, 1L << 40,
+			                          &every)) ||
+			    (err = strv_addf(&o->env,
+			                     "DTRAIN_CHECKPOINT_EVERY=%ld",
+			                     every)))
 				return err;
 		} else if ((m = opt_value(argc, argv, &i, NULL,
 		                          "--sync-dst-dir", &val, &err)) != 0) {

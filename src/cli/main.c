@@ -24,6 +24,8 @@ usage(FILE *f)
 	      "  scheduler  run the scheduler of a job\n"
 	      "  server     run one parameter server of a job\n"
 	      "  params     compare saved parameter files (params diff A B)\n"
+	      "  checkpoint check server checkpoint files (checkpoint show "
+	      "F)\n"
 	      "  version    print the version\n"
 	      "\n"
 	      "See `dtrain <command> --help` and docs/ for details.\n",
@@ -154,6 +156,8 @@ main(int argc, char **argv)
 		return dt__cli_role(argc - 1, argv + 1);
 	if (strcmp(cmd, "params") == 0)
 		return dt__cli_params(argc - 1, argv + 1);
+	if (strcmp(cmd, "checkpoint") == 0)
+		return dt__cli_checkpoint(argc - 1, argv + 1);
 	if (strcmp(cmd, "version") == 0 || strcmp(cmd, "--version") == 0) {
 		printf("dtrain 0.1.0\n");
 		return 0;

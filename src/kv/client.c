@@ -502,3 +502,18 @@ dt__kv_client_configure(dt_kv_client *c)
 		                           (uint64_t)c->sync, NULL, 0);
 	return dt__kv_client_agree(c, err);
 }
+
+/* Every request answered, every worker here (so in dist_sync every round
+ * of every key is over), then rank 0 has each server write its file. */
+dt_err
+dt__kv_client_checkpoint(dt_kv_client *c)
+{
+	dt_err err;
+
+	if ((err = dt__kv_client_wait_all(c)) ||
+	    (err = dt__kv_client_agree(c, DT_OK)))
+		return err;
+	if (dt_node_rank(c->node) == 0)
+		err = broadcast_to_servers(c, DT_CMD_KV_CHECKPOINT, 0, NULL, 0);
+	return dt__kv_client_agree(c, err);
+}

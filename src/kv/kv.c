@@ -671,3 +671,15 @@ dt_kv_barrier(dt_kv *kv)
 		return DT_OK;
 	return dt_node_barrier(kv->node, DT_GROUP_WORKERS);
 }
+
+dt_err
+dt_kv_checkpoint(dt_kv *kv)
+{
+	KV_NEED(kv != NULL, "checkpoint: kv is NULL");
+	if (!kv->client)
+		return dt__fail(DT_ESTATE,
+		                "checkpoint: a %s store has no servers to "
+		                "checkpoint (save the parameters instead)",
+		                kv->type);
+	return dt__kv_client_checkpoint(kv->client);
+}

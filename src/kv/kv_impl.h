@@ -39,6 +39,8 @@ dt__kv_op_name(int cmd)
 		return "set optimizer";
 	case DT_CMD_KV_CONFIG:
 		return "configure";
+	case DT_CMD_KV_CHECKPOINT:
+		return "checkpoint";
 	}
 	return "request";
 }
@@ -127,5 +129,44 @@ dt_err dt__kv_client_start(dt_kv_client *c, int cmd, dt_key key,
                            dt_kv_req *req);
 dt_err dt__kv_client_wait(dt_kv_client *c, dt_kv_req req);
 dt_err dt__kv_client_wait_all(dt_kv_client *c);
+/* dt_kv_checkpoint: after every pending request and every worker. */
+dt_err dt__kv_client_checkpoint(dt_kv_client *c);
+
+/* Server checkpoints (ckpt.c; the format in docs/fault-tolerance.md). */
+typedef struct dt_ckpt_head {
+	uint32_t rank, nservers, nworkers;
+	int sync;
+	dt_opt opt;      /* kind DT_OPT_NONE: none */
+	uint64_t number; /* 1, 2, ... in this job */
+	uint64_t rounds; /* the server's completed rounds (or updates) */
+	uint64_t nkeys;
+} dt_ckpt_head;
+
+typedef struct dt_ckpt_key {
+	dt_key key;
+	uint64_t n, offset, len, steps;
+	uint64_t *applied; /* per worker rank: its pushes in the value */
+	uint64_t state_len;
+	const void *val, *state; /* len and state_len floats (unaligned in a
+	                            file being read) */
+} dt_ckpt_key;
+
+void dt__ckpt_begin(dt_wbuf *w, const dt_ckpt_head *h);
+void dt__ckpt_key(dt_wbuf *w, const dt_ckpt_key *k, uint32_t nworkers);
+/* The trailer (length, CRC-32, end mark). */
+dt_err dt__ckpt_end(dt_wbuf *w);
+/* dir/name atomically: temporary file, fsync, the old one to name.prev,
+ * rename, fsync of dir. */
+dt_err dt__ckpt_write(const char *dir, const char *name, const void *buf,
+                      size_t len);
+/* The whole file into *buf (malloc'd). */
+dt_err dt__ckpt_read(const char *path, uint8_t **buf, size_t *len);
+/* Check the end mark, length and checksum of buf, then read the header;
+ * r is left at the first key. Every error names path and the fault. */
+dt_err dt__ckpt_open(const char *path, const uint8_t *buf, size_t len,
+                     dt_rbuf *r, dt_ckpt_head *h);
+/* The next key (k->applied has room for h->nworkers), bounds-checked. */
+dt_err dt__ckpt_next_key(const char *path, dt_rbuf *r, const dt_ckpt_head *h,
+                         dt_ckpt_key *k);
 
 #endif

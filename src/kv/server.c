@@ -16,10 +16,13 @@
  * Threads: everything here runs in the node's I/O thread, so a key's
  * updates are atomic by construction and the store needs no lock.
  */
+#include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "common/table.h"
 #include "kv/kv_impl.h"
@@ -53,6 +56,8 @@ typedef struct entry {
 	float *merge;
 	float *state;
 	uint64_t steps;
+	uint64_t *applied; /* by worker rank: its pushes in val (checkpoints) */
+	int restored;      /* loaded from a checkpoint: an INIT keeps val */
 	int npushed;
 	uint8_t *pushed; /* by worker rank, this round */
 	waiter *answers; /* answered at the end of the round */
@@ -61,12 +66,43 @@ typedef struct entry {
 	dt_hnode hn;     /* in keys */
 } entry;
 
+/* A snapshot of the store on its way to disk. */
+typedef struct ckpt_job {
+	uint8_t *buf;
+	size_t len;
+	uint64_t number;
+} ckpt_job;
+
 typedef struct kv_server {
 	dt_node *node;
+	int rank;
 	int nservers, nworkers; /* the job's */
 	int sync;
 	dt_opt opt;    /* kind DT_OPT_NONE: the value is the sum of a round */
 	dt_table keys; /* entries by key */
+	/* Checkpoints (DTRAIN_CHECKPOINT_*). The I/O thread takes a snapshot
+	 * (a copy, in the file's format); a writer thread puts it on disk. */
+	char *ck_dir;          /* NULL: no checkpoints */
+	char ck_name[64];      /* server-<rank>.ckpt */
+	uint64_t ck_every;     /* rounds (0: not by rounds) */
+	uint64_t ck_every_ns;  /* or time (0: not by time) */
+	uint64_t rounds;       /* key rounds completed (async: updates) */
+	uint64_t ck_rounds_at; /* rounds at the last snapshot */
+	uint64_t ck_last_ns;
+	uint64_t ck_number; /* the last snapshot's number */
+	pthread_t ck_thread;
+	int ck_started;
+	pthread_mutex_t ck_mu;
+	pthread_cond_t ck_cv; /* a job for the writer, or one written */
+	ckpt_job *ck_next;    /* (ck_mu) the next to write; a newer one
+	                         replaces it */
+	uint64_t ck_done;     /* (ck_mu) the last number written */
+	dt_err ck_err;        /* (ck_mu) how that write ended */
+	char ck_errmsg[256];  /* (ck_mu) */
+	int ck_stop;          /* (ck_mu) */
+	uint64_t ck_written;  /* (ck_mu) files written */
+	uint64_t ck_write_ns; /* (ck_mu) time spent writing them */
+	uint64_t ck_snap_ns;  /* snapshots' time in the I/O thread */
 } kv_server;
 
 static entry *
@@ -86,7 +122,10 @@ insert(kv_server *s, dt_key key)
 	if (e == NULL)
 		return NULL;
 	e->pushed = calloc((size_t)s->nworkers, 1);
-	if (e->pushed == NULL) {
+	e->applied = calloc((size_t)s->nworkers, sizeof(uint64_t));
+	if (e->pushed == NULL || e->applied == NULL) {
+		free(e->pushed);
+		free(e->applied);
 		free(e);
 		return NULL;
 	}
@@ -118,6 +157,7 @@ free_entry(entry *e)
 	free(e->merge);
 	free(e->state);
 	free(e->pushed);
+	free(e->applied);
 	free(e);
 }
 
@@ -194,9 +234,14 @@ touch(kv_server *s, entry *e)
 	dt__node_before_write(s->node, e->val, e->len * sizeof(float));
 }
 
+static void maybe_checkpoint(kv_server *s);
+
 static void
 round_done(kv_server *s, entry *e)
 {
+	for (int w = 0; w < s->nworkers; w++)
+		e->applied[w]++;
+	s->rounds++;
 	e->npushed = 0;
 	memset(e->pushed, 0, (size_t)s->nworkers);
 	while (e->answers) {
@@ -216,6 +261,7 @@ round_done(kv_server *s, entry *e)
 		free(d->data);
 		free(d);
 	}
+	maybe_checkpoint(s);
 }
 
 static void
@@ -297,8 +343,11 @@ push_async(kv_server *s, entry *e, int worker, int cmd, uint64_t seq,
 	} else {
 		memcpy(e->val, g, e->len * sizeof(float));
 	}
+	e->applied[worker]++;
+	s->rounds++;
 	reply(s, worker, cmd, seq, e->key,
 	      cmd == DT_CMD_KV_PUSH ? NULL : e->val, e->len);
+	maybe_checkpoint(s);
 }
 
 static int
@@ -342,7 +391,10 @@ on_init(kv_server *s, int worker, const dt_msg *m)
 			            (unsigned long long)e->n);
 			return;
 		}
-		if (has_value) { /* rank 0 sets the value again */
+		if (has_value && e->restored) {
+			/* The value of a checkpoint wins: the job resumes
+			 * from it, and the workers pull it. */
+		} else if (has_value) { /* rank 0 sets the value again */
 			touch(s, e);
 			memcpy(e->val, m->payload, len * sizeof(float));
 			e->steps = 0;
@@ -422,6 +474,369 @@ check_access(kv_server *s, int worker, const dt_msg_hdr *h, int with_data)
 	return e;
 }
 
+/* ---- checkpoints ---- */
+
+/* Copy the store, in the file's format, and hand it to the writer; the
+ * number it will have on disk. Runs in the I/O thread: the store does not
+ * change meanwhile, and each key is between two rounds (a round's pushes
+ * so far are in its merge buffer, not in the value). */
+static dt_err
+snapshot(kv_server *s, uint64_t *number)
+{
+	uint64_t t0 = dt__now_ns(), nkeys = 0;
+	dt_table_iter it;
+	dt_wbuf w;
+	ckpt_job *job;
+	dt_err err;
+
+	for (dt_hnode *h = dt__table_first(&s->keys, &it); h;
+	     h = dt__table_next(&it))
+		nkeys += DT_CONTAINER_OF(h, entry, hn)->initialised != 0;
+	dt_ckpt_head head = {.rank = (uint32_t)s->rank,
+	                     .nservers = (uint32_t)s->nservers,
+	                     .nworkers = (uint32_t)s->nworkers,
+	                     .sync = s->sync,
+	                     .opt = s->opt,
+	                     .number = s->ck_number + 1,
+	                     .rounds = s->rounds,
+	                     .nkeys = nkeys};
+	dt__wbuf_init(&w);
+	dt__ckpt_begin(&w, &head);
+	for (dt_hnode *h = dt__table_first(&s->keys, &it); h;
+	     h = dt__table_next(&it)) {
+		entry *e = DT_CONTAINER_OF(h, entry, hn);
+
+		if (!e->initialised)
+			continue;
+		dt_ckpt_key k = {
+		    .key = e->key,
+		    .n = e->n,
+		    .offset = e->offset,
+		    .len = e->len,
+		    .steps = e->steps,
+		    .applied = e->applied,
+		    .state_len =
+		        e->state ? dt__opt_state_len(&s->opt, e->len) : 0,
+		    .val = e->val,
+		    .state = e->state};
+		dt__ckpt_key(&w, &k, (uint32_t)s->nworkers);
+	}
+	if ((err = dt__ckpt_end(&w)) != DT_OK ||
+	    (job = calloc(1, sizeof(*job))) == NULL) {
+		dt__wbuf_fini(&w);
+		return err ? err
+		           : dt__fail(DT_ENOMEM, "checkpoint: out of memory");
+	}
+	if (w.data == w.inline_buf) { /* (a small store) */
+		if ((job->buf = malloc(w.len)) == NULL) {
+			free(job);
+			return dt__fail(DT_ENOMEM, "checkpoint: out of memory");
+		}
+		memcpy(job->buf, w.data, w.len);
+	} else {
+		job->buf = w.data; /* taken over: not freed here */
+	}
+	job->len = w.len;
+	job->number = ++s->ck_number;
+	s->ck_rounds_at = s->rounds;
+	s->ck_last_ns = dt__now_ns();
+	s->ck_snap_ns += s->ck_last_ns - t0;
+	pthread_mutex_lock(&s->ck_mu);
+	if (s->ck_next) { /* not begun yet: this newer one replaces it */
+		free(s->ck_next->buf);
+		free(s->ck_next);
+	}
+	s->ck_next = job;
+	pthread_cond_broadcast(&s->ck_cv);
+	pthread_mutex_unlock(&s->ck_mu);
+	*number = job->number;
+	return DT_OK;
+}
+
+static void *
+writer_main(void *arg)
+{
+	kv_server *s = arg;
+
+	pthread_mutex_lock(&s->ck_mu);
+	for (;;) {
+		ckpt_job *job = s->ck_next;
+
+		if (job == NULL && s->ck_stop)
+			break;
+		if (job == NULL) {
+			pthread_cond_wait(&s->ck_cv, &s->ck_mu);
+			continue;
+		}
+		s->ck_next = NULL;
+		pthread_mutex_unlock(&s->ck_mu);
+		uint64_t t0 = dt__now_ns();
+		dt_err err =
+		    dt__ckpt_write(s->ck_dir, s->ck_name, job->buf, job->len);
+		uint64_t dt = dt__now_ns() - t0;
+		char msg[256];
+
+		snprintf(msg, sizeof(msg), "%s", err ? dt_errmsg() : "");
+		if (err)
+			dt__log(0, "checkpoint #%llu not written: %s",
+			        (unsigned long long)job->number, msg);
+		else
+			DT_LOG(1,
+			       "checkpoint #%llu: %zu bytes in %s/%s (%.1f ms)",
+			       (unsigned long long)job->number, job->len,
+			       s->ck_dir, s->ck_name, (double)dt / 1e6);
+		pthread_mutex_lock(&s->ck_mu);
+		s->ck_done = job->number;
+		s->ck_err = err;
+		snprintf(s->ck_errmsg, sizeof(s->ck_errmsg), "%s", msg);
+		s->ck_written += err == DT_OK;
+		s->ck_write_ns += dt;
+		pthread_cond_broadcast(&s->ck_cv);
+		free(job->buf);
+		free(job);
+	}
+	pthread_mutex_unlock(&s->ck_mu);
+	return NULL;
+}
+
+/* After a round (or an async update): a checkpoint if one is due. */
+static void
+maybe_checkpoint(kv_server *s)
+{
+	uint64_t number, nkeys;
+
+	if (s->ck_dir == NULL)
+		return;
+	nkeys = DT_MAX(dt__table_count(&s->keys), 1);
+	if (!(s->ck_every &&
+	      s->rounds - s->ck_rounds_at >= s->ck_every * nkeys) &&
+	    !(s->ck_every_ns && dt__now_ns() - s->ck_last_ns >= s->ck_every_ns))
+		return;
+	if (snapshot(s, &number) != DT_OK)
+		dt__log(0, "checkpoint skipped: %s", dt_errmsg());
+}
+
+/* KV_CHECKPOINT: a snapshot now, answered once it is on disk (the I/O
+ * thread waits: every worker waits for this answer anyway). */
+static void
+on_checkpoint(kv_server *s, int worker, const dt_msg_hdr *h)
+{
+	uint64_t number;
+	dt_err err;
+	char msg[256];
+
+	if (s->ck_dir == NULL) {
+		reply_error(
+		    s, worker, h->cmd, h->seq, 0, DT_ESTATE,
+		    "checkpoint: server %d has no DTRAIN_CHECKPOINT_DIR",
+		    s->rank);
+		return;
+	}
+	if ((err = snapshot(s, &number)) != DT_OK) {
+		reply_error(s, worker, h->cmd, h->seq, 0, err,
+		            "checkpoint of server %d: %s", s->rank,
+		            dt_errmsg());
+		return;
+	}
+	pthread_mutex_lock(&s->ck_mu);
+	while (s->ck_done < number)
+		pthread_cond_wait(&s->ck_cv, &s->ck_mu);
+	err = s->ck_err;
+	snprintf(msg, sizeof(msg), "%s", s->ck_errmsg);
+	pthread_mutex_unlock(&s->ck_mu);
+	if (err)
+		reply_error(s, worker, h->cmd, h->seq, 0, err,
+		            "checkpoint of server %d: %s", s->rank, msg);
+	else
+		reply(s, worker, h->cmd, h->seq, 0, NULL, 0);
+}
+
+/* Load path (checked whole first, then applied). */
+static dt_err
+load_file(kv_server *s, const char *path)
+{
+	uint8_t *buf;
+	size_t len;
+	dt_rbuf r;
+	dt_ckpt_head head;
+	dt_ckpt_key k = {0};
+	dt_err err;
+
+	if ((err = dt__ckpt_read(path, &buf, &len)))
+		return err;
+	if ((err = dt__ckpt_open(path, buf, len, &r, &head)))
+		goto out;
+	if (head.rank != (uint32_t)s->rank ||
+	    head.nservers != (uint32_t)s->nservers ||
+	    head.nworkers != (uint32_t)s->nworkers) {
+		err =
+		    dt__fail(DT_EMISMATCH,
+		             "%s is server %u's of a job of %u servers and %u "
+		             "workers; this is server %d of %d and %d",
+		             path, head.rank, head.nservers, head.nworkers,
+		             s->rank, s->nservers, s->nworkers);
+		goto out;
+	}
+	if ((k.applied = calloc(head.nworkers, sizeof(uint64_t))) == NULL) {
+		err = DT_ENOMEM;
+		goto out;
+	}
+	s->sync = head.sync;
+	s->opt = head.opt;
+	for (uint64_t i = 0; i < head.nkeys; i++) {
+		entry *e;
+
+		if ((err = dt__ckpt_next_key(path, &r, &head, &k)))
+			goto out;
+		if (k.state_len != dt__opt_state_len(&s->opt, k.len)) {
+			err = dt__fail(DT_EFORMAT,
+			               "%s: key %llu has %llu optimizer state "
+			               "floats, its optimizer needs %zu",
+			               path, (unsigned long long)k.key,
+			               (unsigned long long)k.state_len,
+			               dt__opt_state_len(&s->opt, k.len));
+			goto out;
+		}
+		if (find(s, k.key)) {
+			err = dt__fail(DT_EFORMAT, "%s: key %llu twice", path,
+			               (unsigned long long)k.key);
+			goto out;
+		}
+		if ((e = insert(s, k.key)) == NULL ||
+		    alloc_value(s, e, k.n, k.offset, (size_t)k.len)) {
+			err = dt__fail(DT_ENOMEM,
+			               "%s: out of memory for key %llu", path,
+			               (unsigned long long)k.key);
+			goto out;
+		}
+		memcpy(e->val, k.val, (size_t)k.len * sizeof(float));
+		if (k.state_len)
+			memcpy(e->state, k.state,
+			       (size_t)k.state_len * sizeof(float));
+		memcpy(e->applied, k.applied,
+		       (size_t)s->nworkers * sizeof(uint64_t));
+		e->steps = k.steps;
+		e->initialised = 1;
+		e->restored = 1;
+	}
+	if (r.off != r.len)
+		err = dt__fail(DT_EFORMAT, "%s: %zu bytes after the last key",
+		               path, r.len - r.off);
+	s->rounds = s->ck_rounds_at = head.rounds;
+	s->ck_number = head.number;
+out:
+	free(k.applied);
+	free(buf);
+	return err;
+}
+
+static void
+drop_keys(kv_server *s)
+{
+	dt_table_iter it;
+	dt_hnode *h;
+
+	while ((h = dt__table_first(&s->keys, &it)) != NULL) {
+		entry *e = DT_CONTAINER_OF(h, entry, hn);
+
+		dt__table_remove(&s->keys, h);
+		free_entry(e);
+	}
+	s->opt.kind = DT_OPT_NONE;
+	s->sync = 1;
+	s->rounds = s->ck_rounds_at = s->ck_number = 0;
+}
+
+/* DTRAIN_CHECKPOINT_LOAD=1: the newest good checkpoint of this rank, else
+ * the previous one; none at all is an empty start. */
+static dt_err
+load_checkpoint(kv_server *s)
+{
+	char path[4096], prev[4096], first[512] = "";
+	dt_err err;
+
+	snprintf(path, sizeof(path), "%s/%s", s->ck_dir, s->ck_name);
+	snprintf(prev, sizeof(prev), "%s/%s.prev", s->ck_dir, s->ck_name);
+	if (access(path, F_OK) != 0 && access(prev, F_OK) != 0) {
+		dt__log(0, "no checkpoint in %s yet: starting empty",
+		        s->ck_dir);
+		return DT_OK;
+	}
+	if (access(path, F_OK) == 0) {
+		if ((err = load_file(s, path)) == DT_OK)
+			goto loaded;
+		snprintf(first, sizeof(first), "%s", dt_errmsg());
+		dt__log(0, "%s; trying the previous checkpoint", first);
+		drop_keys(s);
+	}
+	if ((err = load_file(s, prev)) != DT_OK) {
+		char second[512];
+
+		snprintf(second, sizeof(second), "%s", dt_errmsg());
+		drop_keys(s);
+		if (*first)
+			return dt__fail(err, "no usable checkpoint: %s; %s",
+			                first, second);
+		return dt__fail(err, "no usable checkpoint: %s", second);
+	}
+	snprintf(path, sizeof(path), "%s", prev);
+loaded:
+	dt__log(0,
+	        "restored checkpoint #%llu from %s: %zu keys after %llu "
+	        "rounds",
+	        (unsigned long long)s->ck_number, path,
+	        dt__table_count(&s->keys), (unsigned long long)s->rounds);
+	return DT_OK;
+}
+
+/* DTRAIN_CHECKPOINT_DIR and the rest, at the server's start. */
+static dt_err
+checkpoint_config(kv_server *s)
+{
+	const char *dir = dt__env_str("DTRAIN_CHECKPOINT_DIR");
+	long every, load;
+	uint64_t every_ns;
+	struct stat st;
+	dt_err err;
+
+	if ((err = dt__env_long("DTRAIN_CHECKPOINT_EVERY", 100, 0, 1L << 40,
+	                        &every)) ||
+	    (err = dt__env_seconds("DTRAIN_CHECKPOINT_SECONDS", 0, 0,
+	                           86400 * 365, &every_ns)) ||
+	    (err = dt__env_long("DTRAIN_CHECKPOINT_LOAD", 0, 0, 1, &load)))
+		return err;
+	if (dir == NULL || *dir == '\0') {
+		if (load)
+			return dt__fail(DT_ECONFIG,
+			                "DTRAIN_CHECKPOINT_LOAD=1 "
+			                "needs DTRAIN_CHECKPOINT_DIR");
+		return DT_OK;
+	}
+	if (mkdir(dir, 0700) < 0 && errno != EEXIST)
+		return dt__fail(DT_ECONFIG, "DTRAIN_CHECKPOINT_DIR %s: %s", dir,
+		                strerror(errno));
+	if (stat(dir, &st) < 0 || !S_ISDIR(st.st_mode) ||
+	    access(dir, W_OK | X_OK) < 0)
+		return dt__fail(DT_ECONFIG,
+		                "DTRAIN_CHECKPOINT_DIR %s: not a writable "
+		                "directory",
+		                dir);
+	if ((s->ck_dir = strdup(dir)) == NULL)
+		return DT_ENOMEM;
+	snprintf(s->ck_name, sizeof(s->ck_name), "server-%d.ckpt", s->rank);
+	s->ck_every = (uint64_t)every;
+	s->ck_every_ns = every_ns;
+	s->ck_last_ns = dt__now_ns();
+	if (load && (err = load_checkpoint(s)))
+		return err;
+	if (pthread_mutex_init(&s->ck_mu, NULL) != 0 ||
+	    pthread_cond_init(&s->ck_cv, NULL) != 0 ||
+	    pthread_create(&s->ck_thread, NULL, writer_main, s) != 0)
+		return dt__fail(DT_ESYS, "checkpoint writer thread");
+	s->ck_started = 1;
+	return DT_OK;
+}
+
 static void
 on_msg(void *arg, dt_node *n, dt_conn *c, dt_msg *m)
 {
@@ -471,6 +886,9 @@ on_msg(void *arg, dt_node *n, dt_conn *c, dt_msg *m)
 	}
 	case DT_CMD_KV_INIT:
 		on_init(s, worker, m);
+		return;
+	case DT_CMD_KV_CHECKPOINT:
+		on_checkpoint(s, worker, h);
 		return;
 	case DT_CMD_KV_PUSH:
 	case DT_CMD_KV_PUSHPULL:
@@ -570,6 +988,38 @@ payload_chunk(void *arg, dt_node *n, dt_conn *c, const dt_msg_hdr *h,
 	}
 }
 
+/* The writer finishes what it was given; then everything goes. */
+static void
+server_free(kv_server *s)
+{
+	dt_table_iter it;
+
+	if (s->ck_started) {
+		pthread_mutex_lock(&s->ck_mu);
+		s->ck_stop = 1;
+		pthread_cond_broadcast(&s->ck_cv);
+		pthread_mutex_unlock(&s->ck_mu);
+		pthread_join(s->ck_thread, NULL);
+		if (s->ck_written)
+			DT_LOG(1,
+			       "%llu checkpoints written (%.1f ms each on "
+			       "average; %.2f ms of snapshots in the I/O "
+			       "thread)",
+			       (unsigned long long)s->ck_written,
+			       (double)s->ck_write_ns / 1e6 /
+			           (double)s->ck_written,
+			       (double)s->ck_snap_ns / 1e6);
+		pthread_cond_destroy(&s->ck_cv);
+		pthread_mutex_destroy(&s->ck_mu);
+	}
+	for (dt_hnode *h = dt__table_first(&s->keys, &it); h;
+	     h = dt__table_next(&it))
+		free_entry(DT_CONTAINER_OF(h, entry, hn));
+	dt__table_fini(&s->keys);
+	free(s->ck_dir);
+	free(s);
+}
+
 /* The class's start hook: a server node's store. */
 static dt_err
 server_start(dt_node *n)
@@ -581,18 +1031,22 @@ server_start(dt_node *n)
 	if (s == NULL)
 		return DT_ENOMEM;
 	s->node = n;
+	s->rank = dt_node_rank(n);
 	s->nservers = dt_node_num_servers(n);
 	s->nworkers = dt_node_num_workers(n);
 	s->sync = 1;
 	dt__table_init(&s->keys);
+	if ((err = checkpoint_config(s))) {
+		server_free(s);
+		return err;
+	}
 	app.arg = s;
 	app.on_msg = on_msg;
 	app.payload_dest = payload_dest;
 	app.dest_pure = 1; /* it only chooses where a payload goes */
 	app.payload_chunk = payload_chunk;
-	if ((err = dt__node_attach(n, &dt__kv_app, &app))) {
-		free(s);
-	}
+	if ((err = dt__node_attach(n, &dt__kv_app, &app)))
+		server_free(s);
 	return err;
 }
 
@@ -605,12 +1059,7 @@ server_stop(dt_node *n)
 	dt__node_detach(n, &dt__kv_app);
 	if (s == NULL)
 		return;
-	dt_table_iter it;
-	for (dt_hnode *h = dt__table_first(&s->keys, &it); h;
-	     h = dt__table_next(&it))
-		free_entry(DT_CONTAINER_OF(h, entry, hn));
-	dt__table_fini(&s->keys);
-	free(s);
+	server_free(s);
 }
 
 const dt__app_class dt__kv_app = {

@@ -11,6 +11,15 @@
  *   kv_check async   dist_async: every push applied exactly once
  *   kv_check local   the same sums through a "local" store (1 process)
  *   kv_check huge    the sums on one array of 2^28 + 3 floats (over 1 GiB)
+ *   kv_check ckpt FROM TO [C1,C2,...]
+ *                    dist_sync with sgd (momentum) on a small key and a
+ *                    key split over the servers: pull, then steps FROM..TO-1
+ *                    of pushpull, a dt_kv_checkpoint after each step
+ *                    listed in C; prints "at step S: <hash>" after the
+ *                    pull, at each checkpoint and at the end (rank 0), so
+ *                    that a job restored from a checkpoint
+ *                    (DTRAIN_CHECKPOINT_LOAD=1) is compared with the job
+ *                    that wrote it, bit for bit
  *
  * Inputs are small integers so that sums are exact in float32.
  */
@@ -272,6 +281,64 @@ check_async_opt(dt_kv *kv)
 	free(g);
 }
 
+/* FNV-1a over the bits of v. */
+static unsigned long long
+hash_floats(const float *v, size_t n)
+{
+	unsigned long long h = 1469598103934665603ull;
+	const unsigned char *p = (const unsigned char *)v;
+
+	for (size_t i = 0; i < n * sizeof(float); i++) {
+		h ^= p[i];
+		h *= 1099511628211ull;
+	}
+	return h;
+}
+
+static void
+check_ckpt(dt_kv *kv, int from, int to, const char *at)
+{
+	int rank = dt_kv_rank(kv);
+	const char *b = getenv("MXNET_KVSTORE_BIGARRAY_BOUND");
+	size_t bound = b ? (size_t)atol(b) : 1000000;
+	size_t n[2] = {5, 2 * bound + 3}, total = n[0] + n[1];
+	float *w = malloc(total * sizeof(float));
+	float *g = malloc(total * sizeof(float));
+
+	OK(dt_kv_set_optimizer(kv, "sgd", "lr=0.125,momentum=0.5"));
+	for (size_t i = 0; i < total; i++)
+		w[i] = (float)(i % 5) * 0.25f;
+	OK(dt_kv_init(kv, 1, w, n[0]));
+	OK(dt_kv_init(kv, 2, w + n[0], n[1]));
+	OK(dt_kv_pull(kv, 1, w, n[0]));
+	OK(dt_kv_pull(kv, 2, w + n[0], n[1]));
+	if (rank == 0)
+		printf("kv_check ckpt at step %d: %016llx\n", from,
+		       hash_floats(w, total));
+	for (int s = from; s < to; s++) {
+		for (size_t i = 0; i < total; i++)
+			g[i] = grad(rank, s, i) * 0.0625f;
+		OK(dt_kv_pushpull(kv, 1, g, w, n[0]));
+		OK(dt_kv_pushpull(kv, 2, g + n[0], w + n[0], n[1]));
+		char tag[16];
+		snprintf(tag, sizeof(tag), ",%d,", s + 1);
+		char list[256];
+		snprintf(list, sizeof(list), ",%s,", at ? at : "");
+		if (strstr(list, tag)) {
+			OK(dt_kv_checkpoint(kv));
+			if (rank == 0)
+				printf("kv_check ckpt checkpoint at step %d: "
+				       "%016llx\n",
+				       s + 1, hash_floats(w, total));
+		}
+	}
+	if (rank == 0)
+		printf("kv_check ckpt at step %d: %016llx\n", to,
+		       hash_floats(w, total));
+	free(w);
+	free(g);
+}
+
 int
 main(int argc, char **argv)
 {
@@ -300,6 +367,9 @@ main(int argc, char **argv)
 		check_async_opt(kv);
 	} else if (strcmp(mode, "async_noopt") == 0) {
 		check_async(kv);
+	} else if (strcmp(mode, "ckpt") == 0 && argc >= 4) {
+		check_ckpt(kv, atoi(argv[2]), atoi(argv[3]),
+		           argc > 4 ? argv[4] : NULL);
 	} else {
 		fprintf(stderr, "kv_check: unknown mode '%s'\n", mode);
 		return 2;

@@ -1,0 +1,366 @@
+/*
+ * ckpt.c - a server's checkpoint: the file format (docs/fault-tolerance.md
+ * has it byte by byte), writing it so that a crash at any moment leaves a
+ * good file, and reading it back as hostile bytes.
+ *
+ * Format, version 1, little-endian throughout:
+ *   magic "DTRAINCK", u32 version (1),
+ *   u32 server rank, u32 servers, u32 workers, u8 sync, u8 has optimizer,
+ *   [the optimizer as KV_SET_OPT carries it, if it has one],
+ *   u64 checkpoint number, u64 round count, u64 keys, then per key:
+ *     u64 key, u64 n (whole array), u64 offset, u64 len (this slice),
+ *     u64 steps (optimizer updates), u64 applied[workers] (pushes of each
+ *     worker in the value), u64 state length, f32 value[len],
+ *     f32 state[state length];
+ *   trailer: u64 length of all before it, u32 CRC-32 (zlib) of those bytes,
+ *   "DTCKEND\0".
+ *
+ * Written to a temporary file in the same directory, fsync'd, and renamed
+ * over the last one, which is first renamed to <name>.prev; the directory
+ * is fsync'd after. So at every moment the directory holds a complete file
+ * (the new one, or the previous one), and a file found damaged at load
+ * leaves the previous good one to use.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <zlib.h>
+
+#include "kv/kv_impl.h"
+
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
+#error "checkpoint floats are written as little-endian bytes"
+#endif
+
+static const char MAGIC[8] = {'D', 'T', 'R', 'A', 'I', 'N', 'C', 'K'};
+static const char END[8] = {'D', 'T', 'C', 'K', 'E', 'N', 'D', '\0'};
+#define VERSION 1u
+#define TRAILER (8 + 4 + 8)
+/* Sanity bound on the counts of a header (a job has far fewer). */
+#define ROLE_MAX 65536u
+
+void
+dt__ckpt_begin(dt_wbuf *w, const dt_ckpt_head *h)
+{
+	dt__wbuf_bytes(w, MAGIC, sizeof(MAGIC));
+	dt__wbuf_u32(w, VERSION);
+	dt__wbuf_u32(w, h->rank);
+	dt__wbuf_u32(w, h->nservers);
+	dt__wbuf_u32(w, h->nworkers);
+	dt__wbuf_u8(w, (uint8_t)(h->sync != 0));
+	dt__wbuf_u8(w, (uint8_t)(h->opt.kind != DT_OPT_NONE));
+	if (h->opt.kind != DT_OPT_NONE)
+		dt__opt_encode(&h->opt, w);
+	dt__wbuf_u64(w, h->number);
+	dt__wbuf_u64(w, h->rounds);
+	dt__wbuf_u64(w, h->nkeys);
+}
+
+void
+dt__ckpt_key(dt_wbuf *w, const dt_ckpt_key *k, uint32_t nworkers)
+{
+	dt__wbuf_u64(w, k->key);
+	dt__wbuf_u64(w, k->n);
+	dt__wbuf_u64(w, k->offset);
+	dt__wbuf_u64(w, k->len);
+	dt__wbuf_u64(w, k->steps);
+	for (uint32_t i = 0; i < nworkers; i++)
+		dt__wbuf_u64(w, k->applied[i]);
+	dt__wbuf_u64(w, k->state_len);
+	dt__wbuf_bytes(w, k->val, k->len * sizeof(float));
+	dt__wbuf_bytes(w, k->state, k->state_len * sizeof(float));
+}
+
+dt_err
+dt__ckpt_end(dt_wbuf *w)
+{
+	uint64_t body = w->len;
+	uLong crc = crc32(0L, Z_NULL, 0);
+	size_t off = 0;
+
+	if (w->failed)
+		return dt__wbuf_err(w);
+	while (off < body) { /* crc32() takes a uInt length */
+		size_t piece = DT_MIN(body - off, (size_t)1 << 30);
+
+		crc = crc32(crc, w->data + off, (uInt)piece);
+		off += piece;
+	}
+	dt__wbuf_u64(w, body);
+	dt__wbuf_u32(w, (uint32_t)crc);
+	dt__wbuf_bytes(w, END, sizeof(END));
+	return dt__wbuf_err(w);
+}
+
+/* write(2) all of it. */
+static int
+write_all(int fd, const uint8_t *p, size_t len)
+{
+	while (len) {
+		ssize_t k = write(fd, p, DT_MIN(len, (size_t)1 << 30));
+
+		if (k < 0 && errno == EINTR)
+			continue;
+		if (k <= 0)
+			return -1;
+		p += k;
+		len -= (size_t)k;
+	}
+	return 0;
+}
+
+dt_err
+dt__ckpt_write(const char *dir, const char *name, const void *buf, size_t len)
+{
+	char path[4096], tmp[4096], prev[4096];
+	int fd, dfd;
+
+	if (snprintf(path, sizeof(path), "%s/%s", dir, name) >=
+	        (int)sizeof(path) ||
+	    snprintf(tmp, sizeof(tmp), "%s/.%s.tmp", dir, name) >=
+	        (int)sizeof(tmp) ||
+	    snprintf(prev, sizeof(prev), "%s/%s.prev", dir, name) >=
+	        (int)sizeof(prev))
+		return dt__fail(DT_ECONFIG, "checkpoint directory name too "
+		                            "long");
+	fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+	if (fd < 0)
+		return dt__fail(DT_ESYS, "checkpoint %s: %s", tmp,
+		                strerror(errno));
+	if (write_all(fd, buf, len) < 0 || fsync(fd) < 0) {
+		int e = errno;
+
+		close(fd);
+		unlink(tmp);
+		return dt__fail(DT_ESYS, "checkpoint %s: %s", tmp, strerror(e));
+	}
+	if (close(fd) < 0) {
+		int e = errno;
+
+		unlink(tmp);
+		return dt__fail(DT_ESYS, "checkpoint %s: %s", tmp, strerror(e));
+	}
+	/* The last good one becomes .prev; then the new one takes its name.
+	 * Between the two, only .prev exists: a reader falls back to it. */
+	if (rename(path, prev) < 0 && errno != ENOENT) {
+		int e = errno;
+
+		unlink(tmp);
+		return dt__fail(DT_ESYS, "checkpoint: renaming %s: %s", path,
+		                strerror(e));
+	}
+	if (rename(tmp, path) < 0) {
+		int e = errno;
+
+		unlink(tmp);
+		return dt__fail(DT_ESYS, "checkpoint: renaming %s: %s", tmp,
+		                strerror(e));
+	}
+	if ((dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC)) >= 0) {
+		(void)fsync(dfd); /* the renames themselves are durable */
+		close(dfd);
+	}
+	return DT_OK;
+}
+
+dt_err
+dt__ckpt_read(const char *path, uint8_t **buf, size_t *len)
+{
+	struct stat st;
+	uint8_t *b;
+	size_t got = 0;
+	int fd;
+
+	*buf = NULL;
+	*len = 0;
+	if ((fd = open(path, O_RDONLY | O_CLOEXEC)) < 0)
+		return dt__fail(DT_EIO, "%s: %s", path, strerror(errno));
+	if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode)) {
+		close(fd);
+		return dt__fail(DT_ESYS, "%s: not a regular file", path);
+	}
+	if ((uint64_t)st.st_size > (uint64_t)SIZE_MAX / 2 ||
+	    (b = malloc((size_t)st.st_size + 1)) == NULL) {
+		close(fd);
+		return dt__fail(DT_ENOMEM, "%s: cannot hold %lld bytes", path,
+		                (long long)st.st_size);
+	}
+	while (got < (size_t)st.st_size) {
+		ssize_t k = read(fd, b + got, (size_t)st.st_size - got);
+
+		if (k < 0 && errno == EINTR)
+			continue;
+		if (k <= 0)
+			break;
+		got += (size_t)k;
+	}
+	close(fd);
+	*buf = b;
+	*len = got;
+	return DT_OK;
+}
+
+dt_err
+dt__ckpt_open(const char *path, const uint8_t *buf, size_t len, dt_rbuf *r,
+              dt_ckpt_head *h)
+{
+	uint64_t body;
+	uint32_t crc, version;
+	uLong have = crc32(0L, Z_NULL, 0);
+	size_t off = 0;
+
+	memset(h, 0, sizeof(*h));
+	if (len < sizeof(MAGIC) + 4 || memcmp(buf, MAGIC, sizeof(MAGIC)) != 0)
+		return dt__fail(DT_EFORMAT, "%s: not a dtrain checkpoint",
+		                path);
+	version = (uint32_t)buf[8] | (uint32_t)buf[9] << 8 |
+	          (uint32_t)buf[10] << 16 | (uint32_t)buf[11] << 24;
+	if (version != VERSION)
+		return dt__fail(DT_EFORMAT,
+		                "%s: checkpoint format version %u; this dtrain "
+		                "reads version %u",
+		                path, version, VERSION);
+	if (len < sizeof(MAGIC) + 4 + TRAILER ||
+	    memcmp(buf + len - sizeof(END), END, sizeof(END)) != 0)
+		return dt__fail(DT_EFORMAT,
+		                "%s: truncated (%zu bytes, no end mark)", path,
+		                len);
+	dt__rbuf_init(r, buf + len - TRAILER, TRAILER);
+	body = dt__rbuf_u64(r);
+	crc = dt__rbuf_u32(r);
+	if (body != len - TRAILER)
+		return dt__fail(DT_EFORMAT,
+		                "%s: truncated or padded (%zu bytes, the "
+		                "trailer says %llu)",
+		                path, len, (unsigned long long)body + TRAILER);
+	while (off < body) {
+		size_t piece = DT_MIN((size_t)body - off, (size_t)1 << 30);
+
+		have = crc32(have, buf + off, (uInt)piece);
+		off += piece;
+	}
+	if ((uint32_t)have != crc)
+		return dt__fail(DT_EFORMAT,
+		                "%s: checksum mismatch (CRC-32 %08x, the file "
+		                "says %08x): the file is damaged",
+		                path, (unsigned)have, (unsigned)crc);
+	dt__rbuf_init(r, buf, (size_t)body);
+	(void)dt__rbuf_bytes(r, sizeof(MAGIC));
+	(void)dt__rbuf_u32(r);
+	h->rank = dt__rbuf_u32(r);
+	h->nservers = dt__rbuf_u32(r);
+	h->nworkers = dt__rbuf_u32(r);
+	h->sync = dt__rbuf_u8(r);
+	uint8_t has_opt = dt__rbuf_u8(r);
+	if (has_opt && dt__opt_decode(r, &h->opt) != DT_OK)
+		return dt__fail(DT_EFORMAT, "%s: bad optimizer: %s", path,
+		                dt_errmsg());
+	h->number = dt__rbuf_u64(r);
+	h->rounds = dt__rbuf_u64(r);
+	h->nkeys = dt__rbuf_u64(r);
+	if (dt__rbuf_err(r, "checkpoint header"))
+		return dt__fail(DT_EFORMAT, "%s: header cut short", path);
+	if (h->sync > 1 || has_opt > 1 || h->nworkers == 0 ||
+	    h->nworkers > ROLE_MAX || h->nservers == 0 ||
+	    h->nservers > ROLE_MAX || h->rank >= h->nservers)
+		return dt__fail(DT_EFORMAT,
+		                "%s: header out of range (rank %u of %u "
+		                "servers, %u workers)",
+		                path, h->rank, h->nservers, h->nworkers);
+	/* each key takes at least 6 + workers u64s */
+	if (h->nkeys > (body - r->off) / (8 * (6 + (uint64_t)h->nworkers)))
+		return dt__fail(DT_EFORMAT,
+		                "%s: %llu keys cannot fit in %llu "
+		                "bytes",
+		                path, (unsigned long long)h->nkeys,
+		                (unsigned long long)body);
+	return DT_OK;
+}
+
+dt_err
+dt__ckpt_next_key(const char *path, dt_rbuf *r, const dt_ckpt_head *h,
+                  dt_ckpt_key *k)
+{
+	size_t left;
+
+	k->key = dt__rbuf_u64(r);
+	k->n = dt__rbuf_u64(r);
+	k->offset = dt__rbuf_u64(r);
+	k->len = dt__rbuf_u64(r);
+	k->steps = dt__rbuf_u64(r);
+	for (uint32_t i = 0; i < h->nworkers; i++)
+		k->applied[i] = dt__rbuf_u64(r);
+	k->state_len = dt__rbuf_u64(r);
+	if (dt__rbuf_err(r, "checkpoint key"))
+		return dt__fail(DT_EFORMAT, "%s: a key's record is cut short",
+		                path);
+	left = r->len - r->off;
+	if (k->len > k->n || k->offset > k->n - k->len ||
+	    k->len > left / sizeof(float) ||
+	    k->state_len > (left / sizeof(float)) - k->len)
+		return dt__fail(
+		    DT_EFORMAT,
+		    "%s: key %llu: slice [%llu, +%llu) of %llu with "
+		    "%llu state floats does not fit the file",
+		    path, (unsigned long long)k->key,
+		    (unsigned long long)k->offset, (unsigned long long)k->len,
+		    (unsigned long long)k->n, (unsigned long long)k->state_len);
+	k->val = dt__rbuf_bytes(r, k->len * sizeof(float));
+	k->state = dt__rbuf_bytes(r, k->state_len * sizeof(float));
+	return DT_OK;
+}
+
+dt_err
+dt_kv_checkpoint_inspect(const char *path, char *summary, size_t cap)
+{
+	uint8_t *buf;
+	size_t len;
+	dt_rbuf r;
+	dt_ckpt_head h;
+	dt_ckpt_key k;
+	uint64_t floats = 0;
+	dt_err err;
+
+	if (path == NULL || (summary == NULL && cap))
+		return dt__fail(DT_EINVAL, "checkpoint inspect: NULL argument");
+	if ((err = dt__ckpt_read(path, &buf, &len)))
+		return err;
+	if ((err = dt__ckpt_open(path, buf, len, &r, &h))) {
+		free(buf);
+		return err;
+	}
+	k.applied = calloc(h.nworkers, sizeof(uint64_t));
+	if (k.applied == NULL) {
+		free(buf);
+		return DT_ENOMEM;
+	}
+	for (uint64_t i = 0; i < h.nkeys && err == DT_OK; i++) {
+		err = dt__ckpt_next_key(path, &r, &h, &k);
+		floats += k.len;
+	}
+	if (err == DT_OK && r.off != r.len)
+		err = dt__fail(DT_EFORMAT, "%s: %zu bytes after the last key",
+		               path, r.len - r.off);
+	free(k.applied);
+	free(buf);
+	if (err)
+		return err;
+	if (cap)
+		snprintf(
+		    summary, cap,
+		    "server %u of %u, %u workers, %s, optimizer %s, "
+		    "checkpoint #%llu after %llu rounds, %llu keys, %llu "
+		    "floats",
+		    h.rank, h.nservers, h.nworkers,
+		    h.sync ? "dist_sync" : "dist_async",
+		    h.opt.kind == DT_OPT_SGD    ? "sgd"
+		    : h.opt.kind == DT_OPT_ADAM ? "adam"
+		                                : "none",
+		    (unsigned long long)h.number, (unsigned long long)h.rounds,
+		    (unsigned long long)h.nkeys, (unsigned long long)floats);
+	return DT_OK;
+}

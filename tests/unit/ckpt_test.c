@@ -1,0 +1,241 @@
+/*
+ * ckpt_test.c - a server checkpoint file read back as hostile bytes: a
+ * good file is read exactly (keys, values, optimizer state, counts); the
+ * same file cut at every length, with each byte flipped, with a wrong
+ * version, or with a header that lies about its sizes (checksum made to
+ * match) is an error naming the file and the fault, never a crash; and a
+ * write replaces the file atomically, keeping the last one as .prev.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <zlib.h>
+
+#include <cmocka.h>
+
+#include "kv/kv_impl.h"
+
+/* A file of two keys, 3 workers, sgd with momentum (state = value size). */
+static void
+build(dt_wbuf *w)
+{
+	static const float v1[3] = {1.5f, -2.0f, 0.25f}, s1[3] = {0.5f, 0, 1};
+	static const float v2[1] = {42.0f}, s2[1] = {-1};
+	uint64_t a1[3] = {7, 7, 7}, a2[3] = {1, 2, 3};
+	dt_ckpt_head h = {.rank = 1,
+	                  .nservers = 2,
+	                  .nworkers = 3,
+	                  .sync = 1,
+	                  .number = 4,
+	                  .rounds = 21,
+	                  .nkeys = 2};
+
+	assert_int_equal(dt__opt_parse("sgd", "lr=0.1,momentum=0.9", &h.opt),
+	                 DT_OK);
+	dt__wbuf_init(w);
+	dt__ckpt_begin(w, &h);
+	dt_ckpt_key k1 = {.key = 10,
+	                  .n = 9,
+	                  .offset = 3,
+	                  .len = 3,
+	                  .steps = 7,
+	                  .applied = a1,
+	                  .state_len = 3,
+	                  .val = v1,
+	                  .state = s1};
+	dt_ckpt_key k2 = {.key = 11,
+	                  .n = 1,
+	                  .offset = 0,
+	                  .len = 1,
+	                  .steps = 2,
+	                  .applied = a2,
+	                  .state_len = 1,
+	                  .val = v2,
+	                  .state = s2};
+	dt__ckpt_key(w, &k1, 3);
+	dt__ckpt_key(w, &k2, 3);
+	assert_int_equal(dt__ckpt_end(w), DT_OK);
+}
+
+/* Read all of buf; DT_OK only if the whole file is good. */
+static dt_err
+read_all(const uint8_t *buf, size_t len)
+{
+	dt_rbuf r;
+	dt_ckpt_head h;
+	dt_ckpt_key k;
+	uint64_t applied[16];
+	dt_err err;
+
+	if ((err = dt__ckpt_open("f.ckpt", buf, len, &r, &h)))
+		return err;
+	if (h.nworkers > 16)
+		return DT_EFORMAT;
+	k.applied = applied;
+	for (uint64_t i = 0; i < h.nkeys; i++)
+		if ((err = dt__ckpt_next_key("f.ckpt", &r, &h, &k)))
+			return err;
+	return r.off == r.len ? DT_OK : DT_EFORMAT;
+}
+
+static void
+test_good_file(void **state)
+{
+	dt_wbuf w;
+	dt_rbuf r;
+	dt_ckpt_head h;
+	dt_ckpt_key k;
+	uint64_t applied[3];
+	float v[3];
+
+	(void)state;
+	build(&w);
+	assert_int_equal(dt__ckpt_open("f.ckpt", w.data, w.len, &r, &h), DT_OK);
+	assert_int_equal(h.rank, 1);
+	assert_int_equal(h.nservers, 2);
+	assert_int_equal(h.nworkers, 3);
+	assert_int_equal(h.number, 4);
+	assert_int_equal(h.rounds, 21);
+	assert_int_equal(h.nkeys, 2);
+	assert_int_equal(h.opt.kind, DT_OPT_SGD);
+	assert_true(h.opt.p.momentum == 0.9);
+	k.applied = applied;
+	assert_int_equal(dt__ckpt_next_key("f.ckpt", &r, &h, &k), DT_OK);
+	assert_int_equal(k.key, 10);
+	assert_int_equal(k.offset, 3);
+	assert_int_equal(k.steps, 7);
+	assert_int_equal(applied[2], 7);
+	memcpy(v, k.val, sizeof(v));
+	assert_true(v[0] == 1.5f && v[1] == -2.0f && v[2] == 0.25f);
+	assert_int_equal(dt__ckpt_next_key("f.ckpt", &r, &h, &k), DT_OK);
+	assert_int_equal(k.key, 11);
+	assert_int_equal(applied[1], 2);
+	assert_int_equal(r.off, r.len);
+	dt__wbuf_fini(&w);
+}
+
+static void
+test_every_cut_and_flip(void **state)
+{
+	dt_wbuf w;
+	uint8_t *copy;
+
+	(void)state;
+	build(&w);
+	copy = malloc(w.len);
+	for (size_t len = 0; len < w.len; len++) {
+		memcpy(copy, w.data, len);
+		assert_int_not_equal(read_all(copy, len), DT_OK);
+		assert_non_null(strstr(dt_errmsg(), "f.ckpt"));
+	}
+	for (size_t i = 0; i < w.len; i++) {
+		memcpy(copy, w.data, w.len);
+		copy[i] ^= 0x40;
+		assert_int_not_equal(read_all(copy, w.len), DT_OK);
+	}
+	free(copy);
+	dt__wbuf_fini(&w);
+}
+
+/* Rewrite the trailer of a changed body so that the checksum matches: the
+ * reader must still catch the lie in the records themselves. */
+static void
+reseal(uint8_t *buf, size_t len)
+{
+	size_t body = len - 20;
+	uint32_t crc = (uint32_t)crc32(crc32(0L, Z_NULL, 0), buf, (uInt)body);
+
+	for (int i = 0; i < 4; i++)
+		buf[body + 8 + i] = (uint8_t)(crc >> (8 * i));
+}
+
+static void
+test_lies_with_good_checksum(void **state)
+{
+	dt_wbuf w;
+	uint8_t *copy;
+	size_t nkeys_off;
+
+	(void)state;
+	build(&w);
+	copy = malloc(w.len);
+	/* The header: magic 8, version 4, three u32, two u8, the optimizer
+	 * (1 + 8 doubles), number, rounds, then nkeys. */
+	nkeys_off = 8 + 4 + 12 + 2 + 65 + 16;
+	/* A huge key count. */
+	memcpy(copy, w.data, w.len);
+	memset(copy + nkeys_off, 0xff, 8);
+	reseal(copy, w.len);
+	assert_int_equal(read_all(copy, w.len), DT_EFORMAT);
+	assert_non_null(strstr(dt_errmsg(), "cannot fit"));
+	/* The first key's len (after key, n, offset) far too big. */
+	memcpy(copy, w.data, w.len);
+	memset(copy + nkeys_off + 8 + 24, 0x7f, 8);
+	reseal(copy, w.len);
+	assert_int_equal(read_all(copy, w.len), DT_EFORMAT);
+	assert_non_null(strstr(dt_errmsg(), "does not fit"));
+	/* A rank outside the servers. */
+	memcpy(copy, w.data, w.len);
+	copy[12] = 9;
+	reseal(copy, w.len);
+	assert_int_equal(read_all(copy, w.len), DT_EFORMAT);
+	assert_non_null(strstr(dt_errmsg(), "out of range"));
+	/* Another version. */
+	memcpy(copy, w.data, w.len);
+	copy[8] = 2;
+	assert_int_equal(read_all(copy, w.len), DT_EFORMAT);
+	assert_non_null(strstr(dt_errmsg(), "version 2"));
+	free(copy);
+	dt__wbuf_fini(&w);
+}
+
+static void
+test_atomic_write(void **state)
+{
+	char dir[] = "/tmp/dt_ckpt_test.XXXXXX", path[128], prev[128];
+	uint8_t *buf;
+	size_t len;
+	dt_wbuf w;
+
+	(void)state;
+	assert_non_null(mkdtemp(dir));
+	build(&w);
+	snprintf(path, sizeof(path), "%s/server-1.ckpt", dir);
+	snprintf(prev, sizeof(prev), "%s/server-1.ckpt.prev", dir);
+	assert_int_equal(dt__ckpt_write(dir, "server-1.ckpt", w.data, 10),
+	                 DT_OK);
+	assert_int_equal(dt__ckpt_write(dir, "server-1.ckpt", w.data, w.len),
+	                 DT_OK);
+	assert_int_equal(dt__ckpt_read(path, &buf, &len), DT_OK);
+	assert_int_equal(len, w.len);
+	assert_memory_equal(buf, w.data, len);
+	free(buf);
+	assert_int_equal(dt__ckpt_read(prev, &buf, &len), DT_OK);
+	assert_int_equal(len, 10); /* the last one, kept */
+	free(buf);
+	assert_int_equal(dt__ckpt_read("/nonexistent/x.ckpt", &buf, &len),
+	                 DT_EIO);
+	assert_int_equal(dt__ckpt_write("/nonexistent", "x.ckpt", w.data, 1),
+	                 DT_ESYS);
+	unlink(path);
+	unlink(prev);
+	rmdir(dir);
+	dt__wbuf_fini(&w);
+}
+
+int
+main(void)
+{
+	const struct CMUnitTest tests[] = {
+	    cmocka_unit_test(test_good_file),
+	    cmocka_unit_test(test_every_cut_and_flip),
+	    cmocka_unit_test(test_lies_with_good_checksum),
+	    cmocka_unit_test(test_atomic_write),
+	};
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
