@@ -19,3 +19,5 @@ section "authentication and encryption vs plain, and vs the AEAD on one core (au
 bash "$here/auth_bench.sh" "$B"
 section "PS_RESEND=1 vs plain, kv_bench (resend_bench)"
 bash "$here/resend_bench.sh" "$B"
+section "server checkpoints every 100 steps vs none, train_dist_bench (checkpoint_bench)"
+bash "$here/checkpoint_bench.sh" "$B"

@@ -39,7 +39,7 @@
 static const char MAGIC[8] = {'D', 'T', 'R', 'A', 'I', 'N', 'C', 'K'};
 static const char END[8] = {'D', 'T', 'C', 'K', 'E', 'N', 'D', '\0'};
 #define VERSION 1u
-#define TRAILER (8 + 4 + 8)
+#define TRAILER DT_CKPT_TRAILER
 /* Sanity bound on the counts of a header (a job has far fewer). */
 #define ROLE_MAX 65536u
 
@@ -75,25 +75,25 @@ dt__ckpt_key(dt_wbuf *w, const dt_ckpt_key *k, uint32_t nworkers)
 	dt__wbuf_bytes(w, k->state, k->state_len * sizeof(float));
 }
 
-dt_err
-dt__ckpt_end(dt_wbuf *w)
+size_t
+dt__ckpt_seal(uint8_t *buf, size_t body)
 {
-	uint64_t body = w->len;
 	uLong crc = crc32(0L, Z_NULL, 0);
 	size_t off = 0;
+	uint8_t *t = buf + body;
 
-	if (w->failed)
-		return dt__wbuf_err(w);
 	while (off < body) { /* crc32() takes a uInt length */
 		size_t piece = DT_MIN(body - off, (size_t)1 << 30);
 
-		crc = crc32(crc, w->data + off, (uInt)piece);
+		crc = crc32(crc, buf + off, (uInt)piece);
 		off += piece;
 	}
-	dt__wbuf_u64(w, body);
-	dt__wbuf_u32(w, (uint32_t)crc);
-	dt__wbuf_bytes(w, END, sizeof(END));
-	return dt__wbuf_err(w);
+	for (int i = 0; i < 8; i++)
+		t[i] = (uint8_t)((uint64_t)body >> (8 * i));
+	for (int i = 0; i < 4; i++)
+		t[8 + i] = (uint8_t)((uint32_t)crc >> (8 * i));
+	memcpy(t + 12, END, sizeof(END));
+	return body + DT_CKPT_TRAILER;
 }
 
 /* write(2) all of it. */

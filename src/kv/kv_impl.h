@@ -153,8 +153,11 @@ typedef struct dt_ckpt_key {
 
 void dt__ckpt_begin(dt_wbuf *w, const dt_ckpt_head *h);
 void dt__ckpt_key(dt_wbuf *w, const dt_ckpt_key *k, uint32_t nworkers);
-/* The trailer (length, CRC-32, end mark). */
-dt_err dt__ckpt_end(dt_wbuf *w);
+/* Append the trailer (length, CRC-32, end mark) to the body of buf, which
+ * has room for it; the file's length. (The writer thread does it: the
+ * checksum costs nothing to the I/O thread.) */
+#define DT_CKPT_TRAILER (8 + 4 + 8)
+size_t dt__ckpt_seal(uint8_t *buf, size_t body);
 /* dir/name atomically: temporary file, fsync, the old one to name.prev,
  * rename, fsync of dir. */
 dt_err dt__ckpt_write(const char *dir, const char *name, const void *buf,

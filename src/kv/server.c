@@ -500,7 +500,22 @@ snapshot(kv_server *s, uint64_t *number)
 	                     .number = s->ck_number + 1,
 	                     .rounds = s->rounds,
 	                     .nkeys = nkeys};
+	/* One allocation of the file's size (header, keys, trailer). */
+	size_t size = 256 + DT_CKPT_TRAILER;
+	for (dt_hnode *h = dt__table_first(&s->keys, &it); h;
+	     h = dt__table_next(&it)) {
+		entry *e = DT_CONTAINER_OF(h, entry, hn);
+
+		if (e->initialised)
+			size +=
+			    8 * (7 + (size_t)s->nworkers) +
+			    sizeof(float) *
+			        (e->len +
+			         (e->state ? dt__opt_state_len(&s->opt, e->len)
+			                   : 0));
+	}
 	dt__wbuf_init(&w);
+	dt__wbuf_reserve(&w, size);
 	dt__ckpt_begin(&w, &head);
 	for (dt_hnode *h = dt__table_first(&s->keys, &it); h;
 	     h = dt__table_next(&it)) {
@@ -521,21 +536,14 @@ snapshot(kv_server *s, uint64_t *number)
 		    .state = e->state};
 		dt__ckpt_key(&w, &k, (uint32_t)s->nworkers);
 	}
-	if ((err = dt__ckpt_end(&w)) != DT_OK ||
+	dt__wbuf_reserve(&w, DT_CKPT_TRAILER); /* (the writer's) */
+	if ((err = dt__wbuf_err(&w)) != DT_OK ||
 	    (job = calloc(1, sizeof(*job))) == NULL) {
 		dt__wbuf_fini(&w);
 		return err ? err
 		           : dt__fail(DT_ENOMEM, "checkpoint: out of memory");
 	}
-	if (w.data == w.inline_buf) { /* (a small store) */
-		if ((job->buf = malloc(w.len)) == NULL) {
-			free(job);
-			return dt__fail(DT_ENOMEM, "checkpoint: out of memory");
-		}
-		memcpy(job->buf, w.data, w.len);
-	} else {
-		job->buf = w.data; /* taken over: not freed here */
-	}
+	job->buf = w.data; /* heap (reserved): taken over, not freed here */
 	job->len = w.len;
 	job->number = ++s->ck_number;
 	s->ck_rounds_at = s->rounds;
@@ -571,6 +579,7 @@ writer_main(void *arg)
 		s->ck_next = NULL;
 		pthread_mutex_unlock(&s->ck_mu);
 		uint64_t t0 = dt__now_ns();
+		job->len = dt__ckpt_seal(job->buf, job->len);
 		dt_err err =
 		    dt__ckpt_write(s->ck_dir, s->ck_name, job->buf, job->len);
 		uint64_t dt = dt__now_ns() - t0;
@@ -1001,14 +1010,14 @@ server_free(kv_server *s)
 		pthread_mutex_unlock(&s->ck_mu);
 		pthread_join(s->ck_thread, NULL);
 		if (s->ck_written)
-			DT_LOG(1,
-			       "%llu checkpoints written (%.1f ms each on "
-			       "average; %.2f ms of snapshots in the I/O "
-			       "thread)",
-			       (unsigned long long)s->ck_written,
-			       (double)s->ck_write_ns / 1e6 /
-			           (double)s->ck_written,
-			       (double)s->ck_snap_ns / 1e6);
+			dt__log(0,
+			        "%llu checkpoints written (%.1f ms each on "
+			        "average; %.2f ms of snapshots in the I/O "
+			        "thread)",
+			        (unsigned long long)s->ck_written,
+			        (double)s->ck_write_ns / 1e6 /
+			            (double)s->ck_written,
+			        (double)s->ck_snap_ns / 1e6);
 		pthread_cond_destroy(&s->ck_cv);
 		pthread_mutex_destroy(&s->ck_mu);
 	}

@@ -134,6 +134,24 @@ dt__wbuf_fini(dt_wbuf *w)
 }
 
 void
+dt__wbuf_reserve(dt_wbuf *w, size_t n)
+{
+	if (w->failed || w->len + n <= w->cap)
+		return;
+	uint8_t *nd = w->data == w->inline_buf ? malloc(w->len + n)
+	                                       : realloc(w->data, w->len + n);
+
+	if (nd == NULL) {
+		w->failed = 1;
+		return;
+	}
+	if (w->data == w->inline_buf)
+		memcpy(nd, w->data, w->len);
+	w->data = nd;
+	w->cap = w->len + n;
+}
+
+void
 dt__wbuf_bytes(dt_wbuf *w, const void *p, size_t n)
 {
 	if (w->failed)

@@ -111,6 +111,8 @@ void dt__wbuf_u32(dt_wbuf *w, uint32_t v);
 void dt__wbuf_u64(dt_wbuf *w, uint64_t v);
 void dt__wbuf_f64(dt_wbuf *w, double v);
 void dt__wbuf_bytes(dt_wbuf *w, const void *p, size_t n);
+/* Room for n more bytes at once (one allocation for a known size). */
+void dt__wbuf_reserve(dt_wbuf *w, size_t n);
 void dt__wbuf_str(dt_wbuf *w, const char *s); /* u32 length + bytes */
 dt_err dt__wbuf_err(const dt_wbuf *w);
 
