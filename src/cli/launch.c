@@ -280,6 +280,7 @@ struct opts {
 	struct strv sync_exclude; /* --sync-exclude patterns, for rsync */
 	long timeout_s;           /* 0 = none */
 	long grace_s; /* servers and scheduler finish after the workers */
+	long restart; /* --restart: new processes per role for lost ones */
 	int verbose, dry_run, no_scheduler, help;
 	char **cmd; /* the worker command, NULL-terminated */
 	int ncmd;
@@ -327,6 +328,11 @@ usage(FILE *f)
 	    "      --checkpoint-every N every N rounds (default 100; 0: only "
 	    "when\n"
 	    "                           a worker calls dt_kv_checkpoint)\n"
+	    "      --restart N          start a new process in the place of "
+	    "a\n"
+	    "                           server or worker that dies, up to N "
+	    "per\n"
+	    "                           role (recovery; local and ssh)\n"
 	    "      --timeout SEC        stop the job after SEC seconds\n"
 	    "      --grace SEC          time the servers and the scheduler get "
 	    "to\n"
@@ -533,6 +539,11 @@ parse_opts(int argc, char **argv, struct opts *o)
 		                          &err)) != 0) {
 			if (m < 0 || (err = add_env_opt(o, name, val)))
 				return err;
+		} else if ((m = opt_value(argc, argv, &i, NULL, "--restart",
+		                          &val, &err)) != 0) {
+			if (m < 0 || (err = dt__parse_long(name, val, 0, 100,
+			                                   &o->restart)))
+				return err;
 		} else if ((m = opt_value(argc, argv, &i, NULL,
 		                          "--checkpoint-dir", &val, &err)) !=
 		           0) {
@@ -609,6 +620,14 @@ parse_opts(int argc, char **argv, struct opts *o)
 	if (o->sync_dir && o->launcher != L_SSH)
 		return dt__fail(DT_EINVAL, "--sync-dst-dir works only with "
 		                           "--launcher ssh");
+	if (o->restart && o->launcher != L_LOCAL && o->launcher != L_SSH)
+		return dt__fail(DT_EINVAL,
+		                "--restart works with --launcher local or ssh; "
+		                "under mpirun or Slurm, let the engine start "
+		                "the process again (with DTRAIN_RECOVER=1)");
+	/* Every process knows that a lost node may come back. */
+	if (o->restart && (err = strv_dup(&o->env, "DTRAIN_RECOVER=1")))
+		return err;
 	if (o->sync_exclude.n && !o->sync_dir)
 		return dt__fail(DT_EINVAL,
 		                "--sync-exclude needs --sync-dst-dir");
@@ -755,6 +774,8 @@ struct proc {
 	pid_t pid;       /* 0 until started */
 	int exited;
 	int failed;        /* exited non-zero or by a signal */
+	int restart_wanted; /* --restart: a new process is to take its place */
+	int replaced;       /* one did */
 	unsigned exit_seq; /* in which order its exit was noted */
 	int code;          /* CLD_EXITED, CLD_KILLED or CLD_DUMPED */
 	int status;        /* exit status or signal */
@@ -1036,7 +1057,8 @@ build_plan(const struct opts *o, const struct hosts *h, const struct ctx *c,
            struct proc **out, size_t *nout)
 {
 	long S = o->servers, W = o->workers;
-	size_t n = 0, max = (size_t)(1 + S + W);
+	/* (and room for the processes of --restart) */
+	size_t n = 0, max = (size_t)(1 + S + W + 2 * o->restart);
 	char **cmd = o->cmd;
 	size_t ncmd = (size_t)o->ncmd;
 	struct proc *p = calloc(max, sizeof(*p));
@@ -1399,6 +1421,11 @@ struct run {
 	 * later or sooner: the scheduler exits when it loses a node). */
 	uint64_t blame_at;
 	unsigned exits; /* exits noted, for their order */
+	/* --restart: how many new processes each role may get, how many it
+	 * got (servers, workers), and free slots after p[n] for them. */
+	long restart_max;
+	long restarts[2];
+	size_t spare;
 	int rc;
 	char reason[256];
 };
@@ -1950,6 +1977,57 @@ blame(struct run *r)
 	stop_job(r, RC_FAIL);
 }
 
+/* --restart: whether a new process may take p's place (a single server
+ * or worker of the local or ssh launcher, with restarts left). */
+static int
+restartable(const struct run *r, const struct proc *p)
+{
+	int worker = strncmp(p->label, "worker ", 7) == 0;
+
+	if (r->restart_max == 0 || r->spare == 0 || p->tag != TAG_NONE ||
+	    (!worker && strncmp(p->label, "server ", 7) != 0))
+		return 0;
+	return r->restarts[worker] < r->restart_max;
+}
+
+/* Start the new processes note_exit asked for, in the spare slots. */
+static void
+restart_procs(struct run *r)
+{
+	size_t n = r->n;
+
+	for (size_t i = 0; i < n && !r->stopping; i++) {
+		struct proc *old = &r->p[i], *p;
+		dt_err err = DT_OK;
+
+		if (!old->restart_wanted || r->spare == 0)
+			continue;
+		old->restart_wanted = 0;
+		old->replaced = 1;
+		p = &r->p[r->n];
+		proc_init(p, old->kind, old->host, "%s", old->label);
+		p->tag_role = old->tag_role;
+		p->tag = old->tag;
+		p->strip_cr = old->strip_cr;
+		p->show_env = old->show_env;
+		p->exec_path = old->exec_path;
+		p->secret_env = old->secret_env;
+		p->stdin_data = old->stdin_data;
+		for (size_t k = 0; k < old->argv.n && !err; k++)
+			err = strv_dup(&p->argv, old->argv.v[k]);
+		for (size_t k = 0; k < old->env.n && !err; k++)
+			err = strv_dup(&p->env, old->env.v[k]);
+		r->n++;
+		r->spare--;
+		if (err || spawn(r, p) != DT_OK) {
+			say("%s: %s; stopping the job", p->label, dt_errmsg());
+			snprintf(r->reason, sizeof(r->reason),
+			         "%s could not be started again", p->label);
+			stop_job(r, RC_FAIL);
+		}
+	}
+}
+
 static void
 note_exit(struct run *r, struct proc *p)
 {
@@ -1960,6 +2038,17 @@ note_exit(struct run *r, struct proc *p)
 	if (r->stopping) {
 		if (r->verbose)
 			say("%s (pid %d) %s", p->label, (int)p->pid, how);
+		return;
+	}
+	if ((p->code != CLD_EXITED || p->status != 0) && restartable(r, p)) {
+		int role = strncmp(p->label, "worker ", 7) == 0;
+
+		r->restarts[role]++;
+		p->restart_wanted = 1;
+		say("%s (pid %d) %s; starting a new one in its place (%ld of "
+		    "%ld)",
+		    p->label, (int)p->pid, how, r->restarts[role],
+		    r->restart_max);
 		return;
 	}
 	if (p->code != CLD_EXITED || p->status != 0) {
@@ -2133,7 +2222,7 @@ min_deadline(uint64_t a, uint64_t b)
 static int
 supervise(struct run *r)
 {
-	size_t cap = 1 + 2 * r->n;
+	size_t cap = 1 + 2 * (r->n + r->spare);
 	struct pollfd *pfd = calloc(cap, sizeof(*pfd));
 	struct stream **pst = calloc(cap, sizeof(*pst));
 	struct proc **pp = calloc(cap, sizeof(*pp));
@@ -2220,8 +2309,10 @@ supervise(struct run *r)
 				else
 					on_signal(r, (int)si.ssi_signo);
 			}
-			if (chld)
+			if (chld) {
 				check_exits(r);
+				restart_procs(r);
+			}
 		}
 	}
 	free(pfd);
@@ -2622,8 +2713,13 @@ run_job(const struct opts *o, const struct hosts *h, struct ctx *c)
 		rc = RC_FAIL;
 		goto out;
 	}
-	raise_nofile(&r, n + (size_t)(o->workers + o->servers));
+	raise_nofile(&r, n + (size_t)(o->workers + o->servers + 2 * o->restart));
+	r.restart_max = o->restart;
+	r.spare = (size_t)(2 * o->restart);
 	rc = run_procs(&r, p, n);
+	n = r.n; /* (with the restarted ones) */
+	r.restart_max = 0;
+	r.spare = 0;
 	if (rc != 0)
 		say("job failed: %s", r.reason);
 	else if (o->verbose)

@@ -182,3 +182,17 @@ dt__node_fail_apps(dt_node *n, int peer, dt_err err)
 			hk.on_fail(hk.arg, n, peer, err);
 	}
 }
+
+void
+dt__node_restart_apps(dt_node *n, int peer)
+{
+	for (int i = 0; i < DT__MAX_APPS; i++) {
+		dt__app_hooks hk;
+
+		if (!__atomic_load_n(&n->apps[i].cls, __ATOMIC_ACQUIRE))
+			continue;
+		hk = n->apps[i].hooks;
+		if (hk.on_peer_restart)
+			hk.on_peer_restart(hk.arg, n, peer);
+	}
+}

@@ -66,6 +66,10 @@ typedef struct dt__app_hooks {
 	/* A peer's connection failed (peer id) or the job failed (-1, the
 	 * reason in dt__node_fatal): fail what waits on it. */
 	void (*on_fail)(void *arg, dt_node *n, int peer, dt_err err);
+	/* Recovery (DTRAIN_RECOVER): peer is a new process in a lost node's
+	 * place, with a new link; what it should have had is to be sent
+	 * again. (I/O thread.) */
+	void (*on_peer_restart)(void *arg, dt_node *n, int peer);
 } dt__app_hooks;
 
 /* An app class: a command range and, optionally, per-role start/stop. */

@@ -91,6 +91,9 @@ typedef struct plink {
 	int bye;            /* (mu) the peer stopped cleanly */
 	int gone;           /* (mu) given up on: the peer is lost */
 	int dialer;         /* this side dials the link */
+	char host[DT_HOST_MAX]; /* (mu) a restarted peer's address; "": the
+	                           node table's */
+	int port;               /* (mu) */
 } plink;
 
 struct dt_links {
@@ -150,7 +153,7 @@ eligible(unsigned cmd)
 dt_err
 dt__link_config(dt_node *n)
 {
-	long on, tmo, drop, seed;
+	long on, tmo, drop, seed, recover;
 	dt_err err;
 
 	if ((err = dt__env_long("PS_RESEND", 0, 0, 1, &on)) ||
@@ -160,8 +163,16 @@ dt__link_config(dt_node *n)
 	    (err = dt__env_seconds("DT_RESET_EVERY", 0, 0, 86400,
 	                           &n->rs_reset_ns)) ||
 	    (err = dt__env_seconds("DT_RECONNECT_TIMEOUT", 10, 0.1, 86400,
-	                           &n->rs_window_ns)))
+	                           &n->rs_window_ns)) ||
+	    (err = dt__env_long("DTRAIN_RECOVER", 0, 0, 1, &recover)) ||
+	    (err = dt__env_seconds("DT_RESTART_TIMEOUT", 60, 0.1, 86400,
+	                           &n->restart_ns)))
 		return err;
+	/* Recovery rests on the links: a restarted peer's link starts
+	 * again, and what it lost is replayed by the apps. */
+	n->recover = (int)recover;
+	if (recover)
+		on = 1;
 	if (!on && (drop || n->rs_reset_ns))
 		return dt__fail(DT_ECONFIG,
 		                "%s loses messages on purpose; it needs "
@@ -714,11 +725,17 @@ redial(dt_links *L, int id)
 	dt_node *n = L->n;
 	plink *P = &L->p[id];
 	const dt_node_entry *e = &n->table[id];
-	const char *host = id == 0 ? n->cfg.root_uri : e->host;
-	int port = id == 0 ? n->cfg.root_port : e->port;
+	char host[DT_HOST_MAX];
+	int port;
 	char name[64];
 	dt_conn *c;
 	dt_err err;
+
+	pthread_mutex_lock(&L->mu);
+	snprintf(host, sizeof(host), "%s",
+	         id == 0 ? n->cfg.root_uri : P->host[0] ? P->host : e->host);
+	port = id == 0 ? n->cfg.root_port : P->host[0] ? P->port : e->port;
+	pthread_mutex_unlock(&L->mu);
 
 	dt__node_name(n, id, name, sizeof(name));
 	err = dt__van_connect(n->van, host, port, REDIAL_TRY_MS, name, &c);
@@ -817,7 +834,16 @@ link_main(void *arg)
 				continue;
 			}
 			if (P->down) {
-				if (since(now, P->down_ns) >= n->rs_window_ns) {
+				/* With recovery, a server or worker may come
+				 * back as a new process: the scheduler says
+				 * when it is lost for good. */
+				uint64_t window =
+				    n->recover && id != 0 &&
+				            n->role != DT_ROLE_SCHEDULER
+				        ? n->rs_window_ns + n->restart_ns
+				        : n->rs_window_ns;
+
+				if (since(now, P->down_ns) >= window) {
 					char why[96];
 
 					P->gone = 1;
@@ -832,8 +858,7 @@ link_main(void *arg)
 					pthread_mutex_lock(&L->mu);
 					continue;
 				}
-				next =
-				    earlier(next, P->down_ns + n->rs_window_ns);
+				next = earlier(next, P->down_ns + window);
 				if (P->dialer && now >= P->redial_ns) {
 					pthread_mutex_unlock(&L->mu);
 					redial(L, id);
@@ -1030,6 +1055,66 @@ dt__link_bye_from(dt_node *n, int peer)
 	L->p[peer].ack_due = dt__now_ns();
 	poke(L, 0);
 	pthread_mutex_unlock(&L->mu);
+}
+
+int
+dt__link_restart_peer(dt_node *n, int peer, dt_conn *c, const char *host,
+                      int port)
+{
+	dt_links *L = __atomic_load_n(&n->links, __ATOMIC_ACQUIRE);
+	dt_conn *old;
+	plink *P;
+
+	if (L == NULL || peer <= 0 || peer >= L->count || peer == n->id)
+		return 0;
+	P = &L->p[peer];
+	if (c)
+		dt__conn_set_peer(c, peer);
+	old = __atomic_exchange_n(&n->peers[peer], c, __ATOMIC_ACQ_REL);
+	if (old && old != c) {
+		/* Whatever the old process still had on the way is not
+		 * taken: its connection names nobody from here on. */
+		dt__conn_set_peer(old, -1);
+		dt__van_close(n->van, old);
+	}
+	pthread_mutex_lock(&P->order_mu);
+	pthread_mutex_lock(&L->mu);
+	queue_clear(L, P); /* the apps replay what the new one needs */
+	P->tx_next = 1;
+	P->rx_next = 1;
+	P->ack_told = 0;
+	P->ack_due = 0;
+	P->nack = 0;
+	P->nacked = 0;
+	P->rx_busy = NULL;
+	P->rto = n->rs_timeout_ns;
+	P->resend_now = 0;
+	P->bye = P->gone = 0;
+	if (host) {
+		snprintf(P->host, sizeof(P->host), "%s", host);
+		P->port = port;
+	}
+	P->down = c == NULL;
+	P->down_ns = P->redial_ns = dt__now_ns();
+	L->reconnects++;
+	poke(L, 0);
+	pthread_mutex_unlock(&L->mu);
+	pthread_mutex_unlock(&P->order_mu);
+	return 1;
+}
+
+int
+dt__link_down(dt_node *n, int peer)
+{
+	dt_links *L = __atomic_load_n(&n->links, __ATOMIC_ACQUIRE);
+	int down;
+
+	if (L == NULL || peer < 0 || peer >= L->count)
+		return 0;
+	pthread_mutex_lock(&L->mu);
+	down = L->p[peer].down || L->p[peer].gone;
+	pthread_mutex_unlock(&L->mu);
+	return down;
 }
 
 int

@@ -107,6 +107,8 @@ dt__member_on_msg(dt_node *n, dt_conn *c, dt_msg *m)
 			return;
 		}
 		__atomic_store_n(&n->peers[0], c, __ATOMIC_RELEASE);
+		/* arg2: this process takes a lost node's place (recovery) */
+		n->rejoined = m->hdr.arg2 != 0;
 		if ((err = dt__link_create(n)) != DT_OK) {
 			dt__node_set_fatal(
 			    n, err, "cannot join the cluster: %s", dt_errmsg());
@@ -173,6 +175,27 @@ dt__member_on_msg(dt_node *n, dt_conn *c, dt_msg *m)
 		pthread_cond_broadcast(&n->cv);
 		pthread_mutex_unlock(&n->mu);
 		return;
+	case DT_CMD_NODE_UPDATE: {
+		/* Recovery: a new process took node key's place. */
+		dt__msg_add_node a;
+		uint64_t id = m->hdr.key;
+
+		if (dt__conn_peer(c) != 0 || !n->recover)
+			return;
+		if (id == 0 || id >= (uint64_t)n->ntable ||
+		    id == (uint64_t)n->id ||
+		    dt__msg_add_node_decode(m->meta, m->hdr.meta_len, &a) ||
+		    a.role != n->table[id].role) {
+			dt__log(0, "ignoring a malformed NODE_UPDATE");
+			return;
+		}
+		dt__log(0, "%s came back: pid %d at %s:%d",
+		        dt__node_name(n, (int)id, name, sizeof(name)), a.pid,
+		        a.host, a.port);
+		dt__link_restart_peer(n, (int)id, NULL, a.host, a.port);
+		dt__node_restart_apps(n, (int)id);
+		return;
+	}
 	case DT_CMD_TERMINATE:
 		if (dt__conn_peer(c) != 0)
 			return;
@@ -373,7 +396,8 @@ dt__member_start(dt_node *n)
 	if ((err = dt__apps_start(n)))
 		return err;
 	DT_LOG(1, "%s is connected to its peers", dt__log_name());
-	if ((err = dt_node_barrier(n, DT_GROUP_ALL)))
+	/* (the others passed the start-up barrier long ago) */
+	if (!n->rejoined && (err = dt_node_barrier(n, DT_GROUP_ALL)))
 		return err;
 	DT_LOG(1, "%s is ready", dt__log_name());
 	return DT_OK;

@@ -87,6 +87,11 @@ struct dt_node {
 	 * known (NULL without PS_RESEND=1). */
 	int rs_on, rs_drop;
 	uint64_t rs_timeout_ns, rs_seed, rs_reset_ns, rs_window_ns;
+	/* Recovery (DTRAIN_RECOVER, DT_RESTART_TIMEOUT): a lost server or
+	 * worker may come back as a new process (scheduler.c, member.c). */
+	int recover;
+	uint64_t restart_ns;
+	int rejoined; /* this process took over a lost node's place */
 	dt_links *links;
 };
 
@@ -97,6 +102,10 @@ void dt__node_fail_apps(dt_node *n, int peer, dt_err err);
 /* Start the registered classes meant for this node's role / stop them. */
 dt_err dt__apps_start(dt_node *n);
 void dt__apps_stop(dt_node *n);
+/* Tell the apps that peer restarted (on_peer_restart). */
+void dt__node_restart_apps(dt_node *n, int peer);
+/* Whether peer's link has no connection now (or was given up on). */
+int dt__link_down(dt_node *n, int peer);
 
 /*
  * Wait on n->cv, under n->mu, until done(n, arg) holds; fail with the
@@ -167,6 +176,11 @@ int dt__link_adopt(dt_node *n, dt_conn *c, int peer);
 void dt__link_unpin(dt_node *n, const void *p, size_t bytes);
 /* The peer said BYE: it stopped cleanly; its close is expected. */
 void dt__link_bye_from(dt_node *n, int peer);
+/* peer came back as a new process (on c, or at host:port to dial): its
+ * link starts again from nothing; what was kept for the old one is
+ * dropped (the apps replay what matters). 0 without links. */
+int dt__link_restart_peer(dt_node *n, int peer, dt_conn *c, const char *host,
+                          int port);
 /* Whether peer's link is over (its BYE came, or it was lost), or there
  * are no links: 1. */
 int dt__link_ended(dt_node *n, int peer);

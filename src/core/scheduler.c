@@ -46,6 +46,10 @@ struct dt_sched {
 	 * every member with BARRIER_DONE. */
 	int round_err[8];
 	char round_msg[8][256];
+	/* Recovery (DTRAIN_RECOVER): by id, when the node was lost (0: up),
+	 * and how many processes have taken its place. */
+	uint64_t *down_ns;
+	int *restarts;
 };
 
 static int
@@ -121,6 +125,93 @@ dt__sched_watch_list(dt_node *n, dt_conn **out, int cap, int *judge)
 	return k;
 }
 
+/*
+ * Recovery: a server or worker joining a running job takes the place of a
+ * lost node of its role (the rank it asks for, else the lowest lost one),
+ * under that node's id and rank. It gets the node table (arg2: the count
+ * of restarts, so it knows it rejoins), and every other node the new
+ * address (NODE_UPDATE), which starts their link to it again.
+ */
+static void
+rejoin(dt_node *n, dt_conn *c, const joiner *j)
+{
+	dt_sched *s = n->sched;
+	int id = -1, restarts = 0;
+	char reason[512], name[64];
+	dt_node_entry *t;
+	dt_wbuf w;
+
+	pthread_mutex_lock(&n->mu);
+	for (int k = 1; k < n->ntable; k++) {
+		if (n->table[k].role != j->role || s->left[k] ||
+		    !(s->down_ns[k] || dt__link_down(n, k)))
+			continue;
+		if (id < 0 || n->table[k].rank == j->want)
+			id = k;
+		if (n->table[k].rank == j->want)
+			break;
+	}
+	if (id > 0) {
+		s->down_ns[id] = 0;
+		restarts = ++s->restarts[id];
+	}
+	pthread_mutex_unlock(&n->mu);
+	if (id < 0) {
+		snprintf(reason, sizeof(reason),
+		         "the job is running and no %s of it is lost: there is "
+		         "no place for a %s at %s:%d",
+		         dt_role_name(j->role), dt_role_name(j->role), j->host,
+		         j->port);
+		dt__log(0, "refusing a node: %s", reason);
+		send_abort(n, c, reason);
+		dt__van_close(n->van, c);
+		return;
+	}
+	/* Its table: the job's, with its own new address. */
+	if ((t = malloc(sizeof(*t) * (size_t)n->ntable)) == NULL) {
+		dt__van_close(n->van, c);
+		return;
+	}
+	memcpy(t, n->table, sizeof(*t) * (size_t)n->ntable);
+	snprintf(t[id].host, DT_HOST_MAX, "%s", j->host);
+	t[id].port = j->port;
+	t[id].pid = j->pid;
+	dt__conn_vouch(c);
+	dt__link_restart_peer(n, id, c, NULL, 0);
+	dt__wbuf_init(&w);
+	dt_msg_hdr h = {.cmd = DT_CMD_NODE_TABLE,
+	                .recver = (uint32_t)id,
+	                .arg2 = (uint64_t)restarts};
+	if (dt__msg_node_table_encode(id, n->num_servers, n->num_workers, t,
+	                              &w) == DT_OK)
+		dt__van_send(n->van, c, &h, w.data, (uint32_t)w.len, NULL, 0);
+	dt__wbuf_fini(&w);
+	free(t);
+	dt__node_name(n, id, name, sizeof(name));
+	dt__log(0, "%s is back: pid %d at %s:%d (restart %d)", name, j->pid,
+	        j->host, j->port, restarts);
+	/* Everyone else: its new address. */
+	dt__msg_add_node a = {.role = j->role,
+	                      .want = n->table[id].rank,
+	                      .port = j->port,
+	                      .pid = j->pid,
+	                      .num_servers = n->num_servers,
+	                      .num_workers = n->num_workers};
+	snprintf(a.host, sizeof(a.host), "%s", j->host);
+	dt__wbuf_init(&w);
+	if (dt__msg_add_node_encode(&a, &w) == DT_OK)
+		for (int k = 1; k < n->ntable; k++) {
+			dt_msg_hdr u = {.cmd = DT_CMD_NODE_UPDATE,
+			                .key = (uint64_t)id,
+			                .arg0 = (uint64_t)restarts};
+
+			if (k != id && !s->left[k])
+				dt__node_send(n, k, &u, w.data,
+				              (uint32_t)w.len, NULL, 0);
+		}
+	dt__wbuf_fini(&w);
+}
+
 static void
 on_add_node(dt_node *n, dt_conn *c, dt_msg *m)
 {
@@ -153,6 +244,17 @@ on_add_node(dt_node *n, dt_conn *c, dt_msg *m)
 		send_abort(n, c, reason);
 		dt__van_close(n->van, c);
 		return;
+	}
+	if (n->recover) {
+		int assigned;
+
+		pthread_mutex_lock(&n->mu);
+		assigned = s->assigned;
+		pthread_mutex_unlock(&n->mu);
+		if (assigned) {
+			rejoin(n, c, &j);
+			return;
+		}
 	}
 	pthread_mutex_lock(&n->mu);
 	int have = 0,
@@ -392,6 +494,22 @@ dt__sched_peer_lost(dt_node *n, int peer, const char *why)
 	if (skip || left_at_end(n, peer))
 		return;
 	dt__node_name(n, peer, name, sizeof(name));
+	if (n->recover) {
+		/* A new process may take its place (rejoin); the serve loop
+		 * ends the job if none does in time. */
+		pthread_mutex_lock(&n->mu);
+		if (!s->down_ns[peer])
+			s->down_ns[peer] = dt__now_ns();
+		pthread_cond_broadcast(&n->cv);
+		pthread_mutex_unlock(&n->mu);
+		dt__log(0,
+		        "%s (pid %d at %s:%d) was lost (%s); waiting up to "
+		        "DT_RESTART_TIMEOUT=%.3g s for a new process in its "
+		        "place",
+		        name, n->table[peer].pid, n->table[peer].host,
+		        n->table[peer].port, why, (double)n->restart_ns * 1e-9);
+		return;
+	}
 	snprintf(reason, sizeof(reason),
 	         "%s (pid %d at %s:%d) was lost before the job ended (%s)",
 	         name, n->table[peer].pid, n->table[peer].host,
@@ -475,11 +593,24 @@ started(dt_node *n, const void *arg)
 	return n->sched->passed[DT_GROUP_ALL] >= 1;
 }
 
+/* Recovery: a lost node that no new process replaced in time (mu held). */
+static int
+late_node(dt_node *n)
+{
+	uint64_t now = dt__now_ns();
+
+	for (int id = 1; id < n->ntable; id++)
+		if (n->sched->down_ns[id] &&
+		    now - n->sched->down_ns[id] >= n->restart_ns)
+			return id;
+	return 0;
+}
+
 static int
 workers_gone(dt_node *n, const void *arg)
 {
 	(void)arg;
-	return n->sched->workers_done == n->num_workers;
+	return n->sched->workers_done == n->num_workers || late_node(n);
 }
 
 /* The end: every server left, and with PS_RESEND every worker's link
@@ -510,10 +641,13 @@ dt__sched_create(dt_node *n)
 	s->expected = n->num_servers + n->num_workers;
 	s->j = dt__calloc((size_t)s->expected, sizeof(joiner));
 	s->left = dt__calloc((size_t)count, sizeof(int));
+	s->down_ns = dt__calloc((size_t)count, sizeof(uint64_t));
+	s->restarts = dt__calloc((size_t)count, sizeof(int));
 	n->table = dt__calloc((size_t)count, sizeof(dt_node_entry));
 	n->peers = dt__calloc((size_t)count, sizeof(dt_conn *));
 	n->sched = s;
-	if (!s->j || !s->left || !n->table || !n->peers)
+	if (!s->j || !s->left || !s->down_ns || !s->restarts || !n->table ||
+	    !n->peers)
 		return DT_ENOMEM;
 	return DT_OK;
 }
@@ -620,6 +754,21 @@ dt__sched_serve(dt_node *n)
 
 	if ((err = dt__node_wait(n, workers_gone, NULL, 0, "the workers")))
 		return err;
+	pthread_mutex_lock(&n->mu);
+	int late = late_node(n);
+	pthread_mutex_unlock(&n->mu);
+	if (late) {
+		char name[64], reason[512];
+
+		dt__node_name(n, late, name, sizeof(name));
+		snprintf(reason, sizeof(reason),
+		         "%s (pid %d at %s:%d) was lost and no new process took "
+		         "its place within DT_RESTART_TIMEOUT=%.3g s",
+		         name, n->table[late].pid, n->table[late].host,
+		         n->table[late].port, (double)n->restart_ns * 1e-9);
+		abort_job(n, reason);
+		return dt__fail(DT_EPEER, "%s", reason);
+	}
 	DT_LOG(1, "all %d workers are done; ending the job", n->num_workers);
 	pthread_mutex_lock(&n->mu);
 	s->ending = 1;
@@ -657,6 +806,8 @@ dt__sched_free(dt_node *n)
 		return;
 	free(n->sched->j);
 	free(n->sched->left);
+	free(n->sched->down_ns);
+	free(n->sched->restarts);
 	free(n->sched);
 	n->sched = NULL;
 }

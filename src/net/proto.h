@@ -38,6 +38,7 @@
 	X(TEXT, 11, "any -> any")                                              \
 	X(ACK, 12, "any node -> its peers (PS_RESEND)")                        \
 	X(BYE, 13, "any node -> its peers, on a clean stop")                   \
+	X(NODE_UPDATE, 14, "scheduler -> node (recovery)")                     \
 	/* KVStore (kv/). */                                                   \
 	X(KV_CONFIG, 32, "worker 0 -> server")                                 \
 	X(KV_SET_OPT, 33, "worker 0 -> server")                                \
