@@ -105,6 +105,10 @@ void *dt__node_app_arg(dt_node *n, const dt__app_class *cls);
 int dt__node_id(const dt_node *n);
 /* How long a call may wait for its peers (DT_WAIT_TIMEOUT), in ns. */
 uint64_t dt__node_wait_ns(const dt_node *n);
+/* DTRAIN_RECOVER=1: a lost peer may come back (on_peer_restart). */
+int dt__node_recover(const dt_node *n);
+/* This process took the place of a lost node of the job. */
+int dt__node_rejoined(const dt_node *n);
 /* The table row of node id, or NULL if there is none. */
 const dt_node_entry *dt__node_entry(const dt_node *n, int id);
 int dt__node_server_id(const dt_node *n, int rank);

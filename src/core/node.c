@@ -87,6 +87,18 @@ dt__node_wait_ns(const dt_node *n)
 	return n->wait_ns;
 }
 
+int
+dt__node_recover(const dt_node *n)
+{
+	return n->recover;
+}
+
+int
+dt__node_rejoined(const dt_node *n)
+{
+	return n->rejoined;
+}
+
 const dt_node_entry *
 dt__node_entry(const dt_node *n, int id)
 {

@@ -11,6 +11,16 @@
  * Threads: the caller's thread starts and waits; the node's I/O thread
  * completes sub-requests. Both tables and every op's state are guarded by
  * c->mu; c->cv is signalled when an op completes or the node fails.
+ *
+ * Recovery (DTRAIN_RECOVER=1, docs/fault-tolerance.md): every request that
+ * changes a server's store (configure, set optimizer, init, push) is also
+ * kept in a log per server, with a copy of its data, until that server
+ * says a checkpoint on disk holds it (KV_CKPT_DONE). When a new process
+ * takes a lost server's place, it says what its checkpoint holds; the
+ * requests after that, and every request still unanswered, are sent to
+ * it again in their first order (replay), before any new request to it.
+ * The replay runs in a caller's thread (the next start or wait), with
+ * send_mu held, as every send is: so nothing overtakes it.
  */
 #include <pthread.h>
 #include <stdio.h>
@@ -33,14 +43,57 @@ typedef struct op {
 	dt_lnode ln; /* in op_order */
 } op;
 
+/* Recovery: a request kept to be sent again to a restarted server. */
+typedef struct logent {
+	uint64_t seq; /* its first sequence number */
+	int cmd;
+	dt_key key;
+	uint64_t arg0, arg1, arg2;
+	uint64_t pidx; /* pushes: which push of this key to this server */
+	uint8_t *meta;
+	uint32_t meta_len;
+	float *data; /* a copy of the payload */
+	size_t len;  /* floats */
+	dt_lnode ln; /* in its server's log, oldest first */
+} logent;
+
 typedef struct sub {
 	uint64_t seq;
 	int server_id;
 	float *dest;
 	size_t bytes;
 	op *op;
+	/* What was sent, to send it again (recovery). */
+	int cmd;
+	dt_key key;
+	uint64_t arg0, arg1, arg2;
+	const float *val; /* the caller's, valid until the answer */
+	logent *log;
 	dt_hnode hn; /* in subs, by seq */
 } sub;
+
+/* A key, and how many of this worker's pushes of it a server's
+ * checkpoint holds (KV_CKPT_DONE). */
+typedef struct held_key {
+	dt_key key;
+	uint64_t pushes;
+} held_key;
+
+/* Per server (recovery). */
+typedef struct srv {
+	dt_list log;    /* (mu) */
+	int restarted;  /* (mu) a new process: its requests wait */
+	int replay_due; /* (mu) its KV_CKPT_DONE came: replay now */
+	size_t nheld;   /* (mu) what that said, sorted by key */
+	held_key *held;
+} srv;
+
+/* Pushes of a key to each server so far (recovery). */
+typedef struct keycount {
+	dt_key key;
+	uint64_t *pushes; /* by server rank */
+	dt_hnode hn;
+} keycount;
 
 struct dt_kv_client {
 	dt_node *node;
@@ -55,6 +108,13 @@ struct dt_kv_client {
 	dt_table subs;    /* sub-requests in flight, by seq (mu) */
 	dt_table ops;     /* ops not yet waited for, by id (mu) */
 	dt_list op_order; /* the same ops, oldest first (mu) */
+	/* Recovery (see the top). */
+	int recover;
+	pthread_mutex_t send_mu; /* every send, and a replay whole */
+	srv *srv;                /* by server rank */
+	dt_table counts;         /* keycount by key (mu) */
+	int replay_due;          /* (mu) some srv's is */
+	uint64_t kept_bytes;     /* (mu) the logs' copies */
 };
 
 static sub *
@@ -108,6 +168,364 @@ sub_done(dt_kv_client *c, sub *s)
 	return done;
 }
 
+/* ---- recovery: the logs and the replay ---- */
+
+static int
+logged_cmd(int cmd)
+{
+	return cmd == DT_CMD_KV_CONFIG || cmd == DT_CMD_KV_SET_OPT ||
+	       cmd == DT_CMD_KV_INIT || cmd == DT_CMD_KV_PUSH ||
+	       cmd == DT_CMD_KV_PUSHPULL;
+}
+
+static int
+server_rank(const dt_kv_client *c, int server_id)
+{
+	return server_id - dt__node_server_id(c->node, 0);
+}
+
+/* (mu held) */
+static void
+logent_free(dt_kv_client *c, logent *e)
+{
+	if (e->data) {
+		/* a replay may have left it with the links, by reference */
+		dt__node_before_write(c->node, e->data, e->len * sizeof(float));
+		c->kept_bytes -= e->len * sizeof(float);
+	}
+	dt__list_remove(&e->ln);
+	free(e->meta);
+	free(e->data);
+	free(e);
+}
+
+/* A copy of a request about to be sent (no lock held); NULL: no memory. */
+static logent *
+log_new(const dt_msg_hdr *h, const void *meta, uint32_t meta_len,
+        const float *val, size_t len)
+{
+	logent *e = calloc(1, sizeof(*e));
+
+	if (e == NULL)
+		return NULL;
+	e->cmd = h->cmd;
+	e->key = h->key;
+	e->arg0 = h->arg0;
+	e->arg1 = h->arg1;
+	e->arg2 = h->arg2;
+	if (meta_len && (e->meta = malloc(meta_len)) != NULL) {
+		memcpy(e->meta, meta, meta_len);
+		e->meta_len = meta_len;
+	}
+	if (val && len && (e->data = malloc(len * sizeof(float))) != NULL) {
+		memcpy(e->data, val, len * sizeof(float));
+		e->len = len;
+	}
+	if ((meta_len && !e->meta) || (val && len && !e->data)) {
+		free(e->meta);
+		free(e->data);
+		free(e);
+		return NULL;
+	}
+	return e;
+}
+
+/* The next push number of key to server rank r (mu held); -1: memory. */
+static int64_t
+next_push(dt_kv_client *c, dt_key key, int r)
+{
+	dt_hnode *h = dt__table_find(&c->counts, key);
+	keycount *k;
+
+	if (h == NULL) {
+		k = calloc(1, sizeof(*k));
+		if (k == NULL ||
+		    (k->pushes = calloc((size_t)dt_node_num_servers(c->node),
+		                        sizeof(uint64_t))) == NULL) {
+			free(k);
+			return -1;
+		}
+		k->key = key;
+		dt__table_insert(&c->counts, &k->hn, key);
+	} else {
+		k = DT_CONTAINER_OF(h, keycount, hn);
+	}
+	return (int64_t)k->pushes[r]++;
+}
+
+static int
+cmp_held(const void *a, const void *b)
+{
+	const held_key *x = a, *y = b;
+
+	return (x->key > y->key) - (x->key < y->key);
+}
+
+/* How many of this worker's pushes of key a checkpoint holds; -1: it
+ * does not hold the key. */
+static int64_t
+held_of(const held_key *held, size_t n, dt_key key)
+{
+	held_key want = {.key = key}, *f;
+
+	f = n ? bsearch(&want, held, n, sizeof(*held), cmp_held) : NULL;
+	return f ? (int64_t)f->pushes : -1;
+}
+
+/* KV_CKPT_DONE from server id sid (I/O thread). */
+static void
+on_ckpt_done(dt_kv_client *c, int sid, const dt_msg *m)
+{
+	dt_rbuf r;
+	uint64_t number, count;
+	held_key *held = NULL;
+	int rank = server_rank(c, sid), restarted = (m->hdr.arg2 & 1) != 0;
+
+	if (!c->recover || rank < 0 || rank >= dt_node_num_servers(c->node))
+		return;
+	dt__rbuf_init(&r, m->meta, m->hdr.meta_len);
+	number = dt__rbuf_u64(&r);
+	count = dt__rbuf_u64(&r);
+	if (dt__rbuf_err(&r, "KV_CKPT_DONE") ||
+	    count > (m->hdr.meta_len - 16) / 16 ||
+	    (held = malloc(sizeof(*held) * (size_t)DT_MAX(count, 1))) ==
+	        NULL) {
+		dt__log(0, "ignoring a malformed KV_CKPT_DONE");
+		return;
+	}
+	for (uint64_t i = 0; i < count; i++) {
+		held[i].key = dt__rbuf_u64(&r);
+		held[i].pushes = dt__rbuf_u64(&r);
+	}
+	qsort(held, (size_t)count, sizeof(*held), cmp_held);
+	pthread_mutex_lock(&c->mu);
+	srv *v = &c->srv[rank];
+	if (restarted) {
+		free(v->held);
+		v->held = held;
+		v->nheld = (size_t)count;
+		v->replay_due = 1;
+		c->replay_due = 1;
+		held = NULL;
+		dt__gen_bump(&c->done_gen); /* a waiter runs the replay */
+	} else if (!v->restarted) {
+		/* What the file holds is not kept any more. */
+		dt_lnode *l = dt__list_first(&v->log), *next;
+
+		for (; l; l = next) {
+			logent *e = DT_CONTAINER_OF(l, logent, ln);
+			int64_t have = held_of(held, (size_t)count, e->key);
+			sub *s;
+
+			next = dt__list_next(&v->log, l);
+			if (have < 0 || e->cmd == DT_CMD_KV_CONFIG ||
+			    e->cmd == DT_CMD_KV_SET_OPT ||
+			    (e->cmd != DT_CMD_KV_INIT &&
+			     e->pidx >= (uint64_t)have))
+				continue;
+			if ((s = find_sub(c, e->seq)) != NULL)
+				s->log = NULL;
+			logent_free(c, e);
+		}
+	}
+	pthread_mutex_unlock(&c->mu);
+	if (restarted)
+		pthread_cond_broadcast(&c->cv);
+	DT_LOG(1, "server %d %s checkpoint #%llu (%llu keys)", rank,
+	       restarted ? "restarted from" : "wrote",
+	       (unsigned long long)number, (unsigned long long)count);
+	free(held);
+}
+
+/* A logged request the server refused changed nothing there: it is not
+ * kept, and a refused push is not counted (mu held). */
+static void
+unlog_refused(dt_kv_client *c, sub *s)
+{
+	logent *e = s->log;
+	int r = server_rank(c, s->server_id);
+
+	s->log = NULL;
+	if (e->cmd == DT_CMD_KV_PUSH || e->cmd == DT_CMD_KV_PUSHPULL) {
+		dt_hnode *h = dt__table_find(&c->counts, e->key);
+
+		for (dt_lnode *l = dt__list_next(&c->srv[r].log, &e->ln); l;
+		     l = dt__list_next(&c->srv[r].log, l)) {
+			logent *x = DT_CONTAINER_OF(l, logent, ln);
+
+			if (x->key == e->key &&
+			    (x->cmd == DT_CMD_KV_PUSH ||
+			     x->cmd == DT_CMD_KV_PUSHPULL))
+				x->pidx--;
+		}
+		if (h)
+			DT_CONTAINER_OF(h, keycount, hn)->pushes[r]--;
+	}
+	logent_free(c, e);
+}
+
+static void
+on_peer_restart(void *arg, dt_node *n, int peer)
+{
+	dt_kv_client *c = arg;
+	int rank = server_rank(c, peer);
+
+	(void)n;
+	if (!c->recover || rank < 0 || rank >= dt_node_num_servers(c->node))
+		return;
+	pthread_mutex_lock(&c->mu);
+	c->srv[rank].restarted = 1; /* new requests wait for the replay */
+	pthread_mutex_unlock(&c->mu);
+}
+
+/* One request to send again. */
+typedef struct item {
+	uint64_t order; /* its first sequence number */
+	dt_msg_hdr h;
+	const void *meta;
+	uint32_t meta_len;
+	const float *val;
+	size_t len;
+} item;
+
+static int
+cmp_item(const void *a, const void *b)
+{
+	const item *x = a, *y = b;
+
+	return (x->order > y->order) - (x->order < y->order);
+}
+
+/* Send server rank r's replay (send_mu held, mu not). */
+static void
+replay(dt_kv_client *c, int r)
+{
+	int sid = dt__node_server_id(c->node, r);
+	srv *v = &c->srv[r];
+	item *it = NULL;
+	size_t n = 0, cap = 0, local = 0;
+	dt_table_iter ti;
+
+	pthread_mutex_lock(&c->mu);
+	const held_key *held = v->held;
+	size_t nheld = v->nheld;
+
+	cap = 16;
+	for (dt_lnode *l = dt__list_first(&v->log); l;
+	     l = dt__list_next(&v->log, l))
+		cap++;
+	cap += dt__table_count(&c->subs);
+	it = calloc(cap, sizeof(*it));
+	for (dt_lnode *l = dt__list_first(&v->log); l && it;
+	     l = dt__list_next(&v->log, l)) {
+		logent *e = DT_CONTAINER_OF(l, logent, ln);
+		int64_t have = held_of(held, nheld, e->key);
+		sub *s = find_sub(c, e->seq);
+		item x = {.order = e->seq,
+		          .h = {.cmd = (uint8_t)e->cmd,
+		                .flags = DT_F_REQUEST,
+		                .seq = s ? e->seq : 0,
+		                .key = e->key,
+		                .arg0 = e->arg0,
+		                .arg1 = e->arg1,
+		                .arg2 = e->arg2},
+		          .meta = e->meta,
+		          .meta_len = e->meta_len,
+		          .val = e->data,
+		          .len = e->len};
+
+		if (e->cmd == DT_CMD_KV_PUSH || e->cmd == DT_CMD_KV_PUSHPULL) {
+			if (have >= 0 && e->pidx < (uint64_t)have) {
+				/* In the file already: only its answer is
+				 * missing, if any. */
+				if (s && e->cmd == DT_CMD_KV_PUSH) {
+					take_sub(c, s->seq);
+					sub_done(c, s);
+					local++;
+				} else if (s) {
+					x.h.cmd = DT_CMD_KV_PULL;
+					x.val = NULL;
+					x.len = 0;
+					it[n++] = x;
+				}
+				continue;
+			}
+			if (!s)
+				x.h.cmd = DT_CMD_KV_PUSH; /* (its answer came) */
+		} else if (e->cmd == DT_CMD_KV_INIT && have >= 0 && !s) {
+			continue; /* the key is in the file */
+		}
+		it[n++] = x;
+	}
+	/* Unanswered requests that change nothing (pulls, checkpoints). */
+	for (dt_hnode *h = dt__table_first(&c->subs, &ti); h && it;
+	     h = dt__table_next(&ti)) {
+		sub *s = DT_CONTAINER_OF(h, sub, hn);
+
+		if (s->server_id != sid || s->log || n == cap)
+			continue;
+		it[n++] = (item){.order = s->seq,
+		                 .h = {.cmd = (uint8_t)s->cmd,
+		                       .flags = DT_F_REQUEST,
+		                       .seq = s->seq,
+		                       .key = s->key,
+		                       .arg0 = s->arg0,
+		                       .arg1 = s->arg1,
+		                       .arg2 = s->arg2}};
+	}
+	v->replay_due = 0;
+	pthread_mutex_unlock(&c->mu);
+	if (local)
+		pthread_cond_broadcast(&c->cv);
+	if (it == NULL) {
+		dt__node_set_fatal(c->node, DT_ENOMEM,
+		                   "replay to server %d: out of memory", r);
+		return;
+	}
+	qsort(it, n, sizeof(*it), cmp_item);
+	dt__log(0, "sending %zu requests again to server %d (a new process)",
+	        n, r);
+	/* The log entries stay: a KV_CKPT_DONE does not trim this server's
+	 * while it is marked restarted (until the end of this). */
+	for (size_t i = 0; i < n; i++) {
+		struct iovec iov = {(void *)it[i].val, it[i].len * sizeof(float)};
+
+		(void)dt__node_send_ex(c->node, sid, &it[i].h, it[i].meta,
+		                       it[i].meta_len, it[i].val ? &iov : NULL,
+		                       it[i].val ? 1 : 0, DT_SEND_STABLE);
+	}
+	free(it);
+	pthread_mutex_lock(&c->mu);
+	v->restarted = 0;
+	free(v->held);
+	v->held = NULL;
+	v->nheld = 0;
+	pthread_mutex_unlock(&c->mu);
+}
+
+/* Any replay due, before anything else is sent (send_mu held). */
+static void
+run_replays(dt_kv_client *c)
+{
+	int due;
+
+	pthread_mutex_lock(&c->mu);
+	due = c->replay_due;
+	c->replay_due = 0;
+	pthread_mutex_unlock(&c->mu);
+	if (!due)
+		return;
+	for (int r = 0; r < dt_node_num_servers(c->node); r++) {
+		int mine;
+
+		pthread_mutex_lock(&c->mu);
+		mine = c->srv[r].replay_due;
+		pthread_mutex_unlock(&c->mu);
+		if (mine)
+			replay(c, r);
+	}
+}
+
 static void *
 payload_dest(void *arg, dt_node *n, dt_conn *conn, const dt_msg_hdr *h,
              const uint8_t *meta)
@@ -132,7 +550,14 @@ on_msg(void *arg, dt_node *n, dt_conn *conn, dt_msg *m)
 	char name[64], msg[512];
 	sub *s;
 
+	if (h->cmd == DT_CMD_KV_CKPT_DONE && !(h->flags & DT_F_RESPONSE) &&
+	    dt__conn_peer(conn) == (int)h->sender) {
+		on_ckpt_done(c, (int)h->sender, m);
+		return;
+	}
 	if (!(h->flags & DT_F_RESPONSE))
+		return;
+	if (h->seq == 0) /* a replayed request already answered once */
 		return;
 	pthread_mutex_lock(&c->mu);
 	s = take_sub(c, h->seq);
@@ -152,6 +577,8 @@ on_msg(void *arg, dt_node *n, dt_conn *conn, dt_msg *m)
 			snprintf(msg, sizeof(msg), "malformed error answer");
 		}
 		op_fail(s->op, code, msg);
+		if (s->log)
+			unlog_refused(c, s);
 	} else if (s->dest && (h->payload_len != s->bytes || !m->payload)) {
 		snprintf(msg, sizeof(msg),
 		         "%s of key %llu: %s answered %llu bytes, expected %zu",
@@ -215,6 +642,18 @@ dt__kv_client_create(dt_node *node, int sync, size_t bound, dt_kv_client **out)
 	c->bound = bound;
 	c->next_seq = 1;
 	c->next_op = 1;
+	c->recover = dt__node_recover(node);
+	c->srv = dt__calloc((size_t)DT_MAX(dt_node_num_servers(node), 1),
+	                    sizeof(srv));
+	if (c->srv == NULL) {
+		free(c->parts);
+		free(c);
+		return DT_ENOMEM;
+	}
+	for (int i = 0; i < dt_node_num_servers(node); i++)
+		dt__list_init(&c->srv[i].log);
+	dt__table_init(&c->counts);
+	pthread_mutex_init(&c->send_mu, NULL);
 	pthread_mutex_init(&c->mu, NULL);
 	dt__cond_init_monotonic(&c->cv); /* dt__van_wait's deadlines */
 	dt__table_init(&c->subs);
@@ -225,11 +664,15 @@ dt__kv_client_create(dt_node *node, int sync, size_t bound, dt_kv_client **out)
 	app.payload_dest = payload_dest;
 	app.dest_pure = 1; /* it finds the output buffer, nothing more */
 	app.on_fail = on_fail;
+	app.on_peer_restart = on_peer_restart;
 	if ((err = dt__node_attach(node, &dt__kv_app, &app))) {
 		dt__table_fini(&c->subs);
 		dt__table_fini(&c->ops);
+		dt__table_fini(&c->counts);
 		pthread_mutex_destroy(&c->mu);
+		pthread_mutex_destroy(&c->send_mu);
 		pthread_cond_destroy(&c->cv);
+		free(c->srv);
 		free(c->parts);
 		free(c);
 		return err;
@@ -257,7 +700,27 @@ dt__kv_client_destroy(dt_kv_client *c)
 		free(o);
 	}
 	dt__table_fini(&c->ops);
+	for (int i = 0; i < dt_node_num_servers(c->node); i++) {
+		for (dt_lnode *l; (l = dt__list_pop_front(&c->srv[i].log));) {
+			logent *e = DT_CONTAINER_OF(l, logent, ln);
+
+			free(e->meta);
+			free(e->data);
+			free(e);
+		}
+		free(c->srv[i].held);
+	}
+	free(c->srv);
+	for (dt_hnode *h = dt__table_first(&c->counts, &it); h;
+	     h = dt__table_next(&it)) {
+		keycount *k = DT_CONTAINER_OF(h, keycount, hn);
+
+		free(k->pushes);
+		free(k);
+	}
+	dt__table_fini(&c->counts);
 	pthread_mutex_destroy(&c->mu);
+	pthread_mutex_destroy(&c->send_mu);
 	pthread_cond_destroy(&c->cv);
 	free(c->parts);
 	free(c);
@@ -270,13 +733,24 @@ send_part(dt_kv_client *c, op *o, int server, dt_msg_hdr *h, const void *meta,
 {
 	struct iovec iov = {(void *)val, len * sizeof(float)};
 	sub *s = malloc(sizeof(*s));
-	dt_err err;
+	logent *le = NULL;
+	int parked = 0;
+	dt_err err = DT_OK;
 
+	/* Recovery: a copy, to send again to a restarted server. */
+	if (s && c->recover && logged_cmd(h->cmd) &&
+	    (le = log_new(h, meta, meta_len, val, len)) == NULL) {
+		free(s);
+		s = NULL;
+	}
+	pthread_mutex_lock(&c->send_mu);
+	run_replays(c);
 	pthread_mutex_lock(&c->mu);
 	if (s == NULL) {
 		op_fail(o, DT_ENOMEM, "out of memory");
 		o->remaining--;
 		pthread_mutex_unlock(&c->mu);
+		pthread_mutex_unlock(&c->send_mu);
 		return;
 	}
 	h->seq = c->next_seq++;
@@ -284,13 +758,35 @@ send_part(dt_kv_client *c, op *o, int server, dt_msg_hdr *h, const void *meta,
 	           .server_id = dt__node_server_id(c->node, server),
 	           .dest = out,
 	           .bytes = out ? len * sizeof(float) : 0,
-	           .op = o};
+	           .op = o,
+	           .cmd = h->cmd,
+	           .key = h->key,
+	           .arg0 = h->arg0,
+	           .arg1 = h->arg1,
+	           .arg2 = h->arg2,
+	           .val = val,
+	           .log = le};
 	dt__table_insert(&c->subs, &s->hn, s->seq);
+	if (le) {
+		le->seq = h->seq;
+		if (h->cmd == DT_CMD_KV_PUSH || h->cmd == DT_CMD_KV_PUSHPULL) {
+			int64_t k = next_push(c, h->key, server);
+
+			le->pidx = k < 0 ? 0 : (uint64_t)k;
+		}
+		dt__list_push_back(&c->srv[server].log, &le->ln);
+		c->kept_bytes += le->len * sizeof(float);
+	}
+	/* A restarted server gets it in its replay, in order. */
+	parked = c->recover && c->srv[server].restarted;
 	pthread_mutex_unlock(&c->mu);
 
 	/* The caller keeps val untouched until the answer (kv.h). */
-	err = dt__node_send_ex(c->node, s->server_id, h, meta, meta_len,
-	                       val ? &iov : NULL, val ? 1 : 0, DT_SEND_STABLE);
+	if (!parked)
+		err = dt__node_send_ex(c->node, s->server_id, h, meta, meta_len,
+		                       val ? &iov : NULL, val ? 1 : 0,
+		                       DT_SEND_STABLE);
+	pthread_mutex_unlock(&c->send_mu);
 	if (err) {
 		char msg[512];
 
@@ -404,6 +900,14 @@ dt__kv_client_wait(dt_kv_client *c, dt_kv_req req)
 				    c->node, dt__node_server_id(c->node, s));
 			pthread_mutex_lock(&c->mu);
 			until = 0; /* the failure ends the wait */
+			continue;
+		}
+		if (c->replay_due) { /* (a restarted server's, here) */
+			pthread_mutex_unlock(&c->mu);
+			pthread_mutex_lock(&c->send_mu);
+			run_replays(c);
+			pthread_mutex_unlock(&c->send_mu);
+			pthread_mutex_lock(&c->mu);
 			continue;
 		}
 		dt__node_wait_gen(c->node, &c->done_gen, &c->mu, &c->cv, until);

@@ -71,6 +71,11 @@ typedef struct ckpt_job {
 	uint8_t *buf;
 	size_t len;
 	uint64_t number;
+	/* What the workers are told once it is on disk (recovery): its
+	 * keys, and each key's pushes of each worker in it. */
+	size_t nkeys;
+	dt_key *keys;
+	uint64_t *applied; /* nkeys x nworkers */
 } ckpt_job;
 
 typedef struct kv_server {
@@ -103,6 +108,8 @@ typedef struct kv_server {
 	uint64_t ck_written;  /* (ck_mu) files written */
 	uint64_t ck_write_ns; /* (ck_mu) time spent writing them */
 	uint64_t ck_snap_ns;  /* snapshots' time in the I/O thread */
+	ckpt_job *ck_ok;      /* (ck_mu) the last one written, to be told to
+	                         the workers (recovery; buf freed) */
 } kv_server;
 
 static entry *
@@ -476,6 +483,104 @@ check_access(kv_server *s, int worker, const dt_msg_hdr *h, int with_data)
 
 /* ---- checkpoints ---- */
 
+static void
+job_free(ckpt_job *job)
+{
+	if (job == NULL)
+		return;
+	free(job->buf);
+	free(job->keys);
+	free(job->applied);
+	free(job);
+}
+
+/*
+ * Recovery: tell each worker which of its pushes a checkpoint holds
+ * (KV_CKPT_DONE: u64 number, u64 count, then count x (u64 key, u64
+ * pushes)); it keeps a copy of the later ones to send again should this
+ * server be restarted from that file. arg2 bit 0: this server was just
+ * restarted from it (or from nothing: count 0), and the later pushes are
+ * wanted now.
+ */
+static void
+tell_workers(kv_server *s, uint64_t number, size_t nkeys, const dt_key *keys,
+             const uint64_t *applied, int restarted)
+{
+	for (int w = 0; w < s->nworkers; w++) {
+		dt_wbuf b;
+		dt_msg_hdr h = {.cmd = DT_CMD_KV_CKPT_DONE,
+		                .flags = DT_F_REQUEST,
+		                .arg2 = restarted ? 1u : 0u};
+
+		dt__wbuf_init(&b);
+		dt__wbuf_u64(&b, number);
+		dt__wbuf_u64(&b, nkeys);
+		for (size_t k = 0; k < nkeys; k++) {
+			dt__wbuf_u64(&b, keys[k]);
+			dt__wbuf_u64(&b, applied[k * (size_t)s->nworkers + (size_t)w]);
+		}
+		if (dt__wbuf_err(&b) == DT_OK)
+			(void)dt__node_send(s->node,
+			                    dt__node_worker_id(s->node, w), &h,
+			                    b.data, (uint32_t)b.len, NULL, 0);
+		dt__wbuf_fini(&b);
+	}
+}
+
+/* A checkpoint written since the last call: tell the workers (I/O
+ * thread). */
+static void
+announce(kv_server *s)
+{
+	ckpt_job *job;
+
+	if (s->ck_dir == NULL || !dt__node_recover(s->node))
+		return;
+	pthread_mutex_lock(&s->ck_mu);
+	job = s->ck_ok;
+	s->ck_ok = NULL;
+	pthread_mutex_unlock(&s->ck_mu);
+	if (job == NULL)
+		return;
+	tell_workers(s, job->number, job->nkeys, job->keys, job->applied, 0);
+	job_free(job);
+}
+
+/* Recovery: this server took a lost one's place. Its store is the last
+ * checkpoint (or empty); each worker hears what it holds of its pushes
+ * and sends the rest again. */
+static dt_err
+rejoin(kv_server *s)
+{
+	size_t nkeys = dt__table_count(&s->keys), k = 0;
+	dt_key *keys = malloc(sizeof(dt_key) * DT_MAX(nkeys, 1));
+	uint64_t *applied =
+	    malloc(sizeof(uint64_t) * DT_MAX(nkeys, 1) * (size_t)s->nworkers);
+	dt_table_iter it;
+
+	if (keys == NULL || applied == NULL) {
+		free(keys);
+		free(applied);
+		return dt__fail(DT_ENOMEM, "rejoining: out of memory");
+	}
+	for (dt_hnode *h = dt__table_first(&s->keys, &it); h;
+	     h = dt__table_next(&it)) {
+		entry *e = DT_CONTAINER_OF(h, entry, hn);
+
+		keys[k] = e->key;
+		memcpy(applied + k * (size_t)s->nworkers, e->applied,
+		       sizeof(uint64_t) * (size_t)s->nworkers);
+		k++;
+	}
+	dt__log(0, "taking server %d's place with %zu keys (checkpoint #%llu); "
+	           "the workers send again what came after",
+	        s->rank, k, (unsigned long long)s->ck_number);
+	tell_workers(s, s->ck_number, k, keys, applied, 1);
+	free(keys);
+	free(applied);
+	return DT_OK;
+}
+
 /* Copy the store, in the file's format, and hand it to the writer; the
  * number it will have on disk. Runs in the I/O thread: the store does not
  * change meanwhile, and each key is between two rounds (a round's pushes
@@ -545,15 +650,32 @@ snapshot(kv_server *s, uint64_t *number)
 	}
 	job->buf = w.data; /* heap (reserved): taken over, not freed here */
 	job->len = w.len;
+	if (dt__node_recover(s->node) && nkeys) {
+		size_t k = 0;
+
+		job->keys = malloc(sizeof(dt_key) * nkeys);
+		job->applied =
+		    malloc(sizeof(uint64_t) * nkeys * (size_t)s->nworkers);
+		for (dt_hnode *h = dt__table_first(&s->keys, &it);
+		     h && job->keys && job->applied; h = dt__table_next(&it)) {
+			entry *e = DT_CONTAINER_OF(h, entry, hn);
+
+			if (!e->initialised)
+				continue;
+			job->keys[k] = e->key;
+			memcpy(job->applied + k * (size_t)s->nworkers,
+			       e->applied, sizeof(uint64_t) * (size_t)s->nworkers);
+			k++;
+		}
+		job->nkeys = job->keys && job->applied ? k : 0;
+	}
 	job->number = ++s->ck_number;
 	s->ck_rounds_at = s->rounds;
 	s->ck_last_ns = dt__now_ns();
 	s->ck_snap_ns += s->ck_last_ns - t0;
 	pthread_mutex_lock(&s->ck_mu);
-	if (s->ck_next) { /* not begun yet: this newer one replaces it */
-		free(s->ck_next->buf);
-		free(s->ck_next);
-	}
+	if (s->ck_next) /* not begun yet: this newer one replaces it */
+		job_free(s->ck_next);
 	s->ck_next = job;
 	pthread_cond_broadcast(&s->ck_cv);
 	pthread_mutex_unlock(&s->ck_mu);
@@ -602,7 +724,13 @@ writer_main(void *arg)
 		s->ck_write_ns += dt;
 		pthread_cond_broadcast(&s->ck_cv);
 		free(job->buf);
-		free(job);
+		job->buf = NULL;
+		if (err == DT_OK) { /* the next to tell the workers */
+			job_free(s->ck_ok);
+			s->ck_ok = job;
+		} else {
+			job_free(job);
+		}
 	}
 	pthread_mutex_unlock(&s->ck_mu);
 	return NULL;
@@ -616,6 +744,7 @@ maybe_checkpoint(kv_server *s)
 
 	if (s->ck_dir == NULL)
 		return;
+	announce(s);
 	nkeys = DT_MAX(dt__table_count(&s->keys), 1);
 	if (!(s->ck_every &&
 	      s->rounds - s->ck_rounds_at >= s->ck_every * nkeys) &&
@@ -658,6 +787,7 @@ on_checkpoint(kv_server *s, int worker, const dt_msg_hdr *h)
 		            "checkpoint of server %d: %s", s->rank, msg);
 	else
 		reply(s, worker, h->cmd, h->seq, 0, NULL, 0);
+	announce(s);
 }
 
 /* Load path (checked whole first, then applied). */
@@ -836,7 +966,10 @@ checkpoint_config(kv_server *s)
 	s->ck_every = (uint64_t)every;
 	s->ck_every_ns = every_ns;
 	s->ck_last_ns = dt__now_ns();
-	if (load && (err = load_checkpoint(s)))
+	/* A server that takes a lost one's place starts from its last
+	 * checkpoint (recovery), as a whole job resumed from files. */
+	if ((load || dt__node_rejoined(s->node)) &&
+	    (err = load_checkpoint(s)))
 		return err;
 	if (pthread_mutex_init(&s->ck_mu, NULL) != 0 ||
 	    pthread_cond_init(&s->ck_cv, NULL) != 0 ||
@@ -1018,6 +1151,7 @@ server_free(kv_server *s)
 			        (double)s->ck_write_ns / 1e6 /
 			            (double)s->ck_written,
 			        (double)s->ck_snap_ns / 1e6);
+		job_free(s->ck_ok);
 		pthread_cond_destroy(&s->ck_cv);
 		pthread_mutex_destroy(&s->ck_mu);
 	}
@@ -1054,8 +1188,12 @@ server_start(dt_node *n)
 	app.payload_dest = payload_dest;
 	app.dest_pure = 1; /* it only chooses where a payload goes */
 	app.payload_chunk = payload_chunk;
-	if ((err = dt__node_attach(n, &dt__kv_app, &app)))
+	if ((err = dt__node_attach(n, &dt__kv_app, &app))) {
 		server_free(s);
+		return err;
+	}
+	if (dt__node_rejoined(n) && dt__node_recover(n))
+		err = rejoin(s);
 	return err;
 }
 
