@@ -330,9 +330,10 @@ usage(FILE *f)
 	    "                           a worker calls dt_kv_checkpoint)\n"
 	    "      --restart N          start a new process in the place of "
 	    "a\n"
-	    "                           server or worker that dies, up to N "
-	    "per\n"
-	    "                           role (recovery; local and ssh)\n"
+	    "                           server that dies, up to N times "
+	    "(recovery;\n"
+	    "                           local and ssh; see "
+	    "docs/fault-tolerance.md)\n"
 	    "      --timeout SEC        stop the job after SEC seconds\n"
 	    "      --grace SEC          time the servers and the scheduler get "
 	    "to\n"
@@ -773,12 +774,12 @@ struct proc {
 	struct strv env; /* K=V added to the launcher's environment */
 	pid_t pid;       /* 0 until started */
 	int exited;
-	int failed;        /* exited non-zero or by a signal */
+	int failed;         /* exited non-zero or by a signal */
 	int restart_wanted; /* --restart: a new process is to take its place */
 	int replaced;       /* one did */
-	unsigned exit_seq; /* in which order its exit was noted */
-	int code;          /* CLD_EXITED, CLD_KILLED or CLD_DUMPED */
-	int status;        /* exit status or signal */
+	unsigned exit_seq;  /* in which order its exit was noted */
+	int code;           /* CLD_EXITED, CLD_KILLED or CLD_DUMPED */
+	int status;         /* exit status or signal */
 	struct stream out[2];
 };
 
@@ -1978,16 +1979,15 @@ blame(struct run *r)
 }
 
 /* --restart: whether a new process may take p's place (a single server
- * or worker of the local or ssh launcher, with restarts left). */
+ * of the local or ssh launcher, with restarts left). A worker is not
+ * restarted yet: its place in the data and in the rounds is not kept. */
 static int
 restartable(const struct run *r, const struct proc *p)
 {
-	int worker = strncmp(p->label, "worker ", 7) == 0;
-
 	if (r->restart_max == 0 || r->spare == 0 || p->tag != TAG_NONE ||
-	    (!worker && strncmp(p->label, "server ", 7) != 0))
+	    strncmp(p->label, "server ", 7) != 0)
 		return 0;
-	return r->restarts[worker] < r->restart_max;
+	return r->restarts[0] < r->restart_max;
 }
 
 /* Start the new processes note_exit asked for, in the spare slots. */
@@ -2713,7 +2713,8 @@ run_job(const struct opts *o, const struct hosts *h, struct ctx *c)
 		rc = RC_FAIL;
 		goto out;
 	}
-	raise_nofile(&r, n + (size_t)(o->workers + o->servers + 2 * o->restart));
+	raise_nofile(&r,
+	             n + (size_t)(o->workers + o->servers + 2 * o->restart));
 	r.restart_max = o->restart;
 	r.spare = (size_t)(2 * o->restart);
 	rc = run_procs(&r, p, n);

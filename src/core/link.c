@@ -87,10 +87,10 @@ typedef struct plink {
 	int resend_now;           /* (mu) */
 	int down;                 /* (mu) no connection; since down_ns */
 	uint64_t down_ns;
-	uint64_t redial_ns; /* (mu) next dial attempt */
-	int bye;            /* (mu) the peer stopped cleanly */
-	int gone;           /* (mu) given up on: the peer is lost */
-	int dialer;         /* this side dials the link */
+	uint64_t redial_ns;     /* (mu) next dial attempt */
+	int bye;                /* (mu) the peer stopped cleanly */
+	int gone;               /* (mu) given up on: the peer is lost */
+	int dialer;             /* this side dials the link */
 	char host[DT_HOST_MAX]; /* (mu) a restarted peer's address; "": the
 	                           node table's */
 	int port;               /* (mu) */
@@ -733,7 +733,9 @@ redial(dt_links *L, int id)
 
 	pthread_mutex_lock(&L->mu);
 	snprintf(host, sizeof(host), "%s",
-	         id == 0 ? n->cfg.root_uri : P->host[0] ? P->host : e->host);
+	         id == 0      ? n->cfg.root_uri
+	         : P->host[0] ? P->host
+	                      : e->host);
 	port = id == 0 ? n->cfg.root_port : P->host[0] ? P->port : e->port;
 	pthread_mutex_unlock(&L->mu);
 
@@ -956,7 +958,12 @@ dt__link_on_close(dt_node *n, dt_conn *c, int peer)
 		__atomic_compare_exchange_n(&n->root, &(dt_conn *){c}, NULL, 0,
 		                            __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE);
 	pthread_mutex_lock(&L->mu);
-	if (P->bye || P->gone || L->clear) {
+	if (P->bye || P->gone || L->clear ||
+	    (L->finishing &&
+	     (P->head == NULL ||
+	      (P->head == P->tail && P->head->h.cmd == DT_CMD_BYE)))) {
+		/* (this node is leaving with nothing but its BYE
+		 * unacknowledged, and the peer closed: it left too) */
 		queue_clear(L, P);
 		pthread_mutex_unlock(&L->mu);
 		return 0; /* the usual end */
@@ -1079,6 +1086,10 @@ dt__link_restart_peer(dt_node *n, int peer, dt_conn *c, const char *host,
 	}
 	pthread_mutex_lock(&P->order_mu);
 	pthread_mutex_lock(&L->mu);
+	/* (a peer this node never talked to, as a server to another server:
+	 * only its address changes) */
+	int talked = c || old || P->down || P->tx_next > 1 || P->rx_next > 1;
+
 	queue_clear(L, P); /* the apps replay what the new one needs */
 	P->tx_next = 1;
 	P->rx_next = 1;
@@ -1094,9 +1105,9 @@ dt__link_restart_peer(dt_node *n, int peer, dt_conn *c, const char *host,
 		snprintf(P->host, sizeof(P->host), "%s", host);
 		P->port = port;
 	}
-	P->down = c == NULL;
+	P->down = c == NULL && talked;
 	P->down_ns = P->redial_ns = dt__now_ns();
-	L->reconnects++;
+	L->reconnects += talked;
 	poke(L, 0);
 	pthread_mutex_unlock(&L->mu);
 	pthread_mutex_unlock(&P->order_mu);
@@ -1198,6 +1209,21 @@ dt__link_finish(dt_node *n, uint64_t deadline_ns)
 			(void)dt__link_send(n, id, &h, NULL, 0, NULL, 0, 0);
 	}
 	drain(L, deadline_ns);
+	/* A peer that said BYE waits for its acknowledgement: it goes now,
+	 * not when the link thread would send it. */
+	for (int id = 0; id < L->count; id++) {
+		plink *P = &L->p[id];
+		uint64_t ack = 0;
+
+		pthread_mutex_lock(&L->mu);
+		if (P->bye && !P->down && P->rx_next - 1 != P->ack_told) {
+			ack = P->ack_told = P->rx_next - 1;
+			P->ack_due = 0;
+		}
+		pthread_mutex_unlock(&L->mu);
+		if (ack)
+			send_ack(L, id, ack, 0);
+	}
 	pthread_mutex_lock(&L->mu);
 	for (int i = 0; i < L->count; i++)
 		L->p[i].bye = 1; /* no more redialling */

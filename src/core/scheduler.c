@@ -141,6 +141,16 @@ rejoin(dt_node *n, dt_conn *c, const joiner *j)
 	dt_node_entry *t;
 	dt_wbuf w;
 
+	if (j->role != DT_ROLE_SERVER) {
+		snprintf(reason, sizeof(reason),
+		         "a worker at %s:%d asks to join a running job: only "
+		         "a server can take a lost one's place",
+		         j->host, j->port);
+		dt__log(0, "refusing a node: %s", reason);
+		send_abort(n, c, reason);
+		dt__van_close(n->van, c);
+		return;
+	}
 	pthread_mutex_lock(&n->mu);
 	for (int k = 1; k < n->ntable; k++) {
 		if (n->table[k].role != j->role || s->left[k] ||
@@ -206,8 +216,8 @@ rejoin(dt_node *n, dt_conn *c, const joiner *j)
 			                .arg0 = (uint64_t)restarts};
 
 			if (k != id && !s->left[k])
-				dt__node_send(n, k, &u, w.data,
-				              (uint32_t)w.len, NULL, 0);
+				dt__node_send(n, k, &u, w.data, (uint32_t)w.len,
+				              NULL, 0);
 		}
 	dt__wbuf_fini(&w);
 }
@@ -494,9 +504,10 @@ dt__sched_peer_lost(dt_node *n, int peer, const char *why)
 	if (skip || left_at_end(n, peer))
 		return;
 	dt__node_name(n, peer, name, sizeof(name));
-	if (n->recover) {
+	if (n->recover && n->table[peer].role == DT_ROLE_SERVER) {
 		/* A new process may take its place (rejoin); the serve loop
-		 * ends the job if none does in time. */
+		 * ends the job if none does in time. (A lost worker ends the
+		 * job: its place is not kept.) */
 		pthread_mutex_lock(&n->mu);
 		if (!s->down_ns[peer])
 			s->down_ns[peer] = dt__now_ns();
@@ -761,11 +772,12 @@ dt__sched_serve(dt_node *n)
 		char name[64], reason[512];
 
 		dt__node_name(n, late, name, sizeof(name));
-		snprintf(reason, sizeof(reason),
-		         "%s (pid %d at %s:%d) was lost and no new process took "
-		         "its place within DT_RESTART_TIMEOUT=%.3g s",
-		         name, n->table[late].pid, n->table[late].host,
-		         n->table[late].port, (double)n->restart_ns * 1e-9);
+		snprintf(
+		    reason, sizeof(reason),
+		    "%s (pid %d at %s:%d) was lost and no new process took "
+		    "its place within DT_RESTART_TIMEOUT=%.3g s",
+		    name, n->table[late].pid, n->table[late].host,
+		    n->table[late].port, (double)n->restart_ns * 1e-9);
 		abort_job(n, reason);
 		return dt__fail(DT_EPEER, "%s", reason);
 	}

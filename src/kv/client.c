@@ -288,8 +288,7 @@ on_ckpt_done(dt_kv_client *c, int sid, const dt_msg *m)
 	count = dt__rbuf_u64(&r);
 	if (dt__rbuf_err(&r, "KV_CKPT_DONE") ||
 	    count > (m->hdr.meta_len - 16) / 16 ||
-	    (held = malloc(sizeof(*held) * (size_t)DT_MAX(count, 1))) ==
-	        NULL) {
+	    (held = malloc(sizeof(*held) * (size_t)DT_MAX(count, 1))) == NULL) {
 		dt__log(0, "ignoring a malformed KV_CKPT_DONE");
 		return;
 	}
@@ -353,9 +352,8 @@ unlog_refused(dt_kv_client *c, sub *s)
 		     l = dt__list_next(&c->srv[r].log, l)) {
 			logent *x = DT_CONTAINER_OF(l, logent, ln);
 
-			if (x->key == e->key &&
-			    (x->cmd == DT_CMD_KV_PUSH ||
-			     x->cmd == DT_CMD_KV_PUSHPULL))
+			if (x->key == e->key && (x->cmd == DT_CMD_KV_PUSH ||
+			                         x->cmd == DT_CMD_KV_PUSHPULL))
 				x->pidx--;
 		}
 		if (h)
@@ -451,7 +449,8 @@ replay(dt_kv_client *c, int r)
 				continue;
 			}
 			if (!s)
-				x.h.cmd = DT_CMD_KV_PUSH; /* (its answer came) */
+				x.h.cmd =
+				    DT_CMD_KV_PUSH; /* (its answer came) */
 		} else if (e->cmd == DT_CMD_KV_INIT && have >= 0 && !s) {
 			continue; /* the key is in the file */
 		}
@@ -483,12 +482,13 @@ replay(dt_kv_client *c, int r)
 		return;
 	}
 	qsort(it, n, sizeof(*it), cmp_item);
-	dt__log(0, "sending %zu requests again to server %d (a new process)",
-	        n, r);
+	dt__log(0, "sending %zu requests again to server %d (a new process)", n,
+	        r);
 	/* The log entries stay: a KV_CKPT_DONE does not trim this server's
 	 * while it is marked restarted (until the end of this). */
 	for (size_t i = 0; i < n; i++) {
-		struct iovec iov = {(void *)it[i].val, it[i].len * sizeof(float)};
+		struct iovec iov = {(void *)it[i].val,
+		                    it[i].len * sizeof(float)};
 
 		(void)dt__node_send_ex(c->node, sid, &it[i].h, it[i].meta,
 		                       it[i].meta_len, it[i].val ? &iov : NULL,

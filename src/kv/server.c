@@ -46,6 +46,16 @@ typedef struct deferred {
 	struct deferred *next;
 } deferred;
 
+/* A request for a key not initialised yet, on a server that took a lost
+ * one's place: the workers' replays come in any order, and the INIT (from
+ * worker 0's) may come after another worker's pushes. */
+typedef struct parked {
+	dt_msg_hdr h;
+	int worker;
+	float *data;
+	struct parked *next;
+} parked;
+
 typedef struct entry {
 	dt_key key;
 	uint64_t n;      /* the whole array's length */
@@ -63,6 +73,7 @@ typedef struct entry {
 	waiter *answers; /* answered at the end of the round */
 	waiter *inits;   /* INITs waiting for rank 0's value */
 	deferred *later; /* second pushes in a round, oldest first */
+	parked *parked;  /* before its INIT, oldest first (recovery) */
 	dt_hnode hn;     /* in keys */
 } entry;
 
@@ -81,6 +92,8 @@ typedef struct ckpt_job {
 typedef struct kv_server {
 	dt_node *node;
 	int rank;
+	int rejoined; /* took a lost server's place (recovery) */
+	size_t ninit; /* keys with a value (the optimizer is fixed then) */
 	int nservers, nworkers; /* the job's */
 	int sync;
 	dt_opt opt;    /* kind DT_OPT_NONE: the value is the sum of a round */
@@ -159,6 +172,12 @@ free_entry(entry *e)
 		e->later = d->next;
 		free(d->data);
 		free(d);
+	}
+	while (e->parked) {
+		parked *q = e->parked;
+		e->parked = q->next;
+		free(q->data);
+		free(q);
 	}
 	free(e->val);
 	free(e->merge);
@@ -242,6 +261,7 @@ touch(kv_server *s, entry *e)
 }
 
 static void maybe_checkpoint(kv_server *s);
+static void unpark(kv_server *s, entry *e);
 
 static void
 round_done(kv_server *s, entry *e)
@@ -433,6 +453,7 @@ on_init(kv_server *s, int worker, const dt_msg *m)
 	}
 	memcpy(e->val, m->payload, len * sizeof(float));
 	e->initialised = 1;
+	s->ninit++;
 	DT_LOG(2, "key %llu initialised: %zu floats at offset %llu of %llu",
 	       (unsigned long long)h->key, len, (unsigned long long)h->arg1,
 	       (unsigned long long)h->arg0);
@@ -452,6 +473,7 @@ on_init(kv_server *s, int worker, const dt_msg *m)
 			reply(s, w->worker, w->cmd, w->seq, e->key, NULL, 0);
 		free(w);
 	}
+	unpark(s, e);
 }
 
 /* Check a push or pull against the key's slice; NULL + error if wrong. */
@@ -517,7 +539,8 @@ tell_workers(kv_server *s, uint64_t number, size_t nkeys, const dt_key *keys,
 		dt__wbuf_u64(&b, nkeys);
 		for (size_t k = 0; k < nkeys; k++) {
 			dt__wbuf_u64(&b, keys[k]);
-			dt__wbuf_u64(&b, applied[k * (size_t)s->nworkers + (size_t)w]);
+			dt__wbuf_u64(
+			    &b, applied[k * (size_t)s->nworkers + (size_t)w]);
 		}
 		if (dt__wbuf_err(&b) == DT_OK)
 			(void)dt__node_send(s->node,
@@ -572,8 +595,9 @@ rejoin(kv_server *s)
 		       sizeof(uint64_t) * (size_t)s->nworkers);
 		k++;
 	}
-	dt__log(0, "taking server %d's place with %zu keys (checkpoint #%llu); "
-	           "the workers send again what came after",
+	dt__log(0,
+	        "taking server %d's place with %zu keys (checkpoint #%llu); "
+	        "the workers send again what came after",
 	        s->rank, k, (unsigned long long)s->ck_number);
 	tell_workers(s, s->ck_number, k, keys, applied, 1);
 	free(keys);
@@ -664,7 +688,8 @@ snapshot(kv_server *s, uint64_t *number)
 				continue;
 			job->keys[k] = e->key;
 			memcpy(job->applied + k * (size_t)s->nworkers,
-			       e->applied, sizeof(uint64_t) * (size_t)s->nworkers);
+			       e->applied,
+			       sizeof(uint64_t) * (size_t)s->nworkers);
 			k++;
 		}
 		job->nkeys = job->keys && job->applied ? k : 0;
@@ -856,6 +881,7 @@ load_file(kv_server *s, const char *path)
 		       (size_t)s->nworkers * sizeof(uint64_t));
 		e->steps = k.steps;
 		e->initialised = 1;
+		s->ninit++;
 		e->restored = 1;
 	}
 	if (r.off != r.len)
@@ -883,6 +909,7 @@ drop_keys(kv_server *s)
 	}
 	s->opt.kind = DT_OPT_NONE;
 	s->sync = 1;
+	s->ninit = 0;
 	s->rounds = s->ck_rounds_at = s->ck_number = 0;
 }
 
@@ -968,8 +995,7 @@ checkpoint_config(kv_server *s)
 	s->ck_last_ns = dt__now_ns();
 	/* A server that takes a lost one's place starts from its last
 	 * checkpoint (recovery), as a whole job resumed from files. */
-	if ((load || dt__node_rejoined(s->node)) &&
-	    (err = load_checkpoint(s)))
+	if ((load || dt__node_rejoined(s->node)) && (err = load_checkpoint(s)))
 		return err;
 	if (pthread_mutex_init(&s->ck_mu, NULL) != 0 ||
 	    pthread_cond_init(&s->ck_cv, NULL) != 0 ||
@@ -979,6 +1005,81 @@ checkpoint_config(kv_server *s)
 	return DT_OK;
 }
 
+/* A push, pushpull or pull. */
+static void
+on_data(kv_server *s, int worker, const dt_msg_hdr *h, const float *payload,
+        int streamed)
+{
+	entry *e;
+
+	if (h->cmd == DT_CMD_KV_PULL) {
+		if ((e = check_access(s, worker, h, 0)) == NULL)
+			return;
+		if (s->sync && e->pushed[worker]) {
+			if (queue(&e->answers, worker, h->cmd, h->seq, 0, 0))
+				reply_error(s, worker, h->cmd, h->seq, h->key,
+				            DT_ENOMEM, "out of memory");
+			return;
+		}
+		reply(s, worker, h->cmd, h->seq, h->key, e->val, e->len);
+		return;
+	}
+	if ((e = check_access(s, worker, h, 1)) == NULL)
+		return;
+	if (payload == NULL && !streamed && e->len) {
+		reply_error(s, worker, h->cmd, h->seq, h->key, DT_ESIZE,
+		            "%s of key %llu: payload dropped",
+		            dt__kv_op_name(h->cmd), (unsigned long long)h->key);
+		return;
+	}
+	if (s->sync)
+		push_sync(s, e, worker, h->cmd, h->seq, payload, streamed);
+	else
+		push_async(s, e, worker, h->cmd, h->seq, payload);
+}
+
+/* Recovery: a request for a key with no value yet waits for its INIT
+ * (1), within the same bounds as the rest (the payload's size is the
+ * message's, already under DT_MAX_MESSAGE). */
+static int
+park(kv_server *s, int worker, const dt_msg *m)
+{
+	entry *e = find(s, m->hdr.key);
+	parked *q, **p;
+
+	if (e && e->initialised)
+		return 0;
+	if ((e == NULL && (e = insert(s, m->hdr.key)) == NULL) ||
+	    (q = calloc(1, sizeof(*q))) == NULL) {
+		reply_error(s, worker, m->hdr.cmd, m->hdr.seq, m->hdr.key,
+		            DT_ENOMEM, "out of memory");
+		return 1;
+	}
+	q->h = m->hdr;
+	q->worker = worker;
+	if (m->payload && m->hdr.payload_len &&
+	    (q->data = malloc(m->hdr.payload_len)) != NULL)
+		memcpy(q->data, m->payload, m->hdr.payload_len);
+	for (p = &e->parked; *p; p = &(*p)->next)
+		;
+	*p = q;
+	return 1;
+}
+
+/* The key has its value now: what waited for it, in order. */
+static void
+unpark(kv_server *s, entry *e)
+{
+	while (e->parked) {
+		parked *q = e->parked;
+
+		e->parked = q->next;
+		on_data(s, q->worker, &q->h, q->data, 0);
+		free(q->data);
+		free(q);
+	}
+}
+
 static void
 on_msg(void *arg, dt_node *n, dt_conn *c, dt_msg *m)
 {
@@ -986,7 +1087,6 @@ on_msg(void *arg, dt_node *n, dt_conn *c, dt_msg *m)
 	const dt_msg_hdr *h = &m->hdr;
 	int sender = (int)h->sender;
 	int worker = sender - 1 - s->nservers;
-	entry *e;
 
 	if (sender != dt__conn_peer(c) || worker < 0 || worker >= s->nworkers) {
 		dt__log(0, "dropping %s: KV request from node %d, not a worker",
@@ -1011,7 +1111,7 @@ on_msg(void *arg, dt_node *n, dt_conn *c, dt_msg *m)
 			            "set optimizer: %s", dt_errmsg());
 			return;
 		}
-		if (dt__table_count(&s->keys) && opt.kind != s->opt.kind) {
+		if (s->ninit && opt.kind != s->opt.kind) {
 			reply_error(s, worker, h->cmd, h->seq, 0, DT_ESTATE,
 			            "set optimizer: keys are already "
 			            "initialised with another optimizer; only "
@@ -1034,31 +1134,10 @@ on_msg(void *arg, dt_node *n, dt_conn *c, dt_msg *m)
 		return;
 	case DT_CMD_KV_PUSH:
 	case DT_CMD_KV_PUSHPULL:
-		if ((e = check_access(s, worker, h, 1)) == NULL)
-			return;
-		if (m->payload == NULL && !m->streamed && e->len) {
-			reply_error(s, worker, h->cmd, h->seq, h->key, DT_ESIZE,
-			            "%s of key %llu: payload dropped",
-			            dt__kv_op_name(h->cmd),
-			            (unsigned long long)h->key);
-			return;
-		}
-		if (s->sync)
-			push_sync(s, e, worker, h->cmd, h->seq, m->payload,
-			          m->streamed);
-		else
-			push_async(s, e, worker, h->cmd, h->seq, m->payload);
-		return;
 	case DT_CMD_KV_PULL:
-		if ((e = check_access(s, worker, h, 0)) == NULL)
+		if (s->rejoined && park(s, worker, m))
 			return;
-		if (s->sync && e->pushed[worker]) {
-			if (queue(&e->answers, worker, h->cmd, h->seq, 0, 0))
-				reply_error(s, worker, h->cmd, h->seq, h->key,
-				            DT_ENOMEM, "out of memory");
-			return;
-		}
-		reply(s, worker, h->cmd, h->seq, h->key, e->val, e->len);
+		on_data(s, worker, h, m->payload, m->streamed);
 		return;
 	default:
 		reply_error(s, worker, h->cmd, h->seq, h->key, DT_EPROTO,
@@ -1086,6 +1165,8 @@ payload_dest(void *arg, dt_node *n, dt_conn *c, const dt_msg_hdr *h,
 	if (h->cmd != DT_CMD_KV_PUSH && h->cmd != DT_CMD_KV_PUSHPULL)
 		return DT_VAN_DISCARD;
 	e = find(s, h->key);
+	if (s->rejoined && (e == NULL || !e->initialised))
+		return NULL; /* parked until its INIT (park) */
 	if (e == NULL || !e->initialised ||
 	    h->payload_len != e->len * sizeof(float))
 		return DT_VAN_DISCARD;
@@ -1175,6 +1256,7 @@ server_start(dt_node *n)
 		return DT_ENOMEM;
 	s->node = n;
 	s->rank = dt_node_rank(n);
+	s->rejoined = dt__node_rejoined(n) && dt__node_recover(n);
 	s->nservers = dt_node_num_servers(n);
 	s->nworkers = dt_node_num_workers(n);
 	s->sync = 1;
@@ -1192,7 +1274,7 @@ server_start(dt_node *n)
 		server_free(s);
 		return err;
 	}
-	if (dt__node_rejoined(n) && dt__node_recover(n))
+	if (s->rejoined)
 		err = rejoin(s);
 	return err;
 }

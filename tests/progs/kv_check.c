@@ -9,6 +9,7 @@
  *   kv_check sgd     dist_sync with sgd on the servers vs a reference
  *   kv_check adam    dist_sync with adam on the servers vs a reference
  *   kv_check async   dist_async: every push applied exactly once
+ *                    (KV_CHECK_PUSHES of them per worker, default 50)
  *   kv_check local   the same sums through a "local" store (1 process)
  *   kv_check huge    the sums on one array of 2^28 + 3 floats (over 1 GiB)
  *   kv_check ckpt FROM TO [C1,C2,...]
@@ -260,7 +261,8 @@ check_async_opt(dt_kv *kv)
 {
 	int nw = dt_kv_num_workers(kv);
 	const size_t n = 4099;
-	const int pushes = 50;
+	const char *np = getenv("KV_CHECK_PUSHES"); /* (recovery.sh) */
+	const int pushes = np ? atoi(np) : 50;
 	float *w = calloc(n, sizeof(float)), *g = malloc(n * sizeof(float));
 
 	OK(dt_kv_set_optimizer(kv, "sgd", "lr=1"));

@@ -1,0 +1,136 @@
+#!/usr/bin/env bash
+# recovery.sh - a server killed with SIGKILL in the middle of training is
+# restarted (`dtrain launch --restart 1`, docs/fault-tolerance.md), loads
+# its last checkpoint, rejoins under its rank, and the workers send again
+# what the checkpoint does not hold; the job ends as if nothing happened:
+#   - mnist (lenet) and linreg in dist_sync: parameters bit-identical to
+#     the undisturbed run, killed at a random step (after a random progress
+#     line), and linreg killed before any checkpoint (the new server starts
+#     empty: everything is sent again);
+#   - kv_check async (dist_async): every push applied exactly once;
+#   - a second kill with --restart 1, the scheduler killed, and a worker
+#     killed (workers are not restarted): the job ends, naming the process,
+#     with nothing left running.
+set -u
+B=${DTRAIN_BUILD:?}
+DATA=${FASHION_MNIST:-/usr/share/datasets/fashion-mnist}
+tmp=$(mktemp -d)
+trap 'pkill -9 -f "$tmp/" 2>/dev/null; rm -rf "$tmp"' EXIT
+fail() { echo "FAIL: $*"; exit 1; }
+
+# pid_of ROLE RANK: the process of that role and rank in this test's job
+pid_of() {
+	local p
+	for p in $(pgrep -f "$B/"); do
+		tr '\0' '\n' <"/proc/$p/environ" 2>/dev/null | grep -qx "DMLC_ROLE=$1" || continue
+		[ "$1" = scheduler ] || tr '\0' '\n' <"/proc/$p/environ" 2>/dev/null |
+			grep -qx "DMLC_$(echo "$1" | tr a-z A-Z)_ID=$2" || continue
+		grep -q timeout "/proc/$p/comm" 2>/dev/null && continue
+		echo "$p"
+		return 0
+	done
+	return 1
+}
+# wait_for LOG PATTERN: until the job's log shows it (30 s at most)
+wait_for() {
+	local i
+	for i in $(seq 300); do
+		grep -q "$2" "$1" 2>/dev/null && return 0
+		sleep 0.1
+	done
+	return 1
+}
+# killed NAME ROLE RANK PATTERN launch-args...: start the job, SIGKILL the
+# process once the log shows PATTERN; the launcher's status in $tmp/NAME.rc
+killed() {
+	local name=$1 role=$2 rank=$3 pat=$4 pid
+	shift 4
+	timeout 200 "$@" >"$tmp/$name.log" 2>&1 &
+	local job=$!
+	wait_for "$tmp/$name.log" "$pat" || { kill $job; fail "$name: '$pat' never came"; }
+	pid=$(pid_of "$role" "$rank") || { kill $job; fail "$name: no $role $rank"; }
+	kill -9 "$pid"
+	echo "$name: killed $role $rank (pid $pid) after '$pat'"
+	wait $job
+	echo $? >"$tmp/$name.rc"
+}
+must_pass() {
+	[ "$(cat "$tmp/$1.rc")" = 0 ] || { tail -25 "$tmp/$1.log"; fail "$1: the job failed"; }
+	grep -q "starting a new one in its place" "$tmp/$1.log" || fail "$1: no restart"
+	grep -q "is back: pid" "$tmp/$1.log" || fail "$1: the new server did not rejoin"
+}
+left() { pgrep -f "$tmp/|$B/dtrain server|$B/examples/|$B/tests/progs/" >/dev/null; }
+
+R=(--restart 1 --checkpoint-dir "$tmp/ck")
+
+# linreg, dist_sync: killed at a random epoch, and before any checkpoint
+LIN=("$B/examples/linreg" --kvstore dist_sync --batch-size 100 --epochs 40)
+last() { grep -o 'w=[^ ]* b=[^ ]*' "$tmp/$1.log" | tail -1; }
+timeout 200 "$B/dtrain" launch -n 2 -s 2 -- "${LIN[@]}" >"$tmp/lin_ref.log" 2>&1 || fail "linreg reference run"
+e=$((3 + RANDOM % 15))
+killed lin server 1 "Epoch\[$e\] Train" "$B/dtrain" launch -n 2 -s 2 "${R[@]}" --checkpoint-every 50 -- "${LIN[@]}"
+must_pass lin
+grep -q "restored checkpoint #" "$tmp/lin.log" || fail "linreg: no checkpoint restored"
+[ "$(last lin)" = "$(last lin_ref)" ] || fail "linreg: '$(last lin)' after the kill, '$(last lin_ref)' without"
+echo "linreg, server 1 killed after epoch $e: $(last lin), identical"
+rm -rf "$tmp/ck"
+killed lin0 server 0 "Epoch\[2\] Train" "$B/dtrain" launch -n 2 -s 2 "${R[@]}" --checkpoint-every 1000000 -- "${LIN[@]}"
+must_pass lin0
+grep -q "no checkpoint in $tmp/ck yet: starting empty" "$tmp/lin0.log" || fail "linreg: the new server did not start empty"
+[ "$(last lin0)" = "$(last lin_ref)" ] || fail "linreg from nothing: '$(last lin0)', '$(last lin_ref)' without"
+echo "linreg, server 0 killed before any checkpoint: everything sent again, identical"
+rm -rf "$tmp/ck"
+
+# dist_async: every push applied once (kv_check counts them)
+MXNET_KVSTORE_BIGARRAY_BOUND=1000 KV_CHECK_PUSHES=40000 \
+	killed async server 0 "\[server 0\] checkpoint #3:" \
+	"$B/dtrain" launch -n 2 -s 2 "${R[@]}" --checkpoint-every 2000 --env PS_VERBOSE=1 -- "$B/tests/progs/kv_check" async
+must_pass async
+[ "$(grep -c "kv_check async: worker passed" "$tmp/async.log")" = 2 ] || { tail "$tmp/async.log"; fail "dist_async: a push lost or applied twice"; }
+echo "kv_check async (dist_async), server 0 killed: every push applied exactly once"
+rm -rf "$tmp/ck"
+
+# mnist, dist_sync
+if [ -f "$DATA/train-images-idx3-ubyte.gz" ]; then
+	M=(--kvstore dist_sync --model lenet --epochs 1 --limit 6144 --seed 7 --disp-batches 16 --optimizer sgd
+		--lr 0.05 --momentum 0.9 --batch-size 32 --data "$DATA")
+	timeout 200 "$B/dtrain" launch -n 2 -s 2 -- "$B/examples/mnist" "${M[@]}" --save "$tmp/ref.params" \
+		>"$tmp/m_ref.log" 2>&1 || fail "mnist reference run"
+	k=$((16 * (1 + RANDOM % 3)))
+	killed mnist server 0 "Batch \[$((k - 16))-$k\]" "$B/dtrain" launch -n 2 -s 2 "${R[@]}" --checkpoint-every 10 \
+		-- "$B/examples/mnist" "${M[@]}" --save "$tmp/killed.params"
+	must_pass mnist
+	grep -q "sending [0-9]* requests again to server 0" "$tmp/mnist.log" || fail "mnist: nothing sent again"
+	cmp -s "$tmp/ref.params" "$tmp/killed.params" ||
+		fail "mnist: parameters differ ($("$B/dtrain" params diff "$tmp/ref.params" "$tmp/killed.params"))"
+	echo "mnist, server 0 killed after batch $k: parameters bit-identical"
+	rm -rf "$tmp/ck"
+else
+	echo "mnist case skipped: Fashion-MNIST not installed at $DATA"
+fi
+left && fail "processes left behind"
+
+# What is not recovered ends the job, naming the process.
+LONG=("$B/examples/linreg" --kvstore dist_sync --batch-size 100 --epochs 400)
+timeout 200 "$B/dtrain" launch -n 2 -s 2 "${R[@]}" --checkpoint-every 50 -- "${LONG[@]}" >"$tmp/twice.log" 2>&1 &
+job=$!
+wait_for "$tmp/twice.log" "Epoch\[2\] Train" || fail "twice: no progress"
+kill -9 "$(pid_of server 0)"
+wait_for "$tmp/twice.log" "is back: pid" || fail "twice: no restart"
+wait_for "$tmp/twice.log" "sending [0-9]* requests again" || fail "twice: no replay"
+kill -9 "$(pid_of server 0)"
+wait $job && fail "a second kill with --restart 1 did not end the job"
+grep -q "dtrain launch: server 0 (pid [0-9]*) killed by signal 9 (Killed); stopping the job" "$tmp/twice.log" ||
+	{ tail "$tmp/twice.log"; fail "twice: the second kill was not named"; }
+echo "server 0 killed twice with --restart 1: the job ends naming it"
+rm -rf "$tmp/ck"
+for role in scheduler worker; do
+	killed "dead_$role" $role 1 "Epoch\[2\] Train" "$B/dtrain" launch -n 2 -s 2 "${R[@]}" -- "${LONG[@]}"
+	[ "$(cat "$tmp/dead_$role.rc")" != 0 ] || fail "$role killed: the job went on"
+	grep -q "dtrain launch: $role\( 1\)\{0,1\} (pid [0-9]*) killed by signal 9" "$tmp/dead_$role.log" ||
+		{ tail "$tmp/dead_$role.log"; fail "$role killed: not named"; }
+	echo "$role killed with --restart 1: the job ends naming it"
+	rm -rf "$tmp/ck"
+done
+left && fail "processes left behind"
+echo "ok"
