@@ -182,6 +182,8 @@ member_lost(dt_node *n, int peer, const char *addr, const char *why)
 		                   cause);
 		return;
 	}
+	if (dt__watch_defer_loss(n, peer))
+		return;
 	dt__node_fail_apps(n, peer, DT_EPEER);
 }
 

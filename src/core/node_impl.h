@@ -140,6 +140,10 @@ void dt__watch_free(dt_node *n);
  * when a member's scheduler has missed two heartbeats: the likelier cause
  * of a peer's loss than the peer. */
 int dt__watch_root_silent(dt_node *n, char *why, size_t cap);
+/* A peer's connection closed while the scheduler is heard: tell the apps
+ * a moment later (the heartbeat thread), unless the scheduler's abort has
+ * come by then with the cause. 0: no heartbeat thread, tell them now. */
+int dt__watch_defer_loss(dt_node *n, int peer);
 
 /* PS_RESEND (link.c; the whole design is at its top). */
 dt_err dt__link_config(dt_node *n);

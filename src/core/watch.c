@@ -40,6 +40,8 @@ struct dt_watch {
 	pthread_cond_t cv; /* CLOCK_MONOTONIC */
 	int stop;          /* (mu) */
 	int joined;        /* the thread is gone (dt__watch_stop) */
+	uint64_t *lost_at; /* (mu) by node id: a peer's connection closed;
+	                      its loss is told then (0: none) */
 };
 
 dt_err
@@ -190,6 +192,30 @@ dt__watch_root_silent(dt_node *n, char *why, size_t cap)
 	return 1;
 }
 
+/* The losses whose time has come (mu held; let go while telling). */
+static uint64_t
+tell_losses(struct dt_watch *w, uint64_t now)
+{
+	uint64_t next = UINT64_MAX;
+
+	for (int id = 0; id < w->cap; id++) {
+		if (w->lost_at[id] == 0)
+			continue;
+		if (w->lost_at[id] > now) {
+			next = w->lost_at[id] < next ? w->lost_at[id] : next;
+			continue;
+		}
+		w->lost_at[id] = 0;
+		pthread_mutex_unlock(&w->mu);
+		/* (the scheduler's abort, if one came meanwhile, has failed
+		 * everything already, with its reason) */
+		if (dt__node_check(w->n) == DT_OK)
+			dt__node_fail_apps(w->n, id, DT_EPEER);
+		pthread_mutex_lock(&w->mu);
+	}
+	return next;
+}
+
 static void *
 watch_main(void *arg)
 {
@@ -206,14 +232,43 @@ watch_main(void *arg)
 			next_beat = now + w->interval_ns;
 		round_of(w, beat);
 		pthread_mutex_lock(&w->mu);
+		uint64_t wake = tell_losses(w, dt__now_ns());
+
 		if (w->stop)
 			break;
-		struct timespec ts = dt__timespec_at(now + w->tick_ns);
+		if (wake > now + w->tick_ns)
+			wake = now + w->tick_ns;
+		struct timespec ts = dt__timespec_at(wake);
 
 		pthread_cond_timedwait(&w->cv, &w->mu, &ts);
 	}
 	pthread_mutex_unlock(&w->mu);
 	return NULL;
+}
+
+int
+dt__watch_defer_loss(dt_node *n, int peer)
+{
+	struct dt_watch *w = n->watch;
+	uint64_t grace;
+
+	if (w == NULL || w->interval_ns == 0 || peer <= 0 || peer >= w->cap)
+		return 0;
+	/* Two heartbeats, at most half a second: the scheduler's abort
+	 * (which names the cause) comes within a heartbeat when it has one. */
+	grace = 2 * w->interval_ns;
+	if (grace > 500000000ull)
+		grace = 500000000ull;
+	pthread_mutex_lock(&w->mu);
+	if (w->stop) {
+		pthread_mutex_unlock(&w->mu);
+		return 0;
+	}
+	if (w->lost_at[peer] == 0)
+		w->lost_at[peer] = dt__now_ns() + grace;
+	pthread_cond_broadcast(&w->cv);
+	pthread_mutex_unlock(&w->mu);
+	return 1;
 }
 
 dt_err
@@ -227,7 +282,10 @@ dt__watch_start(dt_node *n)
 		return DT_ENOMEM;
 	w->n = n;
 	w->cap = 1 + n->num_servers + n->num_workers;
-	if ((w->cs = dt__calloc((size_t)w->cap, sizeof(*w->cs))) == NULL) {
+	if ((w->cs = dt__calloc((size_t)w->cap, sizeof(*w->cs))) == NULL ||
+	    (w->lost_at = dt__calloc((size_t)w->cap, sizeof(uint64_t))) ==
+	        NULL) {
+		free(w->cs);
 		free(w);
 		return DT_ENOMEM;
 	}
@@ -248,6 +306,7 @@ dt__watch_start(dt_node *n)
 		pthread_mutex_destroy(&w->mu);
 		pthread_cond_destroy(&w->cv);
 		free(w->cs);
+		free(w->lost_at);
 		free(w);
 		return dt__fail(DT_ESYS, "starting the heartbeat thread: %s",
 		                strerror(rc));
@@ -282,6 +341,7 @@ dt__watch_free(dt_node *n)
 	pthread_mutex_destroy(&w->mu);
 	pthread_cond_destroy(&w->cv);
 	free(w->cs);
+	free(w->lost_at);
 	free(w);
 	n->watch = NULL;
 }

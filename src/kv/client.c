@@ -110,6 +110,7 @@ struct dt_kv_client {
 	dt_list op_order; /* the same ops, oldest first (mu) */
 	/* Recovery (see the top). */
 	int recover;
+	int nservers;            /* (the node may be gone by destroy) */
 	pthread_mutex_t send_mu; /* every send, and a replay whole */
 	srv *srv;                /* by server rank */
 	dt_table counts;         /* keycount by key (mu) */
@@ -643,6 +644,7 @@ dt__kv_client_create(dt_node *node, int sync, size_t bound, dt_kv_client **out)
 	c->next_seq = 1;
 	c->next_op = 1;
 	c->recover = dt__node_recover(node);
+	c->nservers = dt_node_num_servers(node);
 	c->srv = dt__calloc((size_t)DT_MAX(dt_node_num_servers(node), 1),
 	                    sizeof(srv));
 	if (c->srv == NULL) {
@@ -700,7 +702,7 @@ dt__kv_client_destroy(dt_kv_client *c)
 		free(o);
 	}
 	dt__table_fini(&c->ops);
-	for (int i = 0; i < dt_node_num_servers(c->node); i++) {
+	for (int i = 0; i < c->nservers; i++) {
 		for (dt_lnode *l; (l = dt__list_pop_front(&c->srv[i].log));) {
 			logent *e = DT_CONTAINER_OF(l, logent, ln);
 

@@ -15,13 +15,22 @@ set -u
 B=${DTRAIN_BUILD:?}
 DATA=${FASHION_MNIST:-/usr/share/datasets/fashion-mnist}
 tmp=$(mktemp -d)
-trap 'pkill -9 -f "$tmp/" 2>/dev/null; rm -rf "$tmp"' EXIT
+trap 'for p in $(ours); do kill -9 "$p"; done 2>/dev/null; rm -rf "$tmp"' EXIT
 fail() { echo "FAIL: $*"; exit 1; }
 
+# Every process of this test's jobs carries TAG in its environment: other
+# tests run beside this one from the same build.
+TAG="DT_RECOVERY_TEST=$tmp"
+ours() { # pids of this test's processes
+	local p
+	for p in $(pgrep -f "$B/"); do
+		tr '\0' '\n' <"/proc/$p/environ" 2>/dev/null | grep -qx "$TAG" && echo "$p"
+	done
+}
 # pid_of ROLE RANK: the process of that role and rank in this test's job
 pid_of() {
 	local p
-	for p in $(pgrep -f "$B/"); do
+	for p in $(ours); do
 		tr '\0' '\n' <"/proc/$p/environ" 2>/dev/null | grep -qx "DMLC_ROLE=$1" || continue
 		[ "$1" = scheduler ] || tr '\0' '\n' <"/proc/$p/environ" 2>/dev/null |
 			grep -qx "DMLC_$(echo "$1" | tr a-z A-Z)_ID=$2" || continue
@@ -59,9 +68,9 @@ must_pass() {
 	grep -q "starting a new one in its place" "$tmp/$1.log" || fail "$1: no restart"
 	grep -q "is back: pid" "$tmp/$1.log" || fail "$1: the new server did not rejoin"
 }
-left() { pgrep -f "$tmp/|$B/dtrain server|$B/examples/|$B/tests/progs/" >/dev/null; }
+left() { [ -n "$(ours)" ]; }
 
-R=(--restart 1 --checkpoint-dir "$tmp/ck")
+R=(--restart 1 --checkpoint-dir "$tmp/ck" --env "$TAG")
 
 # linreg, dist_sync: killed at a random epoch, and before any checkpoint
 LIN=("$B/examples/linreg" --kvstore dist_sync --batch-size 100 --epochs 40)
