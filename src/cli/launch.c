@@ -461,6 +461,13 @@ add_env_opt(struct opts *o, const char *flag, const char *kv)
 	return strv_addf(&o->env, "%s=%s", kv, v);
 }
 
+/* An option's value that must not be empty (what: "directory name"). */
+static dt_err
+nonempty(const char *name, const char *val, const char *what)
+{
+	return *val ? DT_OK : dt__fail(DT_EINVAL, "%s: empty %s", name, what);
+}
+
 static dt_err
 parse_opts(int argc, char **argv, struct opts *o)
 {
@@ -548,13 +555,9 @@ parse_opts(int argc, char **argv, struct opts *o)
 		} else if ((m = opt_value(argc, argv, &i, NULL,
 		                          "--checkpoint-dir", &val, &err)) !=
 		           0) {
-			if (m < 0)
-				return err;
-			if (*val == '\0')
-				return dt__fail(DT_EINVAL,
-				                "%s: empty directory name",
-				                name);
-			if ((err = strv_addf(&o->env,
+			if (m < 0 ||
+			    (err = nonempty(name, val, "directory name")) ||
+			    (err = strv_addf(&o->env,
 			                     "DTRAIN_CHECKPOINT_DIR=%s", val)))
 				return err;
 		} else if ((m = opt_value(argc, argv, &i, NULL,
@@ -571,12 +574,9 @@ parse_opts(int argc, char **argv, struct opts *o)
 				return err;
 		} else if ((m = opt_value(argc, argv, &i, NULL,
 		                          "--sync-dst-dir", &val, &err)) != 0) {
-			if (m < 0)
+			if (m < 0 ||
+			    (err = nonempty(name, val, "directory name")))
 				return err;
-			if (*val == '\0')
-				return dt__fail(DT_EINVAL,
-				                "%s: empty directory name",
-				                name);
 			o->sync_dir = val;
 		} else if ((m = opt_value(argc, argv, &i, NULL,
 		                          "--sync-exclude", &val, &err)) != 0) {
