@@ -7,6 +7,8 @@
 #     the undisturbed run, killed at a random step (after a random progress
 #     line), and linreg killed before any checkpoint (the new server starts
 #     empty: everything is sent again);
+#   - the same with the processes started by hand and the server started
+#     again by hand (as an outside engine would: Kubernetes, Slurm);
 #   - kv_check async (dist_async): every push applied exactly once;
 #   - a second kill with --restart 1, the scheduler killed, and a worker
 #     killed (workers are not restarted): the job ends, naming the process,
@@ -88,6 +90,33 @@ must_pass lin0
 grep -q "no checkpoint in $tmp/ck yet: starting empty" "$tmp/lin0.log" || fail "linreg: the new server did not start empty"
 [ "$(last lin0)" = "$(last lin_ref)" ] || fail "linreg from nothing: '$(last lin0)', '$(last lin_ref)' without"
 echo "linreg, server 0 killed before any checkpoint: everything sent again, identical"
+rm -rf "$tmp/ck"
+
+# No launcher: the processes started by hand, as Kubernetes' restart
+# policy or a Slurm requeue would start them, the server started again
+# with the same variables after its SIGKILL.
+port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+(
+	exec 2>/dev/null # (bash's note of the kill)
+	export DMLC_PS_ROOT_URI=127.0.0.1 DMLC_PS_ROOT_PORT=$port DMLC_NUM_SERVER=1 DMLC_NUM_WORKER=2 \
+		DTRAIN_AUTH=none DTRAIN_RECOVER=1 DTRAIN_CHECKPOINT_DIR="$tmp/ck" DTRAIN_CHECKPOINT_EVERY=50 \
+		DT_RECOVERY_TEST="$tmp"
+	DMLC_ROLE=scheduler timeout 100 "$B/dtrain" scheduler >"$tmp/h_sched.log" 2>&1 &
+	DMLC_ROLE=server DMLC_SERVER_ID=0 "$B/dtrain" server >"$tmp/h_srv1.log" 2>&1 &
+	for w in 0 1; do
+		DMLC_ROLE=worker DMLC_WORKER_ID=$w timeout 100 "${LIN[@]}" >"$tmp/h_w$w.log" 2>&1 &
+	done
+	wait_for "$tmp/h_w0.log" "Epoch\[3\] Train" || fail "by hand: no progress"
+	kill -9 "$(pid_of server 0)"
+	DMLC_ROLE=server DMLC_SERVER_ID=0 timeout 100 "$B/dtrain" server >"$tmp/h_srv2.log" 2>&1 &
+	wait
+)
+for w in 0 1; do
+	[ "$(grep -o 'w=[^ ]* b=[^ ]*' "$tmp/h_w$w.log" | tail -1)" = "$(last lin_ref)" ] ||
+		{ tail -3 "$tmp/h_w$w.log" "$tmp/h_srv2.log"; fail "by hand: worker $w ended with another result"; }
+done
+grep -q "restored checkpoint #" "$tmp/h_srv2.log" || fail "by hand: the new server restored nothing"
+echo "linreg, processes started by hand, server 0 killed and started again: identical"
 rm -rf "$tmp/ck"
 
 # dist_async: every push applied once (kv_check counts them)
