@@ -50,6 +50,7 @@ struct dt_sched {
 	 * and how many processes have taken its place. */
 	uint64_t *down_ns;
 	int *restarts;
+	int aborting; /* (n->mu) abort_job has begun */
 };
 
 static int
@@ -75,10 +76,22 @@ send_abort(dt_node *n, dt_conn *c, const char *reason)
 	dt__van_send(n->van, c, &h, reason, (uint32_t)strlen(reason), NULL, 0);
 }
 
-/* Abort the job: tell every node why, and fail the scheduler. */
+/* Abort the job: tell every node why, and fail the scheduler. Once: the
+ * nodes that end on the first abort must not bring a second one, with
+ * another reason, that could reach a node first. */
 static void
 abort_job(dt_node *n, const char *reason)
 {
+	int again = 0;
+
+	pthread_mutex_lock(&n->mu);
+	if (n->sched) {
+		again = n->sched->aborting;
+		n->sched->aborting = 1;
+	}
+	pthread_mutex_unlock(&n->mu);
+	if (again)
+		return;
 	for (int id = 1; id < n->ntable; id++) {
 		dt_conn *c = __atomic_load_n(&n->peers[id], __ATOMIC_ACQUIRE);
 		if (c && dt__conn_is_open(c))
