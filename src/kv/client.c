@@ -495,6 +495,12 @@ replay(dt_kv_client *c, int r)
 		                       it[i].meta_len, it[i].val ? &iov : NULL,
 		                       it[i].val ? 1 : 0, DT_SEND_STABLE);
 	}
+	/* The end of this worker's replay: once the server has every
+	 * worker's, a request for a key it still has no value for is an
+	 * error again, not a wait. */
+	dt_msg_hdr done = {.cmd = DT_CMD_KV_REPLAYED, .flags = DT_F_REQUEST};
+
+	(void)dt__node_send(c->node, sid, &done, NULL, 0, NULL, 0);
 	free(it);
 	pthread_mutex_lock(&c->mu);
 	v->restarted = 0;

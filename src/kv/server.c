@@ -92,7 +92,10 @@ typedef struct ckpt_job {
 typedef struct kv_server {
 	dt_node *node;
 	int rank;
-	int rejoined; /* took a lost server's place (recovery) */
+	int rejoined;      /* took a lost server's place (recovery), until every
+	                      worker's replay is over */
+	uint8_t *replayed; /* by worker: its KV_REPLAYED came */
+	int nreplayed;
 	size_t ninit; /* keys with a value (the optimizer is fixed then) */
 	int nservers, nworkers; /* the job's */
 	int sync;
@@ -1080,6 +1083,35 @@ unpark(kv_server *s, entry *e)
 	}
 }
 
+/* A worker's replay is over; after every worker's, what still waits for
+ * a value that never came is answered with the error it would have had. */
+static void
+on_replayed(kv_server *s, int worker)
+{
+	dt_table_iter it;
+
+	if (!s->rejoined || s->replayed == NULL || s->replayed[worker])
+		return;
+	s->replayed[worker] = 1;
+	if (++s->nreplayed < s->nworkers)
+		return;
+	s->rejoined = 0;
+	DT_LOG(1, "every worker has sent again what server %d lacked", s->rank);
+	for (dt_hnode *h = dt__table_first(&s->keys, &it); h;
+	     h = dt__table_next(&it)) {
+		entry *e = DT_CONTAINER_OF(h, entry, hn);
+
+		while (!e->initialised && e->parked) {
+			parked *q = e->parked;
+
+			e->parked = q->next;
+			on_data(s, q->worker, &q->h, q->data, 0);
+			free(q->data);
+			free(q);
+		}
+	}
+}
+
 static void
 on_msg(void *arg, dt_node *n, dt_conn *c, dt_msg *m)
 {
@@ -1131,6 +1163,9 @@ on_msg(void *arg, dt_node *n, dt_conn *c, dt_msg *m)
 		return;
 	case DT_CMD_KV_CHECKPOINT:
 		on_checkpoint(s, worker, h);
+		return;
+	case DT_CMD_KV_REPLAYED:
+		on_replayed(s, worker);
 		return;
 	case DT_CMD_KV_PUSH:
 	case DT_CMD_KV_PUSHPULL:
@@ -1241,6 +1276,7 @@ server_free(kv_server *s)
 		free_entry(DT_CONTAINER_OF(h, entry, hn));
 	dt__table_fini(&s->keys);
 	free(s->ck_dir);
+	free(s->replayed);
 	free(s);
 }
 
@@ -1259,6 +1295,11 @@ server_start(dt_node *n)
 	s->rejoined = dt__node_rejoined(n) && dt__node_recover(n);
 	s->nservers = dt_node_num_servers(n);
 	s->nworkers = dt_node_num_workers(n);
+	if (s->rejoined &&
+	    (s->replayed = calloc((size_t)s->nworkers, 1)) == NULL) {
+		free(s);
+		return DT_ENOMEM;
+	}
 	s->sync = 1;
 	dt__table_init(&s->keys);
 	if ((err = checkpoint_config(s))) {

@@ -125,6 +125,8 @@ MXNET_KVSTORE_BIGARRAY_BOUND=1000 KV_CHECK_PUSHES=40000 \
 	"$B/dtrain" launch -n 2 -s 2 "${R[@]}" --checkpoint-every 2000 --env PS_VERBOSE=1 -- "$B/tests/progs/kv_check" async
 must_pass async
 [ "$(grep -c "kv_check async: worker passed" "$tmp/async.log")" = 2 ] || { tail "$tmp/async.log"; fail "dist_async: a push lost or applied twice"; }
+grep -q "\[server 0\] every worker has sent again what server 0 lacked" "$tmp/async.log" ||
+	fail "dist_async: the new server did not hear the end of every replay"
 echo "kv_check async (dist_async), server 0 killed: every push applied exactly once"
 rm -rf "$tmp/ck"
 
