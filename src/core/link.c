@@ -108,6 +108,7 @@ struct dt_links {
 	uint64_t wake_at;       /* (mu) when the thread wakes (UINT64_MAX: when
 	                           poked; 0 while it is awake) */
 	int dirty;     /* (mu) poked since the thread began its round */
+	int busy;      /* (mu) it sleeps at most ACK_DELAY: work is pending */
 	int clear;     /* (mu) the node failed: nothing is kept */
 	int finishing; /* (mu) dt__link_finish began */
 	pthread_t thread;
@@ -227,18 +228,18 @@ queue_clear(dt_links *L, plink *P)
 }
 
 /*
- * Tell the link thread of work due at when (mu held). It is woken only if
- * it sleeps past that time (wake_at: 0 while awake, or when it will look
- * again), or for work due now (0). While anything is pending it looks
- * every ACK_DELAY anyway (link_main), and a new message's deadline is
- * later than that: a message costs no wake-up of the thread in a busy job.
+ * Tell the link thread of work due at when (mu held). It is woken for work
+ * due now (0), or, when nothing is pending (it sleeps until a timer of its
+ * own, or until poked: wake_at), for work due before it would wake. While
+ * anything is pending it looks every ACK_DELAY anyway (link_main): a
+ * message then costs no wake-up of the thread.
  */
 static void
 poke(dt_links *L, uint64_t when)
 {
 	if (when == 0)
 		L->dirty = 1;
-	if ((when == 0 && L->wake_at) || when < L->wake_at) {
+	if ((when == 0 && L->wake_at) || (!L->busy && when < L->wake_at)) {
 		L->wake_at = when;
 		pthread_cond_broadcast(&L->cv);
 	}
@@ -813,6 +814,7 @@ link_main(void *arg)
 	pthread_mutex_lock(&L->mu);
 	while (!L->stop) {
 		uint64_t now, next = UINT64_MAX;
+		int busy = 0; /* it looks again within ACK_DELAY anyway */
 
 		L->dirty = 0;
 		for (int id = 0; id < L->count && !L->stop; id++) {
@@ -903,8 +905,10 @@ link_main(void *arg)
 				                         : P->sent_ns + P->rto);
 			/* Pending work: look again within ACK_DELAY (poke
 			 * wakes only an idle thread). */
-			if (P->head || P->rx_next - 1 != P->ack_told)
+			if (P->head || P->rx_next - 1 != P->ack_told) {
 				next = earlier(next, now + L->ack_delay);
+				busy = 1;
+			}
 		}
 		if (L->stop)
 			break;
@@ -924,6 +928,7 @@ link_main(void *arg)
 		if (L->dirty)
 			next = earlier(next, now + 1000000ull);
 		L->wake_at = next;
+		L->busy = busy;
 		if (next == UINT64_MAX) {
 			pthread_cond_wait(&L->cv, &L->mu);
 		} else if (next > now) {
