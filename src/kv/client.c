@@ -751,14 +751,29 @@ send_part(dt_kv_client *c, op *o, int server, dt_msg_hdr *h, const void *meta,
 		free(s);
 		s = NULL;
 	}
-	pthread_mutex_lock(&c->send_mu);
-	run_replays(c);
+	/* (without recovery nothing is replayed: no send order to keep) */
+	if (c->recover) {
+		pthread_mutex_lock(&c->send_mu);
+		run_replays(c);
+	}
 	pthread_mutex_lock(&c->mu);
+	int64_t pidx = 0;
+
+	if (s && le &&
+	    (h->cmd == DT_CMD_KV_PUSH || h->cmd == DT_CMD_KV_PUSHPULL) &&
+	    (pidx = next_push(c, h->key, server)) < 0) {
+		free(le->meta); /* (on no list yet, never sent) */
+		free(le->data);
+		free(le);
+		free(s);
+		s = NULL;
+	}
 	if (s == NULL) {
 		op_fail(o, DT_ENOMEM, "out of memory");
 		o->remaining--;
 		pthread_mutex_unlock(&c->mu);
-		pthread_mutex_unlock(&c->send_mu);
+		if (c->recover)
+			pthread_mutex_unlock(&c->send_mu);
 		return;
 	}
 	h->seq = c->next_seq++;
@@ -777,11 +792,7 @@ send_part(dt_kv_client *c, op *o, int server, dt_msg_hdr *h, const void *meta,
 	dt__table_insert(&c->subs, &s->hn, s->seq);
 	if (le) {
 		le->seq = h->seq;
-		if (h->cmd == DT_CMD_KV_PUSH || h->cmd == DT_CMD_KV_PUSHPULL) {
-			int64_t k = next_push(c, h->key, server);
-
-			le->pidx = k < 0 ? 0 : (uint64_t)k;
-		}
+		le->pidx = (uint64_t)pidx;
 		dt__list_push_back(&c->srv[server].log, &le->ln);
 		c->kept_bytes += le->len * sizeof(float);
 	}
@@ -794,7 +805,8 @@ send_part(dt_kv_client *c, op *o, int server, dt_msg_hdr *h, const void *meta,
 		err = dt__node_send_ex(c->node, s->server_id, h, meta, meta_len,
 		                       val ? &iov : NULL, val ? 1 : 0,
 		                       DT_SEND_STABLE);
-	pthread_mutex_unlock(&c->send_mu);
+	if (c->recover)
+		pthread_mutex_unlock(&c->send_mu);
 	if (err) {
 		char msg[512];
 

@@ -804,11 +804,22 @@ on_checkpoint(kv_server *s, int worker, const dt_msg_hdr *h)
 		            dt_errmsg());
 		return;
 	}
+	/* As long as a worker waits for an answer (DT_WAIT_TIMEOUT): a disk
+	 * that hangs fails the call, not the server. */
+	uint64_t until = dt__now_ns() + dt__node_wait_ns(s->node);
+	struct timespec ts = dt__timespec_at(until);
+
 	pthread_mutex_lock(&s->ck_mu);
-	while (s->ck_done < number)
-		pthread_cond_wait(&s->ck_cv, &s->ck_mu);
-	err = s->ck_err;
-	snprintf(msg, sizeof(msg), "%s", s->ck_errmsg);
+	while (s->ck_done < number && dt__now_ns() < until)
+		pthread_cond_timedwait(&s->ck_cv, &s->ck_mu, &ts);
+	if (s->ck_done < number) {
+		err = DT_ETIMEDOUT;
+		snprintf(msg, sizeof(msg),
+		         "the file was not written within DT_WAIT_TIMEOUT");
+	} else {
+		err = s->ck_err;
+		snprintf(msg, sizeof(msg), "%s", s->ck_errmsg);
+	}
 	pthread_mutex_unlock(&s->ck_mu);
 	if (err)
 		reply_error(s, worker, h->cmd, h->seq, 0, err,
@@ -1000,10 +1011,13 @@ checkpoint_config(kv_server *s)
 	 * checkpoint (recovery), as a whole job resumed from files. */
 	if ((load || dt__node_rejoined(s->node)) && (err = load_checkpoint(s)))
 		return err;
-	if (pthread_mutex_init(&s->ck_mu, NULL) != 0 ||
-	    pthread_cond_init(&s->ck_cv, NULL) != 0 ||
-	    pthread_create(&s->ck_thread, NULL, writer_main, s) != 0)
+	pthread_mutex_init(&s->ck_mu, NULL);
+	dt__cond_init_monotonic(&s->ck_cv); /* (on_checkpoint's deadline) */
+	if (pthread_create(&s->ck_thread, NULL, writer_main, s) != 0) {
+		pthread_cond_destroy(&s->ck_cv);
+		pthread_mutex_destroy(&s->ck_mu);
 		return dt__fail(DT_ESYS, "checkpoint writer thread");
+	}
 	s->ck_started = 1;
 	return DT_OK;
 }
@@ -1101,14 +1115,8 @@ on_replayed(kv_server *s, int worker)
 	     h = dt__table_next(&it)) {
 		entry *e = DT_CONTAINER_OF(h, entry, hn);
 
-		while (!e->initialised && e->parked) {
-			parked *q = e->parked;
-
-			e->parked = q->next;
-			on_data(s, q->worker, &q->h, q->data, 0);
-			free(q->data);
-			free(q);
-		}
+		if (!e->initialised)
+			unpark(s, e); /* each answered: unknown key */
 	}
 }
 
