@@ -6,7 +6,8 @@
 #ifndef DT_CLI_CLI_H
 #define DT_CLI_CLI_H
 
-int dt__cli_launch(int argc, char **argv);     /* launch.c */
+int dt__cli_launch(int argc, char **argv);     /* launch/launch.c */
+int dt__cli_rank_exec(int argc, char **argv);  /* launch/rank.c */
 int dt__cli_params(int argc, char **argv);     /* params.c */
 int dt__cli_checkpoint(int argc, char **argv); /* ckpt.c */
 int dt__cli_role(int argc, char **argv);       /* main.c: scheduler, server */

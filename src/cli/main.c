@@ -26,6 +26,8 @@ usage(FILE *f)
 	      "  params     compare saved parameter files (params diff A B)\n"
 	      "  checkpoint check server checkpoint files (checkpoint show "
 	      "F)\n"
+	      "  rank-exec  (the launcher's wrapper of one rank under mpirun "
+	      "or srun)\n"
 	      "  version    print the version\n"
 	      "\n"
 	      "See `dtrain <command> --help` and docs/ for details.\n",
@@ -152,6 +154,8 @@ main(int argc, char **argv)
 	}
 	if (strcmp(cmd, "launch") == 0)
 		return dt__cli_launch(argc - 1, argv + 1);
+	if (strcmp(cmd, "rank-exec") == 0)
+		return dt__cli_rank_exec(argc - 1, argv + 1);
 	if (strcmp(cmd, "scheduler") == 0 || strcmp(cmd, "server") == 0)
 		return dt__cli_role(argc - 1, argv + 1);
 	if (strcmp(cmd, "params") == 0)

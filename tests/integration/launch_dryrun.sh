@@ -32,7 +32,7 @@ check "3 hosts, -n 3 (ssh is the default with -H): $got" test "$got" = \
 	"scheduler on localhost,server 0 on h1,server 1 on h2,server 2 on h3,worker 0 on h1,worker 1 on h2,worker 2 on h3"
 got=$(plan -n 4 -s 1 -H hosts3 -- touch ran)
 check "3 hosts, -n 4 -s 1: $got" test "$got" = \
-	"scheduler on localhost,server 0 on h1,worker 0 on h2,worker 1 on h3,worker 2 on h1,worker 3 on h2"
+	"scheduler on localhost,server 0 on h1,worker 0 on h2,worker 1 on h2,worker 2 on h3,worker 3 on h1"
 got=$(plan -n 2 -s 0 -H hosts5 -- touch ran)
 check "-s 0: no servers: $got" test "$got" = \
 	"scheduler on localhost,worker 0 on h1,worker 1 on h2"
@@ -82,17 +82,17 @@ got=$(plan -n 3 -s 2 --launcher mpi -H hosts5 -- python train.py)
 check "mpi: scheduler, servers, workers: $got" test "$got" = \
 	"scheduler on localhost,servers on hosts5,workers on hosts5"
 check "mpi: workers command" grep -qF \
-	"workers on hosts5: mpirun --allow-run-as-root --oversubscribe --tag-output -np 3 -hostfile hosts5 --mca plm_rsh_args '-o ConnectTimeout=10' -x DMLC_ROLE=worker -x DMLC_PS_ROOT_URI=h1 -x DMLC_PS_ROOT_PORT=PORT -x DMLC_NUM_SERVER=2 -x DMLC_NUM_WORKER=3 -x DTRAIN_LAUNCHED=1 -x DTRAIN_JOB_ID=testjob -x DTRAIN_SECRET python train.py" \
+	"workers on hosts5: mpirun --allow-run-as-root --oversubscribe --tag-output --bind-to none -np 3 --host h3:1,h4:1,h5:1 --mca plm_rsh_args '-o ConnectTimeout=10' -x DMLC_ROLE=worker -x DMLC_PS_ROOT_URI=h1 -x DMLC_PS_ROOT_PORT=PORT -x DMLC_NUM_SERVER=2 -x DMLC_NUM_WORKER=3 -x DTRAIN_LAUNCHED=1 -x DTRAIN_JOB_ID=testjob -x DTRAIN_SECRET $DTRAIN rank-exec -- python train.py" \
 	"$TMP/plan"
 check "mpi: servers command" grep -qF \
-	"servers on hosts5: mpirun --allow-run-as-root --oversubscribe --tag-output -np 2 -hostfile hosts5 --mca plm_rsh_args '-o ConnectTimeout=10' -x DMLC_ROLE=server -x DMLC_PS_ROOT_URI=h1 -x DMLC_PS_ROOT_PORT=PORT -x DMLC_NUM_SERVER=2 -x DMLC_NUM_WORKER=3 -x DTRAIN_LAUNCHED=1 -x DTRAIN_JOB_ID=testjob -x DTRAIN_SECRET $DTRAIN server" \
+	"servers on hosts5: mpirun --allow-run-as-root --oversubscribe --tag-output --bind-to none -np 2 --host h1:1,h2:1 --mca plm_rsh_args '-o ConnectTimeout=10' -x DMLC_ROLE=server -x DMLC_PS_ROOT_URI=h1 -x DMLC_PS_ROOT_PORT=PORT -x DMLC_NUM_SERVER=2 -x DMLC_NUM_WORKER=3 -x DTRAIN_LAUNCHED=1 -x DTRAIN_JOB_ID=testjob -x DTRAIN_SECRET $DTRAIN rank-exec -- $DTRAIN server" \
 	"$TMP/plan"
 check "mpi: no rank variables" test -z "$(grep -E 'DMLC_(WORKER|SERVER)_ID' "$TMP/plan")"
 got=$(plan -n 2 -s 0 --launcher mpi -- python train.py)
 check "mpi -s 0: no servers' mpirun: $got" test "$got" = \
 	"scheduler on localhost,workers on localhost"
-check "mpi without -H: scheduler on 127.0.0.1, no -hostfile" grep -qF \
-	"workers on localhost: mpirun --allow-run-as-root --oversubscribe --tag-output -np 2 -x DMLC_ROLE=worker -x DMLC_PS_ROOT_URI=127.0.0.1 " \
+check "mpi without -H: scheduler on 127.0.0.1, no --host" grep -qF \
+	"workers on localhost: mpirun --allow-run-as-root --oversubscribe --tag-output --bind-to none -np 2 -x DMLC_ROLE=worker -x DMLC_PS_ROOT_URI=127.0.0.1 " \
 	"$TMP/plan"
 
 # srun: one per role, variables through the environment.
@@ -100,7 +100,7 @@ got=$(plan -n 4 -s 1 --launcher slurm -- python train.py)
 check "slurm: scheduler, servers, workers: $got" test "$got" = \
 	"scheduler on localhost,servers on slurm,workers on slurm"
 check "slurm: workers command" grep -qE \
-	"^workers on slurm: env DMLC_ROLE=worker .*DMLC_NUM_SERVER=1 DMLC_NUM_WORKER=4 .* srun --ntasks=4 --kill-on-bad-exit=1 --overlap --label python train.py$" \
+	"^workers on slurm: env DMLC_ROLE=worker .*DMLC_NUM_SERVER=1 DMLC_NUM_WORKER=4 .* srun --ntasks=4 --kill-on-bad-exit=1 --overlap --label .*/dtrain rank-exec -- python train.py$" \
 	"$TMP/plan"
 
 # Local: the scheduler gets the socket, each process its role and rank.

@@ -76,8 +76,12 @@ wait_gone() {
 # scheduler first checks that DT_LISTEN_FD is the listening socket on
 # DMLC_PS_ROOT_PORT.
 make_fake_dtrain() {
-	cat >"$TMP/fake_dtrain" <<'EOF'
+	cat >"$TMP/fake_dtrain" <<EOF
 #!/bin/bash
+# The rank wrapper is the real one.
+[ "\$1" = rank-exec ] && exec "$DTRAIN" "\$@"
+EOF
+	cat >>"$TMP/fake_dtrain" <<'EOF'
 role=$1
 sockets() {
 	local f n=0

@@ -40,8 +40,12 @@ rc=$?
 ms=$(($(now_ms) - start))
 check "mpi failure: launcher exits 1 (got $rc)" test "$rc" = 1
 check "mpi failure: over within 15 s (${ms} ms)" test "$ms" -lt 15000
-check "mpi failure: message names the workers' mpirun" grep -qE \
-	'^dtrain launch: workers \(pid [0-9]+\) exited with status [0-9]+; stopping the job$' "$ERR"
+check "mpi failure: message names the rank and its status" grep -qE \
+	'^dtrain launch: worker 1 exited with status 3 \(workers, pid [0-9]+, exited with status [0-9]+\); stopping the job$' "$ERR"
+check "mpi failure: the job's reason names the rank" grep -qx \
+	'dtrain launch: job failed: worker 1 exited with status 3' "$ERR"
+check "mpi failure: the wrapper's report is not shown" \
+	test -z "$(grep -a "$(printf '\036')" "$OUT" "$ERR")"
 check "mpi failure: nothing left" wait_gone 5
 
 # SIGTERM to the launcher while the ranks run.

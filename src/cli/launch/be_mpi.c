@@ -1,0 +1,170 @@
+/*
+ * be_mpi.c - the mpi back-end: one `mpirun` per role (servers, workers),
+ * every variable passed by -x, the ranks placed on the hosts of -H by the
+ * launcher's own rule (plan_host) through --host, each rank behind the
+ * rank wrapper so that a failing rank is named.
+ */
+#include <ctype.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli/launch/launch.h"
+
+/* "[1,3]<stdout>:" from mpirun --tag-output: returns its length and the
+ * rank, or 0. */
+size_t
+mpi_tag(const char *s, size_t n, long *rank)
+{
+	size_t i = 1, r0;
+
+	if (n < 1 || s[0] != '[')
+		return 0;
+	while (i < n && isdigit((unsigned char)s[i]))
+		i++;
+	if (i >= n || s[i++] != ',')
+		return 0;
+	for (r0 = i; i < n && isdigit((unsigned char)s[i]); i++)
+		;
+	if (i == r0 || i >= n || s[i] != ']' || i - r0 > 9)
+		return 0;
+	*rank = strtol(s + r0, NULL, 10);
+	if (++i >= n || s[i] != '<')
+		return 0;
+	for (i++; i < n && isalpha((unsigned char)s[i]); i++)
+		;
+	if (i + 1 >= n || s[i] != '>' || s[i + 1] != ':')
+		return 0;
+	return i + 2;
+}
+
+/* The ssh port every host of -H shares (mpirun has one ssh command line
+ * for all hosts), NULL for ssh's default; an error when they differ. */
+static dt_err
+common_port(const struct hosts *h, const char **port)
+{
+	*port = h->n ? h->h[0].port : NULL;
+	for (size_t i = 1; i < h->n; i++) {
+		const char *p = h->h[i].port;
+
+		if ((p == NULL) != (*port == NULL) ||
+		    (p && strcmp(p, *port) != 0))
+			return dt__fail(DT_EINVAL,
+			                "--launcher mpi: the hosts of -H have "
+			                "different ssh ports (%s:%s, %s:%s); "
+			                "mpirun uses one for all",
+			                h->h[0].name, *port ? *port : "22",
+			                h->h[i].name, p ? p : "22");
+	}
+	return DT_OK;
+}
+
+/* "--host a:2,b:1": the role's ranks, host by host, as plan_host places
+ * them. */
+static dt_err
+host_list(struct plan *pl, int worker, long count, struct strv *argv)
+{
+	struct sbuf b = {0};
+	const struct host *cur = NULL;
+	long k = 0;
+	char num[24];
+
+	for (long i = 0; i <= count; i++) {
+		const struct host *h =
+		    i < count ? plan_host(pl, worker, i) : NULL;
+
+		if (i < count && h == NULL) {
+			free(sb_take(&b));
+			return dt__fail(DT_EINVAL, "no host for rank %ld", i);
+		}
+		if (cur && (h == NULL || strcmp(h->name, cur->name) != 0)) {
+			if (b.len)
+				sb_add(&b, ",");
+			sb_add(&b, cur->name);
+			snprintf(num, sizeof(num), ":%ld", k);
+			sb_add(&b, num);
+			k = 0;
+		}
+		cur = h;
+		k++;
+	}
+	{
+		char *list = sb_take(&b);
+		dt_err err;
+
+		if (list == NULL)
+			return dt__fail(DT_ENOMEM, "out of memory");
+		if ((err = strv_dup(argv, "--host"))) {
+			free(list);
+			return err;
+		}
+		return strv_add(argv, list);
+	}
+}
+
+/* One mpirun for all processes of a role; -x passes every variable. The
+ * rank comes from OMPI_COMM_WORLD_RANK, so no DMLC_*_ID is set. */
+static dt_err
+mpi_role(struct plan *pl, const char *role, long np, char **cmd, size_t ncmd)
+{
+	/* --bind-to none: a rank sees the same CPUs whatever the number of
+	 * ranks on its host (mpirun binds to a core when there are at most
+	 * two), as under the other back-ends. */
+	static const char *const opts[] = {"--allow-run-as-root",
+	                                   "--oversubscribe", "--tag-output",
+	                                   "--bind-to", "none"};
+	const struct ctx *c = pl->c;
+	const struct opts *o = pl->o;
+	int worker = strcmp(role, "worker") == 0;
+	struct proc *p =
+	    plan_next(pl, worker ? KIND_MAIN : KIND_SERVICE,
+	              o->hostfile ? o->hostfile : "localhost", "%ss", role);
+	const char *port = NULL;
+	dt_err err;
+
+	if (p == NULL)
+		return dt__fail(DT_EINVAL, "the plan is full");
+	p->line_tag = mpi_tag;
+	p->tag_role = role;
+	p->secret_env = c->secret_env;
+	/* mpirun tells its ranks, on every host, to stop: it gets SIGTERM
+	 * first, alone (its ssh connections cut by the same signal would
+	 * leave the remote ranks to a timeout). */
+	p->term_leader = 1;
+	if ((err = role_env(p, c, role, NULL, 0, 1)) ||
+	    (err = strv_dup(&p->argv, c->mpirun)))
+		return err;
+	for (size_t i = 0; i < DT_ARRAY_LEN(opts) && !err; i++)
+		err = strv_dup(&p->argv, opts[i]);
+	if (!err && !(err = strv_dup(&p->argv, "-np")))
+		err = strv_addf(&p->argv, "%ld", np);
+	if (!err && pl->h->n) {
+		/* mpirun reaches other hosts through ssh: fail as fast. */
+		if (!(err = common_port(pl->h, &port)) &&
+		    !(err = host_list(pl, worker, np, &p->argv)) &&
+		    !(err = strv_dup(&p->argv, "--mca")) &&
+		    !(err = strv_dup(&p->argv, "plm_rsh_args")))
+			err = strv_addf(&p->argv, "-o %s%s%s", c->ssh_timeout,
+			                port ? " -p " : "", port ? port : "");
+	}
+	for (size_t i = 0; i < p->env.n && !err; i++)
+		if (!(err = strv_dup(&p->argv, "-x")))
+			err = strv_dup(&p->argv, p->env.v[i]);
+	/* The secret by name: mpirun takes its value from its environment,
+	 * so it is on no command line. */
+	if (!err && c->secret_env && !(err = strv_dup(&p->argv, "-x")))
+		err =
+		    strv_addf(&p->argv, "%.*s",
+		              (int)strcspn(c->secret_env, "="), c->secret_env);
+	if (!err)
+		err = rank_wrap(p, c);
+	if (!err)
+		err = role_cmd(p, c, role, cmd, ncmd);
+	return err;
+}
+
+const struct dl_backend dl_mpi = {
+    .name = "mpi",
+    .hosts = HOSTS_OPTIONAL,
+    .plan_role = mpi_role,
+};

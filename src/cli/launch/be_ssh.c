@@ -1,0 +1,333 @@
+/*
+ * be_ssh.c - the ssh back-end: one `ssh -tt HOST` per process, placed on
+ * the hosts of -H (plan_host), each behind a small supervisor on the
+ * remote side; the working directory copied first with --sync-dst-dir;
+ * the job's secret in a file of mode 0600 on every host for the job's
+ * duration.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+
+#include "cli/launch/launch.h"
+
+static dt_err
+ssh_prefix(struct strv *a, const struct ctx *c, const struct host *h)
+{
+	const char *const opts[] = {"-o", "StrictHostKeyChecking=no",
+	                            "-o", "BatchMode=yes",
+	                            "-o", c->ssh_timeout,
+	                            "-o", "ServerAliveInterval=15",
+	                            "-tt"};
+	dt_err err = strv_dup(a, c->ssh);
+
+	for (size_t i = 0; i < DT_ARRAY_LEN(opts) && !err; i++)
+		err = strv_dup(a, opts[i]);
+	if (!err && h->port) {
+		if (!(err = strv_dup(a, "-p")))
+			err = strv_dup(a, h->port);
+	}
+	if (!err)
+		err = strv_dup(a, h->name);
+	return err;
+}
+
+/*
+ * The remote side's supervisor, a POSIX shell script that runs CMD ("$@")
+ * as the leader of a session and process group of its own and waits for
+ * it. It stays the terminal's session leader, so when the ssh connection
+ * drops (the launcher stopping the job, a network failure) it is the one
+ * the kernel sends SIGHUP: it then sends SIGTERM to CMD's whole group
+ * (once, whatever signals follow), and SIGKILL to what is left of it 2 s
+ * later, so a program that ignores SIGHUP, and whatever it started, ends
+ * with the job. When CMD exits by itself, what it left running in its
+ * group is ended the same way. Its exit status is CMD's (129 when it was
+ * stopped).
+ */
+static const char remote_supervisor[] =
+    "p=; stop() { kill -TERM -$p 2>/dev/null || kill -TERM $p 2>/dev/null; "
+    "i=0; while kill -0 -$p 2>/dev/null && [ $i -lt 20 ]; do sleep 0.1; "
+    "i=$((i + 1)); done; kill -KILL -$p 2>/dev/null; }; "
+    "trap 'trap \"\" HUP INT TERM; [ -n \"$p\" ] && stop; exit 129' "
+    "HUP INT TERM; if command -v setsid >/dev/null 2>&1; then "
+    "setsid \"$@\" & else \"$@\" & fi; p=$!; wait $p; rc=$?; "
+    "trap \"\" HUP INT TERM; stop; exit $rc";
+
+/*
+ * A process on another host:
+ * ssh -tt HOST 'cd DIR && exec env K=V... sh -c SUPERVISOR dtrain-remote CMD'.
+ * The remote side runs on a pseudo-terminal, so when the launcher kills ssh
+ * the connection drops and the remote process gets SIGHUP.
+ */
+static dt_err
+plan_ssh(struct proc *p, const struct ctx *c, const struct host *h,
+         const char *role, const char *id_var, long id, char **cmd, size_t ncmd)
+{
+	struct sbuf b = {0};
+	dt_err err;
+
+	p->strip_cr = 1;
+	if ((err = role_env(p, c, role, id_var, id, 1)))
+		return err;
+	if (c->remote_secret_file &&
+	    (err = strv_addf(&p->env, "DTRAIN_SECRET_FILE=%s",
+	                     c->remote_secret_file)))
+		return err;
+	else if (!c->remote_secret_file && c->secret_env &&
+	         (err = strv_dup(&p->env, c->secret_env)))
+		return err; /* a DTRAIN_SECRET_FILE of the user's */
+	sb_add(&b, "cd ");
+	sb_addq(&b, c->cwd);
+	sb_add(&b, " && exec env");
+	for (size_t i = 0; i < p->env.n; i++) {
+		sb_add(&b, " ");
+		sb_addq(&b, p->env.v[i]);
+	}
+	sb_add(&b, " sh -c ");
+	sb_addq(&b, remote_supervisor);
+	sb_add(&b, " dtrain-remote");
+	if (cmd) {
+		for (size_t i = 0; i < ncmd; i++) {
+			sb_add(&b, " ");
+			sb_addq(&b, cmd[i]);
+		}
+	} else {
+		sb_add(&b, " ");
+		sb_addq(&b, c->exe_name);
+		sb_add(&b, " ");
+		sb_add(&b, role);
+	}
+	if ((err = ssh_prefix(&p->argv, c, h)))
+		return err;
+	return strv_add(&p->argv, sb_take(&b));
+}
+
+/* One ssh per distinct host running remote_cmd (a shell line), with input
+ * stdin_data: the secret's file written before the job, removed after. */
+static dt_err
+build_host_steps(const struct hosts *h, const struct ctx *c, const char *what,
+                 const char *remote_cmd, const char *stdin_data,
+                 const unsigned char *skip, struct proc **out, size_t *nout)
+{
+	struct proc *p = calloc(h->n ? h->n : 1, sizeof(*p));
+	size_t n = 0;
+	dt_err err = DT_OK;
+
+	if (p == NULL)
+		return dt__fail(DT_ENOMEM, "out of memory");
+	for (size_t i = 0; i < h->n && !err; i++) {
+		const char *const opts[] = {"-o", "StrictHostKeyChecking=no",
+		                            "-o", "BatchMode=yes",
+		                            "-o", c->ssh_timeout};
+		size_t k;
+
+		for (k = 0; k < i; k++)
+			if (strcmp(h->h[k].name, h->h[i].name) == 0)
+				break;
+		if (k < i || (skip && skip[i]))
+			continue;
+		proc_init(&p[n], KIND_MAIN, h->h[i].name, "%s %s", what,
+		          h->h[i].name);
+		p[n].stdin_data = stdin_data;
+		err = strv_dup(&p[n].argv, c->ssh);
+		for (size_t j = 0; j < DT_ARRAY_LEN(opts) && !err; j++)
+			err = strv_dup(&p[n].argv, opts[j]);
+		if (!err && h->h[i].port && !(err = strv_dup(&p[n].argv, "-p")))
+			err = strv_dup(&p[n].argv, h->h[i].port);
+		if (!err)
+			err = strv_dup(&p[n].argv, h->h[i].name);
+		if (!err)
+			err = strv_dup(&p[n].argv, remote_cmd);
+		n++;
+	}
+	if (err) {
+		procs_free(p, n);
+		return err;
+	}
+	*out = p;
+	*nout = n;
+	return DT_OK;
+}
+
+/* rsync the working directory to DIR on every host, once per host. */
+dt_err
+build_sync(const struct opts *o, const struct hosts *h, const struct ctx *c,
+           struct proc **out, size_t *nout)
+{
+	struct proc *p = calloc(h->n, sizeof(*p));
+	size_t n = 0;
+	dt_err err = DT_OK;
+
+	if (p == NULL)
+		return dt__fail(DT_ENOMEM, "out of memory");
+	for (size_t i = 0; i < h->n && !err; i++) {
+		struct sbuf b = {0};
+		char *rsh, *rpath;
+		size_t k;
+
+		for (k = 0; k < i; k++)
+			if (strcmp(h->h[k].name, h->h[i].name) == 0)
+				break;
+		if (k < i)
+			continue; /* already synced */
+		proc_init(&p[n], KIND_MAIN, h->h[i].name, "sync %s",
+		          h->h[i].name);
+		p[n].show_env = 1;
+		sb_addq(&b, c->ssh);
+		sb_add(&b, " -o StrictHostKeyChecking=no -o BatchMode=yes -o ");
+		sb_add(&b, c->ssh_timeout);
+		if (h->h[i].port) {
+			sb_add(&b, " -p ");
+			sb_add(&b, h->h[i].port);
+		}
+		rsh = sb_take(&b);
+		sb_add(&b, "--rsync-path=mkdir -p ");
+		sb_addq(&b, o->sync_dir);
+		sb_add(&b, " && rsync");
+		rpath = sb_take(&b);
+		err = strv_dup(&p[n].argv, c->rsync);
+		if (!err)
+			err = strv_dup(&p[n].argv, "-az");
+		/* A repository's history is never needed to run the job. */
+		if (!err)
+			err = strv_dup(&p[n].argv, "--exclude=.git/");
+		for (size_t x = 0; x < o->sync_exclude.n && !err; x++)
+			err = strv_addf(&p[n].argv, "--exclude=%s",
+			                o->sync_exclude.v[x]);
+		if (!err)
+			err = strv_dup(&p[n].argv, "-e");
+		if (!err) {
+			err = strv_add(&p[n].argv, rsh); /* takes rsh */
+			rsh = NULL;
+		}
+		if (!err) {
+			err = strv_add(&p[n].argv, rpath);
+			rpath = NULL;
+		}
+		if (!err)
+			err = strv_addf(&p[n].argv, "%s/", c->local_cwd);
+		if (!err)
+			err = strv_addf(&p[n].argv, "%s:%s/", h->h[i].name,
+			                o->sync_dir);
+		free(rsh);
+		free(rpath);
+		n++;
+	}
+	if (err) {
+		procs_free(p, n);
+		return err;
+	}
+	*out = p;
+	*nout = n;
+	return DT_OK;
+}
+
+/* The ssh launcher's secret file on every host: written before the job
+ * (mode 0600, from ssh's input: on no command line), removed after. */
+static int
+remote_secret(const struct hosts *h, struct ctx *c, struct run *r, int remove)
+{
+	struct proc *p = NULL;
+	size_t n = 0;
+	char *cmd = NULL;
+	struct sbuf b = {0};
+	int rc;
+	dt_err err;
+
+	sb_add(&b, "cd ");
+	sb_addq(&b, c->cwd);
+	sb_add(&b, remove ? " && rm -f " : " && umask 077 && cat > ");
+	sb_addq(&b, c->remote_secret_file);
+	if ((cmd = sb_take(&b)) == NULL) {
+		say("out of memory");
+		return RC_FAIL;
+	}
+	err = build_host_steps(
+	    h, c, remove ? "removing the secret on" : "writing the secret on",
+	    cmd, remove ? NULL : c->secret_line, remove ? c->unreached : NULL,
+	    &p, &n);
+	free(cmd);
+	if (err) {
+		say("%s", dt_errmsg());
+		return RC_FAIL;
+	}
+	if (n == 0) {
+		procs_free(p, n);
+		return 0;
+	}
+	raise_nofile(r, n);
+	rc = run_procs(r, p, n);
+	/* Where ssh could not even connect (status 255 before anything
+	 * ran) nothing was written: no need to go back and remove it. */
+	if (!remove && (c->unreached = calloc(h->n ? h->n : 1, 1)) != NULL)
+		for (size_t i = 0; i < n; i++)
+			for (size_t k = 0; k < h->n; k++)
+				if (p[i].exited && p[i].code == CLD_EXITED &&
+				    p[i].status == 255 &&
+				    strcmp(p[i].host, h->h[k].name) == 0)
+					c->unreached[k] = 1;
+	procs_free(p, n);
+	if (rc != 0 && remove)
+		say("the job's secret file may be left on a host: %s",
+		    r->reason);
+	else if (rc != 0)
+		say("job failed before it started: %s", r->reason);
+	return rc;
+}
+
+static dt_err
+ssh_role(struct plan *pl, const char *role, long count, char **cmd, size_t ncmd)
+{
+	int worker = strcmp(role, "worker") == 0;
+	dt_err err = DT_OK;
+
+	for (long i = 0; i < count && !err; i++) {
+		const struct host *h = plan_host(pl, worker, i);
+		struct proc *p;
+
+		if (h == NULL)
+			return dt__fail(DT_EINVAL, "no host for %s %ld", role,
+			                i);
+		if ((p = plan_next(pl, worker ? KIND_MAIN : KIND_SERVICE,
+		                   h->name, "%s %ld", role, i)) == NULL)
+			return dt__fail(DT_EINVAL, "the plan is full");
+		err = plan_ssh(p, pl->c, h, role,
+		               worker ? "DMLC_WORKER_ID" : "DMLC_SERVER_ID", i,
+		               cmd, ncmd);
+	}
+	return err;
+}
+
+static int
+ssh_before(const struct hosts *h, struct ctx *c, struct run *r)
+{
+	int rc;
+
+	if (c->remote_secret_file == NULL)
+		return 0;
+	if ((rc = remote_secret(h, c, r, 0)) != 0)
+		(void)remote_secret(h, c, r, 1);
+	return rc;
+}
+
+static void
+ssh_after(const struct hosts *h, struct ctx *c, struct run *r)
+{
+	if (c->remote_secret_file == NULL)
+		return;
+	/* Whatever became of the job, and within a short while. */
+	r->deadline = dt__now_ns() + 30 * NS_PER_S;
+	(void)remote_secret(h, c, r, 1);
+}
+
+const struct dl_backend dl_ssh = {
+    .name = "ssh",
+    .hosts = HOSTS_REQUIRED,
+    .restart = 1,
+    .sync = 1,
+    .secret_file = 1,
+    .plan_role = ssh_role,
+    .before = ssh_before,
+    .after = ssh_after,
+};

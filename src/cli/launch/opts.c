@@ -1,0 +1,482 @@
+/*
+ * opts.c - `dtrain launch`'s options and its host file.
+ */
+#include <ctype.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli/launch/launch.h"
+
+/* ------------------------------------------------------------------ */
+/* Options.                                                            */
+
+void
+usage(FILE *f)
+{
+	fputs(
+	    "usage: dtrain launch -n W [options] [--] CMD [ARGS...]\n"
+	    "\n"
+	    "Start a job: one scheduler, S servers and W workers running CMD,\n"
+	    "and supervise it. Output lines are prefixed with role and rank;\n"
+	    "if any process fails, or on Ctrl-C, every process is stopped.\n"
+	    "\n"
+	    "  -n, --num-workers W      number of workers (required)\n"
+	    "  -s, --num-servers S      number of servers (default W; 0 = "
+	    "none)\n"
+	    "  -H, --hostfile FILE      hosts, one per line (ssh, mpi)\n"
+	    "      --launcher L         local, ssh, mpi or slurm (default: "
+	    "local,\n"
+	    "                           or ssh when -H is given)\n"
+	    "      --env K=V            set K=V for every process (repeat); "
+	    "--env K\n"
+	    "                           passes K from this environment\n"
+	    "      --sync-dst-dir DIR   rsync this directory to DIR on every "
+	    "host\n"
+	    "                           first, and run there (ssh)\n"
+	    "      --sync-exclude PAT   leave what matches PAT out of the copy "
+	    "(repeat;\n"
+	    "                           rsync's --exclude; .git/ always)\n"
+	    "      --checkpoint-dir DIR servers checkpoint their store in DIR\n"
+	    "                           (DTRAIN_CHECKPOINT_DIR; shared or per "
+	    "host)\n"
+	    "      --checkpoint-every N every N rounds (default 100; 0: only "
+	    "when\n"
+	    "                           a worker calls dt_kv_checkpoint)\n"
+	    "      --restart N          start a new process in the place of "
+	    "a\n"
+	    "                           server that dies, up to N times "
+	    "(recovery;\n"
+	    "                           local and ssh; see "
+	    "docs/fault-tolerance.md)\n"
+	    "      --timeout SEC        stop the job after SEC seconds\n"
+	    "      --grace SEC          time the servers and the scheduler get "
+	    "to\n"
+	    "                           exit after the last worker (default "
+	    "30)\n"
+	    "      --dry-run            print the plan, start nothing\n"
+	    "  -v, --verbose            say what the launcher does\n"
+	    "      --no-scheduler       debugging aid: start no scheduler\n"
+	    "  -h, --help               this text\n"
+	    "\n"
+	    "Exit status: 0 when all workers exited 0 and the servers and the\n"
+	    "scheduler then finished; 1 when a process failed; 2 for bad "
+	    "usage;\n"
+	    "124 on --timeout; 128+N when stopped by signal N. See "
+	    "docs/launcher.md.\n",
+	    f);
+}
+
+/*
+ * Match argv[*i] against a short (-n, -n3) or long (--num-workers,
+ * --num-workers=3) option taking a value. Returns 1 and sets *val on a match,
+ * 0 on no match, -1 (with a message) when the value is missing.
+ */
+static int
+opt_value(int argc, char **argv, int *i, const char *sopt, const char *lopt,
+          const char **val, dt_err *err)
+{
+	const char *a = argv[*i];
+	size_t n;
+
+	if (sopt && a[0] == '-' && a[1] == sopt[1] && a[1] != '-') {
+		if (a[2] != '\0') {
+			*val = a + 2;
+			return 1;
+		}
+	} else if (lopt && strncmp(a, lopt, n = strlen(lopt)) == 0 &&
+	           (a[n] == '=' || a[n] == '\0')) {
+		if (a[n] == '=') {
+			*val = a + n + 1;
+			return 1;
+		}
+	} else {
+		return 0;
+	}
+	if (*i + 1 >= argc) {
+		*err = dt__fail(DT_EINVAL, "option %s needs a value", a);
+		return -1;
+	}
+	*val = argv[++*i];
+	return 1;
+}
+
+/* The option's name as the user wrote it, without "=value". */
+static const char *
+opt_name(const char *arg, char *buf, size_t len)
+{
+	size_t n = strcspn(arg, "=");
+
+	if (arg[1] != '-' && n > 2)
+		n = 2; /* -n3 */
+	snprintf(buf, len, "%.*s", (int)n, arg);
+	return buf;
+}
+
+static int
+valid_env_name(const char *s, size_t n)
+{
+	if (n == 0 || !(isalpha((unsigned char)s[0]) || s[0] == '_'))
+		return 0;
+	for (size_t i = 1; i < n; i++)
+		if (!(isalnum((unsigned char)s[i]) || s[i] == '_'))
+			return 0;
+	return 1;
+}
+
+/* Variables the launcher sets itself: --env may not change them. */
+static const char *const reserved_env[] = {
+    "DMLC_ROLE",       "DMLC_PS_ROOT_URI", "DMLC_PS_ROOT_PORT",
+    "DMLC_NUM_SERVER", "DMLC_NUM_WORKER",  "DMLC_WORKER_ID",
+    "DMLC_SERVER_ID",  "DTRAIN_LAUNCHED",  "DT_LISTEN_FD",
+    "DTRAIN_JOB_ID",   "DTRAIN_SECRET",    "DTRAIN_SECRET_FILE",
+};
+
+int
+is_reserved(const char *name, size_t n)
+{
+	for (size_t i = 0; i < DT_ARRAY_LEN(reserved_env); i++)
+		if (strlen(reserved_env[i]) == n &&
+		    memcmp(reserved_env[i], name, n) == 0)
+			return 1;
+	return 0;
+}
+
+static dt_err
+add_env_opt(struct opts *o, const char *flag, const char *kv)
+{
+	const char *eq = strchr(kv, '=');
+	size_t n = eq ? (size_t)(eq - kv) : strlen(kv);
+	const char *v;
+
+	if (n == 0)
+		return dt__fail(DT_EINVAL, "%s '%s': empty variable name", flag,
+		                kv);
+	if (!valid_env_name(kv, n))
+		return dt__fail(DT_EINVAL,
+		                "%s '%s': '%.*s' is not a valid variable name",
+		                flag, kv, (int)n, kv);
+	if (is_reserved(kv, n) && strncmp(kv, "DTRAIN_SECRET", 13) == 0)
+		return dt__fail(
+		    DT_EINVAL,
+		    "%s '%.*s': a secret does not go on a command "
+		    "line; export %.*s instead (or let the launcher "
+		    "make one)",
+		    flag, (int)n, kv, (int)n, kv);
+	if (is_reserved(kv, n))
+		return dt__fail(DT_EINVAL,
+		                "%s '%s': %.*s is set by the launcher itself",
+		                flag, kv, (int)n, kv);
+	if (eq)
+		return strv_dup(&o->env, kv);
+	if ((v = getenv(kv)) == NULL)
+		return dt__fail(DT_EINVAL,
+		                "%s %s: %s is not set in this environment",
+		                flag, kv, kv);
+	return strv_addf(&o->env, "%s=%s", kv, v);
+}
+
+/* An option's value that must not be empty (what: "directory name"). */
+static dt_err
+nonempty(const char *name, const char *val, const char *what)
+{
+	return *val ? DT_OK : dt__fail(DT_EINVAL, "%s: empty %s", name, what);
+}
+
+dt_err
+parse_opts(int argc, char **argv, struct opts *o)
+{
+	const char *val;
+	char name[64];
+	dt_err err = DT_OK;
+	int i, m;
+
+	memset(o, 0, sizeof(*o));
+	o->workers = -1;
+	o->servers = -1;
+	o->grace_s = 30;
+	for (i = 1; i < argc; i++) {
+		const char *a = argv[i];
+
+		if (strcmp(a, "--") == 0) {
+			i++;
+			break;
+		}
+		if (a[0] != '-' || a[1] == '\0')
+			break; /* the command */
+		if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
+			o->help = 1;
+			return DT_OK;
+		}
+		if (strcmp(a, "-v") == 0 || strcmp(a, "--verbose") == 0) {
+			o->verbose = 1;
+			continue;
+		}
+		if (strcmp(a, "--dry-run") == 0) {
+			o->dry_run = 1;
+			continue;
+		}
+		if (strcmp(a, "--no-scheduler") == 0) {
+			o->no_scheduler = 1;
+			continue;
+		}
+		opt_name(a, name, sizeof(name));
+		if ((m = opt_value(argc, argv, &i, "-n", "--num-workers", &val,
+		                   &err)) != 0) {
+			if (m < 0 ||
+			    (err = dt__parse_long(name, val, 1, MAX_NODES,
+			                          &o->workers)))
+				return err;
+		} else if ((m = opt_value(argc, argv, &i, "-s", "--num-servers",
+		                          &val, &err)) != 0) {
+			if (m < 0 ||
+			    (err = dt__parse_long(name, val, 0, MAX_NODES,
+			                          &o->servers)))
+				return err;
+		} else if ((m = opt_value(argc, argv, &i, "-H", "--hostfile",
+		                          &val, &err)) != 0) {
+			if (m < 0)
+				return err;
+			if (*val == '\0')
+				return dt__fail(DT_EINVAL,
+				                "%s: empty file name", name);
+			o->hostfile = val;
+		} else if ((m = opt_value(argc, argv, &i, NULL, "--launcher",
+		                          &val, &err)) != 0) {
+			size_t k;
+
+			if (m < 0)
+				return err;
+			for (k = 0; k < dl_nbackends; k++)
+				if (strcmp(val, dl_backends[k]->name) == 0)
+					break;
+			if (k == dl_nbackends)
+				return dt__fail(DT_EINVAL,
+				                "%s: unknown launcher '%s' "
+				                "(use local, ssh, mpi or "
+				                "slurm)",
+				                name, val);
+			o->be = dl_backends[k];
+			o->launcher_set = 1;
+		} else if ((m = opt_value(argc, argv, &i, NULL, "--env", &val,
+		                          &err)) != 0) {
+			if (m < 0 || (err = add_env_opt(o, name, val)))
+				return err;
+		} else if ((m = opt_value(argc, argv, &i, NULL, "--restart",
+		                          &val, &err)) != 0) {
+			if (m < 0 || (err = dt__parse_long(name, val, 0, 100,
+			                                   &o->restart)))
+				return err;
+		} else if ((m = opt_value(argc, argv, &i, NULL,
+		                          "--checkpoint-dir", &val, &err)) !=
+		           0) {
+			if (m < 0 ||
+			    (err = nonempty(name, val, "directory name")) ||
+			    (err = strv_addf(&o->env,
+			                     "DTRAIN_CHECKPOINT_DIR=%s", val)))
+				return err;
+		} else if ((m = opt_value(argc, argv, &i, NULL,
+		                          "--checkpoint-every", &val, &err)) !=
+		           0) {
+			long every;
+
+			if (m < 0 ||
+			    (err = dt__parse_long(name, val, 0, 1L << 40,
+			                          &every)) ||
+			    (err = strv_addf(&o->env,
+			                     "DTRAIN_CHECKPOINT_EVERY=%ld",
+			                     every)))
+				return err;
+		} else if ((m = opt_value(argc, argv, &i, NULL,
+		                          "--sync-dst-dir", &val, &err)) != 0) {
+			if (m < 0 ||
+			    (err = nonempty(name, val, "directory name")))
+				return err;
+			o->sync_dir = val;
+		} else if ((m = opt_value(argc, argv, &i, NULL,
+		                          "--sync-exclude", &val, &err)) != 0) {
+			if (m < 0)
+				return err;
+			if (*val == '\0')
+				return dt__fail(DT_EINVAL, "%s: empty pattern",
+				                name);
+			if ((err = strv_dup(&o->sync_exclude, val)))
+				return err;
+		} else if ((m = opt_value(argc, argv, &i, NULL, "--timeout",
+		                          &val, &err)) != 0) {
+			if (m < 0 ||
+			    (err = dt__parse_long(name, val, 1, MAX_TIMEOUT,
+			                          &o->timeout_s)))
+				return err;
+		} else if ((m = opt_value(argc, argv, &i, NULL, "--grace", &val,
+		                          &err)) != 0) {
+			if (m < 0 ||
+			    (err = dt__parse_long(name, val, 0, MAX_TIMEOUT,
+			                          &o->grace_s)))
+				return err;
+		} else {
+			return dt__fail(DT_EINVAL, "unknown option '%s'", a);
+		}
+	}
+	o->cmd = argv + i;
+	o->ncmd = argc - i;
+	if (o->workers < 0)
+		return dt__fail(DT_EINVAL,
+		                "-n (the number of workers) is required");
+	if (o->ncmd == 0)
+		return dt__fail(DT_EINVAL, "no command given: dtrain launch "
+		                           "-n W [options] [--] CMD [ARGS...]");
+	if (o->servers < 0)
+		o->servers = o->workers;
+	if (!o->launcher_set)
+		o->be = o->hostfile ? &dl_ssh : &dl_local;
+	if (o->be->hosts == HOSTS_REQUIRED && o->hostfile == NULL)
+		return dt__fail(DT_EINVAL,
+		                "--launcher %s needs a host file (-H FILE)",
+		                o->be->name);
+	if (o->sync_dir && !o->be->sync)
+		return dt__fail(DT_EINVAL, "--sync-dst-dir works only with "
+		                           "--launcher ssh");
+	if (o->restart && !o->be->restart)
+		return dt__fail(DT_EINVAL,
+		                "--restart works with --launcher local or ssh; "
+		                "under mpirun or Slurm, let the engine start "
+		                "the process again (with DTRAIN_RECOVER=1)");
+	/* Every process knows that a lost node may come back. */
+	if (o->restart && (err = strv_dup(&o->env, "DTRAIN_RECOVER=1")))
+		return err;
+	if (o->sync_exclude.n && !o->sync_dir)
+		return dt__fail(DT_EINVAL,
+		                "--sync-exclude needs --sync-dst-dir");
+	return DT_OK;
+}
+
+/* ------------------------------------------------------------------ */
+/* Host file: "host[:port] [slots=N]" per line, "#" comments.         */
+
+static int
+valid_host(const char *s)
+{
+	if (*s == '\0' || *s == '-') /* "-oProxyCommand=..." is an option */
+		return 0;
+	for (; *s; s++)
+		if (!isalnum((unsigned char)*s) && !strchr("._-:@[]%", *s))
+			return 0;
+	return 1;
+}
+
+void
+hosts_free(struct hosts *h)
+{
+	for (size_t i = 0; i < h->n; i++) {
+		free(h->h[i].name);
+		free(h->h[i].port);
+	}
+	free(h->h);
+	memset(h, 0, sizeof(*h));
+}
+
+dt_err
+read_hostfile(const char *path, struct hosts *out)
+{
+	struct hosts h = {0};
+	size_t cap = 0, lineno = 0;
+	char *line = NULL;
+	size_t len = 0;
+	dt_err err = DT_OK;
+	FILE *f;
+
+	if ((f = fopen(path, "r")) == NULL)
+		return dt__fail(DT_EINVAL, "-H %s: %s", path, strerror(errno));
+	while (getline(&line, &len, f) != -1) {
+		char *s = line, *e, *colon, *word;
+		struct host host = {.slots = 1};
+		int has_port = 0;
+
+		lineno++;
+		line[strcspn(line, "#\r\n")] = '\0'; /* a comment */
+		s += strspn(s, " \t");
+		e = s + strcspn(s, " \t");
+		word = e + strspn(e, " \t");
+		*e = '\0';
+		if (*s == '\0')
+			continue;
+		if (!valid_host(s)) {
+			err =
+			    dt__fail(DT_EINVAL, "-H %s line %zu: bad host '%s'",
+			             path, lineno, s);
+			goto fail;
+		}
+		/* What follows the host: "slots=N", as in mpirun's files. */
+		while (*word) {
+			char *end = word + strcspn(word, " \t");
+			char save = *end;
+
+			*end = '\0';
+			if (strncmp(word, "slots=", 6) != 0 ||
+			    dt__parse_long("slots", word + 6, 1, MAX_SLOTS,
+			                   &host.slots)) {
+				err = dt__fail(DT_EINVAL,
+				               "-H %s line %zu: '%s' is not "
+				               "slots=N (N from 1 to %d)",
+				               path, lineno, word, MAX_SLOTS);
+				goto fail;
+			}
+			*end = save;
+			word = end + strspn(end, " \t");
+		}
+		/* host:port, unless it is an IPv6 address (several ':'). */
+		if ((colon = strchr(s, ':')) && !strchr(colon + 1, ':')) {
+			long port;
+
+			*colon = '\0';
+			if (dt__parse_long("port", colon + 1, 1, 65535,
+			                   &port) ||
+			    *s == '\0') {
+				err = dt__fail(DT_EINVAL,
+				               "-H %s line %zu: bad host:port "
+				               "'%s:%s'",
+				               path, lineno, s, colon + 1);
+				goto fail;
+			}
+			host.port = strdup(colon + 1);
+			has_port = 1;
+		}
+		host.name = strdup(s);
+		if (h.n == cap) {
+			struct host *p;
+
+			cap = cap ? 2 * cap : 16;
+			if ((p = realloc(h.h, cap * sizeof(*p))) == NULL) {
+				free(host.name);
+				free(host.port);
+				err = dt__fail(DT_ENOMEM, "out of memory");
+				goto fail;
+			}
+			h.h = p;
+		}
+		h.h[h.n++] = host;
+		if (host.name == NULL || (has_port && host.port == NULL)) {
+			err = dt__fail(DT_ENOMEM, "out of memory");
+			goto fail;
+		}
+	}
+	if (ferror(f)) {
+		err = dt__fail(DT_EINVAL, "-H %s: %s", path, strerror(errno));
+		goto fail;
+	}
+	if (h.n == 0) {
+		err = dt__fail(DT_EINVAL, "-H %s: no hosts in the file", path);
+		goto fail;
+	}
+	fclose(f);
+	free(line);
+	*out = h;
+	return DT_OK;
+fail:
+	fclose(f);
+	free(line);
+	hosts_free(&h);
+	return err;
+}

@@ -1,0 +1,363 @@
+/*
+ * plan.c - the plan of a job: every process with its command line and
+ * variables, made by the back-end of --launcher; the variables every
+ * process shares, and the job's id and secret.
+ */
+#include <errno.h>
+#include <sodium.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli/launch/launch.h"
+
+extern char **environ;
+
+/* The back-ends, in the order `--launcher` lists them. */
+const struct dl_backend *const dl_backends[] = {&dl_local, &dl_ssh, &dl_mpi,
+                                                &dl_slurm};
+const size_t dl_nbackends = DT_ARRAY_LEN(dl_backends);
+
+void
+procs_free(struct proc *p, size_t n)
+{
+	for (size_t i = 0; i < n; i++) {
+		strv_free(&p[i].argv);
+		strv_free(&p[i].env);
+		for (int k = 0; k < 2; k++) {
+			if (p[i].out[k].fd >= 0)
+				close(p[i].out[k].fd);
+			free(p[i].out[k].buf);
+		}
+	}
+	free(p);
+}
+
+struct proc *
+proc_init(struct proc *p, enum kind kind, const char *host, const char *fmt,
+          ...)
+{
+	va_list ap;
+
+	memset(p, 0, sizeof(*p));
+	p->kind = kind;
+	p->out[0].fd = p->out[1].fd = -1;
+	p->out[0].dst = 1;
+	p->out[1].dst = 2;
+	snprintf(p->host, sizeof(p->host), "%s", host);
+	va_start(ap, fmt);
+	vsnprintf(p->label, sizeof(p->label), fmt, ap);
+	va_end(ap);
+	return p;
+}
+
+/* Variables of a process: role, rank request, the common ones. */
+dt_err
+role_env(struct proc *p, const struct ctx *c, const char *role,
+         const char *id_var, long id, int remote)
+{
+	dt_err err = strv_addf(&p->env, "DMLC_ROLE=%s", role);
+
+	if (!err && id_var)
+		err = strv_addf(&p->env, "%s=%ld", id_var, id);
+	if (!err && remote)
+		err = strv_extend(&p->env, c->forward.v, c->forward.n);
+	if (!err)
+		err = strv_extend(&p->env, c->common.v, c->common.n);
+	return err;
+}
+
+struct proc *
+plan_next(struct plan *pl, enum kind kind, const char *host, const char *fmt,
+          ...)
+{
+	struct proc *p;
+	va_list ap;
+
+	if (pl->n == pl->max)
+		return NULL;
+	p = proc_init(&pl->p[pl->n++], kind, host, "%s", "");
+	va_start(ap, fmt);
+	vsnprintf(p->label, sizeof(p->label), fmt, ap);
+	va_end(ap);
+	return p;
+}
+
+dt_err
+role_cmd(struct proc *p, const struct ctx *c, const char *role, char **cmd,
+         size_t ncmd)
+{
+	dt_err err;
+
+	if (cmd)
+		return strv_extend(&p->argv, cmd, ncmd);
+	if ((err = strv_dup(&p->argv, c->exe_name)))
+		return err;
+	return strv_dup(&p->argv, role);
+}
+
+/* `dtrain rank-exec` in front of a command that mpirun or srun runs once
+ * per rank, so that a failed rank is named (rank.c); DTRAIN_RANK_WRAP=0
+ * leaves it out (a host without dtrain at the launcher's path). */
+dt_err
+rank_wrap(struct proc *p, const struct ctx *c)
+{
+	dt_err err;
+
+	if (!c->rank_wrap)
+		return DT_OK;
+	if ((err = strv_dup(&p->argv, c->exe_name)) ||
+	    (err = strv_dup(&p->argv, "rank-exec")))
+		return err;
+	return strv_dup(&p->argv, "--");
+}
+
+/*
+ * Placement on the hosts of -H, the same for every back-end that places
+ * processes itself (ssh, mpi): the host file's slots (each host as many
+ * times as its slots=, in file order) taken in a cycle, the servers first
+ * and the workers continuing where they ended (seed 001: five hosts and
+ * -n 3 -s 3 put the servers on h1 h2 h3 and the workers on h4 h5 h1).
+ * The ranks of a role on one host are then consecutive: a role's ranks go
+ * host by host, in the order the hosts first come up, as mpirun fills the
+ * slots of a host before the next.
+ */
+const struct host *
+plan_host(const struct plan *pl, int worker, long i)
+{
+	const struct hosts *h = pl->h;
+	long count = worker ? pl->o->workers : pl->o->servers;
+	long start = worker ? pl->o->servers : 0, slots = 0, k = 0;
+	long *seen;
+	size_t *order, norder = 0;
+	const struct host *res = NULL;
+
+	for (size_t j = 0; j < h->n; j++)
+		slots += h->h[j].slots;
+	if (slots == 0 || i < 0 || i >= count)
+		return NULL;
+	/* How many of the role's ranks each host takes, in first-come
+	 * order (a host listed twice counts as one). */
+	seen = calloc(h->n, sizeof(*seen));
+	order = calloc(h->n, sizeof(*order));
+	if (seen && order)
+		for (long r = 0; r < count; r++) {
+			long s = (start + r) % slots, j = 0;
+			size_t first;
+
+			while (s >= h->h[j].slots)
+				s -= h->h[j++].slots;
+			for (first = 0; first < (size_t)j; first++)
+				if (strcmp(h->h[first].name, h->h[j].name) == 0)
+					break;
+			if (seen[first]++ == 0)
+				order[norder++] = first;
+		}
+	for (size_t o = 0; seen && order && o < norder && !res; o++) {
+		if (i < k + seen[order[o]])
+			res = &h->h[order[o]];
+		k += seen[order[o]];
+	}
+	free(seen);
+	free(order);
+	return res;
+}
+
+/* Every process of the job: the scheduler here, then the back-end's
+ * servers and workers (and room for the new processes of --restart). */
+dt_err
+build_plan(const struct opts *o, const struct hosts *h, const struct ctx *c,
+           struct proc **out, size_t *nout)
+{
+	struct plan pl = {.o = o, .h = h, .c = c};
+	dt_err err = DT_OK;
+
+	pl.max = (size_t)(1 + o->servers + o->workers + 2 * o->restart);
+	if ((pl.p = calloc(pl.max, sizeof(*pl.p))) == NULL)
+		return dt__fail(DT_ENOMEM, "out of memory");
+	if (!o->no_scheduler)
+		err = plan_local(
+		    plan_next(&pl, KIND_SERVICE, "localhost", "scheduler"), c,
+		    "scheduler", NULL, 0, NULL, 0);
+	if (!err && o->servers > 0)
+		err = o->be->plan_role(&pl, "server", o->servers, NULL, 0);
+	if (!err)
+		err = o->be->plan_role(&pl, "worker", o->workers, o->cmd,
+		                       (size_t)o->ncmd);
+	if (err) {
+		procs_free(pl.p, pl.n);
+		return err;
+	}
+	*out = pl.p;
+	*nout = pl.n;
+	return DT_OK;
+}
+
+/* One line of the plan: "worker 0 on localhost: env K=V ... CMD". */
+char *
+plan_line(const struct proc *p)
+{
+	struct sbuf b = {0};
+
+	sb_add(&b, p->label);
+	sb_add(&b, " on ");
+	sb_add(&b, p->host);
+	sb_add(&b, ":");
+	if (p->show_env && p->env.n > 0) {
+		sb_add(&b, " env");
+		for (size_t i = 0; i < p->env.n; i++) {
+			sb_add(&b, " ");
+			sb_addq(&b, p->env.v[i]);
+		}
+	}
+	for (size_t i = 0; i < p->argv.n; i++) {
+		sb_add(&b, " ");
+		sb_addq(&b, p->argv.v[i]);
+	}
+	return sb_take(&b);
+}
+
+/* Variables passed on to processes on other hosts (ssh, mpi, slurm), in
+ * addition to the launcher's own and --env. */
+static int
+forwarded(const char *e)
+{
+	static const char *const prefixes[] = {"PS_", "MXNET_", "DT_"};
+	static const char *const names[] = {"DMLC_INTERFACE", "OMP_NUM_THREADS",
+	                                    "DTRAIN_AUTH", "DTRAIN_ENCRYPT"};
+	size_t len = strcspn(e, "=");
+
+	if (is_reserved(e, len))
+		return 0;
+	for (size_t i = 0; i < DT_ARRAY_LEN(prefixes); i++)
+		if (strncmp(e, prefixes[i], strlen(prefixes[i])) == 0)
+			return 1;
+	for (size_t i = 0; i < DT_ARRAY_LEN(names); i++)
+		if (strlen(names[i]) == len && strncmp(e, names[i], len) == 0)
+			return 1;
+	return 0;
+}
+
+dt_err
+build_ctx(const struct opts *o, struct ctx *c)
+{
+	dt_err err;
+
+	if ((err = strv_addf(&c->common, "DMLC_PS_ROOT_URI=%s", c->uri)) ||
+	    (err = strv_addf(&c->common, "DMLC_PS_ROOT_PORT=%s", c->port)) ||
+	    (err = strv_addf(&c->common, "DMLC_NUM_SERVER=%ld", o->servers)) ||
+	    (err = strv_addf(&c->common, "DMLC_NUM_WORKER=%ld", o->workers)) ||
+	    (err = strv_dup(&c->common, "DTRAIN_LAUNCHED=1")) ||
+	    (err = strv_extend(&c->common, o->env.v, o->env.n)))
+		return err;
+	for (size_t i = 0; environ[i]; i++) {
+		const char *e = environ[i];
+		size_t len = strcspn(e, "=");
+		int dup = 0;
+
+		for (size_t j = 0; j < o->env.n && !dup; j++)
+			dup = strncmp(o->env.v[j], e, len) == 0 &&
+			      o->env.v[j][len] == '=';
+		if (!dup && forwarded(e) && (err = strv_dup(&c->forward, e)))
+			return err;
+	}
+	return DT_OK;
+}
+
+/*
+ * The job's id and secret (docs/security.md). The launcher's own
+ * DTRAIN_SECRET or DTRAIN_SECRET_FILE is passed on as it is; otherwise a
+ * fresh random secret is made for this job. DTRAIN_AUTH=none passes none.
+ */
+dt_err
+prepare_auth(const struct opts *o, struct ctx *c)
+{
+	const char *id = dt__env_str("DTRAIN_JOB_ID");
+	const char *mode = dt__env_str("DTRAIN_AUTH");
+	const char *secret = dt__env_str("DTRAIN_SECRET");
+	const char *file = dt__env_str("DTRAIN_SECRET_FILE");
+	dt_err err;
+
+	if (sodium_init() < 0)
+		return dt__fail(DT_ESYS, "libsodium cannot start");
+	if (id) {
+		if (strlen(id) >= sizeof(c->job_id) ||
+		    strspn(id, "abcdefghijklmnopqrstuvwxyz"
+		               "ABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_.") !=
+		        strlen(id))
+			return dt__fail(DT_ECONFIG,
+			                "DTRAIN_JOB_ID must be at most %zu "
+			                "letters, digits, '-', '_' or '.'",
+			                sizeof(c->job_id) - 1);
+		snprintf(c->job_id, sizeof(c->job_id), "%s", id);
+	} else {
+		uint8_t raw[16];
+
+		randombytes_buf(raw, sizeof(raw));
+		sodium_bin2hex(c->job_id, sizeof(c->job_id), raw, sizeof(raw));
+	}
+	if ((err = strv_addf(&c->common, "DTRAIN_JOB_ID=%s", c->job_id)))
+		return err;
+	if (mode && strcmp(mode, "none") == 0)
+		return DT_OK;
+	if (secret && file)
+		return dt__fail(DT_ECONFIG, "both DTRAIN_SECRET and "
+		                            "DTRAIN_SECRET_FILE are set; "
+		                            "keep one");
+	if (file) {
+		if (asprintf(&c->secret_env, "DTRAIN_SECRET_FILE=%s", file) < 0)
+			c->secret_env = NULL;
+		return c->secret_env ? DT_OK : DT_ENOMEM;
+	}
+	if (secret) {
+		c->secret_line = sodium_malloc(strlen(secret) + 2);
+		if (c->secret_line)
+			snprintf(c->secret_line, strlen(secret) + 2, "%s\n",
+			         secret);
+	} else {
+		uint8_t raw[32];
+
+		c->secret_line = sodium_malloc(2 * sizeof(raw) + 2);
+		if (c->secret_line) {
+			randombytes_buf(raw, sizeof(raw));
+			sodium_bin2hex(c->secret_line, 2 * sizeof(raw) + 1, raw,
+			               sizeof(raw));
+			strcat(c->secret_line, "\n");
+			sodium_memzero(raw, sizeof(raw));
+		}
+	}
+	if (c->secret_line == NULL)
+		return dt__fail(DT_ENOMEM, "out of memory");
+	size_t len = strlen(c->secret_line); /* with its newline */
+	c->secret_env = sodium_malloc(len + 14);
+	if (c->secret_env == NULL)
+		return dt__fail(DT_ENOMEM, "out of memory");
+	snprintf(c->secret_env, len + 14, "DTRAIN_SECRET=%.*s", (int)len - 1,
+	         c->secret_line);
+	if (o->be->secret_file &&
+	    asprintf(&c->remote_secret_file, "%s%s.dtrain-%s.secret",
+	             c->cwd[0] == '/' ? c->cwd : "",
+	             c->cwd[0] == '/' ? "/" : "", c->job_id) < 0) {
+		c->remote_secret_file = NULL;
+		return dt__fail(DT_ENOMEM, "out of memory");
+	}
+	return DT_OK;
+}
+
+void
+ctx_free(struct ctx *c)
+{
+	strv_free(&c->common);
+	strv_free(&c->forward);
+	if (c->secret_line)
+		sodium_free(c->secret_line); /* zeroes it */
+	if (c->secret_env && strncmp(c->secret_env, "DTRAIN_SECRET=", 14) == 0)
+		sodium_free(c->secret_env);
+	else
+		free(c->secret_env);
+	free(c->remote_secret_file);
+	free(c->unreached);
+	c->secret_line = c->secret_env = c->remote_secret_file = NULL;
+	c->unreached = NULL;
+}

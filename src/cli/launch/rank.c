@@ -1,0 +1,142 @@
+/*
+ * rank.c - `dtrain rank-exec [--] CMD [ARGS...]`, the wrapper the mpi and
+ * slurm back-ends put in front of every rank's command.
+ *
+ * mpirun and srun report a failed job by their own exit status, which
+ * names no rank (srun's is often the SIGTERM it sent the others). The
+ * wrapper runs CMD as its child, passes on every signal meant to stop it,
+ * and when CMD fails writes one line on its standard error, RANK_MARK
+ * "CODE STATUS"; mpirun --tag-output and srun --label mark that line with
+ * the rank, and the launcher (output.c) names that rank. The wrapper then
+ * ends as CMD did: the same exit status, or the same signal.
+ *
+ * CMD leads a process group of its own, and the signals go to the whole
+ * group. When CMD has exited, whatever it left in its group (a child that
+ * ignores SIGHUP, a daemon) gets SIGTERM, and SIGKILL RANK_KILL_MS later:
+ * an engine that tracks processes by parent (Slurm's proctrack/linuxproc,
+ * mpirun's orted) loses sight of an orphan, the wrapper does not.
+ */
+#include <errno.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "cli/cli.h"
+#include "cli/launch/launch.h"
+
+#define RANK_KILL_MS 2000
+
+/* End what is left of CMD's group. */
+static void
+end_group(pid_t pgid)
+{
+	if (kill(-pgid, SIGTERM) < 0)
+		return; /* nothing left */
+	kill(-pgid, SIGCONT);
+	for (int i = 0; i < RANK_KILL_MS / 20 && kill(-pgid, 0) == 0; i++)
+		usleep(20000);
+	kill(-pgid, SIGKILL);
+}
+
+static void
+on_chld(int sig)
+{
+	(void)sig;
+}
+
+int
+dt__cli_rank_exec(int argc, char **argv)
+{
+	static const int fwd[] = {SIGINT,  SIGTERM, SIGHUP,
+	                          SIGQUIT, SIGUSR1, SIGUSR2};
+	struct sigaction sa = {0};
+	sigset_t set, old;
+	siginfo_t si;
+	char line[64];
+	int i = 1, st, n;
+	pid_t pid, parent = getpid();
+
+	if (i < argc && strcmp(argv[i], "--") == 0)
+		i++;
+	if (i >= argc) {
+		fputs("usage: dtrain rank-exec [--] CMD [ARGS...]\n", stderr);
+		return RC_USAGE;
+	}
+	/* Every signal to pass on waits in sigwaitinfo; SIGCHLD too (a
+	 * handler of its own, so that it is never discarded). */
+	sa.sa_handler = on_chld;
+	sigaction(SIGCHLD, &sa, NULL);
+	sigemptyset(&set);
+	sigaddset(&set, SIGCHLD);
+	for (size_t k = 0; k < DT_ARRAY_LEN(fwd); k++)
+		sigaddset(&set, fwd[k]);
+	sigprocmask(SIG_BLOCK, &set, &old);
+	if ((pid = fork()) < 0) {
+		fprintf(stderr, "dtrain rank-exec: fork: %s\n",
+		        strerror(errno));
+		return RC_FAIL;
+	}
+	if (pid == 0) {
+		/* CMD dies with the wrapper, whatever kills it. */
+		prctl(PR_SET_PDEATHSIG, SIGKILL);
+		if (getppid() != parent)
+			_exit(RC_FAIL);
+		setpgid(0, 0);
+		sa.sa_handler = SIG_DFL;
+		sigaction(SIGCHLD, &sa, NULL);
+		sigprocmask(SIG_SETMASK, &old, NULL);
+		execvp(argv[i], argv + i);
+		n = errno;
+		fprintf(stderr, "dtrain rank-exec: cannot run '%s': %s\n",
+		        argv[i], strerror(n));
+		_exit(n == ENOENT || n == ENOTDIR ? 127 : 126);
+	}
+	setpgid(pid, pid); /* (whichever of the two runs first) */
+	for (;;) {
+		int sig = sigwaitinfo(&set, &si);
+
+		if (sig < 0)
+			continue; /* EINTR */
+		if (sig != SIGCHLD) {
+			if (kill(-pid, sig) < 0)
+				kill(pid, sig);
+			if (sig != SIGUSR1 && sig != SIGUSR2)
+				kill(-pid, SIGCONT);
+			continue;
+		}
+		if (waitpid(pid, &st, WNOHANG) == pid)
+			break;
+	}
+	if (WIFEXITED(st) && WEXITSTATUS(st) == 0) {
+		end_group(pid);
+		return 0;
+	}
+	n = snprintf(line, sizeof(line), "%s%d %d\n", RANK_MARK,
+	             WIFEXITED(st)   ? CLD_EXITED
+	             : WCOREDUMP(st) ? CLD_DUMPED
+	                             : CLD_KILLED,
+	             WIFEXITED(st) ? WEXITSTATUS(st) : WTERMSIG(st));
+	if (write(2, line, (size_t)n) < 0) {
+		/* nothing to do: the exit status still says it */
+	}
+	end_group(pid);
+	if (WIFSIGNALED(st)) {
+		/* End by the same signal, without a core of our own. */
+		struct rlimit nocore = {0, 0};
+		int sig = WTERMSIG(st);
+
+		setrlimit(RLIMIT_CORE, &nocore);
+		sa.sa_handler = SIG_DFL;
+		sigaction(sig, &sa, NULL);
+		sigdelset(&old, sig);
+		sigprocmask(SIG_SETMASK, &old, NULL);
+		raise(sig);
+		return 128 + sig;
+	}
+	return WEXITSTATUS(st);
+}

@@ -1,0 +1,195 @@
+# engines_lib.bash - real engines for the launcher's tests, started by the
+# test itself and stopped by its exit trap: a private sshd (generated keys,
+# a high port, nothing of the system's ssh configuration used), hosts made
+# of network namespaces on a private bridge, each with its own sshd, and a
+# private Slurm cluster (munged, slurmctld and slurmd with their own key,
+# sockets, ports, state and configuration). Sourced after launch_lib.bash.
+#
+# A test that cannot have an engine says why and exits 0 ("skipped: ...").
+
+ENGINE_CLEANUP=()
+
+engines_cleanup() {
+	local i
+	for ((i = ${#ENGINE_CLEANUP[@]} - 1; i >= 0; i--)); do
+		eval "${ENGINE_CLEANUP[$i]}" >/dev/null 2>&1
+	done
+	cleanup
+}
+trap engines_cleanup EXIT
+
+skip() {
+	echo "skipped: $*"
+	exit 0
+}
+
+need_root() {
+	[ "$(id -u)" = 0 ] || skip "not root: $1 needs root (run the suite as root, as CI does)"
+}
+
+need_cmds() {
+	local c
+	for c in "$@"; do
+		command -v "$c" >/dev/null 2>&1 || [ -x "$c" ] ||
+			skip "$c is not installed (make test installs it as root)"
+	done
+}
+
+free_port() {
+	python3 -c 'import socket; s = socket.socket(); s.bind(("", 0)); print(s.getsockname()[1])'
+}
+
+# wait_for SECONDS COMMAND...: poll until the command succeeds.
+wait_for() {
+	local end=$(($(now_ms) + $1 * 1000))
+	shift
+	until "$@" >/dev/null 2>&1; do
+		[ "$(now_ms)" -lt "$end" ] || return 1
+		sleep 0.1
+	done
+}
+
+# ------------------------------------------------------------------
+# ssh: keys, a client wrapper (DTRAIN_SSH), sshd instances.
+
+SSHDIR=$TMP/ssh
+
+ssh_setup() {
+	need_cmds /usr/sbin/sshd ssh ssh-keygen
+	mkdir -p "$SSHDIR" /run/sshd
+	chmod 700 "$SSHDIR"
+	ssh-keygen -q -t ed25519 -N '' -f "$SSHDIR/host_key" >/dev/null
+	ssh-keygen -q -t ed25519 -N '' -f "$SSHDIR/id" >/dev/null
+	cp "$SSHDIR/id.pub" "$SSHDIR/authorized_keys"
+	cat >"$SSHDIR/config" <<EOF
+IdentityFile $SSHDIR/id
+IdentitiesOnly yes
+UserKnownHostsFile /dev/null
+StrictHostKeyChecking no
+LogLevel ERROR
+EOF
+	# The client every test uses: ssh with the private configuration
+	# (dtrain launch through DTRAIN_SSH, mpirun through plm_rsh_agent).
+	cat >"$SSHDIR/ssh" <<EOF
+#!/bin/sh
+exec ssh -F "$SSHDIR/config" "\$@"
+EOF
+	chmod +x "$SSHDIR/ssh"
+	export DTRAIN_SSH=$SSHDIR/ssh
+}
+
+# sshd_start NAME ADDR PORT [NETNS]: an sshd listening on ADDR:PORT.
+sshd_start() {
+	local name=$1 addr=$2 port=$3 ns=${4:-}
+	cat >"$SSHDIR/sshd_$name.conf" <<EOF
+Port $port
+ListenAddress $addr
+HostKey $SSHDIR/host_key
+AuthorizedKeysFile $SSHDIR/authorized_keys
+PermitRootLogin prohibit-password
+PasswordAuthentication no
+KbdInteractiveAuthentication no
+UsePAM no
+StrictModes no
+PidFile $SSHDIR/sshd_$name.pid
+LogLevel ERROR
+EOF
+	if [ -n "$ns" ]; then
+		ip netns exec "$ns" /usr/sbin/sshd -f "$SSHDIR/sshd_$name.conf" -E "$SSHDIR/sshd_$name.log" || return 1
+	else
+		/usr/sbin/sshd -f "$SSHDIR/sshd_$name.conf" -E "$SSHDIR/sshd_$name.log" || return 1
+	fi
+	ENGINE_CLEANUP+=("kill \$(cat '$SSHDIR/sshd_$name.pid')")
+	wait_for 10 "$SSHDIR/ssh" -p "$port" "$addr" true ||
+		{ echo "sshd $name on $addr:$port does not answer" >&2; cat "$SSHDIR/sshd_$name.log" >&2; return 1; }
+}
+
+# ------------------------------------------------------------------
+# Hosts: network namespaces on a bridge, 10.R.0.1 here, 10.R.0.(i+1) the
+# i-th host (HOSTS[i-1]), each with an sshd on SSH_PORT.
+
+HOSTS=()
+NETS_BR=
+hosts_setup() {
+	local n=$1 i ns r=$((100 + RANDOM % 100)) id=$$
+	need_root "network namespaces"
+	need_cmds ip
+	NETS_BR=dtbr$id
+	NET=10.$r.$((RANDOM % 250)).
+	ip link add "$NETS_BR" type bridge || skip "cannot make a bridge here"
+	ENGINE_CLEANUP+=("ip link del $NETS_BR")
+	ip addr add "${NET}1/24" dev "$NETS_BR" && ip link set "$NETS_BR" up
+	SSH_PORT=$(free_port)
+	for ((i = 1; i <= n; i++)); do
+		ns=dth${id}_$i
+		ip netns add "$ns" || return 1
+		ENGINE_CLEANUP+=("ip netns del $ns")
+		ip link add "dtv${id}_$i" type veth peer name eth0 netns "$ns" || return 1
+		ENGINE_CLEANUP+=("ip link del dtv${id}_$i")
+		ip link set "dtv${id}_$i" master "$NETS_BR" up
+		ip netns exec "$ns" ip addr add "${NET}$((i + 1))/24" dev eth0
+		ip netns exec "$ns" ip link set eth0 up
+		ip netns exec "$ns" ip link set lo up
+		sshd_start "h$i" "${NET}$((i + 1))" "$SSH_PORT" "$ns" || return 1
+		HOSTS+=("${NET}$((i + 1))")
+	done
+	HERE=${NET}1
+}
+
+# ------------------------------------------------------------------
+# Slurm: one node (this machine) in a private cluster.
+
+slurm_setup() {
+	local host d=$TMP/slurm
+	need_root "a private Slurm (slurmd runs jobs as their users)"
+	need_cmds munged munge slurmctld slurmd srun salloc sbatch sinfo
+	host=$(hostname -s)
+	mkdir -p "$d/state" "$d/spool" "$d/log"
+	chmod 755 "$TMP" "$d"
+	dd if=/dev/urandom of="$d/munge.key" bs=1024 count=1 2>/dev/null
+	chmod 400 "$d/munge.key"
+	munged -f --socket="$d/munge.sock" --key-file="$d/munge.key" \
+		--log-file="$d/log/munged.log" --pid-file="$d/munged.pid" \
+		--seed-file="$d/munged.seed" || skip "munged does not start: $(tail -2 "$d/log/munged.log")"
+	ENGINE_CLEANUP+=("kill \$(cat '$d/munged.pid')")
+	cat >"$d/slurm.conf" <<EOF
+ClusterName=dt$$
+SlurmctldHost=$host(127.0.0.1)
+SlurmUser=root
+SlurmdUser=root
+SlurmctldPort=$(free_port)
+SlurmdPort=$(free_port)
+AuthType=auth/munge
+AuthInfo=socket=$d/munge.sock
+CredType=cred/munge
+StateSaveLocation=$d/state
+SlurmdSpoolDir=$d/spool
+SlurmctldPidFile=$d/slurmctld.pid
+SlurmdPidFile=$d/slurmd.pid
+SlurmctldLogFile=$d/log/slurmctld.log
+SlurmdLogFile=$d/log/slurmd.log
+PlugStackConfig=$d/plugstack.conf
+ProctrackType=proctrack/linuxproc
+TaskPlugin=task/none
+SelectType=select/cons_tres
+SelectTypeParameters=CR_CPU
+SlurmdParameters=config_overrides
+ReturnToService=2
+MpiDefault=none
+JobAcctGatherType=jobacct_gather/none
+AccountingStorageType=accounting_storage/none
+MinJobAge=600
+NodeName=$host NodeAddr=127.0.0.1 CPUs=8 State=UNKNOWN
+PartitionName=dt Nodes=$host Default=YES MaxTime=INFINITE State=UP
+EOF
+	: >"$d/plugstack.conf"
+	export SLURM_CONF=$d/slurm.conf
+	slurmctld -f "$SLURM_CONF" || skip "slurmctld does not start"
+	ENGINE_CLEANUP+=("kill \$(cat '$d/slurmctld.pid')")
+	slurmd -f "$SLURM_CONF" || skip "slurmd does not start"
+	# Jobs first (their steps), then the node daemon.
+	ENGINE_CLEANUP+=("kill \$(cat '$d/slurmd.pid')")
+	ENGINE_CLEANUP+=("scancel --full --signal=KILL -u root; wait_for 10 test -z \"\$(squeue -h)\"")
+	wait_for 30 sh -c 'sinfo -h -o %t | grep -qx idle' ||
+		{ tail -5 "$d/log/slurmctld.log" "$d/log/slurmd.log" >&2; skip "the private Slurm node did not come up"; }
+}

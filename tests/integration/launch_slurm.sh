@@ -1,0 +1,113 @@
+#!/bin/bash
+# launch_slurm.sh - `dtrain launch --launcher slurm` against a real Slurm
+# (a private munged + slurmctld + slurmd, engines_lib.bash), the ways Slurm
+# users run: inside `salloc`, and as an `sbatch` script. linreg's dist_sync
+# result equals the local launcher's; a failing worker is named with its
+# rank and status; Ctrl-C and a worker that ignores SIGHUP leave nothing
+# (no process, no job step). Skipped, with the reason, where Slurm cannot
+# run (not root, not installed).
+. "$(dirname "$0")/launch_lib.bash"
+. "$(dirname "$0")/engines_lib.bash"
+slurm_setup
+B=$DTRAIN_BUILD
+OUT=$TMP/out
+ERR=$TMP/err
+LINREG=("$B/examples/linreg" --kvstore dist_sync --epochs 3)
+
+# steps_left: job steps still known to Slurm.
+steps_left() {
+	squeue -h -s | grep -v '\.extern' || true
+}
+
+# The reference: the same job under the local launcher.
+"$DTRAIN" launch -n 2 -s 2 -- "${LINREG[@]}" >"$TMP/ref" 2>&1
+REF=$(grep -m1 -o 'w=.*' "$TMP/ref")
+check "reference run: $REF" test -n "$REF"
+
+# 1. Inside an allocation (the issue's hang: the second step waited).
+start=$(now_ms)
+timeout 120 salloc --quiet -n 2 "$DTRAIN" launch -n 2 -s 2 --launcher slurm \
+	--env DT_TEST_TAG="$TAG" -- "${LINREG[@]}" >"$OUT" 2>"$ERR"
+rc=$?
+ms=$(($(now_ms) - start))
+check "salloc: launcher exits 0 (got $rc, ${ms} ms)" test "$rc" = 0
+for i in 0 1; do
+	check "salloc: [worker $i] $REF" has "$OUT" "[worker $i] $REF"
+done
+check "salloc: nothing left" wait_gone 5
+check "salloc: no job step left" wait_for 10 test -z "$(steps_left)"
+
+# 2. A batch script, as sbatch users write it.
+cat >"$TMP/job.sh" <<EOF
+#!/bin/bash
+#SBATCH --ntasks=2
+#SBATCH --output=$TMP/batch.out
+cd "$B"
+exec "$DTRAIN" launch -n 2 -s 2 --launcher slurm --env DT_TEST_TAG=$TAG -- ${LINREG[*]}
+EOF
+job=$(sbatch --parsable "$TMP/job.sh")
+state() { scontrol show job "$job" 2>/dev/null | grep -o 'JobState=[A-Z]*'; }
+check "sbatch: job $job ends" wait_for 120 sh -c "scontrol show job $job | grep -qE 'JobState=(COMPLETED|FAILED|CANCELLED|TIMEOUT)'"
+check "sbatch: $(state) with exit code 0" sh -c "scontrol show job $job | grep -q 'JobState=COMPLETED.*' && scontrol show job $job | grep -q 'ExitCode=0:0'"
+for i in 0 1; do
+	check "sbatch: [worker $i] $REF" has "$TMP/batch.out" "[worker $i] $REF"
+done
+check "sbatch: nothing left" wait_gone 5
+
+# 3. A worker fails: named with its rank and status, the job stopped.
+cat >"$TMP/failw" <<EOF
+#!/bin/sh
+if [ "\$DMLC_ROLE" = worker ] && [ "\$SLURM_PROCID" = 1 ]; then
+	sleep 1; date +%s%N >"$TMP/failed_at"; exit 3
+fi
+exec "$B/examples/linreg" --kvstore dist_sync --epochs 100000
+EOF
+chmod +x "$TMP/failw"
+timeout 120 salloc --quiet -n 2 "$DTRAIN" launch -n 2 -s 1 --launcher slurm \
+	--env DT_TEST_TAG="$TAG" -- "$TMP/failw" >"$OUT" 2>"$ERR"
+rc=$?
+end=$(now_ms)
+failed=$(($(cat "$TMP/failed_at" 2>/dev/null || echo 0) / 1000000))
+ms=$((end - failed))
+check "failure: launcher exits 1 (got $rc)" test "$rc" = 1
+check "failure: stopped ${ms} ms after the failure (< 2000)" test "$ms" -lt 2000
+check "failure: the rank and its status named" grep -qE \
+	'^dtrain launch: worker 1 exited with status 3 \(workers, pid [0-9]+, ' "$ERR"
+check "failure: job failed: worker 1 exited with status 3" has "$ERR" \
+	"dtrain launch: job failed: worker 1 exited with status 3"
+check "failure: nothing left" wait_gone 5
+check "failure: no job step left" wait_for 10 test -z "$(steps_left)"
+echo "TABLE slurm failing-worker rc=$rc ms=$ms"
+
+# 4 and 5. Ctrl-C (SIGINT to the launcher), with workers that ignore
+# SIGHUP and leave a child behind.
+cat >"$TMP/stubborn" <<EOF
+#!/bin/bash
+trap '' HUP
+sleep 300 &
+: >"$TMP/up.\$DMLC_ROLE.\$SLURM_PROCID"
+exec "$B/examples/linreg" --kvstore dist_sync --epochs 100000
+EOF
+chmod +x "$TMP/stubborn"
+for what in plain stubborn; do
+	rm -f "$TMP"/up.*
+	if [ $what = plain ]; then cmd=("${LINREG[@]}" --epochs 100000); else cmd=("$TMP/stubborn"); fi
+	timeout 120 salloc --quiet -n 2 "$DTRAIN" launch -n 2 -s 1 --launcher slurm \
+		--env DT_TEST_TAG="$TAG" -- "${cmd[@]}" >"$OUT" 2>"$ERR" &
+	S=$!
+	wait_for 60 sh -c "grep -q 'Epoch\[1\]' '$OUT'"
+	# (timeout, then salloc, then the launcher)
+	L=$(pgrep -P "$(pgrep -P "$S" | head -1)" | head -1)
+	start=$(now_ms)
+	kill -INT "$L"
+	wait "$S"
+	rc=$?
+	check "Ctrl-C ($what): exits 130 (got $rc)" test "$rc" = 130
+	check "Ctrl-C ($what): nothing left" wait_gone 5
+	ms=$(($(now_ms) - start))
+	check "Ctrl-C ($what): all gone ${ms} ms after the signal (< 2000)" test "$ms" -lt 2000
+	check "Ctrl-C ($what): no job step left" wait_for 10 test -z "$(steps_left)"
+	echo "TABLE slurm ctrl-c-$what rc=$rc ms=$ms"
+done
+
+finish
