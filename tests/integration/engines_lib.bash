@@ -78,9 +78,11 @@ EOF
 	export DTRAIN_SSH=$SSHDIR/ssh
 }
 
-# sshd_start NAME ADDR PORT [NETNS]: an sshd listening on ADDR:PORT.
+# sshd_start NAME ADDR PORT [NETNS]: an sshd listening on ADDR:PORT. With
+# PRIVATE_DIR set, that directory is the host's own (a tmpfs in a mount
+# namespace of its sshd), as a directory on another machine would be.
 sshd_start() {
-	local name=$1 addr=$2 port=$3 ns=${4:-}
+	local name=$1 addr=$2 port=$3 ns=${4:-} pre=()
 	cat >"$SSHDIR/sshd_$name.conf" <<EOF
 Port $port
 ListenAddress $addr
@@ -94,10 +96,14 @@ StrictModes no
 PidFile $SSHDIR/sshd_$name.pid
 LogLevel ERROR
 EOF
-	if [ -n "$ns" ]; then
-		ip netns exec "$ns" /usr/sbin/sshd -f "$SSHDIR/sshd_$name.conf" -E "$SSHDIR/sshd_$name.log" || return 1
+	[ -n "$ns" ] && pre=(ip netns exec "$ns")
+	if [ -n "${PRIVATE_DIR:-}" ]; then
+		mkdir -p "$PRIVATE_DIR"
+		"${pre[@]}" unshare -m --propagation private sh -c \
+			'mount -t tmpfs dtrain "$1" && exec /usr/sbin/sshd -f "$2" -E "$3"' \
+			sh "$PRIVATE_DIR" "$SSHDIR/sshd_$name.conf" "$SSHDIR/sshd_$name.log" || return 1
 	else
-		/usr/sbin/sshd -f "$SSHDIR/sshd_$name.conf" -E "$SSHDIR/sshd_$name.log" || return 1
+		"${pre[@]}" /usr/sbin/sshd -f "$SSHDIR/sshd_$name.conf" -E "$SSHDIR/sshd_$name.log" || return 1
 	fi
 	ENGINE_CLEANUP+=("kill \$(cat '$SSHDIR/sshd_$name.pid')")
 	wait_for 10 "$SSHDIR/ssh" -p "$port" "$addr" true ||

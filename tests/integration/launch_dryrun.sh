@@ -6,7 +6,7 @@
 cd "$TMP" || exit 1
 # The plan shows variables passed on to other hosts: start from none.
 for v in $(compgen -e); do
-	case $v in PS_* | MXNET_* | DT_* | DMLC_* | OMP_NUM_THREADS) unset "$v" ;; esac
+	case $v in PS_* | MXNET_* | DT_* | DMLC_* | OMP_* | OPENBLAS_*) unset "$v" ;; esac
 done
 unset DTRAIN_SECRET DTRAIN_SECRET_FILE DTRAIN_AUTH DTRAIN_SSH_CONNECT_TIMEOUT
 export DTRAIN_JOB_ID=testjob # a fixed job id, to compare the lines
@@ -69,7 +69,7 @@ got=$(plan -n 2 -s 0 -H hosts_dup --sync-dst-dir /tmp/job -- true)
 check "sync: one rsync per host, then the job: $got" test "$got" = \
 	"sync h1 on h1,sync h2 on h2,scheduler on localhost,worker 0 on h1,worker 1 on h2"
 check "sync: rsync command" grep -qF \
-	"sync h2 on h2: rsync -az --exclude=.git/ -e 'ssh -o StrictHostKeyChecking=no -o BatchMode=yes -o ConnectTimeout=10' '--rsync-path=mkdir -p /tmp/job && rsync' $TMP/ h2:/tmp/job/" \
+	"sync h2 on h2: rsync -az --exclude=.git/ -e 'ssh -o StrictHostKeyChecking=no -o BatchMode=yes -o ConnectTimeout=10' '--rsync-path=if [ ! -e /tmp/job ]; then mkdir -p /tmp/job && : >/tmp/job/.dtrain-new-testjob; fi && rsync' $TMP/ h2:/tmp/job/" \
 	"$TMP/plan"
 check "sync: workers run in the synced directory" \
 	grep -qF "worker 0 on h1: ssh -o StrictHostKeyChecking=no -o BatchMode=yes -o ConnectTimeout=10 -o ServerAliveInterval=15 -tt h1 'cd /tmp/job && exec env" "$TMP/plan"
@@ -82,17 +82,17 @@ got=$(plan -n 3 -s 2 --launcher mpi -H hosts5 -- python train.py)
 check "mpi: scheduler, servers, workers: $got" test "$got" = \
 	"scheduler on localhost,servers on hosts5,workers on hosts5"
 check "mpi: workers command" grep -qF \
-	"workers on hosts5: mpirun --allow-run-as-root --oversubscribe --tag-output --bind-to none -np 3 --host h3:1,h4:1,h5:1 --mca plm_rsh_args '-o ConnectTimeout=10' -x DMLC_ROLE=worker -x DMLC_PS_ROOT_URI=h1 -x DMLC_PS_ROOT_PORT=PORT -x DMLC_NUM_SERVER=2 -x DMLC_NUM_WORKER=3 -x DTRAIN_LAUNCHED=1 -x DTRAIN_JOB_ID=testjob -x DTRAIN_SECRET $DTRAIN rank-exec -- python train.py" \
+	"workers on hosts5: mpirun --allow-run-as-root --oversubscribe --tag-output --bind-to none -np 3 --host h3:1,h4:1,h5:1 --mca plm_rsh_args '-o ConnectTimeout=10' --mca odls_base_sigkill_timeout 0 -x DMLC_ROLE=worker -x DMLC_PS_ROOT_URI=h1 -x DMLC_PS_ROOT_PORT=PORT -x DMLC_NUM_SERVER=2 -x DMLC_NUM_WORKER=3 -x DTRAIN_LAUNCHED=1 -x DTRAIN_JOB_ID=testjob -x DTRAIN_SECRET $DTRAIN rank-exec -- python train.py" \
 	"$TMP/plan"
 check "mpi: servers command" grep -qF \
-	"servers on hosts5: mpirun --allow-run-as-root --oversubscribe --tag-output --bind-to none -np 2 --host h1:1,h2:1 --mca plm_rsh_args '-o ConnectTimeout=10' -x DMLC_ROLE=server -x DMLC_PS_ROOT_URI=h1 -x DMLC_PS_ROOT_PORT=PORT -x DMLC_NUM_SERVER=2 -x DMLC_NUM_WORKER=3 -x DTRAIN_LAUNCHED=1 -x DTRAIN_JOB_ID=testjob -x DTRAIN_SECRET $DTRAIN rank-exec -- $DTRAIN server" \
+	"servers on hosts5: mpirun --allow-run-as-root --oversubscribe --tag-output --bind-to none -np 2 --host h1:1,h2:1 --mca plm_rsh_args '-o ConnectTimeout=10' --mca odls_base_sigkill_timeout 0 -x DMLC_ROLE=server -x DMLC_PS_ROOT_URI=h1 -x DMLC_PS_ROOT_PORT=PORT -x DMLC_NUM_SERVER=2 -x DMLC_NUM_WORKER=3 -x DTRAIN_LAUNCHED=1 -x DTRAIN_JOB_ID=testjob -x DTRAIN_SECRET $DTRAIN rank-exec -- $DTRAIN server" \
 	"$TMP/plan"
 check "mpi: no rank variables" test -z "$(grep -E 'DMLC_(WORKER|SERVER)_ID' "$TMP/plan")"
 got=$(plan -n 2 -s 0 --launcher mpi -- python train.py)
 check "mpi -s 0: no servers' mpirun: $got" test "$got" = \
 	"scheduler on localhost,workers on localhost"
 check "mpi without -H: scheduler on 127.0.0.1, no --host" grep -qF \
-	"workers on localhost: mpirun --allow-run-as-root --oversubscribe --tag-output --bind-to none -np 2 -x DMLC_ROLE=worker -x DMLC_PS_ROOT_URI=127.0.0.1 " \
+	"workers on localhost: mpirun --allow-run-as-root --oversubscribe --tag-output --bind-to none -np 2 --mca odls_base_sigkill_timeout 0 -x DMLC_ROLE=worker -x DMLC_PS_ROOT_URI=127.0.0.1 " \
 	"$TMP/plan"
 
 # srun: one per role, variables through the environment.

@@ -6,7 +6,7 @@
 . "$(dirname "$0")/launch_lib.bash"
 make_fake_dtrain
 for v in $(compgen -e); do
-	case $v in PS_* | MXNET_* | DMLC_* | OMP_NUM_THREADS) unset "$v" ;; esac
+	case $v in PS_* | MXNET_* | DMLC_* | OMP_* | OPENBLAS_*) unset "$v" ;; esac
 done
 
 cat >"$TMP/fake_ssh" <<'EOS'
@@ -121,7 +121,7 @@ rc=$?
 check "sync: launcher exits 0 (got $rc)" test "$rc" = 0
 check "sync: one rsync per host" test "$(wc -l <"$FAKE_RSYNC_LOG")" = 3
 check "sync: rsync arguments" has "$FAKE_RSYNC_LOG" \
-	"-az --exclude=.git/ -e $TMP/fake_ssh -o StrictHostKeyChecking=no -o BatchMode=yes -o ConnectTimeout=10 --rsync-path=mkdir -p $DST && rsync $TMP/work/ h3:$DST/"
+	"-az --exclude=.git/ -e $TMP/fake_ssh -o StrictHostKeyChecking=no -o BatchMode=yes -o ConnectTimeout=10 --rsync-path=if [ ! -e $DST ]; then mkdir -p $DST && : >$DST/.dtrain-" && has "$FAKE_RSYNC_LOG" "; fi && rsync $TMP/work/ h3:$DST/"
 check "sync: worker 0 runs in the copy" has "$OUT" "[worker 0] $DST: payload"
 check "sync: worker 1 runs in the copy" has "$OUT" "[worker 1] $DST: payload"
 

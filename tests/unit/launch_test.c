@@ -218,8 +218,8 @@ test_ssh(void **state)
 	assert_non_null(strstr(last, " DMLC_ROLE=worker DMLC_WORKER_ID=1 "));
 	assert_non_null(strstr(last, " PS_VERBOSE=1 "));
 	assert_non_null(strstr(last, " 'MSG=it'\\''s' "));
-	assert_non_null(
-	    strstr(last, " 'DTRAIN_SECRET_FILE=/work dir/.dtrain-testjob.secret' "));
+	assert_non_null(strstr(
+	    last, " 'DTRAIN_SECRET_FILE=/work dir/.dtrain-testjob.secret' "));
 	assert_non_null(strstr(last, " sh -c "));
 	assert_non_null(strstr(last, " dtrain-remote python train.py"));
 	last = j.p[1].argv.v[j.p[1].argv.n - 1];

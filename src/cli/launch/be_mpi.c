@@ -147,6 +147,19 @@ mpi_role(struct plan *pl, const char *role, long np, char **cmd, size_t ncmd)
 			err = strv_addf(&p->argv, "-o %s%s%s", c->ssh_timeout,
 			                port ? " -p " : "", port ? port : "");
 	}
+	/* When mpirun stops a job, each orted sends its ranks SIGTERM and
+	 * then sleeps 1 s before SIGKILL, whether they are gone or not: 3 s
+	 * to stop a job over two hosts. The ranks' wrappers end their
+	 * commands, whatever kills them (rank.c). */
+	if (!err && !getenv("OMPI_MCA_odls_base_sigkill_timeout") &&
+	    !(err = strv_dup(&p->argv, "--mca")) &&
+	    !(err = strv_dup(&p->argv, "odls_base_sigkill_timeout")))
+		err = strv_dup(&p->argv, "0");
+	/* The launcher's own ssh (DTRAIN_SSH) is mpirun's too. */
+	if (!err && pl->h->n && strcmp(c->ssh, "ssh") != 0 &&
+	    !(err = strv_dup(&p->argv, "--mca")) &&
+	    !(err = strv_dup(&p->argv, "plm_rsh_agent")))
+		err = strv_dup(&p->argv, c->ssh);
 	for (size_t i = 0; i < p->env.n && !err; i++)
 		if (!(err = strv_dup(&p->argv, "-x")))
 			err = strv_dup(&p->argv, p->env.v[i]);

@@ -182,9 +182,15 @@ build_sync(const struct opts *o, const struct hosts *h, const struct ctx *c,
 			sb_add(&b, h->h[i].port);
 		}
 		rsh = sb_take(&b);
-		sb_add(&b, "--rsync-path=mkdir -p ");
+		/* A directory this copy makes gets a mark, so that it can be
+		 * removed if another host's copy fails. */
+		sb_add(&b, "--rsync-path=if [ ! -e ");
 		sb_addq(&b, o->sync_dir);
-		sb_add(&b, " && rsync");
+		sb_add(&b, " ]; then mkdir -p ");
+		sb_addq(&b, o->sync_dir);
+		sb_add(&b, " && : >");
+		sb_addq(&b, c->sync_mark);
+		sb_add(&b, "; fi && rsync");
 		rpath = sb_take(&b);
 		err = strv_dup(&p[n].argv, c->rsync);
 		if (!err)
@@ -276,6 +282,80 @@ remote_secret(const struct hosts *h, struct ctx *c, struct run *r, int remove)
 	return rc;
 }
 
+/*
+ * --sync-dst-dir: copy the working directory to every host. When a copy
+ * fails (or the launcher is stopped), the directories this copy made on
+ * the hosts it reached are removed again, so no host keeps half a tree;
+ * a directory that was there before keeps what was copied into it (as
+ * rsync leaves it). When all succeed, the marks go.
+ */
+static int
+ssh_sync(const struct opts *o, const struct hosts *h, struct ctx *c,
+         struct run *r)
+{
+	struct proc *p = NULL;
+	size_t n = 0;
+	unsigned char *unreached = NULL;
+	struct sbuf b = {0};
+	char *cmd;
+	dt_err err;
+	int rc, rc2;
+
+	if ((err = build_sync(o, h, c, &p, &n))) {
+		say("%s", dt_errmsg());
+		return RC_FAIL;
+	}
+	raise_nofile(r, n);
+	rc = run_procs(r, p, n);
+	if (rc != 0) {
+		say("copying the working directory failed (%s)", r->reason);
+		/* Where ssh never connected (rsync's 255) nothing was made. */
+		if ((unreached = calloc(h->n ? h->n : 1, 1)) != NULL)
+			for (size_t i = 0; i < n; i++)
+				for (size_t k = 0; k < h->n; k++)
+					if (p[i].exited &&
+					    p[i].code == CLD_EXITED &&
+					    p[i].status == 255 &&
+					    strcmp(p[i].host, h->h[k].name) ==
+					        0)
+						unreached[k] = 1;
+	}
+	procs_free(p, n);
+	p = NULL;
+	n = 0;
+	if (rc == 0) {
+		sb_add(&b, "rm -f ");
+		sb_addq(&b, c->sync_mark);
+	} else {
+		sb_add(&b, "if [ -e ");
+		sb_addq(&b, c->sync_mark);
+		sb_add(&b, " ]; then rm -rf ");
+		sb_addq(&b, o->sync_dir);
+		sb_add(&b, "; fi");
+	}
+	cmd = sb_take(&b);
+	err = cmd ? build_host_steps(h, c,
+	                             rc == 0 ? "ending the copy on"
+	                                     : "removing the copy on",
+	                             cmd, NULL, unreached, &p, &n)
+	          : dt__fail(DT_ENOMEM, "out of memory");
+	free(cmd);
+	free(unreached);
+	if (err) {
+		say("%s", dt_errmsg());
+		return RC_FAIL;
+	}
+	if (rc != 0)
+		r->deadline = dt__now_ns() + 30 * NS_PER_S;
+	rc2 = n ? run_procs(r, p, n) : 0;
+	procs_free(p, n);
+	if (rc2 != 0 && rc == 0)
+		say("copying the working directory: %s", r->reason);
+	else if (rc2 != 0)
+		say("a partial copy may be left on a host: %s", r->reason);
+	return rc ? rc : rc2;
+}
+
 static dt_err
 ssh_role(struct plan *pl, const char *role, long count, char **cmd, size_t ncmd)
 {
@@ -325,7 +405,7 @@ const struct dl_backend dl_ssh = {
     .name = "ssh",
     .hosts = HOSTS_REQUIRED,
     .restart = 1,
-    .sync = 1,
+    .sync = ssh_sync,
     .secret_file = 1,
     .plan_role = ssh_role,
     .before = ssh_before,

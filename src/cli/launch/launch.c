@@ -125,22 +125,8 @@ run_job(const struct opts *o, const struct hosts *h, struct ctx *c)
 	if (o->verbose)
 		say("scheduler address %s:%s", uri, port);
 
-	if (o->sync_dir) {
-		if ((err = build_sync(o, h, c, &p, &n))) {
-			say("%s", dt_errmsg());
-			goto out;
-		}
-		raise_nofile(&r, n);
-		rc = run_procs(&r, p, n);
-		procs_free(p, n);
-		p = NULL;
-		n = 0;
-		if (rc != 0) {
-			say("copying the working directory failed (%s)",
-			    r.reason);
-			goto out;
-		}
-	}
+	if (o->sync_dir && (rc = o->be->sync(o, h, c, &r)) != 0)
+		goto out;
 	if (o->be->before && (rc = o->be->before(h, c, &r)) != 0)
 		goto out;
 	if ((err = build_plan(o, h, c, &p, &n))) {

@@ -184,6 +184,7 @@ struct ctx {
 	char *secret_env;
 	char *secret_line;
 	char *remote_secret_file; /* "DIR/.dtrain-JOB.secret" (ssh) */
+	char *sync_mark; /* "DIR/.dtrain-new-JOB": a directory a copy made */
 	unsigned char *unreached; /* by host: ssh could not connect there */
 };
 
@@ -229,7 +230,10 @@ struct dl_backend {
 	const char *name;
 	enum { HOSTS_UNUSED, HOSTS_OPTIONAL, HOSTS_REQUIRED } hosts;
 	int restart; /* --restart can start a lost server again */
-	int sync;    /* --sync-dst-dir */
+	/* --sync-dst-dir: copy the working directory to the hosts; an exit
+	 * status, 0 to go on. NULL: not supported. */
+	int (*sync)(const struct opts *o, const struct hosts *h, struct ctx *c,
+	            struct run *r);
 	/* The secret reaches the processes as a file the launcher writes
 	 * on every host (ssh); otherwise through the environment. */
 	int secret_file;
@@ -254,7 +258,8 @@ extern const size_t dl_nbackends;
  * of the local back-end). */
 dt_err plan_local(struct proc *p, const struct ctx *c, const char *role,
                   const char *id_var, long id, char **cmd, size_t ncmd);
-/* be_ssh.c: rsync the working directory to every host. */
+/* be_ssh.c: the rsync of the working directory to every host (run by the
+ * back-end's sync; shown by --dry-run). */
 dt_err build_sync(const struct opts *o, const struct hosts *h,
                   const struct ctx *c, struct proc **out, size_t *nout);
 /* be_mpi.c, be_slurm.c: the rank marks of their lines. */

@@ -219,13 +219,17 @@ plan_line(const struct proc *p)
 }
 
 /* Variables passed on to processes on other hosts (ssh, mpi, slurm), in
- * addition to the launcher's own and --env. */
+ * addition to the launcher's own and --env. OPENBLAS_* and OMP_* choose
+ * the BLAS kernel and its threads, and with them the bits of every
+ * product: a worker on another host computes as one here only with the
+ * same ones (docs/launcher.md, "Placement and exact results"). */
 static int
 forwarded(const char *e)
 {
-	static const char *const prefixes[] = {"PS_", "MXNET_", "DT_"};
-	static const char *const names[] = {"DMLC_INTERFACE", "OMP_NUM_THREADS",
-	                                    "DTRAIN_AUTH", "DTRAIN_ENCRYPT"};
+	static const char *const prefixes[] = {"PS_", "MXNET_", "DT_",
+	                                       "OPENBLAS_", "OMP_"};
+	static const char *const names[] = {"DMLC_INTERFACE", "DTRAIN_AUTH",
+	                                    "DTRAIN_ENCRYPT"};
 	size_t len = strcspn(e, "=");
 
 	if (is_reserved(e, len))
@@ -299,6 +303,11 @@ prepare_auth(const struct opts *o, struct ctx *c)
 	}
 	if ((err = strv_addf(&c->common, "DTRAIN_JOB_ID=%s", c->job_id)))
 		return err;
+	if (o->sync_dir && asprintf(&c->sync_mark, "%s/.dtrain-new-%s",
+	                            o->sync_dir, c->job_id) < 0) {
+		c->sync_mark = NULL;
+		return dt__fail(DT_ENOMEM, "out of memory");
+	}
 	if (mode && strcmp(mode, "none") == 0)
 		return DT_OK;
 	if (secret && file)
@@ -357,6 +366,8 @@ ctx_free(struct ctx *c)
 	else
 		free(c->secret_env);
 	free(c->remote_secret_file);
+	free(c->sync_mark);
+	c->sync_mark = NULL;
 	free(c->unreached);
 	c->secret_line = c->secret_env = c->remote_secret_file = NULL;
 	c->unreached = NULL;

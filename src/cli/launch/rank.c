@@ -14,9 +14,13 @@
  * group. When CMD has exited, whatever it left in its group (a child that
  * ignores SIGHUP, a daemon) gets SIGTERM, and SIGKILL RANK_KILL_MS later:
  * an engine that tracks processes by parent (Slurm's proctrack/linuxproc,
- * mpirun's orted) loses sight of an orphan, the wrapper does not.
+ * mpirun's orted) loses sight of an orphan, the wrapper does not. If the
+ * wrapper itself is killed (mpirun's orted sends SIGKILL right after
+ * SIGTERM, see be_mpi.c), a guard process of its own group, waiting on a
+ * pipe only the wrapper holds, kills CMD's group.
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -43,6 +47,55 @@ end_group(pid_t pgid)
 	kill(-pgid, SIGKILL);
 }
 
+/* The guard: SIGKILL to CMD's group when the wrapper dies without
+ * saying it is done. */
+static pid_t
+rank_guard(pid_t pgid, int *wfd)
+{
+	int fds[2], fd;
+	ssize_t m;
+	pid_t g;
+	char c;
+
+	if (pipe2(fds, O_CLOEXEC) < 0)
+		return -1;
+	if ((g = fork()) == 0) {
+		setpgid(0, 0);
+		close(fds[1]);
+		if ((fd = open("/dev/null", O_RDWR)) >= 0) {
+			dup2(fd, 0);
+			dup2(fd, 1);
+			dup2(fd, 2);
+		}
+		c = 0;
+		while ((m = read(fds[0], &c, 1)) < 0 && errno == EINTR)
+			;
+		if (m != 1 || c != 'd')
+			kill(-pgid, SIGKILL);
+		_exit(0);
+	}
+	close(fds[0]);
+	if (g < 0) {
+		close(fds[1]);
+		return -1;
+	}
+	*wfd = fds[1];
+	return g;
+}
+
+static void
+rank_guard_done(pid_t g, int wfd)
+{
+	if (g <= 0)
+		return;
+	if (write(wfd, "d", 1) < 0) {
+		/* the guard is gone: nothing to tell */
+	}
+	close(wfd);
+	while (waitpid(g, NULL, 0) < 0 && errno == EINTR)
+		;
+}
+
 static void
 on_chld(int sig)
 {
@@ -58,7 +111,8 @@ dt__cli_rank_exec(int argc, char **argv)
 	sigset_t set, old;
 	siginfo_t si;
 	char line[64];
-	int i = 1, st, n;
+	int i = 1, st, n, gfd = -1;
+	pid_t guard;
 	pid_t pid, parent = getpid();
 
 	if (i < argc && strcmp(argv[i], "--") == 0)
@@ -97,6 +151,7 @@ dt__cli_rank_exec(int argc, char **argv)
 		_exit(n == ENOENT || n == ENOTDIR ? 127 : 126);
 	}
 	setpgid(pid, pid); /* (whichever of the two runs first) */
+	guard = rank_guard(pid, &gfd);
 	for (;;) {
 		int sig = sigwaitinfo(&set, &si);
 
@@ -114,6 +169,7 @@ dt__cli_rank_exec(int argc, char **argv)
 	}
 	if (WIFEXITED(st) && WEXITSTATUS(st) == 0) {
 		end_group(pid);
+		rank_guard_done(guard, gfd);
 		return 0;
 	}
 	n = snprintf(line, sizeof(line), "%s%d %d\n", RANK_MARK,
@@ -125,6 +181,7 @@ dt__cli_rank_exec(int argc, char **argv)
 		/* nothing to do: the exit status still says it */
 	}
 	end_group(pid);
+	rank_guard_done(guard, gfd);
 	if (WIFSIGNALED(st)) {
 		/* End by the same signal, without a core of our own. */
 		struct rlimit nocore = {0, 0};

@@ -1,0 +1,176 @@
+#!/bin/bash
+# launch_hosts.sh - `dtrain launch` over a two-host cluster: two network
+# namespaces on a private bridge, each with its own sshd (generated keys, a
+# high port), driven by the ssh back-end and by OpenMPI's mpirun through the
+# same host file. For each engine: linreg's and mnist's dist_sync results
+# equal one host's (placement does not change them), a failing worker is
+# named with its rank and status, Ctrl-C and workers that ignore SIGHUP
+# leave nothing, an unreachable host fails within the connect timeout;
+# --sync-dst-dir copies to both hosts and removes what it copied when one
+# copy fails. Every case prints a TABLE line (engine, case, exit status,
+# milliseconds to a stopped job). Skipped where namespaces cannot be made.
+. "$(dirname "$0")/launch_lib.bash"
+. "$(dirname "$0")/engines_lib.bash"
+need_root "a two-host cluster of network namespaces"
+need_cmds mpirun rsync
+ssh_setup
+PRIVATE_DIR=$TMP/remote # each host's own
+hosts_setup 2 || skip "the namespace hosts could not be set up"
+B=$DTRAIN_BUILD
+OUT=$TMP/out
+ERR=$TMP/err
+printf '%s:%s\n%s:%s\n' "${HOSTS[0]}" "$SSH_PORT" "${HOSTS[1]}" "$SSH_PORT" >"$TMP/hosts"
+# OpenMPI's daemons and ranks talk over the bridge only.
+export OMPI_MCA_oob_tcp_if_include=${NET}0/24 OMPI_MCA_btl_tcp_if_include=${NET}0/24
+DATA=${DTRAIN_DATA:-/usr/share/datasets/fashion-mnist}
+# OpenBLAS picks its kernel by OPENBLAS_CORETYPE where set, and the kernel
+# decides the bits of every product: force one (where the CPU has it), so
+# that a launcher that did not pass it on to the other hosts would change
+# the results there.
+if [ -z "${OPENBLAS_CORETYPE:-}" ] && grep -qw avx2 /proc/cpuinfo; then
+	export OPENBLAS_CORETYPE=Haswell
+fi
+on_host() { "$DTRAIN_SSH" -p "$SSH_PORT" "$@"; }
+
+# run_job NAME ENGINE ARGS...: the launcher with the tag, exit status in rc.
+run_job() {
+	local name=$1 engine=$2
+	shift 2
+	timeout 300 "$DTRAIN" launch --launcher "$engine" -H "$TMP/hosts" \
+		--env DT_TEST_TAG="$TAG" "$@" >"$OUT" 2>"$ERR"
+	rc=$?
+	[ "$rc" = 0 ] || { echo "--- $name: rc $rc" >&2; tail -5 "$ERR" >&2; }
+}
+
+LINREG=("$B/examples/linreg" --kvstore dist_sync --epochs 3)
+"$DTRAIN" launch -n 2 -s 2 -- "${LINREG[@]}" >"$TMP/ref" 2>&1
+REF=$(grep -m1 -o 'w=.*' "$TMP/ref")
+MNIST=()
+if [ -x "$B/examples/mnist" ] && [ -d "$DATA" ]; then
+	MNIST=("$B/examples/mnist" --model lenet --kvstore dist_sync --limit 2048 --epochs 1 --data "$DATA")
+	"$DTRAIN" launch -n 2 -s 2 -- "${MNIST[@]}" >"$TMP/ref_mnist" 2>&1
+	REF_MNIST=$(grep -m1 -o 'Validation-accuracy=.*' "$TMP/ref_mnist")
+	check "mnist reference on one host: $REF_MNIST" test -n "$REF_MNIST"
+else
+	echo "mnist cases skipped: no Fashion-MNIST in $DATA"
+fi
+
+cat >"$TMP/failw" <<EOF
+#!/bin/sh
+r=\${OMPI_COMM_WORLD_RANK:-\$DMLC_WORKER_ID}
+if [ "\$r" = 1 ]; then sleep 1; date +%s%N >"$TMP/failed_at"; exit 3; fi
+exec "$B/examples/linreg" --kvstore dist_sync --epochs 100000
+EOF
+cat >"$TMP/stubborn" <<EOF
+#!/bin/bash
+trap '' HUP
+sleep 300 &
+exec "$B/examples/linreg" --kvstore dist_sync --epochs 100000
+EOF
+chmod +x "$TMP/failw" "$TMP/stubborn"
+
+for engine in ssh mpi; do
+	# Results do not depend on where the ranks run.
+	start=$(now_ms)
+	run_job linreg $engine -n 2 -s 2 -- "${LINREG[@]}"
+	ms=$(($(now_ms) - start))
+	check "$engine linreg: exits 0 (got $rc)" test "$rc" = 0
+	for i in 0 1; do
+		check "$engine linreg: [worker $i] $REF" has "$OUT" "[worker $i] $REF"
+	done
+	check "$engine linreg: nothing left" wait_gone 5
+	echo "TABLE $engine linreg rc=$rc ms=$ms"
+	if [ ${#MNIST[@]} -gt 0 ]; then
+		start=$(now_ms)
+		run_job mnist $engine -n 2 -s 2 -- "${MNIST[@]}"
+		ms=$(($(now_ms) - start))
+		check "$engine mnist: exits 0 (got $rc)" test "$rc" = 0
+		check "$engine mnist: $REF_MNIST, as on one host" has "$OUT" "$REF_MNIST"
+		check "$engine mnist: nothing left" wait_gone 5
+		echo "TABLE $engine mnist rc=$rc ms=$ms"
+	fi
+
+	# A worker fails: named, and the job stops within 2 s of it.
+	rm -f "$TMP/failed_at"
+	run_job failure $engine -n 2 -s 2 -- "$TMP/failw"
+	failed=$(($(cat "$TMP/failed_at" 2>/dev/null || echo 0) / 1000000))
+	wait_gone 5
+	ms=$(($(now_ms) - failed))
+	check "$engine failure: exits 1 (got $rc)" test "$rc" = 1
+	check "$engine failure: worker 1 exited with status 3, named" has "$ERR" \
+		"dtrain launch: job failed: worker 1 exited with status 3"
+	check "$engine failure: all gone ${ms} ms after the failure (< 2000)" test "$ms" -lt 2000
+	check "$engine failure: nothing left" wait_gone 1
+	echo "TABLE $engine failing-worker rc=$rc ms=$ms"
+
+	# Ctrl-C, with plain workers and with workers that ignore SIGHUP.
+	for what in plain stubborn; do
+		if [ $what = plain ]; then cmd=("${LINREG[@]}" --epochs 100000); else cmd=("$TMP/stubborn"); fi
+		timeout 120 "$DTRAIN" launch --launcher $engine -H "$TMP/hosts" -n 2 -s 2 \
+			--env DT_TEST_TAG="$TAG" -- "${cmd[@]}" >"$OUT" 2>"$ERR" &
+		L=$!
+		wait_for 60 sh -c "grep -q 'Epoch\[1\]' '$OUT'"
+		start=$(now_ms)
+		kill -INT "$(pgrep -P "$L" -x dtrain | head -1)" 2>/dev/null || kill -INT "$L"
+		wait "$L"
+		rc=$?
+		wait_gone 10
+		ms=$(($(now_ms) - start))
+		check "$engine Ctrl-C ($what): exits 130 (got $rc)" test "$rc" = 130
+		check "$engine Ctrl-C ($what): all gone ${ms} ms after the signal (< 2000)" test "$ms" -lt 2000
+		check "$engine Ctrl-C ($what): nothing left" wait_gone 1
+		echo "TABLE $engine ctrl-c-$what rc=$rc ms=$ms"
+	done
+
+	# A silent host (an address nobody answers) fails within the
+	# connect timeout, naming it.
+	printf '%s:%s\n%s250:%s\n' "${HOSTS[0]}" "$SSH_PORT" "$NET" "$SSH_PORT" >"$TMP/hosts_bad"
+	start=$(now_ms)
+	DTRAIN_SSH_CONNECT_TIMEOUT=2 timeout 120 "$DTRAIN" launch --launcher $engine \
+		-H "$TMP/hosts_bad" -n 2 -s 2 --env DT_TEST_TAG="$TAG" -- "${LINREG[@]}" >"$OUT" 2>"$ERR"
+	rc=$?
+	wait_gone 10
+	ms=$(($(now_ms) - start))
+	check "$engine unreachable: exits 1 (got $rc)" test "$rc" = 1
+	check "$engine unreachable: over in ${ms} ms (2 s timeout, < 4 s)" test "$ms" -lt 4000
+	check "$engine unreachable: the host named" grep -q "${NET}250" "$ERR"
+	check "$engine unreachable: nothing left" wait_gone 1
+	echo "TABLE $engine unreachable rc=$rc ms=$ms"
+done
+
+# --sync-dst-dir with real rsync to hosts with their own disks: a copy on
+# each, and the job runs in it.
+mkdir -p "$TMP/work"
+echo payload >"$TMP/work/data.txt"
+DST=$TMP/remote/job
+cd "$TMP/work" || exit 1
+# shellcheck disable=SC2016
+run_job sync ssh -n 2 -s 0 --no-scheduler --sync-dst-dir "$DST" -- sh -c 'echo "$(hostname -I): $(pwd): $(cat data.txt)"'
+check "sync: exits 0 (got $rc)" test "$rc" = 0
+for i in 0 1; do
+	check "sync: worker $i runs in its host's copy" grep -q "^\[worker $i\] ${HOSTS[$i]} *: $DST: payload" "$OUT"
+	check "sync: ${HOSTS[$i]} has the copy, and no mark left" \
+		test "$(on_host "${HOSTS[$i]}" "ls -A $DST")" = data.txt
+done
+check "sync: not here (the hosts' own disks)" test ! -e "$DST"
+
+# One copy fails (the directory cannot be made on the second host): the
+# copy made on the first host is removed again; a directory that was
+# there before keeps its files.
+on_host "${HOSTS[1]}" "mkdir -p $TMP/remote && : >$TMP/remote/sub"
+run_job sync-failure ssh -n 2 -s 0 --no-scheduler --sync-dst-dir "$TMP/remote/sub/job" -- true
+check "sync failure: exits 1 (got $rc)" test "$rc" = 1
+check "sync failure: names the failed copy" grep -qE "^dtrain launch: sync ${HOSTS[1]} \(pid [0-9]+\) exited with status [0-9]+; stopping the job" "$ERR"
+check "sync failure: the first host's new copy removed" \
+	test "$(on_host "${HOSTS[0]}" "ls -d $TMP/remote/sub/job 2>&1 >/dev/null | wc -l; ls $TMP/remote/sub 2>/dev/null")" = 1
+on_host "${HOSTS[0]}" "mkdir -p $TMP/remote/old && echo keep >$TMP/remote/old/mine.txt"
+on_host "${HOSTS[1]}" "rm -rf $TMP/remote/old && : >$TMP/remote/old"
+run_job sync-failure-old ssh -n 2 -s 0 --no-scheduler --sync-dst-dir "$TMP/remote/old" -- true
+check "sync failure: exits 1 (got $rc)" test "$rc" = 1
+check "sync failure: a directory that was there keeps its files" \
+	test "$(on_host "${HOSTS[0]}" "cat $TMP/remote/old/mine.txt; ls $TMP/remote/old/data.txt")" = "keep
+$TMP/remote/old/data.txt"
+check "sync failure: nothing left" wait_gone 5
+cd / || exit 1
+
+finish
