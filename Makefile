@@ -9,7 +9,10 @@ TSAN_TESTS ?= van_test|coll_test|integration_kv_matrix|integration_cluster_manua
 JOBS       ?= $(shell nproc 2>/dev/null || echo 2)
 DEPS        = build-essential cmake pkg-config libcmocka-dev libopenblas-dev \
               zlib1g-dev libsodium-dev openssh-client openmpi-bin libopenmpi-dev dataset-fashion-mnist \
-              python3 procps
+              python3 procps \
+              openssh-server rsync iproute2 slurm-wlm munge
+# (the last line: the real engines the launcher's tests start privately:
+# sshd on namespace hosts, rsync, a Slurm cluster with munge)
 DATA       ?= /usr/share/datasets/fashion-mnist
 
 .PHONY: all deps test test-fast test-asan test-tsan demo hello bench clean format

@@ -9,6 +9,12 @@
 
 ENGINE_CLEANUP=()
 
+# The time a stop may take: 2 s (the target), 5 s in a sanitizer
+# build, where every process starts and exits several times slower.
+STOP_MS=2000
+SANITIZED=
+case $DTRAIN_BUILD in *-asan | *-tsan) STOP_MS=5000 SANITIZED=1 ;; esac
+
 engines_cleanup() {
 	local i
 	for ((i = ${#ENGINE_CLEANUP[@]} - 1; i >= 0; i--)); do
@@ -192,6 +198,9 @@ EOF
 	export SLURM_CONF=$d/slurm.conf
 	slurmctld -f "$SLURM_CONF" || skip "slurmctld does not start"
 	ENGINE_CLEANUP+=("kill \$(cat '$d/slurmctld.pid')")
+	# What a killed slurmd leaves: its step daemons (found by our
+	# SLURM_CONF), after the node daemon is gone.
+	ENGINE_CLEANUP+=("for p in \$(pgrep -x slurmstepd); do grep -qz 'SLURM_CONF=$SLURM_CONF' /proc/\$p/environ && kill -9 \$p; done")
 	slurmd -f "$SLURM_CONF" || skip "slurmd does not start"
 	# Jobs first (their steps), then the node daemon.
 	ENGINE_CLEANUP+=("kill \$(cat '$d/slurmd.pid')")

@@ -39,16 +39,20 @@ ssh_prefix(struct strv *a, const struct ctx *c, const struct host *h)
  * it. It stays the terminal's session leader, so when the ssh connection
  * drops (the launcher stopping the job, a network failure) it is the one
  * the kernel sends SIGHUP: it then sends SIGTERM to CMD's whole group
- * (once, whatever signals follow), and SIGKILL to what is left of it 2 s
- * later, so a program that ignores SIGHUP, and whatever it started, ends
- * with the job. When CMD exits by itself, what it left running in its
- * group is ended the same way. Its exit status is CMD's (129 when it was
- * stopped).
+ * (once, whatever signals follow), and SIGKILL to what is left of the
+ * group as soon as CMD itself has exited (a watchdog kills the group 2 s
+ * later at the most, CMD included, if CMD ignores SIGTERM), so a program
+ * that ignores SIGHUP, and whatever it started, ends with the job. When
+ * CMD exits by itself, what it left
+ * running in its group is ended the same way. Its exit status is CMD's
+ * (129 when it was stopped).
  */
 static const char remote_supervisor[] =
     "p=; stop() { kill -TERM -$p 2>/dev/null || kill -TERM $p 2>/dev/null; "
-    "i=0; while kill -0 -$p 2>/dev/null && [ $i -lt 20 ]; do sleep 0.1; "
-    "i=$((i + 1)); done; kill -KILL -$p 2>/dev/null; }; "
+    "( i=0; while kill -0 $p 2>/dev/null && [ $i -lt 20 ]; do sleep 0.1; "
+    "i=$((i + 1)); done; kill -KILL -$p 2>/dev/null ) & w=$!; "
+    "wait $p 2>/dev/null; kill -KILL -$p 2>/dev/null; wait $w 2>/dev/null; "
+    "}; "
     "trap 'trap \"\" HUP INT TERM; [ -n \"$p\" ] && stop; exit 129' "
     "HUP INT TERM; if command -v setsid >/dev/null 2>&1; then "
     "setsid \"$@\" & else \"$@\" & fi; p=$!; wait $p; rc=$?; "
