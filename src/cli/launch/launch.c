@@ -236,12 +236,12 @@ dt__cli_launch(int argc, char **argv)
 	if (o.dry_run) {
 		struct proc *p = NULL;
 		size_t n = 0;
+		int here = o.be->hosts == HOSTS_UNUSED && !o.be->sched_addr;
 
 		/* The address is shown as given: nothing is resolved. */
 		c.uri = dt__env_str("DMLC_NODE_HOST");
-		if (o.be == &dl_local || c.uri == NULL)
-			c.uri = o.be != &dl_local && h.n ? h.h[0].name
-			                                 : "127.0.0.1";
+		if (here || c.uri == NULL)
+			c.uri = !here && h.n ? h.h[0].name : "127.0.0.1";
 		c.port = "PORT";
 		c.listen_fd = "FD";
 		rc = RC_FAIL;

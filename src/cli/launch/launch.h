@@ -10,7 +10,7 @@
  * watches them to the end; launch.c ties it together.
  *
  * Adding a back-end means writing one struct dl_backend in a file of its
- * own and listing it in dl_backends (plan.c).
+ * own and listing it in dl_backends (backends.c).
  */
 #ifndef DT_CLI_LAUNCH_H
 #define DT_CLI_LAUNCH_H
@@ -254,8 +254,8 @@ extern const struct dl_backend dl_local, dl_ssh, dl_mpi, dl_slurm;
 extern const struct dl_backend *const dl_backends[];
 extern const size_t dl_nbackends;
 
-/* be_local.c: a process on this machine (the scheduler, and every role
- * of the local back-end). */
+/* plan.c: a process on this machine (the scheduler, and every role of
+ * the local back-end). */
 dt_err plan_local(struct proc *p, const struct ctx *c, const char *role,
                   const char *id_var, long id, char **cmd, size_t ncmd);
 /* be_ssh.c: the rsync of the working directory to every host (run by the

@@ -14,11 +14,6 @@
 
 extern char **environ;
 
-/* The back-ends, in the order `--launcher` lists them. */
-const struct dl_backend *const dl_backends[] = {&dl_local, &dl_ssh, &dl_mpi,
-                                                &dl_slurm};
-const size_t dl_nbackends = DT_ARRAY_LEN(dl_backends);
-
 void
 procs_free(struct proc *p, size_t n)
 {
@@ -95,6 +90,31 @@ role_cmd(struct proc *p, const struct ctx *c, const char *role, char **cmd,
 	if ((err = strv_dup(&p->argv, c->exe_name)))
 		return err;
 	return strv_dup(&p->argv, role);
+}
+
+/* A process on this machine: the scheduler, or any role with --launcher
+ * local. cmd == NULL runs `dtrain ROLE`. p == NULL: the plan is full. */
+dt_err
+plan_local(struct proc *p, const struct ctx *c, const char *role,
+           const char *id_var, long id, char **cmd, size_t ncmd)
+{
+	dt_err err;
+
+	if (p == NULL)
+		return dt__fail(DT_EINVAL, "the plan has no room for a %s",
+		                role);
+	p->show_env = 1;
+	p->secret_env = c->secret_env;
+	if ((err = role_env(p, c, role, id_var, id, 0)))
+		return err;
+	if (strcmp(role, "scheduler") == 0) {
+		p->is_scheduler = 1;
+		if ((err = strv_addf(&p->env, "DT_LISTEN_FD=%s", c->listen_fd)))
+			return err;
+	}
+	if (cmd == NULL)
+		p->exec_path = c->exe_exec;
+	return role_cmd(p, c, role, cmd, ncmd);
 }
 
 /* `dtrain rank-exec` in front of a command that mpirun or srun runs once
