@@ -14,7 +14,8 @@
  * group. When CMD has exited, whatever it left in its group (a child that
  * ignores SIGHUP, a daemon) gets SIGTERM, and SIGKILL RANK_KILL_MS later:
  * an engine that tracks processes by parent (Slurm's proctrack/linuxproc,
- * mpirun's orted) loses sight of an orphan, the wrapper does not. If the
+ * mpirun's orted) loses sight of an orphan, the wrapper does not: it is a
+ * child subreaper, so orphans of CMD's tree become its children. If the
  * wrapper itself is killed (mpirun's orted sends SIGKILL right after
  * SIGTERM, see be_mpi.c), a guard process of its own group, waiting on a
  * pipe only the wrapper holds, kills CMD's group.
@@ -35,16 +36,36 @@
 
 #define RANK_KILL_MS 2000
 
-/* End what is left of CMD's group. */
+/* Reap every child that has exited but the guard (a subreaper's
+ * orphans are its children); *guard becomes -1 if it was reaped too. */
 static void
-end_group(pid_t pgid)
+reap(pid_t *guard)
 {
+	pid_t w;
+
+	while ((w = waitpid(-1, NULL, WNOHANG)) > 0)
+		if (w == *guard)
+			*guard = -1;
+}
+
+/* End what is left of CMD's group (reaping as it goes: a zombie would
+ * keep the group alive). */
+static void
+end_group(pid_t pgid, pid_t *guard)
+{
+	reap(guard);
 	if (kill(-pgid, SIGTERM) < 0)
 		return; /* nothing left */
 	kill(-pgid, SIGCONT);
-	for (int i = 0; i < RANK_KILL_MS / 20 && kill(-pgid, 0) == 0; i++)
+	for (int i = 0; i < RANK_KILL_MS / 20; i++) {
+		reap(guard);
+		if (kill(-pgid, 0) < 0)
+			return;
 		usleep(20000);
+	}
 	kill(-pgid, SIGKILL);
+	usleep(1000);
+	reap(guard);
 }
 
 /* The guard: SIGKILL to CMD's group when the wrapper dies without
@@ -93,7 +114,7 @@ rank_guard_done(pid_t g, int wfd)
 	}
 	close(wfd);
 	while (waitpid(g, NULL, 0) < 0 && errno == EINTR)
-		;
+		; /* (ECHILD: reaped already) */
 }
 
 static void
@@ -111,7 +132,8 @@ dt__cli_rank_exec(int argc, char **argv)
 	sigset_t set, old;
 	siginfo_t si;
 	char line[64];
-	int i = 1, st, n, gfd = -1;
+	int i = 1, st = 0, ws, n, gfd = -1, done = 0;
+	pid_t w;
 	pid_t guard;
 	pid_t pid, parent = getpid();
 
@@ -130,6 +152,10 @@ dt__cli_rank_exec(int argc, char **argv)
 	for (size_t k = 0; k < DT_ARRAY_LEN(fwd); k++)
 		sigaddset(&set, fwd[k]);
 	sigprocmask(SIG_BLOCK, &set, &old);
+	/* What CMD's processes leave when their parent dies comes to us,
+	 * not to init: it stays in the rank's process tree, where the
+	 * engine (Slurm's proctrack/linuxproc) and end_group find it. */
+	prctl(PR_SET_CHILD_SUBREAPER, 1);
 	if ((pid = fork()) < 0) {
 		fprintf(stderr, "dtrain rank-exec: fork: %s\n",
 		        strerror(errno));
@@ -150,7 +176,9 @@ dt__cli_rank_exec(int argc, char **argv)
 		        argv[i], strerror(n));
 		_exit(n == ENOENT || n == ENOTDIR ? 127 : 126);
 	}
-	setpgid(pid, pid); /* (whichever of the two runs first) */
+	setpgid(pid, pid);       /* (whichever of the two runs first) */
+	sa.sa_handler = SIG_IGN; /* (a guard gone: its pipe's EPIPE) */
+	sigaction(SIGPIPE, &sa, NULL);
 	guard = rank_guard(pid, &gfd);
 	for (;;) {
 		int sig = sigwaitinfo(&set, &si);
@@ -164,11 +192,20 @@ dt__cli_rank_exec(int argc, char **argv)
 				kill(-pid, SIGCONT);
 			continue;
 		}
-		if (waitpid(pid, &st, WNOHANG) == pid)
+		/* CMD, or orphans that came to us. */
+		while ((w = waitpid(-1, &ws, WNOHANG)) > 0) {
+			if (w == pid) {
+				st = ws;
+				done = 1;
+			} else if (w == guard) {
+				guard = -1;
+			}
+		}
+		if (done)
 			break;
 	}
 	if (WIFEXITED(st) && WEXITSTATUS(st) == 0) {
-		end_group(pid);
+		end_group(pid, &guard);
 		rank_guard_done(guard, gfd);
 		return 0;
 	}
@@ -180,7 +217,7 @@ dt__cli_rank_exec(int argc, char **argv)
 	if (write(2, line, (size_t)n) < 0) {
 		/* nothing to do: the exit status still says it */
 	}
-	end_group(pid);
+	end_group(pid, &guard);
 	rank_guard_done(guard, gfd);
 	if (WIFSIGNALED(st)) {
 		/* End by the same signal, without a core of our own. */
