@@ -23,3 +23,5 @@ section "server checkpoints every 100 steps vs none, train_dist_bench (checkpoin
 bash "$here/checkpoint_bench.sh" "$B"
 section "gradient-compression codecs vs memcpy, one core (compress_bench)"
 "$B/bench/compress_bench"
+section "training over a 1 Gbit/s link between two namespace hosts (slow_link; root only)"
+bash "$here/slow_link.sh" "$B" 1gbit

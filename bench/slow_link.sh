@@ -1,0 +1,69 @@
+#!/usr/bin/env bash
+# slow_link.sh - a job over a network that is not loopback: two hosts made
+# of network namespaces on a bridge, each link limited by a tc token bucket
+# (default 1 Gbit/s each way; netem's delay is not in every kernel, so no
+# delay is added), each host with its own sshd (the test suite's
+# engines_lib.bash). Runs make demo's training (mnist, 2 workers x 2
+# servers, dist_sync, placed over both hosts by the ssh launcher) with the
+# model given, and reports samples/s and the bytes that crossed the links
+# per training step (/proc/net/dev of the veths), as a table and JSON
+# lines. The baseline for gradient compression (docs/compression.md).
+# Removes everything it made. Needs root.
+#
+# Usage: bench/slow_link.sh [BUILD_DIR] [RATE] [MODEL...]
+#        (defaults: build, 1gbit, mlp lenet)
+set -u
+B=$(cd "${1:-build}" && pwd)
+RATE=${2:-1gbit}
+shift 2 2>/dev/null || shift $#
+MODELS=("${@:-}")
+[ -n "${MODELS[0]}" ] || MODELS=(mlp lenet)
+export DTRAIN_BUILD=$B
+here=$(cd "$(dirname "$0")" && pwd)
+# shellcheck source=../tests/integration/launch_lib.bash
+. "$here/../tests/integration/launch_lib.bash"
+# shellcheck source=../tests/integration/engines_lib.bash
+. "$here/../tests/integration/engines_lib.bash"
+need_root "a link of network namespaces"
+need_cmds tc
+DATA=${DTRAIN_DATA:-/usr/share/datasets/fashion-mnist}
+[ -d "$DATA" ] || skip "no Fashion-MNIST in $DATA"
+ssh_setup
+hosts_setup 2 || skip "the namespace hosts could not be set up"
+printf '%s:%s\n%s:%s\n' "${HOSTS[0]}" "$SSH_PORT" "${HOSTS[1]}" "$SSH_PORT" >"$TMP/hosts"
+# Both directions of each host's link: the bridge side's veth sends into
+# the host, the host's eth0 sends out of it.
+TBF=(tbf rate "$RATE" burst 256kb latency 50ms)
+for i in 1 2; do
+	tc qdisc add dev "dtv$$_$i" root "${TBF[@]}" || skip "tc tbf is not available"
+	ip netns exec "dth$$_$i" tc qdisc add dev eth0 root "${TBF[@]}"
+done
+link_bytes() {
+	local i sum=0 rx tx
+	for i in 1 2; do
+		read -r rx tx < <(awk -v d="dtv$$_$i:" '$1 == d { print $2, $10 }' /proc/net/dev)
+		sum=$((sum + rx + tx))
+	done
+	echo "$sum"
+}
+
+printf '%-8s %-6s %12s %16s %12s %10s\n' model rate "samples/s" "bytes/step" steps accuracy
+for model in "${MODELS[@]}"; do
+	before=$(link_bytes)
+	start=$(now_ms)
+	"$DTRAIN" launch -n 2 -s 2 -H "$TMP/hosts" --env DT_TEST_TAG="$TAG" -- \
+		"$B/examples/mnist" --model "$model" --kvstore dist_sync \
+		--epochs 1 --limit 16384 --disp-batches 32 --data "$DATA" \
+		>"$TMP/out" 2>&1 || { echo "the $model job failed:"; tail -5 "$TMP/out"; continue; }
+	ms=$(($(now_ms) - start))
+	bytes=$(($(link_bytes) - before))
+	# Steps: 16384 images / (2 workers x 64) per step.
+	steps=$((16384 / 128))
+	# worker 0's Speedometer lines, averaged (samples/s of one worker)
+	sps=$(grep '^\[worker 0\]' "$TMP/out" | grep -o 'Speed: [0-9.]*' |
+		awk '{ s += $2; n++ } END { if (n) printf "%.0f", s / n; else print 0 }')
+	acc=$(grep -m1 -o 'Validation-accuracy=[0-9.]*' "$TMP/out" | cut -d= -f2)
+	printf '%-8s %-6s %12s %16s %12s %10s\n' "$model" "$RATE" "$sps" "$((bytes / steps))" "$steps" "$acc"
+	printf '{"bench":"slow_link","model":"%s","rate":"%s","samples_per_s_worker0":%s,"link_bytes_per_step":%s,"steps":%s,"seconds":%s,"accuracy":%s}\n' \
+		"$model" "$RATE" "$sps" "$((bytes / steps))" "$steps" "$(awk -v m="$ms" 'BEGIN { printf "%.2f", m / 1000 }')" "${acc:-null}"
+done
