@@ -36,7 +36,7 @@ done
 rc=0
 for p in "${pids[@]}"; do wait "$p" || rc=1; done
 pids=()
-[ $rc -eq 0 ] || { tail -5 "$tmp"/*; fail "manual recipe: a process failed"; }
+[ $rc -eq 0 ] || { tail -n 5 "$tmp"/*; fail "manual recipe: a process failed"; }
 n=$(cat "$tmp"/worker.* | grep -c '^w=5\.0')
 [ "$n" -eq 2 ] || { cat "$tmp"/worker.*; fail "manual recipe: workers did not learn"; }
 echo "ok"

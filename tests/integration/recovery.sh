@@ -113,7 +113,7 @@ port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); p
 )
 for w in 0 1; do
 	[ "$(grep -o 'w=[^ ]* b=[^ ]*' "$tmp/h_w$w.log" | tail -1)" = "$(last lin_ref)" ] ||
-		{ tail -3 "$tmp/h_w$w.log" "$tmp/h_srv2.log"; fail "by hand: worker $w ended with another result"; }
+		{ tail -n 5 "$tmp/h_w$w.log" "$tmp/h_srv2.log" "$tmp/h_sched.log"; fail "by hand: worker $w ended with another result"; }
 done
 grep -q "restored checkpoint #" "$tmp/h_srv2.log" || fail "by hand: the new server restored nothing"
 echo "linreg, processes started by hand, server 0 killed and started again: identical"
