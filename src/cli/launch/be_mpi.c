@@ -1,7 +1,7 @@
 /*
  * be_mpi.c - the mpi back-end: one `mpirun` per role (servers, workers),
  * every variable passed by -x, the ranks placed on the hosts of -H by the
- * launcher's own rule (plan_host) through --host, each rank behind the
+ * launcher's own rule (plan_hosts) through --host, each rank behind the
  * rank wrapper so that a failing rank is named.
  */
 #include <ctype.h>
@@ -59,24 +59,22 @@ common_port(const struct hosts *h, const char **port)
 	return DT_OK;
 }
 
-/* "--host a:2,b:1": the role's ranks, host by host, as plan_host places
+/* "--host a:2,b:1": the role's ranks, host by host, as plan_hosts places
  * them. */
 static dt_err
 host_list(struct plan *pl, int worker, long count, struct strv *argv)
 {
 	struct sbuf b = {0};
-	const struct host *cur = NULL;
+	const struct host *cur = NULL, **hosts;
 	long k = 0;
 	char num[24];
+	dt_err err;
 
+	if ((err = plan_hosts(pl, worker, &hosts)))
+		return err;
 	for (long i = 0; i <= count; i++) {
-		const struct host *h =
-		    i < count ? plan_host(pl, worker, i) : NULL;
+		const struct host *h = i < count ? hosts[i] : NULL;
 
-		if (i < count && h == NULL) {
-			free(sb_take(&b));
-			return dt__fail(DT_EINVAL, "no host for rank %ld", i);
-		}
 		if (cur && (h == NULL || strcmp(h->name, cur->name) != 0)) {
 			if (b.len)
 				sb_add(&b, ",");
@@ -88,9 +86,9 @@ host_list(struct plan *pl, int worker, long count, struct strv *argv)
 		cur = h;
 		k++;
 	}
+	free(hosts);
 	{
 		char *list = sb_take(&b);
-		dt_err err;
 
 		if (list == NULL)
 			return dt__fail(DT_ENOMEM, "out of memory");

@@ -1,6 +1,6 @@
 /*
  * be_ssh.c - the ssh back-end: one `ssh -tt HOST` per process, placed on
- * the hosts of -H (plan_host), each behind a small supervisor on the
+ * the hosts of -H (plan_hosts), each behind a small supervisor on the
  * remote side; the working directory copied first with --sync-dst-dir;
  * the job's secret in a file of mode 0600 on every host for the job's
  * duration.
@@ -364,22 +364,22 @@ static dt_err
 ssh_role(struct plan *pl, const char *role, long count, char **cmd, size_t ncmd)
 {
 	int worker = strcmp(role, "worker") == 0;
-	dt_err err = DT_OK;
+	const struct host **hosts;
+	dt_err err;
 
+	if ((err = plan_hosts(pl, worker, &hosts)))
+		return err;
 	for (long i = 0; i < count && !err; i++) {
-		const struct host *h = plan_host(pl, worker, i);
-		struct proc *p;
+		struct proc *p =
+		    plan_next(pl, worker ? KIND_MAIN : KIND_SERVICE,
+		              hosts[i]->name, "%s %ld", role, i);
 
-		if (h == NULL)
-			return dt__fail(DT_EINVAL, "no host for %s %ld", role,
-			                i);
-		if ((p = plan_next(pl, worker ? KIND_MAIN : KIND_SERVICE,
-		                   h->name, "%s %ld", role, i)) == NULL)
-			return dt__fail(DT_EINVAL, "the plan is full");
-		err = plan_ssh(p, pl->c, h, role,
-		               worker ? "DMLC_WORKER_ID" : "DMLC_SERVER_ID", i,
-		               cmd, ncmd);
+		err = p ? plan_ssh(p, pl->c, hosts[i], role,
+		                   worker ? "DMLC_WORKER_ID" : "DMLC_SERVER_ID",
+		                   i, cmd, ncmd)
+		        : dt__fail(DT_EINVAL, "the plan is full");
 	}
+	free(hosts);
 	return err;
 }
 

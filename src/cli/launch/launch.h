@@ -210,10 +210,10 @@ dt_err role_env(struct proc *p, const struct ctx *c, const char *role,
 /* argv += cmd, or `dtrain ROLE` when cmd is NULL. */
 dt_err role_cmd(struct proc *p, const struct ctx *c, const char *role,
                 char **cmd, size_t ncmd);
-/* The host of rank i of a role (servers first, then workers), one rule
- * for every back-end that places processes on hosts: the host file's
- * slots in order, each host as many times as its slots, in a cycle. */
-const struct host *plan_host(const struct plan *pl, int worker, long i);
+/* The hosts of a role's ranks, *out[i] for rank i (malloc'd; the
+ * caller frees it), by one rule for every back-end that places processes
+ * on hosts (plan.c says it). O(ranks + slots + hosts^2). */
+dt_err plan_hosts(const struct plan *pl, int worker, const struct host ***out);
 dt_err build_plan(const struct opts *o, const struct hosts *h,
                   const struct ctx *c, struct proc **out, size_t *nout);
 char *plan_line(const struct proc *p);

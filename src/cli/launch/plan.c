@@ -143,45 +143,64 @@ rank_wrap(struct proc *p, const struct ctx *c)
  * host by host, in the order the hosts first come up, as mpirun fills the
  * slots of a host before the next.
  */
-const struct host *
-plan_host(const struct plan *pl, int worker, long i)
+dt_err
+plan_hosts(const struct plan *pl, int worker, const struct host ***out)
 {
 	const struct hosts *h = pl->h;
 	long count = worker ? pl->o->workers : pl->o->servers;
-	long start = worker ? pl->o->servers : 0, slots = 0, k = 0;
-	long *seen;
-	size_t *order, norder = 0;
-	const struct host *res = NULL;
+	long start = worker ? pl->o->servers : 0, slots = 0;
+	size_t *canon = NULL, *slot_host = NULL, *seen = NULL, *order = NULL;
+	size_t norder = 0, k = 0;
+	const struct host **res = NULL;
 
+	*out = NULL;
 	for (size_t j = 0; j < h->n; j++)
 		slots += h->h[j].slots;
-	if (slots == 0 || i < 0 || i >= count)
-		return NULL;
-	/* How many of the role's ranks each host takes, in first-come
-	 * order (a host listed twice counts as one). */
+	if (slots == 0 || count <= 0)
+		return dt__fail(DT_EINVAL, "no host for the %ss",
+		                worker ? "worker" : "server");
+	canon = calloc(h->n, sizeof(*canon));
+	slot_host = calloc((size_t)slots, sizeof(*slot_host));
 	seen = calloc(h->n, sizeof(*seen));
 	order = calloc(h->n, sizeof(*order));
-	if (seen && order)
-		for (long r = 0; r < count; r++) {
-			long s = (start + r) % slots, j = 0;
-			size_t first;
-
-			while (s >= h->h[j].slots)
-				s -= h->h[j++].slots;
-			for (first = 0; first < (size_t)j; first++)
-				if (strcmp(h->h[first].name, h->h[j].name) == 0)
-					break;
-			if (seen[first]++ == 0)
-				order[norder++] = first;
-		}
-	for (size_t o = 0; seen && order && o < norder && !res; o++) {
-		if (i < k + seen[order[o]])
-			res = &h->h[order[o]];
-		k += seen[order[o]];
+	res = calloc((size_t)count, sizeof(*res));
+	if (!canon || !slot_host || !seen || !order || !res) {
+		free(res);
+		res = NULL;
+		goto out;
 	}
+	/* A host listed twice is one host: its first line. */
+	for (size_t j = 0; j < h->n; j++) {
+		canon[j] = j;
+		for (size_t f = 0; f < j; f++)
+			if (strcmp(h->h[f].name, h->h[j].name) == 0) {
+				canon[j] = f;
+				break;
+			}
+	}
+	for (size_t j = 0, s = 0; j < h->n; j++)
+		for (long t = 0; t < h->h[j].slots; t++)
+			slot_host[s++] = canon[j];
+	/* How many of the role's ranks each host takes, in first-come
+	 * order; then the ranks host by host. */
+	for (long r = 0; r < count; r++) {
+		size_t j = slot_host[(start + r) % slots];
+
+		if (seen[j]++ == 0)
+			order[norder++] = j;
+	}
+	for (size_t o = 0; o < norder; o++)
+		for (size_t t = 0; t < seen[order[o]]; t++)
+			res[k++] = &h->h[order[o]];
+out:
+	free(canon);
+	free(slot_host);
 	free(seen);
 	free(order);
-	return res;
+	if (res == NULL)
+		return dt__fail(DT_ENOMEM, "out of memory");
+	*out = res;
+	return DT_OK;
 }
 
 /* Every process of the job: the scheduler here, then the back-end's
