@@ -15,9 +15,8 @@
 set -u
 B=$(cd "${1:-build}" && pwd)
 RATE=${2:-1gbit}
-shift 2 2>/dev/null || shift $#
-MODELS=("${@:-}")
-[ -n "${MODELS[0]}" ] || MODELS=(mlp lenet)
+MODELS=("${@:3}")
+[ ${#MODELS[@]} -gt 0 ] || MODELS=(mlp lenet)
 export DTRAIN_BUILD=$B
 here=$(cd "$(dirname "$0")" && pwd)
 # shellcheck source=../tests/integration/launch_lib.bash

@@ -195,26 +195,21 @@ dt__dequant_2bit_add(const uint8_t *in, size_t n, float t, float *acc)
 			return dt__fail(DT_EPROTO,
 			                "2-bit data: bits past the last value");
 	}
-	if (n < 1024) { /* small: no table */
-		for (size_t i = 0; i < n; i++) {
-			uint32_t c = (in[i / 4] >> (2 * (i % 4))) & 3;
+	if (n >= 1024) { /* each byte (4 codes) adds a row of a table */
+		for (int b = 0; b < 256; b++)
+			for (int j = 0; j < 4; j++) {
+				int c = (b >> (2 * j)) & 3;
 
-			acc[i] += c == 1 ? t : c == 2 ? -t : 0.0f;
+				tab[b][j] = c == 1 ? t : c == 2 ? -t : 0.0f;
+			}
+		for (size_t k = 0; k < full; k++) {
+			const float *row = tab[in[k]];
+
+			for (int j = 0; j < 4; j++)
+				acc[4 * k + j] += row[j];
 		}
-		return DT_OK;
-	}
-	/* Large: each byte (4 codes) adds a row of a table, 4 floats. */
-	for (int b = 0; b < 256; b++)
-		for (int j = 0; j < 4; j++) {
-			int c = (b >> (2 * j)) & 3;
-
-			tab[b][j] = c == 1 ? t : c == 2 ? -t : 0.0f;
-		}
-	for (size_t k = 0; k < full; k++) {
-		const float *row = tab[in[k]];
-
-		for (int j = 0; j < 4; j++)
-			acc[4 * k + j] += row[j];
+	} else {
+		full = 0; /* small: no table */
 	}
 	for (size_t i = 4 * full; i < n; i++) {
 		uint32_t c = (in[i / 4] >> (2 * (i % 4))) & 3;

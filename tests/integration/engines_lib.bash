@@ -208,3 +208,46 @@ EOF
 	wait_for 30 sh -c 'sinfo -h -o %t | grep -qx idle' ||
 		{ tail -5 "$d/log/slurmctld.log" "$d/log/slurmd.log" >&2; skip "the private Slurm node did not come up"; }
 }
+
+# ------------------------------------------------------------------
+# The jobs the engine tests run, and their results on this host alone.
+
+# job_references: LINREG and REF (linreg's w= b= under the local
+# launcher); MNIST and REF_MNIST (make demo's model, one epoch of 2048
+# images), MNIST empty in a sanitizer build or without Fashion-MNIST; and
+# two worker commands: $TMP/failw (worker rank 1 exits 3 after 1 s,
+# writing the time to $TMP/failed_at) and $TMP/stubborn (ignores SIGHUP
+# and leaves a child). The rank comes from mpirun, srun or the launcher.
+job_references() {
+	local B=$DTRAIN_BUILD data=${DTRAIN_DATA:-/usr/share/datasets/fashion-mnist}
+	LINREG=("$B/examples/linreg" --kvstore dist_sync --epochs 3)
+	"$DTRAIN" launch -n 2 -s 2 -- "${LINREG[@]}" >"$TMP/ref" 2>&1
+	REF=$(grep -m1 -o 'w=.*' "$TMP/ref")
+	check "linreg on one host: $REF" test -n "$REF"
+	MNIST=()
+	if [ -n "$SANITIZED" ]; then
+		echo "mnist cases skipped: a sanitizer build (several times slower)"
+	elif [ -x "$B/examples/mnist" ] && [ -d "$data" ]; then
+		MNIST=("$B/examples/mnist" --model lenet --kvstore dist_sync --limit 2048 --epochs 1 --data "$data")
+		"$DTRAIN" launch -n 2 -s 2 -- "${MNIST[@]}" >"$TMP/ref_mnist" 2>&1
+		REF_MNIST=$(grep -m1 -o 'Validation-accuracy=.*' "$TMP/ref_mnist")
+		check "mnist on one host: $REF_MNIST" test -n "$REF_MNIST"
+	else
+		echo "mnist cases skipped: no Fashion-MNIST in $data"
+	fi
+	cat >"$TMP/failw" <<EOS
+#!/bin/sh
+r=\${OMPI_COMM_WORLD_RANK:-\${SLURM_PROCID:-\$DMLC_WORKER_ID}}
+if [ "\$DMLC_ROLE" = worker ] && [ "\$r" = 1 ]; then
+	sleep 1; date +%s%N >"$TMP/failed_at"; exit 3
+fi
+exec "$B/examples/linreg" --kvstore dist_sync --epochs 100000
+EOS
+	cat >"$TMP/stubborn" <<EOS
+#!/bin/bash
+trap '' HUP
+sleep 300 &
+exec "$B/examples/linreg" --kvstore dist_sync --epochs 100000
+EOS
+	chmod +x "$TMP/failw" "$TMP/stubborn"
+}

@@ -22,7 +22,6 @@ ERR=$TMP/err
 printf '%s:%s\n%s:%s\n' "${HOSTS[0]}" "$SSH_PORT" "${HOSTS[1]}" "$SSH_PORT" >"$TMP/hosts"
 # OpenMPI's daemons and ranks talk over the bridge only.
 export OMPI_MCA_oob_tcp_if_include=${NET}0/24 OMPI_MCA_btl_tcp_if_include=${NET}0/24
-DATA=${DTRAIN_DATA:-/usr/share/datasets/fashion-mnist}
 # OpenBLAS picks its kernel by OPENBLAS_CORETYPE where set, and the kernel
 # decides the bits of every product: force one (where the CPU has it), so
 # that a launcher that did not pass it on to the other hosts would change
@@ -42,34 +41,7 @@ run_job() {
 	[ "$rc" = 0 ] || { echo "--- $name: rc $rc" >&2; tail -5 "$ERR" >&2; }
 }
 
-LINREG=("$B/examples/linreg" --kvstore dist_sync --epochs 3)
-"$DTRAIN" launch -n 2 -s 2 -- "${LINREG[@]}" >"$TMP/ref" 2>&1
-REF=$(grep -m1 -o 'w=.*' "$TMP/ref")
-MNIST=()
-if [ -n "$SANITIZED" ]; then
-	echo "mnist cases skipped: a sanitizer build (several times slower)"
-elif [ -x "$B/examples/mnist" ] && [ -d "$DATA" ]; then
-	MNIST=("$B/examples/mnist" --model lenet --kvstore dist_sync --limit 2048 --epochs 1 --data "$DATA")
-	"$DTRAIN" launch -n 2 -s 2 -- "${MNIST[@]}" >"$TMP/ref_mnist" 2>&1
-	REF_MNIST=$(grep -m1 -o 'Validation-accuracy=.*' "$TMP/ref_mnist")
-	check "mnist reference on one host: $REF_MNIST" test -n "$REF_MNIST"
-else
-	echo "mnist cases skipped: no Fashion-MNIST in $DATA"
-fi
-
-cat >"$TMP/failw" <<EOF
-#!/bin/sh
-r=\${OMPI_COMM_WORLD_RANK:-\$DMLC_WORKER_ID}
-if [ "\$r" = 1 ]; then sleep 1; date +%s%N >"$TMP/failed_at"; exit 3; fi
-exec "$B/examples/linreg" --kvstore dist_sync --epochs 100000
-EOF
-cat >"$TMP/stubborn" <<EOF
-#!/bin/bash
-trap '' HUP
-sleep 300 &
-exec "$B/examples/linreg" --kvstore dist_sync --epochs 100000
-EOF
-chmod +x "$TMP/failw" "$TMP/stubborn"
+job_references
 
 for engine in ssh mpi; do
 	# Results do not depend on where the ranks run.

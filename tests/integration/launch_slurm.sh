@@ -12,17 +12,14 @@ slurm_setup
 B=$DTRAIN_BUILD
 OUT=$TMP/out
 ERR=$TMP/err
-LINREG=("$B/examples/linreg" --kvstore dist_sync --epochs 3)
 
 # steps_left: job steps still known to Slurm.
 steps_left() {
 	squeue -h -s | grep -v '\.extern' || true
 }
 
-# The reference: the same job under the local launcher.
-"$DTRAIN" launch -n 2 -s 2 -- "${LINREG[@]}" >"$TMP/ref" 2>&1
-REF=$(grep -m1 -o 'w=.*' "$TMP/ref")
-check "reference run: $REF" test -n "$REF"
+# The references: the same jobs under the local launcher.
+job_references
 
 # 1. Inside an allocation (the issue's hang: the second step waited).
 start=$(now_ms)
@@ -39,11 +36,7 @@ check "salloc: no job step left" wait_for 10 test -z "$(steps_left)"
 echo "TABLE slurm linreg rc=$rc ms=$ms"
 
 # mnist (make demo's model, one epoch of 2048 images) as on one host.
-DATA=${DTRAIN_DATA:-/usr/share/datasets/fashion-mnist}
-if [ -z "$SANITIZED" ] && [ -x "$B/examples/mnist" ] && [ -d "$DATA" ]; then
-	MNIST=("$B/examples/mnist" --model lenet --kvstore dist_sync --limit 2048 --epochs 1 --data "$DATA")
-	"$DTRAIN" launch -n 2 -s 2 -- "${MNIST[@]}" >"$TMP/ref_mnist" 2>&1
-	REF_MNIST=$(grep -m1 -o 'Validation-accuracy=.*' "$TMP/ref_mnist")
+if [ ${#MNIST[@]} -gt 0 ]; then
 	start=$(now_ms)
 	timeout 300 salloc --quiet -n 2 "$DTRAIN" launch -n 2 -s 2 --launcher slurm \
 		--env DT_TEST_TAG="$TAG" -- "${MNIST[@]}" >"$OUT" 2>"$ERR"
@@ -53,8 +46,6 @@ if [ -z "$SANITIZED" ] && [ -x "$B/examples/mnist" ] && [ -d "$DATA" ]; then
 	check "mnist: $REF_MNIST, as under the local launcher" has "$OUT" "$REF_MNIST"
 	check "mnist: nothing left" wait_gone 5
 	echo "TABLE slurm mnist rc=$rc ms=$ms"
-else
-	echo "mnist case skipped: a sanitizer build, or no Fashion-MNIST"
 fi
 
 # 2. A batch script, as sbatch users write it.
@@ -75,14 +66,6 @@ done
 check "sbatch: nothing left" wait_gone 5
 
 # 3. A worker fails: named with its rank and status, the job stopped.
-cat >"$TMP/failw" <<EOF
-#!/bin/sh
-if [ "\$DMLC_ROLE" = worker ] && [ "\$SLURM_PROCID" = 1 ]; then
-	sleep 1; date +%s%N >"$TMP/failed_at"; exit 3
-fi
-exec "$B/examples/linreg" --kvstore dist_sync --epochs 100000
-EOF
-chmod +x "$TMP/failw"
 timeout 120 salloc --quiet -n 2 "$DTRAIN" launch -n 2 -s 1 --launcher slurm \
 	--env DT_TEST_TAG="$TAG" -- "$TMP/failw" >"$OUT" 2>"$ERR"
 rc=$?
@@ -101,16 +84,7 @@ echo "TABLE slurm failing-worker rc=$rc ms=$ms"
 
 # 4 and 5. Ctrl-C (SIGINT to the launcher), with workers that ignore
 # SIGHUP and leave a child behind.
-cat >"$TMP/stubborn" <<EOF
-#!/bin/bash
-trap '' HUP
-sleep 300 &
-: >"$TMP/up.\$DMLC_ROLE.\$SLURM_PROCID"
-exec "$B/examples/linreg" --kvstore dist_sync --epochs 100000
-EOF
-chmod +x "$TMP/stubborn"
 for what in plain stubborn; do
-	rm -f "$TMP"/up.*
 	if [ $what = plain ]; then cmd=("${LINREG[@]}" --epochs 100000); else cmd=("$TMP/stubborn"); fi
 	timeout 120 salloc --quiet -n 2 "$DTRAIN" launch -n 2 -s 1 --launcher slurm \
 		--env DT_TEST_TAG="$TAG" -- "${cmd[@]}" >"$OUT" 2>"$ERR" &

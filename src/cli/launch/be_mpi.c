@@ -87,17 +87,11 @@ host_list(struct plan *pl, int worker, long count, struct strv *argv)
 		k++;
 	}
 	free(hosts);
-	{
-		char *list = sb_take(&b);
-
-		if (list == NULL)
-			return dt__fail(DT_ENOMEM, "out of memory");
-		if ((err = strv_dup(argv, "--host"))) {
-			free(list);
-			return err;
-		}
-		return strv_add(argv, list);
+	if ((err = strv_dup(argv, "--host"))) {
+		free(sb_take(&b));
+		return err;
 	}
+	return strv_add(argv, sb_take(&b)); /* (NULL: out of memory) */
 }
 
 /* One mpirun for all processes of a role; -x passes every variable. The

@@ -233,6 +233,22 @@ build_sync(const struct opts *o, const struct hosts *h, const struct ctx *c,
 	return DT_OK;
 }
 
+/* By host of h: whether ssh never connected there (it exited 255 before
+ * running anything) in the steps p[0..n); NULL if out of memory. */
+static unsigned char *
+unreached_hosts(const struct hosts *h, const struct proc *p, size_t n)
+{
+	unsigned char *u = calloc(h->n ? h->n : 1, 1);
+
+	for (size_t i = 0; u && i < n; i++)
+		for (size_t k = 0; k < h->n; k++)
+			if (p[i].exited && p[i].code == CLD_EXITED &&
+			    p[i].status == 255 &&
+			    strcmp(p[i].host, h->h[k].name) == 0)
+				u[k] = 1;
+	return u;
+}
+
 /* The ssh launcher's secret file on every host: written before the job
  * (mode 0600, from ssh's input: on no command line), removed after. */
 static int
@@ -270,13 +286,8 @@ remote_secret(const struct hosts *h, struct ctx *c, struct run *r, int remove)
 	rc = run_procs(r, p, n);
 	/* Where ssh could not even connect (status 255 before anything
 	 * ran) nothing was written: no need to go back and remove it. */
-	if (!remove && (c->unreached = calloc(h->n ? h->n : 1, 1)) != NULL)
-		for (size_t i = 0; i < n; i++)
-			for (size_t k = 0; k < h->n; k++)
-				if (p[i].exited && p[i].code == CLD_EXITED &&
-				    p[i].status == 255 &&
-				    strcmp(p[i].host, h->h[k].name) == 0)
-					c->unreached[k] = 1;
+	if (!remove)
+		c->unreached = unreached_hosts(h, p, n);
 	procs_free(p, n);
 	if (rc != 0 && remove)
 		say("the job's secret file may be left on a host: %s",
@@ -314,15 +325,7 @@ ssh_sync(const struct opts *o, const struct hosts *h, struct ctx *c,
 	if (rc != 0) {
 		say("copying the working directory failed (%s)", r->reason);
 		/* Where ssh never connected (rsync's 255) nothing was made. */
-		if ((unreached = calloc(h->n ? h->n : 1, 1)) != NULL)
-			for (size_t i = 0; i < n; i++)
-				for (size_t k = 0; k < h->n; k++)
-					if (p[i].exited &&
-					    p[i].code == CLD_EXITED &&
-					    p[i].status == 255 &&
-					    strcmp(p[i].host, h->h[k].name) ==
-					        0)
-						unreached[k] = 1;
+		unreached = unreached_hosts(h, p, n);
 	}
 	procs_free(p, n);
 	p = NULL;

@@ -29,20 +29,28 @@ procs_free(struct proc *p, size_t n)
 	free(p);
 }
 
-struct proc *
-proc_init(struct proc *p, enum kind kind, const char *host, const char *fmt,
-          ...)
+static struct proc *
+proc_vinit(struct proc *p, enum kind kind, const char *host, const char *fmt,
+           va_list ap)
 {
-	va_list ap;
-
 	memset(p, 0, sizeof(*p));
 	p->kind = kind;
 	p->out[0].fd = p->out[1].fd = -1;
 	p->out[0].dst = 1;
 	p->out[1].dst = 2;
 	snprintf(p->host, sizeof(p->host), "%s", host);
-	va_start(ap, fmt);
 	vsnprintf(p->label, sizeof(p->label), fmt, ap);
+	return p;
+}
+
+struct proc *
+proc_init(struct proc *p, enum kind kind, const char *host, const char *fmt,
+          ...)
+{
+	va_list ap;
+
+	va_start(ap, fmt);
+	proc_vinit(p, kind, host, fmt, ap);
 	va_end(ap);
 	return p;
 }
@@ -72,9 +80,8 @@ plan_next(struct plan *pl, enum kind kind, const char *host, const char *fmt,
 
 	if (pl->n == pl->max)
 		return NULL;
-	p = proc_init(&pl->p[pl->n++], kind, host, "%s", "");
 	va_start(ap, fmt);
-	vsnprintf(p->label, sizeof(p->label), fmt, ap);
+	p = proc_vinit(&pl->p[pl->n++], kind, host, fmt, ap);
 	va_end(ap);
 	return p;
 }
