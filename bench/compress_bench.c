@@ -53,7 +53,7 @@ run(enum op op)
 			abort();
 		break;
 	case Q1:
-		dt__quant_1bit(in, res, N, buf);
+		dt__quant_1bit(in, res, N, 0.0f, buf);
 		break;
 	case D1:
 		if (dt__dequant_1bit_add(buf, N, acc))

@@ -7,16 +7,19 @@
 # servers, dist_sync, placed over both hosts by the ssh launcher) with the
 # model given, and reports samples/s and the bytes that crossed the links
 # per training step (/proc/net/dev of the veths), as a table and JSON
-# lines. The baseline for gradient compression (docs/compression.md).
-# Removes everything it made. Needs root.
+# lines, for each gradient compression and pull precision asked
+# (docs/compression.md). Removes everything it made. Needs root.
 #
-# Usage: bench/slow_link.sh [BUILD_DIR] [RATE] [MODEL...]
-#        (defaults: build, 1gbit, mlp lenet)
+# Usage: [COMPRESSIONS="none fp16 2bit 1bit"] [PULLS="fp32 fp16"] \
+#        bench/slow_link.sh [BUILD_DIR] [RATE] [MODEL...]
+#        (defaults: none, fp32, build, 1gbit, mlp lenet)
 set -u
 B=$(cd "${1:-build}" && pwd)
 RATE=${2:-1gbit}
 MODELS=("${@:3}")
 [ ${#MODELS[@]} -gt 0 ] || MODELS=(mlp lenet)
+read -r -a COMPS <<<"${COMPRESSIONS:-none}"
+read -r -a PULLS <<<"${PULLS:-fp32}"
 export DTRAIN_BUILD=$B
 here=$(cd "$(dirname "$0")" && pwd)
 # shellcheck source=../tests/integration/launch_lib.bash
@@ -46,14 +49,17 @@ link_bytes() {
 	echo "$sum"
 }
 
-printf '%-8s %-6s %12s %16s %12s %10s\n' model rate "samples/s" "bytes/step" steps accuracy
+printf '%-6s %-10s %-5s %-6s %12s %14s %6s %9s\n' model compression pull rate "samples/s" "bytes/step" steps accuracy
 for model in "${MODELS[@]}"; do
+for comp in "${COMPS[@]}"; do
+for pull in "${PULLS[@]}"; do
 	before=$(link_bytes)
 	start=$(now_ms)
 	"$DTRAIN" launch -n 2 -s 2 -H "$TMP/hosts" --env DT_TEST_TAG="$TAG" -- \
 		"$B/examples/mnist" --model "$model" --kvstore dist_sync \
 		--epochs 1 --limit 16384 --disp-batches 32 --data "$DATA" \
-		>"$TMP/out" 2>&1 || { echo "the $model job failed:"; tail -5 "$TMP/out"; continue; }
+		--gradient-compression "$comp" --pull-precision "$pull" \
+		>"$TMP/out" 2>&1 || { echo "the $model $comp job failed:"; tail -5 "$TMP/out"; continue; }
 	ms=$(($(now_ms) - start))
 	bytes=$(($(link_bytes) - before))
 	# Steps: 16384 images / (2 workers x 64) per step.
@@ -62,7 +68,9 @@ for model in "${MODELS[@]}"; do
 	sps=$(grep '^\[worker 0\]' "$TMP/out" | grep -o 'Speed: [0-9.]*' |
 		awk '{ s += $2; n++ } END { if (n) printf "%.0f", s / n; else print 0 }')
 	acc=$(grep -m1 -o 'Validation-accuracy=[0-9.]*' "$TMP/out" | cut -d= -f2)
-	printf '%-8s %-6s %12s %16s %12s %10s\n' "$model" "$RATE" "$sps" "$((bytes / steps))" "$steps" "$acc"
-	printf '{"bench":"slow_link","model":"%s","rate":"%s","samples_per_s_worker0":%s,"link_bytes_per_step":%s,"steps":%s,"seconds":%s,"accuracy":%s}\n' \
-		"$model" "$RATE" "$sps" "$((bytes / steps))" "$steps" "$(awk -v m="$ms" 'BEGIN { printf "%.2f", m / 1000 }')" "${acc:-null}"
+	printf '%-6s %-10s %-5s %-6s %12s %14s %6s %9s\n' "$model" "$comp" "$pull" "$RATE" "$sps" "$((bytes / steps))" "$steps" "$acc"
+	printf '{"bench":"slow_link","model":"%s","compression":"%s","pull":"%s","rate":"%s","samples_per_s_worker0":%s,"link_bytes_per_step":%s,"steps":%s,"seconds":%s,"accuracy":%s}\n' \
+		"$model" "$comp" "$pull" "$RATE" "$sps" "$((bytes / steps))" "$steps" "$(awk -v m="$ms" 'BEGIN { printf "%.2f", m / 1000 }')" "${acc:-null}"
+done
+done
 done

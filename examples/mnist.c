@@ -33,6 +33,7 @@
 
 typedef struct opts {
 	const char *model, *kvstore, *optimizer, *data, *save, *load;
+	const char *compression, *pull_precision;
 	long devices, epochs, batch, seed, limit, disp;
 	double lr, momentum, wd, lr_factor;
 	int no_overlap;
@@ -148,7 +149,11 @@ usage(FILE *f)
 	    "  --save FILE --load FILE    parameter files (rank 0 saves)\n"
 	    "  --disp-batches N           Speedometer interval (50)\n"
 	    "  --no-overlap               push after backward, not per layer\n"
-	    "                             during it (one device, no horovod)\n",
+	    "                             during it (one device, no horovod)\n"
+	    "  --gradient-compression C   none, fp16, 2bit[:T] or 1bit[:T]\n"
+	    "                             (none; docs/compression.md)\n"
+	    "  --pull-precision P         fp32 or fp16 weights from the\n"
+	    "                             servers on the wire (fp32)\n",
 	    f);
 }
 
@@ -173,6 +178,8 @@ parse(int argc, char **argv, opts *o)
 	    {"disp-batches", 1, 0, 'p'},
 	    {"lr-factor", 1, 0, 'F'},
 	    {"no-overlap", 0, 0, 'O'},
+	    {"gradient-compression", 1, 0, 'C'},
+	    {"pull-precision", 1, 0, 'P'},
 	    {"help", 0, 0, 'h'},
 	    {0, 0, 0, 0},
 	};
@@ -180,10 +187,10 @@ parse(int argc, char **argv, opts *o)
 
 	*o = (opts){
 	    "lenet", "local", "adam", "/usr/share/datasets/fashion-mnist",
-	    NULL,    NULL,    1,      3,
-	    64,      42,      0,      50,
-	    0.002,   0.9,     0,      0.5,
-	    0};
+	    NULL,    NULL,    NULL,   NULL,
+	    1,       3,       64,     42,
+	    0,       50,      0.002,  0.9,
+	    0,       0.5,     0};
 	while ((c = getopt_long(argc, argv, "", lo, &idx)) != -1) {
 		char *end = NULL;
 		long *lp = NULL;
@@ -241,6 +248,12 @@ parse(int argc, char **argv, opts *o)
 		case 'O':
 			o->no_overlap = 1;
 			continue;
+		case 'C':
+			o->compression = optarg;
+			continue;
+		case 'P':
+			o->pull_precision = optarg;
+			continue;
 		case 'h':
 			usage(stdout);
 			exit(0);
@@ -271,6 +284,14 @@ parse(int argc, char **argv, opts *o)
 		        "--batch-size, --batch-size >= 1, --epochs >= 0, "
 		        "--limit >= 0, --disp-batches >= 1\n",
 		        MAX_DEV);
+		return -1;
+	}
+	if (strcmp(o->kvstore, "horovod") == 0 &&
+	    ((o->compression && strcmp(o->compression, "none")) ||
+	     (o->pull_precision && strcmp(o->pull_precision, "fp32")))) {
+		fprintf(stderr, "mnist: --gradient-compression and "
+		                "--pull-precision apply to KVStore types, not "
+		                "to horovod\n");
 		return -1;
 	}
 	if (strcmp(o->model, "lenet") && strcmp(o->model, "mlp")) {
@@ -410,6 +431,12 @@ main(int argc, char **argv)
 		lens[i] = t->size;
 	}
 	if (set_lr(updater, &o, o.lr, nw, params, sizeof(params)) != DT_OK)
+		goto fail;
+	if (o.compression &&
+	    dt_kv_set_gradient_compression(updater, o.compression) != DT_OK)
+		goto fail;
+	if (o.pull_precision &&
+	    dt_kv_set_pull_precision(updater, o.pull_precision) != DT_OK)
 		goto fail;
 	if (horovod && dt_coll_broadcast(coll, dt_nn_model_params(m),
 	                                 dt_nn_model_num_params(m), DT_FLOAT32,

@@ -14,6 +14,7 @@
 
 #include "fuzz_check.h"
 #include <math.h>
+#include <stdlib.h>
 
 #include "kv/kv_impl.h"
 
@@ -64,11 +65,86 @@ fuzz_kv_opt(const uint8_t *data, size_t size)
 	dt__wbuf_fini(&w);
 }
 
+static uint32_t
+fuzz_le32(const uint8_t *p)
+{
+	return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 |
+	       (uint32_t)p[3] << 24;
+}
+
+static void
+fuzz_kv_push(const uint8_t *data, size_t size)
+{
+	static const int cmds[] = {DT_CMD_KV_PUSH, DT_CMD_KV_PULL,
+	                           DT_CMD_KV_PUSHPULL};
+	dt_msg_hdr h = {0};
+	dt_quant_kind kind;
+	size_t n, mlen;
+	const uint8_t *meta, *body;
+	float t, *out;
+
+	if (size < 10)
+		return;
+	h.cmd = (uint8_t)cmds[data[0] % 3];
+	h.arg2 = fuzz_le32(data + 1);
+	n = fuzz_le32(data + 5) & 0xffff; /* (a key's length: bounded) */
+	mlen = data[9] % 8;
+	if (size < 10 + mlen)
+		return;
+	meta = data + 10;
+	body = meta + mlen;
+	h.meta_len = (uint32_t)mlen;
+	h.payload_len = size - 10 - mlen;
+	dt__clear_error();
+	if (dt__kv_push_check(&h, meta, n, &kind, &t)) {
+		FUZZ_CHECK(dt_errmsg()[0] != '\0');
+		return;
+	}
+	FUZZ_CHECK((unsigned)kind <= DT_QUANT_1BIT);
+	if (h.cmd == DT_CMD_KV_PULL)
+		return;
+	FUZZ_CHECK(h.payload_len == (kind == DT_QUANT_NONE
+	                                 ? n * sizeof(float)
+	                                 : dt__quant_size(kind, n)));
+	out = malloc((n + 1) * sizeof(float));
+	FUZZ_CHECK(out != NULL);
+	dt__clear_error();
+	if (dt__kv_comp_decode(kind, t, body, n, out)) {
+		FUZZ_CHECK(dt_errmsg()[0] != '\0');
+		FUZZ_CHECK(kind == DT_QUANT_2BIT || kind == DT_QUANT_1BIT);
+		free(out);
+		return;
+	}
+	if (kind == DT_QUANT_2BIT) {
+		float *res = calloc(n + 1, sizeof(float));
+		uint8_t *again = malloc(dt__quant_size(kind, n) + 1);
+		dt_kv_comp c = {kind, t, 0};
+
+		FUZZ_CHECK(res != NULL && again != NULL);
+		for (size_t i = 0; i < n; i++)
+			FUZZ_CHECK(out[i] == t || out[i] == -t || out[i] == 0);
+		dt__kv_comp_encode(&c, out, res, n, again);
+		FUZZ_CHECK(memcmp(again, body, h.payload_len) == 0);
+		free(res);
+		free(again);
+	} else if (kind == DT_QUANT_1BIT) {
+		float pos, neg;
+
+		memcpy(&pos, body, 4);
+		memcpy(&neg, body + 4, 4);
+		for (size_t i = 0; i < n; i++)
+			FUZZ_CHECK(isfinite(out[i]) &&
+			           (out[i] == pos || out[i] == neg));
+	}
+	free(out);
+}
+
 static int
 dt_fuzz_kv_one(const uint8_t *data, size_t size)
 {
 	fuzz_kv_error(data, size);
 	fuzz_kv_opt(data, size);
+	fuzz_kv_push(data, size);
 	return 0;
 }
 

@@ -34,6 +34,15 @@ def opt(kind, lr=0.1, mom=0.9, wd=1e-4, rescale=1.0, clip=0.0, b1=0.9, b2=0.999,
     return u8(kind) + b''.join(f64(v) for v in (lr, mom, wd, rescale, clip, b1, b2, eps))
 
 
+def push(cmd=0, kind=0, answer=0, n=16, meta=b'', body=b''):
+    # fuzz_kv_push's layout: [u8 command][u32 arg2][u32 values][u8 meta
+    # length], the meta, the body (command 0 push, 1 pull, 2 pushpull)
+    return u8(cmd) + u32(kind | answer << 8) + u32(n) + u8(len(meta)) + meta + body
+
+
+def f32(v): return struct.pack('<f', v)
+
+
 def sig(kind=1, dtype=0, op=0, ntensors=1, root=0, count=1024, hash_=0):
     return u8(kind) + u8(dtype) + u8(op) + u8(ntensors) + u32(root) + u64(count) + u64(hash_)
 
@@ -69,6 +78,20 @@ SEEDS = {
         'opt_adam_beta_1': opt(2, mom=0.0, b1=1.0),
         'opt_kind_7': opt(7),
         'opt_truncated': opt(1)[:30],
+        'push_fp32_4': push(n=4, body=f32(1) * 4),
+        'push_fp16_5': push(kind=1, n=5, body=b'\x00\x3c' * 5),
+        'push_2bit_17': push(kind=2, n=17, meta=f32(0.5), body=u32(0x6) + u32(0x1)),
+        'push_2bit_code3': push(kind=2, n=16, meta=f32(0.5), body=u32(0xc)),
+        'push_2bit_past_end': push(kind=2, n=3, meta=f32(0.5), body=u32(0x40)),
+        'push_2bit_nan_threshold': push(kind=2, n=16, meta=f32(float('nan')), body=u32(0)),
+        'push_2bit_no_meta': push(kind=2, n=16, body=u32(0)),
+        'push_1bit_33': push(kind=3, n=33, body=f32(0.25) + f32(-0.5) + u32(0xffff0000) + u32(1)),
+        'push_1bit_inf': push(kind=3, n=8, body=f32(float('inf')) + f32(0) + u32(0)),
+        'push_size_mismatch': push(kind=1, n=5, body=b'\x00' * 9),
+        'push_kind_9': push(kind=9, n=1, body=b'\x00' * 4),
+        'pull_fp16_answer': push(cmd=1, answer=1),
+        'pull_answer_2bit': push(cmd=1, answer=2),
+        'pushpull_reserved_bits': push(cmd=2, kind=0x10000, n=1, body=f32(1)),
     },
     'auth': {
         'acceptor_hello_proof': b'\x00' + b'DTH1' + u32(0) + bytes(range(32)) + b'DTP1' + bytes(32),

@@ -62,6 +62,30 @@ int dt_kv_is_dist(const dt_kv *kv);
  */
 dt_err dt_kv_set_optimizer(dt_kv *kv, const char *name, const char *params);
 
+/*
+ * Gradient compression (MXNet's set_gradient_compression; the rules and
+ * their costs in docs/compression.md). spec is one of
+ *   "none"
+ *   "fp16"            values rounded to IEEE half on the wire
+ *   "2bit[:T]"        +T, -T or 0 per value (T = 0.5 by default), 16 a word
+ *   "1bit[:T]"        one bit per value (split at T, 0 by default), each
+ *                     side sent as its mean
+ * or MXNet's dictionary as "type=2bit,threshold=0.5". What 2bit and 1bit
+ * do not send stays in a residual per key on this worker and is added to
+ * the next push (error feedback): delayed, not lost. The servers decode
+ * into their fp32 sums. Call on every worker before the first init; a
+ * local store applies the same rule to its pushes.
+ */
+dt_err dt_kv_set_gradient_compression(dt_kv *kv, const char *spec);
+
+/*
+ * The precision of the values pulls return: "fp32" (the default) or
+ * "fp16" - the servers keep fp32 and send halves, half the bytes; the
+ * caller's buffer still receives floats (each exactly a half's value).
+ * Per worker, any time; it applies to requests started after it.
+ */
+dt_err dt_kv_set_pull_precision(dt_kv *kv, const char *precision);
+
 /* Initialise key with n floats; rank 0's value wins, every worker waits. */
 dt_err dt_kv_init(dt_kv *kv, dt_key key, const float *val, size_t n);
 

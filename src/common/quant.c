@@ -9,6 +9,9 @@
 
 #include "common/quant.h"
 
+/* Values per block of the blocked loops. */
+#define QBLOCK 1024
+
 static inline uint32_t
 le32(uint32_t v)
 {
@@ -134,6 +137,23 @@ dt__dequant_fp16(const uint8_t *in, float *out, size_t n)
 }
 
 void
+dt__dequant_fp16_inplace(void *buf, size_t n)
+{
+	uint8_t *b = buf, tmp[2 * QBLOCK];
+
+	/* Block k's halves are copied out before its floats are written;
+	 * the floats of blocks up to k end at byte 4(k+1)B, and the halves
+	 * of the blocks after k start at 2n + 2(k+1)B, which is not before
+	 * that unless block k is the last. */
+	for (size_t base = 0; base < n; base += QBLOCK) {
+		size_t m = n - base < QBLOCK ? n - base : QBLOCK;
+
+		memcpy(tmp, b + 2 * n + 2 * base, 2 * m);
+		dt__dequant_fp16(tmp, (float *)(void *)(b + 4 * base), m);
+	}
+}
+
+void
 dt__dequant_fp16_add(const uint8_t *in, float *acc, size_t n)
 {
 	for (size_t i = 0; i < n; i++)
@@ -146,7 +166,6 @@ dt__dequant_fp16_add(const uint8_t *in, float *acc, size_t n)
 /* Blocks of QBLOCK values: one straight loop the compiler vectorises
  * (compares, selects, the residual and a byte of code per value), then
  * the packing, 4 codes a byte. */
-#define QBLOCK 1024
 
 void
 dt__quant_2bit(const float *restrict in, float *restrict res, size_t n, float t,
@@ -226,7 +245,7 @@ typedef float v4f __attribute__((vector_size(16)));
 typedef int32_t v4i __attribute__((vector_size(16)));
 
 void
-dt__quant_1bit(const float *restrict in, float *restrict res, size_t n,
+dt__quant_1bit(const float *restrict in, float *restrict res, size_t n, float t,
                uint8_t *restrict out)
 {
 	uint8_t code[QBLOCK];
@@ -241,7 +260,7 @@ dt__quant_1bit(const float *restrict in, float *restrict res, size_t n,
 		size_t m = n - base < QBLOCK ? n - base : QBLOCK, j = 0;
 		const float *x = in + base;
 		float *r = res + base;
-		v4f sp = {0, 0, 0, 0}, sn = {0, 0, 0, 0};
+		v4f sp = {0, 0, 0, 0}, sn = {0, 0, 0, 0}, tv = {t, t, t, t};
 		v4i cp = {0, 0, 0, 0};
 
 		for (; j + 4 <= m; j += 4) {
@@ -252,7 +271,7 @@ dt__quant_1bit(const float *restrict in, float *restrict res, size_t n,
 			memcpy(&rv, r + j, sizeof(rv));
 			v = xv + rv;
 			memcpy(r + j, &v, sizeof(v));
-			p = v >= (v4f){0, 0, 0, 0}; /* -1 where v >= 0 */
+			p = v >= tv; /* -1 where v >= t */
 			sp += (v4f)((v4i)v & p);
 			sn += (v4f)((v4i)v & ~p);
 			cp -= p;
@@ -261,7 +280,7 @@ dt__quant_1bit(const float *restrict in, float *restrict res, size_t n,
 			float v = x[j] + r[j];
 
 			r[j] = v;
-			if (v >= 0.0f) {
+			if (v >= t) {
 				spos += v;
 				npos++;
 			} else {
@@ -285,7 +304,7 @@ dt__quant_1bit(const float *restrict in, float *restrict res, size_t n,
 		uint8_t *o = out + 8 + base / 8;
 
 		for (size_t j = 0; j < m; j++) {
-			float v = r[j], p = v >= 0.0f ? 1.0f : 0.0f;
+			float v = r[j], p = v >= t ? 1.0f : 0.0f;
 
 			r[j] = v - (p != 0.0f ? pos : neg);
 			code[j] = (uint8_t)p;

@@ -38,6 +38,10 @@ size_t dt__quant_size(dt_quant_kind kind, size_t n);
  * subnormal round to a signed zero. */
 void dt__quant_fp16(const float *in, uint8_t *out, size_t n);
 void dt__dequant_fp16(const uint8_t *in, float *out, size_t n);
+/* In place: buf holds n halves at byte 2n (its second half); they
+ * become n floats from byte 0 (a pull's answer received into the
+ * caller's output, then widened). */
+void dt__dequant_fp16_inplace(void *buf, size_t n);
 /* acc[i] += the i-th half of in. */
 void dt__dequant_fp16_add(const uint8_t *in, float *acc, size_t n);
 
@@ -51,12 +55,14 @@ void dt__quant_2bit(const float *in, float *res, size_t n, float t,
 dt_err dt__dequant_2bit_add(const uint8_t *in, size_t n, float t, float *acc);
 
 /* 1-bit (Seide et al., "1-Bit Stochastic Gradient Descent", 2014):
- * v = in[i] + res[i]; two reconstruction values, the mean of the v >= 0
- * and the mean of the v < 0 (0 for an empty class), go first as two
- * floats; then bit i (bit i%32 of word i/32) is 1 for v >= 0. The value
+ * v = in[i] + res[i]; two reconstruction values, the mean of the v >= t
+ * and the mean of the v < t (0 for an empty class), go first as two
+ * floats; then bit i (bit i%32 of word i/32) is 1 for v >= t. The value
  * sent is its class's mean and res[i] = v - sent, so the error of each
- * class sums to zero in every call and the residual stays bounded. */
-void dt__quant_1bit(const float *in, float *res, size_t n, uint8_t *out);
+ * class sums to zero in every call and the residual stays bounded. t (the
+ * split, 0 in the paper) must be finite; the decoder does not need it. */
+void dt__quant_1bit(const float *in, float *res, size_t n, float t,
+                    uint8_t *out);
 /* acc[i] += the i-th value; DT_EPROTO (nothing added) if a reconstruction
  * value is not finite. */
 dt_err dt__dequant_1bit_add(const uint8_t *in, size_t n, float *acc);

@@ -52,22 +52,22 @@ typedef struct logent {
 	uint64_t pidx; /* pushes: which push of this key to this server */
 	uint8_t *meta;
 	uint32_t meta_len;
-	float *data; /* a copy of the payload */
-	size_t len;  /* floats */
-	dt_lnode ln; /* in its server's log, oldest first */
+	uint8_t *data; /* a copy of the payload (compressed, if it was) */
+	size_t len;    /* bytes */
+	dt_lnode ln;   /* in its server's log, oldest first */
 } logent;
 
 typedef struct sub {
 	uint64_t seq;
 	int server_id;
 	float *dest;
-	size_t bytes;
+	size_t bytes; /* of the value at dest (fp32) */
+	unsigned enc; /* the answer's encoding asked for */
 	op *op;
 	/* What was sent, to send it again (recovery). */
 	int cmd;
 	dt_key key;
 	uint64_t arg0, arg1, arg2;
-	const float *val; /* the caller's, valid until the answer */
 	logent *log;
 	dt_hnode hn; /* in subs, by seq */
 } sub;
@@ -87,6 +87,14 @@ typedef struct srv {
 	size_t nheld;   /* (mu) what that said, sorted by key */
 	held_key *held;
 } srv;
+
+/* A key's compression residual: what its pushes have not sent yet. */
+typedef struct resid {
+	dt_key key;
+	size_t n;
+	float *r;
+	dt_hnode hn;
+} resid;
 
 /* Pushes of a key to each server so far (recovery). */
 typedef struct keycount {
@@ -116,6 +124,12 @@ struct dt_kv_client {
 	dt_table counts;         /* keycount by key (mu) */
 	int replay_due;          /* (mu) some srv's is */
 	uint64_t kept_bytes;     /* (mu) the logs' copies */
+	/* Compression (the caller's thread only). */
+	dt_kv_comp comp;
+	unsigned pull_enc; /* DT_QUANT_NONE or DT_QUANT_FP16 */
+	dt_table resids;   /* resid by key */
+	uint8_t *cbuf;     /* a compressed part being sent */
+	size_t cbuf_cap;
 };
 
 static sub *
@@ -191,8 +205,8 @@ logent_free(dt_kv_client *c, logent *e)
 {
 	if (e->data) {
 		/* a replay may have left it with the links, by reference */
-		dt__node_before_write(c->node, e->data, e->len * sizeof(float));
-		c->kept_bytes -= e->len * sizeof(float);
+		dt__node_before_write(c->node, e->data, e->len);
+		c->kept_bytes -= e->len;
 	}
 	dt__list_remove(&e->ln);
 	free(e->meta);
@@ -203,7 +217,7 @@ logent_free(dt_kv_client *c, logent *e)
 /* A copy of a request about to be sent (no lock held); NULL: no memory. */
 static logent *
 log_new(const dt_msg_hdr *h, const void *meta, uint32_t meta_len,
-        const float *val, size_t len)
+        const void *val, size_t len)
 {
 	logent *e = calloc(1, sizeof(*e));
 
@@ -218,8 +232,8 @@ log_new(const dt_msg_hdr *h, const void *meta, uint32_t meta_len,
 		memcpy(e->meta, meta, meta_len);
 		e->meta_len = meta_len;
 	}
-	if (val && len && (e->data = malloc(len * sizeof(float))) != NULL) {
-		memcpy(e->data, val, len * sizeof(float));
+	if (val && len && (e->data = malloc(len)) != NULL) {
+		memcpy(e->data, val, len);
 		e->len = len;
 	}
 	if ((meta_len && !e->meta) || (val && len && !e->data)) {
@@ -383,8 +397,8 @@ typedef struct item {
 	dt_msg_hdr h;
 	const void *meta;
 	uint32_t meta_len;
-	const float *val;
-	size_t len;
+	const void *val;
+	size_t len; /* bytes */
 } item;
 
 static int
@@ -443,15 +457,22 @@ replay(dt_kv_client *c, int r)
 					local++;
 				} else if (s) {
 					x.h.cmd = DT_CMD_KV_PULL;
+					x.h.arg2 = dt__kv_enc(
+					    DT_QUANT_NONE,
+					    (dt_quant_kind)DT_KV_ENC_ANSWER(
+					        e->arg2));
+					x.meta = NULL;
+					x.meta_len = 0;
 					x.val = NULL;
 					x.len = 0;
 					it[n++] = x;
 				}
 				continue;
 			}
-			if (!s)
-				x.h.cmd =
-				    DT_CMD_KV_PUSH; /* (its answer came) */
+			if (!s) { /* (its answer came) */
+				x.h.cmd = DT_CMD_KV_PUSH;
+				x.h.arg2 &= ~(0xffu << 8);
+			}
 		} else if (e->cmd == DT_CMD_KV_INIT && have >= 0 && !s) {
 			continue; /* the key is in the file */
 		}
@@ -488,8 +509,7 @@ replay(dt_kv_client *c, int r)
 	/* The log entries stay: a KV_CKPT_DONE does not trim this server's
 	 * while it is marked restarted (until the end of this). */
 	for (size_t i = 0; i < n; i++) {
-		struct iovec iov = {(void *)it[i].val,
-		                    it[i].len * sizeof(float)};
+		struct iovec iov = {(void *)it[i].val, it[i].len};
 
 		(void)dt__node_send_ex(c->node, sid, &it[i].h, it[i].meta,
 		                       it[i].meta_len, it[i].val ? &iov : NULL,
@@ -543,8 +563,15 @@ payload_dest(void *arg, dt_node *n, dt_conn *conn, const dt_msg_hdr *h,
 
 	pthread_mutex_lock(&c->mu);
 	s = find_sub(c, h->seq);
-	if (s && s->dest && h->payload_len == s->bytes)
-		dest = s->dest;
+	if (s && s->dest && h->arg2 == s->enc) {
+		if (s->enc == DT_QUANT_NONE && h->payload_len == s->bytes)
+			dest = s->dest;
+		/* fp16: into the output's second half, widened in place
+		 * once whole (on_msg) */
+		else if (s->enc == DT_QUANT_FP16 &&
+		         h->payload_len == s->bytes / 2)
+			dest = (uint8_t *)s->dest + s->bytes / 2;
+	}
 	pthread_mutex_unlock(&c->mu);
 	return dest;
 }
@@ -586,14 +613,30 @@ on_msg(void *arg, dt_node *n, dt_conn *conn, dt_msg *m)
 		op_fail(s->op, code, msg);
 		if (s->log)
 			unlog_refused(c, s);
-	} else if (s->dest && (h->payload_len != s->bytes || !m->payload)) {
+	} else if (s->dest &&
+	           (h->arg2 != s->enc || !m->payload ||
+	            h->payload_len !=
+	                (s->enc == DT_QUANT_FP16 ? s->bytes / 2 : s->bytes))) {
 		snprintf(msg, sizeof(msg),
-		         "%s of key %llu: %s answered %llu bytes, expected %zu",
+		         "%s of key %llu: %s answered %llu bytes in encoding "
+		         "%llu, expected %zu in %s",
 		         dt__kv_op_name(s->op->cmd),
 		         (unsigned long long)s->op->key,
 		         dt__node_name(n, (int)h->sender, name, sizeof(name)),
-		         (unsigned long long)h->payload_len, s->bytes);
+		         (unsigned long long)h->payload_len,
+		         (unsigned long long)h->arg2,
+		         s->enc == DT_QUANT_FP16 ? s->bytes / 2 : s->bytes,
+		         s->enc == DT_QUANT_FP16 ? "fp16" : "fp32");
 		op_fail(s->op, DT_ESIZE, msg);
+	} else if (s->dest && s->enc == DT_QUANT_FP16) {
+		/* The sub is ours (out of the table): widen the halves
+		 * without the lock. */
+		pthread_mutex_unlock(&c->mu);
+		if ((uint8_t *)m->payload != (uint8_t *)s->dest + s->bytes / 2)
+			memcpy((uint8_t *)s->dest + s->bytes / 2, m->payload,
+			       s->bytes / 2);
+		dt__dequant_fp16_inplace(s->dest, s->bytes / sizeof(float));
+		pthread_mutex_lock(&c->mu);
 	}
 	int done = sub_done(c, s);
 	pthread_mutex_unlock(&c->mu);
@@ -661,6 +704,7 @@ dt__kv_client_create(dt_node *node, int sync, size_t bound, dt_kv_client **out)
 	for (int i = 0; i < dt_node_num_servers(node); i++)
 		dt__list_init(&c->srv[i].log);
 	dt__table_init(&c->counts);
+	dt__table_init(&c->resids);
 	pthread_mutex_init(&c->send_mu, NULL);
 	pthread_mutex_init(&c->mu, NULL);
 	dt__cond_init_monotonic(&c->cv); /* dt__van_wait's deadlines */
@@ -677,6 +721,7 @@ dt__kv_client_create(dt_node *node, int sync, size_t bound, dt_kv_client **out)
 		dt__table_fini(&c->subs);
 		dt__table_fini(&c->ops);
 		dt__table_fini(&c->counts);
+		dt__table_fini(&c->resids);
 		pthread_mutex_destroy(&c->mu);
 		pthread_mutex_destroy(&c->send_mu);
 		pthread_cond_destroy(&c->cv);
@@ -727,6 +772,15 @@ dt__kv_client_destroy(dt_kv_client *c)
 		free(k);
 	}
 	dt__table_fini(&c->counts);
+	for (dt_hnode *h = dt__table_first(&c->resids, &it); h;
+	     h = dt__table_next(&it)) {
+		resid *r = DT_CONTAINER_OF(h, resid, hn);
+
+		free(r->r);
+		free(r);
+	}
+	dt__table_fini(&c->resids);
+	free(c->cbuf);
 	pthread_mutex_destroy(&c->mu);
 	pthread_mutex_destroy(&c->send_mu);
 	pthread_cond_destroy(&c->cv);
@@ -734,12 +788,18 @@ dt__kv_client_destroy(dt_kv_client *c)
 	free(c);
 }
 
-/* Send one sub-request; the sub is registered before the send. */
+/*
+ * Send one sub-request; the sub is registered before the send. val is
+ * vbytes of payload: the caller's (stable until the answer) or, when
+ * vflags lacks DT_SEND_STABLE, a scratch buffer reused after the call.
+ * out (len floats) receives the answer's value, in encoding h->arg2 asks.
+ */
 static void
 send_part(dt_kv_client *c, op *o, int server, dt_msg_hdr *h, const void *meta,
-          uint32_t meta_len, const float *val, float *out, size_t len)
+          uint32_t meta_len, const void *val, size_t vbytes, unsigned vflags,
+          float *out, size_t len)
 {
-	struct iovec iov = {(void *)val, len * sizeof(float)};
+	struct iovec iov = {(void *)val, vbytes};
 	sub *s = malloc(sizeof(*s));
 	logent *le = NULL;
 	int parked = 0;
@@ -747,7 +807,7 @@ send_part(dt_kv_client *c, op *o, int server, dt_msg_hdr *h, const void *meta,
 
 	/* Recovery: a copy, to send again to a restarted server. */
 	if (s && c->recover && logged_cmd(h->cmd) &&
-	    (le = log_new(h, meta, meta_len, val, len)) == NULL) {
+	    (le = log_new(h, meta, meta_len, val, vbytes)) == NULL) {
 		free(s);
 		s = NULL;
 	}
@@ -781,20 +841,20 @@ send_part(dt_kv_client *c, op *o, int server, dt_msg_hdr *h, const void *meta,
 	           .server_id = dt__node_server_id(c->node, server),
 	           .dest = out,
 	           .bytes = out ? len * sizeof(float) : 0,
+	           .enc = out ? DT_KV_ENC_ANSWER(h->arg2) : 0,
 	           .op = o,
 	           .cmd = h->cmd,
 	           .key = h->key,
 	           .arg0 = h->arg0,
 	           .arg1 = h->arg1,
 	           .arg2 = h->arg2,
-	           .val = val,
 	           .log = le};
 	dt__table_insert(&c->subs, &s->hn, s->seq);
 	if (le) {
 		le->seq = h->seq;
 		le->pidx = (uint64_t)pidx;
 		dt__list_push_back(&c->srv[server].log, &le->ln);
-		c->kept_bytes += le->len * sizeof(float);
+		c->kept_bytes += le->len;
 	}
 	/* A restarted server gets it in its replay, in order. */
 	parked = c->recover && c->srv[server].restarted;
@@ -803,8 +863,7 @@ send_part(dt_kv_client *c, op *o, int server, dt_msg_hdr *h, const void *meta,
 	/* The caller keeps val untouched until the answer (kv.h). */
 	if (!parked)
 		err = dt__node_send_ex(c->node, s->server_id, h, meta, meta_len,
-		                       val ? &iov : NULL, val ? 1 : 0,
-		                       DT_SEND_STABLE);
+		                       val ? &iov : NULL, val ? 1 : 0, vflags);
 	if (c->recover)
 		pthread_mutex_unlock(&c->send_mu);
 	if (err) {
@@ -841,16 +900,78 @@ new_op(dt_kv_client *c, int cmd, dt_key key, int parts, dt_kv_req *req)
 	return o;
 }
 
+/* The residual of key (n floats, zeros at first), or NULL: no memory. */
+static float *
+residual(dt_kv_client *c, dt_key key, size_t n)
+{
+	dt_hnode *h = dt__table_find(&c->resids, key);
+	resid *r = h ? DT_CONTAINER_OF(h, resid, hn) : NULL;
+
+	if (r && r->n != n) { /* initialised again with another length */
+		dt__table_remove(&c->resids, &r->hn);
+		free(r->r);
+		free(r);
+		r = NULL;
+	}
+	if (r == NULL) {
+		if ((r = calloc(1, sizeof(*r))) == NULL ||
+		    (r->r = calloc(DT_MAX(n, 1), sizeof(float))) == NULL) {
+			free(r);
+			return NULL;
+		}
+		r->key = key;
+		r->n = n;
+		dt__table_insert(&c->resids, &r->hn, key);
+	}
+	return r->r;
+}
+
 dt_err
 dt__kv_client_start(dt_kv_client *c, int cmd, dt_key key, const float *val,
                     float *out, size_t n, dt_kv_req *req)
 {
 	int nparts, rank0 = dt_node_rank(c->node) == 0;
+	int pushes = cmd == DT_CMD_KV_PUSH || cmd == DT_CMD_KV_PUSHPULL;
+	int comp =
+	    pushes && c->comp.kind != DT_QUANT_NONE && n >= c->comp.min_size;
+	uint8_t meta[4];
+	uint32_t meta_len = 0;
+	float *res = NULL;
 	op *o;
 	dt_err err;
 
 	if ((err = dt__node_check(c->node)))
 		return err;
+	/* Compressed parts are made one at a time in one buffer (each send
+	 * copies what it keeps), so the largest part is its size. */
+	if (comp) {
+		size_t want = dt__quant_size(c->comp.kind, n);
+
+		if ((c->comp.kind != DT_QUANT_FP16 &&
+		     (res = residual(c, key, n)) == NULL))
+			return dt__fail(
+			    DT_ENOMEM,
+			    "push of key %llu: out of memory for its "
+			    "residual",
+			    (unsigned long long)key);
+		if (c->cbuf_cap < want) {
+			uint8_t *b = malloc(want);
+
+			if (b == NULL)
+				return dt__fail(
+				    DT_ENOMEM,
+				    "push of key %llu: out of memory "
+				    "compressing it",
+				    (unsigned long long)key);
+			free(c->cbuf);
+			c->cbuf = b;
+			c->cbuf_cap = want;
+		}
+	}
+	if (comp && c->comp.kind == DT_QUANT_2BIT) {
+		dt__kv_threshold_meta(c->comp.threshold, meta);
+		meta_len = 4;
+	}
 	nparts = dt__kv_place(key, n, dt_node_num_servers(c->node), c->bound,
 	                      c->parts);
 	if ((o = new_op(c, cmd, key, nparts, req)) == NULL)
@@ -862,7 +983,9 @@ dt__kv_client_start(dt_kv_client *c, int cmd, dt_key key, const float *val,
 		                .key = key,
 		                .arg0 = n,
 		                .arg1 = p->offset};
-		const float *pv = NULL;
+		const void *pv = NULL;
+		size_t vbytes = p->len * sizeof(float);
+		unsigned vflags = DT_SEND_STABLE;
 		float *po = NULL;
 
 		if (cmd == DT_CMD_KV_INIT) {
@@ -870,17 +993,41 @@ dt__kv_client_start(dt_kv_client *c, int cmd, dt_key key, const float *val,
 				h.arg2 = DT_KV_INIT_HAS_VALUE;
 				pv = val + p->offset;
 			}
-		} else if (cmd == DT_CMD_KV_PUSH) {
+		} else if (pushes) {
 			pv = val + p->offset;
+			if (cmd == DT_CMD_KV_PUSHPULL)
+				po = out + p->offset;
 		} else if (cmd == DT_CMD_KV_PULL) {
 			po = out + p->offset;
-		} else if (cmd == DT_CMD_KV_PUSHPULL) {
-			pv = val + p->offset;
-			po = out + p->offset;
 		}
-		send_part(c, o, p->server, &h, NULL, 0, pv, po, p->len);
+		if (comp) { /* each part its own body, as if it were a key */
+			dt__kv_comp_encode(&c->comp, val + p->offset,
+			                   res ? res + p->offset : NULL, p->len,
+			                   c->cbuf);
+			pv = c->cbuf;
+			vbytes = dt__quant_size(c->comp.kind, p->len);
+			vflags = 0;
+		}
+		if (cmd != DT_CMD_KV_INIT)
+			h.arg2 = dt__kv_enc(comp ? c->comp.kind : DT_QUANT_NONE,
+			                    po ? (dt_quant_kind)c->pull_enc
+			                       : DT_QUANT_NONE);
+		send_part(c, o, p->server, &h, meta, meta_len, pv,
+		          pv ? vbytes : 0, vflags, po, p->len);
 	}
 	return DT_OK;
+}
+
+void
+dt__kv_client_set_compression(dt_kv_client *c, const dt_kv_comp *comp)
+{
+	c->comp = *comp;
+}
+
+void
+dt__kv_client_set_pull_fp16(dt_kv_client *c, int on)
+{
+	c->pull_enc = on ? DT_QUANT_FP16 : DT_QUANT_NONE;
 }
 
 dt_err
@@ -982,7 +1129,8 @@ broadcast_to_servers(dt_kv_client *c, int cmd, uint64_t arg0, const void *meta,
 	for (int s = 0; s < dt_node_num_servers(c->node); s++) {
 		dt_msg_hdr h = {
 		    .cmd = (uint8_t)cmd, .flags = DT_F_REQUEST, .arg0 = arg0};
-		send_part(c, o, s, &h, meta, meta_len, NULL, NULL, 0);
+		send_part(c, o, s, &h, meta, meta_len, NULL, 0, DT_SEND_STABLE,
+		          NULL, 0);
 	}
 	return dt__kv_client_wait(c, req);
 }

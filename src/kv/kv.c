@@ -20,6 +20,7 @@ typedef struct local_entry {
 	size_t n;
 	float *val;
 	float *state;
+	float *res; /* compression's residual (allocated at the first push) */
 	uint64_t steps;
 	dt_hnode hn; /* in local */
 } local_entry;
@@ -38,6 +39,12 @@ struct dt_kv {
 	dt_table local; /* local_entry by key */
 	float *scratch; /* local aggregation */
 	size_t scratch_len;
+	int inited;      /* an init was made (compression is fixed then) */
+	dt_kv_comp comp; /* gradient compression */
+	int pull_fp16;   /* pulls return fp16 values */
+	uint8_t *cbuf;   /* local store: a push, compressed */
+	float *dbuf;     /* ... and decoded */
+	size_t cbuf_len; /* (in values) */
 };
 
 static local_entry *
@@ -183,10 +190,13 @@ dt_kv_destroy(dt_kv *kv)
 
 		free(e->val);
 		free(e->state);
+		free(e->res);
 		free(e);
 	}
 	dt__table_fini(&kv->local);
 	free(kv->scratch);
+	free(kv->cbuf);
+	free(kv->dbuf);
 	free(kv);
 	if (err)
 		dt__fail(err, "%s", msg);
@@ -241,7 +251,57 @@ dt_kv_set_optimizer(dt_kv *kv, const char *name, const char *params)
 	return DT_OK;
 }
 
+dt_err
+dt_kv_set_gradient_compression(dt_kv *kv, const char *spec)
+{
+	dt_kv_comp comp;
+	dt_err err;
+
+	KV_NEED(kv != NULL, "set gradient compression: kv is NULL");
+	if ((err = dt__kv_comp_parse(spec, &comp)))
+		return err;
+	if (kv->inited)
+		return dt__fail(DT_ESTATE,
+		                "set gradient compression: call it before "
+		                "init (keys are initialised already)");
+	kv->comp = comp;
+	if (kv->client)
+		dt__kv_client_set_compression(kv->client, &comp);
+	return DT_OK;
+}
+
+dt_err
+dt_kv_set_pull_precision(dt_kv *kv, const char *precision)
+{
+	KV_NEED(kv != NULL, "set pull precision: kv is NULL");
+	KV_NEED(precision && (strcmp(precision, "fp32") == 0 ||
+	                      strcmp(precision, "fp16") == 0),
+	        "set pull precision: '%s' is not fp32 or fp16",
+	        precision ? precision : "(null)");
+	kv->pull_fp16 = strcmp(precision, "fp16") == 0;
+	if (kv->client)
+		dt__kv_client_set_pull_fp16(kv->client, kv->pull_fp16);
+	return DT_OK;
+}
+
 /* ---- local store ---- */
+
+/* What a pull returns: the value, rounded to fp16 when asked (as a dist
+ * store's answer would be). */
+static void
+local_out(const dt_kv *kv, float *out, const float *val, size_t n)
+{
+	uint8_t h[2048];
+
+	if (out != val)
+		memmove(out, val, n * sizeof(float));
+	for (size_t i = 0; kv->pull_fp16 && i < n; i += 1024) {
+		size_t m = n - i < 1024 ? n - i : 1024;
+
+		dt__quant_fp16(out + i, h, m);
+		dt__dequant_fp16(h, out + i, m);
+	}
+}
 
 static dt_err
 local_init(dt_kv *kv, dt_key key, const float *val, size_t n)
@@ -294,15 +354,53 @@ local_get(dt_kv *kv, const char *op, dt_key key, size_t n, local_entry **out)
 	return DT_OK;
 }
 
-static void
+/* The local store applies a compressed push as a server would: what the
+ * codec sends (the residual keeps the rest), decoded. */
+static dt_err
 local_apply(dt_kv *kv, local_entry *e, const float *g)
 {
+	if (kv->comp.kind != DT_QUANT_NONE && e->n >= kv->comp.min_size) {
+		size_t cb = dt__quant_size(kv->comp.kind, e->n);
+
+		if (kv->cbuf_len < e->n) {
+			uint8_t *c = malloc(DT_MAX(cb, 4 * e->n));
+			float *d = malloc(e->n * sizeof(float));
+
+			if (c == NULL || d == NULL) {
+				free(c);
+				free(d);
+				return dt__fail(
+				    DT_ENOMEM,
+				    "push of key %llu: out of memory "
+				    "compressing it",
+				    (unsigned long long)e->key);
+			}
+			free(kv->cbuf);
+			free(kv->dbuf);
+			kv->cbuf = c;
+			kv->dbuf = d;
+			kv->cbuf_len = e->n;
+		}
+		if (e->res == NULL && kv->comp.kind != DT_QUANT_FP16 &&
+		    (e->res = calloc(e->n, sizeof(float))) == NULL)
+			return dt__fail(
+			    DT_ENOMEM,
+			    "push of key %llu: out of memory for its "
+			    "residual",
+			    (unsigned long long)e->key);
+		dt__kv_comp_encode(&kv->comp, g, e->res, e->n, kv->cbuf);
+		if (dt__kv_comp_decode(kv->comp.kind, kv->comp.threshold,
+		                       kv->cbuf, e->n, kv->dbuf))
+			return DT_EPROTO; /* (our own encoding: never) */
+		g = kv->dbuf;
+	}
 	if (kv->have_opt) {
 		e->steps++;
 		dt__opt_apply(&kv->opt, e->val, g, e->state, e->n, e->steps);
 	} else if (g != e->val) {
 		memcpy(e->val, g, e->n * sizeof(float));
 	}
+	return DT_OK;
 }
 
 /* ---- the calls ---- */
@@ -342,6 +440,7 @@ init_one(dt_kv *kv, dt_key key, const float *val, size_t n)
 		return err;
 	KV_NEED(n > 0, "init of key %llu: an array has at least one element",
 	        (unsigned long long)key);
+	kv->inited = 1;
 	if (!kv->client)
 		return local_init(kv, key, val, n);
 	if ((err = dt__kv_client_start(kv->client, DT_CMD_KV_INIT, key, val,
@@ -386,8 +485,7 @@ dt_kv_push_async(dt_kv *kv, dt_key key, const float *val, size_t n,
 		                           NULL, n, req);
 	if ((err = local_get(kv, "push", key, n, &e)))
 		return err;
-	local_apply(kv, e, val);
-	return DT_OK;
+	return local_apply(kv, e, val);
 }
 
 dt_err
@@ -406,7 +504,7 @@ dt_kv_pull_async(dt_kv *kv, dt_key key, float *out, size_t n, dt_kv_req *req)
 		                           NULL, out, n, req);
 	if ((err = local_get(kv, "pull", key, n, &e)))
 		return err;
-	memcpy(out, e->val, n * sizeof(float));
+	local_out(kv, out, e->val, n);
 	return DT_OK;
 }
 
@@ -426,10 +524,10 @@ dt_kv_pushpull_async(dt_kv *kv, dt_key key, const float *val, float *out,
 	if (kv->client)
 		return dt__kv_client_start(kv->client, DT_CMD_KV_PUSHPULL, key,
 		                           val, out, n, req);
-	if ((err = local_get(kv, "pushpull", key, n, &e)))
+	if ((err = local_get(kv, "pushpull", key, n, &e)) ||
+	    (err = local_apply(kv, e, val)))
 		return err;
-	local_apply(kv, e, val);
-	memmove(out, e->val, n * sizeof(float));
+	local_out(kv, out, e->val, n);
 	return DT_OK;
 }
 

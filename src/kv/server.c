@@ -34,7 +34,8 @@ typedef struct waiter {
 	int worker; /* rank */
 	int cmd;
 	uint64_t seq;
-	uint64_t n, offset; /* what an INIT asked for */
+	uint64_t n, offset; /* what an INIT asked for; for a pull, n is the
+	                       answer's encoding */
 	struct waiter *next;
 } waiter;
 
@@ -42,7 +43,8 @@ typedef struct deferred {
 	int worker;
 	int cmd;
 	uint64_t seq;
-	float *data;
+	unsigned enc; /* the answer's encoding */
+	float *data;  /* the push, decoded */
 	struct deferred *next;
 } deferred;
 
@@ -52,6 +54,7 @@ typedef struct deferred {
 typedef struct parked {
 	dt_msg_hdr h;
 	int worker;
+	uint8_t *meta;
 	float *data;
 	struct parked *next;
 } parked;
@@ -101,6 +104,10 @@ typedef struct kv_server {
 	int sync;
 	dt_opt opt;    /* kind DT_OPT_NONE: the value is the sum of a round */
 	dt_table keys; /* entries by key */
+	float *dec;    /* a compressed push, decoded (the longest so far) */
+	size_t dec_cap;
+	uint8_t *half; /* an fp16 answer */
+	size_t half_cap;
 	/* Checkpoints (DTRAIN_CHECKPOINT_*). The I/O thread takes a snapshot
 	 * (a copy, in the file's format); a writer thread puts it on disk. */
 	char *ck_dir;          /* NULL: no checkpoints */
@@ -179,6 +186,7 @@ free_entry(entry *e)
 	while (e->parked) {
 		parked *q = e->parked;
 		e->parked = q->next;
+		free(q->meta);
 		free(q->data);
 		free(q);
 	}
@@ -190,29 +198,68 @@ free_entry(entry *e)
 	free(e);
 }
 
+static void reply_error(kv_server *s, int worker, int cmd, uint64_t seq,
+                        dt_key key, dt_err code, const char *fmt, ...)
+    DT_PRINTF(7, 8);
+
+/* A buffer of at least want elements of size each in *p (kept). */
+static int
+grow(void **p, size_t *cap, size_t want, size_t size)
+{
+	void *q;
+
+	if (*cap >= want)
+		return 0;
+	if ((q = malloc(DT_MAX(want, 1) * size)) == NULL)
+		return -1;
+	free(*p);
+	*p = q;
+	*cap = want;
+	return 0;
+}
+
+/* An answer; with a value (len floats), in encoding enc (what the request
+ * asked for: fp32, or fp16 converted here). */
 static void
-reply(kv_server *s, int worker, int cmd, uint64_t seq, dt_key key,
-      const float *val, size_t len)
+reply_enc(kv_server *s, int worker, int cmd, uint64_t seq, dt_key key,
+          const float *val, size_t len, unsigned enc)
 {
 	dt_msg_hdr h = {.cmd = (uint8_t)cmd,
 	                .flags = DT_F_RESPONSE,
 	                .seq = seq,
 	                .key = key};
 	struct iovec iov = {(void *)val, len * sizeof(float)};
+	unsigned flags = DT_SEND_STABLE;
 	dt_err err;
 
+	if (val && enc == DT_QUANT_FP16) {
+		if (grow((void **)&s->half, &s->half_cap, 2 * len, 1)) {
+			reply_error(s, worker, cmd, seq, key, DT_ENOMEM,
+			            "%s of key %llu: out of memory for the "
+			            "fp16 answer",
+			            dt__kv_op_name(cmd),
+			            (unsigned long long)key);
+			return;
+		}
+		dt__quant_fp16(val, s->half, len);
+		iov = (struct iovec){s->half, 2 * len};
+		h.arg2 = DT_QUANT_FP16;
+		flags = 0; /* (a scratch buffer: PS_RESEND copies it) */
+	}
 	/* From the value itself: before it changes, touch() has PS_RESEND
 	 * keep a copy of what it still holds of it. */
 	err = dt__node_send_ex(s->node, dt__node_worker_id(s->node, worker), &h,
-	                       NULL, 0, val ? &iov : NULL, val ? 1 : 0,
-	                       DT_SEND_STABLE);
+	                       NULL, 0, val ? &iov : NULL, val ? 1 : 0, flags);
 	if (err)
 		DT_LOG(1, "answer to worker %d: %s", worker, dt_errmsg());
 }
 
-static void reply_error(kv_server *s, int worker, int cmd, uint64_t seq,
-                        dt_key key, dt_err code, const char *fmt, ...)
-    DT_PRINTF(7, 8);
+static void
+reply(kv_server *s, int worker, int cmd, uint64_t seq, dt_key key,
+      const float *val, size_t len)
+{
+	reply_enc(s, worker, cmd, seq, key, val, len, DT_QUANT_NONE);
+}
 
 static void
 reply_error(kv_server *s, int worker, int cmd, uint64_t seq, dt_key key,
@@ -254,7 +301,7 @@ queue(waiter **list, int worker, int cmd, uint64_t seq, uint64_t n,
 
 /* The end of a dist_sync round: update once, then answer everyone. */
 static void push_sync(kv_server *s, entry *e, int worker, int cmd, uint64_t seq,
-                      const float *g, int streamed);
+                      unsigned enc, const float *g, int streamed);
 
 /* e's value is about to change (see reply). */
 static void
@@ -278,8 +325,9 @@ round_done(kv_server *s, entry *e)
 		waiter *w = e->answers;
 
 		e->answers = w->next;
-		reply(s, w->worker, w->cmd, w->seq, e->key,
-		      w->cmd == DT_CMD_KV_PUSH ? NULL : e->val, e->len);
+		reply_enc(s, w->worker, w->cmd, w->seq, e->key,
+		          w->cmd == DT_CMD_KV_PUSH ? NULL : e->val, e->len,
+		          (unsigned)w->n);
 		free(w);
 	}
 	/* Pushes that came early for this new round join it now. */
@@ -287,7 +335,7 @@ round_done(kv_server *s, entry *e)
 		deferred *d = e->later;
 
 		e->later = d->next;
-		push_sync(s, e, d->worker, d->cmd, d->seq, d->data, 0);
+		push_sync(s, e, d->worker, d->cmd, d->seq, d->enc, d->data, 0);
 		free(d->data);
 		free(d);
 	}
@@ -316,7 +364,7 @@ finish_round(kv_server *s, entry *e, const float *sum)
  */
 static void
 push_sync(kv_server *s, entry *e, int worker, int cmd, uint64_t seq,
-          const float *g, int streamed)
+          unsigned enc, const float *g, int streamed)
 {
 	if (e->pushed[worker]) {
 		deferred *d = malloc(sizeof(*d)), **p = &e->later;
@@ -333,13 +381,13 @@ push_sync(kv_server *s, entry *e, int worker, int cmd, uint64_t seq,
 			return;
 		}
 		memcpy(d->data, g, e->len * sizeof(float));
-		*d = (deferred){worker, cmd, seq, d->data, NULL};
+		*d = (deferred){worker, cmd, seq, enc, d->data, NULL};
 		while (*p)
 			p = &(*p)->next;
 		*p = d;
 		return;
 	}
-	if (queue(&e->answers, worker, cmd, seq, 0, 0)) {
+	if (queue(&e->answers, worker, cmd, seq, enc, 0)) {
 		reply_error(s, worker, cmd, seq, e->key, DT_ENOMEM,
 		            "out of memory");
 		return;
@@ -364,7 +412,7 @@ push_sync(kv_server *s, entry *e, int worker, int cmd, uint64_t seq,
 
 static void
 push_async(kv_server *s, entry *e, int worker, int cmd, uint64_t seq,
-           const float *g)
+           unsigned enc, const float *g)
 {
 	touch(s, e);
 	if (s->opt.kind != DT_OPT_NONE) {
@@ -375,8 +423,8 @@ push_async(kv_server *s, entry *e, int worker, int cmd, uint64_t seq,
 	}
 	e->applied[worker]++;
 	s->rounds++;
-	reply(s, worker, cmd, seq, e->key,
-	      cmd == DT_CMD_KV_PUSH ? NULL : e->val, e->len);
+	reply_enc(s, worker, cmd, seq, e->key,
+	          cmd == DT_CMD_KV_PUSH ? NULL : e->val, e->len, enc);
 	maybe_checkpoint(s);
 }
 
@@ -479,12 +527,15 @@ on_init(kv_server *s, int worker, const dt_msg *m)
 	unpark(s, e);
 }
 
-/* Check a push or pull against the key's slice; NULL + error if wrong. */
+/* Check a push or pull against the key's slice, and its encodings
+ * (*kind, *t: the push's); NULL + error if wrong. */
 static entry *
-check_access(kv_server *s, int worker, const dt_msg_hdr *h, int with_data)
+check_access(kv_server *s, int worker, const dt_msg_hdr *h, const uint8_t *meta,
+             int with_data, dt_quant_kind *kind, float *t)
 {
 	entry *e = find(s, h->key);
 	const char *op = dt__kv_op_name(h->cmd);
+	dt_err err;
 
 	if (e == NULL || !e->initialised) {
 		reply_error(s, worker, h->cmd, h->seq, h->key, DT_ENOKEY,
@@ -493,14 +544,26 @@ check_access(kv_server *s, int worker, const dt_msg_hdr *h, int with_data)
 		            op, (unsigned long long)h->key);
 		return NULL;
 	}
-	if (h->arg0 != e->n || h->arg1 != e->offset ||
-	    (with_data && h->payload_len != e->len * sizeof(float))) {
+	if ((err = dt__kv_push_check(h, meta, e->len, kind, t)) &&
+	    err != DT_ESIZE) {
+		reply_error(s, worker, h->cmd, h->seq, h->key, err,
+		            "%s of key %llu: %s", op,
+		            (unsigned long long)h->key, dt_errmsg());
+		return NULL;
+	}
+	if (h->arg0 != e->n || h->arg1 != e->offset) {
 		reply_error(s, worker, h->cmd, h->seq, h->key, DT_ESIZE,
 		            "%s of key %llu: length %llu != initialised "
 		            "length %llu",
 		            op, (unsigned long long)h->key,
 		            (unsigned long long)h->arg0,
 		            (unsigned long long)e->n);
+		return NULL;
+	}
+	if (with_data && err) {
+		reply_error(s, worker, h->cmd, h->seq, h->key, err,
+		            "%s of key %llu: %s", op,
+		            (unsigned long long)h->key, dt_errmsg());
 		return NULL;
 	}
 	return e;
@@ -1024,35 +1087,62 @@ checkpoint_config(kv_server *s)
 
 /* A push, pushpull or pull. */
 static void
-on_data(kv_server *s, int worker, const dt_msg_hdr *h, const float *payload,
-        int streamed)
+on_data(kv_server *s, int worker, const dt_msg_hdr *h, const uint8_t *meta,
+        const float *payload, int streamed)
 {
+	unsigned enc = DT_KV_ENC_ANSWER(h->arg2);
+	dt_quant_kind kind;
+	float t;
 	entry *e;
+	dt_err err;
 
 	if (h->cmd == DT_CMD_KV_PULL) {
-		if ((e = check_access(s, worker, h, 0)) == NULL)
+		if ((e = check_access(s, worker, h, meta, 0, &kind, &t)) ==
+		    NULL)
 			return;
 		if (s->sync && e->pushed[worker]) {
-			if (queue(&e->answers, worker, h->cmd, h->seq, 0, 0))
+			if (queue(&e->answers, worker, h->cmd, h->seq, enc, 0))
 				reply_error(s, worker, h->cmd, h->seq, h->key,
 				            DT_ENOMEM, "out of memory");
 			return;
 		}
-		reply(s, worker, h->cmd, h->seq, h->key, e->val, e->len);
+		reply_enc(s, worker, h->cmd, h->seq, h->key, e->val, e->len,
+		          enc);
 		return;
 	}
-	if ((e = check_access(s, worker, h, 1)) == NULL)
+	if ((e = check_access(s, worker, h, meta, 1, &kind, &t)) == NULL)
 		return;
-	if (payload == NULL && !streamed && e->len) {
+	if (payload == NULL && !streamed && h->payload_len) {
 		reply_error(s, worker, h->cmd, h->seq, h->key, DT_ESIZE,
 		            "%s of key %llu: payload dropped",
 		            dt__kv_op_name(h->cmd), (unsigned long long)h->key);
 		return;
 	}
+	if (kind != DT_QUANT_NONE) {
+		/* Checked whole before it counts: a body that means nothing
+		 * is the sender's error, and the round goes on. */
+		if (grow((void **)&s->dec, &s->dec_cap, e->len,
+		         sizeof(float))) {
+			reply_error(
+			    s, worker, h->cmd, h->seq, h->key, DT_ENOMEM,
+			    "%s of key %llu: out of memory decoding it",
+			    dt__kv_op_name(h->cmd), (unsigned long long)h->key);
+			return;
+		}
+		if ((err = dt__kv_comp_decode(kind, t, (const uint8_t *)payload,
+		                              e->len, s->dec))) {
+			reply_error(s, worker, h->cmd, h->seq, h->key, err,
+			            "%s of key %llu: %s",
+			            dt__kv_op_name(h->cmd),
+			            (unsigned long long)h->key, dt_errmsg());
+			return;
+		}
+		payload = s->dec;
+	}
 	if (s->sync)
-		push_sync(s, e, worker, h->cmd, h->seq, payload, streamed);
+		push_sync(s, e, worker, h->cmd, h->seq, enc, payload, streamed);
 	else
-		push_async(s, e, worker, h->cmd, h->seq, payload);
+		push_async(s, e, worker, h->cmd, h->seq, enc, payload);
 }
 
 /* Recovery: a request for a key with no value yet waits for its INIT
@@ -1074,6 +1164,10 @@ park(kv_server *s, int worker, const dt_msg *m)
 	}
 	q->h = m->hdr;
 	q->worker = worker;
+	if (m->hdr.meta_len && (q->meta = malloc(m->hdr.meta_len)) != NULL)
+		memcpy(q->meta, m->meta, m->hdr.meta_len);
+	if (m->hdr.meta_len && q->meta == NULL)
+		q->h.meta_len = 0; /* (then refused as malformed) */
 	if (m->payload && m->hdr.payload_len &&
 	    (q->data = malloc(m->hdr.payload_len)) != NULL)
 		memcpy(q->data, m->payload, m->hdr.payload_len);
@@ -1091,7 +1185,8 @@ unpark(kv_server *s, entry *e)
 		parked *q = e->parked;
 
 		e->parked = q->next;
-		on_data(s, q->worker, &q->h, q->data, 0);
+		on_data(s, q->worker, &q->h, q->meta, q->data, 0);
+		free(q->meta);
 		free(q->data);
 		free(q);
 	}
@@ -1180,7 +1275,7 @@ on_msg(void *arg, dt_node *n, dt_conn *c, dt_msg *m)
 	case DT_CMD_KV_PULL:
 		if (s->rejoined && park(s, worker, m))
 			return;
-		on_data(s, worker, h, m->payload, m->streamed);
+		on_data(s, worker, h, m->meta, m->payload, m->streamed);
 		return;
 	default:
 		reply_error(s, worker, h->cmd, h->seq, h->key, DT_EPROTO,
@@ -1210,8 +1305,17 @@ payload_dest(void *arg, dt_node *n, dt_conn *c, const dt_msg_hdr *h,
 	e = find(s, h->key);
 	if (s->rejoined && (e == NULL || !e->initialised))
 		return NULL; /* parked until its INIT (park) */
-	if (e == NULL || !e->initialised ||
-	    h->payload_len != e->len * sizeof(float))
+	if (e == NULL || !e->initialised)
+		return DT_VAN_DISCARD;
+	if (DT_KV_ENC_PUSH(h->arg2) != DT_QUANT_NONE) {
+		/* Compressed: received whole (on_data checks and decodes
+		 * it); never more than its kind's size for the key. */
+		size_t want = dt__quant_size(
+		    (dt_quant_kind)DT_KV_ENC_PUSH(h->arg2), e->len);
+
+		return want && h->payload_len == want ? NULL : DT_VAN_DISCARD;
+	}
+	if (h->payload_len != e->len * sizeof(float))
 		return DT_VAN_DISCARD;
 	/*
 	 * A big push of a worker that has not pushed in this round is
@@ -1223,9 +1327,13 @@ payload_dest(void *arg, dt_node *n, dt_conn *c, const dt_msg_hdr *h,
 	 * this worker's push. dist_async does not stream: there a pull from
 	 * another worker must never see half a push.
 	 */
+	dt_quant_kind kind;
+	float t;
+
 	if (s->sync && h->payload_len >= STREAM_MIN && worker >= 0 &&
 	    worker < s->nworkers && h->arg0 == e->n && h->arg1 == e->offset &&
-	    !e->pushed[worker])
+	    !e->pushed[worker] &&
+	    dt__kv_push_check(h, meta, e->len, &kind, &t) == DT_OK)
 		return DT_VAN_STREAM;
 	return NULL;
 }
@@ -1285,6 +1393,8 @@ server_free(kv_server *s)
 	dt__table_fini(&s->keys);
 	free(s->ck_dir);
 	free(s->replayed);
+	free(s->dec);
+	free(s->half);
 	free(s);
 }
 

@@ -12,6 +12,15 @@
  *                    (KV_CHECK_PUSHES of them per worker, default 50)
  *   kv_check local   the same sums through a "local" store (1 process)
  *   kv_check huge    the sums on one array of 2^28 + 3 floats (over 1 GiB)
+ *   kv_check comp SPEC [fp16]
+ *                    gradient compression SPEC (fp16, 2bit:T, 1bit...),
+ *                    pulls in fp16 if asked: every round's value equals
+ *                    the sum of what each worker's codec sent (computed
+ *                    here by running every rank's encoder, residuals and
+ *                    the servers' split included), bit for bit; a second
+ *                    push in one round; sizes up to a key split over the
+ *                    servers. KV_CHECK_TYPE=dist_async (sgd, lr 1: the
+ *                    value is minus every decoded push) or local.
  *   kv_check ckpt FROM TO [C1,C2,...]
  *                    dist_sync with sgd (momentum) on a small key and a
  *                    key split over the servers: pull, then steps FROM..TO-1
@@ -30,6 +39,7 @@
 #include <string.h>
 
 #include "dtrain/kv.h"
+#include "kv/kv_impl.h"
 
 static int failures;
 
@@ -341,6 +351,182 @@ check_ckpt(dt_kv *kv, int from, int to, const char *at)
 	free(g);
 }
 
+/* Gradients whose decoded sums (and raw sums, for keys under min_size)
+ * are exact in float32 in any order: halves of a narrow range (fp16),
+ * short binary fractions (2bit, with values under the threshold so that
+ * residuals carry), and two integers per rank and round (1bit: the
+ * classes' means are exact). */
+static float
+comp_grad(dt_quant_kind kind, int rank, int round, size_t i)
+{
+	switch (kind) {
+	case DT_QUANT_FP16:
+		return (float)((rank + 1) * 0.1 * (double)(i % 7 + 1) +
+		               round * 0.01);
+	case DT_QUANT_2BIT:
+		return (float)(((int)(i % 5) - 2) * 0.375 + rank * 0.0625 -
+		               round * 0.125);
+	default:
+		return i % 3 == 0 ? (float)-(rank + 1)
+		                  : (float)(rank + 2 + round);
+	}
+}
+
+/* What rank r's codec sends in its next push of key (n values), decoded,
+ * added into acc: every server part encoded on its own, as the client
+ * does. res is rank r's residual of the key. */
+static void
+comp_sent(const dt_kv_comp *c, int nservers, size_t bound, dt_key key, size_t n,
+          int r, int round, float *res, float *acc)
+{
+	dt_kv_part parts[64];
+	int np = dt__kv_place(key, n, nservers, bound, parts);
+	dt_kv_comp none = {DT_QUANT_NONE, 0.0f, 0};
+	dt_quant_kind data = c->kind; /* (what the worker's data is) */
+
+	if (n < c->min_size) /* (small arrays go as fp32) */
+		c = &none;
+	float *g = malloc(n * sizeof(float)), *d = malloc(n * sizeof(float));
+	uint8_t *buf = malloc(dt__quant_size(c->kind, n) + 64);
+
+	for (size_t i = 0; i < n; i++)
+		g[i] = comp_grad(data, r, round, i);
+	for (int p = 0; p < np; p++) {
+		size_t o = parts[p].offset, len = parts[p].len;
+
+		dt__kv_comp_encode(c, g + o, res + o, len, buf);
+		if (dt__kv_comp_decode(c->kind, c->threshold, buf, len, d))
+			CHECK(0, "reference decode failed: %s", dt_errmsg());
+		for (size_t i = 0; i < len; i++)
+			acc[o + i] += d[i];
+	}
+	free(g);
+	free(d);
+	free(buf);
+}
+
+static void
+round_fp16(float *x, size_t n)
+{
+	uint8_t *h = malloc(2 * n + 2);
+
+	dt__quant_fp16(x, h, n);
+	dt__dequant_fp16(h, x, n);
+	free(h);
+}
+
+static void
+check_comp(dt_kv *kv, const char *spec, int pull16, size_t bound)
+{
+	int rank = dt_kv_rank(kv), nw = dt_kv_num_workers(kv);
+	int async = strcmp(dt_kv_type(kv), "dist_async") == 0;
+	const char *ns = getenv("DMLC_NUM_SERVER");
+	int nservers = dt_kv_is_dist(kv) && ns ? atoi(ns) : 1;
+	size_t sizes[] = {1, 7, 33, 1000, bound, 3 * bound + 1};
+	dt_kv_comp c;
+	dt_err err;
+
+	OK(dt__kv_comp_parse(spec, &c));
+	if (async)
+		OK(dt_kv_set_optimizer(kv, "sgd", "lr=1"));
+	OK(dt_kv_set_gradient_compression(kv, spec));
+	if (pull16)
+		OK(dt_kv_set_pull_precision(kv, "fp16"));
+	for (size_t k = 0; k < sizeof(sizes) / sizeof(*sizes); k++) {
+		size_t n = sizes[k];
+		dt_key key = 300 + k;
+		float *v = calloc(n, sizeof(float)), *v2 = malloc(n * 4);
+		float *out = malloc(n * 4), *want = calloc(n, 4);
+		float *res = calloc((size_t)nw * n, sizeof(float));
+		dt_kv_req r1, r2;
+		int bad = 0;
+
+		OK(dt_kv_init(kv, key, v, n));
+		for (int round = 0; round < 4; round++) {
+			/* round 2 and 3 are in flight at once */
+			if (round == 3)
+				continue;
+			for (size_t i = 0; i < n; i++)
+				v[i] = comp_grad(c.kind, rank, round, i);
+			if (round == 2) {
+				for (size_t i = 0; i < n; i++)
+					v2[i] = comp_grad(c.kind, rank, 3, i);
+				OK(dt_kv_push_async(kv, key, v, n, &r1));
+				OK(dt_kv_pushpull_async(kv, key, v2, out, n,
+				                        &r2));
+				OK(dt_kv_wait(kv, r1));
+				OK(dt_kv_wait(kv, r2));
+			} else if (round == 0) {
+				OK(dt_kv_push(kv, key, v, n));
+				OK(dt_kv_pull(kv, key, out, n));
+			} else {
+				OK(dt_kv_pushpull(kv, key, v, out, n));
+			}
+			if (async) /* the others may still push */
+				continue;
+			/* The round's value: every rank's sent values, and
+			 * the residuals move on (rounds 2 and 3 both). */
+			for (int rr = round; rr <= (round == 2 ? 3 : round);
+			     rr++) {
+				memset(want, 0, n * 4);
+				for (int r = 0; r < nw; r++)
+					comp_sent(&c, nservers, bound, key, n,
+					          r, rr, res + (size_t)r * n,
+					          want);
+			}
+			if (pull16)
+				round_fp16(want, n);
+			for (size_t i = 0; i < n && !bad; i++)
+				if (memcmp(&out[i], &want[i], 4)) {
+					CHECK(0,
+					      "%s key %llu n=%zu round %d: "
+					      "[%zu] = "
+					      "%.9g, want %.9g",
+					      spec, (unsigned long long)key, n,
+					      round == 2 ? 3 : round, i, out[i],
+					      want[i]);
+					bad = 1;
+				}
+		}
+		if (async) { /* minus the sum of every decoded push */
+			OK(dt_kv_barrier(kv));
+			OK(dt_kv_pull(kv, key, out, n));
+			memset(want, 0, n * 4);
+			for (int r = 0; r < nw; r++)
+				for (int rr = 0; rr < 4; rr++)
+					comp_sent(&c, nservers, bound, key, n,
+					          r, rr, res + (size_t)r * n,
+					          want);
+			for (size_t i = 0; i < n; i++)
+				want[i] = -want[i];
+			if (pull16)
+				round_fp16(want, n);
+			for (size_t i = 0; i < n && !bad; i++)
+				if (memcmp(&out[i], &want[i], 4)) {
+					CHECK(
+					    0,
+					    "async %s key %llu n=%zu: [%zu] = "
+					    "%.9g, want %.9g",
+					    spec, (unsigned long long)key, n, i,
+					    out[i], want[i]);
+					bad = 1;
+				}
+			OK(dt_kv_barrier(kv));
+		}
+		free(v);
+		free(v2);
+		free(out);
+		free(want);
+		free(res);
+	}
+	/* Compression is fixed once keys exist. */
+	err = dt_kv_set_gradient_compression(kv, "fp16");
+	CHECK(err == DT_ESTATE, "compression after init: %s", dt_errname(err));
+	err = dt_kv_set_gradient_compression(kv, "3bit");
+	CHECK(err == DT_EINVAL && strstr(dt_errmsg(), "3bit"),
+	      "unknown compression: %s (%s)", dt_errname(err), dt_errmsg());
+}
+
 int
 main(int argc, char **argv)
 {
@@ -349,7 +535,9 @@ main(int argc, char **argv)
 	    strcmp(mode, "async") == 0 || strcmp(mode, "async_noopt") == 0
 	        ? "dist_async"
 	    : strcmp(mode, "local") == 0 ? "local"
-	                                 : "dist_sync";
+	    : strcmp(mode, "comp") == 0 && getenv("KV_CHECK_TYPE")
+	        ? getenv("KV_CHECK_TYPE")
+	        : "dist_sync";
 	const char *b = getenv("MXNET_KVSTORE_BIGARRAY_BOUND");
 	size_t bound = b ? (size_t)atol(b) : 1000000;
 	dt_kv *kv;
@@ -369,6 +557,9 @@ main(int argc, char **argv)
 		check_async_opt(kv);
 	} else if (strcmp(mode, "async_noopt") == 0) {
 		check_async(kv);
+	} else if (strcmp(mode, "comp") == 0 && argc >= 3) {
+		check_comp(kv, argv[2],
+		           argc > 3 && strcmp(argv[3], "fp16") == 0, bound);
 	} else if (strcmp(mode, "ckpt") == 0 && argc >= 4) {
 		check_ckpt(kv, atoi(argv[2]), atoi(argv[3]),
 		           argc > 4 ? argv[4] : NULL);

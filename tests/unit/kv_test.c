@@ -103,11 +103,87 @@ test_null_arguments(void **state)
 	assert_int_equal(dt_kv_destroy(kv), DT_OK);
 }
 
+/* Gradient compression's settings, and its rule in a local store: what
+ * 2bit does not send waits in the residual; fp16 pulls are rounded. */
+static void
+test_compression(void **state)
+{
+	static const char *bad[] = {"3bit",
+	                            "2bit:0",
+	                            "2bit:-1",
+	                            "2bit:nan",
+	                            "2bit:x",
+	                            "fp16:0.5",
+	                            "none:1",
+	                            "type=2bit,threshold=inf",
+	                            "type=2bit,color=red",
+	                            "threshold=0.5",
+	                            "type=1bit,min_size=-3",
+	                            "type=1bit,min_size=",
+	                            "",
+	                            "2bit:1e40"};
+	dt_kv *kv;
+	float v[4] = {0.3f, -0.3f, 0.7f, 0.0f}, out[4];
+	float big[70000];
+
+	(void)state;
+	assert_int_equal(dt_kv_create("local", &kv), DT_OK);
+	for (size_t i = 0; i < sizeof(bad) / sizeof(*bad); i++) {
+		assert_int_equal(dt_kv_set_gradient_compression(kv, bad[i]),
+		                 DT_EINVAL);
+		if (bad[i][0] && strstr(dt_errmsg(), bad[i]) == NULL)
+			fail_msg("'%s' does not name '%s'", dt_errmsg(),
+			         bad[i]);
+	}
+	EINVAL_WITH(dt_kv_set_gradient_compression(kv, NULL), "NULL");
+	EINVAL_WITH(dt_kv_set_pull_precision(kv, "bf16"), "bf16");
+	assert_int_equal(dt_kv_set_gradient_compression(
+	                     kv, "type=2bit,threshold=0.5,min_size=4"),
+	                 DT_OK);
+	assert_int_equal(dt_kv_init(kv, 1, v, 4), DT_OK);
+	assert_int_equal(dt_kv_set_gradient_compression(kv, "fp16"), DT_ESTATE);
+	/* No optimizer: a push sets the value to what was sent. */
+	assert_int_equal(dt_kv_pushpull(kv, 1, v, out, 4), DT_OK);
+	assert_true(out[0] == 0.0f && out[1] == 0.0f && out[2] == 0.5f &&
+	            out[3] == 0.0f);
+	assert_int_equal(dt_kv_pushpull(kv, 1, v, out, 4), DT_OK);
+	/* residuals 0.3, -0.3, 0.2: now 0.6, -0.6, 0.9 */
+	assert_true(out[0] == 0.5f && out[1] == -0.5f && out[2] == 0.5f &&
+	            out[3] == 0.0f);
+	/* A key under min_size goes as it is. */
+	assert_int_equal(dt_kv_init(kv, 2, v, 3), DT_OK);
+	assert_int_equal(dt_kv_pushpull(kv, 2, v, out, 3), DT_OK);
+	assert_memory_equal(out, v, 3 * sizeof(float));
+	/* fp16 pulls: each value a half's (0.3 is not one). */
+	assert_int_equal(dt_kv_set_pull_precision(kv, "fp16"), DT_OK);
+	assert_int_equal(dt_kv_pull(kv, 2, out, 3), DT_OK);
+	assert_true(out[0] == 0.300048828125f && out[1] == -0.300048828125f);
+	assert_int_equal(dt_kv_set_pull_precision(kv, "fp32"), DT_OK);
+	assert_int_equal(dt_kv_pull(kv, 2, out, 3), DT_OK);
+	assert_true(out[0] == 0.3f);
+	assert_int_equal(dt_kv_destroy(kv), DT_OK);
+
+	/* The default min_size (65536 values): a big array is compressed,
+	 * MXNet's dictionary form too. */
+	assert_int_equal(dt_kv_create("local", &kv), DT_OK);
+	assert_int_equal(
+	    dt_kv_set_gradient_compression(kv, "type=2bit,threshold=0.25"),
+	    DT_OK);
+	for (size_t i = 0; i < 70000; i++)
+		big[i] = i % 2 ? 0.3f : -0.1f;
+	assert_int_equal(dt_kv_init(kv, 1, big, 70000), DT_OK);
+	assert_int_equal(dt_kv_push(kv, 1, big, 70000), DT_OK);
+	assert_int_equal(dt_kv_pull(kv, 1, big, 70000), DT_OK);
+	assert_true(big[0] == 0.0f && big[1] == 0.25f && big[69999] == 0.25f);
+	assert_int_equal(dt_kv_destroy(kv), DT_OK);
+}
+
 int
 main(void)
 {
 	const struct CMUnitTest tests[] = {
 	    cmocka_unit_test(test_null_arguments),
+	    cmocka_unit_test(test_compression),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -280,12 +280,12 @@ test_1bit(void **state)
 		for (int step = 0; step < 3; step++) {
 			double sp = 0, sn = 0, dp = 0, dn = 0;
 			size_t np = 0;
-			float pos, neg;
+			float pos, neg, t = step == 2 ? 0.25f : 0.0f;
 
 			for (size_t i = 0; i < n; i++) {
 				in[i] = gen(&x);
 				before[i] = in[i] + res[i];
-				if (before[i] >= 0.0f) {
+				if (before[i] >= t) {
 					sp += before[i];
 					np++;
 				} else {
@@ -293,7 +293,7 @@ test_1bit(void **state)
 				}
 				acc[i] = 0.0f;
 			}
-			dt__quant_1bit(in, res, n, out);
+			dt__quant_1bit(in, res, n, t, out);
 			memcpy(&pos, out, 4);
 			memcpy(&neg, out + 4, 4);
 			/* The reconstruction values are the classes' means. */
@@ -306,7 +306,7 @@ test_1bit(void **state)
 			for (size_t i = 0; i < n; i++) {
 				int bit = (out[8 + i / 8] >> (i % 8)) & 1;
 
-				assert_int_equal(bit, before[i] >= 0.0f);
+				assert_int_equal(bit, before[i] >= t);
 				assert_true(fbits(acc[i]) ==
 				            fbits(bit ? pos : neg));
 				/* residual = v - sent, exactly */
@@ -353,7 +353,7 @@ test_1bit_bounded(void **state)
 
 	(void)state;
 	for (int step = 1; step <= 1000; step++) {
-		dt__quant_1bit(in, res, 5, out);
+		dt__quant_1bit(in, res, 5, 0.0f, out);
 		assert_int_equal(dt__dequant_1bit_add(out, 5, sum), DT_OK);
 		for (int i = 0; i < 5; i++) {
 			assert_true(fabsf(res[i]) < 2.0f);
@@ -363,12 +363,45 @@ test_1bit_bounded(void **state)
 	}
 }
 
+/* A pull's fp16 answer, received into the second half of the output and
+ * widened in place, equals the plain decoder's result at every length
+ * (the block boundaries included). */
+static void
+test_fp16_inplace(void **state)
+{
+	static const size_t ns[] = {0,    1,    2,    3,    1023,  1024,
+	                            1025, 2047, 2048, 4097, 100003};
+	uint64_t x = 5;
+
+	(void)state;
+	for (size_t k = 0; k < DT_ARRAY_LEN(ns); k++) {
+		size_t n = ns[k];
+		float *src = malloc((n + 1) * 4), *want = malloc((n + 1) * 4);
+		float *buf = malloc((n + 1) * 4);
+		uint8_t *h = malloc(2 * n + 2);
+
+		for (size_t i = 0; i < n; i++)
+			src[i] = gen(&x) * 100.0f;
+		dt__quant_fp16(src, h, n);
+		dt__dequant_fp16(h, want, n);
+		memcpy((uint8_t *)buf + 2 * n, h, 2 * n);
+		dt__dequant_fp16_inplace(buf, n);
+		for (size_t i = 0; i < n; i++)
+			assert_true(fbits(buf[i]) == fbits(want[i]));
+		free(src);
+		free(want);
+		free(buf);
+		free(h);
+	}
+}
+
 int
 main(void)
 {
 	const struct CMUnitTest tests[] = {
 	    cmocka_unit_test(test_fp16_every_half),
 	    cmocka_unit_test(test_fp16_edges),
+	    cmocka_unit_test(test_fp16_inplace),
 #ifdef __FLT16_MAX__
 	    cmocka_unit_test(test_fp16_random),
 #endif
