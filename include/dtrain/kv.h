@@ -86,6 +86,27 @@ dt_err dt_kv_set_gradient_compression(dt_kv *kv, const char *spec);
  */
 dt_err dt_kv_set_pull_precision(dt_kv *kv, const char *precision);
 
+/*
+ * Multi-precision (MXNet's multi_precision): the same calls on arrays of
+ * IEEE halves (each a uint16_t holding the half's bits). The store keeps
+ * an fp32 master copy and fp32 optimizer state; gradients go to it as
+ * halves, and values come back rounded to halves (nearest even). init
+ * widens the halves to the fp32 master. Gradient compression and the pull
+ * precision apply to fp32 arrays only. The buffers of the asynchronous
+ * forms stay untouched until dt_kv_wait().
+ */
+dt_err dt_kv_init_fp16(dt_kv *kv, dt_key key, const uint16_t *val, size_t n);
+dt_err dt_kv_push_fp16(dt_kv *kv, dt_key key, const uint16_t *grad, size_t n);
+dt_err dt_kv_pull_fp16(dt_kv *kv, dt_key key, uint16_t *out, size_t n);
+dt_err dt_kv_pushpull_fp16(dt_kv *kv, dt_key key, const uint16_t *grad,
+                           uint16_t *out, size_t n);
+dt_err dt_kv_push_fp16_async(dt_kv *kv, dt_key key, const uint16_t *grad,
+                             size_t n, dt_kv_req *req);
+dt_err dt_kv_pull_fp16_async(dt_kv *kv, dt_key key, uint16_t *out, size_t n,
+                             dt_kv_req *req);
+dt_err dt_kv_pushpull_fp16_async(dt_kv *kv, dt_key key, const uint16_t *grad,
+                                 uint16_t *out, size_t n, dt_kv_req *req);
+
 /* Initialise key with n floats; rank 0's value wins, every worker waits. */
 dt_err dt_kv_init(dt_kv *kv, dt_key key, const float *val, size_t n);
 

@@ -60,9 +60,10 @@ typedef struct logent {
 typedef struct sub {
 	uint64_t seq;
 	int server_id;
-	float *dest;
-	size_t bytes; /* of the value at dest (fp32) */
+	void *dest;
+	size_t bytes; /* of the value at dest (fp32, or halves: half_out) */
 	unsigned enc; /* the answer's encoding asked for */
+	int half_out; /* dest takes the halves as they come (fp16 arrays) */
 	op *op;
 	/* What was sent, to send it again (recovery). */
 	int cmd;
@@ -564,7 +565,8 @@ payload_dest(void *arg, dt_node *n, dt_conn *conn, const dt_msg_hdr *h,
 	pthread_mutex_lock(&c->mu);
 	s = find_sub(c, h->seq);
 	if (s && s->dest && h->arg2 == s->enc) {
-		if (s->enc == DT_QUANT_NONE && h->payload_len == s->bytes)
+		if ((s->enc == DT_QUANT_NONE || s->half_out) &&
+		    h->payload_len == s->bytes)
 			dest = s->dest;
 		/* fp16: into the output's second half, widened in place
 		 * once whole (on_msg) */
@@ -574,6 +576,14 @@ payload_dest(void *arg, dt_node *n, dt_conn *conn, const dt_msg_hdr *h,
 	}
 	pthread_mutex_unlock(&c->mu);
 	return dest;
+}
+
+/* The answer's payload size for s. */
+static size_t
+answer_bytes(const sub *s)
+{
+	return s->enc == DT_QUANT_FP16 && !s->half_out ? s->bytes / 2
+	                                               : s->bytes;
 }
 
 static void
@@ -613,10 +623,8 @@ on_msg(void *arg, dt_node *n, dt_conn *conn, dt_msg *m)
 		op_fail(s->op, code, msg);
 		if (s->log)
 			unlog_refused(c, s);
-	} else if (s->dest &&
-	           (h->arg2 != s->enc || !m->payload ||
-	            h->payload_len !=
-	                (s->enc == DT_QUANT_FP16 ? s->bytes / 2 : s->bytes))) {
+	} else if (s->dest && (h->arg2 != s->enc || !m->payload ||
+	                       h->payload_len != answer_bytes(s))) {
 		snprintf(msg, sizeof(msg),
 		         "%s of key %llu: %s answered %llu bytes in encoding "
 		         "%llu, expected %zu in %s",
@@ -624,10 +632,12 @@ on_msg(void *arg, dt_node *n, dt_conn *conn, dt_msg *m)
 		         (unsigned long long)s->op->key,
 		         dt__node_name(n, (int)h->sender, name, sizeof(name)),
 		         (unsigned long long)h->payload_len,
-		         (unsigned long long)h->arg2,
-		         s->enc == DT_QUANT_FP16 ? s->bytes / 2 : s->bytes,
+		         (unsigned long long)h->arg2, answer_bytes(s),
 		         s->enc == DT_QUANT_FP16 ? "fp16" : "fp32");
 		op_fail(s->op, DT_ESIZE, msg);
+	} else if (s->dest && s->half_out) {
+		if (m->payload != s->dest) /* (not received in place) */
+			memcpy(s->dest, m->payload, s->bytes);
 	} else if (s->dest && s->enc == DT_QUANT_FP16) {
 		/* The sub is ours (out of the table): widen the halves
 		 * without the lock. */
@@ -797,7 +807,7 @@ dt__kv_client_destroy(dt_kv_client *c)
 static void
 send_part(dt_kv_client *c, op *o, int server, dt_msg_hdr *h, const void *meta,
           uint32_t meta_len, const void *val, size_t vbytes, unsigned vflags,
-          float *out, size_t len)
+          void *out, size_t len, int half_out)
 {
 	struct iovec iov = {(void *)val, vbytes};
 	sub *s = malloc(sizeof(*s));
@@ -840,8 +850,9 @@ send_part(dt_kv_client *c, op *o, int server, dt_msg_hdr *h, const void *meta,
 	*s = (sub){.seq = h->seq,
 	           .server_id = dt__node_server_id(c->node, server),
 	           .dest = out,
-	           .bytes = out ? len * sizeof(float) : 0,
+	           .bytes = out ? len * (half_out ? 2 : sizeof(float)) : 0,
 	           .enc = out ? DT_KV_ENC_ANSWER(h->arg2) : 0,
+	           .half_out = half_out,
 	           .op = o,
 	           .cmd = h->cmd,
 	           .key = h->key,
@@ -930,10 +941,18 @@ dt_err
 dt__kv_client_start(dt_kv_client *c, int cmd, dt_key key, const float *val,
                     float *out, size_t n, dt_kv_req *req)
 {
+	return dt__kv_client_start_ex(c, cmd, key, val, out, n, 0, req);
+}
+
+dt_err
+dt__kv_client_start_ex(dt_kv_client *c, int cmd, dt_key key, const void *val,
+                       void *out, size_t n, int half, dt_kv_req *req)
+{
 	int nparts, rank0 = dt_node_rank(c->node) == 0;
 	int pushes = cmd == DT_CMD_KV_PUSH || cmd == DT_CMD_KV_PUSHPULL;
-	int comp =
-	    pushes && c->comp.kind != DT_QUANT_NONE && n >= c->comp.min_size;
+	int comp = !half && pushes && c->comp.kind != DT_QUANT_NONE &&
+	           n >= c->comp.min_size;
+	size_t esz = half ? 2 : sizeof(float); /* the caller's element */
 	uint8_t meta[4];
 	uint32_t meta_len = 0;
 	float *res = NULL;
@@ -984,36 +1003,44 @@ dt__kv_client_start(dt_kv_client *c, int cmd, dt_key key, const float *val,
 		                .arg0 = n,
 		                .arg1 = p->offset};
 		const void *pv = NULL;
-		size_t vbytes = p->len * sizeof(float);
+		size_t vbytes = p->len * esz;
 		unsigned vflags = DT_SEND_STABLE;
-		float *po = NULL;
+		void *po = NULL;
+		const uint8_t *v8 = val;
+		uint8_t *o8 = out;
 
-		if (cmd == DT_CMD_KV_INIT) {
+		if (cmd ==
+		    DT_CMD_KV_INIT) { /* (fp32: dt_kv_init_fp16 widens) */
 			if (rank0) {
 				h.arg2 = DT_KV_INIT_HAS_VALUE;
-				pv = val + p->offset;
+				pv = v8 + p->offset * sizeof(float);
+				vbytes = p->len * sizeof(float);
 			}
 		} else if (pushes) {
-			pv = val + p->offset;
+			pv = v8 + p->offset * esz;
 			if (cmd == DT_CMD_KV_PUSHPULL)
-				po = out + p->offset;
+				po = o8 + p->offset * esz;
 		} else if (cmd == DT_CMD_KV_PULL) {
-			po = out + p->offset;
+			po = o8 + p->offset * esz;
 		}
 		if (comp) { /* each part its own body, as if it were a key */
-			dt__kv_comp_encode(&c->comp, val + p->offset,
-			                   res ? res + p->offset : NULL, p->len,
-			                   c->cbuf);
+			dt__kv_comp_encode(
+			    &c->comp, (const float *)val + p->offset,
+			    res ? res + p->offset : NULL, p->len, c->cbuf);
 			pv = c->cbuf;
 			vbytes = dt__quant_size(c->comp.kind, p->len);
 			vflags = 0;
 		}
 		if (cmd != DT_CMD_KV_INIT)
-			h.arg2 = dt__kv_enc(comp ? c->comp.kind : DT_QUANT_NONE,
-			                    po ? (dt_quant_kind)c->pull_enc
-			                       : DT_QUANT_NONE);
+			h.arg2 =
+			    dt__kv_enc(comp             ? c->comp.kind
+			               : half && pushes ? DT_QUANT_FP16
+			                                : DT_QUANT_NONE,
+			               !po    ? DT_QUANT_NONE
+			               : half ? DT_QUANT_FP16
+			                      : (dt_quant_kind)c->pull_enc);
 		send_part(c, o, p->server, &h, meta, meta_len, pv,
-		          pv ? vbytes : 0, vflags, po, p->len);
+		          pv ? vbytes : 0, vflags, po, p->len, half);
 	}
 	return DT_OK;
 }
@@ -1130,7 +1157,7 @@ broadcast_to_servers(dt_kv_client *c, int cmd, uint64_t arg0, const void *meta,
 		dt_msg_hdr h = {
 		    .cmd = (uint8_t)cmd, .flags = DT_F_REQUEST, .arg0 = arg0};
 		send_part(c, o, s, &h, meta, meta_len, NULL, 0, DT_SEND_STABLE,
-		          NULL, 0);
+		          NULL, 0, 0);
 	}
 	return dt__kv_client_wait(c, req);
 }

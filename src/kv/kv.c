@@ -357,9 +357,10 @@ local_get(dt_kv *kv, const char *op, dt_key key, size_t n, local_entry **out)
 /* The local store applies a compressed push as a server would: what the
  * codec sends (the residual keeps the rest), decoded. */
 static dt_err
-local_apply(dt_kv *kv, local_entry *e, const float *g)
+local_apply(dt_kv *kv, local_entry *e, const float *g, int compress)
 {
-	if (kv->comp.kind != DT_QUANT_NONE && e->n >= kv->comp.min_size) {
+	if (compress && kv->comp.kind != DT_QUANT_NONE &&
+	    e->n >= kv->comp.min_size) {
 		size_t cb = dt__quant_size(kv->comp.kind, e->n);
 
 		if (kv->cbuf_len < e->n) {
@@ -485,7 +486,7 @@ dt_kv_push_async(dt_kv *kv, dt_key key, const float *val, size_t n,
 		                           NULL, n, req);
 	if ((err = local_get(kv, "push", key, n, &e)))
 		return err;
-	return local_apply(kv, e, val);
+	return local_apply(kv, e, val, 1);
 }
 
 dt_err
@@ -525,7 +526,7 @@ dt_kv_pushpull_async(dt_kv *kv, dt_key key, const float *val, float *out,
 		return dt__kv_client_start(kv->client, DT_CMD_KV_PUSHPULL, key,
 		                           val, out, n, req);
 	if ((err = local_get(kv, "pushpull", key, n, &e)) ||
-	    (err = local_apply(kv, e, val)))
+	    (err = local_apply(kv, e, val, 1)))
 		return err;
 	local_out(kv, out, e->val, n);
 	return DT_OK;
@@ -570,6 +571,139 @@ dt_kv_pushpull(dt_kv *kv, dt_key key, const float *val, float *out, size_t n)
 {
 	dt_kv_req req;
 	dt_err err = dt_kv_pushpull_async(kv, key, val, out, n, &req);
+
+	return err ? err : dt_kv_wait(kv, req);
+}
+
+/* ---- multi-precision: fp16 arrays, an fp32 master in the store ---- */
+
+/* A scratch array of n floats (kv->scratch, shared with aggregation). */
+static float *
+scratch(dt_kv *kv, size_t n)
+{
+	if (kv->scratch_len < n) {
+		float *s = dt__aligned_alloc(DT_MAX(n, 1) * sizeof(float));
+
+		if (s == NULL)
+			return NULL;
+		free(kv->scratch);
+		kv->scratch = s;
+		kv->scratch_len = n;
+	}
+	return kv->scratch;
+}
+
+static void
+to_half(uint16_t *out, const float *in, size_t n)
+{
+	dt__quant_fp16(in, (uint8_t *)out, n); /* (little-endian halves) */
+}
+
+dt_err
+dt_kv_init_fp16(dt_kv *kv, dt_key key, const uint16_t *val, size_t n)
+{
+	float *w;
+	dt_err err;
+
+	KV_NEED(kv != NULL, "init of key %llu: kv is NULL",
+	        (unsigned long long)key);
+	if ((err = check_args(kv, "init", key, val, val, n)))
+		return err;
+	if ((w = scratch(kv, n)) == NULL)
+		return dt__fail(DT_ENOMEM, "init of key %llu: out of memory",
+		                (unsigned long long)key);
+	dt__dequant_fp16((const uint8_t *)val, w, n);
+	return dt_kv_init(kv, key, w, n);
+}
+
+/* A push, pull or pushpull of halves. */
+static dt_err
+half_op(dt_kv *kv, int cmd, dt_key key, const uint16_t *val, uint16_t *out,
+        size_t n, dt_kv_req *req)
+{
+	const char *op = dt__kv_op_name(cmd);
+	local_entry *e = NULL;
+	dt_err err;
+
+	KV_NEED(req != NULL, "%s of key %llu: req is NULL", op,
+	        (unsigned long long)key);
+	*req = 0;
+	if ((err = check_args(kv, op, key, cmd == DT_CMD_KV_PULL ? out : val,
+	                      cmd == DT_CMD_KV_PUSH ? val : out, n)) ||
+	    (cmd != DT_CMD_KV_PULL && (err = async_check(kv, op, key))))
+		return err;
+	if (kv->client)
+		return dt__kv_client_start_ex(kv->client, cmd, key, val, out, n,
+		                              1, req);
+	if ((err = local_get(kv, op, key, n, &e)))
+		return err;
+	if (cmd != DT_CMD_KV_PULL) {
+		float *g = scratch(kv, n);
+
+		if (g == NULL)
+			return dt__fail(DT_ENOMEM,
+			                "%s of key %llu: out of memory", op,
+			                (unsigned long long)key);
+		dt__dequant_fp16((const uint8_t *)val, g, n);
+		if ((err = local_apply(kv, e, g, 0)))
+			return err;
+	}
+	if (cmd != DT_CMD_KV_PUSH)
+		to_half(out, e->val, n);
+	return DT_OK;
+}
+
+dt_err
+dt_kv_push_fp16_async(dt_kv *kv, dt_key key, const uint16_t *grad, size_t n,
+                      dt_kv_req *req)
+{
+	KV_NEED(kv != NULL, "push of key %llu: kv is NULL",
+	        (unsigned long long)key);
+	return half_op(kv, DT_CMD_KV_PUSH, key, grad, NULL, n, req);
+}
+
+dt_err
+dt_kv_pull_fp16_async(dt_kv *kv, dt_key key, uint16_t *out, size_t n,
+                      dt_kv_req *req)
+{
+	KV_NEED(kv != NULL, "pull of key %llu: kv is NULL",
+	        (unsigned long long)key);
+	return half_op(kv, DT_CMD_KV_PULL, key, NULL, out, n, req);
+}
+
+dt_err
+dt_kv_pushpull_fp16_async(dt_kv *kv, dt_key key, const uint16_t *grad,
+                          uint16_t *out, size_t n, dt_kv_req *req)
+{
+	KV_NEED(kv != NULL, "pushpull of key %llu: kv is NULL",
+	        (unsigned long long)key);
+	return half_op(kv, DT_CMD_KV_PUSHPULL, key, grad, out, n, req);
+}
+
+dt_err
+dt_kv_push_fp16(dt_kv *kv, dt_key key, const uint16_t *grad, size_t n)
+{
+	dt_kv_req req;
+	dt_err err = dt_kv_push_fp16_async(kv, key, grad, n, &req);
+
+	return err ? err : dt_kv_wait(kv, req);
+}
+
+dt_err
+dt_kv_pull_fp16(dt_kv *kv, dt_key key, uint16_t *out, size_t n)
+{
+	dt_kv_req req;
+	dt_err err = dt_kv_pull_fp16_async(kv, key, out, n, &req);
+
+	return err ? err : dt_kv_wait(kv, req);
+}
+
+dt_err
+dt_kv_pushpull_fp16(dt_kv *kv, dt_key key, const uint16_t *grad, uint16_t *out,
+                    size_t n)
+{
+	dt_kv_req req;
+	dt_err err = dt_kv_pushpull_fp16_async(kv, key, grad, out, n, &req);
 
 	return err ? err : dt_kv_wait(kv, req);
 }

@@ -172,6 +172,12 @@ dt_err dt__kv_client_agree(dt_kv_client *c, dt_err err);
 dt_err dt__kv_client_start(dt_kv_client *c, int cmd, dt_key key,
                            const float *val, float *out, size_t n,
                            dt_kv_req *req);
+/* The same on IEEE half arrays (half = 1: val and out hold n halves;
+ * pushes go as fp16 bodies, answers come as halves into out). An INIT's
+ * val is fp32 still. */
+dt_err dt__kv_client_start_ex(dt_kv_client *c, int cmd, dt_key key,
+                              const void *val, void *out, size_t n, int half,
+                              dt_kv_req *req);
 dt_err dt__kv_client_wait(dt_kv_client *c, dt_kv_req req);
 /* Pushes compressed as comp says from now on (residuals per key). */
 void dt__kv_client_set_compression(dt_kv_client *c, const dt_kv_comp *comp);

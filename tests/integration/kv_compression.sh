@@ -5,6 +5,8 @@
 #   rank's encoder, residuals and the servers' split), bit for bit, for 1, 2
 #   and 4 workers x 1, 2 and 3 servers, a key split over the servers among
 #   them; the same with fp16 pulls, in dist_async, and in a local store;
+# - multi-precision: fp16 arrays on the workers against the servers' fp32
+#   master and optimizer state (kv_check half), bit for bit;
 # - a buggy worker's compressed requests (wrong encoding, size, meta or
 #   content) are refused with the fault named, and the server goes on
 #   (kv_bad_push);
@@ -51,6 +53,13 @@ for spec in none type=fp16,min_size=0 type=2bit,min_size=0 type=1bit,min_size=0;
 	run "$spec local store" env KV_CHECK_TYPE=local \
 		"$B/tests/progs/kv_check" comp "$spec"
 done
+# Multi-precision: fp16 arrays, the servers' fp32 master and sgd state.
+for ws in "1 1" "2 2" "4 3"; do
+	set -- $ws
+	run "fp16 arrays, fp32 master, w=$1 s=$2" "$B/dtrain" launch -n "$1" -s "$2" -- \
+		"$B/tests/progs/kv_check" half
+done
+run "fp16 arrays, local store" env KV_CHECK_TYPE=local "$B/tests/progs/kv_check" half
 unset MXNET_KVSTORE_BIGARRAY_BOUND
 run "a buggy worker's compressed requests" "$B/dtrain" launch -n 1 -s 1 -- \
 	"$B/tests/progs/kv_bad_push"

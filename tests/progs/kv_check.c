@@ -21,6 +21,11 @@
  *                    push in one round; sizes up to a key split over the
  *                    servers. KV_CHECK_TYPE=dist_async (sgd, lr 1: the
  *                    value is minus every decoded push) or local.
+ *   kv_check half    multi-precision: fp16 arrays on the workers, sgd with
+ *                    momentum on the servers' fp32 master; every pushpull
+ *                    returns the halves of the master a reference computes
+ *                    here (same kernels), and an fp32 pull the master
+ *                    itself, bit for bit (KV_CHECK_TYPE=local too)
  *   kv_check ckpt FROM TO [C1,C2,...]
  *                    dist_sync with sgd (momentum) on a small key and a
  *                    key split over the servers: pull, then steps FROM..TO-1
@@ -527,6 +532,100 @@ check_comp(dt_kv *kv, const char *spec, int pull16, size_t bound)
 	      "unknown compression: %s (%s)", dt_errname(err), dt_errmsg());
 }
 
+static float
+half_grad(int rank, int round, size_t i)
+{
+	return (float)(((int)(i % 9) - 4) * 0.0625 * (rank + 1) +
+	               round * 0.125);
+}
+
+static void
+check_half(dt_kv *kv, size_t bound)
+{
+	int rank = dt_kv_rank(kv), nw = dt_kv_num_workers(kv);
+	const char *ns = getenv("DMLC_NUM_SERVER");
+	int nservers = dt_kv_is_dist(kv) && ns ? atoi(ns) : 1;
+	const char *params = "lr=0.1,momentum=0.9,wd=0.01,rescale_grad=0.25";
+	size_t sizes[] = {1, 7, 1000, bound, 3 * bound + 1};
+	dt_opt opt;
+
+	OK(dt__opt_parse("sgd", params, &opt));
+	OK(dt_kv_set_optimizer(kv, "sgd", params));
+	for (size_t k = 0; k < sizeof(sizes) / sizeof(*sizes); k++) {
+		size_t n = sizes[k];
+		dt_key key = 400 + k;
+		float *w = malloc(n * 4), *sum = malloc(n * 4),
+		      *g = malloc(n * 4);
+		float *st = calloc(dt__opt_state_len(&opt, n) + 1, 4);
+		float *got = malloc(n * 4);
+		uint16_t *h = malloc(n * 2), *out = malloc(n * 2);
+		uint16_t *want = malloc(n * 2);
+		dt_kv_part parts[64];
+		int np = dt__kv_place(key, n, nservers, bound, parts), bad = 0;
+
+		for (size_t i = 0; i < n; i++)
+			g[i] =
+			    rank == 0 ? (float)((key + i % 100) * 0.25) : -1.0f;
+		dt__quant_fp16(g, (uint8_t *)h, n);
+		OK(dt_kv_init_fp16(kv, key, h, n));
+		for (size_t i = 0; i < n; i++)
+			w[i] = (float)((key + i % 100) * 0.25);
+		for (int round = 1; round <= 5 && !bad; round++) {
+			for (size_t i = 0; i < n; i++)
+				g[i] = half_grad(rank, round, i);
+			dt__quant_fp16(g, (uint8_t *)h, n);
+			OK(dt_kv_pushpull_fp16(kv, key, h, out, n));
+			/* the reference: the sum of every rank's halves, the
+			 * update on each server's part */
+			memset(sum, 0, n * 4);
+			for (int r = 0; r < nw; r++)
+				for (size_t i = 0; i < n; i++)
+					sum[i] += half_grad(r, round, i);
+			for (int p = 0; p < np; p++)
+				dt__opt_apply(&opt, w + parts[p].offset,
+				              sum + parts[p].offset,
+				              st + dt__opt_state_len(
+				                       &opt, parts[p].offset),
+				              parts[p].len, (uint64_t)round);
+			dt__quant_fp16(w, (uint8_t *)want, n);
+			for (size_t i = 0; i < n && !bad; i++)
+				if (out[i] != want[i]) {
+					CHECK(0,
+					      "half key %llu n=%zu round %d: "
+					      "[%zu] "
+					      "= %#x, want %#x",
+					      (unsigned long long)key, n, round,
+					      i, out[i], want[i]);
+					bad = 1;
+				}
+		}
+		/* The master is fp32, not halves. */
+		OK(dt_kv_barrier(kv));
+		OK(dt_kv_pull(kv, key, got, n));
+		for (size_t i = 0; i < n && !bad; i++)
+			if (memcmp(&got[i], &w[i], 4)) {
+				CHECK(
+				    0,
+				    "half key %llu: fp32 master [%zu] = %.9g, "
+				    "want %.9g",
+				    (unsigned long long)key, i, got[i], w[i]);
+				bad = 1;
+			}
+		OK(dt_kv_pull_fp16(kv, key, out, n));
+		CHECK(memcmp(out, want, n * 2) == 0, "half key %llu: pull_fp16",
+		      (unsigned long long)key);
+		OK(dt_kv_barrier(kv));
+		free(w);
+		free(sum);
+		free(g);
+		free(st);
+		free(got);
+		free(h);
+		free(out);
+		free(want);
+	}
+}
+
 int
 main(int argc, char **argv)
 {
@@ -535,7 +634,8 @@ main(int argc, char **argv)
 	    strcmp(mode, "async") == 0 || strcmp(mode, "async_noopt") == 0
 	        ? "dist_async"
 	    : strcmp(mode, "local") == 0 ? "local"
-	    : strcmp(mode, "comp") == 0 && getenv("KV_CHECK_TYPE")
+	    : (strcmp(mode, "comp") == 0 || strcmp(mode, "half") == 0) &&
+	            getenv("KV_CHECK_TYPE")
 	        ? getenv("KV_CHECK_TYPE")
 	        : "dist_sync";
 	const char *b = getenv("MXNET_KVSTORE_BIGARRAY_BOUND");
@@ -557,6 +657,8 @@ main(int argc, char **argv)
 		check_async_opt(kv);
 	} else if (strcmp(mode, "async_noopt") == 0) {
 		check_async(kv);
+	} else if (strcmp(mode, "half") == 0) {
+		check_half(kv, bound);
 	} else if (strcmp(mode, "comp") == 0 && argc >= 3) {
 		check_comp(kv, argv[2],
 		           argc > 3 && strcmp(argv[3], "fp16") == 0, bound);
