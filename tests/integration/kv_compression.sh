@@ -65,7 +65,12 @@ run "a buggy worker's compressed requests" "$B/dtrain" launch -n 1 -s 1 -- \
 	"$B/tests/progs/kv_bad_push"
 
 # The examples' flags, and convergence at a short length.
-if [ ! -f "$DATA/train-images-idx3-ubyte.gz" ]; then
+if [ -z "${DTRAIN_QUICK:-}" ] && [ "${B%-tsan}" != "$B" ]; then
+	DTRAIN_QUICK=1 # ThreadSanitizer runs 5-15 times slower
+fi
+if [ -n "${DTRAIN_QUICK:-}" ]; then
+	echo "training runs skipped: DTRAIN_QUICK (a ThreadSanitizer build)"
+elif [ ! -f "$DATA/train-images-idx3-ubyte.gz" ]; then
 	echo "skipped the training runs: Fashion-MNIST not installed at $DATA"
 else
 	acc() { # COMPRESSION: the validation accuracy of a short run

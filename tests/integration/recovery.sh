@@ -6,7 +6,8 @@
 #   - mnist (lenet) and linreg in dist_sync: parameters bit-identical to
 #     the undisturbed run, killed at a random step (after a random progress
 #     line), and linreg killed before any checkpoint (the new server starts
-#     empty: everything is sent again);
+#     empty: everything is sent again); mnist again with 2bit pushes and
+#     fp16 pulls;
 #   - the same with the processes started by hand and the server started
 #     again by hand (as an outside engine would: Kubernetes, Slurm);
 #   - kv_check async (dist_async): every push applied exactly once;
@@ -149,6 +150,19 @@ elif [ -f "$DATA/train-images-idx3-ubyte.gz" ]; then
 	cmp -s "$tmp/ref.params" "$tmp/killed.params" ||
 		fail "mnist: parameters differ ($("$B/dtrain" params diff "$tmp/ref.params" "$tmp/killed.params"))"
 	echo "mnist, server 0 killed after batch $k: parameters bit-identical"
+	rm -rf "$tmp/ck"
+	# The same with compressed pushes and fp16 pulls: the workers send
+	# again the compressed bodies they kept (their residuals moved on
+	# once, as in the undisturbed run).
+	C=(--gradient-compression type=2bit,threshold=0.5,min_size=0 --pull-precision fp16)
+	timeout 200 "$B/dtrain" launch -n 2 -s 2 -- "$B/examples/mnist" "${M[@]}" "${C[@]}" \
+		--save "$tmp/cref.params" >"$tmp/mc_ref.log" 2>&1 || fail "compressed mnist reference run"
+	killed mnist_comp server 1 "Batch \[$((k - 16))-$k\]" "$B/dtrain" launch -n 2 -s 2 "${R[@]}" \
+		--checkpoint-every 10 -- "$B/examples/mnist" "${M[@]}" "${C[@]}" --save "$tmp/ckilled.params"
+	must_pass mnist_comp
+	cmp -s "$tmp/cref.params" "$tmp/ckilled.params" ||
+		fail "compressed mnist: parameters differ ($("$B/dtrain" params diff "$tmp/cref.params" "$tmp/ckilled.params"))"
+	echo "mnist with 2bit pushes and fp16 pulls, server 1 killed after batch $k: parameters bit-identical"
 	rm -rf "$tmp/ck"
 else
 	echo "mnist case skipped: Fashion-MNIST not installed at $DATA"

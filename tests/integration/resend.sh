@@ -92,6 +92,15 @@ elif [ -f "$DATA/train-images-idx3-ubyte.gz" ]; then
 		faults_seen "m_${kv}_faults"
 		echo "mnist $kv, drops and resets: parameters bit-identical"
 	done
+	# Compressed pushes (sent from a scratch buffer: resending keeps a
+	# copy) and fp16 answers (converted into one)
+	C=(--gradient-compression type=2bit,threshold=0.5,min_size=0 --pull-precision fp16)
+	run m_comp_ref "$B/dtrain" launch -n 2 -s 2 -- "$B/examples/mnist" --kvstore dist_sync "${M[@]}" "${C[@]}" --save "$tmp/comp.ref.params"
+	run m_comp_faults "$B/dtrain" launch -n 2 -s 2 "${FAULTS[@]}" -- "$B/examples/mnist" --kvstore dist_sync "${M[@]}" "${C[@]}" --save "$tmp/comp.faults.params"
+	cmp -s "$tmp/comp.ref.params" "$tmp/comp.faults.params" ||
+		fail "mnist 2bit/fp16: parameters differ ($("$B/dtrain" params diff "$tmp/comp.ref.params" "$tmp/comp.faults.params"))"
+	faults_seen m_comp_faults
+	echo "mnist dist_sync with 2bit pushes and fp16 pulls, drops and resets: parameters bit-identical"
 	run m_resets "$B/dtrain" launch -n 2 -s 2 --env PS_RESEND=1 --env DT_RESET_EVERY=0.3 -- \
 		"$B/examples/mnist" --kvstore dist_sync "${M[@]}" --save "$tmp/resets.params"
 	cmp -s "$tmp/dist_sync.ref.params" "$tmp/resets.params" ||
