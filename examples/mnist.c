@@ -286,12 +286,10 @@ parse(int argc, char **argv, opts *o)
 		        MAX_DEV);
 		return -1;
 	}
-	if (strcmp(o->kvstore, "horovod") == 0 &&
-	    ((o->compression && strcmp(o->compression, "none")) ||
-	     (o->pull_precision && strcmp(o->pull_precision, "fp32")))) {
-		fprintf(stderr, "mnist: --gradient-compression and "
-		                "--pull-precision apply to KVStore types, not "
-		                "to horovod\n");
+	if (strcmp(o->kvstore, "horovod") == 0 && o->pull_precision &&
+	    strcmp(o->pull_precision, "fp32")) {
+		fprintf(stderr, "mnist: --pull-precision applies to KVStore "
+		                "types (horovod has no pulls)\n");
 		return -1;
 	}
 	if (strcmp(o->model, "lenet") && strcmp(o->model, "mlp")) {
@@ -432,7 +430,11 @@ main(int argc, char **argv)
 	}
 	if (set_lr(updater, &o, o.lr, nw, params, sizeof(params)) != DT_OK)
 		goto fail;
-	if (o.compression &&
+	if (o.compression && horovod &&
+	    (dt_coll_set_compression(coll, o.compression) != DT_OK ||
+	     dt_coll_dist_opt_layout(coll, lens, nt) != DT_OK))
+		goto fail;
+	if (o.compression && !horovod &&
 	    dt_kv_set_gradient_compression(updater, o.compression) != DT_OK)
 		goto fail;
 	if (o.pull_precision &&
@@ -514,10 +516,8 @@ main(int argc, char **argv)
 						sum[i] += g[i];
 				}
 				tc = now();
-				if (horovod &&
-				    dt_coll_allreduce(coll, DT_COLL_IN_PLACE,
-				                      sum, np, DT_FLOAT32,
-				                      DT_COLL_SUM) != DT_OK)
+				if (horovod && dt_coll_dist_opt_sum(
+				                   coll, sum, np) != DT_OK)
 					goto fail;
 				if (dt_kv_pushpull_many(
 				        updater, (size_t)nt, keys,

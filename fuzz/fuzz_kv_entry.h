@@ -109,7 +109,7 @@ fuzz_kv_push(const uint8_t *data, size_t size)
 	out = malloc((n + 1) * sizeof(float));
 	FUZZ_CHECK(out != NULL);
 	dt__clear_error();
-	if (dt__kv_comp_decode(kind, t, body, n, out)) {
+	if (dt__quant_decode(kind, t, body, n, out)) {
 		FUZZ_CHECK(dt_errmsg()[0] != '\0');
 		FUZZ_CHECK(kind == DT_QUANT_2BIT || kind == DT_QUANT_1BIT);
 		free(out);
@@ -118,12 +118,12 @@ fuzz_kv_push(const uint8_t *data, size_t size)
 	if (kind == DT_QUANT_2BIT) {
 		float *res = calloc(n + 1, sizeof(float));
 		uint8_t *again = malloc(dt__quant_size(kind, n) + 1);
-		dt_kv_comp c = {kind, t, 0};
+		dt_quant_spec c = {kind, t, 0};
 
 		FUZZ_CHECK(res != NULL && again != NULL);
 		for (size_t i = 0; i < n; i++)
 			FUZZ_CHECK(out[i] == t || out[i] == -t || out[i] == 0);
-		dt__kv_comp_encode(&c, out, res, n, again);
+		dt__quant_encode(&c, out, res, n, again);
 		FUZZ_CHECK(memcmp(again, body, h.payload_len) == 0);
 		free(res);
 		free(again);

@@ -51,11 +51,15 @@ extern "C" {
 typedef struct dt_coll dt_coll;
 typedef struct dt_coll_handle dt_coll_handle;
 
-/* Element types. */
+/* Element types. DT_FLOAT16 is IEEE half (uint16_t bits): reductions
+ * widen both operands to float32, combine them there and round the result
+ * to half (nearest even) at each step - fp16 on the wire, fp32 arithmetic
+ * (Horovod's Compression.fp16). */
 typedef enum dt_dtype {
 	DT_FLOAT32 = 0,
 	DT_FLOAT64 = 1,
 	DT_INT32 = 2,
+	DT_FLOAT16 = 3,
 } dt_dtype;
 
 /* Reductions. DT_COLL_AVG divides the sum by the number of ranks (integer
@@ -191,6 +195,28 @@ dt_err dt_coll_allreduce_group(dt_coll *c, const dt_coll_tensor *t, int n,
  */
 dt_err dt_coll_dist_opt_broadcast(dt_coll *c, float *params, size_t n);
 dt_err dt_coll_dist_opt_average(dt_coll *c, float *grads, size_t n);
+/* The same, summed instead of averaged (MXNet's rescale_grad divides). */
+dt_err dt_coll_dist_opt_sum(dt_coll *c, float *grads, size_t n);
+
+/*
+ * Compression of the distributed optimizer's reductions (Horovod's
+ * Compression; docs/compression.md): spec "none" (the default), "fp16"
+ * (an allreduce of halves: fp16 on the wire, float32 sums at every step),
+ * "2bit[:T]" or "1bit[:T]" (each rank's gradients encoded with error
+ * feedback - a residual per communicator for the gradient buffer -
+ * gathered by every rank and summed in rank order). Every rank gets the
+ * same bits. Every rank must set the same; a rank that differs is
+ * DT_EMISMATCH. Applies to dt_coll_dist_opt_sum and _average only.
+ */
+dt_err dt_coll_set_compression(dt_coll *c, const char *spec);
+/*
+ * The gradient buffer's tensors, in order (their sizes sum to the n of the
+ * calls). With a layout, 2bit and 1bit encode each tensor on its own, and
+ * tensors under the setting's min_size (65536 values by default) go as
+ * float32, as in the KVStore; without one the buffer is one tensor. fp16
+ * always covers the whole buffer.
+ */
+dt_err dt_coll_dist_opt_layout(dt_coll *c, const size_t *sizes, int ntensors);
 
 #ifdef __cplusplus
 }

@@ -22,6 +22,7 @@
 #include <string.h>
 
 #include "coll/coll_impl.h"
+#include "common/quant.h"
 
 size_t
 dt_dtype_size(dt_dtype dtype)
@@ -33,6 +34,8 @@ dt_dtype_size(dt_dtype dtype)
 		return 8;
 	case DT_INT32:
 		return 4;
+	case DT_FLOAT16:
+		return 2;
 	}
 	return 0;
 }
@@ -47,6 +50,8 @@ dt_dtype_name(dt_dtype dtype)
 		return "float64";
 	case DT_INT32:
 		return "int32";
+	case DT_FLOAT16:
+		return "float16";
 	}
 	return "?";
 }
@@ -70,7 +75,8 @@ dt_coll_op_name(dt_coll_op op)
 int
 dt__coll_dtype_valid(int dtype)
 {
-	return dtype == DT_FLOAT32 || dtype == DT_FLOAT64 || dtype == DT_INT32;
+	return dtype == DT_FLOAT32 || dtype == DT_FLOAT64 ||
+	       dtype == DT_INT32 || dtype == DT_FLOAT16;
 }
 
 int
@@ -144,6 +150,41 @@ reduce_i32(dt_coll_op op, void *dst, const void *a, const void *b, size_t n)
 	}
 }
 
+/* Halves: a block of each operand widened (so dst may alias either),
+ * combined in float32, rounded back. */
+#define F16_BLOCK 512
+
+static void
+reduce_f16(dt_coll_op op, void *dst, const void *a, const void *b, size_t n)
+{
+	float x[F16_BLOCK], y[F16_BLOCK];
+	const uint8_t *pa = a, *pb = b;
+	uint8_t *pd = dst;
+
+	for (size_t base = 0; base < n; base += F16_BLOCK) {
+		size_t m = n - base < F16_BLOCK ? n - base : F16_BLOCK;
+
+		dt__dequant_fp16(pa + 2 * base, x, m);
+		dt__dequant_fp16(pb + 2 * base, y, m);
+		switch (op) {
+		case DT_COLL_SUM:
+		case DT_COLL_AVG:
+			for (size_t i = 0; i < m; i++)
+				x[i] += y[i];
+			break;
+		case DT_COLL_MIN:
+			for (size_t i = 0; i < m; i++)
+				x[i] = y[i] < x[i] ? y[i] : x[i];
+			break;
+		case DT_COLL_MAX:
+			for (size_t i = 0; i < m; i++)
+				x[i] = y[i] > x[i] ? y[i] : x[i];
+			break;
+		}
+		dt__quant_fp16(x, pd + 2 * base, m);
+	}
+}
+
 void
 dt__coll_reduce(dt_dtype dtype, dt_coll_op op, void *dst, const void *a,
                 const void *b, size_t n)
@@ -157,6 +198,9 @@ dt__coll_reduce(dt_dtype dtype, dt_coll_op op, void *dst, const void *a,
 		break;
 	case DT_INT32:
 		reduce_i32(op, dst, a, b, n);
+		break;
+	case DT_FLOAT16:
+		reduce_f16(op, dst, a, b, n);
 		break;
 	}
 }
@@ -185,6 +229,20 @@ dt__coll_scale(dt_dtype dtype, void *buf, size_t n, int divisor)
 		int32_t *p = buf;
 		for (size_t i = 0; i < n; i++)
 			p[i] = p[i] / divisor;
+		break;
+	}
+	case DT_FLOAT16: {
+		uint8_t *p = buf;
+		float x[F16_BLOCK], d = (float)divisor;
+
+		for (size_t base = 0; base < n; base += F16_BLOCK) {
+			size_t m = n - base < F16_BLOCK ? n - base : F16_BLOCK;
+
+			dt__dequant_fp16(p + 2 * base, x, m);
+			for (size_t i = 0; i < m; i++)
+				x[i] = x[i] / d;
+			dt__quant_fp16(x, p + 2 * base, m);
+		}
 		break;
 	}
 	}

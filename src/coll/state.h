@@ -25,6 +25,7 @@
 #define DT_COLL_STATE_H
 
 #include "coll/coll_impl.h"
+#include "common/quant.h"
 #include "common/spin.h"
 #include "common/table.h"
 #include "net/cma.h"
@@ -217,6 +218,15 @@ struct dt_coll {
 	size_t scratch_cap;
 	uint8_t *slotbuf;
 	size_t slotbuf_cap;
+
+	/* The distributed optimizer's compression (the calling thread). */
+	dt_quant_spec dopt;
+	float *dopt_res; /* 2bit/1bit: the gradient buffer's residual */
+	size_t dopt_res_n;
+	uint8_t *dopt_buf; /* this rank's body, then every rank's */
+	size_t dopt_buf_cap;
+	size_t *dopt_layout; /* the gradient buffer's tensors (NULL: one) */
+	int dopt_ntensors;
 };
 
 static inline size_t

@@ -67,4 +67,32 @@ void dt__quant_1bit(const float *in, float *res, size_t n, float t,
  * value is not finite. */
 dt_err dt__dequant_1bit_add(const uint8_t *in, size_t n, float *acc);
 
+/* A compression setting (quant_spec.c). */
+typedef struct dt_quant_spec {
+	dt_quant_kind kind; /* DT_QUANT_NONE: off */
+	float threshold;    /* 2bit: the value sent; 1bit: the split */
+	size_t min_size;    /* arrays of fewer values go as fp32 (KVStore) */
+} dt_quant_spec;
+
+/* Arrays under this many values are not compressed unless the setting
+ * says otherwise (docs/compression.md: why). */
+#define DT_QUANT_MIN_SIZE 65536
+
+/* "none", "fp16", "2bit[:t]", "1bit[:t]", or MXNet's dictionary as
+ * "type=2bit,threshold=t[,min_size=n]"; every fault named. */
+dt_err dt__quant_parse(const char *spec, dt_quant_spec *out);
+const char *dt__quant_name(dt_quant_kind kind);
+/* The body of n values g in c's codec: dt__quant_size(kind, n) bytes (4n
+ * for none) into out; res (n floats) is the array's residual (unused by
+ * fp16 and none). */
+void dt__quant_encode(const dt_quant_spec *c, const float *g, float *res,
+                      size_t n, uint8_t *out);
+/* A body of n values (its length checked by the caller) into out (n
+ * floats, overwritten); DT_EPROTO if its content is invalid. */
+dt_err dt__quant_decode(dt_quant_kind kind, float t, const uint8_t *in,
+                        size_t n, float *out);
+/* The same added into acc (nothing added on DT_EPROTO). */
+dt_err dt__quant_decode_add(dt_quant_kind kind, float t, const uint8_t *in,
+                            size_t n, float *acc);
+
 #endif

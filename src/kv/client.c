@@ -126,7 +126,7 @@ struct dt_kv_client {
 	int replay_due;          /* (mu) some srv's is */
 	uint64_t kept_bytes;     /* (mu) the logs' copies */
 	/* Compression (the caller's thread only). */
-	dt_kv_comp comp;
+	dt_quant_spec comp;
 	unsigned pull_enc; /* DT_QUANT_NONE or DT_QUANT_FP16 */
 	dt_table resids;   /* resid by key */
 	uint8_t *cbuf;     /* a compressed part being sent */
@@ -1024,7 +1024,7 @@ dt__kv_client_start_ex(dt_kv_client *c, int cmd, dt_key key, const void *val,
 			po = o8 + p->offset * esz;
 		}
 		if (comp) { /* each part its own body, as if it were a key */
-			dt__kv_comp_encode(
+			dt__quant_encode(
 			    &c->comp, (const float *)val + p->offset,
 			    res ? res + p->offset : NULL, p->len, c->cbuf);
 			pv = c->cbuf;
@@ -1046,7 +1046,7 @@ dt__kv_client_start_ex(dt_kv_client *c, int cmd, dt_key key, const void *val,
 }
 
 void
-dt__kv_client_set_compression(dt_kv_client *c, const dt_kv_comp *comp)
+dt__kv_client_set_compression(dt_kv_client *c, const dt_quant_spec *comp)
 {
 	c->comp = *comp;
 }

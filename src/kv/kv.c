@@ -39,12 +39,12 @@ struct dt_kv {
 	dt_table local; /* local_entry by key */
 	float *scratch; /* local aggregation */
 	size_t scratch_len;
-	int inited;      /* an init was made (compression is fixed then) */
-	dt_kv_comp comp; /* gradient compression */
-	int pull_fp16;   /* pulls return fp16 values */
-	uint8_t *cbuf;   /* local store: a push, compressed */
-	float *dbuf;     /* ... and decoded */
-	size_t cbuf_len; /* (in values) */
+	int inited;         /* an init was made (compression is fixed then) */
+	dt_quant_spec comp; /* gradient compression */
+	int pull_fp16;      /* pulls return fp16 values */
+	uint8_t *cbuf;      /* local store: a push, compressed */
+	float *dbuf;        /* ... and decoded */
+	size_t cbuf_len;    /* (in values) */
 };
 
 static local_entry *
@@ -254,11 +254,11 @@ dt_kv_set_optimizer(dt_kv *kv, const char *name, const char *params)
 dt_err
 dt_kv_set_gradient_compression(dt_kv *kv, const char *spec)
 {
-	dt_kv_comp comp;
+	dt_quant_spec comp;
 	dt_err err;
 
 	KV_NEED(kv != NULL, "set gradient compression: kv is NULL");
-	if ((err = dt__kv_comp_parse(spec, &comp)))
+	if ((err = dt__quant_parse(spec, &comp)))
 		return err;
 	if (kv->inited)
 		return dt__fail(DT_ESTATE,
@@ -389,9 +389,9 @@ local_apply(dt_kv *kv, local_entry *e, const float *g, int compress)
 			    "push of key %llu: out of memory for its "
 			    "residual",
 			    (unsigned long long)e->key);
-		dt__kv_comp_encode(&kv->comp, g, e->res, e->n, kv->cbuf);
-		if (dt__kv_comp_decode(kv->comp.kind, kv->comp.threshold,
-		                       kv->cbuf, e->n, kv->dbuf))
+		dt__quant_encode(&kv->comp, g, e->res, e->n, kv->cbuf);
+		if (dt__quant_decode(kv->comp.kind, kv->comp.threshold,
+		                     kv->cbuf, e->n, kv->dbuf))
 			return DT_EPROTO; /* (our own encoding: never) */
 		g = kv->dbuf;
 	}

@@ -62,25 +62,6 @@ dt__kv_op_name(int cmd)
 #define DT_KV_ENC_ANSWER(a) ((unsigned)(((a) >> 8) & 0xffu))
 uint32_t dt__kv_enc(dt_quant_kind push, dt_quant_kind answer);
 
-/* A store's gradient compression (comp.c). */
-typedef struct dt_kv_comp {
-	dt_quant_kind kind; /* DT_QUANT_NONE: off */
-	float threshold;    /* 2bit: the value sent; 1bit: the split */
-	size_t min_size;    /* arrays of fewer values go as fp32 */
-} dt_kv_comp;
-
-/* Arrays under this many values are not compressed unless the setting
- * says otherwise (docs/compression.md: why). */
-#define DT_KV_COMP_MIN_SIZE 65536
-
-/* "none", "fp16", "2bit[:t]", "1bit[:t]", or MXNet's dictionary as
- * "type=2bit,threshold=t[,min_size=n]". */
-dt_err dt__kv_comp_parse(const char *spec, dt_kv_comp *out);
-const char *dt__kv_comp_name(dt_quant_kind kind);
-/* The body of a push of n values g: dt__quant_size(kind, n) bytes (4n
- * for none) into out; res (n floats) is the key's residual. */
-void dt__kv_comp_encode(const dt_kv_comp *c, const float *g, float *res,
-                        size_t n, uint8_t *out);
 /* A request's encoding fields (arg2, and meta) for command cmd against a
  * key slice of n values with a body of bytes (pushes): the push kind and
  * the 2-bit threshold, or an error naming what does not fit. */
@@ -88,10 +69,6 @@ dt_err dt__kv_push_check(const dt_msg_hdr *h, const uint8_t *meta, size_t n,
                          dt_quant_kind *kind, float *t);
 /* The meta of a 2-bit push: its threshold, little-endian. */
 void dt__kv_threshold_meta(float t, uint8_t meta[4]);
-/* A checked body of n values into out (n floats, overwritten); DT_EPROTO
- * if its content is invalid (nothing meaningful in out then). */
-dt_err dt__kv_comp_decode(dt_quant_kind kind, float t, const uint8_t *in,
-                          size_t n, float *out);
 
 /* One server's part of an array. */
 typedef struct dt_kv_part {
@@ -180,7 +157,7 @@ dt_err dt__kv_client_start_ex(dt_kv_client *c, int cmd, dt_key key,
                               dt_kv_req *req);
 dt_err dt__kv_client_wait(dt_kv_client *c, dt_kv_req req);
 /* Pushes compressed as comp says from now on (residuals per key). */
-void dt__kv_client_set_compression(dt_kv_client *c, const dt_kv_comp *comp);
+void dt__kv_client_set_compression(dt_kv_client *c, const dt_quant_spec *comp);
 /* Pulls' answers in fp16 (on) or fp32. */
 void dt__kv_client_set_pull_fp16(dt_kv_client *c, int on);
 dt_err dt__kv_client_wait_all(dt_kv_client *c);

@@ -1129,8 +1129,8 @@ on_data(kv_server *s, int worker, const dt_msg_hdr *h, const uint8_t *meta,
 			    dt__kv_op_name(h->cmd), (unsigned long long)h->key);
 			return;
 		}
-		if ((err = dt__kv_comp_decode(kind, t, (const uint8_t *)payload,
-		                              e->len, s->dec))) {
+		if ((err = dt__quant_decode(kind, t, (const uint8_t *)payload,
+		                            e->len, s->dec))) {
 			reply_error(s, worker, h->cmd, h->seq, h->key, err,
 			            "%s of key %llu: %s",
 			            dt__kv_op_name(h->cmd),

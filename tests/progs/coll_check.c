@@ -19,6 +19,14 @@
  *                          stall report naming it, then carry on
  *   coll_check --die       the last rank exits before an allreduce: the
  *                          others must get an error, not hang
+ *   coll_check --compression SPEC
+ *                          the distributed optimizer's compressed sums and
+ *                          averages (dt_coll_set_compression) over 4 steps,
+ *                          with a layout of tensors over and under min_size
+ *                          and without one: every rank must return, bit for
+ *                          bit, what the test computes by running every
+ *                          rank's encoder (residuals included) and adding
+ *                          the decoded bodies in rank order
  *   coll_check --node ...  join the job first (dt_node_init_from_env) and
  *                          attach with dt_coll_init_node, as the KVStore's
  *                          horovod type does
@@ -30,6 +38,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "common/quant.h"
 #include "dtrain/coll.h"
 #include "dtrain/node.h"
 
@@ -44,7 +53,7 @@ static int rank_, size_, failures, checks;
 	} while (0)
 
 static const size_t sizes[] = {0, 1, 3, 1023, (1u << 20) + 5};
-static const dt_dtype dtypes[] = {DT_FLOAT32, DT_FLOAT64, DT_INT32};
+static const dt_dtype dtypes[] = {DT_FLOAT32, DT_FLOAT64, DT_INT32, DT_FLOAT16};
 static const dt_coll_op ops[] = {DT_COLL_SUM, DT_COLL_AVG, DT_COLL_MIN,
                                  DT_COLL_MAX};
 
@@ -68,7 +77,22 @@ put(dt_dtype t, void *buf, size_t i, double v)
 	case DT_INT32:
 		((int32_t *)buf)[i] = (int32_t)v;
 		break;
+	case DT_FLOAT16: { /* (halves hold these integers exactly) */
+		float f = (float)v;
+
+		dt__quant_fp16(&f, (uint8_t *)buf + 2 * i, 1);
+		break;
 	}
+	}
+}
+
+static double
+get16(const void *buf, size_t i)
+{
+	float f;
+
+	dt__dequant_fp16((const uint8_t *)buf + 2 * i, &f, 1);
+	return f;
 }
 
 static void
@@ -107,6 +131,9 @@ ref_reduce(dt_dtype t, dt_coll_op op, void *out, size_t i, int salt)
 	case DT_INT32:
 		((int32_t *)out)[i] = (int32_t)(acc / size_);
 		break;
+	case DT_FLOAT16: /* the exact sum, divided in float32, rounded */
+		put(t, out, i, (double)((float)acc / (float)size_));
+		break;
 	}
 }
 
@@ -123,9 +150,11 @@ check_equal(const char *what, dt_dtype t, const void *got, const void *want,
 			continue;
 		double g = t == DT_FLOAT32   ? ((const float *)got)[i]
 		           : t == DT_FLOAT64 ? ((const double *)got)[i]
+		           : t == DT_FLOAT16 ? get16(got, i)
 		                             : ((const int32_t *)got)[i];
 		double w = t == DT_FLOAT32   ? ((const float *)want)[i]
 		           : t == DT_FLOAT64 ? ((const double *)want)[i]
+		           : t == DT_FLOAT16 ? get16(want, i)
 		                             : ((const int32_t *)want)[i];
 		FAIL("%s: element %zu of %zu is %g, expected %g", what, i, n, g,
 		     w);
@@ -441,7 +470,8 @@ suite(dt_coll *c, int quick)
 
 	for (size_t si = 0; si < nsizes; si++) {
 		size_t n = sizes[si];
-		for (size_t ti = 0; ti < 3; ti++) {
+		for (size_t ti = 0; ti < sizeof(dtypes) / sizeof(dtypes[0]);
+		     ti++) {
 			dt_dtype t = dtypes[ti];
 			for (size_t oi = 0; oi < 4; oi++)
 				for (int ip = 0; ip < 2; ip++)
@@ -627,10 +657,122 @@ die_suite(dt_coll *c)
 	checks++;
 }
 
+/* Step s of rank r's gradients, exactly summable in any order once
+ * decoded (as kv_check's). */
+static float
+cgrad(dt_quant_kind kind, int r, int s, size_t i)
+{
+	switch (kind) {
+	case DT_QUANT_2BIT:
+		return (float)(((int)(i % 5) - 2) * 0.375 + r * 0.0625 -
+		               s * 0.125);
+	case DT_QUANT_1BIT:
+		return i % 3 == 0 ? (float)-(r + 1) : (float)(r + 2 + s);
+	default:
+		return (float)val(r, i, s);
+	}
+}
+
+static void
+compression_suite(dt_coll *c, const char *spec)
+{
+	static const size_t layout[] = {3, 70000, 5, 100000};
+	const size_t nl = sizeof(layout) / sizeof(layout[0]);
+	dt_quant_spec q;
+
+	if (!call_ok("set_compression", dt_coll_set_compression(c, spec)) ||
+	    dt__quant_parse(spec, &q))
+		return;
+	for (int pass = 0; pass < 2; pass++) {
+		/* pass 0: the layout; pass 1: one tensor (another n, so
+		 * the residual starts again) */
+		size_t n = pass == 0 ? 170008 : 4099;
+		float *g = xmalloc(n * 4), *want = xmalloc(n * 4);
+		float *res = calloc((size_t)size_ * n, 4), *d = xmalloc(n * 4);
+		uint8_t *buf = xmalloc(dt__quant_size(q.kind, n) + 4 * n + 64);
+
+		if (!call_ok("dist_opt_layout",
+		             dt_coll_dist_opt_layout(c, layout,
+		                                     pass == 0 ? (int)nl : 0)))
+			return;
+		for (int step = 0; step < 4; step++) {
+			for (size_t i = 0; i < n; i++)
+				g[i] = cgrad(q.kind, rank_, step, i);
+			memset(want, 0, n * 4);
+			for (int r = 0; r < size_; r++) {
+				size_t off = 0;
+
+				for (size_t t = 0; t < (pass ? 1 : nl); t++) {
+					size_t len = pass ? n : layout[t];
+					int enc = q.kind == DT_QUANT_FP16 ||
+					          pass || len >= q.min_size;
+					float *rr = res + (size_t)r * n + off;
+
+					for (size_t i = 0; i < len; i++)
+						d[i] = cgrad(q.kind, r, step,
+						             off + i);
+					if (enc && q.kind != DT_QUANT_FP16) {
+						dt__quant_encode(&q, d, rr, len,
+						                 buf);
+						dt__quant_decode(q.kind,
+						                 q.threshold,
+						                 buf, len, d);
+					} else if (enc) { /* (exact here) */
+						dt__quant_fp16(d, buf, len);
+						dt__dequant_fp16(buf, d, len);
+					}
+					for (size_t i = 0; i < len; i++)
+						want[off + i] += d[i];
+					off += len;
+				}
+			}
+			if (step == 3) {
+				if (call_ok(
+				        "dist_opt_average",
+				        dt_coll_dist_opt_average(c, g, n))) {
+					for (size_t i = 0; i < n; i++)
+						want[i] /= (float)size_;
+					check_equal("compressed average",
+					            DT_FLOAT32, g, want, n);
+				}
+			} else if (call_ok("dist_opt_sum",
+			                   dt_coll_dist_opt_sum(c, g, n))) {
+				check_equal("compressed sum", DT_FLOAT32, g,
+				            want, n);
+			}
+		}
+		free(g);
+		free(want);
+		free(res);
+		free(d);
+		free(buf);
+	}
+	/* A rank set otherwise (same sizes, another threshold) is named. */
+	if (q.kind == DT_QUANT_2BIT && size_ > 1) {
+		float g[64];
+		dt_err err;
+
+		for (int i = 0; i < 64; i++)
+			g[i] = 1.0f;
+		if (rank_ == size_ - 1)
+			dt_coll_set_compression(c, "type=2bit,threshold=0.3");
+		err = dt_coll_dist_opt_sum(c, g, 64);
+		checks++;
+		if (err != DT_EMISMATCH ||
+		    strstr(dt_errmsg(), "another compression") == NULL)
+			FAIL("a rank with another threshold: %s (%s)",
+			     dt_errname(err), dt_errmsg());
+		dt_coll_set_compression(c, spec);
+		call_ok("dist_opt_sum after a mismatch",
+		        dt_coll_dist_opt_sum(c, g, 64));
+	}
+}
+
 int
 main(int argc, char **argv)
 {
 	int quick = 0, mode = 0, attach = 0;
+	const char *spec = NULL;
 	dt_node *node = NULL;
 	dt_coll *c;
 	dt_err err;
@@ -646,6 +788,8 @@ main(int argc, char **argv)
 			mode = 3;
 		else if (strcmp(argv[i], "--node") == 0)
 			attach = 1;
+		else if (strcmp(argv[i], "--compression") == 0 && i + 1 < argc)
+			spec = argv[++i];
 		else {
 			fprintf(stderr,
 			        "usage: coll_check [--quick] "
@@ -674,7 +818,9 @@ main(int argc, char **argv)
 	    dt_coll_local_size(c) > size_)
 		FAIL("local rank %d of %d in a job of %d",
 		     dt_coll_local_rank(c), dt_coll_local_size(c), size_);
-	if (mode == 0)
+	if (spec)
+		compression_suite(c, spec);
+	else if (mode == 0)
 		suite(c, quick);
 	else if (size_ < 2)
 		printf(

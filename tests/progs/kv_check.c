@@ -381,12 +381,12 @@ comp_grad(dt_quant_kind kind, int rank, int round, size_t i)
  * added into acc: every server part encoded on its own, as the client
  * does. res is rank r's residual of the key. */
 static void
-comp_sent(const dt_kv_comp *c, int nservers, size_t bound, dt_key key, size_t n,
+comp_sent(const dt_quant_spec *c, int nservers, size_t bound, dt_key key, size_t n,
           int r, int round, float *res, float *acc)
 {
 	dt_kv_part parts[64];
 	int np = dt__kv_place(key, n, nservers, bound, parts);
-	dt_kv_comp none = {DT_QUANT_NONE, 0.0f, 0};
+	dt_quant_spec none = {DT_QUANT_NONE, 0.0f, 0};
 	dt_quant_kind data = c->kind; /* (what the worker's data is) */
 
 	if (n < c->min_size) /* (small arrays go as fp32) */
@@ -399,8 +399,8 @@ comp_sent(const dt_kv_comp *c, int nservers, size_t bound, dt_key key, size_t n,
 	for (int p = 0; p < np; p++) {
 		size_t o = parts[p].offset, len = parts[p].len;
 
-		dt__kv_comp_encode(c, g + o, res + o, len, buf);
-		if (dt__kv_comp_decode(c->kind, c->threshold, buf, len, d))
+		dt__quant_encode(c, g + o, res + o, len, buf);
+		if (dt__quant_decode(c->kind, c->threshold, buf, len, d))
 			CHECK(0, "reference decode failed: %s", dt_errmsg());
 		for (size_t i = 0; i < len; i++)
 			acc[o + i] += d[i];
@@ -428,10 +428,10 @@ check_comp(dt_kv *kv, const char *spec, int pull16, size_t bound)
 	const char *ns = getenv("DMLC_NUM_SERVER");
 	int nservers = dt_kv_is_dist(kv) && ns ? atoi(ns) : 1;
 	size_t sizes[] = {1, 7, 33, 1000, bound, 3 * bound + 1};
-	dt_kv_comp c;
+	dt_quant_spec c;
 	dt_err err;
 
-	OK(dt__kv_comp_parse(spec, &c));
+	OK(dt__quant_parse(spec, &c));
 	if (async)
 		OK(dt_kv_set_optimizer(kv, "sgd", "lr=1"));
 	OK(dt_kv_set_gradient_compression(kv, spec));

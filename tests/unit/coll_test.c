@@ -23,6 +23,7 @@
 #include <cmocka.h>
 
 #include "coll/coll_impl.h"
+#include "common/quant.h"
 
 /* ---- kernels ---- */
 
@@ -36,6 +37,12 @@ get(dt_dtype t, const void *p, size_t i)
 		return ((const double *)p)[i];
 	case DT_INT32:
 		return ((const int32_t *)p)[i];
+	case DT_FLOAT16: {
+		float f;
+
+		dt__dequant_fp16((const uint8_t *)p + 2 * i, &f, 1);
+		return f;
+	}
 	}
 	return 0;
 }
@@ -53,19 +60,25 @@ set(dt_dtype t, void *p, size_t i, double v)
 	case DT_INT32:
 		((int32_t *)p)[i] = (int32_t)v;
 		break;
+	case DT_FLOAT16: {
+		float f = (float)v;
+
+		dt__quant_fp16(&f, (uint8_t *)p + 2 * i, 1);
+		break;
+	}
 	}
 }
 
 static void
 test_reduce_kernels(void **state)
 {
-	const dt_dtype types[] = {DT_FLOAT32, DT_FLOAT64, DT_INT32};
+	const dt_dtype types[] = {DT_FLOAT32, DT_FLOAT64, DT_INT32, DT_FLOAT16};
 	const dt_coll_op ops[] = {DT_COLL_SUM, DT_COLL_AVG, DT_COLL_MIN,
 	                          DT_COLL_MAX};
 	enum { N = 37 }; /* odd: no vector width divides it */
 	(void)state;
 
-	for (int ti = 0; ti < 3; ti++) {
+	for (int ti = 0; ti < 4; ti++) {
 		for (int oi = 0; oi < 4; oi++) {
 			dt_dtype t = types[ti];
 			dt_coll_op op = ops[oi];
@@ -132,6 +145,46 @@ test_scale(void **state)
 	assert_int_equal(i[0], 3);
 }
 
+/* float16: each step widens, combines in float32 and rounds once, over
+ * blocks (dst aliasing an input included) of any length. */
+static void
+test_reduce_f16(void **state)
+{
+	enum { N = 1500 };
+	static float x[N], y[N], want[N], got[N];
+	static uint8_t a[2 * N], b[2 * N], d[2 * N];
+	uint64_t s = 7;
+
+	(void)state;
+	for (int i = 0; i < N; i++) {
+		s = s * 6364136223846793005ull + 1442695040888963407ull;
+		x[i] = (float)((double)(s >> 40) / (1 << 20) - 8);
+		y[i] = (float)((double)((s >> 20) & 0xfffff) / (1 << 16) - 8);
+	}
+	dt__quant_fp16(x, a, N);
+	dt__quant_fp16(y, b, N);
+	dt__dequant_fp16(a, x, N);
+	dt__dequant_fp16(b, y, N);
+	for (int i = 0; i < N; i++)
+		want[i] = x[i] + y[i];
+	dt__quant_fp16(want, d, N);
+	dt__dequant_fp16(d, want, N);
+	dt__coll_reduce(DT_FLOAT16, DT_COLL_SUM, a, a, b, N); /* dst == a */
+	dt__dequant_fp16(a, got, N);
+	assert_memory_equal(got, want, sizeof(got));
+	/* the average: the rounded sum divided in float32, rounded */
+	dt__coll_scale(DT_FLOAT16, a, N, 3);
+	dt__dequant_fp16(a, got, N);
+	for (int i = 0; i < N; i++) {
+		float w = want[i] / 3.0f;
+		uint8_t h[2];
+
+		dt__quant_fp16(&w, h, 1);
+		dt__dequant_fp16(h, &w, 1);
+		assert_true(got[i] == w);
+	}
+}
+
 static void
 test_dtype_names(void **state)
 {
@@ -143,7 +196,10 @@ test_dtype_names(void **state)
 	assert_string_equal(dt_dtype_name(DT_FLOAT64), "float64");
 	assert_string_equal(dt_coll_op_name(DT_COLL_AVG), "average");
 	assert_true(dt__coll_dtype_valid(DT_INT32));
-	assert_false(dt__coll_dtype_valid(3));
+	assert_true(dt__coll_dtype_valid(DT_FLOAT16));
+	assert_int_equal(dt_dtype_size(DT_FLOAT16), 2);
+	assert_string_equal(dt_dtype_name(DT_FLOAT16), "float16");
+	assert_false(dt__coll_dtype_valid(4));
 	assert_true(dt__coll_op_valid(DT_COLL_MAX));
 	assert_false(dt__coll_op_valid(-1));
 	assert_false(dt__coll_op_valid(4));
@@ -658,6 +714,7 @@ main(void)
 	    cmocka_unit_test(test_reduce_kernels),
 	    cmocka_unit_test(test_reduce_int_wraps),
 	    cmocka_unit_test(test_scale),
+	    cmocka_unit_test(test_reduce_f16),
 	    cmocka_unit_test(test_dtype_names),
 	    cmocka_unit_test(test_blocks),
 	    cmocka_unit_test(test_chunks),
