@@ -17,7 +17,11 @@
  *
  * Options: --op allreduce|allgather|reduce_scatter|broadcast|all
  * (default allreduce), --min-bytes N, --max-bytes N, --iters N (default:
- * chosen per size), --json (one object per line, rank 0 only).
+ * chosen per size), --json (one object per line, rank 0 only),
+ * --compression fp16|2bit|1bit (the allreduce is then the distributed
+ * optimizer's compressed average of the float32 buffer, in place, encoding
+ * and decoding included; bytes and bandwidths stay those of the float32
+ * buffer: an effective bandwidth).
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -28,6 +32,8 @@
 
 #include "coll_bench_common.h"
 
+static int compressed;
+
 static dt_err
 run_once(dt_coll *c, int op, float *a, float *b, size_t count)
 {
@@ -35,6 +41,8 @@ run_once(dt_coll *c, int op, float *a, float *b, size_t count)
 
 	switch (op) {
 	case 0:
+		if (compressed)
+			return dt_coll_dist_opt_average(c, b, count);
 		return dt_coll_allreduce(c, a, b, count, DT_FLOAT32,
 		                         DT_COLL_SUM);
 	case 1:
@@ -54,6 +62,7 @@ main(int argc, char **argv)
 {
 	size_t min_bytes = 4096, max_bytes = 64u << 20;
 	int json = 0, iters_opt = 0, first_op = 0, last_op = 0;
+	const char *comp = "none";
 	dt_coll *c;
 	dt_err err;
 
@@ -66,6 +75,9 @@ main(int argc, char **argv)
 		} else if (strcmp(argv[i], "--max-bytes") == 0 &&
 		           i + 1 < argc) {
 			max_bytes = strtoull(argv[++i], NULL, 0);
+		} else if (strcmp(argv[i], "--compression") == 0 &&
+		           i + 1 < argc) {
+			comp = argv[++i];
 		} else if (strcmp(argv[i], "--iters") == 0 && i + 1 < argc) {
 			iters_opt = atoi(argv[++i]);
 		} else if (strcmp(argv[i], "--op") == 0 && i + 1 < argc) {
@@ -85,10 +97,10 @@ main(int argc, char **argv)
 				return 2;
 			}
 		} else {
-			fprintf(
-			    stderr,
-			    "usage: coll_bench [--op NAME|all] [--json] "
-			    "[--min-bytes N] [--max-bytes N] [--iters N]\n");
+			fprintf(stderr,
+			        "usage: coll_bench [--op NAME|all] [--json] "
+			        "[--min-bytes N] [--max-bytes N] [--iters N] "
+			        "[--compression C]\n");
 			return 2;
 		}
 	}
@@ -97,6 +109,9 @@ main(int argc, char **argv)
 		return 1;
 	}
 	int rank = dt_coll_rank(c), n = dt_coll_size(c);
+	if ((err = dt_coll_set_compression(c, comp)))
+		goto fail;
+	compressed = strcmp(comp, "none") != 0;
 	float *a = dt__aligned_alloc(max_bytes),
 	      *b = dt__aligned_alloc(max_bytes);
 	if (a == NULL || b == NULL) {
@@ -106,9 +121,11 @@ main(int argc, char **argv)
 	for (size_t i = 0; i < max_bytes / 4; i++)
 		a[i] = b[i] = (float)(i % 7);
 	if (rank == 0 && !json)
-		printf("# dtrain coll_bench: %d ranks, float32\n"
+		printf("# dtrain coll_bench: %d ranks, float32, compression "
+		       "%s\n"
 		       "# %-15s %12s %11s %11s %11s\n",
-		       n, "op", "bytes", "time_us", "algbw_GB/s", "busbw_GB/s");
+		       n, comp, "op", "bytes", "time_us", "algbw_GB/s",
+		       "busbw_GB/s");
 	/* Warm up connections, caches and (virtual) CPUs for 0.3 s before
 	 * the first size; coll_bench_mpi does the same. The time is rank
 	 * 0's, shared so that every rank runs as many warm-up calls. */
@@ -159,11 +176,12 @@ main(int argc, char **argv)
 			double busbw = algbw * bus_factor(op, n);
 			if (json)
 				printf("{\"impl\":\"dtrain\",\"op\":\"%s\","
+				       "\"compression\":\"%s\","
 				       "\"bytes\":%zu,\"ranks\":%d,"
 				       "\"time_us\":%.2f,\"algbw_gbps\":%.4f,"
 				       "\"busbw_gbps\":%.4f}\n",
-				       op_names[op], bytes, n, dt * 1e6, algbw,
-				       busbw);
+				       op_names[op], comp, bytes, n, dt * 1e6,
+				       algbw, busbw);
 			else
 				printf("  %-15s %12zu %11.2f %11.3f %11.3f\n",
 				       op_names[op], bytes, dt * 1e6, algbw,

@@ -13,6 +13,9 @@
 # Usage: [COMPRESSIONS="none fp16 2bit 1bit"] [PULLS="fp32 fp16"] \
 #        bench/slow_link.sh [BUILD_DIR] [RATE] [MODEL...]
 #        (defaults: none, fp32, build, 1gbit, mlp lenet)
+#        BENCH=coll runs coll_bench's allreduce instead (one rank per host,
+#        1-16 MiB of float32) with each compression of the distributed
+#        optimizer, and reports its effective bus bandwidth.
 set -u
 B=$(cd "${1:-build}" && pwd)
 RATE=${2:-1gbit}
@@ -49,6 +52,23 @@ link_bytes() {
 	echo "$sum"
 }
 
+if [ "${BENCH:-train}" = coll ]; then
+	printf '%-11s %-6s %10s %12s %12s\n' compression rate bytes time_us busbw_GB/s
+	for comp in "${COMPS[@]}"; do
+		"$DTRAIN" launch -n 2 -s 0 -H "$TMP/hosts" --env DT_TEST_TAG="$TAG" -- \
+			"$B/bench/coll_bench" --compression "$comp" --min-bytes 1048576 \
+			--max-bytes 16777216 --json >"$TMP/out" 2>&1 ||
+			{ echo "the $comp allreduce failed:"; tail -5 "$TMP/out"; continue; }
+		sed -n 's/^\[worker 0\] //p' "$TMP/out" | grep '^{' | while read -r line; do
+			printf '%-11s %-6s %10s %12s %12s\n' "$comp" "$RATE" \
+				"$(echo "$line" | sed 's/.*"bytes":\([0-9]*\).*/\1/')" \
+				"$(echo "$line" | sed 's/.*"time_us":\([0-9.]*\).*/\1/')" \
+				"$(echo "$line" | sed 's/.*"busbw_gbps":\([0-9.]*\).*/\1/')"
+			echo "$line" | sed "s/^{/{\"bench\":\"slow_link_coll\",\"rate\":\"$RATE\",/"
+		done
+	done
+	exit 0
+fi
 printf '%-6s %-10s %-5s %-6s %12s %14s %6s %9s\n' model compression pull rate "samples/s" "bytes/step" steps accuracy
 for model in "${MODELS[@]}"; do
 for comp in "${COMPS[@]}"; do

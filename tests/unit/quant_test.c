@@ -85,6 +85,54 @@ test_fp16_every_half(void **state)
 	}
 }
 
+/* The bulk conversions (8 at a time where the CPU has F16C) give the same
+ * bits as one value at a time (the portable code): every half, the edges
+ * of rounding and saturation, and a million random float bit patterns. */
+static void
+test_fp16_bulk(void **state)
+{
+	enum { M = 1 << 20 };
+	static uint8_t h[2 * M], h1[2];
+	static float f[M], g[M];
+	static const float edges[] = {
+	    65504.0f,     65519.99f,       65520.0f,   1e30f,
+	    -1e30f,       65505.0f,        -65530.0f,  0x1p-24f,
+	    0x1p-25f,     0x1.8p-24f,      0x1.8p-25f, 0x1p-14f,
+	    0x1.ffcp-15f, 1.0f + 0x1p-11f, -0.0f,      0.0f};
+	uint64_t x = 99;
+
+	(void)state;
+	for (uint32_t i = 0; i < 65536; i++) {
+		h[2 * i] = (uint8_t)i;
+		h[2 * i + 1] = (uint8_t)(i >> 8);
+	}
+	dt__dequant_fp16(h, f, 65536);
+	for (uint32_t i = 0; i < 65536; i++)
+		assert_true(fbits(f[i]) == fbits(float_of((uint16_t)i)));
+	for (size_t i = 0; i < M; i++) {
+		x = x * 6364136223846793005ull + 1442695040888963407ull;
+		f[i] = i < sizeof(edges) / sizeof(*edges)
+		           ? edges[i]
+		           : bitsf((uint32_t)(x >> 32));
+	}
+	f[20] = bitsf(0x7f800001); /* a signalling NaN */
+	f[21] = bitsf(0xffc12345);
+	f[22] = INFINITY;
+	dt__quant_fp16(f, h, M);
+	for (size_t i = 0; i < M; i++) {
+		dt__quant_fp16(&f[i], h1, 1);
+		if (memcmp(h + 2 * i, h1, 2))
+			fail_msg("value %zu (%#x): bulk %02x%02x, one %02x%02x",
+			         i, fbits(f[i]), h[2 * i + 1], h[2 * i], h1[1],
+			         h1[0]);
+	}
+	dt__dequant_fp16(h, g, M);
+	for (size_t i = 0; i < M; i += 97)
+		assert_true(
+		    fbits(g[i]) ==
+		    fbits(float_of((uint16_t)(h[2 * i] | h[2 * i + 1] << 8))));
+}
+
 static void
 test_fp16_edges(void **state)
 {
@@ -401,6 +449,7 @@ main(void)
 	const struct CMUnitTest tests[] = {
 	    cmocka_unit_test(test_fp16_every_half),
 	    cmocka_unit_test(test_fp16_edges),
+	    cmocka_unit_test(test_fp16_bulk),
 	    cmocka_unit_test(test_fp16_inplace),
 #ifdef __FLT16_MAX__
 	    cmocka_unit_test(test_fp16_random),
