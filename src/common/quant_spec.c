@@ -175,20 +175,16 @@ dt_err
 dt__quant_decode(dt_quant_kind kind, float t, const uint8_t *in, size_t n,
                  float *out)
 {
-	switch (kind) {
-	case DT_QUANT_FP16:
+	if (kind == DT_QUANT_FP16) {
 		dt__dequant_fp16(in, out, n);
 		return DT_OK;
-	case DT_QUANT_2BIT:
-		memset(out, 0, n * sizeof(float));
-		return dt__dequant_2bit_add(in, n, t, out);
-	case DT_QUANT_1BIT:
-		memset(out, 0, n * sizeof(float));
-		return dt__dequant_1bit_add(in, n, out);
-	default:
+	}
+	if (kind == DT_QUANT_NONE) {
 		memcpy(out, in, n * sizeof(float));
 		return DT_OK;
 	}
+	memset(out, 0, n * sizeof(float));
+	return dt__quant_decode_add(kind, t, in, n, out);
 }
 
 dt_err
