@@ -45,7 +45,8 @@ grep -F FAIL "$out" | head -5
 
 out=$TMP/die
 start=$(now_ms)
-launch 3 "$out" --env DT_COLL_TIMEOUT=60 -- --die
+mkdir -p "$TMP/die.sync"
+launch 3 "$out" --env DT_COLL_TIMEOUT=60 --env COLL_CHECK_SYNC_DIR="$TMP/die.sync" -- --die
 rc=$?
 ms=$(($(now_ms) - start))
 check "dead rank: the job fails (launcher exits $rc)" test "$rc" != 0
