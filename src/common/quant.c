@@ -129,7 +129,9 @@ from_half(uint16_t h)
  */
 #if defined(__x86_64__) && defined(__GNUC__) &&                                \
     (defined(__clang__) || __GNUC__ >= 9)
+#include <cpuid.h>
 #include <immintrin.h>
+#include <stdatomic.h>
 #define HAVE_F16C_PATH 1
 
 __attribute__((target("avx,f16c"))) static size_t
@@ -166,10 +168,29 @@ fp16_unpack_f16c(const uint8_t *in, float *out, size_t n)
 	return i;
 }
 
+/* CPUID.1:ECX has AVX (bit 28), F16C (29) and OSXSAVE (27); XCR0 must
+ * show the OS saving the AVX registers (bits 1 and 2). Asked once. */
 static int
 have_f16c(void)
 {
-	return __builtin_cpu_supports("avx") && __builtin_cpu_supports("f16c");
+	static _Atomic int known = -1;
+	int k = atomic_load_explicit(&known, memory_order_relaxed);
+
+	if (k < 0) {
+		unsigned a, b, c, d;
+
+		k = 0;
+		if (__get_cpuid(1, &a, &b, &c, &d) && (c >> 27 & 7) == 7) {
+			unsigned lo, hi;
+
+			__asm__ volatile("xgetbv"
+			                 : "=a"(lo), "=d"(hi)
+			                 : "c"(0));
+			k = (lo & 6) == 6;
+		}
+		atomic_store_explicit(&known, k, memory_order_relaxed);
+	}
+	return k;
 }
 #endif
 
