@@ -15,6 +15,23 @@ STOP_MS=2000
 SANITIZED=
 case $DTRAIN_BUILD in *-asan | *-tsan) STOP_MS=5000 SANITIZED=1 ;; esac
 
+# stop_daemon PIDFILE: SIGTERM, then wait (10 s at most, then SIGKILL)
+# until it is gone - slurmctld saves its state as it stops, and a
+# directory removed under it would be made again.
+stop_daemon() {
+	local pid i
+	pid=$(cat "$1" 2>/dev/null) || return 0
+	[ -n "$pid" ] || return 0
+	kill "$pid" 2>/dev/null || return 0
+	for i in $(seq 100); do
+		kill -0 "$pid" 2>/dev/null || return 0
+		# (a zombie of ours counts as gone)
+		grep -q '^State:.*Z' "/proc/$pid/status" 2>/dev/null && return 0
+		sleep 0.1
+	done
+	kill -9 "$pid" 2>/dev/null
+}
+
 engines_cleanup() {
 	local i
 	for ((i = ${#ENGINE_CLEANUP[@]} - 1; i >= 0; i--)); do
@@ -163,7 +180,7 @@ slurm_setup() {
 	munged -f --socket="$d/munge.sock" --key-file="$d/munge.key" \
 		--log-file="$d/log/munged.log" --pid-file="$d/munged.pid" \
 		--seed-file="$d/munged.seed" || skip "munged does not start: $(tail -2 "$d/log/munged.log")"
-	ENGINE_CLEANUP+=("kill \$(cat '$d/munged.pid')")
+	ENGINE_CLEANUP+=("stop_daemon '$d/munged.pid'")
 	cat >"$d/slurm.conf" <<EOF
 ClusterName=dt$$
 SlurmctldHost=$host(127.0.0.1)
@@ -197,13 +214,13 @@ EOF
 	: >"$d/plugstack.conf"
 	export SLURM_CONF=$d/slurm.conf
 	slurmctld -f "$SLURM_CONF" || skip "slurmctld does not start"
-	ENGINE_CLEANUP+=("kill \$(cat '$d/slurmctld.pid')")
+	ENGINE_CLEANUP+=("stop_daemon '$d/slurmctld.pid'")
 	# What a killed slurmd leaves: its step daemons (found by our
 	# SLURM_CONF), after the node daemon is gone.
 	ENGINE_CLEANUP+=("for p in \$(pgrep -x slurmstepd); do grep -qz 'SLURM_CONF=$SLURM_CONF' /proc/\$p/environ && kill -9 \$p; done")
 	slurmd -f "$SLURM_CONF" || skip "slurmd does not start"
 	# Jobs first (their steps), then the node daemon.
-	ENGINE_CLEANUP+=("kill \$(cat '$d/slurmd.pid')")
+	ENGINE_CLEANUP+=("stop_daemon '$d/slurmd.pid'")
 	ENGINE_CLEANUP+=("scancel --full --signal=KILL -u root; wait_for 10 test -z \"\$(squeue -h)\"")
 	wait_for 30 sh -c 'sinfo -h -o %t | grep -qx idle' ||
 		{ tail -5 "$d/log/slurmctld.log" "$d/log/slurmd.log" >&2; skip "the private Slurm node did not come up"; }
