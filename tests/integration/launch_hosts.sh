@@ -141,9 +141,10 @@ on_host "${HOSTS[0]}" "mkdir -p $TMP/remote/old && echo keep >$TMP/remote/old/mi
 on_host "${HOSTS[1]}" "rm -rf $TMP/remote/old && : >$TMP/remote/old"
 run_job sync-failure-old ssh -n 2 -s 0 --no-scheduler --sync-dst-dir "$TMP/remote/old" -- true
 check "sync failure: exits 1 (got $rc)" test "$rc" = 1
+# (Whether this host's copy got as far as data.txt before the other
+# host's failure stopped it is a matter of timing; what was there stays.)
 check "sync failure: a directory that was there keeps its files" \
-	test "$(on_host "${HOSTS[0]}" "cat $TMP/remote/old/mine.txt; ls $TMP/remote/old/data.txt")" = "keep
-$TMP/remote/old/data.txt"
+	test "$(on_host "${HOSTS[0]}" "cat $TMP/remote/old/mine.txt")" = keep
 check "sync failure: nothing left" wait_gone 5
 cd / || exit 1
 
