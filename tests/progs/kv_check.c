@@ -381,8 +381,8 @@ comp_grad(dt_quant_kind kind, int rank, int round, size_t i)
  * added into acc: every server part encoded on its own, as the client
  * does. res is rank r's residual of the key. */
 static void
-comp_sent(const dt_quant_spec *c, int nservers, size_t bound, dt_key key, size_t n,
-          int r, int round, float *res, float *acc)
+comp_sent(const dt_quant_spec *c, int nservers, size_t bound, dt_key key,
+          size_t n, int r, int round, float *res, float *acc)
 {
 	dt_kv_part parts[64];
 	int np = dt__kv_place(key, n, nservers, bound, parts);
