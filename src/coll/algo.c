@@ -39,7 +39,7 @@ dt__coll_algo_prepare(dt_coll *c, coll_op *op)
 
 	/* Fused group: pack the tensors into the fusion buffer. */
 	if (op->ntensors > 1) {
-		uint8_t *f = dt__coll_buf(&c->fusion, &c->fusion_cap,
+		uint8_t *f = dt__buf_reserve(&c->fusion, &c->fusion_cap,
 		                          dt__coll_bytes(op, op->count));
 		size_t off = 0;
 
@@ -150,7 +150,7 @@ dt__coll_algo_prepare(dt_coll *c, coll_op *op)
 			    op->recv; /* in place: recv holds the input */
 		} else {
 			op->work =
-			    dt__coll_buf(&c->scratch, &c->scratch_cap, bytes);
+			    dt__buf_reserve(&c->scratch, &c->scratch_cap, bytes);
 			if (op->work == NULL && bytes)
 				return DT_ENOMEM;
 		}

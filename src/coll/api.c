@@ -692,21 +692,6 @@ dt_coll_set_compression(dt_coll *c, const char *spec)
 	return DT_OK;
 }
 
-static int
-grow_bytes(uint8_t **p, size_t *cap, size_t want)
-{
-	uint8_t *q;
-
-	if (*cap >= want)
-		return 0;
-	if ((q = malloc(DT_MAX(want, 1))) == NULL)
-		return -1;
-	free(*p);
-	*p = q;
-	*cap = want;
-	return 0;
-}
-
 /* Each rank's 2bit/1bit body starts with its codec: a rank set otherwise
  * is named, not decoded with the wrong threshold. */
 #define DOPT_HEAD 8
@@ -794,8 +779,8 @@ dopt_gather(dt_coll *c, float *grads, size_t n)
 			                n);
 		c->dopt_res_n = n;
 	}
-	if (grow_bytes(&c->dopt_buf, &c->dopt_buf_cap,
-	               each * (size_t)(c->size + 1)))
+	if (!dt__buf_reserve(&c->dopt_buf, &c->dopt_buf_cap,
+	                     each * (size_t)(c->size + 1)))
 		return dt__fail(DT_ENOMEM,
 		                "compressed allreduce of %zu floats: out of "
 		                "memory",
@@ -858,7 +843,7 @@ dt_coll_dist_opt_sum(dt_coll *c, float *grads, size_t n)
 	case DT_QUANT_FP16: { /* halves on the wire, float32 sums */
 		uint8_t *h;
 
-		if (grow_bytes(&c->dopt_buf, &c->dopt_buf_cap, 2 * n))
+		if (!dt__buf_reserve(&c->dopt_buf, &c->dopt_buf_cap, 2 * n))
 			return dt__fail(DT_ENOMEM,
 			                "fp16 allreduce of %zu floats: out of "
 			                "memory",

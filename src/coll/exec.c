@@ -41,20 +41,6 @@ void __tsan_ignore_thread_end(void);
 #define TSAN_IGNORE_END()   ((void)0)
 #endif
 
-uint8_t *
-dt__coll_buf(uint8_t **buf, size_t *cap, size_t need)
-{
-	if (need <= *cap)
-		return *buf;
-	free(*buf);
-	*cap = 0;
-	*buf = dt__aligned_alloc(need);
-	if (*buf == NULL)
-		return NULL;
-	*cap = need;
-	return *buf;
-}
-
 void
 dt__coll_op_fail(coll_op *op, dt_err err, int need_abort, const char *fmt, ...)
 {

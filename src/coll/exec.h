@@ -22,8 +22,6 @@ dt_err dt__coll_wait(dt_coll *c, coll_op *op, int (*pred)(coll_op *, void *),
                      void *arg, int waiting_on);
 /* Answer queued stall queries (mu held, dropped while sending). */
 void dt__coll_answer_queries(dt_coll *c);
-/* Grow-only buffers. */
-uint8_t *dt__coll_buf(uint8_t **buf, size_t *cap, size_t need);
 /* Fail op with a reason found here (I/O thread or executor, mu held). */
 void dt__coll_op_fail(coll_op *op, dt_err err, int need_abort, const char *fmt,
                       ...) DT_PRINTF(4, 5);

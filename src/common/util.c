@@ -199,3 +199,17 @@ dt__aligned_alloc(size_t n)
 	}
 	return p;
 }
+
+uint8_t *
+dt__buf_reserve(uint8_t **buf, size_t *cap, size_t need)
+{
+	if (need <= *cap && *buf)
+		return *buf;
+	free(*buf);
+	*cap = 0;
+	*buf = dt__aligned_alloc(need ? need : 1);
+	if (*buf == NULL)
+		return NULL;
+	*cap = need;
+	return *buf;
+}

@@ -95,5 +95,9 @@ dt_err dt__parse_long(const char *what, const char *s, long lo, long hi,
 void *dt__malloc(size_t n);
 void *dt__calloc(size_t n, size_t size);
 void *dt__aligned_alloc(size_t n); /* 64-byte aligned, free with free() */
+/* A grow-only buffer (*buf, *cap bytes, 64-byte aligned): at least need
+ * bytes; what it held is not kept when it grows. NULL (and an empty
+ * buffer) when memory runs out. */
+uint8_t *dt__buf_reserve(uint8_t **buf, size_t *cap, size_t need);
 
 #endif

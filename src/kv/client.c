@@ -973,19 +973,11 @@ dt__kv_client_start_ex(dt_kv_client *c, int cmd, dt_key key, const void *val,
 			    "push of key %llu: out of memory for its "
 			    "residual",
 			    (unsigned long long)key);
-		if (c->cbuf_cap < want) {
-			uint8_t *b = malloc(want);
-
-			if (b == NULL)
-				return dt__fail(
-				    DT_ENOMEM,
-				    "push of key %llu: out of memory "
-				    "compressing it",
-				    (unsigned long long)key);
-			free(c->cbuf);
-			c->cbuf = b;
-			c->cbuf_cap = want;
-		}
+		if (!dt__buf_reserve(&c->cbuf, &c->cbuf_cap, want))
+			return dt__fail(DT_ENOMEM,
+			                "push of key %llu: out of memory "
+			                "compressing it",
+			                (unsigned long long)key);
 	}
 	if (comp && c->comp.kind == DT_QUANT_2BIT) {
 		dt__kv_threshold_meta(c->comp.threshold, meta);

@@ -36,15 +36,16 @@ struct dt_kv {
 	dt_opt opt;
 	dt_node *node;
 	dt_kv_client *client;
-	dt_table local; /* local_entry by key */
-	float *scratch; /* local aggregation */
-	size_t scratch_len;
+	dt_table local;   /* local_entry by key */
+	uint8_t *scratch; /* floats: local aggregation, fp16 arrays */
+	size_t scratch_cap;
 	int inited;         /* an init was made (compression is fixed then) */
 	dt_quant_spec comp; /* gradient compression */
 	int pull_fp16;      /* pulls return fp16 values */
 	uint8_t *cbuf;      /* local store: a push, compressed */
-	float *dbuf;        /* ... and decoded */
-	size_t cbuf_len;    /* (in values) */
+	size_t cbuf_cap;
+	uint8_t *dbuf; /* ... and decoded (floats) */
+	size_t dbuf_cap;
 };
 
 static local_entry *
@@ -361,27 +362,16 @@ local_apply(dt_kv *kv, local_entry *e, const float *g, int compress)
 {
 	if (compress && kv->comp.kind != DT_QUANT_NONE &&
 	    e->n >= kv->comp.min_size) {
-		size_t cb = dt__quant_size(kv->comp.kind, e->n);
+		float *d;
 
-		if (kv->cbuf_len < e->n) {
-			uint8_t *c = malloc(DT_MAX(cb, 4 * e->n));
-			float *d = malloc(e->n * sizeof(float));
-
-			if (c == NULL || d == NULL) {
-				free(c);
-				free(d);
-				return dt__fail(
-				    DT_ENOMEM,
-				    "push of key %llu: out of memory "
-				    "compressing it",
-				    (unsigned long long)e->key);
-			}
-			free(kv->cbuf);
-			free(kv->dbuf);
-			kv->cbuf = c;
-			kv->dbuf = d;
-			kv->cbuf_len = e->n;
-		}
+		if (!dt__buf_reserve(&kv->cbuf, &kv->cbuf_cap,
+		                     dt__quant_size(kv->comp.kind, e->n)) ||
+		    !(d = (float *)(void *)dt__buf_reserve(
+		          &kv->dbuf, &kv->dbuf_cap, e->n * sizeof(float))))
+			return dt__fail(DT_ENOMEM,
+			                "push of key %llu: out of memory "
+			                "compressing it",
+			                (unsigned long long)e->key);
 		if (e->res == NULL && kv->comp.kind != DT_QUANT_FP16 &&
 		    (e->res = calloc(e->n, sizeof(float))) == NULL)
 			return dt__fail(
@@ -391,9 +381,9 @@ local_apply(dt_kv *kv, local_entry *e, const float *g, int compress)
 			    (unsigned long long)e->key);
 		dt__quant_encode(&kv->comp, g, e->res, e->n, kv->cbuf);
 		if (dt__quant_decode(kv->comp.kind, kv->comp.threshold,
-		                     kv->cbuf, e->n, kv->dbuf))
+		                     kv->cbuf, e->n, d))
 			return DT_EPROTO; /* (our own encoding: never) */
-		g = kv->dbuf;
+		g = d;
 	}
 	if (kv->have_opt) {
 		e->steps++;
@@ -581,16 +571,8 @@ dt_kv_pushpull(dt_kv *kv, dt_key key, const float *val, float *out, size_t n)
 static float *
 scratch(dt_kv *kv, size_t n)
 {
-	if (kv->scratch_len < n) {
-		float *s = dt__aligned_alloc(DT_MAX(n, 1) * sizeof(float));
-
-		if (s == NULL)
-			return NULL;
-		free(kv->scratch);
-		kv->scratch = s;
-		kv->scratch_len = n;
-	}
-	return kv->scratch;
+	return (float *)(void *)dt__buf_reserve(&kv->scratch, &kv->scratch_cap,
+	                                        n * sizeof(float));
 }
 
 static void
@@ -844,6 +826,7 @@ dt_kv_push_devices(dt_kv *kv, dt_key key, const float *const *vals, int ndev,
                    size_t n)
 {
 	int nthreads;
+	float *sum;
 
 	KV_NEED(kv != NULL, "push of key %llu: kv is NULL",
 	        (unsigned long long)key);
@@ -859,18 +842,12 @@ dt_kv_push_devices(dt_kv *kv, dt_key key, const float *const *vals, int ndev,
 			                (unsigned long long)key, d);
 	if (ndev == 1)
 		return dt_kv_push(kv, key, vals[0], n);
-	if (kv->scratch_len < n) {
-		float *s = dt__aligned_alloc(n * sizeof(float));
-		if (s == NULL)
-			return DT_ENOMEM;
-		free(kv->scratch);
-		kv->scratch = s;
-		kv->scratch_len = n;
-	}
+	if ((sum = scratch(kv, n)) == NULL)
+		return DT_ENOMEM;
 	/* Big arrays are summed by MXNET_KVSTORE_REDUCTION_NTHREADS threads. */
 	nthreads = n >= kv->bound ? kv->nthreads : 1;
 	if (nthreads <= 1) {
-		sum_job j = {kv->scratch, vals, ndev, 0, n};
+		sum_job j = {sum, vals, ndev, 0, n};
 		sum_range(&j);
 	} else {
 		pthread_t th[256];
@@ -878,10 +855,9 @@ dt_kv_push_devices(dt_kv *kv, dt_key key, const float *const *vals, int ndev,
 		sum_job jobs[256];
 
 		for (int t = 0; t < nthreads; t++)
-			jobs[t] =
-			    (sum_job){kv->scratch, vals, ndev,
-			              n * (size_t)t / (size_t)nthreads,
-			              n * (size_t)(t + 1) / (size_t)nthreads};
+			jobs[t] = (sum_job){
+			    sum, vals, ndev, n * (size_t)t / (size_t)nthreads,
+			    n * (size_t)(t + 1) / (size_t)nthreads};
 		for (int t = 1; t < nthreads; t++)
 			running[t] = pthread_create(&th[t], NULL, sum_range,
 			                            &jobs[t]) == 0;
@@ -892,7 +868,7 @@ dt_kv_push_devices(dt_kv *kv, dt_key key, const float *const *vals, int ndev,
 			if (running[t])
 				pthread_join(th[t], NULL);
 	}
-	return dt_kv_push(kv, key, kv->scratch, n);
+	return dt_kv_push(kv, key, sum, n);
 }
 
 dt_err

@@ -104,7 +104,7 @@ typedef struct kv_server {
 	int sync;
 	dt_opt opt;    /* kind DT_OPT_NONE: the value is the sum of a round */
 	dt_table keys; /* entries by key */
-	float *dec;    /* a compressed push, decoded (the longest so far) */
+	uint8_t *dec;  /* a compressed push, decoded (floats) */
 	size_t dec_cap;
 	uint8_t *half; /* an fp16 answer */
 	size_t half_cap;
@@ -202,22 +202,6 @@ static void reply_error(kv_server *s, int worker, int cmd, uint64_t seq,
                         dt_key key, dt_err code, const char *fmt, ...)
     DT_PRINTF(7, 8);
 
-/* A buffer of at least want elements of size each in *p (kept). */
-static int
-grow(void **p, size_t *cap, size_t want, size_t size)
-{
-	void *q;
-
-	if (*cap >= want)
-		return 0;
-	if ((q = malloc(DT_MAX(want, 1) * size)) == NULL)
-		return -1;
-	free(*p);
-	*p = q;
-	*cap = want;
-	return 0;
-}
-
 /* An answer; with a value (len floats), in encoding enc (what the request
  * asked for: fp32, or fp16 converted here). */
 static void
@@ -233,7 +217,7 @@ reply_enc(kv_server *s, int worker, int cmd, uint64_t seq, dt_key key,
 	dt_err err;
 
 	if (val && enc == DT_QUANT_FP16) {
-		if (grow((void **)&s->half, &s->half_cap, 2 * len, 1)) {
+		if (!dt__buf_reserve(&s->half, &s->half_cap, 2 * len)) {
 			reply_error(s, worker, cmd, seq, key, DT_ENOMEM,
 			            "%s of key %llu: out of memory for the "
 			            "fp16 answer",
@@ -1121,8 +1105,8 @@ on_data(kv_server *s, int worker, const dt_msg_hdr *h, const uint8_t *meta,
 	if (kind != DT_QUANT_NONE) {
 		/* Checked whole before it counts: a body that means nothing
 		 * is the sender's error, and the round goes on. */
-		if (grow((void **)&s->dec, &s->dec_cap, e->len,
-		         sizeof(float))) {
+		if (!dt__buf_reserve(&s->dec, &s->dec_cap,
+		                     e->len * sizeof(float))) {
 			reply_error(
 			    s, worker, h->cmd, h->seq, h->key, DT_ENOMEM,
 			    "%s of key %llu: out of memory decoding it",
@@ -1130,14 +1114,14 @@ on_data(kv_server *s, int worker, const dt_msg_hdr *h, const uint8_t *meta,
 			return;
 		}
 		if ((err = dt__quant_decode(kind, t, (const uint8_t *)payload,
-		                            e->len, s->dec))) {
+		                            e->len, (float *)(void *)s->dec))) {
 			reply_error(s, worker, h->cmd, h->seq, h->key, err,
 			            "%s of key %llu: %s",
 			            dt__kv_op_name(h->cmd),
 			            (unsigned long long)h->key, dt_errmsg());
 			return;
 		}
-		payload = s->dec;
+		payload = (const float *)(void *)s->dec;
 	}
 	if (s->sync)
 		push_sync(s, e, worker, h->cmd, h->seq, enc, payload, streamed);
