@@ -108,16 +108,7 @@ port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); p
 		DMLC_ROLE=worker DMLC_WORKER_ID=$w timeout 100 "${LIN[@]}" >"$tmp/h_w$w.log" 2>&1 &
 	done
 	wait_for "$tmp/h_w0.log" "Epoch\[3\] Train" || fail "by hand: no progress"
-	old=$(pid_of server 0)
-	kill -9 "$old"
-	# An engine starts the new process once the old one is gone (reaped):
-	# until then its connections are still open - the kernel closes them
-	# only after it has freed the process's memory, which takes a while
-	# under load - and the scheduler rightly refuses a second server 0.
-	for i in $(seq 100); do
-		[ -e "/proc/$old" ] && ! grep -q '^State:.*Z' "/proc/$old/status" 2>/dev/null || break
-		sleep 0.1
-	done
+	kill -9 "$(pid_of server 0)"
 	DMLC_ROLE=server DMLC_SERVER_ID=0 timeout 100 "$B/dtrain" server >"$tmp/h_srv2.log" 2>&1 &
 	wait
 )
