@@ -34,8 +34,8 @@ typedef struct waiter {
 	int worker; /* rank */
 	int cmd;
 	uint64_t seq;
-	uint64_t n, offset; /* what an INIT asked for; for a pull, n is the
-	                       answer's encoding */
+	uint64_t n, offset; /* what an INIT asked for */
+	unsigned enc;       /* a pull's or pushpull's answer encoding */
 	struct waiter *next;
 } waiter;
 
@@ -270,13 +270,13 @@ reply_error(kv_server *s, int worker, int cmd, uint64_t seq, dt_key key,
 
 static int
 queue(waiter **list, int worker, int cmd, uint64_t seq, uint64_t n,
-      uint64_t offset)
+      uint64_t offset, unsigned enc)
 {
 	waiter *w = malloc(sizeof(*w)), **p = list;
 
 	if (w == NULL)
 		return -1;
-	*w = (waiter){worker, cmd, seq, n, offset, NULL};
+	*w = (waiter){worker, cmd, seq, n, offset, enc, NULL};
 	while (*p)
 		p = &(*p)->next;
 	*p = w;
@@ -311,7 +311,7 @@ round_done(kv_server *s, entry *e)
 		e->answers = w->next;
 		reply_enc(s, w->worker, w->cmd, w->seq, e->key,
 		          w->cmd == DT_CMD_KV_PUSH ? NULL : e->val, e->len,
-		          (unsigned)w->n);
+		          w->enc);
 		free(w);
 	}
 	/* Pushes that came early for this new round join it now. */
@@ -371,7 +371,7 @@ push_sync(kv_server *s, entry *e, int worker, int cmd, uint64_t seq,
 		*p = d;
 		return;
 	}
-	if (queue(&e->answers, worker, cmd, seq, enc, 0)) {
+	if (queue(&e->answers, worker, cmd, seq, 0, 0, enc)) {
 		reply_error(s, worker, cmd, seq, e->key, DT_ENOMEM,
 		            "out of memory");
 		return;
@@ -475,7 +475,8 @@ on_init(kv_server *s, int worker, const dt_msg *m)
 		return;
 	}
 	if (!has_value) { /* wait for rank 0's value */
-		if (queue(&e->inits, worker, h->cmd, h->seq, h->arg0, h->arg1))
+		if (queue(&e->inits, worker, h->cmd, h->seq, h->arg0, h->arg1,
+		          0))
 			reply_error(s, worker, h->cmd, h->seq, h->key,
 			            DT_ENOMEM, "out of memory");
 		return;
@@ -1085,7 +1086,8 @@ on_data(kv_server *s, int worker, const dt_msg_hdr *h, const uint8_t *meta,
 		    NULL)
 			return;
 		if (s->sync && e->pushed[worker]) {
-			if (queue(&e->answers, worker, h->cmd, h->seq, enc, 0))
+			if (queue(&e->answers, worker, h->cmd, h->seq, 0, 0,
+			          enc))
 				reply_error(s, worker, h->cmd, h->seq, h->key,
 				            DT_ENOMEM, "out of memory");
 			return;
