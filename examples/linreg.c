@@ -160,12 +160,25 @@ main(int argc, char **argv)
 	         lr, momentum, 1.0 / (double)global);
 	float w = 0, b = 0, gw, gb;
 	dt_key kw = 0, kb = 1;
+	/* A worker started in a lost one's place (launch --restart) resumes
+	 * at the step its predecessor reached; any other at step 0. */
+	dt_key keys[2] = {kw, kb};
+	size_t lens[2] = {1, 1};
+	uint64_t step = 0;
 	if (dt_kv_set_optimizer(kv, "sgd", params) ||
 	    dt_kv_init(kv, kw, &w, 1) || dt_kv_init(kv, kb, &b, 1) ||
+	    dt_kv_resume(kv, 2, keys, lens, &step) ||
 	    dt_kv_pull(kv, kw, &w, 1) || dt_kv_pull(kv, kb, &b, 1))
 		goto fail;
+	if (dt_kv_rejoined(kv)) {
+		fprintf(stderr,
+		        "linreg: worker %d took a lost worker's place; "
+		        "resuming at step %llu\n",
+		        rank, (unsigned long long)step);
+		fflush(stderr);
+	}
 
-	for (long ep = 0; ep < epochs; ep++) {
+	for (long ep = (long)(step / (uint64_t)nbatches); ep < epochs; ep++) {
 		uint64_t st = (uint64_t)seed * 1000003u + (uint64_t)ep;
 		double abs_err = 0, t0 = now(), tlast = t0, epoch_mae = 0;
 		long seen = 0, last_batch = 0;
@@ -179,7 +192,10 @@ main(int argc, char **argv)
 			perm[i] = perm[j];
 			perm[j] = t;
 		}
-		for (long bi = 0; bi < nbatches; bi++) {
+		long bi0 = ep == (long)(step / (uint64_t)nbatches)
+		               ? (long)(step % (uint64_t)nbatches)
+		               : 0;
+		for (long bi = bi0; bi < nbatches; bi++) {
 			const uint32_t *idx = perm + bi * global + rank * batch;
 			double sw = 0, sb = 0;
 

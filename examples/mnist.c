@@ -444,10 +444,21 @@ main(int argc, char **argv)
 	                                 dt_nn_model_num_params(m), DT_FLOAT32,
 	                                 0) != DT_OK)
 		goto fail;
+	/* A worker started in a lost one's place (launch --restart) resumes
+	 * at the step its predecessor reached; any other at step 0. */
+	uint64_t step = 0;
 	if (dt_kv_init_many(updater, (size_t)nt, keys, (const float *const *)pv,
 	                    lens) != DT_OK ||
+	    dt_kv_resume(updater, (size_t)nt, keys, lens, &step) != DT_OK ||
 	    dt_kv_pull_many(updater, (size_t)nt, keys, pv, lens) != DT_OK)
 		goto fail;
+	if (dt_kv_rejoined(updater)) {
+		fprintf(stderr,
+		        "mnist: worker %d took a lost worker's place; resuming "
+		        "at step %llu\n",
+		        rank, (unsigned long long)step);
+		fflush(stderr);
+	}
 
 	if (overlapped)
 		dt_nn_model_set_grad_hook(m, on_grads, &ov);
@@ -461,7 +472,7 @@ main(int argc, char **argv)
 
 	size_t nb = dt_sampler_num_batches(sampler);
 	double acc = 0;
-	for (long ep = 0; ep < o.epochs; ep++) {
+	for (long ep = (long)(step / nb); ep < o.epochs; ep++) {
 		dt_metric metric;
 		dt_speedometer sp;
 		double t0 = now(), tcomm = 0;
@@ -470,7 +481,8 @@ main(int argc, char **argv)
 		dt_speedometer_init(&sp, (size_t)o.batch, o.disp, stdout);
 		if (dt_sampler_set_epoch(sampler, (uint64_t)ep) != DT_OK)
 			goto fail;
-		for (size_t b = 0; b < nb; b++) {
+		for (size_t b = ep == (long)(step / nb) ? step % nb : 0; b < nb;
+		     b++) {
 			const size_t *idx;
 			pthread_t th[MAX_DEV];
 			int correct = 0;

@@ -159,6 +159,25 @@ dt_err dt_kv_barrier(dt_kv *kv);
  */
 dt_err dt_kv_checkpoint(dt_kv *kv);
 
+/*
+ * Recovery (DTRAIN_RECOVER=1, `dtrain launch --restart N`; see
+ * docs/fault-tolerance.md). A worker process started in a lost worker's
+ * place rejoins under its rank; its set-up calls (configure, set the
+ * optimizer, init) do not set anything again. dt_kv_resume asks the
+ * servers how far its predecessor got: *step is the number of pushes of
+ * every one of keys (lens: their lengths) that the store holds from it,
+ * the step the worker continues from (its data position follows from
+ * it). From then on, a push the store holds already is not sent again,
+ * and in dist_sync the first pull of each key returns the value after
+ * round *step - so the step is computed again from the same values, and
+ * the job ends with the same parameters as without the fault. A worker
+ * that is not a restarted one gets *step = 0 and nothing changes: call
+ * it after init, always. dt_kv_rejoined says which one this is.
+ */
+dt_err dt_kv_resume(dt_kv *kv, size_t nkeys, const dt_key *keys,
+                    const size_t *lens, uint64_t *step);
+int dt_kv_rejoined(const dt_kv *kv);
+
 /* Read and check a server's checkpoint file; a one-line summary of what it
  * holds into summary. Every fault (damaged, truncated, another version) is
  * an error naming it. */

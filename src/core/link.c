@@ -94,6 +94,8 @@ typedef struct plink {
 	char host[DT_HOST_MAX]; /* (mu) a restarted peer's address; "": the
 	                           node table's */
 	int port;               /* (mu) */
+	uint64_t gen;           /* (mu) the peer's process: its count of
+	                           restarts (recovery) */
 } plink;
 
 struct dt_links {
@@ -760,7 +762,8 @@ redial(dt_links *L, int id)
 	if (id == 0)
 		__atomic_store_n(&n->root, c, __ATOMIC_RELEASE);
 	__atomic_store_n(&n->peers[id], c, __ATOMIC_RELEASE);
-	dt_msg_hdr h = {.cmd = DT_CMD_HELLO, .flags = DT_F_REQUEST};
+	dt_msg_hdr h = {
+	    .cmd = DT_CMD_HELLO, .flags = DT_F_REQUEST, .arg0 = n->gen};
 
 	h.sender = (uint32_t)n->id;
 	h.recver = (uint32_t)id;
@@ -1117,6 +1120,35 @@ dt__link_restart_peer(dt_node *n, int peer, dt_conn *c, const char *host,
 	pthread_mutex_unlock(&L->mu);
 	pthread_mutex_unlock(&P->order_mu);
 	return 1;
+}
+
+int
+dt__link_newer_gen(dt_node *n, int peer, uint64_t gen)
+{
+	dt_links *L = __atomic_load_n(&n->links, __ATOMIC_ACQUIRE);
+	int newer;
+
+	if (L == NULL || peer <= 0 || peer >= L->count || peer == n->id)
+		return 0;
+	pthread_mutex_lock(&L->mu);
+	newer = gen > L->p[peer].gen;
+	if (newer)
+		L->p[peer].gen = gen;
+	pthread_mutex_unlock(&L->mu);
+	return newer;
+}
+
+void
+dt__link_set_addr(dt_node *n, int peer, const char *host, int port)
+{
+	dt_links *L = __atomic_load_n(&n->links, __ATOMIC_ACQUIRE);
+
+	if (L == NULL || peer <= 0 || peer >= L->count || peer == n->id)
+		return;
+	pthread_mutex_lock(&L->mu);
+	snprintf(L->p[peer].host, sizeof(L->p[peer].host), "%s", host);
+	L->p[peer].port = port;
+	pthread_mutex_unlock(&L->mu);
 }
 
 int

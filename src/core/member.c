@@ -108,6 +108,7 @@ dt__member_on_msg(dt_node *n, dt_conn *c, dt_msg *m)
 		}
 		__atomic_store_n(&n->peers[0], c, __ATOMIC_RELEASE);
 		/* arg2: this process takes a lost node's place (recovery) */
+		n->gen = m->hdr.arg2;
 		n->rejoined = m->hdr.arg2 != 0;
 		if ((err = dt__link_create(n)) != DT_OK) {
 			dt__node_set_fatal(
@@ -122,6 +123,18 @@ dt__member_on_msg(dt_node *n, dt_conn *c, dt_msg *m)
 	case DT_CMD_HELLO: {
 		uint32_t id = m->hdr.sender;
 
+		/* Recovery: a new process in a lost worker's place may say
+		 * HELLO before the scheduler's NODE_UPDATE about it comes:
+		 * its link starts again here (arg0: its count of restarts). */
+		if (n->recover && n->links && n->have_table && id > 0 &&
+		    id < (uint32_t)n->ntable && dt__conn_peer(c) == -1 &&
+		    n->table[id].role == DT_ROLE_WORKER && (int)id > n->id &&
+		    dt__link_newer_gen(n, (int)id, m->hdr.arg0)) {
+			dt__log(0, "%s came back (it says HELLO)",
+			        dt__node_name(n, (int)id, name, sizeof(name)));
+			dt__link_restart_peer(n, (int)id, NULL, NULL, 0);
+			dt__node_restart_apps(n, (int)id);
+		}
 		/* PS_RESEND: a worker dials again after a lost connection. */
 		if (n->links && n->have_table && id > 0 &&
 		    id < (uint32_t)n->ntable && dt__conn_peer(c) == -1 &&
@@ -187,6 +200,11 @@ dt__member_on_msg(dt_node *n, dt_conn *c, dt_msg *m)
 		    dt__msg_add_node_decode(m->meta, m->hdr.meta_len, &a) ||
 		    a.role != n->table[id].role) {
 			dt__log(0, "ignoring a malformed NODE_UPDATE");
+			return;
+		}
+		if (!dt__link_newer_gen(n, (int)id, m->hdr.arg0)) {
+			/* (its HELLO came first and started the link again) */
+			dt__link_set_addr(n, (int)id, a.host, a.port);
 			return;
 		}
 		dt__log(0, "%s came back: pid %d at %s:%d",
@@ -382,7 +400,8 @@ dt__member_start(dt_node *n)
 			dt__conn_set_peer(c, id);
 			__atomic_store_n(&n->peers[id], c, __ATOMIC_RELEASE);
 			dt_msg_hdr hh = {.cmd = DT_CMD_HELLO,
-			                 .flags = DT_F_REQUEST};
+			                 .flags = DT_F_REQUEST,
+			                 .arg0 = n->gen};
 			if ((err = dt__node_send(n, id, &hh, NULL, 0, NULL, 0)))
 				return err;
 			need++;

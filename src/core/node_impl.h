@@ -92,6 +92,7 @@ struct dt_node {
 	int recover;
 	uint64_t restart_ns;
 	int rejoined; /* this process took over a lost node's place */
+	uint64_t gen; /* how many processes had its place before (HELLO) */
 	dt_links *links;
 };
 
@@ -175,6 +176,12 @@ int dt__link_on_close(dt_node *n, dt_conn *c, int peer);
 /* A HELLO from peer on c: adopt c as its connection (1), or 0 if the links
  * do not apply (the caller goes the usual way). */
 int dt__link_adopt(dt_node *n, dt_conn *c, int peer);
+/* Recovery: whether gen (a HELLO's or NODE_UPDATE's count of restarts)
+ * names a process newer than the one peer's link knows; it is then the
+ * known one. The caller starts the link again (dt__link_restart_peer). */
+int dt__link_newer_gen(dt_node *n, int peer, uint64_t gen);
+/* A restarted peer's address, once its link has started again. */
+void dt__link_set_addr(dt_node *n, int peer, const char *host, int port);
 /* [p, p + bytes) is about to change: what is kept by reference there is
  * copied first (core.h: dt__node_before_write). */
 void dt__link_unpin(dt_node *n, const void *p, size_t bytes);

@@ -29,6 +29,7 @@ typedef struct joiner {
 	int port;
 	int pid;
 	int rank;
+	uint64_t until; /* held (recovery): refused after this */
 } joiner;
 
 struct dt_sched {
@@ -50,6 +51,12 @@ struct dt_sched {
 	 * and how many processes have taken its place. */
 	uint64_t *down_ns;
 	int *restarts;
+	/* New processes asking for a place no loss has freed yet: the old
+	 * process's connection may close only after its successor asks
+	 * (the kernel frees a killed process's sockets late under load).
+	 * They wait until a loss is noticed, or DT_RESTART_TIMEOUT. */
+	joiner *held;
+	int nheld;
 	int aborting; /* (n->mu) abort_job has begun */
 };
 
@@ -146,25 +153,21 @@ dt__sched_watch_list(dt_node *n, dt_conn **out, int cap, int *judge)
  * address (NODE_UPDATE), which starts their link to it again.
  */
 static void
-rejoin(dt_node *n, dt_conn *c, const joiner *j)
+refuse(dt_node *n, dt_conn *c, const char *reason)
+{
+	dt__log(0, "refusing a node: %s", reason);
+	send_abort(n, c, reason);
+	dt__van_close(n->van, c);
+}
+
+/* The lost node of j's role whose place j takes (mu held): the rank it
+ * asks for, else the lowest lost one; -1: none is lost (yet). */
+static int
+lost_place(dt_node *n, const joiner *j)
 {
 	dt_sched *s = n->sched;
-	int id = -1, restarts = 0;
-	char reason[512], name[64];
-	dt_node_entry *t;
-	dt_wbuf w;
+	int id = -1;
 
-	if (j->role != DT_ROLE_SERVER) {
-		snprintf(reason, sizeof(reason),
-		         "a worker at %s:%d asks to join a running job: only "
-		         "a server can take a lost one's place",
-		         j->host, j->port);
-		dt__log(0, "refusing a node: %s", reason);
-		send_abort(n, c, reason);
-		dt__van_close(n->van, c);
-		return;
-	}
-	pthread_mutex_lock(&n->mu);
 	for (int k = 1; k < n->ntable; k++) {
 		if (n->table[k].role != j->role || s->left[k] ||
 		    !(s->down_ns[k] || dt__link_down(n, k)))
@@ -174,9 +177,38 @@ rejoin(dt_node *n, dt_conn *c, const joiner *j)
 		if (n->table[k].rank == j->want)
 			break;
 	}
+	return id;
+}
+
+static void
+rejoin(dt_node *n, dt_conn *c, const joiner *j)
+{
+	dt_sched *s = n->sched;
+	int id = -1, restarts = 0;
+	char reason[512], name[64];
+	dt_node_entry *t;
+	dt_wbuf w;
+
+	pthread_mutex_lock(&n->mu);
+	id = lost_place(n, j);
 	if (id > 0) {
 		s->down_ns[id] = 0;
 		restarts = ++s->restarts[id];
+	} else if (s->nheld < n->num_servers + n->num_workers) {
+		/* Perhaps its predecessor's end is not noticed yet. */
+		joiner *h = &s->held[s->nheld++];
+
+		*h = *j;
+		h->conn = c;
+		h->until = dt__now_ns() + n->restart_ns;
+		pthread_mutex_unlock(&n->mu);
+		dt__log(0,
+		        "a %s at %s:%d (pid %d) asks for a place in the running "
+		        "job; no %s of it is lost yet: waiting up to "
+		        "DT_RESTART_TIMEOUT=%.3g s for one",
+		        dt_role_name(j->role), j->host, j->port, j->pid,
+		        dt_role_name(j->role), (double)n->restart_ns * 1e-9);
+		return;
 	}
 	pthread_mutex_unlock(&n->mu);
 	if (id < 0) {
@@ -185,9 +217,7 @@ rejoin(dt_node *n, dt_conn *c, const joiner *j)
 		         "no place for a %s at %s:%d",
 		         dt_role_name(j->role), dt_role_name(j->role), j->host,
 		         j->port);
-		dt__log(0, "refusing a node: %s", reason);
-		send_abort(n, c, reason);
-		dt__van_close(n->van, c);
+		refuse(n, c, reason);
 		return;
 	}
 	/* Its table: the job's, with its own new address. */
@@ -233,6 +263,63 @@ rejoin(dt_node *n, dt_conn *c, const joiner *j)
 				              NULL, 0);
 		}
 	dt__wbuf_fini(&w);
+}
+
+/* A loss was noticed: a held process may take its place now. */
+static void
+retry_held(dt_node *n)
+{
+	dt_sched *s = n->sched;
+
+	for (;;) {
+		joiner j;
+		int k;
+
+		pthread_mutex_lock(&n->mu);
+		for (k = 0; k < s->nheld && lost_place(n, &s->held[k]) < 0;
+		     k++)
+			;
+		if (k == s->nheld) {
+			pthread_mutex_unlock(&n->mu);
+			return;
+		}
+		j = s->held[k];
+		s->held[k] = s->held[--s->nheld];
+		pthread_mutex_unlock(&n->mu);
+		rejoin(n, j.conn, &j);
+	}
+}
+
+/* Refuse the held processes whose wait is over (the serve loop). */
+static void
+refuse_overdue(dt_node *n)
+{
+	dt_sched *s = n->sched;
+	uint64_t now = dt__now_ns();
+
+	for (;;) {
+		joiner j;
+		int k;
+		char reason[512];
+
+		pthread_mutex_lock(&n->mu);
+		for (k = 0; k < s->nheld && s->held[k].until > now; k++)
+			;
+		if (k == s->nheld) {
+			pthread_mutex_unlock(&n->mu);
+			return;
+		}
+		j = s->held[k];
+		s->held[k] = s->held[--s->nheld];
+		pthread_mutex_unlock(&n->mu);
+		snprintf(reason, sizeof(reason),
+		         "the job is running and no %s of it was lost within "
+		         "DT_RESTART_TIMEOUT=%.3g s: there is no place for a %s "
+		         "at %s:%d",
+		         dt_role_name(j.role), (double)n->restart_ns * 1e-9,
+		         dt_role_name(j.role), j.host, j.port);
+		refuse(n, j.conn, reason);
+	}
 }
 
 static void
@@ -482,6 +569,11 @@ dt__sched_on_close(dt_node *n, dt_conn *c, dt_err why)
 			}
 			break;
 		}
+		for (int i = 0; i < s->nheld; i++)
+			if (s->held[i].conn == c) {
+				s->held[i] = s->held[--s->nheld];
+				break;
+			}
 		pthread_mutex_unlock(&n->mu);
 		return;
 	}
@@ -493,8 +585,11 @@ dt__sched_on_close(dt_node *n, dt_conn *c, dt_err why)
 	/* PS_RESEND: the node may dial again (or this was an old
 	 * connection, replaced already), also when it is done: only its BYE
 	 * (or no connection again in time) ends its link. */
-	if (!failed && dt__link_on_close(n, c, peer))
+	if (!failed && dt__link_on_close(n, c, peer)) {
+		if (n->recover)
+			retry_held(n); /* its place may be free now */
 		return;
+	}
 	__atomic_compare_exchange_n(&n->peers[peer], &(dt_conn *){c}, NULL, 0,
 	                            __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE);
 	if (left_at_end(n, peer) || failed)
@@ -517,10 +612,9 @@ dt__sched_peer_lost(dt_node *n, int peer, const char *why)
 	if (skip || left_at_end(n, peer))
 		return;
 	dt__node_name(n, peer, name, sizeof(name));
-	if (n->recover && n->table[peer].role == DT_ROLE_SERVER) {
+	if (n->recover) {
 		/* A new process may take its place (rejoin); the serve loop
-		 * ends the job if none does in time. (A lost worker ends the
-		 * job: its place is not kept.) */
+		 * ends the job if none does in time. */
 		pthread_mutex_lock(&n->mu);
 		if (!s->down_ns[peer])
 			s->down_ns[peer] = dt__now_ns();
@@ -532,6 +626,7 @@ dt__sched_peer_lost(dt_node *n, int peer, const char *why)
 		        "place",
 		        name, n->table[peer].pid, n->table[peer].host,
 		        n->table[peer].port, why, (double)n->restart_ns * 1e-9);
+		retry_held(n);
 		return;
 	}
 	snprintf(reason, sizeof(reason),
@@ -630,11 +725,24 @@ late_node(dt_node *n)
 	return 0;
 }
 
+/* Recovery: a held process whose wait is over (mu held). */
+static int
+overdue(dt_node *n)
+{
+	uint64_t now = dt__now_ns();
+
+	for (int k = 0; k < n->sched->nheld; k++)
+		if (n->sched->held[k].until <= now)
+			return 1;
+	return 0;
+}
+
 static int
 workers_gone(dt_node *n, const void *arg)
 {
 	(void)arg;
-	return n->sched->workers_done == n->num_workers || late_node(n);
+	return n->sched->workers_done == n->num_workers || late_node(n) ||
+	       overdue(n);
 }
 
 /* The end: every server left, and with PS_RESEND every worker's link
@@ -667,10 +775,11 @@ dt__sched_create(dt_node *n)
 	s->left = dt__calloc((size_t)count, sizeof(int));
 	s->down_ns = dt__calloc((size_t)count, sizeof(uint64_t));
 	s->restarts = dt__calloc((size_t)count, sizeof(int));
+	s->held = dt__calloc((size_t)count, sizeof(joiner));
 	n->table = dt__calloc((size_t)count, sizeof(dt_node_entry));
 	n->peers = dt__calloc((size_t)count, sizeof(dt_conn *));
 	n->sched = s;
-	if (!s->j || !s->left || !s->down_ns || !s->restarts || !n->table ||
+	if (!s->j || !s->left || !s->down_ns || !s->restarts || !s->held || !n->table ||
 	    !n->peers)
 		return DT_ENOMEM;
 	return DT_OK;
@@ -776,11 +885,20 @@ dt__sched_serve(dt_node *n)
 	dt_err err;
 	long grace;
 
-	if ((err = dt__node_wait(n, workers_gone, NULL, 0, "the workers")))
-		return err;
-	pthread_mutex_lock(&n->mu);
-	int late = late_node(n);
-	pthread_mutex_unlock(&n->mu);
+	int late = 0;
+
+	for (;;) {
+		if ((err = dt__node_wait(n, workers_gone, NULL, 0,
+		                         "the workers")))
+			return err;
+		refuse_overdue(n);
+		pthread_mutex_lock(&n->mu);
+		late = late_node(n);
+		int done = s->workers_done == n->num_workers;
+		pthread_mutex_unlock(&n->mu);
+		if (late || done)
+			break;
+	}
 	if (late) {
 		char name[64], reason[512];
 
@@ -833,6 +951,7 @@ dt__sched_free(dt_node *n)
 	free(n->sched->left);
 	free(n->sched->down_ns);
 	free(n->sched->restarts);
+	free(n->sched->held);
 	free(n->sched);
 	n->sched = NULL;
 }

@@ -101,6 +101,11 @@ typedef struct resid {
 typedef struct keycount {
 	dt_key key;
 	uint64_t *pushes; /* by server rank */
+	/* A restarted worker (dt_kv_resume): by server rank, the pushes of
+	 * its predecessor the server holds (not sent again); and whether the
+	 * key's next pull asks for the value of the round it resumes at. */
+	uint64_t *held;
+	int pull_at;
 	dt_hnode hn;
 } keycount;
 
@@ -125,6 +130,12 @@ struct dt_kv_client {
 	dt_table counts;         /* keycount by key (mu) */
 	int replay_due;          /* (mu) some srv's is */
 	uint64_t kept_bytes;     /* (mu) the logs' copies */
+	/* A process in a lost worker's place (recovery): it skips the
+	 * set-up its predecessor did, and dt_kv_resume says where the
+	 * predecessor stopped. */
+	int rejoined;
+	int resumed;          /* dt_kv_resume ran */
+	uint64_t resume_step; /* what it said */
 	/* Compression (the caller's thread only). */
 	dt_quant_spec comp;
 	unsigned pull_enc; /* DT_QUANT_NONE or DT_QUANT_FP16 */
@@ -703,6 +714,7 @@ dt__kv_client_create(dt_node *node, int sync, size_t bound, dt_kv_client **out)
 	c->next_seq = 1;
 	c->next_op = 1;
 	c->recover = dt__node_recover(node);
+	c->rejoined = c->recover && dt__node_rejoined(node);
 	c->nservers = dt_node_num_servers(node);
 	c->srv = dt__calloc((size_t)DT_MAX(dt_node_num_servers(node), 1),
 	                    sizeof(srv));
@@ -779,6 +791,7 @@ dt__kv_client_destroy(dt_kv_client *c)
 		keycount *k = DT_CONTAINER_OF(h, keycount, hn);
 
 		free(k->pushes);
+		free(k->held);
 		free(k);
 	}
 	dt__table_fini(&c->counts);
@@ -798,6 +811,32 @@ dt__kv_client_destroy(dt_kv_client *c)
 	free(c);
 }
 
+static keycount *
+find_count(dt_kv_client *c, dt_key key)
+{
+	dt_hnode *h = dt__table_find(&c->counts, key);
+
+	return h ? DT_CONTAINER_OF(h, keycount, hn) : NULL;
+}
+
+/* Whether this push of key to server r is one the server holds from the
+ * predecessor (then it is counted as made). */
+static int
+held_push(dt_kv_client *c, dt_key key, int r)
+{
+	keycount *k;
+	int held = 0;
+
+	pthread_mutex_lock(&c->mu);
+	k = find_count(c, key);
+	if (k && k->held && k->pushes[r] < k->held[r]) {
+		k->pushes[r]++;
+		held = 1;
+	}
+	pthread_mutex_unlock(&c->mu);
+	return held;
+}
+
 /*
  * Send one sub-request; the sub is registered before the send. val is
  * vbytes of payload: the caller's (stable until the answer) or, when
@@ -815,6 +854,32 @@ send_part(dt_kv_client *c, op *o, int server, dt_msg_hdr *h, const void *meta,
 	int parked = 0;
 	dt_err err = DT_OK;
 
+	/* A restarted worker: a push its predecessor made already is not
+	 * made again (a pushpull is then a pull). */
+	if (c->resumed &&
+	    (h->cmd == DT_CMD_KV_PUSH || h->cmd == DT_CMD_KV_PUSHPULL) &&
+	    held_push(c, h->key, server)) {
+		if (h->cmd == DT_CMD_KV_PUSH) {
+			int done;
+
+			free(s);
+			pthread_mutex_lock(&c->mu);
+			done = --o->remaining == 0;
+			if (done)
+				dt__gen_bump(&c->done_gen);
+			pthread_mutex_unlock(&c->mu);
+			if (done)
+				pthread_cond_broadcast(&c->cv);
+			return;
+		}
+		h->cmd = DT_CMD_KV_PULL;
+		h->arg2 = dt__kv_enc(DT_QUANT_NONE, DT_KV_ENC_ANSWER(h->arg2));
+		meta = NULL;
+		meta_len = 0;
+		val = NULL;
+		vbytes = 0;
+		iov = (struct iovec){NULL, 0};
+	}
 	/* Recovery: a copy, to send again to a restarted server. */
 	if (s && c->recover && logged_cmd(h->cmd) &&
 	    (le = log_new(h, meta, meta_len, val, vbytes)) == NULL) {
@@ -948,12 +1013,15 @@ dt_err
 dt__kv_client_start_ex(dt_kv_client *c, int cmd, dt_key key, const void *val,
                        void *out, size_t n, int half, dt_kv_req *req)
 {
-	int nparts, rank0 = dt_node_rank(c->node) == 0;
+	/* (a restarted worker 0 does not set the values again) */
+	int nparts, rank0 = dt_node_rank(c->node) == 0 &&
+	                        !(c->rejoined && !c->resumed);
+
 	int pushes = cmd == DT_CMD_KV_PUSH || cmd == DT_CMD_KV_PUSHPULL;
 	int comp = !half && pushes && c->comp.kind != DT_QUANT_NONE &&
 	           n >= c->comp.min_size;
 	size_t esz = half ? 2 : sizeof(float); /* the caller's element */
-	uint8_t meta[4];
+	uint8_t meta[8];
 	uint32_t meta_len = 0;
 	float *res = NULL;
 	op *o;
@@ -985,6 +1053,24 @@ dt__kv_client_start_ex(dt_kv_client *c, int cmd, dt_key key, const void *val,
 	}
 	nparts = dt__kv_place(key, n, dt_node_num_servers(c->node), c->bound,
 	                      c->parts);
+	/* A restarted worker's first pull of a key: the value of the round
+	 * it computes again (dt_kv_resume). */
+	int at = 0;
+	if (c->resumed && c->sync && cmd == DT_CMD_KV_PULL) {
+		keycount *k;
+
+		pthread_mutex_lock(&c->mu);
+		if ((k = find_count(c, key)) != NULL && k->pull_at) {
+			k->pull_at = 0;
+			at = 1;
+		}
+		pthread_mutex_unlock(&c->mu);
+		if (at) {
+			for (int i = 0; i < 8; i++)
+				meta[i] = (uint8_t)(c->resume_step >> (8 * i));
+			meta_len = 8;
+		}
+	}
 	if ((o = new_op(c, cmd, key, nparts, req)) == NULL)
 		return DT_ENOMEM;
 	for (int i = 0; i < nparts; i++) {
@@ -1030,7 +1116,8 @@ dt__kv_client_start_ex(dt_kv_client *c, int cmd, dt_key key, const void *val,
 			                                : DT_QUANT_NONE,
 			               !po    ? DT_QUANT_NONE
 			               : half ? DT_QUANT_FP16
-			                      : (dt_quant_kind)c->pull_enc);
+			                      : (dt_quant_kind)c->pull_enc) |
+			    (at ? DT_KV_AT_ROUND : 0);
 		send_part(c, o, p->server, &h, meta, meta_len, pv,
 		          pv ? vbytes : 0, vflags, po, p->len, half);
 	}
@@ -1171,6 +1258,8 @@ dt__kv_client_set_optimizer(dt_kv_client *c, const dt_opt *opt)
 	dt_wbuf w;
 	dt_err err = DT_OK;
 
+	if (c->rejoined && !c->resumed) /* (the servers have it) */
+		return DT_OK;
 	if (dt_node_rank(c->node) == 0) {
 		dt__wbuf_init(&w);
 		dt__opt_encode(opt, &w);
@@ -1188,6 +1277,8 @@ dt__kv_client_configure(dt_kv_client *c)
 {
 	dt_err err = DT_OK;
 
+	if (c->rejoined && !c->resumed)
+		return DT_OK;
 	if (dt_node_rank(c->node) == 0)
 		err = broadcast_to_servers(c, DT_CMD_KV_CONFIG,
 		                           (uint64_t)c->sync, NULL, 0);
@@ -1207,4 +1298,150 @@ dt__kv_client_checkpoint(dt_kv_client *c)
 	if (dt_node_rank(c->node) == 0)
 		err = broadcast_to_servers(c, DT_CMD_KV_CHECKPOINT, 0, NULL, 0);
 	return dt__kv_client_agree(c, err);
+}
+
+dt_err
+dt__kv_client_agree_setup(dt_kv_client *c, dt_err err)
+{
+	if (c->rejoined && !c->resumed) /* the others agreed long ago */
+		return err;
+	return dt__kv_client_agree(c, err);
+}
+
+int
+dt__kv_client_rejoined(const dt_kv_client *c)
+{
+	return c->rejoined;
+}
+
+/*
+ * A restarted worker asks each server, for each part of each key, how
+ * many of its predecessor's pushes the store holds; it resumes at the
+ * fewest (*step: the pushes of each key its predecessor finished). Its
+ * next pushes of a key that a server holds already are not sent again,
+ * and its first pull of each key gets the value after round *step.
+ */
+dt_err
+dt__kv_client_resume(dt_kv_client *c, size_t nkeys, const dt_key *keys,
+                     const size_t *lens, uint64_t *step)
+{
+	int ns = dt_node_num_servers(c->node);
+	uint8_t *ans;
+	int *pserver;
+	dt_kv_req *reqs;
+	uint64_t s = UINT64_MAX;
+	dt_err err = DT_OK;
+
+	*step = 0;
+	if (!c->rejoined || nkeys == 0)
+		return DT_OK;
+	if (c->resumed)
+		return dt__fail(DT_ESTATE, "resume: already called once");
+	ans = calloc(nkeys * (size_t)ns, 8);
+	pserver = calloc(nkeys * (size_t)ns, sizeof(int));
+	reqs = calloc(nkeys, sizeof(*reqs));
+	if (!ans || !pserver || !reqs) {
+		free(ans);
+		free(pserver);
+		free(reqs);
+		return dt__fail(DT_ENOMEM, "resume: out of memory");
+	}
+	/* Every key's parts asked at once, then waited for. */
+	size_t asked = 0;
+	for (; asked < nkeys && !err; asked++) {
+		int np = dt__kv_place(keys[asked], lens[asked], ns, c->bound,
+		                      c->parts);
+		op *o = new_op(c, DT_CMD_KV_RESUME, keys[asked], np,
+		               &reqs[asked]);
+
+		if (o == NULL) {
+			err = dt__fail(DT_ENOMEM, "resume: out of memory");
+			break;
+		}
+		for (int i = 0; i < np; i++) {
+			dt_kv_part *p = &c->parts[i];
+			dt_msg_hdr h = {.cmd = DT_CMD_KV_RESUME,
+			                .flags = DT_F_REQUEST,
+			                .key = keys[asked],
+			                .arg0 = lens[asked],
+			                .arg1 = p->offset};
+			size_t j = asked * (size_t)ns + (size_t)i;
+
+			pserver[j] = p->server + 1; /* 0: no part */
+			send_part(c, o, p->server, &h, NULL, 0, NULL, 0,
+			          DT_SEND_STABLE, ans + 8 * j, 2, 0);
+		}
+	}
+	for (size_t k = 0; k < asked; k++) {
+		dt_err e = dt__kv_client_wait(c, reqs[k]);
+
+		if (e && !err)
+			err = e;
+	}
+	if (err) {
+		free(ans);
+		free(pserver);
+		free(reqs);
+		return err;
+	}
+	/* Where it resumes: the fewest pushes held of any part. */
+	for (size_t j = 0; j < nkeys * (size_t)ns; j++) {
+		uint64_t have = 0;
+
+		if (!pserver[j])
+			continue;
+		for (int b = 0; b < 8; b++)
+			have |= (uint64_t)ans[8 * j + b] << (8 * b);
+		if (have < s)
+			s = have;
+	}
+	if (s == UINT64_MAX)
+		s = 0;
+	pthread_mutex_lock(&c->mu);
+	for (size_t k = 0; k < nkeys && !err; k++) {
+		keycount *kc = find_count(c, keys[k]);
+
+		if (kc == NULL) {
+			if ((kc = calloc(1, sizeof(*kc))) == NULL ||
+			    (kc->pushes = calloc((size_t)ns, 8)) == NULL) {
+				free(kc);
+				err = DT_ENOMEM;
+				break;
+			}
+			kc->key = keys[k];
+			dt__table_insert(&c->counts, &kc->hn, keys[k]);
+		}
+		if (kc->held == NULL &&
+		    (kc->held = calloc((size_t)ns, 8)) == NULL) {
+			err = DT_ENOMEM;
+			break;
+		}
+		for (int i = 0; i < ns; i++) {
+			size_t j = k * (size_t)ns + (size_t)i;
+			int r = pserver[j] - 1;
+			uint64_t have = 0;
+
+			if (r < 0)
+				continue;
+			for (int b = 0; b < 8; b++)
+				have |= (uint64_t)ans[8 * j + b] << (8 * b);
+			kc->pushes[r] = s;
+			kc->held[r] = have;
+		}
+		kc->pull_at = 1;
+	}
+	if (!err) {
+		c->resumed = 1;
+		c->resume_step = s;
+	}
+	pthread_mutex_unlock(&c->mu);
+	free(ans);
+	free(pserver);
+	free(reqs);
+	if (err)
+		return dt__fail(err, "resume: out of memory");
+	*step = s;
+	DT_LOG(1, "resuming at step %llu (%zu keys)", (unsigned long long)s,
+	       nkeys);
+	return DT_OK;
 }

@@ -23,7 +23,10 @@ dt__kv_push_check(const dt_msg_hdr *h, const uint8_t *meta, size_t n,
 	int pushes = h->cmd == DT_CMD_KV_PUSH || h->cmd == DT_CMD_KV_PUSHPULL;
 	int answers = h->cmd == DT_CMD_KV_PULL || h->cmd == DT_CMD_KV_PUSHPULL;
 
-	if ((h->arg2 & 0xffff0000u) || (!pushes && k) || (!answers && a))
+	int at = h->cmd == DT_CMD_KV_PULL && (h->arg2 & DT_KV_AT_ROUND);
+
+	if ((h->arg2 & (at ? 0xfffe0000u : 0xffff0000u)) || (!pushes && k) ||
+	    (!answers && a))
 		return dt__fail(DT_EPROTO, "reserved encoding bits set (%#x)",
 		                (unsigned)h->arg2);
 	if ((unsigned)k > DT_QUANT_1BIT)
@@ -35,10 +38,11 @@ dt__kv_push_check(const dt_msg_hdr *h, const uint8_t *meta, size_t n,
 	if (a != DT_QUANT_NONE && a != DT_QUANT_FP16)
 		return dt__fail(DT_EPROTO,
 		                "answer encoding %u (0 fp32, 1 fp16 only)", a);
-	if (h->meta_len != (k == DT_QUANT_2BIT ? 4u : 0u))
+	if (h->meta_len != (k == DT_QUANT_2BIT ? 4u : at ? 8u : 0u))
 		return dt__fail(DT_EPROTO,
 		                "%u bytes of meta (a 2bit push has its "
-		                "threshold, 4 bytes; other requests none)",
+		                "threshold, 4 bytes; a pull at a round its "
+		                "number, 8; other requests none)",
 		                h->meta_len);
 	*t = 0.0f;
 	if (k == DT_QUANT_2BIT) {

@@ -455,7 +455,7 @@ dt_kv_init(dt_kv *kv, dt_key key, const float *val, size_t n)
 	err = init_one(kv, key, val, n);
 	if (!kv->client)
 		return err;
-	return dt__kv_client_agree(kv->client, err);
+	return dt__kv_client_agree_setup(kv->client, err);
 }
 
 dt_err
@@ -758,7 +758,7 @@ dt_kv_init_many(dt_kv *kv, size_t nkeys, const dt_key *keys,
 		e0 = init_one(kv, keys[i], vals[i], lens[i]);
 	if (!kv->client)
 		return e0;
-	return dt__kv_client_agree(kv->client, e0);
+	return dt__kv_client_agree_setup(kv->client, e0);
 }
 
 dt_err
@@ -878,6 +878,29 @@ dt_kv_barrier(dt_kv *kv)
 	if (!kv->node)
 		return DT_OK;
 	return dt_node_barrier(kv->node, DT_GROUP_WORKERS);
+}
+
+dt_err
+dt_kv_resume(dt_kv *kv, size_t nkeys, const dt_key *keys, const size_t *lens,
+             uint64_t *step)
+{
+	KV_NEED(kv != NULL, "resume: kv is NULL");
+	KV_NEED(step != NULL, "resume: step is NULL");
+	KV_NEED(nkeys == 0 || (keys != NULL && lens != NULL),
+	        "resume: NULL keys or lens");
+	*step = 0;
+	if (!kv->client)
+		return DT_OK;
+	for (size_t i = 0; i < nkeys; i++)
+		KV_NEED(lens[i] > 0, "resume: key %llu has length 0",
+		        (unsigned long long)keys[i]);
+	return dt__kv_client_resume(kv->client, nkeys, keys, lens, step);
+}
+
+int
+dt_kv_rejoined(const dt_kv *kv)
+{
+	return kv && kv->client && dt__kv_client_rejoined(kv->client);
 }
 
 dt_err

@@ -42,6 +42,8 @@ dt__kv_op_name(int cmd)
 		return "configure";
 	case DT_CMD_KV_CHECKPOINT:
 		return "checkpoint";
+	case DT_CMD_KV_RESUME:
+		return "resume";
 	}
 	return "request";
 }
@@ -59,6 +61,10 @@ dt__kv_op_name(int cmd)
  * encoding in arg2.
  */
 #define DT_KV_ENC_PUSH(a)   ((unsigned)((a)&0xffu))
+/* A pull's arg2 bit 16 (recovery): the value as it was after the round
+ * whose number (u64, little-endian) is the meta - what a restarted
+ * worker continues from (docs/fault-tolerance.md). */
+#define DT_KV_AT_ROUND (1u << 16)
 #define DT_KV_ENC_ANSWER(a) ((unsigned)(((a) >> 8) & 0xffu))
 uint32_t dt__kv_enc(dt_quant_kind push, dt_quant_kind answer);
 
@@ -144,6 +150,12 @@ dt_err dt__kv_client_configure(dt_kv_client *c);
 /* Every worker passes a barrier carrying err (its outcome of a collective
  * step): DT_OK if all succeeded, else the first error, on every worker. */
 dt_err dt__kv_client_agree(dt_kv_client *c, dt_err err);
+/* The same for the set-up (configure, optimizer, init), which a process
+ * in a lost worker's place skips: the others agreed long ago. */
+dt_err dt__kv_client_agree_setup(dt_kv_client *c, dt_err err);
+int dt__kv_client_rejoined(const dt_kv_client *c);
+dt_err dt__kv_client_resume(dt_kv_client *c, size_t nkeys, const dt_key *keys,
+                            const size_t *lens, uint64_t *step);
 /* Start an op; *req names it for dt__kv_client_wait. out may be NULL
  * (push) and val may be NULL (pull). */
 dt_err dt__kv_client_start(dt_kv_client *c, int cmd, dt_key key,

@@ -68,6 +68,8 @@ typedef struct entry {
 	float *val;
 	float *merge;
 	float *state;
+	float *prev; /* recovery, dist_sync: the value before the last round
+	                (a restarted worker recomputes that round) */
 	uint64_t steps;
 	uint64_t *applied; /* by worker rank: its pushes in val (checkpoints) */
 	int restored;      /* loaded from a checkpoint: an INIT keeps val */
@@ -193,6 +195,7 @@ free_entry(entry *e)
 	free(e->val);
 	free(e->merge);
 	free(e->state);
+	free(e->prev);
 	free(e->pushed);
 	free(e->applied);
 	free(e);
@@ -330,6 +333,8 @@ static void
 finish_round(kv_server *s, entry *e, const float *sum)
 {
 	touch(s, e);
+	if (e->prev)
+		memcpy(e->prev, e->val, e->len * sizeof(float));
 	if (s->opt.kind != DT_OPT_NONE) {
 		e->steps++;
 		dt__opt_apply(&s->opt, e->val, sum, e->state, e->len, e->steps);
@@ -423,7 +428,12 @@ alloc_value(kv_server *s, entry *e, uint64_t n, uint64_t offset, size_t len)
 	e->val = malloc(DT_MAX(len, 1) * sizeof(float));
 	e->merge = s->sync ? calloc(DT_MAX(len, 1), sizeof(float)) : NULL;
 	e->state = st ? calloc(st, sizeof(float)) : NULL;
-	if (!e->val || (s->sync && !e->merge) || (st && !e->state))
+	/* (recovery: a restarted worker may need the round before) */
+	e->prev = s->sync && dt__node_recover(s->node)
+	              ? malloc(DT_MAX(len, 1) * sizeof(float))
+	              : NULL;
+	if (!e->val || (s->sync && !e->merge) || (st && !e->state) ||
+	    (s->sync && dt__node_recover(s->node) && !e->prev))
 		return -1;
 	return 0;
 }
@@ -1071,6 +1081,68 @@ checkpoint_config(kv_server *s)
 }
 
 /* A push, pushpull or pull. */
+/*
+ * Recovery: the value after round r (meta), for a worker that took a lost
+ * one's place and computes that round's step again. In dist_sync the
+ * key's rounds wait for this worker, so the key is at round r (its push
+ * of the next round not here yet, or here and the round still open) or
+ * at r + 1 (the round closed: the value before it is prev). dist_async
+ * has no rounds to keep: the value now.
+ */
+static void
+pull_at(kv_server *s, entry *e, int worker, const dt_msg_hdr *h,
+        const uint8_t *meta, unsigned enc)
+{
+	uint64_t r = 0, now = e->applied[worker];
+
+	for (int i = 0; i < 8; i++)
+		r |= (uint64_t)meta[i] << (8 * i);
+	if (!s->sync || r == now) {
+		reply_enc(s, worker, h->cmd, h->seq, h->key, e->val, e->len,
+		          enc);
+		return;
+	}
+	if (r + 1 == now && e->prev) {
+		reply_enc(s, worker, h->cmd, h->seq, h->key, e->prev, e->len,
+		          enc);
+		return;
+	}
+	reply_error(s, worker, h->cmd, h->seq, h->key, DT_ESTATE,
+	            "pull of key %llu as of round %llu: the key is at round "
+	            "%llu, and only the value of the round before is kept",
+	            (unsigned long long)h->key, (unsigned long long)r,
+	            (unsigned long long)now);
+}
+
+/* Recovery: how many pushes of this key slice from the worker the
+ * store holds (applied, in the round open now, or waiting for the next):
+ * a restarted worker does not send those again (dt_kv_resume). */
+static void
+on_resume(kv_server *s, int worker, const dt_msg_hdr *h, const uint8_t *meta)
+{
+	dt_quant_kind kind;
+	float t;
+	entry *e = check_access(s, worker, h, meta, 0, &kind, &t);
+	uint64_t have;
+	uint8_t b[8];
+
+	if (e == NULL)
+		return;
+	have = e->applied[worker] + (s->sync && e->pushed[worker]);
+	for (deferred *d = e->later; d; d = d->next)
+		have += d->worker == worker;
+	for (int i = 0; i < 8; i++)
+		b[i] = (uint8_t)(have >> (8 * i));
+	struct iovec iov = {b, sizeof(b)};
+	dt_msg_hdr a = {.cmd = (uint8_t)h->cmd,
+	                .flags = DT_F_RESPONSE,
+	                .seq = h->seq,
+	                .key = h->key};
+	if (dt__node_send_ex(s->node, dt__node_worker_id(s->node, worker), &a,
+	                     NULL, 0, &iov, 1, 0))
+		DT_LOG(1, "answer to worker %d: %s", worker, dt_errmsg());
+}
+
 static void
 on_data(kv_server *s, int worker, const dt_msg_hdr *h, const uint8_t *meta,
         const float *payload, int streamed)
@@ -1085,6 +1157,10 @@ on_data(kv_server *s, int worker, const dt_msg_hdr *h, const uint8_t *meta,
 		if ((e = check_access(s, worker, h, meta, 0, &kind, &t)) ==
 		    NULL)
 			return;
+		if (h->arg2 & DT_KV_AT_ROUND) {
+			pull_at(s, e, worker, h, meta, enc);
+			return;
+		}
 		if (s->sync && e->pushed[worker]) {
 			if (queue(&e->answers, worker, h->cmd, h->seq, 0, 0,
 			          enc))
@@ -1171,7 +1247,10 @@ unpark(kv_server *s, entry *e)
 		parked *q = e->parked;
 
 		e->parked = q->next;
-		on_data(s, q->worker, &q->h, q->meta, q->data, 0);
+		if (q->h.cmd == DT_CMD_KV_RESUME)
+			on_resume(s, q->worker, &q->h, q->meta);
+		else
+			on_data(s, q->worker, &q->h, q->meta, q->data, 0);
 		free(q->meta);
 		free(q->data);
 		free(q);
@@ -1198,6 +1277,41 @@ on_replayed(kv_server *s, int worker)
 
 		if (!e->initialised)
 			unpark(s, e); /* each answered: unknown key */
+	}
+}
+
+/*
+ * Recovery: a new process took worker peer's place. What its predecessor
+ * asked and is still waiting is answered with sequence number 0 (ignored:
+ * the new process numbers its requests from 1 again); its pushes stay
+ * counted, and the new process does not send them again (dt_kv_resume).
+ */
+static void
+on_peer_restart(void *arg, dt_node *n, int peer)
+{
+	kv_server *s = arg;
+	int worker = peer - 1 - s->nservers;
+	dt_table_iter it;
+
+	(void)n;
+	if (worker < 0 || worker >= s->nworkers)
+		return;
+	for (dt_hnode *h = dt__table_first(&s->keys, &it); h;
+	     h = dt__table_next(&it)) {
+		entry *e = DT_CONTAINER_OF(h, entry, hn);
+
+		for (waiter *w = e->answers; w; w = w->next)
+			if (w->worker == worker)
+				w->seq = 0;
+		for (waiter *w = e->inits; w; w = w->next)
+			if (w->worker == worker)
+				w->seq = 0;
+		for (deferred *d = e->later; d; d = d->next)
+			if (d->worker == worker)
+				d->seq = 0;
+		for (parked *q = e->parked; q; q = q->next)
+			if (q->worker == worker)
+				q->h.seq = 0;
 	}
 }
 
@@ -1255,6 +1369,11 @@ on_msg(void *arg, dt_node *n, dt_conn *c, dt_msg *m)
 		return;
 	case DT_CMD_KV_REPLAYED:
 		on_replayed(s, worker);
+		return;
+	case DT_CMD_KV_RESUME:
+		if (s->rejoined && park(s, worker, m))
+			return;
+		on_resume(s, worker, h, m->meta);
 		return;
 	case DT_CMD_KV_PUSH:
 	case DT_CMD_KV_PUSHPULL:
@@ -1340,6 +1459,8 @@ payload_chunk(void *arg, dt_node *n, dt_conn *c, const dt_msg_hdr *h,
 		return;
 	}
 	touch(s, e);
+	if (e->prev && off == 0) /* (the round before, as finish_round) */
+		memcpy(e->prev, e->val, e->len * sizeof(float));
 	if (s->opt.kind != DT_OPT_NONE) {
 		dt__opt_apply_range(&s->opt, e->val, g, e->state, e->len, i0,
 		                    cnt, e->steps + 1);
@@ -1415,6 +1536,7 @@ server_start(dt_node *n)
 	app.payload_dest = payload_dest;
 	app.dest_pure = 1; /* it only chooses where a payload goes */
 	app.payload_chunk = payload_chunk;
+	app.on_peer_restart = on_peer_restart;
 	if ((err = dt__node_attach(n, &dt__kv_app, &app))) {
 		server_free(s);
 		return err;

@@ -49,6 +49,7 @@
 	X(KV_CHECKPOINT, 38, "worker 0 -> server")                             \
 	X(KV_CKPT_DONE, 39, "server -> worker (recovery)")                     \
 	X(KV_REPLAYED, 40, "worker -> server (recovery)")                      \
+	X(KV_RESUME, 41, "worker -> server (recovery)")                        \
 	/* Collectives (coll/). */                                             \
 	X(COLL_DATA, 64, "worker -> worker")                                   \
 	X(COLL_READY, 65, "worker -> worker")                                  \

@@ -139,16 +139,18 @@ blame(struct run *r)
 	stop_job(r, RC_FAIL);
 }
 
-/* --restart: whether a new process may take p's place (a single server
- * of the local or ssh launcher, with restarts left). A worker is not
- * restarted yet: its place in the data and in the rounds is not kept. */
+/* --restart: whether a new process may take p's place (a server or a
+ * worker of the local or ssh launcher, with restarts left for its role;
+ * the scheduler's place is not kept). */
 static int
 restartable(const struct run *r, const struct proc *p)
 {
+	int worker = strncmp(p->label, "worker ", 7) == 0;
+
 	if (r->restart_max == 0 || r->spare == 0 || p->line_tag != NULL ||
-	    strncmp(p->label, "server ", 7) != 0)
+	    (!worker && strncmp(p->label, "server ", 7) != 0))
 		return 0;
-	return r->restarts[0] < r->restart_max;
+	return r->restarts[worker] < r->restart_max;
 }
 
 /* Start the new processes note_exit asked for, in the spare slots. */
