@@ -11,9 +11,11 @@
 #   - the same with the processes started by hand and the server started
 #     again by hand (as an outside engine would: Kubernetes, Slurm);
 #   - kv_check async (dist_async): every push applied exactly once;
-#   - a second kill with --restart 1, the scheduler killed, and a worker
-#     killed (workers are not restarted): the job ends, naming the process,
-#     with nothing left running.
+#   - a worker killed instead (linreg, mnist, kv_check async, and by hand):
+#     the new one resumes at the step its predecessor reached (dt_kv_resume),
+#     with the same results;
+#   - a second kill with --restart 1 (a server, a worker) and the scheduler
+#     killed: the job ends, naming the process, with nothing left running.
 set -u
 B=${DTRAIN_BUILD:?}
 DATA=${FASHION_MNIST:-/usr/share/datasets/fashion-mnist}
@@ -27,15 +29,15 @@ TAG="DT_RECOVERY_TEST=$tmp"
 ours() { # pids of this test's processes
 	local p
 	for p in $(pgrep -f "$B/"); do
-		tr '\0' '\n' <"/proc/$p/environ" 2>/dev/null | grep -qx "$TAG" && echo "$p"
+		tr '\0' '\n' 2>/dev/null <"/proc/$p/environ" | grep -qx "$TAG" && echo "$p"
 	done
 }
 # pid_of ROLE RANK: the process of that role and rank in this test's job
 pid_of() {
 	local p
 	for p in $(ours); do
-		tr '\0' '\n' <"/proc/$p/environ" 2>/dev/null | grep -qx "DMLC_ROLE=$1" || continue
-		[ "$1" = scheduler ] || tr '\0' '\n' <"/proc/$p/environ" 2>/dev/null |
+		tr '\0' '\n' 2>/dev/null <"/proc/$p/environ" | grep -qx "DMLC_ROLE=$1" || continue
+		[ "$1" = scheduler ] || tr '\0' '\n' 2>/dev/null <"/proc/$p/environ" |
 			grep -qx "DMLC_$(echo "$1" | tr a-z A-Z)_ID=$2" || continue
 		grep -q timeout "/proc/$p/comm" 2>/dev/null && continue
 		echo "$p"
@@ -69,7 +71,7 @@ killed() {
 must_pass() {
 	[ "$(cat "$tmp/$1.rc")" = 0 ] || { tail -25 "$tmp/$1.log"; fail "$1: the job failed"; }
 	grep -q "starting a new one in its place" "$tmp/$1.log" || fail "$1: no restart"
-	grep -q "is back: pid" "$tmp/$1.log" || fail "$1: the new server did not rejoin"
+	grep -q "is back: pid" "$tmp/$1.log" || fail "$1: the new process did not rejoin"
 }
 left() { [ -n "$(ours)" ]; }
 
@@ -91,6 +93,17 @@ must_pass lin0
 grep -q "no checkpoint in $tmp/ck yet: starting empty" "$tmp/lin0.log" || fail "linreg: the new server did not start empty"
 [ "$(last lin0)" = "$(last lin_ref)" ] || fail "linreg from nothing: '$(last lin0)', '$(last lin_ref)' without"
 echo "linreg, server 0 killed before any checkpoint: everything sent again, identical"
+rm -rf "$tmp/ck"
+# A worker killed at a random epoch: the new one resumes where it stopped.
+e=$((3 + RANDOM % 15)) wr=$((RANDOM % 2))
+killed lin_w worker $wr "Epoch\[$e\] Train" "$B/dtrain" launch -n 2 -s 2 "${R[@]}" --checkpoint-every 50 -- "${LIN[@]}"
+must_pass lin_w
+grep -q "\[worker $wr\] linreg: worker $wr took a lost worker's place; resuming at step [1-9]" "$tmp/lin_w.log" ||
+	fail "linreg: the new worker did not resume"
+[ "$(grep -c 'w=[^ ]* b=' "$tmp/lin_w.log")" = 2 ] || fail "linreg: not every worker ended"
+[ "$(grep -o 'w=[^ ]* b=[^ ]*' "$tmp/lin_w.log" | sort -u)" = "$(last lin_ref)" ] ||
+	fail "linreg: '$(grep -o 'w=[^ ]* b=[^ ]*' "$tmp/lin_w.log" | sort -u | tr '\n' ' ')' after worker $wr's kill, '$(last lin_ref)' without"
+echo "linreg, worker $wr killed after epoch $e: $(grep -o 'resuming at step [0-9]*' "$tmp/lin_w.log"), $(last lin_w), identical"
 rm -rf "$tmp/ck"
 
 # No launcher: the processes started by hand, as Kubernetes' restart
@@ -119,6 +132,28 @@ done
 grep -q "restored checkpoint #" "$tmp/h_srv2.log" || fail "by hand: the new server restored nothing"
 echo "linreg, processes started by hand, server 0 killed and started again: identical"
 rm -rf "$tmp/ck"
+# The same with worker 1 killed and started again by hand.
+port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+(
+	exec 2>/dev/null
+	export DMLC_PS_ROOT_URI=127.0.0.1 DMLC_PS_ROOT_PORT=$port DMLC_NUM_SERVER=1 DMLC_NUM_WORKER=2 \
+		DTRAIN_AUTH=none DTRAIN_RECOVER=1 DT_RECOVERY_TEST="$tmp"
+	DMLC_ROLE=scheduler timeout 100 "$B/dtrain" scheduler >"$tmp/hw_sched.log" 2>&1 &
+	DMLC_ROLE=server DMLC_SERVER_ID=0 timeout 100 "$B/dtrain" server >"$tmp/hw_srv.log" 2>&1 &
+	for w in 0 1; do
+		DMLC_ROLE=worker DMLC_WORKER_ID=$w timeout 100 "${LIN[@]}" >"$tmp/hw_w$w.log" 2>&1 &
+	done
+	wait_for "$tmp/hw_w0.log" "Epoch\[3\] Train" || fail "by hand, worker: no progress"
+	kill -9 "$(pid_of worker 1)"
+	DMLC_ROLE=worker DMLC_WORKER_ID=1 timeout 100 "${LIN[@]}" >"$tmp/hw_w1b.log" 2>&1 &
+	wait
+)
+for f in hw_w0 hw_w1b; do
+	[ "$(grep -o 'w=[^ ]* b=[^ ]*' "$tmp/$f.log" | tail -1)" = "$(last lin_ref)" ] ||
+		{ tail -n 5 "$tmp/$f.log" "$tmp/hw_srv.log" "$tmp/hw_sched.log"; fail "by hand: $f ended with another result"; }
+done
+grep -q "resuming at step [1-9]" "$tmp/hw_w1b.log" || fail "by hand: the new worker 1 did not resume"
+echo "linreg, processes started by hand, worker 1 killed and started again: identical"
 
 # dist_async: every push applied once (kv_check counts them)
 MXNET_KVSTORE_BIGARRAY_BOUND=1000 KV_CHECK_PUSHES=40000 \
@@ -129,6 +164,14 @@ must_pass async
 grep -q "\[server 0\] every worker has sent again what server 0 lacked" "$tmp/async.log" ||
 	fail "dist_async: the new server did not hear the end of every replay"
 echo "kv_check async (dist_async), server 0 killed: every push applied exactly once"
+rm -rf "$tmp/ck"
+MXNET_KVSTORE_BIGARRAY_BOUND=1000 KV_CHECK_PUSHES=40000 \
+	killed async_w worker 1 "\[server 0\] checkpoint #2:" \
+	"$B/dtrain" launch -n 2 -s 2 "${R[@]}" --checkpoint-every 2000 --env PS_VERBOSE=1 -- "$B/tests/progs/kv_check" async
+must_pass async_w
+[ "$(grep -c "kv_check async: worker passed" "$tmp/async_w.log")" = 2 ] || { tail "$tmp/async_w.log"; fail "dist_async, worker killed: a push lost or applied twice"; }
+grep -q "kv_check async: resuming at push [1-9]" "$tmp/async_w.log" || fail "dist_async: the new worker did not resume"
+echo "kv_check async (dist_async), worker 1 killed: $(grep -o 'resuming at push [0-9]*' "$tmp/async_w.log"); every push applied exactly once"
 rm -rf "$tmp/ck"
 
 # mnist, dist_sync
@@ -150,6 +193,16 @@ elif [ -f "$DATA/train-images-idx3-ubyte.gz" ]; then
 	cmp -s "$tmp/ref.params" "$tmp/killed.params" ||
 		fail "mnist: parameters differ ($("$B/dtrain" params diff "$tmp/ref.params" "$tmp/killed.params"))"
 	echo "mnist, server 0 killed after batch $k: parameters bit-identical"
+	rm -rf "$tmp/ck"
+	wr=$((RANDOM % 2))
+	killed mnist_w worker $wr "Batch \[$((k - 16))-$k\]" "$B/dtrain" launch -n 2 -s 2 "${R[@]}" --checkpoint-every 10 \
+		-- "$B/examples/mnist" "${M[@]}" --save "$tmp/wkilled.params"
+	must_pass mnist_w
+	grep -q "mnist: worker $wr took a lost worker's place; resuming at step [1-9]" "$tmp/mnist_w.log" ||
+		fail "mnist: the new worker did not resume"
+	cmp -s "$tmp/ref.params" "$tmp/wkilled.params" ||
+		fail "mnist, worker killed: parameters differ ($("$B/dtrain" params diff "$tmp/ref.params" "$tmp/wkilled.params"))"
+	echo "mnist, worker $wr killed after batch $k: $(grep -o 'resuming at step [0-9]*' "$tmp/mnist_w.log"), parameters bit-identical"
 	rm -rf "$tmp/ck"
 	# The same with compressed pushes and fp16 pulls: the workers send
 	# again the compressed bodies they kept (their residuals moved on
@@ -183,13 +236,22 @@ grep -q "dtrain launch: server 0 (pid [0-9]*) killed by signal 9 (Killed); stopp
 	{ tail "$tmp/twice.log"; fail "twice: the second kill was not named"; }
 echo "server 0 killed twice with --restart 1: the job ends naming it"
 rm -rf "$tmp/ck"
-for role in scheduler worker; do
-	killed "dead_$role" $role 1 "Epoch\[2\] Train" "$B/dtrain" launch -n 2 -s 2 "${R[@]}" -- "${LONG[@]}"
-	[ "$(cat "$tmp/dead_$role.rc")" != 0 ] || fail "$role killed: the job went on"
-	grep -q "dtrain launch: $role\( 1\)\{0,1\} (pid [0-9]*) killed by signal 9" "$tmp/dead_$role.log" ||
-		{ tail "$tmp/dead_$role.log"; fail "$role killed: not named"; }
-	echo "$role killed with --restart 1: the job ends naming it"
-	rm -rf "$tmp/ck"
-done
+timeout 200 "$B/dtrain" launch -n 2 -s 2 "${R[@]}" --checkpoint-every 50 -- "${LONG[@]}" >"$tmp/twice_w.log" 2>&1 &
+job=$!
+wait_for "$tmp/twice_w.log" "Epoch\[2\] Train" || fail "twice, worker: no progress"
+kill -9 "$(pid_of worker 1)"
+wait_for "$tmp/twice_w.log" "resuming at step" || fail "twice, worker: no restart"
+kill -9 "$(pid_of worker 1)"
+wait $job && fail "a worker killed twice with --restart 1 did not end the job"
+grep -q "dtrain launch: worker 1 (pid [0-9]*) killed by signal 9 (Killed); stopping the job" "$tmp/twice_w.log" ||
+	{ tail "$tmp/twice_w.log"; fail "twice, worker: the second kill was not named"; }
+echo "worker 1 killed twice with --restart 1: the job ends naming it"
+rm -rf "$tmp/ck"
+killed dead_scheduler scheduler 1 "Epoch\[2\] Train" "$B/dtrain" launch -n 2 -s 2 "${R[@]}" -- "${LONG[@]}"
+[ "$(cat "$tmp/dead_scheduler.rc")" != 0 ] || fail "scheduler killed: the job went on"
+grep -q "dtrain launch: scheduler (pid [0-9]*) killed by signal 9" "$tmp/dead_scheduler.log" ||
+	{ tail "$tmp/dead_scheduler.log"; fail "scheduler killed: not named"; }
+echo "scheduler killed with --restart 1: the job ends naming it"
+rm -rf "$tmp/ck"
 left && fail "processes left behind"
 echo "ok"
