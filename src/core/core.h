@@ -59,6 +59,11 @@ typedef struct dt__app_hooks {
 	 * connection cut inside it; the frame comes again). Else, with
 	 * PS_RESEND, the payload is buffered and only on_msg sees it. */
 	int dest_pure;
+	/* PS_RESEND without recovery: the app may stream a payload anyway,
+	 * because it knows how much of a frame it used and, when the frame
+	 * comes again whole after a cut (the same message: the links take
+	 * nothing else from that peer before it), uses only the rest. */
+	int stream_resumable;
 	/* A piece of a payload for which payload_dest said DT_VAN_STREAM. */
 	void (*payload_chunk)(void *arg, dt_node *n, dt_conn *c,
 	                      const dt_msg_hdr *h, const void *data,

@@ -66,8 +66,12 @@ hook_payload_dest(void *arg, dt_conn *c, const dt_msg_hdr *h,
 
 		/* A streamed payload is used as it comes; with PS_RESEND a
 		 * frame cut by a broken connection comes again whole, so its
-		 * first part must not have been used: buffer it. */
-		if (dest == DT_VAN_STREAM && (h->flags & DT_F_LINK))
+		 * first part must not be used twice: buffer it, unless the
+		 * app skips what it used (stream_resumable). With recovery
+		 * the frame may never come again (its sender lost for good,
+		 * then replaced): buffer it. */
+		if (dest == DT_VAN_STREAM && (h->flags & DT_F_LINK) &&
+		    (!hk.stream_resumable || n->recover))
 			dest = NULL;
 		return dest;
 	}

@@ -110,6 +110,15 @@ typedef struct kv_server {
 	size_t dec_cap;
 	uint8_t *half; /* an fp16 answer */
 	size_t half_cap;
+	/* PS_RESEND: by worker, the push streaming in now, and how many of
+	 * its bytes are used; a frame cut by a broken connection comes again
+	 * whole, and only the rest of it is used then. */
+	struct streaming {
+		uint64_t seq;
+		dt_key key;
+		uint64_t used;
+		int on;
+	} *streaming;
 	/* Checkpoints (DTRAIN_CHECKPOINT_*). The I/O thread takes a snapshot
 	 * (a copy, in the file's format); a writer thread puts it on disk. */
 	char *ck_dir;          /* NULL: no checkpoints */
@@ -1380,6 +1389,8 @@ on_msg(void *arg, dt_node *n, dt_conn *c, dt_msg *m)
 	case DT_CMD_KV_PULL:
 		if (s->rejoined && park(s, worker, m))
 			return;
+		if (m->streamed && s->streaming)
+			s->streaming[worker].on = 0; /* whole: a new one next */
 		on_data(s, worker, h, m->meta, m->payload, m->streamed);
 		return;
 	default:
@@ -1454,6 +1465,29 @@ payload_chunk(void *arg, dt_node *n, dt_conn *c, const dt_msg_hdr *h,
 
 	if (e == NULL)
 		return;
+	int worker = (int)h->sender - 1 - s->nservers;
+	if (s->streaming && worker >= 0 && worker < s->nworkers) {
+		struct streaming *st = &s->streaming[worker];
+
+		if (!st->on || st->seq != h->seq || st->key != h->key)
+			*st = (struct streaming){h->seq, h->key, 0, 1};
+		else if (off == 0 && st->used)
+			DT_LOG(1,
+			       "push of key %llu from worker %d comes again "
+			       "after a cut: its first %llu bytes were used",
+			       (unsigned long long)h->key, worker,
+			       (unsigned long long)st->used);
+		if (off + len <= st->used)
+			return; /* used before the cut */
+		if (off < st->used) {
+			size_t skip = (size_t)(st->used - off);
+
+			g += skip / sizeof(float);
+			i0 += skip / sizeof(float);
+			cnt -= skip / sizeof(float);
+		}
+		st->used = off + len;
+	}
 	if (s->nworkers > 1) {
 		dt__kv_add(e->merge + i0, g, cnt);
 		return;
@@ -1500,6 +1534,7 @@ server_free(kv_server *s)
 	dt__table_fini(&s->keys);
 	free(s->ck_dir);
 	free(s->replayed);
+	free(s->streaming);
 	free(s->dec);
 	free(s->half);
 	free(s);
@@ -1527,6 +1562,13 @@ server_start(dt_node *n)
 	}
 	s->sync = 1;
 	dt__table_init(&s->keys);
+	if ((s->streaming = calloc((size_t)DT_MAX(s->nworkers, 1),
+	                           sizeof(*s->streaming))) == NULL) {
+		free(s->replayed);
+	free(s->streaming);
+		free(s);
+		return DT_ENOMEM;
+	}
 	if ((err = checkpoint_config(s))) {
 		server_free(s);
 		return err;
@@ -1537,6 +1579,7 @@ server_start(dt_node *n)
 	app.dest_pure = 1; /* it only chooses where a payload goes */
 	app.payload_chunk = payload_chunk;
 	app.on_peer_restart = on_peer_restart;
+	app.stream_resumable = 1; /* (payload_chunk skips what it used) */
 	if ((err = dt__node_attach(n, &dt__kv_app, &app))) {
 		server_free(s);
 		return err;
