@@ -202,12 +202,13 @@ rejoin(dt_node *n, dt_conn *c, const joiner *j)
 		h->conn = c;
 		h->until = dt__now_ns() + n->restart_ns;
 		pthread_mutex_unlock(&n->mu);
-		dt__log(0,
-		        "a %s at %s:%d (pid %d) asks for a place in the running "
-		        "job; no %s of it is lost yet: waiting up to "
-		        "DT_RESTART_TIMEOUT=%.3g s for one",
-		        dt_role_name(j->role), j->host, j->port, j->pid,
-		        dt_role_name(j->role), (double)n->restart_ns * 1e-9);
+		dt__log(
+		    0,
+		    "a %s at %s:%d (pid %d) asks for a place in the running "
+		    "job; no %s of it is lost yet: waiting up to "
+		    "DT_RESTART_TIMEOUT=%.3g s for one",
+		    dt_role_name(j->role), j->host, j->port, j->pid,
+		    dt_role_name(j->role), (double)n->restart_ns * 1e-9);
 		return;
 	}
 	pthread_mutex_unlock(&n->mu);
@@ -276,8 +277,7 @@ retry_held(dt_node *n)
 		int k;
 
 		pthread_mutex_lock(&n->mu);
-		for (k = 0; k < s->nheld && lost_place(n, &s->held[k]) < 0;
-		     k++)
+		for (k = 0; k < s->nheld && lost_place(n, &s->held[k]) < 0; k++)
 			;
 		if (k == s->nheld) {
 			pthread_mutex_unlock(&n->mu);
@@ -312,12 +312,13 @@ refuse_overdue(dt_node *n)
 		j = s->held[k];
 		s->held[k] = s->held[--s->nheld];
 		pthread_mutex_unlock(&n->mu);
-		snprintf(reason, sizeof(reason),
-		         "the job is running and no %s of it was lost within "
-		         "DT_RESTART_TIMEOUT=%.3g s: there is no place for a %s "
-		         "at %s:%d",
-		         dt_role_name(j.role), (double)n->restart_ns * 1e-9,
-		         dt_role_name(j.role), j.host, j.port);
+		snprintf(
+		    reason, sizeof(reason),
+		    "the job is running and no %s of it was lost within "
+		    "DT_RESTART_TIMEOUT=%.3g s: there is no place for a %s "
+		    "at %s:%d",
+		    dt_role_name(j.role), (double)n->restart_ns * 1e-9,
+		    dt_role_name(j.role), j.host, j.port);
 		refuse(n, j.conn, reason);
 	}
 }
@@ -779,8 +780,8 @@ dt__sched_create(dt_node *n)
 	n->table = dt__calloc((size_t)count, sizeof(dt_node_entry));
 	n->peers = dt__calloc((size_t)count, sizeof(dt_conn *));
 	n->sched = s;
-	if (!s->j || !s->left || !s->down_ns || !s->restarts || !s->held || !n->table ||
-	    !n->peers)
+	if (!s->j || !s->left || !s->down_ns || !s->restarts || !s->held ||
+	    !n->table || !n->peers)
 		return DT_ENOMEM;
 	return DT_OK;
 }

@@ -1014,8 +1014,8 @@ dt__kv_client_start_ex(dt_kv_client *c, int cmd, dt_key key, const void *val,
                        void *out, size_t n, int half, dt_kv_req *req)
 {
 	/* (a restarted worker 0 does not set the values again) */
-	int nparts, rank0 = dt_node_rank(c->node) == 0 &&
-	                        !(c->rejoined && !c->resumed);
+	int nparts,
+	    rank0 = dt_node_rank(c->node) == 0 && !(c->rejoined && !c->resumed);
 
 	int pushes = cmd == DT_CMD_KV_PUSH || cmd == DT_CMD_KV_PUSHPULL;
 	int comp = !half && pushes && c->comp.kind != DT_QUANT_NONE &&
@@ -1351,8 +1351,8 @@ dt__kv_client_resume(dt_kv_client *c, size_t nkeys, const dt_key *keys,
 	for (; asked < nkeys && !err; asked++) {
 		int np = dt__kv_place(keys[asked], lens[asked], ns, c->bound,
 		                      c->parts);
-		op *o = new_op(c, DT_CMD_KV_RESUME, keys[asked], np,
-		               &reqs[asked]);
+		op *o =
+		    new_op(c, DT_CMD_KV_RESUME, keys[asked], np, &reqs[asked]);
 
 		if (o == NULL) {
 			err = dt__fail(DT_ENOMEM, "resume: out of memory");

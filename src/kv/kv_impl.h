@@ -60,11 +60,11 @@ dt__kv_op_name(int cmd)
  * data requests have no meta. An answer that carries a value says its
  * encoding in arg2.
  */
-#define DT_KV_ENC_PUSH(a)   ((unsigned)((a)&0xffu))
+#define DT_KV_ENC_PUSH(a) ((unsigned)((a)&0xffu))
 /* A pull's arg2 bit 16 (recovery): the value as it was after the round
  * whose number (u64, little-endian) is the meta - what a restarted
  * worker continues from (docs/fault-tolerance.md). */
-#define DT_KV_AT_ROUND (1u << 16)
+#define DT_KV_AT_ROUND      (1u << 16)
 #define DT_KV_ENC_ANSWER(a) ((unsigned)(((a) >> 8) & 0xffu))
 uint32_t dt__kv_enc(dt_quant_kind push, dt_quant_kind answer);
 

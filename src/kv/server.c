@@ -118,7 +118,7 @@ typedef struct kv_server {
 		dt_key key;
 		uint64_t used;
 		int on;
-	} *streaming;
+	} * streaming;
 	/* Checkpoints (DTRAIN_CHECKPOINT_*). The I/O thread takes a snapshot
 	 * (a copy, in the file's format); a writer thread puts it on disk. */
 	char *ck_dir;          /* NULL: no checkpoints */
@@ -1565,7 +1565,7 @@ server_start(dt_node *n)
 	if ((s->streaming = calloc((size_t)DT_MAX(s->nworkers, 1),
 	                           sizeof(*s->streaming))) == NULL) {
 		free(s->replayed);
-	free(s->streaming);
+		free(s->streaming);
 		free(s);
 		return DT_ENOMEM;
 	}
