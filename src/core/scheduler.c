@@ -266,52 +266,59 @@ rejoin(dt_node *n, dt_conn *c, const joiner *j)
 	dt__wbuf_fini(&w);
 }
 
+/* Take the first held process that ready() accepts into *j; 0: none. */
+static int
+take_held(dt_node *n, int (*ready)(dt_node *, const joiner *, uint64_t),
+          joiner *j)
+{
+	dt_sched *s = n->sched;
+	uint64_t now = dt__now_ns();
+	int k, found;
+
+	pthread_mutex_lock(&n->mu);
+	for (k = 0; k < s->nheld && !ready(n, &s->held[k], now); k++)
+		;
+	found = k < s->nheld;
+	if (found) {
+		*j = s->held[k];
+		s->held[k] = s->held[--s->nheld];
+	}
+	pthread_mutex_unlock(&n->mu);
+	return found;
+}
+
+static int
+has_place(dt_node *n, const joiner *j, uint64_t now)
+{
+	(void)now;
+	return lost_place(n, j) > 0;
+}
+
+static int
+wait_over(dt_node *n, const joiner *j, uint64_t now)
+{
+	(void)n;
+	return j->until <= now;
+}
+
 /* A loss was noticed: a held process may take its place now. */
 static void
 retry_held(dt_node *n)
 {
-	dt_sched *s = n->sched;
+	joiner j;
 
-	for (;;) {
-		joiner j;
-		int k;
-
-		pthread_mutex_lock(&n->mu);
-		for (k = 0; k < s->nheld && lost_place(n, &s->held[k]) < 0; k++)
-			;
-		if (k == s->nheld) {
-			pthread_mutex_unlock(&n->mu);
-			return;
-		}
-		j = s->held[k];
-		s->held[k] = s->held[--s->nheld];
-		pthread_mutex_unlock(&n->mu);
+	while (take_held(n, has_place, &j))
 		rejoin(n, j.conn, &j);
-	}
 }
 
 /* Refuse the held processes whose wait is over (the serve loop). */
 static void
 refuse_overdue(dt_node *n)
 {
-	dt_sched *s = n->sched;
-	uint64_t now = dt__now_ns();
+	joiner j;
+	char reason[512];
 
-	for (;;) {
-		joiner j;
-		int k;
-		char reason[512];
-
-		pthread_mutex_lock(&n->mu);
-		for (k = 0; k < s->nheld && s->held[k].until > now; k++)
-			;
-		if (k == s->nheld) {
-			pthread_mutex_unlock(&n->mu);
-			return;
-		}
-		j = s->held[k];
-		s->held[k] = s->held[--s->nheld];
-		pthread_mutex_unlock(&n->mu);
+	while (take_held(n, wait_over, &j)) {
 		snprintf(
 		    reason, sizeof(reason),
 		    "the job is running and no %s of it was lost within "

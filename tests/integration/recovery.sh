@@ -9,7 +9,8 @@
 #     empty: everything is sent again); mnist again with 2bit pushes and
 #     fp16 pulls;
 #   - the same with the processes started by hand and the server started
-#     again by hand (as an outside engine would: Kubernetes, Slurm);
+#     again by hand (as an outside engine would: Kubernetes, Slurm), the
+#     new one first, held by the scheduler until the old one's loss;
 #   - kv_check async (dist_async): every push applied exactly once;
 #   - a worker killed instead (linreg, mnist, kv_check async, and by hand):
 #     the new one resumes at the step its predecessor reached (dt_kv_resume),
@@ -121,8 +122,12 @@ port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); p
 		DMLC_ROLE=worker DMLC_WORKER_ID=$w timeout 100 "${LIN[@]}" >"$tmp/h_w$w.log" 2>&1 &
 	done
 	wait_for "$tmp/h_w0.log" "Epoch\[3\] Train" || fail "by hand: no progress"
-	kill -9 "$(pid_of server 0)"
+	# The new server asks first (as an engine may, before the old one's
+	# end is noticed): it is held until the loss is, then takes the place.
+	old=$(pid_of server 0)
 	DMLC_ROLE=server DMLC_SERVER_ID=0 timeout 100 "$B/dtrain" server >"$tmp/h_srv2.log" 2>&1 &
+	wait_for "$tmp/h_sched.log" "no server of it is lost yet: waiting" || fail "by hand: the new server was not held"
+	kill -9 "$old"
 	wait
 )
 for w in 0 1; do
@@ -130,7 +135,8 @@ for w in 0 1; do
 		{ tail -n 5 "$tmp/h_w$w.log" "$tmp/h_srv2.log" "$tmp/h_sched.log"; fail "by hand: worker $w ended with another result"; }
 done
 grep -q "restored checkpoint #" "$tmp/h_srv2.log" || fail "by hand: the new server restored nothing"
-echo "linreg, processes started by hand, server 0 killed and started again: identical"
+grep -q "server 0 is back" "$tmp/h_sched.log" || fail "by hand: the held server did not take the place"
+echo "linreg, processes started by hand, a new server 0 started, held, then the old one killed: identical"
 rm -rf "$tmp/ck"
 # The same with worker 1 killed and started again by hand.
 port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
