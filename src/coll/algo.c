@@ -40,7 +40,7 @@ dt__coll_algo_prepare(dt_coll *c, coll_op *op)
 	/* Fused group: pack the tensors into the fusion buffer. */
 	if (op->ntensors > 1) {
 		uint8_t *f = dt__buf_reserve(&c->fusion, &c->fusion_cap,
-		                          dt__coll_bytes(op, op->count));
+		                             dt__coll_bytes(op, op->count));
 		size_t off = 0;
 
 		if (f == NULL && op->count)
@@ -149,8 +149,8 @@ dt__coll_algo_prepare(dt_coll *c, coll_op *op)
 			op->work =
 			    op->recv; /* in place: recv holds the input */
 		} else {
-			op->work =
-			    dt__buf_reserve(&c->scratch, &c->scratch_cap, bytes);
+			op->work = dt__buf_reserve(&c->scratch, &c->scratch_cap,
+			                           bytes);
 			if (op->work == NULL && bytes)
 				return DT_ENOMEM;
 		}

@@ -31,7 +31,7 @@ dt__coll_rd_prepare(dt_coll *c, coll_op *op, size_t nelem)
 	op->slot_bytes = (bytes + 63) & ~(size_t)63;
 	if (op->slot_bytes) {
 		op->slots = dt__buf_reserve(&c->slotbuf, &c->slotbuf_cap,
-		                         nslots * op->slot_bytes);
+		                            nslots * op->slot_bytes);
 		if (op->slots == NULL)
 			return DT_ENOMEM;
 	}
