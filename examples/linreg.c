@@ -178,7 +178,10 @@ main(int argc, char **argv)
 		fflush(stderr);
 	}
 
-	for (long ep = (long)(step / (uint64_t)nbatches); ep < epochs; ep++) {
+	/* (the epoch and batch of that step) */
+	long ep0 = (long)(step / (uint64_t)nbatches);
+	long bi0 = (long)(step % (uint64_t)nbatches);
+	for (long ep = ep0; ep < epochs; ep++) {
 		uint64_t st = (uint64_t)seed * 1000003u + (uint64_t)ep;
 		double abs_err = 0, t0 = now(), tlast = t0, epoch_mae = 0;
 		long seen = 0, last_batch = 0;
@@ -192,10 +195,7 @@ main(int argc, char **argv)
 			perm[i] = perm[j];
 			perm[j] = t;
 		}
-		long bi0 = ep == (long)(step / (uint64_t)nbatches)
-		               ? (long)(step % (uint64_t)nbatches)
-		               : 0;
-		for (long bi = bi0; bi < nbatches; bi++) {
+		for (long bi = ep == ep0 ? bi0 : 0; bi < nbatches; bi++) {
 			const uint32_t *idx = perm + bi * global + rank * batch;
 			double sw = 0, sb = 0;
 

@@ -472,7 +472,9 @@ main(int argc, char **argv)
 
 	size_t nb = dt_sampler_num_batches(sampler);
 	double acc = 0;
-	for (long ep = (long)(step / nb); ep < o.epochs; ep++) {
+	long ep0 = (long)(step / nb); /* (the epoch and batch of that step) */
+	size_t b0 = (size_t)(step % nb);
+	for (long ep = ep0; ep < o.epochs; ep++) {
 		dt_metric metric;
 		dt_speedometer sp;
 		double t0 = now(), tcomm = 0;
@@ -481,8 +483,7 @@ main(int argc, char **argv)
 		dt_speedometer_init(&sp, (size_t)o.batch, o.disp, stdout);
 		if (dt_sampler_set_epoch(sampler, (uint64_t)ep) != DT_OK)
 			goto fail;
-		for (size_t b = ep == (long)(step / nb) ? step % nb : 0; b < nb;
-		     b++) {
+		for (size_t b = ep == ep0 ? b0 : 0; b < nb; b++) {
 			const size_t *idx;
 			pthread_t th[MAX_DEV];
 			int correct = 0;

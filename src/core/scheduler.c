@@ -202,6 +202,10 @@ rejoin(dt_node *n, dt_conn *c, const joiner *j)
 		h->conn = c;
 		h->until = dt__now_ns() + n->restart_ns;
 		pthread_mutex_unlock(&n->mu);
+		/* A node of this job: its wait is bounded by until, not by
+		 * the handshake guard (DT_HANDSHAKE_TIMEOUT), which would
+		 * drop it first. */
+		dt__conn_vouch(c);
 		dt__log(
 		    0,
 		    "a %s at %s:%d (pid %d) asks for a place in the running "
@@ -740,7 +744,7 @@ overdue(dt_node *n)
 	uint64_t now = dt__now_ns();
 
 	for (int k = 0; k < n->sched->nheld; k++)
-		if (n->sched->held[k].until <= now)
+		if (wait_over(n, &n->sched->held[k], now))
 			return 1;
 	return 0;
 }

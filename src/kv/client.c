@@ -1066,8 +1066,7 @@ dt__kv_client_start_ex(dt_kv_client *c, int cmd, dt_key key, const void *val,
 		}
 		pthread_mutex_unlock(&c->mu);
 		if (at) {
-			for (int i = 0; i < 8; i++)
-				meta[i] = (uint8_t)(c->resume_step >> (8 * i));
+			dt__put_u64(meta, c->resume_step);
 			meta_len = 8;
 		}
 	}
@@ -1385,16 +1384,9 @@ dt__kv_client_resume(dt_kv_client *c, size_t nkeys, const dt_key *keys,
 		return err;
 	}
 	/* Where it resumes: the fewest pushes held of any part. */
-	for (size_t j = 0; j < nkeys * (size_t)ns; j++) {
-		uint64_t have = 0;
-
-		if (!pserver[j])
-			continue;
-		for (int b = 0; b < 8; b++)
-			have |= (uint64_t)ans[8 * j + b] << (8 * b);
-		if (have < s)
-			s = have;
-	}
+	for (size_t j = 0; j < nkeys * (size_t)ns; j++)
+		if (pserver[j] && dt__get_u64(ans + 8 * j) < s)
+			s = dt__get_u64(ans + 8 * j);
 	if (s == UINT64_MAX)
 		s = 0;
 	pthread_mutex_lock(&c->mu);
@@ -1419,14 +1411,11 @@ dt__kv_client_resume(dt_kv_client *c, size_t nkeys, const dt_key *keys,
 		for (int i = 0; i < ns; i++) {
 			size_t j = k * (size_t)ns + (size_t)i;
 			int r = pserver[j] - 1;
-			uint64_t have = 0;
 
 			if (r < 0)
 				continue;
-			for (int b = 0; b < 8; b++)
-				have |= (uint64_t)ans[8 * j + b] << (8 * b);
 			kc->pushes[r] = s;
-			kc->held[r] = have;
+			kc->held[r] = dt__get_u64(ans + 8 * j);
 		}
 		kc->pull_at = 1;
 	}

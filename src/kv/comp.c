@@ -46,8 +46,7 @@ dt__kv_push_check(const dt_msg_hdr *h, const uint8_t *meta, size_t n,
 		                h->meta_len);
 	*t = 0.0f;
 	if (k == DT_QUANT_2BIT) {
-		uint32_t tb = (uint32_t)meta[0] | (uint32_t)meta[1] << 8 |
-		              (uint32_t)meta[2] << 16 | (uint32_t)meta[3] << 24;
+		uint32_t tb = dt__get_u32(meta);
 
 		memcpy(t, &tb, sizeof(*t));
 		if (!(isfinite(*t) && *t > 0.0f))
@@ -81,6 +80,5 @@ dt__kv_threshold_meta(float t, uint8_t meta[4])
 	uint32_t tb;
 
 	memcpy(&tb, &t, sizeof(tb));
-	for (int i = 0; i < 4; i++)
-		meta[i] = (uint8_t)(tb >> (8 * i));
+	dt__put_u32(meta, tb);
 }

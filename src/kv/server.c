@@ -1089,7 +1089,6 @@ checkpoint_config(kv_server *s)
 	return DT_OK;
 }
 
-/* A push, pushpull or pull. */
 /*
  * Recovery: the value after round r (meta), for a worker that took a lost
  * one's place and computes that round's step again. In dist_sync the
@@ -1102,10 +1101,8 @@ static void
 pull_at(kv_server *s, entry *e, int worker, const dt_msg_hdr *h,
         const uint8_t *meta, unsigned enc)
 {
-	uint64_t r = 0, now = e->applied[worker];
+	uint64_t r = dt__get_u64(meta), now = e->applied[worker];
 
-	for (int i = 0; i < 8; i++)
-		r |= (uint64_t)meta[i] << (8 * i);
 	if (!s->sync || r == now) {
 		reply_enc(s, worker, h->cmd, h->seq, h->key, e->val, e->len,
 		          enc);
@@ -1140,8 +1137,7 @@ on_resume(kv_server *s, int worker, const dt_msg_hdr *h, const uint8_t *meta)
 	have = e->applied[worker] + (s->sync && e->pushed[worker]);
 	for (deferred *d = e->later; d; d = d->next)
 		have += d->worker == worker;
-	for (int i = 0; i < 8; i++)
-		b[i] = (uint8_t)(have >> (8 * i));
+	dt__put_u64(b, have);
 	struct iovec iov = {b, sizeof(b)};
 	dt_msg_hdr a = {.cmd = (uint8_t)h->cmd,
 	                .flags = DT_F_RESPONSE,
@@ -1152,6 +1148,7 @@ on_resume(kv_server *s, int worker, const dt_msg_hdr *h, const uint8_t *meta)
 		DT_LOG(1, "answer to worker %d: %s", worker, dt_errmsg());
 }
 
+/* A push, pushpull or pull. */
 static void
 on_data(kv_server *s, int worker, const dt_msg_hdr *h, const uint8_t *meta,
         const float *payload, int streamed)

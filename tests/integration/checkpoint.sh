@@ -21,7 +21,16 @@ trap 'rm -rf "$tmp"' EXIT
 fail() { echo "FAIL: $*"; exit 1; }
 export MXNET_KVSTORE_BIGARRAY_BOUND=1000 # key 2 is split over both servers
 CK="$tmp/ck"
-L=("$B/dtrain" launch -n 2 -s 2 --checkpoint-dir "$CK" --checkpoint-every 0)
+# Every process of this test's jobs carries TAG in its environment: other
+# tests run kv_check beside this one from the same build.
+TAG="DT_CHECKPOINT_TEST=$tmp"
+ours() { # pids of this test's processes
+	local p
+	for p in $(pgrep -f "$B/"); do
+		tr '\0' '\n' 2>/dev/null <"/proc/$p/environ" | grep -qx "$TAG" && echo "$p"
+	done
+}
+L=("$B/dtrain" launch -n 2 -s 2 --checkpoint-dir "$CK" --checkpoint-every 0 --env "$TAG")
 
 run() { # name args...: a launch that must succeed
 	local name=$1
@@ -76,7 +85,7 @@ if timeout 100 "${L[@]}" --env DTRAIN_CHECKPOINT_LOAD=1 -- "$B/tests/progs/kv_ch
 fi
 grep -q "\[server 0\] dtrain server: no usable checkpoint: $CK/server-0.ckpt: checksum mismatch.*; $CK/server-0.ckpt.prev: checksum mismatch" "$tmp/bad.log" ||
 	{ tail "$tmp/bad.log"; fail "no error naming both damaged files"; }
-pgrep -f "$B/tests/progs/kv_check" >/dev/null && fail "processes left behind"
+[ -z "$(ours)" ] || fail "processes left behind"
 echo "both files damaged: the server names both and the job ends"
 
 # Refusals.
