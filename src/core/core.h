@@ -64,7 +64,8 @@ typedef struct dt__app_hooks {
 	 * comes again whole after a cut (the same message: the links take
 	 * nothing else from that peer before it), uses only the rest. */
 	int stream_resumable;
-	/* A piece of a payload for which payload_dest said DT_VAN_STREAM. */
+	/* A piece of a payload for which payload_dest said DT_VAN_STREAM
+	 * (whole floats, 4-byte aligned). */
 	void (*payload_chunk)(void *arg, dt_node *n, dt_conn *c,
 	                      const dt_msg_hdr *h, const void *data,
 	                      uint64_t off, size_t len);

@@ -54,6 +54,7 @@ typedef struct logent {
 	uint32_t meta_len;
 	uint8_t *data; /* a copy of the payload (compressed, if it was) */
 	size_t len;    /* bytes */
+	int lost;      /* a push whose copy was not kept (DTRAIN_REPLAY_MAX) */
 	dt_lnode ln;   /* in its server's log, oldest first */
 } logent;
 
@@ -130,6 +131,8 @@ struct dt_kv_client {
 	dt_table counts;         /* keycount by key (mu) */
 	int replay_due;          /* (mu) some srv's is */
 	uint64_t kept_bytes;     /* (mu) the logs' copies */
+	uint64_t replay_max;     /* DTRAIN_REPLAY_MAX, bytes */
+	int over_max;            /* (mu) told that copies were not kept */
 	/* A process in a lost worker's place (recovery): it skips the
 	 * set-up its predecessor did, and dt_kv_resume says where the
 	 * predecessor stopped. */
@@ -446,6 +449,27 @@ replay(dt_kv_client *c, int r)
 		logent *e = DT_CONTAINER_OF(l, logent, ln);
 		int64_t have = held_of(held, nheld, e->key);
 		sub *s = find_sub(c, e->seq);
+
+		if (e->lost && (have < 0 || e->pidx >= (uint64_t)have)) {
+			/* The server needs a push whose copy is gone. */
+			dt_key key = e->key;
+			uint64_t pidx = e->pidx;
+
+			v->replay_due = 0;
+			pthread_mutex_unlock(&c->mu);
+			free(it);
+			dt__node_set_fatal(
+			    c->node, DT_ESTATE,
+			    "server %d restarted, but its checkpoint does not "
+			    "hold push #%llu of key %llu from this worker, "
+			    "and this worker did not keep a copy of it: its "
+			    "copies had passed DTRAIN_REPLAY_MAX (%llu MiB) "
+			    "since the server's last checkpoint",
+			    r, (unsigned long long)pidx + 1,
+			    (unsigned long long)key,
+			    (unsigned long long)(c->replay_max >> 20));
+			return;
+		}
 		item x = {.order = e->seq,
 		          .h = {.cmd = (uint8_t)e->cmd,
 		                .flags = DT_F_REQUEST,
@@ -715,6 +739,17 @@ dt__kv_client_create(dt_node *node, int sync, size_t bound, dt_kv_client **out)
 	c->next_op = 1;
 	c->recover = dt__node_recover(node);
 	c->rejoined = c->recover && dt__node_rejoined(node);
+	if (c->recover) {
+		long mib;
+
+		if ((err = dt__env_long("DTRAIN_REPLAY_MAX", 1024, 0, 1L << 30,
+		                        &mib))) {
+			free(c->parts);
+			free(c);
+			return err;
+		}
+		c->replay_max = (uint64_t)mib << 20;
+	}
 	c->nservers = dt_node_num_servers(node);
 	c->srv = dt__calloc((size_t)DT_MAX(dt_node_num_servers(node), 1),
 	                    sizeof(srv));
@@ -880,12 +915,38 @@ send_part(dt_kv_client *c, op *o, int server, dt_msg_hdr *h, const void *meta,
 		vbytes = 0;
 		iov = (struct iovec){NULL, 0};
 	}
-	/* Recovery: a copy, to send again to a restarted server. */
+	/* Recovery: a copy, to send again to a restarted server; a push's
+	 * only while the copies stay within DTRAIN_REPLAY_MAX (else a record
+	 * without the data: a restart that needs it ends the job, named). */
+	int keep = 1;
+
+	if (s && c->recover && val && vbytes &&
+	    (h->cmd == DT_CMD_KV_PUSH || h->cmd == DT_CMD_KV_PUSHPULL)) {
+		int tell = 0;
+
+		pthread_mutex_lock(&c->mu);
+		keep = c->kept_bytes + vbytes <= c->replay_max;
+		tell = !keep && !c->over_max;
+		c->over_max |= !keep;
+		pthread_mutex_unlock(&c->mu);
+		if (tell)
+			dt__log(
+			    0,
+			    "the copies of pushes kept to replay to a "
+			    "restarted server reach DTRAIN_REPLAY_MAX "
+			    "(%llu MiB): pushes past it are not kept until "
+			    "a server checkpoint holds the older ones, and a "
+			    "server restart that needs one ends the job",
+			    (unsigned long long)(c->replay_max >> 20));
+	}
 	if (s && c->recover && logged_cmd(h->cmd) &&
-	    (le = log_new(h, meta, meta_len, val, vbytes)) == NULL) {
+	    (le = log_new(h, meta, meta_len, keep ? val : NULL,
+	                  keep ? vbytes : 0)) == NULL) {
 		free(s);
 		s = NULL;
 	}
+	if (le && !keep)
+		le->lost = 1;
 	/* (without recovery nothing is replayed: no send order to keep) */
 	if (c->recover) {
 		pthread_mutex_lock(&c->send_mu);

@@ -650,6 +650,16 @@ consume(dt_van *v, dt_conn *c)
 				n &= ~(size_t)3;
 				if (n == 0)
 					return DT_OK;
+				if ((uintptr_t)p & 3) {
+					/* Floats at an aligned address: the
+					 * frames before may end anywhere.
+					 * The rest moves to the front of the
+					 * stage (malloc'd, so aligned). */
+					memmove(c->stage, p, avail);
+					c->stage_len = avail;
+					c->stage_off = 0;
+					p = c->stage;
+				}
 				v->hooks.payload_chunk(v->hooks.arg, c, &c->h,
 				                       p, c->payload_got, n);
 			} else if (!c->discard && n)

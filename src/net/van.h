@@ -68,7 +68,8 @@ extern char dt__van_discard_tag;
 #define DT_VAN_DISCARD ((void *)&dt__van_discard_tag)
 /* ...or DT_VAN_STREAM to be handed the payload in pieces, as it arrives,
  * through payload_chunk (each piece a multiple of 4 bytes long, at a
- * 4-byte multiple offset); on_msg then sees payload == NULL, streamed = 1. */
+ * 4-byte multiple offset, its data 4-byte aligned); on_msg then sees
+ * payload == NULL, streamed = 1. */
 extern char dt__van_stream_tag;
 #define DT_VAN_STREAM ((void *)&dt__van_stream_tag)
 

@@ -35,7 +35,12 @@ L=("$B/dtrain" launch -n 2 -s 2 --checkpoint-dir "$CK" --checkpoint-every 0 --en
 run() { # name args...: a launch that must succeed
 	local name=$1
 	shift
-	timeout 200 "$@" >"$tmp/$name.log" 2>&1 || { tail -20 "$tmp/$name.log"; fail "$name exited $?"; }
+	local rc=0
+	timeout 200 "$@" >"$tmp/$name.log" 2>&1 || rc=$?
+	[ $rc = 0 ] && return
+	grep -A12 -E 'runtime error|ERROR: (Address|Leak|Thread)Sanitizer' "$tmp/$name.log" | head -40
+	tail -20 "$tmp/$name.log"
+	fail "$name exited $rc"
 }
 at() { sed -n "s/.*kv_check ckpt \(checkpoint \)\{0,1\}at step $2: \([0-9a-f]*\)$/\2/p" "$tmp/$1.log" | head -1; }
 

@@ -15,6 +15,8 @@
 #   - a worker killed instead (linreg, mnist, kv_check async, and by hand):
 #     the new one resumes at the step its predecessor reached (dt_kv_resume),
 #     with the same results;
+#   - push copies capped (DTRAIN_REPLAY_MAX=0) and a server killed before
+#     any checkpoint: the job ends naming the cap;
 #   - a second kill with --restart 1 (a server, a worker) and the scheduler
 #     killed: the job ends, naming the process, with nothing left running.
 set -u
@@ -94,6 +96,17 @@ must_pass lin0
 grep -q "no checkpoint in $tmp/ck yet: starting empty" "$tmp/lin0.log" || fail "linreg: the new server did not start empty"
 [ "$(last lin0)" = "$(last lin_ref)" ] || fail "linreg from nothing: '$(last lin0)', '$(last lin_ref)' without"
 echo "linreg, server 0 killed before any checkpoint: everything sent again, identical"
+rm -rf "$tmp/ck"
+# Copies capped (DTRAIN_REPLAY_MAX=0: no push is kept) and no checkpoint:
+# the restarted server cannot be given what it lost; the job ends, named.
+killed lin_cap server 0 "Epoch\[2\] Train" "$B/dtrain" launch -n 2 -s 2 "${R[@]}" --checkpoint-every 1000000 \
+	--env DTRAIN_REPLAY_MAX=0 -- "${LIN[@]}"
+[ "$(cat "$tmp/lin_cap.rc")" != 0 ] || fail "linreg, copies capped: the job did not fail"
+grep -q "pushes past it are not kept" "$tmp/lin_cap.log" || fail "linreg, copies capped: no note of the cap"
+grep -q "its checkpoint does not hold push #[0-9]* of key [0-9]* from this worker.*DTRAIN_REPLAY_MAX (0 MiB)" "$tmp/lin_cap.log" ||
+	{ tail -15 "$tmp/lin_cap.log"; fail "linreg, copies capped: the reason is not named"; }
+left && fail "linreg, copies capped: processes left behind: $(ours)"
+echo "linreg, copies capped at 0 and server 0 killed: the job ends naming DTRAIN_REPLAY_MAX, nothing left"
 rm -rf "$tmp/ck"
 # A worker killed at a random epoch: the new one resumes where it stopped.
 e=$((3 + RANDOM % 15)) wr=$((RANDOM % 2))

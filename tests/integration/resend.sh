@@ -31,7 +31,13 @@ FAULTS_KV=(--env PS_RESEND=1 --env PS_RESEND_TIMEOUT=20 --env PS_DROP_MSG=5)
 run() { # name args...: a launch that must succeed
 	local name=$1
 	shift
-	timeout 280 "$@" >"$tmp/$name.log" 2>&1 || { tail -30 "$tmp/$name.log"; fail "$name exited $?"; }
+	local rc=0
+	timeout 280 "$@" >"$tmp/$name.log" 2>&1 || rc=$?
+	[ $rc = 0 ] && return
+	# (a sanitizer's report is what tells why a node ended: first)
+	grep -A12 -E 'runtime error|ERROR: (Address|Leak|Thread)Sanitizer' "$tmp/$name.log" | head -40
+	tail -30 "$tmp/$name.log"
+	fail "$name exited $rc"
 }
 # faults_seen name [resets]: the log of a faulty run shows drops, resends
 # and reconnections (with resets: reconnections)
