@@ -30,7 +30,8 @@
  * Fault injection for tests: PS_DROP_MSG=P drops P% of the link frames
  * that come in (random, seeded by DT_DROP_SEED and the node id), and
  * DT_RESET_EVERY=S makes a node close the connections it dialled every S
- * seconds.
+ * seconds, and DT_CUT_EVERY=N cuts every N-th frame of 1 MiB or more that a
+ * node sends inside its payload (the connection then ends).
  *
  * Threads: senders (any thread) number and write under the link's order_mu,
  * so the wire keeps the numbering; the I/O thread judges frames; the link
@@ -156,13 +157,14 @@ eligible(unsigned cmd)
 dt_err
 dt__link_config(dt_node *n)
 {
-	long on, tmo, drop, seed, recover;
+	long on, tmo, drop, seed, recover, cut;
 	dt_err err;
 
 	if ((err = dt__env_long("PS_RESEND", 0, 0, 1, &on)) ||
 	    (err = dt__env_long("PS_RESEND_TIMEOUT", 1000, 1, 3600000, &tmo)) ||
 	    (err = dt__env_long("PS_DROP_MSG", 0, 0, 100, &drop)) ||
 	    (err = dt__env_long("DT_DROP_SEED", 1, 0, 1L << 62, &seed)) ||
+	    (err = dt__env_long("DT_CUT_EVERY", 0, 0, 1000000, &cut)) ||
 	    (err = dt__env_seconds("DT_RESET_EVERY", 0, 0, 86400,
 	                           &n->rs_reset_ns)) ||
 	    (err = dt__env_seconds("DT_RECONNECT_TIMEOUT", 10, 0.1, 86400,
@@ -176,14 +178,17 @@ dt__link_config(dt_node *n)
 	n->recover = (int)recover;
 	if (recover)
 		on = 1;
-	if (!on && (drop || n->rs_reset_ns))
+	if (!on && (drop || n->rs_reset_ns || cut))
 		return dt__fail(DT_ECONFIG,
 		                "%s loses messages on purpose; it needs "
 		                "PS_RESEND=1 to resend them",
-		                drop ? "PS_DROP_MSG" : "DT_RESET_EVERY");
+		                drop  ? "PS_DROP_MSG"
+		                : cut ? "DT_CUT_EVERY"
+		                      : "DT_RESET_EVERY");
 	n->rs_on = (int)on;
 	n->rs_timeout_ns = (uint64_t)tmo * 1000000ull;
 	n->rs_drop = (int)drop;
+	n->rs_cut = (unsigned)cut;
 	n->rs_seed = (uint64_t)seed;
 	return DT_OK;
 }
@@ -280,6 +285,7 @@ dt__link_create(dt_node *n)
 	         ((uint64_t)(n->id + 1) << 32);
 	if (n->rs_reset_ns)
 		L->reset_next = dt__now_ns() + n->rs_reset_ns;
+	dt__van_set_cut(n->van, n->rs_cut);
 	pthread_mutex_init(&L->mu, NULL);
 	dt__cond_init_monotonic(&L->cv);
 	dt__cond_init_monotonic(&L->drained);

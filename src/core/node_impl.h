@@ -86,6 +86,7 @@ struct dt_node {
 	/* PS_RESEND (link.c): the settings, and the links once the table is
 	 * known (NULL without PS_RESEND=1). */
 	int rs_on, rs_drop;
+	unsigned rs_cut; /* DT_CUT_EVERY */
 	uint64_t rs_timeout_ns, rs_seed, rs_reset_ns, rs_window_ns;
 	/* Recovery (DTRAIN_RECOVER, DT_RESTART_TIMEOUT): a lost server or
 	 * worker may come back as a new process (scheduler.c, member.c). */

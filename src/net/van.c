@@ -39,7 +39,8 @@
 #define POLL_BIG   (64u << 10)  /* payload rest that extends a poll */
 #define RXBUF_KEEP (64u << 20)  /* larger receive buffers are not kept */
 #define IOV_BATCH  64
-#define TX_RECS    16 /* sealed records per write at most */
+#define CUT_MIN    (1u << 20) /* DT_CUT_EVERY cuts frames this big */
+#define TX_RECS    16         /* sealed records per write at most */
 #define RX_RAW_CAP (2 * DT_REC_WIRE)
 
 enum rx_state { RX_HDR, RX_META, RX_PAYLOAD };
@@ -152,6 +153,10 @@ struct dt_van {
 	 * itself did not read (dt__conn_silent_ns). */
 	atomic_uint_fast64_t busy_since;
 	atomic_uint_fast64_t stall_end;
+	/* Fault injection (DT_CUT_EVERY): every cut_every-th frame of
+	 * CUT_MIN bytes or more is cut inside its payload. */
+	atomic_uint cut_every;
+	atomic_uint cut_n;
 };
 
 /* A pointer value no buffer has: payload_dest returns it to discard. */
@@ -1562,6 +1567,38 @@ hold_locked(dt_van *v, dt_conn *c, const struct iovec *vec, int n,
 	return 1;
 }
 
+void
+dt__van_set_cut(dt_van *v, unsigned every)
+{
+	atomic_store(&v->cut_every, every);
+}
+
+/* DT_CUT_EVERY: write the frames held and this one's header, meta and
+ * about half its payload (ending inside a float), then nothing more: the
+ * caller ends the connection (send_mu held). */
+static void
+cut_frame(dt_van *v, dt_conn *c, const dt_msg_hdr *h, struct iovec *vec, int n,
+          uint64_t held)
+{
+	uint64_t want = held + DT_HDR_SIZE + h->meta_len +
+	                (h->payload_len / 2 & ~(uint64_t)3) + 2;
+	int m = 0;
+
+	for (uint64_t sum = 0; m < n && sum < want; m++) {
+		if (sum + vec[m].iov_len > want)
+			vec[m].iov_len = (size_t)(want - sum);
+		sum += vec[m].iov_len;
+	}
+	dt__log(1,
+	        "DT_CUT_EVERY: cutting %s to %s after %llu of its %llu "
+	        "payload bytes",
+	        dt__cmd_name(h->cmd), c->addr,
+	        (unsigned long long)(h->payload_len / 2 & ~(uint64_t)3) + 2,
+	        (unsigned long long)h->payload_len);
+	(void)write_locked(v, c, held ? vec : vec + 1, held ? m : m - 1,
+	                   dt__cmd_name(h->cmd));
+}
+
 dt_err
 dt__van_send(dt_van *v, dt_conn *c, dt_msg_hdr *h, const void *meta,
              uint32_t meta_len, const struct iovec *iov, int iovcnt)
@@ -1613,11 +1650,22 @@ dt__van_send(dt_van *v, dt_conn *c, dt_msg_hdr *h, const void *meta,
 		total = 0; /* counted when flushed */
 	} else {
 		uint64_t held = c->olen;
+		unsigned every = atomic_load(&v->cut_every);
 
 		vec[0] = (struct iovec){c->obuf, c->olen};
 		c->olen = 0;
-		err = write_locked(v, c, held ? vec : vec + 1, held ? n : n - 1,
-		                   dt__cmd_name(h->cmd));
+		if (every && h->payload_len >= CUT_MIN &&
+		    atomic_fetch_add(&v->cut_n, 1) % every == every - 1) {
+			cut_frame(v, c, h, vec, n, held);
+			err = dt__fail(DT_ECLOSED,
+			               "DT_CUT_EVERY: %s to %s cut inside its "
+			               "payload",
+			               dt__cmd_name(h->cmd), c->addr);
+		} else {
+			err = write_locked(v, c, held ? vec : vec + 1,
+			                   held ? n : n - 1,
+			                   dt__cmd_name(h->cmd));
+		}
 		total += held;
 		/* A write that failed part-way leaves the stream cut inside
 		 * a frame (or a record): nothing more can follow it. End the

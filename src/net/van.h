@@ -148,6 +148,10 @@ uint64_t dt__conn_silent_ns(const dt_conn *c, uint64_t now);
 
 /* Close a connection (the on_close hook runs in the I/O thread). */
 void dt__van_close(dt_van *v, dt_conn *c);
+/* Fault injection for tests (DT_CUT_EVERY, with PS_RESEND): every
+ * every-th frame of 1 MiB or more that is sent is cut inside its payload
+ * and its connection ended; 0: never. */
+void dt__van_set_cut(dt_van *v, unsigned every);
 
 /*
  * The guard against strangers, off unless the owner calls this before

@@ -9,7 +9,9 @@
 #   - kv_check async (dist_async: every push applied exactly once, counted)
 #     and kv_check sum (exact sums, errors answered, in dist_sync; big
 #     pushes streamed into the sum, some cut inside and sent again);
-# and the faults really happened (messages dropped, resent, reconnections).
+# and the faults really happened (messages dropped, resent, reconnections);
+# kv_check sum with every 3rd big frame cut inside (DT_CUT_EVERY=3): sums
+# exact, and streamed pushes cut were used from where they were cut.
 # PS_DROP_MSG without PS_RESEND=1 is refused with the reason.
 set -u
 B=${DTRAIN_BUILD:?}
@@ -84,6 +86,16 @@ done
 # (big pushes stream into the sum with PS_RESEND too; a frame cut inside
 # comes again whole and only its rest is used: how often that happened)
 echo "kv_check sum: $(grep -c 'comes again after a cut' "$tmp/kv_sum.log") streamed pushes cut and used from where they were; exact sums"
+# The same on purpose: every 3rd frame of 1 MiB or more cut inside its
+# payload (DT_CUT_EVERY), pushes and pull answers alike.
+run kv_cut "$B/dtrain" launch -n 3 -s 2 --env PS_RESEND=1 --env DT_CUT_EVERY=3 --env PS_VERBOSE=1 \
+	-- "$B/tests/progs/kv_check" sum
+[ "$(grep -c "kv_check sum: worker passed" "$tmp/kv_cut.log")" = 3 ] || fail "kv_check sum, frames cut"
+cuts=$(grep -c 'DT_CUT_EVERY: cutting' "$tmp/kv_cut.log")
+resumed=$(grep -c 'comes again after a cut' "$tmp/kv_cut.log")
+[ "$cuts" -gt 0 ] && [ "$resumed" -gt 0 ] ||
+	fail "kv_check sum: $cuts frames cut, $resumed streamed pushes used from where they were cut"
+echo "kv_check sum, every 3rd big frame cut: $cuts cut, $resumed streamed pushes used from the cut on; exact sums"
 
 if [ -z "${DTRAIN_QUICK:-}" ] && [ "${B%-tsan}" != "$B" ]; then
 	DTRAIN_QUICK=1 # ThreadSanitizer runs 5-15 times slower

@@ -809,6 +809,52 @@ test_stream(void **state)
 	pair_close(&p);
 }
 
+/* DT_CUT_EVERY (dt__van_set_cut): every 2nd frame of 1 MiB or more is cut
+ * inside its payload: the sender is told the connection closed, the
+ * receiver streamed a part (ending on a whole float) and never delivers
+ * the frame, and the connection ends on both sides. Small frames and the
+ * 1st big one go whole. */
+static void
+test_cut_frame(void **state)
+{
+	const size_t big = (2u << 20) + 8;
+	uint8_t *buf = malloc(big);
+	pair p;
+
+	(void)state;
+	assert_non_null(buf);
+	fill_random(buf, big, 77);
+	pair_open(&p, HOOK_DEST | HOOK_CHUNK);
+	p.sa.stream_key = 5;
+	dt__van_set_cut(p.b, 2);
+	assert_int_equal(
+	    send_pieces(p.b, p.cb, DT_CMD_KV_FIRST, 1, 5, "pus", buf, 4096, 1),
+	    DT_OK);
+	assert_int_equal(
+	    send_pieces(p.b, p.cb, DT_CMD_KV_FIRST, 2, 5, "pus", buf, big, 1),
+	    DT_OK);
+	WAIT_RECS(&p.sa, 2);
+	assert_int_equal(p.sa.recs[1].crc, crc_of(buf, big));
+	p.sa.stream_off = 0;
+	p.sa.stream_crc = 0;
+	assert_int_equal(
+	    send_pieces(p.b, p.cb, DT_CMD_KV_FIRST, 3, 5, "pus", buf, big, 1),
+	    DT_ECLOSED);
+	assert_non_null(strstr(dt_errmsg(), "DT_CUT_EVERY"));
+	WAIT_CLOSES(&p.sa, 1);
+	WAIT_CLOSES(&p.sb, 1);
+	assert_int_equal(NREC(&p.sa), 2); /* the cut frame never counts */
+	/* what was streamed: a whole-float prefix of about half */
+	assert_int_equal(p.sa.stream_bad, 0);
+	assert_true(p.sa.stream_off <= big / 2 + 2);
+	assert_int_equal(p.sa.stream_off % 4, 0);
+	assert_int_equal(p.sa.stream_crc,
+	                 p.sa.stream_off ? crc_of(buf, p.sa.stream_off) : 0);
+	assert_false(dt__conn_is_open(p.cb));
+	pair_close(&p);
+	free(buf);
+}
+
 /* ---- raw sockets that do not speak the protocol ---- */
 
 static void raw_send(int fd, const void *p, size_t n);
@@ -1914,6 +1960,7 @@ main(void)
 	    T(test_payload_dest),
 	    T(test_discard),
 	    T(test_stream),
+	    T(test_cut_frame),
 	    T(test_bad_peers),
 	    T(test_dropped_conns_release_fds),
 	    T(test_coalesced_frames),
