@@ -9,7 +9,7 @@ TSAN_TESTS ?= van_test|coll_test|integration_kv_matrix|integration_kv_compressio
 JOBS       ?= $(shell nproc 2>/dev/null || echo 2)
 DEPS        = build-essential cmake pkg-config libcmocka-dev libopenblas-dev \
               zlib1g-dev libsodium-dev openssh-client openmpi-bin libopenmpi-dev dataset-fashion-mnist \
-              python3 procps \
+              python3 python3-yaml procps \
               openssh-server rsync iproute2 slurm-wlm munge
 # (the last line: the real engines the launcher's tests start privately:
 # sshd on namespace hosts, rsync, a Slurm cluster with munge)

@@ -52,6 +52,10 @@ typedef struct dt_node_config {
 	 * for DMLC_PS_ROOT_URI and DMLC_PS_ROOT_PORT (the default), or a
 	 * variable such as "DTRAIN_COLL_ROOT". */
 	char root_var[32];
+	/* Where a scheduler listens: "" for root_uri. DTRAIN_SCHEDULER_BIND,
+	 * or with DMLC_USE_KUBERNETES=1 (MXJob sets it; root_uri is then a
+	 * Service's name) DMLC_NODE_HOST (the pod's IP), else "0.0.0.0". */
+	char listen_host[256];
 } dt_node_config;
 
 typedef struct dt_node dt_node;

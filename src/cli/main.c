@@ -26,6 +26,9 @@ usage(FILE *f)
 	      "  params     compare saved parameter files (params diff A B)\n"
 	      "  checkpoint check server checkpoint files (checkpoint show "
 	      "F)\n"
+	      "  k8s        print a job's Kubernetes objects (Jobs or a "
+	      "Kubeflow\n"
+	      "             MXJob) for kubectl apply -f -\n"
 	      "  rank-exec  (the launcher's wrapper of one rank under mpirun "
 	      "or srun)\n"
 	      "  version    print the version\n"
@@ -162,6 +165,8 @@ main(int argc, char **argv)
 		return dt__cli_params(argc - 1, argv + 1);
 	if (strcmp(cmd, "checkpoint") == 0)
 		return dt__cli_checkpoint(argc - 1, argv + 1);
+	if (strcmp(cmd, "k8s") == 0)
+		return dt__cli_k8s(argc - 1, argv + 1);
 	if (strcmp(cmd, "version") == 0 || strcmp(cmd, "--version") == 0) {
 		printf("dtrain 0.1.0\n");
 		return 0;

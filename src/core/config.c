@@ -26,6 +26,72 @@ dt_role_name(dt_role role)
 	return "?";
 }
 
+/* The span of a JSON string value of key in [p, end), or NULL: a plain
+ * scan, enough for the flat "task" object MXJob writes. */
+static const char *
+json_field(const char *p, const char *end, const char *key)
+{
+	size_t kl = strlen(key);
+
+	for (; p + kl + 2 < end; p++) {
+		if (p[0] != '"' || strncmp(p + 1, key, kl) != 0 ||
+		    p[kl + 1] != '"')
+			continue;
+		const char *q = p + kl + 2;
+
+		while (q < end && *q == ' ')
+			q++;
+		if (q == end || *q != ':')
+			continue; /* a value, not a key */
+		for (q++; q < end && *q == ' '; q++)
+			;
+		return q < end ? q : NULL;
+	}
+	return NULL;
+}
+
+/*
+ * MX_CONFIG (Kubeflow's MXJob): {"cluster": ..., "labels": ...,
+ * "task": {"type": "server", "index": 1}}. The index, when the type is this
+ * role; a malformed value is a named error.
+ */
+static dt_err
+mx_config_index(const char *s, dt_role role, int *rank)
+{
+	size_t len = strnlen(s, 65536);
+	const char *end = s + len, *task, *type, *index, *close;
+	char want[16];
+	long v;
+	char *stop;
+
+	if ((task = json_field(s, end, "task")) == NULL || *task != '{')
+		return DT_OK; /* no task: nothing to learn */
+	close = memchr(task, '}', (size_t)(end - task));
+	if (close == NULL)
+		return dt__fail(DT_ECONFIG,
+		                "MX_CONFIG: \"task\" is not closed");
+	type = json_field(task, close, "type");
+	index = json_field(task, close, "index");
+	snprintf(want, sizeof(want), "\"%s\"", dt_role_name(role));
+	if (type == NULL || index == NULL)
+		return dt__fail(DT_ECONFIG,
+		                "MX_CONFIG: \"task\" has no \"type\" or no "
+		                "\"index\"");
+	if ((size_t)(close - type) < strlen(want) ||
+	    strncmp(type, want, strlen(want)) != 0)
+		return dt__fail(DT_ECONFIG,
+		                "MX_CONFIG: the task's type is not %s, but "
+		                "DMLC_ROLE is",
+		                want);
+	v = strtol(index, &stop, 10);
+	if (stop == index || stop > close || v < 0 || v > 4095)
+		return dt__fail(DT_ECONFIG,
+		                "MX_CONFIG: the task's index is not a rank "
+		                "(0 to 4095)");
+	*rank = (int)v;
+	return DT_OK;
+}
+
 dt_err
 dt_node_config_from_env(dt_node_config *cfg, int role_required)
 {
@@ -112,12 +178,23 @@ dt_node_config_from_env(dt_node_config *cfg, int role_required)
 	if ((err = dt__env_long("DT_LISTEN_FD", -1, -1, 65535, &v)))
 		return err;
 	cfg->listen_fd = (int)v;
+	if ((err = dt__env_long("DMLC_USE_KUBERNETES", 0, 0, 1, &v)))
+		return err;
+	s = dt__env_str("DTRAIN_SCHEDULER_BIND");
+	if (s == NULL && v)
+		s = cfg->node_host[0] ? cfg->node_host : "0.0.0.0";
+	if (s && strlen(s) >= sizeof(cfg->listen_host))
+		return dt__fail(DT_ECONFIG,
+		                "DTRAIN_SCHEDULER_BIND is too long");
+	if (s)
+		strcpy(cfg->listen_host, s);
 
 	/* A rank wish: set by dtrain launch, or by mpirun / srun. */
 	const char *rank_var =
 	    cfg->role == DT_ROLE_SERVER ? "DMLC_SERVER_ID" : "DMLC_WORKER_ID";
-	const char *const sources[] = {rank_var, "OMPI_COMM_WORLD_RANK",
-	                               "PMIX_RANK", "SLURM_PROCID"};
+	const char *const sources[] = {rank_var, "JOB_COMPLETION_INDEX",
+	                               "OMPI_COMM_WORLD_RANK", "PMIX_RANK",
+	                               "SLURM_PROCID"};
 	if (cfg->role != DT_ROLE_SCHEDULER) {
 		for (size_t i = 0; i < DT_ARRAY_LEN(sources); i++) {
 			if (dt__env_str(sources[i]) == NULL)
@@ -127,6 +204,12 @@ dt_node_config_from_env(dt_node_config *cfg, int role_required)
 			cfg->requested_rank = (int)v;
 			break;
 		}
+		/* Kubeflow's MXJob: the replica's index is in MX_CONFIG's
+		 * "task" (it sets DMLC_WORKER_ID for workers only). */
+		if (cfg->requested_rank < 0 &&
+		    (s = dt__env_str("MX_CONFIG")) != NULL &&
+		    (err = mx_config_index(s, cfg->role, &cfg->requested_rank)))
+			return err;
 	}
 	return DT_OK;
 }

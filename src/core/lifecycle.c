@@ -346,9 +346,26 @@ dt_node_start(const dt_node_config *cfg, dt_node **out)
 	}
 
 	if (cfg->role == DT_ROLE_SCHEDULER) {
+		/* (a Service's name is not this pod's to bind: listen_host) */
+		const char *bind =
+		    cfg->listen_host[0] ? cfg->listen_host : cfg->root_uri;
+
 		snprintf(n->host, sizeof(n->host), "%s", cfg->root_uri);
-		err = dt__van_listen(n->van, cfg->root_uri, cfg->root_port,
+		err = dt__van_listen(n->van, bind, cfg->root_port,
 		                     cfg->listen_fd, &n->port);
+		if (err == DT_ESYS && cfg->listen_fd < 0 &&
+		    strstr(dt_errmsg(), "assign requested address")) {
+			char msg[400];
+
+			snprintf(msg, sizeof(msg), "%s", dt_errmsg());
+			dt__fail(
+			    err,
+			    "%s (DMLC_PS_ROOT_URI names another machine's "
+			    "address, as a Kubernetes Service does: set "
+			    "DMLC_USE_KUBERNETES=1 or DTRAIN_SCHEDULER_BIND "
+			    "to listen on this one's)",
+			    msg);
+		}
 		if (err)
 			goto fail;
 		if ((err = dt__sched_create(n)))
@@ -356,9 +373,13 @@ dt_node_start(const dt_node_config *cfg, dt_node **out)
 		if ((err = dt__van_start(n->van)) || (err = dt__watch_start(n)))
 			goto fail;
 		DT_LOG(1,
-		       "scheduler listening on %s:%d for %d servers and %d "
-		       "workers",
-		       n->host, n->port, cfg->num_servers, cfg->num_workers);
+		       "scheduler listening on %s:%d%s%s%s for %d servers and "
+		       "%d workers",
+		       bind, n->port,
+		       bind != cfg->root_uri ? " (reached as " : "",
+		       bind != cfg->root_uri ? cfg->root_uri : "",
+		       bind != cfg->root_uri ? ")" : "", cfg->num_servers,
+		       cfg->num_workers);
 		if (cfg->root_port == 0 && cfg->listen_fd < 0)
 			dt__log(0,
 			        "DMLC_PS_ROOT_PORT=0: listening on port %d; "

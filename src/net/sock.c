@@ -161,16 +161,30 @@ dt__sock_connect(const char *host, int port, uint64_t deadline_ns,
 	int backoff_ms = 5, rc, last_errno = 0;
 
 	snprintf(portstr, sizeof(portstr), "%d", port);
-	for (;;) {
+	for (int tries = 0;; tries++) {
 		rc = getaddrinfo(host, portstr, &hints, &res);
 		if (rc == 0)
 			break;
-		if (rc != EAI_AGAIN || dt__now_ns() >= deadline_ns)
+		/* A name that does not resolve yet may soon: a Kubernetes
+		 * Service's record comes with its pod, and pods start in any
+		 * order. So it is tried again until the deadline. */
+		if ((rc != EAI_AGAIN && rc != EAI_NONAME &&
+#ifdef EAI_NODATA
+		     rc != EAI_NODATA &&
+#endif
+		     rc != EAI_FAIL) ||
+		    dt__now_ns() >= deadline_ns)
 			return dt__fail(DT_ECONFIG,
 			                "cannot resolve %s address '%s': %s",
 			                what, host, gai_strerror(rc));
-		/* The resolver said "try again": after a nap, not at once. */
-		struct timespec nap = {0, 50000000L};
+		if (tries == 0 && rc != EAI_AGAIN)
+			dt__log(0,
+			        "cannot resolve %s address '%s' yet (%s): "
+			        "trying again until the connect timeout",
+			        what, host, gai_strerror(rc));
+		/* After a nap, not at once: 50 ms, growing to 1 s. */
+		long ms = tries < 4 ? 50L << tries : 1000L;
+		struct timespec nap = {ms / 1000, (ms % 1000) * 1000000L};
 		nanosleep(&nap, NULL);
 	}
 	for (;;) {

@@ -23,14 +23,26 @@
 
 /* Every variable the config reads; cleared before each test. */
 static const char *const all_vars[] = {
-    "DMLC_ROLE",         "DMLC_PS_ROOT_URI",
-    "DMLC_PS_ROOT_PORT", "DMLC_NUM_SERVER",
-    "DMLC_NUM_WORKER",   "DMLC_INTERFACE",
-    "DMLC_NODE_HOST",    "DMLC_PORT",
-    "PS_VERBOSE",        "DT_CONNECT_TIMEOUT",
-    "DT_LISTEN_FD",      "DMLC_WORKER_ID",
-    "DMLC_SERVER_ID",    "OMPI_COMM_WORLD_RANK",
-    "PMIX_RANK",         "SLURM_PROCID",
+    "DMLC_ROLE",
+    "DMLC_PS_ROOT_URI",
+    "DMLC_PS_ROOT_PORT",
+    "DMLC_NUM_SERVER",
+    "DMLC_NUM_WORKER",
+    "DMLC_INTERFACE",
+    "DMLC_NODE_HOST",
+    "DMLC_PORT",
+    "PS_VERBOSE",
+    "DT_CONNECT_TIMEOUT",
+    "DT_LISTEN_FD",
+    "DMLC_WORKER_ID",
+    "DMLC_SERVER_ID",
+    "OMPI_COMM_WORLD_RANK",
+    "PMIX_RANK",
+    "SLURM_PROCID",
+    "JOB_COMPLETION_INDEX",
+    "MX_CONFIG",
+    "DMLC_USE_KUBERNETES",
+    "DTRAIN_SCHEDULER_BIND",
 };
 
 static int
@@ -279,14 +291,69 @@ test_rank_requests(void **state)
 	assert_int_equal(rank_of(), -1);
 }
 
+/* Kubernetes: an Indexed Job's JOB_COMPLETION_INDEX and an MXJob's
+ * MX_CONFIG give the rank; DMLC_USE_KUBERNETES makes the scheduler listen
+ * on the pod's address (or all), not on the Service's name. */
+static void
+test_kubernetes(void **state)
+{
+	dt_node_config cfg;
+
+	(void)state;
+	setenv("JOB_COMPLETION_INDEX", "1", 1);
+	assert_int_equal(rank_of(), 1);
+	setenv("DMLC_WORKER_ID", "2", 1); /* the explicit one wins */
+	assert_int_equal(rank_of(), 2);
+	unsetenv("DMLC_WORKER_ID");
+	setenv("JOB_COMPLETION_INDEX", "x", 1);
+	expect_bad(1, "JOB_COMPLETION_INDEX", "x");
+	unsetenv("JOB_COMPLETION_INDEX");
+
+	/* MXJob: servers get no DMLC_SERVER_ID, only MX_CONFIG. */
+	setenv("DMLC_ROLE", "server", 1);
+	setenv("MX_CONFIG",
+	       "{\"cluster\":{\"server\":[{\"url\":\"task\",\"port\":9091}]},"
+	       "\"labels\":{\"server\":\"\"},"
+	       "\"task\":{\"type\":\"server\",\"index\":1}}",
+	       1);
+	assert_int_equal(rank_of(), 1);
+	setenv("MX_CONFIG", "{\"task\": {\"index\": 3, \"type\": \"server\"}}",
+	       1);
+	assert_int_equal(rank_of(), 3);
+	setenv("MX_CONFIG", "{\"task\":{\"type\":\"worker\",\"index\":1}}", 1);
+	expect_bad(1, "MX_CONFIG", "server");
+	setenv("MX_CONFIG", "{\"task\":{\"type\":\"server\",\"index\":-1}}", 1);
+	expect_bad(1, "MX_CONFIG", "index");
+	setenv("MX_CONFIG", "{\"task\":{\"type\":\"server\"", 1);
+	expect_bad(1, "MX_CONFIG", "task");
+	setenv("MX_CONFIG", "{\"cluster\":{}}", 1); /* no task: no rank */
+	assert_int_equal(rank_of(), -1);
+	unsetenv("MX_CONFIG");
+
+	setenv("DMLC_ROLE", "scheduler", 1);
+	assert_int_equal(dt_node_config_from_env(&cfg, 1), DT_OK);
+	assert_string_equal(cfg.listen_host, "");
+	setenv("DMLC_USE_KUBERNETES", "1", 1);
+	assert_int_equal(dt_node_config_from_env(&cfg, 1), DT_OK);
+	assert_string_equal(cfg.listen_host, "0.0.0.0");
+	setenv("DMLC_NODE_HOST", "10.1.2.3", 1);
+	assert_int_equal(dt_node_config_from_env(&cfg, 1), DT_OK);
+	assert_string_equal(cfg.listen_host, "10.1.2.3");
+	setenv("DTRAIN_SCHEDULER_BIND", "10.9.9.9", 1);
+	assert_int_equal(dt_node_config_from_env(&cfg, 1), DT_OK);
+	assert_string_equal(cfg.listen_host, "10.9.9.9");
+	setenv("DMLC_USE_KUBERNETES", "2", 1);
+	expect_bad(1, "DMLC_USE_KUBERNETES", "2");
+}
+
 int
 main(void)
 {
 #define T(f) cmocka_unit_test_setup(f, setup_valid_env)
 	const struct CMUnitTest tests[] = {
-	    T(test_valid_worker),  T(test_roles),    T(test_missing_required),
-	    T(test_malformed),     T(test_too_long), T(test_optional_values),
-	    T(test_rank_requests),
+	    T(test_valid_worker),  T(test_roles),      T(test_missing_required),
+	    T(test_malformed),     T(test_too_long),   T(test_optional_values),
+	    T(test_rank_requests), T(test_kubernetes),
 	};
 #undef T
 
