@@ -25,6 +25,6 @@ ENV PATH=/opt/dtrain/examples:$PATH
 # processors differ, so that every pod computes alike (docs/launcher.md,
 # "Placement and exact results"), e.g.  ENV OPENBLAS_CORETYPE=Haswell
 # Every pod runs as this user; nothing needs root.
-RUN useradd --system --uid 10001 dtrain
+RUN useradd --create-home --uid 10001 dtrain
 USER 10001
 WORKDIR /home/dtrain

@@ -801,8 +801,12 @@ reset_dialled(dt_links *L)
 		dt_conn *c;
 		int bye;
 
+		/* Not while this node leaves: with only its BYE
+		 * unacknowledged, a closed connection means that the peer
+		 * has gone (dt__link_on_close), and a reset of ours would
+		 * pass for that. */
 		pthread_mutex_lock(&L->mu);
-		bye = L->p[id].bye;
+		bye = L->p[id].bye || L->finishing;
 		pthread_mutex_unlock(&L->mu);
 		if (!L->p[id].dialer || bye ||
 		    (c = __atomic_load_n(&n->peers[id], __ATOMIC_ACQUIRE)) ==

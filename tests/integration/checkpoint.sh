@@ -14,6 +14,7 @@
 #   - dt_kv_checkpoint without DTRAIN_CHECKPOINT_DIR, and a directory that
 #     cannot be written, are refused with the reason.
 set -u
+. "$(dirname "$0")/job_lib.bash"
 B=${DTRAIN_BUILD:?}
 DATA=${FASHION_MNIST:-/usr/share/datasets/fashion-mnist}
 tmp=$(mktemp -d)
@@ -33,14 +34,9 @@ ours() { # pids of this test's processes
 L=("$B/dtrain" launch -n 2 -s 2 --checkpoint-dir "$CK" --checkpoint-every 0 --env "$TAG")
 
 run() { # name args...: a launch that must succeed
-	local name=$1
+	local name=$1 rc=0
 	shift
-	local rc=0
-	timeout 200 "$@" >"$tmp/$name.log" 2>&1 || rc=$?
-	[ $rc = 0 ] && return
-	grep -A12 -E 'runtime error|ERROR: (Address|Leak|Thread)Sanitizer' "$tmp/$name.log" | head -40
-	tail -20 "$tmp/$name.log"
-	fail "$name exited $rc"
+	run_job 200 "$tmp/$name.log" 20 "$@" || { rc=$?; fail "$name exited $rc"; }
 }
 at() { sed -n "s/.*kv_check ckpt \(checkpoint \)\{0,1\}at step $2: \([0-9a-f]*\)$/\2/p" "$tmp/$1.log" | head -1; }
 

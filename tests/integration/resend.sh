@@ -14,6 +14,7 @@
 # exact, and streamed pushes cut were used from where they were cut.
 # PS_DROP_MSG without PS_RESEND=1 is refused with the reason.
 set -u
+. "$(dirname "$0")/job_lib.bash"
 B=${DTRAIN_BUILD:?}
 DATA=${FASHION_MNIST:-/usr/share/datasets/fashion-mnist}
 tmp=$(mktemp -d)
@@ -31,15 +32,9 @@ SUM_RESET=0.1
 FAULTS_KV=(--env PS_RESEND=1 --env PS_RESEND_TIMEOUT=20 --env PS_DROP_MSG=5)
 
 run() { # name args...: a launch that must succeed
-	local name=$1
+	local name=$1 rc=0
 	shift
-	local rc=0
-	timeout 280 "$@" >"$tmp/$name.log" 2>&1 || rc=$?
-	[ $rc = 0 ] && return
-	# (a sanitizer's report is what tells why a node ended: first)
-	grep -A12 -E 'runtime error|ERROR: (Address|Leak|Thread)Sanitizer' "$tmp/$name.log" | head -40
-	tail -30 "$tmp/$name.log"
-	fail "$name exited $rc"
+	run_job 280 "$tmp/$name.log" 30 "$@" || { rc=$?; fail "$name exited $rc"; }
 }
 # faults_seen name [resets]: the log of a faulty run shows drops, resends
 # and reconnections (with resets: reconnections)
