@@ -432,7 +432,7 @@ env_value(FILE *f, int in, const char *name, const char *value)
 static void
 container(FILE *f, const k8s_opts *o, k8s_role r, int in, int mxjob)
 {
-	char secret_name[300], num[32];
+	char name_buf[300], num[32];
 
 	fprintf(f, "%*s- name: %s\n", in, "", mxjob ? "mxnet" : "dtrain");
 	fprintf(f, "%*s  image: ", in, "");
@@ -457,9 +457,8 @@ container(FILE *f, const k8s_opts *o, k8s_role r, int in, int mxjob)
 	if (!mxjob) {
 		/* (MXJob's operator sets these itself) */
 		env_value(f, in, "DMLC_ROLE", role_names[r]);
-		snprintf(secret_name, sizeof(secret_name), "%s-scheduler",
-		         o->name);
-		env_value(f, in, "DMLC_PS_ROOT_URI", secret_name);
+		snprintf(name_buf, sizeof(name_buf), "%s-scheduler", o->name);
+		env_value(f, in, "DMLC_PS_ROOT_URI", name_buf);
 		snprintf(num, sizeof(num), "%ld", o->port);
 		env_value(f, in, "DMLC_PS_ROOT_PORT", num);
 		snprintf(num, sizeof(num), "%ld", o->servers);
@@ -477,18 +476,16 @@ container(FILE *f, const k8s_opts *o, k8s_role r, int in, int mxjob)
 	        "%*s      fieldPath: status.podIP\n",
 	        in, "", in, "", in, "", in, "");
 	if (o->secret_from)
-		snprintf(secret_name, sizeof(secret_name), "%s",
-		         o->secret_from);
+		snprintf(name_buf, sizeof(name_buf), "%s", o->secret_from);
 	else
-		snprintf(secret_name, sizeof(secret_name), "%s-secret",
-		         o->name);
+		snprintf(name_buf, sizeof(name_buf), "%s-secret", o->name);
 	fprintf(f,
 	        "%*s- name: DTRAIN_SECRET\n"
 	        "%*s  valueFrom:\n"
 	        "%*s    secretKeyRef:\n"
 	        "%*s      name: ",
 	        in, "", in, "", in, "", in, "");
-	q(f, secret_name);
+	q(f, name_buf);
 	fprintf(f, "\n%*s      key: \"secret\"\n", in, "");
 	if (o->restart)
 		env_value(f, in, "DTRAIN_RECOVER", "1");

@@ -162,9 +162,12 @@ dt__sock_connect(const char *host, int port, uint64_t deadline_ns,
 
 	snprintf(portstr, sizeof(portstr), "%d", port);
 	for (int tries = 0;; tries++) {
+		uint64_t now;
+
 		rc = getaddrinfo(host, portstr, &hints, &res);
 		if (rc == 0)
 			break;
+		now = dt__now_ns();
 		/* A name that does not resolve yet may soon: a Kubernetes
 		 * Service's record comes with its pod, and pods start in any
 		 * order. So it is tried again until the deadline. */
@@ -173,7 +176,7 @@ dt__sock_connect(const char *host, int port, uint64_t deadline_ns,
 		     rc != EAI_NODATA &&
 #endif
 		     rc != EAI_FAIL) ||
-		    dt__now_ns() >= deadline_ns)
+		    now >= deadline_ns)
 			return dt__fail(DT_ECONFIG,
 			                "cannot resolve %s address '%s': %s",
 			                what, host, gai_strerror(rc));
@@ -182,8 +185,11 @@ dt__sock_connect(const char *host, int port, uint64_t deadline_ns,
 			        "cannot resolve %s address '%s' yet (%s): "
 			        "trying again until the connect timeout",
 			        what, host, gai_strerror(rc));
-		/* After a nap, not at once: 50 ms, growing to 1 s. */
-		long ms = tries < 4 ? 50L << tries : 1000L;
+		/* After a nap, not at once: 50 ms, growing to 1 s, never
+		 * past the deadline. */
+		uint64_t left_ms = (deadline_ns - now) / 1000000 + 1;
+		long ms = (long)DT_MIN(
+		    (uint64_t)(tries < 4 ? 50L << tries : 1000L), left_ms);
 		struct timespec nap = {ms / 1000, (ms % 1000) * 1000000L};
 		nanosleep(&nap, NULL);
 	}

@@ -25,12 +25,7 @@ CK="$tmp/ck"
 # Every process of this test's jobs carries TAG in its environment: other
 # tests run kv_check beside this one from the same build.
 TAG="DT_CHECKPOINT_TEST=$tmp"
-ours() { # pids of this test's processes
-	local p
-	for p in $(pgrep -f "$B/"); do
-		tr '\0' '\n' 2>/dev/null <"/proc/$p/environ" | grep -qx "$TAG" && echo "$p"
-	done
-}
+ours() { tagged_pids "$B/" "$TAG"; } # this test's processes
 L=("$B/dtrain" launch -n 2 -s 2 --checkpoint-dir "$CK" --checkpoint-every 0 --env "$TAG")
 
 run() { # name args...: a launch that must succeed

@@ -12,3 +12,14 @@ run_job() {
 	tail -n "$lines" "$log"
 	return $rc
 }
+
+# tagged_pids PATTERN VAR=VALUE: the pids of processes whose command line
+# matches PATTERN (pgrep -f) and whose environment holds VAR=VALUE - how a
+# test finds its own processes when other tests run the same programs
+# beside it.
+tagged_pids() {
+	local p
+	for p in $(pgrep -f "$1"); do
+		tr '\0' '\n' 2>/dev/null <"/proc/$p/environ" | grep -qx "$2" && echo "$p"
+	done
+}

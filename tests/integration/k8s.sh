@@ -15,17 +15,13 @@
 #       runs; linreg and a short mnist end with the results of `dtrain
 #       launch`, and every pod (scheduler and servers too) exits 0.
 set -u
+. "$(dirname "$0")/job_lib.bash"
 B=${DTRAIN_BUILD:?}
 HERE=$(cd "$(dirname "$0")" && pwd)
 DATA=${FASHION_MNIST:-/usr/share/datasets/fashion-mnist}
 tmp=$(mktemp -d)
 TAG="k8s-test-$$-$RANDOM"
-ours() {
-	local p
-	for p in $(pgrep -f "dtrain|linreg|mnist"); do
-		tr '\0' '\n' 2>/dev/null <"/proc/$p/environ" | grep -qx "DT_K8S_TEST=$TAG" && echo "$p"
-	done
-}
+ours() { tagged_pids "dtrain|linreg|mnist" "DT_K8S_TEST=$TAG"; } # the pods' processes
 trap 'for p in $(ours); do kill -9 "$p"; done 2>/dev/null; rm -rf "$tmp"' EXIT
 fail() { echo "FAIL: $*"; exit 1; }
 python3 -c 'import yaml' 2>/dev/null || fail "python3-yaml is needed (make deps installs it)"

@@ -20,6 +20,7 @@
 #   - a second kill with --restart 1 (a server, a worker) and the scheduler
 #     killed: the job ends, naming the process, with nothing left running.
 set -u
+. "$(dirname "$0")/job_lib.bash"
 B=${DTRAIN_BUILD:?}
 DATA=${FASHION_MNIST:-/usr/share/datasets/fashion-mnist}
 tmp=$(mktemp -d)
@@ -29,12 +30,7 @@ fail() { echo "FAIL: $*"; exit 1; }
 # Every process of this test's jobs carries TAG in its environment: other
 # tests run beside this one from the same build.
 TAG="DT_RECOVERY_TEST=$tmp"
-ours() { # pids of this test's processes
-	local p
-	for p in $(pgrep -f "$B/"); do
-		tr '\0' '\n' 2>/dev/null <"/proc/$p/environ" | grep -qx "$TAG" && echo "$p"
-	done
-}
+ours() { tagged_pids "$B/" "$TAG"; } # this test's processes
 # pid_of ROLE RANK: the process of that role and rank in this test's job
 pid_of() {
 	local p
