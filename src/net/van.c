@@ -42,6 +42,14 @@
 #define CUT_MIN    (1u << 20) /* DT_CUT_EVERY cuts frames this big */
 #define TX_RECS    16         /* sealed records per write at most */
 #define RX_RAW_CAP (2 * DT_REC_WIRE)
+#define CORK_BUF   (256u << 10) /* held bytes per connection at most */
+#define SWEEP_NS   250000000ull /* stuck queues are looked for this often */
+
+/* Bytes waiting to be sent: [off, off + len) of buf. */
+typedef struct dt_sendq {
+	uint8_t *buf;
+	size_t off, len, cap;
+} dt_sendq;
 
 enum rx_state { RX_HDR, RX_META, RX_PAYLOAD };
 
@@ -63,6 +71,14 @@ struct dt_conn {
 	pthread_mutex_t send_mu;
 	uint8_t *obuf; /* (send_mu) frames held by a corked thread */
 	size_t olen, ocap;
+	/* The writer and the queue (see "sending" below). */
+	pthread_cond_t idle_cv; /* CLOCK_MONOTONIC; busy dropped */
+	int busy;               /* (send_mu) a writer works without send_mu */
+	int close_deferred;     /* (send_mu) down while busy: it closes */
+	int shut_after;         /* (send_mu) shut down once queue is out */
+	dt_sendq wq, pq;        /* (send_mu) wire bytes, then frames */
+	uint64_t q_moved_ns;    /* (send_mu) when the queue last moved */
+	atomic_int want_out;    /* epoll reports c writable too */
 	dt_conn *next;
 
 	/* Authentication: until it is done, the connection's bytes go to a
@@ -157,7 +173,15 @@ struct dt_van {
 	 * CUT_MIN bytes or more is cut inside its payload. */
 	atomic_uint cut_every;
 	atomic_uint cut_n;
+	/* Connections with a queue that waits for room (want_out), and when
+	 * they were last looked at for one that does not move. */
+	atomic_int queued_conns;
+	uint64_t stuck_swept_ns; /* (dispatch_mu) */
 };
+
+/* The van whose events this thread handles now (dispatch), if any: its
+ * sends never wait long for a peer (see "sending"). */
+static _Thread_local dt_van *tl_dispatch;
 
 /* A pointer value no buffer has: payload_dest returns it to discard. */
 char dt__van_discard_tag;
@@ -183,6 +207,7 @@ conn_new(dt_van *v, const dt_link *link)
 	atomic_store(&c->heard_ns, c->born_ns);
 	atomic_store(&c->open, 1);
 	pthread_mutex_init(&c->send_mu, NULL);
+	dt__cond_init_monotonic(&c->idle_cv);
 	snprintf(c->addr, sizeof(c->addr), "?");
 	return c;
 }
@@ -216,6 +241,9 @@ conn_free(dt_conn *c)
 	if (c->link.fd >= 0)
 		c->link.ops->close(&c->link);
 	pthread_mutex_destroy(&c->send_mu);
+	pthread_cond_destroy(&c->idle_cv);
+	free(c->wq.buf);
+	free(c->pq.buf);
 	free(c->stage);
 	free(c->meta);
 	free(c->rxbuf);
@@ -250,6 +278,11 @@ conn_add(dt_van *v, dt_conn *c)
 	return DT_OK;
 }
 
+static void link_release(dt_conn *c);
+static void unwant_writable(dt_van *v, dt_conn *c);
+static void conn_writable(dt_van *v, dt_conn *c);
+static void sweep_stuck(dt_van *v);
+
 /* In the I/O thread: stop reading c and tell the owner. */
 static void
 conn_down(dt_van *v, dt_conn *c, dt_err why, const char *reason)
@@ -263,12 +296,16 @@ conn_down(dt_van *v, dt_conn *c, dt_err why, const char *reason)
 	 * Give the descriptor and the receive buffers back now, so a peer
 	 * that connects and misbehaves again and again cannot exhaust them.
 	 * Under send_mu: a sender re-checks `open` under that lock before
-	 * every write, so it never writes to a recycled descriptor (after the
-	 * shutdown above a blocked sender wakes at once).
+	 * every write, so it never writes to a recycled descriptor; a busy
+	 * writer (one that writes without the lock) closes it when it is
+	 * done (after the shutdown above it wakes at once).
 	 */
 	pthread_mutex_lock(&c->send_mu);
-	c->link.ops->close(&c->link);
-	crypt_buffers_free(c);
+	unwant_writable(v, c);
+	if (c->busy)
+		c->close_deferred = 1; /* its writer closes when it is done */
+	else
+		link_release(c);
 	pthread_mutex_unlock(&c->send_mu);
 	free(c->stage);
 	free(c->meta);
@@ -996,7 +1033,11 @@ dispatch(dt_van *v, const struct epoll_event *evs, int n)
 	int big;
 
 	atomic_store(&v->busy_since, t0);
+	dt_van *outer = tl_dispatch;
+
+	tl_dispatch = v;
 	big = dispatch_events(v, evs, n);
+	tl_dispatch = outer;
 	t1 = dt__now_ns();
 	if (t1 - t0 > STALL_NS)
 		atomic_store(&v->stall_end, t1);
@@ -1011,6 +1052,7 @@ dispatch_events(dt_van *v, const struct epoll_event *evs, int n)
 
 	accept_resume(v);
 	sweep_unvouched(v);
+	sweep_stuck(v);
 	for (int i = 0; i < n; i++) {
 		void *p = evs[i].data.ptr;
 
@@ -1021,11 +1063,17 @@ dispatch_events(dt_van *v, const struct epoll_event *evs, int n)
 			continue;
 		}
 		dt_conn *c = p;
-		if (atomic_load(&c->open))
+		if ((evs[i].events & EPOLLOUT) && atomic_load(&c->open))
+			conn_writable(v, c);
+		if ((evs[i].events & ~(uint32_t)EPOLLOUT) &&
+		    atomic_load(&c->open))
 			conn_readable(v, c);
 		if (atomic_load(&c->open)) {
-			struct epoll_event ev = {.events = CONN_EVENTS,
-			                         .data.ptr = c};
+			struct epoll_event ev = {
+			    .events =
+			        CONN_EVENTS |
+			        (atomic_load(&c->want_out) ? EPOLLOUT : 0),
+			    .data.ptr = c};
 			epoll_ctl(v->epfd, EPOLL_CTL_MOD, c->link.fd, &ev);
 			if (c->state == RX_PAYLOAD &&
 			    c->h.payload_len - c->payload_got >= POLL_BIG)
@@ -1094,6 +1142,9 @@ io_thread(void *arg)
 			tmo = 0;
 		if (atomic_load(&v->unvouched) > 0 && (tmo < 0 || tmo > 100))
 			tmo = 100; /* sweep_unvouched's rounds */
+		if (atomic_load(&v->queued_conns) > 0 &&
+		    (tmo < 0 || tmo > (int)(SWEEP_NS / 1000000)))
+			tmo = (int)(SWEEP_NS / 1000000); /* sweep_stuck's */
 		n = epoll_wait(v->epfd, evs, 64, tmo);
 		if (n < 0) {
 			if (errno == EINTR)
@@ -1303,21 +1354,117 @@ dt__van_connect(dt_van *v, const char *host, int port, int timeout_ms,
 }
 
 /*
- * Write vec[0..n) to c, all of it, with send_mu held. Each call writes at
- * most SEND_CHUNK bytes (no cut that would leave a small tail): each call's
- * end pushes its segments out, so the receiver works on a big payload
- * steadily instead of in bursts of half the window.
+ * ---- sending ----
+ *
+ * A connection has one writer at a time: the thread that holds send_mu
+ * while busy is 0, or the thread that set busy (it writes with send_mu
+ * released, so others can queue behind it meanwhile). Bytes not written yet
+ * wait in the connection's queue, in this order: wq, bytes as they go on
+ * the wire (the rest of sealed records), then pq, frames not sealed yet
+ * (on a link in the clear, the wire bytes themselves).
+ *
+ * The thread that handles events (the I/O thread, or a caller polling in
+ * dt__van_wait) never waits long for a peer: it writes what the socket
+ * takes within NB_BUDGET_NS (and NB_WAIT_MS without progress), queues the
+ * rest (a copy) and has epoll report the socket writable; the rest leaves
+ * from there (conn_writable). A peer that stops reading, or a connection
+ * its peer has already given up, thus never keeps a node from serving its
+ * other connections and answering handshakes. A queue that does not move
+ * for DT_SEND_TIMEOUT ends its connection (sweep_stuck); one that would
+ * pass QUEUE_SLACK more than the largest frame ends it at once.
+ *
+ * Other threads may wait: they take the writer's place (busy), write what
+ * is queued, then their frame, straight from the caller's buffers, then
+ * whatever was queued behind them meanwhile, each write waiting for the
+ * peer up to DT_SEND_TIMEOUT.
+ */
+#define NB_WAIT_MS   2
+#define NB_BUDGET_NS 50000000ull
+#define QUEUE_SLACK  (64u << 20)
+#define QUEUE_MIN    (64u << 10)
+
+static size_t
+queued(const dt_conn *c)
+{
+	return c->wq.len + c->pq.len;
+}
+
+static void
+sendq_free(dt_sendq *q)
+{
+	free(q->buf);
+	memset(q, 0, sizeof(*q));
+}
+
+/* Room for add more bytes at the end of q (send_mu held, c's writer). */
+static dt_err
+sendq_room(dt_van *v, dt_conn *c, dt_sendq *q, size_t add)
+{
+	if (queued(c) + add > v->max_payload + QUEUE_SLACK)
+		return dt__fail(DT_ETOOBIG,
+		                "send to %s: %zu bytes already wait for a peer "
+		                "that does not read",
+		                c->addr, queued(c));
+	if (queued(c) == 0)
+		c->q_moved_ns = dt__now_ns(); /* the stall clock starts */
+	if (q->off + q->len + add <= q->cap)
+		return DT_OK;
+	if (q->off > 0) {
+		memmove(q->buf, q->buf + q->off, q->len);
+		q->off = 0;
+	}
+	if (q->len + add <= q->cap)
+		return DT_OK;
+	size_t cap = DT_MAX(DT_MAX(q->cap * 2, q->len + add), QUEUE_MIN);
+	uint8_t *b = realloc(q->buf, cap);
+
+	if (b == NULL)
+		return dt__fail(DT_ENOMEM,
+		                "send to %s: no memory to queue %zu "
+		                "bytes",
+		                c->addr, add);
+	q->buf = b;
+	q->cap = cap;
+	return DT_OK;
+}
+
+/* Queue n pieces behind what waits (send_mu held). */
+static dt_err
+sendq_put(dt_van *v, dt_conn *c, dt_sendq *q, const struct iovec *vec, int n)
+{
+	size_t total = 0;
+	dt_err err;
+
+	for (int i = 0; i < n; i++)
+		total += vec[i].iov_len;
+	if ((err = sendq_room(v, c, q, total)))
+		return err;
+	for (int i = 0; i < n; i++) {
+		memcpy(q->buf + q->off + q->len, vec[i].iov_base,
+		       vec[i].iov_len);
+		q->len += vec[i].iov_len;
+	}
+	return DT_OK;
+}
+
+/*
+ * Write what *pcur (*pleft pieces) holds, as c's writer; *pcur and *pleft
+ * follow what was written (the pieces are changed in place). Waiting
+ * (nb = 0): for room until deadline. Not waiting (nb = 1): returns DT_OK
+ * with *pleft > 0 once the peer has taken nothing for NB_WAIT_MS, or at
+ * deadline. Each call writes at most SEND_CHUNK bytes (no cut that would
+ * leave a small tail): each call's end pushes its segments out, so the
+ * receiver works on a big payload steadily instead of in bursts of half
+ * the window.
  */
 static dt_err
-write_raw_locked(dt_van *v, dt_conn *c, struct iovec *vec, int n,
-                 const char *what)
+raw_write(dt_van *v, dt_conn *c, struct iovec **pcur, int *pleft,
+          uint64_t deadline, int nb, const char *what)
 {
-	uint64_t deadline;
+	struct iovec *cur = *pcur;
+	int left = *pleft;
 	dt_err err = DT_OK;
 
-	deadline = dt__now_ns() + (uint64_t)v->send_timeout_ms * 1000000ull;
-	struct iovec *cur = vec;
-	int left = n;
 	while (left > 0) {
 		int iovlen = 0;
 		size_t cut = 0, full = 0, rest = 0, limit;
@@ -1325,7 +1472,6 @@ write_raw_locked(dt_van *v, dt_conn *c, struct iovec *vec, int n,
 
 		for (int i = 0; i < left; i++)
 			rest += cur[i].iov_len;
-		/* (no cut that would leave a small tail for another call) */
 		limit = rest < 2 * SEND_CHUNK ? rest : SEND_CHUNK;
 		while (iovlen < DT_MIN(left, 1024) && cut < limit) {
 			size_t len = cur[iovlen].iov_len;
@@ -1350,29 +1496,35 @@ write_raw_locked(dt_van *v, dt_conn *c, struct iovec *vec, int n,
 		if (full) /* put the cut piece's length back */
 			cur[iovlen - 1].iov_len = full;
 		if (w < 0) {
+			uint64_t now;
+
 			if (errno == EINTR)
 				continue;
-			if (errno == EAGAIN || errno == EWOULDBLOCK) {
-				uint64_t now = dt__now_ns();
-
-				if (now >= deadline) {
-					err = dt__fail(
-					    DT_ETIMEDOUT,
-					    "send %s to %s: peer has not "
-					    "read for %d s",
-					    what, c->addr,
-					    v->send_timeout_ms / 1000);
-					break;
-				}
-				c->link.ops->wait_writable(
-				    &c->link,
-				    (int)DT_MIN((deadline - now) / 1000000 + 1,
-				                1000));
+			if (errno != EAGAIN && errno != EWOULDBLOCK) {
+				err = dt__fail(DT_ECLOSED, "send %s to %s: %s",
+				               what, c->addr, strerror(errno));
+				break;
+			}
+			now = dt__now_ns();
+			if (nb) {
+				if (now >= deadline ||
+				    !c->link.ops->wait_writable(&c->link,
+				                                NB_WAIT_MS))
+					break; /* the rest waits in the queue */
 				continue;
 			}
-			err = dt__fail(DT_ECLOSED, "send %s to %s: %s", what,
-			               c->addr, strerror(errno));
-			break;
+			if (now >= deadline) {
+				err = dt__fail(DT_ETIMEDOUT,
+				               "send %s to %s: peer has not "
+				               "read for %d s",
+				               what, c->addr,
+				               v->send_timeout_ms / 1000);
+				break;
+			}
+			c->link.ops->wait_writable(
+			    &c->link,
+			    (int)DT_MIN((deadline - now) / 1000000 + 1, 1000));
+			continue;
 		}
 		size_t done = (size_t)w;
 		while (left > 0 && done >= cur->iov_len) {
@@ -1385,20 +1537,29 @@ write_raw_locked(dt_van *v, dt_conn *c, struct iovec *vec, int n,
 			cur->iov_len -= done;
 		}
 	}
+	*pcur = cur;
+	*pleft = left;
 	return err;
 }
 
-/* Seal what vec holds into records and write them (send_mu held): up to
- * TX_RECS records per write. */
+/*
+ * Seal what *pcur holds into records and write them, up to TX_RECS records
+ * per write, as c's writer (raw_write's contract). When the peer is slow
+ * (nb), the records sealed but not written go to wq, which is empty on
+ * entry, and *pcur tells the plaintext left.
+ */
 static dt_err
-write_sealed_locked(dt_van *v, dt_conn *c, const struct iovec *vec, int n,
-                    const char *what)
+sealed_write(dt_van *v, dt_conn *c, struct iovec **pcur, int *pleft,
+             uint64_t deadline, int nb, const char *what)
 {
-	size_t used = 0, gathered = 0;
+	const size_t cap = (size_t)TX_RECS * DT_REC_WIRE;
+	struct iovec *cur = *pcur;
+	int left = *pleft;
+	size_t gathered = 0;
 	dt_err err = DT_OK;
 
 	if (c->txbuf == NULL) {
-		c->txbuf = malloc((size_t)TX_RECS * DT_REC_WIRE);
+		c->txbuf = malloc(cap);
 		c->txplain = malloc(DT_REC_MAX);
 		if (c->txbuf == NULL || c->txplain == NULL)
 			return dt__fail(DT_ENOMEM,
@@ -1406,66 +1567,356 @@ write_sealed_locked(dt_van *v, dt_conn *c, const struct iovec *vec, int n,
 			                "encryption",
 			                what);
 	}
-	for (int i = 0; i < n; i++) {
-		const uint8_t *p = vec[i].iov_base;
-		size_t left = vec[i].iov_len;
+	while (left > 0 || gathered > 0) {
+		size_t used = 0;
 
-		while (left > 0) {
-			if (gathered == 0 && left >= DT_REC_MAX) {
-				/* A whole record straight from the caller's */
-				used += dt__crypt_seal(c->tx, p, DT_REC_MAX,
-				                       c->txbuf + used);
-				p += DT_REC_MAX;
-				left -= DT_REC_MAX;
-			} else {
-				size_t take =
-				    DT_MIN(left, DT_REC_MAX - gathered);
+		while (used + DT_REC_WIRE <= cap) {
+			size_t take;
 
-				memcpy(c->txplain + gathered, p, take);
-				gathered += take;
-				p += take;
-				left -= take;
-				if (gathered < DT_REC_MAX)
-					continue;
-				used +=
-				    dt__crypt_seal(c->tx, c->txplain, gathered,
-				                   c->txbuf + used);
+			if (left == 0) {
+				if (gathered > 0)
+					used += dt__crypt_seal(
+					    c->tx, c->txplain, gathered,
+					    c->txbuf + used);
 				gathered = 0;
+				break;
 			}
-			if (used + DT_REC_WIRE >
-			    (size_t)TX_RECS * DT_REC_WIRE) {
-				struct iovec iov = {c->txbuf, used};
-
-				used = 0;
-				if ((err =
-				         write_raw_locked(v, c, &iov, 1, what)))
-					return err;
+			if (gathered == 0 && cur->iov_len >= DT_REC_MAX) {
+				/* A whole record straight from the caller's */
+				take = DT_REC_MAX;
+				used += dt__crypt_seal(c->tx, cur->iov_base,
+				                       take, c->txbuf + used);
+			} else {
+				take =
+				    DT_MIN(cur->iov_len, DT_REC_MAX - gathered);
+				memcpy(c->txplain + gathered, cur->iov_base,
+				       take);
+				gathered += take;
+				if (gathered == DT_REC_MAX) {
+					used += dt__crypt_seal(
+					    c->tx, c->txplain, gathered,
+					    c->txbuf + used);
+					gathered = 0;
+				}
+			}
+			cur->iov_base = (uint8_t *)cur->iov_base + take;
+			cur->iov_len -= take;
+			if (cur->iov_len == 0) {
+				cur++;
+				left--;
 			}
 		}
-	}
-	if (gathered > 0)
-		used += dt__crypt_seal(c->tx, c->txplain, gathered,
-		                       c->txbuf + used);
-	if (used > 0) {
-		struct iovec iov = {c->txbuf, used};
+		struct iovec wire = {c->txbuf, used}, *wc = &wire;
+		int wl = used > 0;
 
-		err = write_raw_locked(v, c, &iov, 1, what);
+		if ((err = raw_write(v, c, &wc, &wl, deadline, nb, what)))
+			break;
+		if (wl > 0) { /* nb, and the peer is slow */
+			err = sendq_put(v, c, &c->wq, wc, 1);
+			if (err == DT_OK && gathered > 0 &&
+			    (err = sendq_room(v, c, &c->wq,
+			                      gathered + DT_REC_HDR +
+			                          DT_REC_TAG)) == DT_OK)
+				c->wq.len += dt__crypt_seal(
+				    c->tx, c->txplain, gathered,
+				    c->wq.buf + c->wq.off + c->wq.len);
+			break;
+		}
+	}
+	*pcur = cur;
+	*pleft = left;
+	return err;
+}
+
+/* Frames onto the wire: sealed when the link is encrypted. */
+static dt_err
+put_bytes(dt_van *v, dt_conn *c, struct iovec **pcur, int *pleft,
+          uint64_t deadline, int nb, const char *what)
+{
+	if (c->tx)
+		return sealed_write(v, c, pcur, pleft, deadline, nb, what);
+	return raw_write(v, c, pcur, pleft, deadline, nb, what);
+}
+
+/* Give the descriptor and the send buffers back (send_mu held, no writer
+ * busy): the connection is down. */
+static void
+link_release(dt_conn *c)
+{
+	c->link.ops->close(&c->link);
+	crypt_buffers_free(c);
+	sendq_free(&c->wq);
+	sendq_free(&c->pq);
+	c->close_deferred = 0;
+}
+
+/* epoll: report c writable too (send_mu held, in the dispatching thread,
+ * which re-arms connections: see dispatch_events). */
+static void
+want_writable(dt_van *v, dt_conn *c)
+{
+	if (atomic_load(&c->want_out) || c->link.fd < 0)
+		return;
+	atomic_store(&c->want_out, 1);
+	atomic_fetch_add(&v->queued_conns, 1);
+	struct epoll_event ev = {.events = CONN_EVENTS | EPOLLOUT,
+	                         .data.ptr = c};
+	epoll_ctl(v->epfd, EPOLL_CTL_MOD, c->link.fd, &ev);
+}
+
+static void
+unwant_writable(dt_van *v, dt_conn *c)
+{
+	if (atomic_exchange(&c->want_out, 0))
+		atomic_fetch_sub(&v->queued_conns, 1);
+}
+
+/* Write what waits, without waiting for the peer (send_mu held, no writer
+ * busy). */
+static dt_err
+drain_nb(dt_van *v, dt_conn *c)
+{
+	uint64_t deadline = dt__now_ns() + NB_BUDGET_NS;
+	dt_err err = DT_OK;
+
+	for (int pass = 0; pass < 2 && err == DT_OK; pass++) {
+		dt_sendq *q = pass == 0 ? &c->wq : &c->pq;
+		struct iovec iov = {q->buf + q->off, q->len}, *cur = &iov;
+		int left = q->len > 0;
+
+		if (left == 0)
+			continue;
+		err = pass == 0 ? raw_write(v, c, &cur, &left, deadline, 1,
+		                            "queued bytes")
+		                : put_bytes(v, c, &cur, &left, deadline, 1,
+		                            "queued frames");
+		size_t rest = left ? cur->iov_len : 0;
+
+		if (rest < q->len)
+			c->q_moved_ns = dt__now_ns();
+		q->off += q->len - rest;
+		q->len = rest;
+		if (q->len == 0)
+			q->off = 0;
+		if (c->wq.len > 0)
+			break; /* wire bytes first */
 	}
 	return err;
 }
 
+/* Write what waits, waiting for the peer until deadline, as the busy
+ * writer (send_mu held, released meanwhile). */
 static dt_err
-write_locked(dt_van *v, dt_conn *c, struct iovec *vec, int n, const char *what)
+drain_wait(dt_van *v, dt_conn *c, uint64_t deadline)
 {
-	if (c->tx)
-		return write_sealed_locked(v, c, vec, n, what);
-	return write_raw_locked(v, c, vec, n, what);
+	dt_err err = DT_OK;
+
+	while (err == DT_OK && queued(c) > 0) {
+		dt_sendq w = c->wq, p = c->pq;
+		struct iovec iw = {w.buf + w.off, w.len}, *cw = &iw;
+		struct iovec ip = {p.buf + p.off, p.len}, *cp = &ip;
+		int lw = w.len > 0, lp = p.len > 0;
+
+		memset(&c->wq, 0, sizeof(c->wq));
+		memset(&c->pq, 0, sizeof(c->pq));
+		pthread_mutex_unlock(&c->send_mu);
+		err = raw_write(v, c, &cw, &lw, deadline, 0, "queued bytes");
+		if (err == DT_OK)
+			err = put_bytes(v, c, &cp, &lp, deadline, 0,
+			                "queued frames");
+		pthread_mutex_lock(&c->send_mu);
+		/* keep a buffer for the next queue */
+		if (c->pq.buf == NULL && p.buf != NULL) {
+			c->pq = (dt_sendq){p.buf, 0, 0, p.cap};
+			p.buf = NULL;
+		}
+		free(p.buf);
+		free(w.buf);
+		c->q_moved_ns = dt__now_ns();
+	}
+	return err;
+}
+
+/* The busy writer is done (send_mu held). */
+static void
+busy_end(dt_conn *c, dt_err err)
+{
+	c->busy = 0;
+	if (c->close_deferred)
+		link_release(c); /* conn_down came meanwhile */
+	else if (err && c->link.fd >= 0)
+		c->link.ops->shutdown(&c->link);
+	else if (c->shut_after && c->link.fd >= 0)
+		c->link.ops->shutdown(&c->link);
+	pthread_cond_broadcast(&c->idle_cv);
+}
+
+/* Send vec without waiting for the peer (send_mu held, dispatching). */
+static dt_err
+send_nb_locked(dt_van *v, dt_conn *c, struct iovec *vec, int n,
+               const char *what)
+{
+	dt_err err;
+
+	if (c->busy) /* the busy writer takes it along */
+		return sendq_put(v, c, &c->pq, vec, n);
+	if (queued(c) > 0 && (err = drain_nb(v, c)))
+		return err;
+	if (queued(c) == 0) {
+		int left = n;
+
+		err = put_bytes(v, c, &vec, &left, dt__now_ns() + NB_BUDGET_NS,
+		                1, what);
+		if (err || left == 0)
+			return err;
+		n = left;
+	}
+	if ((err = sendq_put(v, c, &c->pq, vec, n)) == DT_OK)
+		want_writable(v, c);
+	return err;
+}
+
+/* Send vec, waiting for the peer up to DT_SEND_TIMEOUT (send_mu held,
+ * released while writing). */
+static dt_err
+send_wait_locked(dt_van *v, dt_conn *c, struct iovec *vec, int n,
+                 const char *what)
+{
+	uint64_t deadline =
+	    dt__now_ns() + (uint64_t)v->send_timeout_ms * 1000000ull;
+	dt_err err;
+
+	while (c->busy && atomic_load(&c->open)) {
+		struct timespec ts = dt__timespec_at(deadline);
+
+		if (dt__now_ns() >= deadline)
+			return dt__fail(DT_ETIMEDOUT,
+			                "send %s to %s: the send before it has "
+			                "not ended in %d s",
+			                what, c->addr,
+			                v->send_timeout_ms / 1000);
+		pthread_cond_timedwait(&c->idle_cv, &c->send_mu, &ts);
+	}
+	if (!atomic_load(&c->open) || c->link.fd < 0 || c->shut_after)
+		return dt__fail(DT_ECLOSED, "send %s to %s: connection closed",
+		                what, c->addr);
+	c->busy = 1;
+	err = drain_wait(v, c, deadline); /* what was there first */
+	if (err == DT_OK) {
+		int left = n;
+
+		pthread_mutex_unlock(&c->send_mu);
+		err = put_bytes(v, c, &vec, &left, deadline, 0, what);
+		pthread_mutex_lock(&c->send_mu);
+	}
+	if (err == DT_OK)
+		err = drain_wait(v, c, deadline); /* queued behind us */
+	busy_end(c, err);
+	return err;
+}
+
+/* Send vec on c as this thread may (send_mu held; c open). A failure ends
+ * the connection: the stream may be cut inside a frame. */
+static dt_err
+send_locked(dt_van *v, dt_conn *c, struct iovec *vec, int n, const char *what)
+{
+	dt_err err;
+
+	if (tl_dispatch != v)
+		return send_wait_locked(v, c, vec, n, what); /* it ends c */
+	err = send_nb_locked(v, c, vec, n, what);
+	if (err && c->link.fd >= 0)
+		c->link.ops->shutdown(&c->link);
+	return err;
+}
+
+/* The corked frames' buffer, taken out of c while they are written (a
+ * busy writer releases send_mu, and others may cork meanwhile). */
+static uint8_t *
+obuf_take(dt_conn *c, size_t *len)
+{
+	uint8_t *b = c->obuf;
+
+	*len = c->olen;
+	c->obuf = NULL;
+	c->olen = c->ocap = 0;
+	return b;
+}
+
+static void
+obuf_put_back(dt_conn *c, uint8_t *b)
+{
+	if (c->obuf == NULL && b != NULL) {
+		c->obuf = b;
+		c->ocap = CORK_BUF;
+	} else {
+		free(b);
+	}
+}
+
+/* Write the whole queue of a connection epoll says is writable
+ * (dispatching). */
+static void
+conn_writable(dt_van *v, dt_conn *c)
+{
+	pthread_mutex_lock(&c->send_mu);
+	if (atomic_load(&c->open) && c->link.fd >= 0) {
+		if (!c->busy && queued(c) > 0 && drain_nb(v, c) != DT_OK) {
+			dt__log(0, "%s", dt_errmsg());
+			c->link.ops->shutdown(&c->link);
+		}
+		if (c->busy || queued(c) == 0) {
+			/* empty, or the busy writer takes the rest along */
+			unwant_writable(v, c);
+			if (c->shut_after && !c->busy)
+				c->link.ops->shutdown(&c->link);
+		}
+	}
+	pthread_mutex_unlock(&c->send_mu);
+}
+
+/* End the connections whose queue has not moved for DT_SEND_TIMEOUT
+ * (dispatching); looked at a few times a second while any has a queue. */
+static void
+sweep_stuck(dt_van *v)
+{
+	dt_conn *stuck[16];
+	size_t bytes[16];
+	int n = 0;
+	uint64_t now = dt__now_ns();
+	uint64_t limit = (uint64_t)v->send_timeout_ms * 1000000ull;
+
+	if (atomic_load(&v->queued_conns) == 0 ||
+	    now - v->stuck_swept_ns < SWEEP_NS)
+		return;
+	v->stuck_swept_ns = now;
+	pthread_mutex_lock(&v->mu);
+	for (dt_conn *c = v->conns; c && n < 16; c = c->next) {
+		if (!atomic_load(&c->want_out) || !atomic_load(&c->open))
+			continue;
+		pthread_mutex_lock(&c->send_mu);
+		if (!c->busy && queued(c) > 0 && now - c->q_moved_ns > limit) {
+			bytes[n] = queued(c);
+			stuck[n++] = c;
+		}
+		pthread_mutex_unlock(&c->send_mu);
+	}
+	pthread_mutex_unlock(&v->mu);
+	for (int i = 0; i < n; i++) {
+		char why[160];
+
+		snprintf(
+		    why, sizeof(why),
+		    "peer has not read for %d s (%zu bytes wait to be sent)",
+		    v->send_timeout_ms / 1000, bytes[i]);
+		if (atomic_load(&stuck[i]->open))
+			conn_down(v, stuck[i], DT_ETIMEDOUT, why);
+	}
 }
 
 /* ---- corking: a thread's small frames leave in one write ---- */
 
-#define CORK_MAX   (64u << 10)  /* frames up to this size are held */
-#define CORK_BUF   (256u << 10) /* held bytes per connection at most */
+#define CORK_MAX   (64u << 10) /* frames up to this size are held */
 #define CORK_CONNS 64
 
 static _Thread_local struct {
@@ -1475,33 +1926,25 @@ static _Thread_local struct {
 	dt_conn *conns[CORK_CONNS]; /* connections holding this thread's */
 } cork;
 
-/* Write out what c holds (send_mu held). */
-static dt_err
-flush_locked(dt_van *v, dt_conn *c)
-{
-	struct iovec iov = {c->obuf, c->olen};
-	dt_err err;
-
-	if (c->olen == 0)
-		return DT_OK;
-	err = write_locked(v, c, &iov, 1, "held frames");
-	if (err == DT_OK)
-		atomic_fetch_add(&v->sent, c->olen);
-	c->olen = 0;
-	return err;
-}
-
-/* A flush that failed loses frames whose senders wait for answers: end
- * the connection, so that its owner learns of the loss (on_close). */
+/* Send what c holds for corked threads. */
 static dt_err
 flush(dt_van *v, dt_conn *c)
 {
-	dt_err err;
+	dt_err err = DT_OK;
 
 	pthread_mutex_lock(&c->send_mu);
-	err = flush_locked(v, c);
-	if (err && c->link.fd >= 0)
-		c->link.ops->shutdown(&c->link);
+	if (c->olen > 0 && atomic_load(&c->open) && c->link.fd >= 0 &&
+	    !c->shut_after) {
+		size_t len;
+		uint8_t *b = obuf_take(c, &len);
+		struct iovec iov = {b, len};
+
+		err = send_locked(v, c, &iov, 1, "held frames");
+		if (err == DT_OK)
+			atomic_fetch_add(&v->sent, len);
+		obuf_put_back(c, b);
+	}
+	c->olen = 0;
 	pthread_mutex_unlock(&c->send_mu);
 	return err;
 }
@@ -1539,11 +1982,9 @@ static int
 hold_locked(dt_van *v, dt_conn *c, const struct iovec *vec, int n,
             uint64_t total)
 {
-	if (cork.v != v || cork.depth == 0 || total > CORK_MAX)
-		return 0;
-	if (c->olen + total > CORK_BUF &&
-	    (c->olen == 0 || flush_locked(v, c) != DT_OK))
-		return 0;
+	if (cork.v != v || cork.depth == 0 || total > CORK_MAX ||
+	    c->olen + total > CORK_BUF)
+		return 0; /* sent at once, with what is held */
 	if (c->ocap < CORK_BUF) {
 		uint8_t *b = realloc(c->obuf, CORK_BUF);
 
@@ -1573,15 +2014,15 @@ dt__van_set_cut(dt_van *v, unsigned every)
 	atomic_store(&v->cut_every, every);
 }
 
-/* DT_CUT_EVERY: write the frames held and this one's header, meta and
- * about half its payload (ending inside a float), then nothing more: the
- * caller ends the connection (send_mu held). */
-static void
-cut_frame(dt_van *v, dt_conn *c, const dt_msg_hdr *h, struct iovec *vec, int n,
+/* DT_CUT_EVERY: keep of vec[0..n) (the frames held, then this one) only
+ * the frames held, this one's header, meta and about half its payload
+ * (ending inside a float); returns the pieces kept. */
+static int
+cut_frame(const dt_conn *c, const dt_msg_hdr *h, struct iovec *vec, int n,
           uint64_t held)
 {
-	uint64_t want = held + DT_HDR_SIZE + h->meta_len +
-	                (h->payload_len / 2 & ~(uint64_t)3) + 2;
+	uint64_t half = (h->payload_len / 2 & ~(uint64_t)3) + 2;
+	uint64_t want = held + DT_HDR_SIZE + h->meta_len + half;
 	int m = 0;
 
 	for (uint64_t sum = 0; m < n && sum < want; m++) {
@@ -1592,11 +2033,9 @@ cut_frame(dt_van *v, dt_conn *c, const dt_msg_hdr *h, struct iovec *vec, int n,
 	dt__log(1,
 	        "DT_CUT_EVERY: cutting %s to %s after %llu of its %llu "
 	        "payload bytes",
-	        dt__cmd_name(h->cmd), c->addr,
-	        (unsigned long long)(h->payload_len / 2 & ~(uint64_t)3) + 2,
+	        dt__cmd_name(h->cmd), c->addr, (unsigned long long)half,
 	        (unsigned long long)h->payload_len);
-	(void)write_locked(v, c, held ? vec : vec + 1, held ? m : m - 1,
-	                   dt__cmd_name(h->cmd));
+	return m;
 }
 
 dt_err
@@ -1643,35 +2082,36 @@ dt__van_send(dt_van *v, dt_conn *c, dt_msg_hdr *h, const void *meta,
 		        (unsigned long long)h->payload_len);
 
 	pthread_mutex_lock(&c->send_mu);
-	if (!atomic_load(&c->open)) {
+	if (!atomic_load(&c->open) || c->link.fd < 0 || c->shut_after) {
 		err = dt__fail(DT_ECLOSED, "send %s to %s: connection closed",
 		               dt__cmd_name(h->cmd), c->addr);
 	} else if (hold_locked(v, c, vec + 1, n - 1, total)) {
 		total = 0; /* counted when flushed */
 	} else {
-		uint64_t held = c->olen;
 		unsigned every = atomic_load(&v->cut_every);
+		size_t held;
+		uint8_t *b = obuf_take(c, &held);
+		int cut = every && h->payload_len >= CUT_MIN &&
+		          atomic_fetch_add(&v->cut_n, 1) % every == every - 1;
 
-		vec[0] = (struct iovec){c->obuf, c->olen};
-		c->olen = 0;
-		if (every && h->payload_len >= CUT_MIN &&
-		    atomic_fetch_add(&v->cut_n, 1) % every == every - 1) {
-			cut_frame(v, c, h, vec, n, held);
+		vec[0] = (struct iovec){b, held};
+		if (cut)
+			n = cut_frame(c, h, vec, n, held);
+		err = send_locked(v, c, held ? vec : vec + 1, held ? n : n - 1,
+		                  dt__cmd_name(h->cmd));
+		obuf_put_back(c, b);
+		total += held;
+		if (cut && err == DT_OK) {
+			/* nothing more after the cut: the connection ends
+			 * when what waits is written */
+			c->shut_after = 1;
+			if (!c->busy && queued(c) == 0 && c->link.fd >= 0)
+				c->link.ops->shutdown(&c->link);
 			err = dt__fail(DT_ECLOSED,
 			               "DT_CUT_EVERY: %s to %s cut inside its "
 			               "payload",
 			               dt__cmd_name(h->cmd), c->addr);
-		} else {
-			err = write_locked(v, c, held ? vec : vec + 1,
-			                   held ? n : n - 1,
-			                   dt__cmd_name(h->cmd));
 		}
-		total += held;
-		/* A write that failed part-way leaves the stream cut inside
-		 * a frame (or a record): nothing more can follow it. End the
-		 * connection, so its owner and the peer learn of it. */
-		if (err && c->link.fd >= 0)
-			c->link.ops->shutdown(&c->link);
 	}
 	pthread_mutex_unlock(&c->send_mu);
 	if (err == DT_OK)
@@ -1685,7 +2125,8 @@ dt_err
 dt__van_beat(dt_van *v, dt_conn *c, dt_msg_hdr *h, int *sent)
 {
 	uint8_t hb[DT_HDR_SIZE];
-	struct iovec iov = {hb, DT_HDR_SIZE};
+	struct iovec iov = {hb, DT_HDR_SIZE}, *cur = &iov;
+	int left = 1;
 	dt_err err = DT_OK;
 
 	*sent = 0;
@@ -1694,12 +2135,14 @@ dt__van_beat(dt_van *v, dt_conn *c, dt_msg_hdr *h, int *sent)
 	dt__hdr_encode(h, hb);
 	if (pthread_mutex_trylock(&c->send_mu) != 0)
 		return DT_OK; /* a send is under way: it speaks for us */
-	if (!atomic_load(&c->open) || c->link.fd < 0) {
+	if (!atomic_load(&c->open) || c->link.fd < 0 || c->shut_after) {
 		err = dt__fail(DT_ECLOSED, "send %s to %s: connection closed",
 		               dt__cmd_name(h->cmd), c->addr);
-	} else if (c->olen == 0 && c->link.ops->wait_writable(&c->link, 0)) {
+	} else if (!c->busy && queued(c) == 0 && c->olen == 0 &&
+	           c->link.ops->wait_writable(&c->link, 0)) {
 		/* Room for far more than a header: the write cannot block. */
-		err = write_locked(v, c, &iov, 1, dt__cmd_name(h->cmd));
+		err = put_bytes(v, c, &cur, &left, dt__now_ns() + NB_BUDGET_NS,
+		                0, dt__cmd_name(h->cmd));
 		if (err && c->link.fd >= 0)
 			c->link.ops->shutdown(&c->link);
 		if (err == DT_OK) {
@@ -1730,12 +2173,22 @@ void
 dt__van_close(dt_van *v, dt_conn *c)
 {
 	/* The I/O thread sees the shutdown as EOF, reports it and closes.
-	 * Frames this thread held (corked) for c leave first: a refusal
-	 * sent just before the close must reach the peer. */
+	 * What waits to be sent, and the frames held (corked) for c, leave
+	 * first as far as the peer takes them at once: a refusal sent just
+	 * before the close reaches the peer, but a close never waits for a
+	 * peer that does not read. */
 	pthread_mutex_lock(&c->send_mu);
 	if (c->link.fd >= 0) {
-		if (c->olen)
-			(void)flush_locked(v, c);
+		if (!c->busy && atomic_load(&c->open)) {
+			struct iovec iov = {c->obuf, c->olen};
+
+			if (c->olen > 0 &&
+			    sendq_put(v, c, &c->pq, &iov, 1) == DT_OK)
+				atomic_fetch_add(&v->sent, c->olen);
+			c->olen = 0;
+			if (queued(c) > 0)
+				(void)drain_nb(v, c);
+		}
 		c->link.ops->shutdown(&c->link);
 	}
 	pthread_mutex_unlock(&c->send_mu);

@@ -5,9 +5,12 @@
  * thread that waits on all of them with epoll, cuts the byte streams into
  * frames (codec.h) and hands each complete message to the owner's on_msg
  * hook, in that thread (or in a waiting caller's, see dt__van_wait; hooks
- * never run concurrently). Any thread may send: a send takes the connection's
- * send lock and writes header, metadata and payload with one writev, with
- * no copy of the payload.
+ * never run concurrently). Any thread may send header, metadata and
+ * payload with scatter-gather writes, with no copy of the payload; but the
+ * thread that runs the hooks never waits long for a peer: what the socket
+ * does not take at once is queued (a copy) and leaves when the socket can
+ * take it, so a peer that does not read never stops a node from reading
+ * (see dt__van_send).
  *
  * Receiving into the final buffer: when a header arrives, the payload_dest
  * hook may return the buffer the payload belongs in (a pending pull's
@@ -95,8 +98,13 @@ dt_err dt__van_connect(dt_van *v, const char *host, int port, int timeout_ms,
 
 /*
  * Send one frame: h (meta_len and payload_len are filled in here), meta and
- * the payload pieces. Thread-safe; blocks until all bytes are in the kernel
- * or the send timeout passes.
+ * the payload pieces. Thread-safe, and frames never interleave. In a hook
+ * (the thread that handles the van's events) it returns within about
+ * 50 ms: what the peer has not taken by then waits in the connection's
+ * queue (a copy) for epoll to report room, and a queue that does not move
+ * for DT_SEND_TIMEOUT ends the connection (on_close: DT_ETIMEDOUT). Any
+ * other thread waits until all bytes are in the kernel, up to
+ * DT_SEND_TIMEOUT (DT_ETIMEDOUT, and the connection ends).
  */
 dt_err dt__van_send(dt_van *v, dt_conn *c, dt_msg_hdr *h, const void *meta,
                     uint32_t meta_len, const struct iovec *iov, int iovcnt);
@@ -146,7 +154,9 @@ dt_err dt__van_beat(dt_van *v, dt_conn *c, dt_msg_hdr *h, int *sent);
  */
 uint64_t dt__conn_silent_ns(const dt_conn *c, uint64_t now);
 
-/* Close a connection (the on_close hook runs in the I/O thread). */
+/* Close a connection (the on_close hook runs in the I/O thread). What
+ * waits to be sent leaves first as far as the peer takes it at once; a
+ * close never waits for a peer that does not read. */
 void dt__van_close(dt_van *v, dt_conn *c);
 /* Fault injection for tests (DT_CUT_EVERY, with PS_RESEND): every
  * every-th frame of 1 MiB or more that is sent is cut inside its payload

@@ -86,6 +86,10 @@ typedef struct sink {
 	int dest_calls;
 	/* Echo every message back on its connection. */
 	dt_van *echo_van;
+	/* While gate is set, on_msg waits (the van stops reading); gated
+	 * counts the messages that came to the gate. */
+	int gate;
+	int gated;
 } sink;
 
 static void
@@ -113,6 +117,12 @@ on_msg(void *arg, dt_conn *c, dt_msg *m)
 	sink *s = arg;
 	rec r = {0};
 
+	pthread_mutex_lock(&s->mu);
+	s->gated++;
+	pthread_cond_broadcast(&s->cv);
+	while (s->gate)
+		pthread_cond_wait(&s->cv, &s->mu);
+	pthread_mutex_unlock(&s->mu);
 	r.h = m->hdr;
 	r.null_payload = m->payload == NULL;
 	r.external = m->payload_external;
@@ -594,6 +604,101 @@ test_echo(void **state)
 		assert_true(p.sb.recs[i].conn == p.cb);
 	}
 	pair_close(&p);
+}
+
+static void
+gate_set(sink *s, int closed)
+{
+	pthread_mutex_lock(&s->mu);
+	s->gate = closed;
+	pthread_cond_broadcast(&s->cv);
+	pthread_mutex_unlock(&s->mu);
+}
+
+/*
+ * The thread that reads never waits for a peer that does not read: a
+ * echoes a 32 MiB frame to b, whose reading thread is held in a hook, and
+ * a still answers a third van meanwhile (a handshake, then an echo)
+ * while the frame waits; once b reads again, it gets the frame whole.
+ * With stuck = 1, a's DT_SEND_TIMEOUT is 1 s instead, and the queue that
+ * does not move ends the connection (on_close: DT_ETIMEDOUT).
+ */
+static void
+hook_send_to_stuck_peer(int stuck)
+{
+	const size_t big = 32u << 20;
+	uint8_t *buf = malloc(big);
+	pair p, q;
+	sink sc;
+	dt_van *vc;
+	dt_conn *cc = NULL, *toward_b;
+
+	assert_non_null(buf);
+	fill_random(buf, big, 77);
+	setenv("DT_SEND_TIMEOUT", stuck ? "1" : "600", 1);
+	pair_open(&p, 0);
+	unsetenv("DT_SEND_TIMEOUT");
+	p.sa.echo_van = p.a;
+	/* b's reading thread stops in its hook at a's first echo */
+	gate_set(&p.sb, 1);
+	assert_int_equal(
+	    send_pieces(p.b, p.cb, DT_CMD_KV_FIRST, 0, 0, NULL, buf, 8, 1),
+	    DT_OK);
+	assert_true(wait_count(&p.sb, &p.sb.gated, 1));
+	assert_int_equal(
+	    send_pieces(p.b, p.cb, DT_CMD_KV_FIRST, 1, 0, NULL, buf, big, 3),
+	    DT_OK);
+	WAIT_RECS(&p.sa, 2);
+	toward_b = p.sa.recs[1].conn;
+	/* a third van is served meanwhile */
+	memset(&q, 0, sizeof(q));
+	sink_init(&sc);
+	vc = make_van(&sc, 0);
+	assert_int_equal(dt__van_start(vc), DT_OK);
+	assert_int_equal(
+	    dt__van_connect(vc, "127.0.0.1", p.port, WAIT_MS, "van a", &cc),
+	    DT_OK);
+	assert_int_equal(
+	    send_pieces(vc, cc, DT_CMD_KV_FIRST, 5, 0, "hi", buf, 4096, 2),
+	    DT_OK);
+	WAIT_RECS(&sc, 1);
+	assert_int_equal(sc.recs[0].crc, crc_of(buf, 4096));
+	if (!stuck) {
+		/* the frame still waits, and arrives whole */
+		assert_true(dt__conn_is_open(toward_b));
+		assert_int_equal(NCLOSE(&p.sa), 0);
+		gate_set(&p.sb, 0);
+		WAIT_RECS(&p.sb, 2);
+		assert_int_equal(p.sb.recs[0].h.seq, 0);
+		assert_int_equal(p.sb.recs[1].h.seq, 1);
+		assert_true(p.sb.recs[1].h.payload_len == big);
+		assert_int_equal(p.sb.recs[1].crc, crc_of(buf, big));
+		assert_int_equal(NCLOSE(&p.sa), 0);
+	} else {
+		WAIT_CLOSES(&p.sa, 1);
+		assert_true(p.sa.close_conn[0] == toward_b);
+		assert_int_equal(p.sa.close_why[0], DT_ETIMEDOUT);
+		gate_set(&p.sb, 0);
+		WAIT_CLOSES(&p.sb, 1);
+	}
+	dt__van_destroy(vc);
+	sink_fini(&sc);
+	pair_close(&p);
+	free(buf);
+}
+
+static void
+test_hook_never_waits(void **state)
+{
+	(void)state;
+	hook_send_to_stuck_peer(0);
+}
+
+static void
+test_stuck_queue_ends(void **state)
+{
+	(void)state;
+	hook_send_to_stuck_peer(1);
 }
 
 /* Several threads share one connection; frames never interleave. */
@@ -1969,6 +2074,8 @@ main(void)
 	    T(test_close_and_send),
 	    T(test_send_too_big),
 	    T(test_send_timeout),
+	    T(test_hook_never_waits),
+	    T(test_stuck_queue_ends),
 	    T(test_bad_listen),
 	    T(test_auth_refusals),
 	    cmocka_unit_test_setup_teardown(test_sizes_in_order,
@@ -1985,6 +2092,8 @@ main(void)
 	                                    setup_encrypted, teardown),
 	    cmocka_unit_test_setup_teardown(test_send_timeout, setup_encrypted,
 	                                    teardown),
+	    cmocka_unit_test_setup_teardown(test_hook_never_waits,
+	                                    setup_encrypted, teardown),
 	    cmocka_unit_test(test_transport_choice),
 	    cmocka_unit_test(test_accept_out_of_fds),
 	    cmocka_unit_test(test_guard),
