@@ -35,9 +35,12 @@
  *
  * Threads: senders (any thread) number and write under the link's order_mu,
  * so the wire keeps the numbering; the I/O thread judges frames; the link
- * thread sends ACKs, resends, redials and resets. Lock order: order_mu, then
- * links->mu; the van's locks below both. Nothing waits on the network
- * while holding links->mu.
+ * thread sends ACKs, resends, redials and resets. A hook (the thread that
+ * handles events) never waits for order_mu, whose holder may be waiting
+ * for a peer that is itself waiting for this node to read: it numbers and
+ * keeps its message, and the next holder or the link thread writes it
+ * (unsent). Lock order: order_mu, then links->mu; the van's locks below
+ * both. Nothing waits on the network while holding links->mu.
  */
 #include <errno.h>
 #include <pthread.h>
@@ -63,8 +66,10 @@ typedef struct rtx {
 	int iovcnt;
 	uint8_t *copy;
 	size_t bytes;
-	int refs;  /* (mu) resends under way */
-	int acked; /* (mu) freed by the last resender */
+	int refs;   /* (mu) resends under way */
+	int acked;  /* (mu) freed by the last resender */
+	int unsent; /* (mu) numbered by a hook while another thread held
+	               order_mu: the next holder writes it */
 } rtx;
 
 typedef struct plink {
@@ -84,6 +89,7 @@ typedef struct plink {
 	                             message rx_next is coming in */
 	rtx *head, *tail;         /* (mu) unacknowledged, oldest first */
 	size_t queued;            /* (mu) their count */
+	size_t unsent;            /* (mu) how many of them are unsent */
 	uint64_t sent_ns;         /* (mu) the queue's last (re)send */
 	int resend_now;           /* (mu) */
 	int down;                 /* (mu) no connection; since down_ns */
@@ -230,6 +236,7 @@ queue_clear(dt_links *L, plink *P)
 	}
 	P->head = P->tail = NULL;
 	P->queued = 0;
+	P->unsent = 0;
 	if (L->draining)
 		pthread_cond_broadcast(&L->drained);
 }
@@ -359,6 +366,110 @@ dt__link_wants(const dt_node *n, unsigned cmd)
 	       eligible(cmd);
 }
 
+/* Why a message to P's peer cannot be taken (mu held), or DT_OK. */
+static dt_err
+refuse_locked(dt_node *n, plink *P, int id)
+{
+	char name[64];
+
+	if (!(P->bye || P->gone || n->links->clear))
+		return DT_OK;
+	return dt__fail(P->bye ? DT_ECLOSED : DT_EPEER,
+	                "no connection to %s (%s)",
+	                dt__node_name(n, id, name, sizeof(name)),
+	                P->bye ? "it has left the job" : "it was lost");
+}
+
+/* Number e and keep it at the end of P's queue (mu held). */
+static void
+number_locked(dt_links *L, plink *P, rtx *e, const dt_msg_hdr *h)
+{
+	e->lseq = P->tx_next++;
+	P->ack_told = P->rx_next - 1;
+	dt__put_u64(e->meta, e->lseq);
+	dt__put_u64(e->meta + 8, P->ack_told);
+	e->h = *h;
+	if (P->tail)
+		P->tail->next = e;
+	else {
+		P->head = e;
+		P->sent_ns = dt__now_ns();
+	}
+	P->tail = e;
+	P->queued++;
+	if (P->head == e)
+		poke(L, P->sent_ns + P->rto);
+}
+
+/* The unsent messages of P, oldest first, each held (refs) until
+ * release_list; they count as sent from here (mu held). NULL with *k = 0
+ * when out of memory: the resend timer writes them then. */
+static rtx **
+take_unsent(plink *P, size_t *k)
+{
+	rtx **list = malloc(sizeof(*list) * P->unsent);
+
+	*k = 0;
+	if (list == NULL)
+		return NULL;
+	for (rtx *e = P->head; e && *k < P->unsent; e = e->next)
+		if (e->unsent) {
+			e->unsent = 0;
+			e->refs++;
+			list[(*k)++] = e;
+		}
+	P->unsent = 0;
+	return list;
+}
+
+/* Write list[0..k) to c (order_mu held). */
+static dt_err
+send_list(dt_links *L, dt_conn *c, rtx **list, size_t k)
+{
+	dt_err err = DT_OK;
+
+	for (size_t i = 0; i < k && err == DT_OK; i++)
+		err = dt__van_send(L->n->van, c, &list[i]->h, list[i]->meta,
+		                   list[i]->meta_len, list[i]->iov,
+		                   list[i]->iovcnt);
+	return err;
+}
+
+static void
+release_list(dt_links *L, rtx **list, size_t k)
+{
+	if (list == NULL)
+		return;
+	pthread_mutex_lock(&L->mu);
+	for (size_t i = 0; i < k; i++)
+		if (--list[i]->refs == 0 && list[i]->acked)
+			rtx_free(list[i]);
+	pthread_mutex_unlock(&L->mu);
+	free(list);
+}
+
+/* Write what hooks numbered while order_mu was taken (the link thread;
+ * no lock held). */
+static void
+send_unsent(dt_links *L, int id)
+{
+	dt_node *n = L->n;
+	plink *P = &L->p[id];
+	rtx **list = NULL;
+	size_t k = 0;
+	dt_conn *c;
+
+	pthread_mutex_lock(&P->order_mu);
+	pthread_mutex_lock(&L->mu);
+	c = P->down ? NULL : __atomic_load_n(&n->peers[id], __ATOMIC_ACQUIRE);
+	if (P->unsent && c)
+		list = take_unsent(P, &k);
+	pthread_mutex_unlock(&L->mu);
+	(void)send_list(L, c, list, k);
+	release_list(L, list, k);
+	pthread_mutex_unlock(&P->order_mu);
+}
+
 dt_err
 dt__link_send(dt_node *n, int id, dt_msg_hdr *h, const void *meta,
               uint32_t meta_len, const struct iovec *iov, int iovcnt,
@@ -367,7 +478,6 @@ dt__link_send(dt_node *n, int id, dt_msg_hdr *h, const void *meta,
 	dt_links *L = n->links;
 	plink *P = &L->p[id];
 	rtx *e;
-	char name[64];
 	size_t bytes = 0;
 	dt_conn *c;
 	dt_err err = DT_OK;
@@ -411,49 +521,57 @@ dt__link_send(dt_node *n, int id, dt_msg_hdr *h, const void *meta,
 	h->recver = (uint32_t)id;
 	h->flags |= DT_F_LINK;
 
-	pthread_mutex_lock(&P->order_mu);
-	pthread_mutex_lock(&L->mu);
-	if (P->bye || P->gone || L->clear) {
-		int bye = P->bye;
+	/* The thread that handles events never waits for order_mu: its
+	 * holder may be waiting for a peer that reads only once this node
+	 * reads (two nodes that write to each other at once). The message is
+	 * numbered and kept; the holder, or the link thread, writes it. */
+	int hook = dt__van_dispatching(n->van);
 
+	if (hook ? pthread_mutex_trylock(&P->order_mu) != 0
+	         : pthread_mutex_lock(&P->order_mu) != 0) {
+		pthread_mutex_lock(&L->mu);
+		if ((err = refuse_locked(n, P, id)) == DT_OK) {
+			number_locked(L, P, e, h);
+			e->unsent = 1;
+			P->unsent++;
+			poke(L, 0);
+		}
+		pthread_mutex_unlock(&L->mu);
+		if (err)
+			rtx_free(e);
+		return err;
+	}
+	pthread_mutex_lock(&L->mu);
+	if ((err = refuse_locked(n, P, id))) {
 		pthread_mutex_unlock(&L->mu);
 		pthread_mutex_unlock(&P->order_mu);
 		rtx_free(e);
-		return dt__fail(bye ? DT_ECLOSED : DT_EPEER,
-		                "no connection to %s (%s)",
-		                dt__node_name(n, id, name, sizeof(name)),
-		                bye ? "it has left the job" : "it was lost");
+		return err;
 	}
-	e->lseq = P->tx_next++;
-	P->ack_told = P->rx_next - 1;
-	dt__put_u64(e->meta, e->lseq);
-	dt__put_u64(e->meta + 8, P->ack_told);
-	e->h = *h;
-	if (P->tail)
-		P->tail->next = e;
-	else {
-		P->head = e;
-		P->sent_ns = dt__now_ns();
-	}
-	P->tail = e;
-	P->queued++;
+	/* what hooks numbered before this one goes first */
+	size_t k = 0;
+	rtx **before = P->unsent ? take_unsent(P, &k) : NULL;
+
+	number_locked(L, P, e, h);
 	c = P->down ? NULL : __atomic_load_n(&n->peers[id], __ATOMIC_ACQUIRE);
 	if (c)
 		e->refs++; /* its answer may come before sendmsg returns */
-	if (P->head == e)
-		poke(L, P->sent_ns + P->rto);
 	pthread_mutex_unlock(&L->mu);
 	/* From the caller's buffers: they are valid for this call. The
 	 * message is kept: a failed write is resent on the next connection,
 	 * and a peer that never comes back fails the caller's wait. */
 	if (c) {
-		err = dt__van_send(n->van, c, &e->h, e->meta, e->meta_len, iov,
-		                   iovcnt);
+		dt_err first = send_list(L, c, before, k);
+
+		err = first ? first
+		            : dt__van_send(n->van, c, &e->h, e->meta,
+		                           e->meta_len, iov, iovcnt);
 		pthread_mutex_lock(&L->mu);
 		if (--e->refs == 0 && e->acked)
 			rtx_free(e);
 		pthread_mutex_unlock(&L->mu);
 	}
+	release_list(L, before, k);
 	pthread_mutex_unlock(&P->order_mu);
 	if (err == DT_ETOOBIG)
 		return err;
@@ -697,7 +815,9 @@ resend(dt_links *L, int id)
 		return;
 	}
 	P->ack_told = P->rx_next - 1;
+	P->unsent = 0; /* all of them go now */
 	for (rtx *e = P->head; e; e = e->next) {
+		e->unsent = 0;
 		/* Kept by reference: its owner keeps the buffer until the
 		 * answer, which acknowledges it under this lock first (or
 		 * until dt__link_unpin), so it is still there. Copy it now. */
@@ -885,6 +1005,11 @@ link_main(void *arg)
 					next = earlier(next, P->redial_ns);
 				if (P->down)
 					continue;
+			}
+			if (P->unsent) {
+				pthread_mutex_unlock(&L->mu);
+				send_unsent(L, id);
+				pthread_mutex_lock(&L->mu);
 			}
 			if (P->ack_due && now >= P->ack_due) {
 				uint64_t ack = P->rx_next - 1;

@@ -2246,6 +2246,12 @@ dt__conn_is_open(const dt_conn *c)
 	return atomic_load(&c->open);
 }
 
+int
+dt__van_dispatching(const dt_van *v)
+{
+	return v != NULL && tl_dispatch == v;
+}
+
 uint64_t
 dt__van_max_payload(const dt_van *v)
 {

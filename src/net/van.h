@@ -188,6 +188,11 @@ uint64_t dt__conn_note(const dt_conn *c);
 const char *dt__conn_addr(const dt_conn *c);
 int dt__conn_is_open(const dt_conn *c);
 
+/* 1 if this thread is handling v's events now (a hook runs): such a
+ * thread must not wait for a lock that a sender may hold while it waits
+ * for a peer. */
+int dt__van_dispatching(const dt_van *v);
+
 /* The largest payload a frame may carry (DT_MAX_MESSAGE). */
 uint64_t dt__van_max_payload(const dt_van *v);
 
