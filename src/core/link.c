@@ -832,19 +832,9 @@ resend(dt_links *L, int id)
 	DT_LOG(1, "resending %zu messages to %s, from #%llu", k,
 	       dt__node_name(n, id, name, sizeof(name)),
 	       (unsigned long long)(k ? list[0]->lseq : 0));
-	dt_err err = DT_OK;
-
-	for (size_t i = 0; i < k && err == DT_OK; i++)
-		err = dt__van_send(n->van, c, &list[i]->h, list[i]->meta,
-		                   list[i]->meta_len, list[i]->iov,
-		                   list[i]->iovcnt);
-	pthread_mutex_lock(&L->mu);
-	for (size_t i = 0; i < k; i++)
-		if (--list[i]->refs == 0 && list[i]->acked)
-			rtx_free(list[i]);
-	pthread_mutex_unlock(&L->mu);
+	(void)send_list(L, c, list, k);
+	release_list(L, list, k);
 	pthread_mutex_unlock(&P->order_mu);
-	free(list);
 }
 
 /* Dial P's peer again (no lock held). */
