@@ -470,6 +470,27 @@ send_unsent(dt_links *L, int id)
 	pthread_mutex_unlock(&P->order_mu);
 }
 
+/* Number e and keep it for the holder of order_mu, or the link thread,
+ * to write (a hook found order_mu taken). */
+static dt_err
+keep_unsent(dt_links *L, int id, rtx *e, const dt_msg_hdr *h)
+{
+	plink *P = &L->p[id];
+	dt_err err;
+
+	pthread_mutex_lock(&L->mu);
+	if ((err = refuse_locked(L->n, P, id)) == DT_OK) {
+		number_locked(L, P, e, h);
+		e->unsent = 1;
+		P->unsent++;
+		poke(L, 0);
+	}
+	pthread_mutex_unlock(&L->mu);
+	if (err)
+		rtx_free(e);
+	return err;
+}
+
 dt_err
 dt__link_send(dt_node *n, int id, dt_msg_hdr *h, const void *meta,
               uint32_t meta_len, const struct iovec *iov, int iovcnt,
@@ -523,24 +544,11 @@ dt__link_send(dt_node *n, int id, dt_msg_hdr *h, const void *meta,
 
 	/* The thread that handles events never waits for order_mu: its
 	 * holder may be waiting for a peer that reads only once this node
-	 * reads (two nodes that write to each other at once). The message is
-	 * numbered and kept; the holder, or the link thread, writes it. */
-	int hook = dt__van_dispatching(n->van);
-
-	if (hook ? pthread_mutex_trylock(&P->order_mu) != 0
-	         : pthread_mutex_lock(&P->order_mu) != 0) {
-		pthread_mutex_lock(&L->mu);
-		if ((err = refuse_locked(n, P, id)) == DT_OK) {
-			number_locked(L, P, e, h);
-			e->unsent = 1;
-			P->unsent++;
-			poke(L, 0);
-		}
-		pthread_mutex_unlock(&L->mu);
-		if (err)
-			rtx_free(e);
-		return err;
-	}
+	 * reads (two nodes that write to each other at once). */
+	if (!dt__van_dispatching(n->van))
+		pthread_mutex_lock(&P->order_mu);
+	else if (pthread_mutex_trylock(&P->order_mu) != 0)
+		return keep_unsent(L, id, e, h);
 	pthread_mutex_lock(&L->mu);
 	if ((err = refuse_locked(n, P, id))) {
 		pthread_mutex_unlock(&L->mu);

@@ -1744,9 +1744,7 @@ busy_end(dt_conn *c, dt_err err)
 	c->busy = 0;
 	if (c->close_deferred)
 		link_release(c); /* conn_down came meanwhile */
-	else if (err && c->link.fd >= 0)
-		c->link.ops->shutdown(&c->link);
-	else if (c->shut_after && c->link.fd >= 0)
+	else if ((err || c->shut_after) && c->link.fd >= 0)
 		c->link.ops->shutdown(&c->link);
 	pthread_cond_broadcast(&c->idle_cv);
 }
