@@ -9,6 +9,8 @@ section "transport: dtrain van vs a plain TCP socket pair (net_bench)"
 [ -x "$B/bench/net_bench" ] && "$B/bench/net_bench"
 section "KVStore, 1 server 1 worker, vs plain TCP (kv_bench)"
 "$B/dtrain" launch -n 1 -s 1 -- "$B/bench/kv_bench"
+section "KVStore, many keys per call, 1 server 1 worker (kv_sparse_bench)"
+"$B/dtrain" launch -n 1 -s 1 -- "$B/bench/kv_sparse_bench"
 section "trainer: LeNet forward+backward vs OpenBLAS sgemm (train_bench)"
 [ -x "$B/bench/train_bench" ] && "$B/bench/train_bench"
 if [ -f "$here/run_coll.sh" ]; then

@@ -16,6 +16,7 @@
 #include <math.h>
 #include <stdlib.h>
 
+#include "kv/kstore.h"
 #include "kv/kv_impl.h"
 
 static void
@@ -139,12 +140,81 @@ fuzz_kv_push(const uint8_t *data, size_t size)
 	free(out);
 }
 
+/*
+ * A batched request (KV_*_MANY): [u8 command][u32 arg0][u32 arg1][u32
+ * arg2], then the payload. What the decoder accepts adds up to the
+ * payload exactly, and its keys go into a fresh many-key store (as an
+ * init would) and are found again, each where it went, or are refused
+ * with a message (a key listed twice) and leave the store empty.
+ */
+static void
+fuzz_kv_many(const uint8_t *data, size_t size)
+{
+	static const int cmds[] = {DT_CMD_KV_INIT_MANY, DT_CMD_KV_PUSH_MANY,
+	                           DT_CMD_KV_PULL_MANY,
+	                           DT_CMD_KV_PUSHPULL_MANY};
+	dt_msg_hdr h = {0};
+	dt_kv_many b;
+	dt_opt none = {.kind = DT_OPT_NONE};
+	dt_kstore ks;
+	size_t bad;
+	uint32_t *idx, *idx2;
+	uint64_t sum = 0;
+
+	if (size < 13)
+		return;
+	h.cmd = (uint8_t)cmds[data[0] % 4];
+	h.arg0 = fuzz_le32(data + 1);
+	h.arg1 = fuzz_le32(data + 5);
+	h.arg2 = fuzz_le32(data + 9);
+	h.payload_len = size - 13;
+	dt__clear_error();
+	if (dt__kv_many_decode(&h, size > 13 ? data + 13 : NULL, &b)) {
+		FUZZ_CHECK(dt_errmsg()[0] != '\0');
+		return;
+	}
+	FUZZ_CHECK(b.count == h.arg0);
+	for (size_t i = 0; i < b.count; i++) {
+		uint32_t l = dt__ks_len_at(&b.lens, i);
+
+		FUZZ_CHECK(l >= 1 && l <= DT_KS_MAX_LEN);
+		sum += l;
+	}
+	FUZZ_CHECK(sum == b.nvals);
+	FUZZ_CHECK(h.payload_len ==
+	           b.count * (b.lens.lens ? 12 : 8) +
+	               (dt__kv_many_has_vals(h.cmd) ? 4 * b.nvals : 0));
+	idx = malloc(4 * (b.count + 1));
+	idx2 = malloc(4 * (b.count + 1));
+	FUZZ_CHECK(idx != NULL && idx2 != NULL);
+	dt__ks_init(&ks, 2, 1, &none);
+	dt__clear_error();
+	if (dt__ks_resolve(&ks, "init", b.count, b.keys, &b.lens, 1, idx,
+	                   &bad) == DT_OK) {
+		FUZZ_CHECK(ks.nrec == b.count);
+		FUZZ_CHECK(dt__ks_resolve(&ks, "pull", b.count, b.keys, &b.lens,
+		                          0, idx2, &bad) == DT_OK);
+		FUZZ_CHECK(memcmp(idx, idx2, 4 * b.count) == 0);
+	} else {
+		FUZZ_CHECK(dt_errmsg()[0] != '\0');
+		FUZZ_CHECK(ks.nrec == 0 && bad < b.count);
+		for (size_t i = 0; i < b.count; i++)
+			FUZZ_CHECK(
+			    dt__ks_find(&ks, dt__get_u64(b.keys + 8 * i)) ==
+			    DT_KS_NONE);
+	}
+	dt__ks_fini(&ks);
+	free(idx);
+	free(idx2);
+}
+
 static int
 dt_fuzz_kv_one(const uint8_t *data, size_t size)
 {
 	fuzz_kv_error(data, size);
 	fuzz_kv_opt(data, size);
 	fuzz_kv_push(data, size);
+	fuzz_kv_many(data, size);
 	return 0;
 }
 

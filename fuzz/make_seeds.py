@@ -43,6 +43,18 @@ def push(cmd=0, kind=0, answer=0, n=16, meta=b'', body=b''):
 def f32(v): return struct.pack('<f', v)
 
 
+def many(cmd=1, keys=(1, 2), lens=None, uniform=1, answer=0, vals=True):
+    # fuzz_kv_many's layout: [u8 command][u32 arg0][u32 arg1][u32 arg2],
+    # the payload (command 0 init, 1 push, 2 pull, 3 pushpull)
+    body = b''.join(u64(k) for k in keys)
+    if lens is not None:
+        body += b''.join(u32(x) for x in lens)
+    n = sum(lens) if lens is not None else uniform * len(keys)
+    if vals:
+        body += f32(1) * n
+    return u8(cmd) + u32(len(keys)) + u32(0 if lens is not None else uniform) + u32(answer << 8) + body
+
+
 def sig(kind=1, dtype=0, op=0, ntensors=1, root=0, count=1024, hash_=0):
     return u8(kind) + u8(dtype) + u8(op) + u8(ntensors) + u32(root) + u64(count) + u64(hash_)
 
@@ -92,6 +104,12 @@ SEEDS = {
         'pull_fp16_answer': push(cmd=1, answer=1),
         'pull_answer_2bit': push(cmd=1, answer=2),
         'pushpull_reserved_bits': push(cmd=2, kind=0x10000, n=1, body=f32(1)),
+        'many_push_uniform': many(keys=(7, 1 << 63, 0)),
+        'many_init_lens': many(cmd=0, keys=(3, 9, 4), lens=(1, 3, 2)),
+        'many_pull_fp16': many(cmd=2, keys=(5, 6), answer=1, vals=False),
+        'many_dup_keys': many(cmd=0, keys=(8, 2, 8)),
+        'many_zero_len': many(keys=(1, 2), lens=(0, 1)),
+        'many_count_huge': u8(1) + u32(0xffffffff) + u32(1) + u32(0) + u64(1),
     },
     'auth': {
         'acceptor_hello_proof': b'\x00' + b'DTH1' + u32(0) + bytes(range(32)) + b'DTP1' + bytes(32),

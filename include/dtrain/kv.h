@@ -137,7 +137,23 @@ dt_err dt_kv_pushpull_async(dt_kv *kv, dt_key key, const float *val, float *out,
 dt_err dt_kv_wait(dt_kv *kv, dt_kv_req req);
 dt_err dt_kv_wait_all(dt_kv *kv);
 
-/* Batched forms over nkeys keys: vals[i] has lens[i] floats. */
+/*
+ * Batched calls over nkeys keys (docs/kvstore.md, "Many keys"): the keys
+ * shorter than MXNET_KVSTORE_BIGARRAY_BOUND go as one request per server,
+ * answered by one reply, so a call costs O(keys + bytes) at any key
+ * count; longer arrays go key by key as the single-key calls do. Keys are
+ * any 64-bit values in any order; a key listed twice in one call is an
+ * error (EINVAL). Each server checks its part of a call whole before it
+ * changes anything: a part with a key that is unknown, of another length
+ * or listed twice is refused and changes nothing on that server (the
+ * other servers' parts are theirs: a push may have been applied there).
+ * A key initialised by a
+ * batched call is used by batched calls (and a single-key one by
+ * single-key calls); mixing them is an error that says so. In dist_sync
+ * a key's round is one push of it per worker, as for single keys.
+ *
+ * The _many forms take one pointer per key: vals[i] has lens[i] floats.
+ */
 dt_err dt_kv_init_many(dt_kv *kv, size_t nkeys, const dt_key *keys,
                        const float *const *vals, const size_t *lens);
 dt_err dt_kv_push_many(dt_kv *kv, size_t nkeys, const dt_key *keys,
@@ -147,6 +163,21 @@ dt_err dt_kv_pull_many(dt_kv *kv, size_t nkeys, const dt_key *keys,
 dt_err dt_kv_pushpull_many(dt_kv *kv, size_t nkeys, const dt_key *keys,
                            const float *const *vals, float *const *outs,
                            const size_t *lens);
+
+/*
+ * ps-lite's form: the values back to back in one array - key i's lens[i]
+ * floats follow key i-1's; lens NULL: one float per key. With one server
+ * and every key batched, the arrays are sent and the answer received as
+ * they are, without a copy.
+ */
+dt_err dt_kv_init_keys(dt_kv *kv, size_t nkeys, const dt_key *keys,
+                       const float *vals, const size_t *lens);
+dt_err dt_kv_push_keys(dt_kv *kv, size_t nkeys, const dt_key *keys,
+                       const float *vals, const size_t *lens);
+dt_err dt_kv_pull_keys(dt_kv *kv, size_t nkeys, const dt_key *keys, float *outs,
+                       const size_t *lens);
+dt_err dt_kv_pushpull_keys(dt_kv *kv, size_t nkeys, const dt_key *keys,
+                           const float *vals, float *outs, const size_t *lens);
 
 /* Barrier among all workers of the store (a no-op for local stores). */
 dt_err dt_kv_barrier(dt_kv *kv);

@@ -100,4 +100,36 @@ void *dt__aligned_alloc(size_t n); /* 64-byte aligned, free with free() */
  * buffer) when memory runs out. */
 uint8_t *dt__buf_reserve(uint8_t **buf, size_t *cap, size_t need);
 
+/*
+ * key mod d without a division (d >= 1): with m = ceil(2^128 / d), the
+ * fraction key / d is (m * key mod 2^128) / 2^128, and the remainder is
+ * that fraction times d, rounded down - the high 64 bits of a 192-bit
+ * product, made of two 64 x 64 products. Exact for every 64-bit key
+ * (Lemire, Kaser and Kurz, "Faster remainder by direct computation").
+ * (A batched call places millions of keys; a 64-bit div costs ~40
+ * cycles, this 3 multiplications.)
+ */
+typedef struct dt_fastmod {
+	unsigned __int128 m;
+	uint64_t d;
+} dt_fastmod;
+
+static inline dt_fastmod
+dt__fastmod_of(uint64_t d)
+{
+	dt_fastmod f = {~(unsigned __int128)0 / d + 1, d};
+
+	return f;
+}
+
+static inline uint64_t
+dt__fastmod(const dt_fastmod *f, uint64_t key)
+{
+	unsigned __int128 frac = f->m * key;
+	unsigned __int128 lo = (unsigned __int128)(uint64_t)frac * f->d;
+	unsigned __int128 hi = (unsigned __int128)(uint64_t)(frac >> 64) * f->d;
+
+	return f->d == 1 ? 0 : (uint64_t)((hi + (lo >> 64)) >> 64);
+}
+
 #endif

@@ -110,6 +110,17 @@ typedef struct keycount {
 	dt_hnode hn;
 } keycount;
 
+/* A server's part of a batched call (reused from call to call). */
+typedef struct mpart {
+	size_t count, nvals, fill, vfill;
+	size_t uniform; /* every key's length, unless mixed */
+	int mixed;
+	uint64_t *keys;
+	uint32_t *lens;
+	float *vals, *ans;
+	size_t keys_cap, lens_cap, vals_cap, ans_cap; /* bytes */
+} mpart;
+
 struct dt_kv_client {
 	dt_node *node;
 	int sync;
@@ -145,6 +156,10 @@ struct dt_kv_client {
 	dt_table resids;   /* resid by key */
 	uint8_t *cbuf;     /* a compressed part being sent */
 	size_t cbuf_cap;
+	/* Batched calls (the caller's thread only). */
+	int batch;        /* sent as KV_*_MANY (dt__kv_client_batches) */
+	mpart *mp;        /* by server rank */
+	dt_table singles; /* keys of single-key inits (their store's) */
 };
 
 static sub *
@@ -760,8 +775,22 @@ dt__kv_client_create(dt_node *node, int sync, size_t bound, dt_kv_client **out)
 	}
 	for (int i = 0; i < dt_node_num_servers(node); i++)
 		dt__list_init(&c->srv[i].log);
+	c->mp = dt__calloc((size_t)DT_MAX(dt_node_num_servers(node), 1),
+	                   sizeof(mpart));
+	if (c->mp == NULL) {
+		free(c->srv);
+		free(c->parts);
+		free(c);
+		return DT_ENOMEM;
+	}
+	{
+		const char *ck = dt__env_str("DTRAIN_CHECKPOINT_DIR");
+
+		c->batch = !c->recover && (ck == NULL || *ck == '\0');
+	}
 	dt__table_init(&c->counts);
 	dt__table_init(&c->resids);
+	dt__table_init(&c->singles);
 	pthread_mutex_init(&c->send_mu, NULL);
 	pthread_mutex_init(&c->mu, NULL);
 	dt__cond_init_monotonic(&c->cv); /* dt__van_wait's deadlines */
@@ -782,6 +811,7 @@ dt__kv_client_create(dt_node *node, int sync, size_t bound, dt_kv_client **out)
 		pthread_mutex_destroy(&c->mu);
 		pthread_mutex_destroy(&c->send_mu);
 		pthread_cond_destroy(&c->cv);
+		free(c->mp);
 		free(c->srv);
 		free(c->parts);
 		free(c);
@@ -839,6 +869,17 @@ dt__kv_client_destroy(dt_kv_client *c)
 	}
 	dt__table_fini(&c->resids);
 	free(c->cbuf);
+	for (int i = 0; i < c->nservers; i++) {
+		free(c->mp[i].keys);
+		free(c->mp[i].lens);
+		free(c->mp[i].vals);
+		free(c->mp[i].ans);
+	}
+	free(c->mp);
+	for (dt_hnode *h = dt__table_first(&c->singles, &it); h;
+	     h = dt__table_next(&it))
+		free(h);
+	dt__table_fini(&c->singles);
 	pthread_mutex_destroy(&c->mu);
 	pthread_mutex_destroy(&c->send_mu);
 	pthread_cond_destroy(&c->cv);
@@ -1493,5 +1534,337 @@ dt__kv_client_resume(dt_kv_client *c, size_t nkeys, const dt_key *keys,
 	*step = s;
 	DT_LOG(1, "resuming at step %llu (%zu keys)", (unsigned long long)s,
 	       nkeys);
+	return DT_OK;
+}
+
+/* ---- batched calls (KV_*_MANY) ---- */
+
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
+#error "batched requests send keys and lengths as little-endian words"
+#endif
+
+int
+dt__kv_client_batches(const dt_kv_client *c)
+{
+	return c->batch;
+}
+
+void
+dt__kv_client_note_single(dt_kv_client *c, dt_key key)
+{
+	dt_hnode *h;
+
+	if (!c->batch || dt__table_find(&c->singles, key))
+		return;
+	if ((h = calloc(1, sizeof(*h))) != NULL) /* (else: see kv_impl.h) */
+		dt__table_insert(&c->singles, h, key);
+}
+
+/* Whether a key of len floats goes in a batched request. */
+static int
+batchable(const dt_kv_client *c, int cmd, size_t len)
+{
+	/* (the same for every command: a key's store follows from its
+	 * length and the compression, both fixed before the first init) */
+	(void)cmd;
+	return len >= 1 && len < c->bound && len <= DT_KS_MAX_LEN &&
+	       !(c->comp.kind != DT_QUANT_NONE && len >= c->comp.min_size);
+}
+
+/* ... and whether key is one (not a key of the single-key store). */
+static inline int
+batched_key(const dt_kv_client *c, int cmd, dt_key key, size_t len)
+{
+	return batchable(c, cmd, len) &&
+	       (dt__table_count(&c->singles) == 0 ||
+	        dt__table_find(&c->singles, key) == NULL);
+}
+
+static int
+many_cmd_of(int cmd)
+{
+	switch (cmd) {
+	case DT_CMD_KV_INIT:
+		return DT_CMD_KV_INIT_MANY;
+	case DT_CMD_KV_PUSH:
+		return DT_CMD_KV_PUSH_MANY;
+	case DT_CMD_KV_PULL:
+		return DT_CMD_KV_PULL_MANY;
+	}
+	return DT_CMD_KV_PUSHPULL_MANY;
+}
+
+/* Register and send one server's request (no lock held); its answer's
+ * values (nvals floats) land in out. Failures end up in o. */
+static void
+send_many_part(dt_kv_client *c, op *o, int server, dt_msg_hdr *h,
+               const struct iovec *iov, int iovcnt, float *out, size_t nvals)
+{
+	sub *s = malloc(sizeof(*s));
+	dt_err err;
+
+	pthread_mutex_lock(&c->mu);
+	if (s == NULL) {
+		op_fail(o, DT_ENOMEM, "out of memory");
+		if (--o->remaining == 0)
+			dt__gen_bump(&c->done_gen);
+		pthread_mutex_unlock(&c->mu);
+		return;
+	}
+	h->seq = c->next_seq++;
+	*s = (sub){.seq = h->seq,
+	           .server_id = dt__node_server_id(c->node, server),
+	           .dest = out,
+	           .bytes = out ? nvals * sizeof(float) : 0,
+	           .enc = out ? DT_KV_ENC_ANSWER(h->arg2) : 0,
+	           .op = o,
+	           .cmd = h->cmd,
+	           .key = h->key,
+	           .arg0 = h->arg0,
+	           .arg1 = h->arg1,
+	           .arg2 = h->arg2};
+	dt__table_insert(&c->subs, &s->hn, s->seq);
+	pthread_mutex_unlock(&c->mu);
+	/* The caller's arrays and the part buffers stay as they are until
+	 * the call returns, after the answer. */
+	err = dt__node_send_ex(c->node, s->server_id, h, NULL, 0, iov, iovcnt,
+	                       DT_SEND_STABLE);
+	if (err) {
+		char msg[512];
+
+		snprintf(msg, sizeof(msg), "%s", dt_errmsg());
+		pthread_mutex_lock(&c->mu);
+		s = take_sub(c, h->seq);
+		if (s) { /* not already failed by on_fail */
+			op_fail(o, err, msg);
+			sub_done(c, s);
+		}
+		pthread_mutex_unlock(&c->mu);
+		pthread_cond_broadcast(&c->cv);
+	}
+}
+
+/* Room for server part p of count keys and nvals floats. */
+static int
+part_room(mpart *p, int keys, int lens, int vals, int ans)
+{
+	size_t count = p->count, nvals = p->nvals;
+
+	return (keys && !dt__buf_reserve((uint8_t **)&p->keys, &p->keys_cap,
+	                                 DT_MAX(count, 1) * 8)) ||
+	       (lens && !dt__buf_reserve((uint8_t **)&p->lens, &p->lens_cap,
+	                                 DT_MAX(count, 1) * 4)) ||
+	       (vals && !dt__buf_reserve((uint8_t **)&p->vals, &p->vals_cap,
+	                                 DT_MAX(nvals, 1) * 4)) ||
+	       (ans && !dt__buf_reserve((uint8_t **)&p->ans, &p->ans_cap,
+	                                DT_MAX(nvals, 1) * 4));
+}
+
+dt_err
+dt__kv_client_many(dt_kv_client *c, int cmd, const dt_kv_batch *b)
+{
+	int ns = dt_node_num_servers(c->node), mcmd = many_cmd_of(cmd);
+	int has_vals = cmd != DT_CMD_KV_PULL,
+	    has_ans = cmd == DT_CMD_KV_PULL || cmd == DT_CMD_KV_PUSHPULL;
+	int send_batched = cmd != DT_CMD_KV_INIT || dt_node_rank(c->node) == 0;
+	size_t nbig = 0, nparts = 0;
+	dt_kv_req *reqs = NULL, req = 0;
+	dt_err err = DT_OK;
+	op *o = NULL;
+
+	if ((err = dt__node_check(c->node)))
+		return err;
+	if (ns < 1)
+		return dt__fail(DT_ESTATE, "batched call: no servers");
+	/* Pass 1: each server's count, floats and whether its keys are all
+	 * of one length. */
+	for (int s = 0; s < ns; s++) {
+		c->mp[s].count = c->mp[s].nvals = 0;
+		c->mp[s].uniform = 0;
+		c->mp[s].mixed = 0;
+	}
+	dt_fastmod fm = dt__fastmod_of((uint64_t)ns);
+	int ones = b->lens == NULL && batchable(c, cmd, 1) &&
+	           dt__table_count(&c->singles) == 0;
+
+	if (ones && ns == 1) { /* (the common big case, at no cost a key) */
+		c->mp[0].count = c->mp[0].nvals = b->nkeys;
+		c->mp[0].uniform = 1;
+	} else {
+		for (size_t i = 0; i < b->nkeys; i++) {
+			size_t len = b->lens ? b->lens[i] : 1;
+			mpart *p;
+
+			if (!ones && !batched_key(c, cmd, b->keys[i], len)) {
+				nbig++;
+				continue;
+			}
+			/* (dt__kv_place's rule below the bound: key mod S) */
+			p = &c->mp[dt__fastmod(&fm, b->keys[i])];
+			if (p->count == 0)
+				p->uniform = len;
+			else if (p->uniform != len)
+				p->mixed = 1;
+			p->count++;
+			p->nvals += len;
+		}
+	}
+	/* One server, every key batched, values back to back: the caller's
+	 * arrays are sent and answered into as they are. */
+	int direct = ns == 1 && nbig == 0 && (!has_vals || b->vals) &&
+	             (!has_ans || b->outs);
+
+	for (int s = 0; s < ns; s++) {
+		mpart *p = &c->mp[s];
+
+		if (p->count == 0)
+			continue;
+		nparts++;
+		if (p->nvals > SIZE_MAX / 8 ||
+		    part_room(p, !direct, p->mixed, has_vals && !direct,
+		              has_ans && !direct))
+			return dt__fail(DT_ENOMEM,
+			                "batched %s of %zu keys: out of memory",
+			                dt__kv_op_name(cmd), b->nkeys);
+	}
+	/* Pass 2: the parts' keys, lengths and values gathered. */
+	if (!direct || c->mp[0].mixed) {
+		size_t off = 0;
+
+		for (int s = 0; s < ns; s++)
+			c->mp[s].fill = c->mp[s].vfill = 0;
+		for (size_t i = 0; i < b->nkeys; i++) {
+			size_t len = b->lens ? b->lens[i] : 1;
+			mpart *p;
+
+			if (!ones && !batched_key(c, cmd, b->keys[i], len)) {
+				off += len;
+				continue;
+			}
+			p = &c->mp[dt__fastmod(&fm, b->keys[i])];
+			if (p->mixed)
+				p->lens[p->fill] = (uint32_t)len;
+			if (!direct) {
+				p->keys[p->fill] = b->keys[i];
+				if (has_vals) {
+					const float *v = b->vals ? b->vals + off
+					                         : b->pvals[i];
+
+					if (len == 1)
+						p->vals[p->vfill] = *v;
+					else
+						memcpy(p->vals + p->vfill, v,
+						       len * sizeof(float));
+				}
+			}
+			p->fill++;
+			p->vfill += len;
+			off += len;
+		}
+	}
+	if (nparts && send_batched) {
+		o = new_op(c, mcmd, b->keys[0], (int)nparts, &req);
+		if (o == NULL)
+			return DT_ENOMEM;
+		for (int s = 0; s < ns; s++) {
+			mpart *p = &c->mp[s];
+			struct iovec iov[3];
+			int n = 0;
+
+			if (p->count == 0)
+				continue;
+			dt_msg_hdr h = {
+			    .cmd = (uint8_t)mcmd,
+			    .flags = DT_F_REQUEST,
+			    .key = direct ? b->keys[0] : p->keys[0],
+			    .arg0 = p->count,
+			    .arg1 = p->mixed ? 0 : p->uniform,
+			    .arg2 = has_ans
+			                ? dt__kv_enc(DT_QUANT_NONE,
+			                             (dt_quant_kind)c->pull_enc)
+			                : 0};
+			iov[n++] = (struct iovec){direct ? (void *)b->keys
+			                                 : (void *)p->keys,
+			                          p->count * 8};
+			if (p->mixed)
+				iov[n++] =
+				    (struct iovec){p->lens, p->count * 4};
+			if (has_vals)
+				iov[n++] = (struct iovec){
+				    direct ? (void *)b->vals : (void *)p->vals,
+				    p->nvals * 4};
+			send_many_part(c, o, s, &h, iov, n,
+			               !has_ans ? NULL
+			               : direct ? b->outs
+			                        : p->ans,
+			               p->nvals);
+		}
+	}
+	/* The keys that go one by one (big arrays, compressed pushes). */
+	if (nbig && (reqs = dt__calloc(nbig, sizeof(*reqs))) == NULL)
+		err = DT_ENOMEM;
+	size_t started = 0;
+	for (size_t i = 0, off = 0; nbig && i < b->nkeys && !err; i++) {
+		size_t len = b->lens ? b->lens[i] : 1;
+		const float *v = !has_vals ? NULL
+		                 : b->vals ? b->vals + off
+		                           : b->pvals[i];
+		float *out = !has_ans  ? NULL
+		             : b->outs ? b->outs + off
+		                       : b->pouts[i];
+
+		off += len;
+		if (batched_key(c, cmd, b->keys[i], len))
+			continue;
+		err = dt__kv_client_start(c, cmd, b->keys[i], v, out, len,
+		                          &reqs[started]);
+		if (!err)
+			started++;
+	}
+	char msg[512] = "";
+	if (err)
+		snprintf(msg, sizeof(msg), "%s", dt_errmsg());
+	if (o) {
+		dt_err e = dt__kv_client_wait(c, req);
+
+		if (e && !err) {
+			err = e;
+			snprintf(msg, sizeof(msg), "%s", dt_errmsg());
+		}
+	}
+	for (size_t k = 0; k < started; k++) {
+		dt_err e = dt__kv_client_wait(c, reqs[k]);
+
+		if (e && !err) {
+			err = e;
+			snprintf(msg, sizeof(msg), "%s", dt_errmsg());
+		}
+	}
+	free(reqs);
+	if (err)
+		return dt__fail(err, "%s", msg);
+	/* The answers back to the caller's places. */
+	if (has_ans && !direct) {
+		size_t off = 0;
+
+		for (int s = 0; s < ns; s++)
+			c->mp[s].fill = c->mp[s].vfill = 0;
+		for (size_t i = 0; i < b->nkeys; i++) {
+			size_t len = b->lens ? b->lens[i] : 1;
+			float *out = b->outs ? b->outs + off : b->pouts[i];
+			mpart *p;
+
+			off += len;
+			if (!ones && !batched_key(c, cmd, b->keys[i], len))
+				continue;
+			p = &c->mp[dt__fastmod(&fm, b->keys[i])];
+			if (len == 1)
+				*out = p->ans[p->vfill];
+			else
+				memcpy(out, p->ans + p->vfill,
+				       len * sizeof(float));
+			p->vfill += len;
+		}
+	}
 	return DT_OK;
 }

@@ -434,6 +434,7 @@ init_one(dt_kv *kv, dt_key key, const float *val, size_t n)
 	kv->inited = 1;
 	if (!kv->client)
 		return local_init(kv, key, val, n);
+	dt__kv_client_note_single(kv->client, key);
 	if ((err = dt__kv_client_start(kv->client, DT_CMD_KV_INIT, key, val,
 	                               NULL, n, &req)))
 		return err;
@@ -711,78 +712,192 @@ wait_reqs(dt_kv *kv, dt_kv_req *reqs, size_t n, dt_err first)
 	return first;
 }
 
-#define DT_KV_MANY(start_call)                                                 \
-	dt_kv_req stack[64],                                                   \
-	    *reqs = nkeys <= 64 ? stack : dt__calloc(nkeys, sizeof(*reqs));    \
-	size_t started = 0;                                                    \
-	dt_err err = DT_OK;                                                    \
-	if (reqs == NULL)                                                      \
-		return DT_ENOMEM;                                              \
-	/* Small frames to one server leave in one write (van.h corking);      \
-	 * a failed flush ends the connection, and the waits report it. */     \
-	if (kv->node)                                                          \
-		dt__node_cork(kv->node);                                       \
-	for (; started < nkeys; started++)                                     \
-		if ((err = (start_call)))                                      \
-			break;                                                 \
-	if (kv->node)                                                          \
-		(void)dt__node_uncork(kv->node);                               \
-	err = wait_reqs(kv, reqs, started, err);                               \
-	if (reqs != stack)                                                     \
-		free(reqs);                                                    \
-	return err
-
-/* The arrays of a batched call: all there when there are keys. */
-static dt_err
-many_check(const dt_kv *kv, size_t nkeys, const dt_key *keys, const void *bufs,
-           const size_t *lens)
+static int
+cmp_key(const void *a, const void *b)
 {
-	KV_NEED(kv != NULL, "batched call: kv is NULL");
-	KV_NEED(nkeys == 0 || (keys && bufs && lens),
-	        "batched call of %zu keys: keys, buffers or lengths is NULL",
-	        nkeys);
+	dt_key x = *(const dt_key *)a, y = *(const dt_key *)b;
+
+	return (x > y) - (x < y);
+}
+
+/* A key listed twice in keys (n of them) is named; sorting a copy. */
+static dt_err
+no_duplicates(const char *op, size_t n, const dt_key *keys)
+{
+	dt_key stack[64], *k = n <= 64 ? stack : malloc(n * sizeof(*k));
+
+	if (k == NULL)
+		return dt__fail(DT_ENOMEM, "batched %s: out of memory", op);
+	memcpy(k, keys, n * sizeof(*k));
+	qsort(k, n, sizeof(*k), cmp_key);
+	for (size_t i = 1; i < n; i++)
+		if (k[i] == k[i - 1]) {
+			dt_key dup = k[i];
+
+			if (k != stack)
+				free(k);
+			return dt__fail(DT_EINVAL,
+			                "batched %s: key %llu is listed twice "
+			                "in one call",
+			                op, (unsigned long long)dup);
+		}
+	if (k != stack)
+		free(k);
 	return DT_OK;
+}
+
+/* A batched call key by key (a local store; and with DTRAIN_RECOVER or
+ * DTRAIN_CHECKPOINT_DIR, which the many-key store does not serve): every
+ * request started, then all waited for. */
+static dt_err
+batch_one_by_one(dt_kv *kv, int cmd, const dt_kv_batch *b)
+{
+	dt_kv_req stack[64], *reqs = b->nkeys <= 64
+	                                 ? stack
+	                                 : dt__calloc(b->nkeys, sizeof(*reqs));
+	size_t started = 0, off = 0;
+	dt_err err = DT_OK;
+
+	if (reqs == NULL)
+		return DT_ENOMEM;
+	/* Small frames to one server leave in one write (van.h corking); a
+	 * failed flush ends the connection, and the waits report it. */
+	if (kv->node)
+		dt__node_cork(kv->node);
+	for (; started < b->nkeys; started++) {
+		size_t i = started, len = b->lens ? b->lens[i] : 1;
+		const float *v = b->vals    ? b->vals + off
+		                 : b->pvals ? b->pvals[i]
+		                            : NULL;
+		float *out = b->outs    ? b->outs + off
+		             : b->pouts ? b->pouts[i]
+		                        : NULL;
+
+		off += len;
+		if (cmd == DT_CMD_KV_PUSH)
+			err =
+			    dt_kv_push_async(kv, b->keys[i], v, len, &reqs[i]);
+		else if (cmd == DT_CMD_KV_PULL)
+			err = dt_kv_pull_async(kv, b->keys[i], out, len,
+			                       &reqs[i]);
+		else
+			err = dt_kv_pushpull_async(kv, b->keys[i], v, out, len,
+			                           &reqs[i]);
+		if (err)
+			break;
+	}
+	if (kv->node)
+		(void)dt__node_uncork(kv->node);
+	err = wait_reqs(kv, reqs, started, err);
+	if (reqs != stack)
+		free(reqs);
+	return err;
+}
+
+/* Every batched call: the arrays checked, then the keys sent batched
+ * (dt__kv_client_many) or one by one. */
+static dt_err
+batch_call(dt_kv *kv, int cmd, const dt_kv_batch *b)
+{
+	const char *op = dt__kv_op_name(cmd);
+	int has_vals = cmd != DT_CMD_KV_PULL,
+	    has_out = cmd == DT_CMD_KV_PULL || cmd == DT_CMD_KV_PUSHPULL;
+	dt_err err;
+
+	KV_NEED(kv != NULL, "batched %s: kv is NULL", op);
+	KV_NEED(b->nkeys == 0 || b->keys,
+	        "batched %s of %zu keys: keys is NULL", op, b->nkeys);
+	KV_NEED(b->nkeys == 0 || !has_vals || b->vals || b->pvals,
+	        "batched %s of %zu keys: values are NULL", op, b->nkeys);
+	KV_NEED(b->nkeys == 0 || !has_out || b->outs || b->pouts,
+	        "batched %s of %zu keys: outputs are NULL", op, b->nkeys);
+	if (b->nkeys == 0)
+		return DT_OK;
+	for (size_t i = 0;
+	     (b->pvals || b->pouts || cmd == DT_CMD_KV_INIT) && i < b->nkeys;
+	     i++) {
+		size_t len = b->lens ? b->lens[i] : 1;
+
+		KV_NEED(len > 0 || cmd != DT_CMD_KV_INIT,
+		        "init of key %llu: an array has at least one element",
+		        (unsigned long long)b->keys[i]);
+		KV_NEED(len == 0 || !has_vals || !b->pvals || b->pvals[i],
+		        "%s of key %llu: NULL buffer", op,
+		        (unsigned long long)b->keys[i]);
+		KV_NEED(len == 0 || !has_out || !b->pouts || b->pouts[i],
+		        "%s of key %llu: NULL buffer", op,
+		        (unsigned long long)b->keys[i]);
+	}
+	if ((cmd == DT_CMD_KV_PUSH || cmd == DT_CMD_KV_PUSHPULL) &&
+	    (err = async_check(kv, op, b->keys[0])))
+		return err;
+	if (kv->client && dt__kv_client_batches(kv->client)) {
+		/* (the servers find a key listed twice in their parts) */
+		if (cmd == DT_CMD_KV_INIT)
+			kv->inited = 1;
+		return dt__kv_client_many(kv->client, cmd, b);
+	}
+	if ((err = no_duplicates(op, b->nkeys, b->keys)))
+		return err;
+	if (cmd != DT_CMD_KV_INIT)
+		return batch_one_by_one(kv, cmd, b);
+	/* Inits are few and wait on rank 0: one by one. */
+	size_t off = 0;
+	for (size_t i = 0; i < b->nkeys && !err; i++) {
+		size_t len = b->lens ? b->lens[i] : 1;
+
+		err = init_one(kv, b->keys[i],
+		               b->vals ? b->vals + off : b->pvals[i], len);
+		off += len;
+	}
+	return err;
+}
+
+/* init is collective (see dt_kv_init): the outcome agreed at the end. */
+static dt_err
+batch_init(dt_kv *kv, const dt_kv_batch *b)
+{
+	dt_err err = batch_call(kv, DT_CMD_KV_INIT, b);
+
+	if (kv == NULL || !kv->client)
+		return err;
+	return dt__kv_client_agree_setup(kv->client, err);
 }
 
 dt_err
 dt_kv_init_many(dt_kv *kv, size_t nkeys, const dt_key *keys,
                 const float *const *vals, const size_t *lens)
 {
-	dt_err e0 = many_check(kv, nkeys, keys, vals, lens);
+	dt_kv_batch b = {
+	    .nkeys = nkeys, .keys = keys, .lens = lens, .pvals = vals};
 
-	if (e0)
-		return e0;
-	/* Inits are few and wait on rank 0: keep them one by one, and
-	 * agree once at the end. */
-	for (size_t i = 0; i < nkeys && e0 == DT_OK; i++)
-		e0 = init_one(kv, keys[i], vals[i], lens[i]);
-	if (!kv->client)
-		return e0;
-	return dt__kv_client_agree_setup(kv->client, e0);
+	KV_NEED(nkeys == 0 || lens, "batched init of %zu keys: lens is NULL",
+	        nkeys);
+	return batch_init(kv, &b);
 }
 
 dt_err
 dt_kv_push_many(dt_kv *kv, size_t nkeys, const dt_key *keys,
                 const float *const *vals, const size_t *lens)
 {
-	dt_err e0 = many_check(kv, nkeys, keys, vals, lens);
+	dt_kv_batch b = {
+	    .nkeys = nkeys, .keys = keys, .lens = lens, .pvals = vals};
 
-	if (e0)
-		return e0;
-	DT_KV_MANY(dt_kv_push_async(kv, keys[started], vals[started],
-	                            lens[started], &reqs[started]));
+	KV_NEED(nkeys == 0 || lens, "batched push of %zu keys: lens is NULL",
+	        nkeys);
+	return batch_call(kv, DT_CMD_KV_PUSH, &b);
 }
 
 dt_err
 dt_kv_pull_many(dt_kv *kv, size_t nkeys, const dt_key *keys, float *const *outs,
                 const size_t *lens)
 {
-	dt_err e0 = many_check(kv, nkeys, keys, outs, lens);
+	dt_kv_batch b = {
+	    .nkeys = nkeys, .keys = keys, .lens = lens, .pouts = outs};
 
-	if (e0)
-		return e0;
-	DT_KV_MANY(dt_kv_pull_async(kv, keys[started], outs[started],
-	                            lens[started], &reqs[started]));
+	KV_NEED(nkeys == 0 || lens, "batched pull of %zu keys: lens is NULL",
+	        nkeys);
+	return batch_call(kv, DT_CMD_KV_PULL, &b);
 }
 
 dt_err
@@ -790,14 +905,61 @@ dt_kv_pushpull_many(dt_kv *kv, size_t nkeys, const dt_key *keys,
                     const float *const *vals, float *const *outs,
                     const size_t *lens)
 {
-	dt_err e0 =
-	    many_check(kv, nkeys, keys, vals && outs ? vals : NULL, lens);
+	dt_kv_batch b = {.nkeys = nkeys,
+	                 .keys = keys,
+	                 .lens = lens,
+	                 .pvals = vals,
+	                 .pouts = outs};
 
-	if (e0)
-		return e0;
-	DT_KV_MANY(dt_kv_pushpull_async(kv, keys[started], vals[started],
-	                                outs[started], lens[started],
-	                                &reqs[started]));
+	KV_NEED(nkeys == 0 || lens,
+	        "batched pushpull of %zu keys: lens is NULL", nkeys);
+	KV_NEED(nkeys == 0 || (vals && outs),
+	        "batched pushpull of %zu keys: values or outputs are NULL",
+	        nkeys);
+	return batch_call(kv, DT_CMD_KV_PUSHPULL, &b);
+}
+
+dt_err
+dt_kv_init_keys(dt_kv *kv, size_t nkeys, const dt_key *keys, const float *vals,
+                const size_t *lens)
+{
+	dt_kv_batch b = {
+	    .nkeys = nkeys, .keys = keys, .lens = lens, .vals = vals};
+
+	return batch_init(kv, &b);
+}
+
+dt_err
+dt_kv_push_keys(dt_kv *kv, size_t nkeys, const dt_key *keys, const float *vals,
+                const size_t *lens)
+{
+	dt_kv_batch b = {
+	    .nkeys = nkeys, .keys = keys, .lens = lens, .vals = vals};
+
+	return batch_call(kv, DT_CMD_KV_PUSH, &b);
+}
+
+dt_err
+dt_kv_pull_keys(dt_kv *kv, size_t nkeys, const dt_key *keys, float *outs,
+                const size_t *lens)
+{
+	dt_kv_batch b = {
+	    .nkeys = nkeys, .keys = keys, .lens = lens, .outs = outs};
+
+	return batch_call(kv, DT_CMD_KV_PULL, &b);
+}
+
+dt_err
+dt_kv_pushpull_keys(dt_kv *kv, size_t nkeys, const dt_key *keys,
+                    const float *vals, float *outs, const size_t *lens)
+{
+	dt_kv_batch b = {.nkeys = nkeys,
+	                 .keys = keys,
+	                 .lens = lens,
+	                 .vals = vals,
+	                 .outs = outs};
+
+	return batch_call(kv, DT_CMD_KV_PUSHPULL, &b);
 }
 
 /* ---- local aggregation over devices ---- */

@@ -12,6 +12,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "common/quant.h"
 #include "core/core.h"
@@ -44,6 +45,14 @@ dt__kv_op_name(int cmd)
 		return "checkpoint";
 	case DT_CMD_KV_RESUME:
 		return "resume";
+	case DT_CMD_KV_INIT_MANY:
+		return "batched init";
+	case DT_CMD_KV_PUSH_MANY:
+		return "batched push";
+	case DT_CMD_KV_PULL_MANY:
+		return "batched pull";
+	case DT_CMD_KV_PUSHPULL_MANY:
+		return "batched pushpull";
 	}
 	return "request";
 }
@@ -75,6 +84,57 @@ dt_err dt__kv_push_check(const dt_msg_hdr *h, const uint8_t *meta, size_t n,
                          dt_quant_kind *kind, float *t);
 /* The meta of a 2-bit push: its threshold, little-endian. */
 void dt__kv_threshold_meta(float t, uint8_t meta[4]);
+
+/*
+ * Batched requests (KV_INIT_MANY, KV_PUSH_MANY, KV_PULL_MANY,
+ * KV_PUSHPULL_MANY; docs/protocol.md): arg0 is the key count, arg1 every
+ * key's length when they are all the same (0: a u32 length per key follows
+ * the keys), arg2 the encodings (a pushed body is fp32; the answer fp32 or
+ * fp16). The payload: u64 keys[count], [u32 lens[count]], then for init,
+ * push and pushpull the keys' values back to back (f32). The answer to a
+ * pull or pushpull carries the values in the request's key order.
+ */
+/* The most keys of one request (and of a server's many-key store). */
+#define DT_KS_MAX_KEYS ((uint64_t)1 << 30)
+/* The longest key of a batched request, in floats. */
+#define DT_KS_MAX_LEN ((uint64_t)1 << 30)
+
+/* The lengths of a request's keys: lens[i] (u32, little-endian) or, when
+ * lens is NULL, uniform for every key. */
+typedef struct dt_ks_lens {
+	const uint8_t *lens;
+	uint32_t uniform;
+} dt_ks_lens;
+
+static inline uint32_t
+dt__ks_len_at(const dt_ks_lens *l, size_t i)
+{
+	uint32_t v;
+
+	if (l->lens == NULL)
+		return l->uniform;
+	memcpy(&v, l->lens + 4 * i, 4);
+	return v;
+}
+
+typedef struct dt_kv_many {
+	size_t count;
+	const uint8_t *keys; /* count u64, little-endian */
+	dt_ks_lens lens;
+	const uint8_t *vals; /* nvals f32 (init, push, pushpull), or NULL */
+	uint64_t nvals;      /* the keys' lengths summed */
+	unsigned answer;     /* DT_QUANT_NONE or DT_QUANT_FP16 */
+} dt_kv_many;
+
+/* Check a batched request's header and payload against each other and
+ * the limits above (every count and length before it is used); the body's
+ * parts, or an error naming what is wrong. */
+dt_err dt__kv_many_decode(const dt_msg_hdr *h, const void *payload,
+                          dt_kv_many *out);
+/* Whether cmd is one of the batched commands, and whether it carries
+ * values. */
+int dt__kv_many_cmd(int cmd);
+int dt__kv_many_has_vals(int cmd);
 
 /* One server's part of an array. */
 typedef struct dt_kv_part {
@@ -168,6 +228,33 @@ dt_err dt__kv_client_start_ex(dt_kv_client *c, int cmd, dt_key key,
                               const void *val, void *out, size_t n, int half,
                               dt_kv_req *req);
 dt_err dt__kv_client_wait(dt_kv_client *c, dt_kv_req req);
+/* A batched call's arrays (kv.c): keys, lengths (NULL: one float per
+ * key), and the values either back to back (vals, outs: ps-lite's form)
+ * or one pointer per key (pvals, pouts: dt_kv_*_many). */
+typedef struct dt_kv_batch {
+	size_t nkeys;
+	const dt_key *keys;
+	const size_t *lens;
+	const float *vals;
+	float *outs;
+	const float *const *pvals;
+	float *const *pouts;
+} dt_kv_batch;
+
+/* Whether batched calls go as KV_*_MANY requests (not with DTRAIN_RECOVER
+ * or DTRAIN_CHECKPOINT_DIR: the many-key store has no checkpoints). */
+int dt__kv_client_batches(const dt_kv_client *c);
+/* One batched call of cmd (DT_CMD_KV_INIT, _PUSH, _PULL or _PUSHPULL):
+ * the keys the many-key store takes (shorter than the big-array bound, and
+ * than compression's min_size when pushes are compressed) go as one
+ * request per server, the rest key by key; returns once every part is
+ * answered. An init's values are rank 0's: other workers send no batched
+ * init (the caller's barrier follows). */
+dt_err dt__kv_client_many(dt_kv_client *c, int cmd, const dt_kv_batch *b);
+/* key was initialised by a single-key call: batched calls send it key by
+ * key, to the store that holds it. (Every worker makes the same inits.
+ * Should the note not fit in memory, the server names the mix-up.) */
+void dt__kv_client_note_single(dt_kv_client *c, dt_key key);
 /* Pushes compressed as comp says from now on (residuals per key). */
 void dt__kv_client_set_compression(dt_kv_client *c, const dt_quant_spec *comp);
 /* Pulls' answers in fp16 (on) or fp32. */

@@ -81,3 +81,96 @@ dt__opt_decode(dt_rbuf *r, dt_opt *o)
 		                           "range");
 	return DT_OK;
 }
+
+int
+dt__kv_many_cmd(int cmd)
+{
+	return cmd == DT_CMD_KV_INIT_MANY || cmd == DT_CMD_KV_PUSH_MANY ||
+	       cmd == DT_CMD_KV_PULL_MANY || cmd == DT_CMD_KV_PUSHPULL_MANY;
+}
+
+int
+dt__kv_many_has_vals(int cmd)
+{
+	return cmd == DT_CMD_KV_INIT_MANY || cmd == DT_CMD_KV_PUSH_MANY ||
+	       cmd == DT_CMD_KV_PUSHPULL_MANY;
+}
+
+dt_err
+dt__kv_many_decode(const dt_msg_hdr *h, const void *payload, dt_kv_many *out)
+{
+	const char *op = dt__kv_op_name(h->cmd);
+	uint64_t count = h->arg0, len = h->payload_len, head, nvals = 0;
+	const uint8_t *p = payload;
+	unsigned enc = (unsigned)h->arg2;
+
+	memset(out, 0, sizeof(*out));
+	if (!dt__kv_many_cmd(h->cmd))
+		return dt__fail(DT_EPROTO, "command %u is not a batched one",
+		                h->cmd);
+	if (DT_KV_ENC_PUSH(enc) != DT_QUANT_NONE || (enc >> 16) != 0 ||
+	    (DT_KV_ENC_ANSWER(enc) != DT_QUANT_NONE &&
+	     DT_KV_ENC_ANSWER(enc) != DT_QUANT_FP16) ||
+	    (h->cmd == DT_CMD_KV_INIT_MANY && enc != 0))
+		return dt__fail(DT_EPROTO,
+		                "%s: encodings 0x%x (values go as fp32; "
+		                "answers as fp32 or fp16)",
+		                op, enc);
+	if (count > DT_KS_MAX_KEYS)
+		return dt__fail(DT_ESIZE, "%s of %llu keys: more than %llu", op,
+		                (unsigned long long)count,
+		                (unsigned long long)DT_KS_MAX_KEYS);
+	if (h->arg1 > DT_KS_MAX_LEN)
+		return dt__fail(DT_ESIZE,
+		                "%s: key length %llu (at most %llu floats)", op,
+		                (unsigned long long)h->arg1,
+		                (unsigned long long)DT_KS_MAX_LEN);
+	head = count * (h->arg1 ? 8 : 12);
+	if (len < head || (count && payload == NULL))
+		return dt__fail(DT_ESIZE,
+		                "%s of %llu keys: body of %llu bytes, shorter "
+		                "than its key list",
+		                op, (unsigned long long)count,
+		                (unsigned long long)len);
+	out->count = (size_t)count;
+	out->keys = p;
+	out->lens.uniform = (uint32_t)h->arg1;
+	if (h->arg1 == 0 && count) {
+		out->lens.lens = p + 8 * count;
+		for (uint64_t i = 0; i < count; i++) {
+			uint32_t l = dt__ks_len_at(&out->lens, (size_t)i);
+
+			if (l == 0 || l > DT_KS_MAX_LEN)
+				return dt__fail(
+				    DT_ESIZE,
+				    "%s: key %llu has length %u (1 to %llu)",
+				    op,
+				    (unsigned long long)dt__get_u64(p + 8 * i),
+				    l, (unsigned long long)DT_KS_MAX_LEN);
+			nvals += l;
+		}
+	} else {
+		nvals = count * h->arg1;
+	}
+	out->nvals = nvals;
+	out->answer = DT_KV_ENC_ANSWER(enc);
+	if (!dt__kv_many_has_vals(h->cmd)) {
+		if (len != head)
+			return dt__fail(DT_ESIZE,
+			                "%s of %llu keys: body of %llu bytes, "
+			                "expected %llu",
+			                op, (unsigned long long)count,
+			                (unsigned long long)len,
+			                (unsigned long long)head);
+		return DT_OK;
+	}
+	if ((len - head) / 4 != nvals || (len - head) % 4)
+		return dt__fail(DT_ESIZE,
+		                "%s of %llu keys: %llu bytes of values for "
+		                "%llu floats",
+		                op, (unsigned long long)count,
+		                (unsigned long long)(len - head),
+		                (unsigned long long)nvals);
+	out->vals = nvals ? p + head : NULL;
+	return DT_OK;
+}

@@ -25,6 +25,7 @@
 #include <unistd.h>
 
 #include "common/table.h"
+#include "kv/kstore.h"
 #include "kv/kv_impl.h"
 
 /* Pushes at least this big are applied while they stream in. */
@@ -94,6 +95,20 @@ typedef struct ckpt_job {
 	uint64_t *applied; /* nkeys x nworkers */
 } ckpt_job;
 
+/* A batched dist_sync push waiting for its keys' rounds (KV_PUSH_MANY,
+ * KV_PUSHPULL_MANY); its handle is its index + 1. */
+typedef struct breq {
+	int worker; /* -1: free */
+	int cmd;
+	uint64_t seq;
+	unsigned answer;
+	size_t count, remaining;
+	uint32_t *idx; /* a pushpull's records, to answer with */
+	uint32_t next_free;
+	struct waiter *pulls; /* single-key pulls of its keys by its worker,
+	                         answered after it (n: the record) */
+} breq;
+
 typedef struct kv_server {
 	dt_node *node;
 	int rank;
@@ -110,6 +125,22 @@ typedef struct kv_server {
 	size_t dec_cap;
 	uint8_t *half; /* an fp16 answer */
 	size_t half_cap;
+	/* The many-key store (batched requests; kstore.h), made at the
+	 * first batched init; and its scratch: a request's records, an
+	 * answer's values, the pending dist_sync pushes. */
+	int ks_on;
+	dt_kstore ks;
+	uint32_t *idx;
+	size_t idx_cap; /* bytes */
+	float *gath;
+	size_t gath_cap; /* bytes */
+	struct rxbuf {
+		uint8_t *buf;
+		size_t cap;
+	} * rx; /* by worker: its batched requests land here */
+	breq *breqs;
+	size_t nbreqs;
+	uint32_t breq_free; /* handle of the first free one, 0: none */
 	/* PS_RESEND: by worker, the push streaming in now, and how many of
 	 * its bytes are used; a frame cut by a broken connection comes again
 	 * whole, and only the rest of it is used then. */
@@ -307,6 +338,10 @@ touch(kv_server *s, entry *e)
 }
 
 static void maybe_checkpoint(kv_server *s);
+static int in_many_store(kv_server *s, int worker, const dt_msg_hdr *h);
+static int init_in_many(kv_server *s, int worker, const dt_msg *m);
+static void one_in_many(kv_server *s, int worker, const dt_msg_hdr *h,
+                        const uint8_t *meta, const float *payload, uint32_t r);
 static void unpark(kv_server *s, entry *e);
 
 static void
@@ -455,6 +490,8 @@ on_init(kv_server *s, int worker, const dt_msg *m)
 	size_t len = (size_t)(h->payload_len / sizeof(float));
 	entry *e = find(s, h->key);
 
+	if (init_in_many(s, worker, m))
+		return;
 	if (has_value && m->payload == NULL && h->payload_len) {
 		reply_error(s, worker, h->cmd, h->seq, h->key, DT_ESIZE,
 		            "init of key %llu: slice too large",
@@ -531,6 +568,21 @@ on_init(kv_server *s, int worker, const dt_msg *m)
 	unpark(s, e);
 }
 
+/* A recovery request for a key of the many-key store is refused (1),
+ * named (with DTRAIN_RECOVER the workers never make one). */
+static int
+in_many_store(kv_server *s, int worker, const dt_msg_hdr *h)
+{
+	if (!s->ks_on || dt__ks_find(&s->ks, h->key) == DT_KS_NONE)
+		return 0;
+	reply_error(s, worker, h->cmd, h->seq, h->key, DT_ESTATE,
+	            "%s of key %llu: the key was initialised by a batched "
+	            "call (dt_kv_init_many or dt_kv_init_keys); use batched "
+	            "calls for it",
+	            dt__kv_op_name(h->cmd), (unsigned long long)h->key);
+	return 1;
+}
+
 /* Check a push or pull against the key's slice, and its encodings
  * (*kind, *t: the push's); NULL + error if wrong. */
 static entry *
@@ -541,6 +593,8 @@ check_access(kv_server *s, int worker, const dt_msg_hdr *h, const uint8_t *meta,
 	const char *op = dt__kv_op_name(h->cmd);
 	dt_err err;
 
+	if (e == NULL && in_many_store(s, worker, h))
+		return NULL;
 	if (e == NULL || !e->initialised) {
 		reply_error(s, worker, h->cmd, h->seq, h->key, DT_ENOKEY,
 		            "%s of key %llu: unknown key (never initialised "
@@ -1158,7 +1212,13 @@ on_data(kv_server *s, int worker, const dt_msg_hdr *h, const uint8_t *meta,
 	float t;
 	entry *e;
 	dt_err err;
+	uint32_t r;
 
+	if (s->ks_on && find(s, h->key) == NULL &&
+	    (r = dt__ks_find(&s->ks, h->key)) != DT_KS_NONE) {
+		one_in_many(s, worker, h, meta, payload, r);
+		return;
+	}
 	if (h->cmd == DT_CMD_KV_PULL) {
 		if ((e = check_access(s, worker, h, meta, 0, &kind, &t)) ==
 		    NULL)
@@ -1321,6 +1381,415 @@ on_peer_restart(void *arg, dt_node *n, int peer)
 	}
 }
 
+/* ---- the many-key store: batched requests (kstore.h) ---- */
+
+/* Room for count record numbers in s->idx; NULL: no memory. */
+static uint32_t *
+idx_room(kv_server *s, size_t count)
+{
+	return (uint32_t *)(void *)dt__buf_reserve(
+	    (uint8_t **)&s->idx, &s->idx_cap, DT_MAX(count, 1) * 4);
+}
+
+/* Answer a batched request with the values of records idx (in the
+ * encoding asked), or with nothing (a push). */
+static void
+many_answer(kv_server *s, int worker, int cmd, uint64_t seq, unsigned enc,
+            const uint32_t *idx, size_t count)
+{
+	size_t n = 0;
+
+	if (cmd == DT_CMD_KV_PUSH_MANY || cmd == DT_CMD_KV_INIT_MANY ||
+	    cmd == DT_CMD_KV_PUSH || cmd == DT_CMD_KV_INIT) {
+		reply(s, worker, cmd, seq, 0, NULL, 0);
+		return;
+	}
+	for (size_t i = 0; i < count; i++)
+		n += dt__ks_len(&s->ks, idx[i]);
+	if (!dt__buf_reserve((uint8_t **)&s->gath, &s->gath_cap,
+	                     DT_MAX(n, 1) * sizeof(float))) {
+		reply_error(s, worker, cmd, seq, 0, DT_ENOMEM,
+		            "%s of %zu keys: out of memory for the answer "
+		            "(%zu floats)",
+		            dt__kv_op_name(cmd), count, n);
+		return;
+	}
+	dt__ks_gather(&s->ks, idx, count, s->gath);
+	/* (s->gath is scratch: the answer is copied if it cannot leave at
+	 * once, as reply_enc's fp16 answers are) */
+	if (enc == DT_QUANT_FP16) {
+		reply_enc(s, worker, cmd, seq, 0, s->gath, n, enc);
+		return;
+	}
+	dt_msg_hdr h = {
+	    .cmd = (uint8_t)cmd, .flags = DT_F_RESPONSE, .seq = seq};
+	struct iovec iov = {s->gath, n * sizeof(float)};
+
+	if (dt__node_send_ex(s->node, dt__node_worker_id(s->node, worker), &h,
+	                     NULL, 0, &iov, 1, 0))
+		DT_LOG(1, "answer to worker %d: %s", worker, dt_errmsg());
+}
+
+/* A batched request refused: the error, with the key it names said
+ * better when that key lives in the single-key store. */
+static void
+many_refuse(kv_server *s, int worker, const dt_msg_hdr *h, dt_err err,
+            const dt_kv_many *b, size_t bad)
+{
+	dt_key key = b->count > bad ? dt__get_u64(b->keys + 8 * bad) : 0;
+	entry *e = err == DT_ENOKEY && b->count > bad ? find(s, key) : NULL;
+
+	if (e && e->initialised)
+		reply_error(s, worker, h->cmd, h->seq, key, DT_ESTATE,
+		            "%s of key %llu: the key was initialised by a "
+		            "single-key call (dt_kv_init); use single-key "
+		            "calls for it",
+		            dt__kv_op_name(h->cmd), (unsigned long long)key);
+	else
+		reply_error(s, worker, h->cmd, h->seq, key, err, "%s",
+		            dt_errmsg());
+}
+
+static void
+on_init_many(kv_server *s, int worker, const dt_msg_hdr *h, const dt_kv_many *b)
+{
+	uint32_t *idx;
+	size_t bad, n0;
+	dt_err err;
+
+	if (s->ck_dir || dt__node_recover(s->node)) {
+		reply_error(s, worker, h->cmd, h->seq, 0, DT_ECONFIG,
+		            "batched init: this server %s, which the many-key "
+		            "store does not support; the workers send "
+		            "batched calls key by key when DTRAIN_RECOVER or "
+		            "DTRAIN_CHECKPOINT_DIR is set in their "
+		            "environment too",
+		            s->ck_dir ? "writes checkpoints "
+		                        "(DTRAIN_CHECKPOINT_DIR)"
+		                      : "recovers lost nodes (DTRAIN_RECOVER)");
+		return;
+	}
+	if (!s->ks_on) {
+		dt__ks_init(&s->ks, s->nworkers, s->sync, &s->opt);
+		s->ks_on = 1;
+	}
+	/* A key has one home: the single-key store or this one. */
+	for (size_t i = 0; dt__table_count(&s->keys) && i < b->count; i++) {
+		dt_key key = dt__get_u64(b->keys + 8 * i);
+
+		if (find(s, key)) {
+			reply_error(s, worker, h->cmd, h->seq, key, DT_ESTATE,
+			            "batched init of key %llu: the key was "
+			            "initialised by a single-key call "
+			            "(dt_kv_init); use single-key calls for it",
+			            (unsigned long long)key);
+			return;
+		}
+	}
+	if ((idx = idx_room(s, b->count)) == NULL) {
+		reply_error(s, worker, h->cmd, h->seq, 0, DT_ENOMEM,
+		            "batched init of %zu keys: out of memory",
+		            b->count);
+		return;
+	}
+	n0 = s->ks.nrec;
+	if ((err = dt__ks_resolve(&s->ks, "batched init", b->count, b->keys,
+	                          &b->lens, 1, idx, &bad))) {
+		many_refuse(s, worker, h, err, b, bad);
+		return;
+	}
+	dt__ks_set(&s->ks, idx, b->count, (const float *)(const void *)b->vals);
+	s->ninit += s->ks.nrec - n0;
+	DT_LOG(2, "batched init: %zu keys (%zu new), %zu in the store",
+	       b->count, s->ks.nrec - n0, s->ks.nrec);
+	reply(s, worker, h->cmd, h->seq, 0, NULL, 0);
+}
+
+/* dist_sync: one of a pending request's keys closed its round. */
+static void
+many_done(void *arg, uint32_t handle)
+{
+	kv_server *s = arg;
+	breq *q = &s->breqs[handle - 1];
+
+	if (--q->remaining)
+		return;
+	many_answer(s, q->worker, q->cmd, q->seq, q->answer, q->idx, q->count);
+	while (q->pulls) {
+		waiter *w = q->pulls;
+		uint32_t r = (uint32_t)w->n;
+
+		q->pulls = w->next;
+		many_answer(s, w->worker, w->cmd, w->seq, w->enc, &r, 1);
+		free(w);
+	}
+	free(q->idx);
+	q->idx = NULL;
+	q->worker = -1;
+	q->next_free = s->breq_free;
+	s->breq_free = handle;
+}
+
+/* A free pending-request slot's handle; 0: no memory. */
+static uint32_t
+breq_new(kv_server *s)
+{
+	uint32_t hd = s->breq_free;
+
+	if (hd) {
+		s->breq_free = s->breqs[hd - 1].next_free;
+		return hd;
+	}
+	if (s->nbreqs >= UINT32_MAX - 1)
+		return 0;
+	breq *nb = realloc(s->breqs, (s->nbreqs + 1) * sizeof(*nb));
+	if (nb == NULL)
+		return 0;
+	s->breqs = nb;
+	s->breqs[s->nbreqs] = (breq){.worker = -1};
+	return (uint32_t)++s->nbreqs;
+}
+
+/*
+ * A single-key request for a key of the many-key store (dt_kv_push on a
+ * key that dt_kv_init_many made, say): served there, as a batched request
+ * of one key. Its dist_sync pull waits for this worker's pending push of
+ * the key, as a single-key store's does. What such a key does not take: a
+ * second push of a worker in one round (its first must be answered).
+ */
+static void
+one_in_many(kv_server *s, int worker, const dt_msg_hdr *h, const uint8_t *meta,
+            const float *payload, uint32_t r)
+{
+	size_t len = dt__ks_len(&s->ks, r), bad;
+	unsigned enc = DT_KV_ENC_ANSWER(h->arg2);
+	const char *op = dt__kv_op_name(h->cmd);
+	dt_quant_kind kind;
+	float t;
+	dt_err err;
+
+	if (h->arg0 != len || h->arg1 != 0) {
+		reply_error(s, worker, h->cmd, h->seq, h->key, DT_ESIZE,
+		            "%s of key %llu: length %llu != initialised "
+		            "length %zu",
+		            op, (unsigned long long)h->key,
+		            (unsigned long long)h->arg0, len);
+		return;
+	}
+	err = dt__kv_push_check(h, meta, len, &kind, &t);
+	if ((err && (err != DT_ESIZE || h->cmd != DT_CMD_KV_PULL)) ||
+	    (h->arg2 & DT_KV_AT_ROUND)) {
+		reply_error(s, worker, h->cmd, h->seq, h->key,
+		            err ? err : DT_ESTATE, "%s of key %llu: %s", op,
+		            (unsigned long long)h->key,
+		            err ? dt_errmsg() : "no rounds are kept");
+		return;
+	}
+	if (h->cmd == DT_CMD_KV_PULL) {
+		if (s->sync && dt__ks_pending(&s->ks, worker, &r, 1, &bad)) {
+			uint32_t hd =
+			    s->ks.pend[(size_t)r * (size_t)s->nworkers +
+			               (size_t)worker];
+
+			if (queue(&s->breqs[hd - 1].pulls, worker, h->cmd,
+			          h->seq, r, 0, enc))
+				reply_error(s, worker, h->cmd, h->seq, h->key,
+				            DT_ENOMEM, "out of memory");
+			return;
+		}
+		many_answer(s, worker, h->cmd, h->seq, enc, &r, 1);
+		return;
+	}
+	if (payload == NULL && h->payload_len) {
+		reply_error(s, worker, h->cmd, h->seq, h->key, DT_ESIZE,
+		            "%s of key %llu: payload dropped", op,
+		            (unsigned long long)h->key);
+		return;
+	}
+	if (kind != DT_QUANT_NONE) {
+		if (!dt__buf_reserve(&s->dec, &s->dec_cap,
+		                     len * sizeof(float))) {
+			reply_error(s, worker, h->cmd, h->seq, h->key,
+			            DT_ENOMEM,
+			            "%s of key %llu: out of memory decoding it",
+			            op, (unsigned long long)h->key);
+			return;
+		}
+		if ((err = dt__quant_decode(kind, t, (const uint8_t *)payload,
+		                            len, (float *)(void *)s->dec))) {
+			reply_error(s, worker, h->cmd, h->seq, h->key, err,
+			            "%s of key %llu: %s", op,
+			            (unsigned long long)h->key, dt_errmsg());
+			return;
+		}
+		payload = (const float *)(void *)s->dec;
+	}
+	if (!s->sync) {
+		dt__ks_apply(&s->ks, &r, 1, payload);
+		s->rounds++;
+		many_answer(s, worker, h->cmd, h->seq, enc, &r, 1);
+		return;
+	}
+	if (dt__ks_pending(&s->ks, worker, &r, 1, &bad)) {
+		reply_error(s, worker, h->cmd, h->seq, h->key, DT_ESTATE,
+		            "%s of key %llu: this worker's push of it in the "
+		            "round open now has not been answered yet (a key "
+		            "of batched calls takes one push per worker per "
+		            "round)",
+		            op, (unsigned long long)h->key);
+		return;
+	}
+	uint32_t hd = breq_new(s);
+	uint32_t *keep = NULL;
+
+	if (hd && h->cmd == DT_CMD_KV_PUSHPULL &&
+	    (keep = malloc(sizeof(*keep))) == NULL) {
+		s->breqs[hd - 1].next_free = s->breq_free;
+		s->breq_free = hd;
+		hd = 0;
+	}
+	if (hd == 0) {
+		reply_error(s, worker, h->cmd, h->seq, h->key, DT_ENOMEM,
+		            "%s of key %llu: out of memory", op,
+		            (unsigned long long)h->key);
+		return;
+	}
+	if (keep)
+		*keep = r;
+	s->breqs[hd - 1] = (breq){.worker = worker,
+	                          .cmd = h->cmd,
+	                          .seq = h->seq,
+	                          .answer = enc,
+	                          .count = 1,
+	                          .remaining = 1,
+	                          .idx = keep};
+	dt__ks_push_sync(&s->ks, worker, hd, &r, 1, payload, many_done, s);
+}
+
+/* A single-key init of a key of the many-key store (1: handled): rank 0's
+ * value sets it again; the others' find it there. */
+static int
+init_in_many(kv_server *s, int worker, const dt_msg *m)
+{
+	const dt_msg_hdr *h = &m->hdr;
+	uint32_t r;
+	size_t len;
+
+	if (!s->ks_on || (r = dt__ks_find(&s->ks, h->key)) == DT_KS_NONE)
+		return 0;
+	len = dt__ks_len(&s->ks, r);
+	if (h->arg0 != len || h->arg1 != 0 ||
+	    ((h->arg2 & DT_KV_INIT_HAS_VALUE) &&
+	     (m->payload == NULL || h->payload_len != len * sizeof(float)))) {
+		reply_error(s, worker, h->cmd, h->seq, h->key, DT_ESIZE,
+		            "init of key %llu: length %llu != initialised "
+		            "length %zu",
+		            (unsigned long long)h->key,
+		            (unsigned long long)h->arg0, len);
+		return 1;
+	}
+	if (h->arg2 & DT_KV_INIT_HAS_VALUE)
+		dt__ks_set(&s->ks, &r, 1, m->payload);
+	reply(s, worker, h->cmd, h->seq, h->key, NULL, 0);
+	return 1;
+}
+
+static void
+on_many(kv_server *s, int worker, const dt_msg *m)
+{
+	const dt_msg_hdr *h = &m->hdr;
+	const char *op = dt__kv_op_name(h->cmd);
+	dt_kv_many b;
+	uint32_t *idx;
+	size_t bad;
+	dt_err err;
+
+	if ((err = dt__kv_many_decode(h, m->payload, &b))) {
+		reply_error(s, worker, h->cmd, h->seq, 0, err, "%s",
+		            dt_errmsg());
+		return;
+	}
+	if (b.vals && ((uintptr_t)b.vals & 3)) { /* (never, from a worker) */
+		reply_error(s, worker, h->cmd, h->seq, 0, DT_EPROTO,
+		            "%s: values not aligned", op);
+		return;
+	}
+	if (h->cmd == DT_CMD_KV_INIT_MANY) {
+		on_init_many(s, worker, h, &b);
+		return;
+	}
+	if (b.count == 0) {
+		many_answer(s, worker, h->cmd, h->seq, b.answer, NULL, 0);
+		return;
+	}
+	if (!s->ks_on) {
+		many_refuse(s, worker, h,
+		            dt__fail(DT_ENOKEY,
+		                     "%s of key %llu: unknown key (never "
+		                     "initialised with init)",
+		                     op,
+		                     (unsigned long long)dt__get_u64(b.keys)),
+		            &b, 0);
+		return;
+	}
+	if ((idx = idx_room(s, b.count)) == NULL) {
+		reply_error(s, worker, h->cmd, h->seq, 0, DT_ENOMEM,
+		            "%s of %zu keys: out of memory", op, b.count);
+		return;
+	}
+	if ((err = dt__ks_resolve(&s->ks, op, b.count, b.keys, &b.lens, 0, idx,
+	                          &bad))) {
+		many_refuse(s, worker, h, err, &b, bad);
+		return;
+	}
+	if (h->cmd == DT_CMD_KV_PULL_MANY) {
+		/* (a worker's batched push is answered at its round's end,
+		 * before it can pull: nothing of its own is pending) */
+		many_answer(s, worker, h->cmd, h->seq, b.answer, idx, b.count);
+		return;
+	}
+	const float *g = (const float *)(const void *)b.vals;
+
+	if (!s->sync) {
+		dt__ks_apply(&s->ks, idx, b.count, g);
+		s->rounds += b.count;
+		many_answer(s, worker, h->cmd, h->seq, b.answer, idx, b.count);
+		return;
+	}
+	if (dt__ks_pending(&s->ks, worker, idx, b.count, &bad)) {
+		reply_error(s, worker, h->cmd, h->seq, 0, DT_ESTATE,
+		            "%s of key %llu: this worker's push of it in the "
+		            "round open now has not been answered yet",
+		            op,
+		            (unsigned long long)dt__get_u64(b.keys + 8 * bad));
+		return;
+	}
+	uint32_t hd = breq_new(s);
+	uint32_t *keep = NULL;
+
+	if (hd && h->cmd == DT_CMD_KV_PUSHPULL_MANY &&
+	    (keep = malloc(b.count * sizeof(*keep))) == NULL) {
+		s->breqs[hd - 1].next_free = s->breq_free;
+		s->breq_free = hd;
+		hd = 0;
+	}
+	if (hd == 0) {
+		reply_error(s, worker, h->cmd, h->seq, 0, DT_ENOMEM,
+		            "%s of %zu keys: out of memory", op, b.count);
+		return;
+	}
+	if (keep)
+		memcpy(keep, idx, b.count * sizeof(*keep));
+	s->breqs[hd - 1] = (breq){.worker = worker,
+	                          .cmd = h->cmd,
+	                          .seq = h->seq,
+	                          .answer = b.answer,
+	                          .count = b.count,
+	                          .remaining = b.count,
+	                          .idx = keep};
+	dt__ks_push_sync(&s->ks, worker, hd, idx, b.count, g, many_done, s);
+}
+
 static void
 on_msg(void *arg, dt_node *n, dt_conn *c, dt_msg *m)
 {
@@ -1337,6 +1806,16 @@ on_msg(void *arg, dt_node *n, dt_conn *c, dt_msg *m)
 	}
 	switch (h->cmd) {
 	case DT_CMD_KV_CONFIG:
+		if (s->ks_on && s->ks.nrec && (h->arg0 != 0) != s->sync) {
+			reply_error(s, worker, h->cmd, h->seq, 0, DT_ESTATE,
+			            "configure: batched keys exist in %s mode",
+			            s->sync ? "dist_sync" : "dist_async");
+			return;
+		}
+		if (s->ks_on && s->ks.nrec == 0) { /* (made anew) */
+			dt__ks_fini(&s->ks);
+			s->ks_on = 0;
+		}
 		s->sync = h->arg0 != 0;
 		DT_LOG(1, "store mode: %s",
 		       s->sync ? "dist_sync" : "dist_async");
@@ -1360,6 +1839,12 @@ on_msg(void *arg, dt_node *n, dt_conn *c, dt_msg *m)
 			return;
 		}
 		s->opt = opt;
+		if (s->ks_on && s->ks.nrec == 0) { /* (made anew) */
+			dt__ks_fini(&s->ks);
+			s->ks_on = 0;
+		} else if (s->ks_on) {
+			dt__ks_set_opt(&s->ks, &opt);
+		}
 		DT_LOG(1,
 		       "optimizer %s lr=%g momentum=%g wd=%g rescale_grad=%g",
 		       opt.kind == DT_OPT_SGD ? "sgd" : "adam", opt.p.lr,
@@ -1380,6 +1865,12 @@ on_msg(void *arg, dt_node *n, dt_conn *c, dt_msg *m)
 		if (s->rejoined && park(s, worker, m))
 			return;
 		on_resume(s, worker, h, m->meta);
+		return;
+	case DT_CMD_KV_INIT_MANY:
+	case DT_CMD_KV_PUSH_MANY:
+	case DT_CMD_KV_PULL_MANY:
+	case DT_CMD_KV_PUSHPULL_MANY:
+		on_many(s, worker, m);
 		return;
 	case DT_CMD_KV_PUSH:
 	case DT_CMD_KV_PUSHPULL:
@@ -1413,9 +1904,35 @@ payload_dest(void *arg, dt_node *n, dt_conn *c, const dt_msg_hdr *h,
 	if (h->cmd == DT_CMD_KV_INIT)
 		return h->payload_len > h->arg0 * sizeof(float) ? DT_VAN_DISCARD
 		                                                : NULL;
+	if (dt__kv_many_cmd(h->cmd)) {
+		/* (on_many checks it whole) A batched request of one-length
+		 * keys whose size matches its header lands in its worker's
+		 * buffer, kept from request to request: a big one then costs
+		 * no page faults. */
+		int w = (int)h->sender - 1 - s->nservers;
+		uint64_t want = h->arg0 * 8;
+
+		if (dt__kv_many_has_vals(h->cmd) && h->arg1 &&
+		    h->arg1 <= DT_KS_MAX_LEN && h->arg0 <= DT_KS_MAX_KEYS)
+			want += h->arg0 * h->arg1 * 4;
+		if (w < 0 || w >= s->nworkers || s->rx == NULL || !h->arg1 ||
+		    h->arg0 > DT_KS_MAX_KEYS || h->payload_len != want ||
+		    !dt__buf_reserve(&s->rx[w].buf, &s->rx[w].cap,
+		                     (size_t)want))
+			return NULL;
+		return s->rx[w].buf;
+	}
 	if (h->cmd != DT_CMD_KV_PUSH && h->cmd != DT_CMD_KV_PUSHPULL)
 		return DT_VAN_DISCARD;
 	e = find(s, h->key);
+	if (e == NULL && s->ks_on) { /* a key of batched calls (on_data) */
+		uint32_t r = dt__ks_find(&s->ks, h->key);
+
+		if (r != DT_KS_NONE)
+			return h->payload_len <= dt__ks_len(&s->ks, r) * 4
+			           ? NULL
+			           : DT_VAN_DISCARD;
+	}
 	if (s->rejoined && (e == NULL || !e->initialised))
 		return NULL; /* parked until its INIT (park) */
 	if (e == NULL || !e->initialised)
@@ -1534,6 +2051,33 @@ server_free(kv_server *s)
 	free(s->streaming);
 	free(s->dec);
 	free(s->half);
+	if (s->ks_on && s->ks.nrec) {
+		size_t b = dt__ks_bytes(&s->ks), n = s->ks.nrec;
+		size_t v = (size_t)s->ks.off[n];
+
+		DT_LOG(1,
+		       "many-key store: %zu keys, %zu floats, %.1f MiB (%.1f "
+		       "bytes per key beside the values)",
+		       n, v, (double)b / 1048576.0,
+		       (double)(b - 4 * v) / (double)n);
+	}
+	if (s->ks_on)
+		dt__ks_fini(&s->ks);
+	for (size_t i = 0; i < s->nbreqs; i++) {
+		free(s->breqs[i].idx);
+		while (s->breqs[i].pulls) {
+			waiter *w = s->breqs[i].pulls;
+
+			s->breqs[i].pulls = w->next;
+			free(w);
+		}
+	}
+	free(s->breqs);
+	for (int w = 0; s->rx && w < s->nworkers; w++)
+		free(s->rx[w].buf);
+	free(s->rx);
+	free(s->idx);
+	free(s->gath);
 	free(s);
 }
 
@@ -1560,7 +2104,10 @@ server_start(dt_node *n)
 	s->sync = 1;
 	dt__table_init(&s->keys);
 	if ((s->streaming = calloc((size_t)DT_MAX(s->nworkers, 1),
-	                           sizeof(*s->streaming))) == NULL) {
+	                           sizeof(*s->streaming))) == NULL ||
+	    (s->rx = calloc((size_t)DT_MAX(s->nworkers, 1), sizeof(*s->rx))) ==
+	        NULL) {
+		free(s->rx);
 		free(s->replayed);
 		free(s->streaming);
 		free(s);

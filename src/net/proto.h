@@ -50,6 +50,10 @@
 	X(KV_CKPT_DONE, 39, "server -> worker (recovery)")                     \
 	X(KV_REPLAYED, 40, "worker -> server (recovery)")                      \
 	X(KV_RESUME, 41, "worker -> server (recovery)")                        \
+	X(KV_INIT_MANY, 42, "worker 0 -> server")                              \
+	X(KV_PUSH_MANY, 43, "worker -> server")                                \
+	X(KV_PULL_MANY, 44, "worker -> server")                                \
+	X(KV_PUSHPULL_MANY, 45, "worker -> server")                            \
 	/* Collectives (coll/). */                                             \
 	X(COLL_DATA, 64, "worker -> worker")                                   \
 	X(COLL_READY, 65, "worker -> worker")                                  \

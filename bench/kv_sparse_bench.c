@@ -1,0 +1,213 @@
+/*
+ * kv_sparse_bench.c - many keys per call: push, pull and pushpull of
+ * 10^4 ... 10^7 one-float keys in one batched call (ps-lite's
+ * test_kv_app_benchmark: keys 0..N-1, one float each), beside a plain TCP
+ * exchange of the same request bytes measured in the same run.
+ *
+ *   dtrain launch -n W -s S -- build/bench/kv_sparse_bench [--json]
+ *       [--quick] [--max N] [--random]
+ *
+ * Every worker makes the same calls (dist_sync, no optimizer: a round's
+ * sum is the value); rank 0 prints the median time per call, the time per
+ * key, and the TCP baseline (12 bytes per key one way, 4 back: what the
+ * wire alone costs). --random lists the keys as 64-bit hashes in random
+ * order instead of 0..N-1. After the largest size, the server's resident
+ * memory is read from /proc (1 server on this host) and reported per key.
+ */
+#include <dirent.h>
+
+#include "bench_tcp.h"
+#include "dtrain/kv.h"
+
+/* The resident set of this job's first server (a process whose
+ * environment has DMLC_ROLE=server and this process's
+ * DMLC_PS_ROOT_PORT), in bytes; 0 if none is found. */
+static size_t
+server_rss(void)
+{
+	DIR *d = opendir("/proc");
+	struct dirent *e;
+	size_t rss = 0;
+	char port[64];
+	const char *p = getenv("DMLC_PS_ROOT_PORT");
+
+	if (d == NULL || p == NULL) {
+		if (d)
+			closedir(d);
+		return 0;
+	}
+	snprintf(port, sizeof(port), "DMLC_PS_ROOT_PORT=%s", p);
+	while ((e = readdir(d)) != NULL && rss == 0) {
+		char path[300], buf[8192];
+		FILE *f;
+		size_t n;
+
+		if (e->d_name[0] < '0' || e->d_name[0] > '9' ||
+		    atoi(e->d_name) == getpid())
+			continue;
+		snprintf(path, sizeof(path), "/proc/%s/environ", e->d_name);
+		if ((f = fopen(path, "r")) == NULL)
+			continue;
+		n = fread(buf, 1, sizeof(buf) - 1, f);
+		fclose(f);
+		int server = 0, ours = 0;
+		buf[n] = 0;
+		for (size_t i = 0; i < n; i += strlen(buf + i) + 1) {
+			server |= strcmp(buf + i, "DMLC_ROLE=server") == 0;
+			ours |= strcmp(buf + i, port) == 0;
+		}
+		if (!server || !ours)
+			continue;
+		snprintf(path, sizeof(path), "/proc/%s/statm", e->d_name);
+		if ((f = fopen(path, "r")) != NULL) {
+			unsigned long size, res;
+
+			if (fscanf(f, "%lu %lu", &size, &res) == 2)
+				rss =
+				    (size_t)res * (size_t)sysconf(_SC_PAGESIZE);
+			fclose(f);
+		}
+	}
+	closedir(d);
+	return rss;
+}
+
+static uint64_t
+hash64(uint64_t x)
+{
+	x ^= x >> 33;
+	x *= 0xff51afd7ed558ccdull;
+	x ^= x >> 33;
+	x *= 0xc4ceb9fe1a85ec53ull;
+	return x ^ (x >> 33);
+}
+
+#define FAIL(...)                                                              \
+	do {                                                                   \
+		fprintf(stderr, "kv_sparse_bench: " __VA_ARGS__);              \
+		fprintf(stderr, ": %s\n", dt_errmsg());                        \
+		return 1;                                                      \
+	} while (0)
+
+int
+main(int argc, char **argv)
+{
+	int json = 0, quick = 0, random = 0;
+	size_t max = 10000000;
+	const char *ops[] = {"push", "pull", "pushpull"};
+	dt_kv *kv;
+
+	for (int i = 1; i < argc; i++) {
+		if (strcmp(argv[i], "--json") == 0)
+			json = 1;
+		else if (strcmp(argv[i], "--quick") == 0)
+			quick = 1;
+		else if (strcmp(argv[i], "--random") == 0)
+			random = 1;
+		else if (strcmp(argv[i], "--max") == 0 && i + 1 < argc)
+			max = (size_t)strtoull(argv[++i], NULL, 10);
+		else {
+			fprintf(stderr, "usage: kv_sparse_bench [--json] "
+			                "[--quick] [--max N] [--random]\n");
+			return 2;
+		}
+	}
+	if (quick && max > 1000000)
+		max = 1000000;
+	if (dt_kv_create("dist_sync", &kv) != DT_OK)
+		FAIL("create");
+	int rank = dt_kv_rank(kv), nw = dt_kv_num_workers(kv);
+	if (rank == 0 && !json)
+		printf("%-9s %9s %10s %8s %8s | %10s | %6s\n", "op", "keys",
+		       "ms/call", "ns/key", "p99_ms", "tcp_ms", "x_tcp");
+	dt_key base = 0;
+	size_t last = 0;
+	for (size_t n = 10000; n <= max; n *= 10) {
+		dt_key *keys = malloc(n * sizeof(*keys));
+		float *val = malloc(n * sizeof(float));
+		float *out = malloc(n * sizeof(float));
+		int iters = n <= 100000 ? 30 : n <= 1000000 ? 10 : 5;
+		double *t = malloc(sizeof(double) * (size_t)iters);
+
+		if (!keys || !val || !out || !t)
+			FAIL("out of memory for %zu keys", n);
+		for (size_t i = 0; i < n; i++) {
+			keys[i] = random ? hash64(base + i) : base + i;
+			val[i] = (float)(i % 7);
+		}
+		base += n; /* each size its own keys */
+		if (dt_kv_init_keys(kv, n, keys, val, NULL) != DT_OK)
+			FAIL("init of %zu keys", n);
+		for (int o = 0; o < 3; o++) {
+			dt_kv_barrier(kv);
+			for (int i = -1; i < iters; i++) {
+				double t0 = now_us();
+				dt_err err =
+				    o == 0   ? dt_kv_push_keys(kv, n, keys, val,
+				                               NULL)
+				    : o == 1 ? dt_kv_pull_keys(kv, n, keys, out,
+				                               NULL)
+				             : dt_kv_pushpull_keys(
+				                   kv, n, keys, val, out, NULL);
+				if (err)
+					FAIL("%s of %zu keys", ops[o], n);
+				if (i >= 0)
+					t[i] = now_us() - t0;
+			}
+			if (o > 0)
+				for (size_t i = 0; i < n; i++)
+					if (out[i] != (float)nw * val[i])
+						FAIL("%s of %zu keys: key %zu "
+						     "is %g, expected %g",
+						     ops[o], n, i,
+						     (double)out[i],
+						     (double)((float)nw *
+						              val[i]));
+			if (rank != 0)
+				continue;
+			result r = summarise(t, iters, n * 12);
+			/* the wire alone: the request one way (keys and
+			 * values, or keys), the answer the other */
+			size_t bytes = o == 1 ? n * 8 : n * 12;
+			result b = tcp_baseline(0, bytes, iters);
+			double ms = r.p50 / 1e3, tcp = b.p50 / 1e3;
+			if (json)
+				printf("{\"bench\":\"kv_sparse\",\"op\":\"%s\","
+				       "\"keys\":%zu,\"workers\":%d,"
+				       "\"ms\":%.3f,\"ns_per_key\":%.2f,"
+				       "\"p99_ms\":%.3f,\"tcp_ms\":%.3f}\n",
+				       ops[o], n, nw, ms,
+				       r.p50 * 1e3 / (double)n, r.p99 / 1e3,
+				       tcp);
+			else
+				printf(
+				    "%-9s %9zu %10.2f %8.1f %8.2f | %10.2f | "
+				    "%6.2f\n",
+				    ops[o], n, ms, r.p50 * 1e3 / (double)n,
+				    r.p99 / 1e3, tcp, ms / tcp);
+			fflush(stdout);
+		}
+		free(keys);
+		free(val);
+		free(out);
+		free(t);
+		last = n;
+	}
+	dt_kv_barrier(kv);
+	if (rank == 0) {
+		size_t rss = server_rss();
+
+		if (rss && json)
+			printf("{\"bench\":\"kv_sparse\",\"server_rss_bytes\":"
+			       "%zu,\"keys\":%zu}\n",
+			       rss, (size_t)base);
+		else if (rss)
+			printf("server resident memory: %.1f MiB for %zu keys "
+			       "(%.1f bytes per key; largest call %zu keys)\n",
+			       (double)rss / 1048576.0, (size_t)base,
+			       (double)rss / (double)base, last);
+	}
+	if (dt_kv_destroy(kv) != DT_OK)
+		FAIL("destroy");
+	return 0;
+}

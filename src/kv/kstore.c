@@ -1,0 +1,573 @@
+/*
+ * kstore.c - the many-key store of kstore.h: an open-addressing index over
+ * records whose values sit back to back in one arena.
+ *
+ * Lookups of a request's keys run ahead of themselves: the slot of the key
+ * AHEAD places on is prefetched while the current one is compared, so the
+ * cache misses of a big index overlap instead of adding up.
+ */
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+
+#include "kv/kstore.h"
+
+#define SLOT     12  /* bytes: u64 key, u32 record + 1 (0: empty) */
+#define AHEAD    128 /* lookups prefetched ahead (a power of two) */
+#define MIN_CAP  64
+#define NO_REC   DT_KS_NONE
+#define LOAD_MAX 0.8 /* the index is rebuilt larger past this */
+#define LOAD_NEW 0.6 /* ... to this */
+
+/* splitmix64's finaliser: every key bit reaches the position. */
+static inline uint64_t
+mix(uint64_t k)
+{
+	k ^= k >> 30;
+	k *= 0xbf58476d1ce4e5b9ull;
+	k ^= k >> 27;
+	k *= 0x94d049bb133111ebull;
+	k ^= k >> 31;
+	return k;
+}
+
+/*
+ * The home slot of key in an index of cap slots. Keys are placed by runs:
+ * the 16 keys that differ only in their low 4 bits get 16 neighbouring
+ * slots, at a place the other bits pick at random (mixed, then scaled to
+ * cap by a multiply-shift: any cap, not only powers of two). A request of
+ * consecutive keys (feature ids, ps-lite's 0..N-1) then reads 3 cache
+ * lines per 16 keys instead of 16; keys that share nothing are spread as
+ * by any good hash; and since a run is 16 slots long, two runs that
+ * overlap displace each other by 16 slots at most.
+ */
+#define RUN_BITS 4
+static inline size_t
+home(uint64_t key, size_t cap)
+{
+	size_t pos =
+	    (size_t)(((unsigned __int128)mix(key >> RUN_BITS) * cap) >> 64) +
+	    (size_t)(key & ((1u << RUN_BITS) - 1));
+
+	return pos < cap ? pos : pos - cap;
+}
+
+static inline uint64_t
+slot_key(const uint8_t *s)
+{
+	uint64_t k;
+
+	memcpy(&k, s, 8);
+	return k;
+}
+
+static inline uint32_t
+slot_rec(const uint8_t *s)
+{
+	uint32_t r;
+
+	memcpy(&r, s + 8, 4);
+	return r;
+}
+
+static inline void
+slot_put(uint8_t *s, uint64_t key, uint32_t rec1)
+{
+	memcpy(s, &key, 8);
+	memcpy(s + 8, &rec1, 4);
+}
+
+static inline uint64_t
+key_at(const uint8_t *keys, size_t i)
+{
+	uint64_t k;
+
+	memcpy(&k, keys + 8 * i, 8); /* (little-endian hosts: kv_impl.h) */
+	return k;
+}
+
+/* The record of key (from its home slot pos), or NO_REC. */
+static inline uint32_t
+find_from(const dt_kstore *ks, uint64_t key, size_t pos)
+{
+	for (;;) {
+		const uint8_t *s = ks->slots + SLOT * pos;
+		uint32_t r1 = slot_rec(s);
+
+		if (r1 == 0)
+			return NO_REC;
+		if (slot_key(s) == key)
+			return r1 - 1;
+		if (++pos == ks->cap)
+			pos = 0;
+	}
+}
+
+uint32_t
+dt__ks_find(const dt_kstore *ks, uint64_t key)
+{
+	return ks->cap ? find_from(ks, key, home(key, ks->cap)) : NO_REC;
+}
+
+static void
+put(uint8_t *slots, size_t cap, uint64_t key, uint32_t rec1)
+{
+	size_t pos = home(key, cap);
+
+	while (slot_rec(slots + SLOT * pos) != 0)
+		if (++pos == cap)
+			pos = 0;
+	slot_put(slots + SLOT * pos, key, rec1);
+}
+
+/* Remove key's slot; the run after it shifts back (no tombstones). */
+static void
+erase(dt_kstore *ks, uint64_t key)
+{
+	size_t cap = ks->cap, pos = home(key, cap);
+
+	while (slot_key(ks->slots + SLOT * pos) != key ||
+	       slot_rec(ks->slots + SLOT * pos) == 0)
+		if (++pos == cap)
+			pos = 0;
+	for (size_t next = pos;;) {
+		if (++next == cap)
+			next = 0;
+		uint8_t *s = ks->slots + SLOT * next;
+
+		if (slot_rec(s) == 0)
+			break;
+		size_t h = home(slot_key(s), cap);
+		/* s may move to the hole at pos if its home is not in
+		 * (pos, next] (cyclically). */
+		int stays = pos <= next ? (h > pos && h <= next)
+		                        : (h > pos || h <= next);
+		if (stays)
+			continue;
+		memcpy(ks->slots + SLOT * pos, s, SLOT);
+		pos = next;
+	}
+	memset(ks->slots + SLOT * pos, 0, SLOT);
+}
+
+void
+dt__ks_init(dt_kstore *ks, int nworkers, int sync, const dt_opt *opt)
+{
+	memset(ks, 0, sizeof(*ks));
+	ks->nworkers = nworkers;
+	ks->sync = sync;
+	ks->opt = *opt;
+	ks->sk = dt__opt_state_len(opt, 1);
+}
+
+void
+dt__ks_set_opt(dt_kstore *ks, const dt_opt *opt)
+{
+	ks->opt = *opt; /* (the kind is fixed once keys exist) */
+}
+
+void
+dt__ks_fini(dt_kstore *ks)
+{
+	free(ks->slots);
+	free(ks->off);
+	free(ks->val);
+	free(ks->mark);
+	free(ks->state);
+	free(ks->steps);
+	free(ks->merge);
+	free(ks->pend);
+	free(ks->npushed);
+	memset(ks, 0, sizeof(*ks));
+}
+
+size_t
+dt__ks_bytes(const dt_kstore *ks)
+{
+	size_t w = (size_t)ks->nworkers, b = ks->cap * SLOT;
+
+	b += (ks->rec_cap + 1) * 8 + ks->val_cap * 4 + (ks->rec_cap + 7) / 8;
+	if (ks->state)
+		b += ks->val_cap * ks->sk * 4;
+	if (ks->steps)
+		b += ks->rec_cap * 4;
+	if (ks->merge)
+		b += ks->val_cap * 4 + ks->rec_cap * (w + 1) * 4;
+	return b;
+}
+
+/* Arrays at least this big go on huge pages where the kernel has them
+ * (transparent huge pages on madvise): a lookup in a big index then costs
+ * a cache miss, not a cache miss and a page walk. */
+#define HUGE_MIN  ((size_t)4 << 20)
+#define HUGE_PAGE ((size_t)2 << 20)
+
+/* n zeroed bytes (calloc's contract; free with free()). */
+static void *
+zalloc(size_t n)
+{
+	void *p;
+
+	if (n < HUGE_MIN)
+		return calloc(n ? n : 1, 1);
+	n = (n + HUGE_PAGE - 1) & ~(HUGE_PAGE - 1);
+	if (posix_memalign(&p, HUGE_PAGE, n))
+		return NULL;
+	(void)madvise(p, n, MADV_HUGEPAGE); /* (a hint: may be refused) */
+	memset(p, 0, n);
+	return p;
+}
+
+/* Grow *p from old to n elements of size esz, zeroing the new ones. */
+static int
+grow(void **p, size_t old, size_t n, size_t esz)
+{
+	void *q;
+
+	if (n <= old && *p)
+		return 0;
+	if (n > SIZE_MAX / esz || (q = zalloc(n * esz)) == NULL)
+		return -1;
+	if (*p)
+		memcpy(q, *p, old * esz);
+	free(*p);
+	*p = q;
+	return 0;
+}
+
+/* Room for nrec records and nval floats (capacities grow by half, or to
+ * what is asked, whichever is more). */
+static int
+reserve(dt_kstore *ks, size_t nrec, size_t nval)
+{
+	size_t w = (size_t)ks->nworkers;
+
+	if (nrec > ks->rec_cap) {
+		size_t rc = DT_MAX(nrec, ks->rec_cap + ks->rec_cap / 2);
+		size_t old = ks->rec_cap;
+
+		if (rc > DT_KS_MAX_KEYS)
+			rc = nrec;
+		if (grow((void **)&ks->off, old ? old + 1 : 0, rc + 1, 8) ||
+		    grow((void **)&ks->mark, (old + 7) / 8, (rc + 7) / 8, 1) ||
+		    (ks->opt.kind != DT_OPT_NONE &&
+		     grow((void **)&ks->steps, old, rc, 4)) ||
+		    (ks->sync &&
+		     (grow((void **)&ks->pend, old * w, rc * w, 4) ||
+		      grow((void **)&ks->npushed, old, rc, 4))))
+			return -1;
+		ks->rec_cap = rc;
+	}
+	if (nval > ks->val_cap || ks->val == NULL) {
+		size_t vc =
+		    DT_MAX(DT_MAX(nval, 1), ks->val_cap + ks->val_cap / 2);
+		size_t old = ks->val_cap;
+
+		if (grow((void **)&ks->val, old, vc, 4) ||
+		    (ks->sk &&
+		     grow((void **)&ks->state, old * ks->sk, vc * ks->sk, 4)) ||
+		    (ks->sync && grow((void **)&ks->merge, old, vc, 4)))
+			return -1;
+		ks->val_cap = vc;
+	}
+	return 0;
+}
+
+/* An index for n keys: rebuilt larger when n passes LOAD_MAX of it. */
+static int
+reindex(dt_kstore *ks, size_t n)
+{
+	size_t cap;
+	uint8_t *slots;
+
+	if (ks->cap && (double)n <= LOAD_MAX * (double)ks->cap)
+		return 0;
+	cap = DT_MAX((size_t)((double)n / LOAD_NEW) + 1, MIN_CAP);
+	if (cap > SIZE_MAX / SLOT || (slots = zalloc(cap * SLOT)) == NULL)
+		return -1;
+	for (size_t i = 0; i < ks->cap; i++) {
+		const uint8_t *s = ks->slots + SLOT * i;
+		uint32_t r1 = slot_rec(s);
+
+		if (r1)
+			put(slots, cap, slot_key(s), r1);
+	}
+	free(ks->slots);
+	ks->slots = slots;
+	ks->cap = cap;
+	return 0;
+}
+
+static inline int
+marked(const dt_kstore *ks, uint32_t r)
+{
+	return (ks->mark[r >> 3] >> (r & 7)) & 1;
+}
+
+static inline void
+mark(dt_kstore *ks, uint32_t r, int on)
+{
+	if (on)
+		ks->mark[r >> 3] |= (uint8_t)(1u << (r & 7));
+	else
+		ks->mark[r >> 3] &= (uint8_t) ~(1u << (r & 7));
+}
+
+/* Clear the marks of idx[0..n) (records below lim; NO_REC skipped). */
+static void
+unmark(dt_kstore *ks, const uint32_t *idx, size_t n, size_t lim)
+{
+	for (size_t i = 0; i < n; i++)
+		if (idx[i] != NO_REC && idx[i] < lim)
+			mark(ks, idx[i], 0);
+}
+
+dt_err
+dt__ks_resolve(dt_kstore *ks, const char *op, size_t count, const uint8_t *keys,
+               const dt_ks_lens *lens, int create, uint32_t *idx, size_t *bad)
+{
+	size_t pos[AHEAD], nnew = 0, newval = 0, n0 = ks->nrec;
+	dt_err err = DT_OK;
+	size_t i;
+
+	*bad = 0;
+	if (count == 0)
+		return DT_OK;
+	if (ks->cap == 0) {
+		if (!create) {
+			*bad = 0;
+			return dt__fail(DT_ENOKEY,
+			                "%s of key %llu: unknown key (never "
+			                "initialised with init)",
+			                op,
+			                (unsigned long long)key_at(keys, 0));
+		}
+		if (reindex(ks, 0))
+			return dt__fail(DT_ENOMEM, "%s: out of memory", op);
+	}
+	/* Pass 1: every key looked up, its length and uniqueness checked. */
+	for (i = 0; i < count && i < AHEAD; i++) {
+		pos[i] = home(key_at(keys, i), ks->cap);
+		__builtin_prefetch(ks->slots + SLOT * pos[i]);
+	}
+	for (i = 0; i < count; i++) {
+		uint64_t key = key_at(keys, i);
+		uint32_t r = find_from(ks, key, pos[i & (AHEAD - 1)]);
+		uint32_t len = dt__ks_len_at(lens, i);
+
+		if (i + AHEAD < count) {
+			size_t p = home(key_at(keys, i + AHEAD), ks->cap);
+
+			pos[i & (AHEAD - 1)] = p;
+			__builtin_prefetch(ks->slots + SLOT * p);
+		}
+		idx[i] = r;
+		if (r == NO_REC) {
+			if (!create) {
+				err = dt__fail(DT_ENOKEY,
+				               "%s of key %llu: unknown key "
+				               "(never initialised with init)",
+				               op, (unsigned long long)key);
+				break;
+			}
+			if (len == 0 || len > DT_KS_MAX_LEN) {
+				err =
+				    dt__fail(DT_ESIZE,
+				             "%s of key %llu: length %u "
+				             "(1 to %llu)",
+				             op, (unsigned long long)key, len,
+				             (unsigned long long)DT_KS_MAX_LEN);
+				break;
+			}
+			nnew++;
+			newval += len;
+			continue;
+		}
+		if (dt__ks_len(ks, r) != len) {
+			err = dt__fail(DT_ESIZE,
+			               "%s of key %llu: length %u != "
+			               "initialised length %zu",
+			               op, (unsigned long long)key, len,
+			               dt__ks_len(ks, r));
+			break;
+		}
+		if (marked(ks, r)) {
+			err = dt__fail(DT_EINVAL,
+			               "%s: key %llu is listed twice in one "
+			               "call",
+			               op, (unsigned long long)key);
+			break;
+		}
+		mark(ks, r, 1);
+	}
+	if (err) {
+		unmark(ks, idx, i, n0);
+		*bad = i;
+		return err;
+	}
+	if (nnew == 0) {
+		unmark(ks, idx, count, n0);
+		return DT_OK;
+	}
+	/* Pass 2 (create): room first, then the new keys added. */
+	if (ks->nrec + nnew > DT_KS_MAX_KEYS) {
+		unmark(ks, idx, count, n0);
+		return dt__fail(DT_ESIZE,
+		                "%s: %zu new keys would pass the store's "
+		                "limit of %llu keys",
+		                op, nnew, (unsigned long long)DT_KS_MAX_KEYS);
+	}
+	if (reserve(ks, ks->nrec + nnew,
+	            (size_t)(ks->nrec ? ks->off[ks->nrec] : 0) + newval) ||
+	    reindex(ks, ks->nrec + nnew)) {
+		unmark(ks, idx, count, n0);
+		return dt__fail(DT_ENOMEM, "%s: out of memory for %zu new keys",
+		                op, nnew);
+	}
+	if (ks->nrec == 0)
+		ks->off[0] = 0;
+	for (i = 0; i < count; i++) {
+		uint64_t key;
+		uint32_t r;
+
+		if (idx[i] != NO_REC)
+			continue;
+		key = key_at(keys, i);
+		r = find_from(ks, key, home(key, ks->cap));
+		if (r != NO_REC) { /* added above: listed twice */
+			err = dt__fail(DT_EINVAL,
+			               "%s: key %llu is listed twice in one "
+			               "call",
+			               op, (unsigned long long)key);
+			break;
+		}
+		r = (uint32_t)ks->nrec++;
+		ks->off[r + 1] = ks->off[r] + dt__ks_len_at(lens, i);
+		put(ks->slots, ks->cap, key, r + 1);
+		idx[i] = r;
+	}
+	unmark(ks, idx, count, n0);
+	if (err) { /* the keys added by this call go again */
+		for (size_t j = 0; j < i; j++)
+			if (idx[j] >= n0)
+				erase(ks, key_at(keys, j));
+		ks->nrec = n0;
+		*bad = i;
+		return err;
+	}
+	return DT_OK;
+}
+
+void
+dt__ks_gather(const dt_kstore *ks, const uint32_t *idx, size_t count,
+              float *out)
+{
+	for (size_t i = 0; i < count; i++) {
+		uint32_t r = idx[i];
+		size_t len = dt__ks_len(ks, r);
+
+		if (len == 1)
+			*out = ks->val[ks->off[r]];
+		else
+			memcpy(out, dt__ks_val(ks, r), len * sizeof(float));
+		out += len;
+	}
+}
+
+void
+dt__ks_set(dt_kstore *ks, const uint32_t *idx, size_t count, const float *vals)
+{
+	for (size_t i = 0; i < count; i++) {
+		uint32_t r = idx[i];
+		size_t len = dt__ks_len(ks, r);
+
+		memcpy(dt__ks_val(ks, r), vals, len * sizeof(float));
+		if (ks->sk)
+			memset(ks->state + ks->off[r] * ks->sk, 0,
+			       len * ks->sk * sizeof(float));
+		if (ks->steps)
+			ks->steps[r] = 0;
+		vals += len;
+	}
+}
+
+/* One update of record r with gradient g (its steps counted). */
+static inline void
+update(dt_kstore *ks, uint32_t r, const float *g)
+{
+	size_t len = dt__ks_len(ks, r);
+	float *w = dt__ks_val(ks, r);
+
+	if (ks->opt.kind == DT_OPT_NONE) {
+		if (len == 1)
+			*w = *g;
+		else
+			memcpy(w, g, len * sizeof(float));
+		return;
+	}
+	ks->steps[r]++;
+	dt__opt_apply(&ks->opt, w, g,
+	              ks->state ? ks->state + ks->off[r] * ks->sk : NULL, len,
+	              ks->steps[r]);
+}
+
+void
+dt__ks_apply(dt_kstore *ks, const uint32_t *idx, size_t count, const float *g)
+{
+	for (size_t i = 0; i < count; i++) {
+		update(ks, idx[i], g);
+		g += dt__ks_len(ks, idx[i]);
+	}
+}
+
+int
+dt__ks_pending(const dt_kstore *ks, int worker, const uint32_t *idx,
+               size_t count, size_t *bad)
+{
+	size_t w = (size_t)ks->nworkers;
+
+	for (size_t i = 0; i < count; i++)
+		if (ks->pend[(size_t)idx[i] * w + (size_t)worker]) {
+			*bad = i;
+			return 1;
+		}
+	return 0;
+}
+
+void
+dt__ks_push_sync(dt_kstore *ks, int worker, uint32_t req, const uint32_t *idx,
+                 size_t count, const float *g,
+                 void (*done)(void *arg, uint32_t h), void *arg)
+{
+	size_t w = (size_t)ks->nworkers;
+
+	for (size_t i = 0; i < count; i++) {
+		uint32_t r = idx[i];
+		size_t len = dt__ks_len(ks, r);
+		uint32_t *pend = ks->pend + (size_t)r * w;
+		float *m = ks->merge + ks->off[r];
+
+		if (w == 1) { /* the round is this push */
+			update(ks, r, g);
+			done(arg, req);
+			g += len;
+			continue;
+		}
+		/* (summed in arrival order, as the single-key store does) */
+		dt__kv_add(m, g, len);
+		pend[worker] = req;
+		g += len;
+		if (++ks->npushed[r] < (uint32_t)w)
+			continue;
+		update(ks, r, m);
+		memset(m, 0, len * sizeof(float));
+		ks->npushed[r] = 0;
+		for (size_t k = 0; k < w; k++) {
+			uint32_t h = pend[k];
+
+			pend[k] = 0;
+			if (h)
+				done(arg, h);
+		}
+	}
+}

@@ -1,0 +1,115 @@
+/*
+ * kstore.h - a server's many-key store: the keys that workers send in
+ * batched calls (KV_*_MANY), millions of them, each a small array.
+ *
+ * The per-key store of server.c spends a few hundred bytes on each key (an
+ * entry with its own allocations); this one spends a few dozen, and looks
+ * up a whole request's keys in one pass:
+ *   - an index: open addressing with linear probing, 12-byte slots (key,
+ *     record number), at most 80% full, grown by rehashing;
+ *   - records in the order keys were added: record r's values are
+ *     val[off[r] .. off[r + 1]) in one arena, so a request that lists keys
+ *     in the order they were added reads the arena front to back;
+ *   - per record, only what the store's mode needs: optimizer state and
+ *     step counts (an optimizer), a merge buffer, one pending request per
+ *     worker and a count (dist_sync);
+ *   - a bitmap over records finds a key listed twice in one request.
+ * The store does no I/O and takes no lock: the server's I/O thread owns it.
+ */
+#ifndef DT_KV_KSTORE_H
+#define DT_KV_KSTORE_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "dtrain/err.h"
+#include "kv/kv_impl.h"
+
+typedef struct dt_kstore {
+	/* the index */
+	uint8_t *slots; /* cap slots of 12 bytes: u64 key, u32 record + 1 */
+	size_t cap;
+	/* records */
+	size_t nrec, rec_cap;
+	uint64_t *off; /* rec_cap + 1 */
+	float *val;    /* val_cap floats; off[nrec] used */
+	size_t val_cap;
+	uint8_t *mark; /* rec_cap bits */
+	/* an optimizer's */
+	dt_opt opt;
+	size_t sk;       /* state floats per value float (0, 1, 2) */
+	float *state;    /* val_cap * sk */
+	uint32_t *steps; /* per record (an optimizer) */
+	/* dist_sync's */
+	int nworkers;
+	int sync;
+	float *merge;      /* val_cap, zeros between rounds */
+	uint32_t *pend;    /* rec_cap * nworkers: request handles, 0: none */
+	uint32_t *npushed; /* per record */
+} dt_kstore;
+
+/* An empty store for nworkers workers, in mode sync, updating with opt
+ * (kind DT_OPT_NONE: a round's sum, or the last push, is the value). */
+void dt__ks_init(dt_kstore *ks, int nworkers, int sync, const dt_opt *opt);
+void dt__ks_fini(dt_kstore *ks);
+/* The optimizer's parameters change (not its kind). */
+void dt__ks_set_opt(dt_kstore *ks, const dt_opt *opt);
+
+/*
+ * Look up count keys (u64, little-endian, unaligned) with lengths lens
+ * into idx (record numbers). create: keys not in the store are added
+ * (their values are left for the caller to set) - else a missing key is
+ * an error. Fails with nothing changed on the first key that is missing,
+ * listed twice, or of another length than its record; *bad is its index
+ * and the error message names it (op: "push", ...). Room for the new keys
+ * is made before any is added.
+ */
+dt_err dt__ks_resolve(dt_kstore *ks, const char *op, size_t count,
+                      const uint8_t *keys, const dt_ks_lens *lens, int create,
+                      uint32_t *idx, size_t *bad);
+
+/* No record. */
+#define DT_KS_NONE UINT32_MAX
+/* The record of one key, or DT_KS_NONE. */
+uint32_t dt__ks_find(const dt_kstore *ks, uint64_t key);
+
+static inline size_t
+dt__ks_len(const dt_kstore *ks, uint32_t r)
+{
+	return (size_t)(ks->off[r + 1] - ks->off[r]);
+}
+
+static inline float *
+dt__ks_val(const dt_kstore *ks, uint32_t r)
+{
+	return ks->val + ks->off[r];
+}
+
+/* Copy the values of records idx[0..count) into out, back to back. */
+void dt__ks_gather(const dt_kstore *ks, const uint32_t *idx, size_t count,
+                   float *out);
+/* Set them from vals (init): state and step counts start again. */
+void dt__ks_set(dt_kstore *ks, const uint32_t *idx, size_t count,
+                const float *vals);
+/* dist_async: apply each key's gradient now. */
+void dt__ks_apply(dt_kstore *ks, const uint32_t *idx, size_t count,
+                  const float *g);
+
+/* dist_sync: whether worker has a push of any of idx pending (its index
+ * into *bad). */
+int dt__ks_pending(const dt_kstore *ks, int worker, const uint32_t *idx,
+                   size_t count, size_t *bad);
+/*
+ * dist_sync: worker's pushes g of records idx join their rounds, as the
+ * request whose handle is req (not 0). A round that this completes is
+ * updated at once, and done(arg, h) is called for the handle of each of
+ * its pushes (this request's included), once per key.
+ */
+void dt__ks_push_sync(dt_kstore *ks, int worker, uint32_t req,
+                      const uint32_t *idx, size_t count, const float *g,
+                      void (*done)(void *arg, uint32_t h), void *arg);
+/* Bytes the store holds (its arrays), for reports. */
+size_t dt__ks_bytes(const dt_kstore *ks);
+
+#endif
