@@ -8,23 +8,10 @@
 
 #define MIN_BUCKETS 16
 
-/* A 64-bit finaliser (the splitmix64 one): every key bit reaches the low
- * bits that pick the bucket. */
-static inline uint64_t
-mix(uint64_t k)
-{
-	k ^= k >> 30;
-	k *= 0xbf58476d1ce4e5b9ull;
-	k ^= k >> 27;
-	k *= 0x94d049bb133111ebull;
-	k ^= k >> 31;
-	return k;
-}
-
 static inline dt_hnode **
 bucket_of(const dt_table *t, uint64_t key)
 {
-	return &t->buckets[mix(key) & (t->nbuckets - 1)];
+	return &t->buckets[dt__mix64(key) & (t->nbuckets - 1)];
 }
 
 void

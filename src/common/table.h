@@ -17,6 +17,20 @@
 #define DT_CONTAINER_OF(ptr, type, member)                                     \
 	((type *)(void *)((char *)(ptr)-offsetof(type, member)))
 
+/* A 64-bit finaliser (splitmix64's): every bit of k reaches every bit of
+ * the result, so keys that share low bits (sequence numbers, strided ids)
+ * spread evenly. */
+static inline uint64_t
+dt__mix64(uint64_t k)
+{
+	k ^= k >> 30;
+	k *= 0xbf58476d1ce4e5b9ull;
+	k ^= k >> 27;
+	k *= 0x94d049bb133111ebull;
+	k ^= k >> 31;
+	return k;
+}
+
 /* ---- hash table, keyed by a 64-bit id ---- */
 
 typedef struct dt_hnode {

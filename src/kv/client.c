@@ -913,6 +913,24 @@ held_push(dt_kv_client *c, dt_key key, int r)
 	return held;
 }
 
+/* The send of sub-request seq of o failed with err (dt_errmsg() says
+ * why): o fails, unless on_fail got there first. */
+static void
+send_failed(dt_kv_client *c, op *o, uint64_t seq, dt_err err)
+{
+	char msg[512];
+	sub *s;
+
+	snprintf(msg, sizeof(msg), "%s", dt_errmsg());
+	pthread_mutex_lock(&c->mu);
+	if ((s = take_sub(c, seq)) != NULL) {
+		op_fail(o, err, msg);
+		sub_done(c, s);
+	}
+	pthread_mutex_unlock(&c->mu);
+	pthread_cond_broadcast(&c->cv);
+}
+
 /*
  * Send one sub-request; the sub is registered before the send. val is
  * vbytes of payload: the caller's (stable until the answer) or, when
@@ -1044,19 +1062,8 @@ send_part(dt_kv_client *c, op *o, int server, dt_msg_hdr *h, const void *meta,
 		                       val ? &iov : NULL, val ? 1 : 0, vflags);
 	if (c->recover)
 		pthread_mutex_unlock(&c->send_mu);
-	if (err) {
-		char msg[512];
-
-		snprintf(msg, sizeof(msg), "%s", dt_errmsg());
-		pthread_mutex_lock(&c->mu);
-		s = take_sub(c, h->seq);
-		if (s) { /* not already failed by on_fail */
-			op_fail(o, err, msg);
-			sub_done(c, s);
-		}
-		pthread_mutex_unlock(&c->mu);
-		pthread_cond_broadcast(&c->cv);
-	}
+	if (err)
+		send_failed(c, o, h->seq, err);
 }
 
 static op *
@@ -1629,19 +1636,8 @@ send_many_part(dt_kv_client *c, op *o, int server, dt_msg_hdr *h,
 	 * the call returns, after the answer. */
 	err = dt__node_send_ex(c->node, s->server_id, h, NULL, 0, iov, iovcnt,
 	                       DT_SEND_STABLE);
-	if (err) {
-		char msg[512];
-
-		snprintf(msg, sizeof(msg), "%s", dt_errmsg());
-		pthread_mutex_lock(&c->mu);
-		s = take_sub(c, h->seq);
-		if (s) { /* not already failed by on_fail */
-			op_fail(o, err, msg);
-			sub_done(c, s);
-		}
-		pthread_mutex_unlock(&c->mu);
-		pthread_cond_broadcast(&c->cv);
-	}
+	if (err)
+		send_failed(c, o, h->seq, err);
 }
 
 /* Room for server part p of count keys and nvals floats. */

@@ -10,6 +10,7 @@
 #include <string.h>
 #include <sys/mman.h>
 
+#include "common/table.h"
 #include "kv/kstore.h"
 
 #define SLOT     12  /* bytes: u64 key, u32 record + 1 (0: empty) */
@@ -18,18 +19,6 @@
 #define NO_REC   DT_KS_NONE
 #define LOAD_MAX 0.8 /* the index is rebuilt larger past this */
 #define LOAD_NEW 0.6 /* ... to this */
-
-/* splitmix64's finaliser: every key bit reaches the position. */
-static inline uint64_t
-mix(uint64_t k)
-{
-	k ^= k >> 30;
-	k *= 0xbf58476d1ce4e5b9ull;
-	k ^= k >> 27;
-	k *= 0x94d049bb133111ebull;
-	k ^= k >> 31;
-	return k;
-}
 
 /*
  * The home slot of key in an index of cap slots. Keys are placed by runs:
@@ -46,7 +35,8 @@ static inline size_t
 home(uint64_t key, size_t cap)
 {
 	size_t pos =
-	    (size_t)(((unsigned __int128)mix(key >> RUN_BITS) * cap) >> 64) +
+	    (size_t)(((unsigned __int128)dt__mix64(key >> RUN_BITS) * cap) >>
+	             64) +
 	    (size_t)(key & ((1u << RUN_BITS) - 1));
 
 	return pos < cap ? pos : pos - cap;
