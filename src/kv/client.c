@@ -1567,24 +1567,22 @@ dt__kv_client_note_single(dt_kv_client *c, dt_key key)
 		dt__table_insert(&c->singles, h, key);
 }
 
-/* Whether a key of len floats goes in a batched request. */
+/* Whether a key of len floats goes in a batched request (the same for
+ * every command: a key's store follows from its length and the
+ * compression, both fixed before the first init). */
 static int
-batchable(const dt_kv_client *c, int cmd, size_t len)
+batchable(const dt_kv_client *c, size_t len)
 {
-	/* (the same for every command: a key's store follows from its
-	 * length and the compression, both fixed before the first init) */
-	(void)cmd;
 	return len >= 1 && len < c->bound && len <= DT_KS_MAX_LEN &&
 	       !(c->comp.kind != DT_QUANT_NONE && len >= c->comp.min_size);
 }
 
 /* ... and whether key is one (not a key of the single-key store). */
 static inline int
-batched_key(const dt_kv_client *c, int cmd, dt_key key, size_t len)
+batched_key(const dt_kv_client *c, dt_key key, size_t len)
 {
-	return batchable(c, cmd, len) &&
-	       (dt__table_count(&c->singles) == 0 ||
-	        dt__table_find(&c->singles, key) == NULL);
+	return batchable(c, len) && (dt__table_count(&c->singles) == 0 ||
+	                             dt__table_find(&c->singles, key) == NULL);
 }
 
 static int
@@ -1599,6 +1597,55 @@ many_cmd_of(int cmd)
 		return DT_CMD_KV_PULL_MANY;
 	}
 	return DT_CMD_KV_PUSHPULL_MANY;
+}
+
+static int
+cmp_key(const void *a, const void *b)
+{
+	dt_key x = *(const dt_key *)a, y = *(const dt_key *)b;
+
+	return (x > y) - (x < y);
+}
+
+dt_err
+dt__kv_no_duplicates(const char *what, size_t n, const dt_key *keys)
+{
+	dt_key stack[64], *k = n <= 64 ? stack : malloc(n * sizeof(*k));
+	dt_err err = DT_OK;
+
+	if (k == NULL)
+		return dt__fail(DT_ENOMEM, "batched %s: out of memory", what);
+	memcpy(k, keys, n * sizeof(*k));
+	qsort(k, n, sizeof(*k), cmp_key);
+	for (size_t i = 1; i < n && !err; i++)
+		if (k[i] == k[i - 1])
+			err = dt__fail(DT_EINVAL,
+			               "batched %s: key %llu is listed twice "
+			               "in one call",
+			               what, (unsigned long long)k[i]);
+	if (k != stack)
+		free(k);
+	return err;
+}
+
+/* The nbig keys of b that go key by key are listed once each. */
+static dt_err
+big_keys_unique(const dt_kv_client *c, int cmd, const dt_kv_batch *b,
+                size_t nbig)
+{
+	dt_key *k = malloc(nbig * sizeof(*k));
+	size_t n = 0;
+	dt_err err;
+
+	if (k == NULL)
+		return dt__fail(DT_ENOMEM, "batched %s: out of memory",
+		                dt__kv_op_name(cmd));
+	for (size_t i = 0; i < b->nkeys; i++)
+		if (!batched_key(c, b->keys[i], b->lens ? b->lens[i] : 1))
+			k[n++] = b->keys[i];
+	err = dt__kv_no_duplicates(dt__kv_op_name(cmd), n, k);
+	free(k);
+	return err;
 }
 
 /* Register and send one server's request (no lock held); its answer's
@@ -1680,7 +1727,7 @@ dt__kv_client_many(dt_kv_client *c, int cmd, const dt_kv_batch *b)
 		c->mp[s].mixed = 0;
 	}
 	dt_fastmod fm = dt__fastmod_of((uint64_t)ns);
-	int ones = b->lens == NULL && batchable(c, cmd, 1) &&
+	int ones = b->lens == NULL && batchable(c, 1) &&
 	           dt__table_count(&c->singles) == 0;
 
 	if (ones && ns == 1) { /* (the common big case, at no cost a key) */
@@ -1691,7 +1738,7 @@ dt__kv_client_many(dt_kv_client *c, int cmd, const dt_kv_batch *b)
 			size_t len = b->lens ? b->lens[i] : 1;
 			mpart *p;
 
-			if (!ones && !batched_key(c, cmd, b->keys[i], len)) {
+			if (!ones && !batched_key(c, b->keys[i], len)) {
 				nbig++;
 				continue;
 			}
@@ -1710,7 +1757,7 @@ dt__kv_client_many(dt_kv_client *c, int cmd, const dt_kv_batch *b)
 	int direct = ns == 1 && nbig == 0 && (!has_vals || b->vals) &&
 	             (!has_ans || b->outs);
 
-	for (int s = 0; s < ns; s++) {
+	for (int s = 0; send_batched && s < ns; s++) {
 		mpart *p = &c->mp[s];
 
 		if (p->count == 0)
@@ -1723,8 +1770,13 @@ dt__kv_client_many(dt_kv_client *c, int cmd, const dt_kv_batch *b)
 			                "batched %s of %zu keys: out of memory",
 			                dt__kv_op_name(cmd), b->nkeys);
 	}
-	/* Pass 2: the parts' keys, lengths and values gathered. */
-	if (!direct || c->mp[0].mixed) {
+	/* The keys that go one by one are listed once each, too (each
+	 * server checks its batched part). */
+	if (nbig > 1 && (err = big_keys_unique(c, cmd, b, nbig)))
+		return err;
+	/* Pass 2: the parts' keys, lengths and values gathered (an init
+	 * other than rank 0's sends none). */
+	if (nparts && (!direct || c->mp[0].mixed)) {
 		size_t off = 0;
 
 		for (int s = 0; s < ns; s++)
@@ -1733,7 +1785,7 @@ dt__kv_client_many(dt_kv_client *c, int cmd, const dt_kv_batch *b)
 			size_t len = b->lens ? b->lens[i] : 1;
 			mpart *p;
 
-			if (!ones && !batched_key(c, cmd, b->keys[i], len)) {
+			if (!ones && !batched_key(c, b->keys[i], len)) {
 				off += len;
 				continue;
 			}
@@ -1758,7 +1810,7 @@ dt__kv_client_many(dt_kv_client *c, int cmd, const dt_kv_batch *b)
 			off += len;
 		}
 	}
-	if (nparts && send_batched) {
+	if (nparts) { /* (none for an init but rank 0's) */
 		o = new_op(c, mcmd, b->keys[0], (int)nparts, &req);
 		if (o == NULL)
 			return DT_ENOMEM;
@@ -1796,10 +1848,14 @@ dt__kv_client_many(dt_kv_client *c, int cmd, const dt_kv_batch *b)
 			               p->nvals);
 		}
 	}
-	/* The keys that go one by one (big arrays, compressed pushes). */
-	if (nbig && (reqs = dt__calloc(nbig, sizeof(*reqs))) == NULL)
+	/* The keys that go one by one (big arrays, compressed pushes); every
+	 * request is waited for, the batched one first. */
+	size_t nreq = 0;
+
+	if ((reqs = dt__calloc(nbig + 1, sizeof(*reqs))) == NULL)
 		err = DT_ENOMEM;
-	size_t started = 0;
+	else if (o)
+		reqs[nreq++] = req;
 	for (size_t i = 0, off = 0; nbig && i < b->nkeys && !err; i++) {
 		size_t len = b->lens ? b->lens[i] : 1;
 		const float *v = !has_vals ? NULL
@@ -1810,25 +1866,19 @@ dt__kv_client_many(dt_kv_client *c, int cmd, const dt_kv_batch *b)
 		                       : b->pouts[i];
 
 		off += len;
-		if (batched_key(c, cmd, b->keys[i], len))
+		if (batched_key(c, b->keys[i], len))
 			continue;
 		err = dt__kv_client_start(c, cmd, b->keys[i], v, out, len,
-		                          &reqs[started]);
+		                          &reqs[nreq]);
 		if (!err)
-			started++;
+			nreq++;
 	}
 	char msg[512] = "";
 	if (err)
 		snprintf(msg, sizeof(msg), "%s", dt_errmsg());
-	if (o) {
-		dt_err e = dt__kv_client_wait(c, req);
-
-		if (e && !err) {
-			err = e;
-			snprintf(msg, sizeof(msg), "%s", dt_errmsg());
-		}
-	}
-	for (size_t k = 0; k < started; k++) {
+	if (reqs == NULL && o) /* (then the batched one alone) */
+		reqs = &req, nreq = 1;
+	for (size_t k = 0; k < nreq; k++) {
 		dt_err e = dt__kv_client_wait(c, reqs[k]);
 
 		if (e && !err) {
@@ -1836,7 +1886,8 @@ dt__kv_client_many(dt_kv_client *c, int cmd, const dt_kv_batch *b)
 			snprintf(msg, sizeof(msg), "%s", dt_errmsg());
 		}
 	}
-	free(reqs);
+	if (reqs != &req)
+		free(reqs);
 	if (err)
 		return dt__fail(err, "%s", msg);
 	/* The answers back to the caller's places. */
@@ -1851,7 +1902,7 @@ dt__kv_client_many(dt_kv_client *c, int cmd, const dt_kv_batch *b)
 			mpart *p;
 
 			off += len;
-			if (!ones && !batched_key(c, cmd, b->keys[i], len))
+			if (!ones && !batched_key(c, b->keys[i], len))
 				continue;
 			p = &c->mp[dt__fastmod(&fm, b->keys[i])];
 			if (len == 1)

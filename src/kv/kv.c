@@ -712,40 +712,6 @@ wait_reqs(dt_kv *kv, dt_kv_req *reqs, size_t n, dt_err first)
 	return first;
 }
 
-static int
-cmp_key(const void *a, const void *b)
-{
-	dt_key x = *(const dt_key *)a, y = *(const dt_key *)b;
-
-	return (x > y) - (x < y);
-}
-
-/* A key listed twice in keys (n of them) is named; sorting a copy. */
-static dt_err
-no_duplicates(const char *op, size_t n, const dt_key *keys)
-{
-	dt_key stack[64], *k = n <= 64 ? stack : malloc(n * sizeof(*k));
-
-	if (k == NULL)
-		return dt__fail(DT_ENOMEM, "batched %s: out of memory", op);
-	memcpy(k, keys, n * sizeof(*k));
-	qsort(k, n, sizeof(*k), cmp_key);
-	for (size_t i = 1; i < n; i++)
-		if (k[i] == k[i - 1]) {
-			dt_key dup = k[i];
-
-			if (k != stack)
-				free(k);
-			return dt__fail(DT_EINVAL,
-			                "batched %s: key %llu is listed twice "
-			                "in one call",
-			                op, (unsigned long long)dup);
-		}
-	if (k != stack)
-		free(k);
-	return DT_OK;
-}
-
 /* A batched call key by key (a local store; and with DTRAIN_RECOVER or
  * DTRAIN_CHECKPOINT_DIR, which the many-key store does not serve): every
  * request started, then all waited for. */
@@ -837,7 +803,7 @@ batch_call(dt_kv *kv, int cmd, const dt_kv_batch *b)
 			kv->inited = 1;
 		return dt__kv_client_many(kv->client, cmd, b);
 	}
-	if ((err = no_duplicates(op, b->nkeys, b->keys)))
+	if ((err = dt__kv_no_duplicates(op, b->nkeys, b->keys)))
 		return err;
 	if (cmd != DT_CMD_KV_INIT)
 		return batch_one_by_one(kv, cmd, b);

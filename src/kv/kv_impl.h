@@ -251,6 +251,9 @@ int dt__kv_client_batches(const dt_kv_client *c);
  * answered. An init's values are rank 0's: other workers send no batched
  * init (the caller's barrier follows). */
 dt_err dt__kv_client_many(dt_kv_client *c, int cmd, const dt_kv_batch *b);
+/* A key listed twice in keys (n of them) is an error naming it (op: the
+ * call's name); a sorted copy. */
+dt_err dt__kv_no_duplicates(const char *op, size_t n, const dt_key *keys);
 /* key was initialised by a single-key call: batched calls send it key by
  * key, to the store that holds it. (Every worker makes the same inits.
  * Should the note not fit in memory, the server names the mix-up.) */

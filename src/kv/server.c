@@ -137,6 +137,7 @@ typedef struct kv_server {
 	struct rxbuf {
 		uint8_t *buf;
 		size_t cap;
+		const dt_conn *holder; /* receiving a frame into it now */
 	} * rx; /* by worker: its batched requests land here */
 	breq *breqs;
 	size_t nbreqs;
@@ -246,17 +247,19 @@ static void reply_error(kv_server *s, int worker, int cmd, uint64_t seq,
     DT_PRINTF(7, 8);
 
 /* An answer; with a value (len floats), in encoding enc (what the request
- * asked for: fp32, or fp16 converted here). */
+ * asked for: fp32, or fp16 converted here). val is the store's value
+ * (stable: before it changes, touch() has PS_RESEND keep a copy of what it
+ * still holds of it), or scratch (scratch = 1: copied if kept). */
 static void
-reply_enc(kv_server *s, int worker, int cmd, uint64_t seq, dt_key key,
-          const float *val, size_t len, unsigned enc)
+reply_val(kv_server *s, int worker, int cmd, uint64_t seq, dt_key key,
+          const float *val, size_t len, unsigned enc, int scratch)
 {
 	dt_msg_hdr h = {.cmd = (uint8_t)cmd,
 	                .flags = DT_F_RESPONSE,
 	                .seq = seq,
 	                .key = key};
 	struct iovec iov = {(void *)val, len * sizeof(float)};
-	unsigned flags = DT_SEND_STABLE;
+	unsigned flags = scratch ? 0 : DT_SEND_STABLE;
 	dt_err err;
 
 	if (val && enc == DT_QUANT_FP16) {
@@ -273,12 +276,17 @@ reply_enc(kv_server *s, int worker, int cmd, uint64_t seq, dt_key key,
 		h.arg2 = DT_QUANT_FP16;
 		flags = 0; /* (a scratch buffer: PS_RESEND copies it) */
 	}
-	/* From the value itself: before it changes, touch() has PS_RESEND
-	 * keep a copy of what it still holds of it. */
 	err = dt__node_send_ex(s->node, dt__node_worker_id(s->node, worker), &h,
 	                       NULL, 0, val ? &iov : NULL, val ? 1 : 0, flags);
 	if (err)
 		DT_LOG(1, "answer to worker %d: %s", worker, dt_errmsg());
+}
+
+static void
+reply_enc(kv_server *s, int worker, int cmd, uint64_t seq, dt_key key,
+          const float *val, size_t len, unsigned enc)
+{
+	reply_val(s, worker, cmd, seq, key, val, len, enc, 0);
 }
 
 static void
@@ -576,9 +584,8 @@ in_many_store(kv_server *s, int worker, const dt_msg_hdr *h)
 	if (!s->ks_on || dt__ks_find(&s->ks, h->key) == DT_KS_NONE)
 		return 0;
 	reply_error(s, worker, h->cmd, h->seq, h->key, DT_ESTATE,
-	            "%s of key %llu: the key was initialised by a batched "
-	            "call (dt_kv_init_many or dt_kv_init_keys); use batched "
-	            "calls for it",
+	            "%s of key %llu: the key lives in the many-key store "
+	            "(a batched init made it), which has no recovery",
 	            dt__kv_op_name(h->cmd), (unsigned long long)h->key);
 	return 1;
 }
@@ -1415,19 +1422,7 @@ many_answer(kv_server *s, int worker, int cmd, uint64_t seq, unsigned enc,
 		return;
 	}
 	dt__ks_gather(&s->ks, idx, count, s->gath);
-	/* (s->gath is scratch: the answer is copied if it cannot leave at
-	 * once, as reply_enc's fp16 answers are) */
-	if (enc == DT_QUANT_FP16) {
-		reply_enc(s, worker, cmd, seq, 0, s->gath, n, enc);
-		return;
-	}
-	dt_msg_hdr h = {
-	    .cmd = (uint8_t)cmd, .flags = DT_F_RESPONSE, .seq = seq};
-	struct iovec iov = {s->gath, n * sizeof(float)};
-
-	if (dt__node_send_ex(s->node, dt__node_worker_id(s->node, worker), &h,
-	                     NULL, 0, &iov, 1, 0))
-		DT_LOG(1, "answer to worker %d: %s", worker, dt_errmsg());
+	reply_val(s, worker, cmd, seq, 0, s->gath, n, enc, 1);
 }
 
 /* A batched request refused: the error, with the key it names said
@@ -1469,7 +1464,11 @@ on_init_many(kv_server *s, int worker, const dt_msg_hdr *h, const dt_kv_many *b)
 		                      : "recovers lost nodes (DTRAIN_RECOVER)");
 		return;
 	}
-	if (!s->ks_on) {
+	/* Made (again while empty) in the store's mode and optimizer now:
+	 * both are fixed once it holds keys. */
+	if (!s->ks_on || s->ks.nrec == 0) {
+		if (s->ks_on)
+			dt__ks_fini(&s->ks);
 		dt__ks_init(&s->ks, s->nworkers, s->sync, &s->opt);
 		s->ks_on = 1;
 	}
@@ -1548,6 +1547,58 @@ breq_new(kv_server *s)
 	s->breqs = nb;
 	s->breqs[s->nbreqs] = (breq){.worker = -1};
 	return (uint32_t)++s->nbreqs;
+}
+
+/*
+ * dist_sync: worker's pushes g of records idx[0..count) join their
+ * rounds as one pending request, answered (values in encoding enc, for a
+ * pushpull) once every one of its rounds is over. keys: the request's
+ * keys on the wire, or NULL (a single-key request: h->key), to name one
+ * whose round still holds this worker's push.
+ */
+static void
+push_rounds(kv_server *s, int worker, const dt_msg_hdr *h, unsigned enc,
+            const uint32_t *idx, size_t count, const float *g,
+            const uint8_t *keys)
+{
+	const char *op = dt__kv_op_name(h->cmd);
+	int pull =
+	    h->cmd == DT_CMD_KV_PUSHPULL || h->cmd == DT_CMD_KV_PUSHPULL_MANY;
+	uint32_t hd, *keep = NULL;
+	size_t bad;
+
+	if (dt__ks_pending(&s->ks, worker, idx, count, &bad)) {
+		dt_key key = keys ? dt__get_u64(keys + 8 * bad) : h->key;
+
+		reply_error(s, worker, h->cmd, h->seq, key, DT_ESTATE,
+		            "%s of key %llu: this worker's push of it in the "
+		            "round open now has not been answered yet (a key "
+		            "of batched calls takes one push per worker per "
+		            "round)",
+		            op, (unsigned long long)key);
+		return;
+	}
+	if ((hd = breq_new(s)) != 0 && pull &&
+	    (keep = malloc(count * sizeof(*keep))) == NULL) {
+		s->breqs[hd - 1].next_free = s->breq_free;
+		s->breq_free = hd;
+		hd = 0;
+	}
+	if (hd == 0) {
+		reply_error(s, worker, h->cmd, h->seq, h->key, DT_ENOMEM,
+		            "%s of %zu keys: out of memory", op, count);
+		return;
+	}
+	if (keep)
+		memcpy(keep, idx, count * sizeof(*keep));
+	s->breqs[hd - 1] = (breq){.worker = worker,
+	                          .cmd = h->cmd,
+	                          .seq = h->seq,
+	                          .answer = enc,
+	                          .count = count,
+	                          .remaining = count,
+	                          .idx = keep};
+	dt__ks_push_sync(&s->ks, worker, hd, idx, count, g, many_done, s);
 }
 
 /*
@@ -1630,40 +1681,7 @@ one_in_many(kv_server *s, int worker, const dt_msg_hdr *h, const uint8_t *meta,
 		many_answer(s, worker, h->cmd, h->seq, enc, &r, 1);
 		return;
 	}
-	if (dt__ks_pending(&s->ks, worker, &r, 1, &bad)) {
-		reply_error(s, worker, h->cmd, h->seq, h->key, DT_ESTATE,
-		            "%s of key %llu: this worker's push of it in the "
-		            "round open now has not been answered yet (a key "
-		            "of batched calls takes one push per worker per "
-		            "round)",
-		            op, (unsigned long long)h->key);
-		return;
-	}
-	uint32_t hd = breq_new(s);
-	uint32_t *keep = NULL;
-
-	if (hd && h->cmd == DT_CMD_KV_PUSHPULL &&
-	    (keep = malloc(sizeof(*keep))) == NULL) {
-		s->breqs[hd - 1].next_free = s->breq_free;
-		s->breq_free = hd;
-		hd = 0;
-	}
-	if (hd == 0) {
-		reply_error(s, worker, h->cmd, h->seq, h->key, DT_ENOMEM,
-		            "%s of key %llu: out of memory", op,
-		            (unsigned long long)h->key);
-		return;
-	}
-	if (keep)
-		*keep = r;
-	s->breqs[hd - 1] = (breq){.worker = worker,
-	                          .cmd = h->cmd,
-	                          .seq = h->seq,
-	                          .answer = enc,
-	                          .count = 1,
-	                          .remaining = 1,
-	                          .idx = keep};
-	dt__ks_push_sync(&s->ks, worker, hd, &r, 1, payload, many_done, s);
+	push_rounds(s, worker, h, enc, &r, 1, payload, NULL);
 }
 
 /* A single-key init of a key of the many-key store (1: handled): rank 0's
@@ -1704,6 +1722,8 @@ on_many(kv_server *s, int worker, const dt_msg *m)
 	size_t bad;
 	dt_err err;
 
+	if (m->payload && m->payload == s->rx[worker].buf)
+		s->rx[worker].holder = NULL; /* (whole: used before the next) */
 	if ((err = dt__kv_many_decode(h, m->payload, &b))) {
 		reply_error(s, worker, h->cmd, h->seq, 0, err, "%s",
 		            dt_errmsg());
@@ -1756,38 +1776,7 @@ on_many(kv_server *s, int worker, const dt_msg *m)
 		many_answer(s, worker, h->cmd, h->seq, b.answer, idx, b.count);
 		return;
 	}
-	if (dt__ks_pending(&s->ks, worker, idx, b.count, &bad)) {
-		reply_error(s, worker, h->cmd, h->seq, 0, DT_ESTATE,
-		            "%s of key %llu: this worker's push of it in the "
-		            "round open now has not been answered yet",
-		            op,
-		            (unsigned long long)dt__get_u64(b.keys + 8 * bad));
-		return;
-	}
-	uint32_t hd = breq_new(s);
-	uint32_t *keep = NULL;
-
-	if (hd && h->cmd == DT_CMD_KV_PUSHPULL_MANY &&
-	    (keep = malloc(b.count * sizeof(*keep))) == NULL) {
-		s->breqs[hd - 1].next_free = s->breq_free;
-		s->breq_free = hd;
-		hd = 0;
-	}
-	if (hd == 0) {
-		reply_error(s, worker, h->cmd, h->seq, 0, DT_ENOMEM,
-		            "%s of %zu keys: out of memory", op, b.count);
-		return;
-	}
-	if (keep)
-		memcpy(keep, idx, b.count * sizeof(*keep));
-	s->breqs[hd - 1] = (breq){.worker = worker,
-	                          .cmd = h->cmd,
-	                          .seq = h->seq,
-	                          .answer = b.answer,
-	                          .count = b.count,
-	                          .remaining = b.count,
-	                          .idx = keep};
-	dt__ks_push_sync(&s->ks, worker, hd, idx, b.count, g, many_done, s);
+	push_rounds(s, worker, h, b.answer, idx, b.count, g, b.keys);
 }
 
 static void
@@ -1812,10 +1801,6 @@ on_msg(void *arg, dt_node *n, dt_conn *c, dt_msg *m)
 			            s->sync ? "dist_sync" : "dist_async");
 			return;
 		}
-		if (s->ks_on && s->ks.nrec == 0) { /* (made anew) */
-			dt__ks_fini(&s->ks);
-			s->ks_on = 0;
-		}
 		s->sync = h->arg0 != 0;
 		DT_LOG(1, "store mode: %s",
 		       s->sync ? "dist_sync" : "dist_async");
@@ -1839,12 +1824,8 @@ on_msg(void *arg, dt_node *n, dt_conn *c, dt_msg *m)
 			return;
 		}
 		s->opt = opt;
-		if (s->ks_on && s->ks.nrec == 0) { /* (made anew) */
-			dt__ks_fini(&s->ks);
-			s->ks_on = 0;
-		} else if (s->ks_on) {
+		if (s->ks_on && s->ks.nrec)
 			dt__ks_set_opt(&s->ks, &opt);
-		}
 		DT_LOG(1,
 		       "optimizer %s lr=%g momentum=%g wd=%g rescale_grad=%g",
 		       opt.kind == DT_OPT_SGD ? "sgd" : "adam", opt.p.lr,
@@ -1908,19 +1889,28 @@ payload_dest(void *arg, dt_node *n, dt_conn *c, const dt_msg_hdr *h,
 		/* (on_many checks it whole) A batched request of one-length
 		 * keys whose size matches its header lands in its worker's
 		 * buffer, kept from request to request: a big one then costs
-		 * no page faults. */
+		 * no page faults. One connection at a time receives into it
+		 * (a frame cut with its connection leaves it held: the next
+		 * ones go to the connection's own buffer). */
 		int w = (int)h->sender - 1 - s->nservers;
-		uint64_t want = h->arg0 * 8;
+		struct rxbuf *rb = s->rx && w >= 0 && w < s->nworkers &&
+		                           (int)h->sender == dt__conn_peer(c)
+		                       ? &s->rx[w]
+		                       : NULL;
+		uint64_t want;
 
-		if (dt__kv_many_has_vals(h->cmd) && h->arg1 &&
-		    h->arg1 <= DT_KS_MAX_LEN && h->arg0 <= DT_KS_MAX_KEYS)
-			want += h->arg0 * h->arg1 * 4;
-		if (w < 0 || w >= s->nworkers || s->rx == NULL || !h->arg1 ||
-		    h->arg0 > DT_KS_MAX_KEYS || h->payload_len != want ||
-		    !dt__buf_reserve(&s->rx[w].buf, &s->rx[w].cap,
-		                     (size_t)want))
+		if (rb == NULL || (rb->holder && rb->holder != c) ||
+		    h->arg1 == 0 || h->arg1 > DT_KS_MAX_LEN ||
+		    h->arg0 > DT_KS_MAX_KEYS)
 			return NULL;
-		return s->rx[w].buf;
+		want =
+		    h->arg0 * 8 +
+		    (dt__kv_many_has_vals(h->cmd) ? h->arg0 * h->arg1 * 4 : 0);
+		if (h->payload_len != want ||
+		    !dt__buf_reserve(&rb->buf, &rb->cap, (size_t)want))
+			return NULL;
+		rb->holder = c;
+		return rb->buf;
 	}
 	if (h->cmd != DT_CMD_KV_PUSH && h->cmd != DT_CMD_KV_PUSHPULL)
 		return DT_VAN_DISCARD;

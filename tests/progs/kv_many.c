@@ -297,6 +297,13 @@ run_errors(dt_kv *kv)
 	      "key 999995: unknown key");
 	FAILS(dt_kv_push_keys(kv, 3, dup, v, dup_lens), DT_EINVAL,
 	      "key 107 is listed twice");
+	/* keys sent one by one (past the bound) are checked too */
+	dt_key big[2] = {9001, 9001};
+	size_t big_lens[2] = {bound_ + 1, bound_ + 1};
+	float *bv = calloc(2 * (bound_ + 1), sizeof(float));
+	FAILS(dt_kv_push_keys(kv, 2, big, bv, big_lens), DT_EINVAL,
+	      "key 9001 is listed twice");
+	free(bv);
 	FAILS(dt_kv_pull_keys(kv, 2, k, out, bad_lens), DT_ESIZE,
 	      "key 107: length 5 != initialised length 2");
 	FAILS(dt_kv_push_keys(kv, 2, k, v, bad_lens), DT_ESIZE,
@@ -366,9 +373,10 @@ run_big(dt_kv *kv, size_t n)
 	t[1] = (double)(t2 - t1) / 1e6;
 	t[2] = (double)(t3 - t2) / 1e6;
 	if (rank == 0)
-		printf("big: %zu keys push %.1f ms pull %.1f ms pushpull "
-		       "%.1f ms\n",
-		       n, t[0], t[1], t[2]);
+		printf(
+		    "kv_many big: %zu keys push %.1f ms pull %.1f ms pushpull "
+		    "%.1f ms\n",
+		    n, t[0], t[1], t[2]);
 	OK(dt_kv_barrier(kv));
 	free(keys);
 	free(v);
