@@ -8,7 +8,9 @@ run_job() {
 	shift 3
 	timeout "$secs" "$@" >"$log" 2>&1 || rc=$?
 	[ $rc = 0 ] && return 0
-	grep -A12 -E 'runtime error|ERROR: (Address|Leak|Thread)Sanitizer' "$log" | head -40
+	# (a sanitizer's report first, whole enough to name both sides of a
+	# race: TSan's begins with WARNING)
+	grep -A45 -E 'runtime error|ERROR: (Address|Leak|Thread)Sanitizer|WARNING: ThreadSanitizer' "$log" | head -60
 	tail -n "$lines" "$log"
 	return $rc
 }
