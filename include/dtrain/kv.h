@@ -179,6 +179,41 @@ dt_err dt_kv_pull_keys(dt_kv *kv, size_t nkeys, const dt_key *keys, float *outs,
 dt_err dt_kv_pushpull_keys(dt_kv *kv, size_t nkeys, const dt_key *keys,
                            const float *vals, float *outs, const size_t *lens);
 
+/*
+ * Row-sparse arrays (MXNet's row_sparse; docs/kvstore.md, "Row-sparse
+ * arrays"): key holds a table of rows x width floats - an embedding, the
+ * weights of a sparse linear model - of which each call names a few rows
+ * by id (0 to rows - 1). A table of at least MXNET_KVSTORE_BIGARRAY_BOUND
+ * floats is split over the servers by row range.
+ *
+ * init is collective (every worker, the same shape; rank 0's val - rows x
+ * width floats - wins, NULL: zeros, which cost no memory until a row is
+ * written). A push sends nrows rows (row_ids[i]'s width floats at
+ * vals + i * width), each id listed at most once; only those rows are
+ * updated (MXNet's lazy_update: sgd and adam update a row only when it is
+ * pushed, with the key's step count), and without an optimizer a pushed
+ * row takes the pushed value. dist_sync sums each row over the workers'
+ * pushes of a round (the union of their rows; an empty push counts);
+ * dist_async applies each push on arrival. row_sparse_pull returns the
+ * rows asked (in any order, repeats allowed) back to back in out. width is
+ * the table's, for a check. Gradient compression applies to the pushed
+ * values (with a residual per row) and the pull precision to the answers
+ * of dist stores. Calls are synchronous; rows are not kept in server
+ * checkpoints (a store with DTRAIN_RECOVER or DTRAIN_CHECKPOINT_DIR
+ * refuses tables).
+ */
+dt_err dt_kv_init_row_sparse(dt_kv *kv, dt_key key, uint64_t rows, size_t width,
+                             const float *val);
+dt_err dt_kv_push_row_sparse(dt_kv *kv, dt_key key, size_t nrows,
+                             const uint64_t *row_ids, const float *vals,
+                             size_t width);
+dt_err dt_kv_row_sparse_pull(dt_kv *kv, dt_key key, size_t nrows,
+                             const uint64_t *row_ids, float *out, size_t width);
+/* Push rows, then pull the same rows updated (out may equal vals). */
+dt_err dt_kv_pushpull_row_sparse(dt_kv *kv, dt_key key, size_t nrows,
+                                 const uint64_t *row_ids, const float *vals,
+                                 float *out, size_t width);
+
 /* Barrier among all workers of the store (a no-op for local stores). */
 dt_err dt_kv_barrier(dt_kv *kv);
 

@@ -14,6 +14,7 @@
 
 #include "common/table.h"
 #include "kv/kv_impl.h"
+#include "kv/rstore.h"
 
 typedef struct local_entry {
 	dt_key key;
@@ -37,6 +38,7 @@ struct dt_kv {
 	dt_node *node;
 	dt_kv_client *client;
 	dt_table local;   /* local_entry by key */
+	dt_table rtabs;   /* row_sparse tables (dt_kv_rtab) by key */
 	uint8_t *scratch; /* floats: local aggregation, fp16 arrays */
 	size_t scratch_cap;
 	int inited;         /* an init was made (compression is fixed then) */
@@ -47,6 +49,9 @@ struct dt_kv {
 	uint8_t *dbuf; /* ... and decoded (floats) */
 	size_t dbuf_cap;
 };
+
+static void rtab_free(dt_kv_rtab *t);
+static dt_kv_rtab *rtab_find(dt_kv *kv, dt_key key);
 
 static local_entry *
 local_find(dt_kv *kv, dt_key key)
@@ -195,6 +200,10 @@ dt_kv_destroy(dt_kv *kv)
 		free(e);
 	}
 	dt__table_fini(&kv->local);
+	for (dt_hnode *h = dt__table_first(&kv->rtabs, &it); h;
+	     h = dt__table_next(&it))
+		rtab_free(DT_CONTAINER_OF(h, dt_kv_rtab, hn));
+	dt__table_fini(&kv->rtabs);
 	free(kv->scratch);
 	free(kv->cbuf);
 	free(kv->dbuf);
@@ -239,7 +248,7 @@ dt_kv_set_optimizer(dt_kv *kv, const char *name, const char *params)
 	if ((err = dt__opt_parse(name, params, &opt)))
 		return err;
 	if (!kv->client && (!kv->have_opt || opt.kind != kv->opt.kind)) {
-		if (dt__table_count(&kv->local))
+		if (dt__table_count(&kv->local) || dt__table_count(&kv->rtabs))
 			return dt__fail(DT_ESTATE,
 			                "set optimizer: keys are already "
 			                "initialised with another optimizer; "
@@ -249,6 +258,14 @@ dt_kv_set_optimizer(dt_kv *kv, const char *name, const char *params)
 		return err;
 	kv->opt = opt;
 	kv->have_opt = 1;
+	dt_table_iter it;
+	for (dt_hnode *h = dt__table_first(&kv->rtabs, &it); h;
+	     h = dt__table_next(&it)) {
+		dt_kv_rtab *t = DT_CONTAINER_OF(h, dt_kv_rtab, hn);
+
+		if (t->local)
+			dt__rs_set_opt(t->local, &opt);
+	}
 	return DT_OK;
 }
 
@@ -431,6 +448,13 @@ init_one(dt_kv *kv, dt_key key, const float *val, size_t n)
 		return err;
 	KV_NEED(n > 0, "init of key %llu: an array has at least one element",
 	        (unsigned long long)key);
+	if (rtab_find(kv, key))
+		return dt__fail(
+		    DT_ESTATE,
+		    "init of key %llu: the key is a row_sparse table "
+		    "(dt_kv_init_row_sparse); use the row_sparse "
+		    "calls for it",
+		    (unsigned long long)key);
 	kv->inited = 1;
 	if (!kv->client)
 		return local_init(kv, key, val, n);
@@ -1041,4 +1065,239 @@ dt_kv_checkpoint(dt_kv *kv)
 		                "checkpoint (save the parameters instead)",
 		                kv->type);
 	return dt__kv_client_checkpoint(kv->client);
+}
+
+/* ---- row_sparse tables ---- */
+
+static dt_kv_rtab *
+rtab_find(dt_kv *kv, dt_key key)
+{
+	dt_hnode *h = dt__table_find(&kv->rtabs, key);
+
+	return h ? DT_CONTAINER_OF(h, dt_kv_rtab, hn) : NULL;
+}
+
+static void
+rtab_free(dt_kv_rtab *t)
+{
+	if (t->local) {
+		dt__rs_fini(t->local);
+		free(t->local);
+	}
+	dt__unmap_zero(t->resid, t->resid_bytes);
+	free(t->mark);
+	free(t);
+}
+
+/* Tables up to this many rows find a row listed twice with a bitmap
+ * (32 MiB at most); bigger ones by sorting a copy of the ids. */
+#define MARK_ROWS ((uint64_t)1 << 28)
+
+static dt_err
+rtab_init(dt_kv *kv, dt_key key, uint64_t rows, size_t width, const float *val)
+{
+	dt_kv_rtab *t;
+	dt_err err;
+
+	KV_NEED(kv != NULL, "row_sparse init of key %llu: kv is NULL",
+	        (unsigned long long)key);
+	KV_NEED(rows >= 1 && rows <= DT_RS_MAX_ROWS && width >= 1 &&
+	            width <= DT_RS_MAX_WIDTH,
+	        "row_sparse init of key %llu: %llu rows of width %zu (1 to "
+	        "%llu rows, width 1 to %llu)",
+	        (unsigned long long)key, (unsigned long long)rows, width,
+	        (unsigned long long)DT_RS_MAX_ROWS,
+	        (unsigned long long)DT_RS_MAX_WIDTH);
+	if (rtab_find(kv, key) || local_find(kv, key))
+		return dt__fail(DT_EEXIST,
+		                "row_sparse init of key %llu: the key is "
+		                "already initialised",
+		                (unsigned long long)key);
+	if ((t = dt__calloc(1, sizeof(*t))) == NULL)
+		return DT_ENOMEM;
+	t->key = key;
+	t->rows = rows;
+	t->width = width;
+	if (rows <= MARK_ROWS &&
+	    (t->mark = calloc((size_t)(rows / 64 + 1), 8)) == NULL) {
+		free(t);
+		return dt__fail(DT_ENOMEM,
+		                "row_sparse init of key %llu: out of memory",
+		                (unsigned long long)key);
+	}
+	if (!kv->client) {
+		dt_opt none = {0};
+
+		if ((t->local = dt__calloc(1, sizeof(*t->local))) == NULL) {
+			rtab_free(t);
+			return DT_ENOMEM;
+		}
+		if ((err = dt__rs_init(t->local, key, rows, 0, rows, width, 1,
+		                       0, kv->have_opt ? &kv->opt : &none))) {
+			free(t->local);
+			t->local = NULL;
+			rtab_free(t);
+			return err;
+		}
+		if (val)
+			memcpy(t->local->val, val, t->local->val_bytes);
+	} else if ((err = dt__kv_client_row_init(kv->client, t, val))) {
+		rtab_free(t);
+		return err;
+	}
+	kv->inited = 1;
+	dt__table_insert(&kv->rtabs, &t->hn, key);
+	return DT_OK;
+}
+
+/* init is collective, as dt_kv_init. */
+dt_err
+dt_kv_init_row_sparse(dt_kv *kv, dt_key key, uint64_t rows, size_t width,
+                      const float *val)
+{
+	dt_err err = rtab_init(kv, key, rows, width, val);
+
+	if (kv == NULL || !kv->client)
+		return err;
+	return dt__kv_client_agree_setup(kv->client, err);
+}
+
+static int
+cmp_u64(const void *a, const void *b)
+{
+	uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+
+	return (x > y) - (x < y);
+}
+
+/* A row call's arguments against t: ids in range, and a push's listed
+ * once each. */
+static dt_err
+rows_check(dt_kv *kv, const char *op, dt_key key, size_t nrows,
+           const uint64_t *ids, const void *vals, const void *outs,
+           size_t width, int push, dt_kv_rtab **out)
+{
+	dt_kv_rtab *t;
+	dt_err err = DT_OK;
+
+	KV_NEED(kv != NULL, "%s of key %llu: kv is NULL", op,
+	        (unsigned long long)key);
+	if ((t = rtab_find(kv, key)) == NULL)
+		return dt__fail(DT_ENOKEY,
+		                "%s of key %llu: unknown key (never "
+		                "initialised with dt_kv_init_row_sparse)",
+		                op, (unsigned long long)key);
+	if (width != t->width)
+		return dt__fail(DT_ESIZE,
+		                "%s of key %llu: rows of width %zu, but the "
+		                "table's are %zu wide",
+		                op, (unsigned long long)key, width, t->width);
+	KV_NEED(nrows == 0 || (ids && vals && outs),
+	        "%s of key %llu: NULL buffer", op, (unsigned long long)key);
+	KV_NEED(nrows <= DT_RS_MAX_ROWS &&
+	            (uint64_t)nrows * width <= DT_RS_MAX_VALS,
+	        "%s of key %llu: %zu rows of width %zu (at most %llu floats "
+	        "a call)",
+	        op, (unsigned long long)key, nrows, width,
+	        (unsigned long long)DT_RS_MAX_VALS);
+	*out = t;
+	for (size_t i = 0; i < nrows; i++)
+		if (ids[i] >= t->rows)
+			return dt__fail(DT_EINVAL,
+			                "%s of key %llu: row %llu is out of "
+			                "range (the table has %llu rows)",
+			                op, (unsigned long long)key,
+			                (unsigned long long)ids[i],
+			                (unsigned long long)t->rows);
+	if (!push)
+		return DT_OK;
+	if (t->mark) {
+		size_t i;
+
+		for (i = 0; i < nrows && !err; i++) {
+			uint64_t r = ids[i], bit = (uint64_t)1 << (r % 64);
+
+			if (t->mark[r / 64] & bit)
+				err = dt__fail(DT_EINVAL,
+				               "%s of key %llu: row %llu is "
+				               "listed twice in one push",
+				               op, (unsigned long long)key,
+				               (unsigned long long)r);
+			t->mark[r / 64] |= bit;
+		}
+		while (i--) /* (zero again; a duplicate's bit stays clear) */
+			t->mark[ids[i] / 64] &= ~((uint64_t)1 << (ids[i] % 64));
+		return err;
+	}
+	uint64_t *k = malloc(DT_MAX(nrows, 1) * sizeof(*k));
+
+	if (k == NULL)
+		return dt__fail(DT_ENOMEM, "%s of key %llu: out of memory", op,
+		                (unsigned long long)key);
+	memcpy(k, ids, nrows * sizeof(*k));
+	qsort(k, nrows, sizeof(*k), cmp_u64);
+	for (size_t i = 1; i < nrows && !err; i++)
+		if (k[i] == k[i - 1])
+			err = dt__fail(DT_EINVAL,
+			               "%s of key %llu: row %llu is listed "
+			               "twice in one push",
+			               op, (unsigned long long)key,
+			               (unsigned long long)k[i]);
+	free(k);
+	return err;
+}
+
+static dt_err
+rows_call(dt_kv *kv, int cmd, dt_key key, size_t nrows, const uint64_t *ids,
+          const float *vals, float *outs, size_t width)
+{
+	const char *op = dt__kv_op_name(cmd);
+	int push = cmd != DT_CMD_KV_ROW_PULL;
+	dt_kv_rtab *t = NULL;
+	dt_err err;
+
+	if ((err = rows_check(
+	         kv, op, key, nrows, ids, push ? (const void *)vals : ids,
+	         cmd != DT_CMD_KV_ROW_PUSH ? (const void *)outs : ids, width,
+	         push, &t)))
+		return err;
+	if (push && (err = async_check(kv, op, key)))
+		return err;
+	if (kv->client)
+		return dt__kv_client_rows(kv->client, t, cmd, nrows, ids, vals,
+		                          outs);
+	/* A local store: the table is here (a push applied at once). */
+	if (push)
+		dt__rs_apply(t->local, nrows, (const uint8_t *)ids, vals);
+	if (cmd != DT_CMD_KV_ROW_PUSH) {
+		dt__rs_gather(t->local, nrows, (const uint8_t *)ids, outs);
+		if (kv->pull_fp16)
+			local_out(kv, outs, outs, nrows * width);
+	}
+	return DT_OK;
+}
+
+dt_err
+dt_kv_push_row_sparse(dt_kv *kv, dt_key key, size_t nrows,
+                      const uint64_t *row_ids, const float *vals, size_t width)
+{
+	return rows_call(kv, DT_CMD_KV_ROW_PUSH, key, nrows, row_ids, vals,
+	                 NULL, width);
+}
+
+dt_err
+dt_kv_row_sparse_pull(dt_kv *kv, dt_key key, size_t nrows,
+                      const uint64_t *row_ids, float *out, size_t width)
+{
+	return rows_call(kv, DT_CMD_KV_ROW_PULL, key, nrows, row_ids, NULL, out,
+	                 width);
+}
+
+dt_err
+dt_kv_pushpull_row_sparse(dt_kv *kv, dt_key key, size_t nrows,
+                          const uint64_t *row_ids, const float *vals,
+                          float *out, size_t width)
+{
+	return rows_call(kv, DT_CMD_KV_ROW_PUSHPULL, key, nrows, row_ids, vals,
+	                 out, width);
 }

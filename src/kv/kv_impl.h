@@ -15,6 +15,7 @@
 #include <string.h>
 
 #include "common/quant.h"
+#include "common/table.h"
 #include "core/core.h"
 #include "dtrain/kv.h"
 #include "dtrain/nn.h"
@@ -53,6 +54,14 @@ dt__kv_op_name(int cmd)
 		return "batched pull";
 	case DT_CMD_KV_PUSHPULL_MANY:
 		return "batched pushpull";
+	case DT_CMD_KV_ROW_INIT:
+		return "row_sparse init";
+	case DT_CMD_KV_ROW_PUSH:
+		return "row_sparse push";
+	case DT_CMD_KV_ROW_PULL:
+		return "row_sparse_pull";
+	case DT_CMD_KV_ROW_PUSHPULL:
+		return "row_sparse pushpull";
 	}
 	return "request";
 }
@@ -135,6 +144,49 @@ dt_err dt__kv_many_decode(const dt_msg_hdr *h, const void *payload,
  * values. */
 int dt__kv_many_cmd(int cmd);
 int dt__kv_many_has_vals(int cmd);
+
+/*
+ * Row-sparse tables (docs/protocol.md, "Row-sparse requests"). A
+ * KV_ROW_INIT carries key, arg0 = the table's rows, arg1 = its width,
+ * arg2 = DT_KV_INIT_HAS_VALUE or 0 (zeros), and a 16-byte meta: u64 the
+ * first row this server holds, u64 how many; its payload is those rows'
+ * values (f32) when it has a value. KV_ROW_PUSH, _PULL and _PUSHPULL carry
+ * key, arg0 = the row count, arg1 = the width, arg2 the encodings as a
+ * push's (a 2-bit body's threshold in meta); the payload is u64 row ids
+ * (global), then for a push the rows' values back to back in the push's
+ * encoding. An answer carries the asked rows' values in the ids' order.
+ */
+/* The most rows of a table, and of one request. */
+#define DT_RS_MAX_ROWS ((uint64_t)1 << 40)
+/* The widest row, in floats. */
+#define DT_RS_MAX_WIDTH ((uint64_t)1 << 24)
+/* The most floats of one server's part of a table. */
+#define DT_RS_MAX_VALS ((uint64_t)1 << 36)
+
+typedef struct dt_kv_rows {
+	size_t count;        /* rows */
+	size_t width;        /* floats a row */
+	const uint8_t *ids;  /* count u64, little-endian */
+	const uint8_t *body; /* a push's values, encoded as push says */
+	size_t body_len;
+	dt_quant_kind push; /* the body's encoding */
+	float t;            /* a 2-bit body's threshold */
+	unsigned answer;    /* DT_QUANT_NONE or DT_QUANT_FP16 */
+} dt_kv_rows;
+
+int dt__kv_rows_cmd(int cmd);
+/* Check a row request's header, meta and payload against each other and
+ * the limits above; its parts, or an error naming what is wrong. */
+dt_err dt__kv_rows_decode(const dt_msg_hdr *h, const uint8_t *meta,
+                          const void *payload, dt_kv_rows *out);
+/* The rows [lo, lo + n) of a table that server i of S holds: tables of
+ * rows x width >= bound (and at least S rows) are split by row range as
+ * dt__kv_place splits arrays, else whole on server key mod S. */
+void dt__kv_rows_place(dt_key key, uint64_t rows, size_t width, int S,
+                       size_t bound, int i, uint64_t *lo, uint64_t *n);
+/* Which server holds row id of such a table. */
+int dt__kv_rows_server(dt_key key, uint64_t rows, size_t width, int S,
+                       size_t bound, uint64_t id);
 
 /* One server's part of an array. */
 typedef struct dt_kv_part {
@@ -258,6 +310,40 @@ dt_err dt__kv_no_duplicates(const char *op, size_t n, const dt_key *keys);
  * key, to the store that holds it. (Every worker makes the same inits.
  * Should the note not fit in memory, the server names the mix-up.) */
 void dt__kv_client_note_single(dt_kv_client *c, dt_key key);
+/*
+ * A row_sparse table as a worker knows it (kv.c keeps them by key): its
+ * shape, a bitmap to find a row listed twice in a push, compression's
+ * residual (rows x width, mapped: rows never pushed cost nothing), and -
+ * in a local store - the table itself.
+ */
+typedef struct dt_kv_rtab {
+	dt_key key;
+	uint64_t rows;
+	size_t width;
+	uint64_t *mark; /* rows bits, zero between calls */
+	float *resid;   /* NULL until the first compressed push */
+	size_t resid_bytes;
+	struct dt_rstore *local;
+	dt_hnode hn;
+} dt_kv_rtab;
+
+/* Rank 0 puts table t on its servers (by row range when it is split),
+ * with rows x width values val (NULL: zeros); others send nothing (the
+ * caller's barrier follows). */
+dt_err dt__kv_client_row_init(dt_kv_client *c, const dt_kv_rtab *t,
+                              const float *val);
+/* One row call (DT_CMD_KV_ROW_PUSH, _PULL, _PUSHPULL) of count rows ids
+ * (checked: in range, and unique for pushes) on t: vals holds the pushed
+ * rows back to back, outs receives the asked ones. A push goes to every
+ * server that holds part of t (each counts it in its round, empty or
+ * not); a pull to those that hold an asked row. Returns once all answer. */
+dt_err dt__kv_client_rows(dt_kv_client *c, dt_kv_rtab *t, int cmd, size_t count,
+                          const uint64_t *ids, const float *vals, float *outs);
+/* Zeroed memory of n bytes whose pages are made when first written
+ * (rstore.c); freed with dt__unmap_zero(p, n). */
+void *dt__map_zero(size_t n);
+void dt__unmap_zero(void *p, size_t n);
+
 /* Pushes compressed as comp says from now on (residuals per key). */
 void dt__kv_client_set_compression(dt_kv_client *c, const dt_quant_spec *comp);
 /* Pulls' answers in fp16 (on) or fp32. */

@@ -174,3 +174,87 @@ dt__kv_many_decode(const dt_msg_hdr *h, const void *payload, dt_kv_many *out)
 	out->vals = nvals ? p + head : NULL;
 	return DT_OK;
 }
+
+int
+dt__kv_rows_cmd(int cmd)
+{
+	return cmd == DT_CMD_KV_ROW_PUSH || cmd == DT_CMD_KV_ROW_PULL ||
+	       cmd == DT_CMD_KV_ROW_PUSHPULL;
+}
+
+dt_err
+dt__kv_rows_decode(const dt_msg_hdr *h, const uint8_t *meta,
+                   const void *payload, dt_kv_rows *out)
+{
+	const char *op = dt__kv_op_name(h->cmd);
+	uint64_t count = h->arg0, width = h->arg1, len = h->payload_len, want;
+	dt_quant_kind k = (dt_quant_kind)DT_KV_ENC_PUSH(h->arg2);
+	unsigned a = DT_KV_ENC_ANSWER(h->arg2);
+	int pushes = h->cmd != DT_CMD_KV_ROW_PULL;
+	int answers = h->cmd != DT_CMD_KV_ROW_PUSH;
+
+	memset(out, 0, sizeof(*out));
+	if (!dt__kv_rows_cmd(h->cmd))
+		return dt__fail(DT_EPROTO, "command %u is not a row request",
+		                h->cmd);
+	if ((h->arg2 >> 16) || (!pushes && k) || (!answers && a) ||
+	    (unsigned)k > DT_QUANT_1BIT ||
+	    (a != DT_QUANT_NONE && a != DT_QUANT_FP16))
+		return dt__fail(DT_EPROTO,
+		                "%s of key %llu: encodings %#llx (pushed "
+		                "values as none, fp16, 2bit or 1bit; answers "
+		                "as fp32 or fp16)",
+		                op, (unsigned long long)h->key,
+		                (unsigned long long)h->arg2);
+	if (h->meta_len != (k == DT_QUANT_2BIT ? 4u : 0u))
+		return dt__fail(DT_EPROTO,
+		                "%s of key %llu: %u bytes of meta (a 2bit "
+		                "push has its threshold, 4 bytes; other row "
+		                "requests none)",
+		                op, (unsigned long long)h->key, h->meta_len);
+	if (k == DT_QUANT_2BIT) {
+		uint32_t tb = dt__get_u32(meta);
+
+		memcpy(&out->t, &tb, sizeof(out->t));
+		if (!(isfinite(out->t) && out->t > 0.0f))
+			return dt__fail(DT_EPROTO,
+			                "%s of key %llu: 2bit threshold %g is "
+			                "not a positive finite number",
+			                op, (unsigned long long)h->key,
+			                (double)out->t);
+	}
+	if (count > DT_RS_MAX_ROWS || width == 0 || width > DT_RS_MAX_WIDTH ||
+	    count * width > DT_RS_MAX_VALS)
+		return dt__fail(DT_ESIZE,
+		                "%s of key %llu: %llu rows of width %llu "
+		                "(width 1 to %llu, at most %llu floats)",
+		                op, (unsigned long long)h->key,
+		                (unsigned long long)count,
+		                (unsigned long long)width,
+		                (unsigned long long)DT_RS_MAX_WIDTH,
+		                (unsigned long long)DT_RS_MAX_VALS);
+	want = count * 8;
+	if (pushes)
+		want +=
+		    k == DT_QUANT_NONE
+		        ? count * width * 4
+		        : (uint64_t)dt__quant_size(k, (size_t)(count * width));
+	if (len != want || (count && payload == NULL))
+		return dt__fail(
+		    DT_ESIZE,
+		    "%s of key %llu: body of %llu bytes, but %llu "
+		    "rows of width %llu%s%s are %llu",
+		    op, (unsigned long long)h->key, (unsigned long long)len,
+		    (unsigned long long)count, (unsigned long long)width,
+		    pushes ? " in " : "", pushes ? dt__quant_name(k) : "",
+		    (unsigned long long)want);
+	out->count = (size_t)count;
+	out->width = (size_t)width;
+	out->ids = payload;
+	out->body =
+	    pushes && count ? (const uint8_t *)payload + count * 8 : NULL;
+	out->body_len = (size_t)(len - count * 8);
+	out->push = k;
+	out->answer = a;
+	return DT_OK;
+}

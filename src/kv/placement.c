@@ -33,3 +33,42 @@ dt__kv_place(dt_key key, size_t n, int num_servers, size_t bound,
 	}
 	return num_servers;
 }
+
+/* (rows * width >= bound, without overflow) */
+static int
+rows_split(uint64_t rows, size_t width, int S, size_t bound)
+{
+	return S > 1 && rows >= (uint64_t)S &&
+	       (width == 0 ||
+	        rows >= bound / width + (bound % width != 0 ? 1 : 0));
+}
+
+void
+dt__kv_rows_place(dt_key key, uint64_t rows, size_t width, int S, size_t bound,
+                  int i, uint64_t *lo, uint64_t *n)
+{
+	if (!rows_split(rows, width, S, bound)) {
+		int home = S <= 1 ? 0 : (int)(key % (uint64_t)S);
+
+		*lo = 0;
+		*n = i == home ? rows : 0;
+		return;
+	}
+	uint64_t q = rows / (uint64_t)S, r = rows % (uint64_t)S;
+
+	*lo = q * (uint64_t)i + DT_MIN((uint64_t)i, r);
+	*n = q + ((uint64_t)i < r ? 1 : 0);
+}
+
+int
+dt__kv_rows_server(dt_key key, uint64_t rows, size_t width, int S, size_t bound,
+                   uint64_t id)
+{
+	if (!rows_split(rows, width, S, bound))
+		return S <= 1 ? 0 : (int)(key % (uint64_t)S);
+	uint64_t q = rows / (uint64_t)S, r = rows % (uint64_t)S;
+
+	if (id < r * (q + 1))
+		return (int)(id / (q + 1));
+	return (int)(r + (id - r * (q + 1)) / q);
+}

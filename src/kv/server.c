@@ -27,6 +27,7 @@
 #include "common/table.h"
 #include "kv/kstore.h"
 #include "kv/kv_impl.h"
+#include "kv/rstore.h"
 
 /* Pushes at least this big are applied while they stream in. */
 #define STREAM_MIN (256u << 10)
@@ -119,9 +120,10 @@ typedef struct kv_server {
 	size_t ninit; /* keys with a value (the optimizer is fixed then) */
 	int nservers, nworkers; /* the job's */
 	int sync;
-	dt_opt opt;    /* kind DT_OPT_NONE: the value is the sum of a round */
-	dt_table keys; /* entries by key */
-	uint8_t *dec;  /* a compressed push, decoded (floats) */
+	dt_opt opt;     /* kind DT_OPT_NONE: the value is the sum of a round */
+	dt_table keys;  /* entries by key */
+	dt_table rtabs; /* row_sparse tables by key (rtable) */
+	uint8_t *dec;   /* a compressed push, decoded (floats) */
 	size_t dec_cap;
 	uint8_t *half; /* an fp16 answer */
 	size_t half_cap;
@@ -351,6 +353,7 @@ static int init_in_many(kv_server *s, int worker, const dt_msg *m);
 static void one_in_many(kv_server *s, int worker, const dt_msg_hdr *h,
                         const uint8_t *meta, const float *payload, uint32_t r);
 static void unpark(kv_server *s, entry *e);
+static int row_table(kv_server *s, dt_key key);
 
 static void
 round_done(kv_server *s, entry *e)
@@ -500,6 +503,14 @@ on_init(kv_server *s, int worker, const dt_msg *m)
 
 	if (init_in_many(s, worker, m))
 		return;
+	if (row_table(s, h->key)) {
+		reply_error(s, worker, h->cmd, h->seq, h->key, DT_ESTATE,
+		            "init of key %llu: the key is a row_sparse table "
+		            "(dt_kv_init_row_sparse); use the row_sparse calls "
+		            "for it",
+		            (unsigned long long)h->key);
+		return;
+	}
 	if (has_value && m->payload == NULL && h->payload_len) {
 		reply_error(s, worker, h->cmd, h->seq, h->key, DT_ESIZE,
 		            "init of key %llu: slice too large",
@@ -1472,7 +1483,19 @@ on_init_many(kv_server *s, int worker, const dt_msg_hdr *h, const dt_kv_many *b)
 		dt__ks_init(&s->ks, s->nworkers, s->sync, &s->opt);
 		s->ks_on = 1;
 	}
-	/* A key has one home: the single-key store or this one. */
+	/* A key has one home: the single-key store, a row_sparse table or
+	 * this one. */
+	for (size_t i = 0; dt__table_count(&s->rtabs) && i < b->count; i++) {
+		dt_key key = dt__get_u64(b->keys + 8 * i);
+
+		if (row_table(s, key)) {
+			reply_error(s, worker, h->cmd, h->seq, key, DT_ESTATE,
+			            "batched init of key %llu: the key is a "
+			            "row_sparse table (dt_kv_init_row_sparse)",
+			            (unsigned long long)key);
+			return;
+		}
+	}
 	for (size_t i = 0; dt__table_count(&s->keys) && i < b->count; i++) {
 		dt_key key = dt__get_u64(b->keys + 8 * i);
 
@@ -1779,6 +1802,317 @@ on_many(kv_server *s, int worker, const dt_msg *m)
 	push_rounds(s, worker, h, b.answer, idx, b.count, g, b.keys);
 }
 
+/*
+ * Row-sparse tables (KV_ROW_*; rstore.h): a key's table, or the range of
+ * its rows this server holds, and the pushes waiting for their dist_sync
+ * round.
+ */
+typedef struct rwait {
+	int worker;
+	int cmd;
+	uint64_t seq;
+	unsigned enc;
+	size_t count;
+	uint8_t *ids; /* a pushpull's rows, to answer with (count u64) */
+	struct rwait *next;
+} rwait;
+
+typedef struct rtable {
+	dt_rstore rs;
+	rwait *answers; /* the open round's pushes */
+	dt_hnode hn;    /* in rtabs */
+} rtable;
+
+static rtable *
+find_rows(kv_server *s, dt_key key)
+{
+	dt_hnode *h = dt__table_find(&s->rtabs, key);
+
+	return h ? DT_CONTAINER_OF(h, rtable, hn) : NULL;
+}
+
+static int
+row_table(kv_server *s, dt_key key)
+{
+	return dt__table_count(&s->rtabs) && find_rows(s, key) != NULL;
+}
+
+static void
+free_rtable(rtable *t)
+{
+	while (t->answers) {
+		rwait *w = t->answers;
+
+		t->answers = w->next;
+		free(w->ids);
+		free(w);
+	}
+	dt__rs_fini(&t->rs);
+	free(t);
+}
+
+/* Answer a row request with rows ids of t (a pull's, a pushpull's), or
+ * with nothing (a push). */
+static void
+rows_answer(kv_server *s, rtable *t, int worker, int cmd, uint64_t seq,
+            unsigned enc, size_t count, const uint8_t *ids)
+{
+	size_t n = count * t->rs.width;
+
+	if (cmd == DT_CMD_KV_ROW_PUSH) {
+		reply(s, worker, cmd, seq, t->rs.key, NULL, 0);
+		return;
+	}
+	if (!dt__buf_reserve((uint8_t **)&s->gath, &s->gath_cap,
+	                     DT_MAX(n, 1) * sizeof(float))) {
+		reply_error(s, worker, cmd, seq, t->rs.key, DT_ENOMEM,
+		            "%s of key %llu: out of memory for the answer "
+		            "(%zu rows)",
+		            dt__kv_op_name(cmd), (unsigned long long)t->rs.key,
+		            count);
+		return;
+	}
+	dt__rs_gather(&t->rs, count, ids, s->gath);
+	reply_val(s, worker, cmd, seq, t->rs.key, s->gath, n, enc, 1);
+}
+
+/* The store a key lives in, named for an error ("" : none). */
+static const char *
+key_home(kv_server *s, dt_key key)
+{
+	entry *e = find(s, key);
+
+	if (e && e->initialised)
+		return "a single-key call (dt_kv_init)";
+	if (s->ks_on && dt__ks_find(&s->ks, key) != DT_KS_NONE)
+		return "a batched call (dt_kv_init_keys)";
+	if (find_rows(s, key))
+		return "a row_sparse init";
+	return "";
+}
+
+static void
+on_row_init(kv_server *s, int worker, const dt_msg *m)
+{
+	const dt_msg_hdr *h = &m->hdr;
+	int has_value = (h->arg2 & DT_KV_INIT_HAS_VALUE) != 0;
+	const char *home = key_home(s, h->key);
+	uint64_t lo, n;
+	rtable *t;
+	dt_err err;
+
+	if (s->ck_dir || dt__node_recover(s->node)) {
+		reply_error(s, worker, h->cmd, h->seq, h->key, DT_ECONFIG,
+		            "row_sparse init of key %llu: this server %s, "
+		            "which row_sparse tables do not support",
+		            (unsigned long long)h->key,
+		            s->ck_dir ? "writes checkpoints "
+		                        "(DTRAIN_CHECKPOINT_DIR)"
+		                      : "recovers lost nodes (DTRAIN_RECOVER)");
+		return;
+	}
+	if (*home) {
+		reply_error(s, worker, h->cmd, h->seq, h->key, DT_EEXIST,
+		            "row_sparse init of key %llu: the key was already "
+		            "initialised by %s",
+		            (unsigned long long)h->key, home);
+		return;
+	}
+	if (h->meta_len != 16 || (h->arg2 & ~(uint64_t)DT_KV_INIT_HAS_VALUE)) {
+		reply_error(s, worker, h->cmd, h->seq, h->key, DT_EPROTO,
+		            "row_sparse init of key %llu: %u bytes of meta "
+		            "(16: the first row here and the count), flags "
+		            "%#llx",
+		            (unsigned long long)h->key, h->meta_len,
+		            (unsigned long long)h->arg2);
+		return;
+	}
+	lo = dt__get_u64(m->meta);
+	n = dt__get_u64(m->meta + 8);
+	if ((t = calloc(1, sizeof(*t))) == NULL) {
+		reply_error(s, worker, h->cmd, h->seq, h->key, DT_ENOMEM,
+		            "row_sparse init: out of memory");
+		return;
+	}
+	if ((err = dt__rs_init(&t->rs, h->key, h->arg0, lo, n,
+	                       (size_t)DT_MIN(h->arg1, DT_RS_MAX_WIDTH + 1),
+	                       s->nworkers, s->sync, &s->opt))) {
+		free(t);
+		reply_error(s, worker, h->cmd, h->seq, h->key, err, "%s",
+		            dt_errmsg());
+		return;
+	}
+	if (has_value) {
+		if (h->payload_len != t->rs.val_bytes || m->payload == NULL) {
+			reply_error(
+			    s, worker, h->cmd, h->seq, h->key, DT_ESIZE,
+			    "row_sparse init of key %llu: %llu bytes of "
+			    "values for %llu rows of width %zu",
+			    (unsigned long long)h->key,
+			    (unsigned long long)h->payload_len,
+			    (unsigned long long)n, t->rs.width);
+			free_rtable(t);
+			return;
+		}
+		memcpy(t->rs.val, m->payload, t->rs.val_bytes);
+	} else if (h->payload_len) {
+		reply_error(s, worker, h->cmd, h->seq, h->key, DT_ESIZE,
+		            "row_sparse init of key %llu: values without "
+		            "the flag that says so",
+		            (unsigned long long)h->key);
+		free_rtable(t);
+		return;
+	}
+	dt__table_insert(&s->rtabs, &t->hn, h->key);
+	s->ninit++;
+	DT_LOG(1, "row_sparse table %llu: rows [%llu, %llu) of %llu, width %zu",
+	       (unsigned long long)h->key, (unsigned long long)lo,
+	       (unsigned long long)(lo + n), (unsigned long long)h->arg0,
+	       t->rs.width);
+	reply(s, worker, h->cmd, h->seq, h->key, NULL, 0);
+}
+
+static void
+on_rows(kv_server *s, int worker, const dt_msg *m)
+{
+	const dt_msg_hdr *h = &m->hdr;
+	const char *op = dt__kv_op_name(h->cmd);
+	rtable *t = find_rows(s, h->key);
+	const float *g = NULL;
+	dt_kv_rows b;
+	size_t bad;
+	dt_err err;
+
+	if (m->payload && m->payload == s->rx[worker].buf)
+		s->rx[worker].holder = NULL; /* (whole: used before the next) */
+	if ((err = dt__kv_rows_decode(h, m->meta, m->payload, &b))) {
+		reply_error(s, worker, h->cmd, h->seq, h->key, err, "%s",
+		            dt_errmsg());
+		return;
+	}
+	if (t == NULL) {
+		const char *home = key_home(s, h->key);
+
+		reply_error(s, worker, h->cmd, h->seq, h->key,
+		            *home ? DT_ESTATE : DT_ENOKEY,
+		            "%s of key %llu: %s%s", op,
+		            (unsigned long long)h->key,
+		            *home ? "not a row_sparse table: it was "
+		                    "initialised by "
+		                  : "unknown key (never initialised with "
+		                    "dt_kv_init_row_sparse)",
+		            home);
+		return;
+	}
+	if (b.width != t->rs.width) {
+		reply_error(s, worker, h->cmd, h->seq, h->key, DT_ESIZE,
+		            "%s of key %llu: rows of width %zu, but the "
+		            "table's are %zu wide",
+		            op, (unsigned long long)h->key, b.width,
+		            t->rs.width);
+		return;
+	}
+	if ((err = dt__rs_check(&t->rs, op, b.count, b.ids,
+	                        h->cmd != DT_CMD_KV_ROW_PULL, &bad))) {
+		reply_error(s, worker, h->cmd, h->seq, h->key, err, "%s",
+		            dt_errmsg());
+		return;
+	}
+	if (h->cmd == DT_CMD_KV_ROW_PULL) {
+		rows_answer(s, t, worker, h->cmd, h->seq, b.answer, b.count,
+		            b.ids);
+		return;
+	}
+	/* The pushed values as floats: fp32 bodies as they are (aligned:
+	 * after 8-byte ids), others decoded. */
+	size_t nv = b.count * b.width;
+
+	if (b.push == DT_QUANT_NONE) {
+		g = (const float *)(const void *)b.body;
+		if (nv && ((uintptr_t)g & 3)) { /* (never, from a worker) */
+			reply_error(s, worker, h->cmd, h->seq, h->key,
+			            DT_EPROTO, "%s: values not aligned", op);
+			return;
+		}
+	} else if (nv) {
+		if (!dt__buf_reserve(&s->dec, &s->dec_cap,
+		                     nv * sizeof(float))) {
+			reply_error(s, worker, h->cmd, h->seq, h->key,
+			            DT_ENOMEM,
+			            "%s of key %llu: out of memory decoding "
+			            "%zu values",
+			            op, (unsigned long long)h->key, nv);
+			return;
+		}
+		if ((err = dt__quant_decode(b.push, b.t, b.body, nv,
+		                            (float *)(void *)s->dec))) {
+			reply_error(s, worker, h->cmd, h->seq, h->key, err,
+			            "%s of key %llu: %s", op,
+			            (unsigned long long)h->key, dt_errmsg());
+			return;
+		}
+		g = (const float *)(void *)s->dec;
+	}
+	if (!s->sync) {
+		dt__rs_apply(&t->rs, b.count, b.ids, g);
+		s->rounds++;
+		rows_answer(s, t, worker, h->cmd, h->seq, b.answer, b.count,
+		            b.ids);
+		return;
+	}
+	if (dt__rs_pushed(&t->rs, worker)) {
+		reply_error(s, worker, h->cmd, h->seq, h->key, DT_ESTATE,
+		            "%s of key %llu: this worker's push of the round "
+		            "open now has not been answered yet (a row_sparse "
+		            "table takes one push per worker per round)",
+		            op, (unsigned long long)h->key);
+		return;
+	}
+	rwait *w = calloc(1, sizeof(*w)), **p = &t->answers;
+	int closed;
+
+	if (w && h->cmd == DT_CMD_KV_ROW_PUSHPULL && b.count &&
+	    (w->ids = malloc(b.count * 8)) == NULL) {
+		free(w);
+		w = NULL;
+	}
+	if (w == NULL) {
+		reply_error(s, worker, h->cmd, h->seq, h->key, DT_ENOMEM,
+		            "%s of key %llu: out of memory", op,
+		            (unsigned long long)h->key);
+		return;
+	}
+	if ((err = dt__rs_push_sync(&t->rs, worker, b.count, b.ids, g,
+	                            &closed))) {
+		free(w->ids);
+		free(w);
+		reply_error(s, worker, h->cmd, h->seq, h->key, err, "%s",
+		            dt_errmsg());
+		return;
+	}
+	w->worker = worker;
+	w->cmd = h->cmd;
+	w->seq = h->seq;
+	w->enc = b.answer;
+	w->count = b.count;
+	if (w->ids)
+		memcpy(w->ids, b.ids, b.count * 8);
+	while (*p)
+		p = &(*p)->next;
+	*p = w;
+	if (!closed)
+		return;
+	s->rounds++;
+	while (t->answers) { /* (in arrival order) */
+		w = t->answers;
+		t->answers = w->next;
+		rows_answer(s, t, w->worker, w->cmd, w->seq, w->enc, w->count,
+		            w->ids);
+		free(w->ids);
+		free(w);
+	}
+}
+
 static void
 on_msg(void *arg, dt_node *n, dt_conn *c, dt_msg *m)
 {
@@ -1795,9 +2129,11 @@ on_msg(void *arg, dt_node *n, dt_conn *c, dt_msg *m)
 	}
 	switch (h->cmd) {
 	case DT_CMD_KV_CONFIG:
-		if (s->ks_on && s->ks.nrec && (h->arg0 != 0) != s->sync) {
+		if (((s->ks_on && s->ks.nrec) || dt__table_count(&s->rtabs)) &&
+		    (h->arg0 != 0) != s->sync) {
 			reply_error(s, worker, h->cmd, h->seq, 0, DT_ESTATE,
-			            "configure: batched keys exist in %s mode",
+			            "configure: batched keys or row_sparse "
+			            "tables exist in %s mode",
 			            s->sync ? "dist_sync" : "dist_async");
 			return;
 		}
@@ -1826,6 +2162,11 @@ on_msg(void *arg, dt_node *n, dt_conn *c, dt_msg *m)
 		s->opt = opt;
 		if (s->ks_on && s->ks.nrec)
 			dt__ks_set_opt(&s->ks, &opt);
+		dt_table_iter it;
+		for (dt_hnode *t = dt__table_first(&s->rtabs, &it); t;
+		     t = dt__table_next(&it))
+			dt__rs_set_opt(&DT_CONTAINER_OF(t, rtable, hn)->rs,
+			               &opt);
 		DT_LOG(1,
 		       "optimizer %s lr=%g momentum=%g wd=%g rescale_grad=%g",
 		       opt.kind == DT_OPT_SGD ? "sgd" : "adam", opt.p.lr,
@@ -1852,6 +2193,14 @@ on_msg(void *arg, dt_node *n, dt_conn *c, dt_msg *m)
 	case DT_CMD_KV_PULL_MANY:
 	case DT_CMD_KV_PUSHPULL_MANY:
 		on_many(s, worker, m);
+		return;
+	case DT_CMD_KV_ROW_INIT:
+		on_row_init(s, worker, m);
+		return;
+	case DT_CMD_KV_ROW_PUSH:
+	case DT_CMD_KV_ROW_PULL:
+	case DT_CMD_KV_ROW_PUSHPULL:
+		on_rows(s, worker, m);
 		return;
 	case DT_CMD_KV_PUSH:
 	case DT_CMD_KV_PUSHPULL:
@@ -1906,6 +2255,39 @@ payload_dest(void *arg, dt_node *n, dt_conn *c, const dt_msg_hdr *h,
 		want =
 		    h->arg0 * 8 +
 		    (dt__kv_many_has_vals(h->cmd) ? h->arg0 * h->arg1 * 4 : 0);
+		if (h->payload_len != want ||
+		    !dt__buf_reserve(&rb->buf, &rb->cap, (size_t)want))
+			return NULL;
+		rb->holder = c;
+		return rb->buf;
+	}
+	if (h->cmd == DT_CMD_KV_ROW_INIT) { /* its rows' values, or none */
+		uint64_t rows = h->meta_len == 16 ? dt__get_u64(meta + 8) : 0;
+
+		return h->arg1 <= DT_RS_MAX_WIDTH && rows <= DT_RS_MAX_ROWS &&
+		               rows * h->arg1 <= DT_RS_MAX_VALS &&
+		               h->payload_len == rows * h->arg1 * sizeof(float)
+		           ? NULL
+		           : DT_VAN_DISCARD;
+	}
+	if (dt__kv_rows_cmd(h->cmd)) {
+		/* (on_rows checks it whole) The same for row requests of
+		 * fp32 values whose size matches the header. */
+		int w = (int)h->sender - 1 - s->nservers;
+		struct rxbuf *rb = s->rx && w >= 0 && w < s->nworkers &&
+		                           (int)h->sender == dt__conn_peer(c)
+		                       ? &s->rx[w]
+		                       : NULL;
+		uint64_t want;
+
+		if (rb == NULL || (rb->holder && rb->holder != c) ||
+		    h->arg1 == 0 || h->arg1 > DT_RS_MAX_WIDTH ||
+		    h->arg0 > DT_RS_MAX_ROWS || DT_KV_ENC_PUSH(h->arg2) ||
+		    h->arg0 * h->arg1 > DT_RS_MAX_VALS)
+			return NULL;
+		want =
+		    h->arg0 * 8 +
+		    (h->cmd != DT_CMD_KV_ROW_PULL ? h->arg0 * h->arg1 * 4 : 0);
 		if (h->payload_len != want ||
 		    !dt__buf_reserve(&rb->buf, &rb->cap, (size_t)want))
 			return NULL;
@@ -2036,6 +2418,10 @@ server_free(kv_server *s)
 	     h = dt__table_next(&it))
 		free_entry(DT_CONTAINER_OF(h, entry, hn));
 	dt__table_fini(&s->keys);
+	for (dt_hnode *h = dt__table_first(&s->rtabs, &it); h;
+	     h = dt__table_next(&it))
+		free_rtable(DT_CONTAINER_OF(h, rtable, hn));
+	dt__table_fini(&s->rtabs);
 	free(s->ck_dir);
 	free(s->replayed);
 	free(s->streaming);
@@ -2093,6 +2479,7 @@ server_start(dt_node *n)
 	}
 	s->sync = 1;
 	dt__table_init(&s->keys);
+	dt__table_init(&s->rtabs);
 	if ((s->streaming = calloc((size_t)DT_MAX(s->nworkers, 1),
 	                           sizeof(*s->streaming))) == NULL ||
 	    (s->rx = calloc((size_t)DT_MAX(s->nworkers, 1), sizeof(*s->rx))) ==

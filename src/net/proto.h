@@ -54,6 +54,10 @@
 	X(KV_PUSH_MANY, 43, "worker -> server")                                \
 	X(KV_PULL_MANY, 44, "worker -> server")                                \
 	X(KV_PUSHPULL_MANY, 45, "worker -> server")                            \
+	X(KV_ROW_INIT, 46, "worker 0 -> server")                               \
+	X(KV_ROW_PUSH, 47, "worker -> server")                                 \
+	X(KV_ROW_PULL, 48, "worker -> server")                                 \
+	X(KV_ROW_PUSHPULL, 49, "worker -> server")                             \
 	/* Collectives (coll/). */                                             \
 	X(COLL_DATA, 64, "worker -> worker")                                   \
 	X(COLL_READY, 65, "worker -> worker")                                  \
