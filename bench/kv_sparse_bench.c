@@ -5,7 +5,8 @@
  * exchange of the same request bytes measured in the same run.
  *
  *   dtrain launch -n W -s S -- build/bench/kv_sparse_bench [--json]
- *       [--quick] [--max N] [--random]
+ *       [--quick] [--max N] [--random] [--keys-only | --rows-only]
+ *       [--table-rows R]
  *
  * Every worker makes the same calls (dist_sync, no optimizer: a round's
  * sum is the value); rank 0 prints the median time per call, the time per
@@ -13,6 +14,13 @@
  * wire alone costs). --random lists the keys as 64-bit hashes in random
  * order instead of 0..N-1. After the largest size, the server's resident
  * memory is read from /proc (1 server on this host) and reported per key.
+ *
+ * Then row_sparse (MXNet's row_sparse_pull workload): a table of R rows x
+ * 64 floats (R = 10^7, 10^6 with --quick; zeros at first: only touched
+ * rows cost memory), split over the servers by row range; push, pull and
+ * pushpull of 10^3, 10^4 and 10^5 distinct rows spread over the whole
+ * table, beside TCP moving the same bytes (ids and rows one way; for a
+ * pull the ids one way and the rows back; a pushpull both).
  */
 #include <dirent.h>
 
@@ -89,11 +97,109 @@ hash64(uint64_t x)
 		return 1;                                                      \
 	} while (0)
 
+/* Row-sparse push, pull and pushpull of 10^3 ... 10^5 rows of a table of
+ * trows x 64 floats. */
+static int
+bench_rows(dt_kv *kv, uint64_t trows, int json)
+{
+	const size_t w = 64, sizes[] = {1000, 10000, 100000};
+	const char *ops[] = {"row_push", "row_pull", "row_pushpull"};
+	const dt_key key = (dt_key)1 << 62;
+	int rank = dt_kv_rank(kv), nw = dt_kv_num_workers(kv);
+
+	if (dt_kv_init_row_sparse(kv, key, trows, w, NULL) != DT_OK)
+		FAIL("row_sparse init of %llu rows", (unsigned long long)trows);
+	if (rank == 0 && !json)
+		printf("\n%-12s %7s %10s %8s %8s | %10s | %6s   (table %llu x "
+		       "%zu)\n",
+		       "op", "rows", "ms/call", "GB/s", "p99_ms", "tcp_ms",
+		       "x_tcp", (unsigned long long)trows, w);
+	for (size_t si = 0; si < 3; si++) {
+		size_t n = sizes[si];
+		uint64_t *ids = malloc(n * sizeof(*ids));
+		float *val = malloc(n * w * sizeof(float));
+		float *out = malloc(n * w * sizeof(float));
+		int iters = n <= 10000 ? 30 : 10;
+		double *t = malloc(sizeof(double) * (size_t)iters);
+
+		if (!ids || !val || !out || !t)
+			FAIL("out of memory for %zu rows", n);
+		/* distinct rows over the whole table (a stride prime to
+		 * it), each size its own */
+		for (size_t i = 0; i < n; i++)
+			ids[i] =
+			    (2654435761ull * (i + si * 100000ull) + 12345) %
+			    trows;
+		for (size_t i = 0; i < n * w; i++)
+			val[i] = (float)(i % 5);
+		for (int o = 0; o < 3; o++) {
+			dt_kv_barrier(kv);
+			for (int i = -1; i < iters; i++) {
+				double t0 = now_us();
+				dt_err err =
+				    o == 0 ? dt_kv_push_row_sparse(kv, key, n,
+				                                   ids, val, w)
+				    : o == 1
+				        ? dt_kv_row_sparse_pull(kv, key, n, ids,
+				                                out, w)
+				        : dt_kv_pushpull_row_sparse(
+				              kv, key, n, ids, val, out, w);
+				if (err)
+					FAIL("%s of %zu rows", ops[o], n);
+				if (i >= 0)
+					t[i] = now_us() - t0;
+			}
+			for (size_t i = 0; o > 0 && i < n * w; i++)
+				if (out[i] != (float)nw * val[i])
+					FAIL("%s of %zu rows: value %zu is %g, "
+					     "expected %g",
+					     ops[o], n, i, (double)out[i],
+					     (double)((float)nw * val[i]));
+			if (rank != 0)
+				continue;
+			size_t up = n * (8 + 4 * w), down = n * 4 * w;
+			result r = summarise(t, iters, up);
+			double tcp = 0;
+			if (o != 1)
+				tcp += tcp_baseline(0, up, iters).p50;
+			if (o != 0)
+				tcp +=
+				    tcp_baseline(1, down, iters).p50 +
+				    (o == 1 ? tcp_baseline(0, n * 8, iters).p50
+				            : 0);
+			double ms = r.p50 / 1e3,
+			       bytes = (double)(o == 0   ? up
+			                        : o == 1 ? n * 8 + down
+			                                 : up + down);
+			if (json)
+				printf("{\"bench\":\"kv_sparse\",\"op\":\"%s\","
+				       "\"rows\":%zu,\"width\":%zu,"
+				       "\"table_rows\":%llu,\"workers\":%d,"
+				       "\"ms\":%.3f,\"p99_ms\":%.3f,"
+				       "\"tcp_ms\":%.3f}\n",
+				       ops[o], n, w, (unsigned long long)trows,
+				       nw, ms, r.p99 / 1e3, tcp / 1e3);
+			else
+				printf("%-12s %7zu %10.2f %8.2f %8.2f | %10.2f "
+				       "| %6.2f\n",
+				       ops[o], n, ms, bytes / r.p50 / 1e3,
+				       r.p99 / 1e3, tcp / 1e3, r.p50 / tcp);
+			fflush(stdout);
+		}
+		free(ids);
+		free(val);
+		free(out);
+		free(t);
+	}
+	return 0;
+}
+
 int
 main(int argc, char **argv)
 {
-	int json = 0, quick = 0, random = 0;
+	int json = 0, quick = 0, random = 0, keys_part = 1, rows_part = 1;
 	size_t max = 10000000;
+	uint64_t trows = 0;
 	const char *ops[] = {"push", "pull", "pushpull"};
 	dt_kv *kv;
 
@@ -104,25 +210,40 @@ main(int argc, char **argv)
 			quick = 1;
 		else if (strcmp(argv[i], "--random") == 0)
 			random = 1;
+		else if (strcmp(argv[i], "--keys-only") == 0)
+			rows_part = 0;
+		else if (strcmp(argv[i], "--rows-only") == 0)
+			keys_part = 0;
 		else if (strcmp(argv[i], "--max") == 0 && i + 1 < argc)
 			max = (size_t)strtoull(argv[++i], NULL, 10);
+		else if (strcmp(argv[i], "--table-rows") == 0 && i + 1 < argc)
+			trows = strtoull(argv[++i], NULL, 10);
 		else {
-			fprintf(stderr, "usage: kv_sparse_bench [--json] "
-			                "[--quick] [--max N] [--random]\n");
+			fprintf(stderr,
+			        "usage: kv_sparse_bench [--json] [--quick] "
+			        "[--max N] [--random] [--keys-only | "
+			        "--rows-only] [--table-rows R]\n");
 			return 2;
 		}
 	}
 	if (quick && max > 1000000)
 		max = 1000000;
+	if (trows == 0)
+		trows = quick ? 1000000 : 10000000;
+	if (trows < 200000) {
+		fprintf(stderr, "kv_sparse_bench: --table-rows: at least "
+		                "200000 (the rows of the largest call)\n");
+		return 2;
+	}
 	if (dt_kv_create("dist_sync", &kv) != DT_OK)
 		FAIL("create");
 	int rank = dt_kv_rank(kv), nw = dt_kv_num_workers(kv);
-	if (rank == 0 && !json)
+	if (rank == 0 && !json && keys_part)
 		printf("%-9s %9s %10s %8s %8s | %10s | %6s\n", "op", "keys",
 		       "ms/call", "ns/key", "p99_ms", "tcp_ms", "x_tcp");
 	dt_key base = 0;
 	size_t last = 0;
-	for (size_t n = 10000; n <= max; n *= 10) {
+	for (size_t n = 10000; keys_part && n <= max; n *= 10) {
 		dt_key *keys = malloc(n * sizeof(*keys));
 		float *val = malloc(n * sizeof(float));
 		float *out = malloc(n * sizeof(float));
@@ -194,7 +315,7 @@ main(int argc, char **argv)
 		last = n;
 	}
 	dt_kv_barrier(kv);
-	if (rank == 0) {
+	if (rank == 0 && keys_part) {
 		size_t rss = server_rss();
 
 		if (rss && json)
@@ -207,6 +328,8 @@ main(int argc, char **argv)
 			       (double)rss / 1048576.0, (size_t)base,
 			       (double)rss / (double)base, last);
 	}
+	if (rows_part && bench_rows(kv, trows, json))
+		return 1;
 	if (dt_kv_destroy(kv) != DT_OK)
 		FAIL("destroy");
 	return 0;
