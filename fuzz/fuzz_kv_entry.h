@@ -17,6 +17,7 @@
 #include <stdlib.h>
 
 #include "kv/kstore.h"
+#include "kv/rstore.h"
 #include "kv/kv_impl.h"
 
 static void
@@ -189,7 +190,10 @@ fuzz_kv_many(const uint8_t *data, size_t size)
 	FUZZ_CHECK(idx != NULL && idx2 != NULL);
 	dt__ks_init(&ks, 2, 1, &none);
 	dt__clear_error();
-	if (dt__ks_resolve(&ks, "init", b.count, b.keys, &b.lens, 1, idx,
+	/* (a server adds keys only from an init, whose values are in the
+	 * body: the store it grows is bounded by what was received) */
+	int create = dt__kv_many_has_vals(h.cmd);
+	if (dt__ks_resolve(&ks, "init", b.count, b.keys, &b.lens, create, idx,
 	                   &bad) == DT_OK) {
 		FUZZ_CHECK(ks.nrec == b.count);
 		FUZZ_CHECK(dt__ks_resolve(&ks, "pull", b.count, b.keys, &b.lens,
@@ -208,6 +212,79 @@ fuzz_kv_many(const uint8_t *data, size_t size)
 	free(idx2);
 }
 
+/*
+ * A row request (KV_ROW_PUSH, _PULL, _PUSHPULL) as a server reads it:
+ * [u8 command][u32 arg0][u32 arg1][u32 arg2][u8 meta length][meta], the
+ * payload. What decodes has its parts within the payload and its limits;
+ * its rows are then checked against a 64-row table held from row 8 of
+ * 80, and a fp32 push's rows applied - a refused check leaves no mark.
+ */
+static void
+fuzz_kv_rows(const uint8_t *data, size_t size)
+{
+	static const int cmds[] = {DT_CMD_KV_ROW_PUSH, DT_CMD_KV_ROW_PULL,
+	                           DT_CMD_KV_ROW_PUSHPULL};
+	dt_msg_hdr h = {0};
+	dt_kv_rows b;
+	dt_opt none = {.kind = DT_OPT_NONE};
+	dt_rstore t;
+	size_t bad, ml;
+	int closed;
+
+	if (size < 14 || (ml = data[13]) > size - 14)
+		return;
+	h.cmd = (uint8_t)cmds[data[0] % 3];
+	h.key = 3;
+	h.arg0 = fuzz_le32(data + 1);
+	h.arg1 = fuzz_le32(data + 5);
+	h.arg2 = fuzz_le32(data + 9);
+	h.meta_len = (uint32_t)ml;
+	h.payload_len = size - 14 - ml;
+	dt__clear_error();
+	if (dt__kv_rows_decode(&h, data + 14, size > 14 + ml ? data + 14 + ml
+	                                                     : NULL,
+	                       &b)) {
+		FUZZ_CHECK(dt_errmsg()[0] != '\0');
+		return;
+	}
+	FUZZ_CHECK(b.count == h.arg0 && b.width == h.arg1 && b.width >= 1);
+	FUZZ_CHECK(b.count * 8 + b.body_len == h.payload_len);
+	FUZZ_CHECK(b.body_len == (h.cmd == DT_CMD_KV_ROW_PULL
+	                              ? 0
+	                          : b.push == DT_QUANT_NONE
+	                              ? 4 * b.count * b.width
+	                              : dt__quant_size(b.push,
+	                                               b.count * b.width)));
+	if (b.width > 64)
+		return;
+	FUZZ_CHECK(dt__rs_init(&t, 3, 80, 8, 64, b.width, 2, 1, &none) ==
+	           DT_OK);
+	dt__clear_error();
+	if (dt__rs_check(&t, "push", b.count, b.ids, 1, &bad) == DT_OK) {
+		float *out = malloc(4 * (b.count * b.width + 1));
+
+		FUZZ_CHECK(out != NULL);
+		if (h.cmd != DT_CMD_KV_ROW_PULL && b.push == DT_QUANT_NONE) {
+			float *g = malloc(4 * (b.count * b.width + 1));
+
+			FUZZ_CHECK(g != NULL);
+			if (b.count)
+				memcpy(g, b.body, 4 * b.count * b.width);
+			FUZZ_CHECK(dt__rs_push_sync(&t, 1, b.count, b.ids, g,
+			                            &closed) == DT_OK);
+			FUZZ_CHECK(!closed && t.nround <= b.count);
+			free(g);
+		}
+		dt__rs_gather(&t, b.count, b.ids, out);
+		free(out);
+	} else {
+		FUZZ_CHECK(dt_errmsg()[0] != '\0' && bad < b.count);
+	}
+	for (size_t i = 0; i < 64 / 64 + 1; i++)
+		FUZZ_CHECK(t.mark[i] == 0);
+	dt__rs_fini(&t);
+}
+
 static int
 dt_fuzz_kv_one(const uint8_t *data, size_t size)
 {
@@ -215,6 +292,7 @@ dt_fuzz_kv_one(const uint8_t *data, size_t size)
 	fuzz_kv_opt(data, size);
 	fuzz_kv_push(data, size);
 	fuzz_kv_many(data, size);
+	fuzz_kv_rows(data, size);
 	return 0;
 }
 

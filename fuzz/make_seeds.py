@@ -55,6 +55,18 @@ def many(cmd=1, keys=(1, 2), lens=None, uniform=1, answer=0, vals=True):
     return u8(cmd) + u32(len(keys)) + u32(0 if lens is not None else uniform) + u32(answer << 8) + body
 
 
+def rows(cmd=0, ids=(8, 9), width=2, kind=0, answer=0, meta=b'', body=None):
+    # fuzz_kv_rows's layout: [u8 command][u32 arg0][u32 arg1][u32 arg2]
+    # [u8 meta length][meta], the payload (command 0 push, 1 pull,
+    # 2 pushpull); the table holds rows 8..71 of 80
+    payload = b''.join(u64(i) for i in ids)
+    if body is None and cmd != 1:
+        body = f32(1) * (len(ids) * width)
+    payload += body or b''
+    return (u8(cmd) + u32(len(ids)) + u32(width) + u32(kind | answer << 8)
+            + u8(len(meta)) + meta + payload)
+
+
 def sig(kind=1, dtype=0, op=0, ntensors=1, root=0, count=1024, hash_=0):
     return u8(kind) + u8(dtype) + u8(op) + u8(ntensors) + u32(root) + u64(count) + u64(hash_)
 
@@ -110,6 +122,13 @@ SEEDS = {
         'many_dup_keys': many(cmd=0, keys=(8, 2, 8)),
         'many_zero_len': many(keys=(1, 2), lens=(0, 1)),
         'many_count_huge': u8(1) + u32(0xffffffff) + u32(1) + u32(0) + u64(1),
+        'rows_push': rows(ids=(8, 71, 20)),
+        'rows_pull_repeats_fp16': rows(cmd=1, ids=(9, 9, 40), answer=1),
+        'rows_push_dup': rows(ids=(10, 11, 10)),
+        'rows_push_out_of_range': rows(ids=(7, 72)),
+        'rows_pushpull_2bit': rows(cmd=2, ids=(12, 13), width=16, kind=2, meta=f32(0.5), body=u32(0x5) + u32(0xa)),
+        'rows_width_zero': rows(width=0, body=b''),
+        'rows_count_huge': u8(0) + u32(0xffffffff) + u32(0xffffff) + u32(0) + u8(0) + u64(8),
     },
     'auth': {
         'acceptor_hello_proof': b'\x00' + b'DTH1' + u32(0) + bytes(range(32)) + b'DTP1' + bytes(32),
