@@ -2218,6 +2218,30 @@ on_msg(void *arg, dt_node *n, dt_conn *c, dt_msg *m)
 }
 
 /*
+ * The buffer of the worker that sent h on c, for a payload of want bytes:
+ * kept from request to request, so a big one costs no page faults. One
+ * connection at a time receives into it (a frame cut with its connection
+ * leaves it held: the next ones go to the connection's own buffer).
+ * NULL: the frame gets a buffer of its own.
+ */
+static void *
+rx_lend(kv_server *s, dt_conn *c, const dt_msg_hdr *h, uint64_t want)
+{
+	int w = (int)h->sender - 1 - s->nservers;
+	struct rxbuf *rb = s->rx && w >= 0 && w < s->nworkers &&
+	                           (int)h->sender == dt__conn_peer(c)
+	                       ? &s->rx[w]
+	                       : NULL;
+
+	if (rb == NULL || (rb->holder && rb->holder != c) ||
+	    h->payload_len != want ||
+	    !dt__buf_reserve(&rb->buf, &rb->cap, (size_t)want))
+		return NULL;
+	rb->holder = c;
+	return rb->buf;
+}
+
+/*
  * Drop (without buffering) any payload whose size is wrong for its key.
  * Payloads are never received straight into the merge buffer: pushes from
  * several workers arrive interleaved, and a round may end (and the merge
@@ -2234,33 +2258,17 @@ payload_dest(void *arg, dt_node *n, dt_conn *c, const dt_msg_hdr *h,
 	if (h->cmd == DT_CMD_KV_INIT)
 		return h->payload_len > h->arg0 * sizeof(float) ? DT_VAN_DISCARD
 		                                                : NULL;
-	if (dt__kv_many_cmd(h->cmd)) {
-		/* (on_many checks it whole) A batched request of one-length
-		 * keys whose size matches its header lands in its worker's
-		 * buffer, kept from request to request: a big one then costs
-		 * no page faults. One connection at a time receives into it
-		 * (a frame cut with its connection leaves it held: the next
-		 * ones go to the connection's own buffer). */
-		int w = (int)h->sender - 1 - s->nservers;
-		struct rxbuf *rb = s->rx && w >= 0 && w < s->nworkers &&
-		                           (int)h->sender == dt__conn_peer(c)
-		                       ? &s->rx[w]
-		                       : NULL;
-		uint64_t want;
-
-		if (rb == NULL || (rb->holder && rb->holder != c) ||
-		    h->arg1 == 0 || h->arg1 > DT_KS_MAX_LEN ||
-		    h->arg0 > DT_KS_MAX_KEYS)
-			return NULL;
-		want =
-		    h->arg0 * 8 +
-		    (dt__kv_many_has_vals(h->cmd) ? h->arg0 * h->arg1 * 4 : 0);
-		if (h->payload_len != want ||
-		    !dt__buf_reserve(&rb->buf, &rb->cap, (size_t)want))
-			return NULL;
-		rb->holder = c;
-		return rb->buf;
-	}
+	/* (on_many and on_rows check them whole) A batched request of
+	 * one-length keys, or a row request of fp32 values, whose size
+	 * matches its header lands in its worker's buffer (rx_lend). */
+	if (dt__kv_many_cmd(h->cmd))
+		return h->arg1 == 0 || h->arg1 > DT_KS_MAX_LEN ||
+		               h->arg0 > DT_KS_MAX_KEYS
+		           ? NULL
+		           : rx_lend(s, c, h,
+		                     h->arg0 * 8 + (dt__kv_many_has_vals(h->cmd)
+		                                        ? h->arg0 * h->arg1 * 4
+		                                        : 0));
 	if (h->cmd == DT_CMD_KV_ROW_INIT) { /* its rows' values, or none */
 		uint64_t rows = h->meta_len == 16 ? dt__get_u64(meta + 8) : 0;
 
@@ -2270,30 +2278,16 @@ payload_dest(void *arg, dt_node *n, dt_conn *c, const dt_msg_hdr *h,
 		           ? NULL
 		           : DT_VAN_DISCARD;
 	}
-	if (dt__kv_rows_cmd(h->cmd)) {
-		/* (on_rows checks it whole) The same for row requests of
-		 * fp32 values whose size matches the header. */
-		int w = (int)h->sender - 1 - s->nservers;
-		struct rxbuf *rb = s->rx && w >= 0 && w < s->nworkers &&
-		                           (int)h->sender == dt__conn_peer(c)
-		                       ? &s->rx[w]
-		                       : NULL;
-		uint64_t want;
-
-		if (rb == NULL || (rb->holder && rb->holder != c) ||
-		    h->arg1 == 0 || h->arg1 > DT_RS_MAX_WIDTH ||
-		    h->arg0 > DT_RS_MAX_ROWS || DT_KV_ENC_PUSH(h->arg2) ||
-		    h->arg0 * h->arg1 > DT_RS_MAX_VALS)
-			return NULL;
-		want =
-		    h->arg0 * 8 +
-		    (h->cmd != DT_CMD_KV_ROW_PULL ? h->arg0 * h->arg1 * 4 : 0);
-		if (h->payload_len != want ||
-		    !dt__buf_reserve(&rb->buf, &rb->cap, (size_t)want))
-			return NULL;
-		rb->holder = c;
-		return rb->buf;
-	}
+	if (dt__kv_rows_cmd(h->cmd))
+		return h->arg1 == 0 || h->arg1 > DT_RS_MAX_WIDTH ||
+		               h->arg0 > DT_RS_MAX_ROWS ||
+		               DT_KV_ENC_PUSH(h->arg2) ||
+		               h->arg0 * h->arg1 > DT_RS_MAX_VALS
+		           ? NULL
+		           : rx_lend(s, c, h,
+		                     h->arg0 * 8 + (h->cmd != DT_CMD_KV_ROW_PULL
+		                                        ? h->arg0 * h->arg1 * 4
+		                                        : 0));
 	if (h->cmd != DT_CMD_KV_PUSH && h->cmd != DT_CMD_KV_PUSHPULL)
 		return DT_VAN_DISCARD;
 	e = find(s, h->key);
