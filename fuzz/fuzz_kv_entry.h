@@ -241,20 +241,18 @@ fuzz_kv_rows(const uint8_t *data, size_t size)
 	h.meta_len = (uint32_t)ml;
 	h.payload_len = size - 14 - ml;
 	dt__clear_error();
-	if (dt__kv_rows_decode(&h, data + 14, size > 14 + ml ? data + 14 + ml
-	                                                     : NULL,
-	                       &b)) {
+	if (dt__kv_rows_decode(&h, data + 14,
+	                       size > 14 + ml ? data + 14 + ml : NULL, &b)) {
 		FUZZ_CHECK(dt_errmsg()[0] != '\0');
 		return;
 	}
 	FUZZ_CHECK(b.count == h.arg0 && b.width == h.arg1 && b.width >= 1);
 	FUZZ_CHECK(b.count * 8 + b.body_len == h.payload_len);
-	FUZZ_CHECK(b.body_len == (h.cmd == DT_CMD_KV_ROW_PULL
-	                              ? 0
-	                          : b.push == DT_QUANT_NONE
-	                              ? 4 * b.count * b.width
-	                              : dt__quant_size(b.push,
-	                                               b.count * b.width)));
+	FUZZ_CHECK(b.body_len ==
+	           (h.cmd == DT_CMD_KV_ROW_PULL ? 0
+	            : b.push == DT_QUANT_NONE
+	                ? 4 * b.count * b.width
+	                : dt__quant_size(b.push, b.count * b.width)));
 	if (b.width > 64)
 		return;
 	FUZZ_CHECK(dt__rs_init(&t, 3, 80, 8, 64, b.width, 2, 1, &none) ==
