@@ -1609,25 +1609,40 @@ cmp_key(const void *a, const void *b)
 	return (x > y) - (x < y);
 }
 
+int
+dt__kv_find_duplicate(size_t n, const uint64_t *v, uint64_t *dup)
+{
+	uint64_t stack[64], *k = n <= 64 ? stack : malloc(n * sizeof(*k));
+	int found = 0;
+
+	if (k == NULL)
+		return -1;
+	memcpy(k, v, n * sizeof(*k));
+	qsort(k, n, sizeof(*k), cmp_key);
+	for (size_t i = 1; i < n && !found; i++)
+		if (k[i] == k[i - 1]) {
+			*dup = k[i];
+			found = 1;
+		}
+	if (k != stack)
+		free(k);
+	return found;
+}
+
 dt_err
 dt__kv_no_duplicates(const char *what, size_t n, const dt_key *keys)
 {
-	dt_key stack[64], *k = n <= 64 ? stack : malloc(n * sizeof(*k));
-	dt_err err = DT_OK;
+	uint64_t dup;
+	int r = dt__kv_find_duplicate(n, keys, &dup);
 
-	if (k == NULL)
+	if (r < 0)
 		return dt__fail(DT_ENOMEM, "batched %s: out of memory", what);
-	memcpy(k, keys, n * sizeof(*k));
-	qsort(k, n, sizeof(*k), cmp_key);
-	for (size_t i = 1; i < n && !err; i++)
-		if (k[i] == k[i - 1])
-			err = dt__fail(DT_EINVAL,
-			               "batched %s: key %llu is listed twice "
-			               "in one call",
-			               what, (unsigned long long)k[i]);
-	if (k != stack)
-		free(k);
-	return err;
+	if (r > 0)
+		return dt__fail(DT_EINVAL,
+		                "batched %s: key %llu is listed twice in one "
+		                "call",
+		                what, (unsigned long long)dup);
+	return DT_OK;
 }
 
 /* The nbig keys of b that go key by key are listed once each. */
@@ -2030,11 +2045,11 @@ dt__kv_client_rows(dt_kv_client *c, dt_kv_rtab *t, int cmd, size_t count,
 
 	if ((err = dt__node_check(c->node)))
 		return err;
-	/* Which servers hold the table; how many rows go to each. */
+	/* Which servers hold the table (all of them when it is split, else
+	 * its home); how many rows go to each. */
 	for (int i = 0; i < ns; i++) {
 		rows_part(c, t, i, &lo, &n);
 		c->mp[i].count = 0;
-		c->mp[i].uniform = n; /* (here: the rows it holds) */
 		if (n == t->rows)
 			home = i;
 	}
@@ -2058,7 +2073,7 @@ dt__kv_client_rows(dt_kv_client *c, dt_kv_rtab *t, int cmd, size_t count,
 		mpart *p = &c->mp[i];
 		size_t nv = p->count * w;
 
-		if (p->uniform == 0 || (!pushes && p->count == 0))
+		if ((!split && i != home) || (!pushes && p->count == 0))
 			continue;
 		nparts++;
 		p->nvals = nv;
@@ -2111,7 +2126,7 @@ dt__kv_client_rows(dt_kv_client *c, dt_kv_rtab *t, int cmd, size_t count,
 		size_t vbytes = p->nvals * 4;
 		int k = 0;
 
-		if (p->uniform == 0 || (!pushes && p->count == 0))
+		if ((!split && i != home) || (!pushes && p->count == 0))
 			continue;
 		if (comp) {
 			vbytes = rows_encode(c, t, p, p->count, pid, pv);

@@ -67,15 +67,6 @@ slot_put(uint8_t *s, uint64_t key, uint32_t rec1)
 	memcpy(s + 8, &rec1, 4);
 }
 
-static inline uint64_t
-key_at(const uint8_t *keys, size_t i)
-{
-	uint64_t k;
-
-	memcpy(&k, keys + 8 * i, 8); /* (little-endian hosts: kv_impl.h) */
-	return k;
-}
-
 /* The record of key (from its home slot pos), or NO_REC. */
 static inline uint32_t
 find_from(const dt_kstore *ks, uint64_t key, size_t pos)
@@ -326,27 +317,28 @@ dt__ks_resolve(dt_kstore *ks, const char *op, size_t count, const uint8_t *keys,
 	if (ks->cap == 0) {
 		if (!create) {
 			*bad = 0;
-			return dt__fail(DT_ENOKEY,
-			                "%s of key %llu: unknown key (never "
-			                "initialised with init)",
-			                op,
-			                (unsigned long long)key_at(keys, 0));
+			return dt__fail(
+			    DT_ENOKEY,
+			    "%s of key %llu: unknown key (never "
+			    "initialised with init)",
+			    op, (unsigned long long)dt__kv_u64_at(keys, 0));
 		}
 		if (reindex(ks, 0))
 			return dt__fail(DT_ENOMEM, "%s: out of memory", op);
 	}
 	/* Pass 1: every key looked up, its length and uniqueness checked. */
 	for (i = 0; i < count && i < AHEAD; i++) {
-		pos[i] = home(key_at(keys, i), ks->cap);
+		pos[i] = home(dt__kv_u64_at(keys, i), ks->cap);
 		__builtin_prefetch(ks->slots + SLOT * pos[i]);
 	}
 	for (i = 0; i < count; i++) {
-		uint64_t key = key_at(keys, i);
+		uint64_t key = dt__kv_u64_at(keys, i);
 		uint32_t r = find_from(ks, key, pos[i & (AHEAD - 1)]);
 		uint32_t len = dt__ks_len_at(lens, i);
 
 		if (i + AHEAD < count) {
-			size_t p = home(key_at(keys, i + AHEAD), ks->cap);
+			size_t p =
+			    home(dt__kv_u64_at(keys, i + AHEAD), ks->cap);
 
 			pos[i & (AHEAD - 1)] = p;
 			__builtin_prefetch(ks->slots + SLOT * p);
@@ -422,7 +414,7 @@ dt__ks_resolve(dt_kstore *ks, const char *op, size_t count, const uint8_t *keys,
 
 		if (idx[i] != NO_REC)
 			continue;
-		key = key_at(keys, i);
+		key = dt__kv_u64_at(keys, i);
 		r = find_from(ks, key, home(key, ks->cap));
 		if (r != NO_REC) { /* added above: listed twice */
 			err = dt__fail(DT_EINVAL,
@@ -440,7 +432,7 @@ dt__ks_resolve(dt_kstore *ks, const char *op, size_t count, const uint8_t *keys,
 	if (err) { /* the keys added by this call go again */
 		for (size_t j = 0; j < i; j++)
 			if (idx[j] >= n0)
-				erase(ks, key_at(keys, j));
+				erase(ks, dt__kv_u64_at(keys, j));
 		ks->nrec = n0;
 		*bad = i;
 		return err;

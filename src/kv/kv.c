@@ -1162,14 +1162,6 @@ dt_kv_init_row_sparse(dt_kv *kv, dt_key key, uint64_t rows, size_t width,
 	return dt__kv_client_agree_setup(kv->client, err);
 }
 
-static int
-cmp_u64(const void *a, const void *b)
-{
-	uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
-
-	return (x > y) - (x < y);
-}
-
 /* A row call's arguments against t: ids in range, and a push's listed
  * once each. */
 static dt_err
@@ -1178,7 +1170,6 @@ rows_check(dt_kv *kv, const char *op, dt_key key, size_t nrows,
            size_t width, int push, dt_kv_rtab **out)
 {
 	dt_kv_rtab *t;
-	dt_err err = DT_OK;
 
 	KV_NEED(kv != NULL, "%s of key %llu: kv is NULL", op,
 	        (unsigned long long)key);
@@ -1211,40 +1202,37 @@ rows_check(dt_kv *kv, const char *op, dt_key key, size_t nrows,
 			                (unsigned long long)t->rows);
 	if (!push)
 		return DT_OK;
+	/* (a bitmap for tables of up to MARK_ROWS rows, else a sort) */
+	uint64_t dup = 0;
+	int r = 0;
+
 	if (t->mark) {
 		size_t i;
 
-		for (i = 0; i < nrows && !err; i++) {
-			uint64_t r = ids[i], bit = (uint64_t)1 << (r % 64);
+		for (i = 0; i < nrows && !r; i++) {
+			uint64_t bit = (uint64_t)1 << (ids[i] % 64);
 
-			if (t->mark[r / 64] & bit)
-				err = dt__fail(DT_EINVAL,
-				               "%s of key %llu: row %llu is "
-				               "listed twice in one push",
-				               op, (unsigned long long)key,
-				               (unsigned long long)r);
-			t->mark[r / 64] |= bit;
+			if (t->mark[ids[i] / 64] & bit) {
+				r = 1;
+				dup = ids[i];
+			}
+			t->mark[ids[i] / 64] |= bit;
 		}
-		while (i--) /* (zero again; a duplicate's bit stays clear) */
+		while (i--) /* (all clear again) */
 			t->mark[ids[i] / 64] &= ~((uint64_t)1 << (ids[i] % 64));
-		return err;
+	} else {
+		r = dt__kv_find_duplicate(nrows, ids, &dup);
 	}
-	uint64_t *k = malloc(DT_MAX(nrows, 1) * sizeof(*k));
-
-	if (k == NULL)
+	if (r < 0)
 		return dt__fail(DT_ENOMEM, "%s of key %llu: out of memory", op,
 		                (unsigned long long)key);
-	memcpy(k, ids, nrows * sizeof(*k));
-	qsort(k, nrows, sizeof(*k), cmp_u64);
-	for (size_t i = 1; i < nrows && !err; i++)
-		if (k[i] == k[i - 1])
-			err = dt__fail(DT_EINVAL,
-			               "%s of key %llu: row %llu is listed "
-			               "twice in one push",
-			               op, (unsigned long long)key,
-			               (unsigned long long)k[i]);
-	free(k);
-	return err;
+	if (r > 0)
+		return dt__fail(
+		    DT_EINVAL,
+		    "%s of key %llu: row %llu is listed twice in one "
+		    "push",
+		    op, (unsigned long long)key, (unsigned long long)dup);
+	return DT_OK;
 }
 
 static dt_err

@@ -103,6 +103,17 @@ void dt__kv_threshold_meta(float t, uint8_t meta[4]);
  * push and pushpull the keys' values back to back (f32). The answer to a
  * pull or pushpull carries the values in the request's key order.
  */
+/* The i-th u64 of a request's key or row id list (the KVStore's hosts
+ * are little-endian, as the wire: one load). */
+static inline uint64_t
+dt__kv_u64_at(const uint8_t *list, size_t i)
+{
+	uint64_t v;
+
+	memcpy(&v, list + 8 * i, 8);
+	return v;
+}
+
 /* The most keys of one request (and of a server's many-key store). */
 #define DT_KS_MAX_KEYS ((uint64_t)1 << 30)
 /* The longest key of a batched request, in floats. */
@@ -306,6 +317,9 @@ dt_err dt__kv_client_many(dt_kv_client *c, int cmd, const dt_kv_batch *b);
 /* A key listed twice in keys (n of them) is an error naming it (op: the
  * call's name); a sorted copy. */
 dt_err dt__kv_no_duplicates(const char *op, size_t n, const dt_key *keys);
+/* A value listed twice among v[0..n) (sorting a copy): 1 and *dup, 0 if
+ * none, -1 if out of memory. */
+int dt__kv_find_duplicate(size_t n, const uint64_t *v, uint64_t *dup);
 /* key was initialised by a single-key call: batched calls send it key by
  * key, to the store that holds it. (Every worker makes the same inits.
  * Should the note not fit in memory, the server names the mix-up.) */

@@ -28,21 +28,6 @@ dt__unmap_zero(void *p, size_t n)
 		munmap(p, n ? n : 1);
 }
 
-static inline uint64_t
-id_at(const uint8_t *ids, size_t i)
-{
-	uint64_t v;
-
-	memcpy(&v, ids + 8 * i, 8); /* (little-endian hosts: kv_impl.h) */
-	return v;
-}
-
-static size_t
-state_floats(const dt_opt *opt, size_t nvals)
-{
-	return dt__opt_state_len(opt, nvals);
-}
-
 dt_err
 dt__rs_init(dt_rstore *t, dt_key key, uint64_t rows, uint64_t lo, uint64_t n,
             size_t width, int nworkers, int sync, const dt_opt *opt)
@@ -72,7 +57,7 @@ dt__rs_init(dt_rstore *t, dt_key key, uint64_t rows, uint64_t lo, uint64_t n,
 	t->nworkers = nworkers;
 	t->sync = sync;
 	t->val_bytes = (size_t)nvals * sizeof(float);
-	t->state_bytes = state_floats(opt, (size_t)nvals) * sizeof(float);
+	t->state_bytes = dt__opt_state_len(opt, (size_t)nvals) * sizeof(float);
 	t->val = dt__map_zero(t->val_bytes);
 	t->state = t->state_bytes ? dt__map_zero(t->state_bytes) : NULL;
 	t->mark = calloc((size_t)(n / 64 + 1), sizeof(uint64_t));
@@ -124,7 +109,7 @@ dt__rs_check(dt_rstore *t, const char *op, size_t count, const uint8_t *ids,
 	dt_err err = DT_OK;
 
 	for (i = 0; i < count; i++) {
-		uint64_t id = id_at(ids, i), r = id - t->lo;
+		uint64_t id = dt__kv_u64_at(ids, i), r = id - t->lo;
 
 		if (id < t->lo || r >= t->n) {
 			err = dt__fail(
@@ -151,7 +136,7 @@ dt__rs_check(dt_rstore *t, const char *op, size_t count, const uint8_t *ids,
 	}
 	/* (the marks go again: zero between calls) */
 	for (size_t k = 0; unique && k < i; k++) {
-		uint64_t r = id_at(ids, k) - t->lo;
+		uint64_t r = dt__kv_u64_at(ids, k) - t->lo;
 
 		t->mark[r / 64] &= ~((uint64_t)1 << (r % 64));
 	}
@@ -165,7 +150,7 @@ dt__rs_gather(const dt_rstore *t, size_t count, const uint8_t *ids, float *out)
 	size_t w = t->width;
 
 	for (size_t i = 0; i < count; i++) {
-		const float *v = t->val + (id_at(ids, i) - t->lo) * w;
+		const float *v = t->val + (dt__kv_u64_at(ids, i) - t->lo) * w;
 
 		if (w == 1)
 			out[i] = *v;
@@ -195,7 +180,7 @@ dt__rs_apply(dt_rstore *t, size_t count, const uint8_t *ids, const float *g)
 	if (t->opt.kind != DT_OPT_NONE)
 		t->steps++;
 	for (size_t i = 0; i < count; i++)
-		update_row(t, id_at(ids, i) - t->lo, g + i * t->width);
+		update_row(t, dt__kv_u64_at(ids, i) - t->lo, g + i * t->width);
 }
 
 /* Room for n rows in the round. */
@@ -241,7 +226,7 @@ dt__rs_push_sync(dt_rstore *t, int worker, size_t count, const uint8_t *ids,
 		                "for the round's %zu rows",
 		                (unsigned long long)t->key, t->nround + count);
 	for (size_t i = 0; i < count; i++) {
-		uint64_t r = id_at(ids, i) - t->lo;
+		uint64_t r = dt__kv_u64_at(ids, i) - t->lo;
 		uint32_t s = t->slot[r];
 		const float *gi = g + i * w;
 

@@ -354,6 +354,7 @@ static void one_in_many(kv_server *s, int worker, const dt_msg_hdr *h,
                         const uint8_t *meta, const float *payload, uint32_t r);
 static void unpark(kv_server *s, entry *e);
 static int row_table(kv_server *s, dt_key key);
+static const char *other_home(kv_server *s, dt_key key);
 
 static void
 round_done(kv_server *s, entry *e)
@@ -1485,26 +1486,18 @@ on_init_many(kv_server *s, int worker, const dt_msg_hdr *h, const dt_kv_many *b)
 	}
 	/* A key has one home: the single-key store, a row_sparse table or
 	 * this one. */
-	for (size_t i = 0; dt__table_count(&s->rtabs) && i < b->count; i++) {
+	for (size_t i = 0;
+	     (dt__table_count(&s->keys) || dt__table_count(&s->rtabs)) &&
+	     i < b->count;
+	     i++) {
 		dt_key key = dt__get_u64(b->keys + 8 * i);
+		const char *home = other_home(s, key);
 
-		if (row_table(s, key)) {
-			reply_error(s, worker, h->cmd, h->seq, key, DT_ESTATE,
-			            "batched init of key %llu: the key is a "
-			            "row_sparse table (dt_kv_init_row_sparse)",
-			            (unsigned long long)key);
-			return;
-		}
-	}
-	for (size_t i = 0; dt__table_count(&s->keys) && i < b->count; i++) {
-		dt_key key = dt__get_u64(b->keys + 8 * i);
-
-		if (find(s, key)) {
+		if (home) {
 			reply_error(s, worker, h->cmd, h->seq, key, DT_ESTATE,
 			            "batched init of key %llu: the key was "
-			            "initialised by a single-key call "
-			            "(dt_kv_init); use single-key calls for it",
-			            (unsigned long long)key);
+			            "initialised by %s; use its calls for it",
+			            (unsigned long long)key, home);
 			return;
 		}
 	}
@@ -1876,18 +1869,28 @@ rows_answer(kv_server *s, rtable *t, int worker, int cmd, uint64_t seq,
 	reply_val(s, worker, cmd, seq, t->rs.key, s->gath, n, enc, 1);
 }
 
-/* The store a key lives in, named for an error ("" : none). */
+/* The store other than the many-key one that holds key, named for an
+ * error; NULL: none. */
+static const char *
+other_home(kv_server *s, dt_key key)
+{
+	if (dt__table_count(&s->keys) && find(s, key))
+		return "a single-key call (dt_kv_init)";
+	if (row_table(s, key))
+		return "a row_sparse init (dt_kv_init_row_sparse)";
+	return NULL;
+}
+
+/* The store a key lives in, named for an error ("": none). */
 static const char *
 key_home(kv_server *s, dt_key key)
 {
-	entry *e = find(s, key);
+	const char *home = other_home(s, key);
 
-	if (e && e->initialised)
-		return "a single-key call (dt_kv_init)";
+	if (home)
+		return home;
 	if (s->ks_on && dt__ks_find(&s->ks, key) != DT_KS_NONE)
 		return "a batched call (dt_kv_init_keys)";
-	if (find_rows(s, key))
-		return "a row_sparse init";
 	return "";
 }
 
