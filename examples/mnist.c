@@ -28,12 +28,13 @@
 #include "dtrain/coll.h"
 #include "dtrain/kv.h"
 #include "dtrain/nn.h"
+#include "dtrain/obs.h"
 
 #define MAX_DEV 16
 
 typedef struct opts {
 	const char *model, *kvstore, *optimizer, *data, *save, *load;
-	const char *compression, *pull_precision;
+	const char *compression, *pull_precision, *metrics, *label;
 	long devices, epochs, batch, seed, limit, disp;
 	double lr, momentum, wd, lr_factor;
 	int no_overlap;
@@ -153,7 +154,11 @@ usage(FILE *f)
 	    "  --gradient-compression C   none, fp16, 2bit[:T] or 1bit[:T]\n"
 	    "                             (none; docs/compression.md)\n"
 	    "  --pull-precision P         fp32 or fp16 weights from the\n"
-	    "                             servers on the wire (fp32)\n",
+	    "                             servers on the wire (fp32)\n"
+	    "  --metrics FILE             rank 0 logs progress as JSON lines\n"
+	    "                             (dtrain plot FILE draws them)\n"
+	    "  --run-label L              the run's name in the log (the\n"
+	    "                             kvstore type and worker count)\n",
 	    f);
 }
 
@@ -180,17 +185,26 @@ parse(int argc, char **argv, opts *o)
 	    {"no-overlap", 0, 0, 'O'},
 	    {"gradient-compression", 1, 0, 'C'},
 	    {"pull-precision", 1, 0, 'P'},
+	    {"metrics", 1, 0, 'T'},
+	    {"run-label", 1, 0, 'N'},
 	    {"help", 0, 0, 'h'},
 	    {0, 0, 0, 0},
 	};
 	int c, idx;
 
 	*o = (opts){
-	    "lenet", "local", "adam", "/usr/share/datasets/fashion-mnist",
-	    NULL,    NULL,    NULL,   NULL,
-	    1,       3,       64,     42,
-	    0,       50,      0.002,  0.9,
-	    0,       0.5,     0};
+	    .model = "lenet",
+	    .kvstore = "local",
+	    .optimizer = "adam",
+	    .data = "/usr/share/datasets/fashion-mnist",
+	    .devices = 1,
+	    .epochs = 3,
+	    .batch = 64,
+	    .seed = 42,
+	    .disp = 50,
+	    .lr = 0.002,
+	    .momentum = 0.9,
+	    .lr_factor = 0.5};
 	while ((c = getopt_long(argc, argv, "", lo, &idx)) != -1) {
 		char *end = NULL;
 		long *lp = NULL;
@@ -214,6 +228,12 @@ parse(int argc, char **argv, opts *o)
 			continue;
 		case 'R':
 			o->load = optarg;
+			continue;
+		case 'T':
+			o->metrics = optarg;
+			continue;
+		case 'N':
+			o->label = optarg;
 			continue;
 		case 'D':
 			lp = &o->devices;
@@ -349,6 +369,7 @@ main(int argc, char **argv)
 	size_t *lens = NULL;
 	float *sum = NULL;
 	int horovod, rank = 0, nw = 1, nt, rc = 1;
+	dt_metrics_log *mlog = NULL;
 	char params[256];
 
 	if (parse(argc, argv, &o))
@@ -462,6 +483,15 @@ main(int argc, char **argv)
 
 	if (overlapped)
 		dt_nn_model_set_grad_hook(m, on_grads, &ov);
+	if (o.metrics && rank == 0) {
+		char label[65];
+
+		if (!o.label)
+			snprintf(label, sizeof(label), "%s %dw", o.kvstore, nw);
+		if (dt_metrics_open(o.metrics, o.label ? o.label : label,
+		                    &mlog) != DT_OK)
+			goto fail;
+	}
 	if (rank == 0)
 		printf("mnist: %s on %zu images, %d worker(s) x batch %ld x %d "
 		       "device(s), kvstore %s, %s %s%s\n",
@@ -475,11 +505,12 @@ main(int argc, char **argv)
 	long ep0 = (long)(step / nb); /* (the epoch and batch of that step) */
 	size_t b0 = (size_t)(step % nb);
 	for (long ep = ep0; ep < o.epochs; ep++) {
-		dt_metric metric;
+		dt_metric metric, ep_metric;
 		dt_speedometer sp;
 		double t0 = now(), tcomm = 0;
 
 		dt_metric_init(&metric, "accuracy");
+		dt_metric_init(&ep_metric, "accuracy");
 		dt_speedometer_init(&sp, (size_t)o.batch, o.disp, stdout);
 		if (dt_sampler_set_epoch(sampler, (uint64_t)ep) != DT_OK)
 			goto fail;
@@ -487,6 +518,7 @@ main(int argc, char **argv)
 			const size_t *idx;
 			pthread_t th[MAX_DEV];
 			int correct = 0;
+			uint64_t t_step = dt_obs_now(), t_comm;
 
 			if (dt_sampler_batch(sampler, b, &idx) != DT_OK)
 				goto fail;
@@ -504,6 +536,7 @@ main(int argc, char **argv)
 				if (th[d])
 					pthread_join(th[d], NULL);
 			double tc = now();
+			t_comm = dt_obs_now();
 			if (overlapped && overlap_wait(&ov) != DT_OK) {
 				fprintf(stderr, "mnist: %s\n", ov.msg);
 				goto out;
@@ -529,6 +562,7 @@ main(int argc, char **argv)
 						sum[i] += g[i];
 				}
 				tc = now();
+				t_comm = dt_obs_now();
 				if (horovod && dt_coll_dist_opt_sum(
 				                   coll, sum, np) != DT_OK)
 					goto fail;
@@ -539,9 +573,23 @@ main(int argc, char **argv)
 					goto fail;
 			}
 			tcomm += now() - tc;
+			dt_obs_phase(DT_PHASE_COMM, t_comm);
 			dt_metric_add(&metric, correct, (double)o.batch);
+			dt_metric_add(&ep_metric, correct, (double)o.batch);
+			double train_acc = dt_metric_get(&metric);
+			int printed;
 			dt_speedometer_update(&sp, (int)ep, (long)b, &metric,
-			                      NULL);
+			                      &printed);
+			dt_obs_phase(DT_PHASE_STEP, t_step);
+			if (printed && mlog) {
+				dt_metrics_rec r = {(int)ep,    (long)b,
+				                    sp.speed,   "accuracy",
+				                    train_acc,  NAN,
+				                    NAN,        NAN,
+				                    tcomm,      -1};
+				if (dt_metrics_write(mlog, &r) != DT_OK)
+					goto fail;
+			}
 		}
 		double ttrain = now() - t0;
 		if (o.lr_factor != 1.0 && ep + 1 < o.epochs &&
@@ -557,6 +605,23 @@ main(int argc, char **argv)
 			printf("Epoch[%ld] Validation-accuracy=%.6f\n", ep,
 			       acc);
 			fflush(stdout);
+			dt_metrics_rec r = {(int)ep,
+			                    -1,
+			                    ttrain > 0 ? (double)(nb - (ep == ep0
+			                                                  ? b0
+			                                                  : 0)) *
+			                                     (double)o.batch /
+			                                     ttrain
+			                               : -1,
+			                    "accuracy",
+			                    dt_metric_get(&ep_metric),
+			                    acc,
+			                    NAN,
+			                    NAN,
+			                    tcomm,
+			                    -1};
+			if (mlog && dt_metrics_write(mlog, &r) != DT_OK)
+				goto fail;
 		}
 	}
 	if (o.save && rank == 0 && dt_nn_params_save(m, o.save) != DT_OK)
@@ -571,6 +636,10 @@ out:
 		dt_nn_model_destroy(rep[d].m);
 		free(rep[d].x);
 		free(rep[d].y);
+	}
+	if (dt_metrics_close(mlog) != DT_OK && rc == 0) {
+		fprintf(stderr, "mnist: %s\n", dt_errmsg());
+		rc = 1;
 	}
 	dt_sampler_destroy(sampler);
 	dt_data_fini(&train);

@@ -42,6 +42,7 @@
 #include <stddef.h>
 
 #include "dtrain/err.h"
+#include "dtrain/obs.h"
 #include "dtrain/node.h"
 
 #ifdef __cplusplus
@@ -103,6 +104,8 @@ dt_err dt_coll_init_node(dt_node *node, dt_coll **out);
 dt_err dt_coll_finalize(dt_coll *c);
 
 int dt_coll_rank(const dt_coll *c);
+/* This process's counters (dtrain/obs.h), its node's peers included. */
+dt_err dt_coll_stats(dt_coll *c, dt_stats *out);
 int dt_coll_size(const dt_coll *c);
 int dt_coll_local_rank(const dt_coll *c); /* rank among those on this host */
 int dt_coll_local_size(const dt_coll *c);

@@ -15,6 +15,7 @@
 #include "dtrain/kv.h"
 #include "dtrain/coll.h"
 #include "dtrain/nn.h"
+#include "dtrain/obs.h"
 
 #define DTRAIN_VERSION_MAJOR 0
 #define DTRAIN_VERSION_MINOR 1

@@ -24,6 +24,7 @@
 #include <stdint.h>
 
 #include "dtrain/err.h"
+#include "dtrain/obs.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -48,6 +49,10 @@ dt_err dt_kv_destroy(dt_kv *kv);
 const char *dt_kv_type(const dt_kv *kv);
 int dt_kv_rank(const dt_kv *kv);        /* 0 for local stores */
 int dt_kv_num_workers(const dt_kv *kv); /* 1 for local stores */
+/* This process's counters (dtrain/obs.h: dt_node_stats of the store's
+ * node; a local store has no peers and counts no KV calls). Free the
+ * arrays with dt_stats_fini. */
+dt_err dt_kv_stats(dt_kv *kv, dt_stats *out);
 int dt_kv_is_dist(const dt_kv *kv);
 
 /*

@@ -361,6 +361,7 @@ typedef struct dt_speedometer {
 	long last_count; /* private */
 	uint64_t tic_ns; /* private */
 	char line[256];  /* the last line printed, without newline */
+	double speed;    /* samples/sec of the last line printed */
 } dt_speedometer;
 
 dt_err dt_speedometer_init(dt_speedometer *sp, size_t batch_size, long frequent,
@@ -372,6 +373,37 @@ dt_err dt_speedometer_init(dt_speedometer *sp, size_t batch_size, long frequent,
  */
 dt_err dt_speedometer_update(dt_speedometer *sp, int epoch, long nbatch,
                              dt_metric *metric, int *printed);
+
+/*
+ * The metrics log (`--metrics FILE` of the examples; `dtrain plot` draws
+ * it): one JSON object per line,
+ *   {"run":"dist_sync 2w","epoch":0,"batch":50,"samples_per_sec":2248.7,
+ *    "metric":"accuracy","train":0.5836,"val":null,"loss":null,
+ *    "val_loss":null,"comm_s":0.41,"wall_s":3.2}
+ * batch is -1 on the line that ends an epoch (which carries "val");
+ * null marks what a line does not have. docs/observability.md.
+ */
+typedef struct dt_metrics_log dt_metrics_log;
+
+typedef struct dt_metrics_rec {
+	int epoch;
+	long batch;             /* batches done in the epoch; -1: its end */
+	double samples_per_sec; /* < 0: none */
+	const char *metric;     /* the training metric's name ("accuracy") */
+	double train, val;      /* the metric, on training and validation data */
+	double loss, val_loss;  /* NaN: none (as every double here) */
+	double comm_s;          /* communication seconds in the epoch so far */
+	double wall_s;          /* < 0: seconds since dt_metrics_open */
+} dt_metrics_rec;
+
+/* Create (truncate) path. label names the run in the plot's legend
+ * (printable ASCII, at most 64 bytes; NULL: the file's name). */
+dt_err dt_metrics_open(const char *path, const char *label,
+                       dt_metrics_log **out);
+/* Append r as one line, flushed (a crash loses no finished line). */
+dt_err dt_metrics_write(dt_metrics_log *l, const dt_metrics_rec *r);
+/* Close; DT_EIO if a write failed. NULL is a no-op. */
+dt_err dt_metrics_close(dt_metrics_log *l);
 
 /* ------------------------------------------------------------------------
  * Parameter files

@@ -92,11 +92,17 @@ stream_deliver(dt_coll *c, coll_op *op, int peer, const dt_msg_hdr *h,
 	uint8_t *dst = op->work + dt__coll_bytes(op, m->off);
 	const uint8_t *a = op->src + dt__coll_bytes(op, m->off);
 
+	uint64_t t0 = dt__tracing() ? dt__now_ns() : 0;
+
 	(void)peer;
 	/* Reduce-scatter: the partial sum from upstream joins our input. */
 	dt__coll_reduce(op->dtype, op->redop, dst, a, payload, m->n);
 	if (m->final && op->redop == DT_COLL_AVG)
 		dt__coll_scale(op->dtype, dst, m->n, c->size);
+	if (t0)
+		dt__trace_span(DT_EV_COLL_REDUCE, DT_TID_IO, t0, 0,
+		               DT_EVF_BYTES | DT_EVF_PEER,
+		               dt__coll_bytes(op, m->n), c->base_id + peer);
 	return DT_OK;
 }
 
@@ -142,9 +148,13 @@ run_stream(dt_coll *c, coll_op *op)
 {
 	const dt__coll_sched *s = &op->sc;
 	dt_err err = DT_OK;
+	int tracing = dt__tracing(), step = -1;
+	uint64_t t_step = 0, step_bytes = 0;
 
 	pthread_mutex_lock(&c->mu);
 	if (op->ready_mode) {
+		uint64_t t0 = dt__now_ns();
+
 		if (op->chain && s->to >= 0 &&
 		    (err = dt__coll_wait(c, op, pred_ready, NULL, s->to)))
 			goto out;
@@ -158,10 +168,26 @@ run_stream(dt_coll *c, coll_op *op)
 		if (!op->chain && s->to >= 0 &&
 		    (err = dt__coll_wait(c, op, pred_ready, NULL, s->to)))
 			goto out;
+		dt__trace_span(DT_EV_COLL_NEGOTIATE, DT_TID_COLL, t0, 0, 0, 0,
+		               -1);
 	}
 	for (size_t i = 0; i < s->ntx; i++) {
 		const dt__coll_msg *m = &s->tx[i];
 		const uint8_t *base = m->from_src ? op->src : op->work;
+
+		if (tracing && m->step != step) {
+			uint64_t now = dt__now_ns();
+
+			if (step >= 0)
+				dt__trace_range(DT_EV_COLL_STEP, DT_TID_COLL,
+				                t_step, now, (uint64_t)step,
+				                DT_EVF_KEY | DT_EVF_BYTES,
+				                step_bytes, -1);
+			step = m->step;
+			t_step = now;
+			step_bytes = 0;
+		}
+		step_bytes += dt__coll_bytes(op, m->n);
 
 		if (m->dep >= 0 &&
 		    (err = dt__coll_wait(c, op, pred_rx,
@@ -178,6 +204,10 @@ run_stream(dt_coll *c, coll_op *op)
 		op->tx_sent = i + 1;
 	}
 	err = dt__coll_wait(c, op, pred_rx, (void *)(uintptr_t)s->nrx, s->from);
+	if (step >= 0 && err == DT_OK)
+		dt__trace_span(DT_EV_COLL_STEP, DT_TID_COLL, t_step,
+		               (uint64_t)step, DT_EVF_KEY | DT_EVF_BYTES,
+		               step_bytes, -1);
 out:
 	pthread_mutex_unlock(&c->mu);
 	return err;

@@ -887,6 +887,20 @@ dt_coll_rank(const dt_coll *c)
 	return c ? c->rank : -1;
 }
 
+dt_err
+dt_coll_stats(dt_coll *c, dt_stats *out)
+{
+	if (c == NULL || out == NULL)
+		return dt__fail(DT_EINVAL, "dt_coll_stats: %s is NULL",
+		                c ? "out" : "communicator");
+	if (c->node)
+		return dt_node_stats(c->node, out);
+	memset(out, 0, sizeof(*out));
+	dt__obs_snapshot(out);
+	out->role = DT_ROLE_WORKER;
+	return DT_OK;
+}
+
 int
 dt_coll_size(const dt_coll *c)
 {

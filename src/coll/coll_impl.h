@@ -97,6 +97,7 @@ typedef struct dt__coll_msg {
 	uint8_t phase;
 	uint8_t from_src; /* tx: read from the send buffer, not the work one */
 	uint8_t final;    /* rx: last reduction of its block (scale for avg) */
+	uint16_t step;    /* tx: the ring step it belongs to (the timeline) */
 } dt__coll_msg;
 
 typedef struct dt__coll_sched {

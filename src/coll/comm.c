@@ -692,12 +692,33 @@ quiesce(dt_coll *c, coll_op *op)
 	}
 }
 
+/* A finished operation: its span on the timeline (the executor's
+ * track) and its bytes and time in the counters. */
+static void
+op_record(dt_coll *c, const coll_op *op, uint64_t t0)
+{
+	int kind = op->kind == DT__COLL_ALLREDUCE   ? DT_EV_COLL_ALLREDUCE
+	           : op->kind == DT__COLL_BROADCAST ? DT_EV_COLL_BROADCAST
+	           : op->kind == DT__COLL_ALLGATHERV ? DT_EV_COLL_ALLGATHER
+	                                             : DT_EV_COLL_OTHER;
+	uint64_t bytes = (uint64_t)op->nelem * op->esz, now = dt__now_ns();
+
+	if (op->err == DT_OK && op->kind != DT__COLL_BARRIER)
+		dt__obs_coll(kind, bytes, c->size, now - t0);
+	dt__trace_span(kind, DT_TID_COLL, t0, op->num,
+	               DT_EVF_KEY | DT_EVF_BYTES, bytes, -1);
+}
+
 void
 dt__coll_execute(dt_coll *c, coll_op *op)
 {
 	dt_err err;
+	uint64_t t0 = dt__now_ns();
 
 	err = dt__coll_algo_prepare(c, op);
+	if (op->ntensors > 1)
+		dt__trace_span(DT_EV_COLL_FUSION, DT_TID_COLL, t0, 0,
+		               DT_EVF_BYTES, op->nelem * op->esz, -1);
 	pthread_mutex_lock(&c->mu);
 	op->progress_ns = dt__now_ns();
 	op->waiting_on = -1;
@@ -735,6 +756,7 @@ dt__coll_execute(dt_coll *c, coll_op *op)
 		send_abort_all(c, op);
 	if (op->err)
 		DT_LOG(op->err == DT_ETIMEDOUT ? 0 : 1, "%s", op->msg);
+	op_record(c, op, t0); /* (before the caller may free op) */
 
 	pthread_mutex_lock(&c->mu);
 	quiesce(c, op);

@@ -143,10 +143,14 @@ dt__coll_ring_sched(int r, int n, const size_t *offs, const size_t *lens,
 	if (rs) {
 		for (int st = 0; st < n - 1; st++) {
 			int sb = mod(r - st - 1, n), rb = mod(r - st - 2, n);
+			size_t t0 = ntx;
+
 			rs_base[st] = (int64_t)nrx;
 			add_chunks(s->tx, &ntx, offs[sb], lens[sb], ce,
 			           DT__PH_RS, st == 0 ? -1 : rs_base[st - 1],
 			           st == 0 ? 1 : 0, 0);
+			for (size_t k = t0; k < ntx; k++)
+				s->tx[k].step = (uint16_t)st;
 			add_chunks(s->rx, &nrx, offs[rb], lens[rb], ce,
 			           DT__PH_RS, -1, 0, st == n - 2);
 		}
@@ -161,8 +165,12 @@ dt__coll_ring_sched(int r, int n, const size_t *offs, const size_t *lens,
 				dep = ag_base[st - 1];
 			else
 				dep = rs ? rs_base[n - 2] : -1;
+			size_t t0 = ntx;
+
 			add_chunks(s->tx, &ntx, offs[sb], lens[sb], ce,
 			           DT__PH_AG, dep, 0, 0);
+			for (size_t k = t0; k < ntx; k++)
+				s->tx[k].step = (uint16_t)((rs ? n - 1 : 0) + st);
 			add_chunks(s->rx, &nrx, offs[rb], lens[rb], ce,
 			           DT__PH_AG, -1, 0, 0);
 		}

@@ -29,6 +29,7 @@
 #include "common/spin.h"
 #include "common/table.h"
 #include "net/cma.h"
+#include "obs/obs.h"
 
 /* DATA flags (arg2). */
 #define DT__CF_HAS_DATA 1u /* recursive-doubling broadcast: payload valid */

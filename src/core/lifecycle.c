@@ -98,11 +98,27 @@ hook_payload_chunk(void *arg, dt_conn *c, const dt_msg_hdr *h, const void *data,
 		hk.payload_chunk(hk.arg, n, c, &hh, data, off, len);
 }
 
+static void dispatch(dt_node *n, dt_conn *c, dt_msg *m);
+
+/* Count the frame by its sender, known once it is handled (a HELLO names
+ * its connection's peer), then hand it on. */
 static void
 hook_on_msg(void *arg, dt_conn *c, dt_msg *m)
 {
 	dt_node *n = arg;
+	uint64_t bytes = DT_HDR_SIZE + (uint64_t)m->hdr.meta_len +
+	                 m->hdr.payload_len;
+	int from;
 
+	dispatch(n, c, m);
+	from = dt__conn_peer(c);
+	if (from >= 0 && from < 1 + n->num_servers + n->num_workers)
+		dt__ctr_recv(&n->ctr[from], bytes);
+}
+
+static void
+dispatch(dt_node *n, dt_conn *c, dt_msg *m)
+{
 	if ((m->hdr.flags & DT_F_LINK) && m->hdr.payload_len > 0) {
 		uint64_t note = dt__conn_note(c);
 
@@ -258,12 +274,20 @@ node_free(dt_node *n)
 	dt__watch_stop(n);
 	dt__link_stop(n);
 	dt__van_destroy(n->van); /* no I/O thread from here on */
+	if (n->role == DT_ROLE_SCHEDULER) {
+		char why[600];
+
+		snprintf(why, sizeof(why), "job failed: %s", n->fatal_msg);
+		dt__report_sched_finish(n, failed ? why : NULL);
+	}
+	dt__report_member_end(n);
 	dt__watch_free(n);
 	dt__link_destroy(n);
 	dt__apps_stop(n);
 	dt__sched_free(n);
 	free(n->table);
 	free(n->peers);
+	free(n->ctr);
 	pthread_mutex_destroy(&n->mu);
 	pthread_cond_destroy(&n->cv);
 	free(n);
@@ -311,6 +335,14 @@ dt_node_start(const dt_node_config *cfg, dt_node **out)
 	n->num_workers = cfg->num_workers;
 	pthread_mutex_init(&n->mu, NULL);
 	pthread_cond_init(&n->cv, NULL);
+	uint64_t t_start = dt__now_ns();
+	n->start_ns = t_start;
+	n->ctr = dt__calloc(1 + (size_t)cfg->num_servers + (size_t)cfg->num_workers,
+	                    sizeof(*n->ctr));
+	if (n->ctr == NULL) {
+		free(n);
+		return DT_ENOMEM;
+	}
 	if (cfg->verbose > dt__verbose)
 		dt__verbose = cfg->verbose;
 	dt__log_set_name(cfg->role == DT_ROLE_SCHEDULER
@@ -368,7 +400,8 @@ dt_node_start(const dt_node_config *cfg, dt_node **out)
 		}
 		if (err)
 			goto fail;
-		if ((err = dt__sched_create(n)))
+		if ((err = dt__sched_create(n)) ||
+		    (err = dt__report_sched_open(n)))
 			goto fail;
 		if ((err = dt__van_start(n->van)) || (err = dt__watch_start(n)))
 			goto fail;
@@ -392,6 +425,8 @@ dt_node_start(const dt_node_config *cfg, dt_node **out)
 		return DT_OK;
 	}
 
+	if ((err = dt__report_member_begin(n)))
+		goto fail;
 	/* Advertise the address peers can reach; listen only there. */
 	host_hint = cfg->node_host[0] ? cfg->node_host : NULL;
 	if (!host_hint && !cfg->interface[0] &&
@@ -409,6 +444,9 @@ dt_node_start(const dt_node_config *cfg, dt_node **out)
 	DT_LOG(1, "%s listening on %s:%d", dt_role_name(n->role), n->host,
 	       n->port);
 	if ((err = dt__member_start(n)))
+		goto fail;
+	dt__trace_span(DT_EV_BOOTSTRAP, DT_TID_MAIN, t_start, 0, 0, 0, 0);
+	if ((err = dt__report_clock_sync(n)))
 		goto fail;
 	*out = n;
 	return DT_OK;
@@ -450,6 +488,17 @@ dt_node_stop(dt_node *n)
 	err = n->role == DT_ROLE_SCHEDULER ? DT_OK : dt__node_check(n);
 	/* (peers[0] is NULL before the table, and with PS_RESEND while the
 	 * scheduler's connection is being dialled again) */
+	/* The end-of-job report (DTRAIN_STATS, DTRAIN_TIMELINE), before a
+	 * worker says it is done or a terminated server leaves. */
+	pthread_mutex_lock(&n->mu);
+	int terminated = n->terminated;
+	pthread_mutex_unlock(&n->mu);
+	if (n->role != DT_ROLE_SCHEDULER && n->peers && err == DT_OK &&
+	    (n->links || __atomic_load_n(&n->peers[0], __ATOMIC_ACQUIRE)) &&
+	    (n->role == DT_ROLE_WORKER || terminated) &&
+	    dt__report_member_send(n))
+		dt__log(0, "the end-of-job report was not sent: %s",
+		        dt_errmsg());
 	if (n->role == DT_ROLE_WORKER && n->peers &&
 	    (n->links || __atomic_load_n(&n->peers[0], __ATOMIC_ACQUIRE)) &&
 	    err == DT_OK) {

@@ -154,6 +154,7 @@ eligible(unsigned cmd)
 	case DT_CMD_HEARTBEAT:
 	case DT_CMD_ACK:
 	case DT_CMD_ABORT:
+	case DT_CMD_CLOCK: /* (a round trip timed: never held or resent) */
 		return 0;
 	default:
 		return 1;

@@ -230,6 +230,9 @@ dt__member_on_msg(dt_node *n, dt_conn *c, dt_msg *m)
 		                   "job aborted by the scheduler: %s",
 		                   m->meta ? (const char *)m->meta : "?");
 		return;
+	case DT_CMD_CLOCK:
+		dt__report_on_clock(n, c, m);
+		return;
 	case DT_CMD_HEARTBEAT:
 	case DT_CMD_ACK: /* (a PS_RESEND ACK is taken in lifecycle.c) */
 		return;  /* its bytes were the point (watch.c) */
@@ -282,6 +285,7 @@ dt__node_barrier_status(dt_node *n, int groups, dt_err mine, const char *msg)
 	pthread_mutex_lock(&n->mu);
 	want = ++n->barrier_sent[groups];
 	pthread_mutex_unlock(&n->mu);
+	uint64_t t0 = dt__now_ns();
 	dt_msg_hdr h = {.cmd = DT_CMD_BARRIER,
 	                .flags = DT_F_REQUEST,
 	                .arg0 = (uint64_t)groups,
@@ -306,6 +310,8 @@ dt__node_barrier_status(dt_node *n, int groups, dt_err mine, const char *msg)
 	}
 	if (err)
 		return err;
+	dt__trace_span(DT_EV_BARRIER, DT_TID_MAIN, t0, (uint64_t)groups,
+	               DT_EVF_KEY, 0, 0);
 	DT_LOG(1, "passed barrier #%llu over group mask %d",
 	       (unsigned long long)want, groups);
 	pthread_mutex_lock(&n->mu);

@@ -188,6 +188,13 @@ dt__node_send_ex(dt_node *n, int id, dt_msg_hdr *h, const void *meta,
 	char name[64];
 	dt_conn *c;
 
+	if (id >= 0 && id < n->ntable && n->ctr) {
+		uint64_t bytes = DT_HDR_SIZE + (uint64_t)meta_len;
+
+		for (int i = 0; i < iovcnt; i++)
+			bytes += iov[i].iov_len;
+		dt__ctr_sent(&n->ctr[id], bytes);
+	}
 	if (id >= 0 && id < n->ntable && id != n->id &&
 	    dt__link_wants(n, h->cmd))
 		return dt__link_send(n, id, h, meta, meta_len, iov, iovcnt,

@@ -26,6 +26,7 @@
 #include "dtrain/node.h"
 #include "net/sock.h"
 #include "net/van.h"
+#include "obs/obs.h"
 
 /* An attached app instance. */
 typedef struct dt__node_app {
@@ -95,6 +96,19 @@ struct dt_node {
 	int rejoined; /* this process took over a lost node's place */
 	uint64_t gen; /* how many processes had its place before (HELLO) */
 	dt_links *links;
+
+	/* Observability (report.c): frame counters by node id (1 + S + W,
+	 * from the start; relaxed atomics), whether this node owns the
+	 * process's timeline buffer, its clock's offset to the scheduler's,
+	 * the CLOCK answers (mu), and the scheduler's report state. */
+	dt__peer_ctr *ctr;
+	int tracing, member_counted;
+	uint64_t start_ns; /* dt_node_start */
+	int64_t clock_off;
+	int64_t clock_skew; /* DT_CLOCK_SKEW_MS: a test's other-host clock */
+	uint64_t clk_t0, clk_ts, clk_t2; /* (mu) */
+	int clk_n;                       /* (mu) */
+	struct dt_report *report;
 };
 
 /* The attached app owning cmd, or NULL. */
@@ -222,5 +236,17 @@ dt_err dt__sched_serve(dt_node *n);
 void dt__sched_on_msg(dt_node *n, dt_conn *c, dt_msg *m);
 void dt__sched_on_close(dt_node *n, dt_conn *c, dt_err why);
 void dt__sched_free(dt_node *n);
+
+/* Observability (report.c; the design is at its top). */
+dt_err dt__report_member_begin(dt_node *n);
+void dt__report_member_end(dt_node *n);
+dt_err dt__report_clock_sync(dt_node *n);
+void dt__report_on_clock(dt_node *n, dt_conn *c, const dt_msg *m);
+dt_err dt__report_member_send(dt_node *n);
+dt_err dt__report_sched_open(dt_node *n);
+void dt__report_sched_names(dt_node *n);
+void dt__report_sched_event(dt_node *n, int kind, uint64_t t0, uint64_t key);
+void dt__report_on_msg(dt_node *n, dt_conn *c, const dt_msg *m);
+void dt__report_sched_finish(dt_node *n, const char *outcome);
 
 #endif

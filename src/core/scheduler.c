@@ -43,6 +43,7 @@ struct dt_sched {
 	int ending;          /* TERMINATE sent */
 	uint64_t arrived[8]; /* barrier arrivals per group mask */
 	uint64_t passed[8];  /* barriers passed per group mask */
+	uint64_t first_ns[8]; /* the round's first arrival (the timeline) */
 	/* The first error a member brought to the round per mask, handed to
 	 * every member with BARRIER_DONE. */
 	int round_err[8];
@@ -442,7 +443,9 @@ on_barrier(dt_node *n, dt_conn *c, dt_msg *m)
 		         dt__printable(m->meta ? (const char *)m->meta : "",
 		                       text, sizeof(text)));
 	}
-	s->arrived[mask]++;
+	if (s->arrived[mask]++ == 0)
+		s->first_ns[mask] = dt__now_ns();
+	uint64_t first = s->first_ns[mask];
 	if ((int)s->arrived[mask] == group_size(n, mask)) {
 		s->arrived[mask] = 0;
 		s->passed[mask]++;
@@ -456,6 +459,7 @@ on_barrier(dt_node *n, dt_conn *c, dt_msg *m)
 	pthread_mutex_unlock(&n->mu);
 	if (!release)
 		return;
+	dt__report_sched_event(n, DT_EV_BARRIER, first, (uint64_t)mask);
 	DT_LOG(1, "barrier #%llu over group mask %d: all %d nodes arrived",
 	       (unsigned long long)s->passed[mask], mask, group_size(n, mask));
 	for (int id = 1; id < n->ntable; id++) {
@@ -509,6 +513,16 @@ dt__sched_on_msg(dt_node *n, dt_conn *c, dt_msg *m)
 		return;
 	case DT_CMD_HEARTBEAT:
 	case DT_CMD_ACK:
+		return;
+	case DT_CMD_CLOCK:
+		if (peer <= 0)
+			break;
+		dt__report_on_clock(n, c, m);
+		return;
+	case DT_CMD_REPORT:
+		if (peer <= 0)
+			break;
+		dt__report_on_msg(n, c, m);
 		return;
 	case DT_CMD_BYE:
 		if (peer > 0)
@@ -805,6 +819,8 @@ dt__sched_start(dt_node *n)
 	dt_err err;
 	int count = 1 + n->num_servers + n->num_workers;
 
+	uint64_t t_join = dt__now_ns();
+
 	if ((err = dt__env_long("DT_JOIN_TIMEOUT", 300, 1, 86400, &join_s)))
 		return err;
 	err = dt__node_wait(n, all_joined, NULL,
@@ -861,6 +877,7 @@ dt__sched_start(dt_node *n)
 	}
 	s->assigned = 1;
 	pthread_mutex_unlock(&n->mu);
+	dt__report_sched_names(n);
 	if ((err = dt__link_create(n)))
 		return err;
 	for (int id = 1; id < count; id++)
@@ -887,6 +904,7 @@ dt__sched_start(dt_node *n)
 	if (err)
 		return err;
 	DT_LOG(1, "all %d nodes are ready", count);
+	dt__report_sched_event(n, DT_EV_BOOTSTRAP, t_join, 0);
 	return DT_OK;
 }
 

@@ -41,6 +41,9 @@ typedef struct op {
 	char msg[512];
 	dt_hnode hn; /* in ops, by id */
 	dt_lnode ln; /* in op_order */
+	/* Observability: the call's start, when its last part was handed to
+	 * the transport, the payload bytes sent and answered (c->mu). */
+	uint64_t t0, t_sent, out_bytes, in_bytes;
 } op;
 
 /* Recovery: a request kept to be sent again to a restarted server. */
@@ -203,13 +206,86 @@ op_fail(op *o, dt_err err, const char *msg)
 /* Complete a sub-request (under c->mu); 1 if its op is now complete, and
  * the caller signals c->cv once it has dropped the lock (the woken waiter
  * then does not block on the mutex). */
+/* What a finished op was, for the counters and the timeline: its event
+ * kind and latency class (-1: none), and whether it is batched. */
+static void
+op_kinds(int cmd, int *ev, int *lat, int *batched)
+{
+	*batched = 0;
+	switch (cmd) {
+	case DT_CMD_KV_PUSH_MANY:
+	case DT_CMD_KV_PULL_MANY:
+	case DT_CMD_KV_PUSHPULL_MANY:
+		*batched = 1;
+		*ev = cmd == DT_CMD_KV_PUSH_MANY   ? DT_EV_KV_PUSH_MANY
+		      : cmd == DT_CMD_KV_PULL_MANY ? DT_EV_KV_PULL_MANY
+		                                   : DT_EV_KV_PUSHPULL_MANY;
+		*lat = cmd == DT_CMD_KV_PUSH_MANY   ? DT_LAT_PUSH
+		       : cmd == DT_CMD_KV_PULL_MANY ? DT_LAT_PULL
+		                                    : DT_LAT_PUSHPULL;
+		return;
+	case DT_CMD_KV_PUSH:
+	case DT_CMD_KV_ROW_PUSH:
+		*ev = DT_EV_KV_PUSH, *lat = DT_LAT_PUSH;
+		return;
+	case DT_CMD_KV_PULL:
+	case DT_CMD_KV_ROW_PULL:
+		*ev = DT_EV_KV_PULL, *lat = DT_LAT_PULL;
+		return;
+	case DT_CMD_KV_PUSHPULL:
+	case DT_CMD_KV_ROW_PUSHPULL:
+		*ev = DT_EV_KV_PUSHPULL, *lat = DT_LAT_PUSHPULL;
+		return;
+	case DT_CMD_KV_INIT:
+	case DT_CMD_KV_INIT_MANY:
+	case DT_CMD_KV_ROW_INIT:
+		*ev = DT_EV_KV_INIT, *lat = -1;
+		return;
+	default:
+		*ev = -1, *lat = -1;
+	}
+}
+
+/* An op completed (c->mu held): count it, and put its phases on the
+ * timeline (the call; queued until its last part was handed over; then
+ * on the wire and at the servers until the last answer). */
+static void
+op_record(op *o)
+{
+	int ev, lat, batched;
+	uint64_t now = dt__now_ns(), sent = o->t_sent ? o->t_sent : now;
+
+	op_kinds(o->cmd, &ev, &lat, &batched);
+	if (lat >= 0 && o->err == DT_OK) {
+		if (batched)
+			dt__obs_kv_batch(lat, o->out_bytes, o->in_bytes,
+			                 now - o->t0);
+		else
+			dt__obs_kv(lat, o->key, o->out_bytes, o->in_bytes,
+			           now - o->t0);
+	}
+	if (ev < 0 || !dt__tracing())
+		return;
+	unsigned f = (batched ? 0 : DT_EVF_KEY) | DT_EVF_BYTES;
+	uint64_t id = (uint64_t)o->id;
+
+	dt__trace_async(ev, id, o->t0, now, o->key, f,
+	                o->out_bytes + o->in_bytes, -1);
+	dt__trace_async(DT_EV_KV_QUEUED, id, o->t0, sent, o->key, f,
+	                o->out_bytes, -1);
+	dt__trace_async(DT_EV_KV_INFLIGHT, id, sent, now, o->key, f,
+	                o->in_bytes, -1);
+}
+
 static int
 sub_done(dt_kv_client *c, sub *s)
 {
 	int done = --s->op->remaining == 0;
 
-	if (done)
+	if (done) {
+		op_record(s->op);
 		dt__gen_bump(&c->done_gen);
+	}
 	free(s);
 	return done;
 }
@@ -663,6 +739,8 @@ on_msg(void *arg, dt_node *n, dt_conn *conn, dt_msg *m)
 		        dt__node_name(n, (int)h->sender, name, sizeof(name)));
 		return;
 	}
+	if (!(h->flags & DT_F_ERROR))
+		s->op->in_bytes += h->payload_len;
 	if (h->flags & DT_F_ERROR) {
 		dt_err code;
 
@@ -1048,6 +1126,8 @@ send_part(dt_kv_client *c, op *o, int server, dt_msg_hdr *h, const void *meta,
 	           .arg2 = h->arg2,
 	           .log = le};
 	dt__table_insert(&c->subs, &s->hn, s->seq);
+	o->out_bytes += vbytes;
+	o->t_sent = dt__now_ns();
 	if (le) {
 		le->seq = h->seq;
 		le->pidx = (uint64_t)pidx;
@@ -1079,6 +1159,7 @@ new_op(dt_kv_client *c, int cmd, dt_key key, int parts, dt_kv_req *req)
 	o->id = c->next_op++;
 	o->cmd = cmd;
 	o->key = key;
+	o->t0 = dt__now_ns();
 	o->remaining = parts;
 	dt__table_insert(&c->ops, &o->hn, o->id);
 	dt__list_push_back(&c->op_order, &o->ln);
@@ -1264,7 +1345,9 @@ dt__kv_client_wait(dt_kv_client *c, dt_kv_req req)
 	 * answered within DT_WAIT_TIMEOUT ends the node: its connections to
 	 * the servers close (nothing more lands in a caller's buffer) and
 	 * every pending call fails with the reason. */
-	uint64_t until = dt__now_ns() + dt__node_wait_ns(c->node);
+	uint64_t t_wait = dt__now_ns();
+	uint64_t until = t_wait + dt__node_wait_ns(c->node);
+	int waited = o->remaining > 0;
 	while (o->remaining > 0) {
 		if (until && dt__now_ns() >= until) {
 			int cmd = o->cmd;
@@ -1297,6 +1380,9 @@ dt__kv_client_wait(dt_kv_client *c, dt_kv_req req)
 	}
 	find_op(c, req, 1);
 	pthread_mutex_unlock(&c->mu);
+	if (waited)
+		dt__trace_span(DT_EV_KV_WAIT, DT_TID_MAIN, t_wait, o->key,
+		               DT_EVF_KEY, 0, -1);
 	err = o->err;
 	if (err)
 		dt__fail(err, "%s", o->msg);
@@ -1696,6 +1782,9 @@ send_many_part(dt_kv_client *c, op *o, int server, dt_msg_hdr *h,
 	           .arg1 = h->arg1,
 	           .arg2 = h->arg2};
 	dt__table_insert(&c->subs, &s->hn, s->seq);
+	for (int i = 0; i < iovcnt; i++)
+		o->out_bytes += iov[i].iov_len;
+	o->t_sent = dt__now_ns();
 	pthread_mutex_unlock(&c->mu);
 	/* The caller's arrays and the part buffers stay as they are until
 	 * the call returns, after the answer. */

@@ -516,12 +516,25 @@ dt__ks_pending(const dt_kstore *ks, int worker, const uint32_t *idx,
 	return 0;
 }
 
+static void
+ks_busy(int kind, uint64_t t0, uint64_t key, size_t len)
+{
+	dt__obs_server(kind == DT_EV_KV_UPDATE, 1, dt__now_ns() - t0);
+	dt__trace_span(kind, DT_TID_IO, t0, key, DT_EVF_KEY | DT_EVF_BYTES,
+	               len * sizeof(float), -1);
+}
+
 void
 dt__ks_push_sync(dt_kstore *ks, int worker, uint32_t req, const uint32_t *idx,
-                 size_t count, const float *g,
-                 void (*done)(void *arg, uint32_t h), void *arg)
+                 size_t count, const float *g, const uint8_t *keys,
+                 uint64_t key, void (*done)(void *arg, uint32_t h), void *arg)
 {
 	size_t w = (size_t)ks->nworkers;
+	/* A few keys (single-key calls, small batches) are timed key by key
+	 * for the counters and timeline; a big batch as a whole by the
+	 * server (a clock read per key would cost more than the key). */
+	int timed = count <= DT_KS_TIMED;
+	uint64_t t0 = 0;
 
 	for (size_t i = 0; i < count; i++) {
 		uint32_t r = idx[i];
@@ -529,19 +542,29 @@ dt__ks_push_sync(dt_kstore *ks, int worker, uint32_t req, const uint32_t *idx,
 		uint32_t *pend = ks->pend + (size_t)r * w;
 		float *m = ks->merge + ks->off[r];
 
+		if (timed)
+			t0 = dt__now_ns();
 		if (w == 1) { /* the round is this push */
 			update(ks, r, g);
+			if (timed)
+				ks_busy(DT_EV_KV_UPDATE, t0, keys ? dt__kv_u64_at(keys, i) : key, len);
 			done(arg, req);
 			g += len;
 			continue;
 		}
 		/* (summed in arrival order, as the single-key store does) */
 		dt__kv_add(m, g, len);
+		if (timed)
+			ks_busy(DT_EV_KV_MERGE, t0, keys ? dt__kv_u64_at(keys, i) : key, len);
 		pend[worker] = req;
 		g += len;
 		if (++ks->npushed[r] < (uint32_t)w)
 			continue;
+		if (timed)
+			t0 = dt__now_ns();
 		update(ks, r, m);
+		if (timed)
+			ks_busy(DT_EV_KV_UPDATE, t0, keys ? dt__kv_u64_at(keys, i) : key, len);
 		memset(m, 0, len * sizeof(float));
 		ks->npushed[r] = 0;
 		for (size_t k = 0; k < w; k++) {

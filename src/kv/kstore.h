@@ -104,10 +104,14 @@ int dt__ks_pending(const dt_kstore *ks, int worker, const uint32_t *idx,
  * dist_sync: worker's pushes g of records idx join their rounds, as the
  * request whose handle is req (not 0). A round that this completes is
  * updated at once, and done(arg, h) is called for the handle of each of
- * its pushes (this request's included), once per key.
+ * its pushes (this request's included), once per key. keys (the
+ * request's u64 list, or NULL: its one key is key) name the keys on the
+ * timeline: a request of at most DT_KS_TIMED keys is timed key by key.
  */
+#define DT_KS_TIMED 16
 void dt__ks_push_sync(dt_kstore *ks, int worker, uint32_t req,
                       const uint32_t *idx, size_t count, const float *g,
+                      const uint8_t *keys, uint64_t key,
                       void (*done)(void *arg, uint32_t h), void *arg);
 /* Bytes the store holds (its arrays), for reports. */
 size_t dt__ks_bytes(const dt_kstore *ks);

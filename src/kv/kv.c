@@ -225,6 +225,20 @@ dt_kv_rank(const dt_kv *kv)
 	return kv && kv->node ? dt_node_rank(kv->node) : 0;
 }
 
+dt_err
+dt_kv_stats(dt_kv *kv, dt_stats *out)
+{
+	if (kv == NULL || out == NULL)
+		return dt__fail(DT_EINVAL, "dt_kv_stats: %s is NULL",
+		                kv ? "out" : "kv");
+	if (kv->node)
+		return dt_node_stats(kv->node, out);
+	memset(out, 0, sizeof(*out));
+	dt__obs_snapshot(out);
+	out->role = DT_ROLE_WORKER;
+	return DT_OK;
+}
+
 int
 dt_kv_num_workers(const dt_kv *kv)
 {

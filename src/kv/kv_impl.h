@@ -19,6 +19,7 @@
 #include "core/core.h"
 #include "dtrain/kv.h"
 #include "dtrain/nn.h"
+#include "obs/obs.h"
 
 /* KV requests (net/proto.h has the commands, docs/protocol.md their
  * bodies) carry key, arg0 = the array's total length n, arg1 = the slice's

@@ -356,9 +356,34 @@ static void unpark(kv_server *s, entry *e);
 static int row_table(kv_server *s, dt_key key);
 static const char *other_home(kv_server *s, dt_key key);
 
+/* Server time on key since t0: merging a push (peer: the worker's node
+ * id) or updating the value (peer -1), for the counters and timeline. */
+static void
+busy_part(int kind, uint64_t t0, dt_key key, uint64_t bytes, int peer,
+          int count)
+{
+	uint64_t now = dt__now_ns();
+
+	if (kind != DT_EV_KV_REPLY)
+		dt__obs_server(kind == DT_EV_KV_UPDATE, count, now - t0);
+	if (dt__tracing())
+		dt__trace_span(kind, DT_TID_IO, t0, key,
+		               DT_EVF_KEY | (bytes ? DT_EVF_BYTES : 0) |
+		                   (peer >= 0 ? DT_EVF_PEER : 0),
+		               bytes, peer);
+}
+
+static void
+busy(int kind, uint64_t t0, dt_key key, uint64_t bytes, int peer)
+{
+	busy_part(kind, t0, key, bytes, peer, 1);
+}
+
 static void
 round_done(kv_server *s, entry *e)
 {
+	uint64_t t0 = dt__now_ns();
+
 	for (int w = 0; w < s->nworkers; w++)
 		e->applied[w]++;
 	s->rounds++;
@@ -373,6 +398,7 @@ round_done(kv_server *s, entry *e)
 		          w->enc);
 		free(w);
 	}
+	busy(DT_EV_KV_REPLY, t0, e->key, 0, -1);
 	/* Pushes that came early for this new round join it now. */
 	while (e->later && !e->pushed[e->later->worker]) {
 		deferred *d = e->later;
@@ -388,6 +414,8 @@ round_done(kv_server *s, entry *e)
 static void
 finish_round(kv_server *s, entry *e, const float *sum)
 {
+	uint64_t t0 = dt__now_ns();
+
 	touch(s, e);
 	if (e->prev)
 		memcpy(e->prev, e->val, e->len * sizeof(float));
@@ -399,6 +427,7 @@ finish_round(kv_server *s, entry *e, const float *sum)
 	}
 	if (sum == e->merge) /* the next round adds into zeros */
 		memset(e->merge, 0, e->len * sizeof(float));
+	busy(DT_EV_KV_UPDATE, t0, e->key, e->len * sizeof(float), -1);
 	round_done(s, e);
 }
 
@@ -449,8 +478,13 @@ push_sync(kv_server *s, entry *e, int worker, int cmd, uint64_t seq,
 		round_done(s, e);
 		return;
 	}
-	if (!streamed)
+	if (!streamed) {
+		uint64_t t0 = dt__now_ns();
+
 		dt__kv_add(e->merge, g, e->len);
+		busy(DT_EV_KV_MERGE, t0, e->key, e->len * sizeof(float),
+		     dt__node_worker_id(s->node, worker));
+	}
 	if (e->npushed == s->nworkers)
 		finish_round(s, e, e->merge);
 }
@@ -459,6 +493,8 @@ static void
 push_async(kv_server *s, entry *e, int worker, int cmd, uint64_t seq,
            unsigned enc, const float *g)
 {
+	uint64_t t0 = dt__now_ns();
+
 	touch(s, e);
 	if (s->opt.kind != DT_OPT_NONE) {
 		e->steps++;
@@ -468,8 +504,12 @@ push_async(kv_server *s, entry *e, int worker, int cmd, uint64_t seq,
 	}
 	e->applied[worker]++;
 	s->rounds++;
+	busy(DT_EV_KV_UPDATE, t0, e->key, e->len * sizeof(float),
+	     dt__node_worker_id(s->node, worker));
+	t0 = dt__now_ns();
 	reply_enc(s, worker, cmd, seq, e->key,
 	          cmd == DT_CMD_KV_PUSH ? NULL : e->val, e->len, enc);
+	busy(DT_EV_KV_REPLY, t0, e->key, 0, dt__node_worker_id(s->node, worker));
 	maybe_checkpoint(s);
 }
 
@@ -1529,7 +1569,9 @@ many_done(void *arg, uint32_t handle)
 
 	if (--q->remaining)
 		return;
+	uint64_t t0 = dt__now_ns();
 	many_answer(s, q->worker, q->cmd, q->seq, q->answer, q->idx, q->count);
+	busy(DT_EV_KV_REPLY, t0, 0, 0, dt__node_worker_id(s->node, q->worker));
 	while (q->pulls) {
 		waiter *w = q->pulls;
 		uint32_t r = (uint32_t)w->n;
@@ -1614,7 +1656,13 @@ push_rounds(kv_server *s, int worker, const dt_msg_hdr *h, unsigned enc,
 	                          .count = count,
 	                          .remaining = count,
 	                          .idx = keep};
-	dt__ks_push_sync(&s->ks, worker, hd, idx, count, g, many_done, s);
+	uint64_t t0 = dt__now_ns();
+
+	dt__ks_push_sync(&s->ks, worker, hd, idx, count, g, keys, h->key,
+	                 many_done, s);
+	if (count > DT_KS_TIMED) /* (else timed key by key) */
+		busy(DT_EV_KV_MERGE, t0, h->key, 0,
+		     dt__node_worker_id(s->node, worker));
 }
 
 /*
@@ -1787,7 +1835,11 @@ on_many(kv_server *s, int worker, const dt_msg *m)
 	const float *g = (const float *)(const void *)b.vals;
 
 	if (!s->sync) {
+		uint64_t t0 = dt__now_ns();
+
 		dt__ks_apply(&s->ks, idx, b.count, g);
+		busy(DT_EV_KV_UPDATE, t0, h->key, 0,
+		     dt__node_worker_id(s->node, worker));
 		s->rounds += b.count;
 		many_answer(s, worker, h->cmd, h->seq, b.answer, idx, b.count);
 		return;
@@ -2057,7 +2109,11 @@ on_rows(kv_server *s, int worker, const dt_msg *m)
 		g = (const float *)(void *)s->dec;
 	}
 	if (!s->sync) {
+		uint64_t t0 = dt__now_ns();
+
 		dt__rs_apply(&t->rs, b.count, b.ids, g);
+		busy(DT_EV_KV_UPDATE, t0, h->key, 0,
+		     dt__node_worker_id(s->node, worker));
 		s->rounds++;
 		rows_answer(s, t, worker, h->cmd, h->seq, b.answer, b.count,
 		            b.ids);
@@ -2085,8 +2141,12 @@ on_rows(kv_server *s, int worker, const dt_msg *m)
 		            (unsigned long long)h->key);
 		return;
 	}
-	if ((err = dt__rs_push_sync(&t->rs, worker, b.count, b.ids, g,
-	                            &closed))) {
+	uint64_t t_merge = dt__now_ns();
+
+	err = dt__rs_push_sync(&t->rs, worker, b.count, b.ids, g, &closed);
+	busy(DT_EV_KV_MERGE, t_merge, h->key, 0,
+	     dt__node_worker_id(s->node, worker));
+	if (err) {
 		free(w->ids);
 		free(w);
 		reply_error(s, worker, h->cmd, h->seq, h->key, err, "%s",
@@ -2372,7 +2432,11 @@ payload_chunk(void *arg, dt_node *n, dt_conn *c, const dt_msg_hdr *h,
 		st->used = off + len;
 	}
 	if (s->nworkers > 1) {
+		uint64_t t0 = dt__now_ns();
+
 		dt__kv_add(e->merge + i0, g, cnt);
+		busy_part(DT_EV_KV_MERGE, t0, h->key, cnt * sizeof(float),
+		          (int)h->sender, off == 0);
 		return;
 	}
 	touch(s, e);

@@ -16,6 +16,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "common/bytes.h"
+
 #include "dtrain/err.h"
 #include "net/proto.h"
 
@@ -50,47 +52,6 @@ void dt__hdr_encode(const dt_msg_hdr *h, uint8_t out[DT_HDR_SIZE]);
  */
 dt_err dt__hdr_decode(const uint8_t in[DT_HDR_SIZE], uint64_t max_payload,
                       dt_msg_hdr *h);
-
-/* Little-endian field access. */
-static inline void
-dt__put_u16(uint8_t *p, uint16_t v)
-{
-	p[0] = (uint8_t)v;
-	p[1] = (uint8_t)(v >> 8);
-}
-static inline void
-dt__put_u32(uint8_t *p, uint32_t v)
-{
-	for (int i = 0; i < 4; i++)
-		p[i] = (uint8_t)(v >> (8 * i));
-}
-static inline void
-dt__put_u64(uint8_t *p, uint64_t v)
-{
-	for (int i = 0; i < 8; i++)
-		p[i] = (uint8_t)(v >> (8 * i));
-}
-static inline uint16_t
-dt__get_u16(const uint8_t *p)
-{
-	return (uint16_t)(p[0] | (p[1] << 8));
-}
-static inline uint32_t
-dt__get_u32(const uint8_t *p)
-{
-	uint32_t v = 0;
-	for (int i = 3; i >= 0; i--)
-		v = (v << 8) | p[i];
-	return v;
-}
-static inline uint64_t
-dt__get_u64(const uint8_t *p)
-{
-	uint64_t v = 0;
-	for (int i = 7; i >= 0; i--)
-		v = (v << 8) | p[i];
-	return v;
-}
 
 /*
  * A growable writer for metadata blocks. Errors stick: after a failed

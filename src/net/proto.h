@@ -39,6 +39,8 @@
 	X(ACK, 12, "any node -> its peers (PS_RESEND)")                        \
 	X(BYE, 13, "any node -> its peers, on a clean stop")                   \
 	X(NODE_UPDATE, 14, "scheduler -> node (recovery)")                     \
+	X(REPORT, 15, "node -> scheduler, at its stop")                        \
+	X(CLOCK, 16, "node -> scheduler, and back")                            \
 	/* KVStore (kv/). */                                                   \
 	X(KV_CONFIG, 32, "worker 0 -> server")                                 \
 	X(KV_SET_OPT, 33, "worker 0 -> server")                                \

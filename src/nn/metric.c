@@ -130,6 +130,8 @@ dt_speedometer_update(dt_speedometer *sp, int epoch, long nbatch,
 		                              (double)sp->batch_size / dt
 		                        : 0.0;
 
+		sp->speed = speed;
+
 		n = snprintf(sp->line, sizeof(sp->line),
 		             "Epoch[%d] Batch [%ld-%ld] Speed: %.2f "
 		             "samples/sec",

@@ -25,7 +25,9 @@
 
 #include "common/util.h"
 #include "dtrain/nn.h"
+#include "dtrain/obs.h"
 #include "nn/layers.h"
+#include "obs/obs.h"
 
 #define MAX_LAYERS 64
 #define MAX_DIM    (1 << 16) /* any one channel count, height, width */
@@ -1072,9 +1074,14 @@ dt_nn_forward_backward(dt_nn_model *m, const float *x, const float *y,
 	if ((err = check_call(m, x, y, 1, batch, "forward_backward")) ||
 	    (err = reserve(m, batch)))
 		return err;
+	uint64_t t0 = dt_obs_now();
 	forward(m, x, batch, 1);
 	l = loss_of(m, y, batch, m->gbuf[0], correct);
+	uint64_t t1 = dt_obs_now();
 	backward(m, batch, 1);
+	uint64_t t2 = dt_obs_now();
+	dt__obs_phase_span(DT_PHASE_FORWARD, t0, t1);
+	dt__obs_phase_span(DT_PHASE_BACKWARD, t1, t2);
 	if (loss)
 		*loss = l;
 	return DT_OK;

@@ -210,20 +210,20 @@ test_sync_rounds(void **state)
 	/* worker 0 pushes keys 5, 6, 7; worker 1 keys 7, 5; worker 2 all */
 	float g0[3] = {1, 2, 3}, g1[2] = {10, 30}, g2[3] = {100, 200, 300};
 	uint32_t i1[2] = {idx[2], idx[0]};
-	dt__ks_push_sync(&ks, 0, 1, idx, 3, g0, on_done, &d);
+	dt__ks_push_sync(&ks, 0, 1, idx, 3, g0, NULL, 0, on_done, &d);
 	assert_int_equal(d.n, 0);
 	assert_true(dt__ks_pending(&ks, 0, idx, 3, &bad));
 	assert_false(dt__ks_pending(&ks, 1, idx, 3, &bad));
-	dt__ks_push_sync(&ks, 1, 2, i1, 2, g1, on_done, &d);
+	dt__ks_push_sync(&ks, 1, 2, i1, 2, g1, NULL, 0, on_done, &d);
 	assert_int_equal(d.n, 0);
-	dt__ks_push_sync(&ks, 2, 3, idx, 3, g2, on_done, &d);
+	dt__ks_push_sync(&ks, 2, 3, idx, 3, g2, NULL, 0, on_done, &d);
 	/* keys 5 and 7 closed (3 pushes each, one done per push), key 6
 	 * waits for worker 1 */
 	assert_int_equal(d.n, 6);
 	dt__ks_gather(&ks, idx, 3, out);
 	assert_true(out[0] == 131.0f && out[1] == 0.0f && out[2] == 313.0f);
 	float g1b = 20;
-	dt__ks_push_sync(&ks, 1, 4, &idx[1], 1, &g1b, on_done, &d);
+	dt__ks_push_sync(&ks, 1, 4, &idx[1], 1, &g1b, NULL, 0, on_done, &d);
 	assert_int_equal(d.n, 9);
 	dt__ks_gather(&ks, idx, 3, out);
 	assert_true(out[1] == 222.0f);

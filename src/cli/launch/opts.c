@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "cli/launch/launch.h"
 
@@ -54,6 +55,13 @@ usage(FILE *f)
 	    "                           per role (recovery; local and ssh; "
 	    "see\n"
 	    "                           docs/fault-tolerance.md)\n"
+	    "      --timeline FILE      write a Chrome trace of every process "
+	    "to\n"
+	    "                           FILE (DTRAIN_TIMELINE; open it in "
+	    "Perfetto)\n"
+	    "      --stats              print every node's traffic and the\n"
+	    "                           straggler report at the end "
+	    "(DTRAIN_STATS)\n"
 	    "      --timeout SEC        stop the job after SEC seconds\n"
 	    "      --grace SEC          time the servers and the scheduler get "
 	    "to\n"
@@ -279,6 +287,27 @@ parse_opts(int argc, char **argv, struct opts *o)
 			    (err = nonempty(name, val, "directory name")) ||
 			    (err = strv_addf(&o->env,
 			                     "DTRAIN_CHECKPOINT_DIR=%s", val)))
+				return err;
+		} else if ((m = opt_value(argc, argv, &i, NULL, "--timeline",
+		                          &val, &err)) != 0) {
+			char cwd[4096];
+
+			/* (the scheduler may run elsewhere: a path from
+			 * here, made absolute) */
+			if (m < 0 || (err = nonempty(name, val, "file name")))
+				return err;
+			if (val[0] != '/' && getcwd(cwd, sizeof(cwd)) == NULL)
+				return dt__fail(DT_ESYS, "%s: cannot read the "
+				                "current directory", name);
+			if ((err = val[0] == '/'
+			               ? strv_addf(&o->env, "DTRAIN_TIMELINE=%s",
+			                           val)
+			               : strv_addf(&o->env,
+			                           "DTRAIN_TIMELINE=%s/%s", cwd,
+			                           val)))
+				return err;
+		} else if (strcmp(a, "--stats") == 0) {
+			if ((err = strv_addf(&o->env, "DTRAIN_STATS=1")))
 				return err;
 		} else if ((m = opt_value(argc, argv, &i, NULL,
 		                          "--checkpoint-every", &val, &err)) !=

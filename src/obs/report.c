@@ -1,0 +1,363 @@
+/*
+ * report.c - what the scheduler prints at the end of a job with
+ * DTRAIN_STATS=1 (`dtrain launch --stats`): every node's traffic, the
+ * workers' KV latency and step times, the servers' load and the
+ * collectives' bus bandwidth, then the straggler and imbalance report
+ * that names the slowest worker and the busiest server. Also the one-line
+ * summary a node logs every DTRAIN_STATS_INTERVAL seconds at PS_VERBOSE=1.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/util.h"
+#include "obs/obs.h"
+
+static uint64_t
+sum_sent(const dt_stats *s, uint64_t *msgs)
+{
+	uint64_t b = 0;
+
+	*msgs = 0;
+	for (int i = 0; i < s->npeers; i++) {
+		b += s->peers[i].bytes_sent;
+		*msgs += s->peers[i].msgs_sent;
+	}
+	return b;
+}
+
+static uint64_t
+sum_recv(const dt_stats *s, uint64_t *msgs)
+{
+	uint64_t b = 0;
+
+	*msgs = 0;
+	for (int i = 0; i < s->npeers; i++) {
+		b += s->peers[i].bytes_recv;
+		*msgs += s->peers[i].msgs_recv;
+	}
+	return b;
+}
+
+static double
+mb(uint64_t b)
+{
+	return (double)b / 1e6;
+}
+
+static double
+ms(uint64_t ns)
+{
+	return (double)ns / 1e6;
+}
+
+static int
+cmp_u64(const void *a, const void *b)
+{
+	uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+	return x < y ? -1 : x > y;
+}
+
+void
+dt__stats_report(FILE *f, dt_stats *const *all, const char *const *names,
+                 int count)
+{
+	int nw = 0, ns = 0, have_lat = 0, have_coll = 0, have_steps = 0;
+
+	for (int i = 0; i < count; i++) {
+		if (!all[i])
+			continue;
+		nw += all[i]->role == 2; /* DT_ROLE_WORKER */
+		ns += all[i]->role == 1; /* DT_ROLE_SERVER */
+		for (int k = 0; k < DT_LAT_COUNT; k++)
+			have_lat |= all[i]->latency[k].count > 0;
+		have_coll |= all[i]->coll_ops > 0;
+		have_steps |= all[i]->steps > 0;
+	}
+	fprintf(f, "dtrain stats: %d server(s), %d worker(s)\n", ns, nw);
+	fprintf(f, "%-12s %10s %12s %10s %12s %9s\n", "node", "msgs sent",
+	        "MB sent", "msgs recv", "MB recv", "wall s");
+	for (int i = 0; i < count; i++) {
+		uint64_t ms_, mr, bs, br;
+
+		if (!all[i]) {
+			fprintf(f, "%-12s %10s\n", names[i], "(no report)");
+			continue;
+		}
+		bs = sum_sent(all[i], &ms_);
+		br = sum_recv(all[i], &mr);
+		fprintf(f, "%-12s %10llu %12.3f %10llu %12.3f %9.2f\n",
+		        names[i], (unsigned long long)ms_, mb(bs),
+		        (unsigned long long)mr, mb(br),
+		        (double)all[i]->wall_ns * 1e-9);
+	}
+	if (have_lat) {
+		static const char *const op[] = {"push", "pull", "pushpull"};
+
+		fprintf(f, "\nKV latency, call to answer (ms)\n");
+		fprintf(f, "%-12s %-9s %9s %9s %9s %9s %9s\n", "worker", "op",
+		        "calls", "mean", "p50", "p99", "max");
+		for (int i = 0; i < count; i++)
+			for (int k = 0; all[i] && k < DT_LAT_COUNT; k++) {
+				const dt_latency *l = &all[i]->latency[k];
+
+				if (l->count == 0)
+					continue;
+				fprintf(f,
+				        "%-12s %-9s %9llu %9.3f %9.3f %9.3f "
+				        "%9.3f\n",
+				        names[i], op[k],
+				        (unsigned long long)l->count,
+				        ms(l->mean_ns), ms(l->p50_ns),
+				        ms(l->p99_ns), ms(l->max_ns));
+			}
+		/* Keys: the job's totals over the workers, biggest first. */
+		fprintf(f, "\nKV keys, over all workers (the 10 with most "
+		           "bytes pushed)\n");
+		fprintf(f, "%-10s %9s %12s %9s %12s\n", "key", "pushes",
+		        "MB pushed", "pulls", "MB pulled");
+		dt_key_stats top[11] = {{0}};
+		int ntop = 0;
+		uint64_t omitted = 0;
+		for (int i = 0; i < count; i++) {
+			if (!all[i] || all[i]->role != 2)
+				continue;
+			omitted += all[i]->keys_omitted;
+			for (int k = 0; k < all[i]->nkeys; k++) {
+				const dt_key_stats *ks = &all[i]->keys[k];
+				int j;
+
+				for (j = 0; j < ntop && top[j].key != ks->key;
+				     j++)
+					;
+				if (j == ntop) {
+					if (ntop == 11)
+						continue;
+					top[ntop++].key = ks->key;
+				}
+				top[j].pushes += ks->pushes;
+				top[j].pulls += ks->pulls;
+				top[j].bytes_pushed += ks->bytes_pushed;
+				top[j].bytes_pulled += ks->bytes_pulled;
+			}
+		}
+		for (int a = 0; a < ntop; a++)
+			for (int b = a + 1; b < ntop; b++)
+				if (top[b].bytes_pushed > top[a].bytes_pushed) {
+					dt_key_stats t = top[a];
+					top[a] = top[b];
+					top[b] = t;
+				}
+		for (int a = 0; a < ntop && a < 10; a++) {
+			char kn[32];
+
+			if (top[a].key == DT_STATS_KEY_BATCHED)
+				snprintf(kn, sizeof(kn), "(batched)");
+			else
+				snprintf(kn, sizeof(kn), "%llu",
+				         (unsigned long long)top[a].key);
+			fprintf(f, "%-10s %9llu %12.3f %9llu %12.3f\n", kn,
+			        (unsigned long long)top[a].pushes,
+			        mb(top[a].bytes_pushed),
+			        (unsigned long long)top[a].pulls,
+			        mb(top[a].bytes_pulled));
+		}
+		if (omitted)
+			fprintf(f, "(%llu calls on keys beyond the %d counted "
+			           "one by one)\n",
+			        (unsigned long long)omitted, DT_STATS_MAX_KEYS);
+	}
+	if (ns) {
+		fprintf(f, "\n%-12s %12s %10s %9s %10s\n", "server", "MB recv",
+		        "merges", "updates", "busy s");
+		for (int i = 0; i < count; i++) {
+			uint64_t m;
+
+			if (!all[i] || all[i]->role != 1)
+				continue;
+			fprintf(f, "%-12s %12.3f %10llu %9llu %10.3f\n",
+			        names[i], mb(sum_recv(all[i], &m)),
+			        (unsigned long long)all[i]->merges,
+			        (unsigned long long)all[i]->updates,
+			        (double)(all[i]->merge_ns +
+			                 all[i]->update_ns) *
+			            1e-9);
+		}
+	}
+	if (have_coll) {
+		fprintf(f, "\n%-12s %9s %12s %9s %12s\n", "worker",
+		        "collectives", "MB", "time s", "busbw GB/s");
+		for (int i = 0; i < count; i++) {
+			if (!all[i] || all[i]->coll_ops == 0)
+				continue;
+			fprintf(f, "%-12s %9llu %12.3f %9.3f %12.3f\n",
+			        names[i], (unsigned long long)all[i]->coll_ops,
+			        mb(all[i]->coll_bytes),
+			        (double)all[i]->coll_ns * 1e-9,
+			        all[i]->coll_busbw / 1e9);
+		}
+	}
+
+	/* The straggler and imbalance report. */
+	fprintf(f, "\nstraggler report\n");
+	if (have_steps) {
+		uint64_t p50s[4096];
+		int np = 0, slow = -1;
+
+		fprintf(f, "%-12s %8s %12s %12s %11s\n", "worker", "steps",
+		        "step p50 ms", "step p99 ms", "comm share");
+		for (int i = 0; i < count; i++) {
+			const dt_stats *s = all[i];
+
+			if (!s || s->role != 2 || s->steps == 0)
+				continue;
+			fprintf(f, "%-12s %8llu %12.3f %12.3f %10.1f%%\n",
+			        names[i], (unsigned long long)s->steps,
+			        ms(s->step_p50_ns), ms(s->step_p99_ns),
+			        s->step_ns ? 100.0 * (double)s->comm_ns /
+			                         (double)s->step_ns
+			                   : 0.0);
+			if (np < 4096)
+				p50s[np++] = s->step_p50_ns;
+			if (slow < 0 ||
+			    s->step_p50_ns > all[slow]->step_p50_ns)
+				slow = i;
+		}
+		qsort(p50s, (size_t)np, sizeof(p50s[0]), cmp_u64);
+		if (slow >= 0 && np > 0) {
+			uint64_t med = p50s[(np - 1) / 2];
+
+			fprintf(f,
+			        "slowest worker: %s, step p50 %.3f ms (%.2fx "
+			        "the workers' median %.3f ms)\n",
+			        names[slow], ms(all[slow]->step_p50_ns),
+			        med ? (double)all[slow]->step_p50_ns /
+			                  (double)med
+			            : 1.0,
+			        ms(med));
+		}
+	} else {
+		fprintf(f, "no training steps were marked (dt_obs_phase "
+		           "DT_PHASE_STEP)\n");
+	}
+	if (ns) {
+		int busy = -1;
+		uint64_t total = 0, bbusy = 0, m;
+
+		for (int i = 0; i < count; i++) {
+			if (!all[i] || all[i]->role != 1)
+				continue;
+			uint64_t b = sum_recv(all[i], &m);
+			total += b;
+			if (busy < 0 || b > bbusy)
+				busy = i, bbusy = b;
+		}
+		if (busy >= 0)
+			fprintf(f,
+			        "busiest server: %s, %.3f MB received (%.1f%% "
+			        "of the servers' %.3f MB; an even share is "
+			        "%.1f%%), busy %.3f s\n",
+			        names[busy], mb(bbusy),
+			        total ? 100.0 * (double)bbusy / (double)total
+			              : 0.0,
+			        mb(total), 100.0 / ns,
+			        (double)(all[busy]->merge_ns +
+			                 all[busy]->update_ns) *
+			            1e-9);
+	}
+}
+
+void
+dt__stats_json(FILE *f, dt_stats *const *all, const char *const *names,
+               int count)
+{
+	static const char *const role[] = {"scheduler", "server", "worker"};
+	static const char *const op[] = {"push", "pull", "pushpull"};
+
+	for (int i = 0; i < count; i++) {
+		const dt_stats *s = all[i];
+
+		if (!s)
+			continue;
+		fprintf(f,
+		        "{\"node\":%d,\"name\":\"%s\",\"role\":\"%s\","
+		        "\"rank\":%d,\"wall_s\":%.6f,\"peers\":[",
+		        i, names[i], role[s->role >= 0 && s->role < 3 ? s->role : 0],
+		        s->rank, (double)s->wall_ns * 1e-9);
+		for (int k = 0; k < s->npeers; k++)
+			fprintf(f,
+			        "%s{\"id\":%d,\"msgs_sent\":%llu,\"bytes_sent\":"
+			        "%llu,\"msgs_recv\":%llu,\"bytes_recv\":%llu}",
+			        k ? "," : "", s->peers[k].id,
+			        (unsigned long long)s->peers[k].msgs_sent,
+			        (unsigned long long)s->peers[k].bytes_sent,
+			        (unsigned long long)s->peers[k].msgs_recv,
+			        (unsigned long long)s->peers[k].bytes_recv);
+		fputs("],\"keys\":[", f);
+		for (int k = 0; k < s->nkeys; k++) {
+			const dt_key_stats *ks = &s->keys[k];
+
+			if (ks->key == DT_STATS_KEY_BATCHED)
+				fprintf(f, "%s{\"key\":\"batched\"", k ? "," : "");
+			else
+				fprintf(f, "%s{\"key\":%llu", k ? "," : "",
+				        (unsigned long long)ks->key);
+			fprintf(f,
+			        ",\"pushes\":%llu,\"pulls\":%llu,\"bytes_pushed\":"
+			        "%llu,\"bytes_pulled\":%llu}",
+			        (unsigned long long)ks->pushes,
+			        (unsigned long long)ks->pulls,
+			        (unsigned long long)ks->bytes_pushed,
+			        (unsigned long long)ks->bytes_pulled);
+		}
+		fprintf(f, "],\"keys_omitted\":%llu,\"latency\":{",
+		        (unsigned long long)s->keys_omitted);
+		for (int k = 0; k < DT_LAT_COUNT; k++) {
+			const dt_latency *l = &s->latency[k];
+
+			fprintf(f,
+			        "%s\"%s\":{\"count\":%llu,\"mean_ns\":%llu,"
+			        "\"p50_ns\":%llu,\"p99_ns\":%llu,\"max_ns\":%llu}",
+			        k ? "," : "", op[k], (unsigned long long)l->count,
+			        (unsigned long long)l->mean_ns,
+			        (unsigned long long)l->p50_ns,
+			        (unsigned long long)l->p99_ns,
+			        (unsigned long long)l->max_ns);
+		}
+		fprintf(f,
+		        "},\"merges\":%llu,\"merge_ns\":%llu,\"updates\":%llu,"
+		        "\"update_ns\":%llu,\"coll_ops\":%llu,\"coll_bytes\":"
+		        "%llu,\"coll_ns\":%llu,\"coll_busbw\":%.1f,\"steps\":"
+		        "%llu,\"step_ns\":%llu,\"comm_ns\":%llu,\"forward_ns\":"
+		        "%llu,\"backward_ns\":%llu,\"step_p50_ns\":%llu,"
+		        "\"step_p99_ns\":%llu}\n",
+		        (unsigned long long)s->merges,
+		        (unsigned long long)s->merge_ns,
+		        (unsigned long long)s->updates,
+		        (unsigned long long)s->update_ns,
+		        (unsigned long long)s->coll_ops,
+		        (unsigned long long)s->coll_bytes,
+		        (unsigned long long)s->coll_ns, s->coll_busbw,
+		        (unsigned long long)s->steps,
+		        (unsigned long long)s->step_ns,
+		        (unsigned long long)s->comm_ns,
+		        (unsigned long long)s->forward_ns,
+		        (unsigned long long)s->backward_ns,
+		        (unsigned long long)s->step_p50_ns,
+		        (unsigned long long)s->step_p99_ns);
+	}
+}
+
+void
+dt__stats_line(const dt_stats *s, char *out, size_t cap)
+{
+	uint64_t ms_, mr, bs = sum_sent(s, &ms_), br = sum_recv(s, &mr);
+
+	snprintf(out, cap,
+	         "stats: sent %llu msgs %.3f MB, received %llu msgs %.3f MB; "
+	         "push p50 %.3f ms, pull p50 %.3f ms; %llu steps, p50 %.3f ms",
+	         (unsigned long long)ms_, mb(bs), (unsigned long long)mr,
+	         mb(br), ms(s->latency[DT_LAT_PUSH].p50_ns),
+	         ms(s->latency[DT_LAT_PULL].p50_ns),
+	         (unsigned long long)s->steps, ms(s->step_p50_ns));
+}

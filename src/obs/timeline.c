@@ -1,0 +1,200 @@
+/*
+ * timeline.c - the merged trace file: Chrome's trace event format (JSON),
+ * which Perfetto and chrome://tracing load. The scheduler opens it at its
+ * start, writes its own events as they happen and every node's as their
+ * REPORTs arrive, and renames it into place at the end, so a reader never
+ * sees half a file under the final name.
+ *
+ * One Chrome "process" per node (pid = node id, named "worker 1" ...), one
+ * "thread" per track of that node (DT_TID_*). Spans on a track are complete
+ * events ("X"); a KV call's phases, which overlap other calls, are
+ * nestable async events ("b"/"e") grouped by the call's id. Times are
+ * microseconds from the scheduler's start, on its clock: members shift
+ * theirs by the offset estimated at bootstrap (core/report.c).
+ */
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/util.h"
+#include "obs/obs.h"
+
+struct dt__timeline {
+	FILE *f;
+	char *path, *part;
+	uint64_t t0;
+	uint64_t events;
+	int err; /* a write failed */
+};
+
+static const char *const tid_name[DT_TID_OTHER] = {"main", "io", "coll"};
+
+dt_err
+dt__timeline_open(const char *path, uint64_t t0_ns, dt__timeline **out)
+{
+	dt__timeline *t = dt__calloc(1, sizeof(*t));
+	size_t n = strlen(path);
+
+	*out = NULL;
+	if (t == NULL)
+		return DT_ENOMEM;
+	t->path = strdup(path);
+	t->part = malloc(n + 6);
+	if (t->path == NULL || t->part == NULL) {
+		free(t->path);
+		free(t->part);
+		free(t);
+		return dt__fail(DT_ENOMEM, "timeline %s", path);
+	}
+	snprintf(t->part, n + 6, "%s.part", path);
+	if ((t->f = fopen(t->part, "w")) == NULL) {
+		int e = errno;
+
+		free(t->path);
+		free(t->part);
+		free(t);
+		return dt__fail(DT_EIO, "DTRAIN_TIMELINE: cannot write %s.part: "
+		                "%s", path, strerror(e));
+	}
+	t->t0 = t0_ns;
+	fprintf(t->f, "{\"displayTimeUnit\":\"ms\",\"traceEvents\":[\n");
+	fprintf(t->f, "{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":0,"
+	              "\"tid\":0,\"args\":{\"name\":\"scheduler\"}}");
+	*out = t;
+	return DT_OK;
+}
+
+void
+dt__timeline_node(dt__timeline *t, int node, const char *name, int sort)
+{
+	char safe[64];
+
+	if (t == NULL)
+		return;
+	/* (names are the scheduler's own: "worker 3") */
+	dt__printable(name, safe, sizeof(safe));
+	for (char *p = safe; *p; p++)
+		if (*p == '"' || *p == '\\')
+			*p = '_';
+	fprintf(t->f,
+	        ",\n{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":%d,"
+	        "\"tid\":0,\"args\":{\"name\":\"%s\"}}",
+	        node, safe);
+	fprintf(t->f,
+	        ",\n{\"name\":\"process_sort_index\",\"ph\":\"M\",\"pid\":%d,"
+	        "\"tid\":0,\"args\":{\"sort_index\":%d}}",
+	        node, sort);
+	for (int i = 0; i < DT_TID_COUNT; i++)
+		fprintf(t->f,
+		        ",\n{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":%d,"
+		        "\"tid\":%d,\"args\":{\"name\":\"%s%.0d\"}}",
+		        node, i, i < DT_TID_OTHER ? tid_name[i] : "thread ",
+		        i < DT_TID_OTHER ? 0 : i - DT_TID_OTHER + 1);
+}
+
+/* Microseconds from the trace's start (negative if before it). */
+static double
+us(const dt__timeline *t, uint64_t ns)
+{
+	return ((double)(int64_t)(ns - t->t0)) / 1e3;
+}
+
+static void
+args(FILE *f, const dt__tev *e)
+{
+	int first = 1;
+
+	fputs(",\"args\":{", f);
+	if (e->flags & DT_EVF_KEY) {
+		fprintf(f, "\"key\":%" PRIu64, e->key);
+		first = 0;
+	}
+	if (e->flags & DT_EVF_BYTES) {
+		fprintf(f, "%s\"bytes\":%" PRIu64, first ? "" : ",", e->bytes);
+		first = 0;
+	}
+	if (e->flags & DT_EVF_PEER)
+		fprintf(f, "%s\"peer\":%d", first ? "" : ",", (int)e->peer);
+	fputc('}', f);
+}
+
+void
+dt__timeline_event(dt__timeline *t, int node, const dt__tev *e)
+{
+	const char *name, *cat;
+
+	if (t == NULL || e->kind >= DT_EV_COUNT || e->tid >= DT_TID_COUNT)
+		return;
+	name = dt__ev_name[e->kind];
+	cat = dt__ev_cat[e->kind];
+	if (e->flags & DT_EVF_ASYNC) {
+		fprintf(t->f,
+		        ",\n{\"name\":\"%s\",\"cat\":\"%s\",\"ph\":\"b\","
+		        "\"id\":\"0x%" PRIx64 "\",\"ts\":%.3f,\"pid\":%d,"
+		        "\"tid\":%d",
+		        name, cat, e->id, us(t, e->ts), node, e->tid);
+		args(t->f, e);
+		fprintf(t->f,
+		        "},\n{\"name\":\"%s\",\"cat\":\"%s\",\"ph\":\"e\","
+		        "\"id\":\"0x%" PRIx64 "\",\"ts\":%.3f,\"pid\":%d,"
+		        "\"tid\":%d}",
+		        name, cat, e->id, us(t, e->ts + e->dur), node, e->tid);
+	} else {
+		fprintf(t->f,
+		        ",\n{\"name\":\"%s\",\"cat\":\"%s\",\"ph\":\"X\","
+		        "\"ts\":%.3f,\"dur\":%.3f,\"pid\":%d,\"tid\":%d",
+		        name, cat, us(t, e->ts), (double)e->dur / 1e3, node,
+		        e->tid);
+		args(t->f, e);
+		fputc('}', t->f);
+	}
+	t->events++;
+}
+
+static void
+tl_free(dt__timeline *t)
+{
+	free(t->path);
+	free(t->part);
+	free(t);
+}
+
+dt_err
+dt__timeline_close(dt__timeline *t, const char *note)
+{
+	dt_err err = DT_OK;
+	char safe[512];
+
+	if (t == NULL)
+		return DT_OK;
+	dt__printable(note ? note : "", safe, sizeof(safe));
+	for (char *p = safe; *p; p++)
+		if (*p == '"' || *p == '\\')
+			*p = '\'';
+	fprintf(t->f, "\n],\"otherData\":{\"producer\":\"dtrain\","
+	              "\"events\":%" PRIu64 ",\"note\":\"%s\"}}\n",
+	        t->events, safe);
+	if (ferror(t->f) | fclose(t->f)) {
+		err = dt__fail(DT_EIO, "DTRAIN_TIMELINE: writing %s failed",
+		               t->part);
+		remove(t->part);
+	} else if (rename(t->part, t->path) != 0) {
+		err = dt__fail(DT_EIO, "DTRAIN_TIMELINE: cannot rename %s to "
+		               "%s: %s", t->part, t->path, strerror(errno));
+		remove(t->part);
+	}
+	tl_free(t);
+	return err;
+}
+
+void
+dt__timeline_abandon(dt__timeline *t)
+{
+	if (t == NULL)
+		return;
+	fclose(t->f);
+	remove(t->part);
+	tl_free(t);
+}
