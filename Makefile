@@ -9,7 +9,7 @@ TSAN_TESTS ?= van_test|coll_test|integration_kv_matrix|integration_kv_compressio
 JOBS       ?= $(shell nproc 2>/dev/null || echo 2)
 DEPS        = build-essential cmake pkg-config libcmocka-dev libopenblas-dev \
               zlib1g-dev libsodium-dev openssh-client openmpi-bin libopenmpi-dev dataset-fashion-mnist \
-              python3 python3-yaml procps \
+              python3 python3-yaml procps librsvg2-bin \
               openssh-server rsync iproute2 slurm-wlm munge
 # (the last line: the real engines the launcher's tests start privately:
 # sshd on namespace hosts, rsync, a Slurm cluster with munge)
@@ -62,9 +62,13 @@ test-tsan:
 # The main job: a local cluster (scheduler, 2 servers, 2 workers).
 demo: deps all
 	@if [ -x $(BUILD)/examples/mnist ] && [ -d $(DATA) ]; then \
-	  $(BUILD)/dtrain launch -n 2 -s 2 --launcher local -- \
+	  $(BUILD)/dtrain launch -n 2 -s 2 --launcher local \
+	    --timeline $(BUILD)/demo_timeline.json -- \
 	    $(BUILD)/examples/mnist --model lenet --kvstore dist_sync \
-	    --data $(DATA); \
+	    --data $(DATA) --metrics $(BUILD)/demo_metrics.jsonl && \
+	  echo "metrics log: $(BUILD)/demo_metrics.jsonl (one JSON object a line)" && \
+	  echo "plot it:     $(BUILD)/dtrain plot $(BUILD)/demo_metrics.jsonl -o curves.svg" && \
+	  echo "timeline:    $(BUILD)/demo_timeline.json (open it in https://ui.perfetto.dev)"; \
 	else \
 	  PS_VERBOSE=1 $(BUILD)/dtrain launch -n 2 -s 2 --launcher local -- \
 	    $(BUILD)/examples/hello_cluster; \

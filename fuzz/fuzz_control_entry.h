@@ -12,7 +12,11 @@
  *     decode to the same values;
  *   - a decoded NODE_TABLE has an id, a size or an entry out of place, or
  *     does not encode back to a block, no longer than the input, that
- *     decodes to the same table.
+ *     decodes to the same table;
+ *   - a decoded REPORT counters block (obs/stats.c) has counts over their
+ *     limits or does not encode back to the same bytes (a busbw that is
+ *     not a finite number aside: it is read as 0), and a REPORT event
+ *     record (obs/trace.c) that decodes does not encode back to itself.
  */
 #ifndef DT_FUZZ_CONTROL_ENTRY_H
 #define DT_FUZZ_CONTROL_ENTRY_H
@@ -21,6 +25,7 @@
 #include <stdlib.h>
 
 #include "core/msg.h"
+#include "obs/obs.h"
 
 static void
 fuzz_control_failed(dt_err err)
@@ -102,11 +107,56 @@ fuzz_control_node_table(const uint8_t *data, size_t size)
 	free(t);
 }
 
+static void
+fuzz_control_report(const uint8_t *data, size_t size)
+{
+	dt_stats s, s2;
+	uint8_t *p;
+	size_t len;
+	dt_err err;
+
+	dt__clear_error();
+	if ((err = dt__stats_decode(data, size, &s))) {
+		fuzz_control_failed(err);
+	} else {
+		FUZZ_CHECK(s.npeers >= 0 && s.npeers <= DT_STATS_MAX_PEERS);
+		FUZZ_CHECK(s.nkeys >= 0 && s.nkeys <= DT_STATS_MAX_KEYS + 1);
+		FUZZ_CHECK(s.coll_busbw >= 0);
+		FUZZ_CHECK(dt__stats_encode(&s, &p, &len) == DT_OK);
+		FUZZ_CHECK(len == size);
+		/* (bytes 20..27: busbw, read as 0 when not finite) */
+		FUZZ_CHECK(memcmp(p, data, 20) == 0 &&
+		           memcmp(p + 28, data + 28, size - 28) == 0);
+		FUZZ_CHECK(dt__stats_decode(p, len, &s2) == DT_OK);
+		FUZZ_CHECK(s2.npeers == s.npeers && s2.nkeys == s.nkeys &&
+		           s2.steps == s.steps && s2.wall_ns == s.wall_ns);
+		dt_stats_fini(&s2);
+		free(p);
+		dt_stats_fini(&s);
+	}
+	for (size_t off = 0;
+	     off + DT_TEV_WIRE <= size && off < 64 * DT_TEV_WIRE;
+	     off += DT_TEV_WIRE) {
+		dt__tev e;
+		uint8_t back[DT_TEV_WIRE];
+
+		dt__clear_error();
+		if ((err = dt__tev_decode(data + off, &e))) {
+			fuzz_control_failed(err);
+			continue;
+		}
+		FUZZ_CHECK(e.kind < DT_EV_COUNT && e.tid < DT_TID_COUNT);
+		dt__tev_encode(&e, 0, back);
+		FUZZ_CHECK(memcmp(back, data + off, DT_TEV_WIRE) == 0);
+	}
+}
+
 static int
 dt_fuzz_control_one(const uint8_t *data, size_t size)
 {
 	fuzz_control_add_node(data, size);
 	fuzz_control_node_table(data, size);
+	fuzz_control_report(data, size);
 	return 0;
 }
 

@@ -67,6 +67,21 @@ def rows(cmd=0, ids=(8, 9), width=2, kind=0, answer=0, meta=b'', body=None):
             + u8(len(meta)) + meta + payload)
 
 
+def stats(node=3, role=2, rank=0, peers=2, keys=1, busbw=0.0):
+    # a REPORT counters block (obs/stats.c): 5 u32, busbw, 16 u64 scalars,
+    # 3 latencies of 5 u64, then peers and keys of 5 u64 each
+    head = u32(node) + u32(role) + u32(rank) + u32(peers) + u32(keys) + f64(busbw)
+    head += b''.join(u64(i) for i in range(16)) + b''.join(u64(i) for i in range(15))
+    return (head + b''.join(u64(i) + u64(1) * 4 for i in range(peers))
+            + b''.join(u64(7 + i) + u64(2) * 4 for i in range(keys)))
+
+
+def tev(ts=1000, dur=50, key=7, nbytes=4000, id_=0, kind=4, tid=0, flags=3, peer=0):
+    # a REPORT timeline record (obs/trace.c), 48 bytes
+    return (u64(ts) + u64(dur) + u64(key) + u64(nbytes) + u64(id_)
+            + struct.pack('<H', kind) + u8(tid) + u8(flags) + u32(peer))
+
+
 def sig(kind=1, dtype=0, op=0, ntensors=1, root=0, count=1024, hash_=0):
     return u8(kind) + u8(dtype) + u8(op) + u8(ntensors) + u32(root) + u64(count) + u64(hash_)
 
@@ -89,6 +104,15 @@ SEEDS = {
         'node_table_out_of_place': table(rows=[(0, 0), (2, 0), (1, 0), (2, 1), (1, 1)]),
         'node_table_id_zero': table(me=0),
         'node_table_trailing': table() + b'\x00' * 7,
+        'report_stats': stats(),
+        'report_stats_no_peers': stats(peers=0, keys=0),
+        'report_stats_peers_huge': stats(peers=0)[:12] + u32(0xffffffff) + stats()[16:],
+        'report_stats_short': stats()[:100],
+        'report_stats_nan_busbw': stats(busbw=float('nan')),
+        'report_events': tev() + tev(kind=10, tid=1, flags=7, peer=3) + tev(id_=9, flags=8 | 3),
+        'report_event_kind_bogus': tev(kind=999),
+        'report_event_tid_bogus': tev(tid=200),
+        'report_event_dur_huge': tev(dur=1 << 60),
     },
     'kv': {
         'error_esize': u32(11) + s('push of key 3: length 4 != initialised length 8'),

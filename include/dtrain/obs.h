@@ -53,15 +53,16 @@ void dt_obs_phase(dt_phase ph, uint64_t t0);
 
 typedef struct dt_peer_stats {
 	int id; /* node id: 0 scheduler, 1 + r server r, 1 + S + r worker r */
-	uint64_t msgs_sent, bytes_sent; /* whole frames: header, meta, payload */
+	uint64_t msgs_sent,
+	    bytes_sent; /* whole frames: header, meta, payload */
 	uint64_t msgs_recv, bytes_recv;
 } dt_peer_stats;
 
 #define DT_STATS_KEY_BATCHED UINT64_MAX /* the row of batched calls */
 
 typedef struct dt_key_stats {
-	uint64_t key; /* or DT_STATS_KEY_BATCHED */
-	uint64_t pushes, pulls; /* a pushpull counts as both */
+	uint64_t key;                        /* or DT_STATS_KEY_BATCHED */
+	uint64_t pushes, pulls;              /* a pushpull counts as both */
 	uint64_t bytes_pushed, bytes_pulled; /* payload, as sent (encoded) */
 } dt_key_stats;
 
@@ -75,9 +76,9 @@ typedef struct dt_stats {
 	int npeers;
 	dt_peer_stats *peers; /* by node id; the node itself included (zero) */
 	int nkeys;
-	dt_key_stats *keys;      /* by key, ascending; batched calls last */
-	uint64_t keys_omitted;   /* keys beyond the 4096 kept */
-	dt_latency latency[3];   /* push, pull, pushpull (workers) */
+	dt_key_stats *keys;          /* by key, ascending; batched calls last */
+	uint64_t keys_omitted;       /* keys beyond the 4096 kept */
+	dt_latency latency[3];       /* push, pull, pushpull (workers) */
 	uint64_t merges, merge_ns;   /* servers: pushes summed */
 	uint64_t updates, update_ns; /* servers: optimizer / assign steps */
 	uint64_t coll_ops, coll_bytes, coll_ns;

@@ -11,6 +11,7 @@ int dt__cli_rank_exec(int argc, char **argv);  /* launch/rank.c */
 int dt__cli_params(int argc, char **argv);     /* params.c */
 int dt__cli_checkpoint(int argc, char **argv); /* ckpt.c */
 int dt__cli_k8s(int argc, char **argv);        /* k8s.c */
+int dt__cli_plot(int argc, char **argv);       /* plot.c */
 int dt__cli_role(int argc, char **argv);       /* main.c: scheduler, server */
 
 #endif

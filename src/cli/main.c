@@ -26,6 +26,8 @@ usage(FILE *f)
 	      "  params     compare saved parameter files (params diff A B)\n"
 	      "  checkpoint check server checkpoint files (checkpoint show "
 	      "F)\n"
+	      "  plot       draw training curves from metrics logs\n"
+	      "             (dtrain plot m.jsonl -o curves.svg)\n"
 	      "  k8s        print a job's Kubernetes objects (Jobs or a "
 	      "Kubeflow\n"
 	      "             MXJob) for kubectl apply -f -\n"
@@ -167,6 +169,8 @@ main(int argc, char **argv)
 		return dt__cli_checkpoint(argc - 1, argv + 1);
 	if (strcmp(cmd, "k8s") == 0)
 		return dt__cli_k8s(argc - 1, argv + 1);
+	if (strcmp(cmd, "plot") == 0)
+		return dt__cli_plot(argc - 1, argv + 1);
 	if (strcmp(cmd, "version") == 0 || strcmp(cmd, "--version") == 0) {
 		printf("dtrain 0.1.0\n");
 		return 0;

@@ -100,19 +100,22 @@ hook_payload_chunk(void *arg, dt_conn *c, const dt_msg_hdr *h, const void *data,
 
 static void dispatch(dt_node *n, dt_conn *c, dt_msg *m);
 
-/* Count the frame by its sender, known once it is handled (a HELLO names
- * its connection's peer), then hand it on. */
+/* Count the frame by its sender before handing it on (what it wakes sees
+ * it counted); a frame that names its connection's peer (HELLO) once it
+ * is handled. */
 static void
 hook_on_msg(void *arg, dt_conn *c, dt_msg *m)
 {
 	dt_node *n = arg;
-	uint64_t bytes = DT_HDR_SIZE + (uint64_t)m->hdr.meta_len +
-	                 m->hdr.payload_len;
-	int from;
+	uint64_t bytes =
+	    DT_HDR_SIZE + (uint64_t)m->hdr.meta_len + m->hdr.payload_len;
+	int count = 1 + n->num_servers + n->num_workers;
+	int from = dt__conn_peer(c);
 
+	if (from >= 0 && from < count)
+		dt__ctr_recv(&n->ctr[from], bytes);
 	dispatch(n, c, m);
-	from = dt__conn_peer(c);
-	if (from >= 0 && from < 1 + n->num_servers + n->num_workers)
+	if (from < 0 && (from = dt__conn_peer(c)) >= 0 && from < count)
 		dt__ctr_recv(&n->ctr[from], bytes);
 }
 
@@ -337,8 +340,9 @@ dt_node_start(const dt_node_config *cfg, dt_node **out)
 	pthread_cond_init(&n->cv, NULL);
 	uint64_t t_start = dt__now_ns();
 	n->start_ns = t_start;
-	n->ctr = dt__calloc(1 + (size_t)cfg->num_servers + (size_t)cfg->num_workers,
-	                    sizeof(*n->ctr));
+	n->ctr =
+	    dt__calloc(1 + (size_t)cfg->num_servers + (size_t)cfg->num_workers,
+	               sizeof(*n->ctr));
 	if (n->ctr == NULL) {
 		free(n);
 		return DT_ENOMEM;

@@ -245,7 +245,9 @@ void dt__report_on_clock(dt_node *n, dt_conn *c, const dt_msg *m);
 dt_err dt__report_member_send(dt_node *n);
 dt_err dt__report_sched_open(dt_node *n);
 void dt__report_sched_names(dt_node *n);
-void dt__report_sched_event(dt_node *n, int kind, uint64_t t0, uint64_t key);
+/* A span of the scheduler's own, on its track tid (DT_TID_*). */
+void dt__report_sched_event(dt_node *n, int kind, int tid, uint64_t t0,
+                            uint64_t key);
 void dt__report_on_msg(dt_node *n, dt_conn *c, const dt_msg *m);
 void dt__report_sched_finish(dt_node *n, const char *outcome);
 

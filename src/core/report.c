@@ -42,16 +42,16 @@ enum { REP_EVENTS = 1, REP_STATS = 2, REP_EVENTS_END = 3 };
 
 struct dt_report {
 	pthread_mutex_t mu;
-	dt__timeline *tl;  /* NULL without DTRAIN_TIMELINE */
-	int stats_on;      /* DTRAIN_STATS=1: print the table at the end */
+	dt__timeline *tl; /* NULL without DTRAIN_TIMELINE */
+	int stats_on;     /* DTRAIN_STATS=1: print the table at the end */
 	const char *json; /* DTRAIN_STATS_JSON: write every node's there */
-	uint64_t t0;       /* the scheduler's clock at its start */
+	uint64_t t0;      /* the scheduler's clock at its start */
 	uint64_t max_events;
-	int count;         /* 1 + S + W */
-	dt_stats **stats;  /* by node id, NULL until its report came */
-	uint64_t *events;  /* by node id: events written */
-	uint64_t dropped;  /* over the caps, or malformed */
-	int named;         /* tracks named (the table is known) */
+	int count;        /* 1 + S + W */
+	dt_stats **stats; /* by node id, NULL until its report came */
+	uint64_t *events; /* by node id: events written */
+	uint64_t dropped; /* over the caps, or malformed */
+	int named;        /* tracks named (the table is known) */
 };
 
 /* ---- member side ---- */
@@ -117,9 +117,8 @@ dt__report_clock_sync(dt_node *n)
 	for (int i = 0; i < CLOCK_ROUNDS; i++) {
 		int want;
 		uint64_t t0 = dt__now_ns() + (uint64_t)n->clock_skew;
-		dt_msg_hdr h = {.cmd = DT_CMD_CLOCK,
-		                .flags = DT_F_REQUEST,
-		                .arg0 = t0};
+		dt_msg_hdr h = {
+		    .cmd = DT_CMD_CLOCK, .flags = DT_F_REQUEST, .arg0 = t0};
 
 		pthread_mutex_lock(&n->mu);
 		want = n->clk_n + 1;
@@ -142,7 +141,8 @@ dt__report_clock_sync(dt_node *n)
 		}
 	}
 	n->clock_off = best;
-	DT_LOG(1, "clock offset to the scheduler: %+.3f us (round trip %.3f us)",
+	DT_LOG(1,
+	       "clock offset to the scheduler: %+.3f us (round trip %.3f us)",
 	       (double)best / 1e3, (double)best_rtt / 1e3);
 	dt__trace_span(DT_EV_CLOCK_SYNC, DT_TID_MAIN, t_start, 0, 0, 0, 0);
 	return DT_OK;
@@ -319,11 +319,12 @@ dt__report_sched_open(dt_node *n)
 		return DT_ENOMEM;
 	if (path && (err = dt__timeline_open(path, r->t0, &r->tl)))
 		return err;
+	dt__timeline_node(r->tl, 0, "scheduler", 0);
 	return DT_OK;
 }
 
 void
-dt__report_sched_event(dt_node *n, int kind, uint64_t t0, uint64_t key)
+dt__report_sched_event(dt_node *n, int kind, int tid, uint64_t t0, uint64_t key)
 {
 	struct dt_report *r = n->report;
 
@@ -334,7 +335,7 @@ dt__report_sched_event(dt_node *n, int kind, uint64_t t0, uint64_t key)
 	             .dur = now - t0,
 	             .key = key,
 	             .kind = (uint16_t)kind,
-	             .tid = DT_TID_MAIN,
+	             .tid = (uint8_t)tid,
 	             .flags = key ? DT_EVF_KEY : 0};
 	pthread_mutex_lock(&r->mu);
 	dt__timeline_event(r->tl, 0, &e);
@@ -376,8 +377,9 @@ dt__report_on_msg(dt_node *n, dt_conn *c, const dt_msg *m)
 	size_t len = m->hdr.meta_len;
 
 	if (n->role != DT_ROLE_SCHEDULER || peer <= 0) {
-		refuse(n, c, "REPORT goes to the scheduler, from a node "
-		             "that joined");
+		refuse(n, c,
+		       "REPORT goes to the scheduler, from a node "
+		       "that joined");
 		return;
 	}
 	if (r == NULL || peer >= r->count)
@@ -410,8 +412,8 @@ dt__report_on_msg(dt_node *n, dt_conn *c, const dt_msg *m)
 			return;
 		}
 		pthread_mutex_lock(&r->mu);
-		r->dropped += m->hdr.arg1 > (1ull << 40) ? (1ull << 40)
-		                                          : m->hdr.arg1;
+		r->dropped +=
+		    m->hdr.arg1 > (1ull << 40) ? (1ull << 40) : m->hdr.arg1;
 		pthread_mutex_unlock(&r->mu);
 		return;
 	case REP_STATS: {
@@ -454,7 +456,8 @@ dt__report_sched_finish(dt_node *n, const char *outcome)
 	n->report = NULL;
 	if (r->stats_on || r->json) {
 		dt_stats *own = dt__calloc(1, sizeof(*own));
-		const char **names = dt__calloc((size_t)r->count, sizeof(char *));
+		const char **names =
+		    dt__calloc((size_t)r->count, sizeof(char *));
 		char(*buf)[64] = dt__calloc((size_t)r->count, 64);
 
 		if (own && dt_node_stats(n, own) == DT_OK) {
@@ -477,8 +480,10 @@ dt__report_sched_finish(dt_node *n, const char *outcome)
 			if (f) {
 				dt__stats_json(f, r->stats, names, r->count);
 				if (fclose(f) != 0)
-					dt__log(0, "DTRAIN_STATS_JSON: writing "
-					        "%s failed", r->json);
+					dt__log(0,
+					        "DTRAIN_STATS_JSON: writing "
+					        "%s failed",
+					        r->json);
 			}
 		}
 		free(names);
@@ -490,7 +495,8 @@ dt__report_sched_finish(dt_node *n, const char *outcome)
 
 		for (int i = 0; i < r->count; i++)
 			total += r->events[i];
-		snprintf(note, sizeof(note), "%s; %llu events from the nodes, "
+		snprintf(note, sizeof(note),
+		         "%s; %llu events from the nodes, "
 		         "%llu dropped",
 		         outcome ? outcome : "job over",
 		         (unsigned long long)total,

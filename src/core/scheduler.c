@@ -40,9 +40,9 @@ struct dt_sched {
 	int *left; /* by id: worker done, or server closed */
 	int workers_done;
 	int servers_closed;
-	int ending;          /* TERMINATE sent */
-	uint64_t arrived[8]; /* barrier arrivals per group mask */
-	uint64_t passed[8];  /* barriers passed per group mask */
+	int ending;           /* TERMINATE sent */
+	uint64_t arrived[8];  /* barrier arrivals per group mask */
+	uint64_t passed[8];   /* barriers passed per group mask */
 	uint64_t first_ns[8]; /* the round's first arrival (the timeline) */
 	/* The first error a member brought to the round per mask, handed to
 	 * every member with BARRIER_DONE. */
@@ -459,7 +459,8 @@ on_barrier(dt_node *n, dt_conn *c, dt_msg *m)
 	pthread_mutex_unlock(&n->mu);
 	if (!release)
 		return;
-	dt__report_sched_event(n, DT_EV_BARRIER, first, (uint64_t)mask);
+	dt__report_sched_event(n, DT_EV_BARRIER, DT_TID_IO, first,
+	                       (uint64_t)mask);
 	DT_LOG(1, "barrier #%llu over group mask %d: all %d nodes arrived",
 	       (unsigned long long)s->passed[mask], mask, group_size(n, mask));
 	for (int id = 1; id < n->ntable; id++) {
@@ -904,7 +905,7 @@ dt__sched_start(dt_node *n)
 	if (err)
 		return err;
 	DT_LOG(1, "all %d nodes are ready", count);
-	dt__report_sched_event(n, DT_EV_BOOTSTRAP, t_join, 0);
+	dt__report_sched_event(n, DT_EV_BOOTSTRAP, DT_TID_MAIN, t_join, 0);
 	return DT_OK;
 }
 

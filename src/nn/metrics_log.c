@@ -31,8 +31,10 @@ dt_metrics_open(const char *path, const char *label, dt_metrics_log **out)
 		                out ? "path" : "out");
 	*out = NULL;
 	if (label && strlen(label) > 64)
-		return dt__fail(DT_EINVAL, "metrics log: run label of %zu "
-		                "bytes (64 at most)", strlen(label));
+		return dt__fail(DT_EINVAL,
+		                "metrics log: run label of %zu "
+		                "bytes (64 at most)",
+		                strlen(label));
 	if ((l = dt__calloc(1, sizeof(*l))) == NULL)
 		return DT_ENOMEM;
 	if ((l->f = fopen(path, "w")) == NULL) {
@@ -78,9 +80,8 @@ dt_metrics_write(dt_metrics_log *l, const dt_metrics_rec *r)
 			*p = '_';
 	fprintf(l->f, "{\"run\":\"%s\",\"epoch\":%d,\"batch\":%ld", l->label,
 	        r->epoch, r->batch);
-	num(l->f, "samples_per_sec", r->samples_per_sec >= 0
-	                                 ? r->samples_per_sec
-	                                 : NAN, 2);
+	num(l->f, "samples_per_sec",
+	    r->samples_per_sec >= 0 ? r->samples_per_sec : NAN, 2);
 	fprintf(l->f, ",\"metric\":\"%s\"", metric);
 	num(l->f, "train", r->train, 6);
 	num(l->f, "val", r->val, 6);
@@ -88,8 +89,7 @@ dt_metrics_write(dt_metrics_log *l, const dt_metrics_rec *r)
 	num(l->f, "val_loss", r->val_loss, 6);
 	num(l->f, "comm_s", r->comm_s, 4);
 	num(l->f, "wall_s",
-	    r->wall_s >= 0 ? r->wall_s
-	                   : (double)(dt__now_ns() - l->t0) * 1e-9,
+	    r->wall_s >= 0 ? r->wall_s : (double)(dt__now_ns() - l->t0) * 1e-9,
 	    4);
 	fputs("}\n", l->f);
 	if (fflush(l->f) != 0 || ferror(l->f)) {

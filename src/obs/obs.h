@@ -82,7 +82,8 @@ enum {
 	DT_EVF_KEY = 1,   /* key */
 	DT_EVF_BYTES = 2, /* bytes */
 	DT_EVF_PEER = 4,  /* peer */
-	DT_EVF_ASYNC = 8, /* an async span (id), not one of tid's nested spans */
+	DT_EVF_ASYNC =
+	    8, /* an async span (id), not one of tid's nested spans */
 };
 
 /* One event: a span [ts, ts + dur) on one of the node's tracks, or an
@@ -148,8 +149,7 @@ typedef struct dt__timeline dt__timeline;
  * scheduler's clock at which the trace starts. */
 dt_err dt__timeline_open(const char *path, uint64_t t0_ns, dt__timeline **out);
 /* Name a node's track (Chrome's process) and its threads. */
-void dt__timeline_node(dt__timeline *t, int node, const char *name,
-                       int sort);
+void dt__timeline_node(dt__timeline *t, int node, const char *name, int sort);
 /* Write an event of node (ts on the scheduler's clock). */
 void dt__timeline_event(dt__timeline *t, int node, const dt__tev *e);
 /* Finish and rename into place; note names what the job's events lost
@@ -195,8 +195,8 @@ dt__ctr_recv(dt__peer_ctr *c, uint64_t bytes)
 enum { DT_LAT_PUSH, DT_LAT_PULL, DT_LAT_PUSHPULL, DT_LAT_COUNT };
 /* A KV call of key completed: kind DT_LAT_*, bytes out and in, its time
  * from the call to the last answer. */
-void dt__obs_kv(int kind, uint64_t key, uint64_t out_bytes,
-                uint64_t in_bytes, uint64_t ns);
+void dt__obs_kv(int kind, uint64_t key, uint64_t out_bytes, uint64_t in_bytes,
+                uint64_t ns);
 /* A batched call (keys not counted one by one). */
 void dt__obs_kv_batch(int kind, uint64_t out_bytes, uint64_t in_bytes,
                       uint64_t ns);

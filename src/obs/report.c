@@ -163,8 +163,9 @@ dt__stats_report(FILE *f, dt_stats *const *all, const char *const *names,
 			        mb(top[a].bytes_pulled));
 		}
 		if (omitted)
-			fprintf(f, "(%llu calls on keys beyond the %d counted "
-			           "one by one)\n",
+			fprintf(f,
+			        "(%llu calls on keys beyond the %d counted "
+			        "one by one)\n",
 			        (unsigned long long)omitted, DT_STATS_MAX_KEYS);
 	}
 	if (ns) {
@@ -179,8 +180,7 @@ dt__stats_report(FILE *f, dt_stats *const *all, const char *const *names,
 			        names[i], mb(sum_recv(all[i], &m)),
 			        (unsigned long long)all[i]->merges,
 			        (unsigned long long)all[i]->updates,
-			        (double)(all[i]->merge_ns +
-			                 all[i]->update_ns) *
+			        (double)(all[i]->merge_ns + all[i]->update_ns) *
 			            1e-9);
 		}
 	}
@@ -219,8 +219,7 @@ dt__stats_report(FILE *f, dt_stats *const *all, const char *const *names,
 			                   : 0.0);
 			if (np < 4096)
 				p50s[np++] = s->step_p50_ns;
-			if (slow < 0 ||
-			    s->step_p50_ns > all[slow]->step_p50_ns)
+			if (slow < 0 || s->step_p50_ns > all[slow]->step_p50_ns)
 				slow = i;
 		}
 		qsort(p50s, (size_t)np, sizeof(p50s[0]), cmp_u64);
@@ -282,47 +281,52 @@ dt__stats_json(FILE *f, dt_stats *const *all, const char *const *names,
 		fprintf(f,
 		        "{\"node\":%d,\"name\":\"%s\",\"role\":\"%s\","
 		        "\"rank\":%d,\"wall_s\":%.6f,\"peers\":[",
-		        i, names[i], role[s->role >= 0 && s->role < 3 ? s->role : 0],
+		        i, names[i],
+		        role[s->role >= 0 && s->role < 3 ? s->role : 0],
 		        s->rank, (double)s->wall_ns * 1e-9);
 		for (int k = 0; k < s->npeers; k++)
-			fprintf(f,
-			        "%s{\"id\":%d,\"msgs_sent\":%llu,\"bytes_sent\":"
-			        "%llu,\"msgs_recv\":%llu,\"bytes_recv\":%llu}",
-			        k ? "," : "", s->peers[k].id,
-			        (unsigned long long)s->peers[k].msgs_sent,
-			        (unsigned long long)s->peers[k].bytes_sent,
-			        (unsigned long long)s->peers[k].msgs_recv,
-			        (unsigned long long)s->peers[k].bytes_recv);
+			fprintf(
+			    f,
+			    "%s{\"id\":%d,\"msgs_sent\":%llu,\"bytes_sent\":"
+			    "%llu,\"msgs_recv\":%llu,\"bytes_recv\":%llu}",
+			    k ? "," : "", s->peers[k].id,
+			    (unsigned long long)s->peers[k].msgs_sent,
+			    (unsigned long long)s->peers[k].bytes_sent,
+			    (unsigned long long)s->peers[k].msgs_recv,
+			    (unsigned long long)s->peers[k].bytes_recv);
 		fputs("],\"keys\":[", f);
 		for (int k = 0; k < s->nkeys; k++) {
 			const dt_key_stats *ks = &s->keys[k];
 
 			if (ks->key == DT_STATS_KEY_BATCHED)
-				fprintf(f, "%s{\"key\":\"batched\"", k ? "," : "");
+				fprintf(f, "%s{\"key\":\"batched\"",
+				        k ? "," : "");
 			else
 				fprintf(f, "%s{\"key\":%llu", k ? "," : "",
 				        (unsigned long long)ks->key);
-			fprintf(f,
-			        ",\"pushes\":%llu,\"pulls\":%llu,\"bytes_pushed\":"
-			        "%llu,\"bytes_pulled\":%llu}",
-			        (unsigned long long)ks->pushes,
-			        (unsigned long long)ks->pulls,
-			        (unsigned long long)ks->bytes_pushed,
-			        (unsigned long long)ks->bytes_pulled);
+			fprintf(
+			    f,
+			    ",\"pushes\":%llu,\"pulls\":%llu,\"bytes_pushed\":"
+			    "%llu,\"bytes_pulled\":%llu}",
+			    (unsigned long long)ks->pushes,
+			    (unsigned long long)ks->pulls,
+			    (unsigned long long)ks->bytes_pushed,
+			    (unsigned long long)ks->bytes_pulled);
 		}
 		fprintf(f, "],\"keys_omitted\":%llu,\"latency\":{",
 		        (unsigned long long)s->keys_omitted);
 		for (int k = 0; k < DT_LAT_COUNT; k++) {
 			const dt_latency *l = &s->latency[k];
 
-			fprintf(f,
-			        "%s\"%s\":{\"count\":%llu,\"mean_ns\":%llu,"
-			        "\"p50_ns\":%llu,\"p99_ns\":%llu,\"max_ns\":%llu}",
-			        k ? "," : "", op[k], (unsigned long long)l->count,
-			        (unsigned long long)l->mean_ns,
-			        (unsigned long long)l->p50_ns,
-			        (unsigned long long)l->p99_ns,
-			        (unsigned long long)l->max_ns);
+			fprintf(
+			    f,
+			    "%s\"%s\":{\"count\":%llu,\"mean_ns\":%llu,"
+			    "\"p50_ns\":%llu,\"p99_ns\":%llu,\"max_ns\":%llu}",
+			    k ? "," : "", op[k], (unsigned long long)l->count,
+			    (unsigned long long)l->mean_ns,
+			    (unsigned long long)l->p50_ns,
+			    (unsigned long long)l->p99_ns,
+			    (unsigned long long)l->max_ns);
 		}
 		fprintf(f,
 		        "},\"merges\":%llu,\"merge_ns\":%llu,\"updates\":%llu,"

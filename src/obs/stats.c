@@ -64,9 +64,9 @@ dt__hist_quantile(const dt__hist *h, double q)
 	for (int i = 0; i < DT_HIST_BUCKETS; i++) {
 		seen += h->b[i];
 		if (seen >= want) {
-			uint64_t lo = bucket_lo(i),
-			         hi = i + 1 < DT_HIST_BUCKETS ? bucket_lo(i + 1)
-			                                      : lo;
+			uint64_t lo = bucket_lo(i), hi = i + 1 < DT_HIST_BUCKETS
+			                                     ? bucket_lo(i + 1)
+			                                     : lo;
 			uint64_t mid = lo + (hi - lo) / 2;
 			return mid > h->max ? h->max : mid;
 		}
@@ -150,8 +150,7 @@ dt__obs_kv(int kind, uint64_t key, uint64_t out_bytes, uint64_t in_bytes,
 }
 
 void
-dt__obs_kv_batch(int kind, uint64_t out_bytes, uint64_t in_bytes,
-                 uint64_t ns)
+dt__obs_kv_batch(int kind, uint64_t out_bytes, uint64_t in_bytes, uint64_t ns)
 {
 	pthread_mutex_lock(&mu);
 	start_clock();
@@ -212,9 +211,9 @@ dt_obs_phase(dt_phase ph, uint64_t t0)
 void
 dt__obs_phase_span(dt_phase ph, uint64_t t0, uint64_t now)
 {
-	static const int kind[] = {DT_EV_TRAIN_STEP,   DT_EV_TRAIN_FORWARD,
+	static const int kind[] = {DT_EV_TRAIN_STEP,     DT_EV_TRAIN_FORWARD,
 	                           DT_EV_TRAIN_BACKWARD, DT_EV_TRAIN_COMM,
-	                           DT_EV_TRAIN_UPDATE, DT_EV_TRAIN_DATA};
+	                           DT_EV_TRAIN_UPDATE,   DT_EV_TRAIN_DATA};
 	uint64_t ns = now > t0 ? now - t0 : 0;
 	static int next_track = DT_TID_MAIN;
 	static _Thread_local int track = -1;
@@ -292,10 +291,8 @@ dt__obs_snapshot(dt_stats *s)
 
 		for (dt_hnode *h = dt__table_first(&g.keys, &it); h;
 		     h = dt__table_next(&it))
-			s->keys[s->nkeys++] =
-			    DT_CONTAINER_OF(h, kstat, hn)->s;
-		qsort(s->keys, (size_t)s->nkeys, sizeof(*s->keys),
-		      cmp_keystat);
+			s->keys[s->nkeys++] = DT_CONTAINER_OF(h, kstat, hn)->s;
+		qsort(s->keys, (size_t)s->nkeys, sizeof(*s->keys), cmp_keystat);
 		if (g.batched.key)
 			s->keys[s->nkeys++] = g.batched;
 	}
@@ -309,8 +306,7 @@ dt__obs_snapshot(dt_stats *s)
 	s->coll_ops = g.coll_ops;
 	s->coll_bytes = g.coll_bytes;
 	s->coll_ns = g.coll_ns;
-	s->coll_busbw = g.coll_ns ? g.coll_bus / ((double)g.coll_ns * 1e-9)
-	                          : 0;
+	s->coll_busbw = g.coll_ns ? g.coll_bus / ((double)g.coll_ns * 1e-9) : 0;
 	s->steps = g.steps;
 	s->step_ns = g.step_ns;
 	s->comm_ns = g.comm_ns;
@@ -430,8 +426,10 @@ dt__stats_decode(const void *buf, size_t len, dt_stats *s)
 
 	memset(s, 0, sizeof(*s));
 	if (len < HEAD_BYTES)
-		return dt__fail(DT_EPROTO, "stats report of %zu bytes (%d "
-		                "at least)", len, HEAD_BYTES);
+		return dt__fail(DT_EPROTO,
+		                "stats report of %zu bytes (%d "
+		                "at least)",
+		                len, HEAD_BYTES);
 	s->id = (int)dt__get_u32(q), q += 4;
 	s->role = (int)dt__get_u32(q), q += 4;
 	s->rank = (int)dt__get_u32(q), q += 4;
@@ -450,8 +448,10 @@ dt__stats_decode(const void *buf, size_t len, dt_stats *s)
 		                len, npeers, nkeys);
 	if (s->role < 0 || s->role > 2 || s->rank < -1 || s->rank > 4095 ||
 	    s->id < 0 || s->id >= DT_STATS_MAX_PEERS)
-		return dt__fail(DT_EPROTO, "stats report of node %d (role %d, "
-		                "rank %d)", s->id, s->role, s->rank);
+		return dt__fail(DT_EPROTO,
+		                "stats report of node %d (role %d, "
+		                "rank %d)",
+		                s->id, s->role, s->rank);
 	bits = dt__get_u64(q), q += 8;
 	memcpy(&s->coll_busbw, &bits, 8);
 	if (!isfinite(s->coll_busbw) || s->coll_busbw < 0)
@@ -485,15 +485,13 @@ dt__stats_decode(const void *buf, size_t len, dt_stats *s)
 			                "stats report naming node %llu",
 			                (unsigned long long)id);
 		}
-		s->peers[i] = (dt_peer_stats){(int)id, dt__get_u64(q + 8),
-		                              dt__get_u64(q + 16),
-		                              dt__get_u64(q + 24),
-		                              dt__get_u64(q + 32)};
+		s->peers[i] = (dt_peer_stats){
+		    (int)id, dt__get_u64(q + 8), dt__get_u64(q + 16),
+		    dt__get_u64(q + 24), dt__get_u64(q + 32)};
 	}
 	for (uint32_t i = 0; i < nkeys; i++, q += 40)
-		s->keys[i] = (dt_key_stats){dt__get_u64(q), dt__get_u64(q + 8),
-		                            dt__get_u64(q + 16),
-		                            dt__get_u64(q + 24),
-		                            dt__get_u64(q + 32)};
+		s->keys[i] = (dt_key_stats){
+		    dt__get_u64(q), dt__get_u64(q + 8), dt__get_u64(q + 16),
+		    dt__get_u64(q + 24), dt__get_u64(q + 32)};
 	return DT_OK;
 }

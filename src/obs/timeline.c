@@ -55,8 +55,10 @@ dt__timeline_open(const char *path, uint64_t t0_ns, dt__timeline **out)
 		free(t->path);
 		free(t->part);
 		free(t);
-		return dt__fail(DT_EIO, "DTRAIN_TIMELINE: cannot write %s.part: "
-		                "%s", path, strerror(e));
+		return dt__fail(DT_EIO,
+		                "DTRAIN_TIMELINE: cannot write %s.part: "
+		                "%s",
+		                path, strerror(e));
 	}
 	t->t0 = t0_ns;
 	fprintf(t->f, "{\"displayTimeUnit\":\"ms\",\"traceEvents\":[\n");
@@ -173,16 +175,19 @@ dt__timeline_close(dt__timeline *t, const char *note)
 	for (char *p = safe; *p; p++)
 		if (*p == '"' || *p == '\\')
 			*p = '\'';
-	fprintf(t->f, "\n],\"otherData\":{\"producer\":\"dtrain\","
-	              "\"events\":%" PRIu64 ",\"note\":\"%s\"}}\n",
+	fprintf(t->f,
+	        "\n],\"otherData\":{\"producer\":\"dtrain\","
+	        "\"events\":%" PRIu64 ",\"note\":\"%s\"}}\n",
 	        t->events, safe);
 	if (ferror(t->f) | fclose(t->f)) {
 		err = dt__fail(DT_EIO, "DTRAIN_TIMELINE: writing %s failed",
 		               t->part);
 		remove(t->part);
 	} else if (rename(t->part, t->path) != 0) {
-		err = dt__fail(DT_EIO, "DTRAIN_TIMELINE: cannot rename %s to "
-		               "%s: %s", t->part, t->path, strerror(errno));
+		err = dt__fail(DT_EIO,
+		               "DTRAIN_TIMELINE: cannot rename %s to "
+		               "%s: %s",
+		               t->part, t->path, strerror(errno));
 		remove(t->part);
 	}
 	tl_free(t);

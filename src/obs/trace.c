@@ -35,8 +35,8 @@ typedef struct chunk {
 int dt__trace_flag;
 
 static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
-static const void *owner_of; /* (mu) */
-static chunk *head, *tail;   /* (mu) */
+static const void *owner_of;         /* (mu) */
+static chunk *head, *tail;           /* (mu) */
 static uint64_t count, cap, dropped; /* (mu) */
 
 int
@@ -201,23 +201,22 @@ dt__tev_decode(const uint8_t *in, dt__tev *e)
 	e->flags = in[43];
 	e->peer = (int32_t)dt__get_u32(in + 44);
 	if (e->kind >= DT_EV_COUNT)
-		return dt__fail(DT_EPROTO, "timeline event of kind %u (%d known)",
-		                e->kind, DT_EV_COUNT);
+		return dt__fail(DT_EPROTO,
+		                "timeline event of kind %u (%d known)", e->kind,
+		                DT_EV_COUNT);
 	if (e->tid >= DT_TID_COUNT)
 		return dt__fail(DT_EPROTO, "timeline event on track %u",
 		                e->tid);
-	if (e->flags & ~(DT_EVF_KEY | DT_EVF_BYTES | DT_EVF_PEER |
-	                 DT_EVF_ASYNC))
+	if (e->flags &
+	    ~(DT_EVF_KEY | DT_EVF_BYTES | DT_EVF_PEER | DT_EVF_ASYNC))
 		return dt__fail(DT_EPROTO, "timeline event with flags 0x%x",
 		                e->flags);
 	/* A span is at most a week long and starts within 2^62 ns. */
 	if (e->dur > 7ull * 86400 * 1000000000ull || e->ts > (1ull << 62))
-		return dt__fail(DT_EPROTO,
-		                "timeline event at %llu ns lasting %llu ns",
-		                (unsigned long long)e->ts,
-		                (unsigned long long)e->dur);
-	if ((e->flags & DT_EVF_PEER) &&
-	    (e->peer < 0 || e->peer >= 4097))
+		return dt__fail(
+		    DT_EPROTO, "timeline event at %llu ns lasting %llu ns",
+		    (unsigned long long)e->ts, (unsigned long long)e->dur);
+	if ((e->flags & DT_EVF_PEER) && (e->peer < 0 || e->peer >= 4097))
 		return dt__fail(DT_EPROTO, "timeline event naming node %d",
 		                (int)e->peer);
 	return DT_OK;

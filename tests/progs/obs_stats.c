@@ -23,8 +23,8 @@ static int failures;
 #define CHECK(cond, ...)                                                       \
 	do {                                                                   \
 		if (!(cond)) {                                                 \
-			fprintf(stderr, "obs_stats FAILED at line %d: ",       \
-			        __LINE__);                                     \
+			fprintf(stderr,                                        \
+			        "obs_stats FAILED at line %d: ", __LINE__);    \
 			fprintf(stderr, __VA_ARGS__);                          \
 			fprintf(stderr, "\n");                                 \
 			failures++;                                            \
@@ -108,18 +108,19 @@ main(void)
 	      "%llu steps, comm %llu ns of %llu", (unsigned long long)s.steps,
 	      (unsigned long long)s.comm_ns, (unsigned long long)s.step_ns);
 	uint64_t to_servers = 0, frames = 0;
-	int ns = getenv("DMLC_NUM_SERVER") ? atoi(getenv("DMLC_NUM_SERVER")) : 0;
+	int ns =
+	    getenv("DMLC_NUM_SERVER") ? atoi(getenv("DMLC_NUM_SERVER")) : 0;
 	for (int i = 1; i <= ns && i < s.npeers; i++) {
 		to_servers += s.peers[i].bytes_sent;
 		frames += s.peers[i].msgs_sent;
 	}
-	CHECK(frames >= 3 * R && to_servers >= R * (4000ull + 1200) + frames * 64,
+	CHECK(frames >= 3 * R &&
+	          to_servers >= R * (4000ull + 1200) + frames * 64,
 	      "%llu frames, %llu bytes to the servers",
 	      (unsigned long long)frames, (unsigned long long)to_servers);
 	printf("obs_stats: worker %d: key 7 %llu B pushed, key 9 %llu B, "
 	       "%llu frames to the servers, %llu steps: %s\n",
-	       dt_kv_rank(kv),
-	       k7 ? (unsigned long long)k7->bytes_pushed : 0ull,
+	       dt_kv_rank(kv), k7 ? (unsigned long long)k7->bytes_pushed : 0ull,
 	       k9 ? (unsigned long long)k9->bytes_pushed : 0ull,
 	       (unsigned long long)frames, (unsigned long long)s.steps,
 	       failures ? "FAILED" : "ok");
