@@ -102,14 +102,17 @@ static void dispatch(dt_node *n, dt_conn *c, dt_msg *m);
 
 /* Count the frame by its sender before handing it on (what it wakes sees
  * it counted); a frame that names its connection's peer (HELLO) once it
- * is handled. */
+ * is handled. Heartbeats are not counted on either side (watch.c sends
+ * them to connections not yet named). */
 static void
 hook_on_msg(void *arg, dt_conn *c, dt_msg *m)
 {
 	dt_node *n = arg;
 	uint64_t bytes =
 	    DT_HDR_SIZE + (uint64_t)m->hdr.meta_len + m->hdr.payload_len;
-	int count = 1 + n->num_servers + n->num_workers;
+	int count = m->hdr.cmd == DT_CMD_HEARTBEAT
+	                ? 0
+	                : 1 + n->num_servers + n->num_workers;
 	int from = dt__conn_peer(c);
 
 	if (from >= 0 && from < count)
