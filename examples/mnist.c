@@ -192,19 +192,18 @@ parse(int argc, char **argv, opts *o)
 	};
 	int c, idx;
 
-	*o = (opts){
-	    .model = "lenet",
-	    .kvstore = "local",
-	    .optimizer = "adam",
-	    .data = "/usr/share/datasets/fashion-mnist",
-	    .devices = 1,
-	    .epochs = 3,
-	    .batch = 64,
-	    .seed = 42,
-	    .disp = 50,
-	    .lr = 0.002,
-	    .momentum = 0.9,
-	    .lr_factor = 0.5};
+	*o = (opts){.model = "lenet",
+	            .kvstore = "local",
+	            .optimizer = "adam",
+	            .data = "/usr/share/datasets/fashion-mnist",
+	            .devices = 1,
+	            .epochs = 3,
+	            .batch = 64,
+	            .seed = 42,
+	            .disp = 50,
+	            .lr = 0.002,
+	            .momentum = 0.9,
+	            .lr_factor = 0.5};
 	while ((c = getopt_long(argc, argv, "", lo, &idx)) != -1) {
 		char *end = NULL;
 		long *lp = NULL;
@@ -582,11 +581,10 @@ main(int argc, char **argv)
 			                      &printed);
 			dt_obs_phase(DT_PHASE_STEP, t_step);
 			if (printed && mlog) {
-				dt_metrics_rec r = {(int)ep,    (long)b,
-				                    sp.speed,   "accuracy",
-				                    train_acc,  NAN,
-				                    NAN,        NAN,
-				                    tcomm,      -1};
+				dt_metrics_rec r = {
+				    (int)ep,   (long)b, sp.speed, "accuracy",
+				    train_acc, NAN,     NAN,      NAN,
+				    tcomm,     -1};
 				if (dt_metrics_write(mlog, &r) != DT_OK)
 					goto fail;
 			}
@@ -605,21 +603,19 @@ main(int argc, char **argv)
 			printf("Epoch[%ld] Validation-accuracy=%.6f\n", ep,
 			       acc);
 			fflush(stdout);
-			dt_metrics_rec r = {(int)ep,
-			                    -1,
-			                    ttrain > 0 ? (double)(nb - (ep == ep0
-			                                                  ? b0
-			                                                  : 0)) *
-			                                     (double)o.batch /
-			                                     ttrain
-			                               : -1,
-			                    "accuracy",
-			                    dt_metric_get(&ep_metric),
-			                    acc,
-			                    NAN,
-			                    NAN,
-			                    tcomm,
-			                    -1};
+			dt_metrics_rec r = {
+			    (int)ep,
+			    -1,
+			    ttrain > 0 ? (double)(nb - (ep == ep0 ? b0 : 0)) *
+			                     (double)o.batch / ttrain
+			               : -1,
+			    "accuracy",
+			    dt_metric_get(&ep_metric),
+			    acc,
+			    NAN,
+			    NAN,
+			    tcomm,
+			    -1};
 			if (mlog && dt_metrics_write(mlog, &r) != DT_OK)
 				goto fail;
 		}

@@ -390,10 +390,10 @@ typedef struct dt_metrics_rec {
 	long batch;             /* batches done in the epoch; -1: its end */
 	double samples_per_sec; /* < 0: none */
 	const char *metric;     /* the training metric's name ("accuracy") */
-	double train, val;      /* the metric, on training and validation data */
-	double loss, val_loss;  /* NaN: none (as every double here) */
-	double comm_s;          /* communication seconds in the epoch so far */
-	double wall_s;          /* < 0: seconds since dt_metrics_open */
+	double train, val;     /* the metric, on training and validation data */
+	double loss, val_loss; /* NaN: none (as every double here) */
+	double comm_s;         /* communication seconds in the epoch so far */
+	double wall_s;         /* < 0: seconds since dt_metrics_open */
 } dt_metrics_rec;
 
 /* Create (truncate) path. label names the run in the plot's legend

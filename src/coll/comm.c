@@ -697,8 +697,8 @@ quiesce(dt_coll *c, coll_op *op)
 static void
 op_record(dt_coll *c, const coll_op *op, uint64_t t0)
 {
-	int kind = op->kind == DT__COLL_ALLREDUCE   ? DT_EV_COLL_ALLREDUCE
-	           : op->kind == DT__COLL_BROADCAST ? DT_EV_COLL_BROADCAST
+	int kind = op->kind == DT__COLL_ALLREDUCE    ? DT_EV_COLL_ALLREDUCE
+	           : op->kind == DT__COLL_BROADCAST  ? DT_EV_COLL_BROADCAST
 	           : op->kind == DT__COLL_ALLGATHERV ? DT_EV_COLL_ALLGATHER
 	                                             : DT_EV_COLL_OTHER;
 	uint64_t bytes = (uint64_t)op->nelem * op->esz, now = dt__now_ns();

@@ -170,7 +170,8 @@ dt__coll_ring_sched(int r, int n, const size_t *offs, const size_t *lens,
 			add_chunks(s->tx, &ntx, offs[sb], lens[sb], ce,
 			           DT__PH_AG, dep, 0, 0);
 			for (size_t k = t0; k < ntx; k++)
-				s->tx[k].step = (uint16_t)((rs ? n - 1 : 0) + st);
+				s->tx[k].step =
+				    (uint16_t)((rs ? n - 1 : 0) + st);
 			add_chunks(s->rx, &nrx, offs[rb], lens[rb], ce,
 			           DT__PH_AG, -1, 0, 0);
 		}

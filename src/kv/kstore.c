@@ -547,7 +547,9 @@ dt__ks_push_sync(dt_kstore *ks, int worker, uint32_t req, const uint32_t *idx,
 		if (w == 1) { /* the round is this push */
 			update(ks, r, g);
 			if (timed)
-				ks_busy(DT_EV_KV_UPDATE, t0, keys ? dt__kv_u64_at(keys, i) : key, len);
+				ks_busy(DT_EV_KV_UPDATE, t0,
+				        keys ? dt__kv_u64_at(keys, i) : key,
+				        len);
 			done(arg, req);
 			g += len;
 			continue;
@@ -555,7 +557,8 @@ dt__ks_push_sync(dt_kstore *ks, int worker, uint32_t req, const uint32_t *idx,
 		/* (summed in arrival order, as the single-key store does) */
 		dt__kv_add(m, g, len);
 		if (timed)
-			ks_busy(DT_EV_KV_MERGE, t0, keys ? dt__kv_u64_at(keys, i) : key, len);
+			ks_busy(DT_EV_KV_MERGE, t0,
+			        keys ? dt__kv_u64_at(keys, i) : key, len);
 		pend[worker] = req;
 		g += len;
 		if (++ks->npushed[r] < (uint32_t)w)
@@ -564,7 +567,8 @@ dt__ks_push_sync(dt_kstore *ks, int worker, uint32_t req, const uint32_t *idx,
 			t0 = dt__now_ns();
 		update(ks, r, m);
 		if (timed)
-			ks_busy(DT_EV_KV_UPDATE, t0, keys ? dt__kv_u64_at(keys, i) : key, len);
+			ks_busy(DT_EV_KV_UPDATE, t0,
+			        keys ? dt__kv_u64_at(keys, i) : key, len);
 		memset(m, 0, len * sizeof(float));
 		ks->npushed[r] = 0;
 		for (size_t k = 0; k < w; k++) {

@@ -509,7 +509,8 @@ push_async(kv_server *s, entry *e, int worker, int cmd, uint64_t seq,
 	t0 = dt__now_ns();
 	reply_enc(s, worker, cmd, seq, e->key,
 	          cmd == DT_CMD_KV_PUSH ? NULL : e->val, e->len, enc);
-	busy(DT_EV_KV_REPLY, t0, e->key, 0, dt__node_worker_id(s->node, worker));
+	busy(DT_EV_KV_REPLY, t0, e->key, 0,
+	     dt__node_worker_id(s->node, worker));
 	maybe_checkpoint(s);
 }
 

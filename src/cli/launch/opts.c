@@ -297,11 +297,13 @@ parse_opts(int argc, char **argv, struct opts *o)
 			if (m < 0 || (err = nonempty(name, val, "file name")))
 				return err;
 			if (val[0] != '/' && getcwd(cwd, sizeof(cwd)) == NULL)
-				return dt__fail(DT_ESYS, "%s: cannot read the "
-				                "current directory", name);
+				return dt__fail(DT_ESYS,
+				                "%s: cannot read the "
+				                "current directory",
+				                name);
 			if ((err = val[0] == '/'
-			               ? strv_addf(&o->env, "DTRAIN_TIMELINE=%s",
-			                           val)
+			               ? strv_addf(&o->env,
+			                           "DTRAIN_TIMELINE=%s", val)
 			               : strv_addf(&o->env,
 			                           "DTRAIN_TIMELINE=%s/%s", cwd,
 			                           val)))
