@@ -895,9 +895,7 @@ dt_coll_stats(dt_coll *c, dt_stats *out)
 		                c ? "out" : "communicator");
 	if (c->node)
 		return dt_node_stats(c->node, out);
-	memset(out, 0, sizeof(*out));
-	dt__obs_snapshot(out);
-	out->role = DT_ROLE_WORKER;
+	dt__obs_stats_local(out);
 	return DT_OK;
 }
 

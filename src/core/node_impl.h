@@ -248,6 +248,8 @@ void dt__report_sched_names(dt_node *n);
 /* A span of the scheduler's own, on its track tid (DT_TID_*). */
 void dt__report_sched_event(dt_node *n, int kind, int tid, uint64_t t0,
                             uint64_t key);
+/* A REPORT (or, below, a CLOCK request) on the scheduler, from c, a joined
+ * node's connection (the caller checked); CLOCK answers on a member. */
 void dt__report_on_msg(dt_node *n, dt_conn *c, const dt_msg *m);
 void dt__report_sched_finish(dt_node *n, const char *outcome);
 

@@ -62,21 +62,18 @@ static pthread_mutex_t report_mu = PTHREAD_MUTEX_INITIALIZER;
 dt_err
 dt__report_member_begin(dt_node *n)
 {
-	int r;
+	dt_err err;
 
 	pthread_mutex_lock(&report_mu);
 	if (live_members++ == 0)
 		dt__obs_reset(); /* a new job in this process: count afresh */
 	pthread_mutex_unlock(&report_mu);
 	n->member_counted = 1;
-	r = dt__trace_begin(n);
-	if (r < 0)
-		return (dt_err)-r;
-	n->tracing = r;
+	if ((err = dt__trace_begin(n, &n->tracing)))
+		return err;
 	/* Fault injection for tests: this process's timeline clock runs
 	 * that far from the scheduler's, as another host's would. */
 	long skew;
-	dt_err err;
 
 	if ((err = dt__env_long("DT_CLOCK_SKEW_MS", 0, -86400000L, 86400000L,
 	                        &skew)))
@@ -152,9 +149,9 @@ void
 dt__report_on_clock(dt_node *n, dt_conn *c, const dt_msg *m)
 {
 	if (n->role == DT_ROLE_SCHEDULER) {
-		int peer = dt__conn_peer(c);
+		int peer = dt__conn_peer(c); /* > 0: scheduler.c checked */
 
-		if (peer <= 0 || (m->hdr.flags & DT_F_RESPONSE))
+		if (m->hdr.flags & DT_F_RESPONSE)
 			return;
 		dt_msg_hdr h = {.cmd = DT_CMD_CLOCK,
 		                .flags = DT_F_RESPONSE,
@@ -376,12 +373,7 @@ dt__report_on_msg(dt_node *n, dt_conn *c, const dt_msg *m)
 	const uint8_t *p = m->meta;
 	size_t len = m->hdr.meta_len;
 
-	if (n->role != DT_ROLE_SCHEDULER || peer <= 0) {
-		refuse(n, c,
-		       "REPORT goes to the scheduler, from a node "
-		       "that joined");
-		return;
-	}
+	/* (scheduler.c hands over only a joined node's: peer > 0) */
 	if (r == NULL || peer >= r->count)
 		return; /* nothing asked for here: read away */
 	switch (m->hdr.arg0) {

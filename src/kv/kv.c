@@ -233,9 +233,7 @@ dt_kv_stats(dt_kv *kv, dt_stats *out)
 		                kv ? "out" : "kv");
 	if (kv->node)
 		return dt_node_stats(kv->node, out);
-	memset(out, 0, sizeof(*out));
-	dt__obs_snapshot(out);
-	out->role = DT_ROLE_WORKER;
+	dt__obs_stats_local(out);
 	return DT_OK;
 }
 

@@ -114,11 +114,12 @@ dt__tracing(void)
 	return __atomic_load_n(&dt__trace_flag, __ATOMIC_RELAXED);
 }
 
-/* Start recording if DTRAIN_TIMELINE is set (a member node's start): 1 if
- * owner now owns the buffer (it drains and ends it), 0 if not set or owned
- * already, <0 (dt_err) on a bad setting. DTRAIN_TIMELINE_MAX_EVENTS caps
- * the buffer (default 2^21); later events are counted, not kept. */
-int dt__trace_begin(const void *owner);
+/* Start recording if DTRAIN_TIMELINE is set (a member node's start):
+ * *owned = 1 if owner now owns the buffer (it drains and ends it), 0 if
+ * not set or owned already; an error on a bad setting.
+ * DTRAIN_TIMELINE_MAX_EVENTS caps the buffer (default 2^21); later events
+ * are counted, not kept. */
+dt_err dt__trace_begin(const void *owner, int *owned);
 /* Record e (a no-op when off). */
 void dt__trace_add(const dt__tev *e);
 /* A span on track tid from t0 to now. */
@@ -212,6 +213,9 @@ void dt__obs_phase_span(dt_phase ph, uint64_t t0, uint64_t t1);
 /* Copy the process's counters into s (the caller's; per peer counters
  * are the node's: dt_node_stats adds them). */
 void dt__obs_snapshot(dt_stats *s);
+/* The process's counters alone (a store or communicator without a node:
+ * no peers). */
+void dt__obs_stats_local(dt_stats *s);
 /* Clear everything (a new job in the same process). */
 void dt__obs_reset(void);
 
@@ -229,7 +233,5 @@ void dt__stats_report(FILE *f, dt_stats *const *all, const char *const *names,
 /* The same as JSON lines, one object per node (DTRAIN_STATS_JSON). */
 void dt__stats_json(FILE *f, dt_stats *const *all, const char *const *names,
                     int count);
-/* One line of a node's counters (PS_VERBOSE=1, every few seconds). */
-void dt__stats_line(const dt_stats *s, char *out, size_t cap);
 
 #endif

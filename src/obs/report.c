@@ -3,8 +3,8 @@
  * DTRAIN_STATS=1 (`dtrain launch --stats`): every node's traffic, the
  * workers' KV latency and step times, the servers' load and the
  * collectives' bus bandwidth, then the straggler and imbalance report
- * that names the slowest worker and the busiest server. Also the one-line
- * summary a node logs every DTRAIN_STATS_INTERVAL seconds at PS_VERBOSE=1.
+ * that names the slowest worker and the busiest server; and the same as
+ * JSON lines (DTRAIN_STATS_JSON).
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -350,18 +350,4 @@ dt__stats_json(FILE *f, dt_stats *const *all, const char *const *names,
 		        (unsigned long long)s->step_p50_ns,
 		        (unsigned long long)s->step_p99_ns);
 	}
-}
-
-void
-dt__stats_line(const dt_stats *s, char *out, size_t cap)
-{
-	uint64_t ms_, mr, bs = sum_sent(s, &ms_), br = sum_recv(s, &mr);
-
-	snprintf(out, cap,
-	         "stats: sent %llu msgs %.3f MB, received %llu msgs %.3f MB; "
-	         "push p50 %.3f ms, pull p50 %.3f ms; %llu steps, p50 %.3f ms",
-	         (unsigned long long)ms_, mb(bs), (unsigned long long)mr,
-	         mb(br), ms(s->latency[DT_LAT_PUSH].p50_ns),
-	         ms(s->latency[DT_LAT_PULL].p50_ns),
-	         (unsigned long long)s->steps, ms(s->step_p50_ns));
 }

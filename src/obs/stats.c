@@ -227,12 +227,8 @@ dt__obs_phase_span(dt_phase ph, uint64_t t0, uint64_t now)
 			/* (the I/O and executor tracks are not a trainer's) */
 			track = t == 0 ? DT_TID_MAIN : t + DT_TID_OTHER - 1;
 		}
-		dt__tev e = {.ts = t0,
-		             .dur = ns,
-		             .kind = (uint16_t)kind[ph],
-		             .tid = (uint8_t)track};
 		if (track < DT_TID_COUNT)
-			dt__trace_add(&e);
+			dt__trace_range(kind[ph], track, t0, now, 0, 0, 0, 0);
 	}
 	pthread_mutex_lock(&mu);
 	start_clock();
@@ -315,6 +311,14 @@ dt__obs_snapshot(dt_stats *s)
 	s->step_p50_ns = dt__hist_quantile(&g.step, 0.5);
 	s->step_p99_ns = dt__hist_quantile(&g.step, 0.99);
 	pthread_mutex_unlock(&mu);
+}
+
+void
+dt__obs_stats_local(dt_stats *s)
+{
+	memset(s, 0, sizeof(*s));
+	dt__obs_snapshot(s);
+	s->role = 2; /* DT_ROLE_WORKER */
 }
 
 void

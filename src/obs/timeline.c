@@ -88,12 +88,19 @@ dt__timeline_node(dt__timeline *t, int node, const char *name, int sort)
 	        ",\n{\"name\":\"process_sort_index\",\"ph\":\"M\",\"pid\":%d,"
 	        "\"tid\":0,\"args\":{\"sort_index\":%d}}",
 	        node, sort);
-	for (int i = 0; i < DT_TID_COUNT; i++)
+	for (int i = 0; i < DT_TID_COUNT; i++) {
+		char tn[16];
+
+		if (i < DT_TID_OTHER)
+			snprintf(tn, sizeof(tn), "%s", tid_name[i]);
+		else
+			snprintf(tn, sizeof(tn), "thread %d",
+			         i - DT_TID_OTHER + 1);
 		fprintf(t->f,
 		        ",\n{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":%d,"
-		        "\"tid\":%d,\"args\":{\"name\":\"%s%.0d\"}}",
-		        node, i, i < DT_TID_OTHER ? tid_name[i] : "thread ",
-		        i < DT_TID_OTHER ? 0 : i - DT_TID_OTHER + 1);
+		        "\"tid\":%d,\"args\":{\"name\":\"%s\"}}",
+		        node, i, tn);
+	}
 }
 
 /* Microseconds from the trace's start (negative if before it). */

@@ -39,28 +39,30 @@ static const void *owner_of;         /* (mu) */
 static chunk *head, *tail;           /* (mu) */
 static uint64_t count, cap, dropped; /* (mu) */
 
-int
-dt__trace_begin(const void *owner)
+dt_err
+dt__trace_begin(const void *owner, int *owned)
 {
 	long max;
 	dt_err err;
 
+	*owned = 0;
 	if (dt__env_str("DTRAIN_TIMELINE") == NULL)
-		return 0;
+		return DT_OK;
 	if ((err = dt__env_long("DTRAIN_TIMELINE_MAX_EVENTS", 1L << 21, 1,
 	                        1L << 30, &max)))
-		return -(int)err;
+		return err;
 	pthread_mutex_lock(&mu);
 	if (owner_of) {
 		pthread_mutex_unlock(&mu);
-		return 0;
+		return DT_OK;
 	}
 	owner_of = owner;
 	cap = (uint64_t)max;
 	count = dropped = 0;
 	__atomic_store_n(&dt__trace_flag, 1, __ATOMIC_RELEASE);
 	pthread_mutex_unlock(&mu);
-	return 1;
+	*owned = 1;
+	return DT_OK;
 }
 
 void
@@ -109,39 +111,38 @@ dt__trace_span(int kind, int tid, uint64_t t0, uint64_t key, unsigned flags,
 	dt__trace_range(kind, tid, t0, dt__now_ns(), key, flags, bytes, peer);
 }
 
-void
-dt__trace_range(int kind, int tid, uint64_t t0, uint64_t now, uint64_t key,
-                unsigned flags, uint64_t bytes, int peer)
+static void
+record(int kind, int tid, uint64_t t0, uint64_t t1, uint64_t key,
+       unsigned flags, uint64_t bytes, uint64_t id, int peer)
 {
-	if (!dt__tracing())
-		return;
-	dt__tev e = {.ts = t0,
-	             .dur = now > t0 ? now - t0 : 0,
-	             .key = key,
-	             .bytes = bytes,
-	             .kind = (uint16_t)kind,
-	             .tid = (uint8_t)tid,
-	             .flags = (uint8_t)(flags & ~DT_EVF_ASYNC),
-	             .peer = peer};
-	dt__trace_add(&e);
-}
-
-void
-dt__trace_async(int kind, uint64_t id, uint64_t t0, uint64_t t1, uint64_t key,
-                unsigned flags, uint64_t bytes, int peer)
-{
-	if (!dt__tracing())
-		return;
 	dt__tev e = {.ts = t0,
 	             .dur = t1 > t0 ? t1 - t0 : 0,
 	             .key = key,
 	             .bytes = bytes,
 	             .id = id,
 	             .kind = (uint16_t)kind,
-	             .tid = DT_TID_MAIN,
-	             .flags = (uint8_t)(flags | DT_EVF_ASYNC),
+	             .tid = (uint8_t)tid,
+	             .flags = (uint8_t)flags,
 	             .peer = peer};
 	dt__trace_add(&e);
+}
+
+void
+dt__trace_range(int kind, int tid, uint64_t t0, uint64_t t1, uint64_t key,
+                unsigned flags, uint64_t bytes, int peer)
+{
+	if (dt__tracing())
+		record(kind, tid, t0, t1, key, flags & ~DT_EVF_ASYNC, bytes, 0,
+		       peer);
+}
+
+void
+dt__trace_async(int kind, uint64_t id, uint64_t t0, uint64_t t1, uint64_t key,
+                unsigned flags, uint64_t bytes, int peer)
+{
+	if (dt__tracing())
+		record(kind, DT_TID_MAIN, t0, t1, key, flags | DT_EVF_ASYNC,
+		       bytes, id, peer);
 }
 
 uint64_t

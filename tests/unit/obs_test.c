@@ -192,18 +192,21 @@ count_events(void *arg, const dt__tev *ev, size_t n)
 static void
 test_buffer(void **state)
 {
-	int owner, other;
+	int owner, other, owned;
 	seen s = {0, 0, 1};
 
 	(void)state;
 	unsetenv("DTRAIN_TIMELINE");
-	assert_int_equal(dt__trace_begin(&owner), 0); /* not asked for */
+	assert_int_equal(dt__trace_begin(&owner, &owned), DT_OK);
+	assert_int_equal(owned, 0); /* not asked for */
 	assert_false(dt__tracing());
 	dt__trace_span(DT_EV_KV_PUSH, 0, 1, 0, 0, 0, 0); /* a no-op */
 	setenv("DTRAIN_TIMELINE", "/nonexistent/t.json", 1);
 	setenv("DTRAIN_TIMELINE_MAX_EVENTS", "5000", 1);
-	assert_int_equal(dt__trace_begin(&owner), 1);
-	assert_int_equal(dt__trace_begin(&other), 0); /* one owner */
+	assert_int_equal(dt__trace_begin(&owner, &owned), DT_OK);
+	assert_int_equal(owned, 1);
+	assert_int_equal(dt__trace_begin(&other, &owned), DT_OK);
+	assert_int_equal(owned, 0); /* one owner */
 	assert_true(dt__tracing());
 	for (uint64_t i = 0; i < 6000; i++) {
 		dt__tev e = {.ts = i, .dur = 1, .kind = DT_EV_TRAIN_STEP};
@@ -217,7 +220,8 @@ test_buffer(void **state)
 	assert_true(s.ordered);
 	assert_false(dt__tracing());
 	setenv("DTRAIN_TIMELINE_MAX_EVENTS", "0", 1);
-	assert_true(dt__trace_begin(&owner) < 0); /* a bad setting */
+	assert_int_equal(dt__trace_begin(&owner, &owned),
+	                 DT_ECONFIG); /* a bad setting */
 	unsetenv("DTRAIN_TIMELINE_MAX_EVENTS");
 	unsetenv("DTRAIN_TIMELINE");
 }
