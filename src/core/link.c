@@ -471,6 +471,8 @@ send_unsent(dt_links *L, int id)
 	pthread_mutex_unlock(&P->order_mu);
 }
 
+static dt_err keep_copy(rtx *e);
+
 /* Number e and keep it for the holder of order_mu, or the link thread,
  * to write (a hook found order_mu taken). */
 static dt_err
@@ -479,6 +481,13 @@ keep_unsent(dt_links *L, int id, rtx *e, const dt_msg_hdr *h)
 	plink *P = &L->p[id];
 	dt_err err;
 
+	/* Another thread writes it later, outside mu, while the owner of a
+	 * buffer kept by reference may already be changing it (a server's
+	 * value, unpinned and updated after this returns): keep a copy. */
+	if (keep_copy(e) != DT_OK) {
+		rtx_free(e);
+		return DT_ENOMEM;
+	}
 	pthread_mutex_lock(&L->mu);
 	if ((err = refuse_locked(L->n, P, id)) == DT_OK) {
 		number_locked(L, P, e, h);
@@ -761,7 +770,7 @@ dt__link_commit(dt_node *n, dt_conn *c)
 }
 
 /* Keep a copy of e's payload from now on, if it was kept by reference
- * (mu held). */
+ * (mu held, or e not yet shared). */
 static dt_err
 keep_copy(rtx *e)
 {
