@@ -3,7 +3,8 @@
  * X = 0, 0.001, ..., 99.999 through a KVStore.
  *
  *   build/examples/linreg --kvstore local --batch-size 100
- *   dtrain launch -n 2 -s 2 -- build/examples/linreg --kvstore dist_sync
+ *   dtrain launch -n 2 -s 2 -- build/examples/linreg --kvstore dist_sync \
+ *       --metrics linreg.jsonl
  *
  * w and b are two keys (so with two servers each lives on its own server);
  * the optimizer runs in the store (update_on_kvstore): every step each
@@ -12,7 +13,8 @@
  * every worker and worker r takes slice r of each global batch of
  * batch-size x num_workers samples, so 2 workers at batch 50 compute what
  * 1 process at batch 100 computes, and every worker runs the same number
- * of batches.
+ * of batches. With --metrics FILE, rank 0 also writes each progress line
+ * and each epoch's end as a JSON line (metric "mae"; docs/observability.md).
  */
 #include <getopt.h>
 #include <math.h>
@@ -23,6 +25,8 @@
 #include <time.h>
 
 #include "dtrain/kv.h"
+#include "dtrain/nn.h"
+#include "dtrain/obs.h"
 
 #define N 100000
 
@@ -49,7 +53,8 @@ usage(FILE *f)
 	fputs("usage: linreg [--kvstore local|dist_sync|dist_async] "
 	      "[--batch-size N] [--epochs N]\n"
 	      "              [--lr X] [--momentum X] [--seed N] "
-	      "[--disp-batches N]\n",
+	      "[--disp-batches N]\n"
+	      "              [--metrics FILE] [--run-label L]\n",
 	      f);
 }
 
@@ -64,10 +69,12 @@ main(int argc, char **argv)
 	    {"momentum", required_argument, 0, 'm'},
 	    {"seed", required_argument, 0, 's'},
 	    {"disp-batches", required_argument, 0, 'd'},
+	    {"metrics", required_argument, 0, 'T'},
+	    {"run-label", required_argument, 0, 'N'},
 	    {"help", no_argument, 0, 'h'},
 	    {0, 0, 0, 0},
 	};
-	const char *type = "local";
+	const char *type = "local", *metrics = NULL, *label = NULL;
 	long batch = 100, epochs = 5, seed = 42, disp = 250;
 	double lr = 2e-4, momentum = 0.98;
 	char *end;
@@ -96,6 +103,12 @@ main(int argc, char **argv)
 		case 'd':
 			disp = strtol(optarg, &end, 10);
 			break;
+		case 'T':
+			metrics = optarg;
+			break;
+		case 'N':
+			label = optarg;
+			break;
 		case 'h':
 			usage(stdout);
 			return 0;
@@ -103,7 +116,8 @@ main(int argc, char **argv)
 			usage(stderr);
 			return 2;
 		}
-		if (c != 'k' && (*end != '\0' || end == optarg)) {
+		if (c != 'k' && c != 'T' && c != 'N' &&
+		    (*end != '\0' || end == optarg)) {
 			fprintf(stderr, "linreg: bad value '%s' for --%s\n",
 			        optarg,
 			        opts[c == 'b'   ? 1
@@ -159,6 +173,7 @@ main(int argc, char **argv)
 	snprintf(params, sizeof(params), "lr=%g,momentum=%g,rescale_grad=%.17g",
 	         lr, momentum, 1.0 / (double)global);
 	float w = 0, b = 0, gw, gb;
+	dt_metrics_log *mlog = NULL;
 	dt_key kw = 0, kb = 1;
 	/* A worker started in a lost one's place (launch --restart) resumes
 	 * at the step its predecessor reached; any other at step 0. */
@@ -178,12 +193,21 @@ main(int argc, char **argv)
 		fflush(stderr);
 	}
 
+	if (metrics && rank == 0) {
+		char name[65];
+
+		snprintf(name, sizeof(name), "%s %dw", type, nw);
+		if (dt_metrics_open(metrics, label ? label : name, &mlog))
+			goto fail;
+	}
+
 	/* (the epoch and batch of that step) */
 	long ep0 = (long)(step / (uint64_t)nbatches);
 	long bi0 = (long)(step % (uint64_t)nbatches);
 	for (long ep = ep0; ep < epochs; ep++) {
 		uint64_t st = (uint64_t)seed * 1000003u + (uint64_t)ep;
 		double abs_err = 0, t0 = now(), tlast = t0, epoch_mae = 0;
+		double sq_err = 0, epoch_mse = 0, tcomm = 0;
 		long seen = 0, last_batch = 0;
 
 		for (int i = 0; i < N; i++)
@@ -198,6 +222,7 @@ main(int argc, char **argv)
 		for (long bi = ep == ep0 ? bi0 : 0; bi < nbatches; bi++) {
 			const uint32_t *idx = perm + bi * global + rank * batch;
 			double sw = 0, sb = 0;
+			uint64_t t_step = dt_obs_now(), t_comm;
 
 			for (long k = 0; k < batch; k++) {
 				double p = (double)w * x[idx[k]] + b;
@@ -206,41 +231,73 @@ main(int argc, char **argv)
 				sb += d;
 				abs_err += fabs(d);
 				epoch_mae += fabs(d);
+				sq_err += d * d;
+				epoch_mse += d * d;
 			}
 			seen += batch;
 			gw = (float)sw;
 			gb = (float)sb;
 			dt_kv_req r1, r2;
+			double tc = now();
+			t_comm = dt_obs_now();
 			if (dt_kv_pushpull_async(kv, kw, &gw, &w, 1, &r1) ||
 			    dt_kv_pushpull_async(kv, kb, &gb, &b, 1, &r2) ||
 			    dt_kv_wait(kv, r1) || dt_kv_wait(kv, r2))
 				goto fail;
+			tcomm += now() - tc;
+			dt_obs_phase(DT_PHASE_COMM, t_comm);
+			dt_obs_phase(DT_PHASE_STEP, t_step);
 			if ((bi + 1) % disp == 0 && rank == 0) {
-				double t = now();
+				double t = now(),
+				       n = (double)((bi + 1 - last_batch) *
+				                    batch);
+				double speed = (double)(bi + 1 - last_batch) *
+				               (double)batch / (t - tlast);
 				printf("Epoch[%ld] Batch [%ld-%ld] Speed: %.2f "
 				       "samples/sec mae=%.6f\n",
-				       ep, last_batch, bi + 1,
-				       (double)(bi + 1 - last_batch) * global /
-				           (t - tlast),
-				       abs_err /
-				           (double)((bi + 1 - last_batch) *
-				                    batch));
+				       ep, last_batch, bi + 1, speed,
+				       abs_err / n);
 				fflush(stdout);
+				dt_metrics_rec r = {
+				    (int)ep,     bi + 1, speed,      "mae",
+				    abs_err / n, NAN,    sq_err / n, NAN,
+				    tcomm,       -1};
+				if (mlog && dt_metrics_write(mlog, &r))
+					goto fail;
 				tlast = t;
 				last_batch = bi + 1;
-				abs_err = 0;
+				abs_err = sq_err = 0;
 			}
 		}
 		if (rank == 0) {
+			double t = now() - t0;
+
 			printf("Epoch[%ld] Train-mae=%.6f Time cost=%.3f\n", ep,
-			       epoch_mae / (double)seen, now() - t0);
+			       epoch_mae / (double)seen, t);
 			fflush(stdout);
+			dt_metrics_rec r = {(int)ep,
+			                    -1,
+			                    t > 0 ? (double)seen / t : -1,
+			                    "mae",
+			                    epoch_mae / (double)seen,
+			                    NAN,
+			                    epoch_mse / (double)seen,
+			                    NAN,
+			                    tcomm,
+			                    -1};
+			if (mlog && dt_metrics_write(mlog, &r))
+				goto fail;
 		}
 	}
 	printf("w=%.9g b=%.9g\n", w, b);
 	free(x);
 	free(y);
 	free(perm);
+	if (dt_metrics_close(mlog) != DT_OK) {
+		fprintf(stderr, "linreg: %s\n", dt_errmsg());
+		dt_kv_destroy(kv);
+		return 1;
+	}
 	if (dt_kv_destroy(kv) != DT_OK) {
 		fprintf(stderr, "linreg: %s\n", dt_errmsg());
 		return 1;
@@ -251,6 +308,7 @@ fail:
 	free(x);
 	free(y);
 	free(perm);
+	dt_metrics_close(mlog);
 	dt_kv_destroy(kv);
 	return 1;
 }

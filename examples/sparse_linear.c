@@ -4,8 +4,8 @@
  * server is built for (MXNet's sparse linear classification example).
  *
  *   build/examples/sparse_linear --kvstore local
- *   dtrain launch -n 2 -s 2 -- build/examples/sparse_linear --kvstore
- * dist_async
+ *   dtrain launch -n 2 -s 2 -- build/examples/sparse_linear \
+ *       --kvstore dist_async --metrics sparse.jsonl
  *
  * The data set is synthetic and the same on every worker (a fixed seed):
  * 2^F hashed feature weights drawn once (the true model), each example
@@ -20,21 +20,24 @@
  * the logistic loss's gradient for just those rows and pushes them; the
  * store runs the optimizer (adam with lazy updates by default) on the
  * pushed rows only. Speedometer lines report training accuracy and
- * log-loss; rank 0 evaluates the test set at the end of each epoch.
+ * log-loss; rank 0 evaluates the test set at the end of each epoch and,
+ * with --metrics FILE, writes both as JSON lines (docs/observability.md).
  */
 #include <getopt.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "dtrain/kv.h"
 #include "dtrain/nn.h"
+#include "dtrain/obs.h"
 
 #define DT_MIN(a, b) ((a) < (b) ? (a) : (b))
 
 typedef struct opts {
-	const char *kvstore, *optimizer;
+	const char *kvstore, *optimizer, *metrics, *label;
 	long log2_features, nnz, train, test, batch, epochs, seed, disp;
 	double lr;
 } opts;
@@ -45,6 +48,15 @@ typedef struct dataset {
 	float *label;
 	float *margin; /* the true model's */
 } dataset;
+
+static double
+now(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
 
 static uint64_t
 mix(uint64_t x)
@@ -195,7 +207,10 @@ usage(FILE *f)
 	        "  --optimizer NAME      adam or sgd (adam)\n"
 	        "  --lr X                learning rate (0.003)\n"
 	        "  --seed N              the data set's seed (1)\n"
-	        "  --disp-batches N      Speedometer interval (50)\n");
+	        "  --disp-batches N      Speedometer interval (50)\n"
+	        "  --metrics FILE        rank 0 logs progress as JSON lines\n"
+	        "  --run-label L         the run's name in the log (the\n"
+	        "                        kvstore type and worker count)\n");
 }
 
 #define CHECK(call)                                                            \
@@ -211,7 +226,8 @@ usage(FILE *f)
 int
 main(int argc, char **argv)
 {
-	opts o = {"local", "adam", 20, 40, 200000, 20000, 512, 3, 1, 50, 0.003};
+	opts o = {"local", "adam", NULL, NULL, 20, 40,   200000,
+	          20000,   512,    3,    1,    50, 0.003};
 	static const struct option longopts[] = {
 	    {"kvstore", required_argument, 0, 'k'},
 	    {"features-log2", required_argument, 0, 'F'},
@@ -224,6 +240,8 @@ main(int argc, char **argv)
 	    {"lr", required_argument, 0, 'l'},
 	    {"seed", required_argument, 0, 's'},
 	    {"disp-batches", required_argument, 0, 'd'},
+	    {"metrics", required_argument, 0, 'T'},
+	    {"run-label", required_argument, 0, 'N'},
 	    {"help", no_argument, 0, 'h'},
 	    {0, 0, 0, 0}};
 	int c;
@@ -262,6 +280,12 @@ main(int argc, char **argv)
 			break;
 		case 'd':
 			o.disp = atol(optarg);
+			break;
+		case 'T':
+			o.metrics = optarg;
+			break;
+		case 'N':
+			o.label = optarg;
 			break;
 		case 'h':
 			usage(stdout);
@@ -336,25 +360,39 @@ main(int argc, char **argv)
 		       tl / (double)test.n, (double)tc / (double)test.n,
 		       pos > 0.5 ? pos : 1 - pos);
 	}
+	dt_metrics_log *mlog = NULL;
+	if (o.metrics && rank == 0) {
+		char name[65];
+
+		snprintf(name, sizeof(name), "%s %dw", o.kvstore, nw);
+		CHECK(dt_metrics_open(o.metrics, o.label ? o.label : name,
+		                      &mlog));
+	}
 	dt_speedometer sp;
 	dt_metric acc;
 	CHECK(dt_metric_init(&acc, "accuracy"));
 	for (long ep = 0; ep < o.epochs; ep++) {
-		double eloss = 0;
-		size_t eseen = 0;
+		double eloss = 0, wloss = 0, tcomm = 0, t0 = now();
+		size_t eseen = 0, wseen = 0;
+		long ecorrect = 0;
 
 		CHECK(dt_sampler_set_epoch(smp, (uint64_t)ep));
 		CHECK(dt_speedometer_init(&sp, (size_t)o.batch, o.disp,
 		                          rank == 0 ? stdout : NULL));
 		for (size_t b = 0; b < nb; b++) {
 			const size_t *idx;
-			double loss = 0;
-			int correct = 0;
+			double loss = 0, tc;
+			int correct = 0, printed;
+			uint64_t t_step = dt_obs_now(), t_comm;
 
 			CHECK(dt_sampler_batch(smp, b, &idx));
 			rows_of(&br, &train, idx, (size_t)o.batch);
+			tc = now();
+			t_comm = dt_obs_now();
 			CHECK(dt_kv_row_sparse_pull(kv, 0, br.nids, br.ids, w,
 			                            1));
+			dt_obs_phase(DT_PHASE_COMM, t_comm);
+			tcomm += now() - tc;
 			score(&train, idx, (size_t)o.batch, br.slot, w, p,
 			      &loss, &correct);
 			/* d loss / d w_row = sum over the row's slots of
@@ -364,14 +402,39 @@ main(int argc, char **argv)
 				for (size_t s = 0; s < train.nnz; s++)
 					g[br.slot[i * train.nnz + s]] +=
 					    p[i] - train.label[idx[i]];
+			tc = now();
+			t_comm = dt_obs_now();
 			CHECK(dt_kv_push_row_sparse(kv, 0, br.nids, br.ids, g,
 			                            1));
+			dt_obs_phase(DT_PHASE_COMM, t_comm);
+			tcomm += now() - tc;
 			dt_metric_add(&acc, correct, (double)o.batch);
 			eloss += loss;
+			wloss += loss;
+			ecorrect += correct;
 			eseen += (size_t)o.batch;
+			wseen += (size_t)o.batch;
+			double train_acc = dt_metric_get(&acc);
 			CHECK(dt_speedometer_update(&sp, (int)ep, (long)b, &acc,
-			                            NULL));
+			                            &printed));
+			dt_obs_phase(DT_PHASE_STEP, t_step);
+			if (printed && mlog) {
+				dt_metrics_rec r = {(int)ep,
+				                    (long)b,
+				                    sp.speed,
+				                    "accuracy",
+				                    train_acc,
+				                    NAN,
+				                    wloss / (double)wseen,
+				                    NAN,
+				                    tcomm,
+				                    -1};
+				CHECK(dt_metrics_write(mlog, &r));
+			}
+			if (printed)
+				wloss = 0, wseen = 0;
 		}
+		double ttrain = now() - t0;
 		dt_metric_reset(&acc);
 		CHECK(dt_kv_barrier(kv));
 		if (rank != 0)
@@ -381,6 +444,10 @@ main(int argc, char **argv)
 		double tl = 0;
 		int tc = 0;
 		size_t *all = malloc(test.n * sizeof(*all));
+		if (all == NULL) {
+			fprintf(stderr, "sparse_linear: out of memory\n");
+			return 1;
+		}
 		for (size_t i = 0; i < test.n; i++)
 			all[i] = i;
 		for (size_t i0 = 0; i0 < test.n; i0 += (size_t)o.batch) {
@@ -399,7 +466,20 @@ main(int argc, char **argv)
 		       ep, eloss / (double)eseen, tl / (double)test.n,
 		       (double)tc / (double)test.n);
 		fflush(stdout);
+		dt_metrics_rec r = {(int)ep,
+		                    -1,
+		                    ttrain > 0 ? (double)eseen / ttrain : -1,
+		                    "accuracy",
+		                    (double)ecorrect / (double)eseen,
+		                    (double)tc / (double)test.n,
+		                    eloss / (double)eseen,
+		                    tl / (double)test.n,
+		                    tcomm,
+		                    -1};
+		if (mlog)
+			CHECK(dt_metrics_write(mlog, &r));
 	}
+	CHECK(dt_metrics_close(mlog));
 	CHECK(dt_kv_barrier(kv));
 	dt_sampler_destroy(smp);
 	free(br.ids);

@@ -336,9 +336,32 @@ py(const panel *p, double y)
 	return p->y + p->h - (y - p->y0) / (p->y1 - p->y0) * p->h;
 }
 
+/* A tick's label: v, with k, M or G from 10^4 up so that it stays
+ * narrow (step: the ticks' spacing; 0 near zero). */
+static const char *
+tick(char *buf, size_t len, double v, double step)
+{
+	static const struct {
+		double scale;
+		const char *unit;
+	} si[] = {{1e9, "G"}, {1e6, "M"}, {1e3, "k"}};
+
+	if (fabs(v) < step / 1e6)
+		v = 0;
+	for (size_t i = 0; i < sizeof(si) / sizeof(si[0]); i++)
+		if (fabs(v) >= 10 * si[i].scale ||
+		    (fabs(v) >= si[i].scale && step >= si[i].scale)) {
+			snprintf(buf, len, "%g%s", v / si[i].scale, si[i].unit);
+			return buf;
+		}
+	snprintf(buf, len, "%g", v);
+	return buf;
+}
+
 static void
 axes(FILE *f, const panel *p)
 {
+	char lab[32];
 	double sx = nice_step(p->x1 - p->x0), sy = nice_step(p->y1 - p->y0);
 
 	if (p->whole_x && sx < 1)
@@ -353,18 +376,18 @@ axes(FILE *f, const panel *p)
 		fprintf(f,
 		        "<line x1='%.1f' y1='%.1f' x2='%.1f' y2='%.1f' "
 		        "stroke='#ddd'/><text x='%.1f' y='%.1f' "
-		        "text-anchor='middle'>%g</text>\n",
+		        "text-anchor='middle'>%s</text>\n",
 		        X, p->y, X, p->y + p->h, X, p->y + p->h + 16,
-		        fabs(v) < sx / 1e6 ? 0.0 : v);
+		        tick(lab, sizeof(lab), v, sx));
 	}
 	for (double v = p->y0; v <= p->y1 + sy / 2; v += sy) {
 		double Y = py(p, v);
 		fprintf(f,
 		        "<line x1='%.1f' y1='%.1f' x2='%.1f' y2='%.1f' "
 		        "stroke='#ddd'/><text x='%.1f' y='%.1f' "
-		        "text-anchor='end'>%g</text>\n",
+		        "text-anchor='end'>%s</text>\n",
 		        p->x, Y, p->x + p->w, Y, p->x - 6, Y + 4,
-		        fabs(v) < sy / 1e6 ? 0.0 : v);
+		        tick(lab, sizeof(lab), v, sy));
 	}
 	fprintf(f,
 	        "<text x='%.1f' y='%.1f' text-anchor='middle' "

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Seed 000's linear regression: dist_sync with 2 workers at batch 50 learns
 # w=5, b=2 and matches one process at batch 100 to 1e-5 relative; the same
-# program started five times by hand with DMLC_ROLE (seed 001's recipe).
+# program started five times by hand with DMLC_ROLE (seed 001's recipe);
+# the dist_sync run's --metrics log parses.
 set -u
 B=${DTRAIN_BUILD:?}
 tmp=$(mktemp -d); pids=()
@@ -11,8 +12,18 @@ fail() { echo "FAIL: $*"; exit 1; }
 
 last() { grep -o 'w=[^ ]* b=[^ ]*' "$1" | tail -1; }
 timeout 60 "$B/examples/linreg" --kvstore local --batch-size 100 > "$tmp/local" || fail "local run"
-timeout 120 "$B/dtrain" launch -n 2 -s 2 -- "$B/examples/linreg" --kvstore dist_sync --batch-size 50 > "$tmp/dist" 2>&1 || { cat "$tmp/dist"; fail "dist_sync run"; }
+timeout 120 "$B/dtrain" launch -n 2 -s 2 -- "$B/examples/linreg" --kvstore dist_sync --batch-size 50 \
+	--metrics "$tmp/m.jsonl" > "$tmp/dist" 2>&1 || { cat "$tmp/dist"; fail "dist_sync run"; }
 grep -q 'Epoch\[0\] Batch \[0-250\] Speed: .* samples/sec mae=' "$tmp/dist" || fail "no Speedometer line"
+# its metrics log: 4 progress lines and an end an epoch, the error falling
+python3 "$(dirname "$0")/metrics_check.py" "$tmp/m.jsonl" 5 mae "dist_sync 2w" || fail "metrics log"
+python3 - "$tmp/m.jsonl" <<'PY' || fail "metrics log"
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1])]
+assert len(rows) == 5 * 5, len(rows)
+ends = [r["train"] for r in rows if r["batch"] == -1]
+assert ends[-1] < ends[0] / 100, ends
+PY
 python3 - "$(last "$tmp/local")" "$(last "$tmp/dist")" <<'PY' || fail "parity"
 import sys
 def parse(s): return {k: float(v) for k, v in (p.split('=') for p in s.split())}

@@ -73,18 +73,13 @@ if [ -d "$DATA" ]; then
 	else
 		python3 "$CHECK" "$tmp/t2.json" 5 "forward,backward,step,communication wait,pushpull,queued,merge,optimizer update,reply" \
 			|| fail "mnist's timeline"
+		python3 "$(dirname "$0")/metrics_check.py" "$tmp/m.jsonl" 2 accuracy "dist_sync 2w" val \
+			|| fail "mnist's metrics log"
 		python3 - "$tmp/m.jsonl" <<'PY' || fail "mnist's metrics log"
 import json, sys
 rows = [json.loads(l) for l in open(sys.argv[1])]
-keys = {"run", "epoch", "batch", "samples_per_sec", "metric", "train", "val", "loss",
-        "val_loss", "comm_s", "wall_s"}
-assert all(set(r) == keys for r in rows), rows[0]
 ends = [r for r in rows if r["batch"] == -1]
-assert [r["epoch"] for r in ends] == [0, 1], ends
-assert all(0.3 < r["val"] <= 1 and r["run"] == "dist_sync 2w" for r in ends), ends
-assert any(r["batch"] > 0 and r["samples_per_sec"] > 0 for r in rows)
-walls = [r["wall_s"] for r in rows]
-assert walls == sorted(walls)
+assert all(0.3 < r["val"] <= 1 for r in ends), ends
 print("ok: metrics log: %d lines, validation %s" % (len(rows), [r["val"] for r in ends]))
 PY
 	fi
