@@ -380,6 +380,7 @@ dt_node_start(const dt_node_config *cfg, dt_node **out)
 		              (int)pending);
 		if ((err = dt__watch_config(&n->hb_interval_ns,
 		                            &n->hb_timeout_ns)) ||
+		    (err = dt__watch_stats_config(&n->stats_interval_ns)) ||
 		    (err = dt__link_config(n)))
 			goto fail;
 	}

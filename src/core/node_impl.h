@@ -79,8 +79,9 @@ struct dt_node {
 
 	/* Heartbeats (watch.c): PS_HEARTBEAT_INTERVAL and _TIMEOUT, the
 	 * member's connection to the scheduler (set once, when made), and
-	 * the watching thread. */
-	uint64_t hb_interval_ns, hb_timeout_ns;
+	 * the watching thread; DTRAIN_STATS_INTERVAL, its counters' line
+	 * with PS_VERBOSE=1. */
+	uint64_t hb_interval_ns, hb_timeout_ns, stats_interval_ns;
 	dt_conn *root;
 	struct dt_watch *watch;
 
@@ -148,6 +149,8 @@ void dt__member_on_msg(dt_node *n, dt_conn *c, dt_msg *m);
  * them and judges the peers' silence (after the van started); stop it
  * (before the van is destroyed). */
 dt_err dt__watch_config(uint64_t *interval_ns, uint64_t *timeout_ns);
+/* DTRAIN_STATS_INTERVAL (seconds, default 10; 0: no counters' line). */
+dt_err dt__watch_stats_config(uint64_t *interval_ns);
 dt_err dt__watch_start(dt_node *n);
 void dt__watch_stop(dt_node *n);
 /* Free it (after the van: the I/O thread reads it, dt__watch_root_silent). */

@@ -18,6 +18,10 @@
  *   - a member whose peer went silent (a partition the scheduler does not
  *     see) waits a little longer first (peer_grace), so that where the
  *     scheduler sees the same silence, its ABORT is what everyone reports.
+ *
+ * With PS_VERBOSE=1 the same thread logs the node's counters in one line
+ * every DTRAIN_STATS_INTERVAL (docs/observability.md); it runs for that
+ * alone when heartbeats are off.
  */
 #include <errno.h>
 #include <pthread.h>
@@ -27,6 +31,8 @@
 #include <time.h>
 
 #include "core/node_impl.h"
+#include "dtrain/obs.h"
+#include "obs/obs.h"
 
 struct dt_watch {
 	dt_node *n;
@@ -37,11 +43,13 @@ struct dt_watch {
 	int cap;
 	pthread_t thread;
 	pthread_mutex_t mu;
-	pthread_cond_t cv; /* CLOCK_MONOTONIC */
-	int stop;          /* (mu) */
-	int joined;        /* the thread is gone (dt__watch_stop) */
-	uint64_t *lost_at; /* (mu) by node id: a peer's connection closed;
-	                      its loss is told then (0: none) */
+	pthread_cond_t cv;   /* CLOCK_MONOTONIC */
+	int stop;            /* (mu) */
+	int joined;          /* the thread is gone (dt__watch_stop) */
+	uint64_t *lost_at;   /* (mu) by node id: a peer's connection closed;
+	                        its loss is told then (0: none) */
+	uint64_t stats_ns;   /* the counters' line every stats_ns (0: none) */
+	dt__stats_mark mark; /* (watch thread) where the last line ended */
 };
 
 dt_err
@@ -62,6 +70,27 @@ dt__watch_config(uint64_t *interval_ns, uint64_t *timeout_ns)
 		    "turns the timeout off)",
 		    (double)*interval_ns * 1e-9, (double)*timeout_ns * 1e-9);
 	return DT_OK;
+}
+
+dt_err
+dt__watch_stats_config(uint64_t *interval_ns)
+{
+	return dt__env_seconds("DTRAIN_STATS_INTERVAL", 10.0, 0, 86400,
+	                       interval_ns);
+}
+
+/* Log the node's counters in one line (watch thread, no lock held). */
+static void
+log_stats(struct dt_watch *w)
+{
+	dt_stats s;
+	char line[1024];
+
+	if (dt_node_stats(w->n, &s) != DT_OK)
+		return;
+	dt__stats_line(line, sizeof(line), &s, &w->mark);
+	dt_stats_fini(&s);
+	DT_LOG(1, "%s", line);
 }
 
 /* The extra silence a member allows a peer other than the scheduler. */
@@ -220,7 +249,7 @@ static void *
 watch_main(void *arg)
 {
 	struct dt_watch *w = arg;
-	uint64_t next_beat = 0;
+	uint64_t next_beat = 0, next_stats = dt__now_ns() + w->stats_ns;
 
 	pthread_mutex_lock(&w->mu);
 	while (!w->stop) {
@@ -231,6 +260,10 @@ watch_main(void *arg)
 		if (beat)
 			next_beat = now + w->interval_ns;
 		round_of(w, beat);
+		if (w->stats_ns && now >= next_stats) {
+			next_stats = now + w->stats_ns;
+			log_stats(w);
+		}
 		pthread_mutex_lock(&w->mu);
 		uint64_t wake = tell_losses(w, dt__now_ns());
 
@@ -238,6 +271,8 @@ watch_main(void *arg)
 			break;
 		if (wake > now + w->tick_ns)
 			wake = now + w->tick_ns;
+		if (w->stats_ns && wake > next_stats)
+			wake = next_stats;
 		struct timespec ts = dt__timespec_at(wake);
 
 		pthread_cond_timedwait(&w->cv, &w->mu, &ts);
@@ -275,8 +310,10 @@ dt_err
 dt__watch_start(dt_node *n)
 {
 	struct dt_watch *w;
+	uint64_t stats_ns = dt__verbose >= 1 ? n->stats_interval_ns : 0;
 
-	if (n->watch || (n->hb_interval_ns == 0 && n->hb_timeout_ns == 0))
+	if (n->watch ||
+	    (n->hb_interval_ns == 0 && n->hb_timeout_ns == 0 && stats_ns == 0))
 		return DT_OK;
 	if ((w = dt__calloc(1, sizeof(*w))) == NULL)
 		return DT_ENOMEM;
@@ -291,6 +328,7 @@ dt__watch_start(dt_node *n)
 	}
 	w->interval_ns = n->hb_interval_ns;
 	w->timeout_ns = n->hb_timeout_ns;
+	w->stats_ns = stats_ns;
 	w->tick_ns = w->interval_ns;
 	if (w->timeout_ns && w->timeout_ns / 4 < w->tick_ns)
 		w->tick_ns = w->timeout_ns / 4;

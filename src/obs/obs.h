@@ -234,4 +234,16 @@ void dt__stats_report(FILE *f, dt_stats *const *all, const char *const *names,
 void dt__stats_json(FILE *f, dt_stats *const *all, const char *const *names,
                     int count);
 
+/* Where the last periodic line left off (PS_VERBOSE=1 with
+ * DTRAIN_STATS_INTERVAL): its time and the node's byte totals. */
+typedef struct dt__stats_mark {
+	uint64_t wall_ns, bytes_sent, bytes_recv;
+} dt__stats_mark;
+
+/* One line of s's counters for the log: totals, the traffic's rate since
+ * *mark (then moved to now), and only the parts the node has (KV calls,
+ * steps, server work, collectives). */
+void dt__stats_line(char *buf, size_t cap, const dt_stats *s,
+                    dt__stats_mark *mark);
+
 #endif

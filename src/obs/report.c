@@ -4,8 +4,10 @@
  * workers' KV latency and step times, the servers' load and the
  * collectives' bus bandwidth, then the straggler and imbalance report
  * that names the slowest worker and the busiest server; and the same as
- * JSON lines (DTRAIN_STATS_JSON).
+ * JSON lines (DTRAIN_STATS_JSON). Also the one line a node logs every
+ * DTRAIN_STATS_INTERVAL with PS_VERBOSE=1.
  */
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -350,4 +352,99 @@ dt__stats_json(FILE *f, dt_stats *const *all, const char *const *names,
 		        (unsigned long long)s->step_p50_ns,
 		        (unsigned long long)s->step_p99_ns);
 	}
+}
+
+static void add(char *buf, size_t cap, const char *fmt, ...) DT_PRINTF(3, 4);
+
+/* Append to the string in buf (cap bytes) as far as it fits. */
+static void
+add(char *buf, size_t cap, const char *fmt, ...)
+{
+	size_t len = strlen(buf);
+	va_list ap;
+
+	if (len + 1 >= cap)
+		return;
+	va_start(ap, fmt);
+	vsnprintf(buf + len, cap - len, fmt, ap);
+	va_end(ap);
+}
+
+/* A rate in bytes/s as "12.3 MB/s" (k, M, G: powers of 1000). */
+static void
+rate(char *out, size_t cap, double bps)
+{
+	if (bps >= 1e9)
+		snprintf(out, cap, "%.2f GB/s", bps / 1e9);
+	else if (bps >= 1e6)
+		snprintf(out, cap, "%.2f MB/s", bps / 1e6);
+	else
+		snprintf(out, cap, "%.1f kB/s", bps / 1e3);
+}
+
+/* A duration as "870 ns", "17.2 us" or "1.53 ms". */
+static const char *
+dur(char *out, size_t cap, uint64_t ns)
+{
+	if (ns < 1000)
+		snprintf(out, cap, "%llu ns", (unsigned long long)ns);
+	else if (ns < 1000000)
+		snprintf(out, cap, "%.1f us", (double)ns / 1e3);
+	else
+		snprintf(out, cap, "%.2f ms", ms(ns));
+	return out;
+}
+
+void
+dt__stats_line(char *buf, size_t cap, const dt_stats *s, dt__stats_mark *mark)
+{
+	static const char *const op[3] = {"push", "pull", "pushpull"};
+	uint64_t fs, fr, bs = sum_sent(s, &fs), br = sum_recv(s, &fr);
+	double dt = s->wall_ns > mark->wall_ns
+	                ? (double)(s->wall_ns - mark->wall_ns) * 1e-9
+	                : 0;
+	char rs[32], rr[32], d1[24], d2[24];
+
+	if (cap == 0)
+		return;
+	buf[0] = '\0';
+	rate(rs, sizeof(rs),
+	     dt > 0 && bs >= mark->bytes_sent
+	         ? (double)(bs - mark->bytes_sent) / dt
+	         : 0);
+	rate(rr, sizeof(rr),
+	     dt > 0 && br >= mark->bytes_recv
+	         ? (double)(br - mark->bytes_recv) / dt
+	         : 0);
+	add(buf, cap,
+	    "stats at %.1f s: sent %.2f MB in %llu frames (%s), received "
+	    "%.2f MB in %llu frames (%s)",
+	    (double)s->wall_ns * 1e-9, mb(bs), (unsigned long long)fs, rs,
+	    mb(br), (unsigned long long)fr, rr);
+	for (int i = 0; i < 3; i++)
+		if (s->latency[i].count)
+			add(buf, cap, "; %s %llu, p50 %s, p99 %s", op[i],
+			    (unsigned long long)s->latency[i].count,
+			    dur(d1, sizeof(d1), s->latency[i].p50_ns),
+			    dur(d2, sizeof(d2), s->latency[i].p99_ns));
+	if (s->steps)
+		add(buf, cap, "; steps %llu, p50 %s, communication %.1f%%",
+		    (unsigned long long)s->steps,
+		    dur(d1, sizeof(d1), s->step_p50_ns),
+		    s->step_ns ? 100.0 * (double)s->comm_ns / (double)s->step_ns
+		               : 0.0);
+	if (s->merges || s->updates)
+		add(buf, cap, "; merges %llu (%s each), updates %llu (%s each)",
+		    (unsigned long long)s->merges,
+		    dur(d1, sizeof(d1),
+		        s->merges ? s->merge_ns / s->merges : 0),
+		    (unsigned long long)s->updates,
+		    dur(d2, sizeof(d2),
+		        s->updates ? s->update_ns / s->updates : 0));
+	if (s->coll_ops) {
+		rate(rs, sizeof(rs), s->coll_busbw);
+		add(buf, cap, "; collectives %llu, %.2f MB, busbw %s",
+		    (unsigned long long)s->coll_ops, mb(s->coll_bytes), rs);
+	}
+	*mark = (dt__stats_mark){s->wall_ns, bs, br};
 }

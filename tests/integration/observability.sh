@@ -6,6 +6,7 @@
 #    report name the slowest worker and the busiest server; its timeline
 #    is valid, nests per track and per operation, and lines up although
 #    the members' clocks are 3 s off (DT_CLOCK_SKEW_MS);
+#  - PS_VERBOSE=1 counters lines from every node of a linreg job;
 #  - the mnist example with dist_sync: forward, backward, communication
 #    wait, KV phases and server merge/update/reply on the timeline; its
 #    metrics log parses;
@@ -62,6 +63,39 @@ print("ok: %d pairs of nodes agree exactly on the bytes and frames between them"
 PY
 	python3 "$CHECK" "$tmp/t1.json" 5 "push,pull,pushpull,queued,on the wire + server,merge,reply,bootstrap,barrier,clock sync,step,communication wait,wait" \
 		|| fail "the counters job's timeline"
+fi
+
+# 1b. PS_VERBOSE=1: each node's counters in one line every
+# DTRAIN_STATS_INTERVAL, heartbeats off (the watch thread runs for it
+# alone); none without PS_VERBOSE (the job above).
+grep -q "stats at" "$tmp/out.log" && fail "a counters line without PS_VERBOSE"
+if ! PS_VERBOSE=1 DTRAIN_STATS_INTERVAL=0.1 PS_HEARTBEAT_INTERVAL=0 PS_HEARTBEAT_TIMEOUT=0 \
+	run_job 300 "$tmp/out.log" 30 "$B/dtrain" launch -n 2 -s 2 -- \
+	"$B/examples/linreg" --kvstore dist_sync --batch-size 50 --epochs 10; then
+	fail "the PS_VERBOSE job"
+else
+	python3 - "$tmp/out.log" <<'PY' || fail "the PS_VERBOSE counters lines"
+import re, sys
+lines = {}
+for l in open(sys.argv[1]):
+    m = re.match(r"\[(scheduler|server \d|worker \d)\] stats at ([0-9.]+) s: sent ([0-9.]+) MB "
+                 r"in (\d+) frames \([0-9.]+ [kMG]B/s\), received", l)
+    if m:
+        lines.setdefault(m.group(1), []).append((float(m.group(2)), int(m.group(4)), l))
+nodes = ["scheduler", "server 0", "server 1", "worker 0", "worker 1"]
+assert sorted(lines) == nodes, sorted(lines)
+for node, ls in lines.items():
+    assert [t for t, _, _ in ls] == sorted(t for t, _, _ in ls), node
+    assert [f for _, f, _ in ls] == sorted(f for _, f, _ in ls), node
+    last = ls[-1][2]
+    if node.startswith("worker"):
+        assert re.search(r"; pushpull \d+, p50 [0-9.]+ [nmu]s, p99", last), last
+        assert re.search(r"; steps \d+, p50 .*communication [0-9.]+%", last), last
+    if node.startswith("server"):
+        assert re.search(r"; merges \d+ \(.* each\), updates \d+", last), last
+print("ok: PS_VERBOSE counters: %s lines; %s" % (
+    {k: len(v) for k, v in lines.items()}, lines["worker 0"][-1][2].strip()))
+PY
 fi
 
 # 2. The trainer: mnist with dist_sync, its timeline and metrics log.

@@ -320,6 +320,59 @@ test_metrics_log(void **state)
 	unlink(path);
 }
 
+/* The PS_VERBOSE counters line: exact text for a worker's, a server's
+ * and a collective rank's counters, the rate since the mark, and a small
+ * buffer cut, never overrun. */
+static void
+test_stats_line(void **state)
+{
+	(void)state;
+	dt_peer_stats peers[2] = {{0, 3, 2000, 4, 1000}, {1, 7, 8000, 5, 4000}};
+	dt_stats s = {.wall_ns = 2500000000ull, .npeers = 2, .peers = peers};
+	dt__stats_mark mark = {500000000ull, 0, 1000};
+	char line[512];
+
+	s.latency[2] = (dt_latency){10, 0, 51200, 1500000, 0};
+	s.steps = 4;
+	s.step_ns = 4000000;
+	s.comm_ns = 1000000;
+	s.step_p50_ns = 980;
+	dt__stats_line(line, sizeof(line), &s, &mark);
+	assert_string_equal(line, "stats at 2.5 s: sent 0.01 MB in 10 frames "
+	                          "(5.0 kB/s), received 0.01 MB in 9 frames "
+	                          "(2.0 kB/s); pushpull 10, p50 51.2 us, p99 "
+	                          "1.50 ms; steps 4, p50 980 ns, "
+	                          "communication 25.0%");
+	assert_true(mark.wall_ns == s.wall_ns && mark.bytes_sent == 10000 &&
+	            mark.bytes_recv == 5000);
+
+	/* a server, then a collective rank; no time since the mark */
+	memset(&s.latency, 0, sizeof(s.latency));
+	s.steps = 0;
+	s.merges = 4;
+	s.merge_ns = 4000;
+	s.updates = 2;
+	s.update_ns = 3000000;
+	dt__stats_line(line, sizeof(line), &s, &mark);
+	assert_string_equal(line, "stats at 2.5 s: sent 0.01 MB in 10 frames "
+	                          "(0.0 kB/s), received 0.01 MB in 9 frames "
+	                          "(0.0 kB/s); merges 4 (1.0 us each), "
+	                          "updates 2 (1.50 ms each)");
+	s.merges = s.updates = 0;
+	s.coll_ops = 3;
+	s.coll_bytes = 3000000;
+	s.coll_busbw = 2.5e9;
+	dt__stats_line(line, sizeof(line), &s, &mark);
+	assert_non_null(
+	    strstr(line, "; collectives 3, 3.00 MB, busbw 2.50 GB/s"));
+
+	char small[24];
+	memset(small, 'x', sizeof(small));
+	dt__stats_line(small, 20, &s, &mark);
+	assert_int_equal(strlen(small), 19);
+	assert_int_equal(small[20], 'x');
+}
+
 int
 main(void)
 {
@@ -330,6 +383,7 @@ main(void)
 	    cmocka_unit_test(test_buffer),
 	    cmocka_unit_test(test_timeline_file),
 	    cmocka_unit_test(test_metrics_log),
+	    cmocka_unit_test(test_stats_line),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
