@@ -1,0 +1,268 @@
+/*
+ * shm_ring.c - a one-way byte ring in shared memory (shm_ring.h).
+ *
+ * Layout of the memfd: a page of header, then cap bytes of data. The
+ * header's fields each have a cache line, so that the writer's head and
+ * the reader's tail do not share one:
+ *   line 0: magic, version, cap (the creator's, checked by the writer);
+ *   line 1: head, bytes ever written (the writer publishes);
+ *   line 2: tail, bytes ever read (the reader publishes);
+ *   line 3: armed, the reader's request for a doorbell.
+ * Positions are 64-bit counts that never wrap; a byte's place in data is
+ * its position modulo cap. The memfd is sealed against shrinking before
+ * it is handed over, so no side can make the other's mapping fault.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdatomic.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "common/util.h"
+#include "net/shm_ring.h"
+
+#define RING_MAGIC   0x676e6952747464ull /* "dtdRing" */
+#define RING_VERSION 1u
+#define HDR_BYTES    4096u
+#define LINE         64
+
+struct dt_ring_hdr {
+	uint64_t magic;
+	uint32_t version, pad;
+	uint64_t cap;
+	_Alignas(LINE) _Atomic uint64_t head;
+	_Alignas(LINE) _Atomic uint64_t tail;
+	_Alignas(LINE) _Atomic uint32_t armed;
+};
+
+_Static_assert(sizeof(struct dt_ring_hdr) <= HDR_BYTES, "ring header");
+
+static int
+cap_ok(size_t cap)
+{
+	return cap >= DT_RING_MIN && cap <= DT_RING_MAX &&
+	       (cap & (cap - 1)) == 0;
+}
+
+static dt_err
+map(int fd, size_t cap, int writer, dt_ring *r)
+{
+	size_t len = HDR_BYTES + cap;
+	void *p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+
+	if (p == MAP_FAILED)
+		return dt__fail(DT_ESYS,
+		                "mapping a shared-memory ring of %zu "
+		                "bytes: %s",
+		                cap, strerror(errno));
+	memset(r, 0, sizeof(*r));
+	r->hdr = p;
+	r->data = (uint8_t *)p + HDR_BYTES;
+	r->cap = cap;
+	r->map_len = len;
+	r->writer = writer;
+	return DT_OK;
+}
+
+dt_err
+dt__ring_create(size_t cap, dt_ring *r, int *fd_out)
+{
+	int fd;
+	dt_err err;
+
+	if (!cap_ok(cap))
+		return dt__fail(DT_EINVAL,
+		                "shared-memory ring of %zu bytes: the size "
+		                "must be a power of two from %u to %u",
+		                cap, DT_RING_MIN, DT_RING_MAX);
+	fd = memfd_create("dtrain-ring", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+	if (fd < 0)
+		return dt__fail(DT_ESYS, "memfd_create: %s", strerror(errno));
+	if (ftruncate(fd, (off_t)(HDR_BYTES + cap)) != 0 ||
+	    fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) !=
+	        0) {
+		err = dt__fail(DT_ESYS, "sizing a shared-memory ring: %s",
+		               strerror(errno));
+		close(fd);
+		return err;
+	}
+	if ((err = map(fd, cap, 0, r))) {
+		close(fd);
+		return err;
+	}
+	r->hdr->magic = RING_MAGIC;
+	r->hdr->version = RING_VERSION;
+	r->hdr->cap = cap;
+	*fd_out = fd;
+	return DT_OK;
+}
+
+dt_err
+dt__ring_attach(int fd, size_t cap, dt_ring *r)
+{
+	struct stat st;
+	int seals;
+	dt_err err;
+
+	if (!cap_ok(cap))
+		return dt__fail(DT_EPROTO,
+		                "shared-memory ring: a size of %zu bytes was "
+		                "announced",
+		                cap);
+	if (fstat(fd, &st) != 0)
+		return dt__fail(DT_ESYS, "shared-memory ring: %s",
+		                strerror(errno));
+	seals = fcntl(fd, F_GET_SEALS);
+	if (!S_ISREG(st.st_mode) || (uint64_t)st.st_size != HDR_BYTES + cap ||
+	    seals < 0 || !(seals & F_SEAL_SHRINK))
+		return dt__fail(DT_EPROTO,
+		                "shared-memory ring: the descriptor is not a "
+		                "sealed segment of %zu bytes",
+		                (size_t)HDR_BYTES + cap);
+	if ((err = map(fd, cap, 1, r)))
+		return err;
+	if (r->hdr->magic != RING_MAGIC || r->hdr->version != RING_VERSION ||
+	    r->hdr->cap != cap ||
+	    atomic_load_explicit(&r->hdr->head, memory_order_relaxed) != 0 ||
+	    atomic_load_explicit(&r->hdr->tail, memory_order_relaxed) != 0) {
+		dt__ring_unmap(r);
+		return dt__fail(DT_EPROTO, "shared-memory ring: its header "
+		                           "is not a new ring's");
+	}
+	return DT_OK;
+}
+
+void
+dt__ring_unmap(dt_ring *r)
+{
+	if (r->hdr)
+		munmap(r->hdr, r->map_len);
+	r->hdr = NULL;
+	r->data = NULL;
+}
+
+static ssize_t
+broken(dt_ring *r)
+{
+	r->broken = 1;
+	errno = EPROTO;
+	return -1;
+}
+
+/* The other side's position, checked: the reader's tail moves forward and
+ * never past the head; the writer's head moves forward and never more than
+ * cap past the tail. -1 when impossible. */
+static int
+peer_pos(dt_ring *r, uint64_t *out)
+{
+	uint64_t p;
+
+	if (r->broken)
+		return -1;
+	if (r->writer) {
+		p = atomic_load_explicit(&r->hdr->tail, memory_order_acquire);
+		if (p < r->seen || p > r->pos)
+			return -1;
+	} else {
+		p = atomic_load_explicit(&r->hdr->head, memory_order_acquire);
+		if (p < r->seen || p - r->pos > r->cap)
+			return -1;
+	}
+	r->seen = p;
+	*out = p;
+	return 0;
+}
+
+ssize_t
+dt__ring_ready(dt_ring *r)
+{
+	uint64_t p;
+
+	if (peer_pos(r, &p) != 0)
+		return broken(r);
+	return (ssize_t)(r->writer ? r->cap - (r->pos - p) : p - r->pos);
+}
+
+ssize_t
+dt__ring_write(dt_ring *r, const struct iovec *iov, int iovcnt)
+{
+	uint64_t tail;
+	size_t room, done = 0;
+
+	if (!r->writer || peer_pos(r, &tail) != 0)
+		return broken(r);
+	room = r->cap - (size_t)(r->pos - tail);
+	for (int i = 0; i < iovcnt && done < room; i++) {
+		const uint8_t *src = iov[i].iov_base;
+		size_t n =
+		    iov[i].iov_len < room - done ? iov[i].iov_len : room - done;
+
+		while (n > 0) {
+			size_t at = (size_t)(r->pos + done) & (r->cap - 1);
+			size_t k = r->cap - at < n ? r->cap - at : n;
+
+			memcpy(r->data + at, src, k);
+			src += k;
+			n -= k;
+			done += k;
+		}
+	}
+	if (done) {
+		r->pos += done;
+		atomic_store_explicit(&r->hdr->head, r->pos,
+		                      memory_order_release);
+	}
+	return (ssize_t)done;
+}
+
+ssize_t
+dt__ring_read(dt_ring *r, void *buf, size_t len)
+{
+	uint64_t head;
+	size_t n, done = 0;
+	uint8_t *dst = buf;
+
+	if (r->writer || peer_pos(r, &head) != 0)
+		return broken(r);
+	n = (size_t)(head - r->pos) < len ? (size_t)(head - r->pos) : len;
+	while (done < n) {
+		size_t at = (size_t)(r->pos + done) & (r->cap - 1);
+		size_t k = r->cap - at < n - done ? r->cap - at : n - done;
+
+		memcpy(dst + done, r->data + at, k);
+		done += k;
+	}
+	if (done) {
+		r->pos += done;
+		atomic_store_explicit(&r->hdr->tail, r->pos,
+		                      memory_order_release);
+	}
+	return (ssize_t)done;
+}
+
+int
+dt__ring_arm(dt_ring *r)
+{
+	uint64_t head;
+
+	/* Store the request, then look (seq_cst both): a writer that
+	 * published before this look is seen here, one after it sees the
+	 * request in dt__ring_wake. */
+	atomic_store_explicit(&r->hdr->armed, 1, memory_order_seq_cst);
+	atomic_thread_fence(memory_order_seq_cst);
+	if (peer_pos(r, &head) != 0)
+		return 1; /* (the read that follows reports it) */
+	return head != r->pos;
+}
+
+int
+dt__ring_wake(dt_ring *r)
+{
+	atomic_thread_fence(memory_order_seq_cst);
+	if (atomic_load_explicit(&r->hdr->armed, memory_order_relaxed) == 0)
+		return 0;
+	return atomic_exchange_explicit(&r->hdr->armed, 0,
+	                                memory_order_acq_rel) != 0;
+}

@@ -1,0 +1,75 @@
+/*
+ * shm_ring.h - a one-way byte ring in shared memory between two processes
+ * of one host: the data path of the same-host transport (issue 18; not yet
+ * wired into the van).
+ *
+ * The receiver creates the ring (an anonymous memfd: never a name in
+ * /dev/shm, so nothing is left behind by any exit) and hands the
+ * descriptor to the writer, which maps it too. One writer and one reader;
+ * bytes come out in the order they went in.
+ *
+ * Shared memory is the peer's to scribble on, so it is read like the wire:
+ * each side keeps its own position (the writer its head, the reader its
+ * tail) and only publishes it; the other side's position is checked
+ * before it is used (the writer's head may be at most the capacity ahead
+ * of the reader's tail, the reader's tail never behind what it was nor
+ * past the head). A check that fails is EPROTO and the ring is done.
+ *
+ * The doorbell: a reader about to sleep arms the ring (dt__ring_arm) and
+ * sleeps only if the ring is still empty; a writer that published bytes
+ * asks dt__ring_wake whether the reader armed it, and wakes it (an eventfd
+ * or a socket byte: the caller's) only then. While the reader polls, a
+ * write costs no system call.
+ */
+#ifndef DT_NET_SHM_RING_H
+#define DT_NET_SHM_RING_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+#include <sys/uio.h>
+
+#include "dtrain/err.h"
+
+#define DT_RING_MIN (4u << 10) /* capacity bounds (powers of two) */
+#define DT_RING_MAX (256u << 20)
+
+typedef struct dt_ring {
+	struct dt_ring_hdr *hdr; /* the shared header */
+	uint8_t *data;           /* the shared bytes, cap of them */
+	size_t cap, map_len;     /* (this side's; never read from hdr) */
+	uint64_t pos;            /* this side's position: the writer's head, the
+	                            reader's tail */
+	uint64_t seen; /* the other side's position last read (checked) */
+	int writer;
+	int broken; /* a check failed: every later call is EPROTO */
+} dt_ring;
+
+/* Create a ring of cap bytes (a power of two in [DT_RING_MIN,
+ * DT_RING_MAX]) for this process to read: *fd is the descriptor to hand
+ * to the writer (close it when handed). */
+dt_err dt__ring_create(size_t cap, dt_ring *r, int *fd);
+/* Map the ring in fd for writing. cap is what the reader said it made;
+ * the descriptor's size and the header must agree with it. fd may be
+ * closed afterwards. */
+dt_err dt__ring_attach(int fd, size_t cap, dt_ring *r);
+void dt__ring_unmap(dt_ring *r);
+
+/* Copy up to the free room of iov into the ring: the bytes written, 0 when
+ * full, -1 with errno EPROTO when the reader's position is impossible. */
+ssize_t dt__ring_write(dt_ring *r, const struct iovec *iov, int iovcnt);
+/* Copy up to len bytes out: the bytes read, 0 when empty, -1 with errno
+ * EPROTO when the writer's position is impossible. */
+ssize_t dt__ring_read(dt_ring *r, void *buf, size_t len);
+/* Bytes waiting to be read (reader), or free room (writer); -1 (EPROTO)
+ * as above. No system call: for a polling loop. */
+ssize_t dt__ring_ready(dt_ring *r);
+
+/* Reader, before it sleeps: ask to be woken at the next write. Returns 1
+ * if bytes are already there (do not sleep), 0 if it may sleep. */
+int dt__ring_arm(dt_ring *r);
+/* Writer, after a write: 1 if the reader armed the ring and must be woken
+ * now (the arming is used up), 0 if it is polling. */
+int dt__ring_wake(dt_ring *r);
+
+#endif
