@@ -226,6 +226,9 @@ void dt__obs_reset(void);
 dt_err dt__stats_encode(const dt_stats *s, uint8_t **out, size_t *len);
 dt_err dt__stats_decode(const void *p, size_t len, dt_stats *s);
 
+/* qsort order of dt_key_stats by key. */
+int dt__key_stats_cmp(const void *a, const void *b);
+
 /* Print the job's table and straggler report: all[i] is node id i's
  * stats (all[0] the scheduler's), names[i] its name. */
 void dt__stats_report(FILE *f, dt_stats *const *all, const char *const *names,

@@ -53,6 +53,53 @@ ms(uint64_t ns)
 	return (double)ns / 1e6;
 }
 
+static const char *const op[DT_LAT_COUNT] = {"push", "pull", "pushpull"};
+
+static int
+cmp_pushed_desc(const void *a, const void *b)
+{
+	uint64_t x = ((const dt_key_stats *)a)->bytes_pushed,
+	         y = ((const dt_key_stats *)b)->bytes_pushed;
+	return x > y ? -1 : x < y;
+}
+
+/* The workers' key rows summed by key, most bytes pushed first, in *out
+ * (the caller frees it): their count, or -1 when out of memory. */
+static int
+keys_over_workers(dt_stats *const *all, int count, dt_key_stats **out)
+{
+	size_t n = 0, k = 0;
+	dt_key_stats *v;
+
+	*out = NULL;
+	for (int i = 0; i < count; i++)
+		if (all[i] && all[i]->role == 2)
+			n += (size_t)all[i]->nkeys;
+	if (n == 0)
+		return 0;
+	if ((v = malloc(n * sizeof(*v))) == NULL)
+		return -1;
+	for (int i = 0; i < count; i++)
+		if (all[i] && all[i]->role == 2)
+			for (int j = 0; j < all[i]->nkeys; j++)
+				v[k++] = all[i]->keys[j];
+	qsort(v, n, sizeof(*v), dt__key_stats_cmp);
+	k = 0;
+	for (size_t i = 0; i < n; i++) {
+		if (k > 0 && v[k - 1].key == v[i].key) {
+			v[k - 1].pushes += v[i].pushes;
+			v[k - 1].pulls += v[i].pulls;
+			v[k - 1].bytes_pushed += v[i].bytes_pushed;
+			v[k - 1].bytes_pulled += v[i].bytes_pulled;
+		} else {
+			v[k++] = v[i];
+		}
+	}
+	qsort(v, k, sizeof(*v), cmp_pushed_desc);
+	*out = v;
+	return (int)k;
+}
+
 static int
 cmp_u64(const void *a, const void *b)
 {
@@ -94,8 +141,6 @@ dt__stats_report(FILE *f, dt_stats *const *all, const char *const *names,
 		        (double)all[i]->wall_ns * 1e-9);
 	}
 	if (have_lat) {
-		static const char *const op[] = {"push", "pull", "pushpull"};
-
 		fprintf(f, "\nKV latency, call to answer (ms)\n");
 		fprintf(f, "%-12s %-9s %9s %9s %9s %9s %9s\n", "worker", "op",
 		        "calls", "mean", "p50", "p99", "max");
@@ -118,38 +163,15 @@ dt__stats_report(FILE *f, dt_stats *const *all, const char *const *names,
 		           "bytes pushed)\n");
 		fprintf(f, "%-10s %9s %12s %9s %12s\n", "key", "pushes",
 		        "MB pushed", "pulls", "MB pulled");
-		dt_key_stats top[11] = {{0}};
-		int ntop = 0;
+		dt_key_stats *top;
+		int ntop = keys_over_workers(all, count, &top);
 		uint64_t omitted = 0;
-		for (int i = 0; i < count; i++) {
-			if (!all[i] || all[i]->role != 2)
-				continue;
-			omitted += all[i]->keys_omitted;
-			for (int k = 0; k < all[i]->nkeys; k++) {
-				const dt_key_stats *ks = &all[i]->keys[k];
-				int j;
 
-				for (j = 0; j < ntop && top[j].key != ks->key;
-				     j++)
-					;
-				if (j == ntop) {
-					if (ntop == 11)
-						continue;
-					top[ntop++].key = ks->key;
-				}
-				top[j].pushes += ks->pushes;
-				top[j].pulls += ks->pulls;
-				top[j].bytes_pushed += ks->bytes_pushed;
-				top[j].bytes_pulled += ks->bytes_pulled;
-			}
-		}
-		for (int a = 0; a < ntop; a++)
-			for (int b = a + 1; b < ntop; b++)
-				if (top[b].bytes_pushed > top[a].bytes_pushed) {
-					dt_key_stats t = top[a];
-					top[a] = top[b];
-					top[b] = t;
-				}
+		for (int i = 0; i < count; i++)
+			if (all[i] && all[i]->role == 2)
+				omitted += all[i]->keys_omitted;
+		if (ntop < 0)
+			fprintf(f, "(out of memory for the key table)\n");
 		for (int a = 0; a < ntop && a < 10; a++) {
 			char kn[32];
 
@@ -164,6 +186,7 @@ dt__stats_report(FILE *f, dt_stats *const *all, const char *const *names,
 			        (unsigned long long)top[a].pulls,
 			        mb(top[a].bytes_pulled));
 		}
+		free(top);
 		if (omitted)
 			fprintf(f,
 			        "(%llu calls on keys beyond the %d counted "
@@ -273,7 +296,6 @@ dt__stats_json(FILE *f, dt_stats *const *all, const char *const *names,
                int count)
 {
 	static const char *const role[] = {"scheduler", "server", "worker"};
-	static const char *const op[] = {"push", "pull", "pushpull"};
 
 	for (int i = 0; i < count; i++) {
 		const dt_stats *s = all[i];
@@ -398,7 +420,6 @@ dur(char *out, size_t cap, uint64_t ns)
 void
 dt__stats_line(char *buf, size_t cap, const dt_stats *s, dt__stats_mark *mark)
 {
-	static const char *const op[3] = {"push", "pull", "pushpull"};
 	uint64_t fs, fr, bs = sum_sent(s, &fs), br = sum_recv(s, &fr);
 	double dt = s->wall_ns > mark->wall_ns
 	                ? (double)(s->wall_ns - mark->wall_ns) * 1e-9

@@ -253,8 +253,8 @@ dt__obs_phase_span(dt_phase ph, uint64_t t0, uint64_t now)
 	pthread_mutex_unlock(&mu);
 }
 
-static int
-cmp_keystat(const void *a, const void *b)
+int
+dt__key_stats_cmp(const void *a, const void *b)
 {
 	uint64_t x = ((const dt_key_stats *)a)->key,
 	         y = ((const dt_key_stats *)b)->key;
@@ -288,7 +288,8 @@ dt__obs_snapshot(dt_stats *s)
 		for (dt_hnode *h = dt__table_first(&g.keys, &it); h;
 		     h = dt__table_next(&it))
 			s->keys[s->nkeys++] = DT_CONTAINER_OF(h, kstat, hn)->s;
-		qsort(s->keys, (size_t)s->nkeys, sizeof(*s->keys), cmp_keystat);
+		qsort(s->keys, (size_t)s->nkeys, sizeof(*s->keys),
+		      dt__key_stats_cmp);
 		if (g.batched.key)
 			s->keys[s->nkeys++] = g.batched;
 	}

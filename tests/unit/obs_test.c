@@ -373,6 +373,50 @@ test_stats_line(void **state)
 	assert_int_equal(small[20], 'x');
 }
 
+/* The --stats key table sums every worker's keys and lists the 10 with
+ * most bytes pushed, however many keys there are (30 here, a different
+ * set on each worker, the biggest seen last). */
+static void
+test_report_top_keys(void **state)
+{
+	(void)state;
+	dt_key_stats k0[30], k1[30];
+	dt_stats w0 = {.id = 1, .role = 2, .nkeys = 30, .keys = k0};
+	dt_stats w1 = {.id = 2, .role = 2, .nkeys = 30, .keys = k1};
+	dt_stats *all[3] = {NULL, &w0, &w1};
+	const char *names[3] = {"scheduler", "worker 0", "worker 1"};
+	char *text = NULL;
+	size_t len = 0;
+
+	w0.latency[0].count = w1.latency[0].count = 1;
+	for (int i = 0; i < 30; i++) {
+		/* worker 0: keys 0..29; worker 1: keys 10..39 */
+		k0[i] = (dt_key_stats){(uint64_t)i, 1, 0,
+		                       (uint64_t)(i + 1) * 1000000, 0};
+		k1[i] = (dt_key_stats){(uint64_t)(i + 10), 1, 0,
+		                       (uint64_t)(i + 11) * 1000000, 0};
+	}
+	FILE *f = open_memstream(&text, &len);
+	assert_non_null(f);
+	dt__stats_report(f, all, names, 3);
+	fclose(f);
+	/* key k's total is (k+1) MB from each worker that has it: 29 (60 MB)
+	 * down to 20 (42 MB), both workers'; 39, on one, has 40 MB */
+	const char *t = strstr(text, "KV keys");
+	assert_non_null(t);
+	const char *want[] = {"29 ", "28 ", "27 ", "26 ", "25 ",
+	                      "24 ", "23 ", "22 ", "21 ", "20 "};
+	const char *line = strchr(strchr(t, '\n') + 1, '\n') + 1;
+	for (int i = 0; i < 10; i++) {
+		assert_memory_equal(line, want[i], 3);
+		assert_true(strncmp(line + 11, "        2", 9) == 0);
+		line = strchr(line, '\n') + 1;
+	}
+	assert_null(strstr(t, "\n39 "));
+	assert_non_null(strstr(t, "60.000"));
+	free(text);
+}
+
 int
 main(void)
 {
@@ -384,6 +428,7 @@ main(void)
 	    cmocka_unit_test(test_timeline_file),
 	    cmocka_unit_test(test_metrics_log),
 	    cmocka_unit_test(test_stats_line),
+	    cmocka_unit_test(test_report_top_keys),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
