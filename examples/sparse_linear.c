@@ -431,8 +431,10 @@ main(int argc, char **argv)
 				                    -1};
 				CHECK(dt_metrics_write(mlog, &r));
 			}
-			if (printed)
-				wloss = 0, wseen = 0;
+			if (printed) {
+				wloss = 0;
+				wseen = 0;
+			}
 		}
 		double ttrain = now() - t0;
 		dt_metric_reset(&acc);

@@ -110,11 +110,13 @@ hook_on_msg(void *arg, dt_conn *c, dt_msg *m)
 	dt_node *n = arg;
 	uint64_t bytes =
 	    DT_HDR_SIZE + (uint64_t)m->hdr.meta_len + m->hdr.payload_len;
-	int count = m->hdr.cmd == DT_CMD_HEARTBEAT
-	                ? 0
-	                : 1 + n->num_servers + n->num_workers;
+	int count = 1 + n->num_servers + n->num_workers;
 	int from = dt__conn_peer(c);
 
+	if (m->hdr.cmd == DT_CMD_HEARTBEAT) {
+		dispatch(n, c, m);
+		return;
+	}
 	if (from >= 0 && from < count)
 		dt__ctr_recv(&n->ctr[from], bytes);
 	dispatch(n, c, m);

@@ -303,7 +303,6 @@ dt__report_sched_open(dt_node *n)
 		return DT_OK;
 	if ((r = dt__calloc(1, sizeof(*r))) == NULL)
 		return DT_ENOMEM;
-	pthread_mutex_init(&r->mu, NULL);
 	r->stats_on = (int)on;
 	r->json = dt__env_str("DTRAIN_STATS_JSON");
 	r->t0 = dt__now_ns();
@@ -311,12 +310,18 @@ dt__report_sched_open(dt_node *n)
 	r->count = 1 + n->num_servers + n->num_workers;
 	r->stats = dt__calloc((size_t)r->count, sizeof(*r->stats));
 	r->events = dt__calloc((size_t)r->count, sizeof(*r->events));
-	n->report = r;
-	if (!r->stats || !r->events)
-		return DT_ENOMEM;
-	if (path && (err = dt__timeline_open(path, r->t0, &r->tl)))
+	err = !r->stats || !r->events ? DT_ENOMEM : DT_OK;
+	if (err == DT_OK && path)
+		err = dt__timeline_open(path, r->t0, &r->tl);
+	if (err) {
+		free(r->stats);
+		free(r->events);
+		free(r);
 		return err;
+	}
+	pthread_mutex_init(&r->mu, NULL);
 	dt__timeline_node(r->tl, 0, "scheduler", 0);
+	n->report = r;
 	return DT_OK;
 }
 

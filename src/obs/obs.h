@@ -156,8 +156,6 @@ void dt__timeline_event(dt__timeline *t, int node, const dt__tev *e);
 /* Finish and rename into place; note names what the job's events lost
  * (NULL: nothing). Frees t. */
 dt_err dt__timeline_close(dt__timeline *t, const char *note);
-/* Drop the temporary (a failed job); frees t. */
-void dt__timeline_abandon(dt__timeline *t);
 
 /* ---- counters and histograms ---- */
 

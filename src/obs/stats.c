@@ -377,6 +377,17 @@ dt_stats_fini(dt_stats *s)
  * the scalars, 3 latencies of 5, then peers (5 u64) and keys (5 u64). */
 #define HEAD_BYTES (5 * 4 + 8 + N_U64 * 8 + DT_LAT_COUNT * 5 * 8)
 
+/* Five u64 at *q, which moves past them (a latency, a peer, a key). */
+static void
+put5(uint8_t **q, uint64_t a, uint64_t b, uint64_t c, uint64_t d, uint64_t e)
+{
+	const uint64_t v[5] = {a, b, c, d, e};
+
+	for (int k = 0; k < 5; k++)
+		dt__put_u64(*q + 8 * k, v[k]);
+	*q += 40;
+}
+
 dt_err
 dt__stats_encode(const dt_stats *s, uint8_t **out, size_t *len)
 {
@@ -398,24 +409,20 @@ dt__stats_encode(const dt_stats *s, uint8_t **out, size_t *len)
 #undef PUT
 	for (int i = 0; i < DT_LAT_COUNT; i++) {
 		const dt_latency *l = &s->latency[i];
-		uint64_t v[5] = {l->count, l->mean_ns, l->p50_ns, l->p99_ns,
-		                 l->max_ns};
-		for (int k = 0; k < 5; k++)
-			dt__put_u64(q, v[k]), q += 8;
+
+		put5(&q, l->count, l->mean_ns, l->p50_ns, l->p99_ns, l->max_ns);
 	}
 	for (int i = 0; i < s->npeers; i++) {
 		const dt_peer_stats *r = &s->peers[i];
-		uint64_t v[5] = {(uint64_t)r->id, r->msgs_sent, r->bytes_sent,
-		                 r->msgs_recv, r->bytes_recv};
-		for (int k = 0; k < 5; k++)
-			dt__put_u64(q, v[k]), q += 8;
+
+		put5(&q, (uint64_t)r->id, r->msgs_sent, r->bytes_sent,
+		     r->msgs_recv, r->bytes_recv);
 	}
 	for (int i = 0; i < s->nkeys; i++) {
 		const dt_key_stats *r = &s->keys[i];
-		uint64_t v[5] = {r->key, r->pushes, r->pulls, r->bytes_pushed,
-		                 r->bytes_pulled};
-		for (int k = 0; k < 5; k++)
-			dt__put_u64(q, v[k]), q += 8;
+
+		put5(&q, r->key, r->pushes, r->pulls, r->bytes_pushed,
+		     r->bytes_pulled);
 	}
 	*out = p;
 	*len = n;

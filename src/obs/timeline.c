@@ -26,10 +26,29 @@ struct dt__timeline {
 	char *path, *part;
 	uint64_t t0;
 	uint64_t events;
-	int err; /* a write failed */
 };
 
 static const char *const tid_name[DT_TID_OTHER] = {"main", "io", "coll"};
+
+static void
+tl_free(dt__timeline *t)
+{
+	free(t->path);
+	free(t->part);
+	free(t);
+}
+
+/* s as a JSON string's body: printable, quotes and backslashes replaced
+ * by c; returns out. */
+static const char *
+json_safe(const char *s, char *out, size_t cap, char c)
+{
+	dt__printable(s, out, cap);
+	for (char *p = out; *p; p++)
+		if (*p == '"' || *p == '\\')
+			*p = c;
+	return out;
+}
 
 dt_err
 dt__timeline_open(const char *path, uint64_t t0_ns, dt__timeline **out)
@@ -43,18 +62,14 @@ dt__timeline_open(const char *path, uint64_t t0_ns, dt__timeline **out)
 	t->path = strdup(path);
 	t->part = malloc(n + 6);
 	if (t->path == NULL || t->part == NULL) {
-		free(t->path);
-		free(t->part);
-		free(t);
+		tl_free(t);
 		return dt__fail(DT_ENOMEM, "timeline %s", path);
 	}
 	snprintf(t->part, n + 6, "%s.part", path);
 	if ((t->f = fopen(t->part, "w")) == NULL) {
 		int e = errno;
 
-		free(t->path);
-		free(t->part);
-		free(t);
+		tl_free(t);
 		return dt__fail(DT_EIO,
 		                "DTRAIN_TIMELINE: cannot write %s.part: "
 		                "%s",
@@ -76,10 +91,7 @@ dt__timeline_node(dt__timeline *t, int node, const char *name, int sort)
 	if (t == NULL)
 		return;
 	/* (names are the scheduler's own: "worker 3") */
-	dt__printable(name, safe, sizeof(safe));
-	for (char *p = safe; *p; p++)
-		if (*p == '"' || *p == '\\')
-			*p = '_';
+	json_safe(name, safe, sizeof(safe), '_');
 	fprintf(t->f,
 	        ",\n{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":%d,"
 	        "\"tid\":0,\"args\":{\"name\":\"%s\"}}",
@@ -162,14 +174,6 @@ dt__timeline_event(dt__timeline *t, int node, const dt__tev *e)
 	t->events++;
 }
 
-static void
-tl_free(dt__timeline *t)
-{
-	free(t->path);
-	free(t->part);
-	free(t);
-}
-
 dt_err
 dt__timeline_close(dt__timeline *t, const char *note)
 {
@@ -178,10 +182,7 @@ dt__timeline_close(dt__timeline *t, const char *note)
 
 	if (t == NULL)
 		return DT_OK;
-	dt__printable(note ? note : "", safe, sizeof(safe));
-	for (char *p = safe; *p; p++)
-		if (*p == '"' || *p == '\\')
-			*p = '\'';
+	json_safe(note ? note : "", safe, sizeof(safe), '\'');
 	fprintf(t->f,
 	        "\n],\"otherData\":{\"producer\":\"dtrain\","
 	        "\"events\":%" PRIu64 ",\"note\":\"%s\"}}\n",
@@ -199,14 +200,4 @@ dt__timeline_close(dt__timeline *t, const char *note)
 	}
 	tl_free(t);
 	return err;
-}
-
-void
-dt__timeline_abandon(dt__timeline *t)
-{
-	if (t == NULL)
-		return;
-	fclose(t->f);
-	remove(t->part);
-	tl_free(t);
 }

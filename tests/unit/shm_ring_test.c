@@ -31,6 +31,16 @@ byte_at(uint64_t i)
 	return (uint8_t)((i * 2654435761u) >> 13);
 }
 
+/* buf[0..n) must be bytes [at, at + n) of the stream. */
+static void
+expect_stream(const uint8_t *buf, ssize_t n, uint64_t at)
+{
+	for (ssize_t i = 0; i < n; i++)
+		if (buf[i] != byte_at(at + (uint64_t)i))
+			fail_msg("byte %llu out of order",
+			         (unsigned long long)(at + (uint64_t)i));
+}
+
 static uint64_t
 rnd(uint64_t *s)
 {
@@ -76,11 +86,7 @@ test_order_wrap(void **state)
 		assert_int_equal(dt__ring_ready(&rd), (ssize_t)(in - out));
 		r = dt__ring_read(&rd, dst, n);
 		assert_int_equal(r, (ssize_t)(in - out < n ? in - out : n));
-		for (ssize_t i = 0; i < r; i++)
-			if (dst[i] != byte_at(out + (uint64_t)i))
-				fail_msg(
-				    "byte %llu out of order",
-				    (unsigned long long)(out + (uint64_t)i));
+		expect_stream(dst, r, out);
 		out += (uint64_t)r;
 	}
 	dt__ring_unmap(&rd);
@@ -294,9 +300,7 @@ test_doorbell_threads(void **state)
 		ssize_t r = dt__ring_read(&rd, buf, sizeof(buf));
 
 		assert_true(r >= 0);
-		for (ssize_t i = 0; i < r; i++)
-			if (buf[i] != byte_at(out + (uint64_t)i))
-				fail_msg("byte %llu", (unsigned long long)out);
+		expect_stream(buf, r, out);
 		out += (uint64_t)r;
 		if (r > 0 || out == a.total)
 			continue;
@@ -369,9 +373,7 @@ test_other_process(void **state)
 		ssize_t r = dt__ring_read(&rd, buf, sizeof(buf));
 
 		assert_true(r >= 0);
-		for (ssize_t i = 0; i < r; i++)
-			if (buf[i] != byte_at(out + (uint64_t)i))
-				fail_msg("byte %llu", (unsigned long long)out);
+		expect_stream(buf, r, out);
 		out += (uint64_t)r;
 		if (r == 0 && waitpid(pid, &st, WNOHANG) == pid)
 			fail_msg("the writer ended (status %d) after %llu "
