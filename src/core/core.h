@@ -33,7 +33,9 @@
 #include "dtrain/node.h"
 #include "net/van.h"
 
-#define DT_HOST_MAX 256
+#define DT_HOST_MAX   256
+#define DT_HOSTID_MAX 96 /* "boot id/network namespace" (dt__host_id) */
+#define DT_LOCAL_MAX  64 /* a shared-memory endpoint's name */
 
 /* One row of the node table. */
 typedef struct dt_node_entry {
@@ -43,6 +45,10 @@ typedef struct dt_node_entry {
 	char host[DT_HOST_MAX];
 	int port;
 	int pid;
+	/* Which host it runs on, and its endpoint for peers on that host
+	 * (dt__van_listen_local); either may be "". */
+	char hostid[DT_HOSTID_MAX];
+	char local[DT_LOCAL_MAX];
 } dt_node_entry;
 
 /* An app's hooks on one node; every one but on_msg is optional. */

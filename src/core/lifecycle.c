@@ -449,6 +449,14 @@ dt_node_start(const dt_node_config *cfg, dt_node **out)
 		goto fail;
 	if ((err = dt__van_listen(n->van, n->host, cfg->port, -1, &n->port)))
 		goto fail;
+	/* Peers on this host: shared memory (DTRAIN_TRANSPORT). */
+	dt__host_id(n->hostid, sizeof(n->hostid));
+	if (n->hostid[0] &&
+	    dt__van_listen_local(n->van, n->local, sizeof(n->local))) {
+		dt__log(0, "no shared memory with peers on this host: %s",
+		        dt_errmsg());
+		n->local[0] = '\0';
+	}
 	if ((err = dt__van_start(n->van)) || (err = dt__watch_start(n)))
 		goto fail;
 	DT_LOG(1, "%s listening on %s:%d", dt_role_name(n->role), n->host,

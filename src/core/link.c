@@ -94,15 +94,17 @@ typedef struct plink {
 	int resend_now;           /* (mu) */
 	int down;                 /* (mu) no connection; since down_ns */
 	uint64_t down_ns;
-	uint64_t redial_ns;     /* (mu) next dial attempt */
-	int bye;                /* (mu) the peer stopped cleanly */
-	int gone;               /* (mu) given up on: the peer is lost */
-	int dialer;             /* this side dials the link */
-	char host[DT_HOST_MAX]; /* (mu) a restarted peer's address; "": the
-	                           node table's */
-	int port;               /* (mu) */
-	uint64_t gen;           /* (mu) the peer's process: its count of
-	                           restarts (recovery) */
+	uint64_t redial_ns;       /* (mu) next dial attempt */
+	int bye;                  /* (mu) the peer stopped cleanly */
+	int gone;                 /* (mu) given up on: the peer is lost */
+	int dialer;               /* this side dials the link */
+	char host[DT_HOST_MAX];   /* (mu) a restarted peer's address; "": the
+	                             node table's */
+	int port;                 /* (mu) */
+	char local[DT_LOCAL_MAX]; /* (mu) its shared-memory endpoint, if
+	                             usable from here (with host) */
+	uint64_t gen;             /* (mu) the peer's process: its count of
+	                             restarts (recovery) */
 } plink;
 
 struct dt_links {
@@ -862,7 +864,7 @@ redial(dt_links *L, int id)
 	dt_node *n = L->n;
 	plink *P = &L->p[id];
 	const dt_node_entry *e = &n->table[id];
-	char host[DT_HOST_MAX];
+	char host[DT_HOST_MAX], local[DT_LOCAL_MAX];
 	int port;
 	char name[64];
 	dt_conn *c;
@@ -874,10 +876,15 @@ redial(dt_links *L, int id)
 	         : P->host[0] ? P->host
 	                      : e->host);
 	port = id == 0 ? n->cfg.root_port : P->host[0] ? P->port : e->port;
+	snprintf(local, sizeof(local), "%s",
+	         id == 0      ? ""
+	         : P->host[0] ? P->local
+	                      : dt__node_local_of(n, e->hostid, e->local));
 	pthread_mutex_unlock(&L->mu);
 
 	dt__node_name(n, id, name, sizeof(name));
-	err = dt__van_connect(n->van, host, port, REDIAL_TRY_MS, name, &c);
+	err =
+	    dt__van_connect(n->van, host, port, local, REDIAL_TRY_MS, name, &c);
 	if (err) {
 		pthread_mutex_lock(&L->mu);
 		P->redial_ns = dt__now_ns() + REDIAL_GAP_NS;
@@ -1217,7 +1224,7 @@ dt__link_bye_from(dt_node *n, int peer)
 
 int
 dt__link_restart_peer(dt_node *n, int peer, dt_conn *c, const char *host,
-                      int port)
+                      int port, const char *local)
 {
 	dt_links *L = __atomic_load_n(&n->links, __ATOMIC_ACQUIRE);
 	dt_conn *old;
@@ -1255,6 +1262,7 @@ dt__link_restart_peer(dt_node *n, int peer, dt_conn *c, const char *host,
 	if (host) {
 		snprintf(P->host, sizeof(P->host), "%s", host);
 		P->port = port;
+		snprintf(P->local, sizeof(P->local), "%s", local ? local : "");
 	}
 	P->down = c == NULL && talked;
 	P->down_ns = P->redial_ns = dt__now_ns();
@@ -1282,7 +1290,8 @@ dt__link_newer_gen(dt_node *n, int peer, uint64_t gen)
 }
 
 void
-dt__link_set_addr(dt_node *n, int peer, const char *host, int port)
+dt__link_set_addr(dt_node *n, int peer, const char *host, int port,
+                  const char *local)
 {
 	dt_links *L = __atomic_load_n(&n->links, __ATOMIC_ACQUIRE);
 
@@ -1291,6 +1300,7 @@ dt__link_set_addr(dt_node *n, int peer, const char *host, int port)
 	pthread_mutex_lock(&L->mu);
 	snprintf(L->p[peer].host, sizeof(L->p[peer].host), "%s", host);
 	L->p[peer].port = port;
+	snprintf(L->p[peer].local, sizeof(L->p[peer].local), "%s", local);
 	pthread_mutex_unlock(&L->mu);
 }
 

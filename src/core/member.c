@@ -132,7 +132,7 @@ dt__member_on_msg(dt_node *n, dt_conn *c, dt_msg *m)
 		    dt__link_newer_gen(n, (int)id, m->hdr.arg0)) {
 			dt__log(0, "%s came back (it says HELLO)",
 			        dt__node_name(n, (int)id, name, sizeof(name)));
-			dt__link_restart_peer(n, (int)id, NULL, NULL, 0);
+			dt__link_restart_peer(n, (int)id, NULL, NULL, 0, NULL);
 			dt__node_restart_apps(n, (int)id);
 		}
 		/* PS_RESEND: a worker dials again after a lost connection. */
@@ -204,13 +204,16 @@ dt__member_on_msg(dt_node *n, dt_conn *c, dt_msg *m)
 		}
 		if (!dt__link_newer_gen(n, (int)id, m->hdr.arg0)) {
 			/* (its HELLO came first and started the link again) */
-			dt__link_set_addr(n, (int)id, a.host, a.port);
+			dt__link_set_addr(
+			    n, (int)id, a.host, a.port,
+			    dt__node_local_of(n, a.hostid, a.local));
 			return;
 		}
 		dt__log(0, "%s came back: pid %d at %s:%d",
 		        dt__node_name(n, (int)id, name, sizeof(name)), a.pid,
 		        a.host, a.port);
-		dt__link_restart_peer(n, (int)id, NULL, a.host, a.port);
+		dt__link_restart_peer(n, (int)id, NULL, a.host, a.port,
+		                      dt__node_local_of(n, a.hostid, a.local));
 		dt__node_restart_apps(n, (int)id);
 		return;
 	}
@@ -334,7 +337,7 @@ dt__member_start(dt_node *n)
 	int need = 0;
 
 	err = dt__van_connect(
-	    n->van, n->cfg.root_uri, n->cfg.root_port,
+	    n->van, n->cfg.root_uri, n->cfg.root_port, NULL,
 	    n->cfg.connect_timeout_ms,
 	    n->cfg.root_var[0] ? "rank 0's rendezvous" : "scheduler", &sc);
 	if (err) {
@@ -366,6 +369,8 @@ dt__member_start(dt_node *n)
 	                      .num_servers = n->cfg.num_servers,
 	                      .num_workers = n->cfg.num_workers};
 	snprintf(a.host, sizeof(a.host), "%s", n->host);
+	snprintf(a.hostid, sizeof(a.hostid), "%s", n->hostid);
+	snprintf(a.local, sizeof(a.local), "%s", n->local);
 	dt__wbuf_init(&w);
 	dt_msg_hdr h = {.cmd = DT_CMD_ADD_NODE, .flags = DT_F_REQUEST};
 	h.recver = 0;
@@ -399,7 +404,9 @@ dt__member_start(dt_node *n)
 			dt_conn *c;
 
 			err = dt__van_connect(
-			    n->van, e->host, e->port, n->cfg.connect_timeout_ms,
+			    n->van, e->host, e->port,
+			    dt__node_local_of(n, e->hostid, e->local),
+			    n->cfg.connect_timeout_ms,
 			    dt__node_name(n, id, name, sizeof(name)), &c);
 			if (err)
 				return err;
@@ -411,8 +418,8 @@ dt__member_start(dt_node *n)
 			if ((err = dt__node_send(n, id, &hh, NULL, 0, NULL, 0)))
 				return err;
 			need++;
-			DT_LOG(1, "connected to %s at %s:%d", name, e->host,
-			       e->port);
+			DT_LOG(1, "connected to %s at %s", name,
+			       dt__conn_addr(c));
 		}
 	}
 	if ((err = dt__node_wait_count(n, &n->hello_acks, 0, (uint64_t)need,

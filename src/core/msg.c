@@ -16,6 +16,18 @@ valid_role(unsigned r)
 	return r == DT_ROLE_SERVER || r == DT_ROLE_WORKER;
 }
 
+/* A host id or endpoint name: letters, digits and . : / - _ only (they
+ * end up in log lines and in a socket's name). */
+static int
+valid_name(const char *s)
+{
+	for (; *s; s++)
+		if (!((*s >= 'a' && *s <= 'z') || (*s >= 'A' && *s <= 'Z') ||
+		      (*s >= '0' && *s <= '9') || strchr(".:/-_", *s)))
+			return 0;
+	return 1;
+}
+
 dt_err
 dt__msg_add_node_encode(const dt__msg_add_node *a, dt_wbuf *w)
 {
@@ -26,6 +38,8 @@ dt__msg_add_node_encode(const dt__msg_add_node *a, dt_wbuf *w)
 	dt__wbuf_u32(w, (uint32_t)a->pid);
 	dt__wbuf_u32(w, (uint32_t)a->num_servers);
 	dt__wbuf_u32(w, (uint32_t)a->num_workers);
+	dt__wbuf_str(w, a->hostid);
+	dt__wbuf_str(w, a->local);
 	return dt__wbuf_err(w);
 }
 
@@ -47,8 +61,16 @@ dt__msg_add_node_decode(const void *meta, size_t len, dt__msg_add_node *a)
 	pid = dt__rbuf_u32(&r);
 	ns = dt__rbuf_u32(&r);
 	nw = dt__rbuf_u32(&r);
+	if (!r.failed && r.off < r.len) { /* (absent: no shared memory) */
+		dt__rbuf_str(&r, a->hostid, sizeof(a->hostid));
+		dt__rbuf_str(&r, a->local, sizeof(a->local));
+	}
 	if ((err = dt__rbuf_err(&r, "ADD_NODE")))
 		return err;
+	if (!valid_name(a->hostid) || !valid_name(a->local))
+		return dt__fail(DT_EPROTO,
+		                "ADD_NODE: bad characters in the host id or "
+		                "local endpoint");
 	if (!valid_role(role))
 		return dt__fail(DT_EPROTO,
 		                "ADD_NODE: role %u is not a "
@@ -93,6 +115,8 @@ dt__msg_node_table_encode(int id, int num_servers, int num_workers,
 		dt__wbuf_str(w, e->host);
 		dt__wbuf_u32(w, (uint32_t)e->port);
 		dt__wbuf_u32(w, (uint32_t)e->pid);
+		dt__wbuf_str(w, e->hostid);
+		dt__wbuf_str(w, e->local);
 	}
 	return dt__wbuf_err(w);
 }
@@ -122,9 +146,9 @@ dt__msg_node_table_decode(const void *meta, size_t len, int *id,
 	count = 1 + ns + nw;
 	if (me == 0 || me >= count)
 		return dt__fail(DT_EPROTO, "NODE_TABLE: bad node id %u", me);
-	/* Each entry takes at least 17 bytes: refuse a count the block
+	/* Each entry takes at least 25 bytes: refuse a count the block
 	 * cannot hold before allocating for it. */
-	if ((size_t)count * 17 > len - r.off)
+	if ((size_t)count * 25 > len - r.off)
 		return dt__fail(DT_EPROTO,
 		                "NODE_TABLE: %u entries do not fit in %zu "
 		                "bytes",
@@ -138,6 +162,8 @@ dt__msg_node_table_decode(const void *meta, size_t len, int *id,
 		dt__rbuf_str(&r, t[i].host, sizeof(t[i].host));
 		port = dt__rbuf_u32(&r);
 		pid = dt__rbuf_u32(&r);
+		dt__rbuf_str(&r, t[i].hostid, sizeof(t[i].hostid));
+		dt__rbuf_str(&r, t[i].local, sizeof(t[i].local));
 		if (r.failed)
 			break;
 		/* The scheduler's row, then S servers, then W workers, each
@@ -147,7 +173,8 @@ dt__msg_node_table_decode(const void *meta, size_t len, int *id,
 		                              : DT_ROLE_WORKER;
 		uint32_t want_rank = i == 0 ? 0 : i <= ns ? i - 1 : i - 1 - ns;
 		if (role != (uint8_t)want_role || rank != want_rank ||
-		    port > 65535 || pid > INT32_MAX) {
+		    port > 65535 || pid > INT32_MAX ||
+		    !valid_name(t[i].hostid) || !valid_name(t[i].local)) {
 			free(t);
 			return dt__fail(DT_EPROTO,
 			                "NODE_TABLE: entry %u (role %u rank %u "

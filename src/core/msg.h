@@ -32,6 +32,8 @@ typedef struct dt__msg_add_node {
 	int pid;                /* for messages naming it */
 	int num_servers;        /* the job size it was started with */
 	int num_workers;
+	char hostid[DT_HOSTID_MAX]; /* its host, "" if unknown */
+	char local[DT_LOCAL_MAX];   /* its shared-memory endpoint, or "" */
 } dt__msg_add_node;
 
 dt_err dt__msg_add_node_encode(const dt__msg_add_node *a, dt_wbuf *w);

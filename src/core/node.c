@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -319,4 +320,37 @@ dt_node_send_text(dt_node *n, dt_role dst_role, int dst_rank, const char *text)
 		                len);
 	dt_msg_hdr h = {.cmd = DT_CMD_TEXT};
 	return dt__node_send(n, id, &h, text, (uint32_t)len, NULL, 0);
+}
+
+void
+dt__host_id(char *out, size_t cap)
+{
+	const char *env = dt__env_str("DT_HOST_ID");
+	char boot[64] = "";
+	struct stat st;
+	FILE *f;
+
+	*out = '\0';
+	if (env && *env) {
+		/* (a test's second host; the ADD_NODE checks its letters) */
+		snprintf(out, cap, "%s", env);
+		return;
+	}
+	if ((f = fopen("/proc/sys/kernel/random/boot_id", "re")) == NULL)
+		return;
+	if (fgets(boot, sizeof(boot), f) == NULL)
+		boot[0] = '\0';
+	fclose(f);
+	boot[strcspn(boot, "\n")] = '\0';
+	if (boot[0] == '\0' || stat("/proc/self/ns/net", &st) != 0)
+		return;
+	snprintf(out, cap, "%s/%llu", boot, (unsigned long long)st.st_ino);
+}
+
+const char *
+dt__node_local_of(const dt_node *n, const char *hostid, const char *local)
+{
+	return n->hostid[0] && n->local[0] && strcmp(hostid, n->hostid) == 0
+	           ? local
+	           : "";
 }

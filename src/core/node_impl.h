@@ -45,8 +45,10 @@ struct dt_node {
 	int rank; /* -1 until the table arrives */
 	int num_servers;
 	int num_workers;
-	char host[DT_HOST_MAX]; /* advertised address */
-	int port;               /* listening port */
+	char host[DT_HOST_MAX];     /* advertised address */
+	int port;                   /* listening port */
+	char hostid[DT_HOSTID_MAX]; /* this host (dt__host_id) */
+	char local[DT_LOCAL_MAX];   /* shared-memory endpoint, "" if none */
 
 	dt_node_entry *table; /* by id, 1 + S + W entries */
 	int ntable;
@@ -198,8 +200,10 @@ int dt__link_adopt(dt_node *n, dt_conn *c, int peer);
  * names a process newer than the one peer's link knows; it is then the
  * known one. The caller starts the link again (dt__link_restart_peer). */
 int dt__link_newer_gen(dt_node *n, int peer, uint64_t gen);
-/* A restarted peer's address, once its link has started again. */
-void dt__link_set_addr(dt_node *n, int peer, const char *host, int port);
+/* A restarted peer's address, once its link has started again (local:
+ * its shared-memory endpoint if this node may use it, else ""). */
+void dt__link_set_addr(dt_node *n, int peer, const char *host, int port,
+                       const char *local);
 /* [p, p + bytes) is about to change: what is kept by reference there is
  * copied first (core.h: dt__node_before_write). */
 void dt__link_unpin(dt_node *n, const void *p, size_t bytes);
@@ -209,7 +213,17 @@ void dt__link_bye_from(dt_node *n, int peer);
  * link starts again from nothing; what was kept for the old one is
  * dropped (the apps replay what matters). 0 without links. */
 int dt__link_restart_peer(dt_node *n, int peer, dt_conn *c, const char *host,
-                          int port);
+                          int port, const char *local);
+
+/* This host's id: the kernel's boot id and this process's network
+ * namespace (DT_HOST_ID overrides it, for tests); "" if unknown. Two
+ * processes with the same id can share memory and reach each other's
+ * abstract Unix sockets. */
+void dt__host_id(char *out, size_t cap);
+/* The endpoint to dial a peer of (hostid, local) through shared memory:
+ * local when the peer runs on this node's host, else "". */
+const char *dt__node_local_of(const dt_node *n, const char *hostid,
+                              const char *local);
 /* Whether peer's link is over (its BYE came, or it was lost), or there
  * are no links: 1. */
 int dt__link_ended(dt_node *n, int peer);

@@ -28,6 +28,8 @@ typedef struct joiner {
 	char host[DT_HOST_MAX];
 	int port;
 	int pid;
+	char hostid[DT_HOSTID_MAX];
+	char local[DT_LOCAL_MAX];
 	int rank;
 	uint64_t until; /* held (recovery): refused after this */
 } joiner;
@@ -235,8 +237,10 @@ rejoin(dt_node *n, dt_conn *c, const joiner *j)
 	snprintf(t[id].host, DT_HOST_MAX, "%s", j->host);
 	t[id].port = j->port;
 	t[id].pid = j->pid;
+	snprintf(t[id].hostid, DT_HOSTID_MAX, "%s", j->hostid);
+	snprintf(t[id].local, DT_LOCAL_MAX, "%s", j->local);
 	dt__conn_vouch(c);
-	dt__link_restart_peer(n, id, c, NULL, 0);
+	dt__link_restart_peer(n, id, c, NULL, 0, NULL);
 	dt__wbuf_init(&w);
 	dt_msg_hdr h = {.cmd = DT_CMD_NODE_TABLE,
 	                .recver = (uint32_t)id,
@@ -257,6 +261,8 @@ rejoin(dt_node *n, dt_conn *c, const joiner *j)
 	                      .num_servers = n->num_servers,
 	                      .num_workers = n->num_workers};
 	snprintf(a.host, sizeof(a.host), "%s", j->host);
+	snprintf(a.hostid, sizeof(a.hostid), "%s", j->hostid);
+	snprintf(a.local, sizeof(a.local), "%s", j->local);
 	dt__wbuf_init(&w);
 	if (dt__msg_add_node_encode(&a, &w) == DT_OK)
 		for (int k = 1; k < n->ntable; k++) {
@@ -355,6 +361,8 @@ on_add_node(dt_node *n, dt_conn *c, dt_msg *m)
 	memcpy(j.host, a.host, sizeof(j.host));
 	j.port = a.port;
 	j.pid = a.pid;
+	memcpy(j.hostid, a.hostid, sizeof(j.hostid));
+	memcpy(j.local, a.local, sizeof(j.local));
 	if (a.num_servers != n->num_servers ||
 	    a.num_workers != n->num_workers) {
 		snprintf(reason, sizeof(reason),
@@ -873,6 +881,8 @@ dt__sched_start(dt_node *n)
 		e->port = j->port;
 		e->pid = j->pid;
 		snprintf(e->host, DT_HOST_MAX, "%s", j->host);
+		snprintf(e->hostid, DT_HOSTID_MAX, "%s", j->hostid);
+		snprintf(e->local, DT_LOCAL_MAX, "%s", j->local);
 		dt__conn_set_peer(j->conn, id);
 		__atomic_store_n(&n->peers[id], j->conn, __ATOMIC_RELEASE);
 	}

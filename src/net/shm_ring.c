@@ -7,7 +7,8 @@
  *   line 0: magic, version, cap (the creator's, checked by the writer);
  *   line 1: head, bytes ever written (the writer publishes);
  *   line 2: tail, bytes ever read (the reader publishes);
- *   line 3: armed, the reader's request for a doorbell.
+ *   line 3: armed, the reader's request for a doorbell when bytes come;
+ *   line 4: room_armed, the writer's request for one when room comes.
  * Positions are 64-bit counts that never wrap; a byte's place in data is
  * its position modulo cap. The memfd is sealed against shrinking before
  * it is handed over, so no side can make the other's mapping fault.
@@ -35,6 +36,7 @@ struct dt_ring_hdr {
 	_Alignas(LINE) _Atomic uint64_t head;
 	_Alignas(LINE) _Atomic uint64_t tail;
 	_Alignas(LINE) _Atomic uint32_t armed;
+	_Alignas(LINE) _Atomic uint32_t room_armed;
 };
 
 _Static_assert(sizeof(struct dt_ring_hdr) <= HDR_BYTES, "ring header");
@@ -242,27 +244,42 @@ dt__ring_read(dt_ring *r, void *buf, size_t len)
 	return (ssize_t)done;
 }
 
+/* The flag this side arms: the reader's for bytes, the writer's for room;
+ * and the flag it answers: the other one. */
+static _Atomic uint32_t *
+my_flag(dt_ring *r)
+{
+	return r->writer ? &r->hdr->room_armed : &r->hdr->armed;
+}
+
+static _Atomic uint32_t *
+their_flag(dt_ring *r)
+{
+	return r->writer ? &r->hdr->armed : &r->hdr->room_armed;
+}
+
 int
 dt__ring_arm(dt_ring *r)
 {
-	uint64_t head;
+	uint64_t p;
 
-	/* Store the request, then look (seq_cst both): a writer that
-	 * published before this look is seen here, one after it sees the
+	/* Store the request, then look (seq_cst both): a peer that moved
+	 * its position before this look is seen here, one after it sees the
 	 * request in dt__ring_wake. */
-	atomic_store_explicit(&r->hdr->armed, 1, memory_order_seq_cst);
+	atomic_store_explicit(my_flag(r), 1, memory_order_seq_cst);
 	atomic_thread_fence(memory_order_seq_cst);
-	if (peer_pos(r, &head) != 0)
-		return 1; /* (the read that follows reports it) */
-	return head != r->pos;
+	if (peer_pos(r, &p) != 0)
+		return 1; /* (the call that follows reports it) */
+	return r->writer ? r->pos - p < r->cap : p != r->pos;
 }
 
 int
 dt__ring_wake(dt_ring *r)
 {
+	_Atomic uint32_t *f = their_flag(r);
+
 	atomic_thread_fence(memory_order_seq_cst);
-	if (atomic_load_explicit(&r->hdr->armed, memory_order_relaxed) == 0)
+	if (atomic_load_explicit(f, memory_order_relaxed) == 0)
 		return 0;
-	return atomic_exchange_explicit(&r->hdr->armed, 0,
-	                                memory_order_acq_rel) != 0;
+	return atomic_exchange_explicit(f, 0, memory_order_acq_rel) != 0;
 }

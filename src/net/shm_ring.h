@@ -1,7 +1,6 @@
 /*
  * shm_ring.h - a one-way byte ring in shared memory between two processes
- * of one host: the data path of the same-host transport (issue 18; not yet
- * wired into the van).
+ * of one host: the data path of the same-host transport (shm.c).
  *
  * The receiver creates the ring (an anonymous memfd: never a name in
  * /dev/shm, so nothing is left behind by any exit) and hands the
@@ -17,9 +16,9 @@
  *
  * The doorbell: a reader about to sleep arms the ring (dt__ring_arm) and
  * sleeps only if the ring is still empty; a writer that published bytes
- * asks dt__ring_wake whether the reader armed it, and wakes it (an eventfd
- * or a socket byte: the caller's) only then. While the reader polls, a
- * write costs no system call.
+ * asks dt__ring_wake whether the reader armed it, and wakes it (an eventfd:
+ * the caller's) only then. While the reader polls, a write costs no system
+ * call. The same holds the other way for a writer that waits for room.
  */
 #ifndef DT_NET_SHM_RING_H
 #define DT_NET_SHM_RING_H
@@ -65,11 +64,13 @@ ssize_t dt__ring_read(dt_ring *r, void *buf, size_t len);
  * as above. No system call: for a polling loop. */
 ssize_t dt__ring_ready(dt_ring *r);
 
-/* Reader, before it sleeps: ask to be woken at the next write. Returns 1
- * if bytes are already there (do not sleep), 0 if it may sleep. */
+/* Before sleeping: the reader asks to be woken at the next write, the
+ * writer (a full ring) at the next read. Returns 1 if what it waits for
+ * is already there (bytes, room: do not sleep), 0 if it may sleep. */
 int dt__ring_arm(dt_ring *r);
-/* Writer, after a write: 1 if the reader armed the ring and must be woken
- * now (the arming is used up), 0 if it is polling. */
+/* After moving its position (a write, a read): 1 if the other side armed
+ * the ring and must be woken now (the arming is used up), 0 if it is
+ * polling. */
 int dt__ring_wake(dt_ring *r);
 
 #endif

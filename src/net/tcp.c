@@ -16,8 +16,6 @@
 #define LOWAT_MIN   (1u << 20)   /* payload rest worth a receive low mark */
 #define LOWAT_PIECE (256u << 10) /* ...and the mark */
 
-extern const dt_transport_ops dt__tcp_transport;
-
 static void
 tune(int fd)
 {

@@ -1,6 +1,6 @@
 /*
- * transport.c - the table of transports (transport.h) and the choice of
- * one. A new transport adds its file and one line here.
+ * transport.c - the table of transports (transport.h) and the choice
+ * DTRAIN_TRANSPORT makes. A new transport adds its file and one line here.
  */
 #include <stdio.h>
 #include <string.h>
@@ -8,32 +8,29 @@
 #include "common/util.h"
 #include "net/transport.h"
 
-extern const dt_transport_ops dt__tcp_transport;
-
 const dt_transport_ops *const dt__transports[] = {
     &dt__tcp_transport,
+    &dt__shm_transport,
     NULL,
 };
 
 dt_err
-dt__transport_choose(const dt_transport_ops **out)
+dt__transport_choose(const dt_transport_ops **out, int *local)
 {
 	const char *want = dt__env_str("DTRAIN_TRANSPORT");
 
-	if (want == NULL || *want == '\0')
-		want = "tcp";
-	for (int i = 0; dt__transports[i]; i++)
-		if (strcmp(dt__transports[i]->name, want) == 0) {
-			*out = dt__transports[i];
-			return DT_OK;
-		}
-	char have[128] = "";
-
-	for (int i = 0; dt__transports[i]; i++)
-		snprintf(have + strlen(have), sizeof(have) - strlen(have),
-		         "%s%s", i ? ", " : "", dt__transports[i]->name);
+	*out = &dt__tcp_transport;
+	*local = 0;
+	if (want == NULL || *want == '\0' || strcmp(want, "auto") == 0 ||
+	    strcmp(want, "shm") == 0) {
+		*local = 1;
+		return dt__shm_configure();
+	}
+	if (strcmp(want, "tcp") == 0)
+		return DT_OK;
 	return dt__fail(DT_ECONFIG,
-	                "DTRAIN_TRANSPORT='%s': no such transport (this build "
-	                "has: %s)",
-	                want, have);
+	                "DTRAIN_TRANSPORT='%s': no such choice (auto: shared "
+	                "memory to peers on this host, TCP to the others; "
+	                "tcp: TCP to all)",
+	                want);
 }

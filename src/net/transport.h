@@ -1,8 +1,8 @@
 /*
  * transport.h - what the van (van.c) needs of a transport: an ops table
  * that each transport fills in a file of its own (tcp.c today; a
- * shared-memory ring or RDMA later), so adding one means adding a file and
- * a line in transport.c, and nothing above net/ changes.
+ * shm.c for peers on the same host; RDMA later), so adding one means adding
+ * a file and a line in transport.c, and nothing above net/ changes.
  *
  * The van keeps everything that does not depend on how bytes move: frames
  * cut from the byte stream, payloads received into their final buffer,
@@ -64,11 +64,33 @@ struct dt_transport_ops {
 	void (*shutdown)(dt_link *l);
 	/* Free the link (fd = -1 afterwards). */
 	void (*close)(dt_link *l);
+
+	/*
+	 * A transport whose bytes come without waking fd (shared memory)
+	 * has these two; NULL otherwise. pending: 1 if bytes wait to be
+	 * read (no system call: the van's polling wait asks it; recv's
+	 * thread). arm: before the van sleeps on fd, ask for fd to be woken
+	 * at the next bytes (room 0, recv's thread), or at the next room to
+	 * send (room 1, sendv's thread); 1 if what it would wait for is
+	 * there already (do not sleep). Such a link has no EPOLLOUT: room
+	 * is reported as fd readable, once armed.
+	 */
+	int (*pending)(dt_link *l);
+	int (*arm)(dt_link *l, int room);
 };
 
 /* The transports built in, by name (NULL-terminated). */
 extern const dt_transport_ops *const dt__transports[];
-/* The transport a van uses: DTRAIN_TRANSPORT, default "tcp". */
-dt_err dt__transport_choose(const dt_transport_ops **out);
+extern const dt_transport_ops dt__tcp_transport;
+extern const dt_transport_ops dt__shm_transport;
+
+/*
+ * The choice DTRAIN_TRANSPORT makes: *out is the transport to other hosts
+ * (TCP), *local 1 if peers on this host are reached through shared memory
+ * ("auto", the default), 0 if through *out too ("tcp").
+ */
+dt_err dt__transport_choose(const dt_transport_ops **out, int *local);
+/* Check DTRAIN_SHM_RING (shm.c). */
+dt_err dt__shm_configure(void);
 
 #endif

@@ -24,6 +24,7 @@
 #include <string.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
+#include <sys/random.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -79,6 +80,7 @@ struct dt_conn {
 	dt_sendq wq, pq;        /* (send_mu) wire bytes, then frames */
 	uint64_t q_moved_ns;    /* (send_mu) when the queue last moved */
 	atomic_int want_out;    /* epoll reports c writable too */
+	int ring; /* a shared-memory link: bytes come without waking fd */
 	dt_conn *next;
 
 	/* Authentication: until it is done, the connection's bytes go to a
@@ -123,6 +125,13 @@ struct dt_van {
 	int epfd;
 	int evfd;
 	dt_link lis; /* the listener, fd -1 if none */
+	/* Peers on this host (DTRAIN_TRANSPORT=auto): the shared-memory
+	 * listener and its name, and how many such links there are. */
+	int local;
+	dt_link loc;
+	char local_name[64];
+	atomic_int nrings;
+	unsigned poll_tick; /* (dispatch_mu) */
 	/* Out of descriptors: the listener is out of epoll until then (its
 	 * readiness would otherwise spin the I/O thread), and the log says
 	 * so once a second at most. */
@@ -201,6 +210,7 @@ conn_new(dt_van *v, const dt_link *link)
 	}
 	c->van = v;
 	c->link = *link;
+	c->ring = link->ops->pending != NULL;
 	atomic_store(&c->peer, -1);
 	atomic_store(&c->vouched, 1);
 	c->born_ns = dt__now_ns();
@@ -271,9 +281,20 @@ conn_add(dt_van *v, dt_conn *c)
 	c->next = v->conns;
 	v->conns = c;
 	pthread_mutex_unlock(&v->mu);
+	if (c->ring)
+		atomic_fetch_add(&v->nrings, 1);
 	if (epoll_ctl(v->epfd, EPOLL_CTL_ADD, c->link.fd, &ev) < 0) {
 		atomic_store(&c->open, 0);
 		return dt__fail(DT_ESYS, "epoll_ctl: %s", strerror(errno));
+	}
+	if (c->ring) {
+		/* The I/O thread may sleep already, without having armed this
+		 * ring (its handshake used the arming up): have it look. */
+		uint64_t one = 1;
+
+		if (write(v->evfd, &one, sizeof(one)) < 0) {
+			/* the eventfd cannot be full */
+		}
 	}
 	return DT_OK;
 }
@@ -290,6 +311,8 @@ conn_down(dt_van *v, dt_conn *c, dt_err why, const char *reason)
 	atomic_store(&c->open, 0);
 	if (atomic_exchange(&c->vouched, 1) == 0)
 		atomic_fetch_sub(&v->unvouched, 1);
+	if (c->ring)
+		atomic_fetch_sub(&v->nrings, 1);
 	epoll_ctl(v->epfd, EPOLL_CTL_DEL, c->link.fd, NULL);
 	c->link.ops->shutdown(&c->link);
 	/*
@@ -356,7 +379,7 @@ dt__van_create(const dt_van_hooks *hooks, dt_van **out)
 		dt__auth_free(auth);
 		return DT_ENOMEM;
 	}
-	if ((err = dt__transport_choose(&v->tp))) {
+	if ((err = dt__transport_choose(&v->tp, &v->local))) {
 		dt__auth_free(auth);
 		free(v);
 		return err;
@@ -365,6 +388,7 @@ dt__van_create(const dt_van_hooks *hooks, dt_van **out)
 	v->handshake_ns = (uint64_t)hs * 1000000000ull;
 	v->hooks = *hooks;
 	v->lis.fd = -1;
+	v->loc.fd = -1;
 	v->max_payload = (uint64_t)maxmsg;
 	v->send_timeout_ms = (int)tmo * 1000;
 	pthread_mutex_init(&v->mu, NULL);
@@ -418,6 +442,8 @@ dt__van_destroy(dt_van *v)
 	}
 	if (v->lis.fd >= 0)
 		v->lis.ops->close(&v->lis);
+	if (v->loc.fd >= 0)
+		v->loc.ops->close(&v->loc);
 	close(v->epfd);
 	close(v->evfd);
 	pthread_mutex_destroy(&v->mu);
@@ -441,9 +467,34 @@ dt__van_listen(dt_van *v, const char *host, int port, int fd, int *bound_port)
 	return DT_OK;
 }
 
+dt_err
+dt__van_listen_local(dt_van *v, char *name, size_t cap)
+{
+	uint64_t nonce;
+	dt_err err;
+
+	*name = '\0';
+	if (!v->local)
+		return DT_OK;
+	if (getrandom(&nonce, sizeof(nonce), 0) != (ssize_t)sizeof(nonce))
+		return dt__fail(DT_ESYS, "getrandom: %s", strerror(errno));
+	snprintf(v->local_name, sizeof(v->local_name), "dtrain.%d.%016llx",
+	         (int)getpid(), (unsigned long long)nonce);
+	if ((err = dt__shm_transport.listen(v->local_name, 0, -1, &v->loc,
+	                                    NULL))) {
+		v->local_name[0] = '\0';
+		return err;
+	}
+	struct epoll_event ev = {.events = EPOLLIN, .data.ptr = &v->loc};
+	if (epoll_ctl(v->epfd, EPOLL_CTL_ADD, v->loc.fd, &ev) < 0)
+		return dt__fail(DT_ESYS, "epoll_ctl: %s", strerror(errno));
+	snprintf(name, cap, "%s", v->local_name);
+	return DT_OK;
+}
+
 #define ACCEPT_PAUSE_NS 100000000ull /* 100 ms */
 
-/* accept failed for want of resources: stop watching the listener for a
+/* accept failed for want of resources: stop watching the listeners for a
  * while (dispatch_mu held). */
 static void
 accept_pause(dt_van *v, int err)
@@ -451,6 +502,8 @@ accept_pause(dt_van *v, int err)
 	uint64_t now = dt__now_ns();
 
 	epoll_ctl(v->epfd, EPOLL_CTL_DEL, v->lis.fd, NULL);
+	if (v->loc.fd >= 0)
+		epoll_ctl(v->epfd, EPOLL_CTL_DEL, v->loc.fd, NULL);
 	atomic_store(&v->accept_paused_until, now + ACCEPT_PAUSE_NS);
 	if (once_a_second(&v->accept_logged_ns, now))
 		dt__log(0, "accept: %s; not accepting for %llu ms",
@@ -469,6 +522,10 @@ accept_resume(dt_van *v)
 	atomic_store(&v->accept_paused_until, 0);
 	struct epoll_event ev = {.events = EPOLLIN, .data.ptr = &v->lis};
 	epoll_ctl(v->epfd, EPOLL_CTL_ADD, v->lis.fd, &ev);
+	if (v->loc.fd >= 0) {
+		ev.data.ptr = &v->loc;
+		epoll_ctl(v->epfd, EPOLL_CTL_ADD, v->loc.fd, &ev);
+	}
 }
 
 /* Close the connections that were not introduced in time (dispatch_mu
@@ -495,13 +552,13 @@ sweep_unvouched(dt_van *v)
 }
 
 static void
-accept_all(dt_van *v)
+accept_all(dt_van *v, dt_link *lis)
 {
 	for (;;) {
 		char addr[64];
 		dt_link link;
 		dt_conn *c;
-		int rc = v->tp->accept(&v->lis, &link, addr, sizeof(addr));
+		int rc = lis->ops->accept(lis, &link, addr, sizeof(addr));
 
 		if (rc < 0 && (errno == EMFILE || errno == ENFILE ||
 		               errno == ENOBUFS || errno == ENOMEM)) {
@@ -1026,6 +1083,50 @@ conn_readable(dt_van *v, dt_conn *c)
 
 static int dispatch_events(dt_van *v, const struct epoll_event *evs, int n);
 
+/* The mark of an "event" made up for a shared-memory link whose ring holds
+ * bytes (or room): epoll did not report it, so it need not be re-armed. */
+#define RING_EV EPOLLMSG
+
+/* Arm c's ring of room (want_writable): under send_mu, with no busy
+ * writer (the ring is the writer's). 1 if there is room already. */
+static int
+arm_room(dt_conn *c)
+{
+	return !c->busy && c->link.fd >= 0 && c->link.ops->arm(&c->link, 1);
+}
+
+/*
+ * Add to evs (n of cap used) the shared-memory links with bytes to read
+ * (dispatch_mu held): without arming (pending, no system call) while
+ * polling; arming them (asking for a doorbell), and for room those that
+ * wait for it, before the I/O thread sleeps. Returns the new n.
+ */
+static int
+ring_events(dt_van *v, struct epoll_event *evs, int n, int cap, int arm)
+{
+	if (atomic_load_explicit(&v->nrings, memory_order_relaxed) == 0)
+		return n;
+	pthread_mutex_lock(&v->mu);
+	for (dt_conn *c = v->conns; c && n < cap; c = c->next) {
+		if (!c->ring ||
+		    !atomic_load_explicit(&c->open, memory_order_relaxed))
+			continue;
+		int ready = arm ? c->link.ops->arm(&c->link, 0)
+		                : c->link.ops->pending(&c->link);
+
+		if (arm && atomic_load(&c->want_out)) {
+			pthread_mutex_lock(&c->send_mu);
+			ready |= arm_room(c);
+			pthread_mutex_unlock(&c->send_mu);
+		}
+		if (ready)
+			evs[n++] = (struct epoll_event){
+			    .events = EPOLLIN | RING_EV, .data.ptr = c};
+	}
+	pthread_mutex_unlock(&v->mu);
+	return n;
+}
+
 static int
 dispatch(dt_van *v, const struct epoll_event *evs, int n)
 {
@@ -1056,25 +1157,38 @@ dispatch_events(dt_van *v, const struct epoll_event *evs, int n)
 	for (int i = 0; i < n; i++) {
 		void *p = evs[i].data.ptr;
 
-		if (p == NULL)
-			continue; /* the stop eventfd */
-		if (p == &v->lis) {
-			accept_all(v);
+		if (p == NULL) { /* the wake-up (or stop) eventfd */
+			uint64_t x;
+
+			if (read(v->evfd, &x, sizeof(x)) < 0) {
+				/* nothing was there */
+			}
+			continue;
+		}
+		if (p == &v->lis || p == &v->loc) {
+			accept_all(v, p);
 			continue;
 		}
 		dt_conn *c = p;
-		if ((evs[i].events & EPOLLOUT) && atomic_load(&c->open))
+		/* A shared-memory link's room comes as readable (its arm). */
+		if ((evs[i].events & EPOLLOUT ||
+		     (c->ring && atomic_load(&c->want_out))) &&
+		    atomic_load(&c->open))
 			conn_writable(v, c);
 		if ((evs[i].events & ~(uint32_t)EPOLLOUT) &&
 		    atomic_load(&c->open))
 			conn_readable(v, c);
 		if (atomic_load(&c->open)) {
 			struct epoll_event ev = {
-			    .events =
-			        CONN_EVENTS |
-			        (atomic_load(&c->want_out) ? EPOLLOUT : 0),
+			    .events = CONN_EVENTS |
+			              (!c->ring && atomic_load(&c->want_out)
+			                   ? EPOLLOUT
+			                   : 0),
 			    .data.ptr = c};
-			epoll_ctl(v->epfd, EPOLL_CTL_MOD, c->link.fd, &ev);
+			/* (a ring's bytes found by polling used no event) */
+			if (!(evs[i].events & RING_EV))
+				epoll_ctl(v->epfd, EPOLL_CTL_MOD, c->link.fd,
+				          &ev);
 			if (c->state == RX_PAYLOAD &&
 			    c->h.payload_len - c->payload_got >= POLL_BIG)
 				big = 1;
@@ -1145,13 +1259,26 @@ io_thread(void *arg)
 		if (atomic_load(&v->queued_conns) > 0 &&
 		    (tmo < 0 || tmo > (int)(SWEEP_NS / 1000000)))
 			tmo = (int)(SWEEP_NS / 1000000); /* sweep_stuck's */
-		n = epoll_wait(v->epfd, evs, 64, tmo);
+		/* Shared-memory links: ask for their doorbells, or do not
+		 * sleep if bytes came meanwhile. */
+		int nr = 0;
+
+		if (atomic_load_explicit(&v->nrings, memory_order_relaxed)) {
+			pthread_mutex_lock(&v->dispatch_mu);
+			nr = ring_events(v, evs + 32, 0, 32, 1);
+			pthread_mutex_unlock(&v->dispatch_mu);
+		}
+
+		n = epoll_wait(v->epfd, evs, 32, nr ? 0 : tmo);
 		if (n < 0) {
 			if (errno == EINTR)
 				continue;
 			dt__log(0, "epoll_wait: %s", strerror(errno));
 			break;
 		}
+		if (nr)
+			memmove(evs + n, evs + 32, (size_t)nr * sizeof(*evs));
+		n += nr;
 		pthread_mutex_lock(&v->dispatch_mu);
 		(void)dispatch(v, evs, n);
 		pthread_mutex_unlock(&v->dispatch_mu);
@@ -1171,7 +1298,13 @@ poll_once(dt_van *v)
 
 	if (pthread_mutex_trylock(&v->dispatch_mu) != 0)
 		return 0;
-	n = epoll_wait(v->epfd, evs, 64, 0);
+	/* Shared-memory links are looked at directly; epoll (sockets, a
+	 * link's end) every 16th round while there are any. */
+	n = atomic_load_explicit(&v->nrings, memory_order_relaxed) > 0 &&
+	            (++v->poll_tick & 15) != 0
+	        ? 0
+	        : epoll_wait(v->epfd, evs, 32, 0);
+	n = ring_events(v, evs, n < 0 ? 0 : n, 64, 0);
 	if (n > 0) {
 		/* The hooks may record errors; they are not this caller's. */
 		snprintf(saved, sizeof(saved), "%s", dt_errmsg());
@@ -1315,16 +1448,24 @@ handshake_connect(dt_van *v, dt_link *l, dt_crypt **tx, dt_crypt **rx)
 }
 
 dt_err
-dt__van_connect(dt_van *v, const char *host, int port, int timeout_ms,
-                const char *what, dt_conn **out)
+dt__van_connect(dt_van *v, const char *host, int port, const char *local,
+                int timeout_ms, const char *what, dt_conn **out)
 {
 	uint64_t deadline = dt__now_ns() + (uint64_t)timeout_ms * 1000000ull;
 	dt_link link;
 	dt_conn *c;
 	dt_crypt *tx = NULL, *rx = NULL;
-	dt_err err = v->tp->connect(host, port, deadline, what, &link);
+	dt_err err = DT_ECLOSED;
 
-	if (err)
+	if (v->local && local && *local) {
+		/* A peer on this host: shared memory, else TCP after all. */
+		err =
+		    dt__shm_transport.connect(local, 0, deadline, what, &link);
+		if (err)
+			DT_LOG(1, "%s: shared memory refused (%s); using TCP",
+			       what, dt_errmsg());
+	}
+	if (err && (err = v->tp->connect(host, port, deadline, what, &link)))
 		return err;
 	if (v->auth && (err = handshake_connect(v, &link, &tx, &rx))) {
 		char why[512];
@@ -1345,7 +1486,8 @@ dt__van_connect(dt_van *v, const char *host, int port, int timeout_ms,
 	}
 	c->tx = tx;
 	c->rx = rx;
-	snprintf(c->addr, sizeof(c->addr), "%s:%d", host, port);
+	snprintf(c->addr, sizeof(c->addr), "%s:%d%s", host, port,
+	         c->ring ? " (shm)" : "");
 	if (conn_add(v, c) != DT_OK)
 		return DT_ESYS;
 	DT_LOG(2, "connected to %s at %s", what, c->addr);
@@ -1659,6 +1801,16 @@ want_writable(dt_van *v, dt_conn *c)
 		return;
 	atomic_store(&c->want_out, 1);
 	atomic_fetch_add(&v->queued_conns, 1);
+	if (c->ring) {
+		/* Room is reported as readable once armed; if it is there
+		 * already, have the I/O thread look at once. */
+		uint64_t one = 1;
+
+		if (arm_room(c) && write(v->evfd, &one, sizeof(one)) < 0) {
+			/* the eventfd cannot be full */
+		}
+		return;
+	}
 	struct epoll_event ev = {.events = CONN_EVENTS | EPOLLOUT,
 	                         .data.ptr = c};
 	epoll_ctl(v->epfd, EPOLL_CTL_MOD, c->link.fd, &ev);

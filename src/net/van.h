@@ -90,11 +90,22 @@ dt_err dt__van_listen(dt_van *v, const char *host, int port, int fd,
 dt_err dt__van_start(dt_van *v);
 
 /*
- * Connect to host:port, retrying refused connections until timeout_ms has
- * passed. what names the peer in errors ("scheduler").
+ * Listen for peers on this host too, through shared memory (shm.c), unless
+ * DTRAIN_TRANSPORT=tcp: name (cap bytes) receives the endpoint to give
+ * them, "" when there is none.
  */
-dt_err dt__van_connect(dt_van *v, const char *host, int port, int timeout_ms,
-                       const char *what, dt_conn **out);
+dt_err dt__van_listen_local(dt_van *v, char *name, size_t cap);
+
+/*
+ * Connect to host:port, retrying refused connections until timeout_ms has
+ * passed; through shared memory instead when local names the peer's
+ * endpoint (dt__van_listen_local: the peer is on this host) and this van
+ * may use it, with TCP if that fails. what names the peer in errors
+ * ("scheduler").
+ */
+dt_err dt__van_connect(dt_van *v, const char *host, int port,
+                       const char *local, int timeout_ms, const char *what,
+                       dt_conn **out);
 
 /*
  * Send one frame: h (meta_len and payload_len are filled in here), meta and

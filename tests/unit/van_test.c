@@ -319,6 +319,25 @@ setup_encrypted(void **state)
 	return setup(state);
 }
 
+/* ...and with the pair on the same-host transport (shm.c), with a small
+ * ring so that big frames wrap around it and wait for room many times. */
+static int g_shm;
+
+static int
+setup_shm(void **state)
+{
+	g_shm = 1;
+	setenv("DTRAIN_SHM_RING", "65536", 1);
+	return setup(state);
+}
+
+static int
+setup_shm_encrypted(void **state)
+{
+	setenv("DTRAIN_ENCRYPT", "1", 1);
+	return setup_shm(state);
+}
+
 static int
 teardown(void **state)
 {
@@ -327,6 +346,8 @@ teardown(void **state)
 		capture_end(NULL, 0);
 	unsetenv("DT_MAX_MESSAGE");
 	unsetenv("DTRAIN_ENCRYPT");
+	unsetenv("DTRAIN_SHM_RING");
+	g_shm = 0;
 	if (count_fds() != fds_before) {
 		fprintf(stderr, "descriptor leak: %d open before, %d after\n",
 		        fds_before, count_fds());
@@ -378,7 +399,8 @@ typedef struct pair {
 	sink sa, sb;
 	dt_van *a, *b;
 	int port;
-	dt_conn *cb; /* b's connection to a */
+	char local[64]; /* a's shared-memory endpoint (g_shm) */
+	dt_conn *cb;    /* b's connection to a */
 } pair;
 
 /* Hooks of a van: on_msg and on_close always, payload_dest and
@@ -413,12 +435,20 @@ pair_open(pair *p, int with)
 	assert_int_equal(dt__van_listen(p->a, "127.0.0.1", 0, -1, &p->port),
 	                 DT_OK);
 	assert_true(p->port > 0);
+	if (g_shm) {
+		assert_int_equal(
+		    dt__van_listen_local(p->a, p->local, sizeof(p->local)),
+		    DT_OK);
+		assert_true(p->local[0] != '\0');
+	}
 	assert_int_equal(dt__van_start(p->a), DT_OK);
 	assert_int_equal(dt__van_start(p->b), DT_OK);
-	assert_int_equal(
-	    dt__van_connect(p->b, "127.0.0.1", p->port, 5000, "van a", &p->cb),
-	    DT_OK);
+	assert_int_equal(dt__van_connect(p->b, "127.0.0.1", p->port, p->local,
+	                                 5000, "van a", &p->cb),
+	                 DT_OK);
 	assert_non_null(p->cb);
+	/* the connection is on the transport asked for */
+	assert_int_equal(strstr(dt__conn_addr(p->cb), "(shm)") != NULL, g_shm);
 	assert_true(dt__conn_is_open(p->cb));
 	assert_int_equal(dt__conn_peer(p->cb), -1);
 }
@@ -655,9 +685,9 @@ hook_send_to_stuck_peer(int stuck)
 	sink_init(&sc);
 	vc = make_van(&sc, 0);
 	assert_int_equal(dt__van_start(vc), DT_OK);
-	assert_int_equal(
-	    dt__van_connect(vc, "127.0.0.1", p.port, WAIT_MS, "van a", &cc),
-	    DT_OK);
+	assert_int_equal(dt__van_connect(vc, "127.0.0.1", p.port, NULL, WAIT_MS,
+	                                 "van a", &cc),
+	                 DT_OK);
 	assert_int_equal(
 	    send_pieces(vc, cc, DT_CMD_KV_FIRST, 5, 0, "hi", buf, 4096, 2),
 	    DT_OK);
@@ -1370,7 +1400,7 @@ test_connect_closed_port(void **state)
 		dt_conn *c = NULL;
 		char where[64];
 		uint64_t t0 = dt__now_ns();
-		dt_err err = dt__van_connect(v, "127.0.0.1", port,
+		dt_err err = dt__van_connect(v, "127.0.0.1", port, NULL,
 		                             timeouts_ms[i], "test peer", &c);
 		double ms = (double)(dt__now_ns() - t0) / 1e6;
 
@@ -1427,8 +1457,8 @@ test_connect_retries(void **state)
 	assert_int_equal(dt__van_start(b), DT_OK);
 	late_arg arg = {closed_port(), a, 300 * 1000000ull};
 	pthread_create(&th, NULL, late_listener, &arg);
-	dt_err err =
-	    dt__van_connect(b, "127.0.0.1", arg.port, 10000, "late peer", &c);
+	dt_err err = dt__van_connect(b, "127.0.0.1", arg.port, NULL, 10000,
+	                             "late peer", &c);
 	pthread_join(th, NULL);
 	if (err != DT_OK)
 		fail_msg("connect: %s", dt_errmsg());
@@ -1458,7 +1488,7 @@ test_close_and_send(void **state)
 	dt_conn *ca = p.sa.recs[0].conn;
 	dt__conn_set_peer(ca, 12);
 	assert_int_equal(dt__conn_peer(ca), 12);
-	assert_msg_has(dt__conn_addr(ca), "127.0.0.1:");
+	assert_msg_has(dt__conn_addr(ca), g_shm ? "local pid " : "127.0.0.1:");
 
 	/* a closes its end: both hooks run, b's with DT_ECLOSED. */
 	dt__van_close(p.a, ca);
@@ -1767,17 +1797,39 @@ test_transport_choice(void **state)
 	dt_van *v = NULL;
 
 	(void)state;
+	int local = -1;
+	char name[64];
+
 	unsetenv("DTRAIN_TRANSPORT");
-	assert_int_equal(dt__transport_choose(&tp), DT_OK);
+	assert_int_equal(dt__transport_choose(&tp, &local), DT_OK);
 	assert_string_equal(tp->name, "tcp");
+	assert_int_equal(local, 1);
+	setenv("DTRAIN_TRANSPORT", "auto", 1);
+	assert_int_equal(dt__transport_choose(&tp, &local), DT_OK);
+	assert_int_equal(local, 1);
 	setenv("DTRAIN_TRANSPORT", "tcp", 1);
-	assert_int_equal(dt__transport_choose(&tp), DT_OK);
+	assert_int_equal(dt__transport_choose(&tp, &local), DT_OK);
 	assert_string_equal(tp->name, "tcp");
+	assert_int_equal(local, 0);
+	/* forced TCP: no shared-memory endpoint to give peers */
+	assert_int_equal(dt__van_create(&hooks, &v), DT_OK);
+	assert_int_equal(dt__van_listen_local(v, name, sizeof(name)), DT_OK);
+	assert_string_equal(name, "");
+	dt__van_destroy(v);
+	v = NULL;
 	setenv("DTRAIN_TRANSPORT", "carrier-pigeon", 1);
 	assert_int_equal(dt__van_create(&hooks, &v), DT_ECONFIG);
 	assert_null(v);
 	assert_msg_has(dt_errmsg(), "DTRAIN_TRANSPORT='carrier-pigeon'");
 	unsetenv("DTRAIN_TRANSPORT");
+	/* the ring's size: a power of two within bounds */
+	setenv("DTRAIN_SHM_RING", "100000", 1);
+	assert_int_equal(dt__van_create(&hooks, &v), DT_ECONFIG);
+	assert_msg_has(dt_errmsg(), "DTRAIN_SHM_RING=100000");
+	setenv("DTRAIN_SHM_RING", "1024", 1);
+	assert_int_equal(dt__van_create(&hooks, &v), DT_ECONFIG);
+	unsetenv("DTRAIN_SHM_RING");
+	assert_null(v);
 	/* Every transport in the table fills every op the van calls. */
 	for (int i = 0; dt__transports[i]; i++) {
 		const dt_transport_ops *t = dt__transports[i];
@@ -1846,7 +1898,8 @@ van_connect_as(int port)
 	if ((err = dt__van_create(&hooks, &v)))
 		return err;
 	if ((err = dt__van_start(v)) == DT_OK)
-		err = dt__van_connect(v, "127.0.0.1", port, 2000, "van a", &c);
+		err = dt__van_connect(v, "127.0.0.1", port, NULL, 2000, "van a",
+		                      &c);
 	char msg[512];
 	snprintf(msg, sizeof(msg), "%s", dt_errmsg());
 	dt__van_destroy(v);
@@ -1956,9 +2009,9 @@ test_auth_refusals(void **state)
 		capture_begin();
 		assert_int_equal(dt__van_create(&hooks, &v), DT_OK);
 		assert_int_equal(dt__van_start(v), DT_OK);
-		assert_int_equal(
-		    dt__van_connect(v, "127.0.0.1", p.port, 2000, "van a", &c),
-		    DT_OK);
+		assert_int_equal(dt__van_connect(v, "127.0.0.1", p.port, NULL,
+		                                 2000, "van a", &c),
+		                 DT_OK);
 		(void)send_pieces(v, c, DT_CMD_TEXT, 1, 0, NULL, &x, 1, 1);
 		WAIT_CLOSES(&p.sa, before + 1);
 		dt__van_destroy(v);
@@ -2095,11 +2148,33 @@ main(void)
 	    cmocka_unit_test_setup_teardown(test_hook_never_waits,
 	                                    setup_encrypted, teardown),
 	    cmocka_unit_test(test_transport_choice),
+#define S(f) cmocka_unit_test_setup_teardown(f, setup_shm, teardown)
+	    S(test_sizes_in_order),
+	    S(test_corked_in_order),
+	    S(test_echo),
+	    S(test_concurrent_senders),
+	    S(test_payload_dest),
+	    S(test_discard),
+	    S(test_stream),
+	    S(test_cut_frame),
+	    S(test_coalesced_frames),
+	    S(test_close_and_send),
+	    S(test_send_too_big),
+	    S(test_send_timeout),
+	    S(test_hook_never_waits),
+	    S(test_stuck_queue_ends),
+	    cmocka_unit_test_setup_teardown(test_echo, setup_shm_encrypted,
+	                                    teardown),
+	    cmocka_unit_test_setup_teardown(test_stream, setup_shm_encrypted,
+	                                    teardown),
+#undef S
 	    cmocka_unit_test(test_accept_out_of_fds),
 	    cmocka_unit_test(test_guard),
 	    cmocka_unit_test(test_sock_helpers),
 	};
 #undef T
 
+	if (getenv("VAN_TEST_FILTER")) /* one test, by name (debugging) */
+		cmocka_set_test_filter(getenv("VAN_TEST_FILTER"));
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

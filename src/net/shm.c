@@ -1,0 +1,665 @@
+/*
+ * shm.c - the same-host transport (transport.h): two shared-memory rings
+ * (shm_ring.h) per link, one each way, beside a Unix stream socket.
+ *
+ * The socket (abstract namespace: no file anywhere) carries only the set-up
+ * and the end: each side creates the ring it will read and two eventfds,
+ * and sends the three descriptors to the other (SCM_RIGHTS) in one message
+ * of 16 bytes. Afterwards every byte goes through the rings, and the
+ * socket's end (EOF, the peer's process gone, crash included) is the link's
+ * end, as with TCP. Nothing has a name, so nothing outlives the processes.
+ *
+ * The doorbells: "bell" wakes a reader that armed its ring (bytes came),
+ * "room" a writer that armed the other ring (room came). A side that polls
+ * (the van's polling wait, through pending) arms nothing, so the other
+ * side's writes cost it no system call. The descriptor the van watches is
+ * an epoll set of the socket, the bell and the room eventfds.
+ *
+ * What comes over the socket before it is set up is a stranger's: the
+ * message must be exactly one header with exactly three descriptors, the
+ * first a sealed memfd of the size announced (shm_ring.c checks it), the
+ * other two eventfds; anything else ends the link. After that the rings'
+ * positions are checked on every use (shm_ring.c) and the bytes are read
+ * like the wire's by the van, authentication first.
+ *
+ * Threads (transport.h): recv in the van's dispatching thread, sendv and
+ * wait_writable under the link's send lock; the acceptor's set-up may be
+ * finished by either, under the link's own lock.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include "common/bytes.h"
+#include "common/util.h"
+#include "net/shm_ring.h"
+#include "net/transport.h"
+
+#define SETUP_MAGIC   0x68537464u /* "dtSh" */
+#define SETUP_VERSION 1u
+#define SETUP_LEN     16
+#define RING_DEFAULT  (1u << 20)
+
+extern const dt_transport_ops dt__shm_transport;
+
+typedef struct shm_link {
+	int sock;     /* the Unix stream socket */
+	int bell_in;  /* rung by the peer: bytes in rx */
+	int room_in;  /* rung by the peer: room in tx */
+	int bell_out; /* the peer's bell (its rx is our tx) */
+	int room_out; /* the peer's room eventfd */
+	int rx_fd;    /* our ring's memfd until it is sent */
+	dt_ring rx, tx;
+	atomic_int ready;    /* the peer's set-up has come */
+	atomic_int rx_armed; /* a bell may be in bell_in */
+	atomic_int tx_armed; /* ... in room_in */
+	atomic_int shut;
+	pthread_mutex_t setup_mu;
+} shm_link;
+
+/* DTRAIN_SHM_RING: the bytes of each ring (a power of two). */
+static dt_err
+ring_size(size_t *out)
+{
+	long v;
+	dt_err err = dt__env_long("DTRAIN_SHM_RING", RING_DEFAULT, 64 << 10,
+	                          DT_RING_MAX, &v);
+
+	if (err)
+		return err;
+	if ((v & (v - 1)) != 0)
+		return dt__fail(DT_ECONFIG,
+		                "DTRAIN_SHM_RING=%ld: the ring's size must be "
+		                "a power of two (65536 to %u)",
+		                v, DT_RING_MAX);
+	*out = (size_t)v;
+	return DT_OK;
+}
+
+dt_err
+dt__shm_configure(void)
+{
+	size_t cap;
+
+	return ring_size(&cap);
+}
+
+static void
+close_fd(int *fd)
+{
+	if (*fd >= 0)
+		close(*fd);
+	*fd = -1;
+}
+
+static void
+shm_free(shm_link *s)
+{
+	if (s == NULL)
+		return;
+	dt__ring_unmap(&s->rx);
+	dt__ring_unmap(&s->tx);
+	close_fd(&s->sock);
+	close_fd(&s->bell_in);
+	close_fd(&s->room_in);
+	close_fd(&s->bell_out);
+	close_fd(&s->room_out);
+	close_fd(&s->rx_fd);
+	pthread_mutex_destroy(&s->setup_mu);
+	free(s);
+}
+
+/* A link's state around its socket: our ring and eventfds made, the
+ * epoll set the van watches in l->fd. */
+static dt_err
+shm_new(int sock, dt_link *l)
+{
+	shm_link *s = dt__calloc(1, sizeof(*s));
+	size_t cap = 0;
+	dt_err err;
+
+	if (s == NULL) {
+		close(sock);
+		return DT_ENOMEM;
+	}
+	s->sock = sock;
+	s->bell_in = s->room_in = s->bell_out = s->room_out = s->rx_fd = -1;
+	pthread_mutex_init(&s->setup_mu, NULL);
+	l->ops = &dt__shm_transport;
+	l->fd = -1;
+	l->priv = s;
+	if ((err = ring_size(&cap)) ||
+	    (err = dt__ring_create(cap, &s->rx, &s->rx_fd)))
+		goto fail;
+	/* Armed from the start: the van may be asleep already when the
+	 * link joins it. */
+	atomic_store(&s->rx_armed, 1);
+	(void)dt__ring_arm(&s->rx);
+	s->bell_in = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+	s->room_in = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+	l->fd = epoll_create1(EPOLL_CLOEXEC);
+	if (s->bell_in < 0 || s->room_in < 0 || l->fd < 0) {
+		err = dt__fail(DT_ESYS, "shared-memory link: %s",
+		               strerror(errno));
+		goto fail;
+	}
+	int fds[3] = {sock, s->bell_in, s->room_in};
+	for (int i = 0; i < 3; i++) {
+		struct epoll_event ev = {.events = EPOLLIN | EPOLLRDHUP,
+		                         .data.fd = fds[i]};
+
+		if (epoll_ctl(l->fd, EPOLL_CTL_ADD, fds[i], &ev) < 0) {
+			err = dt__fail(DT_ESYS, "shared-memory link: %s",
+			               strerror(errno));
+			goto fail;
+		}
+	}
+	return DT_OK;
+fail:
+	close_fd(&l->fd);
+	shm_free(s);
+	l->priv = NULL;
+	return err;
+}
+
+/* Send our set-up: the header and our three descriptors. The socket is
+ * new and empty, so the 16 bytes go at once or never. */
+static dt_err
+send_setup(shm_link *s)
+{
+	uint8_t hdr[SETUP_LEN];
+	int fds[3] = {s->rx_fd, s->bell_in, s->room_in};
+	union {
+		struct cmsghdr align;
+		char buf[CMSG_SPACE(sizeof(fds))];
+	} ctl;
+	struct iovec iov = {hdr, sizeof(hdr)};
+	struct msghdr mh = {.msg_iov = &iov,
+	                    .msg_iovlen = 1,
+	                    .msg_control = ctl.buf,
+	                    .msg_controllen = sizeof(ctl.buf)};
+	struct cmsghdr *cm;
+	ssize_t w;
+
+	memset(&ctl, 0, sizeof(ctl));
+	dt__put_u32(hdr, SETUP_MAGIC);
+	dt__put_u32(hdr + 4, SETUP_VERSION);
+	dt__put_u64(hdr + 8, s->rx.cap);
+	cm = CMSG_FIRSTHDR(&mh);
+	cm->cmsg_level = SOL_SOCKET;
+	cm->cmsg_type = SCM_RIGHTS;
+	cm->cmsg_len = CMSG_LEN(sizeof(fds));
+	memcpy(CMSG_DATA(cm), fds, sizeof(fds));
+	do
+		w = sendmsg(s->sock, &mh, MSG_NOSIGNAL | MSG_DONTWAIT);
+	while (w < 0 && errno == EINTR);
+	if (w != SETUP_LEN)
+		return dt__fail(
+		    DT_ECLOSED,
+		    "shared-memory link: cannot send the set-up: %s",
+		    w < 0 ? strerror(errno) : "short write");
+	close_fd(&s->rx_fd); /* the peer has its own now */
+	return DT_OK;
+}
+
+/* 1 if fd is an eventfd (what the peer says it is). */
+static int
+is_eventfd(int fd)
+{
+	char path[64], target[64];
+	ssize_t n;
+
+	snprintf(path, sizeof(path), "/proc/self/fd/%d", fd);
+	n = readlink(path, target, sizeof(target) - 1);
+	if (n < 0)
+		return 0;
+	target[n] = '\0';
+	return strcmp(target, "anon_inode:[eventfd]") == 0;
+}
+
+/*
+ * Take the peer's set-up if it has come (setup_mu held): 1 when the link
+ * is ready, 0 when nothing has come yet (errno EAGAIN), -1 with errno when
+ * the link is done (the reason in dt_errmsg for EPROTO).
+ */
+static int
+take_setup(shm_link *s)
+{
+	uint8_t hdr[SETUP_LEN];
+	union {
+		struct cmsghdr align;
+		char buf[CMSG_SPACE(4 * sizeof(int))];
+	} ctl;
+	struct iovec iov = {hdr, sizeof(hdr)};
+	struct msghdr mh = {.msg_iov = &iov,
+	                    .msg_iovlen = 1,
+	                    .msg_control = ctl.buf,
+	                    .msg_controllen = sizeof(ctl.buf)};
+	int fds[4], nfd = 0, bad = 0;
+	ssize_t n;
+
+	if (atomic_load(&s->ready))
+		return 1;
+	do
+		n = recvmsg(s->sock, &mh, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
+	while (n < 0 && errno == EINTR);
+	if (n < 0)
+		return -1; /* EAGAIN: not yet */
+	for (struct cmsghdr *cm = CMSG_FIRSTHDR(&mh); cm;
+	     cm = CMSG_NXTHDR(&mh, cm)) {
+		if (cm->cmsg_level != SOL_SOCKET ||
+		    cm->cmsg_type != SCM_RIGHTS) {
+			bad = 1;
+			continue;
+		}
+		size_t k = (cm->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+
+		for (size_t i = 0; i < k; i++) {
+			int fd;
+
+			memcpy(&fd, CMSG_DATA(cm) + i * sizeof(int),
+			       sizeof(fd));
+			if (nfd < 4)
+				fds[nfd++] = fd;
+			else
+				close(fd);
+		}
+	}
+	dt_err err = DT_OK;
+	if (n == 0) {
+		errno = ECONNRESET;
+		err = dt__fail(DT_ECLOSED, "closed before its set-up");
+	} else if (n != SETUP_LEN || bad || nfd != 3 ||
+	           (mh.msg_flags & (MSG_CTRUNC | MSG_TRUNC)) ||
+	           dt__get_u32(hdr) != SETUP_MAGIC ||
+	           dt__get_u32(hdr + 4) != SETUP_VERSION) {
+		err = dt__fail(DT_EPROTO,
+		               "shared-memory link: the peer's set-up is not "
+		               "one header with three descriptors");
+	} else if (!is_eventfd(fds[1]) || !is_eventfd(fds[2])) {
+		err = dt__fail(DT_EPROTO, "shared-memory link: the peer's "
+		                          "doorbells are not eventfds");
+	} else {
+		uint64_t cap = dt__get_u64(hdr + 8);
+
+		err = cap > DT_RING_MAX
+		          ? dt__fail(DT_EPROTO,
+		                     "shared-memory link: a ring of %llu "
+		                     "bytes was announced",
+		                     (unsigned long long)cap)
+		          : dt__ring_attach(fds[0], (size_t)cap, &s->tx);
+	}
+	if (nfd > 0)
+		close(fds[0]); /* mapped, or refused */
+	if (err) {
+		for (int i = 1; i < nfd; i++)
+			close(fds[i]);
+		if (errno != ECONNRESET)
+			errno = EPROTO;
+		return -1;
+	}
+	s->bell_out = fds[1];
+	s->room_out = fds[2];
+	/* A peer's eventfd that blocks would stop us: never let it. */
+	fcntl(s->bell_out, F_SETFL, O_NONBLOCK);
+	fcntl(s->room_out, F_SETFL, O_NONBLOCK);
+	atomic_store(&s->ready, 1);
+	return 1;
+}
+
+static int
+setup_done(shm_link *s)
+{
+	int rc;
+
+	if (atomic_load_explicit(&s->ready, memory_order_acquire))
+		return 1;
+	pthread_mutex_lock(&s->setup_mu);
+	rc = take_setup(s);
+	pthread_mutex_unlock(&s->setup_mu);
+	return rc;
+}
+
+static void
+ring_bell(int fd)
+{
+	uint64_t one = 1;
+	ssize_t w;
+
+	do
+		w = write(fd, &one, sizeof(one));
+	while (w < 0 && errno == EINTR);
+	/* EAGAIN: the counter is full, so the peer is rung already */
+}
+
+static void
+drain(int fd)
+{
+	uint64_t v;
+
+	while (read(fd, &v, sizeof(v)) < 0 && errno == EINTR) {
+	}
+}
+
+/* The name's sockaddr: abstract namespace (sun_path[0] = 0). */
+static dt_err
+abstract_addr(const char *name, struct sockaddr_un *sa, socklen_t *len)
+{
+	size_t n = strlen(name);
+
+	memset(sa, 0, sizeof(*sa));
+	sa->sun_family = AF_UNIX;
+	if (n == 0 || n + 1 > sizeof(sa->sun_path))
+		return dt__fail(DT_EINVAL, "local endpoint '%s': bad name",
+		                name);
+	memcpy(sa->sun_path + 1, name, n);
+	*len = (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 + n);
+	return DT_OK;
+}
+
+static dt_err
+shm_listen(const char *name, int port, int inherited_fd, dt_link *lis,
+           int *bound_port)
+{
+	struct sockaddr_un sa;
+	socklen_t len = 0;
+	dt_err err;
+	int fd;
+
+	(void)port;
+	(void)inherited_fd;
+	if ((err = dt__shm_configure()) ||
+	    (err = abstract_addr(name, &sa, &len)))
+		return err;
+	fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+	if (fd < 0 || bind(fd, (struct sockaddr *)&sa, len) < 0 ||
+	    listen(fd, 128) < 0) {
+		err = dt__fail(DT_ESYS, "local endpoint @%s: %s", name,
+		               strerror(errno));
+		if (fd >= 0)
+			close(fd);
+		return err;
+	}
+	lis->ops = &dt__shm_transport;
+	lis->fd = fd;
+	lis->priv = NULL;
+	if (bound_port)
+		*bound_port = 0;
+	return DT_OK;
+}
+
+static int
+shm_accept(dt_link *lis, dt_link *out, char *addr, size_t cap)
+{
+	for (;;) {
+		int fd =
+		    accept4(lis->fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+		struct ucred cr;
+		socklen_t cl = sizeof(cr);
+
+		if (fd < 0) {
+			if (errno == EINTR || errno == ECONNABORTED)
+				continue;
+			return errno == EAGAIN || errno == EWOULDBLOCK ? 0 : -1;
+		}
+		if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cr, &cl) == 0)
+			snprintf(addr, cap, "local pid %d", (int)cr.pid);
+		else
+			snprintf(addr, cap, "local");
+		if (shm_new(fd, out) != DT_OK) {
+			dt__log(0, "refusing a local connection: %s",
+			        dt_errmsg());
+			continue;
+		}
+		if (send_setup(out->priv) != DT_OK) {
+			out->ops->close(out);
+			continue;
+		}
+		return 1;
+	}
+}
+
+static dt_err
+shm_connect(const char *name, int port, uint64_t deadline_ns, const char *what,
+            dt_link *out)
+{
+	struct sockaddr_un sa;
+	socklen_t len = 0;
+	dt_err err;
+	int fd;
+
+	(void)port;
+	if ((err = abstract_addr(name, &sa, &len)))
+		return err;
+	fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	if (fd < 0)
+		return dt__fail(DT_ESYS, "socket: %s", strerror(errno));
+	if (connect(fd, (struct sockaddr *)&sa, len) < 0) {
+		err =
+		    dt__fail(errno == ECONNREFUSED ? DT_ECONNREFUSED : DT_ESYS,
+		             "%s at local endpoint @%s: %s", what, name,
+		             strerror(errno));
+		close(fd);
+		return err;
+	}
+	if ((err = shm_new(fd, out)))
+		return err;
+	shm_link *s = out->priv;
+	if ((err = send_setup(s)))
+		goto fail;
+	for (;;) {
+		struct pollfd p = {.fd = fd, .events = POLLIN};
+		uint64_t now = dt__now_ns();
+
+		if (take_setup(s) == 1)
+			return DT_OK;
+		if (errno != EAGAIN && errno != EWOULDBLOCK) {
+			err = dt__fail(DT_ECLOSED, "%s at @%s: %s", what, name,
+			               errno == EPROTO ? dt_errmsg()
+			                               : strerror(errno));
+			goto fail;
+		}
+		if (now >= deadline_ns) {
+			err = dt__fail(DT_ETIMEDOUT,
+			               "%s at @%s did not set up the "
+			               "shared-memory link in time",
+			               what, name);
+			goto fail;
+		}
+		poll(&p, 1,
+		     (int)DT_MIN((deadline_ns - now) / 1000000 + 1, 100));
+	}
+fail:
+	out->ops->close(out);
+	return err;
+}
+
+/* The socket's end, looked at without waiting: 1 at EOF or an error. */
+static int
+peer_gone(shm_link *s)
+{
+	char b;
+	ssize_t n = recv(s->sock, &b, 1, MSG_DONTWAIT | MSG_PEEK);
+
+	if (n > 0) { /* nothing may come on the socket after the set-up */
+		dt__fail(DT_EPROTO, "shared-memory link: stray bytes on the "
+		                    "socket");
+		return 1;
+	}
+	return n == 0 ||
+	       (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR);
+}
+
+static ssize_t
+shm_recv(dt_link *l, void *buf, size_t len)
+{
+	shm_link *s = l->priv;
+	int rc = setup_done(s);
+	ssize_t n;
+
+	if (rc < 0)
+		return errno == ECONNRESET ? 0 : -1;
+	if (atomic_exchange(&s->rx_armed, 0))
+		drain(s->bell_in);
+	if (atomic_exchange(&s->tx_armed, 0))
+		drain(s->room_in);
+	n = dt__ring_read(&s->rx, buf, len);
+	if (n > 0) {
+		if (dt__ring_wake(&s->rx))
+			ring_bell(s->room_out);
+		return n;
+	}
+	if (n < 0)
+		return n; /* EPROTO */
+	if (atomic_load(&s->shut))
+		return 0;
+	if (peer_gone(s)) {
+		/* What the peer wrote before it went still counts. */
+		n = dt__ring_read(&s->rx, buf, len);
+		if (n > 0 && dt__ring_wake(&s->rx))
+			ring_bell(s->room_out);
+		return n;
+	}
+	/* Empty: whoever sleeps on l->fd next is woken by the next write. */
+	atomic_store(&s->rx_armed, 1);
+	if (dt__ring_arm(&s->rx))
+		return shm_recv(l, buf, len);
+	errno = EAGAIN;
+	return -1;
+}
+
+static ssize_t
+shm_sendv(dt_link *l, const struct iovec *iov, int iovcnt)
+{
+	shm_link *s = l->priv;
+	int rc = setup_done(s);
+	ssize_t n;
+
+	if (rc < 0) {
+		if (errno == ECONNRESET)
+			errno = EPIPE;
+		return -1;
+	}
+	if (rc == 0 || atomic_load(&s->shut)) {
+		errno = rc == 0 ? EAGAIN : EPIPE;
+		return -1;
+	}
+	n = dt__ring_write(&s->tx, iov, iovcnt);
+	if (n > 0) {
+		if (dt__ring_wake(&s->tx))
+			ring_bell(s->bell_out);
+		return n;
+	}
+	if (n == 0) {
+		size_t want = 0;
+
+		for (int i = 0; i < iovcnt; i++)
+			want += iov[i].iov_len;
+		if (want == 0)
+			return 0;
+		errno = peer_gone(s) ? EPIPE : EAGAIN;
+	}
+	return -1;
+}
+
+static int
+shm_wait_writable(dt_link *l, int timeout_ms)
+{
+	shm_link *s = l->priv;
+	uint64_t end = dt__now_ns() + (uint64_t)timeout_ms * 1000000ull;
+
+	for (;;) {
+		int rc = setup_done(s);
+
+		if (rc < 0 || atomic_load(&s->shut))
+			return 1; /* sendv reports it */
+		if (rc == 1) {
+			ssize_t room = dt__ring_ready(&s->tx);
+
+			if (room != 0)
+				return 1; /* room, or a broken ring to report */
+			atomic_store(&s->tx_armed, 1);
+			if (dt__ring_arm(&s->tx))
+				return 1;
+		}
+		uint64_t now = dt__now_ns();
+
+		if (now >= end)
+			return 0;
+		/* Slices of 1 ms at most: another thread may take the room
+		 * bell (the van's, armed for the same room). */
+		struct pollfd p[2] = {
+		    {.fd = rc == 1 ? s->room_in : s->sock, .events = POLLIN},
+		    {.fd = s->sock, .events = POLLRDHUP}};
+		poll(p, 2, (int)DT_MIN((end - now) / 1000000, 1));
+		if (rc == 1 && (p[0].revents & POLLIN))
+			drain(s->room_in);
+		if (p[1].revents & (POLLRDHUP | POLLHUP | POLLERR))
+			return 1;
+	}
+}
+
+static void
+shm_shutdown(dt_link *l)
+{
+	shm_link *s = l->priv;
+
+	if (s == NULL)
+		return;
+	atomic_store(&s->shut, 1);
+	shutdown(s->sock, SHUT_RDWR);
+}
+
+static void
+shm_close(dt_link *l)
+{
+	if (l->fd >= 0)
+		close(l->fd);
+	l->fd = -1;
+	shm_free(l->priv);
+	l->priv = NULL;
+}
+
+static int
+shm_pending(dt_link *l)
+{
+	shm_link *s = l->priv;
+
+	return atomic_load_explicit(&s->ready, memory_order_acquire) &&
+	       dt__ring_ready(&s->rx) != 0;
+}
+
+static int
+shm_arm(dt_link *l, int room)
+{
+	shm_link *s = l->priv;
+
+	if (!atomic_load_explicit(&s->ready, memory_order_acquire))
+		return 0; /* the set-up comes on the socket */
+	atomic_store(room ? &s->tx_armed : &s->rx_armed, 1);
+	return dt__ring_arm(room ? &s->tx : &s->rx);
+}
+
+const dt_transport_ops dt__shm_transport = {
+    .name = "shm",
+    .listen = shm_listen,
+    .accept = shm_accept,
+    .connect = shm_connect,
+    .recv = shm_recv,
+    .sendv = shm_sendv,
+    .wait_writable = shm_wait_writable,
+    .shutdown = shm_shutdown,
+    .close = shm_close,
+    .pending = shm_pending,
+    .arm = shm_arm,
+};

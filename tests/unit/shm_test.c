@@ -1,0 +1,410 @@
+/*
+ * shm_test.c - the same-host transport (net/shm.c) through its ops table,
+ * below the van: many peers at once, each stream whole and in order; a
+ * writer killed (SIGKILL) in the middle of a message; strangers whose
+ * set-up is not the one expected; and no file left anywhere.
+ *
+ * The writers are forked processes, as peers are.
+ */
+#include <dirent.h>
+#include <errno.h>
+#include <poll.h>
+#include <setjmp.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "common/bytes.h"
+#include "common/util.h"
+#include "net/transport.h"
+
+static const dt_transport_ops *T = &dt__shm_transport;
+
+static void
+endpoint(char *name, size_t cap, const char *what)
+{
+	snprintf(name, cap, "dtrain-test.%d.%s", (int)getpid(), what);
+}
+
+/* The byte at position i of peer k's stream. */
+static uint8_t
+byte_of(int k, uint64_t i)
+{
+	return (uint8_t)((i * 2654435761u) >> 13 ^ (uint64_t)k * 97);
+}
+
+/* Accept one link within 5 s. */
+static void
+accept_one(dt_link *lis, dt_link *out)
+{
+	char addr[64];
+	uint64_t end = dt__now_ns() + 5000000000ull;
+
+	for (;;) {
+		int rc = T->accept(lis, out, addr, sizeof(addr));
+
+		if (rc == 1)
+			return;
+		assert_int_equal(rc, 0);
+		assert_true(dt__now_ns() < end);
+		struct pollfd p = {.fd = lis->fd, .events = POLLIN};
+		poll(&p, 1, 100);
+	}
+}
+
+/* Read from l until len bytes came (0 at the end of the stream first):
+ * how many came. Sleeps on l->fd as the van does. */
+static size_t
+read_until(dt_link *l, uint8_t *buf, size_t len, int *eof)
+{
+	size_t got = 0;
+	uint64_t end = dt__now_ns() + 20000000000ull;
+
+	*eof = 0;
+	while (got < len) {
+		ssize_t n = T->recv(l, buf + got, len - got);
+
+		if (n > 0) {
+			got += (size_t)n;
+			continue;
+		}
+		if (n == 0) {
+			*eof = 1;
+			return got;
+		}
+		assert_true(errno == EAGAIN || errno == EINTR);
+		assert_true(dt__now_ns() < end);
+		struct pollfd p = {.fd = l->fd, .events = POLLIN};
+		poll(&p, 1, 100);
+	}
+	return got;
+}
+
+/* A child: connect to name and write len bytes of stream k in pieces of
+ * up to piece bytes (sleeping on room as the van does), then close. With
+ * stop_at > 0, stop after that many bytes and wait to be killed. */
+static void
+writer(const char *name, int k, size_t len, size_t piece, size_t stop_at)
+{
+	dt_link l;
+	uint8_t *buf = malloc(piece);
+	size_t done = 0;
+
+	if (buf == NULL || T->connect(name, 0, dt__now_ns() + 5000000000ull,
+	                              "test", &l) != DT_OK)
+		_exit(2);
+	while (done < len) {
+		size_t n = len - done < piece ? len - done : piece;
+
+		if (stop_at && done + n > stop_at)
+			n = stop_at - done;
+		for (size_t i = 0; i < n; i++)
+			buf[i] = byte_of(k, done + i);
+		size_t off = 0;
+		while (off < n) {
+			struct iovec iov = {buf + off, n - off};
+			ssize_t w = T->sendv(&l, &iov, 1);
+
+			if (w > 0) {
+				off += (size_t)w;
+				continue;
+			}
+			if (w < 0 && errno != EAGAIN)
+				_exit(3);
+			T->wait_writable(&l, 100);
+		}
+		done += n;
+		if (stop_at && done == stop_at)
+			for (;;)
+				pause(); /* until SIGKILL */
+	}
+	T->close(&l);
+	_exit(0);
+}
+
+static pid_t
+spawn(const char *name, int k, size_t len, size_t piece, size_t stop_at)
+{
+	pid_t pid;
+
+	fflush(NULL);
+	pid = fork();
+	assert_true(pid >= 0);
+	if (pid == 0)
+		writer(name, k, len, piece, stop_at);
+	return pid;
+}
+
+static int
+reap(pid_t pid)
+{
+	int st;
+
+	assert_int_equal(waitpid(pid, &st, 0), pid);
+	return st;
+}
+
+/* 6 peers at once, 3 MiB each through 64 KiB rings, read by one thread
+ * polling them in turn: every stream whole and in order, and the end of
+ * each stream seen after its last byte. */
+static void
+test_many_peers(void **state)
+{
+	enum { PEERS = 6 };
+	const size_t len = 3u << 20;
+	char name[64];
+	dt_link lis, l[PEERS];
+	pid_t pid[PEERS];
+	uint64_t got[PEERS] = {0};
+	int ended[PEERS] = {0}, left = PEERS;
+	uint8_t *buf = malloc(100000);
+
+	(void)state;
+	assert_non_null(buf);
+	setenv("DTRAIN_SHM_RING", "65536", 1);
+	endpoint(name, sizeof(name), "many");
+	assert_int_equal(T->listen(name, 0, -1, &lis, NULL), DT_OK);
+	for (int k = 0; k < PEERS; k++)
+		pid[k] = spawn(name, k, len, 1000 + 7919 * (size_t)k, 0);
+	for (int k = 0; k < PEERS; k++)
+		accept_one(&lis, &l[k]);
+	/* which child is which: the first byte of each stream */
+	int who[PEERS];
+	for (int k = 0; k < PEERS; k++) {
+		int eof;
+
+		assert_int_equal(read_until(&l[k], buf, 1, &eof), 1);
+		who[k] = -1;
+		for (int j = 0; j < PEERS; j++)
+			if (buf[0] == byte_of(j, 0))
+				who[k] = j;
+		assert_true(who[k] >= 0);
+		got[k] = 1;
+	}
+	uint64_t end = dt__now_ns() + 30000000000ull;
+	while (left > 0) {
+		assert_true(dt__now_ns() < end);
+		for (int k = 0; k < PEERS; k++) {
+			if (ended[k])
+				continue;
+			size_t want = 1 + (size_t)(got[k] * 31 % 99999);
+			ssize_t n = T->recv(&l[k], buf, want);
+
+			if (n > 0) {
+				for (ssize_t i = 0; i < n; i++)
+					if (buf[i] !=
+					    byte_of(who[k],
+					            got[k] + (uint64_t)i))
+						fail_msg(
+						    "peer %d: byte %llu wrong",
+						    who[k],
+						    (unsigned long long)(got[k] +
+						                         (uint64_t)
+						                             i));
+				got[k] += (uint64_t)n;
+			} else if (n == 0) {
+				assert_int_equal(got[k], len);
+				ended[k] = 1;
+				left--;
+			} else {
+				assert_true(errno == EAGAIN);
+			}
+		}
+	}
+	for (int k = 0; k < PEERS; k++) {
+		assert_int_equal(reap(pid[k]), 0);
+		T->close(&l[k]);
+	}
+	T->close(&lis);
+	unsetenv("DTRAIN_SHM_RING");
+	free(buf);
+}
+
+/* A writer killed in the middle of a message: the bytes it wrote come
+ * out, then the end of the stream, within a second of the kill, as a
+ * closed TCP connection's would. */
+static void
+test_killed_mid_message(void **state)
+{
+	char name[64];
+	dt_link lis, l;
+	uint8_t *buf = malloc(1u << 20);
+	int eof;
+
+	(void)state;
+	assert_non_null(buf);
+	endpoint(name, sizeof(name), "kill");
+	assert_int_equal(T->listen(name, 0, -1, &lis, NULL), DT_OK);
+	pid_t pid = spawn(name, 3, 1u << 20, 4096, 300000);
+	accept_one(&lis, &l);
+	assert_int_equal(read_until(&l, buf, 300000, &eof), 300000);
+	for (size_t i = 0; i < 300000; i++)
+		assert_int_equal(buf[i], byte_of(3, i));
+	kill(pid, SIGKILL);
+	uint64_t t0 = dt__now_ns();
+	assert_int_equal(read_until(&l, buf, 1, &eof), 0);
+	assert_true(eof);
+	assert_true(dt__now_ns() - t0 < 1000000000ull);
+	assert_int_equal(WTERMSIG(reap(pid)), SIGKILL);
+	T->close(&l);
+	T->close(&lis);
+	free(buf);
+}
+
+/* Connect to name and send hdr (len bytes) with fds (n of them). */
+static int
+stranger(const char *name, const void *hdr, size_t len, const int *fds, int n)
+{
+	struct sockaddr_un sa = {.sun_family = AF_UNIX};
+	int s = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	union {
+		struct cmsghdr align;
+		char buf[CMSG_SPACE(8 * sizeof(int))];
+	} ctl;
+	struct iovec iov = {(void *)hdr, len};
+	struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1};
+
+	assert_true(s >= 0);
+	memcpy(sa.sun_path + 1, name, strlen(name));
+	assert_int_equal(
+	    connect(s, (struct sockaddr *)&sa,
+	            (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 +
+	                        strlen(name))),
+	    0);
+	if (n > 0) {
+		memset(&ctl, 0, sizeof(ctl));
+		mh.msg_control = ctl.buf;
+		mh.msg_controllen = CMSG_SPACE((size_t)n * sizeof(int));
+		struct cmsghdr *cm = CMSG_FIRSTHDR(&mh);
+		cm->cmsg_level = SOL_SOCKET;
+		cm->cmsg_type = SCM_RIGHTS;
+		cm->cmsg_len = CMSG_LEN((size_t)n * sizeof(int));
+		memcpy(CMSG_DATA(cm), fds, (size_t)n * sizeof(int));
+	}
+	assert_int_equal(sendmsg(s, &mh, MSG_NOSIGNAL), (ssize_t)len);
+	return s;
+}
+
+static int
+count_fds(void)
+{
+	DIR *d = opendir("/proc/self/fd");
+	int n = 0;
+
+	assert_non_null(d);
+	while (readdir(d))
+		n++;
+	closedir(d);
+	return n;
+}
+
+/* Strangers' set-ups: each ends the link (recv: -1 EPROTO, or the end)
+ * and leaves no descriptor of theirs open here. */
+static void
+test_bad_setups(void **state)
+{
+	char name[64];
+	dt_link lis, l;
+	uint8_t hdr[16] = {0}, b;
+	int pfd[2], efd = eventfd(0, EFD_CLOEXEC);
+	int memfd = memfd_create("not-a-ring", MFD_CLOEXEC);
+
+	(void)state;
+	assert_int_equal(pipe(pfd), 0);
+	assert_true(efd >= 0 && memfd >= 0);
+	assert_int_equal(ftruncate(memfd, 4096 + 65536), 0);
+	endpoint(name, sizeof(name), "bad");
+	assert_int_equal(T->listen(name, 0, -1, &lis, NULL), DT_OK);
+	dt__put_u32(hdr, 0x68537464u);
+	dt__put_u32(hdr + 4, 1);
+	dt__put_u64(hdr + 8, 65536);
+	struct {
+		const char *what;
+		size_t len;
+		int fds[4], n;
+		int magic_wrong;
+	} cases[] = {
+	    {"no descriptors", 16, {0}, 0, 0},
+	    {"two descriptors", 16, {efd, efd}, 2, 0},
+	    {"four descriptors", 16, {memfd, efd, efd, efd}, 4, 0},
+	    {"a pipe as a doorbell", 16, {memfd, pfd[0], efd}, 3, 0},
+	    {"an unsealed memfd", 16, {memfd, efd, efd}, 3, 0},
+	    {"a pipe as the ring", 16, {pfd[1], efd, efd}, 3, 0},
+	    {"a wrong magic", 16, {memfd, efd, efd}, 3, 1},
+	    {"a short header", 9, {memfd, efd, efd}, 3, 0},
+	};
+	int before = count_fds();
+
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		uint8_t h[16];
+		int eof;
+
+		memcpy(h, hdr, sizeof(h));
+		if (cases[i].magic_wrong)
+			h[0] ^= 1;
+		int s =
+		    stranger(name, h, cases[i].len, cases[i].fds, cases[i].n);
+		accept_one(&lis, &l);
+		/* the link ends: an error or the end of the stream */
+		uint64_t end = dt__now_ns() + 5000000000ull;
+		ssize_t n;
+		while ((n = T->recv(&l, &b, 1)) < 0 && errno == EAGAIN) {
+			assert_true(dt__now_ns() < end);
+			struct pollfd p = {.fd = l.fd, .events = POLLIN};
+			poll(&p, 1, 50);
+		}
+		if (n != 0 && errno != EPROTO)
+			fail_msg("%s: recv %zd, %s", cases[i].what, n,
+			         strerror(errno));
+		(void)eof;
+		T->close(&l);
+		close(s);
+		if (count_fds() != before)
+			fail_msg("%s: %d descriptors open, %d before",
+			         cases[i].what, count_fds(), before);
+	}
+	T->close(&lis);
+	close(pfd[0]);
+	close(pfd[1]);
+	close(efd);
+	close(memfd);
+}
+
+/* A connect to a name nobody listens on fails at once, naming it. */
+static void
+test_no_listener(void **state)
+{
+	dt_link l;
+
+	(void)state;
+	assert_int_equal(T->connect("dtrain-test.nobody", 0,
+	                            dt__now_ns() + 1000000000ull, "van x", &l),
+	                 DT_ECONNREFUSED);
+	assert_non_null(strstr(dt_errmsg(), "@dtrain-test.nobody"));
+}
+
+int
+main(void)
+{
+	const struct CMUnitTest tests[] = {
+	    cmocka_unit_test(test_many_peers),
+	    cmocka_unit_test(test_killed_mid_message),
+	    cmocka_unit_test(test_bad_setups),
+	    cmocka_unit_test(test_no_listener),
+	};
+
+	signal(SIGPIPE, SIG_IGN);
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
