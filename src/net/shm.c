@@ -61,8 +61,6 @@ typedef struct shm_link {
 	int rx_fd;    /* our ring's memfd until it is sent */
 	dt_ring rx, tx;
 	atomic_int ready;    /* the peer's set-up has come */
-	atomic_int rx_armed; /* a bell may be in bell_in */
-	atomic_int tx_armed; /* ... in room_in */
 	atomic_int shut;
 	pthread_mutex_t setup_mu;
 } shm_link;
@@ -143,7 +141,6 @@ shm_new(int sock, dt_link *l)
 		goto fail;
 	/* Armed from the start: the van may be asleep already when the
 	 * link joins it. */
-	atomic_store(&s->rx_armed, 1);
 	(void)dt__ring_arm(&s->rx);
 	s->bell_in = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
 	s->room_in = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
@@ -509,10 +506,7 @@ shm_recv(dt_link *l, void *buf, size_t len)
 
 	if (rc < 0)
 		return errno == ECONNRESET ? 0 : -1;
-	if (atomic_exchange(&s->rx_armed, 0))
-		drain(s->bell_in);
-	if (atomic_exchange(&s->tx_armed, 0))
-		drain(s->room_in);
+again:
 	n = dt__ring_read(&s->rx, buf, len);
 	if (n > 0) {
 		if (dt__ring_wake(&s->rx))
@@ -530,10 +524,12 @@ shm_recv(dt_link *l, void *buf, size_t len)
 			ring_bell(s->room_out);
 		return n;
 	}
-	/* Empty: whoever sleeps on l->fd next is woken by the next write. */
-	atomic_store(&s->rx_armed, 1);
+	/* Empty: whoever sleeps on l->fd next is woken by the next write.
+	 * (A bell taken here is always followed by arming again: the bell
+	 * may have been the one a sleeping I/O thread waits for.) */
+	drain(s->bell_in);
 	if (dt__ring_arm(&s->rx))
-		return shm_recv(l, buf, len);
+		goto again;
 	errno = EAGAIN;
 	return -1;
 }
@@ -588,7 +584,6 @@ shm_wait_writable(dt_link *l, int timeout_ms)
 
 			if (room != 0)
 				return 1; /* room, or a broken ring to report */
-			atomic_store(&s->tx_armed, 1);
 			if (dt__ring_arm(&s->tx))
 				return 1;
 		}
@@ -646,8 +641,15 @@ shm_arm(dt_link *l, int room)
 
 	if (!atomic_load_explicit(&s->ready, memory_order_acquire))
 		return 0; /* the set-up comes on the socket */
-	atomic_store(room ? &s->tx_armed : &s->rx_armed, 1);
-	return dt__ring_arm(room ? &s->tx : &s->rx);
+	if (room)
+		return dt__ring_arm(&s->tx);
+	/* Before the van sleeps: take the bells rung since (they woke it, or
+	 * are stale; either way arming again covers what comes next). The
+	 * polling side never takes a bell without arming again, so none
+	 * meant for a sleeping thread is lost. */
+	drain(s->bell_in);
+	drain(s->room_in);
+	return dt__ring_arm(&s->rx);
 }
 
 const dt_transport_ops dt__shm_transport = {
