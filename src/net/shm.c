@@ -60,7 +60,7 @@ typedef struct shm_link {
 	int room_out; /* the peer's room eventfd */
 	int rx_fd;    /* our ring's memfd until it is sent */
 	dt_ring rx, tx;
-	atomic_int ready;    /* the peer's set-up has come */
+	atomic_int ready; /* the peer's set-up has come */
 	atomic_int shut;
 	pthread_mutex_t setup_mu;
 } shm_link;

@@ -103,9 +103,8 @@ dt_err dt__van_listen_local(dt_van *v, char *name, size_t cap);
  * may use it, with TCP if that fails. what names the peer in errors
  * ("scheduler").
  */
-dt_err dt__van_connect(dt_van *v, const char *host, int port,
-                       const char *local, int timeout_ms, const char *what,
-                       dt_conn **out);
+dt_err dt__van_connect(dt_van *v, const char *host, int port, const char *local,
+                       int timeout_ms, const char *what, dt_conn **out);
 
 /*
  * Send one frame: h (meta_len and payload_len are filled in here), meta and
