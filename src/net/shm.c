@@ -226,8 +226,9 @@ is_eventfd(int fd)
 
 /*
  * Take the peer's set-up if it has come (setup_mu held): 1 when the link
- * is ready, 0 when nothing has come yet (errno EAGAIN), -1 with errno when
- * the link is done (the reason in dt_errmsg for EPROTO).
+ * is ready; -1 with errno EAGAIN when nothing has come yet, or with
+ * another errno when the link is done (the reason in dt_errmsg for
+ * EPROTO; ECONNRESET: it ended first).
  */
 static int
 take_setup(shm_link *s)
@@ -546,8 +547,8 @@ shm_sendv(dt_link *l, const struct iovec *iov, int iovcnt)
 			errno = EPIPE;
 		return -1;
 	}
-	if (rc == 0 || atomic_load(&s->shut)) {
-		errno = rc == 0 ? EAGAIN : EPIPE;
+	if (atomic_load(&s->shut)) {
+		errno = EPIPE;
 		return -1;
 	}
 	n = dt__ring_write(&s->tx, iov, iovcnt);
@@ -577,6 +578,8 @@ shm_wait_writable(dt_link *l, int timeout_ms)
 	for (;;) {
 		int rc = setup_done(s);
 
+		if (rc < 0 && errno == EAGAIN)
+			rc = 0; /* the peer's set-up is still to come */
 		if (rc < 0 || atomic_load(&s->shut))
 			return 1; /* sendv reports it */
 		if (rc == 1) {
