@@ -17,8 +17,10 @@ def s(text): b = text.encode(); return u32(len(b)) + b
 
 
 def add_node(role=2, want=-1, host='127.0.0.1', port=40000, pid=1234,
-             ns=2, nw=2):
-    return u8(role) + u32(want) + s(host) + u32(port) + u32(pid) + u32(ns) + u32(nw)
+             ns=2, nw=2, hostid='0f1e2d3c-aaaa-bbbb-cccc-000000000001/4026531840',
+             local='dtrain.1234.00ff00ff00ff00ff', old=False):
+    out = u8(role) + u32(want) + s(host) + u32(port) + u32(pid) + u32(ns) + u32(nw)
+    return out if old else out + s(hostid) + s(local)
 
 
 def table(me=3, ns=2, nw=2, rows=None):
@@ -27,6 +29,7 @@ def table(me=3, ns=2, nw=2, rows=None):
     out = u32(me) + u32(ns) + u32(nw)
     for i, (role, rank) in enumerate(rows):
         out += u8(role) + u32(rank) + s('10.0.0.%d' % (i + 1)) + u32(9000 + i) + u32(100 + i)
+        out += s('host-a/1' if i % 2 else '') + s('dtrain.%d.ab' % (100 + i) if i % 2 else '')
     return out
 
 
@@ -97,6 +100,9 @@ SEEDS = {
         'add_node_host_empty': add_node(host=''),
         'add_node_host_255': add_node(host='h' * 255),
         'add_node_truncated': add_node()[:12],
+        'add_node_without_local': add_node(old=True),
+        'add_node_local_bad_chars': add_node(local='dtrain\n@x'),
+        'add_node_hostid_96': add_node(hostid='h' * 96),
         'node_table_2x2': table(),
         'node_table_0_servers': table(me=1, ns=0, nw=1),
         'node_table_count_wrap': u32(3) + u32(0xffffffff) + u32(2),
