@@ -428,8 +428,8 @@ van_fork(vside *s, dt_conn **c)
 		van_server(lfd);
 	close(lfd);
 	if (dt__van_create(&hooks, &s->van) || dt__van_start(s->van) ||
-	    dt__van_connect(s->van, "127.0.0.1", port, NULL, 10000, "bench server",
-	                    c))
+	    dt__van_connect(s->van, "127.0.0.1", port, NULL, 10000,
+	                    "bench server", c))
 		die("van");
 	return pid;
 }

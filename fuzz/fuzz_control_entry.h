@@ -60,12 +60,11 @@ fuzz_control_add_node(const uint8_t *data, size_t size)
 	           (w.len == size + 8 && !a.hostid[0] && !a.local[0]));
 	FUZZ_CHECK(memcmp(w.data, data, w.len < size ? w.len : size) == 0);
 	FUZZ_CHECK(dt__msg_add_node_decode(w.data, w.len, &b) == DT_OK);
-	FUZZ_CHECK(a.role == b.role && a.want == b.want && a.port == b.port &&
-	           a.pid == b.pid && a.num_servers == b.num_servers &&
-	           a.num_workers == b.num_workers &&
-	           strcmp(a.host, b.host) == 0 &&
-	           strcmp(a.hostid, b.hostid) == 0 &&
-	           strcmp(a.local, b.local) == 0);
+	FUZZ_CHECK(
+	    a.role == b.role && a.want == b.want && a.port == b.port &&
+	    a.pid == b.pid && a.num_servers == b.num_servers &&
+	    a.num_workers == b.num_workers && strcmp(a.host, b.host) == 0 &&
+	    strcmp(a.hostid, b.hostid) == 0 && strcmp(a.local, b.local) == 0);
 	dt__wbuf_fini(&w);
 }
 
