@@ -126,10 +126,9 @@ struct dt_van {
 	int evfd;
 	dt_link lis; /* the listener, fd -1 if none */
 	/* Peers on this host (DTRAIN_TRANSPORT=auto): the shared-memory
-	 * listener and its name, and how many such links there are. */
+	 * listener, and how many such links there are. */
 	int local;
 	dt_link loc;
-	char local_name[64];
 	atomic_int nrings;
 	unsigned poll_tick; /* (dispatch_mu) */
 	/* Out of descriptors: the listener is out of epoll until then (its
@@ -271,6 +270,18 @@ conn_free(dt_conn *c)
  */
 #define CONN_EVENTS (EPOLLIN | EPOLLRDHUP | EPOLLONESHOT)
 
+/* Have the I/O thread go round its loop (and look at the rings again)
+ * at once; at a stop, leave epoll_wait. */
+static void
+wake_io(dt_van *v)
+{
+	uint64_t one = 1;
+
+	if (write(v->evfd, &one, sizeof(one)) < 0) {
+		/* the eventfd cannot be full */
+	}
+}
+
 /* Register c with the van's list and epoll. */
 static dt_err
 conn_add(dt_van *v, dt_conn *c)
@@ -287,15 +298,9 @@ conn_add(dt_van *v, dt_conn *c)
 		atomic_store(&c->open, 0);
 		return dt__fail(DT_ESYS, "epoll_ctl: %s", strerror(errno));
 	}
-	if (c->ring) {
-		/* The I/O thread may sleep already, without having armed this
-		 * ring (its handshake used the arming up): have it look. */
-		uint64_t one = 1;
-
-		if (write(v->evfd, &one, sizeof(one)) < 0) {
-			/* the eventfd cannot be full */
-		}
-	}
+	if (c->ring) /* the I/O thread may sleep already, without having
+	                armed this ring (its handshake used the arming up) */
+		wake_io(v);
 	return DT_OK;
 }
 
@@ -422,7 +427,6 @@ void
 dt__van_destroy(dt_van *v)
 {
 	dt_conn *c, *next;
-	uint64_t one = 1;
 
 	if (v == NULL)
 		return;
@@ -431,9 +435,7 @@ dt__van_destroy(dt_van *v)
 	pthread_cond_signal(&v->park_cv);
 	pthread_mutex_unlock(&v->park_mu);
 	if (v->started) {
-		if (write(v->evfd, &one, sizeof(one)) < 0) {
-			/* The eventfd cannot be full; nothing to do. */
-		}
+		wake_io(v);
 		pthread_join(v->thread, NULL);
 	}
 	for (c = v->conns; c; c = next) {
@@ -471,6 +473,7 @@ dt_err
 dt__van_listen_local(dt_van *v, char *name, size_t cap)
 {
 	uint64_t nonce;
+	char mine[64];
 	dt_err err;
 
 	*name = '\0';
@@ -478,17 +481,14 @@ dt__van_listen_local(dt_van *v, char *name, size_t cap)
 		return DT_OK;
 	if (getrandom(&nonce, sizeof(nonce), 0) != (ssize_t)sizeof(nonce))
 		return dt__fail(DT_ESYS, "getrandom: %s", strerror(errno));
-	snprintf(v->local_name, sizeof(v->local_name), "dtrain.%d.%016llx",
-	         (int)getpid(), (unsigned long long)nonce);
-	if ((err = dt__shm_transport.listen(v->local_name, 0, -1, &v->loc,
-	                                    NULL))) {
-		v->local_name[0] = '\0';
+	snprintf(mine, sizeof(mine), "dtrain.%d.%016llx", (int)getpid(),
+	         (unsigned long long)nonce);
+	if ((err = dt__shm_transport.listen(mine, 0, -1, &v->loc, NULL)))
 		return err;
-	}
 	struct epoll_event ev = {.events = EPOLLIN, .data.ptr = &v->loc};
 	if (epoll_ctl(v->epfd, EPOLL_CTL_ADD, v->loc.fd, &ev) < 0)
 		return dt__fail(DT_ESYS, "epoll_ctl: %s", strerror(errno));
-	snprintf(name, cap, "%s", v->local_name);
+	snprintf(name, cap, "%s", mine);
 	return DT_OK;
 }
 
@@ -1455,17 +1455,19 @@ dt__van_connect(dt_van *v, const char *host, int port, const char *local,
 	dt_link link;
 	dt_conn *c;
 	dt_crypt *tx = NULL, *rx = NULL;
-	dt_err err = DT_ECLOSED;
+	int linked = 0;
+	dt_err err;
 
 	if (v->local && local && *local) {
 		/* A peer on this host: shared memory, else TCP after all. */
-		err =
-		    dt__shm_transport.connect(local, 0, deadline, what, &link);
-		if (err)
+		linked = dt__shm_transport.connect(local, 0, deadline, what,
+		                                   &link) == DT_OK;
+		if (!linked)
 			DT_LOG(1, "%s: shared memory refused (%s); using TCP",
 			       what, dt_errmsg());
 	}
-	if (err && (err = v->tp->connect(host, port, deadline, what, &link)))
+	if (!linked &&
+	    (err = v->tp->connect(host, port, deadline, what, &link)))
 		return err;
 	if (v->auth && (err = handshake_connect(v, &link, &tx, &rx))) {
 		char why[512];
@@ -1804,11 +1806,8 @@ want_writable(dt_van *v, dt_conn *c)
 	if (c->ring) {
 		/* Room is reported as readable once armed; if it is there
 		 * already, have the I/O thread look at once. */
-		uint64_t one = 1;
-
-		if (arm_room(c) && write(v->evfd, &one, sizeof(one)) < 0) {
-			/* the eventfd cannot be full */
-		}
+		if (arm_room(c))
+			wake_io(v);
 		return;
 	}
 	struct epoll_event ev = {.events = CONN_EVENTS | EPOLLOUT,
