@@ -37,6 +37,7 @@
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/un.h>
 #include <unistd.h>
 
@@ -52,6 +53,10 @@
 
 extern const dt_transport_ops dt__shm_transport;
 
+/* The happens-before edges of links (shm_link.order), by link. */
+#define ORDER_SLOTS 1024
+static atomic_uint order_slots[ORDER_SLOTS];
+
 typedef struct shm_link {
 	int sock;     /* the Unix stream socket */
 	int bell_in;  /* rung by the peer: bytes in rx */
@@ -62,6 +67,17 @@ typedef struct shm_link {
 	dt_ring rx, tx;
 	atomic_int ready; /* the peer's set-up has come */
 	atomic_int shut;
+	/* What a thread did before it sent on the link happens before what
+	 * a thread that reads the link afterwards does (release on every
+	 * send, acquire on every read), as with a socket. The bytes' own
+	 * path goes through another process, or another mapping of the
+	 * ring, neither of which ThreadSanitizer sees: without this edge, a
+	 * reply that frees what its request's sender touched last is
+	 * reported as a race. Both ends of a link and both directions use
+	 * one slot (by the rings' inodes), so it holds with both ends in one
+	 * process too. */
+	atomic_uint *order;
+	ino_t rx_ino;
 	pthread_mutex_t setup_mu;
 } shm_link;
 
@@ -139,6 +155,8 @@ shm_new(int sock, dt_link *l)
 	if ((err = ring_size(&cap)) ||
 	    (err = dt__ring_create(cap, &s->rx, &s->rx_fd)))
 		goto fail;
+	struct stat st;
+	s->rx_ino = fstat(s->rx_fd, &st) == 0 ? st.st_ino : 0;
 	/* Armed from the start: the van may be asleep already when the
 	 * link joins it. */
 	(void)dt__ring_arm(&s->rx);
@@ -243,7 +261,7 @@ take_setup(shm_link *s)
 	                    .msg_iovlen = 1,
 	                    .msg_control = ctl.buf,
 	                    .msg_controllen = sizeof(ctl.buf)};
-	int fds[4], nfd = 0, bad = 0;
+	int fds[4] = {-1, -1, -1, -1}, nfd = 0, bad = 0;
 	ssize_t n;
 
 	if (atomic_load(&s->ready))
@@ -296,6 +314,12 @@ take_setup(shm_link *s)
 		                     "bytes was announced",
 		                     (unsigned long long)cap)
 		          : dt__ring_attach(fds[0], (size_t)cap, &s->tx);
+	}
+	if (!err) {
+		struct stat st;
+		ino_t tx_ino = fstat(fds[0], &st) == 0 ? st.st_ino : 0;
+
+		s->order = &order_slots[(s->rx_ino ^ tx_ino) % ORDER_SLOTS];
 	}
 	if (nfd > 0)
 		close(fds[0]); /* mapped, or refused */
@@ -510,6 +534,7 @@ shm_recv(dt_link *l, void *buf, size_t len)
 again:
 	n = dt__ring_read(&s->rx, buf, len);
 	if (n > 0) {
+		(void)atomic_load_explicit(s->order, memory_order_acquire);
 		if (dt__ring_wake(&s->rx))
 			ring_bell(s->room_out);
 		return n;
@@ -551,6 +576,7 @@ shm_sendv(dt_link *l, const struct iovec *iov, int iovcnt)
 		errno = EPIPE;
 		return -1;
 	}
+	atomic_fetch_add_explicit(s->order, 1, memory_order_release);
 	n = dt__ring_write(&s->tx, iov, iovcnt);
 	if (n > 0) {
 		if (dt__ring_wake(&s->tx))
