@@ -39,10 +39,15 @@ dt__gen_bump(dt_gen *g)
 dt_err dt__spin_configure(void);
 
 /*
- * Without DT_SPIN_US, turn the spin off if busy_here (this job's servers and
- * workers on this machine) exceeds the online processors. 1 if it did.
+ * Without DT_SPIN_US, make the spin yield the processor at every round
+ * (dt__spin_yields) if busy_here (this job's servers and workers on this
+ * machine) exceeds the online processors. 1 if it did.
  */
 int dt__spin_fit(int busy_here);
+
+/* 1: a spinning waiter calls sched_yield at every round (oversubscribed);
+ * 0: only now and then. */
+int dt__spin_yields(void);
 
 /* The spin budget in nanoseconds (0: never spin). */
 uint64_t dt__spin_budget_ns(void);

@@ -40,8 +40,8 @@ fit_spin(dt_node *n)
 	if (dt__spin_fit(here))
 		DT_LOG(1,
 		       "%d servers and workers on this host for %ld "
-		       "processors: waiting calls sleep at once (set "
-		       "DT_SPIN_US to choose)",
+		       "processors: waiting calls give the processor away "
+		       "while they poll (set DT_SPIN_US to choose)",
 		       here, sysconf(_SC_NPROCESSORS_ONLN));
 }
 
