@@ -76,7 +76,8 @@ cma_dest(dt_coll *c, coll_op *op, int peer, const dt_msg_hdr *h, void **dest,
 	               : DT__CMA_KEY_BLK;
 	int ok = (h->arg2 & DT__CF_CMA) && h->payload_len == 0 &&
 	         (h->key == (uint64_t)want ||
-	          (h->key == DT__CMA_KEY_BLK && op->cma_rs && op->cma_ag)) &&
+	          (h->key == DT__CMA_KEY_BLK &&
+	           ((op->cma_rs && op->cma_ag) || op->cma_push == 2))) &&
 	         !op->cma_got[h->key * (size_t)c->size + (size_t)peer];
 	if (ok)
 		return DT_OK;
@@ -104,7 +105,8 @@ cma_needs(dt_coll *c, const coll_op *op, int peer)
 	int src = op->kind == DT__COLL_BROADCAST || op->cma_rs;
 
 	if (op->cma_push)
-		return !op->cma_got[p];
+		return !op->cma_got[p] ||
+		       (op->cma_push == 2 && !op->cma_got[n + p]);
 	return (src && !op->cma_got[p]) ||
 	       (op->cma_ag && !op->cma_got[n + p]) || !op->cma_got[2 * n + p];
 }
@@ -201,6 +203,57 @@ run_cma_push(dt_coll *c, coll_op *op)
 	return DT_OK;
 }
 
+/*
+ * Two ranks, push by halves: write the peer's half of my input into its
+ * slot, with my output's address in the notice; reduce my half (rank 0's
+ * data first) into my output and write it into the peer's output; tell it
+ * (BLK), and return once it has told me. Each rank copies the whole size
+ * once and reduces half of it, instead of reducing all of it. My output
+ * is written by the peer only after my notice, when I have read all of my
+ * input that is its half (so in place is safe), and I return only after
+ * its BLK notice, so the buffer is still mine while it writes.
+ */
+static dt_err
+run_cma_halves(dt_coll *c, coll_op *op)
+{
+	int peer = 1 - c->rank, slot = (int)(op->seq & 1);
+	size_t esz = op->esz, lo, len, plo, plen;
+	uint64_t addr, ignored;
+	dt_err err;
+
+	dt__coll_block(op->nelem, 2, c->rank, &lo, &len);
+	dt__coll_block(op->nelem, 2, peer, &plo, &plen);
+	if (dt__cma_write(c->pids[peer], c->push_remote[slot] + plo * esz,
+	                  op->src + plo * esz, plen * esz))
+		return dt__fail(DT_EIO, "%s #%llu: writing to rank %d: %s",
+		                dt__coll_kind_name(op->kind),
+		                (unsigned long long)op->num, peer, dt_errmsg());
+	if ((err = dt__coll_send_data(c, op, peer, DT__CMA_KEY_SRC, 0,
+	                              op->nelem, DT__CF_CMA, op->work, 0)) ||
+	    (err = cma_wait(c, op, DT__CMA_KEY_SRC, peer, &addr)))
+		return err;
+	const uint8_t *theirs = c->push_slot[slot] + lo * esz;
+	const uint8_t *mine = op->src + lo * esz;
+
+	if (peer < c->rank)
+		dt__coll_reduce(op->dtype, op->redop, op->work + lo * esz,
+		                theirs, mine, len);
+	else
+		dt__coll_reduce(op->dtype, op->redop, op->work + lo * esz, mine,
+		                theirs, len);
+	if (op->redop == DT_COLL_AVG)
+		dt__coll_scale(op->dtype, op->work + lo * esz, len, c->size);
+	if (len && dt__cma_write(c->pids[peer], addr + lo * esz,
+	                         op->work + lo * esz, len * esz))
+		return dt__fail(DT_EIO, "%s #%llu: writing to rank %d: %s",
+		                dt__coll_kind_name(op->kind),
+		                (unsigned long long)op->num, peer, dt_errmsg());
+	if ((err = dt__coll_send_data(c, op, peer, DT__CMA_KEY_BLK, 0,
+	                              op->nelem, DT__CF_CMA, NULL, 0)))
+		return err;
+	return cma_wait(c, op, DT__CMA_KEY_BLK, peer, &ignored);
+}
+
 static dt_err
 run_cma(dt_coll *c, coll_op *op)
 {
@@ -208,6 +261,8 @@ run_cma(dt_coll *c, coll_op *op)
 	uint64_t addr;
 	dt_err err;
 
+	if (op->cma_push == 2)
+		return run_cma_halves(c, op);
 	if (op->cma_push)
 		return run_cma_push(c, op);
 

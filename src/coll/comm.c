@@ -25,6 +25,7 @@
  */
 #include <errno.h>
 #include <stdarg.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -77,6 +78,10 @@ dt__coll_cfg_from_env(dt__coll_cfg *cfg)
 	                        &v)))
 		return err;
 	cfg->cma_push_max = (size_t)v;
+	if ((err = dt__env_long("DT_COLL_CMA_HALF_MIN", 128L << 10, 0, 1L << 40,
+	                        &v)))
+		return err;
+	cfg->cma_half_min = (size_t)v ? (size_t)v : SIZE_MAX;
 	if ((err = dt__env_long("DT_COLL_CMA_THRESHOLD", 64L << 10, 0, 1L << 40,
 	                        &v)))
 		return err;

@@ -101,7 +101,9 @@ struct coll_op {
 	int cma_fins;
 	int cma_rs, cma_ag; /* phases: reduce-scatter, allgather */
 	int cma_whole;      /* reduce-scatter over the whole buffer */
-	int cma_push;       /* 2 ranks: write into the peer's slot */
+	int cma_push;       /* 2 ranks: write into the peer's slot; 2: only
+	                       the peer's half, and each reduces its own half
+	                       and writes it into the peer's output */
 	int io_refs;        /* I/O-thread data work in progress */
 	dt_err err;         /* first failure, DT_OK if none */
 	char msg[1024];

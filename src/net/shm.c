@@ -39,23 +39,52 @@
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "common/bytes.h"
 #include "common/util.h"
+#include "common/spin.h"
+#include "net/cma.h"
 #include "net/shm_ring.h"
 #include "net/transport.h"
 
 #define SETUP_MAGIC   0x68537464u /* "dtSh" */
-#define SETUP_VERSION 1u
-#define SETUP_LEN     16
+#define SETUP_VERSION 2u
+#define SETUP_LEN     24
 #define RING_DEFAULT  (1u << 20)
+
+/* Remote segments (copy once): pieces of DTRAIN_SHM_COPY_ONCE bytes or
+ * more that do not fit in the ring's free room are read by the peer
+ * straight from the sender's memory. */
+#define COPY_ONCE_DEFAULT (256u << 10)
+#define SEG_MAX           (1ull << 40)
+/* How long a posted segment waits for the reader to claim it before it
+ * goes through the ring after all (the reader is busy elsewhere), how long
+ * the sender then leaves segments alone, and how long a claimed one may
+ * take to be copied. */
+#define CLAIM_NS   (20ull * 1000000)
+#define BACKOFF_NS (100ull * 1000000)
+#define COPY_NS    (30ull * 1000000000)
+#define SPIN_NS    (20ull * 1000)
+
+/* A word at a known place with a known value: the peer reads it through
+ * cross-memory attach at set-up to learn whether it can read our memory. */
+static const volatile uint64_t probe_word = 0x626f725068537464ull;
 
 extern const dt_transport_ops dt__shm_transport;
 
 /* The happens-before edges of links (shm_link.order), by link. */
 #define ORDER_SLOTS 1024
 static atomic_uint order_slots[ORDER_SLOTS];
+
+static atomic_uint_fast64_t copied_once; /* dt__shm_copied_once */
+
+uint64_t
+dt__shm_copied_once(void)
+{
+	return atomic_load_explicit(&copied_once, memory_order_relaxed);
+}
 
 typedef struct shm_link {
 	int sock;     /* the Unix stream socket */
@@ -79,7 +108,31 @@ typedef struct shm_link {
 	atomic_uint *order;
 	ino_t rx_ino;
 	pthread_mutex_t setup_mu;
+	int peer_pid;         /* SO_PEERCRED's, for the copies (0: unknown) */
+	size_t copy_once;     /* pieces this big go as segments (0: never) */
+	uint64_t seg_off_til; /* writer: no segments before (dt__now_ns) */
+	uint64_t rseg_addr;   /* reader: the claimed segment's rest */
+	uint64_t rseg_left;
 } shm_link;
+
+/* DTRAIN_SHM_COPY_ONCE: the smallest piece sent as a remote segment. */
+static dt_err
+copy_once_min(size_t *out)
+{
+	long v;
+	dt_err err = dt__env_long("DTRAIN_SHM_COPY_ONCE", COPY_ONCE_DEFAULT, 0,
+	                          1L << 40, &v);
+
+	if (err)
+		return err;
+	if (v != 0 && v < 4096)
+		return dt__fail(DT_ECONFIG,
+		                "DTRAIN_SHM_COPY_ONCE=%ld: 0 (never) or 4096 "
+		                "bytes and more",
+		                v);
+	*out = (size_t)v;
+	return DT_OK;
+}
 
 /* DTRAIN_SHM_RING: the bytes of each ring (a power of two). */
 static dt_err
@@ -103,9 +156,10 @@ ring_size(size_t *out)
 dt_err
 dt__shm_configure(void)
 {
-	size_t cap;
+	size_t cap, min;
+	dt_err err = ring_size(&cap);
 
-	return ring_size(&cap);
+	return err ? err : copy_once_min(&min);
 }
 
 static void
@@ -152,7 +206,7 @@ shm_new(int sock, dt_link *l)
 	l->ops = &dt__shm_transport;
 	l->fd = -1;
 	l->priv = s;
-	if ((err = ring_size(&cap)) ||
+	if ((err = ring_size(&cap)) || (err = copy_once_min(&s->copy_once)) ||
 	    (err = dt__ring_create(cap, &s->rx, &s->rx_fd)))
 		goto fail;
 	struct stat st;
@@ -210,6 +264,7 @@ send_setup(shm_link *s)
 	dt__put_u32(hdr, SETUP_MAGIC);
 	dt__put_u32(hdr + 4, SETUP_VERSION);
 	dt__put_u64(hdr + 8, s->rx.cap);
+	dt__put_u64(hdr + 16, (uint64_t)(uintptr_t)&probe_word);
 	cm = CMSG_FIRSTHDR(&mh);
 	cm->cmsg_level = SOL_SOCKET;
 	cm->cmsg_type = SCM_RIGHTS;
@@ -240,6 +295,33 @@ is_eventfd(int fd)
 		return 0;
 	target[n] = '\0';
 	return strcmp(target, "anon_inode:[eventfd]") == 0;
+}
+
+/*
+ * Whether this process can read the peer's memory (the same user, and a
+ * ptrace scope that allows it): read its probe word at the address its
+ * set-up gave. If so, tell it (remote_ok in the ring it writes) that it
+ * may send big pieces as remote segments.
+ */
+static void
+probe_peer(shm_link *s, uint64_t addr)
+{
+	struct ucred cr;
+	socklen_t cl = sizeof(cr);
+	uint64_t v = 0;
+	char saved[256];
+
+	if (s->copy_once == 0 ||
+	    getsockopt(s->sock, SOL_SOCKET, SO_PEERCRED, &cr, &cl) != 0 ||
+	    cr.pid <= 0)
+		return;
+	snprintf(saved, sizeof(saved), "%s", dt_errmsg());
+	if (dt__cma_read((int)cr.pid, &v, addr, sizeof(v)) == DT_OK &&
+	    v == probe_word) {
+		s->peer_pid = (int)cr.pid;
+		dt__ring_set_remote_ok(&s->rx);
+	}
+	dt__errmsg_set(saved); /* a refusal is an answer, not an error */
 }
 
 /*
@@ -320,6 +402,7 @@ take_setup(shm_link *s)
 		ino_t tx_ino = fstat(fds[0], &st) == 0 ? st.st_ino : 0;
 
 		s->order = &order_slots[(s->rx_ino ^ tx_ino) % ORDER_SLOTS];
+		probe_peer(s, dt__get_u64(hdr + 16));
 	}
 	if (nfd > 0)
 		close(fds[0]); /* mapped, or refused */
@@ -522,6 +605,82 @@ peer_gone(shm_link *s)
 	       (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR);
 }
 
+/*
+ * Sleep on a doorbell of ours (fd) until it rings, the peer's socket ends,
+ * or *slice_ns passes (at most until end); 1 if the socket ended. The
+ * slices start short and double up to 1 ms: the van's I/O thread watches
+ * the same doorbells and may take a ring meant for this thread, which
+ * then costs at most a slice, and a short wait (the usual case: a reader
+ * making room) stays short.
+ */
+static int
+nap(shm_link *s, int fd, uint64_t end, uint64_t *slice_ns)
+{
+	uint64_t now = dt__now_ns(), t = DT_MIN(*slice_ns, end - now);
+	struct timespec ts = {(time_t)(t / 1000000000ull),
+	                      (long)(t % 1000000000ull)};
+	struct pollfd p[2] = {{.fd = fd, .events = POLLIN},
+	                      {.fd = s->sock, .events = POLLRDHUP}};
+
+	if (now >= end)
+		return 0;
+	if (ppoll(p, 2, &ts, NULL) > 0 && (p[0].revents & POLLIN) &&
+	    fd != s->sock)
+		drain(fd);
+	*slice_ns = DT_MIN(*slice_ns * 2, 1000000ull);
+	return (p[1].revents & (POLLRDHUP | POLLHUP | POLLERR)) != 0;
+}
+
+/* Reader: the next bytes of the claimed segment, copied from the peer. */
+static ssize_t
+seg_read(shm_link *s, void *buf, size_t len)
+{
+	size_t n = (size_t)DT_MIN((uint64_t)len, s->rseg_left);
+
+	if (dt__cma_read(s->peer_pid, buf, s->rseg_addr, n) != DT_OK) {
+		if (peer_gone(s))
+			return 0; /* it ended mid-segment: its end */
+		dt__fail(DT_EPROTO,
+		         "shared-memory link: the peer's segment is not "
+		         "readable: %s",
+		         dt_errmsg());
+		errno = EPROTO;
+		return -1;
+	}
+	(void)atomic_load_explicit(s->order, memory_order_acquire);
+	atomic_fetch_add_explicit(&copied_once, n, memory_order_relaxed);
+	s->rseg_addr += n;
+	s->rseg_left -= n;
+	if (s->rseg_left == 0) {
+		dt__ring_seg_done(&s->rx);
+		ring_bell(s->room_out); /* its sender waits for this */
+	}
+	return (ssize_t)n;
+}
+
+/* Reader: claim a segment posted at our place: 1, 0 (none), -1 (EPROTO). */
+static int
+seg_take(shm_link *s)
+{
+	uint64_t addr, len;
+	int rc = dt__ring_seg_claim(&s->rx, SEG_MAX, &addr, &len);
+
+	if (rc == 1 && s->peer_pid == 0) {
+		dt__fail(DT_EPROTO, "shared-memory link: the peer sent a "
+		                    "remote segment, which it was not offered");
+		rc = -1;
+	}
+	if (rc < 0) {
+		errno = EPROTO;
+		return -1;
+	}
+	if (rc == 1) {
+		s->rseg_addr = addr;
+		s->rseg_left = len;
+	}
+	return rc;
+}
+
 static ssize_t
 shm_recv(dt_link *l, void *buf, size_t len)
 {
@@ -532,6 +691,8 @@ shm_recv(dt_link *l, void *buf, size_t len)
 	if (rc < 0)
 		return errno == ECONNRESET ? 0 : -1;
 again:
+	if (s->rseg_left > 0)
+		return seg_read(s, buf, len);
 	n = dt__ring_read(&s->rx, buf, len);
 	if (n > 0) {
 		(void)atomic_load_explicit(s->order, memory_order_acquire);
@@ -541,6 +702,11 @@ again:
 	}
 	if (n < 0)
 		return n; /* EPROTO */
+	if ((rc = seg_take(s)) != 0) {
+		if (rc < 0)
+			return -1;
+		goto again;
+	}
 	if (atomic_load(&s->shut))
 		return 0;
 	if (peer_gone(s)) {
@@ -560,24 +726,12 @@ again:
 	return -1;
 }
 
+/* Writer: put what fits of iov in the ring, waking the reader. */
 static ssize_t
-shm_sendv(dt_link *l, const struct iovec *iov, int iovcnt)
+ring_send(shm_link *s, const struct iovec *iov, int iovcnt)
 {
-	shm_link *s = l->priv;
-	int rc = setup_done(s);
-	ssize_t n;
+	ssize_t n = dt__ring_write(&s->tx, iov, iovcnt);
 
-	if (rc < 0) {
-		if (errno == ECONNRESET)
-			errno = EPIPE;
-		return -1;
-	}
-	if (atomic_load(&s->shut)) {
-		errno = EPIPE;
-		return -1;
-	}
-	atomic_fetch_add_explicit(s->order, 1, memory_order_release);
-	n = dt__ring_write(&s->tx, iov, iovcnt);
 	if (n > 0) {
 		if (dt__ring_wake(&s->tx))
 			ring_bell(s->bell_out);
@@ -595,11 +749,138 @@ shm_sendv(dt_link *l, const struct iovec *iov, int iovcnt)
 	return -1;
 }
 
+/*
+ * Writer: the first piece of iov to send as a remote segment, or -1: one
+ * of DTRAIN_SHM_COPY_ONCE bytes or more that does not fit in the ring's
+ * free room after what comes before it. What fits goes through the ring
+ * even so: the call then returns at once, where a segment waits for the
+ * reader (two wake-ups on a busy machine) to save a copy.
+ */
+static int
+big_piece(shm_link *s, const struct iovec *iov, int iovcnt)
+{
+	size_t before = 0;
+	ssize_t room;
+
+	if (s->copy_once == 0 || !dt__ring_remote_ok(&s->tx) ||
+	    (s->seg_off_til && dt__now_ns() < s->seg_off_til) ||
+	    (room = dt__ring_ready(&s->tx)) < 0)
+		return -1;
+	for (int i = 0; i < iovcnt; i++) {
+		if (iov[i].iov_len >= s->copy_once &&
+		    before + iov[i].iov_len > (size_t)room)
+			return i;
+		before += iov[i].iov_len;
+	}
+	return -1;
+}
+
+/*
+ * Writer: send len bytes at p as a remote segment: 1 when the reader has
+ * copied them all, 0 when it did not claim them in time (taken back: send
+ * them through the ring), -1 when the link is done (errno).
+ */
+static int
+seg_send(shm_link *s, const void *p, size_t len)
+{
+	uint64_t now = dt__now_ns(), claim_end = now + CLAIM_NS,
+	         end = now + COPY_NS, spin_end = now + SPIN_NS, slice = 20000;
+
+	dt__ring_seg_post(&s->tx, (uint64_t)(uintptr_t)p, len);
+	if (dt__ring_wake(&s->tx))
+		ring_bell(s->bell_out);
+	for (;;) {
+		int st = dt__ring_seg_state(&s->tx);
+
+		if (st == DT_SEG_DONE)
+			return 1;
+		if (st < 0) {
+			dt__fail(DT_EPROTO, "shared-memory link: the reader "
+			                    "broke the segment's state");
+			errno = EPROTO;
+			return -1;
+		}
+		now = dt__now_ns();
+		if (now < spin_end) {
+			dt__cpu_relax();
+			continue;
+		}
+		if (st == DT_SEG_POSTED && now >= claim_end &&
+		    dt__ring_seg_cancel(&s->tx))
+			return 0;
+		if (atomic_load(&s->shut) || peer_gone(s)) {
+			errno = EPIPE;
+			return -1;
+		}
+		if (now >= end) {
+			dt__fail(DT_ETIMEDOUT,
+			         "shared-memory link: the reader took more "
+			         "than %llu s to copy a segment",
+			         COPY_NS / 1000000000ull);
+			errno = ETIMEDOUT;
+			return -1;
+		}
+		/* The reader rings our room doorbell when it is done. */
+		(void)nap(s, s->room_in,
+		          DT_MIN(end, claim_end > now ? claim_end : end),
+		          &slice);
+	}
+}
+
+static ssize_t
+shm_sendv(dt_link *l, const struct iovec *iov, int iovcnt)
+{
+	shm_link *s = l->priv;
+	int rc = setup_done(s), k;
+	ssize_t n = 0, m;
+
+	if (rc < 0) {
+		if (errno == ECONNRESET)
+			errno = EPIPE;
+		return -1;
+	}
+	if (atomic_load(&s->shut)) {
+		errno = EPIPE;
+		return -1;
+	}
+	atomic_fetch_add_explicit(s->order, 1, memory_order_release);
+	if ((k = big_piece(s, iov, iovcnt)) < 0)
+		return ring_send(s, iov, iovcnt);
+	/* What comes before the big piece goes first, all of it. */
+	size_t before = 0;
+
+	for (int i = 0; i < k; i++)
+		before += iov[i].iov_len;
+	if (before > 0 &&
+	    ((n = ring_send(s, iov, k)) < 0 || (size_t)n < before))
+		return n;
+	rc = seg_send(s, iov[k].iov_base, iov[k].iov_len);
+	if (rc == 1)
+		return n + (ssize_t)iov[k].iov_len;
+	if (rc < 0) {
+		/* The stream cannot go on after a segment that failed. */
+		int e = errno;
+
+		atomic_store(&s->shut, 1);
+		shutdown(s->sock, SHUT_RDWR);
+		errno = e;
+		return -1;
+	}
+	/* Not claimed in time (the reader is busy): through the ring, and no
+	 * segments for a while. */
+	s->seg_off_til = dt__now_ns() + BACKOFF_NS;
+	m = ring_send(s, iov + k, iovcnt - k);
+	if (m < 0)
+		return n > 0 ? n : -1;
+	return n + m;
+}
+
 static int
 shm_wait_writable(dt_link *l, int timeout_ms)
 {
 	shm_link *s = l->priv;
-	uint64_t end = dt__now_ns() + (uint64_t)timeout_ms * 1000000ull;
+	uint64_t end = dt__now_ns() + (uint64_t)timeout_ms * 1000000ull,
+	         slice = 20000;
 
 	for (;;) {
 		int rc = setup_done(s);
@@ -616,19 +897,11 @@ shm_wait_writable(dt_link *l, int timeout_ms)
 			if (dt__ring_arm(&s->tx))
 				return 1;
 		}
-		uint64_t now = dt__now_ns();
-
-		if (now >= end)
+		if (dt__now_ns() >= end)
 			return 0;
-		/* Slices of 1 ms at most: another thread may take the room
-		 * bell (the van's, armed for the same room). */
-		struct pollfd p[2] = {
-		    {.fd = rc == 1 ? s->room_in : s->sock, .events = POLLIN},
-		    {.fd = s->sock, .events = POLLRDHUP}};
-		poll(p, 2, (int)DT_MIN((end - now) / 1000000, 1));
-		if (rc == 1 && (p[0].revents & POLLIN))
-			drain(s->room_in);
-		if (p[1].revents & (POLLRDHUP | POLLHUP | POLLERR))
+		/* The reader rings our room doorbell when it reads (the set-up
+		 * comes on the socket). */
+		if (nap(s, rc == 1 ? s->room_in : s->sock, end, &slice))
 			return 1;
 	}
 }
@@ -660,7 +933,7 @@ shm_pending(dt_link *l)
 	shm_link *s = l->priv;
 
 	return atomic_load_explicit(&s->ready, memory_order_acquire) &&
-	       dt__ring_ready(&s->rx) != 0;
+	       (s->rseg_left > 0 || dt__ring_ready(&s->rx) != 0);
 }
 
 static int
@@ -678,7 +951,7 @@ shm_arm(dt_link *l, int room)
 	 * meant for a sleeping thread is lost. */
 	drain(s->bell_in);
 	drain(s->room_in);
-	return dt__ring_arm(&s->rx);
+	return dt__ring_arm(&s->rx) || s->rseg_left > 0;
 }
 
 const dt_transport_ops dt__shm_transport = {

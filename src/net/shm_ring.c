@@ -8,7 +8,18 @@
  *   line 1: head, bytes ever written (the writer publishes);
  *   line 2: tail, bytes ever read (the reader publishes);
  *   line 3: armed, the reader's request for a doorbell when bytes come;
- *   line 4: room_armed, the writer's request for one when room comes.
+ *   line 4: room_armed, the writer's request for one when room comes;
+ *   line 5: seg, the state of the writer's remote segment (below);
+ *   line 6: where the segment goes in the stream, its address and length;
+ *   line 7: remote_ok, the reader's word that it can read the writer's
+ *           memory.
+ * A remote segment is a stretch of the stream that is not in the ring:
+ * the writer posts the place of its bytes in its own memory, the reader
+ * copies them straight into its buffer (cross-memory attach, net/cma.c)
+ * when its position reaches the segment, and says when it is done; the
+ * writer may take the segment back as long as the reader has not claimed
+ * it. seg holds (sequence << 3) | state, so that a state of an earlier
+ * segment is never taken for the current one's.
  * Positions are 64-bit counts that never wrap; a byte's place in data is
  * its position modulo cap. The memfd is sealed against shrinking before
  * it is handed over, so no side can make the other's mapping fault.
@@ -37,7 +48,14 @@ struct dt_ring_hdr {
 	_Alignas(LINE) _Atomic uint64_t tail;
 	_Alignas(LINE) _Atomic uint32_t armed;
 	_Alignas(LINE) _Atomic uint32_t room_armed;
+	_Alignas(LINE) _Atomic uint64_t seg;
+	_Alignas(LINE) _Atomic uint64_t seg_at;
+	_Atomic uint64_t seg_addr, seg_len;
+	_Alignas(LINE) _Atomic uint32_t remote_ok;
 };
+
+#define SEG_STATE(v) ((int)((v)&7u))
+#define SEG_SEQ(v)   ((v) >> 3)
 
 _Static_assert(sizeof(struct dt_ring_hdr) <= HDR_BYTES, "ring header");
 
@@ -177,14 +195,49 @@ peer_pos(dt_ring *r, uint64_t *out)
 	return 0;
 }
 
+/*
+ * Reader: the writer's head, checked, in *head, and a segment it posted,
+ * checked like a position: 1 with its place in *at, 0 when none is posted,
+ * -1 when a position is impossible (the segment's behind this reader, or
+ * ahead of the bytes written). The segment is looked at before the head:
+ * the writer publishes its head before it posts a segment there, and
+ * writes nothing after one until it is done or taken back, so a head read
+ * later is never behind the segment, and bytes read up to it (when the
+ * post is not seen yet) are never past it.
+ */
+static int
+reader_view(dt_ring *r, uint64_t *head, uint64_t *at)
+{
+	uint64_t v = atomic_load_explicit(&r->hdr->seg, memory_order_acquire);
+	int posted = SEG_STATE(v) == DT_SEG_POSTED;
+
+	if (posted)
+		*at =
+		    atomic_load_explicit(&r->hdr->seg_at, memory_order_relaxed);
+	if (peer_pos(r, head) != 0)
+		return -1;
+	if (!posted)
+		return 0;
+	return *at < r->pos || *at > *head ? -1 : 1;
+}
+
 ssize_t
 dt__ring_ready(dt_ring *r)
 {
-	uint64_t p;
+	uint64_t p, at;
+	int rc;
 
-	if (peer_pos(r, &p) != 0)
+	if (r->writer) {
+		if (peer_pos(r, &p) != 0)
+			return broken(r);
+		return (ssize_t)(r->cap - (r->pos - p));
+	}
+	if ((rc = reader_view(r, &p, &at)) < 0)
 		return broken(r);
-	return (ssize_t)(r->writer ? r->cap - (r->pos - p) : p - r->pos);
+	if (rc == 1)
+		p = at;
+	/* A segment here is something to read too. */
+	return p == r->pos ? rc : (ssize_t)(p - r->pos);
 }
 
 ssize_t
@@ -225,9 +278,14 @@ dt__ring_read(dt_ring *r, void *buf, size_t len)
 	uint64_t head;
 	size_t n, done = 0;
 	uint8_t *dst = buf;
+	uint64_t seg_at;
+	int rc;
 
-	if (r->writer || peer_pos(r, &head) != 0)
+	/* Not past a posted segment: its bytes come from elsewhere. */
+	if (r->writer || (rc = reader_view(r, &head, &seg_at)) < 0)
 		return broken(r);
+	if (rc == 1)
+		head = seg_at;
 	n = (size_t)(head - r->pos) < len ? (size_t)(head - r->pos) : len;
 	while (done < n) {
 		size_t at = (size_t)(r->pos + done) & (r->cap - 1);
@@ -270,7 +328,7 @@ dt__ring_arm(dt_ring *r)
 	atomic_thread_fence(memory_order_seq_cst);
 	if (peer_pos(r, &p) != 0)
 		return 1; /* (the call that follows reports it) */
-	return r->writer ? r->pos - p < r->cap : p != r->pos;
+	return r->writer ? r->pos - p < r->cap : dt__ring_ready(r) != 0;
 }
 
 int
@@ -282,4 +340,93 @@ dt__ring_wake(dt_ring *r)
 	if (atomic_load_explicit(f, memory_order_relaxed) == 0)
 		return 0;
 	return atomic_exchange_explicit(f, 0, memory_order_acq_rel) != 0;
+}
+
+/* ---- remote segments ---- */
+
+void
+dt__ring_seg_post(dt_ring *r, uint64_t addr, uint64_t len)
+{
+	r->seg_seq++;
+	atomic_store_explicit(&r->hdr->seg_at, r->pos, memory_order_relaxed);
+	atomic_store_explicit(&r->hdr->seg_addr, addr, memory_order_relaxed);
+	atomic_store_explicit(&r->hdr->seg_len, len, memory_order_relaxed);
+	/* seq_cst: ordered before the look at the reader's doorbell request
+	 * in dt__ring_wake, as a position is. */
+	atomic_store_explicit(&r->hdr->seg, r->seg_seq << 3 | DT_SEG_POSTED,
+	                      memory_order_seq_cst);
+}
+
+int
+dt__ring_seg_state(dt_ring *r)
+{
+	uint64_t v = atomic_load_explicit(&r->hdr->seg, memory_order_acquire);
+
+	if (r->broken || SEG_SEQ(v) != r->seg_seq ||
+	    (SEG_STATE(v) != DT_SEG_POSTED && SEG_STATE(v) != DT_SEG_CLAIMED &&
+	     SEG_STATE(v) != DT_SEG_DONE && SEG_STATE(v) != DT_SEG_CANCELLED)) {
+		r->broken = 1;
+		return -1;
+	}
+	return SEG_STATE(v);
+}
+
+int
+dt__ring_seg_cancel(dt_ring *r)
+{
+	uint64_t want = r->seg_seq << 3 | DT_SEG_POSTED;
+
+	return atomic_compare_exchange_strong_explicit(
+	    &r->hdr->seg, &want, r->seg_seq << 3 | DT_SEG_CANCELLED,
+	    memory_order_acq_rel, memory_order_acquire);
+}
+
+int
+dt__ring_seg_claim(dt_ring *r, uint64_t max_len, uint64_t *addr, uint64_t *len)
+{
+	uint64_t head, at;
+	int rc;
+
+	if (r->writer || (rc = reader_view(r, &head, &at)) < 0)
+		return (int)broken(r);
+	if (rc == 0 || at != r->pos)
+		return 0;
+	uint64_t v = atomic_load_explicit(&r->hdr->seg, memory_order_acquire);
+	uint64_t a =
+	    atomic_load_explicit(&r->hdr->seg_addr, memory_order_relaxed);
+	uint64_t n =
+	    atomic_load_explicit(&r->hdr->seg_len, memory_order_relaxed);
+
+	if (SEG_STATE(v) != DT_SEG_POSTED)
+		return 0; /* taken back meanwhile */
+	if (n == 0 || n > max_len)
+		return (int)broken(r);
+	if (!atomic_compare_exchange_strong_explicit(
+	        &r->hdr->seg, &v, (v & ~(uint64_t)7) | DT_SEG_CLAIMED,
+	        memory_order_acq_rel, memory_order_acquire))
+		return 0; /* taken back: its bytes come through the ring */
+	r->seg_claimed = v & ~(uint64_t)7;
+	*addr = a;
+	*len = n;
+	return 1;
+}
+
+void
+dt__ring_seg_done(dt_ring *r)
+{
+	atomic_store_explicit(&r->hdr->seg, r->seg_claimed | DT_SEG_DONE,
+	                      memory_order_release);
+}
+
+void
+dt__ring_set_remote_ok(dt_ring *r)
+{
+	atomic_store_explicit(&r->hdr->remote_ok, 1, memory_order_release);
+}
+
+int
+dt__ring_remote_ok(dt_ring *r)
+{
+	return atomic_load_explicit(&r->hdr->remote_ok, memory_order_acquire) ==
+	       1;
 }

@@ -41,7 +41,9 @@ typedef struct dt_ring {
 	                            reader's tail */
 	uint64_t seen; /* the other side's position last read (checked) */
 	int writer;
-	int broken; /* a check failed: every later call is EPROTO */
+	int broken;           /* a check failed: every later call is EPROTO */
+	uint64_t seg_seq;     /* writer: its last segment's sequence */
+	uint64_t seg_claimed; /* reader: the segment it claimed (seq << 3) */
 } dt_ring;
 
 /* Create a ring of cap bytes (a power of two in [DT_RING_MIN,
@@ -72,5 +74,43 @@ int dt__ring_arm(dt_ring *r);
  * the ring and must be woken now (the arming is used up), 0 if it is
  * polling. */
 int dt__ring_wake(dt_ring *r);
+
+/*
+ * Remote segments (shm_ring.c): a stretch of the stream that stays in the
+ * writer's memory until the reader copies it (one copy instead of two).
+ * The writer posts one at its position and waits, sending nothing else,
+ * until the reader is done with it or until it takes it back (cancel,
+ * possible only before the reader claims it); then it goes on. The reader
+ * reads the ring up to the segment's place, claims it there and copies
+ * its bytes itself, then says done. One segment at a time.
+ */
+enum {
+	DT_SEG_IDLE = 0,
+	DT_SEG_POSTED = 1,
+	DT_SEG_CLAIMED = 2,
+	DT_SEG_DONE = 3,
+	DT_SEG_CANCELLED = 4,
+};
+
+/* Writer: post len bytes at addr (in the writer's memory) at its
+ * position. Wake the reader afterwards as after a write (dt__ring_wake). */
+void dt__ring_seg_post(dt_ring *r, uint64_t addr, uint64_t len);
+/* Writer: the state of its last segment (DT_SEG_*), -1 if the shared word
+ * is impossible (the ring is then done). */
+int dt__ring_seg_state(dt_ring *r);
+/* Writer: take the segment back; 1 if done (the reader never claimed it:
+ * its bytes must go through the ring), 0 if the reader claimed it. */
+int dt__ring_seg_cancel(dt_ring *r);
+/* Reader: at a segment posted at its position, claim it: 1 with its
+ * address and length (1 to max_len, else the ring is done), 0 if there is
+ * none to claim here, -1 (EPROTO) when the ring is done. */
+int dt__ring_seg_claim(dt_ring *r, uint64_t max_len, uint64_t *addr,
+                       uint64_t *len);
+/* Reader: every byte of the claimed segment is copied. */
+void dt__ring_seg_done(dt_ring *r);
+/* Reader: it can read the writer's memory (probed); the writer posts
+ * segments only then. */
+void dt__ring_set_remote_ok(dt_ring *r);
+int dt__ring_remote_ok(dt_ring *r);
 
 #endif

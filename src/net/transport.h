@@ -90,7 +90,10 @@ extern const dt_transport_ops dt__shm_transport;
  * ("auto", the default), 0 if through *out too ("tcp").
  */
 dt_err dt__transport_choose(const dt_transport_ops **out, int *local);
-/* Check DTRAIN_SHM_RING (shm.c). */
+/* Check DTRAIN_SHM_RING and DTRAIN_SHM_COPY_ONCE (shm.c). */
 dt_err dt__shm_configure(void);
+/* Bytes this process has received as remote segments (copied once,
+ * straight from the sender's memory), over all its links. */
+uint64_t dt__shm_copied_once(void);
 
 #endif

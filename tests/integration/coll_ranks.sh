@@ -4,7 +4,7 @@
 # reductions, in place and out of place, sizes 0, 1, 3, 1023 and 2^20+5,
 # async, grouped and fused calls (tests/progs/coll_check.c). Same-host
 # ranks read large messages from each other's memory (CMA) when allowed;
-# the TCP path gets the same suite with DT_COLL_CMA=0, and the three
+# the TCP path gets the same suite with DT_COLL_CMA=0, and the four
 # two-rank CMA variants run on their own. Then every path for every size:
 # the ring with tiny chunks and fusion cut into many small batches,
 # recursive doubling, CMA; and a communicator attached to a started node.
@@ -37,13 +37,23 @@ for n in 1 2 3 4 8; do
 	grep -F FAIL "$out" | head -5
 done
 
-# Two same-host ranks have three CMA variants (docs/collectives.md): push
-# into the peer's slot, read the peer's whole input, read by blocks.
+# Two same-host ranks have four CMA variants (docs/collectives.md): push
+# the whole input into the peer's slot, push by halves, read the peer's
+# whole input, read by blocks.
 out=$TMP/push
-launch 2 "$out" --env DT_COLL_CMA_PUSH_MAX=67108864 -- $san
+launch 2 "$out" --env DT_COLL_CMA_PUSH_MAX=67108864 \
+	--env DT_COLL_CMA_HALF_MIN=0 -- $san
 rc=$?
-check "2 ranks, push for every size: exits 0 (got $rc)" test "$rc" = 0
-check "2 ranks, push: every rank reports 0 failed" \
+check "2 ranks, whole push for every size: exits 0 (got $rc)" test "$rc" = 0
+check "2 ranks, whole push: every rank reports 0 failed" \
+	every_rank 2 "$out" "checks, 0 failed"
+out=$TMP/halves
+launch 2 "$out" --env DT_COLL_CMA_PUSH_MAX=67108864 \
+	--env DT_COLL_CMA_THRESHOLD=0 --env DT_COLL_CMA_HALF_MIN=1 -- $san
+rc=$?
+check "2 ranks, push by halves for every size: exits 0 (got $rc)" \
+	test "$rc" = 0
+check "2 ranks, push by halves: every rank reports 0 failed" \
 	every_rank 2 "$out" "checks, 0 failed"
 out=$TMP/nopush
 launch 2 "$out" --env DT_COLL_CMA_PUSH_MAX=0 --env DT_COLL_CMA_WHOLE_MAX=1048576 -- $san

@@ -2,8 +2,8 @@
  * shm_ring_test.c - the shared-memory byte ring (src/net/shm_ring.c):
  * order across wrap-around with random write and read sizes, a write
  * larger than the ring, the checks on the peer's positions and on the
- * segment handed over, the doorbell between two threads (no wake-up lost,
- * none while polling), and a writer in another process.
+ * segment handed over, remote segments, the doorbell between two threads (no
+ * wake-up lost, none while polling), and a writer in another process.
  */
 #include <errno.h>
 #include <poll.h>
@@ -139,6 +139,11 @@ typedef struct {
 	uint64_t cap;
 	_Alignas(64) uint64_t head;
 	_Alignas(64) uint64_t tail;
+	_Alignas(64) uint32_t armed;
+	_Alignas(64) uint32_t room_armed;
+	_Alignas(64) uint64_t seg;
+	_Alignas(64) uint64_t seg_at;
+	uint64_t seg_addr, seg_len;
 } raw_hdr;
 
 static void
@@ -193,6 +198,90 @@ test_hostile_positions(void **state)
 	assert_int_equal(dt__ring_read(&wr, b, 1), -1);
 	dt__ring_unmap(&rd);
 	dt__ring_unmap(&wr);
+}
+
+/* Remote segments: the reader stops at a posted one's place, claims it
+ * there, and the writer learns it is done; one taken back before the
+ * claim is the ring's again; one posted where it cannot be, or of length
+ * 0, breaks the ring. */
+static void
+test_segments(void **state)
+{
+	(void)state;
+	dt_ring rd, wr;
+	uint8_t b[256];
+	struct iovec iov = {b, 100};
+	uint64_t addr = 0, len = 0;
+
+	for (int i = 0; i < 256; i++)
+		b[i] = byte_at((uint64_t)i);
+	pair(DT_RING_MIN, &rd, &wr);
+	assert_false(dt__ring_remote_ok(&wr));
+	dt__ring_set_remote_ok(&rd);
+	assert_true(dt__ring_remote_ok(&wr));
+	/* 100 bytes, a segment, then more bytes after it is done */
+	assert_int_equal(dt__ring_write(&wr, &iov, 1), 100);
+	dt__ring_seg_post(&wr, 0x1000, 5000);
+	assert_int_equal(dt__ring_seg_state(&wr), DT_SEG_POSTED);
+	assert_int_equal(dt__ring_seg_claim(&rd, 1u << 20, &addr, &len), 0);
+	assert_int_equal(dt__ring_read(&rd, b + 128, 128), 100);
+	expect_stream(b + 128, 100, 0);
+	assert_int_equal(dt__ring_ready(&rd), 1); /* the segment */
+	assert_int_equal(dt__ring_arm(&rd), 1);   /* do not sleep on it */
+	assert_int_equal(dt__ring_read(&rd, b + 128, 128), 0);
+	assert_int_equal(dt__ring_seg_claim(&rd, 1u << 20, &addr, &len), 1);
+	assert_int_equal(addr, 0x1000);
+	assert_int_equal(len, 5000);
+	assert_int_equal(dt__ring_seg_state(&wr), DT_SEG_CLAIMED);
+	assert_int_equal(dt__ring_seg_cancel(&wr), 0); /* too late */
+	assert_int_equal(dt__ring_ready(&rd), 0);
+	dt__ring_seg_done(&rd);
+	assert_int_equal(dt__ring_seg_state(&wr), DT_SEG_DONE);
+	iov.iov_base = b + 100;
+	iov.iov_len = 28;
+	assert_int_equal(dt__ring_write(&wr, &iov, 1), 28);
+	assert_int_equal(dt__ring_read(&rd, b + 128, 128), 28);
+	expect_stream(b + 128, 28, 100);
+	/* taken back before the claim: the ring's bytes come instead */
+	dt__ring_seg_post(&wr, 0x2000, 64);
+	assert_int_equal(dt__ring_seg_cancel(&wr), 1);
+	assert_int_equal(dt__ring_seg_state(&wr), DT_SEG_CANCELLED);
+	assert_int_equal(dt__ring_seg_claim(&rd, 1u << 20, &addr, &len), 0);
+	assert_int_equal(dt__ring_write(&wr, &iov, 1), 28);
+	assert_int_equal(dt__ring_read(&rd, b + 128, 128), 28);
+	expect_stream(b + 128, 28, 100);
+	/* a state word of another segment: the writer's ring is done */
+	dt__ring_seg_post(&wr, 0x3000, 64);
+	((raw_hdr *)(void *)rd.hdr)->seg = (1000u << 3) | DT_SEG_DONE;
+	assert_int_equal(dt__ring_seg_state(&wr), -1);
+	dt__ring_unmap(&rd);
+	dt__ring_unmap(&wr);
+
+	/* a segment behind the reader, ahead of the head, or empty */
+	for (int k = 0; k < 3; k++) {
+		pair(DT_RING_MIN, &rd, &wr);
+		iov.iov_base = b;
+		iov.iov_len = 64;
+		assert_int_equal(dt__ring_write(&wr, &iov, 1), 64);
+		assert_int_equal(dt__ring_read(&rd, b + 128, 32), 32);
+		dt__ring_seg_post(&wr, 0x1000, k == 2 ? 0 : 10);
+		raw_hdr *h = (raw_hdr *)(void *)rd.hdr;
+		if (k == 0)
+			h->seg_at = 10;
+		else if (k == 1)
+			h->seg_at = 65;
+		else
+			h->seg_at = 32;
+		errno = 0;
+		if (k < 2)
+			assert_int_equal(dt__ring_read(&rd, b + 128, 32), -1);
+		else
+			assert_int_equal(
+			    dt__ring_seg_claim(&rd, 1u << 20, &addr, &len), -1);
+		assert_int_equal(errno, EPROTO);
+		dt__ring_unmap(&rd);
+		dt__ring_unmap(&wr);
+	}
 }
 
 static void
@@ -392,6 +481,7 @@ main(void)
 	    cmocka_unit_test(test_order_wrap),
 	    cmocka_unit_test(test_bigger_than_ring),
 	    cmocka_unit_test(test_hostile_positions),
+	    cmocka_unit_test(test_segments),
 	    cmocka_unit_test(test_attach_checks),
 	    cmocka_unit_test(test_doorbell_threads),
 	    cmocka_unit_test(test_other_process),

@@ -1,8 +1,9 @@
 /*
  * shm_test.c - the same-host transport (net/shm.c) through its ops table,
  * below the van: many peers at once, each stream whole and in order; a
- * writer killed (SIGKILL) in the middle of a message; strangers whose
- * set-up is not the one expected; and no file left anywhere.
+ * writer killed (SIGKILL) in the middle of a message; big pieces copied
+ * once (remote segments), with a writer killed while one waits; strangers
+ * whose set-up is not the one expected; and no file left anywhere.
  *
  * The writers are forked processes, as peers are.
  */
@@ -114,8 +115,19 @@ writer(const char *name, int k, size_t len, size_t piece, size_t stop_at)
 			buf[i] = byte_of(k, done + i);
 		size_t off = 0;
 		while (off < n) {
-			struct iovec iov = {buf + off, n - off};
-			ssize_t w = T->sendv(&l, &iov, 1);
+			/* A big piece goes as a frame does: a head, the body,
+			 * a tail (the body may go as a remote segment). */
+			struct iovec iov[3] = {{buf + off, n - off}};
+			int cnt = 1;
+
+			if (n - off >= 4096) {
+				iov[0].iov_len = 100;
+				iov[1] = (struct iovec){buf + off + 100,
+				                        n - off - 200};
+				iov[2] = (struct iovec){buf + n - 100, 100};
+				cnt = 3;
+			}
+			ssize_t w = T->sendv(&l, iov, cnt);
 
 			if (w > 0) {
 				off += (size_t)w;
@@ -263,6 +275,174 @@ test_killed_mid_message(void **state)
 	free(buf);
 }
 
+/* Read all of stream k from l (len bytes, then its end) in pieces of
+ * varying size, checking every byte; after delay_ms of nothing. */
+static void
+read_stream(dt_link *l, int k, size_t len, int delay_ms)
+{
+	uint8_t *buf = malloc(1u << 20);
+	uint64_t got = 0, end = dt__now_ns() + 30000000000ull;
+
+	assert_non_null(buf);
+	if (delay_ms)
+		poll(NULL, 0, delay_ms);
+	for (;;) {
+		size_t want = 1 + (size_t)(got * 7919 % (1u << 20));
+		ssize_t n = T->recv(l, buf, want);
+
+		if (n > 0) {
+			for (ssize_t i = 0; i < n; i++)
+				if (buf[i] != byte_of(k, got + (uint64_t)i))
+					fail_msg(
+					    "byte %llu wrong",
+					    (unsigned long long)(got +
+					                         (uint64_t)i));
+			got += (uint64_t)n;
+			continue;
+		}
+		if (n == 0)
+			break;
+		assert_int_equal(errno, EAGAIN);
+		assert_true(dt__now_ns() < end);
+		struct pollfd p = {.fd = l->fd, .events = POLLIN};
+		poll(&p, 1, 100);
+	}
+	assert_int_equal(got, len);
+	free(buf);
+}
+
+/*
+ * Copy once: pieces of DTRAIN_SHM_COPY_ONCE bytes or more go as remote
+ * segments that the reader copies from the writer's memory. The stream is
+ * whole and in order whether the reader reads at once (most bytes copied
+ * once), starts late (the writer takes its segment back after a while and
+ * sends through the ring), or does not offer segments at all
+ * (DTRAIN_SHM_COPY_ONCE=0 here: none is sent, whatever the writer's own
+ * setting).
+ */
+static void
+test_copy_once(void **state)
+{
+	const size_t len = 12u << 20;
+	char name[64];
+	dt_link lis, l;
+	struct {
+		int delay_ms;
+		const char *reader_min;
+		int expect; /* 2: most bytes copied once, 1: some, 0: none */
+	} cases[] = {{0, "65536", 2}, {150, "65536", 1}, {0, "0", 0}};
+
+	(void)state;
+	setenv("DTRAIN_SHM_RING", "65536", 1);
+	endpoint(name, sizeof(name), "once");
+	for (size_t c = 0; c < sizeof(cases) / sizeof(cases[0]); c++) {
+		setenv("DTRAIN_SHM_COPY_ONCE", "65536", 1); /* the writer's */
+		assert_int_equal(T->listen(name, 0, -1, &lis, NULL), DT_OK);
+		pid_t pid = spawn(name, 5, len, 700000, 0);
+		setenv("DTRAIN_SHM_COPY_ONCE", cases[c].reader_min, 1);
+		accept_one(&lis, &l);
+		uint64_t before = dt__shm_copied_once();
+		read_stream(&l, 5, len, cases[c].delay_ms);
+		uint64_t once = dt__shm_copied_once() - before;
+
+		assert_int_equal(reap(pid), 0);
+		if (cases[c].expect == 2 && once < len / 2)
+			fail_msg("only %llu of %zu bytes copied once",
+			         (unsigned long long)once, len);
+		if (cases[c].expect == 1 && (once == 0 || once >= len))
+			fail_msg("a late reader: %llu of %zu bytes copied "
+			         "once",
+			         (unsigned long long)once, len);
+		if (cases[c].expect == 0 && once != 0)
+			fail_msg("%llu bytes copied once where none was "
+			         "offered",
+			         (unsigned long long)once);
+		T->close(&l);
+		T->close(&lis);
+	}
+	unsetenv("DTRAIN_SHM_COPY_ONCE");
+	unsetenv("DTRAIN_SHM_RING");
+}
+
+/* A child for test_killed_with_segment: wait for the reader's go (a
+ * byte: it has taken our set-up, so it offers segments), then send one
+ * piece of len bytes of stream 4 as head, body, tail. */
+static void
+segment_writer(const char *name, size_t len)
+{
+	dt_link l;
+	uint8_t *buf = malloc(len), go;
+	int eof;
+
+	if (buf == NULL || T->connect(name, 0, dt__now_ns() + 5000000000ull,
+	                              "test", &l) != DT_OK)
+		_exit(2);
+	for (size_t i = 0; i < len; i++)
+		buf[i] = byte_of(4, i);
+	if (read_until(&l, &go, 1, &eof) != 1)
+		_exit(3);
+	struct iovec iov[3] = {
+	    {buf, 100}, {buf + 100, len - 200}, {buf + len - 100, 100}};
+	(void)T->sendv(&l, iov, 3);
+	for (;;)
+		pause(); /* until SIGKILL */
+}
+
+/* A writer killed while its segment waits to be read: the reader sees
+ * the bytes before it, then the end of the stream (never bytes of a dead
+ * process, nor an error), within a second. */
+static void
+test_killed_with_segment(void **state)
+{
+	const size_t len = 1u << 20;
+	char name[64];
+	dt_link lis, l;
+	uint8_t *buf = malloc(len), go = 1;
+	struct iovec iov = {&go, 1};
+	int eof;
+
+	(void)state;
+	assert_non_null(buf);
+	setenv("DTRAIN_SHM_COPY_ONCE", "65536", 1);
+	endpoint(name, sizeof(name), "killseg");
+	assert_int_equal(T->listen(name, 0, -1, &lis, NULL), DT_OK);
+	fflush(NULL);
+	pid_t pid = fork();
+	assert_true(pid >= 0);
+	if (pid == 0)
+		segment_writer(name, len);
+	accept_one(&lis, &l);
+	/* the go, once the set-up is here (taking it offers segments) */
+	uint64_t end = dt__now_ns() + 5000000000ull;
+	ssize_t w;
+	while ((w = T->sendv(&l, &iov, 1)) < 0 && errno == EAGAIN) {
+		assert_true(dt__now_ns() < end);
+		T->wait_writable(&l, 100);
+	}
+	assert_int_equal(w, 1);
+	assert_int_equal(read_until(&l, buf, 100, &eof), 100);
+	kill(pid, SIGKILL);
+	assert_int_equal(WTERMSIG(reap(pid)), SIGKILL);
+	uint64_t t0 = dt__now_ns(), got = 100;
+	/* Bytes that still come (the writer had taken its segment back
+	 * before the kill) are the stream's; then the end. */
+	for (;;) {
+		size_t n = read_until(&l, buf, len, &eof);
+
+		for (size_t i = 0; i < n; i++)
+			assert_int_equal(buf[i], byte_of(4, got + i));
+		got += n;
+		assert_true(got <= len);
+		if (eof)
+			break;
+	}
+	assert_true(dt__now_ns() - t0 < 1000000000ull);
+	T->close(&l);
+	T->close(&lis);
+	unsetenv("DTRAIN_SHM_COPY_ONCE");
+	free(buf);
+}
+
 /* Connect to name and send hdr (len bytes) with fds (n of them). */
 static int
 stranger(const char *name, const void *hdr, size_t len, const int *fds, int n)
@@ -317,7 +497,7 @@ test_bad_setups(void **state)
 {
 	char name[64];
 	dt_link lis, l;
-	uint8_t hdr[16] = {0}, b;
+	uint8_t hdr[24] = {0}, b;
 	int pfd[2], efd = eventfd(0, EFD_CLOEXEC);
 	int memfd = memfd_create("not-a-ring", MFD_CLOEXEC);
 
@@ -328,27 +508,29 @@ test_bad_setups(void **state)
 	endpoint(name, sizeof(name), "bad");
 	assert_int_equal(T->listen(name, 0, -1, &lis, NULL), DT_OK);
 	dt__put_u32(hdr, 0x68537464u);
-	dt__put_u32(hdr + 4, 1);
+	dt__put_u32(hdr + 4, 2);
 	dt__put_u64(hdr + 8, 65536);
+	dt__put_u64(hdr + 16, 4096); /* the probe word's address */
 	struct {
 		const char *what;
 		size_t len;
 		int fds[4], n;
 		int magic_wrong;
 	} cases[] = {
-	    {"no descriptors", 16, {0}, 0, 0},
-	    {"two descriptors", 16, {efd, efd}, 2, 0},
-	    {"four descriptors", 16, {memfd, efd, efd, efd}, 4, 0},
-	    {"a pipe as a doorbell", 16, {memfd, pfd[0], efd}, 3, 0},
-	    {"an unsealed memfd", 16, {memfd, efd, efd}, 3, 0},
-	    {"a pipe as the ring", 16, {pfd[1], efd, efd}, 3, 0},
-	    {"a wrong magic", 16, {memfd, efd, efd}, 3, 1},
+	    {"no descriptors", 24, {0}, 0, 0},
+	    {"two descriptors", 24, {efd, efd}, 2, 0},
+	    {"four descriptors", 24, {memfd, efd, efd, efd}, 4, 0},
+	    {"a pipe as a doorbell", 24, {memfd, pfd[0], efd}, 3, 0},
+	    {"an unsealed memfd", 24, {memfd, efd, efd}, 3, 0},
+	    {"a pipe as the ring", 24, {pfd[1], efd, efd}, 3, 0},
+	    {"a wrong magic", 24, {memfd, efd, efd}, 3, 1},
 	    {"a short header", 9, {memfd, efd, efd}, 3, 0},
+	    {"the 16 bytes of version 1", 16, {memfd, efd, efd}, 3, 0},
 	};
 	int before = count_fds();
 
 	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
-		uint8_t h[16];
+		uint8_t h[24];
 		int eof;
 
 		memcpy(h, hdr, sizeof(h));
@@ -401,6 +583,8 @@ main(void)
 	const struct CMUnitTest tests[] = {
 	    cmocka_unit_test(test_many_peers),
 	    cmocka_unit_test(test_killed_mid_message),
+	    cmocka_unit_test(test_copy_once),
+	    cmocka_unit_test(test_killed_with_segment),
 	    cmocka_unit_test(test_bad_setups),
 	    cmocka_unit_test(test_no_listener),
 	};
