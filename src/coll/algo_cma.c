@@ -6,21 +6,25 @@
  * off), large operations move no data through sockets. Every rank sends
  * each peer a notice with the address of its buffer, and reads what it
  * needs (net/cma.c) - one copy instead of a socket's two:
- *   - allreduce of 2 ranks (out of place): each reads the other's whole
- *     input and reduces, lower rank first (2 message hops);
- *   - allreduce otherwise, and reduce-scatter: rank r reads block r of
- *     every peer's input, in rank order, and reduces it; then (allreduce)
- *     announces the finished block, and everyone reads every block from
- *     its owner (3 hops, whatever the number of ranks);
+ *   - allreduce of 2 ranks: push (write my input into the peer's slot and
+ *     reduce its input from mine: 1 hop), by halves (write the peer's
+ *     half, reduce mine, write the result into its output: 2 hops), or
+ *     out of place read the other's whole input and reduce (2 hops);
+ *   - allreduce otherwise: rank r reads block r of every peer's input, in
+ *     rank order, and reduces it, then writes the finished block into
+ *     every peer's output (2 hops, no FIN: see cma_write_blocks);
+ *   - reduce-scatter: the same reads, without the writes;
  *   - allgather: everyone reads every block from its owner;
  *   - broadcast: everyone waits for every rank's notice (so all agree),
  *     then reads the root's buffer.
  * Reads that reduce go through a small bounce buffer that stays in cache.
  * Notices carry the signature like data messages do, so mismatches are
  * caught the same way. A rank's memory is read after it has sent the
- * notice, so every operation ends with FIN from every rank to every rank:
+ * notice, so every operation that reads ends with FIN from every rank to
+ * every rank (but the allreduces that end by writing, whose last notice
+ * says as much):
  * nobody returns (and lets the caller reuse its buffers) before everyone
- * has finished reading them.
+ * has finished with them.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -39,7 +43,8 @@ dt__coll_cma_prepare(dt_coll *c, coll_op *op, int rs, int ag, int whole,
 	op->cma_whole = whole;
 	op->cma_push = push;
 	op->cma_got = calloc(3 * n, 1);
-	op->cma_addr = calloc(2 * n, sizeof(uint64_t));
+	/* by key (source, block), and the peers' outputs (allreduce) */
+	op->cma_addr = calloc(3 * n, sizeof(uint64_t));
 	if (!op->cma_got || !op->cma_addr)
 		return dt__fail(DT_ENOMEM, "CMA state of %zu ranks", n);
 	return DT_OK;
@@ -96,6 +101,9 @@ cma_done(dt_coll *c, coll_op *op, int peer, const dt_msg_hdr *h,
 
 	op->cma_got[i] = 1;
 	op->cma_addr[i] = remote;
+	/* An allreduce's source notice also gives the sender's output. */
+	if (h->key == DT__CMA_KEY_SRC)
+		op->cma_addr[2 * (size_t)c->size + (size_t)peer] = h->arg0;
 }
 
 static int
@@ -107,8 +115,10 @@ cma_needs(dt_coll *c, const coll_op *op, int peer)
 	if (op->cma_push)
 		return !op->cma_got[p] ||
 		       (op->cma_push == 2 && !op->cma_got[n + p]);
+	/* An allreduce by writes (run_cma) has no FIN. */
 	return (src && !op->cma_got[p]) ||
-	       (op->cma_ag && !op->cma_got[n + p]) || !op->cma_got[2 * n + p];
+	       (op->cma_ag && !op->cma_got[n + p]) ||
+	       (!(op->cma_rs && op->cma_ag) && !op->cma_got[2 * n + p]);
 }
 
 static void
@@ -132,16 +142,19 @@ pred_cma_fins(coll_op *op, void *arg)
 	return op->cma_fins >= (int)(uintptr_t)arg;
 }
 
-/* Send a notice (key, address) to every other rank. */
+/* Send a notice (key, address; out: a second address, in the offset's
+ * place) to every other rank. */
 static dt_err
-cma_notify(dt_coll *c, coll_op *op, uint64_t key, const void *addr)
+cma_notify(dt_coll *c, coll_op *op, uint64_t key, const void *addr,
+           const void *out)
 {
 	dt_err err;
 
 	for (int p = 0; p < c->size; p++)
 		if (p != c->rank &&
-		    (err = dt__coll_send_data(c, op, p, key, 0, op->nelem,
-		                              DT__CF_CMA, addr, 0)))
+		    (err = dt__coll_send_data(c, op, p, key,
+		                              (uint64_t)(uintptr_t)out,
+		                              op->nelem, DT__CF_CMA, addr, 0)))
 			return err;
 	return DT_OK;
 }
@@ -254,6 +267,44 @@ run_cma_halves(dt_coll *c, coll_op *op)
 	return cma_wait(c, op, DT__CMA_KEY_BLK, peer, &ignored);
 }
 
+/*
+ * An allreduce's second half, by writes: my finished block (lo, len) into
+ * every peer's output (the address its source notice gave), each followed
+ * by a BLK notice; then wait for everyone's. A peer sends its BLK only
+ * after it has read all it reads of my input (its block, for its
+ * reduction) and written its block into my output, so nobody touches my
+ * buffers afterwards: no FIN round. In place is safe: my output's block p
+ * is my input's block p, which only p reads, before it writes it.
+ */
+static dt_err
+cma_write_blocks(dt_coll *c, coll_op *op, size_t lo, size_t len)
+{
+	size_t n = (size_t)c->size, esz = op->esz;
+	uint64_t addr;
+	dt_err err;
+
+	for (int k = 1; k < c->size; k++) {
+		int p = (c->rank + k) % c->size; /* spread the writes */
+
+		if (len &&
+		    dt__cma_write(c->pids[p],
+		                  op->cma_addr[2 * n + (size_t)p] + lo * esz,
+		                  op->work + lo * esz, len * esz))
+			return dt__fail(
+			    DT_EIO, "%s #%llu: writing to rank %d: %s",
+			    dt__coll_kind_name(op->kind),
+			    (unsigned long long)op->num, p, dt_errmsg());
+		if ((err = dt__coll_send_data(c, op, p, DT__CMA_KEY_BLK, 0,
+		                              op->nelem, DT__CF_CMA, NULL, 0)))
+			return err;
+	}
+	for (int p = 0; p < c->size; p++)
+		if (p != c->rank &&
+		    (err = cma_wait(c, op, DT__CMA_KEY_BLK, p, &addr)))
+			return err;
+	return DT_OK;
+}
+
 static dt_err
 run_cma(dt_coll *c, coll_op *op)
 {
@@ -268,11 +319,12 @@ run_cma(dt_coll *c, coll_op *op)
 
 	if (op->kind == DT__COLL_BROADCAST)
 		err = cma_notify(c, op, DT__CMA_KEY_SRC,
-		                 c->rank == op->root ? op->work : NULL);
+		                 c->rank == op->root ? op->work : NULL, NULL);
 	else if (op->cma_rs)
-		err = cma_notify(c, op, DT__CMA_KEY_SRC, op->src);
+		err = cma_notify(c, op, DT__CMA_KEY_SRC, op->src,
+		                 op->cma_ag ? op->work : NULL);
 	else
-		err = cma_notify(c, op, DT__CMA_KEY_BLK, op->work);
+		err = cma_notify(c, op, DT__CMA_KEY_BLK, op->work, NULL);
 	if (err)
 		return err;
 
@@ -314,9 +366,8 @@ run_cma(dt_coll *c, coll_op *op)
 		if (op->redop == DT_COLL_AVG)
 			dt__coll_scale(op->dtype, op->work + lo * esz, len,
 			               c->size);
-		if (op->cma_ag &&
-		    (err = cma_notify(c, op, DT__CMA_KEY_BLK, op->work)))
-			return err;
+		if (op->cma_ag)
+			return cma_write_blocks(c, op, lo, len);
 	}
 	if (op->cma_ag) {
 		/* Every other block from its owner, straight into place. */
