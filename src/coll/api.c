@@ -1002,10 +1002,11 @@ stop_bg(dt_coll *c)
 }
 
 /*
- * When every rank runs on this host, find out whether they may read each
- * other's memory (process_vm_readv needs ptrace rights over the peer):
- * each rank publishes the address of a marker, reads everyone else's, and
- * the ranks agree (allreduce min) so that all use CMA or none does. With
+ * When every rank runs on this host, find out whether they may read and
+ * write each other's memory (process_vm_readv/writev need ptrace rights
+ * over the peer): each rank publishes the address of a marker, reads
+ * everyone else's and writes it back, and the ranks agree (allreduce min)
+ * so that all use CMA or none does. With
  * two ranks each also publishes two slots for the other to write its
  * input into (algo.c, push), and their size; both then use the smaller.
  * Costs two small collectives at start-up, which users' numbering skips.
@@ -1055,12 +1056,19 @@ probe_cma(dt_coll *c)
 		const int32_t *w = all + (size_t)r * PROBE_WORDS;
 		if (r == c->rank)
 			continue;
+		/* Read its mark, and write it back: the allreduces write
+		 * their blocks into the peers' outputs. */
 		if (dt__cma_read(c->pids[r], &v, probe_word(w, 0), sizeof(v)) ||
-		    v != 0x636d610000000000ull + (uint64_t)r) {
+		    v != 0x636d610000000000ull + (uint64_t)r ||
+		    dt__cma_write(c->pids[r], probe_word(w, 0), &v,
+		                  sizeof(v))) {
 			DT_LOG(1,
-			       "collectives: cannot read rank %d's memory "
-			       "(%s); using TCP for large messages",
-			       r, v ? "wrong data" : dt_errmsg());
+			       "collectives: cannot read and write rank %d's "
+			       "memory (%s); using TCP for large messages",
+			       r,
+			       v && v != 0x636d610000000000ull + (uint64_t)r
+			           ? "wrong data"
+			           : dt_errmsg());
 			ok[0] = ok[1] = 0;
 			break;
 		}
