@@ -174,11 +174,29 @@ cma_wait(dt_coll *c, coll_op *op, uint64_t key, int peer, uint64_t *addr)
 }
 
 static dt_err
-cma_fail_read(coll_op *op, int peer)
+cma_fail(coll_op *op, int peer, int write)
 {
-	return dt__fail(DT_EIO, "%s #%llu: reading from rank %d: %s",
-	                dt__coll_kind_name(op->kind),
-	                (unsigned long long)op->num, peer, dt_errmsg());
+	return dt__fail(
+	    DT_EIO, "%s #%llu: %s rank %d: %s", dt__coll_kind_name(op->kind),
+	    (unsigned long long)op->num, write ? "writing to" : "reading from",
+	    peer, dt_errmsg());
+}
+
+/* Two ranks: elements [lo, lo + n) of the output from my input and the
+ * peer's copy of its own in theirs, rank 0's data first as everywhere. */
+static void
+cma_reduce2(dt_coll *c, coll_op *op, int peer, const uint8_t *theirs, size_t lo,
+            size_t n)
+{
+	uint8_t *out = op->work + lo * op->esz;
+	const uint8_t *mine = op->src + lo * op->esz;
+
+	if (peer < c->rank)
+		dt__coll_reduce(op->dtype, op->redop, out, theirs, mine, n);
+	else
+		dt__coll_reduce(op->dtype, op->redop, out, mine, theirs, n);
+	if (op->redop == DT_COLL_AVG)
+		dt__coll_scale(op->dtype, out, n, c->size);
 }
 
 /*
@@ -197,74 +215,13 @@ run_cma_push(dt_coll *c, coll_op *op)
 	dt_err err;
 
 	if (dt__cma_write(c->pids[peer], c->push_remote[slot], op->src, bytes))
-		return dt__fail(DT_EIO, "%s #%llu: writing to rank %d: %s",
-		                dt__coll_kind_name(op->kind),
-		                (unsigned long long)op->num, peer, dt_errmsg());
+		return cma_fail(op, peer, 1);
 	if ((err = dt__coll_send_data(c, op, peer, DT__CMA_KEY_SRC, 0,
 	                              op->nelem, DT__CF_CMA, NULL, 0)) ||
 	    (err = cma_wait(c, op, DT__CMA_KEY_SRC, peer, &addr)))
 		return err;
-	/* Rank 0's data first, as everywhere. */
-	if (peer < c->rank)
-		dt__coll_reduce(op->dtype, op->redop, op->work,
-		                c->push_slot[slot], op->src, op->nelem);
-	else
-		dt__coll_reduce(op->dtype, op->redop, op->work, op->src,
-		                c->push_slot[slot], op->nelem);
-	if (op->redop == DT_COLL_AVG)
-		dt__coll_scale(op->dtype, op->work, op->nelem, c->size);
+	cma_reduce2(c, op, peer, c->push_slot[slot], 0, op->nelem);
 	return DT_OK;
-}
-
-/*
- * Two ranks, push by halves: write the peer's half of my input into its
- * slot, with my output's address in the notice; reduce my half (rank 0's
- * data first) into my output and write it into the peer's output; tell it
- * (BLK), and return once it has told me. Each rank copies the whole size
- * once and reduces half of it, instead of reducing all of it. My output
- * is written by the peer only after my notice, when I have read all of my
- * input that is its half (so in place is safe), and I return only after
- * its BLK notice, so the buffer is still mine while it writes.
- */
-static dt_err
-run_cma_halves(dt_coll *c, coll_op *op)
-{
-	int peer = 1 - c->rank, slot = (int)(op->seq & 1);
-	size_t esz = op->esz, lo, len, plo, plen;
-	uint64_t addr, ignored;
-	dt_err err;
-
-	dt__coll_block(op->nelem, 2, c->rank, &lo, &len);
-	dt__coll_block(op->nelem, 2, peer, &plo, &plen);
-	if (dt__cma_write(c->pids[peer], c->push_remote[slot] + plo * esz,
-	                  op->src + plo * esz, plen * esz))
-		return dt__fail(DT_EIO, "%s #%llu: writing to rank %d: %s",
-		                dt__coll_kind_name(op->kind),
-		                (unsigned long long)op->num, peer, dt_errmsg());
-	if ((err = dt__coll_send_data(c, op, peer, DT__CMA_KEY_SRC, 0,
-	                              op->nelem, DT__CF_CMA, op->work, 0)) ||
-	    (err = cma_wait(c, op, DT__CMA_KEY_SRC, peer, &addr)))
-		return err;
-	const uint8_t *theirs = c->push_slot[slot] + lo * esz;
-	const uint8_t *mine = op->src + lo * esz;
-
-	if (peer < c->rank)
-		dt__coll_reduce(op->dtype, op->redop, op->work + lo * esz,
-		                theirs, mine, len);
-	else
-		dt__coll_reduce(op->dtype, op->redop, op->work + lo * esz, mine,
-		                theirs, len);
-	if (op->redop == DT_COLL_AVG)
-		dt__coll_scale(op->dtype, op->work + lo * esz, len, c->size);
-	if (len && dt__cma_write(c->pids[peer], addr + lo * esz,
-	                         op->work + lo * esz, len * esz))
-		return dt__fail(DT_EIO, "%s #%llu: writing to rank %d: %s",
-		                dt__coll_kind_name(op->kind),
-		                (unsigned long long)op->num, peer, dt_errmsg());
-	if ((err = dt__coll_send_data(c, op, peer, DT__CMA_KEY_BLK, 0,
-	                              op->nelem, DT__CF_CMA, NULL, 0)))
-		return err;
-	return cma_wait(c, op, DT__CMA_KEY_BLK, peer, &ignored);
 }
 
 /*
@@ -290,10 +247,7 @@ cma_write_blocks(dt_coll *c, coll_op *op, size_t lo, size_t len)
 		    dt__cma_write(c->pids[p],
 		                  op->cma_addr[2 * n + (size_t)p] + lo * esz,
 		                  op->work + lo * esz, len * esz))
-			return dt__fail(
-			    DT_EIO, "%s #%llu: writing to rank %d: %s",
-			    dt__coll_kind_name(op->kind),
-			    (unsigned long long)op->num, p, dt_errmsg());
+			return cma_fail(op, p, 1);
 		if ((err = dt__coll_send_data(c, op, p, DT__CMA_KEY_BLK, 0,
 		                              op->nelem, DT__CF_CMA, NULL, 0)))
 			return err;
@@ -303,6 +257,41 @@ cma_write_blocks(dt_coll *c, coll_op *op, size_t lo, size_t len)
 		    (err = cma_wait(c, op, DT__CMA_KEY_BLK, p, &addr)))
 			return err;
 	return DT_OK;
+}
+
+/*
+ * Two ranks, push by halves: write the peer's half of my input into its
+ * slot, with my output's address in the notice (in the offset's place, as
+ * cma_write_blocks expects); reduce my half (rank 0's data first) into my
+ * output and write it into the peer's output; tell it (BLK), and return
+ * once it has told me. Each rank copies the whole size
+ * once and reduces half of it, instead of reducing all of it. My output
+ * is written by the peer only after my notice, when I have read all of my
+ * input that is its half (so in place is safe), and I return only after
+ * its BLK notice, so the buffer is still mine while it writes.
+ */
+static dt_err cma_write_blocks(dt_coll *c, coll_op *op, size_t lo, size_t len);
+
+static dt_err
+run_cma_halves(dt_coll *c, coll_op *op)
+{
+	int peer = 1 - c->rank, slot = (int)(op->seq & 1);
+	size_t esz = op->esz, lo, len, plo, plen;
+	uint64_t addr;
+	dt_err err;
+
+	dt__coll_block(op->nelem, 2, c->rank, &lo, &len);
+	dt__coll_block(op->nelem, 2, peer, &plo, &plen);
+	if (dt__cma_write(c->pids[peer], c->push_remote[slot] + plo * esz,
+	                  op->src + plo * esz, plen * esz))
+		return cma_fail(op, peer, 1);
+	if ((err = dt__coll_send_data(c, op, peer, DT__CMA_KEY_SRC,
+	                              (uint64_t)(uintptr_t)op->work, op->nelem,
+	                              DT__CF_CMA, NULL, 0)) ||
+	    (err = cma_wait(c, op, DT__CMA_KEY_SRC, peer, &addr)))
+		return err;
+	cma_reduce2(c, op, peer, c->push_slot[slot] + lo * esz, lo, len);
+	return cma_write_blocks(c, op, lo, len);
 }
 
 static dt_err
@@ -348,7 +337,7 @@ run_cma(dt_coll *c, coll_op *op)
 				size_t k = DT_MIN(piece, lo + len - o);
 				if (dt__cma_read(c->pids[p], c->bounce,
 				                 addr + o * esz, k * esz))
-					return cma_fail_read(op, p);
+					return cma_fail(op, p, 0);
 				/* Lower rank first, as recursive doubling. */
 				if (p < c->rank && acc == op->src)
 					dt__coll_reduce(op->dtype, op->redop,
@@ -379,7 +368,7 @@ run_cma(dt_coll *c, coll_op *op)
 			cma_block(c, op, p, &lo, &len);
 			if (len && dt__cma_read(c->pids[p], op->work + lo * esz,
 			                        addr + lo * esz, len * esz))
-				return cma_fail_read(op, p);
+				return cma_fail(op, p, 0);
 		}
 	}
 	if (op->kind == DT__COLL_BROADCAST) {
@@ -392,7 +381,7 @@ run_cma(dt_coll *c, coll_op *op)
 			addr = op->cma_addr[op->root];
 			if (dt__cma_read(c->pids[op->root], op->work, addr,
 			                 op->nelem * esz))
-				return cma_fail_read(op, op->root);
+				return cma_fail(op, op->root, 0);
 		}
 	}
 	/* Done reading everyone; wait until everyone is done with us. */

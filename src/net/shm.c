@@ -5,7 +5,7 @@
  * The socket (abstract namespace: no file anywhere) carries only the set-up
  * and the end: each side creates the ring it will read and two eventfds,
  * and sends the three descriptors to the other (SCM_RIGHTS) in one message
- * of 16 bytes. Afterwards every byte goes through the rings, and the
+ * of 24 bytes. Afterwards every byte goes through the rings, and the
  * socket's end (EOF, the peer's process gone, crash included) is the link's
  * end, as with TCP. Nothing has a name, so nothing outlives the processes.
  *
@@ -242,7 +242,7 @@ fail:
 }
 
 /* Send our set-up: the header and our three descriptors. The socket is
- * new and empty, so the 16 bytes go at once or never. */
+ * new and empty, so the SETUP_LEN bytes go at once or never. */
 static dt_err
 send_setup(shm_link *s)
 {
@@ -616,14 +616,16 @@ peer_gone(shm_link *s)
 static int
 nap(shm_link *s, int fd, uint64_t end, uint64_t *slice_ns)
 {
-	uint64_t now = dt__now_ns(), t = DT_MIN(*slice_ns, end - now);
+	uint64_t now = dt__now_ns();
+
+	if (now >= end)
+		return 0;
+	uint64_t t = DT_MIN(*slice_ns, end - now);
 	struct timespec ts = {(time_t)(t / 1000000000ull),
 	                      (long)(t % 1000000000ull)};
 	struct pollfd p[2] = {{.fd = fd, .events = POLLIN},
 	                      {.fd = s->sock, .events = POLLRDHUP}};
 
-	if (now >= end)
-		return 0;
 	if (ppoll(p, 2, &ts, NULL) > 0 && (p[0].revents & POLLIN) &&
 	    fd != s->sock)
 		drain(fd);
@@ -752,25 +754,30 @@ ring_send(shm_link *s, const struct iovec *iov, int iovcnt)
 /*
  * Writer: the first piece of iov to send as a remote segment, or -1: one
  * of DTRAIN_SHM_COPY_ONCE bytes or more that does not fit in the ring's
- * free room after what comes before it. What fits goes through the ring
- * even so: the call then returns at once, where a segment waits for the
- * reader (two wake-ups on a busy machine) to save a copy.
+ * free room after what comes before it (*before bytes). What fits goes
+ * through the ring even so: the call then returns at once, where a
+ * segment waits for the reader (two wake-ups on a busy machine) to save a
+ * copy. Small sends look at their lengths only.
  */
 static int
-big_piece(shm_link *s, const struct iovec *iov, int iovcnt)
+big_piece(shm_link *s, const struct iovec *iov, int iovcnt, size_t *before)
 {
-	size_t before = 0;
-	ssize_t room;
+	ssize_t room = -1;
 
-	if (s->copy_once == 0 || !dt__ring_remote_ok(&s->tx) ||
-	    (s->seg_off_til && dt__now_ns() < s->seg_off_til) ||
-	    (room = dt__ring_ready(&s->tx)) < 0)
+	if (s->copy_once == 0)
 		return -1;
+	*before = 0;
 	for (int i = 0; i < iovcnt; i++) {
-		if (iov[i].iov_len >= s->copy_once &&
-		    before + iov[i].iov_len > (size_t)room)
-			return i;
-		before += iov[i].iov_len;
+		if (iov[i].iov_len >= s->copy_once) {
+			if (room < 0 && (!dt__ring_remote_ok(&s->tx) ||
+			                 (s->seg_off_til &&
+			                  dt__now_ns() < s->seg_off_til) ||
+			                 (room = dt__ring_ready(&s->tx)) < 0))
+				return -1;
+			if (*before + iov[i].iov_len > (size_t)room)
+				return i;
+		}
+		*before += iov[i].iov_len;
 	}
 	return -1;
 }
@@ -821,8 +828,7 @@ seg_send(shm_link *s, const void *p, size_t len)
 			return -1;
 		}
 		/* The reader rings our room doorbell when it is done. */
-		(void)nap(s, s->room_in,
-		          DT_MIN(end, claim_end > now ? claim_end : end),
+		(void)nap(s, s->room_in, claim_end > now ? claim_end : end,
 		          &slice);
 	}
 }
@@ -833,6 +839,7 @@ shm_sendv(dt_link *l, const struct iovec *iov, int iovcnt)
 	shm_link *s = l->priv;
 	int rc = setup_done(s), k;
 	ssize_t n = 0, m;
+	size_t before;
 
 	if (rc < 0) {
 		if (errno == ECONNRESET)
@@ -844,13 +851,9 @@ shm_sendv(dt_link *l, const struct iovec *iov, int iovcnt)
 		return -1;
 	}
 	atomic_fetch_add_explicit(s->order, 1, memory_order_release);
-	if ((k = big_piece(s, iov, iovcnt)) < 0)
+	if ((k = big_piece(s, iov, iovcnt, &before)) < 0)
 		return ring_send(s, iov, iovcnt);
 	/* What comes before the big piece goes first, all of it. */
-	size_t before = 0;
-
-	for (int i = 0; i < k; i++)
-		before += iov[i].iov_len;
 	if (before > 0 &&
 	    ((n = ring_send(s, iov, k)) < 0 || (size_t)n < before))
 		return n;

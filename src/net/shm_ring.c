@@ -203,14 +203,17 @@ peer_pos(dt_ring *r, uint64_t *out)
  * the writer publishes its head before it posts a segment there, and
  * writes nothing after one until it is done or taken back, so a head read
  * later is never behind the segment, and bytes read up to it (when the
- * post is not seen yet) are never past it.
+ * post is not seen yet) are never past it. *seg (if not NULL): the state
+ * word the answer is about.
  */
 static int
-reader_view(dt_ring *r, uint64_t *head, uint64_t *at)
+reader_view(dt_ring *r, uint64_t *head, uint64_t *at, uint64_t *seg)
 {
 	uint64_t v = atomic_load_explicit(&r->hdr->seg, memory_order_acquire);
 	int posted = SEG_STATE(v) == DT_SEG_POSTED;
 
+	if (seg)
+		*seg = v;
 	if (posted)
 		*at =
 		    atomic_load_explicit(&r->hdr->seg_at, memory_order_relaxed);
@@ -232,7 +235,7 @@ dt__ring_ready(dt_ring *r)
 			return broken(r);
 		return (ssize_t)(r->cap - (r->pos - p));
 	}
-	if ((rc = reader_view(r, &p, &at)) < 0)
+	if ((rc = reader_view(r, &p, &at, NULL)) < 0)
 		return broken(r);
 	if (rc == 1)
 		p = at;
@@ -282,7 +285,7 @@ dt__ring_read(dt_ring *r, void *buf, size_t len)
 	int rc;
 
 	/* Not past a posted segment: its bytes come from elsewhere. */
-	if (r->writer || (rc = reader_view(r, &head, &seg_at)) < 0)
+	if (r->writer || (rc = reader_view(r, &head, &seg_at, NULL)) < 0)
 		return broken(r);
 	if (rc == 1)
 		head = seg_at;
@@ -319,16 +322,14 @@ their_flag(dt_ring *r)
 int
 dt__ring_arm(dt_ring *r)
 {
-	uint64_t p;
-
 	/* Store the request, then look (seq_cst both): a peer that moved
 	 * its position before this look is seen here, one after it sees the
 	 * request in dt__ring_wake. */
 	atomic_store_explicit(my_flag(r), 1, memory_order_seq_cst);
 	atomic_thread_fence(memory_order_seq_cst);
-	if (peer_pos(r, &p) != 0)
-		return 1; /* (the call that follows reports it) */
-	return r->writer ? r->pos - p < r->cap : dt__ring_ready(r) != 0;
+	/* Bytes (or a segment), room, or a broken ring (-1: the call that
+	 * follows reports it). */
+	return dt__ring_ready(r) != 0;
 }
 
 int
@@ -363,8 +364,7 @@ dt__ring_seg_state(dt_ring *r)
 	uint64_t v = atomic_load_explicit(&r->hdr->seg, memory_order_acquire);
 
 	if (r->broken || SEG_SEQ(v) != r->seg_seq ||
-	    (SEG_STATE(v) != DT_SEG_POSTED && SEG_STATE(v) != DT_SEG_CLAIMED &&
-	     SEG_STATE(v) != DT_SEG_DONE && SEG_STATE(v) != DT_SEG_CANCELLED)) {
+	    SEG_STATE(v) < DT_SEG_POSTED || SEG_STATE(v) > DT_SEG_CANCELLED) {
 		r->broken = 1;
 		return -1;
 	}
@@ -384,21 +384,20 @@ dt__ring_seg_cancel(dt_ring *r)
 int
 dt__ring_seg_claim(dt_ring *r, uint64_t max_len, uint64_t *addr, uint64_t *len)
 {
-	uint64_t head, at;
+	uint64_t head, at, v;
 	int rc;
 
-	if (r->writer || (rc = reader_view(r, &head, &at)) < 0)
+	if (r->writer || (rc = reader_view(r, &head, &at, &v)) < 0)
 		return (int)broken(r);
 	if (rc == 0 || at != r->pos)
 		return 0;
-	uint64_t v = atomic_load_explicit(&r->hdr->seg, memory_order_acquire);
+	/* Read after v: if they are a later segment's, the writer has taken
+	 * v's back and posted again, and the exchange below fails. */
 	uint64_t a =
 	    atomic_load_explicit(&r->hdr->seg_addr, memory_order_relaxed);
 	uint64_t n =
 	    atomic_load_explicit(&r->hdr->seg_len, memory_order_relaxed);
 
-	if (SEG_STATE(v) != DT_SEG_POSTED)
-		return 0; /* taken back meanwhile */
 	if (n == 0 || n > max_len)
 		return (int)broken(r);
 	if (!atomic_compare_exchange_strong_explicit(

@@ -1320,7 +1320,7 @@ static int
 spin_poll(dt_van *v, dt_gen *g, uint64_t seen)
 {
 	uint64_t now = dt__now_ns(), end = now + dt__spin_budget_ns();
-	int found = 0, yield = dt__spin_yields() ? 0 : 63;
+	int found = 0, yield_mask = dt__spin_yields() ? 0 : 63;
 
 	atomic_fetch_add(&v->pollers, 1);
 	for (unsigned i = 1;; i++) {
@@ -1336,8 +1336,8 @@ spin_poll(dt_van *v, dt_gen *g, uint64_t seen)
 			end = dt__now_ns() + dt__spin_budget_ns();
 		if ((now = dt__now_ns()) >= end)
 			break;
-		if ((i & (unsigned)yield) == 0) /* let a thread that wants
-		                                    this CPU run */
+		/* Let a thread that wants this CPU run. */
+		if ((i & (unsigned)yield_mask) == 0)
 			sched_yield();
 	}
 	if (found)
