@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "cli/cli.h"
+#include "common/util.h"
 #include "dtrain/kv.h"
 
 static void
@@ -43,7 +44,7 @@ dt__cli_checkpoint(int argc, char **argv)
 		return 2;
 	}
 	for (int i = 2; i < argc; i++) {
-		char summary[512];
+		char summary[512], name[1024];
 
 		if (dt_kv_checkpoint_inspect(argv[i], summary,
 		                             sizeof(summary)) != DT_OK) {
@@ -51,7 +52,10 @@ dt__cli_checkpoint(int argc, char **argv)
 			bad = 1;
 			continue;
 		}
-		printf("%s: %s\n", argv[i], summary);
+		/* (a file name may hold control characters) */
+		printf("%s: %s\n",
+		       dt__escape(argv[i], strlen(argv[i]), name, sizeof(name)),
+		       summary);
 	}
 	return bad;
 }

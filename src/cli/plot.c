@@ -22,6 +22,7 @@
 #include <unistd.h>
 
 #include "cli/cli.h"
+#include "common/file.h"
 
 #define MAX_RUNS   12
 #define MAX_POINTS 1000000
@@ -43,6 +44,61 @@ typedef struct run {
 static run runs[MAX_RUNS];
 static int nruns;
 static size_t npoints;
+
+/*
+ * s as XML character data or attribute text (the SVG declares UTF-8):
+ * markup characters become entities, and what XML 1.0 does not allow at
+ * all (control characters, bytes that are not UTF-8) becomes '?', so that
+ * a metric or run name from a log can neither add elements (a <script>)
+ * nor break the document. Cut to cap - 1 bytes at a character's end;
+ * returns out. Every text the SVG takes from a log goes through here.
+ */
+static const char *
+xml_escape(const char *s, char *out, size_t cap)
+{
+	size_t o = 0;
+
+	while (*s && cap > 0) {
+		const unsigned char *u = (const unsigned char *)s;
+		char tmp[8];
+		size_t in = 1, n;
+
+		if (*s == '<' || *s == '>' || *s == '&' || *s == '\'' ||
+		    *s == '"')
+			n = (size_t)snprintf(tmp, sizeof(tmp), "&#%d;", *s);
+		else if (u[0] < 0x20 || u[0] == 0x7f)
+			tmp[0] = '?', n = 1;
+		else if (u[0] < 0x80)
+			tmp[0] = *s, n = 1;
+		else {
+			/* A UTF-8 sequence: its lead byte says how long. */
+			size_t want = u[0] >= 0xc2 && u[0] <= 0xdf   ? 2
+			              : u[0] >= 0xe0 && u[0] <= 0xef ? 3
+			              : u[0] >= 0xf0 && u[0] <= 0xf4 ? 4
+			                                             : 0;
+			size_t k = 1;
+
+			while (k < want && (u[k] & 0xc0) == 0x80)
+				k++;
+			if (want == 0 || k < want ||
+			    (u[0] == 0xe0 && u[1] < 0xa0) ||
+			    (u[0] == 0xed && u[1] >= 0xa0) ||
+			    (u[0] == 0xf0 && u[1] < 0x90) ||
+			    (u[0] == 0xf4 && u[1] >= 0x90))
+				tmp[0] = '?', n = 1;
+			else
+				memcpy(tmp, s, want), n = in = want;
+		}
+		if (o + n + 1 > cap)
+			break;
+		memcpy(out + o, tmp, n);
+		o += n;
+		s += in;
+	}
+	if (cap > 0)
+		out[o] = '\0';
+	return out;
+}
 
 /* ---- reading ---- */
 
@@ -193,14 +249,16 @@ run_of(const char *label, const char *file)
 static int
 read_file(const char *path)
 {
-	FILE *fp = strcmp(path, "-") ? fopen(path, "r") : stdin;
+	FILE *fp = stdin;
 	char line[MAX_LINE + 2];
 	long ln = 0, used = 0;
 	field f[32];
 	int nf;
 
-	if (fp == NULL) {
-		fprintf(stderr, "dtrain plot: %s: %s\n", path, strerror(errno));
+	/* (a FIFO given as a log would block the open: refused by name) */
+	if (strcmp(path, "-") != 0 &&
+	    dt__file_fopen_regular(DT_EIO, "metrics log ", path, &fp)) {
+		fprintf(stderr, "dtrain plot: %s\n", dt_errmsg());
 		return -1;
 	}
 	while (fgets(line, sizeof(line), fp)) {
@@ -361,7 +419,7 @@ tick(char *buf, size_t len, double v, double step)
 static void
 axes(FILE *f, const panel *p)
 {
-	char lab[32];
+	char lab[32], title[256], xlab[256], ylab[256];
 	double sx = nice_step(p->x1 - p->x0), sy = nice_step(p->y1 - p->y0);
 
 	if (p->whole_x && sx < 1)
@@ -395,8 +453,11 @@ axes(FILE *f, const panel *p)
 	        "<text x='%.1f' y='%.1f' text-anchor='middle'>%s</text>\n"
 	        "<text transform='translate(%.1f,%.1f) rotate(-90)' "
 	        "text-anchor='middle'>%s</text>\n",
-	        p->x + p->w / 2, p->y - 10, p->title, p->x + p->w / 2,
-	        p->y + p->h + 36, p->xlab, p->x - 48, p->y + p->h / 2, p->ylab);
+	        p->x + p->w / 2, p->y - 10,
+	        xml_escape(p->title, title, sizeof(title)), p->x + p->w / 2,
+	        p->y + p->h + 36, xml_escape(p->xlab, xlab, sizeof(xlab)),
+	        p->x - 48, p->y + p->h / 2,
+	        xml_escape(p->ylab, ylab, sizeof(ylab)));
 }
 
 /* A polyline through run r's points that have x and y (which: 0 metric
@@ -528,7 +589,7 @@ write_svg(FILE *f)
 	        ly - 10);
 	for (int k = 0; k < nruns; k++) {
 		double last_val = NAN, last_t = NAN;
-		char lab[160], *o = lab;
+		char lab[160];
 
 		for (size_t i = 0; i < runs[k].n; i++) {
 			if (isfinite(runs[k].p[i].val))
@@ -536,14 +597,7 @@ write_svg(FILE *f)
 			if (isfinite(runs[k].p[i].wall))
 				last_t = runs[k].p[i].wall;
 		}
-		/* (XML-escape the label) */
-		for (const char *s = runs[k].label; *s && o < lab + 140; s++)
-			o += *s == '<'    ? sprintf(o, "&lt;")
-			     : *s == '>'  ? sprintf(o, "&gt;")
-			     : *s == '&'  ? sprintf(o, "&amp;")
-			     : *s == '\'' ? sprintf(o, "&apos;")
-			                  : (*o = *s, 1);
-		*o = '\0';
+		xml_escape(runs[k].label, lab, sizeof(lab));
 		double y = ly + 24 + 22 * k;
 		fprintf(f,
 		        "<rect x='%.0f' y='%.0f' width='18' height='10' "
@@ -560,8 +614,11 @@ write_svg(FILE *f)
 	return ferror(f) ? -1 : 0;
 }
 
+/* The SVG in svg (a stream at its start) drawn as a PNG into out_fd by
+ * rsvg-convert, through its standard input and output: it never opens a
+ * path, so it cannot be led through a link. */
 static int
-to_png(const char *svg, const char *png)
+to_png(FILE *svg, int out_fd, const char *png)
 {
 	const char *tool =
 	    getenv("DTRAIN_RSVG") ? getenv("DTRAIN_RSVG") : "rsvg-convert";
@@ -574,7 +631,9 @@ to_png(const char *svg, const char *png)
 		return -1;
 	}
 	if (pid == 0) {
-		execlp(tool, tool, "-o", png, svg, (char *)NULL);
+		if (dup2(fileno(svg), 0) < 0 || dup2(out_fd, 1) < 0)
+			_exit(126);
+		execlp(tool, tool, "-f", "png", (char *)NULL);
 		_exit(127);
 	}
 	while (waitpid(pid, &st, 0) < 0)
@@ -590,6 +649,42 @@ to_png(const char *svg, const char *png)
 	if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) {
 		fprintf(stderr, "dtrain plot: %s failed making %s\n", tool,
 		        png);
+		return -1;
+	}
+	return 0;
+}
+
+/* The picture into out (a PNG when png): a new file of a random name
+ * beside it, created exclusively and renamed over it when whole, so a
+ * link planted at out is replaced, never written through. */
+static int
+write_out(const char *out, int png)
+{
+	dt__file_tmp t;
+	FILE *f, *svg = NULL;
+	int bad;
+
+	if (dt__file_create_tmp("", out, 0666, &t)) {
+		fprintf(stderr, "dtrain plot: %s\n", dt_errmsg());
+		return -1;
+	}
+	/* A PNG is drawn from the SVG in an unnamed temporary file. */
+	f = png ? (svg = tmpfile()) : dt__file_stream(&t);
+	bad = f == NULL || write_svg(f) != 0 || fflush(f) != 0;
+	if (!bad && png) {
+		rewind(svg);
+		if (to_png(svg, t.fd, out) != 0) {
+			fclose(svg);
+			dt__file_abort(&t);
+			return -1;
+		}
+	}
+	if (svg)
+		fclose(svg);
+	if (bad || dt__file_commit(&t, 0) != DT_OK) {
+		if (bad)
+			dt__file_abort(&t);
+		fprintf(stderr, "dtrain plot: writing %s failed\n", out);
 		return -1;
 	}
 	return 0;
@@ -654,30 +749,8 @@ dt__cli_plot(int argc, char **argv)
 		rc = 2;
 		goto done;
 	}
-	char svg[4096];
-	if (png)
-		snprintf(svg, sizeof(svg), "%s.svg.tmp", out);
-	else
-		snprintf(svg, sizeof(svg), "%s", out);
-	FILE *f = fopen(svg, "w");
-	if (f == NULL) {
-		fprintf(stderr, "dtrain plot: %s: %s\n", svg, strerror(errno));
+	if (write_out(out, png) != 0)
 		goto done;
-	}
-	int bad = write_svg(f);
-	bad |= fclose(f) != 0;
-	if (bad) {
-		fprintf(stderr, "dtrain plot: writing %s failed\n", svg);
-		remove(svg);
-		goto done;
-	}
-	if (png) {
-		int e = to_png(svg, out);
-
-		remove(svg);
-		if (e)
-			goto done;
-	}
 	printf("dtrain plot: %d run(s), %zu points -> %s\n", nruns, npoints,
 	       out);
 	rc = 0;

@@ -92,6 +92,44 @@ dt__printable(const char *s, char *out, size_t cap)
 }
 
 const char *
+dt__escape(const char *s, size_t len, char *out, size_t cap)
+{
+	size_t o = 0;
+
+	for (size_t i = 0; i < len && cap > 0; i++) {
+		unsigned char ch = (unsigned char)s[i];
+		char esc[8];
+		size_t n;
+
+		/* Control characters, C1 ones (U+0080-U+009F, bytes c2 80-9f)
+		 * included, could move a terminal's cursor or recolour it. */
+		if (ch == '\\')
+			n = (size_t)snprintf(esc, sizeof(esc), "\\\\");
+		else if (ch == '\n')
+			n = (size_t)snprintf(esc, sizeof(esc), "\\n");
+		else if (ch == '\t')
+			n = (size_t)snprintf(esc, sizeof(esc), "\\t");
+		else if (ch < 0x20 || ch == 0x7f ||
+		         (ch == 0xc2 && i + 1 < len &&
+		          (unsigned char)s[i + 1] >= 0x80 &&
+		          (unsigned char)s[i + 1] <= 0x9f))
+			n = (size_t)snprintf(esc, sizeof(esc), "\\x%02x", ch);
+		else if (ch >= 0x80 && ch <= 0x9f && i > 0 &&
+		         (unsigned char)s[i - 1] == 0xc2)
+			n = (size_t)snprintf(esc, sizeof(esc), "\\x%02x", ch);
+		else
+			esc[0] = (char)ch, esc[1] = '\0', n = 1;
+		if (o + n + 1 > cap)
+			break;
+		memcpy(out + o, esc, n);
+		o += n;
+	}
+	if (cap > 0)
+		out[o] = '\0';
+	return out;
+}
+
+const char *
 dt__env_str(const char *name)
 {
 	const char *v = getenv(name);

@@ -32,6 +32,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/file.h"
 #include "core/node_impl.h"
 #include "obs/obs.h"
 
@@ -442,6 +443,28 @@ dt__report_on_msg(dt_node *n, dt_conn *c, const dt_msg *m)
 		refuse(n, c, "unknown kind");
 	}
 }
+/* DTRAIN_STATS_JSON: a new file of a random name beside the path, created
+ * exclusively (never through a planted link), renamed over it when
+ * whole. */
+static void
+write_json(struct dt_report *r, const char *const *names)
+{
+	dt__file_tmp t;
+	FILE *f;
+
+	if (dt__file_create_tmp("DTRAIN_STATS_JSON: ", r->json, 0666, &t)) {
+		dt__log(0, "%s", dt_errmsg());
+		return;
+	}
+	if ((f = dt__file_stream(&t)) == NULL) {
+		dt__file_abort(&t);
+		dt__log(0, "DTRAIN_STATS_JSON: cannot write %s", r->json);
+		return;
+	}
+	dt__stats_json(f, r->stats, names, r->count);
+	if (dt__file_commit(&t, 0) != DT_OK)
+		dt__log(0, "%s", dt_errmsg());
+}
 
 void
 dt__report_sched_finish(dt_node *n, const char *outcome)
@@ -470,18 +493,8 @@ dt__report_sched_finish(dt_node *n, const char *outcome)
 				dt__stats_report(stderr, r->stats, names,
 				                 r->count);
 			fflush(stderr);
-			FILE *f = r->json ? fopen(r->json, "w") : NULL;
-			if (r->json && f == NULL)
-				dt__log(0, "DTRAIN_STATS_JSON: cannot write %s",
-				        r->json);
-			if (f) {
-				dt__stats_json(f, r->stats, names, r->count);
-				if (fclose(f) != 0)
-					dt__log(0,
-					        "DTRAIN_STATS_JSON: writing "
-					        "%s failed",
-					        r->json);
-			}
+			if (r->json)
+				write_json(r, names);
 		}
 		free(names);
 		free(buf);

@@ -15,7 +15,8 @@
  *   trailer: u64 length of all before it, u32 CRC-32 (zlib) of those bytes,
  *   "DTCKEND\0".
  *
- * Written to a temporary file in the same directory, fsync'd, and renamed
+ * Written to a new file of a random name in the same directory (created
+ * exclusively, never through a link: common/file.c), fsync'd, and renamed
  * over the last one, which is first renamed to <name>.prev; the directory
  * is fsync'd after. So at every moment the directory holds a complete file
  * (the new one, or the previous one), and a file found damaged at load
@@ -30,6 +31,7 @@
 #include <unistd.h>
 #include <zlib.h>
 
+#include "common/file.h"
 #include "kv/kv_impl.h"
 
 #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
@@ -116,55 +118,36 @@ write_all(int fd, const uint8_t *p, size_t len)
 dt_err
 dt__ckpt_write(const char *dir, const char *name, const void *buf, size_t len)
 {
-	char path[4096], tmp[4096], prev[4096];
-	int fd, dfd;
+	char path[4096], prev[4096];
+	dt__file_tmp t;
+	dt_err err;
 
 	if (snprintf(path, sizeof(path), "%s/%s", dir, name) >=
 	        (int)sizeof(path) ||
-	    snprintf(tmp, sizeof(tmp), "%s/.%s.tmp", dir, name) >=
-	        (int)sizeof(tmp) ||
 	    snprintf(prev, sizeof(prev), "%s/%s.prev", dir, name) >=
 	        (int)sizeof(prev))
 		return dt__fail(DT_ECONFIG, "checkpoint directory name too "
 		                            "long");
-	fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-	if (fd < 0)
-		return dt__fail(DT_ESYS, "checkpoint %s: %s", tmp,
-		                strerror(errno));
-	if (write_all(fd, buf, len) < 0 || fsync(fd) < 0) {
-		int e = errno;
-
-		close(fd);
-		unlink(tmp);
-		return dt__fail(DT_ESYS, "checkpoint %s: %s", tmp, strerror(e));
-	}
-	if (close(fd) < 0) {
-		int e = errno;
-
-		unlink(tmp);
-		return dt__fail(DT_ESYS, "checkpoint %s: %s", tmp, strerror(e));
+	/* A new file under a random name, created exclusively: a link
+	 * planted in the directory is never written through. */
+	if ((err = dt__file_create_tmp("checkpoint ", path, 0600, &t)))
+		return err;
+	if (write_all(t.fd, buf, len) < 0) {
+		err = dt__fail(DT_ESYS, "checkpoint %s: %s", path,
+		               strerror(errno));
+		dt__file_abort(&t);
+		return err;
 	}
 	/* The last good one becomes .prev; then the new one takes its name.
-	 * Between the two, only .prev exists: a reader falls back to it. */
+	 * Between the two, only .prev exists: a reader falls back to it.
+	 * (rename(2) replaces a link at either name; it never follows it.) */
 	if (rename(path, prev) < 0 && errno != ENOENT) {
-		int e = errno;
-
-		unlink(tmp);
-		return dt__fail(DT_ESYS, "checkpoint: renaming %s: %s", path,
-		                strerror(e));
+		err = dt__fail(DT_ESYS, "checkpoint: renaming %s: %s", path,
+		               strerror(errno));
+		dt__file_abort(&t);
+		return err;
 	}
-	if (rename(tmp, path) < 0) {
-		int e = errno;
-
-		unlink(tmp);
-		return dt__fail(DT_ESYS, "checkpoint: renaming %s: %s", tmp,
-		                strerror(e));
-	}
-	if ((dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC)) >= 0) {
-		(void)fsync(dfd); /* the renames themselves are durable */
-		close(dfd);
-	}
-	return DT_OK;
+	return dt__file_commit(&t, 1);
 }
 
 dt_err
@@ -174,14 +157,16 @@ dt__ckpt_read(const char *path, uint8_t **buf, size_t *len)
 	uint8_t *b;
 	size_t got = 0;
 	int fd;
+	dt_err err;
 
 	*buf = NULL;
 	*len = 0;
-	if ((fd = open(path, O_RDONLY | O_CLOEXEC)) < 0)
-		return dt__fail(DT_EIO, "%s: %s", path, strerror(errno));
-	if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode)) {
+	if ((err = dt__file_open_regular(DT_EIO, "checkpoint ", path, &fd)))
+		return err;
+	if (fstat(fd, &st) < 0) {
 		close(fd);
-		return dt__fail(DT_ESYS, "%s: not a regular file", path);
+		return dt__fail(DT_ESYS, "checkpoint %s: %s", path,
+		                strerror(errno));
 	}
 	if ((uint64_t)st.st_size > (uint64_t)SIZE_MAX / 2 ||
 	    (b = malloc((size_t)st.st_size + 1)) == NULL) {

@@ -13,6 +13,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "common/file.h"
 #include "common/util.h"
 #include "net/auth.h"
 #include "net/codec.h"
@@ -100,16 +101,17 @@ read_secret_file(const char *path, uint8_t *buf, size_t cap, size_t *len)
 	struct stat sb;
 	ssize_t n;
 	size_t got = 0;
-	int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY);
+	int fd;
+	dt_err err;
 
-	if (fd < 0)
+	/* (a FIFO would block the open: refused by name, at once) */
+	if ((err = dt__file_open_regular(DT_ECONFIG,
+	                                 "DTRAIN_SECRET_FILE=", path, &fd)))
+		return err;
+	if (fstat(fd, &sb) < 0) {
+		close(fd);
 		return dt__fail(DT_ECONFIG, "DTRAIN_SECRET_FILE=%s: %s", path,
 		                strerror(errno));
-	if (fstat(fd, &sb) < 0 || !S_ISREG(sb.st_mode)) {
-		close(fd);
-		return dt__fail(DT_ECONFIG,
-		                "DTRAIN_SECRET_FILE=%s is not a regular file",
-		                path);
 	}
 	if (sb.st_mode & 077) {
 		close(fd);

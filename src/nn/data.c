@@ -18,6 +18,7 @@
 
 #include <zlib.h>
 
+#include "common/file.h"
 #include "common/util.h"
 #include "dtrain/nn.h"
 
@@ -28,13 +29,22 @@
 #define CHUNK            (1u << 20)
 #define CSV_MAX_BYTES    ((size_t)1 << 32)
 
+/* path for gzread if it is a regular file (a FIFO would block gzopen:
+ * refused by name, at once). */
 static dt_err
-open_fail(const char *path)
+gz_open_regular(const char *path, gzFile *f)
 {
-	int e = errno;
+	int fd;
+	dt_err err;
 
-	return dt__fail(DT_EIO, "%s: cannot open: %s", path,
-	                e ? strerror(e) : "unknown error");
+	*f = NULL;
+	if ((err = dt__file_open_regular(DT_EIO, "data file ", path, &fd)))
+		return err;
+	if ((*f = gzdopen(fd, "rb")) == NULL) {
+		close(fd);
+		return dt__fail(DT_ENOMEM, "%s: out of memory", path);
+	}
+	return DT_OK;
 }
 
 static uint32_t
@@ -96,9 +106,8 @@ read_idx(const char *path, uint32_t magic, uint32_t dims[3], uint8_t **data)
 	char extra;
 
 	*data = NULL;
-	errno = 0;
-	if ((f = gzopen(path, "rb")) == NULL)
-		return open_fail(path);
+	if ((err = gz_open_regular(path, &f)))
+		return err;
 	if ((err = gz_read_full(f, path, hdr, hlen, &got)))
 		goto fail;
 	if (got < 4 || get_be32(hdr) != magic) {
@@ -259,12 +268,24 @@ write_idx(const char *path, uint32_t magic, const uint32_t *dims, int ndims,
 {
 	unsigned char hdr[16];
 	size_t total = 1, done = 0;
+	dt__file_tmp t;
 	gzFile f;
+	int fd;
+	dt_err err;
 
-	/* "T" writes a plain file through the same calls. */
-	errno = 0;
-	if ((f = gzopen(path, ends_with(path, ".gz") ? "wb" : "wbT")) == NULL)
-		return open_fail(path);
+	/* A new file of a random name beside path, created exclusively
+	 * (never through a planted link), renamed over path when whole.
+	 * zlib closes its own copy of the descriptor. "T" writes a plain
+	 * file through the same calls. */
+	if ((err = dt__file_create_tmp("data file ", path, 0666, &t)))
+		return err;
+	if ((fd = dup(t.fd)) < 0 ||
+	    (f = gzdopen(fd, ends_with(path, ".gz") ? "wb" : "wbT")) == NULL) {
+		if (fd >= 0)
+			close(fd);
+		dt__file_abort(&t);
+		return dt__fail(DT_EIO, "%s: cannot write", path);
+	}
 	put_be32(hdr, magic);
 	for (int i = 0; i < ndims; i++) {
 		put_be32(hdr + 4 + 4 * i, dims[i]);
@@ -279,11 +300,14 @@ write_idx(const char *path, uint32_t magic, const uint32_t *dims, int ndims,
 			goto fail;
 		done += n;
 	}
-	if (gzclose(f) != Z_OK)
+	if (gzclose(f) != Z_OK) {
+		dt__file_abort(&t);
 		return dt__fail(DT_EIO, "%s: write failed", path);
-	return DT_OK;
+	}
+	return dt__file_commit(&t, 0);
 fail:
 	gzclose(f);
+	dt__file_abort(&t);
 	return dt__fail(DT_EIO, "%s: write failed", path);
 }
 
@@ -349,9 +373,8 @@ slurp(const char *path, char **out, size_t *len)
 	gzFile f;
 	dt_err err;
 
-	errno = 0;
-	if ((f = gzopen(path, "rb")) == NULL)
-		return open_fail(path);
+	if ((err = gz_open_regular(path, &f)))
+		return err;
 	for (;;) {
 		if (cap - have < CHUNK + 1) {
 			char *nb;

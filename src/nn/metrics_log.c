@@ -10,11 +10,13 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/file.h"
 #include "common/util.h"
 #include "dtrain/nn.h"
 
 struct dt_metrics_log {
-	FILE *f;
+	dt__file_tmp file; /* the log's file, placed under its name at open */
+	FILE *f;           /* its stream */
 	char label[65];
 	uint64_t t0;
 	int failed;
@@ -25,6 +27,7 @@ dt_metrics_open(const char *path, const char *label, dt_metrics_log **out)
 {
 	dt_metrics_log *l;
 	const char *base;
+	dt_err err;
 
 	if (out == NULL || path == NULL)
 		return dt__fail(DT_EINVAL, "dt_metrics_open: %s is NULL",
@@ -37,12 +40,19 @@ dt_metrics_open(const char *path, const char *label, dt_metrics_log **out)
 		                strlen(label));
 	if ((l = dt__calloc(1, sizeof(*l))) == NULL)
 		return DT_ENOMEM;
-	if ((l->f = fopen(path, "w")) == NULL) {
-		int e = errno;
-
+	/* A new file given the log's name at once (a reader may follow
+	 * it): a link planted at that name is replaced, not written
+	 * through. */
+	if ((err = dt__file_create_tmp("metrics log ", path, 0666, &l->file))) {
 		free(l);
-		return dt__fail(DT_EIO, "metrics log %s: %s", path,
-		                strerror(e));
+		return err;
+	}
+	if ((l->f = dt__file_stream(&l->file)) == NULL ||
+	    (err = dt__file_place(&l->file))) {
+		err = l->f ? err : DT_ENOMEM;
+		dt__file_abort(&l->file);
+		free(l);
+		return err;
 	}
 	base = strrchr(path, '/');
 	base = base ? base + 1 : path;
@@ -107,7 +117,8 @@ dt_metrics_close(dt_metrics_log *l)
 
 	if (l == NULL)
 		return DT_OK;
-	bad = l->failed | ferror(l->f) | (fclose(l->f) != 0);
+	bad =
+	    l->failed | ferror(l->f) | (dt__file_commit(&l->file, 0) != DT_OK);
 	free(l);
 	return bad ? dt__fail(DT_EIO, "metrics log: a write failed") : DT_OK;
 }

@@ -32,6 +32,7 @@
 
 #include <zlib.h>
 
+#include "common/file.h"
 #include "common/util.h"
 #include "dtrain/nn.h"
 
@@ -127,8 +128,9 @@ dt_err
 dt_nn_params_write(const char *path, const dt_nn_tensor *t, int nt,
                    const float *buf)
 {
-	char tmp[4096];
+	dt__file_tmp tmp;
 	writer w = {NULL, 0, 0};
+	dt_err err;
 
 	if (path == NULL || t == NULL || buf == NULL || nt <= 0 ||
 	    (unsigned)nt > PARAMS_MAX_TENSORS)
@@ -156,13 +158,14 @@ dt_nn_params_write(const char *path, const dt_nn_tensor *t, int nt,
 			                i, t[i].name ? t[i].name : "", len,
 			                (unsigned long long)count, t[i].size);
 	}
-	if ((size_t)snprintf(tmp, sizeof(tmp), "%s.tmp.%ld", path,
-	                     (long)getpid()) >= sizeof(tmp))
-		return dt__fail(DT_EINVAL, "params write: path too long");
-	errno = 0;
-	if ((w.f = fopen(tmp, "wb")) == NULL)
-		return dt__fail(DT_EIO, "%s: cannot create: %s", tmp,
-		                strerror(errno));
+	/* A new file of a random name beside path, created exclusively
+	 * (never through a planted link), renamed over path when whole. */
+	if ((err = dt__file_create_tmp("params ", path, 0666, &tmp)))
+		return err;
+	if ((w.f = dt__file_stream(&tmp)) == NULL) {
+		dt__file_abort(&tmp);
+		return DT_ENOMEM;
+	}
 	w.crc = crc32(0L, Z_NULL, 0);
 	put(&w, PARAMS_MAGIC, 8);
 	put_u32(&w, PARAMS_VERSION);
@@ -187,25 +190,14 @@ dt_nn_params_write(const char *path, const dt_nn_tensor *t, int nt,
 		if (!w.failed && fwrite(b, 1, 4, w.f) != 4)
 			w.failed = 1;
 	}
-	if (fflush(w.f) != 0 || fsync(fileno(w.f)) != 0)
-		w.failed = 1;
-	if (fclose(w.f) != 0)
-		w.failed = 1;
 	if (w.failed) {
 		int e = errno;
 
-		unlink(tmp);
-		return dt__fail(DT_EIO, "%s: write failed: %s", tmp,
+		dt__file_abort(&tmp);
+		return dt__fail(DT_EIO, "%s: write failed: %s", path,
 		                strerror(e));
 	}
-	if (rename(tmp, path) != 0) {
-		int e = errno;
-
-		unlink(tmp);
-		return dt__fail(DT_EIO, "%s: cannot rename to %s: %s", tmp,
-		                path, strerror(e));
-	}
-	return DT_OK;
+	return dt__file_commit(&tmp, 1);
 }
 
 dt_err
@@ -263,14 +255,13 @@ read_file(const char *path, unsigned char **out, size_t *len)
 	struct stat st;
 	unsigned char *buf;
 	FILE *f;
+	dt_err err;
 
-	errno = 0;
-	if ((f = fopen(path, "rb")) == NULL)
-		return dt__fail(DT_EIO, "%s: cannot open: %s", path,
-		                strerror(errno));
-	if (fstat(fileno(f), &st) != 0 || !S_ISREG(st.st_mode)) {
+	if ((err = dt__file_fopen_regular(DT_EIO, "params ", path, &f)))
+		return err;
+	if (fstat(fileno(f), &st) != 0) {
 		fclose(f);
-		return dt__fail(DT_EIO, "%s: not a regular file", path);
+		return dt__fail(DT_EIO, "%s: %s", path, strerror(errno));
 	}
 	if ((uint64_t)st.st_size > PARAMS_MAX_BYTES) {
 		fclose(f);

@@ -18,12 +18,13 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/file.h"
 #include "common/util.h"
 #include "obs/obs.h"
 
 struct dt__timeline {
-	FILE *f;
-	char *path, *part;
+	dt__file_tmp file; /* the new file, renamed to its path when whole */
+	FILE *f;           /* its stream */
 	uint64_t t0;
 	uint64_t events;
 };
@@ -33,8 +34,6 @@ static const char *const tid_name[DT_TID_OTHER] = {"main", "io", "coll"};
 static void
 tl_free(dt__timeline *t)
 {
-	free(t->path);
-	free(t->part);
 	free(t);
 }
 
@@ -54,26 +53,22 @@ dt_err
 dt__timeline_open(const char *path, uint64_t t0_ns, dt__timeline **out)
 {
 	dt__timeline *t = dt__calloc(1, sizeof(*t));
-	size_t n = strlen(path);
+	dt_err err;
 
 	*out = NULL;
 	if (t == NULL)
 		return DT_ENOMEM;
-	t->path = strdup(path);
-	t->part = malloc(n + 6);
-	if (t->path == NULL || t->part == NULL) {
+	/* A new file of a random name beside path, created exclusively
+	 * (never through a planted link), renamed over path at the end. */
+	if ((err = dt__file_create_tmp("DTRAIN_TIMELINE: ", path, 0666,
+	                               &t->file))) {
 		tl_free(t);
-		return dt__fail(DT_ENOMEM, "timeline %s", path);
+		return err;
 	}
-	snprintf(t->part, n + 6, "%s.part", path);
-	if ((t->f = fopen(t->part, "w")) == NULL) {
-		int e = errno;
-
+	if ((t->f = dt__file_stream(&t->file)) == NULL) {
+		dt__file_abort(&t->file);
 		tl_free(t);
-		return dt__fail(DT_EIO,
-		                "DTRAIN_TIMELINE: cannot write %s.part: "
-		                "%s",
-		                path, strerror(e));
+		return DT_ENOMEM;
 	}
 	t->t0 = t0_ns;
 	fprintf(t->f, "{\"displayTimeUnit\":\"ms\",\"traceEvents\":[\n");
@@ -187,17 +182,7 @@ dt__timeline_close(dt__timeline *t, const char *note)
 	        "\n],\"otherData\":{\"producer\":\"dtrain\","
 	        "\"events\":%" PRIu64 ",\"note\":\"%s\"}}\n",
 	        t->events, safe);
-	if (ferror(t->f) | fclose(t->f)) {
-		err = dt__fail(DT_EIO, "DTRAIN_TIMELINE: writing %s failed",
-		               t->part);
-		remove(t->part);
-	} else if (rename(t->part, t->path) != 0) {
-		err = dt__fail(DT_EIO,
-		               "DTRAIN_TIMELINE: cannot rename %s to "
-		               "%s: %s",
-		               t->part, t->path, strerror(errno));
-		remove(t->part);
-	}
+	err = dt__file_commit(&t->file, 0);
 	tl_free(t);
 	return err;
 }

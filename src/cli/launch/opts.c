@@ -9,6 +9,12 @@
 #include <unistd.h>
 
 #include "cli/launch/launch.h"
+#include "common/file.h"
+
+/* A host file's limits (docs/launcher.md): bytes of a line, its comment
+ * included, and of a host's name, user@ included (DNS allows 255). */
+#define MAX_HOST_LINE 1024
+#define MAX_HOST_NAME 255
 
 /* ------------------------------------------------------------------ */
 /* Options.                                                            */
@@ -412,24 +418,59 @@ hosts_free(struct hosts *h)
 	memset(h, 0, sizeof(*h));
 }
 
+/*
+ * One line of a host file into buf (cap bytes, with its NUL), without its
+ * newline: 1 for a line, 0 at the end, -1 for a line longer than cap - 1
+ * bytes, -2 for one holding a NUL byte (which would cut it short
+ * unseen). What follows a bad line is not read.
+ */
+static int
+host_line(FILE *f, char *buf, size_t cap)
+{
+	size_t n = 0;
+	int ch, nul = 0;
+
+	while ((ch = getc(f)) != EOF && ch != '\n') {
+		if (n + 1 >= cap)
+			return -1;
+		nul |= ch == '\0';
+		buf[n++] = (char)ch;
+	}
+	buf[n] = '\0';
+	if (nul)
+		return -2;
+	return ch == EOF && n == 0 ? 0 : 1;
+}
+
 dt_err
 read_hostfile(const char *path, struct hosts *out)
 {
 	struct hosts h = {0};
 	size_t cap = 0, lineno = 0;
-	char *line = NULL;
-	size_t len = 0;
+	char line[MAX_HOST_LINE + 1];
 	dt_err err = DT_OK;
 	FILE *f;
+	int got;
 
-	if ((f = fopen(path, "r")) == NULL)
-		return dt__fail(DT_EINVAL, "-H %s: %s", path, strerror(errno));
-	while (getline(&line, &len, f) != -1) {
+	/* (a FIFO given as -H would block the open: refused by name) */
+	if ((err = dt__file_fopen_regular(DT_EINVAL, "-H ", path, &f)))
+		return err;
+	while ((got = host_line(f, line, sizeof(line))) != 0) {
 		char *s = line, *e, *colon, *word;
 		struct host host = {.slots = 1};
 		int has_port = 0;
 
 		lineno++;
+		if (got < 0) {
+			err =
+			    dt__fail(DT_EINVAL,
+			             got == -1 ? "-H %s line %zu: longer than "
+			                         "%d bytes"
+			                       : "-H %s line %zu: holds a NUL "
+			                         "byte",
+			             path, lineno, MAX_HOST_LINE);
+			goto fail;
+		}
 		line[strcspn(line, "#\r\n")] = '\0'; /* a comment */
 		s += strspn(s, " \t");
 		e = s + strcspn(s, " \t");
@@ -437,6 +478,14 @@ read_hostfile(const char *path, struct hosts *out)
 		*e = '\0';
 		if (*s == '\0')
 			continue;
+		if (strlen(s) > MAX_HOST_NAME) {
+			err =
+			    dt__fail(DT_EINVAL,
+			             "-H %s line %zu: a host name of %zu bytes "
+			             "(%d at most)",
+			             path, lineno, strlen(s), MAX_HOST_NAME);
+			goto fail;
+		}
 		if (!valid_host(s)) {
 			err =
 			    dt__fail(DT_EINVAL, "-H %s line %zu: bad host '%s'",
@@ -506,12 +555,10 @@ read_hostfile(const char *path, struct hosts *out)
 		goto fail;
 	}
 	fclose(f);
-	free(line);
 	*out = h;
 	return DT_OK;
 fail:
 	fclose(f);
-	free(line);
 	hosts_free(&h);
 	return err;
 }
