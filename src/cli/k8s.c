@@ -376,20 +376,67 @@ parse(int argc, char **argv, k8s_opts *o)
 
 /* ---- YAML ---- */
 
-/* A double-quoted YAML scalar. */
+/* The code point of the UTF-8 sequence at s (its length in *len), or -1
+ * (and *len 1) when s holds no valid one: a stray continuation byte, a
+ * cut or overlong sequence, a surrogate, or a byte like 0xff. */
+static long
+utf8_at(const unsigned char *s, size_t *len)
+{
+	size_t n = s[0] >= 0xf0 && s[0] <= 0xf4   ? 4
+	           : s[0] >= 0xe0 && s[0] <= 0xef ? 3
+	           : s[0] >= 0xc2 && s[0] <= 0xdf ? 2
+	                                          : 0;
+	long cp = n == 4 ? s[0] & 0x07 : n == 3 ? s[0] & 0x0f : s[0] & 0x1f;
+
+	*len = 1;
+	if (n == 0)
+		return -1;
+	for (size_t i = 1; i < n; i++) {
+		if ((s[i] & 0xc0) != 0x80)
+			return -1;
+		cp = cp << 6 | (s[i] & 0x3f);
+	}
+	if ((n == 3 && cp < 0x800) ||
+	    (n == 4 && (cp < 0x10000 || cp > 0x10ffff)) ||
+	    (cp >= 0xd800 && cp <= 0xdfff))
+		return -1;
+	*len = n;
+	return cp;
+}
+
+/*
+ * A double-quoted YAML scalar that every conforming parser reads back as
+ * the same characters: quotes, backslashes and control characters are
+ * escaped, and so are the characters YAML 1.1 parsers take as line
+ * breaks (NEL U+0085, U+2028, U+2029: folded to a space otherwise), the
+ * other C1 controls and the byte order mark. A byte that is not UTF-8
+ * (which would make the whole file unreadable) is written as \xNN, the
+ * character of that number (Latin-1's reading of the byte): a YAML string
+ * holds characters, not bytes.
+ */
 static void
 q(FILE *f, const char *s)
 {
-	fputc('"', f);
-	for (; *s; s++) {
-		unsigned char ch = (unsigned char)*s;
+	const unsigned char *u = (const unsigned char *)s;
 
-		if (ch == '"' || ch == '\\')
-			fprintf(f, "\\%c", ch);
-		else if (ch < 0x20 || ch == 0x7f)
-			fprintf(f, "\\x%02x", ch);
+	fputc('"', f);
+	while (*u) {
+		size_t n;
+		long cp = *u < 0x80 ? *u : utf8_at(u, &n);
+
+		if (*u < 0x80)
+			n = 1;
+		if (cp == '"' || cp == '\\')
+			fprintf(f, "\\%c", (int)cp);
+		else if (cp < 0)
+			fprintf(f, "\\x%02x", *u);
+		else if (cp < 0x20 || (cp >= 0x7f && cp <= 0x9f))
+			fprintf(f, "\\x%02lx", cp);
+		else if (cp == 0x2028 || cp == 0x2029 || cp == 0xfeff)
+			fprintf(f, "\\u%04lx", cp);
 		else
-			fputc(ch, f);
+			fwrite(u, 1, n, f);
+		u += n;
 	}
 	fputc('"', f);
 }

@@ -19,7 +19,20 @@
 #include <string.h>
 
 #include "cli/cli.h"
+#include "common/util.h"
 #include "dtrain/nn.h"
+
+/* A name or message from a file as one safe line for a terminal: a
+ * tensor named "\x1b]0;..." must not reach it raw (common/util.h). */
+static const char *
+esc(const char *s)
+{
+	static char buf[4][1100];
+	static int next;
+	char *b = buf[next++ % 4];
+
+	return dt__escape(s, strlen(s), b, sizeof(buf[0]));
+}
 
 static void
 usage(FILE *f)
@@ -101,14 +114,14 @@ cmd_diff(int argc, char **argv)
 	}
 	if ((err = dt_nn_params_read(files[0], &a)) ||
 	    (err = dt_nn_params_read(files[1], &b))) {
-		fprintf(stderr, "dtrain params diff: %s\n", dt_errmsg());
+		fprintf(stderr, "dtrain params diff: %s\n", esc(dt_errmsg()));
 		goto out;
 	}
 	if ((err = dt_nn_params_compare(a, b, &d))) {
 		fprintf(stderr,
 		        "dtrain params diff: %s and %s are not "
 		        "comparable: %s\n",
-		        files[0], files[1], dt_errmsg());
+		        esc(files[0]), esc(files[1]), esc(dt_errmsg()));
 		goto out;
 	}
 	printf("max_abs=%.9g max_rel=%.9g\n", d.max_abs, d.max_rel);
@@ -118,7 +131,7 @@ cmd_diff(int argc, char **argv)
 
 		shape_str(t, sh, sizeof(sh));
 		printf("most different: %s (%s) element %zu: %.9g vs %.9g\n",
-		       t->name, sh, d.worst_index, (double)d.worst_a,
+		       esc(t->name), sh, d.worst_index, (double)d.worst_a,
 		       (double)d.worst_b);
 	} else {
 		printf("identical\n");
@@ -149,12 +162,12 @@ cmd_show(int argc, char **argv)
 		return 2;
 	}
 	if (dt_nn_params_read(argv[1], &p)) {
-		fprintf(stderr, "dtrain params show: %s\n", dt_errmsg());
+		fprintf(stderr, "dtrain params show: %s\n", esc(dt_errmsg()));
 		return 2;
 	}
 	for (int i = 0; i < dt_nn_params_num_tensors(p); i++)
 		total += dt_nn_params_tensor(p, i)->size;
-	printf("%s: %d tensors, %zu floats\n", argv[1],
+	printf("%s: %d tensors, %zu floats\n", esc(argv[1]),
 	       dt_nn_params_num_tensors(p), total);
 	for (int i = 0; i < dt_nn_params_num_tensors(p); i++) {
 		const dt_nn_tensor *t = dt_nn_params_tensor(p, i);
@@ -165,8 +178,8 @@ cmd_show(int argc, char **argv)
 		for (size_t j = 0; j < t->size; j++)
 			ss += (double)x[j] * x[j];
 		shape_str(t, sh, sizeof(sh));
-		printf("  %-24s %-16s %10zu  l2=%.6g\n", t->name, sh, t->size,
-		       sqrt(ss));
+		printf("  %-24s %-16s %10zu  l2=%.6g\n", esc(t->name), sh,
+		       t->size, sqrt(ss));
 	}
 	dt_nn_params_free(p);
 	return 0;

@@ -28,7 +28,8 @@ dt__file_open_regular(dt_err code, const char *what, const char *path, int *fd)
 	 * would hang here before fstat could say what the file is. */
 	*fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC | O_NOCTTY);
 	if (*fd < 0)
-		return dt__fail(code, "%s%s: %s", what, path, strerror(errno));
+		return dt__fail(code, "%s%s: cannot open: %s", what, path,
+		                strerror(errno));
 	if (fstat(*fd, &st) != 0 || !S_ISREG(st.st_mode)) {
 		close(*fd);
 		*fd = -1;

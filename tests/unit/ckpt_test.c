@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 #include <zlib.h>
 
@@ -223,10 +224,60 @@ test_atomic_write(void **state)
 	assert_int_equal(dt__ckpt_read("/nonexistent/x.ckpt", &buf, &len),
 	                 DT_EIO);
 	assert_int_equal(dt__ckpt_write("/nonexistent", "x.ckpt", w.data, 1),
-	                 DT_ESYS);
+	                 DT_EIO);
 	unlink(path);
 	unlink(prev);
 	rmdir(dir);
+	dt__wbuf_fini(&w);
+}
+
+/* Another user's links, at the name the writer used for its temporary
+ * file (".server-1.ckpt.tmp") and at the final name, pointing to a file
+ * of "root": neither is written through, and a FIFO in place of the
+ * checkpoint is refused at once rather than hanging the reader. */
+static void
+test_planted_links(void **state)
+{
+	char dir[] = "/tmp/dt_ckpt_test_XXXXXX", path[128], tmp[128];
+	char victim[128], fifo[128], got[16] = {0};
+	uint8_t *buf;
+	size_t len;
+	dt_wbuf w;
+	FILE *f;
+
+	(void)state;
+	assert_non_null(mkdtemp(dir));
+	build(&w);
+	snprintf(path, sizeof(path), "%s/server-1.ckpt", dir);
+	snprintf(tmp, sizeof(tmp), "%s/.server-1.ckpt.tmp", dir);
+	snprintf(victim, sizeof(victim), "%s/victim", dir);
+	snprintf(fifo, sizeof(fifo), "%s/fifo", dir);
+	f = fopen(victim, "w"); /* the victim's file */
+	assert_non_null(f);
+	fputs("root's", f);
+	fclose(f);
+	assert_int_equal(symlink(victim, tmp), 0);
+	assert_int_equal(symlink(victim, path), 0);
+	assert_int_equal(dt__ckpt_write(dir, "server-1.ckpt", w.data, w.len),
+	                 DT_OK);
+	f = fopen(victim, "r");
+	assert_non_null(f);
+	assert_non_null(fgets(got, sizeof(got), f));
+	fclose(f);
+	assert_string_equal(got, "root's");
+	assert_int_equal(dt__ckpt_read(path, &buf, &len), DT_OK);
+	assert_int_equal(len, w.len);
+	free(buf);
+	assert_int_equal(mkfifo(fifo, 0600), 0);
+	assert_int_equal(dt__ckpt_read(fifo, &buf, &len), DT_EIO);
+	assert_non_null(strstr(dt_errmsg(), "fifo is not a regular file"));
+	unlink(fifo);
+	unlink(tmp);
+	unlink(path);
+	snprintf(path, sizeof(path), "%s/server-1.ckpt.prev", dir);
+	unlink(path); /* (the planted link, renamed) */
+	unlink(victim);
+	assert_int_equal(rmdir(dir), 0);
 	dt__wbuf_fini(&w);
 }
 
@@ -238,6 +289,7 @@ main(void)
 	    cmocka_unit_test(test_every_cut_and_flip),
 	    cmocka_unit_test(test_lies_with_good_checksum),
 	    cmocka_unit_test(test_atomic_write),
+	    cmocka_unit_test(test_planted_links),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -188,6 +188,7 @@ test_ssh(void **state)
 {
 	struct job j;
 	const char *last;
+	char want[256];
 
 	(void)state;
 	setenv("PS_VERBOSE", "1", 1);
@@ -218,8 +219,17 @@ test_ssh(void **state)
 	assert_non_null(strstr(last, " DMLC_ROLE=worker DMLC_WORKER_ID=1 "));
 	assert_non_null(strstr(last, " PS_VERBOSE=1 "));
 	assert_non_null(strstr(last, " 'MSG=it'\\''s' "));
-	assert_non_null(strstr(
-	    last, " 'DTRAIN_SECRET_FILE=/work dir/.dtrain-testjob.secret' "));
+	/* The secret's directory: a random name, not the job's id; h2 is
+	 * the host file's second line. */
+	assert_non_null(j.c.remote_secret_dir);
+	assert_int_equal(strlen(j.c.remote_secret_dir),
+	                 strlen("/work dir/.dtrain-") + 32);
+	assert_int_equal(
+	    strncmp(j.c.remote_secret_dir, "/work dir/.dtrain-", 18), 0);
+	assert_null(strstr(j.c.remote_secret_dir, "testjob"));
+	snprintf(want, sizeof(want), " 'DTRAIN_SECRET_FILE=%s-1/secret' ",
+	         j.c.remote_secret_dir);
+	assert_non_null(strstr(last, want));
 	assert_non_null(strstr(last, " sh -c "));
 	assert_non_null(strstr(last, " dtrain-remote python train.py"));
 	last = j.p[1].argv.v[j.p[1].argv.n - 1];
@@ -227,7 +237,6 @@ test_ssh(void **state)
 	/* The secret goes by file: the processes' environment has only its
 	 * name. */
 	assert_null(j.p[1].secret_env);
-	assert_non_null(j.c.remote_secret_file);
 	assert_non_null(j.c.secret_line);
 	assert_no_secret(&j);
 	job_free(&j);

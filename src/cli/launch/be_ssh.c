@@ -2,8 +2,8 @@
  * be_ssh.c - the ssh back-end: one `ssh -tt HOST` per process, placed on
  * the hosts of -H (plan_hosts), each behind a small supervisor on the
  * remote side; the working directory copied first with --sync-dst-dir;
- * the job's secret in a file of mode 0600 on every host for the job's
- * duration.
+ * the job's secret in a file of mode 0600, in a directory of mode 0700
+ * and of a random name, on every host for the job's duration.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -46,6 +46,13 @@ ssh_prefix(struct strv *a, const struct ctx *c, const struct host *h)
  * CMD exits by itself, what it left
  * running in its group is ended the same way. Its exit status is CMD's
  * (129 when it was stopped).
+ *
+ * $k, set before it, names the host's secret directory (or is empty):
+ * when the connection drops, the supervisor removes it before anything
+ * else, so the secret does not outlive a launcher that was killed with
+ * no chance to clean up (kill -9: its ssh processes die with it, and the
+ * hang-up reaches every host). A CMD that exits by itself leaves it, for
+ * a process --restart starts in its place.
  */
 static const char remote_supervisor[] =
     "p=; stop() { kill -TERM -$p 2>/dev/null || kill -TERM $p 2>/dev/null; "
@@ -53,7 +60,8 @@ static const char remote_supervisor[] =
     "i=$((i + 1)); done; kill -KILL -$p 2>/dev/null ) & w=$!; "
     "wait $p 2>/dev/null; kill -KILL -$p 2>/dev/null; wait $w 2>/dev/null; "
     "}; "
-    "trap 'trap \"\" HUP INT TERM; [ -n \"$p\" ] && stop; exit 129' "
+    "trap 'trap \"\" HUP INT TERM; [ -n \"$k\" ] && rm -rf \"$k\"; "
+    "[ -n \"$p\" ] && stop; exit 129' "
     "HUP INT TERM; if command -v setsid >/dev/null 2>&1; then "
     "setsid \"$@\" & else \"$@\" & fi; p=$!; wait $p; rc=$?; "
     "trap \"\" HUP INT TERM; stop; exit $rc";
@@ -66,21 +74,34 @@ static const char remote_supervisor[] =
  */
 static dt_err
 plan_ssh(struct proc *p, const struct ctx *c, const struct host *h,
-         const char *role, const char *id_var, long id, char **cmd, size_t ncmd)
+         size_t host_index, const char *role, const char *id_var, long id,
+         char **cmd, size_t ncmd)
 {
-	struct sbuf b = {0};
+	struct sbuf b = {0}, sup = {0};
+	char *dir = NULL, *script;
 	dt_err err;
 
 	p->strip_cr = 1;
 	if ((err = role_env(p, c, role, id_var, id, 1)))
 		return err;
-	if (c->remote_secret_file &&
-	    (err = strv_addf(&p->env, "DTRAIN_SECRET_FILE=%s",
-	                     c->remote_secret_file)))
-		return err;
-	else if (!c->remote_secret_file && c->secret_env &&
-	         (err = strv_dup(&p->env, c->secret_env)))
+	if (c->remote_secret_dir) {
+		if (asprintf(&dir, "%s-%zu", c->remote_secret_dir, host_index) <
+		    0)
+			return dt__fail(DT_ENOMEM, "out of memory");
+		err = strv_addf(&p->env, "DTRAIN_SECRET_FILE=%s/secret", dir);
+		if (err) {
+			free(dir);
+			return err;
+		}
+	} else if (c->secret_env && (err = strv_dup(&p->env, c->secret_env)))
 		return err; /* a DTRAIN_SECRET_FILE of the user's */
+	sb_add(&sup, "k=");
+	sb_addq(&sup, dir ? dir : "");
+	sb_add(&sup, "; ");
+	sb_add(&sup, remote_supervisor);
+	free(dir);
+	if ((script = sb_take(&sup)) == NULL)
+		return dt__fail(DT_ENOMEM, "out of memory");
 	sb_add(&b, "cd ");
 	sb_addq(&b, c->cwd);
 	sb_add(&b, " && exec env");
@@ -89,7 +110,8 @@ plan_ssh(struct proc *p, const struct ctx *c, const struct host *h,
 		sb_addq(&b, p->env.v[i]);
 	}
 	sb_add(&b, " sh -c ");
-	sb_addq(&b, remote_supervisor);
+	sb_addq(&b, script);
+	free(script);
 	sb_add(&b, " dtrain-remote");
 	if (cmd) {
 		for (size_t i = 0; i < ncmd; i++) {
@@ -108,7 +130,9 @@ plan_ssh(struct proc *p, const struct ctx *c, const struct host *h,
 }
 
 /* One ssh per distinct host running remote_cmd (a shell line), with input
- * stdin_data: the secret's file written before the job, removed after. */
+ * stdin_data: the secret's file written before the job, removed after.
+ * The line runs after "i=I;", I the index of the host's first line in the
+ * host file (the number in its secret directory's name). */
 static dt_err
 build_host_steps(const struct hosts *h, const struct ctx *c, const char *what,
                  const char *remote_cmd, const char *stdin_data,
@@ -142,7 +166,7 @@ build_host_steps(const struct hosts *h, const struct ctx *c, const char *what,
 		if (!err)
 			err = strv_dup(&p[n].argv, h->h[i].name);
 		if (!err)
-			err = strv_dup(&p[n].argv, remote_cmd);
+			err = strv_addf(&p[n].argv, "i=%zu; %s", i, remote_cmd);
 		n++;
 	}
 	if (err) {
@@ -250,7 +274,8 @@ unreached_hosts(const struct hosts *h, const struct proc *p, size_t n)
 }
 
 /* The ssh launcher's secret file on every host: written before the job
- * (mode 0600, from ssh's input: on no command line), removed after. */
+ * (mode 0600 in a new directory of mode 0700, from ssh's input: on no
+ * command line), removed after. */
 static int
 remote_secret(const struct hosts *h, struct ctx *c, struct run *r, int remove)
 {
@@ -261,10 +286,20 @@ remote_secret(const struct hosts *h, struct ctx *c, struct run *r, int remove)
 	int rc;
 	dt_err err;
 
+	/* mkdir makes a new directory (0700 under umask 077) or fails,
+	 * whatever is at that name, a link included: the secret is written
+	 * where no other user can have put anything. rm -rf removes a link
+	 * in its place, not what it points to. */
 	sb_add(&b, "cd ");
 	sb_addq(&b, c->cwd);
-	sb_add(&b, remove ? " && rm -f " : " && umask 077 && cat > ");
-	sb_addq(&b, c->remote_secret_file);
+	sb_add(&b, remove ? " && rm -rf " : " && umask 077 && mkdir ");
+	sb_addq(&b, c->remote_secret_dir);
+	sb_add(&b, "-\"$i\"");
+	if (!remove) {
+		sb_add(&b, " && cat > ");
+		sb_addq(&b, c->remote_secret_dir);
+		sb_add(&b, "-\"$i\"/secret");
+	}
 	if ((cmd = sb_take(&b)) == NULL) {
 		say("out of memory");
 		return RC_FAIL;
@@ -363,6 +398,18 @@ ssh_sync(const struct opts *o, const struct hosts *h, struct ctx *c,
 	return rc ? rc : rc2;
 }
 
+/* The index of the first line of the host file naming h's host: the
+ * number of its secret directory (build_host_steps's i). */
+static size_t
+host_index(const struct plan *pl, const struct host *h)
+{
+	size_t k = 0;
+
+	while (k < pl->h->n && strcmp(pl->h->h[k].name, h->name) != 0)
+		k++;
+	return k;
+}
+
 static dt_err
 ssh_role(struct plan *pl, const char *role, long count, char **cmd, size_t ncmd)
 {
@@ -377,7 +424,8 @@ ssh_role(struct plan *pl, const char *role, long count, char **cmd, size_t ncmd)
 		    plan_next(pl, worker ? KIND_MAIN : KIND_SERVICE,
 		              hosts[i]->name, "%s %ld", role, i);
 
-		err = p ? plan_ssh(p, pl->c, hosts[i], role,
+		err = p ? plan_ssh(p, pl->c, hosts[i], host_index(pl, hosts[i]),
+		                   role,
 		                   worker ? "DMLC_WORKER_ID" : "DMLC_SERVER_ID",
 		                   i, cmd, ncmd)
 		        : dt__fail(DT_EINVAL, "the plan is full");
@@ -391,7 +439,7 @@ ssh_before(const struct hosts *h, struct ctx *c, struct run *r)
 {
 	int rc;
 
-	if (c->remote_secret_file == NULL)
+	if (c->remote_secret_dir == NULL)
 		return 0;
 	if ((rc = remote_secret(h, c, r, 0)) != 0)
 		(void)remote_secret(h, c, r, 1);
@@ -401,7 +449,7 @@ ssh_before(const struct hosts *h, struct ctx *c, struct run *r)
 static void
 ssh_after(const struct hosts *h, struct ctx *c, struct run *r)
 {
-	if (c->remote_secret_file == NULL)
+	if (c->remote_secret_dir == NULL)
 		return;
 	/* Whatever became of the job, and within a short while. */
 	r->deadline = dt__now_ns() + 30 * NS_PER_S;

@@ -183,7 +183,9 @@ struct ctx {
 	char job_id[40];
 	char *secret_env;
 	char *secret_line;
-	char *remote_secret_file; /* "DIR/.dtrain-JOB.secret" (ssh) */
+	/* ssh: "DIR/.dtrain-<32 random hex digits>"; host I's secret is
+	 * the file "secret" in the directory PREFIX-I (be_ssh.c). */
+	char *remote_secret_dir;
 	char *sync_mark; /* "DIR/.dtrain-new-JOB": a directory a copy made */
 	unsigned char *unreached; /* by host: ssh could not connect there */
 };

@@ -390,12 +390,20 @@ prepare_auth(const struct opts *o, struct ctx *c)
 		return dt__fail(DT_ENOMEM, "out of memory");
 	snprintf(c->secret_env, len + 14, "DTRAIN_SECRET=%.*s", (int)len - 1,
 	         c->secret_line);
-	if (o->be->secret_file &&
-	    asprintf(&c->remote_secret_file, "%s%s.dtrain-%s.secret",
-	             c->cwd[0] == '/' ? c->cwd : "",
-	             c->cwd[0] == '/' ? "/" : "", c->job_id) < 0) {
-		c->remote_secret_file = NULL;
-		return dt__fail(DT_ENOMEM, "out of memory");
+	if (o->be->secret_file) {
+		/* A name nobody can guess (not the job's id, which may be
+		 * known): no one can plant anything there beforehand. */
+		uint8_t raw[16];
+		char hex[2 * sizeof(raw) + 1];
+
+		randombytes_buf(raw, sizeof(raw));
+		sodium_bin2hex(hex, sizeof(hex), raw, sizeof(raw));
+		if (asprintf(&c->remote_secret_dir, "%s%s.dtrain-%s",
+		             c->cwd[0] == '/' ? c->cwd : "",
+		             c->cwd[0] == '/' ? "/" : "", hex) < 0) {
+			c->remote_secret_dir = NULL;
+			return dt__fail(DT_ENOMEM, "out of memory");
+		}
 	}
 	return DT_OK;
 }
@@ -411,10 +419,10 @@ ctx_free(struct ctx *c)
 		sodium_free(c->secret_env);
 	else
 		free(c->secret_env);
-	free(c->remote_secret_file);
+	free(c->remote_secret_dir);
 	free(c->sync_mark);
 	c->sync_mark = NULL;
 	free(c->unreached);
-	c->secret_line = c->secret_env = c->remote_secret_file = NULL;
+	c->secret_line = c->secret_env = c->remote_secret_dir = NULL;
 	c->unreached = NULL;
 }
