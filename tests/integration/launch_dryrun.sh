@@ -41,7 +41,7 @@ check "nothing was started" test ! -e ran
 # The ssh command line, with quoting and the ssh port from host:port.
 plan -n 2 -s 1 -H hosts2 --env "MSG=it's" -- python train.py --kv "dist sync" >/dev/null
 check "ssh: port from host:port" grep -qF \
-	"server 0 on h1: ssh -o StrictHostKeyChecking=no -o BatchMode=yes -o ConnectTimeout=10 -o ServerAliveInterval=15 -tt -p 2222 h1 'cd $TMP && exec env DMLC_ROLE=server DMLC_SERVER_ID=0 DMLC_PS_ROOT_URI=h1 DMLC_PS_ROOT_PORT=PORT DMLC_NUM_SERVER=1 DMLC_NUM_WORKER=2 DTRAIN_LAUNCHED=1 '\\''MSG=it'\\''\\'\\'''\\''s'\\'' DTRAIN_JOB_ID=testjob DTRAIN_SECRET_FILE=$TMP/.dtrain-testjob.secret sh -c '\\''p=; stop() { kill -TERM -\$p" \
+	"server 0 on h1: ssh -o StrictHostKeyChecking=no -o BatchMode=yes -o ConnectTimeout=10 -o ServerAliveInterval=15 -tt -p 2222 h1 'cd $TMP && exec env DMLC_ROLE=server DMLC_SERVER_ID=0 DMLC_PS_ROOT_URI=h1 DMLC_PS_ROOT_PORT=PORT DMLC_NUM_SERVER=1 DMLC_NUM_WORKER=2 DTRAIN_LAUNCHED=1 '\\''MSG=it'\\''\\'\\'''\\''s'\\'' DTRAIN_JOB_ID=testjob DTRAIN_SECRET_FILE=$TMP/.dtrain-" \
 	"$TMP/plan"
 check "ssh: worker 1 on h1 with its rank and quoted command" grep -qF \
 	"worker 1 on h1: ssh -o StrictHostKeyChecking=no -o BatchMode=yes -o ConnectTimeout=10 -o ServerAliveInterval=15 -tt -p 2222 h1 'cd $TMP && exec env DMLC_ROLE=worker DMLC_WORKER_ID=1 " \
@@ -115,8 +115,11 @@ check "local: worker 1 command" grep -qF \
 # by name to mpirun, and as a file of its own to ssh hosts.
 check "the secret's value is in no plan" test -z "$(grep -h 'DTRAIN_SECRET=' "$TMP"/plan* 2>/dev/null)"
 plan -n 2 -s 1 -H hosts2 -- ./train >/dev/null
-check "ssh: the secret in a file on each host" grep -qF \
-	"DTRAIN_SECRET_FILE=$TMP/.dtrain-testjob.secret sh -c " "$TMP/plan"
+# In a directory of a random name (not the job's id), one per host, which
+# the remote supervisor removes when the connection drops.
+check "ssh: the secret in a file on each host" grep -qE \
+	"^server 0 on h1: .* DTRAIN_SECRET_FILE=$TMP/\.dtrain-[0-9a-f]{32}-0/secret sh -c '\\\\''k=$TMP/\.dtrain-[0-9a-f]{32}-0; p=; stop\(\) " "$TMP/plan"
+check "ssh: ...named by no job id" test -z "$(grep -F "dtrain-testjob" "$TMP/plan")"
 check "ssh: the command under the remote supervisor" grep -qF \
 	"dtrain-remote ./train'" "$TMP/plan"
 got=$(plan -n 1 -s 0 --no-scheduler -- ./train)

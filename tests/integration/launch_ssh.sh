@@ -23,8 +23,8 @@ done
 host=$1
 shift
 case "$*" in
-*"umask 077 && cat >"*) echo "$host key" >>"$FAKE_SSH_LOG" ;;
-*"rm -f"*) echo "$host unkey" >>"$FAKE_SSH_LOG" ;;
+*"umask 077 && mkdir"*) echo "$host key" >>"$FAKE_SSH_LOG" ;;
+*"rm -rf"*".dtrain-"*) echo "$host unkey" >>"$FAKE_SSH_LOG" ;;
 *) echo "$host" >>"$FAKE_SSH_LOG" ;;
 esac
 exec env -i PATH="$PATH" FAKE_HOST="$host" sh -c "$*"
@@ -92,7 +92,27 @@ for i in 0 1; do
 	check "ssh: worker $i reads the secret from its file" has "$OUT" \
 		"[worker $i] secret file mode 600 length 65 env none"
 done
-check "ssh: no secret file left" test -z "$(ls -A "$TMP/work" | grep secret)"
+check "ssh: no secret file left" test -z "$(ls -A "$TMP/work" | grep dtrain-)"
+
+# Another user of a shared working directory plants a link where the
+# secret used to go (its name came from DTRAIN_JOB_ID, which may be
+# known): the secret now goes to a new directory of a random name, made by
+# mkdir, and the link's target is untouched.
+echo "the planter's file" >"$TMP/planted"
+ln -s "$TMP/planted" "$TMP/work/.dtrain-plantjob.secret"
+: >"$FAKE_SSH_LOG"
+# shellcheck disable=SC2016
+DTRAIN_JOB_ID=plantjob timeout 60 "$DTRAIN" launch -n 1 -s 0 -H hosts \
+	--env DT_TEST_TAG="$TAG" -- sh -c 'echo "secret in $DTRAIN_SECRET_FILE"' \
+	>"$OUT" 2>"$ERR"
+rc=$?
+check "planted link: launcher exits 0 (got $rc)" test "$rc" = 0
+check "planted link: its target did not receive the secret" \
+	test "$(cat "$TMP/planted")" = "the planter's file"
+check "planted link: the secret went to a directory of a random name" \
+	grep -qE "secret in $TMP/work/\.dtrain-[0-9a-f]{32}-[0-9]+/secret$" "$OUT"
+rm -f "$TMP/work/.dtrain-plantjob.secret"
+check "planted link: no secret directory left" test -z "$(ls -A "$TMP/work" | grep dtrain-)"
 
 # A remote worker fails: the job stops, remote processes included.
 : >"$FAKE_SSH_LOG"

@@ -84,4 +84,28 @@ rc=$?
 check "worker fails: launcher exits 1 (got $rc)" test "$rc" = 1
 check "worker fails: worker 1 named" grep -q "job failed: worker 1 exited with status 4" "$TMP/err2"
 check "worker fails: nothing left" wait_gone 5
+
+# 3. The launcher killed with -9 (no chance to clean up) while the
+#    workers run: the hang-up reaches each remote supervisor, which
+#    removes the host's secret directory. (The secret file used to stay.)
+secrets() { find "$TMP" -maxdepth 1 -name '.dtrain-*' | grep -q .; }
+no_secret() {
+	local end=$(($(now_ms) + 10000))
+	while secrets; do
+		[ "$(now_ms)" -lt "$end" ] || return 1
+		sleep 0.05
+	done
+}
+# shellcheck disable=SC2016
+"$DTRAIN" launch -n 2 -s 0 -H hosts --env DT_TEST_TAG="$TAG" -- \
+	sh -c 'echo "worker $DMLC_WORKER_ID up with $(cat "$DTRAIN_SECRET_FILE" | wc -c) bytes"; exec sleep 301' \
+	>"$TMP/out3" 2>"$TMP/err3" &
+lp=$!
+check "kill -9: both workers up" wait_line "$TMP/out3" "worker 1 up with 65 bytes"
+wait_line "$TMP/out3" "worker 0 up with 65 bytes"
+check "kill -9: the secret is on the hosts while the job runs" secrets
+kill -KILL "$lp"
+wait "$lp" 2>/dev/null
+check "kill -9: no secret file left" no_secret
+check "kill -9: nothing left" wait_gone 5
 finish
