@@ -102,7 +102,9 @@ dt__escape(const char *s, size_t len, char *out, size_t cap)
 		size_t n;
 
 		/* Control characters, C1 ones (U+0080-U+009F, bytes c2 80-9f)
-		 * included, could move a terminal's cursor or recolour it. */
+		 * included, could move a terminal's cursor or recolour it; so
+		 * could a lone byte 80-9f on a terminal that is not in UTF-8
+		 * (0x9b is CSI there). */
 		if (ch == '\\')
 			n = (size_t)snprintf(esc, sizeof(esc), "\\\\");
 		else if (ch == '\n')
@@ -114,8 +116,9 @@ dt__escape(const char *s, size_t len, char *out, size_t cap)
 		          (unsigned char)s[i + 1] >= 0x80 &&
 		          (unsigned char)s[i + 1] <= 0x9f))
 			n = (size_t)snprintf(esc, sizeof(esc), "\\x%02x", ch);
-		else if (ch >= 0x80 && ch <= 0x9f && i > 0 &&
-		         (unsigned char)s[i - 1] == 0xc2)
+		else if (ch >= 0x80 && ch <= 0x9f &&
+		         (i == 0 || (unsigned char)s[i - 1] == 0xc2 ||
+		          (unsigned char)s[i - 1] < 0x80))
 			n = (size_t)snprintf(esc, sizeof(esc), "\\x%02x", ch);
 		else
 			esc[0] = (char)ch, esc[1] = '\0', n = 1;

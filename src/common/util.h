@@ -62,9 +62,10 @@ void dt__log(int level, const char *fmt, ...) DT_PRINTF(2, 3);
 const char *dt__printable(const char *s, char *out, size_t cap);
 
 /* The len bytes of s (a name from a file or a peer) as one line to show a
- * user: backslash, control characters (C1 ones too, U+0080-U+009F) and
- * DEL escaped C-style (\n, \t, \\, \x1b), other bytes as they
- * are; cut, at an escape's boundary, to cap - 1 bytes. Returns out. */
+ * user: backslash, control characters (C1 ones too, U+0080-U+009F, and a
+ * byte 80-9f after an ASCII one) and DEL escaped C-style (\n, \t, \\,
+ * \x1b), other bytes as they are; cut, at an escape's boundary, to
+ * cap - 1 bytes. Returns out. */
 const char *dt__escape(const char *s, size_t len, char *out, size_t cap);
 
 /* Initialise cv on CLOCK_MONOTONIC, dt__now_ns's clock (for deadlines from

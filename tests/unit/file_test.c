@@ -179,6 +179,11 @@ test_escape(void **state)
 	                    "a\\x1b[31m\\n\\\\b\\xc2\\x85\xc3\xa9\\x7f");
 	/* A NUL inside a name from a file is shown too. */
 	assert_string_equal(dt__escape("x\0y", 3, out, sizeof(out)), "x\\x00y");
+	/* A lone C1 byte (CSI on a terminal not in UTF-8). */
+	assert_string_equal(dt__escape("a\x9b"
+	                               "2J",
+	                               4, out, sizeof(out)),
+	                    "a\\x9b2J");
 	/* Cut at an escape's boundary. */
 	assert_string_equal(dt__escape("ab\x01", 3, small, 6), "ab");
 }
