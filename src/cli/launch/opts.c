@@ -442,6 +442,38 @@ host_line(FILE *f, char *buf, size_t cap)
 	return ch == EOF && n == 0 ? 0 : 1;
 }
 
+/* A host file line's host s (checked) and the words after it (word:
+ * "slots=N" only), for line lineno of path. */
+static dt_err
+host_words(const char *path, size_t lineno, const char *s, char *word,
+           long *slots)
+{
+	if (strlen(s) > MAX_HOST_NAME)
+		return dt__fail(DT_EINVAL,
+		                "-H %s line %zu: a host name of %zu bytes "
+		                "(%d at most)",
+		                path, lineno, strlen(s), MAX_HOST_NAME);
+	if (!valid_host(s))
+		return dt__fail(DT_EINVAL, "-H %s line %zu: bad host '%s'",
+		                path, lineno, s);
+	/* What follows the host: "slots=N", as in mpirun's files. */
+	while (*word) {
+		char *end = word + strcspn(word, " \t");
+		char save = *end;
+
+		*end = '\0';
+		if (strncmp(word, "slots=", 6) != 0 ||
+		    dt__parse_long("slots", word + 6, 1, MAX_SLOTS, slots))
+			return dt__fail(DT_EINVAL,
+			                "-H %s line %zu: '%s' is not "
+			                "slots=N (N from 1 to %d)",
+			                path, lineno, word, MAX_SLOTS);
+		*end = save;
+		word = end + strspn(end, " \t");
+	}
+	return DT_OK;
+}
+
 dt_err
 read_hostfile(const char *path, struct hosts *out)
 {
@@ -478,38 +510,8 @@ read_hostfile(const char *path, struct hosts *out)
 		*e = '\0';
 		if (*s == '\0')
 			continue;
-		if (strlen(s) > MAX_HOST_NAME) {
-			err =
-			    dt__fail(DT_EINVAL,
-			             "-H %s line %zu: a host name of %zu bytes "
-			             "(%d at most)",
-			             path, lineno, strlen(s), MAX_HOST_NAME);
+		if ((err = host_words(path, lineno, s, word, &host.slots)))
 			goto fail;
-		}
-		if (!valid_host(s)) {
-			err =
-			    dt__fail(DT_EINVAL, "-H %s line %zu: bad host '%s'",
-			             path, lineno, s);
-			goto fail;
-		}
-		/* What follows the host: "slots=N", as in mpirun's files. */
-		while (*word) {
-			char *end = word + strcspn(word, " \t");
-			char save = *end;
-
-			*end = '\0';
-			if (strncmp(word, "slots=", 6) != 0 ||
-			    dt__parse_long("slots", word + 6, 1, MAX_SLOTS,
-			                   &host.slots)) {
-				err = dt__fail(DT_EINVAL,
-				               "-H %s line %zu: '%s' is not "
-				               "slots=N (N from 1 to %d)",
-				               path, lineno, word, MAX_SLOTS);
-				goto fail;
-			}
-			*end = save;
-			word = end + strspn(end, " \t");
-		}
 		/* host:port, unless it is an IPv6 address (several ':'). */
 		if ((colon = strchr(s, ':')) && !strchr(colon + 1, ':')) {
 			long port;
