@@ -48,7 +48,10 @@ dt__cli_checkpoint(int argc, char **argv)
 
 		if (dt_kv_checkpoint_inspect(argv[i], summary,
 		                             sizeof(summary)) != DT_OK) {
-			fprintf(stderr, "dtrain checkpoint: %s\n", dt_errmsg());
+			const char *m = dt_errmsg();
+
+			fprintf(stderr, "dtrain checkpoint: %s\n",
+			        dt__escape(m, strlen(m), name, sizeof(name)));
 			bad = 1;
 			continue;
 		}

@@ -9,7 +9,7 @@
 #  - `dtrain k8s --env` with a byte that is not UTF-8 and a NEL gives YAML
 #    that reads back as the same characters;
 #  - `dtrain params show` prints a tensor named with control characters
-#    escaped;
+#    escaped, and `dtrain checkpoint show` a file name;
 #  - a host file with a NUL byte, an overlong line or an overlong host
 #    name is refused with the line's number.
 # (Links planted at the names dtrain writes are covered by ckpt_test,
@@ -110,6 +110,10 @@ grep -qF 'w\x1b]0;owned\x07\x1b[31m\nfake line' "$T_DIR/params.out" ||
 	fail "params show: the name is not shown escaped: $(cat -v "$T_DIR/params.out")"
 [ "$(wc -l <"$T_DIR/params.out")" -eq 2 ] || fail "params show: the name split a line"
 log "params show: the name escaped on one line"
+evil=$T_DIR/ck$'\x1b'"[2J"
+echo junk >"$evil"
+refused ckpt_name 1 'ck\\x1b\[2J: not a dtrain checkpoint' "$DTRAIN" checkpoint show "$evil"
+! grep -q $'\x1b' "$T_DIR/ckpt_name.err" || fail "checkpoint show: a raw escape byte in the output"
 
 # 5. Host files.
 printf 'h1\nh2\0evil\n' >"$T_DIR/hosts_nul"
