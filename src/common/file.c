@@ -81,6 +81,25 @@ random_u64(void)
 	       ++counter * 0x9E3779B97F4A7C15ull;
 }
 
+/* What is at the final name may be replaced if it is a regular file, or a
+ * link (rename(2) replaces the link itself) to one or to nothing. Anything
+ * else is refused: renaming over /dev/null or a FIFO, or over the link
+ * /dev/stdout, would put a regular file in the place of a device. */
+static dt_err
+check_final(const char *what, const dt__file_tmp *t)
+{
+	struct stat st;
+
+	if (fstatat(t->dfd, t->base, &st, AT_SYMLINK_NOFOLLOW) != 0)
+		return DT_OK; /* nothing there yet */
+	if (S_ISLNK(st.st_mode) && fstatat(t->dfd, t->base, &st, 0) != 0)
+		return DT_OK; /* a link to nothing */
+	if (!S_ISREG(st.st_mode))
+		return dt__fail(DT_EIO, "%s%s exists and is not a regular file",
+		                what, t->path);
+	return DT_OK;
+}
+
 /* Split path into its directory (opened and checked, into t->dfd) and its
  * final name (t->base). */
 static dt_err
@@ -124,7 +143,7 @@ open_dir(const char *what, const char *path, dt__file_tmp *t)
 		return err;
 	}
 	free(dir);
-	return DT_OK;
+	return check_final(what, t);
 }
 
 static void

@@ -53,8 +53,10 @@ typedef struct dt__file_tmp {
  * named ".<name>.<16 random hex digits>.tmp", mode `mode` less the umask
  * (0600 for a private file). The directory is refused when every user may
  * write in it and it is not sticky: anyone could then rename the file
- * away. what names the file in messages ("checkpoint "). On error nothing
- * is left behind and t needs no cleanup.
+ * away; and so is a final name that holds something other than a regular
+ * file or a link to one (a device, a FIFO, a directory, /dev/stdout).
+ * what names the file in messages ("checkpoint "). On error nothing is
+ * left behind and t needs no cleanup.
  */
 dt_err dt__file_create_tmp(const char *what, const char *path, int mode,
                            dt__file_tmp *t);

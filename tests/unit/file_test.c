@@ -131,7 +131,8 @@ test_create_replaces_link(void **state)
 static void
 test_place_and_abort(void **state)
 {
-	char dir[] = "/tmp/dt_file_test_XXXXXX", path[128];
+	char dir[] = "/tmp/dt_file_test_XXXXXX", path[128], fifo[128],
+	     link[128];
 	dt__file_tmp t;
 	FILE *f;
 
@@ -161,6 +162,21 @@ test_place_and_abort(void **state)
 	assert_int_equal(dt__file_create_tmp("x ", path, 0644, &t), DT_OK);
 	dt__file_abort(&t);
 	assert_int_equal(entries(dir), 0);
+	/* Something other than a regular file at the final name: a FIFO, a
+	 * link to one, a device (renaming over /dev/null as root would
+	 * replace the device). */
+	snprintf(fifo, sizeof(fifo), "%s/fifo", dir);
+	snprintf(link, sizeof(link), "%s/link", dir);
+	assert_int_equal(mkfifo(fifo, 0600), 0);
+	assert_int_equal(symlink(fifo, link), 0);
+	assert_int_equal(dt__file_create_tmp("x ", fifo, 0644, &t), DT_EIO);
+	assert_non_null(strstr(dt_errmsg(), "exists and is not a regular"));
+	assert_int_equal(dt__file_create_tmp("x ", link, 0644, &t), DT_EIO);
+	assert_int_equal(dt__file_create_tmp("x ", "/dev/null", 0644, &t),
+	                 DT_EIO);
+	assert_int_equal(entries(dir), 2);
+	unlink(link);
+	unlink(fifo);
 	/* A missing directory. */
 	assert_int_equal(
 	    dt__file_create_tmp("x ", "/nonexistent/d/f", 0644, &t), DT_EIO);
