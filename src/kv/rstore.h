@@ -57,6 +57,15 @@ dt_err dt__rs_init(dt_rstore *t, dt_key key, uint64_t rows, uint64_t lo,
                    uint64_t n, size_t width, int nworkers, int sync,
                    const dt_opt *opt);
 void dt__rs_fini(dt_rstore *t);
+/*
+ * The bytes dt__rs_init would map for n rows of width (values, optimizer
+ * state, dist_sync's round slots, the duplicate bitmap): what the table
+ * comes to hold once every row has been written. UINT64_MAX when it does
+ * not fit in 64 bits. A server checks it against its limit
+ * (DTRAIN_MAX_TABLE_BYTES) before it makes the table.
+ */
+uint64_t dt__rs_plan_bytes(uint64_t n, uint64_t width, int nworkers, int sync,
+                           const dt_opt *opt);
 /* The optimizer's parameters change (not its kind). */
 void dt__rs_set_opt(dt_rstore *t, const dt_opt *opt);
 
