@@ -2250,6 +2250,23 @@ on_rows(kv_server *s, int worker, const dt_msg *m)
 	}
 }
 
+/* Whether a key has a value made in dist_async: it has no merge buffer
+ * (nor a recovery copy), so dist_sync rounds cannot run on it. */
+static int
+async_keys(kv_server *s)
+{
+	dt_table_iter it;
+
+	for (dt_hnode *h = dt__table_first(&s->keys, &it); h;
+	     h = dt__table_next(&it)) {
+		entry *e = DT_CONTAINER_OF(h, entry, hn);
+
+		if (e->initialised && e->merge == NULL)
+			return 1;
+	}
+	return 0;
+}
+
 static void
 dispatch(void *arg, dt_node *n, dt_conn *c, dt_msg *m)
 {
@@ -2266,11 +2283,12 @@ dispatch(void *arg, dt_node *n, dt_conn *c, dt_msg *m)
 	}
 	switch (h->cmd) {
 	case DT_CMD_KV_CONFIG:
-		if (((s->ks_on && s->ks.nrec) || dt__table_count(&s->rtabs)) &&
-		    (h->arg0 != 0) != s->sync) {
+		if ((((s->ks_on && s->ks.nrec) || dt__table_count(&s->rtabs)) &&
+		     (h->arg0 != 0) != s->sync) ||
+		    (h->arg0 != 0 && !s->sync && async_keys(s))) {
 			reply_error(s, worker, h->cmd, h->seq, 0, DT_ESTATE,
-			            "configure: batched keys or row_sparse "
-			            "tables exist in %s mode",
+			            "configure: keys, batched keys or "
+			            "row_sparse tables exist in %s mode",
 			            s->sync ? "dist_sync" : "dist_async");
 			return;
 		}

@@ -7,7 +7,8 @@
  * more table than the limit holds) is refused, so pushes of rows spread
  * over it cannot grow the server; a pull naming a row twice is refused
  * before any answer is made; a big answer's buffer goes back once it is
- * sent; and after each refusal the store still answers as before.
+ * sent; a switch to dist_sync once a key has a dist_async value is
+ * refused; and after each refusal the store still answers as before.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -239,6 +240,31 @@ test_pull_limits(void **state)
 	unsetenv("DTRAIN_MAX_TABLE_BYTES");
 }
 
+/* A switch to dist_sync after a key got its value in dist_async is
+ * refused (its rounds would add into a merge buffer it never got); the
+ * key keeps working in dist_async. */
+static void
+test_config_mode(void **state)
+{
+	float v[4] = {1, 2, 3, 4};
+
+	(void)state;
+	assert_non_null(h_start());
+	send_frame(0, DT_CMD_KV_CONFIG, 0, 0, 0, 0, NULL, 0, NULL, 0);
+	answered(0);
+	send_frame(0, DT_CMD_KV_INIT, 1, 4, 0, DT_KV_INIT_HAS_VALUE, NULL, 0, v,
+	           16);
+	answered(0);
+	send_frame(1, DT_CMD_KV_CONFIG, 0, 1, 0, 0, NULL, 0, NULL, 0);
+	refused(DT_ESTATE, "keys, batched keys or row_sparse tables exist in "
+	                   "dist_async mode");
+	send_frame(0, DT_CMD_KV_PUSH, 1, 4, 0, 0, NULL, 0, v, 16);
+	answered(0);
+	send_frame(1, DT_CMD_KV_PUSHPULL, 1, 4, 0, 0, NULL, 0, v, 16);
+	answered(16);
+	h_stop();
+}
+
 int
 main(void)
 {
@@ -246,6 +272,7 @@ main(void)
 	    cmocka_unit_test(test_init_value),
 	    cmocka_unit_test(test_table_limit),
 	    cmocka_unit_test(test_pull_limits),
+	    cmocka_unit_test(test_config_mode),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
