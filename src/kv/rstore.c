@@ -90,8 +90,9 @@ dt__rs_plan_bytes(uint64_t n, uint64_t width, int nworkers, int sync,
 	if (width > UINT32_MAX || (width && n > UINT64_MAX / (32 * width)))
 		return UINT64_MAX;
 	per_row = width * sizeof(float) * (1 + dt__opt_state_len(opt, 1));
-	if (sync && nworkers > 1)
-		per_row += sizeof(uint32_t);
+	if (sync && nworkers > 1) /* (a slot; a round of every row's sum) */
+		per_row +=
+		    sizeof(uint32_t) + sizeof(uint64_t) + width * sizeof(float);
 	return n * per_row + (n / 64 + 1) * sizeof(uint64_t);
 }
 

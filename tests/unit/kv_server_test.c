@@ -183,17 +183,18 @@ test_table_limit(void **state)
 	print_message("RSS after the spread pushes: %+ld KiB\n",
 	              rss_kib() - before);
 	assert_true(rss_kib() - before < 16384);
-	/* 3 Mi rows of width 1 in dist_sync: 12 MiB of values, 12 of round
-	 * slots: two such tables fit in 64 MiB, a third does not. */
-	row_init(8, (uint64_t)3 << 20, 1);
+	/* 1.25 Mi rows of width 1 in dist_sync: 20 bytes a row (a value, a
+	 * round slot, a round's row and sum), 25 MiB: two such tables fit in
+	 * 64 MiB, a third does not. */
+	row_init(8, (uint64_t)5 << 18, 1);
 	answered(0);
-	row_init(9, (uint64_t)3 << 20, 1);
+	row_init(9, (uint64_t)5 << 18, 1);
 	answered(0);
-	row_init(10, (uint64_t)3 << 20, 1);
+	row_init(10, (uint64_t)5 << 18, 1);
 	refused(DT_ESIZE, "the tables here already");
 	/* Every row of a table within the limit: no more than it maps. */
 	for (size_t i = 0; i < 12288; i++)
-		ids[i] = (uint64_t)i << 8;
+		ids[i] = (uint64_t)i << 6;
 	before = rss_kib();
 	rows_req(0, DT_CMD_KV_ROW_PUSH, 8, ids, 12288, 1);
 	rows_req(1, DT_CMD_KV_ROW_PUSH, 8, ids, 12288, 1);
