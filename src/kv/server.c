@@ -1949,6 +1949,16 @@ rows_answer(kv_server *s, rtable *t, int worker, int cmd, uint64_t seq,
 		reply(s, worker, cmd, seq, t->rs.key, NULL, 0);
 		return;
 	}
+	/* (its rows are unique, so it is never bigger than the part of the
+	 * table held here; said again where the buffer is sized) */
+	if (n * sizeof(float) > t->rs.val_bytes) {
+		reply_error(s, worker, cmd, seq, t->rs.key, DT_ESIZE,
+		            "%s of key %llu: an answer of %zu rows is bigger "
+		            "than the %llu rows held here",
+		            dt__kv_op_name(cmd), (unsigned long long)t->rs.key,
+		            count, (unsigned long long)t->rs.n);
+		return;
+	}
 	if (!dt__buf_reserve((uint8_t **)&s->gath, &s->gath_cap,
 	                     DT_MAX(n, 1) * sizeof(float))) {
 		reply_error(s, worker, cmd, seq, t->rs.key, DT_ENOMEM,
