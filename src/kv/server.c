@@ -538,6 +538,30 @@ alloc_value(kv_server *s, entry *e, uint64_t n, uint64_t offset, size_t len)
 	return 0;
 }
 
+/*
+ * Refuse (1) an init's value that is not whole floats, at least one,
+ * inside the declared array: an empty one would make a key of no floats
+ * that every later call and checkpoint carries, whatever length it
+ * claims.
+ */
+static int
+init_value_bad(kv_server *s, int worker, const dt_msg_hdr *h)
+{
+	uint64_t len = h->payload_len / sizeof(float);
+
+	if (len && h->payload_len % sizeof(float) == 0 && h->arg1 < h->arg0 &&
+	    len <= h->arg0 - h->arg1)
+		return 0;
+	reply_error(s, worker, h->cmd, h->seq, h->key, DT_ESIZE,
+	            "init of key %llu: a value of %llu bytes at offset %llu "
+	            "of an array of %llu floats (1 float or more, whole "
+	            "floats, inside the array)",
+	            (unsigned long long)h->key,
+	            (unsigned long long)h->payload_len,
+	            (unsigned long long)h->arg1, (unsigned long long)h->arg0);
+	return 1;
+}
+
 static void
 on_init(kv_server *s, int worker, const dt_msg *m)
 {
@@ -562,21 +586,8 @@ on_init(kv_server *s, int worker, const dt_msg *m)
 		            (unsigned long long)h->key);
 		return;
 	}
-	/* A value is whole floats, at least one, inside the declared array:
-	 * an empty one would make a key of no floats that every later call
-	 * and checkpoint carries, whatever length it claims. */
-	if (has_value && (len == 0 || h->payload_len % sizeof(float) ||
-	                  h->arg1 >= h->arg0 || len > h->arg0 - h->arg1)) {
-		reply_error(s, worker, h->cmd, h->seq, h->key, DT_ESIZE,
-		            "init of key %llu: a value of %llu bytes at offset "
-		            "%llu of an array of %llu floats (1 float or more, "
-		            "whole floats, inside the array)",
-		            (unsigned long long)h->key,
-		            (unsigned long long)h->payload_len,
-		            (unsigned long long)h->arg1,
-		            (unsigned long long)h->arg0);
+	if (has_value && init_value_bad(s, worker, h))
 		return;
-	}
 	if (e && e->initialised) {
 		size_t want = has_value ? len : e->len;
 		if (e->n != h->arg0 || e->offset != h->arg1 || e->len != want) {
