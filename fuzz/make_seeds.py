@@ -213,8 +213,7 @@ SEEDS = {
         'push_2bit_pull_fp16': key_ready(n=32) + kvs(KV_PUSH, arg2=2, key=1, arg0=32, meta=f32(0.5), payload=u32(0x6) + u32(0x9))
                                + kvs(KV_PULL, w=1, arg2=1 << 8, key=1, arg0=32),
         'push_1bit': key_ready(n=32) + kvs(KV_PUSH, arg2=3, key=1, arg0=32, payload=f32(1) + f32(-1) + u32(0xf0f0f0f0)),
-        'push_streamed': key_ready(n=1 << 16) + kvs(KV_PUSH, key=1, arg0=1 << 16, payload=floats(1 << 16))
-                         + kvs(KV_PUSH, w=1, key=1, arg0=1 << 16, payload=floats(1 << 16)),
+        'push_streamed': key_ready(n=1 << 16) + kvs(KV_PUSH, key=1, arg0=1 << 16, payload=floats(1 << 16)),
         'push_twice_in_round': key_ready() + kvs(KV_PUSH, key=1, arg0=4, payload=floats(4)) * 2
                                + kvs(KV_PUSH, w=1, key=1, arg0=4, payload=floats(4)),
         'push_unknown_key': kvs(KV_PUSH, key=9, arg0=4, payload=floats(4)),
