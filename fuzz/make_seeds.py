@@ -70,6 +70,43 @@ def rows(cmd=0, ids=(8, 9), width=2, kind=0, answer=0, meta=b'', body=None):
             + u8(len(meta)) + meta + payload)
 
 
+def kvs(cmd, w=0, arg2=0, key=0, arg0=0, arg1=0, meta=b'', payload=b''):
+    # fuzz_kv_server's frame: [u8 command - 32][u8 worker][u32 arg2]
+    # [u64 key][u64 arg0][u64 arg1][u16 meta length][u32 payload length],
+    # the meta, the payload; a seed is a run of frames to one server
+    # (dist_sync, 2 workers, DTRAIN_MAX_TABLE_BYTES 64 MiB)
+    return (u8(cmd - 32) + u8(w) + u32(arg2) + u64(key) + u64(arg0) + u64(arg1)
+            + struct.pack('<H', len(meta)) + u32(len(payload)) + meta + payload)
+
+
+KV_CONFIG, KV_SET_OPT, KV_INIT, KV_PUSH, KV_PULL, KV_PUSHPULL = 32, 33, 34, 35, 36, 37
+KV_CHECKPOINT, KV_REPLAYED, KV_RESUME = 38, 40, 41
+KV_INIT_MANY, KV_PUSH_MANY, KV_PULL_MANY, KV_PUSHPULL_MANY = 42, 43, 44, 45
+KV_ROW_INIT, KV_ROW_PUSH, KV_ROW_PULL, KV_ROW_PUSHPULL = 46, 47, 48, 49
+
+
+def floats(n, v=1.0): return f32(v) * n
+
+
+def key_ready(key=1, n=4):
+    # worker 1 waits for the value, worker 0 brings it
+    return (kvs(KV_INIT, w=1, key=key, arg0=n)
+            + kvs(KV_INIT, w=0, arg2=1, key=key, arg0=n, payload=floats(n)))
+
+
+def many_body(keys, n, vals=True):
+    return b''.join(u64(k) for k in keys) + (floats(len(keys) * n) if vals else b'')
+
+
+def row_ready(key=7, rows=80, width=2, value=False):
+    return kvs(KV_ROW_INIT, arg2=1 if value else 0, key=key, arg0=rows, arg1=width,
+               meta=u64(0) + u64(rows), payload=floats(rows * width) if value else b'')
+
+
+def row_ids(ids, width=0):
+    return b''.join(u64(i) for i in ids) + floats(len(ids) * width)
+
+
 def stats(node=3, role=2, rank=0, peers=2, keys=1, busbw=0.0):
     # a REPORT counters block (obs/stats.c): 5 u32, busbw, 16 u64 scalars,
     # 3 latencies of 5 u64, then peers and keys of 5 u64 each
@@ -159,6 +196,50 @@ SEEDS = {
         'rows_pushpull_2bit': rows(cmd=2, ids=(12, 13), width=16, kind=2, meta=f32(0.5), body=u32(0x5) + u32(0xa)),
         'rows_width_zero': rows(width=0, body=b''),
         'rows_count_huge': u8(0) + u32(0xffffffff) + u32(0xffffff) + u32(0) + u8(0) + u64(8),
+    },
+    'kv_server': {
+        'config_async': kvs(KV_CONFIG) + key_ready() + kvs(KV_PUSH, key=1, arg0=4, payload=floats(4)),
+        'set_opt_sgd': kvs(KV_SET_OPT, meta=opt(1)) + key_ready() + kvs(KV_PUSH, key=1, arg0=4, payload=floats(4))
+                       + kvs(KV_PUSH, w=1, key=1, arg0=4, payload=floats(4)),
+        'set_opt_adam_late': key_ready() + kvs(KV_SET_OPT, meta=opt(2)),
+        'init_push_pull': key_ready() + kvs(KV_PUSH, key=1, arg0=4, payload=floats(4))
+                          + kvs(KV_PULL, key=1, arg0=4) + kvs(KV_PUSHPULL, w=1, key=1, arg0=4, payload=floats(4))
+                          + kvs(KV_PUSH, key=1, arg0=4, payload=floats(4)),
+        'init_value_empty': kvs(KV_INIT, arg2=1, key=5, arg0=1000) + kvs(KV_PULL, key=5, arg0=1000),
+        'init_value_cut': kvs(KV_INIT, arg2=1, key=5, arg0=4, payload=floats(1) + b'\0\0'),
+        'init_value_outside': kvs(KV_INIT, arg2=1, key=5, arg0=4, arg1=2, payload=floats(4)),
+        'init_again_other_length': key_ready() + kvs(KV_INIT, arg2=1, key=1, arg0=8, payload=floats(8)),
+        'push_wrong_length': key_ready() + kvs(KV_PUSH, key=1, arg0=4, payload=floats(3)),
+        'push_2bit_pull_fp16': key_ready(n=32) + kvs(KV_PUSH, arg2=2, key=1, arg0=32, meta=f32(0.5), payload=u32(0x6) + u32(0x9))
+                               + kvs(KV_PULL, w=1, arg2=1 << 8, key=1, arg0=32),
+        'push_1bit': key_ready(n=32) + kvs(KV_PUSH, arg2=3, key=1, arg0=32, payload=f32(1) + f32(-1) + u32(0xf0f0f0f0)),
+        'push_streamed': key_ready(n=1 << 16) + kvs(KV_PUSH, key=1, arg0=1 << 16, payload=floats(1 << 16)),
+        'push_twice_in_round': key_ready() + kvs(KV_PUSH, key=1, arg0=4, payload=floats(4)) * 2
+                               + kvs(KV_PUSH, w=1, key=1, arg0=4, payload=floats(4)),
+        'push_unknown_key': kvs(KV_PUSH, key=9, arg0=4, payload=floats(4)),
+        'checkpoint_no_dir': kvs(KV_CHECKPOINT),
+        'replayed_resume': key_ready() + kvs(KV_REPLAYED) + kvs(KV_RESUME, key=1, arg0=4, meta=u64(0)),
+        'many_init_push_pull': kvs(KV_INIT_MANY, arg0=2, arg1=3, payload=many_body((1, 2), 3))
+                               + kvs(KV_PUSH_MANY, arg0=2, arg1=3, payload=many_body((1, 2), 3))
+                               + kvs(KV_PUSHPULL_MANY, w=1, arg0=2, arg1=3, payload=many_body((1, 2), 3))
+                               + kvs(KV_PULL_MANY, arg0=2, arg1=3, arg2=1 << 8, payload=many_body((1, 2), 3, vals=False)),
+        'many_lengths': kvs(KV_INIT_MANY, arg0=2, arg1=0, payload=u64(1) + u64(2) + u32(1) + u32(2) + floats(3)),
+        'many_dup_keys': kvs(KV_INIT_MANY, arg0=2, arg1=1, payload=many_body((4, 4), 1)),
+        'row_push_pull': row_ready() + kvs(KV_ROW_PUSH, key=7, arg0=2, arg1=2, payload=row_ids((3, 9), 2))
+                         + kvs(KV_ROW_PUSHPULL, w=1, key=7, arg0=2, arg1=2, payload=row_ids((9, 1), 2))
+                         + kvs(KV_ROW_PULL, key=7, arg0=3, arg1=2, arg2=1 << 8, payload=row_ids((1, 3, 9))),
+        'row_init_value': row_ready(value=True) + kvs(KV_ROW_PULL, w=1, key=7, arg0=1, arg1=2, payload=row_ids((79,))),
+        'row_pull_one_row_256_times': row_ready(rows=16, width=1 << 12)
+                                      + kvs(KV_ROW_PULL, key=7, arg0=256, arg1=1 << 12, payload=row_ids((3,) * 256)),
+        'row_table_2_36': row_ready(rows=1 << 36, width=1)
+                          + kvs(KV_ROW_PUSH, key=7, arg0=4, arg1=1, payload=row_ids((0, 1 << 22, 2 << 22, 3 << 22), 1)),
+        'row_tables_past_limit': row_ready(key=7, rows=3 << 20, width=1) + row_ready(key=8, rows=3 << 20, width=1)
+                                 + row_ready(key=9, rows=3 << 20, width=1),
+        'row_push_2bit': row_ready(width=16) + kvs(KV_ROW_PUSH, arg2=2, key=7, arg0=2, arg1=16, meta=f32(0.5),
+                                                   payload=row_ids((12, 13)) + u32(0x5) + u32(0xa)),
+        'row_push_dup': row_ready() + kvs(KV_ROW_PUSH, key=7, arg0=2, arg1=2, payload=row_ids((3, 3), 2)),
+        'row_key_of_other_store': key_ready(key=7) + row_ready(key=7) + kvs(KV_ROW_PULL, key=7, arg0=1, arg1=2, payload=row_ids((0,))),
+        'unknown_command': kvs(60, key=1) + kvs(39),
     },
     'auth': {
         'acceptor_hello_proof': b'\x00' + b'DTH1' + u32(0) + bytes(range(32)) + b'DTP1' + bytes(32),

@@ -1174,6 +1174,31 @@ dt_kv_init_row_sparse(dt_kv *kv, dt_key key, uint64_t rows, size_t width,
 	return dt__kv_client_agree_setup(kv->client, err);
 }
 
+/* Whether a row is listed twice in ids (1, *dup: the first found), with
+ * a bitmap for tables of up to MARK_ROWS rows, else a sort; -1: out of
+ * memory. */
+static int
+find_dup_row(dt_kv_rtab *t, size_t nrows, const uint64_t *ids, uint64_t *dup)
+{
+	size_t i;
+	int r = 0;
+
+	if (t->mark == NULL)
+		return dt__kv_find_duplicate(nrows, ids, dup);
+	for (i = 0; i < nrows && !r; i++) {
+		uint64_t bit = (uint64_t)1 << (ids[i] % 64);
+
+		if (t->mark[ids[i] / 64] & bit) {
+			r = 1;
+			*dup = ids[i];
+		}
+		t->mark[ids[i] / 64] |= bit;
+	}
+	while (i--) /* (all clear again) */
+		t->mark[ids[i] / 64] &= ~((uint64_t)1 << (ids[i] % 64));
+	return r;
+}
+
 /* A row call's arguments against t: ids in range, and a push's listed
  * once each. */
 static dt_err
@@ -1214,27 +1239,9 @@ rows_check(dt_kv *kv, const char *op, dt_key key, size_t nrows,
 			                (unsigned long long)t->rows);
 	if (!push)
 		return DT_OK;
-	/* (a bitmap for tables of up to MARK_ROWS rows, else a sort) */
 	uint64_t dup = 0;
-	int r = 0;
+	int r = find_dup_row(t, nrows, ids, &dup);
 
-	if (t->mark) {
-		size_t i;
-
-		for (i = 0; i < nrows && !r; i++) {
-			uint64_t bit = (uint64_t)1 << (ids[i] % 64);
-
-			if (t->mark[ids[i] / 64] & bit) {
-				r = 1;
-				dup = ids[i];
-			}
-			t->mark[ids[i] / 64] |= bit;
-		}
-		while (i--) /* (all clear again) */
-			t->mark[ids[i] / 64] &= ~((uint64_t)1 << (ids[i] % 64));
-	} else {
-		r = dt__kv_find_duplicate(nrows, ids, &dup);
-	}
 	if (r < 0)
 		return dt__fail(DT_ENOMEM, "%s of key %llu: out of memory", op,
 		                (unsigned long long)key);
@@ -1245,6 +1252,80 @@ rows_check(dt_kv *kv, const char *op, dt_key key, size_t nrows,
 		    "push",
 		    op, (unsigned long long)key, (unsigned long long)dup);
 	return DT_OK;
+}
+
+/* (id, place in the request) for pull_unique's sort */
+typedef struct row_at {
+	uint64_t id;
+	size_t at;
+} row_at;
+
+static int
+row_at_cmp(const void *a, const void *b)
+{
+	uint64_t x = ((const row_at *)a)->id, y = ((const row_at *)b)->id;
+
+	return (x > y) - (x < y);
+}
+
+static dt_err
+pull_nomem(const dt_kv_rtab *t, size_t nrows)
+{
+	return dt__fail(DT_ENOMEM,
+	                "row_sparse pull of key %llu: out of memory for %zu "
+	                "rows",
+	                (unsigned long long)t->key, nrows);
+}
+
+/*
+ * A pull that names a row more than once (an embedding's batch does)
+ * asks the servers for each row once and copies it to every place it was
+ * asked for: a server refuses a row listed twice, so that no answer can
+ * be bigger than its part of the table however few bytes ask for it.
+ */
+static dt_err
+pull_unique(dt_kv *kv, dt_kv_rtab *t, size_t nrows, const uint64_t *ids,
+            float *outs)
+{
+	size_t w = t->width, nu = 0;
+	uint64_t dup, *uniq = NULL;
+	row_at *by_id = NULL;
+	float *got = NULL;
+	dt_err err;
+	int r = find_dup_row(t, nrows, ids, &dup);
+
+	if (r == 0)
+		return dt__kv_client_rows(kv->client, t, DT_CMD_KV_ROW_PULL,
+		                          nrows, ids, NULL, outs);
+	if (r < 0 || (by_id = malloc(nrows * sizeof(*by_id))) == NULL ||
+	    (uniq = malloc(nrows * sizeof(*uniq))) == NULL) {
+		err = pull_nomem(t, nrows);
+		goto fail;
+	}
+	for (size_t i = 0; i < nrows; i++)
+		by_id[i] = (row_at){ids[i], i};
+	qsort(by_id, nrows, sizeof(*by_id), row_at_cmp);
+	for (size_t i = 0; i < nrows; i++) {
+		if (nu == 0 || uniq[nu - 1] != by_id[i].id)
+			uniq[nu++] = by_id[i].id;
+		by_id[i].id = nu - 1; /* (now: its place among the unique) */
+	}
+	if ((got = malloc(nu * w * sizeof(float))) == NULL) {
+		err = pull_nomem(t, nrows);
+		goto fail;
+	}
+	if ((err = dt__kv_client_rows(kv->client, t, DT_CMD_KV_ROW_PULL, nu,
+	                              uniq, NULL, got)))
+		goto fail;
+	for (size_t i = 0; i < nrows; i++)
+		memcpy(outs + by_id[i].at * w, got + by_id[i].id * w,
+		       w * sizeof(float));
+	err = DT_OK;
+fail:
+	free(by_id);
+	free(uniq);
+	free(got);
+	return err;
 }
 
 static dt_err
@@ -1263,6 +1344,8 @@ rows_call(dt_kv *kv, int cmd, dt_key key, size_t nrows, const uint64_t *ids,
 		return err;
 	if (push && (err = async_check(kv, op, key)))
 		return err;
+	if (kv->client && cmd == DT_CMD_KV_ROW_PULL)
+		return pull_unique(kv, t, nrows, ids, outs);
 	if (kv->client)
 		return dt__kv_client_rows(kv->client, t, cmd, nrows, ids, vals,
 		                          outs);

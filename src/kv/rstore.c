@@ -79,6 +79,23 @@ dt__rs_init(dt_rstore *t, dt_key key, uint64_t rows, uint64_t lo, uint64_t n,
 	return DT_OK;
 }
 
+uint64_t
+dt__rs_plan_bytes(uint64_t n, uint64_t width, int nworkers, int sync,
+                  const dt_opt *opt)
+{
+	uint64_t per_row; /* bytes */
+
+	/* (state is at most 2 floats a value: adam's; 2^40 rows of width
+	 * 2^24 would wrap, so the product is checked first) */
+	if (width > UINT32_MAX || (width && n > UINT64_MAX / (32 * width)))
+		return UINT64_MAX;
+	per_row = width * sizeof(float) * (1 + dt__opt_state_len(opt, 1));
+	if (sync && nworkers > 1) /* (a slot; a round of every row's sum) */
+		per_row +=
+		    sizeof(uint32_t) + sizeof(uint64_t) + width * sizeof(float);
+	return n * per_row + (n / 64 + 1) * sizeof(uint64_t);
+}
+
 void
 dt__rs_fini(dt_rstore *t)
 {
@@ -127,7 +144,7 @@ dt__rs_check(dt_rstore *t, const char *op, size_t count, const uint8_t *ids,
 		if (t->mark[r / 64] & ((uint64_t)1 << (r % 64))) {
 			err = dt__fail(DT_EINVAL,
 			               "%s of key %llu: row %llu is listed "
-			               "twice in one push",
+			               "twice in one request",
 			               op, (unsigned long long)t->key,
 			               (unsigned long long)id);
 			break;

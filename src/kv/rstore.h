@@ -13,7 +13,7 @@
  *     are summed in arrival order (as the dense store does) in a compact
  *     buffer of the round's rows; the round's rows are the union of the
  *     workers' rows, and each is updated once when the last push comes.
- *   - A bitmap over the rows finds a row listed twice in one push.
+ *   - A bitmap over the rows finds a row listed twice in one request.
  * The store does no I/O and takes no lock: its owner (a server's I/O
  * thread, or a local store's caller) serialises the calls.
  */
@@ -57,6 +57,15 @@ dt_err dt__rs_init(dt_rstore *t, dt_key key, uint64_t rows, uint64_t lo,
                    uint64_t n, size_t width, int nworkers, int sync,
                    const dt_opt *opt);
 void dt__rs_fini(dt_rstore *t);
+/*
+ * The bytes a table of n rows of width comes to hold once every row has
+ * been written: values, optimizer state, the duplicate bitmap, and in
+ * dist_sync the round slots and a round of every row (its rows and sums).
+ * UINT64_MAX when it does not fit in 64 bits. A server checks it against its
+ * limit (DTRAIN_MAX_TABLE_BYTES) before it makes the table.
+ */
+uint64_t dt__rs_plan_bytes(uint64_t n, uint64_t width, int nworkers, int sync,
+                           const dt_opt *opt);
 /* The optimizer's parameters change (not its kind). */
 void dt__rs_set_opt(dt_rstore *t, const dt_opt *opt);
 

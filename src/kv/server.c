@@ -136,6 +136,9 @@ typedef struct kv_server {
 	size_t idx_cap; /* bytes */
 	float *gath;
 	size_t gath_cap; /* bytes */
+	/* DTRAIN_MAX_TABLE_BYTES: the most the row_sparse tables here may
+	 * map, all together (dt__rs_plan_bytes), and what they map now. */
+	uint64_t max_table_bytes, table_bytes;
 	struct rxbuf {
 		uint8_t *buf;
 		size_t cap;
@@ -535,6 +538,30 @@ alloc_value(kv_server *s, entry *e, uint64_t n, uint64_t offset, size_t len)
 	return 0;
 }
 
+/*
+ * Refuse (1) an init's value that is not whole floats, at least one,
+ * inside the declared array: an empty one would make a key of no floats
+ * that every later call and checkpoint carries, whatever length it
+ * claims.
+ */
+static int
+init_value_bad(kv_server *s, int worker, const dt_msg_hdr *h)
+{
+	uint64_t len = h->payload_len / sizeof(float);
+
+	if (len && h->payload_len % sizeof(float) == 0 && h->arg1 < h->arg0 &&
+	    len <= h->arg0 - h->arg1)
+		return 0;
+	reply_error(s, worker, h->cmd, h->seq, h->key, DT_ESIZE,
+	            "init of key %llu: a value of %llu bytes at offset %llu "
+	            "of an array of %llu floats (1 float or more, whole "
+	            "floats, inside the array)",
+	            (unsigned long long)h->key,
+	            (unsigned long long)h->payload_len,
+	            (unsigned long long)h->arg1, (unsigned long long)h->arg0);
+	return 1;
+}
+
 static void
 on_init(kv_server *s, int worker, const dt_msg *m)
 {
@@ -559,6 +586,8 @@ on_init(kv_server *s, int worker, const dt_msg *m)
 		            (unsigned long long)h->key);
 		return;
 	}
+	if (has_value && init_value_bad(s, worker, h))
+		return;
 	if (e && e->initialised) {
 		size_t want = has_value ? len : e->len;
 		if (e->n != h->arg0 || e->offset != h->arg1 || e->len != want) {
@@ -1147,6 +1176,28 @@ loaded:
 	        "rounds",
 	        (unsigned long long)s->ck_number, path,
 	        dt__table_count(&s->keys), (unsigned long long)s->rounds);
+	return DT_OK;
+}
+
+/*
+ * DTRAIN_MAX_TABLE_BYTES, at the server's start: the most bytes its
+ * row_sparse tables may map together (values, optimizer state, round
+ * slots). By default half the machine's memory: a table is refused when
+ * the rows it asks for could not all be held, rather than after pushes
+ * have made the machine run out.
+ */
+static dt_err
+limits_config(kv_server *s)
+{
+	long pages = sysconf(_SC_PHYS_PAGES), psize = sysconf(_SC_PAGESIZE);
+	long def = pages > 0 && psize > 0 ? pages / 2 * psize : 1L << 32;
+	long v;
+	dt_err err;
+
+	if ((err =
+	         dt__env_long("DTRAIN_MAX_TABLE_BYTES", def, 1, 1L << 62, &v)))
+		return err;
+	s->max_table_bytes = (uint64_t)v;
 	return DT_OK;
 }
 
@@ -1909,6 +1960,16 @@ rows_answer(kv_server *s, rtable *t, int worker, int cmd, uint64_t seq,
 		reply(s, worker, cmd, seq, t->rs.key, NULL, 0);
 		return;
 	}
+	/* (its rows are unique, so it is never bigger than the part of the
+	 * table held here; said again where the buffer is sized) */
+	if (n * sizeof(float) > t->rs.val_bytes) {
+		reply_error(s, worker, cmd, seq, t->rs.key, DT_ESIZE,
+		            "%s of key %llu: an answer of %zu rows is bigger "
+		            "than the %llu rows held here",
+		            dt__kv_op_name(cmd), (unsigned long long)t->rs.key,
+		            count, (unsigned long long)t->rs.n);
+		return;
+	}
 	if (!dt__buf_reserve((uint8_t **)&s->gath, &s->gath_cap,
 	                     DT_MAX(n, 1) * sizeof(float))) {
 		reply_error(s, worker, cmd, seq, t->rs.key, DT_ENOMEM,
@@ -1945,6 +2006,34 @@ key_home(kv_server *s, dt_key key)
 	if (s->ks_on && dt__ks_find(&s->ks, key) != DT_KS_NONE)
 		return "a batched call (dt_kv_init_keys)";
 	return "";
+}
+
+/*
+ * Refuse (1) a row_sparse table whose part here would take this server's
+ * row tables past DTRAIN_MAX_TABLE_BYTES once every row is written. The
+ * rows are mapped zero pages, so a big table costs nothing at first; but
+ * a push of rows spread over it makes a page for each (4 KiB for a row of
+ * 4 bytes), and the limit is what keeps such pushes within memory.
+ */
+static int
+table_too_big(kv_server *s, int worker, const dt_msg_hdr *h, uint64_t n)
+{
+	uint64_t want =
+	    dt__rs_plan_bytes(n, DT_MIN(h->arg1, DT_RS_MAX_WIDTH + 1),
+	                      s->nworkers, s->sync, &s->opt);
+
+	if (want <= s->max_table_bytes &&
+	    s->table_bytes <= s->max_table_bytes - want)
+		return 0;
+	reply_error(s, worker, h->cmd, h->seq, h->key, DT_ESIZE,
+	            "row_sparse init of key %llu: %llu rows of width %llu "
+	            "take %llu bytes here, and the tables here already "
+	            "%llu: more than DTRAIN_MAX_TABLE_BYTES (%llu)",
+	            (unsigned long long)h->key, (unsigned long long)n,
+	            (unsigned long long)h->arg1, (unsigned long long)want,
+	            (unsigned long long)s->table_bytes,
+	            (unsigned long long)s->max_table_bytes);
+	return 1;
 }
 
 static void
@@ -1985,6 +2074,8 @@ on_row_init(kv_server *s, int worker, const dt_msg *m)
 	}
 	lo = dt__get_u64(m->meta);
 	n = dt__get_u64(m->meta + 8);
+	if (table_too_big(s, worker, h, n))
+		return;
 	if ((t = calloc(1, sizeof(*t))) == NULL) {
 		reply_error(s, worker, h->cmd, h->seq, h->key, DT_ENOMEM,
 		            "row_sparse init: out of memory");
@@ -2020,6 +2111,8 @@ on_row_init(kv_server *s, int worker, const dt_msg *m)
 		return;
 	}
 	dt__table_insert(&s->rtabs, &t->hn, h->key);
+	s->table_bytes += dt__rs_plan_bytes(t->rs.n, t->rs.width, s->nworkers,
+	                                    s->sync, &s->opt);
 	s->ninit++;
 	DT_LOG(1, "row_sparse table %llu: rows [%llu, %llu) of %llu, width %zu",
 	       (unsigned long long)h->key, (unsigned long long)lo,
@@ -2068,8 +2161,9 @@ on_rows(kv_server *s, int worker, const dt_msg *m)
 		            t->rs.width);
 		return;
 	}
-	if ((err = dt__rs_check(&t->rs, op, b.count, b.ids,
-	                        h->cmd != DT_CMD_KV_ROW_PULL, &bad))) {
+	/* (a pull's rows are unique too: its answer is then no bigger than
+	 * this server's part of the table; workers send each row once) */
+	if ((err = dt__rs_check(&t->rs, op, b.count, b.ids, 1, &bad))) {
 		reply_error(s, worker, h->cmd, h->seq, h->key, err, "%s",
 		            dt_errmsg());
 		return;
@@ -2177,8 +2271,25 @@ on_rows(kv_server *s, int worker, const dt_msg *m)
 	}
 }
 
+/* Whether a key has a value made in dist_async: it has no merge buffer
+ * (nor a recovery copy), so dist_sync rounds cannot run on it. */
+static int
+async_keys(kv_server *s)
+{
+	dt_table_iter it;
+
+	for (dt_hnode *h = dt__table_first(&s->keys, &it); h;
+	     h = dt__table_next(&it)) {
+		entry *e = DT_CONTAINER_OF(h, entry, hn);
+
+		if (e->initialised && e->merge == NULL)
+			return 1;
+	}
+	return 0;
+}
+
 static void
-on_msg(void *arg, dt_node *n, dt_conn *c, dt_msg *m)
+dispatch(void *arg, dt_node *n, dt_conn *c, dt_msg *m)
 {
 	kv_server *s = arg;
 	const dt_msg_hdr *h = &m->hdr;
@@ -2193,11 +2304,12 @@ on_msg(void *arg, dt_node *n, dt_conn *c, dt_msg *m)
 	}
 	switch (h->cmd) {
 	case DT_CMD_KV_CONFIG:
-		if (((s->ks_on && s->ks.nrec) || dt__table_count(&s->rtabs)) &&
-		    (h->arg0 != 0) != s->sync) {
+		if ((((s->ks_on && s->ks.nrec) || dt__table_count(&s->rtabs)) &&
+		     (h->arg0 != 0) != s->sync) ||
+		    (h->arg0 != 0 && !s->sync && async_keys(s))) {
 			reply_error(s, worker, h->cmd, h->seq, 0, DT_ESTATE,
-			            "configure: batched keys or row_sparse "
-			            "tables exist in %s mode",
+			            "configure: keys, batched keys or "
+			            "row_sparse tables exist in %s mode",
 			            s->sync ? "dist_sync" : "dist_async");
 			return;
 		}
@@ -2279,6 +2391,36 @@ on_msg(void *arg, dt_node *n, dt_conn *c, dt_msg *m)
 		reply_error(s, worker, h->cmd, h->seq, h->key, DT_EPROTO,
 		            "unknown KV command %u", h->cmd);
 	}
+}
+
+/*
+ * Scratch (an answer's values, its fp16 form, a decoded push) is kept
+ * from request to request up to this size, so steady traffic reuses it;
+ * beyond it, it goes back once the request is done: one big answer must
+ * not hold its memory for the rest of the job. (An answer's bytes are
+ * copied by the send if they cannot go at once.)
+ */
+#define SCRATCH_KEEP ((size_t)64 << 20)
+
+static void
+scratch_trim(uint8_t **buf, size_t *cap)
+{
+	if (*cap <= SCRATCH_KEEP)
+		return;
+	free(*buf);
+	*buf = NULL;
+	*cap = 0;
+}
+
+static void
+on_msg(void *arg, dt_node *n, dt_conn *c, dt_msg *m)
+{
+	kv_server *s = arg;
+
+	dispatch(arg, n, c, m);
+	scratch_trim((uint8_t **)&s->gath, &s->gath_cap);
+	scratch_trim(&s->half, &s->half_cap);
+	scratch_trim(&s->dec, &s->dec_cap);
 }
 
 /*
@@ -2552,7 +2694,7 @@ server_start(dt_node *n)
 		free(s);
 		return DT_ENOMEM;
 	}
-	if ((err = checkpoint_config(s))) {
+	if ((err = limits_config(s)) || (err = checkpoint_config(s))) {
 		server_free(s);
 		return err;
 	}

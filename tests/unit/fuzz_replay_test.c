@@ -4,7 +4,8 @@
  * own handler, fuzz/fuzz_<target>_entry.h, so CTest keeps fixed bugs fixed
  * without needing clang or libFuzzer: codec (frame headers and metadata
  * readers), control (core/msg.c), kv (kv/kv_msg.c), coll (coll_msg.c), auth
- * (net/auth.c: the handshake and encrypted records). Each
+ * (net/auth.c: the handshake and encrypted records), kv_server (members'
+ * frames at a server's message handling, kv/server.c). Each
  * file is also replayed cut at every length, since a truncated frame is the
  * commonest bad input.
  *
@@ -29,6 +30,7 @@
 #include "../../fuzz/fuzz_coll_entry.h"
 #include "../../fuzz/fuzz_control_entry.h"
 #include "../../fuzz/fuzz_kv_entry.h"
+#include "../../fuzz/fuzz_kv_server_entry.h"
 
 typedef struct target {
 	const char *name;
@@ -126,7 +128,7 @@ main(void)
 	static const target targets[] = {
 	    {"codec", dt_fuzz_codec_one}, {"control", dt_fuzz_control_one},
 	    {"kv", dt_fuzz_kv_one},       {"coll", dt_fuzz_coll_one},
-	    {"auth", dt_fuzz_auth_one},
+	    {"auth", dt_fuzz_auth_one},   {"kv_server", dt_fuzz_kv_server_one},
 	};
 	const struct CMUnitTest tests[] = {
 	    cmocka_unit_test_prestate(test_replay_corpus, (void *)&targets[0]),
@@ -134,6 +136,7 @@ main(void)
 	    cmocka_unit_test_prestate(test_replay_corpus, (void *)&targets[2]),
 	    cmocka_unit_test_prestate(test_replay_corpus, (void *)&targets[3]),
 	    cmocka_unit_test_prestate(test_replay_corpus, (void *)&targets[4]),
+	    cmocka_unit_test_prestate(test_replay_corpus, (void *)&targets[5]),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

@@ -1,0 +1,280 @@
+/*
+ * kv_server_test.c - what a member of the job may ask of a parameter
+ * server, played against the server's real message handling
+ * (fuzz/kv_server_harness.h: src/kv/server.c with the node played in
+ * memory): an init whose value is empty or cut is refused and makes no
+ * key; a row table past DTRAIN_MAX_TABLE_BYTES (the 2^36-row one, or one
+ * more table than the limit holds) is refused, so pushes of rows spread
+ * over it cannot grow the server; a pull naming a row twice is refused
+ * before any answer is made; a big answer's buffer goes back once it is
+ * sent; a switch to dist_sync once a key has a dist_async value is
+ * refused; and after each refusal the store still answers as before.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "../../fuzz/kv_server_harness.h"
+
+/* This process's resident memory, in KiB. */
+static long
+rss_kib(void)
+{
+	FILE *f = fopen("/proc/self/statm", "r"); /* (pages: size, resident) */
+	long size = 0, res = 0;
+
+	if (f == NULL)
+		return 0;
+	if (fscanf(f, "%ld %ld", &size, &res) != 2)
+		res = 0;
+	fclose(f);
+	return res * (sysconf(_SC_PAGESIZE) / 1024);
+}
+
+static void
+send_frame(int w, int cmd, dt_key key, uint64_t arg0, uint64_t arg1,
+           uint32_t arg2, const void *meta, uint32_t meta_len,
+           const void *payload, uint64_t payload_len)
+{
+	dt_msg_hdr h = {.version = DT_WIRE_VERSION,
+	                .cmd = (uint8_t)cmd,
+	                .seq = h_ans.count + 1,
+	                .key = key,
+	                .arg0 = arg0,
+	                .arg1 = arg1,
+	                .arg2 = arg2,
+	                .meta_len = meta_len,
+	                .payload_len = payload_len};
+
+	h_frame(w, &h, meta, payload);
+}
+
+/* The last answer was an error of code with text in its message. */
+static void
+refused(dt_err code, const char *text)
+{
+	assert_true(h_ans.last.flags & DT_F_ERROR);
+	assert_int_equal(h_ans.code, code);
+	if (strstr(h_ans.msg, text) == NULL)
+		fail_msg("answer \"%s\" does not say \"%s\"", h_ans.msg, text);
+}
+
+static void
+answered(uint64_t bytes)
+{
+	if (h_ans.last.flags & DT_F_ERROR)
+		fail_msg("refused: %s", h_ans.msg);
+	assert_int_equal(h_ans.bytes, bytes);
+}
+
+static void
+row_init(dt_key key, uint64_t rows, uint64_t width)
+{
+	uint8_t meta[16];
+
+	dt__put_u64(meta, 0);
+	dt__put_u64(meta + 8, rows);
+	send_frame(0, DT_CMD_KV_ROW_INIT, key, rows, width, 0, meta, 16, NULL,
+	           0);
+}
+
+/* ids (count u64) then, for a push, count * width floats of 1. */
+static uint8_t *
+rows_body(const uint64_t *ids, size_t count, size_t width, int push,
+          size_t *len)
+{
+	size_t n = count * 8 + (push ? count * width * 4 : 0);
+	uint8_t *b = malloc(n + 1);
+	float one = 1.0f;
+
+	assert_non_null(b);
+	for (size_t i = 0; i < count; i++)
+		dt__put_u64(b + 8 * i, ids[i]);
+	for (size_t i = 0; push && i < count * width; i++)
+		memcpy(b + count * 8 + 4 * i, &one, 4);
+	*len = n;
+	return b;
+}
+
+static void
+rows_req(int w, int cmd, dt_key key, const uint64_t *ids, size_t count,
+         size_t width)
+{
+	size_t len;
+	uint8_t *b =
+	    rows_body(ids, count, width, cmd != DT_CMD_KV_ROW_PULL, &len);
+
+	send_frame(w, cmd, key, count, width, 0, NULL, 0, b, len);
+	free(b);
+}
+
+/* A KV_INIT carrying the value bit with an empty or cut value is refused
+ * and makes no key; a whole one then makes it. */
+static void
+test_init_value(void **state)
+{
+	float v[4] = {1, 2, 3, 4};
+	kv_server *s;
+	entry *e;
+
+	(void)state;
+	assert_non_null(s = h_start());
+	send_frame(0, DT_CMD_KV_INIT, 5, 1000, 0, DT_KV_INIT_HAS_VALUE, NULL, 0,
+	           NULL, 0);
+	refused(DT_ESIZE, "init of key 5: a value of 0 bytes");
+	e = find(s, 5);
+	assert_true(e == NULL || !e->initialised);
+	send_frame(0, DT_CMD_KV_INIT, 5, 4, 0, DT_KV_INIT_HAS_VALUE, NULL, 0, v,
+	           6); /* (a float and a half) */
+	refused(DT_ESIZE, "whole floats");
+	send_frame(0, DT_CMD_KV_INIT, 5, 4, 2, DT_KV_INIT_HAS_VALUE, NULL, 0, v,
+	           16); /* (4 floats from offset 2 of 4) */
+	refused(DT_ESIZE, "inside the array");
+	e = find(s, 5);
+	assert_true(e == NULL || !e->initialised);
+	/* worker 1 waits for the value; worker 0's whole value comes */
+	send_frame(1, DT_CMD_KV_INIT, 5, 4, 0, 0, NULL, 0, NULL, 0);
+	send_frame(0, DT_CMD_KV_INIT, 5, 4, 0, DT_KV_INIT_HAS_VALUE, NULL, 0, v,
+	           16);
+	answered(0);
+	assert_non_null(e = find(s, 5));
+	assert_true(e->initialised && e->len == 4 && e->val[3] == 4.0f);
+	send_frame(1, DT_CMD_KV_PULL, 5, 4, 0, 0, NULL, 0, NULL, 0);
+	answered(16);
+	h_stop();
+}
+
+/* Tables past DTRAIN_MAX_TABLE_BYTES are refused: the 2^36-row table of
+ * width 1, with the default limit (half the memory) and a set one, and a
+ * second table the limit has no room left for; pushes of rows spread over
+ * the refused table then find no table and cost nothing. */
+static void
+test_table_limit(void **state)
+{
+	uint64_t ids[12288];
+	long before;
+
+	(void)state;
+	unsetenv("DTRAIN_MAX_TABLE_BYTES");
+	assert_non_null(h_start());
+	row_init(7, (uint64_t)1 << 36, 1);
+	refused(DT_ESIZE, "more than DTRAIN_MAX_TABLE_BYTES");
+	h_stop();
+
+	setenv("DTRAIN_MAX_TABLE_BYTES", "67108864", 1); /* 64 MiB */
+	assert_non_null(h_start());
+	row_init(7, (uint64_t)1 << 36, 1);
+	refused(DT_ESIZE, "row_sparse init of key 7: 68719476736 rows of "
+	                  "width 1 take");
+	/* Rows 2^22 apart, as the review's 98 KB push: 2 pages each. */
+	for (size_t i = 0; i < 12288; i++)
+		ids[i] = (uint64_t)i << 22;
+	before = rss_kib();
+	rows_req(0, DT_CMD_KV_ROW_PUSH, 7, ids, 12288, 1);
+	refused(DT_ENOKEY, "unknown key");
+	rows_req(1, DT_CMD_KV_ROW_PUSH, 7, ids, 12288, 1);
+	refused(DT_ENOKEY, "unknown key");
+	print_message("RSS after the spread pushes: %+ld KiB\n",
+	              rss_kib() - before);
+	assert_true(rss_kib() - before < 16384);
+	/* 1.25 Mi rows of width 1 in dist_sync: 20 bytes a row (a value, a
+	 * round slot, a round's row and sum), 25 MiB: two such tables fit in
+	 * 64 MiB, a third does not. */
+	row_init(8, (uint64_t)5 << 18, 1);
+	answered(0);
+	row_init(9, (uint64_t)5 << 18, 1);
+	answered(0);
+	row_init(10, (uint64_t)5 << 18, 1);
+	refused(DT_ESIZE, "the tables here already");
+	/* Every row of a table within the limit: no more than it maps. */
+	for (size_t i = 0; i < 12288; i++)
+		ids[i] = (uint64_t)i << 6;
+	before = rss_kib();
+	rows_req(0, DT_CMD_KV_ROW_PUSH, 8, ids, 12288, 1);
+	rows_req(1, DT_CMD_KV_ROW_PUSH, 8, ids, 12288, 1);
+	answered(0);
+	assert_true(rss_kib() - before < 64 * 1024 + 8192);
+	h_stop();
+	unsetenv("DTRAIN_MAX_TABLE_BYTES");
+}
+
+/* A pull naming a row twice is refused before an answer is made (256
+ * times a row of 2^21 floats asked 2 GiB); a pull of every row is
+ * answered, and its 128 MiB buffer goes back once sent. */
+static void
+test_pull_limits(void **state)
+{
+	uint64_t ids[256];
+	kv_server *s;
+	long before;
+
+	(void)state;
+	setenv("DTRAIN_MAX_TABLE_BYTES", "1073741824", 1); /* 1 GiB */
+	assert_non_null(s = h_start());
+	send_frame(0, DT_CMD_KV_CONFIG, 0, 0, 0, 0, NULL, 0, NULL, 0);
+	answered(0); /* (dist_async) */
+	row_init(11, 16, (uint64_t)1 << 21);
+	answered(0);
+	for (size_t i = 0; i < 256; i++)
+		ids[i] = 3;
+	before = rss_kib();
+	rows_req(1, DT_CMD_KV_ROW_PULL, 11, ids, 256, (size_t)1 << 21);
+	refused(DT_EINVAL, "row_sparse_pull of key 11: row 3 is listed twice");
+	print_message("RSS after the pull of one row 256 times: %+ld KiB\n",
+	              rss_kib() - before);
+	assert_true(rss_kib() - before < 16384);
+	for (size_t i = 0; i < 16; i++)
+		ids[i] = 15 - i;
+	rows_req(1, DT_CMD_KV_ROW_PULL, 11, ids, 16, (size_t)1 << 21);
+	answered((uint64_t)16 << 23);
+	assert_true(s->gath_cap <= ((size_t)64 << 20)); /* (SCRATCH_KEEP) */
+	/* and the table still takes pushes and answers pulls */
+	rows_req(0, DT_CMD_KV_ROW_PUSHPULL, 11, ids + 15, 1, (size_t)1 << 21);
+	answered((uint64_t)1 << 23);
+	h_stop();
+	unsetenv("DTRAIN_MAX_TABLE_BYTES");
+}
+
+/* A switch to dist_sync after a key got its value in dist_async is
+ * refused (its rounds would add into a merge buffer it never got); the
+ * key keeps working in dist_async. */
+static void
+test_config_mode(void **state)
+{
+	float v[4] = {1, 2, 3, 4};
+
+	(void)state;
+	assert_non_null(h_start());
+	send_frame(0, DT_CMD_KV_CONFIG, 0, 0, 0, 0, NULL, 0, NULL, 0);
+	answered(0);
+	send_frame(0, DT_CMD_KV_INIT, 1, 4, 0, DT_KV_INIT_HAS_VALUE, NULL, 0, v,
+	           16);
+	answered(0);
+	send_frame(1, DT_CMD_KV_CONFIG, 0, 1, 0, 0, NULL, 0, NULL, 0);
+	refused(DT_ESTATE, "keys, batched keys or row_sparse tables exist in "
+	                   "dist_async mode");
+	send_frame(0, DT_CMD_KV_PUSH, 1, 4, 0, 0, NULL, 0, v, 16);
+	answered(0);
+	send_frame(1, DT_CMD_KV_PUSHPULL, 1, 4, 0, 0, NULL, 0, v, 16);
+	answered(16);
+	h_stop();
+}
+
+int
+main(void)
+{
+	const struct CMUnitTest tests[] = {
+	    cmocka_unit_test(test_init_value),
+	    cmocka_unit_test(test_table_limit),
+	    cmocka_unit_test(test_pull_limits),
+	    cmocka_unit_test(test_config_mode),
+	};
+
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
