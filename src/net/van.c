@@ -88,9 +88,10 @@ struct dt_conn {
 	atomic_int want_out;    /* epoll reports c writable too */
 	int ring; /* a shared-memory link: bytes come without waking fd */
 	dt_conn *next;
-	/* (handshake thread) the pending list, oldest first, while the
-	 * handshake thread owns the connection. */
+	/* (handshake thread) its place in a pending list (hs_q), oldest
+	 * first, while the handshake thread owns the connection. */
 	dt_conn *hs_prev, *hs_next;
+	int hs_list;
 
 	/* Authentication: until it is done, the connection's bytes go to a
 	 * fixed buffer, never to a frame, a hook or the log. */
@@ -166,8 +167,12 @@ struct dt_van {
 	pthread_t hs_thread;
 	int hs_started;
 	int hs_epfd, hs_evfd;
-	dt_conn *hs_head, *hs_tail, *hs_dead;
+	struct hs_queue {
+		dt_conn *head, *tail;
+	} hs_q[2]; /* HS_SILENT, HS_TALKING */
+	dt_conn *hs_dead;
 	int hs_count;
+	uint64_t hs_scanned_ns;
 	atomic_uint_fast64_t hs_paused_until;
 	uint64_t hs_logged_ns, hs_evict_logged_ns, hs_pause_logged_ns;
 	/* Set by dt__van_stop_dials: dialling gives up at once. */
@@ -478,8 +483,9 @@ dt__van_destroy(dt_van *v)
 		}
 		pthread_join(v->hs_thread, NULL);
 	}
-	while (v->hs_head)
-		hs_drop(v, v->hs_head, NULL);
+	for (int q = 0; q < 2; q++)
+		while (v->hs_q[q].head)
+			hs_drop(v, v->hs_q[q].head, NULL);
 	hs_free_dead(v);
 	if (v->started) {
 		wake_io(v);
@@ -982,25 +988,55 @@ handshake_read(dt_van *v, dt_conn *c, dt_err *err)
  * priority (nice 10 above the process's own).
  *
  * At most DT_MAX_PENDING_CONNS connections wait for their handshake: when
- * one more comes, the oldest goes (not the newcomer), so a stranger who
- * holds many silent connections open cannot keep a real node out: a real
- * node answers at once and is done long before it would be the oldest. A
- * connection that has not finished within DT_HANDSHAKE_TIMEOUT goes too.
+ * one more comes, the oldest that has sent nothing goes, else the oldest
+ * (never the newcomer), so a stranger who holds many silent connections
+ * open cannot keep a real node out: a real node sends its HELLO at once,
+ * which takes it out of the silent ones' way, and it is done long before
+ * it would be the oldest. A connection that has not finished within
+ * DT_HANDSHAKE_TIMEOUT goes too.
  */
 
-/* Unlink c from the pending list. */
+/* The pending lists: connections that have sent nothing yet, and those
+ * that have (a real node sends its HELLO at once). One more than the cap
+ * pushes out the oldest silent one, else the oldest of the others. */
+enum { HS_SILENT, HS_TALKING };
+
 static void
-hs_unlink(dt_van *v, dt_conn *c)
+hs_append(dt_van *v, dt_conn *c, int list)
 {
+	struct hs_queue *q = &v->hs_q[list];
+
+	c->hs_list = list;
+	c->hs_next = NULL;
+	c->hs_prev = q->tail;
+	if (q->tail)
+		q->tail->hs_next = c;
+	else
+		q->head = c;
+	q->tail = c;
+}
+
+static void
+hs_remove(dt_van *v, dt_conn *c)
+{
+	struct hs_queue *q = &v->hs_q[c->hs_list];
+
 	if (c->hs_prev)
 		c->hs_prev->hs_next = c->hs_next;
 	else
-		v->hs_head = c->hs_next;
+		q->head = c->hs_next;
 	if (c->hs_next)
 		c->hs_next->hs_prev = c->hs_prev;
 	else
-		v->hs_tail = c->hs_prev;
+		q->tail = c->hs_prev;
 	c->hs_prev = c->hs_next = NULL;
+}
+
+/* Take c off the handshake thread's lists and epoll. */
+static void
+hs_unlink(dt_van *v, dt_conn *c)
+{
+	hs_remove(v, c);
 	v->hs_count--;
 	epoll_ctl(v->hs_epfd, EPOLL_CTL_DEL, c->link.fd, NULL);
 }
@@ -1043,21 +1079,20 @@ hs_take(dt_van *v, const dt_link *link, const char *addr)
 	}
 	if (v->vouch_ns && v->hs_count >= v->max_unvouched) {
 		/* The oldest gives way to the newcomer (see above). */
+		dt_conn *old = v->hs_q[HS_SILENT].head
+		                   ? v->hs_q[HS_SILENT].head
+		                   : v->hs_q[HS_TALKING].head;
+
 		if (once_a_second(&v->hs_evict_logged_ns, dt__now_ns()))
 			dt__log(0,
 			        "%d connections wait for their handshake: "
 			        "closing the oldest ones, from %s (and maybe "
 			        "others since)",
-			        v->hs_count, v->hs_head->addr);
-		hs_drop(v, v->hs_head, NULL);
+			        v->hs_count, old->addr);
+		hs_drop(v, old, NULL);
 	}
 	c->auth = AUTH_HELLO;
-	c->hs_prev = v->hs_tail;
-	if (v->hs_tail)
-		v->hs_tail->hs_next = c;
-	else
-		v->hs_head = c;
-	v->hs_tail = c;
+	hs_append(v, c, HS_SILENT);
 	v->hs_count++;
 	struct epoll_event ev = {.events = EPOLLIN | EPOLLRDHUP, .data.ptr = c};
 	if (epoll_ctl(v->hs_epfd, EPOLL_CTL_ADD, c->link.fd, &ev) < 0)
@@ -1070,6 +1105,10 @@ hs_readable(dt_van *v, dt_conn *c)
 {
 	dt_err err;
 
+	if (c->hs_list == HS_SILENT) { /* it speaks (or hangs up) */
+		hs_remove(v, c);
+		hs_append(v, c, HS_TALKING);
+	}
 	for (;;) {
 		switch (handshake_read(v, c, &err)) {
 		case HS_MORE:
@@ -1094,24 +1133,36 @@ hs_limit_ns(const dt_van *v)
 	return v->vouch_ns ? v->vouch_ns : v->handshake_ns;
 }
 
-/* Close the pending connections whose time is up (the oldest are first);
- * returns the milliseconds until the next one's is, -1 if none waits. */
+/* Close the pending connections whose time is up; returns the
+ * milliseconds until the next look, -1 if none waits. The silent list is
+ * in the order of age; the other, in the order the connections spoke, is
+ * looked through every 100 ms. */
 static int
 hs_expire(dt_van *v)
 {
 	uint64_t now = dt__now_ns(), limit = hs_limit_ns(v);
+	char why[96];
+	dt_conn *c, *next;
+	int tmo = -1;
 
-	while (v->hs_head && now - v->hs_head->born_ns >= limit) {
-		char why[96];
-
-		snprintf(why, sizeof(why),
-		         "no handshake within %.1f s (DT_HANDSHAKE_TIMEOUT)",
-		         (double)limit / 1e9);
-		hs_drop(v, v->hs_head, why);
+	snprintf(why, sizeof(why),
+	         "no handshake within %.1f s (DT_HANDSHAKE_TIMEOUT)",
+	         (double)limit / 1e9);
+	while ((c = v->hs_q[HS_SILENT].head) && now - c->born_ns >= limit)
+		hs_drop(v, c, why);
+	if ((c = v->hs_q[HS_SILENT].head))
+		tmo = (int)((c->born_ns + limit - now) / 1000000) + 1;
+	if (v->hs_q[HS_TALKING].head == NULL)
+		return tmo;
+	if (now - v->hs_scanned_ns >= 100000000ull) {
+		v->hs_scanned_ns = now;
+		for (c = v->hs_q[HS_TALKING].head; c; c = next) {
+			next = c->hs_next;
+			if (now - c->born_ns >= limit)
+				hs_drop(v, c, why);
+		}
 	}
-	if (v->hs_head == NULL)
-		return -1;
-	return (int)((v->hs_head->born_ns + limit - now) / 1000000) + 1;
+	return tmo < 0 || tmo > 100 ? 100 : tmo;
 }
 
 static void
@@ -1710,13 +1761,17 @@ dt__van_start(dt_van *v)
 	return DT_OK;
 }
 
-/* Read exactly len bytes of a handshake from a new link by deadline. */
+/* Read exactly len bytes of a handshake from a new link by deadline (or
+ * until dt__van_stop_dials). */
 static dt_err
-recv_small(dt_link *l, uint8_t *buf, size_t len, uint64_t deadline)
+recv_small(dt_van *v, dt_link *l, uint8_t *buf, size_t len, uint64_t deadline)
 {
 	size_t got = 0;
 
 	while (got < len) {
+		if (atomic_load(&v->dial_stop))
+			return dt__fail(DT_ESHUTDOWN, "this node is shutting "
+			                              "down");
 		ssize_t n = l->ops->recv(l, buf + got, len - got);
 		uint64_t now;
 
@@ -1762,7 +1817,7 @@ handshake_connect(dt_van *v, dt_link *l, uint64_t until, dt_crypt **tx,
 
 	dt__auth_hello(v->auth, &hs, hello);
 	if ((err = send_small(l, hello, sizeof(hello), deadline)) ||
-	    (err = recv_small(l, chal, sizeof(chal), deadline)) ||
+	    (err = recv_small(v, l, chal, sizeof(chal), deadline)) ||
 	    (err = dt__auth_on_challenge(v->auth, &hs, chal, proof, tx, rx)))
 		return err;
 	if ((err = send_small(l, proof, sizeof(proof), deadline))) {
@@ -1887,6 +1942,10 @@ dt__van_connect(dt_van *v, const char *host, int port, const char *local,
 			break;
 		snprintf(why, sizeof(why), "%s", dt_errmsg());
 		link.ops->close(&link);
+		if (err == DT_ESHUTDOWN) {
+			dial_stopped(v, what, host, port);
+			return err;
+		}
 		if (err == DT_EAUTH) /* the answer did not prove the key */
 			return dt__fail(err,
 			                "authentication failed: %s at %s:%d: "
