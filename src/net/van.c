@@ -1904,6 +1904,11 @@ dial_link(dt_van *v, const char *host, int port, const char *local,
 		uint64_t slice = DT_MIN(deadline, dt__now_ns() + DIAL_SLICE_NS);
 
 		err = v->tp->connect(host, port, slice, what, link);
+		/* (a name that does not resolve yet is tried again until the
+		 * deadline too: the transport says so at the slice's end) */
+		if (err == DT_ECONFIG && slice < deadline &&
+		    dt__now_ns() >= slice)
+			continue;
 		if (err == DT_OK ||
 		    (err != DT_ECONNREFUSED && err != DT_ETIMEDOUT))
 			return err;
