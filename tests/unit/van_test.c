@@ -1887,6 +1887,43 @@ test_guard(void **state)
 	sink_fini(&s);
 }
 
+/* Past the cap the oldest connection that has sent nothing gives way,
+ * before an older one that is in the middle of its handshake (a real node
+ * sends its HELLO at once). */
+static void
+test_evict_silent_first(void **state)
+{
+	uint8_t hello[DT_AUTH_HELLO_LEN] = "DTH1";
+	uint8_t chal[DT_AUTH_CHALLENGE_LEN];
+	int port = 0, talking, silent, extra;
+	sink s;
+	dt_van *v;
+
+	(void)state;
+	sink_init(&s);
+	v = make_van(&s, 0);
+	dt__van_guard(v, 5000000000ull, 2); /* 5 s, 2 at once */
+	assert_int_equal(dt__van_listen(v, "127.0.0.1", 0, -1, &port), DT_OK);
+	assert_int_equal(dt__van_start(v), DT_OK);
+	/* One that has said HELLO (its challenge came back: the van has
+	 * read it), then a silent one, then one more than the cap: the
+	 * kernel hands them over in that order. */
+	talking = raw_connect_noauth(port);
+	raw_send(talking, hello, sizeof(hello));
+	assert_true(raw_recv(talking, chal, sizeof(chal)));
+	silent = raw_connect_noauth(port);
+	extra = raw_connect_noauth(port);
+	assert_true(hung_up_within(silent, 4000));
+	assert_false(hung_up_within(talking, 300));
+	assert_false(hung_up_within(extra, 0));
+	close(talking);
+	close(silent);
+	close(extra);
+	dt__van_destroy(v);
+	assert_int_equal(sink_read(&s, &s.nclose), 0);
+	sink_fini(&s);
+}
+
 /* The transport is chosen by name; an unknown one is refused by name. */
 static void
 test_transport_choice(void **state)
@@ -2274,6 +2311,7 @@ main(void)
 #undef S
 	    cmocka_unit_test(test_accept_out_of_fds),
 	    cmocka_unit_test(test_guard),
+	    cmocka_unit_test(test_evict_silent_first),
 	    cmocka_unit_test(test_sock_helpers),
 	};
 #undef T
