@@ -18,7 +18,7 @@ command -v python3 >/dev/null || fail "python3 is needed to play the stranger"
 export DTRAIN_JOB_ID=door-flood-$$ DTRAIN_TRANSPORT=${DTRAIN_TRANSPORT:-tcp} PS_VERBOSE=1
 unset DT_MAX_PENDING_CONNS DT_HANDSHAKE_TIMEOUT
 RATE=${RATE:-1000}
-LIN=("$DTRAIN_BUILD/examples/linreg" --kvstore dist_sync --batch-size 100 --epochs 40)
+LIN=("$DTRAIN_BUILD/examples/linreg" --kvstore dist_sync --batch-size 100 --epochs 30)
 
 # seconds LOG: the training time worker 0 reports (its epochs' time costs)
 seconds() {
