@@ -58,7 +58,7 @@ assert_grep "$T_DIR/job.log" "is back: pid" "the scheduler"
 got=$(result "$T_DIR/job.log")
 [ "$got" = "$want" ] || fail "result '$got' after the kill, '$want' without"
 log "server 1 came back through the stranger's connections; result identical ($got)"
-log "the stranger's connections: $(grep -o 'reopened [0-9]*' "$T_DIR/hold.log" | tail -1) closed by the nodes and reopened"
+log "the nodes closed $(grep -o 'reopened [0-9]*' "$T_DIR/hold.log" | tail -1 | cut -d' ' -f2) of the stranger's connections (each was reopened)"
 kill -TERM -- "-$holder" 2>/dev/null
 wait_exit "$holder" 10 || fail "the stranger did not stop"
 assert_groups_gone
