@@ -280,6 +280,8 @@ node_free(dt_node *n)
 		dt__link_finish(n, dt__now_ns() + 10 * n->rs_timeout_ns +
 		                       2000000000ull);
 	dt__watch_stop(n);
+	if (n->van)
+		dt__van_stop_dials(n->van); /* a redial in flight ends now */
 	dt__link_stop(n);
 	dt__van_destroy(n->van); /* no I/O thread from here on */
 	if (n->role == DT_ROLE_SCHEDULER) {

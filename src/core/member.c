@@ -408,6 +408,12 @@ dt__member_start(dt_node *n)
 			    dt__node_local_of(n, e->hostid, e->local),
 			    n->cfg.connect_timeout_ms,
 			    dt__node_name(n, id, name, sizeof(name)), &c);
+			/* (stopped: the node failed meanwhile, and says why) */
+			if (err == DT_ESHUTDOWN) {
+				dt_err fatal = dt__node_check(n);
+
+				return fatal ? fatal : err;
+			}
 			if (err)
 				return err;
 			dt__conn_set_peer(c, id);

@@ -148,6 +148,20 @@ connect_once(int fd, const struct addrinfo *ai, uint64_t deadline_ns)
 	return rc;
 }
 
+/* 0 if the name's wait was logged less than 10 s ago, else 1 (and now
+ * it is). */
+static int
+time_to_say(uint64_t now)
+{
+	static _Atomic uint64_t said_ns;
+	uint64_t last = said_ns;
+
+	if (last && now - last < 10000000000ull)
+		return 0;
+	said_ns = now;
+	return 1;
+}
+
 dt_err
 dt__sock_connect(const char *host, int port, uint64_t deadline_ns,
                  const char *what, int *fd_out)
@@ -180,7 +194,9 @@ dt__sock_connect(const char *host, int port, uint64_t deadline_ns,
 			return dt__fail(DT_ECONFIG,
 			                "cannot resolve %s address '%s': %s",
 			                what, host, gai_strerror(rc));
-		if (tries == 0 && rc != EAI_AGAIN)
+		/* (said once in 10 s at most: the van dials in slices of a
+		 * second, each a call of its own) */
+		if (tries == 0 && rc != EAI_AGAIN && time_to_say(now))
 			dt__log(0,
 			        "cannot resolve %s address '%s' yet (%s): "
 			        "trying again until the connect timeout",

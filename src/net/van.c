@@ -5,7 +5,11 @@
  * polling wait. How bytes move is the transport's (transport.h; tcp.c).
  *
  * Threads: the I/O thread (started by dt__van_start, named "dt-io") owns
- * every connection's receive state and runs the owner's hooks. Senders are
+ * every connection's receive state and runs the owner's hooks. The
+ * handshake thread ("dt-hs", see "the handshake thread" below) owns the TCP
+ * listener and each accepted connection until it has authenticated, so
+ * strangers' connections and handshakes never cost the I/O thread a
+ * moment; it hands a finished connection to the I/O thread. Senders are
  * any threads; each connection's send side is serialised by its send_mu.
  * The connection list is guarded by van->mu. When a connection goes down
  * the I/O thread shuts it down, then closes its link under send_mu
@@ -25,6 +29,8 @@
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
 #include <sys/random.h>
+#include <sys/resource.h>
+#include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -82,6 +88,10 @@ struct dt_conn {
 	atomic_int want_out;    /* epoll reports c writable too */
 	int ring; /* a shared-memory link: bytes come without waking fd */
 	dt_conn *next;
+	/* (handshake thread) its place in a pending list (hs_q), oldest
+	 * first, while the handshake thread owns the connection. */
+	dt_conn *hs_prev, *hs_next;
+	int hs_list;
 
 	/* Authentication: until it is done, the connection's bytes go to a
 	 * fixed buffer, never to a frame, a hook or the log. */
@@ -148,6 +158,25 @@ struct dt_van {
 	dt_auth *auth;
 	uint64_t handshake_ns;
 	uint64_t auth_logged_ns; /* (dispatch_mu) */
+	/* The handshake thread (see "the handshake thread"): its epoll (the
+	 * TCP listener, pending connections, hs_evfd to stop it), the
+	 * pending connections oldest first and how many, the listener's
+	 * pause for want of descriptors, the connections given up in the
+	 * current round of events (freed at its end), and its once-a-second
+	 * logs. All but hs_epfd and hs_evfd are the handshake thread's. */
+	pthread_t hs_thread;
+	int hs_started;
+	int hs_epfd, hs_evfd;
+	struct hs_queue {
+		dt_conn *head, *tail;
+	} hs_q[2]; /* HS_SILENT, HS_TALKING */
+	dt_conn *hs_dead;
+	int hs_count;
+	uint64_t hs_scanned_ns;
+	atomic_uint_fast64_t hs_paused_until;
+	uint64_t hs_logged_ns, hs_evict_logged_ns, hs_pause_logged_ns;
+	/* Set by dt__van_stop_dials: dialling gives up at once. */
+	atomic_int dial_stop;
 	pthread_t thread;
 	int started;
 	pthread_mutex_t mu;
@@ -195,15 +224,17 @@ static _Thread_local dt_van *tl_dispatch;
 char dt__van_discard_tag;
 char dt__van_stream_tag;
 
+/* A connection over link; with its receive buffer when staged (one still in
+ * the handshake gets it when it is handed over: a stranger costs little). */
 static dt_conn *
-conn_new(dt_van *v, const dt_link *link)
+conn_new(dt_van *v, const dt_link *link, int staged)
 {
 	dt_conn *c = dt__calloc(1, sizeof(*c));
 
 	if (c == NULL)
 		return NULL;
-	c->stage = dt__malloc(STAGE_CAP);
-	if (c->stage == NULL) {
+	c->stage = staged ? dt__malloc(STAGE_CAP) : NULL;
+	if (staged && c->stage == NULL) {
 		free(c);
 		return NULL;
 	}
@@ -358,6 +389,9 @@ conn_down(dt_van *v, dt_conn *c, dt_err why, const char *reason)
 		v->hooks.on_close(v->hooks.arg, c, why);
 }
 
+static void hs_drop(dt_van *v, dt_conn *c, const char *reason);
+static void hs_free_dead(dt_van *v);
+
 dt_err
 dt__van_create(const dt_van_hooks *hooks, dt_van **out)
 {
@@ -402,12 +436,15 @@ dt__van_create(const dt_van_hooks *hooks, dt_van **out)
 	dt__cond_init_monotonic(&v->park_cv);
 	v->epfd = epoll_create1(EPOLL_CLOEXEC);
 	v->evfd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
-	if (v->epfd < 0 || v->evfd < 0) {
+	v->hs_epfd = epoll_create1(EPOLL_CLOEXEC);
+	v->hs_evfd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+	if (v->epfd < 0 || v->evfd < 0 || v->hs_epfd < 0 || v->hs_evfd < 0) {
 		err = dt__fail(DT_ESYS, "epoll/eventfd: %s", strerror(errno));
 		goto fail;
 	}
 	struct epoll_event ev = {.events = EPOLLIN, .data.ptr = NULL};
-	if (epoll_ctl(v->epfd, EPOLL_CTL_ADD, v->evfd, &ev) < 0) {
+	if (epoll_ctl(v->epfd, EPOLL_CTL_ADD, v->evfd, &ev) < 0 ||
+	    epoll_ctl(v->hs_epfd, EPOLL_CTL_ADD, v->hs_evfd, &ev) < 0) {
 		err = dt__fail(DT_ESYS, "epoll_ctl: %s", strerror(errno));
 		goto fail;
 	}
@@ -418,6 +455,10 @@ fail:
 		close(v->epfd);
 	if (v->evfd >= 0)
 		close(v->evfd);
+	if (v->hs_epfd >= 0)
+		close(v->hs_epfd);
+	if (v->hs_evfd >= 0)
+		close(v->hs_evfd);
 	dt__auth_free(v->auth);
 	free(v);
 	return err;
@@ -434,6 +475,18 @@ dt__van_destroy(dt_van *v)
 	pthread_mutex_lock(&v->park_mu);
 	pthread_cond_signal(&v->park_cv);
 	pthread_mutex_unlock(&v->park_mu);
+	if (v->hs_started) {
+		uint64_t one = 1;
+
+		if (write(v->hs_evfd, &one, sizeof(one)) < 0) {
+			/* the eventfd cannot be full */
+		}
+		pthread_join(v->hs_thread, NULL);
+	}
+	for (int q = 0; q < 2; q++)
+		while (v->hs_q[q].head)
+			hs_drop(v, v->hs_q[q].head, NULL);
+	hs_free_dead(v);
 	if (v->started) {
 		wake_io(v);
 		pthread_join(v->thread, NULL);
@@ -448,6 +501,8 @@ dt__van_destroy(dt_van *v)
 		v->loc.ops->close(&v->loc);
 	close(v->epfd);
 	close(v->evfd);
+	close(v->hs_epfd);
+	close(v->hs_evfd);
 	pthread_mutex_destroy(&v->mu);
 	pthread_mutex_destroy(&v->dispatch_mu);
 	pthread_mutex_destroy(&v->park_mu);
@@ -463,8 +518,9 @@ dt__van_listen(dt_van *v, const char *host, int port, int fd, int *bound_port)
 
 	if (err)
 		return err;
+	/* The handshake thread accepts (see "the handshake thread"). */
 	struct epoll_event ev = {.events = EPOLLIN, .data.ptr = &v->lis};
-	if (epoll_ctl(v->epfd, EPOLL_CTL_ADD, v->lis.fd, &ev) < 0)
+	if (epoll_ctl(v->hs_epfd, EPOLL_CTL_ADD, v->lis.fd, &ev) < 0)
 		return dt__fail(DT_ESYS, "epoll_ctl: %s", strerror(errno));
 	return DT_OK;
 }
@@ -494,38 +550,34 @@ dt__van_listen_local(dt_van *v, char *name, size_t cap)
 
 #define ACCEPT_PAUSE_NS 100000000ull /* 100 ms */
 
-/* accept failed for want of resources: stop watching the listeners for a
- * while (dispatch_mu held). */
+/* accept failed for want of resources: stop watching lis (in epoll epfd)
+ * until *until, and say so once a second at most (*logged belongs to the
+ * calling thread). Its readiness would otherwise spin the thread. */
 static void
-accept_pause(dt_van *v, int err)
+accept_pause(int epfd, dt_link *lis, atomic_uint_fast64_t *until,
+             uint64_t *logged, int err)
 {
 	uint64_t now = dt__now_ns();
 
-	epoll_ctl(v->epfd, EPOLL_CTL_DEL, v->lis.fd, NULL);
-	if (v->loc.fd >= 0)
-		epoll_ctl(v->epfd, EPOLL_CTL_DEL, v->loc.fd, NULL);
-	atomic_store(&v->accept_paused_until, now + ACCEPT_PAUSE_NS);
-	if (once_a_second(&v->accept_logged_ns, now))
+	epoll_ctl(epfd, EPOLL_CTL_DEL, lis->fd, NULL);
+	atomic_store(until, now + ACCEPT_PAUSE_NS);
+	if (once_a_second(logged, now))
 		dt__log(0, "accept: %s; not accepting for %llu ms",
 		        strerror(err),
 		        (unsigned long long)(ACCEPT_PAUSE_NS / 1000000));
 }
 
-/* Watch the listener again once its pause is over (dispatch_mu held). */
+/* Watch lis again once its pause is over (the pausing thread). */
 static void
-accept_resume(dt_van *v)
+accept_resume(int epfd, dt_link *lis, atomic_uint_fast64_t *until)
 {
-	uint64_t until = atomic_load(&v->accept_paused_until);
+	uint64_t at = atomic_load(until);
 
-	if (until == 0 || dt__now_ns() < until)
+	if (at == 0 || dt__now_ns() < at)
 		return;
-	atomic_store(&v->accept_paused_until, 0);
-	struct epoll_event ev = {.events = EPOLLIN, .data.ptr = &v->lis};
-	epoll_ctl(v->epfd, EPOLL_CTL_ADD, v->lis.fd, &ev);
-	if (v->loc.fd >= 0) {
-		ev.data.ptr = &v->loc;
-		epoll_ctl(v->epfd, EPOLL_CTL_ADD, v->loc.fd, &ev);
-	}
+	atomic_store(until, 0);
+	struct epoll_event ev = {.events = EPOLLIN, .data.ptr = lis};
+	epoll_ctl(epfd, EPOLL_CTL_ADD, lis->fd, &ev);
 }
 
 /* Close the connections that were not introduced in time (dispatch_mu
@@ -551,10 +603,54 @@ sweep_unvouched(dt_van *v)
 	pthread_mutex_unlock(&v->mu);
 }
 
+/*
+ * Give c, accepted and (with authentication on) authenticated, to the I/O
+ * thread, where the owner's hooks see it; under the guard it counts as not
+ * introduced until the owner vouches for it. Those are members (they hold
+ * the secret) or, without authentication, anyone: over the cap they are
+ * refused, the newcomer first. The caller no longer holds c.
+ */
+static void
+hand_over(dt_van *v, dt_conn *c)
+{
+	if (c->stage == NULL && (c->stage = dt__malloc(STAGE_CAP)) == NULL) {
+		dt__log(0, "refusing %s: out of memory", c->addr);
+		conn_free(c);
+		return;
+	}
+	if (v->vouch_ns) {
+		if (atomic_load(&v->unvouched) >= v->max_unvouched) {
+			if (once_a_second(&v->hs_logged_ns, dt__now_ns()))
+				dt__log(0,
+				        "refusing connections (from %s and "
+				        "maybe others): %d are not introduced "
+				        "yet",
+				        c->addr, v->max_unvouched);
+			conn_free(c);
+			return;
+		}
+		atomic_store(&c->vouched, 0);
+		atomic_fetch_add(&v->unvouched, 1);
+	}
+	atomic_store(&c->heard_ns, dt__now_ns());
+	if (conn_add(v, c) != DT_OK)
+		dt__log(0, "cannot watch %s: %s", c->addr, dt_errmsg());
+}
+
+static void hs_take(dt_van *v, const dt_link *link, const char *addr);
+
+/* Take every waiting connection of lis: the TCP listener's go to the
+ * handshake thread's pending list (the caller is that thread), the
+ * same-host listener's to the I/O thread (the caller, dispatch_mu held). */
 static void
 accept_all(dt_van *v, dt_link *lis)
 {
-	for (;;) {
+	int hs = lis == &v->lis;
+
+	/* (the handshake thread takes 64 at a time, then reads what came on
+	 * those it holds: a flood's backlog does not push a node's
+	 * connection out before its first bytes are read) */
+	for (int taken = 0; !hs || taken < 64; taken++) {
 		char addr[64];
 		dt_link link;
 		dt_conn *c;
@@ -562,13 +658,24 @@ accept_all(dt_van *v, dt_link *lis)
 
 		if (rc < 0 && (errno == EMFILE || errno == ENFILE ||
 		               errno == ENOBUFS || errno == ENOMEM)) {
-			accept_pause(v, errno);
+			if (hs)
+				accept_pause(v->hs_epfd, lis,
+				             &v->hs_paused_until,
+				             &v->hs_pause_logged_ns, errno);
+			else
+				accept_pause(v->epfd, lis,
+				             &v->accept_paused_until,
+				             &v->accept_logged_ns, errno);
 			return;
 		}
 		if (rc < 0)
 			dt__log(0, "accept: %s", strerror(errno));
 		if (rc <= 0)
 			return;
+		if (hs) {
+			hs_take(v, &link, addr);
+			continue;
+		}
 		if (v->vouch_ns &&
 		    atomic_load(&v->unvouched) >= v->max_unvouched) {
 			/* Too many strangers at once: the newest waits for
@@ -582,7 +689,7 @@ accept_all(dt_van *v, dt_link *lis)
 			link.ops->close(&link);
 			continue;
 		}
-		c = conn_new(v, &link);
+		c = conn_new(v, &link, 1);
 		if (c == NULL) {
 			dt__log(0, "refusing a connection: out of memory");
 			link.ops->close(&link);
@@ -801,69 +908,321 @@ send_small(dt_link *l, const uint8_t *buf, size_t len, uint64_t deadline)
 	return DT_OK;
 }
 
+/* What handshake_read found. */
+enum { HS_MORE, HS_WAIT, HS_DONE, HS_FAIL };
+
 /*
  * An accepted connection before it has authenticated: read the HELLO, then
  * the PROOF, each into the fixed buffer and no further (what follows them
- * stays in the kernel until then). Returns 1 to go on reading, 0 to stop
- * (nothing more now, or the connection is down).
+ * stays in the kernel until then). Returns HS_MORE to go on reading,
+ * HS_WAIT when nothing more is there now, HS_DONE once the peer has proved
+ * it holds the key, HS_FAIL with *err (and the reason in dt_errmsg) when
+ * the connection is to go. The thread that owns c's receive side calls it.
  */
 static int
-handshake_read(dt_van *v, dt_conn *c)
+handshake_read(dt_van *v, dt_conn *c, dt_err *err)
 {
 	size_t need =
 	    c->auth == AUTH_HELLO ? DT_AUTH_HELLO_LEN : DT_AUTH_PROOF_LEN;
 	ssize_t n =
 	    c->link.ops->recv(&c->link, c->hsbuf + c->hs_got, need - c->hs_got);
 	dt_crypt *tx, *rx;
-	dt_err err;
 
 	if (n == 0) {
-		conn_down(v, c, DT_EAUTH,
-		          "closed during the handshake (the peer may not "
-		          "hold this job's secret)");
-		return 0;
+		*err = dt__fail(DT_EAUTH,
+		                "closed during the handshake (the peer may not "
+		                "hold this job's secret)");
+		return HS_FAIL;
 	}
 	if (n < 0) {
 		if (errno == EINTR)
-			return 1;
-		if (errno != EAGAIN && errno != EWOULDBLOCK)
-			conn_down(v, c, DT_ECLOSED, strerror(errno));
-		return 0;
+			return HS_MORE;
+		if (errno == EAGAIN || errno == EWOULDBLOCK)
+			return HS_WAIT;
+		*err = dt__fail(DT_ECLOSED, "%s", strerror(errno));
+		return HS_FAIL;
 	}
 	c->hs_got += (size_t)n;
 	if (c->hs_got < need)
-		return 1;
+		return HS_MORE;
 	c->hs_got = 0;
 	if (c->auth == AUTH_HELLO) {
 		uint8_t out[DT_AUTH_CHALLENGE_LEN];
 
-		err = dt__auth_on_hello(v->auth, &c->hs, c->hsbuf, out);
-		if (err == DT_OK) {
+		*err = dt__auth_on_hello(v->auth, &c->hs, c->hsbuf, out);
+		if (*err == DT_OK) {
 			pthread_mutex_lock(&c->send_mu);
-			err = c->link.fd < 0
-			          ? DT_ECLOSED
-			          : send_small(&c->link, out, sizeof(out),
-			                       dt__now_ns() + 1000000000ull);
+			*err = c->link.fd < 0
+			           ? dt__fail(DT_ECLOSED, "closed")
+			           : send_small(&c->link, out, sizeof(out),
+			                        dt__now_ns() + 1000000000ull);
 			pthread_mutex_unlock(&c->send_mu);
 		}
-		if (err) {
-			conn_down(v, c, err, dt_errmsg());
-			return 0;
-		}
+		if (*err)
+			return HS_FAIL;
 		c->auth = AUTH_PROOF;
-		return 1;
+		return HS_MORE;
 	}
-	if ((err = dt__auth_on_proof(v->auth, &c->hs, c->hsbuf, &tx, &rx))) {
-		conn_down(v, c, err, dt_errmsg());
-		return 0;
-	}
+	if ((*err = dt__auth_on_proof(v->auth, &c->hs, c->hsbuf, &tx, &rx)))
+		return HS_FAIL;
 	pthread_mutex_lock(&c->send_mu);
 	c->tx = tx;
 	pthread_mutex_unlock(&c->send_mu);
 	c->rx = rx;
 	c->auth = AUTH_DONE;
 	DT_LOG(2, "%s authenticated%s", c->addr, rx ? " (encrypted)" : "");
-	return 1;
+	return HS_DONE;
+}
+
+/*
+ * ---- the handshake thread ----
+ *
+ * Anyone who can reach the TCP port can open connections and start
+ * handshakes, as fast as they like and without the secret. All of that is
+ * this thread's: it accepts, keeps each connection that has not finished
+ * its handshake on a list, oldest first, reads its HELLO and PROOF and does
+ * the key work, and hands a connection that passed to the I/O thread
+ * (hand_over). The I/O thread thus only ever sees members, and a flood of
+ * handshakes costs the job the processor time of this thread, not the
+ * latency of its messages. The thread sleeps in epoll_wait at a low
+ * priority (nice 10 above the process's own).
+ *
+ * At most DT_MAX_PENDING_CONNS connections wait for their handshake: when
+ * one more comes, the oldest that has sent nothing goes, else the oldest
+ * (never the newcomer), so a stranger who holds many silent connections
+ * open cannot keep a real node out: a real node sends its HELLO at once,
+ * which takes it out of the silent ones' way, and it is done long before
+ * it would be the oldest. A connection that has not finished within
+ * DT_HANDSHAKE_TIMEOUT goes too.
+ */
+
+/* The pending lists: connections that have sent nothing yet, and those
+ * that have (a real node sends its HELLO at once). One more than the cap
+ * pushes out the oldest silent one, else the oldest of the others. */
+enum { HS_SILENT, HS_TALKING };
+
+static void
+hs_append(dt_van *v, dt_conn *c, int list)
+{
+	struct hs_queue *q = &v->hs_q[list];
+
+	c->hs_list = list;
+	c->hs_next = NULL;
+	c->hs_prev = q->tail;
+	if (q->tail)
+		q->tail->hs_next = c;
+	else
+		q->head = c;
+	q->tail = c;
+}
+
+static void
+hs_remove(dt_van *v, dt_conn *c)
+{
+	struct hs_queue *q = &v->hs_q[c->hs_list];
+
+	if (c->hs_prev)
+		c->hs_prev->hs_next = c->hs_next;
+	else
+		q->head = c->hs_next;
+	if (c->hs_next)
+		c->hs_next->hs_prev = c->hs_prev;
+	else
+		q->tail = c->hs_prev;
+	c->hs_prev = c->hs_next = NULL;
+}
+
+/* Take c off the handshake thread's lists and epoll. */
+static void
+hs_unlink(dt_van *v, dt_conn *c)
+{
+	hs_remove(v, c);
+	v->hs_count--;
+	epoll_ctl(v->hs_epfd, EPOLL_CTL_DEL, c->link.fd, NULL);
+}
+
+/* Give up a pending connection: closed now, freed at the end of the round
+ * of events (a later event of the round may still name it). The owner
+ * never saw it, so nobody else holds it. */
+static void
+hs_drop(dt_van *v, dt_conn *c, const char *reason)
+{
+	if (reason && once_a_second(&v->hs_logged_ns, dt__now_ns()))
+		dt__log(0,
+		        "refusing a connection from %s (and maybe others "
+		        "since): %s",
+		        c->addr, reason);
+	hs_unlink(v, c);
+	atomic_store(&c->open, 0);
+	c->link.ops->close(&c->link);
+	c->next = v->hs_dead;
+	v->hs_dead = c;
+}
+
+/* A connection accepted on the TCP listener. */
+static void
+hs_take(dt_van *v, const dt_link *link, const char *addr)
+{
+	dt_conn *c = conn_new(v, link, 0);
+	dt_link l = *link;
+
+	if (c == NULL) {
+		dt__log(0, "refusing a connection: out of memory");
+		l.ops->close(&l);
+		return;
+	}
+	snprintf(c->addr, sizeof(c->addr), "%s", addr);
+	DT_LOG(2, "accepted a connection from %s", c->addr);
+	if (v->auth == NULL) { /* DTRAIN_AUTH=none: nothing to wait for */
+		hand_over(v, c);
+		return;
+	}
+	if (v->vouch_ns && v->hs_count >= v->max_unvouched) {
+		/* The oldest gives way to the newcomer (see above). */
+		dt_conn *old = v->hs_q[HS_SILENT].head
+		                   ? v->hs_q[HS_SILENT].head
+		                   : v->hs_q[HS_TALKING].head;
+
+		if (once_a_second(&v->hs_evict_logged_ns, dt__now_ns()))
+			dt__log(0,
+			        "%d connections wait for their handshake: "
+			        "closing the oldest ones, from %s (and maybe "
+			        "others since)",
+			        v->hs_count, old->addr);
+		hs_drop(v, old, NULL);
+	}
+	c->auth = AUTH_HELLO;
+	hs_append(v, c, HS_SILENT);
+	v->hs_count++;
+	struct epoll_event ev = {.events = EPOLLIN | EPOLLRDHUP, .data.ptr = c};
+	if (epoll_ctl(v->hs_epfd, EPOLL_CTL_ADD, c->link.fd, &ev) < 0)
+		hs_drop(v, c, strerror(errno));
+}
+
+/* A pending connection is readable: go on with its handshake. */
+static void
+hs_readable(dt_van *v, dt_conn *c)
+{
+	dt_err err;
+
+	if (c->hs_list == HS_SILENT) { /* it speaks (or hangs up) */
+		hs_remove(v, c);
+		hs_append(v, c, HS_TALKING);
+	}
+	for (;;) {
+		switch (handshake_read(v, c, &err)) {
+		case HS_MORE:
+			continue;
+		case HS_WAIT:
+			return;
+		case HS_DONE:
+			hs_unlink(v, c);
+			hand_over(v, c);
+			return;
+		default:
+			hs_drop(v, c, dt_errmsg());
+			return;
+		}
+	}
+}
+
+/* How long a connection may take over its handshake. */
+static uint64_t
+hs_limit_ns(const dt_van *v)
+{
+	return v->vouch_ns ? v->vouch_ns : v->handshake_ns;
+}
+
+/* Close the pending connections whose time is up; returns the
+ * milliseconds until the next look, -1 if none waits. The silent list is
+ * in the order of age; the other, in the order the connections spoke, is
+ * looked through every 100 ms. */
+static int
+hs_expire(dt_van *v)
+{
+	uint64_t now = dt__now_ns(), limit = hs_limit_ns(v);
+	char why[96];
+	dt_conn *c, *next;
+	int tmo = -1;
+
+	snprintf(why, sizeof(why),
+	         "no handshake within %.1f s (DT_HANDSHAKE_TIMEOUT)",
+	         (double)limit / 1e9);
+	while ((c = v->hs_q[HS_SILENT].head) && now - c->born_ns >= limit)
+		hs_drop(v, c, why);
+	if ((c = v->hs_q[HS_SILENT].head))
+		tmo = (int)((c->born_ns + limit - now) / 1000000) + 1;
+	if (v->hs_q[HS_TALKING].head == NULL)
+		return tmo;
+	if (now - v->hs_scanned_ns >= 100000000ull) {
+		v->hs_scanned_ns = now;
+		for (c = v->hs_q[HS_TALKING].head; c; c = next) {
+			next = c->hs_next;
+			if (now - c->born_ns >= limit)
+				hs_drop(v, c, why);
+		}
+	}
+	return tmo < 0 || tmo > 100 ? 100 : tmo;
+}
+
+static void
+hs_free_dead(dt_van *v)
+{
+	while (v->hs_dead) {
+		dt_conn *c = v->hs_dead;
+
+		v->hs_dead = c->next;
+		conn_free(c);
+	}
+}
+
+static void *
+hs_thread(void *arg)
+{
+	dt_van *v = arg;
+	struct epoll_event evs[64];
+
+	/* Strangers' handshakes wait for the job's own work, not the other
+	 * way round (on Linux a thread's nice value is its own). */
+	if (setpriority(PRIO_PROCESS, (id_t)syscall(SYS_gettid),
+	                getpriority(PRIO_PROCESS, 0) + 10) < 0) {
+		/* not allowed: it runs at the process's priority */
+	}
+	while (!atomic_load(&v->stopping)) {
+		uint64_t until = atomic_load(&v->hs_paused_until), now;
+		int tmo = hs_expire(v), n;
+
+		hs_free_dead(v);
+		if (until && (now = dt__now_ns()) < until) {
+			int p = (int)((until - now) / 1000000) + 1;
+
+			tmo = tmo < 0 || p < tmo ? p : tmo;
+		} else if (until) {
+			accept_resume(v->hs_epfd, &v->lis, &v->hs_paused_until);
+		}
+		n = epoll_wait(v->hs_epfd, evs, 64, tmo);
+		if (n < 0) {
+			if (errno == EINTR)
+				continue;
+			dt__log(0, "epoll_wait (handshakes): %s",
+			        strerror(errno));
+			break;
+		}
+		for (int i = 0; i < n; i++) {
+			void *p = evs[i].data.ptr;
+
+			if (p == NULL)
+				continue; /* hs_evfd: the van stops */
+			if (p == &v->lis) {
+				accept_all(v, &v->lis);
+				continue;
+			}
+			if (atomic_load(&((dt_conn *)p)->open))
+				hs_readable(v, p);
+		}
+		hs_free_dead(v);
+	}
+	return NULL;
 }
 
 /*
@@ -987,7 +1346,13 @@ read_all(dt_van *v, dt_conn *c)
 		ssize_t n;
 
 		if (c->auth != AUTH_DONE) {
-			if (!handshake_read(v, c))
+			/* (a same-host link: TCP ones come authenticated) */
+			dt_err err;
+			int r = handshake_read(v, c, &err);
+
+			if (r == HS_FAIL)
+				conn_down(v, c, err, dt_errmsg());
+			if (r == HS_FAIL || r == HS_WAIT)
 				return;
 			continue;
 		}
@@ -1151,7 +1516,8 @@ dispatch_events(dt_van *v, const struct epoll_event *evs, int n)
 {
 	int big = 0;
 
-	accept_resume(v);
+	if (v->loc.fd >= 0)
+		accept_resume(v->epfd, &v->loc, &v->accept_paused_until);
 	sweep_unvouched(v);
 	sweep_stuck(v);
 	for (int i = 0; i < n; i++) {
@@ -1388,16 +1754,24 @@ dt__van_start(dt_van *v)
 		return dt__fail(DT_ESYS, "cannot start the I/O thread");
 	pthread_setname_np(v->thread, "dt-io");
 	v->started = 1;
+	if (pthread_create(&v->hs_thread, NULL, hs_thread, v) != 0)
+		return dt__fail(DT_ESYS, "cannot start the handshake thread");
+	pthread_setname_np(v->hs_thread, "dt-hs");
+	v->hs_started = 1;
 	return DT_OK;
 }
 
-/* Read exactly len bytes of a handshake from a new link by deadline. */
+/* Read exactly len bytes of a handshake from a new link by deadline (or
+ * until dt__van_stop_dials). */
 static dt_err
-recv_small(dt_link *l, uint8_t *buf, size_t len, uint64_t deadline)
+recv_small(dt_van *v, dt_link *l, uint8_t *buf, size_t len, uint64_t deadline)
 {
 	size_t got = 0;
 
 	while (got < len) {
+		if (atomic_load(&v->dial_stop))
+			return dt__fail(DT_ESHUTDOWN, "this node is shutting "
+			                              "down");
 		ssize_t n = l->ops->recv(l, buf + got, len - got);
 		uint64_t now;
 
@@ -1405,16 +1779,21 @@ recv_small(dt_link *l, uint8_t *buf, size_t len, uint64_t deadline)
 			got += (size_t)n;
 			continue;
 		}
+		/* The end of the stream is no proof of a wrong secret: a
+		 * peer that is overloaded, or that gave this connection's
+		 * place to a newer one, ends it too. dt__van_connect
+		 * tries again. */
 		if (n == 0)
-			return dt__fail(DT_EAUTH,
-			                "closed the connection during the "
-			                "handshake (does it hold this job's "
-			                "secret, and run with authentication "
-			                "on?)");
+			return dt__fail(DT_ECLOSED,
+			                "closed the connection before "
+			                "answering the handshake");
 		if (errno == EINTR)
 			continue;
 		if (errno != EAGAIN && errno != EWOULDBLOCK)
-			return dt__fail(DT_ECLOSED, "%s", strerror(errno));
+			return dt__fail(DT_ECLOSED,
+			                "cut the connection before answering "
+			                "the handshake (%s)",
+			                strerror(errno));
 		if ((now = dt__now_ns()) >= deadline)
 			return dt__fail(DT_ETIMEDOUT,
 			                "did not answer the handshake in time");
@@ -1427,9 +1806,10 @@ recv_small(dt_link *l, uint8_t *buf, size_t len, uint64_t deadline)
 /* The connector's side of the handshake (auth.h), before the link joins
  * the van. */
 static dt_err
-handshake_connect(dt_van *v, dt_link *l, dt_crypt **tx, dt_crypt **rx)
+handshake_connect(dt_van *v, dt_link *l, uint64_t until, dt_crypt **tx,
+                  dt_crypt **rx)
 {
-	uint64_t deadline = dt__now_ns() + v->handshake_ns;
+	uint64_t deadline = DT_MIN(dt__now_ns() + v->handshake_ns, until);
 	uint8_t hello[DT_AUTH_HELLO_LEN], chal[DT_AUTH_CHALLENGE_LEN];
 	uint8_t proof[DT_AUTH_PROOF_LEN];
 	dt_auth_hs hs;
@@ -1437,7 +1817,7 @@ handshake_connect(dt_van *v, dt_link *l, dt_crypt **tx, dt_crypt **rx)
 
 	dt__auth_hello(v->auth, &hs, hello);
 	if ((err = send_small(l, hello, sizeof(hello), deadline)) ||
-	    (err = recv_small(l, chal, sizeof(chal), deadline)) ||
+	    (err = recv_small(v, l, chal, sizeof(chal), deadline)) ||
 	    (err = dt__auth_on_challenge(v->auth, &hs, chal, proof, tx, rx)))
 		return err;
 	if ((err = send_small(l, proof, sizeof(proof), deadline))) {
@@ -1448,39 +1828,152 @@ handshake_connect(dt_van *v, dt_link *l, dt_crypt **tx, dt_crypt **rx)
 	return err;
 }
 
-dt_err
-dt__van_connect(dt_van *v, const char *host, int port, const char *local,
-                int timeout_ms, const char *what, dt_conn **out)
+/*
+ * ---- dialling ----
+ *
+ * dt__van_connect tries until its deadline: a refused connect (the peer
+ * is not up yet), and a connection cut or left unanswered during the
+ * handshake (the peer is busy, or a stranger's connections pushed this
+ * one out: see "the handshake thread"), are tried again after a nap that
+ * doubles up to DIAL_NAP_MAX with a random part, so that many nodes cut at
+ * once do not all come back at once. A peer whose answer does not prove
+ * the key is a wrong secret, and no nap changes that: it fails at once.
+ * dt__van_stop_dials ends every dial at once; TCP connects are made in
+ * slices of DIAL_SLICE_NS for that (a new connect per slice costs what
+ * the kernel's own first SYN retransmission would).
+ */
+#define DIAL_SLICE_NS 1000000000ull
+#define DIAL_NAP_MIN  20   /* ms */
+#define DIAL_NAP_MAX  1000 /* ms */
+
+static int
+dial_stopped(dt_van *v, const char *what, const char *host, int port)
 {
-	uint64_t deadline = dt__now_ns() + (uint64_t)timeout_ms * 1000000ull;
-	dt_link link;
-	dt_conn *c;
-	dt_crypt *tx = NULL, *rx = NULL;
-	int linked = 0;
+	if (!atomic_load(&v->dial_stop))
+		return 0;
+	dt__fail(DT_ESHUTDOWN,
+	         "stopped dialling %s at %s:%d: this node is shutting down",
+	         what, host, port);
+	return 1;
+}
+
+/* Sleep about nap_ms (half of it random), never past deadline; 0 if
+ * dialling was stopped meanwhile. */
+static int
+dial_nap(dt_van *v, int nap_ms, uint64_t deadline)
+{
+	uint32_t r = 0;
+
+	if (getrandom(&r, sizeof(r), GRND_NONBLOCK) != (ssize_t)sizeof(r))
+		r = (uint32_t)dt__now_ns();
+	uint64_t ns = (uint64_t)(nap_ms / 2 + r % (uint32_t)(nap_ms / 2 + 1)) *
+	              1000000ull;
+	uint64_t end = DT_MIN(dt__now_ns() + ns, deadline);
+
+	for (uint64_t now; (now = dt__now_ns()) < end;) {
+		uint64_t step = DT_MIN(end - now, 20000000ull);
+		struct timespec ts = {0, (long)step};
+
+		if (atomic_load(&v->dial_stop))
+			return 0;
+		nanosleep(&ts, NULL);
+	}
+	return !atomic_load(&v->dial_stop);
+}
+
+/* The link to the peer, through shared memory when local names it, else
+ * TCP, retried in slices until deadline (see "dialling"). */
+static dt_err
+dial_link(dt_van *v, const char *host, int port, const char *local,
+          uint64_t deadline, const char *what, dt_link *link)
+{
+	uint64_t t0 = dt__now_ns();
 	dt_err err;
 
 	if (v->local && local && *local) {
 		/* A peer on this host: shared memory, else TCP after all. */
-		linked = dt__shm_transport.connect(local, 0, deadline, what,
-		                                   &link) == DT_OK;
-		if (!linked)
-			DT_LOG(1, "%s: shared memory refused (%s); using TCP",
-			       what, dt_errmsg());
+		if (dt__shm_transport.connect(local, 0, deadline, what, link) ==
+		    DT_OK)
+			return DT_OK;
+		DT_LOG(1, "%s: shared memory refused (%s); using TCP", what,
+		       dt_errmsg());
 	}
-	if (!linked &&
-	    (err = v->tp->connect(host, port, deadline, what, &link)))
-		return err;
-	if (v->auth && (err = handshake_connect(v, &link, &tx, &rx))) {
-		char why[512];
+	for (;;) {
+		if (dial_stopped(v, what, host, port))
+			return DT_ESHUTDOWN;
+		uint64_t slice = DT_MIN(deadline, dt__now_ns() + DIAL_SLICE_NS);
 
+		err = v->tp->connect(host, port, slice, what, link);
+		/* (a name that does not resolve yet is tried again until the
+		 * deadline too: the transport says so at the slice's end) */
+		if (err == DT_ECONFIG && slice < deadline &&
+		    dt__now_ns() >= slice)
+			continue;
+		if (err == DT_OK ||
+		    (err != DT_ECONNREFUSED && err != DT_ETIMEDOUT))
+			return err;
+		if (dt__now_ns() >= deadline)
+			break;
+	}
+	/* The last slice's reason (after its ": "), for the whole wait. */
+	const char *why = strrchr(dt_errmsg(), ':');
+	char last[128];
+
+	snprintf(last, sizeof(last), "%s", why ? why + 2 : dt_errmsg());
+	return dt__fail(err, "%s at %s:%d unreachable after %.1f s: %s", what,
+	                host, port, (double)(dt__now_ns() - t0) / 1e9, last);
+}
+
+dt_err
+dt__van_connect(dt_van *v, const char *host, int port, const char *local,
+                int timeout_ms, const char *what, dt_conn **out)
+{
+	uint64_t t0 = dt__now_ns();
+	uint64_t deadline = t0 + (uint64_t)timeout_ms * 1000000ull;
+	dt_link link;
+	dt_conn *c;
+	dt_crypt *tx = NULL, *rx = NULL;
+	int cut = 0, nap = DIAL_NAP_MIN;
+	char why[512];
+	dt_err err;
+
+	for (;;) {
+		if ((err = dial_link(v, host, port, local, deadline, what,
+		                     &link)))
+			return err;
+		if (v->auth == NULL ||
+		    (err = handshake_connect(v, &link, deadline, &tx, &rx)) ==
+		        DT_OK)
+			break;
 		snprintf(why, sizeof(why), "%s", dt_errmsg());
 		link.ops->close(&link);
-		return dt__fail(err, "%s%s at %s:%d: %s",
-		                err == DT_EAUTH ? "authentication failed: "
-		                                : "",
-		                what, host, port, why);
+		if (err == DT_ESHUTDOWN) {
+			dial_stopped(v, what, host, port);
+			return err;
+		}
+		if (err == DT_EAUTH) /* the answer did not prove the key */
+			return dt__fail(err,
+			                "authentication failed: %s at %s:%d: "
+			                "%s",
+			                what, host, port, why);
+		cut++;
+		DT_LOG(1, "%s at %s:%d: %s; trying again", what, host, port,
+		       why);
+		if (dt__now_ns() >= deadline || !dial_nap(v, nap, deadline) ||
+		    dt__now_ns() >= deadline) {
+			if (dial_stopped(v, what, host, port))
+				return DT_ESHUTDOWN;
+			return dt__fail(
+			    err,
+			    "%s at %s:%d: %s (%d times in %.1f s): it may be "
+			    "overloaded by connections that do not "
+			    "authenticate, or not hold this job's secret",
+			    what, host, port, why, cut,
+			    (double)(dt__now_ns() - t0) / 1e9);
+		}
+		nap = DT_MIN(nap * 2, DIAL_NAP_MAX);
 	}
-	c = conn_new(v, &link);
+	c = conn_new(v, &link, 1);
 	if (c == NULL) {
 		dt__crypt_free(tx);
 		dt__crypt_free(rx);
@@ -1496,6 +1989,12 @@ dt__van_connect(dt_van *v, const char *host, int port, const char *local,
 	DT_LOG(2, "connected to %s at %s", what, c->addr);
 	*out = c;
 	return DT_OK;
+}
+
+void
+dt__van_stop_dials(dt_van *v)
+{
+	atomic_store(&v->dial_stop, 1);
 }
 
 /*

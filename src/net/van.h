@@ -97,14 +97,24 @@ dt_err dt__van_start(dt_van *v);
 dt_err dt__van_listen_local(dt_van *v, char *name, size_t cap);
 
 /*
- * Connect to host:port, retrying refused connections until timeout_ms has
- * passed; through shared memory instead when local names the peer's
- * endpoint (dt__van_listen_local: the peer is on this host) and this van
- * may use it, with TCP if that fails. what names the peer in errors
- * ("scheduler").
+ * Connect to host:port, and authenticate, retrying refused connections
+ * and handshakes cut or left unanswered (with a growing, jittered nap)
+ * until timeout_ms has passed; through shared memory instead when local
+ * names the peer's endpoint (dt__van_listen_local: the peer is on this
+ * host) and this van may use it, with TCP if that fails. what names the
+ * peer in errors ("scheduler"). A peer whose answer does not prove the
+ * job's key fails at once (DT_EAUTH); dt__van_stop_dials ends the wait
+ * (DT_ESHUTDOWN).
  */
 dt_err dt__van_connect(dt_van *v, const char *host, int port, const char *local,
                        int timeout_ms, const char *what, dt_conn **out);
+
+/*
+ * Make every dt__van_connect of v, now and later, give up within about
+ * 20 ms (a TCP connect in progress: within a second) with DT_ESHUTDOWN:
+ * the owner is failing or stopping and waits for nobody. Any thread.
+ */
+void dt__van_stop_dials(dt_van *v);
 
 /*
  * Send one frame: h (meta_len and payload_len are filled in here), meta and
