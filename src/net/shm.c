@@ -15,17 +15,9 @@
  * side's writes cost it no system call. The descriptor the van watches is
  * an epoll set of the socket, the bell and the room eventfds.
  *
- * The listener admits a connection in three steps, each before anything is
- * allocated for it: the kernel's word on who connected (SO_PEERCRED: our
- * own user, else refused at once), a cap on the connections still to give
- * their proof (PENDING_MAX; more are refused), and the proof itself, the
- * first 36 bytes the connector sends: "DTL1" and a token only holders of
- * the job key can make (DT_SHM_TOKEN_LEN). Only then are its ring, its
- * eventfds and its epoll set made. Until then a connection costs its
- * socket and a place in the listener's epoll set, which is the descriptor
- * the van watches (the listening socket and the connections waiting for
- * their proof), so the van's I/O thread never waits for one. Refusals are
- * logged at most once a second with the count of those left out.
+ * The listener admits a connection only once it has passed shm_admit.c's
+ * checks (our user, a cap, a proof of the job key), before anything is
+ * allocated for it; the connector proves itself the same way.
  *
  * What comes over the socket after the proof is still a stranger's: the
  * message must be exactly one header with exactly three descriptors, the
@@ -58,17 +50,11 @@
 #include "common/util.h"
 #include "common/spin.h"
 #include "net/cma.h"
+#include "net/shm_admit.h"
 #include "net/shm_ring.h"
 #include "net/transport.h"
 
-#define SETUP_MAGIC 0x68537464u /* "dtSh" */
-#define PROOF_MAGIC 0x314c5444u /* "DTL1" */
-#define PROOF_LEN   (4 + DT_SHM_TOKEN_LEN)
-/* Connections that have not given their proof yet, at most, and for how
- * long each may take to give it (the connector sends it right after
- * connect, in one write). */
-#define PENDING_MAX   16
-#define PENDING_NS    (2ull * 1000000000)
+#define SETUP_MAGIC   0x68537464u /* "dtSh" */
 #define KIND_LINK     1
 #define KIND_LISTENER 2
 #define SETUP_VERSION 2u
@@ -138,19 +124,10 @@ typedef struct shm_link {
 	uint64_t rseg_left;
 } shm_link;
 
-/* A listener: its socket and the connections still to give their proof,
- * all in the epoll set lis->fd (the accepting thread only). */
+/* A listener: its door (shm_admit.c); lis->fd is the set to watch. */
 typedef struct shm_listener {
 	int kind; /* KIND_LISTENER */
-	int sock;
-	uid_t uid; /* ours: the only user admitted */
-	uint8_t token[DT_SHM_TOKEN_LEN];
-	int npending;
-	struct {
-		int fd, pid;
-		uint64_t born_ns;
-	} pending[PENDING_MAX];
-	dt_log_gate refused; /* refusals' log lines */
+	dt_shm_admit *door;
 } shm_listener;
 
 /* DTRAIN_SHM_COPY_ONCE: the smallest piece sent as a remote segment. */
@@ -492,37 +469,6 @@ drain(int fd)
 	}
 }
 
-/* The name's sockaddr: abstract namespace (sun_path[0] = 0). */
-static dt_err
-abstract_addr(const char *name, struct sockaddr_un *sa, socklen_t *len)
-{
-	size_t n = strlen(name);
-
-	memset(sa, 0, sizeof(*sa));
-	sa->sun_family = AF_UNIX;
-	if (n == 0 || n + 1 > sizeof(sa->sun_path))
-		return dt__fail(DT_EINVAL, "local endpoint '%s': bad name",
-		                name);
-	memcpy(sa->sun_path + 1, name, n);
-	*len = (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 + n);
-	return DT_OK;
-}
-
-/* The kernel's word on the process at the other end of sock: its pid, or
- * -1 when it is not our user (or cannot be told). */
-static int
-peer_of_our_user(int sock, uid_t uid, int *pid)
-{
-	struct ucred cr;
-	socklen_t cl = sizeof(cr);
-
-	*pid = 0;
-	if (getsockopt(sock, SOL_SOCKET, SO_PEERCRED, &cr, &cl) != 0)
-		return -1;
-	*pid = (int)cr.pid;
-	return cr.uid == uid ? 0 : -1;
-}
-
 static dt_err
 shm_listen(const char *name, int port, int inherited_fd, dt_link *lis,
            int *bound_port)
@@ -539,117 +485,28 @@ shm_listen(const char *name, int port, int inherited_fd, dt_link *lis,
 dt_err
 dt__shm_listen(const char *name, const uint8_t *token, dt_link *lis)
 {
-	struct sockaddr_un sa;
-	socklen_t len = 0;
 	shm_listener *L;
 	dt_err err;
 
-	if ((err = dt__shm_configure()) ||
-	    (err = abstract_addr(name, &sa, &len)))
+	if ((err = dt__shm_configure()))
 		return err;
 	if ((L = dt__calloc(1, sizeof(*L))) == NULL)
 		return DT_ENOMEM;
 	L->kind = KIND_LISTENER;
-	L->uid = geteuid();
-	memcpy(L->token, token, DT_SHM_TOKEN_LEN);
+	if ((err = dt__shm_admit_open(name, token, &lis->fd, &L->door))) {
+		free(L);
+		return err;
+	}
 	lis->ops = &dt__shm_transport;
 	lis->priv = L;
-	/* The listening socket, where connections arrive. */
-	L->sock =
-	    socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-	/* The set the van watches: that socket and the connections that
-	 * still owe their proof. */
-	lis->fd = epoll_create1(EPOLL_CLOEXEC);
-	struct epoll_event ev = {.events = EPOLLIN, .data.fd = L->sock};
-	if (L->sock < 0 || lis->fd < 0 ||
-	    bind(L->sock, (struct sockaddr *)&sa, len) < 0 ||
-	    listen(L->sock, 128) < 0 ||
-	    epoll_ctl(lis->fd, EPOLL_CTL_ADD, L->sock, &ev) < 0) {
-		err = dt__fail(DT_ESYS, "local endpoint @%s: %s", name,
-		               strerror(errno));
-		goto fail;
-	}
 	return DT_OK;
-fail:
-	close_fd(&L->sock);
-	close_fd(&lis->fd);
-	free(L);
-	lis->priv = NULL;
-	return err;
 }
 
 static void
 listener_free(shm_listener *L)
 {
-	for (int i = 0; i < L->npending; i++)
-		close(L->pending[i].fd);
-	close_fd(&L->sock);
+	dt__shm_admit_free(L->door);
 	free(L);
-}
-
-/* Log a refused connection, at most once a second. */
-static void
-refuse(shm_listener *L, int pid, const char *why)
-{
-	uint64_t held = 0;
-
-	if (!dt__log_gate(&L->refused, dt__now_ns(), &held))
-		return;
-	if (held)
-		dt__log(0,
-		        "refusing a local connection from pid %d: %s (and %llu "
-		        "more refused in the last second, not logged)",
-		        pid, why, (unsigned long long)held);
-	else
-		dt__log(0, "refusing a local connection from pid %d: %s", pid,
-		        why);
-}
-
-/*
- * The connection's proof of the job key, looked at without waiting: 1 if
- * it came and is right, 0 if nothing came yet, -1 if it is wrong, short
- * or the connection ended (why in *why). The connector writes the 36
- * bytes at once on a new socket, so they come together or not at all; a
- * part is refused, which also keeps the epoll set from reporting it over
- * and over. recv with no room for descriptors takes none.
- */
-static int
-proof_check(const shm_listener *L, int fd, const char **why)
-{
-	uint8_t b[PROOF_LEN];
-	uint8_t diff = 0;
-	ssize_t n;
-
-	do
-		n = recv(fd, b, sizeof(b), MSG_DONTWAIT);
-	while (n < 0 && errno == EINTR);
-	if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
-		return 0;
-	if (n != PROOF_LEN) {
-		*why = n == 0 ? "closed before its proof of the job key"
-		              : "a short proof of the job key";
-		return -1;
-	}
-	/* In constant time: the comparison tells nothing of the token. */
-	for (int i = 0; i < DT_SHM_TOKEN_LEN; i++)
-		diff |= (uint8_t)(b[4 + i] ^ L->token[i]);
-	if (dt__get_u32(b) != PROOF_MAGIC || diff != 0) {
-		*why = "wrong proof of the job key (another job, or no key)";
-		return -1;
-	}
-	return 1;
-}
-
-/* Drop pending connection i from the set; its descriptor is returned. */
-static int
-pending_take(dt_link *lis, shm_listener *L, int i, int *pid)
-{
-	int fd = L->pending[i].fd;
-
-	*pid = L->pending[i].pid;
-	epoll_ctl(lis->fd, EPOLL_CTL_DEL, fd, NULL);
-	L->pending[i] = L->pending[--L->npending];
-	return fd;
 }
 
 /* A proven connection: make its link and send our set-up; 1, or -1 when
@@ -660,7 +517,7 @@ admit(shm_listener *L, int fd, int pid, dt_link *out, char *addr, size_t cap)
 	if (shm_new(fd, pid, out) != DT_OK) {
 		int e = errno;
 
-		refuse(L, pid, dt_errmsg());
+		dt__shm_admit_refuse(L->door, pid, dt_errmsg());
 		if (e == EMFILE || e == ENFILE || e == ENOMEM) {
 			errno = e; /* the van pauses accepting */
 			return -1;
@@ -675,67 +532,21 @@ admit(shm_listener *L, int fd, int pid, dt_link *out, char *addr, size_t cap)
 	return 1;
 }
 
-/*
- * Connections that owe their proof first (in the order of the set), then
- * new ones: 1 with *out when one is admitted, 0 when none is left to look
- * at, -1 on an error of the listening socket or of resources (errno).
- */
+/* The next connection that proved the job key, with its link made: 1
+ * with *out, 0 when none is left to look at, -1 on an error of the
+ * listening socket or of resources (errno). */
 static int
 shm_accept(dt_link *lis, dt_link *out, char *addr, size_t cap)
 {
 	shm_listener *L = lis->priv;
-	uint64_t now = dt__now_ns();
-	const char *why = "";
-	int pid, fd, rc;
+	int fd, pid, rc;
 
-	for (int i = 0; i < L->npending;) {
-		rc = proof_check(L, L->pending[i].fd, &why);
-		if (rc == 0 && now - L->pending[i].born_ns < PENDING_NS) {
-			i++;
-			continue;
-		}
-		fd = pending_take(lis, L, i, &pid);
-		if (rc == 1) {
-			/* admit closes fd when it refuses */
-			if ((rc = admit(L, fd, pid, out, addr, cap)) != 0)
-				return rc;
-			continue;
-		}
-		refuse(L, pid,
-		       rc == 0 ? "no proof of the job key within 2 s" : why);
-		close(fd);
-	}
 	for (;;) {
-		fd = accept4(L->sock, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
-		if (fd < 0) {
-			if (errno == EINTR || errno == ECONNABORTED)
-				continue;
-			return errno == EAGAIN || errno == EWOULDBLOCK ? 0 : -1;
-		}
-		if (peer_of_our_user(fd, L->uid, &pid) != 0)
-			why = "not this job's user";
-		else if (L->npending == PENDING_MAX)
-			why = "too many local connections owe their proof of "
-			      "the job key";
-		else if ((rc = proof_check(L, fd, &why)) == 1) {
-			if ((rc = admit(L, fd, pid, out, addr, cap)) != 0)
-				return rc;
-			continue; /* admit closed fd */
-		} else if (rc == 0) {
-			struct epoll_event ev = {.events = EPOLLIN,
-			                         .data.fd = fd};
-
-			if (epoll_ctl(lis->fd, EPOLL_CTL_ADD, fd, &ev) == 0) {
-				L->pending[L->npending].fd = fd;
-				L->pending[L->npending].pid = pid;
-				L->pending[L->npending].born_ns = now;
-				L->npending++;
-				continue;
-			}
-			why = "cannot watch it";
-		}
-		refuse(L, pid, why);
-		close(fd);
+		if ((rc = dt__shm_admit_next(L->door, lis->fd, &fd, &pid)) != 1)
+			return rc;
+		/* admit closes fd when it refuses */
+		if ((rc = admit(L, fd, pid, out, addr, cap)) != 0)
+			return rc;
 	}
 }
 
@@ -749,32 +560,6 @@ shm_connect(const char *name, int port, uint64_t deadline_ns, const char *what,
 	return dt__shm_connect(name, none, deadline_ns, what, out);
 }
 
-/* The connector's proof of the job key: the listener's user only, and
- * the 36 bytes in one write on the new socket. */
-static dt_err
-send_proof(int fd, const uint8_t *token, const char *what, const char *name)
-{
-	uint8_t b[PROOF_LEN];
-	int pid;
-	ssize_t w;
-
-	if (peer_of_our_user(fd, geteuid(), &pid) != 0)
-		return dt__fail(DT_EAUTH,
-		                "%s at local endpoint @%s: its process (pid "
-		                "%d) is not this job's user",
-		                what, name, pid);
-	dt__put_u32(b, PROOF_MAGIC);
-	memcpy(b + 4, token, DT_SHM_TOKEN_LEN);
-	do
-		w = send(fd, b, sizeof(b), MSG_NOSIGNAL);
-	while (w < 0 && errno == EINTR);
-	if (w != PROOF_LEN)
-		return dt__fail(DT_ECLOSED, "%s at local endpoint @%s: %s",
-		                what, name,
-		                w < 0 ? strerror(errno) : "short write");
-	return DT_OK;
-}
-
 dt_err
 dt__shm_connect(const char *name, const uint8_t *token, uint64_t deadline_ns,
                 const char *what, dt_link *out)
@@ -784,7 +569,7 @@ dt__shm_connect(const char *name, const uint8_t *token, uint64_t deadline_ns,
 	dt_err err;
 	int fd, pid = 0;
 
-	if ((err = abstract_addr(name, &sa, &len)))
+	if ((err = dt__shm_abstract_addr(name, &sa, &len)))
 		return err;
 	/* The link's socket: set-up, then only its end. */
 	fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
@@ -798,11 +583,10 @@ dt__shm_connect(const char *name, const uint8_t *token, uint64_t deadline_ns,
 		close(fd);
 		return err;
 	}
-	if ((err = send_proof(fd, token, what, name))) {
+	if ((err = dt__shm_admit_prove(fd, token, what, name, &pid))) {
 		close(fd);
 		return err;
 	}
-	(void)peer_of_our_user(fd, geteuid(), &pid);
 	if ((err = shm_new(fd, pid, out)))
 		return err;
 	shm_link *s = out->priv;
