@@ -55,8 +55,6 @@
 #include "net/transport.h"
 
 #define SETUP_MAGIC   0x68537464u /* "dtSh" */
-#define KIND_LINK     1
-#define KIND_LISTENER 2
 #define SETUP_VERSION 2u
 #define SETUP_LEN     24
 #define RING_DEFAULT  (1u << 20)
@@ -92,6 +90,10 @@ dt__shm_copied_once(void)
 {
 	return atomic_load_explicit(&copied_once, memory_order_relaxed);
 }
+
+/* What a dt_link's priv is: both structs below start with the kind. */
+#define KIND_LINK     1
+#define KIND_LISTENER 2
 
 typedef struct shm_link {
 	int kind;     /* KIND_LINK */
