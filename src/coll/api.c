@@ -1093,6 +1093,45 @@ out:
 	return err;
 }
 
+int
+dt__coll_cma_pid(int declared_pid, int kernel_pid)
+{
+	return kernel_pid > 0 && kernel_pid == declared_pid ? kernel_pid : 0;
+}
+
+/*
+ * The pids for CMA, by rank (ours: getpid()): 1 if the kernel vouches for
+ * every peer's, else 0 with the first one it does not vouch for logged
+ * (PS_VERBOSE=1) and no CMA at all: with DTRAIN_TRANSPORT=tcp always,
+ * since a TCP connection carries no credentials.
+ */
+static int
+cma_pids(dt_coll *c)
+{
+	for (int r = 0; r < c->size; r++) {
+		int id = c->base_id + r;
+		int declared = dt__node_entry(c->node, id)->pid;
+		int kernel = r == c->rank ? (int)getpid()
+		                          : dt__node_peer_pid(c->node, id);
+
+		c->pids[r] = dt__coll_cma_pid(declared, kernel);
+		if (c->pids[r] == 0) {
+			DT_LOG(
+			    1,
+			    "collectives: rank %d's pid is not vouched for "
+			    "by the kernel (declared %d, connection's %d%s); "
+			    "no cross-memory copies (CMA), large messages "
+			    "go over the connections",
+			    r, declared, kernel,
+			    kernel ? ""
+			           : ": not a same-host shared-memory "
+			             "link");
+			return 0;
+		}
+	}
+	return 1;
+}
+
 /* Attach c to its node, start the thread, and meet every other rank. */
 static dt_err
 comm_start(dt_coll *c)
@@ -1112,9 +1151,8 @@ comm_start(dt_coll *c)
 		c->bounce = dt__aligned_alloc(c->bounce_cap);
 		if (c->pids == NULL || c->bounce == NULL)
 			return dt__fail(DT_ENOMEM, "CMA buffers");
-		for (int r = 0; r < c->size; r++)
-			c->pids[r] =
-			    dt__node_entry(c->node, c->base_id + r)->pid;
+		if (!cma_pids(c))
+			c->cfg.cma = 0; /* the probe agrees on no CMA */
 		if ((err = probe_cma(c)))
 			return err;
 		/* Beyond two ranks an allreduce by CMA exchanges 2(n-1)

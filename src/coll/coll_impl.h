@@ -168,4 +168,15 @@ typedef struct dt__coll_cfg {
 } dt__coll_cfg;
 dt_err dt__coll_cfg_from_env(dt__coll_cfg *cfg);
 
+/*
+ * The pid a rank's cross-memory copies (CMA) may aim at: the kernel's
+ * word for the process at the other end of our connection to it
+ * (kernel_pid, from SO_PEERCRED; 0 when the transport cannot tell, as
+ * with TCP), and only when it is the pid the rank declared in the node
+ * table (declared_pid): 0 otherwise, and the collectives then use no
+ * CMA. A declared pid alone proves nothing: any member writes its own
+ * row, and could name another process of the same user.
+ */
+int dt__coll_cma_pid(int declared_pid, int kernel_pid);
+
 #endif

@@ -70,6 +70,19 @@ dt__now_ns(void)
 	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
+int
+dt__log_gate(dt_log_gate *g, uint64_t now, uint64_t *held)
+{
+	if (g->last_ns != 0 && now - g->last_ns < 1000000000ull) {
+		g->held++;
+		return 0;
+	}
+	g->last_ns = now ? now : 1;
+	*held = g->held;
+	g->held = 0;
+	return 1;
+}
+
 struct timespec
 dt__timespec_at(uint64_t ns)
 {

@@ -57,6 +57,19 @@ void dt__log(int level, const char *fmt, ...) DT_PRINTF(2, 3);
 			dt__log((level), __VA_ARGS__);                         \
 	} while (0)
 
+/*
+ * A log line that a peer can make repeat (refused connections): at most one
+ * a second, saying how many were left out since. Not locked: one thread
+ * (or one lock) per gate. Zero-initialised storage is a gate that opens.
+ */
+typedef struct dt_log_gate {
+	uint64_t last_ns; /* when a line last went out (0: never) */
+	uint64_t held;    /* lines left out since */
+} dt_log_gate;
+/* 1 if a line may go out now, with *held the lines left out before it
+ * (the count then starts again); 0 if this one is left out (counted). */
+int dt__log_gate(dt_log_gate *g, uint64_t now, uint64_t *held);
+
 /* s as one printable line for a log (control characters, newlines
  * included, become '?'), cut to cap - 1 bytes; returns out. */
 const char *dt__printable(const char *s, char *out, size_t cap);

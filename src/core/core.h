@@ -143,6 +143,11 @@ dt_err dt__node_send_ex(dt_node *n, int id, dt_msg_hdr *h, const void *meta,
  * answers are sent from its values this way. Cheap without PS_RESEND. */
 void dt__node_before_write(dt_node *n, const void *p, size_t bytes);
 
+/* The pid of node id's process as the kernel vouches for it (the
+ * connection's dt__conn_peer_pid), or 0: no connection, or one whose
+ * transport cannot tell (TCP). */
+int dt__node_peer_pid(dt_node *n, int id);
+
 /* Drop a connection (a peer that broke the protocol). */
 void dt__node_close(dt_node *n, dt_conn *c);
 /* Drop the connection to node id, if there is one. */

@@ -142,6 +142,17 @@ dt__node_close_peer(dt_node *n, int id)
 		dt__van_close(n->van, c);
 }
 
+int
+dt__node_peer_pid(dt_node *n, int id)
+{
+	dt_conn *c;
+
+	if (id < 0 || id >= n->ntable || n->peers == NULL ||
+	    (c = __atomic_load_n(&n->peers[id], __ATOMIC_ACQUIRE)) == NULL)
+		return 0;
+	return dt__conn_peer_pid(c);
+}
+
 void
 dt__node_cork(dt_node *n)
 {

@@ -230,6 +230,15 @@ mac(const dt_auth *a, const char *label, const uint8_t *m1, size_t l1,
 	sodium_memzero(&st, sizeof(st));
 }
 
+void
+dt__auth_local_token(const dt_auth *a, const char *name, uint8_t *out)
+{
+	memset(out, 0, MAC_LEN);
+	if (a != NULL)
+		mac(a, "loc", (const uint8_t *)name, strlen(name), NULL, 0,
+		    out);
+}
+
 static dt_crypt *
 crypt_new(const dt_auth *a, const dt_auth_hs *hs, const char *label, int aes)
 {

@@ -65,6 +65,15 @@ dt_err dt__auth_new(const void *secret, size_t len, const char *job_id,
 void dt__auth_free(dt_auth *a);
 int dt__auth_encrypts(const dt_auth *a);
 
+/*
+ * The token a connection to the same-host listener called name gives
+ * before the listener allocates anything for it (net/shm.c):
+ * BLAKE2b-256_K("loc" name), so only holders of K can make it, and it is
+ * good for that listener only (its name has a fresh random part). All
+ * zero when a is NULL (no authentication). out: 32 bytes.
+ */
+void dt__auth_local_token(const dt_auth *a, const char *name, uint8_t *out);
+
 /* One direction of an encrypted connection. */
 typedef struct dt_crypt dt_crypt;
 

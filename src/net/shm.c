@@ -15,7 +15,11 @@
  * side's writes cost it no system call. The descriptor the van watches is
  * an epoll set of the socket, the bell and the room eventfds.
  *
- * What comes over the socket before it is set up is a stranger's: the
+ * The listener admits a connection only once it has passed shm_admit.c's
+ * checks (our user, a cap, a proof of the job key), before anything is
+ * allocated for it; the connector proves itself the same way.
+ *
+ * What comes over the socket after the proof is still a stranger's: the
  * message must be exactly one header with exactly three descriptors, the
  * first a sealed memfd of the size announced (shm_ring.c checks it), the
  * other two eventfds; anything else ends the link. After that the rings'
@@ -46,6 +50,7 @@
 #include "common/util.h"
 #include "common/spin.h"
 #include "net/cma.h"
+#include "net/shm_admit.h"
 #include "net/shm_ring.h"
 #include "net/transport.h"
 
@@ -86,7 +91,12 @@ dt__shm_copied_once(void)
 	return atomic_load_explicit(&copied_once, memory_order_relaxed);
 }
 
+/* What a dt_link's priv is: both structs below start with the kind. */
+#define KIND_LINK     1
+#define KIND_LISTENER 2
+
 typedef struct shm_link {
+	int kind;     /* KIND_LINK */
 	int sock;     /* the Unix stream socket */
 	int bell_in;  /* rung by the peer: bytes in rx */
 	int room_in;  /* rung by the peer: room in tx */
@@ -108,12 +118,19 @@ typedef struct shm_link {
 	atomic_uint *order;
 	ino_t rx_ino;
 	pthread_mutex_t setup_mu;
-	int peer_pid;         /* SO_PEERCRED's, for the copies (0: unknown) */
+	int cred_pid;         /* SO_PEERCRED's pid of the other end (0: none) */
+	int peer_pid;         /* cred_pid once its memory proved readable */
 	size_t copy_once;     /* pieces this big go as segments (0: never) */
 	uint64_t seg_off_til; /* writer: no segments before (dt__now_ns) */
 	uint64_t rseg_addr;   /* reader: the claimed segment's rest */
 	uint64_t rseg_left;
 } shm_link;
+
+/* A listener: its door (shm_admit.c); lis->fd is the set to watch. */
+typedef struct shm_listener {
+	int kind; /* KIND_LISTENER */
+	dt_shm_admit *door;
+} shm_listener;
 
 /* DTRAIN_SHM_COPY_ONCE: the smallest piece sent as a remote segment. */
 static dt_err
@@ -190,7 +207,7 @@ shm_free(shm_link *s)
 /* A link's state around its socket: our ring and eventfds made, the
  * epoll set the van watches in l->fd. */
 static dt_err
-shm_new(int sock, dt_link *l)
+shm_new(int sock, int cred_pid, dt_link *l)
 {
 	shm_link *s = dt__calloc(1, sizeof(*s));
 	size_t cap = 0;
@@ -200,7 +217,9 @@ shm_new(int sock, dt_link *l)
 		close(sock);
 		return DT_ENOMEM;
 	}
+	s->kind = KIND_LINK;
 	s->sock = sock;
+	s->cred_pid = cred_pid;
 	s->bell_in = s->room_in = s->bell_out = s->room_out = s->rx_fd = -1;
 	pthread_mutex_init(&s->setup_mu, NULL);
 	l->ops = &dt__shm_transport;
@@ -306,19 +325,15 @@ is_eventfd(int fd)
 static void
 probe_peer(shm_link *s, uint64_t addr)
 {
-	struct ucred cr;
-	socklen_t cl = sizeof(cr);
 	uint64_t v = 0;
 	char saved[256];
 
-	if (s->copy_once == 0 ||
-	    getsockopt(s->sock, SOL_SOCKET, SO_PEERCRED, &cr, &cl) != 0 ||
-	    cr.pid <= 0)
+	if (s->copy_once == 0 || s->cred_pid <= 0)
 		return;
 	snprintf(saved, sizeof(saved), "%s", dt_errmsg());
-	if (dt__cma_read((int)cr.pid, &v, addr, sizeof(v)) == DT_OK &&
+	if (dt__cma_read(s->cred_pid, &v, addr, sizeof(v)) == DT_OK &&
 	    v == probe_word) {
-		s->peer_pid = (int)cr.pid;
+		s->peer_pid = s->cred_pid;
 		dt__ring_set_remote_ok(&s->rx);
 	}
 	dt__errmsg_set(saved); /* a refusal is an answer, not an error */
@@ -456,81 +471,84 @@ drain(int fd)
 	}
 }
 
-/* The name's sockaddr: abstract namespace (sun_path[0] = 0). */
-static dt_err
-abstract_addr(const char *name, struct sockaddr_un *sa, socklen_t *len)
-{
-	size_t n = strlen(name);
-
-	memset(sa, 0, sizeof(*sa));
-	sa->sun_family = AF_UNIX;
-	if (n == 0 || n + 1 > sizeof(sa->sun_path))
-		return dt__fail(DT_EINVAL, "local endpoint '%s': bad name",
-		                name);
-	memcpy(sa->sun_path + 1, name, n);
-	*len = (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 + n);
-	return DT_OK;
-}
-
 static dt_err
 shm_listen(const char *name, int port, int inherited_fd, dt_link *lis,
            int *bound_port)
 {
-	struct sockaddr_un sa;
-	socklen_t len = 0;
-	dt_err err;
-	int fd;
+	static const uint8_t none[DT_SHM_TOKEN_LEN];
 
 	(void)port;
 	(void)inherited_fd;
-	if ((err = dt__shm_configure()) ||
-	    (err = abstract_addr(name, &sa, &len)))
+	if (bound_port)
+		*bound_port = 0;
+	return dt__shm_listen(name, none, lis);
+}
+
+dt_err
+dt__shm_listen(const char *name, const uint8_t *token, dt_link *lis)
+{
+	shm_listener *L;
+	dt_err err;
+
+	if ((err = dt__shm_configure()))
 		return err;
-	fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-	if (fd < 0 || bind(fd, (struct sockaddr *)&sa, len) < 0 ||
-	    listen(fd, 128) < 0) {
-		err = dt__fail(DT_ESYS, "local endpoint @%s: %s", name,
-		               strerror(errno));
-		if (fd >= 0)
-			close(fd);
+	if ((L = dt__calloc(1, sizeof(*L))) == NULL)
+		return DT_ENOMEM;
+	L->kind = KIND_LISTENER;
+	if ((err = dt__shm_admit_open(name, token, &lis->fd, &L->door))) {
+		free(L);
 		return err;
 	}
 	lis->ops = &dt__shm_transport;
-	lis->fd = fd;
-	lis->priv = NULL;
-	if (bound_port)
-		*bound_port = 0;
+	lis->priv = L;
 	return DT_OK;
 }
 
+static void
+listener_free(shm_listener *L)
+{
+	dt__shm_admit_free(L->door);
+	free(L);
+}
+
+/* A proven connection: make its link and send our set-up; 1, or -1 when
+ * out of descriptors or memory (errno), 0 after another refusal. */
+static int
+admit(shm_listener *L, int fd, int pid, dt_link *out, char *addr, size_t cap)
+{
+	if (shm_new(fd, pid, out) != DT_OK) {
+		int e = errno;
+
+		dt__shm_admit_refuse(L->door, pid, dt_errmsg());
+		if (e == EMFILE || e == ENFILE || e == ENOMEM) {
+			errno = e; /* the van pauses accepting */
+			return -1;
+		}
+		return 0;
+	}
+	if (send_setup(out->priv) != DT_OK) {
+		out->ops->close(out);
+		return 0;
+	}
+	snprintf(addr, cap, "local pid %d", pid);
+	return 1;
+}
+
+/* The next connection that proved the job key, with its link made: 1
+ * with *out, 0 when none is left to look at, -1 on an error of the
+ * listening socket or of resources (errno). */
 static int
 shm_accept(dt_link *lis, dt_link *out, char *addr, size_t cap)
 {
-	for (;;) {
-		int fd =
-		    accept4(lis->fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
-		struct ucred cr;
-		socklen_t cl = sizeof(cr);
+	shm_listener *L = lis->priv;
+	int fd, pid, rc;
 
-		if (fd < 0) {
-			if (errno == EINTR || errno == ECONNABORTED)
-				continue;
-			return errno == EAGAIN || errno == EWOULDBLOCK ? 0 : -1;
-		}
-		if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cr, &cl) == 0)
-			snprintf(addr, cap, "local pid %d", (int)cr.pid);
-		else
-			snprintf(addr, cap, "local");
-		if (shm_new(fd, out) != DT_OK) {
-			dt__log(0, "refusing a local connection: %s",
-			        dt_errmsg());
-			continue;
-		}
-		if (send_setup(out->priv) != DT_OK) {
-			out->ops->close(out);
-			continue;
-		}
-		return 1;
+	for (;;) {
+		if ((rc = dt__shm_admit_next(L->door, lis->fd, &fd, &pid)) != 1)
+			return rc;
+		/* admit closes fd when it refuses */
+		if ((rc = admit(L, fd, pid, out, addr, cap)) != 0)
+			return rc;
 	}
 }
 
@@ -538,14 +556,24 @@ static dt_err
 shm_connect(const char *name, int port, uint64_t deadline_ns, const char *what,
             dt_link *out)
 {
+	static const uint8_t none[DT_SHM_TOKEN_LEN];
+
+	(void)port;
+	return dt__shm_connect(name, none, deadline_ns, what, out);
+}
+
+dt_err
+dt__shm_connect(const char *name, const uint8_t *token, uint64_t deadline_ns,
+                const char *what, dt_link *out)
+{
 	struct sockaddr_un sa;
 	socklen_t len = 0;
 	dt_err err;
-	int fd;
+	int fd, pid = 0;
 
-	(void)port;
-	if ((err = abstract_addr(name, &sa, &len)))
+	if ((err = dt__shm_abstract_addr(name, &sa, &len)))
 		return err;
+	/* The link's socket: set-up, then only its end. */
 	fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
 	if (fd < 0)
 		return dt__fail(DT_ESYS, "socket: %s", strerror(errno));
@@ -557,7 +585,11 @@ shm_connect(const char *name, int port, uint64_t deadline_ns, const char *what,
 		close(fd);
 		return err;
 	}
-	if ((err = shm_new(fd, out)))
+	if ((err = dt__shm_admit_prove(fd, token, what, name, &pid))) {
+		close(fd);
+		return err;
+	}
+	if ((err = shm_new(fd, pid, out)))
 		return err;
 	shm_link *s = out->priv;
 	if ((err = send_setup(s)))
@@ -757,14 +789,19 @@ ring_send(shm_link *s, const struct iovec *iov, int iovcnt)
  * free room after what comes before it (*before bytes). What fits goes
  * through the ring even so: the call then returns at once, where a
  * segment waits for the reader (two wake-ups on a busy machine) to save a
- * copy. Small sends look at their lengths only.
+ * copy. Small sends look at their lengths only. Never from a thread that
+ * serves other peers (the van's dispatching thread answering a pull): a
+ * peer could claim the segment and not copy it, and such a thread must
+ * not wait for one peer; its bytes go through the ring, where a peer that
+ * does not read only fills the ring, and the van queues the rest.
  */
 static int
 big_piece(shm_link *s, const struct iovec *iov, int iovcnt, size_t *before)
 {
 	ssize_t room = -1;
 
-	if (s->copy_once == 0)
+	/* A thread that serves others never waits for this peer to copy. */
+	if (s->copy_once == 0 || dt__transport_serving())
 		return -1;
 	*before = 0;
 	for (int i = 0; i < iovcnt; i++) {
@@ -926,8 +963,19 @@ shm_close(dt_link *l)
 	if (l->fd >= 0)
 		close(l->fd);
 	l->fd = -1;
-	shm_free(l->priv);
+	if (l->priv && *(const int *)l->priv == KIND_LISTENER)
+		listener_free(l->priv);
+	else
+		shm_free(l->priv);
 	l->priv = NULL;
+}
+
+static int
+shm_peer_pid(const dt_link *l)
+{
+	const shm_link *s = l->priv;
+
+	return s && s->kind == KIND_LINK && s->cred_pid > 0 ? s->cred_pid : 0;
 }
 
 static int
@@ -969,4 +1017,5 @@ const dt_transport_ops dt__shm_transport = {
     .close = shm_close,
     .pending = shm_pending,
     .arm = shm_arm,
+    .peer_pid = shm_peer_pid,
 };

@@ -34,3 +34,21 @@ dt__transport_choose(const dt_transport_ops **out, int *local)
 	                "tcp: TCP to all)",
 	                want);
 }
+
+/* Per thread: whether it serves others (transport.h). */
+static _Thread_local int serving;
+
+int
+dt__transport_set_serving(int on)
+{
+	int was = serving;
+
+	serving = on;
+	return was;
+}
+
+int
+dt__transport_serving(void)
+{
+	return serving;
+}

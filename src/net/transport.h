@@ -77,6 +77,10 @@ struct dt_transport_ops {
 	 */
 	int (*pending)(dt_link *l);
 	int (*arm)(dt_link *l, int room);
+	/* The pid of the process at the other end as the kernel saw it
+	 * when the link was made (SO_PEERCRED), or 0 when the transport
+	 * cannot tell (TCP). Optional (NULL: 0). */
+	int (*peer_pid)(const dt_link *l);
 };
 
 /* The transports built in, by name (NULL-terminated). */
@@ -92,6 +96,27 @@ extern const dt_transport_ops dt__shm_transport;
 dt_err dt__transport_choose(const dt_transport_ops **out, int *local);
 /* Check DTRAIN_SHM_RING and DTRAIN_SHM_COPY_ONCE (shm.c). */
 dt_err dt__shm_configure(void);
+/*
+ * The same-host listener and connector with the proof of the job key that
+ * a connection gives before the listener allocates anything for it
+ * (shm.c): token is the same for both ends of a job (dt__auth_local_token
+ * over the listener's name; all zero without authentication). The ops'
+ * listen and connect use an all-zero token.
+ */
+#define DT_SHM_TOKEN_LEN 32
+dt_err dt__shm_listen(const char *name, const uint8_t *token, dt_link *lis);
+dt_err dt__shm_connect(const char *name, const uint8_t *token,
+                       uint64_t deadline_ns, const char *what, dt_link *out);
+/*
+ * Whether the calling thread serves other peers (the van's dispatching
+ * thread: the I/O thread, or a caller polling in dt__van_wait). Such a
+ * thread never waits for one peer: the shared-memory transport sends all
+ * its bytes through the ring, never as a remote segment the peer could
+ * claim and not finish. Set and restored by the van around dispatching;
+ * returns the previous value.
+ */
+int dt__transport_set_serving(int on);
+int dt__transport_serving(void);
 /* Bytes this process has received as remote segments (copied once,
  * straight from the sender's memory), over all its links. */
 uint64_t dt__shm_copied_once(void);

@@ -70,6 +70,7 @@ struct dt_conn {
 	atomic_int open;
 	atomic_int vouched; /* the owner knows the peer (dt__conn_vouch) */
 	uint64_t born_ns;   /* accepted at */
+	int peer_pid;       /* the kernel's, at the link's start (0: none) */
 	/* When bytes last came in (or the connection was made): the
 	 * heartbeats' measure of a peer's silence (dt__conn_silent_ns). */
 	atomic_uint_fast64_t heard_ns;
@@ -241,6 +242,7 @@ conn_new(dt_van *v, const dt_link *link, int staged)
 	c->van = v;
 	c->link = *link;
 	c->ring = link->ops->pending != NULL;
+	c->peer_pid = link->ops->peer_pid ? link->ops->peer_pid(link) : 0;
 	atomic_store(&c->peer, -1);
 	atomic_store(&c->vouched, 1);
 	c->born_ns = dt__now_ns();
@@ -539,7 +541,9 @@ dt__van_listen_local(dt_van *v, char *name, size_t cap)
 		return dt__fail(DT_ESYS, "getrandom: %s", strerror(errno));
 	snprintf(mine, sizeof(mine), "dtrain.%d.%016llx", (int)getpid(),
 	         (unsigned long long)nonce);
-	if ((err = dt__shm_transport.listen(mine, 0, -1, &v->loc, NULL)))
+	uint8_t token[DT_SHM_TOKEN_LEN];
+	dt__auth_local_token(v->auth, mine, token);
+	if ((err = dt__shm_listen(mine, token, &v->loc)))
 		return err;
 	struct epoll_event ev = {.events = EPOLLIN, .data.ptr = &v->loc};
 	if (epoll_ctl(v->epfd, EPOLL_CTL_ADD, v->loc.fd, &ev) < 0)
@@ -1502,7 +1506,9 @@ dispatch(dt_van *v, const struct epoll_event *evs, int n)
 	dt_van *outer = tl_dispatch;
 
 	tl_dispatch = v;
+	int served = dt__transport_set_serving(1);
 	big = dispatch_events(v, evs, n);
+	dt__transport_set_serving(served);
 	tl_dispatch = outer;
 	t1 = dt__now_ns();
 	if (t1 - t0 > STALL_NS)
@@ -1892,7 +1898,10 @@ dial_link(dt_van *v, const char *host, int port, const char *local,
 
 	if (v->local && local && *local) {
 		/* A peer on this host: shared memory, else TCP after all. */
-		if (dt__shm_transport.connect(local, 0, deadline, what, link) ==
+		uint8_t token[DT_SHM_TOKEN_LEN];
+
+		dt__auth_local_token(v->auth, local, token);
+		if (dt__shm_connect(local, token, deadline, what, link) ==
 		    DT_OK)
 			return DT_OK;
 		DT_LOG(1, "%s: shared memory refused (%s); using TCP", what,
@@ -2887,6 +2896,12 @@ const char *
 dt__conn_addr(const dt_conn *c)
 {
 	return c->addr;
+}
+
+int
+dt__conn_peer_pid(const dt_conn *c)
+{
+	return c->peer_pid;
 }
 
 int

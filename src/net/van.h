@@ -206,6 +206,11 @@ void dt__conn_set_note(dt_conn *c, uint64_t note);
 uint64_t dt__conn_note(const dt_conn *c);
 /* "127.0.0.1:40211" */
 const char *dt__conn_addr(const dt_conn *c);
+/* The pid of the process at the other end as the kernel reported it when
+ * the connection was made (SO_PEERCRED on a same-host link), or 0 when
+ * the transport cannot tell (TCP): the only pid to aim cross-memory
+ * copies at, since a peer's own word for its pid proves nothing. */
+int dt__conn_peer_pid(const dt_conn *c);
 int dt__conn_is_open(const dt_conn *c);
 
 /* 1 if this thread is handling v's events now (a hook runs): such a

@@ -185,6 +185,25 @@ test_reduce_f16(void **state)
 	}
 }
 
+/*
+ * Cross-memory copies aim only at a pid the kernel vouches for: the one
+ * SO_PEERCRED gave on the same-host link to the rank, and only when the
+ * rank declared that same pid in the node table. A forged declaration
+ * (another process of the same user), no credentials (a TCP link: 0) or
+ * no declaration turn CMA off (0).
+ */
+static void
+test_cma_pid_vouched(void **state)
+{
+	(void)state;
+	assert_int_equal(dt__coll_cma_pid(4242, 4242), 4242);
+	assert_int_equal(dt__coll_cma_pid(4242, 4243), 0); /* forged */
+	assert_int_equal(dt__coll_cma_pid(4242, 0), 0);    /* TCP */
+	assert_int_equal(dt__coll_cma_pid(0, 0), 0);
+	assert_int_equal(dt__coll_cma_pid(-1, -1), 0);
+	assert_int_equal(dt__coll_cma_pid(0, 4242), 0);
+}
+
 static void
 test_dtype_names(void **state)
 {
@@ -716,6 +735,7 @@ main(void)
 	    cmocka_unit_test(test_scale),
 	    cmocka_unit_test(test_reduce_f16),
 	    cmocka_unit_test(test_dtype_names),
+	    cmocka_unit_test(test_cma_pid_vouched),
 	    cmocka_unit_test(test_blocks),
 	    cmocka_unit_test(test_chunks),
 	    cmocka_unit_test(test_ring_allreduce_sim),

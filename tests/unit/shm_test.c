@@ -3,7 +3,10 @@
  * below the van: many peers at once, each stream whole and in order; a
  * writer killed (SIGKILL) in the middle of a message; big pieces copied
  * once (remote segments), with a writer killed while one waits; strangers
- * whose set-up is not the one expected; and no file left anywhere.
+ * whose set-up is not the one expected; strangers without the proof of the
+ * job key, or of another user, that get nothing allocated; a peer that
+ * claims a segment and never copies it, which a serving thread never
+ * waits for; and no file left anywhere.
  *
  * The writers are forked processes, as peers are.
  */
@@ -20,15 +23,18 @@
 #include <string.h>
 #include <sys/eventfd.h>
 #include <sys/mman.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <sys/wait.h>
+#include <sys/types.h>
 #include <unistd.h>
 
 #include <cmocka.h>
 
 #include "common/bytes.h"
 #include "common/util.h"
+#include "net/shm_ring.h"
 #include "net/transport.h"
 
 static const dt_transport_ops *T = &dt__shm_transport;
@@ -435,7 +441,40 @@ test_killed_with_segment(void **state)
 	free(buf);
 }
 
-/* Connect to name and send hdr (len bytes) with fds (n of them). */
+/* A socket connected to name, or -1. */
+static int
+raw_connect(const char *name)
+{
+	struct sockaddr_un sa = {.sun_family = AF_UNIX};
+	int s = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+
+	if (s < 0)
+		return -1;
+	memcpy(sa.sun_path + 1, name, strlen(name));
+	if (connect(s, (struct sockaddr *)&sa,
+	            (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 +
+	                        strlen(name))) != 0) {
+		close(s);
+		return -1;
+	}
+	return s;
+}
+
+/* The proof of the job key a connection gives first ("DTL1" and the
+ * token: all zero for the ops' listen, fill for a wrong one). */
+static int
+send_proof(int s, uint8_t fill)
+{
+	uint8_t p[4 + DT_SHM_TOKEN_LEN];
+
+	memset(p, fill, sizeof(p));
+	dt__put_u32(p, 0x314c5444u);
+	return send(s, p, sizeof(p), MSG_NOSIGNAL) == (ssize_t)sizeof(p) ? 0
+	                                                                 : -1;
+}
+
+/* Connect to name and send the proof, then hdr (len bytes) with fds (n of
+ * them). */
 static int
 stranger(const char *name, const void *hdr, size_t len, const int *fds, int n)
 {
@@ -455,6 +494,7 @@ stranger(const char *name, const void *hdr, size_t len, const int *fds, int n)
 	            (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 +
 	                        strlen(name))),
 	    0);
+	assert_int_equal(send_proof(s, 0), 0);
 	if (n > 0) {
 		memset(&ctl, 0, sizeof(ctl));
 		mh.msg_control = ctl.buf;
@@ -556,6 +596,350 @@ test_bad_setups(void **state)
 	close(memfd);
 }
 
+/* How many of this process's descriptors are of a kind: "/memfd:",
+ * "anon_inode:[eventfd]", "anon_inode:[eventpoll]". */
+static int
+count_kind(const char *kind)
+{
+	DIR *d = opendir("/proc/self/fd");
+	struct dirent *e;
+	int n = 0;
+
+	assert_non_null(d);
+	while ((e = readdir(d)) != NULL) {
+		char path[300], target[256];
+		ssize_t k;
+
+		snprintf(path, sizeof(path), "/proc/self/fd/%s", e->d_name);
+		k = readlink(path, target, sizeof(target) - 1);
+		if (k <= 0)
+			continue;
+		target[k] = '\0';
+		n += strncmp(target, kind, strlen(kind)) == 0;
+	}
+	closedir(d);
+	return n;
+}
+
+/* The three kinds a link allocates, as one figure to compare. */
+static int
+link_allocations(void)
+{
+	return count_kind("/memfd:") * 10000 +
+	       count_kind("anon_inode:[eventfd]") * 100 +
+	       count_kind("anon_inode:[eventpoll]");
+}
+
+/* A child of another user (65534): connects with the right proof, holds
+ * the connection until told to go (its pipe ends). */
+static void
+other_user(const char *name, int go_fd)
+{
+	char b;
+	int s;
+
+	if (setgid(65534) != 0 || setuid(65534) != 0)
+		_exit(5);
+	if ((s = raw_connect(name)) < 0 || send_proof(s, 0) != 0)
+		_exit(6);
+	while (read(go_fd, &b, 1) < 0 && errno == EINTR) {
+	}
+	_exit(0);
+}
+
+/* A child of our user: 300 connections, half with a wrong proof and half
+ * with none, all held until told to go; says "done" on done_fd. */
+static void
+flood(const char *name, int done_fd, int go_fd)
+{
+	static int socks[300];
+	char b = 'd';
+
+	for (int i = 0; i < 300; i++) {
+		if ((socks[i] = raw_connect(name)) < 0)
+			_exit(7);
+		/* (A send after the listener closed the connection
+		 * fails: that is a refusal too.) */
+		if (i % 2 == 0)
+			(void)send_proof(socks[i], 0xff);
+	}
+	if (write(done_fd, &b, 1) != 1)
+		_exit(9);
+	while (read(go_fd, &b, 1) < 0 && errno == EINTR) {
+	}
+	_exit(0);
+}
+
+/* Keep accepting on lis until *flag's pipe says done (or only for ms):
+ * nothing may be admitted, and no ring, eventfd or epoll set may appear,
+ * even for a moment. */
+static void
+accept_none(dt_link *lis, int done_fd, int ms, int alloc0)
+{
+	uint64_t end =
+	    dt__now_ns() + (uint64_t)(done_fd >= 0 ? 20000 : ms) * 1000000ull;
+	char addr[64];
+	dt_link l;
+
+	for (;;) {
+		int rc = T->accept(lis, &l, addr, sizeof(addr));
+
+		if (rc == 1)
+			fail_msg("admitted a local connection from %s that "
+			         "gave no proof of the job key",
+			         addr);
+		if (link_allocations() != alloc0)
+			fail_msg("rings/eventfds/epoll sets: %d, %d before",
+			         link_allocations(), alloc0);
+		struct pollfd p[2] = {{.fd = lis->fd, .events = POLLIN},
+		                      {.fd = done_fd, .events = POLLIN}};
+		poll(p, done_fd >= 0 ? 2 : 1, 20);
+		if (done_fd >= 0 && (p[1].revents & (POLLIN | POLLHUP)))
+			return;
+		if (dt__now_ns() >= end) {
+			assert_true(done_fd < 0);
+			return;
+		}
+	}
+}
+
+/*
+ * Strangers get nothing allocated: a process of another user with the
+ * right proof (as root: a child that takes uid 65534), and 300 local
+ * connections of our user with a wrong proof or none. None is admitted,
+ * no memfd, eventfd or epoll set appears while they come, the refusals
+ * take at most a log line a second, naming how many were left out, and
+ * then a member still gets in.
+ */
+static void
+test_strangers_allocate_nothing(void **state)
+{
+	char name[64], logpath[] = "/tmp/dtrain-shm-test-XXXXXX";
+	dt_link lis, l;
+	int go[2], done[2], alloc0, fds0, saved, logfd;
+	pid_t other = -1, many;
+	char b;
+
+	(void)state;
+	endpoint(name, sizeof(name), "strangers");
+	fds0 = count_fds();
+	assert_int_equal(T->listen(name, 0, -1, &lis, NULL), DT_OK);
+	assert_int_equal(pipe(go), 0);
+	assert_int_equal(pipe(done), 0);
+	alloc0 = link_allocations();
+	/* The log goes to a file meanwhile, to be counted. */
+	logfd = mkstemp(logpath);
+	assert_true(logfd >= 0);
+	unlink(logpath);
+	fflush(stderr);
+	saved = dup(2);
+	dup2(logfd, 2);
+	uint64_t t0 = dt__now_ns();
+	fflush(NULL);
+	if (geteuid() == 0) {
+		other = fork();
+		assert_true(other >= 0);
+		if (other == 0) {
+			close(go[1]);
+			close(done[1]);
+			other_user(name, go[0]);
+		}
+		/* Until its refusal is logged (the log's first line, before
+		 * the flood's can hold it back). */
+		uint64_t end = dt__now_ns() + 10000000000ull;
+		for (;;) {
+			char head[512] = {0};
+
+			accept_none(&lis, -1, 50, alloc0);
+			assert_true(pread(logfd, head, sizeof(head) - 1, 0) >=
+			            0);
+			if (strstr(head, "not this job's user"))
+				break;
+			assert_true(dt__now_ns() < end);
+		}
+	} else {
+		print_message("another user: skipped (not root, cannot "
+		              "take uid 65534)\n");
+	}
+	many = fork();
+	assert_true(many >= 0);
+	if (many == 0) {
+		close(go[1]);
+		flood(name, done[1], go[0]);
+	}
+	close(done[1]); /* a flood that dies is seen as the end */
+	accept_none(&lis, done[0], 0, alloc0);
+	assert_int_equal(read(done[0], &b, 1), 1);
+	accept_none(&lis, -1, 200, alloc0);
+	/* One more after a second: its line counts those left out. */
+	poll(NULL, 0, 1100);
+	int s = raw_connect(name);
+	assert_true(s >= 0);
+	assert_int_equal(send_proof(s, 0x55), 0);
+	accept_none(&lis, -1, 200, alloc0);
+	close(s);
+	close(go[1]); /* the children go */
+	if (other > 0)
+		assert_int_equal(reap(other), 0);
+	assert_int_equal(reap(many), 0);
+	double secs = (double)(dt__now_ns() - t0) / 1e9;
+	/* What waited for its proof sees its end; nothing is left. */
+	accept_none(&lis, -1, 300, alloc0);
+	fflush(stderr);
+	dup2(saved, 2);
+	close(saved);
+
+	char *log = calloc(1, 1 << 20);
+	assert_non_null(log);
+	assert_true(pread(logfd, log, (1 << 20) - 1, 0) >= 0);
+	close(logfd);
+	int lines = 0, counted = 0;
+	for (char *p = log; (p = strstr(p, "refusing a local connection"));
+	     p++) {
+		lines++;
+		char *eol = strchr(p, '\n');
+		char *more = strstr(p, "more refused in the last second");
+		counted += more != NULL && (eol == NULL || more < eol);
+	}
+	print_message("%d refusal lines in %.2f s, %d with a count\n", lines,
+	              secs, counted);
+	if (lines < 2 || lines > (int)secs + 2 || counted < 1)
+		fail_msg("%d refusal lines (%d with a count) in %.1f s:\n%s",
+		         lines, counted, secs, log);
+	if (geteuid() == 0 && !strstr(log, "not this job's user"))
+		fail_msg("no refusal of the other user:\n%s", log);
+	free(log);
+
+	/* A member (the right proof) still gets in. */
+	pid_t pid = spawn(name, 7, 100000, 4096, 0, 0);
+	accept_one(&lis, &l);
+	read_stream(&l, 7, 100000, 0);
+	assert_int_equal(reap(pid), 0);
+	T->close(&l);
+	T->close(&lis);
+	close(go[0]);
+	close(done[0]);
+	assert_int_equal(count_fds(), fds0);
+}
+
+/* The word a set-up names for the peer's probe (shm.c's probe_word). */
+static const volatile uint64_t claimer_probe = 0x626f725068537464ull;
+
+/*
+ * A child that speaks the set-up by hand: the right proof, a ring of its
+ * own for us to write, offering remote segments, then it claims the first
+ * segment posted and never copies it (says 'c' on said_fd when it did).
+ */
+static void
+claimer(const char *name, int said_fd)
+{
+	uint8_t hdr[24];
+	dt_ring r;
+	int fds[3], s = raw_connect(name);
+	uint64_t addr, len, end = dt__now_ns() + 20000000000ull;
+	union {
+		struct cmsghdr align;
+		char buf[CMSG_SPACE(sizeof(fds))];
+	} ctl;
+	struct iovec iov = {hdr, sizeof(hdr)};
+	struct msghdr mh = {.msg_iov = &iov,
+	                    .msg_iovlen = 1,
+	                    .msg_control = ctl.buf,
+	                    .msg_controllen = sizeof(ctl.buf)};
+
+	/* Gone with the test, even one that fails before its kill. */
+	prctl(PR_SET_PDEATHSIG, SIGKILL);
+	if (s < 0 || send_proof(s, 0) != 0 ||
+	    dt__ring_create(65536, &r, &fds[0]) != DT_OK)
+		_exit(10);
+	fds[1] = eventfd(0, EFD_CLOEXEC);
+	fds[2] = eventfd(0, EFD_CLOEXEC);
+	dt__ring_set_remote_ok(&r);
+	dt__put_u32(hdr, 0x68537464u);
+	dt__put_u32(hdr + 4, 2);
+	dt__put_u64(hdr + 8, 65536);
+	dt__put_u64(hdr + 16, (uint64_t)(uintptr_t)&claimer_probe);
+	memset(&ctl, 0, sizeof(ctl));
+	struct cmsghdr *cm = CMSG_FIRSTHDR(&mh);
+	cm->cmsg_level = SOL_SOCKET;
+	cm->cmsg_type = SCM_RIGHTS;
+	cm->cmsg_len = CMSG_LEN(sizeof(fds));
+	memcpy(CMSG_DATA(cm), fds, sizeof(fds));
+	if (sendmsg(s, &mh, MSG_NOSIGNAL) != (ssize_t)sizeof(hdr))
+		_exit(11);
+	while (dt__ring_seg_claim(&r, 1ull << 40, &addr, &len) != 1) {
+		if (dt__now_ns() >= end)
+			_exit(0); /* nothing posted: the fix's case */
+		poll(NULL, 0, 1);
+	}
+	if (write(said_fd, "c", 1) != 1)
+		_exit(12);
+	for (;;)
+		pause(); /* until SIGKILL, the segment never done */
+}
+
+/*
+ * A member that claims a copy-once segment and never copies it does not
+ * hold a thread that serves others (the van's dispatching thread, here
+ * this one marked so): its big piece goes through the ring, the send
+ * returns at once, and the same thread then serves another peer's stream.
+ */
+static void
+test_stalled_claim(void **state)
+{
+	const size_t len = 1u << 20;
+	char name[64];
+	dt_link lis, bad, good;
+	int said[2];
+	uint8_t *buf = calloc(1, len);
+
+	(void)state;
+	assert_non_null(buf);
+	assert_int_equal(pipe(said), 0);
+	setenv("DTRAIN_SHM_COPY_ONCE", "65536", 1);
+	endpoint(name, sizeof(name), "claim");
+	assert_int_equal(T->listen(name, 0, -1, &lis, NULL), DT_OK);
+	fflush(NULL);
+	pid_t pid = fork();
+	assert_true(pid >= 0);
+	if (pid == 0)
+		claimer(name, said[1]);
+	accept_one(&lis, &bad);
+
+	int was = dt__transport_set_serving(1);
+	uint64_t t0 = dt__now_ns(), end = t0 + 10000000000ull;
+	struct iovec iov = {buf, len};
+	ssize_t w;
+	while ((w = T->sendv(&bad, &iov, 1)) < 0 && errno == EAGAIN) {
+		assert_true(dt__now_ns() < end);
+		T->wait_writable(&bad, 10);
+	}
+	uint64_t took = dt__now_ns() - t0;
+	print_message("a serving thread's 1 MiB send to a claimer: %zd "
+	              "bytes in %.3f ms\n",
+	              w, (double)took / 1e6);
+	assert_true(w > 0);
+	if (took > 2000000000ull)
+		fail_msg("the serving thread waited %.1f s for a peer",
+		         (double)took / 1e9);
+	/* The same thread serves another peer meanwhile. */
+	pid_t other = spawn(name, 9, 2u << 20, 700000, 0, 0);
+	accept_one(&lis, &good);
+	read_stream(&good, 9, 2u << 20, 0);
+	assert_int_equal(reap(other), 0);
+	dt__transport_set_serving(was);
+
+	kill(pid, SIGKILL);
+	reap(pid);
+	T->close(&good);
+	T->close(&bad);
+	T->close(&lis);
+	close(said[0]);
+	close(said[1]);
+	unsetenv("DTRAIN_SHM_COPY_ONCE");
+	free(buf);
+}
+
 /* A connect to a name nobody listens on fails at once, naming it. */
 static void
 test_no_listener(void **state)
@@ -579,6 +963,8 @@ main(void)
 	    cmocka_unit_test(test_killed_with_segment),
 	    cmocka_unit_test(test_bad_setups),
 	    cmocka_unit_test(test_no_listener),
+	    cmocka_unit_test(test_strangers_allocate_nothing),
+	    cmocka_unit_test(test_stalled_claim),
 	};
 
 	signal(SIGPIPE, SIG_IGN);

@@ -637,6 +637,41 @@ test_echo(void **state)
 	pair_close(&p);
 }
 
+/*
+ * Over shared memory, the I/O thread never sends a remote segment (a peer
+ * could claim it and never copy it: shm_test's test_stalled_claim): a's
+ * echo of a 4 MiB frame, sent from a's I/O thread, comes through the ring,
+ * so at most b's own send (from this thread) is copied once.
+ */
+static void
+test_io_thread_no_segments(void **state)
+{
+	const size_t len = 4u << 20;
+	uint8_t *buf = malloc(len);
+	pair p;
+
+	(void)state;
+	assert_non_null(buf);
+	pair_open(&p, 0);
+	p.sa.echo_van = p.a;
+	fill_random(buf, len, 77);
+	uint64_t c0 = dt__shm_copied_once();
+	assert_int_equal(send_pieces(p.b, p.cb, DT_CMD_KV_FIRST + 1, 0, 0,
+	                             "echo", buf, len, 1),
+	                 DT_OK);
+	WAIT_RECS(&p.sb, 1);
+	uint64_t once = dt__shm_copied_once() - c0;
+	assert_int_equal(p.sb.recs[0].crc, crc_of(buf, len));
+	print_message("copied once: %llu of the %zu sent and %zu echoed\n",
+	              (unsigned long long)once, len, len);
+	if (once > len)
+		fail_msg("the echo from the I/O thread went as remote "
+		         "segments (%llu bytes copied once)",
+		         (unsigned long long)once);
+	free(buf);
+	pair_close(&p);
+}
+
 static void
 gate_set(sink *s, int closed)
 {
@@ -2304,6 +2339,7 @@ main(void)
 	    S(test_send_timeout),
 	    S(test_hook_never_waits),
 	    S(test_stuck_queue_ends),
+	    S(test_io_thread_no_segments),
 	    cmocka_unit_test_setup_teardown(test_echo, setup_shm_encrypted,
 	                                    teardown),
 	    cmocka_unit_test_setup_teardown(test_stream, setup_shm_encrypted,
