@@ -31,7 +31,8 @@ typedef struct joiner {
 	char hostid[DT_HOSTID_MAX];
 	char local[DT_LOCAL_MAX];
 	int rank;
-	uint64_t until; /* held (recovery): refused after this */
+	char token[DT_NODE_TOKEN_MAX]; /* its place token, "" if none */
+	uint64_t until;                /* held (recovery): refused after this */
 } joiner;
 
 struct dt_sched {
@@ -60,6 +61,11 @@ struct dt_sched {
 	 * They wait until a loss is noticed, or DT_RESTART_TIMEOUT. */
 	joiner *held;
 	int nheld;
+	/* By id: the place token each node presented when it first joined
+	 * (DTRAIN_NODE_TOKEN, "" if none). Only a process presenting a lost
+	 * node's token takes its place: holding the job's secret is not
+	 * enough. Never sent to anyone. */
+	char (*token)[DT_NODE_TOKEN_MAX];
 	int aborting; /* (n->mu) abort_job has begun */
 };
 
@@ -148,10 +154,21 @@ dt__sched_watch_list(dt_node *n, dt_conn **out, int cap, int *judge)
 	return k;
 }
 
+int
+dt__sched_held_list(dt_node *n, dt_conn **out, int cap)
+{
+	dt_sched *s = n->sched;
+	int k = 0;
+
+	for (int i = 0; s && i < s->nheld && k < cap; i++)
+		out[k++] = s->held[i].conn;
+	return k;
+}
+
 /*
- * Recovery: a server or worker joining a running job takes the place of a
- * lost node of its role (the rank it asks for, else the lowest lost one),
- * under that node's id and rank. It gets the node table (arg2: the count
+ * Recovery: a server or worker joining a running job takes the place of
+ * the lost node whose place token it presents, under that node's id and
+ * rank. It gets the node table (arg2: the count
  * of restarts, so it knows it rejoins), and every other node the new
  * address (NODE_UPDATE), which starts their link to it again.
  */
@@ -163,25 +180,83 @@ refuse(dt_node *n, dt_conn *c, const char *reason)
 	dt__van_close(n->van, c);
 }
 
-/* The lost node of j's role whose place j takes (mu held): the rank it
- * asks for, else the lowest lost one; -1: none is lost (yet). */
+/* Whether two place tokens are the same, in a time that does not depend
+ * on where they differ (both are NUL-padded to their full size). */
 static int
-lost_place(dt_node *n, const joiner *j)
+same_token(const char *a, const char *b)
+{
+	unsigned char diff = 0;
+
+	for (size_t i = 0; i < DT_NODE_TOKEN_MAX; i++)
+		diff |= (unsigned char)(a[i] ^ b[i]);
+	return diff == 0;
+}
+
+/* Whether node id's place is free (mu held): it was lost, and did not
+ * leave at its end. */
+static int
+place_lost(dt_node *n, int id)
 {
 	dt_sched *s = n->sched;
-	int id = -1;
 
+	return !s->left[id] && (s->down_ns[id] || dt__link_down(n, id));
+}
+
+/* The node of j's role whose place j may take (mu held): of the nodes
+ * whose place token j presents (one, with dtrain launch; several where
+ * an engine gives every process of a role one token), a lost one, the
+ * rank j asks for first; else, none being lost yet, the rank it asks
+ * for, else the first. -1: j presents no node's token. A node that joined
+ * without a token has a place nobody can take. */
+static int
+token_place(dt_node *n, const joiner *j)
+{
+	dt_sched *s = n->sched;
+	int id = -1, lost = 0;
+
+	if (j->token[0] == '\0')
+		return -1;
 	for (int k = 1; k < n->ntable; k++) {
-		if (n->table[k].role != j->role || s->left[k] ||
-		    !(s->down_ns[k] || dt__link_down(n, k)))
+		int down, wanted = n->table[k].rank == j->want;
+
+		if (n->table[k].role != j->role || !s->token[k][0] ||
+		    !same_token(s->token[k], j->token))
 			continue;
-		if (id < 0 || n->table[k].rank == j->want)
+		down = place_lost(n, k);
+		if (id < 0 || (down && !lost) || (down == lost && wanted))
 			id = k;
-		if (n->table[k].rank == j->want)
+		lost |= down;
+		if (down && wanted)
 			break;
 	}
 	return id;
 }
+
+/* Refuse a process whose place token names no node of the job. */
+static void
+refuse_stranger(dt_node *n, dt_conn *c, const joiner *j)
+{
+	char reason[512];
+	const char *role = dt_role_name(j->role);
+
+	if (j->token[0] == '\0')
+		snprintf(reason, sizeof(reason),
+		         "the job is running, and a %s at %s:%d (pid %d) asks "
+		         "for a place in it without a place token "
+		         "(DTRAIN_NODE_TOKEN): only a process that presents a "
+		         "lost %s's token may take its place",
+		         role, j->host, j->port, j->pid, role);
+	else
+		snprintf(reason, sizeof(reason),
+		         "the job is running, and a %s at %s:%d (pid %d) asks "
+		         "for a place in it with a place token "
+		         "(DTRAIN_NODE_TOKEN) that is no %s's of this job",
+		         role, j->host, j->port, j->pid, role);
+	refuse(n, c, reason);
+}
+
+static void admit(dt_node *n, dt_conn *c, const joiner *j, int id,
+                  int restarts);
 
 static void
 rejoin(dt_node *n, dt_conn *c, const joiner *j)
@@ -189,15 +264,19 @@ rejoin(dt_node *n, dt_conn *c, const joiner *j)
 	dt_sched *s = n->sched;
 	int id = -1, restarts = 0;
 	char reason[512], name[64];
-	dt_node_entry *t;
-	dt_wbuf w;
 
 	pthread_mutex_lock(&n->mu);
-	id = lost_place(n, j);
-	if (id > 0) {
+	id = token_place(n, j);
+	if (id < 0) {
+		pthread_mutex_unlock(&n->mu);
+		refuse_stranger(n, c, j);
+		return;
+	}
+	dt__node_name(n, id, name, sizeof(name));
+	if (place_lost(n, id)) {
 		s->down_ns[id] = 0;
 		restarts = ++s->restarts[id];
-	} else if (s->nheld < n->num_servers + n->num_workers) {
+	} else if (!s->left[id] && s->nheld < n->num_servers + n->num_workers) {
 		/* Perhaps its predecessor's end is not noticed yet. */
 		joiner *h = &s->held[s->nheld++];
 
@@ -209,25 +288,37 @@ rejoin(dt_node *n, dt_conn *c, const joiner *j)
 		 * the handshake guard (DT_HANDSHAKE_TIMEOUT), which would
 		 * drop it first. */
 		dt__conn_vouch(c);
-		dt__log(
-		    0,
-		    "a %s at %s:%d (pid %d) asks for a place in the running "
-		    "job; no %s of it is lost yet: waiting up to "
-		    "DT_RESTART_TIMEOUT=%.3g s for one",
-		    dt_role_name(j->role), j->host, j->port, j->pid,
-		    dt_role_name(j->role), (double)n->restart_ns * 1e-9);
+		dt__log(0,
+		        "a %s at %s:%d (pid %d) asks for the place of %s, "
+		        "which is not lost yet: waiting up to "
+		        "DT_RESTART_TIMEOUT=%.3g s for its loss",
+		        dt_role_name(j->role), j->host, j->port, j->pid, name,
+		        (double)n->restart_ns * 1e-9);
 		return;
-	}
-	pthread_mutex_unlock(&n->mu);
-	if (id < 0) {
+	} else {
+		pthread_mutex_unlock(&n->mu);
 		snprintf(reason, sizeof(reason),
-		         "the job is running and no %s of it is lost: there is "
-		         "no place for a %s at %s:%d",
-		         dt_role_name(j->role), dt_role_name(j->role), j->host,
-		         j->port);
+		         "the job is running and %s, whose place a %s at "
+		         "%s:%d asks for, has left or has a process waiting "
+		         "for its place already",
+		         name, dt_role_name(j->role), j->host, j->port);
 		refuse(n, c, reason);
 		return;
 	}
+	pthread_mutex_unlock(&n->mu);
+	admit(n, c, j, id, restarts);
+}
+
+/* Give j node id's place (its restarts-th successor): its table, and its
+ * address to everyone else. */
+static void
+admit(dt_node *n, dt_conn *c, const joiner *j, int id, int restarts)
+{
+	dt_sched *s = n->sched;
+	char name[64];
+	dt_node_entry *t;
+	dt_wbuf w;
+
 	/* Its table: the job's, with its own new address. */
 	if ((t = malloc(sizeof(*t) * (size_t)n->ntable)) == NULL) {
 		dt__van_close(n->van, c);
@@ -301,8 +392,10 @@ take_held(dt_node *n, int (*ready)(dt_node *, const joiner *, uint64_t),
 static int
 has_place(dt_node *n, const joiner *j, uint64_t now)
 {
+	int id = token_place(n, j);
+
 	(void)now;
-	return lost_place(n, j) > 0;
+	return id > 0 && place_lost(n, id);
 }
 
 static int
@@ -363,6 +456,7 @@ on_add_node(dt_node *n, dt_conn *c, dt_msg *m)
 	j.pid = a.pid;
 	memcpy(j.hostid, a.hostid, sizeof(j.hostid));
 	memcpy(j.local, a.local, sizeof(j.local));
+	memcpy(j.token, a.token, sizeof(j.token));
 	if (a.num_servers != n->num_servers ||
 	    a.num_workers != n->num_workers) {
 		snprintf(reason, sizeof(reason),
@@ -811,11 +905,12 @@ dt__sched_create(dt_node *n)
 	s->down_ns = dt__calloc((size_t)count, sizeof(uint64_t));
 	s->restarts = dt__calloc((size_t)count, sizeof(int));
 	s->held = dt__calloc((size_t)count, sizeof(joiner));
+	s->token = dt__calloc((size_t)count, sizeof(*s->token));
 	n->table = dt__calloc((size_t)count, sizeof(dt_node_entry));
 	n->peers = dt__calloc((size_t)count, sizeof(dt_conn *));
 	n->sched = s;
 	if (!s->j || !s->left || !s->down_ns || !s->restarts || !s->held ||
-	    !n->table || !n->peers)
+	    !s->token || !n->table || !n->peers)
 		return DT_ENOMEM;
 	return DT_OK;
 }
@@ -883,6 +978,7 @@ dt__sched_start(dt_node *n)
 		snprintf(e->host, DT_HOST_MAX, "%s", j->host);
 		snprintf(e->hostid, DT_HOSTID_MAX, "%s", j->hostid);
 		snprintf(e->local, DT_LOCAL_MAX, "%s", j->local);
+		memcpy(s->token[id], j->token, DT_NODE_TOKEN_MAX);
 		dt__conn_set_peer(j->conn, id);
 		__atomic_store_n(&n->peers[id], j->conn, __ATOMIC_RELEASE);
 	}
@@ -993,6 +1089,7 @@ dt__sched_free(dt_node *n)
 	free(n->sched->down_ns);
 	free(n->sched->restarts);
 	free(n->sched->held);
+	free(n->sched->token);
 	free(n->sched);
 	n->sched = NULL;
 }
