@@ -362,10 +362,8 @@ dt__member_start(dt_node *n)
 	dt_err err;
 	char name[64];
 	int need = 0;
-	char token[DT_NODE_TOKEN_MAX];
+	char token[DT_NODE_TOKEN_MAX] = "";
 
-	if ((err = place_token(token, sizeof(token))))
-		return err;
 	err = dt__van_connect(
 	    n->van, n->cfg.root_uri, n->cfg.root_port, NULL,
 	    n->cfg.connect_timeout_ms,
@@ -392,6 +390,8 @@ dt__member_start(dt_node *n)
 	DT_LOG(1, "connected to the scheduler at %s:%d", n->cfg.root_uri,
 	       n->cfg.root_port);
 
+	if ((err = place_token(token, sizeof(token))))
+		return err;
 	dt__msg_add_node a = {.role = n->role,
 	                      .want = n->cfg.requested_rank,
 	                      .port = n->port,
