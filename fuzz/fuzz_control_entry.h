@@ -54,17 +54,20 @@ fuzz_control_add_node(const uint8_t *data, size_t size)
 	FUZZ_CHECK(memchr(a.host, '\0', sizeof(a.host)) && a.host[0]);
 	dt__wbuf_init(&w);
 	FUZZ_CHECK(dt__msg_add_node_encode(&a, &w) == DT_OK);
-	/* (trailing bytes; or an ADD_NODE without the host id and endpoint,
-	 * which comes back with two empty strings) */
-	FUZZ_CHECK(w.len <= size ||
-	           (w.len == size + 8 && !a.hostid[0] && !a.local[0]));
+	/* (trailing bytes; or an ADD_NODE without the place token, or
+	 * without the host id and endpoint too, which come back as empty
+	 * strings) */
+	FUZZ_CHECK(
+	    w.len <= size || (w.len == size + 4 && !a.token[0]) ||
+	    (w.len == size + 12 && !a.hostid[0] && !a.local[0] && !a.token[0]));
 	FUZZ_CHECK(memcmp(w.data, data, w.len < size ? w.len : size) == 0);
 	FUZZ_CHECK(dt__msg_add_node_decode(w.data, w.len, &b) == DT_OK);
 	FUZZ_CHECK(
 	    a.role == b.role && a.want == b.want && a.port == b.port &&
 	    a.pid == b.pid && a.num_servers == b.num_servers &&
 	    a.num_workers == b.num_workers && strcmp(a.host, b.host) == 0 &&
-	    strcmp(a.hostid, b.hostid) == 0 && strcmp(a.local, b.local) == 0);
+	    strcmp(a.hostid, b.hostid) == 0 && strcmp(a.local, b.local) == 0 &&
+	    strcmp(a.token, b.token) == 0);
 	dt__wbuf_fini(&w);
 }
 

@@ -18,9 +18,13 @@ def s(text): b = text.encode(); return u32(len(b)) + b
 
 def add_node(role=2, want=-1, host='127.0.0.1', port=40000, pid=1234,
              ns=2, nw=2, hostid='0f1e2d3c-aaaa-bbbb-cccc-000000000001/4026531840',
-             local='dtrain.1234.00ff00ff00ff00ff', old=False):
+             local='dtrain.1234.00ff00ff00ff00ff', old=False,
+             token='0123456789abcdef0123456789abcdef', no_token=False):
     out = u8(role) + u32(want) + s(host) + u32(port) + u32(pid) + u32(ns) + u32(nw)
-    return out if old else out + s(hostid) + s(local)
+    if old:
+        return out
+    out += s(hostid) + s(local)
+    return out if no_token else out + s(token)
 
 
 def table(me=3, ns=2, nw=2, rows=None):
@@ -140,6 +144,11 @@ SEEDS = {
         'add_node_without_local': add_node(old=True),
         'add_node_local_bad_chars': add_node(local='dtrain\n@x'),
         'add_node_hostid_96': add_node(hostid='h' * 96),
+        'add_node_without_token': add_node(no_token=True),
+        'add_node_token_empty': add_node(token=''),
+        'add_node_token_128': add_node(token='t' * 128),
+        'add_node_token_129': add_node(token='t' * 129),
+        'add_node_token_bad_chars': add_node(token='tok en\n0123456789'),
         'node_table_2x2': table(),
         'node_table_0_servers': table(me=1, ns=0, nw=1),
         'node_table_count_wrap': u32(3) + u32(0xffffffff) + u32(2),

@@ -52,6 +52,9 @@ typedef struct k8s_opts {
 	char **cmd;
 	int ncmd;
 	char secret[65]; /* a fresh one, hex */
+	/* --restart: the servers' and the workers' place token (a pod's
+	 * replacement must present its role's; docs/security.md), hex */
+	char token[R_COUNT][33];
 } k8s_opts;
 
 static void
@@ -215,20 +218,12 @@ per_role(const char *flag, const char *v, const char *out[R_COUNT])
 static int
 reserved(const char *name, size_t n)
 {
-	static const char *const names[] = {"DMLC_ROLE",
-	                                    "DMLC_PS_ROOT_URI",
-	                                    "DMLC_PS_ROOT_PORT",
-	                                    "DMLC_NUM_SERVER",
-	                                    "DMLC_NUM_WORKER",
-	                                    "DMLC_WORKER_ID",
-	                                    "DMLC_SERVER_ID",
-	                                    "DMLC_NODE_HOST",
-	                                    "DMLC_USE_KUBERNETES",
-	                                    "DTRAIN_SECRET",
-	                                    "DTRAIN_SECRET_FILE",
-	                                    "DTRAIN_RECOVER",
-	                                    "JOB_COMPLETION_INDEX",
-	                                    "MX_CONFIG"};
+	static const char *const names[] = {
+	    "DMLC_ROLE",         "DMLC_PS_ROOT_URI",     "DMLC_PS_ROOT_PORT",
+	    "DMLC_NUM_SERVER",   "DMLC_NUM_WORKER",      "DMLC_WORKER_ID",
+	    "DMLC_SERVER_ID",    "DMLC_NODE_HOST",       "DMLC_USE_KUBERNETES",
+	    "DTRAIN_SECRET",     "DTRAIN_SECRET_FILE",   "DTRAIN_RECOVER",
+	    "DTRAIN_NODE_TOKEN", "JOB_COMPLETION_INDEX", "MX_CONFIG"};
 
 	for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++)
 		if (strlen(names[i]) == n && strncmp(name, names[i], n) == 0)
@@ -536,6 +531,22 @@ container(FILE *f, const k8s_opts *o, k8s_role r, int in, int mxjob)
 	fprintf(f, "\n%*s      key: \"secret\"\n", in, "");
 	if (o->restart)
 		env_value(f, in, "DTRAIN_RECOVER", "1");
+	if (o->restart && r != R_SCHED) {
+		/* The pods of a role share a template, and so a token: a
+		 * replacement takes a lost node of its role. Optional: a
+		 * --secret-from Secret may have none (no replacement then). */
+		fprintf(f,
+		        "%*s- name: DTRAIN_NODE_TOKEN\n"
+		        "%*s  valueFrom:\n"
+		        "%*s    secretKeyRef:\n"
+		        "%*s      name: ",
+		        in, "", in, "", in, "", in, "");
+		q(f, name_buf);
+		fprintf(f,
+		        "\n%*s      key: \"%s-token\"\n"
+		        "%*s      optional: true\n",
+		        in, "", role_names[r], in, "");
+	}
 	for (int k = 0; k < o->nenv; k++) {
 		const char *eq = strchr(o->env[k], '=');
 		char name[256];
@@ -569,6 +580,10 @@ print_secret(FILE *f, const k8s_opts *o)
 	metadata(f, o, name, NULL);
 	fputs("type: Opaque\nstringData:\n  secret: ", f);
 	q(f, o->secret);
+	for (int r = R_SERVER; o->restart && r < R_COUNT; r++) {
+		fprintf(f, "\n  %s-token: ", role_names[r]);
+		q(f, o->token[r]);
+	}
 	fputs("\n---\n", f);
 }
 
@@ -671,6 +686,10 @@ dt__cli_k8s(int argc, char **argv)
 		}
 		randombytes_buf(raw, sizeof(raw));
 		sodium_bin2hex(o.secret, sizeof(o.secret), raw, sizeof(raw));
+		for (int r = R_SERVER; r < R_COUNT; r++) {
+			randombytes_buf(raw, 16);
+			sodium_bin2hex(o.token[r], sizeof(o.token[r]), raw, 16);
+		}
 		sodium_memzero(raw, sizeof(raw));
 	}
 	printf("# dtrain k8s: job %s, %ld servers and %ld workers (%s)\n",
@@ -684,6 +703,7 @@ dt__cli_k8s(int argc, char **argv)
 	else
 		print_job_kind(stdout, &o);
 	sodium_memzero(o.secret, sizeof(o.secret));
+	sodium_memzero(o.token, sizeof(o.token));
 	if (fflush(stdout) != 0 || ferror(stdout)) {
 		fputs("dtrain k8s: cannot write the manifests\n", stderr);
 		return 1;

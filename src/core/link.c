@@ -886,6 +886,8 @@ redial(dt_links *L, int id)
 	err =
 	    dt__van_connect(n->van, host, port, local, REDIAL_TRY_MS, name, &c);
 	if (err) {
+		int gone = 0;
+
 		pthread_mutex_lock(&L->mu);
 		P->redial_ns = dt__now_ns() + REDIAL_GAP_NS;
 		if (err == DT_ECONNREFUSED && L->finishing) {
@@ -894,9 +896,21 @@ redial(dt_links *L, int id)
 			 * acknowledgement was cut off). Nothing to wait for. */
 			P->gone = 1;
 			queue_clear(L, P);
+		} else if (err == DT_ECONNREFUSED && id == 0) {
+			/* The scheduler listens as long as it lives, and its
+			 * place is never taken again: a closed port means it
+			 * has gone, and the job with it. Waiting out
+			 * DT_RECONNECT_TIMEOUT would only keep this node
+			 * running after its job ended. */
+			P->gone = gone = 1;
+			queue_clear(L, P);
 		}
 		pthread_mutex_unlock(&L->mu);
 		DT_LOG(1, "dialling %s again: %s", name, dt_errmsg());
+		if (gone)
+			dt__node_peer_lost(n, 0,
+			                   "its port refuses connections: the "
+			                   "scheduler has gone");
 		return;
 	}
 	dt__conn_set_peer(c, id);

@@ -326,6 +326,33 @@ dt__node_barrier_status(dt_node *n, int groups, dt_err mine, const char *msg)
 	return DT_OK;
 }
 
+/* This process's place token (DTRAIN_NODE_TOKEN, "" if unset): a restart
+ * must present its predecessor's (docs/fault-tolerance.md). The same
+ * letters as a host id, so that the scheduler's decoder takes it. */
+static dt_err
+place_token(char *out, size_t cap)
+{
+	const char *s = dt__env_str("DTRAIN_NODE_TOKEN");
+	size_t len = s ? strlen(s) : 0;
+
+	out[0] = '\0';
+	if (s == NULL)
+		return DT_OK;
+	if (len < 16 || len >= cap || len >= DT_NODE_TOKEN_MAX)
+		return dt__fail(DT_ECONFIG,
+		                "DTRAIN_NODE_TOKEN has %zu bytes: it must have "
+		                "16 to %d",
+		                len, DT_NODE_TOKEN_MAX - 1);
+	if (strspn(s, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
+	              "0123456789.:/-_") != len)
+		return dt__fail(
+		    DT_ECONFIG,
+		    "DTRAIN_NODE_TOKEN may hold only letters, digits "
+		    "and . : / - _");
+	memcpy(out, s, len + 1);
+	return DT_OK;
+}
+
 dt_err
 dt__member_start(dt_node *n)
 {
@@ -335,6 +362,7 @@ dt__member_start(dt_node *n)
 	dt_err err;
 	char name[64];
 	int need = 0;
+	char token[DT_NODE_TOKEN_MAX] = "";
 
 	err = dt__van_connect(
 	    n->van, n->cfg.root_uri, n->cfg.root_port, NULL,
@@ -362,6 +390,8 @@ dt__member_start(dt_node *n)
 	DT_LOG(1, "connected to the scheduler at %s:%d", n->cfg.root_uri,
 	       n->cfg.root_port);
 
+	if ((err = place_token(token, sizeof(token))))
+		return err;
 	dt__msg_add_node a = {.role = n->role,
 	                      .want = n->cfg.requested_rank,
 	                      .port = n->port,
@@ -371,6 +401,7 @@ dt__member_start(dt_node *n)
 	snprintf(a.host, sizeof(a.host), "%s", n->host);
 	snprintf(a.hostid, sizeof(a.hostid), "%s", n->hostid);
 	snprintf(a.local, sizeof(a.local), "%s", n->local);
+	memcpy(a.token, token, sizeof(a.token));
 	dt__wbuf_init(&w);
 	dt_msg_hdr h = {.cmd = DT_CMD_ADD_NODE, .flags = DT_F_REQUEST};
 	h.recver = 0;

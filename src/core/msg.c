@@ -40,6 +40,7 @@ dt__msg_add_node_encode(const dt__msg_add_node *a, dt_wbuf *w)
 	dt__wbuf_u32(w, (uint32_t)a->num_workers);
 	dt__wbuf_str(w, a->hostid);
 	dt__wbuf_str(w, a->local);
+	dt__wbuf_str(w, a->token);
 	return dt__wbuf_err(w);
 }
 
@@ -65,12 +66,17 @@ dt__msg_add_node_decode(const void *meta, size_t len, dt__msg_add_node *a)
 		dt__rbuf_str(&r, a->hostid, sizeof(a->hostid));
 		dt__rbuf_str(&r, a->local, sizeof(a->local));
 	}
+	if (!r.failed && r.off < r.len) /* (absent: no place token) */
+		dt__rbuf_str(&r, a->token, sizeof(a->token));
 	if ((err = dt__rbuf_err(&r, "ADD_NODE")))
 		return err;
 	if (!valid_name(a->hostid) || !valid_name(a->local))
 		return dt__fail(DT_EPROTO,
 		                "ADD_NODE: bad characters in the host id or "
 		                "local endpoint");
+	if (!valid_name(a->token))
+		return dt__fail(DT_EPROTO,
+		                "ADD_NODE: bad characters in the place token");
 	if (!valid_role(role))
 		return dt__fail(DT_EPROTO,
 		                "ADD_NODE: role %u is not a "

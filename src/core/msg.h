@@ -22,6 +22,8 @@
 #define DT_MAX_NODES      (1 + 2 * DT_MAX_ROLE_NODES)
 /* The largest rank a node may ask for. */
 #define DT_MAX_RANK_WISH 4095
+/* A node's place token (DTRAIN_NODE_TOKEN): at most 128 bytes and a NUL. */
+#define DT_NODE_TOKEN_MAX 129
 
 /* ADD_NODE: a server or worker asks the scheduler to admit it. */
 typedef struct dt__msg_add_node {
@@ -34,6 +36,10 @@ typedef struct dt__msg_add_node {
 	int num_workers;
 	char hostid[DT_HOSTID_MAX]; /* its host, "" if unknown */
 	char local[DT_LOCAL_MAX];   /* its shared-memory endpoint, or "" */
+	/* Its place token, "" if none: what proves that a process taking a
+	 * lost node's place is that node's successor (recovery). Sent to the
+	 * scheduler only; a NODE_UPDATE carries it empty. */
+	char token[DT_NODE_TOKEN_MAX];
 } dt__msg_add_node;
 
 dt_err dt__msg_add_node_encode(const dt__msg_add_node *a, dt_wbuf *w);

@@ -244,6 +244,10 @@ void dt__sched_peer_lost(dt_node *n, int peer, const char *why);
  * ranks are assigned (*judge = 1; NULL for itself and for a node that has
  * left), else the joiners' connections (*judge = 0). Returns the count. */
 int dt__sched_watch_list(dt_node *n, dt_conn **out, int cap, int *judge);
+/* (n->mu held) The connections of the processes held for a lost node's
+ * place (recovery): they get heartbeats but are not judged by them, since
+ * DT_RESTART_TIMEOUT bounds their wait. Returns the count. */
+int dt__sched_held_list(dt_node *n, dt_conn **out, int cap);
 /* Abort the job, telling every node why (reason names the culprit). */
 void dt__sched_abort(dt_node *n, const char *reason);
 /* Allocate the scheduler's state; before the I/O thread starts. */

@@ -9,6 +9,9 @@
  * asked for it too; the other nodes, sorted by (host, port), fill the free
  * ranks in ascending order.
  *
+ * A process that joins the running job in a lost node's place (recovery)
+ * is rejoin.c's; the state both files share is in sched_impl.h.
+ *
  * Threads: joins, barriers, departures and losses are handled in the I/O
  * thread; the thread that called dt_node_start()/dt_node_serve() waits for
  * them on node->cv. Every field of dt_sched is guarded by node->mu.
@@ -19,49 +22,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "core/node_impl.h"
-
-typedef struct joiner {
-	dt_conn *conn;
-	dt_role role;
-	int want; /* requested rank, -1 for none */
-	char host[DT_HOST_MAX];
-	int port;
-	int pid;
-	char hostid[DT_HOSTID_MAX];
-	char local[DT_LOCAL_MAX];
-	int rank;
-	uint64_t until; /* held (recovery): refused after this */
-} joiner;
-
-struct dt_sched {
-	int expected;
-	joiner *j;
-	int nj;
-	int assigned;
-	int *left; /* by id: worker done, or server closed */
-	int workers_done;
-	int servers_closed;
-	int ending;           /* TERMINATE sent */
-	uint64_t arrived[8];  /* barrier arrivals per group mask */
-	uint64_t passed[8];   /* barriers passed per group mask */
-	uint64_t first_ns[8]; /* the round's first arrival (the timeline) */
-	/* The first error a member brought to the round per mask, handed to
-	 * every member with BARRIER_DONE. */
-	int round_err[8];
-	char round_msg[8][256];
-	/* Recovery (DTRAIN_RECOVER): by id, when the node was lost (0: up),
-	 * and how many processes have taken its place. */
-	uint64_t *down_ns;
-	int *restarts;
-	/* New processes asking for a place no loss has freed yet: the old
-	 * process's connection may close only after its successor asks
-	 * (the kernel frees a killed process's sockets late under load).
-	 * They wait until a loss is noticed, or DT_RESTART_TIMEOUT. */
-	joiner *held;
-	int nheld;
-	int aborting; /* (n->mu) abort_job has begun */
-};
+#include "core/sched_impl.h"
 
 static int
 group_size(const dt_node *n, int mask)
@@ -77,8 +38,8 @@ in_group(const dt_node_entry *e, int mask)
 	       (e->role == DT_ROLE_WORKER && (mask & DT_GROUP_WORKERS));
 }
 
-static void
-send_abort(dt_node *n, dt_conn *c, const char *reason)
+void
+dt__sched_send_abort(dt_node *n, dt_conn *c, const char *reason)
 {
 	dt_msg_hdr h = {.cmd = DT_CMD_ABORT};
 
@@ -105,13 +66,13 @@ abort_job(dt_node *n, const char *reason)
 	for (int id = 1; id < n->ntable; id++) {
 		dt_conn *c = __atomic_load_n(&n->peers[id], __ATOMIC_ACQUIRE);
 		if (c && dt__conn_is_open(c))
-			send_abort(n, c, reason);
+			dt__sched_send_abort(n, c, reason);
 	}
 	pthread_mutex_lock(&n->mu);
 	for (int i = 0; n->sched && i < n->sched->nj; i++)
 		if (n->sched->j[i].conn &&
 		    dt__conn_peer(n->sched->j[i].conn) < 0)
-			send_abort(n, n->sched->j[i].conn, reason);
+			dt__sched_send_abort(n, n->sched->j[i].conn, reason);
 	pthread_mutex_unlock(&n->mu);
 	dt__node_set_fatal(n, DT_EPEER, "aborting the job: %s", reason);
 }
@@ -148,199 +109,6 @@ dt__sched_watch_list(dt_node *n, dt_conn **out, int cap, int *judge)
 	return k;
 }
 
-/*
- * Recovery: a server or worker joining a running job takes the place of a
- * lost node of its role (the rank it asks for, else the lowest lost one),
- * under that node's id and rank. It gets the node table (arg2: the count
- * of restarts, so it knows it rejoins), and every other node the new
- * address (NODE_UPDATE), which starts their link to it again.
- */
-static void
-refuse(dt_node *n, dt_conn *c, const char *reason)
-{
-	dt__log(0, "refusing a node: %s", reason);
-	send_abort(n, c, reason);
-	dt__van_close(n->van, c);
-}
-
-/* The lost node of j's role whose place j takes (mu held): the rank it
- * asks for, else the lowest lost one; -1: none is lost (yet). */
-static int
-lost_place(dt_node *n, const joiner *j)
-{
-	dt_sched *s = n->sched;
-	int id = -1;
-
-	for (int k = 1; k < n->ntable; k++) {
-		if (n->table[k].role != j->role || s->left[k] ||
-		    !(s->down_ns[k] || dt__link_down(n, k)))
-			continue;
-		if (id < 0 || n->table[k].rank == j->want)
-			id = k;
-		if (n->table[k].rank == j->want)
-			break;
-	}
-	return id;
-}
-
-static void
-rejoin(dt_node *n, dt_conn *c, const joiner *j)
-{
-	dt_sched *s = n->sched;
-	int id = -1, restarts = 0;
-	char reason[512], name[64];
-	dt_node_entry *t;
-	dt_wbuf w;
-
-	pthread_mutex_lock(&n->mu);
-	id = lost_place(n, j);
-	if (id > 0) {
-		s->down_ns[id] = 0;
-		restarts = ++s->restarts[id];
-	} else if (s->nheld < n->num_servers + n->num_workers) {
-		/* Perhaps its predecessor's end is not noticed yet. */
-		joiner *h = &s->held[s->nheld++];
-
-		*h = *j;
-		h->conn = c;
-		h->until = dt__now_ns() + n->restart_ns;
-		pthread_mutex_unlock(&n->mu);
-		/* A node of this job: its wait is bounded by until, not by
-		 * the handshake guard (DT_HANDSHAKE_TIMEOUT), which would
-		 * drop it first. */
-		dt__conn_vouch(c);
-		dt__log(
-		    0,
-		    "a %s at %s:%d (pid %d) asks for a place in the running "
-		    "job; no %s of it is lost yet: waiting up to "
-		    "DT_RESTART_TIMEOUT=%.3g s for one",
-		    dt_role_name(j->role), j->host, j->port, j->pid,
-		    dt_role_name(j->role), (double)n->restart_ns * 1e-9);
-		return;
-	}
-	pthread_mutex_unlock(&n->mu);
-	if (id < 0) {
-		snprintf(reason, sizeof(reason),
-		         "the job is running and no %s of it is lost: there is "
-		         "no place for a %s at %s:%d",
-		         dt_role_name(j->role), dt_role_name(j->role), j->host,
-		         j->port);
-		refuse(n, c, reason);
-		return;
-	}
-	/* Its table: the job's, with its own new address. */
-	if ((t = malloc(sizeof(*t) * (size_t)n->ntable)) == NULL) {
-		dt__van_close(n->van, c);
-		return;
-	}
-	memcpy(t, n->table, sizeof(*t) * (size_t)n->ntable);
-	snprintf(t[id].host, DT_HOST_MAX, "%s", j->host);
-	t[id].port = j->port;
-	t[id].pid = j->pid;
-	snprintf(t[id].hostid, DT_HOSTID_MAX, "%s", j->hostid);
-	snprintf(t[id].local, DT_LOCAL_MAX, "%s", j->local);
-	dt__conn_vouch(c);
-	dt__link_restart_peer(n, id, c, NULL, 0, NULL);
-	dt__wbuf_init(&w);
-	dt_msg_hdr h = {.cmd = DT_CMD_NODE_TABLE,
-	                .recver = (uint32_t)id,
-	                .arg2 = (uint64_t)restarts};
-	if (dt__msg_node_table_encode(id, n->num_servers, n->num_workers, t,
-	                              &w) == DT_OK)
-		dt__van_send(n->van, c, &h, w.data, (uint32_t)w.len, NULL, 0);
-	dt__wbuf_fini(&w);
-	free(t);
-	dt__node_name(n, id, name, sizeof(name));
-	dt__log(0, "%s is back: pid %d at %s:%d (restart %d)", name, j->pid,
-	        j->host, j->port, restarts);
-	/* Everyone else: its new address. */
-	dt__msg_add_node a = {.role = j->role,
-	                      .want = n->table[id].rank,
-	                      .port = j->port,
-	                      .pid = j->pid,
-	                      .num_servers = n->num_servers,
-	                      .num_workers = n->num_workers};
-	snprintf(a.host, sizeof(a.host), "%s", j->host);
-	snprintf(a.hostid, sizeof(a.hostid), "%s", j->hostid);
-	snprintf(a.local, sizeof(a.local), "%s", j->local);
-	dt__wbuf_init(&w);
-	if (dt__msg_add_node_encode(&a, &w) == DT_OK)
-		for (int k = 1; k < n->ntable; k++) {
-			dt_msg_hdr u = {.cmd = DT_CMD_NODE_UPDATE,
-			                .key = (uint64_t)id,
-			                .arg0 = (uint64_t)restarts};
-
-			if (k != id && !s->left[k])
-				dt__node_send(n, k, &u, w.data, (uint32_t)w.len,
-				              NULL, 0);
-		}
-	dt__wbuf_fini(&w);
-}
-
-/* Take the first held process that ready() accepts into *j; 0: none. */
-static int
-take_held(dt_node *n, int (*ready)(dt_node *, const joiner *, uint64_t),
-          joiner *j)
-{
-	dt_sched *s = n->sched;
-	uint64_t now = dt__now_ns();
-	int k, found;
-
-	pthread_mutex_lock(&n->mu);
-	for (k = 0; k < s->nheld && !ready(n, &s->held[k], now); k++)
-		;
-	found = k < s->nheld;
-	if (found) {
-		*j = s->held[k];
-		s->held[k] = s->held[--s->nheld];
-	}
-	pthread_mutex_unlock(&n->mu);
-	return found;
-}
-
-static int
-has_place(dt_node *n, const joiner *j, uint64_t now)
-{
-	(void)now;
-	return lost_place(n, j) > 0;
-}
-
-static int
-wait_over(dt_node *n, const joiner *j, uint64_t now)
-{
-	(void)n;
-	return j->until <= now;
-}
-
-/* A loss was noticed: a held process may take its place now. */
-static void
-retry_held(dt_node *n)
-{
-	joiner j;
-
-	while (take_held(n, has_place, &j))
-		rejoin(n, j.conn, &j);
-}
-
-/* Refuse the held processes whose wait is over (the serve loop). */
-static void
-refuse_overdue(dt_node *n)
-{
-	joiner j;
-	char reason[512];
-
-	while (take_held(n, wait_over, &j)) {
-		snprintf(
-		    reason, sizeof(reason),
-		    "the job is running and no %s of it was lost within "
-		    "DT_RESTART_TIMEOUT=%.3g s: there is no place for a %s "
-		    "at %s:%d",
-		    dt_role_name(j.role), (double)n->restart_ns * 1e-9,
-		    dt_role_name(j.role), j.host, j.port);
-		refuse(n, j.conn, reason);
-	}
-}
-
 static void
 on_add_node(dt_node *n, dt_conn *c, dt_msg *m)
 {
@@ -363,6 +131,7 @@ on_add_node(dt_node *n, dt_conn *c, dt_msg *m)
 	j.pid = a.pid;
 	memcpy(j.hostid, a.hostid, sizeof(j.hostid));
 	memcpy(j.local, a.local, sizeof(j.local));
+	memcpy(j.token, a.token, sizeof(j.token));
 	if (a.num_servers != n->num_servers ||
 	    a.num_workers != n->num_workers) {
 		snprintf(reason, sizeof(reason),
@@ -372,7 +141,7 @@ on_add_node(dt_node *n, dt_conn *c, dt_msg *m)
 		         dt_role_name(j.role), j.host, j.port, a.num_servers,
 		         a.num_workers, n->num_servers, n->num_workers);
 		dt__log(0, "refusing a node: %s", reason);
-		send_abort(n, c, reason);
+		dt__sched_send_abort(n, c, reason);
 		dt__van_close(n->van, c);
 		return;
 	}
@@ -383,7 +152,7 @@ on_add_node(dt_node *n, dt_conn *c, dt_msg *m)
 		assigned = s->assigned;
 		pthread_mutex_unlock(&n->mu);
 		if (assigned) {
-			rejoin(n, c, &j);
+			dt__sched_rejoin(n, c, &j);
 			return;
 		}
 	}
@@ -401,7 +170,7 @@ on_add_node(dt_node *n, dt_conn *c, dt_msg *m)
 		         dt_role_name(j.role));
 		dt__log(0, "refusing a %s at %s:%d: %s", dt_role_name(j.role),
 		        j.host, j.port, reason);
-		send_abort(n, c, reason);
+		dt__sched_send_abort(n, c, reason);
 		dt__van_close(n->van, c);
 		return;
 	}
@@ -622,7 +391,7 @@ dt__sched_on_close(dt_node *n, dt_conn *c, dt_err why)
 	 * (or no connection again in time) ends its link. */
 	if (!failed && dt__link_on_close(n, c, peer)) {
 		if (n->recover)
-			retry_held(n); /* its place may be free now */
+			dt__sched_retry_held(n); /* its place may be free now */
 		return;
 	}
 	__atomic_compare_exchange_n(&n->peers[peer], &(dt_conn *){c}, NULL, 0,
@@ -661,7 +430,7 @@ dt__sched_peer_lost(dt_node *n, int peer, const char *why)
 		        "place",
 		        name, n->table[peer].pid, n->table[peer].host,
 		        n->table[peer].port, why, (double)n->restart_ns * 1e-9);
-		retry_held(n);
+		dt__sched_retry_held(n);
 		return;
 	}
 	snprintf(reason, sizeof(reason),
@@ -760,24 +529,12 @@ late_node(dt_node *n)
 	return 0;
 }
 
-/* Recovery: a held process whose wait is over (mu held). */
-static int
-overdue(dt_node *n)
-{
-	uint64_t now = dt__now_ns();
-
-	for (int k = 0; k < n->sched->nheld; k++)
-		if (wait_over(n, &n->sched->held[k], now))
-			return 1;
-	return 0;
-}
-
 static int
 workers_gone(dt_node *n, const void *arg)
 {
 	(void)arg;
 	return n->sched->workers_done == n->num_workers || late_node(n) ||
-	       overdue(n);
+	       dt__sched_held_overdue(n);
 }
 
 /* The end: every server left, and with PS_RESEND every worker's link
@@ -811,11 +568,12 @@ dt__sched_create(dt_node *n)
 	s->down_ns = dt__calloc((size_t)count, sizeof(uint64_t));
 	s->restarts = dt__calloc((size_t)count, sizeof(int));
 	s->held = dt__calloc((size_t)count, sizeof(joiner));
+	s->token = dt__calloc((size_t)count, sizeof(*s->token));
 	n->table = dt__calloc((size_t)count, sizeof(dt_node_entry));
 	n->peers = dt__calloc((size_t)count, sizeof(dt_conn *));
 	n->sched = s;
 	if (!s->j || !s->left || !s->down_ns || !s->restarts || !s->held ||
-	    !n->table || !n->peers)
+	    !s->token || !n->table || !n->peers)
 		return DT_ENOMEM;
 	return DT_OK;
 }
@@ -883,6 +641,7 @@ dt__sched_start(dt_node *n)
 		snprintf(e->host, DT_HOST_MAX, "%s", j->host);
 		snprintf(e->hostid, DT_HOSTID_MAX, "%s", j->hostid);
 		snprintf(e->local, DT_LOCAL_MAX, "%s", j->local);
+		memcpy(s->token[id], j->token, DT_NODE_TOKEN_MAX);
 		dt__conn_set_peer(j->conn, id);
 		__atomic_store_n(&n->peers[id], j->conn, __ATOMIC_RELEASE);
 	}
@@ -932,7 +691,7 @@ dt__sched_serve(dt_node *n)
 		if ((err = dt__node_wait(n, workers_gone, NULL, 0,
 		                         "the workers")))
 			return err;
-		refuse_overdue(n);
+		dt__sched_refuse_overdue(n);
 		pthread_mutex_lock(&n->mu);
 		late = late_node(n);
 		int done = s->workers_done == n->num_workers;
@@ -993,6 +752,7 @@ dt__sched_free(dt_node *n)
 	free(n->sched->down_ns);
 	free(n->sched->restarts);
 	free(n->sched->held);
+	free(n->sched->token);
 	free(n->sched);
 	n->sched = NULL;
 }

@@ -177,6 +177,24 @@ judge(struct dt_watch *w, int id, dt_conn *c, uint64_t now)
 	dt__van_close(n->van, c);
 }
 
+/* The scheduler beats the processes it holds for a lost node's place too:
+ * each waits for its node table up to DT_RESTART_TIMEOUT, and would take
+ * a silent scheduler for a dead one after PS_HEARTBEAT_TIMEOUT. */
+static void
+beat_held(struct dt_watch *w)
+{
+	dt_node *n = w->n;
+	dt_msg_hdr h = {.cmd = DT_CMD_HEARTBEAT};
+	int k, sent;
+
+	pthread_mutex_lock(&n->mu);
+	k = dt__sched_held_list(n, w->cs, w->cap);
+	pthread_mutex_unlock(&n->mu);
+	for (int i = 0; i < k; i++)
+		if (w->cs[i] && dt__conn_is_open(w->cs[i]))
+			(void)dt__van_beat(n->van, w->cs[i], &h, &sent);
+}
+
 static void
 round_of(struct dt_watch *w, int beat)
 {
@@ -200,6 +218,8 @@ round_of(struct dt_watch *w, int beat)
 		if (judging && w->timeout_ns)
 			judge(w, i, c, now);
 	}
+	if (beat && n->role == DT_ROLE_SCHEDULER)
+		beat_held(w);
 }
 
 int

@@ -4,8 +4,9 @@
 #   1. SIGSTOP of the scheduler, of a server and of a worker, in a linreg
 #      and a short mnist job under `dtrain launch`: the job ends with status
 #      1 within timeout + 2 s, every survivor's error names the frozen node
-#      ("server 0 (pid N on host H) sent nothing for 2.2 s"), and nothing
-#      is left running, the stopped process included;
+#      ("server 0 (pid N on host H) sent nothing for 2.2 s"), so does the
+#      launcher's verdict ("job failed: server 0 frozen (stopped by signal
+#      19, ...)"), and nothing is left running, the stopped process included;
 #   2. a partition: a server in a network namespace of its own, behind a
 #      veth pair, and every packet over the pair dropped by a tc qdisc (the
 #      TCP connections stay open; nothing is closed or signalled): the
@@ -38,6 +39,11 @@ stop_case() {
 	[ "$EXIT_STATUS" = 1 ] || fail "$name: launcher exited $EXIT_STATUS, expected 1"
 	[ "$ms" -le "$LIMIT_MS" ] || fail "$name: the job ended $ms ms after the SIGSTOP (limit $LIMIT_MS)"
 	who="$label \\(pid $pid on host [0-9.]*\\) (has )?sent nothing for [0-9.]* s"
+	# The launcher's verdict names the frozen node, not the first of the
+	# others that exited because of it.
+	grep '^dtrain launch: job failed: ' "$logf" | tail -n 1 |
+		grep -q "job failed: $label frozen (stopped by signal" ||
+		fail "$name: the launcher does not blame the frozen $label: $(grep '^dtrain launch: job failed' "$logf")"
 	# Every survivor names the frozen node in its error.
 	for lbl in scheduler "server 0" "server 1" "worker 0" "worker 1"; do
 		[ "$lbl" = "$label" ] && continue

@@ -16,7 +16,7 @@ docs = [d for d in yaml.safe_load_all(open(path)) if d is not None]
 # optional unless listed in REQUIRED), [x] = list of x, a type = scalar ----
 STR, INT, BOOL = str, int, bool
 ENV = {"name": STR, "value": STR,
-       "valueFrom": {"fieldRef": {"fieldPath": STR}, "secretKeyRef": {"name": STR, "key": STR}}}
+       "valueFrom": {"fieldRef": {"fieldPath": STR}, "secretKeyRef": {"name": STR, "key": STR, "optional": BOOL}}}
 CONTAINER = {"name": STR, "image": STR, "command": [STR], "args": [STR],
              "ports": [{"name": STR, "containerPort": INT}], "env": [ENV],
              "resources": {"requests": {"cpu": STR, "memory": STR}, "limits": {"cpu": STR, "memory": STR}}}
@@ -106,9 +106,22 @@ def common_env(c, where):
     return env
 
 
+def token_env(env, role, where):
+    """--restart: a server's or worker's place token from its role's key."""
+    want = {"secretKeyRef": {"name": "lin-secret", "key": role + "-token", "optional": True}}
+    if role == "scheduler" or not RESTART:
+        want = None
+    if env.get("DTRAIN_NODE_TOKEN") != want:
+        fail("%s: DTRAIN_NODE_TOKEN %r, expected %r" % (where, env.get("DTRAIN_NODE_TOKEN"), want))
+
+
 secret = [d for d in docs if d["kind"] == "Secret"]
 if len(secret) != 1 or len(secret[0]["stringData"]["secret"]) != 64:
     fail("no Secret with a 64-digit secret")
+tokens = {k: v for k, v in secret[0]["stringData"].items() if k.endswith("-token")}
+if (sorted(tokens) != ["server-token", "worker-token"] if RESTART else tokens) or \
+        any(len(v) != 32 for v in tokens.values()) or len(set(tokens.values())) != len(tokens):
+    fail("the Secret's place tokens: %r (--restart %d)" % (sorted(tokens), RESTART))
 if kind == "job":
     want = sorted(["Secret", "Service"] + ["Job"] * (2 if S == 0 else 3))
     if kinds != want:
@@ -143,6 +156,7 @@ if kind == "job":
             fail("Job %s: pod template" % role)
         c = tmpl["spec"]["containers"][0]
         env = common_env(c, "Job " + role)
+        token_env(env, role, "Job " + role)
         if env.get("DMLC_ROLE") != role or env.get("DMLC_PS_ROOT_URI") != "lin-scheduler" or \
                 env.get("DMLC_PS_ROOT_PORT") != str(PORT) or env.get("DMLC_NUM_SERVER") != str(S) or \
                 env.get("DMLC_NUM_WORKER") != str(W) or env.get("DMLC_USE_KUBERNETES") != "1":
@@ -177,6 +191,7 @@ else:
         if c["name"] != "mxnet" or c["ports"] != [{"name": "mxjob-port", "containerPort": PORT}]:
             fail("MXJob %s: container name or port" % t)
         env = common_env(c, "MXJob " + t)
+        token_env(env, t.lower(), "MXJob " + t)
         if "DMLC_ROLE" in env or "DMLC_PS_ROOT_URI" in env:
             fail("MXJob %s: sets what the operator sets" % t)
     print("mxjob: Secret and MXJob lin (Scheduler 1, Server %d, Worker %d), container 'mxnet' with port "

@@ -41,7 +41,7 @@ check "nothing was started" test ! -e ran
 # The ssh command line, with quoting and the ssh port from host:port.
 plan -n 2 -s 1 -H hosts2 --env "MSG=it's" -- python train.py --kv "dist sync" >/dev/null
 check "ssh: port from host:port" grep -qF \
-	"server 0 on h1: ssh -o StrictHostKeyChecking=no -o BatchMode=yes -o ConnectTimeout=10 -o ServerAliveInterval=15 -tt -p 2222 h1 'cd $TMP && exec env DMLC_ROLE=server DMLC_SERVER_ID=0 DMLC_PS_ROOT_URI=h1 DMLC_PS_ROOT_PORT=PORT DMLC_NUM_SERVER=1 DMLC_NUM_WORKER=2 DTRAIN_LAUNCHED=1 '\\''MSG=it'\\''\\'\\'''\\''s'\\'' DTRAIN_JOB_ID=testjob DTRAIN_SECRET_FILE=$TMP/.dtrain-" \
+	"server 0 on h1: ssh -o StrictHostKeyChecking=no -o BatchMode=yes -o ConnectTimeout=10 -o ServerAliveInterval=15 -tt -p 2222 h1 'cd $TMP && exec env DMLC_ROLE=server DMLC_SERVER_ID=0 DMLC_PS_ROOT_URI=h1 DMLC_PS_ROOT_PORT=PORT DMLC_NUM_SERVER=1 DMLC_NUM_WORKER=2 DTRAIN_LAUNCHED=1 '\\''MSG=it'\\''\\'\\'''\\''s'\\'' DTRAIN_JOB_ID=testjob DTRAIN_NODE_TOKEN=... DTRAIN_SECRET_FILE=$TMP/.dtrain-" \
 	"$TMP/plan"
 check "ssh: worker 1 on h1 with its rank and quoted command" grep -qF \
 	"worker 1 on h1: ssh -o StrictHostKeyChecking=no -o BatchMode=yes -o ConnectTimeout=10 -o ServerAliveInterval=15 -tt -p 2222 h1 'cd $TMP && exec env DMLC_ROLE=worker DMLC_WORKER_ID=1 " \
@@ -109,11 +109,17 @@ check "local: scheduler command" grep -qE \
 	"^scheduler on localhost: env DMLC_ROLE=scheduler DMLC_PS_ROOT_URI=127.0.0.1 DMLC_PS_ROOT_PORT=PORT DMLC_NUM_SERVER=1 DMLC_NUM_WORKER=2 DTRAIN_LAUNCHED=1 DTRAIN_JOB_ID=testjob DT_LISTEN_FD=FD .*/dtrain scheduler$" \
 	"$TMP/plan"
 check "local: worker 1 command" grep -qF \
-	"worker 1 on localhost: env DMLC_ROLE=worker DMLC_WORKER_ID=1 DMLC_PS_ROOT_URI=127.0.0.1 DMLC_PS_ROOT_PORT=PORT DMLC_NUM_SERVER=1 DMLC_NUM_WORKER=2 DTRAIN_LAUNCHED=1 DTRAIN_JOB_ID=testjob ./train" \
+	"worker 1 on localhost: env DMLC_ROLE=worker DMLC_WORKER_ID=1 DMLC_PS_ROOT_URI=127.0.0.1 DMLC_PS_ROOT_PORT=PORT DMLC_NUM_SERVER=1 DMLC_NUM_WORKER=2 DTRAIN_LAUNCHED=1 DTRAIN_JOB_ID=testjob DTRAIN_NODE_TOKEN=... ./train" \
 	"$TMP/plan"
+# Each process's place token: in its variables, its value in no plan.
+check "local: a place token for each worker and server, shown as ..." test \
+	"$(grep -c ' DTRAIN_NODE_TOKEN=\.\.\. ' "$TMP/plan")" = 3
+check "local: no place token for the scheduler" test \
+	-z "$(grep '^scheduler on .*DTRAIN_NODE_TOKEN' "$TMP/plan")"
 # The job's secret: in no plan line (nor so on any command line), but
 # by name to mpirun, and as a file of its own to ssh hosts.
 check "the secret's value is in no plan" test -z "$(grep -h 'DTRAIN_SECRET=' "$TMP"/plan* 2>/dev/null)"
+check "no place token's value is in a plan" test -z "$(grep -h 'DTRAIN_NODE_TOKEN=[0-9a-f]' "$TMP"/plan* 2>/dev/null)"
 plan -n 2 -s 1 -H hosts2 -- ./train >/dev/null
 # In a directory of a random name (not the job's id), one per host, which
 # the remote supervisor removes when the connection drops.

@@ -118,7 +118,9 @@ rm -rf "$tmp/ck"
 
 # No launcher: the processes started by hand, as Kubernetes' restart
 # policy or a Slurm requeue would start them, the server started again
-# with the same variables after its SIGKILL.
+# with the same variables after its SIGKILL (its place token included:
+# each process has one of its own, DTRAIN_NODE_TOKEN).
+tok() { od -An -tx1 -N16 /dev/urandom | tr -d ' \n'; }
 port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
 (
 	exec 2>/dev/null # (bash's note of the kill)
@@ -126,16 +128,17 @@ port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); p
 		DTRAIN_AUTH=none DTRAIN_RECOVER=1 DTRAIN_CHECKPOINT_DIR="$tmp/ck" DTRAIN_CHECKPOINT_EVERY=50 \
 		DT_RECOVERY_TEST="$tmp"
 	DMLC_ROLE=scheduler timeout 100 "$B/dtrain" scheduler >"$tmp/h_sched.log" 2>&1 &
-	DMLC_ROLE=server DMLC_SERVER_ID=0 "$B/dtrain" server >"$tmp/h_srv1.log" 2>&1 &
+	s0=$(tok)
+	DMLC_ROLE=server DMLC_SERVER_ID=0 DTRAIN_NODE_TOKEN=$s0 "$B/dtrain" server >"$tmp/h_srv1.log" 2>&1 &
 	for w in 0 1; do
-		DMLC_ROLE=worker DMLC_WORKER_ID=$w timeout 100 "${LIN[@]}" >"$tmp/h_w$w.log" 2>&1 &
+		DMLC_ROLE=worker DMLC_WORKER_ID=$w DTRAIN_NODE_TOKEN=$(tok) timeout 100 "${LIN[@]}" >"$tmp/h_w$w.log" 2>&1 &
 	done
 	wait_for "$tmp/h_w0.log" "Epoch\[3\] Train" || fail "by hand: no progress"
 	# The new server asks first (as an engine may, before the old one's
 	# end is noticed): it is held until the loss is, then takes the place.
 	old=$(pid_of server 0)
-	DMLC_ROLE=server DMLC_SERVER_ID=0 timeout 100 "$B/dtrain" server >"$tmp/h_srv2.log" 2>&1 &
-	wait_for "$tmp/h_sched.log" "no server of it is lost yet: waiting" || fail "by hand: the new server was not held"
+	DMLC_ROLE=server DMLC_SERVER_ID=0 DTRAIN_NODE_TOKEN=$s0 timeout 100 "$B/dtrain" server >"$tmp/h_srv2.log" 2>&1 &
+	wait_for "$tmp/h_sched.log" "server 0, which is not lost yet: waiting" || fail "by hand: the new server was not held"
 	kill -9 "$old"
 	wait
 )
@@ -154,13 +157,13 @@ port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); p
 	export DMLC_PS_ROOT_URI=127.0.0.1 DMLC_PS_ROOT_PORT=$port DMLC_NUM_SERVER=1 DMLC_NUM_WORKER=2 \
 		DTRAIN_AUTH=none DTRAIN_RECOVER=1 DT_RECOVERY_TEST="$tmp"
 	DMLC_ROLE=scheduler timeout 100 "$B/dtrain" scheduler >"$tmp/hw_sched.log" 2>&1 &
-	DMLC_ROLE=server DMLC_SERVER_ID=0 timeout 100 "$B/dtrain" server >"$tmp/hw_srv.log" 2>&1 &
-	for w in 0 1; do
-		DMLC_ROLE=worker DMLC_WORKER_ID=$w timeout 100 "${LIN[@]}" >"$tmp/hw_w$w.log" 2>&1 &
-	done
+	DMLC_ROLE=server DMLC_SERVER_ID=0 DTRAIN_NODE_TOKEN=$(tok) timeout 100 "$B/dtrain" server >"$tmp/hw_srv.log" 2>&1 &
+	w1=$(tok)
+	DMLC_ROLE=worker DMLC_WORKER_ID=0 DTRAIN_NODE_TOKEN=$(tok) timeout 100 "${LIN[@]}" >"$tmp/hw_w0.log" 2>&1 &
+	DMLC_ROLE=worker DMLC_WORKER_ID=1 DTRAIN_NODE_TOKEN=$w1 timeout 100 "${LIN[@]}" >"$tmp/hw_w1.log" 2>&1 &
 	wait_for "$tmp/hw_w0.log" "Epoch\[3\] Train" || fail "by hand, worker: no progress"
 	kill -9 "$(pid_of worker 1)"
-	DMLC_ROLE=worker DMLC_WORKER_ID=1 timeout 100 "${LIN[@]}" >"$tmp/hw_w1b.log" 2>&1 &
+	DMLC_ROLE=worker DMLC_WORKER_ID=1 DTRAIN_NODE_TOKEN=$w1 timeout 100 "${LIN[@]}" >"$tmp/hw_w1b.log" 2>&1 &
 	wait
 )
 for f in hw_w0 hw_w1b; do

@@ -16,7 +16,7 @@ HDR = struct.Struct('<IBBHIIQQQQIIQ')  # 64 bytes
 
 
 def hdr(cmd, sender=0, recver=1, meta_len=0, payload_len=0, flags=0, key=0,
-        arg0=0, seq=0, magic=WIRE_MAGIC, ver=1):
+        arg0=0, seq=0, magic=WIRE_MAGIC, ver=2):
     """A frame header (docs/protocol.md)."""
     return HDR.pack(magic, ver, cmd, flags, sender, recver, seq, key, arg0,
                     0, 0, meta_len, payload_len)

@@ -145,10 +145,11 @@ valid_env_name(const char *s, size_t n)
 
 /* Variables the launcher sets itself: --env may not change them. */
 static const char *const reserved_env[] = {
-    "DMLC_ROLE",       "DMLC_PS_ROOT_URI", "DMLC_PS_ROOT_PORT",
-    "DMLC_NUM_SERVER", "DMLC_NUM_WORKER",  "DMLC_WORKER_ID",
-    "DMLC_SERVER_ID",  "DTRAIN_LAUNCHED",  "DT_LISTEN_FD",
-    "DTRAIN_JOB_ID",   "DTRAIN_SECRET",    "DTRAIN_SECRET_FILE",
+    "DMLC_ROLE",         "DMLC_PS_ROOT_URI", "DMLC_PS_ROOT_PORT",
+    "DMLC_NUM_SERVER",   "DMLC_NUM_WORKER",  "DMLC_WORKER_ID",
+    "DMLC_SERVER_ID",    "DTRAIN_LAUNCHED",  "DT_LISTEN_FD",
+    "DTRAIN_JOB_ID",     "DTRAIN_SECRET",    "DTRAIN_SECRET_FILE",
+    "DTRAIN_NODE_TOKEN",
 };
 
 int

@@ -55,6 +55,27 @@ proc_init(struct proc *p, enum kind kind, const char *host, const char *fmt,
 	return p;
 }
 
+#define TOKEN_VAR "DTRAIN_NODE_TOKEN="
+
+/* A process of its own rank gets a fresh random place token: its restart
+ * (--restart) is started with the same variables, so it presents the
+ * token, and the scheduler gives a lost node's place to nobody else
+ * (docs/security.md). */
+static dt_err
+add_place_token(struct proc *p)
+{
+	unsigned char raw[16];
+	char hex[2 * sizeof(raw) + 1];
+	dt_err err;
+
+	randombytes_buf(raw, sizeof(raw));
+	sodium_bin2hex(hex, sizeof(hex), raw, sizeof(raw));
+	err = strv_addf(&p->env, TOKEN_VAR "%s", hex);
+	sodium_memzero(raw, sizeof(raw));
+	sodium_memzero(hex, sizeof(hex));
+	return err;
+}
+
 /* Variables of a process: role, rank request, the common ones. */
 dt_err
 role_env(struct proc *p, const struct ctx *c, const char *role,
@@ -68,6 +89,8 @@ role_env(struct proc *p, const struct ctx *c, const char *role,
 		err = strv_extend(&p->env, c->forward.v, c->forward.n);
 	if (!err)
 		err = strv_extend(&p->env, c->common.v, c->common.n);
+	if (!err && id_var)
+		err = add_place_token(p);
 	return err;
 }
 
@@ -240,6 +263,26 @@ build_plan(const struct opts *o, const struct hosts *h, const struct ctx *c,
 	return DT_OK;
 }
 
+/* Add s to b quoted, with any place token's value shown as "..." (a
+ * token is for its process alone; an ssh command line carries it too). */
+static void
+sb_addq_masked(struct sbuf *b, const char *s)
+{
+	const char *at = strstr(s, TOKEN_VAR);
+	char *copy;
+	size_t pre, hex;
+
+	if (at == NULL || (copy = strdup(s)) == NULL) {
+		sb_addq(b, at ? TOKEN_VAR "..." : s);
+		return;
+	}
+	pre = (size_t)(at - s) + strlen(TOKEN_VAR);
+	hex = strspn(s + pre, "0123456789abcdef");
+	snprintf(copy + pre, strlen(s) + 1 - pre, "...%s", s + pre + hex);
+	sb_addq(b, copy);
+	free(copy);
+}
+
 /* One line of the plan: "worker 0 on localhost: env K=V ... CMD". */
 char *
 plan_line(const struct proc *p)
@@ -254,12 +297,12 @@ plan_line(const struct proc *p)
 		sb_add(&b, " env");
 		for (size_t i = 0; i < p->env.n; i++) {
 			sb_add(&b, " ");
-			sb_addq(&b, p->env.v[i]);
+			sb_addq_masked(&b, p->env.v[i]);
 		}
 	}
 	for (size_t i = 0; i < p->argv.n; i++) {
 		sb_add(&b, " ");
-		sb_addq(&b, p->argv.v[i]);
+		sb_addq_masked(&b, p->argv.v[i]);
 	}
 	return sb_take(&b);
 }

@@ -97,13 +97,40 @@ blame_order(const struct proc *p)
  * leak checker, a core dump): wait longer for it. */
 #define BLAME_WAIT_SERVICE_NS (1500 * NS_PER_MS)
 
-/* Name the failure to blame (the lowest blame_order, the first seen among
- * equals) and stop the job. */
+/* A process of the job that is stopped now (SIGSTOP, SIGTSTP, a
+ * debugger), and its stop signal; NULL: none. Its peers see it fall
+ * silent, the scheduler ends the job naming it, and the others exit 1:
+ * it, not the first of them, is the cause. (A process on another host is
+ * not this launcher's child, and its freeze is seen only by the nodes.) */
+static struct proc *
+frozen(struct run *r, int *sig)
+{
+	for (size_t i = 0; i < r->n; i++) {
+		struct proc *p = &r->p[i];
+		siginfo_t si;
+
+		if (p->pid <= 0 || p->exited)
+			continue;
+		memset(&si, 0, sizeof(si));
+		if (waitid(P_PID, (id_t)p->pid, &si,
+		           WSTOPPED | WNOHANG | WNOWAIT) == 0 &&
+		    si.si_pid == p->pid && si.si_code == CLD_STOPPED) {
+			*sig = si.si_status;
+			return p;
+		}
+	}
+	return NULL;
+}
+
+/* Name the failure to blame (a frozen process before any exit but a
+ * signal's, then the lowest blame_order, the first seen among equals) and
+ * stop the job. */
 static void
 blame(struct run *r)
 {
-	struct proc *best = NULL;
+	struct proc *best = NULL, *fz;
 	char how[128];
+	int sig = 0;
 
 	r->blame_at = 0;
 	for (size_t i = 0; i < r->n; i++) {
@@ -117,6 +144,16 @@ blame(struct run *r)
 	}
 	if (best == NULL || r->stopping)
 		return;
+	if (blame_order(best) > 0 && (fz = frozen(r, &sig)) != NULL) {
+		say("%s (pid %d) is frozen (stopped by signal %d, %s): the "
+		    "others lost it; stopping the job",
+		    fz->label, (int)fz->pid, sig, strsignal(sig));
+		snprintf(r->reason, sizeof(r->reason),
+		         "%s frozen (stopped by signal %d, %s)", fz->label, sig,
+		         strsignal(sig));
+		stop_job(r, RC_FAIL);
+		return;
+	}
 	describe(best, how, sizeof(how));
 	if (best->rank_code) {
 		/* mpirun or srun: the rank that failed first, by its own

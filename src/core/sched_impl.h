@@ -1,0 +1,75 @@
+/*
+ * sched_impl.h - the scheduler's state, shared by its two files:
+ * scheduler.c (admission, ranks, barriers, the end, losses) and rejoin.c
+ * (recovery: a new process taking a lost node's place). Private to them;
+ * every field of dt_sched is guarded by node->mu.
+ */
+#ifndef DT_CORE_SCHED_IMPL_H
+#define DT_CORE_SCHED_IMPL_H
+
+#include "core/msg.h"
+#include "core/node_impl.h"
+
+typedef struct joiner {
+	dt_conn *conn;
+	dt_role role;
+	int want; /* requested rank, -1 for none */
+	char host[DT_HOST_MAX];
+	int port;
+	int pid;
+	char hostid[DT_HOSTID_MAX];
+	char local[DT_LOCAL_MAX];
+	int rank;
+	char token[DT_NODE_TOKEN_MAX]; /* its place token, "" if none */
+	uint64_t until;                /* held (recovery): refused after this */
+} joiner;
+
+struct dt_sched {
+	int expected;
+	joiner *j;
+	int nj;
+	int assigned;
+	int *left; /* by id: worker done, or server closed */
+	int workers_done;
+	int servers_closed;
+	int ending;           /* TERMINATE sent */
+	uint64_t arrived[8];  /* barrier arrivals per group mask */
+	uint64_t passed[8];   /* barriers passed per group mask */
+	uint64_t first_ns[8]; /* the round's first arrival (the timeline) */
+	/* The first error a member brought to the round per mask, handed to
+	 * every member with BARRIER_DONE. */
+	int round_err[8];
+	char round_msg[8][256];
+	/* Recovery (DTRAIN_RECOVER): by id, when the node was lost (0: up),
+	 * and how many processes have taken its place. */
+	uint64_t *down_ns;
+	int *restarts;
+	/* New processes asking for a place no loss has freed yet: the old
+	 * process's connection may close only after its successor asks
+	 * (the kernel frees a killed process's sockets late under load).
+	 * They wait until a loss is noticed, or DT_RESTART_TIMEOUT. */
+	joiner *held;
+	int nheld;
+	/* By id: the place token each node presented when it first joined
+	 * (DTRAIN_NODE_TOKEN, "" if none). Only a process presenting a lost
+	 * node's token takes its place: holding the job's secret is not
+	 * enough. Never sent to anyone. */
+	char (*token)[DT_NODE_TOKEN_MAX];
+	int aborting; /* (n->mu) abort_job has begun */
+};
+
+/* Tell the process on c why it is refused or why the job ends (ABORT). */
+void dt__sched_send_abort(dt_node *n, dt_conn *c, const char *reason);
+
+/* rejoin.c. A process asking to join the running job (recovery): given
+ * the place of the lost node whose place token it presents, held until
+ * that node's loss is noticed, or refused (ABORT, then closed). */
+void dt__sched_rejoin(dt_node *n, dt_conn *c, const joiner *j);
+/* A loss was noticed: the held processes whose place is free take it. */
+void dt__sched_retry_held(dt_node *n);
+/* Refuse the held processes whose DT_RESTART_TIMEOUT is over. */
+void dt__sched_refuse_overdue(dt_node *n);
+/* (mu held) Whether a held process's wait is over. */
+int dt__sched_held_overdue(dt_node *n);
+
+#endif
