@@ -15,6 +15,7 @@
 #   full-length figures are in the docs).
 set -u
 B=${DTRAIN_BUILD:?}
+. "$(dirname "$0")/blas_env.bash"
 DATA=${FASHION_MNIST:-/usr/share/datasets/fashion-mnist}
 fails=0
 run() {

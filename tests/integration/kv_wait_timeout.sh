@@ -3,7 +3,8 @@
 # answering (SIGSTOP: its connections stay open, so nothing looks lost)
 # ends the worker's KV call with DT_ETIMEDOUT after DT_WAIT_TIMEOUT, with
 # a message naming the call, instead of a hang; the launcher then stops
-# the job and names the worker.
+# the job and names the cause: the stopped server, not the worker that
+# gave up on it.
 set -u
 B=${DTRAIN_BUILD:?}
 tmp=$(mktemp -d)
@@ -36,6 +37,7 @@ kill -CONT "$spid" 2>/dev/null
 [ "$rc" = 1 ] || fail "launcher exited $rc, expected 1"
 grep -q "no answer from the servers within DT_WAIT_TIMEOUT=2 s" "$tmp/out" "$tmp/err" ||
 	fail "no timeout message"
-grep -q "job failed: worker 0" "$tmp/err" || fail "the worker was not named"
+grep -q "job failed: server 0 frozen" "$tmp/err" ||
+	fail "the frozen server was not named as the cause"
 [ "$ms" -lt 20000 ] || fail "took $ms ms"
 echo "ok: a stopped server ends the worker's call after DT_WAIT_TIMEOUT ($ms ms in all)"

@@ -6,6 +6,7 @@
 # with --no-overlap (the push after backward instead of per layer in it).
 set -u
 B=${DTRAIN_BUILD:?}
+. "$(dirname "$0")/blas_env.bash"
 DATA=${FASHION_MNIST:-/usr/share/datasets/fashion-mnist}
 if [ ! -f "$DATA/train-images-idx3-ubyte.gz" ]; then
   echo "skipped: Fashion-MNIST not installed at $DATA (Debian's dataset-fashion-mnist)"

@@ -97,6 +97,18 @@ blame_order(const struct proc *p)
  * leak checker, a core dump): wait longer for it. */
 #define BLAME_WAIT_SERVICE_NS (1500 * NS_PER_MS)
 
+/* A live child's state change of the kind `what` (WSTOPPED, WEXITED),
+ * looked at without reaping it (WNOWAIT): 1 with *si filled, else 0. */
+static int
+peek(const struct proc *p, int what, siginfo_t *si)
+{
+	if (p->pid <= 0 || p->exited)
+		return 0;
+	memset(si, 0, sizeof(*si));
+	return waitid(P_PID, (id_t)p->pid, si, what | WNOHANG | WNOWAIT) == 0 &&
+	       si->si_pid == p->pid;
+}
+
 /* A process of the job that is stopped now (SIGSTOP, SIGTSTP, a
  * debugger), and its stop signal; NULL: none. Its peers see it fall
  * silent, the scheduler ends the job naming it, and the others exit 1:
@@ -109,12 +121,7 @@ frozen(struct run *r, int *sig)
 		struct proc *p = &r->p[i];
 		siginfo_t si;
 
-		if (p->pid <= 0 || p->exited)
-			continue;
-		memset(&si, 0, sizeof(si));
-		if (waitid(P_PID, (id_t)p->pid, &si,
-		           WSTOPPED | WNOHANG | WNOWAIT) == 0 &&
-		    si.si_pid == p->pid && si.si_code == CLD_STOPPED) {
+		if (peek(p, WSTOPPED, &si) && si.si_code == CLD_STOPPED) {
 			*sig = si.si_status;
 			return p;
 		}
@@ -293,12 +300,7 @@ check_exits(struct run *r)
 		struct proc *p = &r->p[i];
 		siginfo_t si;
 
-		if (p->pid <= 0 || p->exited)
-			continue;
-		memset(&si, 0, sizeof(si));
-		if (waitid(P_PID, (id_t)p->pid, &si,
-		           WEXITED | WNOHANG | WNOWAIT) < 0 ||
-		    si.si_pid != p->pid)
+		if (!peek(p, WEXITED, &si))
 			continue;
 		p->exited = 1;
 		p->code = si.si_code;
