@@ -11,6 +11,8 @@
 # another job or one without authentication is refused with a clear error.
 # At the end every process exits 0 and the trained parameters are
 # bit-identical to those of an undisturbed run.
+# (the attacked job outlives cluster_lib's 120 s per process under ASan)
+PROC_TIMEOUT=${PROC_TIMEOUT:-300}
 . "$(dirname "$0")/../integration/cluster_lib.bash"
 
 SEC_DIR="$(cd "$(dirname "$0")" && pwd)"
