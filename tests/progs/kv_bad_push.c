@@ -16,87 +16,25 @@
 #include <time.h>
 
 #include "kv/kv_impl.h"
+#include "raw_ask.h"
 
 #define N 40 /* values of the key */
 
-static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
-static pthread_cond_t cv = PTHREAD_COND_INITIALIZER;
-static struct {
-	int have;
-	uint64_t seq;
-	int error;
-	unsigned arg2;
-	dt_err code;
-	char msg[512];
-	uint8_t payload[4 * N];
-	size_t len;
-} answer;
 static int failures;
 
-static void
-on_msg(void *arg, dt_node *n, dt_conn *c, dt_msg *m)
-{
-	(void)arg;
-	(void)n;
-	(void)c;
-	if (!(m->hdr.flags & DT_F_RESPONSE))
-		return;
-	pthread_mutex_lock(&mu);
-	answer.have = 1;
-	answer.seq = m->hdr.seq;
-	answer.error = (m->hdr.flags & DT_F_ERROR) != 0;
-	answer.arg2 = m->hdr.arg2;
-	answer.msg[0] = '\0';
-	answer.code = DT_OK;
-	if (answer.error &&
-	    dt__kv_error_decode(m->meta, m->hdr.meta_len, &answer.code,
-	                        answer.msg, sizeof(answer.msg)))
-		snprintf(answer.msg, sizeof(answer.msg), "(malformed)");
-	answer.len = 0;
-	if (m->payload && m->hdr.payload_len <= sizeof(answer.payload)) {
-		answer.len = m->hdr.payload_len;
-		memcpy(answer.payload, m->payload, answer.len);
-	}
-	pthread_cond_broadcast(&cv);
-	pthread_mutex_unlock(&mu);
-}
-
-/* Send one request and wait (30 s at most) for its answer. */
+/* Send one request about key 5 and wait (30 s at most) for its answer. */
 static int
 ask(dt_node *n, int cmd, unsigned arg2, const void *meta, uint32_t meta_len,
     const void *body, size_t len, uint64_t arg2_init)
 {
-	static uint64_t seq = 1;
 	dt_msg_hdr h = {.cmd = (uint8_t)cmd,
-	                .flags = DT_F_REQUEST,
-	                .seq = seq++,
 	                .key = 5,
 	                .arg0 = N,
 	                .arg1 = 0,
 	                .arg2 =
 	                    cmd == DT_CMD_KV_INIT ? (uint32_t)arg2_init : arg2};
-	struct iovec iov = {(void *)body, len};
-	struct timespec until;
 
-	pthread_mutex_lock(&mu);
-	answer.have = 0;
-	pthread_mutex_unlock(&mu);
-	if (dt__node_send(n, dt__node_server_id(n, 0), &h, meta, meta_len,
-	                  body ? &iov : NULL, body ? 1 : 0)) {
-		fprintf(stderr, "kv_bad_push: send: %s\n", dt_errmsg());
-		return -1;
-	}
-	clock_gettime(CLOCK_REALTIME, &until);
-	until.tv_sec += 30;
-	pthread_mutex_lock(&mu);
-	while (!(answer.have && answer.seq == h.seq))
-		if (pthread_cond_timedwait(&cv, &mu, &until)) {
-			pthread_mutex_unlock(&mu);
-			fprintf(stderr, "kv_bad_push: no answer in 30 s\n");
-			return -1;
-		}
-	pthread_mutex_unlock(&mu);
-	return 0;
+	return raw_ask("kv_bad_push", 30, n, &h, meta, meta_len, body, len);
 }
 
 /* The last answer was an error of code with word in its message. */
@@ -131,7 +69,7 @@ int
 main(void)
 {
 	dt_node *n = NULL;
-	dt__app_hooks hooks = {.on_msg = on_msg};
+	dt__app_hooks hooks = {.on_msg = raw_on_msg};
 	float val[N], got[N];
 	uint8_t half[4 * N], t05[4], tnan[4], body[4 * N];
 	size_t b2 = dt__quant_size(DT_QUANT_2BIT, N);
@@ -203,7 +141,7 @@ main(void)
 		failures++;
 	}
 	ASK(DT_CMD_KV_PULL, 0, NULL, 0, NULL, 0, 0);
-	memcpy(got, answer.payload, sizeof(got));
+	memcpy(got, answer.head, sizeof(got));
 	for (int i = 0; i < N; i++)
 		if (answer.error || answer.len != sizeof(got) ||
 		    got[i] != 0.5f) {
@@ -215,7 +153,7 @@ main(void)
 			break;
 		}
 	ASK(DT_CMD_KV_PULL, DT_QUANT_FP16 << 8, NULL, 0, NULL, 0, 0);
-	memcpy(half, answer.payload, answer.len);
+	memcpy(half, answer.head, DT_MIN(answer.len, sizeof(half)));
 	dt__dequant_fp16(half, got, N);
 	for (int i = 0; i < N; i++)
 		if (answer.error || answer.len != 2 * N ||

@@ -20,49 +20,12 @@
 
 #include "common/bytes.h"
 #include "kv/kv_impl.h"
+#include "raw_ask.h"
 
 #define WIDE ((uint64_t)1 << 21) /* floats of a wide row: 8 MiB */
 
-static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
-static pthread_cond_t cv = PTHREAD_COND_INITIALIZER;
-static struct {
-	int have;
-	uint64_t seq;
-	int error;
-	dt_err code;
-	char msg[512];
-	uint64_t len;    /* the payload's */
-	float first[16]; /* and its first floats */
-} answer;
 static int failures;
 static int server_pid;
-
-static void
-on_msg(void *arg, dt_node *n, dt_conn *c, dt_msg *m)
-{
-	(void)arg;
-	(void)n;
-	(void)c;
-	if (!(m->hdr.flags & DT_F_RESPONSE))
-		return;
-	pthread_mutex_lock(&mu);
-	answer.have = 1;
-	answer.seq = m->hdr.seq;
-	answer.error = (m->hdr.flags & DT_F_ERROR) != 0;
-	answer.msg[0] = '\0';
-	answer.code = DT_OK;
-	if (answer.error &&
-	    dt__kv_error_decode(m->meta, m->hdr.meta_len, &answer.code,
-	                        answer.msg, sizeof(answer.msg)))
-		snprintf(answer.msg, sizeof(answer.msg), "(malformed)");
-	answer.len = m->payload ? m->hdr.payload_len : 0;
-	memset(answer.first, 0, sizeof(answer.first));
-	if (m->payload)
-		memcpy(answer.first, m->payload,
-		       (size_t)DT_MIN(answer.len, sizeof(answer.first)));
-	pthread_cond_broadcast(&cv);
-	pthread_mutex_unlock(&mu);
-}
 
 /* Send one request and wait (60 s at most) for its answer. */
 static int
@@ -70,36 +33,13 @@ ask(dt_node *n, int cmd, dt_key key, uint64_t arg0, uint64_t arg1,
     uint32_t arg2, const void *meta, uint32_t meta_len, const void *body,
     size_t len)
 {
-	static uint64_t seq = 1;
 	dt_msg_hdr h = {.cmd = (uint8_t)cmd,
-	                .flags = DT_F_REQUEST,
-	                .seq = seq++,
 	                .key = key,
 	                .arg0 = arg0,
 	                .arg1 = arg1,
 	                .arg2 = arg2};
-	struct iovec iov = {(void *)body, len};
-	struct timespec until;
 
-	pthread_mutex_lock(&mu);
-	answer.have = 0;
-	pthread_mutex_unlock(&mu);
-	if (dt__node_send(n, dt__node_server_id(n, 0), &h, meta, meta_len,
-	                  len ? &iov : NULL, len ? 1 : 0)) {
-		fprintf(stderr, "kv_member: send: %s\n", dt_errmsg());
-		return -1;
-	}
-	clock_gettime(CLOCK_REALTIME, &until);
-	until.tv_sec += 60;
-	pthread_mutex_lock(&mu);
-	while (!(answer.have && answer.seq == h.seq))
-		if (pthread_cond_timedwait(&cv, &mu, &until)) {
-			pthread_mutex_unlock(&mu);
-			fprintf(stderr, "kv_member: no answer in 60 s\n");
-			return -1;
-		}
-	pthread_mutex_unlock(&mu);
-	return 0;
+	return raw_ask("kv_member", 60, n, &h, meta, meta_len, body, len);
 }
 
 static void
@@ -255,17 +195,17 @@ attacks(dt_node *n)
 static int
 goes_on(dt_node *n)
 {
-	float g[4] = {0.5f, 0.5f, 0.5f, 0.5f};
+	float g[4] = {0.5f, 0.5f, 0.5f, 0.5f}, got[4];
 	uint8_t *b;
 	size_t len;
 
 	ASK(DT_CMD_KV_PUSHPULL, 9, 4, 0, 0, NULL, 0, g, 16);
 	expect_ok("a pushpull of the dist_async key", 16);
+	memcpy(got, answer.head, sizeof(got));
 	/* (4 - 0.1 x 0.5, give or take the default weight decay) */
-	if (!answer.error &&
-	    !(answer.first[3] > 3.9f && answer.first[3] < 4.0f)) {
+	if (!answer.error && !(got[3] > 3.9f && got[3] < 4.0f)) {
 		fprintf(stderr, "kv_member FAILED: pushpull gave %g\n",
-		        (double)answer.first[3]);
+		        (double)got[3]);
 		failures++;
 	}
 	if ((b = rows_body(5, 1, 1, WIDE, &len)) == NULL)
@@ -285,7 +225,7 @@ int
 main(void)
 {
 	dt_node *n = NULL;
-	dt__app_hooks hooks = {.on_msg = on_msg};
+	dt__app_hooks hooks = {.on_msg = raw_on_msg};
 	const dt_node_entry *srv;
 
 	if (dt__kv_register() || dt_node_init_from_env(&n) || n == NULL) {
