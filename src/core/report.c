@@ -264,10 +264,13 @@ dt_node_stats(dt_node *n, dt_stats *out)
 	memset(out, 0, sizeof(*out));
 	dt__obs_snapshot(out);
 	out->wall_ns = dt__now_ns() - n->start_ns;
-	out->id = n->id;
 	out->role = (int)n->role;
+	/* (the node table may arrive meanwhile: its fields under n->mu) */
+	pthread_mutex_lock(&n->mu);
+	out->id = n->id;
 	out->rank = n->rank;
 	int count = 1 + n->num_servers + n->num_workers;
+	pthread_mutex_unlock(&n->mu);
 	out->peers = calloc((size_t)count, sizeof(*out->peers));
 	if (out->peers == NULL) {
 		dt_stats_fini(out);
