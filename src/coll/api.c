@@ -9,6 +9,12 @@
  * answers stall queries while the program is elsewhere. A synchronous call
  * made while nothing is queued runs in the calling thread, which saves two
  * thread hand-offs on the latency of small operations.
+ *
+ * Size: its ideas are the public calls, the communicator's set-up
+ * (rendezvous under mpirun, the same-host copy probe) and the async queue;
+ * the rendezvous and the set-up are to move into files of their own with
+ * the next architecture step, kept here until then so that the calls and
+ * their set-up change together.
  */
 #include <arpa/inet.h>
 #include <errno.h>

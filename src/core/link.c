@@ -41,6 +41,10 @@
  * keeps its message, and the next holder or the link thread writes it
  * (unsent). Lock order: order_mu, then links->mu; the van's locks below
  * both. Nothing waits on the network while holding links->mu.
+ *
+ * Size: its ideas are the resend log, redialling a lost peer and the
+ * restart handshake; they share the per-peer link state and its lock, and
+ * are kept together until the link state gets an interface of its own.
  */
 #include <errno.h>
 #include <pthread.h>

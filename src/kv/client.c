@@ -21,6 +21,11 @@
  * it again in their first order (replay), before any new request to it.
  * The replay runs in a caller's thread (the next start or wait), with
  * send_mu held, as every send is: so nothing overtakes it.
+ *
+ * Size: it holds the worker's side of every store kind (dense keys, many-
+ * key requests, row tables) with their op/sub machinery and waits;
+ * splitting it by store kind behind one ops table is the next architecture
+ * step, and until then the kinds share the op machinery here.
  */
 #include <pthread.h>
 #include <stdio.h>

@@ -6,6 +6,10 @@
  * The local store ("local", "device") keeps values in this process with
  * MXNet's semantics: a push replaces the value by the pushed (summed)
  * array, or runs the optimizer when one is set.
+ *
+ * Size: it holds the public KVStore calls, the local store and device
+ * aggregation; the local store and device aggregation are to get a file of
+ * their own with the split of the KVStore by store kind.
  */
 #include <pthread.h>
 #include <stdio.h>

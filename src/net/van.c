@@ -17,6 +17,12 @@
  * writes to a recycled descriptor) and frees its buffers; the small
  * dt_conn itself lives until the van is destroyed, so a sender still
  * holding it never touches freed memory.
+ *
+ * Size: it holds the event loop, the handshake thread, receive framing,
+ * the send queue and corking, and the encrypted records; the split by
+ * concern (each in its own file, encryption as a layer over a transport)
+ * is the next architecture step, done as a whole because these share the
+ * connection struct.
  */
 #include <errno.h>
 #include <poll.h>

@@ -13,6 +13,10 @@
  * when no backward pass still needs the values they overwrite, and the
  * backward pass ping-pongs between two gradient buffers. Layer kernels are
  * in layers.c and losses in loss.c; this file only plans and dispatches.
+ *
+ * Size: its ideas are parsing a model description, building the layers and
+ * running forward/backward over one parameter buffer; they share the layer
+ * table, and the parser is the candidate to move out when it grows.
  */
 #include <errno.h>
 #include <math.h>
