@@ -2468,8 +2468,10 @@ payload_dest(void *arg, dt_node *n, dt_conn *c, const dt_msg_hdr *h,
 	entry *e;
 
 	if (h->cmd == DT_CMD_KV_INIT)
-		return h->payload_len > h->arg0 * sizeof(float) ? DT_VAN_DISCARD
-		                                                : NULL;
+		return h->arg0 > UINT64_MAX / sizeof(float) ||
+		               h->payload_len > h->arg0 * sizeof(float)
+		           ? DT_VAN_DISCARD
+		           : NULL;
 	/* (on_many and on_rows check them whole) A batched request of
 	 * one-length keys, or a row request of fp32 values, whose size
 	 * matches its header lands in its worker's buffer (rx_lend). */
