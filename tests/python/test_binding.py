@@ -1,0 +1,194 @@
+"""The Python binding against the C library.
+
+Every result is compared with the same call from C bit for bit
+(tests/progs/py_ref.c writes what the C calls return, ref_job.py what the
+Python calls return), and across ranks; arrays are shown to be used in
+place, and every refusal to name its argument.
+"""
+import os
+
+import numpy as np
+import pytest
+
+import dtrain
+from conftest import BUILD, launch, py
+
+torch = pytest.importorskip("torch", reason="python3-torch is not installed")
+
+
+def ref(mode, d, n):
+    return [os.path.join(BUILD, "tests", "progs", "py_ref"), mode, str(d),
+            str(n)]
+
+
+def read(d, who, mode, rank):
+    with open(os.path.join(d, f"{who}_{mode}.{rank}"), "rb") as f:
+        return f.read()
+
+
+def run_both(tmp_path, n, s, mode, size, py_mode=None):
+    for cmd in (ref(mode, tmp_path, size),
+                py("ref_job.py", py_mode or mode, tmp_path, size)):
+        r = launch(n, s, cmd)
+        assert r.returncode == 0, r.stdout
+
+
+@pytest.mark.parametrize("ranks", [2, 3])
+def test_allreduce_bitwise_numpy_and_torch(tmp_path, ranks):
+    size = 100003  # odd, and over one chunk of the ring
+    run_both(tmp_path, ranks, 0, "coll", size)
+    r = launch(ranks, 0, py("ref_job.py", "coll_torch", tmp_path, size))
+    assert r.returncode == 0, r.stdout
+    c0 = read(tmp_path, "c", "coll", 0)
+    assert len(c0) == size * (4 + 4 + 8)
+    for rank in range(ranks):
+        assert read(tmp_path, "c", "coll", rank) == c0, f"C rank {rank}"
+        assert read(tmp_path, "py", "coll", rank) == c0, f"numpy {rank}"
+        assert read(tmp_path, "py", "coll_torch", rank) == c0, \
+            f"torch rank {rank}"
+
+
+@pytest.mark.parametrize("servers", [1, 2])
+def test_kv_sum_and_server_sgd_bitwise(tmp_path, servers):
+    size = 1000
+    for mode in ("kv_sum", "kv_sgd"):
+        run_both(tmp_path, 2, servers, mode, size)
+        steps = 3 if mode == "kv_sgd" else 1
+        c0 = read(tmp_path, "c", mode, 0)
+        assert len(c0) == 4 * size * steps
+        for rank in range(2):
+            assert read(tmp_path, "c", mode, rank) == c0
+            assert read(tmp_path, "py", mode, rank) == c0, (mode, rank)
+    # the sums are the sums: rank 0's data plus rank 1's, rounded once
+    from ref_job import gen
+    got = np.frombuffer(read(tmp_path, "py", "kv_sum", 0), np.float32)
+    assert np.array_equal(got, gen(size, 0) + gen(size, 1))
+
+
+def test_wrong_length_push_raises_the_c_message():
+    kv = dtrain.kv.create("local")
+    kv.init(3, np.zeros(4, np.float32))
+    with pytest.raises(dtrain.Error) as e:
+        kv.push(3, np.ones(5, np.float32))
+    assert isinstance(e.value, dtrain.SizeMismatch)
+    assert str(e.value) == "push of key 3: length 5 != initialised length 4"
+    assert e.value.name == "DT_ESIZE" and e.value.code == 11
+    kv.push(3, np.ones(4, np.float32))  # the store still serves
+    kv.close()
+
+
+def test_zero_copy_pull_and_allreduce():
+    import dtrain.torch as hvd
+    kv = dtrain.kv.create("local")
+    kv.init(0, np.arange(6, dtype=np.float32))
+    out = torch.zeros(6)
+    ptr = out.data_ptr()
+    kv.pull(0, out=out)
+    assert out.data_ptr() == ptr
+    assert out.tolist() == [0, 1, 2, 3, 4, 5]
+    # a write through the tensor is what the next push sends
+    out.add_(1)
+    kv.push(0, out)
+    back = np.zeros(6, np.float32)
+    kv.pull(0, out=back)
+    assert back.tolist() == [1, 2, 3, 4, 5, 6]
+    # a memoryview and a bytearray are used in place too
+    ba = bytearray(24)
+    kv.pull(0, out=ba)
+    assert np.frombuffer(ba, np.float32).tolist() == [1, 2, 3, 4, 5, 6]
+    kv.close()
+    hvd.init()
+    t = torch.arange(4, dtype=torch.float32)
+    ptr = t.data_ptr()
+    assert hvd.allreduce_(t) is t and t.data_ptr() == ptr
+    h = hvd.allreduce_async_(t, op=hvd.Sum)
+    assert hvd.synchronize(h) is t and t.tolist() == [0, 1, 2, 3]
+
+
+def test_refusals_name_the_argument():
+    import dtrain.torch as hvd
+    hvd.init()
+    kv = dtrain.kv.create("local")
+    kv.init(1, np.zeros(4, np.float32))
+    with pytest.raises(ValueError, match="argument 'value' is not "
+                                         "C-contiguous"):
+        kv.push(1, np.zeros(8, np.float32)[::2])
+    with pytest.raises(TypeError, match="argument 'value': element type"):
+        kv.push(1, np.zeros(4, np.int64))
+    ro = np.zeros(4, np.float32)
+    ro.setflags(write=False)
+    with pytest.raises(ValueError, match="argument 'out' is read-only"):
+        kv.pull(1, out=ro)
+    with pytest.raises(TypeError, match="argument 'value': expected a "
+                                        "contiguous CPU array"):
+        kv.push(1, 5.0)
+    with pytest.raises(ValueError, match="argument 'tensor' is not "
+                                         "C-contiguous"):
+        hvd.allreduce_(torch.zeros(4, 4).t())
+    with pytest.raises(TypeError, match="argument 'tensor': element type"):
+        hvd.allreduce_(torch.zeros(4, dtype=torch.int64))
+    with pytest.raises(TypeError, match="argument 'tensor': a tensor on "
+                                        "meta"):
+        hvd.allreduce_(torch.zeros(4, device="meta"))
+    with pytest.raises(ValueError, match="argument 'output': 3 float32"):
+        from dtrain import _dtrain
+        hvd._c().allreduce(np.zeros(4, np.float32),
+                           np.zeros(3, np.float32))
+    kv.close()
+
+
+def test_every_error_code_has_a_class():
+    for name in ("InvalidArgument", "TimedOut", "SizeMismatch",
+                 "RanksDisagree", "PeerFailed", "UnknownKey"):
+        assert issubclass(getattr(dtrain, name), dtrain.Error)
+
+
+def _tagged(tag):
+    """Processes whose environment holds DT_TEST_TAG=tag."""
+    found = []
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        try:
+            with open(f"/proc/{pid}/environ", "rb") as f:
+                if f"DT_TEST_TAG={tag}".encode() in f.read().split(b"\0"):
+                    found.append(int(pid))
+        except OSError:
+            pass
+    return found
+
+
+def test_ctrl_c_stops_a_python_job(tmp_path):
+    import signal
+    import subprocess
+    import time
+    from conftest import SCALE
+
+    tag = f"py-ctrl-c-{os.getpid()}"
+    mark = tmp_path / "up"
+    argv = [os.path.join(BUILD, "dtrain"), "launch", "-n", "2", "-s", "1",
+            "--env", f"DT_TEST_TAG={tag}", "--"] + py("hang_job.py", mark)
+    p = subprocess.Popen(argv, stdout=subprocess.DEVNULL,
+                         stderr=subprocess.PIPE, text=True,
+                         start_new_session=True)
+    try:
+        end = time.monotonic() + 60 * SCALE
+        while len(list(tmp_path.glob("up.*"))) < 2:
+            assert p.poll() is None, p.stderr.read()
+            assert time.monotonic() < end, "the workers did not start"
+            time.sleep(0.05)
+        # Ctrl-C at a terminal: SIGINT to the whole foreground group.
+        t0 = time.monotonic()
+        os.killpg(p.pid, signal.SIGINT)
+        rc = p.wait(timeout=30 * SCALE)
+        took = time.monotonic() - t0
+        assert rc == 130, (rc, p.stderr.read())
+        assert took < 10 * SCALE, f"took {took:.1f} s"
+        end = time.monotonic() + 5 * SCALE
+        while _tagged(tag) and time.monotonic() < end:
+            time.sleep(0.05)
+        assert _tagged(tag) == [], "processes of the job are left"
+    finally:
+        if p.poll() is None:
+            os.killpg(p.pid, signal.SIGKILL)
+            p.wait()
