@@ -13,6 +13,9 @@ DEPS        = build-essential cmake pkg-config libcmocka-dev libopenblas-dev \
               openssh-server rsync iproute2 slurm-wlm munge
 # (the last line: the real engines the launcher's tests start privately:
 # sshd on namespace hosts, rsync, a Slurm cluster with munge)
+# The Python binding (python/): its headers, and what its tests and
+# examples import.
+DEPS       += python3-dev python3-numpy python3-pytest python3-torch
 DATA       ?= /usr/share/datasets/fashion-mnist
 
 .PHONY: all deps test test-fast test-asan test-tsan demo hello bench clean format
