@@ -192,3 +192,31 @@ def test_ctrl_c_stops_a_python_job(tmp_path):
         if p.poll() is None:
             os.killpg(p.pid, signal.SIGKILL)
             p.wait()
+
+
+@pytest.mark.parametrize("ranks", [2, 3])
+def test_horovod_calls_on_every_rank(ranks):
+    r = launch(ranks, 0, py("hvd_ops_job.py"))
+    assert r.returncode == 0, r.stdout
+    assert r.stdout.count(f"of {ranks}: ok") == ranks, r.stdout
+
+
+def test_optimizer_starts_allreduces_during_backward():
+    """The allreduce of a late layer's gradient has started while
+    backward() is still computing an early layer's: the hook on the first
+    layer's output sees handles already."""
+    import dtrain.torch as hvd
+    hvd.init()
+    torch.manual_seed(0)
+    first, last = torch.nn.Linear(8, 8), torch.nn.Linear(8, 1)
+    params = list(first.parameters()) + list(last.parameters())
+    opt = hvd.DistributedOptimizer(torch.optim.SGD(params, lr=0.1))
+    seen = []
+    h = first(torch.randn(4, 8))
+    h.register_hook(lambda g: seen.append(len(opt._handles)))
+    last(torch.relu(h)).sum().backward()
+    assert seen and seen[0] >= 2, seen  # last's weight and bias
+    before = [p.detach().clone() for p in params]
+    opt.step()
+    assert not opt._handles
+    assert any(not torch.equal(a, p) for a, p in zip(before, params))
