@@ -24,6 +24,7 @@ def view(x, arg):
             "tensors (move it with .cpu(), a copy dtrain does not make "
             "for you)")
     try:
-        return x.detach().numpy()
+        # (detach() only when needed: it costs as much as numpy() itself)
+        return (x.detach() if x.requires_grad else x).numpy()
     except (TypeError, RuntimeError) as e:
         raise TypeError(f"argument '{arg}': {e}") from None
