@@ -13,6 +13,8 @@ the caller's back. Every rank must make the same calls in the same order;
 a rank that does not gets dtrain.RanksDisagree naming both calls.
 """
 import atexit
+import os
+import sys
 
 import torch
 
@@ -53,7 +55,29 @@ def shutdown():
         c.finalize()
 
 
-atexit.register(shutdown)
+# A program that ends on an uncaught exception must not wait in shutdown's
+# last barrier for ranks that wait for it: it exits at once, with status
+# 1, and the launcher stops the job and names it.
+_failed = False
+_excepthook = sys.excepthook
+
+
+def _note_failure(*args):
+    global _failed
+    _failed = True
+    _excepthook(*args)
+
+
+def _at_exit():
+    if _failed and _comm is not None:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(1)
+    shutdown()
+
+
+sys.excepthook = _note_failure
+atexit.register(_at_exit)
 
 
 def is_initialized():

@@ -220,3 +220,15 @@ def test_optimizer_starts_allreduces_during_backward():
     opt.step()
     assert not opt._handles
     assert any(not torch.equal(a, p) for a, p in zip(before, params))
+
+
+def test_an_uncaught_exception_ends_the_job_at_once():
+    import time
+    t0 = time.monotonic()
+    r = launch(2, 0, py("fail_job.py"))
+    took = time.monotonic() - t0
+    assert r.returncode != 0, r.stdout
+    assert "worker 1 exited with status 1" in r.stdout, r.stdout
+    assert "rank 1 fails on purpose" in r.stdout, r.stdout
+    # well below the collectives' 60 s stall timeout
+    assert took < 30, f"took {took:.1f} s"
