@@ -232,3 +232,59 @@ def test_an_uncaught_exception_ends_the_job_at_once():
     assert "rank 1 fails on purpose" in r.stdout, r.stdout
     # well below the collectives' 60 s stall timeout
     assert took < 30, f"took {took:.1f} s"
+
+
+def test_kv_calls_on_a_local_store():
+    """The KVStore's other calls, on a local store (one process, the same
+    rules as the servers'): MXNet's compression dictionary, row-sparse
+    tables, float16 arrays, per-device lists, string keys, requests."""
+    kv = dtrain.kv.create("local")
+    assert (kv.rank, kv.num_workers, kv.type) == (0, 1, "local")
+    kv.set_gradient_compression({"type": "2bit", "threshold": 0.5,
+                                 "min_size": 0})
+    kv.init("g", np.zeros(4, np.float32))
+    kv.push("g", np.array([1.0, 0.2, -0.7, 0.0], np.float32))
+    out = np.empty(4, np.float32)
+    kv.pull("g", out=out)
+    assert out.tolist() == [0.5, 0.0, -0.5, 0.0]  # +T, 0, -T, 0
+    kv.close()
+
+    kv = dtrain.kv.create("local")
+    kv.init_row_sparse("emb", (1000, 3))
+    rows = np.array([7, 999], np.uint64)
+    vals = np.arange(6, dtype=np.float32).reshape(2, 3)
+    kv.push("emb", dtrain.kv.RowSparse(vals, rows))
+    got = np.empty((3, 3), np.float32)
+    kv.row_sparse_pull("emb", out=got,
+                       row_ids=np.array([999, 0, 7], np.int64))
+    assert got.tolist() == [[3, 4, 5], [0, 0, 0], [0, 1, 2]]
+    with pytest.raises(TypeError, match="argument 'row_ids'"):
+        kv.row_sparse_pull("emb", out=got,
+                           row_ids=np.array([1, 2, 3], np.int32))
+
+    half = np.array([1.5, -2.0, 0.25], np.float16)
+    kv.init(5, half)
+    kv.push(5, half * 2)
+    back = np.zeros(3, np.float16)
+    kv.pull(5, out=back)
+    assert back.tolist() == [3.0, -4.0, 0.5]
+    d = np.array([1.5, -2.0, 0.25], np.float32)
+    kv.init(6, d)
+    kv.push(6, [d, d, d])  # three devices, summed
+    back = np.zeros(3, np.float32)
+    kv.pull(6, out=back)
+    assert back.tolist() == [4.5, -6.0, 0.75]
+
+    kv.init([10, 11], [np.zeros(2, np.float32), np.zeros(3, np.float32)])
+    a, b = np.ones(2, np.float32), np.full(3, 2, np.float32)
+    reqs = [kv.raw.pushpull_async(10, a), kv.raw.pushpull_async(11, b)]
+    for r in reqs:
+        r.wait()
+    assert a.tolist() == [1, 1] and b.tolist() == [2, 2, 2]
+    with pytest.raises(ValueError, match="not waited on"):
+        pending = kv.raw.pull_async(10, a)
+        kv.close()
+    pending.wait()
+    kv.close()
+    with pytest.raises(ValueError, match="closed"):
+        kv.raw.pull(10, a)
