@@ -6,6 +6,7 @@ Python calls return), and across ranks; arrays are shown to be used in
 place, and every refusal to name its argument.
 """
 import os
+import re
 
 import numpy as np
 import pytest
@@ -288,3 +289,39 @@ def test_kv_calls_on_a_local_store():
     kv.close()
     with pytest.raises(ValueError, match="closed"):
         kv.raw.pull(10, a)
+
+
+def test_distributed_optimizer_through_the_servers():
+    digests = {}
+    for mode in ([], ["server_sgd"]):
+        r = launch(2, 1, py("kv_opt_job.py", *mode))
+        assert r.returncode == 0, r.stdout
+        got = re.findall(r"kv_opt rank \d: ok (\w+)", r.stdout)
+        assert len(got) == 2 and got[0] == got[1], r.stdout
+        digests[bool(mode)] = got[0]
+    # SGD on the servers (w - lr * rescale_grad * sum) and locally
+    # (w - lr * sum / 2) are the same float operations here.
+    assert digests[False] == digests[True]
+
+
+def test_horovod_calls_under_plain_mpirun():
+    import shutil
+    import socket
+    import subprocess
+    from conftest import SCALE
+    if shutil.which("mpirun") is None:
+        pytest.skip("mpirun is not installed")
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    env = dict(os.environ, DTRAIN_COLL_ROOT=f"127.0.0.1:{port}",
+               DTRAIN_SECRET=os.urandom(32).hex())
+    r = subprocess.run(
+        ["mpirun", "--allow-run-as-root", "--oversubscribe", "-np", "2",
+         "-x", "DTRAIN_COLL_ROOT", "-x", "DTRAIN_SECRET", "-x",
+         "PYTHONPATH"] + py("hvd_ops_job.py"), env=env,
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        timeout=120 * SCALE)
+    assert r.returncode == 0, r.stdout
+    assert r.stdout.count("of 2: ok") == 2, r.stdout
