@@ -97,6 +97,8 @@ def check_fp16(r):
 if __name__ == "__main__":
     hvd.init()
     r, n = hvd.rank(), hvd.size()
+    # (every rank of the tests' jobs runs on this host)
+    assert (hvd.local_rank(), hvd.local_size()) == (r, n)
     check_collectives(r, n)
     check_optimizer(r, n)
     check_fp16(r)
