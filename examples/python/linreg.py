@@ -20,6 +20,7 @@ import time
 
 import numpy as np
 
+import _find_dtrain  # noqa: F401 - the build's package if not installed
 import dtrain
 
 N = 100000

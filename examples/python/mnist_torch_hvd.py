@@ -26,6 +26,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+import _find_dtrain  # noqa: F401 - the build's package if not installed
 import dtrain.torch as hvd
 
 DATA = "/usr/share/datasets/fashion-mnist"

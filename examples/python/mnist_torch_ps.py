@@ -14,6 +14,7 @@ options are those of mnist_torch_hvd.py.
 """
 import torch
 
+import _find_dtrain  # noqa: F401 - the build's package if not installed
 import dtrain
 import dtrain.torch as hvd
 from mnist_torch_hvd import options, train

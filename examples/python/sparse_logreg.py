@@ -17,6 +17,7 @@ import argparse
 
 import numpy as np
 
+import _find_dtrain  # noqa: F401 - the build's package if not installed
 import dtrain
 
 
