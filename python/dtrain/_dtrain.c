@@ -8,6 +8,19 @@
 
 #include "dtpy.h"
 
+/* sys.<name>.flush(), if the stream exists; -1 with an exception set. */
+static int
+flush_std(const char *name)
+{
+	PyObject *f = PySys_GetObject(name), *r; /* borrowed */
+
+	if (f == NULL || f == Py_None)
+		return 0;
+	r = PyObject_CallMethod(f, "flush", NULL);
+	Py_XDECREF(r);
+	return r == NULL ? -1 : 0;
+}
+
 /*
  * serve_role(): in a process started with DMLC_ROLE=server or scheduler,
  * serve that role for the whole job and exit 0 (1 after printing the
@@ -27,8 +40,7 @@ serve_role(PyObject *mod, PyObject *unused)
 		Py_RETURN_NONE;
 	/* Python's buffered output must reach its file before the C
 	 * library ends the process. */
-	if (PyRun_SimpleString("import sys; sys.stdout.flush(); "
-	                       "sys.stderr.flush()") < 0)
+	if (flush_std("stdout") < 0 || flush_std("stderr") < 0)
 		return NULL;
 	DTPY_NOGIL(err = dt_node_init_from_env(&node));
 	/* Returns only if the environment is wrong. */
