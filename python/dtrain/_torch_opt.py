@@ -21,8 +21,11 @@ from dtrain._arrays import view
 
 class _DistributedOptimizer(torch.optim.Optimizer):
     def __init__(self, params, named_parameters, compression,
-                 backward_passes_per_step, op, kv, server_optimizer):
+                 backward_passes_per_step, op, kv, server_optimizer,
+                 fusion_bytes):
         super(self.__class__, self).__init__(params)
+        self._fusion = fusion_bytes if kv is None else 0
+        self._bucket, self._bucket_bytes = [], 0
         from dtrain import torch as hvd
         self._hvd = hvd
         self._compression = compression or hvd.Compression.none
@@ -74,8 +77,33 @@ class _DistributedOptimizer(torch.optim.Optimizer):
                     "step() or synchronize() in between")
             self._delay[p] -= 1
             if self._delay[p] == 0:
-                self._handles[p] = self._start(p)
+                self._ready(p)
         return hook
+
+    def _ready(self, p):
+        """p's gradient is final: start its reduction, or with fusion
+        add it to the bucket, which goes as one fused group when full."""
+        if not self._fusion:
+            self._handles[p] = self._start(p)
+            return
+        self._bucket.append(p)
+        self._bucket_bytes += p.numel() * p.element_size()
+        if self._bucket_bytes >= self._fusion:
+            self._flush()
+
+    def _flush(self):
+        """Start the bucket's reductions as one group: the C library fuses
+        consecutive allreduces of a group into one operation."""
+        if not self._bucket:
+            return
+        c = self._hvd._c()
+        c.group_start()
+        try:
+            for p in self._bucket:
+                self._handles[p] = self._start(p)
+        finally:
+            c.group_end()
+        self._bucket, self._bucket_bytes = [], 0
 
     def _start(self, p):
         """Start the reduction of p's gradient; what synchronize waits on."""
@@ -95,8 +123,9 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         """Wait for every gradient's reduction (starting those whose hook
         did not fire, in parameter order) and put the results in place."""
         for p in self._params:
-            if p not in self._handles:
-                self._handles[p] = self._start(p)
+            if p not in self._handles and p not in self._bucket:
+                self._ready(p)
+        self._flush()
         n = self._kv.num_workers if self._kv is not None else 1
         for p in self._params:
             h, work, ctx = self._handles.pop(p)
@@ -124,11 +153,16 @@ class _DistributedOptimizer(torch.optim.Optimizer):
 
 def DistributedOptimizer(optimizer, named_parameters=None, compression=None,
                          backward_passes_per_step=1, op=_dtrain.AVG,
-                         kvstore=None, server_optimizer=None):
+                         kvstore=None, server_optimizer=None,
+                         fusion_bytes=0):
     """Wrap optimizer so that step() uses the gradients reduced over the
     workers (see the module's documentation). kvstore: None for the
     collectives, or a KVStore type ('dist_sync') or store to go through the
-    servers; server_optimizer: (name, {params}) to update on the servers."""
+    servers; server_optimizer: (name, {params}) to update on the servers.
+    fusion_bytes > 0 (collectives): ready gradients wait in a bucket until
+    it holds that many bytes (or step()), then go as one fused group - fewer,
+    larger operations for a model of many small tensors, at the cost of
+    starting later; 0 starts each gradient's allreduce at once."""
     if backward_passes_per_step < 1:
         raise ValueError("argument 'backward_passes_per_step' must be >= 1")
     kv = kvstore
@@ -138,4 +172,5 @@ def DistributedOptimizer(optimizer, named_parameters=None, compression=None,
     cls = type(optimizer.__class__.__name__, (optimizer.__class__,),
                dict(_DistributedOptimizer.__dict__))
     return cls(optimizer.param_groups, named_parameters, compression,
-               backward_passes_per_step, op, kv, server_optimizer)
+               backward_passes_per_step, op, kv, server_optimizer,
+               fusion_bytes)

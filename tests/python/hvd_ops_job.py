@@ -2,8 +2,9 @@
 this rank computes for itself (every rank's data is a function of its
 rank): allgather with ranks of different lengths, reducescatter,
 broadcast_ of a type the reductions do not take, broadcast_parameters,
-and DistributedOptimizer with backward_passes_per_step=2 against the same
-training computed here for all ranks - equal to the bit on 2 ranks - and
+and DistributedOptimizer with backward_passes_per_step=2 (gradients
+started one by one, and fused in buckets) against the same training
+computed here for all ranks - equal to the bit on 2 ranks - and
 with fp16 compression (equal on every rank). Exits non-zero on failure."""
 import torch
 
@@ -46,7 +47,7 @@ def train(m, opt, ranks_data, steps):
         opt.step()
 
 
-def check_optimizer(r, n):
+def check_optimizer(r, n, fusion_bytes=0):
     m = model(seed=r)  # different on every rank until the broadcast
     hvd.broadcast_parameters(m.state_dict(), root_rank=0)
     ref = model(seed=0)
@@ -54,7 +55,8 @@ def check_optimizer(r, n):
         assert torch.equal(a, b)
     opt = hvd.DistributedOptimizer(
         torch.optim.SGD(m.parameters(), lr=0.1),
-        named_parameters=m.named_parameters(), backward_passes_per_step=2)
+        named_parameters=m.named_parameters(), backward_passes_per_step=2,
+        fusion_bytes=fusion_bytes)
     x, y = data(r)
     train(m, opt, [(x[:4], y[:4]), (x[4:], y[4:])], 3)
     # Here: the same, every rank's two passes summed, then averaged over
@@ -101,6 +103,7 @@ if __name__ == "__main__":
     assert (hvd.local_rank(), hvd.local_size()) == (r, n)
     check_collectives(r, n)
     check_optimizer(r, n)
+    check_optimizer(r, n, fusion_bytes=64)  # one group of all four tensors
     check_fp16(r)
     print(f"hvd_ops rank {r} of {n}: ok", flush=True)
     hvd.shutdown()
