@@ -78,11 +78,11 @@ def mnist(tmp_path, name, ranks, *args):
     out = tmp_path / name
     cmd = ex("mnist_torch_hvd.py", "--save", out, *args)
     if ranks:
-        r = launch(ranks, 0, cmd, timeout=300)
+        r = launch(ranks, 0, cmd, timeout=600)
     else:
         r = subprocess.run(cmd, stdout=subprocess.PIPE,
                            stderr=subprocess.STDOUT, text=True,
-                           timeout=300 * SCALE)
+                           timeout=600 * SCALE)
     assert r.returncode == 0, r.stdout
     return out.read_bytes(), r.stdout
 
