@@ -92,7 +92,7 @@ apps:
 	  { tail -n 30 $(BUILD)/demo-build.log; exit 1; }
 
 # Install under $(PREFIX) (default /usr/local), staged under $(DESTDIR) when
-# set (docs/install.md lists what goes where). `make uninstall` removes what
+# set (docs/getting-started.md lists what goes where). `make uninstall` removes what
 # the last install wrote, from $(BUILD)/install_manifest.txt.
 PREFIX     ?= /usr/local
 install: all
@@ -108,7 +108,7 @@ uninstall:
 	echo "uninstall: removed $$n files"
 
 # A Debian package of the tree: dtrain_<version>_<arch>.deb in the top
-# directory (tools/mkdeb.sh; docs/install.md).
+# directory (tools/mkdeb.sh; docs/getting-started.md).
 deb:
 	bash tools/mkdeb.sh
 

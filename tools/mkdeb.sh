@@ -3,7 +3,7 @@
 # dpkg-deb from what `cmake --install BUILD --prefix /usr` installs:
 # OUTDIR/dtrain_<version>_<arch>.deb. One package holds everything (the
 # command, the examples as dtrain-example-*, the shared and static
-# libraries, headers, dtrain.pc, man pages, docs); docs/install.md says so.
+# libraries, headers, dtrain.pc, man pages, docs); docs/getting-started.md says so.
 # Without BUILD, the tree is built first in build-deb/ (tests left out).
 #   bash tools/mkdeb.sh              # what `make deb` runs
 #   bash tools/mkdeb.sh build /tmp   # package an existing build
