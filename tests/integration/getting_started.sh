@@ -4,8 +4,9 @@
 # type them, with HOME a fresh directory and nothing of the build tree on
 # PATH. Two things are adapted, and only these: `make install` is what it
 # runs after building (`cmake --install` of the tested build), and the
-# scheduler's port 9091 of the manual recipe becomes a free port. Then the
-# outputs the page promises are checked.
+# scheduler's port 9091 of the manual recipe becomes a free port (and in a
+# sanitizer build, cc links the sanitizer's runtime). Then the outputs the
+# page promises are checked.
 . "$(dirname "$0")/cluster_lib.bash"
 : "${DTRAIN_SOURCE:?DTRAIN_SOURCE must name the source directory}"
 PAGE=$DTRAIN_SOURCE/docs/getting-started.md
@@ -20,6 +21,9 @@ mkdir -p "$T_DIR/home" "$T_DIR/work"
 	echo '	local prefix=/usr/local; case "${2:-}" in PREFIX=*) prefix=${2#PREFIX=};; esac'
 	echo "	cmake --install '$DTRAIN_BUILD' --prefix \"\$prefix\" >/dev/null"
 	echo '}'
+	# (a sanitizer build's library needs its runtime in the program too)
+	san=$(sed -n 's/^DT_SANITIZE:STRING=//p' "$DTRAIN_BUILD/CMakeCache.txt")
+	[ -z "$san" ] || echo "cc() { command cc -fsanitize=$san \"\$@\"; }"
 	awk '/^```sh$/ {on = 1; next} /^```/ {on = 0; next} on' "$PAGE" |
 		sed "s/DMLC_PS_ROOT_PORT=9091/DMLC_PS_ROOT_PORT=$port/"
 } >"$T_DIR/page.sh"

@@ -73,6 +73,9 @@ libs=$(pc --libs) || fail "pkg-config --libs dtrain"
 slibs=$(pc --static --libs) || fail "pkg-config --static --libs dtrain"
 # The static link names the archive (-l:libdtrain.a), as the shared object
 # beside it would otherwise be chosen; everything else is the .pc's.
+# (a sanitizer build's library needs its runtime in the program too)
+san=$(sed -n 's/^DT_SANITIZE:STRING=//p' "$DTRAIN_BUILD/CMakeCache.txt")
+cflags="$cflags${san:+ -fsanitize=$san}"
 cc -o "$T_DIR/prog_shared" "$T_DIR/prog.c" $cflags $libs \
 	>"$T_DIR/cc.log" 2>&1 || fail "shared link ($libs): $(cat "$T_DIR/cc.log")"
 cc -o "$T_DIR/prog_static" "$T_DIR/prog.c" $cflags ${slibs//-ldtrain/-l:libdtrain.a} \
