@@ -2,15 +2,27 @@
 # mkman.sh DTRAIN OUTDIR - write dtrain's manual pages into OUTDIR from the
 # program itself, so that a page cannot say other than the program does:
 # dtrain(1) from `dtrain --help`, dtrain-<command>(1) from
-# `dtrain <command> --help`, dtrain-env(7) from `dtrain env --man` (the
-# table of variables in src/common/env_table.h). The pages in man/ are this
+# `dtrain <command> --help`, dtrain-example-<name>(1) from the example's
+# --help (the examples sit beside dtrain in the build, in examples/),
+# dtrain-env(7) from `dtrain env --man` (the table of variables in
+# src/common/env_table.h). The pages in man/ are this
 # script's output; the test integration_docs_man checks that they still are.
 #   bash tools/mkman.sh build/dtrain man
 set -eu
 dtrain=$1
 out=$2
 version=$("$dtrain" version | awk '{print $2}')
-commands=(launch scheduler server params checkpoint plot k8s env rank-exec version)
+# (`dtrain env` has no page of its own: dtrain-env is the variables' page,
+# section 7, which says how `dtrain env` lists them)
+commands=(launch scheduler server params checkpoint plot k8s rank-exec version)
+examples=(allreduce hello_cluster linreg mnist sparse_linear)
+declare -A example_summary=(
+	[allreduce]="sum, broadcast and average across ranks, checked (Horovod's hello world)"
+	[hello_cluster]="the smallest job: join, pass barriers, say hello"
+	[linreg]="linear regression trained through the KVStore"
+	[mnist]="LeNet or an MLP on Fashion-MNIST, through the KVStore or allreduce"
+	[sparse_linear]="logistic regression over hashed sparse features, row_sparse keys"
+)
 
 # The one-line summary of a command, from `dtrain --help`'s list.
 summary() {
@@ -31,14 +43,17 @@ page() {
 	shift 3
 	help=$("$@")
 	{
-		echo ".\\\" Made by tools/mkman.sh from \`dtrain ${*:2}\`; edit the help text, not this file."
+		local from="dtrain ${*:2}"
+		[ -z "${prog:-}" ] || from="$prog --help"
+		echo ".\\\" Made by tools/mkman.sh from \`$from\`; edit the help text, not this file."
 		echo ".TH $(echo "$name" | tr a-z A-Z) $sec \"\" \"dtrain $version\" \"dtrain manual\""
 		echo ".SH NAME"
 		echo "$name \\- $sum" | sed 's/-\([a-z]\)/\\-\1/g; s/\\\\-/\\-/g'
 		echo ".SH SYNOPSIS"
 		echo ".nf"
 		printf '%s\n' "$help" | awk '/^usage:/ {u = 1; sub(/^usage: */, ""); print; next}
-			u && /^ +[^ -]/ {print; next} {exit}' | roff_text
+			u && /^ +[^ -]/ {print; next} {exit}' |
+			sed "${prog:+s/^$prog\b/dtrain-example-$prog/}" | roff_text
 		echo ".fi"
 		echo ".SH DESCRIPTION"
 		echo ".nf"
@@ -70,5 +85,10 @@ mkdir -p "$out"
 page dtrain 1 "distributed deep-learning training: jobs, nodes and tools" "$dtrain" --help
 for c in "${commands[@]}"; do
 	page "dtrain-$c" 1 "$(summary "$c")" "$dtrain" "$c" --help
+done
+# (installed as dtrain-example-<name>: the synopsis says so)
+for e in "${examples[@]}"; do
+	prog=$e page "dtrain-example-$e" 1 "${example_summary[$e]}" \
+		"$(dirname "$dtrain")/examples/$e" --help
 done
 "$dtrain" env --man >"$out/dtrain-env.7"
