@@ -17,9 +17,11 @@ DESTDIR="$DEST" cmake --install "$DTRAIN_BUILD" --prefix "$PREFIX" \
 	>"$T_DIR/install.log" 2>&1 || fail "cmake --install: $(tail -5 "$T_DIR/install.log")"
 log "installed into DESTDIR $DEST"
 
-libdir=$(sed -n 's/^libdir=\${prefix}\///p' "$ROOT"/lib*/pkgconfig/dtrain.pc 2>/dev/null ||
-	find "$ROOT" -name dtrain.pc)
-[ -n "$libdir" ] || fail "no dtrain.pc with a libdir under $ROOT"
+# (the library directory is the platform's: lib, lib64, lib/<triplet>)
+pcfile=$(find "$ROOT" -name dtrain.pc | head -1)
+[ -n "$pcfile" ] || fail "no dtrain.pc under $ROOT"
+libdir=$(sed -n 's/^libdir=\${prefix}\///p' "$pcfile")
+[ -n "$libdir" ] || fail "dtrain.pc names no libdir under the prefix"
 for f in bin/dtrain bin/dtrain-example-linreg bin/dtrain-example-mnist \
 	bin/dtrain-example-allreduce bin/dtrain-example-hello_cluster \
 	bin/dtrain-example-sparse_linear include/dtrain/dtrain.h \
