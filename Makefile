@@ -19,6 +19,7 @@ DEPS       += python3-dev python3-numpy python3-pytest python3-torch
 DATA       ?= /usr/share/datasets/fashion-mnist
 
 .PHONY: all deps test test-fast test-asan test-tsan demo hello bench clean format
+.PHONY: install uninstall deb apps
 
 all:
 	cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
@@ -62,8 +63,11 @@ test-tsan:
 	cd $(TSAN_BUILD) && TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 \
 	  ctest --output-on-failure -j$(JOBS) -R '$(TSAN_TESTS)'
 
-# The main job: a local cluster (scheduler, 2 servers, 2 workers).
-demo: deps all
+# The main job: a local cluster (scheduler, 2 servers, 2 workers). Only
+# the library, the command and the examples are built, quietly: one line a
+# stage, the compiler's output in $(BUILD)/demo-build.log.
+demo: deps apps
+	@echo "[demo] train (dtrain launch -n 2 -s 2)"
 	@if [ -x $(BUILD)/examples/mnist ] && [ -d $(DATA) ]; then \
 	  $(BUILD)/dtrain launch -n 2 -s 2 --launcher local \
 	    --timeline $(BUILD)/demo_timeline.json -- \
@@ -77,6 +81,40 @@ demo: deps all
 	    $(BUILD)/examples/hello_cluster; \
 	fi
 
+# The library, `dtrain` and the examples only (no tests, benchmarks or
+# fuzz targets), one line a stage.
+apps:
+	@mkdir -p $(BUILD)
+	@echo "[build] configure (log: $(BUILD)/demo-build.log)"
+	@cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+	  >$(BUILD)/demo-build.log 2>&1 || \
+	  { tail -n 30 $(BUILD)/demo-build.log; exit 1; }
+	@echo "[build] compile the library, dtrain and the examples"
+	@cmake --build $(BUILD) -j$(JOBS) --target dt_apps \
+	  >>$(BUILD)/demo-build.log 2>&1 || \
+	  { tail -n 30 $(BUILD)/demo-build.log; exit 1; }
+
+# Install under $(PREFIX) (default /usr/local), staged under $(DESTDIR) when
+# set (docs/getting-started.md lists what goes where). `make uninstall` removes what
+# the last install wrote, from $(BUILD)/install_manifest.txt.
+PREFIX     ?= /usr/local
+install: all
+	DESTDIR="$(DESTDIR)" cmake --install $(BUILD) --prefix "$(PREFIX)"
+
+uninstall:
+	@test -f $(BUILD)/install_manifest.txt || \
+	  { echo "uninstall: $(BUILD)/install_manifest.txt is missing (nothing installed from $(BUILD))"; exit 1; }
+	@n=$$(grep -c . $(BUILD)/install_manifest.txt); \
+	sed 's|^|$(DESTDIR)|' $(BUILD)/install_manifest.txt | xargs -d '\n' rm -f -- && \
+	sed 's|^|$(DESTDIR)|' $(BUILD)/install_manifest.txt | xargs -d '\n' -n1 dirname | sort -ru | \
+	  grep '/dtrain\(/\|$$\)' | xargs -r -d '\n' rmdir --ignore-fail-on-non-empty --; \
+	echo "uninstall: removed $$n files"
+
+# A Debian package of the tree: dtrain_<version>_<arch>.deb in the top
+# directory (tools/mkdeb.sh; docs/getting-started.md).
+deb:
+	bash tools/mkdeb.sh
+
 hello: all
 	PS_VERBOSE=1 $(BUILD)/dtrain launch -n 2 -s 2 --launcher local -- \
 	  $(BUILD)/examples/hello_cluster
@@ -88,4 +126,4 @@ format:
 	clang-format -i $$(git ls-files '*.c' '*.h')
 
 clean:
-	rm -rf $(BUILD) $(ASAN_BUILD) $(TSAN_BUILD)
+	rm -rf $(BUILD) $(ASAN_BUILD) $(TSAN_BUILD) build-deb

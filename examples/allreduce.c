@@ -37,6 +37,14 @@ main(int argc, char **argv)
 	for (int i = 1; i < argc; i++) {
 		if (strcmp(argv[i], "--count") == 0 && i + 1 < argc) {
 			count = (size_t)strtoull(argv[++i], NULL, 10);
+		} else if (strcmp(argv[i], "--help") == 0 ||
+		           strcmp(argv[i], "-h") == 0) {
+			printf("usage: allreduce [--count N]\n"
+			       "Sums COUNT floats (1000000) over every rank "
+			       "and checks the result.\n"
+			       "Run it under `dtrain launch -n N -s 0 "
+			       "--kvstore horovod`, mpirun or srun.\n");
+			return 0;
 		} else {
 			fprintf(stderr, "usage: allreduce [--count N]\n");
 			return 2;

@@ -2,7 +2,7 @@
  * hello_cluster.c - the smallest dtrain program: join the cluster, pass
  * barriers, say hello to every other node, leave.
  *
- * Started for every role with the same command (seed 001's "Manually
+ * Started for every role with the same command (as in MXNet's "Manually
  * Launching Jobs"): as scheduler or server it serves and exits 0; as a
  * worker it prints its rank, passes a barrier over the workers, sends a
  * line to each server and to the next worker, and passes a second barrier.
@@ -11,16 +11,29 @@
  */
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "dtrain/node.h"
 
 int
-main(void)
+main(int argc, char **argv)
 {
 	dt_node *node;
 	char text[128];
 	int rank, nw, ns;
 
+	if (argc > 1) {
+		int help = strcmp(argv[1], "--help") == 0 ||
+		           strcmp(argv[1], "-h") == 0;
+
+		fprintf(help ? stdout : stderr,
+		        "usage: hello_cluster (no options)\n"
+		        "Joins the job its DMLC_* variables describe, passes "
+		        "barriers and says hello.\n"
+		        "Run it under `dtrain launch -n 2 -s 2 -- "
+		        "hello_cluster`.\n");
+		return help ? 0 : 2;
+	}
 	if (dt_node_init_from_env(&node) != DT_OK) {
 		fprintf(stderr, "hello_cluster: %s\n", dt_errmsg());
 		return 1;

@@ -158,7 +158,8 @@ usage(FILE *f)
 	    "  --metrics FILE             rank 0 logs progress as JSON lines\n"
 	    "                             (dtrain plot FILE draws them)\n"
 	    "  --run-label L              the run's name in the log (the\n"
-	    "                             kvstore type and worker count)\n",
+	    "                             kvstore, compression and worker\n"
+	    "                             count)\n",
 	    f);
 }
 
@@ -384,6 +385,14 @@ main(int argc, char **argv)
 		nw = dt_coll_size(coll);
 		if (dt_kv_create("local", &updater) != DT_OK)
 			goto fail;
+		/* Servers started for a horovod job only wait for its end. */
+		const char *ns = getenv("DMLC_NUM_SERVER");
+		if (rank == 0 && ns && atoi(ns) > 0)
+			fprintf(stderr,
+			        "mnist: warning: --kvstore horovod uses no "
+			        "servers, but the job has %d (start it with "
+			        "dtrain launch -s 0)\n",
+			        atoi(ns));
 	} else {
 		if (dt_kv_create(o.kvstore, &kv) != DT_OK)
 			goto fail;
@@ -485,18 +494,38 @@ main(int argc, char **argv)
 	if (o.metrics && rank == 0) {
 		char label[65];
 
+		/* Runs that differ in how they communicate get different
+		 * default labels, so that dtrain plot draws them apart. */
 		if (!o.label)
-			snprintf(label, sizeof(label), "%s %dw", o.kvstore, nw);
+			snprintf(label, sizeof(label), "%s%s%s%s %dw",
+			         o.kvstore, o.compression ? " " : "",
+			         o.compression ? o.compression : "",
+			         o.pull_precision &&
+			                 strcmp(o.pull_precision, "fp32")
+			             ? " pull-fp16"
+			             : "",
+			         nw);
 		if (dt_metrics_open(o.metrics, o.label ? o.label : label,
 		                    &mlog) != DT_OK)
 			goto fail;
 	}
-	if (rank == 0)
+	if (rank == 0) {
+		const char *tr = getenv("DTRAIN_TRANSPORT");
+
 		printf("mnist: %s on %zu images, %d worker(s) x batch %ld x %d "
 		       "device(s), kvstore %s, %s %s%s\n",
 		       o.model, train.n, nw, o.batch, ndev, o.kvstore,
 		       o.optimizer, params,
 		       overlapped ? ", push per layer during backward" : "");
+		/* How the job communicates, said once at the start. */
+		printf("mnist: kvstore %s, gradient compression %s, pull "
+		       "precision %s, transport %s\n",
+		       o.kvstore, o.compression ? o.compression : "none",
+		       horovod            ? "(no pulls)"
+		       : o.pull_precision ? o.pull_precision
+		                          : "fp32",
+		       tr ? tr : "auto");
+	}
 	fflush(stdout);
 
 	size_t nb = dt_sampler_num_batches(sampler);

@@ -202,7 +202,7 @@ usage(FILE *f)
 	        "  --nnz N               active features an example (40)\n"
 	        "  --train N             training examples (200000)\n"
 	        "  --test N              test examples (20000)\n"
-	        "  --batch N             examples a worker's step (512)\n"
+	        "  --batch-size N        examples a worker's step (512)\n"
 	        "  --epochs N            (3)\n"
 	        "  --optimizer NAME      adam or sgd (adam)\n"
 	        "  --lr X                learning rate (0.003)\n"
@@ -234,7 +234,9 @@ main(int argc, char **argv)
 	    {"nnz", required_argument, 0, 'z'},
 	    {"train", required_argument, 0, 'n'},
 	    {"test", required_argument, 0, 't'},
-	    {"batch", required_argument, 0, 'b'},
+	    {"batch-size", required_argument, 0, 'b'},
+	    /* The old spelling; the other examples say --batch-size. */
+	    {"batch", required_argument, 0, 'B'},
 	    {"epochs", required_argument, 0, 'e'},
 	    {"optimizer", required_argument, 0, 'o'},
 	    {"lr", required_argument, 0, 'l'},
@@ -263,6 +265,11 @@ main(int argc, char **argv)
 		case 't':
 			o.test = atol(optarg);
 			break;
+		case 'B':
+			fputs("sparse_linear: --batch is now --batch-size "
+			      "(as in the other examples)\n",
+			      stderr);
+			/* fall through */
 		case 'b':
 			o.batch = atol(optarg);
 			break;

@@ -13,5 +13,6 @@ int dt__cli_checkpoint(int argc, char **argv); /* ckpt.c */
 int dt__cli_k8s(int argc, char **argv);        /* k8s.c */
 int dt__cli_plot(int argc, char **argv);       /* plot.c */
 int dt__cli_role(int argc, char **argv);       /* main.c: scheduler, server */
+int dt__cli_env(int argc, char **argv);        /* env.c */
 
 #endif

@@ -33,29 +33,36 @@ usage(FILE *f)
 	      "             MXJob) for kubectl apply -f -\n"
 	      "  rank-exec  (the launcher's wrapper of one rank under mpirun "
 	      "or srun)\n"
+	      "  env        list the environment variables dtrain reads\n"
 	      "  version    print the version\n"
 	      "\n"
-	      "See `dtrain <command> --help` and docs/ for details.\n",
+	      "See `dtrain <command> --help`, dtrain(1) and the docs.\n",
 	      f);
 }
 
 static void
 role_usage(FILE *f, const char *role)
 {
-	fprintf(f,
-	        "usage: dtrain %s [options]\n"
-	        "\n"
-	        "Each option sets the variable named beside it; unset options\n"
-	        "keep the variable's value from the environment.\n"
-	        "  --uri HOST          scheduler address   DMLC_PS_ROOT_URI\n"
-	        "  --port N            scheduler port      DMLC_PS_ROOT_PORT\n"
-	        "  --num-servers N     servers in the job  DMLC_NUM_SERVER\n"
-	        "  --num-workers N     workers in the job  DMLC_NUM_WORKER\n"
-	        "  --interface NAME    interface to advertise DMLC_INTERFACE\n"
-	        "  --host ADDR         address to advertise DMLC_NODE_HOST\n"
-	        "  --rank N            rank to ask for     DMLC_SERVER_ID\n"
-	        "  --verbose N         0, 1 or 2           PS_VERBOSE\n",
-	        role);
+	fprintf(
+	    f,
+	    "usage: dtrain %s [options]\n"
+	    "\n"
+	    "Each option sets the variable named beside it; unset options\n"
+	    "keep the variable's value from the environment.\n"
+	    "  --uri HOST          scheduler address   DMLC_PS_ROOT_URI\n"
+	    "  --port N            scheduler port      DMLC_PS_ROOT_PORT\n"
+	    "  --num-servers N     servers in the job  DMLC_NUM_SERVER\n"
+	    "  --num-workers N     workers in the job  DMLC_NUM_WORKER\n"
+	    "  --interface NAME    interface to advertise DMLC_INTERFACE\n"
+	    "  --host ADDR         address to advertise DMLC_NODE_HOST\n"
+	    "  --rank N            rank to ask for     DMLC_SERVER_ID\n"
+	    "  --verbose N         0, 1 or 2           PS_VERBOSE\n"
+	    "\n"
+	    "Every node of a job needs the job's secret: DTRAIN_SECRET (16 to\n"
+	    "4096 bytes) or DTRAIN_SECRET_FILE (a file only its\n"
+	    "owner can read). `dtrain launch` makes one for its own jobs;\n"
+	    "see dtrain-env(7) for every variable.\n",
+	    role);
 }
 
 int
@@ -171,7 +178,15 @@ main(int argc, char **argv)
 		return dt__cli_k8s(argc - 1, argv + 1);
 	if (strcmp(cmd, "plot") == 0)
 		return dt__cli_plot(argc - 1, argv + 1);
+	if (strcmp(cmd, "env") == 0)
+		return dt__cli_env(argc - 1, argv + 1);
 	if (strcmp(cmd, "version") == 0 || strcmp(cmd, "--version") == 0) {
+		if (argc > 2 && (strcmp(argv[2], "--help") == 0 ||
+		                 strcmp(argv[2], "-h") == 0)) {
+			puts("usage: dtrain version\n"
+			     "Prints the version of dtrain.");
+			return 0;
+		}
 		printf("dtrain 0.1.0\n");
 		return 0;
 	}

@@ -36,6 +36,7 @@ typedef struct point {
 
 typedef struct run {
 	char label[80];
+	const char *file; /* the log it came from (argv: lives long enough) */
 	char metric[33];
 	point *p;
 	size_t n, cap;
@@ -232,17 +233,43 @@ num_or_nan(const field *f, int nf, const char *key)
 }
 
 static run *
-run_of(const char *label, const char *file)
+find_run(const char *name)
 {
-	char name[80];
-
-	snprintf(name, sizeof(name), "%s", label[0] ? label : file);
 	for (int i = 0; i < nruns; i++)
 		if (strcmp(runs[i].label, name) == 0)
 			return &runs[i];
+	return NULL;
+}
+
+/*
+ * The run of a log line: its label, in its file. Two files whose runs share
+ * a label (two runs with the same default label, say) are two runs, not
+ * one line: the later one gets " (2)" (" (3)" ...) and a warning says so.
+ */
+static run *
+run_of(const char *label, const char *file)
+{
+	char name[80], alt[80];
+	run *r;
+
+	snprintf(name, sizeof(name), "%s", label[0] ? label : file);
+	for (int k = 2; (r = find_run(name)) != NULL; k++) {
+		if (strcmp(r->file, file) == 0)
+			return r;
+		if (k == 2)
+			snprintf(alt, sizeof(alt), "%s", name);
+		snprintf(name, sizeof(name), "%.60s (%d)", alt, k);
+		if (find_run(name) == NULL)
+			fprintf(stderr,
+			        "dtrain plot: warning: %s and %s both have a "
+			        "run labelled '%s'; the one in %s is drawn "
+			        "as '%s' (--run-label names a run)\n",
+			        r->file, file, alt, file, name);
+	}
 	if (nruns == MAX_RUNS)
 		return NULL;
 	snprintf(runs[nruns].label, sizeof(runs[nruns].label), "%s", name);
+	runs[nruns].file = file;
 	return &runs[nruns++];
 }
 

@@ -10,6 +10,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "common/env_table.h"
 #include "core/node_impl.h"
 
 const char *
@@ -125,6 +126,9 @@ dt_node_config_from_env(dt_node_config *cfg, int role_required)
 		                "or worker",
 		                role);
 	}
+	/* (under dtrain launch, the launcher has said it for the job) */
+	if (getenv("DTRAIN_LAUNCHED") == NULL)
+		dt__env_warn_unknown(dt_role_name(cfg->role));
 	s = dt__env_str("DMLC_PS_ROOT_URI");
 	if (s == NULL)
 		return dt__fail(DT_ECONFIG,

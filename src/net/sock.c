@@ -91,9 +91,19 @@ dt__sock_listen(const char *host, int port, const char *what, int *fd_out,
 	setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
 	if (bind(fd, res->ai_addr, res->ai_addrlen) < 0 ||
 	    listen(fd, BACKLOG) < 0) {
-		err =
-		    dt__fail(DT_ESYS, "%s: cannot listen on %s:%d: %s", what,
-		             host && *host ? host : "*", port, strerror(errno));
+		/* The common case gets its remedy: a fixed port taken by
+		 * another job (or one still closing). */
+		if (errno == EADDRINUSE && port != 0)
+			err = dt__fail(DT_ESYS,
+			               "%s: cannot listen on %s:%d: port %d "
+			               "is in use (use port 0 to let the "
+			               "scheduler choose)",
+			               what, host && *host ? host : "*", port,
+			               port);
+		else
+			err = dt__fail(
+			    DT_ESYS, "%s: cannot listen on %s:%d: %s", what,
+			    host && *host ? host : "*", port, strerror(errno));
 		freeaddrinfo(res);
 		close(fd);
 		return err;

@@ -29,6 +29,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "common/env_table.h"
 #include "cli/cli.h"
 #include "cli/launch/launch.h"
 
@@ -193,6 +194,9 @@ dt__cli_launch(int argc, char **argv)
 		rc = 0;
 		goto out;
 	}
+	/* A misspelt variable is named here once, for the whole job: the
+	 * nodes it starts (DTRAIN_LAUNCHED) do not repeat it. */
+	dt__env_warn_unknown("dtrain launch");
 	if (o.hostfile && o.be->hosts == HOSTS_UNUSED)
 		say("warning: -H is not used by --launcher %s", o.be->name);
 	else if (o.hostfile && (err = read_hostfile(o.hostfile, &h))) {

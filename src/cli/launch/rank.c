@@ -123,6 +123,15 @@ on_chld(int sig)
 	(void)sig;
 }
 
+#define RANK_EXEC_USAGE                                                        \
+	"usage: dtrain rank-exec [--] CMD [ARGS...]\n"                         \
+	"\n"                                                                   \
+	"Runs CMD as one rank of a job that `dtrain launch --launcher mpi`\n"  \
+	"or `--launcher slurm` started through mpirun or srun: the launcher\n" \
+	"puts it before every rank's command. It passes signals on to CMD,\n"  \
+	"ends CMD's whole process tree when it ends, and exits with CMD's\n"   \
+	"status. Not meant to be run by hand (dtrain-rank-exec(1)).\n"
+
 int
 dt__cli_rank_exec(int argc, char **argv)
 {
@@ -137,10 +146,16 @@ dt__cli_rank_exec(int argc, char **argv)
 	pid_t guard;
 	pid_t pid, parent = getpid();
 
+	/* --help is help only before `--`: after it, it is CMD's. */
+	if (i < argc &&
+	    (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0)) {
+		fputs(RANK_EXEC_USAGE, stdout);
+		return 0;
+	}
 	if (i < argc && strcmp(argv[i], "--") == 0)
 		i++;
 	if (i >= argc) {
-		fputs("usage: dtrain rank-exec [--] CMD [ARGS...]\n", stderr);
+		fputs(RANK_EXEC_USAGE, stderr);
 		return RC_USAGE;
 	}
 	/* Every signal to pass on waits in sigwaitinfo; SIGCHLD too (a
