@@ -1,0 +1,40 @@
+#!/bin/bash
+# coll_rdv_srun.sh - plain `srun -n 2 examples/allreduce` on a private
+# Slurm (engines_lib.bash) with no dtrain variable set: the ranks meet
+# through the rendezvous file in the job's directory (named after the
+# job and step), the results are right, the file is gone and no step is
+# left. Skipped, with the reason, where Slurm cannot run.
+. "$(dirname "$0")/launch_lib.bash"
+. "$(dirname "$0")/engines_lib.bash"
+slurm_setup
+EX=$DTRAIN_BUILD/examples/allreduce
+JOB=$TMP/job
+mkdir -p "$JOB"
+chmod 700 "$JOB"
+
+# bare CMD...: CMD without any dtrain variable (DT_TEST_TAG, which only
+# the tests' cleanup reads, aside).
+bare() {
+	local unset=() v
+	for v in $(compgen -e | grep -E '^(DTRAIN|DMLC|PS|DT)_'); do
+		[ "$v" = DT_TEST_TAG ] || unset+=(-u "$v")
+	done
+	env "${unset[@]}" DT_TEST_TAG="$TAG" "$@"
+}
+
+start=$(now_ms)
+(cd "$JOB" && bare timeout 120 srun --quiet -n 2 "$EX" >"$TMP/out" 2>"$TMP/err")
+rc=$?
+ms=$(($(now_ms) - start))
+check "srun -n 2 allreduce, no dtrain variable: exits 0 (got $rc, ${ms} ms)" \
+	test "$rc" = 0
+for r in 0 1; do
+	check "srun: rank $r of 2 correct" \
+		grep -qE "^rank $r of 2: .* correct" "$TMP/out"
+done
+check "srun: the rendezvous file is gone" test -z "$(ls -A "$JOB")"
+check "srun: nothing left" wait_gone 5
+check "srun: no job step left" wait_for 10 test -z "$(squeue -h -s | grep -v '\.extern')"
+[ "$rc" = 0 ] || cat "$TMP/out" "$TMP/err" >&2
+
+finish
