@@ -207,6 +207,8 @@ lookup(dt__rdv *r, dt_node_config *cfg)
 	dt__auth_set_job_secret(card.secret);
 	snprintf(cfg->root_uri, sizeof(cfg->root_uri), "%s", card.host);
 	cfg->root_port = card.port;
+	/* A rank that cannot reach it names where the address came from. */
+	snprintf(cfg->root_var, sizeof(cfg->root_var), "%s", r->kind->name);
 	explicit_bzero(&card, sizeof(card));
 	return DT_OK;
 }
