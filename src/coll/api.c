@@ -1190,13 +1190,14 @@ dt_coll_init_node(dt_node *node, dt_coll **out)
 		return err;
 	c->node = node;
 	if ((err = comm_start(c))) {
-		char msg[512];
-		snprintf(msg, sizeof(msg), "%s", dt_errmsg());
+		dt__err_kept k;
+
+		dt__err_keep(&k, err);
 		stop_bg(c);
 		if (dt__node_app_arg(node, &dt__coll_app) == c)
 			dt__node_detach(node, &dt__coll_app);
 		comm_free(c);
-		return dt__fail(err, "%s", msg);
+		return dt__err_restore(&k);
 	}
 	*out = c;
 	return DT_OK;
@@ -1232,15 +1233,15 @@ dt_coll_init(dt_coll **out)
 	*out = c;
 	return DT_OK;
 fail : {
-	char msg[512];
+	dt__err_kept k;
 
-	snprintf(msg, sizeof(msg), "%s", dt_errmsg());
+	dt__err_keep(&k, err);
 	stop_bg(c);
 	if (c->node)
 		dt_node_stop(c->node);
 	dt__coll_rdv_end(c);
 	comm_free(c);
-	return dt__fail(err, "%s", msg);
+	return dt__err_restore(&k);
 }
 }
 
@@ -1267,14 +1268,14 @@ dt_coll_finalize(dt_coll *c)
 	stop_bg(c);
 	if (c->node) {
 		if (c->own_node) {
-			char msg[512];
-			snprintf(msg, sizeof(msg), "%s",
-			         err ? dt_errmsg() : "");
+			dt__err_kept k;
+
+			dt__err_keep(&k, err);
 			e = dt_node_stop(c->node);
 			if (e && !err)
 				err = e;
 			else if (err)
-				dt__fail(err, "%s", msg);
+				dt__err_restore(&k);
 		} else {
 			dt__node_detach(c->node, &dt__coll_app);
 			/*

@@ -32,17 +32,16 @@ static const dt__rdv_kind *const kinds[] = {&dt__rdv_file};
 static dt_err
 bind_root(const char *host, int port, const char *var, int *fd_out, int *bound)
 {
-	char why[512];
 	dt_err err =
 	    dt__sock_listen(host, port, "the rendezvous socket", fd_out, bound);
 
 	if (err == DT_OK)
 		return DT_OK;
-	snprintf(why, sizeof(why), "%s", dt_errmsg());
+	/* (dt__fail formats before it records) */
 	return dt__fail(err,
 	                "rank 0 cannot listen on %s%s:%d for the "
 	                "rendezvous (%s)",
-	                var, host, port, why);
+	                var, host, port, dt_errmsg());
 }
 
 typedef struct sched_arg {

@@ -389,16 +389,14 @@ dt_node_start(const dt_node_config *cfg, dt_node **out)
 		                     cfg->listen_fd, &n->port);
 		if (err == DT_ESYS && cfg->listen_fd < 0 &&
 		    strstr(dt_errmsg(), "assign requested address")) {
-			char msg[400];
-
-			snprintf(msg, sizeof(msg), "%s", dt_errmsg());
+			/* (dt__fail formats before it records) */
 			dt__fail(
 			    err,
 			    "%s (DMLC_PS_ROOT_URI names another machine's "
 			    "address, as a Kubernetes Service does: set "
 			    "DMLC_USE_KUBERNETES=1 or DTRAIN_SCHEDULER_BIND "
 			    "to listen on this one's)",
-			    msg);
+			    dt_errmsg());
 		}
 		if (err)
 			goto fail;
@@ -461,11 +459,11 @@ dt_node_start(const dt_node_config *cfg, dt_node **out)
 	*out = n;
 	return DT_OK;
 fail : {
-	char msg[512];
+	dt__err_kept k;
 
-	snprintf(msg, sizeof(msg), "%s", dt_errmsg());
+	dt__err_keep(&k, err);
 	node_free(n);
-	return dt__fail(err, "%s", msg);
+	return dt__err_restore(&k);
 }
 }
 
@@ -549,12 +547,12 @@ dt__node_join_env(dt_node **out, int *served)
 	*served = 1;
 	err = dt_node_serve(n);
 	if (err) {
-		char msg[512];
+		dt__err_kept k;
 
-		snprintf(msg, sizeof(msg), "%s: %s", dt_role_name(cfg.role),
-		         dt_errmsg());
+		dt__fail(err, "%s: %s", dt_role_name(cfg.role), dt_errmsg());
+		dt__err_keep(&k, err);
 		dt_node_stop(n);
-		return dt__fail(err, "%s", msg);
+		return dt__err_restore(&k);
 	}
 	return dt_node_stop(n);
 }
