@@ -6,10 +6,10 @@
  * joins. DTRAIN_COLL_ROOT, when set, names the address instead and no card
  * is exchanged.
  *
- * How the card travels is a kind behind one ops table, one file per kind:
- * rdv_file.c writes it to a private file on a directory every rank shares.
- * A kind that travels over the launcher itself (PMIx's put, fence and get)
- * would be one more file and one more line in rendezvous.c's list.
+ * How the card travels is a kind behind one ops table, one file per kind,
+ * tried in order: rdv_pmix.c hands it over the launcher's own PMIx server
+ * (mpirun, srun --mpi=pmix), rdv_file.c writes it to a private file on a
+ * directory every rank shares (any launcher that names its job).
  */
 #ifndef DT_COLL_RDV_H
 #define DT_COLL_RDV_H
@@ -37,7 +37,8 @@ typedef struct dt__rdv {
 } dt__rdv;
 
 typedef struct dt__rdv_kind {
-	const char *name;
+	const char *id;   /* DTRAIN_RENDEZVOUS's name for it: "file" */
+	const char *name; /* for messages: "rendezvous file" */
 	/* Whether this kind can serve the process's launcher; when it can,
 	 * fill what the kind needs in r (the file's path). A malformed
 	 * variable is a DT_ECONFIG naming it; 0 in *usable otherwise. */
@@ -51,7 +52,16 @@ typedef struct dt__rdv_kind {
 	void (*done)(dt__rdv *r);
 } dt__rdv_kind;
 
+extern const dt__rdv_kind dt__rdv_pmix;
 extern const dt__rdv_kind dt__rdv_file;
+
+/* The card as text (rdv_card.c), at most DT__RDV_CARD_MAX bytes. */
+#define DT__RDV_CARD_MAX 1024
+void dt__rdv_card_format(const dt__rdv_card *card, char *out, size_t cap);
+/* The card in the NUL-terminated text, every field checked; a DT_EPROTO
+ * naming what (the file, "PMIx's rank 0") otherwise. */
+dt_err dt__rdv_card_parse(const char *what, const char *text,
+                          dt__rdv_card *card);
 
 /*
  * Under mpirun or srun (two ranks or more, no DMLC_* variables): join the

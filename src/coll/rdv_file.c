@@ -12,11 +12,7 @@
  * file once every rank has joined. A reader polls for it until the connect
  * deadline and refuses a file that is not a regular one, belongs to
  * another user or may be read by others: the secret in it is the job's.
- *
- *   dtrain-rendezvous 1
- *   size <ranks>
- *   root <host> <port>
- *   secret <64 hex digits>
+ * The file holds the card as text (rdv_card.c).
  */
 #include <errno.h>
 #include <stdio.h>
@@ -29,10 +25,8 @@
 #include "coll/rdv.h"
 #include "common/file.h"
 
-#define CARD_MAX   1024 /* bytes a card may have; more is refused */
-#define JOB_MAX    64   /* characters of the job's name */
-#define POLL_NS    20000000ull
-#define CARD_MAGIC "dtrain-rendezvous 1\n"
+#define JOB_MAX 64 /* characters of the job's name */
+#define POLL_NS 20000000ull
 
 /* A launcher's job id is a name in a path: letters, digits, ".-_@". */
 static int
@@ -100,6 +94,7 @@ file_prepare(dt__rdv *r, int *usable)
 static dt_err
 write_card(dt__rdv *r, const dt__rdv_card *card)
 {
+	char text[DT__RDV_CARD_MAX + 1];
 	dt__file_tmp t;
 	FILE *f;
 	dt_err err;
@@ -110,65 +105,13 @@ write_card(dt__rdv *r, const dt__rdv_card *card)
 		dt__file_abort(&t);
 		return DT_ENOMEM;
 	}
-	fprintf(f, CARD_MAGIC "size %d\nroot %s %d\nsecret ", card->size,
-	        card->host, card->port);
-	for (size_t i = 0; i < sizeof(card->secret); i++)
-		fprintf(f, "%02x", card->secret[i]);
-	fputc('\n', f);
+	dt__rdv_card_format(card, text, sizeof(text));
+	fputs(text, f);
+	explicit_bzero(text, sizeof(text));
 	if ((err = dt__file_commit(&t, 0)))
 		return err;
 	r->published = 1;
 	return DT_OK;
-}
-
-/* A host as a card may name it: a name or an address, nothing else. */
-static int
-host_ok(const char *s)
-{
-	if (*s == '\0')
-		return 0;
-	for (; *s; s++)
-		if (!((*s >= 'a' && *s <= 'z') || (*s >= 'A' && *s <= 'Z') ||
-		      (*s >= '0' && *s <= '9') || strchr(".-:_", *s)))
-			return 0;
-	return 1;
-}
-
-/* The card in text[0..len), every field checked; "bad" names the file. */
-static dt_err
-parse_card(const char *path, const char *text, dt__rdv_card *card)
-{
-	char hex[2 * DT_AUTH_JOB_SECRET_LEN + 2];
-	int used = 0;
-
-	if (strncmp(text, CARD_MAGIC, strlen(CARD_MAGIC)) != 0)
-		goto bad;
-	text += strlen(CARD_MAGIC);
-	if (sscanf(text, "size %d\nroot %255s %d\nsecret %65s\n%n", &card->size,
-	           card->host, &card->port, hex, &used) != 4 ||
-	    used == 0 || text[used] != '\0')
-		goto bad;
-	if (card->size < 2 || card->size > 4096 || card->port < 1 ||
-	    card->port > 65535 || !host_ok(card->host) ||
-	    strlen(hex) != 2 * DT_AUTH_JOB_SECRET_LEN)
-		goto bad;
-	for (size_t i = 0; i < DT_AUTH_JOB_SECRET_LEN; i++) {
-		unsigned b;
-
-		if (sscanf(hex + 2 * i, "%2x", &b) != 1 ||
-		    !strchr("0123456789abcdef", hex[2 * i]) ||
-		    !strchr("0123456789abcdef", hex[2 * i + 1]))
-			goto bad;
-		card->secret[i] = (uint8_t)b;
-	}
-	explicit_bzero(hex, sizeof(hex));
-	return DT_OK;
-bad:
-	explicit_bzero(hex, sizeof(hex));
-	return dt__fail(DT_EPROTO,
-	                "rendezvous file %s is not a rendezvous "
-	                "card (remove it if no job is starting)",
-	                path);
 }
 
 /* Open the card once it exists; *fd -1 while it does not yet. */
@@ -206,7 +149,7 @@ open_card(dt__rdv *r, int *fd)
 static dt_err
 read_card(dt__rdv *r, dt__rdv_card *card)
 {
-	char text[CARD_MAX + 1];
+	char text[DT__RDV_CARD_MAX + 1];
 	size_t got = 0;
 	ssize_t n;
 	int fd;
@@ -240,17 +183,20 @@ read_card(dt__rdv *r, dt__rdv_card *card)
 		got += (size_t)n;
 	}
 	close(fd);
-	if (got > CARD_MAX)
+	if (got > DT__RDV_CARD_MAX)
 		err = dt__fail(DT_EPROTO,
 		               "rendezvous file %s is longer than %d "
 		               "bytes",
-		               r->path, CARD_MAX);
+		               r->path, DT__RDV_CARD_MAX);
 	else if (memchr(text, '\0', got))
 		err = dt__fail(DT_EPROTO, "rendezvous file %s holds a NUL byte",
 		               r->path);
 	else {
+		char what[sizeof(r->path) + 32];
+
 		text[got] = '\0';
-		err = parse_card(r->path, text, card);
+		snprintf(what, sizeof(what), "rendezvous file %s", r->path);
+		err = dt__rdv_card_parse(what, text, card);
 	}
 	explicit_bzero(text, sizeof(text));
 	return err;
@@ -274,6 +220,7 @@ file_done(dt__rdv *r)
 }
 
 const dt__rdv_kind dt__rdv_file = {
+    .id = "file",
     .name = "rendezvous file",
     .prepare = file_prepare,
     .exchange = file_exchange,

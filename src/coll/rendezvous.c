@@ -25,7 +25,7 @@
 
 /* The kinds, in the order they are tried: the first that can serve the
  * process's launcher carries the card. */
-static const dt__rdv_kind *const kinds[] = {&dt__rdv_file};
+static const dt__rdv_kind *const kinds[] = {&dt__rdv_pmix, &dt__rdv_file};
 
 /* Bind host:port for the in-process scheduler, so a busy port is an error
  * of rank 0 at once rather than a timeout everywhere. */
@@ -122,14 +122,20 @@ explicit_root(const char *root, dt_node_config *cfg)
 	return DT_OK;
 }
 
-/* The first kind that can serve this launcher, prepared in r. */
+/* The first kind that can serve this launcher (or the one DTRAIN_RENDEZVOUS
+ * names), prepared in r. */
 static dt_err
 choose_kind(dt__rdv *r)
 {
-	int usable = 0;
+	const char *want = dt__env_str("DTRAIN_RENDEZVOUS");
+	int usable = 0, known = 0;
 	dt_err err;
 
 	for (size_t i = 0; i < DT_ARRAY_LEN(kinds); i++) {
+		if (want && strcmp(want, "auto") != 0 &&
+		    strcmp(want, kinds[i]->id) != 0)
+			continue;
+		known = 1;
 		if ((err = kinds[i]->prepare(r, &usable)))
 			return err;
 		if (usable) {
@@ -137,6 +143,19 @@ choose_kind(dt__rdv *r)
 			return DT_OK;
 		}
 	}
+	if (!known)
+		return dt__fail(DT_ECONFIG,
+		                "DTRAIN_RENDEZVOUS=%s: expected auto (the "
+		                "default), pmix or file",
+		                want);
+	if (want && strcmp(want, "auto") != 0)
+		return dt__fail(DT_ECONFIG,
+		                "rank %d of %d: DTRAIN_RENDEZVOUS=%s cannot "
+		                "serve this launcher (%s)",
+		                r->rank, r->size, want,
+		                strcmp(want, "pmix") == 0
+		                    ? "no PMIx server, or no libpmix.so.2"
+		                    : "it names no job id");
 	return dt__fail(DT_ECONFIG,
 	                "rank %d of %d under mpirun/srun: no way to find rank "
 	                "0 (no job id from the launcher); set "
@@ -265,14 +284,14 @@ dt__coll_rdv_join(dt_coll *c)
 		if (err)
 			return err;
 	}
-	DT_LOG(1, "rank %d of %d (%s): the job's scheduler is at %s:%d%s%s",
-	       rank, size, var, cfg.root_uri, cfg.root_port,
-	       root ? "" : ", by ", root ? "" : c->rdv->kind->name);
 	if (rank == 0 && (err = start_sched(c, &cfg, fd)))
 		return err;
 	if ((err = dt_node_start(&cfg, &c->node)))
 		return err;
 	c->own_node = 1;
+	DT_LOG(1, "rank %d of %d (%s): met at %s:%d, by %s", rank, size, var,
+	       cfg.root_uri, cfg.root_port,
+	       root ? "DTRAIN_COLL_ROOT" : c->rdv->kind->name);
 	/* Every rank has read the card once rank 0's node is up: the
 	 * scheduler admitted them all before answering it. */
 	if (c->rdv->kind)

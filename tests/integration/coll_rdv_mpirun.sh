@@ -1,11 +1,11 @@
 #!/bin/bash
 # coll_rdv_mpirun.sh - plain `mpirun -np 2 examples/allreduce` with no
 # dtrain variable set: the ranks find each other (rank 0 publishes the
-# scheduler's address and a fresh secret in a private rendezvous file in
-# the job's directory), the results are right, and the file is gone at
-# the end. A secret the user sets still wins over the file's: two ranks
-# given different secrets are refused. Skipped when mpirun is not
-# installed.
+# scheduler's address and a fresh secret over mpirun's PMIx server, or in
+# a private rendezvous file in the job's directory), the results are
+# right, and no file is left at the end. A secret the user sets still wins
+# over the card's: two ranks given different secrets are refused. Skipped
+# when mpirun is not installed.
 . "$(dirname "$0")/coll_lib.bash"
 if ! command -v mpirun >/dev/null; then
 	echo "skipped: no mpirun"
@@ -41,18 +41,43 @@ done
 check "mpirun: the rendezvous file is gone" test -z "$(ls -A "$JOB")"
 [ "$rc" = 0 ] || cat "$out" >&2
 
-# The rendezvous directory may be named; the file is made and removed
-# there, not in the job's directory.
+# Which way the card went (PS_VERBOSE=1 says): PMIx, mpirun's own, when
+# dtrain was built with its header.
+if pkg-config --exists pmix 2>/dev/null; then
+	out=$TMP/pmix
+	(cd "$JOB" && bare timeout 120 "${MPIRUN[@]}" -np 2 -x PS_VERBOSE=1 \
+		"$EX" --count 1000 >"$out" 2>&1)
+	rc=$?
+	check "mpirun, PS_VERBOSE=1: exits 0 (got $rc)" test "$rc" = 0
+	check "mpirun: both ranks met by PMIx" \
+		test "$(grep -c 'met at .*, by PMIx' "$out")" = 2
+	check "mpirun by PMIx: no file" test -z "$(ls -A "$JOB")"
+fi
+
+# The rendezvous file under mpirun too (DTRAIN_RENDEZVOUS=file), in a
+# named directory: made and removed there, not in the job's directory.
 mkdir -m 700 "$TMP/rdv"
 out=$TMP/dir
-(cd "$JOB" && bare timeout 120 "${MPIRUN[@]}" -np 2 \
-	-x DTRAIN_RENDEZVOUS_DIR="$TMP/rdv" "$EX" --count 1000 >"$out" 2>&1)
+(cd "$JOB" && bare timeout 120 "${MPIRUN[@]}" -np 2 -x PS_VERBOSE=1 \
+	-x DTRAIN_RENDEZVOUS=file -x DTRAIN_RENDEZVOUS_DIR="$TMP/rdv" \
+	"$EX" --count 1000 >"$out" 2>&1)
 rc=$?
-check "DTRAIN_RENDEZVOUS_DIR: exits 0 (got $rc)" test "$rc" = 0
-check "DTRAIN_RENDEZVOUS_DIR: both ranks correct" \
+check "DTRAIN_RENDEZVOUS=file: exits 0 (got $rc)" test "$rc" = 0
+check "DTRAIN_RENDEZVOUS=file: both ranks correct" \
 	test "$(grep -cE '^rank [01] of 2: .* correct' "$out")" = 2
+check "DTRAIN_RENDEZVOUS=file: both ranks met by the file" \
+	test "$(grep -c 'met at .*, by rendezvous file' "$out")" = 2
 check "DTRAIN_RENDEZVOUS_DIR: nothing left there or in the job's directory" \
 	test -z "$(ls -A "$TMP/rdv" "$JOB" | grep -v ':$')"
+
+# An unknown way is refused by name.
+out=$TMP/bad
+(cd "$JOB" && bare timeout 120 "${MPIRUN[@]}" -np 2 \
+	-x DTRAIN_RENDEZVOUS=carrier-pigeon "$EX" --count 10 >"$out" 2>&1)
+rc=$?
+check "DTRAIN_RENDEZVOUS=carrier-pigeon fails (got $rc)" test "$rc" != 0
+check "DTRAIN_RENDEZVOUS=carrier-pigeon: named, with the choices" \
+	grep -q "DTRAIN_RENDEZVOUS=carrier-pigeon: expected auto" "$out"
 
 # Explicit variables win: each rank takes its own DTRAIN_SECRET rather
 # than the file's, so two different ones cannot meet.
@@ -67,8 +92,8 @@ rc=$?
 check "ranks with different DTRAIN_SECRET fail (got $rc)" test "$rc" != 0
 check "different DTRAIN_SECRET: the refusal names the secret" \
 	grep -qi "secret" "$out"
-# mpirun kills rank 0 as soon as rank 1 fails, before it can remove the
-# file: what is left is private to the user.
+# (Should the file have carried the card, mpirun kills rank 0 as soon as
+# rank 1 fails, before it can remove it: what is left is private.)
 for f in "$JOB"/.dtrain-rendezvous-*; do
 	[ -e "$f" ] || continue
 	check "a file left by a killed start is private (mode $(stat -c %a "$f"))" \

@@ -3,7 +3,9 @@
 # Slurm (engines_lib.bash) with no dtrain variable set: the ranks meet
 # through the rendezvous file in the job's directory (named after the
 # job and step), the results are right, the file is gone and no step is
-# left. Skipped, with the reason, where Slurm cannot run.
+# left; with `--mpi=pmix` (when Slurm has the plugin) the ranks meet over
+# PMIx and no file is made. Skipped, with the reason, where Slurm cannot
+# run.
 . "$(dirname "$0")/launch_lib.bash"
 . "$(dirname "$0")/engines_lib.bash"
 slurm_setup
@@ -36,5 +38,22 @@ check "srun: the rendezvous file is gone" test -z "$(ls -A "$JOB")"
 check "srun: nothing left" wait_gone 5
 check "srun: no job step left" wait_for 10 test -z "$(squeue -h -s | grep -v '\.extern')"
 [ "$rc" = 0 ] || cat "$TMP/out" "$TMP/err" >&2
+
+# With Slurm's PMIx plugin the card goes through PMIx instead: no file.
+if srun --mpi=list 2>&1 | grep -qw pmix; then
+	(cd "$JOB" && bare timeout 120 env PS_VERBOSE=1 srun --quiet --mpi=pmix \
+		-n 2 "$EX" >"$TMP/out" 2>"$TMP/err")
+	rc=$?
+	check "srun --mpi=pmix -n 2: exits 0 (got $rc)" test "$rc" = 0
+	check "srun --mpi=pmix: both ranks correct" \
+		test "$(grep -cE '^rank [01] of 2: .* correct' "$TMP/out")" = 2
+	check "srun --mpi=pmix: both ranks met by PMIx" \
+		test "$(grep -c 'met at .*, by PMIx' "$TMP/err")" = 2
+	check "srun --mpi=pmix: no file" test -z "$(ls -A "$JOB")"
+	check "srun --mpi=pmix: nothing left" wait_gone 5
+	[ "$rc" = 0 ] || cat "$TMP/out" "$TMP/err" >&2
+else
+	echo "skipped srun --mpi=pmix: this Slurm has no PMIx plugin"
+fi
 
 finish

@@ -4,8 +4,9 @@
  * named after the launcher's job, which another rank reads back exactly
  * and rank 0 removes; a card others may read, one of another user's, one
  * that is not a card or is too long, and a job name that is no file name
- * are refused by name; a reader waits no longer than its deadline; the
- * card's secret authenticates only when no variable names another.
+ * are refused by name; a reader waits no longer than its deadline; PMIx
+ * declines a process no PMIx server started; the card's text round-trips;
+ * the card's secret authenticates only when no variable names another.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -217,6 +218,35 @@ test_deadline_and_names(void **state)
 	assert_msg_has("PMIX_NAMESPACE");
 }
 
+/* PMIx serves only a process its launcher gave a PMIx server; the card's
+ * text round-trips exactly. */
+static void
+test_pmix_and_card(void **state)
+{
+	dt__rdv r;
+	dt__rdv_card card, got;
+	char text[DT__RDV_CARD_MAX + 1];
+	int usable = 1;
+
+	(void)state;
+	unsetenv("PMIX_NAMESPACE");
+	unsetenv("PMIX_RANK");
+	memset(&r, 0, sizeof(r));
+	assert_int_equal(dt__rdv_pmix.prepare(&r, &usable), DT_OK);
+	assert_int_equal(usable, 0);
+
+	fill_card(&card);
+	dt__rdv_card_format(&card, text, sizeof(text));
+	assert_true(strlen(text) < 200);
+	memset(&got, 0, sizeof(got));
+	assert_int_equal(dt__rdv_card_parse("card", text, &got), DT_OK);
+	assert_memory_equal(&got, &card, sizeof(card));
+	/* One byte changed in the secret's digits: refused. */
+	text[strlen(text) - 3] = 'g';
+	assert_int_equal(dt__rdv_card_parse("card", text, &got), DT_EPROTO);
+	assert_msg_has("card is not a rendezvous card");
+}
+
 /* The card's secret is used only when no variable names one. */
 static void
 test_job_secret(void **state)
@@ -262,6 +292,7 @@ main(void)
 	    cmocka_unit_test_setup(test_round_trip, setup),
 	    cmocka_unit_test_setup(test_refusals, setup),
 	    cmocka_unit_test_setup(test_deadline_and_names, setup),
+	    cmocka_unit_test_setup(test_pmix_and_card, setup),
 	    cmocka_unit_test_setup(test_job_secret, setup),
 	};
 	int rc;
