@@ -96,18 +96,21 @@ write_card(dt__rdv *r, const dt__rdv_card *card)
 {
 	char text[DT__RDV_CARD_MAX + 1];
 	dt__file_tmp t;
-	FILE *f;
+	int rc;
 	dt_err err;
 
 	if ((err = dt__file_create_tmp("rendezvous file ", r->path, 0600, &t)))
 		return err;
-	if ((f = dt__file_stream(&t)) == NULL) {
-		dt__file_abort(&t);
-		return DT_ENOMEM;
-	}
+	/* Straight to the descriptor: no stdio buffer keeps the secret. */
 	dt__rdv_card_format(card, text, sizeof(text));
-	fputs(text, f);
+	rc = dt__write_all(t.fd, text, strlen(text));
 	explicit_bzero(text, sizeof(text));
+	if (rc < 0) {
+		err = dt__fail(DT_ESYS, "rendezvous file %s: %s", r->path,
+		               strerror(errno));
+		dt__file_abort(&t);
+		return err;
+	}
 	if ((err = dt__file_commit(&t, 0)))
 		return err;
 	r->published = 1;
@@ -128,6 +131,11 @@ open_card(dt__rdv *r, int *fd)
 		return dt__fail(DT_ESYS, "rendezvous file %s: %s", r->path,
 		                strerror(errno));
 	}
+	/* Rank 0 renames a file into place; a link there is someone else's. */
+	if (S_ISLNK(sb.st_mode))
+		return dt__fail(
+		    DT_ECONFIG,
+		    "rendezvous file %s is a symbolic link: refused", r->path);
 	if ((err = dt__file_open_regular(DT_ECONFIG, "rendezvous file ",
 	                                 r->path, fd)))
 		return err;

@@ -164,6 +164,19 @@ choose_kind(dt__rdv *r)
 	                r->rank, r->size);
 }
 
+/* Every rank: the card's secret for this process's nodes, its address as
+ * the scheduler's; the card is wiped. */
+static void
+take_card(const dt__rdv *r, dt__rdv_card *card, dt_node_config *cfg)
+{
+	dt__auth_set_job_secret(card->secret);
+	snprintf(cfg->root_uri, sizeof(cfg->root_uri), "%s", card->host);
+	cfg->root_port = card->port;
+	/* A rank that cannot reach it names where the address came from. */
+	snprintf(cfg->root_var, sizeof(cfg->root_var), "%s", r->kind->name);
+	explicit_bzero(card, sizeof(*card));
+}
+
 /*
  * Rank 0 without DTRAIN_COLL_ROOT: listen on a free port of the address
  * this node advertises, make the job's secret and publish the card. *fd is
@@ -192,10 +205,7 @@ publish(dt__rdv *r, dt_node_config *cfg, int *fd)
 	}
 	if ((err = r->kind->exchange(r, &card)))
 		goto fail;
-	dt__auth_set_job_secret(card.secret);
-	snprintf(cfg->root_uri, sizeof(cfg->root_uri), "%s", card.host);
-	cfg->root_port = card.port;
-	explicit_bzero(&card, sizeof(card));
+	take_card(r, &card, cfg);
 	return DT_OK;
 fail:
 	explicit_bzero(&card, sizeof(card));
@@ -222,12 +232,7 @@ lookup(dt__rdv *r, dt_node_config *cfg)
 		                "another job?)",
 		                r->rank, card.size, r->size);
 	}
-	dt__auth_set_job_secret(card.secret);
-	snprintf(cfg->root_uri, sizeof(cfg->root_uri), "%s", card.host);
-	cfg->root_port = card.port;
-	/* A rank that cannot reach it names where the address came from. */
-	snprintf(cfg->root_var, sizeof(cfg->root_var), "%s", r->kind->name);
-	explicit_bzero(&card, sizeof(card));
+	take_card(r, &card, cfg);
 	return DT_OK;
 }
 

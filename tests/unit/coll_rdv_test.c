@@ -176,6 +176,20 @@ test_refusals(void **state)
 	assert_msg_has("longer than");
 	unlink(r.path);
 
+	/* A link at the card's name, even to a private file of ours. */
+	plant(&r, "x", 0600);
+	{
+		char target[4200];
+
+		snprintf(target, sizeof(target), "%s.target", r.path);
+		assert_int_equal(rename(r.path, target), 0);
+		assert_int_equal(symlink(target, r.path), 0);
+		assert_int_equal(dt__rdv_file.exchange(&r, &got), DT_ECONFIG);
+		assert_msg_has("symbolic link");
+		unlink(r.path);
+		unlink(target);
+	}
+
 	/* A directory at the card's name is not a card. */
 	assert_int_equal(mkdir(r.path, 0700), 0);
 	assert_int_equal(dt__rdv_file.exchange(&r, &got), DT_ECONFIG);
