@@ -15,6 +15,9 @@ EX=$BUILD/examples/allreduce
 JOB=$TMP/job
 mkdir -p "$JOB"
 
+# In a sanitizer build: libpmix's own leftovers are not dtrain's.
+export LSAN_OPTIONS="${LSAN_OPTIONS:+$LSAN_OPTIONS:}suppressions=${DTRAIN_SOURCE:-$(dirname "$0")/../..}/tests/lsan_pmix.supp"
+
 # bare CMD...: CMD without any dtrain variable (DT_TEST_TAG, which only
 # the tests' cleanup reads, aside).
 bare() {

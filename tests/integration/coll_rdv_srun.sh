@@ -14,6 +14,9 @@ JOB=$TMP/job
 mkdir -p "$JOB"
 chmod 700 "$JOB"
 
+# In a sanitizer build: libpmix's own leftovers are not dtrain's.
+export LSAN_OPTIONS="${LSAN_OPTIONS:+$LSAN_OPTIONS:}suppressions=${DTRAIN_SOURCE:-$(dirname "$0")/../..}/tests/lsan_pmix.supp"
+
 # bare CMD...: CMD without any dtrain variable (DT_TEST_TAG, which only
 # the tests' cleanup reads, aside).
 bare() {
