@@ -47,17 +47,6 @@ usage(FILE *f)
 	      f);
 }
 
-static void
-shape_str(const dt_nn_tensor *t, char *buf, size_t n)
-{
-	size_t k = 0;
-
-	buf[0] = '\0';
-	for (int d = 0; d < t->ndim && k < n; d++)
-		k += (size_t)snprintf(buf + k, n - k, "%s%d", d ? "x" : "",
-		                      t->shape[d]);
-}
-
 static int
 parse_tol(const char *flag, const char *s, double *out)
 {
@@ -129,7 +118,7 @@ cmd_diff(int argc, char **argv)
 		const dt_nn_tensor *t = dt_nn_params_tensor(a, d.worst_tensor);
 		char sh[64];
 
-		shape_str(t, sh, sizeof(sh));
+		dt__shape_str(t->shape, t->ndim, sh, sizeof(sh));
 		printf("most different: %s (%s) element %zu: %.9g vs %.9g\n",
 		       esc(t->name), sh, d.worst_index, (double)d.worst_a,
 		       (double)d.worst_b);
@@ -177,7 +166,7 @@ cmd_show(int argc, char **argv)
 
 		for (size_t j = 0; j < t->size; j++)
 			ss += (double)x[j] * x[j];
-		shape_str(t, sh, sizeof(sh));
+		dt__shape_str(t->shape, t->ndim, sh, sizeof(sh));
 		printf("  %-24s %-16s %10zu  l2=%.6g\n", esc(t->name), sh,
 		       t->size, sqrt(ss));
 	}

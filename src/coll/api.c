@@ -10,11 +10,9 @@
  * made while nothing is queued runs in the calling thread, which saves two
  * thread hand-offs on the latency of small operations.
  *
- * Size: its ideas are the public calls, the communicator's set-up
- * (rendezvous under mpirun, the same-host copy probe) and the async queue;
- * the rendezvous and the set-up are to move into files of their own with
- * the next architecture step, kept here until then so that the calls and
- * their set-up change together.
+ * Size: its ideas are the public calls, the communicator's set-up (the
+ * same-host copy probe) and the async queue; the rendezvous under mpirun
+ * and srun is rendezvous.c's.
  */
 #include <arpa/inet.h>
 #include <errno.h>
@@ -27,6 +25,7 @@
 
 #include "coll/comm.h"
 #include "coll/exec.h"
+#include "coll/rdv.h"
 #include "net/sock.h"
 
 /* ---- operations ---- */
@@ -1191,171 +1190,16 @@ dt_coll_init_node(dt_node *node, dt_coll **out)
 		return err;
 	c->node = node;
 	if ((err = comm_start(c))) {
-		char msg[512];
-		snprintf(msg, sizeof(msg), "%s", dt_errmsg());
+		dt__err_kept k;
+
+		dt__err_keep(&k, err);
 		stop_bg(c);
 		if (dt__node_app_arg(node, &dt__coll_app) == c)
 			dt__node_detach(node, &dt__coll_app);
 		comm_free(c);
-		return dt__fail(err, "%s", msg);
+		return dt__err_restore(&k);
 	}
 	*out = c;
-	return DT_OK;
-}
-
-/* Rank and size from mpirun or srun; *found = 0 when neither. */
-static dt_err
-launcher_rank(int *rank, int *size, int *found)
-{
-	static const char *const pairs[][2] = {
-	    {"OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE"},
-	    {"PMI_RANK", "PMI_SIZE"},
-	    {"SLURM_PROCID", "SLURM_NTASKS"},
-	    {"SLURM_PROCID", "SLURM_NPROCS"},
-	};
-	long r, s;
-	dt_err err;
-
-	*found = 0;
-	for (size_t i = 0; i < DT_ARRAY_LEN(pairs); i++) {
-		if (!dt__env_str(pairs[i][0]) || !dt__env_str(pairs[i][1]))
-			continue;
-		if ((err = dt__env_long(pairs[i][1], 1, 1, 4096, &s)) ||
-		    (err = dt__env_long(pairs[i][0], 0, 0, s - 1, &r)))
-			return err;
-		*rank = (int)r;
-		*size = (int)s;
-		*found = 1;
-		return DT_OK;
-	}
-	return DT_OK;
-}
-
-/* Bind host:port for the in-process scheduler, so a busy port is an error
- * of rank 0 at once rather than a timeout everywhere. */
-static dt_err
-bind_root(const char *host, int port, int *fd_out)
-{
-	char why[512];
-	int bound;
-	dt_err err = dt__sock_listen(host, port, "the rendezvous socket",
-	                             fd_out, &bound);
-
-	if (err == DT_OK)
-		return DT_OK;
-	snprintf(why, sizeof(why), "%s", dt_errmsg());
-	return dt__fail(err,
-	                "rank 0 cannot listen on DTRAIN_COLL_ROOT=%s:%d for "
-	                "the rendezvous (%s)",
-	                host, port, why);
-}
-
-typedef struct sched_arg {
-	dt_coll *c;
-	dt_node_config cfg;
-} sched_arg;
-
-/* The in-process scheduler of an mpirun/srun job (rank 0's thread
- * "dt-sched"): admit the ranks, then serve until every one has left. */
-static void *
-sched_main(void *arg)
-{
-	sched_arg *a = arg;
-	dt_coll *c = a->c;
-	dt_node *s = NULL;
-	dt_err err;
-
-	err = dt_node_start(&a->cfg, &s);
-	if (err == DT_OK)
-		err = dt_node_serve(s);
-	if (err) {
-		snprintf(c->sched_msg, sizeof(c->sched_msg), "%s", dt_errmsg());
-		dt__log(0, "in-process scheduler: %s", c->sched_msg);
-	}
-	if (s)
-		dt_node_stop(s);
-	c->sched_err = err;
-	free(a);
-	return NULL;
-}
-
-static dt_err
-join_mpi(dt_coll *c, int rank, int size)
-{
-	const char *root = dt__env_str("DTRAIN_COLL_ROOT");
-	dt_node_config cfg;
-	const char *colon, *s;
-	char host[256];
-	long port, v;
-	dt_err err;
-
-	if (root == NULL)
-		return dt__fail(DT_ECONFIG,
-		                "rank %d of %d under mpirun/srun: set "
-		                "DTRAIN_COLL_ROOT=host:port to an address rank "
-		                "0 can listen on (e.g. mpirun -x "
-		                "DTRAIN_COLL_ROOT=127.0.0.1:29500), or start "
-		                "the job with dtrain launch",
-		                rank, size);
-	colon = strrchr(root, ':');
-	if (colon == NULL || colon == root ||
-	    (size_t)(colon - root) >= sizeof(host))
-		return dt__fail(DT_ECONFIG,
-		                "DTRAIN_COLL_ROOT='%s': expected host:port",
-		                root);
-	memcpy(host, root, (size_t)(colon - root));
-	host[colon - root] = '\0';
-	if ((err = dt__parse_long("DTRAIN_COLL_ROOT port", colon + 1, 1, 65535,
-	                          &port)))
-		return err;
-
-	memset(&cfg, 0, sizeof(cfg));
-	cfg.role = DT_ROLE_WORKER;
-	snprintf(cfg.root_uri, sizeof(cfg.root_uri), "%s", host);
-	cfg.root_port = (int)port;
-	snprintf(cfg.root_var, sizeof(cfg.root_var), "DTRAIN_COLL_ROOT");
-	cfg.num_servers = 0;
-	cfg.num_workers = size;
-	cfg.requested_rank = rank;
-	cfg.listen_fd = -1;
-	if ((s = dt__env_str("DMLC_INTERFACE")))
-		snprintf(cfg.interface, sizeof(cfg.interface), "%s", s);
-	if ((s = dt__env_str("DMLC_NODE_HOST")))
-		snprintf(cfg.node_host, sizeof(cfg.node_host), "%s", s);
-	if ((err = dt__env_long("PS_VERBOSE", 0, 0, 2, &v)))
-		return err;
-	cfg.verbose = (int)v;
-	if ((err = dt__env_long("DT_CONNECT_TIMEOUT", 60, 1, 86400, &v)))
-		return err;
-	cfg.connect_timeout_ms = (int)v * 1000;
-
-	if (rank == 0) {
-		sched_arg *a = dt__calloc(1, sizeof(*a));
-		int fd = -1;
-
-		if (a == NULL)
-			return DT_ENOMEM;
-		if ((err = bind_root(host, (int)port, &fd))) {
-			free(a);
-			return err;
-		}
-		a->c = c;
-		a->cfg = cfg;
-		a->cfg.role = DT_ROLE_SCHEDULER;
-		a->cfg.requested_rank = -1;
-		a->cfg.listen_fd = fd;
-		if (pthread_create(&c->sched_thread, NULL, sched_main, a)) {
-			close(fd);
-			free(a);
-			return dt__fail(DT_ESYS, "cannot start the scheduler "
-			                         "thread");
-		}
-		pthread_setname_np(c->sched_thread, "dt-sched");
-		c->sched_started = 1;
-	}
-	if ((err = dt_node_start(&cfg, &c->node)))
-		return err;
-	c->own_node = 1;
 	return DT_OK;
 }
 
@@ -1364,7 +1208,6 @@ dt_coll_init(dt_coll **out)
 {
 	dt_coll *c;
 	dt_err err;
-	int rank = 0, size = 1, found;
 
 	if (out == NULL)
 		return dt__fail(DT_EINVAL, "coll_init: no output");
@@ -1382,27 +1225,23 @@ dt_coll_init(dt_coll **out)
 		if (err)
 			goto fail;
 		c->own_node = c->node != NULL;
-	} else {
-		if ((err = launcher_rank(&rank, &size, &found)))
-			goto fail;
-		if (found && size > 1 && (err = join_mpi(c, rank, size)))
-			goto fail;
+	} else if ((err = dt__coll_rdv_join(c))) {
+		goto fail;
 	}
 	if ((err = comm_start(c)))
 		goto fail;
 	*out = c;
 	return DT_OK;
 fail : {
-	char msg[512];
+	dt__err_kept k;
 
-	snprintf(msg, sizeof(msg), "%s", dt_errmsg());
+	dt__err_keep(&k, err);
 	stop_bg(c);
 	if (c->node)
 		dt_node_stop(c->node);
-	if (c->sched_started)
-		pthread_join(c->sched_thread, NULL);
+	dt__coll_rdv_end(c);
 	comm_free(c);
-	return dt__fail(err, "%s", msg);
+	return dt__err_restore(&k);
 }
 }
 
@@ -1429,14 +1268,14 @@ dt_coll_finalize(dt_coll *c)
 	stop_bg(c);
 	if (c->node) {
 		if (c->own_node) {
-			char msg[512];
-			snprintf(msg, sizeof(msg), "%s",
-			         err ? dt_errmsg() : "");
+			dt__err_kept k;
+
+			dt__err_keep(&k, err);
 			e = dt_node_stop(c->node);
 			if (e && !err)
 				err = e;
 			else if (err)
-				dt__fail(err, "%s", msg);
+				dt__err_restore(&k);
 		} else {
 			dt__node_detach(c->node, &dt__coll_app);
 			/*
@@ -1452,12 +1291,8 @@ dt_coll_finalize(dt_coll *c)
 				err = e;
 		}
 	}
-	if (c->sched_started) {
-		pthread_join(c->sched_thread, NULL);
-		if (c->sched_err && !err)
-			err = dt__fail(c->sched_err, "in-process scheduler: %s",
-			               c->sched_msg);
-	}
+	if ((e = dt__coll_rdv_end(c)) && !err)
+		err = e;
 	comm_free(c);
 	return err;
 }

@@ -170,6 +170,7 @@ struct dt_coll {
 	int sched_started;
 	dt_err sched_err;
 	char sched_msg[512];
+	struct dt__rdv *rdv; /* the mpirun/srun rendezvous (rendezvous.c) */
 	int rank, size, local_rank, local_size;
 	int base_id;       /* node id of worker rank 0 */
 	uint64_t seq_base; /* operations run by the set-up itself */

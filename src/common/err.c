@@ -11,7 +11,7 @@
 
 #include "common/util.h"
 
-static _Thread_local char last_msg[512];
+static _Thread_local char last_msg[DT__ERRMSG_MAX];
 
 const char *
 dt_strerror(dt_err err)
@@ -49,6 +49,20 @@ void
 dt__errmsg_set(const char *msg)
 {
 	snprintf(last_msg, sizeof(last_msg), "%s", msg);
+}
+
+void
+dt__err_keep(dt__err_kept *k, dt_err err)
+{
+	k->err = err;
+	snprintf(k->msg, sizeof(k->msg), "%s", last_msg);
+}
+
+dt_err
+dt__err_restore(const dt__err_kept *k)
+{
+	memcpy(last_msg, k->msg, sizeof(last_msg));
+	return k->err;
 }
 
 dt_err

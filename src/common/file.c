@@ -7,11 +7,13 @@
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <poll.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/random.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -261,4 +263,48 @@ dt__file_abort(dt__file_tmp *t)
 	if (!t->placed && t->dfd >= 0)
 		(void)unlinkat(t->dfd, t->tmp, 0);
 	tmp_free(t);
+}
+
+int
+dt__write_all(int fd, const void *p, size_t n)
+{
+	const char *b = p;
+
+	while (n > 0) {
+		/* (at most 1 GiB per call: some kernels refuse more) */
+		ssize_t m = write(fd, b, DT_MIN(n, (size_t)1 << 30));
+
+		if (m > 0) {
+			b += m;
+			n -= (size_t)m;
+		} else if (m < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+			struct pollfd pfd = {.fd = fd, .events = POLLOUT};
+
+			(void)poll(&pfd, 1, -1);
+		} else if (m < 0 && errno == EINTR) {
+			continue;
+		} else {
+			if (m == 0)
+				errno = EIO;
+			return -1;
+		}
+	}
+	return 0;
+}
+
+int
+dt__nofile_raise(unsigned long need, struct rlimit *before)
+{
+	struct rlimit rl;
+
+	if (getrlimit(RLIMIT_NOFILE, &rl) < 0)
+		return 0;
+	if (before)
+		*before = rl;
+	if (rl.rlim_cur >= (rlim_t)need)
+		return 0;
+	rl.rlim_cur = rl.rlim_max == RLIM_INFINITY
+	                  ? (rlim_t)need
+	                  : DT_MIN((rlim_t)need, rl.rlim_max);
+	return setrlimit(RLIMIT_NOFILE, &rl) == 0;
 }

@@ -11,6 +11,9 @@
  * O_CREAT | O_EXCL | O_NOFOLLOW, in a directory opened once and checked;
  * it replaces the old one by rename(2), which replaces a symbolic link or
  * a hard link planted at the final name instead of writing through it.
+ *
+ * Beside them, two chores on descriptors that the library and the dtrain
+ * command share: writing all of a buffer, and room for more descriptors.
  * Private to the library (not installed).
  */
 #ifndef DT_COMMON_FILE_H
@@ -72,5 +75,24 @@ dt_err dt__file_place(dt__file_tmp *t);
 dt_err dt__file_commit(dt__file_tmp *t, int sync);
 /* Close and remove the new file (unless placed already); finishes t. */
 void dt__file_abort(dt__file_tmp *t);
+
+/*
+ * write(2) all n bytes of p to fd: a short write continues, EINTR is
+ * retried, and a descriptor that is non-blocking (the launcher's stdout
+ * may be a pipe left so by a child) is waited for with poll(2), as long
+ * as its reader takes nothing: output blocks as it would on a blocking
+ * descriptor. 0, or -1 with errno set (EPIPE: the reader is gone).
+ */
+int dt__write_all(int fd, const void *p, size_t n);
+
+/*
+ * Raise the soft limit of open descriptors to need, or to the hard limit
+ * when that is lower, if it is below need now. When before is not NULL it
+ * receives the limits found, to restore them (the dtrain command does, so
+ * that the programs it starts get the limits it got). 1 when the limit
+ * was raised, 0 when it was not (high enough, or refused).
+ */
+struct rlimit;
+int dt__nofile_raise(unsigned long need, struct rlimit *before);
 
 #endif

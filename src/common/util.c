@@ -105,6 +105,25 @@ dt__printable(const char *s, char *out, size_t cap)
 }
 
 const char *
+dt__shape_str(const int *shape, int ndim, char *out, size_t cap)
+{
+	size_t k = 0;
+
+	if (cap == 0)
+		return out;
+	out[0] = '\0';
+	for (int d = 0; d < ndim && k < cap; d++) {
+		int n =
+		    snprintf(out + k, cap - k, "%s%d", d ? "x" : "", shape[d]);
+
+		if (n < 0)
+			break;
+		k += (size_t)n;
+	}
+	return out;
+}
+
+const char *
 dt__escape(const char *s, size_t len, char *out, size_t cap)
 {
 	size_t o = 0;

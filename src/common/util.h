@@ -43,6 +43,27 @@ void dt__clear_error(void);
 void dt__errmsg_set(const char *msg);
 
 /*
+ * An error and its message, kept while cleanup that may fail in turn (and
+ * so overwrite dt_errmsg()) runs:
+ *
+ *   dt__err_kept k;
+ *   dt__err_keep(&k, err);
+ *   ... cleanup ...
+ *   return dt__err_restore(&k);
+ *
+ * k.msg may also be read while it is kept (a reason to pass on).
+ */
+#define DT__ERRMSG_MAX 512
+typedef struct dt__err_kept {
+	dt_err err;
+	char msg[DT__ERRMSG_MAX];
+} dt__err_kept;
+/* Keep err and the calling thread's message in k. */
+void dt__err_keep(dt__err_kept *k, dt_err err);
+/* Make k's message the calling thread's again; returns k's error. */
+dt_err dt__err_restore(const dt__err_kept *k);
+
+/*
  * The log. Level 0 is always printed (errors and warnings), 1 is PS_VERBOSE=1
  * (connections, ranks, barriers), 2 is PS_VERBOSE=2 (every message). Lines go
  * to stderr with the node's name ("[worker 1] ...").
@@ -80,6 +101,10 @@ const char *dt__printable(const char *s, char *out, size_t cap);
  * \x1b), other bytes as they are; cut, at an escape's boundary, to
  * cap - 1 bytes. Returns out. */
 const char *dt__escape(const char *s, size_t len, char *out, size_t cap);
+
+/* A tensor's shape as "64x3x3x3" (ndim dimensions, "" for none), cut to
+ * fit cap bytes; returns out. */
+const char *dt__shape_str(const int *shape, int ndim, char *out, size_t cap);
 
 /* Initialise cv on CLOCK_MONOTONIC, dt__now_ns's clock (for deadlines from
  * dt__timespec_at). */

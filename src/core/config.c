@@ -93,6 +93,82 @@ mx_config_index(const char *s, dt_role role, int *rank)
 	return DT_OK;
 }
 
+/*
+ * The variables that give a process its rank (and, where the launcher says
+ * it, the job's size), in the order they are believed: OpenMPI's mpirun,
+ * MPICH's and Slurm's PMI, Slurm's srun, then the two that carry no size,
+ * PMIx's rank and Kubernetes' Indexed Jobs. The one list the node's rank wish
+ * and the collectives' rendezvous read, so that both agree on a rank.
+ */
+static const struct {
+	const char *rank, *size, *size_alt;
+} launcher_vars[] = {
+    {"OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", NULL},
+    {"PMI_RANK", "PMI_SIZE", NULL},
+    {"SLURM_PROCID", "SLURM_NTASKS", "SLURM_NPROCS"},
+    {"PMIX_RANK", NULL, NULL},
+    {"JOB_COMPLETION_INDEX", NULL, NULL},
+};
+
+dt_err
+dt__launcher_rank(int *rank, int *size, const char **var)
+{
+	long r, s = 0;
+	dt_err err;
+
+	*rank = -1;
+	*size = 0;
+	*var = NULL;
+	for (size_t i = 0; i < DT_ARRAY_LEN(launcher_vars); i++) {
+		const char *sv = launcher_vars[i].size;
+
+		if (dt__env_str(launcher_vars[i].rank) == NULL)
+			continue;
+		if (sv && dt__env_str(sv) == NULL)
+			sv = launcher_vars[i].size_alt;
+		if (sv && dt__env_str(sv) &&
+		    (err = dt__env_long(sv, 1, 1, 4096, &s)))
+			return err;
+		if ((err = dt__env_long(launcher_vars[i].rank, 0, 0,
+		                        s > 0 ? s - 1 : 4095, &r)))
+			return err;
+		*rank = (int)r;
+		*size = (int)s;
+		*var = launcher_vars[i].rank;
+		return DT_OK;
+	}
+	return DT_OK;
+}
+
+dt_err
+dt__node_config_local(dt_node_config *cfg)
+{
+	const char *s;
+	long v;
+	dt_err err;
+
+	s = dt__env_str("DMLC_INTERFACE");
+	if (s && strlen(s) >= sizeof(cfg->interface))
+		return dt__fail(DT_ECONFIG, "DMLC_INTERFACE is too long");
+	if (s)
+		strcpy(cfg->interface, s);
+	s = dt__env_str("DMLC_NODE_HOST");
+	if (s && strlen(s) >= sizeof(cfg->node_host))
+		return dt__fail(DT_ECONFIG, "DMLC_NODE_HOST is too long");
+	if (s)
+		strcpy(cfg->node_host, s);
+	if ((err = dt__env_long("DMLC_PORT", 0, 0, 65535, &v)))
+		return err;
+	cfg->port = (int)v;
+	if ((err = dt__env_long("PS_VERBOSE", 0, 0, 2, &v)))
+		return err;
+	cfg->verbose = (int)v;
+	if ((err = dt__env_long("DT_CONNECT_TIMEOUT", 60, 1, 86400, &v)))
+		return err;
+	cfg->connect_timeout_ms = (int)v * 1000;
+	return DT_OK;
+}
+
 dt_err
 dt_node_config_from_env(dt_node_config *cfg, int role_required)
 {
@@ -160,25 +236,8 @@ dt_node_config_from_env(dt_node_config *cfg, int role_required)
 	if ((err = dt__env_long("DMLC_NUM_WORKER", 0, 1, 2048, &v)))
 		return err;
 	cfg->num_workers = (int)v;
-	s = dt__env_str("DMLC_INTERFACE");
-	if (s && strlen(s) >= sizeof(cfg->interface))
-		return dt__fail(DT_ECONFIG, "DMLC_INTERFACE is too long");
-	if (s)
-		strcpy(cfg->interface, s);
-	s = dt__env_str("DMLC_NODE_HOST");
-	if (s && strlen(s) >= sizeof(cfg->node_host))
-		return dt__fail(DT_ECONFIG, "DMLC_NODE_HOST is too long");
-	if (s)
-		strcpy(cfg->node_host, s);
-	if ((err = dt__env_long("DMLC_PORT", 0, 0, 65535, &v)))
+	if ((err = dt__node_config_local(cfg)))
 		return err;
-	cfg->port = (int)v;
-	if ((err = dt__env_long("PS_VERBOSE", 0, 0, 2, &v)))
-		return err;
-	cfg->verbose = (int)v;
-	if ((err = dt__env_long("DT_CONNECT_TIMEOUT", 60, 1, 86400, &v)))
-		return err;
-	cfg->connect_timeout_ms = (int)v * 1000;
 	if ((err = dt__env_long("DT_LISTEN_FD", -1, -1, 65535, &v)))
 		return err;
 	cfg->listen_fd = (int)v;
@@ -196,17 +255,18 @@ dt_node_config_from_env(dt_node_config *cfg, int role_required)
 	/* A rank wish: set by dtrain launch, or by mpirun / srun. */
 	const char *rank_var =
 	    cfg->role == DT_ROLE_SERVER ? "DMLC_SERVER_ID" : "DMLC_WORKER_ID";
-	const char *const sources[] = {rank_var, "JOB_COMPLETION_INDEX",
-	                               "OMPI_COMM_WORLD_RANK", "PMIX_RANK",
-	                               "SLURM_PROCID"};
 	if (cfg->role != DT_ROLE_SCHEDULER) {
-		for (size_t i = 0; i < DT_ARRAY_LEN(sources); i++) {
-			if (dt__env_str(sources[i]) == NULL)
-				continue;
-			if ((err = dt__env_long(sources[i], -1, 0, 4095, &v)))
+		if (dt__env_str(rank_var) != NULL) {
+			if ((err = dt__env_long(rank_var, -1, 0, 4095, &v)))
 				return err;
 			cfg->requested_rank = (int)v;
-			break;
+		} else {
+			int size;
+			const char *var;
+
+			if ((err = dt__launcher_rank(&cfg->requested_rank,
+			                             &size, &var)))
+				return err;
 		}
 		/* Kubeflow's MXJob: the replica's index is in MX_CONFIG's
 		 * "task" (it sets DMLC_WORKER_ID for workers only). */

@@ -169,6 +169,20 @@ dt_err dt__node_check(dt_node *n);
 dt_err dt__node_fatal(dt_node *n, char *msg, size_t cap);
 
 /*
+ * The rank a launcher gave this process (mpirun, srun, a Kubernetes
+ * Indexed Job), from the one list of their variables (config.c): *rank and
+ * *size (0 when that launcher says no size), and *var, the variable the
+ * rank came from (NULL, with *rank -1, when no launcher set one). A value
+ * that is not a number, or a rank not below the size, is a DT_ECONFIG
+ * naming the variable.
+ */
+dt_err dt__launcher_rank(int *rank, int *size, const char **var);
+/* The variables that say how this node reaches and is reached, whatever
+ * its role: DMLC_INTERFACE, DMLC_NODE_HOST, DMLC_PORT, PS_VERBOSE and
+ * DT_CONNECT_TIMEOUT, each checked, into cfg. */
+dt_err dt__node_config_local(dt_node_config *cfg);
+
+/*
  * The MXNet start-up rule, without its exit: start the node that the
  * DMLC_* variables describe. A worker's node comes back in *out. A
  * scheduler or server serves its role until the job ends and is stopped;

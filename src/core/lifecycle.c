@@ -9,10 +9,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/resource.h>
 #include <time.h>
 #include <unistd.h>
 
+#include "common/file.h"
 #include "core/node_impl.h"
 
 /*
@@ -303,21 +303,6 @@ node_free(dt_node *n)
 	free(n);
 }
 
-/* A descriptor per peer, and a few more: raise the soft limit toward the
- * hard one when the job needs more than it allows (as servers do). */
-static void
-raise_nofile(int nodes)
-{
-	rlim_t need = (rlim_t)nodes * 2 + 256;
-	struct rlimit rl;
-
-	if (getrlimit(RLIMIT_NOFILE, &rl) < 0 || rl.rlim_cur >= need)
-		return;
-	rl.rlim_cur =
-	    rl.rlim_max == RLIM_INFINITY ? need : DT_MIN(need, rl.rlim_max);
-	(void)setrlimit(RLIMIT_NOFILE, &rl);
-}
-
 dt_err
 dt_node_start(const dt_node_config *cfg, dt_node **out)
 {
@@ -333,7 +318,12 @@ dt_node_start(const dt_node_config *cfg, dt_node **out)
 	if (cfg->num_workers < 1)
 		return dt__fail(DT_ECONFIG,
 		                "DMLC_NUM_WORKER must be at least 1");
-	raise_nofile(cfg->num_servers + cfg->num_workers);
+	/* A descriptor per peer, and a few more: raise the soft limit toward
+	 * the hard one when the job needs more than it allows (as servers
+	 * do). */
+	(void)dt__nofile_raise(
+	    2ul * (unsigned long)(cfg->num_servers + cfg->num_workers) + 256,
+	    NULL);
 	n = dt__calloc(1, sizeof(*n));
 	if (n == NULL)
 		return DT_ENOMEM;
@@ -399,16 +389,14 @@ dt_node_start(const dt_node_config *cfg, dt_node **out)
 		                     cfg->listen_fd, &n->port);
 		if (err == DT_ESYS && cfg->listen_fd < 0 &&
 		    strstr(dt_errmsg(), "assign requested address")) {
-			char msg[400];
-
-			snprintf(msg, sizeof(msg), "%s", dt_errmsg());
+			/* (dt__fail formats before it records) */
 			dt__fail(
 			    err,
 			    "%s (DMLC_PS_ROOT_URI names another machine's "
 			    "address, as a Kubernetes Service does: set "
 			    "DMLC_USE_KUBERNETES=1 or DTRAIN_SCHEDULER_BIND "
 			    "to listen on this one's)",
-			    msg);
+			    dt_errmsg());
 		}
 		if (err)
 			goto fail;
@@ -471,11 +459,11 @@ dt_node_start(const dt_node_config *cfg, dt_node **out)
 	*out = n;
 	return DT_OK;
 fail : {
-	char msg[512];
+	dt__err_kept k;
 
-	snprintf(msg, sizeof(msg), "%s", dt_errmsg());
+	dt__err_keep(&k, err);
 	node_free(n);
-	return dt__fail(err, "%s", msg);
+	return dt__err_restore(&k);
 }
 }
 
@@ -559,12 +547,12 @@ dt__node_join_env(dt_node **out, int *served)
 	*served = 1;
 	err = dt_node_serve(n);
 	if (err) {
-		char msg[512];
+		dt__err_kept k;
 
-		snprintf(msg, sizeof(msg), "%s: %s", dt_role_name(cfg.role),
-		         dt_errmsg());
+		dt__fail(err, "%s: %s", dt_role_name(cfg.role), dt_errmsg());
+		dt__err_keep(&k, err);
 		dt_node_stop(n);
-		return dt__fail(err, "%s", msg);
+		return dt__err_restore(&k);
 	}
 	return dt_node_stop(n);
 }

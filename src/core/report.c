@@ -423,11 +423,11 @@ dt__report_on_msg(dt_node *n, dt_conn *c, const dt_msg *m)
 		if (s == NULL)
 			return;
 		if (dt__stats_decode(p, len, s)) {
-			char why[300];
+			dt__err_kept why;
 
-			snprintf(why, sizeof(why), "%s", dt_errmsg());
+			dt__err_keep(&why, DT_EPROTO);
 			free(s);
-			refuse(n, c, why);
+			refuse(n, c, why.msg);
 			return;
 		}
 		s->id = peer; /* a node speaks for itself only */

@@ -98,23 +98,6 @@ dt__ckpt_seal(uint8_t *buf, size_t body)
 	return body + DT_CKPT_TRAILER;
 }
 
-/* write(2) all of it. */
-static int
-write_all(int fd, const uint8_t *p, size_t len)
-{
-	while (len) {
-		ssize_t k = write(fd, p, DT_MIN(len, (size_t)1 << 30));
-
-		if (k < 0 && errno == EINTR)
-			continue;
-		if (k <= 0)
-			return -1;
-		p += k;
-		len -= (size_t)k;
-	}
-	return 0;
-}
-
 dt_err
 dt__ckpt_write(const char *dir, const char *name, const void *buf, size_t len)
 {
@@ -132,7 +115,7 @@ dt__ckpt_write(const char *dir, const char *name, const void *buf, size_t len)
 	 * planted in the directory is never written through. */
 	if ((err = dt__file_create_tmp("checkpoint ", path, 0600, &t)))
 		return err;
-	if (write_all(t.fd, buf, len) < 0) {
+	if (dt__write_all(t.fd, buf, len) < 0) {
 		err = dt__fail(DT_ESYS, "checkpoint %s: %s", path,
 		               strerror(errno));
 		dt__file_abort(&t);

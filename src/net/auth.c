@@ -5,6 +5,7 @@
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <sodium.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -92,6 +93,42 @@ dt__auth_new(const void *secret, size_t len, const char *job_id, int encrypt,
 		a->flags |= DT_AUTH_FLAG_AESGCM;
 	*out = a;
 	return DT_OK;
+}
+
+/*
+ * The secret a rendezvous handed this process (dt__auth_set_job_secret),
+ * used when no variable names one. Set before the nodes of the process
+ * start and read as each starts, so a lock is all it needs.
+ */
+static pthread_mutex_t job_secret_mu = PTHREAD_MUTEX_INITIALIZER;
+static uint8_t job_secret[DT_AUTH_JOB_SECRET_LEN];
+static int job_secret_set;
+
+void
+dt__auth_set_job_secret(const uint8_t *secret)
+{
+	pthread_mutex_lock(&job_secret_mu);
+	if (secret)
+		memcpy(job_secret, secret, sizeof(job_secret));
+	else
+		sodium_memzero(job_secret, sizeof(job_secret));
+	job_secret_set = secret != NULL;
+	pthread_mutex_unlock(&job_secret_mu);
+}
+
+/* The secret of dt__auth_set_job_secret into buf; 0 when there is none. */
+static size_t
+get_job_secret(uint8_t *buf)
+{
+	size_t len = 0;
+
+	pthread_mutex_lock(&job_secret_mu);
+	if (job_secret_set) {
+		memcpy(buf, job_secret, sizeof(job_secret));
+		len = sizeof(job_secret);
+	}
+	pthread_mutex_unlock(&job_secret_mu);
+	return len;
 }
 
 /* The secret in a file that only its owner may read (like ssh's keys). */
@@ -184,7 +221,7 @@ dt__auth_from_env(dt_auth **out)
 	} else if (file) {
 		if ((err = read_secret_file(file, buf, sizeof(buf), &len)))
 			return err;
-	} else {
+	} else if ((len = get_job_secret(buf)) == 0) {
 		return dt__fail(DT_ECONFIG,
 		                "no secret to authenticate this node: %s",
 		                SECRET_HINT);

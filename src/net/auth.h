@@ -59,6 +59,15 @@ typedef struct dt_auth dt_auth;
  * off (a warning is logged once); no secret otherwise is a DT_ECONFIG.
  */
 dt_err dt__auth_from_env(dt_auth **out);
+/*
+ * The job's secret when no variable gives one: the collectives' rendezvous
+ * under mpirun or srun (coll/rendezvous.c) makes one on rank 0 and hands
+ * it to every rank, which sets it here before its nodes start.
+ * DTRAIN_SECRET, DTRAIN_SECRET_FILE and DTRAIN_AUTH=none still win. The
+ * bytes are copied; NULL forgets (and zeroes) them.
+ */
+#define DT_AUTH_JOB_SECRET_LEN 32
+void dt__auth_set_job_secret(const uint8_t *secret);
 /* The same from values (tests, fuzzers): secret of len bytes. */
 dt_err dt__auth_new(const void *secret, size_t len, const char *job_id,
                     int encrypt, dt_auth **out);

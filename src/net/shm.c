@@ -330,17 +330,17 @@ static void
 probe_peer(shm_link *s, uint64_t addr)
 {
 	uint64_t v = 0;
-	char saved[256];
+	dt__err_kept saved;
 
 	if (s->copy_once == 0 || s->cred_pid <= 0)
 		return;
-	snprintf(saved, sizeof(saved), "%s", dt_errmsg());
+	dt__err_keep(&saved, DT_OK);
 	if (dt__cma_read(s->cred_pid, &v, addr, sizeof(v)) == DT_OK &&
 	    v == probe_word) {
 		s->peer_pid = s->cred_pid;
 		dt__ring_set_remote_ok(&s->rx);
 	}
-	dt__errmsg_set(saved); /* a refusal is an answer, not an error */
+	dt__err_restore(&saved); /* a refusal is an answer, not an error */
 }
 
 /*

@@ -431,17 +431,6 @@ dt_nn_params_data(const dt_nn_params *p)
 	return p->data;
 }
 
-static void
-shape_str(const dt_nn_tensor *t, char *buf, size_t n)
-{
-	size_t k = 0;
-
-	buf[0] = '\0';
-	for (int d = 0; d < t->ndim && k < n; d++)
-		k += (size_t)snprintf(buf + k, n - k, "%s%d", d ? "x" : "",
-		                      t->shape[d]);
-}
-
 /* Same name and shape? Fills a message naming the first difference. */
 static dt_err
 same_tensor(const char *what_a, const dt_nn_tensor *a, const char *what_b,
@@ -452,8 +441,8 @@ same_tensor(const char *what_a, const dt_nn_tensor *a, const char *what_b,
 	if (strcmp(a->name, b->name) == 0 && a->ndim == b->ndim &&
 	    memcmp(a->shape, b->shape, sizeof(int) * (size_t)a->ndim) == 0)
 		return DT_OK;
-	shape_str(a, sa, sizeof(sa));
-	shape_str(b, sb, sizeof(sb));
+	dt__shape_str(a->shape, a->ndim, sa, sizeof(sa));
+	dt__shape_str(b->shape, b->ndim, sb, sizeof(sb));
 	return dt__fail(DT_ESIZE,
 	                "tensor %d differs: %s has %s (%s), %s has "
 	                "%s (%s)",

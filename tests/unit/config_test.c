@@ -19,6 +19,7 @@
 #include <cmocka.h>
 
 #include "common/util.h"
+#include "core/core.h"
 #include "dtrain/node.h"
 
 /* Every variable the config reads; cleared before each test. */
@@ -37,8 +38,13 @@ static const char *const all_vars[] = {
     "DMLC_WORKER_ID",
     "DMLC_SERVER_ID",
     "OMPI_COMM_WORLD_RANK",
+    "OMPI_COMM_WORLD_SIZE",
     "PMIX_RANK",
+    "PMI_RANK",
+    "PMI_SIZE",
     "SLURM_PROCID",
+    "SLURM_NTASKS",
+    "SLURM_NPROCS",
     "JOB_COMPLETION_INDEX",
     "MX_CONFIG",
     "DMLC_USE_KUBERNETES",
@@ -291,6 +297,59 @@ test_rank_requests(void **state)
 	assert_int_equal(rank_of(), -1);
 }
 
+/* dt__launcher_rank: rank, size and the variable they came from. */
+static void
+expect_launcher(int rank, int size, const char *var)
+{
+	int r, n;
+	const char *v;
+
+	assert_int_equal(dt__launcher_rank(&r, &n, &v), DT_OK);
+	assert_int_equal(r, rank);
+	assert_int_equal(n, size);
+	if (var)
+		assert_string_equal(v, var);
+	else
+		assert_null(v);
+}
+
+/* The one list of launcher variables: the node's rank wish and the
+ * collectives' rendezvous read the same rank from the same variable. */
+static void
+test_launcher_ranks(void **state)
+{
+	int r, n;
+	const char *v;
+
+	(void)state;
+	expect_launcher(-1, 0, NULL);
+	setenv("JOB_COMPLETION_INDEX", "3", 1); /* a rank, no size */
+	expect_launcher(3, 0, "JOB_COMPLETION_INDEX");
+	setenv("PMIX_RANK", "2", 1); /* believed before Kubernetes' */
+	expect_launcher(2, 0, "PMIX_RANK");
+	setenv("SLURM_PROCID", "1", 1);
+	setenv("SLURM_NPROCS", "4", 1); /* Slurm's older name of the size */
+	expect_launcher(1, 4, "SLURM_PROCID");
+	setenv("SLURM_NTASKS", "2", 1);
+	expect_launcher(1, 2, "SLURM_PROCID");
+	setenv("PMI_RANK", "0", 1);
+	setenv("PMI_SIZE", "3", 1);
+	expect_launcher(0, 3, "PMI_RANK");
+	setenv("OMPI_COMM_WORLD_RANK", "1", 1);
+	setenv("OMPI_COMM_WORLD_SIZE", "2", 1);
+	expect_launcher(1, 2, "OMPI_COMM_WORLD_RANK");
+	assert_int_equal(rank_of(), 1); /* the node's wish is the same */
+
+	/* A rank not below the size, or a size that is no number. */
+	setenv("OMPI_COMM_WORLD_RANK", "2", 1);
+	assert_int_equal(dt__launcher_rank(&r, &n, &v), DT_ECONFIG);
+	assert_msg_has("OMPI_COMM_WORLD_RANK");
+	setenv("OMPI_COMM_WORLD_RANK", "0", 1);
+	setenv("OMPI_COMM_WORLD_SIZE", "two", 1);
+	assert_int_equal(dt__launcher_rank(&r, &n, &v), DT_ECONFIG);
+	assert_msg_has("OMPI_COMM_WORLD_SIZE");
+}
+
 /* Kubernetes: an Indexed Job's JOB_COMPLETION_INDEX and an MXJob's
  * MX_CONFIG give the rank; DMLC_USE_KUBERNETES makes the scheduler listen
  * on the pod's address (or all), not on the Service's name. */
@@ -353,7 +412,7 @@ main(void)
 	const struct CMUnitTest tests[] = {
 	    T(test_valid_worker),  T(test_roles),      T(test_missing_required),
 	    T(test_malformed),     T(test_too_long),   T(test_optional_values),
-	    T(test_rank_requests), T(test_kubernetes),
+	    T(test_rank_requests), T(test_kubernetes), T(test_launcher_ranks),
 	};
 #undef T
 

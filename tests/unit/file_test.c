@@ -4,17 +4,23 @@
  * a random name and renamed into place, replacing a link planted at the
  * final name rather than writing through it; nothing left behind on
  * abort; a directory every user may write refused; names escaped for a
- * terminal.
+ * terminal; all of a buffer written through a full non-blocking pipe, and
+ * EPIPE once its reader is gone; the descriptor limit raised to what is
+ * needed, capped at the hard limit, with the limits found reported.
  */
 #include <dirent.h>
+#include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <setjmp.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -204,6 +210,94 @@ test_escape(void **state)
 	assert_string_equal(dt__escape("ab\x01", 3, small, 6), "ab");
 }
 
+typedef struct drain {
+	int fd;
+	uint8_t *buf;
+	size_t got;
+} drain;
+
+/* The reader of test_write_all's pipe: everything until the end. */
+static void *
+drain_main(void *arg)
+{
+	drain *d = arg;
+	ssize_t n;
+
+	while ((n = read(d->fd, d->buf + d->got, 65536)) > 0)
+		d->got += (size_t)n;
+	return NULL;
+}
+
+static void
+test_write_all(void **state)
+{
+	size_t len = 1u << 20; /* 16 times a pipe's default capacity */
+	uint8_t *src = malloc(len);
+	drain d = {.buf = malloc(len + 65536)};
+	pthread_t th;
+	int p[2];
+
+	(void)state;
+	assert_non_null(src);
+	assert_non_null(d.buf);
+	for (size_t i = 0; i < len; i++)
+		src[i] = (uint8_t)(i * 31 + 7);
+	assert_int_equal(pipe(p), 0);
+	/* Non-blocking, as a child may leave the launcher's stdout: the
+	 * writer waits for room instead of failing with EAGAIN. */
+	assert_int_equal(fcntl(p[1], F_SETFL, O_NONBLOCK), 0);
+	d.fd = p[0];
+	assert_int_equal(pthread_create(&th, NULL, drain_main, &d), 0);
+	assert_int_equal(dt__write_all(p[1], src, len), 0);
+	close(p[1]);
+	pthread_join(th, NULL);
+	assert_int_equal(d.got, len);
+	assert_memory_equal(d.buf, src, len);
+
+	/* The reader gone: -1 with EPIPE, at once. */
+	assert_int_equal(pipe(p), 0);
+	close(p[0]);
+	signal(SIGPIPE, SIG_IGN);
+	assert_int_equal(dt__write_all(p[1], src, 10), -1);
+	assert_int_equal(errno, EPIPE);
+	close(p[1]);
+	free(src);
+	free(d.buf);
+}
+
+static void
+test_nofile_raise(void **state)
+{
+	struct rlimit orig, rl, before;
+
+	(void)state;
+	assert_int_equal(getrlimit(RLIMIT_NOFILE, &orig), 0);
+	if (orig.rlim_max != RLIM_INFINITY && orig.rlim_max < 128)
+		skip();
+	rl = orig;
+	rl.rlim_cur = 64;
+	assert_int_equal(setrlimit(RLIMIT_NOFILE, &rl), 0);
+
+	/* Below what is needed: raised, the limits found reported. */
+	assert_int_equal(dt__nofile_raise(100, &before), 1);
+	assert_int_equal(before.rlim_cur, 64);
+	assert_int_equal(getrlimit(RLIMIT_NOFILE, &rl), 0);
+	assert_int_equal(rl.rlim_cur, 100);
+	/* Enough already: left alone. */
+	assert_int_equal(dt__nofile_raise(80, NULL), 0);
+	assert_int_equal(getrlimit(RLIMIT_NOFILE, &rl), 0);
+	assert_int_equal(rl.rlim_cur, 100);
+	/* More than the hard limit allows: the hard limit. */
+	if (orig.rlim_max != RLIM_INFINITY) {
+		assert_int_equal(
+		    dt__nofile_raise((unsigned long)orig.rlim_max + 10, NULL),
+		    1);
+		assert_int_equal(getrlimit(RLIMIT_NOFILE, &rl), 0);
+		assert_int_equal(rl.rlim_cur, orig.rlim_max);
+	}
+	assert_int_equal(setrlimit(RLIMIT_NOFILE, &orig), 0);
+}
+
 int
 main(void)
 {
@@ -212,6 +306,8 @@ main(void)
 	    cmocka_unit_test(test_create_replaces_link),
 	    cmocka_unit_test(test_place_and_abort),
 	    cmocka_unit_test(test_escape),
+	    cmocka_unit_test(test_write_all),
+	    cmocka_unit_test(test_nofile_raise),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

@@ -88,16 +88,11 @@ scheduler_addr(const struct opts *o, const struct hosts *h, struct in_addr *out)
 	if (h->n > 0) {
 		struct in_addr first = {0};
 
-		if ((err =
-		         resolve4("first host of -H", h->h[0].name, &first))) {
-			char msg[512];
-
-			snprintf(msg, sizeof(msg), "%s", dt_errmsg());
+		if ((err = resolve4("first host of -H", h->h[0].name, &first)))
 			return dt__fail(err,
 			                "%s; set DMLC_NODE_HOST to the address "
 			                "other hosts reach this machine at",
-			                msg);
-		}
+			                dt_errmsg());
 		if (is_local_addr(first)) {
 			*out = first;
 			return DT_OK;

@@ -26,6 +26,7 @@
 #include <unistd.h>
 
 #include "cli/launch/launch.h"
+#include "common/file.h"
 
 extern char **environ;
 
@@ -376,19 +377,16 @@ open_std_fds(void)
 			break;
 }
 
-/* Make room for two pipes per process. */
+/* Make room for two pipes per process. The limits to restore are the
+ * ones found before the first raise (a back-end may ask again, for more). */
 void
 raise_nofile(struct run *r, size_t nprocs)
 {
-	rlim_t need = (rlim_t)(2 * nprocs + 64);
-	struct rlimit rl;
+	struct rlimit before;
 
-	if (getrlimit(RLIMIT_NOFILE, &r->orig_nofile) < 0 ||
-	    r->orig_nofile.rlim_cur >= need)
-		return;
-	rl = r->orig_nofile;
-	rl.rlim_cur =
-	    rl.rlim_max == RLIM_INFINITY ? need : DT_MIN(need, rl.rlim_max);
-	if (setrlimit(RLIMIT_NOFILE, &rl) == 0)
+	if (dt__nofile_raise((unsigned long)(2 * nprocs + 64), &before) &&
+	    !r->nofile_raised) {
+		r->orig_nofile = before;
 		r->nofile_raised = 1;
+	}
 }

@@ -3,8 +3,6 @@
  * quoting, and its messages.
  */
 #include <ctype.h>
-#include <errno.h>
-#include <poll.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -12,6 +10,7 @@
 #include <unistd.h>
 
 #include "cli/launch/launch.h"
+#include "common/file.h"
 
 /* Append str, taking ownership; a NULL str means its allocation failed. */
 dt_err
@@ -155,20 +154,8 @@ static int out_dead[3]; /* our stdout or stderr was closed by the reader */
 void
 write_all(int fd, const char *p, size_t n)
 {
-	while (n > 0 && !out_dead[fd]) {
-		ssize_t m = write(fd, p, n);
-
-		if (m > 0) {
-			p += m;
-			n -= (size_t)m;
-		} else if (m < 0 && errno == EAGAIN) {
-			struct pollfd pfd = {.fd = fd, .events = POLLOUT};
-
-			poll(&pfd, 1, -1);
-		} else if (m < 0 && errno != EINTR) {
-			out_dead[fd] = 1; /* EPIPE: drop output, go on */
-		}
-	}
+	if (!out_dead[fd] && dt__write_all(fd, p, n) < 0)
+		out_dead[fd] = 1; /* EPIPE: drop output, go on */
 }
 
 void

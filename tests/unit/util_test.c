@@ -1,0 +1,84 @@
+/*
+ * util_test.c - small helpers of common/util.h: an error and its message
+ * kept across cleanup that fails in turn, and a tensor's shape as text
+ * (exact, empty, and cut to the buffer without overrunning it).
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "common/util.h"
+
+/* Cleanup that fails, as dt_node_stop can while a failure is reported. */
+static void
+failing_cleanup(void)
+{
+	(void)dt__fail(DT_ESYS, "cleanup: close failed");
+}
+
+static void
+test_err_keep(void **state)
+{
+	dt__err_kept k;
+	char longmsg[DT__ERRMSG_MAX + 100];
+
+	(void)state;
+	dt__fail(DT_ECONFIG, "DMLC_NUM_WORKER='x': not a number");
+	dt__err_keep(&k, DT_ECONFIG);
+	assert_string_equal(k.msg, "DMLC_NUM_WORKER='x': not a number");
+	failing_cleanup();
+	assert_string_equal(dt_errmsg(), "cleanup: close failed");
+	assert_int_equal(dt__err_restore(&k), DT_ECONFIG);
+	assert_string_equal(dt_errmsg(), "DMLC_NUM_WORKER='x': not a number");
+
+	/* DT_OK kept: a refusal that is an answer leaves the message as it
+	 * was. */
+	dt__err_keep(&k, DT_OK);
+	failing_cleanup();
+	assert_int_equal(dt__err_restore(&k), DT_OK);
+	assert_string_equal(dt_errmsg(), "DMLC_NUM_WORKER='x': not a number");
+
+	/* The longest message survives whole (cut as dt__fail cuts it). */
+	memset(longmsg, 'm', sizeof(longmsg) - 1);
+	longmsg[sizeof(longmsg) - 1] = '\0';
+	dt__fail(DT_EPROTO, "%s", longmsg);
+	dt__err_keep(&k, DT_EPROTO);
+	failing_cleanup();
+	dt__err_restore(&k);
+	assert_int_equal(strlen(dt_errmsg()), DT__ERRMSG_MAX - 1);
+}
+
+static void
+test_shape_str(void **state)
+{
+	const int shape[] = {64, 3, 3, 3};
+	char buf[32], small[6];
+
+	(void)state;
+	assert_string_equal(dt__shape_str(shape, 4, buf, sizeof(buf)),
+	                    "64x3x3x3");
+	assert_string_equal(dt__shape_str(shape, 1, buf, sizeof(buf)), "64");
+	assert_string_equal(dt__shape_str(shape, 0, buf, sizeof(buf)), "");
+	/* Cut to the buffer, terminated. */
+	memset(small, 'z', sizeof(small));
+	dt__shape_str(shape, 4, small, sizeof(small));
+	assert_string_equal(small, "64x3x");
+	/* No room at all: nothing written. */
+	dt__shape_str(shape, 4, small, 0);
+	assert_int_equal(small[0], '6');
+}
+
+int
+main(void)
+{
+	const struct CMUnitTest tests[] = {
+	    cmocka_unit_test(test_err_keep),
+	    cmocka_unit_test(test_shape_str),
+	};
+
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
