@@ -1,6 +1,7 @@
 /*
  * kv_server_harness.h - a parameter server's real message handling
- * (src/kv/server.c, compiled into the including program) with the node
+ * (src/kv/server.c and the files of its store kinds, compiled into the
+ * including program) with the node
  * beneath it played in memory: the requests of a job's workers go in as
  * the node would hand them over (payload_dest chooses where a payload
  * lands, streamed ones come through payload_chunk, then on_msg), and the
@@ -207,7 +208,10 @@ extern const dt__app_class h_kv_app;
 dt_err h_kv_register(void);
 #define dt__kv_app      h_kv_app
 #define dt__kv_register h_kv_register
+#define DT_SRV(name)    h_srv_##name
+#include "kv/rserver.c"
 #include "kv/server.c"
+#include "kv/srv_reply.c"
 #undef dt__kv_register
 #undef dt__kv_app
 
