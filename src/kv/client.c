@@ -337,8 +337,9 @@ pull_of(int cmd)
 static int
 push_of(int cmd)
 {
-	return cmd == DT_CMD_KV_ROW_PUSHPULL ? DT_CMD_KV_ROW_PUSH
-	                                     : DT_CMD_KV_PUSH;
+	return cmd == DT_CMD_KV_ROW_PUSH || cmd == DT_CMD_KV_ROW_PUSHPULL
+	           ? DT_CMD_KV_ROW_PUSH
+	           : DT_CMD_KV_PUSH;
 }
 
 static int

@@ -465,6 +465,32 @@ rows_push_sync(kv_server *s, rtable *t, int worker, const dt_msg_hdr *h,
 	return closed;
 }
 
+/* dist_sync: whether worker's next request of t waits for the open
+ * round's end: it has pushed in it, or a push of its waits already. Only
+ * a restarted server's replay sends such requests (a worker waits for a
+ * push's answer before its next call of the table): a pull then sees the
+ * worker's own pushes, as it did before. */
+static int
+waits(const rtable *t, int worker)
+{
+	if (dt__rs_pushed(&t->rs, worker))
+		return 1;
+	for (const rlater *q = t->later; q; q = q->next)
+		if (q->worker == worker)
+			return 1;
+	return 0;
+}
+
+static void
+keep_or_refuse(kv_server *s, rtable *t, int worker, const dt_msg *m)
+{
+	if (keep_later(&t->later, worker, m))
+		srv_reply_error(s, worker, m->hdr.cmd, m->hdr.seq, m->hdr.key,
+		                DT_ENOMEM, "%s of key %llu: out of memory",
+		                dt__kv_op_name(m->hdr.cmd),
+		                (unsigned long long)m->hdr.key);
+}
+
 /* A push or pushpull of checked rows b to t. */
 static void
 on_push(kv_server *s, rtable *t, int worker, const dt_msg *m,
@@ -473,13 +499,9 @@ on_push(kv_server *s, rtable *t, int worker, const dt_msg *m,
 	const dt_msg_hdr *h = &m->hdr;
 	const float *g;
 
-	if (s->sync && dt__rs_pushed(&t->rs, worker)) {
+	if (s->sync && waits(t, worker)) {
 		/* Its next round's: it waits for this one's end. */
-		if (keep_later(&t->later, worker, m))
-			srv_reply_error(
-			    s, worker, h->cmd, h->seq, h->key, DT_ENOMEM,
-			    "%s of key %llu: out of memory",
-			    dt__kv_op_name(h->cmd), (unsigned long long)h->key);
+		keep_or_refuse(s, t, worker, m);
 		return;
 	}
 	if (!push_values(s, worker, h, b, &g))
@@ -584,11 +606,13 @@ srv_on_rows(kv_server *s, int worker, const dt_msg *m)
 		                dt_errmsg());
 		return;
 	}
-	if (h->cmd == DT_CMD_KV_ROW_PULL)
+	if (h->cmd != DT_CMD_KV_ROW_PULL)
+		on_push(s, t, worker, m, &b);
+	else if (s->sync && waits(t, worker))
+		keep_or_refuse(s, t, worker, m); /* (sees its pushes) */
+	else
 		rows_answer(s, t, worker, h->cmd, h->seq, b.answer, b.count,
 		            b.ids);
-	else
-		on_push(s, t, worker, m, &b);
 }
 
 /* ---- the kind's ops ---- */

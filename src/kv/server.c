@@ -789,7 +789,9 @@ srv_maybe_checkpoint(kv_server *s)
 	if (s->ck_dir == NULL)
 		return;
 	announce(s);
-	nkeys = DT_MAX(dt__table_count(&s->keys), 1);
+	/* (N rounds of every key and table) */
+	nkeys =
+	    DT_MAX(dt__table_count(&s->keys) + dt__table_count(&s->rtabs), 1);
 	if (!(s->ck_every &&
 	      s->rounds - s->ck_rounds_at >= s->ck_every * nkeys) &&
 	    !(s->ck_every_ns && dt__now_ns() - s->ck_last_ns >= s->ck_every_ns))
