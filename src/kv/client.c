@@ -1077,6 +1077,30 @@ send_failed(dt_kv_client *c, op *o, uint64_t seq, dt_err err)
 	pthread_cond_broadcast(&c->cv);
 }
 
+/* Recovery: whether a push's copy of vbytes may be kept (within
+ * DTRAIN_REPLAY_MAX: else a record without the data, and a restart that
+ * needs it ends the job, named). */
+static int
+keep_copy(dt_kv_client *c, size_t vbytes)
+{
+	int keep, tell;
+
+	pthread_mutex_lock(&c->mu);
+	keep = c->kept_bytes + vbytes <= c->replay_max;
+	tell = !keep && !c->over_max;
+	c->over_max |= !keep;
+	pthread_mutex_unlock(&c->mu);
+	if (tell)
+		dt__log(0,
+		        "the copies of pushes kept to replay to a restarted "
+		        "server reach DTRAIN_REPLAY_MAX (%llu MiB): pushes "
+		        "past it are not kept until a server checkpoint holds "
+		        "the older ones, and a server restart that needs one "
+		        "ends the job",
+		        (unsigned long long)(c->replay_max >> 20));
+	return keep;
+}
+
 /*
  * Send one sub-request; the sub is registered before the send. val is
  * vbytes of payload: the caller's (stable until the answer) or, when
@@ -1120,30 +1144,11 @@ send_part(dt_kv_client *c, op *o, int server, dt_msg_hdr *h, const void *meta,
 		vbytes = 0;
 		iov = (struct iovec){NULL, 0};
 	}
-	/* Recovery: a copy, to send again to a restarted server; a push's
-	 * only while the copies stay within DTRAIN_REPLAY_MAX (else a record
-	 * without the data: a restart that needs it ends the job, named). */
-	int keep = 1;
+	/* Recovery: a copy, to send again to a restarted server (a push's
+	 * data only within DTRAIN_REPLAY_MAX: keep_copy). */
+	int keep = !(s && c->recover && val && vbytes && push_cmd(h->cmd)) ||
+	           keep_copy(c, vbytes);
 
-	if (s && c->recover && val && vbytes &&
-	    (h->cmd == DT_CMD_KV_PUSH || h->cmd == DT_CMD_KV_PUSHPULL)) {
-		int tell = 0;
-
-		pthread_mutex_lock(&c->mu);
-		keep = c->kept_bytes + vbytes <= c->replay_max;
-		tell = !keep && !c->over_max;
-		c->over_max |= !keep;
-		pthread_mutex_unlock(&c->mu);
-		if (tell)
-			dt__log(
-			    0,
-			    "the copies of pushes kept to replay to a "
-			    "restarted server reach DTRAIN_REPLAY_MAX "
-			    "(%llu MiB): pushes past it are not kept until "
-			    "a server checkpoint holds the older ones, and a "
-			    "server restart that needs one ends the job",
-			    (unsigned long long)(c->replay_max >> 20));
-	}
 	if (s && c->recover && logged_cmd(h->cmd) &&
 	    (le = log_new(h, meta, meta_len, &iov, keep && val ? 1 : 0)) ==
 	        NULL) {
@@ -1819,30 +1824,6 @@ big_keys_unique(const dt_kv_client *c, int cmd, const dt_kv_batch *b,
 
 /* Register and send one server's request (no lock held); its answer's
  * values (nvals floats) land in out. Failures end up in o. */
-/* Recovery: whether a push's copy of vbytes may be kept (within
- * DTRAIN_REPLAY_MAX: else a record without the data, and a restart that
- * needs it ends the job, named). */
-static int
-keep_copy(dt_kv_client *c, size_t vbytes)
-{
-	int keep, tell;
-
-	pthread_mutex_lock(&c->mu);
-	keep = c->kept_bytes + vbytes <= c->replay_max;
-	tell = !keep && !c->over_max;
-	c->over_max |= !keep;
-	pthread_mutex_unlock(&c->mu);
-	if (tell)
-		dt__log(0,
-		        "the copies of pushes kept to replay to a restarted "
-		        "server reach DTRAIN_REPLAY_MAX (%llu MiB): pushes "
-		        "past it are not kept until a server checkpoint holds "
-		        "the older ones, and a server restart that needs one "
-		        "ends the job",
-		        (unsigned long long)(c->replay_max >> 20));
-	return keep;
-}
-
 /* A log entry not on any list yet. */
 static void
 logent_drop(logent *e)

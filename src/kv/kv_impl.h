@@ -4,8 +4,9 @@
  * stores).
  *
  * Files: kv.c (the public API, local stores, local aggregation), client.c
- * (a worker talking to servers), server.c (a server's store and dist_sync
- * rounds), placement.c, optim.c.
+ * (a worker talking to servers), server.c (a server's router, dense keys,
+ * checkpoints), rserver.c and kstore.c (its row tables and many-key
+ * store; server.h has the kinds' ops), ckpt.c, placement.c, optim.c.
  */
 #ifndef DT_KV_KV_IMPL_H
 #define DT_KV_KV_IMPL_H

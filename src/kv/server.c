@@ -16,11 +16,13 @@
  * Threads: everything here runs in the node's I/O thread, so a key's
  * updates are atomic by construction and the store needs no lock.
  *
- * Size: it holds the server's dispatch, dense rounds, many-key requests,
- * row tables, checkpoints and recovery parking over one state struct; the
- * split into a router and one file per store kind (with checkpoints
- * iterating the kinds) is the next architecture step and is not done
- * piecemeal.
+ * Layout: the store kinds are behind one ops table (server.h):
+ * checkpoints, rejoin, the mode and optimizer settings and the check of
+ * which store holds a key loop over them. Row tables live in rserver.c,
+ * the answers in srv_reply.c. This file still holds, beside the router
+ * and the checkpoints, the dense kind and the many-key kind's messages
+ * (over kstore.c): moving each into a file of its own is what remains of
+ * the split.
  */
 #include <errno.h>
 #include <stdarg.h>
