@@ -192,6 +192,42 @@ score(const dataset *d, const size_t *idx, size_t n, const uint32_t *slot,
 	}
 }
 
+/* The whole table (rows x 1) from the store, pulled a slice of rows at
+ * a time, into path as one tensor "weight" of the parameter-file format:
+ * two runs' files compare with `dtrain params diff`. */
+static dt_err
+save_table(dt_kv *kv, uint64_t rows, const char *path)
+{
+	enum { SLICE = 65536 };
+	uint64_t *ids = malloc(SLICE * sizeof(*ids));
+	float *all = malloc(rows * sizeof(*all));
+	dt_nn_tensor t = {.name = "weight",
+	                  .size = (size_t)rows,
+	                  .ndim = 1,
+	                  .shape = {(int)rows}};
+	dt_err err = DT_OK;
+
+	if (ids == NULL || all == NULL) {
+		free(ids);
+		free(all);
+		fprintf(stderr, "sparse_linear: out of memory saving %s\n",
+		        path);
+		return DT_ENOMEM;
+	}
+	for (uint64_t r0 = 0; r0 < rows && err == DT_OK; r0 += SLICE) {
+		size_t n = rows - r0 < SLICE ? (size_t)(rows - r0) : SLICE;
+
+		for (size_t i = 0; i < n; i++)
+			ids[i] = r0 + i;
+		err = dt_kv_row_sparse_pull(kv, 0, n, ids, all + r0, 1);
+	}
+	if (err == DT_OK)
+		err = dt_nn_params_write(path, &t, 1, all);
+	free(ids);
+	free(all);
+	return err;
+}
+
 static void
 usage(FILE *f)
 {
@@ -210,7 +246,9 @@ usage(FILE *f)
 	        "  --disp-batches N      Speedometer interval (50)\n"
 	        "  --metrics FILE        rank 0 logs progress as JSON lines\n"
 	        "  --run-label L         the run's name in the log (the\n"
-	        "                        kvstore type and worker count)\n");
+	        "                        kvstore type and worker count)\n"
+	        "  --save FILE           rank 0 writes the table at the end as\n"
+	        "                        a parameter file (dtrain params diff)\n");
 }
 
 #define CHECK(call)                                                            \
@@ -228,6 +266,7 @@ main(int argc, char **argv)
 {
 	opts o = {"local", "adam", NULL, NULL, 20, 40,   200000,
 	          20000,   512,    3,    1,    50, 0.003};
+	const char *save = NULL; /* --save FILE */
 	static const struct option longopts[] = {
 	    {"kvstore", required_argument, 0, 'k'},
 	    {"features-log2", required_argument, 0, 'F'},
@@ -245,6 +284,7 @@ main(int argc, char **argv)
 	    {"metrics", required_argument, 0, 'T'},
 	    {"run-label", required_argument, 0, 'N'},
 	    {"help", no_argument, 0, 'h'},
+	    {"save", required_argument, 0, 'S'},
 	    {0, 0, 0, 0}};
 	int c;
 
@@ -293,6 +333,9 @@ main(int argc, char **argv)
 			break;
 		case 'N':
 			o.label = optarg;
+			break;
+		case 'S':
+			save = optarg;
 			break;
 		case 'h':
 			usage(stdout);
@@ -490,6 +533,8 @@ main(int argc, char **argv)
 	}
 	CHECK(dt_metrics_close(mlog));
 	CHECK(dt_kv_barrier(kv));
+	if (save && rank == 0)
+		CHECK(save_table(kv, D + 1, save));
 	dt_sampler_destroy(smp);
 	free(br.ids);
 	free(br.slot);

@@ -1,6 +1,7 @@
 /*
  * kv_server_harness.h - a parameter server's real message handling
- * (src/kv/server.c, compiled into the including program) with the node
+ * (src/kv/server.c and the files of its store kinds, compiled into the
+ * including program) with the node
  * beneath it played in memory: the requests of a job's workers go in as
  * the node would hand them over (payload_dest chooses where a payload
  * lands, streamed ones come through payload_chunk, then on_msg), and the
@@ -30,9 +31,10 @@
 typedef struct h_answers {
 	uint64_t count, errors;
 	dt_msg_hdr last;
-	dt_err code;    /* the last error's code (DT_OK: not an error) */
-	char msg[512];  /* and its message */
-	uint64_t bytes; /* the last answer's payload */
+	dt_err code;       /* the last error's code (DT_OK: not an error) */
+	char msg[512];     /* and its message */
+	uint64_t bytes;    /* the last answer's payload */
+	uint8_t data[256]; /* and its first bytes */
 } h_answers;
 
 static h_answers h_ans;
@@ -55,8 +57,14 @@ h_node_send_ex(dt_node *n, int id, dt_msg_hdr *h, const void *meta,
 	h_ans.count++;
 	h_ans.last = *h;
 	h_ans.bytes = 0;
-	for (int i = 0; i < iovcnt; i++)
+	for (int i = 0; i < iovcnt; i++) {
+		size_t room = sizeof(h_ans.data) -
+		              (size_t)DT_MIN(h_ans.bytes, sizeof(h_ans.data));
+
+		memcpy(h_ans.data + sizeof(h_ans.data) - room, iov[i].iov_base,
+		       DT_MIN(room, iov[i].iov_len));
 		h_ans.bytes += iov[i].iov_len;
+	}
 	h_ans.code = DT_OK;
 	h_ans.msg[0] = '\0';
 	if (h->flags & DT_F_ERROR) {
@@ -207,7 +215,10 @@ extern const dt__app_class h_kv_app;
 dt_err h_kv_register(void);
 #define dt__kv_app      h_kv_app
 #define dt__kv_register h_kv_register
+#define DT_SRV(name)    h_srv_##name
+#include "kv/rserver.c"
 #include "kv/server.c"
+#include "kv/srv_reply.c"
 #undef dt__kv_register
 #undef dt__kv_app
 

@@ -3,15 +3,20 @@
  * has it byte by byte), writing it so that a crash at any moment leaves a
  * good file, and reading it back as hostile bytes.
  *
- * Format, version 1, little-endian throughout:
- *   magic "DTRAINCK", u32 version (1),
+ * Format, version 2, little-endian throughout:
+ *   magic "DTRAINCK", u32 version (2),
  *   u32 server rank, u32 servers, u32 workers, u8 sync, u8 has optimizer,
  *   [the optimizer as KV_SET_OPT carries it, if it has one],
- *   u64 checkpoint number, u64 round count, u64 keys, then per key:
- *     u64 key, u64 n (whole array), u64 offset, u64 len (this slice),
- *     u64 steps (optimizer updates), u64 applied[workers] (pushes of each
- *     worker in the value), u64 state length, f32 value[len],
- *     f32 state[state length];
+ *   u64 checkpoint number, u64 round count, then one section per store
+ *   kind, in this order, each a u64 count and its records:
+ *   - dense keys, per key: u64 key, u64 n (whole array), u64 offset, u64
+ *     len (this slice), u64 steps (optimizer updates), u64
+ *     applied[workers] (pushes of each worker in the value), u64 state
+ *     length, f32 value[len], f32 state[state length];
+ *   - row_sparse tables, per table: u64 key, u64 rows (the whole
+ *     table's), u64 lo, u64 n (the rows [lo, lo + n) held here), u64
+ *     width, u64 steps, u64 applied[workers], u64 state length, f32
+ *     value[n * width], f32 state[state length];
  *   trailer: u64 length of all before it, u32 CRC-32 (zlib) of those bytes,
  *   "DTCKEND\0".
  *
@@ -21,6 +26,9 @@
  * is fsync'd after. So at every moment the directory holds a complete file
  * (the new one, or the previous one), and a file found damaged at load
  * leaves the previous good one to use.
+ *
+ * Version 1 is version 2 with the dense keys' section only (row tables
+ * were not kept then): it still loads. A newer version is refused by name.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -40,7 +48,7 @@
 
 static const char MAGIC[8] = {'D', 'T', 'R', 'A', 'I', 'N', 'C', 'K'};
 static const char END[8] = {'D', 'T', 'C', 'K', 'E', 'N', 'D', '\0'};
-#define VERSION 1u
+#define VERSION 2u
 #define TRAILER DT_CKPT_TRAILER
 /* Sanity bound on the counts of a header (a job has far fewer). */
 #define ROLE_MAX 65536u
@@ -59,7 +67,6 @@ dt__ckpt_begin(dt_wbuf *w, const dt_ckpt_head *h)
 		dt__opt_encode(&h->opt, w);
 	dt__wbuf_u64(w, h->number);
 	dt__wbuf_u64(w, h->rounds);
-	dt__wbuf_u64(w, h->nkeys);
 }
 
 void
@@ -187,11 +194,12 @@ dt__ckpt_open(const char *path, const uint8_t *buf, size_t len, dt_rbuf *r,
 		                path);
 	version = (uint32_t)buf[8] | (uint32_t)buf[9] << 8 |
 	          (uint32_t)buf[10] << 16 | (uint32_t)buf[11] << 24;
-	if (version != VERSION)
+	if (version < 1 || version > VERSION)
 		return dt__fail(DT_EFORMAT,
 		                "%s: checkpoint format version %u; this dtrain "
-		                "reads version %u",
+		                "reads versions 1 to %u",
 		                path, version, VERSION);
+	h->version = version;
 	if (len < sizeof(MAGIC) + 4 + TRAILER ||
 	    memcmp(buf + len - sizeof(END), END, sizeof(END)) != 0)
 		return dt__fail(DT_EFORMAT,
@@ -282,6 +290,83 @@ dt__ckpt_next_key(const char *path, dt_rbuf *r, const dt_ckpt_head *h,
 	return DT_OK;
 }
 
+void
+dt__ckpt_table(dt_wbuf *w, const dt_ckpt_table *t, uint32_t nworkers)
+{
+	dt__wbuf_u64(w, t->key);
+	dt__wbuf_u64(w, t->rows);
+	dt__wbuf_u64(w, t->lo);
+	dt__wbuf_u64(w, t->n);
+	dt__wbuf_u64(w, t->width);
+	dt__wbuf_u64(w, t->steps);
+	for (uint32_t i = 0; i < nworkers; i++)
+		dt__wbuf_u64(w, t->applied[i]);
+	dt__wbuf_u64(w, t->state_len);
+	dt__wbuf_bytes(w, t->val, t->n * t->width * sizeof(float));
+	dt__wbuf_bytes(w, t->state, t->state_len * sizeof(float));
+}
+
+dt_err
+dt__ckpt_count(const char *path, dt_rbuf *r, const dt_ckpt_head *h,
+               const char *what, uint64_t *count)
+{
+	uint64_t left;
+
+	*count = 0;
+	if (h->version < 2)
+		return DT_OK; /* (version 1 has dense keys only) */
+	*count = dt__rbuf_u64(r);
+	if (dt__rbuf_err(r, "checkpoint section"))
+		return dt__fail(DT_EFORMAT, "%s: no count of %s", path, what);
+	/* each record takes at least 7 + workers u64s */
+	left = (uint64_t)(r->len - r->off);
+	if (*count > left / (8 * (7 + (uint64_t)h->nworkers)))
+		return dt__fail(DT_EFORMAT,
+		                "%s: %llu %s cannot fit in the %llu bytes left",
+		                path, (unsigned long long)*count, what,
+		                (unsigned long long)left);
+	return DT_OK;
+}
+
+dt_err
+dt__ckpt_next_table(const char *path, dt_rbuf *r, const dt_ckpt_head *h,
+                    dt_ckpt_table *t)
+{
+	uint64_t left;
+
+	t->key = dt__rbuf_u64(r);
+	t->rows = dt__rbuf_u64(r);
+	t->lo = dt__rbuf_u64(r);
+	t->n = dt__rbuf_u64(r);
+	t->width = dt__rbuf_u64(r);
+	t->steps = dt__rbuf_u64(r);
+	for (uint32_t i = 0; i < h->nworkers; i++)
+		t->applied[i] = dt__rbuf_u64(r);
+	t->state_len = dt__rbuf_u64(r);
+	if (dt__rbuf_err(r, "checkpoint table"))
+		return dt__fail(DT_EFORMAT,
+		                "%s: a row table's record is cut short", path);
+	left = (uint64_t)(r->len - r->off) / sizeof(float);
+	/* Each bound is checked before the product that uses it: a width
+	 * near 2^64 must not wrap n * width. */
+	if (t->rows > DT_RS_MAX_ROWS || t->n > t->rows ||
+	    t->lo > t->rows - t->n || t->width == 0 ||
+	    t->width > DT_RS_MAX_WIDTH || t->n * t->width > DT_RS_MAX_VALS ||
+	    t->n * t->width > left || t->state_len > left - t->n * t->width)
+		return dt__fail(
+		    DT_EFORMAT,
+		    "%s: row table %llu: rows [%llu, +%llu) of "
+		    "%llu, width %llu, with %llu state floats does "
+		    "not fit the file or the limits",
+		    path, (unsigned long long)t->key, (unsigned long long)t->lo,
+		    (unsigned long long)t->n, (unsigned long long)t->rows,
+		    (unsigned long long)t->width,
+		    (unsigned long long)t->state_len);
+	t->val = dt__rbuf_bytes(r, t->n * t->width * sizeof(float));
+	t->state = dt__rbuf_bytes(r, t->state_len * sizeof(float));
+	return DT_OK;
+}
+
 dt_err
 dt_kv_checkpoint_inspect(const char *path, char *summary, size_t cap)
 {
@@ -290,7 +375,7 @@ dt_kv_checkpoint_inspect(const char *path, char *summary, size_t cap)
 	dt_rbuf r;
 	dt_ckpt_head h;
 	dt_ckpt_key k;
-	uint64_t floats = 0;
+	uint64_t floats = 0, ntables = 0;
 	dt_err err;
 
 	if (path == NULL || (summary == NULL && cap))
@@ -310,6 +395,14 @@ dt_kv_checkpoint_inspect(const char *path, char *summary, size_t cap)
 		err = dt__ckpt_next_key(path, &r, &h, &k);
 		floats += k.len;
 	}
+	if (err == DT_OK)
+		err = dt__ckpt_count(path, &r, &h, "row tables", &ntables);
+	for (uint64_t i = 0; i < ntables && err == DT_OK; i++) {
+		dt_ckpt_table t = {.applied = k.applied};
+
+		err = dt__ckpt_next_table(path, &r, &h, &t);
+		floats += t.n * t.width;
+	}
 	if (err == DT_OK && r.off != r.len)
 		err = dt__fail(DT_EFORMAT, "%s: %zu bytes after the last key",
 		               path, r.len - r.off);
@@ -322,13 +415,14 @@ dt_kv_checkpoint_inspect(const char *path, char *summary, size_t cap)
 		    summary, cap,
 		    "server %u of %u, %u workers, %s, optimizer %s, "
 		    "checkpoint #%llu after %llu rounds, %llu keys, %llu "
-		    "floats",
+		    "row tables, %llu floats",
 		    h.rank, h.nservers, h.nworkers,
 		    h.sync ? "dist_sync" : "dist_async",
 		    h.opt.kind == DT_OPT_SGD    ? "sgd"
 		    : h.opt.kind == DT_OPT_ADAM ? "adam"
 		                                : "none",
 		    (unsigned long long)h.number, (unsigned long long)h.rounds,
-		    (unsigned long long)h.nkeys, (unsigned long long)floats);
+		    (unsigned long long)h.nkeys, (unsigned long long)ntables,
+		    (unsigned long long)floats);
 	return DT_OK;
 }

@@ -79,6 +79,10 @@ typedef struct sub {
 	dt_key key;
 	uint64_t arg0, arg1, arg2;
 	logent *log;
+	/* Recovery: a row pull's ids, to send again (row requests carry
+	 * their ids as payload; the others logged keep theirs in log). */
+	void *ids;
+	size_t ids_len;
 	dt_hnode hn; /* in subs, by seq */
 } sub;
 
@@ -291,18 +295,51 @@ sub_done(dt_kv_client *c, sub *s)
 		op_record(s->op);
 		dt__gen_bump(&c->done_gen);
 	}
+	free(s->ids);
 	free(s);
 	return done;
 }
 
 /* ---- recovery: the logs and the replay ---- */
 
+/* A request that adds one to a key's pushes (a dense key's or a row
+ * table's: each server that holds part of a table gets every push). */
+static int
+push_cmd(int cmd)
+{
+	return cmd == DT_CMD_KV_PUSH || cmd == DT_CMD_KV_PUSHPULL ||
+	       cmd == DT_CMD_KV_ROW_PUSH || cmd == DT_CMD_KV_ROW_PUSHPULL;
+}
+
+static int
+init_cmd(int cmd)
+{
+	return cmd == DT_CMD_KV_INIT || cmd == DT_CMD_KV_ROW_INIT;
+}
+
 static int
 logged_cmd(int cmd)
 {
 	return cmd == DT_CMD_KV_CONFIG || cmd == DT_CMD_KV_SET_OPT ||
-	       cmd == DT_CMD_KV_INIT || cmd == DT_CMD_KV_PUSH ||
-	       cmd == DT_CMD_KV_PUSHPULL;
+	       init_cmd(cmd) || push_cmd(cmd);
+}
+
+/* What a push becomes once its value is in the server's checkpoint and
+ * only its answer is missing (a pushpull's: the pull), and what a
+ * pushpull becomes once its answer came (the push alone). */
+static int
+pull_of(int cmd)
+{
+	return cmd == DT_CMD_KV_ROW_PUSHPULL ? DT_CMD_KV_ROW_PULL
+	                                     : DT_CMD_KV_PULL;
+}
+
+static int
+push_of(int cmd)
+{
+	return cmd == DT_CMD_KV_ROW_PUSH || cmd == DT_CMD_KV_ROW_PUSHPULL
+	           ? DT_CMD_KV_ROW_PUSH
+	           : DT_CMD_KV_PUSH;
 }
 
 static int
@@ -326,12 +363,18 @@ logent_free(dt_kv_client *c, logent *e)
 	free(e);
 }
 
-/* A copy of a request about to be sent (no lock held); NULL: no memory. */
+/* A copy of a request about to be sent (no lock held), its payload the
+ * iovcnt pieces of iov (none: not kept); NULL: no memory. */
 static logent *
 log_new(const dt_msg_hdr *h, const void *meta, uint32_t meta_len,
-        const void *val, size_t len)
+        const struct iovec *iov, int iovcnt)
 {
 	logent *e = calloc(1, sizeof(*e));
+	size_t len = 0, off = 0;
+	const void *val = iovcnt ? iov[0].iov_base : NULL;
+
+	for (int i = 0; i < iovcnt; i++)
+		len += iov[i].iov_len;
 
 	if (e == NULL)
 		return NULL;
@@ -345,7 +388,10 @@ log_new(const dt_msg_hdr *h, const void *meta, uint32_t meta_len,
 		e->meta_len = meta_len;
 	}
 	if (val && len && (e->data = malloc(len)) != NULL) {
-		memcpy(e->data, val, len);
+		for (int i = 0; i < iovcnt; i++) {
+			memcpy(e->data + off, iov[i].iov_base, iov[i].iov_len);
+			off += iov[i].iov_len;
+		}
 		e->len = len;
 	}
 	if ((meta_len && !e->meta) || (val && len && !e->data)) {
@@ -446,8 +492,7 @@ on_ckpt_done(dt_kv_client *c, int sid, const dt_msg *m)
 			next = dt__list_next(&v->log, l);
 			if (have < 0 || e->cmd == DT_CMD_KV_CONFIG ||
 			    e->cmd == DT_CMD_KV_SET_OPT ||
-			    (e->cmd != DT_CMD_KV_INIT &&
-			     e->pidx >= (uint64_t)have))
+			    (!init_cmd(e->cmd) && e->pidx >= (uint64_t)have))
 				continue;
 			if ((s = find_sub(c, e->seq)) != NULL)
 				s->log = NULL;
@@ -472,15 +517,14 @@ unlog_refused(dt_kv_client *c, sub *s)
 	int r = server_rank(c, s->server_id);
 
 	s->log = NULL;
-	if (e->cmd == DT_CMD_KV_PUSH || e->cmd == DT_CMD_KV_PUSHPULL) {
+	if (push_cmd(e->cmd)) {
 		dt_hnode *h = dt__table_find(&c->counts, e->key);
 
 		for (dt_lnode *l = dt__list_next(&c->srv[r].log, &e->ln); l;
 		     l = dt__list_next(&c->srv[r].log, l)) {
 			logent *x = DT_CONTAINER_OF(l, logent, ln);
 
-			if (x->key == e->key && (x->cmd == DT_CMD_KV_PUSH ||
-			                         x->cmd == DT_CMD_KV_PUSHPULL))
+			if (x->key == e->key && push_cmd(x->cmd))
 				x->pidx--;
 		}
 		if (h)
@@ -519,6 +563,28 @@ cmp_item(const void *a, const void *b)
 	const item *x = a, *y = b;
 
 	return (x->order > y->order) - (x->order < y->order);
+}
+
+/* A pushpull the checkpoint holds, whose answer is missing: its pull (a
+ * row pull carries the pushpull's ids, the first part of its payload). */
+static item
+held_pull(const item *x, const logent *e)
+{
+	item p = *x;
+
+	p.h.cmd = (uint8_t)pull_of(e->cmd);
+	p.h.arg2 =
+	    dt__kv_enc(DT_QUANT_NONE, (dt_quant_kind)DT_KV_ENC_ANSWER(e->arg2));
+	p.meta = NULL;
+	p.meta_len = 0;
+	p.val = NULL;
+	p.len = 0;
+	if (e->cmd == DT_CMD_KV_ROW_PUSHPULL && e->data &&
+	    e->arg0 <= e->len / 8) {
+		p.val = e->data;
+		p.len = (size_t)e->arg0 * 8;
+	}
+	return p;
 }
 
 /* Send server rank r's replay (send_mu held, mu not). */
@@ -580,33 +646,24 @@ replay(dt_kv_client *c, int r)
 		          .val = e->data,
 		          .len = e->len};
 
-		if (e->cmd == DT_CMD_KV_PUSH || e->cmd == DT_CMD_KV_PUSHPULL) {
+		if (push_cmd(e->cmd)) {
 			if (have >= 0 && e->pidx < (uint64_t)have) {
 				/* In the file already: only its answer is
 				 * missing, if any. */
-				if (s && e->cmd == DT_CMD_KV_PUSH) {
+				if (s && push_of(e->cmd) == e->cmd) {
 					take_sub(c, s->seq);
 					sub_done(c, s);
 					local++;
 				} else if (s) {
-					x.h.cmd = DT_CMD_KV_PULL;
-					x.h.arg2 = dt__kv_enc(
-					    DT_QUANT_NONE,
-					    (dt_quant_kind)DT_KV_ENC_ANSWER(
-					        e->arg2));
-					x.meta = NULL;
-					x.meta_len = 0;
-					x.val = NULL;
-					x.len = 0;
-					it[n++] = x;
+					it[n++] = held_pull(&x, e);
 				}
 				continue;
 			}
 			if (!s) { /* (its answer came) */
-				x.h.cmd = DT_CMD_KV_PUSH;
+				x.h.cmd = (uint8_t)push_of(e->cmd);
 				x.h.arg2 &= ~(0xffu << 8);
 			}
-		} else if (e->cmd == DT_CMD_KV_INIT && have >= 0 && !s) {
+		} else if (init_cmd(e->cmd) && have >= 0 && !s) {
 			continue; /* the key is in the file */
 		}
 		it[n++] = x;
@@ -625,7 +682,9 @@ replay(dt_kv_client *c, int r)
 		                       .key = s->key,
 		                       .arg0 = s->arg0,
 		                       .arg1 = s->arg1,
-		                       .arg2 = s->arg2}};
+		                       .arg2 = s->arg2},
+		                 .val = s->ids,
+		                 .len = s->ids_len};
 	}
 	v->replay_due = 0;
 	pthread_mutex_unlock(&c->mu);
@@ -914,8 +973,10 @@ dt__kv_client_destroy(dt_kv_client *c)
 	 * nothing can call into c any more. */
 	dt_table_iter it;
 	for (dt_hnode *h = dt__table_first(&c->subs, &it); h;
-	     h = dt__table_next(&it))
+	     h = dt__table_next(&it)) {
+		free(DT_CONTAINER_OF(h, sub, hn)->ids);
 		free(DT_CONTAINER_OF(h, sub, hn));
+	}
 	dt__table_fini(&c->subs);
 	for (dt_lnode *l; (l = dt__list_pop_front(&c->op_order));) {
 		op *o = DT_CONTAINER_OF(l, op, ln);
@@ -1016,6 +1077,30 @@ send_failed(dt_kv_client *c, op *o, uint64_t seq, dt_err err)
 	pthread_cond_broadcast(&c->cv);
 }
 
+/* Recovery: whether a push's copy of vbytes may be kept (within
+ * DTRAIN_REPLAY_MAX: else a record without the data, and a restart that
+ * needs it ends the job, named). */
+static int
+keep_copy(dt_kv_client *c, size_t vbytes)
+{
+	int keep, tell;
+
+	pthread_mutex_lock(&c->mu);
+	keep = c->kept_bytes + vbytes <= c->replay_max;
+	tell = !keep && !c->over_max;
+	c->over_max |= !keep;
+	pthread_mutex_unlock(&c->mu);
+	if (tell)
+		dt__log(0,
+		        "the copies of pushes kept to replay to a restarted "
+		        "server reach DTRAIN_REPLAY_MAX (%llu MiB): pushes "
+		        "past it are not kept until a server checkpoint holds "
+		        "the older ones, and a server restart that needs one "
+		        "ends the job",
+		        (unsigned long long)(c->replay_max >> 20));
+	return keep;
+}
+
 /*
  * Send one sub-request; the sub is registered before the send. val is
  * vbytes of payload: the caller's (stable until the answer) or, when
@@ -1059,33 +1144,14 @@ send_part(dt_kv_client *c, op *o, int server, dt_msg_hdr *h, const void *meta,
 		vbytes = 0;
 		iov = (struct iovec){NULL, 0};
 	}
-	/* Recovery: a copy, to send again to a restarted server; a push's
-	 * only while the copies stay within DTRAIN_REPLAY_MAX (else a record
-	 * without the data: a restart that needs it ends the job, named). */
-	int keep = 1;
+	/* Recovery: a copy, to send again to a restarted server (a push's
+	 * data only within DTRAIN_REPLAY_MAX: keep_copy). */
+	int keep = !(s && c->recover && val && vbytes && push_cmd(h->cmd)) ||
+	           keep_copy(c, vbytes);
 
-	if (s && c->recover && val && vbytes &&
-	    (h->cmd == DT_CMD_KV_PUSH || h->cmd == DT_CMD_KV_PUSHPULL)) {
-		int tell = 0;
-
-		pthread_mutex_lock(&c->mu);
-		keep = c->kept_bytes + vbytes <= c->replay_max;
-		tell = !keep && !c->over_max;
-		c->over_max |= !keep;
-		pthread_mutex_unlock(&c->mu);
-		if (tell)
-			dt__log(
-			    0,
-			    "the copies of pushes kept to replay to a "
-			    "restarted server reach DTRAIN_REPLAY_MAX "
-			    "(%llu MiB): pushes past it are not kept until "
-			    "a server checkpoint holds the older ones, and a "
-			    "server restart that needs one ends the job",
-			    (unsigned long long)(c->replay_max >> 20));
-	}
 	if (s && c->recover && logged_cmd(h->cmd) &&
-	    (le = log_new(h, meta, meta_len, keep ? val : NULL,
-	                  keep ? vbytes : 0)) == NULL) {
+	    (le = log_new(h, meta, meta_len, &iov, keep && val ? 1 : 0)) ==
+	        NULL) {
 		free(s);
 		s = NULL;
 	}
@@ -1758,20 +1824,85 @@ big_keys_unique(const dt_kv_client *c, int cmd, const dt_kv_batch *b,
 
 /* Register and send one server's request (no lock held); its answer's
  * values (nvals floats) land in out. Failures end up in o. */
+/* A log entry not on any list yet. */
+static void
+logent_drop(logent *e)
+{
+	free(e->meta);
+	free(e->data);
+	free(e);
+}
+
+/* Recovery, for a row request: a log entry (*le) of one that changes the
+ * store, or a copy of a pull's ids (*ids); 0 when out of memory. */
+static int
+log_part(dt_kv_client *c, const dt_msg_hdr *h, const void *meta,
+         uint32_t meta_len, const struct iovec *iov, int iovcnt, logent **le,
+         void **ids)
+{
+	size_t bytes = 0;
+	int keep = 1;
+
+	*le = NULL;
+	*ids = NULL;
+	if (h->cmd == DT_CMD_KV_ROW_PULL) {
+		if (iovcnt == 0 || iov[0].iov_len == 0)
+			return 1;
+		if ((*ids = malloc(iov[0].iov_len)) == NULL)
+			return 0;
+		memcpy(*ids, iov[0].iov_base, iov[0].iov_len);
+		return 1;
+	}
+	if (!logged_cmd(h->cmd))
+		return 1;
+	for (int i = 0; i < iovcnt; i++)
+		bytes += iov[i].iov_len;
+	if (push_cmd(h->cmd) && bytes)
+		keep = keep_copy(c, bytes);
+	if ((*le = log_new(h, meta, meta_len, iov, keep ? iovcnt : 0)) == NULL)
+		return 0;
+	(*le)->lost = !keep;
+	return 1;
+}
+
 static void
 send_many_part(dt_kv_client *c, op *o, int server, dt_msg_hdr *h,
                const void *meta, uint32_t meta_len, const struct iovec *iov,
                int iovcnt, float *out, size_t nvals)
 {
 	sub *s = malloc(sizeof(*s));
-	dt_err err;
+	logent *le = NULL;
+	void *ids = NULL;
+	int64_t pidx = 0;
+	int parked = 0;
+	dt_err err = DT_OK;
 
+	/* Recovery (row requests; batched ones are not sent with it): a
+	 * copy to send again, as send_part keeps. */
+	if (s && c->recover &&
+	    !log_part(c, h, meta, meta_len, iov, iovcnt, &le, &ids)) {
+		free(s);
+		s = NULL;
+	}
+	if (c->recover) {
+		pthread_mutex_lock(&c->send_mu);
+		run_replays(c);
+	}
 	pthread_mutex_lock(&c->mu);
+	if (s && le && push_cmd(h->cmd) &&
+	    (pidx = next_push(c, h->key, server)) < 0) {
+		logent_drop(le);
+		free(s);
+		s = NULL;
+	}
 	if (s == NULL) {
+		free(ids);
 		op_fail(o, DT_ENOMEM, "out of memory");
 		if (--o->remaining == 0)
 			dt__gen_bump(&c->done_gen);
 		pthread_mutex_unlock(&c->mu);
+		if (c->recover)
+			pthread_mutex_unlock(&c->send_mu);
 		return;
 	}
 	h->seq = c->next_seq++;
@@ -1785,16 +1916,30 @@ send_many_part(dt_kv_client *c, op *o, int server, dt_msg_hdr *h,
 	           .key = h->key,
 	           .arg0 = h->arg0,
 	           .arg1 = h->arg1,
-	           .arg2 = h->arg2};
+	           .arg2 = h->arg2,
+	           .log = le,
+	           .ids = ids,
+	           .ids_len = ids ? iov[0].iov_len : 0};
 	dt__table_insert(&c->subs, &s->hn, s->seq);
 	for (int i = 0; i < iovcnt; i++)
 		o->out_bytes += iov[i].iov_len;
 	o->t_sent = dt__now_ns();
+	if (le) {
+		le->seq = h->seq;
+		le->pidx = (uint64_t)pidx;
+		dt__list_push_back(&c->srv[server].log, &le->ln);
+		c->kept_bytes += le->len;
+	}
+	/* A restarted server gets it in its replay, in order. */
+	parked = c->recover && c->srv[server].restarted;
 	pthread_mutex_unlock(&c->mu);
 	/* The caller's arrays and the part buffers stay as they are until
 	 * the call returns, after the answer. */
-	err = dt__node_send_ex(c->node, s->server_id, h, meta, meta_len, iov,
-	                       iovcnt, DT_SEND_STABLE);
+	if (!parked)
+		err = dt__node_send_ex(c->node, s->server_id, h, meta, meta_len,
+		                       iov, iovcnt, DT_SEND_STABLE);
+	if (c->recover)
+		pthread_mutex_unlock(&c->send_mu);
 	if (err)
 		send_failed(c, o, h->seq, err);
 }
@@ -2049,14 +2194,6 @@ dt__kv_client_row_init(dt_kv_client *c, const dt_kv_rtab *t, const float *val)
 
 	if ((err = dt__node_check(c->node)))
 		return err;
-	if (!c->batch)
-		return dt__fail(
-		    DT_ECONFIG,
-		    "row_sparse init of key %llu: row_sparse "
-		    "tables are not kept in checkpoints; unset "
-		    "DTRAIN_RECOVER and DTRAIN_CHECKPOINT_DIR to use "
-		    "them",
-		    (unsigned long long)t->key);
 	if (dt_node_rank(c->node) != 0)
 		return DT_OK;
 	for (int i = 0; i < ns; i++) {

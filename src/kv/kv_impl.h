@@ -4,8 +4,9 @@
  * stores).
  *
  * Files: kv.c (the public API, local stores, local aggregation), client.c
- * (a worker talking to servers), server.c (a server's store and dist_sync
- * rounds), placement.c, optim.c.
+ * (a worker talking to servers), server.c (a server's router, dense keys,
+ * checkpoints), rserver.c and kstore.c (its row tables and many-key
+ * store; server.h has the kinds' ops), ckpt.c, placement.c, optim.c.
  */
 #ifndef DT_KV_KV_IMPL_H
 #define DT_KV_KV_IMPL_H
@@ -369,12 +370,13 @@ dt_err dt__kv_client_checkpoint(dt_kv_client *c);
 
 /* Server checkpoints (ckpt.c; the format in docs/fault-tolerance.md). */
 typedef struct dt_ckpt_head {
+	uint32_t version; /* of a file read (1 or 2) */
 	uint32_t rank, nservers, nworkers;
 	int sync;
 	dt_opt opt;      /* kind DT_OPT_NONE: none */
 	uint64_t number; /* 1, 2, ... in this job */
 	uint64_t rounds; /* the server's completed rounds (or updates) */
-	uint64_t nkeys;
+	uint64_t nkeys;  /* the dense keys' section's count */
 } dt_ckpt_head;
 
 typedef struct dt_ckpt_key {
@@ -386,6 +388,8 @@ typedef struct dt_ckpt_key {
 	                            file being read) */
 } dt_ckpt_key;
 
+/* The header, up to the round count: each store kind's section (its u64
+ * count, then its records) follows, in the order of the format. */
 void dt__ckpt_begin(dt_wbuf *w, const dt_ckpt_head *h);
 void dt__ckpt_key(dt_wbuf *w, const dt_ckpt_key *k, uint32_t nworkers);
 /* Append the trailer (length, CRC-32, end mark) to the body of buf, which
@@ -406,5 +410,24 @@ dt_err dt__ckpt_open(const char *path, const uint8_t *buf, size_t len,
 /* The next key (k->applied has room for h->nworkers), bounds-checked. */
 dt_err dt__ckpt_next_key(const char *path, dt_rbuf *r, const dt_ckpt_head *h,
                          dt_ckpt_key *k);
+
+/* A row_sparse table's part in a checkpoint (the rows [lo, lo + n)). */
+typedef struct dt_ckpt_table {
+	dt_key key;
+	uint64_t rows, lo, n, width, steps;
+	uint64_t *applied; /* per worker rank: its pushes in the values */
+	uint64_t state_len;
+	const void *val, *state; /* n * width and state_len floats */
+} dt_ckpt_table;
+
+void dt__ckpt_table(dt_wbuf *w, const dt_ckpt_table *t, uint32_t nworkers);
+/* The count that opens a later section (what: its records, for errors),
+ * checked against the bytes left; 0 in a version 1 file, which has none. */
+dt_err dt__ckpt_count(const char *path, dt_rbuf *r, const dt_ckpt_head *h,
+                      const char *what, uint64_t *count);
+/* The next row table (t->applied has room for h->nworkers), bounds-checked
+ * against the file and the row tables' limits. */
+dt_err dt__ckpt_next_table(const char *path, dt_rbuf *r, const dt_ckpt_head *h,
+                           dt_ckpt_table *t);
 
 #endif

@@ -16,11 +16,13 @@
  * Threads: everything here runs in the node's I/O thread, so a key's
  * updates are atomic by construction and the store needs no lock.
  *
- * Size: it holds the server's dispatch, dense rounds, many-key requests,
- * row tables, checkpoints and recovery parking over one state struct; the
- * split into a router and one file per store kind (with checkpoints
- * iterating the kinds) is the next architecture step and is not done
- * piecemeal.
+ * Layout: the store kinds are behind one ops table (server.h):
+ * checkpoints, rejoin, the mode and optimizer settings and the check of
+ * which store holds a key loop over them. Row tables live in rserver.c,
+ * the answers in srv_reply.c. This file still holds, beside the router
+ * and the checkpoints, the dense kind and the many-key kind's messages
+ * (over kstore.c): moving each into a file of its own is what remains of
+ * the split.
  */
 #include <errno.h>
 #include <stdarg.h>
@@ -34,6 +36,7 @@
 #include "kv/kstore.h"
 #include "kv/kv_impl.h"
 #include "kv/rstore.h"
+#include "kv/server.h"
 
 /* Pushes at least this big are applied while they stream in. */
 #define STREAM_MIN (256u << 10)
@@ -91,7 +94,7 @@ typedef struct entry {
 } entry;
 
 /* A snapshot of the store on its way to disk. */
-typedef struct ckpt_job {
+struct ckpt_job {
 	uint8_t *buf;
 	size_t len;
 	uint64_t number;
@@ -100,11 +103,11 @@ typedef struct ckpt_job {
 	size_t nkeys;
 	dt_key *keys;
 	uint64_t *applied; /* nkeys x nworkers */
-} ckpt_job;
+};
 
 /* A batched dist_sync push waiting for its keys' rounds (KV_PUSH_MANY,
  * KV_PUSHPULL_MANY); its handle is its index + 1. */
-typedef struct breq {
+struct breq {
 	int worker; /* -1: free */
 	int cmd;
 	uint64_t seq;
@@ -114,80 +117,7 @@ typedef struct breq {
 	uint32_t next_free;
 	struct waiter *pulls; /* single-key pulls of its keys by its worker,
 	                         answered after it (n: the record) */
-} breq;
-
-typedef struct kv_server {
-	dt_node *node;
-	int rank;
-	int rejoined;      /* took a lost server's place (recovery), until every
-	                      worker's replay is over */
-	uint8_t *replayed; /* by worker: its KV_REPLAYED came */
-	int nreplayed;
-	size_t ninit; /* keys with a value (the optimizer is fixed then) */
-	int nservers, nworkers; /* the job's */
-	int sync;
-	dt_opt opt;     /* kind DT_OPT_NONE: the value is the sum of a round */
-	dt_table keys;  /* entries by key */
-	dt_table rtabs; /* row_sparse tables by key (rtable) */
-	uint8_t *dec;   /* a compressed push, decoded (floats) */
-	size_t dec_cap;
-	uint8_t *half; /* an fp16 answer */
-	size_t half_cap;
-	/* The many-key store (batched requests; kstore.h), made at the
-	 * first batched init; and its scratch: a request's records, an
-	 * answer's values, the pending dist_sync pushes. */
-	int ks_on;
-	dt_kstore ks;
-	uint32_t *idx;
-	size_t idx_cap; /* bytes */
-	float *gath;
-	size_t gath_cap; /* bytes */
-	/* DTRAIN_MAX_TABLE_BYTES: the most the row_sparse tables here may
-	 * map, all together (dt__rs_plan_bytes), and what they map now. */
-	uint64_t max_table_bytes, table_bytes;
-	struct rxbuf {
-		uint8_t *buf;
-		size_t cap;
-		const dt_conn *holder; /* receiving a frame into it now */
-	} * rx; /* by worker: its batched requests land here */
-	breq *breqs;
-	size_t nbreqs;
-	uint32_t breq_free; /* handle of the first free one, 0: none */
-	/* PS_RESEND: by worker, the push streaming in now, and how many of
-	 * its bytes are used; a frame cut by a broken connection comes again
-	 * whole, and only the rest of it is used then. */
-	struct streaming {
-		uint64_t seq;
-		dt_key key;
-		uint64_t used;
-		int on;
-	} * streaming;
-	/* Checkpoints (DTRAIN_CHECKPOINT_*). The I/O thread takes a snapshot
-	 * (a copy, in the file's format); a writer thread puts it on disk. */
-	char *ck_dir;          /* NULL: no checkpoints */
-	char ck_name[64];      /* server-<rank>.ckpt */
-	uint64_t ck_every;     /* rounds (0: not by rounds) */
-	uint64_t ck_every_ns;  /* or time (0: not by time) */
-	uint64_t rounds;       /* key rounds completed (async: updates) */
-	uint64_t ck_rounds_at; /* rounds at the last snapshot */
-	uint64_t ck_last_ns;
-	uint64_t ck_number; /* the last snapshot's number */
-	pthread_t ck_thread;
-	int ck_started;
-	pthread_mutex_t ck_mu;
-	pthread_cond_t ck_cv; /* a job for the writer, or one written */
-	ckpt_job *ck_next;    /* (ck_mu) the next to write; a newer one
-	                         replaces it */
-	uint64_t ck_done;     /* (ck_mu) the last number written */
-	dt_err ck_err;        /* (ck_mu) how that write ended */
-	char ck_errmsg[256];  /* (ck_mu) */
-	int ck_stop;          /* (ck_mu) */
-	uint64_t ck_written;  /* (ck_mu) files written */
-	uint64_t ck_write_ns; /* (ck_mu) time spent writing them */
-	uint64_t ck_snap_ns;  /* snapshots' time in the I/O thread */
-	ckpt_job *ck_ok;      /* (ck_mu) the last one written, to be told to
-	                         the workers (recovery; buf freed) */
-} kv_server;
+};
 
 static entry *
 find(kv_server *s, dt_key key)
@@ -253,83 +183,6 @@ free_entry(entry *e)
 	free(e);
 }
 
-static void reply_error(kv_server *s, int worker, int cmd, uint64_t seq,
-                        dt_key key, dt_err code, const char *fmt, ...)
-    DT_PRINTF(7, 8);
-
-/* An answer; with a value (len floats), in encoding enc (what the request
- * asked for: fp32, or fp16 converted here). val is the store's value
- * (stable: before it changes, touch() has PS_RESEND keep a copy of what it
- * still holds of it), or scratch (scratch = 1: copied if kept). */
-static void
-reply_val(kv_server *s, int worker, int cmd, uint64_t seq, dt_key key,
-          const float *val, size_t len, unsigned enc, int scratch)
-{
-	dt_msg_hdr h = {.cmd = (uint8_t)cmd,
-	                .flags = DT_F_RESPONSE,
-	                .seq = seq,
-	                .key = key};
-	struct iovec iov = {(void *)val, len * sizeof(float)};
-	unsigned flags = scratch ? 0 : DT_SEND_STABLE;
-	dt_err err;
-
-	if (val && enc == DT_QUANT_FP16) {
-		if (!dt__buf_reserve(&s->half, &s->half_cap, 2 * len)) {
-			reply_error(s, worker, cmd, seq, key, DT_ENOMEM,
-			            "%s of key %llu: out of memory for the "
-			            "fp16 answer",
-			            dt__kv_op_name(cmd),
-			            (unsigned long long)key);
-			return;
-		}
-		dt__quant_fp16(val, s->half, len);
-		iov = (struct iovec){s->half, 2 * len};
-		h.arg2 = DT_QUANT_FP16;
-		flags = 0; /* (a scratch buffer: PS_RESEND copies it) */
-	}
-	err = dt__node_send_ex(s->node, dt__node_worker_id(s->node, worker), &h,
-	                       NULL, 0, val ? &iov : NULL, val ? 1 : 0, flags);
-	if (err)
-		DT_LOG(1, "answer to worker %d: %s", worker, dt_errmsg());
-}
-
-static void
-reply_enc(kv_server *s, int worker, int cmd, uint64_t seq, dt_key key,
-          const float *val, size_t len, unsigned enc)
-{
-	reply_val(s, worker, cmd, seq, key, val, len, enc, 0);
-}
-
-static void
-reply(kv_server *s, int worker, int cmd, uint64_t seq, dt_key key,
-      const float *val, size_t len)
-{
-	reply_enc(s, worker, cmd, seq, key, val, len, DT_QUANT_NONE);
-}
-
-static void
-reply_error(kv_server *s, int worker, int cmd, uint64_t seq, dt_key key,
-            dt_err code, const char *fmt, ...)
-{
-	char msg[512];
-	va_list ap;
-	dt_wbuf w;
-
-	va_start(ap, fmt);
-	vsnprintf(msg, sizeof(msg), fmt, ap);
-	va_end(ap);
-	DT_LOG(1, "error for worker %d: %s", worker, msg);
-	dt__wbuf_init(&w);
-	dt_msg_hdr h = {.cmd = (uint8_t)cmd,
-	                .flags = DT_F_RESPONSE | DT_F_ERROR,
-	                .seq = seq,
-	                .key = key};
-	if (dt__kv_error_encode(code, msg, &w) == DT_OK)
-		dt__node_send(s->node, dt__node_worker_id(s->node, worker), &h,
-		              w.data, (uint32_t)w.len, NULL, 0);
-	dt__wbuf_fini(&w);
-}
-
 static int
 queue(waiter **list, int worker, int cmd, uint64_t seq, uint64_t n,
       uint64_t offset, unsigned enc)
@@ -356,37 +209,11 @@ touch(kv_server *s, entry *e)
 	dt__node_before_write(s->node, e->val, e->len * sizeof(float));
 }
 
-static void maybe_checkpoint(kv_server *s);
 static int in_many_store(kv_server *s, int worker, const dt_msg_hdr *h);
 static int init_in_many(kv_server *s, int worker, const dt_msg *m);
 static void one_in_many(kv_server *s, int worker, const dt_msg_hdr *h,
                         const uint8_t *meta, const float *payload, uint32_t r);
 static void unpark(kv_server *s, entry *e);
-static int row_table(kv_server *s, dt_key key);
-static const char *other_home(kv_server *s, dt_key key);
-
-/* Server time on key since t0: merging a push (peer: the worker's node
- * id) or updating the value (peer -1), for the counters and timeline. */
-static void
-busy_part(int kind, uint64_t t0, dt_key key, uint64_t bytes, int peer,
-          int count)
-{
-	uint64_t now = dt__now_ns();
-
-	if (kind != DT_EV_KV_REPLY)
-		dt__obs_server(kind == DT_EV_KV_UPDATE, count, now - t0);
-	if (dt__tracing())
-		dt__trace_span(kind, DT_TID_IO, t0, key,
-		               DT_EVF_KEY | (bytes ? DT_EVF_BYTES : 0) |
-		                   (peer >= 0 ? DT_EVF_PEER : 0),
-		               bytes, peer);
-}
-
-static void
-busy(int kind, uint64_t t0, dt_key key, uint64_t bytes, int peer)
-{
-	busy_part(kind, t0, key, bytes, peer, 1);
-}
 
 static void
 round_done(kv_server *s, entry *e)
@@ -402,12 +229,12 @@ round_done(kv_server *s, entry *e)
 		waiter *w = e->answers;
 
 		e->answers = w->next;
-		reply_enc(s, w->worker, w->cmd, w->seq, e->key,
-		          w->cmd == DT_CMD_KV_PUSH ? NULL : e->val, e->len,
-		          w->enc);
+		srv_reply_enc(s, w->worker, w->cmd, w->seq, e->key,
+		              w->cmd == DT_CMD_KV_PUSH ? NULL : e->val, e->len,
+		              w->enc);
 		free(w);
 	}
-	busy(DT_EV_KV_REPLY, t0, e->key, 0, -1);
+	srv_busy(DT_EV_KV_REPLY, t0, e->key, 0, -1);
 	/* Pushes that came early for this new round join it now. */
 	while (e->later && !e->pushed[e->later->worker]) {
 		deferred *d = e->later;
@@ -417,7 +244,7 @@ round_done(kv_server *s, entry *e)
 		free(d->data);
 		free(d);
 	}
-	maybe_checkpoint(s);
+	srv_maybe_checkpoint(s);
 }
 
 static void
@@ -436,7 +263,7 @@ finish_round(kv_server *s, entry *e, const float *sum)
 	}
 	if (sum == e->merge) /* the next round adds into zeros */
 		memset(e->merge, 0, e->len * sizeof(float));
-	busy(DT_EV_KV_UPDATE, t0, e->key, e->len * sizeof(float), -1);
+	srv_busy(DT_EV_KV_UPDATE, t0, e->key, e->len * sizeof(float), -1);
 	round_done(s, e);
 }
 
@@ -456,11 +283,11 @@ push_sync(kv_server *s, entry *e, int worker, int cmd, uint64_t seq,
 			d->data = malloc(e->len * sizeof(float));
 		if (d == NULL || d->data == NULL) {
 			free(d);
-			reply_error(s, worker, cmd, seq, e->key, DT_ENOMEM,
-			            "%s of key %llu: out of memory holding a "
-			            "second push of this round",
-			            dt__kv_op_name(cmd),
-			            (unsigned long long)e->key);
+			srv_reply_error(
+			    s, worker, cmd, seq, e->key, DT_ENOMEM,
+			    "%s of key %llu: out of memory holding a "
+			    "second push of this round",
+			    dt__kv_op_name(cmd), (unsigned long long)e->key);
 			return;
 		}
 		memcpy(d->data, g, e->len * sizeof(float));
@@ -471,8 +298,8 @@ push_sync(kv_server *s, entry *e, int worker, int cmd, uint64_t seq,
 		return;
 	}
 	if (queue(&e->answers, worker, cmd, seq, 0, 0, enc)) {
-		reply_error(s, worker, cmd, seq, e->key, DT_ENOMEM,
-		            "out of memory");
+		srv_reply_error(s, worker, cmd, seq, e->key, DT_ENOMEM,
+		                "out of memory");
 		return;
 	}
 	e->pushed[worker] = 1;
@@ -491,8 +318,8 @@ push_sync(kv_server *s, entry *e, int worker, int cmd, uint64_t seq,
 		uint64_t t0 = dt__now_ns();
 
 		dt__kv_add(e->merge, g, e->len);
-		busy(DT_EV_KV_MERGE, t0, e->key, e->len * sizeof(float),
-		     dt__node_worker_id(s->node, worker));
+		srv_busy(DT_EV_KV_MERGE, t0, e->key, e->len * sizeof(float),
+		         dt__node_worker_id(s->node, worker));
 	}
 	if (e->npushed == s->nworkers)
 		finish_round(s, e, e->merge);
@@ -513,14 +340,14 @@ push_async(kv_server *s, entry *e, int worker, int cmd, uint64_t seq,
 	}
 	e->applied[worker]++;
 	s->rounds++;
-	busy(DT_EV_KV_UPDATE, t0, e->key, e->len * sizeof(float),
-	     dt__node_worker_id(s->node, worker));
+	srv_busy(DT_EV_KV_UPDATE, t0, e->key, e->len * sizeof(float),
+	         dt__node_worker_id(s->node, worker));
 	t0 = dt__now_ns();
-	reply_enc(s, worker, cmd, seq, e->key,
-	          cmd == DT_CMD_KV_PUSH ? NULL : e->val, e->len, enc);
-	busy(DT_EV_KV_REPLY, t0, e->key, 0,
-	     dt__node_worker_id(s->node, worker));
-	maybe_checkpoint(s);
+	srv_reply_enc(s, worker, cmd, seq, e->key,
+	              cmd == DT_CMD_KV_PUSH ? NULL : e->val, e->len, enc);
+	srv_busy(DT_EV_KV_REPLY, t0, e->key, 0,
+	         dt__node_worker_id(s->node, worker));
+	srv_maybe_checkpoint(s);
 }
 
 static int
@@ -558,13 +385,13 @@ init_value_bad(kv_server *s, int worker, const dt_msg_hdr *h)
 	if (len && h->payload_len % sizeof(float) == 0 && h->arg1 < h->arg0 &&
 	    len <= h->arg0 - h->arg1)
 		return 0;
-	reply_error(s, worker, h->cmd, h->seq, h->key, DT_ESIZE,
-	            "init of key %llu: a value of %llu bytes at offset %llu "
-	            "of an array of %llu floats (1 float or more, whole "
-	            "floats, inside the array)",
-	            (unsigned long long)h->key,
-	            (unsigned long long)h->payload_len,
-	            (unsigned long long)h->arg1, (unsigned long long)h->arg0);
+	srv_reply_error(
+	    s, worker, h->cmd, h->seq, h->key, DT_ESIZE,
+	    "init of key %llu: a value of %llu bytes at offset %llu "
+	    "of an array of %llu floats (1 float or more, whole "
+	    "floats, inside the array)",
+	    (unsigned long long)h->key, (unsigned long long)h->payload_len,
+	    (unsigned long long)h->arg1, (unsigned long long)h->arg0);
 	return 1;
 }
 
@@ -575,21 +402,21 @@ on_init(kv_server *s, int worker, const dt_msg *m)
 	int has_value = (h->arg2 & DT_KV_INIT_HAS_VALUE) != 0;
 	size_t len = (size_t)(h->payload_len / sizeof(float));
 	entry *e = find(s, h->key);
+	const srv_kind *home;
 
 	if (init_in_many(s, worker, m))
 		return;
-	if (row_table(s, h->key)) {
-		reply_error(s, worker, h->cmd, h->seq, h->key, DT_ESTATE,
-		            "init of key %llu: the key is a row_sparse table "
-		            "(dt_kv_init_row_sparse); use the row_sparse calls "
-		            "for it",
-		            (unsigned long long)h->key);
+	if ((home = srv_home_of(s, h->key, &srv_dense_kind)) != NULL) {
+		srv_reply_error(s, worker, h->cmd, h->seq, h->key, DT_ESTATE,
+		                "init of key %llu: the key was initialised by "
+		                "%s; use its calls for it",
+		                (unsigned long long)h->key, home->made_by);
 		return;
 	}
 	if (has_value && m->payload == NULL && h->payload_len) {
-		reply_error(s, worker, h->cmd, h->seq, h->key, DT_ESIZE,
-		            "init of key %llu: slice too large",
-		            (unsigned long long)h->key);
+		srv_reply_error(s, worker, h->cmd, h->seq, h->key, DT_ESIZE,
+		                "init of key %llu: slice too large",
+		                (unsigned long long)h->key);
 		return;
 	}
 	if (has_value && init_value_bad(s, worker, h))
@@ -597,12 +424,13 @@ on_init(kv_server *s, int worker, const dt_msg *m)
 	if (e && e->initialised) {
 		size_t want = has_value ? len : e->len;
 		if (e->n != h->arg0 || e->offset != h->arg1 || e->len != want) {
-			reply_error(s, worker, h->cmd, h->seq, h->key, DT_ESIZE,
-			            "init of key %llu: length %llu != "
-			            "initialised length %llu",
-			            (unsigned long long)h->key,
-			            (unsigned long long)h->arg0,
-			            (unsigned long long)e->n);
+			srv_reply_error(s, worker, h->cmd, h->seq, h->key,
+			                DT_ESIZE,
+			                "init of key %llu: length %llu != "
+			                "initialised length %llu",
+			                (unsigned long long)h->key,
+			                (unsigned long long)h->arg0,
+			                (unsigned long long)e->n);
 			return;
 		}
 		if (has_value && e->restored) {
@@ -617,26 +445,27 @@ on_init(kv_server *s, int worker, const dt_msg *m)
 				       dt__opt_state_len(&s->opt, e->len) *
 				           sizeof(float));
 		}
-		reply(s, worker, h->cmd, h->seq, h->key, NULL, 0);
+		srv_reply(s, worker, h->cmd, h->seq, h->key, NULL, 0);
 		return;
 	}
 	if (e == NULL && (e = insert(s, h->key)) == NULL) {
-		reply_error(s, worker, h->cmd, h->seq, h->key, DT_ENOMEM,
-		            "init of key %llu: out of memory",
-		            (unsigned long long)h->key);
+		srv_reply_error(s, worker, h->cmd, h->seq, h->key, DT_ENOMEM,
+		                "init of key %llu: out of memory",
+		                (unsigned long long)h->key);
 		return;
 	}
 	if (!has_value) { /* wait for rank 0's value */
 		if (queue(&e->inits, worker, h->cmd, h->seq, h->arg0, h->arg1,
 		          0))
-			reply_error(s, worker, h->cmd, h->seq, h->key,
-			            DT_ENOMEM, "out of memory");
+			srv_reply_error(s, worker, h->cmd, h->seq, h->key,
+			                DT_ENOMEM, "out of memory");
 		return;
 	}
 	if (alloc_value(s, e, h->arg0, h->arg1, len)) {
-		reply_error(s, worker, h->cmd, h->seq, h->key, DT_ENOMEM,
-		            "init of key %llu: out of memory for %zu floats",
-		            (unsigned long long)h->key, len);
+		srv_reply_error(
+		    s, worker, h->cmd, h->seq, h->key, DT_ENOMEM,
+		    "init of key %llu: out of memory for %zu floats",
+		    (unsigned long long)h->key, len);
 		return;
 	}
 	memcpy(e->val, m->payload, len * sizeof(float));
@@ -645,20 +474,21 @@ on_init(kv_server *s, int worker, const dt_msg *m)
 	DT_LOG(2, "key %llu initialised: %zu floats at offset %llu of %llu",
 	       (unsigned long long)h->key, len, (unsigned long long)h->arg1,
 	       (unsigned long long)h->arg0);
-	reply(s, worker, h->cmd, h->seq, h->key, NULL, 0);
+	srv_reply(s, worker, h->cmd, h->seq, h->key, NULL, 0);
 	while (e->inits) {
 		waiter *w = e->inits;
 
 		e->inits = w->next;
 		if (w->n != e->n || w->offset != e->offset)
-			reply_error(
+			srv_reply_error(
 			    s, w->worker, w->cmd, w->seq, e->key, DT_ESIZE,
 			    "init of key %llu: length %llu != "
 			    "initialised length %llu",
 			    (unsigned long long)e->key,
 			    (unsigned long long)w->n, (unsigned long long)e->n);
 		else
-			reply(s, w->worker, w->cmd, w->seq, e->key, NULL, 0);
+			srv_reply(s, w->worker, w->cmd, w->seq, e->key, NULL,
+			          0);
 		free(w);
 	}
 	unpark(s, e);
@@ -671,10 +501,10 @@ in_many_store(kv_server *s, int worker, const dt_msg_hdr *h)
 {
 	if (!s->ks_on || dt__ks_find(&s->ks, h->key) == DT_KS_NONE)
 		return 0;
-	reply_error(s, worker, h->cmd, h->seq, h->key, DT_ESTATE,
-	            "%s of key %llu: the key lives in the many-key store "
-	            "(a batched init made it), which has no recovery",
-	            dt__kv_op_name(h->cmd), (unsigned long long)h->key);
+	srv_reply_error(s, worker, h->cmd, h->seq, h->key, DT_ESTATE,
+	                "%s of key %llu: the key lives in the many-key store "
+	                "(a batched init made it), which has no recovery",
+	                dt__kv_op_name(h->cmd), (unsigned long long)h->key);
 	return 1;
 }
 
@@ -691,32 +521,33 @@ check_access(kv_server *s, int worker, const dt_msg_hdr *h, const uint8_t *meta,
 	if (e == NULL && in_many_store(s, worker, h))
 		return NULL;
 	if (e == NULL || !e->initialised) {
-		reply_error(s, worker, h->cmd, h->seq, h->key, DT_ENOKEY,
-		            "%s of key %llu: unknown key (never initialised "
-		            "with init)",
-		            op, (unsigned long long)h->key);
+		srv_reply_error(
+		    s, worker, h->cmd, h->seq, h->key, DT_ENOKEY,
+		    "%s of key %llu: unknown key (never initialised "
+		    "with init)",
+		    op, (unsigned long long)h->key);
 		return NULL;
 	}
 	if ((err = dt__kv_push_check(h, meta, e->len, kind, t)) &&
 	    err != DT_ESIZE) {
-		reply_error(s, worker, h->cmd, h->seq, h->key, err,
-		            "%s of key %llu: %s", op,
-		            (unsigned long long)h->key, dt_errmsg());
+		srv_reply_error(s, worker, h->cmd, h->seq, h->key, err,
+		                "%s of key %llu: %s", op,
+		                (unsigned long long)h->key, dt_errmsg());
 		return NULL;
 	}
 	if (h->arg0 != e->n || h->arg1 != e->offset) {
-		reply_error(s, worker, h->cmd, h->seq, h->key, DT_ESIZE,
-		            "%s of key %llu: length %llu != initialised "
-		            "length %llu",
-		            op, (unsigned long long)h->key,
-		            (unsigned long long)h->arg0,
-		            (unsigned long long)e->n);
+		srv_reply_error(s, worker, h->cmd, h->seq, h->key, DT_ESIZE,
+		                "%s of key %llu: length %llu != initialised "
+		                "length %llu",
+		                op, (unsigned long long)h->key,
+		                (unsigned long long)h->arg0,
+		                (unsigned long long)e->n);
 		return NULL;
 	}
 	if (with_data && err) {
-		reply_error(s, worker, h->cmd, h->seq, h->key, err,
-		            "%s of key %llu: %s", op,
-		            (unsigned long long)h->key, dt_errmsg());
+		srv_reply_error(s, worker, h->cmd, h->seq, h->key, err,
+		                "%s of key %llu: %s", op,
+		                (unsigned long long)h->key, dt_errmsg());
 		return NULL;
 	}
 	return e;
@@ -788,37 +619,54 @@ announce(kv_server *s)
 	job_free(job);
 }
 
+/* What the store's kinds hold, for the workers: each record's key and
+ * the pushes of each worker in it (*keys and *applied malloc'd); DT_ENOMEM
+ * when there is no room. */
+static dt_err
+held_all(kv_server *s, size_t *n, dt_key **keys, uint64_t **applied)
+{
+	size_t total = 0, k = 0;
+
+	for (const srv_kind *const *kind = srv_kinds; *kind; kind++)
+		if ((*kind)->count)
+			total += (size_t)(*kind)->count(s);
+	*keys = malloc(sizeof(dt_key) * DT_MAX(total, 1));
+	*applied =
+	    malloc(sizeof(uint64_t) * DT_MAX(total, 1) * (size_t)s->nworkers);
+	if (*keys == NULL || *applied == NULL) {
+		free(*keys);
+		free(*applied);
+		*keys = NULL;
+		*applied = NULL;
+		return DT_ENOMEM;
+	}
+	for (const srv_kind *const *kind = srv_kinds; *kind; kind++) {
+		if ((*kind)->count == NULL)
+			continue;
+		(*kind)->held(s, *keys + k, *applied + k * (size_t)s->nworkers);
+		k += (size_t)(*kind)->count(s);
+	}
+	*n = total;
+	return DT_OK;
+}
+
 /* Recovery: this server took a lost one's place. Its store is the last
  * checkpoint (or empty); each worker hears what it holds of its pushes
  * and sends the rest again. */
 static dt_err
 rejoin(kv_server *s)
 {
-	size_t nkeys = dt__table_count(&s->keys), k = 0;
-	dt_key *keys = malloc(sizeof(dt_key) * DT_MAX(nkeys, 1));
-	uint64_t *applied =
-	    malloc(sizeof(uint64_t) * DT_MAX(nkeys, 1) * (size_t)s->nworkers);
-	dt_table_iter it;
+	size_t n;
+	dt_key *keys;
+	uint64_t *applied;
 
-	if (keys == NULL || applied == NULL) {
-		free(keys);
-		free(applied);
+	if (held_all(s, &n, &keys, &applied))
 		return dt__fail(DT_ENOMEM, "rejoining: out of memory");
-	}
-	for (dt_hnode *h = dt__table_first(&s->keys, &it); h;
-	     h = dt__table_next(&it)) {
-		entry *e = DT_CONTAINER_OF(h, entry, hn);
-
-		keys[k] = e->key;
-		memcpy(applied + k * (size_t)s->nworkers, e->applied,
-		       sizeof(uint64_t) * (size_t)s->nworkers);
-		k++;
-	}
 	dt__log(0,
-	        "taking server %d's place with %zu keys (checkpoint #%llu); "
-	        "the workers send again what came after",
-	        s->rank, k, (unsigned long long)s->ck_number);
-	tell_workers(s, s->ck_number, k, keys, applied, 1);
+	        "taking server %d's place with %zu keys and tables "
+	        "(checkpoint #%llu); the workers send again what came after",
+	        s->rank, n, (unsigned long long)s->ck_number);
+	tell_workers(s, s->ck_number, n, keys, applied, 1);
 	free(keys);
 	free(applied);
 	return DT_OK;
@@ -826,64 +674,35 @@ rejoin(kv_server *s)
 
 /* Copy the store, in the file's format, and hand it to the writer; the
  * number it will have on disk. Runs in the I/O thread: the store does not
- * change meanwhile, and each key is between two rounds (a round's pushes
- * so far are in its merge buffer, not in the value). */
+ * change meanwhile, and each kind writes its records as they are between
+ * two rounds (a round's pushes so far are in merge buffers, not in the
+ * values, and are not counted as applied). */
 static dt_err
 snapshot(kv_server *s, uint64_t *number)
 {
-	uint64_t t0 = dt__now_ns(), nkeys = 0;
-	dt_table_iter it;
+	uint64_t t0 = dt__now_ns();
 	dt_wbuf w;
 	ckpt_job *job;
 	dt_err err;
-
-	for (dt_hnode *h = dt__table_first(&s->keys, &it); h;
-	     h = dt__table_next(&it))
-		nkeys += DT_CONTAINER_OF(h, entry, hn)->initialised != 0;
 	dt_ckpt_head head = {.rank = (uint32_t)s->rank,
 	                     .nservers = (uint32_t)s->nservers,
 	                     .nworkers = (uint32_t)s->nworkers,
 	                     .sync = s->sync,
 	                     .opt = s->opt,
 	                     .number = s->ck_number + 1,
-	                     .rounds = s->rounds,
-	                     .nkeys = nkeys};
-	/* One allocation of the file's size (header, keys, trailer). */
+	                     .rounds = s->rounds};
+	/* One allocation of the file's size (header, sections, trailer). */
 	size_t size = 256 + DT_CKPT_TRAILER;
-	for (dt_hnode *h = dt__table_first(&s->keys, &it); h;
-	     h = dt__table_next(&it)) {
-		entry *e = DT_CONTAINER_OF(h, entry, hn);
 
-		if (e->initialised)
-			size +=
-			    8 * (7 + (size_t)s->nworkers) +
-			    sizeof(float) *
-			        (e->len +
-			         (e->state ? dt__opt_state_len(&s->opt, e->len)
-			                   : 0));
-	}
+	for (const srv_kind *const *kind = srv_kinds; *kind; kind++)
+		if ((*kind)->snapshot)
+			size += (*kind)->snap_bytes(s);
 	dt__wbuf_init(&w);
 	dt__wbuf_reserve(&w, size);
 	dt__ckpt_begin(&w, &head);
-	for (dt_hnode *h = dt__table_first(&s->keys, &it); h;
-	     h = dt__table_next(&it)) {
-		entry *e = DT_CONTAINER_OF(h, entry, hn);
-
-		if (!e->initialised)
-			continue;
-		dt_ckpt_key k = {
-		    .key = e->key,
-		    .n = e->n,
-		    .offset = e->offset,
-		    .len = e->len,
-		    .steps = e->steps,
-		    .applied = e->applied,
-		    .state_len =
-		        e->state ? dt__opt_state_len(&s->opt, e->len) : 0,
-		    .val = e->val,
-		    .state = e->state};
-		dt__ckpt_key(&w, &k, (uint32_t)s->nworkers);
-	}
+	for (const srv_kind *const *kind = srv_kinds; *kind; kind++)
+		if ((*kind)->snapshot)
+			(*kind)->snapshot(s, &w);
 	dt__wbuf_reserve(&w, DT_CKPT_TRAILER); /* (the writer's) */
 	if ((err = dt__wbuf_err(&w)) != DT_OK ||
 	    (job = calloc(1, sizeof(*job))) == NULL) {
@@ -893,26 +712,9 @@ snapshot(kv_server *s, uint64_t *number)
 	}
 	job->buf = w.data; /* heap (reserved): taken over, not freed here */
 	job->len = w.len;
-	if (dt__node_recover(s->node) && nkeys) {
-		size_t k = 0;
-
-		job->keys = malloc(sizeof(dt_key) * nkeys);
-		job->applied =
-		    malloc(sizeof(uint64_t) * nkeys * (size_t)s->nworkers);
-		for (dt_hnode *h = dt__table_first(&s->keys, &it);
-		     h && job->keys && job->applied; h = dt__table_next(&it)) {
-			entry *e = DT_CONTAINER_OF(h, entry, hn);
-
-			if (!e->initialised)
-				continue;
-			job->keys[k] = e->key;
-			memcpy(job->applied + k * (size_t)s->nworkers,
-			       e->applied,
-			       sizeof(uint64_t) * (size_t)s->nworkers);
-			k++;
-		}
-		job->nkeys = job->keys && job->applied ? k : 0;
-	}
+	if (dt__node_recover(s->node) &&
+	    held_all(s, &job->nkeys, &job->keys, &job->applied))
+		job->nkeys = 0; /* (the workers keep their copies longer) */
 	job->number = ++s->ck_number;
 	s->ck_rounds_at = s->rounds;
 	s->ck_last_ns = dt__now_ns();
@@ -981,15 +783,17 @@ writer_main(void *arg)
 }
 
 /* After a round (or an async update): a checkpoint if one is due. */
-static void
-maybe_checkpoint(kv_server *s)
+void
+srv_maybe_checkpoint(kv_server *s)
 {
 	uint64_t number, nkeys;
 
 	if (s->ck_dir == NULL)
 		return;
 	announce(s);
-	nkeys = DT_MAX(dt__table_count(&s->keys), 1);
+	/* (N rounds of every key and table) */
+	nkeys =
+	    DT_MAX(dt__table_count(&s->keys) + dt__table_count(&s->rtabs), 1);
 	if (!(s->ck_every &&
 	      s->rounds - s->ck_rounds_at >= s->ck_every * nkeys) &&
 	    !(s->ck_every_ns && dt__now_ns() - s->ck_last_ns >= s->ck_every_ns))
@@ -1008,16 +812,16 @@ on_checkpoint(kv_server *s, int worker, const dt_msg_hdr *h)
 	char msg[256];
 
 	if (s->ck_dir == NULL) {
-		reply_error(
+		srv_reply_error(
 		    s, worker, h->cmd, h->seq, 0, DT_ESTATE,
 		    "checkpoint: server %d has no DTRAIN_CHECKPOINT_DIR",
 		    s->rank);
 		return;
 	}
 	if ((err = snapshot(s, &number)) != DT_OK) {
-		reply_error(s, worker, h->cmd, h->seq, 0, err,
-		            "checkpoint of server %d: %s", s->rank,
-		            dt_errmsg());
+		srv_reply_error(s, worker, h->cmd, h->seq, 0, err,
+		                "checkpoint of server %d: %s", s->rank,
+		                dt_errmsg());
 		return;
 	}
 	/* As long as a worker waits for an answer (DT_WAIT_TIMEOUT): a disk
@@ -1038,14 +842,15 @@ on_checkpoint(kv_server *s, int worker, const dt_msg_hdr *h)
 	}
 	pthread_mutex_unlock(&s->ck_mu);
 	if (err)
-		reply_error(s, worker, h->cmd, h->seq, 0, err,
-		            "checkpoint of server %d: %s", s->rank, msg);
+		srv_reply_error(s, worker, h->cmd, h->seq, 0, err,
+		                "checkpoint of server %d: %s", s->rank, msg);
 	else
-		reply(s, worker, h->cmd, h->seq, 0, NULL, 0);
+		srv_reply(s, worker, h->cmd, h->seq, 0, NULL, 0);
 	announce(s);
 }
 
-/* Load path (checked whole first, then applied). */
+/* Load path (checked whole first, then applied): the header, then each
+ * kind's section in the format's order. */
 static dt_err
 load_file(kv_server *s, const char *path)
 {
@@ -1053,7 +858,6 @@ load_file(kv_server *s, const char *path)
 	size_t len;
 	dt_rbuf r;
 	dt_ckpt_head head;
-	dt_ckpt_key k = {0};
 	dt_err err;
 
 	if ((err = dt__ckpt_read(path, &buf, &len)))
@@ -1071,72 +875,29 @@ load_file(kv_server *s, const char *path)
 		             s->rank, s->nservers, s->nworkers);
 		goto out;
 	}
-	if ((k.applied = calloc(head.nworkers, sizeof(uint64_t))) == NULL) {
-		err = DT_ENOMEM;
-		goto out;
-	}
 	s->sync = head.sync;
 	s->opt = head.opt;
-	for (uint64_t i = 0; i < head.nkeys; i++) {
-		entry *e;
-
-		if ((err = dt__ckpt_next_key(path, &r, &head, &k)))
-			goto out;
-		if (k.state_len != dt__opt_state_len(&s->opt, k.len)) {
-			err = dt__fail(DT_EFORMAT,
-			               "%s: key %llu has %llu optimizer state "
-			               "floats, its optimizer needs %zu",
-			               path, (unsigned long long)k.key,
-			               (unsigned long long)k.state_len,
-			               dt__opt_state_len(&s->opt, k.len));
-			goto out;
-		}
-		if (find(s, k.key)) {
-			err = dt__fail(DT_EFORMAT, "%s: key %llu twice", path,
-			               (unsigned long long)k.key);
-			goto out;
-		}
-		if ((e = insert(s, k.key)) == NULL ||
-		    alloc_value(s, e, k.n, k.offset, (size_t)k.len)) {
-			err = dt__fail(DT_ENOMEM,
-			               "%s: out of memory for key %llu", path,
-			               (unsigned long long)k.key);
-			goto out;
-		}
-		memcpy(e->val, k.val, (size_t)k.len * sizeof(float));
-		if (k.state_len)
-			memcpy(e->state, k.state,
-			       (size_t)k.state_len * sizeof(float));
-		memcpy(e->applied, k.applied,
-		       (size_t)s->nworkers * sizeof(uint64_t));
-		e->steps = k.steps;
-		e->initialised = 1;
-		s->ninit++;
-		e->restored = 1;
-	}
-	if (r.off != r.len)
-		err = dt__fail(DT_EFORMAT, "%s: %zu bytes after the last key",
-		               path, r.len - r.off);
+	for (const srv_kind *const *kind = srv_kinds; *kind && !err; kind++)
+		if ((*kind)->load)
+			err = (*kind)->load(s, path, &r, &head);
+	if (err == DT_OK && r.off != r.len)
+		err =
+		    dt__fail(DT_EFORMAT, "%s: %zu bytes after the last record",
+		             path, r.len - r.off);
 	s->rounds = s->ck_rounds_at = head.rounds;
 	s->ck_number = head.number;
 out:
-	free(k.applied);
 	free(buf);
 	return err;
 }
 
+/* Empty the store (a checkpoint that did not load). */
 static void
 drop_keys(kv_server *s)
 {
-	dt_table_iter it;
-	dt_hnode *h;
-
-	while ((h = dt__table_first(&s->keys, &it)) != NULL) {
-		entry *e = DT_CONTAINER_OF(h, entry, hn);
-
-		dt__table_remove(&s->keys, h);
-		free_entry(e);
-	}
+	for (const srv_kind *const *kind = srv_kinds; *kind; kind++)
+		if ((*kind)->drop)
+			(*kind)->drop(s);
 	s->opt.kind = DT_OPT_NONE;
 	s->sync = 1;
 	s->ninit = 0;
@@ -1178,10 +939,11 @@ load_checkpoint(kv_server *s)
 	snprintf(path, sizeof(path), "%s", prev);
 loaded:
 	dt__log(0,
-	        "restored checkpoint #%llu from %s: %zu keys after %llu "
-	        "rounds",
+	        "restored checkpoint #%llu from %s: %zu keys and %zu row "
+	        "tables after %llu rounds",
 	        (unsigned long long)s->ck_number, path,
-	        dt__table_count(&s->keys), (unsigned long long)s->rounds);
+	        dt__table_count(&s->keys), dt__table_count(&s->rtabs),
+	        (unsigned long long)s->rounds);
 	return DT_OK;
 }
 
@@ -1275,20 +1037,21 @@ pull_at(kv_server *s, entry *e, int worker, const dt_msg_hdr *h,
 	uint64_t r = dt__get_u64(meta), now = e->applied[worker];
 
 	if (!s->sync || r == now) {
-		reply_enc(s, worker, h->cmd, h->seq, h->key, e->val, e->len,
-		          enc);
+		srv_reply_enc(s, worker, h->cmd, h->seq, h->key, e->val, e->len,
+		              enc);
 		return;
 	}
 	if (r + 1 == now && e->prev) {
-		reply_enc(s, worker, h->cmd, h->seq, h->key, e->prev, e->len,
-		          enc);
+		srv_reply_enc(s, worker, h->cmd, h->seq, h->key, e->prev,
+		              e->len, enc);
 		return;
 	}
-	reply_error(s, worker, h->cmd, h->seq, h->key, DT_ESTATE,
-	            "pull of key %llu as of round %llu: the key is at round "
-	            "%llu, and only the value of the round before is kept",
-	            (unsigned long long)h->key, (unsigned long long)r,
-	            (unsigned long long)now);
+	srv_reply_error(
+	    s, worker, h->cmd, h->seq, h->key, DT_ESTATE,
+	    "pull of key %llu as of round %llu: the key is at round "
+	    "%llu, and only the value of the round before is kept",
+	    (unsigned long long)h->key, (unsigned long long)r,
+	    (unsigned long long)now);
 }
 
 /* Recovery: how many pushes of this key slice from the worker the
@@ -1347,20 +1110,22 @@ on_data(kv_server *s, int worker, const dt_msg_hdr *h, const uint8_t *meta,
 		if (s->sync && e->pushed[worker]) {
 			if (queue(&e->answers, worker, h->cmd, h->seq, 0, 0,
 			          enc))
-				reply_error(s, worker, h->cmd, h->seq, h->key,
-				            DT_ENOMEM, "out of memory");
+				srv_reply_error(s, worker, h->cmd, h->seq,
+				                h->key, DT_ENOMEM,
+				                "out of memory");
 			return;
 		}
-		reply_enc(s, worker, h->cmd, h->seq, h->key, e->val, e->len,
-		          enc);
+		srv_reply_enc(s, worker, h->cmd, h->seq, h->key, e->val, e->len,
+		              enc);
 		return;
 	}
 	if ((e = check_access(s, worker, h, meta, 1, &kind, &t)) == NULL)
 		return;
 	if (payload == NULL && !streamed && h->payload_len) {
-		reply_error(s, worker, h->cmd, h->seq, h->key, DT_ESIZE,
-		            "%s of key %llu: payload dropped",
-		            dt__kv_op_name(h->cmd), (unsigned long long)h->key);
+		srv_reply_error(s, worker, h->cmd, h->seq, h->key, DT_ESIZE,
+		                "%s of key %llu: payload dropped",
+		                dt__kv_op_name(h->cmd),
+		                (unsigned long long)h->key);
 		return;
 	}
 	if (kind != DT_QUANT_NONE) {
@@ -1368,7 +1133,7 @@ on_data(kv_server *s, int worker, const dt_msg_hdr *h, const uint8_t *meta,
 		 * is the sender's error, and the round goes on. */
 		if (!dt__buf_reserve(&s->dec, &s->dec_cap,
 		                     e->len * sizeof(float))) {
-			reply_error(
+			srv_reply_error(
 			    s, worker, h->cmd, h->seq, h->key, DT_ENOMEM,
 			    "%s of key %llu: out of memory decoding it",
 			    dt__kv_op_name(h->cmd), (unsigned long long)h->key);
@@ -1376,10 +1141,10 @@ on_data(kv_server *s, int worker, const dt_msg_hdr *h, const uint8_t *meta,
 		}
 		if ((err = dt__quant_decode(kind, t, (const uint8_t *)payload,
 		                            e->len, (float *)(void *)s->dec))) {
-			reply_error(s, worker, h->cmd, h->seq, h->key, err,
-			            "%s of key %llu: %s",
-			            dt__kv_op_name(h->cmd),
-			            (unsigned long long)h->key, dt_errmsg());
+			srv_reply_error(
+			    s, worker, h->cmd, h->seq, h->key, err,
+			    "%s of key %llu: %s", dt__kv_op_name(h->cmd),
+			    (unsigned long long)h->key, dt_errmsg());
 			return;
 		}
 		payload = (const float *)(void *)s->dec;
@@ -1403,8 +1168,8 @@ park(kv_server *s, int worker, const dt_msg *m)
 		return 0;
 	if ((e == NULL && (e = insert(s, m->hdr.key)) == NULL) ||
 	    (q = calloc(1, sizeof(*q))) == NULL) {
-		reply_error(s, worker, m->hdr.cmd, m->hdr.seq, m->hdr.key,
-		            DT_ENOMEM, "out of memory");
+		srv_reply_error(s, worker, m->hdr.cmd, m->hdr.seq, m->hdr.key,
+		                DT_ENOMEM, "out of memory");
 		return 1;
 	}
 	q->h = m->hdr;
@@ -1445,8 +1210,6 @@ unpark(kv_server *s, entry *e)
 static void
 on_replayed(kv_server *s, int worker)
 {
-	dt_table_iter it;
-
 	if (!s->rejoined || s->replayed == NULL || s->replayed[worker])
 		return;
 	s->replayed[worker] = 1;
@@ -1454,13 +1217,9 @@ on_replayed(kv_server *s, int worker)
 		return;
 	s->rejoined = 0;
 	DT_LOG(1, "every worker has sent again what server %d lacked", s->rank);
-	for (dt_hnode *h = dt__table_first(&s->keys, &it); h;
-	     h = dt__table_next(&it)) {
-		entry *e = DT_CONTAINER_OF(h, entry, hn);
-
-		if (!e->initialised)
-			unpark(s, e); /* each answered: unknown key */
-	}
+	for (const srv_kind *const *kind = srv_kinds; *kind; kind++)
+		if ((*kind)->replayed)
+			(*kind)->replayed(s);
 }
 
 /*
@@ -1474,11 +1233,155 @@ on_peer_restart(void *arg, dt_node *n, int peer)
 {
 	kv_server *s = arg;
 	int worker = peer - 1 - s->nservers;
-	dt_table_iter it;
 
 	(void)n;
 	if (worker < 0 || worker >= s->nworkers)
 		return;
+	for (const srv_kind *const *kind = srv_kinds; *kind; kind++)
+		if ((*kind)->peer_restart)
+			(*kind)->peer_restart(s, worker);
+}
+
+/* ---- the dense kind's ops ---- */
+
+static int
+dense_owns(kv_server *s, dt_key key)
+{
+	return dt__table_count(&s->keys) && find(s, key) != NULL;
+}
+
+static uint64_t
+dense_count(kv_server *s)
+{
+	dt_table_iter it;
+	uint64_t n = 0;
+
+	for (dt_hnode *h = dt__table_first(&s->keys, &it); h;
+	     h = dt__table_next(&it))
+		n += DT_CONTAINER_OF(h, entry, hn)->initialised != 0;
+	return n;
+}
+
+static size_t
+dense_state_len(kv_server *s, const entry *e)
+{
+	return e->state ? dt__opt_state_len(&s->opt, e->len) : 0;
+}
+
+static size_t
+dense_snap_bytes(kv_server *s)
+{
+	dt_table_iter it;
+	size_t size = 8;
+
+	for (dt_hnode *h = dt__table_first(&s->keys, &it); h;
+	     h = dt__table_next(&it)) {
+		entry *e = DT_CONTAINER_OF(h, entry, hn);
+
+		if (e->initialised)
+			size +=
+			    8 * (7 + (size_t)s->nworkers) +
+			    sizeof(float) * (e->len + dense_state_len(s, e));
+	}
+	return size;
+}
+
+static void
+dense_snapshot(kv_server *s, dt_wbuf *w)
+{
+	dt_table_iter it;
+
+	dt__wbuf_u64(w, dense_count(s));
+	for (dt_hnode *h = dt__table_first(&s->keys, &it); h;
+	     h = dt__table_next(&it)) {
+		entry *e = DT_CONTAINER_OF(h, entry, hn);
+		dt_ckpt_key k = {.key = e->key,
+		                 .n = e->n,
+		                 .offset = e->offset,
+		                 .len = e->len,
+		                 .steps = e->steps,
+		                 .applied = e->applied,
+		                 .state_len = dense_state_len(s, e),
+		                 .val = e->val,
+		                 .state = e->state};
+
+		if (e->initialised)
+			dt__ckpt_key(w, &k, (uint32_t)s->nworkers);
+	}
+}
+
+static void
+dense_held(kv_server *s, dt_key *keys, uint64_t *applied)
+{
+	dt_table_iter it;
+	size_t k = 0;
+
+	for (dt_hnode *h = dt__table_first(&s->keys, &it); h;
+	     h = dt__table_next(&it)) {
+		entry *e = DT_CONTAINER_OF(h, entry, hn);
+
+		if (!e->initialised)
+			continue;
+		keys[k] = e->key;
+		memcpy(applied + k * (size_t)s->nworkers, e->applied,
+		       sizeof(uint64_t) * (size_t)s->nworkers);
+		k++;
+	}
+}
+
+/* One key of a checkpoint into the store (k: checked by ckpt.c). */
+static dt_err
+load_key(kv_server *s, const char *path, const dt_ckpt_key *k)
+{
+	entry *e;
+
+	if (k->state_len != dt__opt_state_len(&s->opt, k->len))
+		return dt__fail(DT_EFORMAT,
+		                "%s: key %llu has %llu optimizer state floats, "
+		                "its optimizer needs %zu",
+		                path, (unsigned long long)k->key,
+		                (unsigned long long)k->state_len,
+		                dt__opt_state_len(&s->opt, k->len));
+	if (find(s, k->key))
+		return dt__fail(DT_EFORMAT, "%s: key %llu twice", path,
+		                (unsigned long long)k->key);
+	if ((e = insert(s, k->key)) == NULL ||
+	    alloc_value(s, e, k->n, k->offset, (size_t)k->len))
+		return dt__fail(DT_ENOMEM, "%s: out of memory for key %llu",
+		                path, (unsigned long long)k->key);
+	memcpy(e->val, k->val, (size_t)k->len * sizeof(float));
+	if (k->state_len)
+		memcpy(e->state, k->state,
+		       (size_t)k->state_len * sizeof(float));
+	memcpy(e->applied, k->applied, (size_t)s->nworkers * sizeof(uint64_t));
+	e->steps = k->steps;
+	e->initialised = 1;
+	s->ninit++;
+	e->restored = 1;
+	return DT_OK;
+}
+
+/* The dense keys' section: its count is the header's (h->nkeys). */
+static dt_err
+dense_load(kv_server *s, const char *path, dt_rbuf *r, const dt_ckpt_head *h)
+{
+	dt_ckpt_key k = {0};
+	dt_err err = DT_OK;
+
+	if ((k.applied = calloc(h->nworkers, sizeof(uint64_t))) == NULL)
+		return dt__fail(DT_ENOMEM, "%s: out of memory", path);
+	for (uint64_t i = 0; i < h->nkeys && err == DT_OK; i++)
+		if ((err = dt__ckpt_next_key(path, r, h, &k)) == DT_OK)
+			err = load_key(s, path, &k);
+	free(k.applied);
+	return err;
+}
+
+static void
+dense_peer_restart(kv_server *s, int worker)
+{
+	dt_table_iter it;
+
 	for (dt_hnode *h = dt__table_first(&s->keys, &it); h;
 	     h = dt__table_next(&it)) {
 		entry *e = DT_CONTAINER_OF(h, entry, hn);
@@ -1497,6 +1400,47 @@ on_peer_restart(void *arg, dt_node *n, int peer)
 				q->h.seq = 0;
 	}
 }
+
+static void
+dense_replayed(kv_server *s)
+{
+	dt_table_iter it;
+
+	for (dt_hnode *h = dt__table_first(&s->keys, &it); h;
+	     h = dt__table_next(&it)) {
+		entry *e = DT_CONTAINER_OF(h, entry, hn);
+
+		if (!e->initialised)
+			unpark(s, e); /* each answered: unknown key */
+	}
+}
+
+static void
+dense_drop(kv_server *s)
+{
+	dt_table_iter it;
+	dt_hnode *h;
+
+	while ((h = dt__table_first(&s->keys, &it)) != NULL) {
+		entry *e = DT_CONTAINER_OF(h, entry, hn);
+
+		dt__table_remove(&s->keys, h);
+		free_entry(e);
+	}
+}
+
+const srv_kind srv_dense_kind = {
+    .made_by = "a single-key call (dt_kv_init)",
+    .owns = dense_owns,
+    .count = dense_count,
+    .snap_bytes = dense_snap_bytes,
+    .snapshot = dense_snapshot,
+    .held = dense_held,
+    .load = dense_load,
+    .peer_restart = dense_peer_restart,
+    .replayed = dense_replayed,
+    .drop = dense_drop,
+};
 
 /* ---- the many-key store: batched requests (kstore.h) ---- */
 
@@ -1518,21 +1462,21 @@ many_answer(kv_server *s, int worker, int cmd, uint64_t seq, unsigned enc,
 
 	if (cmd == DT_CMD_KV_PUSH_MANY || cmd == DT_CMD_KV_INIT_MANY ||
 	    cmd == DT_CMD_KV_PUSH || cmd == DT_CMD_KV_INIT) {
-		reply(s, worker, cmd, seq, 0, NULL, 0);
+		srv_reply(s, worker, cmd, seq, 0, NULL, 0);
 		return;
 	}
 	for (size_t i = 0; i < count; i++)
 		n += dt__ks_len(&s->ks, idx[i]);
 	if (!dt__buf_reserve((uint8_t **)&s->gath, &s->gath_cap,
 	                     DT_MAX(n, 1) * sizeof(float))) {
-		reply_error(s, worker, cmd, seq, 0, DT_ENOMEM,
-		            "%s of %zu keys: out of memory for the answer "
-		            "(%zu floats)",
-		            dt__kv_op_name(cmd), count, n);
+		srv_reply_error(s, worker, cmd, seq, 0, DT_ENOMEM,
+		                "%s of %zu keys: out of memory for the answer "
+		                "(%zu floats)",
+		                dt__kv_op_name(cmd), count, n);
 		return;
 	}
 	dt__ks_gather(&s->ks, idx, count, s->gath);
-	reply_val(s, worker, cmd, seq, 0, s->gath, n, enc, 1);
+	srv_reply_val(s, worker, cmd, seq, 0, s->gath, n, enc, 1);
 }
 
 /* A batched request refused: the error, with the key it names said
@@ -1545,14 +1489,15 @@ many_refuse(kv_server *s, int worker, const dt_msg_hdr *h, dt_err err,
 	entry *e = err == DT_ENOKEY && b->count > bad ? find(s, key) : NULL;
 
 	if (e && e->initialised)
-		reply_error(s, worker, h->cmd, h->seq, key, DT_ESTATE,
-		            "%s of key %llu: the key was initialised by a "
-		            "single-key call (dt_kv_init); use single-key "
-		            "calls for it",
-		            dt__kv_op_name(h->cmd), (unsigned long long)key);
+		srv_reply_error(s, worker, h->cmd, h->seq, key, DT_ESTATE,
+		                "%s of key %llu: the key was initialised by a "
+		                "single-key call (dt_kv_init); use single-key "
+		                "calls for it",
+		                dt__kv_op_name(h->cmd),
+		                (unsigned long long)key);
 	else
-		reply_error(s, worker, h->cmd, h->seq, key, err, "%s",
-		            dt_errmsg());
+		srv_reply_error(s, worker, h->cmd, h->seq, key, err, "%s",
+		                dt_errmsg());
 }
 
 static void
@@ -1563,15 +1508,16 @@ on_init_many(kv_server *s, int worker, const dt_msg_hdr *h, const dt_kv_many *b)
 	dt_err err;
 
 	if (s->ck_dir || dt__node_recover(s->node)) {
-		reply_error(s, worker, h->cmd, h->seq, 0, DT_ECONFIG,
-		            "batched init: this server %s, which the many-key "
-		            "store does not support; the workers send "
-		            "batched calls key by key when DTRAIN_RECOVER or "
-		            "DTRAIN_CHECKPOINT_DIR is set in their "
-		            "environment too",
-		            s->ck_dir ? "writes checkpoints "
-		                        "(DTRAIN_CHECKPOINT_DIR)"
-		                      : "recovers lost nodes (DTRAIN_RECOVER)");
+		srv_reply_error(
+		    s, worker, h->cmd, h->seq, 0, DT_ECONFIG,
+		    "batched init: this server %s, which the many-key "
+		    "store does not support; the workers send "
+		    "batched calls key by key when DTRAIN_RECOVER or "
+		    "DTRAIN_CHECKPOINT_DIR is set in their "
+		    "environment too",
+		    s->ck_dir ? "writes checkpoints "
+		                "(DTRAIN_CHECKPOINT_DIR)"
+		              : "recovers lost nodes (DTRAIN_RECOVER)");
 		return;
 	}
 	/* Made (again while empty) in the store's mode and optimizer now:
@@ -1584,25 +1530,23 @@ on_init_many(kv_server *s, int worker, const dt_msg_hdr *h, const dt_kv_many *b)
 	}
 	/* A key has one home: the single-key store, a row_sparse table or
 	 * this one. */
-	for (size_t i = 0;
-	     (dt__table_count(&s->keys) || dt__table_count(&s->rtabs)) &&
-	     i < b->count;
-	     i++) {
+	for (size_t i = 0; i < b->count; i++) {
 		dt_key key = dt__get_u64(b->keys + 8 * i);
-		const char *home = other_home(s, key);
+		const srv_kind *home = srv_home_of(s, key, &srv_many_kind);
 
 		if (home) {
-			reply_error(s, worker, h->cmd, h->seq, key, DT_ESTATE,
-			            "batched init of key %llu: the key was "
-			            "initialised by %s; use its calls for it",
-			            (unsigned long long)key, home);
+			srv_reply_error(
+			    s, worker, h->cmd, h->seq, key, DT_ESTATE,
+			    "batched init of key %llu: the key was "
+			    "initialised by %s; use its calls for it",
+			    (unsigned long long)key, home->made_by);
 			return;
 		}
 	}
 	if ((idx = idx_room(s, b->count)) == NULL) {
-		reply_error(s, worker, h->cmd, h->seq, 0, DT_ENOMEM,
-		            "batched init of %zu keys: out of memory",
-		            b->count);
+		srv_reply_error(s, worker, h->cmd, h->seq, 0, DT_ENOMEM,
+		                "batched init of %zu keys: out of memory",
+		                b->count);
 		return;
 	}
 	n0 = s->ks.nrec;
@@ -1615,7 +1559,7 @@ on_init_many(kv_server *s, int worker, const dt_msg_hdr *h, const dt_kv_many *b)
 	s->ninit += s->ks.nrec - n0;
 	DT_LOG(2, "batched init: %zu keys (%zu new), %zu in the store",
 	       b->count, s->ks.nrec - n0, s->ks.nrec);
-	reply(s, worker, h->cmd, h->seq, 0, NULL, 0);
+	srv_reply(s, worker, h->cmd, h->seq, 0, NULL, 0);
 }
 
 /* dist_sync: one of a pending request's keys closed its round. */
@@ -1629,7 +1573,8 @@ many_done(void *arg, uint32_t handle)
 		return;
 	uint64_t t0 = dt__now_ns();
 	many_answer(s, q->worker, q->cmd, q->seq, q->answer, q->idx, q->count);
-	busy(DT_EV_KV_REPLY, t0, 0, 0, dt__node_worker_id(s->node, q->worker));
+	srv_busy(DT_EV_KV_REPLY, t0, 0, 0,
+	         dt__node_worker_id(s->node, q->worker));
 	while (q->pulls) {
 		waiter *w = q->pulls;
 		uint32_t r = (uint32_t)w->n;
@@ -1686,12 +1631,13 @@ push_rounds(kv_server *s, int worker, const dt_msg_hdr *h, unsigned enc,
 	if (dt__ks_pending(&s->ks, worker, idx, count, &bad)) {
 		dt_key key = keys ? dt__get_u64(keys + 8 * bad) : h->key;
 
-		reply_error(s, worker, h->cmd, h->seq, key, DT_ESTATE,
-		            "%s of key %llu: this worker's push of it in the "
-		            "round open now has not been answered yet (a key "
-		            "of batched calls takes one push per worker per "
-		            "round)",
-		            op, (unsigned long long)key);
+		srv_reply_error(
+		    s, worker, h->cmd, h->seq, key, DT_ESTATE,
+		    "%s of key %llu: this worker's push of it in the "
+		    "round open now has not been answered yet (a key "
+		    "of batched calls takes one push per worker per "
+		    "round)",
+		    op, (unsigned long long)key);
 		return;
 	}
 	if ((hd = breq_new(s)) != 0 && pull &&
@@ -1701,8 +1647,8 @@ push_rounds(kv_server *s, int worker, const dt_msg_hdr *h, unsigned enc,
 		hd = 0;
 	}
 	if (hd == 0) {
-		reply_error(s, worker, h->cmd, h->seq, h->key, DT_ENOMEM,
-		            "%s of %zu keys: out of memory", op, count);
+		srv_reply_error(s, worker, h->cmd, h->seq, h->key, DT_ENOMEM,
+		                "%s of %zu keys: out of memory", op, count);
 		return;
 	}
 	if (keep)
@@ -1719,8 +1665,8 @@ push_rounds(kv_server *s, int worker, const dt_msg_hdr *h, unsigned enc,
 	dt__ks_push_sync(&s->ks, worker, hd, idx, count, g, keys, h->key,
 	                 many_done, s);
 	if (count > DT_KS_TIMED) /* (else timed key by key) */
-		busy(DT_EV_KV_MERGE, t0, h->key, 0,
-		     dt__node_worker_id(s->node, worker));
+		srv_busy(DT_EV_KV_MERGE, t0, h->key, 0,
+		         dt__node_worker_id(s->node, worker));
 }
 
 /*
@@ -1742,20 +1688,20 @@ one_in_many(kv_server *s, int worker, const dt_msg_hdr *h, const uint8_t *meta,
 	dt_err err;
 
 	if (h->arg0 != len || h->arg1 != 0) {
-		reply_error(s, worker, h->cmd, h->seq, h->key, DT_ESIZE,
-		            "%s of key %llu: length %llu != initialised "
-		            "length %zu",
-		            op, (unsigned long long)h->key,
-		            (unsigned long long)h->arg0, len);
+		srv_reply_error(s, worker, h->cmd, h->seq, h->key, DT_ESIZE,
+		                "%s of key %llu: length %llu != initialised "
+		                "length %zu",
+		                op, (unsigned long long)h->key,
+		                (unsigned long long)h->arg0, len);
 		return;
 	}
 	err = dt__kv_push_check(h, meta, len, &kind, &t);
 	if ((err && (err != DT_ESIZE || h->cmd != DT_CMD_KV_PULL)) ||
 	    (h->arg2 & DT_KV_AT_ROUND)) {
-		reply_error(s, worker, h->cmd, h->seq, h->key,
-		            err ? err : DT_ESTATE, "%s of key %llu: %s", op,
-		            (unsigned long long)h->key,
-		            err ? dt_errmsg() : "no rounds are kept");
+		srv_reply_error(s, worker, h->cmd, h->seq, h->key,
+		                err ? err : DT_ESTATE, "%s of key %llu: %s", op,
+		                (unsigned long long)h->key,
+		                err ? dt_errmsg() : "no rounds are kept");
 		return;
 	}
 	if (h->cmd == DT_CMD_KV_PULL) {
@@ -1766,33 +1712,35 @@ one_in_many(kv_server *s, int worker, const dt_msg_hdr *h, const uint8_t *meta,
 
 			if (queue(&s->breqs[hd - 1].pulls, worker, h->cmd,
 			          h->seq, r, 0, enc))
-				reply_error(s, worker, h->cmd, h->seq, h->key,
-				            DT_ENOMEM, "out of memory");
+				srv_reply_error(s, worker, h->cmd, h->seq,
+				                h->key, DT_ENOMEM,
+				                "out of memory");
 			return;
 		}
 		many_answer(s, worker, h->cmd, h->seq, enc, &r, 1);
 		return;
 	}
 	if (payload == NULL && h->payload_len) {
-		reply_error(s, worker, h->cmd, h->seq, h->key, DT_ESIZE,
-		            "%s of key %llu: payload dropped", op,
-		            (unsigned long long)h->key);
+		srv_reply_error(s, worker, h->cmd, h->seq, h->key, DT_ESIZE,
+		                "%s of key %llu: payload dropped", op,
+		                (unsigned long long)h->key);
 		return;
 	}
 	if (kind != DT_QUANT_NONE) {
 		if (!dt__buf_reserve(&s->dec, &s->dec_cap,
 		                     len * sizeof(float))) {
-			reply_error(s, worker, h->cmd, h->seq, h->key,
-			            DT_ENOMEM,
-			            "%s of key %llu: out of memory decoding it",
-			            op, (unsigned long long)h->key);
+			srv_reply_error(
+			    s, worker, h->cmd, h->seq, h->key, DT_ENOMEM,
+			    "%s of key %llu: out of memory decoding it", op,
+			    (unsigned long long)h->key);
 			return;
 		}
 		if ((err = dt__quant_decode(kind, t, (const uint8_t *)payload,
 		                            len, (float *)(void *)s->dec))) {
-			reply_error(s, worker, h->cmd, h->seq, h->key, err,
-			            "%s of key %llu: %s", op,
-			            (unsigned long long)h->key, dt_errmsg());
+			srv_reply_error(s, worker, h->cmd, h->seq, h->key, err,
+			                "%s of key %llu: %s", op,
+			                (unsigned long long)h->key,
+			                dt_errmsg());
 			return;
 		}
 		payload = (const float *)(void *)s->dec;
@@ -1821,16 +1769,16 @@ init_in_many(kv_server *s, int worker, const dt_msg *m)
 	if (h->arg0 != len || h->arg1 != 0 ||
 	    ((h->arg2 & DT_KV_INIT_HAS_VALUE) &&
 	     (m->payload == NULL || h->payload_len != len * sizeof(float)))) {
-		reply_error(s, worker, h->cmd, h->seq, h->key, DT_ESIZE,
-		            "init of key %llu: length %llu != initialised "
-		            "length %zu",
-		            (unsigned long long)h->key,
-		            (unsigned long long)h->arg0, len);
+		srv_reply_error(s, worker, h->cmd, h->seq, h->key, DT_ESIZE,
+		                "init of key %llu: length %llu != initialised "
+		                "length %zu",
+		                (unsigned long long)h->key,
+		                (unsigned long long)h->arg0, len);
 		return 1;
 	}
 	if (h->arg2 & DT_KV_INIT_HAS_VALUE)
 		dt__ks_set(&s->ks, &r, 1, m->payload);
-	reply(s, worker, h->cmd, h->seq, h->key, NULL, 0);
+	srv_reply(s, worker, h->cmd, h->seq, h->key, NULL, 0);
 	return 1;
 }
 
@@ -1847,13 +1795,13 @@ on_many(kv_server *s, int worker, const dt_msg *m)
 	if (m->payload && m->payload == s->rx[worker].buf)
 		s->rx[worker].holder = NULL; /* (whole: used before the next) */
 	if ((err = dt__kv_many_decode(h, m->payload, &b))) {
-		reply_error(s, worker, h->cmd, h->seq, 0, err, "%s",
-		            dt_errmsg());
+		srv_reply_error(s, worker, h->cmd, h->seq, 0, err, "%s",
+		                dt_errmsg());
 		return;
 	}
 	if (b.vals && ((uintptr_t)b.vals & 3)) { /* (never, from a worker) */
-		reply_error(s, worker, h->cmd, h->seq, 0, DT_EPROTO,
-		            "%s: values not aligned", op);
+		srv_reply_error(s, worker, h->cmd, h->seq, 0, DT_EPROTO,
+		                "%s: values not aligned", op);
 		return;
 	}
 	if (h->cmd == DT_CMD_KV_INIT_MANY) {
@@ -1875,8 +1823,8 @@ on_many(kv_server *s, int worker, const dt_msg *m)
 		return;
 	}
 	if ((idx = idx_room(s, b.count)) == NULL) {
-		reply_error(s, worker, h->cmd, h->seq, 0, DT_ENOMEM,
-		            "%s of %zu keys: out of memory", op, b.count);
+		srv_reply_error(s, worker, h->cmd, h->seq, 0, DT_ENOMEM,
+		                "%s of %zu keys: out of memory", op, b.count);
 		return;
 	}
 	if ((err = dt__ks_resolve(&s->ks, op, b.count, b.keys, &b.lens, 0, idx,
@@ -1896,8 +1844,8 @@ on_many(kv_server *s, int worker, const dt_msg *m)
 		uint64_t t0 = dt__now_ns();
 
 		dt__ks_apply(&s->ks, idx, b.count, g);
-		busy(DT_EV_KV_UPDATE, t0, h->key, 0,
-		     dt__node_worker_id(s->node, worker));
+		srv_busy(DT_EV_KV_UPDATE, t0, h->key, 0,
+		         dt__node_worker_id(s->node, worker));
 		s->rounds += b.count;
 		many_answer(s, worker, h->cmd, h->seq, b.answer, idx, b.count);
 		return;
@@ -1905,376 +1853,46 @@ on_many(kv_server *s, int worker, const dt_msg *m)
 	push_rounds(s, worker, h, b.answer, idx, b.count, g, b.keys);
 }
 
-/*
- * Row-sparse tables (KV_ROW_*; rstore.h): a key's table, or the range of
- * its rows this server holds, and the pushes waiting for their dist_sync
- * round.
- */
-typedef struct rwait {
-	int worker;
-	int cmd;
-	uint64_t seq;
-	unsigned enc;
-	size_t count;
-	uint8_t *ids; /* a pushpull's rows, to answer with (count u64) */
-	struct rwait *next;
-} rwait;
+/* ---- the many-key kind's ops (its messages are above) ---- */
 
-typedef struct rtable {
-	dt_rstore rs;
-	rwait *answers; /* the open round's pushes */
-	dt_hnode hn;    /* in rtabs */
-} rtable;
-
-static rtable *
-find_rows(kv_server *s, dt_key key)
+static int
+many_owns(kv_server *s, dt_key key)
 {
-	dt_hnode *h = dt__table_find(&s->rtabs, key);
-
-	return h ? DT_CONTAINER_OF(h, rtable, hn) : NULL;
+	return s->ks_on && dt__ks_find(&s->ks, key) != DT_KS_NONE;
 }
 
 static int
-row_table(kv_server *s, dt_key key)
+many_any(kv_server *s)
 {
-	return dt__table_count(&s->rtabs) && find_rows(s, key) != NULL;
+	return s->ks_on && s->ks.nrec;
 }
 
 static void
-free_rtable(rtable *t)
+many_set_opt(kv_server *s, const dt_opt *opt)
 {
-	while (t->answers) {
-		rwait *w = t->answers;
-
-		t->answers = w->next;
-		free(w->ids);
-		free(w);
-	}
-	dt__rs_fini(&t->rs);
-	free(t);
+	if (many_any(s))
+		dt__ks_set_opt(&s->ks, opt);
 }
 
-/* Answer a row request with rows ids of t (a pull's, a pushpull's), or
- * with nothing (a push). */
-static void
-rows_answer(kv_server *s, rtable *t, int worker, int cmd, uint64_t seq,
-            unsigned enc, size_t count, const uint8_t *ids)
-{
-	size_t n = count * t->rs.width;
+/* Not in checkpoints: with checkpoints or recovery on, workers send
+ * batched calls key by key, to the dense store (dt__kv_client_batches). */
+const srv_kind srv_many_kind = {
+    .made_by = "a batched call (dt_kv_init_keys)",
+    .owns = many_owns,
+    .set_opt = many_set_opt,
+    .any = many_any,
+};
 
-	if (cmd == DT_CMD_KV_ROW_PUSH) {
-		reply(s, worker, cmd, seq, t->rs.key, NULL, 0);
-		return;
-	}
-	/* (its rows are unique, so it is never bigger than the part of the
-	 * table held here; said again where the buffer is sized) */
-	if (n * sizeof(float) > t->rs.val_bytes) {
-		reply_error(s, worker, cmd, seq, t->rs.key, DT_ESIZE,
-		            "%s of key %llu: an answer of %zu rows is bigger "
-		            "than the %llu rows held here",
-		            dt__kv_op_name(cmd), (unsigned long long)t->rs.key,
-		            count, (unsigned long long)t->rs.n);
-		return;
-	}
-	if (!dt__buf_reserve((uint8_t **)&s->gath, &s->gath_cap,
-	                     DT_MAX(n, 1) * sizeof(float))) {
-		reply_error(s, worker, cmd, seq, t->rs.key, DT_ENOMEM,
-		            "%s of key %llu: out of memory for the answer "
-		            "(%zu rows)",
-		            dt__kv_op_name(cmd), (unsigned long long)t->rs.key,
-		            count);
-		return;
-	}
-	dt__rs_gather(&t->rs, count, ids, s->gath);
-	reply_val(s, worker, cmd, seq, t->rs.key, s->gath, n, enc, 1);
-}
+const srv_kind *const srv_kinds[] = {&srv_dense_kind, &srv_many_kind,
+                                     &srv_rows_kind, NULL};
 
-/* The store other than the many-key one that holds key, named for an
- * error; NULL: none. */
-static const char *
-other_home(kv_server *s, dt_key key)
+const srv_kind *
+srv_home_of(kv_server *s, dt_key key, const srv_kind *self)
 {
-	if (dt__table_count(&s->keys) && find(s, key))
-		return "a single-key call (dt_kv_init)";
-	if (row_table(s, key))
-		return "a row_sparse init (dt_kv_init_row_sparse)";
+	for (const srv_kind *const *kind = srv_kinds; *kind; kind++)
+		if (*kind != self && (*kind)->owns(s, key))
+			return *kind;
 	return NULL;
-}
-
-/* The store a key lives in, named for an error ("": none). */
-static const char *
-key_home(kv_server *s, dt_key key)
-{
-	const char *home = other_home(s, key);
-
-	if (home)
-		return home;
-	if (s->ks_on && dt__ks_find(&s->ks, key) != DT_KS_NONE)
-		return "a batched call (dt_kv_init_keys)";
-	return "";
-}
-
-/*
- * Refuse (1) a row_sparse table whose part here would take this server's
- * row tables past DTRAIN_MAX_TABLE_BYTES once every row is written. The
- * rows are mapped zero pages, so a big table costs nothing at first; but
- * a push of rows spread over it makes a page for each (4 KiB for a row of
- * 4 bytes), and the limit is what keeps such pushes within memory.
- */
-static int
-table_too_big(kv_server *s, int worker, const dt_msg_hdr *h, uint64_t n)
-{
-	uint64_t want =
-	    dt__rs_plan_bytes(n, DT_MIN(h->arg1, DT_RS_MAX_WIDTH + 1),
-	                      s->nworkers, s->sync, &s->opt);
-
-	if (want <= s->max_table_bytes &&
-	    s->table_bytes <= s->max_table_bytes - want)
-		return 0;
-	reply_error(s, worker, h->cmd, h->seq, h->key, DT_ESIZE,
-	            "row_sparse init of key %llu: %llu rows of width %llu "
-	            "take %llu bytes here, and the tables here already "
-	            "%llu: more than DTRAIN_MAX_TABLE_BYTES (%llu)",
-	            (unsigned long long)h->key, (unsigned long long)n,
-	            (unsigned long long)h->arg1, (unsigned long long)want,
-	            (unsigned long long)s->table_bytes,
-	            (unsigned long long)s->max_table_bytes);
-	return 1;
-}
-
-static void
-on_row_init(kv_server *s, int worker, const dt_msg *m)
-{
-	const dt_msg_hdr *h = &m->hdr;
-	int has_value = (h->arg2 & DT_KV_INIT_HAS_VALUE) != 0;
-	const char *home = key_home(s, h->key);
-	uint64_t lo, n;
-	rtable *t;
-	dt_err err;
-
-	if (s->ck_dir || dt__node_recover(s->node)) {
-		reply_error(s, worker, h->cmd, h->seq, h->key, DT_ECONFIG,
-		            "row_sparse init of key %llu: this server %s, "
-		            "which row_sparse tables do not support",
-		            (unsigned long long)h->key,
-		            s->ck_dir ? "writes checkpoints "
-		                        "(DTRAIN_CHECKPOINT_DIR)"
-		                      : "recovers lost nodes (DTRAIN_RECOVER)");
-		return;
-	}
-	if (*home) {
-		reply_error(s, worker, h->cmd, h->seq, h->key, DT_EEXIST,
-		            "row_sparse init of key %llu: the key was already "
-		            "initialised by %s",
-		            (unsigned long long)h->key, home);
-		return;
-	}
-	if (h->meta_len != 16 || (h->arg2 & ~(uint64_t)DT_KV_INIT_HAS_VALUE)) {
-		reply_error(s, worker, h->cmd, h->seq, h->key, DT_EPROTO,
-		            "row_sparse init of key %llu: %u bytes of meta "
-		            "(16: the first row here and the count), flags "
-		            "%#llx",
-		            (unsigned long long)h->key, h->meta_len,
-		            (unsigned long long)h->arg2);
-		return;
-	}
-	lo = dt__get_u64(m->meta);
-	n = dt__get_u64(m->meta + 8);
-	if (table_too_big(s, worker, h, n))
-		return;
-	if ((t = calloc(1, sizeof(*t))) == NULL) {
-		reply_error(s, worker, h->cmd, h->seq, h->key, DT_ENOMEM,
-		            "row_sparse init: out of memory");
-		return;
-	}
-	if ((err = dt__rs_init(&t->rs, h->key, h->arg0, lo, n,
-	                       (size_t)DT_MIN(h->arg1, DT_RS_MAX_WIDTH + 1),
-	                       s->nworkers, s->sync, &s->opt))) {
-		free(t);
-		reply_error(s, worker, h->cmd, h->seq, h->key, err, "%s",
-		            dt_errmsg());
-		return;
-	}
-	if (has_value) {
-		if (h->payload_len != t->rs.val_bytes || m->payload == NULL) {
-			reply_error(
-			    s, worker, h->cmd, h->seq, h->key, DT_ESIZE,
-			    "row_sparse init of key %llu: %llu bytes of "
-			    "values for %llu rows of width %zu",
-			    (unsigned long long)h->key,
-			    (unsigned long long)h->payload_len,
-			    (unsigned long long)n, t->rs.width);
-			free_rtable(t);
-			return;
-		}
-		memcpy(t->rs.val, m->payload, t->rs.val_bytes);
-	} else if (h->payload_len) {
-		reply_error(s, worker, h->cmd, h->seq, h->key, DT_ESIZE,
-		            "row_sparse init of key %llu: values without "
-		            "the flag that says so",
-		            (unsigned long long)h->key);
-		free_rtable(t);
-		return;
-	}
-	dt__table_insert(&s->rtabs, &t->hn, h->key);
-	s->table_bytes += dt__rs_plan_bytes(t->rs.n, t->rs.width, s->nworkers,
-	                                    s->sync, &s->opt);
-	s->ninit++;
-	DT_LOG(1, "row_sparse table %llu: rows [%llu, %llu) of %llu, width %zu",
-	       (unsigned long long)h->key, (unsigned long long)lo,
-	       (unsigned long long)(lo + n), (unsigned long long)h->arg0,
-	       t->rs.width);
-	reply(s, worker, h->cmd, h->seq, h->key, NULL, 0);
-}
-
-static void
-on_rows(kv_server *s, int worker, const dt_msg *m)
-{
-	const dt_msg_hdr *h = &m->hdr;
-	const char *op = dt__kv_op_name(h->cmd);
-	rtable *t = find_rows(s, h->key);
-	const float *g = NULL;
-	dt_kv_rows b;
-	size_t bad;
-	dt_err err;
-
-	if (m->payload && m->payload == s->rx[worker].buf)
-		s->rx[worker].holder = NULL; /* (whole: used before the next) */
-	if ((err = dt__kv_rows_decode(h, m->meta, m->payload, &b))) {
-		reply_error(s, worker, h->cmd, h->seq, h->key, err, "%s",
-		            dt_errmsg());
-		return;
-	}
-	if (t == NULL) {
-		const char *home = key_home(s, h->key);
-
-		reply_error(s, worker, h->cmd, h->seq, h->key,
-		            *home ? DT_ESTATE : DT_ENOKEY,
-		            "%s of key %llu: %s%s", op,
-		            (unsigned long long)h->key,
-		            *home ? "not a row_sparse table: it was "
-		                    "initialised by "
-		                  : "unknown key (never initialised with "
-		                    "dt_kv_init_row_sparse)",
-		            home);
-		return;
-	}
-	if (b.width != t->rs.width) {
-		reply_error(s, worker, h->cmd, h->seq, h->key, DT_ESIZE,
-		            "%s of key %llu: rows of width %zu, but the "
-		            "table's are %zu wide",
-		            op, (unsigned long long)h->key, b.width,
-		            t->rs.width);
-		return;
-	}
-	/* (a pull's rows are unique too: its answer is then no bigger than
-	 * this server's part of the table; workers send each row once) */
-	if ((err = dt__rs_check(&t->rs, op, b.count, b.ids, 1, &bad))) {
-		reply_error(s, worker, h->cmd, h->seq, h->key, err, "%s",
-		            dt_errmsg());
-		return;
-	}
-	if (h->cmd == DT_CMD_KV_ROW_PULL) {
-		rows_answer(s, t, worker, h->cmd, h->seq, b.answer, b.count,
-		            b.ids);
-		return;
-	}
-	/* The pushed values as floats: fp32 bodies as they are (aligned:
-	 * after 8-byte ids), others decoded. */
-	size_t nv = b.count * b.width;
-
-	if (b.push == DT_QUANT_NONE) {
-		g = (const float *)(const void *)b.body;
-		if (nv && ((uintptr_t)g & 3)) { /* (never, from a worker) */
-			reply_error(s, worker, h->cmd, h->seq, h->key,
-			            DT_EPROTO, "%s: values not aligned", op);
-			return;
-		}
-	} else if (nv) {
-		if (!dt__buf_reserve(&s->dec, &s->dec_cap,
-		                     nv * sizeof(float))) {
-			reply_error(s, worker, h->cmd, h->seq, h->key,
-			            DT_ENOMEM,
-			            "%s of key %llu: out of memory decoding "
-			            "%zu values",
-			            op, (unsigned long long)h->key, nv);
-			return;
-		}
-		if ((err = dt__quant_decode(b.push, b.t, b.body, nv,
-		                            (float *)(void *)s->dec))) {
-			reply_error(s, worker, h->cmd, h->seq, h->key, err,
-			            "%s of key %llu: %s", op,
-			            (unsigned long long)h->key, dt_errmsg());
-			return;
-		}
-		g = (const float *)(void *)s->dec;
-	}
-	if (!s->sync) {
-		uint64_t t0 = dt__now_ns();
-
-		dt__rs_apply(&t->rs, b.count, b.ids, g);
-		busy(DT_EV_KV_UPDATE, t0, h->key, 0,
-		     dt__node_worker_id(s->node, worker));
-		s->rounds++;
-		rows_answer(s, t, worker, h->cmd, h->seq, b.answer, b.count,
-		            b.ids);
-		return;
-	}
-	if (dt__rs_pushed(&t->rs, worker)) {
-		reply_error(s, worker, h->cmd, h->seq, h->key, DT_ESTATE,
-		            "%s of key %llu: this worker's push of the round "
-		            "open now has not been answered yet (a row_sparse "
-		            "table takes one push per worker per round)",
-		            op, (unsigned long long)h->key);
-		return;
-	}
-	rwait *w = calloc(1, sizeof(*w)), **p = &t->answers;
-	int closed;
-
-	if (w && h->cmd == DT_CMD_KV_ROW_PUSHPULL && b.count &&
-	    (w->ids = malloc(b.count * 8)) == NULL) {
-		free(w);
-		w = NULL;
-	}
-	if (w == NULL) {
-		reply_error(s, worker, h->cmd, h->seq, h->key, DT_ENOMEM,
-		            "%s of key %llu: out of memory", op,
-		            (unsigned long long)h->key);
-		return;
-	}
-	uint64_t t_merge = dt__now_ns();
-
-	err = dt__rs_push_sync(&t->rs, worker, b.count, b.ids, g, &closed);
-	busy(DT_EV_KV_MERGE, t_merge, h->key, 0,
-	     dt__node_worker_id(s->node, worker));
-	if (err) {
-		free(w->ids);
-		free(w);
-		reply_error(s, worker, h->cmd, h->seq, h->key, err, "%s",
-		            dt_errmsg());
-		return;
-	}
-	w->worker = worker;
-	w->cmd = h->cmd;
-	w->seq = h->seq;
-	w->enc = b.answer;
-	w->count = b.count;
-	if (w->ids)
-		memcpy(w->ids, b.ids, b.count * 8);
-	while (*p)
-		p = &(*p)->next;
-	*p = w;
-	if (!closed)
-		return;
-	s->rounds++;
-	while (t->answers) { /* (in arrival order) */
-		w = t->answers;
-		t->answers = w->next;
-		rows_answer(s, t, w->worker, w->cmd, w->seq, w->enc, w->count,
-		            w->ids);
-		free(w->ids);
-		free(w);
-	}
 }
 
 /* Whether a key has a value made in dist_async: it has no merge buffer
@@ -2294,6 +1912,60 @@ async_keys(kv_server *s)
 	return 0;
 }
 
+/* KV_CONFIG: the store's mode. A kind that holds anything has its mode
+ * fixed (its records were made for it); dense keys made in dist_async
+ * have no merge buffers for dist_sync rounds. */
+static void
+on_config(kv_server *s, int worker, const dt_msg_hdr *h)
+{
+	int fixed = 0;
+
+	for (const srv_kind *const *kind = srv_kinds; *kind; kind++)
+		fixed |= (*kind)->any && (*kind)->any(s);
+	if ((fixed && (h->arg0 != 0) != s->sync) ||
+	    (h->arg0 != 0 && !s->sync && async_keys(s))) {
+		srv_reply_error(s, worker, h->cmd, h->seq, 0, DT_ESTATE,
+		                "configure: keys, batched keys or row_sparse "
+		                "tables exist in %s mode",
+		                s->sync ? "dist_sync" : "dist_async");
+		return;
+	}
+	s->sync = h->arg0 != 0;
+	DT_LOG(1, "store mode: %s", s->sync ? "dist_sync" : "dist_async");
+	srv_reply(s, worker, h->cmd, h->seq, 0, NULL, 0);
+}
+
+/* KV_SET_OPT: once a key has a value, only the parameters may change. */
+static void
+on_set_opt(kv_server *s, int worker, const dt_msg *m)
+{
+	const dt_msg_hdr *h = &m->hdr;
+	dt_rbuf r;
+	dt_opt opt;
+
+	dt__rbuf_init(&r, m->meta, h->meta_len);
+	if (dt__opt_decode(&r, &opt)) {
+		srv_reply_error(s, worker, h->cmd, h->seq, 0, DT_EINVAL,
+		                "set optimizer: %s", dt_errmsg());
+		return;
+	}
+	if (s->ninit && opt.kind != s->opt.kind) {
+		srv_reply_error(s, worker, h->cmd, h->seq, 0, DT_ESTATE,
+		                "set optimizer: keys are already initialised "
+		                "with another optimizer; only its parameters "
+		                "may change now");
+		return;
+	}
+	s->opt = opt;
+	for (const srv_kind *const *kind = srv_kinds; *kind; kind++)
+		if ((*kind)->set_opt)
+			(*kind)->set_opt(s, &opt);
+	DT_LOG(1, "optimizer %s lr=%g momentum=%g wd=%g rescale_grad=%g",
+	       opt.kind == DT_OPT_SGD ? "sgd" : "adam", opt.p.lr,
+	       opt.p.momentum, opt.p.wd, opt.p.rescale_grad);
+	srv_reply(s, worker, h->cmd, h->seq, 0, NULL, 0);
+}
+
 static void
 dispatch(void *arg, dt_node *n, dt_conn *c, dt_msg *m)
 {
@@ -2310,52 +1982,11 @@ dispatch(void *arg, dt_node *n, dt_conn *c, dt_msg *m)
 	}
 	switch (h->cmd) {
 	case DT_CMD_KV_CONFIG:
-		if ((((s->ks_on && s->ks.nrec) || dt__table_count(&s->rtabs)) &&
-		     (h->arg0 != 0) != s->sync) ||
-		    (h->arg0 != 0 && !s->sync && async_keys(s))) {
-			reply_error(s, worker, h->cmd, h->seq, 0, DT_ESTATE,
-			            "configure: keys, batched keys or "
-			            "row_sparse tables exist in %s mode",
-			            s->sync ? "dist_sync" : "dist_async");
-			return;
-		}
-		s->sync = h->arg0 != 0;
-		DT_LOG(1, "store mode: %s",
-		       s->sync ? "dist_sync" : "dist_async");
-		reply(s, worker, h->cmd, h->seq, 0, NULL, 0);
+		on_config(s, worker, h);
 		return;
-	case DT_CMD_KV_SET_OPT: {
-		dt_rbuf r;
-		dt_opt opt;
-
-		dt__rbuf_init(&r, m->meta, h->meta_len);
-		if (dt__opt_decode(&r, &opt)) {
-			reply_error(s, worker, h->cmd, h->seq, 0, DT_EINVAL,
-			            "set optimizer: %s", dt_errmsg());
-			return;
-		}
-		if (s->ninit && opt.kind != s->opt.kind) {
-			reply_error(s, worker, h->cmd, h->seq, 0, DT_ESTATE,
-			            "set optimizer: keys are already "
-			            "initialised with another optimizer; only "
-			            "its parameters may change now");
-			return;
-		}
-		s->opt = opt;
-		if (s->ks_on && s->ks.nrec)
-			dt__ks_set_opt(&s->ks, &opt);
-		dt_table_iter it;
-		for (dt_hnode *t = dt__table_first(&s->rtabs, &it); t;
-		     t = dt__table_next(&it))
-			dt__rs_set_opt(&DT_CONTAINER_OF(t, rtable, hn)->rs,
-			               &opt);
-		DT_LOG(1,
-		       "optimizer %s lr=%g momentum=%g wd=%g rescale_grad=%g",
-		       opt.kind == DT_OPT_SGD ? "sgd" : "adam", opt.p.lr,
-		       opt.p.momentum, opt.p.wd, opt.p.rescale_grad);
-		reply(s, worker, h->cmd, h->seq, 0, NULL, 0);
+	case DT_CMD_KV_SET_OPT:
+		on_set_opt(s, worker, m);
 		return;
-	}
 	case DT_CMD_KV_INIT:
 		on_init(s, worker, m);
 		return;
@@ -2377,12 +2008,12 @@ dispatch(void *arg, dt_node *n, dt_conn *c, dt_msg *m)
 		on_many(s, worker, m);
 		return;
 	case DT_CMD_KV_ROW_INIT:
-		on_row_init(s, worker, m);
+		srv_on_row_init(s, worker, m);
 		return;
 	case DT_CMD_KV_ROW_PUSH:
 	case DT_CMD_KV_ROW_PULL:
 	case DT_CMD_KV_ROW_PUSHPULL:
-		on_rows(s, worker, m);
+		srv_on_rows(s, worker, m);
 		return;
 	case DT_CMD_KV_PUSH:
 	case DT_CMD_KV_PUSHPULL:
@@ -2394,8 +2025,8 @@ dispatch(void *arg, dt_node *n, dt_conn *c, dt_msg *m)
 		on_data(s, worker, h, m->meta, m->payload, m->streamed);
 		return;
 	default:
-		reply_error(s, worker, h->cmd, h->seq, h->key, DT_EPROTO,
-		            "unknown KV command %u", h->cmd);
+		srv_reply_error(s, worker, h->cmd, h->seq, h->key, DT_EPROTO,
+		                "unknown KV command %u", h->cmd);
 	}
 }
 
@@ -2586,8 +2217,8 @@ payload_chunk(void *arg, dt_node *n, dt_conn *c, const dt_msg_hdr *h,
 		uint64_t t0 = dt__now_ns();
 
 		dt__kv_add(e->merge + i0, g, cnt);
-		busy_part(DT_EV_KV_MERGE, t0, h->key, cnt * sizeof(float),
-		          (int)h->sender, off == 0);
+		srv_busy_part(DT_EV_KV_MERGE, t0, h->key, cnt * sizeof(float),
+		              (int)h->sender, off == 0);
 		return;
 	}
 	touch(s, e);
@@ -2605,8 +2236,6 @@ payload_chunk(void *arg, dt_node *n, dt_conn *c, const dt_msg_hdr *h,
 static void
 server_free(kv_server *s)
 {
-	dt_table_iter it;
-
 	if (s->ck_started) {
 		pthread_mutex_lock(&s->ck_mu);
 		s->ck_stop = 1;
@@ -2626,13 +2255,10 @@ server_free(kv_server *s)
 		pthread_cond_destroy(&s->ck_cv);
 		pthread_mutex_destroy(&s->ck_mu);
 	}
-	for (dt_hnode *h = dt__table_first(&s->keys, &it); h;
-	     h = dt__table_next(&it))
-		free_entry(DT_CONTAINER_OF(h, entry, hn));
+	for (const srv_kind *const *kind = srv_kinds; *kind; kind++)
+		if ((*kind)->drop)
+			(*kind)->drop(s);
 	dt__table_fini(&s->keys);
-	for (dt_hnode *h = dt__table_first(&s->rtabs, &it); h;
-	     h = dt__table_next(&it))
-		free_rtable(DT_CONTAINER_OF(h, rtable, hn));
 	dt__table_fini(&s->rtabs);
 	free(s->ck_dir);
 	free(s->replayed);

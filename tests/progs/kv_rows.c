@@ -18,7 +18,8 @@
  *   kv_rows async        dist_async with sgd (lr 1, gradients -1): rank 0
  *                        makes all its pushes while the others wait at a
  *                        barrier (progress without them), then they make
- *                        theirs; every push applied exactly once
+ *                        theirs; every push applied exactly once (5
+ *                        pushes each, or KV_ROWS_PUSHES)
  *   kv_rows adam TYPE    lazy adam on the servers against a local store
  *                        run here on the round's summed gradients (exact
  *                        eighths: the sums are exact): equal bit for bit,
@@ -256,7 +257,10 @@ static void
 run_async(dt_kv *kv, int rank, int nw)
 {
 	table t;
-	const int P = 5;
+	/* KV_ROWS_PUSHES: more pushes, for a job long enough to lose a
+	 * server in (tests/integration/sparse_recovery.sh) */
+	const char *pe = getenv("KV_ROWS_PUSHES");
+	const int P = pe ? atoi(pe) : 5;
 
 	OK(dt_kv_set_optimizer(kv, "sgd", "lr=1"));
 	table_init(kv, &t, 200, 500, 2);

@@ -40,6 +40,7 @@ build(dt_wbuf *w)
 	                 DT_OK);
 	dt__wbuf_init(w);
 	dt__ckpt_begin(w, &h);
+	dt__wbuf_u64(w, h.nkeys); /* the dense keys' section */
 	dt_ckpt_key k1 = {.key = 10,
 	                  .n = 9,
 	                  .offset = 3,
@@ -60,6 +61,7 @@ build(dt_wbuf *w)
 	                  .state = s2};
 	dt__ckpt_key(w, &k1, 3);
 	dt__ckpt_key(w, &k2, 3);
+	dt__wbuf_u64(w, 0); /* no row tables */
 	dt__wbuf_reserve(w, DT_CKPT_TRAILER);
 	assert_int_equal(dt__wbuf_err(w), DT_OK);
 	w->len = dt__ckpt_seal(w->data, w->len);
@@ -72,7 +74,7 @@ read_all(const uint8_t *buf, size_t len)
 	dt_rbuf r;
 	dt_ckpt_head h;
 	dt_ckpt_key k;
-	uint64_t applied[16];
+	uint64_t applied[16], ntables;
 	dt_err err;
 
 	if ((err = dt__ckpt_open("f.ckpt", buf, len, &r, &h)))
@@ -83,6 +85,14 @@ read_all(const uint8_t *buf, size_t len)
 	for (uint64_t i = 0; i < h.nkeys; i++)
 		if ((err = dt__ckpt_next_key("f.ckpt", &r, &h, &k)))
 			return err;
+	if ((err = dt__ckpt_count("f.ckpt", &r, &h, "row tables", &ntables)))
+		return err;
+	for (uint64_t i = 0; i < ntables; i++) {
+		dt_ckpt_table t = {.applied = applied};
+
+		if ((err = dt__ckpt_next_table("f.ckpt", &r, &h, &t)))
+			return err;
+	}
 	return r.off == r.len ? DT_OK : DT_EFORMAT;
 }
 
@@ -93,7 +103,7 @@ test_good_file(void **state)
 	dt_rbuf r;
 	dt_ckpt_head h;
 	dt_ckpt_key k;
-	uint64_t applied[3];
+	uint64_t applied[3], n;
 	float v[3];
 
 	(void)state;
@@ -118,6 +128,9 @@ test_good_file(void **state)
 	assert_int_equal(dt__ckpt_next_key("f.ckpt", &r, &h, &k), DT_OK);
 	assert_int_equal(k.key, 11);
 	assert_int_equal(applied[1], 2);
+	assert_int_equal(dt__ckpt_count("f.ckpt", &r, &h, "row tables", &n),
+	                 DT_OK);
+	assert_int_equal(n, 0);
 	assert_int_equal(r.off, r.len);
 	dt__wbuf_fini(&w);
 }
@@ -157,6 +170,99 @@ reseal(uint8_t *buf, size_t len)
 		buf[body + 8 + i] = (uint8_t)(crc >> (8 * i));
 }
 
+/* A version 1 file (the dense keys only, before row tables were kept)
+ * reads as it did: its keys, and no row tables. */
+static void
+test_version_1(void **state)
+{
+	dt_wbuf w;
+	uint8_t *old;
+	size_t body;
+
+	(void)state;
+	build(&w);
+	body = w.len - DT_CKPT_TRAILER - 8; /* (without the tables' count) */
+	old = malloc(body + DT_CKPT_TRAILER);
+	memcpy(old, w.data, body);
+	old[8] = 1;
+	assert_int_equal(dt__ckpt_seal(old, body), body + DT_CKPT_TRAILER);
+	assert_int_equal(read_all(old, body + DT_CKPT_TRAILER), DT_OK);
+	/* and the version 2 file, cut at the same place, is damaged */
+	memcpy(old, w.data, body);
+	dt__ckpt_seal(old, body);
+	assert_int_equal(read_all(old, body + DT_CKPT_TRAILER), DT_EFORMAT);
+	assert_non_null(strstr(dt_errmsg(), "no count of row tables"));
+	free(old);
+	dt__wbuf_fini(&w);
+}
+
+/* A row table's part is read back exactly; a width that would wrap
+ * rows x width, or more floats than the file holds, is refused. */
+static void
+test_row_table(void **state)
+{
+	static const float val[6] = {1, 2, 3, 4, 5, -6}, st[6] = {0.5f};
+	uint64_t applied[3] = {4, 5, 6}, got[3];
+	dt_ckpt_head h = {.rank = 0, .nservers = 1, .nworkers = 3, .sync = 1};
+	dt_ckpt_table t = {.key = 7,
+	                   .rows = 100,
+	                   .lo = 10,
+	                   .n = 3,
+	                   .width = 2,
+	                   .steps = 9,
+	                   .applied = applied,
+	                   .state_len = 6,
+	                   .val = val,
+	                   .state = st};
+	dt_ckpt_table r = {.applied = got};
+	dt_ckpt_head rh;
+	dt_rbuf rb;
+	uint64_t count;
+	float v[6];
+	dt_wbuf w;
+
+	(void)state;
+	dt__wbuf_init(&w);
+	dt__ckpt_begin(&w, &h);
+	dt__wbuf_u64(&w, 0); /* no dense keys */
+	dt__wbuf_u64(&w, 1);
+	dt__ckpt_table(&w, &t, 3);
+	dt__wbuf_reserve(&w, DT_CKPT_TRAILER);
+	w.len = dt__ckpt_seal(w.data, w.len);
+	assert_int_equal(dt__ckpt_open("t.ckpt", w.data, w.len, &rb, &rh),
+	                 DT_OK);
+	assert_int_equal(rh.version, 2);
+	assert_int_equal(
+	    dt__ckpt_count("t.ckpt", &rb, &rh, "row tables", &count), DT_OK);
+	assert_int_equal(count, 1);
+	assert_int_equal(dt__ckpt_next_table("t.ckpt", &rb, &rh, &r), DT_OK);
+	assert_int_equal(r.key, 7);
+	assert_int_equal(r.lo, 10);
+	assert_int_equal(r.n, 3);
+	assert_int_equal(r.width, 2);
+	assert_int_equal(r.steps, 9);
+	assert_int_equal(got[2], 6);
+	memcpy(v, r.val, sizeof(v));
+	assert_memory_equal(v, val, sizeof(v));
+	assert_int_equal(rb.off, rb.len);
+	/* width 2^62 + 1: n x width wraps to a small number */
+	w.len -= DT_CKPT_TRAILER;
+	size_t width_at = w.len - 12 * 4 - 8 - 3 * 8 - 8 - 8;
+
+	memset(w.data + width_at, 0, 8);
+	w.data[width_at] = 1;
+	w.data[width_at + 7] = 0x40;
+	w.len = dt__ckpt_seal(w.data, w.len);
+	assert_int_equal(dt__ckpt_open("t.ckpt", w.data, w.len, &rb, &rh),
+	                 DT_OK);
+	assert_int_equal(
+	    dt__ckpt_count("t.ckpt", &rb, &rh, "row tables", &count), DT_OK);
+	assert_int_equal(dt__ckpt_next_table("t.ckpt", &rb, &rh, &r),
+	                 DT_EFORMAT);
+	assert_non_null(strstr(dt_errmsg(), "row table 7"));
+	dt__wbuf_fini(&w);
+}
+
 static void
 test_lies_with_good_checksum(void **state)
 {
@@ -188,11 +294,11 @@ test_lies_with_good_checksum(void **state)
 	reseal(copy, w.len);
 	assert_int_equal(read_all(copy, w.len), DT_EFORMAT);
 	assert_non_null(strstr(dt_errmsg(), "out of range"));
-	/* Another version. */
+	/* A newer version. */
 	memcpy(copy, w.data, w.len);
-	copy[8] = 2;
+	copy[8] = 3;
 	assert_int_equal(read_all(copy, w.len), DT_EFORMAT);
-	assert_non_null(strstr(dt_errmsg(), "version 2"));
+	assert_non_null(strstr(dt_errmsg(), "version 3"));
 	free(copy);
 	dt__wbuf_fini(&w);
 }
@@ -288,6 +394,8 @@ main(void)
 	    cmocka_unit_test(test_good_file),
 	    cmocka_unit_test(test_every_cut_and_flip),
 	    cmocka_unit_test(test_lies_with_good_checksum),
+	    cmocka_unit_test(test_version_1),
+	    cmocka_unit_test(test_row_table),
 	    cmocka_unit_test(test_atomic_write),
 	    cmocka_unit_test(test_planted_links),
 	};

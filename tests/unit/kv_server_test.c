@@ -8,7 +8,11 @@
  * over it cannot grow the server; a pull naming a row twice is refused
  * before any answer is made; a big answer's buffer goes back once it is
  * sent; a switch to dist_sync once a key has a dist_async value is
- * refused; and after each refusal the store still answers as before.
+ * refused; after each refusal the store still answers as before; a row
+ * table in a checkpoint comes back in a server started from it (values,
+ * each worker's pushes, not the rounds after); and a worker's row
+ * requests sent back to back, as a restarted server's replay sends them,
+ * wait for their rounds in order.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -266,6 +270,101 @@ test_config_mode(void **state)
 	h_stop();
 }
 
+/* A round of row pushes of table key: worker 0's rows a, worker 1's b
+ * (values 1); both answered. */
+static void
+row_round(dt_key key, const uint64_t *a, size_t na, const uint64_t *b,
+          size_t nb, size_t width)
+{
+	uint64_t n0 = h_ans.count;
+
+	rows_req(0, DT_CMD_KV_ROW_PUSH, key, a, na, width);
+	rows_req(1, DT_CMD_KV_ROW_PUSH, key, b, nb, width);
+	assert_int_equal(h_ans.count, n0 + 2);
+	answered(0);
+}
+
+/* A row table in a checkpoint: a server started from the file has the
+ * values, the pushes of each worker and the step count of the rounds
+ * before it (not those after), and an init of the same table keeps
+ * them. */
+static void
+test_rows_checkpoint(void **state)
+{
+	char dir[] = "/tmp/kv_server_test.XXXXXX", path[64];
+	const uint64_t r13[2] = {1, 3}, r39[2] = {3, 9}, r2[1] = {2};
+	kv_server *s;
+	rtable *t;
+
+	(void)state;
+	assert_non_null(mkdtemp(dir));
+	setenv("DTRAIN_CHECKPOINT_DIR", dir, 1);
+	setenv("DTRAIN_CHECKPOINT_EVERY", "0", 1);
+	assert_non_null(s = h_start());
+	send_frame(0, DT_CMD_KV_CONFIG, 0, 1, 0, 0, NULL, 0, NULL, 0);
+	row_init(7, 10, 2);
+	answered(0);
+	row_round(7, r13, 2, r39, 2, 2);
+	send_frame(0, DT_CMD_KV_CHECKPOINT, 0, 0, 0, 0, NULL, 0, NULL, 0);
+	answered(0);
+	row_round(7, r2, 1, r2, 1, 2); /* (after the checkpoint) */
+	h_stop();
+	setenv("DTRAIN_CHECKPOINT_LOAD", "1", 1);
+	assert_non_null(s = h_start());
+	assert_non_null(t = find_rows(s, 7));
+	assert_true(t->restored);
+	assert_int_equal(t->applied[0], 1);
+	assert_int_equal(t->applied[1], 1);
+	assert_true(t->rs.val[2] == 1.0f && t->rs.val[6] == 2.0f &&
+	            t->rs.val[18] == 1.0f && t->rs.val[4] == 0.0f);
+	row_init(7, 10, 2); /* the workers' init: the values stay */
+	answered(0);
+	assert_true(t->rs.val[6] == 2.0f);
+	row_init(8, 10, 2); /* a table the file does not have is made */
+	answered(0);
+	h_stop();
+	unsetenv("DTRAIN_CHECKPOINT_LOAD");
+	unsetenv("DTRAIN_CHECKPOINT_EVERY");
+	unsetenv("DTRAIN_CHECKPOINT_DIR");
+	snprintf(path, sizeof(path), "%s/server-0.ckpt", dir);
+	unlink(path);
+	snprintf(path, sizeof(path), "%s/server-0.ckpt.prev", dir);
+	unlink(path);
+	assert_int_equal(rmdir(dir), 0);
+}
+
+/* dist_sync, as a restarted server's replay sends them: a worker's second
+ * push of a table waits for the round of its first, and its pull waits
+ * for the round of its last push, so it sees it. */
+static void
+test_rows_replay_order(void **state)
+{
+	const uint64_t r0[1] = {0}, r1[1] = {1}, both[2] = {0, 1};
+	float got[2];
+	uint64_t n0;
+
+	(void)state;
+	assert_non_null(h_start());
+	send_frame(0, DT_CMD_KV_CONFIG, 0, 1, 0, 0, NULL, 0, NULL, 0);
+	row_init(9, 4, 1);
+	answered(0);
+	n0 = h_ans.count;
+	rows_req(0, DT_CMD_KV_ROW_PUSH, 9, r0, 1, 1);
+	rows_req(0, DT_CMD_KV_ROW_PUSH, 9, r1, 1, 1);   /* waits */
+	rows_req(0, DT_CMD_KV_ROW_PULL, 9, both, 2, 1); /* waits */
+	assert_int_equal(h_ans.count, n0);
+	rows_req(1, DT_CMD_KV_ROW_PUSH, 9, r0, 1, 1); /* round 1 ends */
+	assert_int_equal(h_ans.count, n0 + 2);
+	assert_int_equal(h_ans.errors, 0);
+	rows_req(1, DT_CMD_KV_ROW_PUSH, 9, r1, 1, 1); /* round 2 ends */
+	assert_int_equal(h_ans.count, n0 + 5);
+	assert_int_equal(h_ans.last.cmd, DT_CMD_KV_ROW_PULL);
+	answered(8);
+	memcpy(got, h_ans.data, sizeof(got));
+	assert_true(got[0] == 2.0f && got[1] == 2.0f);
+	h_stop();
+}
+
 int
 main(void)
 {
@@ -274,6 +373,8 @@ main(void)
 	    cmocka_unit_test(test_table_limit),
 	    cmocka_unit_test(test_pull_limits),
 	    cmocka_unit_test(test_config_mode),
+	    cmocka_unit_test(test_rows_checkpoint),
+	    cmocka_unit_test(test_rows_replay_order),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

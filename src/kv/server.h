@@ -1,0 +1,206 @@
+/*
+ * server.h - what a parameter server's files share: the server's state,
+ * the answers every store kind sends (srv_reply.c), and the ops table of a
+ * store kind.
+ *
+ * A server holds three kinds of store, each in its own file beside the
+ * store it drives: dense keys (server.c, which also routes the messages
+ * and runs checkpoints), many-key requests (kstore.h) and row_sparse
+ * tables (rserver.c over rstore.c). Checkpoints, recovery and the checks
+ * of which store a key lives in loop over the kinds' ops (srv_kinds)
+ * rather than naming them.
+ *
+ * Threads: all of it runs in the node's I/O thread (the checkpoint writer
+ * thread only takes finished snapshots, under ck_mu).
+ */
+#ifndef DT_KV_SERVER_H
+#define DT_KV_SERVER_H
+
+#include <pthread.h>
+#include <stdint.h>
+
+#include "common/table.h"
+#include "kv/kstore.h"
+#include "kv/kv_impl.h"
+
+/* The names the server's files share. A program that compiles the
+ * server's sources into itself beside the library's copy (the fuzz
+ * harness) defines DT_SRV to give them names of its own. */
+#ifndef DT_SRV
+#define DT_SRV(name) dt__srv_##name
+#endif
+
+/* (the short names the server's files use) */
+#define srv_reply_val        DT_SRV(reply_val)
+#define srv_reply_enc        DT_SRV(reply_enc)
+#define srv_reply            DT_SRV(reply)
+#define srv_reply_error      DT_SRV(reply_error)
+#define srv_busy_part        DT_SRV(busy_part)
+#define srv_busy             DT_SRV(busy)
+#define srv_maybe_checkpoint DT_SRV(maybe_checkpoint)
+#define srv_kinds            DT_SRV(kinds)
+#define srv_dense_kind       DT_SRV(dense_kind)
+#define srv_many_kind        DT_SRV(many_kind)
+#define srv_rows_kind        DT_SRV(rows_kind)
+#define srv_home_of          DT_SRV(home_of)
+#define srv_on_row_init      DT_SRV(on_row_init)
+#define srv_on_rows          DT_SRV(on_rows)
+
+typedef struct breq breq;
+typedef struct ckpt_job ckpt_job;
+
+typedef struct kv_server {
+	dt_node *node;
+	int rank;
+	int rejoined;      /* took a lost server's place (recovery), until every
+	                      worker's replay is over */
+	uint8_t *replayed; /* by worker: its KV_REPLAYED came */
+	int nreplayed;
+	size_t ninit; /* keys with a value (the optimizer is fixed then) */
+	int nservers, nworkers; /* the job's */
+	int sync;
+	dt_opt opt;     /* kind DT_OPT_NONE: the value is the sum of a round */
+	dt_table keys;  /* entries by key */
+	dt_table rtabs; /* row_sparse tables by key (rserver.c) */
+	/* Row requests that came before their table's init (recovery). */
+	struct rlater *rparked;
+	uint8_t *dec; /* a compressed push, decoded (floats) */
+	size_t dec_cap;
+	uint8_t *half; /* an fp16 answer */
+	size_t half_cap;
+	/* The many-key store (batched requests; kstore.h), made at the
+	 * first batched init; and its scratch: a request's records, an
+	 * answer's values, the pending dist_sync pushes. */
+	int ks_on;
+	dt_kstore ks;
+	uint32_t *idx;
+	size_t idx_cap; /* bytes */
+	float *gath;
+	size_t gath_cap; /* bytes */
+	/* DTRAIN_MAX_TABLE_BYTES: the most the row_sparse tables here may
+	 * map, all together (dt__rs_plan_bytes), and what they map now. */
+	uint64_t max_table_bytes, table_bytes;
+	struct rxbuf {
+		uint8_t *buf;
+		size_t cap;
+		const dt_conn *holder; /* receiving a frame into it now */
+	} * rx; /* by worker: its batched requests land here */
+	breq *breqs;
+	size_t nbreqs;
+	uint32_t breq_free; /* handle of the first free one, 0: none */
+	/* PS_RESEND: by worker, the push streaming in now, and how many of
+	 * its bytes are used; a frame cut by a broken connection comes again
+	 * whole, and only the rest of it is used then. */
+	struct streaming {
+		uint64_t seq;
+		dt_key key;
+		uint64_t used;
+		int on;
+	} * streaming;
+	/* Checkpoints (DTRAIN_CHECKPOINT_*). The I/O thread takes a snapshot
+	 * (a copy, in the file's format); a writer thread puts it on disk. */
+	char *ck_dir;          /* NULL: no checkpoints */
+	char ck_name[64];      /* server-<rank>.ckpt */
+	uint64_t ck_every;     /* rounds (0: not by rounds) */
+	uint64_t ck_every_ns;  /* or time (0: not by time) */
+	uint64_t rounds;       /* key rounds completed (async: updates) */
+	uint64_t ck_rounds_at; /* rounds at the last snapshot */
+	uint64_t ck_last_ns;
+	uint64_t ck_number; /* the last snapshot's number */
+	pthread_t ck_thread;
+	int ck_started;
+	pthread_mutex_t ck_mu;
+	pthread_cond_t ck_cv; /* a job for the writer, or one written */
+	ckpt_job *ck_next;    /* (ck_mu) the next to write; a newer one
+	                         replaces it */
+	uint64_t ck_done;     /* (ck_mu) the last number written */
+	dt_err ck_err;        /* (ck_mu) how that write ended */
+	char ck_errmsg[256];  /* (ck_mu) */
+	int ck_stop;          /* (ck_mu) */
+	uint64_t ck_written;  /* (ck_mu) files written */
+	uint64_t ck_write_ns; /* (ck_mu) time spent writing them */
+	uint64_t ck_snap_ns;  /* snapshots' time in the I/O thread */
+	ckpt_job *ck_ok;      /* (ck_mu) the last one written, to be told to
+	                         the workers (recovery; buf freed) */
+} kv_server;
+
+/* ---- answers and busy time (srv_reply.c) ---- */
+
+/* An answer; with a value (len floats), in encoding enc (what the request
+ * asked for: fp32, or fp16 converted here). val is the store's value
+ * (stable: before it changes, the store has PS_RESEND keep a copy of what
+ * it still holds of it, dt__node_before_write), or scratch (scratch = 1:
+ * copied if kept). */
+void srv_reply_val(kv_server *s, int worker, int cmd, uint64_t seq, dt_key key,
+                   const float *val, size_t len, unsigned enc, int scratch);
+/* The same, val being the store's value. */
+void srv_reply_enc(kv_server *s, int worker, int cmd, uint64_t seq, dt_key key,
+                   const float *val, size_t len, unsigned enc);
+/* The same in fp32. */
+void srv_reply(kv_server *s, int worker, int cmd, uint64_t seq, dt_key key,
+               const float *val, size_t len);
+/* An error answer whose message says what was wrong. */
+void srv_reply_error(kv_server *s, int worker, int cmd, uint64_t seq,
+                     dt_key key, dt_err code, const char *fmt, ...)
+    DT_PRINTF(7, 8);
+/* Server time on key since t0: merging a push (peer: the worker's node
+ * id) or updating the value (peer -1), for the counters and timeline;
+ * count: the updates it stands for. */
+void srv_busy_part(int kind, uint64_t t0, dt_key key, uint64_t bytes, int peer,
+                   int count);
+void srv_busy(int kind, uint64_t t0, dt_key key, uint64_t bytes, int peer);
+
+/* After a round (or an async update): a checkpoint if one is due
+ * (server.c). */
+void srv_maybe_checkpoint(kv_server *s);
+
+/* ---- store kinds ---- */
+
+/*
+ * A store kind's server side. owns and made_by let the router and the
+ * kinds find which store holds a key without naming each other. The
+ * checkpoint ops are NULL for a kind whose store is not in checkpoints
+ * (the many-key store: batched calls go key by key to the dense store
+ * when checkpoints or recovery are on).
+ */
+typedef struct srv_kind {
+	/* How a key of this kind was made, for errors ("a row_sparse init
+	 * (dt_kv_init_row_sparse)"). */
+	const char *made_by;
+	int (*owns)(kv_server *s, dt_key key);
+	/* The optimizer's parameters change (not its kind). */
+	void (*set_opt)(kv_server *s, const dt_opt *opt);
+	/* Whether it has anything (the mode may not change then). */
+	int (*any)(kv_server *s);
+	/* Checkpoints: how many records the kind's section holds (and the
+	 * workers hear of: each its key and the pushes of each worker in
+	 * it), their bytes at most, the section written (u64 count, then the
+	 * records), and read back into an empty store. */
+	uint64_t (*count)(kv_server *s);
+	size_t (*snap_bytes)(kv_server *s);
+	void (*snapshot)(kv_server *s, dt_wbuf *w);
+	/* Fill count() keys and, for each, nworkers applied counts. */
+	void (*held)(kv_server *s, dt_key *keys, uint64_t *applied);
+	dt_err (*load)(kv_server *s, const char *path, dt_rbuf *r,
+	               const dt_ckpt_head *h);
+	/* Recovery: a new process took worker's place (what waits for its
+	 * predecessor is answered with sequence number 0); and every
+	 * worker's replay is over (what still waits is answered). */
+	void (*peer_restart)(kv_server *s, int worker);
+	void (*replayed)(kv_server *s);
+	/* Free every record (a failed load; the server's stop). */
+	void (*drop)(kv_server *s);
+} srv_kind;
+
+/* The kinds, in the order of a checkpoint's sections; NULL-terminated. */
+extern const srv_kind *const srv_kinds[];
+extern const srv_kind srv_dense_kind, srv_many_kind, srv_rows_kind;
+
+/* The kind that holds key, other than self (NULL: none). */
+const srv_kind *srv_home_of(kv_server *s, dt_key key, const srv_kind *self);
+
+/* The row_sparse kind's messages (rserver.c). */
+void srv_on_row_init(kv_server *s, int worker, const dt_msg *m);
+void srv_on_rows(kv_server *s, int worker, const dt_msg *m);
+
+#endif

@@ -1,0 +1,121 @@
+#!/usr/bin/env bash
+# sparse_recovery.sh - row_sparse tables survive a lost server: a server
+# killed with SIGKILL in the middle of training is restarted (`dtrain
+# launch --restart 1`, docs/fault-tolerance.md), loads its last checkpoint
+# (its part of the table, with each worker's pushes in it), and the workers
+# send again what the checkpoint does not hold:
+#   - sparse_linear in dist_sync: the table saved at the end (--save) is
+#     bit-identical to the undisturbed run's, with a server killed after a
+#     random progress line, killed before any checkpoint (the new server
+#     starts empty: the table's init and every push come again), and with
+#     messages dropped and sent again (PS_RESEND=1 PS_DROP_MSG=5);
+#   - kv_rows async (dist_async): every row push applied exactly once.
+set -u
+. "$(dirname "$0")/job_lib.bash"
+B=${DTRAIN_BUILD:?}
+tmp=$(mktemp -d)
+trap 'for p in $(ours); do kill -9 "$p"; done 2>/dev/null; rm -rf "$tmp"' EXIT
+fail() { echo "FAIL: $*"; exit 1; }
+
+# Every process of this test's jobs carries TAG in its environment: other
+# tests run beside this one from the same build.
+TAG="DT_SPARSE_RECOVERY_TEST=$tmp"
+ours() { tagged_pids "$B/" "$TAG"; }
+# pid_of ROLE RANK: the process of that role and rank in this test's job
+pid_of() {
+	local p
+	for p in $(ours); do
+		tr '\0' '\n' 2>/dev/null <"/proc/$p/environ" | grep -qx "DMLC_ROLE=$1" || continue
+		tr '\0' '\n' 2>/dev/null <"/proc/$p/environ" |
+			grep -qx "DMLC_$(echo "$1" | tr a-z A-Z)_ID=$2" || continue
+		grep -q timeout "/proc/$p/comm" 2>/dev/null && continue
+		echo "$p"
+		return 0
+	done
+	return 1
+}
+# wait_for LOG PATTERN: until the job's log shows it (60 s at most)
+wait_for() {
+	local i
+	for i in $(seq 600); do
+		grep -q "$2" "$1" 2>/dev/null && return 0
+		sleep 0.1
+	done
+	return 1
+}
+# killed NAME ROLE RANK PATTERN launch-args...: start the job, SIGKILL the
+# process once the log shows PATTERN; the launcher's status in $tmp/NAME.rc
+killed() {
+	local name=$1 role=$2 rank=$3 pat=$4 pid
+	shift 4
+	timeout 250 "$@" >"$tmp/$name.log" 2>&1 &
+	local job=$!
+	wait_for "$tmp/$name.log" "$pat" || { kill $job; fail "$name: '$pat' never came"; }
+	pid=$(pid_of "$role" "$rank") || { kill $job; fail "$name: no $role $rank"; }
+	kill -9 "$pid"
+	echo "$name: killed $role $rank (pid $pid) after '$pat'"
+	wait $job
+	echo $? >"$tmp/$name.rc"
+}
+must_pass() {
+	[ "$(cat "$tmp/$1.rc")" = 0 ] || { tail -25 "$tmp/$1.log"; fail "$1: the job failed"; }
+	grep -q "starting a new one in its place" "$tmp/$1.log" || fail "$1: no restart"
+	grep -q "is back: pid" "$tmp/$1.log" || fail "$1: the new process did not rejoin"
+}
+# same NAME: its table file equals the undisturbed run's, bit for bit
+same() {
+	cmp -s "$tmp/ref.params" "$tmp/$1.params" ||
+		fail "$1: tables differ ($("$B/dtrain" params diff "$tmp/ref.params" "$tmp/$1.params" 2>&1 | head -3))"
+}
+left() { [ -n "$(ours)" ]; }
+
+R=(--restart 1 --checkpoint-dir "$tmp/ck" --env "$TAG")
+S=("$B/examples/sparse_linear" --kvstore dist_sync --train 40000 --test 2000 --epochs 2 --disp-batches 10)
+
+timeout 250 "$B/dtrain" launch -n 2 -s 2 --env "$TAG" -- "${S[@]}" --save "$tmp/ref.params" \
+	>"$tmp/ref.log" 2>&1 || { tail "$tmp/ref.log"; fail "sparse_linear reference run"; }
+
+# A server killed after a random progress line, checkpoints every 10 rounds.
+b=$((10 * (1 + RANDOM % 3)))
+srv=$((RANDOM % 2))
+killed sync server $srv "Epoch\[0\] Batch \[$((b - 10))-$b\]" "$B/dtrain" launch -n 2 -s 2 "${R[@]}" \
+	--checkpoint-every 10 -- "${S[@]}" --save "$tmp/sync.params"
+must_pass sync
+grep -q "restored checkpoint #[0-9]*.* 1 row tables" "$tmp/sync.log" || fail "sync: no table restored"
+grep -q "sending [0-9]* requests again to server $srv" "$tmp/sync.log" || fail "sync: nothing sent again"
+same sync
+echo "sparse_linear dist_sync, server $srv killed after batch $b: $(grep -o 'restored checkpoint #[0-9]*' "$tmp/sync.log"), table bit-identical"
+rm -rf "$tmp/ck"
+
+# Killed before any checkpoint: the new server starts empty, and the
+# table's init (rank 0's) and every push come again.
+killed empty server 0 "Epoch\[0\] Batch \[0-10\]" "$B/dtrain" launch -n 2 -s 2 "${R[@]}" \
+	--checkpoint-every 1000000 -- "${S[@]}" --save "$tmp/empty.params"
+must_pass empty
+grep -q "no checkpoint in $tmp/ck yet: starting empty" "$tmp/empty.log" || fail "empty: the new server did not start empty"
+same empty
+echo "sparse_linear dist_sync, server 0 killed before any checkpoint: everything sent again, table bit-identical"
+rm -rf "$tmp/ck"
+
+# The same with messages dropped and sent again.
+killed resend server 1 "Epoch\[0\] Batch \[10-20\]" "$B/dtrain" launch -n 2 -s 2 "${R[@]}" \
+	--checkpoint-every 10 --env PS_RESEND=1 --env PS_RESEND_TIMEOUT=20 --env PS_DROP_MSG=5 \
+	-- "${S[@]}" --save "$tmp/resend.params"
+must_pass resend
+same resend
+echo "sparse_linear dist_sync with PS_RESEND=1 PS_DROP_MSG=5, server 1 killed: table bit-identical"
+rm -rf "$tmp/ck"
+
+# dist_async: every push applied once (kv_rows counts them).
+MXNET_KVSTORE_BIGARRAY_BOUND=64 KV_ROWS_PUSHES=3000 \
+	killed async server 0 "\[server 0\] checkpoint #3:" "$B/dtrain" launch -n 2 -s 2 "${R[@]}" \
+	--checkpoint-every 200 --env PS_VERBOSE=1 -- "$B/tests/progs/kv_rows" async
+must_pass async
+[ "$(grep -c "kv_rows async: 3000 pushes from each of 2 workers" "$tmp/async.log")" = 2 ] ||
+	{ grep "kv_rows FAILED" "$tmp/async.log" | head -3; tail -5 "$tmp/async.log"; fail "dist_async: a push lost or applied twice"; }
+grep -q "\[server 0\] every worker has sent again what server 0 lacked" "$tmp/async.log" ||
+	fail "dist_async: the new server did not hear the end of every replay"
+echo "kv_rows async (dist_async), server 0 killed after its 3rd checkpoint: every row push applied exactly once"
+rm -rf "$tmp/ck"
+left && fail "processes left behind: $(ours)"
+echo "ok"
