@@ -50,7 +50,8 @@ struct dt_transport_ops {
 
 	/* Non-blocking I/O with read(2) / sendmsg(2) semantics: bytes moved,
 	 * 0 at the end of the stream (recv), -1 with errno (EAGAIN: nothing
-	 * now). sendv never raises SIGPIPE. */
+	 * now; EBADMSG: bytes a layer's check refused, the reason in
+	 * dt_errmsg). sendv never raises SIGPIPE. */
 	ssize_t (*recv)(dt_link *l, void *buf, size_t len);
 	ssize_t (*sendv)(dt_link *l, const struct iovec *iov, int iovcnt);
 	/* Wait up to timeout_ms (0: just look) for room to send: 1 if
@@ -77,6 +78,11 @@ struct dt_transport_ops {
 	 */
 	int (*pending)(dt_link *l);
 	int (*arm)(dt_link *l, int room);
+	/* Bytes a layer over another link (seal.c) has taken from sendv
+	 * and not written yet (sendv's thread): they leave at the next
+	 * sendv, wait_writable or sendv of no bytes (0 once all are out).
+	 * Optional (NULL: 0). */
+	size_t (*unsent)(const dt_link *l);
 	/* The pid of the process at the other end as the kernel saw it
 	 * when the link was made (SO_PEERCRED), or 0 when the transport
 	 * cannot tell (TCP). Optional (NULL: 0). */

@@ -73,18 +73,6 @@ van_once_a_second(uint64_t *last, uint64_t now)
 	return 1;
 }
 
-/* The buffers of encryption (send_mu held, or nothing else runs on c). */
-void
-van_crypt_buffers_free(dt_conn *c)
-{
-	free(c->txbuf);
-	free(c->txplain);
-	free(c->rxraw);
-	free(c->rxplain);
-	c->txbuf = c->txplain = c->rxraw = c->rxplain = NULL;
-	c->raw_off = c->raw_len = c->plain_off = c->plain_len = 0;
-}
-
 void
 van_conn_free(dt_conn *c)
 {
@@ -92,15 +80,11 @@ van_conn_free(dt_conn *c)
 		c->link.ops->close(&c->link);
 	pthread_mutex_destroy(&c->send_mu);
 	pthread_cond_destroy(&c->idle_cv);
-	free(c->wq.buf);
 	free(c->pq.buf);
 	free(c->stage);
 	free(c->meta);
 	free(c->rxbuf);
 	free(c->obuf);
-	van_crypt_buffers_free(c);
-	dt__crypt_free(c->tx);
-	dt__crypt_free(c->rx);
 	free(c);
 }
 

@@ -19,6 +19,7 @@
 #include <unistd.h>
 
 #include "common/util.h"
+#include "net/seal.h"
 #include "net/van_int.h"
 
 dt_err
@@ -280,10 +281,19 @@ van_handshake_read(dt_van *v, dt_conn *c, dt_err *err)
 	}
 	if ((*err = dt__auth_on_proof(v->auth, &c->hs, c->hsbuf, &tx, &rx)))
 		return HS_FAIL;
-	pthread_mutex_lock(&c->send_mu);
-	c->tx = tx;
-	pthread_mutex_unlock(&c->send_mu);
-	c->rx = rx;
+	if (tx != NULL) {
+		/* Encrypted from here on: the records are a layer over the
+		 * link (seal.c), under the send lock as senders see the link.
+		 */
+		pthread_mutex_lock(&c->send_mu);
+		*err = dt__seal_wrap(&c->link, tx, rx);
+		pthread_mutex_unlock(&c->send_mu);
+		if (*err) {
+			dt__crypt_free(tx);
+			dt__crypt_free(rx);
+			return HS_FAIL;
+		}
+	}
 	c->auth = AUTH_DONE;
 	DT_LOG(2, "%s authenticated%s", c->addr, rx ? " (encrypted)" : "");
 	return HS_DONE;

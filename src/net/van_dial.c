@@ -15,6 +15,7 @@
 #include <time.h>
 
 #include "common/util.h"
+#include "net/seal.h"
 #include "net/van_int.h"
 
 /* Read exactly len bytes of a handshake from a new link by deadline (or
@@ -232,15 +233,18 @@ dt__van_connect(dt_van *v, const char *host, int port, const char *local,
 		}
 		nap = DT_MIN(nap * 2, DIAL_NAP_MAX);
 	}
-	c = van_conn_new(v, &link, 1);
-	if (c == NULL) {
+	/* Encrypted: the records are a layer over the link (seal.c). */
+	if (tx != NULL && (err = dt__seal_wrap(&link, tx, rx))) {
 		dt__crypt_free(tx);
 		dt__crypt_free(rx);
 		link.ops->close(&link);
+		return err;
+	}
+	c = van_conn_new(v, &link, 1);
+	if (c == NULL) {
+		link.ops->close(&link);
 		return DT_ENOMEM;
 	}
-	c->tx = tx;
-	c->rx = rx;
 	snprintf(c->addr, sizeof(c->addr), "%s:%d%s", host, port,
 	         c->ring ? " (shm)" : "");
 	if (van_conn_add(v, c) != DT_OK)

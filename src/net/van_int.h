@@ -39,9 +39,7 @@
 #define POLL_BIG   (64u << 10)  /* payload rest that extends a poll */
 #define RXBUF_KEEP (64u << 20)  /* larger receive buffers are not kept */
 #define IOV_BATCH  64
-#define CUT_MIN    (1u << 20) /* DT_CUT_EVERY cuts frames this big */
-#define TX_RECS    16         /* sealed records per write at most */
-#define RX_RAW_CAP (2 * DT_REC_WIRE)
+#define CUT_MIN    (1u << 20)   /* DT_CUT_EVERY cuts frames this big */
 #define CORK_BUF   (256u << 10) /* held bytes per connection at most */
 #define SWEEP_NS   250000000ull /* stuck queues are looked for this often */
 #define STALL_NS   100000000ull /* a dispatch this long is a stall */
@@ -85,7 +83,7 @@ struct dt_conn {
 	int busy;               /* (send_mu) a writer works without send_mu */
 	int close_deferred;     /* (send_mu) down while busy: it closes */
 	int shut_after;         /* (send_mu) shut down once queue is out */
-	dt_sendq wq, pq;        /* (send_mu) wire bytes, then frames */
+	dt_sendq pq;            /* (send_mu) frames not written yet */
 	uint64_t q_moved_ns;    /* (send_mu) when the queue last moved */
 	atomic_int want_out;    /* epoll reports c writable too */
 	int ring; /* a shared-memory link: bytes come without waking fd */
@@ -101,17 +99,6 @@ struct dt_conn {
 	uint8_t hsbuf[DT_AUTH_MAX_LEN];
 	size_t hs_got;
 	dt_auth_hs hs;
-	/* Encryption (DTRAIN_ENCRYPT): sealing under send_mu, opening in
-	 * the I/O thread; NULL when the connection is in the clear. */
-	dt_crypt *tx;
-	uint8_t *txbuf;   /* (send_mu) sealed records, TX_RECS of them */
-	uint8_t *txplain; /* (send_mu) a record's plaintext being gathered */
-	dt_crypt *rx;
-	uint8_t *rxraw; /* records as read */
-	size_t raw_off, raw_len;
-	uint8_t *rxplain; /* an opened record not yet taken */
-	size_t plain_off, plain_len;
-
 	/* Receive state, owned by the I/O thread. */
 	enum rx_state state;
 	uint8_t *stage;
@@ -229,7 +216,6 @@ dt_err van_conn_add(dt_van *v, dt_conn *c);
 void van_conn_down(dt_van *v, dt_conn *c, dt_err why, const char *reason);
 void van_wake_io(dt_van *v);
 int van_once_a_second(uint64_t *last, uint64_t now);
-void van_crypt_buffers_free(dt_conn *c);
 
 /* van_accept.c: listeners and the handshake thread. */
 enum { HS_MORE, HS_WAIT, HS_DONE, HS_FAIL }; /* van_handshake_read */

@@ -194,104 +194,6 @@ consume(dt_van *v, dt_conn *c)
 }
 
 /*
- * Read opened records into buf (an encrypted connection), with read(2)'s
- * results: a short count only once the link has nothing more now, so the
- * reader's "drained" logic holds. A record that does not open sets errno
- * EBADMSG (the reason in dt_errmsg).
- */
-static ssize_t
-crypt_recv(dt_conn *c, uint8_t *buf, size_t len)
-{
-	size_t done = 0;
-
-	if (c->rxraw == NULL) {
-		c->rxraw = malloc(RX_RAW_CAP);
-		c->rxplain = malloc(DT_REC_MAX);
-		if (c->rxraw == NULL || c->rxplain == NULL) {
-			errno = ENOMEM;
-			return -1;
-		}
-	}
-	for (;;) {
-		if (c->plain_off < c->plain_len) {
-			size_t n =
-			    DT_MIN(len - done, c->plain_len - c->plain_off);
-
-			memcpy(buf + done, c->rxplain + c->plain_off, n);
-			c->plain_off += n;
-			done += n;
-		}
-		if (done == len)
-			return (ssize_t)done;
-		size_t have = c->raw_len - c->raw_off;
-		if (have >= DT_REC_HDR) {
-			const uint8_t *rec = c->rxraw + c->raw_off;
-			size_t pl = dt__crypt_rec_len(rec);
-			size_t whole = DT_REC_HDR + pl + DT_REC_TAG;
-
-			if (pl == 0) {
-				dt__fail(DT_EAUTH, "bad record length %u",
-				         (unsigned)dt__get_u32(rec));
-				errno = EBADMSG;
-				return -1;
-			}
-			if (have >= whole) {
-				/* Straight into buf when it takes the whole
-				 * record. */
-				int direct = len - done >= pl;
-				uint8_t *dst = direct ? buf + done : c->rxplain;
-
-				if (dt__crypt_open(c->rx, rec, whole, dst)) {
-					errno = EBADMSG;
-					return -1;
-				}
-				c->raw_off += whole;
-				if (direct) {
-					done += pl;
-				} else {
-					c->plain_off = 0;
-					c->plain_len = pl;
-				}
-				continue;
-			}
-		}
-		if (c->raw_off == c->raw_len) {
-			c->raw_off = c->raw_len = 0;
-		} else if (RX_RAW_CAP - c->raw_len < DT_REC_WIRE) {
-			memmove(c->rxraw, c->rxraw + c->raw_off, have);
-			c->raw_len = have;
-			c->raw_off = 0;
-		}
-		ssize_t n = c->link.ops->recv(&c->link, c->rxraw + c->raw_len,
-		                              RX_RAW_CAP - c->raw_len);
-		if (n > 0) {
-			c->raw_len += (size_t)n;
-			continue;
-		}
-		if (n < 0 && errno == EINTR)
-			continue;
-		/* Bytes in hand go first; the end or the error comes again
-		 * on the next call. */
-		if (done > 0)
-			return (ssize_t)done;
-		if (n == 0 && c->raw_len > c->raw_off) {
-			dt__fail(DT_EAUTH, "the stream ends inside a record");
-			errno = EBADMSG;
-			return -1;
-		}
-		return n;
-	}
-}
-
-static ssize_t
-conn_recv(dt_conn *c, void *buf, size_t len)
-{
-	if (c->rx)
-		return crypt_recv(c, buf, len);
-	return c->link.ops->recv(&c->link, buf, len);
-}
-
-/*
  * Tell the transport how much of a payload is still to come whenever
  * reading stops (TCP then wakes the reader less often: tcp.c), so what it
  * knows is never more than the truth, and 0 between frames.
@@ -342,7 +244,8 @@ read_all(dt_van *v, dt_conn *c)
 			size_t want =
 			    (size_t)(c->h.payload_len - c->payload_got);
 
-			n = conn_recv(c, c->dest + c->payload_got, want);
+			n = c->link.ops->recv(&c->link,
+			                      c->dest + c->payload_got, want);
 			if (n > 0) {
 				c->payload_got += (uint64_t)n;
 				if (c->payload_got == c->h.payload_len)
@@ -355,7 +258,8 @@ read_all(dt_van *v, dt_conn *c)
 		} else {
 			size_t want = STAGE_CAP - c->stage_len;
 
-			n = conn_recv(c, c->stage + c->stage_len, want);
+			n = c->link.ops->recv(&c->link, c->stage + c->stage_len,
+			                      want);
 			if (n > 0) {
 				dt_err err;
 

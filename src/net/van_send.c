@@ -22,9 +22,9 @@
  * A connection has one writer at a time: the thread that holds send_mu
  * while busy is 0, or the thread that set busy (it writes with send_mu
  * released, so others can queue behind it meanwhile). Bytes not written yet
- * wait in the connection's queue, in this order: wq, bytes as they go on
- * the wire (the rest of sealed records), then pq, frames not sealed yet
- * (on a link in the clear, the wire bytes themselves).
+ * wait, in this order, in the link (a layer over it, such as encryption,
+ * may hold what it took and could not write yet: the link's unsent) and
+ * in the connection's queue pq, frames as the van sends them.
  *
  * The thread that handles events (the I/O thread, or a caller polling in
  * dt__van_wait) never waits long for a peer: it writes what the socket
@@ -46,10 +46,21 @@
 #define QUEUE_SLACK  (64u << 20)
 #define QUEUE_MIN    (64u << 10)
 
+/* What c's link holds unsent (c's writer, or send_mu held with no writer
+ * busy). */
+static size_t
+link_unsent(const dt_conn *c)
+{
+	return c->link.fd >= 0 && c->link.ops->unsent
+	           ? c->link.ops->unsent(&c->link)
+	           : 0;
+}
+
+/* Bytes waiting to be sent (send_mu held, no writer busy). */
 static size_t
 queued(const dt_conn *c)
 {
-	return c->wq.len + c->pq.len;
+	return c->pq.len + link_unsent(c);
 }
 
 static void
@@ -63,12 +74,12 @@ sendq_free(dt_sendq *q)
 static dt_err
 sendq_room(dt_van *v, dt_conn *c, dt_sendq *q, size_t add)
 {
-	if (queued(c) + add > v->max_payload + QUEUE_SLACK)
+	if (c->pq.len + add > v->max_payload + QUEUE_SLACK)
 		return dt__fail(DT_ETOOBIG,
 		                "send to %s: %zu bytes already wait for a peer "
 		                "that does not read",
-		                c->addr, queued(c));
-	if (queued(c) == 0)
+		                c->addr, c->pq.len);
+	if (c->pq.len == 0)
 		c->q_moved_ns = dt__now_ns(); /* the stall clock starts */
 	if (q->off + q->len + add <= q->cap)
 		return DT_OK;
@@ -118,17 +129,18 @@ sendq_put(dt_van *v, dt_conn *c, dt_sendq *q, const struct iovec *vec, int n)
  * deadline. Each call writes at most SEND_CHUNK bytes (no cut that would
  * leave a small tail): each call's end pushes its segments out, so the
  * receiver works on a big payload steadily instead of in bursts of half
- * the window.
+ * the window. What the link holds unsent (a layer's, see link_unsent)
+ * goes too: a waiting writer returns once it is out.
  */
 static dt_err
-raw_write(dt_van *v, dt_conn *c, struct iovec **pcur, int *pleft,
-          uint64_t deadline, int nb, const char *what)
+link_write(dt_van *v, dt_conn *c, struct iovec **pcur, int *pleft,
+           uint64_t deadline, int nb, const char *what)
 {
 	struct iovec *cur = *pcur;
 	int left = *pleft;
 	dt_err err = DT_OK;
 
-	while (left > 0) {
+	while (left > 0 || link_unsent(c) > 0) {
 		int iovlen = 0;
 		size_t cut = 0, full = 0, rest = 0, limit;
 		ssize_t w;
@@ -205,110 +217,12 @@ raw_write(dt_van *v, dt_conn *c, struct iovec **pcur, int *pleft,
 	return err;
 }
 
-/*
- * Seal what *pcur holds into records and write them, up to TX_RECS records
- * per write, as c's writer (raw_write's contract). When the peer is slow
- * (nb), the records sealed but not written go to wq, which is empty on
- * entry, and *pcur tells the plaintext left.
- */
-static dt_err
-sealed_write(dt_van *v, dt_conn *c, struct iovec **pcur, int *pleft,
-             uint64_t deadline, int nb, const char *what)
-{
-	const size_t cap = (size_t)TX_RECS * DT_REC_WIRE;
-	struct iovec *cur = *pcur;
-	int left = *pleft;
-	size_t gathered = 0;
-	dt_err err = DT_OK;
-
-	if (c->txbuf == NULL) {
-		c->txbuf = malloc(cap);
-		c->txplain = malloc(DT_REC_MAX);
-		if (c->txbuf == NULL || c->txplain == NULL)
-			return dt__fail(DT_ENOMEM,
-			                "send %s: out of memory for "
-			                "encryption",
-			                what);
-	}
-	while (left > 0 || gathered > 0) {
-		size_t used = 0;
-
-		while (used + DT_REC_WIRE <= cap) {
-			size_t take;
-
-			if (left == 0) {
-				if (gathered > 0)
-					used += dt__crypt_seal(
-					    c->tx, c->txplain, gathered,
-					    c->txbuf + used);
-				gathered = 0;
-				break;
-			}
-			if (gathered == 0 && cur->iov_len >= DT_REC_MAX) {
-				/* A whole record straight from the caller's */
-				take = DT_REC_MAX;
-				used += dt__crypt_seal(c->tx, cur->iov_base,
-				                       take, c->txbuf + used);
-			} else {
-				take =
-				    DT_MIN(cur->iov_len, DT_REC_MAX - gathered);
-				memcpy(c->txplain + gathered, cur->iov_base,
-				       take);
-				gathered += take;
-				if (gathered == DT_REC_MAX) {
-					used += dt__crypt_seal(
-					    c->tx, c->txplain, gathered,
-					    c->txbuf + used);
-					gathered = 0;
-				}
-			}
-			cur->iov_base = (uint8_t *)cur->iov_base + take;
-			cur->iov_len -= take;
-			if (cur->iov_len == 0) {
-				cur++;
-				left--;
-			}
-		}
-		struct iovec wire = {c->txbuf, used}, *wc = &wire;
-		int wl = used > 0;
-
-		if ((err = raw_write(v, c, &wc, &wl, deadline, nb, what)))
-			break;
-		if (wl > 0) { /* nb, and the peer is slow */
-			err = sendq_put(v, c, &c->wq, wc, 1);
-			if (err == DT_OK && gathered > 0 &&
-			    (err = sendq_room(v, c, &c->wq,
-			                      gathered + DT_REC_HDR +
-			                          DT_REC_TAG)) == DT_OK)
-				c->wq.len += dt__crypt_seal(
-				    c->tx, c->txplain, gathered,
-				    c->wq.buf + c->wq.off + c->wq.len);
-			break;
-		}
-	}
-	*pcur = cur;
-	*pleft = left;
-	return err;
-}
-
-/* Frames onto the wire: sealed when the link is encrypted. */
-static dt_err
-put_bytes(dt_van *v, dt_conn *c, struct iovec **pcur, int *pleft,
-          uint64_t deadline, int nb, const char *what)
-{
-	if (c->tx)
-		return sealed_write(v, c, pcur, pleft, deadline, nb, what);
-	return raw_write(v, c, pcur, pleft, deadline, nb, what);
-}
-
 /* Give the descriptor and the send buffers back (send_mu held, no writer
  * busy): the connection is down. */
 void
 van_link_release(dt_conn *c)
 {
 	c->link.ops->close(&c->link);
-	van_crypt_buffers_free(c);
-	sendq_free(&c->wq);
 	sendq_free(&c->pq);
 	c->close_deferred = 0;
 }
@@ -349,28 +263,22 @@ drain_nb(dt_van *v, dt_conn *c)
 	uint64_t deadline = dt__now_ns() + NB_BUDGET_NS;
 	dt_err err = DT_OK;
 
-	for (int pass = 0; pass < 2 && err == DT_OK; pass++) {
-		dt_sendq *q = pass == 0 ? &c->wq : &c->pq;
-		struct iovec iov = {q->buf + q->off, q->len}, *cur = &iov;
-		int left = q->len > 0;
+	dt_sendq *q = &c->pq;
+	struct iovec iov = {q->buf + q->off, q->len}, *cur = &iov;
+	int left = q->len > 0;
+	size_t before = queued(c);
 
-		if (left == 0)
-			continue;
-		err = pass == 0 ? raw_write(v, c, &cur, &left, deadline, 1,
-		                            "queued bytes")
-		                : put_bytes(v, c, &cur, &left, deadline, 1,
-		                            "queued frames");
-		size_t rest = left ? cur->iov_len : 0;
+	if (before == 0)
+		return DT_OK;
+	err = link_write(v, c, &cur, &left, deadline, 1, "queued frames");
+	size_t rest = left ? cur->iov_len : 0;
 
-		if (rest < q->len)
-			c->q_moved_ns = dt__now_ns();
-		q->off += q->len - rest;
-		q->len = rest;
-		if (q->len == 0)
-			q->off = 0;
-		if (c->wq.len > 0)
-			break; /* wire bytes first */
-	}
+	q->off += q->len - rest;
+	q->len = rest;
+	if (q->len == 0)
+		q->off = 0;
+	if (queued(c) < before)
+		c->q_moved_ns = dt__now_ns();
 	return err;
 }
 
@@ -382,18 +290,13 @@ drain_wait(dt_van *v, dt_conn *c, uint64_t deadline)
 	dt_err err = DT_OK;
 
 	while (err == DT_OK && queued(c) > 0) {
-		dt_sendq w = c->wq, p = c->pq;
-		struct iovec iw = {w.buf + w.off, w.len}, *cw = &iw;
+		dt_sendq p = c->pq;
 		struct iovec ip = {p.buf + p.off, p.len}, *cp = &ip;
-		int lw = w.len > 0, lp = p.len > 0;
+		int lp = p.len > 0;
 
-		memset(&c->wq, 0, sizeof(c->wq));
 		memset(&c->pq, 0, sizeof(c->pq));
 		pthread_mutex_unlock(&c->send_mu);
-		err = raw_write(v, c, &cw, &lw, deadline, 0, "queued bytes");
-		if (err == DT_OK)
-			err = put_bytes(v, c, &cp, &lp, deadline, 0,
-			                "queued frames");
+		err = link_write(v, c, &cp, &lp, deadline, 0, "queued frames");
 		pthread_mutex_lock(&c->send_mu);
 		/* keep a buffer for the next queue */
 		if (c->pq.buf == NULL && p.buf != NULL) {
@@ -401,7 +304,6 @@ drain_wait(dt_van *v, dt_conn *c, uint64_t deadline)
 			p.buf = NULL;
 		}
 		free(p.buf);
-		free(w.buf);
 		c->q_moved_ns = dt__now_ns();
 	}
 	return err;
@@ -433,10 +335,16 @@ send_nb_locked(dt_van *v, dt_conn *c, struct iovec *vec, int n,
 	if (queued(c) == 0) {
 		int left = n;
 
-		err = put_bytes(v, c, &vec, &left, dt__now_ns() + NB_BUDGET_NS,
-		                1, what);
-		if (err || left == 0)
+		err = link_write(v, c, &vec, &left, dt__now_ns() + NB_BUDGET_NS,
+		                 1, what);
+		if (err)
 			return err;
+		if (left == 0) {
+			/* all taken, but maybe not all written (a layer's) */
+			if (link_unsent(c) > 0)
+				want_writable(v, c);
+			return DT_OK;
+		}
 		n = left;
 	}
 	if ((err = sendq_put(v, c, &c->pq, vec, n)) == DT_OK)
@@ -474,7 +382,7 @@ send_wait_locked(dt_van *v, dt_conn *c, struct iovec *vec, int n,
 		int left = n;
 
 		pthread_mutex_unlock(&c->send_mu);
-		err = put_bytes(v, c, &vec, &left, deadline, 0, what);
+		err = link_write(v, c, &vec, &left, deadline, 0, what);
 		pthread_mutex_lock(&c->send_mu);
 	}
 	if (err == DT_OK)
@@ -724,8 +632,8 @@ dt__van_beat(dt_van *v, dt_conn *c, dt_msg_hdr *h, int *sent)
 	} else if (!c->busy && queued(c) == 0 && c->olen == 0 &&
 	           c->link.ops->wait_writable(&c->link, 0)) {
 		/* Room for far more than a header: the write cannot block. */
-		err = put_bytes(v, c, &cur, &left, dt__now_ns() + NB_BUDGET_NS,
-		                0, dt__cmd_name(h->cmd));
+		err = link_write(v, c, &cur, &left, dt__now_ns() + NB_BUDGET_NS,
+		                 0, dt__cmd_name(h->cmd));
 		if (err && c->link.fd >= 0)
 			c->link.ops->shutdown(&c->link);
 		if (err == DT_OK) {
