@@ -28,6 +28,20 @@
 
 typedef struct dt_transport_ops dt_transport_ops;
 
+/* Where a peer may be reached: its host and port, and the endpoint it
+ * gave for peers on its own host (NULL or "" when none). */
+typedef struct dt_peer_addr {
+	const char *host;
+	int port;
+	const char *local;
+} dt_peer_addr;
+
+/* The proof of the job key a same-host connection gives before its
+ * listener allocates anything for it (endpoint_listen, endpoint_connect):
+ * the same for both ends of a job (dt__auth_local_token over the
+ * endpoint's name; all zero without authentication). */
+#define DT_LINK_TOKEN_LEN 32
+
 /* One end of a link (or a listener), as a transport made it. */
 typedef struct dt_link {
 	const dt_transport_ops *ops;
@@ -87,6 +101,28 @@ struct dt_transport_ops {
 	 * when the link was made (SO_PEERCRED), or 0 when the transport
 	 * cannot tell (TCP). Optional (NULL: 0). */
 	int (*peer_pid)(const dt_link *l);
+
+	/*
+	 * Reachability (as NCCL's transports answer canConnect): 1 if this
+	 * transport can reach peer. The van dials through the first
+	 * transport of its list that can, falling back to the next ones if
+	 * it refuses, and never names a transport itself. NULL: any peer.
+	 */
+	int (*can_reach)(const dt_peer_addr *peer);
+	/*
+	 * A transport that reaches peers through an endpoint named on this
+	 * host (shared memory) has these three; NULL otherwise. endpoint_new
+	 * writes a fresh name for a listener of this process into name (cap
+	 * bytes); endpoint_listen listens there and endpoint_connect
+	 * connects to a peer's (peer->local) once, until deadline_ns, each
+	 * with the token (DT_LINK_TOKEN_LEN bytes) for that name.
+	 */
+	dt_err (*endpoint_new)(char *name, size_t cap);
+	dt_err (*endpoint_listen)(const char *name, const uint8_t *token,
+	                          dt_link *lis);
+	dt_err (*endpoint_connect)(const char *name, const uint8_t *token,
+	                           uint64_t deadline_ns, const char *what,
+	                           dt_link *out);
 };
 
 /* The transports built in, by name (NULL-terminated). */
@@ -95,21 +131,22 @@ extern const dt_transport_ops dt__tcp_transport;
 extern const dt_transport_ops dt__shm_transport;
 
 /*
- * The choice DTRAIN_TRANSPORT makes: *out is the transport to other hosts
- * (TCP), *local 1 if peers on this host are reached through shared memory
- * ("auto", the default), 0 if through *out too ("tcp").
+ * The choice DTRAIN_TRANSPORT makes: out (DT_TRANSPORTS_MAX entries, the
+ * last NULL) receives the transports to use in order of preference, the
+ * last of them the one that reaches other hosts (TCP): "auto" (the
+ * default) puts shared memory first for peers on this host, "tcp" uses
+ * TCP alone.
  */
-dt_err dt__transport_choose(const dt_transport_ops **out, int *local);
+#define DT_TRANSPORTS_MAX 4
+dt_err dt__transport_choose(const dt_transport_ops *out[DT_TRANSPORTS_MAX]);
 /* Check DTRAIN_SHM_RING and DTRAIN_SHM_COPY_ONCE (shm.c). */
 dt_err dt__shm_configure(void);
 /*
- * The same-host listener and connector with the proof of the job key that
- * a connection gives before the listener allocates anything for it
- * (shm.c): token is the same for both ends of a job (dt__auth_local_token
- * over the listener's name; all zero without authentication). The ops'
+ * The same-host listener and connector (shm.c; its endpoint_listen and
+ * endpoint_connect) with the token of DT_LINK_TOKEN_LEN bytes. The ops'
  * listen and connect use an all-zero token.
  */
-#define DT_SHM_TOKEN_LEN 32
+#define DT_SHM_TOKEN_LEN DT_LINK_TOKEN_LEN
 dt_err dt__shm_listen(const char *name, const uint8_t *token, dt_link *lis);
 dt_err dt__shm_connect(const char *name, const uint8_t *token,
                        uint64_t deadline_ns, const char *what, dt_link *out);

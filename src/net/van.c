@@ -49,7 +49,7 @@ van_conn_new(dt_van *v, const dt_link *link, int staged)
 	}
 	c->van = v;
 	c->link = *link;
-	c->ring = link->ops->pending != NULL;
+	c->polled = link->ops->pending != NULL;
 	c->peer_pid = link->ops->peer_pid ? link->ops->peer_pid(link) : 0;
 	atomic_store(&c->peer, -1);
 	atomic_store(&c->vouched, 1);
@@ -88,7 +88,7 @@ van_conn_free(dt_conn *c)
 	free(c);
 }
 
-/* Have the I/O thread go round its loop (and look at the rings again)
+/* Have the I/O thread go round its loop (and look at the polled links again)
  * at once; at a stop, leave epoll_wait. */
 void
 van_wake_io(dt_van *v)
@@ -110,14 +110,14 @@ van_conn_add(dt_van *v, dt_conn *c)
 	c->next = v->conns;
 	v->conns = c;
 	pthread_mutex_unlock(&v->mu);
-	if (c->ring)
-		atomic_fetch_add(&v->nrings, 1);
+	if (c->polled)
+		atomic_fetch_add(&v->npolled, 1);
 	if (epoll_ctl(v->epfd, EPOLL_CTL_ADD, c->link.fd, &ev) < 0) {
 		atomic_store(&c->open, 0);
 		return dt__fail(DT_ESYS, "epoll_ctl: %s", strerror(errno));
 	}
-	if (c->ring) /* the I/O thread may sleep already, without having
-	                armed this ring (its handshake used the arming up) */
+	if (c->polled) /* the I/O thread may sleep already, without having
+	                armed this link (its handshake used the arming up) */
 		van_wake_io(v);
 	return DT_OK;
 }
@@ -129,8 +129,8 @@ van_conn_down(dt_van *v, dt_conn *c, dt_err why, const char *reason)
 	atomic_store(&c->open, 0);
 	if (atomic_exchange(&c->vouched, 1) == 0)
 		atomic_fetch_sub(&v->unvouched, 1);
-	if (c->ring)
-		atomic_fetch_sub(&v->nrings, 1);
+	if (c->polled)
+		atomic_fetch_sub(&v->npolled, 1);
 	epoll_ctl(v->epfd, EPOLL_CTL_DEL, c->link.fd, NULL);
 	c->link.ops->shutdown(&c->link);
 	/*
@@ -197,7 +197,7 @@ dt__van_create(const dt_van_hooks *hooks, dt_van **out)
 		dt__auth_free(auth);
 		return DT_ENOMEM;
 	}
-	if ((err = dt__transport_choose(&v->tp, &v->local))) {
+	if ((err = dt__transport_choose(v->tps))) {
 		dt__auth_free(auth);
 		free(v);
 		return err;
@@ -282,20 +282,22 @@ dt__van_destroy(dt_van *v)
 dt_err
 dt__van_listen_local(dt_van *v, char *name, size_t cap)
 {
-	uint64_t nonce;
+	const dt_transport_ops *tp = NULL;
+	uint8_t token[DT_LINK_TOKEN_LEN];
 	char mine[64];
 	dt_err err;
 
 	*name = '\0';
-	if (!v->local)
+	/* The first transport that listens at an endpoint on this host. */
+	for (int i = 0; v->tps[i] && tp == NULL; i++)
+		if (v->tps[i]->endpoint_listen)
+			tp = v->tps[i];
+	if (tp == NULL)
 		return DT_OK;
-	if (getrandom(&nonce, sizeof(nonce), 0) != (ssize_t)sizeof(nonce))
-		return dt__fail(DT_ESYS, "getrandom: %s", strerror(errno));
-	snprintf(mine, sizeof(mine), "dtrain.%d.%016llx", (int)getpid(),
-	         (unsigned long long)nonce);
-	uint8_t token[DT_SHM_TOKEN_LEN];
+	if ((err = tp->endpoint_new(mine, sizeof(mine))))
+		return err;
 	dt__auth_local_token(v->auth, mine, token);
-	if ((err = dt__shm_listen(mine, token, &v->loc)))
+	if ((err = tp->endpoint_listen(mine, token, &v->loc)))
 		return err;
 	struct epoll_event ev = {.events = EPOLLIN, .data.ptr = &v->loc};
 	if (epoll_ctl(v->epfd, EPOLL_CTL_ADD, v->loc.fd, &ev) < 0)

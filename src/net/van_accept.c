@@ -25,7 +25,8 @@
 dt_err
 dt__van_listen(dt_van *v, const char *host, int port, int fd, int *bound_port)
 {
-	dt_err err = v->tp->listen(host, port, fd, &v->lis, bound_port);
+	dt_err err =
+	    van_host_tp(v)->listen(host, port, fd, &v->lis, bound_port);
 
 	if (err)
 		return err;

@@ -138,32 +138,55 @@ dial_nap(dt_van *v, int nap_ms, uint64_t deadline)
 	return !atomic_load(&v->dial_stop);
 }
 
-/* The link to the peer, through shared memory when local names it, else
- * TCP, retried in slices until deadline (see "dialling"). */
-static dt_err
-dial_link(dt_van *v, const char *host, int port, const char *local,
-          uint64_t deadline, const char *what, dt_link *link)
+/* Through the first transport before the host one (van_host_tp) that can
+ * reach the peer at an endpoint on this host, once each: 1 with *link, 0
+ * when none could (the host transport is tried next). */
+static int
+dial_endpoint(dt_van *v, const dt_peer_addr *peer, uint64_t deadline,
+              const char *what, dt_link *link)
 {
+	for (int i = 0; v->tps[i] && v->tps[i + 1]; i++) {
+		const dt_transport_ops *tp = v->tps[i];
+		uint8_t token[DT_LINK_TOKEN_LEN];
+
+		if (tp->endpoint_connect == NULL || peer->local == NULL ||
+		    (tp->can_reach && !tp->can_reach(peer)))
+			continue;
+		dt__auth_local_token(v->auth, peer->local, token);
+		if (tp->endpoint_connect(peer->local, token, deadline, what,
+		                         link) == DT_OK)
+			return 1;
+		DT_LOG(1, "%s: %s refused (%s); trying the next transport",
+		       what, tp->name, dt_errmsg());
+	}
+	return 0;
+}
+
+/* The link to the peer: at its endpoint on this host when a transport can
+ * reach it there, else through the host transport, retried in slices
+ * until deadline (see "dialling"). */
+static dt_err
+dial_link(dt_van *v, const dt_peer_addr *peer, uint64_t deadline,
+          const char *what, dt_link *link)
+{
+	const dt_transport_ops *tp = van_host_tp(v);
+	const char *host = peer->host;
+	int port = peer->port;
 	uint64_t t0 = dt__now_ns();
 	dt_err err;
 
-	if (v->local && local && *local) {
-		/* A peer on this host: shared memory, else TCP after all. */
-		uint8_t token[DT_SHM_TOKEN_LEN];
-
-		dt__auth_local_token(v->auth, local, token);
-		if (dt__shm_connect(local, token, deadline, what, link) ==
-		    DT_OK)
-			return DT_OK;
-		DT_LOG(1, "%s: shared memory refused (%s); using TCP", what,
-		       dt_errmsg());
-	}
+	if (dial_endpoint(v, peer, deadline, what, link))
+		return DT_OK;
+	if (tp->can_reach && !tp->can_reach(peer))
+		return dt__fail(DT_EINVAL,
+		                "%s at %s:%d: no transport can reach it", what,
+		                host ? host : "(no host)", port);
 	for (;;) {
 		if (dial_stopped(v, what, host, port))
 			return DT_ESHUTDOWN;
 		uint64_t slice = DT_MIN(deadline, dt__now_ns() + DIAL_SLICE_NS);
 
-		err = v->tp->connect(host, port, slice, what, link);
+		err = tp->connect(host, port, slice, what, link);
 		/* (a name that does not resolve yet is tried again until the
 		 * deadline too: the transport says so at the slice's end) */
 		if (err == DT_ECONFIG && slice < deadline &&
@@ -184,22 +207,55 @@ dial_link(dt_van *v, const char *host, int port, const char *local,
 	                host, port, (double)(dt__now_ns() - t0) / 1e9, last);
 }
 
+/* A link that passed the handshake joins the van: encrypted, the records
+ * are a layer over it (seal.c). Its address names a transport other than
+ * the host one ("127.0.0.1:4000 (name)", the transport's name). The link is the
+ * van's. */
+static dt_err
+dial_join(dt_van *v, dt_link *link, dt_crypt *tx, dt_crypt *rx,
+          const char *host, int port, const char *what, dt_conn **out)
+{
+	const dt_transport_ops *via = link->ops;
+	dt_conn *c;
+	dt_err err;
+
+	if (tx != NULL && (err = dt__seal_wrap(link, tx, rx))) {
+		dt__crypt_free(tx);
+		dt__crypt_free(rx);
+		link->ops->close(link);
+		return err;
+	}
+	c = van_conn_new(v, link, 1);
+	if (c == NULL) {
+		link->ops->close(link);
+		return DT_ENOMEM;
+	}
+	snprintf(c->addr, sizeof(c->addr), "%s:%d%s%s%s", host, port,
+	         via != van_host_tp(v) ? " (" : "",
+	         via != van_host_tp(v) ? via->name : "",
+	         via != van_host_tp(v) ? ")" : "");
+	if (van_conn_add(v, c) != DT_OK)
+		return DT_ESYS;
+	DT_LOG(2, "connected to %s at %s", what, c->addr);
+	*out = c;
+	return DT_OK;
+}
+
 dt_err
 dt__van_connect(dt_van *v, const char *host, int port, const char *local,
                 int timeout_ms, const char *what, dt_conn **out)
 {
 	uint64_t t0 = dt__now_ns();
 	uint64_t deadline = t0 + (uint64_t)timeout_ms * 1000000ull;
+	dt_peer_addr peer = {host, port, local};
 	dt_link link;
-	dt_conn *c;
 	dt_crypt *tx = NULL, *rx = NULL;
 	int cut = 0, nap = DIAL_NAP_MIN;
 	char why[512];
 	dt_err err;
 
 	for (;;) {
-		if ((err = dial_link(v, host, port, local, deadline, what,
-		                     &link)))
+		if ((err = dial_link(v, &peer, deadline, what, &link)))
 			return err;
 		if (v->auth == NULL ||
 		    (err = handshake_connect(v, &link, deadline, &tx, &rx)) ==
@@ -233,25 +289,7 @@ dt__van_connect(dt_van *v, const char *host, int port, const char *local,
 		}
 		nap = DT_MIN(nap * 2, DIAL_NAP_MAX);
 	}
-	/* Encrypted: the records are a layer over the link (seal.c). */
-	if (tx != NULL && (err = dt__seal_wrap(&link, tx, rx))) {
-		dt__crypt_free(tx);
-		dt__crypt_free(rx);
-		link.ops->close(&link);
-		return err;
-	}
-	c = van_conn_new(v, &link, 1);
-	if (c == NULL) {
-		link.ops->close(&link);
-		return DT_ENOMEM;
-	}
-	snprintf(c->addr, sizeof(c->addr), "%s:%d%s", host, port,
-	         c->ring ? " (shm)" : "");
-	if (van_conn_add(v, c) != DT_OK)
-		return DT_ESYS;
-	DT_LOG(2, "connected to %s at %s", what, c->addr);
-	*out = c;
-	return DT_OK;
+	return dial_join(v, &link, tx, rx, host, port, what, out);
 }
 
 void

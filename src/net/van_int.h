@@ -86,7 +86,7 @@ struct dt_conn {
 	dt_sendq pq;            /* (send_mu) frames not written yet */
 	uint64_t q_moved_ns;    /* (send_mu) when the queue last moved */
 	atomic_int want_out;    /* epoll reports c writable too */
-	int ring; /* a shared-memory link: bytes come without waking fd */
+	int polled; /* bytes come without waking fd (transport.h: pending) */
 	dt_conn *next;
 	/* (handshake thread) its place in a pending list (hs_q), oldest
 	 * first, while the handshake thread owns the connection. */
@@ -120,15 +120,17 @@ struct dt_conn {
 
 struct dt_van {
 	dt_van_hooks hooks;
-	const dt_transport_ops *tp;
+	/* The transports in order of preference, NULL-terminated; the last
+	 * reaches other hosts (van_host_tp). */
+	const dt_transport_ops *tps[DT_TRANSPORTS_MAX];
 	int epfd;
 	int evfd;
 	dt_link lis; /* the listener, fd -1 if none */
-	/* Peers on this host (DTRAIN_TRANSPORT=auto): the shared-memory
-	 * listener, and how many such links there are. */
-	int local;
+	/* The listener at an endpoint on this host (dt__van_listen_local),
+	 * fd -1 if none, and how many polled links there are (see dt_conn's
+	 * polled). */
 	dt_link loc;
-	atomic_int nrings;
+	atomic_int npolled;
 	unsigned poll_tick; /* (dispatch_mu) */
 	/* Out of descriptors: the listener is out of epoll until then (its
 	 * readiness would otherwise spin the I/O thread), and the log says
@@ -208,6 +210,17 @@ struct dt_van {
 /* The van whose events this thread handles now (van_loop.c's dispatch), if
  * any: its sends never wait long for a peer (see van_send.c). */
 extern _Thread_local dt_van *van_tl_dispatch;
+
+/* The transport that reaches other hosts: the last of the van's list. */
+static inline const dt_transport_ops *
+van_host_tp(const dt_van *v)
+{
+	int i = 0;
+
+	while (v->tps[i + 1])
+		i++;
+	return v->tps[i];
+}
 
 /* van.c: a connection's life. */
 dt_conn *van_conn_new(dt_van *v, const dt_link *link, int staged);

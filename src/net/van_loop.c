@@ -27,24 +27,24 @@ _Thread_local dt_van *van_tl_dispatch;
 
 static int dispatch_events(dt_van *v, const struct epoll_event *evs, int n);
 
-/* The mark of an "event" made up for a shared-memory link whose ring holds
+/* The mark of an "event" made up for a polled link (dt_conn) that holds
  * bytes (or room): epoll did not report it, so it need not be re-armed. */
-#define RING_EV EPOLLMSG
+#define POLLED_EV EPOLLMSG
 
 /*
- * Add to evs (n of cap used) the shared-memory links with bytes to read
+ * Add to evs (n of cap used) the polled links with bytes to read
  * (dispatch_mu held): without arming (pending, no system call) while
  * polling; arming them (asking for a doorbell), and for room those that
  * wait for it, before the I/O thread sleeps. Returns the new n.
  */
 static int
-ring_events(dt_van *v, struct epoll_event *evs, int n, int cap, int arm)
+polled_events(dt_van *v, struct epoll_event *evs, int n, int cap, int arm)
 {
-	if (atomic_load_explicit(&v->nrings, memory_order_relaxed) == 0)
+	if (atomic_load_explicit(&v->npolled, memory_order_relaxed) == 0)
 		return n;
 	pthread_mutex_lock(&v->mu);
 	for (dt_conn *c = v->conns; c && n < cap; c = c->next) {
-		if (!c->ring ||
+		if (!c->polled ||
 		    !atomic_load_explicit(&c->open, memory_order_relaxed))
 			continue;
 		int ready = arm ? c->link.ops->arm(&c->link, 0)
@@ -57,7 +57,7 @@ ring_events(dt_van *v, struct epoll_event *evs, int n, int cap, int arm)
 		}
 		if (ready)
 			evs[n++] = (struct epoll_event){
-			    .events = EPOLLIN | RING_EV, .data.ptr = c};
+			    .events = EPOLLIN | POLLED_EV, .data.ptr = c};
 	}
 	pthread_mutex_unlock(&v->mu);
 	return n;
@@ -109,9 +109,9 @@ dispatch_events(dt_van *v, const struct epoll_event *evs, int n)
 			continue;
 		}
 		dt_conn *c = p;
-		/* A shared-memory link's room comes as readable (its arm). */
+		/* A polled link's room comes as readable (its arm). */
 		if ((evs[i].events & EPOLLOUT ||
-		     (c->ring && atomic_load(&c->want_out))) &&
+		     (c->polled && atomic_load(&c->want_out))) &&
 		    atomic_load(&c->open))
 			van_conn_writable(v, c);
 		if ((evs[i].events & ~(uint32_t)EPOLLOUT) &&
@@ -120,12 +120,13 @@ dispatch_events(dt_van *v, const struct epoll_event *evs, int n)
 		if (atomic_load(&c->open)) {
 			struct epoll_event ev = {
 			    .events = CONN_EVENTS |
-			              (!c->ring && atomic_load(&c->want_out)
+			              (!c->polled && atomic_load(&c->want_out)
 			                   ? EPOLLOUT
 			                   : 0),
 			    .data.ptr = c};
-			/* (a ring's bytes found by polling used no event) */
-			if (!(evs[i].events & RING_EV))
+			/* (a polled link's bytes found by polling used no
+			 * event) */
+			if (!(evs[i].events & POLLED_EV))
 				epoll_ctl(v->epfd, EPOLL_CTL_MOD, c->link.fd,
 				          &ev);
 			if (c->state == RX_PAYLOAD &&
@@ -198,13 +199,13 @@ van_io_main(void *arg)
 		if (atomic_load(&v->queued_conns) > 0 &&
 		    (tmo < 0 || tmo > (int)(SWEEP_NS / 1000000)))
 			tmo = (int)(SWEEP_NS / 1000000); /* van_sweep_stuck's */
-		/* Shared-memory links: ask for their doorbells, or do not
+		/* Polled links: ask for their doorbells, or do not
 		 * sleep if bytes came meanwhile. */
 		int nr = 0;
 
-		if (atomic_load_explicit(&v->nrings, memory_order_relaxed)) {
+		if (atomic_load_explicit(&v->npolled, memory_order_relaxed)) {
 			pthread_mutex_lock(&v->dispatch_mu);
-			nr = ring_events(v, evs + 32, 0, 32, 1);
+			nr = polled_events(v, evs + 32, 0, 32, 1);
 			pthread_mutex_unlock(&v->dispatch_mu);
 		}
 
@@ -237,13 +238,13 @@ poll_once(dt_van *v)
 
 	if (pthread_mutex_trylock(&v->dispatch_mu) != 0)
 		return 0;
-	/* Shared-memory links are looked at directly; epoll (sockets, a
+	/* Polled links are looked at directly; epoll (sockets, a
 	 * link's end) every 16th round while there are any. */
-	n = atomic_load_explicit(&v->nrings, memory_order_relaxed) > 0 &&
+	n = atomic_load_explicit(&v->npolled, memory_order_relaxed) > 0 &&
 	            (++v->poll_tick & 15) != 0
 	        ? 0
 	        : epoll_wait(v->epfd, evs, 32, 0);
-	n = ring_events(v, evs, n < 0 ? 0 : n, 64, 0);
+	n = polled_events(v, evs, n < 0 ? 0 : n, 64, 0);
 	if (n > 0) {
 		/* The hooks may record errors; they are not this caller's. */
 		snprintf(saved, sizeof(saved), "%s", dt_errmsg());

@@ -236,7 +236,7 @@ want_writable(dt_van *v, dt_conn *c)
 		return;
 	atomic_store(&c->want_out, 1);
 	atomic_fetch_add(&v->queued_conns, 1);
-	if (c->ring) {
+	if (c->polled) {
 		/* Room is reported as readable once armed; if it is there
 		 * already, have the I/O thread look at once. */
 		if (van_arm_room(c))
@@ -491,8 +491,8 @@ van_sweep_stuck(dt_van *v)
 	}
 }
 
-/* Arm c's ring of room (want_writable): under send_mu, with no busy
- * writer (the ring is the writer's). 1 if there is room already. */
+/* Arm c's polled link for room (want_writable): under send_mu, no busy
+ * writer (the link's send side is the writer's). 1 if room is there. */
 int
 van_arm_room(dt_conn *c)
 {

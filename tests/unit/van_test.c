@@ -1963,25 +1963,27 @@ test_evict_silent_first(void **state)
 static void
 test_transport_choice(void **state)
 {
-	const dt_transport_ops *tp = NULL;
+	const dt_transport_ops *tps[DT_TRANSPORTS_MAX];
 	dt_van_hooks hooks = {.on_msg = NULL};
 	dt_van *v = NULL;
 
 	(void)state;
-	int local = -1;
 	char name[64];
 
+	/* auto (the default): shared memory first, TCP last (other hosts) */
 	unsetenv("DTRAIN_TRANSPORT");
-	assert_int_equal(dt__transport_choose(&tp, &local), DT_OK);
-	assert_string_equal(tp->name, "tcp");
-	assert_int_equal(local, 1);
+	assert_int_equal(dt__transport_choose(tps), DT_OK);
+	assert_string_equal(tps[0]->name, "shm");
+	assert_string_equal(tps[1]->name, "tcp");
+	assert_null(tps[2]);
 	setenv("DTRAIN_TRANSPORT", "auto", 1);
-	assert_int_equal(dt__transport_choose(&tp, &local), DT_OK);
-	assert_int_equal(local, 1);
+	assert_int_equal(dt__transport_choose(tps), DT_OK);
+	assert_string_equal(tps[0]->name, "shm");
+	assert_null(tps[2]);
 	setenv("DTRAIN_TRANSPORT", "tcp", 1);
-	assert_int_equal(dt__transport_choose(&tp, &local), DT_OK);
-	assert_string_equal(tp->name, "tcp");
-	assert_int_equal(local, 0);
+	assert_int_equal(dt__transport_choose(tps), DT_OK);
+	assert_string_equal(tps[0]->name, "tcp");
+	assert_null(tps[1]);
 	/* forced TCP: no shared-memory endpoint to give peers */
 	assert_int_equal(dt__van_create(&hooks, &v), DT_OK);
 	assert_int_equal(dt__van_listen_local(v, name, sizeof(name)), DT_OK);
@@ -2012,7 +2014,36 @@ test_transport_choice(void **state)
 		assert_non_null(t->wait_writable);
 		assert_non_null(t->shutdown);
 		assert_non_null(t->close);
+		assert_non_null(t->can_reach);
+		/* an endpoint transport has all three of its ops */
+		assert_int_equal(t->endpoint_new != NULL,
+		                 t->endpoint_listen != NULL);
+		assert_int_equal(t->endpoint_new != NULL,
+		                 t->endpoint_connect != NULL);
 	}
+}
+
+/* Each transport says whether it can reach a peer (the van asks them, in
+ * order, and names none): TCP any host and port, shared memory a peer that
+ * gave its endpoint on this host. */
+static void
+test_reachability(void **state)
+{
+	dt_peer_addr far = {"10.1.2.3", 4000, NULL};
+	dt_peer_addr near = {"127.0.0.1", 4000, "dtrain.1.00"};
+	dt_peer_addr empty = {"127.0.0.1", 4000, ""};
+	dt_peer_addr nohost = {NULL, 0, "dtrain.1.00"};
+
+	(void)state;
+	assert_true(dt__tcp_transport.can_reach(&far));
+	assert_true(dt__tcp_transport.can_reach(&near));
+	assert_false(dt__tcp_transport.can_reach(&nohost));
+	assert_false(dt__shm_transport.can_reach(&far));
+	assert_false(dt__shm_transport.can_reach(&empty));
+	assert_true(dt__shm_transport.can_reach(&near));
+	assert_true(dt__shm_transport.can_reach(&nohost));
+	assert_null(dt__tcp_transport.endpoint_connect);
+	assert_non_null(dt__shm_transport.endpoint_connect);
 }
 
 /* The socket helpers the van, the rendezvous and the launcher share. */
@@ -2324,6 +2355,7 @@ main(void)
 	    cmocka_unit_test_setup_teardown(test_hook_never_waits,
 	                                    setup_encrypted, teardown),
 	    cmocka_unit_test(test_transport_choice),
+	    cmocka_unit_test(test_reachability),
 #define S(f) cmocka_unit_test_setup_teardown(f, setup_shm, teardown)
 	    S(test_sizes_in_order),
 	    S(test_corked_in_order),
