@@ -267,12 +267,15 @@ seal_expect(dt_link *l, uint64_t rest)
 		s->inner.ops->expect(&s->inner, rest);
 }
 
+/* Any number of times, also after close (a no-op then: the van shuts a
+ * link down and closes it under the same send lock). */
 static void
 seal_shutdown(dt_link *l)
 {
 	seal_link *s = l->priv;
 
-	s->inner.ops->shutdown(&s->inner);
+	if (s != NULL)
+		s->inner.ops->shutdown(&s->inner);
 }
 
 static void
