@@ -1,8 +1,9 @@
 /*
- * transport.h - what the van (van.c) needs of a transport: an ops table
- * that each transport fills in a file of its own (tcp.c today; a
- * shm.c for peers on the same host; RDMA later), so adding one means adding
- * a file and a line in transport.c, and nothing above net/ changes.
+ * transport.h - what the van (van*.c) needs of a transport: an ops table
+ * that each transport fills in a file of its own (tcp.c; shm.c for peers
+ * on the same host; RDMA later), so adding one means adding a file and a
+ * line in transport.c, and nothing in the van or above net/ changes. A
+ * layer may wrap another transport's link (seal.c: encrypted records).
  *
  * The van keeps everything that does not depend on how bytes move: frames
  * cut from the byte stream, payloads received into their final buffer,

@@ -91,10 +91,11 @@ handshake_connect(dt_van *v, dt_link *l, uint64_t until, dt_crypt **tx,
  * dt__van_connect tries until its deadline: a refused connect (the peer
  * is not up yet), and a connection cut or left unanswered during the
  * handshake (the peer is busy, or a stranger's connections pushed this
- * one out: see "the handshake thread"), are tried again after a nap that
- * doubles up to DIAL_NAP_MAX with a random part, so that many nodes cut at
- * once do not all come back at once. A peer whose answer does not prove
- * the key is a wrong secret, and no nap changes that: it fails at once.
+ * one out: see "the handshake thread" in van_accept.c), are tried again
+ * after a nap that doubles up to DIAL_NAP_MAX with a random part, so that
+ * many nodes cut at once do not all come back at once. A peer whose answer
+ * does not prove the key is a wrong secret, and no nap changes that: it
+ * fails at once.
  * dt__van_stop_dials ends every dial at once; TCP connects are made in
  * slices of DIAL_SLICE_NS for that (a new connect per slice costs what
  * the kernel's own first SYN retransmission would).

@@ -78,7 +78,7 @@ struct dt_conn {
 	pthread_mutex_t send_mu;
 	uint8_t *obuf; /* (send_mu) frames held by a corked thread */
 	size_t olen, ocap;
-	/* The writer and the queue (see "sending" below). */
+	/* The writer and the queue (see "sending" in van_send.c). */
 	pthread_cond_t idle_cv; /* CLOCK_MONOTONIC; busy dropped */
 	int busy;               /* (send_mu) a writer works without send_mu */
 	int close_deferred;     /* (send_mu) down while busy: it closes */

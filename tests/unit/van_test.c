@@ -1,5 +1,5 @@
 /*
- * van_test.c - the TCP transport (src/net/van.c) in one process: two vans
+ * van_test.c - the TCP transport (src/net/van*.c) in one process: two vans
  * on 127.0.0.1 with port 0, talking through real sockets.
  *
  * What is checked: frames of every size class (empty, one byte, a page,
