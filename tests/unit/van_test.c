@@ -44,6 +44,7 @@
 
 #include "common/util.h"
 #include "net/auth.h"
+#include "net/seal.h"
 #include "net/sock.h"
 #include "net/transport.h"
 #include "net/van.h"
@@ -2023,6 +2024,127 @@ test_transport_choice(void **state)
 	}
 }
 
+/* Two links of a socket pair, each wrapped in the encrypted-record layer
+ * (seal.c) with the keys of a real handshake. */
+static void
+seal_pair(dt_auth **a, dt_link *c, dt_link *s, int sndbuf)
+{
+	uint8_t hello[DT_AUTH_HELLO_LEN], chal[DT_AUTH_CHALLENGE_LEN];
+	uint8_t proof[DT_AUTH_PROOF_LEN];
+	dt_crypt *ctx, *crx, *stx, *srx;
+	dt_auth_hs hc, hs;
+	int fds[2];
+
+	assert_int_equal(
+	    dt__auth_new("the seal test's secret", 22, "seal", 1, a), DT_OK);
+	dt__auth_hello(*a, &hc, hello);
+	assert_int_equal(dt__auth_on_hello(*a, &hs, hello, chal), DT_OK);
+	assert_int_equal(
+	    dt__auth_on_challenge(*a, &hc, chal, proof, &ctx, &crx), DT_OK);
+	assert_int_equal(dt__auth_on_proof(*a, &hs, proof, &stx, &srx), DT_OK);
+	assert_int_equal(socketpair(AF_UNIX,
+	                            SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC,
+	                            0, fds),
+	                 0);
+	if (sndbuf)
+		setsockopt(fds[0], SOL_SOCKET, SO_SNDBUF, &sndbuf,
+		           sizeof(sndbuf));
+	*c = (dt_link){&dt__tcp_transport, fds[0], NULL};
+	*s = (dt_link){&dt__tcp_transport, fds[1], NULL};
+	assert_int_equal(dt__seal_wrap(c, ctx, crx), DT_OK);
+	assert_int_equal(dt__seal_wrap(s, stx, srx), DT_OK);
+	assert_int_equal(c->fd, fds[0]); /* epoll still watches the socket */
+	assert_non_null(c->ops->unsent);
+	assert_null(c->ops->pending); /* as the inner link: a stream */
+}
+
+/* Read what s has now into out (at *got of cap). */
+static void
+seal_read_some(dt_link *s, uint8_t *out, size_t *got, size_t cap)
+{
+	while (*got < cap) {
+		ssize_t n = s->ops->recv(s, out + *got, cap - *got);
+
+		if (n <= 0) {
+			assert_true(n < 0 && errno == EAGAIN);
+			return;
+		}
+		*got += (size_t)n;
+	}
+}
+
+/*
+ * The encrypted layer over a link, without a van: what the inner link does
+ * not take at once stays in the layer (unsent) and leaves first at the
+ * next sendv or flush, so the peer gets every byte in order; a record
+ * with a bad length, or a stream that ends inside a record, is EBADMSG
+ * with the reason; close frees the layer and the inner link.
+ */
+static void
+test_seal_layer(void **state)
+{
+	const size_t len = 3u << 20;
+	uint8_t *in = malloc(len), *out = malloc(len);
+	size_t sent = 0, got = 0, held_max = 0;
+	uint64_t deadline = dt__now_ns() + 60000000000ull;
+	dt_link c, s;
+	dt_auth *a;
+
+	(void)state;
+	assert_non_null(in);
+	assert_non_null(out);
+	for (size_t i = 0; i < len; i++)
+		in[i] = (uint8_t)(i * 2654435761u >> 13);
+	seal_pair(&a, &c, &s, 64 << 10);
+	while ((sent < len || c.ops->unsent(&c) > 0) &&
+	       dt__now_ns() < deadline) {
+		struct iovec iov = {in + sent, DT_MIN(len - sent, 1u << 20)};
+		ssize_t w = c.ops->sendv(&c, &iov, sent < len ? 1 : 0);
+
+		assert_true(w >= 0 || errno == EAGAIN);
+		if (w > 0)
+			sent += (size_t)w;
+		held_max = DT_MAX(held_max, c.ops->unsent(&c));
+		seal_read_some(&s, out, &got, len);
+	}
+	while (got < len && dt__now_ns() < deadline)
+		seal_read_some(&s, out, &got, len);
+	assert_int_equal(sent, len);
+	assert_int_equal(got, len);
+	assert_memory_equal(in, out, len);
+	assert_true(held_max > 0); /* the layer did hold records back */
+	assert_int_equal(c.ops->unsent(&c), 0);
+	assert_int_equal(c.ops->wait_writable(&c, 0), 1);
+
+	/* A record header announcing no bytes. */
+	uint8_t bad[8] = {0};
+	assert_int_equal(write(c.fd, bad, sizeof(bad)), (ssize_t)sizeof(bad));
+	errno = 0;
+	assert_int_equal(s.ops->recv(&s, out, 64), -1);
+	assert_int_equal(errno, EBADMSG);
+	assert_msg_has(dt_errmsg(), "bad record length");
+	c.ops->close(&c);
+	s.ops->close(&s);
+	assert_int_equal(c.fd, -1);
+	dt__auth_free(a);
+
+	/* A stream that ends inside a record. */
+	seal_pair(&a, &c, &s, 0);
+	bad[0] = 100; /* 100 bytes announced, 4 sent */
+	assert_int_equal(write(c.fd, bad, sizeof(bad)), (ssize_t)sizeof(bad));
+	c.ops->shutdown(&c);
+	errno = 0;
+	assert_int_equal(s.ops->recv(&s, out, 64), -1);
+	assert_int_equal(errno, EBADMSG);
+	assert_msg_has(dt_errmsg(), "ends inside a record");
+	c.ops->close(&c);
+	c.ops->shutdown(&c); /* after close: nothing */
+	s.ops->close(&s);
+	dt__auth_free(a);
+	free(in);
+	free(out);
+}
+
 /* Each transport says whether it can reach a peer (the van asks them, in
  * order, and names none): TCP any host and port, shared memory a peer that
  * gave its endpoint on this host. */
@@ -2356,6 +2478,7 @@ main(void)
 	                                    setup_encrypted, teardown),
 	    cmocka_unit_test(test_transport_choice),
 	    cmocka_unit_test(test_reachability),
+	    T(test_seal_layer),
 #define S(f) cmocka_unit_test_setup_teardown(f, setup_shm, teardown)
 	    S(test_sizes_in_order),
 	    S(test_corked_in_order),
