@@ -160,9 +160,17 @@ port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); p
 	DMLC_ROLE=server DMLC_SERVER_ID=0 DTRAIN_NODE_TOKEN=$(tok) timeout 100 "$B/dtrain" server >"$tmp/hw_srv.log" 2>&1 &
 	w1=$(tok)
 	DMLC_ROLE=worker DMLC_WORKER_ID=0 DTRAIN_NODE_TOKEN=$(tok) timeout 100 "${LIN[@]}" >"$tmp/hw_w0.log" 2>&1 &
-	DMLC_ROLE=worker DMLC_WORKER_ID=1 DTRAIN_NODE_TOKEN=$w1 timeout 100 "${LIN[@]}" >"$tmp/hw_w1.log" 2>&1 &
-	wait_for "$tmp/hw_w0.log" "Epoch\[3\] Train" || fail "by hand, worker: no progress"
-	kill -9 "$(pid_of worker 1)"
+	# (worker 1 without timeout(1), so that its pid is at hand: 40 epochs
+	# take well under a second on an idle machine, and a kill that first
+	# searched /proc for the worker could come after the job had ended;
+	# the EXIT trap still kills it)
+	DMLC_ROLE=worker DMLC_WORKER_ID=1 DTRAIN_NODE_TOKEN=$w1 "${LIN[@]}" >"$tmp/hw_w1.log" 2>&1 &
+	w1pid=$!
+	for i in $(seq 3000); do
+		grep -q "Epoch\[3\] Train" "$tmp/hw_w0.log" 2>/dev/null && break
+		sleep 0.01
+	done
+	kill -9 "$w1pid" || fail "by hand, worker: worker 1 had ended before it could be killed (the run is too short for this machine)"
 	DMLC_ROLE=worker DMLC_WORKER_ID=1 DTRAIN_NODE_TOKEN=$w1 timeout 100 "${LIN[@]}" >"$tmp/hw_w1b.log" 2>&1 &
 	wait
 )
