@@ -40,28 +40,35 @@ deps:
 	fi
 
 # The whole suite: the normal build, then again under ASan+UBSan, then the
-# threaded parts under TSan.
+# threaded parts under TSan; each pass says how long it took (its build
+# included), failed or not.
+TIMED = s=$$(date +%s); st=0; $(1) || st=$$?; \
+	echo "make test: $(2) took $$(($$(date +%s) - s)) s$$([ $$st = 0 ] || echo ', FAILED')"; \
+	exit $$st
 test: deps all
-	cd $(BUILD) && ctest --output-on-failure -j$(JOBS)
-	$(MAKE) test-asan
-	$(MAKE) test-tsan
+	@$(call TIMED,(cd $(BUILD) && ctest --output-on-failure -j$(JOBS)),the normal pass)
+	@$(call TIMED,$(MAKE) --no-print-directory test-asan,the ASan+UBSan pass)
+	@$(call TIMED,$(MAKE) --no-print-directory test-tsan,the TSan pass)
 
 test-fast: all
 	cd $(BUILD) && ctest --output-on-failure -j$(JOBS)
 
+# (the sanitizer passes leave out the tests labelled timing: they measure
+# wall-clock behaviour of code that the other tests run under the
+# sanitizers too; see tests/CMakeLists.txt)
 test-asan:
 	cmake -S . -B $(ASAN_BUILD) -DCMAKE_BUILD_TYPE=Debug \
 	  -DDT_SANITIZE=address,undefined
 	cmake --build $(ASAN_BUILD) -j$(JOBS)
 	cd $(ASAN_BUILD) && ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 \
 	  UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
-	  ctest --output-on-failure -j$(JOBS)
+	  ctest --output-on-failure -j$(JOBS) -LE timing
 
 test-tsan:
 	cmake -S . -B $(TSAN_BUILD) -DCMAKE_BUILD_TYPE=Debug -DDT_SANITIZE=thread
 	cmake --build $(TSAN_BUILD) -j$(JOBS)
 	cd $(TSAN_BUILD) && TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 \
-	  ctest --output-on-failure -j$(JOBS) -R '$(TSAN_TESTS)'
+	  ctest --output-on-failure -j$(JOBS) -LE timing -R '$(TSAN_TESTS)'
 
 # The main job: a local cluster (scheduler, 2 servers, 2 workers). Only
 # the library, the command and the examples are built, quietly: one line a

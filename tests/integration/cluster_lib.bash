@@ -16,7 +16,12 @@ DTRAIN_SECRET=$(od -An -tx1 -N32 /dev/urandom | tr -d ' \n')
 export DTRAIN_SECRET
 HELLO="$DTRAIN_BUILD/examples/hello_cluster"
 PROBE="$DTRAIN_BUILD/tests/progs/barrier_probe"
-PROC_TIMEOUT=${PROC_TIMEOUT:-120} # per process, seconds
+# Every deadline below (a process's life, a wait for a line or an exit) is
+# a bound on a hang, not a claim about speed: it is multiplied by
+# DT_TEST_TIME_SCALE, which CTest passes (3 in a sanitizer build, several
+# times slower), so that a slow machine or build does not fail the test.
+DT_TEST_TIME_SCALE=${DT_TEST_TIME_SCALE:-1}
+PROC_TIMEOUT=$((${PROC_TIMEOUT:-120} * DT_TEST_TIME_SCALE)) # per process, seconds
 
 T_NAME=$(basename "$0" .sh)
 T_DIR=$(mktemp -d "${TMPDIR:-/tmp}/dtrain-$T_NAME.XXXXXX")
@@ -75,11 +80,12 @@ spawn() {
 	T_GROUPS+=("$SPAWNED")
 }
 
-# wait_exit PID SECONDS: wait for a spawned process to end within SECONDS;
+# wait_exit PID SECONDS: wait for a spawned process to end within SECONDS
+# (scaled);
 # sets EXIT_STATUS (124 when timeout(1) killed it, 255 when we gave up).
 wait_exit() {
 	local pid=$1 secs=$2 deadline
-	deadline=$(($(date +%s%N) + secs * 1000000000))
+	deadline=$(($(date +%s%N) + secs * DT_TEST_TIME_SCALE * 1000000000))
 	while kill -0 "$pid" 2>/dev/null; do
 		if [ "$(date +%s%N)" -ge "$deadline" ]; then
 			EXIT_STATUS=255
@@ -93,10 +99,10 @@ wait_exit() {
 }
 
 # wait_for_line FILE PATTERN SECONDS: poll until FILE has a line matching
-# the extended regular expression PATTERN.
+# the extended regular expression PATTERN (SECONDS scaled).
 wait_for_line() {
 	local file=$1 pattern=$2 secs=$3 deadline
-	deadline=$(($(date +%s%N) + secs * 1000000000))
+	deadline=$(($(date +%s%N) + secs * DT_TEST_TIME_SCALE * 1000000000))
 	while ! grep -Eq -- "$pattern" "$file" 2>/dev/null; do
 		[ "$(date +%s%N)" -ge "$deadline" ] && return 1
 		sleep 0.05
@@ -152,7 +158,7 @@ job_env() {
 # STATUS ("0", or "nonzero").
 expect_exit() {
 	local pid=$1 secs=$2 want=$3 what=$4
-	wait_exit "$pid" "$secs" || fail "$what did not exit within $secs s"
+	wait_exit "$pid" "$secs" || fail "$what did not exit within $((secs * DT_TEST_TIME_SCALE)) s"
 	if [ "$want" = nonzero ]; then
 		[ "$EXIT_STATUS" -ne 0 ] ||
 			fail "$what exited 0; expected a failure"

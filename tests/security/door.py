@@ -13,6 +13,14 @@ tests of docs/security.md's "Strangers at the door" (door_*.sh).
                            CHALLENGE, send a PROOF that does not check out;
                            prints how many were answered each second; runs
                            until killed.
+  door.py dummy N          a dummy acceptor, the control of a flood: listens
+                           on N ports of its own (printed as "listening on
+                           PORT..."), answers every HELLO with a made-up
+                           72-byte challenge and closes once the proof comes.
+                           It does the network side of a node's handshake
+                           and none of its work, so a flood aimed at it
+                           costs a job beside it only what the stranger's
+                           own traffic costs.
 
 It speaks the handshake as dtpeer.py does (written from docs/protocol.md).
 """
@@ -128,10 +136,51 @@ def flood(rate, ports):
             last = now
 
 
+def dummy(n):
+    sel = selectors.DefaultSelector()
+    ports = []
+    for _ in range(n):
+        ls = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        ls.bind(("127.0.0.1", 0))
+        ls.listen(1024)
+        ls.setblocking(False)
+        sel.register(ls, selectors.EVENT_READ, "listen")
+        ports.append(ls.getsockname()[1])
+    print("listening on %s" % " ".join(map(str, ports)), flush=True)
+    while True:
+        for key, _ in sel.select(timeout=1):
+            if key.data == "listen":
+                try:
+                    c, _ = key.fileobj.accept()
+                except OSError:
+                    continue
+                c.setblocking(False)
+                sel.register(c, selectors.EVENT_READ, "hello")
+                continue
+            c = key.fileobj
+            try:
+                got = c.recv(4096)
+            except (BlockingIOError, InterruptedError):
+                continue
+            except OSError:
+                got = b""
+            if got and key.data == "hello":
+                try:
+                    c.send(b"DTC1" + os.urandom(68))
+                    sel.modify(c, selectors.EVENT_READ, "proof")
+                    continue
+                except OSError:
+                    pass
+            sel.unregister(c)
+            c.close()
+
+
 if __name__ == "__main__":
     if sys.argv[1] == "hold":
         hold(int(sys.argv[2]), [int(p) for p in sys.argv[3:]])
     elif sys.argv[1] == "flood":
         flood(float(sys.argv[2]), [int(p) for p in sys.argv[3:]])
+    elif sys.argv[1] == "dummy":
+        dummy(int(sys.argv[2]))
     else:
-        sys.exit("usage: door.py hold N PORT... | flood RATE PORT...")
+        sys.exit("usage: door.py hold N PORT... | flood RATE PORT... | dummy N")
