@@ -135,6 +135,52 @@ dt_err dt_nn_stage_backward(dt_nn_model *m, const float *dy, int batch,
 /* The input gradient of the last backward pass (NULL as above). */
 const float *dt_nn_model_input_grad(const dt_nn_model *m);
 
+/*
+ * One training step of pipeline stage cfg->stage of cfg->stages (the
+ * stage model m from dt_nn_model_create_stage): cfg->micro_batches
+ * micro-batches of cfg->micro_batch samples go forward and their
+ * gradients back through the stages, in the order of cfg->schedule, and
+ * m's gradients accumulate (+=, the caller zeroes them and steps the
+ * optimizer) with the backward passes in micro-batch order under both
+ * schedules: bit for bit the gradients of one process running
+ * dt_nn_forward_backward on the micro-batches in turn. Stage 0 reads the
+ * inputs from cfg->x (micro_batches x micro_batch samples), the last stage
+ * the labels from cfg->y. ops carries the activations and gradients
+ * between stages: send (asynchronous; *h for wait) and recv of n floats
+ * to or from a stage, with a tag; the step waits for all its sends before
+ * it returns. Every stage of the pipeline must call it with the same
+ * schedule, micro_batches and micro_batch. A stage keeps the input of each
+ * micro-batch in flight and runs its forward pass again before the
+ * backward one; st (may be NULL) reports the most it kept.
+ */
+enum { DT_NN_PIPE_GPIPE = 0, DT_NN_PIPE_1F1B = 1 };
+#define DT_NN_PIPE_MAX_MICRO 4096
+
+typedef struct dt_nn_pipe_cfg {
+	int stage, stages;
+	int schedule; /* DT_NN_PIPE_GPIPE or DT_NN_PIPE_1F1B */
+	int micro_batches, micro_batch;
+	const float *x; /* stage 0 */
+	const float *y; /* last stage */
+} dt_nn_pipe_cfg;
+
+typedef struct dt_nn_pipe_ops {
+	void *arg;
+	dt_err (*send)(void *arg, const float *buf, size_t n, int stage,
+	               int tag, void **h);
+	dt_err (*recv)(void *arg, float *buf, size_t n, int stage, int tag);
+	dt_err (*wait)(void *arg, void *h);
+} dt_nn_pipe_ops;
+
+typedef struct dt_nn_pipe_stats {
+	double loss;        /* last stage: summed over the micro-batches */
+	int peak_stashed;   /* micro-batch inputs kept at once, at most */
+	size_t stash_bytes; /* their bytes */
+} dt_nn_pipe_stats;
+
+dt_err dt_nn_pipe_step(dt_nn_model *m, const dt_nn_pipe_cfg *cfg,
+                       const dt_nn_pipe_ops *ops, dt_nn_pipe_stats *st);
+
 /* The full layer spec the model was built from (built-ins expanded). */
 const char *dt_nn_model_spec(const dt_nn_model *m);
 
