@@ -40,4 +40,31 @@ check "mlp, 4 stages: every stage identical to one process" \
 check "mlp, 4 stages: no FAIL line" test -z "$(grep -F FAIL "$out")"
 grep -F FAIL "$out" | head -5
 
+# The example: mnist --pipeline-stages with an explicit cut list, each
+# stage saving its own parameter file.
+DATA=${FASHION_MNIST:-/usr/share/datasets/fashion-mnist}
+if [ -f "$DATA/train-images-idx3-ubyte.gz" ]; then
+	out=$TMP/mnist
+	timeout 280 "$DTRAIN" launch -n 3 -s 0 --launcher local \
+		--env DT_TEST_TAG="$TAG" -- "$BUILD/examples/mnist" \
+		--pipeline-stages 3 --stages 3,7 --micro-batches 4 \
+		--schedule gpipe --batch-size 32 --epochs 1 --limit 256 \
+		--data "$DATA" --save "$TMP/p" >"$out" 2>&1
+	rc=$?
+	check "mnist, 3 stages: launcher exits 0 (got $rc)" test "$rc" = 0
+	check "mnist, 3 stages: the cut list is followed" \
+		grep -q "stage 1 of 3: layers \[3, 7)" "$out"
+	check "mnist, 3 stages: the last stage reports the loss" \
+		grep -q "epoch 0: train loss" "$out"
+	check "mnist, 3 stages: each stage saved its file" \
+		test -s "$TMP/p.stage0" -a -s "$TMP/p.stage1" -a -s "$TMP/p.stage2"
+	out=$TMP/mnist_bad
+	"$BUILD/examples/mnist" --pipeline-stages 2 --micro-batches 5 \
+		--batch-size 32 >"$out" 2>&1
+	check "mnist: micro-batches not dividing the batch are refused" \
+		grep -q "micro-batches dividing --batch-size" "$out"
+else
+	echo "skipped the mnist part: Fashion-MNIST not installed at $DATA"
+fi
+
 finish
