@@ -176,6 +176,7 @@ typedef struct dt_nn_pipe_stats {
 	double loss;        /* last stage: summed over the micro-batches */
 	int peak_stashed;   /* micro-batch inputs kept at once, at most */
 	size_t stash_bytes; /* their bytes */
+	uint64_t busy_ns;   /* time in the layers (the rest is waiting) */
 } dt_nn_pipe_stats;
 
 dt_err dt_nn_pipe_step(dt_nn_model *m, const dt_nn_pipe_cfg *cfg,

@@ -25,6 +25,7 @@
 
 #include "common/util.h"
 #include "dtrain/nn.h"
+#include "dtrain/obs.h"
 
 typedef struct pipe_run {
 	dt_nn_model *m;
@@ -38,6 +39,7 @@ typedef struct pipe_run {
 	void **handles;     /* [2 M] sends: forward k at k, backward at M + k */
 	int live, peak;     /* stashed micro-batches now and at most */
 	double loss;
+	uint64_t busy_ns; /* in the layers */
 } pipe_run;
 
 static int
@@ -72,8 +74,10 @@ forward(pipe_run *p, int k)
 	p->peak = DT_MAX(p->peak, p->live);
 	if (is_last(p))
 		return DT_OK;
-	if ((err =
-	         dt_nn_stage_forward(p->m, p->stash[k], c->micro_batch, &out)))
+	uint64_t t0 = dt_obs_now();
+	err = dt_nn_stage_forward(p->m, p->stash[k], c->micro_batch, &out);
+	p->busy_ns += dt_obs_now() - t0;
+	if (err)
 		return err;
 	memcpy(p->fwd_out[k], out, sizeof(float) * p->out_n);
 	return p->ops->send(p->ops->arg, p->fwd_out[k], p->out_n, c->stage + 1,
@@ -92,6 +96,8 @@ backward(pipe_run *p, int k)
 	double loss;
 	dt_err err;
 
+	uint64_t t0 = dt_obs_now();
+
 	if (is_last(p)) {
 		if ((err = dt_nn_forward_backward(
 		         p->m, p->stash[k],
@@ -101,14 +107,21 @@ backward(pipe_run *p, int k)
 			return err;
 		p->loss += loss;
 		dx = dt_nn_model_input_grad(p->m);
+		p->busy_ns += dt_obs_now() - t0;
 	} else {
 		float *dy = p->dy;
 
 		if ((err = p->ops->recv(p->ops->arg, dy, p->out_n, c->stage + 1,
-		                        2 * k + 1)) ||
-		    (err = dt_nn_stage_forward(p->m, p->stash[k],
-		                               c->micro_batch, NULL)) ||
-		    (err = dt_nn_stage_backward(p->m, dy, c->micro_batch, &dx)))
+		                        2 * k + 1)))
+			return err;
+		t0 = dt_obs_now();
+		err = dt_nn_stage_forward(p->m, p->stash[k], c->micro_batch,
+		                          NULL);
+		if (!err)
+			err =
+			    dt_nn_stage_backward(p->m, dy, c->micro_batch, &dx);
+		p->busy_ns += dt_obs_now() - t0;
+		if (err)
 			return err;
 	}
 	p->live--;
@@ -235,6 +248,7 @@ fail:
 		st->loss = p.loss;
 		st->peak_stashed = p.peak;
 		st->stash_bytes = (size_t)p.peak * p.in_n * sizeof(float);
+		st->busy_ns = p.busy_ns;
 	}
 	free(p.handles);
 	free(p.dy);
