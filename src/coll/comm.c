@@ -374,8 +374,12 @@ hook_payload_dest(void *arg, dt_node *n, dt_conn *conn, const dt_msg_hdr *h,
 	int reduce;
 
 	(void)n;
-	if (peer >= 0 && h->cmd == DT_CMD_COLL_P2P)
-		return NULL; /* into the connection buffer: p2p.c copies it */
+	if (peer >= 0 && h->cmd == DT_CMD_COLL_P2P) {
+		pthread_mutex_lock(&c->mu);
+		dest = dt__coll_p2p_dest(c, peer, h);
+		pthread_mutex_unlock(&c->mu);
+		return dest;
+	}
 	if (peer < 0 || h->cmd != DT_CMD_COLL_DATA)
 		return DT_VAN_DISCARD;
 	pthread_mutex_lock(&c->mu);

@@ -236,8 +236,7 @@ on_data(dt_coll *c, int peer, const dt_msg *m)
 
 	/* Every field is the peer's word: check it before use. */
 	if (!dt__coll_dtype_valid((int)h->arg2) || h->key > (uint64_t)INT_MAX ||
-	    h->arg0 > SIZE_MAX / esz || h->payload_len != h->arg0 * esz ||
-	    (h->payload_len && m->payload == NULL)) {
+	    h->arg0 > SIZE_MAX / esz || h->payload_len != h->arg0 * esz) {
 		dt__log(0,
 		        "dropping a point-to-point message from rank %d: tag "
 		        "%llu, dtype %u, count %llu and %llu payload bytes "
@@ -250,6 +249,8 @@ on_data(dt_coll *c, int peer, const dt_msg *m)
 	u.tag = (int)h->key;
 	u.dtype = (dt_dtype)h->arg2;
 	u.count = (size_t)h->arg0;
+	/* dt__coll_p2p_dest refused to take the bytes (over the cap). */
+	u.dropped = h->payload_len && m->payload == NULL;
 	if ((r = find_recv(c, peer, u.tag)) != NULL) {
 		p2p_ack a;
 
@@ -263,7 +264,8 @@ on_data(dt_coll *c, int peer, const dt_msg *m)
 		return;
 	}
 	*q = u;
-	if (c->p2p_bytes + h->payload_len > c->cfg.unexpected_max) {
+	if (q->dropped ||
+	    c->p2p_bytes + h->payload_len > c->cfg.unexpected_max) {
 		q->dropped = 1;
 	} else if (h->payload_len) {
 		if ((q->data = malloc(h->payload_len)) == NULL) {
@@ -308,6 +310,24 @@ on_ack(dt_coll *c, int peer, const dt_msg *m)
 		return;
 	}
 	/* An answer to a send that timed out: nobody waits for it. */
+}
+
+void *
+dt__coll_p2p_dest(dt_coll *c, int peer, const dt_msg_hdr *h)
+{
+	/*
+	 * The van buffers the payload before on_msg sees it, so the size a
+	 * peer announces is checked here, before anything is allocated: no
+	 * message over DT_COLL_UNEXPECTED_MAX, and none that would take the
+	 * unreceived messages over it unless a receive is waiting for it.
+	 */
+	if (h->payload_len > c->cfg.unexpected_max)
+		return DT_VAN_DISCARD;
+	if (h->key <= (uint64_t)INT_MAX && find_recv(c, peer, (int)h->key))
+		return NULL;
+	if (c->p2p_bytes + h->payload_len > c->cfg.unexpected_max)
+		return DT_VAN_DISCARD;
+	return NULL;
 }
 
 void

@@ -7,6 +7,9 @@
 
 #include "coll/exec.h"
 
+/* Where a COLL_P2P frame's payload goes (I/O thread, mu held): NULL for
+ * the connection's buffer, DT_VAN_DISCARD when over the cap. */
+void *dt__coll_p2p_dest(dt_coll *c, int peer, const dt_msg_hdr *h);
 /* A COLL_P2P or COLL_P2P_ACK frame from rank peer (I/O thread, mu held). */
 void dt__coll_p2p_on_msg(dt_coll *c, int peer, const dt_msg *m);
 /* Rank peer (every rank when peer < 0) is lost: fail the requests that

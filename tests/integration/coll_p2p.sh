@@ -4,7 +4,7 @@
 # every dtype at sizes from 0 to 16 MiB, order per tag, many tags in
 # flight, over same-host shared memory (the default) and over TCP
 # (DTRAIN_TRANSPORT=tcp); then a count and a dtype mismatch (DT_EMISMATCH
-# on both ranks), a stall (DT_ETIMEDOUT naming the pair) and a dead peer
+# on both ranks), a message over DT_COLL_UNEXPECTED_MAX, a stall (DT_ETIMEDOUT naming the pair) and a dead peer
 # (an error well within DT_COLL_TIMEOUT, not a hang).
 . "$(dirname "$0")/coll_lib.bash"
 CHECK=$BUILD/tests/progs/p2p_check
@@ -37,6 +37,15 @@ for what in "count mismatch" "type mismatch"; do
 		every_rank 2 "$out" "$what: DT_EMISMATCH: "
 done
 check "mismatch: no FAIL line" test -z "$(grep -F FAIL "$out")"
+grep -F FAIL "$out" | head -5
+
+out=$TMP/cap
+launch 2 "$out" --env DT_COLL_UNEXPECTED_MAX=1048576 -- --cap
+rc=$?
+check "cap: launcher exits 0 (got $rc)" test "$rc" = 0
+check "cap: a message over DT_COLL_UNEXPECTED_MAX fails on both ranks" \
+	every_rank 2 "$out" "over the cap: DT_ENOMEM: "
+check "cap: no FAIL line" test -z "$(grep -F FAIL "$out")"
 grep -F FAIL "$out" | head -5
 
 out=$TMP/stall

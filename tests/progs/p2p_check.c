@@ -20,6 +20,10 @@
  *   p2p_check --stall     (short DT_COLL_TIMEOUT) rank 0 sends a message
  *                         rank 1 never receives, rank 1 waits for one
  *                         rank 0 never sends: DT_ETIMEDOUT naming the pair
+ *   p2p_check --cap       (DT_COLL_UNEXPECTED_MAX=1048576) rank 0 sends
+ *                         2 MiB, over the cap a receiver may be made to
+ *                         hold: both ranks must get DT_ENOMEM naming it,
+ *                         then a correct exchange must work
  *   p2p_check --die       the last rank vanishes; rank 0's pending receive
  *                         from it and a later send to it must fail
  * Exit status 0 when every check passed.
@@ -267,6 +271,25 @@ stall_suite(dt_coll *c)
 }
 
 static void
+cap_suite(dt_coll *c)
+{
+	size_t n = (2u << 20) / sizeof(float);
+	float *f = calloc(n, sizeof(float));
+
+	if (rank_ == 0)
+		expect("over the cap", dt_coll_send(c, f, n, DT_FLOAT32, 1, 9),
+		       DT_ENOMEM,
+		       (const char *[]){"DT_COLL_UNEXPECTED_MAX", NULL});
+	else if (rank_ == 1)
+		expect("over the cap", dt_coll_recv(c, f, n, DT_FLOAT32, 0, 9),
+		       DT_ENOMEM,
+		       (const char *[]){"DT_COLL_UNEXPECTED_MAX", NULL});
+	free(f);
+	exchange(c, DT_FLOAT32, 1000, 10, 0);
+	ok("barrier after the cap", dt_coll_barrier(c));
+}
+
+static void
 die_suite(dt_coll *c)
 {
 	float f[4] = {0};
@@ -332,9 +355,11 @@ main(int argc, char **argv)
 			mode = 2;
 		else if (strcmp(argv[i], "--die") == 0)
 			mode = 3;
+		else if (strcmp(argv[i], "--cap") == 0)
+			mode = 4;
 		else {
 			fprintf(stderr, "usage: p2p_check "
-			                "[--mismatch|--stall|--die]\n");
+			                "[--mismatch|--stall|--cap|--die]\n");
 			return 2;
 		}
 	}
@@ -358,6 +383,8 @@ main(int argc, char **argv)
 		mismatch_suite(c);
 	} else if (mode == 2) {
 		stall_suite(c);
+	} else if (mode == 4) {
+		cap_suite(c);
 	} else {
 		die_suite(c);
 	}
