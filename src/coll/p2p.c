@@ -128,16 +128,18 @@ deliver(dt_coll *c, dt__p2p_req *r, const p2p_unexp *u, const void *data,
 	ack->err = DT_OK;
 	ack->msg[0] = '\0';
 	if (u->dropped) {
-		snprintf(ack->msg, sizeof(ack->msg),
-		         "send to rank %d (tag %d, %zu %s): rank %d had more "
-		         "than %zu bytes of unreceived messages "
-		         "(DT_COLL_UNEXPECTED_MAX) and dropped it",
-		         c->rank, r->tag, u->count, dt_dtype_name(u->dtype),
-		         c->rank, c->cfg.unexpected_max);
+		snprintf(
+		    ack->msg, sizeof(ack->msg),
+		    "send to rank %d (tag %d, %zu %s): rank %d dropped it, "
+		    "over the %zu bytes it holds for messages not yet "
+		    "received (DT_COLL_UNEXPECTED_MAX)",
+		    c->rank, r->tag, u->count, dt_dtype_name(u->dtype), c->rank,
+		    c->cfg.unexpected_max);
 		ack->err = DT_ENOMEM;
 		req_fail(c, r, DT_ENOMEM,
-		         "the message was dropped: more unreceived bytes than "
-		         "DT_COLL_UNEXPECTED_MAX");
+		         "the message was dropped, over the bytes this rank "
+		         "holds for messages not yet received "
+		         "(DT_COLL_UNEXPECTED_MAX)");
 		return;
 	}
 	if (u->count != r->count || u->dtype != r->dtype) {
