@@ -38,6 +38,9 @@ typedef struct opts {
 	long devices, epochs, batch, seed, limit, disp;
 	double lr, momentum, wd, lr_factor;
 	int no_overlap;
+	/* Pipeline parallelism (run_pipeline). */
+	long pipe_stages, micro_batches;
+	const char *schedule, *cuts;
 } opts;
 
 typedef struct replica {
@@ -159,7 +162,14 @@ usage(FILE *f)
 	    "                             (dtrain plot FILE draws them)\n"
 	    "  --run-label L              the run's name in the log (the\n"
 	    "                             kvstore, compression and worker\n"
-	    "                             count)\n",
+	    "                             count)\n"
+	    "  --pipeline-stages S        cut the model into S stages, one "
+	    "per\n"
+	    "                             worker of `dtrain launch -n S -s 0`\n"
+	    "  --micro-batches M          per batch, in the pipeline (4)\n"
+	    "  --schedule gpipe|1f1b      pipeline schedule (1f1b)\n"
+	    "  --stages L1,L2,...         first layer of each stage after the\n"
+	    "                             first (default: the cut rule)\n",
 	    f);
 }
 
@@ -188,6 +198,10 @@ parse(int argc, char **argv, opts *o)
 	    {"pull-precision", 1, 0, 'P'},
 	    {"metrics", 1, 0, 'T'},
 	    {"run-label", 1, 0, 'N'},
+	    {"pipeline-stages", 1, 0, 'G'},
+	    {"micro-batches", 1, 0, 'U'},
+	    {"schedule", 1, 0, 'W'},
+	    {"stages", 1, 0, 'X'},
 	    {"help", 0, 0, 'h'},
 	    {0, 0, 0, 0},
 	};
@@ -204,7 +218,9 @@ parse(int argc, char **argv, opts *o)
 	            .disp = 50,
 	            .lr = 0.002,
 	            .momentum = 0.9,
-	            .lr_factor = 0.5};
+	            .lr_factor = 0.5,
+	            .micro_batches = 4,
+	            .schedule = "1f1b"};
 	while ((c = getopt_long(argc, argv, "", lo, &idx)) != -1) {
 		char *end = NULL;
 		long *lp = NULL;
@@ -235,6 +251,18 @@ parse(int argc, char **argv, opts *o)
 		case 'N':
 			o->label = optarg;
 			continue;
+		case 'W':
+			o->schedule = optarg;
+			continue;
+		case 'X':
+			o->cuts = optarg;
+			continue;
+		case 'G':
+			lp = &o->pipe_stages;
+			break;
+		case 'U':
+			lp = &o->micro_batches;
+			break;
 		case 'D':
 			lp = &o->devices;
 			break;
@@ -312,6 +340,15 @@ parse(int argc, char **argv, opts *o)
 		                "types (horovod has no pulls)\n");
 		return -1;
 	}
+	if (o->pipe_stages &&
+	    (o->pipe_stages < 1 || o->micro_batches < 1 ||
+	     o->batch % o->micro_batches != 0 ||
+	     (strcmp(o->schedule, "gpipe") && strcmp(o->schedule, "1f1b")))) {
+		fprintf(stderr, "mnist: need --pipeline-stages >= 1, "
+		                "--micro-batches dividing --batch-size and "
+		                "--schedule gpipe or 1f1b\n");
+		return -1;
+	}
 	if (strcmp(o->model, "lenet") && strcmp(o->model, "mlp")) {
 		fprintf(stderr,
 		        "mnist: --model must be lenet or mlp, not '%s'\n",
@@ -355,6 +392,184 @@ validate(dt_nn_model *m, const dt_dataset *test)
 	return test->n ? (double)correct / (double)test->n : 0;
 }
 
+/* ---- pipeline parallelism (--pipeline-stages) ---- */
+
+static dt_err
+pipe_send(void *arg, const float *buf, size_t n, int stage, int tag, void **h)
+{
+	return dt_coll_send_async(arg, buf, n, DT_FLOAT32, stage, tag,
+	                          (dt_coll_handle **)h);
+}
+
+static dt_err
+pipe_recv(void *arg, float *buf, size_t n, int stage, int tag)
+{
+	return dt_coll_recv(arg, buf, n, DT_FLOAT32, stage, tag);
+}
+
+static dt_err
+pipe_wait(void *arg, void *h)
+{
+	(void)arg;
+	return dt_coll_wait(h);
+}
+
+/* The stages' first layers: --stages L1,L2,... or the cut rule. */
+static int
+pipe_cut(const opts *o, int S, int *first)
+{
+	dt_nn_model *whole;
+	const char *p = o->cuts;
+	int n;
+
+	if (dt_nn_model_create(o->model, (uint64_t)o->seed, &whole) != DT_OK)
+		return -1;
+	n = dt_nn_model_num_layers(whole);
+	if (p == NULL) {
+		int rc = dt_nn_model_cut(whole, S, first) == DT_OK ? 0 : -1;
+		dt_nn_model_destroy(whole);
+		return rc;
+	}
+	dt_nn_model_destroy(whole);
+	first[0] = 0;
+	first[S] = n;
+	for (int s = 1; s < S; s++) {
+		char *end;
+
+		first[s] = (int)strtol(p, &end, 10);
+		if (end == p || (*end != ',' && *end != '\0') ||
+		    first[s] <= first[s - 1] || first[s] >= n) {
+			fprintf(stderr,
+			        "mnist: --stages '%s': need %d increasing "
+			        "layer numbers in (0, %d)\n",
+			        o->cuts, S - 1, n);
+			return -2;
+		}
+		p = *end ? end + 1 : end;
+	}
+	return 0;
+}
+
+/*
+ * Pipeline training: rank s of `dtrain launch -n S -s 0` builds stage s
+ * only and trains it with the others over the same batches (each cut into
+ * --micro-batches), the optimizer stepping after each batch's flush. The
+ * last stage reports the loss; each stage saves its own file.
+ */
+static int
+run_pipeline(const opts *o)
+{
+	dt_coll *c = NULL;
+	dt_dataset train = {0};
+	dt_sampler *sampler = NULL;
+	dt_nn_model *st = NULL;
+	dt_nn_optim *opt = NULL;
+	float *x = NULL, *y = NULL;
+	int first[65], S, s, rc = 1, M = (int)o->micro_batches;
+	char params[256];
+	dt_nn_pipe_stats stats = {0};
+
+	if (dt_coll_init(&c) != DT_OK)
+		goto fail;
+	S = dt_coll_size(c);
+	s = dt_coll_rank(c);
+	if (S != o->pipe_stages || S > 64) {
+		fprintf(stderr,
+		        "mnist: --pipeline-stages %ld needs as many "
+		        "workers (dtrain launch -n %ld -s 0), not %d\n",
+		        o->pipe_stages, o->pipe_stages, S);
+		goto out;
+	}
+	if ((rc = pipe_cut(o, S, first)) == -2)
+		goto out;
+	snprintf(params, sizeof(params), "lr=%.9g,wd=%g,rescale_grad=%.17g%s",
+	         o->lr, o->wd, 1.0 / (double)o->batch,
+	         strcmp(o->optimizer, "sgd") == 0 ? ",momentum=0.9" : "");
+	if (rc ||
+	    dt_nn_model_create_stage(o->model, (uint64_t)o->seed, first[s],
+	                             first[s + 1], &st) != DT_OK ||
+	    dt_nn_optim_create(o->optimizer, params, st, &opt) != DT_OK ||
+	    dt_data_load_mnist_dir(o->data, 1, &train) != DT_OK)
+		goto fail;
+	rc = 1;
+	if (o->limit > 0 && (size_t)o->limit < train.n)
+		train.n = (size_t)o->limit;
+	if (dt_sampler_create(train.n, (size_t)o->batch, 1, 0,
+	                      (uint64_t)o->seed, 1, &sampler) != DT_OK)
+		goto fail;
+	x = malloc(sizeof(float) * train.dim * (size_t)o->batch);
+	y = malloc(sizeof(float) * train.label_dim * (size_t)o->batch);
+	if (!x || !y)
+		goto out;
+	dt_nn_pipe_cfg cfg = {.stage = s,
+	                      .stages = S,
+	                      .schedule = strcmp(o->schedule, "gpipe") == 0
+	                                      ? DT_NN_PIPE_GPIPE
+	                                      : DT_NN_PIPE_1F1B,
+	                      .micro_batches = M,
+	                      .micro_batch = (int)(o->batch / M),
+	                      .x = x,
+	                      .y = y};
+	dt_nn_pipe_ops ops = {
+	    .arg = c, .send = pipe_send, .recv = pipe_recv, .wait = pipe_wait};
+	printf("mnist: stage %d of %d: layers [%d, %d), %zu parameters, %s, "
+	       "%d micro-batches of %d\n",
+	       s, S, first[s], first[s + 1], dt_nn_model_num_params(st),
+	       o->schedule, M, cfg.micro_batch);
+	for (long ep = 0; ep < o->epochs; ep++) {
+		size_t nb = dt_sampler_num_batches(sampler);
+		double loss = 0, t0 = now();
+		const size_t *idx;
+
+		if (dt_sampler_set_epoch(sampler, (uint64_t)ep) != DT_OK)
+			goto fail;
+		for (size_t b = 0; b < nb; b++) {
+			dt_nn_model_zero_grad(st);
+			if (dt_sampler_batch(sampler, b, &idx) != DT_OK ||
+			    dt_data_gather(&train, idx, (size_t)o->batch, x,
+			                   y) != DT_OK ||
+			    dt_nn_pipe_step(st, &cfg, &ops, &stats) != DT_OK ||
+			    dt_nn_optim_step(opt, st) != DT_OK)
+				goto fail;
+			loss += stats.loss;
+		}
+		if (s == S - 1)
+			printf("mnist: epoch %ld: train loss %.6f, %.0f "
+			       "samples/s\n",
+			       ep,
+			       nb ? loss / (double)(nb * (size_t)o->batch)
+			          : 0.0,
+			       (double)(nb * (size_t)o->batch) / (now() - t0));
+	}
+	printf("mnist: stage %d: at most %d micro-batch inputs stashed (%zu "
+	       "bytes)\n",
+	       s, stats.peak_stashed, stats.stash_bytes);
+	if (o->save) {
+		char path[512];
+
+		snprintf(path, sizeof(path), "%s.stage%d", o->save, s);
+		if (dt_nn_params_save(st, path) != DT_OK)
+			goto fail;
+	}
+	rc = 0;
+	goto out;
+fail:
+	fprintf(stderr, "mnist: %s\n", dt_errmsg());
+	rc = 1;
+out:
+	free(x);
+	free(y);
+	dt_sampler_destroy(sampler);
+	dt_data_fini(&train);
+	dt_nn_optim_destroy(opt);
+	dt_nn_model_destroy(st);
+	if (c && dt_coll_finalize(c) != DT_OK && rc == 0) {
+		fprintf(stderr, "mnist: %s\n", dt_errmsg());
+		rc = 1;
+	}
+	return rc;
+}
+
 int
 main(int argc, char **argv)
 {
@@ -374,6 +589,8 @@ main(int argc, char **argv)
 
 	if (parse(argc, argv, &o))
 		return 2;
+	if (o.pipe_stages)
+		return run_pipeline(&o);
 	horovod = strcmp(o.kvstore, "horovod") == 0;
 
 	/* Join the job first: server and scheduler processes serve and exit

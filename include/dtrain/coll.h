@@ -169,6 +169,35 @@ dt_err dt_coll_wait(dt_coll_handle *h);
 dt_err dt_coll_test(dt_coll_handle *h, int *done);
 
 /*
+ * Point-to-point messages between two ranks (the sends of model
+ * parallelism). dt_coll_send sends count elements of buf to rank peer
+ * under tag (>= 0); dt_coll_recv receives them into buf, which must have
+ * room for count elements. Only the two ranks take part, and they need
+ * not call the collectives' sequence: a send and a receive match by
+ * (rank, tag), and messages of one tag arrive in the order they were
+ * sent, whatever the order of other tags' messages. A count or dtype that
+ * differs between the send and its receive is DT_EMISMATCH on both ranks,
+ * with a message giving both. A send returns once the receiver has
+ * received the message (its buffer is then free again); a message that
+ * arrives before its receive is posted waits in a queue capped by
+ * DT_COLL_UNEXPECTED_MAX. A lost peer fails its pending sends and receives
+ * with DT_EPEER; one that makes no progress for DT_COLL_TIMEOUT fails with
+ * DT_ETIMEDOUT and a message naming the pair. Sending to oneself is
+ * DT_EINVAL. The asynchronous forms return at once with a handle for
+ * dt_coll_wait() / dt_coll_test(); buf stays the caller's and untouched
+ * until the wait. Point-to-point calls are not recorded by groups.
+ */
+dt_err dt_coll_send(dt_coll *c, const void *buf, size_t count, dt_dtype dtype,
+                    int peer, int tag);
+dt_err dt_coll_recv(dt_coll *c, void *buf, size_t count, dt_dtype dtype,
+                    int peer, int tag);
+dt_err dt_coll_send_async(dt_coll *c, const void *buf, size_t count,
+                          dt_dtype dtype, int peer, int tag,
+                          dt_coll_handle **h);
+dt_err dt_coll_recv_async(dt_coll *c, void *buf, size_t count, dt_dtype dtype,
+                          int peer, int tag, dt_coll_handle **h);
+
+/*
  * Grouped calls. Between dt_coll_group_start() and dt_coll_group_end()
  * asynchronous calls are only recorded; group_end queues them, fusing
  * consecutive allreduces of the same type and reduction into buffers of

@@ -92,6 +92,96 @@ dt_err dt_nn_model_create(const char *spec, uint64_t seed, dt_nn_model **out);
 /* Free a model and everything it owns. NULL is a no-op. */
 void dt_nn_model_destroy(dt_nn_model *m);
 
+/*
+ * Pipeline stages (model parallelism). A model's layer list (the spec's
+ * layers, with the flatten layers the model adds before a dense layer or
+ * the loss) is cut into consecutive stages; a stage is built alone with
+ * dt_nn_model_create_stage(spec, seed, first, last): layers [first, last)
+ * and only their parameters, with the values the whole model built from
+ * the same seed has (tensor names too). Its input is the activation the
+ * layer before it writes, its output the one its last layer writes, in the
+ * layout those layers use, which the stages pass on as they are. Only the
+ * last stage has the loss (dt_nn_forward_backward, dt_nn_evaluate); the
+ * others run dt_nn_stage_forward and dt_nn_stage_backward, and
+ * dt_nn_model_input_grad gives each stage the gradient to send back
+ * (NULL when no earlier stage has parameters). Dropout layers are refused
+ * (DT_ENOTSUP) in a cut model: one process draws all their masks from one
+ * stream.
+ *
+ * dt_nn_model_cut gives the rule's stages for a whole model: first[s] is
+ * the first layer of stage s and first[stages] the number of layers
+ * (first has stages + 1 entries). Stages start only at a conv or dense
+ * layer (activations, pooling and flattening stay with the layer that
+ * feeds them), stage s at the first one whose forward operations before
+ * it reach s/stages of the model's, or earlier when only as many such
+ * layers remain as stages still to start. DT_EINVAL with fewer conv and
+ * dense layers than stages.
+ */
+dt_err dt_nn_model_create_stage(const char *spec, uint64_t seed, int first,
+                                int last, dt_nn_model **out);
+int dt_nn_model_num_layers(const dt_nn_model *m);
+dt_err dt_nn_model_cut(const dt_nn_model *m, int stages, int *first);
+/* Forward in training mode without a loss: on DT_OK *out holds batch x
+ * output_size floats owned by the model, valid until its next call. */
+dt_err dt_nn_stage_forward(dt_nn_model *m, const float *x, int batch,
+                           const float **out);
+/* Backward from dy (batch x output_size floats, the gradient of this
+ * stage's output) after a dt_nn_stage_forward of the same batch:
+ * accumulates into the gradient buffer (+=) and sets *dx to the input
+ * gradient (batch x input_size floats owned by the model, valid until its
+ * next call; NULL when no earlier layer has parameters). */
+dt_err dt_nn_stage_backward(dt_nn_model *m, const float *dy, int batch,
+                            const float **dx);
+/* The input gradient of the last backward pass (NULL as above). */
+const float *dt_nn_model_input_grad(const dt_nn_model *m);
+
+/*
+ * One training step of pipeline stage cfg->stage of cfg->stages (the
+ * stage model m from dt_nn_model_create_stage): cfg->micro_batches
+ * micro-batches of cfg->micro_batch samples go forward and their
+ * gradients back through the stages, in the order of cfg->schedule, and
+ * m's gradients accumulate (+=, the caller zeroes them and steps the
+ * optimizer) with the backward passes in micro-batch order under both
+ * schedules: bit for bit the gradients of one process running
+ * dt_nn_forward_backward on the micro-batches in turn. Stage 0 reads the
+ * inputs from cfg->x (micro_batches x micro_batch samples), the last stage
+ * the labels from cfg->y. ops carries the activations and gradients
+ * between stages: send (asynchronous; *h for wait) and recv of n floats
+ * to or from a stage, with a tag; the step waits for all its sends before
+ * it returns. Every stage of the pipeline must call it with the same
+ * schedule, micro_batches and micro_batch. A stage keeps the input of each
+ * micro-batch in flight and runs its forward pass again before the
+ * backward one; st (may be NULL) reports the most it kept.
+ */
+enum { DT_NN_PIPE_GPIPE = 0, DT_NN_PIPE_1F1B = 1 };
+#define DT_NN_PIPE_MAX_MICRO 4096
+
+typedef struct dt_nn_pipe_cfg {
+	int stage, stages;
+	int schedule; /* DT_NN_PIPE_GPIPE or DT_NN_PIPE_1F1B */
+	int micro_batches, micro_batch;
+	const float *x; /* stage 0 */
+	const float *y; /* last stage */
+} dt_nn_pipe_cfg;
+
+typedef struct dt_nn_pipe_ops {
+	void *arg;
+	dt_err (*send)(void *arg, const float *buf, size_t n, int stage,
+	               int tag, void **h);
+	dt_err (*recv)(void *arg, float *buf, size_t n, int stage, int tag);
+	dt_err (*wait)(void *arg, void *h);
+} dt_nn_pipe_ops;
+
+typedef struct dt_nn_pipe_stats {
+	double loss;        /* last stage: summed over the micro-batches */
+	int peak_stashed;   /* micro-batch inputs kept at once, at most */
+	size_t stash_bytes; /* their bytes */
+	uint64_t busy_ns;   /* time in the layers (the rest is waiting) */
+} dt_nn_pipe_stats;
+
+dt_err dt_nn_pipe_step(dt_nn_model *m, const dt_nn_pipe_cfg *cfg,
+                       const dt_nn_pipe_ops *ops, dt_nn_pipe_stats *st);
+
 /* The full layer spec the model was built from (built-ins expanded). */
 const char *dt_nn_model_spec(const dt_nn_model *m);
 

@@ -25,6 +25,7 @@
 
 #include "coll/comm.h"
 #include "coll/exec.h"
+#include "coll/p2p.h"
 #include "coll/rdv.h"
 #include "net/sock.h"
 
@@ -166,6 +167,10 @@ bg_main(void *arg)
 	for (;;) {
 		if (c->nqueries && c->node) {
 			dt__coll_answer_queries(c);
+			continue;
+		}
+		if (dt__coll_p2p_pending_acks(c)) {
+			dt__coll_p2p_flush(c);
 			continue;
 		}
 		if (!dt__list_empty(&c->queue) && !c->exec_busy) {
@@ -463,6 +468,11 @@ dt_coll_wait(dt_coll_handle *h)
 
 	if (h == NULL)
 		return dt__fail(DT_EINVAL, "wait: no handle");
+	if (h->p2p) {
+		err = dt__coll_p2p_wait(h->c, h->p2p);
+		free(h);
+		return err;
+	}
 	if (h->c->in_group) {
 		/* Waiting inside a group would wait forever: close it. */
 		if ((err = dt_coll_group_end(h->c)))
@@ -478,6 +488,10 @@ dt_coll_test(dt_coll_handle *h, int *done)
 {
 	if (h == NULL || done == NULL)
 		return dt__fail(DT_EINVAL, "test: no handle");
+	if (h->p2p) {
+		*done = dt__coll_p2p_done(h->c, h->p2p);
+		return DT_OK;
+	}
 	pthread_mutex_lock(&h->c->mu);
 	*done = h->done;
 	pthread_mutex_unlock(&h->c->mu);
@@ -949,6 +963,7 @@ comm_free(dt_coll *c)
 	free(c->dopt_res);
 	free(c->dopt_buf);
 	free(c->dopt_layout);
+	dt__coll_p2p_free(c);
 	pthread_mutex_destroy(&c->mu);
 	pthread_cond_destroy(&c->cv);
 	pthread_cond_destroy(&c->bg_cv);
@@ -975,6 +990,10 @@ comm_new(dt_coll **out)
 	pthread_cond_init(&c->done_cv, NULL);
 	dt__list_init(&c->queue);
 	dt__list_init(&c->early);
+	dt__list_init(&c->p2p_sends);
+	dt__list_init(&c->p2p_recvs);
+	dt__list_init(&c->p2p_unexp);
+	dt__list_init(&c->p2p_acks);
 	c->rank = 0;
 	c->size = 1;
 	c->local_rank = 0;

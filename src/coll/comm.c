@@ -35,6 +35,7 @@
 #include "coll/algo.h"
 #include "coll/comm.h"
 #include "coll/exec.h"
+#include "coll/p2p.h"
 
 dt_err
 dt__coll_cfg_from_env(dt__coll_cfg *cfg)
@@ -373,6 +374,12 @@ hook_payload_dest(void *arg, dt_node *n, dt_conn *conn, const dt_msg_hdr *h,
 	int reduce;
 
 	(void)n;
+	if (peer >= 0 && h->cmd == DT_CMD_COLL_P2P) {
+		pthread_mutex_lock(&c->mu);
+		dest = dt__coll_p2p_dest(c, peer, h);
+		pthread_mutex_unlock(&c->mu);
+		return dest;
+	}
 	if (peer < 0 || h->cmd != DT_CMD_COLL_DATA)
 		return DT_VAN_DISCARD;
 	pthread_mutex_lock(&c->mu);
@@ -465,6 +472,10 @@ hook_on_msg(void *arg, dt_node *n, dt_conn *conn, dt_msg *m)
 		posted_abort(op, peer, (dt_err)h->arg2,
 		             m->meta ? (const char *)m->meta : "");
 		break;
+	case DT_CMD_COLL_P2P:
+	case DT_CMD_COLL_P2P_ACK:
+		dt__coll_p2p_on_msg(c, peer, m);
+		break;
 	case DT_CMD_COLL_STALL_QUERY:
 		if (c->nqueries < DT__COLL_MAX_QUERIES)
 			c->queries[c->nqueries++] =
@@ -535,6 +546,7 @@ hook_on_fail(void *arg, dt_node *n, int peer_id, dt_err err)
 		                 "%s #%llu: %s", kind,
 		                 (unsigned long long)c->cur->num, why);
 	}
+	dt__coll_p2p_lost(c, peer_id < 0 ? -1 : r, c->broken, why);
 	dt__coll_wake(c);
 	pthread_cond_broadcast(&c->done_cv);
 	pthread_mutex_unlock(&c->mu);

@@ -13,6 +13,7 @@
 #include <sys/uio.h>
 
 #include "coll/algo.h"
+#include "coll/p2p.h"
 
 /*
  * ThreadSanitizer records the reads of a sendmsg() payload when the call
@@ -124,6 +125,12 @@ dt__coll_wait(dt_coll *c, coll_op *op, int (*pred)(coll_op *, void *),
 			return dt__fail(op->err, "%s", op->msg);
 		if (c->nqueries) {
 			dt__coll_answer_queries(c);
+			continue;
+		}
+		/* A rank busy in a collective still answers the
+		 * point-to-point senders it owes. */
+		if (dt__coll_p2p_pending_acks(c)) {
+			dt__coll_p2p_flush(c);
 			continue;
 		}
 		uint64_t now = dt__now_ns();

@@ -49,10 +49,13 @@ enum {
 #define DT__CMA_KEY_SRC 0 /* my input (or broadcast buffer) is at addr */
 #define DT__CMA_KEY_BLK 1 /* my finished block is in my output at addr */
 
+typedef struct dt__p2p_req dt__p2p_req; /* p2p.c */
+
 struct dt_coll_handle {
 	dt_coll *c;
-	int done;   /* (mu) */
-	dt_err err; /* (mu) */
+	dt__p2p_req *p2p; /* a point-to-point request, else NULL */
+	int done;         /* (mu) */
+	dt_err err;       /* (mu) */
 	char msg[1024];
 };
 
@@ -208,6 +211,14 @@ struct dt_coll {
 	int nqueries;                             /* (mu) */
 	pthread_t bg;
 	int bg_started;
+
+	/* Point-to-point messages (p2p.c). */
+	dt_list p2p_sends; /* (mu) sends awaiting their acknowledgement */
+	dt_list p2p_recvs; /* (mu) posted receives, oldest first */
+	dt_list p2p_unexp; /* (mu) frames not yet received, oldest first */
+	dt_list p2p_acks;  /* (mu) acknowledgements owed to senders */
+	size_t p2p_bytes;  /* (mu) payload bytes in p2p_unexp */
+	uint64_t p2p_next; /* (mu) id of the last frame sent */
 
 	/* Group recording (the calling thread only). */
 	int in_group;

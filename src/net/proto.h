@@ -66,7 +66,9 @@
 	X(COLL_ABORT, 66, "worker -> worker")                                  \
 	X(COLL_STALL_QUERY, 67, "worker -> worker")                            \
 	X(COLL_STALL_REPLY, 68, "worker -> worker")                            \
-	X(COLL_FIN, 69, "worker -> worker")
+	X(COLL_FIN, 69, "worker -> worker")                                    \
+	X(COLL_P2P, 70, "worker -> worker")                                    \
+	X(COLL_P2P_ACK, 71, "worker -> worker")
 
 enum dt_cmd {
 #define DT__PROTO_ENUM(name, num, dir) DT_CMD_##name = num,

@@ -91,6 +91,9 @@ struct dt_nn_model {
 	const float *last_out;
 	dt_nn_grad_hook grad_hook; /* see dt_nn_model_set_grad_hook */
 	void *grad_hook_arg;
+	int has_loss;         /* 0: a pipeline stage before the last */
+	const float *in_grad; /* input gradient of the last backward, or NULL */
+	int last_batch;       /* batch of the last dt_nn_stage_forward */
 };
 
 static const struct {
@@ -574,12 +577,14 @@ parse_spec(dt_nn_model *m, const char *spec)
  * depend only on the seed and the layout, never on anything else.
  */
 static void
-init_params(dt_nn_model *m, uint64_t seed)
+init_params(dt_nn_model *m, uint64_t seed, int first_tensor)
 {
 	for (int i = 0; i < m->ntensors; i++) {
 		const dt_nn_tensor *t = &m->tensors[i];
 		float *p = m->params + t->offset;
-		uint64_t rng = nn_mix(seed, (uint64_t)i);
+		/* A stage's tensors draw the streams of their index in the
+		 * whole model, so its values equal the whole model's. */
+		uint64_t rng = nn_mix(seed, (uint64_t)(i + first_tensor));
 		double hw = 1.0, fan_in, fan_out;
 		float scale;
 
@@ -684,12 +689,84 @@ fail:
 
 /* ---- public: life cycle and accessors ---- */
 
-dt_err
-dt_nn_model_create(const char *spec, uint64_t seed, dt_nn_model **out)
+/*
+ * Keep layers [first, last) of the parsed whole model m and their tensors
+ * (before any buffer exists); *first_tensor is the index in the whole
+ * model of the first tensor kept. Activations cross a cut as they are
+ * (the layout one layer writes is the one the next reads).
+ */
+static dt_err
+cut_layers(dt_nn_model *m, int first, int last, int *first_tensor)
+{
+	int t0 = -1, t1 = 0;
+	size_t base = 0;
+
+	if (first < 0 || last > m->nlayers || first >= last)
+		return dt__fail(
+		    DT_EINVAL,
+		    "model stage [%d, %d): not a non-empty range of "
+		    "the model's %d layers",
+		    first, last, m->nlayers);
+	for (int i = 0; i < m->nlayers; i++) {
+		const layer *L = &m->layers[i];
+
+		/* One process draws every dropout mask from one stream in
+		 * layer order; a stage could not follow it. */
+		if (L->kind == L_DROPOUT && (first > 0 || last < m->nlayers))
+			return dt__fail(
+			    DT_ENOTSUP,
+			    "model stage: layer %d is dropout, which "
+			    "a model cut into stages does not support",
+			    i);
+		if (i >= first && i < last && L->wt >= 0) {
+			if (t0 < 0)
+				t0 = L->wt;
+			t1 = L->wt + 2;
+		}
+	}
+	if (t0 < 0)
+		t0 = t1 = 0;
+	base = t0 < t1 ? m->tensors[t0].offset : 0;
+	for (int i = t0; i < t1; i++) {
+		dt_nn_tensor *t = &m->tensors[i - t0];
+
+		*t = m->tensors[i];
+		memmove(m->names[i - t0], m->names[i], NAME_LEN);
+		t->name = m->names[i - t0];
+		t->offset -= base;
+	}
+	m->ntensors = t1 - t0;
+	m->nparams = t1 > t0 ? m->tensors[t1 - t0 - 1].offset +
+	                           m->tensors[t1 - t0 - 1].size
+	                     : 0;
+	m->has_loss = last == m->nlayers;
+	memmove(m->layers, m->layers + first,
+	        sizeof(layer) * (size_t)(last - first));
+	m->nlayers = last - first;
+	for (int i = 0; i < m->nlayers; i++)
+		if (m->layers[i].wt >= 0)
+			m->layers[i].wt -= t0;
+	/* The stage's input is the caller's buffer: never write over it. */
+	m->layers[0].inplace = 0;
+	m->in_c = m->layers[0].c;
+	m->in_h = m->layers[0].h;
+	m->in_w = m->layers[0].w;
+	m->in_size = m->layers[0].in_size;
+	m->out_size = m->layers[m->nlayers - 1].out_size;
+	if (!m->has_loss)
+		m->label_size = 0;
+	*first_tensor = t0;
+	return DT_OK;
+}
+
+static dt_err
+model_build(const char *spec, uint64_t seed, int first, int last,
+            dt_nn_model **out)
 {
 	dt_nn_model *m;
 	const char *full = spec;
 	size_t biggest;
+	int t0 = 0;
 	dt_err err;
 
 	if (spec == NULL || out == NULL)
@@ -701,7 +778,10 @@ dt_nn_model_create(const char *spec, uint64_t seed, dt_nn_model **out)
 	pthread_once(&blas_once, blas_single_thread);
 	if ((m = dt__calloc(1, sizeof(*m))) == NULL)
 		return DT_ENOMEM;
+	m->has_loss = 1;
 	if ((err = parse_spec(m, full)))
+		goto fail;
+	if (first >= 0 && (err = cut_layers(m, first, last, &t0)))
 		goto fail;
 	err = DT_ENOMEM;
 	if ((m->spec = strdup(full)) == NULL) {
@@ -712,7 +792,7 @@ dt_nn_model_create(const char *spec, uint64_t seed, dt_nn_model **out)
 	    (m->grads = alloc_floats(m->nparams)) == NULL)
 		goto fail;
 	memset(m->grads, 0, sizeof(float) * m->nparams);
-	init_params(m, seed);
+	init_params(m, seed, t0);
 	m->rng = nn_mix(seed, 0x64726f706f7574ull); /* "dropout" */
 	m->gsize = m->out_size;
 	biggest = m->out_size;
@@ -732,6 +812,28 @@ dt_nn_model_create(const char *spec, uint64_t seed, dt_nn_model **out)
 fail:
 	dt_nn_model_destroy(m);
 	return err;
+}
+
+dt_err
+dt_nn_model_create(const char *spec, uint64_t seed, dt_nn_model **out)
+{
+	return model_build(spec, seed, -1, -1, out);
+}
+
+dt_err
+dt_nn_model_create_stage(const char *spec, uint64_t seed, int first, int last,
+                         dt_nn_model **out)
+{
+	if (first < 0)
+		return dt__fail(DT_EINVAL, "model stage: first layer %d < 0",
+		                first);
+	return model_build(spec, seed, first, last, out);
+}
+
+int
+dt_nn_model_num_layers(const dt_nn_model *m)
+{
+	return m ? m->nlayers : 0;
 }
 
 void
@@ -834,6 +936,19 @@ dt_nn_model_output(const dt_nn_model *m)
 	return m->last_out;
 }
 
+/* Forward floating-point operations per sample of a conv or dense layer
+ * (0 for the others, whose cost is small beside them). */
+static double
+layer_flops(const layer *L)
+{
+	if (L->kind == L_CONV)
+		return 2.0 * L->oc * ((double)L->c * L->k * L->k) *
+		       ((double)L->oh * L->ow);
+	if (L->kind == L_DENSE)
+		return 2.0 * L->oc * (double)L->c;
+	return 0.0;
+}
+
 void
 dt_nn_model_flops(const dt_nn_model *m, double *fwd, double *bwd)
 {
@@ -841,14 +956,9 @@ dt_nn_model_flops(const dt_nn_model *m, double *fwd, double *bwd)
 
 	for (int i = 0; i < m->nlayers; i++) {
 		const layer *L = &m->layers[i];
-		double g;
+		double g = layer_flops(L);
 
-		if (L->kind == L_CONV)
-			g = 2.0 * L->oc * ((double)L->c * L->k * L->k) *
-			    ((double)L->oh * L->ow);
-		else if (L->kind == L_DENSE)
-			g = 2.0 * L->oc * (double)L->c;
-		else
+		if (g == 0.0)
 			continue;
 		f += g;
 		b += L->need_dx ? 2.0 * g : g;
@@ -857,6 +967,47 @@ dt_nn_model_flops(const dt_nn_model *m, double *fwd, double *bwd)
 		*fwd = f;
 	if (bwd)
 		*bwd = b;
+}
+
+/*
+ * The cut rule: stages start only at a conv or dense layer (the layers
+ * between them, activations, pooling and flattening, stay with the layer
+ * that feeds them), and stage s starts at the first such layer whose
+ * forward operations before it reach s/S of the model's, or earlier when
+ * just enough such layers remain for the stages still to start.
+ */
+dt_err
+dt_nn_model_cut(const dt_nn_model *m, int stages, int *first)
+{
+	double total = 0.0, before = 0.0;
+	int compute = 0, s = 1;
+
+	if (m == NULL || first == NULL || stages < 1)
+		return dt__fail(DT_EINVAL, "model cut: bad arguments");
+	for (int i = 0; i < m->nlayers; i++) {
+		total += layer_flops(&m->layers[i]);
+		compute += layer_flops(&m->layers[i]) > 0.0;
+	}
+	if (compute < stages)
+		return dt__fail(
+		    DT_EINVAL,
+		    "model cut: %d conv and dense layers cannot make "
+		    "%d stages",
+		    compute, stages);
+	first[0] = 0;
+	for (int i = 0, seen = 0; i < m->nlayers && s < stages; i++) {
+		double g = layer_flops(&m->layers[i]);
+
+		if (g == 0.0)
+			continue;
+		seen++;
+		if (seen > 1 && (before >= total * s / stages ||
+		                 compute - seen + 1 == stages - s))
+			first[s++] = i;
+		before += g;
+	}
+	first[stages] = m->nlayers;
+	return DT_OK;
 }
 
 /* ---- forward and backward ---- */
@@ -1000,6 +1151,9 @@ backward(dt_nn_model *m, int B, int train)
 		if (L->wt >= 0 && m->grad_hook)
 			m->grad_hook(m->grad_hook_arg, L->wt, 2);
 	}
+	/* The gradient of the input, when an earlier layer (or stage)
+	 * needs one: elementwise layers leave theirs in place. */
+	m->in_grad = m->layers[0].need_dx ? m->gbuf[gi] : NULL;
 }
 
 void
@@ -1029,6 +1183,17 @@ check_call(const dt_nn_model *m, const float *x, const float *y, int need_y,
 			                "is not a class in [0, %zu)",
 			                what, (double)v, b, m->out_size);
 	}
+	return DT_OK;
+}
+
+static dt_err
+check_loss(const dt_nn_model *m, const char *what)
+{
+	if (!m->has_loss)
+		return dt__fail(DT_ESTATE,
+		                "%s: this pipeline stage ends before the loss "
+		                "(dt_nn_stage_forward and _backward run it)",
+		                what);
 	return DT_OK;
 }
 
@@ -1076,6 +1241,7 @@ dt_nn_forward_backward(dt_nn_model *m, const float *x, const float *y,
 	double l;
 
 	if ((err = check_call(m, x, y, 1, batch, "forward_backward")) ||
+	    (err = check_loss(m, "forward_backward")) ||
 	    (err = reserve(m, batch)))
 		return err;
 	uint64_t t0 = dt_obs_now();
@@ -1099,11 +1265,55 @@ dt_nn_evaluate(dt_nn_model *m, const float *x, const float *y, int batch,
 	double l;
 
 	if ((err = check_call(m, x, y, 1, batch, "evaluate")) ||
-	    (err = reserve(m, batch)))
+	    (err = check_loss(m, "evaluate")) || (err = reserve(m, batch)))
 		return err;
 	forward(m, x, batch, 0);
 	l = loss_of(m, y, batch, NULL, correct);
 	if (loss)
 		*loss = l;
 	return DT_OK;
+}
+
+dt_err
+dt_nn_stage_forward(dt_nn_model *m, const float *x, int batch,
+                    const float **out)
+{
+	dt_err err;
+
+	if ((err = check_call(m, x, NULL, 0, batch, "stage_forward")) ||
+	    (err = reserve(m, batch)))
+		return err;
+	uint64_t t0 = dt_obs_now();
+	forward(m, x, batch, 1);
+	dt__obs_phase_span(DT_PHASE_FORWARD, t0, dt_obs_now());
+	m->last_batch = batch;
+	if (out)
+		*out = m->last_out;
+	return DT_OK;
+}
+
+dt_err
+dt_nn_stage_backward(dt_nn_model *m, const float *dy, int batch,
+                     const float **dx)
+{
+	if (dy == NULL)
+		return dt__fail(DT_EINVAL, "stage_backward: NULL gradient");
+	if (m->last_out == NULL || batch != m->last_batch)
+		return dt__fail(DT_ESTATE,
+		                "stage_backward: batch %d does not follow a "
+		                "stage_forward of that batch",
+		                batch);
+	memcpy(m->gbuf[0], dy, sizeof(float) * (size_t)batch * m->out_size);
+	uint64_t t0 = dt_obs_now();
+	backward(m, batch, 1);
+	dt__obs_phase_span(DT_PHASE_BACKWARD, t0, dt_obs_now());
+	if (dx)
+		*dx = m->in_grad;
+	return DT_OK;
+}
+
+const float *
+dt_nn_model_input_grad(const dt_nn_model *m)
+{
+	return m->in_grad;
 }

@@ -1,0 +1,259 @@
+/*
+ * pipeline.c - one training step of a pipeline stage (model parallelism):
+ * M micro-batches go forward through the stages and their gradients come
+ * back, in the order of a schedule (GPipe or 1F1B), and the stage's
+ * gradients accumulate over the micro-batches in micro-batch order.
+ *
+ * The trainer knows nothing of the network: the caller passes the sends
+ * and receives between stages as an ops table (dt_nn_pipe_ops), which a
+ * program fills with the collectives' point-to-point calls. Sends are
+ * asynchronous: a stage never waits for its neighbour to take what it
+ * sent, so stages that send to each other at the same time (the last
+ * stage's first gradient while the one before still sends activations)
+ * cannot block each other; each step waits for all its sends at its end.
+ *
+ * Exactness: a stage keeps the input of each micro-batch in flight (the
+ * stash) and, before that micro-batch's backward pass, runs its forward
+ * pass again from it, since its layers hold only the latest activations.
+ * Forward passes are deterministic, so the recomputed activations are the
+ * first ones bit for bit, and with backward passes in micro-batch order
+ * under both schedules the gradients add up in the order one process
+ * running the micro-batches one after another adds them.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/util.h"
+#include "dtrain/nn.h"
+#include "dtrain/obs.h"
+
+typedef struct pipe_run {
+	dt_nn_model *m;
+	const dt_nn_pipe_cfg *cfg;
+	const dt_nn_pipe_ops *ops;
+	size_t in_n, out_n; /* floats per micro-batch in and out */
+	float **stash;      /* [M] this stage's input of each micro-batch */
+	float **fwd_out;    /* [M] activations sent on (kept until sent) */
+	float **bwd_out;    /* [M] input gradients sent back */
+	float *dy;          /* the gradient of one micro-batch's output */
+	void **handles;     /* [2 M] sends: forward k at k, backward at M + k */
+	int live, peak;     /* stashed micro-batches now and at most */
+	double loss;
+	uint64_t busy_ns; /* in the layers */
+} pipe_run;
+
+static int
+is_first(const pipe_run *p)
+{
+	return p->cfg->stage == 0;
+}
+
+static int
+is_last(const pipe_run *p)
+{
+	return p->cfg->stage == p->cfg->stages - 1;
+}
+
+/* Forward micro-batch k: take its input, stash it, and (before the last
+ * stage) run the layers and send the output on. The last stage runs its
+ * layers with the loss in backward(). */
+static dt_err
+forward(pipe_run *p, int k)
+{
+	const dt_nn_pipe_cfg *c = p->cfg;
+	const float *out;
+	dt_err err;
+
+	if (is_first(p))
+		memcpy(p->stash[k], c->x + (size_t)k * p->in_n,
+		       sizeof(float) * p->in_n);
+	else if ((err = p->ops->recv(p->ops->arg, p->stash[k], p->in_n,
+	                             c->stage - 1, 2 * k)))
+		return err;
+	p->live++;
+	p->peak = DT_MAX(p->peak, p->live);
+	if (is_last(p))
+		return DT_OK;
+	uint64_t t0 = dt_obs_now();
+	err = dt_nn_stage_forward(p->m, p->stash[k], c->micro_batch, &out);
+	p->busy_ns += dt_obs_now() - t0;
+	if (err)
+		return err;
+	memcpy(p->fwd_out[k], out, sizeof(float) * p->out_n);
+	return p->ops->send(p->ops->arg, p->fwd_out[k], p->out_n, c->stage + 1,
+	                    2 * k, &p->handles[k]);
+}
+
+/* Backward micro-batch k: the last stage runs forward with the loss and
+ * backward; the others receive the gradient of their output, recompute
+ * their forward pass from the stash and run backward. The input gradient
+ * goes back to the stage before. */
+static dt_err
+backward(pipe_run *p, int k)
+{
+	const dt_nn_pipe_cfg *c = p->cfg;
+	const float *dx;
+	double loss;
+	dt_err err;
+
+	uint64_t t0 = dt_obs_now();
+
+	if (is_last(p)) {
+		if ((err = dt_nn_forward_backward(
+		         p->m, p->stash[k],
+		         c->y + (size_t)k * c->micro_batch *
+		                    dt_nn_model_label_size(p->m),
+		         c->micro_batch, &loss, NULL)))
+			return err;
+		p->loss += loss;
+		dx = dt_nn_model_input_grad(p->m);
+		p->busy_ns += dt_obs_now() - t0;
+	} else {
+		float *dy = p->dy;
+
+		if ((err = p->ops->recv(p->ops->arg, dy, p->out_n, c->stage + 1,
+		                        2 * k + 1)))
+			return err;
+		t0 = dt_obs_now();
+		err = dt_nn_stage_forward(p->m, p->stash[k], c->micro_batch,
+		                          NULL);
+		if (!err)
+			err =
+			    dt_nn_stage_backward(p->m, dy, c->micro_batch, &dx);
+		p->busy_ns += dt_obs_now() - t0;
+		if (err)
+			return err;
+	}
+	p->live--;
+	if (is_first(p))
+		return DT_OK;
+	if (dx == NULL)
+		return dt__fail(DT_ESTATE,
+		                "pipeline stage %d: no input gradient to send "
+		                "back (no earlier stage has parameters)",
+		                c->stage);
+	memcpy(p->bwd_out[k], dx, sizeof(float) * p->in_n);
+	return p->ops->send(p->ops->arg, p->bwd_out[k], p->in_n, c->stage - 1,
+	                    2 * k + 1, &p->handles[c->micro_batches + k]);
+}
+
+/* The order of work: GPipe runs every forward, then every backward; 1F1B
+ * (PipeDream-flush) runs S - s - 1 forwards to fill the pipe, then one
+ * forward and one backward by turns, then the remaining backwards. */
+static dt_err
+schedule(pipe_run *p)
+{
+	const dt_nn_pipe_cfg *c = p->cfg;
+	int M = c->micro_batches, f = 0, b = 0, warm;
+	dt_err err;
+
+	warm = c->schedule == DT_NN_PIPE_GPIPE
+	           ? M
+	           : DT_MIN(c->stages - c->stage - 1, M);
+	for (; f < warm; f++)
+		if ((err = forward(p, f)))
+			return err;
+	while (b < M) {
+		if (f < M && (err = forward(p, f++)))
+			return err;
+		if ((err = backward(p, b++)))
+			return err;
+	}
+	return DT_OK;
+}
+
+static float **
+alloc_set(int M, size_t n)
+{
+	float **s = calloc((size_t)M, sizeof(*s));
+
+	for (int k = 0; s && k < M; k++)
+		if ((s[k] = malloc(sizeof(float) * (n ? n : 1))) == NULL)
+			return s; /* caller checks the last */
+	return s;
+}
+
+static void
+free_set(float **s, int M)
+{
+	for (int k = 0; s && k < M; k++)
+		free(s[k]);
+	free(s);
+}
+
+static dt_err
+check_cfg(const dt_nn_model *m, const dt_nn_pipe_cfg *c,
+          const dt_nn_pipe_ops *ops)
+{
+	if (m == NULL || c == NULL || ops == NULL || !ops->send || !ops->recv ||
+	    !ops->wait)
+		return dt__fail(DT_EINVAL, "pipeline step: NULL argument");
+	if (c->stages < 1 || c->stage < 0 || c->stage >= c->stages ||
+	    c->micro_batches < 1 || c->micro_batch < 1 ||
+	    c->micro_batches > DT_NN_PIPE_MAX_MICRO)
+		return dt__fail(DT_EINVAL,
+		                "pipeline step: stage %d of %d, %d "
+		                "micro-batches of %d: out of range (at most %d "
+		                "micro-batches)",
+		                c->stage, c->stages, c->micro_batches,
+		                c->micro_batch, DT_NN_PIPE_MAX_MICRO);
+	if (c->stage == 0 && c->x == NULL)
+		return dt__fail(DT_EINVAL, "pipeline step: stage 0 needs x");
+	if (c->stage == c->stages - 1 && c->y == NULL)
+		return dt__fail(DT_EINVAL,
+		                "pipeline step: the last stage needs y");
+	return DT_OK;
+}
+
+dt_err
+dt_nn_pipe_step(dt_nn_model *m, const dt_nn_pipe_cfg *c,
+                const dt_nn_pipe_ops *ops, dt_nn_pipe_stats *st)
+{
+	pipe_run p = {.m = m, .cfg = c, .ops = ops};
+	dt_err err;
+	int M;
+
+	if ((err = check_cfg(m, c, ops)))
+		return err;
+	M = c->micro_batches;
+	p.in_n = (size_t)c->micro_batch * dt_nn_model_input_size(m);
+	p.out_n = (size_t)c->micro_batch * dt_nn_model_output_size(m);
+	p.stash = alloc_set(M, p.in_n);
+	p.fwd_out = alloc_set(M, p.out_n);
+	p.bwd_out = alloc_set(M, p.in_n);
+	p.handles = calloc(2 * (size_t)M, sizeof(void *));
+	p.dy = malloc(sizeof(float) * (p.out_n ? p.out_n : 1));
+	if (!p.dy || !p.stash || !p.stash[M - 1] || !p.fwd_out ||
+	    !p.fwd_out[M - 1] || !p.bwd_out || !p.bwd_out[M - 1] ||
+	    !p.handles) {
+		err = dt__fail(DT_ENOMEM,
+		               "pipeline step: buffers for %d "
+		               "micro-batches",
+		               M);
+		goto fail;
+	}
+	err = schedule(&p);
+fail:
+	/* Every send is waited for, even after an error: the buffers go. */
+	for (int i = 0; p.handles && i < 2 * M; i++) {
+		dt_err e;
+
+		if (p.handles[i] == NULL)
+			continue;
+		e = ops->wait(ops->arg, p.handles[i]);
+		if (e && !err)
+			err = e;
+	}
+	if (st && err == DT_OK) {
+		st->loss = p.loss;
+		st->peak_stashed = p.peak;
+		st->stash_bytes = (size_t)p.peak * p.in_n * sizeof(float);
+		st->busy_ns = p.busy_ns;
+	}
+	free(p.handles);
+	free(p.dy);
+	free_set(p.stash, M);
+	free_set(p.fwd_out, M);
+	free_set(p.bwd_out, M);
+	return err;
+}

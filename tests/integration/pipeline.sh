@@ -1,0 +1,70 @@
+#!/bin/bash
+# pipeline.sh - pipeline parallelism is exact (tests/progs/pipe_check.c):
+# lenet cut into 2 and 3 stages by the cut rule, one rank per stage under
+# `dtrain launch -s 0`, 4 micro-batches, GPipe and 1F1B, two adam steps;
+# every stage's parameters must equal bit for bit those of one process
+# running the same micro-batches in turn, and the stash must hold M
+# micro-batch inputs at most under GPipe and S - s under 1F1B. Then an MLP
+# in 4 stages over TCP with sgd.
+. "$(dirname "$0")/coll_lib.bash"
+CHECK=$BUILD/tests/progs/pipe_check
+
+for sched in gpipe 1f1b; do
+	for n in 2 3; do
+		out=$TMP/$sched$n
+		start=$(now_ms)
+		launch "$n" "$out" -- --schedule "$sched" --micro-batches 4
+		rc=$?
+		ms=$(($(now_ms) - start))
+		check "$sched, $n stages: launcher exits 0 (got $rc, ${ms} ms)" \
+			test "$rc" = 0
+		check "$sched, $n stages: every stage identical to one process" \
+			every_rank "$n" "$out" "parameters identical to one process"
+		check "$sched, $n stages: every stage reports 0 failed" \
+			every_rank "$n" "$out" ": 0 failed"
+		check "$sched, $n stages: no FAIL line" \
+			test -z "$(grep -F FAIL "$out")"
+		grep -F FAIL "$out" | head -5
+	done
+done
+
+out=$TMP/mlp4
+DTRAIN_TRANSPORT=tcp launch 4 "$out" -- --model \
+	"input:20,dense:16,tanh,dense:12,relu,dense:8,tanh,dense:10,softmax_ce" \
+	--schedule 1f1b --micro-batches 6 --micro-batch 3 --steps 3 \
+	--optimizer sgd
+rc=$?
+check "mlp, 4 stages over tcp: launcher exits 0 (got $rc)" test "$rc" = 0
+check "mlp, 4 stages: every stage identical to one process" \
+	every_rank 4 "$out" "parameters identical to one process"
+check "mlp, 4 stages: no FAIL line" test -z "$(grep -F FAIL "$out")"
+grep -F FAIL "$out" | head -5
+
+# The example: mnist --pipeline-stages with an explicit cut list, each
+# stage saving its own parameter file.
+DATA=${FASHION_MNIST:-/usr/share/datasets/fashion-mnist}
+if [ -f "$DATA/train-images-idx3-ubyte.gz" ]; then
+	out=$TMP/mnist
+	timeout 280 "$DTRAIN" launch -n 3 -s 0 --launcher local \
+		--env DT_TEST_TAG="$TAG" -- "$BUILD/examples/mnist" \
+		--pipeline-stages 3 --stages 3,7 --micro-batches 4 \
+		--schedule gpipe --batch-size 32 --epochs 1 --limit 256 \
+		--data "$DATA" --save "$TMP/p" >"$out" 2>&1
+	rc=$?
+	check "mnist, 3 stages: launcher exits 0 (got $rc)" test "$rc" = 0
+	check "mnist, 3 stages: the cut list is followed" \
+		grep -q "stage 1 of 3: layers \[3, 7)" "$out"
+	check "mnist, 3 stages: the last stage reports the loss" \
+		grep -q "epoch 0: train loss" "$out"
+	check "mnist, 3 stages: each stage saved its file" \
+		test -s "$TMP/p.stage0" -a -s "$TMP/p.stage1" -a -s "$TMP/p.stage2"
+	out=$TMP/mnist_bad
+	"$BUILD/examples/mnist" --pipeline-stages 2 --micro-batches 5 \
+		--batch-size 32 >"$out" 2>&1
+	check "mnist: micro-batches not dividing the batch are refused" \
+		grep -q "micro-batches dividing --batch-size" "$out"
+else
+	echo "skipped the mnist part: Fashion-MNIST not installed at $DATA"
+fi
+
+finish

@@ -1,0 +1,259 @@
+/*
+ * nn_stage_test.c - a model cut into pipeline stages (dtrain/nn.h).
+ *
+ * The stages of lenet and of an MLP, chained in one process, must give bit
+ * for bit the parameters and the accumulated gradients of the whole model
+ * over the same 4 micro-batches: once running each micro-batch forward and
+ * backward through the stages (1F1B's order of work on one micro-batch),
+ * once running every forward first and, before each backward, the forward
+ * again from the stashed stage input (GPipe with recomputation). Also: the
+ * cut rule's stages, and the errors of bad cuts, dropout and a loss asked
+ * of a stage that has none.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "dtrain/nn.h"
+
+#define M    4 /* micro-batches */
+#define B    3 /* samples per micro-batch */
+#define SEED 11
+
+static float
+frand(uint64_t *s)
+{
+	*s = *s * 6364136223846793005ull + 1442695040888963407ull;
+	return (float)((*s >> 40) & 0xffff) / 65536.0f;
+}
+
+/* The whole model's gradients over M micro-batches (zeroed first). */
+static dt_nn_model *
+reference(const char *spec, float *const *x, float *const *y)
+{
+	dt_nn_model *m;
+
+	assert_int_equal(dt_nn_model_create(spec, SEED, &m), DT_OK);
+	dt_nn_model_zero_grad(m);
+	for (int k = 0; k < M; k++)
+		assert_int_equal(
+		    dt_nn_forward_backward(m, x[k], y[k], B, NULL, NULL),
+		    DT_OK);
+	return m;
+}
+
+/* Each stage's tensors must equal the whole model's of the same name, in
+ * parameters and gradients, bit for bit. */
+static void
+compare(dt_nn_model *whole, dt_nn_model **st, int S)
+{
+	int n = 0;
+
+	for (int s = 0; s < S; s++) {
+		for (int i = 0; i < dt_nn_model_num_tensors(st[s]); i++, n++) {
+			const dt_nn_tensor *a = dt_nn_model_tensor(st[s], i);
+			const dt_nn_tensor *b = dt_nn_model_tensor(whole, n);
+
+			assert_string_equal(a->name, b->name);
+			assert_int_equal(a->size, b->size);
+			assert_memory_equal(
+			    dt_nn_model_params(st[s]) + a->offset,
+			    dt_nn_model_params(whole) + b->offset,
+			    sizeof(float) * a->size);
+			assert_memory_equal(
+			    dt_nn_model_grads(st[s]) + a->offset,
+			    dt_nn_model_grads(whole) + b->offset,
+			    sizeof(float) * a->size);
+		}
+	}
+	assert_int_equal(n, dt_nn_model_num_tensors(whole));
+}
+
+/* Forward micro-batch k from stage s on (stashing each stage's input),
+ * then (with back) the backward pass of stage S-1 down to stage 0. */
+static void
+run_forward(dt_nn_model **st, int S, int from, const float *x, float **stash,
+            size_t *in_size)
+{
+	const float *cur = x;
+
+	for (int s = from; s < S - 1; s++) {
+		if (stash)
+			memcpy(stash[s], cur, sizeof(float) * B * in_size[s]);
+		assert_int_equal(dt_nn_stage_forward(st[s], cur, B, &cur),
+		                 DT_OK);
+	}
+	if (stash)
+		memcpy(stash[S - 1], cur, sizeof(float) * B * in_size[S - 1]);
+}
+
+static void
+run_backward(dt_nn_model **st, int S, const float *last_in, const float *y,
+             float **stash, int recompute)
+{
+	const float *dx;
+
+	assert_int_equal(
+	    dt_nn_forward_backward(st[S - 1], last_in, y, B, NULL, NULL),
+	    DT_OK);
+	dx = dt_nn_model_input_grad(st[S - 1]);
+	for (int s = S - 2; s >= 0; s--) {
+		float *dy;
+		size_t n = sizeof(float) * B * dt_nn_model_output_size(st[s]);
+
+		assert_non_null(dx);
+		dy = malloc(n);
+		memcpy(dy, dx, n);
+		if (recompute)
+			assert_int_equal(
+			    dt_nn_stage_forward(st[s], stash[s], B, NULL),
+			    DT_OK);
+		assert_int_equal(dt_nn_stage_backward(st[s], dy, B, &dx),
+		                 DT_OK);
+		free(dy);
+	}
+	assert_null(dx); /* nothing before stage 0 */
+}
+
+static void
+check_pipeline(const char *spec, int S, int gpipe)
+{
+	dt_nn_model *whole, *st[4];
+	int first[5];
+	float *x[M], *y[M], *stash[M][4];
+	size_t in_size[4];
+	uint64_t rng = 99;
+
+	assert_int_equal(dt_nn_model_create(spec, SEED, &whole), DT_OK);
+	for (int k = 0; k < M; k++) {
+		size_t n = B * dt_nn_model_input_size(whole);
+
+		x[k] = malloc(sizeof(float) * n);
+		y[k] = malloc(sizeof(float) * B);
+		for (size_t i = 0; i < n; i++)
+			x[k][i] = frand(&rng) - 0.5f;
+		for (int b = 0; b < B; b++)
+			y[k][b] = (float)((k * B + b) % 10);
+	}
+	assert_int_equal(dt_nn_model_cut(whole, S, first), DT_OK);
+	assert_int_equal(first[0], 0);
+	assert_int_equal(first[S], dt_nn_model_num_layers(whole));
+	for (int s = 0; s < S; s++) {
+		assert_true(first[s] < first[s + 1]);
+		assert_int_equal(dt_nn_model_create_stage(spec, SEED, first[s],
+		                                          first[s + 1], &st[s]),
+		                 DT_OK);
+		dt_nn_model_zero_grad(st[s]);
+		in_size[s] = dt_nn_model_input_size(st[s]);
+		for (int k = 0; k < M; k++)
+			stash[k][s] = malloc(sizeof(float) * B * in_size[s]);
+	}
+	dt_nn_model_destroy(whole);
+	for (int k = 0; k < M && gpipe; k++)
+		run_forward(st, S, 0, x[k], stash[k], in_size);
+	for (int k = 0; k < M; k++) {
+		if (!gpipe)
+			run_forward(st, S, 0, x[k], stash[k], in_size);
+		run_backward(st, S, stash[k][S - 1], y[k], stash[k], gpipe);
+	}
+	whole = reference(spec, x, y);
+	compare(whole, st, S);
+	dt_nn_model_destroy(whole);
+	for (int s = 0; s < S; s++) {
+		dt_nn_model_destroy(st[s]);
+		for (int k = 0; k < M; k++)
+			free(stash[k][s]);
+	}
+	for (int k = 0; k < M; k++) {
+		free(x[k]);
+		free(y[k]);
+	}
+}
+
+static const char *mlp = "input:20,dense:16,tanh,dense:12,relu,dense:8,"
+                         "tanh,dense:10,softmax_ce";
+
+static void
+test_lenet_stages(void **state)
+{
+	(void)state;
+	check_pipeline("lenet", 2, 0);
+	check_pipeline("lenet", 2, 1);
+	check_pipeline("lenet", 3, 0);
+	check_pipeline("lenet", 3, 1);
+}
+
+static void
+test_mlp_stages(void **state)
+{
+	(void)state;
+	for (int S = 1; S <= 4; S++) {
+		check_pipeline(mlp, S, 0);
+		check_pipeline(mlp, S, 1);
+	}
+}
+
+static void
+test_cut_rule(void **state)
+{
+	dt_nn_model *m, *st;
+	int first[6];
+
+	(void)state;
+	assert_int_equal(dt_nn_model_create("lenet", SEED, &m), DT_OK);
+	/* conv, pool, relu, conv, pool, relu, flatten, dense, relu, dense:
+	 * the convolutions hold most of the work (0.58 and 3.2 of 4.59
+	 * Mflop per sample), so two stages split before the first dense
+	 * layer, the first where half the work lies before. */
+	assert_int_equal(dt_nn_model_num_layers(m), 10);
+	assert_int_equal(dt_nn_model_cut(m, 2, first), DT_OK);
+	assert_int_equal(first[1], 7);
+	/* Four stages: one per conv and dense layer. */
+	assert_int_equal(dt_nn_model_cut(m, 4, first), DT_OK);
+	assert_int_equal(first[1], 3);
+	assert_int_equal(first[2], 7);
+	assert_int_equal(first[3], 9);
+	assert_int_equal(dt_nn_model_cut(m, 5, first), DT_EINVAL);
+	assert_non_null(strstr(dt_errmsg(), "4 conv and dense layers"));
+	dt_nn_model_destroy(m);
+
+	assert_int_equal(dt_nn_model_create_stage("lenet", SEED, 3, 3, &st),
+	                 DT_EINVAL);
+	assert_int_equal(dt_nn_model_create_stage("lenet", SEED, 0, 11, &st),
+	                 DT_EINVAL);
+	assert_int_equal(
+	    dt_nn_model_create_stage("input:4,dense:4,dropout:0.5,dense:2,"
+	                             "softmax_ce",
+	                             SEED, 0, 1, &st),
+	    DT_ENOTSUP);
+	assert_non_null(strstr(dt_errmsg(), "dropout"));
+	/* A stage before the last has no loss. */
+	assert_int_equal(dt_nn_model_create_stage("lenet", SEED, 0, 3, &st),
+	                 DT_OK);
+	{
+		float x[784] = {0}, y = 1;
+
+		assert_int_equal(
+		    dt_nn_forward_backward(st, x, &y, 1, NULL, NULL),
+		    DT_ESTATE);
+		assert_int_equal(dt_nn_stage_backward(st, x, 1, NULL),
+		                 DT_ESTATE);
+	}
+	dt_nn_model_destroy(st);
+}
+
+int
+main(void)
+{
+	const struct CMUnitTest tests[] = {
+	    cmocka_unit_test(test_cut_rule),
+	    cmocka_unit_test(test_mlp_stages),
+	    cmocka_unit_test(test_lenet_stages),
+	};
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
