@@ -459,6 +459,18 @@ hs_limit_ns(const dt_van *v)
 	return v->vouch_ns ? v->vouch_ns : v->handshake_ns;
 }
 
+/* The reason given for a connection that did not finish its handshake in
+ * time, formatted into why once (it is empty until then). */
+static const char *
+expired_why(char *why, size_t n, uint64_t limit)
+{
+	if (why[0] == '\0')
+		snprintf(why, n,
+		         "no handshake within %.1f s (DT_HANDSHAKE_TIMEOUT)",
+		         (double)limit / 1e9);
+	return why;
+}
+
 /* Close the pending connections whose time is up; returns the
  * milliseconds until the next look, -1 if none waits. The silent list is
  * in the order of age; the other, in the order the connections spoke, is
@@ -467,15 +479,16 @@ static int
 hs_expire(dt_van *v)
 {
 	uint64_t now = dt__now_ns(), limit = hs_limit_ns(v);
-	char why[96];
+	char why[96] = "";
 	dt_conn *c, *next;
 	int tmo = -1;
 
-	snprintf(why, sizeof(why),
-	         "no handshake within %.1f s (DT_HANDSHAKE_TIMEOUT)",
-	         (double)limit / 1e9);
+	/* The reason is formatted only when a connection is dropped: this
+	 * runs at every wake-up of the handshake thread, and under a flood of
+	 * strangers formatting a double each time was a measurable share of
+	 * the thread's work. */
 	while ((c = v->hs_q[HS_SILENT].head) && now - c->born_ns >= limit)
-		hs_drop(v, c, why);
+		hs_drop(v, c, expired_why(why, sizeof(why), limit));
 	if ((c = v->hs_q[HS_SILENT].head))
 		tmo = (int)((c->born_ns + limit - now) / 1000000) + 1;
 	if (v->hs_q[HS_TALKING].head == NULL)
@@ -485,7 +498,8 @@ hs_expire(dt_van *v)
 		for (c = v->hs_q[HS_TALKING].head; c; c = next) {
 			next = c->hs_next;
 			if (now - c->born_ns >= limit)
-				hs_drop(v, c, why);
+				hs_drop(v, c,
+				        expired_why(why, sizeof(why), limit));
 		}
 	}
 	return tmo < 0 || tmo > 100 ? 100 : tmo;
