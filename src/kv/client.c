@@ -263,7 +263,7 @@ dt__kv_client_destroy(dt_kv_client *c)
 	}
 	dt__table_fini(&c->subs);
 	for (dt_lnode *l; (l = dt__list_pop_front(&c->op_order));) {
-		op *o = DT_CONTAINER_OF(l, op, ln);
+		kv_op *o = DT_CONTAINER_OF(l, kv_op, ln);
 
 		dt__table_remove(&c->ops, &o->hn);
 		free(o);
@@ -334,7 +334,8 @@ broadcast_to_servers(dt_kv_client *c, int cmd, uint64_t arg0, const void *meta,
                      uint32_t meta_len)
 {
 	dt_kv_req req;
-	op *o = dt__kvc_new_op(c, cmd, 0, dt_node_num_servers(c->node), &req);
+	kv_op *o =
+	    dt__kvc_new_op(c, cmd, 0, dt_node_num_servers(c->node), &req);
 
 	if (o == NULL)
 		return DT_ENOMEM;

@@ -16,7 +16,7 @@
 #include "common/table.h"
 #include "kv/kv_impl.h"
 
-typedef struct op {
+typedef struct kv_op {
 	dt_kv_req id;
 	int cmd;
 	dt_key key;
@@ -28,7 +28,7 @@ typedef struct op {
 	/* Observability: the call's start, when its last part was handed to
 	 * the transport, the payload bytes sent and answered (c->mu). */
 	uint64_t t0, t_sent, out_bytes, in_bytes;
-} op;
+} kv_op;
 
 /* Recovery: a request kept to be sent again to a restarted server. */
 typedef struct logent {
@@ -52,7 +52,7 @@ typedef struct sub {
 	size_t bytes; /* of the value at dest (fp32, or halves: half_out) */
 	unsigned enc; /* the answer's encoding asked for */
 	int half_out; /* dest takes the halves as they come (fp16 arrays) */
-	op *op;
+	kv_op *op;
 	/* What was sent, to send it again (recovery). */
 	int cmd;
 	dt_key key;
@@ -158,7 +158,7 @@ struct dt_kv_client {
 
 sub *dt__kvc_take_sub(dt_kv_client *c, uint64_t seq);
 sub *dt__kvc_find_sub(dt_kv_client *c, uint64_t seq);
-void dt__kvc_op_fail(op *o, dt_err err, const char *msg);
+void dt__kvc_op_fail(kv_op *o, dt_err err, const char *msg);
 int dt__kvc_sub_done(dt_kv_client *c, sub *s);
 /* A request that adds one to a key's pushes (a dense key's or a row
  * table's: each server that holds part of a table gets every push). */
@@ -173,7 +173,7 @@ int dt__kvc_push_of(int cmd);
 int dt__kvc_server_rank(const dt_kv_client *c, int server_id);
 /* The send of sub-request seq of o failed with err (dt_errmsg() says
  * why): o fails, unless on_fail got there first. */
-void dt__kvc_send_failed(dt_kv_client *c, op *o, uint64_t seq, dt_err err);
+void dt__kvc_send_failed(dt_kv_client *c, kv_op *o, uint64_t seq, dt_err err);
 /* Recovery: whether a push's copy of vbytes may be kept (within
  * DTRAIN_REPLAY_MAX: else a record without the data, and a restart that
  * needs it ends the job, named). */
@@ -184,12 +184,12 @@ int dt__kvc_keep_copy(dt_kv_client *c, size_t vbytes);
  * vflags lacks DT_SEND_STABLE, a scratch buffer reused after the call.
  * out (len floats) receives the answer's value, in encoding h->arg2 asks.
  */
-void dt__kvc_send_part(dt_kv_client *c, op *o, int server, dt_msg_hdr *h,
+void dt__kvc_send_part(dt_kv_client *c, kv_op *o, int server, dt_msg_hdr *h,
                        const void *meta, uint32_t meta_len, const void *val,
                        size_t vbytes, unsigned vflags, void *out, size_t len,
                        int half_out);
-op *dt__kvc_new_op(dt_kv_client *c, int cmd, dt_key key, int parts,
-                   dt_kv_req *req);
+kv_op *dt__kvc_new_op(dt_kv_client *c, int cmd, dt_key key, int parts,
+                      dt_kv_req *req);
 
 /* ---- client_replay.c ---- */
 
@@ -232,8 +232,8 @@ float *dt__kvc_residual(dt_kv_client *c, dt_key key, size_t n);
 
 /* ---- kv_many.c ---- */
 
-void dt__kvc_send_many_part(dt_kv_client *c, op *o, int server, dt_msg_hdr *h,
-                            const void *meta, uint32_t meta_len,
+void dt__kvc_send_many_part(dt_kv_client *c, kv_op *o, int server,
+                            dt_msg_hdr *h, const void *meta, uint32_t meta_len,
                             const struct iovec *iov, int iovcnt, float *out,
                             size_t nvals);
 

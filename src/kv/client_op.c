@@ -32,12 +32,12 @@ dt__kvc_find_sub(dt_kv_client *c, uint64_t seq)
 	return h ? DT_CONTAINER_OF(h, sub, hn) : NULL;
 }
 
-static op *
+static kv_op *
 find_op(dt_kv_client *c, dt_kv_req id, int unlink)
 {
 	dt_hnode *h =
 	    unlink ? dt__table_take(&c->ops, id) : dt__table_find(&c->ops, id);
-	op *o = h ? DT_CONTAINER_OF(h, op, hn) : NULL;
+	kv_op *o = h ? DT_CONTAINER_OF(h, kv_op, hn) : NULL;
 
 	if (o && unlink)
 		dt__list_remove(&o->ln);
@@ -45,7 +45,7 @@ find_op(dt_kv_client *c, dt_kv_req id, int unlink)
 }
 
 void
-dt__kvc_op_fail(op *o, dt_err err, const char *msg)
+dt__kvc_op_fail(kv_op *o, dt_err err, const char *msg)
 {
 	if (o->err == DT_OK) {
 		o->err = err;
@@ -100,7 +100,7 @@ op_kinds(int cmd, int *ev, int *lat, int *batched)
  * timeline (the call; queued until its last part was handed over; then
  * on the wire and at the servers until the last answer). */
 static void
-op_record(op *o)
+op_record(kv_op *o)
 {
 	int ev, lat, batched;
 	uint64_t now = dt__now_ns(), sent = o->t_sent ? o->t_sent : now;
@@ -141,7 +141,7 @@ dt__kvc_sub_done(dt_kv_client *c, sub *s)
 	return done;
 }
 
-/* ---- recovery: the logs and the dt__kvc_replay ---- */
+/* ---- recovery: the logs and the replay ---- */
 
 /* A request that adds one to a key's pushes (a dense key's or a row
  * table's: each server that holds part of a table gets every push). */
@@ -190,9 +190,9 @@ dt__kvc_server_rank(const dt_kv_client *c, int server_id)
 }
 
 /* The send of sub-request seq of o failed with err (dt_errmsg() says
- * why): o fails, unless dt__kvc_on_fail got there first. */
+ * why): o fails, unless on_fail got there first. */
 void
-dt__kvc_send_failed(dt_kv_client *c, op *o, uint64_t seq, dt_err err)
+dt__kvc_send_failed(dt_kv_client *c, kv_op *o, uint64_t seq, dt_err err)
 {
 	char msg[512];
 	sub *s;
@@ -222,14 +222,36 @@ dt__kvc_keep_copy(dt_kv_client *c, size_t vbytes)
 	pthread_mutex_unlock(&c->mu);
 	if (tell)
 		dt__log(0,
-		        "the copies of pushes kept to dt__kvc_replay to a "
-		        "restarted "
+		        "the copies of pushes kept to replay to a restarted "
 		        "server reach DTRAIN_REPLAY_MAX (%llu MiB): pushes "
 		        "past it are not kept until a server checkpoint holds "
 		        "the older ones, and a server restart that needs one "
 		        "ends the job",
 		        (unsigned long long)(c->replay_max >> 20));
 	return keep;
+}
+
+/* A push the server holds from this worker's predecessor: a push is
+ * then made (1: o counts this part as done), a pushpull becomes a pull
+ * (0: its header changed here, its body dropped by the caller). */
+static int
+held_push_done(dt_kv_client *c, kv_op *o, dt_msg_hdr *h)
+{
+	int done;
+
+	if (h->cmd != DT_CMD_KV_PUSH) {
+		h->cmd = DT_CMD_KV_PULL;
+		h->arg2 = dt__kv_enc(DT_QUANT_NONE, DT_KV_ENC_ANSWER(h->arg2));
+		return 0;
+	}
+	pthread_mutex_lock(&c->mu);
+	done = --o->remaining == 0;
+	if (done)
+		dt__gen_bump(&c->done_gen);
+	pthread_mutex_unlock(&c->mu);
+	if (done)
+		pthread_cond_broadcast(&c->cv);
+	return 1;
 }
 
 /*
@@ -239,7 +261,7 @@ dt__kvc_keep_copy(dt_kv_client *c, size_t vbytes)
  * out (len floats) receives the answer's value, in encoding h->arg2 asks.
  */
 void
-dt__kvc_send_part(dt_kv_client *c, op *o, int server, dt_msg_hdr *h,
+dt__kvc_send_part(dt_kv_client *c, kv_op *o, int server, dt_msg_hdr *h,
                   const void *meta, uint32_t meta_len, const void *val,
                   size_t vbytes, unsigned vflags, void *out, size_t len,
                   int half_out)
@@ -255,21 +277,10 @@ dt__kvc_send_part(dt_kv_client *c, op *o, int server, dt_msg_hdr *h,
 	if (c->resumed &&
 	    (h->cmd == DT_CMD_KV_PUSH || h->cmd == DT_CMD_KV_PUSHPULL) &&
 	    dt__kvc_held_push(c, h->key, server)) {
-		if (h->cmd == DT_CMD_KV_PUSH) {
-			int done;
-
+		if (held_push_done(c, o, h)) {
 			free(s);
-			pthread_mutex_lock(&c->mu);
-			done = --o->remaining == 0;
-			if (done)
-				dt__gen_bump(&c->done_gen);
-			pthread_mutex_unlock(&c->mu);
-			if (done)
-				pthread_cond_broadcast(&c->cv);
 			return;
 		}
-		h->cmd = DT_CMD_KV_PULL;
-		h->arg2 = dt__kv_enc(DT_QUANT_NONE, DT_KV_ENC_ANSWER(h->arg2));
 		meta = NULL;
 		meta_len = 0;
 		val = NULL;
@@ -277,7 +288,7 @@ dt__kvc_send_part(dt_kv_client *c, op *o, int server, dt_msg_hdr *h,
 		iov = (struct iovec){NULL, 0};
 	}
 	/* Recovery: a copy, to send again to a restarted server (a push's
-	 * data only within DTRAIN_REPLAY_MAX: dt__kvc_keep_copy). */
+	 * data only within DTRAIN_REPLAY_MAX: keep_copy). */
 	int keep =
 	    !(s && c->recover && val && vbytes && dt__kvc_push_cmd(h->cmd)) ||
 	    dt__kvc_keep_copy(c, vbytes);
@@ -301,9 +312,7 @@ dt__kvc_send_part(dt_kv_client *c, op *o, int server, dt_msg_hdr *h,
 	if (s && le &&
 	    (h->cmd == DT_CMD_KV_PUSH || h->cmd == DT_CMD_KV_PUSHPULL) &&
 	    (pidx = dt__kvc_next_push(c, h->key, server)) < 0) {
-		free(le->meta); /* (on no list yet, never sent) */
-		free(le->data);
-		free(le);
+		dt__kvc_logent_drop(le); /* (never sent) */
 		free(s);
 		s = NULL;
 	}
@@ -338,7 +347,7 @@ dt__kvc_send_part(dt_kv_client *c, op *o, int server, dt_msg_hdr *h,
 		dt__list_push_back(&c->srv[server].log, &le->ln);
 		c->kept_bytes += le->len;
 	}
-	/* A restarted server gets it in its dt__kvc_replay, in order. */
+	/* A restarted server gets it in its replay, in order. */
 	parked = c->recover && c->srv[server].restarted;
 	pthread_mutex_unlock(&c->mu);
 
@@ -352,10 +361,10 @@ dt__kvc_send_part(dt_kv_client *c, op *o, int server, dt_msg_hdr *h,
 		dt__kvc_send_failed(c, o, h->seq, err);
 }
 
-op *
+kv_op *
 dt__kvc_new_op(dt_kv_client *c, int cmd, dt_key key, int parts, dt_kv_req *req)
 {
-	op *o = dt__calloc(1, sizeof(*o));
+	kv_op *o = dt__calloc(1, sizeof(*o));
 
 	if (o == NULL)
 		return NULL;
@@ -375,7 +384,7 @@ dt__kvc_new_op(dt_kv_client *c, int cmd, dt_key key, int parts, dt_kv_req *req)
 dt_err
 dt__kv_client_wait(dt_kv_client *c, dt_kv_req req)
 {
-	op *o;
+	kv_op *o;
 	dt_err err;
 
 	pthread_mutex_lock(&c->mu);
@@ -438,28 +447,24 @@ dt__kv_client_wait(dt_kv_client *c, dt_kv_req req)
 dt_err
 dt__kv_client_wait_all(dt_kv_client *c)
 {
-	dt_err first = DT_OK;
-	char msg[512] = "";
+	dt__err_kept k;
 
+	dt__err_keep(&k, DT_OK);
 	for (;;) {
 		dt_kv_req id = 0;
 		dt_err err;
 
 		pthread_mutex_lock(&c->mu);
 		if (!dt__list_empty(&c->op_order))
-			id = DT_CONTAINER_OF(dt__list_first(&c->op_order), op,
-			                     ln)
+			id = DT_CONTAINER_OF(dt__list_first(&c->op_order),
+			                     kv_op, ln)
 			         ->id;
 		pthread_mutex_unlock(&c->mu);
 		if (!id)
 			break;
 		err = dt__kv_client_wait(c, id);
-		if (err && !first) {
-			first = err;
-			snprintf(msg, sizeof(msg), "%s", dt_errmsg());
-		}
+		if (err && !k.err)
+			dt__err_keep(&k, err);
 	}
-	if (first)
-		dt__fail(first, "%s", msg);
-	return first;
+	return dt__err_restore(&k);
 }

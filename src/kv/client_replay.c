@@ -28,8 +28,7 @@ static void
 logent_free(dt_kv_client *c, logent *e)
 {
 	if (e->data) {
-		/* a dt__kvc_replay may have left it with the links, by
-		 * reference */
+		/* a replay may have left it with the links, by reference */
 		dt__node_before_write(c->node, e->data, e->len);
 		c->kept_bytes -= e->len;
 	}
@@ -156,8 +155,7 @@ dt__kvc_on_ckpt_done(dt_kv_client *c, int sid, const dt_msg *m)
 		v->replay_due = 1;
 		c->replay_due = 1;
 		held = NULL;
-		dt__gen_bump(
-		    &c->done_gen); /* a waiter runs the dt__kvc_replay */
+		dt__gen_bump(&c->done_gen); /* a waiter runs the replay */
 	} else if (!v->restarted) {
 		/* What the file holds is not kept any more. */
 		dt_lnode *l = dt__list_first(&v->log), *next;
@@ -222,8 +220,7 @@ dt__kvc_on_peer_restart(void *arg, dt_node *n, int peer)
 	if (!c->recover || rank < 0 || rank >= dt_node_num_servers(c->node))
 		return;
 	pthread_mutex_lock(&c->mu);
-	c->srv[rank].restarted =
-	    1; /* new requests wait for the dt__kvc_replay */
+	c->srv[rank].restarted = 1; /* new requests wait for the replay */
 	pthread_mutex_unlock(&c->mu);
 }
 
@@ -267,52 +264,37 @@ held_pull(const item *x, const logent *e)
 	return p;
 }
 
-/* Send server rank r's dt__kvc_replay (send_mu held, mu not). */
-void
-dt__kvc_replay(dt_kv_client *c, int r)
+/* A restarted server r needs push #pidx of key, whose copy was not kept:
+ * the job cannot go on, and says why. */
+static void
+replay_lost(dt_kv_client *c, int r, dt_key key, uint64_t pidx)
 {
-	int sid = dt__node_server_id(c->node, r);
-	srv *v = &c->srv[r];
-	item *it = NULL;
-	size_t n = 0, cap = 0, local = 0;
-	dt_table_iter ti;
+	dt__node_set_fatal(c->node, DT_ESTATE,
+	                   "server %d restarted, but its checkpoint does not "
+	                   "hold push #%llu of key %llu from this worker, "
+	                   "and this worker did not keep a copy of it: its "
+	                   "copies had passed DTRAIN_REPLAY_MAX (%llu MiB) "
+	                   "since the server's last checkpoint",
+	                   r, (unsigned long long)pidx + 1,
+	                   (unsigned long long)key,
+	                   (unsigned long long)(c->replay_max >> 20));
+}
 
-	pthread_mutex_lock(&c->mu);
-	const held_key *held = v->held;
-	size_t nheld = v->nheld;
-
-	cap = 16;
+/* Server v's logged requests its checkpoint does not hold, as items in
+ * it[*n..] (mu held); the answers that are in the file already complete
+ * their subs here (*local counts them). Returns the first entry whose
+ * copy is needed but gone, else NULL. */
+static const logent *
+replay_logged(dt_kv_client *c, srv *v, item *it, size_t *n, size_t *local)
+{
 	for (dt_lnode *l = dt__list_first(&v->log); l;
-	     l = dt__list_next(&v->log, l))
-		cap++;
-	cap += dt__table_count(&c->subs);
-	it = calloc(cap, sizeof(*it));
-	for (dt_lnode *l = dt__list_first(&v->log); l && it;
 	     l = dt__list_next(&v->log, l)) {
 		logent *e = DT_CONTAINER_OF(l, logent, ln);
-		int64_t have = held_of(held, nheld, e->key);
+		int64_t have = held_of(v->held, v->nheld, e->key);
 		sub *s = dt__kvc_find_sub(c, e->seq);
 
-		if (e->lost && (have < 0 || e->pidx >= (uint64_t)have)) {
-			/* The server needs a push whose copy is gone. */
-			dt_key key = e->key;
-			uint64_t pidx = e->pidx;
-
-			v->replay_due = 0;
-			pthread_mutex_unlock(&c->mu);
-			free(it);
-			dt__node_set_fatal(
-			    c->node, DT_ESTATE,
-			    "server %d restarted, but its checkpoint does not "
-			    "hold push #%llu of key %llu from this worker, "
-			    "and this worker did not keep a copy of it: its "
-			    "copies had passed DTRAIN_REPLAY_MAX (%llu MiB) "
-			    "since the server's last checkpoint",
-			    r, (unsigned long long)pidx + 1,
-			    (unsigned long long)key,
-			    (unsigned long long)(c->replay_max >> 20));
-			return;
-		}
+		if (e->lost && (have < 0 || e->pidx >= (uint64_t)have))
+			return e;
 		item x = {.order = e->seq,
 		          .h = {.cmd = (uint8_t)e->cmd,
 		                .flags = DT_F_REQUEST,
@@ -333,9 +315,9 @@ dt__kvc_replay(dt_kv_client *c, int r)
 				if (s && dt__kvc_push_of(e->cmd) == e->cmd) {
 					dt__kvc_take_sub(c, s->seq);
 					dt__kvc_sub_done(c, s);
-					local++;
+					(*local)++;
 				} else if (s) {
-					it[n++] = held_pull(&x, e);
+					it[(*n)++] = held_pull(&x, e);
 				}
 				continue;
 			}
@@ -346,25 +328,65 @@ dt__kvc_replay(dt_kv_client *c, int r)
 		} else if (dt__kvc_init_cmd(e->cmd) && have >= 0 && !s) {
 			continue; /* the key is in the file */
 		}
-		it[n++] = x;
+		it[(*n)++] = x;
 	}
-	/* Unanswered requests that change nothing (pulls, checkpoints). */
-	for (dt_hnode *h = dt__table_first(&c->subs, &ti); h && it;
+	return NULL;
+}
+
+/* Unanswered requests to server sid that change nothing (pulls,
+ * checkpoints), as items in it[*n..cap) (mu held). */
+static void
+replay_unanswered(dt_kv_client *c, int sid, item *it, size_t *n, size_t cap)
+{
+	dt_table_iter ti;
+
+	for (dt_hnode *h = dt__table_first(&c->subs, &ti); h;
 	     h = dt__table_next(&ti)) {
 		sub *s = DT_CONTAINER_OF(h, sub, hn);
 
-		if (s->server_id != sid || s->log || n == cap)
+		if (s->server_id != sid || s->log || *n == cap)
 			continue;
-		it[n++] = (item){.order = s->seq,
-		                 .h = {.cmd = (uint8_t)s->cmd,
-		                       .flags = DT_F_REQUEST,
-		                       .seq = s->seq,
-		                       .key = s->key,
-		                       .arg0 = s->arg0,
-		                       .arg1 = s->arg1,
-		                       .arg2 = s->arg2},
-		                 .val = s->ids,
-		                 .len = s->ids_len};
+		it[(*n)++] = (item){.order = s->seq,
+		                    .h = {.cmd = (uint8_t)s->cmd,
+		                          .flags = DT_F_REQUEST,
+		                          .seq = s->seq,
+		                          .key = s->key,
+		                          .arg0 = s->arg0,
+		                          .arg1 = s->arg1,
+		                          .arg2 = s->arg2},
+		                    .val = s->ids,
+		                    .len = s->ids_len};
+	}
+}
+
+/* Send server rank r's replay (send_mu held, mu not). */
+void
+dt__kvc_replay(dt_kv_client *c, int r)
+{
+	int sid = dt__node_server_id(c->node, r);
+	srv *v = &c->srv[r];
+	item *it = NULL;
+	size_t n = 0, cap = 16, local = 0;
+
+	pthread_mutex_lock(&c->mu);
+	for (dt_lnode *l = dt__list_first(&v->log); l;
+	     l = dt__list_next(&v->log, l))
+		cap++;
+	cap += dt__table_count(&c->subs);
+	if ((it = calloc(cap, sizeof(*it))) != NULL) {
+		const logent *lost = replay_logged(c, v, it, &n, &local);
+
+		if (lost) {
+			dt_key key = lost->key;
+			uint64_t pidx = lost->pidx;
+
+			v->replay_due = 0;
+			pthread_mutex_unlock(&c->mu);
+			free(it);
+			replay_lost(c, r, key, pidx);
+			return;
+		}
+		replay_unanswered(c, sid, it, &n, cap);
 	}
 	v->replay_due = 0;
 	pthread_mutex_unlock(&c->mu);
@@ -372,8 +394,7 @@ dt__kvc_replay(dt_kv_client *c, int r)
 		pthread_cond_broadcast(&c->cv);
 	if (it == NULL) {
 		dt__node_set_fatal(c->node, DT_ENOMEM,
-		                   "dt__kvc_replay to server %d: out of memory",
-		                   r);
+		                   "replay to server %d: out of memory", r);
 		return;
 	}
 	qsort(it, n, sizeof(*it), cmp_item);
@@ -388,7 +409,7 @@ dt__kvc_replay(dt_kv_client *c, int r)
 		                       it[i].meta_len, it[i].val ? &iov : NULL,
 		                       it[i].val ? 1 : 0, DT_SEND_STABLE);
 	}
-	/* The end of this worker's dt__kvc_replay: once the server has every
+	/* The end of this worker's replay: once the server has every
 	 * worker's, a request for a key it still has no value for is an
 	 * error again, not a wait. */
 	dt_msg_hdr done = {.cmd = DT_CMD_KV_REPLAYED, .flags = DT_F_REQUEST};
@@ -403,7 +424,7 @@ dt__kvc_replay(dt_kv_client *c, int r)
 	pthread_mutex_unlock(&c->mu);
 }
 
-/* Any dt__kvc_replay due, before anything else is sent (send_mu held). */
+/* Any replay due, before anything else is sent (send_mu held). */
 void
 dt__kvc_run_replays(dt_kv_client *c)
 {
@@ -458,45 +479,22 @@ dt__kv_client_rejoined(const dt_kv_client *c)
 	return c->rejoined;
 }
 
-/*
- * A restarted worker asks each server, for each part of each key, how
- * many of its predecessor's pushes the store holds; it resumes at the
- * fewest (*step: the pushes of each key its predecessor finished). Its
- * next pushes of a key that a server holds already are not sent again,
- * and its first pull of each key gets the value after round *step.
- */
-dt_err
-dt__kv_client_resume(dt_kv_client *c, size_t nkeys, const dt_key *keys,
-                     const size_t *lens, uint64_t *step)
+/* Every key's parts asked at once (KV_RESUME), then all waited for; the
+ * answer of key k's part i (pushes held) lands in ans[k * ns + i], and
+ * pserver says which server that part is on (rank + 1; 0: no part). */
+static dt_err
+resume_ask(dt_kv_client *c, size_t nkeys, const dt_key *keys,
+           const size_t *lens, uint8_t *ans, int *pserver, dt_kv_req *reqs)
 {
 	int ns = dt_node_num_servers(c->node);
-	uint8_t *ans;
-	int *pserver;
-	dt_kv_req *reqs;
-	uint64_t s = UINT64_MAX;
+	size_t asked = 0;
 	dt_err err = DT_OK;
 
-	*step = 0;
-	if (!c->rejoined || nkeys == 0)
-		return DT_OK;
-	if (c->resumed)
-		return dt__fail(DT_ESTATE, "resume: already called once");
-	ans = calloc(nkeys * (size_t)ns, 8);
-	pserver = calloc(nkeys * (size_t)ns, sizeof(int));
-	reqs = calloc(nkeys, sizeof(*reqs));
-	if (!ans || !pserver || !reqs) {
-		free(ans);
-		free(pserver);
-		free(reqs);
-		return dt__fail(DT_ENOMEM, "resume: out of memory");
-	}
-	/* Every key's parts asked at once, then waited for. */
-	size_t asked = 0;
 	for (; asked < nkeys && !err; asked++) {
 		int np = dt__kv_place(keys[asked], lens[asked], ns, c->bound,
 		                      c->parts);
-		op *o = dt__kvc_new_op(c, DT_CMD_KV_RESUME, keys[asked], np,
-		                       &reqs[asked]);
+		kv_op *o = dt__kvc_new_op(c, DT_CMD_KV_RESUME, keys[asked], np,
+		                          &reqs[asked]);
 
 		if (o == NULL) {
 			err = dt__fail(DT_ENOMEM, "resume: out of memory");
@@ -522,37 +520,32 @@ dt__kv_client_resume(dt_kv_client *c, size_t nkeys, const dt_key *keys,
 		if (e && !err)
 			err = e;
 	}
-	if (err) {
-		free(ans);
-		free(pserver);
-		free(reqs);
-		return err;
-	}
-	/* Where it resumes: the fewest pushes held of any part. */
-	for (size_t j = 0; j < nkeys * (size_t)ns; j++)
-		if (pserver[j] && dt__get_u64(ans + 8 * j) < s)
-			s = dt__get_u64(ans + 8 * j);
-	if (s == UINT64_MAX)
-		s = 0;
-	pthread_mutex_lock(&c->mu);
-	for (size_t k = 0; k < nkeys && !err; k++) {
+	return err;
+}
+
+/* Each key's counts from the answers: every part's pushes are step s,
+ * and those its server holds are not sent again (mu held). */
+static dt_err
+resume_counts(dt_kv_client *c, size_t nkeys, const dt_key *keys,
+              const uint8_t *ans, const int *pserver, uint64_t s)
+{
+	int ns = dt_node_num_servers(c->node);
+
+	for (size_t k = 0; k < nkeys; k++) {
 		keycount *kc = dt__kvc_find_count(c, keys[k]);
 
 		if (kc == NULL) {
 			if ((kc = calloc(1, sizeof(*kc))) == NULL ||
 			    (kc->pushes = calloc((size_t)ns, 8)) == NULL) {
 				free(kc);
-				err = DT_ENOMEM;
-				break;
+				return DT_ENOMEM;
 			}
 			kc->key = keys[k];
 			dt__table_insert(&c->counts, &kc->hn, keys[k]);
 		}
 		if (kc->held == NULL &&
-		    (kc->held = calloc((size_t)ns, 8)) == NULL) {
-			err = DT_ENOMEM;
-			break;
-		}
+		    (kc->held = calloc((size_t)ns, 8)) == NULL)
+			return DT_ENOMEM;
 		for (int i = 0; i < ns; i++) {
 			size_t j = k * (size_t)ns + (size_t)i;
 			int r = pserver[j] - 1;
@@ -564,20 +557,66 @@ dt__kv_client_resume(dt_kv_client *c, size_t nkeys, const dt_key *keys,
 		}
 		kc->pull_at = 1;
 	}
+	return DT_OK;
+}
+
+/*
+ * A restarted worker asks each server, for each part of each key, how
+ * many of its predecessor's pushes the store holds; it resumes at the
+ * fewest (*step: the pushes of each key its predecessor finished). Its
+ * next pushes of a key that a server holds already are not sent again,
+ * and its first pull of each key gets the value after round *step.
+ */
+dt_err
+dt__kv_client_resume(dt_kv_client *c, size_t nkeys, const dt_key *keys,
+                     const size_t *lens, uint64_t *step)
+{
+	int ns = dt_node_num_servers(c->node);
+	uint8_t *ans = NULL;
+	int *pserver = NULL;
+	dt_kv_req *reqs = NULL;
+	uint64_t s = UINT64_MAX;
+	dt_err err = DT_OK;
+
+	*step = 0;
+	if (!c->rejoined || nkeys == 0)
+		return DT_OK;
+	if (c->resumed)
+		return dt__fail(DT_ESTATE, "resume: already called once");
+	ans = calloc(nkeys * (size_t)ns, 8);
+	pserver = calloc(nkeys * (size_t)ns, sizeof(int));
+	reqs = calloc(nkeys, sizeof(*reqs));
+	if (!ans || !pserver || !reqs) {
+		err = dt__fail(DT_ENOMEM, "resume: out of memory");
+		goto fail;
+	}
+	if ((err = resume_ask(c, nkeys, keys, lens, ans, pserver, reqs)))
+		goto fail;
+	/* Where it resumes: the fewest pushes held of any part. */
+	for (size_t j = 0; j < nkeys * (size_t)ns; j++)
+		if (pserver[j] && dt__get_u64(ans + 8 * j) < s)
+			s = dt__get_u64(ans + 8 * j);
+	if (s == UINT64_MAX)
+		s = 0;
+	pthread_mutex_lock(&c->mu);
+	err = resume_counts(c, nkeys, keys, ans, pserver, s);
 	if (!err) {
 		c->resumed = 1;
 		c->resume_step = s;
 	}
 	pthread_mutex_unlock(&c->mu);
-	free(ans);
-	free(pserver);
-	free(reqs);
-	if (err)
-		return dt__fail(err, "resume: out of memory");
+	if (err) {
+		err = dt__fail(err, "resume: out of memory");
+		goto fail;
+	}
 	*step = s;
 	DT_LOG(1, "resuming at step %llu (%zu keys)", (unsigned long long)s,
 	       nkeys);
-	return DT_OK;
+fail:
+	free(ans);
+	free(pserver);
+	free(reqs);
+	return err;
 }
 
 /* Register and send one server's request (no lock held); its answer's

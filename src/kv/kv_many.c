@@ -13,6 +13,244 @@
 #include "common/spin.h"
 #include "common/table.h"
 #include "kv/client_impl.h"
+#include "kv/kv_api.h"
+#include "kv/rstore.h"
+
+/* ---- the public calls ---- */
+
+/* ---- batched forms: start everything, then wait for everything ---- */
+
+static dt_err
+wait_reqs(dt_kv *kv, dt_kv_req *reqs, size_t n, dt_err first)
+{
+	dt__err_kept k;
+
+	dt__err_keep(&k, first);
+	for (size_t i = 0; i < n; i++) {
+		dt_err err = dt_kv_wait(kv, reqs[i]);
+		if (err && !k.err)
+			dt__err_keep(&k, err);
+	}
+	return dt__err_restore(&k);
+}
+
+/* A batched call key by key (a local store; and with DTRAIN_RECOVER or
+ * DTRAIN_CHECKPOINT_DIR, which the many-key store does not serve): every
+ * request started, then all waited for. */
+static dt_err
+batch_one_by_one(dt_kv *kv, int cmd, const dt_kv_batch *b)
+{
+	dt_kv_req stack[64], *reqs = b->nkeys <= 64
+	                                 ? stack
+	                                 : dt__calloc(b->nkeys, sizeof(*reqs));
+	size_t started = 0, off = 0;
+	dt_err err = DT_OK;
+
+	if (reqs == NULL)
+		return DT_ENOMEM;
+	/* Small frames to one server leave in one write (van.h corking); a
+	 * failed flush ends the connection, and the waits report it. */
+	if (kv->node)
+		dt__node_cork(kv->node);
+	for (; started < b->nkeys; started++) {
+		size_t i = started, len = b->lens ? b->lens[i] : 1;
+		const float *v = b->vals    ? b->vals + off
+		                 : b->pvals ? b->pvals[i]
+		                            : NULL;
+		float *out = b->outs    ? b->outs + off
+		             : b->pouts ? b->pouts[i]
+		                        : NULL;
+
+		off += len;
+		if (cmd == DT_CMD_KV_PUSH)
+			err =
+			    dt_kv_push_async(kv, b->keys[i], v, len, &reqs[i]);
+		else if (cmd == DT_CMD_KV_PULL)
+			err = dt_kv_pull_async(kv, b->keys[i], out, len,
+			                       &reqs[i]);
+		else
+			err = dt_kv_pushpull_async(kv, b->keys[i], v, out, len,
+			                           &reqs[i]);
+		if (err)
+			break;
+	}
+	if (kv->node)
+		(void)dt__node_uncork(kv->node);
+	err = wait_reqs(kv, reqs, started, err);
+	if (reqs != stack)
+		free(reqs);
+	return err;
+}
+
+/* Every batched call: the arrays checked, then the keys sent batched
+ * (dt__kv_client_many) or one by one. */
+static dt_err
+batch_call(dt_kv *kv, int cmd, const dt_kv_batch *b)
+{
+	const char *op = dt__kv_op_name(cmd);
+	int has_vals = cmd != DT_CMD_KV_PULL,
+	    has_out = cmd == DT_CMD_KV_PULL || cmd == DT_CMD_KV_PUSHPULL;
+	dt_err err;
+
+	KV_NEED(kv != NULL, "batched %s: kv is NULL", op);
+	KV_NEED(b->nkeys == 0 || b->keys,
+	        "batched %s of %zu keys: keys is NULL", op, b->nkeys);
+	KV_NEED(b->nkeys == 0 || !has_vals || b->vals || b->pvals,
+	        "batched %s of %zu keys: values are NULL", op, b->nkeys);
+	KV_NEED(b->nkeys == 0 || !has_out || b->outs || b->pouts,
+	        "batched %s of %zu keys: outputs are NULL", op, b->nkeys);
+	if (b->nkeys == 0)
+		return DT_OK;
+	for (size_t i = 0;
+	     (b->pvals || b->pouts || cmd == DT_CMD_KV_INIT) && i < b->nkeys;
+	     i++) {
+		size_t len = b->lens ? b->lens[i] : 1;
+
+		KV_NEED(len > 0 || cmd != DT_CMD_KV_INIT,
+		        "init of key %llu: an array has at least one element",
+		        (unsigned long long)b->keys[i]);
+		KV_NEED(len == 0 || !has_vals || !b->pvals || b->pvals[i],
+		        "%s of key %llu: NULL buffer", op,
+		        (unsigned long long)b->keys[i]);
+		KV_NEED(len == 0 || !has_out || !b->pouts || b->pouts[i],
+		        "%s of key %llu: NULL buffer", op,
+		        (unsigned long long)b->keys[i]);
+	}
+	if ((cmd == DT_CMD_KV_PUSH || cmd == DT_CMD_KV_PUSHPULL) &&
+	    (err = dt__kv_async_check(kv, op, b->keys[0])))
+		return err;
+	if (kv->client && dt__kv_client_batches(kv->client)) {
+		/* (the servers find a key listed twice in their parts) */
+		if (cmd == DT_CMD_KV_INIT)
+			kv->inited = 1;
+		return dt__kv_client_many(kv->client, cmd, b);
+	}
+	if ((err = dt__kv_no_duplicates(op, b->nkeys, b->keys)))
+		return err;
+	if (cmd != DT_CMD_KV_INIT)
+		return batch_one_by_one(kv, cmd, b);
+	/* Inits are few and wait on rank 0: one by one. */
+	size_t off = 0;
+	for (size_t i = 0; i < b->nkeys && !err; i++) {
+		size_t len = b->lens ? b->lens[i] : 1;
+
+		err = dt__kv_init_one(
+		    kv, b->keys[i], b->vals ? b->vals + off : b->pvals[i], len);
+		off += len;
+	}
+	return err;
+}
+
+/* init is collective (see dt_kv_init): the outcome agreed at the end. */
+static dt_err
+batch_init(dt_kv *kv, const dt_kv_batch *b)
+{
+	dt_err err = batch_call(kv, DT_CMD_KV_INIT, b);
+
+	if (kv == NULL || !kv->client)
+		return err;
+	return dt__kv_client_agree_setup(kv->client, err);
+}
+
+dt_err
+dt_kv_init_many(dt_kv *kv, size_t nkeys, const dt_key *keys,
+                const float *const *vals, const size_t *lens)
+{
+	dt_kv_batch b = {
+	    .nkeys = nkeys, .keys = keys, .lens = lens, .pvals = vals};
+
+	KV_NEED(nkeys == 0 || lens, "batched init of %zu keys: lens is NULL",
+	        nkeys);
+	return batch_init(kv, &b);
+}
+
+dt_err
+dt_kv_push_many(dt_kv *kv, size_t nkeys, const dt_key *keys,
+                const float *const *vals, const size_t *lens)
+{
+	dt_kv_batch b = {
+	    .nkeys = nkeys, .keys = keys, .lens = lens, .pvals = vals};
+
+	KV_NEED(nkeys == 0 || lens, "batched push of %zu keys: lens is NULL",
+	        nkeys);
+	return batch_call(kv, DT_CMD_KV_PUSH, &b);
+}
+
+dt_err
+dt_kv_pull_many(dt_kv *kv, size_t nkeys, const dt_key *keys, float *const *outs,
+                const size_t *lens)
+{
+	dt_kv_batch b = {
+	    .nkeys = nkeys, .keys = keys, .lens = lens, .pouts = outs};
+
+	KV_NEED(nkeys == 0 || lens, "batched pull of %zu keys: lens is NULL",
+	        nkeys);
+	return batch_call(kv, DT_CMD_KV_PULL, &b);
+}
+
+dt_err
+dt_kv_pushpull_many(dt_kv *kv, size_t nkeys, const dt_key *keys,
+                    const float *const *vals, float *const *outs,
+                    const size_t *lens)
+{
+	dt_kv_batch b = {.nkeys = nkeys,
+	                 .keys = keys,
+	                 .lens = lens,
+	                 .pvals = vals,
+	                 .pouts = outs};
+
+	KV_NEED(nkeys == 0 || lens,
+	        "batched pushpull of %zu keys: lens is NULL", nkeys);
+	KV_NEED(nkeys == 0 || (vals && outs),
+	        "batched pushpull of %zu keys: values or outputs are NULL",
+	        nkeys);
+	return batch_call(kv, DT_CMD_KV_PUSHPULL, &b);
+}
+
+dt_err
+dt_kv_init_keys(dt_kv *kv, size_t nkeys, const dt_key *keys, const float *vals,
+                const size_t *lens)
+{
+	dt_kv_batch b = {
+	    .nkeys = nkeys, .keys = keys, .lens = lens, .vals = vals};
+
+	return batch_init(kv, &b);
+}
+
+dt_err
+dt_kv_push_keys(dt_kv *kv, size_t nkeys, const dt_key *keys, const float *vals,
+                const size_t *lens)
+{
+	dt_kv_batch b = {
+	    .nkeys = nkeys, .keys = keys, .lens = lens, .vals = vals};
+
+	return batch_call(kv, DT_CMD_KV_PUSH, &b);
+}
+
+dt_err
+dt_kv_pull_keys(dt_kv *kv, size_t nkeys, const dt_key *keys, float *outs,
+                const size_t *lens)
+{
+	dt_kv_batch b = {
+	    .nkeys = nkeys, .keys = keys, .lens = lens, .outs = outs};
+
+	return batch_call(kv, DT_CMD_KV_PULL, &b);
+}
+
+dt_err
+dt_kv_pushpull_keys(dt_kv *kv, size_t nkeys, const dt_key *keys,
+                    const float *vals, float *outs, const size_t *lens)
+{
+	dt_kv_batch b = {.nkeys = nkeys,
+	                 .keys = keys,
+	                 .lens = lens,
+	                 .vals = vals,
+	                 .outs = outs};
+
+	return batch_call(kv, DT_CMD_KV_PUSHPULL, &b);
+}
+
+/* ---- the worker's requests ---- */
 
 /* ---- batched calls (KV_*_MANY) ---- */
 
@@ -134,7 +372,7 @@ big_keys_unique(const dt_kv_client *c, int cmd, const dt_kv_batch *b,
 }
 
 void
-dt__kvc_send_many_part(dt_kv_client *c, op *o, int server, dt_msg_hdr *h,
+dt__kvc_send_many_part(dt_kv_client *c, kv_op *o, int server, dt_msg_hdr *h,
                        const void *meta, uint32_t meta_len,
                        const struct iovec *iov, int iovcnt, float *out,
                        size_t nvals)
@@ -147,7 +385,7 @@ dt__kvc_send_many_part(dt_kv_client *c, op *o, int server, dt_msg_hdr *h,
 	dt_err err = DT_OK;
 
 	/* Recovery (row requests; batched ones are not sent with it): a
-	 * copy to send again, as dt__kvc_send_part keeps. */
+	 * copy to send again, as send_part keeps. */
 	if (s && c->recover &&
 	    !dt__kvc_log_part(c, h, meta, meta_len, iov, iovcnt, &le, &ids)) {
 		free(s);
@@ -199,7 +437,7 @@ dt__kvc_send_many_part(dt_kv_client *c, op *o, int server, dt_msg_hdr *h,
 		dt__list_push_back(&c->srv[server].log, &le->ln);
 		c->kept_bytes += le->len;
 	}
-	/* A restarted server gets it in its dt__kvc_replay, in order. */
+	/* A restarted server gets it in its replay, in order. */
 	parked = c->recover && c->srv[server].restarted;
 	pthread_mutex_unlock(&c->mu);
 	/* The caller's arrays and the part buffers stay as they are until
@@ -229,34 +467,29 @@ part_room(mpart *p, int keys, int lens, int vals, int ans)
 	                                DT_MAX(nvals, 1) * 4));
 }
 
-dt_err
-dt__kv_client_many(dt_kv_client *c, int cmd, const dt_kv_batch *b)
-{
-	int ns = dt_node_num_servers(c->node), mcmd = many_cmd_of(cmd);
-	int has_vals = cmd != DT_CMD_KV_PULL,
-	    has_ans = cmd == DT_CMD_KV_PULL || cmd == DT_CMD_KV_PUSHPULL;
-	int send_batched = cmd != DT_CMD_KV_INIT || dt_node_rank(c->node) == 0;
-	size_t nbig = 0, nparts = 0;
-	dt_kv_req *reqs = NULL, req = 0;
-	dt_err err = DT_OK;
-	op *o = NULL;
+/* How one batched call is cut (dt__kv_client_many's passes share it). */
+typedef struct many_plan {
+	int ns, mcmd;
+	int has_vals, has_ans;
+	int ones;   /* every key one float and batched, none inited alone */
+	int direct; /* the caller's arrays are sent and answered into */
+	size_t nbig, nparts;
+	dt_fastmod fm;
+} many_plan;
 
-	if ((err = dt__node_check(c->node)))
-		return err;
-	if (ns < 1)
-		return dt__fail(DT_ESTATE, "batched call: no servers");
-	/* Pass 1: each server's count, floats and whether its keys are all
-	 * of one length. */
-	for (int s = 0; s < ns; s++) {
+/* Pass 1: each server's count, floats and whether its keys are all of
+ * one length; the keys that go one by one are counted in nbig. */
+static void
+many_count(dt_kv_client *c, const dt_kv_batch *b, many_plan *pl)
+{
+	for (int s = 0; s < pl->ns; s++) {
 		c->mp[s].count = c->mp[s].nvals = 0;
 		c->mp[s].uniform = 0;
 		c->mp[s].mixed = 0;
 	}
-	dt_fastmod fm = dt__fastmod_of((uint64_t)ns);
-	int ones = b->lens == NULL && batchable(c, 1) &&
-	           dt__table_count(&c->singles) == 0;
-
-	if (ones && ns == 1) { /* (the common big case, at no cost a key) */
+	/* (One server and every key batched: the common big case, at no
+	 * cost a key.) */
+	if (pl->ones && pl->ns == 1) {
 		c->mp[0].count = c->mp[0].nvals = b->nkeys;
 		c->mp[0].uniform = 1;
 	} else {
@@ -264,12 +497,12 @@ dt__kv_client_many(dt_kv_client *c, int cmd, const dt_kv_batch *b)
 			size_t len = b->lens ? b->lens[i] : 1;
 			mpart *p;
 
-			if (!ones && !batched_key(c, b->keys[i], len)) {
-				nbig++;
+			if (!pl->ones && !batched_key(c, b->keys[i], len)) {
+				pl->nbig++;
 				continue;
 			}
 			/* (dt__kv_place's rule below the bound: key mod S) */
-			p = &c->mp[dt__fastmod(&fm, b->keys[i])];
+			p = &c->mp[dt__fastmod(&pl->fm, b->keys[i])];
 			if (p->count == 0)
 				p->uniform = len;
 			else if (p->uniform != len)
@@ -280,116 +513,135 @@ dt__kv_client_many(dt_kv_client *c, int cmd, const dt_kv_batch *b)
 	}
 	/* One server, every key batched, values back to back: the caller's
 	 * arrays are sent and answered into as they are. */
-	int direct = ns == 1 && nbig == 0 && (!has_vals || b->vals) &&
-	             (!has_ans || b->outs);
+	pl->direct = pl->ns == 1 && pl->nbig == 0 &&
+	             (!pl->has_vals || b->vals) && (!pl->has_ans || b->outs);
+}
 
-	for (int s = 0; send_batched && s < ns; s++) {
+/* Room in each server's part buffers; the parts to send counted. */
+static dt_err
+many_room(dt_kv_client *c, int cmd, const dt_kv_batch *b, many_plan *pl)
+{
+	int direct = pl->direct;
+
+	for (int s = 0; s < pl->ns; s++) {
 		mpart *p = &c->mp[s];
 
 		if (p->count == 0)
 			continue;
-		nparts++;
+		pl->nparts++;
 		if (p->nvals > SIZE_MAX / 8 ||
-		    part_room(p, !direct, p->mixed, has_vals && !direct,
-		              has_ans && !direct))
+		    part_room(p, !direct, p->mixed, pl->has_vals && !direct,
+		              pl->has_ans && !direct))
 			return dt__fail(DT_ENOMEM,
 			                "batched %s of %zu keys: out of memory",
 			                dt__kv_op_name(cmd), b->nkeys);
 	}
-	/* The keys that go one by one are listed once each, too (each
-	 * server checks its batched part). */
-	if (nbig > 1 && (err = big_keys_unique(c, cmd, b, nbig)))
-		return err;
-	/* Pass 2: the parts' keys, lengths and values gathered (an init
-	 * other than rank 0's sends none). */
-	if (nparts && (!direct || c->mp[0].mixed)) {
-		size_t off = 0;
+	return DT_OK;
+}
 
-		for (int s = 0; s < ns; s++)
-			c->mp[s].fill = c->mp[s].vfill = 0;
-		for (size_t i = 0; i < b->nkeys; i++) {
-			size_t len = b->lens ? b->lens[i] : 1;
-			mpart *p;
+/* Pass 2: the parts' keys, lengths and values gathered. */
+static void
+many_gather(dt_kv_client *c, const dt_kv_batch *b, const many_plan *pl)
+{
+	size_t off = 0;
 
-			if (!ones && !batched_key(c, b->keys[i], len)) {
-				off += len;
-				continue;
-			}
-			p = &c->mp[dt__fastmod(&fm, b->keys[i])];
-			if (p->mixed)
-				p->lens[p->fill] = (uint32_t)len;
-			if (!direct) {
-				p->keys[p->fill] = b->keys[i];
-				if (has_vals) {
-					const float *v = b->vals ? b->vals + off
-					                         : b->pvals[i];
+	for (int s = 0; s < pl->ns; s++)
+		c->mp[s].fill = c->mp[s].vfill = 0;
+	for (size_t i = 0; i < b->nkeys; i++) {
+		size_t len = b->lens ? b->lens[i] : 1;
+		mpart *p;
 
-					if (len == 1)
-						p->vals[p->vfill] = *v;
-					else
-						memcpy(p->vals + p->vfill, v,
-						       len * sizeof(float));
-				}
-			}
-			p->fill++;
-			p->vfill += len;
+		if (!pl->ones && !batched_key(c, b->keys[i], len)) {
 			off += len;
+			continue;
 		}
-	}
-	if (nparts) { /* (none for an init but rank 0's) */
-		o = dt__kvc_new_op(c, mcmd, b->keys[0], (int)nparts, &req);
-		if (o == NULL)
-			return DT_ENOMEM;
-		for (int s = 0; s < ns; s++) {
-			mpart *p = &c->mp[s];
-			struct iovec iov[3];
-			int n = 0;
+		p = &c->mp[dt__fastmod(&pl->fm, b->keys[i])];
+		if (p->mixed)
+			p->lens[p->fill] = (uint32_t)len;
+		if (!pl->direct) {
+			p->keys[p->fill] = b->keys[i];
+			if (pl->has_vals) {
+				const float *v =
+				    b->vals ? b->vals + off : b->pvals[i];
 
-			if (p->count == 0)
-				continue;
-			dt_msg_hdr h = {
-			    .cmd = (uint8_t)mcmd,
-			    .flags = DT_F_REQUEST,
-			    .key = direct ? b->keys[0] : p->keys[0],
-			    .arg0 = p->count,
-			    .arg1 = p->mixed ? 0 : p->uniform,
-			    .arg2 = has_ans
-			                ? dt__kv_enc(DT_QUANT_NONE,
-			                             (dt_quant_kind)c->pull_enc)
-			                : 0};
-			iov[n++] = (struct iovec){direct ? (void *)b->keys
-			                                 : (void *)p->keys,
-			                          p->count * 8};
-			if (p->mixed)
-				iov[n++] =
-				    (struct iovec){p->lens, p->count * 4};
-			if (has_vals)
-				iov[n++] = (struct iovec){
-				    direct ? (void *)b->vals : (void *)p->vals,
-				    p->nvals * 4};
-			dt__kvc_send_many_part(c, o, s, &h, NULL, 0, iov, n,
-			                       !has_ans ? NULL
-			                       : direct ? b->outs
-			                                : p->ans,
-			                       p->nvals);
+				if (len == 1)
+					p->vals[p->vfill] = *v;
+				else
+					memcpy(p->vals + p->vfill, v,
+					       len * sizeof(float));
+			}
 		}
+		p->fill++;
+		p->vfill += len;
+		off += len;
 	}
-	/* The keys that go one by one (big arrays, compressed pushes); every
-	 * request is waited for, the batched one first. */
+}
+
+/* One request per server holding batched keys, all under one op (*req
+ * names it); NULL when out of memory. */
+static kv_op *
+many_send(dt_kv_client *c, const dt_kv_batch *b, const many_plan *pl,
+          dt_kv_req *req)
+{
+	int direct = pl->direct;
+	kv_op *o =
+	    dt__kvc_new_op(c, pl->mcmd, b->keys[0], (int)pl->nparts, req);
+
+	for (int s = 0; o && s < pl->ns; s++) {
+		mpart *p = &c->mp[s];
+		struct iovec iov[3];
+		int n = 0;
+
+		if (p->count == 0)
+			continue;
+		dt_msg_hdr h = {
+		    .cmd = (uint8_t)pl->mcmd,
+		    .flags = DT_F_REQUEST,
+		    .key = direct ? b->keys[0] : p->keys[0],
+		    .arg0 = p->count,
+		    .arg1 = p->mixed ? 0 : p->uniform,
+		    .arg2 = pl->has_ans ? dt__kv_enc(DT_QUANT_NONE,
+		                                     (dt_quant_kind)c->pull_enc)
+		                        : 0};
+		iov[n++] = (struct iovec){
+		    direct ? (void *)b->keys : (void *)p->keys, p->count * 8};
+		if (p->mixed)
+			iov[n++] = (struct iovec){p->lens, p->count * 4};
+		if (pl->has_vals)
+			iov[n++] = (struct iovec){direct ? (void *)b->vals
+			                                 : (void *)p->vals,
+			                          p->nvals * 4};
+		dt__kvc_send_many_part(c, o, s, &h, NULL, 0, iov, n,
+		                       !pl->has_ans ? NULL
+		                       : direct     ? b->outs
+		                                    : p->ans,
+		                       p->nvals);
+	}
+	return o;
+}
+
+/* The keys that go one by one (big arrays, compressed pushes) started;
+ * then every request waited for, the batched one (req, when o) first. */
+static dt_err
+many_big_and_wait(dt_kv_client *c, int cmd, const dt_kv_batch *b,
+                  const many_plan *pl, kv_op *o, dt_kv_req req)
+{
 	size_t nreq = 0;
+	dt_kv_req *reqs;
+	dt_err err = DT_OK;
 
-	if ((reqs = dt__calloc(nbig + 1, sizeof(*reqs))) == NULL)
+	if ((reqs = dt__calloc(pl->nbig + 1, sizeof(*reqs))) == NULL)
 		err = DT_ENOMEM;
 	else if (o)
 		reqs[nreq++] = req;
-	for (size_t i = 0, off = 0; nbig && i < b->nkeys && !err; i++) {
+	for (size_t i = 0, off = 0; pl->nbig && i < b->nkeys && !err; i++) {
 		size_t len = b->lens ? b->lens[i] : 1;
-		const float *v = !has_vals ? NULL
-		                 : b->vals ? b->vals + off
-		                           : b->pvals[i];
-		float *out = !has_ans  ? NULL
-		             : b->outs ? b->outs + off
-		                       : b->pouts[i];
+		const float *v = !pl->has_vals ? NULL
+		                 : b->vals     ? b->vals + off
+		                               : b->pvals[i];
+		float *out = !pl->has_ans ? NULL
+		             : b->outs    ? b->outs + off
+		                          : b->pouts[i];
 
 		off += len;
 		if (batched_key(c, b->keys[i], len))
@@ -399,45 +651,81 @@ dt__kv_client_many(dt_kv_client *c, int cmd, const dt_kv_batch *b)
 		if (!err)
 			nreq++;
 	}
-	char msg[512] = "";
-	if (err)
-		snprintf(msg, sizeof(msg), "%s", dt_errmsg());
+	dt__err_kept kept;
+	dt__err_keep(&kept, err);
 	if (reqs == NULL && o) /* (then the batched one alone) */
 		reqs = &req, nreq = 1;
 	for (size_t k = 0; k < nreq; k++) {
 		dt_err e = dt__kv_client_wait(c, reqs[k]);
 
-		if (e && !err) {
-			err = e;
-			snprintf(msg, sizeof(msg), "%s", dt_errmsg());
-		}
+		if (e && !kept.err)
+			dt__err_keep(&kept, e);
 	}
 	if (reqs != &req)
 		free(reqs);
-	if (err)
-		return dt__fail(err, "%s", msg);
-	/* The answers back to the caller's places. */
-	if (has_ans && !direct) {
-		size_t off = 0;
+	return dt__err_restore(&kept);
+}
 
-		for (int s = 0; s < ns; s++)
-			c->mp[s].fill = c->mp[s].vfill = 0;
-		for (size_t i = 0; i < b->nkeys; i++) {
-			size_t len = b->lens ? b->lens[i] : 1;
-			float *out = b->outs ? b->outs + off : b->pouts[i];
-			mpart *p;
+/* The answers of the batched parts back to the caller's places. */
+static void
+many_scatter(dt_kv_client *c, const dt_kv_batch *b, const many_plan *pl)
+{
+	size_t off = 0;
 
-			off += len;
-			if (!ones && !batched_key(c, b->keys[i], len))
-				continue;
-			p = &c->mp[dt__fastmod(&fm, b->keys[i])];
-			if (len == 1)
-				*out = p->ans[p->vfill];
-			else
-				memcpy(out, p->ans + p->vfill,
-				       len * sizeof(float));
-			p->vfill += len;
-		}
+	for (int s = 0; s < pl->ns; s++)
+		c->mp[s].fill = c->mp[s].vfill = 0;
+	for (size_t i = 0; i < b->nkeys; i++) {
+		size_t len = b->lens ? b->lens[i] : 1;
+		float *out = b->outs ? b->outs + off : b->pouts[i];
+		mpart *p;
+
+		off += len;
+		if (!pl->ones && !batched_key(c, b->keys[i], len))
+			continue;
+		p = &c->mp[dt__fastmod(&pl->fm, b->keys[i])];
+		if (len == 1)
+			*out = p->ans[p->vfill];
+		else
+			memcpy(out, p->ans + p->vfill, len * sizeof(float));
+		p->vfill += len;
 	}
+}
+
+dt_err
+dt__kv_client_many(dt_kv_client *c, int cmd, const dt_kv_batch *b)
+{
+	int send_batched = cmd != DT_CMD_KV_INIT || dt_node_rank(c->node) == 0;
+	many_plan pl = {.ns = dt_node_num_servers(c->node),
+	                .mcmd = many_cmd_of(cmd),
+	                .has_vals = cmd != DT_CMD_KV_PULL,
+	                .has_ans =
+	                    cmd == DT_CMD_KV_PULL || cmd == DT_CMD_KV_PUSHPULL};
+	dt_kv_req req = 0;
+	dt_err err;
+	kv_op *o = NULL;
+
+	if ((err = dt__node_check(c->node)))
+		return err;
+	if (pl.ns < 1)
+		return dt__fail(DT_ESTATE, "batched call: no servers");
+	pl.fm = dt__fastmod_of((uint64_t)pl.ns);
+	pl.ones = b->lens == NULL && batchable(c, 1) &&
+	          dt__table_count(&c->singles) == 0;
+	many_count(c, b, &pl);
+	if (send_batched && (err = many_room(c, cmd, b, &pl)))
+		return err;
+	/* The keys that go one by one are listed once each, too (each
+	 * server checks its batched part). */
+	if (pl.nbig > 1 && (err = big_keys_unique(c, cmd, b, pl.nbig)))
+		return err;
+	/* (An init other than rank 0's sends no batched part.) */
+	if (pl.nparts && (!pl.direct || c->mp[0].mixed))
+		many_gather(c, b, &pl);
+	if (pl.nparts && (o = many_send(c, b, &pl, &req)) == NULL)
+		return DT_ENOMEM;
+	if ((err = many_big_and_wait(c, cmd, b, &pl, o, req)))
+		return err;
+	if (pl.has_ans && !pl.direct)
+		many_scatter(c, b, &pl);
 	return DT_OK;
 }
