@@ -188,6 +188,7 @@ void dt__kvc_send_part(dt_kv_client *c, kv_op *o, int server, dt_msg_hdr *h,
                        const void *meta, uint32_t meta_len, const void *val,
                        size_t vbytes, unsigned vflags, void *out, size_t len,
                        int half_out);
+/* A new op of parts sub-requests, *req its id; NULL: no memory. */
 kv_op *dt__kvc_new_op(dt_kv_client *c, int cmd, dt_key key, int parts,
                       dt_kv_req *req);
 
@@ -209,6 +210,7 @@ void dt__kvc_on_peer_restart(void *arg, dt_node *n, int peer);
 void dt__kvc_replay(dt_kv_client *c, int r);
 /* Any replay due, before anything else is sent (send_mu held). */
 void dt__kvc_run_replays(dt_kv_client *c);
+/* The push counts of key (mu held); NULL: none yet. */
 keycount *dt__kvc_find_count(dt_kv_client *c, dt_key key);
 /* Whether this push of key to server r is one the server holds from the
  * predecessor (then it is counted as made). */
@@ -223,6 +225,8 @@ int dt__kvc_log_part(dt_kv_client *c, const dt_msg_hdr *h, const void *meta,
 
 /* ---- client.c ---- */
 
+/* The connection to server peer was lost (its sub-requests fail), or the
+ * node failed (peer < 0: every sub-request fails). */
 void dt__kvc_on_fail(void *arg, dt_node *n, int peer, dt_err err);
 
 /* ---- kv_dense.c ---- */
@@ -232,6 +236,8 @@ float *dt__kvc_residual(dt_kv_client *c, dt_key key, size_t n);
 
 /* ---- kv_many.c ---- */
 
+/* Register and send one server's part of a batched or row request (no
+ * lock held); its answer's values (nvals floats) land in out. */
 void dt__kvc_send_many_part(dt_kv_client *c, kv_op *o, int server,
                             dt_msg_hdr *h, const void *meta, uint32_t meta_len,
                             const struct iovec *iov, int iovcnt, float *out,

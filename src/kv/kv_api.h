@@ -69,7 +69,7 @@ dt_err dt__kv_local_apply(dt_kv *kv, local_entry *e, const float *g,
 
 /* ---- kv.c ---- */
 
-/* ---- the calls ---- */
+/* A call's arguments checked, naming what was wrong (op: "push", ...). */
 dt_err dt__kv_check_args(const dt_kv *kv, const char *op, dt_key key,
                          const void *a, const void *b, size_t n);
 dt_err dt__kv_async_check(dt_kv *kv, const char *op, dt_key key);
@@ -78,12 +78,13 @@ float *dt__kv_scratch(dt_kv *kv, size_t n);
 
 /* ---- kv_dense.c ---- */
 
-/* One key's init, without the workers' agreement (init_one's callers). */
+/* One key's init, without the workers' agreement (dt_kv_init, and each key of a
+ * batched init made one by one). */
 dt_err dt__kv_init_one(dt_kv *kv, dt_key key, const float *val, size_t n);
 
 /* ---- kv_rows.c ---- */
 
-/* ---- row_sparse tables ---- */
+/* A row table by key (NULL: none); freeing one. */
 dt_kv_rtab *dt__kv_rtab_find(dt_kv *kv, dt_key key);
 void dt__kv_rtab_free(dt_kv_rtab *t);
 

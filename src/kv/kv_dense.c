@@ -18,7 +18,8 @@
 
 /* ---- the public calls ---- */
 
-/* One key's init, without the workers' agreement (init_one's callers). */
+/* One key's init, without the workers' agreement (dt_kv_init, and each
+ * key of a batched init made one by one). */
 dt_err
 dt__kv_init_one(dt_kv *kv, dt_key key, const float *val, size_t n)
 {
