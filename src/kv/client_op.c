@@ -1,10 +1,11 @@
 /*
  * client_op.c - the worker's operations and sub-requests: an operation
  * (dt_kv_req) is one call of the caller's, cut into one sub-request per
- * server part. This file makes them (new_op, send_part), finds them by id
- * or sequence number when answers come, completes and fails them, counts
- * them for observability, and lets the caller wait for one or all of
- * them with a deadline. Every store kind sends through here.
+ * server part. This file makes them (dt__kvc_new_op, dt__kvc_send_part),
+ * finds them by id or sequence number when answers come, completes and
+ * fails them, counts them for observability, and lets the caller wait
+ * for one or all of them with a deadline. Every store kind sends through
+ * here.
  */
 #include <pthread.h>
 #include <stdio.h>
