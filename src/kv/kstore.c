@@ -303,30 +303,16 @@ unmark(dt_kstore *ks, const uint32_t *idx, size_t n, size_t lim)
 			mark(ks, idx[i], 0);
 }
 
-dt_err
-dt__ks_resolve(dt_kstore *ks, const char *op, size_t count, const uint8_t *keys,
-               const dt_ks_lens *lens, int create, uint32_t *idx, size_t *bad)
+/* Pass 1 of dt__ks_resolve: every key looked up (idx), its length and
+ * uniqueness checked, the keys it marks left marked; the new keys counted
+ * (*nnew, their floats *newval). On an error *at is the key's index. */
+static dt_err
+resolve_lookup(dt_kstore *ks, const char *op, size_t count, const uint8_t *keys,
+               const dt_ks_lens *lens, int create, uint32_t *idx, size_t *at,
+               size_t *nnew, size_t *newval)
 {
-	size_t pos[AHEAD], nnew = 0, newval = 0, n0 = ks->nrec;
-	dt_err err = DT_OK;
-	size_t i;
+	size_t pos[AHEAD], i;
 
-	*bad = 0;
-	if (count == 0)
-		return DT_OK;
-	if (ks->cap == 0) {
-		if (!create) {
-			*bad = 0;
-			return dt__fail(
-			    DT_ENOKEY,
-			    "%s of key %llu: unknown key (never "
-			    "initialised with init)",
-			    op, (unsigned long long)dt__kv_u64_at(keys, 0));
-		}
-		if (reindex(ks, 0))
-			return dt__fail(DT_ENOMEM, "%s: out of memory", op);
-	}
-	/* Pass 1: every key looked up, its length and uniqueness checked. */
 	for (i = 0; i < count && i < AHEAD; i++) {
 		pos[i] = home(dt__kv_u64_at(keys, i), ks->cap);
 		__builtin_prefetch(ks->slots + SLOT * pos[i]);
@@ -336,6 +322,7 @@ dt__ks_resolve(dt_kstore *ks, const char *op, size_t count, const uint8_t *keys,
 		uint32_t r = find_from(ks, key, pos[i & (AHEAD - 1)]);
 		uint32_t len = dt__ks_len_at(lens, i);
 
+		*at = i;
 		if (i + AHEAD < count) {
 			size_t p =
 			    home(dt__kv_u64_at(keys, i + AHEAD), ks->cap);
@@ -345,53 +332,49 @@ dt__ks_resolve(dt_kstore *ks, const char *op, size_t count, const uint8_t *keys,
 		}
 		idx[i] = r;
 		if (r == NO_REC) {
-			if (!create) {
-				err = dt__fail(DT_ENOKEY,
-				               "%s of key %llu: unknown key "
-				               "(never initialised with init)",
-				               op, (unsigned long long)key);
-				break;
-			}
-			if (len == 0 || len > DT_KS_MAX_LEN) {
-				err =
-				    dt__fail(DT_ESIZE,
-				             "%s of key %llu: length %u "
-				             "(1 to %llu)",
-				             op, (unsigned long long)key, len,
-				             (unsigned long long)DT_KS_MAX_LEN);
-				break;
-			}
-			nnew++;
-			newval += len;
+			if (!create)
+				return dt__fail(DT_ENOKEY,
+				                "%s of key %llu: unknown key "
+				                "(never initialised with init)",
+				                op, (unsigned long long)key);
+			if (len == 0 || len > DT_KS_MAX_LEN)
+				return dt__fail(
+				    DT_ESIZE,
+				    "%s of key %llu: length %u (1 to %llu)", op,
+				    (unsigned long long)key, len,
+				    (unsigned long long)DT_KS_MAX_LEN);
+			(*nnew)++;
+			*newval += len;
 			continue;
 		}
-		if (dt__ks_len(ks, r) != len) {
-			err = dt__fail(DT_ESIZE,
-			               "%s of key %llu: length %u != "
-			               "initialised length %zu",
-			               op, (unsigned long long)key, len,
-			               dt__ks_len(ks, r));
-			break;
-		}
-		if (marked(ks, r)) {
-			err = dt__fail(DT_EINVAL,
-			               "%s: key %llu is listed twice in one "
-			               "call",
-			               op, (unsigned long long)key);
-			break;
-		}
+		if (dt__ks_len(ks, r) != len)
+			return dt__fail(DT_ESIZE,
+			                "%s of key %llu: length %u != "
+			                "initialised length %zu",
+			                op, (unsigned long long)key, len,
+			                dt__ks_len(ks, r));
+		if (marked(ks, r))
+			return dt__fail(DT_EINVAL,
+			                "%s: key %llu is listed twice in one "
+			                "call",
+			                op, (unsigned long long)key);
 		mark(ks, r, 1);
 	}
-	if (err) {
-		unmark(ks, idx, i, n0);
-		*bad = i;
-		return err;
-	}
-	if (nnew == 0) {
-		unmark(ks, idx, count, n0);
-		return DT_OK;
-	}
-	/* Pass 2 (create): room first, then the new keys added. */
+	*at = count;
+	return DT_OK;
+}
+
+/* Pass 2 of dt__ks_resolve (create): room first, then the nnew new keys
+ * (newval floats) added; the marks cleared. On an error the keys added by
+ * this call go again and *bad is the index of the key at fault. */
+static dt_err
+resolve_add(dt_kstore *ks, const char *op, size_t count, const uint8_t *keys,
+            const dt_ks_lens *lens, uint32_t *idx, size_t nnew, size_t newval,
+            size_t *bad)
+{
+	size_t n0 = ks->nrec, i;
+	dt_err err = DT_OK;
+
 	if (ks->nrec + nnew > DT_KS_MAX_KEYS) {
 		unmark(ks, idx, count, n0);
 		return dt__fail(DT_ESIZE,
@@ -435,9 +418,43 @@ dt__ks_resolve(dt_kstore *ks, const char *op, size_t count, const uint8_t *keys,
 				erase(ks, dt__kv_u64_at(keys, j));
 		ks->nrec = n0;
 		*bad = i;
+	}
+	return err;
+}
+
+dt_err
+dt__ks_resolve(dt_kstore *ks, const char *op, size_t count, const uint8_t *keys,
+               const dt_ks_lens *lens, int create, uint32_t *idx, size_t *bad)
+{
+	size_t nnew = 0, newval = 0, n0 = ks->nrec, at = 0;
+	dt_err err;
+
+	*bad = 0;
+	if (count == 0)
+		return DT_OK;
+	if (ks->cap == 0) {
+		if (!create) {
+			*bad = 0;
+			return dt__fail(
+			    DT_ENOKEY,
+			    "%s of key %llu: unknown key (never "
+			    "initialised with init)",
+			    op, (unsigned long long)dt__kv_u64_at(keys, 0));
+		}
+		if (reindex(ks, 0))
+			return dt__fail(DT_ENOMEM, "%s: out of memory", op);
+	}
+	if ((err = resolve_lookup(ks, op, count, keys, lens, create, idx, &at,
+	                          &nnew, &newval))) {
+		unmark(ks, idx, at, n0);
+		*bad = at;
 		return err;
 	}
-	return DT_OK;
+	if (nnew == 0) {
+		unmark(ks, idx, count, n0);
+		return DT_OK;
+	}
+	return resolve_add(ks, op, count, keys, lens, idx, nnew, newval, bad);
 }
 
 void

@@ -3,8 +3,11 @@
  * placement rule, and the optimizers that run on servers (and in local
  * stores).
  *
- * Files: kv.c (the public API, local stores, local aggregation), client.c
- * (a worker talking to servers), server.c (a server's router, dense keys,
+ * Files: kv.c (the public API's router; kv_api.h), kv_local.c (local
+ * stores, local aggregation), each store kind's public calls and worker
+ * requests (kv_dense.c, kv_many.c, kv_rows.c), the worker's side
+ * (client.c the router, client_op.c ops and waits, client_replay.c the
+ * replay log; client_impl.h), server.c (a server's router, dense keys,
  * checkpoints), rserver.c and kstore.c (its row tables and many-key
  * store; server.h has the kinds' ops), ckpt.c, placement.c, optim.c.
  */
@@ -263,7 +266,8 @@ extern const dt__app_class dt__kv_app;
 /* Register it for this process (before a server node starts). */
 dt_err dt__kv_register(void);
 
-/* The worker side of dist stores (client.c). */
+/* The worker side of dist stores (client*.c, kv_dense.c, kv_many.c,
+ * kv_rows.c). */
 typedef struct dt_kv_client dt_kv_client;
 dt_err dt__kv_client_create(dt_node *node, int sync, size_t bound,
                             dt_kv_client **out);
@@ -293,7 +297,7 @@ dt_err dt__kv_client_start_ex(dt_kv_client *c, int cmd, dt_key key,
                               const void *val, void *out, size_t n, int half,
                               dt_kv_req *req);
 dt_err dt__kv_client_wait(dt_kv_client *c, dt_kv_req req);
-/* A batched call's arrays (kv.c): keys, lengths (NULL: one float per
+/* A batched call's arrays (kv_many.c): keys, lengths (NULL: one float per
  * key), and the values either back to back (vals, outs: ps-lite's form)
  * or one pointer per key (pvals, pouts: dt_kv_*_many). */
 typedef struct dt_kv_batch {

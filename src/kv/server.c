@@ -909,7 +909,8 @@ drop_keys(kv_server *s)
 static dt_err
 load_checkpoint(kv_server *s)
 {
-	char path[4096], prev[4096], first[512] = "";
+	char path[4096], prev[4096];
+	dt__err_kept first = {DT_OK, ""};
 	dt_err err;
 
 	snprintf(path, sizeof(path), "%s/%s", s->ck_dir, s->ck_name);
@@ -922,19 +923,19 @@ load_checkpoint(kv_server *s)
 	if (access(path, F_OK) == 0) {
 		if ((err = load_file(s, path)) == DT_OK)
 			goto loaded;
-		snprintf(first, sizeof(first), "%s", dt_errmsg());
-		dt__log(0, "%s; trying the previous checkpoint", first);
+		dt__err_keep(&first, err);
+		dt__log(0, "%s; trying the previous checkpoint", first.msg);
 		drop_keys(s);
 	}
 	if ((err = load_file(s, prev)) != DT_OK) {
-		char second[512];
+		dt__err_kept second;
 
-		snprintf(second, sizeof(second), "%s", dt_errmsg());
+		dt__err_keep(&second, err);
 		drop_keys(s);
-		if (*first)
+		if (first.err)
 			return dt__fail(err, "no usable checkpoint: %s; %s",
-			                first, second);
-		return dt__fail(err, "no usable checkpoint: %s", second);
+			                first.msg, second.msg);
+		return dt__fail(err, "no usable checkpoint: %s", second.msg);
 	}
 	snprintf(path, sizeof(path), "%s", prev);
 loaded:
