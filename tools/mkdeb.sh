@@ -40,6 +40,27 @@ find "$root/usr/lib" -name '*.so.*' -type f -exec strip --strip-unneeded \
 	--remove-section=.comment --remove-section=.note {} +
 find "$root/usr/lib" -name '*.a' -exec strip --strip-debug \
 	--enable-deterministic-archives {} +
+# The Python binding, when the build has it: Debian's python3 reads the
+# distribution's packages from /usr/lib/python3/dist-packages (the build
+# was configured for another prefix, which puts it under python3.X), and
+# the package then depends on the python3 the extension was built for.
+pydeps=
+pyrecs=
+for d in "$root"/usr/lib/python3.*/dist-packages; do
+	[ -d "$d" ] || continue
+	mkdir -p "$root/usr/lib/python3/dist-packages"
+	mv "$d"/* "$root/usr/lib/python3/dist-packages/"
+	rm -rf "$(dirname "$d")"
+done
+if [ -d "$root/usr/lib/python3/dist-packages/dtrain" ]; then
+	find "$root/usr/lib/python3/dist-packages" -name '*.so' -type f \
+		-exec strip --strip-unneeded --remove-section=.comment \
+		--remove-section=.note {} +
+	pyver=$(ls "$root"/usr/lib/python3/dist-packages/dtrain/_dtrain.cpython-3*-*.so |
+		sed -n 's/.*cpython-3\([0-9]*\)-.*/\1/p' | head -1)
+	[ -n "$pyver" ] && pydeps=", python3 (>= 3.$pyver~), python3 (<< 3.$((pyver + 1)))"
+	pyrecs="Recommends: python3-numpy, python3-torch"
+fi
 find "$root/usr/share/man" -type f -exec gzip -9n {} +
 doc=$root/usr/share/doc/dtrain
 cat >"$doc/copyright" <<TXT
@@ -68,8 +89,9 @@ Version: $version
 Architecture: $arch
 Maintainer: dtrain maintainers <maintainers@dtrain.example.org>
 Installed-Size: $size
-Depends: libc6 (>= 2.34), libopenblas0 | libopenblas0-pthread, libsodium23, zlib1g, libgfortran5
-Suggests: libopenblas-dev, libsodium-dev, zlib1g-dev, pkg-config, openmpi-bin, slurm-client, rsync, openssh-client
+Depends: libc6 (>= 2.34), libopenblas0 | libopenblas0-pthread, libsodium23, zlib1g, libgfortran5$pydeps
+${pyrecs:+$pyrecs
+}Suggests: libopenblas-dev, libsodium-dev, zlib1g-dev, pkg-config, openmpi-bin, slurm-client, rsync, openssh-client
 Section: science
 Priority: optional
 Description: distributed deep-learning training in C

@@ -58,6 +58,18 @@ n=$(grep -E '^\[worker [01]\] w=5\.0' "$T_DIR/job.log" | sed 's/^\[worker [01]\]
 [ "$(grep -c '^\[worker [01]\] w=' "$T_DIR/job.log")" = 2 ] && [ "$n" = 1 ] ||
 	fail "not one model w=5.0... on both workers: $(tail -20 "$T_DIR/job.log")"
 man -w dtrain-launch >/dev/null 2>&1 || fail "man dtrain-launch is not found"
+# With the Python binding in the package: the system's python3 imports it
+# from the distribution's directory, outside any build tree.
+if dpkg -L dtrain | grep -q '/dist-packages/dtrain/__init__.py$'; then
+	got=$(cd "$T_DIR/run" && env -i PATH=/usr/bin:/bin /usr/bin/python3 -c \
+		'import dtrain; print(dtrain.__file__)' 2>&1) ||
+		fail "python3 -c 'import dtrain' after the install: $got"
+	case $got in
+	/usr/lib/python3/dist-packages/dtrain/*) ;;
+	*) fail "import dtrain found $got, not the package's copy" ;;
+	esac
+	log "python3 imports the packaged dtrain from /usr/lib/python3/dist-packages"
+fi
 pkg-config --exists dtrain || fail "pkg-config does not find dtrain"
 log "dtrain launch -n 2 -s 1 -- dtrain-example-linreg: $(grep -m1 '^\[worker 0\] w=' "$T_DIR/job.log") on both workers"
 
