@@ -31,49 +31,7 @@ fail() { echo "FAIL: $*"; exit 1; }
 # tests run beside this one from the same build.
 TAG="DT_RECOVERY_TEST=$tmp"
 ours() { tagged_pids "$B/" "$TAG"; } # this test's processes
-# pid_of ROLE RANK: the process of that role and rank in this test's job
-pid_of() {
-	local p
-	for p in $(ours); do
-		tr '\0' '\n' 2>/dev/null <"/proc/$p/environ" | grep -qx "DMLC_ROLE=$1" || continue
-		[ "$1" = scheduler ] || tr '\0' '\n' 2>/dev/null <"/proc/$p/environ" |
-			grep -qx "DMLC_$(echo "$1" | tr a-z A-Z)_ID=$2" || continue
-		grep -q timeout "/proc/$p/comm" 2>/dev/null && continue
-		echo "$p"
-		return 0
-	done
-	return 1
-}
-# wait_for LOG PATTERN: until the job's log shows it (30 s at most; looked
-# at every 20 ms: linreg's 40 epochs take under a second on an idle
-# machine, and a kill must land before the job ends)
-wait_for() {
-	local i
-	for i in $(seq 1500); do
-		grep -q "$2" "$1" 2>/dev/null && return 0
-		sleep 0.02
-	done
-	return 1
-}
-# killed NAME ROLE RANK PATTERN launch-args...: start the job, SIGKILL the
-# process once the log shows PATTERN; the launcher's status in $tmp/NAME.rc
-killed() {
-	local name=$1 role=$2 rank=$3 pat=$4 pid
-	shift 4
-	timeout 200 "$@" >"$tmp/$name.log" 2>&1 &
-	local job=$!
-	wait_for "$tmp/$name.log" "$pat" || { kill $job; fail "$name: '$pat' never came"; }
-	pid=$(pid_of "$role" "$rank") || { kill $job; fail "$name: no $role $rank"; }
-	kill -9 "$pid"
-	echo "$name: killed $role $rank (pid $pid) after '$pat'"
-	wait $job
-	echo $? >"$tmp/$name.rc"
-}
-must_pass() {
-	[ "$(cat "$tmp/$1.rc")" = 0 ] || { tail -25 "$tmp/$1.log"; fail "$1: the job failed"; }
-	grep -q "starting a new one in its place" "$tmp/$1.log" || fail "$1: no restart"
-	grep -q "is back: pid" "$tmp/$1.log" || fail "$1: the new process did not rejoin"
-}
+. "$(dirname "$0")/kill_lib.bash"
 left() { [ -n "$(ours)" ]; }
 
 R=(--restart 1 --checkpoint-dir "$tmp/ck" --env "$TAG")

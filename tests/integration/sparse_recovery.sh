@@ -21,47 +21,8 @@ fail() { echo "FAIL: $*"; exit 1; }
 # tests run beside this one from the same build.
 TAG="DT_SPARSE_RECOVERY_TEST=$tmp"
 ours() { tagged_pids "$B/" "$TAG"; }
-# pid_of ROLE RANK: the process of that role and rank in this test's job
-pid_of() {
-	local p
-	for p in $(ours); do
-		tr '\0' '\n' 2>/dev/null <"/proc/$p/environ" | grep -qx "DMLC_ROLE=$1" || continue
-		tr '\0' '\n' 2>/dev/null <"/proc/$p/environ" |
-			grep -qx "DMLC_$(echo "$1" | tr a-z A-Z)_ID=$2" || continue
-		grep -q timeout "/proc/$p/comm" 2>/dev/null && continue
-		echo "$p"
-		return 0
-	done
-	return 1
-}
-# wait_for LOG PATTERN: until the job's log shows it (60 s at most)
-wait_for() {
-	local i
-	for i in $(seq 600); do
-		grep -q "$2" "$1" 2>/dev/null && return 0
-		sleep 0.1
-	done
-	return 1
-}
-# killed NAME ROLE RANK PATTERN launch-args...: start the job, SIGKILL the
-# process once the log shows PATTERN; the launcher's status in $tmp/NAME.rc
-killed() {
-	local name=$1 role=$2 rank=$3 pat=$4 pid
-	shift 4
-	timeout 250 "$@" >"$tmp/$name.log" 2>&1 &
-	local job=$!
-	wait_for "$tmp/$name.log" "$pat" || { kill $job; fail "$name: '$pat' never came"; }
-	pid=$(pid_of "$role" "$rank") || { kill $job; fail "$name: no $role $rank"; }
-	kill -9 "$pid"
-	echo "$name: killed $role $rank (pid $pid) after '$pat'"
-	wait $job
-	echo $? >"$tmp/$name.rc"
-}
-must_pass() {
-	[ "$(cat "$tmp/$1.rc")" = 0 ] || { tail -25 "$tmp/$1.log"; fail "$1: the job failed"; }
-	grep -q "starting a new one in its place" "$tmp/$1.log" || fail "$1: no restart"
-	grep -q "is back: pid" "$tmp/$1.log" || fail "$1: the new process did not rejoin"
-}
+KILL_JOB_LIMIT=250 KILL_WAIT=60
+. "$(dirname "$0")/kill_lib.bash"
 # same NAME: its table file equals the undisturbed run's, bit for bit
 same() {
 	cmp -s "$tmp/ref.params" "$tmp/$1.params" ||

@@ -1,0 +1,53 @@
+# kill_lib.bash - killing one process of a running job, for the recovery
+# tests. The caller defines $tmp (its directory), ours (this test's
+# processes: tagged_pids from job_lib.bash) and fail, and may set
+# KILL_JOB_LIMIT (seconds a killed job may run, 200 by default).
+
+# pid_of ROLE RANK: the process of that role and rank in this test's job
+# (RANK is ignored for the scheduler)
+pid_of() {
+	local p
+	for p in $(ours); do
+		tr '\0' '\n' 2>/dev/null <"/proc/$p/environ" | grep -qx "DMLC_ROLE=$1" || continue
+		[ "$1" = scheduler ] || tr '\0' '\n' 2>/dev/null <"/proc/$p/environ" |
+			grep -qx "DMLC_$(echo "$1" | tr a-z A-Z)_ID=$2" || continue
+		grep -q timeout "/proc/$p/comm" 2>/dev/null && continue
+		echo "$p"
+		return 0
+	done
+	return 1
+}
+
+# wait_for LOG PATTERN [SECONDS]: until the log shows PATTERN (30 s by
+# default). Looked at every 20 ms: a small job's whole run can take under a
+# second on an idle machine, and a kill must land before the job ends.
+wait_for() {
+	local i n=$((${3:-30} * 50))
+	for i in $(seq "$n"); do
+		grep -q "$2" "$1" 2>/dev/null && return 0
+		sleep 0.02
+	done
+	return 1
+}
+
+# killed NAME ROLE RANK PATTERN launch-args...: start the job, SIGKILL the
+# process once the log shows PATTERN; the launcher's status in $tmp/NAME.rc
+killed() {
+	local name=$1 role=$2 rank=$3 pat=$4 pid
+	shift 4
+	timeout "${KILL_JOB_LIMIT:-200}" "$@" >"$tmp/$name.log" 2>&1 &
+	local job=$!
+	wait_for "$tmp/$name.log" "$pat" "${KILL_WAIT:-30}" || { kill $job; fail "$name: '$pat' never came"; }
+	pid=$(pid_of "$role" "$rank") || { kill $job; fail "$name: no $role $rank"; }
+	kill -9 "$pid"
+	echo "$name: killed $role $rank (pid $pid) after '$pat'"
+	wait $job
+	echo $? >"$tmp/$name.rc"
+}
+
+# must_pass NAME: the job ended well, after a restart that rejoined
+must_pass() {
+	[ "$(cat "$tmp/$1.rc")" = 0 ] || { tail -25 "$tmp/$1.log"; fail "$1: the job failed"; }
+	grep -q "starting a new one in its place" "$tmp/$1.log" || fail "$1: no restart"
+	grep -q "is back: pid" "$tmp/$1.log" || fail "$1: the new process did not rejoin"
+}
