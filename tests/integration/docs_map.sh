@@ -13,12 +13,12 @@ log "HACKING.md: every file and function it names exists; module table = the bui
 
 cp "$S/docs/HACKING.md" "$T_DIR/h.md"
 sed -i 's/`kv\/server.c: payload_dest`/`kv\/server.c: payload_dest_gone`/' "$T_DIR/h.md"
-sed -i 's/`van_cork.c`/`van_corks.c`/' "$T_DIR/h.md"
+sed -i 's/`codec.c`/`codecs.c`/' "$T_DIR/h.md"
 sed -i 's/^| `src\/nn\/` | optim, obs, common |/| `src\/nn\/` | optim, common |/' "$T_DIR/h.md"
 sed -i '/^| `src\/obs\/` |/d' "$T_DIR/h.md"
 python3 "$S/tools/check_map.py" "$S" "$T_DIR/h.md" >"$T_DIR/out" 2>&1 &&
 	fail "the checker passed a broken page"
-for want in "payload_dest_gone is not in src/kv/server.c" "van_corks.c.: no such file" \
+for want in "payload_dest_gone is not in src/kv/server.c" "codecs.c.: no such file" \
 	"src/nn/ may use" "no row for src/obs/"; do
 	grep -q "$want" "$T_DIR/out" || fail "the checker missed: $want ($(cat "$T_DIR/out"))"
 done
