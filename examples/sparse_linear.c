@@ -231,24 +231,25 @@ save_table(dt_kv *kv, uint64_t rows, const char *path)
 static void
 usage(FILE *f)
 {
-	fprintf(f,
-	        "usage: sparse_linear [options]\n"
-	        "  --kvstore TYPE        local, dist_sync, dist_async (local)\n"
-	        "  --features-log2 F     2^F hashed weights, 20..24 (20)\n"
-	        "  --nnz N               active features an example (40)\n"
-	        "  --train N             training examples (200000)\n"
-	        "  --test N              test examples (20000)\n"
-	        "  --batch-size N        examples a worker's step (512)\n"
-	        "  --epochs N            (3)\n"
-	        "  --optimizer NAME      adam or sgd (adam)\n"
-	        "  --lr X                learning rate (0.003)\n"
-	        "  --seed N              the data set's seed (1)\n"
-	        "  --disp-batches N      Speedometer interval (50)\n"
-	        "  --metrics FILE        rank 0 logs progress as JSON lines\n"
-	        "  --run-label L         the run's name in the log (the\n"
-	        "                        kvstore type and worker count)\n"
-	        "  --save FILE           rank 0 writes the table at the end as\n"
-	        "                        a parameter file (dtrain params diff)\n");
+	fprintf(
+	    f,
+	    "usage: sparse_linear [options]\n"
+	    "  --kvstore TYPE        local, dist_sync, dist_async (local)\n"
+	    "  --features-log2 F     2^F hashed weights, 20..24 (20)\n"
+	    "  --nnz N               active features an example (40)\n"
+	    "  --train N             training examples (200000)\n"
+	    "  --test N              test examples (20000)\n"
+	    "  --batch-size N        examples a worker's step (512)\n"
+	    "  --epochs N            (3)\n"
+	    "  --optimizer NAME      adam or sgd (adam)\n"
+	    "  --lr X                learning rate (0.003)\n"
+	    "  --seed N              the data set's seed (1)\n"
+	    "  --disp-batches N      Speedometer interval (50)\n"
+	    "  --metrics FILE        rank 0 logs progress as JSON lines\n"
+	    "  --run-label L         the run's name in the log (the\n"
+	    "                        kvstore type and worker count)\n"
+	    "  --save FILE           rank 0 writes the table at the end as\n"
+	    "                        a parameter file (dtrain params diff)\n");
 }
 
 #define CHECK(call)                                                            \
