@@ -14,9 +14,12 @@
  * backward pass ping-pongs between two gradient buffers. Layer kernels are
  * in layers.c and losses in loss.c; this file only plans and dispatches.
  *
- * Size: its ideas are parsing a model description, building the layers and
- * running forward/backward over one parameter buffer; they share the layer
- * table, and the parser is the candidate to move out when it grows.
+ * Size: its ideas are parsing a model description, building the layers
+ * (the whole model or one pipeline stage of it) and running forward/backward
+ * over one parameter buffer; they share the private layer struct. Moving
+ * that struct into a private header would let the parser and the stage
+ * code (dt_nn_model_create_stage, dt_nn_stage_*) become files of their own;
+ * that is the next step when either grows.
  */
 #include <errno.h>
 #include <math.h>
