@@ -13,6 +13,9 @@ DTRAIN_SECRET=$(od -An -tx1 -N32 /dev/urandom | tr -d ' \n')
 export DTRAIN_SECRET
 CHECK=$BUILD/tests/progs/coll_check
 TMP=$(mktemp -d "${TMPDIR:-/tmp}/dtrain_coll_test.XXXXXX")
+# Open MPI's session files go in the test's own directory: the mpiruns of
+# tests running side by side would race on the shared one in /tmp.
+export OMPI_MCA_orte_tmpdir_base=$TMP/ompi
 TAG=dtc_$$_$RANDOM
 FAILED=0
 PASSED=0

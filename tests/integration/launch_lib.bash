@@ -9,6 +9,9 @@ set -u
 
 DTRAIN=${DTRAIN_BUILD:?DTRAIN_BUILD must name the build directory}/dtrain
 TMP=$(mktemp -d "${TMPDIR:-/tmp}/dtrain_launch_test.XXXXXX")
+# Open MPI's session files go in the test's own directory: the mpiruns of
+# tests running side by side would race on the shared one in /tmp.
+export OMPI_MCA_orte_tmpdir_base=$TMP/ompi
 TAG=dtl_$$_$RANDOM
 FAILED=0
 

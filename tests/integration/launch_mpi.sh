@@ -28,6 +28,27 @@ done
 check "mpi: [server 0] line" has "$OUT" "[server 0] server  role server"
 check "mpi: [scheduler] line" has "$OUT" "[scheduler] scheduler listens on"
 check "mpi: no raw mpirun tags" test -z "$(grep -F '<stdout>' "$OUT")"
+[ "$FAILED" = 0 ] || { echo "--- stdout"; cat "$OUT"; echo "--- stderr"; cat "$ERR"; }
+
+# Open MPI's per-user session directory ("ompi.HOST.UID" in TMPDIR) is
+# created and removed by every mpirun, and two starting together race on
+# it. The launcher gives each role's mpirun a directory of its own: with
+# that name taken by a file, where a plain mpirun fails, the job runs, and
+# the launcher's directory is gone at the end.
+POISON=$TMP/tmpdir
+mkdir "$POISON"
+: >"$POISON/ompi.$(hostname).$(id -u)"
+# shellcheck disable=SC2016
+env -u OMPI_MCA_orte_tmpdir_base TMPDIR="$POISON" timeout 120 "$DTRAIN" launch --launcher mpi -n 2 -s 1 \
+	--env DT_TEST_TAG="$TAG" -- sh -c 'echo "rank $OMPI_COMM_WORLD_RANK"' \
+	>"$OUT" 2>"$ERR"
+rc=$?
+check "mpi session dirs: launcher exits 0 (got $rc)" test "$rc" = 0
+check "mpi session dirs: [worker 1] line" has "$OUT" "[worker 1] rank 1"
+check "mpi session dirs: [server 0] line" has "$OUT" "[server 0] server"
+check "mpi session dirs: nothing left in TMPDIR" \
+	test "$(ls -A "$POISON")" = "ompi.$(hostname).$(id -u)"
+[ "$FAILED" = 0 ] || { echo "--- stdout"; cat "$OUT"; echo "--- stderr"; cat "$ERR"; }
 
 # One rank fails: mpirun exits non-zero, the launcher stops the job.
 start=$(now_ms)

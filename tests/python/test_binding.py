@@ -304,7 +304,7 @@ def test_distributed_optimizer_through_the_servers():
     assert digests[False] == digests[True]
 
 
-def test_horovod_calls_under_plain_mpirun():
+def test_horovod_calls_under_plain_mpirun(tmp_path):
     import shutil
     import socket
     import subprocess
@@ -315,8 +315,11 @@ def test_horovod_calls_under_plain_mpirun():
     s.bind(("127.0.0.1", 0))
     port = s.getsockname()[1]
     s.close()
+    # (Open MPI's session files in the test's own directory: other
+    # tests' mpiruns beside this one would race on the shared one)
     env = dict(os.environ, DTRAIN_COLL_ROOT=f"127.0.0.1:{port}",
-               DTRAIN_SECRET=os.urandom(32).hex())
+               DTRAIN_SECRET=os.urandom(32).hex(),
+               OMPI_MCA_orte_tmpdir_base=str(tmp_path / "ompi"))
     r = subprocess.run(
         ["mpirun", "--allow-run-as-root", "--oversubscribe", "-np", "2",
          "-x", "DTRAIN_COLL_ROOT", "-x", "DTRAIN_SECRET", "-x",

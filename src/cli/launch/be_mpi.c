@@ -5,9 +5,13 @@
  * rank wrapper so that a failing rank is named.
  */
 #include <ctype.h>
+#include <errno.h>
+#include <ftw.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "cli/launch/launch.h"
 
@@ -94,6 +98,74 @@ host_list(struct plan *pl, int worker, long count, struct strv *argv)
 	return strv_add(argv, sb_take(&b)); /* (NULL: out of memory) */
 }
 
+/* Open MPI 4 keeps a session directory per mpirun under one directory
+ * per user and host ("/tmp/ompi.HOST.UID"), which every mpirun creates
+ * when it is missing and removes when it is empty: two mpiruns starting
+ * together (the servers' and the workers') race on it, and the loser
+ * fails in orte_init ("A call to mkdir was unable to create the desired
+ * directory ... File exists") before any rank runs. So each role's
+ * mpirun gets a directory of its own on this host, inside one the
+ * launcher makes and removes. (mpirun's daemons on the other hosts of
+ * -H keep Open MPI's default, which nothing here could remove.) */
+static int
+mpi_before(const struct hosts *h, struct ctx *c, struct run *r)
+{
+	/* Under the directory the user chose for Open MPI, if any. */
+	const char *names[] = {"OMPI_MCA_orte_local_tmpdir_base",
+	                       "OMPI_MCA_orte_tmpdir_base", "TMPDIR"};
+	const char *tmp = NULL;
+	char *dir;
+
+	(void)h;
+	(void)r;
+	for (size_t i = 0; i < DT_ARRAY_LEN(names) && !tmp; i++) {
+		tmp = getenv(names[i]);
+		if (tmp && tmp[0] != '/')
+			tmp = NULL;
+	}
+	if (tmp == NULL)
+		tmp = "/tmp";
+	if (asprintf(&dir, "%s/dtrain-mpi-XXXXXX", tmp) < 0) {
+		say("out of memory");
+		return RC_FAIL;
+	}
+	/* (mkdtemp makes only the last part: Open MPI makes a missing
+	 * base directory itself, so do the same for the one above) */
+	if (mkdir(tmp, 0700) < 0 && errno != EEXIST) {
+		say("cannot make %s for mpirun's session files: %s", tmp,
+		    strerror(errno));
+		free(dir);
+		return RC_FAIL;
+	}
+	if (mkdtemp(dir) == NULL) {
+		say("cannot make a directory for mpirun's session files in "
+		    "%s: %s",
+		    tmp, strerror(errno));
+		free(dir);
+		return RC_FAIL;
+	}
+	c->mpi_tmp = dir;
+	return 0;
+}
+
+static int
+remove_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw)
+{
+	(void)st;
+	(void)ftw;
+	if (flag == FTW_DP)
+		rmdir(path);
+	else
+		unlink(path);
+	return 0; /* on with the rest, whatever failed */
+}
+
+void
+mpi_tmp_remove(const char *dir)
+{
+	nftw(dir, remove_entry, 16, FTW_DEPTH | FTW_PHYS);
+}
+
 /* One mpirun for all processes of a role; -x passes every variable. The
  * rank comes from OMPI_COMM_WORLD_RANK, so no DMLC_*_ID is set. */
 static dt_err
@@ -143,6 +215,14 @@ mpi_role(struct plan *pl, const char *role, long np, char **cmd, size_t ncmd)
 	 * then sleeps 1 s before SIGKILL, whether they are gone or not: 3 s
 	 * to stop a job over two hosts. The ranks' wrappers end their
 	 * commands, whatever kills them (rank.c). */
+	/* (Open MPI refuses a local base beside a global one: when the
+	 * user set the global base, it is the one given, there and on the
+	 * other hosts.) */
+	if (!err && c->mpi_tmp && !(err = strv_dup(&p->argv, "--mca")) &&
+	    !(err = strv_dup(&p->argv, getenv("OMPI_MCA_orte_tmpdir_base")
+	                                   ? "orte_tmpdir_base"
+	                                   : "orte_local_tmpdir_base")))
+		err = strv_addf(&p->argv, "%s/%s", c->mpi_tmp, role);
 	if (!err && !getenv("OMPI_MCA_odls_base_sigkill_timeout") &&
 	    !(err = strv_dup(&p->argv, "--mca")) &&
 	    !(err = strv_dup(&p->argv, "odls_base_sigkill_timeout")))
@@ -172,4 +252,5 @@ const struct dl_backend dl_mpi = {
     .name = "mpi",
     .hosts = HOSTS_OPTIONAL,
     .plan_role = mpi_role,
+    .before = mpi_before,
 };

@@ -187,6 +187,10 @@ struct ctx {
 	 * the file "secret" in the directory PREFIX-I (be_ssh.c). */
 	char *remote_secret_dir;
 	char *sync_mark; /* "DIR/.dtrain-new-JOB": a directory a copy made */
+	/* mpi: "$TMPDIR/dtrain-mpi-XXXXXX", this host's session directories
+	 * of the job's mpiruns, one per role (be_mpi.c); removed by
+	 * ctx_free. */
+	char *mpi_tmp;
 	unsigned char *unreached; /* by host: ssh could not connect there */
 };
 
@@ -266,6 +270,9 @@ dt_err build_sync(const struct opts *o, const struct hosts *h,
                   const struct ctx *c, struct proc **out, size_t *nout);
 /* be_mpi.c, be_slurm.c: the rank marks of their lines. */
 size_t mpi_tag(const char *s, size_t n, long *rank);
+/* Remove the directory tree DIR (the mpi back-end's session
+ * directories), not following symbolic links. */
+void mpi_tmp_remove(const char *dir);
 size_t slurm_tag(const char *s, size_t n, long *rank);
 /* The rank wrapper in front of a command of mpirun or srun. */
 dt_err rank_wrap(struct proc *p, const struct ctx *c);

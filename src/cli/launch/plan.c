@@ -463,6 +463,10 @@ ctx_free(struct ctx *c)
 	else
 		free(c->secret_env);
 	free(c->remote_secret_dir);
+	if (c->mpi_tmp)
+		mpi_tmp_remove(c->mpi_tmp);
+	free(c->mpi_tmp);
+	c->mpi_tmp = NULL;
 	free(c->sync_mark);
 	c->sync_mark = NULL;
 	free(c->unreached);
