@@ -19,6 +19,13 @@ if grep -qE '^DT_SANITIZE:STRING=.+' "$BUILD/CMakeCache.txt" 2>/dev/null; then
 	san=--quick
 	echo "sanitizer build: 4 and 8 ranks and the variants without the 2^20+5 size"
 fi
+case ${DT_TEST_SANITIZE:-} in
+*thread*)
+	# (ThreadSanitizer runs 5-15 times slower: every rank count quick)
+	quick_from=1
+	echo "ThreadSanitizer: every rank count without the 2^20+5 size"
+	;;
+esac
 
 for n in 1 2 3 4 8; do
 	out=$TMP/ranks$n

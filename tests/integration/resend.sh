@@ -95,7 +95,9 @@ fi
 if [ -n "${DTRAIN_QUICK:-}" ]; then
 	echo "mnist cases skipped: DTRAIN_QUICK (a ThreadSanitizer build)"
 elif [ -f "$DATA/train-images-idx3-ubyte.gz" ]; then
-	M=(--model lenet --epochs 1 --limit 3072 --seed 7 --disp-batches 16 --optimizer sgd
+	limit=3072
+	[ -z "${DT_TEST_SANITIZE:-}" ] || limit=1536 # (a sanitizer build: half)
+	M=(--model lenet --epochs 1 --limit $limit --seed 7 --disp-batches 16 --optimizer sgd
 		--lr 0.05 --momentum 0.9 --batch-size 32 --data "$DATA")
 	for kv in dist_sync horovod; do
 		s=2
