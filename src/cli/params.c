@@ -8,6 +8,9 @@
  *       models. With --atol/--rtol, exit 1 when a difference exceeds them.
  *   dtrain params show FILE
  *       lists the tensors of a file with their shapes and norms.
+ *   dtrain params join OUT FILE...
+ *       writes one file with the tensors of every FILE, in order: the
+ *       stage files of a pipeline run make the whole model's file.
  *
  * The file format and the comparison live in src/nn/params_io.c; this file
  * only parses arguments and prints.
@@ -39,11 +42,18 @@ usage(FILE *f)
 {
 	fputs("usage: dtrain params diff [--atol X] [--rtol Y] A B\n"
 	      "       dtrain params show FILE\n"
+	      "       dtrain params join OUT FILE...\n"
 	      "\n"
 	      "diff prints max_abs=<v> max_rel=<v> over all elements of two\n"
 	      "parameter files of the same model, and the tensor that\n"
 	      "differs most. Exit status: 0 comparable, 1 a difference over\n"
-	      "--atol/--rtol, 2 bad usage, bad files or different models.\n",
+	      "--atol/--rtol, 2 bad usage, bad files or different models.\n"
+	      "\n"
+	      "join writes OUT with the tensors of every FILE in the order\n"
+	      "given (a tensor name may appear only once): the stage files\n"
+	      "of a pipeline run (mnist --pipeline-stages S --save F writes\n"
+	      "F.stage0 ...) joined in stage order make the whole model's\n"
+	      "file. Exit status: 0 written, 2 bad usage or bad files.\n",
 	      f);
 }
 
@@ -174,6 +184,124 @@ cmd_show(int argc, char **argv)
 	return 0;
 }
 
+static int
+cmp_name(const void *a, const void *b)
+{
+	return strcmp((*(const dt_nn_tensor *const *)a)->name,
+	              (*(const dt_nn_tensor *const *)b)->name);
+}
+
+/* The first name two tensors of t[0..n) share, or NULL. */
+static const char *
+shared_name(const dt_nn_tensor *t, size_t n)
+{
+	const dt_nn_tensor **by = calloc(n, sizeof(*by));
+	const char *dup = NULL;
+
+	if (by == NULL)
+		return "(out of memory)";
+	for (size_t i = 0; i < n; i++)
+		by[i] = &t[i];
+	qsort(by, n, sizeof(*by), cmp_name);
+	for (size_t i = 1; i < n && !dup; i++)
+		if (strcmp(by[i - 1]->name, by[i]->name) == 0)
+			dup = by[i]->name;
+	free(by);
+	return dup;
+}
+
+/* The tensors of in[0..nin) one after the other, copied into *buf. */
+static int
+join_tensors(dt_nn_params **in, int nin, dt_nn_tensor **out, size_t *nout,
+             float **buf)
+{
+	size_t nt = 0, total = 0, k = 0, off = 0;
+
+	for (int f = 0; f < nin; f++) {
+		nt += (size_t)dt_nn_params_num_tensors(in[f]);
+		for (int i = 0; i < dt_nn_params_num_tensors(in[f]); i++)
+			total += dt_nn_params_tensor(in[f], i)->size;
+	}
+	/* (each file is within the format's bounds; together they must be
+	 * too: at most 65,536 tensors and 2^36 bytes) */
+	if (nt > 65536 || total > ((size_t)1 << 34)) {
+		fprintf(stderr,
+		        "dtrain params join: %zu tensors of %zu floats in "
+		        "all, over the format's bounds (65536 tensors, 2^34 "
+		        "floats)\n",
+		        nt, total);
+		return 2;
+	}
+	*out = calloc(nt, sizeof(**out));
+	*buf = malloc((total ? total : 1) * sizeof(float));
+	if (*out == NULL || *buf == NULL) {
+		fprintf(stderr, "dtrain params join: out of memory\n");
+		return 2;
+	}
+	for (int f = 0; f < nin; f++)
+		for (int i = 0; i < dt_nn_params_num_tensors(in[f]); i++) {
+			const dt_nn_tensor *t = dt_nn_params_tensor(in[f], i);
+
+			(*out)[k] = *t;
+			(*out)[k].offset = off;
+			memcpy(*buf + off, dt_nn_params_data(in[f]) + t->offset,
+			       t->size * sizeof(float));
+			off += t->size;
+			k++;
+		}
+	*nout = nt;
+	return 0;
+}
+
+static int
+cmd_join(int argc, char **argv)
+{
+	int nin = argc - 2, rc = 2;
+	dt_nn_params **in;
+	dt_nn_tensor *t = NULL;
+	float *buf = NULL;
+	size_t nt = 0;
+	const char *dup;
+
+	if (argc < 3 || argv[1][0] == '-') {
+		usage(stderr);
+		return 2;
+	}
+	if ((in = calloc((size_t)nin, sizeof(*in))) == NULL) {
+		fprintf(stderr, "dtrain params join: out of memory\n");
+		return 2;
+	}
+	for (int f = 0; f < nin; f++)
+		if (dt_nn_params_read(argv[2 + f], &in[f])) {
+			fprintf(stderr, "dtrain params join: %s\n",
+			        esc(dt_errmsg()));
+			goto out;
+		}
+	if (join_tensors(in, nin, &t, &nt, &buf))
+		goto out;
+	if ((dup = shared_name(t, nt)) != NULL) {
+		fprintf(stderr,
+		        "dtrain params join: the tensor '%s' is in more "
+		        "than one file (the files are not the stages of one "
+		        "model)\n",
+		        esc(dup));
+		goto out;
+	}
+	if (dt_nn_params_write(argv[1], t, (int)nt, buf)) {
+		fprintf(stderr, "dtrain params join: %s\n", esc(dt_errmsg()));
+		goto out;
+	}
+	printf("%s: %zu tensors from %d files\n", esc(argv[1]), nt, nin);
+	rc = 0;
+out:
+	for (int f = 0; f < nin; f++)
+		dt_nn_params_free(in[f]);
+	free(in);
+	free(t);
+	free(buf);
+	return rc;
+}
+
 int
 dt__cli_params(int argc, char **argv)
 {
@@ -186,6 +314,8 @@ dt__cli_params(int argc, char **argv)
 		return cmd_diff(argc - 1, argv + 1);
 	if (strcmp(argv[1], "show") == 0)
 		return cmd_show(argc - 1, argv + 1);
+	if (strcmp(argv[1], "join") == 0)
+		return cmd_join(argc - 1, argv + 1);
 	fprintf(stderr, "dtrain params: unknown subcommand '%s'\n", argv[1]);
 	usage(stderr);
 	return 2;

@@ -5,7 +5,8 @@
 # every stage's parameters must equal bit for bit those of one process
 # running the same micro-batches in turn, and the stash must hold M
 # micro-batch inputs at most under GPipe and S - s under 1F1B. Then an MLP
-# in 4 stages over TCP with sgd.
+# in 4 stages over TCP with sgd. Then the mnist example: its stage files,
+# joined by `dtrain params join`, equal one process's file bit for bit.
 . "$(dirname "$0")/coll_lib.bash"
 CHECK=$BUILD/tests/progs/pipe_check
 
@@ -58,6 +59,34 @@ if [ -f "$DATA/train-images-idx3-ubyte.gz" ]; then
 		grep -q "epoch 0: train loss" "$out"
 	check "mnist, 3 stages: each stage saved its file" \
 		test -s "$TMP/p.stage0" -a -s "$TMP/p.stage1" -a -s "$TMP/p.stage2"
+	# One process running the same micro-batches (one stage) ends with
+	# the same bits as the three stage files joined.
+	out=$TMP/mnist1
+	timeout 280 "$BUILD/examples/mnist" --pipeline-stages 1 \
+		--micro-batches 4 --schedule gpipe --batch-size 32 --epochs 1 \
+		--limit 256 --data "$DATA" --save "$TMP/one" >"$out" 2>&1
+	rc=$?
+	check "mnist, 1 stage: exits 0 (got $rc)" test "$rc" = 0
+	"$DTRAIN" params join "$TMP/joined" "$TMP/p.stage0" "$TMP/p.stage1" \
+		"$TMP/p.stage2" >"$TMP/join.out" 2>&1
+	rc=$?
+	check "params join of the 3 stage files: exits 0 (got $rc)" \
+		test "$rc" = 0
+	check "mnist, 3 stages joined: bit-identical to one process" \
+		cmp -s "$TMP/joined" "$TMP/one.stage0"
+	"$DTRAIN" params diff "$TMP/joined" "$TMP/one.stage0" >"$TMP/diff.out" 2>&1
+	check "mnist, 3 stages joined: params diff says identical" \
+		grep -qx identical "$TMP/diff.out"
+	"$DTRAIN" params join "$TMP/twice" "$TMP/p.stage0" "$TMP/p.stage0" \
+		>"$TMP/join.out" 2>&1
+	rc=$?
+	check "params join: a tensor in two files is refused (exit $rc)" \
+		test "$rc" = 2
+	check "params join: the refusal names the tensor" \
+		grep -q "the tensor 'conv0_[a-z]*' is in more than one file" \
+		"$TMP/join.out"
+	check "params join: nothing written when refused" \
+		test ! -e "$TMP/twice"
 	out=$TMP/mnist_bad
 	"$BUILD/examples/mnist" --pipeline-stages 2 --micro-batches 5 \
 		--batch-size 32 >"$out" 2>&1
