@@ -9,11 +9,15 @@
 
 ENGINE_CLEANUP=()
 
-# The time a stop may take: 2 s (the target), 5 s in a sanitizer
-# build, where every process starts and exits several times slower.
-STOP_MS=2000
+# The time a stop may take. The aim is 2 s, and the TABLE lines show what
+# each stop took; at a load of 12 on 2 cores that was 0.2-0.7 s under
+# mpirun but 1.7-3.0 s over ssh, so the bound is 10 s (15 s in a sanitizer
+# build, where every process starts and exits several times slower): what
+# it must catch is a stop that waits for a timeout or for a process that
+# ignores SIGTERM.
+STOP_MS=10000
 SANITIZED=
-case $DTRAIN_BUILD in *-asan | *-tsan) STOP_MS=5000 SANITIZED=1 ;; esac
+case $DTRAIN_BUILD in *-asan | *-tsan) STOP_MS=15000 SANITIZED=1 ;; esac
 
 # stop_daemon PIDFILE: SIGTERM, then wait (10 s at most, then SIGKILL)
 # until it is gone - slurmctld saves its state as it stops, and a

@@ -258,7 +258,10 @@ build_sync(const struct opts *o, const struct hosts *h, const struct ctx *c,
 }
 
 /* By host of h: whether ssh never connected there (it exited 255 before
- * running anything) in the steps p[0..n); NULL if out of memory. */
+ * running anything) in the steps p[0..n); NULL if out of memory. A 255
+ * once the launcher was stopping the steps does not count: ssh killed by
+ * the launcher's SIGTERM exits 255 too, after it may have connected and
+ * made something that must then be removed. */
 static unsigned char *
 unreached_hosts(const struct hosts *h, const struct proc *p, size_t n)
 {
@@ -266,8 +269,8 @@ unreached_hosts(const struct hosts *h, const struct proc *p, size_t n)
 
 	for (size_t i = 0; u && i < n; i++)
 		for (size_t k = 0; k < h->n; k++)
-			if (p[i].exited && p[i].code == CLD_EXITED &&
-			    p[i].status == 255 &&
+			if (p[i].exited && !p[i].in_stop &&
+			    p[i].code == CLD_EXITED && p[i].status == 255 &&
 			    strcmp(p[i].host, h->h[k].name) == 0)
 				u[k] = 1;
 	return u;

@@ -153,8 +153,12 @@ struct proc {
 	int restart_wanted; /* --restart: a new process is to take its place */
 	int replaced;       /* one did */
 	unsigned exit_seq;  /* in which order its exit was noted */
-	int code;           /* CLD_EXITED, CLD_KILLED or CLD_DUMPED */
-	int status;         /* exit status or signal */
+	/* It exited once the launcher was stopping the run: its status
+	 * may be the launcher's signal's doing (ssh killed by SIGTERM
+	 * exits 255, as when it cannot connect). */
+	int in_stop;
+	int code;   /* CLD_EXITED, CLD_KILLED or CLD_DUMPED */
+	int status; /* exit status or signal */
 	/* The first of its ranks that failed, from the wrapper's line. */
 	long rank;
 	int rank_code, rank_status; /* rank_code 0: none seen */

@@ -243,6 +243,7 @@ note_exit(struct run *r, struct proc *p)
 
 	describe(p, how, sizeof(how));
 	p->exit_seq = r->exits++;
+	p->in_stop = r->stopping;
 	if (r->stopping) {
 		if (r->verbose)
 			say("%s (pid %d) %s", p->label, (int)p->pid, how);
