@@ -26,7 +26,44 @@ PROC_TIMEOUT=$((${PROC_TIMEOUT:-120} * DT_TEST_TIME_SCALE)) # per process, secon
 T_NAME=$(basename "$0" .sh)
 T_DIR=$(mktemp -d "${TMPDIR:-/tmp}/dtrain-$T_NAME.XXXXXX")
 T_GROUPS=() # process groups started by spawn
+declare -A T_START # spawned pid -> its start time (/proc/PID/stat)
 T_FAILED=0
+
+# Waiting without starting processes. bash keeps the exit status of a
+# background process it has reaped until a new child of its own gets the
+# same pid; on a busy machine the pids wrap (32768) within minutes, and a
+# poll that forks `sleep` and `date` 40 times a second would in the end
+# take that pid ("wait: pid N is not a child of this shell"). So the polls
+# below use builtins only: the time from EPOCHREALTIME, the pause from
+# `read -t` on a FIFO nobody writes to.
+mkfifo "$T_DIR/.pause"
+exec {T_PAUSE_FD}<>"$T_DIR/.pause"
+# (no $(...) either: a command substitution is a child too, so these set
+# variables: T_NOW, T_ST)
+t_now() { # T_NOW: nanoseconds
+	local t=${EPOCHREALTIME/[.,]/}
+	T_NOW=$((10#$t * 1000))
+}
+t_pause() { # SECONDS (fractions allowed)
+	read -r -t "$1" -u "$T_PAUSE_FD" _ || true
+}
+# t_start PID: T_ST, the start time of PID (clock ticks since boot), or "".
+t_start() {
+	local line f
+	T_ST=
+	{ read -r line <"/proc/$1/stat"; } 2>/dev/null || return 0
+	line=${line##*) }
+	read -r -a f <<<"$line"
+	T_ST=${f[19]}
+}
+# t_alive PID: PID is still the process spawn started (not a new one that
+# got its pid after it ended).
+t_alive() {
+	kill -0 "$1" 2>/dev/null || return 1
+	[ -z "${T_START[$1]:-}" ] && return 0
+	t_start "$1"
+	[ "$T_ST" = "${T_START[$1]}" ]
+}
 
 cleanup() {
 	local g
@@ -78,6 +115,8 @@ spawn() {
 	setsid timeout -k 5 "$PROC_TIMEOUT" "$@" >"$T_DIR/$name.log" 2>&1 &
 	SPAWNED=$!
 	T_GROUPS+=("$SPAWNED")
+	t_start "$SPAWNED"
+	T_START[$SPAWNED]=$T_ST
 }
 
 # wait_exit PID SECONDS: wait for a spawned process to end within SECONDS
@@ -85,13 +124,15 @@ spawn() {
 # sets EXIT_STATUS (124 when timeout(1) killed it, 255 when we gave up).
 wait_exit() {
 	local pid=$1 secs=$2 deadline
-	deadline=$(($(date +%s%N) + secs * DT_TEST_TIME_SCALE * 1000000000))
-	while kill -0 "$pid" 2>/dev/null; do
-		if [ "$(date +%s%N)" -ge "$deadline" ]; then
+	t_now
+	deadline=$((T_NOW + secs * DT_TEST_TIME_SCALE * 1000000000))
+	while t_alive "$pid"; do
+		t_now
+		if [ "$T_NOW" -ge "$deadline" ]; then
 			EXIT_STATUS=255
 			return 1
 		fi
-		sleep 0.05
+		t_pause 0.05
 	done
 	wait "$pid"
 	EXIT_STATUS=$?
@@ -102,10 +143,12 @@ wait_exit() {
 # the extended regular expression PATTERN (SECONDS scaled).
 wait_for_line() {
 	local file=$1 pattern=$2 secs=$3 deadline
-	deadline=$(($(date +%s%N) + secs * DT_TEST_TIME_SCALE * 1000000000))
+	t_now
+	deadline=$((T_NOW + secs * DT_TEST_TIME_SCALE * 1000000000))
 	while ! grep -Eq -- "$pattern" "$file" 2>/dev/null; do
-		[ "$(date +%s%N)" -ge "$deadline" ] && return 1
-		sleep 0.05
+		t_now
+		[ "$T_NOW" -ge "$deadline" ] && return 1
+		t_pause 0.05
 	done
 	return 0
 }
