@@ -154,7 +154,8 @@ const float *dt_nn_model_input_grad(const dt_nn_model *m);
  * backward one; st (may be NULL) reports the most it kept.
  */
 enum { DT_NN_PIPE_GPIPE = 0, DT_NN_PIPE_1F1B = 1 };
-#define DT_NN_PIPE_MAX_MICRO 4096
+#define DT_NN_PIPE_MAX_MICRO    4096
+#define DT_NN_PIPE_MAX_REPLICAS 4096 /* and stages */
 
 typedef struct dt_nn_pipe_cfg {
 	int stage, stages;
@@ -162,6 +163,10 @@ typedef struct dt_nn_pipe_cfg {
 	int micro_batches, micro_batch;
 	const float *x; /* stage 0 */
 	const float *y; /* last stage */
+	/* Data parallelism over pipelines: this pipeline is replica
+	 * `replica` of `replicas` (0 or 1: a single pipeline). The ops name
+	 * stage s of replica r as peer r * stages + s. */
+	int replica, replicas;
 } dt_nn_pipe_cfg;
 
 typedef struct dt_nn_pipe_ops {
@@ -181,6 +186,15 @@ typedef struct dt_nn_pipe_stats {
 
 dt_err dt_nn_pipe_step(dt_nn_model *m, const dt_nn_pipe_cfg *cfg,
                        const dt_nn_pipe_ops *ops, dt_nn_pipe_stats *st);
+
+/* Hybrid parallelism: after dt_nn_pipe_step, the replicas of a stage
+ * (cfg->replicas pipelines, same stage) sum their gradients: replica 0
+ * adds the others' in replica order and sends the sum back, so that every
+ * replica holds ((g0 + g1) + g2) + ... bit for bit (the caller scales and
+ * steps the optimizer). Every replica of the stage must call it; nothing
+ * to do with one replica. The ops' peers are as in dt_nn_pipe_step. */
+dt_err dt_nn_pipe_sum_replicas(dt_nn_model *m, const dt_nn_pipe_cfg *cfg,
+                               const dt_nn_pipe_ops *ops);
 
 /* The full layer spec the model was built from (built-ins expanded). */
 const char *dt_nn_model_spec(const dt_nn_model *m);

@@ -57,6 +57,14 @@ is_last(const pipe_run *p)
 /* Forward micro-batch k: take its input, stash it, and (before the last
  * stage) run the layers and send the output on. The last stage runs its
  * layers with the loss in backward(). */
+/* The ops' name of stage s of this replica's pipeline: replica *
+ * stages + s (with one replica, the stage itself). */
+static int
+peer(const dt_nn_pipe_cfg *c, int s)
+{
+	return (c->replicas > 1 ? c->replica * c->stages : 0) + s;
+}
+
 static dt_err
 forward(pipe_run *p, int k)
 {
@@ -68,7 +76,7 @@ forward(pipe_run *p, int k)
 		memcpy(p->stash[k], c->x + (size_t)k * p->in_n,
 		       sizeof(float) * p->in_n);
 	else if ((err = p->ops->recv(p->ops->arg, p->stash[k], p->in_n,
-	                             c->stage - 1, 2 * k)))
+	                             peer(c, c->stage - 1), 2 * k)))
 		return err;
 	p->live++;
 	p->peak = DT_MAX(p->peak, p->live);
@@ -80,8 +88,8 @@ forward(pipe_run *p, int k)
 	if (err)
 		return err;
 	memcpy(p->fwd_out[k], out, sizeof(float) * p->out_n);
-	return p->ops->send(p->ops->arg, p->fwd_out[k], p->out_n, c->stage + 1,
-	                    2 * k, &p->handles[k]);
+	return p->ops->send(p->ops->arg, p->fwd_out[k], p->out_n,
+	                    peer(c, c->stage + 1), 2 * k, &p->handles[k]);
 }
 
 /* Backward micro-batch k: the last stage runs forward with the loss and
@@ -111,8 +119,8 @@ backward(pipe_run *p, int k)
 	} else {
 		float *dy = p->dy;
 
-		if ((err = p->ops->recv(p->ops->arg, dy, p->out_n, c->stage + 1,
-		                        2 * k + 1)))
+		if ((err = p->ops->recv(p->ops->arg, dy, p->out_n,
+		                        peer(c, c->stage + 1), 2 * k + 1)))
 			return err;
 		t0 = dt_obs_now();
 		err = dt_nn_stage_forward(p->m, p->stash[k], c->micro_batch,
@@ -133,8 +141,9 @@ backward(pipe_run *p, int k)
 		                "back (no earlier stage has parameters)",
 		                c->stage);
 	memcpy(p->bwd_out[k], dx, sizeof(float) * p->in_n);
-	return p->ops->send(p->ops->arg, p->bwd_out[k], p->in_n, c->stage - 1,
-	                    2 * k + 1, &p->handles[c->micro_batches + k]);
+	return p->ops->send(p->ops->arg, p->bwd_out[k], p->in_n,
+	                    peer(c, c->stage - 1), 2 * k + 1,
+	                    &p->handles[c->micro_batches + k]);
 }
 
 /* The order of work: GPipe runs every forward, then every backward; 1F1B
@@ -188,9 +197,16 @@ check_cfg(const dt_nn_model *m, const dt_nn_pipe_cfg *c,
 	if (m == NULL || c == NULL || ops == NULL || !ops->send || !ops->recv ||
 	    !ops->wait)
 		return dt__fail(DT_EINVAL, "pipeline step: NULL argument");
+	if (c->replicas < 0 || c->replicas > DT_NN_PIPE_MAX_REPLICAS ||
+	    c->replica < 0 || c->replica >= DT_MAX(c->replicas, 1))
+		return dt__fail(DT_EINVAL,
+		                "pipeline step: replica %d of %d: out of range "
+		                "(at most %d replicas)",
+		                c->replica, c->replicas,
+		                DT_NN_PIPE_MAX_REPLICAS);
 	if (c->stages < 1 || c->stage < 0 || c->stage >= c->stages ||
-	    c->micro_batches < 1 || c->micro_batch < 1 ||
-	    c->micro_batches > DT_NN_PIPE_MAX_MICRO)
+	    c->stages > DT_NN_PIPE_MAX_REPLICAS || c->micro_batches < 1 ||
+	    c->micro_batch < 1 || c->micro_batches > DT_NN_PIPE_MAX_MICRO)
 		return dt__fail(DT_EINVAL,
 		                "pipeline step: stage %d of %d, %d "
 		                "micro-batches of %d: out of range (at most %d "
@@ -255,5 +271,76 @@ fail:
 	free_set(p.stash, M);
 	free_set(p.fwd_out, M);
 	free_set(p.bwd_out, M);
+	return err;
+}
+
+/* Replica 0 of the stage adds the others' gradients to its own, one
+ * replica after another in replica order, and sends the sum back: every
+ * replica ends with ((g0 + g1) + g2) + ..., bit for bit what one process
+ * adding the replicas' gradients in that order gets. */
+#define REPLICA_TAG (1 << 20) /* above every micro-batch's (2 * 4096) */
+
+dt_err
+dt_nn_pipe_sum_replicas(dt_nn_model *m, const dt_nn_pipe_cfg *c,
+                        const dt_nn_pipe_ops *ops)
+{
+	size_t n;
+	float *g, *tmp = NULL;
+	void **h = NULL;
+	int R;
+	dt_err err = DT_OK;
+
+	if (m == NULL || c == NULL || ops == NULL || !ops->send || !ops->recv ||
+	    !ops->wait)
+		return dt__fail(DT_EINVAL, "pipeline replicas: NULL argument");
+	if (c->replicas < 0 || c->replicas > DT_NN_PIPE_MAX_REPLICAS ||
+	    c->replica < 0 || c->replica >= DT_MAX(c->replicas, 1) ||
+	    c->stages < 1 || c->stage < 0 || c->stage >= c->stages ||
+	    c->stages > DT_NN_PIPE_MAX_REPLICAS)
+		return dt__fail(DT_EINVAL,
+		                "pipeline replicas: replica %d of %d, stage %d "
+		                "of %d: out of range",
+		                c->replica, c->replicas, c->stage, c->stages);
+	R = c->replicas;
+	n = dt_nn_model_num_params(m);
+	if (R <= 1 || n == 0)
+		return DT_OK;
+	g = dt_nn_model_grads(m);
+	if (c->replica != 0) {
+		void *sh = NULL;
+
+		if ((err =
+		         ops->send(ops->arg, g, n, c->stage, REPLICA_TAG, &sh)))
+			return err;
+		err = ops->recv(ops->arg, g, n, c->stage, REPLICA_TAG + 1);
+		dt_err e = ops->wait(ops->arg, sh);
+		return err ? err : e;
+	}
+	tmp = malloc(sizeof(float) * n);
+	h = calloc((size_t)R, sizeof(*h));
+	if (tmp == NULL || h == NULL) {
+		err = dt__fail(DT_ENOMEM,
+		               "pipeline replicas: %zu gradients to add", n);
+		goto out;
+	}
+	for (int r = 1; r < R && !err; r++) {
+		err = ops->recv(ops->arg, tmp, n, r * c->stages + c->stage,
+		                REPLICA_TAG);
+		for (size_t i = 0; i < n && !err; i++)
+			g[i] += tmp[i];
+	}
+	for (int r = 1; r < R && !err; r++)
+		err = ops->send(ops->arg, g, n, r * c->stages + c->stage,
+		                REPLICA_TAG + 1, &h[r]);
+out:
+	for (int r = 1; h && r < R; r++)
+		if (h[r]) {
+			dt_err e = ops->wait(ops->arg, h[r]);
+
+			if (e && !err)
+				err = e;
+		}
+	free(h);
+	free(tmp);
 	return err;
 }

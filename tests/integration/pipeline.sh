@@ -5,8 +5,10 @@
 # every stage's parameters must equal bit for bit those of one process
 # running the same micro-batches in turn, and the stash must hold M
 # micro-batch inputs at most under GPipe and S - s under 1F1B. Then an MLP
-# in 4 stages over TCP with sgd. Then the mnist example: its stage files,
-# joined by `dtrain params join`, equal one process's file bit for bit.
+# in 4 stages over TCP with sgd, and hybrids of 2 stages x 2 and 3
+# replicas (data parallelism over pipelines). Then the mnist example: its
+# stage files, joined by `dtrain params join`, equal one process's file
+# bit for bit.
 . "$(dirname "$0")/coll_lib.bash"
 CHECK=$BUILD/tests/progs/pipe_check
 
@@ -27,6 +29,25 @@ for sched in gpipe 1f1b; do
 			test -z "$(grep -F FAIL "$out")"
 		grep -F FAIL "$out" | head -5
 	done
+done
+
+# Hybrid: 2 stages x 2 replicas under both schedules, and 2 x 3 (with
+# three replicas the order of the sum matters), each replica on its own
+# micro-batches, the replicas of a stage summing their gradients.
+for spec in "2 2 gpipe" "2 2 1f1b" "2 3 1f1b"; do
+	read -r S R sched <<<"$spec"
+	n=$((S * R))
+	out=$TMP/hybrid$S$R$sched
+	launch "$n" "$out" -- --schedule "$sched" --micro-batches 4 \
+		--replicas "$R"
+	rc=$?
+	check "hybrid $S stages x $R replicas, $sched: launcher exits 0 (got $rc)" \
+		test "$rc" = 0
+	check "hybrid $S x $R, $sched: every rank identical to one process" \
+		every_rank "$n" "$out" "parameters identical to one process"
+	check "hybrid $S x $R, $sched: no FAIL line" \
+		test -z "$(grep -F FAIL "$out")"
+	grep -F FAIL "$out" | head -5
 done
 
 out=$TMP/mlp4

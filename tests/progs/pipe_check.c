@@ -10,8 +10,16 @@
  * the same steps. It also checks the stash: M micro-batch inputs at most
  * under GPipe, S - s under 1F1B.
  *
+ * With --replicas R (under -n S*R): R pipelines of S stages, rank r*S + s
+ * being stage s of replica r, each replica on its own micro-batches; after
+ * each step the replicas of a stage sum their gradients
+ * (dt_nn_pipe_sum_replicas). The one process then runs each replica's
+ * micro-batches in turn from zeroed gradients and adds the replicas'
+ * gradients in replica order before its step.
+ *
  *   pipe_check [--model SPEC] [--schedule gpipe|1f1b] [--micro-batches M]
  *              [--micro-batch B] [--steps N] [--optimizer sgd|adam]
+ *              [--replicas R]
  * Prints "stage s of S: parameters identical" per rank; exit status 0 when
  * every check passed.
  */
@@ -102,7 +110,8 @@ int
 main(int argc, char **argv)
 {
 	const char *spec = "lenet", *sched = "1f1b", *opt = "adam";
-	int M = 4, mb = 4, steps = 2, first[65];
+	int M = 4, mb = 4, steps = 2, R = 1, first[65];
+	float *acc = NULL;
 	dt_nn_model *whole = NULL, *st = NULL;
 	dt_nn_optim *o_whole = NULL, *o_st = NULL;
 	float *x = NULL, *y = NULL;
@@ -122,16 +131,27 @@ main(int argc, char **argv)
 			steps = atoi(argv[i + 1]);
 		else if (strcmp(argv[i], "--optimizer") == 0)
 			opt = argv[i + 1];
+		else if (strcmp(argv[i], "--replicas") == 0)
+			R = atoi(argv[i + 1]);
 	}
 	setvbuf(stdout, NULL, _IOLBF, 0);
 	if ((err = dt_coll_init(&c))) {
 		fprintf(stderr, "pipe_check: init: %s\n", dt_errmsg());
 		return 1;
 	}
-	int S = dt_coll_size(c), s = dt_coll_rank(c);
+	if (R < 1 || dt_coll_size(c) % R != 0) {
+		FAIL("--replicas %d does not divide %d ranks", R,
+		     dt_coll_size(c));
+		dt_coll_finalize(c);
+		return 1;
+	}
+	int S = dt_coll_size(c) / R, s = dt_coll_rank(c) % S;
+	int rep = dt_coll_rank(c) / S;
 	dt_nn_pipe_cfg cfg = {
 	    .stage = s,
 	    .stages = S,
+	    .replica = rep,
+	    .replicas = R,
 	    .schedule = strcmp(sched, "gpipe") == 0 ? DT_NN_PIPE_GPIPE
 	                                            : DT_NN_PIPE_1F1B,
 	    .micro_batches = M,
@@ -155,10 +175,16 @@ main(int argc, char **argv)
 	y = malloc(sizeof(float) * (size_t)M * mb);
 	cfg.x = x;
 	cfg.y = y;
+	acc = malloc(sizeof(float) * dt_nn_model_num_params(whole));
+	if (x == NULL || y == NULL || acc == NULL) {
+		FAIL("out of memory");
+		goto out;
+	}
 	for (int t = 0; t < steps && !failures; t++) {
-		make_data(t, in_n, M * mb, x, y);
+		make_data(t * R + rep, in_n, M * mb, x, y);
 		dt_nn_model_zero_grad(st);
 		if ((err = dt_nn_pipe_step(st, &cfg, &ops, &stats)) ||
+		    (err = dt_nn_pipe_sum_replicas(st, &cfg, &ops)) ||
 		    (err = dt_nn_optim_step(o_st, st))) {
 			FAIL("stage %d, step %d: %s", s, t, dt_errmsg());
 			break;
@@ -173,21 +199,32 @@ main(int argc, char **argv)
 		printf("pipe_check: stage %d step %d: %s stashed %d "
 		       "micro-batch inputs (%zu bytes)\n",
 		       s, t, sched, stats.peak_stashed, stats.stash_bytes);
-		/* One process, the same micro-batches in turn. */
-		dt_nn_model_zero_grad(whole);
-		for (int k = 0; k < M; k++)
-			if ((err = dt_nn_forward_backward(
-			         whole,
-			         x + (size_t)k * mb *
-			                 dt_nn_model_input_size(whole),
-			         y + (size_t)k * mb, mb, NULL, NULL)))
-				FAIL("reference: %s", dt_errmsg());
+		/* One process, the same micro-batches in turn, replica by
+		 * replica, the replicas' gradients added in order. */
+		size_t np = dt_nn_model_num_params(whole);
+		float *g = dt_nn_model_grads(whole);
+
+		for (int r = 0; r < R; r++) {
+			make_data(t * R + r, in_n, M * mb, x, y);
+			dt_nn_model_zero_grad(whole);
+			for (int k = 0; k < M; k++)
+				if ((err = dt_nn_forward_backward(
+				         whole,
+				         x + (size_t)k * mb *
+				                 dt_nn_model_input_size(whole),
+				         y + (size_t)k * mb, mb, NULL, NULL)))
+					FAIL("reference: %s", dt_errmsg());
+			for (size_t i = 0; i < np; i++)
+				acc[i] = r == 0 ? g[i] : acc[i] + g[i];
+		}
+		memcpy(g, acc, sizeof(float) * np);
 		if ((err = dt_nn_optim_step(o_whole, whole)))
 			FAIL("reference step: %s", dt_errmsg());
 	}
 	if (!failures)
 		check_stage(st, whole, s, S);
 out:
+	free(acc);
 	free(x);
 	free(y);
 	dt_nn_optim_destroy(o_whole);
