@@ -165,7 +165,11 @@ usage(FILE *f)
 	    "                             count)\n"
 	    "  --pipeline-stages S        cut the model into S stages, one "
 	    "per\n"
-	    "                             worker of `dtrain launch -n S -s 0`\n"
+	    "                             worker of `dtrain launch -n S -s "
+	    "0`;\n"
+	    "                             with -n S*R, R pipelines on their "
+	    "own\n"
+	    "                             batches sum each stage's gradients\n"
 	    "  --micro-batches M          per batch, in the pipeline (4)\n"
 	    "  --schedule gpipe|1f1b      pipeline schedule (1f1b)\n"
 	    "  --stages L1,L2,...         first layer of each stage after the\n"
@@ -454,7 +458,11 @@ pipe_cut(const opts *o, int S, int *first)
  * Pipeline training: rank s of `dtrain launch -n S -s 0` builds stage s
  * only and trains it with the others over the same batches (each cut into
  * --micro-batches), the optimizer stepping after each batch's flush. The
- * last stage reports the loss; each stage saves its own file.
+ * last stage reports the loss; each stage saves its own file. Under -n
+ * S*R there are R pipelines (rank r*S + s: stage s of replica r), each on
+ * its part of every global batch of R x --batch-size, and the replicas of
+ * a stage sum their gradients before the step (the mean: rescale_grad is
+ * 1 / (R x batch)); replica 0 reports and saves.
  */
 static int
 run_pipeline(const opts *o)
@@ -465,25 +473,29 @@ run_pipeline(const opts *o)
 	dt_nn_model *st = NULL;
 	dt_nn_optim *opt = NULL;
 	float *x = NULL, *y = NULL;
-	int first[65], S, s, rc = 1, M = (int)o->micro_batches;
+	int first[65], S, s, R, r, rc = 1, M = (int)o->micro_batches;
 	char params[256];
 	dt_nn_pipe_stats stats = {0};
 
 	if (dt_coll_init(&c) != DT_OK)
 		goto fail;
-	S = dt_coll_size(c);
-	s = dt_coll_rank(c);
-	if (S != o->pipe_stages || S > 64) {
+	S = (int)o->pipe_stages;
+	if (S > 64 || dt_coll_size(c) % S != 0) {
 		fprintf(stderr,
-		        "mnist: --pipeline-stages %ld needs as many "
-		        "workers (dtrain launch -n %ld -s 0), not %d\n",
-		        o->pipe_stages, o->pipe_stages, S);
+		        "mnist: --pipeline-stages %ld needs a multiple of %ld "
+		        "workers (dtrain launch -n %ld -s 0, or -n %ld*R for R "
+		        "replicas), not %d\n",
+		        o->pipe_stages, o->pipe_stages, o->pipe_stages,
+		        o->pipe_stages, dt_coll_size(c));
 		goto out;
 	}
+	R = dt_coll_size(c) / S;
+	s = dt_coll_rank(c) % S;
+	r = dt_coll_rank(c) / S;
 	if ((rc = pipe_cut(o, S, first)) == -2)
 		goto out;
 	snprintf(params, sizeof(params), "lr=%.9g,wd=%g,rescale_grad=%.17g%s",
-	         o->lr, o->wd, 1.0 / (double)o->batch,
+	         o->lr, o->wd, 1.0 / ((double)o->batch * R),
 	         strcmp(o->optimizer, "sgd") == 0 ? ",momentum=0.9" : "");
 	if (rc ||
 	    dt_nn_model_create_stage(o->model, (uint64_t)o->seed, first[s],
@@ -494,7 +506,7 @@ run_pipeline(const opts *o)
 	rc = 1;
 	if (o->limit > 0 && (size_t)o->limit < train.n)
 		train.n = (size_t)o->limit;
-	if (dt_sampler_create(train.n, (size_t)o->batch, 1, 0,
+	if (dt_sampler_create(train.n, (size_t)o->batch, R, r,
 	                      (uint64_t)o->seed, 1, &sampler) != DT_OK)
 		goto fail;
 	x = malloc(sizeof(float) * train.dim * (size_t)o->batch);
@@ -509,12 +521,18 @@ run_pipeline(const opts *o)
 	                      .micro_batches = M,
 	                      .micro_batch = (int)(o->batch / M),
 	                      .x = x,
-	                      .y = y};
+	                      .y = y,
+	                      .replica = r,
+	                      .replicas = R};
 	dt_nn_pipe_ops ops = {
 	    .arg = c, .send = pipe_send, .recv = pipe_recv, .wait = pipe_wait};
-	printf("mnist: stage %d of %d: layers [%d, %d), %zu parameters, %s, "
-	       "%d micro-batches of %d\n",
-	       s, S, first[s], first[s + 1], dt_nn_model_num_params(st),
+	char rep_s[48] = "";
+
+	if (R > 1)
+		snprintf(rep_s, sizeof(rep_s), " (replica %d of %d)", r, R);
+	printf("mnist: stage %d of %d%s: layers [%d, %d), %zu parameters, "
+	       "%s, %d micro-batches of %d\n",
+	       s, S, rep_s, first[s], first[s + 1], dt_nn_model_num_params(st),
 	       o->schedule, M, cfg.micro_batch);
 	for (long ep = 0; ep < o->epochs; ep++) {
 		size_t nb = dt_sampler_num_batches(sampler);
@@ -529,22 +547,25 @@ run_pipeline(const opts *o)
 			    dt_data_gather(&train, idx, (size_t)o->batch, x,
 			                   y) != DT_OK ||
 			    dt_nn_pipe_step(st, &cfg, &ops, &stats) != DT_OK ||
+			    dt_nn_pipe_sum_replicas(st, &cfg, &ops) != DT_OK ||
 			    dt_nn_optim_step(opt, st) != DT_OK)
 				goto fail;
 			loss += stats.loss;
 		}
-		if (s == S - 1)
-			printf("mnist: epoch %ld: train loss %.6f, %.0f "
+		if (s == S - 1 && r == 0)
+			printf("mnist: epoch %ld: train loss %.6f%s, %.0f "
 			       "samples/s\n",
 			       ep,
 			       nb ? loss / (double)(nb * (size_t)o->batch)
 			          : 0.0,
-			       (double)(nb * (size_t)o->batch) / (now() - t0));
+			       R > 1 ? " (replica 0's batches)" : "",
+			       (double)(nb * (size_t)o->batch * (size_t)R) /
+			           (now() - t0));
 	}
 	printf("mnist: stage %d: at most %d micro-batch inputs stashed (%zu "
 	       "bytes)\n",
 	       s, stats.peak_stashed, stats.stash_bytes);
-	if (o->save) {
+	if (o->save && r == 0) {
 		char path[512];
 
 		snprintf(path, sizeof(path), "%s.stage%d", o->save, s);

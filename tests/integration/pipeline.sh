@@ -108,6 +108,31 @@ if [ -f "$DATA/train-images-idx3-ubyte.gz" ]; then
 		"$TMP/join.out"
 	check "params join: nothing written when refused" \
 		test ! -e "$TMP/twice"
+	# Two pipelines of 2 stages on their halves of each global batch.
+	out=$TMP/mnist_hybrid
+	timeout 280 "$DTRAIN" launch -n 4 -s 0 --launcher local \
+		--env DT_TEST_TAG="$TAG" -- "$BUILD/examples/mnist" \
+		--pipeline-stages 2 --micro-batches 4 --batch-size 32 \
+		--epochs 1 --limit 512 --data "$DATA" --save "$TMP/h" \
+		>"$out" 2>&1
+	rc=$?
+	check "mnist, 2 stages x 2 replicas: launcher exits 0 (got $rc)" \
+		test "$rc" = 0
+	check "mnist, 2 x 2: rank 3 is stage 1 of replica 1" \
+		grep -q "stage 1 of 2 (replica 1 of 2)" "$out"
+	check "mnist, 2 x 2: replica 0's last stage reports the loss" \
+		grep -q "epoch 0: train loss .* (replica 0's batches)" "$out"
+	check "mnist, 2 x 2: replica 0 saved each stage's file" \
+		test -s "$TMP/h.stage0" -a -s "$TMP/h.stage1"
+	out=$TMP/mnist_odd
+	timeout 280 "$DTRAIN" launch -n 3 -s 0 --launcher local \
+		--env DT_TEST_TAG="$TAG" -- "$BUILD/examples/mnist" \
+		--pipeline-stages 2 --limit 64 --data "$DATA" >"$out" 2>&1
+	rc=$?
+	check "mnist: 3 workers for 2 stages are refused (exit $rc)" \
+		test "$rc" != 0
+	check "mnist: the refusal names a multiple of the stages" \
+		grep -q "needs a multiple of 2 workers" "$out"
 	out=$TMP/mnist_bad
 	"$BUILD/examples/mnist" --pipeline-stages 2 --micro-batches 5 \
 		--batch-size 32 >"$out" 2>&1
