@@ -48,6 +48,11 @@ typedef struct place_ops {
 	int remembers;
 } place_ops;
 
+/* Cuts fall on multiples of this many floats (128 bytes: whole words of
+ * the 1-bit and 2-bit codes, whole cache lines), so a part of a key packs
+ * as the key would; each cut is within half of it of its place. */
+#define DT_KV_CUT_ALIGN 32
+
 struct dt_kv_map {
 	const place_ops *ops;
 	int S;
@@ -116,9 +121,8 @@ round_cut(uint64_t x, size_t a, size_t n)
 /*
  * Water filling: the k least-loaded servers that n floats can raise to a
  * common level share them, each up to that level; the others get none.
- * Parts follow server rank and their cuts are rounded to m->align floats
- * (whole words of the 1-bit and 2-bit codes, whole blocks of their loops),
- * so the level is met within align / 2 floats a server.
+ * Parts follow server rank and their cuts are rounded to m->align floats,
+ * so each server ends within align floats of the level.
  */
 static int
 place_cut(dt_kv_map *m, size_t n, dt_kv_part *parts)
@@ -203,12 +207,7 @@ dt__kv_map_create(const char *policy, int nservers, size_t split,
 	m->ops = ops;
 	m->S = nservers;
 	m->split = split;
-	/* Cuts on 1024 floats, or on fewer when the bound is lowered (tests
-	 * lower it to 1000): a power of two of at most split / 4, at least
-	 * 32 (one word of the 1-bit code). */
-	m->align = 32;
-	while (m->align < 1024 && m->align * 2 <= split / 4)
-		m->align *= 2;
+	m->align = DT_KV_CUT_ALIGN;
 	m->load = dt__calloc((size_t)nservers, sizeof(*m->load));
 	m->order = dt__calloc((size_t)nservers, sizeof(*m->order));
 	if (m->load == NULL || m->order == NULL) {
