@@ -8,9 +8,11 @@
  *   "dist_async"                 servers apply each push on arrival
  *   "dist_sync_device", "dist_async_device"   the same with local
  *                                multi-device aggregation
- * Values are float32 arrays identified by an integer key. A key's array
- * lives on one server; arrays of at least MXNET_KVSTORE_BIGARRAY_BOUND
- * elements are split evenly over all servers (docs/kvstore.md).
+ * Values are float32 arrays identified by an integer key. A small array
+ * lives on one server (key mod the servers); bigger ones are cut over the
+ * servers so that each holds about as many bytes (DTRAIN_KV_PLACEMENT,
+ * DTRAIN_KV_SPLIT_BYTES; MXNet's rule as an option: docs/kvstore.md,
+ * "Placement").
  *
  * Thread-safety: one thread at a time per store, except that asynchronous
  * requests complete in the background and may be waited on from the thread
@@ -144,9 +146,10 @@ dt_err dt_kv_wait_all(dt_kv *kv);
 
 /*
  * Batched calls over nkeys keys (docs/kvstore.md, "Many keys"): the keys
- * shorter than MXNET_KVSTORE_BIGARRAY_BOUND go as one request per server,
- * answered by one reply, so a call costs O(keys + bytes) at any key
- * count; longer arrays go key by key as the single-key calls do. Keys are
+ * too short to be cut over the servers (docs/kvstore.md, "Placement") go
+ * as one request per server, answered by one reply, so a call costs
+ * O(keys + bytes) at any key count; longer arrays go key by key as the
+ * single-key calls do. Keys are
  * any 64-bit values in any order; a key listed twice in one call is an
  * error (EINVAL). Each server checks its part of a call whole before it
  * changes anything: a part with a key that is unknown, of another length

@@ -35,7 +35,9 @@ X(PS_HEARTBEAT_TIMEOUT, "10", U, "seconds of silence after which a peer is dead 
 X(PS_RESEND, "0", U, "1: every message acknowledged and resent until it is") \
 X(PS_RESEND_TIMEOUT, "1000", U, "milliseconds before unacknowledged messages are resent") \
 X(PS_DROP_MSG, "0", T, "percentage of incoming messages dropped at random (needs PS_RESEND=1)") \
-X(MXNET_KVSTORE_BIGARRAY_BOUND, "1000000", U, "values above which a key is split over every server") \
+X(MXNET_KVSTORE_BIGARRAY_BOUND, "1000000", U, "values from which a key is cut over the servers (when set, also the balanced placement's bound)") \
+X(DTRAIN_KV_PLACEMENT, "balanced", U, "where keys live: balanced (bytes spread over the servers) or mxnet (key mod servers, big arrays split evenly)") \
+X(DTRAIN_KV_SPLIT_BYTES, "16384", U, "bytes from which the balanced placement cuts a key over the servers") \
 X(MXNET_KVSTORE_REDUCTION_NTHREADS, "4", U, "threads summing a worker's device arrays") \
 X(HOROVOD_FUSION_THRESHOLD, "67108864", U, "bytes of small tensors fused into one allreduce (0: no fusion)") \
 X(DTRAIN_SECRET, "(made by dtrain launch)", U, "the job's shared secret, 16 to 4096 bytes; every connection is authenticated with it") \

@@ -160,7 +160,8 @@ dt__kvc_on_fail(void *arg, dt_node *n, int peer, dt_err err)
 }
 
 dt_err
-dt__kv_client_create(dt_node *node, int sync, size_t bound, dt_kv_client **out)
+dt__kv_client_create(dt_node *node, int sync, size_t bound, dt_kv_map *map,
+                     dt_kv_client **out)
 {
 	dt_kv_client *c = dt__calloc(1, sizeof(*c));
 	dt__app_hooks app = {0};
@@ -244,8 +245,16 @@ dt__kv_client_create(dt_node *node, int sync, size_t bound, dt_kv_client **out)
 		free(c);
 		return err;
 	}
+	c->map = map;
 	*out = c;
 	return DT_OK;
+}
+
+dt_err
+dt__kv_client_parts(dt_kv_client *c, dt_key key, size_t n, dt_kv_part *parts,
+                    int *nparts)
+{
+	return dt__kv_map_parts(c->map, "placement", key, n, 0, parts, nparts);
 }
 
 void
@@ -279,6 +288,7 @@ dt__kv_client_destroy(dt_kv_client *c)
 		}
 		free(c->srv[i].held);
 	}
+	dt__kv_map_destroy(c->map);
 	free(c->srv);
 	for (dt_hnode *h = dt__table_first(&c->counts, &it); h;
 	     h = dt__table_next(&it)) {

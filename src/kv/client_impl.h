@@ -116,7 +116,8 @@ typedef struct mpart {
 struct dt_kv_client {
 	dt_node *node;
 	int sync;
-	size_t bound;
+	size_t bound;   /* MXNet's, for row tables */
+	dt_kv_map *map; /* where dense keys go (the caller's thread only) */
 	dt_kv_part *parts;
 	pthread_mutex_t mu;
 	pthread_cond_t cv;

@@ -491,11 +491,14 @@ resume_ask(dt_kv_client *c, size_t nkeys, const dt_key *keys,
 	dt_err err = DT_OK;
 
 	for (; asked < nkeys && !err; asked++) {
-		int np = dt__kv_place(keys[asked], lens[asked], ns, c->bound,
-		                      c->parts);
-		kv_op *o = dt__kvc_new_op(c, DT_CMD_KV_RESUME, keys[asked], np,
-		                          &reqs[asked]);
+		int np = 0;
+		kv_op *o = NULL;
 
+		if ((err = dt__kv_map_parts(c->map, "resume", keys[asked],
+		                            lens[asked], 0, c->parts, &np)))
+			break;
+		o = dt__kvc_new_op(c, DT_CMD_KV_RESUME, keys[asked], np,
+		                   &reqs[asked]);
 		if (o == NULL) {
 			err = dt__fail(DT_ENOMEM, "resume: out of memory");
 			break;

@@ -104,9 +104,18 @@ dt_kv_create(const char *type, dt_kv **out)
 		               type);
 		goto fail;
 	}
-	if ((err = dt__kv_client_create(kv->node, kv->sync, kv->bound,
-	                                &kv->client)))
-		goto fail;
+	{
+		dt_kv_map *map;
+
+		if ((err = dt__kv_map_from_env(dt_node_num_servers(kv->node),
+		                               &map)))
+			goto fail;
+		if ((err = dt__kv_client_create(kv->node, kv->sync, kv->bound,
+		                                map, &kv->client))) {
+			dt__kv_map_destroy(map);
+			goto fail;
+		}
+	}
 	if ((err = dt__kv_client_configure(kv->client)))
 		goto fail;
 	*out = kv;
@@ -114,6 +123,18 @@ dt_kv_create(const char *type, dt_kv **out)
 fail:
 	dt_kv_destroy(kv);
 	return err;
+}
+
+dt_err
+dt__kv_parts_of(dt_kv *kv, dt_key key, size_t n, dt_kv_part *parts, int *nparts)
+{
+	KV_NEED(kv != NULL, "placement of key %llu: kv is NULL",
+	        (unsigned long long)key);
+	if (kv->client)
+		return dt__kv_client_parts(kv->client, key, n, parts, nparts);
+	parts[0] = (dt_kv_part){.server = 0, .offset = 0, .len = n};
+	*nparts = 1;
+	return DT_OK;
 }
 
 dt_err

@@ -1,8 +1,9 @@
 /*
  * kv_dense.c - dense keys on a worker: a request for one key is cut by
- * the placement rule (a whole key on one server, or a slice of a big one
- * per server) and sent as one sub-request per part, compressed when the
- * store compresses gradients (the residual of each key is kept here).
+ * the placement map (placement.c: a whole key on one server, or a slice of
+ * a big one on each of several) and sent as one sub-request per part,
+ * compressed when the store compresses gradients (the residual of each key is
+ * kept here).
  */
 #include <pthread.h>
 #include <stdio.h>
@@ -380,10 +381,13 @@ dt__kv_client_start_ex(dt_kv_client *c, int cmd, dt_key key, const void *val,
 
 	if ((err = dt__node_check(c->node)))
 		return err;
+	/* (An init places a key the first time; every worker makes the
+	 * same inits in the same order, so each reaches the same map.) */
+	if ((err = dt__kv_map_parts(c->map, dt__kv_op_name(cmd), key, n,
+	                            cmd == DT_CMD_KV_INIT, c->parts, &nparts)))
+		return err;
 	if (comp && (err = comp_ready(c, key, n, &res, meta, &meta_len)))
 		return err;
-	nparts = dt__kv_place(key, n, dt_node_num_servers(c->node), c->bound,
-	                      c->parts);
 	int at = pull_at_round(c, cmd, key, meta, &meta_len);
 	if ((o = dt__kvc_new_op(c, cmd, key, nparts, req)) == NULL)
 		return DT_ENOMEM;

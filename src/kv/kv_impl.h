@@ -212,13 +212,44 @@ typedef struct dt_kv_part {
 } dt_kv_part;
 
 /*
- * Placement: an array of n < bound elements lives whole on server
- * key mod S; an array of n >= bound is split in S contiguous parts, part i
- * ([i*n/S, (i+1)*n/S)) on server i. Fills parts (room for S entries) and
- * returns how many there are.
+ * MXNet's placement rule: an array of n < bound elements lives whole on
+ * server key mod S; an array of n >= bound is split in S contiguous parts,
+ * part i ([i*n/S, (i+1)*n/S)) on server i. Fills parts (room for S
+ * entries) and returns how many there are.
  */
 int dt__kv_place(dt_key key, size_t n, int num_servers, size_t bound,
                  dt_kv_part *parts);
+
+/*
+ * A worker's placement map (placement.c, docs/kvstore.md "Placement"): the
+ * policy DTRAIN_KV_PLACEMENT names ("balanced", the default, or "mxnet")
+ * and the keys it has placed. Not locked: the caller's thread only, as the
+ * rest of a client's sending state.
+ */
+typedef struct dt_kv_map dt_kv_map;
+
+/* A map over nservers servers that cuts arrays of at least split floats;
+ * DT_ECONFIG names an unknown policy. */
+dt_err dt__kv_map_create(const char *policy, int nservers, size_t split,
+                         dt_kv_map **out);
+/* The same from DTRAIN_KV_PLACEMENT, DTRAIN_KV_SPLIT_BYTES and
+ * MXNET_KVSTORE_BIGARRAY_BOUND (which, when set, is the split bound). */
+dt_err dt__kv_map_from_env(int nservers, dt_kv_map **out);
+void dt__kv_map_destroy(dt_kv_map *m);
+/*
+ * The parts of key (n floats) into parts (room for S), their count in
+ * *nparts. place = 1 (an init): a key not placed yet is placed now and
+ * remembered. A key the map holds gets its parts (DT_ESIZE, naming op, for
+ * another length); a key it does not hold gets MXNet's rule at the split
+ * bound (where the many-key store keeps its keys).
+ */
+dt_err dt__kv_map_parts(dt_kv_map *m, const char *op, dt_key key, size_t n,
+                        int place, dt_kv_part *parts, int *nparts);
+/* Arrays shorter than this many floats are never cut. */
+size_t dt__kv_map_split(const dt_kv_map *m);
+const char *dt__kv_map_policy(const dt_kv_map *m);
+/* The floats placed on server so far (keys the map remembers). */
+uint64_t dt__kv_map_load(const dt_kv_map *m, int server);
 
 /* Optimizers (optim.c). */
 typedef enum dt_opt_kind {
@@ -269,8 +300,10 @@ dt_err dt__kv_register(void);
 /* The worker side of dist stores (client*.c, kv_dense.c, kv_many.c,
  * kv_rows.c). */
 typedef struct dt_kv_client dt_kv_client;
+/* bound: MXNet's (row tables and device sums); map: where dense keys
+ * go, which the client owns on DT_OK (on error the caller still does). */
 dt_err dt__kv_client_create(dt_node *node, int sync, size_t bound,
-                            dt_kv_client **out);
+                            dt_kv_map *map, dt_kv_client **out);
 /* Free c; only after its node is stopped (no I/O thread can call in). */
 void dt__kv_client_destroy(dt_kv_client *c);
 dt_err dt__kv_client_set_optimizer(dt_kv_client *c, const dt_opt *opt);
@@ -320,6 +353,17 @@ int dt__kv_client_batches(const dt_kv_client *c);
  * answered. An init's values are rank 0's: other workers send no batched
  * init (the caller's barrier follows). */
 dt_err dt__kv_client_many(dt_kv_client *c, int cmd, const dt_kv_batch *b);
+/* Where key (n floats, initialised) lives: its parts as the worker's map
+ * has them (a local store: one part). For tests that compute what the
+ * servers hold. */
+dt_err dt__kv_parts_of(dt_kv *kv, dt_key key, size_t n, dt_kv_part *parts,
+                       int *nparts);
+dt_err dt__kv_client_parts(dt_kv_client *c, dt_key key, size_t n,
+                           dt_kv_part *parts, int *nparts);
+/* A batched init's keys that the map cuts placed now, in key order: each
+ * worker may list them in its own order, and where a cut key goes depends
+ * on the keys cut before it. */
+dt_err dt__kv_client_place_init(dt_kv_client *c, const dt_kv_batch *b);
 /* A key listed twice in keys (n of them) is an error naming it (op: the
  * call's name); a sorted copy. */
 dt_err dt__kv_no_duplicates(const char *op, size_t n, const dt_key *keys);

@@ -119,6 +119,9 @@ batch_call(dt_kv *kv, int cmd, const dt_kv_batch *b)
 	if ((cmd == DT_CMD_KV_PUSH || cmd == DT_CMD_KV_PUSHPULL) &&
 	    (err = dt__kv_async_check(kv, op, b->keys[0])))
 		return err;
+	if (cmd == DT_CMD_KV_INIT && kv->client &&
+	    (err = dt__kv_client_place_init(kv->client, b)))
+		return err;
 	if (kv->client && dt__kv_client_batches(kv->client)) {
 		/* (the servers find a key listed twice in their parts) */
 		if (cmd == DT_CMD_KV_INIT)
@@ -281,7 +284,8 @@ dt__kv_client_note_single(dt_kv_client *c, dt_key key)
 static int
 batchable(const dt_kv_client *c, size_t len)
 {
-	return len >= 1 && len < c->bound && len <= DT_KS_MAX_LEN &&
+	return len >= 1 && len < dt__kv_map_split(c->map) &&
+	       len <= DT_KS_MAX_LEN &&
 	       !(c->comp.kind != DT_QUANT_NONE && len >= c->comp.min_size);
 }
 
@@ -291,6 +295,53 @@ batched_key(const dt_kv_client *c, dt_key key, size_t len)
 {
 	return batchable(c, len) && (dt__table_count(&c->singles) == 0 ||
 	                             dt__table_find(&c->singles, key) == NULL);
+}
+
+typedef struct key_len {
+	dt_key key;
+	size_t len;
+} key_len;
+
+static int
+cmp_key_len(const void *a, const void *b)
+{
+	dt_key x = ((const key_len *)a)->key, y = ((const key_len *)b)->key;
+
+	return (x > y) - (x < y);
+}
+
+dt_err
+dt__kv_client_place_init(dt_kv_client *c, const dt_kv_batch *b)
+{
+	size_t n = 0, split = dt__kv_map_split(c->map);
+	key_len *k;
+	dt_err err = DT_OK;
+
+	for (size_t i = 0; i < b->nkeys; i++)
+		n += (b->lens ? b->lens[i] : 1) >= split;
+	if (n == 0)
+		return DT_OK;
+	if ((k = malloc(n * sizeof(*k))) == NULL)
+		return dt__fail(DT_ENOMEM, "batched init: out of memory");
+	n = 0;
+	for (size_t i = 0; i < b->nkeys; i++) {
+		size_t len = b->lens ? b->lens[i] : 1;
+
+		if (len >= split)
+			k[n++] = (key_len){b->keys[i], len};
+	}
+	qsort(k, n, sizeof(*k), cmp_key_len);
+	for (size_t i = 0; i < n && !err; i++) {
+		int np;
+
+		/* (A key listed twice is the caller's checks' to name.) */
+		if (i + 1 < n && k[i + 1].key == k[i].key)
+			break;
+		err = dt__kv_map_parts(c->map, "init", k[i].key, k[i].len, 1,
+		                       c->parts, &np);
+	}
+	free(k);
+	return err;
 }
 
 static int

@@ -391,11 +391,13 @@ comp_grad(dt_quant_kind kind, int rank, int round, size_t i)
  * added into acc: every server part encoded on its own, as the client
  * does. res is rank r's residual of the key. */
 static void
-comp_sent(const dt_quant_spec *c, int nservers, size_t bound, dt_key key,
-          size_t n, int r, int round, float *res, float *acc)
+comp_sent(const dt_quant_spec *c, dt_kv *kv, dt_key key, size_t n, int r,
+          int round, float *res, float *acc)
 {
 	dt_kv_part parts[64];
-	int np = dt__kv_place(key, n, nservers, bound, parts);
+	int np = 0;
+
+	OK(dt__kv_parts_of(kv, key, n, parts, &np)); /* (the worker's map) */
 	dt_quant_spec none = {DT_QUANT_NONE, 0.0f, 0};
 	dt_quant_kind data = c->kind; /* (what the worker's data is) */
 
@@ -435,8 +437,6 @@ check_comp(dt_kv *kv, const char *spec, int pull16, size_t bound)
 {
 	int rank = dt_kv_rank(kv), nw = dt_kv_num_workers(kv);
 	int async = strcmp(dt_kv_type(kv), "dist_async") == 0;
-	const char *ns = getenv("DMLC_NUM_SERVER");
-	int nservers = dt_kv_is_dist(kv) && ns ? atoi(ns) : 1;
 	size_t sizes[] = {1, 7, 33, 1000, bound, 3 * bound + 1};
 	dt_quant_spec c;
 	dt_err err;
@@ -485,9 +485,8 @@ check_comp(dt_kv *kv, const char *spec, int pull16, size_t bound)
 			     rr++) {
 				memset(want, 0, n * 4);
 				for (int r = 0; r < nw; r++)
-					comp_sent(&c, nservers, bound, key, n,
-					          r, rr, res + (size_t)r * n,
-					          want);
+					comp_sent(&c, kv, key, n, r, rr,
+					          res + (size_t)r * n, want);
 			}
 			if (pull16)
 				round_fp16(want, n);
@@ -509,9 +508,8 @@ check_comp(dt_kv *kv, const char *spec, int pull16, size_t bound)
 			memset(want, 0, n * 4);
 			for (int r = 0; r < nw; r++)
 				for (int rr = 0; rr < 4; rr++)
-					comp_sent(&c, nservers, bound, key, n,
-					          r, rr, res + (size_t)r * n,
-					          want);
+					comp_sent(&c, kv, key, n, r, rr,
+					          res + (size_t)r * n, want);
 			for (size_t i = 0; i < n; i++)
 				want[i] = -want[i];
 			if (pull16)
@@ -553,8 +551,6 @@ static void
 check_half(dt_kv *kv, size_t bound)
 {
 	int rank = dt_kv_rank(kv), nw = dt_kv_num_workers(kv);
-	const char *ns = getenv("DMLC_NUM_SERVER");
-	int nservers = dt_kv_is_dist(kv) && ns ? atoi(ns) : 1;
 	const char *params = "lr=0.1,momentum=0.9,wd=0.01,rescale_grad=0.25";
 	size_t sizes[] = {1, 7, 1000, bound, 3 * bound + 1};
 	dt_opt opt;
@@ -571,13 +567,14 @@ check_half(dt_kv *kv, size_t bound)
 		uint16_t *h = malloc(n * 2), *out = malloc(n * 2);
 		uint16_t *want = malloc(n * 2);
 		dt_kv_part parts[64];
-		int np = dt__kv_place(key, n, nservers, bound, parts), bad = 0;
+		int np = 0, bad = 0;
 
 		for (size_t i = 0; i < n; i++)
 			g[i] =
 			    rank == 0 ? (float)((key + i % 100) * 0.25) : -1.0f;
 		dt__quant_fp16(g, (uint8_t *)h, n);
 		OK(dt_kv_init_fp16(kv, key, h, n));
+		OK(dt__kv_parts_of(kv, key, n, parts, &np));
 		for (size_t i = 0; i < n; i++)
 			w[i] = (float)((key + i % 100) * 0.25);
 		for (int round = 1; round <= 5 && !bad; round++) {
