@@ -179,6 +179,26 @@ class KVStore:
         """Checkpoint the servers now (every worker calls it)."""
         self._kv.checkpoint()
 
+    def save_optimizer_states(self, fname, dump_optimizer=False):
+        """Save the optimizer state of a local or device store (each key's
+        momentum or Adam moments and step count) to fname. The values and
+        the optimizer's settings are not saved; a dist store's state is on
+        its servers (checkpoint() saves it there) and raises
+        dtrain.NotSupported."""
+        if dump_optimizer:
+            raise ValueError("save_optimizer_states: dump_optimizer=True "
+                             "is not offered; the optimizer's settings are "
+                             "not saved (call set_optimizer again before "
+                             "load_optimizer_states)")
+        self._kv.save_optimizer_states(fname)
+
+    def load_optimizer_states(self, fname):
+        """Load a file of save_optimizer_states into this store, which has
+        the same optimizer set and the same keys initialised. The file is
+        checked whole first: a bad one raises dtrain.Error and changes
+        nothing."""
+        self._kv.load_optimizer_states(fname)
+
     def wait_all(self):
         self._kv.wait_all()
 
