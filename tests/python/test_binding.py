@@ -494,3 +494,20 @@ def test_optimizer_states_of_a_dist_store_are_on_its_servers(tmp_path):
     assert "optstate: refused: save optimizer states: a dist_sync " \
         "store's optimizer state is on its servers" in r.stdout, r.stdout
     assert not (tmp_path / "s").exists()
+
+
+def test_time_allreduce_times_the_c_call():
+    """The benchmark's helper makes the call from C: it returns seconds,
+    and the array is reduced in place as by allreduce (one rank: kept)."""
+    import dtrain.torch as hvd
+    hvd.init()
+    a = np.arange(4, dtype=np.float32)
+    sec = hvd._c()._time_allreduce(a, 100)
+    assert isinstance(sec, float) and 0 < sec < 10
+    assert a.tolist() == [0, 1, 2, 3]
+    with pytest.raises(ValueError, match="argument 'iters': 0"):
+        hvd._c()._time_allreduce(a, 0)
+    with pytest.raises(ValueError, match="argument 'tensor' is read-only"):
+        ro = np.zeros(4, np.float32)
+        ro.setflags(write=False)
+        hvd._c()._time_allreduce(ro, 1)
