@@ -1,17 +1,13 @@
 """How dtrain's Python layer hands arrays to the C extension.
 
 The extension takes anything with the buffer protocol (numpy arrays,
-memoryview, bytearray, array.array) and refuses, naming the argument, what
-it cannot use in place. PyTorch tensors have no buffer protocol, so a CPU
-tensor is passed as tensor.numpy(), a numpy array over the tensor's own
-memory: still no copy. A tensor on another device, or of a type numpy does
-not have, is refused here with the argument named.
-
-view() runs once per array of every call, so it is kept short: a small
-allreduce from Python costs about a microsecond more than from C, and
-most of that is tensor.numpy() itself. The checks use what PyTorch answers
-fastest (type identity, Tensor.is_cpu rather than Tensor.device, which
-builds a device object at every call).
+memoryview, bytearray, array.array) and PyTorch CPU tensors, which it
+reads through their own accessors (buf.c): the library works in the
+tensor's memory, with no copy, and refuses, naming the argument, what it
+cannot use in place (a tensor on another device, not contiguous, of
+another type). So view() passes a tensor as it is; numpy_view() gives the
+numpy array over a tensor's memory for the few places that work on it in
+Python (reshaping, a byte view).
 """
 import sys
 
@@ -30,8 +26,16 @@ def is_tensor(x):
 
 
 def view(x, arg):
-    """The array the extension receives for argument `arg`."""
-    if type(x) is not _Tensor and not is_tensor(x):
+    """The array the extension receives for argument `arg`: x itself (a
+    tensor is checked by the extension)."""
+    return x
+
+
+def numpy_view(x, arg):
+    """x as a numpy array over the same memory (x itself if not a
+    tensor); a tensor on another device, or of a type numpy does not
+    have, is refused with the argument named."""
+    if not is_tensor(x):
         return x
     if not x.is_cpu:
         raise TypeError(

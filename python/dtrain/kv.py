@@ -18,7 +18,7 @@ import atexit
 import weakref
 
 from dtrain import _dtrain
-from dtrain._arrays import view
+from dtrain._arrays import numpy_view, view
 
 __all__ = ["create", "KVStore", "RowSparse"]
 
@@ -93,7 +93,8 @@ class KVStore:
         for k, v in _pairs(key, value):
             k = self._key(k)
             if isinstance(v, RowSparse):
-                self._kv.push_row_sparse(k, view(v.indices, "indices"),
+                self._kv.push_row_sparse(k,
+                                         numpy_view(v.indices, "indices"),
                                          view(v.data, "value"),
                                          self._widths[k])
             elif isinstance(v, (list, tuple)):
@@ -138,7 +139,7 @@ class KVStore:
             out = out.data
         if out is None or row_ids is None:
             raise ValueError("row_sparse_pull needs out and row_ids")
-        self._kv.row_sparse_pull(k, view(row_ids, "row_ids"),
+        self._kv.row_sparse_pull(k, numpy_view(row_ids, "row_ids"),
                                  view(out, "out"), self._widths[k])
 
     def set_optimizer(self, optimizer, **params):

@@ -511,3 +511,40 @@ def test_time_allreduce_times_the_c_call():
         ro = np.zeros(4, np.float32)
         ro.setflags(write=False)
         hvd._c()._time_allreduce(ro, 1)
+
+
+def test_tensors_are_used_in_their_own_memory():
+    """A tensor is read through its accessors, not copied: a slice is
+    written at its offset in its base, a parameter that requires grad is
+    written in place, an asynchronous call holds a reference to its
+    tensor until the wait, and what cannot be used is refused by name."""
+    import sys
+    import dtrain.torch as hvd
+    hvd.init()
+    kv = dtrain.kv.create("local")
+    kv.init(0, torch.arange(4, dtype=torch.float32))
+    base = torch.zeros(8)
+    kv.pull(0, out=base[2:6])
+    assert base.tolist() == [0, 0, 0, 1, 2, 3, 0, 0]
+    p = torch.nn.Parameter(torch.zeros(4))
+    kv.pull(0, out=p)
+    assert p.tolist() == [0, 1, 2, 3] and p.requires_grad
+    t = torch.zeros(4)
+    before = sys.getrefcount(t)
+    req = kv.raw.pull_async(0, t)
+    assert sys.getrefcount(t) == before + 1
+    req.wait()
+    assert sys.getrefcount(t) == before and t.tolist() == [0, 1, 2, 3]
+    half = torch.tensor([1.5, -2.0], dtype=torch.float16)
+    kv.init(1, half)
+    kv.push(1, half * 2)
+    kv.pull(1, out=half)
+    assert half.tolist() == [3.0, -4.0]
+    with pytest.raises(TypeError, match="argument 'value': element type "
+                                        "'torch.bfloat16' is not supported"):
+        kv.push(0, torch.zeros(4, dtype=torch.bfloat16))
+    with pytest.raises(ValueError, match="argument 'out' is not "
+                                         "C-contiguous"):
+        kv.pull(0, out=torch.zeros(8)[::2])
+    assert hvd.allreduce_(torch.zeros(0)).numel() == 0
+    kv.close()
