@@ -20,7 +20,7 @@ run: a table, then one JSON object per line (as the other benches print).
      on torch.nn.parallel.DistributedDataParallel (gloo).
 
     PYTHONPATH=build/python python3 bench/py_bench.py [--ranks 2,4]
-        [--max-mib 64] [--steps 60] [--rounds 5]
+        [--max-mib 64] [--steps 60] [--rounds 7] [--no-train]
 
 The load average at the start and the end is printed with the table: on
 a machine with more runnable processes than cores, a small allreduce
@@ -251,33 +251,39 @@ def table(rows, loads, cores):
             if r["op"] == "python_overhead"}
     print(f"# {cores} cores; load average (1/5/15 min) {loads[0]} at the "
           f"start, {loads[1]} at the end")
-    print("# allreduce, float32, in place: median time of one call (us) "
-          "and bus bandwidth (GB/s)")
+    print("# allreduce, float32, in place: time of one call (us) in the "
+          "median round and in the best, bus bandwidth (GB/s, median)")
     print(f"{'ranks':>5} {'bytes':>10} {'dtrain us':>10} {'gloo us':>10} "
-          f"{'dtrain GB/s':>12} {'gloo GB/s':>10} {'gloo/dtrain':>11}")
+          f"{'best':>8} {'best':>8} {'dtrain GB/s':>12} {'gloo GB/s':>10} "
+          f"{'gloo/dtrain':>11} {'best':>6}")
     for (impl, n, b), r in sorted(ar.items(), key=lambda k: k[0][1:]):
         g = ar.get(("torch.gloo", n, b))
         if impl != "dtrain.torch" or b == 4 or n == 1 or not g:
             continue
         print(f"{n:>5} {b:>10} {r['time_us']:>10.1f} "
-              f"{g['time_us']:>10.1f} {r['busbw_gbps']:>12.3f} "
+              f"{g['time_us']:>10.1f} {r['min_us']:>8.1f} "
+              f"{g['min_us']:>8.1f} {r['busbw_gbps']:>12.3f} "
               f"{g['busbw_gbps']:>10.3f} "
-              f"{g['time_us'] / r['time_us']:>11.2f}")
-    print("# small allreduces: one call from Python (dtrain.torch), the "
-          "same call from C in the same processes, Python's cost (median "
-          "of the turns' differences), and coll_bench (a job of its own), "
-          "us")
-    print(f"{'ranks':>5} {'bytes':>10} {'Python':>10} {'C':>10} "
-          f"{'Python-C':>10} {'coll_bench':>11}")
+              f"{g['time_us'] / r['time_us']:>11.2f} "
+              f"{g['min_us'] / r['min_us']:>6.1f}")
+    print("# small allreduces, us: one call from Python (dtrain.torch) and "
+          "the same call from C in the same processes, in the median round "
+          "and in the best; Python's cost (the median of the rounds' "
+          "differences, and the difference of the best rounds); coll_bench "
+          "(a job of its own, mean)")
+    print(f"{'ranks':>5} {'bytes':>10} {'Python':>8} {'C':>8} {'best Py':>8} "
+          f"{'best C':>8} {'Py-C':>8} {'best Py-C':>9} {'coll_bench':>10}")
     for (n, b), d in sorted(over.items()):
         p, c = ar[("dtrain.torch", n, b)], ar[("C", n, b)]
         cb = ar.get(("coll_bench", n, b))
-        cbs = f"{cb['time_us']:>11.2f}" if cb else f"{'-':>11}"
-        print(f"{n:>5} {b:>10} {p['time_us']:>10.2f} {c['time_us']:>10.2f} "
-              f"{d:>10.2f} {cbs}")
+        cbs = f"{cb['time_us']:>10.2f}" if cb else f"{'-':>10}"
+        print(f"{n:>5} {b:>10} {p['time_us']:>8.2f} {c['time_us']:>8.2f} "
+              f"{p['min_us']:>8.2f} {c['min_us']:>8.2f} {d:>8.2f} "
+              f"{p['min_us'] - c['min_us']:>9.2f} {cbs}")
     tr = {(r["impl"], r["ranks"]): r for r in rows
           if r["op"] == "lenet_train"}
-    print("# LeNet training, samples/s per worker (batch 64)")
+    if tr:
+        print("# LeNet training, samples/s per worker (batch 64)")
     for (impl, n), r in sorted(tr.items(), key=lambda k: k[0][1]):
         if impl == "dtrain.torch" and ("torch.ddp.gloo", n) in tr:
             d = tr[("torch.ddp.gloo", n)]["samples_per_sec"]
@@ -290,7 +296,7 @@ def main():
     ap.add_argument("--ranks", default="2,4")
     ap.add_argument("--max-mib", type=int, default=64)
     ap.add_argument("--steps", type=int, default=60)
-    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--rounds", type=int, default=7)
     ap.add_argument("--no-train", action="store_true",
                     help="allreduce only, no LeNet training")
     ap.add_argument("--worker", help=argparse.SUPPRESS)
