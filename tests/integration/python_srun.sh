@@ -27,7 +27,7 @@ JOB=$TMP/job
 mkdir -p "$JOB"
 chmod 700 "$JOB"
 
-"$DTRAIN" launch -n 2 -s 0 --env "DT_TEST_TAG=$TAG" -- "${EX[@]}" \
+timeout 600 "$DTRAIN" launch -n 2 -s 0 --env "DT_TEST_TAG=$TAG" -- "${EX[@]}" \
 	--save "$TMP/launch.params" >"$TMP/ref" 2>&1
 rc=$?
 check "dtrain launch -n 2 -s 0 mnist_torch_hvd.py: exits 0 (got $rc)" test "$rc" = 0
@@ -44,7 +44,7 @@ bare() {
 }
 
 start=$(now_ms)
-(cd "$JOB" && bare timeout $((300 * ${DT_TEST_TIME_SCALE:-1})) srun --quiet -n 2 \
+(cd "$JOB" && bare timeout 600 srun --quiet -n 2 \
 	"${EX[@]}" --save "$TMP/srun.params" >"$TMP/out" 2>"$TMP/err")
 rc=$?
 ms=$(($(now_ms) - start))
