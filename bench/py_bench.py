@@ -4,19 +4,28 @@ run: a table, then one JSON object per line (as the other benches print).
 
   1. allreduce of float32 tensors from PyTorch through dtrain.torch
      (allreduce_, in place) against torch.distributed with the gloo
-     backend, 2 and 4 ranks, 4 KiB to 64 MiB: mean time of one call (rank
-     0's) and the bus bandwidth algbw * 2(n-1)/n;
-  2. the per-call cost of a 4-byte allreduce from Python against the same
-     call from C (build/bench/coll_bench), on 1 rank (the binding's own
-     overhead) and 2 ranks;
+     backend, 1 rank and the --ranks counts, 4 bytes to --max-mib MiB: the
+     time of one call (rank 0's) and the bus bandwidth algbw * 2(n-1)/n.
+     Both run in the same processes (gloo is set up beside dtrain), in
+     turns: --rounds rounds of a batch of each, and each figure is the
+     median batch's, so that a machine whose load changes during the run
+     weighs on both alike;
+  2. the cost of the binding: up to 64 KiB the same turns also time the
+     C call itself, made back to back from C in the same processes
+     (Coll._time_allreduce), so Python's cost per call is the difference
+     at the same moment; and build/bench/coll_bench's own figures for the
+     same sizes, a separate job, for reference;
   3. LeNet training samples/s (examples/python/mnist_torch_hvd.py's model
      and step, per worker) with DistributedOptimizer against the same loop
      on torch.nn.parallel.DistributedDataParallel (gloo).
 
     PYTHONPATH=build/python python3 bench/py_bench.py [--ranks 2,4]
-        [--max-mib 64] [--steps 60]
+        [--max-mib 64] [--steps 60] [--rounds 7] [--no-train]
 
-Run it on an otherwise idle machine: the ranks share its cores.
+The load average at the start and the end is printed with the table: on
+a machine with more runnable processes than cores, a small allreduce
+waits for the scheduler (hundreds of microseconds, from C as from Python),
+and only ratios taken in the same run mean something.
 """
 import argparse
 import json
@@ -29,6 +38,7 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 SOURCE = os.path.dirname(HERE)
 BUILD = os.environ.get("DTRAIN_BUILD", os.path.join(SOURCE, "build"))
+SMALL = 64 << 10  # up to here the C call is timed beside Python's
 
 
 def sizes(max_mib):
@@ -45,6 +55,20 @@ def iters_for(nbytes):
     return max(3, min(300, (32 << 20) // max(nbytes, 1)))
 
 
+def free_port():
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    return port
+
+
+def median(xs):
+    xs = sorted(xs)
+    return xs[len(xs) // 2] if len(xs) % 2 else \
+        (xs[len(xs) // 2 - 1] + xs[len(xs) // 2]) / 2
+
+
 # ---- the workers (one process per rank) ------------------------------
 def time_calls(fn, n, barrier):
     fn()
@@ -56,37 +80,71 @@ def time_calls(fn, n, barrier):
     return (time.perf_counter() - t0) / n
 
 
-def worker_allreduce(impl, max_mib):
+def loop(fn, n):
+    t0 = time.perf_counter()
+    for _ in range(n):
+        fn()
+    return time.perf_counter() - t0
+
+
+def gloo_beside(hvd):
+    """torch.distributed (gloo) in the processes of this dtrain job: rank
+    0 picks the port and broadcasts it with dtrain."""
     import torch
+    import torch.distributed as dist
+    port = torch.tensor([free_port() if hvd.rank() == 0 else 0],
+                        dtype=torch.int32)
+    hvd.broadcast_(port, 0)
+    dist.init_process_group("gloo", rank=hvd.rank(), world_size=hvd.size(),
+                            init_method=f"tcp://127.0.0.1:{int(port)}")
+    return dist
+
+
+def worker_allreduce(max_mib, rounds):
+    import numpy as np
+    import torch
+    import dtrain.torch as hvd
     torch.set_num_threads(1)
-    if impl == "dtrain":
-        import dtrain.torch as hvd
-        hvd.init()
-        rank, n, barrier = hvd.rank(), hvd.size(), hvd.barrier
-
-        def call(t):
-            hvd.allreduce_(t, op=hvd.Sum)
-    else:
-        import torch.distributed as dist
-        dist.init_process_group("gloo")
-        rank, n, barrier = dist.get_rank(), dist.get_world_size(), \
-            dist.barrier
-
-        def call(t):
-            dist.all_reduce(t)
-    rows = []
+    hvd.init()
+    dist = gloo_beside(hvd)
+    rank, n, c = hvd.rank(), hvd.size(), hvd._c()
     for nbytes in [4] + sizes(max_mib):
-        t = torch.ones(nbytes // 4)
-        it = 2000 if nbytes == 4 else iters_for(nbytes)
-        dt = time_calls(lambda: call(t), it, barrier)
-        rows.append({"impl": "dtrain.torch" if impl == "dtrain" else
-                     "torch.gloo", "op": "allreduce", "bytes": nbytes,
-                     "ranks": n, "time_us": dt * 1e6,
-                     "busbw_gbps": nbytes / dt * 2 * (n - 1) / n / 1e9
-                     if n > 1 else 0.0})
-    if rank == 0:
-        for r in rows:
-            print("RESULT " + json.dumps(r), flush=True)
+        # zeros: sums that stay finite however many calls
+        td, tg = torch.zeros(nbytes // 4), torch.zeros(nbytes // 4)
+        arr = np.zeros(nbytes // 4, np.float32)
+        impls = {
+            "dtrain.torch": lambda k: loop(
+                lambda: hvd.allreduce_(td, op=hvd.Sum), k),
+            "torch.gloo": lambda k: loop(lambda: dist.all_reduce(tg), k)}
+        if nbytes <= SMALL:
+            impls["C"] = lambda k: c._time_allreduce(arr, k)
+        per = max(1, (2000 if nbytes == 4 else iters_for(nbytes)) // rounds)
+        for fn in impls.values():
+            fn(2 + per // 10)
+        times = {name: [] for name in impls}
+        for r in range(rounds):
+            names = list(impls) if r % 2 == 0 else list(impls)[::-1]
+            for name in names:
+                hvd.barrier()
+                times[name].append(impls[name](per) / per)
+        if rank != 0:
+            continue
+        for name, ts in times.items():
+            dt = median(ts)
+            print("RESULT " + json.dumps({
+                "impl": name, "op": "allreduce", "bytes": nbytes,
+                "ranks": n, "time_us": dt * 1e6, "min_us": min(ts) * 1e6,
+                "rounds": rounds, "calls_per_round": per,
+                "busbw_gbps": nbytes / dt * 2 * (n - 1) / n / 1e9
+                if n > 1 else 0.0}), flush=True)
+        if "C" in times:
+            d = median([p - q for p, q in zip(times["dtrain.torch"],
+                                              times["C"])])
+            print("RESULT " + json.dumps({
+                "impl": "dtrain.torch", "op": "python_overhead",
+                "bytes": nbytes, "ranks": n, "time_us": d * 1e6}),
+                flush=True)
+    dist.destroy_process_group()
 
 
 def worker_train(impl, steps):
@@ -162,46 +220,70 @@ def run_gloo(n, args):
     return outs[0]
 
 
-def c_overhead(n):
+def coll_bench(n):
+    """build/bench/coll_bench's allreduce, 4 bytes to 64 KiB, in a job of
+    its own (a reference: its moment is not the Python turns')."""
     cmd = [os.path.join(BUILD, "dtrain"), "launch", "-n", str(n), "-s", "0",
            "--", os.path.join(BUILD, "bench", "coll_bench"), "--json",
-           "--min-bytes", "4", "--max-bytes", "4", "--iters", "2000"]
+           "--min-bytes", "4", "--max-bytes", str(SMALL), "--iters", "2000"]
     out = subprocess.run(cmd, stdout=subprocess.PIPE, text=True,
                          timeout=600).stdout
+    rows = []
     for line in out.splitlines():
         if '"impl":"dtrain"' in line:
             r = json.loads(line[line.index("{"):])
-            r["impl"] = "C"
-            return r
-    sys.exit("py_bench: coll_bench printed no result:\n" + out)
+            if r["bytes"] in (4, 4096, SMALL):
+                r["impl"] = "coll_bench"
+                rows.append(r)
+    if not rows:
+        sys.exit("py_bench: coll_bench printed no result:\n" + out)
+    return rows
 
 
-def table(rows):
+def load():
+    return "/".join(f"{x:.1f}" for x in os.getloadavg())
+
+
+def table(rows, loads, cores):
     ar = {(r["impl"], r["ranks"], r["bytes"]): r for r in rows
           if r["op"] == "allreduce"}
-    print("# allreduce, float32, in place: time of one call (us) and bus "
-          "bandwidth (GB/s)")
+    over = {(r["ranks"], r["bytes"]): r["time_us"] for r in rows
+            if r["op"] == "python_overhead"}
+    print(f"# {cores} cores; load average (1/5/15 min) {loads[0]} at the "
+          f"start, {loads[1]} at the end")
+    print("# allreduce, float32, in place: time of one call (us) in the "
+          "median round and in the best, bus bandwidth (GB/s, median)")
     print(f"{'ranks':>5} {'bytes':>10} {'dtrain us':>10} {'gloo us':>10} "
-          f"{'dtrain GB/s':>12} {'gloo GB/s':>10} {'busbw x':>8}")
+          f"{'best':>8} {'best':>8} {'dtrain GB/s':>12} {'gloo GB/s':>10} "
+          f"{'gloo/dtrain':>11} {'best':>6}")
     for (impl, n, b), r in sorted(ar.items(), key=lambda k: k[0][1:]):
-        if impl != "dtrain.torch" or b == 4 or n == 1:
-            continue
         g = ar.get(("torch.gloo", n, b))
-        if g:
-            print(f"{n:>5} {b:>10} {r['time_us']:>10.1f} "
-                  f"{g['time_us']:>10.1f} {r['busbw_gbps']:>12.3f} "
-                  f"{g['busbw_gbps']:>10.3f} "
-                  f"{g['time_us'] / r['time_us']:>8.2f}")
-    print("# 4-byte allreduce: one call from Python and from C (us)")
-    for n in sorted({k[1] for k in ar}):
-        p, c = ar.get(("dtrain.torch", n, 4)), ar.get(("C", n, 4))
-        if p and c:
-            print(f"  {n} rank(s): Python {p['time_us']:.2f}  C "
-                  f"{c['time_us']:.2f}  overhead "
-                  f"{p['time_us'] - c['time_us']:.2f}")
+        if impl != "dtrain.torch" or b == 4 or n == 1 or not g:
+            continue
+        print(f"{n:>5} {b:>10} {r['time_us']:>10.1f} "
+              f"{g['time_us']:>10.1f} {r['min_us']:>8.1f} "
+              f"{g['min_us']:>8.1f} {r['busbw_gbps']:>12.3f} "
+              f"{g['busbw_gbps']:>10.3f} "
+              f"{g['time_us'] / r['time_us']:>11.2f} "
+              f"{g['min_us'] / r['min_us']:>6.1f}")
+    print("# small allreduces, us: one call from Python (dtrain.torch) and "
+          "the same call from C in the same processes, in the median round "
+          "and in the best; Python's cost (the median of the rounds' "
+          "differences, and the difference of the best rounds); coll_bench "
+          "(a job of its own, mean)")
+    print(f"{'ranks':>5} {'bytes':>10} {'Python':>8} {'C':>8} {'best Py':>8} "
+          f"{'best C':>8} {'Py-C':>8} {'best Py-C':>9} {'coll_bench':>10}")
+    for (n, b), d in sorted(over.items()):
+        p, c = ar[("dtrain.torch", n, b)], ar[("C", n, b)]
+        cb = ar.get(("coll_bench", n, b))
+        cbs = f"{cb['time_us']:>10.2f}" if cb else f"{'-':>10}"
+        print(f"{n:>5} {b:>10} {p['time_us']:>8.2f} {c['time_us']:>8.2f} "
+              f"{p['min_us']:>8.2f} {c['min_us']:>8.2f} {d:>8.2f} "
+              f"{p['min_us'] - c['min_us']:>9.2f} {cbs}")
     tr = {(r["impl"], r["ranks"]): r for r in rows
           if r["op"] == "lenet_train"}
-    print("# LeNet training, samples/s per worker (batch 64)")
+    if tr:
+        print("# LeNet training, samples/s per worker (batch 64)")
     for (impl, n), r in sorted(tr.items(), key=lambda k: k[0][1]):
         if impl == "dtrain.torch" and ("torch.ddp.gloo", n) in tr:
             d = tr[("torch.ddp.gloo", n)]["samples_per_sec"]
@@ -214,30 +296,31 @@ def main():
     ap.add_argument("--ranks", default="2,4")
     ap.add_argument("--max-mib", type=int, default=64)
     ap.add_argument("--steps", type=int, default=60)
+    ap.add_argument("--rounds", type=int, default=7)
+    ap.add_argument("--no-train", action="store_true",
+                    help="allreduce only, no LeNet training")
     ap.add_argument("--worker", help=argparse.SUPPRESS)
     a = ap.parse_args()
     if a.worker:
         impl, what = a.worker.split(":")
         if what == "allreduce":
-            worker_allreduce(impl, a.max_mib)
+            worker_allreduce(a.max_mib, max(1, a.rounds))
         else:
             worker_train(impl, a.steps)
         return
-    rows = []
+    rows, loads = [], [load()]
     for n in [1] + [int(r) for r in a.ranks.split(",")]:
-        mib = ["--max-mib", str(a.max_mib)]
-        rows += results(run_dtrain(n, ["--worker", "dtrain:allreduce"]
-                                   + mib))
-        if n <= 2:
-            rows.append(c_overhead(n))
-        if n > 1:
-            rows += results(run_gloo(n, ["--worker", "gloo:allreduce"]
-                                     + mib))
+        rows += results(run_dtrain(n, ["--worker", "dtrain:allreduce",
+                                       "--max-mib", str(a.max_mib),
+                                       "--rounds", str(a.rounds)]))
+        rows += coll_bench(n)
+        if n > 1 and not a.no_train:
             steps = ["--steps", str(a.steps)]
             rows += results(run_dtrain(n, ["--worker", "dtrain:train"]
                                        + steps))
             rows += results(run_gloo(n, ["--worker", "gloo:train"] + steps))
-    table(rows)
+    loads.append(load())
+    table(rows, loads, os.cpu_count())
     for r in rows:
         print(json.dumps(r))
 

@@ -234,6 +234,25 @@ dt_err dt_kv_barrier(dt_kv *kv);
 dt_err dt_kv_checkpoint(dt_kv *kv);
 
 /*
+ * The optimizer state of a local store ("local", "device"), MXNet's
+ * save_optimizer_states / load_optimizer_states: each key's optimizer
+ * state (momentum, Adam's moments) and step count, into a file written
+ * whole or not at all. Not saved: the values (pull them), the optimizer's
+ * settings (set the same optimizer again before a load), gradient
+ * compression's residuals. Load takes a file of the same optimizer kind
+ * whose keys are initialised in the store with the same lengths; keys the
+ * file does not name start from no state. The file is checked whole
+ * before the store changes; a bad one (another format, damaged,
+ * truncated, too long for this store, a key unknown or of another length)
+ * is an error naming it and leaves the store as it was. A dist store's
+ * optimizer state is on its servers: these calls refuse it (DT_ENOTSUP;
+ * dt_kv_checkpoint saves the servers' state), and a store without an
+ * optimizer (DT_ESTATE) or with row_sparse tables (DT_ENOTSUP).
+ */
+dt_err dt_kv_save_optimizer_states(dt_kv *kv, const char *path);
+dt_err dt_kv_load_optimizer_states(dt_kv *kv, const char *path);
+
+/*
  * Recovery (DTRAIN_RECOVER=1, `dtrain launch --restart N`; see
  * docs/fault-tolerance.md). A worker process started in a lost worker's
  * place rejoins under its rank; its set-up calls (configure, set the

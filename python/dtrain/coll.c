@@ -11,6 +11,7 @@
  */
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "dtpy.h"
 
@@ -283,6 +284,50 @@ COLL_WRAP(coll_allgather_async, K_ALLGATHERV, 1)
 COLL_WRAP(coll_reduce_scatter, K_REDUCE_SCATTER, 0)
 COLL_WRAP(coll_reduce_scatter_async, K_REDUCE_SCATTER, 1)
 
+/*
+ * _time_allreduce(tensor, iters, op=SUM): the seconds that iters in-place
+ * allreduces of tensor take when C makes them back to back, without the
+ * GIL. bench/py_bench.py times the same call from Python in the same
+ * processes, in turns with this, so that the binding's own cost is set
+ * against the C call's at the same moment of a busy machine.
+ */
+static PyObject *
+coll_time_allreduce(CollObject *self, PyObject *args)
+{
+	PyObject *obj;
+	long iters;
+	struct call k;
+	struct timespec t0, t1;
+	dt_err err = DT_OK;
+
+	memset(&k, 0, sizeof(k));
+	k.kind = K_ALLREDUCE;
+	k.op = DT_COLL_SUM;
+	if (!PyArg_ParseTuple(args, "Ol|i", &obj, &iters, &k.op) ||
+	    need_open(self) < 0 || check_op(k.op) < 0)
+		return NULL;
+	if (iters < 1 || iters > 100000000) {
+		PyErr_Format(PyExc_ValueError,
+		             "argument 'iters': %ld is not in 1..100000000",
+		             iters);
+		return NULL;
+	}
+	if (dtpy_buf_get(obj, "tensor", 1, DTPY_ALL, DT_FLOAT32, &k.send) < 0)
+		return NULL;
+	k.count = k.send.count;
+	Py_BEGIN_ALLOW_THREADS;
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	for (long i = 0; i < iters && err == DT_OK; i++)
+		err = run_call(self->c, &k, NULL);
+	clock_gettime(CLOCK_MONOTONIC, &t1);
+	Py_END_ALLOW_THREADS;
+	call_release(&k);
+	if (err != DT_OK)
+		return dtpy_raise(err);
+	return PyFloat_FromDouble((double)(t1.tv_sec - t0.tv_sec) +
+	                          (double)(t1.tv_nsec - t0.tv_nsec) * 1e-9);
+}
+
 static int
 coll_tp_init(CollObject *self, PyObject *args, PyObject *kw)
 {
@@ -430,6 +475,9 @@ static PyMethodDef coll_methods[] = {
      "queue the recorded calls"},
     {"set_compression", (PyCFunction)coll_set_compression, METH_VARARGS,
      "set_compression(spec) of the distributed optimizer's reductions"},
+    {"_time_allreduce", (PyCFunction)coll_time_allreduce, METH_VARARGS,
+     "_time_allreduce(tensor, iters, op=SUM) -> seconds of iters calls "
+     "made from C (for bench/py_bench.py)"},
     {"finalize", (PyCFunction)coll_finalize, METH_NOARGS,
      "leave the job (collective)"},
     {NULL},

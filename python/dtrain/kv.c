@@ -314,6 +314,39 @@ kv_checkpoint(KVObject *self, PyObject *unused)
 	return kv_simple(self, dt_kv_checkpoint);
 }
 
+/* save_optimizer_states(path) and load_optimizer_states(path): a str,
+ * bytes or os.PathLike file name; the file is read or written without the
+ * GIL. */
+static PyObject *
+kv_path_call(KVObject *self, PyObject *args,
+             dt_err (*fn)(dt_kv *, const char *))
+{
+	PyObject *path = NULL;
+	dt_err err;
+
+	if (!PyArg_ParseTuple(args, "O&", PyUnicode_FSConverter, &path))
+		return NULL;
+	if (need_open(self) < 0) {
+		Py_DECREF(path);
+		return NULL;
+	}
+	DTPY_NOGIL(err = fn(self->kv, PyBytes_AS_STRING(path)));
+	Py_DECREF(path);
+	return err == DT_OK ? Py_NewRef(Py_None) : dtpy_raise(err);
+}
+
+static PyObject *
+kv_save_optimizer_states(KVObject *self, PyObject *args)
+{
+	return kv_path_call(self, args, dt_kv_save_optimizer_states);
+}
+
+static PyObject *
+kv_load_optimizer_states(KVObject *self, PyObject *args)
+{
+	return kv_path_call(self, args, dt_kv_load_optimizer_states);
+}
+
 static PyObject *
 kv_wait_all(KVObject *self, PyObject *unused)
 {
@@ -528,6 +561,14 @@ static PyMethodDef kv_methods[] = {
     {"barrier", (PyCFunction)kv_barrier, METH_NOARGS, "barrier of workers"},
     {"checkpoint", (PyCFunction)kv_checkpoint, METH_NOARGS,
      "checkpoint the servers now (collective)"},
+    {"save_optimizer_states", (PyCFunction)kv_save_optimizer_states,
+     METH_VARARGS,
+     "save_optimizer_states(path): a local store's optimizer "
+     "state into a file"},
+    {"load_optimizer_states", (PyCFunction)kv_load_optimizer_states,
+     METH_VARARGS,
+     "load_optimizer_states(path): read it back (checked "
+     "whole first)"},
     {"set_optimizer", (PyCFunction)kv_set_optimizer, METH_VARARGS,
      "set_optimizer(name, 'lr=...,momentum=...')"},
     {"set_gradient_compression", (PyCFunction)kv_set_gradient_compression,

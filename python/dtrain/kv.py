@@ -18,7 +18,7 @@ import atexit
 import weakref
 
 from dtrain import _dtrain
-from dtrain._arrays import view
+from dtrain._arrays import numpy_view, view
 
 __all__ = ["create", "KVStore", "RowSparse"]
 
@@ -93,7 +93,8 @@ class KVStore:
         for k, v in _pairs(key, value):
             k = self._key(k)
             if isinstance(v, RowSparse):
-                self._kv.push_row_sparse(k, view(v.indices, "indices"),
+                self._kv.push_row_sparse(k,
+                                         numpy_view(v.indices, "indices"),
                                          view(v.data, "value"),
                                          self._widths[k])
             elif isinstance(v, (list, tuple)):
@@ -138,7 +139,7 @@ class KVStore:
             out = out.data
         if out is None or row_ids is None:
             raise ValueError("row_sparse_pull needs out and row_ids")
-        self._kv.row_sparse_pull(k, view(row_ids, "row_ids"),
+        self._kv.row_sparse_pull(k, numpy_view(row_ids, "row_ids"),
                                  view(out, "out"), self._widths[k])
 
     def set_optimizer(self, optimizer, **params):
@@ -178,6 +179,26 @@ class KVStore:
     def checkpoint(self):
         """Checkpoint the servers now (every worker calls it)."""
         self._kv.checkpoint()
+
+    def save_optimizer_states(self, fname, dump_optimizer=False):
+        """Save the optimizer state of a local or device store (each key's
+        momentum or Adam moments and step count) to fname. The values and
+        the optimizer's settings are not saved; a dist store's state is on
+        its servers (checkpoint() saves it there) and raises
+        dtrain.NotSupported."""
+        if dump_optimizer:
+            raise ValueError("save_optimizer_states: dump_optimizer=True "
+                             "is not offered; the optimizer's settings are "
+                             "not saved (call set_optimizer again before "
+                             "load_optimizer_states)")
+        self._kv.save_optimizer_states(fname)
+
+    def load_optimizer_states(self, fname):
+        """Load a file of save_optimizer_states into this store, which has
+        the same optimizer set and the same keys initialised. The file is
+        checked whole first: a bad one raises dtrain.Error and changes
+        nothing."""
+        self._kv.load_optimizer_states(fname)
 
     def wait_all(self):
         self._kv.wait_all()

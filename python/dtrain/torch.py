@@ -19,7 +19,7 @@ import sys
 import torch
 
 from dtrain import _dtrain
-from dtrain._arrays import view
+from dtrain._arrays import numpy_view, view
 
 __all__ = [
     "init", "shutdown", "is_initialized", "rank", "size", "local_rank",
@@ -176,7 +176,7 @@ def allreduce(tensor, average=None, name=None, op=None, compression=None):
 
 def _raw(tensor, arg):
     """A byte view of any CPU tensor, for calls that only move data."""
-    a = view(tensor, arg).reshape(-1)
+    a = numpy_view(tensor, arg).reshape(-1)
     if a.dtype.name in ("float32", "float16", "float64", "int32"):
         return a
     if a.nbytes % 4:

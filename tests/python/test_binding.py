@@ -328,3 +328,226 @@ def test_horovod_calls_under_plain_mpirun(tmp_path):
         timeout=120 * SCALE)
     assert r.returncode == 0, r.stdout
     assert r.stdout.count("of 2: ok") == 2, r.stdout
+
+
+# ---- optimizer states (save_optimizer_states / load_optimizer_states) ----
+
+OPTIMIZERS = [("sgd", dict(learning_rate=0.1, momentum=0.9, wd=1e-4)),
+              ("adam", dict(learning_rate=0.01, beta1=0.9, beta2=0.999,
+                            epsilon=1e-8))]
+SHAPES = {0: 1000, 5: 7}
+
+
+def _grads(step):
+    rng = np.random.default_rng(100 + step)
+    return {k: rng.standard_normal(n).astype(np.float32)
+            for k, n in SHAPES.items()}
+
+
+def _store(name, params, values=None):
+    kv = dtrain.kv.create("local")
+    kv.set_optimizer(name, **params)
+    for k, n in SHAPES.items():
+        kv.init(k, values[k] if values else
+                np.linspace(-1, 1, n, dtype=np.float32))
+    return kv
+
+
+def _train(kv, steps):
+    for s in steps:
+        for k, g in _grads(s).items():
+            kv.push(k, g)
+
+
+def _values(kv):
+    out = {k: np.empty(n, np.float32) for k, n in SHAPES.items()}
+    for k, o in out.items():
+        kv.pull(k, out=o)
+    return out
+
+
+@pytest.mark.parametrize("name,params", OPTIMIZERS)
+def test_optimizer_states_round_trip_bitwise(tmp_path, name, params):
+    """Steps 0-2 in one store, its state saved; steps 3-4 there and in a
+    second store made from the values at step 3 and the saved state: the
+    same bits. Without the state the second store ends elsewhere."""
+    f = str(tmp_path / "opt.states")
+    a = _store(name, params)
+    _train(a, range(3))
+    a.save_optimizer_states(f)
+    at3 = _values(a)
+    _train(a, range(3, 5))
+    want = _values(a)
+    b = _store(name, params, at3)
+    b.load_optimizer_states(f)
+    _train(b, range(3, 5))
+    got = _values(b)
+    for k in SHAPES:
+        assert got[k].tobytes() == want[k].tobytes(), k
+    cold = _store(name, params, at3)
+    _train(cold, range(3, 5))
+    assert _values(cold)[0].tobytes() != want[0].tobytes()
+    # saving again what was loaded gives the same file, byte for byte
+    # (the keys are written in the store's order, the same for the same
+    # keys initialised in the same order)
+    c = _store(name, params, at3)
+    c.load_optimizer_states(f)
+    c.save_optimizer_states(str(tmp_path / "again"))
+    assert (tmp_path / "again").read_bytes() == (tmp_path /
+                                                 "opt.states").read_bytes()
+    for kv in (a, b, c, cold):
+        kv.close()
+
+
+def _forge(records, kind=1, version=1, count=None):
+    """An optimizer state file with a valid trailer: records of (key, n,
+    steps, state floats), and a count of them (len(records) if None)."""
+    import struct
+    import zlib
+    count = len(records) if count is None else count
+    body = b"DTRAINOS" + struct.pack("<IIQ", version, kind, count)
+    for key, n, steps, state in records:
+        st = np.asarray(state, np.float32)
+        body += struct.pack("<QQQQ", key, n, steps, st.size) + st.tobytes()
+    return body + struct.pack("<QI", len(body), zlib.crc32(body)) + \
+        b"DTCKEND\0"
+
+
+def test_optimizer_state_files_are_checked_whole(tmp_path):
+    """Every damaged or foreign file is refused with the reason, and the
+    store is left as it was: its next steps are those of a store that
+    never saw the file."""
+    sgd = dict(learning_rate=0.1, momentum=0.9)
+    f = tmp_path / "s"
+    kv = dtrain.kv.create("local")
+    kv.set_optimizer("sgd", **sgd)
+    kv.init([1, 2], [np.ones(4, np.float32), np.ones(2, np.float32)])
+    _ = [kv.push(1, np.full(4, 0.5, np.float32)) for _ in range(2)]
+    kv.save_optimizer_states(str(f))
+    good = f.read_bytes()
+    # 8 magic + 16 head, 2 keys x (32 + state), 20 trailer
+    assert len(good) == 24 + 2 * 32 + 4 * 6 + 20
+
+    def refused(data, cls, match):
+        f.write_bytes(data)
+        with pytest.raises(cls, match=match):
+            kv.load_optimizer_states(str(f))
+
+    refused(b"PK\3\4" + good[4:], dtrain.BadFormat, "not a dtrain "
+            "optimizer state file")
+    refused(good[:-1], dtrain.BadFormat, "damaged or truncated")
+    flipped = bytearray(good)
+    flipped[40] ^= 1
+    refused(bytes(flipped), dtrain.BadFormat, "damaged or truncated")
+    refused(good + bytes(64), dtrain.BadFormat,
+            f"{len(good) + 64} bytes, more than this store's state can "
+            f"take \\({len(good)}\\)")
+    refused(_forge([(1, 4, 2, [0] * 4)], version=2), dtrain.BadFormat,
+            "format version 2; this dtrain reads version 1")
+    refused(_forge([(1, 4, 2, [0] * 8)], kind=2), dtrain.WrongState,
+            "saved from adam, this store runs sgd")
+    refused(_forge([(9, 4, 2, [0] * 4)]), dtrain.UnknownKey,
+            "key 9 is not initialised in this store")
+    refused(_forge([(2, 4, 2, [0] * 4)]), dtrain.SizeMismatch,
+            "key 2 has length 4 and 4 state floats; the store's has 2 "
+            "and 2")
+    refused(_forge([(2, 2, 2, [7] * 2), (2, 2, 2, [7] * 2)]),
+            dtrain.BadFormat, "key 2 listed twice")
+    refused(_forge([(2, 2, 2, [7] * 2)], count=3), dtrain.BadFormat,
+            "3 keys, more than the store's 2")
+    # a count that promises a record the bytes do not hold
+    refused(_forge([(1, 4, 2, [7] * 4)], count=2), dtrain.BadFormat,
+            "truncated record")
+    refused(_forge([(1, 4, 2, [7] * 4)], count=0), dtrain.BadFormat,
+            "48 bytes after the last record")
+    # none of it changed the store: it goes on as its twin does
+    twin = dtrain.kv.create("local")
+    twin.set_optimizer("sgd", **sgd)
+    twin.init([1, 2], [np.ones(4, np.float32), np.ones(2, np.float32)])
+    _ = [twin.push(1, np.full(4, 0.5, np.float32)) for _ in range(2)]
+    for store in (kv, twin):
+        store.push(1, np.full(4, 0.25, np.float32))
+    a, b = np.empty(4, np.float32), np.empty(4, np.float32)
+    kv.pull(1, out=a)
+    twin.pull(1, out=b)
+    assert a.tobytes() == b.tobytes()
+    # a forged file that is right is taken: key 2 omitted starts afresh
+    f.write_bytes(_forge([(1, 4, 5, [0.5] * 4)]))
+    kv.load_optimizer_states(str(f))
+    kv.save_optimizer_states(str(f))
+    assert f.read_bytes() in (_forge([(1, 4, 5, [0.5] * 4),
+                                      (2, 2, 0, [0] * 2)]),
+                              _forge([(2, 2, 0, [0] * 2),
+                                      (1, 4, 5, [0.5] * 4)]))
+    with pytest.raises(ValueError, match="dump_optimizer=True"):
+        kv.save_optimizer_states(str(f), dump_optimizer=True)
+    with pytest.raises(dtrain.IOFailure, match="optimizer states "):
+        kv.load_optimizer_states(str(tmp_path / "missing"))
+    kv.close()
+    twin.close()
+    plain = dtrain.kv.create("local")
+    with pytest.raises(dtrain.WrongState, match="has no optimizer"):
+        plain.save_optimizer_states(str(f))
+    plain.close()
+
+
+def test_optimizer_states_of_a_dist_store_are_on_its_servers(tmp_path):
+    r = launch(1, 1, py("optstate_job.py", tmp_path / "s"))
+    assert r.returncode == 0, r.stdout
+    assert "optstate: refused: save optimizer states: a dist_sync " \
+        "store's optimizer state is on its servers" in r.stdout, r.stdout
+    assert not (tmp_path / "s").exists()
+
+
+def test_time_allreduce_times_the_c_call():
+    """The benchmark's helper makes the call from C: it returns seconds,
+    and the array is reduced in place as by allreduce (one rank: kept)."""
+    import dtrain.torch as hvd
+    hvd.init()
+    a = np.arange(4, dtype=np.float32)
+    sec = hvd._c()._time_allreduce(a, 100)
+    assert isinstance(sec, float) and 0 < sec < 10
+    assert a.tolist() == [0, 1, 2, 3]
+    with pytest.raises(ValueError, match="argument 'iters': 0"):
+        hvd._c()._time_allreduce(a, 0)
+    with pytest.raises(ValueError, match="argument 'tensor' is read-only"):
+        ro = np.zeros(4, np.float32)
+        ro.setflags(write=False)
+        hvd._c()._time_allreduce(ro, 1)
+
+
+def test_tensors_are_used_in_their_own_memory():
+    """A tensor is read through its accessors, not copied: a slice is
+    written at its offset in its base, a parameter that requires grad is
+    written in place, an asynchronous call holds a reference to its
+    tensor until the wait, and what cannot be used is refused by name."""
+    import sys
+    import dtrain.torch as hvd
+    hvd.init()
+    kv = dtrain.kv.create("local")
+    kv.init(0, torch.arange(4, dtype=torch.float32))
+    base = torch.zeros(8)
+    kv.pull(0, out=base[2:6])
+    assert base.tolist() == [0, 0, 0, 1, 2, 3, 0, 0]
+    p = torch.nn.Parameter(torch.zeros(4))
+    kv.pull(0, out=p)
+    assert p.tolist() == [0, 1, 2, 3] and p.requires_grad
+    t = torch.zeros(4)
+    before = sys.getrefcount(t)
+    req = kv.raw.pull_async(0, t)
+    assert sys.getrefcount(t) == before + 1
+    req.wait()
+    assert sys.getrefcount(t) == before and t.tolist() == [0, 1, 2, 3]
+    half = torch.tensor([1.5, -2.0], dtype=torch.float16)
+    kv.init(1, half)
+    kv.push(1, half * 2)
+    kv.pull(1, out=half)
+    assert half.tolist() == [3.0, -4.0]
+    with pytest.raises(TypeError, match="argument 'value': element type "
+                                        "'torch.bfloat16' is not supported"):
+        kv.push(0, torch.zeros(4, dtype=torch.bfloat16))
+    with pytest.raises(ValueError, match="argument 'out' is not "
+                                         "C-contiguous"):
+        kv.pull(0, out=torch.zeros(8)[::2])
+    assert hvd.allreduce_(torch.zeros(0)).numel() == 0
+    kv.close()

@@ -5,7 +5,8 @@
  * without needing clang or libFuzzer: codec (frame headers and metadata
  * readers), control (core/msg.c), kv (kv/kv_msg.c), coll (coll_msg.c), auth
  * (net/auth.c: the handshake and encrypted records), kv_server (members'
- * frames at a server's message handling, kv/server.c). Each
+ * frames at a server's message handling, kv/server.c), optstate (a local
+ * store's optimizer-state file, kv/kv_optstate.c). Each
  * file is also replayed cut at every length, since a truncated frame is the
  * commonest bad input.
  *
@@ -31,6 +32,7 @@
 #include "../../fuzz/fuzz_control_entry.h"
 #include "../../fuzz/fuzz_kv_entry.h"
 #include "../../fuzz/fuzz_kv_server_entry.h"
+#include "../../fuzz/fuzz_optstate_entry.h"
 
 typedef struct target {
 	const char *name;
@@ -126,9 +128,13 @@ int
 main(void)
 {
 	static const target targets[] = {
-	    {"codec", dt_fuzz_codec_one}, {"control", dt_fuzz_control_one},
-	    {"kv", dt_fuzz_kv_one},       {"coll", dt_fuzz_coll_one},
-	    {"auth", dt_fuzz_auth_one},   {"kv_server", dt_fuzz_kv_server_one},
+	    {"codec", dt_fuzz_codec_one},
+	    {"control", dt_fuzz_control_one},
+	    {"kv", dt_fuzz_kv_one},
+	    {"coll", dt_fuzz_coll_one},
+	    {"auth", dt_fuzz_auth_one},
+	    {"kv_server", dt_fuzz_kv_server_one},
+	    {"optstate", dt_fuzz_optstate_one},
 	};
 	const struct CMUnitTest tests[] = {
 	    cmocka_unit_test_prestate(test_replay_corpus, (void *)&targets[0]),
@@ -137,6 +143,7 @@ main(void)
 	    cmocka_unit_test_prestate(test_replay_corpus, (void *)&targets[3]),
 	    cmocka_unit_test_prestate(test_replay_corpus, (void *)&targets[4]),
 	    cmocka_unit_test_prestate(test_replay_corpus, (void *)&targets[5]),
+	    cmocka_unit_test_prestate(test_replay_corpus, (void *)&targets[6]),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
