@@ -64,20 +64,32 @@ class KVStore:
     def __init__(self, name):
         self._kv = _dtrain.KV(name)
         self._names = {}
+        self._kind = None  # str or int: the kind of key the store takes
         self._widths = {}
         _open.add(self)
 
     # -- keys ---------------------------------------------------------
     def _key(self, key, create=False):
-        if isinstance(key, str):
+        # str keys are numbered 0, 1, ... in init order, so a store takes
+        # one kind of key, as MXNet's does: a str and an int could
+        # otherwise name the same key.
+        kind = str if isinstance(key, str) else int
+        if kind is int and (not isinstance(key, int) or
+                            isinstance(key, bool) or key < 0):
+            raise TypeError(f"argument 'key': {key!r} is not an int >= 0 "
+                            "or a str")
+        if self._kind is None and create:
+            self._kind = kind
+        if self._kind is not None and kind is not self._kind:
+            raise TypeError(f"argument 'key': {key!r} is {kind.__name__}, "
+                            f"but this store's keys are "
+                            f"{self._kind.__name__}s (one kind a store)")
+        if kind is str:
             if key not in self._names:
                 if not create:
                     raise KeyError(f"key '{key}' was not initialised")
                 self._names[key] = len(self._names)
             return self._names[key]
-        if not isinstance(key, int) or key < 0:
-            raise TypeError(f"argument 'key': {key!r} is not an int >= 0 "
-                            "or a str")
         return key
 
     # -- MXNet's calls ------------------------------------------------

@@ -262,7 +262,13 @@ def test_kv_calls_on_a_local_store():
     with pytest.raises(TypeError, match="argument 'row_ids'"):
         kv.row_sparse_pull("emb", out=got,
                            row_ids=np.array([1, 2, 3], np.int32))
+    # str keys are numbered in init order ("emb" is 0): an int key in the
+    # same store could name the same one, so one kind a store, as MXNet.
+    with pytest.raises(TypeError, match="this store's keys are strs"):
+        kv.init(0, np.zeros(3, np.float32))
+    kv.close()
 
+    kv = dtrain.kv.create("local")
     half = np.array([1.5, -2.0, 0.25], np.float16)
     kv.init(5, half)
     kv.push(5, half * 2)
@@ -275,6 +281,8 @@ def test_kv_calls_on_a_local_store():
     back = np.zeros(3, np.float32)
     kv.pull(6, out=back)
     assert back.tolist() == [4.5, -6.0, 0.75]
+    with pytest.raises(TypeError, match="this store's keys are ints"):
+        kv.push("g", d)
 
     kv.init([10, 11], [np.zeros(2, np.float32), np.zeros(3, np.float32)])
     a, b = np.ones(2, np.float32), np.full(3, 2, np.float32)
