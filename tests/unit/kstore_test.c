@@ -183,11 +183,12 @@ typedef struct done_log {
 } done_log;
 
 static void
-on_done(void *arg, uint32_t h)
+on_done(void *arg, uint32_t h, size_t n)
 {
 	done_log *d = arg;
 
-	d->h[d->n++] = h;
+	while (n--)
+		d->h[d->n++] = h;
 }
 
 static void
