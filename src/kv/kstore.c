@@ -809,6 +809,55 @@ dt__ks_push_sync(dt_kstore *ks, int worker, uint32_t req, const uint32_t *idx,
 	push_sync_sel(ks, worker, req, idx, 0, count, g, keys, key, 0, &t);
 }
 
+/* A span's pushes of worker (more than DT_KS_TIMED keys, their gradients
+ * already in the merge buffers) join their rounds: first this worker's
+ * mark on each, then the rounds it closed - when it closed them all (the
+ * last worker's push, with no optimizer) their sums become the values in
+ * one copy. */
+static void
+span_rounds(dt_kstore *ks, int worker, uint32_t req, uint32_t first,
+            size_t count, tally *t)
+{
+	size_t w = (size_t)ks->nworkers, closed = 0, marked = 0;
+	uint32_t *pend = ks->pend + (size_t)first * w,
+	         *np = ks->npushed + first;
+
+	for (size_t i = 0; i < count; i++) {
+		marked += pend[i * w + (size_t)worker] == 0;
+		pend[i * w + (size_t)worker] = req;
+		closed += ++np[i] == (uint32_t)w;
+	}
+	ks->wpend[worker] += marked;
+	if (closed == count && ks->opt.kind == DT_OPT_NONE) {
+		size_t o = (size_t)ks->off[first],
+		       n = (size_t)ks->off[first + count] - o;
+
+		memcpy(ks->val + o, ks->merge + o, n * sizeof(float));
+		memset(ks->merge + o, 0, n * sizeof(float));
+		for (size_t i = 0; i < count; i++) {
+			np[i] = 0;
+			for (size_t k = 0; k < w; k++) {
+				uint32_t h = pend[i * w + k];
+
+				pend[i * w + k] = 0;
+				if (h) {
+					ks->wpend[k]--;
+					tally_add(t, k, h);
+				}
+			}
+		}
+	} else {
+		for (size_t i = 0; closed && i < count; i++) {
+			uint32_t r = first + (uint32_t)i;
+
+			if (np[i] == (uint32_t)w)
+				close_round(ks, r, ks->merge + ks->off[r],
+				            dt__ks_len(ks, r), t);
+		}
+	}
+	tally_flush(t);
+}
+
 void
 dt__ks_push_sync_span(dt_kstore *ks, int worker, uint32_t req, uint32_t first,
                       size_t count, const float *g, const uint8_t *keys,
@@ -831,6 +880,9 @@ dt__ks_push_sync_span(dt_kstore *ks, int worker, uint32_t req, uint32_t first,
 	 * arrival order, as key by key). */
 	if (ks->nworkers > 1)
 		dt__kv_add(ks->merge + ks->off[first], g, n);
-	push_sync_sel(ks, worker, req, NULL, first, count, g, keys, 0,
-	              ks->nworkers > 1, &t);
+	if (ks->nworkers > 1 && count > DT_KS_TIMED)
+		span_rounds(ks, worker, req, first, count, &t);
+	else
+		push_sync_sel(ks, worker, req, NULL, first, count, g, keys, 0,
+		              ks->nworkers > 1, &t);
 }
