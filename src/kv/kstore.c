@@ -5,6 +5,12 @@
  * Lookups of a request's keys run ahead of themselves: the slot of the key
  * AHEAD places on is prefetched while the current one is compared, so the
  * cache misses of a big index overlap instead of adding up.
+ *
+ * A request that lists a stretch of a run (kstore.h) needs no lookup at
+ * all: comparing its keys with the progression is one sequential pass the
+ * compiler vectorises, where the lookups were a random access each; it
+ * then names consecutive records, so the dist_sync merge, the update and
+ * the answer each work on one contiguous stretch of the arenas.
  */
 #include <stdlib.h>
 #include <string.h>
