@@ -508,11 +508,47 @@ count_ones(dt_kv_client *c, const dt_kv_batch *b, const many_plan *pl)
 {
 	size_t cnt[ONES_MAX] = {0};
 
-	for (size_t i = 0; i < b->nkeys; i++)
-		cnt[part_of(pl, b->keys[i])]++;
+	if (pl->ns == 2) { /* (a sum of low bits: no counter in memory) */
+		for (size_t i = 0; i < b->nkeys; i++)
+			cnt[1] += (size_t)(b->keys[i] & 1);
+		cnt[0] = b->nkeys - cnt[1];
+	} else {
+		for (size_t i = 0; i < b->nkeys; i++)
+			cnt[part_of(pl, b->keys[i])]++;
+	}
 	for (int s = 0; s < pl->ns; s++) {
 		c->mp[s].count = c->mp[s].nvals = cnt[s];
 		c->mp[s].uniform = cnt[s] ? 1 : 0;
+	}
+}
+
+/* Two servers: both parts' positions in registers, each key written
+ * through the one its low bit picks (no branch to mispredict on keys in
+ * random order). */
+static void
+gather_two(dt_kv_client *c, const dt_kv_batch *b, int vals)
+{
+	uint64_t *k0 = c->mp[0].keys, *k1 = c->mp[1].keys;
+	float *v0 = c->mp[0].vals, *v1 = c->mp[1].vals;
+
+	for (size_t i = 0; vals && i < b->nkeys; i++) {
+		uint64_t key = b->keys[i];
+		size_t odd = (size_t)(key & 1);
+
+		*(odd ? k1 : k0) = key;
+		*(odd ? v1 : v0) = b->vals[i];
+		k1 += odd;
+		k0 += 1 - odd;
+		v1 += odd;
+		v0 += 1 - odd;
+	}
+	for (size_t i = 0; !vals && i < b->nkeys; i++) {
+		uint64_t key = b->keys[i];
+		size_t odd = (size_t)(key & 1);
+
+		*(odd ? k1 : k0) = key;
+		k1 += odd;
+		k0 += 1 - odd;
 	}
 }
 
@@ -522,6 +558,10 @@ gather_ones(dt_kv_client *c, const dt_kv_batch *b, const many_plan *pl)
 	uint64_t *kp[ONES_MAX];
 	float *vp[ONES_MAX];
 
+	if (pl->ns == 2) {
+		gather_two(c, b, pl->has_vals);
+		return;
+	}
 	for (int s = 0; s < pl->ns; s++) {
 		kp[s] = c->mp[s].keys;
 		vp[s] = c->mp[s].vals;
@@ -546,6 +586,18 @@ scatter_ones(dt_kv_client *c, const dt_kv_batch *b, const many_plan *pl)
 {
 	const float *ap[ONES_MAX];
 
+	if (pl->ns == 2) { /* (as gather_two) */
+		const float *a0 = c->mp[0].ans, *a1 = c->mp[1].ans;
+
+		for (size_t i = 0; i < b->nkeys; i++) {
+			size_t odd = (size_t)(b->keys[i] & 1);
+
+			b->outs[i] = *(odd ? a1 : a0);
+			a1 += odd;
+			a0 += 1 - odd;
+		}
+		return;
+	}
 	for (int s = 0; s < pl->ns; s++)
 		ap[s] = c->mp[s].ans;
 	for (size_t i = 0; i < b->nkeys; i++)
