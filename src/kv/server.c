@@ -120,8 +120,8 @@ struct breq {
 	unsigned answer;
 	size_t count, remaining;
 	uint32_t *idx;  /* a pushpull's records, to answer with */
-	uint32_t first; /* ... or, idx NULL and span set, first .. */
-	int span;
+	int span;       /* ... or (idx NULL) the span of count records */
+	uint32_t first; /* from this one (dt__ks_span) */
 	uint32_t next_free;
 	struct waiter *pulls; /* single-key pulls of its keys by its worker,
 	                         answered after it (n: the record) */
