@@ -10,10 +10,14 @@
  *
  * Every worker makes the same calls (dist_sync, no optimizer: a round's
  * sum is the value); rank 0 prints the median time per call, the time per
- * key, and the TCP baseline (12 bytes per key one way, 4 back: what the
- * wire alone costs). --random lists the keys as 64-bit hashes in random
- * order instead of 0..N-1. After the largest size, the server's resident
- * memory is read from /proc (1 server on this host) and reported per key.
+ * key, and the TCP baseline: the request's bytes alone (12 per key for a
+ * push or pushpull, 8 for a pull) sent one way over a socket pair and
+ * answered with one byte. The answer's values are not in it: a pull moves
+ * half as much again as its baseline, a pushpull a third more. x_tcp is
+ * the call's time over the baseline's. --random lists the keys as 64-bit
+ * hashes in random order instead of 0..N-1. After the largest size, the
+ * server's resident memory is read from /proc (1 server on this host) and
+ * reported per key.
  *
  * Then row_sparse (MXNet's row_sparse_pull workload): a table of R rows x
  * 64 floats (R = 10^7, 10^6 with --quick; zeros at first: only touched

@@ -5,6 +5,12 @@
  * Lookups of a request's keys run ahead of themselves: the slot of the key
  * AHEAD places on is prefetched while the current one is compared, so the
  * cache misses of a big index overlap instead of adding up.
+ *
+ * A request that lists a stretch of a run (kstore.h) needs no lookup at
+ * all: comparing its keys with the progression is one sequential pass the
+ * compiler vectorises, where the lookups were a random access each; it
+ * then names consecutive records, so the dist_sync merge, the update and
+ * the answer each work on one contiguous stretch of the arenas.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -159,6 +165,7 @@ dt__ks_fini(dt_kstore *ks)
 	free(ks->merge);
 	free(ks->pend);
 	free(ks->npushed);
+	free(ks->wpend);
 	memset(ks, 0, sizeof(*ks));
 }
 
@@ -223,6 +230,9 @@ reserve(dt_kstore *ks, size_t nrec, size_t nval)
 {
 	size_t w = (size_t)ks->nworkers;
 
+	if (ks->sync && ks->wpend == NULL &&
+	    (ks->wpend = calloc(w ? w : 1, sizeof(*ks->wpend))) == NULL)
+		return -1;
 	if (nrec > ks->rec_cap) {
 		size_t rc = DT_MAX(nrec, ks->rec_cap + ks->rec_cap / 2);
 		size_t old = ks->rec_cap;
@@ -301,6 +311,99 @@ unmark(dt_kstore *ks, const uint32_t *idx, size_t n, size_t lim)
 	for (size_t i = 0; i < n; i++)
 		if (idx[i] != NO_REC && idx[i] < lim)
 			mark(ks, idx[i], 0);
+}
+
+/* ---- runs: requests that list keys in the order init added them ---- */
+
+#define RUN_MIN   64   /* keys a run has at least (below: lookups) */
+#define RUN_CHUNK 4096 /* keys compared between early exits */
+
+/* Whether keys[from..count) are k0 + i * d (i their index). The compare
+ * has no branch per key, so the compiler can vectorise it. */
+static int
+progression(const uint8_t *keys, size_t from, size_t count, uint64_t k0,
+            uint64_t d)
+{
+	for (size_t i = from; i < count; i += RUN_CHUNK) {
+		size_t end = count - i < RUN_CHUNK ? count : i + RUN_CHUNK;
+		uint64_t diff = 0, e = k0 + d * (uint64_t)i;
+
+		for (size_t j = i; j < end; j++, e += d)
+			diff |= dt__kv_u64_at(keys, j) ^ e;
+		if (diff)
+			return 0;
+	}
+	return 1;
+}
+
+/* The common step of keys[0..count) if they may be a progression (it
+ * increases without wrapping; the first two and the last agree), else 0.
+ * A step of 0 would list a key twice: never a progression. */
+static uint64_t
+step_of(const uint8_t *keys, size_t count)
+{
+	uint64_t k0, d;
+
+	if (count < RUN_MIN)
+		return 0;
+	k0 = dt__kv_u64_at(keys, 0);
+	d = dt__kv_u64_at(keys, 1) - k0;
+	if (d == 0 || d > (UINT64_MAX - k0) / (uint64_t)(count - 1) ||
+	    dt__kv_u64_at(keys, count - 1) != k0 + d * (uint64_t)(count - 1))
+		return 0;
+	return d;
+}
+
+int
+dt__ks_span(const dt_kstore *ks, size_t count, const uint8_t *keys,
+            const dt_ks_lens *lens, uint32_t *first)
+{
+	uint64_t d = lens->lens ? 0 : step_of(keys, count), k0;
+
+	if (d == 0)
+		return 0;
+	k0 = dt__kv_u64_at(keys, 0);
+	for (size_t i = 0; i < ks->nruns; i++) {
+		const dt_ks_run *u = &ks->runs[i];
+		uint64_t j0 = (k0 - u->k0) / d;
+
+		if (u->stride != d || u->len != lens->uniform || k0 < u->k0 ||
+		    (k0 - u->k0) % d || j0 > u->n || count > u->n - j0)
+			continue;
+		/* (the first two and the last keys are checked: step_of) */
+		if (!progression(keys, 2, count - 1, k0, d))
+			return 0;
+		*first = u->r0 + (uint32_t)j0;
+		return 1;
+	}
+	return 0;
+}
+
+/* After count keys were added as records r0 ... in their order, each of
+ * len floats: if they are a progression, the store keeps it as a run. */
+static void
+note_run(dt_kstore *ks, size_t count, const uint8_t *keys, uint32_t len,
+         uint32_t r0)
+{
+	uint64_t d = step_of(keys, count);
+	size_t at;
+
+	if (d == 0 || len == 0 ||
+	    !progression(keys, 2, count - 1, dt__kv_u64_at(keys, 0), d))
+		return;
+	/* (the oldest goes when the table is full) */
+	if (ks->nruns < DT_KS_RUNS) {
+		at = ks->nruns++;
+	} else {
+		memmove(ks->runs, ks->runs + 1,
+		        (DT_KS_RUNS - 1) * sizeof(ks->runs[0]));
+		at = DT_KS_RUNS - 1;
+	}
+	ks->runs[at] = (dt_ks_run){.k0 = dt__kv_u64_at(keys, 0),
+	                           .stride = d,
+	                           .n = count,
+	                           .r0 = r0,
+	                           .len = len};
 }
 
 /* Pass 1 of dt__ks_resolve: every key looked up (idx), its length and
@@ -412,6 +515,9 @@ resolve_add(dt_kstore *ks, const char *op, size_t count, const uint8_t *keys,
 		idx[i] = r;
 	}
 	unmark(ks, idx, count, n0);
+	/* Every key new, in order, of one length: maybe a run. */
+	if (!err && nnew == count && lens->lens == NULL)
+		note_run(ks, count, keys, lens->uniform, (uint32_t)n0);
 	if (err) { /* the keys added by this call go again */
 		for (size_t j = 0; j < i; j++)
 			if (idx[j] >= n0)
@@ -510,27 +616,74 @@ update(dt_kstore *ks, uint32_t r, const float *g)
 	              ks->steps[r]);
 }
 
+/* The record a request's i-th key names: idx[i], or first + i in a span
+ * (idx NULL). */
+static inline uint32_t
+rec_at(const uint32_t *idx, uint32_t first, size_t i)
+{
+	return idx ? idx[i] : first + (uint32_t)i;
+}
+
+static void
+apply_sel(dt_kstore *ks, const uint32_t *idx, uint32_t first, size_t count,
+          const float *g)
+{
+	for (size_t i = 0; i < count; i++) {
+		uint32_t r = rec_at(idx, first, i);
+
+		update(ks, r, g);
+		g += dt__ks_len(ks, r);
+	}
+}
+
 void
 dt__ks_apply(dt_kstore *ks, const uint32_t *idx, size_t count, const float *g)
 {
-	for (size_t i = 0; i < count; i++) {
-		update(ks, idx[i], g);
-		g += dt__ks_len(ks, idx[i]);
-	}
+	apply_sel(ks, idx, 0, count, g);
+}
+
+void
+dt__ks_apply_span(dt_kstore *ks, uint32_t first, size_t count, const float *g)
+{
+	/* (no optimizer: the values are the gradients, one copy) */
+	if (ks->opt.kind == DT_OPT_NONE && count)
+		memcpy(dt__ks_val(ks, first), g,
+		       (size_t)(ks->off[first + count] - ks->off[first]) *
+		           sizeof(float));
+	else
+		apply_sel(ks, NULL, first, count, g);
+}
+
+static int
+pending_sel(const dt_kstore *ks, int worker, const uint32_t *idx,
+            uint32_t first, size_t count, size_t *bad)
+{
+	size_t w = (size_t)ks->nworkers;
+
+	/* (between rounds, the common case, no record has one: no scan) */
+	if (ks->wpend == NULL || ks->wpend[worker] == 0)
+		return 0;
+	for (size_t i = 0; i < count; i++)
+		if (ks->pend[(size_t)rec_at(idx, first, i) * w +
+		             (size_t)worker]) {
+			*bad = i;
+			return 1;
+		}
+	return 0;
 }
 
 int
 dt__ks_pending(const dt_kstore *ks, int worker, const uint32_t *idx,
                size_t count, size_t *bad)
 {
-	size_t w = (size_t)ks->nworkers;
+	return pending_sel(ks, worker, idx, 0, count, bad);
+}
 
-	for (size_t i = 0; i < count; i++)
-		if (ks->pend[(size_t)idx[i] * w + (size_t)worker]) {
-			*bad = i;
-			return 1;
-		}
-	return 0;
+int
+dt__ks_pending_span(const dt_kstore *ks, int worker, uint32_t first,
+                    size_t count, size_t *bad)
+{
+	return pending_sel(ks, worker, NULL, first, count, bad);
 }
 
 static void
@@ -541,10 +694,71 @@ ks_busy(int kind, uint64_t t0, uint64_t key, size_t len)
 	               len * sizeof(float), -1);
 }
 
-void
-dt__ks_push_sync(dt_kstore *ks, int worker, uint32_t req, const uint32_t *idx,
-                 size_t count, const float *g, const uint8_t *keys,
-                 uint64_t key, void (*done)(void *arg, uint32_t h), void *arg)
+/* The done calls of one push_sync, gathered: per worker slot k, n keys of
+ * handle h, told when k's handle changes and at the end - one call per
+ * request rather than one per key. */
+#define TALLY 32
+typedef struct tally {
+	uint32_t h[TALLY];
+	size_t n[TALLY];
+	void (*done)(void *arg, uint32_t h, size_t n);
+	void *arg;
+} tally;
+
+static inline void
+tally_add(tally *t, size_t k, uint32_t h)
+{
+	if (k >= TALLY) {
+		t->done(t->arg, h, 1);
+		return;
+	}
+	if (t->h[k] != h) {
+		if (t->n[k])
+			t->done(t->arg, t->h[k], t->n[k]);
+		t->h[k] = h;
+		t->n[k] = 0;
+	}
+	t->n[k]++;
+}
+
+static void
+tally_flush(tally *t)
+{
+	for (size_t k = 0; k < TALLY; k++)
+		if (t->n[k]) {
+			t->done(t->arg, t->h[k], t->n[k]);
+			t->n[k] = 0;
+		}
+}
+
+/* A round of record r (its merge buffer m, len floats) is complete: its
+ * value updated, and each of its pushes told. */
+static void
+close_round(dt_kstore *ks, uint32_t r, float *m, size_t len, tally *t)
+{
+	size_t w = (size_t)ks->nworkers;
+	uint32_t *pend = ks->pend + (size_t)r * w;
+
+	update(ks, r, m);
+	memset(m, 0, len * sizeof(float));
+	ks->npushed[r] = 0;
+	for (size_t k = 0; k < w; k++) {
+		uint32_t h = pend[k];
+
+		pend[k] = 0;
+		if (h) {
+			ks->wpend[k]--;
+			tally_add(t, k, h);
+		}
+	}
+}
+
+/* dt__ks_push_sync for records idx, or a span from first (idx NULL) whose
+ * gradients were already added to the merge buffers (added). */
+static void
+push_sync_sel(dt_kstore *ks, int worker, uint32_t req, const uint32_t *idx,
+              uint32_t first, size_t count, const float *g, const uint8_t *keys,
+              uint64_t key, int added, tally *t)
 {
 	size_t w = (size_t)ks->nworkers;
 	/* A few keys (single-key calls, small batches) are timed key by key
@@ -554,46 +768,127 @@ dt__ks_push_sync(dt_kstore *ks, int worker, uint32_t req, const uint32_t *idx,
 	uint64_t t0 = 0;
 
 	for (size_t i = 0; i < count; i++) {
-		uint32_t r = idx[i];
+		uint32_t r = rec_at(idx, first, i);
 		size_t len = dt__ks_len(ks, r);
 		uint32_t *pend = ks->pend + (size_t)r * w;
 		float *m = ks->merge + ks->off[r];
+		uint64_t k = timed && keys ? dt__kv_u64_at(keys, i) : key;
 
 		if (timed)
 			t0 = dt__now_ns();
 		if (w == 1) { /* the round is this push */
 			update(ks, r, g);
 			if (timed)
-				ks_busy(DT_EV_KV_UPDATE, t0,
-				        keys ? dt__kv_u64_at(keys, i) : key,
-				        len);
-			done(arg, req);
+				ks_busy(DT_EV_KV_UPDATE, t0, k, len);
+			tally_add(t, 0, req);
 			g += len;
 			continue;
 		}
 		/* (summed in arrival order, as the single-key store does) */
-		dt__kv_add(m, g, len);
+		if (!added)
+			dt__kv_add(m, g, len);
 		if (timed)
-			ks_busy(DT_EV_KV_MERGE, t0,
-			        keys ? dt__kv_u64_at(keys, i) : key, len);
+			ks_busy(DT_EV_KV_MERGE, t0, k, len);
+		if (pend[worker] == 0)
+			ks->wpend[worker]++;
 		pend[worker] = req;
 		g += len;
 		if (++ks->npushed[r] < (uint32_t)w)
 			continue;
 		if (timed)
 			t0 = dt__now_ns();
-		update(ks, r, m);
+		close_round(ks, r, m, len, t);
 		if (timed)
-			ks_busy(DT_EV_KV_UPDATE, t0,
-			        keys ? dt__kv_u64_at(keys, i) : key, len);
-		memset(m, 0, len * sizeof(float));
-		ks->npushed[r] = 0;
-		for (size_t k = 0; k < w; k++) {
-			uint32_t h = pend[k];
+			ks_busy(DT_EV_KV_UPDATE, t0, k, len);
+	}
+	tally_flush(t);
+}
 
-			pend[k] = 0;
-			if (h)
-				done(arg, h);
+void
+dt__ks_push_sync(dt_kstore *ks, int worker, uint32_t req, const uint32_t *idx,
+                 size_t count, const float *g, const uint8_t *keys,
+                 uint64_t key, void (*done)(void *arg, uint32_t h, size_t n),
+                 void *arg)
+{
+	tally t = {.done = done, .arg = arg};
+
+	push_sync_sel(ks, worker, req, idx, 0, count, g, keys, key, 0, &t);
+}
+
+/* A span's pushes of worker (more than DT_KS_TIMED keys, their gradients
+ * already in the merge buffers) join their rounds: first this worker's
+ * mark on each, then the rounds it closed - when it closed them all (the
+ * last worker's push, with no optimizer) their sums become the values in
+ * one copy. */
+static void
+span_rounds(dt_kstore *ks, int worker, uint32_t req, uint32_t first,
+            size_t count, tally *t)
+{
+	size_t w = (size_t)ks->nworkers, closed = 0, marked = 0;
+	uint32_t *pend = ks->pend + (size_t)first * w,
+	         *np = ks->npushed + first;
+
+	for (size_t i = 0; i < count; i++) {
+		marked += pend[i * w + (size_t)worker] == 0;
+		pend[i * w + (size_t)worker] = req;
+		closed += ++np[i] == (uint32_t)w;
+	}
+	ks->wpend[worker] += marked;
+	if (closed == count && ks->opt.kind == DT_OPT_NONE) {
+		size_t o = (size_t)ks->off[first],
+		       n = (size_t)ks->off[first + count] - o;
+
+		memcpy(ks->val + o, ks->merge + o, n * sizeof(float));
+		memset(ks->merge + o, 0, n * sizeof(float));
+		for (size_t i = 0; i < count; i++) {
+			np[i] = 0;
+			for (size_t k = 0; k < w; k++) {
+				uint32_t h = pend[i * w + k];
+
+				pend[i * w + k] = 0;
+				if (h) {
+					ks->wpend[k]--;
+					tally_add(t, k, h);
+				}
+			}
+		}
+	} else {
+		for (size_t i = 0; closed && i < count; i++) {
+			uint32_t r = first + (uint32_t)i;
+
+			if (np[i] == (uint32_t)w)
+				close_round(ks, r, ks->merge + ks->off[r],
+				            dt__ks_len(ks, r), t);
 		}
 	}
+	tally_flush(t);
+}
+
+void
+dt__ks_push_sync_span(dt_kstore *ks, int worker, uint32_t req, uint32_t first,
+                      size_t count, const float *g, const uint8_t *keys,
+                      void (*done)(void *arg, uint32_t h, size_t n), void *arg)
+{
+	size_t n =
+	    count ? (size_t)(ks->off[first + count] - ks->off[first]) : 0;
+	tally t = {.done = done, .arg = arg};
+
+	if (ks->nworkers == 1 && ks->opt.kind == DT_OPT_NONE &&
+	    count > DT_KS_TIMED) {
+		/* Each round is this push and its value the gradient: one
+		 * copy, then every key's round answered. */
+		memcpy(dt__ks_val(ks, first), g, n * sizeof(float));
+		done(arg, req, count);
+		return;
+	}
+	/* The span's merge buffers lie back to back too: its gradients are
+	 * added in one sweep (each element the same sum, in the same
+	 * arrival order, as key by key). */
+	if (ks->nworkers > 1)
+		dt__kv_add(ks->merge + ks->off[first], g, n);
+	if (ks->nworkers > 1 && count > DT_KS_TIMED)
+		span_rounds(ks, worker, req, first, count, &t);
+	else
+		push_sync_sel(ks, worker, req, NULL, first, count, g, keys, 0,
+		              ks->nworkers > 1, &t);
 }

@@ -13,7 +13,14 @@
  *   - per record, only what the store's mode needs: optimizer state and
  *     step counts (an optimizer), a merge buffer, one pending request per
  *     worker and a count (dist_sync);
- *   - a bitmap over records finds a key listed twice in one request.
+ *   - a bitmap over records finds a key listed twice in one request;
+ *   - a few runs: keys k0, k0 + d, k0 + 2d ... that one init added as
+ *     consecutive records of one length. A request listing a stretch of
+ *     such a run in order (ps-lite's 0..N-1, or its share on one of S
+ *     servers: every S-th key) is resolved as a span of records in one
+ *     pass over its key list, with no lookup: the keys are checked to be
+ *     that progression, so they are known, of the right length and
+ *     listed once each.
  * The store does no I/O and takes no lock: the server's I/O thread owns it.
  */
 #ifndef DT_KV_KSTORE_H
@@ -25,6 +32,14 @@
 
 #include "dtrain/err.h"
 #include "kv/kv_impl.h"
+
+/* Keys k0 + j * stride (j < n) are records r0 + j, each of len floats. */
+typedef struct dt_ks_run {
+	uint64_t k0, stride, n;
+	uint32_t r0, len;
+} dt_ks_run;
+
+#define DT_KS_RUNS 16 /* runs kept (the newest replace the oldest) */
 
 typedef struct dt_kstore {
 	/* the index */
@@ -47,6 +62,10 @@ typedef struct dt_kstore {
 	float *merge;      /* val_cap, zeros between rounds */
 	uint32_t *pend;    /* rec_cap * nworkers: request handles, 0: none */
 	uint32_t *npushed; /* per record */
+	size_t *wpend;     /* per worker: its records with a push pending */
+	/* runs of keys added in order (see above) */
+	dt_ks_run runs[DT_KS_RUNS];
+	size_t nruns;
 } dt_kstore;
 
 /* An empty store for nworkers workers, in mode sync, updating with opt
@@ -69,6 +88,16 @@ dt_err dt__ks_resolve(dt_kstore *ks, const char *op, size_t count,
                       const uint8_t *keys, const dt_ks_lens *lens, int create,
                       uint32_t *idx, size_t *bad);
 
+/*
+ * Whether keys[0..count) (u64, little-endian, unaligned), each of lens,
+ * are a stretch of one run, in order: then they are known keys, each listed
+ * once and of its record's length, and they name records *first ..
+ * *first + count - 1, whose values lie back to back from
+ * dt__ks_val(ks, *first). 0: use dt__ks_resolve. One pass over the keys.
+ */
+int dt__ks_span(const dt_kstore *ks, size_t count, const uint8_t *keys,
+                const dt_ks_lens *lens, uint32_t *first);
+
 /* No record. */
 #define DT_KS_NONE UINT32_MAX
 /* The record of one key, or DT_KS_NONE. */
@@ -86,7 +115,9 @@ dt__ks_val(const dt_kstore *ks, uint32_t r)
 	return ks->val + ks->off[r];
 }
 
-/* Copy the values of records idx[0..count) into out, back to back. */
+/* Copy the values of records idx[0..count) into out, back to back. (A
+ * span's are back to back already: dt__ks_val(ks, first).) The _span forms
+ * below take a span (dt__ks_span) for idx. */
 void dt__ks_gather(const dt_kstore *ks, const uint32_t *idx, size_t count,
                    float *out);
 /* Set them from vals (init): state and step counts start again. */
@@ -95,24 +126,35 @@ void dt__ks_set(dt_kstore *ks, const uint32_t *idx, size_t count,
 /* dist_async: apply each key's gradient now. */
 void dt__ks_apply(dt_kstore *ks, const uint32_t *idx, size_t count,
                   const float *g);
+void dt__ks_apply_span(dt_kstore *ks, uint32_t first, size_t count,
+                       const float *g);
 
 /* dist_sync: whether worker has a push of any of idx pending (its index
  * into *bad). */
 int dt__ks_pending(const dt_kstore *ks, int worker, const uint32_t *idx,
                    size_t count, size_t *bad);
+int dt__ks_pending_span(const dt_kstore *ks, int worker, uint32_t first,
+                        size_t count, size_t *bad);
 /*
  * dist_sync: worker's pushes g of records idx join their rounds, as the
  * request whose handle is req (not 0). A round that this completes is
- * updated at once, and done(arg, h) is called for the handle of each of
- * its pushes (this request's included), once per key. keys (the
- * request's u64 list, or NULL: its one key is key) name the keys on the
+ * updated at once, and done(arg, h, n) is called for the handle of each
+ * of its pushes (this request's included), n for n keys (n in all: a
+ * request's keys may be told in several calls, at the end of this one). keys
+ * (the request's u64 list, or NULL: its one key is key) name the keys on the
  * timeline: a request of at most DT_KS_TIMED keys is timed key by key.
  */
 #define DT_KS_TIMED 16
 void dt__ks_push_sync(dt_kstore *ks, int worker, uint32_t req,
                       const uint32_t *idx, size_t count, const float *g,
                       const uint8_t *keys, uint64_t key,
-                      void (*done)(void *arg, uint32_t h), void *arg);
+                      void (*done)(void *arg, uint32_t h, size_t n), void *arg);
+/* The same for a span (dt__ks_span): records first .. first + count - 1. */
+void dt__ks_push_sync_span(dt_kstore *ks, int worker, uint32_t req,
+                           uint32_t first, size_t count, const float *g,
+                           const uint8_t *keys,
+                           void (*done)(void *arg, uint32_t h, size_t n),
+                           void *arg);
 /* Bytes the store holds (its arrays), for reports. */
 size_t dt__ks_bytes(const dt_kstore *ks);
 

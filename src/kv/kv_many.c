@@ -526,7 +526,134 @@ typedef struct many_plan {
 	int direct; /* the caller's arrays are sent and answered into */
 	size_t nbig, nparts;
 	dt_fastmod fm;
+	uint64_t mask; /* ns - 1 when ns is a power of two, else 0 */
+	int pow2;
 } many_plan;
+
+/* The server of a batched key (dt__kv_place's rule below the bound: key
+ * mod S; a mask when S is a power of two). */
+static inline size_t
+part_of(const many_plan *pl, dt_key key)
+{
+	return pl->pow2 ? (size_t)(key & pl->mask)
+	                : (size_t)dt__fastmod(&pl->fm, key);
+}
+
+/*
+ * The one-float case (pl->ones, flat arrays) over up to ONES_MAX servers:
+ * a key's part and place follow from its server alone, so each pass is one
+ * tight loop with the parts' write positions in local pointers, not one
+ * that reads and writes each part's counters through memory per key.
+ */
+#define ONES_MAX 64
+
+static int
+ones_flat(const many_plan *pl, const dt_kv_batch *b)
+{
+	return pl->ones && pl->ns <= ONES_MAX && (!pl->has_vals || b->vals) &&
+	       (!pl->has_ans || b->outs);
+}
+
+static void
+count_ones(dt_kv_client *c, const dt_kv_batch *b, const many_plan *pl)
+{
+	size_t cnt[ONES_MAX] = {0};
+
+	if (pl->ns == 2) { /* (a sum of low bits: no counter in memory) */
+		for (size_t i = 0; i < b->nkeys; i++)
+			cnt[1] += (size_t)(b->keys[i] & 1);
+		cnt[0] = b->nkeys - cnt[1];
+	} else {
+		for (size_t i = 0; i < b->nkeys; i++)
+			cnt[part_of(pl, b->keys[i])]++;
+	}
+	for (int s = 0; s < pl->ns; s++) {
+		c->mp[s].count = c->mp[s].nvals = cnt[s];
+		c->mp[s].uniform = cnt[s] ? 1 : 0;
+	}
+}
+
+/* Two servers: both parts' positions in registers, each key written
+ * through the one its low bit picks (no branch to mispredict on keys in
+ * random order). */
+static void
+gather_two(dt_kv_client *c, const dt_kv_batch *b, int vals)
+{
+	uint64_t *k0 = c->mp[0].keys, *k1 = c->mp[1].keys;
+	float *v0 = c->mp[0].vals, *v1 = c->mp[1].vals;
+
+	for (size_t i = 0; vals && i < b->nkeys; i++) {
+		uint64_t key = b->keys[i];
+		size_t odd = (size_t)(key & 1);
+
+		*(odd ? k1 : k0) = key;
+		*(odd ? v1 : v0) = b->vals[i];
+		k1 += odd;
+		k0 += 1 - odd;
+		v1 += odd;
+		v0 += 1 - odd;
+	}
+	for (size_t i = 0; !vals && i < b->nkeys; i++) {
+		uint64_t key = b->keys[i];
+		size_t odd = (size_t)(key & 1);
+
+		*(odd ? k1 : k0) = key;
+		k1 += odd;
+		k0 += 1 - odd;
+	}
+}
+
+static void
+gather_ones(dt_kv_client *c, const dt_kv_batch *b, const many_plan *pl)
+{
+	uint64_t *kp[ONES_MAX];
+	float *vp[ONES_MAX];
+
+	if (pl->ns == 2) {
+		gather_two(c, b, pl->has_vals);
+		return;
+	}
+	for (int s = 0; s < pl->ns; s++) {
+		kp[s] = c->mp[s].keys;
+		vp[s] = c->mp[s].vals;
+	}
+	if (pl->has_vals)
+		for (size_t i = 0; i < b->nkeys; i++) {
+			size_t s = part_of(pl, b->keys[i]);
+
+			*kp[s]++ = b->keys[i];
+			*vp[s]++ = b->vals[i];
+		}
+	else
+		for (size_t i = 0; i < b->nkeys; i++) {
+			size_t s = part_of(pl, b->keys[i]);
+
+			*kp[s]++ = b->keys[i];
+		}
+}
+
+static void
+scatter_ones(dt_kv_client *c, const dt_kv_batch *b, const many_plan *pl)
+{
+	const float *ap[ONES_MAX];
+
+	if (pl->ns == 2) { /* (as gather_two) */
+		const float *a0 = c->mp[0].ans, *a1 = c->mp[1].ans;
+
+		for (size_t i = 0; i < b->nkeys; i++) {
+			size_t odd = (size_t)(b->keys[i] & 1);
+
+			b->outs[i] = *(odd ? a1 : a0);
+			a1 += odd;
+			a0 += 1 - odd;
+		}
+		return;
+	}
+	for (int s = 0; s < pl->ns; s++)
+		ap[s] = c->mp[s].ans;
+	for (size_t i = 0; i < b->nkeys; i++)
+		b->outs[i] = *ap[part_of(pl, b->keys[i])]++;
+}
 
 /* Pass 1: each server's count, floats and whether its keys are all of
  * one length; the keys that go one by one are counted in nbig. */
@@ -543,6 +670,8 @@ many_count(dt_kv_client *c, const dt_kv_batch *b, many_plan *pl)
 	if (pl->ones && pl->ns == 1) {
 		c->mp[0].count = c->mp[0].nvals = b->nkeys;
 		c->mp[0].uniform = 1;
+	} else if (ones_flat(pl, b)) {
+		count_ones(c, b, pl);
 	} else {
 		for (size_t i = 0; i < b->nkeys; i++) {
 			size_t len = b->lens ? b->lens[i] : 1;
@@ -552,8 +681,7 @@ many_count(dt_kv_client *c, const dt_kv_batch *b, many_plan *pl)
 				pl->nbig++;
 				continue;
 			}
-			/* (dt__kv_place's rule below the bound: key mod S) */
-			p = &c->mp[dt__fastmod(&pl->fm, b->keys[i])];
+			p = &c->mp[part_of(pl, b->keys[i])];
 			if (p->count == 0)
 				p->uniform = len;
 			else if (p->uniform != len)
@@ -596,6 +724,10 @@ many_gather(dt_kv_client *c, const dt_kv_batch *b, const many_plan *pl)
 {
 	size_t off = 0;
 
+	if (ones_flat(pl, b) && !pl->direct) {
+		gather_ones(c, b, pl);
+		return;
+	}
 	for (int s = 0; s < pl->ns; s++)
 		c->mp[s].fill = c->mp[s].vfill = 0;
 	for (size_t i = 0; i < b->nkeys; i++) {
@@ -606,7 +738,7 @@ many_gather(dt_kv_client *c, const dt_kv_batch *b, const many_plan *pl)
 			off += len;
 			continue;
 		}
-		p = &c->mp[dt__fastmod(&pl->fm, b->keys[i])];
+		p = &c->mp[part_of(pl, b->keys[i])];
 		if (p->mixed)
 			p->lens[p->fill] = (uint32_t)len;
 		if (!pl->direct) {
@@ -723,6 +855,10 @@ many_scatter(dt_kv_client *c, const dt_kv_batch *b, const many_plan *pl)
 {
 	size_t off = 0;
 
+	if (ones_flat(pl, b)) {
+		scatter_ones(c, b, pl);
+		return;
+	}
 	for (int s = 0; s < pl->ns; s++)
 		c->mp[s].fill = c->mp[s].vfill = 0;
 	for (size_t i = 0; i < b->nkeys; i++) {
@@ -733,7 +869,7 @@ many_scatter(dt_kv_client *c, const dt_kv_batch *b, const many_plan *pl)
 		off += len;
 		if (!pl->ones && !batched_key(c, b->keys[i], len))
 			continue;
-		p = &c->mp[dt__fastmod(&pl->fm, b->keys[i])];
+		p = &c->mp[part_of(pl, b->keys[i])];
 		if (len == 1)
 			*out = p->ans[p->vfill];
 		else
@@ -760,6 +896,8 @@ dt__kv_client_many(dt_kv_client *c, int cmd, const dt_kv_batch *b)
 	if (pl.ns < 1)
 		return dt__fail(DT_ESTATE, "batched call: no servers");
 	pl.fm = dt__fastmod_of((uint64_t)pl.ns);
+	pl.pow2 = (pl.ns & (pl.ns - 1)) == 0;
+	pl.mask = (uint64_t)pl.ns - 1;
 	pl.ones = b->lens == NULL && batchable(c, 1) &&
 	          dt__table_count(&c->singles) == 0;
 	many_count(c, b, &pl);

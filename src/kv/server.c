@@ -119,7 +119,9 @@ struct breq {
 	uint64_t seq;
 	unsigned answer;
 	size_t count, remaining;
-	uint32_t *idx; /* a pushpull's records, to answer with */
+	uint32_t *idx;  /* a pushpull's records, to answer with */
+	int span;       /* ... or (idx NULL) the span of count records */
+	uint32_t first; /* from this one (dt__ks_span) */
 	uint32_t next_free;
 	struct waiter *pulls; /* single-key pulls of its keys by its worker,
 	                         answered after it (n: the record) */
@@ -1486,6 +1488,22 @@ many_answer(kv_server *s, int worker, int cmd, uint64_t seq, unsigned enc,
 	srv_reply_val(s, worker, cmd, seq, 0, s->gath, n, enc, 1);
 }
 
+/* The same for a span of records (dt__ks_span): their values lie back to
+ * back in the store and are sent from there. */
+static void
+many_answer_span(kv_server *s, int worker, int cmd, uint64_t seq, unsigned enc,
+                 uint32_t first, size_t count)
+{
+	if (cmd == DT_CMD_KV_PUSH_MANY) {
+		srv_reply(s, worker, cmd, seq, 0, NULL, 0);
+		return;
+	}
+	/* (the van copies what it keeps past the send: a scratch buffer) */
+	srv_reply_val(s, worker, cmd, seq, 0, dt__ks_val(&s->ks, first),
+	              (size_t)(s->ks.off[first + count] - s->ks.off[first]),
+	              enc, 1);
+}
+
 /* A batched request refused: the error, with the key it names said
  * better when that key lives in the single-key store. */
 static void
@@ -1569,17 +1587,22 @@ on_init_many(kv_server *s, int worker, const dt_msg_hdr *h, const dt_kv_many *b)
 	srv_reply(s, worker, h->cmd, h->seq, 0, NULL, 0);
 }
 
-/* dist_sync: one of a pending request's keys closed its round. */
+/* dist_sync: n of a pending request's keys closed their rounds. */
 static void
-many_done(void *arg, uint32_t handle)
+many_done(void *arg, uint32_t handle, size_t n)
 {
 	kv_server *s = arg;
 	breq *q = &s->breqs[handle - 1];
 
-	if (--q->remaining)
+	if ((q->remaining -= n) != 0)
 		return;
 	uint64_t t0 = dt__now_ns();
-	many_answer(s, q->worker, q->cmd, q->seq, q->answer, q->idx, q->count);
+	if (q->span)
+		many_answer_span(s, q->worker, q->cmd, q->seq, q->answer,
+		                 q->first, q->count);
+	else
+		many_answer(s, q->worker, q->cmd, q->seq, q->answer, q->idx,
+		            q->count);
 	srv_busy(DT_EV_KV_REPLY, t0, 0, 0,
 	         dt__node_worker_id(s->node, q->worker));
 	while (q->pulls) {
@@ -1618,15 +1641,16 @@ breq_new(kv_server *s)
 }
 
 /*
- * dist_sync: worker's pushes g of records idx[0..count) join their
- * rounds as one pending request, answered (values in encoding enc, for a
- * pushpull) once every one of its rounds is over. keys: the request's
- * keys on the wire, or NULL (a single-key request: h->key), to name one
- * whose round still holds this worker's push.
+ * dist_sync: worker's pushes g of records idx[0..count) (idx NULL: the
+ * span first .. first + count - 1) join their rounds as one pending
+ * request, answered (values in encoding enc, for a pushpull) once every
+ * one of its rounds is over. keys: the request's keys on the wire, or
+ * NULL (a single-key request: h->key), to name one whose round still
+ * holds this worker's push.
  */
 static void
 push_rounds(kv_server *s, int worker, const dt_msg_hdr *h, unsigned enc,
-            const uint32_t *idx, size_t count, const float *g,
+            const uint32_t *idx, uint32_t first, size_t count, const float *g,
             const uint8_t *keys)
 {
 	const char *op = dt__kv_op_name(h->cmd);
@@ -1635,7 +1659,8 @@ push_rounds(kv_server *s, int worker, const dt_msg_hdr *h, unsigned enc,
 	uint32_t hd, *keep = NULL;
 	size_t bad;
 
-	if (dt__ks_pending(&s->ks, worker, idx, count, &bad)) {
+	if (idx ? dt__ks_pending(&s->ks, worker, idx, count, &bad)
+	        : dt__ks_pending_span(&s->ks, worker, first, count, &bad)) {
 		dt_key key = keys ? dt__get_u64(keys + 8 * bad) : h->key;
 
 		srv_reply_error(
@@ -1647,7 +1672,7 @@ push_rounds(kv_server *s, int worker, const dt_msg_hdr *h, unsigned enc,
 		    op, (unsigned long long)key);
 		return;
 	}
-	if ((hd = breq_new(s)) != 0 && pull &&
+	if ((hd = breq_new(s)) != 0 && pull && idx &&
 	    (keep = malloc(count * sizeof(*keep))) == NULL) {
 		s->breqs[hd - 1].next_free = s->breq_free;
 		s->breq_free = hd;
@@ -1666,11 +1691,17 @@ push_rounds(kv_server *s, int worker, const dt_msg_hdr *h, unsigned enc,
 	                          .answer = enc,
 	                          .count = count,
 	                          .remaining = count,
-	                          .idx = keep};
+	                          .idx = keep,
+	                          .first = first,
+	                          .span = idx == NULL};
 	uint64_t t0 = dt__now_ns();
 
-	dt__ks_push_sync(&s->ks, worker, hd, idx, count, g, keys, h->key,
-	                 many_done, s);
+	if (idx)
+		dt__ks_push_sync(&s->ks, worker, hd, idx, count, g, keys,
+		                 h->key, many_done, s);
+	else
+		dt__ks_push_sync_span(&s->ks, worker, hd, first, count, g, keys,
+		                      many_done, s);
 	if (count > DT_KS_TIMED) /* (else timed key by key) */
 		srv_busy(DT_EV_KV_MERGE, t0, h->key, 0,
 		         dt__node_worker_id(s->node, worker));
@@ -1758,7 +1789,7 @@ one_in_many(kv_server *s, int worker, const dt_msg_hdr *h, const uint8_t *meta,
 		many_answer(s, worker, h->cmd, h->seq, enc, &r, 1);
 		return;
 	}
-	push_rounds(s, worker, h, enc, &r, 1, payload, NULL);
+	push_rounds(s, worker, h, enc, &r, 0, 1, payload, NULL);
 }
 
 /* A single-key init of a key of the many-key store (1: handled): rank 0's
@@ -1789,13 +1820,40 @@ init_in_many(kv_server *s, int worker, const dt_msg *m)
 	return 1;
 }
 
+/* A pull, push or pushpull whose keys are a span of the store's records
+ * (dt__ks_span: known, each once, of their lengths): no lookup. */
+static void
+on_many_span(kv_server *s, int worker, const dt_msg_hdr *h, const dt_kv_many *b,
+             uint32_t first)
+{
+	const float *g = (const float *)(const void *)b->vals;
+
+	if (h->cmd == DT_CMD_KV_PULL_MANY) {
+		many_answer_span(s, worker, h->cmd, h->seq, b->answer, first,
+		                 b->count);
+		return;
+	}
+	if (!s->sync) {
+		uint64_t t0 = dt__now_ns();
+
+		dt__ks_apply_span(&s->ks, first, b->count, g);
+		srv_busy(DT_EV_KV_UPDATE, t0, h->key, 0,
+		         dt__node_worker_id(s->node, worker));
+		s->rounds += b->count;
+		many_answer_span(s, worker, h->cmd, h->seq, b->answer, first,
+		                 b->count);
+		return;
+	}
+	push_rounds(s, worker, h, b->answer, NULL, first, b->count, g, b->keys);
+}
+
 static void
 on_many(kv_server *s, int worker, const dt_msg *m)
 {
 	const dt_msg_hdr *h = &m->hdr;
 	const char *op = dt__kv_op_name(h->cmd);
 	dt_kv_many b;
-	uint32_t *idx;
+	uint32_t *idx, first;
 	size_t bad;
 	dt_err err;
 
@@ -1829,6 +1887,10 @@ on_many(kv_server *s, int worker, const dt_msg *m)
 		            &b, 0);
 		return;
 	}
+	if (dt__ks_span(&s->ks, b.count, b.keys, &b.lens, &first)) {
+		on_many_span(s, worker, h, &b, first);
+		return;
+	}
 	if ((idx = idx_room(s, b.count)) == NULL) {
 		srv_reply_error(s, worker, h->cmd, h->seq, 0, DT_ENOMEM,
 		                "%s of %zu keys: out of memory", op, b.count);
@@ -1857,7 +1919,7 @@ on_many(kv_server *s, int worker, const dt_msg *m)
 		many_answer(s, worker, h->cmd, h->seq, b.answer, idx, b.count);
 		return;
 	}
-	push_rounds(s, worker, h, b.answer, idx, b.count, g, b.keys);
+	push_rounds(s, worker, h, b.answer, idx, 0, b.count, g, b.keys);
 }
 
 /* ---- the many-key kind's ops (its messages are above) ---- */

@@ -4,7 +4,9 @@
 # every 64-bit value in each worker's own order, keys past the big-array
 # bound in the same calls, an empty call and in-place pushpull; dist_async
 # (every push applied once); every refusal named with nothing changed, and
-# single-key and batched calls on keys of either kind; the same sums with
+# single-key and batched calls on keys of either kind; keys made by one
+# init listed in its order (spans), reversed, swapped, twice or past the
+# end, checked as any other request is; the same sums with
 # DTRAIN_CHECKPOINT_DIR set (batched calls then go key by key); and 10^6
 # one-float keys per call within a time bound.
 set -u
@@ -37,6 +39,10 @@ run "async w=2 s=2" "$B/dtrain" launch -n 2 -s 2 -- "$B/tests/progs/kv_many" asy
 run "async w=3 s=1" "$B/dtrain" launch -n 3 -s 1 -- "$B/tests/progs/kv_many" async 2000
 run "errors w=2 s=2" "$B/dtrain" launch -n 2 -s 2 -- "$B/tests/progs/kv_many" errors
 run "errors w=1 s=3" "$B/dtrain" launch -n 1 -s 3 -- "$B/tests/progs/kv_many" errors
+for ws in "1 1" "2 2" "3 3"; do
+	set -- $ws
+	run "runs w=$1 s=$2" "$B/dtrain" launch -n $1 -s $2 -- "$B/tests/progs/kv_many" runs 5000
+done
 run "sum with checkpoints (key by key) w=2 s=2" "$B/dtrain" launch -n 2 -s 2 \
 	--checkpoint-dir "$tmp/ck" --checkpoint-every 0 -- "$B/tests/progs/kv_many" sum 500
 unset MXNET_KVSTORE_BIGARRAY_BOUND

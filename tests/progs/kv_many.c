@@ -19,6 +19,13 @@
  *   kv_many big NKEYS   one-float keys 0..NKEYS-1 (ps-lite's benchmark):
  *                       init, then push, pull and pushpull timed, values
  *                       checked; prints "big: N keys push X ms ..."
+ *   kv_many runs NKEYS  NKEYS consecutive one-float keys made by one init
+ *                       (each server's share a run, kstore.h): rounds with
+ *                       some workers listing them in order (spans), the
+ *                       others in reverse (lookups), and a stretch of them;
+ *                       sums exact; a pull with two keys swapped served
+ *                       as listed; a key listed twice or keys past the
+ *                       run's end refused
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -383,6 +390,98 @@ run_big(dt_kv *kv, size_t n)
 	free(out);
 }
 
+/* Keys B + i (i < n) made by one init; see the head. */
+static void
+run_runs(dt_kv *kv, size_t n)
+{
+	const dt_key base = (dt_key)1 << 40;
+	int rank = dt_kv_rank(kv), nw = dt_kv_num_workers(kv);
+	dt_key *keys = malloc((n + 100) * sizeof(*keys)), *rev;
+	float *v = malloc(n * sizeof(float)), *out = malloc(n * sizeof(float));
+	float *vr = malloc(n * sizeof(float)), sum = 0;
+
+	rev = malloc(n * sizeof(*rev));
+	for (size_t i = 0; i < n + 100; i++)
+		keys[i] = base + i;
+	for (size_t i = 0; i < n; i++) {
+		rev[i] = keys[n - 1 - i];
+		v[i] = (float)(i % 7);
+	}
+	OK(dt_kv_init_keys(kv, n, keys, v, NULL));
+	for (int r = 0; r < nw; r++)
+		sum += (float)(r + 1);
+	/* a round: even ranks in order, odd ranks in reverse */
+	for (size_t i = 0; i < n; i++)
+		v[i] = (float)((rank + 1) * (int)(i % 7));
+	for (size_t i = 0; i < n; i++)
+		vr[i] = v[n - 1 - i];
+	if (rank % 2 == 0)
+		OK(dt_kv_push_keys(kv, n, keys, v, NULL));
+	else
+		OK(dt_kv_push_keys(kv, n, rev, vr, NULL));
+	OK(dt_kv_pull_keys(kv, n, keys, out, NULL));
+	for (size_t i = 0; i < n; i++)
+		CHECK(out[i] == sum * (float)(i % 7), "runs: key %zu = %g", i,
+		      (double)out[i]);
+	/* a pushpull the other way round */
+	if (rank % 2 == 1)
+		OK(dt_kv_pushpull_keys(kv, n, keys, v, out, NULL));
+	else {
+		OK(dt_kv_pushpull_keys(kv, n, rev, vr, out, NULL));
+		for (size_t i = 0; i < n / 2; i++) {
+			float t = out[i];
+
+			out[i] = out[n - 1 - i];
+			out[n - 1 - i] = t;
+		}
+	}
+	for (size_t i = 0; i < n; i++)
+		CHECK(out[i] == sum * (float)(i % 7),
+		      "runs pushpull: key %zu = %g", i, (double)out[i]);
+	/* a stretch of the run, in order, by every worker */
+	size_t from = n / 3, m = n / 3;
+	OK(dt_kv_push_keys(kv, m, keys + from, v + from, NULL));
+	OK(dt_kv_pull_keys(kv, n, keys, out, NULL));
+	for (size_t i = 0; i < n; i++)
+		CHECK(out[i] == sum * (float)(i % 7), "runs stretch: key %zu",
+		      i);
+	/* Two keys of one server swapped, then one of them listed twice:
+	 * that server's part keeps its first and last keys and its count,
+	 * so only the check of every key finds that it is no span. */
+	const char *ns_env = getenv("DMLC_NUM_SERVER");
+	size_t ns = ns_env ? (size_t)strtoul(ns_env, NULL, 10) : 1;
+	keys[150] = base + 150 + ns;
+	keys[150 + ns] = base + 150;
+	OK(dt_kv_pull_keys(kv, 300, keys, out, NULL));
+	for (size_t i = 0; i < 300; i++)
+		CHECK(out[i] == sum * (float)((keys[i] - base) % 7),
+		      "runs, two keys swapped: key %zu", i);
+	keys[150] = base + 150 - ns;
+	FAILS(dt_kv_pull_keys(kv, 300, keys, out, NULL), DT_EINVAL,
+	      "listed twice");
+	keys[150] = base + 150;
+	keys[150 + ns] = base + 150 + ns;
+	/* refused whole: keys past the run's end */
+	FAILS(dt_kv_pull_keys(kv, 200, keys + n - 100, out, NULL), DT_ENOKEY,
+	      "unknown key");
+	OK(dt_kv_pull_keys(kv, n, keys, out, NULL));
+	for (size_t i = 0; i < n; i++)
+		CHECK(out[i] == sum * (float)(i % 7),
+		      "runs after refusals: "
+		      "key %zu",
+		      i);
+	OK(dt_kv_barrier(kv));
+	if (rank == 0)
+		printf("kv_many runs: %zu keys in order and reversed, a "
+		       "stretch, refusals named\n",
+		       n);
+	free(keys);
+	free(rev);
+	free(v);
+	free(vr);
+	free(out);
+}
+
 int
 main(int argc, char **argv)
 {
@@ -404,8 +503,11 @@ main(int argc, char **argv)
 		run_errors(kv);
 	else if (!strcmp(mode, "big"))
 		run_big(kv, n);
+	else if (!strcmp(mode, "runs"))
+		run_runs(kv, n);
 	else {
-		fprintf(stderr, "usage: kv_many sum|async|errors|big [N]\n");
+		fprintf(stderr,
+		        "usage: kv_many sum|async|errors|big|runs [N]\n");
 		return 2;
 	}
 	OK(dt_kv_destroy(kv));

@@ -4,7 +4,9 @@
  * adversarial keys, every refusal changing nothing (duplicates among new
  * and old keys, another length, an unknown key), dist_sync rounds and
  * their completions, dist_async with an optimizer against the same kernel
- * on a plain array, the body decoder's limits, and the division-free key
+ * on a plain array, requests that list a run of keys in init's order
+ * (spans: what is one and what is not, and their rounds bit for bit as key
+ * by key), the body decoder's limits, and the division-free key
  * placement (common/util.h) against %.
  */
 #include <setjmp.h>
@@ -180,14 +182,27 @@ test_refusals_change_nothing(void **state)
 typedef struct done_log {
 	int n;
 	uint32_t h[16];
+	size_t per[16]; /* keys told by handle (on_count) */
 } done_log;
 
+/* (for calls of many keys: counts only) */
 static void
-on_done(void *arg, uint32_t h)
+on_count(void *arg, uint32_t h, size_t n)
 {
 	done_log *d = arg;
 
-	d->h[d->n++] = h;
+	assert_true(h > 0 && h < 16);
+	d->n += (int)n;
+	d->per[h] += n;
+}
+
+static void
+on_done(void *arg, uint32_t h, size_t n)
+{
+	done_log *d = arg;
+
+	while (n--)
+		d->h[d->n++] = h;
 }
 
 static void
@@ -263,6 +278,177 @@ test_async_optimizer(void **state)
 	assert_memory_equal(out, ref, sizeof(ref));
 	free(w);
 	dt__ks_fini(&ks);
+}
+
+/* count keys k0, k0 + d, ... initialised in one call as records of len
+ * floats (values v, or zeros). */
+static void
+init_run(dt_kstore *ks, uint64_t k0, uint64_t d, size_t count, uint32_t len)
+{
+	uint64_t *k = malloc(count * sizeof(*k));
+	uint32_t *idx = malloc(count * sizeof(*idx));
+	float *v = calloc(count * len, sizeof(float));
+	dt_ks_lens l = {NULL, len};
+	size_t bad;
+
+	for (size_t i = 0; i < count; i++)
+		k[i] = k0 + d * i;
+	uint8_t *w = wire_keys(k, count);
+	assert_int_equal(dt__ks_resolve(ks, "init", count, w, &l, 1, idx, &bad),
+	                 DT_OK);
+	dt__ks_set(ks, idx, count, v);
+	free(w);
+	free(k);
+	free(idx);
+	free(v);
+}
+
+/* Whether the count keys k (of length len each) are a span, and if so
+ * that it names each key's own record. */
+static int
+span_of(dt_kstore *ks, const uint64_t *k, size_t count, uint32_t len)
+{
+	uint8_t *w = wire_keys(k, count);
+	dt_ks_lens l = {NULL, len};
+	uint32_t first = DT_KS_NONE;
+	int r = dt__ks_span(ks, count, w, &l, &first);
+
+	for (size_t i = 0; r && i < count; i++)
+		assert_int_equal(dt__ks_find(ks, k[i]), first + (uint32_t)i);
+	free(w);
+	return r;
+}
+
+static void
+test_spans(void **state)
+{
+	(void)state;
+	dt_kstore ks;
+	size_t n = 1000, bad;
+	uint64_t k[1000];
+	uint32_t idx[1000];
+	dt_ks_lens one = {NULL, 1};
+
+	dt__ks_init(&ks, 1, 1, &no_opt);
+	init_run(&ks, 1000, 1, n, 1); /* keys 1000..1999 */
+	init_run(&ks, 5000, 3, n, 2); /* keys 5000, 5003, ... of 2 floats */
+	/* a run whole, a stretch of it, every key of the strided one */
+	for (size_t i = 0; i < n; i++)
+		k[i] = 1000 + i;
+	assert_true(span_of(&ks, k, n, 1));
+	assert_true(span_of(&ks, k + 100, 200, 1));
+	for (size_t i = 0; i < n; i++)
+		k[i] = 5000 + 3 * i;
+	assert_true(span_of(&ks, k, n, 2));
+	assert_true(span_of(&ks, k + 900, 100, 2));
+	/* not spans: another length, every other key of a run, past its
+	 * end, out of order, one key listed twice, one unknown, keys that
+	 * wrap around 2^64 */
+	assert_false(span_of(&ks, k, n, 1));
+	for (size_t i = 0; i < 400; i++)
+		k[i] = 1000 + 2 * i;
+	assert_false(span_of(&ks, k, 400, 1));
+	for (size_t i = 0; i < 200; i++)
+		k[i] = 1900 + i;
+	assert_false(span_of(&ks, k, 200, 1));
+	for (size_t i = 0; i < 200; i++)
+		k[i] = 1199 - i;
+	assert_false(span_of(&ks, k, 200, 1));
+	for (size_t i = 0; i < 200; i++)
+		k[i] = 1000 + i;
+	k[150] = 1149; /* (and 1150 missing) */
+	assert_false(span_of(&ks, k, 200, 1));
+	uint8_t *w = wire_keys(k, 200);
+	assert_int_equal(
+	    dt__ks_resolve(&ks, "push", 200, w, &one, 0, idx, &bad), DT_EINVAL);
+	assert_int_equal(bad, 150);
+	free(w);
+	k[150] = 777777;
+	assert_false(span_of(&ks, k, 200, 1));
+	for (size_t i = 0; i < 200; i++)
+		k[i] = UINT64_MAX - 99 + i; /* (100 is 0 again) */
+	assert_false(span_of(&ks, k, 200, 1));
+	/* keys of several runs are no span; their lookups still work */
+	for (size_t i = 0; i < 200; i++)
+		k[i] = i < 100 ? 1900 + i : 5000 + 3 * (i - 100);
+	assert_false(span_of(&ks, k, 200, 1));
+	dt__ks_fini(&ks);
+}
+
+/* The same dist_sync rounds through spans as key by key: the same values
+ * bit for bit, and every push told once per key - when one push closes
+ * only some of a span's rounds, too. */
+static void
+test_span_rounds(void **state)
+{
+	(void)state;
+	enum { N = 300, H = 120 };
+	dt_kstore a, b;
+	uint64_t k[N];
+	uint32_t idx[N], first;
+	float g[3][N], va[N], vb[N];
+	done_log da = {0}, db = {0};
+	dt_ks_lens one = {NULL, 1};
+	size_t bad;
+
+	for (size_t i = 0; i < N; i++) {
+		k[i] = 40 + 2 * i; /* (one server's share of 2) */
+		for (int x = 0; x < 3; x++)
+			g[x][i] = 1.0f / (float)(i + 3 + x) * (x ? -1e3f : 1);
+	}
+	dt__ks_init(&a, 3, 1, &no_opt);
+	dt__ks_init(&b, 3, 1, &no_opt);
+	init_run(&a, 40, 2, N, 1);
+	init_run(&b, 40, 2, N, 1);
+	uint8_t *w = wire_keys(k, N);
+	assert_int_equal(dt__ks_resolve(&a, "push", N, w, &one, 0, idx, &bad),
+	                 DT_OK);
+	assert_true(dt__ks_span(&b, N, w, &one, &first));
+	/* worker 1 pushes the first H keys alone; workers 0 and 2 all of
+	 * them (2's closes H rounds, then the rest wait for 1's second) */
+	dt__ks_push_sync(&a, 1, 1, idx, H, g[1], NULL, 0, on_count, &da);
+	dt__ks_push_sync_span(&b, 1, 1, first, H, g[1], NULL, on_count, &db);
+	dt__ks_push_sync(&a, 0, 2, idx, N, g[0], NULL, 0, on_count, &da);
+	dt__ks_push_sync_span(&b, 0, 2, first, N, g[0], NULL, on_count, &db);
+	assert_true(dt__ks_pending_span(&b, 0, first, N, &bad));
+	assert_int_equal(da.n, 0);
+	assert_int_equal(db.n, 0);
+	dt__ks_push_sync(&a, 2, 3, idx, N, g[2], NULL, 0, on_count, &da);
+	dt__ks_push_sync_span(&b, 2, 3, first, N, g[2], NULL, on_count, &db);
+	assert_int_equal(db.n, 3 * H);
+	dt__ks_push_sync(&a, 1, 4, idx + H, N - H, g[1] + H, NULL, 0, on_count,
+	                 &da);
+	dt__ks_push_sync_span(&b, 1, 4, first + H, N - H, g[1] + H, NULL,
+	                      on_count, &db);
+	assert_int_equal(db.n, 3 * N);
+	assert_int_equal(da.n, db.n);
+	for (int x = 0; x < 5; x++)
+		assert_int_equal(da.per[x], db.per[x]);
+	assert_false(dt__ks_pending_span(&b, 0, first, N, &bad));
+	assert_false(dt__ks_pending(&b, 1, idx, N, &bad));
+	dt__ks_gather(&a, idx, N, va);
+	memcpy(vb, dt__ks_val(&b, first), sizeof(vb));
+	assert_memory_equal(va, vb, sizeof(va));
+	/* a round of all three as spans: the sums again, and each handle
+	 * told N times */
+	for (int x = 0; x < 3; x++)
+		dt__ks_push_sync_span(&b, x, (uint32_t)(5 + x), first, N, g[x],
+		                      NULL, on_count, &db);
+	for (int x = 0; x < 3; x++)
+		dt__ks_push_sync(&a, x, (uint32_t)(5 + x), idx, N, g[x], NULL,
+		                 0, on_count, &da);
+	for (int x = 5; x < 8; x++)
+		assert_int_equal(db.per[x], N);
+	dt__ks_gather(&a, idx, N, va);
+	assert_memory_equal(va, dt__ks_val(&b, first), sizeof(va));
+	/* dist_async: a span applied as key by key */
+	dt__ks_apply(&a, idx, N, g[2]);
+	dt__ks_apply_span(&b, first, N, g[2]);
+	dt__ks_gather(&a, idx, N, va);
+	assert_memory_equal(va, dt__ks_val(&b, first), sizeof(va));
+	free(w);
+	dt__ks_fini(&a);
+	dt__ks_fini(&b);
 }
 
 static void
@@ -341,6 +527,8 @@ main(void)
 	    cmocka_unit_test(test_refusals_change_nothing),
 	    cmocka_unit_test(test_sync_rounds),
 	    cmocka_unit_test(test_async_optimizer),
+	    cmocka_unit_test(test_spans),
+	    cmocka_unit_test(test_span_rounds),
 	    cmocka_unit_test(test_decode_limits),
 	    cmocka_unit_test(test_fastmod),
 	};
