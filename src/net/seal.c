@@ -303,24 +303,45 @@ seal_close(dt_link *l)
 	l->fd = -1;
 }
 
+/*
+ * Whether this layer holds bytes to read: opened ones the caller has not
+ * taken, or a whole record (one with a bad length too: the next recv
+ * reports it). recv stops short only when none is held, but a reader that
+ * stopped for another reason must not sleep on a descriptor that will not
+ * wake it for bytes that are here already.
+ */
+static int
+rx_held(const seal_link *s)
+{
+	size_t have = s->raw_len - s->raw_off, pl;
+
+	if (s->plain_off < s->plain_len)
+		return 1;
+	if (have < DT_REC_HDR)
+		return 0;
+	pl = dt__crypt_rec_len(s->rxraw + s->raw_off);
+	return pl == 0 || have >= DT_REC_HDR + pl + DT_REC_TAG;
+}
+
 static int
 seal_pending(dt_link *l)
 {
 	seal_link *s = l->priv;
 
-	return s->inner.ops->pending(&s->inner);
+	return rx_held(s) || s->inner.ops->pending(&s->inner);
 }
 
 /* Room to send (room 1) counts only once what was sealed has gone: with
  * records still here, the inner link is armed until they leave (a few
- * rounds at most; then the caller looks again). */
+ * rounds at most; then the caller looks again). Bytes to read (room 0)
+ * count those held here too. */
 static int
 seal_arm(dt_link *l, int room)
 {
 	seal_link *s = l->priv;
 
 	if (!room)
-		return s->inner.ops->arm(&s->inner, 0);
+		return s->inner.ops->arm(&s->inner, 0) || rx_held(s);
 	for (int i = 0; i < 8; i++) {
 		if (flush_out(s) == 0)
 			return s->inner.ops->arm(&s->inner, 1);

@@ -164,7 +164,10 @@ dt_err dt__van_uncork(dt_van *v);
 /*
  * A header-only frame (a heartbeat) that never waits: sent (*sent = 1)
  * when c's send side is free and has room, else skipped (*sent = 0, DT_OK:
- * a send under way, or a peer that does not read, speaks for itself).
+ * a send under way, or a peer that does not read, speaks for itself). Room
+ * for part of it is enough: what the link does not take at once waits in
+ * c's queue and leaves when epoll reports room, as the I/O thread's sends
+ * do. Any thread; an error (DT_ECLOSED, DT_ENOMEM) ends c.
  */
 dt_err dt__van_beat(dt_van *v, dt_conn *c, dt_msg_hdr *h, int *sent);
 

@@ -63,6 +63,30 @@ polled_events(dt_van *v, struct epoll_event *evs, int n, int cap, int arm)
 	return n;
 }
 
+/*
+ * Watch c again after epoll reported it (its one shot is spent): for bytes,
+ * and for room while c wants it. Under c's send lock, as want_writable
+ * arms it (van_send.c): a thread that does not dispatch (a heartbeat) may
+ * ask for room meanwhile, and whichever arms last must see its want_out,
+ * or the bytes it queued would wait for an event that never comes.
+ */
+static void
+rearm(dt_van *v, dt_conn *c)
+{
+	pthread_mutex_lock(&c->send_mu);
+	if (c->link.fd >= 0) {
+		struct epoll_event ev = {
+		    .events =
+		        CONN_EVENTS |
+		        (!c->polled && atomic_load(&c->want_out) ? EPOLLOUT
+		                                                 : 0),
+		    .data.ptr = c};
+
+		epoll_ctl(v->epfd, EPOLL_CTL_MOD, c->link.fd, &ev);
+	}
+	pthread_mutex_unlock(&c->send_mu);
+}
+
 static int
 dispatch(dt_van *v, const struct epoll_event *evs, int n)
 {
@@ -118,17 +142,10 @@ dispatch_events(dt_van *v, const struct epoll_event *evs, int n)
 		    atomic_load(&c->open))
 			van_conn_readable(v, c);
 		if (atomic_load(&c->open)) {
-			struct epoll_event ev = {
-			    .events = CONN_EVENTS |
-			              (!c->polled && atomic_load(&c->want_out)
-			                   ? EPOLLOUT
-			                   : 0),
-			    .data.ptr = c};
 			/* (a polled link's bytes found by polling used no
 			 * event) */
 			if (!(evs[i].events & POLLED_EV))
-				epoll_ctl(v->epfd, EPOLL_CTL_MOD, c->link.fd,
-				          &ev);
+				rearm(v, c);
 			if (c->state == RX_PAYLOAD &&
 			    c->h.payload_len - c->payload_got >= POLL_BIG)
 				big = 1;
@@ -180,6 +197,10 @@ van_io_main(void *arg)
 	dt_van *v = arg;
 	struct epoll_event evs[64];
 
+	/* This thread serves every peer, also when it arms links before it
+	 * sleeps (an encrypted link may write what it holds then): it never
+	 * waits for one peer to copy a remote segment (transport.h). */
+	(void)dt__transport_set_serving(1);
 	while (!atomic_load(&v->stopping)) {
 		int n;
 

@@ -63,6 +63,21 @@ queued(const dt_conn *c)
 	return c->pq.len + link_unsent(c);
 }
 
+/*
+ * Bytes are about to be written on an empty queue (send_mu held, no
+ * writer busy): what the link does not take waits from now on, in the
+ * queue or in a layer over the link (unsent), and van_sweep_stuck's clock
+ * starts here. A layer may hold bytes with the queue still empty, so
+ * sendq_room's start of the clock is not enough: without this, the clock
+ * was that of an older queue (or none), and the first sweep ended a
+ * healthy connection whose peer was merely reading the bytes.
+ */
+static void
+queue_starts(dt_conn *c)
+{
+	c->q_moved_ns = dt__now_ns();
+}
+
 static void
 sendq_free(dt_sendq *q)
 {
@@ -227,8 +242,9 @@ van_link_release(dt_conn *c)
 	c->close_deferred = 0;
 }
 
-/* epoll: report c writable too (send_mu held, in the dispatching thread,
- * which re-arms connections: see dispatch_events). */
+/* epoll: report c writable too (send_mu held). The dispatching thread
+ * re-arms a connection after each event under the same lock (van_loop.c:
+ * rearm), so a thread that does not dispatch (a heartbeat) may ask too. */
 static void
 want_writable(dt_van *v, dt_conn *c)
 {
@@ -335,6 +351,7 @@ send_nb_locked(dt_van *v, dt_conn *c, struct iovec *vec, int n,
 	if (queued(c) == 0) {
 		int left = n;
 
+		queue_starts(c);
 		err = link_write(v, c, &vec, &left, dt__now_ns() + NB_BUDGET_NS,
 		                 1, what);
 		if (err)
@@ -472,7 +489,10 @@ van_sweep_stuck(dt_van *v)
 		if (!atomic_load(&c->want_out) || !atomic_load(&c->open))
 			continue;
 		pthread_mutex_lock(&c->send_mu);
-		if (!c->busy && queued(c) > 0 && now - c->q_moved_ns > limit) {
+		/* (a queue may have started after now was read: a heartbeat
+		 * queues from its own thread) */
+		if (!c->busy && queued(c) > 0 && now > c->q_moved_ns &&
+		    now - c->q_moved_ns > limit) {
 			bytes[n] = queued(c);
 			stuck[n++] = c;
 		}
@@ -631,9 +651,23 @@ dt__van_beat(dt_van *v, dt_conn *c, dt_msg_hdr *h, int *sent)
 		               dt__cmd_name(h->cmd), c->addr);
 	} else if (!c->busy && queued(c) == 0 && c->olen == 0 &&
 	           c->link.ops->wait_writable(&c->link, 0)) {
-		/* Room for far more than a header: the write cannot block. */
-		err = link_write(v, c, &cur, &left, dt__now_ns() + NB_BUDGET_NS,
-		                 0, dt__cmd_name(h->cmd));
+		/*
+		 * Room, but maybe for less than the frame: a shared-memory
+		 * ring says so for one free byte, and an encrypted link's
+		 * record is longer than the header. The link takes what it
+		 * can at once (no deadline: this thread never waits for a
+		 * peer); what it did not take, and what a layer over it holds
+		 * (unsent), wait as any queued bytes for room that epoll
+		 * reports (van_conn_writable). Waiting here instead, and
+		 * ending the connection when a busy peer had not read within
+		 * a moment, cut healthy connections inside a frame.
+		 */
+		queue_starts(c);
+		err = link_write(v, c, &cur, &left, 0, 1, dt__cmd_name(h->cmd));
+		if (err == DT_OK && left > 0)
+			err = sendq_put(v, c, &c->pq, cur, left);
+		if (err == DT_OK && queued(c) > 0)
+			want_writable(v, c);
 		if (err && c->link.fd >= 0)
 			c->link.ops->shutdown(&c->link);
 		if (err == DT_OK) {
