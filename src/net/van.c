@@ -3,7 +3,12 @@
  * connection is made into one the I/O thread watches (van_conn_new,
  * van_conn_add), taken down (van_conn_down) and freed, and the van's own
  * life (create, listen on this host, start, destroy) and accessors. The
- * van's concerns live in their own files (van_int.h lists them).
+ * van's other concerns have a file each, sharing the structs of
+ * van_int.h: accepting and the handshake thread (van_accept.c), dialling
+ * (van_dial.c), the I/O thread and the polling wait (van_loop.c), receive
+ * framing (van_recv.c), the send queue (van_send.c) and corking
+ * (van_cork.c). Encrypted records are a layer over a link (seal.c), not
+ * the van's.
  *
  * Threads: the I/O thread (van_loop.c, "dt-io") owns every connection's
  * receive state and runs the owner's hooks. The handshake thread
