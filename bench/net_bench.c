@@ -1,6 +1,6 @@
 /*
  * net_bench.c - round-trip latency and streaming throughput between two
- * nodes over dtrain's transport (the van, src/net/van.c), each measured
+ * nodes over dtrain's transport (the van, src/net/van*.c), each measured
  * beside a plain TCP socket pair in the same run, for messages of 8 B to
  * 16 MiB.
  *

@@ -44,6 +44,7 @@
 #include <string.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
+#include <sys/random.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
@@ -1009,8 +1010,33 @@ shm_arm(dt_link *l, int room)
 	return dt__ring_arm(&s->rx) || s->rseg_left > 0;
 }
 
+/* A peer that gave its same-host endpoint (it is on this host). */
+static int
+shm_can_reach(const dt_peer_addr *peer)
+{
+	return peer->local != NULL && *peer->local != '\0';
+}
+
+/* A fresh listener name: this process's, with a random part, so a token
+ * made for it (dt__auth_local_token) is good for this listener only. */
+static dt_err
+shm_endpoint_new(char *name, size_t cap)
+{
+	uint64_t nonce;
+
+	if (getrandom(&nonce, sizeof(nonce), 0) != (ssize_t)sizeof(nonce))
+		return dt__fail(DT_ESYS, "getrandom: %s", strerror(errno));
+	snprintf(name, cap, "dtrain.%d.%016llx", (int)getpid(),
+	         (unsigned long long)nonce);
+	return DT_OK;
+}
+
 const dt_transport_ops dt__shm_transport = {
     .name = "shm",
+    .can_reach = shm_can_reach,
+    .endpoint_new = shm_endpoint_new,
+    .endpoint_listen = dt__shm_listen,
+    .endpoint_connect = dt__shm_connect,
     .listen = shm_listen,
     .accept = shm_accept,
     .connect = shm_connect,

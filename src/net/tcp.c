@@ -146,8 +146,17 @@ tcp_close(dt_link *l)
 	l->fd = -1;
 }
 
+/* Any peer with a host and a port. */
+static int
+tcp_can_reach(const dt_peer_addr *peer)
+{
+	return peer->host != NULL && *peer->host != '\0' && peer->port > 0 &&
+	       peer->port < 65536;
+}
+
 const dt_transport_ops dt__tcp_transport = {
     .name = "tcp",
+    .can_reach = tcp_can_reach,
     .listen = tcp_listen,
     .accept = tcp_accept,
     .connect = tcp_connect,

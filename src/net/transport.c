@@ -15,15 +15,17 @@ const dt_transport_ops *const dt__transports[] = {
 };
 
 dt_err
-dt__transport_choose(const dt_transport_ops **out, int *local)
+dt__transport_choose(const dt_transport_ops *out[DT_TRANSPORTS_MAX])
 {
 	const char *want = dt__env_str("DTRAIN_TRANSPORT");
 
-	*out = &dt__tcp_transport;
-	*local = 0;
+	out[0] = &dt__tcp_transport;
+	out[1] = NULL;
 	if (want == NULL || *want == '\0' || strcmp(want, "auto") == 0 ||
 	    strcmp(want, "shm") == 0) {
-		*local = 1;
+		out[0] = &dt__shm_transport;
+		out[1] = &dt__tcp_transport;
+		out[2] = NULL;
 		return dt__shm_configure();
 	}
 	if (strcmp(want, "tcp") == 0)

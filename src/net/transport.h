@@ -1,8 +1,9 @@
 /*
- * transport.h - what the van (van.c) needs of a transport: an ops table
- * that each transport fills in a file of its own (tcp.c today; a
- * shm.c for peers on the same host; RDMA later), so adding one means adding
- * a file and a line in transport.c, and nothing above net/ changes.
+ * transport.h - what the van (van*.c) needs of a transport: an ops table
+ * that each transport fills in a file of its own (tcp.c; shm.c for peers
+ * on the same host; RDMA later), so adding one means adding a file and a
+ * line in transport.c, and nothing in the van or above net/ changes. A
+ * layer may wrap another transport's link (seal.c: encrypted records).
  *
  * The van keeps everything that does not depend on how bytes move: frames
  * cut from the byte stream, payloads received into their final buffer,
@@ -28,6 +29,20 @@
 
 typedef struct dt_transport_ops dt_transport_ops;
 
+/* Where a peer may be reached: its host and port, and the endpoint it
+ * gave for peers on its own host (NULL or "" when none). */
+typedef struct dt_peer_addr {
+	const char *host;
+	int port;
+	const char *local;
+} dt_peer_addr;
+
+/* The proof of the job key a same-host connection gives before its
+ * listener allocates anything for it (endpoint_listen, endpoint_connect):
+ * the same for both ends of a job (dt__auth_local_token over the
+ * endpoint's name; all zero without authentication). */
+#define DT_LINK_TOKEN_LEN 32
+
 /* One end of a link (or a listener), as a transport made it. */
 typedef struct dt_link {
 	const dt_transport_ops *ops;
@@ -50,7 +65,8 @@ struct dt_transport_ops {
 
 	/* Non-blocking I/O with read(2) / sendmsg(2) semantics: bytes moved,
 	 * 0 at the end of the stream (recv), -1 with errno (EAGAIN: nothing
-	 * now). sendv never raises SIGPIPE. */
+	 * now; EBADMSG: bytes a layer's check refused, the reason in
+	 * dt_errmsg). sendv never raises SIGPIPE. */
 	ssize_t (*recv)(dt_link *l, void *buf, size_t len);
 	ssize_t (*sendv)(dt_link *l, const struct iovec *iov, int iovcnt);
 	/* Wait up to timeout_ms (0: just look) for room to send: 1 if
@@ -77,10 +93,37 @@ struct dt_transport_ops {
 	 */
 	int (*pending)(dt_link *l);
 	int (*arm)(dt_link *l, int room);
+	/* Bytes a layer over another link (seal.c) has taken from sendv
+	 * and not written yet (sendv's thread): they leave at the next
+	 * sendv, wait_writable or sendv of no bytes (0 once all are out).
+	 * Optional (NULL: 0). */
+	size_t (*unsent)(const dt_link *l);
 	/* The pid of the process at the other end as the kernel saw it
 	 * when the link was made (SO_PEERCRED), or 0 when the transport
 	 * cannot tell (TCP). Optional (NULL: 0). */
 	int (*peer_pid)(const dt_link *l);
+
+	/*
+	 * Reachability (as NCCL's transports answer canConnect): 1 if this
+	 * transport can reach peer. The van dials through the first
+	 * transport of its list that can, falling back to the next ones if
+	 * it refuses, and never names a transport itself. NULL: any peer.
+	 */
+	int (*can_reach)(const dt_peer_addr *peer);
+	/*
+	 * A transport that reaches peers through an endpoint named on this
+	 * host (shared memory) has these three; NULL otherwise. endpoint_new
+	 * writes a fresh name for a listener of this process into name (cap
+	 * bytes); endpoint_listen listens there and endpoint_connect
+	 * connects to a peer's (peer->local) once, until deadline_ns, each
+	 * with the token (DT_LINK_TOKEN_LEN bytes) for that name.
+	 */
+	dt_err (*endpoint_new)(char *name, size_t cap);
+	dt_err (*endpoint_listen)(const char *name, const uint8_t *token,
+	                          dt_link *lis);
+	dt_err (*endpoint_connect)(const char *name, const uint8_t *token,
+	                           uint64_t deadline_ns, const char *what,
+	                           dt_link *out);
 };
 
 /* The transports built in, by name (NULL-terminated). */
@@ -89,21 +132,22 @@ extern const dt_transport_ops dt__tcp_transport;
 extern const dt_transport_ops dt__shm_transport;
 
 /*
- * The choice DTRAIN_TRANSPORT makes: *out is the transport to other hosts
- * (TCP), *local 1 if peers on this host are reached through shared memory
- * ("auto", the default), 0 if through *out too ("tcp").
+ * The choice DTRAIN_TRANSPORT makes: out (DT_TRANSPORTS_MAX entries, the
+ * last NULL) receives the transports to use in order of preference, the
+ * last of them the one that reaches other hosts (TCP): "auto" (the
+ * default) puts shared memory first for peers on this host, "tcp" uses
+ * TCP alone.
  */
-dt_err dt__transport_choose(const dt_transport_ops **out, int *local);
+#define DT_TRANSPORTS_MAX 4
+dt_err dt__transport_choose(const dt_transport_ops *out[DT_TRANSPORTS_MAX]);
 /* Check DTRAIN_SHM_RING and DTRAIN_SHM_COPY_ONCE (shm.c). */
 dt_err dt__shm_configure(void);
 /*
- * The same-host listener and connector with the proof of the job key that
- * a connection gives before the listener allocates anything for it
- * (shm.c): token is the same for both ends of a job (dt__auth_local_token
- * over the listener's name; all zero without authentication). The ops'
+ * The same-host listener and connector (shm.c; its endpoint_listen and
+ * endpoint_connect) with the token of DT_LINK_TOKEN_LEN bytes. The ops'
  * listen and connect use an all-zero token.
  */
-#define DT_SHM_TOKEN_LEN 32
+#define DT_SHM_TOKEN_LEN DT_LINK_TOKEN_LEN
 dt_err dt__shm_listen(const char *name, const uint8_t *token, dt_link *lis);
 dt_err dt__shm_connect(const char *name, const uint8_t *token,
                        uint64_t deadline_ns, const char *what, dt_link *out);

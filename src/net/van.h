@@ -22,9 +22,11 @@
  * destroyed, so a sender holding one never touches freed memory; a send on
  * a closed connection fails with DT_ECLOSED.
  *
- * How bytes move is a transport's (transport.h: an ops table; TCP in
- * tcp.c, chosen by DTRAIN_TRANSPORT); the hooks and send call are all the
- * layers above see.
+ * How bytes move is a transport's (transport.h: an ops table, one file
+ * per transport, chosen by DTRAIN_TRANSPORT): the van asks each whether it
+ * can reach a peer and never names one; encryption is a layer over a
+ * transport's link (seal.h). The hooks and send call are all the layers
+ * above see.
  */
 #ifndef DT_NET_VAN_H
 #define DT_NET_VAN_H
@@ -90,8 +92,9 @@ dt_err dt__van_listen(dt_van *v, const char *host, int port, int fd,
 dt_err dt__van_start(dt_van *v);
 
 /*
- * Listen for peers on this host too, through shared memory (shm.c), unless
- * DTRAIN_TRANSPORT=tcp: name (cap bytes) receives the endpoint to give
+ * Listen for peers on this host too, through the first transport that
+ * listens at an endpoint on this host (shared memory, unless
+ * DTRAIN_TRANSPORT=tcp): name (cap bytes) receives the endpoint to give
  * them, "" when there is none.
  */
 dt_err dt__van_listen_local(dt_van *v, char *name, size_t cap);
@@ -99,9 +102,9 @@ dt_err dt__van_listen_local(dt_van *v, char *name, size_t cap);
 /*
  * Connect to host:port, and authenticate, retrying refused connections
  * and handshakes cut or left unanswered (with a growing, jittered nap)
- * until timeout_ms has passed; through shared memory instead when local
- * names the peer's endpoint (dt__van_listen_local: the peer is on this
- * host) and this van may use it, with TCP if that fails. what names the
+ * until timeout_ms has passed; at the peer's endpoint on this host instead
+ * when local names one (dt__van_listen_local) and a transport of this van
+ * can reach it there, with TCP if that fails. what names the
  * peer in errors ("scheduler"). A peer whose answer does not prove the
  * job's key fails at once (DT_EAUTH); dt__van_stop_dials ends the wait
  * (DT_ESHUTDOWN).
@@ -161,7 +164,10 @@ dt_err dt__van_uncork(dt_van *v);
 /*
  * A header-only frame (a heartbeat) that never waits: sent (*sent = 1)
  * when c's send side is free and has room, else skipped (*sent = 0, DT_OK:
- * a send under way, or a peer that does not read, speaks for itself).
+ * a send under way, or a peer that does not read, speaks for itself). Room
+ * for part of it is enough: what the link does not take at once waits in
+ * c's queue and leaves when epoll reports room, as the I/O thread's sends
+ * do. Any thread; an error (DT_ECLOSED, DT_ENOMEM) ends c.
  */
 dt_err dt__van_beat(dt_van *v, dt_conn *c, dt_msg_hdr *h, int *sent);
 

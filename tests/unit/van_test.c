@@ -1,5 +1,5 @@
 /*
- * van_test.c - the TCP transport (src/net/van.c) in one process: two vans
+ * van_test.c - the TCP transport (src/net/van*.c) in one process: two vans
  * on 127.0.0.1 with port 0, talking through real sockets.
  *
  * What is checked: frames of every size class (empty, one byte, a page,
@@ -44,6 +44,7 @@
 
 #include "common/util.h"
 #include "net/auth.h"
+#include "net/seal.h"
 #include "net/sock.h"
 #include "net/transport.h"
 #include "net/van.h"
@@ -1963,25 +1964,27 @@ test_evict_silent_first(void **state)
 static void
 test_transport_choice(void **state)
 {
-	const dt_transport_ops *tp = NULL;
+	const dt_transport_ops *tps[DT_TRANSPORTS_MAX];
 	dt_van_hooks hooks = {.on_msg = NULL};
 	dt_van *v = NULL;
 
 	(void)state;
-	int local = -1;
 	char name[64];
 
+	/* auto (the default): shared memory first, TCP last (other hosts) */
 	unsetenv("DTRAIN_TRANSPORT");
-	assert_int_equal(dt__transport_choose(&tp, &local), DT_OK);
-	assert_string_equal(tp->name, "tcp");
-	assert_int_equal(local, 1);
+	assert_int_equal(dt__transport_choose(tps), DT_OK);
+	assert_string_equal(tps[0]->name, "shm");
+	assert_string_equal(tps[1]->name, "tcp");
+	assert_null(tps[2]);
 	setenv("DTRAIN_TRANSPORT", "auto", 1);
-	assert_int_equal(dt__transport_choose(&tp, &local), DT_OK);
-	assert_int_equal(local, 1);
+	assert_int_equal(dt__transport_choose(tps), DT_OK);
+	assert_string_equal(tps[0]->name, "shm");
+	assert_null(tps[2]);
 	setenv("DTRAIN_TRANSPORT", "tcp", 1);
-	assert_int_equal(dt__transport_choose(&tp, &local), DT_OK);
-	assert_string_equal(tp->name, "tcp");
-	assert_int_equal(local, 0);
+	assert_int_equal(dt__transport_choose(tps), DT_OK);
+	assert_string_equal(tps[0]->name, "tcp");
+	assert_null(tps[1]);
 	/* forced TCP: no shared-memory endpoint to give peers */
 	assert_int_equal(dt__van_create(&hooks, &v), DT_OK);
 	assert_int_equal(dt__van_listen_local(v, name, sizeof(name)), DT_OK);
@@ -2012,7 +2015,157 @@ test_transport_choice(void **state)
 		assert_non_null(t->wait_writable);
 		assert_non_null(t->shutdown);
 		assert_non_null(t->close);
+		assert_non_null(t->can_reach);
+		/* an endpoint transport has all three of its ops */
+		assert_int_equal(t->endpoint_new != NULL,
+		                 t->endpoint_listen != NULL);
+		assert_int_equal(t->endpoint_new != NULL,
+		                 t->endpoint_connect != NULL);
 	}
+}
+
+/* Two links of a socket pair, each wrapped in the encrypted-record layer
+ * (seal.c) with the keys of a real handshake. */
+static void
+seal_pair(dt_auth **a, dt_link *c, dt_link *s, int sndbuf)
+{
+	uint8_t hello[DT_AUTH_HELLO_LEN], chal[DT_AUTH_CHALLENGE_LEN];
+	uint8_t proof[DT_AUTH_PROOF_LEN];
+	dt_crypt *ctx, *crx, *stx, *srx;
+	dt_auth_hs hc, hs;
+	int fds[2];
+
+	assert_int_equal(
+	    dt__auth_new("the seal test's secret", 22, "seal", 1, a), DT_OK);
+	dt__auth_hello(*a, &hc, hello);
+	assert_int_equal(dt__auth_on_hello(*a, &hs, hello, chal), DT_OK);
+	assert_int_equal(
+	    dt__auth_on_challenge(*a, &hc, chal, proof, &ctx, &crx), DT_OK);
+	assert_int_equal(dt__auth_on_proof(*a, &hs, proof, &stx, &srx), DT_OK);
+	assert_int_equal(socketpair(AF_UNIX,
+	                            SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC,
+	                            0, fds),
+	                 0);
+	if (sndbuf)
+		setsockopt(fds[0], SOL_SOCKET, SO_SNDBUF, &sndbuf,
+		           sizeof(sndbuf));
+	*c = (dt_link){&dt__tcp_transport, fds[0], NULL};
+	*s = (dt_link){&dt__tcp_transport, fds[1], NULL};
+	assert_int_equal(dt__seal_wrap(c, ctx, crx), DT_OK);
+	assert_int_equal(dt__seal_wrap(s, stx, srx), DT_OK);
+	assert_int_equal(c->fd, fds[0]); /* epoll still watches the socket */
+	assert_non_null(c->ops->unsent);
+	assert_null(c->ops->pending); /* as the inner link: a stream */
+}
+
+/* Read what s has now into out (at *got of cap). */
+static void
+seal_read_some(dt_link *s, uint8_t *out, size_t *got, size_t cap)
+{
+	while (*got < cap) {
+		ssize_t n = s->ops->recv(s, out + *got, cap - *got);
+
+		if (n <= 0) {
+			assert_true(n < 0 && errno == EAGAIN);
+			return;
+		}
+		*got += (size_t)n;
+	}
+}
+
+/*
+ * The encrypted layer over a link, without a van: what the inner link does
+ * not take at once stays in the layer (unsent) and leaves first at the
+ * next sendv or flush, so the peer gets every byte in order; a record
+ * with a bad length, or a stream that ends inside a record, is EBADMSG
+ * with the reason; close frees the layer and the inner link.
+ */
+static void
+test_seal_layer(void **state)
+{
+	const size_t len = 3u << 20;
+	uint8_t *in = malloc(len), *out = malloc(len);
+	size_t sent = 0, got = 0, held_max = 0;
+	uint64_t deadline = dt__now_ns() + 60000000000ull;
+	dt_link c, s;
+	dt_auth *a;
+
+	(void)state;
+	assert_non_null(in);
+	assert_non_null(out);
+	for (size_t i = 0; i < len; i++)
+		in[i] = (uint8_t)(i * 2654435761u >> 13);
+	seal_pair(&a, &c, &s, 64 << 10);
+	while ((sent < len || c.ops->unsent(&c) > 0) &&
+	       dt__now_ns() < deadline) {
+		struct iovec iov = {in + sent, DT_MIN(len - sent, 1u << 20)};
+		ssize_t w = c.ops->sendv(&c, &iov, sent < len ? 1 : 0);
+
+		assert_true(w >= 0 || errno == EAGAIN);
+		if (w > 0)
+			sent += (size_t)w;
+		held_max = DT_MAX(held_max, c.ops->unsent(&c));
+		seal_read_some(&s, out, &got, len);
+	}
+	while (got < len && dt__now_ns() < deadline)
+		seal_read_some(&s, out, &got, len);
+	assert_int_equal(sent, len);
+	assert_int_equal(got, len);
+	assert_memory_equal(in, out, len);
+	assert_true(held_max > 0); /* the layer did hold records back */
+	assert_int_equal(c.ops->unsent(&c), 0);
+	assert_int_equal(c.ops->wait_writable(&c, 0), 1);
+
+	/* A record header announcing no bytes. */
+	uint8_t bad[8] = {0};
+	assert_int_equal(write(c.fd, bad, sizeof(bad)), (ssize_t)sizeof(bad));
+	errno = 0;
+	assert_int_equal(s.ops->recv(&s, out, 64), -1);
+	assert_int_equal(errno, EBADMSG);
+	assert_msg_has(dt_errmsg(), "bad record length");
+	c.ops->close(&c);
+	s.ops->close(&s);
+	assert_int_equal(c.fd, -1);
+	dt__auth_free(a);
+
+	/* A stream that ends inside a record. */
+	seal_pair(&a, &c, &s, 0);
+	bad[0] = 100; /* 100 bytes announced, 4 sent */
+	assert_int_equal(write(c.fd, bad, sizeof(bad)), (ssize_t)sizeof(bad));
+	c.ops->shutdown(&c);
+	errno = 0;
+	assert_int_equal(s.ops->recv(&s, out, 64), -1);
+	assert_int_equal(errno, EBADMSG);
+	assert_msg_has(dt_errmsg(), "ends inside a record");
+	c.ops->close(&c);
+	c.ops->shutdown(&c); /* after close: nothing */
+	s.ops->close(&s);
+	dt__auth_free(a);
+	free(in);
+	free(out);
+}
+
+/* Each transport says whether it can reach a peer (the van asks them, in
+ * order, and names none): TCP any host and port, shared memory a peer that
+ * gave its endpoint on this host. */
+static void
+test_reachability(void **state)
+{
+	dt_peer_addr far = {"10.1.2.3", 4000, NULL};
+	dt_peer_addr near = {"127.0.0.1", 4000, "dtrain.1.00"};
+	dt_peer_addr empty = {"127.0.0.1", 4000, ""};
+	dt_peer_addr nohost = {NULL, 0, "dtrain.1.00"};
+
+	(void)state;
+	assert_true(dt__tcp_transport.can_reach(&far));
+	assert_true(dt__tcp_transport.can_reach(&near));
+	assert_false(dt__tcp_transport.can_reach(&nohost));
+	assert_false(dt__shm_transport.can_reach(&far));
+	assert_false(dt__shm_transport.can_reach(&empty));
+	assert_true(dt__shm_transport.can_reach(&near));
+	assert_true(dt__shm_transport.can_reach(&nohost));
+	assert_null(dt__tcp_transport.endpoint_connect);
+	assert_non_null(dt__shm_transport.endpoint_connect);
 }
 
 /* The socket helpers the van, the rendezvous and the launcher share. */
@@ -2324,6 +2477,8 @@ main(void)
 	    cmocka_unit_test_setup_teardown(test_hook_never_waits,
 	                                    setup_encrypted, teardown),
 	    cmocka_unit_test(test_transport_choice),
+	    cmocka_unit_test(test_reachability),
+	    T(test_seal_layer),
 #define S(f) cmocka_unit_test_setup_teardown(f, setup_shm, teardown)
 	    S(test_sizes_in_order),
 	    S(test_corked_in_order),
