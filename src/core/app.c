@@ -172,6 +172,7 @@ dt__node_app_of(const dt_node *n, unsigned cmd)
 void
 dt__node_fail_apps(dt_node *n, int peer, dt_err err)
 {
+	dt__node_note_lost_server(n, peer);
 	for (int i = 0; i < DT__MAX_APPS; i++) {
 		dt__app_hooks hk;
 

@@ -507,9 +507,31 @@ dt_node_stop(dt_node *n)
 	    dt__report_member_send(n))
 		dt__log(0, "the end-of-job report was not sent: %s",
 		        dt_errmsg());
-	if (n->role == DT_ROLE_WORKER && n->peers &&
-	    (n->links || __atomic_load_n(&n->peers[0], __ATOMIC_ACQUIRE)) &&
-	    err == DT_OK) {
+	char lost[sizeof(n->lost_server)];
+
+	/* (without links, a server's connection gone at the end is one lost
+	 * too, whichever thread saw it first) */
+	if (n->role == DT_ROLE_WORKER && n->peers && n->table && !n->links)
+		for (int id = 1; id < n->ntable; id++)
+			if (n->table[id].role == DT_ROLE_SERVER &&
+			    !__atomic_load_n(&n->peers[id], __ATOMIC_ACQUIRE))
+				dt__node_note_lost_server(n, id);
+	pthread_mutex_lock(&n->mu);
+	memcpy(lost, n->lost_server, sizeof(lost));
+	pthread_mutex_unlock(&n->mu);
+	if (n->role == DT_ROLE_WORKER && err == DT_OK && lost[0]) {
+		/* Its connection to the scheduler closes without a word: the
+		 * scheduler ends the job (or, with recovery, waits for a new
+		 * worker in its place) instead of the others waiting for
+		 * pushes this worker will never send. */
+		dt__log(0,
+		        "%s stops after losing %s: not telling the "
+		        "scheduler it is done",
+		        dt__log_name(), lost);
+	} else if (n->role == DT_ROLE_WORKER && n->peers &&
+	           (n->links ||
+	            __atomic_load_n(&n->peers[0], __ATOMIC_ACQUIRE)) &&
+	           err == DT_OK) {
 		dt_msg_hdr h = {.cmd = DT_CMD_WORKER_DONE,
 		                .flags = DT_F_REQUEST};
 		DT_LOG(1, "%s is done; telling the scheduler", dt__log_name());

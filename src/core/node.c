@@ -196,6 +196,19 @@ dt__node_send(dt_node *n, int id, dt_msg_hdr *h, const void *meta,
 	return dt__node_send_ex(n, id, h, meta, meta_len, iov, iovcnt, 0);
 }
 
+void
+dt__node_note_lost_server(dt_node *n, int peer)
+{
+	if (n->role != DT_ROLE_WORKER || peer <= 0)
+		return;
+	pthread_mutex_lock(&n->mu);
+	if (n->table && peer < n->ntable &&
+	    n->table[peer].role == DT_ROLE_SERVER && n->lost_server[0] == '\0')
+		snprintf(n->lost_server, sizeof(n->lost_server), "server %d",
+		         n->table[peer].rank);
+	pthread_mutex_unlock(&n->mu);
+}
+
 dt_err
 dt__node_send_ex(dt_node *n, int id, dt_msg_hdr *h, const void *meta,
                  uint32_t meta_len, const struct iovec *iov, int iovcnt,
@@ -216,9 +229,11 @@ dt__node_send_ex(dt_node *n, int id, dt_msg_hdr *h, const void *meta,
 		return dt__link_send(n, id, h, meta, meta_len, iov, iovcnt,
 		                     (flags & DT_SEND_STABLE) != 0);
 	if (id < 0 || id >= n->ntable ||
-	    (c = __atomic_load_n(&n->peers[id], __ATOMIC_ACQUIRE)) == NULL)
+	    (c = __atomic_load_n(&n->peers[id], __ATOMIC_ACQUIRE)) == NULL) {
+		dt__node_note_lost_server(n, id);
 		return dt__fail(DT_ESTATE, "no connection to %s",
 		                dt__node_name(n, id, name, sizeof(name)));
+	}
 	h->sender = (uint32_t)n->id;
 	h->recver = (uint32_t)id;
 	return dt__van_send(n->van, c, h, meta, meta_len, iov, iovcnt);

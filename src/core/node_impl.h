@@ -69,6 +69,10 @@ struct dt_node {
 	int stopping;        /* (mu) dt_node_stop in progress */
 	dt_err fatal;        /* (mu) first fatal error, DT_OK if none */
 	char fatal_msg[512]; /* (mu) */
+	/* (mu) A worker lost a server for good (its apps' calls to it
+	 * failed): it must not tell the scheduler it is done, since the
+	 * servers' rounds would wait for its pushes forever. */
+	char lost_server[64];
 
 	/* Attached apps. Changed under mu; read without it by the I/O
 	 * thread: a slot is live once its cls is published (release/acquire,
@@ -118,6 +122,10 @@ struct dt_node {
 const dt__node_app *dt__node_app_of(const dt_node *n, unsigned cmd);
 /* Tell every attached app that peer (or the job, -1) failed. */
 void dt__node_fail_apps(dt_node *n, int peer, dt_err err);
+/* A worker lost server `peer` for good, or found it gone when sending:
+ * remembered (lost_server) so that dt_node_stop does not say the worker
+ * is done. Nothing for other roles and peers. */
+void dt__node_note_lost_server(dt_node *n, int peer);
 /* Start the registered classes meant for this node's role / stop them. */
 dt_err dt__apps_start(dt_node *n);
 void dt__apps_stop(dt_node *n);
