@@ -17,7 +17,6 @@
  * The vans use the stingy transport alone (the test sets their transport
  * list, which van_int.h shows). Every wait polls with a deadline.
  */
-#include <dirent.h>
 #include <errno.h>
 #include <pthread.h>
 #include <setjmp.h>
@@ -37,6 +36,7 @@
 #include "net/transport.h"
 #include "net/van.h"
 #include "net/van_int.h"
+#include "unit/fds.h"
 
 #define WAIT_MS 60000 /* generous: the sanitizer build is slow */
 #define MAX_GOT 256
@@ -342,22 +342,6 @@ typedef struct pair {
 } pair;
 
 static int fds_before;
-
-static int
-count_fds(void)
-{
-	DIR *d = opendir("/proc/self/fd");
-	struct dirent *e;
-	int n = 0;
-
-	if (d == NULL)
-		return -1;
-	while ((e = readdir(d)) != NULL)
-		if (e->d_name[0] != '.')
-			n++;
-	closedir(d);
-	return n - 1; /* the directory's own descriptor */
-}
 
 static dt_van *
 make_van(sink *s)

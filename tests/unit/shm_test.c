@@ -36,6 +36,7 @@
 #include "common/util.h"
 #include "net/shm_ring.h"
 #include "net/transport.h"
+#include "unit/fds.h"
 
 static const dt_transport_ops *T = &dt__shm_transport;
 
@@ -507,19 +508,6 @@ stranger(const char *name, const void *hdr, size_t len, const int *fds, int n)
 	}
 	assert_int_equal(sendmsg(s, &mh, MSG_NOSIGNAL), (ssize_t)len);
 	return s;
-}
-
-static int
-count_fds(void)
-{
-	DIR *d = opendir("/proc/self/fd");
-	int n = 0;
-
-	assert_non_null(d);
-	while (readdir(d))
-		n++;
-	closedir(d);
-	return n;
 }
 
 /* Strangers' set-ups: each ends the link (recv: -1 EPROTO, or the end)

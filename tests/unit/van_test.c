@@ -19,7 +19,6 @@
  * leak checker covers memory in the sanitizer build.
  */
 #include <arpa/inet.h>
-#include <dirent.h>
 #include <errno.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -48,6 +47,7 @@
 #include "net/sock.h"
 #include "net/transport.h"
 #include "net/van.h"
+#include "unit/fds.h"
 
 #define WAIT_MS    30000 /* generous: the sanitizer build is slow */
 #define MAX_RECS   4096
@@ -281,22 +281,6 @@ assert_msg_has(const char *msg, const char *word)
 }
 
 /* ---- fixture: the descriptors held before a test, checked after it. */
-
-static int
-count_fds(void)
-{
-	DIR *d = opendir("/proc/self/fd");
-	struct dirent *e;
-	int n = 0;
-
-	if (d == NULL)
-		return -1;
-	while ((e = readdir(d)) != NULL)
-		if (e->d_name[0] != '.')
-			n++;
-	closedir(d);
-	return n - 1; /* the directory's own descriptor */
-}
 
 static int fds_before;
 static int saved_stderr = -1;
