@@ -138,9 +138,12 @@ struct proc {
 	/* A process of several ranks (mpirun, srun) marks each line with
 	 * the rank: the back-end's parser of that mark, or NULL. */
 	size_t (*line_tag)(const char *s, size_t n, long *rank);
-	int term_leader;        /* stop: SIGTERM to the leader alone first */
-	int strip_cr;           /* remote pty output ends lines with \r\n */
-	int is_scheduler;       /* inherits the listening socket */
+	int term_leader;  /* stop: SIGTERM to the leader alone first */
+	int strip_cr;     /* remote pty output ends lines with \r\n */
+	int is_scheduler; /* inherits the listening socket */
+	/* The scheduler: the pid its "aborting the job: worker 1 (pid N
+	 * ..." line named as the node lost, 0 if none (output.c). */
+	long named_lost_pid;
 	int show_env;           /* the plan shows the variables as env K=V */
 	const char *exec_path;  /* path to exec, NULL: search argv[0] */
 	const char *secret_env; /* "DTRAIN_SECRET=..." added unseen, or NULL */

@@ -43,6 +43,31 @@ rank_report(struct proc *p, long rank, const char *s, size_t n)
 	return 1;
 }
 
+/* The scheduler's "aborting the job: ROLE N (pid PID ..." line: PID, the
+ * node it lost, which the launcher names as the job's cause when that
+ * process failed too (supervise.c: blame). */
+static void
+note_abort(struct proc *p, const char *s, size_t n)
+{
+	static const char key[] = "aborting the job: ";
+	char line[256];
+	const char *a, *pid;
+	long v;
+	char *end;
+
+	if (!p->is_scheduler || p->named_lost_pid)
+		return;
+	snprintf(line, sizeof(line), "%.*s", (int)DT_MIN(n, sizeof(line) - 1),
+	         s);
+	if ((a = strstr(line, key)) == NULL ||
+	    (pid = strstr(a + sizeof(key) - 1, " (pid ")) == NULL ||
+	    strchr(a + sizeof(key) - 1, ' ') == NULL)
+		return;
+	v = strtol(pid + 6, &end, 10);
+	if (end != pid + 6 && v > 0 && (*end == ' ' || *end == ')'))
+		p->named_lost_pid = v;
+}
+
 static void
 emit_line(struct proc *p, int dst, const char *s, size_t n)
 {
@@ -57,6 +82,7 @@ emit_line(struct proc *p, int dst, const char *s, size_t n)
 		t = p->line_tag(s, n, &rank);
 	if (t > 0 && rank_report(p, rank, s + t, n - t))
 		return;
+	note_abort(p, s, n);
 	if (t > 0)
 		snprintf(label, sizeof(label), "%s %ld", p->tag_role, rank);
 	else

@@ -139,7 +139,12 @@ blame(struct run *r)
 	char how[128];
 	int sig = 0;
 
+	long named = 0;
+
 	r->blame_at = 0;
+	for (size_t i = 0; i < r->n; i++)
+		if (r->p[i].is_scheduler && r->p[i].named_lost_pid)
+			named = r->p[i].named_lost_pid;
 	for (size_t i = 0; i < r->n; i++) {
 		struct proc *p = &r->p[i];
 
@@ -147,6 +152,16 @@ blame(struct run *r)
 		    (best == NULL || blame_order(p) < blame_order(best) ||
 		     (blame_order(p) == blame_order(best) &&
 		      p->exit_seq < best->exit_seq)))
+			best = p;
+	}
+	/* Of failures alike (both exited non-zero), the one the scheduler
+	 * lost first is the cause: the others were stopped for it. Exits
+	 * noticed together are otherwise in plan order. */
+	for (size_t i = 0; best && named && i < r->n; i++) {
+		struct proc *p = &r->p[i];
+
+		if (p->failed && p->pid == (pid_t)named &&
+		    blame_order(p) == blame_order(best))
 			best = p;
 	}
 	if (best == NULL || r->stopping)
