@@ -12,11 +12,7 @@
  *
  * Size: its ideas are the public calls, the communicator's set-up (the
  * same-host copy probe) and the async queue; the rendezvous under mpirun
- * and srun is rendezvous.c's, the point-to-point calls p2p.c's. The three
- * left share the communicator's private struct and its queue lock, which
- * state.h does not expose to other files; the set-up moves to a file of
- * its own once that struct has an interface (the queue's calls are what
- * the public calls are made of, so those two stay together).
+ * and srun is rendezvous.c's.
  */
 #include <arpa/inet.h>
 #include <errno.h>
