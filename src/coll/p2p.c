@@ -85,6 +85,16 @@ describe(char *out, size_t cap, const char *what, int peer, int tag,
 }
 
 static void
+req_done(dt_coll *c, dt__p2p_req *r)
+{
+	r->done = 1;
+	if (dt__list_linked(&r->link))
+		dt__list_remove(&r->link);
+	dt__coll_wake(c);
+	pthread_cond_broadcast(&c->done_cv);
+}
+
+static void
 req_fail(dt_coll *c, dt__p2p_req *r, dt_err err, const char *reason)
 {
 	char what[160];
@@ -95,21 +105,7 @@ req_fail(dt_coll *c, dt__p2p_req *r, dt_err err, const char *reason)
 	         r->peer, r->tag, r->count, r->dtype);
 	r->err = err;
 	snprintf(r->msg, sizeof(r->msg), "%s: %.700s", what, reason);
-	r->done = 1;
-	if (dt__list_linked(&r->link))
-		dt__list_remove(&r->link);
-	dt__coll_wake(c);
-	pthread_cond_broadcast(&c->done_cv);
-}
-
-static void
-req_done(dt_coll *c, dt__p2p_req *r)
-{
-	r->done = 1;
-	if (dt__list_linked(&r->link))
-		dt__list_remove(&r->link);
-	dt__coll_wake(c);
-	pthread_cond_broadcast(&c->done_cv);
+	req_done(c, r);
 }
 
 /*
