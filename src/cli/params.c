@@ -191,23 +191,24 @@ cmp_name(const void *a, const void *b)
 	              (*(const dt_nn_tensor *const *)b)->name);
 }
 
-/* The first name two tensors of t[0..n) share, or NULL. */
-static const char *
-shared_name(const dt_nn_tensor *t, size_t n)
+/* The first name two tensors of t[0..n) share in *dup (NULL: none);
+ * -1 when out of memory. */
+static int
+shared_name(const dt_nn_tensor *t, size_t n, const char **dup)
 {
-	const dt_nn_tensor **by = calloc(n, sizeof(*by));
-	const char *dup = NULL;
+	const dt_nn_tensor **by = calloc(n ? n : 1, sizeof(*by));
 
+	*dup = NULL;
 	if (by == NULL)
-		return "(out of memory)";
+		return -1;
 	for (size_t i = 0; i < n; i++)
 		by[i] = &t[i];
 	qsort(by, n, sizeof(*by), cmp_name);
-	for (size_t i = 1; i < n && !dup; i++)
+	for (size_t i = 1; i < n && !*dup; i++)
 		if (strcmp(by[i - 1]->name, by[i]->name) == 0)
-			dup = by[i]->name;
+			*dup = by[i]->name;
 	free(by);
-	return dup;
+	return 0;
 }
 
 /* The tensors of in[0..nin) one after the other, copied into *buf. */
@@ -279,7 +280,11 @@ cmd_join(int argc, char **argv)
 		}
 	if (join_tensors(in, nin, &t, &nt, &buf))
 		goto out;
-	if ((dup = shared_name(t, nt)) != NULL) {
+	if (shared_name(t, nt, &dup)) {
+		fprintf(stderr, "dtrain params join: out of memory\n");
+		goto out;
+	}
+	if (dup != NULL) {
 		fprintf(stderr,
 		        "dtrain params join: the tensor '%s' is in more "
 		        "than one file (the files are not the stages of one "

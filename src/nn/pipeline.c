@@ -190,6 +190,16 @@ free_set(float **s, int M)
 	free(s);
 }
 
+/* This rank's place in the grid of replicas x stages is in range. */
+static int
+grid_ok(const dt_nn_pipe_cfg *c)
+{
+	return c->replicas >= 0 && c->replicas <= DT_NN_PIPE_MAX_REPLICAS &&
+	       c->replica >= 0 && c->replica < DT_MAX(c->replicas, 1) &&
+	       c->stages >= 1 && c->stages <= DT_NN_PIPE_MAX_REPLICAS &&
+	       c->stage >= 0 && c->stage < c->stages;
+}
+
 static dt_err
 check_cfg(const dt_nn_model *m, const dt_nn_pipe_cfg *c,
           const dt_nn_pipe_ops *ops)
@@ -197,16 +207,14 @@ check_cfg(const dt_nn_model *m, const dt_nn_pipe_cfg *c,
 	if (m == NULL || c == NULL || ops == NULL || !ops->send || !ops->recv ||
 	    !ops->wait)
 		return dt__fail(DT_EINVAL, "pipeline step: NULL argument");
-	if (c->replicas < 0 || c->replicas > DT_NN_PIPE_MAX_REPLICAS ||
-	    c->replica < 0 || c->replica >= DT_MAX(c->replicas, 1))
+	if (!grid_ok(c))
 		return dt__fail(DT_EINVAL,
-		                "pipeline step: replica %d of %d: out of range "
-		                "(at most %d replicas)",
-		                c->replica, c->replicas,
+		                "pipeline step: replica %d of %d, stage %d of "
+		                "%d: out of range (at most %d of each)",
+		                c->replica, c->replicas, c->stage, c->stages,
 		                DT_NN_PIPE_MAX_REPLICAS);
-	if (c->stages < 1 || c->stage < 0 || c->stage >= c->stages ||
-	    c->stages > DT_NN_PIPE_MAX_REPLICAS || c->micro_batches < 1 ||
-	    c->micro_batch < 1 || c->micro_batches > DT_NN_PIPE_MAX_MICRO)
+	if (c->micro_batches < 1 || c->micro_batch < 1 ||
+	    c->micro_batches > DT_NN_PIPE_MAX_MICRO)
 		return dt__fail(DT_EINVAL,
 		                "pipeline step: stage %d of %d, %d "
 		                "micro-batches of %d: out of range (at most %d "
@@ -293,10 +301,7 @@ dt_nn_pipe_sum_replicas(dt_nn_model *m, const dt_nn_pipe_cfg *c,
 	if (m == NULL || c == NULL || ops == NULL || !ops->send || !ops->recv ||
 	    !ops->wait)
 		return dt__fail(DT_EINVAL, "pipeline replicas: NULL argument");
-	if (c->replicas < 0 || c->replicas > DT_NN_PIPE_MAX_REPLICAS ||
-	    c->replica < 0 || c->replica >= DT_MAX(c->replicas, 1) ||
-	    c->stages < 1 || c->stage < 0 || c->stage >= c->stages ||
-	    c->stages > DT_NN_PIPE_MAX_REPLICAS)
+	if (!grid_ok(c))
 		return dt__fail(DT_EINVAL,
 		                "pipeline replicas: replica %d of %d, stage %d "
 		                "of %d: out of range",
