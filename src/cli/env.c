@@ -10,16 +10,20 @@
 
 #include "cli/cli.h"
 #include "common/env_table.h"
+#include "nn/blas.h"
 
 static void
 usage(FILE *f)
 {
-	fputs("usage: dtrain env [--man]\n"
+	fputs("usage: dtrain env [--man | --blas-core]\n"
 	      "\n"
 	      "Lists every environment variable dtrain reads, its default,\n"
 	      "and its value when it is set in this environment.\n"
-	      "  --man    print the list as the dtrain-env(7) manual page\n"
-	      "  --help   this text\n",
+	      "  --man        print the list as the dtrain-env(7) manual page\n"
+	      "  --blas-core  print the OPENBLAS_CORETYPE this processor\n"
+	      "               needs when OpenBLAS does not know it and runs\n"
+	      "               slower generic kernels (nothing otherwise)\n"
+	      "  --help       this text\n",
 	      f);
 }
 
@@ -106,6 +110,13 @@ dt__cli_env(int argc, char **argv)
 	}
 	if (argc == 2 && strcmp(argv[1], "--man") == 0) {
 		man_page(stdout);
+		return 0;
+	}
+	if (argc == 2 && strcmp(argv[1], "--blas-core") == 0) {
+		const char *core = dt__nn_blas_better_core(NULL);
+
+		if (core)
+			printf("%s\n", core);
 		return 0;
 	}
 	if (argc > 1) {

@@ -33,6 +33,7 @@
 #include "common/util.h"
 #include "dtrain/nn.h"
 #include "dtrain/obs.h"
+#include "nn/blas.h"
 #include "nn/layers.h"
 #include "obs/obs.h"
 
@@ -110,14 +111,6 @@ static const struct {
     {"mlp", "input:784,dense:128,relu,dense:64,relu,dense:10,softmax_ce"},
     {"linreg", "input:1,dense:1,l2"},
 };
-
-static pthread_once_t blas_once = PTHREAD_ONCE_INIT;
-
-static void
-blas_single_thread(void)
-{
-	openblas_set_num_threads(1);
-}
 
 /* ---- spec parsing ---- */
 
@@ -778,7 +771,7 @@ model_build(const char *spec, uint64_t seed, int first, int last,
 	for (size_t i = 0; i < DT_ARRAY_LEN(builtins); i++)
 		if (strcmp(spec, builtins[i].name) == 0)
 			full = builtins[i].spec;
-	pthread_once(&blas_once, blas_single_thread);
+	dt__nn_blas_setup();
 	if ((m = dt__calloc(1, sizeof(*m))) == NULL)
 		return DT_ENOMEM;
 	m->has_loss = 1;

@@ -32,7 +32,7 @@ fi
 # DT_ETIMEDOUT is an error code, not a variable.
 # The test suite's own variables (envvars.c's list), which the Python
 # examples also read to find a build tree, are not the user's.
-grep -rhoE '"(DMLC|DTRAIN|PS|DT|MXNET|HOROVOD)_[A-Z0-9_]+"' "$SRC/src" "$SRC/examples" \
+grep -rhoE '"(DMLC|DTRAIN|PS|DT|MXNET|HOROVOD|OPENBLAS)_[A-Z0-9_]+"' "$SRC/src" "$SRC/examples" \
 	"$SRC/python" --exclude=env_table.h --exclude=envvars.c | tr -d '"' |
 	grep -vxE 'DT_ETIMEDOUT|DTRAIN_(BUILD|SOURCE|QUICK|DATA|TEST_[A-Z0-9_]*)' | sort -u >"$T_DIR/code"
 "$DTRAIN" env | awk '{print $1}' | sort -u >"$T_DIR/table"
