@@ -61,6 +61,13 @@ check "scheduler fails: message names it" \
 	grep -qE '^dtrain launch: scheduler \(pid [0-9]+\) exited with status 4; stopping the job$' "$TMP/sched.err"
 check "scheduler fails: nothing left" wait_gone 5
 
+# The scheduler still waits after the workers ended (they never joined):
+# the message says why that happens.
+FAKE_SCHEDULER_MODE=hang run_job nojoin -n 1 -s 0 --grace 1 -- true
+check "scheduler waits: launcher exits 1 (got $rc)" test "$rc" = 1
+check "scheduler waits: the message says a worker may not have joined" \
+	grep -qE '^dtrain launch: all workers finished, but scheduler \(pid [0-9]+\) did not exit within 1 s \(--grace\); stopping the job \(a worker program that exits without joining the job, one that does not use dtrain, leaves the scheduler waiting for it\)$' "$TMP/nojoin.err"
+
 # Workers succeed but the servers never finish: stopped after --grace.
 FAKE_SERVER_MODE=hang run_job grace -n 2 -s 2 --grace 1 -- true
 check "servers hang: launcher exits 1 (got $rc)" test "$rc" = 1

@@ -410,8 +410,13 @@ on_timers(struct run *r, uint64_t now)
 	    !all_exited(r, 0)) {
 		running_list(r, list, sizeof(list));
 		say("all workers finished, but %s did not exit within %ld s "
-		    "(--grace); stopping the job",
-		    list, r->grace_s);
+		    "(--grace); stopping the job%s",
+		    list, r->grace_s,
+		    strstr(list, "scheduler (pid")
+		        ? " (a worker program that exits without joining the "
+		          "job, one that does not use dtrain, leaves the "
+		          "scheduler waiting for it)"
+		        : "");
 		snprintf(r->reason, sizeof(r->reason),
 		         "servers or scheduler did not finish");
 		stop_job(r, RC_FAIL);
