@@ -84,7 +84,7 @@ X(DT_MAX_PENDING_CONNS, "256", U, "connections that have not said who they are, 
 X(DT_RECONNECT_TIMEOUT, "10", U, "with PS_RESEND=1: seconds a lost connection may take to come back") \
 X(DT_RESTART_TIMEOUT, "60", U, "seconds the scheduler waits for a lost node's replacement") \
 X(DT_MAX_MESSAGE, "17179869184", U, "largest payload accepted from the wire, in bytes") \
-X(DT_SPIN_US, "200", U, "microseconds a waiting call polls before it sleeps") \
+X(DT_SPIN_US, "200 (0 while other programs fill the processors)", U, "microseconds a waiting call polls before it sleeps") \
 X(OPENBLAS_CORETYPE, "(OpenBLAS chooses)", U, "OpenBLAS's kernels (read by OpenBLAS); dtrain warns, naming the value, when OpenBLAS falls back to slow ones") \
 X(DT_LISTEN_FD, "(none)", L, "a listening socket the scheduler adopts") \
 X(DT_HOST_ID, "(boot id and network namespace)", T, "this node's host id (tests: a second host on one machine)") \

@@ -49,6 +49,20 @@ int dt__spin_fit(int busy_here);
  * 0: only now and then. */
 int dt__spin_yields(void);
 
+/*
+ * Without DT_SPIN_US in the environment: 1 when other processes than this
+ * job's busy ones on this host are runnable enough to fill every processor
+ * (the kernel's count of runnable threads, read at most every 50 ms), so
+ * a waiter should sleep at once rather than poll; 0 otherwise.
+ */
+int dt__spin_contended(uint64_t now_ns);
+
+/* (for tests) The runnable threads in /proc/loadavg's text ("0.52 0.58
+ * 0.59 3/418 12345": 3), -1 when the text is not of that form; and the
+ * rule: contended when runnable - ours >= cpus (unknowns: not). */
+long dt__loadavg_runnable(const char *text);
+int dt__spin_judge(long runnable, long ours, long cpus);
+
 /* The spin budget in nanoseconds (0: never spin). */
 uint64_t dt__spin_budget_ns(void);
 

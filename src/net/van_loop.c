@@ -319,7 +319,7 @@ dt__van_wait(dt_van *v, dt_gen *g, pthread_mutex_t *mu, pthread_cond_t *cv,
 	int slept = 0;
 
 	if (v && v->started && !atomic_load(&v->stopping) &&
-	    dt__spin_budget_ns() > 0) {
+	    dt__spin_budget_ns() > 0 && !dt__spin_contended(dt__now_ns())) {
 		int found;
 
 		pthread_mutex_unlock(mu);

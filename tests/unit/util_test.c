@@ -11,6 +11,7 @@
 
 #include <cmocka.h>
 
+#include "common/spin.h"
 #include "common/util.h"
 
 /* Cleanup that fails, as dt_node_stop can while a failure is reported. */
@@ -72,12 +73,40 @@ test_shape_str(void **state)
 	assert_int_equal(small[0], '6');
 }
 
+/* The waiters' contention rule reads /proc/loadavg's runnable count. */
+static void
+test_spin_contention(void **state)
+{
+	(void)state;
+	assert_int_equal(dt__loadavg_runnable("0.52 0.58 0.59 3/418 12345\n"),
+	                 3);
+	assert_int_equal(dt__loadavg_runnable("20.1 9.0 4.2 25/196 5867"), 25);
+	assert_int_equal(dt__loadavg_runnable("0.52 0.58 0.59 x/418 1"), -1);
+	assert_int_equal(dt__loadavg_runnable("0.52 0.58 0.59 3 1"), -1);
+	assert_int_equal(dt__loadavg_runnable("0.52 0.58"), -1);
+	assert_int_equal(dt__loadavg_runnable(""), -1);
+	assert_int_equal(dt__loadavg_runnable("1 2 3 -4/5 6"), -1);
+	/* Two ranks polling on two processors: not contended. */
+	assert_int_equal(dt__spin_judge(2, 2, 2), 0);
+	/* One other busy thread beside them: still room for it. */
+	assert_int_equal(dt__spin_judge(3, 2, 2), 0);
+	/* Others enough to fill both processors: contended. */
+	assert_int_equal(dt__spin_judge(4, 2, 2), 1);
+	assert_int_equal(dt__spin_judge(22, 2, 2), 1);
+	/* This job's own four ranks on two processors are not others. */
+	assert_int_equal(dt__spin_judge(5, 4, 2), 0);
+	/* Unknowns never stop the spin. */
+	assert_int_equal(dt__spin_judge(-1, 1, 2), 0);
+	assert_int_equal(dt__spin_judge(40, 1, -1), 0);
+}
+
 int
 main(void)
 {
 	const struct CMUnitTest tests[] = {
 	    cmocka_unit_test(test_err_keep),
 	    cmocka_unit_test(test_shape_str),
+	    cmocka_unit_test(test_spin_contention),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
