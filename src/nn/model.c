@@ -97,6 +97,11 @@ struct dt_nn_model {
 	int has_loss;         /* 0: a pipeline stage before the last */
 	const float *in_grad; /* input gradient of the last backward, or NULL */
 	int last_batch;       /* batch of the last dt_nn_stage_forward */
+	/* Activation slots (dt_nn_stage_slots): slot `active` lives in the
+	 * layers' buffer pointers, the others in slots[]; nslots is 1 (no
+	 * array) until a pipeline stage asks for more. */
+	struct act_slot *slots;
+	int nslots, active;
 };
 
 static const struct {
@@ -612,6 +617,20 @@ typedef struct bufs {
 	int32_t *arg;
 } bufs;
 
+/*
+ * One micro-batch's activations, kept from its forward pass to its
+ * backward pass in a pipeline stage: the buffers every layer writes and
+ * the pointers the forward pass leaves for the backward pass. While a
+ * slot is active these live in the layers themselves (which the passes
+ * read), and select_slot() moves them in and out.
+ */
+typedef struct act_slot {
+	bufs b[MAX_LAYERS];
+	const float *x[MAX_LAYERS], *y[MAX_LAYERS];
+	const float *last_out;
+	int batch;
+} act_slot;
+
 static void
 free_bufs(bufs *b, int n)
 {
@@ -629,7 +648,78 @@ alloc_floats(size_t n)
 	return dt__aligned_alloc(sizeof(float) * n);
 }
 
-/* Grow every activation buffer to batch samples, all or nothing. */
+/* One set of activation buffers for batch samples into nb (zeroed by the
+ * caller); -1 when memory runs out (nb then holds what was allocated). */
+static int
+alloc_layer_bufs(const dt_nn_model *m, size_t B, bufs *nb)
+{
+	for (int i = 0; i < m->nlayers; i++) {
+		const layer *L = &m->layers[i];
+		size_t n = B * L->out_size;
+
+		if (!L->inplace && !L->alias &&
+		    (nb[i].out = alloc_floats(n)) == NULL)
+			return -1;
+		if (L->kind == L_CONV &&
+		    (nb[i].col = alloc_floats(B * L->c * L->k * L->k * L->oh *
+		                              L->ow)) == NULL)
+			return -1;
+		if (L->kind == L_MAXPOOL && (nb[i].arg = dt__aligned_alloc(
+		                                 sizeof(int32_t) * n)) == NULL)
+			return -1;
+		if (L->kind == L_DROPOUT &&
+		    (nb[i].mask = alloc_floats(n)) == NULL)
+			return -1;
+	}
+	return 0;
+}
+
+/* Make slot k the one the layers use, keeping the active one's buffers
+ * and pointers in its record. */
+static void
+select_slot(dt_nn_model *m, int k)
+{
+	act_slot *a, *b;
+
+	if (k == m->active || m->slots == NULL)
+		return;
+	a = &m->slots[m->active];
+	b = &m->slots[k];
+	for (int i = 0; i < m->nlayers; i++) {
+		layer *L = &m->layers[i];
+
+		a->b[i] = (bufs){L->out, L->col, L->mask, L->arg};
+		a->x[i] = L->x;
+		a->y[i] = L->y;
+		L->out = b->b[i].out;
+		L->col = b->b[i].col;
+		L->mask = b->b[i].mask;
+		L->arg = b->b[i].arg;
+		L->x = b->x[i];
+		L->y = b->y[i];
+	}
+	a->last_out = m->last_out;
+	a->batch = m->last_batch;
+	m->last_out = b->last_out;
+	m->last_batch = b->batch;
+	m->active = k;
+}
+
+/* Back to the layers' own buffers only (slot 0), freeing the others. */
+static void
+drop_slots(dt_nn_model *m)
+{
+	select_slot(m, 0);
+	for (int k = 1; k < m->nslots; k++)
+		free_bufs(m->slots[k].b, m->nlayers);
+	free(m->slots);
+	m->slots = NULL;
+	m->nslots = 1;
+	m->active = 0;
+}
+
+/* Grow every activation buffer to batch samples, all or nothing. Extra
+ * slots are dropped first: they all have the capacity of the first. */
 static dt_err
 reserve(dt_nn_model *m, int batch)
 {
@@ -639,26 +729,10 @@ reserve(dt_nn_model *m, int batch)
 
 	if (batch <= m->cap)
 		return DT_OK;
+	drop_slots(m);
 	memset(nb, 0, sizeof(nb));
-	for (int i = 0; i < m->nlayers; i++) {
-		const layer *L = &m->layers[i];
-		size_t n = B * L->out_size;
-
-		if (!L->inplace && !L->alias &&
-		    (nb[i].out = alloc_floats(n)) == NULL)
-			goto fail;
-		if (L->kind == L_CONV &&
-		    (nb[i].col = alloc_floats(B * L->c * L->k * L->k * L->oh *
-		                              L->ow)) == NULL)
-			goto fail;
-		if (L->kind == L_MAXPOOL && (nb[i].arg = dt__aligned_alloc(
-		                                 sizeof(int32_t) * n)) == NULL)
-			goto fail;
-		if (L->kind == L_DROPOUT &&
-		    (nb[i].mask = alloc_floats(n)) == NULL)
-			goto fail;
-	}
-	if ((ng[0] = alloc_floats(B * m->gsize)) == NULL ||
+	if (alloc_layer_bufs(m, B, nb) ||
+	    (ng[0] = alloc_floats(B * m->gsize)) == NULL ||
 	    (ng[1] = alloc_floats(B * m->gsize)) == NULL)
 		goto fail;
 	for (int i = 0; i < m->nlayers; i++) {
@@ -782,6 +856,7 @@ model_build(const char *spec, uint64_t seed, int first, int last,
 	if ((m = dt__calloc(1, sizeof(*m))) == NULL)
 		return DT_ENOMEM;
 	m->has_loss = 1;
+	m->nslots = 1;
 	if ((err = parse_spec(m, full)))
 		goto fail;
 	if (first >= 0 && (err = cut_layers(m, first, last, &t0)))
@@ -844,6 +919,7 @@ dt_nn_model_destroy(dt_nn_model *m)
 {
 	if (m == NULL)
 		return;
+	drop_slots(m);
 	for (int i = 0; i < m->nlayers; i++) {
 		free(m->layers[i].out);
 		free(m->layers[i].col);
@@ -1230,6 +1306,7 @@ dt_nn_forward(dt_nn_model *m, const float *x, int batch, const float **out)
 	if ((err = check_call(m, x, NULL, 0, batch, "forward")) ||
 	    (err = reserve(m, batch)))
 		return err;
+	select_slot(m, 0);
 	forward(m, x, batch, 0);
 	if (out)
 		*out = m->last_out;
@@ -1247,6 +1324,7 @@ dt_nn_forward_backward(dt_nn_model *m, const float *x, const float *y,
 	    (err = check_loss(m, "forward_backward")) ||
 	    (err = reserve(m, batch)))
 		return err;
+	select_slot(m, 0);
 	uint64_t t0 = dt_obs_now();
 	forward(m, x, batch, 1);
 	l = loss_of(m, y, batch, m->gbuf[0], correct);
@@ -1270,6 +1348,7 @@ dt_nn_evaluate(dt_nn_model *m, const float *x, const float *y, int batch,
 	if ((err = check_call(m, x, y, 1, batch, "evaluate")) ||
 	    (err = check_loss(m, "evaluate")) || (err = reserve(m, batch)))
 		return err;
+	select_slot(m, 0);
 	forward(m, x, batch, 0);
 	l = loss_of(m, y, batch, NULL, correct);
 	if (loss)
@@ -1277,15 +1356,34 @@ dt_nn_evaluate(dt_nn_model *m, const float *x, const float *y, int batch,
 	return DT_OK;
 }
 
+/* A slot's call: the slot exists and the batch fits the slots (growing
+ * the buffers would drop the slots and the activations they hold). */
+static dt_err
+check_slot(const dt_nn_model *m, int slot, int batch, const char *what)
+{
+	if (slot < 0 || slot >= m->nslots)
+		return dt__fail(DT_EINVAL,
+		                "%s: slot %d of %d (dt_nn_stage_slots makes "
+		                "more)",
+		                what, slot, m->nslots);
+	if (m->nslots > 1 && batch > m->cap)
+		return dt__fail(DT_EINVAL,
+		                "%s: batch %d larger than the slots' %d", what,
+		                batch, m->cap);
+	return DT_OK;
+}
+
 dt_err
-dt_nn_stage_forward(dt_nn_model *m, const float *x, int batch,
-                    const float **out)
+dt_nn_stage_forward_slot(dt_nn_model *m, int slot, const float *x, int batch,
+                         const float **out)
 {
 	dt_err err;
 
 	if ((err = check_call(m, x, NULL, 0, batch, "stage_forward")) ||
+	    (err = check_slot(m, slot, batch, "stage_forward")) ||
 	    (err = reserve(m, batch)))
 		return err;
+	select_slot(m, slot);
 	uint64_t t0 = dt_obs_now();
 	forward(m, x, batch, 1);
 	dt__obs_phase_span(DT_PHASE_FORWARD, t0, dt_obs_now());
@@ -1296,16 +1394,28 @@ dt_nn_stage_forward(dt_nn_model *m, const float *x, int batch,
 }
 
 dt_err
-dt_nn_stage_backward(dt_nn_model *m, const float *dy, int batch,
-                     const float **dx)
+dt_nn_stage_forward(dt_nn_model *m, const float *x, int batch,
+                    const float **out)
 {
+	return dt_nn_stage_forward_slot(m, 0, x, batch, out);
+}
+
+dt_err
+dt_nn_stage_backward_slot(dt_nn_model *m, int slot, const float *dy, int batch,
+                          const float **dx)
+{
+	dt_err err;
+
 	if (dy == NULL)
 		return dt__fail(DT_EINVAL, "stage_backward: NULL gradient");
+	if ((err = check_slot(m, slot, batch, "stage_backward")))
+		return err;
+	select_slot(m, slot);
 	if (m->last_out == NULL || batch != m->last_batch)
 		return dt__fail(DT_ESTATE,
 		                "stage_backward: batch %d does not follow a "
-		                "stage_forward of that batch",
-		                batch);
+		                "stage_forward of that batch in slot %d",
+		                batch, slot);
 	memcpy(m->gbuf[0], dy, sizeof(float) * (size_t)batch * m->out_size);
 	uint64_t t0 = dt_obs_now();
 	backward(m, batch, 1);
@@ -1313,6 +1423,75 @@ dt_nn_stage_backward(dt_nn_model *m, const float *dy, int batch,
 	if (dx)
 		*dx = m->in_grad;
 	return DT_OK;
+}
+
+dt_err
+dt_nn_stage_backward(dt_nn_model *m, const float *dy, int batch,
+                     const float **dx)
+{
+	return dt_nn_stage_backward_slot(m, 0, dy, batch, dx);
+}
+
+dt_err
+dt_nn_stage_slots(dt_nn_model *m, int slots, int batch)
+{
+	act_slot *ns;
+	dt_err err;
+
+	if (m == NULL || slots < 1 || slots > DT_NN_PIPE_MAX_MICRO)
+		return dt__fail(DT_EINVAL,
+		                "stage_slots: %d slots: not in [1, %d]", slots,
+		                DT_NN_PIPE_MAX_MICRO);
+	if (batch <= 0 || batch > m->max_batch)
+		return dt__fail(DT_EINVAL,
+		                "stage_slots: batch %d out of range [1, %d]",
+		                batch, m->max_batch);
+	if ((err = reserve(m, batch)))
+		return err;
+	if (slots <= m->nslots)
+		return DT_OK;
+	ns = realloc(m->slots, sizeof(*ns) * (size_t)slots);
+	if (ns == NULL)
+		goto nomem;
+	if (m->slots == NULL)
+		memset(ns, 0, sizeof(*ns)); /* slot 0's record, now active */
+	m->slots = ns;
+	for (; m->nslots < slots; m->nslots++) {
+		act_slot *a = &m->slots[m->nslots];
+
+		memset(a, 0, sizeof(*a));
+		if (alloc_layer_bufs(m, (size_t)m->cap, a->b)) {
+			free_bufs(a->b, m->nlayers);
+			goto nomem;
+		}
+	}
+	return DT_OK;
+nomem:
+	return dt__fail(DT_ENOMEM,
+	                "stage_slots: no memory for the activations of %d "
+	                "micro-batches of %d",
+	                slots, batch);
+}
+
+size_t
+dt_nn_stage_slot_bytes(const dt_nn_model *m, int batch)
+{
+	size_t n = 0, B = (size_t)(batch > 0 ? batch : 0);
+
+	for (int i = 0; m && i < m->nlayers; i++) {
+		const layer *L = &m->layers[i];
+
+		if (!L->inplace && !L->alias)
+			n += B * L->out_size * sizeof(float);
+		if (L->kind == L_CONV)
+			n += B * L->c * L->k * L->k * L->oh * L->ow *
+			     sizeof(float);
+		if (L->kind == L_MAXPOOL)
+			n += B * L->out_size * sizeof(int32_t);
+		if (L->kind == L_DROPOUT)
+			n += B * L->out_size * sizeof(float);
+	}
+	return n;
 }
 
 const float *

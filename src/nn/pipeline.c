@@ -12,13 +12,16 @@
  * stage's first gradient while the one before still sends activations)
  * cannot block each other; each step waits for all its sends at its end.
  *
- * Exactness: a stage keeps the input of each micro-batch in flight (the
- * stash) and, before that micro-batch's backward pass, runs its forward
- * pass again from it, since its layers hold only the latest activations.
- * Forward passes are deterministic, so the recomputed activations are the
- * first ones bit for bit, and with backward passes in micro-batch order
- * under both schedules the gradients add up in the order one process
- * running the micro-batches one after another adds them.
+ * Exactness: a stage keeps the input and the activations of each
+ * micro-batch in flight (the stash: the input here, the activations in
+ * one of the model's activation slots, micro-batch k in slot k mod the
+ * slots) and runs that micro-batch's backward pass from them. The slots
+ * are as many as the schedule keeps micro-batches in flight, M under
+ * GPipe and S - s under 1F1B; in flight at once are consecutive
+ * micro-batches, so k mod the slots never names a slot still in use.
+ * With backward passes in micro-batch order under both schedules the
+ * gradients add up in the order one process running the micro-batches
+ * one after another adds them.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -37,6 +40,7 @@ typedef struct pipe_run {
 	float **bwd_out;    /* [M] input gradients sent back */
 	float *dy;          /* the gradient of one micro-batch's output */
 	void **handles;     /* [2 M] sends: forward k at k, backward at M + k */
+	int slots;          /* activation slots of the model (stages < S-1) */
 	int live, peak;     /* stashed micro-batches now and at most */
 	double loss;
 	uint64_t busy_ns; /* in the layers */
@@ -54,9 +58,6 @@ is_last(const pipe_run *p)
 	return p->cfg->stage == p->cfg->stages - 1;
 }
 
-/* Forward micro-batch k: take its input, stash it, and (before the last
- * stage) run the layers and send the output on. The last stage runs its
- * layers with the loss in backward(). */
 /* The ops' name of stage s of this replica's pipeline: replica *
  * stages + s (with one replica, the stage itself). */
 static int
@@ -65,6 +66,9 @@ peer(const dt_nn_pipe_cfg *c, int s)
 	return (c->replicas > 1 ? c->replica * c->stages : 0) + s;
 }
 
+/* Forward micro-batch k: take its input, stash it, and (before the last
+ * stage) run the layers in the micro-batch's slot and send the output on.
+ * The last stage runs its layers with the loss in backward(). */
 static dt_err
 forward(pipe_run *p, int k)
 {
@@ -83,7 +87,8 @@ forward(pipe_run *p, int k)
 	if (is_last(p))
 		return DT_OK;
 	uint64_t t0 = dt_obs_now();
-	err = dt_nn_stage_forward(p->m, p->stash[k], c->micro_batch, &out);
+	err = dt_nn_stage_forward_slot(p->m, k % p->slots, p->stash[k],
+	                               c->micro_batch, &out);
 	p->busy_ns += dt_obs_now() - t0;
 	if (err)
 		return err;
@@ -93,9 +98,9 @@ forward(pipe_run *p, int k)
 }
 
 /* Backward micro-batch k: the last stage runs forward with the loss and
- * backward; the others receive the gradient of their output, recompute
- * their forward pass from the stash and run backward. The input gradient
- * goes back to the stage before. */
+ * backward; the others receive the gradient of their output and run
+ * backward from the activations the micro-batch's slot kept. The input
+ * gradient goes back to the stage before. */
 static dt_err
 backward(pipe_run *p, int k)
 {
@@ -123,11 +128,8 @@ backward(pipe_run *p, int k)
 		                        peer(c, c->stage + 1), 2 * k + 1)))
 			return err;
 		t0 = dt_obs_now();
-		err = dt_nn_stage_forward(p->m, p->stash[k], c->micro_batch,
-		                          NULL);
-		if (!err)
-			err =
-			    dt_nn_stage_backward(p->m, dy, c->micro_batch, &dx);
+		err = dt_nn_stage_backward_slot(p->m, k % p->slots, dy,
+		                                c->micro_batch, &dx);
 		p->busy_ns += dt_obs_now() - t0;
 		if (err)
 			return err;
@@ -256,6 +258,14 @@ dt_nn_pipe_step(dt_nn_model *m, const dt_nn_pipe_cfg *c,
 		               M);
 		goto fail;
 	}
+	/* As many slots as micro-batches the schedule keeps in flight. */
+	p.slots = c->schedule == DT_NN_PIPE_GPIPE
+	              ? M
+	              : DT_MIN(c->stages - c->stage, M);
+	if (is_last(&p))
+		p.slots = 1; /* forward and backward at once (backward()) */
+	else if ((err = dt_nn_stage_slots(m, p.slots, c->micro_batch)))
+		goto fail;
 	err = schedule(&p);
 fail:
 	/* Every send is waited for, even after an error: the buffers go. */
@@ -272,6 +282,10 @@ fail:
 		st->loss = p.loss;
 		st->peak_stashed = p.peak;
 		st->stash_bytes = (size_t)p.peak * p.in_n * sizeof(float);
+		st->act_bytes =
+		    is_last(&p) ? 0
+		                : (size_t)p.peak *
+		                      dt_nn_stage_slot_bytes(m, c->micro_batch);
 		st->busy_ns = p.busy_ns;
 	}
 	free(p.handles);

@@ -6,9 +6,11 @@
  * over the same 4 micro-batches: once running each micro-batch forward and
  * backward through the stages (1F1B's order of work on one micro-batch),
  * once running every forward first and, before each backward, the forward
- * again from the stashed stage input (GPipe with recomputation). Also: the
- * cut rule's stages, and the errors of bad cuts, dropout and a loss asked
- * of a stage that has none.
+ * again from the stashed stage input (GPipe with recomputation), and once
+ * running every forward first into an activation slot of its own and each
+ * backward from its slot (GPipe as dt_nn_pipe_step runs it). Also: the
+ * cut rule's stages, the errors of bad cuts, dropout, a loss asked of a
+ * stage that has none, and of slots misused.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -24,6 +26,9 @@
 #define M    4 /* micro-batches */
 #define B    3 /* samples per micro-batch */
 #define SEED 11
+
+/* How check_pipeline orders the passes. */
+enum { ONE_BY_ONE, RECOMPUTE, SLOTS };
 
 static float
 frand(uint64_t *s)
@@ -77,24 +82,25 @@ compare(dt_nn_model *whole, dt_nn_model **st, int S)
 /* Forward micro-batch k from stage s on (stashing each stage's input),
  * then (with back) the backward pass of stage S-1 down to stage 0. */
 static void
-run_forward(dt_nn_model **st, int S, int from, const float *x, float **stash,
+run_forward(dt_nn_model **st, int S, int slot, const float *x, float **stash,
             size_t *in_size)
 {
 	const float *cur = x;
 
-	for (int s = from; s < S - 1; s++) {
-		if (stash)
-			memcpy(stash[s], cur, sizeof(float) * B * in_size[s]);
-		assert_int_equal(dt_nn_stage_forward(st[s], cur, B, &cur),
-		                 DT_OK);
+	for (int s = 0; s < S - 1; s++) {
+		/* The backward pass from a slot reads the input again: it
+		 * must be the stash, not the stage before's output buffer. */
+		memcpy(stash[s], cur, sizeof(float) * B * in_size[s]);
+		assert_int_equal(
+		    dt_nn_stage_forward_slot(st[s], slot, stash[s], B, &cur),
+		    DT_OK);
 	}
-	if (stash)
-		memcpy(stash[S - 1], cur, sizeof(float) * B * in_size[S - 1]);
+	memcpy(stash[S - 1], cur, sizeof(float) * B * in_size[S - 1]);
 }
 
 static void
 run_backward(dt_nn_model **st, int S, const float *last_in, const float *y,
-             float **stash, int recompute)
+             float **stash, int mode, int slot)
 {
 	const float *dx;
 
@@ -109,19 +115,19 @@ run_backward(dt_nn_model **st, int S, const float *last_in, const float *y,
 		assert_non_null(dx);
 		dy = malloc(n);
 		memcpy(dy, dx, n);
-		if (recompute)
+		if (mode == RECOMPUTE)
 			assert_int_equal(
 			    dt_nn_stage_forward(st[s], stash[s], B, NULL),
 			    DT_OK);
-		assert_int_equal(dt_nn_stage_backward(st[s], dy, B, &dx),
-		                 DT_OK);
+		assert_int_equal(
+		    dt_nn_stage_backward_slot(st[s], slot, dy, B, &dx), DT_OK);
 		free(dy);
 	}
 	assert_null(dx); /* nothing before stage 0 */
 }
 
 static void
-check_pipeline(const char *spec, int S, int gpipe)
+check_pipeline(const char *spec, int S, int mode)
 {
 	dt_nn_model *whole, *st[4];
 	int first[5];
@@ -149,17 +155,21 @@ check_pipeline(const char *spec, int S, int gpipe)
 		                                          first[s + 1], &st[s]),
 		                 DT_OK);
 		dt_nn_model_zero_grad(st[s]);
+		if (mode == SLOTS && s < S - 1)
+			assert_int_equal(dt_nn_stage_slots(st[s], M, B), DT_OK);
 		in_size[s] = dt_nn_model_input_size(st[s]);
 		for (int k = 0; k < M; k++)
 			stash[k][s] = malloc(sizeof(float) * B * in_size[s]);
 	}
 	dt_nn_model_destroy(whole);
-	for (int k = 0; k < M && gpipe; k++)
-		run_forward(st, S, 0, x[k], stash[k], in_size);
+	for (int k = 0; k < M && mode != ONE_BY_ONE; k++)
+		run_forward(st, S, mode == SLOTS ? k : 0, x[k], stash[k],
+		            in_size);
 	for (int k = 0; k < M; k++) {
-		if (!gpipe)
+		if (mode == ONE_BY_ONE)
 			run_forward(st, S, 0, x[k], stash[k], in_size);
-		run_backward(st, S, stash[k][S - 1], y[k], stash[k], gpipe);
+		run_backward(st, S, stash[k][S - 1], y[k], stash[k], mode,
+		             mode == SLOTS ? k : 0);
 	}
 	whole = reference(spec, x, y);
 	compare(whole, st, S);
@@ -182,20 +192,19 @@ static void
 test_lenet_stages(void **state)
 {
 	(void)state;
-	check_pipeline("lenet", 2, 0);
-	check_pipeline("lenet", 2, 1);
-	check_pipeline("lenet", 3, 0);
-	check_pipeline("lenet", 3, 1);
+	for (int mode = ONE_BY_ONE; mode <= SLOTS; mode++) {
+		check_pipeline("lenet", 2, mode);
+		check_pipeline("lenet", 3, mode);
+	}
 }
 
 static void
 test_mlp_stages(void **state)
 {
 	(void)state;
-	for (int S = 1; S <= 4; S++) {
-		check_pipeline(mlp, S, 0);
-		check_pipeline(mlp, S, 1);
-	}
+	for (int S = 1; S <= 4; S++)
+		for (int mode = ONE_BY_ONE; mode <= SLOTS; mode++)
+			check_pipeline(mlp, S, mode);
 }
 
 static void
@@ -247,11 +256,69 @@ test_cut_rule(void **state)
 	dt_nn_model_destroy(st);
 }
 
+/* Slots: each keeps its own forward pass for its backward pass, and
+ * misuse is refused with a message. */
+static void
+test_slots(void **state)
+{
+	dt_nn_model *st;
+	float x[2][2 * 20], dy[2 * 12];
+	const float *dx;
+	uint64_t rng = 5;
+
+	(void)state;
+	for (int i = 0; i < 2 * 20; i++) {
+		x[0][i] = frand(&rng) - 0.5f;
+		x[1][i] = frand(&rng) - 0.5f;
+	}
+	for (int i = 0; i < 2 * 12; i++)
+		dy[i] = frand(&rng) - 0.5f;
+	/* dense:16,tanh,dense:12 of the MLP. */
+	assert_int_equal(dt_nn_model_create_stage(mlp, SEED, 0, 3, &st), DT_OK);
+	assert_int_equal(dt_nn_stage_slots(st, 0, 2), DT_EINVAL);
+	assert_int_equal(dt_nn_stage_slots(st, 2, 0), DT_EINVAL);
+	assert_int_equal(dt_nn_stage_forward_slot(st, 2, x[0], 2, NULL),
+	                 DT_EINVAL);
+	assert_non_null(strstr(dt_errmsg(), "slot 2 of 1"));
+	assert_int_equal(dt_nn_stage_slots(st, 2, 2), DT_OK);
+	assert_true(dt_nn_stage_slot_bytes(st, 2) >= 2 * (16 + 12) * 4);
+	/* A batch larger than the slots' would drop what they hold. */
+	assert_int_equal(dt_nn_stage_forward_slot(st, 1, x[0], 3, NULL),
+	                 DT_EINVAL);
+	assert_non_null(strstr(dt_errmsg(), "larger than the slots' 2"));
+	/* Slot 1 has run no forward pass yet. */
+	assert_int_equal(dt_nn_stage_backward_slot(st, 1, dy, 2, &dx),
+	                 DT_ESTATE);
+	assert_non_null(strstr(dt_errmsg(), "slot 1"));
+	/* Forward x0 in slot 0 and x1 in slot 1, backward slot 0: the
+	 * gradients of x0's pass, as with x0 alone. */
+	assert_int_equal(dt_nn_stage_forward_slot(st, 0, x[0], 2, NULL), DT_OK);
+	assert_int_equal(dt_nn_stage_forward_slot(st, 1, x[1], 2, NULL), DT_OK);
+	dt_nn_model_zero_grad(st);
+	assert_int_equal(dt_nn_stage_backward_slot(st, 0, dy, 2, &dx), DT_OK);
+	{
+		size_t n = dt_nn_model_num_params(st);
+		float *g = malloc(sizeof(float) * n);
+
+		memcpy(g, dt_nn_model_grads(st), sizeof(float) * n);
+		dt_nn_model_zero_grad(st);
+		assert_int_equal(dt_nn_stage_forward(st, x[0], 2, NULL), DT_OK);
+		assert_int_equal(dt_nn_stage_backward(st, dy, 2, &dx), DT_OK);
+		assert_memory_equal(g, dt_nn_model_grads(st),
+		                    sizeof(float) * n);
+		free(g);
+	}
+	/* Slot 1 still holds x1's pass after slot 0 ran twice. */
+	assert_int_equal(dt_nn_stage_backward_slot(st, 1, dy, 2, &dx), DT_OK);
+	dt_nn_model_destroy(st);
+}
+
 int
 main(void)
 {
 	const struct CMUnitTest tests[] = {
 	    cmocka_unit_test(test_cut_rule),
+	    cmocka_unit_test(test_slots),
 	    cmocka_unit_test(test_mlp_stages),
 	    cmocka_unit_test(test_lenet_stages),
 	};
