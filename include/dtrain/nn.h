@@ -203,6 +203,13 @@ typedef struct dt_nn_pipe_stats {
 	size_t stash_bytes; /* their bytes */
 	size_t act_bytes;   /* and the bytes of their activations */
 	uint64_t busy_ns;   /* time in the layers (the rest is waiting) */
+	/* Set by the caller (NULL: not wanted): an array of 2 x
+	 * micro_batches that receives the CPU time of this thread in the
+	 * layers, in ns, of forward pass k at [k] and backward pass k at
+	 * [micro_batches + k] (the last stage runs both at once: all of it
+	 * at [micro_batches + k]). A stage's time without the waiting and
+	 * without other processes' time on the same cores. */
+	uint64_t *op_cpu_ns;
 } dt_nn_pipe_stats;
 
 dt_err dt_nn_pipe_step(dt_nn_model *m, const dt_nn_pipe_cfg *cfg,

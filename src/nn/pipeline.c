@@ -25,6 +25,7 @@
  */
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "common/util.h"
 #include "dtrain/nn.h"
@@ -44,7 +45,40 @@ typedef struct pipe_run {
 	int live, peak;     /* stashed micro-batches now and at most */
 	double loss;
 	uint64_t busy_ns; /* in the layers */
+	uint64_t *op_cpu; /* the caller's [2 M] (dt_nn_pipe_stats), or NULL */
 } pipe_run;
+
+/* The calling thread's CPU time: what the layers cost whatever else runs
+ * on the same cores (the wall time of a layer grows when it is preempted,
+ * this does not). */
+static uint64_t
+cpu_now(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+/* Layers timed: wall time into busy_ns and, when traced, CPU time into
+ * op_cpu[i]. */
+typedef struct op_clock {
+	uint64_t wall, cpu;
+} op_clock;
+
+static op_clock
+op_start(const pipe_run *p)
+{
+	return (op_clock){dt_obs_now(), p->op_cpu ? cpu_now() : 0};
+}
+
+static void
+op_end(pipe_run *p, op_clock c, int i)
+{
+	p->busy_ns += dt_obs_now() - c.wall;
+	if (p->op_cpu)
+		p->op_cpu[i] += cpu_now() - c.cpu;
+}
 
 static int
 is_first(const pipe_run *p)
@@ -68,7 +102,8 @@ peer(const dt_nn_pipe_cfg *c, int s)
 
 /* Forward micro-batch k: take its input, stash it, and (before the last
  * stage) run the layers in the micro-batch's slot and send the output on.
- * The last stage runs its layers with the loss in backward(). */
+ * The last stage runs its layers with the loss in backward(), which
+ * schedule() calls right after. */
 static dt_err
 forward(pipe_run *p, int k)
 {
@@ -86,10 +121,10 @@ forward(pipe_run *p, int k)
 	p->peak = DT_MAX(p->peak, p->live);
 	if (is_last(p))
 		return DT_OK;
-	uint64_t t0 = dt_obs_now();
+	op_clock t0 = op_start(p);
 	err = dt_nn_stage_forward_slot(p->m, k % p->slots, p->stash[k],
 	                               c->micro_batch, &out);
-	p->busy_ns += dt_obs_now() - t0;
+	op_end(p, t0, k);
 	if (err)
 		return err;
 	memcpy(p->fwd_out[k], out, sizeof(float) * p->out_n);
@@ -109,28 +144,28 @@ backward(pipe_run *p, int k)
 	double loss;
 	dt_err err;
 
-	uint64_t t0 = dt_obs_now();
+	op_clock t0;
 
 	if (is_last(p)) {
-		if ((err = dt_nn_forward_backward(
-		         p->m, p->stash[k],
-		         c->y + (size_t)k * c->micro_batch *
-		                    dt_nn_model_label_size(p->m),
-		         c->micro_batch, &loss, NULL)))
+		t0 = op_start(p);
+		err = dt_nn_forward_backward(
+		    p->m, p->stash[k],
+		    c->y + (size_t)k * c->micro_batch *
+		               dt_nn_model_label_size(p->m),
+		    c->micro_batch, &loss, NULL);
+		op_end(p, t0, c->micro_batches + k);
+		if (err)
 			return err;
 		p->loss += loss;
 		dx = dt_nn_model_input_grad(p->m);
-		p->busy_ns += dt_obs_now() - t0;
 	} else {
-		float *dy = p->dy;
-
-		if ((err = p->ops->recv(p->ops->arg, dy, p->out_n,
+		if ((err = p->ops->recv(p->ops->arg, p->dy, p->out_n,
 		                        peer(c, c->stage + 1), 2 * k + 1)))
 			return err;
-		t0 = dt_obs_now();
-		err = dt_nn_stage_backward_slot(p->m, k % p->slots, dy,
+		t0 = op_start(p);
+		err = dt_nn_stage_backward_slot(p->m, k % p->slots, p->dy,
 		                                c->micro_batch, &dx);
-		p->busy_ns += dt_obs_now() - t0;
+		op_end(p, t0, c->micro_batches + k);
 		if (err)
 			return err;
 	}
@@ -150,7 +185,11 @@ backward(pipe_run *p, int k)
 
 /* The order of work: GPipe runs every forward, then every backward; 1F1B
  * (PipeDream-flush) runs S - s - 1 forwards to fill the pipe, then one
- * forward and one backward by turns, then the remaining backwards. */
+ * forward and one backward by turns, then the remaining backwards. The
+ * last stage runs each backward right after its forward under both: its
+ * backward needs nothing but its own forward and the loss, and waiting
+ * would only hold back the stages before, which under GPipe then idle
+ * through the forward phase and the last stage through theirs. */
 static dt_err
 schedule(pipe_run *p)
 {
@@ -158,7 +197,7 @@ schedule(pipe_run *p)
 	int M = c->micro_batches, f = 0, b = 0, warm;
 	dt_err err;
 
-	warm = c->schedule == DT_NN_PIPE_GPIPE
+	warm = c->schedule == DT_NN_PIPE_GPIPE && !is_last(p)
 	           ? M
 	           : DT_MIN(c->stages - c->stage - 1, M);
 	for (; f < warm; f++)
@@ -235,7 +274,8 @@ dt_err
 dt_nn_pipe_step(dt_nn_model *m, const dt_nn_pipe_cfg *c,
                 const dt_nn_pipe_ops *ops, dt_nn_pipe_stats *st)
 {
-	pipe_run p = {.m = m, .cfg = c, .ops = ops};
+	pipe_run p = {
+	    .m = m, .cfg = c, .ops = ops, .op_cpu = st ? st->op_cpu_ns : NULL};
 	dt_err err;
 	int M;
 
@@ -266,6 +306,8 @@ dt_nn_pipe_step(dt_nn_model *m, const dt_nn_pipe_cfg *c,
 		p.slots = 1; /* forward and backward at once (backward()) */
 	else if ((err = dt_nn_stage_slots(m, p.slots, c->micro_batch)))
 		goto fail;
+	if (p.op_cpu)
+		memset(p.op_cpu, 0, sizeof(*p.op_cpu) * 2 * (size_t)M);
 	err = schedule(&p);
 fail:
 	/* Every send is waited for, even after an error: the buffers go. */
