@@ -216,11 +216,12 @@ dt_err dt_nn_pipe_step(dt_nn_model *m, const dt_nn_pipe_cfg *cfg,
                        const dt_nn_pipe_ops *ops, dt_nn_pipe_stats *st);
 
 /* Hybrid parallelism: after dt_nn_pipe_step, the replicas of a stage
- * (cfg->replicas pipelines, same stage) sum their gradients: replica 0
- * adds the others' in replica order and sends the sum back, so that every
- * replica holds ((g0 + g1) + g2) + ... bit for bit (the caller scales and
- * steps the optimizer). Every replica of the stage must call it; nothing
- * to do with one replica. The ops' peers are as in dt_nn_pipe_step. */
+ * (cfg->replicas pipelines, same stage) sum their gradients, an allreduce
+ * among them (a reduce-scatter, each replica adding one chunk's parts in
+ * replica order, then an allgather), so that every replica holds ((g0 +
+ * g1) + g2) + ... bit for bit (the caller scales and steps the
+ * optimizer). Every replica of the stage must call it; nothing to do with
+ * one replica. The ops' peers are as in dt_nn_pipe_step. */
 dt_err dt_nn_pipe_sum_replicas(dt_nn_model *m, const dt_nn_pipe_cfg *cfg,
                                const dt_nn_pipe_ops *ops);
 

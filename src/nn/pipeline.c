@@ -30,6 +30,7 @@
 #include "common/util.h"
 #include "dtrain/nn.h"
 #include "dtrain/obs.h"
+#include "nn/pipe.h"
 
 typedef struct pipe_run {
 	dt_nn_model *m;
@@ -232,8 +233,8 @@ free_set(float **s, int M)
 }
 
 /* This rank's place in the grid of replicas x stages is in range. */
-static int
-grid_ok(const dt_nn_pipe_cfg *c)
+int
+dt__nn_pipe_grid_ok(const dt_nn_pipe_cfg *c)
 {
 	return c->replicas >= 0 && c->replicas <= DT_NN_PIPE_MAX_REPLICAS &&
 	       c->replica >= 0 && c->replica < DT_MAX(c->replicas, 1) &&
@@ -248,7 +249,7 @@ check_cfg(const dt_nn_model *m, const dt_nn_pipe_cfg *c,
 	if (m == NULL || c == NULL || ops == NULL || !ops->send || !ops->recv ||
 	    !ops->wait)
 		return dt__fail(DT_EINVAL, "pipeline step: NULL argument");
-	if (!grid_ok(c))
+	if (!dt__nn_pipe_grid_ok(c))
 		return dt__fail(DT_EINVAL,
 		                "pipeline step: replica %d of %d, stage %d of "
 		                "%d: out of range (at most %d of each)",
@@ -335,73 +336,5 @@ fail:
 	free_set(p.stash, M);
 	free_set(p.fwd_out, M);
 	free_set(p.bwd_out, M);
-	return err;
-}
-
-/* Replica 0 of the stage adds the others' gradients to its own, one
- * replica after another in replica order, and sends the sum back: every
- * replica ends with ((g0 + g1) + g2) + ..., bit for bit what one process
- * adding the replicas' gradients in that order gets. */
-#define REPLICA_TAG (1 << 20) /* above every micro-batch's (2 * 4096) */
-
-dt_err
-dt_nn_pipe_sum_replicas(dt_nn_model *m, const dt_nn_pipe_cfg *c,
-                        const dt_nn_pipe_ops *ops)
-{
-	size_t n;
-	float *g, *tmp = NULL;
-	void **h = NULL;
-	int R;
-	dt_err err = DT_OK;
-
-	if (m == NULL || c == NULL || ops == NULL || !ops->send || !ops->recv ||
-	    !ops->wait)
-		return dt__fail(DT_EINVAL, "pipeline replicas: NULL argument");
-	if (!grid_ok(c))
-		return dt__fail(DT_EINVAL,
-		                "pipeline replicas: replica %d of %d, stage %d "
-		                "of %d: out of range",
-		                c->replica, c->replicas, c->stage, c->stages);
-	R = c->replicas;
-	n = dt_nn_model_num_params(m);
-	if (R <= 1 || n == 0)
-		return DT_OK;
-	g = dt_nn_model_grads(m);
-	if (c->replica != 0) {
-		void *sh = NULL;
-
-		if ((err =
-		         ops->send(ops->arg, g, n, c->stage, REPLICA_TAG, &sh)))
-			return err;
-		err = ops->recv(ops->arg, g, n, c->stage, REPLICA_TAG + 1);
-		dt_err e = ops->wait(ops->arg, sh);
-		return err ? err : e;
-	}
-	tmp = malloc(sizeof(float) * n);
-	h = calloc((size_t)R, sizeof(*h));
-	if (tmp == NULL || h == NULL) {
-		err = dt__fail(DT_ENOMEM,
-		               "pipeline replicas: %zu gradients to add", n);
-		goto out;
-	}
-	for (int r = 1; r < R && !err; r++) {
-		err = ops->recv(ops->arg, tmp, n, r * c->stages + c->stage,
-		                REPLICA_TAG);
-		for (size_t i = 0; i < n && !err; i++)
-			g[i] += tmp[i];
-	}
-	for (int r = 1; r < R && !err; r++)
-		err = ops->send(ops->arg, g, n, r * c->stages + c->stage,
-		                REPLICA_TAG + 1, &h[r]);
-out:
-	for (int r = 1; h && r < R; r++)
-		if (h[r]) {
-			dt_err e = ops->wait(ops->arg, h[r]);
-
-			if (e && !err)
-				err = e;
-		}
-	free(h);
-	free(tmp);
 	return err;
 }
