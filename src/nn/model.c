@@ -11,15 +11,19 @@
  * Activations live in per-layer buffers sized for the largest batch seen
  * (they grow on demand, all or nothing). Elementwise layers run in place
  * when no backward pass still needs the values they overwrite, and the
- * backward pass ping-pongs between two gradient buffers. Layer kernels are
- * in layers.c and losses in loss.c; this file only plans and dispatches.
+ * backward pass ping-pongs between two gradient buffers. A pipeline stage
+ * may ask for several sets of activation buffers (slots), one per
+ * micro-batch in flight, and switches the layers between them. Layer
+ * kernels are in layers.c and losses in loss.c; this file only plans and
+ * dispatches.
  *
  * Size: its ideas are parsing a model description, building the layers
  * (the whole model or one pipeline stage of it) and running forward/backward
  * over one parameter buffer; they share the private layer struct. Moving
  * that struct into a private header would let the parser and the stage
- * code (dt_nn_model_create_stage, dt_nn_stage_*) become files of their own;
- * that is the next step when either grows.
+ * code (dt_nn_model_create_stage, dt_nn_stage_*, the activation slots)
+ * become files of their own; with the slots the stage code has grown to
+ * the point where that is the next step.
  */
 #include <errno.h>
 #include <math.h>
