@@ -24,7 +24,9 @@
  *   time. It is the bubble of the schedule with the real cost of each
  *   pass, as if each stage had its own core and the links were free: what
  *   the implementation makes of the schedule, independent of the machine's
- *   load.
+ *   load. It is replayed again with every pass of a stage taking that
+ *   stage's mean forward or backward time: what is left then comes from
+ *   the stages' unequal work, the rest from the passes' spread.
  *
  * Memory: each stage's most micro-batches in flight, with the bytes of
  * their inputs and of the activations kept for their backward passes.
@@ -174,23 +176,44 @@ static void
 report(const bench *b, int M, int gpipe, const double *all, double wall)
 {
 	size_t row = HEAD + 2 * (size_t)M;
-	double *cpu = malloc(sizeof(double) * (size_t)b->S * 2 * M);
-	double wall_bubble = 0.0, busy, span;
+	size_t n = (size_t)b->S * 2 * M;
+	double *cpu = malloc(sizeof(double) * n);
+	double *mean = calloc(n, sizeof(double));
+	double wall_bubble = 0.0, busy, span, mbusy, mspan;
 
-	if (cpu == NULL)
+	if (cpu == NULL || mean == NULL) {
+		free(cpu);
+		free(mean);
 		return;
-	for (int s = 0; s < b->S; s++) {
-		wall_bubble += all[s * row] / b->S;
-		memcpy(cpu + (size_t)s * 2 * M, all + s * row + HEAD,
-		       sizeof(double) * 2 * M);
 	}
+	for (int s = 0; s < b->S; s++) {
+		double *c = cpu + (size_t)s * 2 * M, f = 0.0, bw = 0.0;
+
+		wall_bubble += all[s * row] / b->S;
+		memcpy(c, all + s * row + HEAD, sizeof(double) * 2 * M);
+		for (int k = 0; k < M; k++) {
+			f += c[k] / M;
+			bw += c[M + k] / M;
+		}
+		for (int k = 0; k < M; k++) {
+			mean[(size_t)s * 2 * M + k] = f;
+			mean[(size_t)s * 2 * M + M + k] = bw;
+		}
+	}
+	/* Replayed with each pass's own time, and with each stage's mean
+	 * forward and backward times: the second leaves out the passes'
+	 * spread and keeps only the stages' difference in work. */
 	span = replay(b->S, M, gpipe, cpu, &busy);
+	mspan = replay(b->S, M, gpipe, mean, &mbusy);
 	printf("pipeline_bench: S %d %s M %2d: %8.0f samples/s, bubble "
-	       "%.3f wall, %.3f replay, %.3f theoretical\n",
+	       "%.3f wall, %.3f replay (%.3f at mean times), %.3f "
+	       "theoretical\n",
 	       b->S, gpipe ? "gpipe" : "1f1b ", M,
 	       (double)b->steps * M * b->mb / (wall / 1e9), wall_bubble,
 	       span > 0 ? 1.0 - busy / (b->S * span) : -1.0,
+	       mspan > 0 ? 1.0 - mbusy / (b->S * mspan) : -1.0,
 	       (double)(b->S - 1) / (M + b->S - 1));
+	free(mean);
 	for (int s = 0; s < b->S; s++) {
 		const double *r = all + s * row;
 		double f = 0.0, bw = 0.0;
