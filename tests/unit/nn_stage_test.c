@@ -10,14 +10,21 @@
  * running every forward first into an activation slot of its own and each
  * backward from its slot (GPipe as dt_nn_pipe_step runs it). Also: the
  * cut rule's stages, the errors of bad cuts, dropout, a loss asked of a
- * stage that has none, and of slots misused.
+ * stage that has none, and of slots misused. And the replicas' sum of a
+ * stage's gradients (dt_nn_pipe_sum_replicas), R threads passing messages
+ * through an in-process mailbox: every replica must end with the sum in
+ * replica order, bit for bit, for 2 to 5 replicas and for fewer
+ * gradients than replicas.
  */
+#include <errno.h>
+#include <pthread.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include <cmocka.h>
 
@@ -313,12 +320,171 @@ test_slots(void **state)
 	dt_nn_model_destroy(st);
 }
 
+/* ---- the replicas' sum over an in-process mailbox ---- */
+
+typedef struct msg {
+	struct msg *next;
+	int from, to, tag;
+	size_t n;
+	float data[];
+} msg;
+
+typedef struct mailbox {
+	pthread_mutex_t mu;
+	pthread_cond_t cv;
+	msg *head;
+} mailbox;
+
+typedef struct replica {
+	mailbox *mb;
+	int self; /* r * stages + stage, as the ops name it */
+	dt_nn_model *m;
+	dt_nn_pipe_cfg cfg;
+	dt_err err;
+} replica;
+
+static int sent_handle; /* every send is done when it returns */
+
+static dt_err
+mb_send(void *arg, const float *buf, size_t n, int to, int tag, void **h)
+{
+	replica *r = arg;
+	msg *m = malloc(sizeof(*m) + sizeof(float) * n);
+
+	if (m == NULL)
+		return DT_ENOMEM;
+	*m = (msg){.from = r->self, .to = to, .tag = tag, .n = n};
+	memcpy(m->data, buf, sizeof(float) * n);
+	pthread_mutex_lock(&r->mb->mu);
+	msg **tail = &r->mb->head;
+	while (*tail)
+		tail = &(*tail)->next;
+	*tail = m;
+	pthread_cond_broadcast(&r->mb->cv);
+	pthread_mutex_unlock(&r->mb->mu);
+	*h = &sent_handle;
+	return DT_OK;
+}
+
+/* The first message from `from` with `tag`, waiting 10 s at most. */
+static dt_err
+mb_recv(void *arg, float *buf, size_t n, int from, int tag)
+{
+	replica *r = arg;
+	struct timespec until;
+	dt_err err = DT_ETIMEDOUT;
+	int rc = 0;
+
+	clock_gettime(CLOCK_REALTIME, &until);
+	until.tv_sec += 10;
+	pthread_mutex_lock(&r->mb->mu);
+	while (rc != ETIMEDOUT) {
+		msg **p = &r->mb->head;
+
+		while (*p && ((*p)->to != r->self || (*p)->from != from ||
+		              (*p)->tag != tag))
+			p = &(*p)->next;
+		if (*p) {
+			msg *m = *p;
+
+			*p = m->next;
+			err = m->n == n ? DT_OK : DT_ESIZE;
+			if (!err)
+				memcpy(buf, m->data, sizeof(float) * n);
+			free(m);
+			break;
+		}
+		rc = pthread_cond_timedwait(&r->mb->cv, &r->mb->mu, &until);
+	}
+	pthread_mutex_unlock(&r->mb->mu);
+	return err;
+}
+
+static dt_err
+mb_wait(void *arg, void *h)
+{
+	(void)arg;
+	return h == &sent_handle ? DT_OK : DT_EINVAL;
+}
+
+static void *
+replica_main(void *arg)
+{
+	replica *r = arg;
+	dt_nn_pipe_ops ops = {
+	    .arg = r, .send = mb_send, .recv = mb_recv, .wait = mb_wait};
+
+	r->err = dt_nn_pipe_sum_replicas(r->m, &r->cfg, &ops);
+	return NULL;
+}
+
+/* R replicas of stage 1 of 2 of spec's model (the stage being its whole
+ * layer list here: only the gradient buffer matters), gradients of mixed
+ * magnitudes so that the order of the additions shows in the bits. */
+static void
+check_replica_sum(const char *spec, int R)
+{
+	mailbox mb = {.head = NULL};
+	replica rep[5];
+	pthread_t th[5];
+	size_t n = 0;
+	float *want = NULL;
+	uint64_t rng = 7 + (uint64_t)R;
+
+	pthread_mutex_init(&mb.mu, NULL);
+	pthread_cond_init(&mb.cv, NULL);
+	for (int r = 0; r < R; r++) {
+		float *g;
+
+		rep[r] = (replica){.mb = &mb, .self = r * 2 + 1};
+		rep[r].cfg = (dt_nn_pipe_cfg){
+		    .stage = 1, .stages = 2, .replica = r, .replicas = R};
+		assert_int_equal(dt_nn_model_create(spec, SEED, &rep[r].m),
+		                 DT_OK);
+		n = dt_nn_model_num_params(rep[r].m);
+		g = dt_nn_model_grads(rep[r].m);
+		if (want == NULL)
+			want = calloc(n, sizeof(float));
+		for (size_t i = 0; i < n; i++) {
+			g[i] = (frand(&rng) - 0.5f) *
+			       ((i + (size_t)r) % 3 == 0 ? 1e8f : 1.0f);
+			want[i] = r == 0 ? g[i] : want[i] + g[i];
+		}
+	}
+	for (int r = 0; r < R; r++)
+		assert_int_equal(
+		    pthread_create(&th[r], NULL, replica_main, &rep[r]), 0);
+	for (int r = 0; r < R; r++)
+		pthread_join(th[r], NULL);
+	for (int r = 0; r < R; r++) {
+		assert_int_equal(rep[r].err, DT_OK);
+		assert_memory_equal(dt_nn_model_grads(rep[r].m), want,
+		                    sizeof(float) * n);
+		dt_nn_model_destroy(rep[r].m);
+	}
+	assert_null(mb.head); /* every message was taken */
+	free(want);
+	pthread_cond_destroy(&mb.cv);
+	pthread_mutex_destroy(&mb.mu);
+}
+
+static void
+test_replica_sum(void **state)
+{
+	(void)state;
+	for (int R = 2; R <= 5; R++)
+		check_replica_sum(mlp, R);
+	/* 2 gradients, 3 replicas: replica 0's chunk is empty. */
+	check_replica_sum("input:1,dense:1,l2", 3);
+}
+
 int
 main(void)
 {
 	const struct CMUnitTest tests[] = {
 	    cmocka_unit_test(test_cut_rule),
 	    cmocka_unit_test(test_slots),
+	    cmocka_unit_test(test_replica_sum),
 	    cmocka_unit_test(test_mlp_stages),
 	    cmocka_unit_test(test_lenet_stages),
 	};
