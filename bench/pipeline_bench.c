@@ -1,16 +1,38 @@
 /*
- * pipeline_bench.c - pipeline parallelism's throughput and bubble, run
- * under `dtrain launch -n S -s 0` (rank s is stage s): an MLP of equal
- * dense layers (so the cut rule gives stages of equal work) trained for a
- * few steps with M = 1, 2, 4, 8, 16 micro-batches under a schedule. For
- * each M the last rank prints samples/s, the measured bubble (the share of
- * a step a stage spends waiting rather than in its layers, averaged over
- * the stages) beside the theoretical (S-1)/(M+S-1), and every stage's
- * most stashed micro-batch inputs. Under load (other processes on the
- * same cores) waiting grows and the measured bubble with it.
+ * pipeline_bench.c - pipeline parallelism's throughput, bubble and
+ * activation memory, run under `dtrain launch -n S -s 0` (rank s is stage
+ * s): an MLP of dense layers cut into stages of equal work (make_spec)
+ * trained for a few steps under GPipe and 1F1B with M = 1, 2,
+ * 4, 8, 16 micro-batches.
  *
- *   pipeline_bench [--schedule gpipe|1f1b] [--width W] [--micro-batch B]
- *                  [--steps N]
+ * The bubble is the share of the stages' time spent idle:
+ * 1 - (time the stages spend in their layers) / (S x the step's time).
+ * It is measured two ways, and the bench prints both beside the
+ * theoretical (S-1)/(M+S-1) of equal stages:
+ *
+ * - "wall": each stage's wall time in its layers against the step's wall
+ *   time, averaged over the stages. It is the real figure when every
+ *   stage has a core of its own; with more stages than free cores (4
+ *   stages on 2 shared cores) a stage waits for a core as well as for its
+ *   neighbours and this figure says little.
+ * - "replay": every stage records the CPU time of each forward and
+ *   backward pass (dt_nn_pipe_stats.op_cpu_ns, not counting time other
+ *   processes hold the core), and the last rank replays the schedule with
+ *   those durations: a pass starts when its stage finished the pass before
+ *   it in the schedule's order and its input arrived (the forward of the
+ *   stage before, the backward of the stage after), messages taking no
+ *   time. It is the bubble of the schedule with the real cost of each
+ *   pass, as if each stage had its own core and the links were free: what
+ *   the implementation makes of the schedule, independent of the machine's
+ *   load. It is replayed again with every pass of a stage taking that
+ *   stage's mean forward or backward time: what is left then comes from
+ *   the stages' unequal work, the rest from the passes' spread.
+ *
+ * Memory: each stage's most micro-batches in flight, with the bytes of
+ * their inputs and of the activations kept for their backward passes.
+ *
+ *   pipeline_bench [--schedule gpipe|1f1b|both] [--width W]
+ *                  [--micro-batch B] [--steps N] [--max-micro M]
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -19,6 +41,9 @@
 #include "dtrain/coll.h"
 #include "dtrain/nn.h"
 #include "dtrain/obs.h"
+
+#define MAX_STAGES 32
+#define MAX_MICRO  64
 
 static dt_err
 b_send(void *arg, const float *buf, size_t n, int stage, int tag, void **h)
@@ -40,122 +65,300 @@ b_wait(void *arg, void *h)
 	return dt_coll_wait(h);
 }
 
-/* One stage per dense layer pair: S stages of two dense layers each. */
+/*
+ * S stages of two dense layers of width W each (layers 4s to 4s + 3:
+ * dense, relu, dense, relu), the last with the output layer and the loss
+ * besides. The first layer computes no input gradient (nothing before it
+ * needs one), so its input is 1.5 W wide: its forward (1.5 units of W x W
+ * work) and weight gradient (1.5) then cost what another layer's forward
+ * (1), weight and input gradients (2) cost, and the stages are equal.
+ */
 static void
 make_spec(char *out, size_t cap, int S, int width)
 {
-	size_t n = (size_t)snprintf(out, cap, "input:%d", width);
+	size_t n = (size_t)snprintf(out, cap, "input:%d", width * 3 / 2);
 
-	for (int i = 0; i < 2 * S - 1 && n < cap; i++)
+	for (int i = 0; i < 2 * S && n < cap; i++)
 		n +=
 		    (size_t)snprintf(out + n, cap - n, ",dense:%d,relu", width);
 	if (n < cap)
 		snprintf(out + n, cap - n, ",dense:10,softmax_ce");
 }
 
+/*
+ * Stage s's passes in the order dt_nn_pipe_step runs them (its schedule()):
+ * op[i] is k for the forward pass of micro-batch k, M + k for its
+ * backward pass. Returns the count, 2 M.
+ */
 static int
-run(dt_coll *c, const char *spec, const dt_nn_pipe_cfg *base, int M, int steps)
+stage_order(int S, int s, int M, int gpipe, int *op)
 {
-	int S = base->stages, s = base->stage, first[65];
-	dt_nn_model *whole = NULL, *st = NULL;
-	dt_nn_pipe_cfg cfg = *base;
-	dt_nn_pipe_ops ops = {
-	    .arg = c, .send = b_send, .recv = b_recv, .wait = b_wait};
-	dt_nn_pipe_stats stats;
-	size_t nin;
-	float *x, *y;
-	uint64_t busy = 0, t0, wall;
-	double r[2], sum[2];
+	int n = 0, f = 0, b = 0;
+	int warm = gpipe && s < S - 1 ? M : (S - s - 1 < M ? S - s - 1 : M);
 
-	if (dt_nn_model_create(spec, 1, &whole) ||
-	    dt_nn_model_cut(whole, S, first) ||
-	    dt_nn_model_create_stage(spec, 1, first[s], first[s + 1], &st)) {
+	for (; f < warm; f++)
+		op[n++] = f;
+	while (b < M) {
+		if (f < M)
+			op[n++] = f++;
+		op[n++] = M + b++;
+	}
+	return n;
+}
+
+/*
+ * The replay: cpu[s * 2M + i] is stage s's CPU time of pass i (as
+ * op_cpu_ns); returns the step's time with those durations, free links
+ * and a core per stage, and sets *busy to the sum of the durations.
+ */
+static double
+replay(int S, int M, int gpipe, const double *cpu, double *busy)
+{
+	static double done[MAX_STAGES][2 * MAX_MICRO];
+	int op[MAX_STAGES][2 * MAX_MICRO], pos[MAX_STAGES] = {0};
+	double clock[MAX_STAGES] = {0}, end = 0.0;
+	int left = 2 * M * S;
+
+	*busy = 0.0;
+	for (int s = 0; s < S; s++) {
+		stage_order(S, s, M, gpipe, op[s]);
+		for (int i = 0; i < 2 * M; i++) {
+			done[s][i] = -1.0;
+			*busy += cpu[s * 2 * M + i];
+		}
+	}
+	while (left > 0) {
+		int moved = 0;
+
+		for (int s = 0; s < S; s++) {
+			int i, k;
+			double dep = 0.0;
+
+			if (pos[s] == 2 * M)
+				continue;
+			i = op[s][pos[s]];
+			k = i % M;
+			if (i < M && s > 0)
+				dep = done[s - 1][k]; /* its input */
+			else if (i >= M && s < S - 1)
+				dep = done[s + 1][M + k]; /* its gradient */
+			else if (i >= M)
+				dep = done[s][k]; /* the last stage's input */
+			if (dep < 0.0)
+				continue;
+			if (dep > clock[s])
+				clock[s] = dep;
+			clock[s] += cpu[s * 2 * M + i];
+			done[s][i] = clock[s];
+			if (clock[s] > end)
+				end = clock[s];
+			pos[s]++;
+			left--;
+			moved = 1;
+		}
+		if (!moved)
+			return -1.0; /* the schedule deadlocks: a bench bug */
+	}
+	return end;
+}
+
+typedef struct bench {
+	dt_coll *c;
+	const char *spec;
+	int S, s, mb, steps, width;
+} bench;
+
+/* Per stage, gathered: wall bubble, peak stashed, stash and activation
+ * bytes, then the mean CPU time of each of the 2 M passes. */
+#define HEAD 4
+
+static void
+report(const bench *b, int M, int gpipe, const double *all, double wall)
+{
+	size_t row = HEAD + 2 * (size_t)M;
+	size_t n = (size_t)b->S * 2 * M;
+	double *cpu = malloc(sizeof(double) * n);
+	double *mean = calloc(n, sizeof(double));
+	double wall_bubble = 0.0, busy, span, mbusy, mspan;
+
+	if (cpu == NULL || mean == NULL) {
+		free(cpu);
+		free(mean);
+		return;
+	}
+	for (int s = 0; s < b->S; s++) {
+		double *c = cpu + (size_t)s * 2 * M, f = 0.0, bw = 0.0;
+
+		wall_bubble += all[s * row] / b->S;
+		memcpy(c, all + s * row + HEAD, sizeof(double) * 2 * M);
+		for (int k = 0; k < M; k++) {
+			f += c[k] / M;
+			bw += c[M + k] / M;
+		}
+		for (int k = 0; k < M; k++) {
+			mean[(size_t)s * 2 * M + k] = f;
+			mean[(size_t)s * 2 * M + M + k] = bw;
+		}
+	}
+	/* Replayed with each pass's own time, and with each stage's mean
+	 * forward and backward times: the second leaves out the passes'
+	 * spread and keeps only the stages' difference in work. */
+	span = replay(b->S, M, gpipe, cpu, &busy);
+	mspan = replay(b->S, M, gpipe, mean, &mbusy);
+	printf("pipeline_bench: S %d %s M %2d: %8.0f samples/s, bubble "
+	       "%.3f wall, %.3f replay (%.3f at mean times), %.3f "
+	       "theoretical\n",
+	       b->S, gpipe ? "gpipe" : "1f1b ", M,
+	       (double)b->steps * M * b->mb / (wall / 1e9), wall_bubble,
+	       span > 0 ? 1.0 - busy / (b->S * span) : -1.0,
+	       mspan > 0 ? 1.0 - mbusy / (b->S * mspan) : -1.0,
+	       (double)(b->S - 1) / (M + b->S - 1));
+	free(mean);
+	for (int s = 0; s < b->S; s++) {
+		const double *r = all + s * row;
+		double f = 0.0, bw = 0.0;
+
+		for (int k = 0; k < M; k++) {
+			f += r[HEAD + k] / M / 1e6;
+			bw += r[HEAD + M + k] / M / 1e6;
+		}
+		printf("pipeline_bench:   stage %d: forward %.2f ms, backward "
+		       "%.2f ms CPU per micro-batch; %d in flight at most: "
+		       "inputs %.0f KiB, activations %.0f KiB\n",
+		       s, f, bw, (int)r[1], r[2] / 1024, r[3] / 1024);
+	}
+	free(cpu);
+}
+
+static int
+run(const bench *b, dt_nn_model *st, int M, int gpipe)
+{
+	dt_nn_pipe_cfg cfg = {
+	    .stage = b->s,
+	    .stages = b->S,
+	    .schedule = gpipe ? DT_NN_PIPE_GPIPE : DT_NN_PIPE_1F1B,
+	    .micro_batches = M,
+	    .micro_batch = b->mb,
+	};
+	dt_nn_pipe_ops ops = {
+	    .arg = b->c, .send = b_send, .recv = b_recv, .wait = b_wait};
+	dt_nn_pipe_stats stats = {0};
+	size_t row = HEAD + 2 * (size_t)M;
+	uint64_t op[2 * MAX_MICRO], busy = 0, t0, wall;
+	double *mine = calloc(row, sizeof(double));
+	double *all = calloc(row * (size_t)b->S, sizeof(double));
+	float *x =
+	    calloc((size_t)M * b->mb * (b->width * 3 / 2), sizeof(float));
+	float *y = calloc((size_t)M * b->mb, sizeof(float));
+	int rc = 1;
+
+	if (!mine || !all || !x || !y)
+		goto out;
+	cfg.x = x;
+	cfg.y = y;
+	stats.op_cpu_ns = op;
+	/* One step to warm up (buffers, connections), then the timed ones. */
+	if (dt_nn_pipe_step(st, &cfg, &ops, &stats) || dt_coll_barrier(b->c))
+		goto out;
+	t0 = dt_obs_now();
+	for (int i = 0; i < b->steps; i++) {
+		dt_nn_model_zero_grad(st);
+		if (dt_nn_pipe_step(st, &cfg, &ops, &stats))
+			goto out;
+		busy += stats.busy_ns;
+		for (int j = 0; j < 2 * M; j++)
+			mine[HEAD + j] += (double)op[j] / b->steps;
+	}
+	wall = dt_obs_now() - t0;
+	mine[0] = 1.0 - (double)busy / (double)wall;
+	mine[1] = stats.peak_stashed;
+	mine[2] = (double)stats.stash_bytes;
+	mine[3] = (double)stats.act_bytes;
+	if (dt_coll_allgather(b->c, mine, all, row, DT_FLOAT64))
+		goto out;
+	if (b->s == b->S - 1)
+		report(b, M, gpipe, all, (double)wall);
+	rc = 0;
+out:
+	if (rc)
+		fprintf(stderr, "pipeline_bench: stage %d, M %d: %s\n", b->s, M,
+		        dt_errmsg());
+	free(mine);
+	free(all);
+	free(x);
+	free(y);
+	return rc;
+}
+
+static int
+run_all(bench *b, const char *sched, int max_m)
+{
+	int first = 4 * b->s, rc = 0;
+	dt_nn_model *st = NULL;
+
+	/* Stage s is layers [4s, 4s + 4), the last one to the end. */
+	if (dt_nn_model_create_stage(
+	        b->spec, 1, first, b->s == b->S - 1 ? 4 * b->S + 1 : first + 4,
+	        &st)) {
 		fprintf(stderr, "pipeline_bench: %s\n", dt_errmsg());
 		return 1;
 	}
-	cfg.micro_batches = M;
-	nin = (size_t)M * cfg.micro_batch * dt_nn_model_input_size(whole);
-	x = calloc(nin, sizeof(float));
-	y = calloc((size_t)M * cfg.micro_batch, sizeof(float));
-	cfg.x = x;
-	cfg.y = y;
-	dt_nn_model_destroy(whole);
-	/* One step to warm up (buffers, connections), then the timed ones. */
-	if (dt_nn_pipe_step(st, &cfg, &ops, &stats) || dt_coll_barrier(c))
-		goto fail;
-	t0 = dt_obs_now();
-	for (int i = 0; i < steps; i++) {
-		dt_nn_model_zero_grad(st);
-		if (dt_nn_pipe_step(st, &cfg, &ops, &stats))
-			goto fail;
-		busy += stats.busy_ns;
+	for (int g = 1; g >= 0 && rc == 0; g--) {
+		if (strcmp(sched, "both") != 0 &&
+		    (strcmp(sched, "gpipe") == 0) != g)
+			continue;
+		for (int M = 1; M <= max_m && rc == 0; M *= 2)
+			rc = run(b, st, M, g);
 	}
-	wall = dt_obs_now() - t0;
-	r[0] = 1.0 - (double)busy / (double)wall;
-	r[1] = (double)stats.peak_stashed;
-	if (dt_coll_allreduce(c, r, sum, 2, DT_FLOAT64, DT_COLL_SUM))
-		goto fail;
-	printf("pipeline_bench: stage %d: M %2d: bubble %.3f, %d micro-batch "
-	       "inputs stashed (%zu bytes)\n",
-	       s, M, r[0], stats.peak_stashed, stats.stash_bytes);
-	if (s == S - 1)
-		printf("pipeline_bench: S %d %s M %2d: %8.0f samples/s, bubble "
-		       "%.3f measured, %.3f theoretical\n",
-		       S, base->schedule ? "1f1b " : "gpipe", M,
-		       (double)steps * M * cfg.micro_batch / (wall / 1e9),
-		       sum[0] / S, (double)(S - 1) / (M + S - 1));
-	free(x);
-	free(y);
 	dt_nn_model_destroy(st);
-	return 0;
-fail:
-	fprintf(stderr, "pipeline_bench: %s\n", dt_errmsg());
-	free(x);
-	free(y);
-	dt_nn_model_destroy(st);
-	return 1;
+	return rc;
 }
 
 int
 main(int argc, char **argv)
 {
-	int width = 256, mb = 16, steps = 5, rc = 0;
-	const char *sched = "1f1b";
-	char spec[1024];
-	dt_coll *c;
+	int max_m = 16, rc;
+	const char *sched = "both";
+	char spec[2048];
+	bench b = {.width = 256, .mb = 16, .steps = 5};
 
 	for (int i = 1; i + 1 < argc; i += 2) {
 		if (strcmp(argv[i], "--schedule") == 0)
 			sched = argv[i + 1];
 		else if (strcmp(argv[i], "--width") == 0)
-			width = atoi(argv[i + 1]);
+			b.width = atoi(argv[i + 1]);
 		else if (strcmp(argv[i], "--micro-batch") == 0)
-			mb = atoi(argv[i + 1]);
+			b.mb = atoi(argv[i + 1]);
 		else if (strcmp(argv[i], "--steps") == 0)
-			steps = atoi(argv[i + 1]);
+			b.steps = atoi(argv[i + 1]);
+		else if (strcmp(argv[i], "--max-micro") == 0)
+			max_m = atoi(argv[i + 1]);
 	}
 	setvbuf(stdout, NULL, _IOLBF, 0);
-	if (dt_coll_init(&c)) {
+	if (dt_coll_init(&b.c)) {
 		fprintf(stderr, "pipeline_bench: %s\n", dt_errmsg());
 		return 1;
 	}
-	dt_nn_pipe_cfg base = {
-	    .stage = dt_coll_rank(c),
-	    .stages = dt_coll_size(c),
-	    .schedule = strcmp(sched, "gpipe") == 0 ? DT_NN_PIPE_GPIPE
-	                                            : DT_NN_PIPE_1F1B,
-	    .micro_batch = mb,
-	};
-	if (base.stages > 32 || width < 16 || mb < 1 || steps < 1) {
-		fprintf(stderr, "pipeline_bench: at most 32 stages, --width "
-		                ">= 16, --micro-batch and --steps >= 1\n");
-		dt_coll_finalize(c);
+	b.s = dt_coll_rank(b.c);
+	b.S = dt_coll_size(b.c);
+	if (b.S > MAX_STAGES || b.width < 16 || b.width > 8192 || b.mb < 1 ||
+	    b.steps < 1 || max_m < 1 || max_m > MAX_MICRO) {
+		fprintf(stderr,
+		        "pipeline_bench: at most %d stages, --width in [16, "
+		        "8192], --micro-batch and --steps >= 1, --max-micro "
+		        "in [1, %d]\n",
+		        MAX_STAGES, MAX_MICRO);
+		dt_coll_finalize(b.c);
 		return 2;
 	}
-	make_spec(spec, sizeof(spec), base.stages, width);
-	for (int M = 1; M <= 16 && rc == 0; M *= 2)
-		rc = run(c, spec, &base, M, steps);
-	if (dt_coll_finalize(c) && rc == 0)
+	make_spec(spec, sizeof(spec), b.S, b.width);
+	b.spec = spec;
+	if (b.s == b.S - 1)
+		printf("pipeline_bench: %d stages of 2 dense layers of %d, "
+		       "micro-batches of %d, %d steps per M\n",
+		       b.S, b.width, b.mb, b.steps);
+	rc = run_all(&b, sched, max_m);
+	if (dt_coll_finalize(b.c) && rc == 0)
 		rc = 1;
 	return rc;
 }

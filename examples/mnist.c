@@ -562,9 +562,9 @@ run_pipeline(const opts *o)
 			       (double)(nb * (size_t)o->batch * (size_t)R) /
 			           (now() - t0));
 	}
-	printf("mnist: stage %d: at most %d micro-batch inputs stashed (%zu "
-	       "bytes)\n",
-	       s, stats.peak_stashed, stats.stash_bytes);
+	printf("mnist: stage %d: at most %d micro-batches in flight (inputs "
+	       "%zu bytes, activations kept %zu bytes)\n",
+	       s, stats.peak_stashed, stats.stash_bytes, stats.act_bytes);
 	if (o->save && r == 0) {
 		char path[512];
 

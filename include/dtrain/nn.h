@@ -134,6 +134,25 @@ dt_err dt_nn_stage_backward(dt_nn_model *m, const float *dy, int batch,
                             const float **dx);
 /* The input gradient of the last backward pass (NULL as above). */
 const float *dt_nn_model_input_grad(const dt_nn_model *m);
+/*
+ * Activation slots: a pipeline stage keeps the activations of each
+ * micro-batch in flight, from its forward pass to its backward pass,
+ * rather than running the forward pass again. dt_nn_stage_slots makes
+ * `slots` sets of activation buffers for batches of up to `batch` samples
+ * (it only grows; slot 0 is the one dt_nn_stage_forward and every other
+ * call use). dt_nn_stage_forward_slot and dt_nn_stage_backward_slot are
+ * the calls above on one slot: a backward pass in slot k follows the
+ * forward pass last run in slot k, whatever ran in other slots between.
+ * A batch larger than the slots' is refused (DT_EINVAL). The input x of a
+ * forward pass is read again by its backward pass and must stay as it is
+ * until then. dt_nn_stage_slot_bytes is one slot's bytes for a batch.
+ */
+dt_err dt_nn_stage_slots(dt_nn_model *m, int slots, int batch);
+dt_err dt_nn_stage_forward_slot(dt_nn_model *m, int slot, const float *x,
+                                int batch, const float **out);
+dt_err dt_nn_stage_backward_slot(dt_nn_model *m, int slot, const float *dy,
+                                 int batch, const float **dx);
+size_t dt_nn_stage_slot_bytes(const dt_nn_model *m, int batch);
 
 /*
  * One training step of pipeline stage cfg->stage of cfg->stages (the
@@ -149,9 +168,10 @@ const float *dt_nn_model_input_grad(const dt_nn_model *m);
  * between stages: send (asynchronous; *h for wait) and recv of n floats
  * to or from a stage, with a tag; the step waits for all its sends before
  * it returns. Every stage of the pipeline must call it with the same
- * schedule, micro_batches and micro_batch. A stage keeps the input of each
- * micro-batch in flight and runs its forward pass again before the
- * backward one; st (may be NULL) reports the most it kept.
+ * schedule, micro_batches and micro_batch. A stage keeps the input and
+ * the activations of each micro-batch in flight (activation slots, above:
+ * M under GPipe, at most stages - stage under 1F1B) and runs its backward
+ * pass from them; st (may be NULL) reports the most it kept.
  */
 enum { DT_NN_PIPE_GPIPE = 0, DT_NN_PIPE_1F1B = 1 };
 #define DT_NN_PIPE_MAX_MICRO    4096
@@ -181,18 +201,27 @@ typedef struct dt_nn_pipe_stats {
 	double loss;        /* last stage: summed over the micro-batches */
 	int peak_stashed;   /* micro-batch inputs kept at once, at most */
 	size_t stash_bytes; /* their bytes */
+	size_t act_bytes;   /* and the bytes of their activations */
 	uint64_t busy_ns;   /* time in the layers (the rest is waiting) */
+	/* Set by the caller (NULL: not wanted): an array of 2 x
+	 * micro_batches that receives the CPU time of this thread in the
+	 * layers, in ns, of forward pass k at [k] and backward pass k at
+	 * [micro_batches + k] (the last stage runs both at once: all of it
+	 * at [micro_batches + k]). A stage's time without the waiting and
+	 * without other processes' time on the same cores. */
+	uint64_t *op_cpu_ns;
 } dt_nn_pipe_stats;
 
 dt_err dt_nn_pipe_step(dt_nn_model *m, const dt_nn_pipe_cfg *cfg,
                        const dt_nn_pipe_ops *ops, dt_nn_pipe_stats *st);
 
 /* Hybrid parallelism: after dt_nn_pipe_step, the replicas of a stage
- * (cfg->replicas pipelines, same stage) sum their gradients: replica 0
- * adds the others' in replica order and sends the sum back, so that every
- * replica holds ((g0 + g1) + g2) + ... bit for bit (the caller scales and
- * steps the optimizer). Every replica of the stage must call it; nothing
- * to do with one replica. The ops' peers are as in dt_nn_pipe_step. */
+ * (cfg->replicas pipelines, same stage) sum their gradients, an allreduce
+ * among them (a reduce-scatter, each replica adding one chunk's parts in
+ * replica order, then an allgather), so that every replica holds ((g0 +
+ * g1) + g2) + ... bit for bit (the caller scales and steps the
+ * optimizer). Every replica of the stage must call it; nothing to do with
+ * one replica. The ops' peers are as in dt_nn_pipe_step. */
 dt_err dt_nn_pipe_sum_replicas(dt_nn_model *m, const dt_nn_pipe_cfg *cfg,
                                const dt_nn_pipe_ops *ops);
 

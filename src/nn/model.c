@@ -13,13 +13,13 @@
  * when no backward pass still needs the values they overwrite, and the
  * backward pass ping-pongs between two gradient buffers. Layer kernels are
  * in layers.c and losses in loss.c; this file only plans and dispatches.
+ * Pipeline stages (a model cut to a range of its layers, the cut rule and
+ * the activation slots a stage keeps micro-batches in) are in stage.c; the
+ * structures both files use are in model_impl.h.
  *
- * Size: its ideas are parsing a model description, building the layers
- * (the whole model or one pipeline stage of it) and running forward/backward
- * over one parameter buffer; they share the private layer struct. Moving
- * that struct into a private header would let the parser and the stage
- * code (dt_nn_model_create_stage, dt_nn_stage_*) become files of their own;
- * that is the next step when either grows.
+ * Size: its ideas are parsing a model description, building the model and
+ * running forward/backward over one parameter buffer. The parser is the
+ * next candidate for a file of its own.
  */
 #include <errno.h>
 #include <math.h>
@@ -35,70 +35,8 @@
 #include "dtrain/obs.h"
 #include "nn/blas.h"
 #include "nn/layers.h"
+#include "nn/model_impl.h"
 #include "obs/obs.h"
-
-#define MAX_LAYERS 64
-#define MAX_DIM    (1 << 16) /* any one channel count, height, width */
-#define MAX_PARAMS (1ull << 30)
-#define MAX_ACT    (1 << 24) /* floats per sample of any activation */
-#define MAX_SPEC   1024
-#define NAME_LEN   32
-
-enum layer_kind {
-	L_CONV,
-	L_MAXPOOL,
-	L_RELU,
-	L_TANH,
-	L_FLATTEN,
-	L_DENSE,
-	L_DROPOUT,
-};
-
-enum loss_kind { LOSS_CE, LOSS_L2, LOSS_L1 };
-
-typedef struct layer {
-	enum layer_kind kind;
-	int c, h, w;    /* input shape per sample (flat: c = size, h = w = 1) */
-	int oc, oh, ow; /* output shape per sample */
-	int cm_in;      /* input is channel-major (C, B, H, W) */
-	int k, s, p;    /* conv / pool geometry */
-	float rate;     /* dropout */
-	int wt;         /* weight tensor index (bias is wt + 1), or -1 */
-	int inplace;    /* output is written over the input buffer */
-	int alias;      /* output IS the input (flatten of a flat input) */
-	int need_dx;    /* some earlier layer has parameters */
-	size_t in_size, out_size;
-	/* Buffers for the current capacity (model-owned). */
-	float *out, *col, *mask;
-	int32_t *arg;
-	/* Set by each forward pass for the backward pass. */
-	const float *x, *y;
-} layer;
-
-struct dt_nn_model {
-	char *spec;
-	int nlayers;
-	layer layers[MAX_LAYERS];
-	enum loss_kind loss;
-	int in_c, in_h, in_w;
-	size_t in_size, out_size, label_size;
-	int ntensors;
-	dt_nn_tensor tensors[2 * MAX_LAYERS];
-	char names[2 * MAX_LAYERS][NAME_LEN];
-	size_t nparams;
-	float *params, *grads;
-	uint64_t rng;  /* dropout masks */
-	int cap;       /* batch capacity of the activation buffers */
-	size_t gsize;  /* floats per sample of each gradient buffer */
-	int max_batch; /* keeps every buffer under 2^31 floats (sgemm ints) */
-	float *gbuf[2];
-	const float *last_out;
-	dt_nn_grad_hook grad_hook; /* see dt_nn_model_set_grad_hook */
-	void *grad_hook_arg;
-	int has_loss;         /* 0: a pipeline stage before the last */
-	const float *in_grad; /* input gradient of the last backward, or NULL */
-	int last_batch;       /* batch of the last dt_nn_stage_forward */
-};
 
 static const struct {
 	const char *name, *spec;
@@ -600,13 +538,8 @@ init_params(dt_nn_model *m, uint64_t seed, int first_tensor)
 
 /* ---- buffers ---- */
 
-typedef struct bufs {
-	float *out, *col, *mask;
-	int32_t *arg;
-} bufs;
-
-static void
-free_bufs(bufs *b, int n)
+void
+dt__nn_free_bufs(bufs *b, int n)
 {
 	for (int i = 0; i < n; i++) {
 		free(b[i].out);
@@ -622,9 +555,34 @@ alloc_floats(size_t n)
 	return dt__aligned_alloc(sizeof(float) * n);
 }
 
-/* Grow every activation buffer to batch samples, all or nothing. */
-static dt_err
-reserve(dt_nn_model *m, int batch)
+int
+dt__nn_alloc_layer_bufs(const dt_nn_model *m, size_t B, bufs *nb)
+{
+	for (int i = 0; i < m->nlayers; i++) {
+		const layer *L = &m->layers[i];
+		size_t n = B * L->out_size;
+
+		if (!L->inplace && !L->alias &&
+		    (nb[i].out = alloc_floats(n)) == NULL)
+			return -1;
+		if (L->kind == L_CONV &&
+		    (nb[i].col = alloc_floats(B * L->c * L->k * L->k * L->oh *
+		                              L->ow)) == NULL)
+			return -1;
+		if (L->kind == L_MAXPOOL && (nb[i].arg = dt__aligned_alloc(
+		                                 sizeof(int32_t) * n)) == NULL)
+			return -1;
+		if (L->kind == L_DROPOUT &&
+		    (nb[i].mask = alloc_floats(n)) == NULL)
+			return -1;
+	}
+	return 0;
+}
+
+/* Grow every activation buffer to batch samples, all or nothing. Extra
+ * slots are dropped first: they all have the capacity of the first. */
+dt_err
+dt__nn_reserve(dt_nn_model *m, int batch)
 {
 	bufs nb[MAX_LAYERS];
 	float *ng[2] = {NULL, NULL};
@@ -632,26 +590,10 @@ reserve(dt_nn_model *m, int batch)
 
 	if (batch <= m->cap)
 		return DT_OK;
+	dt__nn_drop_slots(m);
 	memset(nb, 0, sizeof(nb));
-	for (int i = 0; i < m->nlayers; i++) {
-		const layer *L = &m->layers[i];
-		size_t n = B * L->out_size;
-
-		if (!L->inplace && !L->alias &&
-		    (nb[i].out = alloc_floats(n)) == NULL)
-			goto fail;
-		if (L->kind == L_CONV &&
-		    (nb[i].col = alloc_floats(B * L->c * L->k * L->k * L->oh *
-		                              L->ow)) == NULL)
-			goto fail;
-		if (L->kind == L_MAXPOOL && (nb[i].arg = dt__aligned_alloc(
-		                                 sizeof(int32_t) * n)) == NULL)
-			goto fail;
-		if (L->kind == L_DROPOUT &&
-		    (nb[i].mask = alloc_floats(n)) == NULL)
-			goto fail;
-	}
-	if ((ng[0] = alloc_floats(B * m->gsize)) == NULL ||
+	if (dt__nn_alloc_layer_bufs(m, B, nb) ||
+	    (ng[0] = alloc_floats(B * m->gsize)) == NULL ||
 	    (ng[1] = alloc_floats(B * m->gsize)) == NULL)
 		goto fail;
 	for (int i = 0; i < m->nlayers; i++) {
@@ -674,7 +616,7 @@ reserve(dt_nn_model *m, int batch)
 	m->last_out = NULL;
 	return DT_OK;
 fail:
-	free_bufs(nb, m->nlayers);
+	dt__nn_free_bufs(nb, m->nlayers);
 	free(ng[0]);
 	free(ng[1]);
 	return dt__fail(DT_ENOMEM,
@@ -684,76 +626,6 @@ fail:
 }
 
 /* ---- public: life cycle and accessors ---- */
-
-/*
- * Keep layers [first, last) of the parsed whole model m and their tensors
- * (before any buffer exists); *first_tensor is the index in the whole
- * model of the first tensor kept. Activations cross a cut as they are
- * (the layout one layer writes is the one the next reads).
- */
-static dt_err
-cut_layers(dt_nn_model *m, int first, int last, int *first_tensor)
-{
-	int t0 = -1, t1 = 0;
-	size_t base = 0;
-
-	if (first < 0 || last > m->nlayers || first >= last)
-		return dt__fail(
-		    DT_EINVAL,
-		    "model stage [%d, %d): not a non-empty range of "
-		    "the model's %d layers",
-		    first, last, m->nlayers);
-	for (int i = 0; i < m->nlayers; i++) {
-		const layer *L = &m->layers[i];
-
-		/* One process draws every dropout mask from one stream in
-		 * layer order; a stage could not follow it. */
-		if (L->kind == L_DROPOUT && (first > 0 || last < m->nlayers))
-			return dt__fail(
-			    DT_ENOTSUP,
-			    "model stage: layer %d is dropout, which "
-			    "a model cut into stages does not support",
-			    i);
-		if (i >= first && i < last && L->wt >= 0) {
-			if (t0 < 0)
-				t0 = L->wt;
-			t1 = L->wt + 2;
-		}
-	}
-	if (t0 < 0)
-		t0 = t1 = 0;
-	base = t0 < t1 ? m->tensors[t0].offset : 0;
-	for (int i = t0; i < t1; i++) {
-		dt_nn_tensor *t = &m->tensors[i - t0];
-
-		*t = m->tensors[i];
-		memmove(m->names[i - t0], m->names[i], NAME_LEN);
-		t->name = m->names[i - t0];
-		t->offset -= base;
-	}
-	m->ntensors = t1 - t0;
-	m->nparams = t1 > t0 ? m->tensors[t1 - t0 - 1].offset +
-	                           m->tensors[t1 - t0 - 1].size
-	                     : 0;
-	m->has_loss = last == m->nlayers;
-	memmove(m->layers, m->layers + first,
-	        sizeof(layer) * (size_t)(last - first));
-	m->nlayers = last - first;
-	for (int i = 0; i < m->nlayers; i++)
-		if (m->layers[i].wt >= 0)
-			m->layers[i].wt -= t0;
-	/* The stage's input is the caller's buffer: never write over it. */
-	m->layers[0].inplace = 0;
-	m->in_c = m->layers[0].c;
-	m->in_h = m->layers[0].h;
-	m->in_w = m->layers[0].w;
-	m->in_size = m->layers[0].in_size;
-	m->out_size = m->layers[m->nlayers - 1].out_size;
-	if (!m->has_loss)
-		m->label_size = 0;
-	*first_tensor = t0;
-	return DT_OK;
-}
 
 static dt_err
 model_build(const char *spec, uint64_t seed, int first, int last,
@@ -775,9 +647,10 @@ model_build(const char *spec, uint64_t seed, int first, int last,
 	if ((m = dt__calloc(1, sizeof(*m))) == NULL)
 		return DT_ENOMEM;
 	m->has_loss = 1;
+	m->nslots = 1;
 	if ((err = parse_spec(m, full)))
 		goto fail;
-	if (first >= 0 && (err = cut_layers(m, first, last, &t0)))
+	if (first >= 0 && (err = dt__nn_cut_layers(m, first, last, &t0)))
 		goto fail;
 	err = DT_ENOMEM;
 	if ((m->spec = strdup(full)) == NULL) {
@@ -826,17 +699,12 @@ dt_nn_model_create_stage(const char *spec, uint64_t seed, int first, int last,
 	return model_build(spec, seed, first, last, out);
 }
 
-int
-dt_nn_model_num_layers(const dt_nn_model *m)
-{
-	return m ? m->nlayers : 0;
-}
-
 void
 dt_nn_model_destroy(dt_nn_model *m)
 {
 	if (m == NULL)
 		return;
+	dt__nn_drop_slots(m);
 	for (int i = 0; i < m->nlayers; i++) {
 		free(m->layers[i].out);
 		free(m->layers[i].col);
@@ -934,8 +802,8 @@ dt_nn_model_output(const dt_nn_model *m)
 
 /* Forward floating-point operations per sample of a conv or dense layer
  * (0 for the others, whose cost is small beside them). */
-static double
-layer_flops(const layer *L)
+double
+dt__nn_layer_flops(const layer *L)
 {
 	if (L->kind == L_CONV)
 		return 2.0 * L->oc * ((double)L->c * L->k * L->k) *
@@ -952,7 +820,7 @@ dt_nn_model_flops(const dt_nn_model *m, double *fwd, double *bwd)
 
 	for (int i = 0; i < m->nlayers; i++) {
 		const layer *L = &m->layers[i];
-		double g = layer_flops(L);
+		double g = dt__nn_layer_flops(L);
 
 		if (g == 0.0)
 			continue;
@@ -963,47 +831,6 @@ dt_nn_model_flops(const dt_nn_model *m, double *fwd, double *bwd)
 		*fwd = f;
 	if (bwd)
 		*bwd = b;
-}
-
-/*
- * The cut rule: stages start only at a conv or dense layer (the layers
- * between them, activations, pooling and flattening, stay with the layer
- * that feeds them), and stage s starts at the first such layer whose
- * forward operations before it reach s/S of the model's, or earlier when
- * just enough such layers remain for the stages still to start.
- */
-dt_err
-dt_nn_model_cut(const dt_nn_model *m, int stages, int *first)
-{
-	double total = 0.0, before = 0.0;
-	int compute = 0, s = 1;
-
-	if (m == NULL || first == NULL || stages < 1)
-		return dt__fail(DT_EINVAL, "model cut: bad arguments");
-	for (int i = 0; i < m->nlayers; i++) {
-		total += layer_flops(&m->layers[i]);
-		compute += layer_flops(&m->layers[i]) > 0.0;
-	}
-	if (compute < stages)
-		return dt__fail(
-		    DT_EINVAL,
-		    "model cut: %d conv and dense layers cannot make "
-		    "%d stages",
-		    compute, stages);
-	first[0] = 0;
-	for (int i = 0, seen = 0; i < m->nlayers && s < stages; i++) {
-		double g = layer_flops(&m->layers[i]);
-
-		if (g == 0.0)
-			continue;
-		seen++;
-		if (seen > 1 && (before >= total * s / stages ||
-		                 compute - seen + 1 == stages - s))
-			first[s++] = i;
-		before += g;
-	}
-	first[stages] = m->nlayers;
-	return DT_OK;
 }
 
 /* ---- forward and backward ---- */
@@ -1029,8 +856,8 @@ conv_shape(const layer *L, int B)
 	return sh;
 }
 
-static void
-forward(dt_nn_model *m, const float *x, int B, int train)
+void
+dt__nn_forward(dt_nn_model *m, const float *x, int B, int train)
 {
 	const float *cur = x;
 
@@ -1087,8 +914,8 @@ forward(dt_nn_model *m, const float *x, int B, int train)
 }
 
 /* Backward from the loss gradient in gbuf[0]; accumulates into grads. */
-static void
-backward(dt_nn_model *m, int B, int train)
+void
+dt__nn_backward(dt_nn_model *m, int B, int train)
 {
 	int gi = 0;
 
@@ -1159,9 +986,9 @@ dt_nn_model_set_grad_hook(dt_nn_model *m, dt_nn_grad_hook fn, void *arg)
 	m->grad_hook_arg = arg;
 }
 
-static dt_err
-check_call(const dt_nn_model *m, const float *x, const float *y, int need_y,
-           int batch, const char *what)
+dt_err
+dt__nn_check_call(const dt_nn_model *m, const float *x, const float *y,
+                  int need_y, int batch, const char *what)
 {
 	if (x == NULL || (y == NULL && need_y))
 		return dt__fail(DT_EINVAL, "%s: NULL data", what);
@@ -1220,10 +1047,11 @@ dt_nn_forward(dt_nn_model *m, const float *x, int batch, const float **out)
 {
 	dt_err err;
 
-	if ((err = check_call(m, x, NULL, 0, batch, "forward")) ||
-	    (err = reserve(m, batch)))
+	if ((err = dt__nn_check_call(m, x, NULL, 0, batch, "forward")) ||
+	    (err = dt__nn_reserve(m, batch)))
 		return err;
-	forward(m, x, batch, 0);
+	dt__nn_select_slot(m, 0);
+	dt__nn_forward(m, x, batch, 0);
 	if (out)
 		*out = m->last_out;
 	return DT_OK;
@@ -1236,15 +1064,16 @@ dt_nn_forward_backward(dt_nn_model *m, const float *x, const float *y,
 	dt_err err;
 	double l;
 
-	if ((err = check_call(m, x, y, 1, batch, "forward_backward")) ||
+	if ((err = dt__nn_check_call(m, x, y, 1, batch, "forward_backward")) ||
 	    (err = check_loss(m, "forward_backward")) ||
-	    (err = reserve(m, batch)))
+	    (err = dt__nn_reserve(m, batch)))
 		return err;
+	dt__nn_select_slot(m, 0);
 	uint64_t t0 = dt_obs_now();
-	forward(m, x, batch, 1);
+	dt__nn_forward(m, x, batch, 1);
 	l = loss_of(m, y, batch, m->gbuf[0], correct);
 	uint64_t t1 = dt_obs_now();
-	backward(m, batch, 1);
+	dt__nn_backward(m, batch, 1);
 	uint64_t t2 = dt_obs_now();
 	dt__obs_phase_span(DT_PHASE_FORWARD, t0, t1);
 	dt__obs_phase_span(DT_PHASE_BACKWARD, t1, t2);
@@ -1260,56 +1089,14 @@ dt_nn_evaluate(dt_nn_model *m, const float *x, const float *y, int batch,
 	dt_err err;
 	double l;
 
-	if ((err = check_call(m, x, y, 1, batch, "evaluate")) ||
-	    (err = check_loss(m, "evaluate")) || (err = reserve(m, batch)))
+	if ((err = dt__nn_check_call(m, x, y, 1, batch, "evaluate")) ||
+	    (err = check_loss(m, "evaluate")) ||
+	    (err = dt__nn_reserve(m, batch)))
 		return err;
-	forward(m, x, batch, 0);
+	dt__nn_select_slot(m, 0);
+	dt__nn_forward(m, x, batch, 0);
 	l = loss_of(m, y, batch, NULL, correct);
 	if (loss)
 		*loss = l;
 	return DT_OK;
-}
-
-dt_err
-dt_nn_stage_forward(dt_nn_model *m, const float *x, int batch,
-                    const float **out)
-{
-	dt_err err;
-
-	if ((err = check_call(m, x, NULL, 0, batch, "stage_forward")) ||
-	    (err = reserve(m, batch)))
-		return err;
-	uint64_t t0 = dt_obs_now();
-	forward(m, x, batch, 1);
-	dt__obs_phase_span(DT_PHASE_FORWARD, t0, dt_obs_now());
-	m->last_batch = batch;
-	if (out)
-		*out = m->last_out;
-	return DT_OK;
-}
-
-dt_err
-dt_nn_stage_backward(dt_nn_model *m, const float *dy, int batch,
-                     const float **dx)
-{
-	if (dy == NULL)
-		return dt__fail(DT_EINVAL, "stage_backward: NULL gradient");
-	if (m->last_out == NULL || batch != m->last_batch)
-		return dt__fail(DT_ESTATE,
-		                "stage_backward: batch %d does not follow a "
-		                "stage_forward of that batch",
-		                batch);
-	memcpy(m->gbuf[0], dy, sizeof(float) * (size_t)batch * m->out_size);
-	uint64_t t0 = dt_obs_now();
-	backward(m, batch, 1);
-	dt__obs_phase_span(DT_PHASE_BACKWARD, t0, dt_obs_now());
-	if (dx)
-		*dx = m->in_grad;
-	return DT_OK;
-}
-
-const float *
-dt_nn_model_input_grad(const dt_nn_model *m)
-{
-	return m->in_grad;
 }

@@ -12,20 +12,25 @@
  * stage's first gradient while the one before still sends activations)
  * cannot block each other; each step waits for all its sends at its end.
  *
- * Exactness: a stage keeps the input of each micro-batch in flight (the
- * stash) and, before that micro-batch's backward pass, runs its forward
- * pass again from it, since its layers hold only the latest activations.
- * Forward passes are deterministic, so the recomputed activations are the
- * first ones bit for bit, and with backward passes in micro-batch order
- * under both schedules the gradients add up in the order one process
- * running the micro-batches one after another adds them.
+ * Exactness: a stage keeps the input and the activations of each
+ * micro-batch in flight (the stash: the input here, the activations in
+ * one of the model's activation slots, micro-batch k in slot k mod the
+ * slots) and runs that micro-batch's backward pass from them. The slots
+ * are as many as the schedule keeps micro-batches in flight, M under
+ * GPipe and S - s under 1F1B; in flight at once are consecutive
+ * micro-batches, so k mod the slots never names a slot still in use.
+ * With backward passes in micro-batch order under both schedules the
+ * gradients add up in the order one process running the micro-batches
+ * one after another adds them.
  */
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "common/util.h"
 #include "dtrain/nn.h"
 #include "dtrain/obs.h"
+#include "nn/pipe.h"
 
 typedef struct pipe_run {
 	dt_nn_model *m;
@@ -37,10 +42,44 @@ typedef struct pipe_run {
 	float **bwd_out;    /* [M] input gradients sent back */
 	float *dy;          /* the gradient of one micro-batch's output */
 	void **handles;     /* [2 M] sends: forward k at k, backward at M + k */
+	int slots;          /* activation slots of the model (stages < S-1) */
 	int live, peak;     /* stashed micro-batches now and at most */
 	double loss;
 	uint64_t busy_ns; /* in the layers */
+	uint64_t *op_cpu; /* the caller's [2 M] (dt_nn_pipe_stats), or NULL */
 } pipe_run;
+
+/* The calling thread's CPU time: what the layers cost whatever else runs
+ * on the same cores (the wall time of a layer grows when it is preempted,
+ * this does not). */
+static uint64_t
+cpu_now(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+/* Layers timed: wall time into busy_ns and, when traced, CPU time into
+ * op_cpu[i]. */
+typedef struct op_clock {
+	uint64_t wall, cpu;
+} op_clock;
+
+static op_clock
+op_start(const pipe_run *p)
+{
+	return (op_clock){dt_obs_now(), p->op_cpu ? cpu_now() : 0};
+}
+
+static void
+op_end(pipe_run *p, op_clock c, int i)
+{
+	p->busy_ns += dt_obs_now() - c.wall;
+	if (p->op_cpu)
+		p->op_cpu[i] += cpu_now() - c.cpu;
+}
 
 static int
 is_first(const pipe_run *p)
@@ -54,9 +93,6 @@ is_last(const pipe_run *p)
 	return p->cfg->stage == p->cfg->stages - 1;
 }
 
-/* Forward micro-batch k: take its input, stash it, and (before the last
- * stage) run the layers and send the output on. The last stage runs its
- * layers with the loss in backward(). */
 /* The ops' name of stage s of this replica's pipeline: replica *
  * stages + s (with one replica, the stage itself). */
 static int
@@ -65,6 +101,10 @@ peer(const dt_nn_pipe_cfg *c, int s)
 	return (c->replicas > 1 ? c->replica * c->stages : 0) + s;
 }
 
+/* Forward micro-batch k: take its input, stash it, and (before the last
+ * stage) run the layers in the micro-batch's slot and send the output on.
+ * The last stage runs its layers with the loss in backward(), which
+ * schedule() calls right after. */
 static dt_err
 forward(pipe_run *p, int k)
 {
@@ -82,9 +122,10 @@ forward(pipe_run *p, int k)
 	p->peak = DT_MAX(p->peak, p->live);
 	if (is_last(p))
 		return DT_OK;
-	uint64_t t0 = dt_obs_now();
-	err = dt_nn_stage_forward(p->m, p->stash[k], c->micro_batch, &out);
-	p->busy_ns += dt_obs_now() - t0;
+	op_clock t0 = op_start(p);
+	err = dt_nn_stage_forward_slot(p->m, k % p->slots, p->stash[k],
+	                               c->micro_batch, &out);
+	op_end(p, t0, k);
 	if (err)
 		return err;
 	memcpy(p->fwd_out[k], out, sizeof(float) * p->out_n);
@@ -93,9 +134,9 @@ forward(pipe_run *p, int k)
 }
 
 /* Backward micro-batch k: the last stage runs forward with the loss and
- * backward; the others receive the gradient of their output, recompute
- * their forward pass from the stash and run backward. The input gradient
- * goes back to the stage before. */
+ * backward; the others receive the gradient of their output and run
+ * backward from the activations the micro-batch's slot kept. The input
+ * gradient goes back to the stage before. */
 static dt_err
 backward(pipe_run *p, int k)
 {
@@ -104,31 +145,28 @@ backward(pipe_run *p, int k)
 	double loss;
 	dt_err err;
 
-	uint64_t t0 = dt_obs_now();
+	op_clock t0;
 
 	if (is_last(p)) {
-		if ((err = dt_nn_forward_backward(
-		         p->m, p->stash[k],
-		         c->y + (size_t)k * c->micro_batch *
-		                    dt_nn_model_label_size(p->m),
-		         c->micro_batch, &loss, NULL)))
+		t0 = op_start(p);
+		err = dt_nn_forward_backward(
+		    p->m, p->stash[k],
+		    c->y + (size_t)k * c->micro_batch *
+		               dt_nn_model_label_size(p->m),
+		    c->micro_batch, &loss, NULL);
+		op_end(p, t0, c->micro_batches + k);
+		if (err)
 			return err;
 		p->loss += loss;
 		dx = dt_nn_model_input_grad(p->m);
-		p->busy_ns += dt_obs_now() - t0;
 	} else {
-		float *dy = p->dy;
-
-		if ((err = p->ops->recv(p->ops->arg, dy, p->out_n,
+		if ((err = p->ops->recv(p->ops->arg, p->dy, p->out_n,
 		                        peer(c, c->stage + 1), 2 * k + 1)))
 			return err;
-		t0 = dt_obs_now();
-		err = dt_nn_stage_forward(p->m, p->stash[k], c->micro_batch,
-		                          NULL);
-		if (!err)
-			err =
-			    dt_nn_stage_backward(p->m, dy, c->micro_batch, &dx);
-		p->busy_ns += dt_obs_now() - t0;
+		t0 = op_start(p);
+		err = dt_nn_stage_backward_slot(p->m, k % p->slots, p->dy,
+		                                c->micro_batch, &dx);
+		op_end(p, t0, c->micro_batches + k);
 		if (err)
 			return err;
 	}
@@ -148,7 +186,11 @@ backward(pipe_run *p, int k)
 
 /* The order of work: GPipe runs every forward, then every backward; 1F1B
  * (PipeDream-flush) runs S - s - 1 forwards to fill the pipe, then one
- * forward and one backward by turns, then the remaining backwards. */
+ * forward and one backward by turns, then the remaining backwards. The
+ * last stage runs each backward right after its forward under both: its
+ * backward needs nothing but its own forward and the loss, and waiting
+ * would only hold back the stages before, which under GPipe then idle
+ * through the forward phase and the last stage through theirs. */
 static dt_err
 schedule(pipe_run *p)
 {
@@ -156,7 +198,7 @@ schedule(pipe_run *p)
 	int M = c->micro_batches, f = 0, b = 0, warm;
 	dt_err err;
 
-	warm = c->schedule == DT_NN_PIPE_GPIPE
+	warm = c->schedule == DT_NN_PIPE_GPIPE && !is_last(p)
 	           ? M
 	           : DT_MIN(c->stages - c->stage - 1, M);
 	for (; f < warm; f++)
@@ -191,8 +233,8 @@ free_set(float **s, int M)
 }
 
 /* This rank's place in the grid of replicas x stages is in range. */
-static int
-grid_ok(const dt_nn_pipe_cfg *c)
+int
+dt__nn_pipe_grid_ok(const dt_nn_pipe_cfg *c)
 {
 	return c->replicas >= 0 && c->replicas <= DT_NN_PIPE_MAX_REPLICAS &&
 	       c->replica >= 0 && c->replica < DT_MAX(c->replicas, 1) &&
@@ -207,7 +249,7 @@ check_cfg(const dt_nn_model *m, const dt_nn_pipe_cfg *c,
 	if (m == NULL || c == NULL || ops == NULL || !ops->send || !ops->recv ||
 	    !ops->wait)
 		return dt__fail(DT_EINVAL, "pipeline step: NULL argument");
-	if (!grid_ok(c))
+	if (!dt__nn_pipe_grid_ok(c))
 		return dt__fail(DT_EINVAL,
 		                "pipeline step: replica %d of %d, stage %d of "
 		                "%d: out of range (at most %d of each)",
@@ -233,7 +275,8 @@ dt_err
 dt_nn_pipe_step(dt_nn_model *m, const dt_nn_pipe_cfg *c,
                 const dt_nn_pipe_ops *ops, dt_nn_pipe_stats *st)
 {
-	pipe_run p = {.m = m, .cfg = c, .ops = ops};
+	pipe_run p = {
+	    .m = m, .cfg = c, .ops = ops, .op_cpu = st ? st->op_cpu_ns : NULL};
 	dt_err err;
 	int M;
 
@@ -256,6 +299,16 @@ dt_nn_pipe_step(dt_nn_model *m, const dt_nn_pipe_cfg *c,
 		               M);
 		goto fail;
 	}
+	/* As many slots as micro-batches the schedule keeps in flight. */
+	p.slots = c->schedule == DT_NN_PIPE_GPIPE
+	              ? M
+	              : DT_MIN(c->stages - c->stage, M);
+	if (is_last(&p))
+		p.slots = 1; /* forward and backward at once (backward()) */
+	else if ((err = dt_nn_stage_slots(m, p.slots, c->micro_batch)))
+		goto fail;
+	if (p.op_cpu)
+		memset(p.op_cpu, 0, sizeof(*p.op_cpu) * 2 * (size_t)M);
 	err = schedule(&p);
 fail:
 	/* Every send is waited for, even after an error: the buffers go. */
@@ -272,6 +325,10 @@ fail:
 		st->loss = p.loss;
 		st->peak_stashed = p.peak;
 		st->stash_bytes = (size_t)p.peak * p.in_n * sizeof(float);
+		st->act_bytes =
+		    is_last(&p) ? 0
+		                : (size_t)p.peak *
+		                      dt_nn_stage_slot_bytes(m, c->micro_batch);
 		st->busy_ns = p.busy_ns;
 	}
 	free(p.handles);
@@ -279,73 +336,5 @@ fail:
 	free_set(p.stash, M);
 	free_set(p.fwd_out, M);
 	free_set(p.bwd_out, M);
-	return err;
-}
-
-/* Replica 0 of the stage adds the others' gradients to its own, one
- * replica after another in replica order, and sends the sum back: every
- * replica ends with ((g0 + g1) + g2) + ..., bit for bit what one process
- * adding the replicas' gradients in that order gets. */
-#define REPLICA_TAG (1 << 20) /* above every micro-batch's (2 * 4096) */
-
-dt_err
-dt_nn_pipe_sum_replicas(dt_nn_model *m, const dt_nn_pipe_cfg *c,
-                        const dt_nn_pipe_ops *ops)
-{
-	size_t n;
-	float *g, *tmp = NULL;
-	void **h = NULL;
-	int R;
-	dt_err err = DT_OK;
-
-	if (m == NULL || c == NULL || ops == NULL || !ops->send || !ops->recv ||
-	    !ops->wait)
-		return dt__fail(DT_EINVAL, "pipeline replicas: NULL argument");
-	if (!grid_ok(c))
-		return dt__fail(DT_EINVAL,
-		                "pipeline replicas: replica %d of %d, stage %d "
-		                "of %d: out of range",
-		                c->replica, c->replicas, c->stage, c->stages);
-	R = c->replicas;
-	n = dt_nn_model_num_params(m);
-	if (R <= 1 || n == 0)
-		return DT_OK;
-	g = dt_nn_model_grads(m);
-	if (c->replica != 0) {
-		void *sh = NULL;
-
-		if ((err =
-		         ops->send(ops->arg, g, n, c->stage, REPLICA_TAG, &sh)))
-			return err;
-		err = ops->recv(ops->arg, g, n, c->stage, REPLICA_TAG + 1);
-		dt_err e = ops->wait(ops->arg, sh);
-		return err ? err : e;
-	}
-	tmp = malloc(sizeof(float) * n);
-	h = calloc((size_t)R, sizeof(*h));
-	if (tmp == NULL || h == NULL) {
-		err = dt__fail(DT_ENOMEM,
-		               "pipeline replicas: %zu gradients to add", n);
-		goto out;
-	}
-	for (int r = 1; r < R && !err; r++) {
-		err = ops->recv(ops->arg, tmp, n, r * c->stages + c->stage,
-		                REPLICA_TAG);
-		for (size_t i = 0; i < n && !err; i++)
-			g[i] += tmp[i];
-	}
-	for (int r = 1; r < R && !err; r++)
-		err = ops->send(ops->arg, g, n, r * c->stages + c->stage,
-		                REPLICA_TAG + 1, &h[r]);
-out:
-	for (int r = 1; h && r < R; r++)
-		if (h[r]) {
-			dt_err e = ops->wait(ops->arg, h[r]);
-
-			if (e && !err)
-				err = e;
-		}
-	free(h);
-	free(tmp);
 	return err;
 }

@@ -1,19 +1,19 @@
 #!/bin/bash
 # pipeline.sh - pipeline parallelism is exact (tests/progs/pipe_check.c):
-# lenet cut into 2 and 3 stages by the cut rule, one rank per stage under
-# `dtrain launch -s 0`, 4 micro-batches, GPipe and 1F1B, two adam steps;
-# every stage's parameters must equal bit for bit those of one process
-# running the same micro-batches in turn, and the stash must hold M
-# micro-batch inputs at most under GPipe and S - s under 1F1B. Then an MLP
-# in 4 stages over TCP with sgd, and hybrids of 2 stages x 2 and 3
-# replicas (data parallelism over pipelines). Then the mnist example: its
-# stage files, joined by `dtrain params join`, equal one process's file
-# bit for bit.
+# lenet cut into 2, 3 and 4 stages by the cut rule, one rank per stage
+# under `dtrain launch -s 0`, 4 micro-batches, GPipe and 1F1B, two adam
+# steps; every stage's parameters must equal bit for bit those of one
+# process running the same micro-batches in turn, and the stash must hold
+# M micro-batches at most under GPipe (1 at the last stage) and S - s under
+# 1F1B. Then an MLP in 4 stages over TCP with sgd, and hybrids of 2 stages
+# x 2 and 3 replicas (data parallelism over pipelines). Then the mnist
+# example in 3 and in 4 stages: its stage files, joined by `dtrain params
+# join`, equal one process's file bit for bit.
 . "$(dirname "$0")/coll_lib.bash"
 CHECK=$BUILD/tests/progs/pipe_check
 
 for sched in gpipe 1f1b; do
-	for n in 2 3; do
+	for n in 2 3 4; do
 		out=$TMP/$sched$n
 		start=$(now_ms)
 		launch "$n" "$out" -- --schedule "$sched" --micro-batches 4
@@ -108,6 +108,34 @@ if [ -f "$DATA/train-images-idx3-ubyte.gz" ]; then
 		"$TMP/join.out"
 	check "params join: nothing written when refused" \
 		test ! -e "$TMP/twice"
+	# Four stages (lenet's cut rule: layers 0, 3, 7 and 9) under 1F1B,
+	# a few batches: the same bits as one process again.
+	out=$TMP/mnist4
+	timeout 280 "$DTRAIN" launch -n 4 -s 0 --launcher local \
+		--env DT_TEST_TAG="$TAG" -- "$BUILD/examples/mnist" \
+		--pipeline-stages 4 --micro-batches 4 --schedule 1f1b \
+		--batch-size 32 --epochs 1 --limit 128 --data "$DATA" \
+		--save "$TMP/q" >"$out" 2>&1
+	rc=$?
+	check "mnist, 4 stages: launcher exits 0 (got $rc)" test "$rc" = 0
+	check "mnist, 4 stages: the cut rule's stage 2 is layers [7, 9)" \
+		grep -q "stage 2 of 4: layers \[7, 9)" "$out"
+	check "mnist, 4 stages, 1f1b: stage 0 keeps 4 micro-batches at most" \
+		grep -q "stage 0: at most 4 micro-batches in flight" "$out"
+	check "mnist, 4 stages, 1f1b: stage 2 keeps 2 micro-batches at most" \
+		grep -q "stage 2: at most 2 micro-batches in flight" "$out"
+	timeout 280 "$BUILD/examples/mnist" --pipeline-stages 1 \
+		--micro-batches 4 --batch-size 32 --epochs 1 --limit 128 \
+		--data "$DATA" --save "$TMP/one4" >"$TMP/mnist41" 2>&1
+	rc=$?
+	check "mnist, 1 stage, 128 samples: exits 0 (got $rc)" test "$rc" = 0
+	"$DTRAIN" params join "$TMP/joined4" "$TMP/q.stage0" "$TMP/q.stage1" \
+		"$TMP/q.stage2" "$TMP/q.stage3" >"$TMP/join.out" 2>&1
+	rc=$?
+	check "params join of the 4 stage files: exits 0 (got $rc)" \
+		test "$rc" = 0
+	check "mnist, 4 stages joined: bit-identical to one process" \
+		cmp -s "$TMP/joined4" "$TMP/one4.stage0"
 	# Two pipelines of 2 stages on their halves of each global batch.
 	out=$TMP/mnist_hybrid
 	timeout 280 "$DTRAIN" launch -n 4 -s 0 --launcher local \

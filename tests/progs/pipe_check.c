@@ -7,8 +7,9 @@
  * optimizer step) each rank compares its stage's parameters, tensor by
  * tensor and bit for bit, with those of one process running the same
  * micro-batches in turn (dt_nn_forward_backward) on the whole model with
- * the same steps. It also checks the stash: M micro-batch inputs at most
- * under GPipe, S - s under 1F1B.
+ * the same steps. It also checks the stash: M micro-batches at most under
+ * GPipe (1 at the last stage, which runs each backward right after its
+ * forward), S - s under 1F1B, each with one slot of activations.
  *
  * With --replicas R (under -n S*R): R pipelines of S stages, rank r*S + s
  * being stage s of replica r, each replica on its own micro-batches; after
@@ -159,7 +160,7 @@ main(int argc, char **argv)
 	};
 	dt_nn_pipe_ops ops = {
 	    .arg = c, .send = p_send, .recv = p_recv, .wait = p_wait};
-	dt_nn_pipe_stats stats;
+	dt_nn_pipe_stats stats = {0};
 
 	if (S > 64 || (err = dt_nn_model_create(spec, SEED, &whole)) ||
 	    (err = dt_nn_model_cut(whole, S, first)) ||
@@ -189,13 +190,25 @@ main(int argc, char **argv)
 			FAIL("stage %d, step %d: %s", s, t, dt_errmsg());
 			break;
 		}
-		int want = cfg.schedule == DT_NN_PIPE_GPIPE ? M
-		           : S - s < M                      ? S - s
-		                                            : M;
+		/* GPipe keeps every micro-batch but at the last stage,
+		 * which runs each backward right after its forward. */
+		int want = s == S - 1                         ? 1
+		           : cfg.schedule == DT_NN_PIPE_GPIPE ? M
+		           : S - s < M                        ? S - s
+		                                              : M;
 		if (stats.peak_stashed != want)
 			FAIL("stage %d: %d micro-batches stashed at most, "
 			     "expected %d",
 			     s, stats.peak_stashed, want);
+		/* Each micro-batch in flight keeps one slot of activations,
+		 * the last stage none between its passes. */
+		size_t act =
+		    s == S - 1 ? 0
+		               : (size_t)want * dt_nn_stage_slot_bytes(st, mb);
+		if (stats.act_bytes != act || (s < S - 1 && act == 0))
+			FAIL("stage %d: %zu bytes of activations kept, "
+			     "expected %zu",
+			     s, stats.act_bytes, act);
 		printf("pipe_check: stage %d step %d: %s stashed %d "
 		       "micro-batch inputs (%zu bytes)\n",
 		       s, t, sched, stats.peak_stashed, stats.stash_bytes);

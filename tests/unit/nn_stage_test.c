@@ -6,16 +6,25 @@
  * over the same 4 micro-batches: once running each micro-batch forward and
  * backward through the stages (1F1B's order of work on one micro-batch),
  * once running every forward first and, before each backward, the forward
- * again from the stashed stage input (GPipe with recomputation). Also: the
- * cut rule's stages, and the errors of bad cuts, dropout and a loss asked
- * of a stage that has none.
+ * again from the stashed stage input (GPipe with recomputation), and once
+ * running every forward first into an activation slot of its own and each
+ * backward from its slot (GPipe as dt_nn_pipe_step runs it). Also: the
+ * cut rule's stages, the errors of bad cuts, dropout, a loss asked of a
+ * stage that has none, and of slots misused. And the replicas' sum of a
+ * stage's gradients (dt_nn_pipe_sum_replicas), R threads passing messages
+ * through an in-process mailbox: every replica must end with the sum in
+ * replica order, bit for bit, for 2 to 5 replicas and for fewer
+ * gradients than replicas.
  */
+#include <errno.h>
+#include <pthread.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include <cmocka.h>
 
@@ -24,6 +33,9 @@
 #define M    4 /* micro-batches */
 #define B    3 /* samples per micro-batch */
 #define SEED 11
+
+/* How check_pipeline orders the passes. */
+enum { ONE_BY_ONE, RECOMPUTE, SLOTS };
 
 static float
 frand(uint64_t *s)
@@ -77,24 +89,25 @@ compare(dt_nn_model *whole, dt_nn_model **st, int S)
 /* Forward micro-batch k from stage s on (stashing each stage's input),
  * then (with back) the backward pass of stage S-1 down to stage 0. */
 static void
-run_forward(dt_nn_model **st, int S, int from, const float *x, float **stash,
+run_forward(dt_nn_model **st, int S, int slot, const float *x, float **stash,
             size_t *in_size)
 {
 	const float *cur = x;
 
-	for (int s = from; s < S - 1; s++) {
-		if (stash)
-			memcpy(stash[s], cur, sizeof(float) * B * in_size[s]);
-		assert_int_equal(dt_nn_stage_forward(st[s], cur, B, &cur),
-		                 DT_OK);
+	for (int s = 0; s < S - 1; s++) {
+		/* The backward pass from a slot reads the input again: it
+		 * must be the stash, not the stage before's output buffer. */
+		memcpy(stash[s], cur, sizeof(float) * B * in_size[s]);
+		assert_int_equal(
+		    dt_nn_stage_forward_slot(st[s], slot, stash[s], B, &cur),
+		    DT_OK);
 	}
-	if (stash)
-		memcpy(stash[S - 1], cur, sizeof(float) * B * in_size[S - 1]);
+	memcpy(stash[S - 1], cur, sizeof(float) * B * in_size[S - 1]);
 }
 
 static void
 run_backward(dt_nn_model **st, int S, const float *last_in, const float *y,
-             float **stash, int recompute)
+             float **stash, int mode, int slot)
 {
 	const float *dx;
 
@@ -109,19 +122,19 @@ run_backward(dt_nn_model **st, int S, const float *last_in, const float *y,
 		assert_non_null(dx);
 		dy = malloc(n);
 		memcpy(dy, dx, n);
-		if (recompute)
+		if (mode == RECOMPUTE)
 			assert_int_equal(
 			    dt_nn_stage_forward(st[s], stash[s], B, NULL),
 			    DT_OK);
-		assert_int_equal(dt_nn_stage_backward(st[s], dy, B, &dx),
-		                 DT_OK);
+		assert_int_equal(
+		    dt_nn_stage_backward_slot(st[s], slot, dy, B, &dx), DT_OK);
 		free(dy);
 	}
 	assert_null(dx); /* nothing before stage 0 */
 }
 
 static void
-check_pipeline(const char *spec, int S, int gpipe)
+check_pipeline(const char *spec, int S, int mode)
 {
 	dt_nn_model *whole, *st[4];
 	int first[5];
@@ -149,17 +162,21 @@ check_pipeline(const char *spec, int S, int gpipe)
 		                                          first[s + 1], &st[s]),
 		                 DT_OK);
 		dt_nn_model_zero_grad(st[s]);
+		if (mode == SLOTS && s < S - 1)
+			assert_int_equal(dt_nn_stage_slots(st[s], M, B), DT_OK);
 		in_size[s] = dt_nn_model_input_size(st[s]);
 		for (int k = 0; k < M; k++)
 			stash[k][s] = malloc(sizeof(float) * B * in_size[s]);
 	}
 	dt_nn_model_destroy(whole);
-	for (int k = 0; k < M && gpipe; k++)
-		run_forward(st, S, 0, x[k], stash[k], in_size);
+	for (int k = 0; k < M && mode != ONE_BY_ONE; k++)
+		run_forward(st, S, mode == SLOTS ? k : 0, x[k], stash[k],
+		            in_size);
 	for (int k = 0; k < M; k++) {
-		if (!gpipe)
+		if (mode == ONE_BY_ONE)
 			run_forward(st, S, 0, x[k], stash[k], in_size);
-		run_backward(st, S, stash[k][S - 1], y[k], stash[k], gpipe);
+		run_backward(st, S, stash[k][S - 1], y[k], stash[k], mode,
+		             mode == SLOTS ? k : 0);
 	}
 	whole = reference(spec, x, y);
 	compare(whole, st, S);
@@ -182,20 +199,19 @@ static void
 test_lenet_stages(void **state)
 {
 	(void)state;
-	check_pipeline("lenet", 2, 0);
-	check_pipeline("lenet", 2, 1);
-	check_pipeline("lenet", 3, 0);
-	check_pipeline("lenet", 3, 1);
+	for (int mode = ONE_BY_ONE; mode <= SLOTS; mode++) {
+		check_pipeline("lenet", 2, mode);
+		check_pipeline("lenet", 3, mode);
+	}
 }
 
 static void
 test_mlp_stages(void **state)
 {
 	(void)state;
-	for (int S = 1; S <= 4; S++) {
-		check_pipeline(mlp, S, 0);
-		check_pipeline(mlp, S, 1);
-	}
+	for (int S = 1; S <= 4; S++)
+		for (int mode = ONE_BY_ONE; mode <= SLOTS; mode++)
+			check_pipeline(mlp, S, mode);
 }
 
 static void
@@ -247,11 +263,228 @@ test_cut_rule(void **state)
 	dt_nn_model_destroy(st);
 }
 
+/* Slots: each keeps its own forward pass for its backward pass, and
+ * misuse is refused with a message. */
+static void
+test_slots(void **state)
+{
+	dt_nn_model *st;
+	float x[2][2 * 20], dy[2 * 12];
+	const float *dx;
+	uint64_t rng = 5;
+
+	(void)state;
+	for (int i = 0; i < 2 * 20; i++) {
+		x[0][i] = frand(&rng) - 0.5f;
+		x[1][i] = frand(&rng) - 0.5f;
+	}
+	for (int i = 0; i < 2 * 12; i++)
+		dy[i] = frand(&rng) - 0.5f;
+	/* dense:16,tanh,dense:12 of the MLP. */
+	assert_int_equal(dt_nn_model_create_stage(mlp, SEED, 0, 3, &st), DT_OK);
+	assert_int_equal(dt_nn_stage_slots(st, 0, 2), DT_EINVAL);
+	assert_int_equal(dt_nn_stage_slots(st, 2, 0), DT_EINVAL);
+	assert_int_equal(dt_nn_stage_forward_slot(st, 2, x[0], 2, NULL),
+	                 DT_EINVAL);
+	assert_non_null(strstr(dt_errmsg(), "slot 2 of 1"));
+	assert_int_equal(dt_nn_stage_slots(st, 2, 2), DT_OK);
+	assert_true(dt_nn_stage_slot_bytes(st, 2) >= 2 * (16 + 12) * 4);
+	/* A batch larger than the slots' would drop what they hold. */
+	assert_int_equal(dt_nn_stage_forward_slot(st, 1, x[0], 3, NULL),
+	                 DT_EINVAL);
+	assert_non_null(strstr(dt_errmsg(), "larger than the slots' 2"));
+	/* Slot 1 has run no forward pass yet. */
+	assert_int_equal(dt_nn_stage_backward_slot(st, 1, dy, 2, &dx),
+	                 DT_ESTATE);
+	assert_non_null(strstr(dt_errmsg(), "slot 1"));
+	/* Forward x0 in slot 0 and x1 in slot 1, backward slot 0: the
+	 * gradients of x0's pass, as with x0 alone. */
+	assert_int_equal(dt_nn_stage_forward_slot(st, 0, x[0], 2, NULL), DT_OK);
+	assert_int_equal(dt_nn_stage_forward_slot(st, 1, x[1], 2, NULL), DT_OK);
+	dt_nn_model_zero_grad(st);
+	assert_int_equal(dt_nn_stage_backward_slot(st, 0, dy, 2, &dx), DT_OK);
+	{
+		size_t n = dt_nn_model_num_params(st);
+		float *g = malloc(sizeof(float) * n);
+
+		memcpy(g, dt_nn_model_grads(st), sizeof(float) * n);
+		dt_nn_model_zero_grad(st);
+		assert_int_equal(dt_nn_stage_forward(st, x[0], 2, NULL), DT_OK);
+		assert_int_equal(dt_nn_stage_backward(st, dy, 2, &dx), DT_OK);
+		assert_memory_equal(g, dt_nn_model_grads(st),
+		                    sizeof(float) * n);
+		free(g);
+	}
+	/* Slot 1 still holds x1's pass after slot 0 ran twice. */
+	assert_int_equal(dt_nn_stage_backward_slot(st, 1, dy, 2, &dx), DT_OK);
+	dt_nn_model_destroy(st);
+}
+
+/* ---- the replicas' sum over an in-process mailbox ---- */
+
+typedef struct msg {
+	struct msg *next;
+	int from, to, tag;
+	size_t n;
+	float data[];
+} msg;
+
+typedef struct mailbox {
+	pthread_mutex_t mu;
+	pthread_cond_t cv;
+	msg *head;
+} mailbox;
+
+typedef struct replica {
+	mailbox *mb;
+	int self; /* r * stages + stage, as the ops name it */
+	dt_nn_model *m;
+	dt_nn_pipe_cfg cfg;
+	dt_err err;
+} replica;
+
+static int sent_handle; /* every send is done when it returns */
+
+static dt_err
+mb_send(void *arg, const float *buf, size_t n, int to, int tag, void **h)
+{
+	replica *r = arg;
+	msg *m = malloc(sizeof(*m) + sizeof(float) * n);
+
+	if (m == NULL)
+		return DT_ENOMEM;
+	*m = (msg){.from = r->self, .to = to, .tag = tag, .n = n};
+	memcpy(m->data, buf, sizeof(float) * n);
+	pthread_mutex_lock(&r->mb->mu);
+	msg **tail = &r->mb->head;
+	while (*tail)
+		tail = &(*tail)->next;
+	*tail = m;
+	pthread_cond_broadcast(&r->mb->cv);
+	pthread_mutex_unlock(&r->mb->mu);
+	*h = &sent_handle;
+	return DT_OK;
+}
+
+/* The first message from `from` with `tag`, waiting 10 s at most. */
+static dt_err
+mb_recv(void *arg, float *buf, size_t n, int from, int tag)
+{
+	replica *r = arg;
+	struct timespec until;
+	dt_err err = DT_ETIMEDOUT;
+	int rc = 0;
+
+	clock_gettime(CLOCK_REALTIME, &until);
+	until.tv_sec += 10;
+	pthread_mutex_lock(&r->mb->mu);
+	while (rc != ETIMEDOUT) {
+		msg **p = &r->mb->head;
+
+		while (*p && ((*p)->to != r->self || (*p)->from != from ||
+		              (*p)->tag != tag))
+			p = &(*p)->next;
+		if (*p) {
+			msg *m = *p;
+
+			*p = m->next;
+			err = m->n == n ? DT_OK : DT_ESIZE;
+			if (!err)
+				memcpy(buf, m->data, sizeof(float) * n);
+			free(m);
+			break;
+		}
+		rc = pthread_cond_timedwait(&r->mb->cv, &r->mb->mu, &until);
+	}
+	pthread_mutex_unlock(&r->mb->mu);
+	return err;
+}
+
+static dt_err
+mb_wait(void *arg, void *h)
+{
+	(void)arg;
+	return h == &sent_handle ? DT_OK : DT_EINVAL;
+}
+
+static void *
+replica_main(void *arg)
+{
+	replica *r = arg;
+	dt_nn_pipe_ops ops = {
+	    .arg = r, .send = mb_send, .recv = mb_recv, .wait = mb_wait};
+
+	r->err = dt_nn_pipe_sum_replicas(r->m, &r->cfg, &ops);
+	return NULL;
+}
+
+/* R replicas of stage 1 of 2 of spec's model (the stage being its whole
+ * layer list here: only the gradient buffer matters), gradients of mixed
+ * magnitudes so that the order of the additions shows in the bits. */
+static void
+check_replica_sum(const char *spec, int R)
+{
+	mailbox mb = {.head = NULL};
+	replica rep[5];
+	pthread_t th[5];
+	size_t n = 0;
+	float *want = NULL;
+	uint64_t rng = 7 + (uint64_t)R;
+
+	pthread_mutex_init(&mb.mu, NULL);
+	pthread_cond_init(&mb.cv, NULL);
+	for (int r = 0; r < R; r++) {
+		float *g;
+
+		rep[r] = (replica){.mb = &mb, .self = r * 2 + 1};
+		rep[r].cfg = (dt_nn_pipe_cfg){
+		    .stage = 1, .stages = 2, .replica = r, .replicas = R};
+		assert_int_equal(dt_nn_model_create(spec, SEED, &rep[r].m),
+		                 DT_OK);
+		n = dt_nn_model_num_params(rep[r].m);
+		g = dt_nn_model_grads(rep[r].m);
+		if (want == NULL)
+			want = calloc(n, sizeof(float));
+		for (size_t i = 0; i < n; i++) {
+			g[i] = (frand(&rng) - 0.5f) *
+			       ((i + (size_t)r) % 3 == 0 ? 1e8f : 1.0f);
+			want[i] = r == 0 ? g[i] : want[i] + g[i];
+		}
+	}
+	for (int r = 0; r < R; r++)
+		assert_int_equal(
+		    pthread_create(&th[r], NULL, replica_main, &rep[r]), 0);
+	for (int r = 0; r < R; r++)
+		pthread_join(th[r], NULL);
+	for (int r = 0; r < R; r++) {
+		assert_int_equal(rep[r].err, DT_OK);
+		assert_memory_equal(dt_nn_model_grads(rep[r].m), want,
+		                    sizeof(float) * n);
+		dt_nn_model_destroy(rep[r].m);
+	}
+	assert_null(mb.head); /* every message was taken */
+	free(want);
+	pthread_cond_destroy(&mb.cv);
+	pthread_mutex_destroy(&mb.mu);
+}
+
+static void
+test_replica_sum(void **state)
+{
+	(void)state;
+	for (int R = 2; R <= 5; R++)
+		check_replica_sum(mlp, R);
+	/* 2 gradients, 3 replicas: replica 0's chunk is empty. */
+	check_replica_sum("input:1,dense:1,l2", 3);
+}
+
 int
 main(void)
 {
 	const struct CMUnitTest tests[] = {
 	    cmocka_unit_test(test_cut_rule),
+	    cmocka_unit_test(test_slots),
+	    cmocka_unit_test(test_replica_sum),
 	    cmocka_unit_test(test_mlp_stages),
 	    cmocka_unit_test(test_lenet_stages),
 	};
