@@ -300,16 +300,13 @@ def test_kv_calls_on_a_local_store():
 
 
 def test_distributed_optimizer_through_the_servers():
-    digests = {}
+    # Each mode is checked bit for bit against its own reference inside
+    # the job (kv_opt_job.py says why the two modes may differ).
     for mode in ([], ["server_sgd"]):
         r = launch(2, 1, py("kv_opt_job.py", *mode))
         assert r.returncode == 0, r.stdout
         got = re.findall(r"kv_opt rank \d: ok (\w+)", r.stdout)
         assert len(got) == 2 and got[0] == got[1], r.stdout
-        digests[bool(mode)] = got[0]
-    # SGD on the servers (w - lr * rescale_grad * sum) and locally
-    # (w - lr * sum / 2) are the same float operations here.
-    assert digests[False] == digests[True]
 
 
 def test_horovod_calls_under_plain_mpirun(tmp_path):
