@@ -933,6 +933,24 @@ redial(dt_links *L, int id)
 		return; /* its close comes through on_close */
 	}
 	pthread_mutex_lock(&L->mu);
+	if (__atomic_load_n(&n->peers[id], __ATOMIC_ACQUIRE) != c ||
+	    !dt__conn_is_open(c)) {
+		/* It closed already (the peer's first resend on it can be
+		 * cut, DT_CUT_EVERY): the link stays down, as on_close left
+		 * it or will. Marking it up now would leave it up with no
+		 * connection, never dialled again, and whoever waits on it
+		 * waiting for good. */
+		__atomic_compare_exchange_n(&n->peers[id], &(dt_conn *){c},
+		                            NULL, 0, __ATOMIC_ACQ_REL,
+		                            __ATOMIC_ACQUIRE);
+		if (id == 0)
+			__atomic_compare_exchange_n(&n->root, &(dt_conn *){c},
+			                            NULL, 0, __ATOMIC_ACQ_REL,
+			                            __ATOMIC_ACQUIRE);
+		P->redial_ns = dt__now_ns();
+		pthread_mutex_unlock(&L->mu);
+		return;
+	}
 	P->down = 0;
 	P->resend_now = P->head != NULL;
 	P->ack_due = dt__now_ns(); /* tell what we have */
