@@ -30,6 +30,7 @@ dt__van_listen(dt_van *v, const char *host, int port, int fd, int *bound_port)
 
 	if (err)
 		return err;
+	van_size_queues(v);
 	/* The handshake thread accepts (see "the handshake thread"). */
 	struct epoll_event ev = {.events = EPOLLIN, .data.ptr = &v->lis};
 	if (epoll_ctl(v->hs_epfd, EPOLL_CTL_ADD, v->lis.fd, &ev) < 0)
