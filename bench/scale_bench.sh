@@ -207,6 +207,13 @@ def run(w, s):
     return o
 
 
+# The count runs while the job is up, and an idle job of hundreds of
+# processes may fill every processor: the bench asks for a higher
+# priority (as root) so that its count is not starved.
+try:
+    os.setpriority(os.PRIO_PROCESS, 0, -10)
+except OSError:
+    pass
 rows = []
 with open(os.path.join(out, "scale_bench.jsonl"), "w") as jf:
     for w, s in sizes:
