@@ -32,6 +32,7 @@
 #include <string.h>
 
 #include "cli/cli.h"
+#include "common/limits.h"
 
 #define MAX_ENV 64
 #define MAX_CMD 256
@@ -72,8 +73,8 @@ usage(FILE *f)
 	      "                        role (no operator needed; the "
 	      "default); mxjob: one\n"
 	      "                        Kubeflow MXJob (kubeflow.org/v1)\n"
-	      "  -n, --num-workers W   workers (1 to 2048)\n"
-	      "  -s, --num-servers S   servers (0 to 2048; default 1)\n"
+	      "  -n, --num-workers W   workers (1 or more)\n"
+	      "  -s, --num-servers S   servers (0 or more; default 1)\n"
 	      "  --namespace NS        the objects' namespace (default: "
 	      "kubectl's)\n"
 	      "  --port P              the port every pod listens on "
@@ -304,11 +305,11 @@ parse(int argc, char **argv, k8s_opts *o)
 			o->secret_from = v;
 		else if (strcmp(a, "-n") == 0 ||
 		         strcmp(a, "--num-workers") == 0) {
-			if (parse_long(a, v, 1, 2048, &o->workers))
+			if (parse_long(a, v, 1, DT_MAX_ROLE_NODES, &o->workers))
 				return 2;
 		} else if (strcmp(a, "-s") == 0 ||
 		           strcmp(a, "--num-servers") == 0) {
-			if (parse_long(a, v, 0, 2048, &o->servers))
+			if (parse_long(a, v, 0, DT_MAX_ROLE_NODES, &o->servers))
 				return 2;
 		} else if (strcmp(a, "--port") == 0) {
 			if (parse_long(a, v, 1, 65535, &o->port))
@@ -339,6 +340,9 @@ parse(int argc, char **argv, k8s_opts *o)
 	o->ncmd = argc - i;
 	if (o->name == NULL || o->image == NULL || o->workers < 0)
 		return bad("--name, --image and -n are needed");
+	if (dt__job_size_check(o->servers, o->workers, "--num-servers",
+	                       "--num-workers"))
+		return bad("%s", dt_errmsg());
 	if (!dns_label(o->name, 40))
 		return bad("--name '%s': at most 40 lowercase letters, digits "
 		           "and '-', starting with a letter",

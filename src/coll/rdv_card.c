@@ -14,6 +14,7 @@
 #include <strings.h>
 
 #include "coll/rdv.h"
+#include "common/limits.h"
 
 #define CARD_MAGIC "dtrain-rendezvous 1\n"
 
@@ -57,8 +58,8 @@ dt__rdv_card_parse(const char *what, const char *text, dt__rdv_card *card)
 	           card->host, &card->port, hex, &used) != 4 ||
 	    used == 0 || text[used] != '\0')
 		goto bad;
-	if (card->size < 2 || card->size > 4096 || card->port < 1 ||
-	    card->port > 65535 || !host_ok(card->host) ||
+	if (card->size < 2 || card->size > DT_MAX_ROLE_NODES ||
+	    card->port < 1 || card->port > 65535 || !host_ok(card->host) ||
 	    strlen(hex) != 2 * DT_AUTH_JOB_SECRET_LEN)
 		goto bad;
 	for (size_t i = 0; i < DT_AUTH_JOB_SECRET_LEN; i++) {

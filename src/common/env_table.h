@@ -80,7 +80,7 @@ X(DT_END_TIMEOUT, "30", U, "seconds the scheduler waits for the servers to leave
 X(DT_SEND_TIMEOUT, "120", U, "seconds a send may wait for a peer that does not read") \
 X(DT_WAIT_TIMEOUT, "3600", U, "seconds a worker's call may wait for its peers") \
 X(DT_HANDSHAKE_TIMEOUT, "10", U, "seconds an accepted connection has to say who it is") \
-X(DT_MAX_PENDING_CONNS, "256", U, "connections that have not said who they are, at most, per node") \
+X(DT_MAX_PENDING_CONNS, "256, or the job's node count if larger", U, "connections that have not said who they are, at most, per node; the listen queues are as long") \
 X(DT_RECONNECT_TIMEOUT, "10", U, "with PS_RESEND=1: seconds a lost connection may take to come back") \
 X(DT_RESTART_TIMEOUT, "60", U, "seconds the scheduler waits for a lost node's replacement") \
 X(DT_MAX_MESSAGE, "17179869184", U, "largest payload accepted from the wire, in bytes") \

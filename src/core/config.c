@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "common/env_table.h"
+#include "common/limits.h"
 #include "core/node_impl.h"
 
 const char *
@@ -85,10 +86,11 @@ mx_config_index(const char *s, dt_role role, int *rank)
 		                "DMLC_ROLE is",
 		                want);
 	v = strtol(index, &stop, 10);
-	if (stop == index || stop > close || v < 0 || v > 4095)
+	if (stop == index || stop > close || v < 0 || v >= DT_MAX_ROLE_NODES)
 		return dt__fail(DT_ECONFIG,
 		                "MX_CONFIG: the task's index is not a rank "
-		                "(0 to 4095)");
+		                "(0 to %d)",
+		                DT_MAX_ROLE_NODES - 1);
 	*rank = (int)v;
 	return DT_OK;
 }
@@ -127,10 +129,11 @@ dt__launcher_rank(int *rank, int *size, const char **var)
 		if (sv && dt__env_str(sv) == NULL)
 			sv = launcher_vars[i].size_alt;
 		if (sv && dt__env_str(sv) &&
-		    (err = dt__env_long(sv, 1, 1, 4096, &s)))
+		    (err = dt__env_long(sv, 1, 1, DT_MAX_ROLE_NODES, &s)))
 			return err;
 		if ((err = dt__env_long(launcher_vars[i].rank, 0, 0,
-		                        s > 0 ? s - 1 : 4095, &r)))
+		                        s > 0 ? s - 1 : DT_MAX_ROLE_NODES - 1,
+		                        &r)))
 			return err;
 		*rank = (int)r;
 		*size = (int)s;
@@ -228,14 +231,19 @@ dt_node_config_from_env(dt_node_config *cfg, int role_required)
 		    dt_role_name(cfg->role));
 	if (dt__env_str("DMLC_NUM_SERVER") == NULL)
 		return dt__fail(DT_ECONFIG, "DMLC_NUM_SERVER is not set");
-	if ((err = dt__env_long("DMLC_NUM_SERVER", 0, 0, 2048, &v)))
+	if ((err =
+	         dt__env_long("DMLC_NUM_SERVER", 0, 0, DT_MAX_ROLE_NODES, &v)))
 		return err;
 	cfg->num_servers = (int)v;
 	if (dt__env_str("DMLC_NUM_WORKER") == NULL)
 		return dt__fail(DT_ECONFIG, "DMLC_NUM_WORKER is not set");
-	if ((err = dt__env_long("DMLC_NUM_WORKER", 0, 1, 2048, &v)))
+	if ((err =
+	         dt__env_long("DMLC_NUM_WORKER", 0, 1, DT_MAX_ROLE_NODES, &v)))
 		return err;
 	cfg->num_workers = (int)v;
+	if ((err = dt__job_size_check(cfg->num_servers, cfg->num_workers,
+	                              "DMLC_NUM_SERVER", "DMLC_NUM_WORKER")))
+		return err;
 	if ((err = dt__node_config_local(cfg)))
 		return err;
 	if ((err = dt__env_long("DT_LISTEN_FD", -1, -1, 65535, &v)))
@@ -257,7 +265,8 @@ dt_node_config_from_env(dt_node_config *cfg, int role_required)
 	    cfg->role == DT_ROLE_SERVER ? "DMLC_SERVER_ID" : "DMLC_WORKER_ID";
 	if (cfg->role != DT_ROLE_SCHEDULER) {
 		if (dt__env_str(rank_var) != NULL) {
-			if ((err = dt__env_long(rank_var, -1, 0, 4095, &v)))
+			if ((err = dt__env_long(rank_var, -1, 0,
+			                        DT_MAX_ROLE_NODES - 1, &v)))
 				return err;
 			cfg->requested_rank = (int)v;
 		} else {

@@ -357,9 +357,13 @@ dt_node_start(const dt_node_config *cfg, dt_node **out)
 	hooks.on_close = hook_on_close;
 	if ((err = dt__van_create(&hooks, &n->van)))
 		goto fail;
-	/* A connection says who it is (ADD_NODE, HELLO) at once, or goes. */
+	/* A connection says who it is (ADD_NODE, HELLO) at once, or goes.
+	 * The most that may wait to say so is sized to the job: every node
+	 * joins the scheduler at once when a job starts, and a worker's
+	 * peers may all dial it at once. */
 	{
 		long secs, pending, wait;
+		long nodes = 1 + (long)cfg->num_servers + cfg->num_workers;
 
 		if ((err = dt__env_long("DT_WAIT_TIMEOUT", 3600, 1, 30L * 86400,
 		                        &wait)))
@@ -367,8 +371,9 @@ dt_node_start(const dt_node_config *cfg, dt_node **out)
 		n->wait_ns = (uint64_t)wait * 1000000000ull;
 		if ((err = dt__env_long("DT_HANDSHAKE_TIMEOUT", 10, 1, 86400,
 		                        &secs)) ||
-		    (err = dt__env_long("DT_MAX_PENDING_CONNS", 256, 1, 65536,
-		                        &pending)))
+		    (err = dt__env_long("DT_MAX_PENDING_CONNS",
+		                        DT_MAX(256, DT_MIN(nodes, 65536)), 1,
+		                        65536, &pending)))
 			goto fail;
 		dt__van_guard(n->van, (uint64_t)secs * 1000000000ull,
 		              (int)pending);

@@ -13,15 +13,14 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "common/limits.h"
 #include "core/core.h"
 #include "net/codec.h"
 
-/* The most nodes a job can have: the scheduler, 2048 servers and 2048
- * workers (DMLC_NUM_SERVER / DMLC_NUM_WORKER are capped there). */
-#define DT_MAX_ROLE_NODES 2048
-#define DT_MAX_NODES      (1 + 2 * DT_MAX_ROLE_NODES)
+/* The most nodes a job can have (DT_MAX_ROLE_NODES of each role) and the
+ * node table's own limit (DT_MAX_TABLE_NODES) are common/limits.h's. */
 /* The largest rank a node may ask for. */
-#define DT_MAX_RANK_WISH 4095
+#define DT_MAX_RANK_WISH (DT_MAX_ROLE_NODES - 1)
 /* A node's place token (DTRAIN_NODE_TOKEN): at most 128 bytes and a NUL. */
 #define DT_NODE_TOKEN_MAX 129
 

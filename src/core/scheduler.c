@@ -22,6 +22,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "common/bytes.h"
 #include "core/sched_impl.h"
 
 static int
@@ -483,22 +484,33 @@ assign_role(joiner *j, int nj, dt_role role, int count)
 static dt_err
 send_tables(dt_node *n)
 {
-	dt_sched *s = n->sched;
 	dt_wbuf w;
-	dt_err err = DT_OK;
+	dt_err err;
 
+	/* Every node's table is the same but for its id, the first field:
+	 * encoded once, the id written in for each. */
+	dt__wbuf_init(&w);
+	if ((err = dt__msg_node_table_encode(0, n->num_servers, n->num_workers,
+	                                     n->table, &w)))
+		goto fail;
+	if (w.len > DT_MAX_META) {
+		err = dt__fail(DT_ETOOBIG,
+		               "the node table of %d nodes takes %zu bytes, "
+		               "more than one message carries (%u): shorter "
+		               "host names, or fewer nodes",
+		               n->ntable, w.len, DT_MAX_META);
+		goto fail;
+	}
 	for (int id = 1; id < n->ntable && !err; id++) {
-		dt__wbuf_init(&w);
 		dt_msg_hdr h = {.cmd = DT_CMD_NODE_TABLE,
 		                .flags = DT_F_RESPONSE};
-		err = dt__msg_node_table_encode(id, n->num_servers,
-		                                n->num_workers, n->table, &w);
-		if (!err)
-			err = dt__node_send(n, id, &h, w.data, (uint32_t)w.len,
-			                    NULL, 0);
-		dt__wbuf_fini(&w);
+
+		dt__put_u32(w.data, (uint32_t)id);
+		err =
+		    dt__node_send(n, id, &h, w.data, (uint32_t)w.len, NULL, 0);
 	}
-	(void)s;
+fail:
+	dt__wbuf_fini(&w);
 	return err;
 }
 

@@ -340,8 +340,8 @@ seal_arm(dt_link *l, int room)
 {
 	seal_link *s = l->priv;
 
-	if (!room)
-		return s->inner.ops->arm(&s->inner, 0) || rx_held(s);
+	if (!(room & DT_ARM_ROOM))
+		return s->inner.ops->arm(&s->inner, room) || rx_held(s);
 	for (int i = 0; i < 8; i++) {
 		if (flush_out(s) == 0)
 			return s->inner.ops->arm(&s->inner, 1);

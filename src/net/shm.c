@@ -510,6 +510,15 @@ dt__shm_listen(const char *name, const uint8_t *token, dt_link *lis)
 }
 
 static void
+shm_set_queue(dt_link *lis, int n)
+{
+	shm_listener *L = lis->priv;
+
+	if (L && L->kind == KIND_LISTENER)
+		dt__shm_admit_set_queue(L->door, n);
+}
+
+static void
 listener_free(shm_listener *L)
 {
 	dt__shm_admit_free(L->door);
@@ -999,14 +1008,18 @@ shm_arm(dt_link *l, int room)
 
 	if (!atomic_load_explicit(&s->ready, memory_order_acquire))
 		return 0; /* the set-up comes on the socket */
-	if (room)
+	if (room & DT_ARM_ROOM)
 		return dt__ring_arm(&s->tx);
 	/* Before the van sleeps: take the bells rung since (they woke it, or
 	 * are stale; either way arming again covers what comes next). The
 	 * polling side never takes a bell without arming again, so none
-	 * meant for a sleeping thread is lost. */
-	drain(s->bell_in);
-	drain(s->room_in);
+	 * meant for a sleeping thread is lost. A link whose descriptor was
+	 * not reported since the last arm has no bell to take: had one
+	 * rung, its descriptor would have been reported (DT_ARM_QUIET). */
+	if (!(room & DT_ARM_QUIET)) {
+		drain(s->bell_in);
+		drain(s->room_in);
+	}
 	return dt__ring_arm(&s->rx) || s->rseg_left > 0;
 }
 
@@ -1045,6 +1058,7 @@ const dt_transport_ops dt__shm_transport = {
     .wait_writable = shm_wait_writable,
     .shutdown = shm_shutdown,
     .close = shm_close,
+    .set_queue = shm_set_queue,
     .pending = shm_pending,
     .arm = shm_arm,
     .peer_pid = shm_peer_pid,

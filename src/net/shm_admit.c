@@ -5,8 +5,9 @@
  * its user, so a connection is admitted in three steps, each before the
  * transport (shm.c) allocates anything for it: the kernel's word on who
  * connected (SO_PEERCRED: our own user, else refused at once), a cap on
- * the connections still to give their proof (PENDING_MAX; more are
- * refused), and the proof itself, the first 36 bytes the connector sends:
+ * the connections still to give their proof (PENDING_MIN, or as many as
+ * the job has nodes: dt__shm_admit_set_queue; more are refused), and the
+ * proof itself, the first 36 bytes the connector sends:
  * "DTL1" and a token only holders of the job key can make
  * (dt__auth_local_token). Until then a connection costs its socket and a
  * place in the listener's epoll set, which is the descriptor the van
@@ -27,22 +28,27 @@
 
 #define PROOF_MAGIC 0x314c5444u /* "DTL1" */
 #define PROOF_LEN   (4 + DT_SHM_TOKEN_LEN)
-/* Connections that have not given their proof yet, at most, and for how
- * long each may take to give it (the connector sends it right after
- * connect, in one write). */
-#define PENDING_MAX 16
+/* Connections that have not given their proof yet, at most, unless the
+ * owner sizes the door to its job (at most PENDING_CAP), and for how long
+ * each may take to give it (the connector sends it right after connect,
+ * in one write). Every peer of a job on this host may dial at once when
+ * the job starts. */
+#define PENDING_MIN 16
+#define PENDING_CAP 65536
 #define PENDING_NS  (2ull * 1000000000)
+
+struct pending {
+	int fd, pid;
+	uint64_t born_ns;
+};
 
 struct dt_shm_admit {
 	int sock;  /* the listening socket */
 	uid_t uid; /* ours: the only user admitted */
 	uint8_t token[DT_SHM_TOKEN_LEN];
-	int npending;
-	struct {
-		int fd, pid;
-		uint64_t born_ns;
-	} pending[PENDING_MAX];
-	dt_log_gate refused; /* refusals' log lines */
+	int npending, cap;
+	struct pending *pending; /* cap of them */
+	dt_log_gate refused;     /* refusals' log lines */
 };
 
 dt_err
@@ -91,6 +97,12 @@ dt__shm_admit_open(const char *name, const uint8_t *token, int *epfd,
 		return DT_ENOMEM;
 	a->uid = geteuid();
 	memcpy(a->token, token, DT_SHM_TOKEN_LEN);
+	a->cap = PENDING_MIN;
+	if ((a->pending = dt__calloc((size_t)a->cap, sizeof(*a->pending))) ==
+	    NULL) {
+		free(a);
+		return DT_ENOMEM;
+	}
 	/* The listening socket, where connections arrive. */
 	a->sock =
 	    socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
@@ -123,7 +135,24 @@ dt__shm_admit_free(dt_shm_admit *a)
 		close(a->pending[i].fd);
 	if (a->sock >= 0)
 		close(a->sock);
+	free(a->pending);
 	free(a);
+}
+
+void
+dt__shm_admit_set_queue(dt_shm_admit *a, int n)
+{
+	struct pending *p;
+
+	n = n < PENDING_MIN ? PENDING_MIN : n > PENDING_CAP ? PENDING_CAP : n;
+	(void)listen(a->sock, n); /* (capped by net.core.somaxconn) */
+	if (n <= a->cap)
+		return;
+	/* (out of memory: the door stays as it was) */
+	if ((p = realloc(a->pending, (size_t)n * sizeof(*p))) == NULL)
+		return;
+	a->pending = p;
+	a->cap = n;
 }
 
 void
@@ -225,7 +254,7 @@ dt__shm_admit_next(dt_shm_admit *a, int epfd, int *fd, int *pid)
 		}
 		if (peer_of_user(*fd, a->uid, pid) != 0)
 			why = "not this job's user";
-		else if (a->npending == PENDING_MAX)
+		else if (a->npending == a->cap)
 			why = "too many local connections owe their proof of "
 			      "the job key";
 		else if ((rc = proof_check(a, *fd, &why)) == 1)

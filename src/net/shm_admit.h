@@ -29,6 +29,10 @@ dt_err dt__shm_abstract_addr(const char *name, struct sockaddr_un *sa,
 dt_err dt__shm_admit_open(const char *name, const uint8_t *token, int *epfd,
                           dt_shm_admit **out);
 void dt__shm_admit_free(dt_shm_admit *a);
+/* Let about n connections wait at once (in the listen queue, and to give
+ * their proof): a job's peers on this host dial at once when it starts.
+ * Never below the default; the listener's thread. */
+void dt__shm_admit_set_queue(dt_shm_admit *a, int n);
 /*
  * The next connection that has proved the job key, without waiting: 1
  * with its socket in *fd (the caller's) and the kernel's pid for it in

@@ -9,6 +9,7 @@
 #include <netdb.h>
 #include <netinet/in.h>
 #include <poll.h>
+#include <sys/random.h>
 #include <stdio.h>
 #include <string.h>
 #include <time.h>
@@ -238,9 +239,17 @@ dt__sock_connect(const char *host, int port, uint64_t deadline_ns,
 		now = dt__now_ns();
 		if (now >= deadline_ns)
 			break;
-		/* Refused or unreachable: the peer may not be up yet. */
+		/* Refused or unreachable: the peer may not be up yet, or its
+		 * queue is full (a job's joins come at once). The nap grows
+		 * and half of it is random, so that refused dialers do not
+		 * all come back together. */
 		uint64_t left_ms = (deadline_ns - now) / 1000000;
-		uint64_t nap = DT_MIN((uint64_t)backoff_ms, left_ms + 1);
+		uint32_t r = (uint32_t)now;
+
+		(void)getrandom(&r, sizeof(r), GRND_NONBLOCK);
+		uint64_t nap = DT_MIN((uint64_t)(backoff_ms / 2) +
+		                          r % (uint32_t)(backoff_ms / 2 + 1),
+		                      left_ms + 1);
 		struct timespec ts = {(time_t)(nap / 1000),
 		                      (long)(nap % 1000) * 1000000L};
 		nanosleep(&ts, NULL);

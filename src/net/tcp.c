@@ -54,6 +54,14 @@ tcp_listen(const char *host, int port, int inherited_fd, dt_link *lis,
 	return DT_OK;
 }
 
+/* (the kernel caps the backlog at net.core.somaxconn) */
+static void
+tcp_set_queue(dt_link *lis, int n)
+{
+	if (lis->fd >= 0)
+		(void)listen(lis->fd, n);
+}
+
 static int
 tcp_accept(dt_link *lis, dt_link *out, char *addr, size_t cap)
 {
@@ -166,4 +174,5 @@ const dt_transport_ops dt__tcp_transport = {
     .expect = tcp_expect,
     .shutdown = tcp_shutdown,
     .close = tcp_close,
+    .set_queue = tcp_set_queue,
 };

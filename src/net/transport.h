@@ -43,6 +43,11 @@ typedef struct dt_peer_addr {
  * endpoint's name; all zero without authentication). */
 #define DT_LINK_TOKEN_LEN 32
 
+/* arm's flags (below): room rather than bytes; fd quiet since the last
+ * arm. */
+#define DT_ARM_ROOM  1
+#define DT_ARM_QUIET 2
+
 /* One end of a link (or a listener), as a transport made it. */
 typedef struct dt_link {
 	const dt_transport_ops *ops;
@@ -80,6 +85,10 @@ struct dt_transport_ops {
 	void (*shutdown)(dt_link *l);
 	/* Free the link (fd = -1 afterwards). */
 	void (*close)(dt_link *l);
+	/* A listener: let about n connections wait at once to be accepted
+	 * and to prove themselves (a job's joins come all at once, one per
+	 * node). Optional (NULL: the transport's own queue). */
+	void (*set_queue)(dt_link *lis, int n);
 
 	/*
 	 * A transport whose bytes come without waking fd (shared memory)
@@ -89,7 +98,11 @@ struct dt_transport_ops {
 	 * at the next bytes (room 0, recv's thread), or at the next room to
 	 * send (room 1, sendv's thread); 1 if what it would wait for is
 	 * there already (do not sleep). Such a link has no EPOLLOUT: room
-	 * is reported as fd readable, once armed.
+	 * is reported as fd readable, once armed. Arming for bytes with
+	 * DT_ARM_QUIET added (room 2) says that fd was not reported since
+	 * the last arm: a doorbell left from before need not be taken (a
+	 * system call per link), which keeps a process with many idle
+	 * links from paying for each at every sleep.
 	 */
 	int (*pending)(dt_link *l);
 	int (*arm)(dt_link *l, int room);

@@ -55,6 +55,7 @@ van_conn_new(dt_van *v, const dt_link *link, int staged)
 	c->van = v;
 	c->link = *link;
 	c->polled = link->ops->pending != NULL;
+	c->rung = 1;
 	c->peer_pid = link->ops->peer_pid ? link->ops->peer_pid(link) : 0;
 	atomic_store(&c->peer, -1);
 	atomic_store(&c->vouched, 1);
@@ -307,6 +308,7 @@ dt__van_listen_local(dt_van *v, char *name, size_t cap)
 	struct epoll_event ev = {.events = EPOLLIN, .data.ptr = &v->loc};
 	if (epoll_ctl(v->epfd, EPOLL_CTL_ADD, v->loc.fd, &ev) < 0)
 		return dt__fail(DT_ESYS, "epoll_ctl: %s", strerror(errno));
+	van_size_queues(v);
 	snprintf(name, cap, "%s", mine);
 	return DT_OK;
 }
@@ -360,6 +362,19 @@ dt__van_guard(dt_van *v, uint64_t vouch_ns, int max_unvouched)
 {
 	v->vouch_ns = vouch_ns;
 	v->max_unvouched = max_unvouched;
+	van_size_queues(v);
+}
+
+void
+van_size_queues(dt_van *v)
+{
+	dt_link *lis[2] = {&v->lis, &v->loc};
+
+	/* As many may wait in a listener's queue as may wait for their
+	 * handshake: a job's joins come all at once. */
+	for (int i = 0; i < 2 && v->max_unvouched > 0; i++)
+		if (lis[i]->fd >= 0 && lis[i]->ops && lis[i]->ops->set_queue)
+			lis[i]->ops->set_queue(lis[i], v->max_unvouched);
 }
 
 void

@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
+#include <sys/ioctl.h>
 #include <sys/resource.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -30,6 +31,7 @@ dt__van_listen(dt_van *v, const char *host, int port, int fd, int *bound_port)
 
 	if (err)
 		return err;
+	van_size_queues(v);
 	/* The handshake thread accepts (see "the handshake thread"). */
 	struct epoll_event ev = {.events = EPOLLIN, .data.ptr = &v->lis};
 	if (epoll_ctl(v->hs_epfd, EPOLL_CTL_ADD, v->lis.fd, &ev) < 0)
@@ -70,11 +72,13 @@ van_accept_resume(int epfd, dt_link *lis, atomic_uint_fast64_t *until)
 }
 
 /* Close the connections that were not introduced in time (dispatch_mu
- * held); at most every 100 ms, and only while there are any. */
+ * held; a connection whose bytes this node has not read yet gets twice
+ * the time); at most every 100 ms, and only while there are any. */
 void
 van_sweep_unvouched(dt_van *v)
 {
 	uint64_t now;
+	int waiting;
 
 	if (atomic_load(&v->unvouched) == 0 ||
 	    (now = dt__now_ns()) - v->swept_ns < 100000000ull)
@@ -84,6 +88,14 @@ van_sweep_unvouched(dt_van *v)
 	for (dt_conn *c = v->conns; c; c = c->next) {
 		if (atomic_load(&c->vouched) || !atomic_load(&c->open) ||
 		    now - c->born_ns < v->vouch_ns)
+			continue;
+		/* Bytes it sent wait unread: this node, not the peer, is
+		 * late (a job's members all dial at once, and a busy node
+		 * reads their HELLOs late). It gets as long again. */
+		if (now - c->born_ns < 2 * v->vouch_ns &&
+		    (c->polled ? c->link.ops->pending(&c->link)
+		               : ioctl(c->link.fd, FIONREAD, &waiting) == 0 &&
+		                     waiting > 0))
 			continue;
 		dt__log(0, "dropping %s: not introduced within %.1f s", c->addr,
 		        (double)v->vouch_ns / 1e9);

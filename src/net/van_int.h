@@ -87,6 +87,9 @@ struct dt_conn {
 	uint64_t q_moved_ns;    /* (send_mu) when the queue last moved */
 	atomic_int want_out;    /* epoll reports c writable too */
 	int polled; /* bytes come without waking fd (transport.h: pending) */
+	/* (dispatch_mu) a polled link's fd was reported since it was last
+	 * armed: its doorbells are to be taken (transport.h: DT_ARM_QUIET) */
+	int rung;
 	dt_conn *next;
 	/* (handshake thread) its place in a pending list (hs_q), oldest
 	 * first, while the handshake thread owns the connection. */
@@ -228,6 +231,9 @@ void van_conn_free(dt_conn *c);
 dt_err van_conn_add(dt_van *v, dt_conn *c);
 void van_conn_down(dt_van *v, dt_conn *c, dt_err why, const char *reason);
 void van_wake_io(dt_van *v);
+/* Size the listeners' queues to max_unvouched (before the I/O thread
+ * runs: dt__van_guard, the listens). */
+void van_size_queues(dt_van *v);
 int van_once_a_second(uint64_t *last, uint64_t now);
 
 /* van_accept.c: listeners and the handshake thread. */

@@ -47,8 +47,12 @@ polled_events(dt_van *v, struct epoll_event *evs, int n, int cap, int arm)
 		if (!c->polled ||
 		    !atomic_load_explicit(&c->open, memory_order_relaxed))
 			continue;
-		int ready = arm ? c->link.ops->arm(&c->link, 0)
-		                : c->link.ops->pending(&c->link);
+		int ready =
+		    arm ? c->link.ops->arm(&c->link, c->rung ? 0 : DT_ARM_QUIET)
+		        : c->link.ops->pending(&c->link);
+
+		if (arm)
+			c->rung = 0;
 
 		if (arm && atomic_load(&c->want_out)) {
 			pthread_mutex_lock(&c->send_mu);
@@ -133,6 +137,10 @@ dispatch_events(dt_van *v, const struct epoll_event *evs, int n)
 			continue;
 		}
 		dt_conn *c = p;
+
+		/* (its doorbells are taken at the next arm: polled_events) */
+		if (c->polled && !(evs[i].events & POLLED_EV))
+			c->rung = 1;
 		/* A polled link's room comes as readable (its arm). */
 		if ((evs[i].events & EPOLLOUT ||
 		     (c->polled && atomic_load(&c->want_out))) &&

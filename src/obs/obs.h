@@ -21,6 +21,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "common/limits.h"
 #include "dtrain/err.h"
 #include "dtrain/obs.h"
 
@@ -219,8 +220,8 @@ void dt__obs_reset(void);
 
 /* The end-of-job report (REPORT kind 2): a stats block on the wire, and
  * back. The decoder checks every count against its limit. */
-#define DT_STATS_MAX_KEYS  4096 /* per-key rows a report carries */
-#define DT_STATS_MAX_PEERS 4097
+#define DT_STATS_MAX_KEYS  4096         /* per-key rows a report carries */
+#define DT_STATS_MAX_PEERS DT_MAX_NODES /* (common/limits.h) */
 dt_err dt__stats_encode(const dt_stats *s, uint8_t **out, size_t *len);
 dt_err dt__stats_decode(const void *p, size_t len, dt_stats *s);
 

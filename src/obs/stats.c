@@ -458,8 +458,9 @@ dt__stats_decode(const void *buf, size_t len, dt_stats *s)
 		                "stats report of %zu bytes for %u peers and %u "
 		                "keys",
 		                len, npeers, nkeys);
-	if (s->role < 0 || s->role > 2 || s->rank < -1 || s->rank > 4095 ||
-	    s->id < 0 || s->id >= DT_STATS_MAX_PEERS)
+	if (s->role < 0 || s->role > 2 || s->rank < -1 ||
+	    s->rank >= DT_MAX_ROLE_NODES || s->id < 0 ||
+	    s->id >= DT_STATS_MAX_PEERS)
 		return dt__fail(DT_EPROTO,
 		                "stats report of node %d (role %d, "
 		                "rank %d)",

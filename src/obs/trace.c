@@ -217,7 +217,8 @@ dt__tev_decode(const uint8_t *in, dt__tev *e)
 		return dt__fail(
 		    DT_EPROTO, "timeline event at %llu ns lasting %llu ns",
 		    (unsigned long long)e->ts, (unsigned long long)e->dur);
-	if ((e->flags & DT_EVF_PEER) && (e->peer < 0 || e->peer >= 4097))
+	if ((e->flags & DT_EVF_PEER) &&
+	    (e->peer < 0 || e->peer >= DT_MAX_NODES))
 		return dt__fail(DT_EPROTO, "timeline event naming node %d",
 		                (int)e->peer);
 	return DT_OK;

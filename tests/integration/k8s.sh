@@ -67,7 +67,8 @@ bad "--name 'Lin_1': at most 40 lowercase" --name Lin_1 --image i -n 1 -- x
 bad "--name, --image and -n are needed" --name lin -n 1 -- x
 bad "no worker command" --name lin --image i -n 1
 bad "--kind 'tfjob': job or mxjob" --name lin --image i -n 1 --kind tfjob -- x
-bad "-n needs a whole number from 1 to 2048, not '0'" --name lin --image i -n 0 -- x
+bad "-n needs a whole number from 1 to 1000000, not '0'" --name lin --image i -n 0 -- x
+bad "9001 nodes.*8192 the node table" --name lin --image i -n 9000 -s 0 -- x
 bad "--cpu: 'two' is not a quantity" --name lin --image i -n 1 --cpu two -- x
 bad "--memory: 'ps=1Gi' names no role" --name lin --image i -n 1 --memory ps=1Gi -- x
 bad "--env: DMLC_ROLE is set by dtrain k8s" --name lin --image i -n 1 --env DMLC_ROLE=worker -- x

@@ -18,6 +18,7 @@
 
 #include <cmocka.h>
 
+#include "common/limits.h"
 #include "common/util.h"
 #include "core/core.h"
 #include "dtrain/node.h"
@@ -405,14 +406,49 @@ test_kubernetes(void **state)
 	expect_bad(1, "DMLC_USE_KUBERNETES", "2");
 }
 
+/* One bound for every layer (common/limits.h): jobs past the old 2,048
+ * per role are taken, ranks too; a job bigger than the node table can
+ * describe is refused naming that limit; past the bound of a role, the
+ * bound is named. */
+static void
+test_job_size_bounds(void **state)
+{
+	dt_node_config cfg;
+	char num[32];
+
+	(void)state;
+	setenv("DMLC_NUM_WORKER", "6000", 1);
+	setenv("DMLC_NUM_SERVER", "2100", 1);
+	setenv("DMLC_WORKER_ID", "5999", 1);
+	assert_int_equal(dt_node_config_from_env(&cfg, 1), DT_OK);
+	assert_int_equal(cfg.num_workers, 6000);
+	assert_int_equal(cfg.num_servers, 2100);
+	assert_int_equal(cfg.requested_rank, 5999);
+	unsetenv("DMLC_WORKER_ID");
+
+	snprintf(num, sizeof(num), "%d", DT_MAX_TABLE_NODES);
+	setenv("DMLC_NUM_WORKER", num, 1);
+	setenv("DMLC_NUM_SERVER", "0", 1);
+	expect_bad(1, "DMLC_NUM_WORKER", num);
+	assert_msg_has("node table");
+
+	snprintf(num, sizeof(num), "%d", DT_MAX_ROLE_NODES + 1);
+	setenv("DMLC_NUM_WORKER", num, 1);
+	expect_bad(1, "DMLC_NUM_WORKER", num);
+	snprintf(num, sizeof(num), "%d", DT_MAX_ROLE_NODES);
+	assert_msg_has(num);
+}
+
 int
 main(void)
 {
 #define T(f) cmocka_unit_test_setup(f, setup_valid_env)
 	const struct CMUnitTest tests[] = {
-	    T(test_valid_worker),  T(test_roles),      T(test_missing_required),
-	    T(test_malformed),     T(test_too_long),   T(test_optional_values),
-	    T(test_rank_requests), T(test_kubernetes), T(test_launcher_ranks),
+	    T(test_valid_worker),     T(test_roles),
+	    T(test_missing_required), T(test_malformed),
+	    T(test_too_long),         T(test_optional_values),
+	    T(test_rank_requests),    T(test_kubernetes),
+	    T(test_launcher_ranks),   T(test_job_size_bounds),
 	};
 #undef T
 

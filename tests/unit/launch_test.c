@@ -408,6 +408,14 @@ test_options(void **state)
 	                          NULL),
 	                 DT_EINVAL);
 	job_free(&j);
+	/* A job bigger than the node table can describe is refused before
+	 * a process starts, naming the limit (common/limits.h). */
+	assert_int_equal(
+	    plan_job(&j, NULL, "-n", "100000", "-s", "1", "--", "w", NULL),
+	    DT_ECONFIG);
+	assert_non_null(strstr(dt_errmsg(), "8192"));
+	assert_non_null(strstr(dt_errmsg(), "node table"));
+	job_free(&j);
 }
 
 static void

@@ -122,7 +122,7 @@ test_stats_wire(void **state)
 	assert_non_null(strstr(dt_errmsg(), "peers"));
 	/* A peer naming a node id out of range. */
 	memcpy(q, p, len);
-	dt__put_u64(q + len - 2 * 40 - 40, 99999);
+	dt__put_u64(q + len - 2 * 40 - 40, DT_MAX_NODES);
 	assert_int_equal(dt__stats_decode(q, len, &d), DT_EPROTO);
 	/* A role that is none. */
 	memcpy(q, p, len);

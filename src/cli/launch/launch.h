@@ -23,13 +23,13 @@
 #include <sys/resource.h>
 #include <sys/types.h>
 
+#include "common/limits.h"
 #include "common/util.h"
 
-#define TERM_WAIT_S 3      /* SIGTERM, then SIGKILL this much later */
-#define DRAIN_MS    1000   /* wait for pipes to close after all exits */
-#define LINE_CAP    65536  /* longer output lines are split */
-#define MAX_NODES   100000 /* -n and -s */
-#define MAX_SLOTS   1024   /* slots= of one host */
+#define TERM_WAIT_S 3     /* SIGTERM, then SIGKILL this much later */
+#define DRAIN_MS    1000  /* wait for pipes to close after all exits */
+#define LINE_CAP    65536 /* longer output lines are split */
+#define MAX_SLOTS   1024  /* slots= of one host */
 #define MAX_TIMEOUT (100L * 365 * 24 * 3600)
 #define NS_PER_MS   1000000ull
 #define NS_PER_S    1000000000ull

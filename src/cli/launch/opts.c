@@ -244,14 +244,14 @@ parse_opts(int argc, char **argv, struct opts *o)
 		if ((m = opt_value(argc, argv, &i, "-n", "--num-workers", &val,
 		                   &err)) != 0) {
 			if (m < 0 ||
-			    (err = dt__parse_long(name, val, 1, MAX_NODES,
-			                          &o->workers)))
+			    (err = dt__parse_long(
+			         name, val, 1, DT_MAX_ROLE_NODES, &o->workers)))
 				return err;
 		} else if ((m = opt_value(argc, argv, &i, "-s", "--num-servers",
 		                          &val, &err)) != 0) {
 			if (m < 0 ||
-			    (err = dt__parse_long(name, val, 0, MAX_NODES,
-			                          &o->servers)))
+			    (err = dt__parse_long(
+			         name, val, 0, DT_MAX_ROLE_NODES, &o->servers)))
 				return err;
 		} else if ((m = opt_value(argc, argv, &i, "-H", "--hostfile",
 		                          &val, &err)) != 0) {
@@ -371,6 +371,8 @@ parse_opts(int argc, char **argv, struct opts *o)
 		                           "-n W [options] [--] CMD [ARGS...]");
 	if (o->servers < 0)
 		o->servers = o->workers;
+	if ((err = dt__job_size_check(o->servers, o->workers, "-s", "-n")))
+		return err;
 	if (!o->launcher_set)
 		o->be = o->hostfile ? &dl_ssh : &dl_local;
 	if (o->be->hosts == HOSTS_REQUIRED && o->hostfile == NULL)
