@@ -33,6 +33,12 @@
  *
  *   pipeline_bench [--schedule gpipe|1f1b|both] [--width W]
  *                  [--micro-batch B] [--steps N] [--max-micro M]
+ *                  [--timeline M]
+ *
+ * --timeline M prints, for M micro-batches, the replayed timeline of a
+ * step (each pass's start and end on each stage) with the measured times,
+ * with each stage's mean times, and with equal stages under 1F1B (the
+ * ideal), to show where a stage waits.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -111,10 +117,13 @@ stage_order(int S, int s, int M, int gpipe, int *op)
  * op_cpu_ns); returns the step's time with those durations, free links
  * and a core per stage, and sets *busy to the sum of the durations.
  */
+/* The last replay's start and end of each pass, for print_timeline(). */
+static double start_at[MAX_STAGES][2 * MAX_MICRO];
+static double done[MAX_STAGES][2 * MAX_MICRO];
+
 static double
 replay(int S, int M, int gpipe, const double *cpu, double *busy)
 {
-	static double done[MAX_STAGES][2 * MAX_MICRO];
 	int op[MAX_STAGES][2 * MAX_MICRO], pos[MAX_STAGES] = {0};
 	double clock[MAX_STAGES] = {0}, end = 0.0;
 	int left = 2 * M * S;
@@ -148,6 +157,7 @@ replay(int S, int M, int gpipe, const double *cpu, double *busy)
 				continue;
 			if (dep > clock[s])
 				clock[s] = dep;
+			start_at[s][i] = clock[s];
 			clock[s] += cpu[s * 2 * M + i];
 			done[s][i] = clock[s];
 			if (clock[s] > end)
@@ -162,11 +172,92 @@ replay(int S, int M, int gpipe, const double *cpu, double *busy)
 	return end;
 }
 
+/*
+ * The last replay's timeline, one line per stage: each pass in the
+ * stage's order as F<k> or B<k> (the last stage's B<k> holds its forward
+ * pass too) with its start and end in ms, and "idle" where the stage
+ * waited for a neighbour. Stage 0 is printed first.
+ */
+static void
+print_timeline(const char *what, int S, int M, int gpipe)
+{
+	int op[2 * MAX_MICRO];
+
+	printf("pipeline_bench: timeline (%s), ms:\n", what);
+	for (int s = 0; s < S; s++) {
+		double at = 0.0;
+		int n = stage_order(S, s, M, gpipe, op);
+
+		printf("pipeline_bench:   stage %d:", s);
+		for (int j = 0; j < n; j++) {
+			int i = op[j];
+
+			if (s == S - 1 && i < M)
+				continue; /* the last stage's forward is in B */
+			if (start_at[s][i] > at + 1e3) /* ns */
+				printf(" idle %.2f-%.2f", at / 1e6,
+				       start_at[s][i] / 1e6);
+			printf(" %c%d %.2f-%.2f", i < M ? 'F' : 'B', i % M,
+			       start_at[s][i] / 1e6, done[s][i] / 1e6);
+			at = done[s][i];
+		}
+		printf("\n");
+	}
+}
+
 typedef struct bench {
 	dt_coll *c;
 	const char *spec;
-	int S, s, mb, steps, width;
+	int S, s, mb, steps, width, timeline;
 } bench;
+
+/*
+ * Equal stages for the ideal timeline: every stage before the last takes
+ * the mean over those stages of the forward and of the backward time
+ * (cpu, as replay() reads it), the last stage their sum in its fused
+ * pass. Written into out; returns -1 with a single stage.
+ */
+static int
+ideal_times(int S, int M, const double *cpu, double *out)
+{
+	double f = 0.0, bw = 0.0;
+
+	if (S < 2)
+		return -1;
+	for (int s = 0; s < S - 1; s++)
+		for (int k = 0; k < M; k++) {
+			f += cpu[s * 2 * M + k] / ((S - 1) * M);
+			bw += cpu[s * 2 * M + M + k] / ((S - 1) * M);
+		}
+	for (int s = 0; s < S; s++)
+		for (int k = 0; k < M; k++) {
+			out[s * 2 * M + k] = s < S - 1 ? f : 0.0;
+			out[s * 2 * M + M + k] = s < S - 1 ? bw : f + bw;
+		}
+	return 0;
+}
+
+/*
+ * The three timelines of --timeline: the schedule replayed with each
+ * pass's time, with each stage's mean times, and the ideal (1F1B with
+ * equal stages). Overwrites mean with the ideal's times.
+ */
+static void
+timelines(int S, int M, int gpipe, const double *cpu, double *mean)
+{
+	double busy, span;
+
+	replay(S, M, gpipe, cpu, &busy);
+	print_timeline("each pass's mean CPU time over the steps", S, M, gpipe);
+	replay(S, M, gpipe, mean, &busy);
+	print_timeline("each stage's mean times", S, M, gpipe);
+	if (ideal_times(S, M, cpu, mean) != 0)
+		return;
+	span = replay(S, M, 0, mean, &busy);
+	print_timeline("ideal 1F1B, equal stages", S, M, 0);
+	printf("pipeline_bench: ideal 1F1B bubble %.3f\n",
+	       span > 0 ? 1.0 - busy / (S * span) : -1.0);
+}
 
 /* Per stage, gathered: wall bubble, peak stashed, stash and activation
  * bytes, then the mean CPU time of each of the 2 M passes. */
@@ -213,7 +304,6 @@ report(const bench *b, int M, int gpipe, const double *all, double wall)
 	       span > 0 ? 1.0 - busy / (b->S * span) : -1.0,
 	       mspan > 0 ? 1.0 - mbusy / (b->S * mspan) : -1.0,
 	       (double)(b->S - 1) / (M + b->S - 1));
-	free(mean);
 	for (int s = 0; s < b->S; s++) {
 		const double *r = all + s * row;
 		double f = 0.0, bw = 0.0;
@@ -227,6 +317,9 @@ report(const bench *b, int M, int gpipe, const double *all, double wall)
 		       "inputs %.0f KiB, activations %.0f KiB\n",
 		       s, f, bw, (int)r[1], r[2] / 1024, r[3] / 1024);
 	}
+	if (M == b->timeline)
+		timelines(b->S, M, gpipe, cpu, mean);
+	free(mean);
 	free(cpu);
 }
 
@@ -333,6 +426,8 @@ main(int argc, char **argv)
 			b.steps = atoi(argv[i + 1]);
 		else if (strcmp(argv[i], "--max-micro") == 0)
 			max_m = atoi(argv[i + 1]);
+		else if (strcmp(argv[i], "--timeline") == 0)
+			b.timeline = atoi(argv[i + 1]);
 	}
 	setvbuf(stdout, NULL, _IOLBF, 0);
 	if (dt_coll_init(&b.c)) {
