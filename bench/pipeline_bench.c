@@ -33,7 +33,11 @@
  *
  *   pipeline_bench [--schedule gpipe|1f1b|both] [--width W]
  *                  [--micro-batch B] [--steps N] [--max-micro M]
+ *                  [--input-pct P]
  *                  [--timeline M]
+ *
+ * --input-pct P makes the first layer's input P% of the width (150), to
+ * move work into or out of stage 0.
  *
  * --timeline M prints, for M micro-batches, the replayed timeline of a
  * step (each pass's start and end on each stage) with the measured times,
@@ -75,14 +79,15 @@ b_wait(void *arg, void *h)
  * S stages of two dense layers of width W each (layers 4s to 4s + 3:
  * dense, relu, dense, relu), the last with the output layer and the loss
  * besides. The first layer computes no input gradient (nothing before it
- * needs one), so its input is 1.5 W wide: its forward (1.5 units of W x W
- * work) and weight gradient (1.5) then cost what another layer's forward
- * (1), weight and input gradients (2) cost, and the stages are equal.
+ * needs one), so its input is 1.5 W wide (in, set by --input-pct): its
+ * forward (1.5 units of W x W work) and weight gradient (1.5) then cost
+ * what another layer's forward (1), weight and input gradients (2) cost,
+ * and the stages are equal but for the last stage's output layer.
  */
 static void
-make_spec(char *out, size_t cap, int S, int width)
+make_spec(char *out, size_t cap, int S, int width, int in)
 {
-	size_t n = (size_t)snprintf(out, cap, "input:%d", width * 3 / 2);
+	size_t n = (size_t)snprintf(out, cap, "input:%d", in);
 
 	for (int i = 0; i < 2 * S && n < cap; i++)
 		n +=
@@ -208,7 +213,7 @@ print_timeline(const char *what, int S, int M, int gpipe)
 typedef struct bench {
 	dt_coll *c;
 	const char *spec;
-	int S, s, mb, steps, width, timeline;
+	int S, s, mb, steps, width, in, timeline;
 } bench;
 
 /*
@@ -340,8 +345,7 @@ run(const bench *b, dt_nn_model *st, int M, int gpipe)
 	uint64_t op[2 * MAX_MICRO], busy = 0, t0, wall;
 	double *mine = calloc(row, sizeof(double));
 	double *all = calloc(row * (size_t)b->S, sizeof(double));
-	float *x =
-	    calloc((size_t)M * b->mb * (b->width * 3 / 2), sizeof(float));
+	float *x = calloc((size_t)M * b->mb * b->in, sizeof(float));
 	float *y = calloc((size_t)M * b->mb, sizeof(float));
 	int rc = 1;
 
@@ -410,7 +414,7 @@ run_all(bench *b, const char *sched, int max_m)
 int
 main(int argc, char **argv)
 {
-	int max_m = 16, rc;
+	int max_m = 16, in_pct = 150, rc;
 	const char *sched = "both";
 	char spec[2048];
 	bench b = {.width = 256, .mb = 16, .steps = 5};
@@ -426,6 +430,8 @@ main(int argc, char **argv)
 			b.steps = atoi(argv[i + 1]);
 		else if (strcmp(argv[i], "--max-micro") == 0)
 			max_m = atoi(argv[i + 1]);
+		else if (strcmp(argv[i], "--input-pct") == 0)
+			in_pct = atoi(argv[i + 1]);
 		else if (strcmp(argv[i], "--timeline") == 0)
 			b.timeline = atoi(argv[i + 1]);
 	}
@@ -437,16 +443,18 @@ main(int argc, char **argv)
 	b.s = dt_coll_rank(b.c);
 	b.S = dt_coll_size(b.c);
 	if (b.S > MAX_STAGES || b.width < 16 || b.width > 8192 || b.mb < 1 ||
-	    b.steps < 1 || max_m < 1 || max_m > MAX_MICRO) {
+	    b.steps < 1 || max_m < 1 || max_m > MAX_MICRO || in_pct < 10 ||
+	    in_pct > 400) {
 		fprintf(stderr,
 		        "pipeline_bench: at most %d stages, --width in [16, "
 		        "8192], --micro-batch and --steps >= 1, --max-micro "
-		        "in [1, %d]\n",
+		        "in [1, %d], --input-pct in [10, 400]\n",
 		        MAX_STAGES, MAX_MICRO);
 		dt_coll_finalize(b.c);
 		return 2;
 	}
-	make_spec(spec, sizeof(spec), b.S, b.width);
+	b.in = b.width * in_pct / 100;
+	make_spec(spec, sizeof(spec), b.S, b.width, b.in);
 	b.spec = spec;
 	if (b.s == b.S - 1)
 		printf("pipeline_bench: %d stages of 2 dense layers of %d, "
