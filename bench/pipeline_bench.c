@@ -117,15 +117,15 @@ stage_order(int S, int s, int M, int gpipe, int *op)
 	return n;
 }
 
+/* The last replay's start and end of each pass, for print_timeline(). */
+static double start_at[MAX_STAGES][2 * MAX_MICRO];
+static double done[MAX_STAGES][2 * MAX_MICRO];
+
 /*
  * The replay: cpu[s * 2M + i] is stage s's CPU time of pass i (as
  * op_cpu_ns); returns the step's time with those durations, free links
  * and a core per stage, and sets *busy to the sum of the durations.
  */
-/* The last replay's start and end of each pass, for print_timeline(). */
-static double start_at[MAX_STAGES][2 * MAX_MICRO];
-static double done[MAX_STAGES][2 * MAX_MICRO];
-
 static double
 replay(int S, int M, int gpipe, const double *cpu, double *busy)
 {
