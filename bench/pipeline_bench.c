@@ -33,6 +33,16 @@
  *
  *   pipeline_bench [--schedule gpipe|1f1b|both] [--width W]
  *                  [--micro-batch B] [--steps N] [--max-micro M]
+ *                  [--input-pct P]
+ *                  [--timeline M]
+ *
+ * --input-pct P makes the first layer's input P% of the width (150), to
+ * move work into or out of stage 0.
+ *
+ * --timeline M prints, for M micro-batches, the replayed timeline of a
+ * step (each pass's start and end on each stage) with the measured times,
+ * with each stage's mean times, and with equal stages under 1F1B (the
+ * ideal), to show where a stage waits.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -69,14 +79,15 @@ b_wait(void *arg, void *h)
  * S stages of two dense layers of width W each (layers 4s to 4s + 3:
  * dense, relu, dense, relu), the last with the output layer and the loss
  * besides. The first layer computes no input gradient (nothing before it
- * needs one), so its input is 1.5 W wide: its forward (1.5 units of W x W
- * work) and weight gradient (1.5) then cost what another layer's forward
- * (1), weight and input gradients (2) cost, and the stages are equal.
+ * needs one), so its input is 1.5 W wide (in, set by --input-pct): its
+ * forward (1.5 units of W x W work) and weight gradient (1.5) then cost
+ * what another layer's forward (1), weight and input gradients (2) cost,
+ * and the stages are equal but for the last stage's output layer.
  */
 static void
-make_spec(char *out, size_t cap, int S, int width)
+make_spec(char *out, size_t cap, int S, int width, int in)
 {
-	size_t n = (size_t)snprintf(out, cap, "input:%d", width * 3 / 2);
+	size_t n = (size_t)snprintf(out, cap, "input:%d", in);
 
 	for (int i = 0; i < 2 * S && n < cap; i++)
 		n +=
@@ -106,6 +117,10 @@ stage_order(int S, int s, int M, int gpipe, int *op)
 	return n;
 }
 
+/* The last replay's start and end of each pass, for print_timeline(). */
+static double start_at[MAX_STAGES][2 * MAX_MICRO];
+static double done[MAX_STAGES][2 * MAX_MICRO];
+
 /*
  * The replay: cpu[s * 2M + i] is stage s's CPU time of pass i (as
  * op_cpu_ns); returns the step's time with those durations, free links
@@ -114,7 +129,6 @@ stage_order(int S, int s, int M, int gpipe, int *op)
 static double
 replay(int S, int M, int gpipe, const double *cpu, double *busy)
 {
-	static double done[MAX_STAGES][2 * MAX_MICRO];
 	int op[MAX_STAGES][2 * MAX_MICRO], pos[MAX_STAGES] = {0};
 	double clock[MAX_STAGES] = {0}, end = 0.0;
 	int left = 2 * M * S;
@@ -148,6 +162,7 @@ replay(int S, int M, int gpipe, const double *cpu, double *busy)
 				continue;
 			if (dep > clock[s])
 				clock[s] = dep;
+			start_at[s][i] = clock[s];
 			clock[s] += cpu[s * 2 * M + i];
 			done[s][i] = clock[s];
 			if (clock[s] > end)
@@ -162,11 +177,92 @@ replay(int S, int M, int gpipe, const double *cpu, double *busy)
 	return end;
 }
 
+/*
+ * The last replay's timeline, one line per stage: each pass in the
+ * stage's order as F<k> or B<k> (the last stage's B<k> holds its forward
+ * pass too) with its start and end in ms, and "idle" where the stage
+ * waited for a neighbour. Stage 0 is printed first.
+ */
+static void
+print_timeline(const char *what, int S, int M, int gpipe)
+{
+	int op[2 * MAX_MICRO];
+
+	printf("pipeline_bench: timeline (%s), ms:\n", what);
+	for (int s = 0; s < S; s++) {
+		double at = 0.0;
+		int n = stage_order(S, s, M, gpipe, op);
+
+		printf("pipeline_bench:   stage %d:", s);
+		for (int j = 0; j < n; j++) {
+			int i = op[j];
+
+			if (s == S - 1 && i < M)
+				continue; /* the last stage's forward is in B */
+			if (start_at[s][i] > at + 1e3) /* ns */
+				printf(" idle %.2f-%.2f", at / 1e6,
+				       start_at[s][i] / 1e6);
+			printf(" %c%d %.2f-%.2f", i < M ? 'F' : 'B', i % M,
+			       start_at[s][i] / 1e6, done[s][i] / 1e6);
+			at = done[s][i];
+		}
+		printf("\n");
+	}
+}
+
 typedef struct bench {
 	dt_coll *c;
 	const char *spec;
-	int S, s, mb, steps, width;
+	int S, s, mb, steps, width, in, timeline;
 } bench;
+
+/*
+ * Equal stages for the ideal timeline: every stage before the last takes
+ * the mean over those stages of the forward and of the backward time
+ * (cpu, as replay() reads it), the last stage their sum in its fused
+ * pass. Written into out; returns -1 with a single stage.
+ */
+static int
+ideal_times(int S, int M, const double *cpu, double *out)
+{
+	double f = 0.0, bw = 0.0;
+
+	if (S < 2)
+		return -1;
+	for (int s = 0; s < S - 1; s++)
+		for (int k = 0; k < M; k++) {
+			f += cpu[s * 2 * M + k] / ((S - 1) * M);
+			bw += cpu[s * 2 * M + M + k] / ((S - 1) * M);
+		}
+	for (int s = 0; s < S; s++)
+		for (int k = 0; k < M; k++) {
+			out[s * 2 * M + k] = s < S - 1 ? f : 0.0;
+			out[s * 2 * M + M + k] = s < S - 1 ? bw : f + bw;
+		}
+	return 0;
+}
+
+/*
+ * The three timelines of --timeline: the schedule replayed with each
+ * pass's time, with each stage's mean times, and the ideal (1F1B with
+ * equal stages). Overwrites mean with the ideal's times.
+ */
+static void
+timelines(int S, int M, int gpipe, const double *cpu, double *mean)
+{
+	double busy, span;
+
+	replay(S, M, gpipe, cpu, &busy);
+	print_timeline("each pass's mean CPU time over the steps", S, M, gpipe);
+	replay(S, M, gpipe, mean, &busy);
+	print_timeline("each stage's mean times", S, M, gpipe);
+	if (ideal_times(S, M, cpu, mean) != 0)
+		return;
+	span = replay(S, M, 0, mean, &busy);
+	print_timeline("ideal 1F1B, equal stages", S, M, 0);
+	printf("pipeline_bench: ideal 1F1B bubble %.3f\n",
+	       span > 0 ? 1.0 - busy / (S * span) : -1.0);
+}
 
 /* Per stage, gathered: wall bubble, peak stashed, stash and activation
  * bytes, then the mean CPU time of each of the 2 M passes. */
@@ -213,7 +309,6 @@ report(const bench *b, int M, int gpipe, const double *all, double wall)
 	       span > 0 ? 1.0 - busy / (b->S * span) : -1.0,
 	       mspan > 0 ? 1.0 - mbusy / (b->S * mspan) : -1.0,
 	       (double)(b->S - 1) / (M + b->S - 1));
-	free(mean);
 	for (int s = 0; s < b->S; s++) {
 		const double *r = all + s * row;
 		double f = 0.0, bw = 0.0;
@@ -227,6 +322,9 @@ report(const bench *b, int M, int gpipe, const double *all, double wall)
 		       "inputs %.0f KiB, activations %.0f KiB\n",
 		       s, f, bw, (int)r[1], r[2] / 1024, r[3] / 1024);
 	}
+	if (M == b->timeline)
+		timelines(b->S, M, gpipe, cpu, mean);
+	free(mean);
 	free(cpu);
 }
 
@@ -247,8 +345,7 @@ run(const bench *b, dt_nn_model *st, int M, int gpipe)
 	uint64_t op[2 * MAX_MICRO], busy = 0, t0, wall;
 	double *mine = calloc(row, sizeof(double));
 	double *all = calloc(row * (size_t)b->S, sizeof(double));
-	float *x =
-	    calloc((size_t)M * b->mb * (b->width * 3 / 2), sizeof(float));
+	float *x = calloc((size_t)M * b->mb * b->in, sizeof(float));
 	float *y = calloc((size_t)M * b->mb, sizeof(float));
 	int rc = 1;
 
@@ -317,7 +414,7 @@ run_all(bench *b, const char *sched, int max_m)
 int
 main(int argc, char **argv)
 {
-	int max_m = 16, rc;
+	int max_m = 16, in_pct = 150, rc;
 	const char *sched = "both";
 	char spec[2048];
 	bench b = {.width = 256, .mb = 16, .steps = 5};
@@ -333,6 +430,10 @@ main(int argc, char **argv)
 			b.steps = atoi(argv[i + 1]);
 		else if (strcmp(argv[i], "--max-micro") == 0)
 			max_m = atoi(argv[i + 1]);
+		else if (strcmp(argv[i], "--input-pct") == 0)
+			in_pct = atoi(argv[i + 1]);
+		else if (strcmp(argv[i], "--timeline") == 0)
+			b.timeline = atoi(argv[i + 1]);
 	}
 	setvbuf(stdout, NULL, _IOLBF, 0);
 	if (dt_coll_init(&b.c)) {
@@ -342,16 +443,18 @@ main(int argc, char **argv)
 	b.s = dt_coll_rank(b.c);
 	b.S = dt_coll_size(b.c);
 	if (b.S > MAX_STAGES || b.width < 16 || b.width > 8192 || b.mb < 1 ||
-	    b.steps < 1 || max_m < 1 || max_m > MAX_MICRO) {
+	    b.steps < 1 || max_m < 1 || max_m > MAX_MICRO || in_pct < 10 ||
+	    in_pct > 400) {
 		fprintf(stderr,
 		        "pipeline_bench: at most %d stages, --width in [16, "
 		        "8192], --micro-batch and --steps >= 1, --max-micro "
-		        "in [1, %d]\n",
+		        "in [1, %d], --input-pct in [10, 400]\n",
 		        MAX_STAGES, MAX_MICRO);
 		dt_coll_finalize(b.c);
 		return 2;
 	}
-	make_spec(spec, sizeof(spec), b.S, b.width);
+	b.in = b.width * in_pct / 100;
+	make_spec(spec, sizeof(spec), b.S, b.width, b.in);
 	b.spec = spec;
 	if (b.s == b.S - 1)
 		printf("pipeline_bench: %d stages of 2 dense layers of %d, "

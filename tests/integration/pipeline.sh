@@ -6,7 +6,8 @@
 # process running the same micro-batches in turn, and the stash must hold
 # M micro-batches at most under GPipe (1 at the last stage) and S - s under
 # 1F1B. Then an MLP in 4 stages over TCP with sgd, and hybrids of 2 stages
-# x 2 and 3 replicas (data parallelism over pipelines). Then the mnist
+# x 2 and 3 replicas (data parallelism over pipelines). Then the replay of
+# bench/pipeline_bench against the theoretical bubble. Then the mnist
 # example in 3 and in 4 stages: its stage files, joined by `dtrain params
 # join`, equal one process's file bit for bit.
 . "$(dirname "$0")/coll_lib.bash"
@@ -61,6 +62,30 @@ check "mlp, 4 stages: every stage identical to one process" \
 	every_rank 4 "$out" "parameters identical to one process"
 check "mlp, 4 stages: no FAIL line" test -z "$(grep -F FAIL "$out")"
 grep -F FAIL "$out" | head -5
+
+# The bench's replay: with one micro-batch the stages run one after the
+# other whatever the passes cost (bubble (S-1)/S exactly), the ideal 1F1B
+# of equal stages has the theoretical bubble (S-1)/(M+S-1), and the
+# timeline shows stage 0 of 2 running 1F1B's order with its two waits.
+for S in 2 4; do
+	out=$TMP/bench$S
+	timeout 120 "$DTRAIN" launch -n "$S" -s 0 --launcher local \
+		--env DT_TEST_TAG="$TAG" -- "$BUILD/bench/pipeline_bench" \
+		--width 128 --micro-batch 8 --steps 2 --max-micro 4 \
+		--timeline 4 >"$out" 2>&1
+	rc=$?
+	check "bench, $S stages: launcher exits 0 (got $rc)" test "$rc" = 0
+	one=$(awk "BEGIN { printf \"%.3f\", ($S - 1) / $S }")
+	ideal=$(awk "BEGIN { printf \"%.3f\", ($S - 1) / (4 + $S - 1) }")
+	check "bench, $S stages: M = 1 replays to $one under both schedules" \
+		test "$(grep -c "M  1:.* $one replay ($one at mean" "$out")" = 2
+	check "bench, $S stages: the ideal 1F1B at M = 4 has bubble $ideal" \
+		test "$(grep -c "ideal 1F1B bubble $ideal" "$out")" = 2
+done
+order=$(grep -A1 "timeline (ideal" "$TMP/bench2" | grep "stage 0:" |
+	tail -1 | grep -o "F[0-9]\|B[0-9]\|idle" | tr '\n' ' ')
+check "bench, 2 stages: stage 0's ideal 1F1B order (got: $order)" \
+	test "$order" = "F0 F1 idle B0 F2 B1 F3 B2 idle B3 "
 
 # The example: mnist --pipeline-stages with an explicit cut list, each
 # stage saving its own parameter file.
