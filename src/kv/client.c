@@ -211,11 +211,7 @@ dt__kv_client_create(dt_node *node, int sync, size_t bound, dt_kv_map *map,
 		free(c);
 		return DT_ENOMEM;
 	}
-	{
-		const char *ck = dt__env_str("DTRAIN_CHECKPOINT_DIR");
-
-		c->batch = !c->recover && (ck == NULL || *ck == '\0');
-	}
+	c->batch = !c->recover;
 	dt__table_init(&c->counts);
 	dt__table_init(&c->resids);
 	dt__table_init(&c->singles);

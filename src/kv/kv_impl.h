@@ -343,8 +343,8 @@ typedef struct dt_kv_batch {
 	float *const *pouts;
 } dt_kv_batch;
 
-/* Whether batched calls go as KV_*_MANY requests (not with DTRAIN_RECOVER
- * or DTRAIN_CHECKPOINT_DIR: the many-key store has no checkpoints). */
+/* Whether batched calls go as KV_*_MANY requests (not with DTRAIN_RECOVER:
+ * the many-key store is in checkpoints, but has no replay). */
 int dt__kv_client_batches(const dt_kv_client *c);
 /* One batched call of cmd (DT_CMD_KV_INIT, _PUSH, _PULL or _PUSHPULL):
  * the keys the many-key store takes (shorter than the big-array bound, and

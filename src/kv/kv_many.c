@@ -34,9 +34,9 @@ wait_reqs(dt_kv *kv, dt_kv_req *reqs, size_t n, dt_err first)
 	return dt__err_restore(&k);
 }
 
-/* A batched call key by key (a local store; and with DTRAIN_RECOVER or
- * DTRAIN_CHECKPOINT_DIR, which the many-key store does not serve): every
- * request started, then all waited for. */
+/* A batched call key by key (a local store; and with DTRAIN_RECOVER,
+ * which the many-key store does not serve): every request started, then
+ * all waited for. */
 static dt_err
 batch_one_by_one(dt_kv *kv, int cmd, const dt_kv_batch *b)
 {

@@ -800,8 +800,9 @@ srv_maybe_checkpoint(kv_server *s)
 		return;
 	announce(s);
 	/* (N rounds of every key and table) */
-	nkeys =
-	    DT_MAX(dt__table_count(&s->keys) + dt__table_count(&s->rtabs), 1);
+	nkeys = DT_MAX(dt__table_count(&s->keys) + dt__table_count(&s->rtabs) +
+	                   (s->ks_on ? s->ks.nrec : 0),
+	               1);
 	if (!(s->ck_every &&
 	      s->rounds - s->ck_rounds_at >= s->ck_every * nkeys) &&
 	    !(s->ck_every_ns && dt__now_ns() - s->ck_last_ns >= s->ck_every_ns))
@@ -948,10 +949,11 @@ load_checkpoint(kv_server *s)
 	snprintf(path, sizeof(path), "%s", prev);
 loaded:
 	dt__log(0,
-	        "restored checkpoint #%llu from %s: %zu keys and %zu row "
-	        "tables after %llu rounds",
+	        "restored checkpoint #%llu from %s: %zu keys, %zu row "
+	        "tables and %zu many-key keys after %llu rounds",
 	        (unsigned long long)s->ck_number, path,
 	        dt__table_count(&s->keys), dt__table_count(&s->rtabs),
+	        s->ks_on ? s->ks.nrec : (size_t)0,
 	        (unsigned long long)s->rounds);
 	return DT_OK;
 }
@@ -1106,6 +1108,7 @@ on_data(kv_server *s, int worker, const dt_msg_hdr *h, const uint8_t *meta,
 	if (s->ks_on && find(s, h->key) == NULL &&
 	    (r = dt__ks_find(&s->ks, h->key)) != DT_KS_NONE) {
 		one_in_many(s, worker, h, meta, payload, r);
+		srv_maybe_checkpoint(s); /* (after the whole request) */
 		return;
 	}
 	if (h->cmd == DT_CMD_KV_PULL) {
@@ -1525,6 +1528,24 @@ many_refuse(kv_server *s, int worker, const dt_msg_hdr *h, dt_err err,
 		                dt_errmsg());
 }
 
+/* An init's values into records idx: every one, or after a checkpoint's
+ * load only the records added since (n0 on): the values of a checkpoint
+ * win, as a dense key's do, since the job resumes from them. */
+static void
+many_set_new(kv_server *s, const uint32_t *idx, size_t count, const float *vals,
+             size_t n0)
+{
+	if (!s->ks_restored) {
+		dt__ks_set(&s->ks, idx, count, vals);
+		return;
+	}
+	for (size_t i = 0; i < count; i++) {
+		if (idx[i] >= n0)
+			dt__ks_set(&s->ks, &idx[i], 1, vals);
+		vals += dt__ks_len(&s->ks, idx[i]);
+	}
+}
+
 static void
 on_init_many(kv_server *s, int worker, const dt_msg_hdr *h, const dt_kv_many *b)
 {
@@ -1532,17 +1553,13 @@ on_init_many(kv_server *s, int worker, const dt_msg_hdr *h, const dt_kv_many *b)
 	size_t bad, n0;
 	dt_err err;
 
-	if (s->ck_dir || dt__node_recover(s->node)) {
+	if (dt__node_recover(s->node)) {
 		srv_reply_error(
 		    s, worker, h->cmd, h->seq, 0, DT_ECONFIG,
-		    "batched init: this server %s, which the many-key "
-		    "store does not support; the workers send "
-		    "batched calls key by key when DTRAIN_RECOVER or "
-		    "DTRAIN_CHECKPOINT_DIR is set in their "
-		    "environment too",
-		    s->ck_dir ? "writes checkpoints "
-		                "(DTRAIN_CHECKPOINT_DIR)"
-		              : "recovers lost nodes (DTRAIN_RECOVER)");
+		    "batched init: this server recovers lost nodes "
+		    "(DTRAIN_RECOVER), which the many-key store does not "
+		    "support; the workers send batched calls key by key "
+		    "when DTRAIN_RECOVER is set in their environment too");
 		return;
 	}
 	/* Made (again while empty) in the store's mode and optimizer now:
@@ -1580,7 +1597,8 @@ on_init_many(kv_server *s, int worker, const dt_msg_hdr *h, const dt_kv_many *b)
 		many_refuse(s, worker, h, err, b, bad);
 		return;
 	}
-	dt__ks_set(&s->ks, idx, b->count, (const float *)(const void *)b->vals);
+	many_set_new(s, idx, b->count, (const float *)(const void *)b->vals,
+	             n0);
 	s->ninit += s->ks.nrec - n0;
 	DT_LOG(2, "batched init: %zu keys (%zu new), %zu in the store",
 	       b->count, s->ks.nrec - n0, s->ks.nrec);
@@ -1594,6 +1612,8 @@ many_done(void *arg, uint32_t handle, size_t n)
 	kv_server *s = arg;
 	breq *q = &s->breqs[handle - 1];
 
+	if (q->worker == 0) /* (each round holds one push of worker 0) */
+		s->rounds += n;
 	if ((q->remaining -= n) != 0)
 		return;
 	uint64_t t0 = dt__now_ns();
@@ -1814,7 +1834,7 @@ init_in_many(kv_server *s, int worker, const dt_msg *m)
 		                (unsigned long long)h->arg0, len);
 		return 1;
 	}
-	if (h->arg2 & DT_KV_INIT_HAS_VALUE)
+	if ((h->arg2 & DT_KV_INIT_HAS_VALUE) && !s->ks_restored)
 		dt__ks_set(&s->ks, &r, 1, m->payload);
 	srv_reply(s, worker, h->cmd, h->seq, h->key, NULL, 0);
 	return 1;
@@ -1943,17 +1963,86 @@ many_set_opt(kv_server *s, const dt_opt *opt)
 		dt__ks_set_opt(&s->ks, opt);
 }
 
-/* Not in checkpoints: with checkpoints or recovery on, workers send
- * batched calls key by key, to the dense store (dt__kv_client_batches). */
+static uint64_t
+many_count(kv_server *s)
+{
+	return s->ks_on ? s->ks.nrec : 0;
+}
+
+static size_t
+many_snap_bytes(kv_server *s)
+{
+	return dt__ks_snap_bytes(s->ks_on ? &s->ks : NULL);
+}
+
+static void
+many_snapshot(kv_server *s, dt_wbuf *w)
+{
+	dt__ks_snapshot(s->ks_on ? &s->ks : NULL, w);
+}
+
+/* Each record's key, and each worker's pushes in it: in dist_sync every
+ * round holds one push of each worker, so each worker's count is the
+ * record's rounds. (In dist_async the workers send batched calls key by
+ * key when they recover: dt__kv_client_batches.) */
+static void
+many_held(kv_server *s, dt_key *keys, uint64_t *applied)
+{
+	size_t nw = (size_t)s->nworkers;
+
+	if (!s->ks_on)
+		return;
+	dt__ks_keys(&s->ks, keys);
+	for (size_t r = 0; r < s->ks.nrec; r++)
+		for (size_t w = 0; w < nw; w++)
+			applied[r * nw + w] = s->ks.updates[r];
+}
+
+/* The many-key section (format version 3 on; older files have none). */
+static dt_err
+many_load(kv_server *s, const char *path, dt_rbuf *r, const dt_ckpt_head *h)
+{
+	dt_err err;
+
+	if (h->version < 3)
+		return DT_OK;
+	if (s->ks_on)
+		dt__ks_fini(&s->ks);
+	dt__ks_init(&s->ks, s->nworkers, s->sync, &s->opt);
+	s->ks_on = 1;
+	if ((err = dt__ks_load(&s->ks, path, r)))
+		return err;
+	s->ninit += s->ks.nrec;
+	s->ks_restored = s->ks.nrec != 0;
+	return DT_OK;
+}
+
+static void
+many_drop(kv_server *s)
+{
+	if (s->ks_on)
+		dt__ks_fini(&s->ks);
+	s->ks_on = 0;
+	s->ks_restored = 0;
+}
+
+/* Its section is the last of a checkpoint (format version 3 added it). */
 const srv_kind srv_many_kind = {
     .made_by = "a batched call (dt_kv_init_keys)",
     .owns = many_owns,
     .set_opt = many_set_opt,
     .any = many_any,
+    .count = many_count,
+    .snap_bytes = many_snap_bytes,
+    .snapshot = many_snapshot,
+    .held = many_held,
+    .load = many_load,
+    .drop = many_drop,
 };
 
-const srv_kind *const srv_kinds[] = {&srv_dense_kind, &srv_many_kind,
-                                     &srv_rows_kind, NULL};
+/* (in the order of a checkpoint's sections) */
+const srv_kind *const srv_kinds[] = {&srv_dense_kind, &srv_rows_kind,
+                                     &srv_many_kind, NULL};
 
 const srv_kind *
 srv_home_of(kv_server *s, dt_key key, const srv_kind *self)
@@ -2075,6 +2164,9 @@ dispatch(void *arg, dt_node *n, dt_conn *c, dt_msg *m)
 	case DT_CMD_KV_PULL_MANY:
 	case DT_CMD_KV_PUSHPULL_MANY:
 		on_many(s, worker, m);
+		/* Between requests: a snapshot holds each batched request
+		 * whole or not at all, as far as its rounds are closed. */
+		srv_maybe_checkpoint(s);
 		return;
 	case DT_CMD_KV_ROW_INIT:
 		srv_on_row_init(s, worker, m);

@@ -73,6 +73,8 @@ typedef struct kv_server {
 	 * answer's values, the pending dist_sync pushes. */
 	int ks_on;
 	dt_kstore ks;
+	int ks_restored; /* loaded from a checkpoint: an init keeps the
+	                    values of the keys it holds */
 	uint32_t *idx;
 	size_t idx_cap; /* bytes */
 	float *gath;
@@ -159,9 +161,7 @@ void srv_maybe_checkpoint(kv_server *s);
 /*
  * A store kind's server side. owns and made_by let the router and the
  * kinds find which store holds a key without naming each other. The
- * checkpoint ops are NULL for a kind whose store is not in checkpoints
- * (the many-key store: batched calls go key by key to the dense store
- * when checkpoints or recovery are on).
+ * checkpoint ops are NULL for a kind whose store is not in checkpoints.
  */
 typedef struct srv_kind {
 	/* How a key of this kind was made, for errors ("a row_sparse init
