@@ -7,7 +7,9 @@
  *   magic "DTRAINCK", u32 version (3),
  *   u32 server rank, u32 servers, u32 workers, u8 sync, u8 has optimizer,
  *   [the optimizer as KV_SET_OPT carries it, if it has one],
- *   u64 checkpoint number, u64 round count, then one section per store
+ *   u64 checkpoint number, u64 round count, the key placement (u32
+ *   length and the name of the policy, "balanced" or "mxnet"; u64 split
+ *   bound in floats), then one section per store
  *   kind, in this order, each a u64 count and its records:
  *   - dense keys, per key: u64 key, u64 n (whole array), u64 offset, u64
  *     len (this slice), u64 steps (optimizer updates), u64
@@ -77,6 +79,8 @@ dt__ckpt_begin(dt_wbuf *w, const dt_ckpt_head *h)
 		dt__opt_encode(&h->opt, w);
 	dt__wbuf_u64(w, h->number);
 	dt__wbuf_u64(w, h->rounds);
+	dt__wbuf_str(w, h->placement);
+	dt__wbuf_u64(w, h->split);
 }
 
 void
@@ -247,6 +251,10 @@ dt__ckpt_open(const char *path, const uint8_t *buf, size_t len, dt_rbuf *r,
 		                dt_errmsg());
 	h->number = dt__rbuf_u64(r);
 	h->rounds = dt__rbuf_u64(r);
+	if (version >= 3) {
+		dt__rbuf_str(r, h->placement, sizeof(h->placement));
+		h->split = dt__rbuf_u64(r);
+	}
 	h->nkeys = dt__rbuf_u64(r);
 	if (dt__rbuf_err(r, "checkpoint header"))
 		return dt__fail(DT_EFORMAT, "%s: header cut short", path);

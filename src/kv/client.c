@@ -211,7 +211,9 @@ dt__kv_client_create(dt_node *node, int sync, size_t bound, dt_kv_map *map,
 		free(c);
 		return DT_ENOMEM;
 	}
-	c->batch = !c->recover;
+	/* (recovery replays batched requests in dist_sync, where a key's
+	 * pushes held by a checkpoint are its rounds: kstore_ckpt.c) */
+	c->batch = !c->recover || sync;
 	dt__table_init(&c->counts);
 	dt__table_init(&c->resids);
 	dt__table_init(&c->singles);

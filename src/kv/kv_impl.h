@@ -343,8 +343,9 @@ typedef struct dt_kv_batch {
 	float *const *pouts;
 } dt_kv_batch;
 
-/* Whether batched calls go as KV_*_MANY requests (not with DTRAIN_RECOVER:
- * the many-key store is in checkpoints, but has no replay). */
+/* Whether batched calls go as KV_*_MANY requests (not in dist_async with
+ * DTRAIN_RECOVER: a restarted server's many-key store says how many
+ * pushes of a key it holds as its rounds, which only dist_sync has). */
 int dt__kv_client_batches(const dt_kv_client *c);
 /* One batched call of cmd (DT_CMD_KV_INIT, _PUSH, _PULL or _PUSHPULL):
  * the keys the many-key store takes (shorter than the big-array bound, and
@@ -418,13 +419,18 @@ dt_err dt__kv_client_checkpoint(dt_kv_client *c);
 
 /* Server checkpoints (ckpt.c; the format in docs/fault-tolerance.md). */
 typedef struct dt_ckpt_head {
-	uint32_t version; /* of a file read (1 or 2) */
+	uint32_t version; /* of a file read (1 to 3) */
 	uint32_t rank, nservers, nworkers;
 	int sync;
 	dt_opt opt;      /* kind DT_OPT_NONE: none */
 	uint64_t number; /* 1, 2, ... in this job */
 	uint64_t rounds; /* the server's completed rounds (or updates) */
-	uint64_t nkeys;  /* the dense keys' section's count */
+	/* The key placement the job ran under (version 3 on; "" in an older
+	 * file): the policy's name and the split bound in floats (arrays at
+	 * least this long are cut over the servers). */
+	char placement[16];
+	uint64_t split;
+	uint64_t nkeys; /* the dense keys' section's count */
 } dt_ckpt_head;
 
 typedef struct dt_ckpt_key {

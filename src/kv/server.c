@@ -698,9 +698,12 @@ snapshot(kv_server *s, uint64_t *number)
 	                     .sync = s->sync,
 	                     .opt = s->opt,
 	                     .number = s->ck_number + 1,
-	                     .rounds = s->rounds};
+	                     .rounds = s->rounds,
+	                     .split = s->ck_split};
 	/* One allocation of the file's size (header, sections, trailer). */
 	size_t size = 256 + DT_CKPT_TRAILER;
+
+	memcpy(head.placement, s->ck_placement, sizeof(head.placement));
 
 	for (const srv_kind *const *kind = srv_kinds; *kind; kind++)
 		if ((*kind)->snapshot)
@@ -884,6 +887,21 @@ load_file(kv_server *s, const char *path)
 		             s->rank, s->nservers, s->nworkers);
 		goto out;
 	}
+	/* (a file older than version 3 does not say: it loads as before) */
+	if (head.version >= 3 && (strcmp(head.placement, s->ck_placement) ||
+	                          head.split != s->ck_split)) {
+		err = dt__fail(
+		    DT_EMISMATCH,
+		    "%s was written under key placement %s (arrays of %llu "
+		    "floats and more cut over the servers); this job's is %s "
+		    "(%llu floats): its slices of the keys would not be this "
+		    "job's. Start the job with the placement it was written "
+		    "under (DTRAIN_KV_PLACEMENT, DTRAIN_KV_SPLIT_BYTES, "
+		    "MXNET_KVSTORE_BIGARRAY_BOUND)",
+		    path, head.placement, (unsigned long long)head.split,
+		    s->ck_placement, (unsigned long long)s->ck_split);
+		goto out;
+	}
 	s->sync = head.sync;
 	s->opt = head.opt;
 	for (const srv_kind *const *kind = srv_kinds; *kind && !err; kind++)
@@ -980,6 +998,23 @@ limits_config(kv_server *s)
 	return DT_OK;
 }
 
+/* The job's key placement, as the workers will compute it from the same
+ * variables (the server places nothing itself: placement.c). */
+static dt_err
+placement_config(kv_server *s)
+{
+	dt_kv_map *m;
+	dt_err err;
+
+	if ((err = dt__kv_map_from_env(s->nservers, &m)))
+		return err;
+	snprintf(s->ck_placement, sizeof(s->ck_placement), "%s",
+	         dt__kv_map_policy(m));
+	s->ck_split = dt__kv_map_split(m);
+	dt__kv_map_destroy(m);
+	return DT_OK;
+}
+
 /* DTRAIN_CHECKPOINT_DIR and the rest, at the server's start. */
 static dt_err
 checkpoint_config(kv_server *s)
@@ -1012,6 +1047,8 @@ checkpoint_config(kv_server *s)
 		                "DTRAIN_CHECKPOINT_DIR %s: not a writable "
 		                "directory",
 		                dir);
+	if ((err = placement_config(s)))
+		return err;
 	if ((s->ck_dir = strdup(dir)) == NULL)
 		return DT_ENOMEM;
 	snprintf(s->ck_name, sizeof(s->ck_name), "server-%d.ckpt", s->rank);
@@ -1456,6 +1493,136 @@ const srv_kind srv_dense_kind = {
 
 /* ---- the many-key store: batched requests (kstore.h) ---- */
 
+/* A batched request parked on a rejoined server (recovery). */
+typedef struct mparked {
+	dt_msg_hdr h;
+	int worker;
+	uint8_t *data; /* its payload (malloc'd: aligned for the values) */
+	struct mparked *next;
+} mparked;
+
+static void on_many(kv_server *s, int worker, const dt_msg *m);
+
+/*
+ * Recovery: a batched request waits, parked, on a server that took a lost
+ * one's place, when it cannot be served yet though it will be once the
+ * workers' replays are in:
+ *   - its first key is not in the store yet (the workers' replays come in
+ *     any order: worker 0's, with the init, may come after another
+ *     worker's pushes), while the replays last;
+ *   - (pending) in dist_sync, it pushes a key that the worker's previous
+ *     push still waits on: a replay sends a worker's pushes back to back,
+ *     where the worker had waited for each round's end;
+ *   - an earlier request of the same worker is parked: its order is kept.
+ * Outside recovery nothing is parked (and a second push in a round is
+ * refused). 1: parked (or refused for want of memory).
+ */
+static int
+many_park(kv_server *s, int worker, const dt_msg_hdr *h, const void *payload,
+          int pending)
+{
+	mparked *q, **p;
+	int behind = 0;
+
+	if (!s->rejoined && s->mparked == NULL)
+		return 0;
+	for (p = &s->mparked; *p; p = &(*p)->next)
+		behind |= (*p)->worker == worker;
+	if (!behind && !pending &&
+	    (!s->rejoined || h->cmd == DT_CMD_KV_INIT_MANY || h->arg0 == 0 ||
+	     payload == NULL || h->payload_len < 8 ||
+	     (s->ks_on &&
+	      dt__ks_find(&s->ks, dt__get_u64(payload)) != DT_KS_NONE)))
+		return 0;
+	if ((q = calloc(1, sizeof(*q))) == NULL ||
+	    (h->payload_len && (q->data = malloc(h->payload_len)) == NULL)) {
+		free(q);
+		srv_reply_error(s, worker, h->cmd, h->seq, 0, DT_ENOMEM,
+		                "%s: out of memory", dt__kv_op_name(h->cmd));
+		return 1;
+	}
+	q->h = *h;
+	q->worker = worker;
+	if (h->payload_len)
+		memcpy(q->data, payload, h->payload_len);
+	*p = q;
+	return 1;
+}
+
+/* Append q to the parked requests. */
+static void
+many_repark(kv_server *s, mparked *q)
+{
+	mparked **p = &s->mparked;
+
+	while (*p)
+		p = &(*p)->next;
+	q->next = NULL;
+	*p = q;
+}
+
+/* One pass over the parked requests (oldest first): each worker's first
+ * is handled again (parked again if it still cannot be served), the rest
+ * of a worker whose first is parked again stay as they are. The number
+ * served. */
+static size_t
+many_unpark_pass(kv_server *s, uint8_t *blocked)
+{
+	mparked *q = s->mparked;
+	size_t served = 0;
+
+	s->mparked = NULL;
+	memset(blocked, 0, (size_t)s->nworkers);
+	while (q) {
+		mparked *next = q->next;
+		int w = q->worker;
+
+		if (blocked[w]) {
+			many_repark(s, q);
+			q = next;
+			continue;
+		}
+		dt_msg m = {.hdr = q->h, .payload = q->data};
+		mparked *tail = s->mparked;
+
+		while (tail && tail->next)
+			tail = tail->next;
+		on_many(s, w, &m);
+		/* (parked again: the list grew by a copy of it) */
+		if ((tail ? tail->next : s->mparked) != NULL)
+			blocked[w] = 1;
+		else
+			served++;
+		free(q->data);
+		free(q);
+		q = next;
+	}
+	return served;
+}
+
+/* Rounds closed, the store has new keys, or the replays are over: what
+ * was parked is handled again, until a pass serves none. Not re-entered
+ * (a request served here that closes rounds is followed by another
+ * pass). */
+static void
+many_unpark(kv_server *s)
+{
+	uint8_t *blocked;
+
+	if (s->mp_busy || s->mparked == NULL)
+		return;
+	if ((blocked = malloc((size_t)s->nworkers)) == NULL) {
+		dt__log(0, "batched requests parked for recovery: out of "
+		           "memory to handle them again");
+		return;
+	}
+	s->mp_busy = 1;
+	while (s->mparked && many_unpark_pass(s, blocked))
+		;
+	s->mp_busy = 0;
+	free(blocked);
+}
+
 /* Room for count record numbers in s->idx; NULL: no memory. */
 static uint32_t *
 idx_room(kv_server *s, size_t count)
@@ -1553,13 +1720,14 @@ on_init_many(kv_server *s, int worker, const dt_msg_hdr *h, const dt_kv_many *b)
 	size_t bad, n0;
 	dt_err err;
 
-	if (dt__node_recover(s->node)) {
+	if (dt__node_recover(s->node) && !s->sync) {
 		srv_reply_error(
 		    s, worker, h->cmd, h->seq, 0, DT_ECONFIG,
 		    "batched init: this server recovers lost nodes "
-		    "(DTRAIN_RECOVER), which the many-key store does not "
-		    "support; the workers send batched calls key by key "
-		    "when DTRAIN_RECOVER is set in their environment too");
+		    "(DTRAIN_RECOVER) in dist_async, where the many-key "
+		    "store has no recovery; the workers send batched "
+		    "calls key by key there when DTRAIN_RECOVER is set in "
+		    "their environment too");
 		return;
 	}
 	/* Made (again while empty) in the store's mode and optimizer now:
@@ -1603,6 +1771,7 @@ on_init_many(kv_server *s, int worker, const dt_msg_hdr *h, const dt_kv_many *b)
 	DT_LOG(2, "batched init: %zu keys (%zu new), %zu in the store",
 	       b->count, s->ks.nrec - n0, s->ks.nrec);
 	srv_reply(s, worker, h->cmd, h->seq, 0, NULL, 0);
+	many_unpark(s);
 }
 
 /* dist_sync: n of a pending request's keys closed their rounds. */
@@ -1616,6 +1785,7 @@ many_done(void *arg, uint32_t handle, size_t n)
 		s->rounds += n;
 	if ((q->remaining -= n) != 0)
 		return;
+	s->mp_progress = 1; /* (what is parked may go on: many_park) */
 	uint64_t t0 = dt__now_ns();
 	if (q->span)
 		many_answer_span(s, q->worker, q->cmd, q->seq, q->answer,
@@ -1683,6 +1853,9 @@ push_rounds(kv_server *s, int worker, const dt_msg_hdr *h, unsigned enc,
 	        : dt__ks_pending_span(&s->ks, worker, first, count, &bad)) {
 		dt_key key = keys ? dt__get_u64(keys + 8 * bad) : h->key;
 
+		/* (a batched request's payload starts with its keys) */
+		if (keys && many_park(s, worker, h, keys, 1))
+			return;
 		srv_reply_error(
 		    s, worker, h->cmd, h->seq, key, DT_ESTATE,
 		    "%s of key %llu: this worker's push of it in the "
@@ -1879,6 +2052,8 @@ on_many(kv_server *s, int worker, const dt_msg *m)
 
 	if (m->payload && m->payload == s->rx[worker].buf)
 		s->rx[worker].holder = NULL; /* (whole: used before the next) */
+	if (many_park(s, worker, h, m->payload, 0))
+		return;
 	if ((err = dt__kv_many_decode(h, m->payload, &b))) {
 		srv_reply_error(s, worker, h->cmd, h->seq, 0, err, "%s",
 		                dt_errmsg());
@@ -2020,10 +2195,38 @@ many_load(kv_server *s, const char *path, dt_rbuf *r, const dt_ckpt_head *h)
 static void
 many_drop(kv_server *s)
 {
+	while (s->mparked) {
+		mparked *q = s->mparked;
+
+		s->mparked = q->next;
+		free(q->data);
+		free(q);
+	}
 	if (s->ks_on)
 		dt__ks_fini(&s->ks);
 	s->ks_on = 0;
 	s->ks_restored = 0;
+}
+
+/* Every worker's replay is over: what still waits for its keys is
+ * answered with the error it would have had (s->rejoined is 0 now). */
+static void
+many_replayed(kv_server *s)
+{
+	many_unpark(s);
+}
+
+/* A new process took worker's place: the answers its predecessor waits
+ * for go nowhere (sequence number 0). */
+static void
+many_peer_restart(kv_server *s, int worker)
+{
+	for (mparked *q = s->mparked; q; q = q->next)
+		if (q->worker == worker)
+			q->h.seq = 0;
+	for (size_t i = 0; i < s->nbreqs; i++)
+		if (s->breqs[i].worker == worker)
+			s->breqs[i].seq = 0;
 }
 
 /* Its section is the last of a checkpoint (format version 3 added it). */
@@ -2037,6 +2240,8 @@ const srv_kind srv_many_kind = {
     .snapshot = many_snapshot,
     .held = many_held,
     .load = many_load,
+    .peer_restart = many_peer_restart,
+    .replayed = many_replayed,
     .drop = many_drop,
 };
 
@@ -2164,6 +2369,10 @@ dispatch(void *arg, dt_node *n, dt_conn *c, dt_msg *m)
 	case DT_CMD_KV_PULL_MANY:
 	case DT_CMD_KV_PUSHPULL_MANY:
 		on_many(s, worker, m);
+		if (s->mparked && s->mp_progress) {
+			s->mp_progress = 0; /* (recovery: rounds closed) */
+			many_unpark(s);
+		}
 		/* Between requests: a snapshot holds each batched request
 		 * whole or not at all, as far as its rounds are closed. */
 		srv_maybe_checkpoint(s);

@@ -75,6 +75,11 @@ typedef struct kv_server {
 	dt_kstore ks;
 	int ks_restored; /* loaded from a checkpoint: an init keeps the
 	                    values of the keys it holds */
+	/* Batched requests that came before their keys' init, on a server
+	 * that took a lost one's place (recovery), oldest first. */
+	struct mparked *mparked;
+	int mp_busy;     /* handling them again now (many_unpark) */
+	int mp_progress; /* a batched request was answered since */
 	uint32_t *idx;
 	size_t idx_cap; /* bytes */
 	float *gath;
@@ -101,8 +106,13 @@ typedef struct kv_server {
 	} * streaming;
 	/* Checkpoints (DTRAIN_CHECKPOINT_*). The I/O thread takes a snapshot
 	 * (a copy, in the file's format); a writer thread puts it on disk. */
-	char *ck_dir;          /* NULL: no checkpoints */
-	char ck_name[64];      /* server-<rank>.ckpt */
+	char *ck_dir;     /* NULL: no checkpoints */
+	char ck_name[64]; /* server-<rank>.ckpt */
+	/* The key placement of the job as this server's environment says
+	 * (DTRAIN_KV_PLACEMENT, ...): a checkpoint records it, and one made
+	 * under another is refused (its slices would not be this job's). */
+	char ck_placement[16];
+	uint64_t ck_split;
 	uint64_t ck_every;     /* rounds (0: not by rounds) */
 	uint64_t ck_every_ns;  /* or time (0: not by time) */
 	uint64_t rounds;       /* key rounds completed (async: updates) */

@@ -37,7 +37,9 @@ build(dt_wbuf *w)
 	                  .sync = 1,
 	                  .number = 4,
 	                  .rounds = 21,
-	                  .nkeys = 2};
+	                  .nkeys = 2,
+	                  .placement = "balanced",
+	                  .split = 4096};
 
 	assert_int_equal(dt__opt_parse("sgd", "lr=0.1,momentum=0.9", &h.opt),
 	                 DT_OK);
@@ -130,6 +132,8 @@ test_good_file(void **state)
 	assert_int_equal(h.nkeys, 2);
 	assert_int_equal(h.opt.kind, DT_OPT_SGD);
 	assert_true(h.opt.p.momentum == 0.9);
+	assert_string_equal(h.placement, "balanced");
+	assert_int_equal(h.split, 4096);
 	k.applied = applied;
 	assert_int_equal(dt__ckpt_next_key("f.ckpt", &r, &h, &k), DT_OK);
 	assert_int_equal(k.key, 10);
@@ -199,34 +203,48 @@ reseal(uint8_t *buf, size_t len)
 /* A version 1 file (the dense keys only, before row tables were kept)
  * and a version 2 file (before the many-key store was kept) read as they
  * did: their keys, and no row tables or many-key keys. */
+/* build()'s file as version v wrote it: without the key placement (the
+ * header's last 20 bytes, at 107) and without its last cut bytes before
+ * the trailer; its length. */
+static size_t
+old_file(const dt_wbuf *w, uint8_t *old, uint8_t v, size_t cut)
+{
+	size_t at = 107, pl = 20, body = w->len - DT_CKPT_TRAILER - cut;
+
+	memcpy(old, w->data, at);
+	memcpy(old + at, w->data + at + pl, body - at - pl);
+	old[8] = v;
+	return dt__ckpt_seal(old, body - pl);
+}
+
 static void
 test_version_1(void **state)
 {
 	dt_wbuf w;
 	uint8_t *old;
-	size_t body;
+	size_t body, len;
+	dt_rbuf r;
+	dt_ckpt_head h;
 
 	(void)state;
 	build(&w);
-	/* (without the tables' count and the many-key section) */
-	body = w.len - DT_CKPT_TRAILER - 8 - 24;
 	old = malloc(w.len);
-	memcpy(old, w.data, body);
-	old[8] = 1;
-	assert_int_equal(dt__ckpt_seal(old, body), body + DT_CKPT_TRAILER);
-	assert_int_equal(read_all(old, body + DT_CKPT_TRAILER), DT_OK);
+	/* version 1: without the tables' count and the many-key section */
+	len = old_file(&w, old, 1, 8 + 24);
+	assert_int_equal(read_all(old, len), DT_OK);
+	assert_int_equal(dt__ckpt_open("f.ckpt", old, len, &r, &h), DT_OK);
+	assert_string_equal(h.placement, ""); /* (not recorded) */
 	/* and the version 3 file, cut at the same place, is damaged */
+	body = w.len - DT_CKPT_TRAILER - 8 - 24;
 	memcpy(old, w.data, body);
 	dt__ckpt_seal(old, body);
 	assert_int_equal(read_all(old, body + DT_CKPT_TRAILER), DT_EFORMAT);
 	assert_non_null(strstr(dt_errmsg(), "no count of row tables"));
 	/* version 2: the row tables' count, no many-key section */
+	len = old_file(&w, old, 2, 24);
+	assert_int_equal(read_all(old, len), DT_OK);
 	body = w.len - DT_CKPT_TRAILER - 24;
 	memcpy(old, w.data, body);
-	old[8] = 2;
-	assert_int_equal(dt__ckpt_seal(old, body), body + DT_CKPT_TRAILER);
-	assert_int_equal(read_all(old, body + DT_CKPT_TRAILER), DT_OK);
-	old[8] = 3;
 	dt__ckpt_seal(old, body);
 	assert_int_equal(read_all(old, body + DT_CKPT_TRAILER), DT_EFORMAT);
 	assert_non_null(strstr(dt_errmsg(), "many-key section is cut short"));
@@ -281,8 +299,12 @@ many_store(dt_kstore *ks)
 static void
 many_file(dt_wbuf *w, const dt_kstore *ks)
 {
-	dt_ckpt_head h = {
-	    .nservers = 1, .nworkers = 2, .sync = 1, .opt = ks->opt};
+	dt_ckpt_head h = {.nservers = 1,
+	                  .nworkers = 2,
+	                  .sync = 1,
+	                  .opt = ks->opt,
+	                  .placement = "mxnet",
+	                  .split = 1000};
 
 	dt__wbuf_init(w);
 	dt__ckpt_begin(w, &h);
@@ -360,8 +382,9 @@ test_many_section(void **state)
 		dt__ks_fini(&b);
 	}
 	/* Lies, resealed: the section starts after the header (8 + 4 + 12
-	 * + 2 + 65 + 16), the dense keys' and the tables' counts. */
-	sec = 8 + 4 + 12 + 2 + 65 + 16 + 16;
+	 * + 2 + 65 + 16, the placement: 4 + 5 + 8), the dense keys' and the
+	 * tables' counts. */
+	sec = 8 + 4 + 12 + 2 + 65 + 16 + 17 + 16;
 	struct lie {
 		size_t at;
 		uint64_t v;
@@ -475,7 +498,7 @@ test_lies_with_good_checksum(void **state)
 	copy = malloc(w.len);
 	/* The header: magic 8, version 4, three u32, two u8, the optimizer
 	 * (1 + 8 doubles), number, rounds, then nkeys. */
-	nkeys_off = 8 + 4 + 12 + 2 + 65 + 16;
+	nkeys_off = 8 + 4 + 12 + 2 + 65 + 16 + 20; /* (+ the placement) */
 	/* A huge key count. */
 	memcpy(copy, w.data, w.len);
 	memset(copy + nkeys_off, 0xff, 8);
