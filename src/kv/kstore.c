@@ -192,7 +192,8 @@ dt__ks_bytes(const dt_kstore *ks)
 		b += ks->val_cap * ks->sk * 4;
 	if (ks->steps)
 		b += ks->rec_cap * 4;
-	b += ks->rec_cap * 4; /* updates */
+	if (ks->updates)
+		b += ks->rec_cap * 4;
 	if (ks->merge)
 		b += ks->val_cap * 4 + ks->rec_cap * (w + 1) * 4;
 	return b;
@@ -255,7 +256,8 @@ reserve(dt_kstore *ks, size_t nrec, size_t nval)
 			rc = nrec;
 		if (grow((void **)&ks->off, old ? old + 1 : 0, rc + 1, 8) ||
 		    grow((void **)&ks->mark, (old + 7) / 8, (rc + 7) / 8, 1) ||
-		    grow((void **)&ks->updates, old, rc, 4) ||
+		    (ks->counted &&
+		     grow((void **)&ks->updates, old, rc, 4)) ||
 		    (ks->opt.kind != DT_OPT_NONE &&
 		     grow((void **)&ks->steps, old, rc, 4)) ||
 		    (ks->sync &&
@@ -616,7 +618,7 @@ dt__ks_set(dt_kstore *ks, const uint32_t *idx, size_t count, const float *vals)
 static void
 count_updates(dt_kstore *ks, uint32_t first, size_t count)
 {
-	for (size_t i = 0; i < count; i++)
+	for (size_t i = 0; ks->updates && i < count; i++)
 		ks->updates[first + i]++;
 }
 
@@ -628,7 +630,8 @@ update(dt_kstore *ks, uint32_t r, const float *g)
 	size_t len = dt__ks_len(ks, r);
 	float *w = dt__ks_val(ks, r);
 
-	ks->updates[r]++;
+	if (ks->updates)
+		ks->updates[r]++;
 	if (ks->opt.kind == DT_OPT_NONE) {
 		if (len == 1)
 			*w = *g;

@@ -58,7 +58,9 @@ typedef struct dt_kstore {
 	uint32_t *steps; /* per record (an optimizer) */
 	/* per record: its updates (dist_sync: rounds; dist_async: pushes),
 	 * for checkpoints and recovery (a restarted server tells each worker
-	 * how many of its pushes of a key its checkpoint holds) */
+	 * how many of its pushes of a key its checkpoint holds); kept only
+	 * when counted is set, before the first key is added */
+	int counted;
 	uint32_t *updates;
 	/* dist_sync's */
 	int nworkers;

@@ -69,7 +69,8 @@ dt__ks_snapshot(const dt_kstore *ks, dt_wbuf *w)
 	free(keys);
 	for (size_t r = 0; r < n; r++)
 		dt__wbuf_u32(w, (uint32_t)dt__ks_len(ks, (uint32_t)r));
-	dt__wbuf_bytes(w, ks->updates, n * 4);
+	for (size_t r = 0; r < n; r++)
+		dt__wbuf_u32(w, ks->updates ? ks->updates[r] : 0);
 	for (size_t r = 0; r < n; r++)
 		dt__wbuf_u32(w, ks->steps ? ks->steps[r] : 0);
 	dt__wbuf_bytes(w, ks->val, v * sizeof(float));
@@ -137,6 +138,7 @@ load_records(dt_kstore *ks, const char *path, size_t n, size_t v,
 		return dt__fail(DT_ENOMEM,
 		                "%s: out of memory for %zu many-key records",
 		                path, n);
+	ks->counted = 1; /* (before the first record is added) */
 	err = dt__ks_resolve(ks, "checkpoint", n, keys, &l, 1, idx, &bad);
 	free(idx);
 	if (err)

@@ -5,9 +5,9 @@
  *
  * A server holds three kinds of store, each in its own file beside the
  * store it drives: dense keys (server.c, which also routes the messages
- * and runs checkpoints), many-key requests (kstore.h) and row_sparse
- * tables (rserver.c over rstore.c). Checkpoints, recovery and the checks
- * of which store a key lives in loop over the kinds' ops (srv_kinds)
+ * and runs checkpoints), many-key requests (srv_many.c over kstore.c) and
+ * row_sparse tables (rserver.c over rstore.c). Checkpoints, recovery and the
+ * checks of which store a key lives in loop over the kinds' ops (srv_kinds)
  * rather than naming them.
  *
  * Threads: all of it runs in the node's I/O thread (the checkpoint writer
@@ -43,6 +43,7 @@
 #define srv_many_kind        DT_SRV(many_kind)
 #define srv_rows_kind        DT_SRV(rows_kind)
 #define srv_home_of          DT_SRV(home_of)
+#define srv_on_many          DT_SRV(on_many)
 #define srv_on_row_init      DT_SRV(on_row_init)
 #define srv_on_rows          DT_SRV(on_rows)
 
@@ -178,6 +179,11 @@ typedef struct srv_kind {
 	 * (dt_kv_init_row_sparse)"). */
 	const char *made_by;
 	int (*owns)(kv_server *s, dt_key key);
+	/* A single-key request (KV_INIT, _PUSH, _PULL, _PUSHPULL; payload:
+	 * its values, decoded or not) for a key this kind holds, when the
+	 * kind serves those (NULL: it does not): served, 1; 0: not its key. */
+	int (*single)(kv_server *s, int worker, const dt_msg_hdr *h,
+	              const uint8_t *meta, const float *payload);
 	/* The optimizer's parameters change (not its kind). */
 	void (*set_opt)(kv_server *s, const dt_opt *opt);
 	/* Whether it has anything (the mode may not change then). */
@@ -208,6 +214,9 @@ extern const srv_kind srv_dense_kind, srv_many_kind, srv_rows_kind;
 
 /* The kind that holds key, other than self (NULL: none). */
 const srv_kind *srv_home_of(kv_server *s, dt_key key, const srv_kind *self);
+
+/* The many-key kind's batched requests (KV_*_MANY; srv_many.c). */
+void srv_on_many(kv_server *s, int worker, const dt_msg *m);
 
 /* The row_sparse kind's messages (rserver.c). */
 void srv_on_row_init(kv_server *s, int worker, const dt_msg *m);

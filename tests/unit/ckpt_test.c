@@ -267,6 +267,7 @@ many_store(dt_kstore *ks)
 	assert_int_equal(dt__opt_parse("sgd", "lr=0.5,momentum=0.9", &opt),
 	                 DT_OK);
 	dt__ks_init(ks, 2, 1, &opt);
+	ks->counted = 1; /* (a server with checkpoints counts updates) */
 	for (int i = 0; i < 80; i++) {
 		dt__put_u64(keys + 8 * i, 1000 + 3 * (uint64_t)i);
 		v[i] = (float)i * 0.25f;
