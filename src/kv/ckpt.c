@@ -386,10 +386,9 @@ dt__ckpt_next_table(const char *path, dt_rbuf *r, const dt_ckpt_head *h,
 }
 
 dt_err
-dt_kv_checkpoint_inspect(const char *path, char *summary, size_t cap)
+dt__ckpt_summary(const char *path, const uint8_t *buf, size_t len,
+                 char *summary, size_t cap)
 {
-	uint8_t *buf;
-	size_t len;
 	dt_rbuf r;
 	dt_ckpt_head h;
 	dt_ckpt_key k;
@@ -397,19 +396,11 @@ dt_kv_checkpoint_inspect(const char *path, char *summary, size_t cap)
 	dt_kstore ks;
 	dt_err err;
 
-	if (path == NULL || (summary == NULL && cap))
-		return dt__fail(DT_EINVAL, "checkpoint inspect: NULL argument");
-	if ((err = dt__ckpt_read(path, &buf, &len)))
+	if ((err = dt__ckpt_open(path, buf, len, &r, &h)))
 		return err;
-	if ((err = dt__ckpt_open(path, buf, len, &r, &h))) {
-		free(buf);
-		return err;
-	}
 	k.applied = calloc(h.nworkers, sizeof(uint64_t));
-	if (k.applied == NULL) {
-		free(buf);
+	if (k.applied == NULL)
 		return DT_ENOMEM;
-	}
 	for (uint64_t i = 0; i < h.nkeys && err == DT_OK; i++) {
 		err = dt__ckpt_next_key(path, &r, &h, &k);
 		floats += k.len;
@@ -435,24 +426,41 @@ dt_kv_checkpoint_inspect(const char *path, char *summary, size_t cap)
 		err = dt__fail(DT_EFORMAT, "%s: %zu bytes after the last key",
 		               path, r.len - r.off);
 	free(k.applied);
-	free(buf);
 	if (err)
 		return err;
 	if (cap)
-		snprintf(summary, cap,
-		         "server %u of %u, %u workers, %s, optimizer %s, "
-		         "checkpoint #%llu after %llu rounds, %llu keys, %llu "
-		         "row tables, %llu many-key keys, %llu floats (format "
-		         "version %u)",
-		         h.rank, h.nservers, h.nworkers,
-		         h.sync ? "dist_sync" : "dist_async",
-		         h.opt.kind == DT_OPT_SGD    ? "sgd"
-		         : h.opt.kind == DT_OPT_ADAM ? "adam"
-		                                     : "none",
-		         (unsigned long long)h.number,
-		         (unsigned long long)h.rounds,
-		         (unsigned long long)h.nkeys,
-		         (unsigned long long)ntables, (unsigned long long)nmany,
-		         (unsigned long long)floats, h.version);
+		snprintf(
+		    summary, cap,
+		    "server %u of %u, %u workers, %s, optimizer %s, "
+		    "checkpoint #%llu after %llu rounds, %llu keys, %llu "
+		    "row tables, %llu many-key keys, %llu floats, placement "
+		    "%s (arrays of %llu floats and more cut; format version "
+		    "%u)",
+		    h.rank, h.nservers, h.nworkers,
+		    h.sync ? "dist_sync" : "dist_async",
+		    h.opt.kind == DT_OPT_SGD    ? "sgd"
+		    : h.opt.kind == DT_OPT_ADAM ? "adam"
+		                                : "none",
+		    (unsigned long long)h.number, (unsigned long long)h.rounds,
+		    (unsigned long long)h.nkeys, (unsigned long long)ntables,
+		    (unsigned long long)nmany, (unsigned long long)floats,
+		    *h.placement ? h.placement : "not recorded",
+		    (unsigned long long)h.split, h.version);
 	return DT_OK;
+}
+
+dt_err
+dt_kv_checkpoint_inspect(const char *path, char *summary, size_t cap)
+{
+	uint8_t *buf;
+	size_t len;
+	dt_err err;
+
+	if (path == NULL || (summary == NULL && cap))
+		return dt__fail(DT_EINVAL, "checkpoint inspect: NULL argument");
+	if ((err = dt__ckpt_read(path, &buf, &len)))
+		return err;
+	err = dt__ckpt_summary(path, buf, len, summary, cap);
+	free(buf);
+	return err;
 }

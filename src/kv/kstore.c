@@ -256,8 +256,7 @@ reserve(dt_kstore *ks, size_t nrec, size_t nval)
 			rc = nrec;
 		if (grow((void **)&ks->off, old ? old + 1 : 0, rc + 1, 8) ||
 		    grow((void **)&ks->mark, (old + 7) / 8, (rc + 7) / 8, 1) ||
-		    (ks->counted &&
-		     grow((void **)&ks->updates, old, rc, 4)) ||
+		    (ks->counted && grow((void **)&ks->updates, old, rc, 4)) ||
 		    (ks->opt.kind != DT_OPT_NONE &&
 		     grow((void **)&ks->steps, old, rc, 4)) ||
 		    (ks->sync &&

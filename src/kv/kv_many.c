@@ -34,8 +34,8 @@ wait_reqs(dt_kv *kv, dt_kv_req *reqs, size_t n, dt_err first)
 	return dt__err_restore(&k);
 }
 
-/* A batched call key by key (a local store; and in dist_async with
- * DTRAIN_RECOVER, which the many-key store does not serve): every request
+/* A batched call key by key (a local store; and with DTRAIN_RECOVER,
+ * unless DTRAIN_RECOVER_BATCHED keeps them batched): every request
  * started, then all waited for. */
 static dt_err
 batch_one_by_one(dt_kv *kv, int cmd, const dt_kv_batch *b)

@@ -12,7 +12,8 @@
 #     again by hand (as an outside engine would: Kubernetes, Slurm), the
 #     new one first, held by the scheduler until the old one's loss;
 #   - kv_check async (dist_async): every push applied exactly once;
-#   - batched calls (the many-key store) in dist_sync: values bit-identical
+#   - batched calls kept batched (the many-key store, DTRAIN_RECOVER_BATCHED=1)
+#     in dist_sync: values bit-identical
 #     after a server kill at a random step, before any checkpoint, and
 #     with messages dropped (PS_RESEND=1 PS_DROP_MSG=5);
 #   - a worker killed instead (linreg, mnist, kv_check async, and by hand):
@@ -165,7 +166,8 @@ grep -q "kv_check async: resuming at push [1-9]" "$tmp/async_w.log" || fail "dis
 echo "kv_check async (dist_async), worker 1 killed: $(grep -o 'resuming at push [0-9]*' "$tmp/async_w.log"); every push applied exactly once"
 rm -rf "$tmp/ck"
 
-# Batched calls (the many-key store), dist_sync: kv_check ckpt with 3000
+# Batched calls kept batched under recovery (DTRAIN_RECOVER_BATCHED=1: the
+# many-key store), dist_sync: kv_check ckpt with 3000
 # one-float keys in a run and 750 keys of 3 floats, all pushpulled in two
 # batched calls a step; the values' hash at the end is the undisturbed
 # run's, with a server killed at a random step, before any checkpoint
@@ -174,7 +176,7 @@ rm -rf "$tmp/ck"
 # dropped and sent again.
 export MXNET_KVSTORE_BIGARRAY_BOUND=1000
 MK=("$B/tests/progs/kv_check" ckpt 0 1000)
-ME=(--env KV_CHECK_MANY=3000 --env KV_CHECK_PROGRESS=1)
+ME=(--env KV_CHECK_MANY=3000 --env KV_CHECK_PROGRESS=1 --env DTRAIN_RECOVER_BATCHED=1)
 hash_end() { grep -o "kv_check ckpt at step 1000: [0-9a-f]*" "$tmp/$1.log"; }
 timeout 200 "$B/dtrain" launch -n 2 -s 2 "${ME[@]}" -- "${MK[@]}" >"$tmp/many_ref.log" 2>&1 || fail "batched reference run"
 [ -n "$(hash_end many_ref)" ] || fail "batched reference run: no hash"
