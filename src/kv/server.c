@@ -1234,6 +1234,29 @@ park(kv_server *s, int worker, const dt_msg *m)
 	return 1;
 }
 
+void
+srv_unpark_key(kv_server *s, dt_key key)
+{
+	entry *e = dt__table_count(&s->keys) ? find(s, key) : NULL;
+	parked *q;
+
+	if (e == NULL || e->initialised || e->inits || e->later)
+		return;
+	q = e->parked;
+	e->parked = NULL;
+	dt__table_remove(&s->keys, &e->hn);
+	free_entry(e);
+	while (q) {
+		parked *next = q->next;
+
+		on_data(s, q->worker, &q->h, q->meta, q->data, 0);
+		free(q->meta);
+		free(q->data);
+		free(q);
+		q = next;
+	}
+}
+
 /* The key has its value now: what waited for it, in order. */
 static void
 unpark(kv_server *s, entry *e)
@@ -1291,10 +1314,14 @@ on_peer_restart(void *arg, dt_node *n, int peer)
 
 /* ---- the dense kind's ops ---- */
 
+/* (an entry made by a request parked before its key's init is no key
+ * yet: another kind's init may make it) */
 static int
 dense_owns(kv_server *s, dt_key key)
 {
-	return dt__table_count(&s->keys) && find(s, key) != NULL;
+	entry *e = dt__table_count(&s->keys) ? find(s, key) : NULL;
+
+	return e && e->initialised;
 }
 
 static uint64_t

@@ -44,6 +44,7 @@
 #define srv_rows_kind        DT_SRV(rows_kind)
 #define srv_home_of          DT_SRV(home_of)
 #define srv_on_many          DT_SRV(on_many)
+#define srv_unpark_key       DT_SRV(unpark_key)
 #define srv_on_row_init      DT_SRV(on_row_init)
 #define srv_on_rows          DT_SRV(on_rows)
 
@@ -214,6 +215,11 @@ extern const srv_kind srv_dense_kind, srv_many_kind, srv_rows_kind;
 
 /* The kind that holds key, other than self (NULL: none). */
 const srv_kind *srv_home_of(kv_server *s, dt_key key, const srv_kind *self);
+
+/* Recovery: key has a home now (another kind's init): the single-key
+ * requests the router parked for it, before any kind held it, are
+ * handled again (server.c). */
+void srv_unpark_key(kv_server *s, dt_key key);
 
 /* The many-key kind's batched requests (KV_*_MANY; srv_many.c). */
 void srv_on_many(kv_server *s, int worker, const dt_msg *m);

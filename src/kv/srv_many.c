@@ -63,11 +63,14 @@ mpull_add(breq *q, int worker, int cmd, uint64_t seq, uint32_t rec,
 typedef struct mparked {
 	dt_msg_hdr h;
 	int worker;
+	uint8_t *meta; /* a single-key request's */
 	uint8_t *data; /* its payload (malloc'd: aligned for the values) */
 	struct mparked *next;
 } mparked;
 
 static void on_many(kv_server *s, int worker, const dt_msg *m);
+static int many_single(kv_server *s, int worker, const dt_msg_hdr *h,
+                       const uint8_t *meta, const float *payload);
 
 /*
  * Recovery: a batched request waits, parked, on a server that took a lost
@@ -84,13 +87,14 @@ static void on_many(kv_server *s, int worker, const dt_msg *m);
  * refused). 1: parked (or refused for want of memory).
  */
 static int
-many_park(kv_server *s, int worker, const dt_msg_hdr *h, const void *payload,
-          int pending)
+many_park(kv_server *s, int worker, const dt_msg_hdr *h, const uint8_t *meta,
+          const void *payload, int pending)
 {
 	mparked *q, **p;
 	int behind = 0;
 
-	if (!s->rejoined && s->mparked == NULL)
+	if (!s->rejoined && s->mparked == NULL &&
+	    !(pending && dt__node_recover(s->node)))
 		return 0;
 	for (p = &s->mparked; *p; p = &(*p)->next)
 		behind |= (*p)->worker == worker;
@@ -101,7 +105,10 @@ many_park(kv_server *s, int worker, const dt_msg_hdr *h, const void *payload,
 	      dt__ks_find(&s->ks, dt__get_u64(payload)) != DT_KS_NONE)))
 		return 0;
 	if ((q = calloc(1, sizeof(*q))) == NULL ||
-	    (h->payload_len && (q->data = malloc(h->payload_len)) == NULL)) {
+	    (h->payload_len && (q->data = malloc(h->payload_len)) == NULL) ||
+	    (h->meta_len && meta && (q->meta = malloc(h->meta_len)) == NULL)) {
+		if (q)
+			free(q->data);
 		free(q);
 		srv_reply_error(s, worker, h->cmd, h->seq, 0, DT_ENOMEM,
 		                "%s: out of memory", dt__kv_op_name(h->cmd));
@@ -111,8 +118,20 @@ many_park(kv_server *s, int worker, const dt_msg_hdr *h, const void *payload,
 	q->worker = worker;
 	if (h->payload_len)
 		memcpy(q->data, payload, h->payload_len);
+	if (q->meta)
+		memcpy(q->meta, meta, h->meta_len);
 	*p = q;
 	return 1;
+}
+
+/* Whether worker has a request parked. */
+static int
+worker_parked(const kv_server *s, int worker)
+{
+	for (const mparked *q = s->mparked; q; q = q->next)
+		if (q->worker == worker)
+			return 1;
+	return 0;
 }
 
 /* Append q to the parked requests. */
@@ -153,12 +172,17 @@ many_unpark_pass(kv_server *s, uint8_t *blocked)
 
 		while (tail && tail->next)
 			tail = tail->next;
-		on_many(s, w, &m);
+		if (dt__kv_many_cmd(q->h.cmd))
+			on_many(s, w, &m);
+		else
+			(void)many_single(s, w, &q->h, q->meta,
+			                  (const float *)(const void *)q->data);
 		/* (parked again: the list grew by a copy of it) */
 		if ((tail ? tail->next : s->mparked) != NULL)
 			blocked[w] = 1;
 		else
 			served++;
+		free(q->meta);
 		free(q->data);
 		free(q);
 		q = next;
@@ -341,6 +365,8 @@ on_init_many(kv_server *s, int worker, const dt_msg_hdr *h, const dt_kv_many *b)
 	DT_LOG(2, "batched init: %zu keys (%zu new), %zu in the store",
 	       b->count, s->ks.nrec - n0, s->ks.nrec);
 	srv_reply(s, worker, h->cmd, h->seq, 0, NULL, 0);
+	for (size_t i = 0; s->rejoined && i < b->count; i++)
+		srv_unpark_key(s, dt__get_u64(b->keys + 8 * i));
 	many_unpark(s);
 }
 
@@ -423,7 +449,7 @@ push_rounds(kv_server *s, int worker, const dt_msg_hdr *h, unsigned enc,
 		dt_key key = keys ? dt__get_u64(keys + 8 * bad) : h->key;
 
 		/* (a batched request's payload starts with its keys) */
-		if (keys && many_park(s, worker, h, keys, 1))
+		if (keys && many_park(s, worker, h, NULL, keys, 1))
 			return;
 		srv_reply_error(
 		    s, worker, h->cmd, h->seq, key, DT_ESTATE,
@@ -495,6 +521,14 @@ one_in_many(kv_server *s, int worker, const dt_msg_hdr *h, const uint8_t *meta,
 		                (unsigned long long)h->arg0, len);
 		return;
 	}
+	/* Recovery: a replayed push behind this worker's pending one (or
+	 * anything behind its parked requests) waits, as a batched one. */
+	if ((s->mparked || dt__node_recover(s->node)) && s->sync &&
+	    (worker_parked(s, worker) ||
+	     (h->cmd != DT_CMD_KV_PULL &&
+	      dt__ks_pending(&s->ks, worker, &r, 1, &bad))) &&
+	    many_park(s, worker, h, meta, payload, 1))
+		return;
 	err = dt__kv_push_check(h, meta, len, &kind, &t);
 	if ((err && (err != DT_ESIZE || h->cmd != DT_CMD_KV_PULL)) ||
 	    (h->arg2 & DT_KV_AT_ROUND)) {
@@ -590,6 +624,10 @@ many_single(kv_server *s, int worker, const dt_msg_hdr *h, const uint8_t *meta,
 		init_in_many(s, worker, h, payload, r);
 	else
 		one_in_many(s, worker, h, meta, payload, r);
+	if (s->mparked && s->mp_progress) {
+		s->mp_progress = 0; /* (recovery: rounds closed) */
+		many_unpark(s);
+	}
 	return 1;
 }
 
@@ -632,7 +670,7 @@ on_many(kv_server *s, int worker, const dt_msg *m)
 
 	if (m->payload && m->payload == s->rx[worker].buf)
 		s->rx[worker].holder = NULL; /* (whole: used before the next) */
-	if (many_park(s, worker, h, m->payload, 0))
+	if (many_park(s, worker, h, NULL, m->payload, 0))
 		return;
 	if ((err = dt__kv_many_decode(h, m->payload, &b))) {
 		srv_reply_error(s, worker, h->cmd, h->seq, 0, err, "%s",
@@ -803,6 +841,7 @@ many_drop(kv_server *s)
 		mparked *q = s->mparked;
 
 		s->mparked = q->next;
+		free(q->meta);
 		free(q->data);
 		free(q);
 	}

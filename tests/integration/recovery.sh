@@ -13,7 +13,8 @@
 #     new one first, held by the scheduler until the old one's loss;
 #   - kv_check async (dist_async): every push applied exactly once;
 #   - batched calls kept batched (the many-key store, DTRAIN_RECOVER_BATCHED=1)
-#     in dist_sync: values bit-identical
+#     in dist_sync, kv_check ckpt and mnist (single-key pushes on keys of a
+#     batched init): values bit-identical
 #     after a server kill at a random step, before any checkpoint, and
 #     with messages dropped (PS_RESEND=1 PS_DROP_MSG=5);
 #   - a worker killed instead (linreg, mnist, kv_check async, and by hand):
@@ -228,6 +229,18 @@ elif [ -f "$DATA/train-images-idx3-ubyte.gz" ]; then
 		fail "mnist: parameters differ ($("$B/dtrain" params diff "$tmp/ref.params" "$tmp/killed.params"))"
 	echo "mnist, server 0 killed after batch $k: parameters bit-identical"
 	rm -rf "$tmp/ck"
+	# The same with its batched init kept batched (DTRAIN_RECOVER_BATCHED=1:
+	# its layers' keys in the many-key store, pushed by single-key calls
+	# during backward), killed with a checkpoint and before any.
+	for ev in 10 1000000; do
+		killed mnist_b$ev server 0 "Batch \[$((k - 16))-$k\]" "$B/dtrain" launch -n 2 -s 2 "${R[@]}" \
+			--checkpoint-every $ev --env DTRAIN_RECOVER_BATCHED=1 -- "$B/examples/mnist" "${M[@]}" --save "$tmp/b$ev.params"
+		must_pass mnist_b$ev
+		cmp -s "$tmp/ref.params" "$tmp/b$ev.params" ||
+			fail "mnist, batched init kept batched: parameters differ ($("$B/dtrain" params diff "$tmp/ref.params" "$tmp/b$ev.params"))"
+		rm -rf "$tmp/ck"
+	done
+	echo "mnist with DTRAIN_RECOVER_BATCHED=1 (keys in the many-key store), server 0 killed after batch $k, with a checkpoint and before any: parameters bit-identical"
 	wr=$((RANDOM % 2))
 	killed mnist_w worker $wr "Batch \[$((k - 16))-$k\]" "$B/dtrain" launch -n 2 -s 2 "${R[@]}" --checkpoint-every 10 \
 		-- "$B/examples/mnist" "${M[@]}" --save "$tmp/wkilled.params"

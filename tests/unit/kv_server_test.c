@@ -444,8 +444,9 @@ test_many_checkpoint(void **state)
 /* On a server that took a lost one's place, batched requests as the
  * replays send them: worker 1's pushes before worker 0's init wait for
  * it, and a worker's pushes sent back to back each wait for the round of
- * the one before; the sums come out as in order, with no error. Once the
- * recovery is over, a second push in a round is refused again. */
+ * the one before; the sums come out as in order, with no error. On a
+ * server without recovery (DTRAIN_RECOVER), a second push in a round is
+ * refused. */
 static void
 test_many_replay_park(void **state)
 {
@@ -472,7 +473,7 @@ test_many_replay_park(void **state)
 	memcpy(got, h_ans.data, sizeof(got));
 	for (int i = 0; i < 40; i++)
 		assert_true(got[i] == 30.0f);
-	s->rejoined = 0;
+	s->rejoined = 0; /* (and this node has no DTRAIN_RECOVER) */
 	many_req(0, DT_CMD_KV_PUSH_MANY, 40, 1.0f);
 	many_req(0, DT_CMD_KV_PUSH_MANY, 40, 1.0f);
 	refused(DT_ESTATE, "has not been answered yet");
