@@ -217,6 +217,7 @@ dt_err h_kv_register(void);
 #define dt__kv_register h_kv_register
 #define DT_SRV(name)    h_srv_##name
 #include "kv/rserver.c"
+#include "kv/srv_many.c"
 #include "kv/server.c"
 #include "kv/srv_reply.c"
 #undef dt__kv_register

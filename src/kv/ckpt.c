@@ -3,11 +3,13 @@
  * has it byte by byte), writing it so that a crash at any moment leaves a
  * good file, and reading it back as hostile bytes.
  *
- * Format, version 2, little-endian throughout:
- *   magic "DTRAINCK", u32 version (2),
+ * Format, version 3, little-endian throughout:
+ *   magic "DTRAINCK", u32 version (3),
  *   u32 server rank, u32 servers, u32 workers, u8 sync, u8 has optimizer,
  *   [the optimizer as KV_SET_OPT carries it, if it has one],
- *   u64 checkpoint number, u64 round count, then one section per store
+ *   u64 checkpoint number, u64 round count, the key placement (u32
+ *   length and the name of the policy, "balanced" or "mxnet"; u64 split
+ *   bound in floats), then one section per store
  *   kind, in this order, each a u64 count and its records:
  *   - dense keys, per key: u64 key, u64 n (whole array), u64 offset, u64
  *     len (this slice), u64 steps (optimizer updates), u64
@@ -17,6 +19,14 @@
  *     table's), u64 lo, u64 n (the rows [lo, lo + n) held here), u64
  *     width, u64 steps, u64 applied[workers], u64 state length, f32
  *     value[n * width], f32 state[state length];
+ *   - the many-key store (kstore_ckpt.c), not a count and records but
+ *     its arrays: u64 records, u64 floats (their lengths summed), u32
+ *     state floats per value float (0, 1 or 2: the optimizer's), u32
+ *     runs; then per run u64 first key, u64 stride, u64 keys, u32 first
+ *     record, u32 length; u64 key[records], u32 length[records], u32
+ *     updates[records] (rounds in dist_sync, pushes in dist_async), u32
+ *     steps[records] (optimizer updates; 0 without one), f32
+ *     value[floats], f32 state[floats * state floats per value float];
  *   trailer: u64 length of all before it, u32 CRC-32 (zlib) of those bytes,
  *   "DTCKEND\0".
  *
@@ -27,8 +37,9 @@
  * (the new one, or the previous one), and a file found damaged at load
  * leaves the previous good one to use.
  *
- * Version 1 is version 2 with the dense keys' section only (row tables
- * were not kept then): it still loads. A newer version is refused by name.
+ * Version 2 is version 3 without the many-key section (the many-key store
+ * was not kept then), and version 1 has the dense keys' section only: both
+ * still load. A newer version is refused by name.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -40,6 +51,7 @@
 #include <zlib.h>
 
 #include "common/file.h"
+#include "kv/kstore.h"
 #include "kv/kv_impl.h"
 
 #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
@@ -48,7 +60,7 @@
 
 static const char MAGIC[8] = {'D', 'T', 'R', 'A', 'I', 'N', 'C', 'K'};
 static const char END[8] = {'D', 'T', 'C', 'K', 'E', 'N', 'D', '\0'};
-#define VERSION 2u
+#define VERSION 3u
 #define TRAILER DT_CKPT_TRAILER
 /* Sanity bound on the counts of a header (a job has far fewer). */
 #define ROLE_MAX 65536u
@@ -67,6 +79,8 @@ dt__ckpt_begin(dt_wbuf *w, const dt_ckpt_head *h)
 		dt__opt_encode(&h->opt, w);
 	dt__wbuf_u64(w, h->number);
 	dt__wbuf_u64(w, h->rounds);
+	dt__wbuf_str(w, h->placement);
+	dt__wbuf_u64(w, h->split);
 }
 
 void
@@ -237,6 +251,10 @@ dt__ckpt_open(const char *path, const uint8_t *buf, size_t len, dt_rbuf *r,
 		                dt_errmsg());
 	h->number = dt__rbuf_u64(r);
 	h->rounds = dt__rbuf_u64(r);
+	if (version >= 3) {
+		dt__rbuf_str(r, h->placement, sizeof(h->placement));
+		h->split = dt__rbuf_u64(r);
+	}
 	h->nkeys = dt__rbuf_u64(r);
 	if (dt__rbuf_err(r, "checkpoint header"))
 		return dt__fail(DT_EFORMAT, "%s: header cut short", path);
@@ -368,29 +386,21 @@ dt__ckpt_next_table(const char *path, dt_rbuf *r, const dt_ckpt_head *h,
 }
 
 dt_err
-dt_kv_checkpoint_inspect(const char *path, char *summary, size_t cap)
+dt__ckpt_summary(const char *path, const uint8_t *buf, size_t len,
+                 char *summary, size_t cap)
 {
-	uint8_t *buf;
-	size_t len;
 	dt_rbuf r;
 	dt_ckpt_head h;
 	dt_ckpt_key k;
-	uint64_t floats = 0, ntables = 0;
+	uint64_t floats = 0, ntables = 0, nmany = 0;
+	dt_kstore ks;
 	dt_err err;
 
-	if (path == NULL || (summary == NULL && cap))
-		return dt__fail(DT_EINVAL, "checkpoint inspect: NULL argument");
-	if ((err = dt__ckpt_read(path, &buf, &len)))
+	if ((err = dt__ckpt_open(path, buf, len, &r, &h)))
 		return err;
-	if ((err = dt__ckpt_open(path, buf, len, &r, &h))) {
-		free(buf);
-		return err;
-	}
 	k.applied = calloc(h.nworkers, sizeof(uint64_t));
-	if (k.applied == NULL) {
-		free(buf);
+	if (k.applied == NULL)
 		return DT_ENOMEM;
-	}
 	for (uint64_t i = 0; i < h.nkeys && err == DT_OK; i++) {
 		err = dt__ckpt_next_key(path, &r, &h, &k);
 		floats += k.len;
@@ -403,11 +413,19 @@ dt_kv_checkpoint_inspect(const char *path, char *summary, size_t cap)
 		err = dt__ckpt_next_table(path, &r, &h, &t);
 		floats += t.n * t.width;
 	}
+	/* The many-key section is read into a store of its own: the store's
+	 * own checks are the section's. */
+	dt__ks_init(&ks, (int)h.nworkers, h.sync, &h.opt);
+	if (err == DT_OK && h.version >= 3 &&
+	    (err = dt__ks_load(&ks, path, &r)) == DT_OK && ks.nrec) {
+		nmany = ks.nrec;
+		floats += ks.off[ks.nrec];
+	}
+	dt__ks_fini(&ks);
 	if (err == DT_OK && r.off != r.len)
 		err = dt__fail(DT_EFORMAT, "%s: %zu bytes after the last key",
 		               path, r.len - r.off);
 	free(k.applied);
-	free(buf);
 	if (err)
 		return err;
 	if (cap)
@@ -415,7 +433,9 @@ dt_kv_checkpoint_inspect(const char *path, char *summary, size_t cap)
 		    summary, cap,
 		    "server %u of %u, %u workers, %s, optimizer %s, "
 		    "checkpoint #%llu after %llu rounds, %llu keys, %llu "
-		    "row tables, %llu floats",
+		    "row tables, %llu many-key keys, %llu floats, placement "
+		    "%s (arrays of %llu floats and more cut; format version "
+		    "%u)",
 		    h.rank, h.nservers, h.nworkers,
 		    h.sync ? "dist_sync" : "dist_async",
 		    h.opt.kind == DT_OPT_SGD    ? "sgd"
@@ -423,6 +443,24 @@ dt_kv_checkpoint_inspect(const char *path, char *summary, size_t cap)
 		                                : "none",
 		    (unsigned long long)h.number, (unsigned long long)h.rounds,
 		    (unsigned long long)h.nkeys, (unsigned long long)ntables,
-		    (unsigned long long)floats);
+		    (unsigned long long)nmany, (unsigned long long)floats,
+		    *h.placement ? h.placement : "not recorded",
+		    (unsigned long long)h.split, h.version);
 	return DT_OK;
+}
+
+dt_err
+dt_kv_checkpoint_inspect(const char *path, char *summary, size_t cap)
+{
+	uint8_t *buf;
+	size_t len;
+	dt_err err;
+
+	if (path == NULL || (summary == NULL && cap))
+		return dt__fail(DT_EINVAL, "checkpoint inspect: NULL argument");
+	if ((err = dt__ckpt_read(path, &buf, &len)))
+		return err;
+	err = dt__ckpt_summary(path, buf, len, summary, cap);
+	free(buf);
+	return err;
 }

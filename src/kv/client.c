@@ -182,16 +182,25 @@ dt__kv_client_create(dt_node *node, int sync, size_t bound, dt_kv_map *map,
 	c->next_op = 1;
 	c->recover = dt__node_recover(node);
 	c->rejoined = c->recover && dt__node_rejoined(node);
+	c->batch = 1;
 	if (c->recover) {
-		long mib;
+		long mib, batched;
 
 		if ((err = dt__env_long("DTRAIN_REPLAY_MAX", 1024, 0, 1L << 30,
-		                        &mib))) {
+		                        &mib)) ||
+		    (err = dt__env_long("DTRAIN_RECOVER_BATCHED", 0, 0, 1,
+		                        &batched))) {
 			free(c->parts);
 			free(c);
 			return err;
 		}
 		c->replay_max = (uint64_t)mib << 20;
+		/* Recovery replays batched requests to a restarted server in
+		 * dist_sync (a key's pushes that its checkpoint holds are its
+		 * rounds), but a restarted worker's dt_kv_resume asks the
+		 * dense store only: batched calls go key by key, there,
+		 * unless the job asks to keep them batched. */
+		c->batch = batched && sync;
 	}
 	c->nservers = dt_node_num_servers(node);
 	c->srv = dt__calloc((size_t)DT_MAX(dt_node_num_servers(node), 1),
@@ -210,11 +219,6 @@ dt__kv_client_create(dt_node *node, int sync, size_t bound, dt_kv_map *map,
 		free(c->parts);
 		free(c);
 		return DT_ENOMEM;
-	}
-	{
-		const char *ck = dt__env_str("DTRAIN_CHECKPOINT_DIR");
-
-		c->batch = !c->recover && (ck == NULL || *ck == '\0');
 	}
 	dt__table_init(&c->counts);
 	dt__table_init(&c->resids);

@@ -37,6 +37,9 @@ typedef struct logent {
 	dt_key key;
 	uint64_t arg0, arg1, arg2;
 	uint64_t pidx; /* pushes: which push of this key to this server */
+	/* a batched push (KV_PUSH_MANY, KV_PUSHPULL_MANY): pidx of each of
+	 * its arg0 keys, which are the first 8 * arg0 bytes of data */
+	uint64_t *pidxs;
 	uint8_t *meta;
 	uint32_t meta_len;
 	uint8_t *data; /* a copy of the payload (compressed, if it was) */
@@ -218,8 +221,15 @@ keycount *dt__kvc_find_count(dt_kv_client *c, dt_key key);
 int dt__kvc_held_push(dt_kv_client *c, dt_key key, int r);
 /* A log entry not on any list yet. */
 void dt__kvc_logent_drop(logent *e);
-/* Recovery, for a row request: a log entry (*le) of one that changes the
- * store, or a copy of a pull's ids (*ids); 0 when out of memory. */
+/* A batched push (KV_PUSH_MANY, KV_PUSHPULL_MANY). */
+int dt__kvc_many_push_cmd(int cmd);
+/* Recovery: the push number of each key of batched push le to server r
+ * (mu held); 0, or -1 when out of memory. */
+int dt__kvc_many_pidx(dt_kv_client *c, logent *le, int r);
+/* Recovery, for a row or batched request: a log entry (*le) of one that
+ * changes the store, or a copy of a pull's ids or keys (*ids: its whole
+ * payload); 0 when out of memory. A batched push whose copy is not kept
+ * (DTRAIN_REPLAY_MAX) still keeps its keys and lengths. */
 int dt__kvc_log_part(dt_kv_client *c, const dt_msg_hdr *h, const void *meta,
                      uint32_t meta_len, const struct iovec *iov, int iovcnt,
                      logent **le, void **ids);

@@ -160,10 +160,17 @@ dt__kvc_init_cmd(int cmd)
 }
 
 int
+dt__kvc_many_push_cmd(int cmd)
+{
+	return cmd == DT_CMD_KV_PUSH_MANY || cmd == DT_CMD_KV_PUSHPULL_MANY;
+}
+
+int
 dt__kvc_logged_cmd(int cmd)
 {
 	return cmd == DT_CMD_KV_CONFIG || cmd == DT_CMD_KV_SET_OPT ||
-	       dt__kvc_init_cmd(cmd) || dt__kvc_push_cmd(cmd);
+	       dt__kvc_init_cmd(cmd) || dt__kvc_push_cmd(cmd) ||
+	       cmd == DT_CMD_KV_INIT_MANY || dt__kvc_many_push_cmd(cmd);
 }
 
 /* What a push becomes once its value is in the server's checkpoint and

@@ -35,6 +35,7 @@ logent_free(dt_kv_client *c, logent *e)
 	dt__list_remove(&e->ln);
 	free(e->meta);
 	free(e->data);
+	free(e->pidxs);
 	free(e);
 }
 
@@ -120,6 +121,50 @@ held_of(const held_key *held, size_t n, dt_key key)
 	return f ? (int64_t)f->pushes : -1;
 }
 
+int
+dt__kvc_many_pidx(dt_kv_client *c, logent *le, int r)
+{
+	size_t count = (size_t)le->arg0;
+
+	if (le->data == NULL || le->len / 8 < count ||
+	    (le->pidxs = malloc(DT_MAX(count, 1) * sizeof(uint64_t))) == NULL)
+		return -1;
+	for (size_t i = 0; i < count; i++) {
+		int64_t p = dt__kvc_next_push(c, dt__kv_u64_at(le->data, i), r);
+
+		if (p < 0)
+			return -1; /* (the counts of this request's keys
+			              then run ahead: the job ends anyway) */
+		le->pidxs[i] = (uint64_t)p;
+	}
+	return 0;
+}
+
+/*
+ * How much of batched request e (logged) a checkpoint that holds held[0..n)
+ * has: 1 all of it, 0 none, -1 some of its keys and not others. An init
+ * is held once its keys are in the file; a push once each key's push
+ * (pidxs) is. In dist_sync a server takes a snapshot between requests, so
+ * a request is held whole or not at all, unless the workers list a key's
+ * pushes in different batches (some keys of a request may then have
+ * closed their rounds before a snapshot and others after).
+ */
+static int
+many_held(const logent *e, const held_key *held, size_t n)
+{
+	size_t count = (size_t)e->arg0, yes = 0;
+
+	if (e->data == NULL || e->len / 8 < count)
+		return 0;
+	for (size_t i = 0; i < count; i++) {
+		int64_t have = held_of(held, n, dt__kv_u64_at(e->data, i));
+
+		yes += have >= 0 &&
+		       (e->pidxs == NULL || e->pidxs[i] < (uint64_t)have);
+	}
+	return yes == count ? 1 : yes == 0 ? 0 : -1;
+}
+
 /* KV_CKPT_DONE from server id sid (I/O thread). */
 void
 dt__kvc_on_ckpt_done(dt_kv_client *c, int sid, const dt_msg *m)
@@ -166,10 +211,13 @@ dt__kvc_on_ckpt_done(dt_kv_client *c, int sid, const dt_msg *m)
 			sub *s;
 
 			next = dt__list_next(&v->log, l);
-			if (have < 0 || e->cmd == DT_CMD_KV_CONFIG ||
-			    e->cmd == DT_CMD_KV_SET_OPT ||
-			    (!dt__kvc_init_cmd(e->cmd) &&
-			     e->pidx >= (uint64_t)have))
+			if (dt__kv_many_cmd(e->cmd)) {
+				if (many_held(e, held, (size_t)count) != 1)
+					continue;
+			} else if (have < 0 || e->cmd == DT_CMD_KV_CONFIG ||
+			           e->cmd == DT_CMD_KV_SET_OPT ||
+			           (!dt__kvc_init_cmd(e->cmd) &&
+			            e->pidx >= (uint64_t)have))
 				continue;
 			if ((s = dt__kvc_find_sub(c, e->seq)) != NULL)
 				s->log = NULL;
@@ -183,6 +231,41 @@ dt__kvc_on_ckpt_done(dt_kv_client *c, int sid, const dt_msg *m)
 	       restarted ? "restarted from" : "wrote",
 	       (unsigned long long)number, (unsigned long long)count);
 	free(held);
+}
+
+/* A refused batched push e to server r: its keys' pushes are not counted,
+ * nor in the push numbers of the later requests to r (mu held). */
+static void
+unlog_many(dt_kv_client *c, const logent *e, int r)
+{
+	size_t count = (size_t)e->arg0;
+	held_key *k = malloc(DT_MAX(count, 1) * sizeof(*k));
+
+	if (k == NULL) {
+		dt__node_set_fatal(c->node, DT_ENOMEM,
+		                   "recovery: out of memory after a refused "
+		                   "batched push");
+		return;
+	}
+	for (size_t i = 0; i < count; i++) {
+		dt_hnode *h = dt__table_find(
+		    &c->counts, k[i].key = dt__kv_u64_at(e->data, i));
+
+		if (h)
+			DT_CONTAINER_OF(h, keycount, hn)->pushes[r]--;
+	}
+	qsort(k, count, sizeof(*k), cmp_held);
+	for (dt_lnode *l = dt__list_next(&c->srv[r].log, &e->ln); l;
+	     l = dt__list_next(&c->srv[r].log, l)) {
+		logent *x = DT_CONTAINER_OF(l, logent, ln);
+
+		if (dt__kvc_push_cmd(x->cmd) && held_of(k, count, x->key) >= 0)
+			x->pidx--;
+		for (size_t j = 0; x->pidxs && j < (size_t)x->arg0; j++)
+			if (held_of(k, count, dt__kv_u64_at(x->data, j)) >= 0)
+				x->pidxs[j]--;
+	}
+	free(k);
 }
 
 /* A logged request the server refused changed nothing there: it is not
@@ -206,6 +289,8 @@ dt__kvc_unlog_refused(dt_kv_client *c, sub *s)
 		}
 		if (h)
 			DT_CONTAINER_OF(h, keycount, hn)->pushes[r]--;
+	} else if (dt__kvc_many_push_cmd(e->cmd) && e->pidxs) {
+		unlog_many(c, e, r);
 	}
 	logent_free(c, e);
 }
@@ -280,6 +365,67 @@ replay_lost(dt_kv_client *c, int r, dt_key key, uint64_t pidx)
 	                   (unsigned long long)(c->replay_max >> 20));
 }
 
+/* A batched pushpull the checkpoint holds, whose answer is missing: its
+ * pull, of the same keys (the head of its payload: keys, lengths). */
+static item
+many_pull(const item *x, const logent *e)
+{
+	item p = *x;
+
+	p.h.cmd = DT_CMD_KV_PULL_MANY;
+	p.h.arg2 =
+	    dt__kv_enc(DT_QUANT_NONE, (dt_quant_kind)DT_KV_ENC_ANSWER(e->arg2));
+	p.len = (size_t)e->arg0 * (e->arg1 ? 8 : 12);
+	return p;
+}
+
+/* Batched request e of server v's log into the replay (as replay_logged
+ * does for the others): 1 when it cannot be, *e->lost set or some of its
+ * keys held and not others (the job then ends, named). */
+static int
+replay_many(dt_kv_client *c, srv *v, logent *e, sub *s, item *x, item *it,
+            size_t *n, size_t *local)
+{
+	int held = many_held(e, v->held, v->nheld);
+
+	if (held < 0 || (held == 0 && e->lost))
+		return 1;
+	if (held == 0) { /* sent again; a pushpull answered: its push */
+		if (!s && e->cmd == DT_CMD_KV_PUSHPULL_MANY) {
+			x->h.cmd = DT_CMD_KV_PUSH_MANY;
+			x->h.arg2 = 0;
+		}
+		it[(*n)++] = *x;
+		return 0;
+	}
+	if (s && e->cmd == DT_CMD_KV_PUSHPULL_MANY) {
+		it[(*n)++] = many_pull(x, e);
+	} else if (s && e->cmd == DT_CMD_KV_INIT_MANY) {
+		it[(*n)++] = *x; /* (a restored store keeps the values) */
+	} else if (s) { /* a push in the file: only its answer missing */
+		dt__kvc_take_sub(c, s->seq);
+		dt__kvc_sub_done(c, s);
+		(*local)++;
+	}
+	return 0;
+}
+
+/* A restarted server r holds some keys of a batched push and not others:
+ * the request cannot be sent again whole, and is not cut (the job ends,
+ * saying why). */
+static void
+replay_split(dt_kv_client *c, int r, dt_key key)
+{
+	dt__node_set_fatal(c->node, DT_ESTATE,
+	                   "server %d restarted, and its checkpoint holds the "
+	                   "pushes of some keys of this worker's batched "
+	                   "request (listing key %llu) and not of others: the "
+	                   "workers listed those keys in different batched "
+	                   "calls; a batched request is recovered when every "
+	                   "worker sends the same keys together",
+	                   r, (unsigned long long)key);
+}
+
 /* Server v's logged requests its checkpoint does not hold, as items in
  * it[*n..] (mu held); the answers that are in the file already complete
  * their subs here (*local counts them). Returns the first entry whose
@@ -293,7 +439,8 @@ replay_logged(dt_kv_client *c, srv *v, item *it, size_t *n, size_t *local)
 		int64_t have = held_of(v->held, v->nheld, e->key);
 		sub *s = dt__kvc_find_sub(c, e->seq);
 
-		if (e->lost && (have < 0 || e->pidx >= (uint64_t)have))
+		if (e->lost && !dt__kv_many_cmd(e->cmd) &&
+		    (have < 0 || e->pidx >= (uint64_t)have))
 			return e;
 		item x = {.order = e->seq,
 		          .h = {.cmd = (uint8_t)e->cmd,
@@ -308,6 +455,11 @@ replay_logged(dt_kv_client *c, srv *v, item *it, size_t *n, size_t *local)
 		          .val = e->data,
 		          .len = e->len};
 
+		if (dt__kv_many_cmd(e->cmd)) {
+			if (replay_many(c, v, e, s, &x, it, n, local))
+				return e;
+			continue;
+		}
 		if (dt__kvc_push_cmd(e->cmd)) {
 			if (have >= 0 && e->pidx < (uint64_t)have) {
 				/* In the file already: only its answer is
@@ -378,12 +530,17 @@ dt__kvc_replay(dt_kv_client *c, int r)
 
 		if (lost) {
 			dt_key key = lost->key;
-			uint64_t pidx = lost->pidx;
+			uint64_t pidx =
+			    lost->pidxs ? lost->pidxs[0] : lost->pidx;
+			int many = dt__kv_many_cmd(lost->cmd) && !lost->lost;
 
 			v->replay_due = 0;
 			pthread_mutex_unlock(&c->mu);
 			free(it);
-			replay_lost(c, r, key, pidx);
+			if (many)
+				replay_split(c, r, key);
+			else
+				replay_lost(c, r, key, pidx);
 			return;
 		}
 		replay_unanswered(c, sid, it, &n, cap);
@@ -630,6 +787,7 @@ dt__kvc_logent_drop(logent *e)
 {
 	free(e->meta);
 	free(e->data);
+	free(e->pidxs);
 	free(e);
 }
 
@@ -645,22 +803,38 @@ dt__kvc_log_part(dt_kv_client *c, const dt_msg_hdr *h, const void *meta,
 
 	*le = NULL;
 	*ids = NULL;
-	if (h->cmd == DT_CMD_KV_ROW_PULL) {
-		if (iovcnt == 0 || iov[0].iov_len == 0)
+	if (h->cmd == DT_CMD_KV_ROW_PULL || h->cmd == DT_CMD_KV_PULL_MANY) {
+		/* (a row pull's ids: its first piece; a batched pull's keys
+		 * and lengths: all of it) */
+		int n =
+		    h->cmd == DT_CMD_KV_ROW_PULL ? DT_MIN(iovcnt, 1) : iovcnt;
+		size_t off = 0;
+
+		for (int i = 0; i < n; i++)
+			bytes += iov[i].iov_len;
+		if (bytes == 0)
 			return 1;
-		if ((*ids = malloc(iov[0].iov_len)) == NULL)
+		if ((*ids = malloc(bytes)) == NULL)
 			return 0;
-		memcpy(*ids, iov[0].iov_base, iov[0].iov_len);
+		for (int i = 0; i < n; off += iov[i].iov_len, i++)
+			memcpy((uint8_t *)*ids + off, iov[i].iov_base,
+			       iov[i].iov_len);
 		return 1;
 	}
 	if (!dt__kvc_logged_cmd(h->cmd))
 		return 1;
 	for (int i = 0; i < iovcnt; i++)
 		bytes += iov[i].iov_len;
-	if (dt__kvc_push_cmd(h->cmd) && bytes)
+	if ((dt__kvc_push_cmd(h->cmd) || dt__kvc_many_push_cmd(h->cmd)) &&
+	    bytes)
 		keep = dt__kvc_keep_copy(c, bytes);
+	/* (a batched push not kept keeps its keys and lengths: all but its
+	 * last piece, the values) */
 	if ((*le = dt__kvc_log_new(h, meta, meta_len, iov,
-	                           keep ? iovcnt : 0)) == NULL)
+	                           keep                            ? iovcnt
+	                           : dt__kvc_many_push_cmd(h->cmd) ? iovcnt - 1
+	                                                           : 0)) ==
+	    NULL)
 		return 0;
 	(*le)->lost = !keep;
 	return 1;

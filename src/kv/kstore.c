@@ -138,6 +138,18 @@ erase(dt_kstore *ks, uint64_t key)
 }
 
 void
+dt__ks_keys(const dt_kstore *ks, uint64_t *keys)
+{
+	for (size_t i = 0; i < ks->cap; i++) {
+		const uint8_t *s = ks->slots + SLOT * i;
+		uint32_t r1 = slot_rec(s);
+
+		if (r1)
+			keys[r1 - 1] = slot_key(s);
+	}
+}
+
+void
 dt__ks_init(dt_kstore *ks, int nworkers, int sync, const dt_opt *opt)
 {
 	memset(ks, 0, sizeof(*ks));
@@ -162,6 +174,7 @@ dt__ks_fini(dt_kstore *ks)
 	free(ks->mark);
 	free(ks->state);
 	free(ks->steps);
+	free(ks->updates);
 	free(ks->merge);
 	free(ks->pend);
 	free(ks->npushed);
@@ -178,6 +191,8 @@ dt__ks_bytes(const dt_kstore *ks)
 	if (ks->state)
 		b += ks->val_cap * ks->sk * 4;
 	if (ks->steps)
+		b += ks->rec_cap * 4;
+	if (ks->updates)
 		b += ks->rec_cap * 4;
 	if (ks->merge)
 		b += ks->val_cap * 4 + ks->rec_cap * (w + 1) * 4;
@@ -241,6 +256,7 @@ reserve(dt_kstore *ks, size_t nrec, size_t nval)
 			rc = nrec;
 		if (grow((void **)&ks->off, old ? old + 1 : 0, rc + 1, 8) ||
 		    grow((void **)&ks->mark, (old + 7) / 8, (rc + 7) / 8, 1) ||
+		    (ks->counted && grow((void **)&ks->updates, old, rc, 4)) ||
 		    (ks->opt.kind != DT_OPT_NONE &&
 		     grow((void **)&ks->steps, old, rc, 4)) ||
 		    (ks->sync &&
@@ -596,13 +612,25 @@ dt__ks_set(dt_kstore *ks, const uint32_t *idx, size_t count, const float *vals)
 	}
 }
 
-/* One update of record r with gradient g (its steps counted). */
+/* Records first .. first + count - 1 were updated at once (a fast path
+ * that copies values instead of calling update). */
+static void
+count_updates(dt_kstore *ks, uint32_t first, size_t count)
+{
+	for (size_t i = 0; ks->updates && i < count; i++)
+		ks->updates[first + i]++;
+}
+
+/* One update of record r with gradient g (its steps and updates
+ * counted). */
 static inline void
 update(dt_kstore *ks, uint32_t r, const float *g)
 {
 	size_t len = dt__ks_len(ks, r);
 	float *w = dt__ks_val(ks, r);
 
+	if (ks->updates)
+		ks->updates[r]++;
 	if (ks->opt.kind == DT_OPT_NONE) {
 		if (len == 1)
 			*w = *g;
@@ -646,11 +674,12 @@ void
 dt__ks_apply_span(dt_kstore *ks, uint32_t first, size_t count, const float *g)
 {
 	/* (no optimizer: the values are the gradients, one copy) */
-	if (ks->opt.kind == DT_OPT_NONE && count)
+	if (ks->opt.kind == DT_OPT_NONE && count) {
 		memcpy(dt__ks_val(ks, first), g,
 		       (size_t)(ks->off[first + count] - ks->off[first]) *
 		           sizeof(float));
-	else
+		count_updates(ks, first, count);
+	} else
 		apply_sel(ks, NULL, first, count, g);
 }
 
@@ -840,6 +869,7 @@ span_rounds(dt_kstore *ks, int worker, uint32_t req, uint32_t first,
 
 		memcpy(ks->val + o, ks->merge + o, n * sizeof(float));
 		memset(ks->merge + o, 0, n * sizeof(float));
+		count_updates(ks, first, count);
 		for (size_t i = 0; i < count; i++) {
 			np[i] = 0;
 			for (size_t k = 0; k < w; k++) {
@@ -878,6 +908,7 @@ dt__ks_push_sync_span(dt_kstore *ks, int worker, uint32_t req, uint32_t first,
 		/* Each round is this push and its value the gradient: one
 		 * copy, then every key's round answered. */
 		memcpy(dt__ks_val(ks, first), g, n * sizeof(float));
+		count_updates(ks, first, count);
 		done(arg, req, count);
 		return;
 	}

@@ -56,6 +56,12 @@ typedef struct dt_kstore {
 	size_t sk;       /* state floats per value float (0, 1, 2) */
 	float *state;    /* val_cap * sk */
 	uint32_t *steps; /* per record (an optimizer) */
+	/* per record: its updates (dist_sync: rounds; dist_async: pushes),
+	 * for checkpoints and recovery (a restarted server tells each worker
+	 * how many of its pushes of a key its checkpoint holds); kept only
+	 * when counted is set, before the first key is added */
+	int counted;
+	uint32_t *updates;
 	/* dist_sync's */
 	int nworkers;
 	int sync;
@@ -157,5 +163,25 @@ void dt__ks_push_sync_span(dt_kstore *ks, int worker, uint32_t req,
                            void *arg);
 /* Bytes the store holds (its arrays), for reports. */
 size_t dt__ks_bytes(const dt_kstore *ks);
+
+/*
+ * Checkpoints (kstore_ckpt.c; the section's bytes are in ckpt.c's head
+ * and docs/fault-tolerance.md). The store is written as it is between
+ * rounds: values, optimizer state, step and update counts, and its runs;
+ * a round's pushes so far (merge buffers, pending requests) are not in it.
+ */
+/* Every record's key, in record order, into keys[0..nrec) (a record's
+ * key is kept only in the index). */
+void dt__ks_keys(const dt_kstore *ks, uint64_t *keys);
+/* Bytes dt__ks_snapshot writes at most. */
+size_t dt__ks_snap_bytes(const dt_kstore *ks);
+/* The store's section (ks NULL: an empty one). */
+void dt__ks_snapshot(const dt_kstore *ks, dt_wbuf *w);
+/* Read a section (hostile bytes: every count and length is checked
+ * against what is left of the file and the store's limits before use)
+ * into ks, empty and made by dt__ks_init for the file's mode and
+ * optimizer. On error ks may hold part of it (dt__ks_fini it); the message
+ * names path. */
+dt_err dt__ks_load(dt_kstore *ks, const char *path, dt_rbuf *r);
 
 #endif

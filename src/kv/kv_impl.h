@@ -343,8 +343,11 @@ typedef struct dt_kv_batch {
 	float *const *pouts;
 } dt_kv_batch;
 
-/* Whether batched calls go as KV_*_MANY requests (not with DTRAIN_RECOVER
- * or DTRAIN_CHECKPOINT_DIR: the many-key store has no checkpoints). */
+/* Whether batched calls go as KV_*_MANY requests: with DTRAIN_RECOVER only
+ * when DTRAIN_RECOVER_BATCHED=1 in dist_sync (a restarted server's
+ * many-key store says how many pushes of a key it holds as its rounds,
+ * which only dist_sync has; and a restarted worker resumes dense keys
+ * only). */
 int dt__kv_client_batches(const dt_kv_client *c);
 /* One batched call of cmd (DT_CMD_KV_INIT, _PUSH, _PULL or _PUSHPULL):
  * the keys the many-key store takes (shorter than the big-array bound, and
@@ -418,13 +421,18 @@ dt_err dt__kv_client_checkpoint(dt_kv_client *c);
 
 /* Server checkpoints (ckpt.c; the format in docs/fault-tolerance.md). */
 typedef struct dt_ckpt_head {
-	uint32_t version; /* of a file read (1 or 2) */
+	uint32_t version; /* of a file read (1 to 3) */
 	uint32_t rank, nservers, nworkers;
 	int sync;
 	dt_opt opt;      /* kind DT_OPT_NONE: none */
 	uint64_t number; /* 1, 2, ... in this job */
 	uint64_t rounds; /* the server's completed rounds (or updates) */
-	uint64_t nkeys;  /* the dense keys' section's count */
+	/* The key placement the job ran under (version 3 on; "" in an older
+	 * file): the policy's name and the split bound in floats (arrays at
+	 * least this long are cut over the servers). */
+	char placement[16];
+	uint64_t split;
+	uint64_t nkeys; /* the dense keys' section's count */
 } dt_ckpt_head;
 
 typedef struct dt_ckpt_key {
@@ -451,6 +459,12 @@ dt_err dt__ckpt_write(const char *dir, const char *name, const void *buf,
                       size_t len);
 /* The whole file into *buf (malloc'd). */
 dt_err dt__ckpt_read(const char *path, uint8_t **buf, size_t *len);
+/* Read a whole checkpoint file's bytes (buf, len: as dt__ckpt_read gives
+ * them) as hostile bytes, every section checked to its end; a one-line
+ * summary into summary (cap bytes; 0: none). dt_kv_checkpoint_inspect and
+ * the checkpoint fuzz target call it. */
+dt_err dt__ckpt_summary(const char *path, const uint8_t *buf, size_t len,
+                        char *summary, size_t cap);
 /* Check the end mark, length and checksum of buf, then read the header;
  * r is left at the first key. Every error names path and the fault. */
 dt_err dt__ckpt_open(const char *path, const uint8_t *buf, size_t len,

@@ -34,9 +34,9 @@ wait_reqs(dt_kv *kv, dt_kv_req *reqs, size_t n, dt_err first)
 	return dt__err_restore(&k);
 }
 
-/* A batched call key by key (a local store; and with DTRAIN_RECOVER or
- * DTRAIN_CHECKPOINT_DIR, which the many-key store does not serve): every
- * request started, then all waited for. */
+/* A batched call key by key (a local store; and with DTRAIN_RECOVER,
+ * unless DTRAIN_RECOVER_BATCHED keeps them batched): every request
+ * started, then all waited for. */
 static dt_err
 batch_one_by_one(dt_kv *kv, int cmd, const dt_kv_batch *b)
 {
@@ -435,8 +435,8 @@ dt__kvc_send_many_part(dt_kv_client *c, kv_op *o, int server, dt_msg_hdr *h,
 	int parked = 0;
 	dt_err err = DT_OK;
 
-	/* Recovery (row requests; batched ones are not sent with it): a
-	 * copy to send again, as send_part keeps. */
+	/* Recovery (row and batched requests): a copy to send again, as
+	 * send_part keeps. */
 	if (s && c->recover &&
 	    !dt__kvc_log_part(c, h, meta, meta_len, iov, iovcnt, &le, &ids)) {
 		free(s);
@@ -447,8 +447,11 @@ dt__kvc_send_many_part(dt_kv_client *c, kv_op *o, int server, dt_msg_hdr *h,
 		dt__kvc_run_replays(c);
 	}
 	pthread_mutex_lock(&c->mu);
-	if (s && le && dt__kvc_push_cmd(h->cmd) &&
-	    (pidx = dt__kvc_next_push(c, h->key, server)) < 0) {
+	if (s && le &&
+	    ((dt__kvc_push_cmd(h->cmd) &&
+	      (pidx = dt__kvc_next_push(c, h->key, server)) < 0) ||
+	     (dt__kvc_many_push_cmd(h->cmd) &&
+	      dt__kvc_many_pidx(c, le, server) < 0))) {
 		dt__kvc_logent_drop(le);
 		free(s);
 		s = NULL;
@@ -477,7 +480,12 @@ dt__kvc_send_many_part(dt_kv_client *c, kv_op *o, int server, dt_msg_hdr *h,
 	           .arg2 = h->arg2,
 	           .log = le,
 	           .ids = ids,
-	           .ids_len = ids ? iov[0].iov_len : 0};
+	           .ids_len = 0};
+	/* (a row pull's ids are its first piece; a batched pull's keys and
+	 * lengths its whole payload) */
+	for (int i = 0; ids && i < (h->cmd == DT_CMD_KV_ROW_PULL ? 1 : iovcnt);
+	     i++)
+		s->ids_len += iov[i].iov_len;
 	dt__table_insert(&c->subs, &s->hn, s->seq);
 	for (int i = 0; i < iovcnt; i++)
 		o->out_bytes += iov[i].iov_len;

@@ -17,18 +17,17 @@
  * updates are atomic by construction and the store needs no lock.
  *
  * Layout: the store kinds are behind one ops table (server.h):
- * checkpoints, rejoin, the mode and optimizer settings and the check of
- * which store holds a key loop over them. Row tables live in rserver.c,
- * the answers in srv_reply.c. This file still holds, beside the router
- * and the checkpoints, the dense kind and the many-key kind's messages
- * (over kstore.c): moving each into a file of its own is what remains of
- * the split.
+ * checkpoints, rejoin, the mode and optimizer settings, the check of
+ * which store holds a key and the single-key requests for another kind's
+ * keys loop over them. Row tables live in rserver.c, the many-key store's
+ * requests in srv_many.c, the answers in srv_reply.c.
  *
- * Size: three ideas remain here (the message router with the checkpoint
- * writer, the dense kind, the many-key kind's messages). They are not
- * split yet because the dense kind's rounds and the checkpoint snapshot
- * share the key table and the busy accounting without an interface; the
- * many-key kind moves out first, next to kstore.c.
+ * Size: two ideas remain here, over 1,000 lines together: the message
+ * router with the checkpoint writer, and the dense kind. They are not
+ * split yet because the dense kind's rounds, the router's streamed pushes
+ * (payload_dest, payload_chunk) and the checkpoint snapshot share the
+ * dense key table without an interface; moving the dense kind into a file
+ * of its own is what remains of the split.
  */
 #include <errno.h>
 #include <stdarg.h>
@@ -109,22 +108,6 @@ struct ckpt_job {
 	size_t nkeys;
 	dt_key *keys;
 	uint64_t *applied; /* nkeys x nworkers */
-};
-
-/* A batched dist_sync push waiting for its keys' rounds (KV_PUSH_MANY,
- * KV_PUSHPULL_MANY); its handle is its index + 1. */
-struct breq {
-	int worker; /* -1: free */
-	int cmd;
-	uint64_t seq;
-	unsigned answer;
-	size_t count, remaining;
-	uint32_t *idx;  /* a pushpull's records, to answer with */
-	int span;       /* ... or (idx NULL) the span of count records */
-	uint32_t first; /* from this one (dt__ks_span) */
-	uint32_t next_free;
-	struct waiter *pulls; /* single-key pulls of its keys by its worker,
-	                         answered after it (n: the record) */
 };
 
 static entry *
@@ -217,10 +200,6 @@ touch(kv_server *s, entry *e)
 	dt__node_before_write(s->node, e->val, e->len * sizeof(float));
 }
 
-static int in_many_store(kv_server *s, int worker, const dt_msg_hdr *h);
-static int init_in_many(kv_server *s, int worker, const dt_msg *m);
-static void one_in_many(kv_server *s, int worker, const dt_msg_hdr *h,
-                        const uint8_t *meta, const float *payload, uint32_t r);
 static void unpark(kv_server *s, entry *e);
 
 static void
@@ -403,6 +382,37 @@ init_value_bad(kv_server *s, int worker, const dt_msg_hdr *h)
 	return 1;
 }
 
+/* A recovery request (KV_RESUME, a pull as of a round) for a key another
+ * store kind holds is refused (1), naming the call that made it: only
+ * dense keys keep what a restarted worker asks for. */
+static int
+held_elsewhere(kv_server *s, int worker, const dt_msg_hdr *h)
+{
+	const srv_kind *home = srv_home_of(s, h->key, &srv_dense_kind);
+
+	if (home == NULL)
+		return 0;
+	srv_reply_error(s, worker, h->cmd, h->seq, h->key, DT_ESTATE,
+	                "%s of key %llu: the key was initialised by %s, "
+	                "which keeps nothing for a restarted worker",
+	                dt__kv_op_name(h->cmd), (unsigned long long)h->key,
+	                home->made_by);
+	return 1;
+}
+
+/* A single-key request (init, push, pull, pushpull) for a key of another
+ * store kind that serves such requests: served there (1). */
+static int
+single_elsewhere(kv_server *s, int worker, const dt_msg_hdr *h,
+                 const uint8_t *meta, const float *payload)
+{
+	for (const srv_kind *const *kind = srv_kinds; *kind; kind++)
+		if ((*kind)->single &&
+		    (*kind)->single(s, worker, h, meta, payload))
+			return 1;
+	return 0;
+}
+
 static void
 on_init(kv_server *s, int worker, const dt_msg *m)
 {
@@ -412,7 +422,7 @@ on_init(kv_server *s, int worker, const dt_msg *m)
 	entry *e = find(s, h->key);
 	const srv_kind *home;
 
-	if (init_in_many(s, worker, m))
+	if (e == NULL && single_elsewhere(s, worker, h, NULL, m->payload))
 		return;
 	if ((home = srv_home_of(s, h->key, &srv_dense_kind)) != NULL) {
 		srv_reply_error(s, worker, h->cmd, h->seq, h->key, DT_ESTATE,
@@ -502,20 +512,6 @@ on_init(kv_server *s, int worker, const dt_msg *m)
 	unpark(s, e);
 }
 
-/* A recovery request for a key of the many-key store is refused (1),
- * named (with DTRAIN_RECOVER the workers never make one). */
-static int
-in_many_store(kv_server *s, int worker, const dt_msg_hdr *h)
-{
-	if (!s->ks_on || dt__ks_find(&s->ks, h->key) == DT_KS_NONE)
-		return 0;
-	srv_reply_error(s, worker, h->cmd, h->seq, h->key, DT_ESTATE,
-	                "%s of key %llu: the key lives in the many-key store "
-	                "(a batched init made it), which has no recovery",
-	                dt__kv_op_name(h->cmd), (unsigned long long)h->key);
-	return 1;
-}
-
 /* Check a push or pull against the key's slice, and its encodings
  * (*kind, *t: the push's); NULL + error if wrong. */
 static entry *
@@ -526,7 +522,9 @@ check_access(kv_server *s, int worker, const dt_msg_hdr *h, const uint8_t *meta,
 	const char *op = dt__kv_op_name(h->cmd);
 	dt_err err;
 
-	if (e == NULL && in_many_store(s, worker, h))
+	if (e == NULL &&
+	    (h->cmd == DT_CMD_KV_RESUME || (h->arg2 & DT_KV_AT_ROUND)) &&
+	    held_elsewhere(s, worker, h))
 		return NULL;
 	if (e == NULL || !e->initialised) {
 		srv_reply_error(
@@ -698,9 +696,12 @@ snapshot(kv_server *s, uint64_t *number)
 	                     .sync = s->sync,
 	                     .opt = s->opt,
 	                     .number = s->ck_number + 1,
-	                     .rounds = s->rounds};
+	                     .rounds = s->rounds,
+	                     .split = s->ck_split};
 	/* One allocation of the file's size (header, sections, trailer). */
 	size_t size = 256 + DT_CKPT_TRAILER;
+
+	memcpy(head.placement, s->ck_placement, sizeof(head.placement));
 
 	for (const srv_kind *const *kind = srv_kinds; *kind; kind++)
 		if ((*kind)->snapshot)
@@ -800,8 +801,9 @@ srv_maybe_checkpoint(kv_server *s)
 		return;
 	announce(s);
 	/* (N rounds of every key and table) */
-	nkeys =
-	    DT_MAX(dt__table_count(&s->keys) + dt__table_count(&s->rtabs), 1);
+	nkeys = DT_MAX(dt__table_count(&s->keys) + dt__table_count(&s->rtabs) +
+	                   (s->ks_on ? s->ks.nrec : 0),
+	               1);
 	if (!(s->ck_every &&
 	      s->rounds - s->ck_rounds_at >= s->ck_every * nkeys) &&
 	    !(s->ck_every_ns && dt__now_ns() - s->ck_last_ns >= s->ck_every_ns))
@@ -883,6 +885,21 @@ load_file(kv_server *s, const char *path)
 		             s->rank, s->nservers, s->nworkers);
 		goto out;
 	}
+	/* (a file older than version 3 does not say: it loads as before) */
+	if (head.version >= 3 && (strcmp(head.placement, s->ck_placement) ||
+	                          head.split != s->ck_split)) {
+		err = dt__fail(
+		    DT_EMISMATCH,
+		    "%s was written under key placement %s (arrays of %llu "
+		    "floats and more cut over the servers); this job's is %s "
+		    "(%llu floats): its slices of the keys would not be this "
+		    "job's. Start the job with the placement it was written "
+		    "under (DTRAIN_KV_PLACEMENT, DTRAIN_KV_SPLIT_BYTES, "
+		    "MXNET_KVSTORE_BIGARRAY_BOUND)",
+		    path, head.placement, (unsigned long long)head.split,
+		    s->ck_placement, (unsigned long long)s->ck_split);
+		goto out;
+	}
 	s->sync = head.sync;
 	s->opt = head.opt;
 	for (const srv_kind *const *kind = srv_kinds; *kind && !err; kind++)
@@ -948,10 +965,11 @@ load_checkpoint(kv_server *s)
 	snprintf(path, sizeof(path), "%s", prev);
 loaded:
 	dt__log(0,
-	        "restored checkpoint #%llu from %s: %zu keys and %zu row "
-	        "tables after %llu rounds",
+	        "restored checkpoint #%llu from %s: %zu keys, %zu row "
+	        "tables and %zu many-key keys after %llu rounds",
 	        (unsigned long long)s->ck_number, path,
 	        dt__table_count(&s->keys), dt__table_count(&s->rtabs),
+	        s->ks_on ? s->ks.nrec : (size_t)0,
 	        (unsigned long long)s->rounds);
 	return DT_OK;
 }
@@ -975,6 +993,23 @@ limits_config(kv_server *s)
 	         dt__env_long("DTRAIN_MAX_TABLE_BYTES", def, 1, 1L << 62, &v)))
 		return err;
 	s->max_table_bytes = (uint64_t)v;
+	return DT_OK;
+}
+
+/* The job's key placement, as the workers will compute it from the same
+ * variables (the server places nothing itself: placement.c). */
+static dt_err
+placement_config(kv_server *s)
+{
+	dt_kv_map *m;
+	dt_err err;
+
+	if ((err = dt__kv_map_from_env(s->nservers, &m)))
+		return err;
+	snprintf(s->ck_placement, sizeof(s->ck_placement), "%s",
+	         dt__kv_map_policy(m));
+	s->ck_split = dt__kv_map_split(m);
+	dt__kv_map_destroy(m);
 	return DT_OK;
 }
 
@@ -1010,6 +1045,8 @@ checkpoint_config(kv_server *s)
 		                "DTRAIN_CHECKPOINT_DIR %s: not a writable "
 		                "directory",
 		                dir);
+	if ((err = placement_config(s)))
+		return err;
 	if ((s->ck_dir = strdup(dir)) == NULL)
 		return DT_ENOMEM;
 	snprintf(s->ck_name, sizeof(s->ck_name), "server-%d.ckpt", s->rank);
@@ -1101,11 +1138,11 @@ on_data(kv_server *s, int worker, const dt_msg_hdr *h, const uint8_t *meta,
 	float t;
 	entry *e;
 	dt_err err;
-	uint32_t r;
 
-	if (s->ks_on && find(s, h->key) == NULL &&
-	    (r = dt__ks_find(&s->ks, h->key)) != DT_KS_NONE) {
-		one_in_many(s, worker, h, meta, payload, r);
+	/* (the dense store first: its keys are the common case) */
+	if (find(s, h->key) == NULL &&
+	    single_elsewhere(s, worker, h, meta, payload)) {
+		srv_maybe_checkpoint(s); /* (after the whole request) */
 		return;
 	}
 	if (h->cmd == DT_CMD_KV_PULL) {
@@ -1173,8 +1210,9 @@ park(kv_server *s, int worker, const dt_msg *m)
 	entry *e = find(s, m->hdr.key);
 	parked *q, **p;
 
-	if (e && e->initialised)
-		return 0;
+	if ((e && e->initialised) ||
+	    (e == NULL && srv_home_of(s, m->hdr.key, &srv_dense_kind)))
+		return 0; /* (another kind's key: on_data routes it there) */
 	if ((e == NULL && (e = insert(s, m->hdr.key)) == NULL) ||
 	    (q = calloc(1, sizeof(*q))) == NULL) {
 		srv_reply_error(s, worker, m->hdr.cmd, m->hdr.seq, m->hdr.key,
@@ -1194,6 +1232,29 @@ park(kv_server *s, int worker, const dt_msg *m)
 		;
 	*p = q;
 	return 1;
+}
+
+void
+srv_unpark_key(kv_server *s, dt_key key)
+{
+	entry *e = dt__table_count(&s->keys) ? find(s, key) : NULL;
+	parked *q;
+
+	if (e == NULL || e->initialised || e->inits || e->later)
+		return;
+	q = e->parked;
+	e->parked = NULL;
+	dt__table_remove(&s->keys, &e->hn);
+	free_entry(e);
+	while (q) {
+		parked *next = q->next;
+
+		on_data(s, q->worker, &q->h, q->meta, q->data, 0);
+		free(q->meta);
+		free(q->data);
+		free(q);
+		q = next;
+	}
 }
 
 /* The key has its value now: what waited for it, in order. */
@@ -1253,10 +1314,14 @@ on_peer_restart(void *arg, dt_node *n, int peer)
 
 /* ---- the dense kind's ops ---- */
 
+/* (an entry made by a request parked before its key's init is no key
+ * yet: another kind's init may make it) */
 static int
 dense_owns(kv_server *s, dt_key key)
 {
-	return dt__table_count(&s->keys) && find(s, key) != NULL;
+	entry *e = dt__table_count(&s->keys) ? find(s, key) : NULL;
+
+	return e && e->initialised;
 }
 
 static uint64_t
@@ -1451,509 +1516,9 @@ const srv_kind srv_dense_kind = {
     .drop = dense_drop,
 };
 
-/* ---- the many-key store: batched requests (kstore.h) ---- */
-
-/* Room for count record numbers in s->idx; NULL: no memory. */
-static uint32_t *
-idx_room(kv_server *s, size_t count)
-{
-	return (uint32_t *)(void *)dt__buf_reserve(
-	    (uint8_t **)&s->idx, &s->idx_cap, DT_MAX(count, 1) * 4);
-}
-
-/* Answer a batched request with the values of records idx (in the
- * encoding asked), or with nothing (a push). */
-static void
-many_answer(kv_server *s, int worker, int cmd, uint64_t seq, unsigned enc,
-            const uint32_t *idx, size_t count)
-{
-	size_t n = 0;
-
-	if (cmd == DT_CMD_KV_PUSH_MANY || cmd == DT_CMD_KV_INIT_MANY ||
-	    cmd == DT_CMD_KV_PUSH || cmd == DT_CMD_KV_INIT) {
-		srv_reply(s, worker, cmd, seq, 0, NULL, 0);
-		return;
-	}
-	for (size_t i = 0; i < count; i++)
-		n += dt__ks_len(&s->ks, idx[i]);
-	if (!dt__buf_reserve((uint8_t **)&s->gath, &s->gath_cap,
-	                     DT_MAX(n, 1) * sizeof(float))) {
-		srv_reply_error(s, worker, cmd, seq, 0, DT_ENOMEM,
-		                "%s of %zu keys: out of memory for the answer "
-		                "(%zu floats)",
-		                dt__kv_op_name(cmd), count, n);
-		return;
-	}
-	dt__ks_gather(&s->ks, idx, count, s->gath);
-	srv_reply_val(s, worker, cmd, seq, 0, s->gath, n, enc, 1);
-}
-
-/* The same for a span of records (dt__ks_span): their values lie back to
- * back in the store and are sent from there. */
-static void
-many_answer_span(kv_server *s, int worker, int cmd, uint64_t seq, unsigned enc,
-                 uint32_t first, size_t count)
-{
-	if (cmd == DT_CMD_KV_PUSH_MANY) {
-		srv_reply(s, worker, cmd, seq, 0, NULL, 0);
-		return;
-	}
-	/* (the van copies what it keeps past the send: a scratch buffer) */
-	srv_reply_val(s, worker, cmd, seq, 0, dt__ks_val(&s->ks, first),
-	              (size_t)(s->ks.off[first + count] - s->ks.off[first]),
-	              enc, 1);
-}
-
-/* A batched request refused: the error, with the key it names said
- * better when that key lives in the single-key store. */
-static void
-many_refuse(kv_server *s, int worker, const dt_msg_hdr *h, dt_err err,
-            const dt_kv_many *b, size_t bad)
-{
-	dt_key key = b->count > bad ? dt__get_u64(b->keys + 8 * bad) : 0;
-	entry *e = err == DT_ENOKEY && b->count > bad ? find(s, key) : NULL;
-
-	if (e && e->initialised)
-		srv_reply_error(s, worker, h->cmd, h->seq, key, DT_ESTATE,
-		                "%s of key %llu: the key was initialised by a "
-		                "single-key call (dt_kv_init); use single-key "
-		                "calls for it",
-		                dt__kv_op_name(h->cmd),
-		                (unsigned long long)key);
-	else
-		srv_reply_error(s, worker, h->cmd, h->seq, key, err, "%s",
-		                dt_errmsg());
-}
-
-static void
-on_init_many(kv_server *s, int worker, const dt_msg_hdr *h, const dt_kv_many *b)
-{
-	uint32_t *idx;
-	size_t bad, n0;
-	dt_err err;
-
-	if (s->ck_dir || dt__node_recover(s->node)) {
-		srv_reply_error(
-		    s, worker, h->cmd, h->seq, 0, DT_ECONFIG,
-		    "batched init: this server %s, which the many-key "
-		    "store does not support; the workers send "
-		    "batched calls key by key when DTRAIN_RECOVER or "
-		    "DTRAIN_CHECKPOINT_DIR is set in their "
-		    "environment too",
-		    s->ck_dir ? "writes checkpoints "
-		                "(DTRAIN_CHECKPOINT_DIR)"
-		              : "recovers lost nodes (DTRAIN_RECOVER)");
-		return;
-	}
-	/* Made (again while empty) in the store's mode and optimizer now:
-	 * both are fixed once it holds keys. */
-	if (!s->ks_on || s->ks.nrec == 0) {
-		if (s->ks_on)
-			dt__ks_fini(&s->ks);
-		dt__ks_init(&s->ks, s->nworkers, s->sync, &s->opt);
-		s->ks_on = 1;
-	}
-	/* A key has one home: the single-key store, a row_sparse table or
-	 * this one. */
-	for (size_t i = 0; i < b->count; i++) {
-		dt_key key = dt__get_u64(b->keys + 8 * i);
-		const srv_kind *home = srv_home_of(s, key, &srv_many_kind);
-
-		if (home) {
-			srv_reply_error(
-			    s, worker, h->cmd, h->seq, key, DT_ESTATE,
-			    "batched init of key %llu: the key was "
-			    "initialised by %s; use its calls for it",
-			    (unsigned long long)key, home->made_by);
-			return;
-		}
-	}
-	if ((idx = idx_room(s, b->count)) == NULL) {
-		srv_reply_error(s, worker, h->cmd, h->seq, 0, DT_ENOMEM,
-		                "batched init of %zu keys: out of memory",
-		                b->count);
-		return;
-	}
-	n0 = s->ks.nrec;
-	if ((err = dt__ks_resolve(&s->ks, "batched init", b->count, b->keys,
-	                          &b->lens, 1, idx, &bad))) {
-		many_refuse(s, worker, h, err, b, bad);
-		return;
-	}
-	dt__ks_set(&s->ks, idx, b->count, (const float *)(const void *)b->vals);
-	s->ninit += s->ks.nrec - n0;
-	DT_LOG(2, "batched init: %zu keys (%zu new), %zu in the store",
-	       b->count, s->ks.nrec - n0, s->ks.nrec);
-	srv_reply(s, worker, h->cmd, h->seq, 0, NULL, 0);
-}
-
-/* dist_sync: n of a pending request's keys closed their rounds. */
-static void
-many_done(void *arg, uint32_t handle, size_t n)
-{
-	kv_server *s = arg;
-	breq *q = &s->breqs[handle - 1];
-
-	if ((q->remaining -= n) != 0)
-		return;
-	uint64_t t0 = dt__now_ns();
-	if (q->span)
-		many_answer_span(s, q->worker, q->cmd, q->seq, q->answer,
-		                 q->first, q->count);
-	else
-		many_answer(s, q->worker, q->cmd, q->seq, q->answer, q->idx,
-		            q->count);
-	srv_busy(DT_EV_KV_REPLY, t0, 0, 0,
-	         dt__node_worker_id(s->node, q->worker));
-	while (q->pulls) {
-		waiter *w = q->pulls;
-		uint32_t r = (uint32_t)w->n;
-
-		q->pulls = w->next;
-		many_answer(s, w->worker, w->cmd, w->seq, w->enc, &r, 1);
-		free(w);
-	}
-	free(q->idx);
-	q->idx = NULL;
-	q->worker = -1;
-	q->next_free = s->breq_free;
-	s->breq_free = handle;
-}
-
-/* A free pending-request slot's handle; 0: no memory. */
-static uint32_t
-breq_new(kv_server *s)
-{
-	uint32_t hd = s->breq_free;
-
-	if (hd) {
-		s->breq_free = s->breqs[hd - 1].next_free;
-		return hd;
-	}
-	if (s->nbreqs >= UINT32_MAX - 1)
-		return 0;
-	breq *nb = realloc(s->breqs, (s->nbreqs + 1) * sizeof(*nb));
-	if (nb == NULL)
-		return 0;
-	s->breqs = nb;
-	s->breqs[s->nbreqs] = (breq){.worker = -1};
-	return (uint32_t)++s->nbreqs;
-}
-
-/*
- * dist_sync: worker's pushes g of records idx[0..count) (idx NULL: the
- * span first .. first + count - 1) join their rounds as one pending
- * request, answered (values in encoding enc, for a pushpull) once every
- * one of its rounds is over. keys: the request's keys on the wire, or
- * NULL (a single-key request: h->key), to name one whose round still
- * holds this worker's push.
- */
-static void
-push_rounds(kv_server *s, int worker, const dt_msg_hdr *h, unsigned enc,
-            const uint32_t *idx, uint32_t first, size_t count, const float *g,
-            const uint8_t *keys)
-{
-	const char *op = dt__kv_op_name(h->cmd);
-	int pull =
-	    h->cmd == DT_CMD_KV_PUSHPULL || h->cmd == DT_CMD_KV_PUSHPULL_MANY;
-	uint32_t hd, *keep = NULL;
-	size_t bad;
-
-	if (idx ? dt__ks_pending(&s->ks, worker, idx, count, &bad)
-	        : dt__ks_pending_span(&s->ks, worker, first, count, &bad)) {
-		dt_key key = keys ? dt__get_u64(keys + 8 * bad) : h->key;
-
-		srv_reply_error(
-		    s, worker, h->cmd, h->seq, key, DT_ESTATE,
-		    "%s of key %llu: this worker's push of it in the "
-		    "round open now has not been answered yet (a key "
-		    "of batched calls takes one push per worker per "
-		    "round)",
-		    op, (unsigned long long)key);
-		return;
-	}
-	if ((hd = breq_new(s)) != 0 && pull && idx &&
-	    (keep = malloc(count * sizeof(*keep))) == NULL) {
-		s->breqs[hd - 1].next_free = s->breq_free;
-		s->breq_free = hd;
-		hd = 0;
-	}
-	if (hd == 0) {
-		srv_reply_error(s, worker, h->cmd, h->seq, h->key, DT_ENOMEM,
-		                "%s of %zu keys: out of memory", op, count);
-		return;
-	}
-	if (keep)
-		memcpy(keep, idx, count * sizeof(*keep));
-	s->breqs[hd - 1] = (breq){.worker = worker,
-	                          .cmd = h->cmd,
-	                          .seq = h->seq,
-	                          .answer = enc,
-	                          .count = count,
-	                          .remaining = count,
-	                          .idx = keep,
-	                          .first = first,
-	                          .span = idx == NULL};
-	uint64_t t0 = dt__now_ns();
-
-	if (idx)
-		dt__ks_push_sync(&s->ks, worker, hd, idx, count, g, keys,
-		                 h->key, many_done, s);
-	else
-		dt__ks_push_sync_span(&s->ks, worker, hd, first, count, g, keys,
-		                      many_done, s);
-	if (count > DT_KS_TIMED) /* (else timed key by key) */
-		srv_busy(DT_EV_KV_MERGE, t0, h->key, 0,
-		         dt__node_worker_id(s->node, worker));
-}
-
-/*
- * A single-key request for a key of the many-key store (dt_kv_push on a
- * key that dt_kv_init_many made, say): served there, as a batched request
- * of one key. Its dist_sync pull waits for this worker's pending push of
- * the key, as a single-key store's does. What such a key does not take: a
- * second push of a worker in one round (its first must be answered).
- */
-static void
-one_in_many(kv_server *s, int worker, const dt_msg_hdr *h, const uint8_t *meta,
-            const float *payload, uint32_t r)
-{
-	size_t len = dt__ks_len(&s->ks, r), bad;
-	unsigned enc = DT_KV_ENC_ANSWER(h->arg2);
-	const char *op = dt__kv_op_name(h->cmd);
-	dt_quant_kind kind;
-	float t;
-	dt_err err;
-
-	if (h->arg0 != len || h->arg1 != 0) {
-		srv_reply_error(s, worker, h->cmd, h->seq, h->key, DT_ESIZE,
-		                "%s of key %llu: length %llu != initialised "
-		                "length %zu",
-		                op, (unsigned long long)h->key,
-		                (unsigned long long)h->arg0, len);
-		return;
-	}
-	err = dt__kv_push_check(h, meta, len, &kind, &t);
-	if ((err && (err != DT_ESIZE || h->cmd != DT_CMD_KV_PULL)) ||
-	    (h->arg2 & DT_KV_AT_ROUND)) {
-		srv_reply_error(s, worker, h->cmd, h->seq, h->key,
-		                err ? err : DT_ESTATE, "%s of key %llu: %s", op,
-		                (unsigned long long)h->key,
-		                err ? dt_errmsg() : "no rounds are kept");
-		return;
-	}
-	if (h->cmd == DT_CMD_KV_PULL) {
-		if (s->sync && dt__ks_pending(&s->ks, worker, &r, 1, &bad)) {
-			uint32_t hd =
-			    s->ks.pend[(size_t)r * (size_t)s->nworkers +
-			               (size_t)worker];
-
-			if (queue(&s->breqs[hd - 1].pulls, worker, h->cmd,
-			          h->seq, r, 0, enc))
-				srv_reply_error(s, worker, h->cmd, h->seq,
-				                h->key, DT_ENOMEM,
-				                "out of memory");
-			return;
-		}
-		many_answer(s, worker, h->cmd, h->seq, enc, &r, 1);
-		return;
-	}
-	if (payload == NULL && h->payload_len) {
-		srv_reply_error(s, worker, h->cmd, h->seq, h->key, DT_ESIZE,
-		                "%s of key %llu: payload dropped", op,
-		                (unsigned long long)h->key);
-		return;
-	}
-	if (kind != DT_QUANT_NONE) {
-		if (!dt__buf_reserve(&s->dec, &s->dec_cap,
-		                     len * sizeof(float))) {
-			srv_reply_error(
-			    s, worker, h->cmd, h->seq, h->key, DT_ENOMEM,
-			    "%s of key %llu: out of memory decoding it", op,
-			    (unsigned long long)h->key);
-			return;
-		}
-		if ((err = dt__quant_decode(kind, t, (const uint8_t *)payload,
-		                            len, (float *)(void *)s->dec))) {
-			srv_reply_error(s, worker, h->cmd, h->seq, h->key, err,
-			                "%s of key %llu: %s", op,
-			                (unsigned long long)h->key,
-			                dt_errmsg());
-			return;
-		}
-		payload = (const float *)(void *)s->dec;
-	}
-	if (!s->sync) {
-		dt__ks_apply(&s->ks, &r, 1, payload);
-		s->rounds++;
-		many_answer(s, worker, h->cmd, h->seq, enc, &r, 1);
-		return;
-	}
-	push_rounds(s, worker, h, enc, &r, 0, 1, payload, NULL);
-}
-
-/* A single-key init of a key of the many-key store (1: handled): rank 0's
- * value sets it again; the others' find it there. */
-static int
-init_in_many(kv_server *s, int worker, const dt_msg *m)
-{
-	const dt_msg_hdr *h = &m->hdr;
-	uint32_t r;
-	size_t len;
-
-	if (!s->ks_on || (r = dt__ks_find(&s->ks, h->key)) == DT_KS_NONE)
-		return 0;
-	len = dt__ks_len(&s->ks, r);
-	if (h->arg0 != len || h->arg1 != 0 ||
-	    ((h->arg2 & DT_KV_INIT_HAS_VALUE) &&
-	     (m->payload == NULL || h->payload_len != len * sizeof(float)))) {
-		srv_reply_error(s, worker, h->cmd, h->seq, h->key, DT_ESIZE,
-		                "init of key %llu: length %llu != initialised "
-		                "length %zu",
-		                (unsigned long long)h->key,
-		                (unsigned long long)h->arg0, len);
-		return 1;
-	}
-	if (h->arg2 & DT_KV_INIT_HAS_VALUE)
-		dt__ks_set(&s->ks, &r, 1, m->payload);
-	srv_reply(s, worker, h->cmd, h->seq, h->key, NULL, 0);
-	return 1;
-}
-
-/* A pull, push or pushpull whose keys are a span of the store's records
- * (dt__ks_span: known, each once, of their lengths): no lookup. */
-static void
-on_many_span(kv_server *s, int worker, const dt_msg_hdr *h, const dt_kv_many *b,
-             uint32_t first)
-{
-	const float *g = (const float *)(const void *)b->vals;
-
-	if (h->cmd == DT_CMD_KV_PULL_MANY) {
-		many_answer_span(s, worker, h->cmd, h->seq, b->answer, first,
-		                 b->count);
-		return;
-	}
-	if (!s->sync) {
-		uint64_t t0 = dt__now_ns();
-
-		dt__ks_apply_span(&s->ks, first, b->count, g);
-		srv_busy(DT_EV_KV_UPDATE, t0, h->key, 0,
-		         dt__node_worker_id(s->node, worker));
-		s->rounds += b->count;
-		many_answer_span(s, worker, h->cmd, h->seq, b->answer, first,
-		                 b->count);
-		return;
-	}
-	push_rounds(s, worker, h, b->answer, NULL, first, b->count, g, b->keys);
-}
-
-static void
-on_many(kv_server *s, int worker, const dt_msg *m)
-{
-	const dt_msg_hdr *h = &m->hdr;
-	const char *op = dt__kv_op_name(h->cmd);
-	dt_kv_many b;
-	uint32_t *idx, first;
-	size_t bad;
-	dt_err err;
-
-	if (m->payload && m->payload == s->rx[worker].buf)
-		s->rx[worker].holder = NULL; /* (whole: used before the next) */
-	if ((err = dt__kv_many_decode(h, m->payload, &b))) {
-		srv_reply_error(s, worker, h->cmd, h->seq, 0, err, "%s",
-		                dt_errmsg());
-		return;
-	}
-	if (b.vals && ((uintptr_t)b.vals & 3)) { /* (never, from a worker) */
-		srv_reply_error(s, worker, h->cmd, h->seq, 0, DT_EPROTO,
-		                "%s: values not aligned", op);
-		return;
-	}
-	if (h->cmd == DT_CMD_KV_INIT_MANY) {
-		on_init_many(s, worker, h, &b);
-		return;
-	}
-	if (b.count == 0) {
-		many_answer(s, worker, h->cmd, h->seq, b.answer, NULL, 0);
-		return;
-	}
-	if (!s->ks_on) {
-		many_refuse(s, worker, h,
-		            dt__fail(DT_ENOKEY,
-		                     "%s of key %llu: unknown key (never "
-		                     "initialised with init)",
-		                     op,
-		                     (unsigned long long)dt__get_u64(b.keys)),
-		            &b, 0);
-		return;
-	}
-	if (dt__ks_span(&s->ks, b.count, b.keys, &b.lens, &first)) {
-		on_many_span(s, worker, h, &b, first);
-		return;
-	}
-	if ((idx = idx_room(s, b.count)) == NULL) {
-		srv_reply_error(s, worker, h->cmd, h->seq, 0, DT_ENOMEM,
-		                "%s of %zu keys: out of memory", op, b.count);
-		return;
-	}
-	if ((err = dt__ks_resolve(&s->ks, op, b.count, b.keys, &b.lens, 0, idx,
-	                          &bad))) {
-		many_refuse(s, worker, h, err, &b, bad);
-		return;
-	}
-	if (h->cmd == DT_CMD_KV_PULL_MANY) {
-		/* (a worker's batched push is answered at its round's end,
-		 * before it can pull: nothing of its own is pending) */
-		many_answer(s, worker, h->cmd, h->seq, b.answer, idx, b.count);
-		return;
-	}
-	const float *g = (const float *)(const void *)b.vals;
-
-	if (!s->sync) {
-		uint64_t t0 = dt__now_ns();
-
-		dt__ks_apply(&s->ks, idx, b.count, g);
-		srv_busy(DT_EV_KV_UPDATE, t0, h->key, 0,
-		         dt__node_worker_id(s->node, worker));
-		s->rounds += b.count;
-		many_answer(s, worker, h->cmd, h->seq, b.answer, idx, b.count);
-		return;
-	}
-	push_rounds(s, worker, h, b.answer, idx, 0, b.count, g, b.keys);
-}
-
-/* ---- the many-key kind's ops (its messages are above) ---- */
-
-static int
-many_owns(kv_server *s, dt_key key)
-{
-	return s->ks_on && dt__ks_find(&s->ks, key) != DT_KS_NONE;
-}
-
-static int
-many_any(kv_server *s)
-{
-	return s->ks_on && s->ks.nrec;
-}
-
-static void
-many_set_opt(kv_server *s, const dt_opt *opt)
-{
-	if (many_any(s))
-		dt__ks_set_opt(&s->ks, opt);
-}
-
-/* Not in checkpoints: with checkpoints or recovery on, workers send
- * batched calls key by key, to the dense store (dt__kv_client_batches). */
-const srv_kind srv_many_kind = {
-    .made_by = "a batched call (dt_kv_init_keys)",
-    .owns = many_owns,
-    .set_opt = many_set_opt,
-    .any = many_any,
-};
-
-const srv_kind *const srv_kinds[] = {&srv_dense_kind, &srv_many_kind,
-                                     &srv_rows_kind, NULL};
+/* (in the order of a checkpoint's sections) */
+const srv_kind *const srv_kinds[] = {&srv_dense_kind, &srv_rows_kind,
+                                     &srv_many_kind, NULL};
 
 const srv_kind *
 srv_home_of(kv_server *s, dt_key key, const srv_kind *self)
@@ -2074,7 +1639,10 @@ dispatch(void *arg, dt_node *n, dt_conn *c, dt_msg *m)
 	case DT_CMD_KV_PUSH_MANY:
 	case DT_CMD_KV_PULL_MANY:
 	case DT_CMD_KV_PUSHPULL_MANY:
-		on_many(s, worker, m);
+		srv_on_many(s, worker, m);
+		/* Between requests: a snapshot holds each batched request
+		 * whole or not at all, as far as its rounds are closed. */
+		srv_maybe_checkpoint(s);
 		return;
 	case DT_CMD_KV_ROW_INIT:
 		srv_on_row_init(s, worker, m);
@@ -2324,16 +1892,6 @@ server_free(kv_server *s)
 		pthread_cond_destroy(&s->ck_cv);
 		pthread_mutex_destroy(&s->ck_mu);
 	}
-	for (const srv_kind *const *kind = srv_kinds; *kind; kind++)
-		if ((*kind)->drop)
-			(*kind)->drop(s);
-	dt__table_fini(&s->keys);
-	dt__table_fini(&s->rtabs);
-	free(s->ck_dir);
-	free(s->replayed);
-	free(s->streaming);
-	free(s->dec);
-	free(s->half);
 	if (s->ks_on && s->ks.nrec) {
 		size_t b = dt__ks_bytes(&s->ks), n = s->ks.nrec;
 		size_t v = (size_t)s->ks.off[n];
@@ -2344,18 +1902,16 @@ server_free(kv_server *s)
 		       n, v, (double)b / 1048576.0,
 		       (double)(b - 4 * v) / (double)n);
 	}
-	if (s->ks_on)
-		dt__ks_fini(&s->ks);
-	for (size_t i = 0; i < s->nbreqs; i++) {
-		free(s->breqs[i].idx);
-		while (s->breqs[i].pulls) {
-			waiter *w = s->breqs[i].pulls;
-
-			s->breqs[i].pulls = w->next;
-			free(w);
-		}
-	}
-	free(s->breqs);
+	for (const srv_kind *const *kind = srv_kinds; *kind; kind++)
+		if ((*kind)->drop)
+			(*kind)->drop(s);
+	dt__table_fini(&s->keys);
+	dt__table_fini(&s->rtabs);
+	free(s->ck_dir);
+	free(s->replayed);
+	free(s->streaming);
+	free(s->dec);
+	free(s->half);
 	for (int w = 0; s->rx && w < s->nworkers; w++)
 		free(s->rx[w].buf);
 	free(s->rx);

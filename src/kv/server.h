@@ -5,9 +5,9 @@
  *
  * A server holds three kinds of store, each in its own file beside the
  * store it drives: dense keys (server.c, which also routes the messages
- * and runs checkpoints), many-key requests (kstore.h) and row_sparse
- * tables (rserver.c over rstore.c). Checkpoints, recovery and the checks
- * of which store a key lives in loop over the kinds' ops (srv_kinds)
+ * and runs checkpoints), many-key requests (srv_many.c over kstore.c) and
+ * row_sparse tables (rserver.c over rstore.c). Checkpoints, recovery and the
+ * checks of which store a key lives in loop over the kinds' ops (srv_kinds)
  * rather than naming them.
  *
  * Threads: all of it runs in the node's I/O thread (the checkpoint writer
@@ -43,6 +43,8 @@
 #define srv_many_kind        DT_SRV(many_kind)
 #define srv_rows_kind        DT_SRV(rows_kind)
 #define srv_home_of          DT_SRV(home_of)
+#define srv_on_many          DT_SRV(on_many)
+#define srv_unpark_key       DT_SRV(unpark_key)
 #define srv_on_row_init      DT_SRV(on_row_init)
 #define srv_on_rows          DT_SRV(on_rows)
 
@@ -73,6 +75,13 @@ typedef struct kv_server {
 	 * answer's values, the pending dist_sync pushes. */
 	int ks_on;
 	dt_kstore ks;
+	int ks_restored; /* loaded from a checkpoint: an init keeps the
+	                    values of the keys it holds */
+	/* Batched requests that came before their keys' init, on a server
+	 * that took a lost one's place (recovery), oldest first. */
+	struct mparked *mparked;
+	int mp_busy;     /* handling them again now (many_unpark) */
+	int mp_progress; /* a batched request was answered since */
 	uint32_t *idx;
 	size_t idx_cap; /* bytes */
 	float *gath;
@@ -99,8 +108,13 @@ typedef struct kv_server {
 	} * streaming;
 	/* Checkpoints (DTRAIN_CHECKPOINT_*). The I/O thread takes a snapshot
 	 * (a copy, in the file's format); a writer thread puts it on disk. */
-	char *ck_dir;          /* NULL: no checkpoints */
-	char ck_name[64];      /* server-<rank>.ckpt */
+	char *ck_dir;     /* NULL: no checkpoints */
+	char ck_name[64]; /* server-<rank>.ckpt */
+	/* The key placement of the job as this server's environment says
+	 * (DTRAIN_KV_PLACEMENT, ...): a checkpoint records it, and one made
+	 * under another is refused (its slices would not be this job's). */
+	char ck_placement[16];
+	uint64_t ck_split;
 	uint64_t ck_every;     /* rounds (0: not by rounds) */
 	uint64_t ck_every_ns;  /* or time (0: not by time) */
 	uint64_t rounds;       /* key rounds completed (async: updates) */
@@ -159,15 +173,18 @@ void srv_maybe_checkpoint(kv_server *s);
 /*
  * A store kind's server side. owns and made_by let the router and the
  * kinds find which store holds a key without naming each other. The
- * checkpoint ops are NULL for a kind whose store is not in checkpoints
- * (the many-key store: batched calls go key by key to the dense store
- * when checkpoints or recovery are on).
+ * checkpoint ops are NULL for a kind whose store is not in checkpoints.
  */
 typedef struct srv_kind {
 	/* How a key of this kind was made, for errors ("a row_sparse init
 	 * (dt_kv_init_row_sparse)"). */
 	const char *made_by;
 	int (*owns)(kv_server *s, dt_key key);
+	/* A single-key request (KV_INIT, _PUSH, _PULL, _PUSHPULL; payload:
+	 * its values, decoded or not) for a key this kind holds, when the
+	 * kind serves those (NULL: it does not): served, 1; 0: not its key. */
+	int (*single)(kv_server *s, int worker, const dt_msg_hdr *h,
+	              const uint8_t *meta, const float *payload);
 	/* The optimizer's parameters change (not its kind). */
 	void (*set_opt)(kv_server *s, const dt_opt *opt);
 	/* Whether it has anything (the mode may not change then). */
@@ -198,6 +215,14 @@ extern const srv_kind srv_dense_kind, srv_many_kind, srv_rows_kind;
 
 /* The kind that holds key, other than self (NULL: none). */
 const srv_kind *srv_home_of(kv_server *s, dt_key key, const srv_kind *self);
+
+/* Recovery: key has a home now (another kind's init): the single-key
+ * requests the router parked for it, before any kind held it, are
+ * handled again (server.c). */
+void srv_unpark_key(kv_server *s, dt_key key);
+
+/* The many-key kind's batched requests (KV_*_MANY; srv_many.c). */
+void srv_on_many(kv_server *s, int worker, const dt_msg *m);
 
 /* The row_sparse kind's messages (rserver.c). */
 void srv_on_row_init(kv_server *s, int worker, const dt_msg *m);

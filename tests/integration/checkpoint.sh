@@ -3,7 +3,11 @@
 # `dtrain launch` with 2 servers and 2 workers:
 #   - dt_kv_checkpoint writes each server's file; a job started from them
 #     (DTRAIN_CHECKPOINT_LOAD=1) resumes bit for bit: values and the sgd
-#     momentum (kv_check ckpt hashes the weights at each step);
+#     momentum of single keys and of keys of batched calls (the many-key
+#     store; kv_check ckpt hashes the weights at each step);
+#   - a job started from them under another key placement
+#     (DTRAIN_KV_PLACEMENT) or with another server count is refused,
+#     naming both;
 #   - a corrupt (a byte flipped) and a truncated newest file are named at
 #     load, and the previous checkpoint is used; with both files damaged
 #     the server fails naming both, and the job ends with nothing left;
@@ -26,7 +30,7 @@ CK="$tmp/ck"
 # tests run kv_check beside this one from the same build.
 TAG="DT_CHECKPOINT_TEST=$tmp"
 ours() { tagged_pids "$B/" "$TAG"; } # this test's processes
-L=("$B/dtrain" launch -n 2 -s 2 --checkpoint-dir "$CK" --checkpoint-every 0 --env "$TAG")
+L=("$B/dtrain" launch -n 2 -s 2 --checkpoint-dir "$CK" --checkpoint-every 0 --env "$TAG" --env KV_CHECK_MANY=300)
 
 run() { # name args...: a launch that must succeed
 	local name=$1 rc=0
@@ -43,6 +47,8 @@ for r in 0 1; do
 	"$B/dtrain" checkpoint show "$CK/server-$r.ckpt" >"$tmp/show.out" 2>&1 || { cat "$tmp/show.out"; fail "checkpoint show"; }
 	grep -q "server $r of 2, 2 workers, dist_sync, optimizer sgd, checkpoint #2" "$tmp/show.out" ||
 		{ cat "$tmp/show.out"; fail "checkpoint show: unexpected summary"; }
+	grep -q "0 row tables, 18[78] many-key keys, [0-9]* floats, placement balanced (arrays of 1000 floats and more cut; format version 3)" "$tmp/show.out" ||
+		{ cat "$tmp/show.out"; fail "checkpoint show: the many-key keys are not in the file"; }
 done
 ls -a "$CK" | grep -q tmp && fail "a temporary file was left in $CK"
 echo "saved: step 3 $s3, step 6 $s6, step 9 $s9"
@@ -51,8 +57,27 @@ echo "saved: step 3 $s3, step 6 $s6, step 9 $s9"
 run resume6 "${L[@]}" --env DTRAIN_CHECKPOINT_LOAD=1 -- "$B/tests/progs/kv_check" ckpt 6 9
 [ "$(at resume6 6)" = "$s6" ] || fail "resumed at step 6 with $(at resume6 6), saved $s6"
 [ "$(at resume6 9)" = "$s9" ] || fail "resumed job ended with $(at resume6 9), the first $s9"
-grep -q "restored checkpoint #2 from $CK/server-0.ckpt" "$tmp/resume6.log" || fail "no restore logged"
+grep -q "restored checkpoint #2 from $CK/server-0.ckpt: .* 188 many-key keys" "$tmp/resume6.log" || fail "no restore logged"
 echo "resumed from the newest checkpoints: identical at steps 6 and 9"
+
+# The files record the key placement and the server count: a job started
+# from them under another placement, or with another number of servers,
+# is refused with both named (its servers' slices would not be the keys'
+# slices the workers compute), and ends with nothing left.
+if timeout 100 "${L[@]}" --env DTRAIN_CHECKPOINT_LOAD=1 --env DTRAIN_KV_PLACEMENT=mxnet \
+	-- "$B/tests/progs/kv_check" ckpt 6 9 >"$tmp/place.log" 2>&1; then
+	fail "a job under another placement started from the checkpoints"
+fi
+grep -q "\[server 0\] .*$CK/server-0.ckpt was written under key placement balanced (arrays of 1000 floats and more cut over the servers); this job's is mxnet (1000 floats)" "$tmp/place.log" ||
+	{ grep server "$tmp/place.log" | tail -3; fail "another placement: not named"; }
+if timeout 100 "$B/dtrain" launch -n 2 -s 3 --checkpoint-dir "$CK" --checkpoint-every 0 --env "$TAG" --env KV_CHECK_MANY=300 \
+	--env DTRAIN_CHECKPOINT_LOAD=1 -- "$B/tests/progs/kv_check" ckpt 6 9 >"$tmp/three.log" 2>&1; then
+	fail "a job of 3 servers started from the checkpoints of 2"
+fi
+grep -q "\[server 0\] .*$CK/server-0.ckpt is server 0's of a job of 2 servers and 2 workers; this is server 0 of 3 and 2" "$tmp/three.log" ||
+	{ grep server "$tmp/three.log" | tail -3; fail "another server count: not named"; }
+[ -z "$(ours)" ] || fail "processes left behind"
+echo "another placement (mxnet) and another server count (3): refused, both named"
 
 # Damage the newest files: one byte flipped on server 0, the end cut off
 # on server 1. Each is named; the previous ones (step 3) are used.

@@ -43,8 +43,10 @@ for ws in "1 1" "2 2" "3 3"; do
 	set -- $ws
 	run "runs w=$1 s=$2" "$B/dtrain" launch -n $1 -s $2 -- "$B/tests/progs/kv_many" runs 5000
 done
-run "sum with checkpoints (key by key) w=2 s=2" "$B/dtrain" launch -n 2 -s 2 \
-	--checkpoint-dir "$tmp/ck" --checkpoint-every 0 -- "$B/tests/progs/kv_many" sum 500
+run "sum with checkpoints w=2 s=2" "$B/dtrain" launch -n 2 -s 2 \
+	--checkpoint-dir "$tmp/ck" --checkpoint-every 1 -- "$B/tests/progs/kv_many" sum 500
+"$B/dtrain" checkpoint show "$tmp/ck/server-0.ckpt" | grep -q ", [1-9][0-9]* many-key keys," ||
+	{ echo "FAIL: the checkpoint holds no many-key keys"; fails=$((fails + 1)); }
 unset MXNET_KVSTORE_BIGARRAY_BOUND
 # 10^6 one-float keys per call: init, push, pull and pushpull in well
 # under the bound (about 0.1 s each on the 2-core CI machine; key by key

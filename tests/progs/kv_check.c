@@ -34,7 +34,9 @@
  *                    pull, at each checkpoint and at the end (rank 0), so
  *                    that a job restored from a checkpoint
  *                    (DTRAIN_CHECKPOINT_LOAD=1) is compared with the job
- *                    that wrote it, bit for bit
+ *                    that wrote it, bit for bit; KV_CHECK_MANY=M adds
+ *                    keys of batched calls (the many-key store),
+ *                    KV_CHECK_PROGRESS a line after each step
  *
  * Inputs are small integers so that sums are exact in float32.
  */
@@ -322,31 +324,133 @@ hash_floats(const float *v, size_t n)
 	return h;
 }
 
+/*
+ * KV_CHECK_MANY=M (kv_check ckpt): M more keys of batched calls, beside
+ * the two single keys: M one-float keys made by one init in a run (a
+ * request of them is a span on a server) and M/4 keys of 3 floats spread
+ * over the key space (looked up). Their values join the hash.
+ */
+typedef struct many_keys {
+	size_t n, total; /* keys, floats */
+	dt_key *keys;
+	size_t *lens;
+	float *w, *g; /* values, gradients: back to back */
+	const float **pw, **pg;
+	float **po;
+} many_keys;
+
+static void
+many_make(many_keys *m, size_t n, int spread)
+{
+	m->n = n;
+	m->keys = malloc((n ? n : 1) * sizeof(dt_key));
+	m->lens = malloc((n ? n : 1) * sizeof(size_t));
+	m->pw = malloc((n ? n : 1) * sizeof(float *));
+	m->pg = malloc((n ? n : 1) * sizeof(float *));
+	m->po = malloc((n ? n : 1) * sizeof(float *));
+	m->total = 0;
+	for (size_t i = 0; i < n; i++) {
+		m->keys[i] =
+		    spread ? 0x9e3779b97f4a7c15ull * (i + 1) >> 8 : 100000 + i;
+		m->lens[i] = spread ? 3 : 1;
+		m->total += m->lens[i];
+	}
+	m->w = malloc((m->total ? m->total : 1) * sizeof(float));
+	m->g = malloc((m->total ? m->total : 1) * sizeof(float));
+	for (size_t i = 0, off = 0; i < n; off += m->lens[i], i++) {
+		m->pw[i] = m->w + off;
+		m->po[i] = m->w + off;
+		m->pg[i] = m->g + off;
+	}
+	for (size_t i = 0; i < m->total; i++)
+		m->w[i] = (float)(i % 9) * 0.5f;
+}
+
+static void
+many_free(many_keys *m)
+{
+	free(m->keys);
+	free(m->lens);
+	free(m->w);
+	free(m->g);
+	free(m->pw);
+	free(m->pg);
+	free(m->po);
+}
+
+/* FNV-1a over the bits of v, going on from h. */
+static unsigned long long
+hash_more(unsigned long long h, const float *v, size_t n)
+{
+	const unsigned char *p = (const unsigned char *)v;
+
+	for (size_t i = 0; i < n * sizeof(float); i++) {
+		h ^= p[i];
+		h *= 1099511628211ull;
+	}
+	return h;
+}
+
+static unsigned long long
+ckpt_hash(const float *w, size_t total, const many_keys *m)
+{
+	unsigned long long h = hash_floats(w, total);
+
+	for (int k = 0; k < 2; k++)
+		h = hash_more(h, m[k].w, m[k].total);
+	return h;
+}
+
 static void
 check_ckpt(dt_kv *kv, int from, int to, const char *at)
 {
 	int rank = dt_kv_rank(kv);
 	const char *b = getenv("MXNET_KVSTORE_BIGARRAY_BOUND");
+	const char *nm = getenv("KV_CHECK_MANY");
+	const int progress = getenv("KV_CHECK_PROGRESS") != NULL;
 	size_t bound = b ? (size_t)atol(b) : 1000000;
 	size_t n[2] = {5, 2 * bound + 3}, total = n[0] + n[1];
 	float *w = malloc(total * sizeof(float));
 	float *g = malloc(total * sizeof(float));
+	many_keys m[2];
 
+	many_make(&m[0], nm ? (size_t)atol(nm) : 0, 0);
+	many_make(&m[1], nm ? (size_t)atol(nm) / 4 : 0, 1);
 	OK(dt_kv_set_optimizer(kv, "sgd", "lr=0.125,momentum=0.5"));
 	for (size_t i = 0; i < total; i++)
 		w[i] = (float)(i % 5) * 0.25f;
 	OK(dt_kv_init(kv, 1, w, n[0]));
 	OK(dt_kv_init(kv, 2, w + n[0], n[1]));
+	for (int k = 0; k < 2; k++)
+		if (m[k].n)
+			OK(dt_kv_init_many(kv, m[k].n, m[k].keys, m[k].pw,
+			                   m[k].lens));
+	OK(dt_kv_barrier(kv));
 	OK(dt_kv_pull(kv, 1, w, n[0]));
 	OK(dt_kv_pull(kv, 2, w + n[0], n[1]));
+	for (int k = 0; k < 2; k++)
+		if (m[k].n)
+			OK(dt_kv_pull_many(kv, m[k].n, m[k].keys, m[k].po,
+			                   m[k].lens));
 	if (rank == 0)
 		printf("kv_check ckpt at step %d: %016llx\n", from,
-		       hash_floats(w, total));
+		       ckpt_hash(w, total, m));
 	for (int s = from; s < to; s++) {
 		for (size_t i = 0; i < total; i++)
 			g[i] = grad(rank, s, i) * 0.0625f;
+		for (int k = 0; k < 2; k++)
+			for (size_t i = 0; i < m[k].total; i++)
+				m[k].g[i] =
+				    grad(rank, s, i + (size_t)k) * 0.0625f;
 		OK(dt_kv_pushpull(kv, 1, g, w, n[0]));
 		OK(dt_kv_pushpull(kv, 2, g + n[0], w + n[0], n[1]));
+		for (int k = 0; k < 2; k++)
+			if (m[k].n)
+				OK(dt_kv_pushpull_many(kv, m[k].n, m[k].keys,
+				                       m[k].pg, m[k].po,
+				                       m[k].lens));
+		if (progress && rank == 0)
+			printf("kv_check ckpt step %d done\n", s + 1);
 		char tag[16];
 		snprintf(tag, sizeof(tag), ",%d,", s + 1);
 		char list[256];
@@ -356,12 +460,14 @@ check_ckpt(dt_kv *kv, int from, int to, const char *at)
 			if (rank == 0)
 				printf("kv_check ckpt checkpoint at step %d: "
 				       "%016llx\n",
-				       s + 1, hash_floats(w, total));
+				       s + 1, ckpt_hash(w, total, m));
 		}
 	}
 	if (rank == 0)
 		printf("kv_check ckpt at step %d: %016llx\n", to,
-		       hash_floats(w, total));
+		       ckpt_hash(w, total, m));
+	for (int k = 0; k < 2; k++)
+		many_free(&m[k]);
 	free(w);
 	free(g);
 }

@@ -27,6 +27,7 @@
 #include <cmocka.h>
 
 #include "../../fuzz/fuzz_auth_entry.h"
+#include "../../fuzz/fuzz_ckpt_entry.h"
 #include "../../fuzz/fuzz_codec_entry.h"
 #include "../../fuzz/fuzz_coll_entry.h"
 #include "../../fuzz/fuzz_control_entry.h"
@@ -135,6 +136,7 @@ main(void)
 	    {"auth", dt_fuzz_auth_one},
 	    {"kv_server", dt_fuzz_kv_server_one},
 	    {"optstate", dt_fuzz_optstate_one},
+	    {"ckpt", dt_fuzz_ckpt_one},
 	};
 	const struct CMUnitTest tests[] = {
 	    cmocka_unit_test_prestate(test_replay_corpus, (void *)&targets[0]),
@@ -144,6 +146,7 @@ main(void)
 	    cmocka_unit_test_prestate(test_replay_corpus, (void *)&targets[4]),
 	    cmocka_unit_test_prestate(test_replay_corpus, (void *)&targets[5]),
 	    cmocka_unit_test_prestate(test_replay_corpus, (void *)&targets[6]),
+	    cmocka_unit_test_prestate(test_replay_corpus, (void *)&targets[7]),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

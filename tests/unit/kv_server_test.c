@@ -12,7 +12,10 @@
  * table in a checkpoint comes back in a server started from it (values,
  * each worker's pushes, not the rounds after); and a worker's row
  * requests sent back to back, as a restarted server's replay sends them,
- * wait for their rounds in order.
+ * wait for their rounds in order; the many-key store likewise in a
+ * checkpoint (and a file of another key placement refused), and its
+ * batched requests, replayed before their init or back to back, parked
+ * until they can be served.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -365,6 +368,118 @@ test_rows_replay_order(void **state)
 	h_stop();
 }
 
+/* A batched request of the keys 100 .. 100 + n - 1, one float each; for a
+ * push, every value v. */
+static void
+many_req(int w, int cmd, size_t n, float v)
+{
+	int vals = cmd != DT_CMD_KV_PULL_MANY;
+	uint8_t *b = malloc(n * 12);
+
+	assert_non_null(b);
+	for (size_t i = 0; i < n; i++) {
+		dt__put_u64(b + 8 * i, 100 + i);
+		memcpy(b + 8 * n + 4 * i, &v, 4);
+	}
+	send_frame(w, cmd, 100, n, 1, 0, NULL, 0, b, n * (vals ? 12 : 8));
+	free(b);
+}
+
+/* The many-key store in a checkpoint: a server started from the file has
+ * the keys, the values and update counts of the rounds before it (not
+ * those after), keeps them at the workers' init, and answers a pull with
+ * them; the file's placement is this job's. */
+static void
+test_many_checkpoint(void **state)
+{
+	char dir[] = "/tmp/kv_server_test.XXXXXX", path[64];
+	kv_server *s;
+	float got[40];
+
+	(void)state;
+	assert_non_null(mkdtemp(dir));
+	setenv("DTRAIN_CHECKPOINT_DIR", dir, 1);
+	setenv("DTRAIN_CHECKPOINT_EVERY", "0", 1);
+	assert_non_null(s = h_start());
+	send_frame(0, DT_CMD_KV_CONFIG, 0, 1, 0, 0, NULL, 0, NULL, 0);
+	many_req(0, DT_CMD_KV_INIT_MANY, 40, 0.5f);
+	answered(0);
+	many_req(0, DT_CMD_KV_PUSH_MANY, 40, 1.0f);
+	many_req(1, DT_CMD_KV_PUSH_MANY, 40, 2.0f); /* round 1: 3 */
+	answered(0);
+	send_frame(0, DT_CMD_KV_CHECKPOINT, 0, 0, 0, 0, NULL, 0, NULL, 0);
+	answered(0);
+	many_req(0, DT_CMD_KV_PUSH_MANY, 40, 4.0f); /* (after it) */
+	many_req(1, DT_CMD_KV_PUSH_MANY, 40, 4.0f);
+	h_stop();
+	setenv("DTRAIN_CHECKPOINT_LOAD", "1", 1);
+	assert_non_null(s = h_start());
+	assert_true(s->ks_on && s->ks_restored);
+	assert_int_equal(s->ks.nrec, 40);
+	assert_int_equal(s->ks.updates[39], 1);
+	many_req(0, DT_CMD_KV_INIT_MANY, 40, 0.5f); /* the values stay */
+	answered(0);
+	many_req(1, DT_CMD_KV_PULL_MANY, 40, 0);
+	answered(160);
+	memcpy(got, h_ans.data, sizeof(got));
+	for (int i = 0; i < 40; i++)
+		assert_true(got[i] == 3.0f);
+	h_stop();
+	/* under another placement the file is refused, naming both */
+	setenv("DTRAIN_KV_PLACEMENT", "mxnet", 1);
+	assert_null(h_start());
+	assert_non_null(strstr(dt_errmsg(), "under key placement balanced"));
+	assert_non_null(strstr(dt_errmsg(), "this job's is mxnet"));
+	unsetenv("DTRAIN_KV_PLACEMENT");
+	unsetenv("DTRAIN_CHECKPOINT_LOAD");
+	unsetenv("DTRAIN_CHECKPOINT_EVERY");
+	unsetenv("DTRAIN_CHECKPOINT_DIR");
+	snprintf(path, sizeof(path), "%s/server-0.ckpt", dir);
+	unlink(path);
+	snprintf(path, sizeof(path), "%s/server-0.ckpt.prev", dir);
+	unlink(path);
+	assert_int_equal(rmdir(dir), 0);
+}
+
+/* On a server that took a lost one's place, batched requests as the
+ * replays send them: worker 1's pushes before worker 0's init wait for
+ * it, and a worker's pushes sent back to back each wait for the round of
+ * the one before; the sums come out as in order, with no error. On a
+ * server without recovery (DTRAIN_RECOVER), a second push in a round is
+ * refused. */
+static void
+test_many_replay_park(void **state)
+{
+	kv_server *s;
+	uint64_t n0;
+	float got[40];
+
+	(void)state;
+	assert_non_null(s = h_start());
+	send_frame(0, DT_CMD_KV_CONFIG, 0, 1, 0, 0, NULL, 0, NULL, 0);
+	s->rejoined = 1; /* (as a server in a lost one's place) */
+	n0 = h_ans.count;
+	many_req(1, DT_CMD_KV_PUSH_MANY, 40, 1.0f); /* before the init */
+	many_req(1, DT_CMD_KV_PUSH_MANY, 40, 10.0f);
+	assert_int_equal(h_ans.count, n0);
+	many_req(0, DT_CMD_KV_INIT_MANY, 40, 0.0f);
+	assert_int_equal(h_ans.count, n0 + 1);
+	many_req(0, DT_CMD_KV_PUSH_MANY, 40, 2.0f);  /* round 1: 3 */
+	many_req(0, DT_CMD_KV_PUSH_MANY, 40, 20.0f); /* round 2: 30 */
+	assert_int_equal(h_ans.count, n0 + 5);
+	assert_int_equal(h_ans.errors, 0);
+	many_req(0, DT_CMD_KV_PULL_MANY, 40, 0);
+	answered(160);
+	memcpy(got, h_ans.data, sizeof(got));
+	for (int i = 0; i < 40; i++)
+		assert_true(got[i] == 30.0f);
+	s->rejoined = 0; /* (and this node has no DTRAIN_RECOVER) */
+	many_req(0, DT_CMD_KV_PUSH_MANY, 40, 1.0f);
+	many_req(0, DT_CMD_KV_PUSH_MANY, 40, 1.0f);
+	refused(DT_ESTATE, "has not been answered yet");
+	h_stop();
+}
+
 int
 main(void)
 {
@@ -375,6 +490,8 @@ main(void)
 	    cmocka_unit_test(test_config_mode),
 	    cmocka_unit_test(test_rows_checkpoint),
 	    cmocka_unit_test(test_rows_replay_order),
+	    cmocka_unit_test(test_many_checkpoint),
+	    cmocka_unit_test(test_many_replay_park),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
