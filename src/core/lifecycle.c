@@ -215,6 +215,48 @@ member_lost(dt_node *n, int peer, const char *addr, const char *why)
 	dt__node_fail_apps(n, peer, DT_EPEER);
 }
 
+/*
+ * A peer that said BYE before its connection closed finished its part of
+ * the job: at the end of a job, nodes leave in whatever order the
+ * scheduler's answers reach them, and one still waiting for its last
+ * barrier sees the others go. That is no loss, even while the scheduler
+ * is slow to speak (which member_lost would take for a frozen scheduler).
+ * The apps are still told, so that nothing waits on that peer any more:
+ * only a wait that could never have ended fails. Returns whether the
+ * peer had said BYE.
+ */
+static int
+peer_left(dt_node *n, int peer)
+{
+	char name[64];
+
+	if (n->said_bye == NULL || peer <= 0 || peer >= n->ntable ||
+	    !__atomic_load_n(&n->said_bye[peer], __ATOMIC_ACQUIRE))
+		return 0;
+	DT_LOG(1, "connection to %s closed: it has left the job",
+	       dt__node_name(n, peer, name, sizeof(name)));
+	dt__node_fail_apps(n, peer, DT_ECLOSED);
+	return 1;
+}
+
+/* Without PS_RESEND's links (which say BYE themselves, in order with
+ * everything they carry), a worker that is done says BYE to each peer it
+ * is connected to, on that connection, after all it sent there: the peer
+ * reads it before the close (peer_left). */
+static void
+say_bye(dt_node *n)
+{
+	if (n->links || n->peers == NULL)
+		return;
+	for (int id = 1; id < n->ntable; id++) {
+		dt_msg_hdr h = {.cmd = DT_CMD_BYE};
+
+		if (id != n->id &&
+		    __atomic_load_n(&n->peers[id], __ATOMIC_ACQUIRE))
+			(void)dt__node_send(n, id, &h, NULL, 0, NULL, 0);
+	}
+}
+
 void
 dt__node_peer_lost(dt_node *n, int peer, const char *why)
 {
@@ -260,7 +302,7 @@ hook_on_close(void *arg, dt_conn *c, dt_err why)
 		__atomic_compare_exchange_n(&n->peers[peer], &(dt_conn *){c},
 		                            NULL, 0, __ATOMIC_ACQ_REL,
 		                            __ATOMIC_ACQUIRE);
-	if (quiet)
+	if (quiet || peer_left(n, peer))
 		return;
 	member_lost(n, peer, dt__conn_addr(c), NULL);
 }
@@ -297,6 +339,7 @@ node_free(dt_node *n)
 	dt__sched_free(n);
 	free(n->table);
 	free(n->peers);
+	free(n->said_bye);
 	free(n->ctr);
 	pthread_mutex_destroy(&n->mu);
 	pthread_cond_destroy(&n->cv);
@@ -545,6 +588,7 @@ dt_node_stop(dt_node *n)
 		n->stopping = 1;
 		pthread_mutex_unlock(&n->mu);
 		err = dt__node_send(n, 0, &h, NULL, 0, NULL, 0);
+		say_bye(n);
 	}
 	node_free(n);
 	return err;

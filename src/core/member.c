@@ -73,7 +73,12 @@ parse_table(dt_node *n, const dt_msg *m)
 		                dt_role_name(n->role));
 	}
 	n->peers = dt__calloc(count, sizeof(dt_conn *));
-	if (n->peers == NULL) {
+	n->said_bye = dt__calloc(count, 1);
+	if (n->peers == NULL || n->said_bye == NULL) {
+		free(n->peers);
+		free(n->said_bye);
+		n->peers = NULL;
+		n->said_bye = NULL;
 		free(t);
 		return DT_ENOMEM;
 	}
@@ -159,6 +164,7 @@ dt__member_on_msg(dt_node *n, dt_conn *c, dt_msg *m)
 			return;
 		}
 		dt__conn_set_peer(c, (int)id);
+		__atomic_store_n(&n->said_bye[id], 0, __ATOMIC_RELEASE);
 		__atomic_store_n(&n->peers[id], c, __ATOMIC_RELEASE);
 		DT_LOG(1, "%s connected from %s",
 		       dt__node_name(n, (int)id, name, sizeof(name)),
@@ -239,10 +245,22 @@ dt__member_on_msg(dt_node *n, dt_conn *c, dt_msg *m)
 	case DT_CMD_HEARTBEAT:
 	case DT_CMD_ACK: /* (a PS_RESEND ACK is taken in lifecycle.c) */
 		return;  /* its bytes were the point (watch.c) */
-	case DT_CMD_BYE:
-		if (dt__conn_peer(c) >= 0)
-			dt__link_bye_from(n, dt__conn_peer(c));
+	case DT_CMD_BYE: {
+		int peer = dt__conn_peer(c);
+
+		if (n->links) {
+			if (peer >= 0)
+				dt__link_bye_from(n, peer);
+			return;
+		}
+		/* Only from the connection that is this peer's now: a BYE on
+		 * an old one says nothing about the current one. */
+		if (peer > 0 && peer < n->ntable && n->said_bye &&
+		    __atomic_load_n(&n->peers[peer], __ATOMIC_ACQUIRE) == c)
+			__atomic_store_n(&n->said_bye[peer], 1,
+			                 __ATOMIC_RELEASE);
 		return;
+	}
 	case DT_CMD_TEXT:
 		/* From a connection that said who it is, named by that. */
 		if (dt__conn_peer(c) < 0) {

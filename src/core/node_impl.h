@@ -54,6 +54,10 @@ struct dt_node {
 	int ntable;
 	uint64_t wait_ns; /* DT_WAIT_TIMEOUT: a worker's wait for peers */
 	dt_conn **peers;  /* by id; peers[0] is the scheduler */
+	/* By id (atomic): the peer said BYE on its connection, without
+	 * PS_RESEND's links: it finished, so that connection's close is its
+	 * leaving, not a loss (dt__node_peer_left). */
+	uint8_t *said_bye;
 
 	pthread_mutex_t mu;
 	pthread_cond_t cv;
