@@ -103,7 +103,9 @@ static void dispatch(dt_node *n, dt_conn *c, dt_msg *m);
 /* Count the frame by its sender before handing it on (what it wakes sees
  * it counted); a frame that names its connection's peer (HELLO) once it
  * is handled. Heartbeats are not counted on either side (watch.c sends
- * them to connections not yet named). */
+ * them to connections not yet named), nor a leaving worker's BYE (it goes
+ * after the worker's end-of-job report, and may reach a peer before or
+ * after that peer's own). */
 static void
 hook_on_msg(void *arg, dt_conn *c, dt_msg *m)
 {
@@ -113,7 +115,7 @@ hook_on_msg(void *arg, dt_conn *c, dt_msg *m)
 	int count = 1 + n->num_servers + n->num_workers;
 	int from = dt__conn_peer(c);
 
-	if (m->hdr.cmd == DT_CMD_HEARTBEAT) {
+	if (m->hdr.cmd == DT_CMD_HEARTBEAT || m->hdr.cmd == DT_CMD_BYE) {
 		dispatch(n, c, m);
 		return;
 	}

@@ -217,7 +217,8 @@ dt__node_send_ex(dt_node *n, int id, dt_msg_hdr *h, const void *meta,
 	char name[64];
 	dt_conn *c;
 
-	if (id >= 0 && id < n->ntable && n->ctr) {
+	/* (a BYE is not counted: lifecycle.c, hook_on_msg) */
+	if (id >= 0 && id < n->ntable && n->ctr && h->cmd != DT_CMD_BYE) {
 		uint64_t bytes = DT_HDR_SIZE + (uint64_t)meta_len;
 
 		for (int i = 0; i < iovcnt; i++)

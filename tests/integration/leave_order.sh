@@ -14,7 +14,8 @@
 #      worker 1 leaves: every process exits 0, and nobody logs a loss.
 #   2. The same, but worker 0 is killed (SIGKILL) instead of leaving: the
 #      job ends with the scheduler, the server and worker 1 exiting
-#      non-zero, naming worker 0.
+#      non-zero, the server and worker 1 naming worker 0 (the scheduler
+#      names whichever lost connection it handles first).
 # Run once over each transport: same-host shared memory, then TCP.
 . "$(dirname "$0")/cluster_lib.bash"
 
@@ -94,11 +95,17 @@ for transport in shm tcp; do
 	expect_exit "$sched" 30 nonzero "$tag: the scheduler"
 	expect_exit "$server" 30 nonzero "$tag: the server"
 	expect_exit "$w1" 30 nonzero "$tag: worker 1"
-	for what in scheduler server worker1; do
+	for what in server worker1; do
 		assert_grep "$T_DIR/$tag.$what.log" \
 			"lost the connection to worker 0|worker 0 \(pid [0-9]+ .*was lost" \
 			"$tag: the $what names worker 0"
 	done
+	# The scheduler, let go, finds worker 0's connection closed and, as
+	# often, the server's and worker 1's (they ended on worker 0's loss):
+	# it names the first it handles.
+	assert_grep "$T_DIR/$tag.scheduler.log" \
+		"aborting the job: (worker [01]|server 0) \(pid [0-9]+ .*was lost" \
+		"$tag: the scheduler names a lost node"
 	assert_groups_gone
 	log "$tag: worker 0 killed while the scheduler was stopped; the job failed naming it"
 done
