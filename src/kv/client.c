@@ -284,11 +284,7 @@ dt__kv_client_destroy(dt_kv_client *c)
 	dt__table_fini(&c->ops);
 	for (int i = 0; i < c->nservers; i++) {
 		for (dt_lnode *l; (l = dt__list_pop_front(&c->srv[i].log));) {
-			logent *e = DT_CONTAINER_OF(l, logent, ln);
-
-			free(e->meta);
-			free(e->data);
-			free(e);
+			dt__kvc_logent_drop(DT_CONTAINER_OF(l, logent, ln));
 		}
 		free(c->srv[i].held);
 	}
