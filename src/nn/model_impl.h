@@ -126,4 +126,10 @@ void dt__nn_select_slot(dt_nn_model *m, int k);
 /* Back to the layers' own buffers only (slot 0), freeing the others. */
 void dt__nn_drop_slots(dt_nn_model *m);
 
+/* spec.c: the description a built-in model name stands for (the name
+ * itself when it is none), and a description parsed into m's layers and
+ * tensors. */
+const char *dt__nn_builtin_spec(const char *name);
+dt_err dt__nn_parse_spec(dt_nn_model *m, const char *spec);
+
 #endif
