@@ -56,7 +56,7 @@ struct dt_node {
 	dt_conn **peers;  /* by id; peers[0] is the scheduler */
 	/* By id (atomic): the peer said BYE on its connection, without
 	 * PS_RESEND's links: it finished, so that connection's close is its
-	 * leaving, not a loss (dt__node_peer_left). */
+	 * leaving, not a loss (peer_left, lifecycle.c). */
 	uint8_t *said_bye;
 
 	pthread_mutex_t mu;
