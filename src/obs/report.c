@@ -107,6 +107,189 @@ cmp_u64(const void *a, const void *b)
 	return x < y ? -1 : x > y;
 }
 
+/* The first table: every node's traffic and wall time. */
+static void
+report_traffic(FILE *f, dt_stats *const *all, const char *const *names,
+               int count)
+{
+	fprintf(f, "%-12s %10s %12s %10s %12s %9s\n", "node", "msgs sent",
+	        "MB sent", "msgs recv", "MB recv", "wall s");
+	for (int i = 0; i < count; i++) {
+		uint64_t ms_, mr, bs, br;
+
+		if (!all[i]) {
+			fprintf(f, "%-12s %10s\n", names[i], "(no report)");
+			continue;
+		}
+		bs = sum_sent(all[i], &ms_);
+		br = sum_recv(all[i], &mr);
+		fprintf(f, "%-12s %10llu %12.3f %10llu %12.3f %9.2f\n",
+		        names[i], (unsigned long long)ms_, mb(bs),
+		        (unsigned long long)mr, mb(br),
+		        (double)all[i]->wall_ns * 1e-9);
+	}
+}
+
+/* The workers' KV latency, then the job's keys with most bytes pushed. */
+static void
+report_kv(FILE *f, dt_stats *const *all, const char *const *names, int count)
+{
+	fprintf(f, "\nKV latency, call to answer (ms)\n");
+	fprintf(f, "%-12s %-9s %9s %9s %9s %9s %9s\n", "worker", "op", "calls",
+	        "mean", "p50", "p99", "max");
+	for (int i = 0; i < count; i++)
+		for (int k = 0; all[i] && k < DT_LAT_COUNT; k++) {
+			const dt_latency *l = &all[i]->latency[k];
+
+			if (l->count == 0)
+				continue;
+			fprintf(f, "%-12s %-9s %9llu %9.3f %9.3f %9.3f %9.3f\n",
+			        names[i], op[k], (unsigned long long)l->count,
+			        ms(l->mean_ns), ms(l->p50_ns), ms(l->p99_ns),
+			        ms(l->max_ns));
+		}
+	/* Keys: the job's totals over the workers, biggest first. */
+	fprintf(f, "\nKV keys, over all workers (the 10 with most "
+	           "bytes pushed)\n");
+	fprintf(f, "%-10s %9s %12s %9s %12s\n", "key", "pushes", "MB pushed",
+	        "pulls", "MB pulled");
+	dt_key_stats *top;
+	int ntop = keys_over_workers(all, count, &top);
+	uint64_t omitted = 0;
+
+	for (int i = 0; i < count; i++)
+		if (all[i] && all[i]->role == 2)
+			omitted += all[i]->keys_omitted;
+	if (ntop < 0)
+		fprintf(f, "(out of memory for the key table)\n");
+	for (int a = 0; a < ntop && a < 10; a++) {
+		char kn[32];
+
+		if (top[a].key == DT_STATS_KEY_BATCHED)
+			snprintf(kn, sizeof(kn), "(batched)");
+		else
+			snprintf(kn, sizeof(kn), "%llu",
+			         (unsigned long long)top[a].key);
+		fprintf(
+		    f, "%-10s %9llu %12.3f %9llu %12.3f\n", kn,
+		    (unsigned long long)top[a].pushes, mb(top[a].bytes_pushed),
+		    (unsigned long long)top[a].pulls, mb(top[a].bytes_pulled));
+	}
+	free(top);
+	if (omitted)
+		fprintf(f,
+		        "(%llu calls on keys beyond the %d counted "
+		        "one by one)\n",
+		        (unsigned long long)omitted, DT_STATS_MAX_KEYS);
+}
+
+static void
+report_servers(FILE *f, dt_stats *const *all, const char *const *names,
+               int count)
+{
+	fprintf(f, "\n%-12s %12s %10s %9s %10s\n", "server", "MB recv",
+	        "merges", "updates", "busy s");
+	for (int i = 0; i < count; i++) {
+		uint64_t m;
+
+		if (!all[i] || all[i]->role != 1)
+			continue;
+		fprintf(f, "%-12s %12.3f %10llu %9llu %10.3f\n", names[i],
+		        mb(sum_recv(all[i], &m)),
+		        (unsigned long long)all[i]->merges,
+		        (unsigned long long)all[i]->updates,
+		        (double)(all[i]->merge_ns + all[i]->update_ns) * 1e-9);
+	}
+}
+
+static void
+report_coll(FILE *f, dt_stats *const *all, const char *const *names, int count)
+{
+	fprintf(f, "\n%-12s %9s %12s %9s %12s\n", "worker", "collectives", "MB",
+	        "time s", "busbw GB/s");
+	for (int i = 0; i < count; i++) {
+		if (!all[i] || all[i]->coll_ops == 0)
+			continue;
+		fprintf(f, "%-12s %9llu %12.3f %9.3f %12.3f\n", names[i],
+		        (unsigned long long)all[i]->coll_ops,
+		        mb(all[i]->coll_bytes), (double)all[i]->coll_ns * 1e-9,
+		        all[i]->coll_busbw / 1e9);
+	}
+}
+
+/* Each worker's step times, and the slowest worker against the median of
+ * all of them (every worker counts, however many the job has). */
+static void
+report_steps(FILE *f, dt_stats *const *all, const char *const *names, int count)
+{
+	uint64_t *p50s =
+	    malloc((size_t)(count > 0 ? count : 1) * sizeof(*p50s));
+	int np = 0, slow = -1;
+
+	fprintf(f, "%-12s %8s %12s %12s %11s\n", "worker", "steps",
+	        "step p50 ms", "step p99 ms", "comm share");
+	for (int i = 0; i < count; i++) {
+		const dt_stats *s = all[i];
+
+		if (!s || s->role != 2 || s->steps == 0)
+			continue;
+		fprintf(f, "%-12s %8llu %12.3f %12.3f %10.1f%%\n", names[i],
+		        (unsigned long long)s->steps, ms(s->step_p50_ns),
+		        ms(s->step_p99_ns),
+		        s->step_ns
+		            ? 100.0 * (double)s->comm_ns / (double)s->step_ns
+		            : 0.0);
+		if (p50s)
+			p50s[np++] = s->step_p50_ns;
+		if (slow < 0 || s->step_p50_ns > all[slow]->step_p50_ns)
+			slow = i;
+	}
+	if (!p50s) {
+		fprintf(f, "(out of memory for the workers' median)\n");
+		return;
+	}
+	qsort(p50s, (size_t)np, sizeof(p50s[0]), cmp_u64);
+	if (slow >= 0 && np > 0) {
+		uint64_t med = p50s[(np - 1) / 2];
+
+		fprintf(f,
+		        "slowest worker: %s, step p50 %.3f ms (%.2fx "
+		        "the workers' median %.3f ms)\n",
+		        names[slow], ms(all[slow]->step_p50_ns),
+		        med ? (double)all[slow]->step_p50_ns / (double)med
+		            : 1.0,
+		        ms(med));
+	}
+	free(p50s);
+}
+
+/* The server that received most bytes, against an even share. */
+static void
+report_busiest(FILE *f, dt_stats *const *all, const char *const *names,
+               int count, int ns)
+{
+	int busy = -1;
+	uint64_t total = 0, bbusy = 0, m;
+
+	for (int i = 0; i < count; i++) {
+		if (!all[i] || all[i]->role != 1)
+			continue;
+		uint64_t b = sum_recv(all[i], &m);
+		total += b;
+		if (busy < 0 || b > bbusy)
+			busy = i, bbusy = b;
+	}
+	if (busy < 0)
+		return;
+	fprintf(f,
+	        "busiest server: %s, %.3f MB received (%.1f%% of the "
+	        "servers' %.3f MB; an even share is %.1f%%), busy %.3f s\n",
+	        names[busy], mb(bbusy),
+	        total ? 100.0 * (double)bbusy / (double)total : 0.0, mb(total),
+	        100.0 / ns,
+	        (double)(all[busy]->merge_ns + all[busy]->update_ns) * 1e-9);
+}
+
 void
 dt__stats_report(FILE *f, dt_stats *const *all, const char *const *names,
                  int count)
@@ -124,171 +307,23 @@ dt__stats_report(FILE *f, dt_stats *const *all, const char *const *names,
 		have_steps |= all[i]->steps > 0;
 	}
 	fprintf(f, "dtrain stats: %d server(s), %d worker(s)\n", ns, nw);
-	fprintf(f, "%-12s %10s %12s %10s %12s %9s\n", "node", "msgs sent",
-	        "MB sent", "msgs recv", "MB recv", "wall s");
-	for (int i = 0; i < count; i++) {
-		uint64_t ms_, mr, bs, br;
-
-		if (!all[i]) {
-			fprintf(f, "%-12s %10s\n", names[i], "(no report)");
-			continue;
-		}
-		bs = sum_sent(all[i], &ms_);
-		br = sum_recv(all[i], &mr);
-		fprintf(f, "%-12s %10llu %12.3f %10llu %12.3f %9.2f\n",
-		        names[i], (unsigned long long)ms_, mb(bs),
-		        (unsigned long long)mr, mb(br),
-		        (double)all[i]->wall_ns * 1e-9);
-	}
-	if (have_lat) {
-		fprintf(f, "\nKV latency, call to answer (ms)\n");
-		fprintf(f, "%-12s %-9s %9s %9s %9s %9s %9s\n", "worker", "op",
-		        "calls", "mean", "p50", "p99", "max");
-		for (int i = 0; i < count; i++)
-			for (int k = 0; all[i] && k < DT_LAT_COUNT; k++) {
-				const dt_latency *l = &all[i]->latency[k];
-
-				if (l->count == 0)
-					continue;
-				fprintf(f,
-				        "%-12s %-9s %9llu %9.3f %9.3f %9.3f "
-				        "%9.3f\n",
-				        names[i], op[k],
-				        (unsigned long long)l->count,
-				        ms(l->mean_ns), ms(l->p50_ns),
-				        ms(l->p99_ns), ms(l->max_ns));
-			}
-		/* Keys: the job's totals over the workers, biggest first. */
-		fprintf(f, "\nKV keys, over all workers (the 10 with most "
-		           "bytes pushed)\n");
-		fprintf(f, "%-10s %9s %12s %9s %12s\n", "key", "pushes",
-		        "MB pushed", "pulls", "MB pulled");
-		dt_key_stats *top;
-		int ntop = keys_over_workers(all, count, &top);
-		uint64_t omitted = 0;
-
-		for (int i = 0; i < count; i++)
-			if (all[i] && all[i]->role == 2)
-				omitted += all[i]->keys_omitted;
-		if (ntop < 0)
-			fprintf(f, "(out of memory for the key table)\n");
-		for (int a = 0; a < ntop && a < 10; a++) {
-			char kn[32];
-
-			if (top[a].key == DT_STATS_KEY_BATCHED)
-				snprintf(kn, sizeof(kn), "(batched)");
-			else
-				snprintf(kn, sizeof(kn), "%llu",
-				         (unsigned long long)top[a].key);
-			fprintf(f, "%-10s %9llu %12.3f %9llu %12.3f\n", kn,
-			        (unsigned long long)top[a].pushes,
-			        mb(top[a].bytes_pushed),
-			        (unsigned long long)top[a].pulls,
-			        mb(top[a].bytes_pulled));
-		}
-		free(top);
-		if (omitted)
-			fprintf(f,
-			        "(%llu calls on keys beyond the %d counted "
-			        "one by one)\n",
-			        (unsigned long long)omitted, DT_STATS_MAX_KEYS);
-	}
-	if (ns) {
-		fprintf(f, "\n%-12s %12s %10s %9s %10s\n", "server", "MB recv",
-		        "merges", "updates", "busy s");
-		for (int i = 0; i < count; i++) {
-			uint64_t m;
-
-			if (!all[i] || all[i]->role != 1)
-				continue;
-			fprintf(f, "%-12s %12.3f %10llu %9llu %10.3f\n",
-			        names[i], mb(sum_recv(all[i], &m)),
-			        (unsigned long long)all[i]->merges,
-			        (unsigned long long)all[i]->updates,
-			        (double)(all[i]->merge_ns + all[i]->update_ns) *
-			            1e-9);
-		}
-	}
-	if (have_coll) {
-		fprintf(f, "\n%-12s %9s %12s %9s %12s\n", "worker",
-		        "collectives", "MB", "time s", "busbw GB/s");
-		for (int i = 0; i < count; i++) {
-			if (!all[i] || all[i]->coll_ops == 0)
-				continue;
-			fprintf(f, "%-12s %9llu %12.3f %9.3f %12.3f\n",
-			        names[i], (unsigned long long)all[i]->coll_ops,
-			        mb(all[i]->coll_bytes),
-			        (double)all[i]->coll_ns * 1e-9,
-			        all[i]->coll_busbw / 1e9);
-		}
-	}
+	report_traffic(f, all, names, count);
+	if (have_lat)
+		report_kv(f, all, names, count);
+	if (ns)
+		report_servers(f, all, names, count);
+	if (have_coll)
+		report_coll(f, all, names, count);
 
 	/* The straggler and imbalance report. */
 	fprintf(f, "\nstraggler report\n");
-	if (have_steps) {
-		uint64_t p50s[4096];
-		int np = 0, slow = -1;
-
-		fprintf(f, "%-12s %8s %12s %12s %11s\n", "worker", "steps",
-		        "step p50 ms", "step p99 ms", "comm share");
-		for (int i = 0; i < count; i++) {
-			const dt_stats *s = all[i];
-
-			if (!s || s->role != 2 || s->steps == 0)
-				continue;
-			fprintf(f, "%-12s %8llu %12.3f %12.3f %10.1f%%\n",
-			        names[i], (unsigned long long)s->steps,
-			        ms(s->step_p50_ns), ms(s->step_p99_ns),
-			        s->step_ns ? 100.0 * (double)s->comm_ns /
-			                         (double)s->step_ns
-			                   : 0.0);
-			if (np < 4096)
-				p50s[np++] = s->step_p50_ns;
-			if (slow < 0 || s->step_p50_ns > all[slow]->step_p50_ns)
-				slow = i;
-		}
-		qsort(p50s, (size_t)np, sizeof(p50s[0]), cmp_u64);
-		if (slow >= 0 && np > 0) {
-			uint64_t med = p50s[(np - 1) / 2];
-
-			fprintf(f,
-			        "slowest worker: %s, step p50 %.3f ms (%.2fx "
-			        "the workers' median %.3f ms)\n",
-			        names[slow], ms(all[slow]->step_p50_ns),
-			        med ? (double)all[slow]->step_p50_ns /
-			                  (double)med
-			            : 1.0,
-			        ms(med));
-		}
-	} else {
+	if (have_steps)
+		report_steps(f, all, names, count);
+	else
 		fprintf(f, "no training steps were marked (dt_obs_phase "
 		           "DT_PHASE_STEP)\n");
-	}
-	if (ns) {
-		int busy = -1;
-		uint64_t total = 0, bbusy = 0, m;
-
-		for (int i = 0; i < count; i++) {
-			if (!all[i] || all[i]->role != 1)
-				continue;
-			uint64_t b = sum_recv(all[i], &m);
-			total += b;
-			if (busy < 0 || b > bbusy)
-				busy = i, bbusy = b;
-		}
-		if (busy >= 0)
-			fprintf(f,
-			        "busiest server: %s, %.3f MB received (%.1f%% "
-			        "of the servers' %.3f MB; an even share is "
-			        "%.1f%%), busy %.3f s\n",
-			        names[busy], mb(bbusy),
-			        total ? 100.0 * (double)bbusy / (double)total
-			              : 0.0,
-			        mb(total), 100.0 / ns,
-			        (double)(all[busy]->merge_ns +
-			                 all[busy]->update_ns) *
-			            1e-9);
-	}
+	if (ns)
+		report_busiest(f, all, names, count, ns);
 }
 
 void
