@@ -195,167 +195,199 @@ add_elementwise(dt_nn_model *m, plan *pl, enum layer_kind kind, float rate)
 	return DT_OK;
 }
 
+/* One parser per layer kind: f[0] is the kind's name, f[1..nf-1] its
+ * arguments; orig is the whole token, for messages. */
+typedef dt_err (*layer_parser)(dt_nn_model *m, plan *pl, char **f, int nf,
+                               const char *orig);
+
+static dt_err
+parse_conv(dt_nn_model *m, plan *pl, char **f, int nf, const char *orig)
+{
+	layer *L = NULL;
+	dt_err err;
+	int a = 0, b = 0, s = 1, p = 0;
+
+	if (nf < 3 || nf > 5)
+		return dt__fail(DT_EINVAL,
+		                "model spec '%s': expected "
+		                "conv:OUT:K[:STRIDE[:PAD]]",
+		                orig);
+	if (!pl->spatial)
+		return dt__fail(DT_EINVAL,
+		                "model spec '%s': conv needs a CxHxW input",
+		                orig);
+	if ((err = parse_int(orig, f[1], 1, MAX_DIM, &a, NULL)) ||
+	    (err = parse_int(orig, f[2], 1, 64, &b, NULL)) ||
+	    (nf > 3 && (err = parse_int(orig, f[3], 1, 64, &s, NULL))) ||
+	    (nf > 4 && (err = parse_int(orig, f[4], 0, b - 1, &p, NULL))))
+		return err;
+	if (pl->h + 2 * p < b || pl->w + 2 * p < b)
+		return dt__fail(DT_EINVAL,
+		                "model spec '%s': kernel %d larger than the "
+		                "%dx%d input",
+		                orig, b, pl->h, pl->w);
+	if ((err = new_layer(m, pl, L_CONV, &L)))
+		return err;
+	L->k = b;
+	L->s = s;
+	L->p = p;
+	L->wt = m->ntensors;
+
+	int ws[4] = {a, pl->c, b, b};
+
+	if ((err = add_tensor(m, "conv", pl->conv_n, "weight", 4, ws, 1.0f)) ||
+	    (err = add_tensor(m, "conv", pl->conv_n, "bias", 1, ws, 0.0f)))
+		return err;
+	pl->conv_n++;
+	if ((err = set_out(m, L, pl, a, nn_out_dim(pl->h, b, s, p),
+	                   nn_out_dim(pl->w, b, s, p))))
+		return err;
+	pl->cm = 1;
+	pl->owned = 1;
+	pl->fragile = 0;
+	return DT_OK;
+}
+
+static dt_err
+parse_maxpool(dt_nn_model *m, plan *pl, char **f, int nf, const char *orig)
+{
+	layer *L = NULL;
+	dt_err err;
+	int b = 0, s;
+
+	if (nf < 2 || nf > 3)
+		return dt__fail(DT_EINVAL,
+		                "model spec '%s': expected maxpool:K[:STRIDE]",
+		                orig);
+	if (!pl->spatial)
+		return dt__fail(DT_EINVAL,
+		                "model spec '%s': maxpool needs a CxHxW input",
+		                orig);
+	if ((err = parse_int(orig, f[1], 1, 64, &b, NULL)))
+		return err;
+	s = b;
+	if (nf > 2 && (err = parse_int(orig, f[2], 1, 64, &s, NULL)))
+		return err;
+	if (pl->h < b || pl->w < b)
+		return dt__fail(DT_EINVAL,
+		                "model spec '%s': window %d larger than the "
+		                "%dx%d input",
+		                orig, b, pl->h, pl->w);
+	if ((err = new_layer(m, pl, L_MAXPOOL, &L)))
+		return err;
+	L->k = b;
+	L->s = s;
+	if ((err = set_out(m, L, pl, pl->c, nn_out_dim(pl->h, b, s, 0),
+	                   nn_out_dim(pl->w, b, s, 0))))
+		return err;
+	pl->owned = 1;
+	pl->fragile = 0;
+	return DT_OK;
+}
+
+static dt_err
+parse_activation(dt_nn_model *m, plan *pl, char **f, int nf, const char *orig)
+{
+	if (nf != 1)
+		return dt__fail(DT_EINVAL,
+		                "model spec '%s': %s takes no arguments", orig,
+		                f[0]);
+	return add_elementwise(m, pl, f[0][0] == 'r' ? L_RELU : L_TANH, 0.0f);
+}
+
+static dt_err
+parse_dropout(dt_nn_model *m, plan *pl, char **f, int nf, const char *orig)
+{
+	char *end;
+	double r;
+
+	if (nf != 2)
+		return dt__fail(DT_EINVAL,
+		                "model spec '%s': expected dropout:RATE", orig);
+	errno = 0;
+	r = strtod(f[1], &end);
+	if (errno || end == f[1] || *end || !(r >= 0.0 && r < 1.0))
+		return dt__fail(DT_EINVAL,
+		                "model spec '%s': dropout rate must be in "
+		                "[0, 1)",
+		                orig);
+	return add_elementwise(m, pl, L_DROPOUT, (float)r);
+}
+
+static dt_err
+parse_flatten(dt_nn_model *m, plan *pl, char **f, int nf, const char *orig)
+{
+	(void)f;
+	if (nf != 1)
+		return dt__fail(DT_EINVAL,
+		                "model spec '%s': flatten takes no arguments",
+		                orig);
+	return add_flatten(m, pl);
+}
+
+static dt_err
+parse_dense(dt_nn_model *m, plan *pl, char **f, int nf, const char *orig)
+{
+	layer *L = NULL;
+	dt_err err;
+	size_t in;
+	int a = 0;
+
+	if (nf != 2)
+		return dt__fail(DT_EINVAL, "model spec '%s': expected dense:N",
+		                orig);
+	if ((err = parse_int(orig, f[1], 1, MAX_DIM, &a, NULL)))
+		return err;
+	if (pl->spatial && (err = add_flatten(m, pl)))
+		return err;
+	in = (size_t)pl->c;
+	if (in > MAX_PARAMS / (size_t)a)
+		return dt__fail(
+		    DT_EINVAL, "model spec '%s': %zu x %d weights are too many",
+		    orig, in, a);
+	if ((err = new_layer(m, pl, L_DENSE, &L)))
+		return err;
+	L->wt = m->ntensors;
+
+	int ws[2] = {a, (int)in};
+
+	if ((err =
+	         add_tensor(m, "dense", pl->dense_n, "weight", 2, ws, 1.0f)) ||
+	    (err = add_tensor(m, "dense", pl->dense_n, "bias", 1, ws, 0.0f)))
+		return err;
+	pl->dense_n++;
+	if ((err = set_out(m, L, pl, a, 1, 1)))
+		return err;
+	pl->owned = 1;
+	pl->fragile = 0;
+	return DT_OK;
+}
+
+static const struct {
+	const char *name;
+	layer_parser parse;
+} layer_kinds[] = {
+    {"conv", parse_conv},       {"maxpool", parse_maxpool},
+    {"relu", parse_activation}, {"tanh", parse_activation},
+    {"dropout", parse_dropout}, {"flatten", parse_flatten},
+    {"dense", parse_dense},
+};
+
 static dt_err
 parse_layer(dt_nn_model *m, plan *pl, char *tok, const char *orig)
 {
 	char *f[5];
 	int nf = split_fields(tok, f, 5);
-	layer *L = NULL;
-	dt_err err;
-	int a = 0, b = 0, s, p;
 
-	if (strcmp(f[0], "conv") == 0) {
-		if (nf < 3 || nf > 5)
-			return dt__fail(DT_EINVAL,
-			                "model spec '%s': expected "
-			                "conv:OUT:K[:STRIDE[:PAD]]",
-			                orig);
-		if (!pl->spatial)
-			return dt__fail(DT_EINVAL,
-			                "model spec '%s': conv needs "
-			                "a CxHxW input",
-			                orig);
-		s = 1;
-		p = 0;
-		if ((err = parse_int(orig, f[1], 1, MAX_DIM, &a, NULL)) ||
-		    (err = parse_int(orig, f[2], 1, 64, &b, NULL)) ||
-		    (nf > 3 &&
-		     (err = parse_int(orig, f[3], 1, 64, &s, NULL))) ||
-		    (nf > 4 &&
-		     (err = parse_int(orig, f[4], 0, b - 1, &p, NULL))))
-			return err;
-		if (pl->h + 2 * p < b || pl->w + 2 * p < b)
-			return dt__fail(DT_EINVAL,
-			                "model spec '%s': kernel %d "
-			                "larger than the %dx%d input",
-			                orig, b, pl->h, pl->w);
-		if ((err = new_layer(m, pl, L_CONV, &L)))
-			return err;
-		L->k = b;
-		L->s = s;
-		L->p = p;
-		L->wt = m->ntensors;
-		{
-			int ws[4] = {a, pl->c, b, b};
-
-			if ((err = add_tensor(m, "conv", pl->conv_n, "weight",
-			                      4, ws, 1.0f)) ||
-			    (err = add_tensor(m, "conv", pl->conv_n, "bias", 1,
-			                      ws, 0.0f)))
-				return err;
-		}
-		pl->conv_n++;
-		if ((err = set_out(m, L, pl, a, nn_out_dim(pl->h, b, s, p),
-		                   nn_out_dim(pl->w, b, s, p))))
-			return err;
-		pl->cm = 1;
-		pl->owned = 1;
-		pl->fragile = 0;
-	} else if (strcmp(f[0], "maxpool") == 0) {
-		if (nf < 2 || nf > 3)
-			return dt__fail(DT_EINVAL,
-			                "model spec '%s': expected "
-			                "maxpool:K[:STRIDE]",
-			                orig);
-		if (!pl->spatial)
-			return dt__fail(DT_EINVAL,
-			                "model spec '%s': maxpool "
-			                "needs a CxHxW input",
-			                orig);
-		if ((err = parse_int(orig, f[1], 1, 64, &b, NULL)))
-			return err;
-		s = b;
-		if (nf > 2 && (err = parse_int(orig, f[2], 1, 64, &s, NULL)))
-			return err;
-		if (pl->h < b || pl->w < b)
-			return dt__fail(DT_EINVAL,
-			                "model spec '%s': window %d "
-			                "larger than the %dx%d input",
-			                orig, b, pl->h, pl->w);
-		if ((err = new_layer(m, pl, L_MAXPOOL, &L)))
-			return err;
-		L->k = b;
-		L->s = s;
-		if ((err = set_out(m, L, pl, pl->c, nn_out_dim(pl->h, b, s, 0),
-		                   nn_out_dim(pl->w, b, s, 0))))
-			return err;
-		pl->owned = 1;
-		pl->fragile = 0;
-	} else if (strcmp(f[0], "relu") == 0 || strcmp(f[0], "tanh") == 0) {
-		if (nf != 1)
-			return dt__fail(DT_EINVAL,
-			                "model spec '%s': %s takes "
-			                "no arguments",
-			                orig, f[0]);
-		return add_elementwise(m, pl, f[0][0] == 'r' ? L_RELU : L_TANH,
-		                       0.0f);
-	} else if (strcmp(f[0], "dropout") == 0) {
-		char *end;
-		double r;
-
-		if (nf != 2)
-			return dt__fail(DT_EINVAL,
-			                "model spec '%s': expected "
-			                "dropout:RATE",
-			                orig);
-		errno = 0;
-		r = strtod(f[1], &end);
-		if (errno || end == f[1] || *end || !(r >= 0.0 && r < 1.0))
-			return dt__fail(DT_EINVAL,
-			                "model spec '%s': dropout "
-			                "rate must be in [0, 1)",
-			                orig);
-		return add_elementwise(m, pl, L_DROPOUT, (float)r);
-	} else if (strcmp(f[0], "flatten") == 0) {
-		if (nf != 1)
-			return dt__fail(DT_EINVAL,
-			                "model spec '%s': flatten "
-			                "takes no arguments",
-			                orig);
-		return add_flatten(m, pl);
-	} else if (strcmp(f[0], "dense") == 0) {
-		size_t in;
-
-		if (nf != 2)
-			return dt__fail(DT_EINVAL,
-			                "model spec '%s': expected "
-			                "dense:N",
-			                orig);
-		if ((err = parse_int(orig, f[1], 1, MAX_DIM, &a, NULL)))
-			return err;
-		if (pl->spatial && (err = add_flatten(m, pl)))
-			return err;
-		in = (size_t)pl->c;
-		if (in > MAX_PARAMS / (size_t)a)
-			return dt__fail(DT_EINVAL,
-			                "model spec '%s': %zu x %d "
-			                "weights are too many",
-			                orig, in, a);
-		if ((err = new_layer(m, pl, L_DENSE, &L)))
-			return err;
-		L->wt = m->ntensors;
-		{
-			int ws[2] = {a, (int)in};
-
-			if ((err = add_tensor(m, "dense", pl->dense_n, "weight",
-			                      2, ws, 1.0f)) ||
-			    (err = add_tensor(m, "dense", pl->dense_n, "bias",
-			                      1, ws, 0.0f)))
-				return err;
-		}
-		pl->dense_n++;
-		if ((err = set_out(m, L, pl, a, 1, 1)))
-			return err;
-		pl->owned = 1;
-		pl->fragile = 0;
-	} else {
-		return dt__fail(DT_EINVAL,
-		                "model spec: unknown layer '%s' "
-		                "(known: conv, maxpool, relu, tanh, flatten, "
-		                "dense, dropout; losses softmax_ce, l2, l1)",
-		                orig);
-	}
-	return DT_OK;
+	for (size_t i = 0; i < sizeof(layer_kinds) / sizeof(layer_kinds[0]);
+	     i++)
+		if (strcmp(f[0], layer_kinds[i].name) == 0)
+			return layer_kinds[i].parse(m, pl, f, nf, orig);
+	return dt__fail(DT_EINVAL,
+	                "model spec: unknown layer '%s' "
+	                "(known: conv, maxpool, relu, tanh, flatten, "
+	                "dense, dropout; losses softmax_ce, l2, l1)",
+	                orig);
 }
 
 static dt_err
