@@ -450,6 +450,50 @@ parse_row(char *line, float *vals, long max, char **bad)
 	}
 }
 
+/* The error for a field of a CSV line that is not a number. */
+static dt_err
+csv_not_number(const char *path, size_t lineno, const char *line,
+               const char *bad)
+{
+	size_t blen = strcspn(bad, ",");
+	long col = 1;
+
+	for (const char *q = line; q < bad; q++)
+		col += *q == ',';
+	return dt__fail(DT_EFORMAT,
+	                "%s line %zu column %ld: '%.*s' is not a number", path,
+	                lineno, col, (int)DT_MIN(blen, (size_t)32), bad);
+}
+
+/* The first data line of a CSV file has nf columns: check them against the
+ * label column and the size bound, and allocate the dataset for at most
+ * rows_max rows and the row buffer *vals. */
+static dt_err
+csv_columns(const char *path, size_t lineno, long nf, int label_col,
+            size_t rows_max, dt_dataset *out, long *lc, float **vals)
+{
+	if (nf < 2)
+		return dt__fail(DT_EFORMAT,
+		                "%s line %zu: %ld column; need a label and at "
+		                "least one feature",
+		                path, lineno, nf);
+	*lc = label_col < 0 ? nf - 1 : label_col;
+	if (*lc >= nf)
+		return dt__fail(DT_EINVAL,
+		                "%s: label column %d but rows have %ld columns",
+		                path, label_col, nf);
+	if (rows_max > CSV_MAX_BYTES / (size_t)nf)
+		return dt__fail(DT_ETOOBIG,
+		                "%s: %zu rows of %ld columns are too many",
+		                path, rows_max, nf);
+	if ((out->x = dt__malloc(sizeof(float) * rows_max *
+	                         (size_t)(nf - 1))) == NULL ||
+	    (out->y = dt__malloc(sizeof(float) * rows_max)) == NULL ||
+	    (*vals = dt__malloc(sizeof(float) * (size_t)nf)) == NULL)
+		return DT_ENOMEM;
+	return DT_OK;
+}
+
 dt_err
 dt_data_load_csv(const char *path, int label_col, dt_dataset *out)
 {
@@ -485,53 +529,15 @@ dt_data_load_csv(const char *path, int label_col, dt_dataset *out)
 		}
 		first = 0;
 		if (nf < 0) {
-			size_t blen = strcspn(bad, ",");
-			long col = 1;
-
-			for (char *q = line; q < bad; q++)
-				col += *q == ',';
-			err = dt__fail(DT_EFORMAT,
-			               "%s line %zu column %ld: '%.*s' is not "
-			               "a number",
-			               path, lineno, col,
-			               (int)DT_MIN(blen, (size_t)32), bad);
+			err = csv_not_number(path, lineno, line, bad);
 			goto fail;
 		}
 		if (ncol == 0) {
 			/* The first data line fixes the columns. */
-			if (nf < 2) {
-				err = dt__fail(DT_EFORMAT,
-				               "%s line %zu: %ld column; need "
-				               "a label and at least one "
-				               "feature",
-				               path, lineno, nf);
+			if ((err = csv_columns(path, lineno, nf, label_col,
+			                       rows_max, out, &lc, &vals)))
 				goto fail;
-			}
 			ncol = nf;
-			lc = label_col < 0 ? ncol - 1 : label_col;
-			if (lc >= ncol) {
-				err = dt__fail(DT_EINVAL,
-				               "%s: label column %d but rows "
-				               "have %ld columns",
-				               path, label_col, ncol);
-				goto fail;
-			}
-			if (rows_max > CSV_MAX_BYTES / (size_t)ncol) {
-				err = dt__fail(DT_ETOOBIG,
-				               "%s: %zu rows of %ld columns "
-				               "are too many",
-				               path, rows_max, ncol);
-				goto fail;
-			}
-			if ((out->x = dt__malloc(sizeof(float) * rows_max *
-			                         (size_t)(ncol - 1))) == NULL ||
-			    (out->y = dt__malloc(sizeof(float) * rows_max)) ==
-			        NULL ||
-			    (vals = dt__malloc(sizeof(float) * (size_t)ncol)) ==
-			        NULL) {
-				err = DT_ENOMEM;
-				goto fail;
-			}
 			parse_row(line, vals, ncol, &bad);
 		}
 		if (nf != ncol) {
