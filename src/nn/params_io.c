@@ -292,6 +292,61 @@ read_file(const char *path, unsigned char **out, size_t *len)
 		goto fail;                                                     \
 	} while (0)
 
+/* Tensor i of a parameter file: its name, shape and floats, which go to
+ * p->data at *off (advanced past them). Every field is checked against
+ * its bound and the bytes left before use. */
+static dt_err
+read_tensor(const char *path, reader *r, dt_nn_params *p, uint64_t i,
+            uint64_t *off)
+{
+	dt_nn_tensor *t = &p->tensors[i];
+	char *name = p->names + i * (PARAMS_MAX_NAME + 1);
+	uint64_t nlen = 0, ndim = 0, count = 0, prod = 1;
+	dt_err err;
+
+	if (get_uint(r, 2, &nlen) || nlen == 0 || nlen > PARAMS_MAX_NAME ||
+	    get(r, name, nlen) || memchr(name, '\0', nlen) != NULL)
+		BAD("%s: tensor %llu: bad or truncated name", path,
+		    (unsigned long long)i);
+	t->name = name;
+	if (get_uint(r, 4, &ndim) || ndim < 1 || ndim > DT_NN_MAX_DIMS)
+		BAD("%s: tensor %s: bad dimension count", path, name);
+	t->ndim = (int)ndim;
+	for (uint64_t d = 0; d < ndim; d++) {
+		uint64_t v;
+
+		if (get_uint(r, 4, &v) || v == 0 || v > INT32_MAX)
+			BAD("%s: tensor %s: bad dimension %llu", path, name,
+			    (unsigned long long)d);
+		t->shape[d] = (int)v;
+		if (prod > PARAMS_MAX_BYTES / v)
+			BAD("%s: tensor %s: shape too large", path, name);
+		prod *= v;
+	}
+	if (get_uint(r, 8, &count) || count != prod)
+		BAD("%s: tensor %s: count %llu does not match its shape "
+		    "(%llu)",
+		    path, name, (unsigned long long)count,
+		    (unsigned long long)prod);
+	if (count > r->left / 4)
+		BAD("%s: tensor %s: %llu floats but only %zu bytes left", path,
+		    name, (unsigned long long)count, r->left);
+	t->offset = (size_t)*off;
+	t->size = (size_t)count;
+	t->wd_mult = 1.0f;
+	for (uint64_t j = 0; j < count; j++) {
+		uint32_t u = (uint32_t)le(r->p + 4 * j, 4);
+
+		memcpy(&p->data[*off + j], &u, 4);
+	}
+	r->p += 4 * count;
+	r->left -= 4 * count;
+	*off += count;
+	return DT_OK;
+fail:
+	return err;
+}
+
 dt_err
 dt_nn_params_read(const char *path, dt_nn_params **out)
 {
@@ -340,53 +395,9 @@ dt_nn_params_read(const char *path, dt_nn_params **out)
 		goto fail;
 	}
 	p->ntensors = (int)nt;
-	for (uint64_t i = 0; i < nt; i++) {
-		dt_nn_tensor *t = &p->tensors[i];
-		char *name = p->names + i * (PARAMS_MAX_NAME + 1);
-		uint64_t nlen = 0, ndim = 0, count = 0, prod = 1;
-
-		if (get_uint(&r, 2, &nlen) || nlen == 0 ||
-		    nlen > PARAMS_MAX_NAME || get(&r, name, nlen) ||
-		    memchr(name, '\0', nlen) != NULL)
-			BAD("%s: tensor %llu: bad or truncated name", path,
-			    (unsigned long long)i);
-		t->name = name;
-		if (get_uint(&r, 4, &ndim) || ndim < 1 || ndim > DT_NN_MAX_DIMS)
-			BAD("%s: tensor %s: bad dimension count", path, name);
-		t->ndim = (int)ndim;
-		for (uint64_t d = 0; d < ndim; d++) {
-			uint64_t v;
-
-			if (get_uint(&r, 4, &v) || v == 0 || v > INT32_MAX)
-				BAD("%s: tensor %s: bad dimension %llu", path,
-				    name, (unsigned long long)d);
-			t->shape[d] = (int)v;
-			if (prod > PARAMS_MAX_BYTES / v)
-				BAD("%s: tensor %s: shape too large", path,
-				    name);
-			prod *= v;
-		}
-		if (get_uint(&r, 8, &count) || count != prod)
-			BAD("%s: tensor %s: count %llu does not match its "
-			    "shape (%llu)",
-			    path, name, (unsigned long long)count,
-			    (unsigned long long)prod);
-		if (count > r.left / 4)
-			BAD("%s: tensor %s: %llu floats but only %zu bytes "
-			    "left",
-			    path, name, (unsigned long long)count, r.left);
-		t->offset = (size_t)off;
-		t->size = (size_t)count;
-		t->wd_mult = 1.0f;
-		for (uint64_t j = 0; j < count; j++) {
-			uint32_t u = (uint32_t)le(r.p + 4 * j, 4);
-
-			memcpy(&p->data[off + j], &u, 4);
-		}
-		r.p += 4 * count;
-		r.left -= 4 * count;
-		off += count;
-	}
+	for (uint64_t i = 0; i < nt; i++)
+		if ((err = read_tensor(path, &r, p, i, &off)))
+			goto fail;
 	if (r.left != 0)
 		BAD("%s: %zu unexpected bytes after the last tensor", path,
 		    r.left);
