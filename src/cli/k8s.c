@@ -263,81 +263,57 @@ printable(const char *s)
 	return 1;
 }
 
+/* One option a with its value v; 0 when taken, 1 after a message. */
 static int
-parse(int argc, char **argv, k8s_opts *o)
+set_opt(k8s_opts *o, const char *a, const char *v)
 {
-	int i;
-
-	memset(o, 0, sizeof(*o));
-	o->kind = "job";
-	o->servers = 1;
-	o->workers = -1;
-	o->port = 9091;
-	o->ttl = 600;
-	for (i = 1; i < argc; i++) {
-		const char *a = argv[i];
-		const char *v = i + 1 < argc ? argv[i + 1] : NULL;
-
-		if (strcmp(a, "--") == 0) {
-			i++;
-			break;
-		}
-		if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
-			usage(stdout);
+	if (strcmp(a, "--name") == 0)
+		o->name = v;
+	else if (strcmp(a, "--image") == 0)
+		o->image = v;
+	else if (strcmp(a, "--kind") == 0)
+		o->kind = v;
+	else if (strcmp(a, "--namespace") == 0)
+		o->ns = v;
+	else if (strcmp(a, "--secret-from") == 0)
+		o->secret_from = v;
+	else if (strcmp(a, "-n") == 0 || strcmp(a, "--num-workers") == 0) {
+		if (parse_long(a, v, 1, DT_MAX_ROLE_NODES, &o->workers))
 			return 1;
-		}
-		if (a[0] != '-')
-			return bad("'%s': the worker's command comes after "
-			           "--",
-			           a);
-		if (v == NULL)
-			return bad("option %s needs a value", a);
-		i++;
-		if (strcmp(a, "--name") == 0)
-			o->name = v;
-		else if (strcmp(a, "--image") == 0)
-			o->image = v;
-		else if (strcmp(a, "--kind") == 0)
-			o->kind = v;
-		else if (strcmp(a, "--namespace") == 0)
-			o->ns = v;
-		else if (strcmp(a, "--secret-from") == 0)
-			o->secret_from = v;
-		else if (strcmp(a, "-n") == 0 ||
-		         strcmp(a, "--num-workers") == 0) {
-			if (parse_long(a, v, 1, DT_MAX_ROLE_NODES, &o->workers))
-				return 2;
-		} else if (strcmp(a, "-s") == 0 ||
-		           strcmp(a, "--num-servers") == 0) {
-			if (parse_long(a, v, 0, DT_MAX_ROLE_NODES, &o->servers))
-				return 2;
-		} else if (strcmp(a, "--port") == 0) {
-			if (parse_long(a, v, 1, 65535, &o->port))
-				return 2;
-		} else if (strcmp(a, "--restart") == 0) {
-			if (parse_long(a, v, 0, 1000, &o->restart))
-				return 2;
-		} else if (strcmp(a, "--ttl") == 0) {
-			if (parse_long(a, v, 0, 365L * 86400, &o->ttl))
-				return 2;
-		} else if (strcmp(a, "--cpu") == 0) {
-			if (per_role(a, v, o->cpu))
-				return 2;
-		} else if (strcmp(a, "--memory") == 0) {
-			if (per_role(a, v, o->memory))
-				return 2;
-		} else if (strcmp(a, "--env") == 0) {
-			if (check_env(v))
-				return 2;
-			if (o->nenv == MAX_ENV)
-				return bad("at most %d --env options", MAX_ENV);
-			o->env[o->nenv++] = v;
-		} else {
-			return bad("unknown option '%s'", a);
-		}
+	} else if (strcmp(a, "-s") == 0 || strcmp(a, "--num-servers") == 0) {
+		if (parse_long(a, v, 0, DT_MAX_ROLE_NODES, &o->servers))
+			return 1;
+	} else if (strcmp(a, "--port") == 0) {
+		if (parse_long(a, v, 1, 65535, &o->port))
+			return 1;
+	} else if (strcmp(a, "--restart") == 0) {
+		if (parse_long(a, v, 0, 1000, &o->restart))
+			return 1;
+	} else if (strcmp(a, "--ttl") == 0) {
+		if (parse_long(a, v, 0, 365L * 86400, &o->ttl))
+			return 1;
+	} else if (strcmp(a, "--cpu") == 0) {
+		if (per_role(a, v, o->cpu))
+			return 1;
+	} else if (strcmp(a, "--memory") == 0) {
+		if (per_role(a, v, o->memory))
+			return 1;
+	} else if (strcmp(a, "--env") == 0) {
+		if (check_env(v))
+			return 1;
+		if (o->nenv == MAX_ENV)
+			return bad("at most %d --env options", MAX_ENV);
+		o->env[o->nenv++] = v;
+	} else {
+		return bad("unknown option '%s'", a);
 	}
-	o->cmd = argv + i;
-	o->ncmd = argc - i;
+	return 0;
+}
+
+/* The options together, and the values a manifest must not carry. */
+static int
+check_opts(k8s_opts *o)
+{
 	if (o->name == NULL || o->image == NULL || o->workers < 0)
 		return bad("--name, --image and -n are needed");
 	if (dt__job_size_check(o->servers, o->workers, "--num-servers",
@@ -371,6 +347,44 @@ parse(int argc, char **argv, k8s_opts *o)
 			return bad("--env '%s' has a control character",
 			           o->env[k]);
 	return 0;
+}
+
+static int
+parse(int argc, char **argv, k8s_opts *o)
+{
+	int i;
+
+	memset(o, 0, sizeof(*o));
+	o->kind = "job";
+	o->servers = 1;
+	o->workers = -1;
+	o->port = 9091;
+	o->ttl = 600;
+	for (i = 1; i < argc; i++) {
+		const char *a = argv[i];
+		const char *v = i + 1 < argc ? argv[i + 1] : NULL;
+
+		if (strcmp(a, "--") == 0) {
+			i++;
+			break;
+		}
+		if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
+			usage(stdout);
+			return 1;
+		}
+		if (a[0] != '-')
+			return bad("'%s': the worker's command comes after "
+			           "--",
+			           a);
+		if (v == NULL)
+			return bad("option %s needs a value", a);
+		i++;
+		if (set_opt(o, a, v))
+			return 2;
+	}
+	o->cmd = argv + i;
+	o->ncmd = argc - i;
+	return check_opts(o);
 }
 
 /* ---- YAML ---- */
