@@ -71,10 +71,23 @@ replica_step(void *arg)
 }
 
 /*
- * Overlap (one device, a KVStore): a layer's push-pull starts during the
- * backward pass as soon as its gradients are final (dt_nn_model_set_grad_hook),
- * straight from the model's gradient buffer; the step then waits for all.
+ * Overlap (one device): communication starts during the backward pass as
+ * soon as a layer's gradients are final (dt_nn_model_set_grad_hook), last
+ * layer first, straight from the model's gradient buffer; the step then
+ * waits for all. With a KVStore, each layer's push-pull starts there.
+ *
+ * With --kvstore horovod the gradients are summed by one allreduce per
+ * bucket (DDP's gradient buckets): consecutive tensors, from the last one
+ * down, of at least BUCKET_BYTES together (a smaller rest joins the bucket
+ * before it), so small layers share one message. A bucket's allreduce
+ * starts, with overlap, as soon as its lowest tensor is final; without,
+ * after backward. The calls and their sizes are the same either way, so
+ * the two give the same bits whatever algorithm the collectives choose for
+ * a size; the local store then updates the weights.
  */
+#define BUCKET_BYTES ((size_t)256 << 10)
+#define MAX_BUCKETS  64
+
 typedef struct overlap {
 	dt_kv *kv;
 	const dt_key *keys;
@@ -82,41 +95,111 @@ typedef struct overlap {
 	const size_t *lens;
 	dt_kv_req reqs[64];
 	int nreqs;
+	dt_coll *coll;       /* horovod: allreduce buckets, no push-pull */
+	int nb;              /* buckets, the last tensors' first */
+	int lo[MAX_BUCKETS]; /* bucket j: tensors lo[j] .. hi[j] */
+	int hi[MAX_BUCKETS];
+	int next; /* the next bucket to start */
+	dt_coll_handle *hs[MAX_BUCKETS];
+	int nh;
 	dt_err err;
 	char msg[256];
 } overlap;
+
+/* Horovod's buckets over nt tensors of lens[] floats. */
+static void
+plan_buckets(overlap *o, int nt)
+{
+	size_t bytes = 0;
+
+	o->nb = 0;
+	for (int i = nt - 1; i >= 0; i--) {
+		if (bytes == 0)
+			o->hi[o->nb] = i;
+		bytes += o->lens[i] * sizeof(float);
+		if (bytes >= BUCKET_BYTES || i == 0) {
+			o->lo[o->nb++] = i;
+			bytes = 0;
+		}
+	}
+	/* A last bucket below the size joins the one before it. */
+	if (o->nb > 1) {
+		size_t last = 0;
+
+		for (int i = o->lo[o->nb - 1]; i <= o->hi[o->nb - 1]; i++)
+			last += o->lens[i] * sizeof(float);
+		if (last < BUCKET_BYTES) {
+			o->lo[o->nb - 2] = o->lo[o->nb - 1];
+			o->nb--;
+		}
+	}
+}
+
+static void
+overlap_fail(overlap *o, dt_err err)
+{
+	o->err = err;
+	snprintf(o->msg, sizeof(o->msg), "%s", dt_errmsg());
+}
+
+/* Start the allreduce of bucket j, in place in the gradients gv[]. */
+static void
+start_bucket(overlap *o, int j)
+{
+	float *from = o->gv[o->lo[j]];
+	float *to = o->gv[o->hi[j]] + o->lens[o->hi[j]];
+	dt_err err = dt_coll_allreduce_async(o->coll, DT_COLL_IN_PLACE, from,
+	                                     (size_t)(to - from), DT_FLOAT32,
+	                                     DT_COLL_SUM, &o->hs[o->nh]);
+
+	if (err)
+		overlap_fail(o, err);
+	else
+		o->nh++;
+}
 
 static void
 on_grads(void *arg, int first, int count)
 {
 	overlap *o = arg;
 
+	if (o->coll) {
+		/* Tensors from first up are final: so is every bucket whose
+		 * lowest tensor is among them. */
+		while (o->err == DT_OK && o->next < o->nb &&
+		       o->lo[o->next] >= first)
+			start_bucket(o, o->next++);
+		return;
+	}
 	for (int i = first; i < first + count && o->err == DT_OK; i++) {
-		o->err =
+		dt_err err =
 		    dt_kv_pushpull_async(o->kv, o->keys[i], o->gv[i], o->pv[i],
 		                         o->lens[i], &o->reqs[o->nreqs]);
-		if (o->err)
-			snprintf(o->msg, sizeof(o->msg), "%s", dt_errmsg());
+
+		if (err)
+			overlap_fail(o, err);
 		else
 			o->nreqs++;
 	}
 }
 
-/* Wait for every push-pull started this step; the first error wins. */
+/* Wait for every push-pull or allreduce started this step; the first
+ * error wins. */
 static dt_err
 overlap_wait(overlap *o)
 {
 	dt_err err = o->err;
 
-	for (int i = 0; i < o->nreqs; i++) {
-		dt_err e = dt_kv_wait(o->kv, o->reqs[i]);
+	for (int i = 0; i < o->nreqs + o->nh; i++) {
+		dt_err e = i < o->nreqs ? dt_kv_wait(o->kv, o->reqs[i])
+		                        : dt_coll_wait(o->hs[i - o->nreqs]);
 
 		if (e && err == DT_OK) {
 			err = e;
 			snprintf(o->msg, sizeof(o->msg), "%s", dt_errmsg());
 		}
 	}
-	o->nreqs = 0;
+	o->nreqs = o->nh = o->next = 0;
 	o->err = DT_OK;
 	return err;
 }
@@ -152,8 +235,8 @@ usage(FILE *f)
 	    "  --data DIR                 (/usr/share/datasets/fashion-mnist)\n"
 	    "  --save FILE --load FILE    parameter files (rank 0 saves)\n"
 	    "  --disp-batches N           Speedometer interval (50)\n"
-	    "  --no-overlap               push after backward, not per layer\n"
-	    "                             during it (one device, no horovod)\n"
+	    "  --no-overlap               communicate after backward, not per\n"
+	    "                             layer during it (one device)\n"
 	    "  --gradient-compression C   none, fp16, 2bit[:T] or 1bit[:T]\n"
 	    "                             (none; docs/compression.md)\n"
 	    "  --pull-precision P         fp32 or fp16 weights from the\n"
@@ -685,9 +768,15 @@ main(int argc, char **argv)
 		fprintf(stderr, "mnist: out of memory\n");
 		goto out;
 	}
-	int overlapped = ndev == 1 && !horovod && !o.no_overlap && nt <= 64;
-	overlap ov = {
-	    .kv = updater, .keys = keys, .gv = gv, .pv = pv, .lens = lens};
+	/* (Compressed allreduces need the whole gradient at once.) */
+	int overlapped = ndev == 1 && !o.no_overlap && nt <= 64 &&
+	                 !(horovod && o.compression);
+	overlap ov = {.kv = updater,
+	              .keys = keys,
+	              .gv = gv,
+	              .pv = pv,
+	              .lens = lens,
+	              .coll = horovod ? coll : NULL};
 	for (int i = 0; i < nt; i++) {
 		const dt_nn_tensor *t = dt_nn_model_tensor(m, i);
 		keys[i] = (dt_key)i;
@@ -695,6 +784,7 @@ main(int argc, char **argv)
 		gv[i] = (overlapped ? dt_nn_model_grads(m) : sum) + t->offset;
 		lens[i] = t->size;
 	}
+	plan_buckets(&ov, nt);
 	if (set_lr(updater, &o, o.lr, nw, params, sizeof(params)) != DT_OK)
 		goto fail;
 	if (o.compression && horovod &&
@@ -754,7 +844,10 @@ main(int argc, char **argv)
 		       "device(s), kvstore %s, %s %s%s\n",
 		       o.model, train.n, nw, o.batch, ndev, o.kvstore,
 		       o.optimizer, params,
-		       overlapped ? ", push per layer during backward" : "");
+		       overlapped
+		           ? (horovod ? ", allreduce during backward"
+		                      : ", push per layer during backward")
+		           : "");
 		/* How the job communicates, said once at the start. */
 		printf("mnist: kvstore %s, gradient compression %s, pull "
 		       "precision %s, transport %s\n",
@@ -815,6 +908,11 @@ main(int argc, char **argv)
 				}
 				correct += rep[d].correct;
 			}
+			if (overlapped && horovod &&
+			    dt_kv_pushpull_many(updater, (size_t)nt, keys,
+			                        (const float *const *)gv, pv,
+			                        lens) != DT_OK)
+				goto fail;
 			if (!overlapped) {
 				/* Sum the devices' gradients (local
 				 * aggregation). */
@@ -829,9 +927,19 @@ main(int argc, char **argv)
 				}
 				tc = now();
 				t_comm = dt_obs_now();
-				if (horovod && dt_coll_dist_opt_sum(
-				                   coll, sum, np) != DT_OK)
+				if (horovod && o.compression &&
+				    dt_coll_dist_opt_sum(coll, sum, np) !=
+				        DT_OK)
 					goto fail;
+				if (horovod && !o.compression) {
+					for (int j = 0; j < ov.nb; j++)
+						start_bucket(&ov, j);
+					if (overlap_wait(&ov) != DT_OK) {
+						fprintf(stderr, "mnist: %s\n",
+						        ov.msg);
+						goto out;
+					}
+				}
 				if (dt_kv_pushpull_many(
 				        updater, (size_t)nt, keys,
 				        (const float *const *)gv, pv,
