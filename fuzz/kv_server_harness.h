@@ -218,6 +218,9 @@ dt_err h_kv_register(void);
 #define DT_SRV(name)    h_srv_##name
 #include "kv/rserver.c"
 #include "kv/srv_many.c"
+#include "kv/srv_dense.c"
+#include "kv/srv_dense_ckpt.c"
+#include "kv/srv_ckpt.c"
 #include "kv/server.c"
 #include "kv/srv_reply.c"
 #undef dt__kv_register
