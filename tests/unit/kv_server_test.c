@@ -613,7 +613,7 @@ test_dense_streamed(void **state)
 static void
 test_kind_routing(void **state)
 {
-	float one = 1.0f, two = 2.0f, v[2] = {5, 6};
+	float one = 1.0f, two = 2.0f, v[3] = {5, 6, 7};
 
 	(void)state;
 	assert_non_null(h_start());
