@@ -89,11 +89,10 @@ srv_single(kv_server *s, int worker, const dt_msg_hdr *h, const uint8_t *meta,
 }
 
 /* Recovery, KV_RESUME: the kind of the key says how many of the worker's
- * pushes it holds; a key of no kind that keeps them goes where requests
- * of unknown keys go (parked on a rejoined server, else refused, naming
- * the kind that holds it if one does). */
-static void
-route_resume(kv_server *s, int worker, const dt_msg_hdr *h, const uint8_t *meta)
+ * pushes it holds; a key of no kind goes where requests of unknown keys
+ * go (parked on a rejoined server until its init, else refused). */
+void
+srv_resume(kv_server *s, int worker, const dt_msg_hdr *h, const uint8_t *meta)
 {
 	for (const srv_kind *const *kind = srv_kinds; *kind; kind++)
 		if ((*kind)->resume && (*kind)->resume(s, worker, h, meta))
@@ -236,7 +235,7 @@ dispatch(void *arg, dt_node *n, dt_conn *c, dt_msg *m)
 		on_replayed(s, worker);
 		return;
 	case DT_CMD_KV_RESUME:
-		route_resume(s, worker, h, m->meta);
+		srv_resume(s, worker, h, m->meta);
 		return;
 	case DT_CMD_KV_INIT_MANY:
 	case DT_CMD_KV_PUSH_MANY:

@@ -36,6 +36,8 @@
 #define srv_reply_enc        DT_SRV(reply_enc)
 #define srv_reply            DT_SRV(reply)
 #define srv_reply_error      DT_SRV(reply_error)
+#define srv_reply_held       DT_SRV(reply_held)
+#define srv_resume           DT_SRV(resume)
 #define srv_busy_part        DT_SRV(busy_part)
 #define srv_busy             DT_SRV(busy)
 #define srv_maybe_checkpoint DT_SRV(maybe_checkpoint)
@@ -181,6 +183,11 @@ void srv_reply(kv_server *s, int worker, int cmd, uint64_t seq, dt_key key,
 void srv_reply_error(kv_server *s, int worker, int cmd, uint64_t seq,
                      dt_key key, dt_err code, const char *fmt, ...)
     DT_PRINTF(7, 8);
+/* Recovery: the answer to KV_RESUME h, the pushes of its key (or slice)
+ * from worker that the store holds: applied, in the open round, or
+ * waiting for the next. */
+void srv_reply_held(kv_server *s, int worker, const dt_msg_hdr *h,
+                    uint64_t have);
 /* Server time on key since t0: merging a push (peer: the worker's node
  * id) or updating the value (peer -1), for the counters and timeline;
  * count: the updates it stands for. */
@@ -204,6 +211,11 @@ void srv_kept_free(srv_kept *q);
  * applied its payload. */
 void srv_single(kv_server *s, int worker, const dt_msg_hdr *h,
                 const uint8_t *meta, const float *payload, int streamed);
+
+/* KV_RESUME handed to the kind that holds its key (or to adopt, as
+ * srv_single does). */
+void srv_resume(kv_server *s, int worker, const dt_msg_hdr *h,
+                const uint8_t *meta);
 
 /* The receive buffer of the worker that sent h on c, for a payload of
  * want bytes, kept from request to request (NULL: the frame gets a

@@ -506,22 +506,13 @@ on_resume(kv_server *s, int worker, const dt_msg_hdr *h, const uint8_t *meta)
 	float t;
 	entry *e = check_access(s, worker, h, meta, 0, &kind, &t);
 	uint64_t have;
-	uint8_t b[8];
 
 	if (e == NULL)
 		return;
 	have = e->applied[worker] + (s->sync && e->pushed[worker]);
 	for (deferred *d = e->later; d; d = d->next)
 		have += d->worker == worker;
-	dt__put_u64(b, have);
-	struct iovec iov = {b, sizeof(b)};
-	dt_msg_hdr a = {.cmd = (uint8_t)h->cmd,
-	                .flags = DT_F_RESPONSE,
-	                .seq = h->seq,
-	                .key = h->key};
-	if (dt__node_send_ex(s->node, dt__node_worker_id(s->node, worker), &a,
-	                     NULL, 0, &iov, 1, 0))
-		DT_LOG(1, "answer to worker %d: %s", worker, dt_errmsg());
+	srv_reply_held(s, worker, h, have);
 }
 
 /* A push, pushpull or pull. */
@@ -626,7 +617,10 @@ srv_unpark_key(kv_server *s, dt_key key)
 		srv_kept *next = q->next;
 
 		q->next = NULL;
-		srv_single(s, q->worker, &q->h, q->meta, q->payload, 0);
+		if (q->h.cmd == DT_CMD_KV_RESUME)
+			srv_resume(s, q->worker, &q->h, q->meta);
+		else
+			srv_single(s, q->worker, &q->h, q->meta, q->payload, 0);
 		srv_kept_free(q);
 		q = next;
 	}

@@ -306,6 +306,8 @@ on_init_many(kv_server *s, int worker, const dt_msg_hdr *h, const dt_kv_many *b)
 		dt__ks_init(&s->ks, s->nworkers, s->sync, &s->opt);
 		/* (its update counts: for checkpoints and recovery) */
 		s->ks.counted = s->ck_dir != NULL || dt__node_recover(s->node);
+		/* (the round before: a restarted worker's first pull) */
+		s->ks.keep_prev = s->sync && dt__node_recover(s->node);
 		s->ks_on = 1;
 	}
 	/* A key has one home: the single-key store, a row_sparse table or
@@ -472,6 +474,34 @@ push_rounds(kv_server *s, int worker, const dt_msg_hdr *h, unsigned enc,
 }
 
 /*
+ * Recovery: the value of record r after round `meta`, for a worker that
+ * took a lost one's place and computes that round's step again; as the
+ * dense kind's (srv_dense.c: pull_at), the store is at that round or the
+ * one after (keep_prev: the value before its last round).
+ */
+static void
+many_pull_at(kv_server *s, int worker, const dt_msg_hdr *h, const uint8_t *meta,
+             uint32_t r, unsigned enc)
+{
+	uint64_t round = dt__get_u64(meta);
+	const float *v =
+	    s->sync ? dt__ks_val_at(&s->ks, r, round) : dt__ks_val(&s->ks, r);
+
+	if (v == NULL) {
+		srv_reply_error(
+		    s, worker, h->cmd, h->seq, h->key, DT_ESTATE,
+		    "pull of key %llu as of round %llu: the key is at round "
+		    "%llu, and only the value of the round before is kept",
+		    (unsigned long long)h->key, (unsigned long long)round,
+		    (unsigned long long)(s->ks.updates ? s->ks.updates[r] : 0));
+		return;
+	}
+	/* (scratch: the value before changes at the next round) */
+	srv_reply_val(s, worker, h->cmd, h->seq, h->key, v,
+	              dt__ks_len(&s->ks, r), enc, 1);
+}
+
+/*
  * A single-key request for a key of the many-key store (dt_kv_push on a
  * key that dt_kv_init_many made, say): served there, as a batched request
  * of one key. Its dist_sync pull waits for this worker's pending push of
@@ -506,12 +536,14 @@ one_in_many(kv_server *s, int worker, const dt_msg_hdr *h, const uint8_t *meta,
 	    many_park(s, worker, h, meta, payload, 1))
 		return;
 	err = dt__kv_push_check(h, meta, len, &kind, &t);
-	if ((err && (err != DT_ESIZE || h->cmd != DT_CMD_KV_PULL)) ||
-	    (h->arg2 & DT_KV_AT_ROUND)) {
-		srv_reply_error(s, worker, h->cmd, h->seq, h->key,
-		                err ? err : DT_ESTATE, "%s of key %llu: %s", op,
-		                (unsigned long long)h->key,
-		                err ? dt_errmsg() : "no rounds are kept");
+	if (err && (err != DT_ESIZE || h->cmd != DT_CMD_KV_PULL)) {
+		srv_reply_error(s, worker, h->cmd, h->seq, h->key, err,
+		                "%s of key %llu: %s", op,
+		                (unsigned long long)h->key, dt_errmsg());
+		return;
+	}
+	if (h->arg2 & DT_KV_AT_ROUND) { /* (a pull: push_check says) */
+		many_pull_at(s, worker, h, meta, r, enc);
 		return;
 	}
 	if (h->cmd == DT_CMD_KV_PULL) {
@@ -789,6 +821,7 @@ many_load(kv_server *s, const char *path, dt_rbuf *r, const dt_ckpt_head *h)
 	if (s->ks_on)
 		dt__ks_fini(&s->ks);
 	dt__ks_init(&s->ks, s->nworkers, s->sync, &s->opt);
+	s->ks.keep_prev = s->sync && dt__node_recover(s->node);
 	s->ks_on = 1;
 	if ((err = dt__ks_load(&s->ks, path, r)))
 		return err;
@@ -896,12 +929,70 @@ many_dest(kv_server *s, dt_conn *c, const dt_msg_hdr *h, const uint8_t *meta,
 	return 1;
 }
 
+/* Whether a kept request of worker pushes key (a single-key push, or a
+ * batched one listing it). */
+static int
+kept_pushes(const srv_kept *q, int worker, dt_key key)
+{
+	const uint8_t *keys = q->payload;
+
+	if (q->worker != worker)
+		return 0;
+	if (q->h.cmd == DT_CMD_KV_PUSH || q->h.cmd == DT_CMD_KV_PUSHPULL)
+		return q->h.key == key;
+	if ((q->h.cmd != DT_CMD_KV_PUSH_MANY &&
+	     q->h.cmd != DT_CMD_KV_PUSHPULL_MANY) ||
+	    keys == NULL || q->h.payload_len / 8 < q->h.arg0)
+		return 0;
+	for (uint64_t i = 0; i < q->h.arg0; i++)
+		if (dt__get_u64(keys + 8 * i) == key)
+			return 1;
+	return 0;
+}
+
+/*
+ * Recovery, KV_RESUME of a key of the store: the pushes of worker it
+ * holds - its rounds (in dist_sync each holds one push of every worker),
+ * the one pending in the open round, and those parked behind it. In
+ * dist_async the workers of a recovering job send batched calls key by
+ * key (dt__kv_client_batches), so the store has no such keys.
+ */
+static int
+many_resume(kv_server *s, int worker, const dt_msg_hdr *h, const uint8_t *meta)
+{
+	uint32_t r;
+	size_t len, bad;
+	uint64_t have;
+
+	(void)meta;
+	if (!s->ks_on || (r = dt__ks_find(&s->ks, h->key)) == DT_KS_NONE)
+		return 0;
+	len = dt__ks_len(&s->ks, r);
+	if (h->arg0 != len || h->arg1 != 0 || !s->sync) {
+		srv_reply_error(
+		    s, worker, h->cmd, h->seq, h->key,
+		    s->sync ? DT_ESIZE : DT_ESTATE, "resume of key %llu: %s",
+		    (unsigned long long)h->key,
+		    s->sync ? "not its initialised length"
+		            : "a batched call's key keeps no pushes "
+		              "in dist_async");
+		return 1;
+	}
+	have = (s->ks.updates ? s->ks.updates[r] : 0) +
+	       (uint64_t)dt__ks_pending(&s->ks, worker, &r, 1, &bad);
+	for (const srv_kept *q = s->mparked; q; q = q->next)
+		have += (uint64_t)kept_pushes(q, worker, h->key);
+	srv_reply_held(s, worker, h, have);
+	return 1;
+}
+
 /* Its section is the last of a checkpoint (format version 3 added it). */
 const srv_kind srv_many_kind = {
     .made_by = "a batched call (dt_kv_init_keys)",
     .noun = "many-key keys",
     .owns = many_owns,
     .single = many_single_op,
+    .resume = many_resume,
     .dest = many_dest,
     .set_opt = many_set_opt,
     .any = many_any,

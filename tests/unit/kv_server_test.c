@@ -718,6 +718,64 @@ test_dense_checkpoint(void **state)
 	assert_int_equal(rmdir(dir), 0);
 }
 
+/* A single-key pull of key from worker w as of round `round` (a
+ * restarted worker's first). */
+static void
+pull_round(int w, dt_key key, uint64_t n, uint64_t round)
+{
+	uint8_t meta[8];
+
+	dt__put_u64(meta, round);
+	send_frame(w, DT_CMD_KV_PULL, key, n, 0, DT_KV_AT_ROUND, meta, 8, NULL,
+	           0);
+}
+
+/* Recovery on the many-key store (DTRAIN_RECOVER, dist_sync): KV_RESUME
+ * of its key counts the worker's pushes its rounds hold and the one
+ * pending; a pull as of a round gets the value after that round, now or
+ * (the round after closed) the one kept from before it; older rounds and
+ * a row table's key are refused, naming why. */
+static void
+test_many_resume(void **state)
+{
+	kv_server *s;
+
+	(void)state;
+	h_recover = 1;
+	assert_non_null(s = h_start());
+	send_frame(0, DT_CMD_KV_CONFIG, 0, 1, 0, 0, NULL, 0, NULL, 0);
+	many_req(0, DT_CMD_KV_INIT_MANY, 40, 0.5f); /* keys 100 .. 139 */
+	answered(0);
+	row_init(50, 10, 2);
+	answered(0);
+	many_req(0, DT_CMD_KV_PUSH_MANY, 40, 1.0f);
+	many_req(1, DT_CMD_KV_PUSH_MANY, 40, 2.0f); /* round 1: 3 */
+	answered(0);
+	many_req(0, DT_CMD_KV_PUSH_MANY, 40, 4.0f); /* round 2, open */
+	assert_int_equal(resumed(0, 100, 1), 2);
+	assert_int_equal(resumed(1, 139, 1), 1);
+	pull_round(1, 100, 1, 1); /* (worker 1 resumes at step 1) */
+	answered(4);
+	assert_true(ans_f32() == 3.0f);
+	many_req(1, DT_CMD_KV_PUSH_MANY, 40, 8.0f); /* round 2: 12 */
+	answered(0);
+	pull_round(1, 101, 1, 1); /* the value before round 2 */
+	answered(4);
+	assert_true(ans_f32() == 3.0f);
+	pull_round(1, 101, 1, 2);
+	answered(4);
+	assert_true(ans_f32() == 12.0f);
+	assert_int_equal(h_ans.errors, 0);
+	pull_round(1, 101, 1, 0);
+	refused(DT_ESTATE, "only the value of the round before is kept");
+	send_frame(1, DT_CMD_KV_RESUME, 100, 2, 0, 0, NULL, 0, NULL, 0);
+	refused(DT_ESIZE, "resume of key 100");
+	send_frame(1, DT_CMD_KV_RESUME, 50, 10, 0, 0, NULL, 0, NULL, 0);
+	refused(DT_ESTATE, "keeps nothing for a restarted worker");
+	h_stop();
+	h_recover = 0;
+}
+
 int
 main(void)
 {
@@ -735,6 +793,7 @@ main(void)
 	    cmocka_unit_test(test_kind_routing),
 	    cmocka_unit_test(test_dense_park),
 	    cmocka_unit_test(test_dense_checkpoint),
+	    cmocka_unit_test(test_many_resume),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
