@@ -41,7 +41,7 @@ fuzz_kvs_le(const uint8_t *p, int n)
 static void
 fuzz_kvs_check(kv_server *s, const dt_msg_hdr *h, uint64_t answers)
 {
-	entry *e = find(s, h->key);
+	entry *e = dense_find(s, h->key);
 
 	if (h_ans.count > answers && (h_ans.last.flags & DT_F_ERROR)) {
 		FUZZ_CHECK(h_ans.code > DT_OK &&

@@ -65,7 +65,7 @@ X(DTRAIN_CHECKPOINT_SECONDS, "0", U, "also a checkpoint when this many seconds h
 X(DTRAIN_CHECKPOINT_LOAD, "0", U, "1: each server starts from its checkpoint") \
 X(DTRAIN_RECOVER, "0", U, "1: a lost server or worker may be replaced (implies PS_RESEND=1)") \
 X(DTRAIN_REPLAY_MAX, "1024", U, "MiB of push copies a worker keeps to replay to a restarted server") \
-X(DTRAIN_RECOVER_BATCHED, "0", U, "1: with recovery in dist_sync, batched calls stay batched (a lost server is recovered with them, a lost worker is not)") \
+X(DTRAIN_RECOVER_BATCHED, "1", U, "0: with recovery, batched calls go key by key (by default they stay batched in dist_sync: a lost server or worker is recovered with them; dist_async always sends them key by key)") \
 X(DTRAIN_MAX_TABLE_BYTES, "(half the memory)", U, "bytes the row_sparse tables of one server may map together") \
 X(DTRAIN_EXE, "(this dtrain)", U, "the dtrain binary the launcher runs as scheduler and servers") \
 X(DTRAIN_SSH, "ssh", U, "the ssh command of the ssh launcher") \

@@ -188,7 +188,7 @@ dt__kv_client_create(dt_node *node, int sync, size_t bound, dt_kv_map *map,
 
 		if ((err = dt__env_long("DTRAIN_REPLAY_MAX", 1024, 0, 1L << 30,
 		                        &mib)) ||
-		    (err = dt__env_long("DTRAIN_RECOVER_BATCHED", 0, 0, 1,
+		    (err = dt__env_long("DTRAIN_RECOVER_BATCHED", 1, 0, 1,
 		                        &batched))) {
 			free(c->parts);
 			free(c);
@@ -197,9 +197,10 @@ dt__kv_client_create(dt_node *node, int sync, size_t bound, dt_kv_map *map,
 		c->replay_max = (uint64_t)mib << 20;
 		/* Recovery replays batched requests to a restarted server in
 		 * dist_sync (a key's pushes that its checkpoint holds are its
-		 * rounds), but a restarted worker's dt_kv_resume asks the
-		 * dense store only: batched calls go key by key, there,
-		 * unless the job asks to keep them batched. */
+		 * rounds), and a restarted worker's dt_kv_resume asks the
+		 * many-key store as the dense one; in dist_async (no rounds)
+		 * or when the job asks (DTRAIN_RECOVER_BATCHED=0) batched
+		 * calls go key by key. */
 		c->batch = batched && sync;
 	}
 	c->nservers = dt_node_num_servers(node);

@@ -146,6 +146,8 @@ struct dt_kv_client {
 	int rejoined;
 	int resumed;          /* dt_kv_resume ran */
 	uint64_t resume_step; /* what it said */
+	int resume_over;      /* (mu) no key has held pushes or a pull at
+	                         that step left: batched calls are batched */
 	/* Compression (the caller's thread only). */
 	dt_quant_spec comp;
 	unsigned pull_enc; /* DT_QUANT_NONE or DT_QUANT_FP16 */

@@ -630,6 +630,43 @@ dt__kvc_held_push(dt_kv_client *c, dt_key key, int r)
 	return held;
 }
 
+/* Whether k has a held push or a pull at the resumed step left (mu). */
+static int
+count_left(const dt_kv_client *c, const keycount *k)
+{
+	if (k->pull_at)
+		return 1;
+	for (int r = 0; k->held && r < c->nservers; r++)
+		if (k->pushes[r] < k->held[r])
+			return 1;
+	return 0;
+}
+
+int
+dt__kv_client_resuming(dt_kv_client *c, size_t n, const dt_key *keys)
+{
+	dt_table_iter it;
+	int left = 0;
+
+	if (!c->resumed)
+		return 0;
+	pthread_mutex_lock(&c->mu);
+	for (size_t i = 0; !c->resume_over && !left && i < n; i++) {
+		keycount *k = dt__kvc_find_count(c, keys[i]);
+
+		left = k && count_left(c, k);
+	}
+	if (!left && !c->resume_over) { /* (any key at all?) */
+		c->resume_over = 1;
+		for (dt_hnode *h = dt__table_first(&c->counts, &it); h;
+		     h = dt__table_next(&it))
+			if (count_left(c, DT_CONTAINER_OF(h, keycount, hn)))
+				c->resume_over = 0;
+	}
+	pthread_mutex_unlock(&c->mu);
+	return left;
+}
+
 int
 dt__kv_client_rejoined(const dt_kv_client *c)
 {

@@ -176,6 +176,7 @@ dt__ks_fini(dt_kstore *ks)
 	free(ks->steps);
 	free(ks->updates);
 	free(ks->merge);
+	free(ks->prev);
 	free(ks->pend);
 	free(ks->npushed);
 	free(ks->wpend);
@@ -196,6 +197,8 @@ dt__ks_bytes(const dt_kstore *ks)
 		b += ks->rec_cap * 4;
 	if (ks->merge)
 		b += ks->val_cap * 4 + ks->rec_cap * (w + 1) * 4;
+	if (ks->prev)
+		b += ks->val_cap * 4;
 	return b;
 }
 
@@ -273,7 +276,8 @@ reserve(dt_kstore *ks, size_t nrec, size_t nval)
 		if (grow((void **)&ks->val, old, vc, 4) ||
 		    (ks->sk &&
 		     grow((void **)&ks->state, old * ks->sk, vc * ks->sk, 4)) ||
-		    (ks->sync && grow((void **)&ks->merge, old, vc, 4)))
+		    (ks->sync && grow((void **)&ks->merge, old, vc, 4)) ||
+		    (ks->keep_prev && grow((void **)&ks->prev, old, vc, 4)))
 			return -1;
 		ks->val_cap = vc;
 	}
@@ -631,6 +635,8 @@ update(dt_kstore *ks, uint32_t r, const float *g)
 
 	if (ks->updates)
 		ks->updates[r]++;
+	if (ks->prev)
+		memcpy(ks->prev + ks->off[r], w, len * sizeof(float));
 	if (ks->opt.kind == DT_OPT_NONE) {
 		if (len == 1)
 			*w = *g;
@@ -867,6 +873,8 @@ span_rounds(dt_kstore *ks, int worker, uint32_t req, uint32_t first,
 		size_t o = (size_t)ks->off[first],
 		       n = (size_t)ks->off[first + count] - o;
 
+		if (ks->prev)
+			memcpy(ks->prev + o, ks->val + o, n * sizeof(float));
 		memcpy(ks->val + o, ks->merge + o, n * sizeof(float));
 		memset(ks->merge + o, 0, n * sizeof(float));
 		count_updates(ks, first, count);
@@ -907,6 +915,9 @@ dt__ks_push_sync_span(dt_kstore *ks, int worker, uint32_t req, uint32_t first,
 	    count > DT_KS_TIMED) {
 		/* Each round is this push and its value the gradient: one
 		 * copy, then every key's round answered. */
+		if (ks->prev)
+			memcpy(ks->prev + ks->off[first], dt__ks_val(ks, first),
+			       n * sizeof(float));
 		memcpy(dt__ks_val(ks, first), g, n * sizeof(float));
 		count_updates(ks, first, count);
 		done(arg, req, count);
@@ -922,4 +933,16 @@ dt__ks_push_sync_span(dt_kstore *ks, int worker, uint32_t req, uint32_t first,
 	else
 		push_sync_sel(ks, worker, req, NULL, first, count, g, keys, 0,
 		              ks->nworkers > 1, &t);
+}
+
+const float *
+dt__ks_val_at(const dt_kstore *ks, uint32_t r, uint64_t round)
+{
+	uint64_t now = ks->updates ? ks->updates[r] : 0;
+
+	if (round == now)
+		return dt__ks_val(ks, r);
+	if (ks->prev && round + 1 == now)
+		return ks->prev + ks->off[r];
+	return NULL;
 }

@@ -62,6 +62,11 @@ typedef struct dt_kstore {
 	 * when counted is set, before the first key is added */
 	int counted;
 	uint32_t *updates;
+	/* dist_sync under recovery: each value as it was before its last
+	 * round (a restarted worker pulls the round it computes again);
+	 * kept only when keep_prev is set, before the first key is added */
+	int keep_prev;
+	float *prev; /* val_cap */
 	/* dist_sync's */
 	int nworkers;
 	int sync;
@@ -161,6 +166,10 @@ void dt__ks_push_sync_span(dt_kstore *ks, int worker, uint32_t req,
                            const uint8_t *keys,
                            void (*done)(void *arg, uint32_t h, size_t n),
                            void *arg);
+/* The value of record r as of round `round` (its update count): the
+ * value now, or (keep_prev) the one before its last round; NULL when the
+ * record is at another round, or the value before is not kept. */
+const float *dt__ks_val_at(const dt_kstore *ks, uint32_t r, uint64_t round);
 /* Bytes the store holds (its arrays), for reports. */
 size_t dt__ks_bytes(const dt_kstore *ks);
 

@@ -346,12 +346,15 @@ pull_at_round(dt_kv_client *c, int cmd, dt_key key, uint8_t *meta,
 	keycount *k;
 	int at = 0;
 
-	if (!c->resumed || !c->sync || cmd != DT_CMD_KV_PULL)
+	if (!c->resumed || !c->sync ||
+	    (cmd != DT_CMD_KV_PULL && cmd != DT_CMD_KV_PUSHPULL))
 		return 0;
 	pthread_mutex_lock(&c->mu);
 	if ((k = dt__kvc_find_count(c, key)) != NULL && k->pull_at) {
+		/* (a pushpull's answer is the value after its round: the
+		 * value of that step is then no longer wanted) */
 		k->pull_at = 0;
-		at = 1;
+		at = cmd == DT_CMD_KV_PULL;
 	}
 	pthread_mutex_unlock(&c->mu);
 	if (at) {

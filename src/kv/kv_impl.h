@@ -344,11 +344,15 @@ typedef struct dt_kv_batch {
 } dt_kv_batch;
 
 /* Whether batched calls go as KV_*_MANY requests: with DTRAIN_RECOVER only
- * when DTRAIN_RECOVER_BATCHED=1 in dist_sync (a restarted server's
- * many-key store says how many pushes of a key it holds as its rounds,
- * which only dist_sync has; and a restarted worker resumes dense keys
- * only). */
+ * in dist_sync (a restarted server's many-key store says how many pushes
+ * of a key it holds as its rounds, which only dist_sync has), unless
+ * DTRAIN_RECOVER_BATCHED=0 sends them key by key. */
 int dt__kv_client_batches(const dt_kv_client *c);
+/* A restarted worker after dt_kv_resume: whether one of keys[0..n) still
+ * has a push its predecessor made (not sent again) or a pull as of the
+ * step it resumed at to come; such a batched call goes key by key, where
+ * the single-key requests do both. */
+int dt__kv_client_resuming(dt_kv_client *c, size_t n, const dt_key *keys);
 /* One batched call of cmd (DT_CMD_KV_INIT, _PUSH, _PULL or _PUSHPULL):
  * the keys the many-key store takes (shorter than the big-array bound, and
  * than compression's min_size when pushes are compressed) go as one

@@ -34,9 +34,10 @@ wait_reqs(dt_kv *kv, dt_kv_req *reqs, size_t n, dt_err first)
 	return dt__err_restore(&k);
 }
 
-/* A batched call key by key (a local store; and with DTRAIN_RECOVER,
- * unless DTRAIN_RECOVER_BATCHED keeps them batched): every request
- * started, then all waited for. */
+/* A batched call key by key (a local store; with DTRAIN_RECOVER_BATCHED=0
+ * or in dist_async under DTRAIN_RECOVER; and a restarted worker's first
+ * calls after dt_kv_resume): every request started, then all waited
+ * for. */
 static dt_err
 batch_one_by_one(dt_kv *kv, int cmd, const dt_kv_batch *b)
 {
@@ -122,7 +123,9 @@ batch_call(dt_kv *kv, int cmd, const dt_kv_batch *b)
 	if (cmd == DT_CMD_KV_INIT && kv->client &&
 	    (err = dt__kv_client_place_init(kv->client, b)))
 		return err;
-	if (kv->client && dt__kv_client_batches(kv->client)) {
+	if (kv->client && dt__kv_client_batches(kv->client) &&
+	    (cmd == DT_CMD_KV_INIT ||
+	     !dt__kv_client_resuming(kv->client, b->nkeys, b->keys))) {
 		/* (the servers find a key listed twice in their parts) */
 		if (cmd == DT_CMD_KV_INIT)
 			kv->inited = 1;
@@ -889,7 +892,11 @@ many_scatter(dt_kv_client *c, const dt_kv_batch *b, const many_plan *pl)
 dt_err
 dt__kv_client_many(dt_kv_client *c, int cmd, const dt_kv_batch *b)
 {
-	int send_batched = cmd != DT_CMD_KV_INIT || dt_node_rank(c->node) == 0;
+	/* (a restarted worker 0 does not set the values again: the
+	 * servers hold the trained ones) */
+	int send_batched =
+	    cmd != DT_CMD_KV_INIT ||
+	    (dt_node_rank(c->node) == 0 && !(c->rejoined && !c->resumed));
 	many_plan pl = {.ns = dt_node_num_servers(c->node),
 	                .mcmd = many_cmd_of(cmd),
 	                .has_vals = cmd != DT_CMD_KV_PULL,

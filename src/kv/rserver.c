@@ -31,21 +31,12 @@ typedef struct rwait {
 	struct rwait *next;
 } rwait;
 
-/* A request kept to be handled later, with copies of its bytes. */
-typedef struct rlater {
-	dt_msg_hdr h;
-	int worker;
-	uint8_t *meta;
-	void *payload;
-	struct rlater *next;
-} rlater;
-
 typedef struct rtable {
 	dt_rstore rs;
 	uint64_t *applied; /* by worker rank: its pushes in the values */
 	int restored;      /* loaded from a checkpoint: an init keeps them */
 	rwait *answers;    /* the open round's pushes */
-	rlater *later;     /* second pushes of a worker in a round */
+	srv_kept *later;   /* second pushes of a worker in a round */
 	dt_hnode hn;       /* in rtabs */
 } rtable;
 
@@ -58,19 +49,6 @@ find_rows(kv_server *s, dt_key key)
 }
 
 static void
-free_later(rlater *q)
-{
-	while (q) {
-		rlater *next = q->next;
-
-		free(q->meta);
-		free(q->payload);
-		free(q);
-		q = next;
-	}
-}
-
-static void
 free_rtable(rtable *t)
 {
 	while (t->answers) {
@@ -80,52 +58,25 @@ free_rtable(rtable *t)
 		free(w->ids);
 		free(w);
 	}
-	free_later(t->later);
+	srv_kept_free(t->later);
 	free(t->applied);
 	dt__rs_fini(&t->rs);
 	free(t);
 }
 
-/* A copy of m at the end of list; 0, or -1 when out of memory. */
-static int
-keep_later(rlater **list, int worker, const dt_msg *m)
-{
-	rlater *q = calloc(1, sizeof(*q));
-	const dt_msg_hdr *h = &m->hdr;
-
-	if (q == NULL)
-		return -1;
-	q->h = *h;
-	q->worker = worker;
-	if ((h->meta_len && (q->meta = malloc(h->meta_len)) == NULL) ||
-	    (m->payload && h->payload_len &&
-	     (q->payload = malloc((size_t)h->payload_len)) == NULL)) {
-		free_later(q);
-		return -1;
-	}
-	if (h->meta_len)
-		memcpy(q->meta, m->meta, h->meta_len);
-	if (q->payload)
-		memcpy(q->payload, m->payload, (size_t)h->payload_len);
-	while (*list)
-		list = &(*list)->next;
-	*list = q;
-	return 0;
-}
-
 /* Handle the requests of list (taken) again, in order. */
 static void
-run_later(kv_server *s, rlater *list)
+run_later(kv_server *s, srv_kept *list)
 {
 	while (list) {
-		rlater *q = list;
+		srv_kept *q = list;
 		dt_msg m = {
 		    .hdr = q->h, .meta = q->meta, .payload = q->payload};
 
 		list = q->next;
 		q->next = NULL;
 		srv_on_rows(s, q->worker, &m);
-		free_later(q);
+		srv_kept_free(q);
 	}
 }
 
@@ -265,10 +216,10 @@ init_again(kv_server *s, int worker, const dt_msg_hdr *h, rtable *t,
 static void
 rows_unpark(kv_server *s, dt_key key)
 {
-	rlater *take = NULL, **tail = &take, **p = &s->rparked;
+	srv_kept *take = NULL, **tail = &take, **p = &s->rparked;
 
 	while (*p) {
-		rlater *q = *p;
+		srv_kept *q = *p;
 
 		if (q->h.key != key) {
 			p = &q->next;
@@ -475,7 +426,7 @@ waits(const rtable *t, int worker)
 {
 	if (dt__rs_pushed(&t->rs, worker))
 		return 1;
-	for (const rlater *q = t->later; q; q = q->next)
+	for (const srv_kept *q = t->later; q; q = q->next)
 		if (q->worker == worker)
 			return 1;
 	return 0;
@@ -484,7 +435,7 @@ waits(const rtable *t, int worker)
 static void
 keep_or_refuse(kv_server *s, rtable *t, int worker, const dt_msg *m)
 {
-	if (keep_later(&t->later, worker, m))
+	if (srv_keep(&t->later, worker, &m->hdr, m->meta, m->payload))
 		srv_reply_error(s, worker, m->hdr.cmd, m->hdr.seq, m->hdr.key,
 		                DT_ENOMEM, "%s of key %llu: out of memory",
 		                dt__kv_op_name(m->hdr.cmd),
@@ -523,7 +474,7 @@ on_push(kv_server *s, rtable *t, int worker, const dt_msg *m,
 		return;
 	srv_maybe_checkpoint(s);
 	if (t->later) { /* (each joins the new round, or waits again) */
-		rlater *list = t->later;
+		srv_kept *list = t->later;
 
 		t->later = NULL;
 		run_later(s, list);
@@ -538,7 +489,7 @@ rows_park(kv_server *s, int worker, const dt_msg *m)
 {
 	if (!s->rejoined)
 		return 0;
-	if (keep_later(&s->rparked, worker, m))
+	if (srv_keep(&s->rparked, worker, &m->hdr, m->meta, m->payload))
 		srv_reply_error(s, worker, m->hdr.cmd, m->hdr.seq, m->hdr.key,
 		                DT_ENOMEM, "out of memory");
 	return 1;
@@ -770,11 +721,11 @@ rows_peer_restart(kv_server *s, int worker)
 		for (rwait *w = t->answers; w; w = w->next)
 			if (w->worker == worker)
 				w->seq = 0;
-		for (rlater *q = t->later; q; q = q->next)
+		for (srv_kept *q = t->later; q; q = q->next)
 			if (q->worker == worker)
 				q->h.seq = 0;
 	}
-	for (rlater *q = s->rparked; q; q = q->next)
+	for (srv_kept *q = s->rparked; q; q = q->next)
 		if (q->worker == worker)
 			q->h.seq = 0;
 }
@@ -784,7 +735,7 @@ rows_peer_restart(kv_server *s, int worker)
 static void
 rows_replayed(kv_server *s)
 {
-	rlater *list = s->rparked;
+	srv_kept *list = s->rparked;
 
 	s->rparked = NULL;
 	run_later(s, list);
@@ -798,12 +749,45 @@ rows_drop(kv_server *s)
 
 	while ((h = dt__table_first(&s->rtabs, &it)) != NULL)
 		drop_table(s, DT_CONTAINER_OF(h, rtable, hn));
-	free_later(s->rparked);
+	srv_kept_free(s->rparked);
 	s->rparked = NULL;
+}
+
+/* Where a row request's payload goes: a table's init takes its rows'
+ * values (or none) whole; a row request of fp32 values whose size matches
+ * its header lands in its worker's buffer (srv_on_rows checks it whole). */
+static int
+rows_dest(kv_server *s, dt_conn *c, const dt_msg_hdr *h, const uint8_t *meta,
+          void **where)
+{
+	if (h->cmd == DT_CMD_KV_ROW_INIT) {
+		uint64_t rows = h->meta_len == 16 ? dt__get_u64(meta + 8) : 0;
+
+		*where =
+		    h->arg1 <= DT_RS_MAX_WIDTH && rows <= DT_RS_MAX_ROWS &&
+		            rows * h->arg1 <= DT_RS_MAX_VALS &&
+		            h->payload_len == rows * h->arg1 * sizeof(float)
+		        ? NULL
+		        : DT_VAN_DISCARD;
+		return 1;
+	}
+	if (!dt__kv_rows_cmd(h->cmd))
+		return 0;
+	*where = h->arg1 == 0 || h->arg1 > DT_RS_MAX_WIDTH ||
+	                 h->arg0 > DT_RS_MAX_ROWS || DT_KV_ENC_PUSH(h->arg2) ||
+	                 h->arg0 * h->arg1 > DT_RS_MAX_VALS
+	             ? NULL
+	             : srv_rx_lend(s, c, h,
+	                           h->arg0 * 8 + (h->cmd != DT_CMD_KV_ROW_PULL
+	                                              ? h->arg0 * h->arg1 * 4
+	                                              : 0));
+	return 1;
 }
 
 const srv_kind srv_rows_kind = {
     .made_by = "a row_sparse init (dt_kv_init_row_sparse)",
+    .noun = "row tables",
+    .dest = rows_dest,
     .owns = rows_owns,
     .set_opt = rows_set_opt,
     .any = rows_any,

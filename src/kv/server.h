@@ -4,11 +4,12 @@
  * store kind.
  *
  * A server holds three kinds of store, each in its own file beside the
- * store it drives: dense keys (server.c, which also routes the messages
- * and runs checkpoints), many-key requests (srv_many.c over kstore.c) and
- * row_sparse tables (rserver.c over rstore.c). Checkpoints, recovery and the
- * checks of which store a key lives in loop over the kinds' ops (srv_kinds)
- * rather than naming them.
+ * store it drives: dense keys (srv_dense.c), many-key requests (srv_many.c
+ * over kstore.c) and row_sparse tables (rserver.c over rstore.c). The
+ * router (server.c) hands each message to the kind it is for, and the
+ * checkpoint writer (srv_ckpt.c) snapshots and loads them. Routing,
+ * checkpoints, recovery and the checks of which store a key lives in loop
+ * over the kinds' ops (srv_kinds) rather than naming them.
  *
  * Threads: all of it runs in the node's I/O thread (the checkpoint writer
  * thread only takes finished snapshots, under ck_mu).
@@ -35,6 +36,8 @@
 #define srv_reply_enc        DT_SRV(reply_enc)
 #define srv_reply            DT_SRV(reply)
 #define srv_reply_error      DT_SRV(reply_error)
+#define srv_reply_held       DT_SRV(reply_held)
+#define srv_resume           DT_SRV(resume)
 #define srv_busy_part        DT_SRV(busy_part)
 #define srv_busy             DT_SRV(busy)
 #define srv_maybe_checkpoint DT_SRV(maybe_checkpoint)
@@ -47,9 +50,31 @@
 #define srv_unpark_key       DT_SRV(unpark_key)
 #define srv_on_row_init      DT_SRV(on_row_init)
 #define srv_on_rows          DT_SRV(on_rows)
+#define srv_keep             DT_SRV(keep)
+#define srv_kept_free        DT_SRV(kept_free)
+#define srv_single           DT_SRV(single)
+#define srv_rx_lend          DT_SRV(rx_lend)
+#define srv_ckpt_start       DT_SRV(ckpt_start)
+#define srv_ckpt_stop        DT_SRV(ckpt_stop)
+#define srv_on_checkpoint    DT_SRV(on_checkpoint)
+#define srv_rejoin           DT_SRV(rejoin)
 
 typedef struct breq breq;
 typedef struct ckpt_job ckpt_job;
+
+/*
+ * A request kept to be handled later, with copies of its bytes: one that
+ * came before its key's init on a server that took a lost one's place
+ * (the workers' replays come in any order), or a worker's second push in
+ * a round, which joins the next one. Every kind keeps them the same way.
+ */
+typedef struct srv_kept {
+	dt_msg_hdr h;
+	int worker;
+	uint8_t *meta;
+	void *payload; /* malloc'd: aligned for the values */
+	struct srv_kept *next;
+} srv_kept;
 
 typedef struct kv_server {
 	dt_node *node;
@@ -62,10 +87,11 @@ typedef struct kv_server {
 	int nservers, nworkers; /* the job's */
 	int sync;
 	dt_opt opt;     /* kind DT_OPT_NONE: the value is the sum of a round */
-	dt_table keys;  /* entries by key */
+	dt_table keys;  /* dense entries by key (srv_dense.c) */
+	size_t ndense;  /* dense keys with a value */
 	dt_table rtabs; /* row_sparse tables by key (rserver.c) */
 	/* Row requests that came before their table's init (recovery). */
-	struct rlater *rparked;
+	srv_kept *rparked;
 	uint8_t *dec; /* a compressed push, decoded (floats) */
 	size_t dec_cap;
 	uint8_t *half; /* an fp16 answer */
@@ -79,7 +105,7 @@ typedef struct kv_server {
 	                    values of the keys it holds */
 	/* Batched requests that came before their keys' init, on a server
 	 * that took a lost one's place (recovery), oldest first. */
-	struct mparked *mparked;
+	srv_kept *mparked;
 	int mp_busy;     /* handling them again now (many_unpark) */
 	int mp_progress; /* a batched request was answered since */
 	uint32_t *idx;
@@ -157,6 +183,11 @@ void srv_reply(kv_server *s, int worker, int cmd, uint64_t seq, dt_key key,
 void srv_reply_error(kv_server *s, int worker, int cmd, uint64_t seq,
                      dt_key key, dt_err code, const char *fmt, ...)
     DT_PRINTF(7, 8);
+/* Recovery: the answer to KV_RESUME h, the pushes of its key (or slice)
+ * from worker that the store holds: applied, in the open round, or
+ * waiting for the next. */
+void srv_reply_held(kv_server *s, int worker, const dt_msg_hdr *h,
+                    uint64_t have);
 /* Server time on key since t0: merging a push (peer: the worker's node
  * id) or updating the value (peer -1), for the counters and timeline;
  * count: the updates it stands for. */
@@ -164,9 +195,48 @@ void srv_busy_part(int kind, uint64_t t0, dt_key key, uint64_t bytes, int peer,
                    int count);
 void srv_busy(int kind, uint64_t t0, dt_key key, uint64_t bytes, int peer);
 
-/* After a round (or an async update): a checkpoint if one is due
- * (server.c). */
+/* ---- kept requests, routing and receive buffers (server.c) ---- */
+
+/* A copy of the request (h, its meta and payload as they came; either
+ * may be NULL) at the end of *list: 0, or -1 when out of memory (nothing
+ * kept then). */
+int srv_keep(srv_kept **list, int worker, const dt_msg_hdr *h,
+             const uint8_t *meta, const void *payload);
+/* Free q and every request after it. */
+void srv_kept_free(srv_kept *q);
+
+/* A single-key request (KV_INIT, _PUSH, _PULL, _PUSHPULL) handed to the
+ * kind that holds its key, or to the one that makes keys of single-key
+ * inits when none does (its adopt). streamed: payload_chunk already
+ * applied its payload. */
+void srv_single(kv_server *s, int worker, const dt_msg_hdr *h,
+                const uint8_t *meta, const float *payload, int streamed);
+
+/* KV_RESUME handed to the kind that holds its key (or to adopt, as
+ * srv_single does). */
+void srv_resume(kv_server *s, int worker, const dt_msg_hdr *h,
+                const uint8_t *meta);
+
+/* The receive buffer of the worker that sent h on c, for a payload of
+ * want bytes, kept from request to request (NULL: the frame gets a
+ * buffer of its own). */
+void *srv_rx_lend(kv_server *s, dt_conn *c, const dt_msg_hdr *h, uint64_t want);
+
+/* ---- checkpoints (srv_ckpt.c) ---- */
+
+/* At the server's start: DTRAIN_CHECKPOINT_DIR and the rest; the last
+ * checkpoint loaded (DTRAIN_CHECKPOINT_LOAD, or a rejoined server); the
+ * writer thread started. */
+dt_err srv_ckpt_start(kv_server *s);
+/* The writer finishes what it was given, then stops. */
+void srv_ckpt_stop(kv_server *s);
+/* After a round (or an async update): a checkpoint if one is due. */
 void srv_maybe_checkpoint(kv_server *s);
+/* KV_CHECKPOINT: a snapshot now, answered once it is on disk. */
+void srv_on_checkpoint(kv_server *s, int worker, const dt_msg_hdr *h);
+/* Recovery: this server took a lost one's place; each worker hears what
+ * the store holds of its pushes and sends the rest again. */
+dt_err srv_rejoin(kv_server *s);
 
 /* ---- store kinds ---- */
 
@@ -177,18 +247,42 @@ void srv_maybe_checkpoint(kv_server *s);
  */
 typedef struct srv_kind {
 	/* How a key of this kind was made, for errors ("a row_sparse init
-	 * (dt_kv_init_row_sparse)"). */
+	 * (dt_kv_init_row_sparse)"), and what its records are called in the
+	 * log ("row tables"). */
 	const char *made_by;
+	const char *noun;
 	int (*owns)(kv_server *s, dt_key key);
 	/* A single-key request (KV_INIT, _PUSH, _PULL, _PUSHPULL; payload:
-	 * its values, decoded or not) for a key this kind holds, when the
-	 * kind serves those (NULL: it does not): served, 1; 0: not its key. */
+	 * its values, decoded or not; streamed: already applied by chunk)
+	 * for a key this kind holds, when the kind serves those (NULL: it
+	 * does not): served, 1; 0: not its key. */
 	int (*single)(kv_server *s, int worker, const dt_msg_hdr *h,
-	              const uint8_t *meta, const float *payload);
+	              const uint8_t *meta, const float *payload, int streamed);
+	/* The same for a key no kind holds (one kind has it: the one whose
+	 * keys single-key inits make): made, parked or refused. */
+	void (*adopt)(kv_server *s, int worker, const dt_msg_hdr *h,
+	              const uint8_t *meta, const float *payload, int streamed);
+	/* Recovery, KV_RESUME for a key of this kind (NULL: the kind keeps
+	 * nothing for a restarted worker): served, 1; 0: not its key. */
+	int (*resume)(kv_server *s, int worker, const dt_msg_hdr *h,
+	              const uint8_t *meta);
+	/* Where the payload of h goes, for a message of this kind
+	 * (payload_dest's answers: a buffer, NULL, DT_VAN_DISCARD or
+	 * DT_VAN_STREAM): 1 and *where set; 0: not its message. */
+	int (*dest)(kv_server *s, dt_conn *c, const dt_msg_hdr *h,
+	            const uint8_t *meta, void **where);
+	/* A piece of a payload that dest streams (cnt floats g from float
+	 * i0 of its key; off: the piece's byte offset): 1, applied; 0: not
+	 * its key. */
+	int (*chunk)(kv_server *s, const dt_msg_hdr *h, const float *g,
+	             size_t i0, size_t cnt, uint64_t off);
 	/* The optimizer's parameters change (not its kind). */
 	void (*set_opt)(kv_server *s, const dt_opt *opt);
 	/* Whether it has anything (the mode may not change then). */
 	int (*any)(kv_server *s);
+	/* Whether its records can run in dist_sync (sync 1) or dist_async
+	 * now (NULL: either). */
+	int (*takes_mode)(kv_server *s, int sync);
 	/* Checkpoints: how many records the kind's section holds (and the
 	 * workers hear of: each its key and the pushes of each worker in
 	 * it), their bytes at most, the section written (u64 count, then the
@@ -217,8 +311,8 @@ extern const srv_kind srv_dense_kind, srv_many_kind, srv_rows_kind;
 const srv_kind *srv_home_of(kv_server *s, dt_key key, const srv_kind *self);
 
 /* Recovery: key has a home now (another kind's init): the single-key
- * requests the router parked for it, before any kind held it, are
- * handled again (server.c). */
+ * requests parked for it before any kind held it (adopt) are handled
+ * again (srv_dense.c). */
 void srv_unpark_key(kv_server *s, dt_key key);
 
 /* The many-key kind's batched requests (KV_*_MANY; srv_many.c). */

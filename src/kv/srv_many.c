@@ -59,15 +59,6 @@ mpull_add(breq *q, int worker, int cmd, uint64_t seq, uint32_t rec,
 	return 0;
 }
 
-/* A batched request parked on a rejoined server (recovery). */
-typedef struct mparked {
-	dt_msg_hdr h;
-	int worker;
-	uint8_t *meta; /* a single-key request's */
-	uint8_t *data; /* its payload (malloc'd: aligned for the values) */
-	struct mparked *next;
-} mparked;
-
 static void on_many(kv_server *s, int worker, const dt_msg *m);
 static int many_single(kv_server *s, int worker, const dt_msg_hdr *h,
                        const uint8_t *meta, const float *payload);
@@ -90,37 +81,22 @@ static int
 many_park(kv_server *s, int worker, const dt_msg_hdr *h, const uint8_t *meta,
           const void *payload, int pending)
 {
-	mparked *q, **p;
 	int behind = 0;
 
 	if (!s->rejoined && s->mparked == NULL &&
 	    !(pending && dt__node_recover(s->node)))
 		return 0;
-	for (p = &s->mparked; *p; p = &(*p)->next)
-		behind |= (*p)->worker == worker;
+	for (const srv_kept *q = s->mparked; q; q = q->next)
+		behind |= q->worker == worker;
 	if (!behind && !pending &&
 	    (!s->rejoined || h->cmd == DT_CMD_KV_INIT_MANY || h->arg0 == 0 ||
 	     payload == NULL || h->payload_len < 8 ||
 	     (s->ks_on &&
 	      dt__ks_find(&s->ks, dt__get_u64(payload)) != DT_KS_NONE)))
 		return 0;
-	if ((q = calloc(1, sizeof(*q))) == NULL ||
-	    (h->payload_len && (q->data = malloc(h->payload_len)) == NULL) ||
-	    (h->meta_len && meta && (q->meta = malloc(h->meta_len)) == NULL)) {
-		if (q)
-			free(q->data);
-		free(q);
+	if (srv_keep(&s->mparked, worker, h, meta, payload))
 		srv_reply_error(s, worker, h->cmd, h->seq, 0, DT_ENOMEM,
 		                "%s: out of memory", dt__kv_op_name(h->cmd));
-		return 1;
-	}
-	q->h = *h;
-	q->worker = worker;
-	if (h->payload_len)
-		memcpy(q->data, payload, h->payload_len);
-	if (q->meta)
-		memcpy(q->meta, meta, h->meta_len);
-	*p = q;
 	return 1;
 }
 
@@ -128,7 +104,7 @@ many_park(kv_server *s, int worker, const dt_msg_hdr *h, const uint8_t *meta,
 static int
 worker_parked(const kv_server *s, int worker)
 {
-	for (const mparked *q = s->mparked; q; q = q->next)
+	for (const srv_kept *q = s->mparked; q; q = q->next)
 		if (q->worker == worker)
 			return 1;
 	return 0;
@@ -136,9 +112,9 @@ worker_parked(const kv_server *s, int worker)
 
 /* Append q to the parked requests. */
 static void
-many_repark(kv_server *s, mparked *q)
+many_repark(kv_server *s, srv_kept *q)
 {
-	mparked **p = &s->mparked;
+	srv_kept **p = &s->mparked;
 
 	while (*p)
 		p = &(*p)->next;
@@ -153,13 +129,13 @@ many_repark(kv_server *s, mparked *q)
 static size_t
 many_unpark_pass(kv_server *s, uint8_t *blocked)
 {
-	mparked *q = s->mparked;
+	srv_kept *q = s->mparked;
 	size_t served = 0;
 
 	s->mparked = NULL;
 	memset(blocked, 0, (size_t)s->nworkers);
 	while (q) {
-		mparked *next = q->next;
+		srv_kept *next = q->next;
 		int w = q->worker;
 
 		if (blocked[w]) {
@@ -167,24 +143,24 @@ many_unpark_pass(kv_server *s, uint8_t *blocked)
 			q = next;
 			continue;
 		}
-		dt_msg m = {.hdr = q->h, .payload = q->data};
-		mparked *tail = s->mparked;
+		dt_msg m = {.hdr = q->h, .payload = q->payload};
+		srv_kept *tail = s->mparked;
 
 		while (tail && tail->next)
 			tail = tail->next;
 		if (dt__kv_many_cmd(q->h.cmd))
 			on_many(s, w, &m);
 		else
-			(void)many_single(s, w, &q->h, q->meta,
-			                  (const float *)(const void *)q->data);
+			(void)many_single(
+			    s, w, &q->h, q->meta,
+			    (const float *)(const void *)q->payload);
 		/* (parked again: the list grew by a copy of it) */
 		if ((tail ? tail->next : s->mparked) != NULL)
 			blocked[w] = 1;
 		else
 			served++;
-		free(q->meta);
-		free(q->data);
-		free(q);
+		q->next = NULL;
+		srv_kept_free(q);
 		q = next;
 	}
 	return served;
@@ -330,6 +306,8 @@ on_init_many(kv_server *s, int worker, const dt_msg_hdr *h, const dt_kv_many *b)
 		dt__ks_init(&s->ks, s->nworkers, s->sync, &s->opt);
 		/* (its update counts: for checkpoints and recovery) */
 		s->ks.counted = s->ck_dir != NULL || dt__node_recover(s->node);
+		/* (the round before: a restarted worker's first pull) */
+		s->ks.keep_prev = s->sync && dt__node_recover(s->node);
 		s->ks_on = 1;
 	}
 	/* A key has one home: the single-key store, a row_sparse table or
@@ -496,6 +474,34 @@ push_rounds(kv_server *s, int worker, const dt_msg_hdr *h, unsigned enc,
 }
 
 /*
+ * Recovery: the value of record r after round `meta`, for a worker that
+ * took a lost one's place and computes that round's step again; as the
+ * dense kind's (srv_dense.c: pull_at), the store is at that round or the
+ * one after (keep_prev: the value before its last round).
+ */
+static void
+many_pull_at(kv_server *s, int worker, const dt_msg_hdr *h, const uint8_t *meta,
+             uint32_t r, unsigned enc)
+{
+	uint64_t round = dt__get_u64(meta);
+	const float *v =
+	    s->sync ? dt__ks_val_at(&s->ks, r, round) : dt__ks_val(&s->ks, r);
+
+	if (v == NULL) {
+		srv_reply_error(
+		    s, worker, h->cmd, h->seq, h->key, DT_ESTATE,
+		    "pull of key %llu as of round %llu: the key is at round "
+		    "%llu, and only the value of the round before is kept",
+		    (unsigned long long)h->key, (unsigned long long)round,
+		    (unsigned long long)(s->ks.updates ? s->ks.updates[r] : 0));
+		return;
+	}
+	/* (scratch: the value before changes at the next round) */
+	srv_reply_val(s, worker, h->cmd, h->seq, h->key, v,
+	              dt__ks_len(&s->ks, r), enc, 1);
+}
+
+/*
  * A single-key request for a key of the many-key store (dt_kv_push on a
  * key that dt_kv_init_many made, say): served there, as a batched request
  * of one key. Its dist_sync pull waits for this worker's pending push of
@@ -530,12 +536,14 @@ one_in_many(kv_server *s, int worker, const dt_msg_hdr *h, const uint8_t *meta,
 	    many_park(s, worker, h, meta, payload, 1))
 		return;
 	err = dt__kv_push_check(h, meta, len, &kind, &t);
-	if ((err && (err != DT_ESIZE || h->cmd != DT_CMD_KV_PULL)) ||
-	    (h->arg2 & DT_KV_AT_ROUND)) {
-		srv_reply_error(s, worker, h->cmd, h->seq, h->key,
-		                err ? err : DT_ESTATE, "%s of key %llu: %s", op,
-		                (unsigned long long)h->key,
-		                err ? dt_errmsg() : "no rounds are kept");
+	if (err && (err != DT_ESIZE || h->cmd != DT_CMD_KV_PULL)) {
+		srv_reply_error(s, worker, h->cmd, h->seq, h->key, err,
+		                "%s of key %llu: %s", op,
+		                (unsigned long long)h->key, dt_errmsg());
+		return;
+	}
+	if (h->arg2 & DT_KV_AT_ROUND) { /* (a pull: push_check says) */
+		many_pull_at(s, worker, h, meta, r, enc);
 		return;
 	}
 	if (h->cmd == DT_CMD_KV_PULL) {
@@ -813,6 +821,7 @@ many_load(kv_server *s, const char *path, dt_rbuf *r, const dt_ckpt_head *h)
 	if (s->ks_on)
 		dt__ks_fini(&s->ks);
 	dt__ks_init(&s->ks, s->nworkers, s->sync, &s->opt);
+	s->ks.keep_prev = s->sync && dt__node_recover(s->node);
 	s->ks_on = 1;
 	if ((err = dt__ks_load(&s->ks, path, r)))
 		return err;
@@ -824,6 +833,16 @@ many_load(kv_server *s, const char *path, dt_rbuf *r, const dt_ckpt_head *h)
 static void
 many_drop(kv_server *s)
 {
+	if (s->ks_on && s->ks.nrec) {
+		size_t b = dt__ks_bytes(&s->ks), n = s->ks.nrec;
+		size_t v = (size_t)s->ks.off[n];
+
+		DT_LOG(1,
+		       "many-key store: %zu keys, %zu floats, %.1f MiB (%.1f "
+		       "bytes per key beside the values)",
+		       n, v, (double)b / 1048576.0,
+		       (double)(b - 4 * v) / (double)n);
+	}
 	for (size_t i = 0; i < s->nbreqs; i++) {
 		free(s->breqs[i].idx);
 		while (s->breqs[i].pulls) {
@@ -837,14 +856,8 @@ many_drop(kv_server *s)
 	s->breqs = NULL;
 	s->nbreqs = 0;
 	s->breq_free = 0;
-	while (s->mparked) {
-		mparked *q = s->mparked;
-
-		s->mparked = q->next;
-		free(q->meta);
-		free(q->data);
-		free(q);
-	}
+	srv_kept_free(s->mparked);
+	s->mparked = NULL;
 	if (s->ks_on)
 		dt__ks_fini(&s->ks);
 	s->ks_on = 0;
@@ -864,7 +877,7 @@ many_replayed(kv_server *s)
 static void
 many_peer_restart(kv_server *s, int worker)
 {
-	for (mparked *q = s->mparked; q; q = q->next)
+	for (srv_kept *q = s->mparked; q; q = q->next)
 		if (q->worker == worker)
 			q->h.seq = 0;
 	for (size_t i = 0; i < s->nbreqs; i++)
@@ -872,11 +885,115 @@ many_peer_restart(kv_server *s, int worker)
 			s->breqs[i].seq = 0;
 }
 
+/* The kind's single-key requests as the router hands them (server.h:
+ * single); a snapshot due after one comes after the whole request. */
+static int
+many_single_op(kv_server *s, int worker, const dt_msg_hdr *h,
+               const uint8_t *meta, const float *payload, int streamed)
+{
+	(void)streamed; /* (only dense keys stream) */
+	if (!many_single(s, worker, h, meta, payload))
+		return 0;
+	if (h->cmd != DT_CMD_KV_INIT)
+		srv_maybe_checkpoint(s);
+	return 1;
+}
+
+/* Where a payload of this kind goes: a batched request of one-length
+ * keys whose size matches its header lands in its worker's buffer
+ * (srv_on_many checks it whole); a single-key push of a key of the store
+ * is received whole, never more than the key's length. */
+static int
+many_dest(kv_server *s, dt_conn *c, const dt_msg_hdr *h, const uint8_t *meta,
+          void **where)
+{
+	uint32_t r;
+
+	(void)meta;
+	if (dt__kv_many_cmd(h->cmd)) {
+		*where = h->arg1 == 0 || h->arg1 > DT_KS_MAX_LEN ||
+		                 h->arg0 > DT_KS_MAX_KEYS
+		             ? NULL
+		             : srv_rx_lend(s, c, h,
+		                           h->arg0 * 8 +
+		                               (dt__kv_many_has_vals(h->cmd)
+		                                    ? h->arg0 * h->arg1 * 4
+		                                    : 0));
+		return 1;
+	}
+	if ((h->cmd != DT_CMD_KV_PUSH && h->cmd != DT_CMD_KV_PUSHPULL) ||
+	    !s->ks_on || (r = dt__ks_find(&s->ks, h->key)) == DT_KS_NONE)
+		return 0;
+	*where =
+	    h->payload_len <= dt__ks_len(&s->ks, r) * 4 ? NULL : DT_VAN_DISCARD;
+	return 1;
+}
+
+/* Whether a kept request of worker pushes key (a single-key push, or a
+ * batched one listing it). */
+static int
+kept_pushes(const srv_kept *q, int worker, dt_key key)
+{
+	const uint8_t *keys = q->payload;
+
+	if (q->worker != worker)
+		return 0;
+	if (q->h.cmd == DT_CMD_KV_PUSH || q->h.cmd == DT_CMD_KV_PUSHPULL)
+		return q->h.key == key;
+	if ((q->h.cmd != DT_CMD_KV_PUSH_MANY &&
+	     q->h.cmd != DT_CMD_KV_PUSHPULL_MANY) ||
+	    keys == NULL || q->h.payload_len / 8 < q->h.arg0)
+		return 0;
+	for (uint64_t i = 0; i < q->h.arg0; i++)
+		if (dt__get_u64(keys + 8 * i) == key)
+			return 1;
+	return 0;
+}
+
+/*
+ * Recovery, KV_RESUME of a key of the store: the pushes of worker it
+ * holds - its rounds (in dist_sync each holds one push of every worker),
+ * the one pending in the open round, and those parked behind it. In
+ * dist_async the workers of a recovering job send batched calls key by
+ * key (dt__kv_client_batches), so the store has no such keys.
+ */
+static int
+many_resume(kv_server *s, int worker, const dt_msg_hdr *h, const uint8_t *meta)
+{
+	uint32_t r;
+	size_t len, bad;
+	uint64_t have;
+
+	(void)meta;
+	if (!s->ks_on || (r = dt__ks_find(&s->ks, h->key)) == DT_KS_NONE)
+		return 0;
+	len = dt__ks_len(&s->ks, r);
+	if (h->arg0 != len || h->arg1 != 0 || !s->sync) {
+		srv_reply_error(
+		    s, worker, h->cmd, h->seq, h->key,
+		    s->sync ? DT_ESIZE : DT_ESTATE, "resume of key %llu: %s",
+		    (unsigned long long)h->key,
+		    s->sync ? "not its initialised length"
+		            : "a batched call's key keeps no pushes "
+		              "in dist_async");
+		return 1;
+	}
+	have = (s->ks.updates ? s->ks.updates[r] : 0) +
+	       (uint64_t)dt__ks_pending(&s->ks, worker, &r, 1, &bad);
+	for (const srv_kept *q = s->mparked; q; q = q->next)
+		have += (uint64_t)kept_pushes(q, worker, h->key);
+	srv_reply_held(s, worker, h, have);
+	return 1;
+}
+
 /* Its section is the last of a checkpoint (format version 3 added it). */
 const srv_kind srv_many_kind = {
     .made_by = "a batched call (dt_kv_init_keys)",
+    .noun = "many-key keys",
     .owns = many_owns,
-    .single = many_single,
+    .single = many_single_op,
+    .resume = many_resume,
+    .dest = many_dest,
     .set_opt = many_set_opt,
     .any = many_any,
     .count = many_count,

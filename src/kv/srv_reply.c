@@ -12,6 +12,22 @@
 #include "kv/server.h"
 
 void
+srv_reply_held(kv_server *s, int worker, const dt_msg_hdr *h, uint64_t have)
+{
+	uint8_t b[8];
+	struct iovec iov = {b, sizeof(b)};
+	dt_msg_hdr a = {.cmd = (uint8_t)h->cmd,
+	                .flags = DT_F_RESPONSE,
+	                .seq = h->seq,
+	                .key = h->key};
+
+	dt__put_u64(b, have);
+	if (dt__node_send_ex(s->node, dt__node_worker_id(s->node, worker), &a,
+	                     NULL, 0, &iov, 1, 0))
+		DT_LOG(1, "answer to worker %d: %s", worker, dt_errmsg());
+}
+
+void
 srv_reply_val(kv_server *s, int worker, int cmd, uint64_t seq, dt_key key,
               const float *val, size_t len, unsigned enc, int scratch)
 {

@@ -12,11 +12,13 @@
 #     again by hand (as an outside engine would: Kubernetes, Slurm), the
 #     new one first, held by the scheduler until the old one's loss;
 #   - kv_check async (dist_async): every push applied exactly once;
-#   - batched calls kept batched (the many-key store, DTRAIN_RECOVER_BATCHED=1)
-#     in dist_sync, kv_check ckpt and mnist (single-key pushes on keys of a
+#   - batched calls, batched under recovery in dist_sync (the many-key
+#     store), kv_check ckpt and mnist (single-key pushes on keys of a
 #     batched init): values bit-identical
 #     after a server kill at a random step, before any checkpoint, and
-#     with messages dropped (PS_RESEND=1 PS_DROP_MSG=5);
+#     with messages dropped (PS_RESEND=1 PS_DROP_MSG=5), and after a worker
+#     kill (the new one resumes the many-key store's keys); mnist again
+#     with DTRAIN_RECOVER_BATCHED=0 (key by key);
 #   - a worker killed instead (linreg, mnist, kv_check async, and by hand):
 #     the new one resumes at the step its predecessor reached (dt_kv_resume),
 #     with the same results;
@@ -171,17 +173,20 @@ grep -q "kv_check async: resuming at push [1-9]" "$tmp/async_w.log" || fail "dis
 echo "kv_check async (dist_async), worker 1 killed: $(grep -o 'resuming at push [0-9]*' "$tmp/async_w.log"); every push applied exactly once"
 rm -rf "$tmp/ck"
 
-# Batched calls kept batched under recovery (DTRAIN_RECOVER_BATCHED=1: the
-# many-key store), dist_sync: kv_check ckpt with 3000
+# Batched calls, batched under recovery in dist_sync (the many-key
+# store): kv_check ckpt with 3000
 # one-float keys in a run and 750 keys of 3 floats, all pushpulled in two
 # batched calls a step; the values' hash at the end is the undisturbed
 # run's, with a server killed at a random step, before any checkpoint
 # (everything sent again: the init, then each worker's pushes back to
 # back, which the new server takes round by round), and with messages
-# dropped and sent again.
+# dropped and sent again; and with a worker killed at a random step
+# instead (the new one resumes at the step its predecessor reached, its
+# batched calls key by key until every held push and the pull as of that
+# step are done).
 export MXNET_KVSTORE_BIGARRAY_BOUND=1000
 MK=("$B/tests/progs/kv_check" ckpt 0 1000)
-ME=(--env KV_CHECK_MANY=3000 --env KV_CHECK_PROGRESS=1 --env DTRAIN_RECOVER_BATCHED=1)
+ME=(--env KV_CHECK_MANY=3000 --env KV_CHECK_PROGRESS=1)
 hash_end() { grep -o "kv_check ckpt at step 1000: [0-9a-f]*" "$tmp/$1.log"; }
 timeout 200 "$B/dtrain" launch -n 2 -s 2 "${ME[@]}" -- "${MK[@]}" >"$tmp/many_ref.log" 2>&1 || fail "batched reference run"
 [ -n "$(hash_end many_ref)" ] || fail "batched reference run: no hash"
@@ -206,6 +211,14 @@ killed many_resend server 1 "kv_check ckpt step 50 done" "$B/dtrain" launch -n 2
 must_pass many_resend
 [ "$(hash_end many_resend)" = "$(hash_end many_ref)" ] || fail "batched with PS_DROP_MSG: '$(hash_end many_resend)', '$(hash_end many_ref)' without"
 echo "batched calls with PS_RESEND=1 PS_DROP_MSG=5, server 1 killed: values identical"
+rm -rf "$tmp/ck"
+st=$((20 + RANDOM % 100)) wr=$((RANDOM % 2))
+killed many_w worker $wr "kv_check ckpt step $st done" "$B/dtrain" launch -n 2 -s 2 "${R[@]}" --checkpoint-every 10 \
+	"${ME[@]}" -- "${MK[@]}"
+must_pass many_w
+grep -q "kv_check ckpt: resuming at step [1-9]" "$tmp/many_w.log" || fail "batched: the new worker did not resume"
+[ "$(hash_end many_w)" = "$(hash_end many_ref)" ] || fail "batched, worker $wr killed: '$(hash_end many_w)', '$(hash_end many_ref)' without"
+echo "batched calls, worker $wr killed after step $st: $(grep -o 'resuming at step [0-9]*' "$tmp/many_w.log"), values identical"
 rm -rf "$tmp/ck"
 unset MXNET_KVSTORE_BIGARRAY_BOUND
 
@@ -233,18 +246,19 @@ elif [ -f "$DATA/train-images-idx3-ubyte.gz" ]; then
 		fail "mnist: parameters differ ($("$B/dtrain" params diff "$tmp/ref.params" "$tmp/killed.params"))"
 	echo "mnist, server 0 killed after batch $k: parameters bit-identical"
 	rm -rf "$tmp/ck"
-	# The same with its batched init kept batched (DTRAIN_RECOVER_BATCHED=1:
-	# its layers' keys in the many-key store, pushed by single-key calls
+	# The same with its batched init sent key by key
+	# (DTRAIN_RECOVER_BATCHED=0: its layers' keys in the dense store; by
+	# default they are in the many-key store, pushed by single-key calls
 	# during backward), killed with a checkpoint and before any.
 	for ev in 10 1000000; do
 		killed mnist_b$ev server 0 "Batch \[$((k - 16))-$k\]" "$B/dtrain" launch -n 2 -s 2 "${R[@]}" \
-			--checkpoint-every $ev --env DTRAIN_RECOVER_BATCHED=1 -- "$B/examples/mnist" "${M[@]}" --save "$tmp/b$ev.params"
+			--checkpoint-every $ev --env DTRAIN_RECOVER_BATCHED=0 -- "$B/examples/mnist" "${M[@]}" --save "$tmp/b$ev.params"
 		must_pass mnist_b$ev
 		cmp -s "$tmp/ref.params" "$tmp/b$ev.params" ||
-			fail "mnist, batched init kept batched: parameters differ ($("$B/dtrain" params diff "$tmp/ref.params" "$tmp/b$ev.params"))"
+			fail "mnist, batched init key by key: parameters differ ($("$B/dtrain" params diff "$tmp/ref.params" "$tmp/b$ev.params"))"
 		rm -rf "$tmp/ck"
 	done
-	echo "mnist with DTRAIN_RECOVER_BATCHED=1 (keys in the many-key store), server 0 killed after batch $k, with a checkpoint and before any: parameters bit-identical"
+	echo "mnist with DTRAIN_RECOVER_BATCHED=0 (keys in the dense store), server 0 killed after batch $k, with a checkpoint and before any: parameters bit-identical"
 	wr=$((RANDOM % 2))
 	killed mnist_w worker $wr "Batch \[$((k - 16))-$k\]" "$B/dtrain" launch -n 2 -s 2 "${R[@]}" --checkpoint-every 10 \
 		-- "$B/examples/mnist" "${M[@]}" --save "$tmp/wkilled.params"

@@ -36,7 +36,8 @@
  *                    (DTRAIN_CHECKPOINT_LOAD=1) is compared with the job
  *                    that wrote it, bit for bit; KV_CHECK_MANY=M adds
  *                    keys of batched calls (the many-key store),
- *                    KV_CHECK_PROGRESS a line after each step
+ *                    KV_CHECK_PROGRESS a line after each step; a
+ *                    worker in a lost one's place resumes (dt_kv_resume)
  *
  * Inputs are small integers so that sums are exact in float32.
  */
@@ -401,6 +402,34 @@ ckpt_hash(const float *w, size_t total, const many_keys *m)
 	return h;
 }
 
+/* dt_kv_resume over every key of kv_check ckpt: the step to go on from. */
+static int
+ckpt_resume(dt_kv *kv, const size_t *n, const many_keys *m)
+{
+	size_t nk = 2 + m[0].n + m[1].n, k = 0;
+	dt_key *keys = malloc(nk * sizeof(dt_key));
+	size_t *lens = malloc(nk * sizeof(size_t));
+	uint64_t step = 0;
+
+	if (keys == NULL || lens == NULL) {
+		CHECK(0, "ckpt resume: out of memory");
+		free(keys);
+		free(lens);
+		return 0;
+	}
+	keys[k] = 1, lens[k++] = n[0];
+	keys[k] = 2, lens[k++] = n[1];
+	for (int j = 0; j < 2; j++)
+		for (size_t i = 0; i < m[j].n; i++)
+			keys[k] = m[j].keys[i], lens[k++] = m[j].lens[i];
+	OK(dt_kv_resume(kv, nk, keys, lens, &step));
+	fprintf(stderr, "kv_check ckpt: resuming at step %llu\n",
+	        (unsigned long long)step);
+	free(keys);
+	free(lens);
+	return (int)step;
+}
+
 static void
 check_ckpt(dt_kv *kv, int from, int to, const char *at)
 {
@@ -425,7 +454,13 @@ check_ckpt(dt_kv *kv, int from, int to, const char *at)
 		if (m[k].n)
 			OK(dt_kv_init_many(kv, m[k].n, m[k].keys, m[k].pw,
 			                   m[k].lens));
-	OK(dt_kv_barrier(kv));
+	/* A worker in a lost one's place (recovery.sh) goes on from the
+	 * step its predecessor reached, every key's value as of that step;
+	 * the others passed the barrier long ago. */
+	if (dt_kv_rejoined(kv))
+		from = ckpt_resume(kv, n, m);
+	else
+		OK(dt_kv_barrier(kv));
 	OK(dt_kv_pull(kv, 1, w, n[0]));
 	OK(dt_kv_pull(kv, 2, w + n[0], n[1]));
 	for (int k = 0; k < 2; k++)

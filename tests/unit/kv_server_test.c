@@ -15,7 +15,11 @@
  * wait for their rounds in order; the many-key store likewise in a
  * checkpoint (and a file of another key placement refused), and its
  * batched requests, replayed before their init or back to back, parked
- * until they can be served.
+ * until they can be served. Each store kind's requests are driven here
+ * without a launcher: a dense key's rounds, a streamed push, the router
+ * handing a request to the kind holding its key, dense requests parked
+ * before their init on a restarted server, and a dense key in a
+ * checkpoint.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -135,7 +139,7 @@ test_init_value(void **state)
 	send_frame(0, DT_CMD_KV_INIT, 5, 1000, 0, DT_KV_INIT_HAS_VALUE, NULL, 0,
 	           NULL, 0);
 	refused(DT_ESIZE, "init of key 5: a value of 0 bytes");
-	e = find(s, 5);
+	e = dense_find(s, 5);
 	assert_true(e == NULL || !e->initialised);
 	send_frame(0, DT_CMD_KV_INIT, 5, 4, 0, DT_KV_INIT_HAS_VALUE, NULL, 0, v,
 	           6); /* (a float and a half) */
@@ -143,14 +147,14 @@ test_init_value(void **state)
 	send_frame(0, DT_CMD_KV_INIT, 5, 4, 2, DT_KV_INIT_HAS_VALUE, NULL, 0, v,
 	           16); /* (4 floats from offset 2 of 4) */
 	refused(DT_ESIZE, "inside the array");
-	e = find(s, 5);
+	e = dense_find(s, 5);
 	assert_true(e == NULL || !e->initialised);
 	/* worker 1 waits for the value; worker 0's whole value comes */
 	send_frame(1, DT_CMD_KV_INIT, 5, 4, 0, 0, NULL, 0, NULL, 0);
 	send_frame(0, DT_CMD_KV_INIT, 5, 4, 0, DT_KV_INIT_HAS_VALUE, NULL, 0, v,
 	           16);
 	answered(0);
-	assert_non_null(e = find(s, 5));
+	assert_non_null(e = dense_find(s, 5));
 	assert_true(e->initialised && e->len == 4 && e->val[3] == 4.0f);
 	send_frame(1, DT_CMD_KV_PULL, 5, 4, 0, 0, NULL, 0, NULL, 0);
 	answered(16);
@@ -480,6 +484,298 @@ test_many_replay_park(void **state)
 	h_stop();
 }
 
+/* A single-key request of key with n floats of value v (NULL: none). */
+static void
+dense_req(int w, int cmd, dt_key key, uint64_t n, const float *v)
+{
+	send_frame(w, cmd, key, n, 0,
+	           cmd == DT_CMD_KV_INIT && v ? DT_KV_INIT_HAS_VALUE : 0, NULL,
+	           0, v, v ? n * sizeof(float) : 0);
+}
+
+/* The last answer's first float, or u64. */
+static float
+ans_f32(void)
+{
+	float f;
+
+	memcpy(&f, h_ans.data, sizeof(f));
+	return f;
+}
+
+static uint64_t
+ans_u64(void)
+{
+	return dt__get_u64(h_ans.data);
+}
+
+/* KV_RESUME of key from worker w: how many of its pushes the store
+ * holds. */
+static uint64_t
+resumed(int w, dt_key key, uint64_t n)
+{
+	dt_msg_hdr h = {.version = DT_WIRE_VERSION,
+	                .cmd = DT_CMD_KV_RESUME,
+	                .seq = h_ans.count + 1,
+	                .key = key,
+	                .arg0 = n};
+
+	h_frame(w, &h, NULL, NULL);
+	answered(8);
+	return ans_u64();
+}
+
+/* A dense key's dist_sync rounds, its requests handed to the dense kind
+ * directly: a push waits for the round, a pull of a worker that pushed
+ * waits to see its own push, a second push of a worker in a round joins
+ * the next one, and KV_RESUME counts each worker's pushes held. */
+static void
+test_dense_rounds(void **state)
+{
+	float v[4] = {1, 2, 3, 4}, g1[4] = {1, 1, 1, 1}, g2[4] = {2, 2, 2, 2};
+	float g10[4] = {10, 10, 10, 10}, g20[4] = {20, 20, 20, 20};
+	uint64_t n0;
+
+	(void)state;
+	assert_non_null(h_start());
+	send_frame(0, DT_CMD_KV_CONFIG, 0, 1, 0, 0, NULL, 0, NULL, 0);
+	dense_req(0, DT_CMD_KV_INIT, 7, 4, v);
+	answered(0);
+	dense_req(1, DT_CMD_KV_INIT, 7, 4, NULL);
+	answered(0);
+	n0 = h_ans.count;
+	dense_req(0, DT_CMD_KV_PUSH, 7, 4, g1);
+	dense_req(0, DT_CMD_KV_PULL, 7, 4, NULL); /* sees its own push */
+	dense_req(0, DT_CMD_KV_PUSH, 7, 4, g10);  /* the next round's */
+	assert_int_equal(h_ans.count, n0);
+	assert_int_equal(resumed(0, 7, 4), 2); /* (open round, next one) */
+	n0 = h_ans.count;
+	dense_req(1, DT_CMD_KV_PUSH, 7, 4, g2); /* round 1 over: 3 */
+	assert_int_equal(h_ans.count, n0 + 3);
+	answered(0);
+	dense_req(1, DT_CMD_KV_PULL, 7, 4, NULL);
+	answered(16);
+	assert_true(ans_f32() == 3.0f);
+	dense_req(1, DT_CMD_KV_PUSHPULL, 7, 4, g20); /* round 2: 30 */
+	answered(16);
+	assert_true(ans_f32() == 30.0f);
+	assert_int_equal(resumed(0, 7, 4), 2);
+	assert_int_equal(resumed(1, 7, 4), 2);
+	assert_int_equal(h_ans.errors, 0);
+	dense_req(0, DT_CMD_KV_PUSH, 7, 5, g1); /* (its length is 4) */
+	refused(DT_ESIZE, "length 5 != initialised length 4");
+	h_stop();
+}
+
+/* A push big enough to be applied as it streams in (through the dense
+ * kind's chunk) sums as a whole one does, bit for bit. */
+static void
+test_dense_streamed(void **state)
+{
+	size_t n = 1u << 17; /* 512 KiB: streamed */
+	float *a = malloc(n * 4), *b = malloc(n * 4), first[2];
+
+	(void)state;
+	assert_non_null(a);
+	assert_non_null(b);
+	for (size_t i = 0; i < n; i++) {
+		a[i] = 0.1f * (float)(i % 97);
+		b[i] = 0.3f * (float)(i % 89);
+	}
+	assert_non_null(h_start());
+	send_frame(0, DT_CMD_KV_CONFIG, 0, 1, 0, 0, NULL, 0, NULL, 0);
+	for (dt_key key = 1; key <= 2; key++) {
+		dense_req(0, DT_CMD_KV_INIT, key, n, a);
+		answered(0);
+	}
+	/* key 1 streamed; key 2 in pieces below the streaming size */
+	dense_req(0, DT_CMD_KV_PUSH, 1, n, a);
+	dense_req(1, DT_CMD_KV_PUSHPULL, 1, n, b);
+	answered(n * 4);
+	memcpy(first, h_ans.data, sizeof(first));
+	assert_true(first[0] == a[0] + b[0] && first[1] == a[1] + b[1]);
+	kv_server *s = h_hooks.arg;
+	entry *e1 = dense_find(s, 1), *e2 = dense_find(s, 2);
+	for (size_t off = 0; off < n; off += 1024) {
+		for (size_t i = 0; i < 1024; i++)
+			e2->val[off + i] = a[off + i] + b[off + i];
+	}
+	assert_memory_equal(e1->val, e2->val, n * 4);
+	free(a);
+	free(b);
+	h_stop();
+}
+
+/* The router hands a single-key request to the kind holding its key: a
+ * key of the many-key store is pushed and pulled there, a dense init of a
+ * row table's key is refused naming the call that made it, and a key no
+ * kind holds is refused as unknown. */
+static void
+test_kind_routing(void **state)
+{
+	float one = 1.0f, two = 2.0f, v[3] = {5, 6, 7};
+
+	(void)state;
+	assert_non_null(h_start());
+	send_frame(0, DT_CMD_KV_CONFIG, 0, 1, 0, 0, NULL, 0, NULL, 0);
+	many_req(0, DT_CMD_KV_INIT_MANY, 4, 0.5f); /* keys 100 .. 103 */
+	answered(0);
+	row_init(50, 10, 2);
+	answered(0);
+	dense_req(0, DT_CMD_KV_PUSH, 101, 1, &one);
+	dense_req(1, DT_CMD_KV_PUSH, 101, 1, &two);
+	answered(0);
+	dense_req(0, DT_CMD_KV_PULL, 101, 1, NULL);
+	answered(4);
+	assert_true(ans_f32() == 3.0f);
+	assert_null(dense_find(h_hooks.arg, 101)); /* (not a dense key) */
+	dense_req(0, DT_CMD_KV_INIT, 50, 2, v);
+	refused(DT_ESTATE, "initialised by a row_sparse init");
+	dense_req(0, DT_CMD_KV_PUSH, 999, 2, v);
+	refused(DT_ENOKEY, "unknown key");
+	dense_req(0, DT_CMD_KV_INIT, 102, 3, v); /* (its length is 1) */
+	refused(DT_ESIZE, "length 3 != initialised length 1");
+	h_stop();
+}
+
+/* On a server that took a lost one's place, a worker's push and
+ * KV_RESUME of a dense key sent before worker 0's init wait for it, then
+ * count as in order; a key that never comes is refused once every
+ * worker's replay is over. */
+static void
+test_dense_park(void **state)
+{
+	float v[2] = {1, 1}, g[2] = {2, 2};
+	kv_server *s;
+	uint64_t n0;
+
+	(void)state;
+	assert_non_null(s = h_start());
+	send_frame(0, DT_CMD_KV_CONFIG, 0, 1, 0, 0, NULL, 0, NULL, 0);
+	s->rejoined = 1; /* (as a server in a lost one's place) */
+	assert_non_null(s->replayed = calloc(H_WORKERS, 1));
+	n0 = h_ans.count;
+	dense_req(1, DT_CMD_KV_PUSH, 9, 2, g);
+	dense_req(1, DT_CMD_KV_PUSH, 11, 2, g); /* (never initialised) */
+	send_frame(1, DT_CMD_KV_RESUME, 9, 2, 0, 0, NULL, 0, NULL, 0);
+	assert_int_equal(h_ans.count, n0);
+	dense_req(0, DT_CMD_KV_INIT, 9, 2, v);
+	assert_int_equal(h_ans.count, n0 + 2); /* the init, the resume */
+	answered(8);
+	assert_int_equal(ans_u64(), 1);
+	dense_req(0, DT_CMD_KV_PUSHPULL, 9, 2, g); /* round 1: 4 */
+	answered(8);
+	assert_true(ans_f32() == 4.0f);
+	assert_int_equal(h_ans.errors, 0);
+	send_frame(0, DT_CMD_KV_REPLAYED, 0, 0, 0, 0, NULL, 0, NULL, 0);
+	send_frame(1, DT_CMD_KV_REPLAYED, 0, 0, 0, 0, NULL, 0, NULL, 0);
+	refused(DT_ENOKEY, "key 11: unknown key");
+	h_stop();
+}
+
+/* A dense key in a checkpoint: a server started from the file has its
+ * value and each worker's pushes of the rounds before it (not after), and
+ * an init keeps them. */
+static void
+test_dense_checkpoint(void **state)
+{
+	char dir[] = "/tmp/kv_server_test.XXXXXX", path[64];
+	float v[3] = {1, 2, 3}, g[3] = {1, 1, 1};
+	kv_server *s;
+
+	(void)state;
+	assert_non_null(mkdtemp(dir));
+	setenv("DTRAIN_CHECKPOINT_DIR", dir, 1);
+	setenv("DTRAIN_CHECKPOINT_EVERY", "0", 1);
+	assert_non_null(h_start());
+	send_frame(0, DT_CMD_KV_CONFIG, 0, 1, 0, 0, NULL, 0, NULL, 0);
+	dense_req(0, DT_CMD_KV_INIT, 4, 3, v);
+	dense_req(0, DT_CMD_KV_PUSH, 4, 3, g);
+	dense_req(1, DT_CMD_KV_PUSH, 4, 3, g); /* round 1: 2 */
+	answered(0);
+	send_frame(0, DT_CMD_KV_CHECKPOINT, 0, 0, 0, 0, NULL, 0, NULL, 0);
+	answered(0);
+	dense_req(0, DT_CMD_KV_PUSH, 4, 3, v); /* (after it) */
+	dense_req(1, DT_CMD_KV_PUSH, 4, 3, v);
+	h_stop();
+	setenv("DTRAIN_CHECKPOINT_LOAD", "1", 1);
+	assert_non_null(s = h_start());
+	assert_int_equal(s->ndense, 1);
+	dense_req(0, DT_CMD_KV_INIT, 4, 3, v); /* the value stays */
+	answered(0);
+	assert_int_equal(resumed(1, 4, 3), 1);
+	dense_req(1, DT_CMD_KV_PULL, 4, 3, NULL);
+	answered(12);
+	assert_true(ans_f32() == 2.0f);
+	h_stop();
+	unsetenv("DTRAIN_CHECKPOINT_LOAD");
+	unsetenv("DTRAIN_CHECKPOINT_EVERY");
+	unsetenv("DTRAIN_CHECKPOINT_DIR");
+	snprintf(path, sizeof(path), "%s/server-0.ckpt", dir);
+	unlink(path);
+	snprintf(path, sizeof(path), "%s/server-0.ckpt.prev", dir);
+	unlink(path);
+	assert_int_equal(rmdir(dir), 0);
+}
+
+/* A single-key pull of key from worker w as of round `round` (a
+ * restarted worker's first). */
+static void
+pull_round(int w, dt_key key, uint64_t n, uint64_t round)
+{
+	uint8_t meta[8];
+
+	dt__put_u64(meta, round);
+	send_frame(w, DT_CMD_KV_PULL, key, n, 0, DT_KV_AT_ROUND, meta, 8, NULL,
+	           0);
+}
+
+/* Recovery on the many-key store (DTRAIN_RECOVER, dist_sync): KV_RESUME
+ * of its key counts the worker's pushes its rounds hold and the one
+ * pending; a pull as of a round gets the value after that round, now or
+ * (the round after closed) the one kept from before it; older rounds and
+ * a row table's key are refused, naming why. */
+static void
+test_many_resume(void **state)
+{
+	kv_server *s;
+
+	(void)state;
+	h_recover = 1;
+	assert_non_null(s = h_start());
+	send_frame(0, DT_CMD_KV_CONFIG, 0, 1, 0, 0, NULL, 0, NULL, 0);
+	many_req(0, DT_CMD_KV_INIT_MANY, 40, 0.5f); /* keys 100 .. 139 */
+	answered(0);
+	row_init(50, 10, 2);
+	answered(0);
+	many_req(0, DT_CMD_KV_PUSH_MANY, 40, 1.0f);
+	many_req(1, DT_CMD_KV_PUSH_MANY, 40, 2.0f); /* round 1: 3 */
+	answered(0);
+	many_req(0, DT_CMD_KV_PUSH_MANY, 40, 4.0f); /* round 2, open */
+	assert_int_equal(resumed(0, 100, 1), 2);
+	assert_int_equal(resumed(1, 139, 1), 1);
+	pull_round(1, 100, 1, 1); /* (worker 1 resumes at step 1) */
+	answered(4);
+	assert_true(ans_f32() == 3.0f);
+	many_req(1, DT_CMD_KV_PUSH_MANY, 40, 8.0f); /* round 2: 12 */
+	answered(0);
+	pull_round(1, 101, 1, 1); /* the value before round 2 */
+	answered(4);
+	assert_true(ans_f32() == 3.0f);
+	pull_round(1, 101, 1, 2);
+	answered(4);
+	assert_true(ans_f32() == 12.0f);
+	assert_int_equal(h_ans.errors, 0);
+	pull_round(1, 101, 1, 0);
+	refused(DT_ESTATE, "only the value of the round before is kept");
+	send_frame(1, DT_CMD_KV_RESUME, 100, 2, 0, 0, NULL, 0, NULL, 0);
+	refused(DT_ESIZE, "resume of key 100");
+	send_frame(1, DT_CMD_KV_RESUME, 50, 10, 0, 0, NULL, 0, NULL, 0);
+	refused(DT_ESTATE, "keeps nothing for a restarted worker");
+	h_stop();
+	h_recover = 0;
+}
+
 int
 main(void)
 {
@@ -492,6 +788,12 @@ main(void)
 	    cmocka_unit_test(test_rows_replay_order),
 	    cmocka_unit_test(test_many_checkpoint),
 	    cmocka_unit_test(test_many_replay_park),
+	    cmocka_unit_test(test_dense_rounds),
+	    cmocka_unit_test(test_dense_streamed),
+	    cmocka_unit_test(test_kind_routing),
+	    cmocka_unit_test(test_dense_park),
+	    cmocka_unit_test(test_dense_checkpoint),
+	    cmocka_unit_test(test_many_resume),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
