@@ -84,7 +84,14 @@ check "4 ranks, push for every size up to 1 MiB: exits 0 (got $rc)" \
 check "4 ranks, push: every rank reports 0 failed" \
 	every_rank 4 "$out" "checks, 0 failed"
 grep -F FAIL "$out" | head -5
-for n in 3 4; do
+# (Over TCP there are no same-host reads or writes: the other paths add
+# in other orders.)
+orders="3 4"
+if [ "${DTRAIN_TRANSPORT:-}" = tcp ]; then
+	orders=
+	echo "DTRAIN_TRANSPORT=tcp: no push, so no rank-order check"
+fi
+for n in $orders; do
 	out=$TMP/order$n
 	launch "$n" "$out" --env DT_COLL_CMA_THRESHOLD=0 \
 		--env DT_COLL_CMA_PUSH_MANY_MAX=1048576 -- --order
