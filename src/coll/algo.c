@@ -71,8 +71,10 @@ dt__coll_algo_prepare(dt_coll *c, coll_op *op)
 		    bytes <= c->push_max) {
 			return dt__coll_cma_prepare(
 			    c, op, 0, 0, 0,
-			    bytes >= c->cfg.cma_half_min && op->count >= 2 ? 2
-			                                                   : 1);
+			    c->size == 2 && bytes >= c->cfg.cma_half_min &&
+			            op->count >= 2
+			        ? 2
+			        : 1);
 		}
 		if (bytes > c->cfg.cma_threshold && c->cma) {
 			/* Reading the other's whole input is safe only when it

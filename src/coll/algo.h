@@ -85,9 +85,12 @@ dt_err dt__coll_ring_prepare(dt_coll *c, coll_op *op, const size_t *offs,
 /* A pipelined chain from the root (broadcast). */
 dt_err dt__coll_chain_prepare(dt_coll *c, coll_op *op);
 /* Same-host memory: rs reduce my block of everyone's input, ag gather
- * every block, whole (2 ranks) reduce the other's whole input, push (2
- * ranks) write my input into the peer's slot. */
+ * every block, whole (2 ranks) reduce the other's whole input, push write
+ * my input into every peer's slot (2: by halves, 2 ranks only). */
 dt_err dt__coll_cma_prepare(dt_coll *c, coll_op *op, int rs, int ag, int whole,
                             int push);
+/* The bytes of each other rank's push slot this rank offers (api.c's
+ * start-up probe allocates two areas of size - 1 of them). */
+size_t dt__coll_push_bytes(const dt_coll *c);
 
 #endif

@@ -199,28 +199,107 @@ cma_reduce2(dt_coll *c, coll_op *op, int peer, const uint8_t *theirs, size_t lo,
 		dt__coll_scale(op->dtype, out, n, c->size);
 }
 
+/* The most memory the push slots of one parity may take (more ranks
+ * get smaller slots, so fewer sizes go by push). */
+#define PUSH_AREA_MAX (16u << 20)
+/* The piece of the sum push_reduce_many keeps in cache: the bounce
+ * buffer and the inputs' pieces fit in a core's L2. */
+#define PUSH_PIECE (32u << 10)
+
+size_t
+dt__coll_push_bytes(const dt_coll *c)
+{
+	size_t others = (size_t)c->size - 1, b;
+
+	if (c->size < 2)
+		return 0;
+	if (c->size == 2)
+		return c->cfg.cma_push_max;
+	b = DT_MIN(c->cfg.cma_push_many, PUSH_AREA_MAX / others);
+	return b & ~(size_t)63; /* every slot cache-line aligned */
+}
+
+/* Where rank from's input goes in rank to's slot area (both ranks'
+ * index: the others in rank order, to itself left out). */
+static size_t
+push_offset(const dt_coll *c, int from, int to)
+{
+	return (size_t)(from < to ? from : from - 1) * c->push_max;
+}
+
 /*
- * Two ranks, push: write my input into the peer's slot for this
- * operation's parity, tell it, and reduce its input from my slot once it
- * says it wrote it. Nobody reads my buffers, so no FIN. A slot is written
- * again two operations later, which the peer can only reach after I have
- * finished this one (it needs my notice of the next).
+ * More than two ranks: the whole sum, in rank order - ((x0 + x1) + x2) +
+ * ... - from my input and the others' in my slots, a cache-sized piece at
+ * a time through the bounce buffer, so that my input is read before the
+ * output (the same buffer in place) is written. Every rank computes every
+ * element the same way, so all get the same bits.
+ */
+static const uint8_t *
+push_input(const dt_coll *c, const coll_op *op, int slot, int p)
+{
+	return p == c->rank ? op->src
+	                    : c->push_slot[slot] + push_offset(c, p, c->rank);
+}
+
+static void
+push_reduce_many(dt_coll *c, coll_op *op, int slot)
+{
+	size_t esz = op->esz, n = op->nelem;
+	size_t piece = DT_MIN(c->bounce_cap, PUSH_PIECE) / esz;
+
+	for (size_t o = 0; o < n; o += piece) {
+		size_t k = DT_MIN(piece, n - o), at = o * esz;
+
+		dt__coll_reduce(op->dtype, op->redop, c->bounce,
+		                push_input(c, op, slot, 0) + at,
+		                push_input(c, op, slot, 1) + at, k);
+		for (int p = 2; p < c->size; p++)
+			dt__coll_reduce(
+			    op->dtype, op->redop,
+			    p == c->size - 1 ? op->work + at : c->bounce,
+			    c->bounce, push_input(c, op, slot, p) + at, k);
+	}
+	if (op->redop == DT_COLL_AVG)
+		dt__coll_scale(op->dtype, op->work, n, c->size);
+}
+
+/*
+ * Push: write my input into every peer's slot for this operation's
+ * parity, tell it, and reduce the others' inputs from my slots once each
+ * has said it wrote. One message hop, and nobody reads my buffers, so no
+ * FIN. A slot is written again two operations later, which its writer
+ * can only reach after finishing the operation in between, which needs
+ * (through the others, if not directly) the slot owner to have started
+ * it, so to have finished this one.
  */
 static dt_err
 run_cma_push(dt_coll *c, coll_op *op)
 {
-	int peer = 1 - c->rank, slot = (int)(op->seq & 1);
+	int slot = (int)(op->seq & 1);
 	size_t bytes = dt__coll_bytes(op, op->nelem);
 	uint64_t addr;
 	dt_err err;
 
-	if (dt__cma_write(c->pids[peer], c->push_remote[slot], op->src, bytes))
-		return cma_fail(op, peer, 1);
-	if ((err = dt__coll_send_data(c, op, peer, DT__CMA_KEY_SRC, 0,
-	                              op->nelem, DT__CF_CMA, NULL, 0)) ||
-	    (err = cma_wait(c, op, DT__CMA_KEY_SRC, peer, &addr)))
-		return err;
-	cma_reduce2(c, op, peer, c->push_slot[slot], 0, op->nelem);
+	for (int k = 1; k < c->size; k++) {
+		int p = (c->rank + k) % c->size; /* spread the writes */
+		uint64_t at =
+		    c->push_remote[2 * p + slot] + push_offset(c, c->rank, p);
+
+		if (dt__cma_write(c->pids[p], at, op->src, bytes))
+			return cma_fail(op, p, 1);
+		if ((err = dt__coll_send_data(c, op, p, DT__CMA_KEY_SRC, 0,
+		                              op->nelem, DT__CF_CMA, NULL, 0)))
+			return err;
+	}
+	for (int p = 0; p < c->size; p++)
+		if (p != c->rank &&
+		    (err = cma_wait(c, op, DT__CMA_KEY_SRC, p, &addr)))
+			return err;
+	if (c->size == 2)
+		cma_reduce2(c, op, 1 - c->rank, c->push_slot[slot], 0,
+		            op->nelem);
+	else
+		push_reduce_many(c, op, slot);
 	return DT_OK;
 }
 
@@ -282,7 +361,8 @@ run_cma_halves(dt_coll *c, coll_op *op)
 
 	dt__coll_block(op->nelem, 2, c->rank, &lo, &len);
 	dt__coll_block(op->nelem, 2, peer, &plo, &plen);
-	if (dt__cma_write(c->pids[peer], c->push_remote[slot] + plo * esz,
+	if (dt__cma_write(c->pids[peer],
+	                  c->push_remote[2 * peer + slot] + plo * esz,
 	                  op->src + plo * esz, plen * esz))
 		return cma_fail(op, peer, 1);
 	if ((err = dt__coll_send_data(c, op, peer, DT__CMA_KEY_SRC,

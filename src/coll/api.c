@@ -27,6 +27,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "coll/algo.h"
 #include "coll/comm.h"
 #include "coll/exec.h"
 #include "coll/p2p.h"
@@ -745,6 +746,7 @@ comm_free(dt_coll *c)
 	free(c->bounce);
 	free(c->push_slot[0]);
 	free(c->push_slot[1]);
+	free(c->push_remote);
 	free(c->stall_reply);
 	free(c->pend);
 	free(c->fusion);
@@ -820,9 +822,9 @@ stop_bg(dt_coll *c)
  * write each other's memory (process_vm_readv/writev need ptrace rights
  * over the peer): each rank publishes the address of a marker, reads
  * everyone else's and writes it back, and the ranks agree (allreduce min)
- * so that all use CMA or none does. With
- * two ranks each also publishes two slots for the other to write its
- * input into (algo.c, push), and their size; both then use the smaller.
+ * so that all use CMA or none does. Each also publishes two slot areas for
+ * the others to write their inputs into (algo_cma.c, push), and their size
+ * per rank; all then use the smallest.
  * Costs two small collectives at start-up, which users' numbering skips.
  */
 enum { PROBE_WORDS = 8 }; /* mark, slot 0, slot 1, slot size: u64 each */
@@ -841,17 +843,18 @@ probe_cma(dt_coll *c)
 	int32_t *all = calloc((size_t)c->size * PROBE_WORDS, sizeof(int32_t));
 	int32_t mine[PROBE_WORDS] = {0}, ok[2] = {c->cfg.cma, 0};
 	uint64_t words[4] = {0};
-	size_t push = c->size == 2 ? c->cfg.cma_push_max : 0;
+	size_t push = dt__coll_push_bytes(c), others = (size_t)c->size - 1;
 	dt_err err = DT_OK;
 
-	if (mark == NULL || all == NULL) {
+	c->push_remote = calloc(2 * (size_t)c->size, sizeof(uint64_t));
+	if (mark == NULL || all == NULL || c->push_remote == NULL) {
 		err = dt__fail(DT_ENOMEM, "CMA probe");
 		goto out;
 	}
 	*mark = 0x636d610000000000ull + (uint64_t)c->rank;
 	if (push && c->cfg.cma) {
-		c->push_slot[0] = dt__aligned_alloc(push);
-		c->push_slot[1] = dt__aligned_alloc(push);
+		c->push_slot[0] = dt__aligned_alloc(push * others);
+		c->push_slot[1] = dt__aligned_alloc(push * others);
 		if (c->push_slot[0] == NULL || c->push_slot[1] == NULL)
 			push = 0;
 	}
@@ -865,7 +868,7 @@ probe_cma(dt_coll *c)
 	}
 	if ((err = dt_coll_allgather(c, mine, all, PROBE_WORDS, DT_INT32)))
 		goto out;
-	ok[1] = ok[0] && c->size == 2;
+	ok[1] = ok[0];
 	for (int r = 0; ok[0] && r < c->size; r++) {
 		const int32_t *w = all + (size_t)r * PROBE_WORDS;
 		if (r == c->rank)
@@ -892,8 +895,8 @@ probe_cma(dt_coll *c)
 			ok[1] = 0;
 			continue;
 		}
-		c->push_remote[0] = probe_word(w, 1);
-		c->push_remote[1] = probe_word(w, 2);
+		c->push_remote[2 * r] = probe_word(w, 1);
+		c->push_remote[2 * r + 1] = probe_word(w, 2);
 		push = DT_MIN(push, probe_word(w, 3));
 	}
 	if ((err = dt_coll_allreduce(c, DT_COLL_IN_PLACE, ok, 2, DT_INT32,

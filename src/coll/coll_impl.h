@@ -162,6 +162,9 @@ typedef struct dt__coll_cfg {
 	                          same-host CMA replaces recursive doubling */
 	size_t cma_push_max;   /* DT_COLL_CMA_PUSH_MAX: 2 ranks write their
 	                          input into the other's slot up to this */
+	size_t cma_push_many;  /* DT_COLL_CMA_PUSH_MANY_MAX: more than 2 ranks
+	                          write their input into every peer's slot up
+	                          to this */
 	size_t cma_half_min;   /* DT_COLL_CMA_HALF_MIN: from this size on, a
 	                          pushing rank reduces only its half and
 	                          writes it into the other's output */

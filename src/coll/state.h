@@ -181,10 +181,11 @@ struct dt_coll {
 	int *pids;       /* by rank */
 	uint8_t *bounce; /* the executor's buffer for reducing CMA reads */
 	size_t bounce_cap;
-	/* 2 ranks on one host: each has two slots (by operation parity) the
-	 * other writes its input into; push_max 0 when not in use. */
+	/* Ranks on one host: each has two slot areas (by operation parity)
+	 * the others write their inputs into, push_max bytes per other rank
+	 * (algo_cma.c, push); push_max 0 when not in use. */
 	uint8_t *push_slot[2];
-	uint64_t push_remote[2]; /* the peer's slots */
+	uint64_t *push_remote; /* [2 * size]: rank r's areas at 2r, 2r + 1 */
 	size_t push_max;
 	dt__coll_cfg cfg;
 

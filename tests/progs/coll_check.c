@@ -27,6 +27,9 @@
  *                          bit, what the test computes by running every
  *                          rank's encoder (residuals included) and adding
  *                          the decoded bodies in rank order
+ *   coll_check --order     sums of fractions, whose rounding depends on
+ *                          the order of the additions: identical on every
+ *                          rank and, by the same-host push, in rank order
  *   coll_check --node ...  join the job first (dt_node_init_from_env) and
  *                          attach with dt_coll_init_node, as the KVStore's
  *                          horovod type does
@@ -516,6 +519,123 @@ suite(dt_coll *c, int quick)
 	test_dist_opt(c);
 }
 
+/*
+ * --order: sums whose rounding depends on the order of the additions
+ * (fractions, not the exact integers of the suite), float32 and float64,
+ * in place and out of place, at odd sizes. Every rank must get the same
+ * bits - a hash of each result is gathered and compared - and, with the
+ * same-host push path (run with DT_COLL_CMA_THRESHOLD=0 and a large
+ * DT_COLL_CMA_PUSH_MANY_MAX), exactly the sum in rank order, ((x0 + x1) +
+ * x2) + ..., which is computed here. The sizes where that order rounds
+ * differently from adding from the last rank back are counted: the check must
+ * be able to tell the orders apart.
+ */
+static const size_t order_sizes[] = {1, 3, 1023, 4099, 16383, 65537};
+
+static double
+frac(int r, size_t i)
+{
+	return (val(r, i, 5) + 0.1 * (r + 1)) / 3.0;
+}
+
+static uint64_t
+hash_bytes(const void *p, size_t n)
+{
+	const unsigned char *b = p;
+	uint64_t h = 1469598103934665603ull;
+
+	for (size_t i = 0; i < n; i++)
+		h = (h ^ b[i]) * 1099511628211ull;
+	return h;
+}
+
+/* Element i of the rank-order sum (1) or of the sum from the last rank
+ * back, x0 + (x1 + (x2 + ...)) (0). */
+static double
+order_sum(dt_dtype t, size_t i, int in_order)
+{
+	if (t == DT_FLOAT32) {
+		float acc = (float)frac(0, i), back = (float)frac(size_ - 1, i);
+		for (int r = 1; r < size_; r++)
+			acc = acc + (float)frac(r, i);
+		for (int r = size_ - 2; r >= 0; r--)
+			back = (float)frac(r, i) + back;
+		return in_order ? acc : back;
+	}
+	double acc = frac(0, i), back = frac(size_ - 1, i);
+	for (int r = 1; r < size_; r++)
+		acc = acc + frac(r, i);
+	for (int r = size_ - 2; r >= 0; r--)
+		back = frac(r, i) + back;
+	return in_order ? acc : back;
+}
+
+static void
+test_order(dt_coll *c, size_t n, dt_dtype t, int inplace, int *telling)
+{
+	size_t esz = dt_dtype_size(t);
+	void *in = xmalloc(n * esz), *out = xmalloc(n * esz);
+	void *want = xmalloc(n * esz);
+	int32_t mine[2], *all = xmalloc(sizeof(int32_t) * 2 * size_);
+	char what[96];
+	int differs = 0;
+
+	for (size_t i = 0; i < n; i++) {
+		put(t, in, i, frac(rank_, i));
+		put(t, want, i, order_sum(t, i, 1));
+		differs |= order_sum(t, i, 1) != order_sum(t, i, 0);
+	}
+	*telling += differs;
+	snprintf(what, sizeof(what), "rank-order allreduce %s n=%zu%s",
+	         t == DT_FLOAT32 ? "float32" : "float64", n,
+	         inplace ? " in place" : "");
+	if (inplace)
+		memcpy(out, in, n * esz);
+	if (call_ok(what, dt_coll_allreduce(c, inplace ? DT_COLL_IN_PLACE : in,
+	                                    out, n, t, DT_COLL_SUM))) {
+		uint64_t h = hash_bytes(out, n * esz);
+		mine[0] = (int32_t)(uint32_t)h;
+		mine[1] = (int32_t)(uint32_t)(h >> 32);
+		if (call_ok("gathering result hashes",
+		            dt_coll_allgather(c, mine, all, 2, DT_INT32))) {
+			checks++;
+			for (int r = 0; r < size_; r++)
+				if (all[2 * r] != mine[0] ||
+				    all[2 * r + 1] != mine[1])
+					FAIL("%s: rank %d's result differs "
+					     "from mine",
+					     what, r);
+		}
+		check_equal(what, t, out, want, n);
+	}
+	free(in);
+	free(out);
+	free(want);
+	free(all);
+}
+
+static void
+order_suite(dt_coll *c)
+{
+	int telling = 0;
+
+	for (size_t si = 0; si < sizeof(order_sizes) / sizeof(order_sizes[0]);
+	     si++)
+		for (int ip = 0; ip < 2; ip++) {
+			test_order(c, order_sizes[si], DT_FLOAT32, ip,
+			           &telling);
+			test_order(c, order_sizes[si], DT_FLOAT64, ip,
+			           &telling);
+		}
+	checks++;
+	if (size_ > 2 && telling == 0)
+		FAIL("order: no size where the two orders round apart");
+	printf(
+	    "coll_check rank %d: rank order told apart from the reverse in %d "
+	    "of %zu cases\n",
+	    rank_, telling, 4 * sizeof(order_sizes) / sizeof(order_sizes[0]));
+}
+
 /* An error call: must fail with code want and a message holding each of
  * the needles. */
 static void
@@ -813,12 +933,15 @@ main(int argc, char **argv)
 			mode = 3;
 		else if (strcmp(argv[i], "--node") == 0)
 			attach = 1;
+		else if (strcmp(argv[i], "--order") == 0)
+			mode = 4;
 		else if (strcmp(argv[i], "--compression") == 0 && i + 1 < argc)
 			spec = argv[++i];
 		else {
-			fprintf(stderr,
-			        "usage: coll_check [--quick] "
-			        "[--mismatch|--stall|--die] [--node]\n");
+			fprintf(
+			    stderr,
+			    "usage: coll_check [--quick] "
+			    "[--mismatch|--stall|--die|--order] [--node]\n");
 			return 2;
 		}
 	}
@@ -847,6 +970,8 @@ main(int argc, char **argv)
 		compression_suite(c, spec);
 	else if (mode == 0)
 		suite(c, quick);
+	else if (mode == 4)
+		order_suite(c);
 	else if (size_ < 2)
 		printf(
 		    "coll_check: error tests need 2 ranks or more; skipped\n");
