@@ -9,7 +9,7 @@
 #     fewer than the 28 connections of a full mesh, at least its 8;
 #   - 6 ranks that all send to all at once (each pair dials from both
 #     ends at the same moment, over shared memory, over TCP, with
-#     PS_RESEND=1) lose nothing: every byte checked, one connection per
+#     PS_RESEND=1, encrypted) lose nothing: every byte checked, one connection per
 #     pair in the end (15);
 #   - a worker that has left before anyone dialled it: a send to it fails
 #     within DT_CONNECT_TIMEOUT naming it (DTRAIN_RECOVER=1, so that the
@@ -44,7 +44,7 @@ links=$(count_links "$out")
 check "ring: 8 <= connections ($links) < 28 (a full mesh)" \
 	test "$links" -ge 8 -a "$links" -lt 28
 
-for env in "" DTRAIN_TRANSPORT=tcp PS_RESEND=1; do
+for env in "" DTRAIN_TRANSPORT=tcp PS_RESEND=1 DTRAIN_ENCRYPT=1; do
 	out=$TMP/all$env
 	(
 		[ -z "$env" ] || export "${env?}"
