@@ -968,7 +968,9 @@ comm_start(dt_coll *c)
 		c->bounce = dt__aligned_alloc(c->bounce_cap);
 		if (c->pids == NULL || c->bounce == NULL)
 			return dt__fail(DT_ENOMEM, "CMA buffers");
-		if (!cma_pids(c))
+		/* (the pids are checked through connections, made on demand:
+		 * none is made for CMA that will not be used) */
+		if (!c->cfg.cma || !cma_pids(c))
 			c->cfg.cma = 0; /* the probe agrees on no CMA */
 		if ((err = probe_cma(c)))
 			return err;

@@ -290,8 +290,10 @@ hook_on_close(void *arg, dt_conn *c, dt_err why)
 		dt__sched_on_close(n, c, why);
 		return;
 	}
-	if (peer < 0)
+	if (peer < 0) {
+		dt__reach_on_close(n, c); /* a dial refused, perhaps */
 		return;
+	}
 	pthread_mutex_lock(&n->mu);
 	quiet = n->terminated || n->stopping;
 	pthread_mutex_unlock(&n->mu);
@@ -337,6 +339,7 @@ node_free(dt_node *n)
 	dt__report_member_end(n);
 	dt__watch_free(n);
 	dt__link_destroy(n);
+	dt__reach_free(n);
 	dt__apps_stop(n);
 	dt__sched_free(n);
 	free(n->table);

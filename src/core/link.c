@@ -102,6 +102,9 @@ typedef struct plink {
 	int bye;                  /* (mu) the peer stopped cleanly */
 	int gone;                 /* (mu) given up on: the peer is lost */
 	int dialer;               /* this side dials the link */
+	int ever;                 /* (mu) it has had a connection: a worker's
+	                             first one to another is made on demand
+	                             (reach.c), the next ones by redialling */
 	char host[DT_HOST_MAX];   /* (mu) a restarted peer's address; "": the
 	                             node table's */
 	int port;                 /* (mu) */
@@ -874,17 +877,17 @@ redial(dt_links *L, int id)
 	dt_conn *c;
 	dt_err err;
 
-	pthread_mutex_lock(&L->mu);
-	snprintf(host, sizeof(host), "%s",
-	         id == 0      ? n->cfg.root_uri
-	         : P->host[0] ? P->host
-	                      : e->host);
-	port = id == 0 ? n->cfg.root_port : P->host[0] ? P->port : e->port;
-	snprintf(local, sizeof(local), "%s",
-	         id == 0      ? ""
-	         : P->host[0] ? P->local
-	                      : dt__node_local_of(n, e->hostid, e->local));
-	pthread_mutex_unlock(&L->mu);
+	if (id == 0) {
+		snprintf(host, sizeof(host), "%s", n->cfg.root_uri);
+		port = n->cfg.root_port;
+		local[0] = '\0';
+	} else if (!dt__link_addr(n, id, host, sizeof(host), &port, local,
+	                          sizeof(local))) {
+		snprintf(host, sizeof(host), "%s", e->host);
+		port = e->port;
+		snprintf(local, sizeof(local), "%s",
+		         dt__node_local_of(n, e->hostid, e->local));
+	}
 
 	dt__node_name(n, id, name, sizeof(name));
 	err =
@@ -952,6 +955,7 @@ redial(dt_links *L, int id)
 		return;
 	}
 	P->down = 0;
+	P->ever = 1;
 	P->resend_now = P->head != NULL;
 	P->ack_due = dt__now_ns(); /* tell what we have */
 	P->ack_told = 0;
@@ -1199,6 +1203,7 @@ dt__link_adopt(dt_node *n, dt_conn *c, int peer)
 	int again = P->down || (old && old != c);
 
 	P->down = 0;
+	P->ever = 1;
 	if (again) {
 		P->resend_now = P->head != NULL;
 		P->ack_due = dt__now_ns();
@@ -1301,6 +1306,7 @@ dt__link_restart_peer(dt_node *n, int peer, dt_conn *c, const char *host,
 		snprintf(P->local, sizeof(P->local), "%s", local ? local : "");
 	}
 	P->down = c == NULL && talked;
+	P->ever = c != NULL || P->down;
 	P->down_ns = P->redial_ns = dt__now_ns();
 	L->reconnects += talked;
 	poke(L, 0);
@@ -1337,6 +1343,53 @@ dt__link_set_addr(dt_node *n, int peer, const char *host, int port,
 	snprintf(L->p[peer].host, sizeof(L->p[peer].host), "%s", host);
 	L->p[peer].port = port;
 	snprintf(L->p[peer].local, sizeof(L->p[peer].local), "%s", local);
+	pthread_mutex_unlock(&L->mu);
+}
+
+int
+dt__link_addr(dt_node *n, int peer, char *host, size_t hcap, int *port,
+              char *local, size_t lcap)
+{
+	dt_links *L = __atomic_load_n(&n->links, __ATOMIC_ACQUIRE);
+	int known;
+
+	if (L == NULL || peer <= 0 || peer >= L->count)
+		return 0;
+	pthread_mutex_lock(&L->mu);
+	known = L->p[peer].host[0] != '\0';
+	if (known) {
+		snprintf(host, hcap, "%s", L->p[peer].host);
+		*port = L->p[peer].port;
+		snprintf(local, lcap, "%s", L->p[peer].local);
+	}
+	pthread_mutex_unlock(&L->mu);
+	return known;
+}
+
+int
+dt__link_fresh(dt_node *n, int peer)
+{
+	dt_links *L = __atomic_load_n(&n->links, __ATOMIC_ACQUIRE);
+	int fresh;
+
+	if (L == NULL || peer < 0 || peer >= L->count)
+		return 1;
+	pthread_mutex_lock(&L->mu);
+	fresh = !L->p[peer].ever && !L->p[peer].down && !L->p[peer].gone &&
+	        !L->p[peer].bye && !L->clear;
+	pthread_mutex_unlock(&L->mu);
+	return fresh;
+}
+
+void
+dt__link_note_conn(dt_node *n, int peer)
+{
+	dt_links *L = __atomic_load_n(&n->links, __ATOMIC_ACQUIRE);
+
+	if (L == NULL || peer < 0 || peer >= L->count)
+		return;
+	pthread_mutex_lock(&L->mu);
+	L->p[peer].ever = 1;
 	pthread_mutex_unlock(&L->mu);
 }
 

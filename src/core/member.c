@@ -4,8 +4,10 @@
  *   1. connect to the scheduler (retrying until DT_CONNECT_TIMEOUT) and
  *      send ADD_NODE with role, address and any rank request;
  *   2. receive NODE_TABLE: our id and rank, everyone's address;
- *   3. connect to the peers we talk to (a worker: every server and every
- *      worker of lower rank), each answered by HELLO_ACK;
+ *   3. connect to the servers (a worker), each answered by HELLO_ACK;
+ *      another worker is dialled when this one first sends to it
+ *      (reach.c), except by a worker taking a lost one's place, which
+ *      dials the workers of lower rank as well (recovery);
  *   4. start the apps meant for this role, then pass the start-up barrier
  *      over all nodes.
  * Then the control messages of a running job: barriers, TERMINATE, ABORT.
@@ -115,7 +117,8 @@ dt__member_on_msg(dt_node *n, dt_conn *c, dt_msg *m)
 		/* arg2: this process takes a lost node's place (recovery) */
 		n->gen = m->hdr.arg2;
 		n->rejoined = m->hdr.arg2 != 0;
-		if ((err = dt__link_create(n)) != DT_OK) {
+		if ((err = dt__link_create(n)) != DT_OK ||
+		    (err = dt__reach_create(n)) != DT_OK) {
 			dt__node_set_fatal(
 			    n, err, "cannot join the cluster: %s", dt_errmsg());
 			return;
@@ -139,6 +142,17 @@ dt__member_on_msg(dt_node *n, dt_conn *c, dt_msg *m)
 			        dt__node_name(n, (int)id, name, sizeof(name)));
 			dt__link_restart_peer(n, (int)id, NULL, NULL, 0, NULL);
 			dt__node_restart_apps(n, (int)id);
+		}
+		/* A worker's first connection to another (reach.c). */
+		if (n->have_table && id > 0 && id < (uint32_t)n->ntable) {
+			int v = dt__reach_on_hello(n, c, (int)id);
+
+			if (v == 0) {
+				dt__van_close(n->van, c);
+				return;
+			}
+			if (v == 1)
+				return;
 		}
 		/* PS_RESEND: a worker dials again after a lost connection. */
 		if (n->links && n->have_table && id > 0 &&
@@ -175,6 +189,8 @@ dt__member_on_msg(dt_node *n, dt_conn *c, dt_msg *m)
 		return;
 	}
 	case DT_CMD_HELLO_ACK:
+		if (dt__reach_on_ack(n, c, m))
+			return;
 		pthread_mutex_lock(&n->mu);
 		n->hello_acks++;
 		pthread_cond_broadcast(&n->cv);
@@ -444,11 +460,17 @@ dt__member_start(dt_node *n)
 	       "workers",
 	       name, n->id, n->num_servers, n->num_workers);
 
-	/* Connect to the peers this node talks to. */
+	/* Connect to the servers. A KV worker talks to every one of them
+	 * (keys are spread over all), so they are dialled now, in one go;
+	 * other workers on demand (reach.c). A worker in a lost one's place
+	 * dials the workers of lower rank too: with PS_RESEND those that
+	 * talked to its predecessor wait for it to dial again. */
 	deadline =
 	    dt__now_ns() + (uint64_t)n->cfg.connect_timeout_ms * 1000000ull;
 	if (n->role == DT_ROLE_WORKER) {
-		for (int id = 1; id < n->id; id++) {
+		int last = n->rejoined ? n->id : 1 + n->num_servers;
+
+		for (int id = 1; id < last; id++) {
 			dt_node_entry *e = &n->table[id];
 			dt_conn *c;
 
@@ -467,6 +489,7 @@ dt__member_start(dt_node *n)
 				return err;
 			dt__conn_set_peer(c, id);
 			__atomic_store_n(&n->peers[id], c, __ATOMIC_RELEASE);
+			dt__link_note_conn(n, id);
 			dt_msg_hdr hh = {.cmd = DT_CMD_HELLO,
 			                 .flags = DT_F_REQUEST,
 			                 .arg0 = n->gen};

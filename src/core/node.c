@@ -147,8 +147,14 @@ dt__node_peer_pid(dt_node *n, int id)
 {
 	dt_conn *c;
 
-	if (id < 0 || id >= n->ntable || n->peers == NULL ||
-	    (c = __atomic_load_n(&n->peers[id], __ATOMIC_ACQUIRE)) == NULL)
+	if (id < 0 || id >= n->ntable || n->peers == NULL)
+		return 0;
+	/* The kernel vouches for a pid through a same-host connection:
+	 * one to a worker is made now if it was not yet (reach.c). */
+	if (__atomic_load_n(&n->peers[id], __ATOMIC_ACQUIRE) == NULL &&
+	    dt__reach_lazy(n, id) && dt__link_fresh(n, id))
+		(void)dt__reach_peer(n, id);
+	if ((c = __atomic_load_n(&n->peers[id], __ATOMIC_ACQUIRE)) == NULL)
 		return 0;
 	return dt__conn_peer_pid(c);
 }
@@ -224,6 +230,17 @@ dt__node_send_ex(dt_node *n, int id, dt_msg_hdr *h, const void *meta,
 		for (int i = 0; i < iovcnt; i++)
 			bytes += iov[i].iov_len;
 		dt__ctr_sent(&n->ctr[id], bytes);
+	}
+	/* A worker's first message to another makes their connection
+	 * (reach.c); with PS_RESEND, only the link's first one: a lost one
+	 * is the links' to dial again. */
+	if (id >= 0 && id < n->ntable && n->peers &&
+	    __atomic_load_n(&n->peers[id], __ATOMIC_ACQUIRE) == NULL &&
+	    dt__reach_lazy(n, id) && dt__link_fresh(n, id)) {
+		dt_err err = dt__reach_peer(n, id);
+
+		if (err)
+			return err;
 	}
 	if (id >= 0 && id < n->ntable && id != n->id &&
 	    dt__link_wants(n, h->cmd))

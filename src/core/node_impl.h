@@ -36,6 +36,7 @@ typedef struct dt__node_app {
 
 typedef struct dt_sched dt_sched;
 typedef struct dt_links dt_links;
+typedef struct dt__reach dt__reach;
 
 struct dt_node {
 	dt_node_config cfg;
@@ -58,6 +59,9 @@ struct dt_node {
 	 * PS_RESEND's links: it finished, so that connection's close is its
 	 * leaving, not a loss (peer_left, lifecycle.c). */
 	uint8_t *said_bye;
+	/* Connections to other workers made on demand (reach.c), NULL for
+	 * a server; allocated with the table. */
+	dt__reach *reach;
 
 	pthread_mutex_t mu;
 	pthread_cond_t cv;
@@ -154,6 +158,39 @@ void dt__node_log_text(dt_node *n, int peer, const dt_msg *m);
 dt_err dt__node_wait_count(dt_node *n, const void *flag, int is64,
                            uint64_t want, uint64_t deadline_ns,
                            const char *what);
+
+/*
+ * Connections on demand (reach.c; the design is at its top). A worker
+ * dials another worker only when it first sends to it.
+ */
+/* With the table (a no-op for other roles than a worker); free. */
+dt_err dt__reach_create(dt_node *n);
+void dt__reach_free(dt_node *n);
+/* Whether the connection to node id is made on demand. */
+int dt__reach_lazy(const dt_node *n, int id);
+/* Make sure node id has a connection (dial it, say HELLO and wait for
+ * HELLO_ACK, by DT_CONNECT_TIMEOUT). DT_OK once peers[id] is set; an error
+ * naming the peer otherwise. Not from the I/O thread. */
+dt_err dt__reach_peer(dt_node *n, int id);
+/* (I/O thread) A HELLO from worker id on c, a connection that has not
+ * said who it is, whose link has never had a connection: 1 if c becomes
+ * id's (answered with HELLO_ACK, named and published), 0 if this
+ * node's own dial wins (the caller closes c), -1 if the caller goes its
+ * usual way (not a worker's first connection). */
+int dt__reach_on_hello(dt_node *n, dt_conn *c, int id);
+/* (I/O thread) A HELLO_ACK on c before c said who it is: 1 if it answers a
+ * dial of reach.c's (taken), 0 if not. */
+int dt__reach_on_ack(dt_node *n, dt_conn *c, const dt_msg *m);
+/* (I/O thread) c closed before it said who it is. */
+void dt__reach_on_close(dt_node *n, dt_conn *c);
+/* With PS_RESEND: whether peer's link has never had a connection (it is
+ * then made on demand; afterwards the links redial it), and where a
+ * restarted peer is (0: the table's address). */
+int dt__link_fresh(dt_node *n, int peer);
+int dt__link_addr(dt_node *n, int peer, char *host, size_t hcap, int *port,
+                  char *local, size_t lcap);
+/* The first connection of peer's link is up (reach.c). */
+void dt__link_note_conn(dt_node *n, int peer);
 
 /* Member side (member.c): join the cluster; a control message. */
 dt_err dt__member_start(dt_node *n);

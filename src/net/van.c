@@ -56,6 +56,7 @@ van_conn_new(dt_van *v, const dt_link *link, int staged)
 	c->link = *link;
 	c->polled = link->ops->pending != NULL;
 	c->rung = 1;
+	c->touched = 1;
 	c->peer_pid = link->ops->peer_pid ? link->ops->peer_pid(link) : 0;
 	atomic_store(&c->peer, -1);
 	atomic_store(&c->vouched, 1);

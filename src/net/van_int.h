@@ -90,6 +90,11 @@ struct dt_conn {
 	/* (dispatch_mu) a polled link's fd was reported since it was last
 	 * armed: its doorbells are to be taken (transport.h: DT_ARM_QUIET) */
 	int rung;
+	/* (dispatch_mu) handled since it was last armed (or new): only such
+	 * a polled link needs arming again before the I/O thread sleeps. One
+	 * left alone since is still armed, and its writer rings its doorbell
+	 * (and epoll reports it) at its next write. */
+	int touched;
 	dt_conn *next;
 	/* (handshake thread) its place in a pending list (hs_q), oldest
 	 * first, while the handshake thread owns the connection. */

@@ -47,12 +47,20 @@ polled_events(dt_van *v, struct epoll_event *evs, int n, int cap, int arm)
 		if (!c->polled ||
 		    !atomic_load_explicit(&c->open, memory_order_relaxed))
 			continue;
+		/* Arming a link costs a store and a fence on memory shared
+		 * with its writer: with hundreds of same-host peers, walking
+		 * them all at every wake-up filled the processors of an idle
+		 * job (their heartbeats). Only the links handled since they
+		 * were last armed need it (see touched). */
+		if (arm && !c->rung && !c->touched &&
+		    !atomic_load_explicit(&c->want_out, memory_order_relaxed))
+			continue;
 		int ready =
 		    arm ? c->link.ops->arm(&c->link, c->rung ? 0 : DT_ARM_QUIET)
 		        : c->link.ops->pending(&c->link);
 
 		if (arm)
-			c->rung = 0;
+			c->rung = c->touched = 0;
 
 		if (arm && atomic_load(&c->want_out)) {
 			pthread_mutex_lock(&c->send_mu);
@@ -138,6 +146,7 @@ dispatch_events(dt_van *v, const struct epoll_event *evs, int n)
 		}
 		dt_conn *c = p;
 
+		c->touched = 1;
 		/* (its doorbells are taken at the next arm: polled_events) */
 		if (c->polled && !(evs[i].events & POLLED_EV))
 			c->rung = 1;

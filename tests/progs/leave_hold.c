@@ -6,7 +6,12 @@
  * workers leave and what the scheduler is doing meanwhile. A server or
  * the scheduler serves inside dt_node_init_from_env and never gets here.
  *
- * Prints "passed <rank>" after the barrier and "left <rank>" once
+ * After the barrier each worker says hello (a TEXT) to the next one:
+ * connections between workers are made on demand, and the test watches
+ * the one between the two workers close. Then a second barrier, after
+ * which both connections' first frames are in.
+ *
+ * Prints "passed <rank>" after the barriers and "left <rank>" once
  * dt_node_stop has returned DT_OK; exits 1 with the error otherwise.
  */
 #include <stdio.h>
@@ -56,6 +61,13 @@ main(void)
 		return 1;
 	}
 	rank = dt_node_rank(node);
+	if (dt_node_barrier(node, DT_GROUP_WORKERS) != DT_OK)
+		goto fail;
+	if (dt_node_num_workers(node) > 1 &&
+	    dt_node_send_text(node, DT_ROLE_WORKER,
+	                      (rank + 1) % dt_node_num_workers(node),
+	                      "hello") != DT_OK)
+		goto fail;
 	if (dt_node_barrier(node, DT_GROUP_WORKERS) != DT_OK)
 		goto fail;
 	printf("passed %d\n", rank);
