@@ -26,10 +26,11 @@
 #include "core/sched_impl.h"
 
 static int
-group_size(const dt_node *n, int mask)
+group_size(dt_node *n, int mask)
 {
+	/* (an elastic job's barriers count its live workers) */
 	return ((mask & DT_GROUP_SERVERS) ? n->num_servers : 0) +
-	       ((mask & DT_GROUP_WORKERS) ? n->num_workers : 0);
+	       ((mask & DT_GROUP_WORKERS) ? dt__elastic_live(n) : 0);
 }
 
 static int
@@ -197,7 +198,7 @@ on_barrier(dt_node *n, dt_conn *c, dt_msg *m)
 	dt_sched *s = n->sched;
 	int mask = (int)m->hdr.arg0;
 	int peer = dt__conn_peer(c);
-	int release = 0;
+	int release = 0, size = 0;
 
 	if (peer <= 0 || mask < 1 || mask > DT_GROUP_ALL ||
 	    !in_group(&n->table[peer], mask)) {
@@ -224,7 +225,8 @@ on_barrier(dt_node *n, dt_conn *c, dt_msg *m)
 	if (s->arrived[mask]++ == 0)
 		s->first_ns[mask] = dt__now_ns();
 	uint64_t first = s->first_ns[mask];
-	if ((int)s->arrived[mask] == group_size(n, mask)) {
+	size = group_size(n, mask);
+	if ((int)s->arrived[mask] == size) {
 		s->arrived[mask] = 0;
 		s->passed[mask]++;
 		err = s->round_err[mask];
@@ -240,7 +242,7 @@ on_barrier(dt_node *n, dt_conn *c, dt_msg *m)
 	dt__report_sched_event(n, DT_EV_BARRIER, DT_TID_IO, first,
 	                       (uint64_t)mask);
 	DT_LOG(1, "barrier #%llu over group mask %d: all %d nodes arrived",
-	       (unsigned long long)s->passed[mask], mask, group_size(n, mask));
+	       (unsigned long long)s->passed[mask], mask, size);
 	for (int id = 1; id < n->ntable; id++) {
 		if (!in_group(&n->table[id], mask))
 			continue;
@@ -274,6 +276,10 @@ dt__sched_on_msg(dt_node *n, dt_conn *c, dt_msg *m)
 	case DT_CMD_WORKER_DONE:
 		if (peer <= 0 || n->table[peer].role != DT_ROLE_WORKER)
 			break;
+		/* arg0 1: it leaves an elastic job that goes on */
+		if (m->hdr.arg0 == 1 &&
+		    dt__elastic_sched_remove(n, peer, "its schedule", 0))
+			return;
 		pthread_mutex_lock(&n->mu);
 		if (!s->left[peer]) {
 			s->left[peer] = 1;
@@ -415,6 +421,8 @@ dt__sched_peer_lost(dt_node *n, int peer, const char *why)
 	skip = n->fatal != DT_OK || s->left[peer];
 	pthread_mutex_unlock(&n->mu);
 	if (skip || left_at_end(n, peer))
+		return;
+	if (dt__elastic_sched_remove(n, peer, why, 1))
 		return;
 	dt__node_name(n, peer, name, sizeof(name));
 	if (n->recover) {

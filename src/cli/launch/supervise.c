@@ -251,6 +251,23 @@ restart_procs(struct run *r)
 	}
 }
 
+/* An elastic job: whether a worker's death leaves at least the minimum
+ * of workers running (the scheduler gives them a membership without it;
+ * below the minimum it ends the job, and so does this launcher). */
+static int
+elastic_goes_on(const struct run *r, const struct proc *p)
+{
+	long running = 0;
+
+	if (r->elastic_min <= 0 || strncmp(p->label, "worker ", 7) != 0)
+		return 0;
+	for (size_t i = 0; i < r->n; i++)
+		if (strncmp(r->p[i].label, "worker ", 7) == 0 &&
+		    r->p[i].pid > 0 && !r->p[i].exited)
+			running++;
+	return running >= r->elastic_min;
+}
+
 static void
 note_exit(struct run *r, struct proc *p)
 {
@@ -273,6 +290,12 @@ note_exit(struct run *r, struct proc *p)
 		    "%ld)",
 		    p->label, (int)p->pid, how, r->restarts[role],
 		    r->restart_max);
+		return;
+	}
+	if ((p->code != CLD_EXITED || p->status != 0) &&
+	    elastic_goes_on(r, p)) {
+		say("%s (pid %d) %s; the elastic job goes on without it",
+		    p->label, (int)p->pid, how);
 		return;
 	}
 	if (p->code != CLD_EXITED || p->status != 0) {
