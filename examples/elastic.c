@@ -18,10 +18,10 @@
  * DT_EMEMBERSHIP; each restores the last commit of the new rank 0 and
  * deals the rest of the epoch to the workers that remain.
  *
- * Test knobs: --die-at STEP makes launch rank --die-rank kill itself
- * (SIGKILL) before that step; --count-samples gathers the indices every
- * worker trained on at each step and checks at each epoch's end that no
- * sample was trained on twice and that only the tail under one global
+ * Test knobs: --die-at STEP --die-rank R makes launch rank R kill itself
+ * (SIGKILL) before that step (up to 4 such pairs); --count-samples gathers the
+ * indices every worker trained on at each step and checks at each epoch's end
+ * that no sample was trained on twice and that only the tail under one global
  * batch was left out (rank 0 prints "samples: epoch E: ...").
  */
 #include <getopt.h>
@@ -40,7 +40,9 @@
 #define NPARAMS (D + 1)
 
 typedef struct opts {
-	long n, batch, steps, epochs, commit_every, seed, die_at, die_rank;
+	long n, batch, steps, epochs, commit_every, seed;
+	long die_at[4], die_rank[4]; /* --die-at/--die-rank pairs */
+	int ndie, nrank;
 	double lr, momentum;
 	const char *save;
 	int count;
@@ -115,8 +117,6 @@ parse(int argc, char **argv, opts *o)
 	            .epochs = 1000,
 	            .commit_every = 10,
 	            .seed = 7,
-	            .die_at = -1,
-	            .die_rank = 1,
 	            .lr = 0.05,
 	            .momentum = 0.9};
 	while ((ch = getopt_long(argc, argv, "", lo, NULL)) != -1) {
@@ -152,10 +152,12 @@ parse(int argc, char **argv, opts *o)
 			o->count = 1;
 			break;
 		case 'd':
-			o->die_at = atol(optarg);
+			if (o->ndie < 4)
+				o->die_at[o->ndie++] = atol(optarg);
 			break;
 		case 'r':
-			o->die_rank = atol(optarg);
+			if (o->nrank < 4)
+				o->die_rank[o->nrank++] = atol(optarg);
 			break;
 		default:
 			fputs("usage: elastic [--samples N] [--batch-size B] "
@@ -163,13 +165,13 @@ parse(int argc, char **argv, opts *o)
 			      "               [--commit-every K] [--seed N] "
 			      "[--lr X] [--momentum X]\n"
 			      "               [--save FILE] [--count-samples] "
-			      "[--die-at STEP --die-rank R]\n",
+			      "[--die-at STEP --die-rank R]...\n",
 			      ch == 'h' ? stdout : stderr);
 			return ch == 'h' ? 1 : 2;
 		}
 	}
 	if (o->n < 1 || o->n > MAX_N || o->batch < 1 || o->steps < 0 ||
-	    o->commit_every < 1) {
+	    o->commit_every < 1 || o->ndie != o->nrank) {
 		fprintf(stderr,
 		        "elastic: need 1 <= samples <= %d, batch >= 1, "
 		        "commit-every >= 1\n",
@@ -273,8 +275,10 @@ train(dt_coll *c, dt_elastic *e, const opts *o, const float *x, const float *y,
 			if (err)
 				goto out;
 		}
-		if ((long)step == o->die_at && o->die_rank == launch_rank)
-			raise(SIGKILL);
+		for (int i = 0; i < o->ndie; i++)
+			if ((long)step == o->die_at[i] &&
+			    o->die_rank[i] == launch_rank)
+				raise(SIGKILL);
 		n = dt_coll_size(c); /* (after a change the commit took) */
 		/* The deal of this step: the permutation of the epoch, from
 		 * what the job has consumed of it, over the ranks now. */

@@ -587,13 +587,18 @@ elastic_lost(dt_coll *c, int peer_id, dt_err err)
 	pthread_mutex_unlock(&c->mu);
 }
 
-/* The scheduler's MEMBERSHIP came (I/O thread). */
+/* The scheduler's MEMBERSHIP came (I/O thread). A worker that left on
+ * its schedule did so at a commit, where every rank takes the change: the
+ * operation a slower rank is still finishing before that commit had all
+ * the leaver's data and must not fail. A loss fails what runs. */
 static void
-hook_on_membership(void *arg, dt_node *n, uint64_t epoch, int gone)
+hook_on_membership(void *arg, dt_node *n, uint64_t epoch, int gone, int lost)
 {
 	dt_coll *c = arg;
 
 	(void)n;
+	if (!lost)
+		return;
 	pthread_mutex_lock(&c->mu);
 	if (epoch > c->epoch) {
 		int r = rank_of_id(c, gone);
@@ -1001,6 +1006,15 @@ dt__coll_execute(dt_coll *c, coll_op *op)
 		pthread_mutex_unlock(&c->mu);
 		stall_report(c, op);
 		pthread_mutex_lock(&c->mu);
+	} else if (err && op->err == DT_OK && c->elastic) {
+		/* A failed send: in an elastic job, a member is gone and the
+		 * scheduler's membership without it is on its way. */
+		char why[200];
+
+		snprintf(why, sizeof(why), "%s", dt_errmsg());
+		elastic_change(c, "%s (membership %llu -> %llu)", why,
+		               (unsigned long long)c->epoch,
+		               (unsigned long long)c->epoch + 1);
 	} else if (err && op->err == DT_OK) {
 		/* A failed send: the peer is gone or going. */
 		dt__coll_op_fail(op, err, 1, "%s #%llu: %s",

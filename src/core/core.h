@@ -83,9 +83,10 @@ typedef struct dt__app_hooks {
 	 * again. (I/O thread.) */
 	void (*on_peer_restart)(void *arg, dt_node *n, int peer);
 	/* Elastic jobs: the membership changed to epoch (read it with
-	 * dt__node_membership); gone is the node id it removed. (I/O
-	 * thread.) */
-	void (*on_membership)(void *arg, dt_node *n, uint64_t epoch, int gone);
+	 * dt__node_membership); gone is the node id it removed, lost 1 if
+	 * that node was lost, 0 if it left on its schedule. (I/O thread.) */
+	void (*on_membership)(void *arg, dt_node *n, uint64_t epoch, int gone,
+	                      int lost);
 } dt__app_hooks;
 
 /* An app class: a command range and, optionally, per-role start/stop. */

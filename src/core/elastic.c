@@ -152,7 +152,8 @@ dt__node_elastic_leave(dt_node *n)
 
 /* Send the membership to every live worker (scheduler). */
 static void
-send_membership(dt_node *n, const int *ids, int count, uint64_t epoch, int gone)
+send_membership(dt_node *n, const int *ids, int count, uint64_t epoch, int gone,
+                int lost)
 {
 	dt_wbuf w;
 
@@ -161,7 +162,8 @@ send_membership(dt_node *n, const int *ids, int count, uint64_t epoch, int gone)
 		for (int i = 0; i < count; i++) {
 			dt_msg_hdr h = {.cmd = DT_CMD_MEMBERSHIP,
 			                .arg0 = epoch,
-			                .arg1 = (uint64_t)gone};
+			                .arg1 = (uint64_t)gone,
+			                .arg2 = lost ? 1u : 0u};
 
 			(void)dt__node_send(n, ids[i], &h, w.data,
 			                    (uint32_t)w.len, NULL, 0);
@@ -224,7 +226,7 @@ dt__elastic_sched_remove(dt_node *n, int peer, const char *why, int lost)
 	        name, n->table[peer].pid, n->table[peer].host,
 	        n->table[peer].port, lost ? "was lost" : "left on schedule",
 	        why, (unsigned long long)epoch, count, count == 1 ? "" : "s");
-	send_membership(n, ids, count, epoch, peer);
+	send_membership(n, ids, count, epoch, peer, lost);
 	free(ids);
 	return 1;
 }
@@ -234,7 +236,7 @@ dt__elastic_member_on_msg(dt_node *n, dt_conn *c, const dt_msg *m)
 {
 	int *ids, count = 0;
 	uint64_t epoch = m->hdr.arg0;
-	int gone = (int)m->hdr.arg1, fresh = 0;
+	int gone = (int)m->hdr.arg1, fresh = 0, lost = m->hdr.arg2 != 0;
 
 	if (dt__conn_peer(c) != 0 || !n->elastic || !n->have_table ||
 	    n->role != DT_ROLE_WORKER) {
@@ -278,7 +280,7 @@ dt__elastic_member_on_msg(dt_node *n, dt_conn *c, const dt_msg *m)
 			continue;
 		hk = n->apps[i].hooks;
 		if (hk.on_membership)
-			hk.on_membership(hk.arg, n, epoch, gone);
+			hk.on_membership(hk.arg, n, epoch, gone, lost);
 	}
 }
 

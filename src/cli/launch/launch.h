@@ -328,6 +328,7 @@ struct run {
 	/* An elastic job (DTRAIN_ELASTIC=1): a worker's death does not end
 	 * it while at least elastic_min workers run (0: not elastic). */
 	long elastic_min;
+	long elastic_lost; /* workers it went on without */
 	size_t spare;
 	int rc;
 	char reason[256];
