@@ -200,6 +200,12 @@ dt__elastic_sched_remove(dt_node *n, int peer, const char *why, int lost)
 		s->left[peer] = 1;
 		s->workers_done++;
 	}
+	/* Its arrival at an open barrier no longer counts. */
+	for (int mask = 1; mask < 8 && s->in_round; mask++)
+		if (s->in_round[mask * n->ntable + peer]) {
+			s->in_round[mask * n->ntable + peer] = 0;
+			s->arrived[mask]--;
+		}
 	epoch = n->el_epoch;
 	count = n->el_n;
 	ids = malloc(sizeof(int) * (size_t)DT_MAX(count, 1));
@@ -220,6 +226,10 @@ dt__elastic_sched_remove(dt_node *n, int peer, const char *why, int lost)
 		dt__sched_abort(n, reason);
 		return 1;
 	}
+	/* The rounds it was missing from may be whole now. */
+	for (int mask = 1; mask < 8; mask++)
+		if (mask & DT_GROUP_WORKERS)
+			dt__sched_barrier_recheck(n, mask);
 	dt__log(0,
 	        "%s (pid %d at %s:%d) %s (%s): membership %llu has %d "
 	        "worker%s",

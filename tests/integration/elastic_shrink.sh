@@ -9,6 +9,7 @@
 #     ends with the same weights, bit for bit, without killing anything
 #     (the worker leaves cleanly at that commit); so does a second replay;
 #   - two losses in one run (ranks 1 and 3 at different steps), replayed;
+#   - node barriers over the workers go on past a lost worker;
 #   - under the minimum the job ends with a message naming it;
 #   - elastic with servers is refused at start-up, by the launcher and by
 #     the library.
@@ -90,6 +91,18 @@ check "both changes are in the replay ('$sched')" \
 run replay3 "$sched" -n 4 -s 0 --min-workers 2 --
 check "its replay ('$sched') is bit-identical" \
 	cmp "$TMP/kill2.bin" "$TMP/replay3.bin"
+
+# Node barriers over the workers: worker 1 dies instead of entering round
+# 3, which the others entered with the count of 3; they pass it once it is
+# taken out, and the later rounds with 2.
+out=$TMP/barrier
+DT_TEST_TAG=$TAG timeout $((60 * S)) "$DTRAIN" launch -n 3 -s 0 \
+	--min-workers 2 -- "$BUILD/tests/progs/elastic_barrier" 6 1 3 \
+	>"$out" 2>&1
+rc=$?
+check "barriers: a worker lost at one, the job ends 0 (got $rc)" test "$rc" = 0
+check "barriers: both survivors pass every round" \
+	test "$(grep -cE "rank [02] passed 5$" "$out")" = 2
 
 # Under the minimum.
 run below "" -n 2 -s 0 --min-workers 2 -- --die-at 20 --die-rank 1
