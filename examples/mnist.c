@@ -16,6 +16,14 @@
  * update rule and 2 workers at batch 32 equal 1 process at batch 64.
  * --kvstore horovod averages the gradients with an allreduce among the
  * workers instead (no servers) and updates locally with the same rule.
+ * --elastic (with horovod and sgd) goes on when a worker is lost:
+ *
+ *   dtrain launch -n 3 -s 0 --min-workers 2 -- build/examples/mnist \
+ *       --kvstore horovod --optimizer sgd --lr 0.05 --elastic
+ *
+ * The file is over a thousand lines because it holds the example's three
+ * loops - data parallel, pipeline (run_pipeline), elastic (run_elastic) -
+ * which share its options, data and replicas.
  */
 #include <getopt.h>
 #include <math.h>
@@ -26,6 +34,7 @@
 #include <time.h>
 
 #include "dtrain/coll.h"
+#include "dtrain/elastic.h"
 #include "dtrain/kv.h"
 #include "dtrain/nn.h"
 #include "dtrain/obs.h"
@@ -41,6 +50,9 @@ typedef struct opts {
 	/* Pipeline parallelism (run_pipeline). */
 	long pipe_stages, micro_batches;
 	const char *schedule, *cuts;
+	/* Elastic training (run_elastic). */
+	int elastic;
+	long commit_every;
 } opts;
 
 typedef struct replica {
@@ -256,7 +268,13 @@ usage(FILE *f)
 	    "  --micro-batches M          per batch, in the pipeline (4)\n"
 	    "  --schedule gpipe|1f1b      pipeline schedule (1f1b)\n"
 	    "  --stages L1,L2,...         first layer of each stage after the\n"
-	    "                             first (default: the cut rule)\n",
+	    "                             first (default: the cut rule)\n"
+	    "  --elastic                  with --kvstore horovod and sgd: go "
+	    "on\n"
+	    "                             when a worker is lost "
+	    "(docs/elastic.md)\n"
+	    "  --commit-every K           elastic: commit every K steps "
+	    "(20)\n",
 	    f);
 }
 
@@ -289,6 +307,8 @@ parse(int argc, char **argv, opts *o)
 	    {"micro-batches", 1, 0, 'U'},
 	    {"schedule", 1, 0, 'W'},
 	    {"stages", 1, 0, 'X'},
+	    {"elastic", 0, 0, 'E'},
+	    {"commit-every", 1, 0, 'K'},
 	    {"help", 0, 0, 'h'},
 	    {0, 0, 0, 0},
 	};
@@ -307,7 +327,8 @@ parse(int argc, char **argv, opts *o)
 	            .momentum = 0.9,
 	            .lr_factor = 0.5,
 	            .micro_batches = 4,
-	            .schedule = "1f1b"};
+	            .schedule = "1f1b",
+	            .commit_every = 20};
 	while ((c = getopt_long(argc, argv, "", lo, &idx)) != -1) {
 		char *end = NULL;
 		long *lp = NULL;
@@ -344,6 +365,12 @@ parse(int argc, char **argv, opts *o)
 		case 'X':
 			o->cuts = optarg;
 			continue;
+		case 'E':
+			o->elastic = 1;
+			continue;
+		case 'K':
+			lp = &o->commit_every;
+			break;
 		case 'G':
 			lp = &o->pipe_stages;
 			break;
@@ -434,6 +461,16 @@ parse(int argc, char **argv, opts *o)
 		fprintf(stderr, "mnist: need --pipeline-stages >= 1, "
 		                "--micro-batches dividing --batch-size and "
 		                "--schedule gpipe or 1f1b\n");
+		return -1;
+	}
+	if (o->elastic &&
+	    (strcmp(o->kvstore, "horovod") || strcmp(o->optimizer, "sgd") ||
+	     o->devices != 1 || o->pipe_stages || o->compression ||
+	     o->commit_every < 1)) {
+		fprintf(stderr,
+		        "mnist: --elastic trains with --kvstore horovod "
+		        "--optimizer sgd on one device, without "
+		        "compression or pipelines, --commit-every >= 1\n");
 		return -1;
 	}
 	if (strcmp(o->model, "lenet") && strcmp(o->model, "mlp")) {
@@ -674,6 +711,172 @@ out:
 	return rc;
 }
 
+/*
+ * --elastic (docs/elastic.md): the horovod loop that goes on when a worker
+ * is lost. Its state - the parameters, SGD's momentum, and where the job
+ * is in the data (epoch, samples consumed) - is committed every
+ * --commit-every steps; after DT_EMEMBERSHIP every rank restores the new
+ * rank 0's commit and the rest of the epoch is dealt to the workers that
+ * remain. The optimizer is the trainer's SGD kernel over the buffers
+ * registered here (the kvstore's would keep its state out of reach), with
+ * rescale_grad = 1 / the global batch of each step.
+ */
+typedef struct elastic_pos {
+	uint64_t epoch, consumed;
+} elastic_pos;
+
+/* One step of the elastic loop: gradients of this rank's slice, summed
+ * over the ranks, and the update. */
+static dt_err
+elastic_step(dt_coll *c, const opts *o, replica *r, const size_t *idx,
+             float *mom, dt_nn_optim_param *p)
+{
+	dt_nn_model *m = r->m;
+	size_t np = dt_nn_model_num_params(m);
+	dt_err err;
+
+	r->idx = idx;
+	replica_step(r);
+	if (r->err) {
+		fprintf(stderr, "mnist: %s\n", r->msg);
+		return r->err;
+	}
+	if ((err = dt_coll_dist_opt_sum(c, dt_nn_model_grads(m), np)))
+		return err;
+	p->rescale_grad = 1.0 / (double)(o->batch * dt_coll_size(c));
+	for (int i = 0; i < dt_nn_model_num_tensors(m); i++) {
+		const dt_nn_tensor *t = dt_nn_model_tensor(m, i);
+
+		if ((err = dt_nn_sgd_update(p, o->wd * t->wd_mult,
+		                            dt_nn_model_params(m) + t->offset,
+		                            dt_nn_model_grads(m) + t->offset,
+		                            mom + t->offset, t->size)))
+			return err;
+	}
+	return DT_OK;
+}
+
+static int
+run_elastic(const opts *o)
+{
+	dt_coll *c = NULL;
+	dt_elastic *e = NULL;
+	dt_dataset train = {0}, test = {0};
+	dt_sampler *s = NULL;
+	replica r = {0};
+	float *mom = NULL;
+	elastic_pos pos = {0};
+	dt_nn_optim_param p;
+	uint64_t step = 0;
+	size_t np;
+	int rc = 1;
+	dt_err err;
+
+	if (dt_coll_init(&c) != DT_OK ||
+	    dt_data_load_mnist_dir(o->data, 1, &train) != DT_OK ||
+	    dt_data_load_mnist_dir(o->data, 0, &test) != DT_OK)
+		goto fail;
+	if (o->limit > 0 && (size_t)o->limit < train.n)
+		train.n = (size_t)o->limit;
+	if (dt_nn_model_create(o->model, (uint64_t)o->seed, &r.m) != DT_OK ||
+	    dt_sampler_create(train.n, (size_t)o->batch, 1, 0,
+	                      (uint64_t)o->seed, 1, &s) != DT_OK ||
+	    dt_nn_optim_parse("sgd", NULL, &p) != DT_OK)
+		goto fail;
+	np = dt_nn_model_num_params(r.m);
+	r.d = &train;
+	r.count = (int)o->batch;
+	r.x = malloc(sizeof(float) * train.dim * (size_t)o->batch);
+	r.y = malloc(sizeof(float) * train.label_dim * (size_t)o->batch);
+	mom = calloc(np, sizeof(float));
+	if (!r.x || !r.y || !mom) {
+		fprintf(stderr, "mnist: out of memory\n");
+		goto out;
+	}
+	p.lr = o->lr;
+	p.momentum = o->momentum;
+	if (dt_coll_broadcast(c, dt_nn_model_params(r.m), np, DT_FLOAT32, 0) ||
+	    dt_elastic_create(c, &e) != DT_OK ||
+	    dt_elastic_register(e, "params", dt_nn_model_params(r.m),
+	                        np * sizeof(float)) != DT_OK ||
+	    dt_elastic_register(e, "momentum", mom, np * sizeof(float)) ||
+	    dt_elastic_register(e, "position", &pos, sizeof(pos)) != DT_OK)
+		goto fail;
+	if (dt_coll_rank(c) == 0)
+		printf("mnist: elastic, %s on %zu images, %d worker(s) x batch "
+		       "%ld, sgd lr %g momentum %g, a commit every %ld steps\n",
+		       o->model, train.n, dt_coll_size(c), o->batch, o->lr,
+		       o->momentum, o->commit_every);
+	while (pos.epoch < (uint64_t)o->epochs) {
+		const size_t *idx;
+
+		if (step % (uint64_t)o->commit_every == 0) {
+			err = dt_elastic_commit(e, step);
+			if (dt_elastic_left(e)) {
+				rc = 0;
+				goto out;
+			}
+			if (err == DT_EMEMBERSHIP)
+				goto restore;
+			if (err)
+				goto fail;
+			if (dt_coll_rank(c) == 0)
+				printf("mnist: committed step %llu\n",
+				       (unsigned long long)step);
+			fflush(stdout);
+		}
+		if (dt_sampler_set_epoch(s, pos.epoch) != DT_OK ||
+		    dt_sampler_reshard(s, dt_coll_size(c), dt_coll_rank(c),
+		                       (size_t)pos.consumed) != DT_OK)
+			goto fail;
+		if (dt_sampler_num_batches(s) == 0) {
+			if (dt_coll_rank(c) == 0)
+				printf("Epoch[%llu] Validation-accuracy=%.6f\n",
+				       (unsigned long long)pos.epoch,
+				       validate(r.m, &test));
+			pos.epoch++;
+			pos.consumed = 0;
+			continue;
+		}
+		if (dt_sampler_batch(s, 0, &idx) != DT_OK)
+			goto fail;
+		err = elastic_step(c, o, &r, idx, mom, &p);
+		if (err == DT_EMEMBERSHIP)
+			goto restore;
+		if (err)
+			goto fail;
+		pos.consumed += (uint64_t)(o->batch * dt_coll_size(c));
+		step++;
+		continue;
+	restore:
+		fprintf(stderr, "mnist: %s\n", dt_errmsg());
+		if (dt_elastic_restore(e, &step) != DT_OK)
+			goto fail;
+	}
+	if (o->save && dt_coll_rank(c) == 0 &&
+	    dt_nn_params_save(r.m, o->save) != DT_OK)
+		goto fail;
+	rc = 0;
+	goto out;
+fail:
+	fprintf(stderr, "mnist: %s\n", dt_errmsg());
+out:
+	fflush(stdout);
+	dt_elastic_destroy(e);
+	dt_sampler_destroy(s);
+	dt_nn_model_destroy(r.m);
+	free(r.x);
+	free(r.y);
+	free(mom);
+	dt_data_fini(&train);
+	dt_data_fini(&test);
+	if (c && dt_coll_finalize(c) != DT_OK && rc == 0) {
+		fprintf(stderr, "mnist: %s\n", dt_errmsg());
+		rc = 1;
+	}
+	return rc;
+}
+
 int
 main(int argc, char **argv)
 {
@@ -695,6 +898,8 @@ main(int argc, char **argv)
 		return 2;
 	if (o.pipe_stages)
 		return run_pipeline(&o);
+	if (o.elastic)
+		return run_elastic(&o);
 	horovod = strcmp(o.kvstore, "horovod") == 0;
 
 	/* Join the job first: server and scheduler processes serve and exit

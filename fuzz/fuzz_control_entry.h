@@ -13,6 +13,9 @@
  *   - a decoded NODE_TABLE has an id, a size or an entry out of place, or
  *     does not encode back to a block, no longer than the input, that
  *     decodes to the same table;
+ *   - a decoded MEMBERSHIP list (of a job of 5 workers, ids 3..7) is
+ *     empty, too long, out of range or not ascending, or does not encode
+ *     back to the bytes it was read from;
  *   - a decoded REPORT counters block (obs/stats.c) has counts over their
  *     limits or does not encode back to the same bytes (a busbw that is
  *     not a finite number aside: it is read as 0), and a REPORT event
@@ -160,9 +163,32 @@ fuzz_control_report(const uint8_t *data, size_t size)
 	}
 }
 
+static void
+fuzz_control_membership(const uint8_t *data, size_t size)
+{
+	int ids[5], n;
+	dt_wbuf w;
+	dt_err err;
+
+	dt__clear_error();
+	if ((err = dt__msg_membership_decode(data, size, 3, 5, ids, &n))) {
+		fuzz_control_failed(err);
+		return;
+	}
+	FUZZ_CHECK(n >= 1 && n <= 5 && (size_t)n * 4 == size);
+	for (int i = 0; i < n; i++)
+		FUZZ_CHECK(ids[i] >= 3 && ids[i] <= 7 &&
+		           (i == 0 || ids[i] > ids[i - 1]));
+	dt__wbuf_init(&w);
+	FUZZ_CHECK(dt__msg_membership_encode(ids, n, &w) == DT_OK);
+	FUZZ_CHECK(w.len == size && memcmp(w.data, data, size) == 0);
+	dt__wbuf_fini(&w);
+}
+
 static int
 dt_fuzz_control_one(const uint8_t *data, size_t size)
 {
+	fuzz_control_membership(data, size);
 	fuzz_control_add_node(data, size);
 	fuzz_control_node_table(data, size);
 	fuzz_control_report(data, size);

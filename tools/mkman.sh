@@ -15,13 +15,14 @@ version=$("$dtrain" version | awk '{print $2}')
 # (`dtrain env` has no page of its own: dtrain-env is the variables' page,
 # section 7, which says how `dtrain env` lists them)
 commands=(launch scheduler server params checkpoint plot k8s rank-exec version)
-examples=(allreduce hello_cluster linreg mnist sparse_linear)
+examples=(allreduce hello_cluster linreg mnist sparse_linear elastic)
 declare -A example_summary=(
 	[allreduce]="sum, broadcast and average across ranks, checked (Horovod's hello world)"
 	[hello_cluster]="the smallest job: join, pass barriers, say hello"
 	[linreg]="linear regression trained through the KVStore"
 	[mnist]="LeNet or an MLP on Fashion-MNIST, through the KVStore or allreduce"
 	[sparse_linear]="logistic regression over hashed sparse features, row_sparse keys"
+	[elastic]="a linear model trained by allreduce that goes on when a worker is lost"
 )
 
 # The one-line summary of a command, from `dtrain --help`'s list.

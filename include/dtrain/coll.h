@@ -24,7 +24,10 @@
  * report naming the ranks that have not called it ("allreduce #12
  * stalled: ranks 2, 3 have not called it"); a lost peer fails every pending
  * and later call with DT_EPEER. After a mismatch or a stall the
- * communicator stays usable; after a lost peer it is broken.
+ * communicator stays usable; after a lost peer it is broken - except in
+ * an elastic job (DTRAIN_ELASTIC=1, dtrain/elastic.h), where the calls
+ * fail with DT_EMEMBERSHIP until the program takes the new membership,
+ * and the communicator then works over it.
  *
  * Buffers: send == recv (or send == DT_COLL_IN_PLACE) means in place. The
  * caller keeps buffers valid and untouched until the call returns, or for

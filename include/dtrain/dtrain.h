@@ -14,6 +14,7 @@
 #include "dtrain/node.h"
 #include "dtrain/kv.h"
 #include "dtrain/coll.h"
+#include "dtrain/elastic.h"
 #include "dtrain/nn.h"
 #include "dtrain/obs.h"
 

@@ -451,6 +451,24 @@ dt_err dt_sampler_set_epoch(dt_sampler *s, uint64_t epoch);
  * dt_sampler_set_epoch() or destroy. b >= num_batches fails. */
 dt_err dt_sampler_batch(const dt_sampler *s, size_t b, const size_t **idx);
 
+/*
+ * Elastic training: deal the rest of the current epoch again, from
+ * position start of its permutation (the samples the job has consumed in
+ * this epoch so far), to num_parts parts, this one part_index. Batch b is
+ * then the slice start + (b * num_parts + part_index) * batch of the
+ * permutation, and dt_sampler_num_batches() counts the full global batches
+ * left, floor((n - start) / (batch * num_parts)). So each sample of an
+ * epoch is trained on once whatever the number of workers at each step,
+ * except the tail under one global batch, left out as without a change.
+ * dt_sampler_set_epoch() starts the next epoch at position 0 with the
+ * parts given here. start past n: DT_EINVAL.
+ */
+dt_err dt_sampler_reshard(dt_sampler *s, int num_parts, int part_index,
+                          size_t start);
+/* Position in the epoch's permutation after global batch b (the samples
+ * consumed once it is done): start + (b + 1) * batch * num_parts. */
+size_t dt_sampler_position(const dt_sampler *s, size_t b);
+
 /* ------------------------------------------------------------------------
  * Metrics and progress
  */

@@ -23,6 +23,7 @@ static const char *const class_names[] = {
     [DT_EFORMAT] = "BadFormat",        [DT_ENOTSUP] = "NotSupported",
     [DT_EMISMATCH] = "RanksDisagree",  [DT_ESYS] = "SystemError",
     [DT_ESHUTDOWN] = "ShuttingDown",   [DT_EAUTH] = "AuthFailed",
+    [DT_EMEMBERSHIP] = "MembershipChanged",
 };
 #define NCLASSES (sizeof(class_names) / sizeof(class_names[0]))
 

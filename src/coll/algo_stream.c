@@ -102,7 +102,8 @@ stream_deliver(dt_coll *c, coll_op *op, int peer, const dt_msg_hdr *h,
 	if (t0)
 		dt__trace_span(DT_EV_COLL_REDUCE, DT_TID_IO, t0, 0,
 		               DT_EVF_BYTES | DT_EVF_PEER,
-		               dt__coll_bytes(op, m->n), c->base_id + peer);
+		               dt__coll_bytes(op, m->n),
+		               dt__coll_peer_id(c, peer));
 	return DT_OK;
 }
 

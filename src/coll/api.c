@@ -742,6 +742,8 @@ comm_free(dt_coll *c)
 	}
 	free(c->dead);
 	free(c->ext);
+	free(c->ids);
+	free(c->rank_of);
 	free(c->pids);
 	free(c->bounce);
 	free(c->push_slot[0]);
@@ -962,7 +964,10 @@ comm_start(dt_coll *c)
 	/* Nobody sends a collective message before everyone listens. */
 	if (c->node && (err = dt_node_barrier(c->node, DT_GROUP_WORKERS)))
 		return err;
-	if (c->node && c->size > 1 && c->local_size == c->size) {
+	/* An elastic communicator's ranks change; the same-host reads'
+	 * slots and pids by rank are not re-made: its data goes over the
+	 * node's links (same-host shared memory included). */
+	if (c->node && c->size > 1 && c->local_size == c->size && !c->elastic) {
 		c->pids = calloc((size_t)c->size, sizeof(int));
 		c->bounce_cap = 256u << 10;
 		c->bounce = dt__aligned_alloc(c->bounce_cap);
@@ -1073,7 +1078,9 @@ dt_coll_finalize(dt_coll *c)
 	pthread_mutex_lock(&c->mu);
 	while (!dt__list_empty(&c->queue) || c->exec_busy)
 		pthread_cond_wait(&c->done_cv, &c->mu);
-	broken = c->broken != DT_OK;
+	/* (a rank that left an elastic job, or one whose membership
+	 * changed untaken, meets nobody either) */
+	broken = c->broken != DT_OK || c->left || c->changing;
 	pthread_mutex_unlock(&c->mu);
 	/* Leave together: nobody closes its connections while a peer still
 	 * finishes an operation with it. */

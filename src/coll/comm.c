@@ -94,21 +94,38 @@ dt__coll_cfg_from_env(dt__coll_cfg *cfg)
 	return DT_OK;
 }
 
-/* Rank of the worker at the other end of conn, or -1. */
+/* (mu held when elastic) The rank of node id, or -1. */
+int
+dt__coll_rank_of_id(const dt_coll *c, int id)
+{
+	int i = id - c->base_id;
+
+	if (c->rank_of == NULL)
+		return i >= 0 && i < c->size ? i : -1;
+	return i >= 0 && i < c->nworkers ? c->rank_of[i] : -1;
+}
+
+/* Rank of the worker at the other end of conn, or -1. An elastic
+ * communicator's ranks change (dt__coll_reform, under mu). */
 static int
 peer_rank(dt_coll *c, dt_conn *conn)
 {
-	int r = dt__conn_peer(conn) - c->base_id;
+	int r;
 
-	return r >= 0 && r < c->size && r != c->rank ? r : -1;
+	if (c->elastic)
+		pthread_mutex_lock(&c->mu);
+	r = dt__coll_rank_of_id(c, dt__conn_peer(conn));
+	if (c->elastic)
+		pthread_mutex_unlock(&c->mu);
+	return r >= 0 && r != c->rank ? r : -1;
 }
 
 /* ---- stall queries ---- */
 
 /* ---- the early queue ---- */
 
-static void
-early_free(coll_early *e)
+void
+dt__coll_early_free(coll_early *e)
 {
 	free(e->text);
 	free(e->payload);
@@ -153,7 +170,7 @@ early_add(dt_coll *c, int peer, const dt_msg *m)
 	if (len) {
 		e->payload = malloc(len);
 		if (e->payload == NULL) {
-			early_free(e);
+			dt__coll_early_free(e);
 			return;
 		}
 		memcpy(e->payload, m->payload, len);
@@ -185,8 +202,8 @@ early_take(dt_coll *c, uint64_t seq, unsigned cmd)
 }
 
 /* Drop early messages of finished operations (mu held). */
-static void
-early_purge(dt_coll *c)
+void
+dt__coll_early_purge(dt_coll *c)
 {
 	dt_lnode *l, *next;
 
@@ -199,7 +216,7 @@ early_purge(dt_coll *c)
 		dt__list_remove(l);
 		c->eq_bytes -=
 		    (e->payload ? e->h.payload_len : 0) + e->h.meta_len;
-		early_free(e);
+		dt__coll_early_free(e);
 	}
 }
 
@@ -333,7 +350,7 @@ drain_early(dt_coll *c, coll_op *op)
 	 * a mismatch against the next one). */
 	if ((e = early_take(c, op->seq, DT_CMD_COLL_ABORT)) != NULL) {
 		posted_abort(op, e->peer, (dt_err)e->h.arg2, e->text);
-		early_free(e);
+		dt__coll_early_free(e);
 	}
 	while ((e = early_take(c, op->seq, 0)) != NULL) {
 		switch (e->h.cmd) {
@@ -360,7 +377,7 @@ drain_early(dt_coll *c, coll_op *op)
 			dt__coll_algo_fin(c, op, e->peer);
 			break;
 		}
-		early_free(e);
+		dt__coll_early_free(e);
 	}
 }
 
@@ -425,6 +442,17 @@ hook_on_msg(void *arg, dt_node *n, dt_conn *conn, dt_msg *m)
 	}
 	pthread_mutex_lock(&c->mu);
 	op = c->cur;
+	if (c->elastic && h->cmd != DT_CMD_COLL_P2P &&
+	    h->cmd != DT_CMD_COLL_P2P_ACK &&
+	    (h->seq >> DT__COLL_EPOCH_SHIFT) < c->epoch) {
+		/* Never mixed into this membership's operations. */
+		DT_LOG(1, "dropping %s from rank %d: membership %llu != %llu",
+		       dt__cmd_name(h->cmd), peer,
+		       (unsigned long long)(h->seq >> DT__COLL_EPOCH_SHIFT),
+		       (unsigned long long)c->epoch);
+		pthread_mutex_unlock(&c->mu);
+		return;
+	}
 	switch (h->cmd) {
 	case DT_CMD_COLL_DATA:
 		if (m->payload_external) {
@@ -505,8 +533,13 @@ hook_on_fail(void *arg, dt_node *n, int peer_id, dt_err err)
 {
 	dt_coll *c = arg;
 	char why[600];
-	int r = peer_id - c->base_id;
+	int r;
 
+	if (c->elastic && peer_id >= 0) {
+		dt__coll_elastic_lost(c, peer_id, err);
+		return;
+	}
+	r = peer_id - c->base_id;
 	if (peer_id >= 0 && (r < 0 || r >= c->size))
 		return; /* a server or the scheduler: not ours */
 	if (peer_id < 0) {
@@ -752,6 +785,10 @@ dt__coll_execute(dt_coll *c, coll_op *op)
 		dt__coll_op_fail(op, c->broken, 0, "%s #%llu: %s",
 		                 dt__coll_kind_name(op->kind),
 		                 (unsigned long long)op->num, c->broken_msg);
+	else if (c->changing)
+		dt__coll_op_fail(op, DT_EMEMBERSHIP, 0, "%s #%llu: %s",
+		                 dt__coll_kind_name(op->kind),
+		                 (unsigned long long)op->num, c->change_msg);
 	else
 		drain_early(c, op);
 	err = op->err;
@@ -764,6 +801,15 @@ dt__coll_execute(dt_coll *c, coll_op *op)
 		pthread_mutex_unlock(&c->mu);
 		stall_report(c, op);
 		pthread_mutex_lock(&c->mu);
+	} else if (err && op->err == DT_OK && c->elastic) {
+		/* A failed send: in an elastic job, a member is gone and the
+		 * scheduler's membership without it is on its way. */
+		char why[200];
+
+		snprintf(why, sizeof(why), "%s", dt_errmsg());
+		dt__coll_elastic_change(c, "%s (membership %llu -> %llu)", why,
+		                        (unsigned long long)c->epoch,
+		                        (unsigned long long)c->epoch + 1);
 	} else if (err && op->err == DT_OK) {
 		/* A failed send: the peer is gone or going. */
 		dt__coll_op_fail(op, err, 1, "%s #%llu: %s",
@@ -783,7 +829,7 @@ dt__coll_execute(dt_coll *c, coll_op *op)
 	quiesce(c, op);
 	c->cur = NULL;
 	c->done_seq = op->seq;
-	early_purge(c);
+	dt__coll_early_purge(c);
 	for (int i = 0; i < op->nhandles; i++) {
 		dt_coll_handle *h = op->handles[i];
 		h->err = op->err;
@@ -810,7 +856,8 @@ dt__coll_attach(dt_coll *c)
 	dt__app_hooks app = {.arg = c,
 	                     .on_msg = hook_on_msg,
 	                     .payload_dest = hook_payload_dest,
-	                     .on_fail = hook_on_fail};
+	                     .on_fail = hook_on_fail,
+	                     .on_membership = dt__coll_on_membership};
 	const dt_node_entry *me;
 
 	if (dt_node_role(n) != DT_ROLE_WORKER)
@@ -836,7 +883,15 @@ dt__coll_attach(dt_coll *c)
 	c->dead = calloc((size_t)c->size, 1);
 	c->ext = calloc((size_t)c->size, 1);
 	c->stall_reply = calloc((size_t)c->size, sizeof(int64_t));
-	if (!c->dead || !c->ext || !c->stall_reply)
+	c->nworkers = c->size;
+	c->elastic = dt__node_elastic(n);
+	c->ids = calloc((size_t)c->size, sizeof(int));
+	c->rank_of = calloc((size_t)c->size, sizeof(int));
+	if (!c->dead || !c->ext || !c->stall_reply || !c->ids || !c->rank_of)
 		return dt__fail(DT_ENOMEM, "communicator of %d ranks", c->size);
+	for (int r = 0; r < c->size; r++) {
+		c->ids[r] = c->base_id + r;
+		c->rank_of[r] = r;
+	}
 	return dt__node_attach(n, &dt__coll_app, &app);
 }

@@ -89,8 +89,8 @@ dt__coll_send(dt_coll *c, int rank, dt_msg_hdr *h, const void *meta,
 	dt_err err;
 
 	TSAN_IGNORE_BEGIN();
-	err = dt__node_send(c->node, c->base_id + rank, h, meta, meta_len,
-	                    bytes ? &iov : NULL, bytes ? 1 : 0);
+	err = dt__node_send(c->node, dt__coll_peer_id(c, rank), h, meta,
+	                    meta_len, bytes ? &iov : NULL, bytes ? 1 : 0);
 	TSAN_IGNORE_END();
 	if (err)
 		return dt__fail(err, "sending %s to rank %d: %s",

@@ -175,7 +175,26 @@ struct dt_coll {
 	char sched_msg[512];
 	struct dt__rdv *rdv; /* the mpirun/srun rendezvous (rendezvous.c) */
 	int rank, size, local_rank, local_size;
-	int base_id;       /* node id of worker rank 0 */
+	int base_id; /* node id of worker rank 0 */
+	/* By rank, the node id (c->size of them); by node id less base_id
+	 * (nworkers of them), the rank or -1. Without elasticity rank r is
+	 * node base_id + r for good; an elastic communicator re-forms them
+	 * (mu) when the program takes a membership change (comm.c,
+	 * dt__coll_reform), between operations only. */
+	int *ids;
+	int *rank_of;
+	int nworkers; /* the job's workers at the start */
+	/* Elastic jobs (DTRAIN_ELASTIC=1): the membership epoch this
+	 * communicator runs in (mu; the high bits of every sequence number,
+	 * DT__COLL_EPOCH_SHIFT), and a change announced but not yet taken -
+	 * a lost rank or a newer membership - which fails every operation
+	 * with DT_EMEMBERSHIP and change_msg until it is. left: this rank
+	 * left the job (its schedule), finalize meets nobody. */
+	int elastic;
+	uint64_t epoch;
+	int changing;
+	char change_msg[256];
+	int left;
 	uint64_t seq_base; /* operations run by the set-up itself */
 	int cma;         /* ranks read each other's memory (process_vm_readv) */
 	int *pids;       /* by rank */
@@ -244,6 +263,24 @@ struct dt_coll {
 	size_t *dopt_layout; /* the gradient buffer's tensors (NULL: one) */
 	int dopt_ntensors;
 };
+
+/* Sequence numbers of membership epoch e start at e << this: a message
+ * of an older epoch is then below done_seq (dropped by name), one of a
+ * newer epoch waits in the early queue until this rank takes it. */
+#define DT__COLL_EPOCH_SHIFT 40
+
+/* The node id of rank r of c's membership now. */
+static inline int
+dt__coll_peer_id(const dt_coll *c, int r)
+{
+	return c->ids ? c->ids[r] : c->base_id + r;
+}
+
+/* Take the node's newest membership (elastic jobs): ranks become
+ * positions in its sorted list, sequence numbers start at its epoch.
+ * Between operations only (the caller's thread, nothing queued). *changed
+ * 1 if it was newer. DT_EMEMBERSHIP if this rank is not in it. */
+dt_err dt__coll_reform(dt_coll *c, int *changed);
 
 static inline size_t
 dt__coll_bytes(const coll_op *op, size_t n)

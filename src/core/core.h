@@ -82,6 +82,11 @@ typedef struct dt__app_hooks {
 	 * place, with a new link; what it should have had is to be sent
 	 * again. (I/O thread.) */
 	void (*on_peer_restart)(void *arg, dt_node *n, int peer);
+	/* Elastic jobs: the membership changed to epoch (read it with
+	 * dt__node_membership); gone is the node id it removed, lost 1 if
+	 * that node was lost, 0 if it left on its schedule. (I/O thread.) */
+	void (*on_membership)(void *arg, dt_node *n, uint64_t epoch, int gone,
+	                      int lost);
 } dt__app_hooks;
 
 /* An app class: a command range and, optionally, per-role start/stop. */
@@ -119,6 +124,23 @@ int dt__node_id(const dt_node *n);
 uint64_t dt__node_wait_ns(const dt_node *n);
 /* DTRAIN_RECOVER=1: a lost peer may come back (on_peer_restart). */
 int dt__node_recover(const dt_node *n);
+/* DTRAIN_ELASTIC=1: workers may leave the running job (elastic.c). */
+int dt__node_elastic(const dt_node *n);
+/* DTRAIN_ELASTIC_MIN: the fewest workers the job goes on with. */
+int dt__node_elastic_min(const dt_node *n);
+/* The membership now: its epoch (0 at the start) and the node ids of the
+ * live workers, ascending, into ids (room for cap); returns their count. */
+int dt__node_membership(dt_node *n, uint64_t *epoch, int *ids, int cap);
+/* Wait until the membership's epoch is above `above` (DT_ETIMEDOUT once
+ * deadline_ns passes, naming the epoch awaited; the node's fatal error if
+ * the job fails meanwhile). */
+dt_err dt__node_wait_membership(dt_node *n, uint64_t above,
+                                uint64_t deadline_ns);
+/* Leave an elastic job that goes on without this worker: the scheduler
+ * gives the others a membership without it. The node is stopped as
+ * usual afterwards. */
+dt_err dt__node_elastic_leave(dt_node *n);
+
 /* This process took the place of a lost node of the job. */
 int dt__node_rejoined(const dt_node *n);
 /* The table row of node id, or NULL if there is none. */

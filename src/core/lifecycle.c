@@ -342,6 +342,7 @@ node_free(dt_node *n)
 	dt__reach_free(n);
 	dt__apps_stop(n);
 	dt__sched_free(n);
+	dt__elastic_free(n);
 	free(n->table);
 	free(n->peers);
 	free(n->said_bye);
@@ -428,7 +429,7 @@ dt_node_start(const dt_node_config *cfg, dt_node **out)
 		if ((err = dt__watch_config(&n->hb_interval_ns,
 		                            &n->hb_timeout_ns)) ||
 		    (err = dt__watch_stats_config(&n->stats_interval_ns)) ||
-		    (err = dt__link_config(n)))
+		    (err = dt__link_config(n)) || (err = dt__elastic_config(n)))
 			goto fail;
 	}
 

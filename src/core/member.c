@@ -102,6 +102,9 @@ dt__member_on_msg(dt_node *n, dt_conn *c, dt_msg *m)
 	dt_err err;
 
 	switch (m->hdr.cmd) {
+	case DT_CMD_MEMBERSHIP:
+		dt__elastic_member_on_msg(n, c, m);
+		return;
 	case DT_CMD_NODE_TABLE:
 		if (n->have_table || dt__conn_peer(c) != 0) {
 			dt__van_close(n->van, c);

@@ -203,3 +203,45 @@ dt__msg_node_table_decode(const void *meta, size_t len, int *id,
 	*out = t;
 	return DT_OK;
 }
+
+dt_err
+dt__msg_membership_encode(const int *ids, int n, dt_wbuf *w)
+{
+	for (int i = 0; i < n; i++)
+		dt__wbuf_u32(w, (uint32_t)ids[i]);
+	return dt__wbuf_err(w);
+}
+
+dt_err
+dt__msg_membership_decode(const void *meta, size_t len, int first_id,
+                          int max_ids, int *ids, int *n)
+{
+	const uint8_t *p = meta;
+	size_t count = len / 4;
+
+	*n = 0;
+	if (len % 4 != 0 || count == 0 || count > (size_t)max_ids)
+		return dt__fail(DT_EPROTO,
+		                "MEMBERSHIP of %zu bytes: not 1 to %d node ids "
+		                "of 4 bytes",
+		                len, max_ids);
+	for (size_t i = 0; i < count; i++) {
+		uint32_t id = dt__get_u32(p + 4 * i);
+
+		if (id < (uint32_t)first_id ||
+		    id >= (uint32_t)first_id + (uint32_t)max_ids)
+			return dt__fail(
+			    DT_EPROTO,
+			    "MEMBERSHIP: node id %u is not a worker "
+			    "of this job (ids %d..%d)",
+			    id, first_id, first_id + max_ids - 1);
+		if (i > 0 && id <= (uint32_t)ids[i - 1])
+			return dt__fail(DT_EPROTO,
+			                "MEMBERSHIP: node id %u after %d: the "
+			                "list must ascend",
+			                id, ids[i - 1]);
+		ids[i] = (int)id;
+	}
+	*n = (int)count;
+	return DT_OK;
+}

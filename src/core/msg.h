@@ -56,4 +56,15 @@ dt_err dt__msg_node_table_decode(const void *meta, size_t len, int *id,
                                  int *num_servers, int *num_workers,
                                  dt_node_entry **out);
 
+/*
+ * MEMBERSHIP (elastic jobs): the node ids of the live workers, ascending,
+ * as u32 each; the epoch and the cause ride in the header. The decoder
+ * takes at most max_ids ids (the job's worker count) into ids and refuses
+ * an empty list, one out of order or repeated, or an id outside
+ * [first_id, first_id + max_ids).
+ */
+dt_err dt__msg_membership_encode(const int *ids, int n, dt_wbuf *w);
+dt_err dt__msg_membership_decode(const void *meta, size_t len, int first_id,
+                                 int max_ids, int *ids, int *n);
+
 #endif

@@ -111,6 +111,16 @@ struct dt_node {
 	int rejoined; /* this process took over a lost node's place */
 	uint64_t gen; /* how many processes had its place before (HELLO) */
 	dt_links *links;
+	/* Elastic training (elastic.c, DTRAIN_ELASTIC=1): the bounds on the
+	 * number of workers, and the membership - its epoch and the node
+	 * ids of the live workers, ascending (mu). el_ids NULL: epoch 0,
+	 * every worker of the table. el_gone: the node the last change
+	 * removed. */
+	int elastic, el_min, el_max;
+	uint64_t el_epoch;
+	int *el_ids;
+	int el_n;
+	int el_gone;
 
 	/* Observability (report.c): frame counters by node id (1 + S + W,
 	 * from the start; relaxed atomics), whether this node owns the
@@ -306,6 +316,19 @@ dt_err dt__sched_serve(dt_node *n);
 void dt__sched_on_msg(dt_node *n, dt_conn *c, dt_msg *m);
 void dt__sched_on_close(dt_node *n, dt_conn *c, dt_err why);
 void dt__sched_free(dt_node *n);
+
+/* Elastic training (elastic.c; the design is at its top). */
+/* Read DTRAIN_ELASTIC, _MIN and _MAX; refuse a job with servers. */
+dt_err dt__elastic_config(dt_node *n);
+/* (mu held) The live workers now: el_n, or every worker. */
+int dt__elastic_live(dt_node *n);
+/* Scheduler: worker peer was lost (lost = 1) or left on schedule: 1 if
+ * the elastic membership took it (the job goes on or was aborted for
+ * falling under the minimum), 0 if this is no elastic job's worker. */
+int dt__elastic_sched_remove(dt_node *n, int peer, const char *why, int lost);
+/* Member: a MEMBERSHIP from the scheduler. */
+void dt__elastic_member_on_msg(dt_node *n, dt_conn *c, const dt_msg *m);
+void dt__elastic_free(dt_node *n);
 
 /* Observability (report.c; the design is at its top). */
 dt_err dt__report_member_begin(dt_node *n);

@@ -40,6 +40,10 @@ struct dt_sched {
 	 * every member with BARRIER_DONE. */
 	int round_err[8];
 	char round_msg[8][256];
+	/* Elastic jobs: by mask * (1 + S + W) + id, whether that node is in
+	 * the open round, so a worker leaving the membership takes its own
+	 * arrival out (elastic.c); NULL otherwise. */
+	uint8_t *in_round;
 	/* Recovery (DTRAIN_RECOVER): by id, when the node was lost (0: up),
 	 * and how many processes have taken its place. */
 	uint64_t *down_ns;
@@ -57,6 +61,10 @@ struct dt_sched {
 	char (*token)[DT_NODE_TOKEN_MAX];
 	int aborting; /* (n->mu) abort_job has begun */
 };
+
+/* Release barrier mask's round if every member has arrived (mu not
+ * held): after a worker leaves an elastic job, the round may be whole. */
+void dt__sched_barrier_recheck(dt_node *n, int mask);
 
 /* Tell the process on c why it is refused or why the job ends (ABORT). */
 void dt__sched_send_abort(dt_node *n, dt_conn *c, const char *reason);

@@ -26,10 +26,11 @@
 #include "core/sched_impl.h"
 
 static int
-group_size(const dt_node *n, int mask)
+group_size(dt_node *n, int mask)
 {
+	/* (an elastic job's barriers count its live workers) */
 	return ((mask & DT_GROUP_SERVERS) ? n->num_servers : 0) +
-	       ((mask & DT_GROUP_WORKERS) ? n->num_workers : 0);
+	       ((mask & DT_GROUP_WORKERS) ? dt__elastic_live(n) : 0);
 }
 
 static int
@@ -197,7 +198,6 @@ on_barrier(dt_node *n, dt_conn *c, dt_msg *m)
 	dt_sched *s = n->sched;
 	int mask = (int)m->hdr.arg0;
 	int peer = dt__conn_peer(c);
-	int release = 0;
 
 	if (peer <= 0 || mask < 1 || mask > DT_GROUP_ALL ||
 	    !in_group(&n->table[peer], mask)) {
@@ -206,9 +206,6 @@ on_barrier(dt_node *n, dt_conn *c, dt_msg *m)
 		dt__van_close(n->van, c);
 		return;
 	}
-	int err = 0;
-	char msg[256] = "";
-
 	pthread_mutex_lock(&n->mu);
 	if (m->hdr.key != 0 && s->round_err[mask] == 0) {
 		char text[256], name[64];
@@ -223,26 +220,57 @@ on_barrier(dt_node *n, dt_conn *c, dt_msg *m)
 	}
 	if (s->arrived[mask]++ == 0)
 		s->first_ns[mask] = dt__now_ns();
-	uint64_t first = s->first_ns[mask];
-	if ((int)s->arrived[mask] == group_size(n, mask)) {
-		s->arrived[mask] = 0;
-		s->passed[mask]++;
-		err = s->round_err[mask];
-		memcpy(msg, s->round_msg[mask], sizeof(msg));
-		s->round_err[mask] = 0;
-		s->round_msg[mask][0] = '\0';
-		release = 1;
-		pthread_cond_broadcast(&n->cv);
-	}
+	if (s->in_round)
+		s->in_round[mask * n->ntable + peer] = 1;
 	pthread_mutex_unlock(&n->mu);
-	if (!release)
+	dt__sched_barrier_recheck(n, mask);
+}
+
+/* Whether worker id was taken out of an elastic job's membership. */
+static int
+left_elastic(dt_node *n, int id)
+{
+	int out;
+
+	pthread_mutex_lock(&n->mu);
+	out = n->table[id].role == DT_ROLE_WORKER && n->sched->left[id];
+	pthread_mutex_unlock(&n->mu);
+	return out;
+}
+
+void
+dt__sched_barrier_recheck(dt_node *n, int mask)
+{
+	dt_sched *s = n->sched;
+	int err = 0, size;
+	char msg[256] = "";
+	uint64_t first;
+
+	pthread_mutex_lock(&n->mu);
+	size = group_size(n, mask);
+	first = s->first_ns[mask];
+	if (s->arrived[mask] == 0 || (int)s->arrived[mask] != size) {
+		pthread_mutex_unlock(&n->mu);
 		return;
+	}
+	s->arrived[mask] = 0;
+	s->passed[mask]++;
+	err = s->round_err[mask];
+	memcpy(msg, s->round_msg[mask], sizeof(msg));
+	s->round_err[mask] = 0;
+	s->round_msg[mask][0] = '\0';
+	if (s->in_round)
+		memset(s->in_round + mask * n->ntable, 0, (size_t)n->ntable);
+	pthread_cond_broadcast(&n->cv);
+	pthread_mutex_unlock(&n->mu);
 	dt__report_sched_event(n, DT_EV_BARRIER, DT_TID_IO, first,
 	                       (uint64_t)mask);
 	DT_LOG(1, "barrier #%llu over group mask %d: all %d nodes arrived",
-	       (unsigned long long)s->passed[mask], mask, group_size(n, mask));
+	       (unsigned long long)s->passed[mask], mask, size);
 	for (int id = 1; id < n->ntable; id++) {
-		if (!in_group(&n->table[id], mask))
+		/* (not to a worker an elastic job went on without) */
+		if (!in_group(&n->table[id], mask) ||
+		    (n->elastic && left_elastic(n, id)))
 			continue;
 		dt_msg_hdr h = {.cmd = DT_CMD_BARRIER_DONE,
 		                .flags = DT_F_RESPONSE,
@@ -274,6 +302,10 @@ dt__sched_on_msg(dt_node *n, dt_conn *c, dt_msg *m)
 	case DT_CMD_WORKER_DONE:
 		if (peer <= 0 || n->table[peer].role != DT_ROLE_WORKER)
 			break;
+		/* arg0 1: it leaves an elastic job that goes on */
+		if (m->hdr.arg0 == 1 &&
+		    dt__elastic_sched_remove(n, peer, "its schedule", 0))
+			return;
 		pthread_mutex_lock(&n->mu);
 		if (!s->left[peer]) {
 			s->left[peer] = 1;
@@ -415,6 +447,8 @@ dt__sched_peer_lost(dt_node *n, int peer, const char *why)
 	skip = n->fatal != DT_OK || s->left[peer];
 	pthread_mutex_unlock(&n->mu);
 	if (skip || left_at_end(n, peer))
+		return;
+	if (dt__elastic_sched_remove(n, peer, why, 1))
 		return;
 	dt__node_name(n, peer, name, sizeof(name));
 	if (n->recover) {
@@ -581,6 +615,9 @@ dt__sched_create(dt_node *n)
 	s->restarts = dt__calloc((size_t)count, sizeof(int));
 	s->held = dt__calloc((size_t)count, sizeof(joiner));
 	s->token = dt__calloc((size_t)count, sizeof(*s->token));
+	if (n->elastic &&
+	    (s->in_round = dt__calloc(8 * (size_t)count, 1)) == NULL)
+		return DT_ENOMEM;
 	n->table = dt__calloc((size_t)count, sizeof(dt_node_entry));
 	n->peers = dt__calloc((size_t)count, sizeof(dt_conn *));
 	n->sched = s;
@@ -765,6 +802,7 @@ dt__sched_free(dt_node *n)
 	free(n->sched->restarts);
 	free(n->sched->held);
 	free(n->sched->token);
+	free(n->sched->in_round);
 	free(n->sched);
 	n->sched = NULL;
 }

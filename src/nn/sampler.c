@@ -33,6 +33,7 @@ struct dt_sampler {
 	uint64_t seed;
 	int shuffle;
 	size_t *perm;
+	size_t start; /* dt_sampler_reshard: where batch 0 begins */
 };
 
 dt_err
@@ -94,6 +95,8 @@ dt_sampler_set_epoch(dt_sampler *s, uint64_t epoch)
 	uint64_t rng =
 	    nn_mix(nn_mix(s->seed, 0x73706c6974ull /* "split" */), epoch);
 
+	s->start = 0;
+	s->nbatches = s->n / s->batch / (size_t)s->num_parts;
 	for (size_t i = 0; i < s->n; i++)
 		s->perm[i] = i;
 	if (!s->shuffle)
@@ -116,7 +119,35 @@ dt_sampler_batch(const dt_sampler *s, size_t b, const size_t **idx)
 		                "sampler: batch %zu of an epoch of "
 		                "%zu batches (n %zu, batch %zu, %d parts)",
 		                b, s->nbatches, s->n, s->batch, s->num_parts);
-	*idx =
-	    s->perm + (b * (size_t)s->num_parts + (size_t)s->part) * s->batch;
+	*idx = s->perm + s->start +
+	       (b * (size_t)s->num_parts + (size_t)s->part) * s->batch;
 	return DT_OK;
+}
+
+/*
+ * Elastic training keeps the epoch's permutation, which depends on
+ * (seed, epoch) only, and moves where the deal begins: the samples before
+ * start were consumed by the old parts, the rest go to the new ones in
+ * the same global-batch pattern.
+ */
+dt_err
+dt_sampler_reshard(dt_sampler *s, int num_parts, int part_index, size_t start)
+{
+	if (s == NULL || num_parts <= 0 || part_index < 0 ||
+	    part_index >= num_parts || start > s->n)
+		return dt__fail(DT_EINVAL,
+		                "sampler_reshard: part %d of %d from position "
+		                "%zu of %zu samples",
+		                part_index, num_parts, start, s ? s->n : 0);
+	s->num_parts = num_parts;
+	s->part = part_index;
+	s->start = start;
+	s->nbatches = (s->n - start) / s->batch / (size_t)num_parts;
+	return DT_OK;
+}
+
+size_t
+dt_sampler_position(const dt_sampler *s, size_t b)
+{
+	return s->start + (b + 1) * s->batch * (size_t)s->num_parts;
 }

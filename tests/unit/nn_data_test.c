@@ -476,6 +476,60 @@ test_sampler_parts_make_global_batch(void **state)
 	free(seen);
 }
 
+/* Elastic training: 4 parts deal the first 10 global batches, then 3
+ * parts deal the rest of the epoch from that position: no sample twice,
+ * none left out but the tail under one global batch of 3; the parts stay
+ * slices of the permutation. */
+static void
+test_sampler_reshard(void **state)
+{
+	const size_t n = 1000, B = 8;
+	dt_sampler *s[4];
+	char *seen = calloc(n, 1);
+	size_t pos = 0, never = 0;
+
+	(void)state;
+	for (int r = 0; r < 4; r++)
+		assert_int_equal(dt_sampler_create(n, B, 4, r, 5, 1, &s[r]),
+		                 DT_OK);
+	for (size_t b = 0; b < 10; b++)
+		for (int r = 0; r < 4; r++) {
+			const size_t *p;
+
+			assert_int_equal(dt_sampler_batch(s[r], b, &p), DT_OK);
+			for (size_t i = 0; i < B; i++)
+				seen[p[i]]++;
+		}
+	pos = dt_sampler_position(s[0], 9);
+	assert_int_equal(pos, 10 * 4 * B);
+	for (int r = 0; r < 3; r++) {
+		assert_int_equal(dt_sampler_reshard(s[r], 3, r, pos), DT_OK);
+		assert_int_equal(dt_sampler_num_batches(s[r]),
+		                 (n - pos) / (3 * B));
+	}
+	for (size_t b = 0; b < dt_sampler_num_batches(s[0]); b++)
+		for (int r = 0; r < 3; r++) {
+			const size_t *p;
+
+			assert_int_equal(dt_sampler_batch(s[r], b, &p), DT_OK);
+			for (size_t i = 0; i < B; i++)
+				seen[p[i]]++;
+		}
+	for (size_t i = 0; i < n; i++) {
+		assert_true(seen[i] <= 1);
+		never += seen[i] == 0;
+	}
+	assert_true(never < 3 * B);
+	assert_int_equal(dt_sampler_reshard(s[0], 3, 3, 0), DT_EINVAL);
+	assert_int_equal(dt_sampler_reshard(s[0], 3, 0, n + 1), DT_EINVAL);
+	/* The next epoch starts at 0 with the parts given last. */
+	assert_int_equal(dt_sampler_set_epoch(s[1], 1), DT_OK);
+	assert_int_equal(dt_sampler_num_batches(s[1]), n / (3 * B));
+	for (int r = 0; r < 4; r++)
+		dt_sampler_destroy(s[r]);
+	free(seen);
+}
+
 static void
 test_sampler_epochs(void **state)
 {
@@ -647,6 +701,7 @@ main(void)
 	    cmocka_unit_test(test_sampler_equal_counts),
 	    cmocka_unit_test(test_sampler_parts_make_global_batch),
 	    cmocka_unit_test(test_sampler_epochs),
+	    cmocka_unit_test(test_sampler_reshard),
 	    cmocka_unit_test(test_metrics),
 	    cmocka_unit_test(test_speedometer),
 	};

@@ -54,6 +54,25 @@ dry_run(struct proc *p, size_t n)
 	return 0;
 }
 
+/* The fewest workers an elastic job goes on with: --min-workers, or
+ * DTRAIN_ELASTIC_MIN (default 1) when DTRAIN_ELASTIC=1 is set by hand;
+ * 0 when the job is not elastic. */
+static long
+elastic_min(const struct opts *o)
+{
+	const char *on = dt__env_str("DTRAIN_ELASTIC");
+	long min = 1;
+
+	if (o->min_workers)
+		return o->min_workers;
+	/* (with servers every node refuses DTRAIN_ELASTIC=1 at start) */
+	if (on == NULL || strcmp(on, "1") != 0 || o->servers > 0)
+		return 0;
+	if (dt__env_long("DTRAIN_ELASTIC_MIN", 1, 1, 1L << 20, &min))
+		return 1;
+	return min;
+}
+
 static int
 run_job(const struct opts *o, const struct hosts *h, struct ctx *c)
 {
@@ -138,6 +157,7 @@ run_job(const struct opts *o, const struct hosts *h, struct ctx *c)
 	raise_nofile(&r,
 	             n + (size_t)(o->workers + o->servers + 2 * o->restart));
 	r.restart_max = o->restart;
+	r.elastic_min = elastic_min(o);
 	r.spare = (size_t)(2 * o->restart);
 	rc = run_procs(&r, p, n);
 	n = r.n; /* (with the restarted ones) */

@@ -93,6 +93,8 @@ struct opts {
 	long timeout_s;           /* 0 = none */
 	long grace_s; /* servers and scheduler finish after the workers */
 	long restart; /* --restart: new processes per role for lost ones */
+	/* --min-workers / --max-workers: an elastic job (0: not set) */
+	long min_workers, max_workers;
 	int verbose, dry_run, no_scheduler, help;
 	char **cmd; /* the worker command, NULL-terminated */
 	int ncmd;
@@ -323,6 +325,10 @@ struct run {
 	 * got (servers, workers), and free slots after p[n] for them. */
 	long restart_max;
 	long restarts[2];
+	/* An elastic job (DTRAIN_ELASTIC=1): a worker's death does not end
+	 * it while at least elastic_min workers run (0: not elastic). */
+	long elastic_min;
+	long elastic_lost; /* workers it went on without */
 	size_t spare;
 	int rc;
 	char reason[256];

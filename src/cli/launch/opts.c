@@ -11,6 +11,8 @@
 #include "cli/launch/launch.h"
 #include "common/file.h"
 
+static dt_err elastic_opts(struct opts *o);
+
 /* A host file's limits (docs/launcher.md): bytes of a line, its comment
  * included, and of a host's name, user@ included (DNS allows 255). */
 #define MAX_HOST_LINE 1024
@@ -54,6 +56,11 @@ usage(FILE *f)
 	    "      --checkpoint-every N every N rounds (default 100; 0: only "
 	    "when\n"
 	    "                           a worker calls dt_kv_checkpoint)\n"
+	    "      --min-workers A      an elastic job: a worker that dies "
+	    "leaves it,\n"
+	    "                           which goes on while A remain "
+	    "(-s 0 only)\n"
+	    "      --max-workers B      its largest size (default -n)\n"
 	    "      --restart N          start a new process in the place of "
 	    "a\n"
 	    "                           server or worker that dies, up to N "
@@ -282,6 +289,18 @@ parse_opts(int argc, char **argv, struct opts *o)
 		                          &err)) != 0) {
 			if (m < 0 || (err = add_env_opt(o, name, val)))
 				return err;
+		} else if ((m = opt_value(argc, argv, &i, NULL, "--min-workers",
+		                          &val, &err)) != 0) {
+			if (m < 0 ||
+			    (err = dt__parse_long(name, val, 1, 1L << 20,
+			                          &o->min_workers)))
+				return err;
+		} else if ((m = opt_value(argc, argv, &i, NULL, "--max-workers",
+		                          &val, &err)) != 0) {
+			if (m < 0 ||
+			    (err = dt__parse_long(name, val, 1, 1L << 20,
+			                          &o->max_workers)))
+				return err;
 		} else if ((m = opt_value(argc, argv, &i, NULL, "--restart",
 		                          &val, &err)) != 0) {
 			if (m < 0 || (err = dt__parse_long(name, val, 0, 100,
@@ -393,6 +412,44 @@ parse_opts(int argc, char **argv, struct opts *o)
 	if (o->sync_exclude.n && !o->sync_dir)
 		return dt__fail(DT_EINVAL,
 		                "--sync-exclude needs --sync-dst-dir");
+	return elastic_opts(o);
+}
+
+/* --min-workers A / --max-workers B: an elastic job, told to every
+ * process through the environment (docs/elastic.md). */
+static dt_err
+elastic_opts(struct opts *o)
+{
+	dt_err err;
+
+	if (!o->min_workers && !o->max_workers)
+		return DT_OK;
+	if (o->restart)
+		return dt__fail(DT_EINVAL,
+		                "--min-workers/--max-workers and --restart "
+		                "exclude each other: a lost worker either "
+		                "leaves an elastic job or is replaced");
+	if (o->servers > 0)
+		return dt__fail(DT_EINVAL,
+		                "--min-workers/--max-workers: elastic training "
+		                "works without servers (-s 0); with parameter "
+		                "servers it is not supported yet");
+	if (!o->min_workers)
+		o->min_workers = 1;
+	if (!o->max_workers)
+		o->max_workers = o->workers;
+	if (o->min_workers > o->workers || o->max_workers < o->workers)
+		return dt__fail(DT_EINVAL,
+		                "-n %ld is outside --min-workers %ld .. "
+		                "--max-workers %ld",
+		                (long)o->workers, o->min_workers,
+		                o->max_workers);
+	if ((err = strv_dup(&o->env, "DTRAIN_ELASTIC=1")) ||
+	    (err = strv_addf(&o->env, "DTRAIN_ELASTIC_MIN=%ld",
+	                     o->min_workers)) ||
+	    (err =
+	         strv_addf(&o->env, "DTRAIN_ELASTIC_MAX=%ld", o->max_workers)))
+		return err;
 	return DT_OK;
 }
 

@@ -251,6 +251,25 @@ restart_procs(struct run *r)
 	}
 }
 
+/* An elastic job: whether a worker's death leaves at least the minimum
+ * of workers in the job (the scheduler gives them a membership without
+ * it; below the minimum it ends the job, and so does this launcher).
+ * Those that finished already count: the job ended well for them. */
+static int
+elastic_goes_on(struct run *r, const struct proc *p)
+{
+	long workers = 0;
+
+	if (r->elastic_min <= 0 || strncmp(p->label, "worker ", 7) != 0)
+		return 0;
+	for (size_t i = 0; i < r->n; i++)
+		workers += strncmp(r->p[i].label, "worker ", 7) == 0;
+	if (workers - r->elastic_lost - 1 < r->elastic_min)
+		return 0;
+	r->elastic_lost++;
+	return 1;
+}
+
 static void
 note_exit(struct run *r, struct proc *p)
 {
@@ -275,6 +294,17 @@ note_exit(struct run *r, struct proc *p)
 		    r->restart_max);
 		return;
 	}
+	if ((p->code != CLD_EXITED || p->status != 0) &&
+	    elastic_goes_on(r, p)) {
+		say("%s (pid %d) %s; the elastic job goes on without it",
+		    p->label, (int)p->pid, how);
+		return;
+	}
+	if ((p->code != CLD_EXITED || p->status != 0) && r->elastic_min > 0 &&
+	    strncmp(p->label, "worker ", 7) == 0)
+		say("%s (pid %d) %s: fewer workers remain than the elastic "
+		    "job's minimum of %ld",
+		    p->label, (int)p->pid, how, r->elastic_min);
 	if (p->code != CLD_EXITED || p->status != 0) {
 		p->failed = 1;
 		if (r->verbose)

@@ -1,0 +1,409 @@
+/*
+ * elastic.c - elastic training in the collectives mode: a linear model
+ * learnt by SGD with momentum over an allreduce, that goes on when a
+ * worker is taken away (dtrain/elastic.h, docs/elastic.md).
+ *
+ *   dtrain launch -n 3 -s 0 --min-workers 2 -- build/examples/elastic \
+ *       --steps 400 --save w.bin
+ *
+ * The data are N synthetic samples (x in [-1, 1)^D from a seeded generator,
+ * y = <w*, x> + b*). Each epoch's order is the sampler's permutation of
+ * (seed, epoch); at every step the workers of the membership take the next
+ * global batch of batch x workers samples of it, worker r the slice r.
+ * What makes up the training state - the weights, the momentum, the
+ * position in the data (epoch, samples consumed) and, with
+ * --count-samples, how often each sample was trained on this epoch - is
+ * registered with dt_elastic and committed every --commit-every steps.
+ * When a worker is lost, every survivor's allreduce fails with
+ * DT_EMEMBERSHIP; each restores the last commit of the new rank 0 and
+ * deals the rest of the epoch to the workers that remain.
+ *
+ * Test knobs: --die-at STEP --die-rank R makes launch rank R kill itself
+ * (SIGKILL) before that step (up to 4 such pairs); --count-samples gathers the
+ * indices every worker trained on at each step and checks at each epoch's end
+ * that no sample was trained on twice and that only the tail under one global
+ * batch was left out (rank 0 prints "samples: epoch E: ...").
+ */
+#include <getopt.h>
+#include <signal.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "dtrain/coll.h"
+#include "dtrain/elastic.h"
+#include "dtrain/nn.h"
+
+#define D       16
+#define MAX_N   (1 << 16)
+#define NPARAMS (D + 1)
+
+typedef struct opts {
+	long n, batch, steps, epochs, commit_every, seed;
+	long die_at[4], die_rank[4]; /* --die-at/--die-rank pairs */
+	int ndie, nrank;
+	double lr, momentum;
+	const char *save;
+	int count;
+} opts;
+
+/* What dt_elastic keeps: all of it is the same on every rank. */
+typedef struct position {
+	uint64_t epoch;
+	uint64_t consumed;  /* samples of this epoch's permutation */
+	uint64_t max_batch; /* the largest global batch this epoch */
+} position;
+
+static uint64_t
+splitmix64(uint64_t *s)
+{
+	uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
+	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+	z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+	return z ^ (z >> 31);
+}
+
+static float
+unit(uint64_t *s)
+{
+	return (float)((double)(splitmix64(s) >> 40) / (double)(1 << 23)) -
+	       1.0f;
+}
+
+static void
+make_data(long n, uint64_t seed, float *x, float *y)
+{
+	uint64_t s = seed;
+	float w[D];
+
+	for (int j = 0; j < D; j++)
+		w[j] = unit(&s) * 3.0f;
+	for (long i = 0; i < n; i++) {
+		float acc = 0.5f;
+
+		for (int j = 0; j < D; j++) {
+			x[i * D + j] = unit(&s);
+			acc += w[j] * x[i * D + j];
+		}
+		y[i] = acc;
+	}
+}
+
+static int
+parse(int argc, char **argv, opts *o)
+{
+	static const struct option lo[] = {
+	    {"samples", required_argument, 0, 'n'},
+	    {"batch-size", required_argument, 0, 'b'},
+	    {"steps", required_argument, 0, 's'},
+	    {"epochs", required_argument, 0, 'e'},
+	    {"commit-every", required_argument, 0, 'k'},
+	    {"seed", required_argument, 0, 'S'},
+	    {"lr", required_argument, 0, 'l'},
+	    {"momentum", required_argument, 0, 'm'},
+	    {"save", required_argument, 0, 'o'},
+	    {"count-samples", no_argument, 0, 'c'},
+	    {"die-at", required_argument, 0, 'd'},
+	    {"die-rank", required_argument, 0, 'r'},
+	    {"help", no_argument, 0, 'h'},
+	    {0, 0, 0, 0},
+	};
+	int ch;
+
+	*o = (opts){.n = 4096,
+	            .batch = 8,
+	            .steps = 400,
+	            .epochs = 1000,
+	            .commit_every = 10,
+	            .seed = 7,
+	            .lr = 0.05,
+	            .momentum = 0.9};
+	while ((ch = getopt_long(argc, argv, "", lo, NULL)) != -1) {
+		switch (ch) {
+		case 'n':
+			o->n = atol(optarg);
+			break;
+		case 'b':
+			o->batch = atol(optarg);
+			break;
+		case 's':
+			o->steps = atol(optarg);
+			break;
+		case 'e':
+			o->epochs = atol(optarg);
+			break;
+		case 'k':
+			o->commit_every = atol(optarg);
+			break;
+		case 'S':
+			o->seed = atol(optarg);
+			break;
+		case 'l':
+			o->lr = atof(optarg);
+			break;
+		case 'm':
+			o->momentum = atof(optarg);
+			break;
+		case 'o':
+			o->save = optarg;
+			break;
+		case 'c':
+			o->count = 1;
+			break;
+		case 'd':
+			if (o->ndie < 4)
+				o->die_at[o->ndie++] = atol(optarg);
+			break;
+		case 'r':
+			if (o->nrank < 4)
+				o->die_rank[o->nrank++] = atol(optarg);
+			break;
+		default:
+			fputs("usage: elastic [--samples N] [--batch-size B] "
+			      "[--steps S] [--epochs E]\n"
+			      "               [--commit-every K] [--seed N] "
+			      "[--lr X] [--momentum X]\n"
+			      "               [--save FILE] [--count-samples] "
+			      "[--die-at STEP --die-rank R]...\n",
+			      ch == 'h' ? stdout : stderr);
+			return ch == 'h' ? 1 : 2;
+		}
+	}
+	if (o->n < 1 || o->n > MAX_N || o->batch < 1 || o->steps < 0 ||
+	    o->commit_every < 1 || o->ndie != o->nrank) {
+		fprintf(stderr,
+		        "elastic: need 1 <= samples <= %d, batch >= 1, "
+		        "commit-every >= 1\n",
+		        MAX_N);
+		return 2;
+	}
+	return 0;
+}
+
+/* The end of an epoch (--count-samples): every sample at most once, and
+ * only the tail under one global batch never. */
+static int
+check_epoch(const opts *o, const position *pos, const uint8_t *seen)
+{
+	long once = 0, never = 0, more = 0;
+
+	for (long i = 0; i < o->n; i++) {
+		once += seen[i] == 1;
+		never += seen[i] == 0;
+		more += seen[i] > 1;
+	}
+	printf("samples: epoch %llu: %ld once, %ld never, %ld more than "
+	       "once\n",
+	       (unsigned long long)pos->epoch, once, never, more);
+	if (more || (uint64_t)never >= pos->max_batch) {
+		fprintf(stderr, "elastic: epoch %llu dealt its samples wrong\n",
+		        (unsigned long long)pos->epoch);
+		return -1;
+	}
+	return 0;
+}
+
+/* One step: the local gradient of my slice, summed over the ranks. */
+static dt_err
+step_grads(dt_coll *c, const opts *o, const float *x, const float *y,
+           const size_t *idx, const float *w, float *g)
+{
+	memset(g, 0, sizeof(float) * NPARAMS);
+	for (long k = 0; k < o->batch; k++) {
+		const float *xi = x + idx[k] * D;
+		float err = w[D] - y[idx[k]];
+
+		for (int j = 0; j < D; j++)
+			err += w[j] * xi[j];
+		for (int j = 0; j < D; j++)
+			g[j] += err * xi[j];
+		g[D] += err;
+	}
+	return dt_coll_allreduce(c, g, g, NPARAMS, DT_FLOAT32, DT_COLL_SUM);
+}
+
+/* --count-samples: every rank's indices of this step, counted. */
+static dt_err
+count_step(dt_coll *c, const opts *o, const size_t *idx, int32_t *all,
+           uint8_t *seen)
+{
+	int32_t mine[256];
+	int n = dt_coll_size(c);
+	dt_err err;
+
+	for (long k = 0; k < o->batch; k++)
+		mine[k] = (int32_t)idx[k];
+	if ((err = dt_coll_allgather(c, mine, all, (size_t)o->batch, DT_INT32)))
+		return err;
+	for (long k = 0; k < o->batch * n; k++)
+		if (seen[all[k]] < 255)
+			seen[all[k]]++;
+	return DT_OK;
+}
+
+static int
+train(dt_coll *c, dt_elastic *e, const opts *o, const float *x, const float *y,
+      float *w, float *mom, position *pos, uint8_t *seen)
+{
+	dt_sampler *s = NULL;
+	int32_t *all = calloc((size_t)o->batch * 1024, sizeof(int32_t));
+	uint64_t step = 0;
+	float g[NPARAMS];
+	dt_err err = DT_OK;
+	int rc = 1, launch_rank = dt_coll_rank(c);
+
+	if (all == NULL ||
+	    dt_sampler_create((size_t)o->n, (size_t)o->batch, 1, 0,
+	                      (uint64_t)o->seed, 1, &s) != DT_OK)
+		goto out;
+	while (step < (uint64_t)o->steps && pos->epoch < (uint64_t)o->epochs) {
+		const size_t *idx;
+		int n;
+
+		if (step % (uint64_t)o->commit_every == 0) {
+			err = dt_elastic_commit(e, step);
+			if (dt_elastic_left(e)) {
+				printf("elastic: rank %d left at step %llu\n",
+				       dt_coll_rank(c),
+				       (unsigned long long)step);
+				rc = 0;
+				goto out;
+			}
+			if (err == DT_EMEMBERSHIP)
+				goto restore;
+			if (err)
+				goto out;
+		}
+		for (int i = 0; i < o->ndie; i++)
+			if ((long)step == o->die_at[i] &&
+			    o->die_rank[i] == launch_rank)
+				raise(SIGKILL);
+		n = dt_coll_size(c); /* (after a change the commit took) */
+		/* The deal of this step: the permutation of the epoch, from
+		 * what the job has consumed of it, over the ranks now. */
+		if (dt_sampler_set_epoch(s, pos->epoch) != DT_OK ||
+		    dt_sampler_reshard(s, n, dt_coll_rank(c),
+		                       (size_t)pos->consumed) != DT_OK)
+			goto out;
+		if (dt_sampler_num_batches(s) == 0) {
+			if (o->count && dt_coll_rank(c) == 0 &&
+			    check_epoch(o, pos, seen))
+				goto out;
+			pos->epoch++;
+			pos->consumed = 0;
+			pos->max_batch = 0;
+			memset(seen, 0, (size_t)o->n);
+			continue;
+		}
+		if (dt_sampler_batch(s, 0, &idx) != DT_OK)
+			goto out;
+		err = step_grads(c, o, x, y, idx, w, g);
+		if (err == DT_OK && o->count)
+			err = count_step(c, o, idx, all, seen);
+		if (err == DT_EMEMBERSHIP)
+			goto restore;
+		if (err)
+			goto out;
+		for (int j = 0; j < NPARAMS; j++) {
+			mom[j] = (float)o->momentum * mom[j] +
+			         g[j] / (float)(o->batch * n);
+			w[j] -= (float)o->lr * mom[j];
+		}
+		pos->consumed += (uint64_t)(o->batch * n);
+		if ((uint64_t)(o->batch * n) > pos->max_batch)
+			pos->max_batch = (uint64_t)(o->batch * n);
+		step++;
+		continue;
+	restore:
+		fprintf(stderr, "elastic: rank %d: %s\n", dt_coll_rank(c),
+		        dt_errmsg());
+		if ((err = dt_elastic_restore(e, &step)))
+			goto out;
+		printf("elastic: rank %d of %d from step %llu\n",
+		       dt_coll_rank(c), dt_coll_size(c),
+		       (unsigned long long)step);
+	}
+	rc = 0;
+out:
+	if (rc)
+		fprintf(stderr, "elastic: %s\n", dt_errmsg());
+	dt_sampler_destroy(s);
+	free(all);
+	return rc;
+}
+
+int
+main(int argc, char **argv)
+{
+	opts o;
+	dt_coll *c = NULL;
+	dt_elastic *e = NULL;
+	float *x = NULL, *y = NULL, w[NPARAMS] = {0}, mom[NPARAMS] = {0};
+	position pos = {0};
+	uint8_t *seen = NULL;
+	int rc;
+
+	if ((rc = parse(argc, argv, &o)))
+		return rc == 1 ? 0 : rc;
+	if (o.batch > 256) {
+		fprintf(stderr, "elastic: --batch-size is at most 256\n");
+		return 2;
+	}
+	rc = 1;
+	if (dt_coll_init(&c) != DT_OK)
+		goto fail;
+	x = malloc(sizeof(float) * (size_t)o.n * D);
+	y = malloc(sizeof(float) * (size_t)o.n);
+	seen = calloc((size_t)o.n, 1);
+	if (!x || !y || !seen)
+		goto out;
+	make_data(o.n, (uint64_t)o.seed, x, y);
+	if (dt_elastic_create(c, &e) != DT_OK ||
+	    dt_elastic_register(e, "weights", w, sizeof(w)) != DT_OK ||
+	    dt_elastic_register(e, "momentum", mom, sizeof(mom)) != DT_OK ||
+	    dt_elastic_register(e, "position", &pos, sizeof(pos)) != DT_OK ||
+	    (o.count &&
+	     dt_elastic_register(e, "seen", seen, (size_t)o.n) != DT_OK))
+		goto fail;
+	if (dt_coll_rank(c) == 0)
+		printf("elastic: %d workers, %ld samples, batch %ld per "
+		       "worker, %ld steps\n",
+		       dt_coll_size(c), o.n, o.batch, o.steps);
+	if (train(c, e, &o, x, y, w, mom, &pos, seen))
+		goto out;
+	if (!dt_elastic_left(e) && dt_coll_rank(c) == 0) {
+		dt_elastic_change ch;
+
+		dt_elastic_last_change(e, &ch);
+		printf("elastic: done with %d workers at epoch %llu; w[0] "
+		       "%.6f b %.6f; membership %llu\n",
+		       dt_coll_size(c), (unsigned long long)pos.epoch,
+		       (double)w[0], (double)w[D],
+		       (unsigned long long)ch.epoch);
+		if (o.save) {
+			FILE *f = fopen(o.save, "wb");
+
+			if (f == NULL || fwrite(w, sizeof(w), 1, f) != 1 ||
+			    fclose(f)) {
+				perror(o.save);
+				goto out;
+			}
+		}
+	}
+	rc = 0;
+	goto out;
+fail:
+	fprintf(stderr, "elastic: %s\n", dt_errmsg());
+out:
+	dt_elastic_destroy(e);
+	if (c && dt_coll_finalize(c) != DT_OK && rc == 0) {
+		fprintf(stderr, "elastic: %s\n", dt_errmsg());
+		rc = 1;
+	}
+	free(x);
+	free(y);
+	free(seen);
+	fflush(stdout);
+	return rc;
+}

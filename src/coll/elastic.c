@@ -1,0 +1,392 @@
+/*
+ * elastic.c - the user's loop of elastic training (dtrain/elastic.h):
+ * registered state, commits, taking a membership change (re-forming the
+ * communicator and syncing the state from the new rank 0), and the
+ * schedule of changes that replays a run (DTRAIN_ELASTIC_SCHEDULE).
+ *
+ * The snapshot is one buffer: the commit's step (8 bytes) and then each
+ * registered range, each padded to 4 bytes, so the sync is one broadcast
+ * of int32 words - an exact copy whatever the ranges hold.
+ *
+ * Why the new rank 0's commit wins: ranks do not commit at the same
+ * instant. When a rank is lost between commits, a survivor may have
+ * finished the last step before a commit (all the lost rank's data had
+ * reached it) while another failed in it; the first has committed one
+ * more time. Taking the new rank 0's commit on every rank makes them
+ * agree on one step, and that step is the one logged with the change, so
+ * a scheduled replay removes the worker at the same commit.
+ *
+ * Threads: the caller's only (as the communicator's calls).
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "coll/state.h"
+#include "dtrain/elastic.h"
+
+#define MAX_RANGES    64
+#define MAX_SCHEDULE  64
+#define SCHEDULE_TEXT 4096
+
+typedef struct range {
+	char name[32];
+	void *p;
+	size_t bytes;
+} range;
+
+typedef struct sched_item {
+	uint64_t step;
+	int worker; /* launch rank leaving */
+} sched_item;
+
+struct dt_elastic {
+	dt_coll *c;
+	range r[MAX_RANGES];
+	int nr;
+	uint8_t *snap; /* the last commit: step, then the ranges */
+	size_t snap_len;
+	int committed;
+	int left;
+	uint64_t timeout_ns;
+	sched_item sched[MAX_SCHEDULE];
+	int nsched;
+	dt_elastic_change last;
+};
+
+static size_t
+pad4(size_t n)
+{
+	return (n + 3) & ~(size_t)3;
+}
+
+/* "step 40: -worker 1; step 90: -worker 2" into e->sched. */
+static dt_err
+parse_schedule(dt_elastic *e, const char *text)
+{
+	char buf[SCHEDULE_TEXT], *save = NULL;
+
+	if (strlen(text) >= sizeof(buf))
+		return dt__fail(DT_ECONFIG,
+		                "DTRAIN_ELASTIC_SCHEDULE is longer than %zu "
+		                "bytes",
+		                sizeof(buf) - 1);
+	snprintf(buf, sizeof(buf), "%s", text);
+	for (char *item = strtok_r(buf, ";", &save); item;
+	     item = strtok_r(NULL, ";", &save)) {
+		unsigned long long step;
+		int worker, used = 0;
+
+		while (*item == ' ')
+			item++;
+		if (*item == '\0')
+			continue;
+		if (e->nsched == MAX_SCHEDULE)
+			return dt__fail(DT_ECONFIG,
+			                "DTRAIN_ELASTIC_SCHEDULE: more than %d "
+			                "changes",
+			                MAX_SCHEDULE);
+		if (strchr(item, '+'))
+			return dt__fail(
+			    DT_ENOTSUP,
+			    "DTRAIN_ELASTIC_SCHEDULE: \"%s\": adding "
+			    "workers to a running job is not "
+			    "supported yet",
+			    item);
+		if (sscanf(item, "step %llu: -worker %d %n", &step, &worker,
+		           &used) != 2 ||
+		    item[used] != '\0' || worker < 0 ||
+		    worker >= e->c->nworkers)
+			return dt__fail(
+			    DT_ECONFIG,
+			    "DTRAIN_ELASTIC_SCHEDULE: \"%s\" is not "
+			    "\"step S: -worker R\" with R a worker's "
+			    "launch rank (0..%d)",
+			    item, e->c->nworkers - 1);
+		e->sched[e->nsched++] = (sched_item){step, worker};
+	}
+	return DT_OK;
+}
+
+dt_err
+dt_elastic_create(dt_coll *c, dt_elastic **out)
+{
+	dt_elastic *e;
+	const char *text;
+	long secs;
+	dt_err err;
+
+	if (c == NULL || out == NULL)
+		return dt__fail(DT_EINVAL, "elastic_create: no communicator");
+	*out = NULL;
+	if ((err = dt__env_long("DT_ELASTIC_TIMEOUT", 60, 1, 86400, &secs)))
+		return err;
+	e = calloc(1, sizeof(*e));
+	if (e == NULL)
+		return dt__fail(DT_ENOMEM, "elastic state");
+	e->c = c;
+	e->timeout_ns = (uint64_t)secs * 1000000000ull;
+	e->last.removed = -1;
+	if ((text = dt__env_str("DTRAIN_ELASTIC_SCHEDULE")) != NULL) {
+		if (!c->elastic) {
+			free(e);
+			return dt__fail(DT_ECONFIG,
+			                "DTRAIN_ELASTIC_SCHEDULE needs an "
+			                "elastic job (DTRAIN_ELASTIC=1)");
+		}
+		if ((err = parse_schedule(e, text))) {
+			free(e);
+			return err;
+		}
+	}
+	*out = e;
+	return DT_OK;
+}
+
+void
+dt_elastic_destroy(dt_elastic *e)
+{
+	if (e == NULL)
+		return;
+	free(e->snap);
+	free(e);
+}
+
+dt_err
+dt_elastic_register(dt_elastic *e, const char *name, void *p, size_t bytes)
+{
+	if (e == NULL || (p == NULL && bytes))
+		return dt__fail(DT_EINVAL, "elastic_register(%s): no buffer",
+		                name ? name : "?");
+	if (e->committed)
+		return dt__fail(DT_ESTATE,
+		                "elastic_register(%s): after the first commit",
+		                name ? name : "?");
+	if (e->nr == MAX_RANGES)
+		return dt__fail(DT_ETOOBIG,
+		                "elastic_register(%s): more than %d ranges",
+		                name ? name : "?", MAX_RANGES);
+	snprintf(e->r[e->nr].name, sizeof(e->r[0].name), "%s",
+	         name ? name : "");
+	e->r[e->nr].p = p;
+	e->r[e->nr].bytes = bytes;
+	e->nr++;
+	e->snap_len += pad4(bytes);
+	return DT_OK;
+}
+
+static void
+snap_take(dt_elastic *e, uint64_t step)
+{
+	size_t off = 8;
+
+	memcpy(e->snap, &step, 8);
+	for (int i = 0; i < e->nr; i++) {
+		memcpy(e->snap + off, e->r[i].p, e->r[i].bytes);
+		off += pad4(e->r[i].bytes);
+	}
+}
+
+static uint64_t
+snap_put_back(dt_elastic *e)
+{
+	size_t off = 8;
+	uint64_t step;
+
+	memcpy(&step, e->snap, 8);
+	for (int i = 0; i < e->nr; i++) {
+		memcpy(e->r[i].p, e->snap + off, e->r[i].bytes);
+		off += pad4(e->r[i].bytes);
+	}
+	return step;
+}
+
+/* Launch ranks of the workers in ids[0..n) missing from now[0..m). */
+static int
+removed_worker(const dt_coll *c, const int *old, int n, const int *now, int m)
+{
+	for (int i = 0; i < n; i++) {
+		int found = 0;
+
+		for (int k = 0; k < m; k++)
+			found |= old[i] == now[k];
+		if (!found)
+			return old[i] - c->base_id;
+	}
+	return -1;
+}
+
+/* Record the change just taken, and log the line that replays it. */
+static void
+note_change(dt_elastic *e, const int *old, int old_size, uint64_t step)
+{
+	dt_coll *c = e->c;
+	dt_elastic_change *l = &e->last;
+	size_t len = strlen(l->replay);
+	int gone;
+
+	pthread_mutex_lock(&c->mu);
+	gone = removed_worker(c, old, old_size, c->ids, c->size);
+	l->epoch = c->epoch;
+	l->new_size = c->size;
+	pthread_mutex_unlock(&c->mu);
+	l->old_size = old_size;
+	l->step = step;
+	l->removed = gone;
+	if (gone >= 0 && len + 40 < sizeof(l->replay))
+		snprintf(l->replay + len, sizeof(l->replay) - len,
+		         "%sstep %llu: -worker %d", len ? "; " : "",
+		         (unsigned long long)step, gone);
+	if (c->rank == 0)
+		dt__log(0,
+		        "elastic: membership %llu has %d workers from step "
+		        "%llu (worker %d left); replay with "
+		        "DTRAIN_ELASTIC_SCHEDULE=\"%s\"",
+		        (unsigned long long)l->epoch, l->new_size,
+		        (unsigned long long)step, gone, l->replay);
+}
+
+/*
+ * Take the change: wait for the scheduler's membership, re-form, and
+ * broadcast the new rank 0's commit to every rank. Again if another rank
+ * is lost meanwhile (each time with a deadline).
+ */
+static dt_err
+take_change(dt_elastic *e, uint64_t *step)
+{
+	dt_coll *c = e->c;
+	int *old = malloc(sizeof(int) * (size_t)c->nworkers), old_size;
+	dt_err err;
+
+	if (old == NULL)
+		return dt__fail(DT_ENOMEM, "elastic: membership");
+	pthread_mutex_lock(&c->mu);
+	old_size = c->size;
+	memcpy(old, c->ids, sizeof(int) * (size_t)old_size);
+	pthread_mutex_unlock(&c->mu);
+	for (;;) {
+		int changed;
+		uint64_t epoch;
+
+		pthread_mutex_lock(&c->mu);
+		epoch = c->epoch;
+		pthread_mutex_unlock(&c->mu);
+		if ((err = dt__node_wait_membership(
+		         c->node, epoch, dt__now_ns() + e->timeout_ns))) {
+			err = dt__fail(err, "elastic: %s (DT_ELASTIC_TIMEOUT)",
+			               dt_errmsg());
+			break;
+		}
+		if ((err = dt__coll_reform(c, &changed)))
+			break;
+		err =
+		    dt_coll_broadcast(c, e->snap, e->snap_len / 4, DT_INT32, 0);
+		if (err == DT_EMEMBERSHIP)
+			continue; /* lost another: the next membership */
+		if (err)
+			break;
+		*step = snap_put_back(e);
+		note_change(e, old, old_size, *step);
+		break;
+	}
+	free(old);
+	return err;
+}
+
+/* Whether the schedule removes a worker at step; *me: it is this one. */
+static int
+scheduled(const dt_elastic *e, uint64_t step, int *me)
+{
+	int any = 0;
+	int rank = dt__node_id(e->c->node) - e->c->base_id;
+
+	*me = 0;
+	for (int i = 0; i < e->nsched; i++)
+		if (e->sched[i].step == step) {
+			any = 1;
+			*me |= e->sched[i].worker == rank;
+		}
+	return any;
+}
+
+dt_err
+dt_elastic_commit(dt_elastic *e, uint64_t step)
+{
+	int me = 0, due;
+	uint64_t at;
+
+	if (e == NULL)
+		return dt__fail(DT_EINVAL, "elastic_commit: no state");
+	if (e->left)
+		return dt__fail(DT_ESTATE, "elastic_commit: this worker left "
+		                           "the job");
+	if (e->snap == NULL) {
+		e->snap = malloc(8 + e->snap_len);
+		if (e->snap == NULL)
+			return dt__fail(DT_ENOMEM,
+			                "elastic snapshot of %zu "
+			                "bytes",
+			                e->snap_len);
+		e->snap_len += 8;
+	}
+	snap_take(e, step);
+	e->committed = 1;
+	if (!e->c->elastic)
+		return DT_OK;
+	due = scheduled(e, step, &me);
+	if (me) {
+		/* Leave cleanly: no operation of ours is in flight, and the
+		 * others take the membership without us at this commit. */
+		pthread_mutex_lock(&e->c->mu);
+		e->c->left = 1;
+		pthread_mutex_unlock(&e->c->mu);
+		e->left = 1;
+		DT_LOG(1, "elastic: leaving the job at step %llu (schedule)",
+		       (unsigned long long)step);
+		return dt__node_elastic_leave(e->c->node);
+	}
+	if (due) /* every survivor is at this commit: it is the step */
+		return take_change(e, &at);
+	/* A change nobody scheduled: the ranks may be at different
+	 * commits, and dt_elastic_restore says which one they all go on
+	 * from. */
+	pthread_mutex_lock(&e->c->mu);
+	if (e->c->changing) {
+		char msg[256];
+
+		snprintf(msg, sizeof(msg), "%s", e->c->change_msg);
+		pthread_mutex_unlock(&e->c->mu);
+		return dt__fail(DT_EMEMBERSHIP, "commit at step %llu: %s",
+		                (unsigned long long)step, msg);
+	}
+	pthread_mutex_unlock(&e->c->mu);
+	return DT_OK;
+}
+
+dt_err
+dt_elastic_restore(dt_elastic *e, uint64_t *step)
+{
+	if (e == NULL || step == NULL)
+		return dt__fail(DT_EINVAL, "elastic_restore: no state");
+	if (!e->committed)
+		return dt__fail(DT_ESTATE,
+		                "elastic_restore: nothing committed yet");
+	if (!e->c->elastic)
+		return dt__fail(DT_ESTATE,
+		                "elastic_restore: the job is not elastic "
+		                "(DTRAIN_ELASTIC=1)");
+	return take_change(e, step);
+}
+
+int
+dt_elastic_left(const dt_elastic *e)
+{
+	return e ? e->left : 0;
+}
+
+void
+dt_elastic_last_change(const dt_elastic *e, dt_elastic_change *out)
+{
+	if (e && out)
+		*out = e->last;
+}
