@@ -229,6 +229,7 @@ dt_err h_kv_register(void);
 #define DT_SRV(name)    h_srv_##name
 #include "kv/rserver.c"
 #include "kv/srv_many.c"
+#include "kv/srv_many_ckpt.c"
 #include "kv/srv_dense.c"
 #include "kv/srv_dense_ckpt.c"
 #include "kv/srv_ckpt.c"

@@ -50,6 +50,12 @@
 #define srv_unpark_key       DT_SRV(unpark_key)
 #define srv_on_row_init      DT_SRV(on_row_init)
 #define srv_on_rows          DT_SRV(on_rows)
+#define many_count           DT_SRV(many_count)
+#define many_snap_bytes      DT_SRV(many_snap_bytes)
+#define many_snapshot        DT_SRV(many_snapshot)
+#define many_held            DT_SRV(many_held)
+#define many_load            DT_SRV(many_load)
+#define many_resume          DT_SRV(many_resume)
 #define srv_keep             DT_SRV(keep)
 #define srv_kept_free        DT_SRV(kept_free)
 #define srv_single           DT_SRV(single)
@@ -317,6 +323,16 @@ void srv_unpark_key(kv_server *s, dt_key key);
 
 /* The many-key kind's batched requests (KV_*_MANY; srv_many.c). */
 void srv_on_many(kv_server *s, int worker, const dt_msg *m);
+/* Its checkpoint section and a restarted worker's KV_RESUME
+ * (srv_many_ckpt.c; server.h: srv_kind). */
+uint64_t many_count(kv_server *s);
+size_t many_snap_bytes(kv_server *s);
+void many_snapshot(kv_server *s, dt_wbuf *w);
+void many_held(kv_server *s, dt_key *keys, uint64_t *applied);
+dt_err many_load(kv_server *s, const char *path, dt_rbuf *r,
+                 const dt_ckpt_head *h);
+int many_resume(kv_server *s, int worker, const dt_msg_hdr *h,
+                const uint8_t *meta);
 
 /* The row_sparse kind's messages (rserver.c). */
 void srv_on_row_init(kv_server *s, int worker, const dt_msg *m);
