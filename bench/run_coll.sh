@@ -104,10 +104,16 @@ for n in $RANKS; do
 		sw=$(awk -v b="$b" '$1 == b { print $2 }' "$OUT/s")
 		st=$(awk -v b="$b" '$1 == b { print $3 }' "$OUT/s")
 		awk -v s="$(human "$b")" -v dw="$dw" -v dt="$dt" -v tw="${tw:-0}" \
-			-v tt="${tt:-0}" -v sw="${sw:-0}" -v st="${st:-0}" 'BEGIN {
-			printf "%-8s | %6.2f (%8.1f) | %6.2f (%8.1f) %6.2fx | %6.2f (%8.1f) %6.2fx\n",
-				s, dw, dt, tw, tt, (tw > 0 ? dw / tw : 0),
-				sw, st, (sw > 0 ? dw / sw : 0) }'
+			-v tt="${tt:-0}" -v sw="${sw:-0}" -v st="${st:-0}" '
+		function col(w, t) {
+			# (a column that was not measured: a dash)
+			if (w <= 0)
+				return sprintf("%-18s %7s", "     -", "-")
+			return sprintf("%6.2f (%8.1f) %6.2fx", w, t, dw / w)
+		}
+		BEGIN {
+			printf "%-8s | %6.2f (%8.1f) | %s | %s\n", s, dw, dt,
+				col(tw, tt), col(sw, st) }'
 	done <"$OUT/d"
 done
 echo
