@@ -13,6 +13,11 @@
 #   bench/run_coll.sh [BUILD_DIR]       (default: $DTRAIN_BUILD or build)
 #   OP=allgather RANKS="2" REPEAT=3 bench/run_coll.sh
 #   DTRAIN_ENV="DT_COLL_CMA=0" bench/run_coll.sh   (dtrain over TCP only)
+#   MIN_BYTES=4096 MAX_BYTES=4194304 MPI_TCP=0 bench/run_coll.sh
+#                      (fewer sizes; no OpenMPI over TCP: a shorter run)
+#
+# Each table's heading gives the load average (/proc/loadavg) before and
+# after its runs: on a shared machine the figures mean little without it.
 #
 # The JSON lines of every run are kept in $OUT (default a temporary
 # directory, printed at the end). Exits 0 unless a run fails; without
@@ -23,6 +28,10 @@ OP=${OP:-allreduce}
 RANKS=${RANKS:-"2 4"}
 REPEAT=${REPEAT:-2}
 DTRAIN_ENV=${DTRAIN_ENV:-}
+MIN_BYTES=${MIN_BYTES:-4096}
+MAX_BYTES=${MAX_BYTES:-67108864}
+MPI_TCP=${MPI_TCP:-1}
+sizes=(--min-bytes "$MIN_BYTES" --max-bytes "$MAX_BYTES")
 envs=()
 for kv in $DTRAIN_ENV; do envs+=(--env "$kv"); done
 OUT=${OUT:-$(mktemp -d "${TMPDIR:-/tmp}/dtrain_coll_bench.XXXXXX")}
@@ -40,21 +49,25 @@ mkdir -p "$OUT"
 
 fail=0
 for n in $RANKS; do
+	cut -d' ' -f1-3 /proc/loadavg >"$OUT/load_before_$n"
 	for ((rep = 1; rep <= REPEAT; rep++)); do
 		timeout 900 "$DTRAIN" launch -n "$n" -s 0 --launcher local \
 			${envs[@]+"${envs[@]}"} -- \
-			"$BENCH" --json --op "$OP" 2>"$OUT/err" |
+			"$BENCH" --json --op "$OP" "${sizes[@]}" 2>"$OUT/err" |
 			sed 's/^\[worker 0\] //' | grep '^{' \
 			>>"$OUT/dtrain_$n.json" || { cat "$OUT/err" >&2; fail=1; }
 		[ "$have_mpi" = 1 ] || continue
-		timeout 900 $MPIRUN --mca btl self,tcp \
-			--mca btl_tcp_if_include lo -np "$n" "$MPIBENCH" \
-			--json --op "$OP" --tag mpi-tcp 2>"$OUT/err" |
-			grep '^{' >>"$OUT/mpitcp_$n.json" || { cat "$OUT/err" >&2; fail=1; }
+		[ "$MPI_TCP" = 0 ] ||
+			timeout 900 $MPIRUN --mca btl self,tcp \
+				--mca btl_tcp_if_include lo -np "$n" "$MPIBENCH" \
+				--json --op "$OP" "${sizes[@]}" --tag mpi-tcp \
+				2>"$OUT/err" | grep '^{' >>"$OUT/mpitcp_$n.json" ||
+			{ cat "$OUT/err" >&2; fail=1; }
 		timeout 900 $MPIRUN -np "$n" "$MPIBENCH" --json --op "$OP" \
-			--tag mpi-shm 2>"$OUT/err" |
+			"${sizes[@]}" --tag mpi-shm 2>"$OUT/err" |
 			grep '^{' >>"$OUT/mpishm_$n.json" || { cat "$OUT/err" >&2; fail=1; }
 	done
+	cut -d' ' -f1-3 /proc/loadavg >"$OUT/load_after_$n"
 done
 
 # best FILE: "bytes busbw time_us" per size, the best of the repeats.
@@ -82,6 +95,7 @@ for n in $RANKS; do
 	best "$OUT/mpishm_$n.json" >"$OUT/s"
 	echo
 	echo "$OP, $n ranks: bus bandwidth in GB/s (time in us), best of $REPEAT${DTRAIN_ENV:+, dtrain with $DTRAIN_ENV}"
+	echo "load average $(cat "$OUT/load_before_$n") before, $(cat "$OUT/load_after_$n") after"
 	printf "%-8s | %-18s | %-18s %7s | %-18s %7s\n" size dtrain \
 		"OpenMPI tcp" ratio "OpenMPI shm" ratio
 	while read -r b dw dt; do
@@ -90,10 +104,16 @@ for n in $RANKS; do
 		sw=$(awk -v b="$b" '$1 == b { print $2 }' "$OUT/s")
 		st=$(awk -v b="$b" '$1 == b { print $3 }' "$OUT/s")
 		awk -v s="$(human "$b")" -v dw="$dw" -v dt="$dt" -v tw="${tw:-0}" \
-			-v tt="${tt:-0}" -v sw="${sw:-0}" -v st="${st:-0}" 'BEGIN {
-			printf "%-8s | %6.2f (%8.1f) | %6.2f (%8.1f) %6.2fx | %6.2f (%8.1f) %6.2fx\n",
-				s, dw, dt, tw, tt, (tw > 0 ? dw / tw : 0),
-				sw, st, (sw > 0 ? dw / sw : 0) }'
+			-v tt="${tt:-0}" -v sw="${sw:-0}" -v st="${st:-0}" '
+		function col(w, t) {
+			# (a column that was not measured: a dash)
+			if (w <= 0)
+				return sprintf("%-18s %7s", "     -", "-")
+			return sprintf("%6.2f (%8.1f) %6.2fx", w, t, dw / w)
+		}
+		BEGIN {
+			printf "%-8s | %6.2f (%8.1f) | %s | %s\n", s, dw, dt,
+				col(tw, tt), col(sw, st) }'
 	done <"$OUT/d"
 done
 echo

@@ -10,6 +10,9 @@
  *     reduce its input from mine: 1 hop), by halves (write the peer's
  *     half, reduce mine, write the result into its output: 2 hops), or
  *     out of place read the other's whole input and reduce (2 hops);
+ *   - allreduce of more ranks up to DT_COLL_CMA_PUSH_MANY_MAX: push to
+ *     every peer (write my input into my slot at each, one notice each,
+ *     and add everyone's inputs in rank order: 1 hop);
  *   - allreduce otherwise: rank r reads block r of every peer's input, in
  *     rank order, and reduces it, then writes the finished block into
  *     every peer's output (2 hops, no FIN: see cma_write_blocks);
@@ -374,6 +377,63 @@ run_cma_halves(dt_coll *c, coll_op *op)
 	return cma_write_blocks(c, op, lo, len);
 }
 
+/*
+ * Elements [lo, lo + len) of everyone's input, added in rank order -
+ * ((x0 + x1) + x2) + ... - into my output: rank 0's read straight into
+ * place, each other's through the bounce buffer as its notice comes. In
+ * place, my output is my input, so my part of it is kept aside first
+ * (but by rank 0, whose input is the sum's start anyway).
+ */
+static dt_err
+cma_reduce_range(dt_coll *c, coll_op *op, size_t lo, size_t len)
+{
+	size_t esz = op->esz, piece = c->bounce_cap / esz;
+	uint8_t *out = op->work + lo * esz;
+	const uint8_t *mine = op->src + lo * esz, *acc = NULL;
+	uint64_t addr;
+	dt_err err;
+
+	if (c->rank != 0 && op->work == op->src && len) {
+		uint8_t *keep =
+		    dt__buf_reserve(&c->scratch, &c->scratch_cap, len * esz);
+		if (keep == NULL)
+			return dt__fail(DT_ENOMEM, "%s #%llu: %zu bytes",
+			                dt__coll_kind_name(op->kind),
+			                (unsigned long long)op->num, len * esz);
+		memcpy(keep, mine, len * esz);
+		mine = keep;
+	}
+	for (int p = 0; p < c->size; p++) {
+		if (p == c->rank) {
+			if (acc)
+				dt__coll_reduce(op->dtype, op->redop, out, acc,
+				                mine, len);
+			acc = acc ? out : mine;
+			continue;
+		}
+		if ((err = cma_wait(c, op, DT__CMA_KEY_SRC, p, &addr)))
+			return err;
+		addr += lo * esz;
+		if (acc == NULL) { /* rank 0's: the sum's start */
+			if (len &&
+			    dt__cma_read(c->pids[p], out, addr, len * esz))
+				return cma_fail(op, p, 0);
+			acc = out;
+			continue;
+		}
+		for (size_t o = 0; o < len; o += piece) {
+			size_t k = DT_MIN(piece, len - o);
+			if (dt__cma_read(c->pids[p], c->bounce, addr + o * esz,
+			                 k * esz))
+				return cma_fail(op, p, 0);
+			dt__coll_reduce(op->dtype, op->redop, out + o * esz,
+			                acc + o * esz, c->bounce, k);
+		}
+		acc = out;
+	}
+	return DT_OK;
+}
+
 static dt_err
 run_cma(dt_coll *c, coll_op *op)
 {
@@ -398,40 +458,14 @@ run_cma(dt_coll *c, coll_op *op)
 		return err;
 
 	if (op->cma_rs) {
-		/* Reduce my range of everyone's input, in rank order. */
-		const uint8_t *acc = op->src;
-		size_t piece = c->bounce_cap / esz;
-
 		if (op->cma_whole) {
 			lo = 0;
 			len = op->nelem;
 		} else {
 			cma_block(c, op, c->rank, &lo, &len);
 		}
-		for (int p = 0; p < c->size; p++) {
-			if (p == c->rank)
-				continue;
-			if ((err = cma_wait(c, op, DT__CMA_KEY_SRC, p, &addr)))
-				return err;
-			for (size_t o = lo; o < lo + len; o += piece) {
-				size_t k = DT_MIN(piece, lo + len - o);
-				if (dt__cma_read(c->pids[p], c->bounce,
-				                 addr + o * esz, k * esz))
-					return cma_fail(op, p, 0);
-				/* Lower rank first, as recursive doubling. */
-				if (p < c->rank && acc == op->src)
-					dt__coll_reduce(op->dtype, op->redop,
-					                op->work + o * esz,
-					                c->bounce,
-					                acc + o * esz, k);
-				else
-					dt__coll_reduce(op->dtype, op->redop,
-					                op->work + o * esz,
-					                acc + o * esz,
-					                c->bounce, k);
-			}
-			acc = op->work;
-		}
+		if ((err = cma_reduce_range(c, op, lo, len)))
+			return err;
 		if (op->redop == DT_COLL_AVG)
 			dt__coll_scale(op->dtype, op->work + lo * esz, len,
 			               c->size);

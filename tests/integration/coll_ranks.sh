@@ -86,23 +86,28 @@ check "4 ranks, push: every rank reports 0 failed" \
 grep -F FAIL "$out" | head -5
 # (Over TCP there are no same-host reads or writes: the other paths add
 # in other orders.)
-orders="3 4"
+# (8 ranks too by push.) The same sums by blocks (each rank adds its block
+# of everyone's input, in rank order, and writes it into every peer's
+# output) at 3 and 4 ranks.
+orders="3:1048576 4:1048576 8:1048576 3:0 4:0"
 if [ "${DTRAIN_TRANSPORT:-}" = tcp ]; then
 	orders=
-	echo "DTRAIN_TRANSPORT=tcp: no push, so no rank-order check"
+	echo "DTRAIN_TRANSPORT=tcp: no same-host paths, so no rank-order check"
 fi
-for n in $orders; do
-	out=$TMP/order$n
+for o in $orders; do
+	n=${o%%:*}
+	push=${o#*:}
+	what="$n ranks, $([ "$push" = 0 ] && echo blocks || echo push)"
+	out=$TMP/order$n.$push
 	launch "$n" "$out" --env DT_COLL_CMA_THRESHOLD=0 \
-		--env DT_COLL_CMA_PUSH_MANY_MAX=1048576 -- --order
+		--env DT_COLL_CMA_PUSH_MANY_MAX="$push" -- --order
 	rc=$?
-	check "$n ranks, push, sums in rank order: exits 0 (got $rc)" \
-		test "$rc" = 0
-	check "$n ranks, push, sums in rank order: every rank reports 0 failed" \
+	check "$what, sums in rank order: exits 0 (got $rc)" test "$rc" = 0
+	check "$what, sums in rank order: every rank reports 0 failed" \
 		every_rank "$n" "$out" "checks, 0 failed"
-	check "$n ranks, push: every rank compared the orders" \
+	check "$what: every rank compared the orders" \
 		every_rank "$n" "$out" "told apart from the reverse in"
-	check "$n ranks, push: the orders were told apart" \
+	check "$what: the orders were told apart" \
 		test -z "$(grep -F 'told apart from the reverse in 0 ' "$out")"
 	grep -F FAIL "$out" | head -5
 done

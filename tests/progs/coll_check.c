@@ -29,7 +29,7 @@
  *                          the decoded bodies in rank order
  *   coll_check --order     sums of fractions, whose rounding depends on
  *                          the order of the additions: identical on every
- *                          rank and, by the same-host push, in rank order
+ *                          rank and, by the same-host paths, in rank order
  *   coll_check --node ...  join the job first (dt_node_init_from_env) and
  *                          attach with dt_coll_init_node, as the KVStore's
  *                          horovod type does
@@ -523,12 +523,11 @@ suite(dt_coll *c, int quick)
  * --order: sums whose rounding depends on the order of the additions
  * (fractions, not the exact integers of the suite), float32 and float64,
  * in place and out of place, at odd sizes. Every rank must get the same
- * bits - a hash of each result is gathered and compared - and, with the
- * same-host push path (run with DT_COLL_CMA_THRESHOLD=0 and a large
- * DT_COLL_CMA_PUSH_MANY_MAX), exactly the sum in rank order, ((x0 + x1) +
- * x2) + ..., which is computed here. The sizes where that order rounds
- * differently from adding from the last rank back are counted: the check must
- * be able to tell the orders apart.
+ * bits - a hash of each result is gathered and compared - and, by the
+ * same-host paths (run with DT_COLL_CMA_THRESHOLD=0), exactly the sum in
+ * rank order, ((x0 + x1) + x2) + ..., which is computed here. The sizes where
+ * that order rounds differently from adding from the last rank back are
+ * counted: the check must be able to tell the orders apart.
  */
 static const size_t order_sizes[] = {1, 3, 1023, 4099, 16383, 65537};
 
