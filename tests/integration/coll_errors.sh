@@ -2,7 +2,8 @@
 # coll_errors.sh - the safety net of the collectives under `dtrain launch`:
 #   - a rank that passes another count, type, reduction or operation makes
 #     every rank fail with DT_EMISMATCH naming both calls, and the
-#     communicator stays usable (on 2, 3 and 4 ranks);
+#     communicator stays usable (on 2, 3 and 4 ranks, and on 4 by the
+#     same-host push);
 #   - a rank that skips an allreduce makes every rank fail with the stall
 #     report naming it after DT_COLL_TIMEOUT, then all carry on;
 #   - a rank that dies makes every other rank's call fail at once with
@@ -30,6 +31,20 @@ for n in 2 3 4; do
 		test -z "$(grep -F FAIL "$out")"
 	grep -F FAIL "$out" | head -5
 done
+
+# The same on 4 ranks with the small calls going by the same-host push
+# (each rank writes into the others' slots before anyone has compared
+# signatures): the notices carry the signature, so every rank still fails
+# with both calls named and nobody adds what a mismatched call wrote.
+out=$TMP/mismatch_push
+launch 4 "$out" --env DT_COLL_CMA_THRESHOLD=0 -- --mismatch
+rc=$?
+check "mismatch by push on 4 ranks: launcher exits 0 (got $rc)" test "$rc" = 0
+check "mismatch by push on 4 ranks: the count mismatch reaches every rank" \
+	every_rank 4 "$out" "count mismatch (small): DT_EMISMATCH: "
+check "mismatch by push on 4 ranks: no FAIL line" \
+	test -z "$(grep -F FAIL "$out")"
+grep -F FAIL "$out" | head -5
 
 out=$TMP/stall
 start=$(now_ms)
