@@ -10,7 +10,11 @@
  * for the next round, as a dense key's does. Each table counts the pushes
  * of each worker its values hold (applied): a checkpoint keeps them with
  * the values, so that a server restarted from it tells each worker which
- * of its pushes to send again.
+ * of its pushes to send again. The same counts tell a worker restarted in
+ * a lost one's place which of its predecessor's pushes a table holds
+ * (KV_RESUME); its first pull asks for the rows as of the round it
+ * resumes at, which the table keeps for one round under recovery in
+ * dist_sync (rstore.h: keep_prev).
  *
  * Threads: the node's I/O thread, as the rest of the server (server.h).
  */
@@ -120,6 +124,23 @@ rows_answer(kv_server *s, rtable *t, int worker, int cmd, uint64_t seq,
 	srv_reply_val(s, worker, cmd, seq, t->rs.key, s->gath, n, enc, 1);
 }
 
+/* The bytes a table of n rows of width comes to hold here once every row
+ * has been written (dt__rs_plan_bytes), with, under recovery in
+ * dist_sync, the copy of the rows of the round before (at most a round
+ * of every row). */
+static uint64_t
+plan_bytes(kv_server *s, uint64_t n, uint64_t width)
+{
+	uint64_t b = dt__rs_plan_bytes(n, width, s->nworkers, s->sync, &s->opt),
+	         extra;
+
+	if (b == UINT64_MAX || !(s->sync && dt__node_recover(s->node)))
+		return b;
+	/* (plan_bytes checked that n * 32 * width fits) */
+	extra = n * (sizeof(uint64_t) + width * sizeof(float));
+	return extra > UINT64_MAX - b ? UINT64_MAX : b + extra;
+}
+
 /*
  * Refuse (1) a row_sparse table whose part here would take this server's
  * row tables past DTRAIN_MAX_TABLE_BYTES once every row is written. The
@@ -130,9 +151,7 @@ rows_answer(kv_server *s, rtable *t, int worker, int cmd, uint64_t seq,
 static int
 table_too_big(kv_server *s, int worker, const dt_msg_hdr *h, uint64_t n)
 {
-	uint64_t want =
-	    dt__rs_plan_bytes(n, DT_MIN(h->arg1, DT_RS_MAX_WIDTH + 1),
-	                      s->nworkers, s->sync, &s->opt);
+	uint64_t want = plan_bytes(s, n, DT_MIN(h->arg1, DT_RS_MAX_WIDTH + 1));
 
 	if (want <= s->max_table_bytes &&
 	    s->table_bytes <= s->max_table_bytes - want)
@@ -172,8 +191,7 @@ new_table(kv_server *s, dt_key key, uint64_t rows, uint64_t lo, uint64_t n,
 	/* (a restarted worker may need the rows of the round before) */
 	t->rs.keep_prev = s->sync && dt__node_recover(s->node);
 	dt__table_insert(&s->rtabs, &t->hn, key);
-	s->table_bytes +=
-	    dt__rs_plan_bytes(n, width, s->nworkers, s->sync, &s->opt);
+	s->table_bytes += plan_bytes(s, n, width);
 	s->ninit++;
 	*out = t;
 	return DT_OK;
@@ -183,8 +201,7 @@ static void
 drop_table(kv_server *s, rtable *t)
 {
 	dt__table_remove(&s->rtabs, &t->hn);
-	s->table_bytes -= dt__rs_plan_bytes(t->rs.n, t->rs.width, s->nworkers,
-	                                    s->sync, &s->opt);
+	s->table_bytes -= plan_bytes(s, t->rs.n, t->rs.width);
 	s->ninit--;
 	free_rtable(t);
 }
