@@ -74,14 +74,15 @@ rm -rf "$tmp/ck"
 # predecessor stopped (the pushes the servers hold are not sent again, its
 # first pull gets the rows as of the step it resumes at).
 wr=$((RANDOM % 2))
+e=$((RANDOM % 2))
 b=$((10 * (1 + RANDOM % 2)))
-killed worker worker $wr "Epoch\[0\] Batch \[$((b - 10))-$b\]" "$B/dtrain" launch -n 2 -s 2 "${R[@]}" \
+killed worker worker $wr "Epoch\[$e\] Batch \[$((b - 10))-$b\]" "$B/dtrain" launch -n 2 -s 2 "${R[@]}" \
 	--checkpoint-every 10 -- "${S[@]}" --save "$tmp/worker.params"
 must_pass worker
 grep -q "\[worker $wr\] sparse_linear: worker $wr took a lost worker's place; resuming at step [1-9]" "$tmp/worker.log" ||
 	fail "worker: the new worker did not resume"
 same worker
-echo "sparse_linear dist_sync, worker $wr killed after batch $b: $(grep -o 'resuming at step [0-9]*' "$tmp/worker.log"), table bit-identical"
+echo "sparse_linear dist_sync, worker $wr killed after epoch $e's batch $b: $(grep -o 'resuming at step [0-9]*' "$tmp/worker.log"), table bit-identical"
 rm -rf "$tmp/ck"
 
 # dist_async: every push applied once (kv_rows counts them). The kill comes
