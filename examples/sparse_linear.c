@@ -373,6 +373,19 @@ main(int argc, char **argv)
 	         1.0 / (double)(o.batch * (sync ? nw : 1)));
 	CHECK(dt_kv_set_optimizer(kv, o.optimizer, params));
 	CHECK(dt_kv_init_row_sparse(kv, 0, D + 1, 1, NULL));
+	/* A worker started in a lost one's place (launch --restart) resumes
+	 * at the step its predecessor reached; any other at step 0. */
+	dt_key tkey = 0;
+	size_t tlen = (size_t)(D + 1);
+	uint64_t step = 0;
+	CHECK(dt_kv_resume(kv, 1, &tkey, &tlen, &step));
+	if (dt_kv_rejoined(kv)) {
+		fprintf(stderr,
+		        "sparse_linear: worker %d took a lost worker's place; "
+		        "resuming at step %llu\n",
+		        rank, (unsigned long long)step);
+		fflush(stderr);
+	}
 
 	size_t m = (size_t)o.batch * train.nnz;
 	batch_rows br = {malloc(m * 8), malloc(m * 4), malloc(m * 8), 0};
@@ -422,7 +435,7 @@ main(int argc, char **argv)
 	dt_speedometer sp;
 	dt_metric acc;
 	CHECK(dt_metric_init(&acc, "accuracy"));
-	for (long ep = 0; ep < o.epochs; ep++) {
+	for (long ep = (long)(step / nb); ep < o.epochs; ep++) {
 		double eloss = 0, wloss = 0, tcomm = 0, t0 = now();
 		size_t eseen = 0, wseen = 0;
 		long ecorrect = 0;
@@ -430,7 +443,9 @@ main(int argc, char **argv)
 		CHECK(dt_sampler_set_epoch(smp, (uint64_t)ep));
 		CHECK(dt_speedometer_init(&sp, (size_t)o.batch, o.disp,
 		                          rank == 0 ? stdout : NULL));
-		for (size_t b = 0; b < nb; b++) {
+		/* (the resumed epoch from the resumed step's batch) */
+		size_t b0 = (uint64_t)ep == step / nb ? (size_t)(step % nb) : 0;
+		for (size_t b = b0; b < nb; b++) {
 			const size_t *idx;
 			double loss = 0, tc;
 			int correct = 0, printed;

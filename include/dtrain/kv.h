@@ -258,7 +258,9 @@ dt_err dt_kv_load_optimizer_states(dt_kv *kv, const char *path);
  * place rejoins under its rank; its set-up calls (configure, set the
  * optimizer, init) do not set anything again. dt_kv_resume asks the
  * servers how far its predecessor got: *step is the number of pushes of
- * every one of keys (lens: their lengths) that the store holds from it,
+ * every one of keys (lens: their lengths; a row_sparse table's is rows x
+ * width, and its pushes and pulls are resumed the same way) that the
+ * store holds from it,
  * the step the worker continues from (its data position follows from
  * it). From then on, a push the store holds already is not sent again,
  * and in dist_sync the first pull of each key returns the value after

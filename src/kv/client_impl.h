@@ -221,6 +221,14 @@ keycount *dt__kvc_find_count(dt_kv_client *c, dt_key key);
 /* Whether this push of key to server r is one the server holds from the
  * predecessor (then it is counted as made). */
 int dt__kvc_held_push(dt_kv_client *c, dt_key key, int r);
+/* A restarted worker's pull (pull = 1) or pushpull of key: whether it is
+ * the key's first since dt_kv_resume and a pull, which then asks for the
+ * value after the round it resumed at (dist_sync; a pushpull only ends
+ * the wait for it). */
+int dt__kvc_take_pull_at(dt_kv_client *c, dt_key key, int pull);
+/* One part of o is done without a request (a push the server holds from
+ * the predecessor). */
+void dt__kvc_part_done(dt_kv_client *c, kv_op *o);
 /* A log entry not on any list yet. */
 void dt__kvc_logent_drop(logent *e);
 /* A batched push (KV_PUSH_MANY, KV_PUSHPULL_MANY). */

@@ -245,13 +245,20 @@ dt__kvc_keep_copy(dt_kv_client *c, size_t vbytes)
 static int
 held_push_done(dt_kv_client *c, kv_op *o, dt_msg_hdr *h)
 {
-	int done;
-
 	if (h->cmd != DT_CMD_KV_PUSH) {
 		h->cmd = DT_CMD_KV_PULL;
 		h->arg2 = dt__kv_enc(DT_QUANT_NONE, DT_KV_ENC_ANSWER(h->arg2));
 		return 0;
 	}
+	dt__kvc_part_done(c, o);
+	return 1;
+}
+
+void
+dt__kvc_part_done(dt_kv_client *c, kv_op *o)
+{
+	int done;
+
 	pthread_mutex_lock(&c->mu);
 	done = --o->remaining == 0;
 	if (done)
@@ -259,7 +266,6 @@ held_push_done(dt_kv_client *c, kv_op *o, dt_msg_hdr *h)
 	pthread_mutex_unlock(&c->mu);
 	if (done)
 		pthread_cond_broadcast(&c->cv);
-	return 1;
 }
 
 /*

@@ -630,6 +630,25 @@ dt__kvc_held_push(dt_kv_client *c, dt_key key, int r)
 	return held;
 }
 
+int
+dt__kvc_take_pull_at(dt_kv_client *c, dt_key key, int pull)
+{
+	keycount *k;
+	int at = 0;
+
+	if (!c->resumed || !c->sync)
+		return 0;
+	pthread_mutex_lock(&c->mu);
+	if ((k = dt__kvc_find_count(c, key)) != NULL && k->pull_at) {
+		/* (a pushpull's answer is the value after its round: the
+		 * value of that step is then no longer wanted) */
+		k->pull_at = 0;
+		at = pull;
+	}
+	pthread_mutex_unlock(&c->mu);
+	return at;
+}
+
 /* Whether k has a held push or a pull at the resumed step left (mu). */
 static int
 count_left(const dt_kv_client *c, const keycount *k)
@@ -673,23 +692,49 @@ dt__kv_client_rejoined(const dt_kv_client *c)
 	return c->rejoined;
 }
 
+/* A row table's parts as resume asks for them: server i's range of
+ * rows (c->parts[k].server and .offset: its first row; *np of them). */
+static void
+rows_resume_parts(dt_kv_client *c, const dt_kv_rtab *t, int *np)
+{
+	*np = 0;
+	for (int i = 0; i < c->nservers; i++) {
+		uint64_t lo, n;
+
+		dt__kv_rows_place(t->key, t->rows, t->width, c->nservers,
+		                  c->bound, i, &lo, &n);
+		if (n == 0)
+			continue;
+		c->parts[*np].server = i;
+		c->parts[*np].offset = lo;
+		(*np)++;
+	}
+}
+
 /* Every key's parts asked at once (KV_RESUME), then all waited for; the
  * answer of key k's part i (pushes held) lands in ans[k * ns + i], and
- * pserver says which server that part is on (rank + 1; 0: no part). */
+ * pserver says which server that part is on (rank + 1; 0: no part). A
+ * row table's part names its rows (arg0), first row here (arg1) and
+ * width (arg2); a dense key's its length and offset. */
 static dt_err
 resume_ask(dt_kv_client *c, size_t nkeys, const dt_key *keys,
-           const size_t *lens, uint8_t *ans, int *pserver, dt_kv_req *reqs)
+           const size_t *lens, const dt_kv_rtab *const *rtabs, uint8_t *ans,
+           int *pserver, dt_kv_req *reqs)
 {
 	int ns = dt_node_num_servers(c->node);
 	size_t asked = 0;
 	dt_err err = DT_OK;
 
 	for (; asked < nkeys && !err; asked++) {
+		const dt_kv_rtab *t = rtabs ? rtabs[asked] : NULL;
 		int np = 0;
 		kv_op *o = NULL;
 
-		if ((err = dt__kv_map_parts(c->map, "resume", keys[asked],
-		                            lens[asked], 0, c->parts, &np)))
+		if (t)
+			rows_resume_parts(c, t, &np);
+		else if ((err =
+		              dt__kv_map_parts(c->map, "resume", keys[asked],
+		                               lens[asked], 0, c->parts, &np)))
 			break;
 		o = dt__kvc_new_op(c, DT_CMD_KV_RESUME, keys[asked], np,
 		                   &reqs[asked]);
@@ -702,8 +747,9 @@ resume_ask(dt_kv_client *c, size_t nkeys, const dt_key *keys,
 			dt_msg_hdr h = {.cmd = DT_CMD_KV_RESUME,
 			                .flags = DT_F_REQUEST,
 			                .key = keys[asked],
-			                .arg0 = lens[asked],
-			                .arg1 = p->offset};
+			                .arg0 = t ? t->rows : lens[asked],
+			                .arg1 = p->offset,
+			                .arg2 = t ? t->width : 0};
 			size_t j = asked * (size_t)ns + (size_t)i;
 
 			pserver[j] = p->server + 1; /* 0: no part */
@@ -766,7 +812,8 @@ resume_counts(dt_kv_client *c, size_t nkeys, const dt_key *keys,
  */
 dt_err
 dt__kv_client_resume(dt_kv_client *c, size_t nkeys, const dt_key *keys,
-                     const size_t *lens, uint64_t *step)
+                     const size_t *lens, const dt_kv_rtab *const *rtabs,
+                     uint64_t *step)
 {
 	int ns = dt_node_num_servers(c->node);
 	uint8_t *ans = NULL;
@@ -787,7 +834,7 @@ dt__kv_client_resume(dt_kv_client *c, size_t nkeys, const dt_key *keys,
 		err = dt__fail(DT_ENOMEM, "resume: out of memory");
 		goto fail;
 	}
-	if ((err = resume_ask(c, nkeys, keys, lens, ans, pserver, reqs)))
+	if ((err = resume_ask(c, nkeys, keys, lens, rtabs, ans, pserver, reqs)))
 		goto fail;
 	/* Where it resumes: the fewest pushes held of any part. */
 	for (size_t j = 0; j < nkeys * (size_t)ns; j++)

@@ -354,7 +354,30 @@ dt_kv_resume(dt_kv *kv, size_t nkeys, const dt_key *keys, const size_t *lens,
 	for (size_t i = 0; i < nkeys; i++)
 		KV_NEED(lens[i] > 0, "resume: key %llu has length 0",
 		        (unsigned long long)keys[i]);
-	return dt__kv_client_resume(kv->client, nkeys, keys, lens, step);
+	/* (a row_sparse table's parts are its servers' ranges of rows) */
+	const dt_kv_rtab **rt = calloc(DT_MAX(nkeys, 1), sizeof(*rt));
+	dt_err err;
+
+	if (rt == NULL)
+		return dt__fail(DT_ENOMEM, "resume: out of memory");
+	for (size_t i = 0; i < nkeys; i++) {
+		const dt_kv_rtab *t = dt__kv_rtab_find(kv, keys[i]);
+
+		if (t && lens[i] != t->rows * t->width) {
+			free(rt);
+			return dt__fail(DT_ESIZE,
+			                "resume: key %llu is a row_sparse "
+			                "table of %llu rows of width %zu, not "
+			                "length %zu",
+			                (unsigned long long)keys[i],
+			                (unsigned long long)t->rows, t->width,
+			                lens[i]);
+		}
+		rt[i] = t;
+	}
+	err = dt__kv_client_resume(kv->client, nkeys, keys, lens, rt, step);
+	free(rt);
+	return err;
 }
 
 int

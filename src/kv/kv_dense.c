@@ -343,20 +343,11 @@ static int
 pull_at_round(dt_kv_client *c, int cmd, dt_key key, uint8_t *meta,
               uint32_t *meta_len)
 {
-	keycount *k;
-	int at = 0;
+	int at;
 
-	if (!c->resumed || !c->sync ||
-	    (cmd != DT_CMD_KV_PULL && cmd != DT_CMD_KV_PUSHPULL))
+	if (cmd != DT_CMD_KV_PULL && cmd != DT_CMD_KV_PUSHPULL)
 		return 0;
-	pthread_mutex_lock(&c->mu);
-	if ((k = dt__kvc_find_count(c, key)) != NULL && k->pull_at) {
-		/* (a pushpull's answer is the value after its round: the
-		 * value of that step is then no longer wanted) */
-		k->pull_at = 0;
-		at = cmd == DT_CMD_KV_PULL;
-	}
-	pthread_mutex_unlock(&c->mu);
+	at = dt__kvc_take_pull_at(c, key, cmd == DT_CMD_KV_PULL);
 	if (at) {
 		dt__put_u64(meta, c->resume_step);
 		*meta_len = 8;

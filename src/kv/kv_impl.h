@@ -188,6 +188,10 @@ typedef struct dt_kv_rows {
 	dt_quant_kind push; /* the body's encoding */
 	float t;            /* a 2-bit body's threshold */
 	unsigned answer;    /* DT_QUANT_NONE or DT_QUANT_FP16 */
+	/* A restarted worker's first pull (DT_KV_AT_ROUND, the round in
+	 * 8 bytes of meta): the rows' values after that round. */
+	int at;
+	uint64_t round;
 } dt_kv_rows;
 
 int dt__kv_rows_cmd(int cmd);
@@ -316,8 +320,14 @@ dt_err dt__kv_client_agree(dt_kv_client *c, dt_err err);
  * in a lost worker's place skips: the others agreed long ago. */
 dt_err dt__kv_client_agree_setup(dt_kv_client *c, dt_err err);
 int dt__kv_client_rejoined(const dt_kv_client *c);
+/* A restarted worker: where its predecessor stopped (dt_kv_resume).
+ * rtabs[i] is key i's row_sparse table (its parts are asked by rows), or
+ * NULL for a dense or batched key. */
+struct dt_kv_rtab;
 dt_err dt__kv_client_resume(dt_kv_client *c, size_t nkeys, const dt_key *keys,
-                            const size_t *lens, uint64_t *step);
+                            const size_t *lens,
+                            const struct dt_kv_rtab *const *rtabs,
+                            uint64_t *step);
 /* Start an op; *req names it for dt__kv_client_wait. out may be NULL
  * (push) and val may be NULL (pull). */
 dt_err dt__kv_client_start(dt_kv_client *c, int cmd, dt_key key,

@@ -197,8 +197,10 @@ dt__kv_rows_decode(const dt_msg_hdr *h, const uint8_t *meta,
 	if (!dt__kv_rows_cmd(h->cmd))
 		return dt__fail(DT_EPROTO, "command %u is not a row request",
 		                h->cmd);
-	if ((h->arg2 >> 16) || (!pushes && k) || (!answers && a) ||
-	    (unsigned)k > DT_QUANT_1BIT ||
+	out->at = h->cmd == DT_CMD_KV_ROW_PULL && (h->arg2 & DT_KV_AT_ROUND);
+	if (((h->arg2 & ~(uint64_t)DT_KV_AT_ROUND) >> 16) ||
+	    ((h->arg2 & DT_KV_AT_ROUND) && !out->at) || (!pushes && k) ||
+	    (!answers && a) || (unsigned)k > DT_QUANT_1BIT ||
 	    (a != DT_QUANT_NONE && a != DT_QUANT_FP16))
 		return dt__fail(DT_EPROTO,
 		                "%s of key %llu: encodings %#llx (pushed "
@@ -206,12 +208,15 @@ dt__kv_rows_decode(const dt_msg_hdr *h, const uint8_t *meta,
 		                "as fp32 or fp16)",
 		                op, (unsigned long long)h->key,
 		                (unsigned long long)h->arg2);
-	if (h->meta_len != (k == DT_QUANT_2BIT ? 4u : 0u))
+	if (h->meta_len != (k == DT_QUANT_2BIT ? 4u : out->at ? 8u : 0u))
 		return dt__fail(DT_EPROTO,
 		                "%s of key %llu: %u bytes of meta (a 2bit "
-		                "push has its threshold, 4 bytes; other row "
-		                "requests none)",
+		                "push has its threshold, 4 bytes; a pull as "
+		                "of a round its round, 8; other row requests "
+		                "none)",
 		                op, (unsigned long long)h->key, h->meta_len);
+	if (out->at)
+		out->round = dt__get_u64(meta);
 	if (k == DT_QUANT_2BIT) {
 		uint32_t tb = dt__get_u32(meta);
 

@@ -346,7 +346,9 @@ dt__kv_client_row_init(dt_kv_client *c, const dt_kv_rtab *t, const float *val)
 
 	if ((err = dt__node_check(c->node)))
 		return err;
-	if (dt_node_rank(c->node) != 0)
+	/* (a process in a lost worker 0's place: the tables hold their
+	 * values, which an init would set again) */
+	if (dt_node_rank(c->node) != 0 || c->rejoined)
 		return DT_OK;
 	for (int i = 0; i < ns; i++) {
 		uint64_t lo, n;
@@ -416,6 +418,7 @@ rows_encode(dt_kv_client *c, dt_kv_rtab *t, mpart *p, size_t count,
 typedef struct rows_plan {
 	int cmd, ns;
 	int pushes, answers, comp;
+	int at;    /* a restarted worker's first pull: as of its step */
 	int split; /* the table is cut over the servers, else on home */
 	int home;
 	size_t nparts;
@@ -536,26 +539,68 @@ rows_shuffle(dt_kv_client *c, const dt_kv_rtab *t, const rows_plan *pl,
 	}
 }
 
+/*
+ * A restarted worker's push of part i that server i holds from its
+ * predecessor (dt_kv_resume) is not made again: a push's part is then
+ * done (1), a pushpull's becomes a pull of its rows (*cmd; done when it
+ * has none).
+ */
+static int
+rows_held(dt_kv_client *c, const dt_kv_rtab *t, const rows_plan *pl, kv_op *o,
+          int i, int *cmd)
+{
+	*cmd = pl->cmd;
+	if (!c->resumed || !pl->pushes || !dt__kvc_held_push(c, t->key, i))
+		return 0;
+	if (pl->cmd == DT_CMD_KV_ROW_PUSHPULL && c->mp[i].count) {
+		*cmd = DT_CMD_KV_ROW_PULL;
+		return 0;
+	}
+	dt__kvc_part_done(c, o);
+	return 1;
+}
+
 /* Each part sent, under op o. */
 static void
 rows_send(dt_kv_client *c, dt_kv_rtab *t, const rows_plan *pl, kv_op *o,
           const uint64_t *ids, const float *vals, float *outs)
 {
 	int comp = pl->comp, two_bit = comp && c->comp.kind == DT_QUANT_2BIT;
-	uint8_t meta[4];
+	uint8_t meta[8];
+	uint32_t meta_len = 0;
 
-	if (two_bit)
+	if (two_bit) {
 		dt__kv_threshold_meta(c->comp.threshold, meta);
+		meta_len = 4;
+	} else if (pl->at) {
+		dt__put_u64(meta, c->resume_step);
+		meta_len = 8;
+	}
 	for (int i = 0; i < pl->ns; i++) {
 		mpart *p = &c->mp[i];
 		const uint64_t *pid = pl->split ? p->keys : ids;
 		const float *pv = pl->split ? p->vals : vals;
 		struct iovec iov[2];
 		size_t vbytes = p->nvals * 4;
-		int k = 0;
+		int k = 0, cmd;
 
-		if (!rows_sends(c, pl, i))
+		if (!rows_sends(c, pl, i) || rows_held(c, t, pl, o, i, &cmd))
 			continue;
+		if (cmd != pl->cmd) { /* (a held pushpull: its rows' pull) */
+			dt_msg_hdr h = {
+			    .cmd = (uint8_t)cmd,
+			    .flags = DT_F_REQUEST,
+			    .key = t->key,
+			    .arg0 = p->count,
+			    .arg1 = t->width,
+			    .arg2 = dt__kv_enc(DT_QUANT_NONE, c->pull_enc)};
+
+			iov[0] = (struct iovec){(void *)pid, p->count * 8};
+			dt__kvc_send_many_part(c, o, i, &h, NULL, 0, iov, 1,
+			                       pl->split ? p->ans : outs,
+			                       p->nvals);
+			continue;
+		}
 		if (comp) {
 			vbytes = rows_encode(c, t, p, p->count, pid, pv);
 			pv = (const float *)(void *)p->enc;
@@ -572,9 +617,9 @@ rows_send(dt_kv_client *c, dt_kv_rtab *t, const rows_plan *pl, kv_op *o,
 		    .arg1 = t->width,
 		    .arg2 = dt__kv_enc(comp ? c->comp.kind : DT_QUANT_NONE,
 		                       pl->answers ? (dt_quant_kind)c->pull_enc
-		                                   : DT_QUANT_NONE)};
-		dt__kvc_send_many_part(c, o, i, &h, meta, two_bit ? 4 : 0, iov,
-		                       k,
+		                                   : DT_QUANT_NONE) |
+		            (pl->at ? DT_KV_AT_ROUND : 0)};
+		dt__kvc_send_many_part(c, o, i, &h, meta, meta_len, iov, k,
 		                       !pl->answers ? NULL
 		                       : pl->split  ? p->ans
 		                                    : outs,
@@ -597,6 +642,8 @@ dt__kv_client_rows(dt_kv_client *c, dt_kv_rtab *t, int cmd, size_t count,
 	if ((err = dt__node_check(c->node)))
 		return err;
 	pl.comp = pl.pushes && rows_compressed(c, t);
+	pl.at = pl.answers &&
+	        dt__kvc_take_pull_at(c, t->key, cmd == DT_CMD_KV_ROW_PULL);
 	rows_count(c, t, count, ids, &pl);
 	if ((err = rows_room(c, t, count, &pl)))
 		return err;

@@ -10,7 +10,11 @@
  * for the next round, as a dense key's does. Each table counts the pushes
  * of each worker its values hold (applied): a checkpoint keeps them with
  * the values, so that a server restarted from it tells each worker which
- * of its pushes to send again.
+ * of its pushes to send again. The same counts tell a worker restarted in
+ * a lost one's place which of its predecessor's pushes a table holds
+ * (KV_RESUME); its first pull asks for the rows as of the round it
+ * resumes at, which the table keeps for one round under recovery in
+ * dist_sync (rstore.h: keep_prev).
  *
  * Threads: the node's I/O thread, as the rest of the server (server.h).
  */
@@ -37,7 +41,11 @@ typedef struct rtable {
 	int restored;      /* loaded from a checkpoint: an init keeps them */
 	rwait *answers;    /* the open round's pushes */
 	srv_kept *later;   /* second pushes of a worker in a round */
-	dt_hnode hn;       /* in rtabs */
+	/* Recovery in dist_sync: the store keeps the rows the last round
+	 * changed as they were before it (rs.keep_prev), and has since that
+	 * round closed here (not on a table loaded from a checkpoint). */
+	int prev_ok;
+	dt_hnode hn; /* in rtabs */
 } rtable;
 
 static rtable *
@@ -116,6 +124,23 @@ rows_answer(kv_server *s, rtable *t, int worker, int cmd, uint64_t seq,
 	srv_reply_val(s, worker, cmd, seq, t->rs.key, s->gath, n, enc, 1);
 }
 
+/* The bytes a table of n rows of width comes to hold here once every row
+ * has been written (dt__rs_plan_bytes), with, under recovery in
+ * dist_sync, the copy of the rows of the round before (at most a round
+ * of every row). */
+static uint64_t
+plan_bytes(kv_server *s, uint64_t n, uint64_t width)
+{
+	uint64_t b = dt__rs_plan_bytes(n, width, s->nworkers, s->sync, &s->opt),
+	         extra;
+
+	if (b == UINT64_MAX || !(s->sync && dt__node_recover(s->node)))
+		return b;
+	/* (plan_bytes checked that n * 32 * width fits) */
+	extra = n * (sizeof(uint64_t) + width * sizeof(float));
+	return extra > UINT64_MAX - b ? UINT64_MAX : b + extra;
+}
+
 /*
  * Refuse (1) a row_sparse table whose part here would take this server's
  * row tables past DTRAIN_MAX_TABLE_BYTES once every row is written. The
@@ -126,9 +151,7 @@ rows_answer(kv_server *s, rtable *t, int worker, int cmd, uint64_t seq,
 static int
 table_too_big(kv_server *s, int worker, const dt_msg_hdr *h, uint64_t n)
 {
-	uint64_t want =
-	    dt__rs_plan_bytes(n, DT_MIN(h->arg1, DT_RS_MAX_WIDTH + 1),
-	                      s->nworkers, s->sync, &s->opt);
+	uint64_t want = plan_bytes(s, n, DT_MIN(h->arg1, DT_RS_MAX_WIDTH + 1));
 
 	if (want <= s->max_table_bytes &&
 	    s->table_bytes <= s->max_table_bytes - want)
@@ -165,9 +188,10 @@ new_table(kv_server *s, dt_key key, uint64_t rows, uint64_t lo, uint64_t n,
 		free(t);
 		return err;
 	}
+	/* (a restarted worker may need the rows of the round before) */
+	t->rs.keep_prev = s->sync && dt__node_recover(s->node);
 	dt__table_insert(&s->rtabs, &t->hn, key);
-	s->table_bytes +=
-	    dt__rs_plan_bytes(n, width, s->nworkers, s->sync, &s->opt);
+	s->table_bytes += plan_bytes(s, n, width);
 	s->ninit++;
 	*out = t;
 	return DT_OK;
@@ -177,8 +201,7 @@ static void
 drop_table(kv_server *s, rtable *t)
 {
 	dt__table_remove(&s->rtabs, &t->hn);
-	s->table_bytes -= dt__rs_plan_bytes(t->rs.n, t->rs.width, s->nworkers,
-	                                    s->sync, &s->opt);
+	s->table_bytes -= plan_bytes(s, t->rs.n, t->rs.width);
 	s->ninit--;
 	free_rtable(t);
 }
@@ -360,6 +383,7 @@ round_closed(kv_server *s, rtable *t)
 {
 	for (int w = 0; w < s->nworkers; w++)
 		t->applied[w]++;
+	t->prev_ok = t->rs.keep_prev;
 	s->rounds++;
 	while (t->answers) {
 		rwait *w = t->answers;
@@ -531,6 +555,52 @@ table_of(kv_server *s, int worker, const dt_msg *m, const dt_kv_rows *b)
 	return NULL;
 }
 
+/*
+ * Recovery: rows b as they were after round b->round, for a worker that
+ * took a lost one's place and computes that round's step again. In
+ * dist_sync the table's rounds wait for this worker, so the table is at
+ * that round (its predecessor's push of the next one not here, or here
+ * and the round open: the values now) or one past it (the round closed:
+ * the rows it changed are kept as they were). dist_async has no rounds
+ * to keep: the values now. It is answered at once, even when the
+ * predecessor's push waits in the open round.
+ */
+static void
+rows_pull_at(kv_server *s, rtable *t, int worker, const dt_msg_hdr *h,
+             const dt_kv_rows *b)
+{
+	uint64_t r = b->round, now = t->applied[worker];
+	size_t n = b->count * t->rs.width;
+
+	if (s->sync && r != now && !(r + 1 == now && t->prev_ok)) {
+		srv_reply_error(s, worker, h->cmd, h->seq, h->key, DT_ESTATE,
+		                "pull of key %llu as of round %llu: the table "
+		                "is at round %llu, and only the rows of the "
+		                "round before are kept",
+		                (unsigned long long)h->key,
+		                (unsigned long long)r, (unsigned long long)now);
+		return;
+	}
+	if (!s->sync || r == now) {
+		rows_answer(s, t, worker, h->cmd, h->seq, b->answer, b->count,
+		            b->ids);
+		return;
+	}
+	/* (rows_answer's bound: a pull's rows are unique and held here) */
+	if (!dt__buf_reserve((uint8_t **)&s->gath, &s->gath_cap,
+	                     DT_MAX(n, 1) * sizeof(float))) {
+		srv_reply_error(s, worker, h->cmd, h->seq, h->key, DT_ENOMEM,
+		                "pull of key %llu as of round %llu: out of "
+		                "memory for the answer (%zu rows)",
+		                (unsigned long long)h->key,
+		                (unsigned long long)r, b->count);
+		return;
+	}
+	dt__rs_gather_prev(&t->rs, b->count, b->ids, s->gath);
+	srv_reply_val(s, worker, h->cmd, h->seq, h->key, s->gath, n, b->answer,
+	              1);
+}
+
 void
 srv_on_rows(kv_server *s, int worker, const dt_msg *m)
 {
@@ -559,6 +629,8 @@ srv_on_rows(kv_server *s, int worker, const dt_msg *m)
 	}
 	if (h->cmd != DT_CMD_KV_ROW_PULL)
 		on_push(s, t, worker, m, &b);
+	else if (b.at)
+		rows_pull_at(s, t, worker, h, &b);
 	else if (s->sync && waits(t, worker))
 		keep_or_refuse(s, t, worker, m); /* (sees its pushes) */
 	else
@@ -709,6 +781,40 @@ rows_load(kv_server *s, const char *path, dt_rbuf *r, const dt_ckpt_head *h)
 	return err;
 }
 
+/*
+ * Recovery, KV_RESUME of a table (the part this server holds: arg0 its
+ * rows, arg1 the first here, arg2 its width): how many pushes of worker
+ * the table holds - applied, in the open round, or waiting for the next.
+ */
+static int
+rows_resume(kv_server *s, int worker, const dt_msg_hdr *h, const uint8_t *meta)
+{
+	rtable *t = find_rows(s, h->key);
+	uint64_t have;
+
+	(void)meta;
+	if (t == NULL)
+		return 0;
+	if (h->arg0 != t->rs.rows || h->arg1 != t->rs.lo ||
+	    h->arg2 != t->rs.width) {
+		srv_reply_error(
+		    s, worker, h->cmd, h->seq, h->key, DT_ESIZE,
+		    "resume of key %llu: a table of %llu rows of "
+		    "width %llu from row %llu, but this server "
+		    "holds %llu rows of width %zu from row %llu",
+		    (unsigned long long)h->key, (unsigned long long)h->arg0,
+		    (unsigned long long)h->arg2, (unsigned long long)h->arg1,
+		    (unsigned long long)t->rs.rows, t->rs.width,
+		    (unsigned long long)t->rs.lo);
+		return 1;
+	}
+	have = t->applied[worker] + (s->sync && dt__rs_pushed(&t->rs, worker));
+	for (const srv_kept *q = t->later; q; q = q->next)
+		have += q->worker == worker && q->h.cmd != DT_CMD_KV_ROW_PULL;
+	srv_reply_held(s, worker, h, have);
+	return 1;
+}
+
 static void
 rows_peer_restart(kv_server *s, int worker)
 {
@@ -796,6 +902,7 @@ const srv_kind srv_rows_kind = {
     .snapshot = rows_snapshot,
     .held = rows_held,
     .load = rows_load,
+    .resume = rows_resume,
     .peer_restart = rows_peer_restart,
     .replayed = rows_replayed,
     .drop = rows_drop,

@@ -106,6 +106,8 @@ dt__rs_fini(dt_rstore *t)
 	free(t->pushed);
 	free(t->rrow);
 	free(t->rsum);
+	free(t->prow);
+	free(t->pval);
 	memset(t, 0, sizeof(*t));
 }
 
@@ -176,6 +178,89 @@ dt__rs_gather(const dt_rstore *t, size_t count, const uint8_t *ids, float *out)
 	}
 }
 
+static int
+u64_cmp(const void *a, const void *b)
+{
+	uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+
+	return (x > y) - (x < y);
+}
+
+/* Where local row r is among the rows the last round changed, or -1. */
+static ptrdiff_t
+prev_find(const dt_rstore *t, uint64_t r)
+{
+	size_t lo = 0, hi = t->nprev;
+
+	while (lo < hi) {
+		size_t mid = lo + (hi - lo) / 2;
+
+		if (t->prow[mid] == r)
+			return (ptrdiff_t)mid;
+		if (t->prow[mid] < r)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	return -1;
+}
+
+void
+dt__rs_gather_prev(const dt_rstore *t, size_t count, const uint8_t *ids,
+                   float *out)
+{
+	size_t w = t->width;
+
+	for (size_t i = 0; i < count; i++) {
+		uint64_t r = dt__kv_u64_at(ids, i) - t->lo;
+		ptrdiff_t k = prev_find(t, r);
+		const float *v =
+		    k >= 0 ? t->pval + (size_t)k * w : t->val + r * w;
+
+		memcpy(out + i * w, v, w * sizeof(float));
+	}
+}
+
+/* keep_prev: room for the n rows of the round about to close, made
+ * before anything changes, so that a failure leaves the round as it was
+ * (-1). */
+static int
+prev_room(dt_rstore *t, size_t n)
+{
+	size_t w = t->width, cap;
+	uint64_t *pr;
+	float *pv;
+
+	if (n <= t->prev_cap)
+		return 0;
+	cap = DT_MAX(n, t->prev_cap + t->prev_cap / 2);
+	if (cap > SIZE_MAX / sizeof(float) / w)
+		return -1;
+	if ((pr = realloc(t->prow, cap * sizeof(*pr))) == NULL)
+		return -1;
+	t->prow = pr;
+	if ((pv = realloc(t->pval, cap * w * sizeof(*pv))) == NULL)
+		return -1;
+	t->pval = pv;
+	t->prev_cap = cap;
+	return 0;
+}
+
+/* keep_prev: the values of the rows in t->prow[0..n) (unique; room made)
+ * before the round that is about to update them; the copy of the round
+ * before goes. */
+static void
+prev_copy(dt_rstore *t, size_t n)
+{
+	size_t w = t->width;
+
+	qsort(t->prow, n, sizeof(*t->prow), u64_cmp);
+	for (size_t k = 0; k < n; k++)
+		memcpy(t->pval + k * w, t->val + t->prow[k] * w,
+		       w * sizeof(float));
+	t->nprev = n;
+}
+
 /* Update local row r with gradient g (the store's rule). */
 static inline void
 update_row(dt_rstore *t, uint64_t r, const float *g)
@@ -233,11 +318,27 @@ dt__rs_push_sync(dt_rstore *t, int worker, size_t count, const uint8_t *ids,
 
 	*closed = 0;
 	if (t->nworkers == 1) { /* the round is this push */
+		if (t->keep_prev) {
+			if (prev_room(t, count))
+				return dt__fail(
+				    DT_ENOMEM,
+				    "row_sparse push of key %llu: out "
+				    "of memory keeping its %zu rows' "
+				    "values before the round",
+				    (unsigned long long)t->key, count);
+			for (size_t i = 0; i < count; i++)
+				t->prow[i] = dt__kv_u64_at(ids, i) - t->lo;
+			prev_copy(t, count);
+		}
 		dt__rs_apply(t, count, ids, g);
 		*closed = 1;
 		return DT_OK;
 	}
-	if (round_room(t, t->nround + count))
+	/* (the last push's room for the values before the round too: at
+	 * most the round's rows and its own) */
+	if (round_room(t, t->nround + count) ||
+	    (t->keep_prev && t->npushed + 1 == t->nworkers &&
+	     prev_room(t, t->nround + count)))
 		return dt__fail(DT_ENOMEM,
 		                "row_sparse push of key %llu: out of memory "
 		                "for the round's %zu rows",
@@ -259,6 +360,10 @@ dt__rs_push_sync(dt_rstore *t, int worker, size_t count, const uint8_t *ids,
 	t->pushed[worker] = 1;
 	if (++t->npushed < t->nworkers)
 		return DT_OK;
+	if (t->keep_prev) {
+		memcpy(t->prow, t->rrow, t->nround * sizeof(*t->prow));
+		prev_copy(t, t->nround);
+	}
 	if (t->opt.kind != DT_OPT_NONE)
 		t->steps++;
 	for (size_t k = 0; k < t->nround; k++) {
@@ -276,5 +381,6 @@ size_t
 dt__rs_bytes(const dt_rstore *t)
 {
 	return t->val_bytes + t->state_bytes + t->slot_bytes +
-	       (size_t)(t->n / 64 + 1) * 8 + t->round_cap * (8 + t->width * 4);
+	       (size_t)(t->n / 64 + 1) * 8 + t->round_cap * (8 + t->width * 4) +
+	       t->prev_cap * (8 + t->width * 4);
 }

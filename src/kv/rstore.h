@@ -46,6 +46,13 @@ typedef struct dt_rstore {
 	uint64_t *rrow;    /* the round's rows (local numbers) */
 	float *rsum;       /* and their sums, width each */
 	size_t nround, round_cap;
+	/* dist_sync under recovery (keep_prev): the rows the last round
+	 * changed (local numbers, sorted) with their values before it, for
+	 * a restarted worker's pull as of that round (dt__rs_gather_prev). */
+	int keep_prev;
+	uint64_t *prow;
+	float *pval;
+	size_t nprev, prev_cap;
 } dt_rstore;
 
 /*
@@ -79,6 +86,11 @@ dt_err dt__rs_check(dt_rstore *t, const char *op, size_t count,
 /* Rows ids[0..count) (checked) into out, back to back. */
 void dt__rs_gather(const dt_rstore *t, size_t count, const uint8_t *ids,
                    float *out);
+/* Rows ids[0..count) (checked) as they were before the last dist_sync
+ * round (keep_prev): a row that round changed from its kept copy, any
+ * other from the values now. */
+void dt__rs_gather_prev(const dt_rstore *t, size_t count, const uint8_t *ids,
+                        float *out);
 /* dist_async (and local stores): apply a push of rows ids (checked,
  * unique) with values g now. */
 void dt__rs_apply(dt_rstore *t, size_t count, const uint8_t *ids,
@@ -87,7 +99,8 @@ void dt__rs_apply(dt_rstore *t, size_t count, const uint8_t *ids,
  * dist_sync: worker's push of rows ids (checked, unique) with values g
  * joins the open round. The caller has checked that worker has not pushed
  * in it (dt__rs_pushed). *closed: the push was the round's last - its
- * rows are updated, and a new round is open. DT_ENOMEM: nothing changed.
+ * rows are updated (with keep_prev, their values before are kept first),
+ * and a new round is open. DT_ENOMEM: nothing changed.
  */
 dt_err dt__rs_push_sync(dt_rstore *t, int worker, size_t count,
                         const uint8_t *ids, const float *g, int *closed);

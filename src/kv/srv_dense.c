@@ -300,9 +300,10 @@ init_value_bad(kv_server *s, int worker, const dt_msg_hdr *h)
 	return 1;
 }
 
-/* A recovery request (KV_RESUME, a pull as of a round) for a key another
- * store kind holds is refused (1), naming the call that made it: only
- * dense keys keep what a restarted worker asks for. */
+/* A dense key's recovery request (a pull as of a round; a KV_RESUME of a
+ * key no kind before this one took) for a key another store kind holds is
+ * refused (1), naming the call that made it: that kind's own requests
+ * ask for it. */
 static int
 held_elsewhere(kv_server *s, int worker, const dt_msg_hdr *h)
 {
@@ -311,8 +312,8 @@ held_elsewhere(kv_server *s, int worker, const dt_msg_hdr *h)
 	if (home == NULL)
 		return 0;
 	srv_reply_error(s, worker, h->cmd, h->seq, h->key, DT_ESTATE,
-	                "%s of key %llu: the key was initialised by %s, "
-	                "which keeps nothing for a restarted worker",
+	                "%s of key %llu: the key was initialised by %s; "
+	                "use its calls for it",
 	                dt__kv_op_name(h->cmd), (unsigned long long)h->key,
 	                home->made_by);
 	return 1;

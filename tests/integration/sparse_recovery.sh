@@ -9,6 +9,9 @@
 #     random progress line, killed before any checkpoint (the new server
 #     starts empty: the table's init and every push come again), and with
 #     messages dropped and sent again (PS_RESEND=1 PS_DROP_MSG=5);
+#   - sparse_linear in dist_sync with a worker killed instead: the new
+#     worker resumes at the step its predecessor reached, and the table is
+#     bit-identical again;
 #   - kv_rows async (dist_async): every row push applied exactly once.
 set -u
 . "$(dirname "$0")/job_lib.bash"
@@ -65,6 +68,21 @@ killed resend server 1 "Epoch\[0\] Batch \[10-20\]" "$B/dtrain" launch -n 2 -s 2
 must_pass resend
 same resend
 echo "sparse_linear dist_sync with PS_RESEND=1 PS_DROP_MSG=5, server 1 killed: table bit-identical"
+rm -rf "$tmp/ck"
+
+# A worker killed instead: the new process resumes the table where its
+# predecessor stopped (the pushes the servers hold are not sent again, its
+# first pull gets the rows as of the step it resumes at).
+wr=$((RANDOM % 2))
+e=$((RANDOM % 2))
+b=$((10 * (1 + RANDOM % 2)))
+killed worker worker $wr "Epoch\[$e\] Batch \[$((b - 10))-$b\]" "$B/dtrain" launch -n 2 -s 2 "${R[@]}" \
+	--checkpoint-every 10 -- "${S[@]}" --save "$tmp/worker.params"
+must_pass worker
+grep -q "\[worker $wr\] sparse_linear: worker $wr took a lost worker's place; resuming at step [1-9]" "$tmp/worker.log" ||
+	fail "worker: the new worker did not resume"
+same worker
+echo "sparse_linear dist_sync, worker $wr killed after epoch $e's batch $b: $(grep -o 'resuming at step [0-9]*' "$tmp/worker.log"), table bit-identical"
 rm -rf "$tmp/ck"
 
 # dist_async: every push applied once (kv_rows counts them). The kill comes

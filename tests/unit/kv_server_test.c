@@ -19,7 +19,8 @@
  * without a launcher: a dense key's rounds, a streamed push, the router
  * handing a request to the kind holding its key, dense requests parked
  * before their init on a restarted server, and a dense key in a
- * checkpoint.
+ * checkpoint; and what a restarted worker asks of the many-key store and
+ * of a row table (the pushes held, a pull as of the round it resumes at).
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -734,7 +735,7 @@ pull_round(int w, dt_key key, uint64_t n, uint64_t round)
  * of its key counts the worker's pushes its rounds hold and the one
  * pending; a pull as of a round gets the value after that round, now or
  * (the round after closed) the one kept from before it; older rounds and
- * a row table's key are refused, naming why. */
+ * a row table's key asked as a dense one are refused, naming why. */
 static void
 test_many_resume(void **state)
 {
@@ -771,7 +772,91 @@ test_many_resume(void **state)
 	send_frame(1, DT_CMD_KV_RESUME, 100, 2, 0, 0, NULL, 0, NULL, 0);
 	refused(DT_ESIZE, "resume of key 100");
 	send_frame(1, DT_CMD_KV_RESUME, 50, 10, 0, 0, NULL, 0, NULL, 0);
-	refused(DT_ESTATE, "keeps nothing for a restarted worker");
+	refused(DT_ESIZE, "resume of key 50: a table of 10 rows of width 0");
+	h_stop();
+	h_recover = 0;
+}
+
+/* KV_RESUME of row table key from worker w, its part of rows from row
+ * lo, width wide: how many of the worker's pushes the table holds. */
+static uint64_t
+rows_resumed(int w, dt_key key, uint64_t rows, uint64_t lo, uint32_t width)
+{
+	send_frame(w, DT_CMD_KV_RESUME, key, rows, lo, width, NULL, 0, NULL, 0);
+	answered(8);
+	return ans_u64();
+}
+
+/* A row pull of ids from worker w as of round `round` (a restarted
+ * worker's first). */
+static void
+rows_pull_round(int w, dt_key key, const uint64_t *ids, size_t count,
+                uint64_t round)
+{
+	uint8_t meta[8], b[64];
+
+	assert_true(count <= 8);
+	dt__put_u64(meta, round);
+	for (size_t i = 0; i < count; i++)
+		dt__put_u64(b + 8 * i, ids[i]);
+	send_frame(w, DT_CMD_KV_ROW_PULL, key, count, 1, DT_KV_AT_ROUND, meta,
+	           8, b, count * 8);
+}
+
+/* The last answer's floats are want[0..n). */
+static void
+rows_are(const float *want, size_t n)
+{
+	float got[8];
+
+	answered(n * 4);
+	memcpy(got, h_ans.data, n * 4);
+	for (size_t i = 0; i < n; i++)
+		if (got[i] != want[i])
+			fail_msg("row %zu: %g, want %g", i, (double)got[i],
+			         (double)want[i]);
+}
+
+/* Recovery on a row table (DTRAIN_RECOVER, dist_sync): KV_RESUME counts
+ * the worker's pushes the table holds (its rounds, the one in the open
+ * round, one kept for the next); a pull as of a round is answered at once
+ * with the rows after that round, now or (the round after closed) as
+ * kept from before it - the rows that round changed, the others as they
+ * are; an older round and a part of another shape are refused, naming
+ * why. */
+static void
+test_rows_resume(void **state)
+{
+	const uint64_t r13[2] = {1, 3}, r3[1] = {3}, r1[1] = {1},
+	               r35[2] = {3, 5}, r135[3] = {1, 3, 5};
+	const float round1[3] = {1, 2, 0}, round2[3] = {1, 1, 1};
+
+	(void)state;
+	h_recover = 1;
+	assert_non_null(h_start());
+	send_frame(0, DT_CMD_KV_CONFIG, 0, 1, 0, 0, NULL, 0, NULL, 0);
+	row_init(60, 10, 1);
+	answered(0);
+	row_round(60, r13, 2, r3, 1, 1); /* round 1: rows 1, 3 = 1, 2 */
+	rows_req(0, DT_CMD_KV_ROW_PUSH, 60, r1, 1, 1); /* round 2, open */
+	assert_int_equal(rows_resumed(0, 60, 10, 0, 1), 2);
+	assert_int_equal(rows_resumed(1, 60, 10, 0, 1), 1);
+	rows_pull_round(0, 60, r135, 3, 1); /* (not held by the open round) */
+	rows_are(round1, 3);
+	rows_req(1, DT_CMD_KV_ROW_PUSH, 60, r35, 2, 1); /* round 2 closes */
+	answered(0);
+	rows_pull_round(1, 60, r135, 3, 1); /* the rows before round 2 */
+	rows_are(round1, 3);
+	rows_pull_round(1, 60, r135, 3, 2);
+	rows_are(round2, 3);
+	rows_req(0, DT_CMD_KV_ROW_PUSH, 60, r1, 1, 1); /* round 3, open */
+	rows_req(0, DT_CMD_KV_ROW_PUSH, 60, r1, 1, 1); /* kept for round 4 */
+	assert_int_equal(rows_resumed(0, 60, 10, 0, 1), 4);
+	assert_int_equal(h_ans.errors, 0);
+	rows_pull_round(1, 60, r135, 3, 0);
+	refused(DT_ESTATE, "only the rows of the round before are kept");
+	send_frame(1, DT_CMD_KV_RESUME, 60, 10, 0, 2, NULL, 0, NULL, 0);
+	refused(DT_ESIZE, "resume of key 60: a table of 10 rows of width 2");
 	h_stop();
 	h_recover = 0;
 }
@@ -794,6 +879,7 @@ main(void)
 	    cmocka_unit_test(test_dense_park),
 	    cmocka_unit_test(test_dense_checkpoint),
 	    cmocka_unit_test(test_many_resume),
+	    cmocka_unit_test(test_rows_resume),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

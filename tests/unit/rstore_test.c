@@ -5,8 +5,9 @@
  * union of the workers' rows (rows pushed by several workers summed,
  * rows of nobody's push untouched, an empty push counted), lazy adam and
  * sgd with momentum against the formulas written out here (rows not
- * pushed keep their value and state), the decoder's limits, and the
- * placement's row ranges against a search.
+ * pushed keep their value and state), the decoder's limits, the
+ * placement's row ranges against a search, and the rows of the round
+ * before kept for a restarted worker.
  */
 #include <math.h>
 #include <setjmp.h>
@@ -249,6 +250,57 @@ lazy(const char *name, const char *params, int sync)
 	dt__rs_fini(&t);
 }
 
+/* keep_prev (recovery in dist_sync): after a round, the rows it changed
+ * are gathered as they were before it and the others as they are; the
+ * next round keeps its own rows and forgets the older ones; a table of
+ * one worker keeps the rows of each push. */
+static void
+test_keep_prev(void **st)
+{
+	dt_rstore t;
+	const uint64_t r13[] = {11, 13}, r3[] = {13}, r5[] = {15},
+	               r135[] = {11, 13, 15};
+	float one[2] = {1, 1}, out[3];
+	uint8_t *w13 = wire_ids(r13, 2), *w3 = wire_ids(r3, 1),
+	        *w5 = wire_ids(r5, 1), *w135 = wire_ids(r135, 3);
+	int closed;
+
+	(void)st;
+	/* rows [10, 20) of a 20-row table, 2 workers */
+	assert_int_equal(dt__rs_init(&t, 4, 20, 10, 10, 1, 2, 1, &no_opt),
+	                 DT_OK);
+	t.keep_prev = 1;
+	t.val[1] = 7;
+	assert_int_equal(dt__rs_push_sync(&t, 0, 2, w13, one, &closed), DT_OK);
+	assert_false(closed);
+	assert_int_equal(dt__rs_push_sync(&t, 1, 1, w3, one, &closed), DT_OK);
+	assert_true(closed); /* rows 11, 13 = 1, 2 */
+	dt__rs_gather_prev(&t, 3, w135, out);
+	assert_true(out[0] == 7 && out[1] == 0 && out[2] == 0);
+	dt__rs_gather(&t, 3, w135, out);
+	assert_true(out[0] == 1 && out[1] == 2 && out[2] == 0);
+	assert_int_equal(dt__rs_push_sync(&t, 0, 1, w5, one, &closed), DT_OK);
+	assert_int_equal(dt__rs_push_sync(&t, 1, 1, w5, one, &closed), DT_OK);
+	assert_true(closed); /* row 15 = 2; the copy is of row 15 only */
+	dt__rs_gather_prev(&t, 3, w135, out);
+	assert_true(out[0] == 1 && out[1] == 2 && out[2] == 0);
+	dt__rs_fini(&t);
+	assert_int_equal(dt__rs_init(&t, 4, 20, 10, 10, 1, 1, 1, &no_opt),
+	                 DT_OK);
+	t.keep_prev = 1;
+	assert_int_equal(dt__rs_push_sync(&t, 0, 2, w13, one, &closed), DT_OK);
+	assert_true(closed);
+	dt__rs_gather_prev(&t, 3, w135, out);
+	assert_true(out[0] == 0 && out[1] == 0 && out[2] == 0);
+	dt__rs_gather(&t, 3, w135, out);
+	assert_true(out[0] == 1 && out[1] == 1 && out[2] == 0);
+	dt__rs_fini(&t);
+	free(w13);
+	free(w3);
+	free(w5);
+	free(w135);
+}
+
 static void
 test_lazy_adam(void **st)
 {
@@ -356,6 +408,7 @@ main(void)
 	    cmocka_unit_test(test_check),     cmocka_unit_test(test_sync_union),
 	    cmocka_unit_test(test_lazy_adam), cmocka_unit_test(test_lazy_sgd),
 	    cmocka_unit_test(test_decode),    cmocka_unit_test(test_place),
+	    cmocka_unit_test(test_keep_prev),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
