@@ -242,6 +242,36 @@ dt__elastic_sched_remove(dt_node *n, int peer, const char *why, int lost)
 }
 
 void
+dt__elastic_sched_join(dt_node *n, dt_conn *c, const joiner *j)
+{
+	char reason[512];
+	int live;
+
+	pthread_mutex_lock(&n->mu);
+	live = dt__elastic_live(n);
+	pthread_mutex_unlock(&n->mu);
+	/* The joiner learns why from the ABORT, and the job's log from this
+	 * line: a worker started by hand for a job that cannot take it must
+	 * not look like a network fault on either side. */
+	if (live >= n->el_max)
+		snprintf(reason, sizeof(reason),
+		         "a worker at %s:%d (pid %d) asks to join the running "
+		         "elastic job, which has %d workers: "
+		         "DTRAIN_ELASTIC_MAX=%d is reached",
+		         j->host, j->port, j->pid, live, n->el_max);
+	else
+		snprintf(reason, sizeof(reason),
+		         "a worker at %s:%d (pid %d) asks to join the running "
+		         "elastic job (%d workers, DTRAIN_ELASTIC_MAX=%d): "
+		         "adding workers to a running job is not supported "
+		         "yet",
+		         j->host, j->port, j->pid, live, n->el_max);
+	dt__log(0, "refusing a node: %s", reason);
+	dt__sched_send_abort(n, c, reason);
+	dt__van_close(n->van, c);
+}
+
+void
 dt__elastic_member_on_msg(dt_node *n, dt_conn *c, const dt_msg *m)
 {
 	int *ids, count = 0;
