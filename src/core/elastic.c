@@ -120,6 +120,22 @@ dt__node_membership(dt_node *n, uint64_t *epoch, int *ids, int cap)
 	return count;
 }
 
+int
+dt__elastic_member(dt_node *n, int id)
+{
+	int in = 0;
+
+	if (!n->elastic)
+		return 1;
+	pthread_mutex_lock(&n->mu);
+	if (ensure_ids(n))
+		in = 1; /* (no list to say otherwise) */
+	for (int i = 0; !in && i < n->el_n; i++)
+		in = n->el_ids[i] == id;
+	pthread_mutex_unlock(&n->mu);
+	return in;
+}
+
 static int
 epoch_above(dt_node *n, const void *arg)
 {
