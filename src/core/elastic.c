@@ -120,6 +120,22 @@ dt__node_membership(dt_node *n, uint64_t *epoch, int *ids, int cap)
 	return count;
 }
 
+int
+dt__elastic_member(dt_node *n, int id)
+{
+	int in = 0;
+
+	if (!n->elastic)
+		return 1;
+	pthread_mutex_lock(&n->mu);
+	if (ensure_ids(n))
+		in = 1; /* (no list to say otherwise) */
+	for (int i = 0; !in && i < n->el_n; i++)
+		in = n->el_ids[i] == id;
+	pthread_mutex_unlock(&n->mu);
+	return in;
+}
+
 static int
 epoch_above(dt_node *n, const void *arg)
 {
@@ -239,6 +255,36 @@ dt__elastic_sched_remove(dt_node *n, int peer, const char *why, int lost)
 	send_membership(n, ids, count, epoch, peer, lost);
 	free(ids);
 	return 1;
+}
+
+void
+dt__elastic_sched_join(dt_node *n, dt_conn *c, const joiner *j)
+{
+	char reason[512];
+	int live;
+
+	pthread_mutex_lock(&n->mu);
+	live = dt__elastic_live(n);
+	pthread_mutex_unlock(&n->mu);
+	/* The joiner learns why from the ABORT, and the job's log from this
+	 * line: a worker started by hand for a job that cannot take it must
+	 * not look like a network fault on either side. */
+	if (live >= n->el_max)
+		snprintf(reason, sizeof(reason),
+		         "a worker at %s:%d (pid %d) asks to join the running "
+		         "elastic job, which has %d workers: "
+		         "DTRAIN_ELASTIC_MAX=%d is reached",
+		         j->host, j->port, j->pid, live, n->el_max);
+	else
+		snprintf(reason, sizeof(reason),
+		         "a worker at %s:%d (pid %d) asks to join the running "
+		         "elastic job (%d workers, DTRAIN_ELASTIC_MAX=%d): "
+		         "adding workers to a running job is not supported "
+		         "yet",
+		         j->host, j->port, j->pid, live, n->el_max);
+	dt__log(0, "refusing a node: %s", reason);
+	dt__sched_send_abort(n, c, reason);
+	dt__van_close(n->van, c);
 }
 
 void

@@ -322,6 +322,9 @@ void dt__sched_free(dt_node *n);
 dt_err dt__elastic_config(dt_node *n);
 /* (mu held) The live workers now: el_n, or every worker. */
 int dt__elastic_live(dt_node *n);
+/* Whether worker id is in the membership this node knows (mu not held);
+ * 1 outside an elastic job. */
+int dt__elastic_member(dt_node *n, int id);
 /* Scheduler: worker peer was lost (lost = 1) or left on schedule: 1 if
  * the elastic membership took it (the job goes on or was aborted for
  * falling under the minimum), 0 if this is no elastic job's worker. */

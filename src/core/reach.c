@@ -216,6 +216,23 @@ try_dial(dt_node *n, reach_slot *s, int id, uint64_t deadline, const char *name,
 	return -1;
 }
 
+/* The end of one try. In an elastic job the peer may have been lost
+ * just now: a refused dial to it would be retried by the van until
+ * DT_CONNECT_TIMEOUT, holding the collective that needs it while the
+ * scheduler's membership without it arrives. Short tries let the loop
+ * see that membership between them and give up. */
+#define ELASTIC_TRY_NS 250000000ull
+
+static uint64_t
+try_deadline(const dt_node *n, uint64_t deadline)
+{
+	uint64_t now = dt__now_ns();
+
+	if (!n->elastic || deadline <= now + ELASTIC_TRY_NS)
+		return deadline;
+	return now + ELASTIC_TRY_NS;
+}
+
 dt_err
 dt__reach_peer(dt_node *n, int id)
 {
@@ -246,9 +263,20 @@ dt__reach_peer(dt_node *n, int id)
 	for (;;) {
 		if ((err = dt__node_check(n)))
 			break;
+		if (!dt__elastic_member(n, id)) {
+			err = dt__fail(DT_EPEER, "it left the elastic job's "
+			                         "membership");
+			break;
+		}
 		tries++;
-		int got = try_dial(n, s, id, deadline, name, &err);
+		int got =
+		    try_dial(n, s, id, try_deadline(n, deadline), name, &err);
 
+		/* (an elastic job's short try ran out: see try_deadline) */
+		if (got < 0 && n->elastic &&
+		    (err == DT_ECONNREFUSED || err == DT_ETIMEDOUT) &&
+		    dt__now_ns() < deadline)
+			got = 0;
 		if (got != 0) {
 			if (got == 1)
 				err = DT_OK;

@@ -80,4 +80,10 @@ void dt__sched_refuse_overdue(dt_node *n);
 /* (mu held) Whether a held process's wait is over. */
 int dt__sched_held_overdue(dt_node *n);
 
+/* elastic.c. A worker asks to join an elastic job that is running (mu
+ * not held): refused (ABORT, then closed) with the reason - the job has
+ * DTRAIN_ELASTIC_MAX workers already, or growing a running job is not
+ * done yet. */
+void dt__elastic_sched_join(dt_node *n, dt_conn *c, const joiner *j);
+
 #endif

@@ -158,6 +158,17 @@ on_add_node(dt_node *n, dt_conn *c, dt_msg *m)
 			return;
 		}
 	}
+	if (n->elastic && j.role == DT_ROLE_WORKER) {
+		int assigned;
+
+		pthread_mutex_lock(&n->mu);
+		assigned = s->assigned;
+		pthread_mutex_unlock(&n->mu);
+		if (assigned) {
+			dt__elastic_sched_join(n, c, &j);
+			return;
+		}
+	}
 	pthread_mutex_lock(&n->mu);
 	int have = 0,
 	    room = j.role == DT_ROLE_SERVER ? n->num_servers : n->num_workers;
