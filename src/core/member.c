@@ -175,8 +175,26 @@ dt__member_on_msg(dt_node *n, dt_conn *c, dt_msg *m)
 		    dt__conn_peer(c) != -1 ||
 		    n->table[id].role != DT_ROLE_WORKER || (int)id <= n->id ||
 		    __atomic_load_n(&n->peers[id], __ATOMIC_ACQUIRE) != NULL) {
-			dt__log(0, "dropping %s: unexpected HELLO from node %u",
-			        dt__conn_addr(c), id);
+			/* Two workers that dialled each other at once: our
+			 * dial won (the lower id's), and the higher one's
+			 * HELLO came after it was up. Expected; not news. */
+			int lost_race =
+			    n->have_table && id < (uint32_t)n->ntable &&
+			    (int)id > n->id && dt__reach_lazy(n, (int)id) &&
+			    dt__conn_peer(c) == -1 &&
+			    __atomic_load_n(&n->peers[id], __ATOMIC_ACQUIRE) !=
+			        NULL;
+
+			if (lost_race)
+				DT_LOG(1,
+				       "closing %s: node %u dialled this node "
+				       "while this node's dial to it won",
+				       dt__conn_addr(c), id);
+			else
+				dt__log(0,
+				        "dropping %s: unexpected HELLO from "
+				        "node %u",
+				        dt__conn_addr(c), id);
 			dt__van_close(n->van, c);
 			return;
 		}
