@@ -36,7 +36,7 @@ extern "C" {
 	X(DT_EMISMATCH, 17, "ranks disagree")                                  \
 	X(DT_ESYS, 18, "system call failed")                                   \
 	X(DT_ESHUTDOWN, 19, "cluster is shutting down")                        \
-	X(DT_EAUTH, 20, "authentication failed")                              \
+	X(DT_EAUTH, 20, "authentication failed")                               \
 	X(DT_EMEMBERSHIP, 21, "elastic membership changed")
 
 typedef enum dt_err {
