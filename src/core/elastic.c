@@ -304,8 +304,14 @@ dt__elastic_member_on_msg(dt_node *n, dt_conn *c, const dt_msg *m)
 		return;
 	}
 	ids = malloc(sizeof(int) * (size_t)DT_MAX(n->num_workers, 1));
-	if (ids == NULL)
+	if (ids == NULL) {
+		/* A membership not taken would leave this worker in the old
+		 * one for good: end instead. */
+		dt__node_set_fatal(n, DT_ENOMEM,
+		                   "no memory for a MEMBERSHIP of %d workers",
+		                   n->num_workers);
 		return;
+	}
 	if (dt__msg_membership_decode(m->meta, m->hdr.meta_len,
 	                              dt__node_worker_id(n, 0), n->num_workers,
 	                              ids, &count)) {
