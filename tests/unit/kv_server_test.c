@@ -292,6 +292,23 @@ row_round(dt_key key, const uint64_t *a, size_t na, const uint64_t *b,
 	answered(0);
 }
 
+/* The checkpoint variables unset and a test's checkpoint directory (its
+ * file and the one before) removed. */
+static void
+ckpt_dir_done(const char *dir)
+{
+	char path[64];
+
+	unsetenv("DTRAIN_CHECKPOINT_LOAD");
+	unsetenv("DTRAIN_CHECKPOINT_EVERY");
+	unsetenv("DTRAIN_CHECKPOINT_DIR");
+	snprintf(path, sizeof(path), "%s/server-0.ckpt", dir);
+	unlink(path);
+	snprintf(path, sizeof(path), "%s/server-0.ckpt.prev", dir);
+	unlink(path);
+	assert_int_equal(rmdir(dir), 0);
+}
+
 /* A row table in a checkpoint: a server started from the file has the
  * values, the pushes of each worker and the step count of the rounds
  * before it (not those after), and an init of the same table keeps
@@ -299,7 +316,7 @@ row_round(dt_key key, const uint64_t *a, size_t na, const uint64_t *b,
 static void
 test_rows_checkpoint(void **state)
 {
-	char dir[] = "/tmp/kv_server_test.XXXXXX", path[64];
+	char dir[] = "/tmp/kv_server_test.XXXXXX";
 	const uint64_t r13[2] = {1, 3}, r39[2] = {3, 9}, r2[1] = {2};
 	kv_server *s;
 	rtable *t;
@@ -331,14 +348,7 @@ test_rows_checkpoint(void **state)
 	row_init(8, 10, 2); /* a table the file does not have is made */
 	answered(0);
 	h_stop();
-	unsetenv("DTRAIN_CHECKPOINT_LOAD");
-	unsetenv("DTRAIN_CHECKPOINT_EVERY");
-	unsetenv("DTRAIN_CHECKPOINT_DIR");
-	snprintf(path, sizeof(path), "%s/server-0.ckpt", dir);
-	unlink(path);
-	snprintf(path, sizeof(path), "%s/server-0.ckpt.prev", dir);
-	unlink(path);
-	assert_int_equal(rmdir(dir), 0);
+	ckpt_dir_done(dir);
 }
 
 /* dist_sync, as a restarted server's replay sends them: a worker's second
@@ -397,7 +407,7 @@ many_req(int w, int cmd, size_t n, float v)
 static void
 test_many_checkpoint(void **state)
 {
-	char dir[] = "/tmp/kv_server_test.XXXXXX", path[64];
+	char dir[] = "/tmp/kv_server_test.XXXXXX";
 	kv_server *s;
 	float got[40];
 
@@ -436,14 +446,7 @@ test_many_checkpoint(void **state)
 	assert_non_null(strstr(dt_errmsg(), "under key placement balanced"));
 	assert_non_null(strstr(dt_errmsg(), "this job's is mxnet"));
 	unsetenv("DTRAIN_KV_PLACEMENT");
-	unsetenv("DTRAIN_CHECKPOINT_LOAD");
-	unsetenv("DTRAIN_CHECKPOINT_EVERY");
-	unsetenv("DTRAIN_CHECKPOINT_DIR");
-	snprintf(path, sizeof(path), "%s/server-0.ckpt", dir);
-	unlink(path);
-	snprintf(path, sizeof(path), "%s/server-0.ckpt.prev", dir);
-	unlink(path);
-	assert_int_equal(rmdir(dir), 0);
+	ckpt_dir_done(dir);
 }
 
 /* On a server that took a lost one's place, batched requests as the
@@ -680,7 +683,7 @@ test_dense_park(void **state)
 static void
 test_dense_checkpoint(void **state)
 {
-	char dir[] = "/tmp/kv_server_test.XXXXXX", path[64];
+	char dir[] = "/tmp/kv_server_test.XXXXXX";
 	float v[3] = {1, 2, 3}, g[3] = {1, 1, 1};
 	kv_server *s;
 
@@ -709,14 +712,7 @@ test_dense_checkpoint(void **state)
 	answered(12);
 	assert_true(ans_f32() == 2.0f);
 	h_stop();
-	unsetenv("DTRAIN_CHECKPOINT_LOAD");
-	unsetenv("DTRAIN_CHECKPOINT_EVERY");
-	unsetenv("DTRAIN_CHECKPOINT_DIR");
-	snprintf(path, sizeof(path), "%s/server-0.ckpt", dir);
-	unlink(path);
-	snprintf(path, sizeof(path), "%s/server-0.ckpt.prev", dir);
-	unlink(path);
-	assert_int_equal(rmdir(dir), 0);
+	ckpt_dir_done(dir);
 }
 
 /* A single-key pull of key from worker w as of round `round` (a
