@@ -10,9 +10,10 @@
 # (before, it ran at about 0.4 of it here, falling as the flood went on).
 # The samples a second of the flooded run are compared with an undisturbed
 # run's, made just before in this test, and must be at least half of them
-# (about 0.7 is typical alone; the ratio measured is printed). A busy
-# machine, another test beside this one, can hold every pair below that for
-# a minute or more, so up to 6 pairs of runs are made until one passes
+# (about 0.7 is typical alone; the ratio measured is printed). CTest runs
+# it alone (RUN_SERIAL), but a machine busy with other work can still hold
+# every pair below that for a minute or more, so up to 6 pairs of runs are
+# made until one passes
 # (ROUNDS=n makes n pairs). The stranger runs at nice 19: it stands for a
 # machine elsewhere, whose processor is not the job's.
 #
