@@ -1,0 +1,161 @@
+#!/bin/bash
+# elastic_bench.sh - how fast an elastic job (docs/elastic.md) goes on
+# after a change of membership, on this machine: for each number of
+# workers N, `dtrain launch -n N -s 0 --min-workers N-1` runs
+# examples/mnist --elastic (LeNet by default, a commit every K steps);
+# half a commit interval after the job has committed step 2K, one worker
+# is killed (SIGKILL) and the bench reports
+#   detect_s   from the kill to the survivors' first word of it (the
+#              launcher's or the scheduler's "was lost" line);
+#   resume_s   from the kill to the survivors' first committed step after
+#              it (the step they went back to, committed again by the new
+#              membership: training goes on from there);
+#   redone     the steps trained since the last commit and trained again
+#              after the change (at most K);
+# then stops the job. Times are read from the job's output as it comes
+# (a line's time is when the bench read it), so they include the
+# output's way through the launcher: an upper bound.
+#
+#   bench/elastic_bench.sh [BUILD_DIR] [N ...]      (default N: 4 8 16)
+#   MODEL=lenet K=10 BATCH=32 DATA=/usr/share/datasets/fashion-mnist
+#   TIMEOUT=300 (seconds a job may take to reach step 2K)
+# Prints a table, then JSON lines (also kept in $OUT/elastic_bench.jsonl).
+set -u
+BUILD=${1:-${DTRAIN_BUILD:-build}}
+shift || true
+SIZES=${*:-4 8 16}
+OUT=${OUT:-$(mktemp -d "${TMPDIR:-/tmp}/dtrain_elastic_bench.XXXXXX")}
+DATA=${DATA:-${FASHION_MNIST:-/usr/share/datasets/fashion-mnist}}
+mkdir -p "$OUT"
+for f in "$BUILD/dtrain" "$BUILD/examples/mnist"; do
+	[ -x "$f" ] || { echo "elastic_bench.sh: no $f (build first)" >&2; exit 1; }
+done
+[ -e "$DATA/train-images-idx3-ubyte.gz" ] || [ -e "$DATA/train-images-idx3-ubyte" ] ||
+	{ echo "elastic_bench.sh: no Fashion-MNIST in $DATA (Debian's dataset-fashion-mnist)" >&2; exit 1; }
+echo "elastic_bench.sh: $(nproc) processors; load $(cut -d' ' -f1-3 /proc/loadavg);" \
+	"model ${MODEL:-lenet}, a commit every ${K:-10} steps, batch ${BATCH:-32}"
+exec python3 - "$BUILD" "$OUT" "$DATA" "${MODEL:-lenet}" "${K:-10}" \
+	"${BATCH:-32}" "${TIMEOUT:-300}" $SIZES <<'PY'
+import json, os, re, signal, subprocess, sys, threading, time
+
+build, out, data, model = sys.argv[1:5]
+k, batch, timeout = int(sys.argv[5]), int(sys.argv[6]), float(sys.argv[7])
+sizes = [int(s) for s in sys.argv[8:]]
+
+
+class Job:
+    """A launch whose output lines are kept with the time each was read."""
+
+    def __init__(self, n, log):
+        args = [f"{build}/dtrain", "launch", "-v", "-n", str(n), "-s", "0",
+                "--min-workers", str(n - 1), "--",
+                f"{build}/examples/mnist", "--kvstore", "horovod",
+                "--optimizer", "sgd", "--lr", "0.05", "--elastic",
+                "--model", model, "--batch-size", str(batch),
+                "--commit-every", str(k), "--epochs", "1000",
+                "--data", data]
+        self.lines = []
+        self.cv = threading.Condition()
+        self.log = open(log, "w")
+        self.p = subprocess.Popen(args, stdout=subprocess.PIPE,
+                                  stderr=subprocess.STDOUT, text=True,
+                                  start_new_session=True)
+        threading.Thread(target=self._read, daemon=True).start()
+
+    def _read(self):
+        for line in self.p.stdout:
+            t = time.monotonic()
+            self.log.write(f"{t:.6f} {line}")
+            with self.cv:
+                self.lines.append((t, line.rstrip("\n")))
+                self.cv.notify_all()
+        with self.cv:
+            self.lines.append((time.monotonic(), None))
+            self.cv.notify_all()
+
+    def wait_for(self, pattern, after=0.0, deadline=60.0):
+        """The first line read after `after` matching pattern: (time, match)."""
+        rx = re.compile(pattern)
+        end = time.monotonic() + deadline
+        i = 0
+        with self.cv:
+            while True:
+                while i < len(self.lines):
+                    t, line = self.lines[i]
+                    i += 1
+                    if line is None:
+                        return None, None
+                    m = rx.search(line)
+                    if t >= after and m:
+                        return t, m
+                left = end - time.monotonic()
+                if left <= 0:
+                    return None, None
+                self.cv.wait(left)
+
+    def stop(self):
+        if self.p.poll() is None:
+            os.killpg(self.p.pid, signal.SIGTERM)
+            try:
+                self.p.wait(60)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.p.pid, signal.SIGKILL)
+                self.p.wait()
+        self.log.close()
+
+
+rows = []
+for n in sizes:
+    row = {"bench": "elastic", "workers": n, "model": model,
+           "commit_every": k, "batch": batch}
+    job = Job(n, f"{out}/shrink_{n}.log")
+    try:
+        t1, _ = job.wait_for(rf"committed step {k}$", deadline=timeout)
+        t2, _ = job.wait_for(rf"committed step {2 * k}$", deadline=timeout)
+        if t1 is None or t2 is None:
+            row["error"] = f"step {2 * k} was not committed in {timeout:g} s"
+            raise RuntimeError
+        # The kill comes half a commit interval after step 2K's commit
+        # (as measured between the first two), as a loss would on average.
+        time.sleep((t2 - t1) / 2)
+        t, m = job.wait_for(r"started worker 1 \(pid (\d+)\)", deadline=1)
+        if t is None:
+            row["error"] = "worker 1's pid is not in the launcher's output"
+            raise RuntimeError
+        t_kill = time.monotonic()
+        os.kill(int(m.group(1)), signal.SIGKILL)
+        td, _ = job.wait_for(r"was lost|goes on without it", after=t_kill,
+                             deadline=60)
+        tr, mr = job.wait_for(r"mnist: committed step (\d+)$", after=t_kill,
+                              deadline=120)
+        ts, ms = job.wait_for(r"mnist: step (\d+) is redone from the "
+                              r"commit of step (\d+)", after=t_kill,
+                              deadline=1)
+        if td is None or tr is None:
+            row["error"] = "the survivors did not go on within 120 s"
+            raise RuntimeError
+        row["detect_s"] = round(td - t_kill, 4)
+        row["resume_s"] = round(tr - t_kill, 4)
+        row["resumed_at_step"] = int(mr.group(1))
+        if ms is not None:
+            row["redone"] = int(ms.group(1)) - int(ms.group(2))
+    except RuntimeError:
+        pass
+    finally:
+        job.stop()
+    rows.append(row)
+
+print(f"{'workers':>7} {'detect_s':>9} {'resume_s':>9} {'at_step':>8} {'redone':>7}")
+for r in rows:
+    if "error" in r:
+        print(f"{r['workers']:>7} failed: {r['error']}")
+        continue
+    print(f"{r['workers']:>7} {r['detect_s']:>9.3f} {r['resume_s']:>9.3f} "
+          f"{r['resumed_at_step']:>8} {str(r.get('redone', '-')):>7}")
+with open(f"{out}/elastic_bench.jsonl", "w") as f:
+    for r in rows:
+        line = json.dumps(r)
+        print(line)
+        f.write(line + "\n")
+print(f"(logs in {out})")
+PY
