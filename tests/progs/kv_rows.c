@@ -36,6 +36,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "common/util.h"
 #include "dtrain/kv.h"
@@ -253,6 +254,23 @@ run_sum(dt_kv *kv, int rank, int nw)
 	free(tabs[1].want);
 }
 
+/* Wait until the file path exists (5 minutes at most). */
+static void
+hold_until(const char *path, int made)
+{
+	printf("kv_rows async: holding after %d pushes until %s exists\n", made,
+	       path);
+	fflush(stdout);
+	for (int i = 0; access(path, F_OK) != 0; i++) {
+		if (i == 30000) {
+			fprintf(stderr, "kv_rows FAILED: %s never came\n",
+			        path);
+			exit(1);
+		}
+		usleep(10000);
+	}
+}
+
 static void
 run_async(dt_kv *kv, int rank, int nw)
 {
@@ -262,11 +280,19 @@ run_async(dt_kv *kv, int rank, int nw)
 	const char *pe = getenv("KV_ROWS_PUSHES");
 	const int P = pe ? atoi(pe) : 5;
 
+	/* KV_ROWS_HOLD=FILE: rank 0 stops halfway through its pushes until
+	 * FILE exists, so that a test can lose a server while both workers
+	 * still have pushes to make (a kill that comes once they are done
+	 * tests nothing). */
+	const char *hold = getenv("KV_ROWS_HOLD");
+
 	OK(dt_kv_set_optimizer(kv, "sgd", "lr=1"));
 	table_init(kv, &t, 200, 500, 2);
 	for (int phase = 0; phase < 2; phase++) {
 		if ((rank == 0) == (phase == 0))
 			for (int k = 0; k < P; k++) {
+				if (hold && rank == 0 && k == P / 2)
+					hold_until(hold, k);
 				uint64_t *ids = malloc(t.rows * 8);
 				float *g = malloc(t.rows * t.width * 4);
 				size_t n = my_rows(&t, rank, k, ids, g);
