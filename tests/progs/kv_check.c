@@ -45,6 +45,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "dtrain/kv.h"
 #include "kv/kv_impl.h"
@@ -274,12 +275,30 @@ check_async(dt_kv *kv)
 	(void)nw;
 }
 
+/* Wait until the file path exists (5 minutes at most). */
+static void
+hold_until(const char *path, int made)
+{
+	printf("kv_check async: holding after %d pushes until %s exists\n",
+	       made, path);
+	fflush(stdout);
+	for (int i = 0; access(path, F_OK) != 0; i++) {
+		if (i == 30000) {
+			fprintf(stderr, "kv_check FAILED: %s never came\n",
+			        path);
+			exit(1);
+		}
+		usleep(10000);
+	}
+}
+
 static void
 check_async_opt(dt_kv *kv)
 {
 	int nw = dt_kv_num_workers(kv);
 	const size_t n = 4099;
 	const char *np = getenv("KV_CHECK_PUSHES"); /* (recovery.sh) */
+	const char *hold = getenv("KV_CHECK_HOLD");
 	const int pushes = np ? atoi(np) : 50;
 	float *w = calloc(n, sizeof(float)), *g = malloc(n * sizeof(float));
 
@@ -297,8 +316,15 @@ check_async_opt(dt_kv *kv)
 		        (unsigned long long)step);
 	for (size_t i = 0; i < n; i++)
 		g[i] = -1.0f; /* w -= lr * g: each push adds 1 */
-	for (int p = (int)step; p < pushes; p++)
+	for (int p = (int)step; p < pushes; p++) {
+		/* KV_CHECK_HOLD=FILE: rank 0 stops halfway until FILE exists,
+		 * so that a test loses a server while pushes are still to
+		 * come (recovery.sh): a worker that is done sends nothing
+		 * again, and the kill would test nothing. */
+		if (p == pushes / 2 && hold && dt_kv_rank(kv) == 0)
+			hold_until(hold, p);
 		OK(dt_kv_push(kv, key, g, n));
+	}
 	OK(dt_kv_barrier(kv));
 	OK(dt_kv_pull(kv, 9, w, n));
 	for (size_t i = 0; i < n; i++)
