@@ -112,10 +112,13 @@ void dt_nn_model_destroy(dt_nn_model *m);
  * the first layer of stage s and first[stages] the number of layers
  * (first has stages + 1 entries). Stages start only at a conv or dense
  * layer (activations, pooling and flattening stay with the layer that
- * feeds them), stage s at the first one whose forward operations before
- * it reach s/stages of the model's, or earlier when only as many such
- * layers remain as stages still to start. DT_EINVAL with fewer conv and
- * dense layers than stages.
+ * feeds them), and the rule takes the cut whose busiest stage has the
+ * least work, forward and backward: each conv or dense layer's product
+ * forward, for its weight gradient and, when a layer before it has
+ * parameters, for its input gradient; the other layers' elements. The
+ * stages are cut greedily under that bound, each as long as it stays
+ * within it, so the same model gives the same cut on every rank.
+ * DT_EINVAL with fewer conv and dense layers than stages.
  */
 dt_err dt_nn_model_create_stage(const char *spec, uint64_t seed, int first,
                                 int last, dt_nn_model **out);

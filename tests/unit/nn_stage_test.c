@@ -22,6 +22,7 @@
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -218,17 +219,26 @@ static void
 test_cut_rule(void **state)
 {
 	dt_nn_model *m, *st;
-	int first[6];
+	int first[10];
 
 	(void)state;
 	assert_int_equal(dt_nn_model_create("lenet", SEED, &m), DT_OK);
 	/* conv, pool, relu, conv, pool, relu, flatten, dense, relu, dense:
 	 * the convolutions hold most of the work (0.58 and 3.2 of 4.59
-	 * Mflop per sample), so two stages split before the first dense
-	 * layer, the first where half the work lies before. */
+	 * Mflop per sample forward), so two stages split before the first
+	 * dense layer: the cut whose larger stage has the least work. */
 	assert_int_equal(dt_nn_model_num_layers(m), 10);
 	assert_int_equal(dt_nn_model_cut(m, 2, first), DT_OK);
 	assert_int_equal(first[1], 7);
+	/* Three: the second convolution (3.2 Mflop forward, three times
+	 * that with both gradients) alone, the most a stage can be spared;
+	 * starting the stages where the forward work crosses 1/3 and 2/3
+	 * (layers 7 and 9) would leave 10.8 of 13.2 Mflop to stage 0. */
+	assert_int_equal(dt_nn_model_cut(m, 3, first), DT_OK);
+	assert_int_equal(first[0], 0);
+	assert_int_equal(first[1], 3);
+	assert_int_equal(first[2], 7);
+	assert_int_equal(first[3], 10);
 	/* Four stages: one per conv and dense layer. */
 	assert_int_equal(dt_nn_model_cut(m, 4, first), DT_OK);
 	assert_int_equal(first[1], 3);
@@ -237,6 +247,30 @@ test_cut_rule(void **state)
 	assert_int_equal(dt_nn_model_cut(m, 5, first), DT_EINVAL);
 	assert_non_null(strstr(dt_errmsg(), "4 conv and dense layers"));
 	dt_nn_model_destroy(m);
+
+	/* The bench's MLP: a first layer 1.5 times as wide computes no
+	 * input gradient, so it weighs what the others do and every stage
+	 * gets two dense layers, the last the output layer besides. */
+	{
+		char spec[512];
+		size_t n = (size_t)snprintf(spec, sizeof(spec), "input:384");
+
+		for (int i = 0; i < 8; i++)
+			n += (size_t)snprintf(spec + n, sizeof(spec) - n,
+			                      ",dense:256,relu");
+		snprintf(spec + n, sizeof(spec) - n, ",dense:10,softmax_ce");
+		assert_int_equal(dt_nn_model_create(spec, SEED, &m), DT_OK);
+		assert_int_equal(dt_nn_model_cut(m, 4, first), DT_OK);
+		for (int s = 0; s < 4; s++)
+			assert_int_equal(first[s], 4 * s);
+		assert_int_equal(dt_nn_model_cut(m, 2, first), DT_OK);
+		assert_int_equal(first[1], 8);
+		/* As many stages as dense layers: one each. */
+		assert_int_equal(dt_nn_model_cut(m, 9, first), DT_OK);
+		for (int s = 0; s < 9; s++)
+			assert_int_equal(first[s], 2 * s);
+		dt_nn_model_destroy(m);
+	}
 
 	assert_int_equal(dt_nn_model_create_stage("lenet", SEED, 3, 3, &st),
 	                 DT_EINVAL);
