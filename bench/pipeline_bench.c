@@ -379,18 +379,52 @@ timelines(int ready, int S, int M, int gpipe, const double *cpu, double *mean)
 
 /* Per stage, gathered: wall bubble, peak stashed, stash and activation
  * bytes, passes reordered per step, then the mean CPU time of each of the
- * 2 M passes. */
+ * 2 M passes, then each step's 2 M times. */
 #define HEAD 5
+
+/*
+ * Each step replayed with its own passes' times, under either order, the
+ * bubbles averaged over the steps into by[0] (strict) and by[1]
+ * (ready-first). Averaging the passes' times over the steps first (the
+ * main replay) smooths away the step-to-step jitter a stage meets, which
+ * is what ready-first is there to absorb; this keeps it.
+ */
+static void
+step_bubbles(const bench *b, int M, int gpipe, const double *all, size_t row,
+             double *by)
+{
+	size_t n = (size_t)b->S * 2 * M;
+	double *cpu = malloc(sizeof(double) * n), busy, span;
+
+	by[0] = by[1] = -1.0;
+	if (cpu == NULL)
+		return;
+	by[0] = by[1] = 0.0;
+	for (int t = 0; t < b->steps; t++) {
+		for (int s = 0; s < b->S; s++)
+			memcpy(cpu + (size_t)s * 2 * M,
+			       all + s * row + HEAD + (size_t)(t + 1) * 2 * M,
+			       sizeof(double) * 2 * M);
+		for (int ready = 0; ready <= 1; ready++) {
+			span = replay_as(ready, b->S, M, gpipe, cpu, &busy);
+			by[ready] +=
+			    (span > 0 ? 1.0 - busy / (b->S * span) : -1.0) /
+			    b->steps;
+		}
+	}
+	free(cpu);
+}
 
 static void
 report(const bench *b, int M, int gpipe, int ready, const double *all,
        double wall)
 {
-	size_t row = HEAD + 2 * (size_t)M;
+	size_t row = HEAD + 2 * (size_t)M * (1 + (size_t)b->steps);
 	size_t n = (size_t)b->S * 2 * M;
 	double *cpu = malloc(sizeof(double) * n);
 	double *mean = calloc(n, sizeof(double));
-	double wall_bubble = 0.0, busy, span, mbusy, mspan;
+	double wall_bubble = 0.0, busy, span, mbusy, mspan, obusy, ospan;
+	double by[2];
 
 	if (cpu == NULL || mean == NULL) {
 		free(cpu);
@@ -416,13 +450,18 @@ report(const bench *b, int M, int gpipe, int ready, const double *all,
 	 * spread and keeps only the stages' difference in work. */
 	span = replay_as(ready, b->S, M, gpipe, cpu, &busy);
 	mspan = replay_as(ready, b->S, M, gpipe, mean, &mbusy);
+	/* The other order replayed on the same passes: the difference is
+	 * the order's alone, whatever the machine did during the run. */
+	ospan = replay_as(!ready, b->S, M, gpipe, cpu, &obusy);
 	printf("pipeline_bench: S %d %s %s M %2d: %8.0f samples/s, bubble "
-	       "%.3f wall, %.3f replay (%.3f at mean times), %.3f "
-	       "theoretical\n",
+	       "%.3f wall, %.3f replay (%.3f at mean times, %.3f %s), "
+	       "%.3f theoretical\n",
 	       b->S, gpipe ? "gpipe" : "1f1b ", ready ? "ready " : "strict", M,
 	       (double)b->steps * M * b->mb / (wall / 1e9), wall_bubble,
 	       span > 0 ? 1.0 - busy / (b->S * span) : -1.0,
 	       mspan > 0 ? 1.0 - mbusy / (b->S * mspan) : -1.0,
+	       ospan > 0 ? 1.0 - obusy / (b->S * ospan) : -1.0,
+	       ready ? "strict" : "ready-first",
 	       (double)(b->S - 1) / (M + b->S - 1));
 	for (int s = 0; s < b->S; s++) {
 		const double *r = all + s * row;
@@ -438,6 +477,10 @@ report(const bench *b, int M, int gpipe, int ready, const double *all,
 		       "reordered per step\n",
 		       s, f, bw, (int)r[1], r[2] / 1024, r[3] / 1024, r[4]);
 	}
+	step_bubbles(b, M, gpipe, all, row, by);
+	printf("pipeline_bench:   each step replayed with its own times: "
+	       "bubble %.3f ready-first, %.3f strict\n",
+	       by[1], by[0]);
 	if (M == b->timeline)
 		timelines(ready, b->S, M, gpipe, cpu, mean);
 	free(mean);
@@ -463,7 +506,7 @@ run(const bench *b, dt_nn_model *st, int M, int gpipe, int ready)
 	                      .wait_any = b_wait_any};
 	double reordered = 0.0;
 	dt_nn_pipe_stats stats = {0};
-	size_t row = HEAD + 2 * (size_t)M;
+	size_t row = HEAD + 2 * (size_t)M * (1 + (size_t)b->steps);
 	uint64_t op[2 * MAX_MICRO], busy = 0, t0, wall;
 	double *mine = calloc(row, sizeof(double));
 	double *all = calloc(row * (size_t)b->S, sizeof(double));
@@ -486,8 +529,11 @@ run(const bench *b, dt_nn_model *st, int M, int gpipe, int ready)
 			goto out;
 		busy += stats.busy_ns;
 		reordered += (double)stats.reordered / b->steps;
-		for (int j = 0; j < 2 * M; j++)
+		for (int j = 0; j < 2 * M; j++) {
 			mine[HEAD + j] += (double)op[j] / b->steps;
+			mine[HEAD + (size_t)(i + 1) * 2 * M + j] =
+			    (double)op[j];
+		}
 	}
 	wall = dt_obs_now() - t0;
 	mine[0] = 1.0 - (double)busy / (double)wall;
@@ -595,11 +641,12 @@ main(int argc, char **argv)
 	b.s = dt_coll_rank(b.c);
 	b.S = dt_coll_size(b.c);
 	if (b.S > MAX_STAGES || b.width < 16 || b.width > 8192 || b.mb < 1 ||
-	    b.steps < 1 || max_m < 1 || max_m > MAX_MICRO || in_pct < 10 ||
-	    in_pct > 400) {
+	    b.steps < 1 || b.steps > 1000 || max_m < 1 || max_m > MAX_MICRO ||
+	    in_pct < 10 || in_pct > 400) {
 		fprintf(stderr,
 		        "pipeline_bench: at most %d stages, --width in [16, "
-		        "8192], --micro-batch and --steps >= 1, --max-micro "
+		        "8192], --micro-batch >= 1, --steps in [1, 1000], "
+		        "--max-micro "
 		        "in [1, %d], --input-pct in [10, 400]\n",
 		        MAX_STAGES, MAX_MICRO);
 		dt_coll_finalize(b.c);
