@@ -106,7 +106,8 @@ dt_nn_model_num_layers(const dt_nn_model *m)
  * once more for its input gradient when a layer before it needs one (the
  * first layer with parameters computes none, which is what makes a stage
  * holding it cheaper than its forward work says); the other layers one
- * operation per output element each way. Only the ratios matter.
+ * operation per output element forward and one more backward when a
+ * gradient goes through them. Only the ratios matter.
  */
 static double
 layer_work(const layer *L)
