@@ -560,6 +560,19 @@ pipe_wait_any(void *arg, void **h, int n, int *index)
 	return dt_coll_wait_any((dt_coll_handle *const *)h, n, index);
 }
 
+/* The collectives' point-to-point calls as the pipeline's ops, with the
+ * asynchronous receive and wait_any that let a stage run ready-first. */
+static dt_nn_pipe_ops
+pipe_ops(dt_coll *c)
+{
+	return (dt_nn_pipe_ops){.arg = c,
+	                        .send = pipe_send,
+	                        .recv = pipe_recv,
+	                        .wait = pipe_wait,
+	                        .recv_async = pipe_recv_async,
+	                        .wait_any = pipe_wait_any};
+}
+
 /* The stages' first layers: --stages L1,L2,... or the cut rule (absent
  * or auto). */
 static int
@@ -668,12 +681,7 @@ run_pipeline(const opts *o)
 	                      .y = y,
 	                      .replica = r,
 	                      .replicas = R};
-	dt_nn_pipe_ops ops = {.arg = c,
-	                      .send = pipe_send,
-	                      .recv = pipe_recv,
-	                      .wait = pipe_wait,
-	                      .recv_async = pipe_recv_async,
-	                      .wait_any = pipe_wait_any};
+	dt_nn_pipe_ops ops = pipe_ops(c);
 	char rep_s[48] = "";
 
 	if (R > 1)
