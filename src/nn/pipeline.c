@@ -116,10 +116,11 @@ peer(const dt_nn_pipe_cfg *c, int s)
 	return (c->replicas > 1 ? c->replica * c->stages : 0) + s;
 }
 
-/* Forward micro-batch k: take its input, stash it, and (before the last
- * stage) run the layers in the micro-batch's slot and send the output on.
- * The last stage runs its layers with the loss in backward(), which
- * schedule() calls right after. */
+/* Forward micro-batch k once its input is in the stash (stage 0 copies
+ * it there from x): before the last stage, run the layers in the
+ * micro-batch's slot and send the output on. The last stage runs its
+ * layers with the loss in backward_run(), which both orders call right
+ * after. */
 static dt_err
 forward_run(pipe_run *p, int k)
 {
@@ -161,7 +162,7 @@ forward(pipe_run *p, int k)
 }
 
 /* Backward micro-batch k: the last stage runs forward with the loss and
- * backward; the others receive the gradient of their output and run
+ * backward; the others, with the gradient of their output in dy, run
  * backward from the activations the micro-batch's slot kept. The input
  * gradient goes back to the stage before. */
 static dt_err
