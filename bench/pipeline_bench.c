@@ -1,9 +1,11 @@
 /*
  * pipeline_bench.c - pipeline parallelism's throughput, bubble and
  * activation memory, run under `dtrain launch -n S -s 0` (rank s is stage
- * s): an MLP of dense layers cut into stages of equal work (make_spec)
- * trained for a few steps under GPipe and 1F1B with M = 1, 2,
- * 4, 8, 16 micro-batches.
+ * s): an MLP of dense layers cut into stages of equal work (make_spec,
+ * cut by dt_nn_model_cut) trained for a few steps under GPipe and 1F1B
+ * with M = 1, 2, 4, 8, 16 micro-batches, each stage running whichever pass
+ * has its input first (ready-first, the default) or the schedule's fixed
+ * order (--order strict; both: one after the other).
  *
  * The bubble is the share of the stages' time spent idle:
  * 1 - (time the stages spend in their layers) / (S x the step's time).
@@ -26,12 +28,15 @@
  *   the implementation makes of the schedule, independent of the machine's
  *   load. It is replayed again with every pass of a stage taking that
  *   stage's mean forward or backward time: what is left then comes from
- *   the stages' unequal work, the rest from the passes' spread.
+ *   the stages' unequal work, the rest from the passes' spread. The
+ *   replay follows the order the run used: the strict schedule, or
+ *   ready-first decided pass by pass on the replayed arrivals.
  *
  * Memory: each stage's most micro-batches in flight, with the bytes of
  * their inputs and of the activations kept for their backward passes.
  *
- *   pipeline_bench [--schedule gpipe|1f1b|both] [--width W]
+ *   pipeline_bench [--schedule gpipe|1f1b|both]
+ *                  [--order ready|strict|both] [--width W]
  *                  [--micro-batch B] [--steps N] [--max-micro M]
  *                  [--input-pct P]
  *                  [--timeline M]
@@ -41,8 +46,8 @@
  *
  * --timeline M prints, for M micro-batches, the replayed timeline of a
  * step (each pass's start and end on each stage) with the measured times,
- * with each stage's mean times, and with equal stages under 1F1B (the
- * ideal), to show where a stage waits.
+ * with each stage's mean times, and with equal stages under strict 1F1B
+ * (the ideal), to show where a stage waits.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -73,6 +78,20 @@ b_wait(void *arg, void *h)
 {
 	(void)arg;
 	return dt_coll_wait(h);
+}
+
+static dt_err
+b_recv_async(void *arg, float *buf, size_t n, int stage, int tag, void **h)
+{
+	return dt_coll_recv_async(arg, buf, n, DT_FLOAT32, stage, tag,
+	                          (dt_coll_handle **)h);
+}
+
+static dt_err
+b_wait_any(void *arg, void **h, int n, int *index)
+{
+	(void)arg;
+	return dt_coll_wait_any((dt_coll_handle *const *)h, n, index);
 }
 
 /*
@@ -117,9 +136,11 @@ stage_order(int S, int s, int M, int gpipe, int *op)
 	return n;
 }
 
-/* The last replay's start and end of each pass, for print_timeline(). */
+/* The last replay's start and end of each pass, and each stage's order
+ * of passes, for print_timeline(). */
 static double start_at[MAX_STAGES][2 * MAX_MICRO];
 static double done[MAX_STAGES][2 * MAX_MICRO];
+static int ran[MAX_STAGES][2 * MAX_MICRO];
 
 /*
  * The replay: cpu[s * 2M + i] is stage s's CPU time of pass i (as
@@ -163,6 +184,7 @@ replay(int S, int M, int gpipe, const double *cpu, double *busy)
 			if (dep > clock[s])
 				clock[s] = dep;
 			start_at[s][i] = clock[s];
+			ran[s][pos[s]] = i;
 			clock[s] += cpu[s * 2 * M + i];
 			done[s][i] = clock[s];
 			if (clock[s] > end)
@@ -177,6 +199,99 @@ replay(int S, int M, int gpipe, const double *cpu, double *busy)
 	return end;
 }
 
+/* Micro-batches stage s of S may keep in flight (dt_nn_pipe_step's
+ * slots; the last stage runs each backward right after its forward). */
+static int
+slots_of(int S, int s, int M, int gpipe)
+{
+	if (s == S - 1)
+		return 1;
+	return gpipe ? M : (S - s < M ? S - s : M);
+}
+
+/* When the input of stage s's next forward (f) or backward (b) arrives
+ * in the replay so far: 0 when it needs none, -1 while not yet known. */
+static double
+arrival(int S, int s, int M, int is_f, int k)
+{
+	if (is_f)
+		return s == 0 ? 0.0 : done[s - 1][k];
+	return s == S - 1 ? 0.0 : done[s + 1][M + k];
+}
+
+/*
+ * The ready-first replay, as dt_nn_pipe_step runs it: a stage runs its
+ * next forward when it may (a slot is free) and its input is there, else
+ * whichever of the next forward and the next backward it may run has its
+ * input first (the forward on a tie). Passes are committed in time order
+ * (the stage that can start soonest first), so every input that is not
+ * known yet comes later than the pass being decided, and the decision is
+ * the one the stage would make. Same arguments and result as replay().
+ */
+static double
+replay_ready(int S, int M, int gpipe, const double *cpu, double *busy)
+{
+	int f[MAX_STAGES] = {0}, b[MAX_STAGES] = {0};
+	double clock[MAX_STAGES] = {0}, end = 0.0;
+
+	*busy = 0.0;
+	for (int s = 0; s < S; s++)
+		for (int i = 0; i < 2 * M; i++) {
+			done[s][i] = -1.0;
+			*busy += cpu[s * 2 * M + i];
+		}
+	for (int left = 2 * M * S; left > 0; left--) {
+		int best = -1, best_i = 0;
+		double best_t = 0.0;
+
+		for (int s = 0; s < S; s++) {
+			int can_f =
+			    f[s] < M && f[s] - b[s] < slots_of(S, s, M, gpipe);
+			int can_b = b[s] < f[s];
+			double af = can_f ? arrival(S, s, M, 1, f[s]) : -1.0;
+			double ab = can_b ? arrival(S, s, M, 0, b[s]) : -1.0;
+			double t;
+			int i;
+
+			if (af < 0.0 && ab < 0.0)
+				continue;
+			/* Start at the first input there, not before the
+			 * stage is free; the forward if its input is there
+			 * by then. */
+			t = af < 0.0 ? ab : ab < 0.0 ? af : (af < ab ? af : ab);
+			if (t < clock[s])
+				t = clock[s];
+			i = af >= 0.0 && af <= t ? f[s] : M + b[s];
+			if (best < 0 || t < best_t) {
+				best = s;
+				best_t = t;
+				best_i = i;
+			}
+		}
+		if (best < 0)
+			return -1.0; /* deadlock: a bench bug */
+		start_at[best][best_i] = best_t;
+		ran[best][f[best] + b[best]] = best_i;
+		clock[best] = best_t + cpu[best * 2 * M + best_i];
+		done[best][best_i] = clock[best];
+		if (clock[best] > end)
+			end = clock[best];
+		if (best_i < M)
+			f[best]++;
+		else
+			b[best]++;
+	}
+	return end;
+}
+
+/* The replay of one order: ready-first or the strict schedule. */
+static double
+replay_as(int ready, int S, int M, int gpipe, const double *cpu, double *busy)
+{
+	return ready ? replay_ready(S, M, gpipe, cpu, busy)
+	             : replay(S, M, gpipe, cpu, busy);
+}
+
 /*
  * The last replay's timeline, one line per stage: each pass in the
  * stage's order as F<k> or B<k> (the last stage's B<k> holds its forward
@@ -184,18 +299,15 @@ replay(int S, int M, int gpipe, const double *cpu, double *busy)
  * waited for a neighbour. Stage 0 is printed first.
  */
 static void
-print_timeline(const char *what, int S, int M, int gpipe)
+print_timeline(const char *what, int S, int M)
 {
-	int op[2 * MAX_MICRO];
-
 	printf("pipeline_bench: timeline (%s), ms:\n", what);
 	for (int s = 0; s < S; s++) {
 		double at = 0.0;
-		int n = stage_order(S, s, M, gpipe, op);
 
 		printf("pipeline_bench:   stage %d:", s);
-		for (int j = 0; j < n; j++) {
-			int i = op[j];
+		for (int j = 0; j < 2 * M; j++) {
+			int i = ran[s][j];
 
 			if (s == S - 1 && i < M)
 				continue; /* the last stage's forward is in B */
@@ -214,6 +326,7 @@ typedef struct bench {
 	dt_coll *c;
 	const char *spec;
 	int S, s, mb, steps, width, in, timeline;
+	int first[MAX_STAGES + 1]; /* the cut rule's stages */
 } bench;
 
 /*
@@ -248,34 +361,70 @@ ideal_times(int S, int M, const double *cpu, double *out)
  * equal stages). Overwrites mean with the ideal's times.
  */
 static void
-timelines(int S, int M, int gpipe, const double *cpu, double *mean)
+timelines(int ready, int S, int M, int gpipe, const double *cpu, double *mean)
 {
 	double busy, span;
 
-	replay(S, M, gpipe, cpu, &busy);
-	print_timeline("each pass's mean CPU time over the steps", S, M, gpipe);
-	replay(S, M, gpipe, mean, &busy);
-	print_timeline("each stage's mean times", S, M, gpipe);
+	replay_as(ready, S, M, gpipe, cpu, &busy);
+	print_timeline("each pass's mean CPU time over the steps", S, M);
+	replay_as(ready, S, M, gpipe, mean, &busy);
+	print_timeline("each stage's mean times", S, M);
 	if (ideal_times(S, M, cpu, mean) != 0)
 		return;
 	span = replay(S, M, 0, mean, &busy);
-	print_timeline("ideal 1F1B, equal stages", S, M, 0);
+	print_timeline("ideal 1F1B, equal stages", S, M);
 	printf("pipeline_bench: ideal 1F1B bubble %.3f\n",
 	       span > 0 ? 1.0 - busy / (S * span) : -1.0);
 }
 
 /* Per stage, gathered: wall bubble, peak stashed, stash and activation
- * bytes, then the mean CPU time of each of the 2 M passes. */
-#define HEAD 4
+ * bytes, passes reordered per step, then the mean CPU time of each of the
+ * 2 M passes, then each step's 2 M times. */
+#define HEAD 5
+
+/*
+ * Each step replayed with its own passes' times, under either order, the
+ * bubbles averaged over the steps into by[0] (strict) and by[1]
+ * (ready-first). Averaging the passes' times over the steps first (the
+ * main replay) smooths away the step-to-step jitter a stage meets, which
+ * is what ready-first is there to absorb; this keeps it.
+ */
+static void
+step_bubbles(const bench *b, int M, int gpipe, const double *all, size_t row,
+             double *by)
+{
+	size_t n = (size_t)b->S * 2 * M;
+	double *cpu = malloc(sizeof(double) * n), busy, span;
+
+	by[0] = by[1] = -1.0;
+	if (cpu == NULL)
+		return;
+	by[0] = by[1] = 0.0;
+	for (int t = 0; t < b->steps; t++) {
+		for (int s = 0; s < b->S; s++)
+			memcpy(cpu + (size_t)s * 2 * M,
+			       all + s * row + HEAD + (size_t)(t + 1) * 2 * M,
+			       sizeof(double) * 2 * M);
+		for (int ready = 0; ready <= 1; ready++) {
+			span = replay_as(ready, b->S, M, gpipe, cpu, &busy);
+			by[ready] +=
+			    (span > 0 ? 1.0 - busy / (b->S * span) : -1.0) /
+			    b->steps;
+		}
+	}
+	free(cpu);
+}
 
 static void
-report(const bench *b, int M, int gpipe, const double *all, double wall)
+report(const bench *b, int M, int gpipe, int ready, const double *all,
+       double wall)
 {
-	size_t row = HEAD + 2 * (size_t)M;
+	size_t row = HEAD + 2 * (size_t)M * (1 + (size_t)b->steps);
 	size_t n = (size_t)b->S * 2 * M;
 	double *cpu = malloc(sizeof(double) * n);
 	double *mean = calloc(n, sizeof(double));
-	double wall_bubble = 0.0, busy, span, mbusy, mspan;
+	double wall_bubble = 0.0, busy, span, mbusy, mspan, obusy, ospan;
+	double by[2];
 
 	if (cpu == NULL || mean == NULL) {
 		free(cpu);
@@ -299,15 +448,20 @@ report(const bench *b, int M, int gpipe, const double *all, double wall)
 	/* Replayed with each pass's own time, and with each stage's mean
 	 * forward and backward times: the second leaves out the passes'
 	 * spread and keeps only the stages' difference in work. */
-	span = replay(b->S, M, gpipe, cpu, &busy);
-	mspan = replay(b->S, M, gpipe, mean, &mbusy);
-	printf("pipeline_bench: S %d %s M %2d: %8.0f samples/s, bubble "
-	       "%.3f wall, %.3f replay (%.3f at mean times), %.3f "
-	       "theoretical\n",
-	       b->S, gpipe ? "gpipe" : "1f1b ", M,
+	span = replay_as(ready, b->S, M, gpipe, cpu, &busy);
+	mspan = replay_as(ready, b->S, M, gpipe, mean, &mbusy);
+	/* The other order replayed on the same passes: the difference is
+	 * the order's alone, whatever the machine did during the run. */
+	ospan = replay_as(!ready, b->S, M, gpipe, cpu, &obusy);
+	printf("pipeline_bench: S %d %s %s M %2d: %8.0f samples/s, bubble "
+	       "%.3f wall, %.3f replay (%.3f at mean times, %.3f %s), "
+	       "%.3f theoretical\n",
+	       b->S, gpipe ? "gpipe" : "1f1b ", ready ? "ready " : "strict", M,
 	       (double)b->steps * M * b->mb / (wall / 1e9), wall_bubble,
 	       span > 0 ? 1.0 - busy / (b->S * span) : -1.0,
 	       mspan > 0 ? 1.0 - mbusy / (b->S * mspan) : -1.0,
+	       ospan > 0 ? 1.0 - obusy / (b->S * ospan) : -1.0,
+	       ready ? "strict" : "ready-first",
 	       (double)(b->S - 1) / (M + b->S - 1));
 	for (int s = 0; s < b->S; s++) {
 		const double *r = all + s * row;
@@ -319,17 +473,22 @@ report(const bench *b, int M, int gpipe, const double *all, double wall)
 		}
 		printf("pipeline_bench:   stage %d: forward %.2f ms, backward "
 		       "%.2f ms CPU per micro-batch; %d in flight at most: "
-		       "inputs %.0f KiB, activations %.0f KiB\n",
-		       s, f, bw, (int)r[1], r[2] / 1024, r[3] / 1024);
+		       "inputs %.0f KiB, activations %.0f KiB; %.1f passes "
+		       "reordered per step\n",
+		       s, f, bw, (int)r[1], r[2] / 1024, r[3] / 1024, r[4]);
 	}
+	step_bubbles(b, M, gpipe, all, row, by);
+	printf("pipeline_bench:   each step replayed with its own times: "
+	       "bubble %.3f ready-first, %.3f strict\n",
+	       by[1], by[0]);
 	if (M == b->timeline)
-		timelines(b->S, M, gpipe, cpu, mean);
+		timelines(ready, b->S, M, gpipe, cpu, mean);
 	free(mean);
 	free(cpu);
 }
 
 static int
-run(const bench *b, dt_nn_model *st, int M, int gpipe)
+run(const bench *b, dt_nn_model *st, int M, int gpipe, int ready)
 {
 	dt_nn_pipe_cfg cfg = {
 	    .stage = b->s,
@@ -337,11 +496,17 @@ run(const bench *b, dt_nn_model *st, int M, int gpipe)
 	    .schedule = gpipe ? DT_NN_PIPE_GPIPE : DT_NN_PIPE_1F1B,
 	    .micro_batches = M,
 	    .micro_batch = b->mb,
+	    .strict = !ready,
 	};
-	dt_nn_pipe_ops ops = {
-	    .arg = b->c, .send = b_send, .recv = b_recv, .wait = b_wait};
+	dt_nn_pipe_ops ops = {.arg = b->c,
+	                      .send = b_send,
+	                      .recv = b_recv,
+	                      .wait = b_wait,
+	                      .recv_async = b_recv_async,
+	                      .wait_any = b_wait_any};
+	double reordered = 0.0;
 	dt_nn_pipe_stats stats = {0};
-	size_t row = HEAD + 2 * (size_t)M;
+	size_t row = HEAD + 2 * (size_t)M * (1 + (size_t)b->steps);
 	uint64_t op[2 * MAX_MICRO], busy = 0, t0, wall;
 	double *mine = calloc(row, sizeof(double));
 	double *all = calloc(row * (size_t)b->S, sizeof(double));
@@ -363,18 +528,23 @@ run(const bench *b, dt_nn_model *st, int M, int gpipe)
 		if (dt_nn_pipe_step(st, &cfg, &ops, &stats))
 			goto out;
 		busy += stats.busy_ns;
-		for (int j = 0; j < 2 * M; j++)
+		reordered += (double)stats.reordered / b->steps;
+		for (int j = 0; j < 2 * M; j++) {
 			mine[HEAD + j] += (double)op[j] / b->steps;
+			mine[HEAD + (size_t)(i + 1) * 2 * M + j] =
+			    (double)op[j];
+		}
 	}
 	wall = dt_obs_now() - t0;
 	mine[0] = 1.0 - (double)busy / (double)wall;
 	mine[1] = stats.peak_stashed;
 	mine[2] = (double)stats.stash_bytes;
 	mine[3] = (double)stats.act_bytes;
+	mine[4] = reordered;
 	if (dt_coll_allgather(b->c, mine, all, row, DT_FLOAT64))
 		goto out;
 	if (b->s == b->S - 1)
-		report(b, M, gpipe, all, (double)wall);
+		report(b, M, gpipe, ready, all, (double)wall);
 	rc = 0;
 out:
 	if (rc)
@@ -387,25 +557,51 @@ out:
 	return rc;
 }
 
+/* The cut rule's stages of the bench's model, the same on every rank. */
 static int
-run_all(bench *b, const char *sched, int max_m)
+cut(bench *b)
 {
-	int first = 4 * b->s, rc = 0;
-	dt_nn_model *st = NULL;
+	dt_nn_model *whole = NULL;
+	dt_err err;
 
-	/* Stage s is layers [4s, 4s + 4), the last one to the end. */
-	if (dt_nn_model_create_stage(
-	        b->spec, 1, first, b->s == b->S - 1 ? 4 * b->S + 1 : first + 4,
-	        &st)) {
+	if ((err = dt_nn_model_create(b->spec, 1, &whole)) == DT_OK)
+		err = dt_nn_model_cut(whole, b->S, b->first);
+	dt_nn_model_destroy(whole);
+	if (err) {
 		fprintf(stderr, "pipeline_bench: %s\n", dt_errmsg());
 		return 1;
+	}
+	return 0;
+}
+
+static int
+run_all(bench *b, const char *sched, const char *order, int max_m)
+{
+	int rc = 0;
+	dt_nn_model *st = NULL;
+
+	if (cut(b) || dt_nn_model_create_stage(b->spec, 1, b->first[b->s],
+	                                       b->first[b->s + 1], &st)) {
+		fprintf(stderr, "pipeline_bench: %s\n", dt_errmsg());
+		return 1;
+	}
+	if (b->s == b->S - 1) {
+		printf("pipeline_bench: stages start at layers");
+		for (int s = 0; s < b->S; s++)
+			printf(" %d", b->first[s]);
+		printf(" (of %d)\n", b->first[b->S]);
 	}
 	for (int g = 1; g >= 0 && rc == 0; g--) {
 		if (strcmp(sched, "both") != 0 &&
 		    (strcmp(sched, "gpipe") == 0) != g)
 			continue;
-		for (int M = 1; M <= max_m && rc == 0; M *= 2)
-			rc = run(b, st, M, g);
+		for (int ready = 0; ready <= 1 && rc == 0; ready++) {
+			if (strcmp(order, "both") != 0 &&
+			    (strcmp(order, "ready") == 0) != ready)
+				continue;
+			for (int M = 1; M <= max_m && rc == 0; M *= 2)
+				rc = run(b, st, M, g, ready);
+		}
 	}
 	dt_nn_model_destroy(st);
 	return rc;
@@ -415,7 +611,7 @@ int
 main(int argc, char **argv)
 {
 	int max_m = 16, in_pct = 150, rc;
-	const char *sched = "both";
+	const char *sched = "both", *order = "ready";
 	char spec[2048];
 	bench b = {.width = 256, .mb = 16, .steps = 5};
 
@@ -434,6 +630,8 @@ main(int argc, char **argv)
 			in_pct = atoi(argv[i + 1]);
 		else if (strcmp(argv[i], "--timeline") == 0)
 			b.timeline = atoi(argv[i + 1]);
+		else if (strcmp(argv[i], "--order") == 0)
+			order = argv[i + 1];
 	}
 	setvbuf(stdout, NULL, _IOLBF, 0);
 	if (dt_coll_init(&b.c)) {
@@ -443,11 +641,12 @@ main(int argc, char **argv)
 	b.s = dt_coll_rank(b.c);
 	b.S = dt_coll_size(b.c);
 	if (b.S > MAX_STAGES || b.width < 16 || b.width > 8192 || b.mb < 1 ||
-	    b.steps < 1 || max_m < 1 || max_m > MAX_MICRO || in_pct < 10 ||
-	    in_pct > 400) {
+	    b.steps < 1 || b.steps > 1000 || max_m < 1 || max_m > MAX_MICRO ||
+	    in_pct < 10 || in_pct > 400) {
 		fprintf(stderr,
 		        "pipeline_bench: at most %d stages, --width in [16, "
-		        "8192], --micro-batch and --steps >= 1, --max-micro "
+		        "8192], --micro-batch >= 1, --steps in [1, 1000], "
+		        "--max-micro "
 		        "in [1, %d], --input-pct in [10, 400]\n",
 		        MAX_STAGES, MAX_MICRO);
 		dt_coll_finalize(b.c);
@@ -460,7 +659,7 @@ main(int argc, char **argv)
 		printf("pipeline_bench: %d stages of 2 dense layers of %d, "
 		       "micro-batches of %d, %d steps per M\n",
 		       b.S, b.width, b.mb, b.steps);
-	rc = run_all(&b, sched, max_m);
+	rc = run_all(&b, sched, order, max_m);
 	if (dt_coll_finalize(b.c) && rc == 0)
 		rc = 1;
 	return rc;

@@ -266,9 +266,14 @@ usage(FILE *f)
 	    "own\n"
 	    "                             batches sum each stage's gradients\n"
 	    "  --micro-batches M          per batch, in the pipeline (4)\n"
-	    "  --schedule gpipe|1f1b      pipeline schedule (1f1b)\n"
-	    "  --stages L1,L2,...         first layer of each stage after the\n"
-	    "                             first (default: the cut rule)\n"
+	    "  --schedule gpipe|1f1b      pipeline schedule (1f1b); each "
+	    "stage\n"
+	    "                             runs whichever pass has its input\n"
+	    "                             first; gpipe-strict, 1f1b-strict:\n"
+	    "                             the schedule's fixed order\n"
+	    "  --stages L1,L2,...|auto    first layer of each stage after the\n"
+	    "                             first (default, auto: stages of\n"
+	    "                             balanced work)\n"
 	    "  --elastic                  with --kvstore horovod and sgd: go "
 	    "on\n"
 	    "                             when a worker is lost "
@@ -457,10 +462,13 @@ parse(int argc, char **argv, opts *o)
 	if (o->pipe_stages &&
 	    (o->pipe_stages < 1 || o->micro_batches < 1 ||
 	     o->batch % o->micro_batches != 0 ||
-	     (strcmp(o->schedule, "gpipe") && strcmp(o->schedule, "1f1b")))) {
+	     (strcmp(o->schedule, "gpipe") && strcmp(o->schedule, "1f1b") &&
+	      strcmp(o->schedule, "gpipe-strict") &&
+	      strcmp(o->schedule, "1f1b-strict")))) {
 		fprintf(stderr, "mnist: need --pipeline-stages >= 1, "
 		                "--micro-batches dividing --batch-size and "
-		                "--schedule gpipe or 1f1b\n");
+		                "--schedule gpipe, 1f1b, gpipe-strict or "
+		                "1f1b-strict\n");
 		return -1;
 	}
 	if (o->elastic &&
@@ -538,7 +546,35 @@ pipe_wait(void *arg, void *h)
 	return dt_coll_wait(h);
 }
 
-/* The stages' first layers: --stages L1,L2,... or the cut rule. */
+static dt_err
+pipe_recv_async(void *arg, float *buf, size_t n, int stage, int tag, void **h)
+{
+	return dt_coll_recv_async(arg, buf, n, DT_FLOAT32, stage, tag,
+	                          (dt_coll_handle **)h);
+}
+
+static dt_err
+pipe_wait_any(void *arg, void **h, int n, int *index)
+{
+	(void)arg;
+	return dt_coll_wait_any((dt_coll_handle *const *)h, n, index);
+}
+
+/* The collectives' point-to-point calls as the pipeline's ops, with the
+ * asynchronous receive and wait_any that let a stage run ready-first. */
+static dt_nn_pipe_ops
+pipe_ops(dt_coll *c)
+{
+	return (dt_nn_pipe_ops){.arg = c,
+	                        .send = pipe_send,
+	                        .recv = pipe_recv,
+	                        .wait = pipe_wait,
+	                        .recv_async = pipe_recv_async,
+	                        .wait_any = pipe_wait_any};
+}
+
+/* The stages' first layers: --stages L1,L2,... or the cut rule (absent
+ * or auto). */
 static int
 pipe_cut(const opts *o, int S, int *first)
 {
@@ -549,7 +585,7 @@ pipe_cut(const opts *o, int S, int *first)
 	if (dt_nn_model_create(o->model, (uint64_t)o->seed, &whole) != DT_OK)
 		return -1;
 	n = dt_nn_model_num_layers(whole);
-	if (p == NULL) {
+	if (p == NULL || strcmp(p, "auto") == 0) {
 		int rc = dt_nn_model_cut(whole, S, first) == DT_OK ? 0 : -1;
 		dt_nn_model_destroy(whole);
 		return rc;
@@ -635,17 +671,17 @@ run_pipeline(const opts *o)
 		goto out;
 	dt_nn_pipe_cfg cfg = {.stage = s,
 	                      .stages = S,
-	                      .schedule = strcmp(o->schedule, "gpipe") == 0
+	                      .schedule = strncmp(o->schedule, "gpipe", 5) == 0
 	                                      ? DT_NN_PIPE_GPIPE
 	                                      : DT_NN_PIPE_1F1B,
+	                      .strict = strstr(o->schedule, "-strict") != NULL,
 	                      .micro_batches = M,
 	                      .micro_batch = (int)(o->batch / M),
 	                      .x = x,
 	                      .y = y,
 	                      .replica = r,
 	                      .replicas = R};
-	dt_nn_pipe_ops ops = {
-	    .arg = c, .send = pipe_send, .recv = pipe_recv, .wait = pipe_wait};
+	dt_nn_pipe_ops ops = pipe_ops(c);
 	char rep_s[48] = "";
 
 	if (R > 1)

@@ -199,6 +199,21 @@ dt_err dt_coll_send_async(dt_coll *c, const void *buf, size_t count,
                           dt_coll_handle **h);
 dt_err dt_coll_recv_async(dt_coll *c, void *buf, size_t count, dt_dtype dtype,
                           int peer, int tag, dt_coll_handle **h);
+/*
+ * Without waiting: dt_coll_probe sets *ready to 1 when a message from rank
+ * peer under tag has arrived and waits for its receive (one not posted
+ * yet: a posted receive completes by itself, and dt_coll_test on its
+ * handle says so), else to 0. After a peer's loss it returns DT_EPEER (or
+ * the communicator's failure) rather than 0 for a message still to come.
+ * dt_coll_wait_any waits until at least one of n point-to-point handles
+ * (NULL entries are skipped) has completed, successfully or not, and sets
+ * *index to the first completed one; no handle is freed, dt_coll_wait on
+ * each gives its result (at once for a completed one). Like every wait it
+ * ends: after DT_COLL_TIMEOUT without a completion every handle given
+ * fails with DT_ETIMEDOUT, and a lost peer fails its handles at once.
+ */
+dt_err dt_coll_probe(dt_coll *c, int peer, int tag, int *ready);
+dt_err dt_coll_wait_any(dt_coll_handle *const *h, int n, int *index);
 
 /*
  * Grouped calls. Between dt_coll_group_start() and dt_coll_group_end()

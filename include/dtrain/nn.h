@@ -112,10 +112,13 @@ void dt_nn_model_destroy(dt_nn_model *m);
  * the first layer of stage s and first[stages] the number of layers
  * (first has stages + 1 entries). Stages start only at a conv or dense
  * layer (activations, pooling and flattening stay with the layer that
- * feeds them), stage s at the first one whose forward operations before
- * it reach s/stages of the model's, or earlier when only as many such
- * layers remain as stages still to start. DT_EINVAL with fewer conv and
- * dense layers than stages.
+ * feeds them), and the rule takes the cut whose busiest stage has the
+ * least work, forward and backward: each conv or dense layer's product
+ * forward, for its weight gradient and, when a layer before it has
+ * parameters, for its input gradient; the other layers' elements. The
+ * stages are cut greedily under that bound, each as long as it stays
+ * within it, so the same model gives the same cut on every rank.
+ * DT_EINVAL with fewer conv and dense layers than stages.
  */
 dt_err dt_nn_model_create_stage(const char *spec, uint64_t seed, int first,
                                 int last, dt_nn_model **out);
@@ -172,6 +175,17 @@ size_t dt_nn_stage_slot_bytes(const dt_nn_model *m, int batch);
  * the activations of each micro-batch in flight (activation slots, above:
  * M under GPipe, at most stages - stage under 1F1B) and runs its backward
  * pass from them; st (may be NULL) reports the most it kept.
+ *
+ * Ready-first: when ops also has recv_async (a receive that returns at
+ * once with *h for wait) and wait_any (wait until the first of n handles,
+ * NULL ones skipped, has completed and set *index to it, the lowest when
+ * several have; free none), and cfg->strict is 0, a stage whose schedule
+ * allows both its next forward pass and its next backward pass runs the
+ * one whose input arrives first (the forward when both have), within the
+ * same bound of micro-batches in flight. Forwards and backwards each stay
+ * in micro-batch order, so the result is the strict order's, bit for bit;
+ * peak_stashed may be lower under GPipe. cfg->strict = 1, or ops without
+ * them, runs the schedule's fixed order.
  */
 enum { DT_NN_PIPE_GPIPE = 0, DT_NN_PIPE_1F1B = 1 };
 #define DT_NN_PIPE_MAX_MICRO    4096
@@ -187,6 +201,9 @@ typedef struct dt_nn_pipe_cfg {
 	 * `replica` of `replicas` (0 or 1: a single pipeline). The ops name
 	 * stage s of replica r as peer r * stages + s. */
 	int replica, replicas;
+	/* 1: the schedule's fixed order even when ready-first is possible
+	 * (above). */
+	int strict;
 } dt_nn_pipe_cfg;
 
 typedef struct dt_nn_pipe_ops {
@@ -195,6 +212,10 @@ typedef struct dt_nn_pipe_ops {
 	               int tag, void **h);
 	dt_err (*recv)(void *arg, float *buf, size_t n, int stage, int tag);
 	dt_err (*wait)(void *arg, void *h);
+	/* Optional, for ready-first (above): both or neither. */
+	dt_err (*recv_async)(void *arg, float *buf, size_t n, int stage,
+	                     int tag, void **h);
+	dt_err (*wait_any)(void *arg, void **h, int n, int *index);
 } dt_nn_pipe_ops;
 
 typedef struct dt_nn_pipe_stats {
@@ -203,6 +224,8 @@ typedef struct dt_nn_pipe_stats {
 	size_t stash_bytes; /* their bytes */
 	size_t act_bytes;   /* and the bytes of their activations */
 	uint64_t busy_ns;   /* time in the layers (the rest is waiting) */
+	int reordered;      /* ready-first: backward passes run ahead of a
+	                       forward the strict order would have run */
 	/* Set by the caller (NULL: not wanted): an array of 2 x
 	 * micro_batches that receives the CPU time of this thread in the
 	 * layers, in ns, of forward pass k at [k] and backward pass k at

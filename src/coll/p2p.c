@@ -620,3 +620,127 @@ dt_coll_recv_async(dt_coll *c, void *buf, size_t count, dt_dtype dtype,
 		return dt__fail(DT_EINVAL, "recv_async: no handle");
 	return p2p(c, 0, NULL, buf, count, dtype, peer, tag, h);
 }
+
+/* ---- probing and waiting for the first of several ---- */
+
+dt_err
+dt_coll_probe(dt_coll *c, int peer, int tag, int *ready)
+{
+	dt_err err = DT_OK;
+
+	if (ready == NULL)
+		return dt__fail(DT_EINVAL, "probe: no result pointer");
+	*ready = 0;
+	if ((err = check(c, "probe", NULL, 0, DT_FLOAT32, peer, tag)))
+		return err;
+	pthread_mutex_lock(&c->mu);
+	for (dt_lnode *l = dt__list_first(&c->p2p_unexp); l;
+	     l = dt__list_next(&c->p2p_unexp, l)) {
+		const p2p_unexp *u = DT_CONTAINER_OF(l, p2p_unexp, link);
+
+		if (u->peer == peer && u->tag == tag) {
+			*ready = 1;
+			break;
+		}
+	}
+	/* A message that has arrived is received even from a peer lost
+	 * since; otherwise the loss is the answer, so that a program
+	 * polling for a message of a dead rank is told rather than left
+	 * polling. */
+	if (!*ready && c->broken)
+		err = dt__fail(c->broken, "probe of rank %d (tag %d): %s", peer,
+		               tag, c->broken_msg);
+	pthread_mutex_unlock(&c->mu);
+	return err;
+}
+
+/* The index of the first completed request among h[0..n) (mu held), or
+ * -1 when none has completed. */
+static int
+first_done(dt_coll_handle *const *h, int n)
+{
+	for (int i = 0; i < n; i++)
+		if (h[i] && h[i]->p2p->done)
+			return i;
+	return -1;
+}
+
+/* Every handle is a point-to-point request of one communicator, and at
+ * least one is given; *c is that communicator. */
+static dt_err
+check_any(dt_coll_handle *const *h, int n, const int *index, dt_coll **c)
+{
+	*c = NULL;
+	if (h == NULL || index == NULL || n < 1)
+		return dt__fail(DT_EINVAL, "wait_any: no handles (n = %d)", n);
+	for (int i = 0; i < n; i++) {
+		if (h[i] == NULL)
+			continue;
+		if (h[i]->p2p == NULL)
+			return dt__fail(DT_EINVAL,
+			                "wait_any: handle %d is a collective, "
+			                "not a send or receive",
+			                i);
+		if (*c && h[i]->c != *c)
+			return dt__fail(
+			    DT_EINVAL,
+			    "wait_any: handle %d belongs to another "
+			    "communicator than the handles before it",
+			    i);
+		*c = h[i]->c;
+	}
+	if (*c == NULL)
+		return dt__fail(DT_EINVAL, "wait_any: all %d handles are NULL",
+		                n);
+	return DT_OK;
+}
+
+/*
+ * The same wait as dt__coll_p2p_wait's, for the first of several
+ * requests: the acknowledgements this rank owes go out while it waits
+ * (its peer may be waiting for one), and at the deadline every request
+ * still pending fails with DT_ETIMEDOUT, which completes them all.
+ */
+dt_err
+dt_coll_wait_any(dt_coll_handle *const *h, int n, int *index)
+{
+	dt_coll *c;
+	uint64_t deadline;
+	dt_err err;
+	int i;
+
+	if ((err = check_any(h, n, index, &c)))
+		return err;
+	deadline = dt__now_ns() + dt__coll_timeout_ns(c);
+	pthread_mutex_lock(&c->mu);
+	while ((i = first_done(h, n)) < 0) {
+		uint64_t now = dt__now_ns();
+
+		if (dt__coll_p2p_pending_acks(c)) {
+			dt__coll_p2p_flush(c);
+			continue;
+		}
+		if (now >= deadline) {
+			char why[160];
+
+			for (int j = 0; j < n; j++) {
+				dt__p2p_req *r = h[j] ? h[j]->p2p : NULL;
+
+				if (r == NULL)
+					continue;
+				snprintf(why, sizeof(why),
+				         "stalled for %.0f s: rank %d has not "
+				         "%s it (DT_COLL_TIMEOUT)",
+				         c->cfg.timeout_s, r->peer,
+				         r->is_send ? "received" : "sent");
+				req_fail(c, r, DT_ETIMEDOUT, why);
+			}
+			continue;
+		}
+		dt__coll_cv_wait_until(c,
+		                       DT_MIN(deadline, now + 1000000000ull));
+	}
+	pthread_mutex_unlock(&c->mu);
+	*index = i;
+	return DT_OK;
+}

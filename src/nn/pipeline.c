@@ -22,6 +22,19 @@
  * With backward passes in micro-batch order under both schedules the
  * gradients add up in the order one process running the micro-batches
  * one after another adds them.
+ *
+ * Ready-first (the default when the ops can receive asynchronously): a
+ * stage whose schedule allows both its next forward pass (a slot is free)
+ * and its next backward pass (that micro-batch went forward) posts both
+ * receives and runs the one whose message arrives first, the forward when
+ * both have; the strict order waits for the schedule's next pass even
+ * when the other's input is already there. Forwards stay in micro-batch
+ * order and so do backwards, so the slots, the gradients' order and the
+ * bits are the strict order's; only when a stage idles changes. When both
+ * inputs are there, the forward is also the strict order's next pass
+ * (1F1B allows a forward only while fewer than S - s micro-batches are in
+ * flight, which after its warm-up is right after a backward), so with
+ * messages on time the two orders are the same.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -42,7 +55,9 @@ typedef struct pipe_run {
 	float **bwd_out;    /* [M] input gradients sent back */
 	float *dy;          /* the gradient of one micro-batch's output */
 	void **handles;     /* [2 M] sends: forward k at k, backward at M + k */
+	void *fh, *bh;      /* ready-first: the posted receives, or NULL */
 	int slots;          /* activation slots of the model (stages < S-1) */
+	int reordered;      /* backward passes run before a permitted forward */
 	int live, peak;     /* stashed micro-batches now and at most */
 	double loss;
 	uint64_t busy_ns; /* in the layers */
@@ -101,12 +116,13 @@ peer(const dt_nn_pipe_cfg *c, int s)
 	return (c->replicas > 1 ? c->replica * c->stages : 0) + s;
 }
 
-/* Forward micro-batch k: take its input, stash it, and (before the last
- * stage) run the layers in the micro-batch's slot and send the output on.
- * The last stage runs its layers with the loss in backward(), which
- * schedule() calls right after. */
+/* Forward micro-batch k once its input is in the stash (stage 0 copies
+ * it there from x): before the last stage, run the layers in the
+ * micro-batch's slot and send the output on. The last stage runs its
+ * layers with the loss in backward_run(), which both orders call right
+ * after. */
 static dt_err
-forward(pipe_run *p, int k)
+forward_run(pipe_run *p, int k)
 {
 	const dt_nn_pipe_cfg *c = p->cfg;
 	const float *out;
@@ -115,9 +131,6 @@ forward(pipe_run *p, int k)
 	if (is_first(p))
 		memcpy(p->stash[k], c->x + (size_t)k * p->in_n,
 		       sizeof(float) * p->in_n);
-	else if ((err = p->ops->recv(p->ops->arg, p->stash[k], p->in_n,
-	                             peer(c, c->stage - 1), 2 * k)))
-		return err;
 	p->live++;
 	p->peak = DT_MAX(p->peak, p->live);
 	if (is_last(p))
@@ -133,12 +146,27 @@ forward(pipe_run *p, int k)
 	                    peer(c, c->stage + 1), 2 * k, &p->handles[k]);
 }
 
+/* Forward micro-batch k after receiving its input (stages after the
+ * first) in the strict order. */
+static dt_err
+forward(pipe_run *p, int k)
+{
+	const dt_nn_pipe_cfg *c = p->cfg;
+	dt_err err;
+
+	if (!is_first(p) &&
+	    (err = p->ops->recv(p->ops->arg, p->stash[k], p->in_n,
+	                        peer(c, c->stage - 1), 2 * k)))
+		return err;
+	return forward_run(p, k);
+}
+
 /* Backward micro-batch k: the last stage runs forward with the loss and
- * backward; the others receive the gradient of their output and run
+ * backward; the others, with the gradient of their output in dy, run
  * backward from the activations the micro-batch's slot kept. The input
  * gradient goes back to the stage before. */
 static dt_err
-backward(pipe_run *p, int k)
+backward_run(pipe_run *p, int k)
 {
 	const dt_nn_pipe_cfg *c = p->cfg;
 	const float *dx;
@@ -160,9 +188,6 @@ backward(pipe_run *p, int k)
 		p->loss += loss;
 		dx = dt_nn_model_input_grad(p->m);
 	} else {
-		if ((err = p->ops->recv(p->ops->arg, p->dy, p->out_n,
-		                        peer(c, c->stage + 1), 2 * k + 1)))
-			return err;
 		t0 = op_start(p);
 		err = dt_nn_stage_backward_slot(p->m, k % p->slots, p->dy,
 		                                c->micro_batch, &dx);
@@ -184,6 +209,21 @@ backward(pipe_run *p, int k)
 	                    &p->handles[c->micro_batches + k]);
 }
 
+/* Backward micro-batch k after receiving its output's gradient (stages
+ * before the last) in the strict order. */
+static dt_err
+backward(pipe_run *p, int k)
+{
+	const dt_nn_pipe_cfg *c = p->cfg;
+	dt_err err;
+
+	if (!is_last(p) &&
+	    (err = p->ops->recv(p->ops->arg, p->dy, p->out_n,
+	                        peer(c, c->stage + 1), 2 * k + 1)))
+		return err;
+	return backward_run(p, k);
+}
+
 /* The order of work: GPipe runs every forward, then every backward; 1F1B
  * (PipeDream-flush) runs S - s - 1 forwards to fill the pipe, then one
  * forward and one backward by turns, then the remaining backwards. The
@@ -192,7 +232,7 @@ backward(pipe_run *p, int k)
  * would only hold back the stages before, which under GPipe then idle
  * through the forward phase and the last stage through theirs. */
 static dt_err
-schedule(pipe_run *p)
+schedule_strict(pipe_run *p)
 {
 	const dt_nn_pipe_cfg *c = p->cfg;
 	int M = c->micro_batches, f = 0, b = 0, warm;
@@ -211,6 +251,92 @@ schedule(pipe_run *p)
 			return err;
 	}
 	return DT_OK;
+}
+
+/* The ops can post a receive and wait for the first of two. */
+static int
+can_ready_first(const dt_nn_pipe_ops *ops)
+{
+	return ops->recv_async != NULL && ops->wait_any != NULL;
+}
+
+/* Post the receives the next passes need that are not posted yet: the
+ * input of forward f when it may run, the gradient of backward b when it
+ * may run. */
+static dt_err
+post_inputs(pipe_run *p, int f, int b, int can_f, int can_b)
+{
+	const dt_nn_pipe_cfg *c = p->cfg;
+	dt_err err;
+
+	if (can_f && !is_first(p) && p->fh == NULL &&
+	    (err = p->ops->recv_async(p->ops->arg, p->stash[f], p->in_n,
+	                              peer(c, c->stage - 1), 2 * f, &p->fh)))
+		return err;
+	if (can_b && !is_last(p) && p->bh == NULL &&
+	    (err =
+	         p->ops->recv_async(p->ops->arg, p->dy, p->out_n,
+	                            peer(c, c->stage + 1), 2 * b + 1, &p->bh)))
+		return err;
+	return DT_OK;
+}
+
+/* Complete the receive *h (its result; *h is then NULL). */
+static dt_err
+take(pipe_run *p, void **h)
+{
+	void *t = *h;
+
+	*h = NULL;
+	return t ? p->ops->wait(p->ops->arg, t) : DT_OK;
+}
+
+/*
+ * Ready-first (see the top of the file): the same passes as
+ * schedule_strict's, forwards in order and backwards in order, within
+ * the same bound of micro-batches in flight (the slots), each run as soon
+ * as its input is there. A forward is preferred whenever it may run and
+ * its input is there (the first stage's always is, so stage 0 runs the
+ * strict order); a backward runs first only when its gradient has come
+ * and the forward's input has not.
+ */
+static dt_err
+schedule_ready(pipe_run *p)
+{
+	int M = p->cfg->micro_batches, f = 0, b = 0;
+	dt_err err;
+
+	while (b < M) {
+		int can_f = f < M && f - b < p->slots, can_b = b < f;
+		int run_f = can_f;
+
+		if ((err = post_inputs(p, f, b, can_f, can_b)))
+			return err;
+		/* Both posted: neither the first stage (whose forward
+		 * needs no message) nor the last (one slot: never both). */
+		if (can_f && can_b && p->fh && p->bh) {
+			void *h[2] = {p->fh, p->bh};
+			int i = 0;
+
+			if ((err = p->ops->wait_any(p->ops->arg, h, 2, &i)))
+				return err;
+			run_f = i == 0;
+			p->reordered += !run_f;
+		}
+		if ((err = take(p, run_f ? &p->fh : &p->bh)))
+			return err;
+		if ((err = run_f ? forward_run(p, f++) : backward_run(p, b++)))
+			return err;
+	}
+	return DT_OK;
+}
+
+static dt_err
+schedule(pipe_run *p)
+{
+	if (p->cfg->strict || !can_ready_first(p->ops))
+		return schedule_strict(p);
+	return schedule_ready(p);
 }
 
 static float **
@@ -311,7 +437,15 @@ dt_nn_pipe_step(dt_nn_model *m, const dt_nn_pipe_cfg *c,
 		memset(p.op_cpu, 0, sizeof(*p.op_cpu) * 2 * (size_t)M);
 	err = schedule(&p);
 fail:
-	/* Every send is waited for, even after an error: the buffers go. */
+	/* Every receive and send is waited for, even after an error: the
+	 * buffers go. A receive left posted by an error ends with its
+	 * message or the ops' deadline. */
+	{
+		dt_err ef = take(&p, &p.fh), eb = take(&p, &p.bh);
+
+		if (!err)
+			err = ef ? ef : eb;
+	}
 	for (int i = 0; p.handles && i < 2 * M; i++) {
 		dt_err e;
 
@@ -330,6 +464,7 @@ fail:
 		                : (size_t)p.peak *
 		                      dt_nn_stage_slot_bytes(m, c->micro_batch);
 		st->busy_ns = p.busy_ns;
+		st->reordered = p.reordered;
 	}
 	free(p.handles);
 	free(p.dy);

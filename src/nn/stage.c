@@ -101,44 +101,127 @@ dt_nn_model_num_layers(const dt_nn_model *m)
 }
 
 /*
+ * A layer's work per sample, forward and backward, in operations: a conv
+ * or dense layer's product once forward and once for its weight gradient,
+ * once more for its input gradient when a layer before it needs one (the
+ * first layer with parameters computes none, which is what makes a stage
+ * holding it cheaper than its forward work says); the other layers one
+ * operation per output element forward and one more backward when a
+ * gradient goes through them. Only the ratios matter.
+ */
+static double
+layer_work(const layer *L)
+{
+	double g = dt__nn_layer_flops(L);
+
+	if (g > 0.0)
+		return g * (L->need_dx ? 3.0 : 2.0);
+	return (double)L->out_size * (L->need_dx ? 2.0 : 1.0);
+}
+
+/* How many stages of at most cap work each the units need, cut greedily
+ * (a unit over cap on its own still makes one stage). */
+static int
+stages_within(const double *work, int n, double cap)
+{
+	double cur = 0.0;
+	int parts = 1;
+
+	for (int i = 0; i < n; i++) {
+		if (i > 0 && cur + work[i] > cap) {
+			parts++;
+			cur = 0.0;
+		}
+		cur += work[i];
+	}
+	return parts;
+}
+
+/*
+ * The least bound on a stage's work that `stages` stages can keep, by
+ * bisection on the greedy cut (which needs more stages the lower the
+ * bound): between the largest unit and the whole, to a relative 1e-9.
+ * The same arithmetic on every rank gives the same bound.
+ */
+static double
+least_bound(const double *work, int n, int stages)
+{
+	double lo = 0.0, hi = 0.0;
+
+	for (int i = 0; i < n; i++) {
+		lo = DT_MAX(lo, work[i]);
+		hi += work[i];
+	}
+	if (stages_within(work, n, lo) <= stages)
+		return lo;
+	for (int it = 0; it < 200 && hi - lo > hi * 1e-9; it++) {
+		double mid = lo + (hi - lo) / 2;
+
+		if (stages_within(work, n, mid) <= stages)
+			hi = mid;
+		else
+			lo = mid;
+	}
+	return hi;
+}
+
+/*
  * The cut rule: stages start only at a conv or dense layer (the layers
  * between them, activations, pooling and flattening, stay with the layer
- * that feeds them), and stage s starts at the first such layer whose
- * forward operations before it reach s/S of the model's, or earlier when
- * just enough such layers remain for the stages still to start.
+ * that feeds them), and the cut is the one whose most loaded stage has
+ * the least work (forward and backward, layer_work): a pipeline goes at
+ * the pace of its slowest stage. The units are a conv or dense layer with
+ * the layers after it up to the next one; with the least bound on a
+ * stage's work known, stages are cut greedily under it, and earlier when
+ * only as many units remain as stages still to start.
  */
 dt_err
 dt_nn_model_cut(const dt_nn_model *m, int stages, int *first)
 {
-	double total = 0.0, before = 0.0;
-	int compute = 0, s = 1;
+	double *work = NULL, bound, cur;
+	int *start = NULL, n = 0, s = 1, compute = 0;
+	dt_err err = DT_OK;
 
 	if (m == NULL || first == NULL || stages < 1)
 		return dt__fail(DT_EINVAL, "model cut: bad arguments");
-	for (int i = 0; i < m->nlayers; i++) {
-		total += dt__nn_layer_flops(&m->layers[i]);
-		compute += dt__nn_layer_flops(&m->layers[i]) > 0.0;
+	work = calloc((size_t)m->nlayers + 1, sizeof(*work));
+	start = calloc((size_t)m->nlayers + 1, sizeof(*start));
+	if (work == NULL || start == NULL) {
+		err = dt__fail(DT_ENOMEM, "model cut: %d layers", m->nlayers);
+		goto fail;
 	}
-	if (compute < stages)
-		return dt__fail(
-		    DT_EINVAL,
-		    "model cut: %d conv and dense layers cannot make "
-		    "%d stages",
-		    compute, stages);
+	/* Units: each conv or dense layer but the first starts one; the
+	 * layers before the first go with it. */
+	for (int i = 0; i < m->nlayers; i++) {
+		if (dt__nn_layer_flops(&m->layers[i]) > 0.0 && compute++ > 0)
+			start[n++] = i;
+		else if (n == 0)
+			start[n++] = 0;
+		work[n - 1] += layer_work(&m->layers[i]);
+	}
+	if (compute < stages) {
+		err = dt__fail(DT_EINVAL,
+		               "model cut: %d conv and dense layers cannot "
+		               "make %d stages",
+		               compute, stages);
+		goto fail;
+	}
+	bound = least_bound(work, n, stages);
 	first[0] = 0;
-	for (int i = 0, seen = 0; i < m->nlayers && s < stages; i++) {
-		double g = dt__nn_layer_flops(&m->layers[i]);
-
-		if (g == 0.0)
-			continue;
-		seen++;
-		if (seen > 1 && (before >= total * s / stages ||
-		                 compute - seen + 1 == stages - s))
-			first[s++] = i;
-		before += g;
+	cur = work[0];
+	for (int u = 1; u < n; u++) {
+		if (s < stages &&
+		    (cur + work[u] > bound || n - u == stages - s)) {
+			first[s++] = start[u];
+			cur = 0.0;
+		}
+		cur += work[u];
 	}
 	first[stages] = m->nlayers;
-	return DT_OK;
+fail:
+	free(work);
+	free(start);
+	return err;
 }
 
 /* ---- activation slots ---- */

@@ -2,10 +2,13 @@
 # coll_p2p.sh - point-to-point messages (dt_coll_send / dt_coll_recv) on 2
 # and 3 ranks started by `dtrain launch -s 0` (tests/progs/p2p_check.c):
 # every dtype at sizes from 0 to 16 MiB, order per tag, many tags in
-# flight, over same-host shared memory (the default) and over TCP
+# flight, probing and waiting for the first of two receives, over
+# same-host shared memory (the default) and over TCP
 # (DTRAIN_TRANSPORT=tcp); then a count and a dtype mismatch (DT_EMISMATCH
-# on both ranks), a message over DT_COLL_UNEXPECTED_MAX, a stall (DT_ETIMEDOUT naming the pair) and a dead peer
-# (an error well within DT_COLL_TIMEOUT, not a hang).
+# on both ranks), a message over DT_COLL_UNEXPECTED_MAX, a stall
+# (DT_ETIMEDOUT naming the pair, through dt_coll_wait_any too) and a dead
+# peer (an error well within DT_COLL_TIMEOUT, not a hang, from a receive,
+# a send and a probe).
 . "$(dirname "$0")/coll_lib.bash"
 CHECK=$BUILD/tests/progs/p2p_check
 
@@ -58,6 +61,8 @@ check "stall: the sender names the receiver" \
 	grep -q "send never received: DT_ETIMEDOUT: send to rank 1" "$out"
 check "stall: the receiver names the sender" \
 	grep -q "recv never sent: DT_ETIMEDOUT: recv from rank 0" "$out"
+check "stall: wait_any ends with the deadline, naming the sender" \
+	every_rank 2 "$out" "wait_any never sent: DT_ETIMEDOUT: recv from rank "
 check "stall: over in bounded time (${ms} ms)" test "$ms" -lt 60000
 check "stall: no FAIL line" test -z "$(grep -F FAIL "$out")"
 grep -F FAIL "$out" | head -5

@@ -1,19 +1,21 @@
 #!/bin/bash
 # pipeline.sh - pipeline parallelism is exact (tests/progs/pipe_check.c):
 # lenet cut into 2, 3 and 4 stages by the cut rule, one rank per stage
-# under `dtrain launch -s 0`, 4 micro-batches, GPipe and 1F1B, two adam
-# steps; every stage's parameters must equal bit for bit those of one
-# process running the same micro-batches in turn, and the stash must hold
-# M micro-batches at most under GPipe (1 at the last stage) and S - s under
-# 1F1B. Then an MLP in 4 stages over TCP with sgd, and hybrids of 2 stages
+# under `dtrain launch -s 0`, 4 micro-batches, GPipe and 1F1B, each
+# ready-first (the default) and in the strict order, two adam steps;
+# every stage's parameters must equal bit for bit those of one process
+# running the same micro-batches in turn, and the stash must hold M
+# micro-batches at most under GPipe (1 at the last stage) and S - s under
+# 1F1B (exactly that many in the strict order). Then an MLP in 4 stages over TCP with sgd, and hybrids of 2 stages
 # x 2 and 3 replicas (data parallelism over pipelines). Then the replay of
 # bench/pipeline_bench against the theoretical bubble. Then the mnist
 # example in 3 and in 4 stages: its stage files, joined by `dtrain params
-# join`, equal one process's file bit for bit.
+# join`, equal one process's file bit for bit, and in 4 stages the files
+# of a ready-first run and of a strict one are the same bytes.
 . "$(dirname "$0")/coll_lib.bash"
 CHECK=$BUILD/tests/progs/pipe_check
 
-for sched in gpipe 1f1b; do
+for sched in gpipe 1f1b gpipe-strict 1f1b-strict; do
 	for n in 2 3 4; do
 		out=$TMP/$sched$n
 		start=$(now_ms)
@@ -147,8 +149,27 @@ if [ -f "$DATA/train-images-idx3-ubyte.gz" ]; then
 		grep -q "stage 2 of 4: layers \[7, 9)" "$out"
 	check "mnist, 4 stages, 1f1b: stage 0 keeps 4 micro-batches at most" \
 		grep -q "stage 0: at most 4 micro-batches in flight" "$out"
+	# Ready-first may run stage 2's backward passes before a forward
+	# (its gradients come back from the light last stage before the
+	# heavy stage 1 sends the next activations): 2 at most, maybe 1.
 	check "mnist, 4 stages, 1f1b: stage 2 keeps 2 micro-batches at most" \
+		grep -q "stage 2: at most [12] micro-batches in flight" "$out"
+	# The strict order: exactly 1F1B's S - s, and the same bytes.
+	out=$TMP/mnist4s
+	timeout 280 "$DTRAIN" launch -n 4 -s 0 --launcher local \
+		--env DT_TEST_TAG="$TAG" -- "$BUILD/examples/mnist" \
+		--pipeline-stages 4 --micro-batches 4 --schedule 1f1b-strict \
+		--batch-size 32 --epochs 1 --limit 128 --data "$DATA" \
+		--save "$TMP/qs" >"$out" 2>&1
+	rc=$?
+	check "mnist, 4 stages, 1f1b-strict: launcher exits 0 (got $rc)" \
+		test "$rc" = 0
+	check "mnist, 4 stages, 1f1b-strict: stage 2 keeps exactly 2" \
 		grep -q "stage 2: at most 2 micro-batches in flight" "$out"
+	for st in 0 1 2 3; do
+		check "mnist, 4 stages: stage $st's file, ready-first = strict" \
+			cmp -s "$TMP/q.stage$st" "$TMP/qs.stage$st"
+	done
 	timeout 280 "$BUILD/examples/mnist" --pipeline-stages 1 \
 		--micro-batches 4 --batch-size 32 --epochs 1 --limit 128 \
 		--data "$DATA" --save "$TMP/one4" >"$TMP/mnist41" 2>&1

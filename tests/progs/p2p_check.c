@@ -12,20 +12,24 @@
  *                         16 MiB; 40 messages of one tag interleaved with
  *                         40 of another, received tag by tag (order per
  *                         tag); 64 tags in flight at once, received in
- *                         reverse; then a barrier
+ *                         reverse; probing (dt_coll_probe) and waiting
+ *                         for the first of two receives (dt_coll_wait_any);
+ *                         then a barrier
  *   p2p_check --mismatch  rank 0 sends 10 float32 where rank 1 receives
  *                         12, then float64 where rank 1 receives float32:
  *                         both must get DT_EMISMATCH naming both calls,
  *                         then a correct exchange must work
  *   p2p_check --stall     (short DT_COLL_TIMEOUT) rank 0 sends a message
  *                         rank 1 never receives, rank 1 waits for one
- *                         rank 0 never sends: DT_ETIMEDOUT naming the pair
+ *                         rank 0 never sends: DT_ETIMEDOUT naming the pair,
+ *                         and the same through dt_coll_wait_any
  *   p2p_check --cap       (DT_COLL_UNEXPECTED_MAX=1048576) rank 0 sends
  *                         2 MiB, over the cap a receiver may be made to
  *                         hold: both ranks must get DT_ENOMEM naming it,
  *                         then a correct exchange must work
  *   p2p_check --die       the last rank vanishes; rank 0's pending receive
- *                         from it and a later send to it must fail
+ *                         from it (through dt_coll_wait_any), a probe of it
+ *                         and a later send to it must fail
  * Exit status 0 when every check passed.
  */
 #include <stdint.h>
@@ -190,6 +194,8 @@ tags_suite(dt_coll *c)
 	}
 }
 
+static void probe_suite(dt_coll *c);
+
 static void
 suite(dt_coll *c)
 {
@@ -206,6 +212,7 @@ suite(dt_coll *c)
 	}
 	order_suite(c);
 	tags_suite(c);
+	probe_suite(c);
 	ok("barrier after the messages", dt_coll_barrier(c));
 }
 
@@ -225,6 +232,127 @@ expect(const char *what, dt_err err, dt_err want, const char *const *frags)
 			     frags[i]);
 	printf("p2p_check rank %d: %s: %s: %s\n", rank_, what, dt_errname(err),
 	       dt_errmsg());
+}
+
+/* Poll dt_coll_probe for (peer, tag) for 30 s at most; the last answer. */
+static dt_err
+probe_until_ready(dt_coll *c, int peer, int tag, int *ready)
+{
+	dt_err err;
+
+	for (int tries = 0; tries < 30000; tries++) {
+		if ((err = dt_coll_probe(c, peer, tag, ready)) || *ready)
+			return err;
+		usleep(1000);
+	}
+	return DT_OK;
+}
+
+/* Poll dt_coll_test on h for 30 s at most. */
+static void
+test_until_done(dt_coll_handle *h)
+{
+	int done = 0;
+
+	for (int tries = 0; tries < 30000 && !done; tries++) {
+		ok("test", dt_coll_test(h, &done));
+		if (!done)
+			usleep(1000);
+	}
+}
+
+/*
+ * Probing: before the barrier nothing of tag 2000 has been sent, so the
+ * probe says 0; after it the previous rank sends it and the probe must
+ * turn to 1, the receive then taking the message, after which the probe
+ * says 0 again.
+ */
+static void
+probe_one(dt_coll *c, int next, int prev)
+{
+	float out[64], in[64];
+	dt_coll_handle *h;
+	int ready = -1;
+
+	fill((uint8_t *)out, sizeof(out), rank_, 2000, 0);
+	checks++;
+	if (ok("probe before the send", dt_coll_probe(c, prev, 2000, &ready)) &&
+	    ready != 0)
+		FAIL("probe: a message not yet sent is ready (%d)", ready);
+	ok("barrier before the probe", dt_coll_barrier(c));
+	ok("probe: send",
+	   dt_coll_send_async(c, out, 64, DT_FLOAT32, next, 2000, &h));
+	checks++;
+	if (ok("probe", probe_until_ready(c, prev, 2000, &ready)) && !ready)
+		FAIL("probe: the message of tag 2000 never showed in 30 s");
+	if (ok("probe: recv", dt_coll_recv(c, in, 64, DT_FLOAT32, prev, 2000)))
+		verify("probe", (uint8_t *)in, sizeof(in), prev, 2000, 0);
+	checks++;
+	if (ok("probe after the recv", dt_coll_probe(c, prev, 2000, &ready)) &&
+	    ready != 0)
+		FAIL("probe: a message already received is still ready");
+	ok("probe: wait send", dt_coll_wait(h));
+}
+
+/*
+ * The first of two: of two receives posted (tags 2001, 2002), the previous
+ * rank sends 2002 and holds 2001 until this rank has said (tag 2003) that
+ * dt_coll_wait_any named the second; with both in, it names the first.
+ */
+static void
+wait_any_two(dt_coll *c, int next, int prev)
+{
+	float out[2][64], in[2][64], go = 1, got = 0;
+	dt_coll_handle *hs[3], *hr[2];
+	int idx = -1;
+
+	for (int t = 0; t < 2; t++)
+		fill((uint8_t *)out[t], sizeof(out[t]), rank_, 2001 + t, 0);
+	for (int t = 0; t < 2; t++)
+		ok("wait_any: recv",
+		   dt_coll_recv_async(c, in[t], 64, DT_FLOAT32, prev, 2001 + t,
+		                      &hr[t]));
+	ok("wait_any: send",
+	   dt_coll_send_async(c, out[1], 64, DT_FLOAT32, next, 2002, &hs[0]));
+	checks++;
+	if (ok("wait_any", dt_coll_wait_any(hr, 2, &idx)) && idx != 1)
+		FAIL("wait_any: named handle %d, only the second had a "
+		     "message",
+		     idx);
+	ok("wait_any: go",
+	   dt_coll_send_async(c, &go, 1, DT_FLOAT32, prev, 2003, &hs[1]));
+	ok("wait_any: go recv",
+	   dt_coll_recv(c, &got, 1, DT_FLOAT32, next, 2003));
+	ok("wait_any: send",
+	   dt_coll_send_async(c, out[0], 64, DT_FLOAT32, next, 2001, &hs[2]));
+	test_until_done(hr[0]);
+	checks++;
+	idx = -1;
+	if (ok("wait_any, both in", dt_coll_wait_any(hr, 2, &idx)) && idx != 0)
+		FAIL("wait_any: named handle %d with both done, not the first",
+		     idx);
+	for (int t = 0; t < 2; t++)
+		if (ok("wait_any: wait recv", dt_coll_wait(hr[t])))
+			verify("wait_any", (uint8_t *)in[t], sizeof(in[t]),
+			       prev, 2001 + t, 0);
+	for (int i = 0; i < 3; i++)
+		ok("wait_any: wait send", dt_coll_wait(hs[i]));
+}
+
+static void
+probe_suite(dt_coll *c)
+{
+	int next = (rank_ + 1) % size_, prev = (rank_ + size_ - 1) % size_;
+	dt_coll_handle *none = NULL;
+	int ready, idx;
+
+	probe_one(c, next, prev);
+	wait_any_two(c, next, prev);
+	/* Misuse is named, not waited on. */
+	expect("probe of a negative tag", dt_coll_probe(c, prev, -1, &ready),
+	       DT_EINVAL, (const char *[]){"tag -1", NULL});
+	expect("wait_any of no handle", dt_coll_wait_any(&none, 1, &idx),
+	       DT_EINVAL, (const char *[]){"NULL", NULL});
 }
 
 static void
@@ -267,6 +395,29 @@ stall_suite(dt_coll *c)
 		       dt_coll_recv(c, f, 4, DT_FLOAT32, 0, 6), DT_ETIMEDOUT,
 		       (const char *[]){"recv from rank 0", "tag 6",
 		                        "rank 0 has not sent it", NULL});
+	if (rank_ < 2) {
+		/* The first of two that never come, on both ranks at once
+		 * (so that they reach the barrier together): both fail at
+		 * the deadline, and wait_any returns rather than waits on. */
+		dt_coll_handle *h[2];
+		char from[32], sent[40];
+		int idx = -1, other = 1 - rank_;
+
+		snprintf(from, sizeof(from), "recv from rank %d", other);
+		snprintf(sent, sizeof(sent), "rank %d has not sent it", other);
+		ok("wait_any: recv",
+		   dt_coll_recv_async(c, f, 4, DT_FLOAT32, other, 11, &h[0]));
+		ok("wait_any: recv",
+		   dt_coll_recv_async(c, f, 4, DT_FLOAT32, other, 12, &h[1]));
+		checks++;
+		if (ok("wait_any of a stall", dt_coll_wait_any(h, 2, &idx)) &&
+		    idx != 0)
+			FAIL("wait_any of a stall: named handle %d", idx);
+		expect("wait_any never sent", dt_coll_wait(h[0]), DT_ETIMEDOUT,
+		       (const char *[]){from, "tag 11", sent, NULL});
+		expect("wait_any never sent", dt_coll_wait(h[1]), DT_ETIMEDOUT,
+		       (const char *[]){"tag 12", NULL});
+	}
 	ok("barrier after the stalls", dt_coll_barrier(c));
 }
 
@@ -328,6 +479,10 @@ die_suite(dt_coll *c)
 	if (!ok("recv posted",
 	        dt_coll_recv_async(c, f, 4, DT_FLOAT32, last, 7, &h)))
 		return;
+	/* The first of one: it completes with the loss, not a hang. */
+	int idx = -1, ready = 0;
+
+	ok("wait_any on a dead peer", dt_coll_wait_any(&h, 1, &idx));
 	dt_err err = dt_coll_wait(h);
 	checks++;
 	if (err == DT_OK || err == DT_ETIMEDOUT)
@@ -339,6 +494,14 @@ die_suite(dt_coll *c)
 	checks++;
 	if (err == DT_OK || err == DT_ETIMEDOUT)
 		FAIL("send to a dead rank: %s", dt_errname(err));
+	/* A probe of the dead rank is an error at once, not "not yet". */
+	err = dt_coll_probe(c, last, 8, &ready);
+	checks++;
+	if (err == DT_OK)
+		FAIL("probe of a dead rank: DT_OK, ready %d", ready);
+	else
+		printf("p2p_check rank 0: dead peer probed: %s: %s\n",
+		       dt_errname(err), dt_errmsg());
 }
 
 int

@@ -14,7 +14,10 @@
  * stage's gradients (dt_nn_pipe_sum_replicas), R threads passing messages
  * through an in-process mailbox: every replica must end with the sum in
  * replica order, bit for bit, for 2 to 5 replicas and for fewer
- * gradients than replicas.
+ * gradients than replicas. And dt_nn_pipe_step's ready-first order, three
+ * stages as threads over the mailbox with one forward input held back:
+ * the backward pass whose gradient is there runs first, and the gradients
+ * are the whole model's bit for bit, as in the fixed order.
  */
 #include <errno.h>
 #include <pthread.h>
@@ -22,6 +25,7 @@
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -218,17 +222,26 @@ static void
 test_cut_rule(void **state)
 {
 	dt_nn_model *m, *st;
-	int first[6];
+	int first[10];
 
 	(void)state;
 	assert_int_equal(dt_nn_model_create("lenet", SEED, &m), DT_OK);
 	/* conv, pool, relu, conv, pool, relu, flatten, dense, relu, dense:
 	 * the convolutions hold most of the work (0.58 and 3.2 of 4.59
-	 * Mflop per sample), so two stages split before the first dense
-	 * layer, the first where half the work lies before. */
+	 * Mflop per sample forward), so two stages split before the first
+	 * dense layer: the cut whose larger stage has the least work. */
 	assert_int_equal(dt_nn_model_num_layers(m), 10);
 	assert_int_equal(dt_nn_model_cut(m, 2, first), DT_OK);
 	assert_int_equal(first[1], 7);
+	/* Three: the second convolution (3.2 Mflop forward, three times
+	 * that with both gradients) alone, the most a stage can be spared;
+	 * starting the stages where the forward work crosses 1/3 and 2/3
+	 * (layers 7 and 9) would leave 10.8 of 13.2 Mflop to stage 0. */
+	assert_int_equal(dt_nn_model_cut(m, 3, first), DT_OK);
+	assert_int_equal(first[0], 0);
+	assert_int_equal(first[1], 3);
+	assert_int_equal(first[2], 7);
+	assert_int_equal(first[3], 10);
 	/* Four stages: one per conv and dense layer. */
 	assert_int_equal(dt_nn_model_cut(m, 4, first), DT_OK);
 	assert_int_equal(first[1], 3);
@@ -237,6 +250,30 @@ test_cut_rule(void **state)
 	assert_int_equal(dt_nn_model_cut(m, 5, first), DT_EINVAL);
 	assert_non_null(strstr(dt_errmsg(), "4 conv and dense layers"));
 	dt_nn_model_destroy(m);
+
+	/* The bench's MLP: a first layer 1.5 times as wide computes no
+	 * input gradient, so it weighs what the others do and every stage
+	 * gets two dense layers, the last the output layer besides. */
+	{
+		char spec[512];
+		size_t n = (size_t)snprintf(spec, sizeof(spec), "input:384");
+
+		for (int i = 0; i < 8; i++)
+			n += (size_t)snprintf(spec + n, sizeof(spec) - n,
+			                      ",dense:256,relu");
+		snprintf(spec + n, sizeof(spec) - n, ",dense:10,softmax_ce");
+		assert_int_equal(dt_nn_model_create(spec, SEED, &m), DT_OK);
+		assert_int_equal(dt_nn_model_cut(m, 4, first), DT_OK);
+		for (int s = 0; s < 4; s++)
+			assert_int_equal(first[s], 4 * s);
+		assert_int_equal(dt_nn_model_cut(m, 2, first), DT_OK);
+		assert_int_equal(first[1], 8);
+		/* As many stages as dense layers: one each. */
+		assert_int_equal(dt_nn_model_cut(m, 9, first), DT_OK);
+		for (int s = 0; s < 9; s++)
+			assert_int_equal(first[s], 2 * s);
+		dt_nn_model_destroy(m);
+	}
 
 	assert_int_equal(dt_nn_model_create_stage("lenet", SEED, 3, 3, &st),
 	                 DT_EINVAL);
@@ -333,6 +370,10 @@ typedef struct mailbox {
 	pthread_mutex_t mu;
 	pthread_cond_t cv;
 	msg *head;
+	/* hold: stage 1 sees stage 0's activations of micro-batch 1 (tag 2)
+	 * only once it has taken the gradient of micro-batch 0 (tag 1): the
+	 * late forward input that ready-first works around. */
+	int hold, released;
 } mailbox;
 
 typedef struct replica {
@@ -340,8 +381,30 @@ typedef struct replica {
 	int self; /* r * stages + stage, as the ops name it */
 	dt_nn_model *m;
 	dt_nn_pipe_cfg cfg;
+	dt_nn_pipe_stats stats;
 	dt_err err;
 } replica;
+
+/* A posted receive (mb_recv_async): taken by mb_wait. */
+typedef struct posted {
+	float *buf;
+	size_t n;
+	int from, tag;
+} posted;
+
+/* The first message for r from `from` with `tag` it may see (mu held). */
+static msg **
+mb_find(replica *r, int from, int tag)
+{
+	msg **p = &r->mb->head;
+
+	while (*p &&
+	       ((*p)->to != r->self || (*p)->from != from || (*p)->tag != tag ||
+	        (r->mb->hold && !r->mb->released && (*p)->to == 1 &&
+	         (*p)->from == 0 && (*p)->tag == 2)))
+		p = &(*p)->next;
+	return p;
+}
 
 static int sent_handle; /* every send is done when it returns */
 
@@ -379,15 +442,16 @@ mb_recv(void *arg, float *buf, size_t n, int from, int tag)
 	until.tv_sec += 10;
 	pthread_mutex_lock(&r->mb->mu);
 	while (rc != ETIMEDOUT) {
-		msg **p = &r->mb->head;
+		msg **p = mb_find(r, from, tag);
 
-		while (*p && ((*p)->to != r->self || (*p)->from != from ||
-		              (*p)->tag != tag))
-			p = &(*p)->next;
 		if (*p) {
 			msg *m = *p;
 
 			*p = m->next;
+			if (m->to == 1 && m->tag == 1) {
+				r->mb->released = 1;
+				pthread_cond_broadcast(&r->mb->cv);
+			}
 			err = m->n == n ? DT_OK : DT_ESIZE;
 			if (!err)
 				memcpy(buf, m->data, sizeof(float) * n);
@@ -401,10 +465,60 @@ mb_recv(void *arg, float *buf, size_t n, int from, int tag)
 }
 
 static dt_err
+mb_recv_async(void *arg, float *buf, size_t n, int from, int tag, void **h)
+{
+	posted *q = malloc(sizeof(*q));
+
+	(void)arg;
+	if (q == NULL)
+		return DT_ENOMEM;
+	*q = (posted){.buf = buf, .n = n, .from = from, .tag = tag};
+	*h = q;
+	return DT_OK;
+}
+
+/* A send is done when it returns; a posted receive takes its message. */
+static dt_err
 mb_wait(void *arg, void *h)
 {
-	(void)arg;
-	return h == &sent_handle ? DT_OK : DT_EINVAL;
+	posted *q = h;
+	dt_err err;
+
+	if (h == &sent_handle)
+		return DT_OK;
+	err = mb_recv(arg, q->buf, q->n, q->from, q->tag);
+	free(q);
+	return err;
+}
+
+/* The first of n posted receives whose message r may see, 10 s at most. */
+static dt_err
+mb_wait_any(void *arg, void **h, int n, int *index)
+{
+	replica *r = arg;
+	struct timespec until;
+	dt_err err = DT_ETIMEDOUT;
+	int rc = 0;
+
+	clock_gettime(CLOCK_REALTIME, &until);
+	until.tv_sec += 10;
+	pthread_mutex_lock(&r->mb->mu);
+	while (rc != ETIMEDOUT && err != DT_OK) {
+		for (int i = 0; i < n && err != DT_OK; i++) {
+			posted *q = h[i];
+
+			if (q && h[i] != &sent_handle &&
+			    *mb_find(r, q->from, q->tag)) {
+				*index = i;
+				err = DT_OK;
+			}
+		}
+		if (err != DT_OK)
+			rc = pthread_cond_timedwait(&r->mb->cv, &r->mb->mu,
+			                            &until);
+	}
+	pthread_mutex_unlock(&r->mb->mu);
+	return err;
 }
 
 static void *
@@ -468,6 +582,110 @@ check_replica_sum(const char *spec, int R)
 	pthread_mutex_destroy(&mb.mu);
 }
 
+static void *
+stage_main(void *arg)
+{
+	replica *r = arg;
+	dt_nn_pipe_ops ops = {.arg = r,
+	                      .send = mb_send,
+	                      .recv = mb_recv,
+	                      .wait = mb_wait,
+	                      .recv_async = mb_recv_async,
+	                      .wait_any = mb_wait_any};
+
+	r->err = dt_nn_pipe_step(r->m, &r->cfg, &ops, &r->stats);
+	return NULL;
+}
+
+/*
+ * Three stages of the MLP as threads, one step of M micro-batches, the
+ * activations of micro-batch 1 held back from stage 1 until it has the
+ * gradient of micro-batch 0 (ready-first only: the fixed order would wait
+ * for them forever). Ready-first must run that backward pass first and
+ * end, like the fixed order, with the whole model's gradients bit for bit.
+ */
+static void
+check_ready_first(int schedule, int strict)
+{
+	enum { S = 3 };
+	mailbox mb = {.head = NULL, .hold = !strict};
+	dt_nn_model *whole;
+	replica st[S];
+	pthread_t th[S];
+	dt_nn_model *models[S];
+	int first[S + 1];
+	size_t in = 0;
+	float *xs, *ys, *x[M], *y[M];
+	uint64_t rng = 5;
+
+	pthread_mutex_init(&mb.mu, NULL);
+	pthread_cond_init(&mb.cv, NULL);
+	assert_int_equal(dt_nn_model_create(mlp, SEED, &whole), DT_OK);
+	in = dt_nn_model_input_size(whole);
+	xs = malloc(sizeof(float) * M * B * in);
+	ys = malloc(sizeof(float) * M * B);
+	for (size_t i = 0; i < (size_t)M * B * in; i++)
+		xs[i] = frand(&rng) - 0.5f;
+	for (int i = 0; i < M * B; i++)
+		ys[i] = (float)(i % 10);
+	for (int k = 0; k < M; k++) {
+		x[k] = xs + (size_t)k * B * in;
+		y[k] = ys + (size_t)k * B;
+	}
+	assert_int_equal(dt_nn_model_cut(whole, S, first), DT_OK);
+	dt_nn_model_destroy(whole);
+	for (int s = 0; s < S; s++) {
+		st[s] = (replica){.mb = &mb, .self = s};
+		assert_int_equal(dt_nn_model_create_stage(mlp, SEED, first[s],
+		                                          first[s + 1],
+		                                          &models[s]),
+		                 DT_OK);
+		st[s].m = models[s];
+		dt_nn_model_zero_grad(st[s].m);
+		st[s].cfg = (dt_nn_pipe_cfg){.stage = s,
+		                             .stages = S,
+		                             .schedule = schedule,
+		                             .micro_batches = M,
+		                             .micro_batch = B,
+		                             .x = xs,
+		                             .y = ys,
+		                             .strict = strict};
+	}
+	for (int s = 0; s < S; s++)
+		assert_int_equal(
+		    pthread_create(&th[s], NULL, stage_main, &st[s]), 0);
+	for (int s = 0; s < S; s++)
+		pthread_join(th[s], NULL);
+	for (int s = 0; s < S; s++)
+		assert_int_equal(st[s].err, DT_OK);
+	/* Stage 1 ran backward 0 before forward 1; nothing else could. */
+	assert_int_equal(st[0].stats.reordered, 0);
+	assert_int_equal(st[2].stats.reordered, 0);
+	if (strict)
+		assert_int_equal(st[1].stats.reordered, 0);
+	else
+		assert_true(st[1].stats.reordered >= 1);
+	whole = reference(mlp, x, y);
+	compare(whole, models, S);
+	dt_nn_model_destroy(whole);
+	for (int s = 0; s < S; s++)
+		dt_nn_model_destroy(models[s]);
+	assert_null(mb.head); /* every message was taken */
+	free(xs);
+	free(ys);
+	pthread_cond_destroy(&mb.cv);
+	pthread_mutex_destroy(&mb.mu);
+}
+
+static void
+test_ready_first(void **state)
+{
+	(void)state;
+	for (int sched = DT_NN_PIPE_GPIPE; sched <= DT_NN_PIPE_1F1B; sched++)
+		for (int strict = 0; strict <= 1; strict++)
+			check_ready_first(sched, strict);
+}
+
 static void
 test_replica_sum(void **state)
 {
@@ -485,6 +703,7 @@ main(void)
 	    cmocka_unit_test(test_cut_rule),
 	    cmocka_unit_test(test_slots),
 	    cmocka_unit_test(test_replica_sum),
+	    cmocka_unit_test(test_ready_first),
 	    cmocka_unit_test(test_mlp_stages),
 	    cmocka_unit_test(test_lenet_stages),
 	};
