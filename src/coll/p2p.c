@@ -108,6 +108,19 @@ req_fail(dt_coll *c, dt__p2p_req *r, dt_err err, const char *reason)
 	req_done(c, r);
 }
 
+/* A request whose deadline passed fails naming the peer that kept it
+ * waiting (mu held). */
+static void
+req_stalled(dt_coll *c, dt__p2p_req *r)
+{
+	char why[160];
+
+	snprintf(why, sizeof(why),
+	         "stalled for %.0f s: rank %d has not %s it (DT_COLL_TIMEOUT)",
+	         c->cfg.timeout_s, r->peer, r->is_send ? "received" : "sent");
+	req_fail(c, r, DT_ETIMEDOUT, why);
+}
+
 /*
  * Hand a frame's data to a posted receive (mu held): check it, copy it and
  * say in *ack what the sender is to be told. The copy runs under the lock,
@@ -509,14 +522,7 @@ dt__coll_p2p_wait(dt_coll *c, dt__p2p_req *r)
 			continue;
 		}
 		if (now >= deadline) {
-			char why[160];
-
-			snprintf(why, sizeof(why),
-			         "stalled for %.0f s: rank %d has not %s it "
-			         "(DT_COLL_TIMEOUT)",
-			         c->cfg.timeout_s, r->peer,
-			         r->is_send ? "received" : "sent");
-			req_fail(c, r, DT_ETIMEDOUT, why);
+			req_stalled(c, r);
 			break;
 		}
 		dt__coll_cv_wait_until(c,
@@ -721,20 +727,9 @@ dt_coll_wait_any(dt_coll_handle *const *h, int n, int *index)
 			continue;
 		}
 		if (now >= deadline) {
-			char why[160];
-
-			for (int j = 0; j < n; j++) {
-				dt__p2p_req *r = h[j] ? h[j]->p2p : NULL;
-
-				if (r == NULL)
-					continue;
-				snprintf(why, sizeof(why),
-				         "stalled for %.0f s: rank %d has not "
-				         "%s it (DT_COLL_TIMEOUT)",
-				         c->cfg.timeout_s, r->peer,
-				         r->is_send ? "received" : "sent");
-				req_fail(c, r, DT_ETIMEDOUT, why);
-			}
+			for (int j = 0; j < n; j++)
+				if (h[j] && h[j]->p2p)
+					req_stalled(c, h[j]->p2p);
 			continue;
 		}
 		dt__coll_cv_wait_until(c,
