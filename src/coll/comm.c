@@ -37,6 +37,25 @@
 #include "coll/exec.h"
 #include "coll/p2p.h"
 
+/* DTRAIN_COLL_HIER: auto (the default), on or off. */
+static dt_err
+hier_from_env(dt__coll_cfg *cfg)
+{
+	const char *v = dt__env_str("DTRAIN_COLL_HIER");
+
+	if (v == NULL || !strcmp(v, "auto"))
+		cfg->hier = DT__HIER_AUTO;
+	else if (!strcmp(v, "on") || !strcmp(v, "1"))
+		cfg->hier = DT__HIER_ON;
+	else if (!strcmp(v, "off") || !strcmp(v, "0"))
+		cfg->hier = DT__HIER_OFF;
+	else
+		return dt__fail(DT_ECONFIG,
+		                "DTRAIN_COLL_HIER=%s: expected auto, on or off",
+		                v);
+	return DT_OK;
+}
+
 dt_err
 dt__coll_cfg_from_env(dt__coll_cfg *cfg)
 {
@@ -91,7 +110,7 @@ dt__coll_cfg_from_env(dt__coll_cfg *cfg)
 	                        &v)))
 		return err;
 	cfg->cma_threshold = (size_t)v;
-	return DT_OK;
+	return hier_from_env(cfg);
 }
 
 /* (mu held when elastic) The rank of node id, or -1. */
@@ -316,15 +335,18 @@ posted_ready(dt_coll *c, coll_op *op, int peer, const dt__coll_sig *sig,
 		mismatch(c, op, peer, sig);
 		return;
 	}
-	if (op->algo != DT__ALG_STREAM || !op->ready_mode ||
-	    peer != op->sc.to) {
-		dt__coll_op_fail(op, DT_EPROTO, 1,
-		                 "%s #%llu: unexpected READY from rank %d",
-		                 dt__coll_kind_name(op->kind),
-		                 (unsigned long long)op->num, peer);
+	if (dt__coll_algo_of(op)->ready) {
+		/* The algorithm keeps its own account of its READYs. */
+		if (dt__coll_algo_of(op)->ready(c, op, peer))
+			return;
+	} else if (op->algo == DT__ALG_STREAM && op->ready_mode &&
+	           peer == op->sc.to) {
+		op->ready_to = 1;
 		return;
 	}
-	op->ready_to = 1;
+	dt__coll_op_fail(
+	    op, DT_EPROTO, 1, "%s #%llu: unexpected READY from rank %d",
+	    dt__coll_kind_name(op->kind), (unsigned long long)op->num, peer);
 }
 
 static void
@@ -849,6 +871,78 @@ const dt__app_class dt__coll_app = {
     .cmd_last = DT_CMD_COLL_LAST,
 };
 
+/* The host a node entry runs on: its host id, else its address. */
+static const char *
+entry_host(const dt_node_entry *e)
+{
+	return e->hostid[0] ? e->hostid : e->host;
+}
+
+/*
+ * The hierarchy of hosts (algo_hier.c): hosts numbered by their lowest
+ * rank, ranks within a host by rank. It exists only when there are 2 or
+ * more hosts with the same number of ranks, 2 or more, on each: otherwise
+ * c->hier_map stays NULL and every operation runs flat. Every rank reads
+ * the same node table, so every rank makes the same map.
+ */
+static dt_err
+hier_map_make(dt_coll *c)
+{
+	int n = c->size, H = 0, L;
+	int *host = malloc((size_t)n * sizeof(int));
+	int *map = malloc(2 * (size_t)n * sizeof(int));
+	const dt_node_entry *e, *f;
+
+	if (!host || !map) {
+		free(host);
+		free(map);
+		return dt__fail(DT_ENOMEM, "host map of %d ranks", n);
+	}
+	for (int r = 0; r < n; r++)
+		host[r] = -1;
+	for (int r = 0; r < n; r++) {
+		if (host[r] >= 0)
+			continue;
+		if ((e = dt__node_entry(c->node, c->base_id + r)) == NULL)
+			goto flat;
+		host[r] = H;
+		for (int q = r + 1; q < n; q++) {
+			f = dt__node_entry(c->node, c->base_id + q);
+			if (f == NULL)
+				goto flat;
+			if (!strcmp(entry_host(e), entry_host(f)))
+				host[q] = H;
+		}
+		H++;
+	}
+	L = n / H;
+	if (H < 2 || L < 2 || L * H != n)
+		goto flat;
+	for (int h = 0, k; h < H; h++) {
+		k = 0;
+		for (int r = 0; r < n; r++) {
+			if (host[r] != h)
+				continue;
+			if (k == L)
+				goto flat;
+			map[r] = h * L + k;
+			map[n + h * L + k] = r;
+			k++;
+		}
+		if (k != L)
+			goto flat;
+	}
+	free(host);
+	c->hier_map = map;
+	c->hier_hosts = H;
+	c->hier_local = L;
+	return DT_OK;
+flat:
+	free(host);
+	free(map);
+	return DT_OK;
+}
+
 dt_err
 dt__coll_attach(dt_coll *c)
 {
@@ -859,6 +953,7 @@ dt__coll_attach(dt_coll *c)
 	                     .on_fail = hook_on_fail,
 	                     .on_membership = dt__coll_on_membership};
 	const dt_node_entry *me;
+	dt_err err;
 
 	if (dt_node_role(n) != DT_ROLE_WORKER)
 		return dt__fail(DT_EINVAL,
@@ -893,5 +988,7 @@ dt__coll_attach(dt_coll *c)
 		c->ids[r] = c->base_id + r;
 		c->rank_of[r] = r;
 	}
+	if (!c->elastic && (err = hier_map_make(c)))
+		return err;
 	return dt__node_attach(n, &dt__coll_app, &app);
 }

@@ -247,3 +247,89 @@ dt__coll_fusion_plan(const size_t *counts, size_t n, size_t elem_size,
 	}
 	return nb;
 }
+
+/* Append the messages of ring schedule p to s, shifting its rx
+ * dependencies by rx0 (the rx entries before it); a first-step message
+ * without one waits for rx entry dep0 instead (-1: none). */
+static void
+hier_append(dt__coll_sched *s, const dt__coll_sched *p, int64_t dep0,
+            int acc_work, int keep_final)
+{
+	int64_t rx0 = (int64_t)s->nrx;
+
+	for (size_t i = 0; i < p->ntx; i++) {
+		dt__coll_msg m = p->tx[i];
+
+		m.dep = m.dep < 0 ? dep0 : m.dep + rx0;
+		if (acc_work)
+			m.from_src = 0;
+		s->tx[s->ntx++] = m;
+	}
+	for (size_t i = 0; i < p->nrx; i++) {
+		dt__coll_msg m = p->rx[i];
+
+		m.acc_work = (uint8_t)(acc_work && m.phase == DT__PH_RS);
+		m.final = (uint8_t)(keep_final && m.final);
+		s->rx[s->nrx++] = m;
+	}
+}
+
+dt_err
+dt__coll_hier_sched(int h, int H, int j, int L, size_t count, size_t ce,
+                    dt__coll_sched *s, size_t n[6])
+{
+	dt__coll_sched p[3];
+	size_t *offs = calloc((size_t)(L > H ? L : H), sizeof(size_t));
+	size_t *lens = calloc((size_t)(L > H ? L : H), sizeof(size_t));
+	size_t boff, blen, cap_tx = 0, cap_rx = 0;
+	dt_err err = DT_OK;
+
+	memset(s, 0, sizeof(*s));
+	memset(p, 0, sizeof(p));
+	s->to = s->from = -1;
+	if (!offs || !lens) {
+		err = dt__fail(DT_ENOMEM, "hierarchy of %d x %d ranks", H, L);
+		goto fail;
+	}
+	for (int b = 0; b < L; b++)
+		dt__coll_block(count, L, b, &offs[b], &lens[b]);
+	if ((err = dt__coll_ring_sched(j, L, offs, lens, ce, 1, 0, &p[0])) ||
+	    (err = dt__coll_ring_sched(j, L, offs, lens, ce, 0, 1, &p[2])))
+		goto fail;
+	/* Phase 2 works on my local block only, cut over the hosts. */
+	boff = offs[j];
+	blen = lens[j];
+	for (int b = 0; b < H; b++) {
+		dt__coll_block(blen, H, b, &offs[b], &lens[b]);
+		offs[b] += boff;
+	}
+	if ((err = dt__coll_ring_sched(h, H, offs, lens, ce, 1, 1, &p[1])))
+		goto fail;
+	for (int k = 0; k < 3; k++) {
+		cap_tx += p[k].ntx;
+		cap_rx += p[k].nrx;
+		n[k] = p[k].ntx;
+		n[3 + k] = p[k].nrx;
+	}
+	s->tx = calloc(cap_tx ? cap_tx : 1, sizeof(*s->tx));
+	s->rx = calloc(cap_rx ? cap_rx : 1, sizeof(*s->rx));
+	if (!s->tx || !s->rx) {
+		err = dt__fail(DT_ENOMEM, "hierarchical schedule of %zu chunks",
+		               cap_tx + cap_rx);
+		goto fail;
+	}
+	/* Phase 2 starts once phase 1 has summed my block over the host,
+	 * phase 3 once phase 2 has summed it over the hosts; only phase 2's
+	 * last reduction is final (AVG divides there). */
+	hier_append(s, &p[0], -1, 0, 0);
+	hier_append(s, &p[1], (int64_t)n[3] - 1, 1, 1);
+	hier_append(s, &p[2], (int64_t)(n[3] + n[4]) - 1, 0, 0);
+fail:
+	for (int k = 0; k < 3; k++)
+		dt__coll_sched_free(&p[k]);
+	free(offs);
+	free(lens);
+	if (err)
+		dt__coll_sched_free(s);
+	return err;
+}

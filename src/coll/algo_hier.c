@@ -1,0 +1,331 @@
+/*
+ * algo_hier.c - the hierarchical allreduce, for ranks on several hosts
+ * with several ranks on each: a flat ring would cross between hosts once
+ * per rank, each crossing carrying 2(n-1)/n of the data. Here the data
+ * crosses between hosts only in phase 2, and on disjoint slices: every
+ * rank of a host carries its own slice to the same-placed ranks of the
+ * other hosts, so all of a host's ranks use its link at once.
+ *   1. a ring reduce-scatter among the host's L ranks (over shared memory
+ *      when the transport has it) sums local block j over the host at the
+ *      rank at local position j;
+ *   2. a ring reduce-scatter and allgather among the H ranks at position
+ *      j, one per host, sums block j over the hosts;
+ *   3. a ring allgather among the host's ranks hands every block to every
+ *      rank of the host.
+ * plan.c computes the schedule (dt__coll_hier_sched); this file runs it as
+ * algo_stream.c runs a ring, with two neighbours upstream and two
+ * downstream instead of one of each. Messages of phases 1 and 3 come from
+ * the host's upstream rank (sc.from), those of phase 2 from the other
+ * host's (hier.from2); a message's key counts the messages from its
+ * sender, so each sender's messages are checked in order on their own.
+ *
+ * READY: every rank first tells its host upstream it has posted the
+ * operation (phases 1 and 3 write into disjoint parts of the work buffer,
+ * so both may then come), and tells its other-host upstream only once its
+ * own phase 1 is done: phase 2 reduces into the block phase 1 finished,
+ * and the I/O thread cannot wait for that. No large message is ever
+ * buffered, as with the ring.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "coll/algo.h"
+
+/* The rank at host h, local position j (both taken modulo their counts). */
+static int
+rank_at(const dt_coll *c, int h, int j)
+{
+	int H = c->hier_hosts, L = c->hier_local;
+
+	h = ((h % H) + H) % H;
+	j = ((j % L) + L) % L;
+	return c->hier_map[c->size + h * L + j];
+}
+
+dt_err
+dt__coll_hier_prepare(dt_coll *c, coll_op *op)
+{
+	size_t ce = dt__coll_chunk_elems(c->cfg.chunk_bytes, op->esz);
+	int pos = c->hier_map[c->rank], L = c->hier_local;
+	int h = pos / L, j = pos % L;
+	dt_err err;
+
+	op->algo = DT__ALG_HIER;
+	op->ready_mode = 1;
+	memset(&op->hier, 0, sizeof(op->hier));
+	op->hier.to2 = op->hier.from2 = -1;
+	err = dt__coll_hier_sched(h, c->hier_hosts, j, L, op->count, ce,
+	                          &op->sc, op->hier.n);
+	if (err)
+		return err;
+	op->sc.to = rank_at(c, h, j + 1);
+	op->sc.from = rank_at(c, h, j - 1);
+	op->hier.to2 = rank_at(c, h + 1, j);
+	op->hier.from2 = rank_at(c, h - 1, j);
+	return DT_OK;
+}
+
+/* Messages from the host upstream are phases 1 and 3, from the other host
+ * phase 2: the rx index of the k-th message of a sender. */
+static size_t
+rx_index(const coll_op *op, int cross, size_t k)
+{
+	const size_t *n = op->hier.n;
+
+	if (cross)
+		return n[3] + k;
+	return k < n[3] ? k : n[3] + n[4] + (k - n[3]);
+}
+
+/* Has rx entry i been processed? (mu held) */
+static int
+rx_is_done(const coll_op *op, size_t i)
+{
+	const size_t *n = op->hier.n;
+
+	if (i < n[3])
+		return op->rx_done > i;
+	if (i < n[3] + n[4])
+		return op->hier.rx_done2 > i - n[3];
+	return op->rx_done > i - n[4];
+}
+
+static dt_err
+hier_dest(dt_coll *c, coll_op *op, int peer, const dt_msg_hdr *h, void **dest,
+          int *reduce)
+{
+	const size_t *n = op->hier.n;
+	int cross = peer == op->hier.from2;
+	size_t got = cross ? op->hier.rx_done2 : op->rx_done;
+	size_t want = cross ? n[4] : n[3] + n[5];
+	const dt__coll_msg *m;
+
+	(void)c;
+	*dest = NULL;
+	*reduce = 0;
+	if ((!cross && peer != op->sc.from) || h->key != got || got >= want) {
+		dt__coll_op_fail(
+		    op, DT_EPROTO, 1,
+		    "%s #%llu: hierarchical message %llu from rank "
+		    "%d out of order (expected message %zu of %zu "
+		    "from it; it is %s)",
+		    dt__coll_kind_name(op->kind), (unsigned long long)op->num,
+		    (unsigned long long)h->key, peer, got, want,
+		    cross                 ? "the other host's upstream rank"
+		    : peer == op->sc.from ? "this host's upstream rank"
+		                          : "no upstream rank of mine");
+		return DT_EPROTO;
+	}
+	m = &op->sc.rx[rx_index(op, cross, got)];
+	if (h->arg0 != m->off || h->arg1 != m->n ||
+	    h->payload_len != dt__coll_bytes(op, m->n) ||
+	    (h->arg2 & DT__CF_CMA)) {
+		dt__coll_op_fail(
+		    op, DT_EPROTO, 1,
+		    "%s #%llu: hierarchical message %llu from rank "
+		    "%d covers [%llu, +%llu), expected [%llu, +%llu)",
+		    dt__coll_kind_name(op->kind), (unsigned long long)op->num,
+		    (unsigned long long)h->key, peer,
+		    (unsigned long long)h->arg0, (unsigned long long)h->arg1,
+		    (unsigned long long)m->off, (unsigned long long)m->n);
+		return DT_EPROTO;
+	}
+	if (m->n == 0)
+		return DT_OK;
+	if (m->phase == DT__PH_RS) {
+		*reduce = 1;
+		return DT_OK;
+	}
+	*dest = op->work + dt__coll_bytes(op, m->off);
+	return DT_OK;
+}
+
+static dt_err
+hier_deliver(dt_coll *c, coll_op *op, int peer, const dt_msg_hdr *h,
+             const void *payload)
+{
+	int cross = peer == op->hier.from2;
+	const dt__coll_msg *m = &op->sc.rx[rx_index(op, cross, h->key)];
+	uint8_t *dst = op->work + dt__coll_bytes(op, m->off);
+	const uint8_t *a =
+	    m->acc_work ? dst : op->src + dt__coll_bytes(op, m->off);
+
+	/* Phase 1 adds the upstream's partial sum to my input; phase 2 adds
+	 * the other host's to my host's sum, already in work. */
+	dt__coll_reduce(op->dtype, op->redop, dst, a, payload, m->n);
+	if (m->final && op->redop == DT_COLL_AVG)
+		dt__coll_scale(op->dtype, dst, m->n, c->size);
+	return DT_OK;
+}
+
+static void
+hier_done(dt_coll *c, coll_op *op, int peer, const dt_msg_hdr *h,
+          uint64_t remote)
+{
+	(void)c;
+	(void)h;
+	(void)remote;
+	if (peer == op->hier.from2)
+		op->hier.rx_done2++;
+	else
+		op->rx_done++;
+}
+
+static int
+hier_ready(dt_coll *c, coll_op *op, int peer)
+{
+	(void)c;
+	if (peer == op->sc.to)
+		op->ready_to |= 1;
+	else if (peer == op->hier.to2)
+		op->ready_to |= 2;
+	else
+		return 0;
+	return 1;
+}
+
+static int
+hier_needs(dt_coll *c, const coll_op *op, int peer)
+{
+	const size_t *n = op->hier.n;
+
+	(void)c;
+	if (peer == op->sc.from && op->rx_done < n[3] + n[5])
+		return 1;
+	if (peer == op->hier.from2 && op->hier.rx_done2 < n[4])
+		return 1;
+	/* A downstream rank may finish (and leave) before we do. */
+	if ((peer == op->sc.to || peer == op->hier.to2) &&
+	    op->tx_sent < op->sc.ntx)
+		return 1;
+	return 0;
+}
+
+static int
+pred_rx(coll_op *op, void *arg)
+{
+	return rx_is_done(op, (size_t)(uintptr_t)arg);
+}
+
+static int
+pred_ready(coll_op *op, void *arg)
+{
+	return (op->ready_to & (int)(uintptr_t)arg) != 0;
+}
+
+static int
+pred_all(coll_op *op, void *arg)
+{
+	const size_t *n = op->hier.n;
+
+	(void)arg;
+	return op->rx_done >= n[3] + n[5] && op->hier.rx_done2 >= n[4];
+}
+
+/* The rank tx entry i goes to, and its key: the messages to that rank
+ * before it. */
+static int
+tx_peer(const coll_op *op, size_t i, uint64_t *key)
+{
+	const size_t *n = op->hier.n;
+
+	if (i < n[0]) {
+		*key = i;
+		return op->sc.to;
+	}
+	if (i < n[0] + n[1]) {
+		*key = i - n[0];
+		return op->hier.to2;
+	}
+	*key = i - n[1];
+	return op->sc.to;
+}
+
+/* The rank rx entry i comes from. */
+static int
+rx_peer(const coll_op *op, size_t i)
+{
+	const size_t *n = op->hier.n;
+
+	return i >= n[3] && i < n[3] + n[4] ? op->hier.from2 : op->sc.from;
+}
+
+/* Before phase 2's first message (mu held): once my block has its host's
+ * sum, tell the other host's upstream it may send, and wait until the
+ * other host's downstream has told me the same. */
+static dt_err
+cross_handshake(dt_coll *c, coll_op *op)
+{
+	dt_err err;
+
+	if (op->hier.n[3] > 0 &&
+	    (err = dt__coll_wait(c, op, pred_rx,
+	                         (void *)(uintptr_t)(op->hier.n[3] - 1),
+	                         op->sc.from)))
+		return err;
+	pthread_mutex_unlock(&c->mu);
+	err = dt__coll_send_ready(c, op, op->hier.from2);
+	pthread_mutex_lock(&c->mu);
+	if (err)
+		return err;
+	return dt__coll_wait(c, op, pred_ready, (void *)(uintptr_t)2,
+	                     op->hier.to2);
+}
+
+static dt_err
+run_hier(dt_coll *c, coll_op *op)
+{
+	const dt__coll_sched *s = &op->sc;
+	dt_err err;
+
+	if ((err = dt__coll_send_ready(c, op, s->from)))
+		return err;
+	pthread_mutex_lock(&c->mu);
+	if ((err =
+	         dt__coll_wait(c, op, pred_ready, (void *)(uintptr_t)1, s->to)))
+		goto out;
+	for (size_t i = 0; i < s->ntx; i++) {
+		const dt__coll_msg *m = &s->tx[i];
+		const uint8_t *base = m->from_src ? op->src : op->work;
+		uint64_t key;
+		int to = tx_peer(op, i, &key);
+
+		if (i == op->hier.n[0] && (err = cross_handshake(c, op)))
+			goto out;
+		if (m->dep >= 0 &&
+		    (err = dt__coll_wait(c, op, pred_rx,
+		                         (void *)(uintptr_t)m->dep,
+		                         rx_peer(op, (size_t)m->dep))))
+			goto out;
+		pthread_mutex_unlock(&c->mu);
+		err = dt__coll_send_data(c, op, to, key, m->off, m->n, 0,
+		                         base + dt__coll_bytes(op, m->off),
+		                         dt__coll_bytes(op, m->n));
+		pthread_mutex_lock(&c->mu);
+		if (err)
+			goto out;
+		op->tx_sent = i + 1;
+	}
+	err = dt__coll_wait(c, op, pred_all, NULL, s->from);
+out:
+	pthread_mutex_unlock(&c->mu);
+	return err;
+}
+
+static void
+hier_release(dt_coll *c, coll_op *op)
+{
+	(void)c;
+	dt__coll_sched_free(&op->sc);
+}
+
+const dt__coll_algo dt__coll_algo_hier = {
+    .name = "hierarchical",
+    .run = run_hier,
+    .release = hier_release,
+    .needs = hier_needs,
+    .dest = hier_dest,
+    .deliver = hier_deliver,
+    .done = hier_done,
+    .ready = hier_ready,
+};
