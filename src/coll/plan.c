@@ -274,6 +274,19 @@ hier_append(dt__coll_sched *s, const dt__coll_sched *p, int64_t dep0,
 	}
 }
 
+/* The last of rx entries [lo, hi) that overlaps [off, +len), else hi - 1. */
+static int64_t
+hier_last_writer(const dt__coll_sched *s, size_t lo, size_t hi, uint64_t off,
+                 uint64_t len)
+{
+	int64_t last = -1;
+
+	for (size_t r = lo; r < hi; r++)
+		if (s->rx[r].off < off + len && off < s->rx[r].off + s->rx[r].n)
+			last = (int64_t)r;
+	return last >= 0 ? last : (int64_t)hi - 1;
+}
+
 dt_err
 dt__coll_hier_sched(int h, int H, int j, int L, size_t count, size_t ce,
                     dt__coll_sched *s, size_t n[6])
@@ -324,6 +337,13 @@ dt__coll_hier_sched(int h, int H, int j, int L, size_t count, size_t ce,
 	hier_append(s, &p[0], -1, 0, 0);
 	hier_append(s, &p[1], (int64_t)n[3] - 1, 1, 1);
 	hier_append(s, &p[2], (int64_t)(n[3] + n[4]) - 1, 0, 0);
+	/* Phase 3's first messages forward my block as phase 2 finishes it:
+	 * each waits only for the phase 2 messages that wrote its range, so
+	 * the host's allgather overlaps the hosts' allgather. */
+	for (size_t i = n[0] + n[1]; i < n[0] + n[1] + p[2].ntx; i++)
+		if (p[2].tx[i - n[0] - n[1]].dep < 0 && s->tx[i].n > 0)
+			s->tx[i].dep = hier_last_writer(
+			    s, n[3], n[3] + n[4], s->tx[i].off, s->tx[i].n);
 fail:
 	for (int k = 0; k < 3; k++)
 		dt__coll_sched_free(&p[k]);

@@ -10,8 +10,8 @@
 # (tests/progs/coll_hier_check.c). The same integers and every min and max
 # flat give the same bits. The whole coll_check suite (groups, fusion,
 # asynchronous calls, fp16 compression) with the hierarchy at every size,
-# and at its default (auto) choice; an unknown DTRAIN_COLL_HIER is refused
-# naming it; nothing is left behind.
+# and at its default (auto) choice; a mismatched call fails on every rank;
+# an unknown DTRAIN_COLL_HIER is refused naming it; nothing is left behind.
 . "$(dirname "$0")/launch_lib.bash"
 B=$DTRAIN_BUILD
 HCHECK=$B/tests/progs/coll_hier_check
@@ -113,6 +113,19 @@ out=$TMP/check_fp16
 job 4 2 "$out" --env DTRAIN_COLL_HIER=on -- "$CHECK" --compression fp16
 rc=$?
 check "coll_check --compression fp16, hierarchical: exits 0 (got $rc)" test "$rc" = 0
+
+# A mismatched call fails on every rank, naming both calls, through the
+# hierarchy too (every rank's result depends on every other rank).
+out=$TMP/mismatch
+job 4 2 "$out" --env DTRAIN_COLL_HIER=on -- "$CHECK" --mismatch
+rc=$?
+check "mismatch, hierarchical 2x2: exits 0 (got $rc)" test "$rc" = 0
+for what in "count mismatch (small)" "count mismatch (ring)" "type mismatch" \
+	"reduction mismatch"; do
+	check "mismatch, hierarchical: $what reaches every rank" \
+		every_rank 4 "$out" "$what: DT_EMISMATCH: "
+done
+check "mismatch, hierarchical: no FAIL line" test -z "$(grep -F FAIL "$out")"
 
 # An unknown value is refused, naming the variable.
 out=$TMP/bad
