@@ -19,11 +19,14 @@
  * host's (hier.from2); a message's key counts the messages from its
  * sender, so each sender's messages are checked in order on their own.
  *
- * READY: every rank first tells its host upstream it has posted the
- * operation (phases 1 and 3 write into disjoint parts of the work buffer,
- * so both may then come), and tells its other-host upstream only once its
- * own phase 1 is done: phase 2 reduces into the block phase 1 finished,
- * and the I/O thread cannot wait for that. No large message is ever
+ * The other host's partial sums (phase 2's reduce-scatter) may arrive
+ * before phase 1 has finished the range they add to: they land in a
+ * scratch copy of my block, and the executor adds them in just before it
+ * forwards that range (it waits for phase 1's messages of the range
+ * first). So the three phases overlap: each message goes as soon as the
+ * range it carries is ready, and the link between hosts is busy while the
+ * host's own ranks still sum. Every rank first tells both its upstream
+ * ranks it has posted the operation (READY), so no large message is ever
  * buffered, as with the ring.
  */
 #include <stdlib.h>
@@ -54,6 +57,14 @@ dt__coll_hier_prepare(dt_coll *c, coll_op *op)
 	op->ready_mode = 1;
 	memset(&op->hier, 0, sizeof(op->hier));
 	op->hier.to2 = op->hier.from2 = -1;
+	size_t blen;
+
+	dt__coll_block(op->count, L, j, &op->hier.boff, &blen);
+	op->hier.scratch = dt__buf_reserve(&c->scratch, &c->scratch_cap,
+	                                   dt__coll_bytes(op, blen));
+	if (op->hier.scratch == NULL && blen)
+		return dt__fail(DT_ENOMEM, "hierarchical allreduce: %zu bytes",
+		                dt__coll_bytes(op, blen));
 	err = dt__coll_hier_sched(h, c->hier_hosts, j, L, op->count, ce,
 	                          &op->sc, op->hier.n);
 	if (err)
@@ -132,11 +143,13 @@ hier_dest(dt_coll *c, coll_op *op, int peer, const dt_msg_hdr *h, void **dest,
 	}
 	if (m->n == 0)
 		return DT_OK;
-	if (m->phase == DT__PH_RS) {
+	if (m->acc_work)
+		*dest = op->hier.scratch +
+		        dt__coll_bytes(op, m->off - op->hier.boff);
+	else if (m->phase == DT__PH_RS)
 		*reduce = 1;
-		return DT_OK;
-	}
-	*dest = op->work + dt__coll_bytes(op, m->off);
+	else
+		*dest = op->work + dt__coll_bytes(op, m->off);
 	return DT_OK;
 }
 
@@ -147,14 +160,12 @@ hier_deliver(dt_coll *c, coll_op *op, int peer, const dt_msg_hdr *h,
 	int cross = peer == op->hier.from2;
 	const dt__coll_msg *m = &op->sc.rx[rx_index(op, cross, h->key)];
 	uint8_t *dst = op->work + dt__coll_bytes(op, m->off);
-	const uint8_t *a =
-	    m->acc_work ? dst : op->src + dt__coll_bytes(op, m->off);
+	const uint8_t *a = op->src + dt__coll_bytes(op, m->off);
 
-	/* Phase 1 adds the upstream's partial sum to my input; phase 2 adds
-	 * the other host's to my host's sum, already in work. */
+	/* Phase 1: the upstream's partial sum joins my input (phase 2's
+	 * partial sums go to scratch, apply_upto adds them). */
+	(void)c;
 	dt__coll_reduce(op->dtype, op->redop, dst, a, payload, m->n);
-	if (m->final && op->redop == DT_COLL_AVG)
-		dt__coll_scale(op->dtype, dst, m->n, c->size);
 	return DT_OK;
 }
 
@@ -250,26 +261,30 @@ rx_peer(const coll_op *op, size_t i)
 	return i >= n[3] && i < n[3] + n[4] ? op->hier.from2 : op->sc.from;
 }
 
-/* Before phase 2's first message (mu held): once my block has its host's
- * sum, tell the other host's upstream it may send, and wait until the
- * other host's downstream has told me the same. */
-static dt_err
-cross_handshake(dt_coll *c, coll_op *op)
+/* Add phase 2's partial sums up to rx entry d into my block (executor,
+ * mu not held): every rx entry up to d has been processed, and nobody
+ * else touches these ranges until I forward them. */
+static void
+apply_upto(dt_coll *c, coll_op *op, size_t d)
 {
-	dt_err err;
+	size_t end = op->hier.n[3] + op->hier.n[4];
 
-	if (op->hier.n[3] > 0 &&
-	    (err = dt__coll_wait(c, op, pred_rx,
-	                         (void *)(uintptr_t)(op->hier.n[3] - 1),
-	                         op->sc.from)))
-		return err;
-	pthread_mutex_unlock(&c->mu);
-	err = dt__coll_send_ready(c, op, op->hier.from2);
-	pthread_mutex_lock(&c->mu);
-	if (err)
-		return err;
-	return dt__coll_wait(c, op, pred_ready, (void *)(uintptr_t)2,
-	                     op->hier.to2);
+	if (op->hier.applied < op->hier.n[3])
+		op->hier.applied = op->hier.n[3];
+	for (; op->hier.applied <= d && op->hier.applied < end;
+	     op->hier.applied++) {
+		const dt__coll_msg *m = &op->sc.rx[op->hier.applied];
+		uint8_t *dst = op->work + dt__coll_bytes(op, m->off);
+
+		if (!m->acc_work || m->n == 0)
+			continue;
+		dt__coll_reduce(op->dtype, op->redop, dst, dst,
+		                op->hier.scratch +
+		                    dt__coll_bytes(op, m->off - op->hier.boff),
+		                m->n);
+		if (m->final && op->redop == DT_COLL_AVG)
+			dt__coll_scale(op->dtype, dst, m->n, c->size);
+	}
 }
 
 static dt_err
@@ -278,11 +293,14 @@ run_hier(dt_coll *c, coll_op *op)
 	const dt__coll_sched *s = &op->sc;
 	dt_err err;
 
-	if ((err = dt__coll_send_ready(c, op, s->from)))
+	if ((err = dt__coll_send_ready(c, op, s->from)) ||
+	    (err = dt__coll_send_ready(c, op, op->hier.from2)))
 		return err;
 	pthread_mutex_lock(&c->mu);
-	if ((err =
-	         dt__coll_wait(c, op, pred_ready, (void *)(uintptr_t)1, s->to)))
+	if ((err = dt__coll_wait(c, op, pred_ready, (void *)(uintptr_t)1,
+	                         s->to)) ||
+	    (err = dt__coll_wait(c, op, pred_ready, (void *)(uintptr_t)2,
+	                         op->hier.to2)))
 		goto out;
 	for (size_t i = 0; i < s->ntx; i++) {
 		const dt__coll_msg *m = &s->tx[i];
@@ -290,7 +308,13 @@ run_hier(dt_coll *c, coll_op *op)
 		uint64_t key;
 		int to = tx_peer(op, i, &key);
 
-		if (i == op->hier.n[0] && (err = cross_handshake(c, op)))
+		/* Phase 2's later steps forward sums that include my host's
+		 * whole sum of their range: phase 1 must be over (its first
+		 * step waits for just its range, in its dep). */
+		if (i >= op->hier.n[0] && m->step > 0 &&
+		    (err = dt__coll_wait(c, op, pred_rx,
+		                         (void *)(uintptr_t)(op->hier.n[3] - 1),
+		                         s->from)))
 			goto out;
 		if (m->dep >= 0 &&
 		    (err = dt__coll_wait(c, op, pred_rx,
@@ -298,6 +322,8 @@ run_hier(dt_coll *c, coll_op *op)
 		                         rx_peer(op, (size_t)m->dep))))
 			goto out;
 		pthread_mutex_unlock(&c->mu);
+		if (m->dep >= 0)
+			apply_upto(c, op, (size_t)m->dep);
 		err = dt__coll_send_data(c, op, to, key, m->off, m->n, 0,
 		                         base + dt__coll_bytes(op, m->off),
 		                         dt__coll_bytes(op, m->n));
@@ -309,6 +335,9 @@ run_hier(dt_coll *c, coll_op *op)
 	err = dt__coll_wait(c, op, pred_all, NULL, s->from);
 out:
 	pthread_mutex_unlock(&c->mu);
+	/* (every partial sum was added before its range was forwarded) */
+	if (err == DT_OK)
+		apply_upto(c, op, op->hier.n[3] + op->hier.n[4]);
 	return err;
 }
 

@@ -332,11 +332,17 @@ dt__coll_hier_sched(int h, int H, int j, int L, size_t count, size_t ce,
 		goto fail;
 	}
 	/* Phase 2 starts once phase 1 has summed my block over the host,
-	 * phase 3 once phase 2 has summed it over the hosts; only phase 2's
+	 * phase 3 once phase 2 has summed it over the hosts (then each
+	 * message as soon as its own range is ready, below); only phase 2's
 	 * last reduction is final (AVG divides there). */
 	hier_append(s, &p[0], -1, 0, 0);
 	hier_append(s, &p[1], (int64_t)n[3] - 1, 1, 1);
 	hier_append(s, &p[2], (int64_t)(n[3] + n[4]) - 1, 0, 0);
+	/* Phase 2's first messages go as phase 1 finishes their range. */
+	for (size_t i = n[0]; i < n[0] + n[1]; i++)
+		if (p[1].tx[i - n[0]].dep < 0 && s->tx[i].n > 0)
+			s->tx[i].dep = hier_last_writer(
+			    s, 0, n[3], s->tx[i].off, s->tx[i].n);
 	/* Phase 3's first messages forward my block as phase 2 finishes it:
 	 * each waits only for the phase 2 messages that wrote its range, so
 	 * the host's allgather overlaps the hosts' allgather. */

@@ -116,6 +116,11 @@ struct coll_op {
 		int to2, from2;
 		size_t n[6];
 		size_t rx_done2;
+		/* Phase 2's partial sums land in scratch (my local block,
+		 * which starts at element boff); the executor adds them in,
+		 * rx entries before applied done. */
+		uint8_t *scratch;
+		size_t boff, applied;
 	} hier;
 	int io_refs; /* I/O-thread data work in progress */
 	dt_err err;  /* first failure, DT_OK if none */
