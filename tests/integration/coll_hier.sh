@@ -10,8 +10,9 @@
 # (tests/progs/coll_hier_check.c). The same integers and every min and max
 # flat give the same bits. The whole coll_check suite (groups, fusion,
 # asynchronous calls, fp16 compression) with the hierarchy at every size,
-# and at its default (auto) choice; a mismatched call fails on every rank;
-# an unknown DTRAIN_COLL_HIER is refused naming it; nothing is left behind.
+# and at its default (auto) choice; a mismatched call fails on every rank,
+# a dead rank fails the others at once; an unknown DTRAIN_COLL_HIER is
+# refused naming it; nothing is left behind.
 . "$(dirname "$0")/launch_lib.bash"
 B=$DTRAIN_BUILD
 HCHECK=$B/tests/progs/coll_hier_check
@@ -126,6 +127,20 @@ for what in "count mismatch (small)" "count mismatch (ring)" "type mismatch" \
 		every_rank 4 "$out" "$what: DT_EMISMATCH: "
 done
 check "mismatch, hierarchical: no FAIL line" test -z "$(grep -F FAIL "$out")"
+
+# A rank that dies fails the others' hierarchical allreduce at once.
+mkdir -p "$TMP/die.sync"
+out=$TMP/die
+start=$(now_ms)
+job 4 2 "$out" --env DTRAIN_COLL_HIER=on --env COLL_CHECK_SYNC_DIR="$TMP/die.sync" \
+	-- "$CHECK" --die
+rc=$?
+ms=$(($(now_ms) - start))
+check "dead rank, hierarchical: the job fails (launcher exits $rc)" test "$rc" != 0
+check "dead rank, hierarchical: a surviving rank gets DT_EPEER" \
+	grep -q "dead peer: DT_EPEER" "$out"
+check "dead rank, hierarchical: over well within DT_COLL_TIMEOUT (${ms} ms)" \
+	test "$ms" -lt 30000
 
 # An unknown value is refused, naming the variable.
 out=$TMP/bad
