@@ -871,78 +871,6 @@ const dt__app_class dt__coll_app = {
     .cmd_last = DT_CMD_COLL_LAST,
 };
 
-/* The host a node entry runs on: its host id, else its address. */
-static const char *
-entry_host(const dt_node_entry *e)
-{
-	return e->hostid[0] ? e->hostid : e->host;
-}
-
-/*
- * The hierarchy of hosts (algo_hier.c): hosts numbered by their lowest
- * rank, ranks within a host by rank. It exists only when there are 2 or
- * more hosts with the same number of ranks, 2 or more, on each: otherwise
- * c->hier_map stays NULL and every operation runs flat. Every rank reads
- * the same node table, so every rank makes the same map.
- */
-static dt_err
-hier_map_make(dt_coll *c)
-{
-	int n = c->size, H = 0, L;
-	int *host = malloc((size_t)n * sizeof(int));
-	int *map = malloc(2 * (size_t)n * sizeof(int));
-	const dt_node_entry *e, *f;
-
-	if (!host || !map) {
-		free(host);
-		free(map);
-		return dt__fail(DT_ENOMEM, "host map of %d ranks", n);
-	}
-	for (int r = 0; r < n; r++)
-		host[r] = -1;
-	for (int r = 0; r < n; r++) {
-		if (host[r] >= 0)
-			continue;
-		if ((e = dt__node_entry(c->node, c->base_id + r)) == NULL)
-			goto flat;
-		host[r] = H;
-		for (int q = r + 1; q < n; q++) {
-			f = dt__node_entry(c->node, c->base_id + q);
-			if (f == NULL)
-				goto flat;
-			if (!strcmp(entry_host(e), entry_host(f)))
-				host[q] = H;
-		}
-		H++;
-	}
-	L = n / H;
-	if (H < 2 || L < 2 || L * H != n)
-		goto flat;
-	for (int h = 0, k; h < H; h++) {
-		k = 0;
-		for (int r = 0; r < n; r++) {
-			if (host[r] != h)
-				continue;
-			if (k == L)
-				goto flat;
-			map[r] = h * L + k;
-			map[n + h * L + k] = r;
-			k++;
-		}
-		if (k != L)
-			goto flat;
-	}
-	free(host);
-	c->hier_map = map;
-	c->hier_hosts = H;
-	c->hier_local = L;
-	return DT_OK;
-flat:
-	free(host);
-	free(map);
-	return DT_OK;
-}
-
 dt_err
 dt__coll_attach(dt_coll *c)
 {
@@ -988,7 +916,7 @@ dt__coll_attach(dt_coll *c)
 		c->ids[r] = c->base_id + r;
 		c->rank_of[r] = r;
 	}
-	if (!c->elastic && (err = hier_map_make(c)))
+	if (!c->elastic && (err = dt__coll_hier_map(c)))
 		return err;
 	return dt__node_attach(n, &dt__coll_app, &app);
 }
