@@ -16,6 +16,14 @@
 #        BENCH=coll runs coll_bench's allreduce instead (one rank per host,
 #        1-16 MiB of float32) with each compression of the distributed
 #        optimizer, and reports its effective bus bandwidth.
+#        BENCH=coll PER_HOST=2 runs that many ranks on each host, 1-64 MiB
+#        (MIN_BYTES, MAX_BYTES), once per DTRAIN_COLL_HIER value of HIERS
+#        (default "off on": one flat ring against the hierarchy), ITERS
+#        timed calls per size (default 10), and reports the bus bandwidth,
+#        it over the link rate, and the link utilisation: the bytes each
+#        direction of a host's link must carry per call (flat ring, a
+#        host's ranks consecutive: 2(n-1)/n of the data; hierarchical:
+#        2(H-1)/H of it for H hosts) over rate x time.
 set -u
 B=$(cd "${1:-build}" && pwd)
 RATE=${2:-1gbit}
@@ -32,7 +40,7 @@ here=$(cd "$(dirname "$0")" && pwd)
 need_root "a link of network namespaces"
 need_cmds tc
 DATA=${DTRAIN_DATA:-/usr/share/datasets/fashion-mnist}
-[ -d "$DATA" ] || skip "no Fashion-MNIST in $DATA"
+[ "${BENCH:-train}" = coll ] || [ -d "$DATA" ] || skip "no Fashion-MNIST in $DATA"
 ssh_setup
 hosts_setup 2 || skip "the namespace hosts could not be set up"
 printf '%s:%s\n%s:%s\n' "${HOSTS[0]}" "$SSH_PORT" "${HOSTS[1]}" "$SSH_PORT" >"$TMP/hosts"
@@ -51,6 +59,48 @@ link_bytes() {
 	done
 	echo "$sum"
 }
+
+# The link rate in bytes per second (tc's units: kbit, mbit, gbit).
+rate_bytes() {
+	awk -v r="$RATE" 'BEGIN {
+		n = r + 0; u = tolower(r); sub(/^[0-9.]+/, "", u)
+		m = u == "kbit" ? 1e3 : u == "mbit" ? 1e6 : u == "gbit" ? 1e9 : 1
+		printf "%.0f", n * m / 8 }'
+}
+
+if [ "${BENCH:-train}" = coll ] && [ "${PER_HOST:-1}" -gt 1 ]; then
+	L=$PER_HOST
+	n=$((2 * L))
+	read -r -a HS <<<"${HIERS:-off on}"
+	printf '%s:%s slots=%s\n%s:%s slots=%s\n' "${HOSTS[0]}" "$SSH_PORT" "$L" \
+		"${HOSTS[1]}" "$SSH_PORT" "$L" >"$TMP/hosts"
+	Bps=$(rate_bytes)
+	printf '%-5s %-6s %5s %10s %12s %10s %9s %9s\n' hier rate ranks bytes \
+		time_us busbw_GB/s busbw/rate link_util
+	for hier in "${HS[@]}"; do
+		"$DTRAIN" launch -n "$n" -s 0 -H "$TMP/hosts" --env DT_TEST_TAG="$TAG" \
+			--env DTRAIN_COLL_HIER="$hier" -- "$B/bench/coll_bench" \
+			--min-bytes "${MIN_BYTES:-1048576}" --max-bytes "${MAX_BYTES:-67108864}" \
+			--iters "${ITERS:-10}" --json >"$TMP/out" 2>&1 ||
+			{ echo "the $hier allreduce failed:"; tail -5 "$TMP/out"; continue; }
+		sed -n 's/^\[worker 0\] //p' "$TMP/out" | grep '^{' | while read -r line; do
+			bytes=$(echo "$line" | sed 's/.*"bytes":\([0-9]*\).*/\1/')
+			us=$(echo "$line" | sed 's/.*"time_us":\([0-9.]*\).*/\1/')
+			bus=$(echo "$line" | sed 's/.*"busbw_gbps":\([0-9.]*\).*/\1/')
+			# Per call and link direction: the flat ring crosses
+			# between hosts once each way (2(n-1)/n of the data);
+			# the hierarchy's phase 2 carries 2(H-1)/H of it (H=2).
+			read -r frac util < <(awk -v b="$bytes" -v t="$us" -v g="$bus" \
+				-v r="$Bps" -v n="$n" -v h="$hier" 'BEGIN {
+				w = h == "off" ? 2 * (n - 1) / n * b : b
+				printf "%.3f %.3f", g * 1e9 / r, w / (r * t / 1e6) }')
+			printf '%-5s %-6s %5s %10s %12s %10s %9s %9s\n' "$hier" "$RATE" \
+				"$n" "$bytes" "$us" "$bus" "$frac" "$util"
+			echo "$line" | sed "s/^{/{\"bench\":\"slow_link_coll_hier\",\"hier\":\"$hier\",\"rate\":\"$RATE\",\"busbw_over_rate\":$frac,\"link_util\":$util,/"
+		done
+	done
+	exit 0
+fi
 
 if [ "${BENCH:-train}" = coll ]; then
 	printf '%-11s %-6s %10s %12s %12s\n' compression rate bytes time_us busbw_GB/s

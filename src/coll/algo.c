@@ -4,8 +4,12 @@
  * behind one ops table (algo.h): algo_local.c (one rank), algo_rd.c
  * (recursive doubling, small messages), algo_stream.c (ring and chain,
  * large messages), algo_cma.c (ranks of one host reading each other's
- * memory). The choice, by size and DT_COLL_* thresholds:
+ * memory), algo_hier.c (ranks on several hosts). The choice, by size and
+ * DT_COLL_* thresholds:
  *   - one rank: local;
+ *   - an allreduce, ranks on 2 or more hosts with the same number (2 or
+ *     more) on each, above DT_COLL_RING_THRESHOLD (any size with
+ *     DTRAIN_COLL_HIER=on; never with off): hierarchical;
  *   - every rank on one host with memory reads allowed (probed at
  *     start-up), above DT_COLL_CMA_THRESHOLD: same-host memory;
  *   - above DT_COLL_RING_THRESHOLD: ring (allreduce, allgather,
@@ -26,9 +30,21 @@ dt__coll_algo_of(const coll_op *op)
 	    [DT__ALG_RD] = &dt__coll_algo_rd,
 	    [DT__ALG_STREAM] = &dt__coll_algo_stream,
 	    [DT__ALG_CMA] = &dt__coll_algo_cma,
+	    [DT__ALG_HIER] = &dt__coll_algo_hier,
 	};
 
 	return table[op->algo];
+}
+
+int
+dt__coll_hier_wanted(const dt_coll *c, const coll_op *op)
+{
+	if (c->hier_map == NULL || c->cfg.hier == DT__HIER_OFF)
+		return 0;
+	if (c->cfg.hier == DT__HIER_ON)
+		return 1;
+	return dt__coll_bytes(op, op->count) > c->cfg.ring_threshold &&
+	       op->count >= (size_t)c->size;
 }
 
 dt_err
@@ -67,6 +83,8 @@ dt__coll_algo_prepare(dt_coll *c, coll_op *op)
 			op->src = op->send ? op->send : op->recv;
 		}
 		op->nelem = op->count;
+		if (dt__coll_hier_wanted(c, op))
+			return dt__coll_hier_prepare(c, op);
 		if (bytes > c->cfg.cma_threshold && c->cma &&
 		    bytes <= c->push_max) {
 			return dt__coll_cma_prepare(

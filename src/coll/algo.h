@@ -1,6 +1,7 @@
 /*
  * algo.h - the collective algorithms behind one ops table. Each algorithm
- * is a file (algo_local.c, algo_rd.c, algo_stream.c, algo_cma.c) that
+ * is a file (algo_local.c, algo_rd.c, algo_stream.c, algo_cma.c,
+ * algo_hier.c) that
  * fills a dt__coll_algo; algo.c chooses one per operation (its prepare
  * function sets op->algo) and the router (comm.c) reaches it only through
  * the dt__coll_algo_* calls, which go through the ops. Algorithms call down
@@ -47,12 +48,16 @@ typedef struct dt__coll_algo {
 	             uint64_t remote);
 	/* A FIN from peer (mu held). */
 	void (*fin)(dt_coll *c, coll_op *op, int peer);
+	/* A READY from peer (mu held): 1 if the algorithm expected it, 0 is
+	 * a protocol error. NULL: the ring's rule (stream, from sc.to). */
+	int (*ready)(dt_coll *c, coll_op *op, int peer);
 } dt__coll_algo;
 
 extern const dt__coll_algo dt__coll_algo_local;
 extern const dt__coll_algo dt__coll_algo_rd;
 extern const dt__coll_algo dt__coll_algo_stream;
 extern const dt__coll_algo dt__coll_algo_cma;
+extern const dt__coll_algo dt__coll_algo_hier;
 
 /* algo.c: choose and prepare op's algorithm (executor, before posting),
  * run it (mu not held) and release it. */
@@ -89,6 +94,14 @@ dt_err dt__coll_chain_prepare(dt_coll *c, coll_op *op);
  * my input into every peer's slot (2: by halves, 2 ranks only). */
 dt_err dt__coll_cma_prepare(dt_coll *c, coll_op *op, int rs, int ag, int whole,
                             int push);
+/* Ranks on several hosts (c->hier_map): inside each host, across the
+ * hosts, inside each host again (allreduce). */
+dt_err dt__coll_hier_prepare(dt_coll *c, coll_op *op);
+/* At attach: c->hier_map from the node table's hosts (stays NULL when
+ * the ranks do not make a hierarchy); DT_ENOMEM only. */
+dt_err dt__coll_hier_map(dt_coll *c);
+/* Is the hierarchical allreduce op's algorithm? (DTRAIN_COLL_HIER) */
+int dt__coll_hier_wanted(const dt_coll *c, const coll_op *op);
 /* The bytes of each other rank's push slot this rank offers (api.c's
  * start-up probe allocates two areas of size - 1 of them). */
 size_t dt__coll_push_bytes(const dt_coll *c);

@@ -743,6 +743,7 @@ comm_free(dt_coll *c)
 	free(c->dead);
 	free(c->ext);
 	free(c->ids);
+	free(c->hier_map);
 	free(c->rank_of);
 	free(c->pids);
 	free(c->bounce);

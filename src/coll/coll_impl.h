@@ -98,6 +98,8 @@ typedef struct dt__coll_msg {
 	uint8_t from_src; /* tx: read from the send buffer, not the work one */
 	uint8_t final;    /* rx: last reduction of its block (scale for avg) */
 	uint16_t step;    /* tx: the ring step it belongs to (the timeline) */
+	uint8_t acc_work; /* rx: reduce into the partial sum already in the
+	                     work buffer, not into this rank's input */
 } dt__coll_msg;
 
 typedef struct dt__coll_sched {
@@ -123,6 +125,22 @@ dt_err dt__coll_ring_sched(int r, int n, const size_t *offs, const size_t *lens,
 dt_err dt__coll_chain_sched(int r, int n, int root, size_t count,
                             size_t chunk_elems, dt__coll_sched *s);
 void dt__coll_sched_free(dt__coll_sched *s);
+
+/*
+ * The hierarchical allreduce of the rank at local position j of L on host
+ * h of H (every host runs L ranks): the buffer of count elements is cut
+ * into L local blocks and each of those into H sub-blocks. Phase 1, a ring
+ * reduce-scatter among the host's ranks, leaves local block j summed over
+ * the host at position j; phase 2, a ring reduce-scatter then allgather
+ * among the H ranks at position j (one per host), sums it over the hosts;
+ * phase 3, a ring allgather among the host's ranks, hands every local
+ * block to every rank of the host. s gets the three phases' messages one
+ * after the other (phase 2's to and from the other hosts, the others' to
+ * and from this host); n[0..2] the tx counts of each phase, n[3..5] the
+ * rx counts. s->to and s->from are left -1 for the caller to name.
+ */
+dt_err dt__coll_hier_sched(int h, int H, int j, int L, size_t count,
+                           size_t chunk_elems, dt__coll_sched *s, size_t n[6]);
 
 /*
  * Recursive doubling over n ranks: p2 is the largest power of two <= n,
@@ -168,8 +186,11 @@ typedef struct dt__coll_cfg {
 	size_t cma_half_min;   /* DT_COLL_CMA_HALF_MIN: from this size on, a
 	                          pushing rank reduces only its half and
 	                          writes it into the other's output */
+	int hier; /* DTRAIN_COLL_HIER: DT__HIER_OFF, _AUTO or _ON */
 } dt__coll_cfg;
 dt_err dt__coll_cfg_from_env(dt__coll_cfg *cfg);
+
+enum { DT__HIER_OFF = 0, DT__HIER_AUTO = 1, DT__HIER_ON = 2 };
 
 /*
  * The pid a rank's cross-memory copies (CMA) may aim at: the kernel's

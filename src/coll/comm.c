@@ -37,6 +37,25 @@
 #include "coll/exec.h"
 #include "coll/p2p.h"
 
+/* DTRAIN_COLL_HIER: auto (the default), on or off. */
+static dt_err
+hier_from_env(dt__coll_cfg *cfg)
+{
+	const char *v = dt__env_str("DTRAIN_COLL_HIER");
+
+	if (v == NULL || !strcmp(v, "auto"))
+		cfg->hier = DT__HIER_AUTO;
+	else if (!strcmp(v, "on") || !strcmp(v, "1"))
+		cfg->hier = DT__HIER_ON;
+	else if (!strcmp(v, "off") || !strcmp(v, "0"))
+		cfg->hier = DT__HIER_OFF;
+	else
+		return dt__fail(DT_ECONFIG,
+		                "DTRAIN_COLL_HIER=%s: expected auto, on or off",
+		                v);
+	return DT_OK;
+}
+
 dt_err
 dt__coll_cfg_from_env(dt__coll_cfg *cfg)
 {
@@ -91,7 +110,7 @@ dt__coll_cfg_from_env(dt__coll_cfg *cfg)
 	                        &v)))
 		return err;
 	cfg->cma_threshold = (size_t)v;
-	return DT_OK;
+	return hier_from_env(cfg);
 }
 
 /* (mu held when elastic) The rank of node id, or -1. */
@@ -316,15 +335,18 @@ posted_ready(dt_coll *c, coll_op *op, int peer, const dt__coll_sig *sig,
 		mismatch(c, op, peer, sig);
 		return;
 	}
-	if (op->algo != DT__ALG_STREAM || !op->ready_mode ||
-	    peer != op->sc.to) {
-		dt__coll_op_fail(op, DT_EPROTO, 1,
-		                 "%s #%llu: unexpected READY from rank %d",
-		                 dt__coll_kind_name(op->kind),
-		                 (unsigned long long)op->num, peer);
+	if (dt__coll_algo_of(op)->ready) {
+		/* The algorithm keeps its own account of its READYs. */
+		if (dt__coll_algo_of(op)->ready(c, op, peer))
+			return;
+	} else if (op->algo == DT__ALG_STREAM && op->ready_mode &&
+	           peer == op->sc.to) {
+		op->ready_to = 1;
 		return;
 	}
-	op->ready_to = 1;
+	dt__coll_op_fail(
+	    op, DT_EPROTO, 1, "%s #%llu: unexpected READY from rank %d",
+	    dt__coll_kind_name(op->kind), (unsigned long long)op->num, peer);
 }
 
 static void
@@ -859,6 +881,7 @@ dt__coll_attach(dt_coll *c)
 	                     .on_fail = hook_on_fail,
 	                     .on_membership = dt__coll_on_membership};
 	const dt_node_entry *me;
+	dt_err err;
 
 	if (dt_node_role(n) != DT_ROLE_WORKER)
 		return dt__fail(DT_EINVAL,
@@ -893,5 +916,7 @@ dt__coll_attach(dt_coll *c)
 		c->ids[r] = c->base_id + r;
 		c->rank_of[r] = r;
 	}
+	if (!c->elastic && (err = dt__coll_hier_map(c)))
+		return err;
 	return dt__node_attach(n, &dt__coll_app, &app);
 }

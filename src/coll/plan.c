@@ -247,3 +247,115 @@ dt__coll_fusion_plan(const size_t *counts, size_t n, size_t elem_size,
 	}
 	return nb;
 }
+
+/* Append the messages of ring schedule p to s, shifting its rx
+ * dependencies by rx0 (the rx entries before it); a first-step message
+ * without one waits for rx entry dep0 instead (-1: none). */
+static void
+hier_append(dt__coll_sched *s, const dt__coll_sched *p, int64_t dep0,
+            int acc_work, int keep_final)
+{
+	int64_t rx0 = (int64_t)s->nrx;
+
+	for (size_t i = 0; i < p->ntx; i++) {
+		dt__coll_msg m = p->tx[i];
+
+		m.dep = m.dep < 0 ? dep0 : m.dep + rx0;
+		if (acc_work)
+			m.from_src = 0;
+		s->tx[s->ntx++] = m;
+	}
+	for (size_t i = 0; i < p->nrx; i++) {
+		dt__coll_msg m = p->rx[i];
+
+		m.acc_work = (uint8_t)(acc_work && m.phase == DT__PH_RS);
+		m.final = (uint8_t)(keep_final && m.final);
+		s->rx[s->nrx++] = m;
+	}
+}
+
+/* The last of rx entries [lo, hi) that overlaps [off, +len), else hi - 1. */
+static int64_t
+hier_last_writer(const dt__coll_sched *s, size_t lo, size_t hi, uint64_t off,
+                 uint64_t len)
+{
+	int64_t last = -1;
+
+	for (size_t r = lo; r < hi; r++)
+		if (s->rx[r].off < off + len && off < s->rx[r].off + s->rx[r].n)
+			last = (int64_t)r;
+	return last >= 0 ? last : (int64_t)hi - 1;
+}
+
+dt_err
+dt__coll_hier_sched(int h, int H, int j, int L, size_t count, size_t ce,
+                    dt__coll_sched *s, size_t n[6])
+{
+	dt__coll_sched p[3];
+	size_t *offs = calloc((size_t)(L > H ? L : H), sizeof(size_t));
+	size_t *lens = calloc((size_t)(L > H ? L : H), sizeof(size_t));
+	size_t boff, blen, cap_tx = 0, cap_rx = 0;
+	dt_err err = DT_OK;
+
+	memset(s, 0, sizeof(*s));
+	memset(p, 0, sizeof(p));
+	s->to = s->from = -1;
+	if (!offs || !lens) {
+		err = dt__fail(DT_ENOMEM, "hierarchy of %d x %d ranks", H, L);
+		goto fail;
+	}
+	for (int b = 0; b < L; b++)
+		dt__coll_block(count, L, b, &offs[b], &lens[b]);
+	if ((err = dt__coll_ring_sched(j, L, offs, lens, ce, 1, 0, &p[0])) ||
+	    (err = dt__coll_ring_sched(j, L, offs, lens, ce, 0, 1, &p[2])))
+		goto fail;
+	/* Phase 2 works on my local block only, cut over the hosts. */
+	boff = offs[j];
+	blen = lens[j];
+	for (int b = 0; b < H; b++) {
+		dt__coll_block(blen, H, b, &offs[b], &lens[b]);
+		offs[b] += boff;
+	}
+	if ((err = dt__coll_ring_sched(h, H, offs, lens, ce, 1, 1, &p[1])))
+		goto fail;
+	for (int k = 0; k < 3; k++) {
+		cap_tx += p[k].ntx;
+		cap_rx += p[k].nrx;
+		n[k] = p[k].ntx;
+		n[3 + k] = p[k].nrx;
+	}
+	s->tx = calloc(cap_tx ? cap_tx : 1, sizeof(*s->tx));
+	s->rx = calloc(cap_rx ? cap_rx : 1, sizeof(*s->rx));
+	if (!s->tx || !s->rx) {
+		err = dt__fail(DT_ENOMEM, "hierarchical schedule of %zu chunks",
+		               cap_tx + cap_rx);
+		goto fail;
+	}
+	/* Phase 2 starts once phase 1 has summed my block over the host,
+	 * phase 3 once phase 2 has summed it over the hosts (then each
+	 * message as soon as its own range is ready, below); only phase 2's
+	 * last reduction is final (AVG divides there). */
+	hier_append(s, &p[0], -1, 0, 0);
+	hier_append(s, &p[1], (int64_t)n[3] - 1, 1, 1);
+	hier_append(s, &p[2], (int64_t)(n[3] + n[4]) - 1, 0, 0);
+	/* Phase 2's first messages go as phase 1 finishes their range. */
+	for (size_t i = n[0]; i < n[0] + n[1]; i++)
+		if (p[1].tx[i - n[0]].dep < 0 && s->tx[i].n > 0)
+			s->tx[i].dep = hier_last_writer(
+			    s, 0, n[3], s->tx[i].off, s->tx[i].n);
+	/* Phase 3's first messages forward my block as phase 2 finishes it:
+	 * each waits only for the phase 2 messages that wrote its range, so
+	 * the host's allgather overlaps the hosts' allgather. */
+	for (size_t i = n[0] + n[1]; i < n[0] + n[1] + p[2].ntx; i++)
+		if (p[2].tx[i - n[0] - n[1]].dep < 0 && s->tx[i].n > 0)
+			s->tx[i].dep = hier_last_writer(
+			    s, n[3], n[3] + n[4], s->tx[i].off, s->tx[i].n);
+fail:
+	for (int k = 0; k < 3; k++)
+		dt__coll_sched_free(&p[k]);
+	free(offs);
+	free(lens);
+	if (err)
+		dt__coll_sched_free(s);
+	return err;
+}

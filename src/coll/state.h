@@ -43,6 +43,7 @@ enum {
 	DT__ALG_RD = 1,     /* recursive doubling over TCP */
 	DT__ALG_STREAM = 2, /* ring or chain, pipelined chunks */
 	DT__ALG_CMA = 3,    /* same host: direct reads of peers' memory */
+	DT__ALG_HIER = 4,   /* hosts: inside each, then across, then inside */
 };
 
 /* Keys of DT__ALG_CMA notices. */
@@ -97,7 +98,8 @@ struct coll_op {
 	int bc_valid;    /* recursive-doubling broadcast holds the data */
 	size_t rx_done;  /* stream: rx entries processed */
 	size_t tx_sent;  /* stream: tx entries sent */
-	int ready_to;    /* stream: READY from sc.to arrived */
+	int ready_to;    /* stream: READY from sc.to arrived (hier: bit 1,
+	                    READY from hier.to2: bit 2) */
 	/* DT__ALG_CMA, by rank: notices seen and their addresses, FINs. */
 	uint8_t *cma_got;   /* [3 * size]: key * size + rank; row 2: FIN */
 	uint64_t *cma_addr; /* [2 * size] */
@@ -107,8 +109,21 @@ struct coll_op {
 	int cma_push;       /* 2 ranks: write into the peer's slot; 2: only
 	                       the peer's half, and each reduces its own half
 	                       and writes it into the peer's output */
-	int io_refs;        /* I/O-thread data work in progress */
-	dt_err err;         /* first failure, DT_OK if none */
+	/* DT__ALG_HIER (algo_hier.c): the other hosts' ring neighbours, the
+	 * phases' message counts (dt__coll_hier_sched) and, (mu), the
+	 * messages processed from from2. */
+	struct {
+		int to2, from2;
+		size_t n[6];
+		size_t rx_done2;
+		/* Phase 2's partial sums land in scratch (my local block,
+		 * which starts at element boff); the executor adds them in,
+		 * rx entries before applied done. */
+		uint8_t *scratch;
+		size_t boff, applied;
+	} hier;
+	int io_refs; /* I/O-thread data work in progress */
+	dt_err err;  /* first failure, DT_OK if none */
 	char msg[1024];
 	int need_abort; /* failure found here: tell the other ranks */
 	uint64_t progress_ns;
@@ -206,6 +221,12 @@ struct dt_coll {
 	uint8_t *push_slot[2];
 	uint64_t *push_remote; /* [2 * size]: rank r's areas at 2r, 2r + 1 */
 	size_t push_max;
+	/* The hierarchy of hosts (comm.c, at attach): hier_map[r] is rank r's
+	 * position host * hier_local + local index, hier_map[size + p] the
+	 * rank at position p; NULL when the ranks are not on 2 or more hosts
+	 * with the same number (2 or more) on each, or the job is elastic. */
+	int *hier_map;
+	int hier_hosts, hier_local;
 	dt__coll_cfg cfg;
 
 	pthread_mutex_t mu;

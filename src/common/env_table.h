@@ -53,6 +53,7 @@ X(DTRAIN_SHM_COPY_ONCE, "262144", U, "frame pieces this big or bigger are copied
 X(DTRAIN_SCHEDULER_BIND, "(DMLC_PS_ROOT_URI)", U, "the address the scheduler listens on") \
 X(DTRAIN_COLL_ROOT, "(none)", U, "host:port of rank 0's rendezvous under mpirun or srun") \
 X(DTRAIN_RENDEZVOUS, "auto", U, "how ranks under mpirun or srun meet without DTRAIN_COLL_ROOT: auto, pmix or file") \
+X(DTRAIN_COLL_HIER, "auto", U, "ranks on several hosts, the same number on each: auto reduces inside each host, then across, above DT_COLL_RING_THRESHOLD; on: at every size; off: one flat ring") \
 X(DTRAIN_RENDEZVOUS_DIR, "(the directory the job started in)", U, "shared directory of the rendezvous file") \
 X(DTRAIN_STATS, "0", U, "1: each node logs its counters every DTRAIN_STATS_INTERVAL seconds") \
 X(DTRAIN_STATS_INTERVAL, "10", U, "seconds between two counter lines") \
