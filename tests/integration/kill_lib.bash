@@ -30,6 +30,10 @@ wait_for() {
 	return 1
 }
 
+# The seconds a kill waits for its moment: KILL_WAIT (30 by default) times
+# the build's DT_TEST_TIME_SCALE (a bound on a hang, not a claim of speed).
+kill_wait() { echo $((${KILL_WAIT:-30} * ${DT_TEST_TIME_SCALE:-1})); }
+
 # killed NAME ROLE RANK PATTERN launch-args...: start the job, SIGKILL the
 # process once the log shows PATTERN; the launcher's status in $tmp/NAME.rc
 killed() {
@@ -37,7 +41,7 @@ killed() {
 	shift 4
 	timeout "${KILL_JOB_LIMIT:-200}" "$@" >"$tmp/$name.log" 2>&1 &
 	local job=$!
-	wait_for "$tmp/$name.log" "$pat" "${KILL_WAIT:-30}" || { kill $job; fail "$name: '$pat' never came"; }
+	wait_for "$tmp/$name.log" "$pat" "$(kill_wait)" || { kill $job; fail "$name: '$pat' never came"; }
 	pid=$(pid_of "$role" "$rank") || { kill $job; fail "$name: no $role $rank"; }
 	kill -9 "$pid"
 	echo "$name: killed $role $rank (pid $pid) after '$pat'"
@@ -50,4 +54,26 @@ must_pass() {
 	[ "$(cat "$tmp/$1.rc")" = 0 ] || { tail -25 "$tmp/$1.log"; fail "$1: the job failed"; }
 	grep -q "starting a new one in its place" "$tmp/$1.log" || fail "$1: no restart"
 	grep -q "is back: pid" "$tmp/$1.log" || fail "$1: the new process did not rejoin"
+}
+
+# killed_held NAME ROLE RANK PATTERN GO launch-args...: as killed, for a
+# job whose program holds halfway until the file GO exists (kv_check's
+# KV_CHECK_HOLD, kv_rows' KV_ROWS_HOLD, set by the caller to GO): the kill
+# waits for the hold ("holding after") and for PATTERN, then GO is made.
+# On a busy machine a PATTERN such as a checkpoint's line can come once
+# the job's work is all done, and a kill then would test nothing.
+killed_held() {
+	local name=$1 role=$2 rank=$3 pat=$4 go=$5 pid
+	shift 5
+	timeout "${KILL_JOB_LIMIT:-200}" "$@" >"$tmp/$name.log" 2>&1 &
+	local job=$!
+	wait_for "$tmp/$name.log" "holding after" "$(kill_wait)" &&
+		wait_for "$tmp/$name.log" "$pat" "$(kill_wait)" ||
+		{ kill $job; fail "$name: no hold, or '$pat' never came"; }
+	pid=$(pid_of "$role" "$rank") || { kill $job; fail "$name: no $role $rank"; }
+	kill -9 "$pid"
+	touch "$go"
+	echo "$name: killed $role $rank (pid $pid) after '$pat', while the job held"
+	wait $job
+	echo $? >"$tmp/$name.rc"
 }

@@ -138,18 +138,8 @@ echo "linreg, processes started by hand, worker 1 killed and started again: iden
 AT_LEAST_3='\([3-9]\|[1-9][0-9][0-9]*\)'
 AT_LEAST_2='\([2-9]\|[1-9][0-9][0-9]*\)'
 KV_CHECK_HOLD=$tmp/go MXNET_KVSTORE_BIGARRAY_BOUND=1000 KV_CHECK_PUSHES=40000 \
-	timeout "${KILL_JOB_LIMIT:-200}" "$B/dtrain" launch -n 2 -s 2 "${R[@]}" --checkpoint-every 2000 \
-	--env PS_VERBOSE=1 -- "$B/tests/progs/kv_check" async >"$tmp/async.log" 2>&1 &
-job=$!
-wait_for "$tmp/async.log" "kv_check async: holding after 20000 pushes" "${KILL_WAIT:-30}" &&
-	wait_for "$tmp/async.log" "\[server 0\] checkpoint #$AT_LEAST_3:" "${KILL_WAIT:-30}" ||
-	{ kill $job; fail "async: worker 0 did not hold after a 3rd checkpoint"; }
-pid=$(pid_of server 0) || { kill $job; fail "async: no server 0"; }
-kill -9 "$pid"
-touch "$tmp/go"
-echo "async: killed server 0 (pid $pid) after its 3rd checkpoint, worker 0 halfway through its pushes"
-wait $job
-echo $? >"$tmp/async.rc"
+	killed_held async server 0 "\[server 0\] checkpoint #$AT_LEAST_3:" "$tmp/go" \
+	"$B/dtrain" launch -n 2 -s 2 "${R[@]}" --checkpoint-every 2000 --env PS_VERBOSE=1 -- "$B/tests/progs/kv_check" async
 must_pass async
 [ "$(grep -c "kv_check async: worker passed" "$tmp/async.log")" = 2 ] || { tail "$tmp/async.log"; fail "dist_async: a push lost or applied twice"; }
 grep -q "\[server 0\] every worker has sent again what server 0 lacked" "$tmp/async.log" ||

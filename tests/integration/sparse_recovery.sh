@@ -92,18 +92,8 @@ rm -rf "$tmp/ck"
 # machine the checkpoint's line can come after every push was made, and a
 # worker that is done sends nothing again.
 KV_ROWS_HOLD=$tmp/go MXNET_KVSTORE_BIGARRAY_BOUND=64 KV_ROWS_PUSHES=3000 \
-	timeout "$KILL_JOB_LIMIT" "$B/dtrain" launch -n 2 -s 2 "${R[@]}" --checkpoint-every 200 \
-	--env PS_VERBOSE=1 -- "$B/tests/progs/kv_rows" async >"$tmp/async.log" 2>&1 &
-job=$!
-wait_for "$tmp/async.log" "kv_rows async: holding after 1500 pushes" "$KILL_WAIT" &&
-	wait_for "$tmp/async.log" "\[server 0\] checkpoint #\([3-9]\|[1-9][0-9][0-9]*\):" "$KILL_WAIT" ||
-	{ kill $job; fail "async: worker 0 did not hold after a 3rd checkpoint"; }
-pid=$(pid_of server 0) || { kill $job; fail "async: no server 0"; }
-kill -9 "$pid"
-touch "$tmp/go"
-echo "async: killed server 0 (pid $pid) after its 3rd checkpoint, worker 0 halfway through its pushes"
-wait $job
-echo $? >"$tmp/async.rc"
+	killed_held async server 0 "\[server 0\] checkpoint #\([3-9]\|[1-9][0-9][0-9]*\):" "$tmp/go" \
+	"$B/dtrain" launch -n 2 -s 2 "${R[@]}" --checkpoint-every 200 --env PS_VERBOSE=1 -- "$B/tests/progs/kv_rows" async
 must_pass async
 [ "$(grep -c "kv_rows async: 3000 pushes from each of 2 workers" "$tmp/async.log")" = 2 ] ||
 	{ grep "kv_rows FAILED" "$tmp/async.log" | head -3; tail -5 "$tmp/async.log"; fail "dist_async: a push lost or applied twice"; }
