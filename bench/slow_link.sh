@@ -3,16 +3,21 @@
 # of network namespaces on a bridge, each link limited by a tc token bucket
 # (default 1 Gbit/s each way; netem's delay is not in every kernel, so no
 # delay is added), each host with its own sshd (the test suite's
-# engines_lib.bash). Runs make demo's training (mnist, 2 workers x 2
-# servers, dist_sync, placed over both hosts by the ssh launcher) with the
-# model given, and reports samples/s and the bytes that crossed the links
-# per training step (/proc/net/dev of the veths), as a table and JSON
-# lines, for each gradient compression and pull precision asked
+# engines_lib.bash). Runs make demo's training (mnist, 2 workers, one on
+# each host: dist_sync with 2 servers placed over both hosts, and horovod,
+# MODES) with each model given, and reports a worker's samples/s beside
+# its bounds: the processors' (the same training with kvstore local, two
+# processes at once, no network) and the link's (the rate over the bytes
+# per sample on the busiest direction of a host's link, from /proc/net/dev
+# of the veths); of_bound is samples/s over the lesser of the two, util
+# the busiest direction's bytes over rate x time. A table and JSON lines,
+# for each gradient compression and pull precision asked
 # (docs/compression.md). Removes everything it made. Needs root.
 #
 # Usage: [COMPRESSIONS="none fp16 2bit 1bit"] [PULLS="fp32 fp16"] \
 #        bench/slow_link.sh [BUILD_DIR] [RATE] [MODEL...]
-#        (defaults: none, fp32, build, 1gbit, mlp lenet)
+#        (defaults: none, fp32, build, 1gbit, mlp lenet; MODES="dist_sync
+#        horovod", LIMIT=16384 samples in the epoch)
 #        BENCH=coll runs coll_bench's allreduce instead (one rank per host,
 #        1-16 MiB of float32) with each compression of the distributed
 #        optimizer, and reports its effective bus bandwidth.
@@ -51,14 +56,6 @@ for i in 1 2; do
 	tc qdisc add dev "dtv$$_$i" root "${TBF[@]}" || skip "tc tbf is not available"
 	ip netns exec "dth$$_$i" tc qdisc add dev eth0 root "${TBF[@]}"
 done
-link_bytes() {
-	local i sum=0 rx tx
-	for i in 1 2; do
-		read -r rx tx < <(awk -v d="dtv$$_$i:" '$1 == d { print $2, $10 }' /proc/net/dev)
-		sum=$((sum + rx + tx))
-	done
-	echo "$sum"
-}
 
 # The link rate in bytes per second (tc's units: kbit, mbit, gbit).
 rate_bytes() {
@@ -119,28 +116,70 @@ if [ "${BENCH:-train}" = coll ]; then
 	done
 	exit 0
 fi
-printf '%-6s %-10s %-5s %-6s %12s %14s %6s %9s\n' model compression pull rate "samples/s" "bytes/step" steps accuracy
+# dir_bytes: the bytes each direction of each host's link has carried
+# (host 1 in, host 1 out, host 2 in, host 2 out)
+dir_bytes() {
+	local i
+	for i in 1 2; do
+		awk -v d="dtv$$_$i:" '$1 == d { printf "%s %s ", $10, $2 }' /proc/net/dev
+	done
+}
+# compute_sps MODEL: samples/s of a worker that trains alone (kvstore
+# local, no network), two at once as the job's two workers run: the
+# processors' bound
+compute_sps() {
+	local k
+	for k in 1 2; do
+		"$B/examples/mnist" --model "$1" --kvstore local --epochs 1 \
+			--limit $((LIMIT / 2)) --disp-batches 8 --data "$DATA" >"$TMP/alone$k" 2>&1 &
+	done
+	wait
+	cat "$TMP/alone1" "$TMP/alone2" | grep -o 'Speed: [0-9.]*' |
+		awk '{ s += $2; n++ } END { if (n) printf "%.0f", s / n; else print 0 }'
+}
+LIMIT=${LIMIT:-16384}
+read -r -a MODES <<<"${MODES:-dist_sync horovod}"
+Bps=$(rate_bytes)
+printf '%-6s %-9s %-10s %-5s %6s %9s %9s %9s %6s %12s %6s %8s\n' model kvstore \
+	compression pull rate samples/s compute/s link/s of_bound bytes/sample util accuracy
 for model in "${MODELS[@]}"; do
+alone=$(compute_sps "$model")
+for mode in "${MODES[@]}"; do
 for comp in "${COMPS[@]}"; do
 for pull in "${PULLS[@]}"; do
-	before=$(link_bytes)
+	s=2
+	[ "$mode" = horovod ] && s=0
+	[ "$mode" = horovod ] && [ "$pull" != fp32 ] && continue
+	read -r -a before <<<"$(dir_bytes)"
 	start=$(now_ms)
-	"$DTRAIN" launch -n 2 -s 2 -H "$TMP/hosts" --env DT_TEST_TAG="$TAG" -- \
-		"$B/examples/mnist" --model "$model" --kvstore dist_sync \
-		--epochs 1 --limit 16384 --disp-batches 32 --data "$DATA" \
+	"$DTRAIN" launch -n 2 -s $s -H "$TMP/hosts" --env DT_TEST_TAG="$TAG" -- \
+		"$B/examples/mnist" --model "$model" --kvstore "$mode" \
+		--epochs 1 --limit "$LIMIT" --disp-batches 8 --data "$DATA" \
 		--gradient-compression "$comp" --pull-precision "$pull" \
-		>"$TMP/out" 2>&1 || { echo "the $model $comp job failed:"; tail -5 "$TMP/out"; continue; }
+		>"$TMP/out" 2>&1 || { echo "the $model $mode $comp job failed:"; tail -5 "$TMP/out"; continue; }
 	ms=$(($(now_ms) - start))
-	bytes=$(($(link_bytes) - before))
-	# Steps: 16384 images / (2 workers x 64) per step.
-	steps=$((16384 / 128))
-	# worker 0's Speedometer lines, averaged (samples/s of one worker)
+	read -r -a after <<<"$(dir_bytes)"
 	sps=$(grep '^\[worker 0\]' "$TMP/out" | grep -o 'Speed: [0-9.]*' |
 		awk '{ s += $2; n++ } END { if (n) printf "%.0f", s / n; else print 0 }')
 	acc=$(grep -m1 -o 'Validation-accuracy=[0-9.]*' "$TMP/out" | cut -d= -f2)
-	printf '%-6s %-10s %-5s %-6s %12s %14s %6s %9s\n' "$model" "$comp" "$pull" "$RATE" "$sps" "$((bytes / steps))" "$steps" "$acc"
-	printf '{"bench":"slow_link","model":"%s","compression":"%s","pull":"%s","rate":"%s","samples_per_s_worker0":%s,"link_bytes_per_step":%s,"steps":%s,"seconds":%s,"accuracy":%s}\n' \
-		"$model" "$comp" "$pull" "$RATE" "$sps" "$((bytes / steps))" "$steps" "$(awk -v m="$ms" 'BEGIN { printf "%.2f", m / 1000 }')" "${acc:-null}"
+	# The busiest direction of a host's link, in bytes per sample a worker
+	# trains (each of the 2 workers trains LIMIT/2 samples, in step); the
+	# link's bound on a worker's samples/s is the rate over that, and
+	# the job's bound the lesser of it and the processors' (compute/s).
+	read -r most per link bound frac util < <(awk -v b="${before[*]}" -v a="${after[*]}" \
+		-v n=$((LIMIT / 2)) -v r="$Bps" -v c="$alone" -v x="$sps" 'BEGIN {
+		split(b, B); split(a, A); m = 0
+		for (i = 1; i <= 4; i++) if (A[i] - B[i] > m) m = A[i] - B[i]
+		per = m / n; link = per > 0 ? r / per : 1e12
+		bound = link < c ? link : c
+		printf "%d %.0f %.0f %.0f %.3f %.3f", m, per, link, bound,
+			(bound > 0 ? x / bound : 0), x * per / r }')
+	printf '%-6s %-9s %-10s %-5s %6s %9s %9s %9s %6s %12s %6s %8s\n' "$model" "$mode" "$comp" \
+		"$pull" "$RATE" "$sps" "$alone" "$link" "$frac" "$per" "$util" "$acc"
+	printf '{"bench":"slow_link","model":"%s","kvstore":"%s","compression":"%s","pull":"%s","rate":"%s","samples_per_s_worker0":%s,"compute_only_samples_per_s":%s,"link_bound_samples_per_s":%s,"bound":%s,"of_bound":%s,"busiest_link_bytes":%s,"bytes_per_sample":%s,"link_util":%s,"seconds":%s,"accuracy":%s}\n' \
+		"$model" "$mode" "$comp" "$pull" "$RATE" "$sps" "$alone" "$link" "$bound" "$frac" "$most" "$per" "$util" \
+		"$(awk -v m="$ms" 'BEGIN { printf "%.2f", m / 1000 }')" "${acc:-null}"
+done
 done
 done
 done
