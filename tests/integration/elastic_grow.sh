@@ -10,7 +10,9 @@
 #   - the replay line the run logged ("step S: +1; step T: +1"), given as
 #     DTRAIN_ELASTIC_SCHEDULE to a new job whose four workers all start at
 #     once, ends with the same weights bit for bit; a job without the
-#     change ends with others.
+#     change ends with others;
+#   - a worker killed right after it was admitted is forgotten, and the
+#     job it asked to join ends 0 with its workers.
 . "$(dirname "$0")/cluster_lib.bash"
 EX=$DTRAIN_BUILD/examples/elastic
 ARGS=(--samples 512 --steps 160 --commit-every 10 --count-samples)
@@ -124,5 +126,35 @@ for i in "${!p[@]}"; do
 done
 ! cmp -s "$T_DIR/grow.bin" "$T_DIR/fixed.bin" ||
 	fail "a job that never grew ended with the grown job's weights"
+
+# A worker that joins and dies at once: forgotten, the job goes on and
+# ends 0 with its 2 workers.
+TAG=dier
+job_env "$(free_port)" 0 2
+export DTRAIN_ELASTIC_MAX=3
+HOLD=(--hold-at 30 --hold-file "$T_DIR/go.dier")
+PS_VERBOSE=1 DMLC_ROLE=scheduler start sched.dier "${HOLD[@]}"
+p=("$SPAWNED")
+for i in 0 1; do
+	DMLC_ROLE=worker start "worker$i.dier" "${HOLD[@]}"
+	p+=("$SPAWNED")
+done
+wait_for_line "$T_DIR/sched.dier.log" "all 3 nodes are ready" 60 ||
+	fail "dier: the job did not start"
+DMLC_ROLE=worker start joiner.dier
+dier=$SPAWNED
+wait_for_line "$T_DIR/sched.dier.log" "joins the running elastic job as worker 2" 60 ||
+	fail "dier: the joiner was not admitted"
+kill -KILL -- "-$dier"
+expect_exit "$dier" 60 137 "dier: the joiner killed"
+wait_for_line "$T_DIR/sched.dier.log" "worker 2 .* went before the members took it in" 60 ||
+	fail "dier: the scheduler did not forget the joiner"
+: >"$T_DIR/go.dier"
+for i in "${!p[@]}"; do
+	expect_exit "${p[$i]}" 120 0 "dier: node $i"
+done
+cat "$T_DIR"/worker*.dier.log | grep -q "done with 2 workers .*membership 0$" ||
+	fail "dier: the job did not end with its 2 workers"
+log "a joiner killed at once is forgotten; the job ends 0 with 2 workers"
 assert_groups_gone
 log "ok"
