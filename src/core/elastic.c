@@ -25,6 +25,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/limits.h"
 #include "core/sched_impl.h"
 
 dt_err
@@ -58,6 +59,11 @@ dt__elastic_config(dt_node *n)
 		    "DTRAIN_ELASTIC=1 and DTRAIN_RECOVER=1 (--restart) "
 		    "exclude each other: a lost worker either leaves "
 		    "the membership or is replaced in its place");
+	/* Its tables have a row for each worker it may grow to: the same
+	 * bound as a job of that many workers. */
+	if ((err = dt__job_size_check(n->cfg.num_servers, hi, "DMLC_NUM_SERVER",
+	                              "DTRAIN_ELASTIC_MAX")))
+		return err;
 	if (lo > w || hi < w)
 		return dt__fail(
 		    DT_ECONFIG,

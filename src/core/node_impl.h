@@ -51,7 +51,10 @@ struct dt_node {
 	char hostid[DT_HOSTID_MAX]; /* this host (dt__host_id) */
 	char local[DT_LOCAL_MAX];   /* shared-memory endpoint, "" if none */
 
-	dt_node_entry *table; /* by id, 1 + S + W entries */
+	/* By id, 1 + S + W entries; an elastic job's has a row for every
+	 * worker up to DTRAIN_ELASTIC_MAX (elastic.c: dt__elastic_slots),
+	 * the rows of workers that join filled in (mu) when they do. */
+	dt_node_entry *table;
 	int ntable;
 	uint64_t wait_ns; /* DT_WAIT_TIMEOUT: a worker's wait for peers */
 	dt_conn **peers;  /* by id; peers[0] is the scheduler */
