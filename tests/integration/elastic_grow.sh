@@ -132,7 +132,8 @@ done
 TAG=dier
 job_env "$(free_port)" 0 2
 export DTRAIN_ELASTIC_MAX=3
-HOLD=(--hold-at 30 --hold-file "$T_DIR/go.dier")
+# (held before their first commit, so that nothing takes it in first)
+HOLD=(--hold-at 0 --hold-file "$T_DIR/go.dier")
 PS_VERBOSE=1 DMLC_ROLE=scheduler start sched.dier "${HOLD[@]}"
 p=("$SPAWNED")
 for i in 0 1; do
