@@ -3,9 +3,9 @@
 # local launcher (docs/elastic.md): the script's listing grows from 2 slots
 # to 3, and the launcher starts a third worker that joins the running
 # elastic job at the members' next commit; then the listing loses that
-# host, and the launcher stops its worker - the job goes on with 2 and
-# ends 0. Also refused: the option without an elastic job, and with
-# another launcher.
+# host, and the launcher stops its worker - the job goes on with 2; a
+# host whose workers fail 3 times is blacklisted; the job ends 0. Also
+# refused: the option without an elastic job, and with another launcher.
 . "$(dirname "$0")/coll_lib.bash"
 EX=$BUILD/examples/elastic
 S=${DT_TEST_TIME_SCALE:-1}
@@ -39,6 +39,11 @@ wait_line "membership 1 has 3 workers: 1 joined" 60 ||
 printf 'a:2\n' >"$hosts.new" && mv "$hosts.new" "$hosts"
 wait_line "host b is no longer listed: stopping worker 2" 60 ||
 	fail "the launcher did not stop the worker of the host that went"
+# A new host whose workers fail (the job gave every worker id up to
+# --max-workers once, so each is refused): blacklisted after 3.
+printf 'a:2\nc:1\n' >"$hosts.new" && mv "$hosts.new" "$hosts"
+wait_line "host c: 3 of its workers failed; starting no more workers there" 60 ||
+	fail "the launcher did not blacklist the host whose workers failed"
 : >"$TMP/go2"
 wait $job
 rc=$?
@@ -47,6 +52,8 @@ check "the third worker took the members' state (the sync is logged)" \
 	grep -Eq "membership 1 has 3 workers from step [0-9]+ \(1 worker joined\)" "$out"
 check "the launcher went on without the stopped worker" \
 	grep -q "worker 2 (pid [0-9]*) .*the elastic job goes on without it" "$out"
+check "no worker started on the blacklisted host after it" \
+	test "$(grep -c "host c has a free slot" "$out")" = 3
 check "the job ends with 2 workers in membership 2" \
 	grep -q "done with 2 workers at epoch [0-9]*; .*membership 2$" "$out"
 check "no sample trained on twice in an epoch" \
