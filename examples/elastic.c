@@ -23,9 +23,15 @@
  * indices every worker trained on at each step and checks at each epoch's end
  * that no sample was trained on twice and that only the tail under one global
  * batch was left out (rank 0 prints "samples: epoch E: ...").
+ * --hold-at STEP --hold-file F makes every rank wait before that step's
+ * commit until file F exists (at most 120 s; up to 4 pairs): a test starts
+ * workers that join the running job meanwhile, and lets the job go on once
+ * they are waiting (they join at that commit or the next).
  */
 #include <getopt.h>
 #include <signal.h>
+#include <time.h>
+#include <unistd.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -43,6 +49,9 @@ typedef struct opts {
 	long n, batch, steps, epochs, commit_every, seed;
 	long die_at[4], die_rank[4]; /* --die-at/--die-rank pairs */
 	int ndie, nrank;
+	long hold_at[4]; /* --hold-at/--hold-file pairs */
+	const char *hold_file[4];
+	int nhold, nhfile;
 	double lr, momentum;
 	const char *save;
 	int count;
@@ -106,6 +115,8 @@ parse(int argc, char **argv, opts *o)
 	    {"count-samples", no_argument, 0, 'c'},
 	    {"die-at", required_argument, 0, 'd'},
 	    {"die-rank", required_argument, 0, 'r'},
+	    {"hold-at", required_argument, 0, 'H'},
+	    {"hold-file", required_argument, 0, 'F'},
 	    {"help", no_argument, 0, 'h'},
 	    {0, 0, 0, 0},
 	};
@@ -159,19 +170,30 @@ parse(int argc, char **argv, opts *o)
 			if (o->nrank < 4)
 				o->die_rank[o->nrank++] = atol(optarg);
 			break;
+		case 'H':
+			if (o->nhold < 4)
+				o->hold_at[o->nhold++] = atol(optarg);
+			break;
+		case 'F':
+			if (o->nhfile < 4)
+				o->hold_file[o->nhfile++] = optarg;
+			break;
 		default:
 			fputs("usage: elastic [--samples N] [--batch-size B] "
 			      "[--steps S] [--epochs E]\n"
 			      "               [--commit-every K] [--seed N] "
 			      "[--lr X] [--momentum X]\n"
 			      "               [--save FILE] [--count-samples] "
-			      "[--die-at STEP --die-rank R]...\n",
+			      "[--die-at STEP --die-rank R]...\n"
+			      "               [--hold-at STEP --hold-file "
+			      "F]...\n",
 			      ch == 'h' ? stdout : stderr);
 			return ch == 'h' ? 1 : 2;
 		}
 	}
 	if (o->n < 1 || o->n > MAX_N || o->batch < 1 || o->steps < 0 ||
-	    o->commit_every < 1 || o->ndie != o->nrank) {
+	    o->commit_every < 1 || o->ndie != o->nrank ||
+	    o->nhold != o->nhfile) {
 		fprintf(stderr,
 		        "elastic: need 1 <= samples <= %d, batch >= 1, "
 		        "commit-every >= 1\n",
@@ -202,6 +224,20 @@ check_epoch(const opts *o, const position *pos, const uint8_t *seen)
 		return -1;
 	}
 	return 0;
+}
+
+/* --hold-at: before step's commit, wait (once per pair, at most 120 s)
+ * until the pair's file exists. */
+static void
+hold(const opts *o, uint64_t step, int *held)
+{
+	for (int i = 0; i < o->nhold; i++) {
+		if ((uint64_t)o->hold_at[i] != step || held[i])
+			continue;
+		held[i] = 1;
+		for (int t = 0; t < 12000 && access(o->hold_file[i], F_OK); t++)
+			nanosleep(&(struct timespec){0, 10000000}, NULL);
+	}
 }
 
 /* One step: the local gradient of my slice, summed over the ranks. */
@@ -251,7 +287,7 @@ train(dt_coll *c, dt_elastic *e, const opts *o, const float *x, const float *y,
 	uint64_t step = 0;
 	float g[NPARAMS];
 	dt_err err = DT_OK;
-	int rc = 1, launch_rank = dt_coll_rank(c);
+	int rc = 1, launch_rank = dt_coll_rank(c), held[4] = {0};
 
 	if (all == NULL ||
 	    dt_sampler_create((size_t)o->n, (size_t)o->batch, 1, 0,
@@ -261,6 +297,7 @@ train(dt_coll *c, dt_elastic *e, const opts *o, const float *x, const float *y,
 		const size_t *idx;
 		int n;
 
+		hold(o, step, held);
 		if (step % (uint64_t)o->commit_every == 0) {
 			err = dt_elastic_commit(e, step);
 			if (dt_elastic_left(e)) {

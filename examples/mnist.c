@@ -831,8 +831,12 @@ run_elastic(const opts *o)
 	}
 	p.lr = o->lr;
 	p.momentum = o->momentum;
-	if (dt_coll_broadcast(c, dt_nn_model_params(r.m), np, DT_FLOAT32, 0) ||
-	    dt_elastic_create(c, &e) != DT_OK ||
+	/* (a worker joining the running job gets the parameters with the
+	 * members' state at its first restore) */
+	if (dt_elastic_create(c, &e) != DT_OK ||
+	    (!dt_elastic_joining(e) &&
+	     dt_coll_broadcast(c, dt_nn_model_params(r.m), np, DT_FLOAT32,
+	                       0)) ||
 	    dt_elastic_register(e, "params", dt_nn_model_params(r.m),
 	                        np * sizeof(float)) != DT_OK ||
 	    dt_elastic_register(e, "momentum", mom, np * sizeof(float)) ||

@@ -38,11 +38,18 @@
  * every rank (the sync), so all ranks go on from the same commit: the step
  * the change takes effect.
  *
+ * Growing: a worker started with the running job's environment joins it.
+ * It waits until the members' next commit, where the membership takes it
+ * in; its own first dt_elastic_commit returns DT_EMEMBERSHIP, and its
+ * dt_elastic_restore receives the state the members committed at that
+ * step (the same sync), so the loop above serves it unchanged.
+ *
  * Determinism: DTRAIN_ELASTIC_SCHEDULE="step 40: -worker 1; step 90:
- * -worker 2" applies the same changes at those commit steps without a
- * loss (the worker named by its launch rank leaves cleanly:
- * dt_elastic_left() says so). Each change a run takes is logged with the
- * schedule that replays it; the replay ends bit-identical.
+ * -worker 2; step 120: +1" applies the same changes at those commit steps
+ * without a loss (the worker named by its launch rank leaves cleanly:
+ * dt_elastic_left() says so; +1 takes in one worker started to join).
+ * Each change a run takes is logged with the schedule that replays it;
+ * the replay ends bit-identical.
  *
  * Thread-safety: one thread per dt_elastic, the one calling the
  * communicator's collectives. Every wait is bounded by DT_ELASTIC_TIMEOUT
@@ -70,6 +77,7 @@ typedef struct dt_elastic_change {
 	int new_size;     /* ranks after it (dt_coll_size) */
 	uint64_t step;    /* the commit step the new membership starts at */
 	int removed;      /* launch rank of the worker it removed, or -1 */
+	int added;        /* workers it took in (a grow), or 0 */
 	char replay[512]; /* the DTRAIN_ELASTIC_SCHEDULE that replays every
 	                     change so far */
 } dt_elastic_change;
@@ -115,6 +123,12 @@ dt_err dt_elastic_restore(dt_elastic *e, uint64_t *step);
 
 /* 1 once this worker left the job on its schedule. */
 int dt_elastic_left(const dt_elastic *e);
+
+/* 1 if this worker joined the running job and has not yet taken the
+ * members' state (dt_elastic_restore after its first commit): until then
+ * its collectives fail with DT_EMEMBERSHIP, so set-up steps that meet the
+ * other ranks (a broadcast of initial parameters) are for members only. */
+int dt_elastic_joining(const dt_elastic *e);
 
 /* The last change taken (epoch 0 if none). */
 void dt_elastic_last_change(const dt_elastic *e, dt_elastic_change *out);

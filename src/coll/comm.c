@@ -903,18 +903,34 @@ dt__coll_attach(dt_coll *c)
 			c->local_rank++;
 		c->local_size++;
 	}
-	c->dead = calloc((size_t)c->size, 1);
-	c->ext = calloc((size_t)c->size, 1);
-	c->stall_reply = calloc((size_t)c->size, sizeof(int64_t));
-	c->nworkers = c->size;
 	c->elastic = dt__node_elastic(n);
-	c->ids = calloc((size_t)c->size, sizeof(int));
-	c->rank_of = calloc((size_t)c->size, sizeof(int));
+	/* By rank and by worker id: an elastic job's arrays have room for
+	 * every worker it may grow to. */
+	c->nworkers = c->elastic ? dt__node_elastic_slots(n) : c->size;
+	c->dead = calloc((size_t)c->nworkers, 1);
+	c->ext = calloc((size_t)c->nworkers, 1);
+	c->stall_reply = calloc((size_t)c->nworkers, sizeof(int64_t));
+	c->ids = calloc((size_t)c->nworkers, sizeof(int));
+	c->rank_of = calloc((size_t)c->nworkers, sizeof(int));
 	if (!c->dead || !c->ext || !c->stall_reply || !c->ids || !c->rank_of)
 		return dt__fail(DT_ENOMEM, "communicator of %d ranks", c->size);
-	for (int r = 0; r < c->size; r++) {
+	for (int r = 0; r < c->nworkers; r++) {
 		c->ids[r] = c->base_id + r;
-		c->rank_of[r] = r;
+		c->rank_of[r] = r < c->size ? r : -1;
+	}
+	if (c->elastic && dt__node_elastic_joiner(n)) {
+		/* A worker joining the running job: until it takes the
+		 * membership that admits it (dt_elastic_restore), every worker
+		 * id is a rank of its own, so that what the members send in
+		 * that membership before then is kept and given its new rank
+		 * at the change (reform.c), whoever sends it. */
+		for (int r = 0; r < c->nworkers; r++)
+			c->rank_of[r] = r;
+		c->size = c->nworkers;
+		c->changing = 1;
+		snprintf(c->change_msg, sizeof(c->change_msg),
+		         "this worker joins the running job: its state comes "
+		         "from the members (dt_elastic_restore)");
 	}
 	if (!c->elastic && (err = dt__coll_hier_map(c)))
 		return err;

@@ -37,7 +37,8 @@ typedef struct range {
 
 typedef struct sched_item {
 	uint64_t step;
-	int worker; /* launch rank leaving */
+	int worker; /* launch rank leaving, or -1 */
+	int add;    /* workers joining (+N), or 0 */
 } sched_item;
 
 struct dt_elastic {
@@ -48,6 +49,13 @@ struct dt_elastic {
 	size_t snap_len;
 	int committed;
 	int left;
+	int joining; /* this worker joined the running job, not synced yet */
+	/* A change was taken, going on from commit step changed_at: the
+	 * ranks that took it in dt_elastic_restore commit that step again,
+	 * those that took it inside their commit do not, so that second
+	 * commit must do nothing the others would have to meet. */
+	int changed;
+	uint64_t changed_at;
 	uint64_t timeout_ns;
 	sched_item sched[MAX_SCHEDULE];
 	int nsched;
@@ -86,13 +94,14 @@ parse_schedule(dt_elastic *e, const char *text)
 			                "DTRAIN_ELASTIC_SCHEDULE: more than %d "
 			                "changes",
 			                MAX_SCHEDULE);
-		if (strchr(item, '+'))
-			return dt__fail(
-			    DT_ENOTSUP,
-			    "DTRAIN_ELASTIC_SCHEDULE: \"%s\": adding "
-			    "workers to a running job is not "
-			    "supported yet",
-			    item);
+		if (sscanf(item, "step %llu: +%d %n", &step, &worker, &used) ==
+		        2 &&
+		    item[used] == '\0' && worker >= 1 &&
+		    worker <= e->c->nworkers) {
+			e->sched[e->nsched++] = (sched_item){step, -1, worker};
+			continue;
+		}
+		used = 0;
 		if (sscanf(item, "step %llu: -worker %d %n", &step, &worker,
 		           &used) != 2 ||
 		    item[used] != '\0' || worker < 0 ||
@@ -101,10 +110,23 @@ parse_schedule(dt_elastic *e, const char *text)
 			    DT_ECONFIG,
 			    "DTRAIN_ELASTIC_SCHEDULE: \"%s\" is not "
 			    "\"step S: -worker R\" with R a worker's "
-			    "launch rank (0..%d)",
-			    item, e->c->nworkers - 1);
-		e->sched[e->nsched++] = (sched_item){step, worker};
+			    "launch rank (0..%d), nor \"step S: +N\" with N "
+			    "workers joining (1..%d)",
+			    item, e->c->nworkers - 1, e->c->nworkers);
+		e->sched[e->nsched++] = (sched_item){step, worker, 0};
 	}
+	/* A removal and a grow at one step would be two memberships that
+	 * the ranks could take in either order. */
+	for (int i = 0; i < e->nsched; i++)
+		for (int k = 0; k < e->nsched; k++)
+			if (e->sched[i].step == e->sched[k].step &&
+			    e->sched[i].add && !e->sched[k].add)
+				return dt__fail(
+				    DT_ECONFIG,
+				    "DTRAIN_ELASTIC_SCHEDULE: step %llu both "
+				    "removes and adds workers; put them at "
+				    "two commit steps",
+				    (unsigned long long)e->sched[i].step);
 	return DT_OK;
 }
 
@@ -127,6 +149,7 @@ dt_elastic_create(dt_coll *c, dt_elastic **out)
 	e->c = c;
 	e->timeout_ns = (uint64_t)secs * 1000000000ull;
 	e->last.removed = -1;
+	e->joining = c->elastic && dt__node_elastic_joiner(c->node);
 	if ((text = dt__env_str("DTRAIN_ELASTIC_SCHEDULE")) != NULL) {
 		if (!c->elastic) {
 			free(e);
@@ -216,34 +239,71 @@ removed_worker(const dt_coll *c, const int *old, int n, const int *now, int m)
 	return -1;
 }
 
-/* Record the change just taken, and log the line that replays it. */
+/* How many of now[0..m) are missing from old[0..n): workers taken in. */
+static int
+added_workers(const int *old, int n, const int *now, int m)
+{
+	int added = 0;
+
+	for (int k = 0; k < m; k++) {
+		int found = 0;
+
+		for (int i = 0; i < n; i++)
+			found |= old[i] == now[k];
+		added += !found;
+	}
+	return added;
+}
+
+/* Record the change just taken, and log the line that replays it. A
+ * worker that just joined knows no history to replay: it records only. */
 static void
 note_change(dt_elastic *e, const int *old, int old_size, uint64_t step)
 {
 	dt_coll *c = e->c;
 	dt_elastic_change *l = &e->last;
 	size_t len = strlen(l->replay);
-	int gone;
+	int gone, added;
+	char what[64];
 
 	pthread_mutex_lock(&c->mu);
 	gone = removed_worker(c, old, old_size, c->ids, c->size);
+	added = added_workers(old, old_size, c->ids, c->size);
 	l->epoch = c->epoch;
 	l->new_size = c->size;
 	pthread_mutex_unlock(&c->mu);
+	if (e->joining) {
+		l->old_size = 0;
+		l->step = step;
+		l->removed = -1;
+		l->added = 1;
+		return;
+	}
 	l->old_size = old_size;
 	l->step = step;
 	l->removed = gone;
+	l->added = added;
 	if (gone >= 0 && len + 40 < sizeof(l->replay))
 		snprintf(l->replay + len, sizeof(l->replay) - len,
 		         "%sstep %llu: -worker %d", len ? "; " : "",
 		         (unsigned long long)step, gone);
+	else if (added > 0 && len + 40 < sizeof(l->replay))
+		snprintf(l->replay + len, sizeof(l->replay) - len,
+		         "%sstep %llu: +%d", len ? "; " : "",
+		         (unsigned long long)step, added);
+	if (gone >= 0)
+		snprintf(what, sizeof(what), "worker %d left", gone);
+	else if (added > 0)
+		snprintf(what, sizeof(what), "%d worker%s joined", added,
+		         added == 1 ? "" : "s");
+	else
+		snprintf(what, sizeof(what), "nobody joined");
 	if (c->rank == 0)
 		dt__log(0,
 		        "elastic: membership %llu has %d workers from step "
-		        "%llu (worker %d left); replay with "
-		        "DTRAIN_ELASTIC_SCHEDULE=\"%s\"",
+		        "%llu (%s); replay with DTRAIN_ELASTIC_SCHEDULE=\"%s\"",
 		        (unsigned long long)l->epoch, l->new_size,
-		        (unsigned long long)step, gone, l->replay);
+		        (unsigned long long)step, what, l->replay);
 }
 
 /*
@@ -287,33 +347,87 @@ take_change(dt_elastic *e, uint64_t *step)
 			break;
 		*step = snap_put_back(e);
 		note_change(e, old, old_size, *step);
+		e->joining = 0;
+		e->changed = 1;
+		e->changed_at = *step;
 		break;
 	}
 	free(old);
 	return err;
 }
 
-/* Whether the schedule removes a worker at step; *me: it is this one. */
+/* Whether the schedule changes the membership at step; *me: it removes
+ * this worker; *add: the workers it takes in. */
 static int
-scheduled(const dt_elastic *e, uint64_t step, int *me)
+scheduled(const dt_elastic *e, uint64_t step, int *me, int *add)
 {
 	int any = 0;
 	int rank = dt__node_id(e->c->node) - e->c->base_id;
 
 	*me = 0;
+	*add = 0;
 	for (int i = 0; i < e->nsched; i++)
 		if (e->sched[i].step == step) {
 			any = 1;
 			*me |= e->sched[i].worker == rank;
+			*add += e->sched[i].add;
 		}
 	return any;
+}
+
+/* A grow at this commit: rank 0 asks the scheduler for add workers (or,
+ * exact, for that many, waiting until they are ready) and every rank
+ * takes the membership that comes back. */
+static dt_err
+grow_here(dt_elastic *e, uint64_t step, int add, int exact)
+{
+	dt_coll *c = e->c;
+	uint64_t at;
+	int rank;
+	dt_err err;
+
+	pthread_mutex_lock(&c->mu);
+	rank = c->rank;
+	pthread_mutex_unlock(&c->mu);
+	if (rank == 0 &&
+	    (err = dt__node_elastic_grow(c->node, add, step, exact)))
+		return err;
+	return take_change(e, &at);
+}
+
+/* Without a schedule: whether any rank has heard of workers waiting to
+ * join, agreed by every rank at this commit (an allreduce of the most
+ * any heard of), so that all take them in at the same step. Only while
+ * the job is below DTRAIN_ELASTIC_MAX. */
+static dt_err
+waiting_here(dt_elastic *e, int *add)
+{
+	dt_coll *c = e->c;
+	int32_t heard;
+	int size, room;
+	dt_err err;
+
+	*add = 0;
+	pthread_mutex_lock(&c->mu);
+	size = c->size;
+	pthread_mutex_unlock(&c->mu);
+	room = dt__node_elastic_max(c->node) - size;
+	if (room <= 0)
+		return DT_OK;
+	heard = dt__node_elastic_waiting(c->node);
+	if ((err = dt_coll_allreduce(c, &heard, &heard, 1, DT_INT32,
+	                             DT_COLL_MAX)))
+		return err;
+	*add = heard < room ? (int)heard : room;
+	return DT_OK;
 }
 
 dt_err
 dt_elastic_commit(dt_elastic *e, uint64_t step)
 {
-	int me = 0, due;
+	int me = 0, due, add = 0, again;
 	uint64_t at;
+	dt_err err;
 
 	if (e == NULL)
 		return dt__fail(DT_EINVAL, "elastic_commit: no state");
@@ -331,9 +445,18 @@ dt_elastic_commit(dt_elastic *e, uint64_t step)
 	}
 	snap_take(e, step);
 	e->committed = 1;
+	again = e->changed && e->changed_at == step;
+	e->changed = 0;
 	if (!e->c->elastic)
 		return DT_OK;
-	due = scheduled(e, step, &me);
+	if (e->joining) /* (its state comes from the members: restore) */
+		return dt__fail(DT_EMEMBERSHIP,
+		                "commit at step %llu: this worker joined the "
+		                "running job and takes the members' state",
+		                (unsigned long long)step);
+	/* (the step a change was taken at: its schedule is done, and the
+	 * others agree on nothing more there) */
+	due = again ? 0 : scheduled(e, step, &me, &add);
 	if (me) {
 		/* Leave cleanly: no operation of ours is in flight, and the
 		 * others take the membership without us at this commit. */
@@ -345,6 +468,8 @@ dt_elastic_commit(dt_elastic *e, uint64_t step)
 		       (unsigned long long)step);
 		return dt__node_elastic_leave(e->c->node);
 	}
+	if (due && add) /* every member is at this commit */
+		return grow_here(e, step, add, 1);
 	if (due) /* every survivor is at this commit: it is the step */
 		return take_change(e, &at);
 	/* A change nobody scheduled: the ranks may be at different
@@ -360,6 +485,13 @@ dt_elastic_commit(dt_elastic *e, uint64_t step)
 		                (unsigned long long)step, msg);
 	}
 	pthread_mutex_unlock(&e->c->mu);
+	/* Workers waiting to join, when no schedule decides the steps. */
+	if (e->nsched == 0 && !again) {
+		if ((err = waiting_here(e, &add)))
+			return err;
+		if (add > 0)
+			return grow_here(e, step, add, 0);
+	}
 	return DT_OK;
 }
 
@@ -376,6 +508,12 @@ dt_elastic_restore(dt_elastic *e, uint64_t *step)
 		                "elastic_restore: the job is not elastic "
 		                "(DTRAIN_ELASTIC=1)");
 	return take_change(e, step);
+}
+
+int
+dt_elastic_joining(const dt_elastic *e)
+{
+	return e ? e->joining : 0;
 }
 
 int

@@ -84,7 +84,8 @@ typedef struct dt__app_hooks {
 	void (*on_peer_restart)(void *arg, dt_node *n, int peer);
 	/* Elastic jobs: the membership changed to epoch (read it with
 	 * dt__node_membership); gone is the node id it removed, lost 1 if
-	 * that node was lost, 0 if it left on its schedule. (I/O thread.) */
+	 * that node was lost, 0 if it left on its schedule or the membership
+	 * grew (then gone is 0). (I/O thread.) */
 	void (*on_membership)(void *arg, dt_node *n, uint64_t epoch, int gone,
 	                      int lost);
 } dt__app_hooks;
@@ -136,6 +137,19 @@ int dt__node_membership(dt_node *n, uint64_t *epoch, int *ids, int cap);
  * the job fails meanwhile). */
 dt_err dt__node_wait_membership(dt_node *n, uint64_t above,
                                 uint64_t deadline_ns);
+/* DTRAIN_ELASTIC_MAX, and the worker ids a communicator must have room
+ * for (node ids 1 + S .. 1 + S + slots - 1). */
+int dt__node_elastic_max(const dt_node *n);
+int dt__node_elastic_slots(const dt_node *n);
+/* This process joined the running elastic job: its state comes from the
+ * members at the commit that took it in. */
+int dt__node_elastic_joiner(const dt_node *n);
+/* How many started workers wait to join (the scheduler's last word). */
+int dt__node_elastic_waiting(dt_node *n);
+/* Ask the scheduler to take count waiting workers into the membership,
+ * at commit step `step`; exact: wait until count are ready (a schedule's
+ * replay), else take those ready (none: the same list, a new epoch). */
+dt_err dt__node_elastic_grow(dt_node *n, int count, uint64_t step, int exact);
 /* Leave an elastic job that goes on without this worker: the scheduler
  * gives the others a membership without it. The node is stopped as
  * usual afterwards. */

@@ -25,6 +25,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/limits.h"
 #include "core/sched_impl.h"
 
 dt_err
@@ -58,6 +59,11 @@ dt__elastic_config(dt_node *n)
 		    "DTRAIN_ELASTIC=1 and DTRAIN_RECOVER=1 (--restart) "
 		    "exclude each other: a lost worker either leaves "
 		    "the membership or is replaced in its place");
+	/* Its tables have a row for each worker it may grow to: the same
+	 * bound as a job of that many workers. */
+	if ((err = dt__job_size_check(n->cfg.num_servers, hi, "DMLC_NUM_SERVER",
+	                              "DTRAIN_ELASTIC_MAX")))
+		return err;
 	if (lo > w || hi < w)
 		return dt__fail(
 		    DT_ECONFIG,
@@ -82,6 +88,55 @@ dt__node_elastic_min(const dt_node *n)
 }
 
 int
+dt__elastic_slots(const dt_node *n)
+{
+	return n->elastic ? DT_MAX(n->el_max, n->num_workers) : n->num_workers;
+}
+
+int
+dt__node_elastic_slots(const dt_node *n)
+{
+	return n ? dt__elastic_slots(n) : 0;
+}
+
+int
+dt__node_elastic_max(const dt_node *n)
+{
+	return n && n->elastic ? n->el_max : 0;
+}
+
+int
+dt__node_elastic_joiner(const dt_node *n)
+{
+	return n ? n->el_joiner : 0;
+}
+
+int
+dt__node_elastic_waiting(dt_node *n)
+{
+	int k;
+
+	pthread_mutex_lock(&n->mu);
+	k = n->el_waiting;
+	pthread_mutex_unlock(&n->mu);
+	return k;
+}
+
+dt_err
+dt__node_elastic_grow(dt_node *n, int count, uint64_t step, int exact)
+{
+	dt_msg_hdr h = {.cmd = DT_CMD_GROW,
+	                .arg0 = (uint64_t)count,
+	                .arg1 = step,
+	                .arg2 = exact ? 1u : 0u};
+
+	if (!n->elastic)
+		return dt__fail(DT_ESTATE, "growing a job that is not elastic "
+		                           "(DTRAIN_ELASTIC=1)");
+	return dt__node_send(n, 0, &h, NULL, 0, NULL, 0);
+}
+
+int
 dt__elastic_live(dt_node *n)
 {
 	return n->el_ids ? n->el_n : n->num_workers;
@@ -93,7 +148,8 @@ ensure_ids(dt_node *n)
 {
 	if (n->el_ids)
 		return 0;
-	n->el_ids = calloc((size_t)DT_MAX(n->num_workers, 1), sizeof(int));
+	n->el_ids =
+	    calloc((size_t)DT_MAX(dt__elastic_slots(n), 1), sizeof(int));
 	if (n->el_ids == NULL)
 		return -1;
 	for (int r = 0; r < n->num_workers; r++)
@@ -166,7 +222,24 @@ dt__node_elastic_leave(dt_node *n)
 	return dt__node_send(n, 0, &h, NULL, 0, NULL, 0);
 }
 
-/* Send the membership to every live worker (scheduler). */
+/* (scheduler) The members now into ids (room for ntable); their count, 0
+ * without memory. */
+static int
+copy_members(dt_node *n, int *ids)
+{
+	int count = 0;
+
+	pthread_mutex_lock(&n->mu);
+	if (ensure_ids(n) == 0) {
+		count = n->el_n;
+		memcpy(ids, n->el_ids, sizeof(int) * (size_t)count);
+	}
+	pthread_mutex_unlock(&n->mu);
+	return count;
+}
+
+/* Send the membership to every live worker (scheduler); lost: 1 a worker
+ * was lost, 0 one left on schedule, 2 the membership grew. */
 static void
 send_membership(dt_node *n, const int *ids, int count, uint64_t epoch, int gone,
                 int lost)
@@ -179,12 +252,40 @@ send_membership(dt_node *n, const int *ids, int count, uint64_t epoch, int gone,
 			dt_msg_hdr h = {.cmd = DT_CMD_MEMBERSHIP,
 			                .arg0 = epoch,
 			                .arg1 = (uint64_t)gone,
-			                .arg2 = lost ? 1u : 0u};
+			                .arg2 = (uint64_t)lost};
 
 			(void)dt__node_send(n, ids[i], &h, w.data,
 			                    (uint32_t)w.len, NULL, 0);
 		}
 	dt__wbuf_fini(&w);
+}
+
+static void send_waiting(dt_node *n);
+
+/* A worker that joined but was not taken in yet went: it was never a
+ * member, so nothing changes but the count the members are told. */
+static int
+forget_joiner(dt_node *n, int peer, const char *why)
+{
+	dt_sched *s = n->sched;
+	char name[64];
+
+	pthread_mutex_lock(&n->mu);
+	if (s->joining == NULL || !s->joining[peer]) {
+		pthread_mutex_unlock(&n->mu);
+		return 0;
+	}
+	s->joining[peer] = 0;
+	s->left[peer] = 1;
+	pthread_cond_broadcast(&n->cv);
+	pthread_mutex_unlock(&n->mu);
+	dt__log(0,
+	        "%s (pid %d at %s:%d) went before the members took it in "
+	        "(%s); the job goes on without it",
+	        dt__node_name(n, peer, name, sizeof(name)), n->table[peer].pid,
+	        n->table[peer].host, n->table[peer].port, why);
+	send_waiting(n);
+	return 1;
 }
 
 int
@@ -198,6 +299,8 @@ dt__elastic_sched_remove(dt_node *n, int peer, const char *why, int lost)
 	if (!n->elastic || s == NULL || peer <= 0 || peer >= n->ntable ||
 	    n->table[peer].role != DT_ROLE_WORKER)
 		return 0;
+	if (forget_joiner(n, peer, why))
+		return 1;
 	pthread_mutex_lock(&n->mu);
 	if (ensure_ids(n) == 0)
 		for (int i = 0; i < n->el_n; i++)
@@ -257,34 +360,305 @@ dt__elastic_sched_remove(dt_node *n, int peer, const char *why, int lost)
 	return 1;
 }
 
-void
-dt__elastic_sched_join(dt_node *n, dt_conn *c, const joiner *j)
+/* (mu held) Workers that joined and are not members yet: all of them, or
+ * only the ready ones. */
+static int
+count_joining(dt_node *n, int ready_only)
+{
+	dt_sched *s = n->sched;
+	int k = 0;
+
+	for (int id = 0; s->joining && id < n->ntable; id++)
+		k += s->joining[id] == 2 || (!ready_only && s->joining[id]);
+	return k;
+}
+
+/* Tell every member how many workers are ready to join (GROW, arg0). */
+static void
+send_waiting(dt_node *n)
+{
+	int *ids, count, ready;
+
+	if ((ids = malloc(sizeof(int) * (size_t)n->ntable)) == NULL)
+		return;
+	count = copy_members(n, ids);
+	pthread_mutex_lock(&n->mu);
+	ready = count_joining(n, 1);
+	pthread_mutex_unlock(&n->mu);
+	for (int i = 0; i < count; i++) {
+		dt_msg_hdr h = {.cmd = DT_CMD_GROW, .arg0 = (uint64_t)ready};
+
+		(void)dt__node_send(n, ids[i], &h, NULL, 0, NULL, 0);
+	}
+	free(ids);
+}
+
+/* Refuse a worker that asks to join; the reason names the bound. */
+static void
+refuse_join(dt_node *n, dt_conn *c, const joiner *j, int live, int waiting)
 {
 	char reason[512];
-	int live;
 
-	pthread_mutex_lock(&n->mu);
-	live = dt__elastic_live(n);
-	pthread_mutex_unlock(&n->mu);
 	/* The joiner learns why from the ABORT, and the job's log from this
 	 * line: a worker started by hand for a job that cannot take it must
 	 * not look like a network fault on either side. */
-	if (live >= n->el_max)
+	if (live + waiting >= n->el_max)
 		snprintf(reason, sizeof(reason),
 		         "a worker at %s:%d (pid %d) asks to join the running "
-		         "elastic job, which has %d workers: "
+		         "elastic job, which has %d workers%s: "
 		         "DTRAIN_ELASTIC_MAX=%d is reached",
-		         j->host, j->port, j->pid, live, n->el_max);
+		         j->host, j->port, j->pid, live + waiting,
+		         waiting ? " with those waiting to join" : "",
+		         n->el_max);
 	else
 		snprintf(reason, sizeof(reason),
 		         "a worker at %s:%d (pid %d) asks to join the running "
 		         "elastic job (%d workers, DTRAIN_ELASTIC_MAX=%d): "
-		         "adding workers to a running job is not supported "
-		         "yet",
+		         "every worker id up to DTRAIN_ELASTIC_MAX was given "
+		         "once already, and ids are not used twice",
 		         j->host, j->port, j->pid, live, n->el_max);
 	dt__log(0, "refusing a node: %s", reason);
 	dt__sched_send_abort(n, c, reason);
 	dt__van_close(n->van, c);
+}
+
+/* Send the joiner at id its table: the job's, its own row filled in;
+ * arg1 = 1 tells it that it joins a running job. */
+static void
+send_joiner_table(dt_node *n, dt_conn *c, int id)
+{
+	dt_node_entry *t;
+	dt_wbuf w;
+	int slots = n->ntable - 1 - n->num_servers;
+
+	if ((t = malloc(sizeof(*t) * (size_t)n->ntable)) == NULL) {
+		dt__van_close(n->van, c);
+		return;
+	}
+	pthread_mutex_lock(&n->mu);
+	memcpy(t, n->table, sizeof(*t) * (size_t)n->ntable);
+	pthread_mutex_unlock(&n->mu);
+	dt__wbuf_init(&w);
+	dt_msg_hdr h = {
+	    .cmd = DT_CMD_NODE_TABLE, .recver = (uint32_t)id, .arg1 = 1};
+	if (dt__msg_node_table_encode(id, n->num_servers, slots, t, &w) ==
+	    DT_OK)
+		dt__van_send(n->van, c, &h, w.data, (uint32_t)w.len, NULL, 0);
+	dt__wbuf_fini(&w);
+	free(t);
+}
+
+/* Tell every member where the worker joining at id listens. */
+static void
+send_joiner_addr(dt_node *n, const joiner *j, int id)
+{
+	dt__msg_add_node a = {.role = DT_ROLE_WORKER,
+	                      .want = id - 1 - n->num_servers,
+	                      .port = j->port,
+	                      .pid = j->pid,
+	                      .num_servers = n->num_servers,
+	                      .num_workers = n->num_workers};
+	int *ids, count;
+	dt_wbuf w;
+
+	if ((ids = malloc(sizeof(int) * (size_t)n->ntable)) == NULL)
+		return;
+	snprintf(a.host, sizeof(a.host), "%s", j->host);
+	snprintf(a.hostid, sizeof(a.hostid), "%s", j->hostid);
+	snprintf(a.local, sizeof(a.local), "%s", j->local);
+	/* (the members, and the workers joining with it: those may be
+	 * taken in at the same commit) */
+	count = copy_members(n, ids);
+	pthread_mutex_lock(&n->mu);
+	for (int k = 1; k < n->ntable && count < n->ntable; k++)
+		if (k != id && n->sched->joining[k])
+			ids[count++] = k;
+	pthread_mutex_unlock(&n->mu);
+	dt__wbuf_init(&w);
+	if (dt__msg_add_node_encode(&a, &w) == DT_OK)
+		for (int i = 0; i < count; i++) {
+			dt_msg_hdr u = {.cmd = DT_CMD_NODE_UPDATE,
+			                .key = (uint64_t)id};
+
+			(void)dt__node_send(n, ids[i], &u, w.data,
+			                    (uint32_t)w.len, NULL, 0);
+		}
+	dt__wbuf_fini(&w);
+	free(ids);
+}
+
+void
+dt__elastic_sched_join(dt_node *n, dt_conn *c, const joiner *j)
+{
+	dt_sched *s = n->sched;
+	int live, waiting, id;
+	dt_node_entry *e;
+
+	pthread_mutex_lock(&n->mu);
+	live = ensure_ids(n) ? n->num_workers : n->el_n;
+	waiting = count_joining(n, 0);
+	id = s->next_worker;
+	if (live + waiting >= n->el_max || id >= n->ntable || !s->joining) {
+		pthread_mutex_unlock(&n->mu);
+		refuse_join(n, c, j, live, waiting);
+		return;
+	}
+	/* Ids are never given twice: a message of a lost worker's still on
+	 * its way must not be taken for a newcomer's. */
+	s->next_worker++;
+	s->joining[id] = 1;
+	e = &n->table[id];
+	e->role = DT_ROLE_WORKER;
+	e->rank = id - 1 - n->num_servers;
+	e->id = id;
+	e->port = j->port;
+	e->pid = j->pid;
+	snprintf(e->host, DT_HOST_MAX, "%s", j->host);
+	snprintf(e->hostid, DT_HOSTID_MAX, "%s", j->hostid);
+	snprintf(e->local, DT_LOCAL_MAX, "%s", j->local);
+	memcpy(s->token[id], j->token, DT_NODE_TOKEN_MAX);
+	dt__conn_set_peer(c, id);
+	__atomic_store_n(&n->peers[id], c, __ATOMIC_RELEASE);
+	pthread_mutex_unlock(&n->mu);
+	dt__conn_vouch(c);
+	dt__log(0,
+	        "a worker at %s:%d (pid %d) joins the running elastic job as "
+	        "worker %d (node id %d); the members take it in at their "
+	        "next commit",
+	        j->host, j->port, j->pid, e->rank, id);
+	send_joiner_table(n, c, id);
+	send_joiner_addr(n, j, id);
+}
+
+int
+dt__elastic_sched_joining(dt_node *n, int peer)
+{
+	int on;
+
+	pthread_mutex_lock(&n->mu);
+	on = n->sched && n->sched->joining && peer > 0 && peer < n->ntable &&
+	     n->sched->joining[peer];
+	pthread_mutex_unlock(&n->mu);
+	return on;
+}
+
+/* (mu held) Take the lowest ready joiners, up to want, into the list. */
+static int
+take_ready(dt_node *n, int want)
+{
+	dt_sched *s = n->sched;
+	int took = 0;
+
+	for (int id = 1; id < n->ntable && took < want; id++) {
+		int at = n->el_n;
+
+		if (s->joining[id] != 2)
+			continue;
+		s->joining[id] = 0;
+		while (at > 0 && n->el_ids[at - 1] > id)
+			at--;
+		memmove(&n->el_ids[at + 1], &n->el_ids[at],
+		        sizeof(int) * (size_t)(n->el_n - at));
+		n->el_ids[at] = id;
+		n->el_n++;
+		took++;
+	}
+	return took;
+}
+
+/* Give the members' request if it can be: a new membership (epoch + 1)
+ * with the ready joiners, to every member old and new. */
+static void
+try_grant(dt_node *n)
+{
+	dt_sched *s = n->sched;
+	int *ids, count, took, want;
+	uint64_t epoch;
+
+	if ((ids = malloc(sizeof(int) * (size_t)n->ntable)) == NULL)
+		return;
+	pthread_mutex_lock(&n->mu);
+	want = s->grow_want;
+	if (want == 0 || ensure_ids(n) ||
+	    (s->grow_exact && count_joining(n, 1) < want)) {
+		pthread_mutex_unlock(&n->mu);
+		free(ids);
+		return;
+	}
+	s->grow_want = 0;
+	took = take_ready(n, want);
+	s->workers_total += took;
+	n->el_epoch++;
+	n->el_gone = 0;
+	epoch = n->el_epoch;
+	count = n->el_n;
+	memcpy(ids, n->el_ids, sizeof(int) * (size_t)count);
+	pthread_cond_broadcast(&n->cv);
+	pthread_mutex_unlock(&n->mu);
+	dt__log(0, "membership %llu has %d workers: %d joined",
+	        (unsigned long long)epoch, count, took);
+	send_membership(n, ids, count, epoch, 0, 2);
+	free(ids);
+	send_waiting(n);
+}
+
+void
+dt__elastic_sched_ready(dt_node *n, int peer)
+{
+	char name[64];
+
+	pthread_mutex_lock(&n->mu);
+	if (n->sched->joining[peer] == 1)
+		n->sched->joining[peer] = 2;
+	pthread_mutex_unlock(&n->mu);
+	dt__log(0, "%s is ready to join",
+	        dt__node_name(n, peer, name, sizeof(name)));
+	send_waiting(n);
+	try_grant(n);
+}
+
+void
+dt__elastic_sched_grow(dt_node *n, int peer, const dt_msg *m)
+{
+	dt_sched *s = n->sched;
+
+	if (!n->elastic || !dt__elastic_member(n, peer) || m->hdr.arg0 < 1 ||
+	    m->hdr.arg0 > (uint64_t)n->el_max) {
+		dt__log(0, "ignoring a GROW from node %d (count %llu)", peer,
+		        (unsigned long long)m->hdr.arg0);
+		return;
+	}
+	pthread_mutex_lock(&n->mu);
+	s->grow_want = (int)m->hdr.arg0;
+	s->grow_exact = m->hdr.arg2 != 0;
+	pthread_mutex_unlock(&n->mu);
+	DT_LOG(1, "the members ask for %d more workers at step %llu%s",
+	       (int)m->hdr.arg0, (unsigned long long)m->hdr.arg1,
+	       m->hdr.arg2 ? " (their schedule)" : "");
+	try_grant(n);
+}
+
+void
+dt__elastic_sched_end(dt_node *n)
+{
+	dt_sched *s = n->sched;
+
+	for (int id = 1; n->elastic && s->joining && id < n->ntable; id++) {
+		dt_conn *c;
+
+		pthread_mutex_lock(&n->mu);
+		c = s->joining[id]
+		        ? __atomic_load_n(&n->peers[id], __ATOMIC_ACQUIRE)
+		        : NULL;
+		s->joining[id] = 0;
+		s->left[id] = 1;
+		pthread_mutex_unlock(&n->mu);
+		if (c)
+			dt__sched_send_abort(
+			    n, c,
+			    "the elastic job ended before its members took "
+			    "this worker in");
+	}
 }
 
 void
@@ -292,7 +666,8 @@ dt__elastic_member_on_msg(dt_node *n, dt_conn *c, const dt_msg *m)
 {
 	int *ids, count = 0;
 	uint64_t epoch = m->hdr.arg0;
-	int gone = (int)m->hdr.arg1, fresh = 0, lost = m->hdr.arg2 != 0;
+	int gone = (int)m->hdr.arg1, fresh = 0, lost = m->hdr.arg2 == 1;
+	int slots = dt__elastic_slots(n);
 
 	if (dt__conn_peer(c) != 0 || !n->elastic || !n->have_table ||
 	    n->role != DT_ROLE_WORKER) {
@@ -303,18 +678,20 @@ dt__elastic_member_on_msg(dt_node *n, dt_conn *c, const dt_msg *m)
 		dt__van_close(n->van, c);
 		return;
 	}
-	ids = malloc(sizeof(int) * (size_t)DT_MAX(n->num_workers, 1));
+	if (gone < 0 || gone >= n->ntable)
+		gone = 0;
+	ids = malloc(sizeof(int) * (size_t)DT_MAX(slots, 1));
 	if (ids == NULL) {
 		/* A membership not taken would leave this worker in the old
 		 * one for good: end instead. */
 		dt__node_set_fatal(n, DT_ENOMEM,
 		                   "no memory for a MEMBERSHIP of %d workers",
-		                   n->num_workers);
+		                   slots);
 		return;
 	}
 	if (dt__msg_membership_decode(m->meta, m->hdr.meta_len,
-	                              dt__node_worker_id(n, 0), n->num_workers,
-	                              ids, &count)) {
+	                              dt__node_worker_id(n, 0), slots, ids,
+	                              &count)) {
 		dt__node_set_fatal(n, DT_EPROTO, "the scheduler sent %s",
 		                   dt_errmsg());
 		free(ids);
@@ -344,6 +721,91 @@ dt__elastic_member_on_msg(dt_node *n, dt_conn *c, const dt_msg *m)
 		if (hk.on_membership)
 			hk.on_membership(hk.arg, n, epoch, gone, lost);
 	}
+}
+
+/* Whether the scheduler and this worker are in a job that grows: the
+ * messages below come only from the scheduler, to an elastic worker. */
+static int
+from_scheduler(dt_node *n, dt_conn *c, const char *what)
+{
+	if (dt__conn_peer(c) == 0 && n->elastic && n->have_table &&
+	    n->role == DT_ROLE_WORKER)
+		return 1;
+	dt__log(0,
+	        "dropping %s: %s outside an elastic job's worker, or not "
+	        "from the scheduler",
+	        dt__conn_addr(c), what);
+	dt__van_close(n->van, c);
+	return 0;
+}
+
+void
+dt__elastic_member_on_grow(dt_node *n, dt_conn *c, const dt_msg *m)
+{
+	if (!from_scheduler(n, c, "GROW"))
+		return;
+	pthread_mutex_lock(&n->mu);
+	n->el_waiting = (int)DT_MIN(m->hdr.arg0, (uint64_t)n->el_max);
+	pthread_mutex_unlock(&n->mu);
+	DT_LOG(1, "%d workers wait to join", (int)m->hdr.arg0);
+}
+
+void
+dt__elastic_member_on_update(dt_node *n, dt_conn *c, const dt_msg *m)
+{
+	dt__msg_add_node a;
+	uint64_t id = m->hdr.key;
+	dt_node_entry *e;
+
+	if (!from_scheduler(n, c, "NODE_UPDATE"))
+		return;
+	if (id <= (uint64_t)n->num_servers || id >= (uint64_t)n->ntable ||
+	    id == (uint64_t)n->id ||
+	    dt__msg_add_node_decode(m->meta, m->hdr.meta_len, &a) ||
+	    a.role != DT_ROLE_WORKER) {
+		dt__log(0, "ignoring a malformed NODE_UPDATE");
+		return;
+	}
+	/* Under mu: a dial to it reads the row after the MEMBERSHIP that
+	 * takes it in, which comes after this on the same connection. */
+	pthread_mutex_lock(&n->mu);
+	e = &n->table[id];
+	snprintf(e->host, DT_HOST_MAX, "%s", a.host);
+	e->port = a.port;
+	e->pid = a.pid;
+	snprintf(e->hostid, DT_HOSTID_MAX, "%s", a.hostid);
+	snprintf(e->local, DT_LOCAL_MAX, "%s", a.local);
+	pthread_mutex_unlock(&n->mu);
+	DT_LOG(1, "worker %d (node id %d, pid %d at %s:%d) joins the job",
+	       e->rank, (int)id, a.pid, a.host, a.port);
+}
+
+static int
+self_member(dt_node *n, const void *arg)
+{
+	(void)arg;
+	for (int i = 0; n->el_ids && i < n->el_n; i++)
+		if (n->el_ids[i] == n->id)
+			return 1;
+	return 0;
+}
+
+dt_err
+dt__elastic_joiner_ready(dt_node *n)
+{
+	dt_msg_hdr h = {.cmd = DT_CMD_BARRIER,
+	                .flags = DT_F_REQUEST,
+	                .arg0 = DT_GROUP_WORKERS};
+	dt_err err;
+
+	if ((err = dt__node_send(n, 0, &h, NULL, 0, NULL, 0)))
+		return err;
+	DT_LOG(1, "ready to join; waiting for the members' next commit");
+	err = dt__node_wait(n, self_member, NULL, dt__now_ns() + n->wait_ns,
+	                    "the members' next commit to take this worker in");
+	if (err == DT_ETIMEDOUT)
+		return dt__fail(err, "%s (DT_WAIT_TIMEOUT)", dt_errmsg());
+	return err;
 }
 
 void

@@ -112,7 +112,7 @@ hook_on_msg(void *arg, dt_conn *c, dt_msg *m)
 	dt_node *n = arg;
 	uint64_t bytes =
 	    DT_HDR_SIZE + (uint64_t)m->hdr.meta_len + m->hdr.payload_len;
-	int count = 1 + n->num_servers + n->num_workers;
+	int count = 1 + n->num_servers + dt__elastic_slots(n);
 	int from = dt__conn_peer(c);
 
 	if (m->hdr.cmd == DT_CMD_HEARTBEAT || m->hdr.cmd == DT_CMD_BYE) {
@@ -386,13 +386,6 @@ dt_node_start(const dt_node_config *cfg, dt_node **out)
 	pthread_cond_init(&n->cv, NULL);
 	uint64_t t_start = dt__now_ns();
 	n->start_ns = t_start;
-	n->ctr =
-	    dt__calloc(1 + (size_t)cfg->num_servers + (size_t)cfg->num_workers,
-	               sizeof(*n->ctr));
-	if (n->ctr == NULL) {
-		free(n);
-		return DT_ENOMEM;
-	}
 	if (cfg->verbose > dt__verbose)
 		dt__verbose = cfg->verbose;
 	dt__log_set_name(cfg->role == DT_ROLE_SCHEDULER
@@ -431,6 +424,15 @@ dt_node_start(const dt_node_config *cfg, dt_node **out)
 		    (err = dt__watch_stats_config(&n->stats_interval_ns)) ||
 		    (err = dt__link_config(n)) || (err = dt__elastic_config(n)))
 			goto fail;
+	}
+	/* Counters by node id, sized once the job's bound on workers is
+	 * known (an elastic job's rows for those that may join). */
+	n->ctr = dt__calloc(1 + (size_t)cfg->num_servers +
+	                        (size_t)dt__elastic_slots(n),
+	                    sizeof(*n->ctr));
+	if (n->ctr == NULL) {
+		err = DT_ENOMEM;
+		goto fail;
 	}
 
 	if (cfg->role == DT_ROLE_SCHEDULER) {

@@ -58,8 +58,18 @@ parse_table(dt_node *n, const dt_msg *m)
 	if ((err = dt__msg_node_table_decode(m->meta, m->hdr.meta_len, &id, &ns,
 	                                     &nw, &t)))
 		return err;
-	if (ns != n->cfg.num_servers || nw != n->cfg.num_workers) {
+	/* (an elastic job's table has a row for every worker it may grow
+	 * to, DTRAIN_ELASTIC_MAX) */
+	if (ns != n->cfg.num_servers || nw != dt__elastic_slots(n)) {
 		free(t);
+		if (n->elastic)
+			return dt__fail(
+			    DT_ECONFIG,
+			    "the scheduler runs a job of %d servers "
+			    "and room for %d workers, but this node "
+			    "was started with DMLC_NUM_SERVER=%d "
+			    "DTRAIN_ELASTIC_MAX=%d",
+			    ns, nw, n->cfg.num_servers, dt__elastic_slots(n));
 		return dt__fail(DT_ECONFIG,
 		                "the scheduler runs a job of %d servers and %d "
 		                "workers, but this node was started with "
@@ -88,7 +98,6 @@ parse_table(dt_node *n, const dt_msg *m)
 	n->table = t;
 	n->ntable = count;
 	n->num_servers = ns;
-	n->num_workers = nw;
 	n->id = id;
 	n->rank = t[id].rank;
 	pthread_mutex_unlock(&n->mu);
@@ -105,6 +114,9 @@ dt__member_on_msg(dt_node *n, dt_conn *c, dt_msg *m)
 	case DT_CMD_MEMBERSHIP:
 		dt__elastic_member_on_msg(n, c, m);
 		return;
+	case DT_CMD_GROW:
+		dt__elastic_member_on_grow(n, c, m);
+		return;
 	case DT_CMD_NODE_TABLE:
 		if (n->have_table || dt__conn_peer(c) != 0) {
 			dt__van_close(n->van, c);
@@ -120,6 +132,8 @@ dt__member_on_msg(dt_node *n, dt_conn *c, dt_msg *m)
 		/* arg2: this process takes a lost node's place (recovery) */
 		n->gen = m->hdr.arg2;
 		n->rejoined = m->hdr.arg2 != 0;
+		/* arg1: this worker joins a running elastic job */
+		n->el_joiner = n->elastic && m->hdr.arg1 == 1;
 		if ((err = dt__link_create(n)) != DT_OK ||
 		    (err = dt__reach_create(n)) != DT_OK) {
 			dt__node_set_fatal(
@@ -236,6 +250,10 @@ dt__member_on_msg(dt_node *n, dt_conn *c, dt_msg *m)
 		dt__msg_add_node a;
 		uint64_t id = m->hdr.key;
 
+		if (n->elastic) { /* a worker joins the running job */
+			dt__elastic_member_on_update(n, c, m);
+			return;
+		}
 		if (dt__conn_peer(c) != 0 || !n->recover)
 			return;
 		if (id == 0 || id >= (uint64_t)n->ntable ||
@@ -340,6 +358,13 @@ dt__node_barrier_status(dt_node *n, int groups, dt_err mine, const char *msg)
 	if (n->role == DT_ROLE_SCHEDULER)
 		return dt__fail(DT_ENOTSUP,
 		                "the scheduler joins barriers by serving");
+	/* A worker joining a running elastic job meets the members at their
+	 * commit, not in their barriers: its first barrier over the workers
+	 * (its communicator listens) says it is ready, and ends once a
+	 * membership takes it in. */
+	if (n->el_joiner && groups == DT_GROUP_WORKERS &&
+	    !dt__elastic_member(n, n->id))
+		return dt__elastic_joiner_ready(n);
 	pthread_mutex_lock(&n->mu);
 	want = ++n->barrier_sent[groups];
 	pthread_mutex_unlock(&n->mu);
@@ -528,7 +553,8 @@ dt__member_start(dt_node *n)
 		return err;
 	DT_LOG(1, "%s is connected to its peers", dt__log_name());
 	/* (the others passed the start-up barrier long ago) */
-	if (!n->rejoined && (err = dt_node_barrier(n, DT_GROUP_ALL)))
+	if (!n->rejoined && !n->el_joiner &&
+	    (err = dt_node_barrier(n, DT_GROUP_ALL)))
 		return err;
 	DT_LOG(1, "%s is ready", dt__log_name());
 	return DT_OK;

@@ -59,7 +59,8 @@ dt_err dt__msg_node_table_decode(const void *meta, size_t len, int *id,
 /*
  * MEMBERSHIP (elastic jobs): the node ids of the live workers, ascending,
  * as u32 each; the epoch and the cause ride in the header. The decoder
- * takes at most max_ids ids (the job's worker count) into ids and refuses
+ * takes at most max_ids ids (the job's worker rows, DTRAIN_ELASTIC_MAX)
+ * into ids and refuses
  * an empty list, one out of order or repeated, or an id outside
  * [first_id, first_id + max_ids).
  */

@@ -51,7 +51,10 @@ struct dt_node {
 	char hostid[DT_HOSTID_MAX]; /* this host (dt__host_id) */
 	char local[DT_LOCAL_MAX];   /* shared-memory endpoint, "" if none */
 
-	dt_node_entry *table; /* by id, 1 + S + W entries */
+	/* By id, 1 + S + W entries; an elastic job's has a row for every
+	 * worker up to DTRAIN_ELASTIC_MAX (elastic.c: dt__elastic_slots),
+	 * the rows of workers that join filled in (mu) when they do. */
+	dt_node_entry *table;
 	int ntable;
 	uint64_t wait_ns; /* DT_WAIT_TIMEOUT: a worker's wait for peers */
 	dt_conn **peers;  /* by id; peers[0] is the scheduler */
@@ -121,6 +124,11 @@ struct dt_node {
 	int *el_ids;
 	int el_n;
 	int el_gone;
+	/* Growing: this process joined the running job (its NODE_TABLE said
+	 * so; set before have_table), and (mu) how many started workers the
+	 * scheduler says wait to join at the members' next commit (GROW). */
+	int el_joiner;
+	int el_waiting;
 
 	/* Observability (report.c): frame counters by node id (1 + S + W,
 	 * from the start; relaxed atomics), whether this node owns the
@@ -322,6 +330,10 @@ void dt__sched_free(dt_node *n);
 dt_err dt__elastic_config(dt_node *n);
 /* (mu held) The live workers now: el_n, or every worker. */
 int dt__elastic_live(dt_node *n);
+/* The worker ids an elastic job's tables hold room for: DTRAIN_ELASTIC_MAX
+ * (workers that join later take the ids after the first W), else W. Every
+ * array by node id is 1 + S + this long. */
+int dt__elastic_slots(const dt_node *n);
 /* Whether worker id is in the membership this node knows (mu not held);
  * 1 outside an elastic job. */
 int dt__elastic_member(dt_node *n, int id);
@@ -331,6 +343,14 @@ int dt__elastic_member(dt_node *n, int id);
 int dt__elastic_sched_remove(dt_node *n, int peer, const char *why, int lost);
 /* Member: a MEMBERSHIP from the scheduler. */
 void dt__elastic_member_on_msg(dt_node *n, dt_conn *c, const dt_msg *m);
+/* Member: a GROW from the scheduler (how many workers wait to join), or
+ * a NODE_UPDATE naming a worker that joins (its address). */
+void dt__elastic_member_on_grow(dt_node *n, dt_conn *c, const dt_msg *m);
+void dt__elastic_member_on_update(dt_node *n, dt_conn *c, const dt_msg *m);
+/* A worker that joined a running job, not yet in the membership: its
+ * barrier over the workers says it is ready (its communicator listens)
+ * and waits until a membership takes it in. */
+dt_err dt__elastic_joiner_ready(dt_node *n);
 void dt__elastic_free(dt_node *n);
 
 /* Observability (report.c; the design is at its top). */

@@ -60,6 +60,17 @@ struct dt_sched {
 	 * enough. Never sent to anyone. */
 	char (*token)[DT_NODE_TOKEN_MAX];
 	int aborting; /* (n->mu) abort_job has begun */
+	/* Elastic jobs that grow (elastic.c): the workers counted at the
+	 * end (the first W and every one the membership took in since), the
+	 * next worker id never given, and by id a worker that joined the
+	 * running job but is not a member yet: 1 admitted, 2 ready (its
+	 * communicator listens). grow_want: workers the members' rank 0
+	 * asked for at a commit and not given yet; grow_exact: wait until
+	 * that many are ready (a schedule's replay). */
+	int workers_total;
+	int next_worker;
+	uint8_t *joining;
+	int grow_want, grow_exact;
 };
 
 /* Release barrier mask's round if every member has arrived (mu not
@@ -81,9 +92,18 @@ void dt__sched_refuse_overdue(dt_node *n);
 int dt__sched_held_overdue(dt_node *n);
 
 /* elastic.c. A worker asks to join an elastic job that is running (mu
- * not held): refused (ABORT, then closed) with the reason - the job has
- * DTRAIN_ELASTIC_MAX workers already, or growing a running job is not
- * done yet. */
+ * not held): given the lowest worker id never used, its table, and every
+ * member its address (NODE_UPDATE); it waits for the members' next commit
+ * to take it in. Refused (ABORT, then closed) when the job has
+ * DTRAIN_ELASTIC_MAX workers, or every id up to it was used. */
 void dt__elastic_sched_join(dt_node *n, dt_conn *c, const joiner *j);
+/* (mu not held) Whether worker peer joined and waits to be taken in. */
+int dt__elastic_sched_joining(dt_node *n, int peer);
+/* A joining worker's BARRIER: it is ready; a member's GROW: take the
+ * ready ones in (elastic.c). */
+void dt__elastic_sched_ready(dt_node *n, int peer);
+void dt__elastic_sched_grow(dt_node *n, int peer, const dt_msg *m);
+/* The job ends: refuse the workers still waiting to join. */
+void dt__elastic_sched_end(dt_node *n);
 
 #endif

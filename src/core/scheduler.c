@@ -174,6 +174,23 @@ on_add_node(dt_node *n, dt_conn *c, dt_msg *m)
 	    room = j.role == DT_ROLE_SERVER ? n->num_servers : n->num_workers;
 	for (int i = 0; i < s->nj; i++)
 		have += s->j[i].role == j.role;
+	/* An elastic job's worker beyond the first W, started before the job
+	 * is: it joins the running job once it runs (dt__sched_start). */
+	if (n->elastic && j.role == DT_ROLE_WORKER && have >= room &&
+	    !s->assigned &&
+	    s->nheld < 1 + n->num_servers + dt__elastic_slots(n)) {
+		joiner *h = &s->held[s->nheld++];
+
+		*h = j;
+		h->until = UINT64_MAX;
+		pthread_mutex_unlock(&n->mu);
+		dt__conn_vouch(c);
+		DT_LOG(1,
+		       "a worker at %s:%d (pid %d) beyond the job's %d waits "
+		       "for it to start, to join it",
+		       j.host, j.port, j.pid, n->num_workers);
+		return;
+	}
 	if (have >= room || s->assigned) {
 		pthread_mutex_unlock(&n->mu);
 		snprintf(reason, sizeof(reason),
@@ -217,6 +234,13 @@ on_barrier(dt_node *n, dt_conn *c, dt_msg *m)
 		dt__van_close(n->van, c);
 		return;
 	}
+	/* A worker joining the running elastic job is in no round: its
+	 * barrier says it is ready to be taken in. */
+	if (n->elastic && dt__elastic_sched_joining(n, peer)) {
+		if (mask == DT_GROUP_WORKERS)
+			dt__elastic_sched_ready(n, peer);
+		return;
+	}
 	pthread_mutex_lock(&n->mu);
 	if (m->hdr.key != 0 && s->round_err[mask] == 0) {
 		char text[256], name[64];
@@ -237,16 +261,13 @@ on_barrier(dt_node *n, dt_conn *c, dt_msg *m)
 	dt__sched_barrier_recheck(n, mask);
 }
 
-/* Whether worker id was taken out of an elastic job's membership. */
+/* Whether worker id is outside an elastic job's membership: taken out,
+ * not taken in yet, or a row no worker has had. */
 static int
 left_elastic(dt_node *n, int id)
 {
-	int out;
-
-	pthread_mutex_lock(&n->mu);
-	out = n->table[id].role == DT_ROLE_WORKER && n->sched->left[id];
-	pthread_mutex_unlock(&n->mu);
-	return out;
+	return n->table[id].role == DT_ROLE_WORKER &&
+	       !dt__elastic_member(n, id);
 }
 
 void
@@ -310,9 +331,19 @@ dt__sched_on_msg(dt_node *n, dt_conn *c, dt_msg *m)
 	case DT_CMD_BARRIER:
 		on_barrier(n, c, m);
 		return;
+	case DT_CMD_GROW:
+		if (peer <= 0 || n->table[peer].role != DT_ROLE_WORKER)
+			break;
+		dt__elastic_sched_grow(n, peer, m);
+		return;
 	case DT_CMD_WORKER_DONE:
 		if (peer <= 0 || n->table[peer].role != DT_ROLE_WORKER)
 			break;
+		/* (a worker that joined but was never taken in: not one the
+		 * end waits for) */
+		if (n->elastic && dt__elastic_sched_joining(n, peer) &&
+		    dt__elastic_sched_remove(n, peer, "it stopped", 0))
+			return;
 		/* arg0 1: it leaves an elastic job that goes on */
 		if (m->hdr.arg0 == 1 &&
 		    dt__elastic_sched_remove(n, peer, "its schedule", 0))
@@ -326,7 +357,7 @@ dt__sched_on_msg(dt_node *n, dt_conn *c, dt_msg *m)
 		pthread_mutex_unlock(&n->mu);
 		DT_LOG(1, "%s is done (%d of %d workers)",
 		       dt__node_name(n, peer, name, sizeof(name)),
-		       s->workers_done, n->num_workers);
+		       s->workers_done, s->workers_total);
 		return;
 	case DT_CMD_TEXT:
 		if (peer <= 0) /* only from a node that joined */
@@ -535,7 +566,8 @@ send_tables(dt_node *n)
 	/* Every node's table is the same but for its id, the first field:
 	 * encoded once, the id written in for each. */
 	dt__wbuf_init(&w);
-	if ((err = dt__msg_node_table_encode(0, n->num_servers, n->num_workers,
+	if ((err = dt__msg_node_table_encode(0, n->num_servers,
+	                                     n->ntable - 1 - n->num_servers,
 	                                     n->table, &w)))
 		goto fail;
 	if (w.len > DT_MAX_META) {
@@ -546,7 +578,8 @@ send_tables(dt_node *n)
 		               n->ntable, w.len, DT_MAX_META);
 		goto fail;
 	}
-	for (int id = 1; id < n->ntable && !err; id++) {
+	for (int id = 1; id < 1 + n->num_servers + n->num_workers && !err;
+	     id++) {
 		dt_msg_hdr h = {.cmd = DT_CMD_NODE_TABLE,
 		                .flags = DT_F_RESPONSE};
 
@@ -590,8 +623,8 @@ static int
 workers_gone(dt_node *n, const void *arg)
 {
 	(void)arg;
-	return n->sched->workers_done == n->num_workers || late_node(n) ||
-	       dt__sched_held_overdue(n);
+	return n->sched->workers_done == n->sched->workers_total ||
+	       late_node(n) || dt__sched_held_overdue(n);
 }
 
 /* The end: every server left, and with PS_RESEND every worker's link
@@ -614,12 +647,15 @@ dt_err
 dt__sched_create(dt_node *n)
 {
 	dt_sched *s;
-	int count = 1 + n->num_servers + n->num_workers;
+	/* (an elastic job: a row for every worker it may grow to) */
+	int count = 1 + n->num_servers + dt__elastic_slots(n);
 
 	s = dt__calloc(1, sizeof(*s));
 	if (s == NULL)
 		return DT_ENOMEM;
 	s->expected = n->num_servers + n->num_workers;
+	s->workers_total = n->num_workers;
+	s->next_worker = 1 + n->num_servers + n->num_workers;
 	s->j = dt__calloc((size_t)s->expected, sizeof(joiner));
 	s->left = dt__calloc((size_t)count, sizeof(int));
 	s->down_ns = dt__calloc((size_t)count, sizeof(uint64_t));
@@ -627,7 +663,8 @@ dt__sched_create(dt_node *n)
 	s->held = dt__calloc((size_t)count, sizeof(joiner));
 	s->token = dt__calloc((size_t)count, sizeof(*s->token));
 	if (n->elastic &&
-	    (s->in_round = dt__calloc(8 * (size_t)count, 1)) == NULL)
+	    ((s->in_round = dt__calloc(8 * (size_t)count, 1)) == NULL ||
+	     (s->joining = dt__calloc((size_t)count, 1)) == NULL))
 		return DT_ENOMEM;
 	n->table = dt__calloc((size_t)count, sizeof(dt_node_entry));
 	n->peers = dt__calloc((size_t)count, sizeof(dt_conn *));
@@ -638,6 +675,29 @@ dt__sched_create(dt_node *n)
 	return DT_OK;
 }
 
+/* The workers held for an elastic job to start join it now, in the order
+ * they came. */
+static void
+admit_early(dt_node *n)
+{
+	dt_sched *s = n->sched;
+	joiner j;
+
+	for (;;) {
+		pthread_mutex_lock(&n->mu);
+		if (s->nheld == 0) {
+			pthread_mutex_unlock(&n->mu);
+			return;
+		}
+		j = s->held[0];
+		memmove(&s->held[0], &s->held[1],
+		        sizeof(joiner) * (size_t)(s->nheld - 1));
+		s->nheld--;
+		pthread_mutex_unlock(&n->mu);
+		dt__elastic_sched_join(n, j.conn, &j);
+	}
+}
+
 dt_err
 dt__sched_start(dt_node *n)
 {
@@ -645,6 +705,7 @@ dt__sched_start(dt_node *n)
 	long join_s;
 	dt_err err;
 	int count = 1 + n->num_servers + n->num_workers;
+	int slots = 1 + n->num_servers + dt__elastic_slots(n);
 
 	uint64_t t_join = dt__now_ns();
 
@@ -679,7 +740,13 @@ dt__sched_start(dt_node *n)
 	qsort(s->j, (size_t)s->nj, sizeof(joiner), cmp_joiner);
 	assign_role(s->j, s->nj, DT_ROLE_SERVER, n->num_servers);
 	assign_role(s->j, s->nj, DT_ROLE_WORKER, n->num_workers);
-	n->ntable = count;
+	n->ntable = slots;
+	/* The rows of workers that may join an elastic job later: a rank
+	 * and no address until one does. */
+	for (int id = count; id < slots; id++)
+		n->table[id] = (dt_node_entry){.role = DT_ROLE_WORKER,
+		                               .rank = id - 1 - n->num_servers,
+		                               .id = id};
 	n->table[0] = (dt_node_entry){.role = DT_ROLE_SCHEDULER,
 	                              .rank = 0,
 	                              .id = 0,
@@ -734,6 +801,8 @@ dt__sched_start(dt_node *n)
 	if (err)
 		return err;
 	DT_LOG(1, "all %d nodes are ready", count);
+	if (n->elastic)
+		admit_early(n);
 	dt__report_sched_event(n, DT_EV_BOOTSTRAP, DT_TID_MAIN, t_join, 0);
 	return DT_OK;
 }
@@ -754,7 +823,7 @@ dt__sched_serve(dt_node *n)
 		dt__sched_refuse_overdue(n);
 		pthread_mutex_lock(&n->mu);
 		late = late_node(n);
-		int done = s->workers_done == n->num_workers;
+		int done = s->workers_done == s->workers_total;
 		pthread_mutex_unlock(&n->mu);
 		if (late || done)
 			break;
@@ -772,10 +841,11 @@ dt__sched_serve(dt_node *n)
 		abort_job(n, reason);
 		return dt__fail(DT_EPEER, "%s", reason);
 	}
-	DT_LOG(1, "all %d workers are done; ending the job", n->num_workers);
+	DT_LOG(1, "all %d workers are done; ending the job", s->workers_total);
 	pthread_mutex_lock(&n->mu);
 	s->ending = 1;
 	pthread_mutex_unlock(&n->mu);
+	dt__elastic_sched_end(n);
 	for (int r = 0; r < n->num_servers; r++) {
 		dt_msg_hdr h = {.cmd = DT_CMD_TERMINATE};
 		dt__node_send(n, dt__node_server_id(n, r), &h, NULL, 0, NULL,
@@ -814,6 +884,7 @@ dt__sched_free(dt_node *n)
 	free(n->sched->held);
 	free(n->sched->token);
 	free(n->sched->in_round);
+	free(n->sched->joining);
 	free(n->sched);
 	n->sched = NULL;
 }

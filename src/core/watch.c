@@ -338,7 +338,7 @@ dt__watch_start(dt_node *n)
 	if ((w = dt__calloc(1, sizeof(*w))) == NULL)
 		return DT_ENOMEM;
 	w->n = n;
-	w->cap = 1 + n->num_servers + n->num_workers;
+	w->cap = 1 + n->num_servers + dt__elastic_slots(n);
 	if ((w->cs = dt__calloc((size_t)w->cap, sizeof(*w->cs))) == NULL ||
 	    (w->lost_at = dt__calloc((size_t)w->cap, sizeof(uint64_t))) ==
 	        NULL) {

@@ -42,6 +42,7 @@
 	X(REPORT, 15, "node -> scheduler, at its stop")                        \
 	X(CLOCK, 16, "node -> scheduler, and back")                            \
 	X(MEMBERSHIP, 17, "scheduler -> worker (elastic)")                     \
+	X(GROW, 18, "scheduler <-> worker (elastic)")                          \
 	/* KVStore (kv/). */                                                   \
 	X(KV_CONFIG, 32, "worker 0 -> server")                                 \
 	X(KV_SET_OPT, 33, "worker 0 -> server")                                \

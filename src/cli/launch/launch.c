@@ -155,12 +155,19 @@ run_job(const struct opts *o, const struct hosts *h, struct ctx *c)
 		goto out;
 	}
 	raise_nofile(&r,
-	             n + (size_t)(o->workers + o->servers + 2 * o->restart));
+	             n + (size_t)(o->workers + o->servers + 2 * o->restart) +
+	                 DISCOVER_ROOM(o));
 	r.restart_max = o->restart;
 	r.elastic_min = elastic_min(o);
-	r.spare = (size_t)(2 * o->restart);
+	r.spare = (size_t)(2 * o->restart) + DISCOVER_ROOM(o);
+	if ((err = discover_create(&r, o, n + r.spare))) {
+		say("%s", dt_errmsg());
+		rc = RC_FAIL;
+		goto out;
+	}
 	rc = run_procs(&r, p, n);
-	n = r.n; /* (with the restarted ones) */
+	n = r.n; /* (with the restarted and discovered ones) */
+	discover_free(&r);
 	r.restart_max = 0;
 	r.spare = 0;
 	if (rc != 0)

@@ -95,6 +95,7 @@ struct opts {
 	long restart; /* --restart: new processes per role for lost ones */
 	/* --min-workers / --max-workers: an elastic job (0: not set) */
 	long min_workers, max_workers;
+	const char *discovery; /* --host-discovery-script, or NULL */
 	int verbose, dry_run, no_scheduler, help;
 	char **cmd; /* the worker command, NULL-terminated */
 	int ncmd;
@@ -329,6 +330,8 @@ struct run {
 	 * it while at least elastic_min workers run (0: not elastic). */
 	long elastic_min;
 	long elastic_lost; /* workers it went on without */
+	/* --host-discovery-script (discover.c), NULL without. */
+	struct dl_discover *disc;
 	size_t spare;
 	int rc;
 	char reason[256];
@@ -347,6 +350,20 @@ void raise_nofile(struct run *r, size_t nprocs);
 void stream_feed(struct proc *p, struct stream *st, const char *data, size_t n);
 void stream_close(struct proc *p, struct stream *st);
 int stream_read(struct proc *p, struct stream *st);
+
+/* discover.c: --host-discovery-script. The script runs every
+ * DISCOVER_INTERVAL_S seconds from the supervising loop's timers
+ * (discover_tick; discover_next: when, 0 for never); nprocs: the room of
+ * r->p, whose spare slots take the workers it starts. */
+#define DISCOVER_INTERVAL_S 2
+/* The room the plan keeps for the workers it may start (a new one for
+ * each failed one too, until the hosts are blacklisted). */
+#define DISCOVER_ROOM(o) ((o)->discovery ? (size_t)(4 * (o)->max_workers) : 0)
+struct dl_discover;
+dt_err discover_create(struct run *r, const struct opts *o, size_t nprocs);
+void discover_tick(struct run *r, uint64_t now);
+uint64_t discover_next(const struct run *r);
+void discover_free(struct run *r);
 
 /* supervise.c: start p[0..n) and supervise them to the end; the exit
  * status for this set of processes (r->reason says why it failed). */

@@ -61,6 +61,12 @@ usage(FILE *f)
 	    "                           which goes on while A remain "
 	    "(-s 0 only)\n"
 	    "      --max-workers B      its largest size (default -n)\n"
+	    "      --host-discovery-script S  elastic, local launcher: run "
+	    "S every\n"
+	    "                           2 s; it prints host:slots lines; keep "
+	    "a worker\n"
+	    "                           per slot (up to B), stop those of "
+	    "hosts gone\n"
 	    "      --restart N          start a new process in the place of "
 	    "a\n"
 	    "                           server or worker that dies, up to N "
@@ -301,6 +307,12 @@ parse_opts(int argc, char **argv, struct opts *o)
 			    (err = dt__parse_long(name, val, 1, 1L << 20,
 			                          &o->max_workers)))
 				return err;
+		} else if ((m = opt_value(argc, argv, &i, NULL,
+		                          "--host-discovery-script", &val,
+		                          &err)) != 0) {
+			if (m < 0)
+				return err;
+			o->discovery = val;
 		} else if ((m = opt_value(argc, argv, &i, NULL, "--restart",
 		                          &val, &err)) != 0) {
 			if (m < 0 || (err = dt__parse_long(name, val, 0, 100,
@@ -422,6 +434,14 @@ elastic_opts(struct opts *o)
 {
 	dt_err err;
 
+	if (o->discovery && !o->min_workers && !o->max_workers)
+		return dt__fail(DT_EINVAL,
+		                "--host-discovery-script: for an elastic job "
+		                "(--min-workers / --max-workers)");
+	if (o->discovery && o->be != &dl_local)
+		return dt__fail(DT_EINVAL,
+		                "--host-discovery-script works with the local "
+		                "launcher only (--launcher local)");
 	if (!o->min_workers && !o->max_workers)
 		return DT_OK;
 	if (o->restart)

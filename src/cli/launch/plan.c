@@ -242,7 +242,8 @@ build_plan(const struct opts *o, const struct hosts *h, const struct ctx *c,
 	struct plan pl = {.o = o, .h = h, .c = c};
 	dt_err err = DT_OK;
 
-	pl.max = (size_t)(1 + o->servers + o->workers + 2 * o->restart);
+	pl.max = (size_t)(1 + o->servers + o->workers + 2 * o->restart) +
+	         DISCOVER_ROOM(o);
 	if ((pl.p = calloc(pl.max, sizeof(*pl.p))) == NULL)
 		return dt__fail(DT_ENOMEM, "out of memory");
 	if (!o->no_scheduler)

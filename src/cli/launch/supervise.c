@@ -428,6 +428,7 @@ on_timers(struct run *r, uint64_t now)
 
 	if (!r->stopping && r->blame_at && now >= r->blame_at)
 		blame(r);
+	discover_tick(r, now);
 	if (!r->stopping && r->deadline && now >= r->deadline) {
 		say("the job did not finish within --timeout %ld s; stopping "
 		    "it",
@@ -523,9 +524,10 @@ supervise(struct run *r)
 			}
 		}
 		if (!r->stopping)
-			next =
+			next = min_deadline(
 			    min_deadline(min_deadline(r->deadline, r->grace_at),
-			                 r->blame_at);
+			                 r->blame_at),
+			    discover_next(r));
 		else if (!r->killed)
 			next = min_deadline(r->kill_at, r->session_term_at);
 		next = min_deadline(next, drain_at);
