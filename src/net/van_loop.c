@@ -372,8 +372,8 @@ dt__van_wait_configure(void)
  * and the I/O thread's hop costs one; where processors are free, the I/O
  * thread receives on one of them while the caller still works on
  * another, and that overlap was measured to win (a 2-rank 4 KiB
- * allreduce on 2 processors: 11.5 us per call through the I/O thread,
- * 30-47 us sleeping in epoll_wait; 4 ranks: 126 us and 95 us).
+ * allreduce on 2 processors: a median of 11.5 us per call through the
+ * I/O thread, 22-47 us sleeping in epoll_wait; 4 ranks: 126 us and 95 us).
  */
 static int
 wait_direct_now(void)
@@ -431,7 +431,6 @@ static int
 epoll_sleep(dt_van *v, dt_gen *g, uint64_t seen, uint64_t until_ns)
 {
 	uint64_t now = dt__now_ns(), end = now + EPOLL_SLEEP_NS;
-
 	int found = 0;
 
 	if (until_ns && until_ns < end)
