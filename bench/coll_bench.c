@@ -18,6 +18,8 @@
  * Options: --op allreduce|allgather|reduce_scatter|broadcast|all
  * (default allreduce), --min-bytes N, --max-bytes N, --iters N (default:
  * chosen per size), --json (one object per line, rank 0 only),
+ * --warmup-s S (default 0.3: seconds of calls before the first size; 0
+ * makes the number of calls exact, for counting events per call),
  * --compression fp16|2bit|1bit (the allreduce is then the distributed
  * optimizer's compressed average of the float32 buffer, in place, encoding
  * and decoding included; bytes and bandwidths stay those of the float32
@@ -62,6 +64,7 @@ main(int argc, char **argv)
 {
 	size_t min_bytes = 4096, max_bytes = 64u << 20;
 	int json = 0, iters_opt = 0, first_op = 0, last_op = 0;
+	double warmup_s = 0.3;
 	const char *comp = "none";
 	dt_coll *c;
 	dt_err err;
@@ -80,6 +83,8 @@ main(int argc, char **argv)
 			comp = argv[++i];
 		} else if (strcmp(argv[i], "--iters") == 0 && i + 1 < argc) {
 			iters_opt = atoi(argv[++i]);
+		} else if (strcmp(argv[i], "--warmup-s") == 0 && i + 1 < argc) {
+			warmup_s = atof(argv[++i]);
 		} else if (strcmp(argv[i], "--op") == 0 && i + 1 < argc) {
 			const char *o = argv[++i];
 			if (strcmp(o, "all") == 0) {
@@ -100,7 +105,7 @@ main(int argc, char **argv)
 			fprintf(stderr,
 			        "usage: coll_bench [--op NAME|all] [--json] "
 			        "[--min-bytes N] [--max-bytes N] [--iters N] "
-			        "[--compression C]\n");
+			        "[--warmup-s S] [--compression C]\n");
 			return 2;
 		}
 	}
@@ -126,13 +131,14 @@ main(int argc, char **argv)
 		       "# %-15s %12s %11s %11s %11s\n",
 		       n, comp, "op", "bytes", "time_us", "algbw_GB/s",
 		       "busbw_GB/s");
-	/* Warm up connections, caches and (virtual) CPUs for 0.3 s before
-	 * the first size; coll_bench_mpi does the same. The time is rank
-	 * 0's, shared so that every rank runs as many warm-up calls. */
+	/* Warm up connections, caches and (virtual) CPUs for 0.3 s (or
+	 * --warmup-s) before the first size; coll_bench_mpi does the same. The
+	 * time is rank 0's, shared so that every rank runs as many warm-up
+	 * calls. */
 	for (double until = 0;;) {
 		double now = dt__now_s();
 		if (rank == 0 && until == 0)
-			until = now + 0.3;
+			until = now + warmup_s;
 		double go = rank == 0 ? (now < until) : 0;
 		if ((err = dt_coll_broadcast(c, &go, 1, DT_FLOAT64, 0)))
 			goto fail;

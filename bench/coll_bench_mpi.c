@@ -38,6 +38,7 @@ main(int argc, char **argv)
 {
 	size_t min_bytes = 4096, max_bytes = 64u << 20;
 	int json = 0, iters_opt = 0, first_op = 0, last_op = 0, rank, n;
+	double warmup_s = 0.3;
 	const char *tag = "mpi";
 
 	MPI_Init(&argc, &argv);
@@ -56,6 +57,8 @@ main(int argc, char **argv)
 			max_bytes = strtoull(argv[++i], NULL, 0);
 		} else if (strcmp(argv[i], "--iters") == 0 && i + 1 < argc) {
 			iters_opt = atoi(argv[++i]);
+		} else if (strcmp(argv[i], "--warmup-s") == 0 && i + 1 < argc) {
+			warmup_s = atof(argv[++i]);
 		} else if (strcmp(argv[i], "--op") == 0 && i + 1 < argc) {
 			const char *o = argv[++i];
 			if (strcmp(o, "all") == 0) {
@@ -78,9 +81,9 @@ main(int argc, char **argv)
 		       "# %-15s %12s %11s %11s %11s\n",
 		       tag, n, "op", "bytes", "time_us", "algbw_GB/s",
 		       "busbw_GB/s");
-	/* Warm up connections, caches and (virtual) CPUs for 0.3 s before
-	 * the first size, as coll_bench does. */
-	for (double until = MPI_Wtime() + 0.3;;) {
+	/* Warm up connections, caches and (virtual) CPUs for 0.3 s (or
+	 * --warmup-s) before the first size, as coll_bench does. */
+	for (double until = MPI_Wtime() + warmup_s;;) {
 		int go = MPI_Wtime() < until;
 		MPI_Bcast(&go, 1, MPI_INT, 0, MPI_COMM_WORLD);
 		if (!go)

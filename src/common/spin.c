@@ -16,6 +16,7 @@ static atomic_int spin_us = DEFAULT_SPIN_US;
 static atomic_int spin_set;      /* DT_SPIN_US was given */
 static atomic_int spin_yield;    /* give the processor away at every round */
 static atomic_int busy_ours = 1; /* this job's busy processes on this host */
+static atomic_int oversub;       /* ... more than its processors */
 static _Atomic uint64_t load_read_ns; /* when the load was last read */
 static atomic_int contended;          /* others fill the processors */
 
@@ -40,6 +41,7 @@ dt__spin_fit(int busy_here)
 
 	if (busy_here > 0)
 		atomic_store(&busy_ours, busy_here);
+	atomic_store(&oversub, cpus >= 1 && busy_here > cpus);
 	if (atomic_load(&spin_set) || cpus < 1 || busy_here <= cpus)
 		return 0;
 	/* More busy processes than processors: a waiter that spins in
@@ -50,6 +52,12 @@ dt__spin_fit(int busy_here)
 	 * scheduled, without a wake-up. */
 	atomic_store(&spin_yield, 1);
 	return 1;
+}
+
+int
+dt__spin_oversubscribed(void)
+{
+	return atomic_load_explicit(&oversub, memory_order_relaxed);
 }
 
 uint64_t

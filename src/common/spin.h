@@ -49,6 +49,10 @@ int dt__spin_fit(int busy_here);
  * 0: only now and then. */
 int dt__spin_yields(void);
 
+/* 1 when the last dt__spin_fit found more busy processes of this job on
+ * this host than processors (whether or not DT_SPIN_US is set). */
+int dt__spin_oversubscribed(void);
+
 /*
  * Without DT_SPIN_US in the environment: 1 when other processes than this
  * job's busy ones on this host are runnable enough to fill every processor

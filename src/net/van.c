@@ -197,6 +197,8 @@ dt__van_create(const dt_van_hooks *hooks, dt_van **out)
 		return err;
 	if ((err = dt__spin_configure()))
 		return err;
+	if ((err = dt__van_wait_configure()))
+		return err;
 	if ((err = dt__auth_from_env(&auth)))
 		return err;
 	v = dt__calloc(1, sizeof(*v));

@@ -141,9 +141,13 @@ dt_err dt__van_send(dt_van *v, dt_conn *c, dt_msg_hdr *h, const void *meta,
  *
  * First, for up to DT_SPIN_US, the caller reads the network itself: it
  * handles whatever arrives (hooks still run in one thread at a time), so a
- * short answer costs no wake-up of the I/O thread or of the caller. The I/O
- * thread stands aside meanwhile and takes over again before the caller
- * sleeps. v may be NULL (a plain condition wait).
+ * short answer costs no wake-up of the I/O thread or of the caller. Then,
+ * with DT_WAIT_DIRECT (by default when the job oversubscribes the host),
+ * it sleeps in epoll_wait in the I/O thread's place for up to 20 ms, so
+ * that its answer wakes it directly; a broadcast of cv without a message
+ * is seen within 1 ms then. The I/O thread stands aside meanwhile and takes
+ * over again before the caller sleeps on cv. v may be NULL (a plain
+ * condition wait).
  */
 void dt__van_wait(dt_van *v, dt_gen *g, pthread_mutex_t *mu, pthread_cond_t *cv,
                   uint64_t until_ns);

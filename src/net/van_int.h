@@ -189,6 +189,10 @@ struct dt_van {
 	 * on park_cv, so the bytes the pollers read wake nobody. */
 	atomic_int pollers;
 	atomic_int sleepers;
+	/* Of the pollers, those asleep in epoll_wait in the I/O thread's
+	 * place (van_loop.c, epoll_sleep): a thread that handles events
+	 * meant for them kicks them through the eventfd. */
+	atomic_int epoll_sleepers;
 	atomic_uint_fast64_t linger_until;
 	pthread_mutex_t park_mu;
 	pthread_cond_t park_cv; /* CLOCK_MONOTONIC */
@@ -236,6 +240,8 @@ void van_conn_free(dt_conn *c);
 dt_err van_conn_add(dt_van *v, dt_conn *c);
 void van_conn_down(dt_van *v, dt_conn *c, dt_err why, const char *reason);
 void van_wake_io(dt_van *v);
+/* Read DT_WAIT_DIRECT (van_loop.c) for dt__van_wait. */
+dt_err dt__van_wait_configure(void);
 /* Size the listeners' queues to max_unvouched (before the I/O thread
  * runs: dt__van_guard, the listens). */
 void van_size_queues(dt_van *v);

@@ -8,6 +8,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <cmocka.h>
 
@@ -100,6 +101,25 @@ test_spin_contention(void **state)
 	assert_int_equal(dt__spin_judge(40, 1, -1), 0);
 }
 
+/* Waiters sleep in the I/O thread's place by default only when the job
+ * has more busy processes on the host than processors. */
+static void
+test_spin_oversubscribed(void **state)
+{
+	long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+
+	(void)state;
+	assert_true(cpus >= 1);
+	assert_int_equal(dt__spin_fit(1), 0);
+	assert_int_equal(dt__spin_oversubscribed(), 0);
+	assert_int_equal(dt__spin_fit((int)cpus), 0);
+	assert_int_equal(dt__spin_oversubscribed(), 0);
+	(void)dt__spin_fit((int)cpus + 1);
+	assert_int_equal(dt__spin_oversubscribed(), 1);
+	(void)dt__spin_fit(1);
+	assert_int_equal(dt__spin_oversubscribed(), 0);
+}
+
 int
 main(void)
 {
@@ -107,6 +127,7 @@ main(void)
 	    cmocka_unit_test(test_err_keep),
 	    cmocka_unit_test(test_shape_str),
 	    cmocka_unit_test(test_spin_contention),
+	    cmocka_unit_test(test_spin_oversubscribed),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

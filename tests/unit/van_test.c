@@ -92,6 +92,12 @@ typedef struct sink {
 	 * counts the messages that came to the gate. */
 	int gate;
 	int gated;
+	/* Bumped with every broadcast of cv, for dt__van_wait; by_waiter
+	 * counts the messages handled in the thread waiter (waiter_set). */
+	dt_gen gen;
+	pthread_t waiter;
+	int waiter_set;
+	int by_waiter;
 } sink;
 
 static void
@@ -162,6 +168,9 @@ on_msg(void *arg, dt_conn *c, dt_msg *m)
 	pthread_mutex_lock(&s->mu);
 	if (s->nrec < MAX_RECS)
 		s->recs[s->nrec++] = r;
+	if (s->waiter_set && pthread_equal(pthread_self(), s->waiter))
+		s->by_waiter++;
+	dt__gen_bump(&s->gen);
 	pthread_cond_broadcast(&s->cv);
 	pthread_mutex_unlock(&s->mu);
 }
@@ -620,6 +629,94 @@ test_echo(void **state)
 		assert_true(p.sb.recs[i].conn == p.cb);
 	}
 	pair_close(&p);
+}
+
+/*
+ * A caller that waits (dt__van_wait) with no spin (DT_SPIN_US=0): with
+ * DT_WAIT_DIRECT=1 it sleeps in epoll_wait itself and handles the echoes
+ * it waits for in its own thread; with 0 the I/O thread handles them all
+ * and wakes it. Either way every round trip completes, and a wake-up that
+ * comes with no message (another thread's broadcast) ends the wait at
+ * once, not at its deadline.
+ */
+static void
+bump_later(sink *s)
+{
+	pthread_mutex_lock(&s->mu);
+	dt__gen_bump(&s->gen);
+	pthread_cond_broadcast(&s->cv);
+	pthread_mutex_unlock(&s->mu);
+}
+
+static void *
+bump_main(void *arg)
+{
+	struct timespec ts = {0, 50 * 1000000L};
+
+	nanosleep(&ts, NULL); /* (the waiter is asleep by then, or not) */
+	bump_later(arg);
+	return NULL;
+}
+
+static void
+wait_round_trips(int direct)
+{
+	enum { ROUNDS = 200 };
+	uint8_t byte = 7;
+	pthread_t t;
+	pair p;
+
+	setenv("DT_SPIN_US", "0", 1);
+	setenv("DT_WAIT_DIRECT", direct ? "1" : "0", 1);
+	pair_open(&p, 0); /* (the vans read both at creation) */
+	unsetenv("DT_SPIN_US");
+	unsetenv("DT_WAIT_DIRECT");
+	p.sa.echo_van = p.a;
+	p.sb.waiter = pthread_self();
+	p.sb.waiter_set = 1;
+	pthread_mutex_lock(&p.sb.mu);
+	for (int i = 0; i < ROUNDS; i++) {
+		uint64_t until = dt__now_ns() + WAIT_MS * 1000000ull;
+
+		pthread_mutex_unlock(&p.sb.mu);
+		assert_int_equal(send_pieces(p.b, p.cb, DT_CMD_KV_FIRST + 1,
+		                             (uint64_t)i, 0, NULL, &byte, 1, 1),
+		                 DT_OK);
+		pthread_mutex_lock(&p.sb.mu);
+		while (p.sb.nrec <= i && dt__now_ns() < until)
+			dt__van_wait(p.b, &p.sb.gen, &p.sb.mu, &p.sb.cv, until);
+		assert_int_equal(p.sb.nrec, i + 1);
+	}
+	if (direct)
+		assert_true(p.sb.by_waiter > 0);
+	else
+		assert_int_equal(p.sb.by_waiter, 0);
+	fprintf(stderr,
+	        "DT_WAIT_DIRECT=%d: %d of %d echoes read by the waiter\n",
+	        direct, p.sb.by_waiter, ROUNDS);
+
+	/* A wake-up without a message. */
+	uint64_t seen = dt__gen_get(&p.sb.gen), t0 = dt__now_ns();
+	assert_int_equal(pthread_create(&t, NULL, bump_main, &p.sb), 0);
+	while (dt__gen_get(&p.sb.gen) == seen &&
+	       dt__now_ns() - t0 < WAIT_MS * 1000000ull)
+		dt__van_wait(p.b, &p.sb.gen, &p.sb.mu, &p.sb.cv,
+		             t0 + WAIT_MS * 1000000ull);
+	pthread_mutex_unlock(&p.sb.mu);
+	pthread_join(t, NULL);
+	assert_true(dt__gen_get(&p.sb.gen) != seen);
+	/* 50 ms of sleep and at most a few ms more; 5 s is a margin for a
+	 * loaded machine, far below the 30 s deadline. */
+	assert_true(dt__now_ns() - t0 < 5000000000ull);
+	pair_close(&p);
+}
+
+static void
+test_wait_direct(void **state)
+{
+	(void)state;
+	wait_round_trips(1);
+	wait_round_trips(0);
 }
 
 /*
@@ -2444,6 +2541,7 @@ main(void)
 	    T(test_stuck_queue_ends),
 	    T(test_bad_listen),
 	    T(test_auth_refusals),
+	    T(test_wait_direct),
 	    cmocka_unit_test_setup_teardown(test_sizes_in_order,
 	                                    setup_encrypted, teardown),
 	    cmocka_unit_test_setup_teardown(test_corked_in_order,
@@ -2479,6 +2577,7 @@ main(void)
 	    S(test_hook_never_waits),
 	    S(test_stuck_queue_ends),
 	    S(test_io_thread_no_segments),
+	    S(test_wait_direct),
 	    cmocka_unit_test_setup_teardown(test_echo, setup_shm_encrypted,
 	                                    teardown),
 	    cmocka_unit_test_setup_teardown(test_stream, setup_shm_encrypted,
