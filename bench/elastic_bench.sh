@@ -12,7 +12,14 @@
 #              membership: training goes on from there);
 #   redone     the steps trained since the last commit and trained again
 #              after the change (at most K);
-# then stops the job. Times are read from the job's output as it comes
+# then stops the job. A second job of N workers (--max-workers N+1) gets a
+# slot more from its --host-discovery-script once it has committed step
+# 2K, and the bench reports
+#   admit_s    from the launcher's start of the new worker to the members'
+#              word that it joined (it loads the data, dials, waits for
+#              their next commit, and gets their state);
+#   join_s     from its start to the first step committed with it.
+# Times are read from the job's output as it comes
 # (a line's time is when the bench read it), so they include the
 # output's way through the launcher: an upper bound.
 #
@@ -46,9 +53,9 @@ sizes = [int(s) for s in sys.argv[8:]]
 class Job:
     """A launch whose output lines are kept with the time each was read."""
 
-    def __init__(self, n, log):
+    def __init__(self, n, log, extra=()):
         args = [f"{build}/dtrain", "launch", "-v", "-n", str(n), "-s", "0",
-                "--min-workers", str(n - 1), "--",
+                "--min-workers", str(n - 1), *extra, "--",
                 f"{build}/examples/mnist", "--kvstore", "horovod",
                 "--optimizer", "sgd", "--lr", "0.05", "--elastic",
                 "--model", model, "--batch-size", str(batch),
@@ -104,6 +111,39 @@ class Job:
         self.log.close()
 
 
+def join_run(n, row):
+    """A worker added by the discovery script: from its start (the
+    launcher's line) to the members' word that it joined, and to the
+    first committed step after it."""
+    hosts = f"{out}/hosts_{n}"
+    with open(hosts, "w") as f:
+        f.write(f"a:{n}\n")
+    job = Job(n, f"{out}/grow_{n}.log",
+              ("--max-workers", str(n + 1),
+               "--host-discovery-script", f"cat {hosts}"))
+    try:
+        t, _ = job.wait_for(rf"committed step {2 * k}$", deadline=timeout)
+        if t is None:
+            row["join_error"] = f"step {2 * k} was not committed"
+            return
+        with open(hosts + ".new", "w") as f:
+            f.write(f"a:{n}\nb:1\n")
+        os.rename(hosts + ".new", hosts)
+        ts, _ = job.wait_for(r"host b has a free slot: started", deadline=60)
+        tj, _ = job.wait_for(rf"membership \d+ has {n + 1} workers",
+                             after=ts or 0, deadline=120)
+        if ts is None or tj is None:
+            row["join_error"] = "the new worker was not taken in"
+            return
+        tc, _ = job.wait_for(r"mnist: committed step \d+$", after=tj,
+                             deadline=120)
+        row["join_admitted_s"] = round(tj - ts, 4)
+        if tc is not None:
+            row["join_s"] = round(tc - ts, 4)
+    finally:
+        job.stop()
+
+
 rows = []
 for n in sizes:
     row = {"bench": "elastic", "workers": n, "model": model,
@@ -128,8 +168,8 @@ for n in sizes:
                              deadline=60)
         tr, mr = job.wait_for(r"mnist: committed step (\d+)$", after=t_kill,
                               deadline=120)
-        ts, ms = job.wait_for(r"mnist: step (\d+) is redone from the "
-                              r"commit of step (\d+)", after=t_kill,
+        ts, ms = job.wait_for(r"mnist: back to the commit of step \d+: "
+                              r"(\d+) steps to train again", after=t_kill,
                               deadline=1)
         if td is None or tr is None:
             row["error"] = "the survivors did not go on within 120 s"
@@ -138,20 +178,30 @@ for n in sizes:
         row["resume_s"] = round(tr - t_kill, 4)
         row["resumed_at_step"] = int(mr.group(1))
         if ms is not None:
-            row["redone"] = int(ms.group(1)) - int(ms.group(2))
+            row["redone"] = int(ms.group(1))
     except RuntimeError:
         pass
     finally:
         job.stop()
+    join_run(n, row)
     rows.append(row)
 
-print(f"{'workers':>7} {'detect_s':>9} {'resume_s':>9} {'at_step':>8} {'redone':>7}")
+def cell(r, name, fmt="{:.3f}"):
+    return fmt.format(r[name]) if name in r else "-"
+
+
+print(f"{'workers':>7} {'detect_s':>9} {'resume_s':>9} {'at_step':>8} "
+      f"{'redone':>7} {'admit_s':>8} {'join_s':>7}")
 for r in rows:
     if "error" in r:
         print(f"{r['workers']:>7} failed: {r['error']}")
-        continue
-    print(f"{r['workers']:>7} {r['detect_s']:>9.3f} {r['resume_s']:>9.3f} "
-          f"{r['resumed_at_step']:>8} {str(r.get('redone', '-')):>7}")
+    else:
+        print(f"{r['workers']:>7} {cell(r, 'detect_s'):>9} "
+              f"{cell(r, 'resume_s'):>9} {cell(r, 'resumed_at_step', '{}'):>8} "
+              f"{cell(r, 'redone', '{}'):>7} {cell(r, 'join_admitted_s'):>8} "
+              f"{cell(r, 'join_s'):>7}")
+    if "join_error" in r:
+        print(f"{r['workers']:>7} join failed: {r['join_error']}")
 with open(f"{out}/elastic_bench.jsonl", "w") as f:
     for r in rows:
         line = json.dumps(r)

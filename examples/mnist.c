@@ -803,14 +803,17 @@ run_elastic(const opts *o)
 	float *mom = NULL;
 	elastic_pos pos = {0};
 	dt_nn_optim_param p;
-	uint64_t step = 0;
+	uint64_t step = 0, was;
 	size_t np;
 	int rc = 1;
 	dt_err err;
 
-	if (dt_coll_init(&c) != DT_OK ||
-	    dt_data_load_mnist_dir(o->data, 1, &train) != DT_OK ||
-	    dt_data_load_mnist_dir(o->data, 0, &test) != DT_OK)
+	/* The data first: a worker that joins a running job is ready for
+	 * the members' next commit once it has joined the communicator, and
+	 * they wait for it there. */
+	if (dt_data_load_mnist_dir(o->data, 1, &train) != DT_OK ||
+	    dt_data_load_mnist_dir(o->data, 0, &test) != DT_OK ||
+	    dt_coll_init(&c) != DT_OK)
 		goto fail;
 	if (o->limit > 0 && (size_t)o->limit < train.n)
 		train.n = (size_t)o->limit;
@@ -890,8 +893,15 @@ run_elastic(const opts *o)
 		continue;
 	restore:
 		fprintf(stderr, "mnist: %s\n", dt_errmsg());
+		was = step;
 		if (dt_elastic_restore(e, &step) != DT_OK)
 			goto fail;
+		if (dt_coll_rank(c) == 0)
+			printf(
+			    "mnist: back to the commit of step %llu: %llu "
+			    "steps to train again\n",
+			    (unsigned long long)step,
+			    (unsigned long long)(was > step ? was - step : 0));
 	}
 	if (o->save && dt_coll_rank(c) == 0 &&
 	    dt_nn_params_save(r.m, o->save) != DT_OK)
