@@ -151,9 +151,10 @@ dt__coll_early_free(coll_early *e)
 	free(e);
 }
 
-/* Keep a message of an operation not started yet (mu held). */
+/* Keep a message of an operation not started yet, from rank peer, or
+ * from node id when peer is -1 (mu held). */
 static void
-early_add(dt_coll *c, int peer, const dt_msg *m)
+early_add(dt_coll *c, int peer, int id, const dt_msg *m)
 {
 	coll_early *e;
 	size_t len = m->payload ? (size_t)m->hdr.payload_len : 0;
@@ -178,6 +179,7 @@ early_add(dt_coll *c, int peer, const dt_msg *m)
 		return;
 	e->h = m->hdr;
 	e->peer = peer;
+	e->id = peer >= 0 ? dt__coll_peer_id(c, peer) : id;
 	dt__coll_meta md;
 	(void)dt__coll_meta_decode(m->meta, m->hdr.meta_len, m->hdr.cmd, &md);
 	e->has_sig = md.has_sig;
@@ -405,6 +407,30 @@ drain_early(dt_coll *c, coll_op *op)
 
 /* ---- node hooks (I/O thread) ---- */
 
+/* In an elastic job, a worker that joined sends to the members as soon as
+ * it has the new membership, which a member may not have taken yet: a
+ * collective message of a later membership from a worker that is no rank
+ * here yet waits in the early queue, under its node id, for the change
+ * (dt__coll_reform gives it its rank). Its node id, else -1 (mu held). */
+static int
+future_member(const dt_coll *c, dt_conn *conn, const dt_msg_hdr *h)
+{
+	int id = dt__conn_peer(conn);
+
+	if (!c->elastic || id < c->base_id || id >= c->base_id + c->nworkers ||
+	    id == dt__coll_peer_id(c, c->rank) ||
+	    (h->seq >> DT__COLL_EPOCH_SHIFT) <= c->epoch)
+		return -1;
+	switch (h->cmd) {
+	case DT_CMD_COLL_DATA:
+	case DT_CMD_COLL_FIN:
+	case DT_CMD_COLL_READY:
+	case DT_CMD_COLL_ABORT:
+		return id;
+	}
+	return -1;
+}
+
 static void *
 hook_payload_dest(void *arg, dt_node *n, dt_conn *conn, const dt_msg_hdr *h,
                   const uint8_t *meta)
@@ -420,6 +446,15 @@ hook_payload_dest(void *arg, dt_node *n, dt_conn *conn, const dt_msg_hdr *h,
 	if (peer >= 0 && h->cmd == DT_CMD_COLL_P2P) {
 		pthread_mutex_lock(&c->mu);
 		dest = dt__coll_p2p_dest(c, peer, h);
+		pthread_mutex_unlock(&c->mu);
+		return dest;
+	}
+	if (peer < 0 && h->cmd == DT_CMD_COLL_DATA) {
+		/* (into the connection buffer, kept by on_msg) */
+		pthread_mutex_lock(&c->mu);
+		if (future_member(c, conn, h) < 0 ||
+		    c->eq_bytes + h->payload_len > c->cfg.unexpected_max)
+			dest = DT_VAN_DISCARD;
 		pthread_mutex_unlock(&c->mu);
 		return dest;
 	}
@@ -458,8 +493,16 @@ hook_on_msg(void *arg, dt_node *n, dt_conn *conn, dt_msg *m)
 
 	(void)n;
 	if (peer < 0) {
-		dt__log(0, "dropping %s from %s: not a peer worker",
-		        dt__cmd_name(h->cmd), dt__conn_addr(conn));
+		int id;
+
+		pthread_mutex_lock(&c->mu);
+		id = future_member(c, conn, h);
+		if (id >= 0)
+			early_add(c, -1, id, m);
+		pthread_mutex_unlock(&c->mu);
+		if (id < 0)
+			dt__log(0, "dropping %s from %s: not a peer worker",
+			        dt__cmd_name(h->cmd), dt__conn_addr(conn));
 		return;
 	}
 	pthread_mutex_lock(&c->mu);
@@ -490,7 +533,7 @@ hook_on_msg(void *arg, dt_node *n, dt_conn *conn, dt_msg *m)
 		if (h->seq <= c->done_seq)
 			break;
 		if (op == NULL || op->seq != h->seq) {
-			early_add(c, peer, m);
+			early_add(c, peer, -1, m);
 			break;
 		}
 		(void)dt__coll_meta_decode(m->meta, h->meta_len, h->cmd, &md);
@@ -501,7 +544,7 @@ hook_on_msg(void *arg, dt_node *n, dt_conn *conn, dt_msg *m)
 		if (h->seq <= c->done_seq)
 			break;
 		if (op == NULL || op->seq != h->seq) {
-			early_add(c, peer, m);
+			early_add(c, peer, -1, m);
 			break;
 		}
 		dt__coll_algo_fin(c, op, peer);
@@ -510,7 +553,7 @@ hook_on_msg(void *arg, dt_node *n, dt_conn *conn, dt_msg *m)
 		if (h->seq <= c->done_seq)
 			break;
 		if (op == NULL || op->seq != h->seq) {
-			early_add(c, peer, m);
+			early_add(c, peer, -1, m);
 			break;
 		}
 		(void)dt__coll_meta_decode(m->meta, h->meta_len, h->cmd, &md);
@@ -520,7 +563,7 @@ hook_on_msg(void *arg, dt_node *n, dt_conn *conn, dt_msg *m)
 		if (h->seq <= c->done_seq)
 			break;
 		if (op == NULL || op->seq != h->seq) {
-			early_add(c, peer, m);
+			early_add(c, peer, -1, m);
 			break;
 		}
 		posted_abort(op, peer, (dt_err)h->arg2,

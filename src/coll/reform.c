@@ -145,7 +145,8 @@ set_ranks(dt_coll *c, const int *ids, int n, int rank)
 }
 
 /* (mu held) Early messages of the new epoch, sent by faster ranks, were
- * filed under their old ranks: give them their new ones. */
+ * filed under their old ranks (or, from a worker that joins, under no
+ * rank): give them their new ones, by node id. */
 static void
 remap_early(dt_coll *c, const int *ids, int n)
 {
@@ -153,9 +154,7 @@ remap_early(dt_coll *c, const int *ids, int n)
 
 	for (l = dt__list_first(&c->early); l; l = next) {
 		coll_early *e = DT_CONTAINER_OF(l, coll_early, link);
-		int id = e->peer >= 0 && e->peer < c->size ? c->ids[e->peer]
-		                                           : -1,
-		    to = -1;
+		int id = e->id, to = -1;
 
 		next = dt__list_next(&c->early, l);
 		for (int i = 0; i < n; i++)

@@ -151,7 +151,8 @@ uint32_t dt__coll_meta_encode(const dt__coll_sig *sig, int with_remote,
 typedef struct coll_early {
 	dt_lnode link; /* in c->early */
 	dt_msg_hdr h;
-	int peer;
+	int peer; /* its sender's rank (-1: not a member yet) */
+	int id;   /* its sender's node id */
 	dt__coll_sig sig;
 	int has_sig;
 	char *text;      /* ABORT reason */
