@@ -1,10 +1,13 @@
 """Horovod's DistributedOptimizer for dtrain.torch, in two flavours.
 
-Collective (the default): each parameter's gradient is hooked, and its
-allreduce starts in the background as soon as autograd has accumulated it
-(after backward_passes_per_step passes), so communication overlaps the rest
-of the backward pass; step() waits for every reduction, then runs the
-wrapped optimizer. The reductions are queued in the order the gradients
+Collective (the default): each parameter's gradient is hooked; once
+autograd has accumulated it (after backward_passes_per_step passes) it
+joins a bucket, and a full bucket - or the last one, when the last
+gradient arrives - starts in the background as one fused group, so
+communication overlaps the rest of the backward pass; step() waits for
+every reduction, then runs the wrapped optimizer. A model whose gradients
+fit in one bucket has them as views of one flat buffer, reduced by one
+call in step(). The reductions are queued in the order the gradients
 become ready, which is the same on every rank for the same model.
 
 Parameter server (kvstore='dist_sync' or 'dist_async'): each ready gradient
