@@ -299,6 +299,13 @@ def test_allreduce_group_async_holds_and_refuses_by_name():
         c.allreduce_group_async([torch.zeros(2)], 9)
     # a refused call lets go of what it had taken
     assert [sys.getrefcount(t) for t in ts] == before
+    # the library's refusal (a group is already open) comes with its
+    # message, and the call holds nothing afterwards either
+    c.group_start()
+    with pytest.raises(dtrain.WrongState, match="groups do not nest"):
+        c.allreduce_group_async(ts)
+    c.group_end()
+    assert [sys.getrefcount(t) for t in ts] == before
 
 
 def test_an_uncaught_exception_ends_the_job_at_once():
