@@ -16,11 +16,14 @@ run: a table, then one JSON object per line (as the other benches print).
      at the same moment; and build/bench/coll_bench's own figures for the
      same sizes, a separate job, for reference;
   3. LeNet training samples/s (examples/python/mnist_torch_hvd.py's model
-     and step, per worker) with DistributedOptimizer against the same loop
-     on torch.nn.parallel.DistributedDataParallel (gloo).
+     and step, per worker) with DistributedOptimizer (fused, the default,
+     and unfused) against the same loop on
+     torch.nn.parallel.DistributedDataParallel (gloo), in turns in one
+     job: --steps turns of one step of each, the median step's figure.
 
     PYTHONPATH=build/python python3 bench/py_bench.py [--ranks 2,4]
-        [--max-mib 64] [--steps 60] [--rounds 7] [--no-train]
+        [--max-mib 64] [--steps 301] [--rounds 7] [--no-train]
+        [--no-allreduce]
 
 The load average at the start and the end is printed with the table: on
 a machine with more runnable processes than cores, a small allreduce
@@ -147,43 +150,64 @@ def worker_allreduce(max_mib, rounds):
     dist.destroy_process_group()
 
 
-def worker_train(impl, steps):
+def worker_train(steps):
+    """LeNet's step three ways in the same processes, one step of each in
+    turn: DistributedOptimizer as it is by default (the gradients in one
+    flat buffer, reduced by one call), with fusion_bytes=0 (one
+    allreduce per gradient, started from its hook), and
+    DistributedDataParallel on the gloo group set up beside dtrain. On a
+    machine whose load changes from one second to the next, turns of one
+    step weigh on the three alike (turns of 20 steps gave ratios that
+    moved by 40% from run to run). Each model starts from the same
+    weights; a figure is the median step's."""
     import torch
     import torch.nn.functional as F
+    import dtrain.torch as hvd
     sys.path.insert(0, os.path.join(SOURCE, "examples", "python"))
     from mnist_torch_hvd import LeNet
     torch.set_num_threads(1)
-    torch.manual_seed(1)
-    model = LeNet()
-    opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
-    if impl == "dtrain":
-        import dtrain.torch as hvd
-        hvd.init()
-        rank, n, barrier = hvd.rank(), hvd.size(), hvd.barrier
+    hvd.init()
+    dist = gloo_beside(hvd)
+    rank, n = hvd.rank(), hvd.size()
+
+    def make(impl):
+        torch.manual_seed(1)
+        model = LeNet()
+        opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+        if impl == "torch.ddp.gloo":
+            return torch.nn.parallel.DistributedDataParallel(model), opt
+        fusion = {} if impl == "dtrain.torch" else {"fusion_bytes": 0}
         opt = hvd.DistributedOptimizer(
-            opt, named_parameters=model.named_parameters())
+            opt, named_parameters=model.named_parameters(), **fusion)
         hvd.broadcast_parameters(model.state_dict(), root_rank=0)
-        net = model
-    else:
-        import torch.distributed as dist
-        dist.init_process_group("gloo")
-        rank, n, barrier = dist.get_rank(), dist.get_world_size(), \
-            dist.barrier
-        net = torch.nn.parallel.DistributedDataParallel(model)
+        return model, opt
+    impls = {name: make(name) for name in
+             ("dtrain.torch", "dtrain.torch.unfused", "torch.ddp.gloo")}
     x, y = torch.randn(64, 1, 28, 28), torch.randint(0, 10, (64,))
 
-    def step():
-        opt.zero_grad()
-        F.cross_entropy(net(x), y).backward()
-        opt.step()
-    for _ in range(5):
-        step()
-    dt = time_calls(step, steps, barrier)
+    def run(name, k):
+        net, opt = impls[name]
+        t0 = time.perf_counter()
+        for _ in range(k):
+            opt.zero_grad()
+            F.cross_entropy(net(x), y).backward()
+            opt.step()
+        return time.perf_counter() - t0
+    for name in impls:
+        run(name, 5)
+    times = {name: [] for name in impls}
+    for r in range(steps):
+        for name in list(impls) if r % 2 == 0 else list(impls)[::-1]:
+            hvd.barrier()
+            times[name].append(run(name, 1))
     if rank == 0:
-        print("RESULT " + json.dumps({
-            "impl": "dtrain.torch" if impl == "dtrain" else "torch.ddp.gloo",
-            "op": "lenet_train", "ranks": n, "batch": 64,
-            "samples_per_sec": 64 / dt}), flush=True)
+        for name, ts in times.items():
+            print("RESULT " + json.dumps({
+                "impl": name, "op": "lenet_train", "ranks": n, "batch": 64,
+                "samples_per_sec": 64 / median(ts),
+                "best_samples_per_sec": 64 / min(ts), "steps": steps}),
+                flush=True)
+    dist.destroy_process_group()
 
 
 # ---- the driver ------------------------------------------------------
@@ -200,24 +224,6 @@ def run_dtrain(n, args):
     if r.returncode:
         sys.exit(f"py_bench: {' '.join(cmd)} failed:\n{r.stdout}")
     return r.stdout
-
-
-def run_gloo(n, args):
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    procs = []
-    for rank in range(n):
-        env = dict(os.environ, MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port),
-                   RANK=str(rank), WORLD_SIZE=str(n))
-        procs.append(subprocess.Popen(
-            [sys.executable, os.path.abspath(__file__)] + args, env=env,
-            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
-    outs = [p.communicate(timeout=600)[0] for p in procs]
-    if any(p.returncode for p in procs):
-        sys.exit("py_bench: a gloo rank failed:\n" + "\n".join(outs))
-    return outs[0]
 
 
 def coll_bench(n):
@@ -283,22 +289,35 @@ def table(rows, loads, cores):
     tr = {(r["impl"], r["ranks"]): r for r in rows
           if r["op"] == "lenet_train"}
     if tr:
-        print("# LeNet training, samples/s per worker (batch 64)")
-    for (impl, n), r in sorted(tr.items(), key=lambda k: k[0][1]):
-        if impl == "dtrain.torch" and ("torch.ddp.gloo", n) in tr:
-            d = tr[("torch.ddp.gloo", n)]["samples_per_sec"]
-            print(f"  {n} ranks: dtrain {r['samples_per_sec']:.0f}  DDP "
-                  f"gloo {d:.0f}  x{r['samples_per_sec'] / d:.2f}")
+        print("# LeNet training, samples/s per worker (batch 64), median "
+              "step (best step): DistributedOptimizer fused (the "
+              "default), unfused (fusion_bytes=0), DDP gloo, in turns in "
+              "the same processes")
+    for n in sorted({k[1] for k in tr}):
+        f, u, d = (tr.get((i, n)) for i in (
+            "dtrain.torch", "dtrain.torch.unfused", "torch.ddp.gloo"))
+        if f and u and d:
+            print(f"  {n} ranks: fused {f['samples_per_sec']:.0f} "
+                  f"({f['best_samples_per_sec']:.0f})  unfused "
+                  f"{u['samples_per_sec']:.0f} "
+                  f"({u['best_samples_per_sec']:.0f})  DDP "
+                  f"{d['samples_per_sec']:.0f} "
+                  f"({d['best_samples_per_sec']:.0f})  fused/DDP "
+                  f"x{f['samples_per_sec'] / d['samples_per_sec']:.2f} "
+                  f"unfused/DDP "
+                  f"x{u['samples_per_sec'] / d['samples_per_sec']:.2f}")
 
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--ranks", default="2,4")
     ap.add_argument("--max-mib", type=int, default=64)
-    ap.add_argument("--steps", type=int, default=60)
+    ap.add_argument("--steps", type=int, default=301)
     ap.add_argument("--rounds", type=int, default=7)
     ap.add_argument("--no-train", action="store_true",
                     help="allreduce only, no LeNet training")
+    ap.add_argument("--no-allreduce", action="store_true",
+                    help="LeNet training only")
     ap.add_argument("--worker", help=argparse.SUPPRESS)
     a = ap.parse_args()
     if a.worker:
@@ -306,19 +325,18 @@ def main():
         if what == "allreduce":
             worker_allreduce(a.max_mib, max(1, a.rounds))
         else:
-            worker_train(impl, a.steps)
+            worker_train(a.steps)
         return
     rows, loads = [], [load()]
     for n in [1] + [int(r) for r in a.ranks.split(",")]:
-        rows += results(run_dtrain(n, ["--worker", "dtrain:allreduce",
-                                       "--max-mib", str(a.max_mib),
-                                       "--rounds", str(a.rounds)]))
-        rows += coll_bench(n)
+        if not a.no_allreduce:
+            rows += results(run_dtrain(n, ["--worker", "dtrain:allreduce",
+                                           "--max-mib", str(a.max_mib),
+                                           "--rounds", str(a.rounds)]))
+            rows += coll_bench(n)
         if n > 1 and not a.no_train:
-            steps = ["--steps", str(a.steps)]
-            rows += results(run_dtrain(n, ["--worker", "dtrain:train"]
-                                       + steps))
-            rows += results(run_gloo(n, ["--worker", "gloo:train"] + steps))
+            rows += results(run_dtrain(n, ["--worker", "dtrain:train",
+                                           "--steps", str(a.steps)]))
     loads.append(load())
     table(rows, loads, os.cpu_count())
     for r in rows:

@@ -7,9 +7,9 @@
 
 Each step every rank takes its slice of a global batch of batch-size x
 size() images (the same seeded permutation on every rank), and
-DistributedOptimizer averages the gradients: each parameter's allreduce
-starts as soon as backward() has produced its gradient, and step() waits
-for them. With --emulate-ranks K one process does what K ranks do - the K
+DistributedOptimizer averages the gradients: LeNet's fit in one bucket,
+so they live in one flat buffer that step() reduces in one call. With
+--emulate-ranks K one process does what K ranks do - the K
 slices' gradients computed one after the other, summed in rank order and
 divided by K - which gives the same parameters bit for bit (the test of
 the binding checks it). Rank 0 prints Speedometer lines and the

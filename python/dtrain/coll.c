@@ -15,6 +15,10 @@
 
 #include "dtpy.h"
 
+/* The most tensors one allreduce_group_async takes: a model's parameter
+ * count is far below; the cap bounds what one call can make C allocate. */
+#define DTPY_GROUP_MAX 65536
+
 typedef struct {
 	PyObject_HEAD dt_coll *c;
 	Py_ssize_t pending; /* Handles not yet waited on */
@@ -39,7 +43,17 @@ typedef struct {
 	int done;
 } HandleObject;
 
-static PyTypeObject CollType, HandleType;
+/* A bucket of in-place allreduces started by one call: the tensors
+ * (held) and one library handle for each, waited on together. */
+typedef struct {
+	PyObject_HEAD CollObject *owner;
+	Py_ssize_t n;
+	dtpy_buf *bufs;      /* n, held until the wait */
+	dt_coll_handle **hs; /* n; NULL once waited on (the wait frees it) */
+	int done;
+} GroupObject;
+
+static PyTypeObject CollType, HandleType, GroupType;
 
 static int
 need_open(CollObject *self)
@@ -328,6 +342,208 @@ coll_time_allreduce(CollObject *self, PyObject *args)
 	                          (double)(t1.tv_nsec - t0.tv_nsec) * 1e-9);
 }
 
+/* ---- a bucket of allreduces: one call to start, one to wait ---- */
+
+/* Take every tensor of seq (in place, so writable) into g->bufs. */
+static int
+group_take(GroupObject *g, PyObject *seq)
+{
+	PyObject *fast = PySequence_Fast(
+	    seq, "argument 'tensors' must be a list of tensors");
+	Py_ssize_t n;
+
+	if (fast == NULL)
+		return -1;
+	n = PySequence_Fast_GET_SIZE(fast);
+	if (n < 1 || n > DTPY_GROUP_MAX) {
+		PyErr_Format(
+		    PyExc_ValueError,
+		    "argument 'tensors': %zd tensors, 1 to %d expected", n,
+		    DTPY_GROUP_MAX);
+		goto fail;
+	}
+	g->bufs = PyMem_Calloc((size_t)n, sizeof(dtpy_buf));
+	g->hs = PyMem_Calloc((size_t)n, sizeof(dt_coll_handle *));
+	if (g->bufs == NULL || g->hs == NULL) {
+		PyErr_NoMemory();
+		goto fail;
+	}
+	for (Py_ssize_t i = 0; i < n; i++) {
+		char arg[32];
+
+		snprintf(arg, sizeof(arg), "tensors[%zd]", i);
+		if (dtpy_buf_get(PySequence_Fast_GET_ITEM(fast, i), arg, 1,
+		                 DTPY_ALL, DT_FLOAT32, &g->bufs[i]) < 0)
+			goto fail;
+		g->n = i + 1; /* bufs[0..n) are held */
+	}
+	Py_DECREF(fast);
+	return 0;
+fail:
+	Py_DECREF(fast);
+	return -1;
+}
+
+/* Without the GIL: wait for every handle still open; the first error. */
+static dt_err
+group_wait_all(GroupObject *g)
+{
+	dt_err first = DT_OK, err;
+
+	for (Py_ssize_t i = 0; i < g->n; i++) {
+		if (g->hs[i] == NULL)
+			continue;
+		err = dt_coll_wait(g->hs[i]);
+		g->hs[i] = NULL;
+		if (err != DT_OK && first == DT_OK)
+			first = err;
+	}
+	return first;
+}
+
+/* Without the GIL: record every allreduce in one group, so that the
+ * library queues them as fused operations and its thread is woken once
+ * rather than once a tensor. On an error the calls recorded so far are
+ * still queued (group_end) and the caller waits for them. */
+static dt_err
+group_start_all(dt_coll *c, GroupObject *g, int op)
+{
+	dt_err err, end;
+
+	if ((err = dt_coll_group_start(c)) != DT_OK)
+		return err;
+	for (Py_ssize_t i = 0; i < g->n && err == DT_OK; i++) {
+		dtpy_buf *b = &g->bufs[i];
+		err =
+		    dt_coll_allreduce_async(c, b->view.buf, b->view.buf,
+		                            b->count, b->dtype, op, &g->hs[i]);
+	}
+	end = dt_coll_group_end(c);
+	return err != DT_OK ? err : end;
+}
+
+static void
+group_release(GroupObject *g)
+{
+	for (Py_ssize_t i = 0; i < g->n; i++)
+		dtpy_buf_release(&g->bufs[i]);
+	g->n = 0;
+}
+
+/*
+ * allreduce_group_async(tensors, op=SUM) -> Group: start the in-place
+ * allreduce of every tensor of the list, in its order, as one group (the
+ * library fuses them), with the GIL released once. The Group holds the
+ * tensors until its wait().
+ */
+static PyObject *
+coll_allreduce_group_async(CollObject *self, PyObject *args, PyObject *kw)
+{
+	static char *names[] = {"tensors", "op", NULL};
+	PyObject *seq;
+	GroupObject *g;
+	int op = DT_COLL_SUM;
+	dt_err err;
+
+	if (!PyArg_ParseTupleAndKeywords(args, kw, "O|i", names, &seq, &op) ||
+	    check_op(op) < 0 || need_open(self) < 0)
+		return NULL;
+	if ((g = PyObject_New(GroupObject, &GroupType)) == NULL)
+		return NULL;
+	Py_INCREF(self);
+	g->owner = self;
+	g->n = 0;
+	g->bufs = NULL;
+	g->hs = NULL;
+	g->done = 1; /* nothing to wait for until started */
+	if (group_take(g, seq) < 0) {
+		Py_DECREF(g);
+		return NULL;
+	}
+	DTPY_NOGIL(err = group_start_all(self->c, g, op));
+	if (err != DT_OK) {
+		/* Whatever was queued runs on: wait before letting go. */
+		DTPY_NOGIL((void)group_wait_all(g));
+		Py_DECREF(g);
+		return dtpy_raise(err);
+	}
+	g->done = 0;
+	self->pending++;
+	return (PyObject *)g;
+}
+
+/* Group.wait(): wait for every allreduce of the group (GIL released
+ * once); raises the first error after all have finished. */
+static PyObject *
+group_wait(GroupObject *g, PyObject *unused)
+{
+	dt_err err;
+
+	if (g->done)
+		Py_RETURN_NONE;
+	DTPY_NOGIL(err = group_wait_all(g));
+	g->done = 1;
+	g->owner->pending--;
+	group_release(g);
+	if (err != DT_OK)
+		return dtpy_raise(err);
+	Py_RETURN_NONE;
+}
+
+/* Group.poll(): True once every allreduce has finished. */
+static PyObject *
+group_poll(GroupObject *g, PyObject *unused)
+{
+	for (Py_ssize_t i = 0; !g->done && i < g->n; i++) {
+		int done = 1;
+		dt_err err = dt_coll_test(g->hs[i], &done);
+
+		if (err != DT_OK)
+			return dtpy_raise(err);
+		if (!done)
+			Py_RETURN_FALSE;
+	}
+	Py_RETURN_TRUE;
+}
+
+static void
+group_dealloc(GroupObject *g)
+{
+	/* As a Handle: the library may still write the tensors. */
+	if (!g->done) {
+		PyObject *t, *v, *tb, *res;
+
+		PyErr_Fetch(&t, &v, &tb);
+		res = group_wait(g, NULL);
+		Py_XDECREF(res);
+		PyErr_Clear();
+		PyErr_Restore(t, v, tb);
+	}
+	group_release(g);
+	PyMem_Free(g->bufs);
+	PyMem_Free(g->hs);
+	Py_DECREF(g->owner);
+	PyObject_Free(g);
+}
+
+static PyMethodDef group_methods[] = {
+    {"wait", (PyCFunction)group_wait, METH_NOARGS,
+     "wait for every allreduce of the group; raises the first error"},
+    {"poll", (PyCFunction)group_poll, METH_NOARGS,
+     "True once every allreduce of the group has finished"},
+    {NULL},
+};
+
+static PyTypeObject GroupType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "dtrain._dtrain.Group",
+    .tp_basicsize = sizeof(GroupObject),
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "in-place allreduces started together; wait() before "
+              "reusing their tensors",
+    .tp_dealloc = (destructor)group_dealloc,
+    .tp_methods = group_methods,
+};
+
 static int
 coll_tp_init(CollObject *self, PyObject *args, PyObject *kw)
 {
@@ -457,6 +673,8 @@ static PyMethodDef coll_methods[] = {
      "allreduce(tensor, output=None, op=SUM): output None is in place"},
     {"allreduce_async", DTPY_KW(coll_allreduce_async), KWM,
      "allreduce_async(tensor, output=None, op=SUM) -> Handle"},
+    {"allreduce_group_async", DTPY_KW(coll_allreduce_group_async), KWM,
+     "allreduce_group_async(tensors, op=SUM) -> Group: in place, fused"},
     {"broadcast", DTPY_KW(coll_broadcast), KWM, "broadcast(tensor, root=0)"},
     {"broadcast_async", DTPY_KW(coll_broadcast_async), KWM,
      "broadcast_async(tensor, root=0) -> Handle"},
@@ -587,7 +805,8 @@ static PyTypeObject HandleType = {
 int
 dtpy_coll_add(PyObject *module)
 {
-	if (PyType_Ready(&CollType) < 0 || PyType_Ready(&HandleType) < 0)
+	if (PyType_Ready(&CollType) < 0 || PyType_Ready(&HandleType) < 0 ||
+	    PyType_Ready(&GroupType) < 0)
 		return -1;
 	Py_INCREF(&CollType);
 	if (PyModule_AddObject(module, "Coll", (PyObject *)&CollType) < 0) {

@@ -211,7 +211,8 @@ def test_optimizer_starts_allreduces_during_backward():
     torch.manual_seed(0)
     first, last = torch.nn.Linear(8, 8), torch.nn.Linear(8, 1)
     params = list(first.parameters()) + list(last.parameters())
-    opt = hvd.DistributedOptimizer(torch.optim.SGD(params, lr=0.1))
+    opt = hvd.DistributedOptimizer(torch.optim.SGD(params, lr=0.1),
+                                   fusion_bytes=0)
     seen = []
     h = first(torch.randn(4, 8))
     h.register_hook(lambda g: seen.append(len(opt._handles)))
@@ -221,6 +222,90 @@ def test_optimizer_starts_allreduces_during_backward():
     opt.step()
     assert not opt._handles
     assert any(not torch.equal(a, p) for a, p in zip(before, params))
+
+
+def test_small_model_gradients_share_one_flat_buffer():
+    """By default a model that fits in one bucket gets gradients that are
+    views of one buffer, kept across steps (reduced in one call); a
+    parameter whose gradient backward() never computes still steps (its
+    zero gradient is reduced with the others), and the result is the
+    plain optimizer's, bit for bit, on one rank."""
+    import dtrain.torch as hvd
+    hvd.init()
+
+    def net():
+        torch.manual_seed(3)
+        return torch.nn.Linear(6, 3), torch.nn.Linear(3, 1), \
+            torch.nn.Parameter(torch.ones(2))
+    a, b, unused = net()
+    ra, rb, runused = net()
+    params = list(a.parameters()) + list(b.parameters()) + [unused]
+    ref = list(ra.parameters()) + list(rb.parameters()) + [runused]
+    opt = hvd.DistributedOptimizer(torch.optim.SGD(params, lr=0.1,
+                                                   momentum=0.9))
+    ropt = torch.optim.SGD(ref, lr=0.1, momentum=0.9)
+    flat = opt._flat
+    assert flat is not None and flat.numel() == sum(p.numel()
+                                                    for p in params)
+    ptrs = [p.grad.data_ptr() for p in params]
+    x = torch.randn(5, 6)
+    for _ in range(3):
+        for o, f, g in ((opt, a, b), (ropt, ra, rb)):
+            o.zero_grad()
+            g(torch.tanh(f(x))).sum().backward()
+            o.step()
+        assert [p.grad.data_ptr() for p in params] == ptrs
+        assert not opt._handles
+    for p, q in zip(params, ref):
+        assert torch.equal(p, q), (p, q)
+    assert unused.grad.eq(0).all() and opt._flat is flat
+
+
+def test_allreduce_group_async_holds_and_refuses_by_name():
+    """One call starts the allreduces of a list of tensors: it holds them
+    until the wait, reduces them in their own memory, and refuses what it
+    cannot use naming the element."""
+    import sys
+    import dtrain.torch as hvd
+    hvd.init()
+    c = hvd._c()
+    ts = [torch.arange(4, dtype=torch.float32), torch.ones(3, 2),
+          np.arange(3, dtype=np.float64)]
+    before = [sys.getrefcount(t) for t in ts]
+    ptr = ts[0].data_ptr()
+    g = c.allreduce_group_async(ts, hvd.Average)
+    assert [sys.getrefcount(t) for t in ts] == [n + 1 for n in before]
+    g.wait()
+    g.wait()  # a second wait is a no-op
+    assert [sys.getrefcount(t) for t in ts] == before
+    assert ts[0].data_ptr() == ptr and ts[0].tolist() == [0, 1, 2, 3]
+    assert ts[2].tolist() == [0, 1, 2] and g.poll()
+    with pytest.raises(ValueError, match="argument 'tensors': 0 tensors"):
+        c.allreduce_group_async([])
+    with pytest.raises(TypeError, match="argument 'tensors' must be a list"):
+        c.allreduce_group_async(5)
+    with pytest.raises(TypeError, match="argument 'tensors\\[1\\]': "
+                                        "expected a contiguous CPU array"):
+        c.allreduce_group_async([ts[0], "x"])
+    ro = np.zeros(4, np.float32)
+    ro.setflags(write=False)
+    with pytest.raises(ValueError, match="argument 'tensors\\[0\\]' is "
+                                         "read-only"):
+        c.allreduce_group_async([ro])
+    with pytest.raises(ValueError, match="argument 'tensors\\[1\\]' is "
+                                         "not C-contiguous"):
+        c.allreduce_group_async([torch.zeros(2), torch.zeros(4)[::2]])
+    with pytest.raises(ValueError, match="argument 'op': 9"):
+        c.allreduce_group_async([torch.zeros(2)], 9)
+    # a refused call lets go of what it had taken
+    assert [sys.getrefcount(t) for t in ts] == before
+    # the library's refusal (a group is already open) comes with its
+    # message, and the call holds nothing afterwards either
+    c.group_start()
+    with pytest.raises(dtrain.WrongState, match="groups do not nest"):
+        c.allreduce_group_async(ts)
+    c.group_end()
+    assert [sys.getrefcount(t) for t in ts] == before
 
 
 def test_an_uncaught_exception_ends_the_job_at_once():
