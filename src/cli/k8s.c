@@ -11,6 +11,11 @@
  *       (podFailurePolicy FailJob, backoffLimit 0) unless --restart N,
  *       which lets each Job make N new pods that rejoin (DTRAIN_RECOVER).
  *       ttlSecondsAfterFinished removes the Jobs and their pods.
+ *       --min-workers/--max-workers make an elastic job (no servers): a
+ *       failed worker pod leaves the job, which goes on; Kubernetes makes
+ *       one new pod for its index (backoffLimitPerIndex 1), which joins,
+ *       as do the pods of the indexes added when the worker Job's
+ *       parallelism and completions are raised (docs/kubernetes.md).
  *   --kind mxjob: one Kubeflow MXJob (kubeflow.org/v1). The training
  *       operator makes the pods and a Service per pod and sets DMLC_ROLE,
  *       DMLC_PS_ROOT_URI (NAME-scheduler-0), DMLC_PS_ROOT_PORT, DMLC_NUM_*,
@@ -47,6 +52,7 @@ static const char *const mx_types[R_COUNT] = {"Scheduler", "Server", "Worker"};
 typedef struct k8s_opts {
 	const char *name, *image, *kind, *ns, *secret_from;
 	long workers, servers, port, restart, ttl;
+	long min_workers, max_workers; /* an elastic job when either is set */
 	const char *cpu[R_COUNT], *memory[R_COUNT];
 	const char *env[MAX_ENV];
 	int nenv;
@@ -93,6 +99,13 @@ usage(FILE *f)
 	      "per role and\n"
 	      "                        rejoins (DTRAIN_RECOVER=1); default "
 	      "0: the job fails\n"
+	      "  --min-workers A       an elastic job (-s 0): it goes on "
+	      "while A workers\n"
+	      "                        are left (default 1)\n"
+	      "  --max-workers B       an elastic job: at most B workers over "
+	      "its life,\n"
+	      "                        those that join included (default "
+	      "W)\n"
 	      "  --ttl SECONDS         remove finished Jobs after this long "
 	      "(default 600)\n"
 	      "  --env NAME=VALUE      set a variable in every pod; "
@@ -224,7 +237,8 @@ reserved(const char *name, size_t n)
 	    "DMLC_NUM_SERVER",   "DMLC_NUM_WORKER",      "DMLC_WORKER_ID",
 	    "DMLC_SERVER_ID",    "DMLC_NODE_HOST",       "DMLC_USE_KUBERNETES",
 	    "DTRAIN_SECRET",     "DTRAIN_SECRET_FILE",   "DTRAIN_RECOVER",
-	    "DTRAIN_NODE_TOKEN", "JOB_COMPLETION_INDEX", "MX_CONFIG"};
+	    "DTRAIN_NODE_TOKEN", "JOB_COMPLETION_INDEX", "MX_CONFIG",
+	    "DTRAIN_ELASTIC",    "DTRAIN_ELASTIC_MIN",   "DTRAIN_ELASTIC_MAX"};
 
 	for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++)
 		if (strlen(names[i]) == n && strncmp(name, names[i], n) == 0)
@@ -289,6 +303,12 @@ set_opt(k8s_opts *o, const char *a, const char *v)
 	} else if (strcmp(a, "--restart") == 0) {
 		if (parse_long(a, v, 0, 1000, &o->restart))
 			return 1;
+	} else if (strcmp(a, "--min-workers") == 0) {
+		if (parse_long(a, v, 1, DT_MAX_ROLE_NODES, &o->min_workers))
+			return 1;
+	} else if (strcmp(a, "--max-workers") == 0) {
+		if (parse_long(a, v, 1, DT_MAX_ROLE_NODES, &o->max_workers))
+			return 1;
 	} else if (strcmp(a, "--ttl") == 0) {
 		if (parse_long(a, v, 0, 365L * 86400, &o->ttl))
 			return 1;
@@ -310,12 +330,47 @@ set_opt(k8s_opts *o, const char *a, const char *v)
 	return 0;
 }
 
+/* --min-workers / --max-workers: an elastic job, as dtrain launch runs
+ * one: no servers, every worker a new one (no --restart). */
+static int
+check_elastic(k8s_opts *o)
+{
+	if (!o->min_workers && !o->max_workers)
+		return 0;
+	if (!o->min_workers)
+		o->min_workers = 1;
+	if (!o->max_workers)
+		o->max_workers = o->workers;
+	if (o->min_workers > o->workers || o->workers > o->max_workers)
+		return bad("--min-workers %ld, -n %ld, --max-workers %ld: "
+		           "need min <= n <= max",
+		           o->min_workers, o->workers, o->max_workers);
+	if (o->servers)
+		return bad("--min-workers/--max-workers: elastic training "
+		           "works in the collectives mode only (-s 0, not "
+		           "%ld)",
+		           o->servers);
+	if (strcmp(o->kind, "job") != 0)
+		return bad("--min-workers/--max-workers: an elastic job is "
+		           "printed as Jobs (--kind job), not as an MXJob");
+	if (o->restart)
+		return bad("--min-workers/--max-workers and --restart: a lost "
+		           "worker of an elastic job leaves it, and a new pod "
+		           "joins as a new worker");
+	if (dt__job_size_check(0, o->max_workers, "--num-servers",
+	                       "--max-workers"))
+		return bad("%s", dt_errmsg());
+	return 0;
+}
+
 /* The options together, and the values a manifest must not carry. */
 static int
 check_opts(k8s_opts *o)
 {
 	if (o->name == NULL || o->image == NULL || o->workers < 0)
 		return bad("--name, --image and -n are needed");
+	if (check_elastic(o))
+		return 2;
 	if (dt__job_size_check(o->servers, o->workers, "--num-servers",
 	                       "--num-workers"))
 		return bad("%s", dt_errmsg());
@@ -549,6 +604,13 @@ container(FILE *f, const k8s_opts *o, k8s_role r, int in, int mxjob)
 	fprintf(f, "\n%*s      key: \"secret\"\n", in, "");
 	if (o->restart)
 		env_value(f, in, "DTRAIN_RECOVER", "1");
+	if (o->max_workers) {
+		env_value(f, in, "DTRAIN_ELASTIC", "1");
+		snprintf(num, sizeof(num), "%ld", o->min_workers);
+		env_value(f, in, "DTRAIN_ELASTIC_MIN", num);
+		snprintf(num, sizeof(num), "%ld", o->max_workers);
+		env_value(f, in, "DTRAIN_ELASTIC_MAX", num);
+	}
 	if (o->restart && r != R_SCHED) {
 		/* The pods of a role share a template, and so a token: a
 		 * replacement takes a lost node of its role. Optional: a
@@ -629,21 +691,31 @@ print_job_kind(FILE *f, const k8s_opts *o)
 	for (int r = 0; r < R_COUNT; r++) {
 		if (count[r] == 0)
 			continue;
+		/* An elastic job's workers: a failed pod's index gets one new
+		 * pod, which joins (while the job has places left). A limit
+		 * per index, not per Job: a Job over its backoffLimit would
+		 * stop every pod, the survivors too. */
+		int elastic = o->max_workers && r == R_WORKER;
+
 		snprintf(name, sizeof(name), "%s-%s", o->name, role_names[r]);
 		fputs("---\napiVersion: batch/v1\nkind: Job\n", f);
 		metadata(f, o, name, role_names[r]);
 		fprintf(f,
 		        "spec:\n  completions: %ld\n  parallelism: %ld\n"
-		        "  completionMode: Indexed\n  backoffLimit: %ld\n"
-		        "  ttlSecondsAfterFinished: %ld\n",
-		        count[r], count[r], o->restart, o->ttl);
+		        "  completionMode: Indexed\n",
+		        count[r], count[r]);
+		if (elastic)
+			fputs("  backoffLimitPerIndex: 1\n", f);
+		else
+			fprintf(f, "  backoffLimit: %ld\n", o->restart);
+		fprintf(f, "  ttlSecondsAfterFinished: %ld\n", o->ttl);
 		/* A pod evicted or preempted is not the program's failure;
 		 * without --restart any other failure ends the job. */
 		fputs("  podFailurePolicy:\n    rules:\n"
 		      "    - action: Ignore\n      onPodConditions:\n"
 		      "      - type: DisruptionTarget\n",
 		      f);
-		if (o->restart == 0)
+		if (o->restart == 0 && !elastic)
 			fputs("    - action: FailJob\n      onExitCodes:\n"
 			      "        containerName: dtrain\n"
 			      "        operator: NotIn\n        values: [0]\n",
@@ -714,6 +786,11 @@ dt__cli_k8s(int argc, char **argv)
 	       o.name, o.servers, o.workers,
 	       strcmp(o.kind, "mxjob") == 0 ? "a Kubeflow MXJob"
 	                                    : "Jobs and a Service");
+	if (o.max_workers)
+		printf("# elastic: %ld to %ld workers; grow or shrink with\n"
+		       "#   kubectl patch job %s-worker --type=merge -p "
+		       "'{\"spec\":{\"parallelism\":N,\"completions\":N}}'\n",
+		       o.min_workers, o.max_workers, o.name);
 	if (!o.secret_from)
 		print_secret(stdout, &o);
 	if (strcmp(o.kind, "mxjob") == 0)

@@ -13,7 +13,10 @@
 #       DMLC_* and MX_CONFIG), started in a shuffled order with delays, the
 #       scheduler Service's name resolvable only once the scheduler's pod
 #       runs; linreg and a short mnist end with the results of `dtrain
-#       launch`, and every pod (scheduler and servers too) exits 0.
+#       launch`, and every pod (scheduler and servers too) exits 0; an
+#       elastic job (--min-workers/--max-workers) takes in a worker pod
+#       added while it runs (as after `kubectl patch` of the worker Job's
+#       parallelism), every sample trained once an epoch.
 set -u
 . "$(dirname "$0")/job_lib.bash"
 B=${DTRAIN_BUILD:?}
@@ -21,7 +24,7 @@ HERE=$(cd "$(dirname "$0")" && pwd)
 DATA=${FASHION_MNIST:-/usr/share/datasets/fashion-mnist}
 tmp=$(mktemp -d)
 TAG="k8s-test-$$-$RANDOM"
-ours() { tagged_pids "dtrain|linreg|mnist" "DT_K8S_TEST=$TAG"; } # the pods' processes
+ours() { tagged_pids "dtrain|linreg|mnist|elastic" "DT_K8S_TEST=$TAG"; } # the pods' processes
 trap 'for p in $(ours); do kill -9 "$p"; done 2>/dev/null; rm -rf "$tmp"' EXIT
 fail() { echo "FAIL: $*"; exit 1; }
 python3 -c 'import yaml' 2>/dev/null || fail "python3-yaml is needed (make deps installs it)"
@@ -54,6 +57,27 @@ echo "-s 0: no server Job; --secret-from: the Secret named, none made"
 a=$("$B/dtrain" k8s --name lin --image i -n 1 -- x | grep 'secret: ')
 b=$("$B/dtrain" k8s --name lin --image i -n 1 -- x | grep 'secret: ')
 [ "$a" != "$b" ] || fail "two manifests share a secret"
+# Elastic: the variables in every pod, one new pod per failed worker's
+# index (a limit per index: a Job over its backoffLimit would stop the
+# survivors), and a failed worker does not fail the job.
+"$B/dtrain" k8s --name el --image i -n 2 -s 0 --min-workers 1 --max-workers 4 -- elastic >"$tmp/e.yaml" ||
+	fail "dtrain k8s --min-workers"
+python3 - "$tmp/e.yaml" <<'EOF' || fail "the elastic manifest"
+import sys, yaml
+docs = [d for d in yaml.safe_load_all(open(sys.argv[1])) if d]
+jobs = {d["metadata"]["name"]: d for d in docs if d["kind"] == "Job"}
+assert sorted(jobs) == ["el-scheduler", "el-worker"], sorted(jobs)
+for name, d in jobs.items():
+    env = {e["name"]: e.get("value") for e in d["spec"]["template"]["spec"]["containers"][0]["env"]}
+    assert (env["DTRAIN_ELASTIC"], env["DTRAIN_ELASTIC_MIN"], env["DTRAIN_ELASTIC_MAX"]) == ("1", "1", "4"), env
+    rules = d["spec"]["podFailurePolicy"]["rules"]
+    if name == "el-worker":
+        assert d["spec"]["backoffLimitPerIndex"] == 1 and "backoffLimit" not in d["spec"], d["spec"]
+        assert [r["action"] for r in rules] == ["Ignore"], rules
+    else:
+        assert d["spec"]["backoffLimit"] == 0 and [r["action"] for r in rules] == ["Ignore", "FailJob"], d["spec"]
+EOF
+echo "elastic: DTRAIN_ELASTIC in every pod, a new pod per lost worker's index, no FailJob for workers"
 bad() { # expected-message args...
 	local want=$1
 	shift
@@ -73,6 +97,12 @@ bad "--cpu: 'two' is not a quantity" --name lin --image i -n 1 --cpu two -- x
 bad "--memory: 'ps=1Gi' names no role" --name lin --image i -n 1 --memory ps=1Gi -- x
 bad "--env: DMLC_ROLE is set by dtrain k8s" --name lin --image i -n 1 --env DMLC_ROLE=worker -- x
 bad "unknown option '--gpus'" --name lin --image i -n 1 --gpus 1 -- x
+bad "collectives mode only (-s 0, not 1)" --name lin --image i -n 2 --min-workers 1 -- x
+bad "need min <= n <= max" --name lin --image i -n 2 -s 0 --min-workers 3 -- x
+bad "need min <= n <= max" --name lin --image i -n 2 -s 0 --max-workers 1 -- x
+bad "not as an MXJob" --name lin --image i -n 2 -s 0 --kind mxjob --max-workers 3 -- x
+bad "and --restart" --name lin --image i -n 2 -s 0 --max-workers 3 --restart 1 -- x
+bad "--env: DTRAIN_ELASTIC is set by dtrain k8s" --name lin --image i -n 1 --env DTRAIN_ELASTIC=1 -- x
 echo "bad usage: refused with the option named, nothing printed"
 
 # ---- (b) pods on one machine ----
@@ -87,7 +117,7 @@ pods() {
 	shift 2
 	local dir="$tmp/$kind-$name"
 	mkdir -p "$dir"
-	"$B/dtrain" k8s --kind "$kind" --name lin --image local -n 2 -s 2 --port "$port" --ttl 60 \
+	"$B/dtrain" k8s --kind "$kind" --name lin --image local "${SIZE[@]}" --port "$port" --ttl 60 \
 		--env DT_CONNECT_TIMEOUT=60 --env PS_VERBOSE=1 -- "$@" >"$dir/manifest.yaml" || fail "$kind $name: dtrain k8s"
 	: >"$dir/hosts"
 	PATH="$B:$B/examples:$PATH" timeout 250 unshare --mount --propagation private sh -c \
@@ -96,6 +126,7 @@ pods() {
 		{ cat "$dir/pods.out"; tail -n 5 "$dir"/*.log; fail "$kind $name: a pod failed"; }
 	sed -n 's/^pods start in the order: /  started: /p' "$dir/pods.out"
 }
+SIZE=(-n 2 -s 2)
 LIN=(linreg --kvstore dist_sync --batch-size 100 --epochs 2)
 last() { grep -o 'w=[^ ]* b=[^ ]*' "$1" | tail -1; }
 timeout 120 "$B/dtrain" launch -n 2 -s 2 -- "$B/examples/${LIN[0]}" "${LIN[@]:1}" >"$tmp/lin_ref.log" 2>&1 ||
@@ -123,5 +154,16 @@ if [ -f "$DATA/train-images-idx3-ubyte.gz" ]; then
 else
 	echo "mnist skipped: no Fashion-MNIST in $DATA"
 fi
+# Elastic: 2 worker pods, a third added once the job runs; the job holds
+# before step 30's commit until the third is ready to join.
+SIZE=(-n 2 -s 0 --min-workers 1 --max-workers 3)
+K8S_TEST_GROW=1 K8S_TEST_GROW_GO=$tmp/job-elastic/go \
+	pods job elastic elastic --samples 512 --steps 120 --count-samples --hold-at 30 --hold-file "$tmp/job-elastic/go"
+grep -q "membership 1 has 3 workers: 1 joined" "$tmp/job-elastic/scheduler-0.log" ||
+	fail "elastic: the added worker pod was not taken in"
+grep -h "done with 3 workers" "$tmp"/job-elastic/worker-*.log | grep -q . || fail "elastic: the job did not end with 3 workers"
+! grep -h "samples: epoch" "$tmp"/job-elastic/worker-*.log | grep -qv " 0 more than once" ||
+	fail "elastic: a sample trained twice in an epoch"
+echo "job, elastic: a worker pod added while the job ran joined it; every pod exited 0, each sample once an epoch"
 [ -z "$(ours)" ] || fail "processes left: $(ours)"
 echo ok

@@ -17,10 +17,17 @@ binds it there): the scheduler Service's name is written into it only
 when the scheduler's pod starts, as a headless Service's record appears
 with its pod. Pods start in a shuffled order with delays. Prints each
 pod's exit status; exit 0 when every pod ended with 0 within the time.
+
+K8S_TEST_GROW=K (an elastic job): once the scheduler says every node is
+ready, K more worker pods start, with the next indexes, as after
+`kubectl patch job NAME-worker` raised parallelism and completions; once
+the scheduler has them all ready to join, the file K8S_TEST_GROW_GO is
+made (the job may hold at a step until then: examples/elastic --hold-file).
 """
 import json
 import os
 import random
+import re
 import subprocess
 import sys
 import time
@@ -31,17 +38,19 @@ manifest, hosts, logdir, tag = sys.argv[1:5]
 docs = [d for d in yaml.safe_load_all(open(manifest)) if d]
 secrets = {d["metadata"]["name"]: d["stringData"] for d in docs if d["kind"] == "Secret"}
 pods = []  # (role, index, container, extra env, kind)
+late = []  # the worker pods of K8S_TEST_GROW
+grow = int(os.environ.get("K8S_TEST_GROW", "0"))
 
 for d in docs:
     if d["kind"] == "Job":
         spec = d["spec"]
         role = d["metadata"]["labels"]["dtrain.io/role"]
         c = spec["template"]["spec"]["containers"][0]
-        for i in range(spec["completions"]):
+        for i in range(spec["completions"] + (grow if role == "worker" else 0)):
             extra = {}
             if spec.get("completionMode") == "Indexed":
                 extra["JOB_COMPLETION_INDEX"] = str(i)
-            pods.append((role, i, c, extra))
+            (pods if i < spec["completions"] else late).append((role, i, c, extra))
     elif d["kind"] == "MXJob":
         name = d["metadata"]["name"]
         specs = d["spec"]["mxReplicaSpecs"]
@@ -69,7 +78,7 @@ for d in docs:
 
 ips = {}
 n = 3
-for role, i, _, _ in pods:
+for role, i, _, _ in pods + late:
     if role == "scheduler":
         ips[(role, i)] = "127.0.0.2"
     else:
@@ -104,8 +113,9 @@ print("pods start in the order: %s" % order, flush=True)
 with open(hosts, "w") as f:
     f.write("127.0.0.1 localhost\n")
 procs = []
-for role, i, c, extra in pods:
-    time.sleep(random.uniform(0.1, 0.8))
+
+
+def start(role, i, c, extra):
     if role == "scheduler":
         with open(hosts, "a") as f:
             f.write("127.0.0.2 %s\n" % pod_env(role, i, c, extra)["DMLC_PS_ROOT_URI"])
@@ -114,7 +124,37 @@ for role, i, c, extra in pods:
     procs.append((role, i, subprocess.Popen(c["command"] + c.get("args", []), env=env, stdout=log,
                                             stderr=subprocess.STDOUT, cwd=logdir)))
 
+
+def sched_says(pattern, count, until):
+    """Wait until the scheduler's log has count lines matching pattern."""
+    path = os.path.join(logdir, "scheduler-0.log")
+    while time.time() < until:
+        try:
+            with open(path, errors="replace") as f:
+                if len(re.findall(pattern, f.read())) >= count:
+                    return True
+        except OSError:
+            pass
+        time.sleep(0.05)
+    return False
+
+
+for pod in pods:
+    time.sleep(random.uniform(0.1, 0.8))
+    start(*pod)
+
 deadline = time.time() + float(os.environ.get("K8S_TEST_TIMEOUT", "200"))
+if late:
+    if not sched_says(r"all \d+ nodes are ready", 1, deadline):
+        print("the job never started: no worker pod added", flush=True)
+    else:
+        print("adding worker pods: %s" % " ".join("worker-%d" % i for _, i, _, _ in late), flush=True)
+        for pod in late:
+            start(*pod)
+        if sched_says(r"worker \d+ is ready to join", len(late), deadline):
+            open(os.environ["K8S_TEST_GROW_GO"], "w").close()
+        else:
+            print("the added workers were not ready to join", flush=True)
 ok = True
 for role, i, p in procs:
     try:
