@@ -543,32 +543,12 @@ env_value(FILE *f, int in, const char *name, const char *value)
 	fputc('\n', f);
 }
 
-/* The container of role r, at indentation in ("- name: ..."). */
+/* The container's env (at indentation in), role r. */
 static void
-container(FILE *f, const k8s_opts *o, k8s_role r, int in, int mxjob)
+container_env(FILE *f, const k8s_opts *o, k8s_role r, int in, int mxjob)
 {
 	char name_buf[300], num[32];
 
-	fprintf(f, "%*s- name: %s\n", in, "", mxjob ? "mxnet" : "dtrain");
-	fprintf(f, "%*s  image: ", in, "");
-	q(f, o->image);
-	fputc('\n', f);
-	fprintf(f, "%*s  command:\n", in, "");
-	if (r == R_WORKER) {
-		for (int k = 0; k < o->ncmd; k++) {
-			fprintf(f, "%*s  - ", in, "");
-			q(f, o->cmd[k]);
-			fputc('\n', f);
-		}
-	} else {
-		fprintf(f, "%*s  - \"dtrain\"\n%*s  - \"%s\"\n", in, "", in, "",
-		        role_names[r]);
-	}
-	fprintf(f, "%*s  ports:\n", in, "");
-	fprintf(f, "%*s  - name: %s\n%*s    containerPort: %ld\n", in, "",
-	        mxjob ? "mxjob-port" : "dtrain", in, "", o->port);
-	fprintf(f, "%*s  env:\n", in, "");
-	in += 2;
 	if (!mxjob) {
 		/* (MXJob's operator sets these itself) */
 		env_value(f, in, "DMLC_ROLE", role_names[r]);
@@ -635,7 +615,32 @@ container(FILE *f, const k8s_opts *o, k8s_role r, int in, int mxjob)
 		         o->env[k]);
 		env_value(f, in, name, eq + 1);
 	}
-	in -= 2;
+}
+
+/* The container of role r, at indentation in ("- name: ..."). */
+static void
+container(FILE *f, const k8s_opts *o, k8s_role r, int in, int mxjob)
+{
+	fprintf(f, "%*s- name: %s\n", in, "", mxjob ? "mxnet" : "dtrain");
+	fprintf(f, "%*s  image: ", in, "");
+	q(f, o->image);
+	fputc('\n', f);
+	fprintf(f, "%*s  command:\n", in, "");
+	if (r == R_WORKER) {
+		for (int k = 0; k < o->ncmd; k++) {
+			fprintf(f, "%*s  - ", in, "");
+			q(f, o->cmd[k]);
+			fputc('\n', f);
+		}
+	} else {
+		fprintf(f, "%*s  - \"dtrain\"\n%*s  - \"%s\"\n", in, "", in, "",
+		        role_names[r]);
+	}
+	fprintf(f, "%*s  ports:\n", in, "");
+	fprintf(f, "%*s  - name: %s\n%*s    containerPort: %ld\n", in, "",
+	        mxjob ? "mxjob-port" : "dtrain", in, "", o->port);
+	fprintf(f, "%*s  env:\n", in, "");
+	container_env(f, o, r, in + 2, mxjob);
 	if (o->cpu[r] || o->memory[r]) {
 		fprintf(f, "%*s  resources:\n%*s    requests:\n", in, "", in,
 		        "");

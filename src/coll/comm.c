@@ -482,6 +482,23 @@ hook_payload_dest(void *arg, dt_node *n, dt_conn *conn, const dt_msg_hdr *h,
 	return dest;
 }
 
+/* A message from a worker that is no rank here: kept for the membership
+ * it belongs to when it comes from a worker that joins, else dropped. */
+static void
+not_a_rank(dt_coll *c, dt_conn *conn, const dt_msg *m)
+{
+	int id;
+
+	pthread_mutex_lock(&c->mu);
+	id = future_member(c, conn, &m->hdr);
+	if (id >= 0)
+		early_add(c, -1, id, m);
+	pthread_mutex_unlock(&c->mu);
+	if (id < 0)
+		dt__log(0, "dropping %s from %s: not a peer worker",
+		        dt__cmd_name(m->hdr.cmd), dt__conn_addr(conn));
+}
+
 static void
 hook_on_msg(void *arg, dt_node *n, dt_conn *conn, dt_msg *m)
 {
@@ -493,16 +510,7 @@ hook_on_msg(void *arg, dt_node *n, dt_conn *conn, dt_msg *m)
 
 	(void)n;
 	if (peer < 0) {
-		int id;
-
-		pthread_mutex_lock(&c->mu);
-		id = future_member(c, conn, h);
-		if (id >= 0)
-			early_add(c, -1, id, m);
-		pthread_mutex_unlock(&c->mu);
-		if (id < 0)
-			dt__log(0, "dropping %s from %s: not a peer worker",
-			        dt__cmd_name(h->cmd), dt__conn_addr(conn));
+		not_a_rank(c, conn, m);
 		return;
 	}
 	pthread_mutex_lock(&c->mu);
