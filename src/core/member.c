@@ -104,12 +104,157 @@ parse_table(dt_node *n, const dt_msg *m)
 	return DT_OK;
 }
 
+/* The scheduler's node table: this process is in the job. */
+static void
+on_node_table(dt_node *n, dt_conn *c, dt_msg *m)
+{
+	dt_err err;
+
+	if (n->have_table || dt__conn_peer(c) != 0) {
+		dt__van_close(n->van, c);
+		return;
+	}
+	if ((err = parse_table(n, m)) != DT_OK) {
+		dt__node_set_fatal(n, DT_EPROTO, "cannot join the cluster: %s",
+		                   dt_errmsg());
+		return;
+	}
+	__atomic_store_n(&n->peers[0], c, __ATOMIC_RELEASE);
+	/* arg2: this process takes a lost node's place (recovery) */
+	n->gen = m->hdr.arg2;
+	n->rejoined = m->hdr.arg2 != 0;
+	/* arg1: this worker joins a running elastic job */
+	n->el_joiner = n->elastic && m->hdr.arg1 == 1;
+	if ((err = dt__link_create(n)) != DT_OK ||
+	    (err = dt__reach_create(n)) != DT_OK) {
+		dt__node_set_fatal(n, err, "cannot join the cluster: %s",
+		                   dt_errmsg());
+		return;
+	}
+	pthread_mutex_lock(&n->mu);
+	n->have_table = 1;
+	pthread_cond_broadcast(&n->cv);
+	pthread_mutex_unlock(&n->mu);
+}
+
+/* A worker's HELLO: its first connection to this node, a worker that dials
+ * again (PS_RESEND) or one in a lost worker's place (recovery). */
+static void
+on_hello(dt_node *n, dt_conn *c, dt_msg *m)
+{
+	char name[64];
+	uint32_t id = m->hdr.sender;
+
+	/* Recovery: a new process in a lost worker's place may say
+	 * HELLO before the scheduler's NODE_UPDATE about it comes:
+	 * its link starts again here (arg0: its count of restarts). */
+	if (n->recover && n->links && n->have_table && id > 0 &&
+	    id < (uint32_t)n->ntable && dt__conn_peer(c) == -1 &&
+	    n->table[id].role == DT_ROLE_WORKER && (int)id > n->id &&
+	    dt__link_newer_gen(n, (int)id, m->hdr.arg0)) {
+		dt__log(0, "%s came back (it says HELLO)",
+		        dt__node_name(n, (int)id, name, sizeof(name)));
+		dt__link_restart_peer(n, (int)id, NULL, NULL, 0, NULL);
+		dt__node_restart_apps(n, (int)id);
+	}
+	/* A worker's first connection to another (reach.c). */
+	if (n->have_table && id > 0 && id < (uint32_t)n->ntable) {
+		int v = dt__reach_on_hello(n, c, (int)id);
+
+		if (v == 0) {
+			dt__van_close(n->van, c);
+			return;
+		}
+		if (v == 1)
+			return;
+	}
+	/* PS_RESEND: a worker dials again after a lost connection. */
+	if (n->links && n->have_table && id > 0 && id < (uint32_t)n->ntable &&
+	    dt__conn_peer(c) == -1 && n->table[id].role == DT_ROLE_WORKER &&
+	    (int)id > n->id && dt__link_adopt(n, c, (int)id)) {
+		dt_msg_hdr h = {.cmd = DT_CMD_HELLO_ACK,
+		                .flags = DT_F_RESPONSE};
+		dt__node_send(n, (int)id, &h, NULL, 0, NULL, 0);
+		return;
+	}
+
+	/* Only workers dial, and only nodes of lower id; one
+	 * connection per node (a second HELLO naming a live node is
+	 * refused, not allowed to replace it). */
+	if (!n->have_table || id == 0 || id >= (uint32_t)n->ntable ||
+	    dt__conn_peer(c) != -1 || n->table[id].role != DT_ROLE_WORKER ||
+	    (int)id <= n->id ||
+	    __atomic_load_n(&n->peers[id], __ATOMIC_ACQUIRE) != NULL) {
+		/* Two workers that dialled each other at once: our
+		 * dial won (the lower id's), and the higher one's
+		 * HELLO came after it was up. Expected; not news. */
+		int lost_race =
+		    n->have_table && id < (uint32_t)n->ntable &&
+		    (int)id > n->id && dt__reach_lazy(n, (int)id) &&
+		    dt__conn_peer(c) == -1 &&
+		    __atomic_load_n(&n->peers[id], __ATOMIC_ACQUIRE) != NULL;
+
+		if (lost_race)
+			DT_LOG(1,
+			       "closing %s: node %u dialled this node "
+			       "while this node's dial to it won",
+			       dt__conn_addr(c), id);
+		else
+			dt__log(0,
+			        "dropping %s: unexpected HELLO from "
+			        "node %u",
+			        dt__conn_addr(c), id);
+		dt__van_close(n->van, c);
+		return;
+	}
+	dt__conn_set_peer(c, (int)id);
+	__atomic_store_n(&n->said_bye[id], 0, __ATOMIC_RELEASE);
+	__atomic_store_n(&n->peers[id], c, __ATOMIC_RELEASE);
+	DT_LOG(1, "%s connected from %s",
+	       dt__node_name(n, (int)id, name, sizeof(name)), dt__conn_addr(c));
+	dt_msg_hdr h = {.cmd = DT_CMD_HELLO_ACK, .flags = DT_F_RESPONSE};
+	dt__node_send(n, (int)id, &h, NULL, 0, NULL, 0);
+}
+
+/* NODE_UPDATE: a new process took node key's place (recovery), or a
+ * worker joins a running elastic job. */
+static void
+on_node_update(dt_node *n, dt_conn *c, dt_msg *m)
+{
+	char name[64];
+	/* Recovery: a new process took node key's place. */
+	dt__msg_add_node a;
+	uint64_t id = m->hdr.key;
+
+	if (n->elastic) { /* a worker joins the running job */
+		dt__elastic_member_on_update(n, c, m);
+		return;
+	}
+	if (dt__conn_peer(c) != 0 || !n->recover)
+		return;
+	if (id == 0 || id >= (uint64_t)n->ntable || id == (uint64_t)n->id ||
+	    dt__msg_add_node_decode(m->meta, m->hdr.meta_len, &a) ||
+	    a.role != n->table[id].role) {
+		dt__log(0, "ignoring a malformed NODE_UPDATE");
+		return;
+	}
+	if (!dt__link_newer_gen(n, (int)id, m->hdr.arg0)) {
+		/* (its HELLO came first and started the link again) */
+		dt__link_set_addr(n, (int)id, a.host, a.port,
+		                  dt__node_local_of(n, a.hostid, a.local));
+		return;
+	}
+	dt__log(0, "%s came back: pid %d at %s:%d",
+	        dt__node_name(n, (int)id, name, sizeof(name)), a.pid, a.host,
+	        a.port);
+	dt__link_restart_peer(n, (int)id, NULL, a.host, a.port,
+	                      dt__node_local_of(n, a.hostid, a.local));
+	dt__node_restart_apps(n, (int)id);
+}
+
 void
 dt__member_on_msg(dt_node *n, dt_conn *c, dt_msg *m)
 {
-	char name[64];
-	dt_err err;
-
 	switch (m->hdr.cmd) {
 	case DT_CMD_MEMBERSHIP:
 		dt__elastic_member_on_msg(n, c, m);
@@ -118,111 +263,11 @@ dt__member_on_msg(dt_node *n, dt_conn *c, dt_msg *m)
 		dt__elastic_member_on_grow(n, c, m);
 		return;
 	case DT_CMD_NODE_TABLE:
-		if (n->have_table || dt__conn_peer(c) != 0) {
-			dt__van_close(n->van, c);
-			return;
-		}
-		if ((err = parse_table(n, m)) != DT_OK) {
-			dt__node_set_fatal(n, DT_EPROTO,
-			                   "cannot join the cluster: %s",
-			                   dt_errmsg());
-			return;
-		}
-		__atomic_store_n(&n->peers[0], c, __ATOMIC_RELEASE);
-		/* arg2: this process takes a lost node's place (recovery) */
-		n->gen = m->hdr.arg2;
-		n->rejoined = m->hdr.arg2 != 0;
-		/* arg1: this worker joins a running elastic job */
-		n->el_joiner = n->elastic && m->hdr.arg1 == 1;
-		if ((err = dt__link_create(n)) != DT_OK ||
-		    (err = dt__reach_create(n)) != DT_OK) {
-			dt__node_set_fatal(
-			    n, err, "cannot join the cluster: %s", dt_errmsg());
-			return;
-		}
-		pthread_mutex_lock(&n->mu);
-		n->have_table = 1;
-		pthread_cond_broadcast(&n->cv);
-		pthread_mutex_unlock(&n->mu);
+		on_node_table(n, c, m);
 		return;
-	case DT_CMD_HELLO: {
-		uint32_t id = m->hdr.sender;
-
-		/* Recovery: a new process in a lost worker's place may say
-		 * HELLO before the scheduler's NODE_UPDATE about it comes:
-		 * its link starts again here (arg0: its count of restarts). */
-		if (n->recover && n->links && n->have_table && id > 0 &&
-		    id < (uint32_t)n->ntable && dt__conn_peer(c) == -1 &&
-		    n->table[id].role == DT_ROLE_WORKER && (int)id > n->id &&
-		    dt__link_newer_gen(n, (int)id, m->hdr.arg0)) {
-			dt__log(0, "%s came back (it says HELLO)",
-			        dt__node_name(n, (int)id, name, sizeof(name)));
-			dt__link_restart_peer(n, (int)id, NULL, NULL, 0, NULL);
-			dt__node_restart_apps(n, (int)id);
-		}
-		/* A worker's first connection to another (reach.c). */
-		if (n->have_table && id > 0 && id < (uint32_t)n->ntable) {
-			int v = dt__reach_on_hello(n, c, (int)id);
-
-			if (v == 0) {
-				dt__van_close(n->van, c);
-				return;
-			}
-			if (v == 1)
-				return;
-		}
-		/* PS_RESEND: a worker dials again after a lost connection. */
-		if (n->links && n->have_table && id > 0 &&
-		    id < (uint32_t)n->ntable && dt__conn_peer(c) == -1 &&
-		    n->table[id].role == DT_ROLE_WORKER && (int)id > n->id &&
-		    dt__link_adopt(n, c, (int)id)) {
-			dt_msg_hdr h = {.cmd = DT_CMD_HELLO_ACK,
-			                .flags = DT_F_RESPONSE};
-			dt__node_send(n, (int)id, &h, NULL, 0, NULL, 0);
-			return;
-		}
-
-		/* Only workers dial, and only nodes of lower id; one
-		 * connection per node (a second HELLO naming a live node is
-		 * refused, not allowed to replace it). */
-		if (!n->have_table || id == 0 || id >= (uint32_t)n->ntable ||
-		    dt__conn_peer(c) != -1 ||
-		    n->table[id].role != DT_ROLE_WORKER || (int)id <= n->id ||
-		    __atomic_load_n(&n->peers[id], __ATOMIC_ACQUIRE) != NULL) {
-			/* Two workers that dialled each other at once: our
-			 * dial won (the lower id's), and the higher one's
-			 * HELLO came after it was up. Expected; not news. */
-			int lost_race =
-			    n->have_table && id < (uint32_t)n->ntable &&
-			    (int)id > n->id && dt__reach_lazy(n, (int)id) &&
-			    dt__conn_peer(c) == -1 &&
-			    __atomic_load_n(&n->peers[id], __ATOMIC_ACQUIRE) !=
-			        NULL;
-
-			if (lost_race)
-				DT_LOG(1,
-				       "closing %s: node %u dialled this node "
-				       "while this node's dial to it won",
-				       dt__conn_addr(c), id);
-			else
-				dt__log(0,
-				        "dropping %s: unexpected HELLO from "
-				        "node %u",
-				        dt__conn_addr(c), id);
-			dt__van_close(n->van, c);
-			return;
-		}
-		dt__conn_set_peer(c, (int)id);
-		__atomic_store_n(&n->said_bye[id], 0, __ATOMIC_RELEASE);
-		__atomic_store_n(&n->peers[id], c, __ATOMIC_RELEASE);
-		DT_LOG(1, "%s connected from %s",
-		       dt__node_name(n, (int)id, name, sizeof(name)),
-		       dt__conn_addr(c));
-		dt_msg_hdr h = {.cmd = DT_CMD_HELLO_ACK,
-		                .flags = DT_F_RESPONSE};
-		dt__node_send(n, (int)id, &h, NULL, 0, NULL, 0);
+	case DT_CMD_HELLO:
+		on_hello(n, c, m);
 		return;
-	}
 	case DT_CMD_HELLO_ACK:
 		if (dt__reach_on_ack(n, c, m))
 			return;
@@ -245,39 +290,9 @@ dt__member_on_msg(dt_node *n, dt_conn *c, dt_msg *m)
 		pthread_cond_broadcast(&n->cv);
 		pthread_mutex_unlock(&n->mu);
 		return;
-	case DT_CMD_NODE_UPDATE: {
-		/* Recovery: a new process took node key's place. */
-		dt__msg_add_node a;
-		uint64_t id = m->hdr.key;
-
-		if (n->elastic) { /* a worker joins the running job */
-			dt__elastic_member_on_update(n, c, m);
-			return;
-		}
-		if (dt__conn_peer(c) != 0 || !n->recover)
-			return;
-		if (id == 0 || id >= (uint64_t)n->ntable ||
-		    id == (uint64_t)n->id ||
-		    dt__msg_add_node_decode(m->meta, m->hdr.meta_len, &a) ||
-		    a.role != n->table[id].role) {
-			dt__log(0, "ignoring a malformed NODE_UPDATE");
-			return;
-		}
-		if (!dt__link_newer_gen(n, (int)id, m->hdr.arg0)) {
-			/* (its HELLO came first and started the link again) */
-			dt__link_set_addr(
-			    n, (int)id, a.host, a.port,
-			    dt__node_local_of(n, a.hostid, a.local));
-			return;
-		}
-		dt__log(0, "%s came back: pid %d at %s:%d",
-		        dt__node_name(n, (int)id, name, sizeof(name)), a.pid,
-		        a.host, a.port);
-		dt__link_restart_peer(n, (int)id, NULL, a.host, a.port,
-		                      dt__node_local_of(n, a.hostid, a.local));
-		dt__node_restart_apps(n, (int)id);
+	case DT_CMD_NODE_UPDATE:
+		on_node_update(n, c, m);
 		return;
-	}
 	case DT_CMD_TERMINATE:
 		if (dt__conn_peer(c) != 0)
 			return;
