@@ -269,7 +269,8 @@ dt_node_stats(dt_node *n, dt_stats *out)
 	pthread_mutex_lock(&n->mu);
 	out->id = n->id;
 	out->rank = n->rank;
-	int count = 1 + n->num_servers + n->num_workers;
+	/* (an elastic job's rows for the workers that may join too) */
+	int count = 1 + n->num_servers + dt__elastic_slots(n);
 	pthread_mutex_unlock(&n->mu);
 	out->peers = calloc((size_t)count, sizeof(*out->peers));
 	if (out->peers == NULL) {
@@ -311,7 +312,9 @@ dt__report_sched_open(dt_node *n)
 	r->json = dt__env_str("DTRAIN_STATS_JSON");
 	r->t0 = dt__now_ns();
 	r->max_events = (uint64_t)max;
-	r->count = 1 + n->num_servers + n->num_workers;
+	/* Rows for every node id the job may give: an elastic job's workers
+	 * that join report too. */
+	r->count = 1 + n->num_servers + dt__elastic_slots(n);
 	r->stats = dt__calloc((size_t)r->count, sizeof(*r->stats));
 	r->events = dt__calloc((size_t)r->count, sizeof(*r->events));
 	err = !r->stats || !r->events ? DT_ENOMEM : DT_OK;
@@ -450,7 +453,7 @@ dt__report_on_msg(dt_node *n, dt_conn *c, const dt_msg *m)
  * exclusively (never through a planted link), renamed over it when
  * whole. */
 static void
-write_json(struct dt_report *r, const char *const *names)
+write_json(struct dt_report *r, const char *const *names, int shown)
 {
 	dt__file_tmp t;
 	FILE *f;
@@ -464,9 +467,23 @@ write_json(struct dt_report *r, const char *const *names)
 		dt__log(0, "DTRAIN_STATS_JSON: cannot write %s", r->json);
 		return;
 	}
-	dt__stats_json(f, r->stats, names, r->count);
+	dt__stats_json(f, r->stats, names, shown);
 	if (dt__file_commit(&t, 0) != DT_OK)
 		dt__log(0, "%s", dt_errmsg());
+}
+
+/* The rows to show: the job's first nodes, and the workers that joined
+ * an elastic job up to the last that reported (the ids never given
+ * are left out). */
+static int
+shown_rows(const dt_node *n, const struct dt_report *r)
+{
+	int shown = r->count;
+
+	while (shown > 1 + n->num_servers + n->num_workers &&
+	       r->stats[shown - 1] == NULL)
+		shown--;
+	return shown;
 }
 
 void
@@ -489,15 +506,17 @@ dt__report_sched_finish(dt_node *n, const char *outcome)
 		}
 		free(own);
 		if (names && buf) {
+			int shown = shown_rows(n, r);
+
 			for (int i = 0; i < r->count; i++)
 				names[i] = dt__node_name(n, i, buf[i], 64);
 			/* (stderr: the launcher's output stays the job's) */
 			if (r->stats_on)
 				dt__stats_report(stderr, r->stats, names,
-				                 r->count);
+				                 shown);
 			fflush(stderr);
 			if (r->json)
-				write_json(r, names);
+				write_json(r, names, shown);
 		}
 		free(names);
 		free(buf);

@@ -34,7 +34,7 @@ samples_ok() {
 # the worker started for it waits to join, and at 120 while a fifth asks.
 TAG=grow
 job_env "$(free_port)" 0 2
-export DTRAIN_ELASTIC=1 DTRAIN_ELASTIC_MAX=4
+export DTRAIN_ELASTIC=1 DTRAIN_ELASTIC_MAX=4 DTRAIN_STATS=1
 unset DTRAIN_ELASTIC_SCHEDULE
 HOLD=(--hold-at 30 --hold-file "$T_DIR/go1" --hold-at 90 --hold-file "$T_DIR/go2"
 	--hold-at 120 --hold-file "$T_DIR/go3")
@@ -86,6 +86,12 @@ sched=$(grep -ho 'DTRAIN_ELASTIC_SCHEDULE="[^"]*"' "$T_DIR"/worker*.log |
 	tail -n 1 | sed 's/^DTRAIN_ELASTIC_SCHEDULE="//; s/"$//')
 grep -Eq '^step [0-9]+: \+1; step [0-9]+: \+1$' <<<"$sched" ||
 	fail "the grow's replay line is '$sched'"
+# (the scheduler's --stats report has the workers that joined: rows for
+# every node id the job may give)
+for j in 2 3; do
+	grep -Eq "^(\[scheduler\] )?worker $j +[0-9]+ " "$T_DIR/sched.log" ||
+		fail "the scheduler's stats have no row for worker $j, which joined"
+done
 log "grown from 2 to 4 workers, samples once, replay '$sched'"
 
 # run TAG: a job of 2 workers and 2 more started with it (joining once it
