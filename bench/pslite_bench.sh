@@ -27,12 +27,14 @@
 # key whole on one server (range partition: keys are spread as
 # kMaxKey/N*i) while dtrain cuts a 1 MiB key over both servers and puts
 # small keys on key mod S; dtrain moves bytes through shared memory on
-# one host, ps-lite through zmq over TCP (set DMLC_LOCAL=1 for its ipc
-# sockets). test_kv_app_benchmark reports each worker's time; the bench
+# one host, ps-lite through zmq over TCP (DMLC_LOCAL=1 in the
+# environment gives it Unix sockets; the script removes them after each
+# job). test_kv_app_benchmark reports each worker's time; the bench
 # takes the slowest worker's.
 #
 #   PSLITE_DIR=/path/to/ps-lite bench/pslite_bench.sh [BUILD_DIR]
-#   REPEAT=3  TIMEOUT=300 (seconds one job may take)  QUICK=1 (skip 10^7)
+#   REPEAT=3  TIMEOUT=300 (seconds one job may take; a ps-lite job that
+#   takes longer is run once more)  QUICK=1 (skip 10^7)
 # PSLITE_DIR is a ps-lite checkout built with `make` (build/libps.a and
 # tests/test_kv_app_benchmark). Prints the load at start and end, a table
 # (medians over the repeats; ratio = ps-lite time / dtrain time, so above
@@ -171,7 +173,7 @@ fi
 
 exec python3 - "$BUILD" "$PSLITE_DIR" "$DRIVER" "$OUT" "${REPEAT:-3}" \
 	"${TIMEOUT:-300}" "${QUICK:-0}" <<'PY'
-import json, os, re, signal, socket, statistics, subprocess, sys
+import json, os, re, signal, socket, stat, statistics, subprocess, sys
 
 build, psdir, driver, out = sys.argv[1:5]
 repeat, timeout, quick = int(sys.argv[5]), float(sys.argv[6]), sys.argv[7] == "1"
@@ -200,9 +202,35 @@ def free_port():
     return p
 
 
+def ipc_sockets():
+    """With DMLC_LOCAL=1 ps-lite's nodes listen on Unix sockets named
+    /tmp/<port> and leave them behind: the set of such sockets of ours."""
+    found = set()
+    for n in os.listdir("/tmp") if os.environ.get("DMLC_LOCAL") else ():
+        try:
+            st = os.lstat("/tmp/" + n)
+        except OSError:
+            continue
+        if n.isdigit() and stat.S_ISSOCK(st.st_mode) and st.st_uid == os.getuid():
+            found.add(n)
+    return found
+
+
 def run_pslite(s, w, argv):
+    """run_pslite_once, again (on a new port) if it did not end in time:
+    a ps-lite job here has been seen to hang now and then."""
+    try:
+        return run_pslite_once(s, w, argv)
+    except subprocess.TimeoutExpired:
+        print(f"  ps-lite job {os.path.basename(argv[0])} took over "
+              f"{timeout:.0f} s; once more", flush=True)
+        return run_pslite_once(s, w, argv)
+
+
+def run_pslite_once(s, w, argv):
     """Scheduler, s servers and w workers of argv, as ps-lite's local.sh
     starts them; returns the workers' output (stdout and stderr)."""
+    before = ipc_sockets()
     env = dict(os.environ, DMLC_NUM_SERVER=str(s), DMLC_NUM_WORKER=str(w),
                DMLC_PS_ROOT_URI="127.0.0.1", DMLC_NODE_HOST="127.0.0.1",
                DMLC_PS_ROOT_PORT=str(free_port()))
@@ -227,6 +255,8 @@ def run_pslite(s, w, argv):
             if p.poll() is None:
                 os.killpg(p.pid, signal.SIGKILL)
                 p.wait()
+        for n in ipc_sockets() - before:
+            os.unlink("/tmp/" + n)
 
 
 def run_dtrain(s, w, prog, args):
@@ -285,7 +315,11 @@ print(f"pslite_bench.sh: {os.cpu_count()} processors; load at start "
 for r in range(repeat):
     for topo in topos:
         for side, fn in (("pslite", pslite_round), ("dtrain", dtrain_round)):
-            fn(topo)
+            try:
+                fn(topo)
+            except (RuntimeError, subprocess.TimeoutExpired) as e:
+                sys.exit(f"pslite_bench.sh: {side} with {topo[0]} servers "
+                         f"and {topo[1]} workers failed: {e}")
             print(f"  run {r + 1}/{repeat} {topo[0]}s{topo[1]}w {side} done "
                   f"(load {load()[0]})", flush=True)
 print(f"load at end {' '.join(load())}\n")
