@@ -143,10 +143,33 @@ EOF
 
 HOSTS=()
 NETS_BR=
+
+# hosts_sweep: the namespaces and bridges of an earlier test whose shell
+# is gone (killed by CTest's time limit: its clean-up never ran) are
+# removed, their processes killed, before new ones are made. A running
+# test's are left alone: its pid is alive.
+hosts_sweep() {
+	local ns br pid
+	for ns in $(ip netns list 2>/dev/null | awk '{print $1}' | grep -E '^dth[0-9]+_[0-9]+$'); do
+		pid=${ns#dth}
+		pid=${pid%%_*}
+		kill -0 "$pid" 2>/dev/null && continue
+		ip netns pids "$ns" 2>/dev/null | xargs -r kill -9 2>/dev/null
+		ip netns del "$ns" 2>/dev/null &&
+			echo "removed namespace $ns: the test (pid $pid) that made it is gone" >&2
+	done
+	for br in $(ip -o link show type bridge 2>/dev/null | grep -oE 'dtbr[0-9]+' | sort -u); do
+		kill -0 "${br#dtbr}" 2>/dev/null && continue
+		ip link del "$br" 2>/dev/null &&
+			echo "removed bridge $br: the test (pid ${br#dtbr}) that made it is gone" >&2
+	done
+}
+
 hosts_setup() {
 	local n=$1 i ns r=$((100 + RANDOM % 100)) id=$$
 	need_root "network namespaces"
 	need_cmds ip
+	hosts_sweep
 	NETS_BR=dtbr$id
 	NET=10.$r.$((RANDOM % 250)).
 	ip link add "$NETS_BR" type bridge || skip "cannot make a bridge here"
