@@ -14,6 +14,7 @@
 # a dead rank fails the others at once; an unknown DTRAIN_COLL_HIER is
 # refused naming it; nothing is left behind.
 . "$(dirname "$0")/launch_lib.bash"
+. "$(dirname "$0")/hier_lib.bash"
 B=$DTRAIN_BUILD
 HCHECK=$B/tests/progs/coll_hier_check
 CHECK=$B/tests/progs/coll_check
@@ -45,23 +46,6 @@ job() {
 	timeout 280 "$DTRAIN" launch -n "$n" -s 0 --launcher local \
 		--env DT_TEST_TAG="$TAG" --env HIER_L="$l" --env DT_COLL_TIMEOUT=60 \
 		"${envs[@]}" -- "$TMP/fakehost" "$@" >"$out" 2>&1
-}
-
-# every_rank N FILE PATTERN
-every_rank() {
-	local n=$1 file=$2 pat=$3 r
-	for ((r = 0; r < n; r++)); do
-		grep -F -- "[worker $r] " "$file" | grep -qF -- "$pat" || {
-			echo "worker $r has no line with '$pat'" >&2
-			return 1
-		}
-	done
-}
-
-# digests FILE: rank 0's digest lines of order-independent results.
-digests() {
-	sed -n 's/^\[worker 0\] digest //p' "$1" |
-		awk '$3 == "integers" || $2 == "min" || $2 == "max"' | sort
 }
 
 for layout in 2x2 2x3 3x2; do

@@ -12,6 +12,7 @@
 # removes everything it made.
 . "$(dirname "$0")/launch_lib.bash"
 . "$(dirname "$0")/engines_lib.bash"
+. "$(dirname "$0")/hier_lib.bash"
 need_root "hosts of network namespaces"
 ssh_setup
 hosts_setup 3 || skip "the namespace hosts could not be set up"
@@ -42,21 +43,6 @@ job() {
 	timeout 280 "$DTRAIN" launch -n $((h * l)) -s 0 --launcher ssh \
 		-H "$(hostfile "$h" "$l")" --env DT_TEST_TAG="$TAG" \
 		"${envs[@]}" -- "$@" >"$out" 2>&1
-}
-
-every_rank() {
-	local n=$1 file=$2 pat=$3 r
-	for ((r = 0; r < n; r++)); do
-		grep -F -- "[worker $r] " "$file" | grep -qF -- "$pat" || {
-			echo "worker $r has no line with '$pat'" >&2
-			return 1
-		}
-	done
-}
-
-digests() {
-	sed -n 's/^\[worker 0\] digest //p' "$1" |
-		awk '$3 == "integers" || $2 == "min" || $2 == "max"' | sort
 }
 
 for layout in 2x2 2x3 3x2; do
