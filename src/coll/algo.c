@@ -47,6 +47,15 @@ dt__coll_hier_wanted(const dt_coll *c, const coll_op *op)
 	       op->count >= (size_t)c->size;
 }
 
+/* An algorithm's release when all it holds is its schedule (the ring and
+ * chain, the hierarchy). */
+void
+dt__coll_release_sched(dt_coll *c, coll_op *op)
+{
+	(void)c;
+	dt__coll_sched_free(&op->sc);
+}
+
 dt_err
 dt__coll_algo_prepare(dt_coll *c, coll_op *op)
 {

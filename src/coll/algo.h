@@ -64,6 +64,8 @@ extern const dt__coll_algo dt__coll_algo_hier;
 dt_err dt__coll_algo_prepare(dt_coll *c, coll_op *op);
 dt_err dt__coll_algo_run(dt_coll *c, coll_op *op);
 void dt__coll_algo_release(dt_coll *c, coll_op *op);
+/* A release for algorithms that hold only their schedule (op->sc). */
+void dt__coll_release_sched(dt_coll *c, coll_op *op);
 
 /* The router's calls: through op's algorithm's ops, with the defaults
  * above. */

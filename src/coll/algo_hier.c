@@ -416,17 +416,10 @@ out:
 	return err;
 }
 
-static void
-hier_release(dt_coll *c, coll_op *op)
-{
-	(void)c;
-	dt__coll_sched_free(&op->sc);
-}
-
 const dt__coll_algo dt__coll_algo_hier = {
     .name = "hierarchical",
     .run = run_hier,
-    .release = hier_release,
+    .release = dt__coll_release_sched,
     .needs = hier_needs,
     .dest = hier_dest,
     .deliver = hier_deliver,

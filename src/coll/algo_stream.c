@@ -214,17 +214,10 @@ out:
 	return err;
 }
 
-static void
-stream_release(dt_coll *c, coll_op *op)
-{
-	(void)c;
-	dt__coll_sched_free(&op->sc);
-}
-
 const dt__coll_algo dt__coll_algo_stream = {
     .name = "ring / chain",
     .run = run_stream,
-    .release = stream_release,
+    .release = dt__coll_release_sched,
     .needs = stream_needs,
     .dest = stream_dest,
     .deliver = stream_deliver,

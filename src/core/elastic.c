@@ -508,17 +508,7 @@ dt__elastic_sched_join(dt_node *n, dt_conn *c, const joiner *j)
 	s->next_worker++;
 	s->joining[id] = 1;
 	e = &n->table[id];
-	e->role = DT_ROLE_WORKER;
-	e->rank = id - 1 - n->num_servers;
-	e->id = id;
-	e->port = j->port;
-	e->pid = j->pid;
-	snprintf(e->host, DT_HOST_MAX, "%s", j->host);
-	snprintf(e->hostid, DT_HOSTID_MAX, "%s", j->hostid);
-	snprintf(e->local, DT_LOCAL_MAX, "%s", j->local);
-	memcpy(s->token[id], j->token, DT_NODE_TOKEN_MAX);
-	dt__conn_set_peer(c, id);
-	__atomic_store_n(&n->peers[id], c, __ATOMIC_RELEASE);
+	dt__sched_seat(n, j, c, id, DT_ROLE_WORKER, id - 1 - n->num_servers);
 	pthread_mutex_unlock(&n->mu);
 	dt__conn_vouch(c);
 	dt__log(0,

@@ -84,6 +84,9 @@ void dt__sched_send_abort(dt_node *n, dt_conn *c, const char *reason);
  * the place of the lost node whose place token it presents, held until
  * that node's loss is noticed, or refused (ABORT, then closed). */
 void dt__sched_rejoin(dt_node *n, dt_conn *c, const joiner *j);
+/* (n->mu held) node id's table row, token and connection from j */
+void dt__sched_seat(dt_node *n, const joiner *j, dt_conn *c, int id,
+                    dt_role role, int rank);
 /* A loss was noticed: the held processes whose place is free take it. */
 void dt__sched_retry_held(dt_node *n);
 /* Refuse the held processes whose DT_RESTART_TIMEOUT is over. */

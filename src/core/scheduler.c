@@ -698,6 +698,27 @@ admit_early(dt_node *n)
 	}
 }
 
+/* Give node id to the joiner j on connection c (n->mu held): its row of
+ * the table, its place token, and c as its connection. */
+void
+dt__sched_seat(dt_node *n, const joiner *j, dt_conn *c, int id, dt_role role,
+               int rank)
+{
+	dt_node_entry *e = &n->table[id];
+
+	e->role = role;
+	e->rank = rank;
+	e->id = id;
+	e->port = j->port;
+	e->pid = j->pid;
+	snprintf(e->host, DT_HOST_MAX, "%s", j->host);
+	snprintf(e->hostid, DT_HOSTID_MAX, "%s", j->hostid);
+	snprintf(e->local, DT_LOCAL_MAX, "%s", j->local);
+	memcpy(n->sched->token[id], j->token, DT_NODE_TOKEN_MAX);
+	dt__conn_set_peer(c, id);
+	__atomic_store_n(&n->peers[id], c, __ATOMIC_RELEASE);
+}
+
 dt_err
 dt__sched_start(dt_node *n)
 {
@@ -758,19 +779,8 @@ dt__sched_start(dt_node *n)
 		int id = j->role == DT_ROLE_SERVER
 		             ? dt__node_server_id(n, j->rank)
 		             : dt__node_worker_id(n, j->rank);
-		dt_node_entry *e = &n->table[id];
 
-		e->role = j->role;
-		e->rank = j->rank;
-		e->id = id;
-		e->port = j->port;
-		e->pid = j->pid;
-		snprintf(e->host, DT_HOST_MAX, "%s", j->host);
-		snprintf(e->hostid, DT_HOSTID_MAX, "%s", j->hostid);
-		snprintf(e->local, DT_LOCAL_MAX, "%s", j->local);
-		memcpy(s->token[id], j->token, DT_NODE_TOKEN_MAX);
-		dt__conn_set_peer(j->conn, id);
-		__atomic_store_n(&n->peers[id], j->conn, __ATOMIC_RELEASE);
+		dt__sched_seat(n, j, j->conn, id, j->role, j->rank);
 	}
 	s->assigned = 1;
 	pthread_mutex_unlock(&n->mu);
