@@ -34,7 +34,7 @@
 
 #include "coll_bench_common.h"
 
-static int compressed;
+static int compressed, in_place;
 
 static dt_err
 run_once(dt_coll *c, int op, float *a, float *b, size_t count)
@@ -45,8 +45,8 @@ run_once(dt_coll *c, int op, float *a, float *b, size_t count)
 	case 0:
 		if (compressed)
 			return dt_coll_dist_opt_average(c, b, count);
-		return dt_coll_allreduce(c, a, b, count, DT_FLOAT32,
-		                         DT_COLL_SUM);
+		return dt_coll_allreduce(c, in_place ? DT_COLL_IN_PLACE : a, b,
+		                         count, DT_FLOAT32, DT_COLL_SUM);
 	case 1:
 		return dt_coll_allgather(c, a, b, count / (size_t)n,
 		                         DT_FLOAT32);
@@ -72,6 +72,8 @@ main(int argc, char **argv)
 	for (int i = 1; i < argc; i++) {
 		if (strcmp(argv[i], "--json") == 0) {
 			json = 1;
+		} else if (strcmp(argv[i], "--in-place") == 0) {
+			in_place = 1;
 		} else if (strcmp(argv[i], "--min-bytes") == 0 &&
 		           i + 1 < argc) {
 			min_bytes = strtoull(argv[++i], NULL, 0);
@@ -105,7 +107,7 @@ main(int argc, char **argv)
 			fprintf(stderr,
 			        "usage: coll_bench [--op NAME|all] [--json] "
 			        "[--min-bytes N] [--max-bytes N] [--iters N] "
-			        "[--warmup-s S] [--compression C]\n");
+			        "[--warmup-s S] [--compression C] [--in-place]\n");
 			return 2;
 		}
 	}

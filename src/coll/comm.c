@@ -98,7 +98,7 @@ dt__coll_cfg_from_env(dt__coll_cfg *cfg)
 	                        &v)))
 		return err;
 	cfg->cma_push_max = (size_t)v;
-	if ((err = dt__env_long("DT_COLL_CMA_PUSH_MANY_MAX", 64L << 10, 0,
+	if ((err = dt__env_long("DT_COLL_CMA_PUSH_MANY_MAX", 16L << 10, 0,
 	                        1L << 30, &v)))
 		return err;
 	cfg->cma_push_many = (size_t)v;
