@@ -56,164 +56,193 @@ dt__coll_release_sched(dt_coll *c, coll_op *op)
 	dt__coll_sched_free(&op->sc);
 }
 
+/* A fused group: pack the tensors into the fusion buffer, which becomes
+ * the operation's buffer (unpacked after). */
+static dt_err
+pack_fused(dt_coll *c, coll_op *op)
+{
+	uint8_t *f = dt__buf_reserve(&c->fusion, &c->fusion_cap,
+	                             dt__coll_bytes(op, op->count));
+	size_t off = 0;
+
+	if (f == NULL && op->count)
+		return DT_ENOMEM;
+	for (int i = 0; i < op->ntensors; i++) {
+		const dt_coll_tensor *t = &op->tensors[i];
+		const void *s = t->send ? t->send : t->recv;
+		if (t->count)
+			memcpy(f + off, s, t->count * op->esz);
+		off += t->count * op->esz;
+	}
+	op->work = f;
+	op->src = f;
+	return DT_OK;
+}
+
+/* A ring over c->size blocks of `each` elements (each = 0: the count
+ * split as evenly as dt__coll_block splits it). */
+static dt_err
+ring_blocks(dt_coll *c, coll_op *op, size_t count, size_t each, int rs, int ag)
+{
+	size_t n = (size_t)c->size;
+	size_t *offs = malloc(n * sizeof(size_t));
+	size_t *lens = malloc(n * sizeof(size_t));
+	dt_err err;
+
+	if (!offs || !lens) {
+		free(offs);
+		free(lens);
+		return dt__fail(DT_ENOMEM, "ring blocks");
+	}
+	for (int b = 0; b < c->size; b++) {
+		if (each) {
+			offs[b] = (size_t)b * each;
+			lens[b] = each;
+		} else {
+			dt__coll_block(count, c->size, b, &offs[b], &lens[b]);
+		}
+	}
+	err = dt__coll_ring_prepare(c, op, offs, lens, rs, ag, 1);
+	free(offs);
+	free(lens);
+	return err;
+}
+
+static dt_err
+prepare_allreduce(dt_coll *c, coll_op *op)
+{
+	size_t bytes = dt__coll_bytes(op, op->count);
+	dt_err err;
+
+	if (op->ntensors <= 1) {
+		op->work = op->recv;
+		op->src = op->send ? op->send : op->recv;
+	}
+	op->nelem = op->count;
+	if (dt__coll_hier_wanted(c, op))
+		return dt__coll_hier_prepare(c, op);
+	if (bytes > c->cfg.cma_threshold && c->cma && bytes <= c->push_max) {
+		return dt__coll_cma_prepare(
+		    c, op, 0, 0, 0,
+		    c->size == 2 && bytes >= c->cfg.cma_half_min &&
+		            op->count >= 2
+		        ? 2
+		        : 1);
+	}
+	if (bytes > c->cfg.cma_threshold && c->cma) {
+		/* Reading the other's whole input is safe only when it is not
+		 * also the output being written. */
+		int whole = c->size == 2 && op->src != op->work &&
+		            bytes <= c->cfg.cma_whole_max;
+		return dt__coll_cma_prepare(c, op, 1, !whole, whole, 0);
+	}
+	if (bytes > c->cfg.ring_threshold && op->count >= (size_t)c->size)
+		return ring_blocks(c, op, op->count, 0, 1, 1);
+	if ((err = dt__coll_rd_prepare(c, op, op->count)))
+		return err;
+	if (op->src != op->work && op->count)
+		memcpy(op->work, op->src, bytes);
+	op->src = op->work;
+	return DT_OK;
+}
+
+static dt_err
+prepare_broadcast(dt_coll *c, coll_op *op)
+{
+	dt_err err;
+
+	op->work = op->recv;
+	op->src = op->recv;
+	op->nelem = op->count;
+	if (dt__coll_bytes(op, op->count) > c->cfg.cma_threshold && c->cma)
+		return dt__coll_cma_prepare(c, op, 0, 0, 0, 0);
+	if (dt__coll_bytes(op, op->count) > c->cfg.ring_threshold)
+		return dt__coll_chain_prepare(c, op);
+	if ((err = dt__coll_rd_prepare(c, op, op->count)))
+		return err;
+	op->bc_valid = c->rank == op->root;
+	return DT_OK;
+}
+
+static dt_err
+prepare_allgatherv(dt_coll *c, coll_op *op)
+{
+	size_t *offs = malloc((size_t)c->size * sizeof(size_t));
+	size_t off = 0, esz = op->esz;
+	dt_err err;
+
+	if (offs == NULL)
+		return dt__fail(DT_ENOMEM, "allgather offsets");
+	for (int b = 0; b < c->size; b++) {
+		offs[b] = off;
+		off += op->counts[b];
+	}
+	op->work = op->recv;
+	op->nelem = off;
+	if (op->send && op->counts[c->rank] &&
+	    (const uint8_t *)op->send != op->work + offs[c->rank] * esz)
+		memcpy(op->work + offs[c->rank] * esz, op->send,
+		       op->counts[c->rank] * esz);
+	op->src = op->work;
+	if (dt__coll_bytes(op, off) > c->cfg.cma_threshold && c->cma) {
+		free(offs);
+		return dt__coll_cma_prepare(c, op, 0, 1, 0, 0);
+	}
+	err = dt__coll_ring_prepare(c, op, offs, op->counts, 0, 1,
+	                            dt__coll_bytes(op, off) >
+	                                c->cfg.ring_threshold);
+	free(offs);
+	return err;
+}
+
+static dt_err
+prepare_reduce_scatter(dt_coll *c, coll_op *op)
+{
+	size_t total = op->count * (size_t)c->size;
+	size_t bytes = dt__coll_bytes(op, total);
+	const uint8_t *in = op->send ? op->send : op->recv;
+	dt_err err;
+
+	if (op->send == NULL) {
+		op->work = op->recv; /* in place: recv holds the input */
+	} else {
+		op->work = dt__buf_reserve(&c->scratch, &c->scratch_cap, bytes);
+		if (op->work == NULL && bytes)
+			return DT_ENOMEM;
+	}
+	op->src = in;
+	op->nelem = total;
+	if (bytes > c->cfg.cma_threshold && c->cma)
+		return dt__coll_cma_prepare(c, op, 1, 0, 0, 0);
+	if (bytes > c->cfg.ring_threshold && op->count > 0)
+		return ring_blocks(c, op, total, op->count, 1, 0);
+	if ((err = dt__coll_rd_prepare(c, op, total)))
+		return err;
+	if (op->work != in && bytes)
+		memcpy(op->work, in, bytes);
+	op->src = op->work;
+	return DT_OK;
+}
+
 dt_err
 dt__coll_algo_prepare(dt_coll *c, coll_op *op)
 {
-	size_t n = (size_t)c->size, esz = op->esz;
-	dt_err err = DT_OK;
+	dt_err err;
 
-	/* Fused group: pack the tensors into the fusion buffer. */
-	if (op->ntensors > 1) {
-		uint8_t *f = dt__buf_reserve(&c->fusion, &c->fusion_cap,
-		                             dt__coll_bytes(op, op->count));
-		size_t off = 0;
-
-		if (f == NULL && op->count)
-			return DT_ENOMEM;
-		for (int i = 0; i < op->ntensors; i++) {
-			const dt_coll_tensor *t = &op->tensors[i];
-			const void *s = t->send ? t->send : t->recv;
-			if (t->count)
-				memcpy(f + off, s, t->count * esz);
-			off += t->count * esz;
-		}
-		op->work = f;
-		op->src = f;
-	}
+	if (op->ntensors > 1 && (err = pack_fused(c, op)))
+		return err;
 	if (c->size == 1)
 		return dt__coll_local_prepare(c, op);
 
 	switch (op->kind) {
-	case DT__COLL_ALLREDUCE: {
-		size_t bytes = dt__coll_bytes(op, op->count);
-
-		if (op->ntensors <= 1) {
-			op->work = op->recv;
-			op->src = op->send ? op->send : op->recv;
-		}
-		op->nelem = op->count;
-		if (dt__coll_hier_wanted(c, op))
-			return dt__coll_hier_prepare(c, op);
-		if (bytes > c->cfg.cma_threshold && c->cma &&
-		    bytes <= c->push_max) {
-			return dt__coll_cma_prepare(
-			    c, op, 0, 0, 0,
-			    c->size == 2 && bytes >= c->cfg.cma_half_min &&
-			            op->count >= 2
-			        ? 2
-			        : 1);
-		}
-		if (bytes > c->cfg.cma_threshold && c->cma) {
-			/* Reading the other's whole input is safe only when it
-			 * is not also the output being written. */
-			int whole = c->size == 2 && op->src != op->work &&
-			            bytes <= c->cfg.cma_whole_max;
-			return dt__coll_cma_prepare(c, op, 1, !whole, whole, 0);
-		}
-		if (bytes > c->cfg.ring_threshold && op->count >= n) {
-			size_t *offs = malloc(n * sizeof(size_t));
-			size_t *lens = malloc(n * sizeof(size_t));
-			if (!offs || !lens) {
-				free(offs);
-				free(lens);
-				return dt__fail(DT_ENOMEM, "ring blocks");
-			}
-			for (int b = 0; b < c->size; b++)
-				dt__coll_block(op->count, c->size, b, &offs[b],
-				               &lens[b]);
-			err = dt__coll_ring_prepare(c, op, offs, lens, 1, 1, 1);
-			free(offs);
-			free(lens);
-			return err;
-		}
-		if ((err = dt__coll_rd_prepare(c, op, op->count)))
-			return err;
-		if (op->src != op->work && op->count)
-			memcpy(op->work, op->src, bytes);
-		op->src = op->work;
-		return DT_OK;
-	}
+	case DT__COLL_ALLREDUCE:
+		return prepare_allreduce(c, op);
 	case DT__COLL_BROADCAST:
-		op->work = op->recv;
-		op->src = op->recv;
-		op->nelem = op->count;
-		if (dt__coll_bytes(op, op->count) > c->cfg.cma_threshold &&
-		    c->cma)
-			return dt__coll_cma_prepare(c, op, 0, 0, 0, 0);
-		if (dt__coll_bytes(op, op->count) > c->cfg.ring_threshold)
-			return dt__coll_chain_prepare(c, op);
-		if ((err = dt__coll_rd_prepare(c, op, op->count)))
-			return err;
-		op->bc_valid = c->rank == op->root;
-		return DT_OK;
-	case DT__COLL_ALLGATHERV: {
-		size_t *offs = malloc(n * sizeof(size_t));
-		size_t off = 0;
-
-		if (offs == NULL)
-			return dt__fail(DT_ENOMEM, "allgather offsets");
-		for (int b = 0; b < c->size; b++) {
-			offs[b] = off;
-			off += op->counts[b];
-		}
-		op->work = op->recv;
-		op->nelem = off;
-		if (op->send && op->counts[c->rank] &&
-		    (const uint8_t *)op->send != op->work + offs[c->rank] * esz)
-			memcpy(op->work + offs[c->rank] * esz, op->send,
-			       op->counts[c->rank] * esz);
-		op->src = op->work;
-		if (dt__coll_bytes(op, off) > c->cfg.cma_threshold && c->cma) {
-			free(offs);
-			return dt__coll_cma_prepare(c, op, 0, 1, 0, 0);
-		}
-		err = dt__coll_ring_prepare(c, op, offs, op->counts, 0, 1,
-		                            dt__coll_bytes(op, off) >
-		                                c->cfg.ring_threshold);
-		free(offs);
-		return err;
-	}
-	case DT__COLL_REDUCE_SCATTER: {
-		size_t total = op->count * n, bytes = dt__coll_bytes(op, total);
-		const uint8_t *in = op->send ? op->send : op->recv;
-
-		if (op->send == NULL) {
-			op->work =
-			    op->recv; /* in place: recv holds the input */
-		} else {
-			op->work = dt__buf_reserve(&c->scratch, &c->scratch_cap,
-			                           bytes);
-			if (op->work == NULL && bytes)
-				return DT_ENOMEM;
-		}
-		op->src = in;
-		op->nelem = total;
-		if (bytes > c->cfg.cma_threshold && c->cma)
-			return dt__coll_cma_prepare(c, op, 1, 0, 0, 0);
-		if (bytes > c->cfg.ring_threshold && op->count > 0) {
-			size_t *offs = malloc(n * sizeof(size_t));
-			size_t *lens = malloc(n * sizeof(size_t));
-			if (!offs || !lens) {
-				free(offs);
-				free(lens);
-				return dt__fail(DT_ENOMEM, "ring blocks");
-			}
-			for (int b = 0; b < c->size; b++) {
-				offs[b] = (size_t)b * op->count;
-				lens[b] = op->count;
-			}
-			err = dt__coll_ring_prepare(c, op, offs, lens, 1, 0, 1);
-			free(offs);
-			free(lens);
-			return err;
-		}
-		if ((err = dt__coll_rd_prepare(c, op, total)))
-			return err;
-		if (op->work != in && bytes)
-			memcpy(op->work, in, bytes);
-		op->src = op->work;
-		return DT_OK;
-	}
+		return prepare_broadcast(c, op);
+	case DT__COLL_ALLGATHERV:
+		return prepare_allgatherv(c, op);
+	case DT__COLL_REDUCE_SCATTER:
+		return prepare_reduce_scatter(c, op);
 	case DT__COLL_BARRIER:
 		op->work = NULL;
 		op->src = NULL;
