@@ -993,6 +993,109 @@ reset_dialled(dt_links *L)
 	}
 }
 
+/* A peer gone cleanly: only its BYE (or a copy of it) is acknowledged.
+ * Called and returns with L->mu held; lets go of it to send. */
+static void
+visit_bye(dt_links *L, plink *P, int id)
+{
+	if (P->ack_due && !P->down) {
+		uint64_t ack = P->rx_next - 1;
+
+		P->ack_due = 0;
+		P->ack_told = ack;
+		pthread_mutex_unlock(&L->mu);
+		send_ack(L, id, ack, 0);
+		pthread_mutex_lock(&L->mu);
+	}
+}
+
+/* A peer whose connection is down: lost for good once the window is
+ * over, else redialled when due. Returns whether it is still down (or
+ * gone), so nothing else is due for it now. L->mu held, as above. */
+static int
+visit_down(dt_links *L, plink *P, int id, uint64_t now, uint64_t *next)
+{
+	dt_node *n = L->n;
+	/* With recovery, a server or worker may come back as a new process:
+	 * the scheduler says when it is lost for good. */
+	uint64_t window = n->recover && id != 0 && n->role != DT_ROLE_SCHEDULER
+	                      ? n->rs_window_ns + n->restart_ns
+	                      : n->rs_window_ns;
+
+	if (since(now, P->down_ns) >= window) {
+		char why[96];
+
+		P->gone = 1;
+		queue_clear(L, P);
+		pthread_mutex_unlock(&L->mu);
+		snprintf(why, sizeof(why),
+		         "no connection again within "
+		         "DT_RECONNECT_TIMEOUT=%.3g s",
+		         (double)n->rs_window_ns * 1e-9);
+		dt__node_peer_lost(n, id, why);
+		pthread_mutex_lock(&L->mu);
+		return 1;
+	}
+	*next = earlier(*next, P->down_ns + window);
+	if (P->dialer && now >= P->redial_ns) {
+		pthread_mutex_unlock(&L->mu);
+		redial(L, id);
+		pthread_mutex_lock(&L->mu);
+	}
+	if (P->down && P->dialer)
+		*next = earlier(*next, P->redial_ns);
+	return P->down;
+}
+
+/* A connected peer: what was queued while it was down, the ack due, the
+ * resend due. Returns whether work is pending for it. L->mu held, as
+ * above. */
+static int
+visit_up(dt_links *L, plink *P, int id, uint64_t now, uint64_t *next)
+{
+	dt_node *n = L->n;
+
+	if (P->unsent) {
+		pthread_mutex_unlock(&L->mu);
+		send_unsent(L, id);
+		pthread_mutex_lock(&L->mu);
+	}
+	if (P->ack_due && now >= P->ack_due) {
+		uint64_t ack = P->rx_next - 1;
+		int nack = P->nack;
+
+		P->ack_due = 0;
+		P->nack = 0;
+		if (ack != P->ack_told || nack) {
+			P->ack_told = ack;
+			pthread_mutex_unlock(&L->mu);
+			send_ack(L, id, ack, nack);
+			pthread_mutex_lock(&L->mu);
+		}
+	} else if (P->ack_due) {
+		*next = earlier(*next, P->ack_due);
+	}
+	if (P->head && (P->resend_now || since(now, P->sent_ns) >= P->rto)) {
+		/* Back off while resends bring no ack: a loaded peer is not
+		 * made busier. */
+		if (!P->resend_now && P->rto < 8 * n->rs_timeout_ns)
+			P->rto *= 2;
+		pthread_mutex_unlock(&L->mu);
+		resend(L, id);
+		pthread_mutex_lock(&L->mu);
+	}
+	if (P->head)
+		*next =
+		    earlier(*next, P->resend_now ? now : P->sent_ns + P->rto);
+	/* Pending work: look again within ACK_DELAY (poke wakes only an
+	 * idle thread). */
+	if (P->head || P->rx_next - 1 != P->ack_told) {
+		*next = earlier(*next, now + L->ack_delay);
+		return 1;
+	}
+	return 0;
+}
+
 static void *
 link_main(void *arg)
 {
@@ -1012,96 +1115,12 @@ link_main(void *arg)
 			if (id == n->id || P->gone || L->clear)
 				continue;
 			if (P->bye) {
-				/* Gone cleanly: only its BYE (or a copy of it)
-				 * is acknowledged. */
-				if (P->ack_due && !P->down) {
-					uint64_t ack = P->rx_next - 1;
-
-					P->ack_due = 0;
-					P->ack_told = ack;
-					pthread_mutex_unlock(&L->mu);
-					send_ack(L, id, ack, 0);
-					pthread_mutex_lock(&L->mu);
-				}
+				visit_bye(L, P, id);
 				continue;
 			}
-			if (P->down) {
-				/* With recovery, a server or worker may come
-				 * back as a new process: the scheduler says
-				 * when it is lost for good. */
-				uint64_t window =
-				    n->recover && id != 0 &&
-				            n->role != DT_ROLE_SCHEDULER
-				        ? n->rs_window_ns + n->restart_ns
-				        : n->rs_window_ns;
-
-				if (since(now, P->down_ns) >= window) {
-					char why[96];
-
-					P->gone = 1;
-					queue_clear(L, P);
-					pthread_mutex_unlock(&L->mu);
-					snprintf(why, sizeof(why),
-					         "no connection again within "
-					         "DT_RECONNECT_TIMEOUT=%.3g s",
-					         (double)n->rs_window_ns *
-					             1e-9);
-					dt__node_peer_lost(n, id, why);
-					pthread_mutex_lock(&L->mu);
-					continue;
-				}
-				next = earlier(next, P->down_ns + window);
-				if (P->dialer && now >= P->redial_ns) {
-					pthread_mutex_unlock(&L->mu);
-					redial(L, id);
-					pthread_mutex_lock(&L->mu);
-				}
-				if (P->down && P->dialer)
-					next = earlier(next, P->redial_ns);
-				if (P->down)
-					continue;
-			}
-			if (P->unsent) {
-				pthread_mutex_unlock(&L->mu);
-				send_unsent(L, id);
-				pthread_mutex_lock(&L->mu);
-			}
-			if (P->ack_due && now >= P->ack_due) {
-				uint64_t ack = P->rx_next - 1;
-				int nack = P->nack;
-
-				P->ack_due = 0;
-				P->nack = 0;
-				if (ack != P->ack_told || nack) {
-					P->ack_told = ack;
-					pthread_mutex_unlock(&L->mu);
-					send_ack(L, id, ack, nack);
-					pthread_mutex_lock(&L->mu);
-				}
-			} else if (P->ack_due) {
-				next = earlier(next, P->ack_due);
-			}
-			if (P->head && (P->resend_now ||
-			                since(now, P->sent_ns) >= P->rto)) {
-				/* Back off while resends bring no ack: a
-				 * loaded peer is not made busier. */
-				if (!P->resend_now &&
-				    P->rto < 8 * n->rs_timeout_ns)
-					P->rto *= 2;
-				pthread_mutex_unlock(&L->mu);
-				resend(L, id);
-				pthread_mutex_lock(&L->mu);
-			}
-			if (P->head)
-				next = earlier(next, P->resend_now
-				                         ? now
-				                         : P->sent_ns + P->rto);
-			/* Pending work: look again within ACK_DELAY (poke
-			 * wakes only an idle thread). */
-			if (P->head || P->rx_next - 1 != P->ack_told) {
-				next = earlier(next, now + L->ack_delay);
-				busy = 1;
-			}
+			if (P->down && visit_down(L, P, id, now, &next))
+				continue;
+			busy |= visit_up(L, P, id, now, &next);
 		}
 		if (L->stop)
 			break;
