@@ -19,6 +19,20 @@ command -v apt-get >/dev/null && command -v dpkg-deb >/dev/null ||
 	skip "no apt-get or dpkg-deb (not Debian)"
 grep -q '^DT_SANITIZE:STRING=.\+' "$DTRAIN_BUILD/CMakeCache.txt" 2>/dev/null &&
 	skip "a sanitizer build (its programs are not for installing)"
+# The package is installed machine-wide: a second checkout running this
+# test at the same time (two suites on one machine) would find ours
+# installed, or purge it under our job. One at a time per machine; the
+# wait is bounded (a run takes minutes on a busy machine). The lock is a
+# flock on the directory /var/lib/dpkg, which exists wherever dpkg does,
+# so no lock file is left behind (dpkg's own locks are fcntl locks on
+# files inside it, which a flock on the directory does not touch).
+command -v flock >/dev/null || skip "no flock (util-linux)"
+exec 9</var/lib/dpkg
+flock -w $((600 * DT_TEST_TIME_SCALE)) 9 ||
+	fail "another run of this test held /var/lib/dpkg for $((600 * DT_TEST_TIME_SCALE)) s"
+# apt and dpkg wait for each other's lock (another apt-get on the machine)
+# rather than fail at once.
+APT_WAIT=(-o DPkg::Lock::Timeout=300)
 dpkg -s dtrain >/dev/null 2>&1 && skip "a dtrain package is installed already"
 [ -e /usr/bin/dtrain ] && skip "/usr/bin/dtrain exists (not from a package)"
 
@@ -38,10 +52,10 @@ fi
 
 # From here the machine is changed: purge whatever happens.
 purge() {
-	DEBIAN_FRONTEND=noninteractive apt-get purge -y -q dtrain >"$T_DIR/purge.log" 2>&1
+	DEBIAN_FRONTEND=noninteractive apt-get "${APT_WAIT[@]}" purge -y -q dtrain >"$T_DIR/purge.log" 2>&1
 }
 trap 'purge; cleanup' EXIT
-DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "$deb" \
+DEBIAN_FRONTEND=noninteractive apt-get "${APT_WAIT[@]}" install -y -q --no-install-recommends "$deb" \
 	>"$T_DIR/apt.log" 2>&1 || fail "apt-get install: $(tail -20 "$T_DIR/apt.log")"
 dpkg -s dtrain | grep -q '^Status: install ok installed' || fail "dtrain is not installed"
 log "installed with apt-get"
