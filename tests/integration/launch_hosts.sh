@@ -97,16 +97,19 @@ for engine in ssh mpi; do
 	done
 
 	# A silent host (an address nobody answers) fails within the
-	# connect timeout, naming it.
+	# connect timeout, naming it: 1 s here, and the bound (9 s) stays
+	# below the 10 s default, so a launcher that ignored the variable
+	# fails the check; the rest of the margin is for a loaded machine
+	# (it took 1.3 s quiet, and 4.3 s with a 2 s timeout at load 16).
 	printf '%s:%s\n%s250:%s\n' "${HOSTS[0]}" "$SSH_PORT" "$NET" "$SSH_PORT" >"$TMP/hosts_bad"
 	start=$(now_ms)
-	DTRAIN_SSH_CONNECT_TIMEOUT=2 timeout 120 "$DTRAIN" launch --launcher $engine \
+	DTRAIN_SSH_CONNECT_TIMEOUT=1 timeout 120 "$DTRAIN" launch --launcher $engine \
 		-H "$TMP/hosts_bad" -n 2 -s 2 --env DT_TEST_TAG="$TAG" -- "${LINREG[@]}" >"$OUT" 2>"$ERR"
 	rc=$?
 	wait_gone 10
 	ms=$(($(now_ms) - start))
 	check "$engine unreachable: exits 1 (got $rc)" test "$rc" = 1
-	check "$engine unreachable: over in ${ms} ms (2 s timeout, < 4 s)" test "$ms" -lt 4000
+	check "$engine unreachable: over in ${ms} ms (1 s timeout, < 9 s)" test "$ms" -lt 9000
 	check "$engine unreachable: the host named" grep -q "${NET}250" "$ERR"
 	check "$engine unreachable: nothing left" wait_gone 1
 	echo "TABLE $engine unreachable rc=$rc ms=$ms"

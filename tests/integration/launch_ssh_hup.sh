@@ -73,7 +73,9 @@ rc=$?
 check "Ctrl-C: launcher exits 130 (got $rc)" test "$rc" = 130
 check "Ctrl-C: nothing left, remote processes ignoring SIGHUP included" wait_gone 5
 ms=$(($(now_ms) - t0))
-check "Ctrl-C: all gone within 4 s (${ms} ms)" test "$ms" -lt 4000
+# (about 1.2 s here; 10x that for a loaded machine, still far below the
+# 300 s the workers would otherwise live)
+check "Ctrl-C: all gone within 12 s (${ms} ms)" test "$ms" -lt $((12000 * DT_TEST_TIME_SCALE))
 
 # 2. A worker fails while the other (ignoring SIGHUP) runs.
 # shellcheck disable=SC2016
