@@ -172,21 +172,12 @@ dt__node_config_local(dt_node_config *cfg)
 	return DT_OK;
 }
 
-dt_err
-dt_node_config_from_env(dt_node_config *cfg, int role_required)
+/* DMLC_ROLE (a worker when unset and not required). */
+static dt_err
+config_role(dt_node_config *cfg, int role_required)
 {
 	const char *role = dt__env_str("DMLC_ROLE");
-	const char *s;
-	long v;
-	dt_err err;
 
-	if (cfg == NULL)
-		return dt__fail(DT_EINVAL, "dt_node_config_from_env: cfg is "
-		                           "NULL");
-
-	memset(cfg, 0, sizeof(*cfg));
-	cfg->requested_rank = -1;
-	cfg->listen_fd = -1;
 	if (role == NULL) {
 		if (role_required)
 			return dt__fail(DT_ECONFIG,
@@ -205,10 +196,18 @@ dt_node_config_from_env(dt_node_config *cfg, int role_required)
 		                "or worker",
 		                role);
 	}
-	/* (under dtrain launch, the launcher has said it for the job) */
-	if (getenv("DTRAIN_LAUNCHED") == NULL)
-		dt__env_warn_unknown(dt_role_name(cfg->role));
-	s = dt__env_str("DMLC_PS_ROOT_URI");
+	return DT_OK;
+}
+
+/* The scheduler's address and the job's size: DMLC_PS_ROOT_URI/PORT,
+ * DMLC_NUM_SERVER/WORKER. */
+static dt_err
+config_job(dt_node_config *cfg)
+{
+	const char *s = dt__env_str("DMLC_PS_ROOT_URI");
+	long v;
+	dt_err err;
+
 	if (s == NULL)
 		return dt__fail(DT_ECONFIG,
 		                "DMLC_PS_ROOT_URI is not set (the scheduler's "
@@ -241,10 +240,62 @@ dt_node_config_from_env(dt_node_config *cfg, int role_required)
 	         dt__env_long("DMLC_NUM_WORKER", 0, 1, DT_MAX_ROLE_NODES, &v)))
 		return err;
 	cfg->num_workers = (int)v;
-	if ((err = dt__job_size_check(cfg->num_servers, cfg->num_workers,
-	                              "DMLC_NUM_SERVER", "DMLC_NUM_WORKER")))
+	return dt__job_size_check(cfg->num_servers, cfg->num_workers,
+	                          "DMLC_NUM_SERVER", "DMLC_NUM_WORKER");
+}
+
+/* A rank wish: set by dtrain launch, by mpirun / srun, or by Kubeflow's
+ * MXJob. */
+static dt_err
+config_rank(dt_node_config *cfg)
+{
+	const char *rank_var =
+	    cfg->role == DT_ROLE_SERVER ? "DMLC_SERVER_ID" : "DMLC_WORKER_ID";
+	const char *s;
+	long v;
+	dt_err err;
+
+	if (dt__env_str(rank_var) != NULL) {
+		if ((err = dt__env_long(rank_var, -1, 0, DT_MAX_ROLE_NODES - 1,
+		                        &v)))
+			return err;
+		cfg->requested_rank = (int)v;
+	} else {
+		int size;
+		const char *var;
+
+		if ((err =
+		         dt__launcher_rank(&cfg->requested_rank, &size, &var)))
+			return err;
+	}
+	/* Kubeflow's MXJob: the replica's index is in MX_CONFIG's "task" (it
+	 * sets DMLC_WORKER_ID for workers only). */
+	if (cfg->requested_rank < 0 && (s = dt__env_str("MX_CONFIG")) != NULL &&
+	    (err = mx_config_index(s, cfg->role, &cfg->requested_rank)))
 		return err;
-	if ((err = dt__node_config_local(cfg)))
+	return DT_OK;
+}
+
+dt_err
+dt_node_config_from_env(dt_node_config *cfg, int role_required)
+{
+	const char *s;
+	long v;
+	dt_err err;
+
+	if (cfg == NULL)
+		return dt__fail(DT_EINVAL, "dt_node_config_from_env: cfg is "
+		                           "NULL");
+
+	memset(cfg, 0, sizeof(*cfg));
+	cfg->requested_rank = -1;
+	cfg->listen_fd = -1;
+	if ((err = config_role(cfg, role_required)))
+		return err;
+	/* (under dtrain launch, the launcher has said it for the job) */
+	if (getenv("DTRAIN_LAUNCHED") == NULL)
+		dt__env_warn_unknown(dt_role_name(cfg->role));
+	if ((err = config_job(cfg)) || (err = dt__node_config_local(cfg)))
 		return err;
 	if ((err = dt__env_long("DT_LISTEN_FD", -1, -1, 65535, &v)))
 		return err;
@@ -259,30 +310,7 @@ dt_node_config_from_env(dt_node_config *cfg, int role_required)
 		                "DTRAIN_SCHEDULER_BIND is too long");
 	if (s)
 		strcpy(cfg->listen_host, s);
-
-	/* A rank wish: set by dtrain launch, or by mpirun / srun. */
-	const char *rank_var =
-	    cfg->role == DT_ROLE_SERVER ? "DMLC_SERVER_ID" : "DMLC_WORKER_ID";
-	if (cfg->role != DT_ROLE_SCHEDULER) {
-		if (dt__env_str(rank_var) != NULL) {
-			if ((err = dt__env_long(rank_var, -1, 0,
-			                        DT_MAX_ROLE_NODES - 1, &v)))
-				return err;
-			cfg->requested_rank = (int)v;
-		} else {
-			int size;
-			const char *var;
-
-			if ((err = dt__launcher_rank(&cfg->requested_rank,
-			                             &size, &var)))
-				return err;
-		}
-		/* Kubeflow's MXJob: the replica's index is in MX_CONFIG's
-		 * "task" (it sets DMLC_WORKER_ID for workers only). */
-		if (cfg->requested_rank < 0 &&
-		    (s = dt__env_str("MX_CONFIG")) != NULL &&
-		    (err = mx_config_index(s, cfg->role, &cfg->requested_rank)))
-			return err;
-	}
+	if (cfg->role != DT_ROLE_SCHEDULER)
+		return config_rank(cfg);
 	return DT_OK;
 }
