@@ -40,7 +40,7 @@ kill_wait() { echo $((${KILL_WAIT:-30} * ${DT_TEST_TIME_SCALE:-1})); }
 # processors for the rest of the job, on a busy machine) tested nothing:
 # it runs again, up to 3 times, its checkpoints ($tmp/ck) removed.
 killed() {
-	local name=$1 role=$2 rank=$3 pat=$4 pid try job
+	local name=$1 role=$2 rank=$3 pat=$4 pid try job rc
 	shift 4
 	for try in 1 2 3; do
 		timeout "${KILL_JOB_LIMIT:-200}" "$@" >"$tmp/$name.log" 2>&1 &
@@ -48,9 +48,19 @@ killed() {
 		wait_for "$tmp/$name.log" "$pat" "$(kill_wait)" || { kill $job; fail "$name: '$pat' never came"; }
 		if pid=$(pid_of "$role" "$rank"); then
 			kill -9 "$pid"
-			echo "$name: killed $role $rank (pid $pid) after '$pat'"
 			wait $job
-			echo $? >"$tmp/$name.rc"
+			rc=$?
+			# The process may have finished its work and exited
+			# between pid_of and the kill (a zombie takes no
+			# signal): the job then ends well and the launcher never
+			# saw a death, so it tested nothing.
+			if [ "$rc" = 0 ] && ! grep -q "(pid $pid) killed by signal 9" "$tmp/$name.log"; then
+				echo "$name: $role $rank (pid $pid) had ended before the kill landed (run $try); once more"
+				rm -rf "$tmp/ck"
+				continue
+			fi
+			echo "$name: killed $role $rank (pid $pid) after '$pat'"
+			echo "$rc" >"$tmp/$name.rc"
 			return 0
 		fi
 		kill -0 $job 2>/dev/null && { kill $job; fail "$name: no $role $rank"; }
@@ -58,7 +68,7 @@ killed() {
 		echo "$name: the job ended before $role $rank could be killed (run $try); once more"
 		rm -rf "$tmp/ck"
 	done
-	fail "$name: the job ended before the kill 3 times"
+	fail "$name: the job or the process ended before the kill 3 times"
 }
 
 # must_pass NAME: the job ended well, after a restart that rejoined

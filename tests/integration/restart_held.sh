@@ -3,16 +3,18 @@
 # the loss is noticed is held up to DT_RESTART_TIMEOUT, not only up to
 # PS_HEARTBEAT_TIMEOUT (docs/fault-tolerance.md): the scheduler beats it
 # while it waits. A linreg job started by hand (scheduler, server 0, one
-# worker; DTRAIN_RECOVER=1, PS_HEARTBEAT_TIMEOUT=1, DT_RESTART_TIMEOUT=6):
+# worker; DTRAIN_RECOVER=1, PS_HEARTBEAT_TIMEOUT=1, DT_RESTART_TIMEOUT=12):
 #   1. a second server 0 (the same place token) asks while server 0 lives:
 #      it is still waiting 4 heartbeat timeouts later, and is refused
-#      naming DT_RESTART_TIMEOUT after 6 s (not sooner);
+#      naming DT_RESTART_TIMEOUT after 12 s (not sooner);
 #   2. a third one asks, waits past the heartbeat timeout too, then server
 #      0 is killed: it takes the place and the worker trains on with it.
 . "$(dirname "$0")/cluster_lib.bash"
 
 HB_S=1
-RESTART_S=6
+# Long enough that case 2's kill lands while the newcomer is held even on
+# a loaded machine (it needs about 2 s; 6 s was too short at a load of 15).
+RESTART_S=12
 LIN=("$DTRAIN_BUILD/examples/linreg" --kvstore dist_sync --epochs 100000)
 now_ms() { echo $(($(date +%s%N) / 1000000)); }
 tok() { od -An -tx1 -N16 /dev/urandom | tr -d ' \n'; }
