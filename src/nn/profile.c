@@ -136,6 +136,9 @@ dt_nn_model_profile(dt_nn_model *m, int batch, int reps, double *fwd_ns,
 		bwd_ns[i] = median(t + (L + i) * (size_t)reps, reps);
 	}
 	dt_nn_model_zero_grad(m);
+	/* The activations left are made-up ones: a stage's backward pass
+	 * must not take them for a forward pass of its caller's. */
+	m->last_out = NULL;
 	err = DT_OK;
 fail:
 	free(x);

@@ -318,6 +318,7 @@ test_cut_measured(void **state)
 	dt_nn_model *m, *fresh, *st;
 	int first[5], again[5];
 	double cost[10], fwd[10], bwd[10];
+	float dy[2 * 12] = {0}; /* the output gradient of 2 samples */
 
 	(void)state;
 	assert_int_equal(dt_nn_model_create("lenet", SEED, &m), DT_OK);
@@ -372,6 +373,8 @@ test_cut_measured(void **state)
 	assert_int_equal(dt_nn_stage_slots(st, 1, 2), DT_OK);
 	assert_int_equal(dt_nn_stage_num_slots(st), 1);
 	assert_int_equal(dt_nn_model_profile(st, 2, 1, fwd, bwd), DT_OK);
+	/* What the profile left is no forward pass of the caller's. */
+	assert_int_equal(dt_nn_stage_backward(st, dy, 2, NULL), DT_ESTATE);
 	dt_nn_model_destroy(st);
 }
 
