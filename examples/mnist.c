@@ -271,9 +271,11 @@ usage(FILE *f)
 	    "                             runs whichever pass has its input\n"
 	    "                             first; gpipe-strict, 1f1b-strict:\n"
 	    "                             the schedule's fixed order\n"
-	    "  --stages L1,L2,...|auto    first layer of each stage after the\n"
+	    "  --stages L1,L2,...|auto|measured\n"
+	    "                             first layer of each stage after the\n"
 	    "                             first (default, auto: stages of\n"
-	    "                             balanced work)\n"
+	    "                             balanced counted work; measured:\n"
+	    "                             of balanced measured time)\n"
 	    "  --elastic                  with --kvstore horovod and sgd: go "
 	    "on\n"
 	    "                             when a worker is lost "
@@ -573,10 +575,102 @@ pipe_ops(dt_coll *c)
 	                        .wait_any = pipe_wait_any};
 }
 
-/* The stages' first layers: --stages L1,L2,... or the cut rule (absent
- * or auto). */
 static int
-pipe_cut(const opts *o, int S, int *first)
+cmp_double(const void *a, const void *b)
+{
+	double x = *(const double *)a, y = *(const double *)b;
+
+	return (x > y) - (x < y);
+}
+
+/* Rank 0 prints the measured cut: where each stage starts and the
+ * median forward + backward CPU time of its layers per micro-batch. */
+static void
+print_measured(const double *cost, int n, const int *first, int S, int mb,
+               int ranks)
+{
+	printf("mnist: measured cut (median over %d ranks of each layer's "
+	       "CPU time, micro-batches of %d): stages start at layers",
+	       ranks, mb);
+	for (int s = 0; s < S; s++)
+		printf(" %d", first[s]);
+	printf(" (of %d); forward + backward per micro-batch:", n);
+	for (int s = 0; s < S; s++) {
+		double t = 0;
+
+		for (int i = first[s]; i < first[s + 1]; i++)
+			t += cost[i];
+		printf(" stage %d %.3f ms%s", s, t / 1e6,
+		       s + 1 < S ? "," : "\n");
+	}
+}
+
+/*
+ * --stages measured: every rank times each layer of the whole model on a
+ * micro-batch (dt_nn_model_profile, CPU time), the figures are gathered,
+ * a layer's cost is the median over the ranks of its forward + backward
+ * time, and rank 0's cut from those costs (dt_nn_model_cut_by) is
+ * broadcast: every rank uses rank 0's cut, so the ranks can never cut
+ * differently, even if their arithmetic on the figures did.
+ */
+static int
+pipe_cut_measured(dt_coll *c, dt_nn_model *whole, int S, int mb, int *first)
+{
+	int n = dt_nn_model_num_layers(whole), R = dt_coll_size(c), rc = -1;
+	double *mine = calloc(2 * (size_t)n, sizeof(double));
+	double *all = calloc(2 * (size_t)n * (size_t)R, sizeof(double));
+	double *cost = calloc((size_t)n, sizeof(double));
+	double *col = calloc((size_t)R, sizeof(double));
+	int32_t cut[66] = {0}; /* ok, then first[0..S] */
+
+	if (!mine || !all || !cost || !col)
+		goto out;
+	/* A rank whose profile fails still takes part, with a figure the
+	 * cut refuses, so that rank 0 reports it and no rank waits. */
+	if (dt_nn_model_profile(whole, mb, 5, mine, mine + n) != DT_OK) {
+		fprintf(stderr, "mnist: %s\n", dt_errmsg());
+		mine[0] = -1.0;
+	}
+	if (dt_coll_allgather(c, mine, all, 2 * (size_t)n, DT_FLOAT64) != DT_OK)
+		goto out;
+	for (int i = 0; i < n; i++) {
+		for (int r = 0; r < R; r++)
+			col[r] = all[(size_t)r * 2 * n + i] +
+			         all[(size_t)r * 2 * n + n + i];
+		qsort(col, (size_t)R, sizeof(double), cmp_double);
+		cost[i] =
+		    R % 2 ? col[R / 2] : (col[R / 2 - 1] + col[R / 2]) / 2;
+		if (col[0] < 0.0) /* a rank failed: the cut refuses it */
+			cost[i] = -1.0;
+	}
+	if (dt_coll_rank(c) == 0 &&
+	    dt_nn_model_cut_by(whole, S, cost, first) == DT_OK) {
+		cut[0] = 1;
+		for (int s = 0; s <= S; s++)
+			cut[1 + s] = first[s];
+		print_measured(cost, n, first, S, mb, R);
+	}
+	if (dt_coll_broadcast(c, cut, (size_t)S + 2, DT_INT32, 0) != DT_OK)
+		goto out;
+	if (!cut[0]) {
+		fprintf(stderr, "mnist: rank 0 found no measured cut\n");
+		goto out;
+	}
+	for (int s = 0; s <= S; s++)
+		first[s] = cut[1 + s];
+	rc = 0;
+out:
+	free(mine);
+	free(all);
+	free(cost);
+	free(col);
+	return rc;
+}
+
+/* The stages' first layers: --stages L1,L2,..., the cut rule (absent or
+ * auto) or the cut by measured time (measured). */
+static int
+pipe_cut(const opts *o, dt_coll *c, int S, int *first)
 {
 	dt_nn_model *whole;
 	const char *p = o->cuts;
@@ -585,8 +679,13 @@ pipe_cut(const opts *o, int S, int *first)
 	if (dt_nn_model_create(o->model, (uint64_t)o->seed, &whole) != DT_OK)
 		return -1;
 	n = dt_nn_model_num_layers(whole);
-	if (p == NULL || strcmp(p, "auto") == 0) {
-		int rc = dt_nn_model_cut(whole, S, first) == DT_OK ? 0 : -1;
+	if (p == NULL || strcmp(p, "auto") == 0 || strcmp(p, "measured") == 0) {
+		int rc = p && strcmp(p, "measured") == 0
+		             ? pipe_cut_measured(
+		                   c, whole, S,
+		                   (int)(o->batch / o->micro_batches), first)
+		         : dt_nn_model_cut(whole, S, first) == DT_OK ? 0
+		                                                     : -1;
 		dt_nn_model_destroy(whole);
 		return rc;
 	}
@@ -648,7 +747,7 @@ run_pipeline(const opts *o)
 	R = dt_coll_size(c) / S;
 	s = dt_coll_rank(c) % S;
 	r = dt_coll_rank(c) / S;
-	if ((rc = pipe_cut(o, S, first)) == -2)
+	if ((rc = pipe_cut(o, c, S, first)) == -2)
 		goto out;
 	snprintf(params, sizeof(params), "lr=%.9g,wd=%g,rescale_grad=%.17g%s",
 	         o->lr, o->wd, 1.0 / ((double)o->batch * R),
@@ -718,9 +817,11 @@ run_pipeline(const opts *o)
 			       (double)(nb * (size_t)o->batch * (size_t)R) /
 			           (now() - t0));
 	}
-	printf("mnist: stage %d: at most %d micro-batches in flight (inputs "
+	printf("mnist: stage %d: activation slots allocated %d (%zu bytes "
+	       "with their inputs); peak in flight %d micro-batches (inputs "
 	       "%zu bytes, activations kept %zu bytes)\n",
-	       s, stats.peak_stashed, stats.stash_bytes, stats.act_bytes);
+	       s, stats.slots, stats.alloc_bytes, stats.peak_stashed,
+	       stats.stash_bytes, stats.act_bytes);
 	if (o->save && r == 0) {
 		char path[512];
 
