@@ -66,6 +66,17 @@ running(const struct proc *p)
 	return p->pid > 0 && !p->exited;
 }
 
+/* Whether the scheduler's last word is that the job waits for workers
+ * below its minimum (output.c reads it from its log). */
+static int
+below_min(const struct run *r)
+{
+	for (size_t i = 0; i < r->n; i++)
+		if (r->p[i].is_scheduler)
+			return r->p[i].el_below && !r->p[i].aborted;
+	return 0;
+}
+
 static struct dhost *
 known_host(struct dl_discover *d, const char *name, int add)
 {
@@ -342,8 +353,10 @@ discover_tick(struct run *r, uint64_t now)
 		return;
 	d->next_at = now + d->interval_ns;
 	count_failures(r, d);
-	/* The job is ending once a worker finished: no one joins then. */
-	for (size_t i = 0; i < r->n; i++)
+	/* The job is ending once a worker finished: no one joins then -
+	 * unless the scheduler waits for workers below the minimum (a
+	 * worker that left on its schedule has finished too). */
+	for (size_t i = 0; i < r->n && !below_min(r); i++)
 		if (is_worker(&r->p[i]) && r->p[i].exited &&
 		    r->p[i].code == CLD_EXITED && r->p[i].status == 0)
 			return;
