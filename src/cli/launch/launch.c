@@ -180,7 +180,7 @@ run_job(const struct opts *o, const struct hosts *h, struct ctx *c)
 	r.elastic_min = elastic_min(o);
 	r.elastic_wait_s = elastic_wait(o);
 	r.spare = (size_t)(2 * o->restart) + DISCOVER_ROOM(o);
-	if ((err = discover_create(&r, o, n + r.spare))) {
+	if ((err = discover_create(&r, o, c, h, n + r.spare))) {
 		say("%s", dt_errmsg());
 		rc = RC_FAIL;
 		goto out;

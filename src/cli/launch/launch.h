@@ -273,6 +273,16 @@ struct dl_backend {
 	 * ssh secret file): an exit status, 0 to go on. NULL: nothing. */
 	int (*before)(const struct hosts *h, struct ctx *c, struct run *r);
 	void (*after)(const struct hosts *h, struct ctx *c, struct run *r);
+	/* --host-discovery-script: fill p (proc_init'ed) as a worker on
+	 * host that joins the running elastic job (no rank asked for), or
+	 * fail naming why it cannot run there. NULL: a copy of the launch's
+	 * first worker without its rank, on this machine (local). */
+	dt_err (*joiner)(struct proc *p, const struct ctx *c,
+	                 const struct hosts *h, const char *host, char **cmd,
+	                 size_t ncmd);
+	/* --host-discovery-script works with it (not with mpirun and srun,
+	 * whose set of ranks is fixed when they start) */
+	int discovery;
 };
 
 extern const struct dl_backend dl_local, dl_ssh, dl_mpi, dl_slurm;
@@ -377,7 +387,8 @@ int stream_read(struct proc *p, struct stream *st);
  * each failed one too, until the hosts are blacklisted). */
 #define DISCOVER_ROOM(o) ((o)->discovery ? (size_t)(4 * (o)->max_workers) : 0)
 struct dl_discover;
-dt_err discover_create(struct run *r, const struct opts *o, size_t nprocs);
+dt_err discover_create(struct run *r, const struct opts *o, const struct ctx *c,
+                       const struct hosts *h, size_t nprocs);
 void discover_tick(struct run *r, uint64_t now);
 uint64_t discover_next(const struct run *r);
 void discover_free(struct run *r);

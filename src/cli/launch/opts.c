@@ -67,12 +67,13 @@ usage(FILE *f)
 	    "for\n"
 	    "                           workers to join before it ends "
 	    "(default 600)\n"
-	    "      --host-discovery-script S  elastic, local launcher: run "
-	    "S every\n"
-	    "                           2 s; it prints host:slots lines; keep "
-	    "a worker\n"
-	    "                           per slot (up to B), stop those of "
-	    "hosts gone\n"
+	    "      --host-discovery-script S  elastic, local or ssh launcher: "
+	    "run S\n"
+	    "                           every 2 s; it prints host:slots "
+	    "lines; keep a\n"
+	    "                           worker per slot (up to B), stop those "
+	    "of hosts\n"
+	    "                           gone\n"
 	    "      --restart N          start a new process in the place of "
 	    "a\n"
 	    "                           server or worker that dies, up to N "
@@ -455,10 +456,13 @@ elastic_opts(struct opts *o)
 		return dt__fail(DT_EINVAL,
 		                "--elastic-timeout: for an elastic job "
 		                "(--min-workers / --max-workers)");
-	if (o->discovery && o->be != &dl_local)
-		return dt__fail(DT_EINVAL,
-		                "--host-discovery-script works with the local "
-		                "launcher only (--launcher local)");
+	if (o->discovery && !o->be->discovery)
+		return dt__fail(
+		    DT_EINVAL,
+		    "--host-discovery-script works with the local and ssh "
+		    "launchers only: mpirun and srun start a fixed set of "
+		    "ranks (start workers that join by hand, or with another "
+		    "tool, with the job's environment; see docs/elastic.md)");
 	if (!o->min_workers && !o->max_workers)
 		return DT_OK;
 	if (o->restart)
