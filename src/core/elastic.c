@@ -292,7 +292,7 @@ static void send_waiting(dt_node *n);
 static uint64_t below_left_ms(dt_node *n);
 static void below_min_begin(dt_node *n, int peer, const char *why, int lost,
                             int count);
-static void below_min_fill(dt_node *n);
+static void below_min_fill(dt_node *n, int later);
 
 /* A worker that joined but was not taken in yet went: it was never a
  * member, so nothing changes but the count the members are told. */
@@ -646,7 +646,7 @@ dt__elastic_sched_ready(dt_node *n, int peer)
 	pthread_mutex_unlock(&n->mu);
 	dt__log(0, "%s is ready to join",
 	        dt__node_name(n, peer, name, sizeof(name)));
-	below_min_fill(n);
+	below_min_fill(n, 1);
 	send_waiting(n);
 	try_grant(n);
 }
@@ -906,14 +906,22 @@ below_min_begin(dt_node *n, int peer, const char *why, int lost, int count)
 	        lost ? "was lost" : "left on schedule", why, count,
 	        count == 1 ? "" : "s", count == 1 ? "s" : "", n->el_min, left);
 	send_waiting(n);
-	below_min_fill(n);
+	below_min_fill(n, 0);
 }
 
 /* If the job is below its minimum and the ready joiners bring it back to
  * it, take them all (up to DTRAIN_ELASTIC_MAX) in one membership, which
- * every member, old and new, gets. */
+ * every member, old and new, gets.
+ *
+ * later: the wait began before (a joiner got ready since). The membership
+ * then says "lost" even when the change was a scheduled leaving: a
+ * survivor may have taken a membership sent before the wait (two workers
+ * leaving at one commit give two), whose sync includes the second leaver
+ * and waits on it; it must fail and take this one. A survivor still
+ * finishing its step before the commit had all the leavers' data long
+ * before a joiner could start, so no operation that should finish fails. */
 static void
-below_min_fill(dt_node *n)
+below_min_fill(dt_node *n, int later)
 {
 	dt_sched *s = n->sched;
 	int *ids, count, took, gone, lost;
@@ -934,7 +942,7 @@ below_min_fill(dt_node *n)
 	waited = dt__now_ns() - s->below_since;
 	s->below_since = 0;
 	gone = s->below_gone;
-	lost = s->below_lost;
+	lost = s->below_lost || later;
 	n->el_epoch++;
 	n->el_gone = gone;
 	epoch = n->el_epoch;
