@@ -101,6 +101,8 @@ for r in 0 2; do
 	check "worker $r names the minimum" \
 		grep -q "\[worker $r\] .*$why" "$TMP/alone"
 done
+check "the launcher names the minimum as the cause" \
+	grep -q "^dtrain launch: job failed: fewer workers than --min-workers 3 for 4 s$" "$TMP/alone"
 check "the workers waited past their own DT_ELASTIC_TIMEOUT" \
 	test -z "$(grep "timed out waiting for membership" "$TMP/alone")"
 check "nothing is left running" none_left

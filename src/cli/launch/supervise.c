@@ -132,6 +132,29 @@ frozen(struct run *r, int *sig)
 	return NULL;
 }
 
+static struct proc *scheduler_proc(struct run *r);
+
+/* The scheduler ended an elastic job that waited below its minimum: that
+ * is the cause to name, not the first node that exited for it. */
+static int
+elastic_ended(struct run *r)
+{
+	struct proc *sched;
+
+	if (r->hold_at == 0 || (sched = scheduler_proc(r)) == NULL ||
+	    !sched->aborted || !sched->el_below)
+		return 0;
+	say("the elastic job had fewer workers than --min-workers %ld for "
+	    "DTRAIN_ELASTIC_TIMEOUT=%ld s, and its scheduler ended it; "
+	    "stopping the job",
+	    r->elastic_min, r->elastic_wait_s);
+	snprintf(r->reason, sizeof(r->reason),
+	         "fewer workers than --min-workers %ld for %ld s",
+	         r->elastic_min, r->elastic_wait_s);
+	stop_job(r, RC_FAIL);
+	return 1;
+}
+
 /* Name the failure to blame (a frozen process before any exit but a
  * signal's, then the lowest blame_order, the first seen among equals) and
  * stop the job. */
@@ -179,6 +202,8 @@ blame(struct run *r)
 		stop_job(r, RC_FAIL);
 		return;
 	}
+	if (elastic_ended(r))
+		return;
 	describe(best, how, sizeof(how));
 	if (best->rank_code) {
 		/* mpirun or srun: the rank that failed first, by its own
