@@ -69,6 +69,7 @@ X(DTRAIN_ELASTIC, "0", U, "1: an elastic job (collectives, no servers): a lost w
 X(DTRAIN_ELASTIC_MIN, "1", U, "the fewest workers an elastic job goes on with") \
 X(DTRAIN_ELASTIC_MAX, "(DMLC_NUM_WORKER)", U, "the most workers of an elastic job, those that join it included") \
 X(DTRAIN_ELASTIC_SCHEDULE, "(none)", U, "membership changes at commit steps, \"step S: -worker R; step T: +N; ...\": replays a run") \
+X(DTRAIN_ELASTIC_TIMEOUT, "600", U, "seconds an elastic job with fewer than DTRAIN_ELASTIC_MIN workers waits for workers to join before it ends") \
 X(DT_ELASTIC_TIMEOUT, "60", U, "seconds an elastic worker waits for the scheduler's new membership") \
 X(DTRAIN_REPLAY_MAX, "1024", U, "MiB of push copies a worker keeps to replay to a restarted server") \
 X(DTRAIN_RECOVER_BATCHED, "1", U, "0: with recovery, batched calls go key by key (by default they stay batched in dist_sync: a lost server or worker is recovered with them; dist_async always sends them key by key)") \

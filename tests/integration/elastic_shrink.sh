@@ -105,7 +105,8 @@ check "barriers: both survivors pass every round" \
 	test "$(grep -cE "rank [02] passed 5$" "$out")" = 2
 
 # Under the minimum.
-run below "" -n 2 -s 0 --min-workers 2 -- --die-at 20 --die-rank 1
+run below "" -n 2 -s 0 --min-workers 2 --elastic-timeout 2 -- --die-at 20 \
+	--die-rank 1
 check "under the minimum: the job fails (got $RC)" test "$RC" != 0
 check "under the minimum: named" \
 	grep -q "worker 1 .*killed by signal 9.*: fewer workers remain than the elastic job's minimum of 2" "$TMP/below"
