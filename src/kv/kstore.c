@@ -335,8 +335,8 @@ unmark(dt_kstore *ks, const uint32_t *idx, size_t n, size_t lim)
 
 /* ---- runs: requests that list keys in the order init added them ---- */
 
-#define RUN_MIN   64   /* keys a run has at least (below: lookups) */
-#define RUN_CHUNK 4096 /* keys compared between early exits */
+#define RUN_MIN   DT_KV_RANGE_MIN /* keys a run has at least (below: lookups) */
+#define RUN_CHUNK 4096            /* keys compared between early exits */
 
 /* Whether keys[from..count) are k0 + i * d (i their index). The compare
  * has no branch per key, so the compiler can vectorise it. */
@@ -356,15 +356,16 @@ progression(const uint8_t *keys, size_t from, size_t count, uint64_t k0,
 	return 1;
 }
 
-/* The common step of keys[0..count) if they may be a progression (it
- * increases without wrapping; the first two and the last agree), else 0.
- * A step of 0 would list a key twice: never a progression. */
+/* The common step of keys[0..count) if they may be a progression (at
+ * least min keys; it increases without wrapping; the first two and the
+ * last agree), else 0. A step of 0 would list a key twice: never a
+ * progression. */
 static uint64_t
-step_of(const uint8_t *keys, size_t count)
+step_of(const uint8_t *keys, size_t count, size_t min)
 {
 	uint64_t k0, d;
 
-	if (count < RUN_MIN)
+	if (count < min || count < 2)
 		return 0;
 	k0 = dt__kv_u64_at(keys, 0);
 	d = dt__kv_u64_at(keys, 1) - k0;
@@ -374,29 +375,56 @@ step_of(const uint8_t *keys, size_t count)
 	return d;
 }
 
-int
-dt__ks_span(const dt_kstore *ks, size_t count, const uint8_t *keys,
-            const dt_ks_lens *lens, uint32_t *first)
+uint64_t
+dt__kv_key_step(const uint8_t *keys, size_t count)
 {
-	uint64_t d = lens->lens ? 0 : step_of(keys, count), k0;
+	uint64_t d = count >= 2 ? step_of(keys, count, 2) : 0;
 
-	if (d == 0)
-		return 0;
-	k0 = dt__kv_u64_at(keys, 0);
+	/* (the first two and the last keys are checked: step_of) */
+	return d && progression(keys, 2, count - 1, dt__kv_u64_at(keys, 0), d)
+	           ? d
+	           : 0;
+}
+
+/* Whether keys k0 + i * d (i < count), each of len floats, are a stretch
+ * of one of the store's runs: then *first is the record of k0. */
+static int
+run_of(const dt_kstore *ks, size_t count, uint64_t k0, uint64_t d, uint32_t len,
+       uint32_t *first)
+{
 	for (size_t i = 0; i < ks->nruns; i++) {
 		const dt_ks_run *u = &ks->runs[i];
 		uint64_t j0 = (k0 - u->k0) / d;
 
-		if (u->stride != d || u->len != lens->uniform || k0 < u->k0 ||
+		if (u->stride != d || u->len != len || k0 < u->k0 ||
 		    (k0 - u->k0) % d || j0 > u->n || count > u->n - j0)
 			continue;
-		/* (the first two and the last keys are checked: step_of) */
-		if (!progression(keys, 2, count - 1, k0, d))
-			return 0;
 		*first = u->r0 + (uint32_t)j0;
 		return 1;
 	}
 	return 0;
+}
+
+int
+dt__ks_span(const dt_kstore *ks, size_t count, const uint8_t *keys,
+            const dt_ks_lens *lens, uint32_t *first)
+{
+	uint64_t d = lens->lens ? 0 : step_of(keys, count, RUN_MIN), k0;
+
+	if (d == 0)
+		return 0;
+	k0 = dt__kv_u64_at(keys, 0);
+	/* (the first two and the last keys are checked: step_of) */
+	return run_of(ks, count, k0, d, lens->uniform, first) &&
+	       progression(keys, 2, count - 1, k0, d);
+}
+
+int
+dt__ks_span_range(const dt_kstore *ks, size_t count, uint64_t k0, uint64_t d,
+                  uint32_t len, uint32_t *first)
+{
+	return count >= RUN_MIN && d != 0 &&
+	       run_of(ks, count, k0, d, len, first);
 }
 
 /* After count keys were added as records r0 ... in their order, each of
@@ -405,7 +433,7 @@ static void
 note_run(dt_kstore *ks, size_t count, const uint8_t *keys, uint32_t len,
          uint32_t r0)
 {
-	uint64_t d = step_of(keys, count);
+	uint64_t d = step_of(keys, count, RUN_MIN);
 	size_t at;
 
 	if (d == 0 || len == 0 ||
@@ -850,6 +878,31 @@ dt__ks_push_sync(dt_kstore *ks, int worker, uint32_t req, const uint32_t *idx,
 	push_sync_sel(ks, worker, req, idx, 0, count, g, keys, key, 0, &t);
 }
 
+/* Every round of the count records whose pending handles are pend
+ * (count x nworkers) closed at once: each worker's handles told as runs
+ * of one handle (one call for a request's keys in the span, the usual
+ * case, instead of one per key), worker by worker as tally_flush would,
+ * then cleared. */
+static void
+tell_runs(dt_kstore *ks, uint32_t *pend, size_t count, tally *t)
+{
+	size_t w = (size_t)ks->nworkers;
+
+	tally_flush(t);
+	for (size_t k = 0; k < w; k++)
+		for (size_t i = 0, j; i < count; i = j) {
+			uint32_t h = pend[i * w + k];
+
+			for (j = i + 1; j < count && pend[j * w + k] == h; j++)
+				;
+			if (h == 0) /* (none pending: nothing to tell) */
+				continue;
+			ks->wpend[k] -= j - i;
+			t->done(t->arg, h, j - i);
+		}
+	memset(pend, 0, count * w * sizeof(*pend));
+}
+
 /* A span's pushes of worker (more than DT_KS_TIMED keys, their gradients
  * already in the merge buffers) join their rounds: first this worker's
  * mark on each, then the rounds it closed - when it closed them all (the
@@ -863,11 +916,24 @@ span_rounds(dt_kstore *ks, int worker, uint32_t req, uint32_t first,
 	uint32_t *pend = ks->pend + (size_t)first * w,
 	         *np = ks->npushed + first;
 
-	for (size_t i = 0; i < count; i++) {
-		marked += pend[i * w + (size_t)worker] == 0;
-		pend[i * w + (size_t)worker] = req;
-		closed += ++np[i] == (uint32_t)w;
+	uint32_t *mine = pend + worker, nw = (uint32_t)w;
+
+	/* Three loops rather than one: this worker's handles (with none of
+	 * its pushes pending anywhere, the usual case, without a look at
+	 * what was there), then the counts, a contiguous loop that the
+	 * compiler vectorises. */
+	if (ks->wpend[worker] == 0) {
+		for (size_t i = 0; i < count; i++)
+			mine[i * w] = req;
+		marked = count;
+	} else {
+		for (size_t i = 0; i < count; i++) {
+			marked += mine[i * w] == 0;
+			mine[i * w] = req;
+		}
 	}
+	for (size_t i = 0; i < count; i++)
+		closed += ++np[i] == nw;
 	ks->wpend[worker] += marked;
 	if (closed == count && ks->opt.kind == DT_OPT_NONE) {
 		size_t o = (size_t)ks->off[first],
@@ -878,18 +944,8 @@ span_rounds(dt_kstore *ks, int worker, uint32_t req, uint32_t first,
 		memcpy(ks->val + o, ks->merge + o, n * sizeof(float));
 		memset(ks->merge + o, 0, n * sizeof(float));
 		count_updates(ks, first, count);
-		for (size_t i = 0; i < count; i++) {
-			np[i] = 0;
-			for (size_t k = 0; k < w; k++) {
-				uint32_t h = pend[i * w + k];
-
-				pend[i * w + k] = 0;
-				if (h) {
-					ks->wpend[k]--;
-					tally_add(t, k, h);
-				}
-			}
-		}
+		memset(np, 0, count * sizeof(*np));
+		tell_runs(ks, pend, count, t);
 	} else {
 		for (size_t i = 0; closed && i < count; i++) {
 			uint32_t r = first + (uint32_t)i;

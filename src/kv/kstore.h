@@ -108,6 +108,11 @@ dt_err dt__ks_resolve(dt_kstore *ks, const char *op, size_t count,
  */
 int dt__ks_span(const dt_kstore *ks, size_t count, const uint8_t *keys,
                 const dt_ks_lens *lens, uint32_t *first);
+/* The same for a request that names its keys as a range (kv_impl.h:
+ * DT_KV_KEY_RANGE): keys k0 + i * d (i < count, no wrap), each of len
+ * floats. No pass over keys at all. */
+int dt__ks_span_range(const dt_kstore *ks, size_t count, uint64_t k0,
+                      uint64_t d, uint32_t len, uint32_t *first);
 
 /* No record. */
 #define DT_KS_NONE UINT32_MAX
