@@ -707,11 +707,25 @@ dt__ks_apply(dt_kstore *ks, const uint32_t *idx, size_t count, const float *g)
 void
 dt__ks_apply_span(dt_kstore *ks, uint32_t first, size_t count, const float *g)
 {
+	size_t o = count ? (size_t)ks->off[first] : 0,
+	       n = count ? (size_t)ks->off[first + count] - o : 0;
+
 	/* (no optimizer: the values are the gradients, one copy) */
 	if (ks->opt.kind == DT_OPT_NONE && count) {
-		memcpy(dt__ks_val(ks, first), g,
-		       (size_t)(ks->off[first + count] - ks->off[first]) *
-		           sizeof(float));
+		memcpy(dt__ks_val(ks, first), g, n * sizeof(float));
+		count_updates(ks, first, count);
+	} else if (ks->opt.kind == DT_OPT_SGD && count) {
+		/* SGD works element by element and its state (momentum)
+		 * lies back to back like the values: one call over the span
+		 * gives each element what one call per key would, without a
+		 * call per key. (Adam's bias correction is per key: its
+		 * steps differ.) */
+		if (ks->prev)
+			memcpy(ks->prev + o, ks->val + o, n * sizeof(float));
+		dt__opt_apply(&ks->opt, ks->val + o, g,
+		              ks->state ? ks->state + o : NULL, n, 0);
+		for (size_t i = 0; i < count; i++)
+			ks->steps[first + i]++;
 		count_updates(ks, first, count);
 	} else
 		apply_sel(ks, NULL, first, count, g);

@@ -438,6 +438,52 @@ test_key_ranges(void **state)
 	dt__ks_fini(&ks);
 }
 
+/* dist_async with sgd (momentum, clipping, weight decay): a span applied
+ * in one call equals key by key bit for bit, values, momentum and step
+ * counts. */
+static void
+test_span_sgd(void **state)
+{
+	(void)state;
+	enum { N = 200 };
+	dt_kstore a, b;
+	dt_opt sgd;
+	uint64_t k[N];
+	uint32_t idx[N], first;
+	float g[N], va[N];
+	dt_ks_lens one = {NULL, 1};
+	size_t bad;
+
+	assert_int_equal(dt__opt_parse("sgd",
+	                               "lr=0.3,momentum=0.9,wd=0.01,"
+	                               "clip_gradient=2",
+	                               &sgd),
+	                 DT_OK);
+	for (size_t i = 0; i < N; i++) {
+		k[i] = 10 + 3 * i;
+		g[i] = (float)((int)(i % 11) - 5) / 3.0f;
+	}
+	dt__ks_init(&a, 2, 0, &sgd);
+	dt__ks_init(&b, 2, 0, &sgd);
+	init_run(&a, 10, 3, N, 1);
+	init_run(&b, 10, 3, N, 1);
+	uint8_t *w = wire_keys(k, N);
+	assert_int_equal(dt__ks_resolve(&a, "push", N, w, &one, 0, idx, &bad),
+	                 DT_OK);
+	assert_true(dt__ks_span(&b, N, w, &one, &first));
+	for (int r = 0; r < 3; r++) {
+		dt__ks_apply(&a, idx, N, g);
+		dt__ks_apply_span(&b, first, N, g);
+	}
+	dt__ks_gather(&a, idx, N, va);
+	assert_memory_equal(va, dt__ks_val(&b, first), sizeof(va));
+	assert_memory_equal(a.state, b.state, N * sizeof(float));
+	assert_memory_equal(a.steps, b.steps, N * sizeof(uint32_t));
+	free(w);
+	dt__ks_fini(&a);
+	dt__ks_fini(&b);
+}
+
 /* The same dist_sync rounds through spans as key by key: the same values
  * bit for bit, and every push told once per key - when one push closes
  * only some of a span's rounds, too. */
@@ -593,6 +639,7 @@ main(void)
 	    cmocka_unit_test(test_spans),
 	    cmocka_unit_test(test_key_ranges),
 	    cmocka_unit_test(test_span_rounds),
+	    cmocka_unit_test(test_span_sgd),
 	    cmocka_unit_test(test_decode_limits),
 	    cmocka_unit_test(test_fastmod),
 	};
