@@ -180,6 +180,7 @@ dt__ks_fini(dt_kstore *ks)
 	free(ks->pend);
 	free(ks->npushed);
 	free(ks->wpend);
+	free(ks->dh);
 	memset(ks, 0, sizeof(*ks));
 }
 
@@ -250,6 +251,9 @@ reserve(dt_kstore *ks, size_t nrec, size_t nval)
 
 	if (ks->sync && ks->wpend == NULL &&
 	    (ks->wpend = calloc(w ? w : 1, sizeof(*ks->wpend))) == NULL)
+		return -1;
+	if (ks->sync && ks->dh == NULL &&
+	    (ks->dh = calloc(w ? w : 1, sizeof(*ks->dh))) == NULL)
 		return -1;
 	if (nrec > ks->rec_cap) {
 		size_t rc = DT_MAX(nrec, ks->rec_cap + ks->rec_cap / 2);
@@ -737,15 +741,20 @@ pending_sel(const dt_kstore *ks, int worker, const uint32_t *idx,
 {
 	size_t w = (size_t)ks->nworkers;
 
+	int in_d = ks->dcount && ks->dh[worker];
+
 	/* (between rounds, the common case, no record has one: no scan) */
 	if (ks->wpend == NULL || ks->wpend[worker] == 0)
 		return 0;
-	for (size_t i = 0; i < count; i++)
-		if (ks->pend[(size_t)rec_at(idx, first, i) * w +
-		             (size_t)worker]) {
+	for (size_t i = 0; i < count; i++) {
+		uint32_t r = rec_at(idx, first, i);
+
+		if (ks->pend[(size_t)r * w + (size_t)worker] ||
+		    (in_d && r - ks->dfirst < ks->dcount)) {
 			*bad = i;
 			return 1;
 		}
+	}
 	return 0;
 }
 
@@ -889,6 +898,7 @@ dt__ks_push_sync(dt_kstore *ks, int worker, uint32_t req, const uint32_t *idx,
 {
 	tally t = {.done = done, .arg = arg};
 
+	dt__ks_settle(ks);
 	push_sync_sel(ks, worker, req, idx, 0, count, g, keys, key, 0, &t);
 }
 
@@ -915,6 +925,97 @@ tell_runs(dt_kstore *ks, uint32_t *pend, size_t count, tally *t)
 			t->done(t->arg, h, j - i);
 		}
 	memset(pend, 0, count * w * sizeof(*pend));
+}
+
+/* Every round of records first .. first + count - 1 is complete: each
+ * value updated with its sum, in record order as close_round would (with
+ * no optimizer the sums become the values in one copy), the merge
+ * buffers zeroed. */
+static void
+close_values(dt_kstore *ks, uint32_t first, size_t count)
+{
+	size_t o = (size_t)ks->off[first],
+	       n = (size_t)ks->off[first + count] - o;
+
+	if (ks->opt.kind != DT_OPT_NONE) {
+		for (size_t i = 0; i < count; i++) {
+			uint32_t r = first + (uint32_t)i;
+
+			update(ks, r, ks->merge + ks->off[r]);
+		}
+		memset(ks->merge + o, 0, n * sizeof(float));
+		return;
+	}
+	if (ks->prev)
+		memcpy(ks->prev + o, ks->val + o, n * sizeof(float));
+	memcpy(ks->val + o, ks->merge + o, n * sizeof(float));
+	memset(ks->merge + o, 0, n * sizeof(float));
+	count_updates(ks, first, count);
+}
+
+void
+dt__ks_settle(dt_kstore *ks)
+{
+	size_t w = (size_t)ks->nworkers, c = ks->dcount;
+	uint32_t *pend, *np;
+
+	if (c == 0)
+		return;
+	pend = ks->pend + (size_t)ks->dfirst * w;
+	np = ks->npushed + ks->dfirst;
+	for (size_t k = 0; k < w; k++)
+		for (size_t i = 0; ks->dh[k] && i < c; i++)
+			pend[i * w + k] = ks->dh[k];
+	for (size_t i = 0; i < c; i++)
+		np[i] = ks->dn;
+	memset(ks->dh, 0, w * sizeof(*ks->dh));
+	ks->dcount = 0;
+	ks->dn = 0;
+}
+
+/*
+ * The usual dist_sync round of a batched call: every worker pushes the
+ * same span, one after the other, while nothing else is pending. Then
+ * the per-record marks (a handle per record and worker, a count per
+ * record) are not written at all: the span is deferred (kstore.h: dcount
+ * ...) with one handle per worker, and the last worker's push closes
+ * every round in one sweep and tells each handle once. Anything else that
+ * meets a deferred span writes it out first (dt__ks_settle), so the
+ * per-record state is then what span_rounds would have made. 1: taken.
+ */
+static int
+defer(dt_kstore *ks, int worker, uint32_t req, uint32_t first, size_t count,
+      tally *t)
+{
+	size_t w = (size_t)ks->nworkers;
+
+	if (ks->dcount == 0) {
+		for (size_t k = 0; k < w; k++)
+			if (ks->wpend[k]) /* (something pending: as before) */
+				return 0;
+		ks->dfirst = first;
+		ks->dcount = count;
+	} else if (ks->dfirst != first || ks->dcount != count ||
+	           ks->dh[worker]) {
+		return 0;
+	}
+	ks->dh[worker] = req;
+	ks->wpend[worker] += count;
+	if (++ks->dn < (uint32_t)w)
+		return 1;
+	close_values(ks, first, count);
+	ks->dcount = 0;
+	ks->dn = 0;
+	for (size_t k = 0; k < w; k++) {
+		uint32_t h = ks->dh[k];
+
+		ks->dh[k] = 0;
+		if (h) {
+			ks->wpend[k] -= count;
+			t->done(t->arg, h, count);
+		}
+	}
+	return 1;
 }
 
 /* A span's pushes of worker (more than DT_KS_TIMED keys, their gradients
@@ -950,14 +1051,7 @@ span_rounds(dt_kstore *ks, int worker, uint32_t req, uint32_t first,
 		closed += ++np[i] == nw;
 	ks->wpend[worker] += marked;
 	if (closed == count && ks->opt.kind == DT_OPT_NONE) {
-		size_t o = (size_t)ks->off[first],
-		       n = (size_t)ks->off[first + count] - o;
-
-		if (ks->prev)
-			memcpy(ks->prev + o, ks->val + o, n * sizeof(float));
-		memcpy(ks->val + o, ks->merge + o, n * sizeof(float));
-		memset(ks->merge + o, 0, n * sizeof(float));
-		count_updates(ks, first, count);
+		close_values(ks, first, count);
 		memset(np, 0, count * sizeof(*np));
 		tell_runs(ks, pend, count, t);
 	} else {
@@ -998,6 +1092,10 @@ dt__ks_push_sync_span(dt_kstore *ks, int worker, uint32_t req, uint32_t first,
 	 * arrival order, as key by key). */
 	if (ks->nworkers > 1)
 		dt__kv_add(ks->merge + ks->off[first], g, n);
+	if (ks->nworkers > 1 && count > DT_KS_TIMED &&
+	    defer(ks, worker, req, first, count, &t))
+		return;
+	dt__ks_settle(ks);
 	if (ks->nworkers > 1 && count > DT_KS_TIMED)
 		span_rounds(ks, worker, req, first, count, &t);
 	else

@@ -559,6 +559,7 @@ one_in_many(kv_server *s, int worker, const dt_msg_hdr *h, const uint8_t *meta,
 	}
 	if (h->cmd == DT_CMD_KV_PULL) {
 		if (s->sync && dt__ks_pending(&s->ks, worker, &r, 1, &bad)) {
+			dt__ks_settle(&s->ks); /* (then pend has it) */
 			uint32_t hd =
 			    s->ks.pend[(size_t)r * (size_t)s->nworkers +
 			               (size_t)worker];

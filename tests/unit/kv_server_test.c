@@ -476,6 +476,17 @@ test_many_range(void **state)
 	for (int i = 0; i < 10; i++)
 		assert_true(got[i] == (float)(3 + 2 * i));
 	assert_int_equal(h_ans.errors, 1);
+	/* a single-key pull of a key whose round holds the puller's range
+	 * push waits for that round: answered after the push, with the sum */
+	n0 = h_ans.count;
+	range_req(1, DT_CMD_KV_PUSH_MANY, 100, 1, 128, 5.0f);
+	send_frame(1, DT_CMD_KV_PULL, 130, 1, 0, 0, NULL, 0, NULL, 0);
+	assert_int_equal(h_ans.count, n0);
+	range_req(0, DT_CMD_KV_PUSH_MANY, 100, 1, 128, 7.0f);
+	assert_int_equal(h_ans.count, n0 + 3);
+	assert_int_equal(h_ans.last.cmd, DT_CMD_KV_PULL);
+	got_values(got, 1);
+	assert_true(got[0] == (5.0f + 30) + (7.0f + 30));
 	/* refusals */
 	range_req(0, DT_CMD_KV_INIT_MANY, 300, 1, 64, 0.0f);
 	refused(DT_EPROTO, "a key range is for a push, pull or pushpull");
