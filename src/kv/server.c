@@ -293,6 +293,7 @@ on_msg(void *arg, dt_node *n, dt_conn *c, dt_msg *m)
 
 	dispatch(arg, n, c, m);
 	scratch_trim((uint8_t **)&s->gath, &s->gath_cap);
+	scratch_trim(&s->kexp, &s->kexp_cap);
 	scratch_trim(&s->half, &s->half_cap);
 	scratch_trim(&s->dec, &s->dec_cap);
 }
@@ -415,6 +416,7 @@ server_free(kv_server *s)
 	free(s->rx);
 	free(s->idx);
 	free(s->gath);
+	free(s->kexp);
 	free(s);
 }
 

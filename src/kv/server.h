@@ -118,6 +118,8 @@ typedef struct kv_server {
 	size_t idx_cap; /* bytes */
 	float *gath;
 	size_t gath_cap; /* bytes */
+	uint8_t *kexp;   /* a key range's keys, listed (srv_many.c) */
+	size_t kexp_cap;
 	/* DTRAIN_MAX_TABLE_BYTES: the most the row_sparse tables here may
 	 * map, all together (dt__rs_plan_bytes), and what they map now. */
 	uint64_t max_table_bytes, table_bytes;
