@@ -209,6 +209,7 @@ static char h_discard_tag, h_stream_tag;
 #define dt__node_worker_id    h_node_worker_id
 #define dt__node_recover      h_node_recover
 #define dt__node_rejoined     h_node_zero
+#define dt__node_elastic      h_node_zero
 #define dt__node_wait_ns      h_node_wait_ns
 #define dt__node_attach       h_node_attach
 #define dt__node_detach       h_node_detach
@@ -235,6 +236,7 @@ dt_err h_kv_register(void);
 #include "kv/srv_ckpt.c"
 #include "kv/server.c"
 #include "kv/srv_reply.c"
+#include "kv/srv_elastic.c"
 #undef dt__kv_register
 #undef dt__kv_app
 

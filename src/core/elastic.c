@@ -15,9 +15,9 @@
  *
  * The scheduler counts a removed worker as done, so the job ends when the
  * survivors are, and its barriers over the workers count the live ones.
- * Elastic jobs have no servers: a server's rounds would need the same
- * change (its round sizes, the snapshot to go back to), which is not done;
- * such a job is refused at start-up on every node.
+ * With parameter servers, every server gets the same MEMBERSHIP messages
+ * as the workers: its dist_sync rounds wait for the live workers, and a
+ * change drops the rounds in flight (kv/srv_elastic.c).
  *
  * Locking: the fields (n->el_*) are guarded by n->mu.
  */
@@ -27,6 +27,20 @@
 
 #include "common/limits.h"
 #include "core/sched_impl.h"
+
+/* With parameter servers, a job only loses workers: its servers' tables
+ * of workers are the ones it started with (kv/srv_elastic.c). */
+static dt_err
+servers_check(const dt_node *n, long hi)
+{
+	if (n->cfg.num_servers == 0 || hi <= n->cfg.num_workers)
+		return DT_OK;
+	return dt__fail(DT_ENOTSUP,
+	                "DTRAIN_ELASTIC_MAX=%ld with DMLC_NUM_SERVER=%d: "
+	                "an elastic job with parameter servers takes in no "
+	                "workers beyond its DMLC_NUM_WORKER=%d",
+	                hi, n->cfg.num_servers, n->cfg.num_workers);
+}
 
 dt_err
 dt__elastic_config(dt_node *n)
@@ -45,20 +59,14 @@ dt__elastic_config(dt_node *n)
 	    (err = dt__env_long("DTRAIN_ELASTIC_MAX", w, 1, DT_MAX_ROLE_NODES,
 	                        &hi)))
 		return err;
-	if (n->cfg.num_servers > 0)
-		return dt__fail(
-		    DT_ENOTSUP,
-		    "DTRAIN_ELASTIC=1 with DMLC_NUM_SERVER=%d: elastic "
-		    "training works in the collectives mode only (a "
-		    "job without servers: dtrain launch -s 0); with "
-		    "parameter servers it is not supported yet",
-		    n->cfg.num_servers);
 	if (n->recover)
 		return dt__fail(
 		    DT_ECONFIG,
 		    "DTRAIN_ELASTIC=1 and DTRAIN_RECOVER=1 (--restart) "
 		    "exclude each other: a lost worker either leaves "
 		    "the membership or is replaced in its place");
+	if ((err = servers_check(n, hi)))
+		return err;
 	/* Its tables have a row for each worker it may grow to: the same
 	 * bound as a job of that many workers. */
 	if ((err = dt__job_size_check(n->cfg.num_servers, hi, "DMLC_NUM_SERVER",
@@ -238,6 +246,23 @@ copy_members(dt_node *n, int *ids)
 	return count;
 }
 
+/* The servers of a job with servers get every membership too: their
+ * rounds count its live workers (kv/srv_elastic.c). */
+static void
+send_membership_servers(dt_node *n, const dt_wbuf *w, uint64_t epoch, int gone,
+                        int lost)
+{
+	for (int i = 0; i < n->num_servers; i++) {
+		dt_msg_hdr h = {.cmd = DT_CMD_MEMBERSHIP,
+		                .arg0 = epoch,
+		                .arg1 = (uint64_t)gone,
+		                .arg2 = (uint64_t)lost};
+
+		(void)dt__node_send(n, dt__node_server_id(n, i), &h, w->data,
+		                    (uint32_t)w->len, NULL, 0);
+	}
+}
+
 /* Send the membership to every live worker (scheduler); lost: 1 a worker
  * was lost, 0 one left on schedule, 2 the membership grew. */
 static void
@@ -247,7 +272,8 @@ send_membership(dt_node *n, const int *ids, int count, uint64_t epoch, int gone,
 	dt_wbuf w;
 
 	dt__wbuf_init(&w);
-	if (dt__msg_membership_encode(ids, count, &w) == DT_OK)
+	if (dt__msg_membership_encode(ids, count, &w) == DT_OK) {
+		send_membership_servers(n, &w, epoch, gone, lost);
 		for (int i = 0; i < count; i++) {
 			dt_msg_hdr h = {.cmd = DT_CMD_MEMBERSHIP,
 			                .arg0 = epoch,
@@ -257,6 +283,7 @@ send_membership(dt_node *n, const int *ids, int count, uint64_t epoch, int gone,
 			(void)dt__node_send(n, ids[i], &h, w.data,
 			                    (uint32_t)w.len, NULL, 0);
 		}
+	}
 	dt__wbuf_fini(&w);
 }
 
@@ -640,8 +667,10 @@ dt__elastic_sched_end(dt_node *n)
 		c = s->joining[id]
 		        ? __atomic_load_n(&n->peers[id], __ATOMIC_ACQUIRE)
 		        : NULL;
+		/* (only a joiner's: a server's left counts its end) */
+		if (s->joining[id])
+			s->left[id] = 1;
 		s->joining[id] = 0;
-		s->left[id] = 1;
 		pthread_mutex_unlock(&n->mu);
 		if (c)
 			dt__sched_send_abort(
@@ -660,10 +689,10 @@ dt__elastic_member_on_msg(dt_node *n, dt_conn *c, const dt_msg *m)
 	int slots = dt__elastic_slots(n);
 
 	if (dt__conn_peer(c) != 0 || !n->elastic || !n->have_table ||
-	    n->role != DT_ROLE_WORKER) {
+	    (n->role != DT_ROLE_WORKER && n->role != DT_ROLE_SERVER)) {
 		dt__log(0,
 		        "dropping %s: MEMBERSHIP outside an elastic job's "
-		        "worker, or not from the scheduler",
+		        "worker or server, or not from the scheduler",
 		        dt__conn_addr(c));
 		dt__van_close(n->van, c);
 		return;
@@ -796,6 +825,26 @@ dt__elastic_joiner_ready(dt_node *n)
 	if (err == DT_ETIMEDOUT)
 		return dt__fail(err, "%s (DT_WAIT_TIMEOUT)", dt_errmsg());
 	return err;
+}
+
+void
+dt__node_elastic_take(dt_node *n, uint64_t epoch)
+{
+	pthread_mutex_lock(&n->mu);
+	if (epoch > n->el_taken)
+		n->el_taken = epoch;
+	pthread_mutex_unlock(&n->mu);
+}
+
+uint64_t
+dt__node_elastic_taken(dt_node *n)
+{
+	uint64_t epoch;
+
+	pthread_mutex_lock(&n->mu);
+	epoch = n->el_taken;
+	pthread_mutex_unlock(&n->mu);
+	return epoch;
 }
 
 void

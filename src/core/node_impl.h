@@ -129,6 +129,9 @@ struct dt_node {
 	 * scheduler says wait to join at the members' next commit (GROW). */
 	int el_joiner;
 	int el_waiting;
+	/* (mu) The membership this worker's program computes in: the last
+	 * one it took (dt_elastic_restore), named by its pushes to servers. */
+	uint64_t el_taken;
 
 	/* Observability (report.c): frame counters by node id (1 + S + W,
 	 * from the start; relaxed atomics), whether this node owns the
