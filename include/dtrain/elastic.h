@@ -58,7 +58,8 @@
  * is dropped: its pushes fail with DT_EMEMBERSHIP, and the loop goes back
  * to its commit. Each push names the membership taken last; a push of an
  * older one is refused. In dist_sync the optimizer runs on the workers
- * (its state registered here); workers do not join such a job.
+ * (its state registered here). A worker that joins such a job skips the
+ * KVStore's set-up barriers (the members passed them at their start).
  *
  * Thread-safety: one thread per dt_elastic, the one calling the
  * communicator's collectives. Every wait is bounded by DT_ELASTIC_TIMEOUT

@@ -28,20 +28,6 @@
 #include "common/limits.h"
 #include "core/sched_impl.h"
 
-/* With parameter servers, a job only loses workers: its servers' tables
- * of workers are the ones it started with (kv/srv_elastic.c). */
-static dt_err
-servers_check(const dt_node *n, long hi)
-{
-	if (n->cfg.num_servers == 0 || hi <= n->cfg.num_workers)
-		return DT_OK;
-	return dt__fail(DT_ENOTSUP,
-	                "DTRAIN_ELASTIC_MAX=%ld with DMLC_NUM_SERVER=%d: "
-	                "an elastic job with parameter servers takes in no "
-	                "workers beyond its DMLC_NUM_WORKER=%d",
-	                hi, n->cfg.num_servers, n->cfg.num_workers);
-}
-
 dt_err
 dt__elastic_config(dt_node *n)
 {
@@ -65,8 +51,6 @@ dt__elastic_config(dt_node *n)
 		    "DTRAIN_ELASTIC=1 and DTRAIN_RECOVER=1 (--restart) "
 		    "exclude each other: a lost worker either leaves "
 		    "the membership or is replaced in its place");
-	if ((err = servers_check(n, hi)))
-		return err;
 	/* Its tables have a row for each worker it may grow to: the same
 	 * bound as a job of that many workers. */
 	if ((err = dt__job_size_check(n->cfg.num_servers, hi, "DMLC_NUM_SERVER",

@@ -490,7 +490,10 @@ server_start(dt_node *n)
 	s->rank = dt_node_rank(n);
 	s->rejoined = dt__node_rejoined(n) && dt__node_recover(n);
 	s->nservers = dt_node_num_servers(n);
-	s->nworkers = dt_node_num_workers(n);
+	/* (an elastic job's tables: a row for every worker it may grow to,
+	 * DTRAIN_ELASTIC_MAX) */
+	s->nworkers = dt__node_elastic(n) ? dt__node_elastic_slots(n)
+	                                  : dt_node_num_workers(n);
 	if (s->rejoined &&
 	    (s->replayed = calloc((size_t)s->nworkers, 1)) == NULL) {
 		free(s);

@@ -6,9 +6,11 @@
  * The scheduler sends each server the same MEMBERSHIP messages as the
  * workers (core/elastic.c). A round of a key then waits for one push from
  * each live worker of the membership, not from every worker the job
- * started with. When the membership changes, every open round is dropped
- * (the store kinds' discard op): a lost worker's partial push is never
- * applied, and the survivors' pushes of that round are answered
+ * started with; the server's tables have a row for every worker the job
+ * may grow to (DTRAIN_ELASTIC_MAX), and a worker that joins is counted
+ * from the membership that takes it in. When the membership changes, every open
+ * round is dropped (the store kinds' discard op): a lost worker's partial push
+ * is never applied, and the survivors' pushes of that round are answered
  * DT_EMEMBERSHIP, so that they go back to their last commit and compute
  * the round again in the new membership. Nothing is kept to roll back on
  * the server: in dist_sync the optimizer of an elastic job runs on the
@@ -48,8 +50,10 @@ srv_elastic_start(kv_server *s)
 		                "elastic server: membership of %d "
 		                "workers",
 		                s->nworkers);
-	memset(s->member, 1, (size_t)s->nworkers);
-	s->live = s->nworkers;
+	/* (membership 0: the workers the job started with; those that join
+	 * come with a later one) */
+	s->live = DT_MIN(dt_node_num_workers(s->node), s->nworkers);
+	memset(s->member, 1, (size_t)s->live);
 	return DT_OK;
 }
 
