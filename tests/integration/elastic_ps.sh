@@ -11,7 +11,11 @@
 #     round is dropped and answered with the named membership error, they
 #     go back to the commit of step 40, and the run logs the schedule that
 #     replays it; the replay ends bit-identical to the killed run;
-#   - dist_async: a worker killed, the job finishes.
+#   - dist_async: a worker killed, the job finishes;
+#   - examples/mnist --elastic --kvstore dist_sync (an MLP on
+#     Fashion-MNIST, when installed): a scheduled leave twice, and a worker
+#     killed from outside once the job has committed step 10, with its
+#     replay: each pair of parameter files bit-identical.
 . "$(dirname "$0")/cluster_lib.bash"
 EX=$DTRAIN_BUILD/examples/elastic
 ARGS=(--samples 2048 --steps 200 --commit-every 10 --count-samples)
@@ -21,21 +25,41 @@ ROLES=(scheduler server server worker worker worker worker)
 # $T_DIR/NAME.<i>.<role>.log, weights (rank 0's) in $T_DIR/NAME.bin.
 # STATUS[i] is each process's exit status. DTRAIN_ELASTIC_SCHEDULE passes
 # through from the caller's environment.
+# RUN_BG=1: return once started (PIDS), for run_wait NAME.
 run() {
 	local name=$1 kvs=$2 i
 	shift 2
 	job_env "$(free_port)" 2 4
-	local pids=()
+	PIDS=()
 	for i in "${!ROLES[@]}"; do
 		DMLC_ROLE=${ROLES[$i]} DTRAIN_ELASTIC=1 DTRAIN_ELASTIC_MIN=3 \
 			spawn "$name.$i.${ROLES[$i]}" "$EX" "${ARGS[@]}" \
 			--kvstore "$kvs" --save "$T_DIR/$name.bin" "$@"
-		pids+=("$SPAWNED")
+		PIDS+=("$SPAWNED")
 	done
+	[ -n "${RUN_BG:-}" ] && return
+	run_wait "$name"
+}
+
+run_wait() {
+	local i
 	STATUS=()
-	for i in "${!pids[@]}"; do
-		wait_exit "${pids[$i]}" 120 || fail "$name: process $i did not end"
+	for i in "${!PIDS[@]}"; do
+		wait_exit "${PIDS[$i]}" 120 || fail "$1: process $i did not end"
 		STATUS[$i]=$EXIT_STATUS
+	done
+}
+
+# wait_worker_line NAME PATTERN SECONDS: poll the workers' logs until one
+# has a line matching PATTERN (SECONDS scaled).
+wait_worker_line() {
+	local deadline
+	t_now
+	deadline=$((T_NOW + $3 * DT_TEST_TIME_SCALE * 1000000000))
+	until grep -Eqs -- "$2" "$T_DIR/$1".[3-6].worker.log; do
+		t_now
+		[ "$T_NOW" -ge "$deadline" ] && return 1
+		t_pause 0.05
 	done
 }
 
@@ -122,5 +146,48 @@ cat "$T_DIR"/async.*.worker.log >"$T_DIR/async.workers"
 assert_grep "$T_DIR/async.workers" \
 	"done with 3 workers at epoch [0-9]+; .*membership 1$" "async"
 log "dist_async with a worker killed: ok"
+
+DATA=${FASHION_MNIST:-/usr/share/datasets/fashion-mnist}
+if [ ! -e "$DATA/train-images-idx3-ubyte.gz" ] &&
+	[ ! -e "$DATA/train-images-idx3-ubyte" ]; then
+	log "mnist skipped: Fashion-MNIST not installed at $DATA"
+	assert_groups_gone
+	log "ok"
+	exit 0
+fi
+EX=$DTRAIN_BUILD/examples/mnist
+ARGS=(--optimizer sgd --lr 0.05 --elastic --model mlp --limit 3000
+	--epochs 3 --batch-size 32 --commit-every 5 --data "$DATA")
+DTRAIN_ELASTIC_SCHEDULE="step 10: -worker 1" run msched dist_sync
+all_ok msched
+DTRAIN_ELASTIC_SCHEDULE="step 10: -worker 1" run msched2 dist_sync
+all_ok msched2
+cmp "$T_DIR/msched.bin" "$T_DIR/msched2.bin" ||
+	fail "mnist: two runs of one schedule differ"
+log "mnist: a scheduled leave, twice: bit-identical"
+
+# A worker killed from outside: the first worker that is not rank 0 (rank
+# 0 prints the commits), once the job has committed step 10.
+RUN_BG=1 run mkill dist_sync
+wait_worker_line mkill "committed step 10$" 120 ||
+	fail "mnist: the job did not commit step 10"
+victim=
+for i in 3 4 5 6; do
+	grep -q "committed step" "$T_DIR/mkill.$i.worker.log" && continue
+	victim=${PIDS[$i]}
+	break
+done
+[ -n "$victim" ] || fail "mnist: no worker to kill"
+kill -9 -- "-$victim" # (its process group: timeout and the worker)
+run_wait mkill
+all_ok mkill 1
+sched=$(replay_of mkill)
+grep -Eq '^step [0-9]+: -worker [0-3]$' <<<"$sched" ||
+	fail "mnist: the logged replay is '$sched'"
+DTRAIN_ELASTIC_SCHEDULE=$sched run mreplay dist_sync
+all_ok mreplay
+cmp "$T_DIR/mkill.bin" "$T_DIR/mreplay.bin" ||
+	fail "mnist: the replay ('$sched') differs from the killed run"
+log "mnist: a worker killed, its replay ('$sched'): bit-identical"
 assert_groups_gone
 log "ok"
