@@ -90,10 +90,11 @@ srv_elastic_admit(kv_server *s, int worker, dt_msg_hdr *h, const uint8_t *meta,
 		if (ep == 0)
 			return 1;
 		srv_reply_error(s, worker, h->cmd, h->seq, h->key, DT_EPROTO,
-		                "%s of key %llu names membership %llu in a "
-		                "job that is not elastic",
+		                "%s of key %llu: reserved encoding bits set "
+		                "(%#x; bits 16-31 name a membership in an "
+		                "elastic job only)",
 		                op, (unsigned long long)h->key,
-		                (unsigned long long)ep);
+		                (unsigned)h->arg2);
 		return 0;
 	}
 	h->arg2 &= ~(DT_KV_EPOCH_MAX << DT_KV_EPOCH_SHIFT);
