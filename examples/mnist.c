@@ -16,10 +16,14 @@
  * update rule and 2 workers at batch 32 equal 1 process at batch 64.
  * --kvstore horovod averages the gradients with an allreduce among the
  * workers instead (no servers) and updates locally with the same rule.
- * --elastic (with horovod and sgd) goes on when a worker is lost:
+ * --elastic (with horovod or dist_sync, and sgd) goes on when a worker is
+ * lost:
  *
  *   dtrain launch -n 3 -s 0 --min-workers 2 -- build/examples/mnist \
  *       --kvstore horovod --optimizer sgd --lr 0.05 --elastic
+ *
+ * (with dist_sync the servers sum the gradients and the update stays on
+ * the workers; docs/elastic.md, "With parameter servers")
  *
  * The file is over a thousand lines because it holds the example's three
  * loops - data parallel, pipeline (run_pipeline), elastic (run_elastic) -
@@ -276,8 +280,8 @@ usage(FILE *f)
 	    "                             first (default, auto: stages of\n"
 	    "                             balanced counted work; measured:\n"
 	    "                             of balanced measured time)\n"
-	    "  --elastic                  with --kvstore horovod and sgd: go "
-	    "on\n"
+	    "  --elastic                  with --kvstore horovod or "
+	    "dist_sync, and sgd: go on\n"
 	    "                             when a worker is lost "
 	    "(docs/elastic.md)\n"
 	    "  --commit-every K           elastic: commit every K steps "
@@ -474,12 +478,13 @@ parse(int argc, char **argv, opts *o)
 		return -1;
 	}
 	if (o->elastic &&
-	    (strcmp(o->kvstore, "horovod") || strcmp(o->optimizer, "sgd") ||
-	     o->devices != 1 || o->pipe_stages || o->compression ||
-	     o->commit_every < 1)) {
+	    ((strcmp(o->kvstore, "horovod") &&
+	      strcmp(o->kvstore, "dist_sync")) ||
+	     strcmp(o->optimizer, "sgd") || o->devices != 1 || o->pipe_stages ||
+	     o->compression || o->commit_every < 1)) {
 		fprintf(stderr,
 		        "mnist: --elastic trains with --kvstore horovod "
-		        "--optimizer sgd on one device, without "
+		        "or dist_sync, --optimizer sgd on one device, without "
 		        "compression or pipelines, --commit-every >= 1\n");
 		return -1;
 	}
@@ -862,11 +867,46 @@ typedef struct elastic_pos {
 	uint64_t epoch, consumed;
 } elastic_pos;
 
-/* One step of the elastic loop: gradients of this rank's slice, summed
- * over the ranks, and the update. */
+/*
+ * --kvstore dist_sync: the gradients summed by the servers, a key per
+ * tensor, each round's sum pulled back in place. Every request is waited
+ * for even after one fails (DT_EMEMBERSHIP: its round was dropped), so
+ * that none writes into the gradients later.
+ */
 static dt_err
-elastic_step(dt_coll *c, const opts *o, replica *r, const size_t *idx,
-             float *mom, dt_nn_optim_param *p)
+elastic_ps_sum(dt_kv *kv, dt_nn_model *m)
+{
+	dt_kv_req reqs[64];
+	int nt = dt_nn_model_num_tensors(m), sent = 0;
+	dt_err err = DT_OK;
+
+	if (nt > 64) {
+		fprintf(stderr, "mnist: more than 64 tensors\n");
+		return DT_EINVAL;
+	}
+	for (int i = 0; i < nt; i++) {
+		const dt_nn_tensor *t = dt_nn_model_tensor(m, i);
+		float *g = dt_nn_model_grads(m) + t->offset;
+
+		if ((err = dt_kv_pushpull_async(kv, (dt_key)i, g, g, t->size,
+		                                &reqs[i])))
+			break;
+		sent++;
+	}
+	for (int i = 0; i < sent; i++) {
+		dt_err e = dt_kv_wait(kv, reqs[i]);
+
+		if (err == DT_OK)
+			err = e;
+	}
+	return err;
+}
+
+/* One step of the elastic loop: gradients of this rank's slice, summed
+ * over the ranks (by the servers with kv), and the update. */
+static dt_err
+elastic_step(dt_coll *c, dt_kv *kv, const opts *o, replica *r,
+             const size_t *idx, float *mom, dt_nn_optim_param *p)
 {
 	dt_nn_model *m = r->m;
 	size_t np = dt_nn_model_num_params(m);
@@ -878,7 +918,8 @@ elastic_step(dt_coll *c, const opts *o, replica *r, const size_t *idx,
 		fprintf(stderr, "mnist: %s\n", r->msg);
 		return r->err;
 	}
-	if ((err = dt_coll_dist_opt_sum(c, dt_nn_model_grads(m), np)))
+	if (kv ? (err = elastic_ps_sum(kv, m))
+	       : (err = dt_coll_dist_opt_sum(c, dt_nn_model_grads(m), np)))
 		return err;
 	p->rescale_grad = 1.0 / (double)(o->batch * dt_coll_size(c));
 	for (int i = 0; i < dt_nn_model_num_tensors(m); i++) {
@@ -897,6 +938,7 @@ static int
 run_elastic(const opts *o)
 {
 	dt_coll *c = NULL;
+	dt_kv *kv = NULL;
 	dt_elastic *e = NULL;
 	dt_dataset train = {0}, test = {0};
 	dt_sampler *s = NULL;
@@ -912,9 +954,14 @@ run_elastic(const opts *o)
 	/* The data first: a worker that joins a running job is ready for
 	 * the members' next commit once it has joined the communicator, and
 	 * they wait for it there. */
-	if (dt_data_load_mnist_dir(o->data, 1, &train) != DT_OK ||
+	/* (with servers, the store first: a server or the scheduler serves
+	 * in there and exits; the communicator is made on its node) */
+	if ((strcmp(o->kvstore, "dist_sync") == 0 &&
+	     dt_kv_create(o->kvstore, &kv) != DT_OK) ||
+	    dt_data_load_mnist_dir(o->data, 1, &train) != DT_OK ||
 	    dt_data_load_mnist_dir(o->data, 0, &test) != DT_OK ||
-	    dt_coll_init(&c) != DT_OK)
+	    (kv ? dt_coll_init_node(dt_kv_node(kv), &c) : dt_coll_init(&c)) !=
+	        DT_OK)
 		goto fail;
 	if (o->limit > 0 && (size_t)o->limit < train.n)
 		train.n = (size_t)o->limit;
@@ -946,6 +993,14 @@ run_elastic(const opts *o)
 	    dt_elastic_register(e, "momentum", mom, np * sizeof(float)) ||
 	    dt_elastic_register(e, "position", &pos, sizeof(pos)) != DT_OK)
 		goto fail;
+	for (int i = 0; kv && i < dt_nn_model_num_tensors(r.m); i++) {
+		const dt_nn_tensor *t = dt_nn_model_tensor(r.m, i);
+
+		if (dt_kv_init(kv, (dt_key)i,
+		               dt_nn_model_params(r.m) + t->offset,
+		               t->size) != DT_OK)
+			goto fail;
+	}
 	if (dt_coll_rank(c) == 0)
 		printf("mnist: elastic, %s on %zu images, %d worker(s) x batch "
 		       "%ld, sgd lr %g momentum %g, a commit every %ld steps\n",
@@ -984,7 +1039,7 @@ run_elastic(const opts *o)
 		}
 		if (dt_sampler_batch(s, 0, &idx) != DT_OK)
 			goto fail;
-		err = elastic_step(c, o, &r, idx, mom, &p);
+		err = elastic_step(c, kv, o, &r, idx, mom, &p);
 		if (err == DT_EMEMBERSHIP)
 			goto restore;
 		if (err)
@@ -1022,6 +1077,10 @@ out:
 	dt_data_fini(&train);
 	dt_data_fini(&test);
 	if (c && dt_coll_finalize(c) != DT_OK && rc == 0) {
+		fprintf(stderr, "mnist: %s\n", dt_errmsg());
+		rc = 1;
+	}
+	if (kv && dt_kv_destroy(kv) != DT_OK && rc == 0) {
 		fprintf(stderr, "mnist: %s\n", dt_errmsg());
 		rc = 1;
 	}

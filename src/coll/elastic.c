@@ -367,6 +367,8 @@ take_change(dt_elastic *e, uint64_t *step)
 			break;
 		*step = snap_put_back(e);
 		note_change(e, old, old_size, *step);
+		/* (a job with servers: its pushes name this membership now) */
+		dt__node_elastic_take(c->node, e->last.epoch);
 		e->joining = 0;
 		e->changed = 1;
 		e->changed_at = *step;

@@ -65,7 +65,7 @@ X(DTRAIN_CHECKPOINT_EVERY, "100", U, "rounds between two checkpoints (0: only on
 X(DTRAIN_CHECKPOINT_SECONDS, "0", U, "also a checkpoint when this many seconds have passed (0: off)") \
 X(DTRAIN_CHECKPOINT_LOAD, "0", U, "1: each server starts from its checkpoint") \
 X(DTRAIN_RECOVER, "0", U, "1: a lost server or worker may be replaced (implies PS_RESEND=1)") \
-X(DTRAIN_ELASTIC, "0", U, "1: an elastic job (collectives, no servers): a lost worker leaves the membership instead of ending the job") \
+X(DTRAIN_ELASTIC, "0", U, "1: an elastic job (collectives, or servers in dist_sync/dist_async): a lost worker leaves the membership instead of ending the job") \
 X(DTRAIN_ELASTIC_MIN, "1", U, "the fewest workers an elastic job goes on with") \
 X(DTRAIN_ELASTIC_MAX, "(DMLC_NUM_WORKER)", U, "the most workers of an elastic job, those that join it included") \
 X(DTRAIN_ELASTIC_SCHEDULE, "(none)", U, "membership changes at commit steps, \"step S: -worker R; step T: +N; ...\": replays a run") \

@@ -19,9 +19,9 @@
  *
  * The scheduler counts a removed worker as done, so the job ends when the
  * survivors are, and its barriers over the workers count the live ones.
- * Elastic jobs have no servers: a server's rounds would need the same
- * change (its round sizes, the snapshot to go back to), which is not done;
- * such a job is refused at start-up on every node.
+ * With parameter servers, every server gets the same MEMBERSHIP messages
+ * as the workers: its dist_sync rounds wait for the live workers, and a
+ * change drops the rounds in flight (kv/srv_elastic.c).
  *
  * Locking: the fields (n->el_*) are guarded by n->mu.
  */
@@ -52,14 +52,6 @@ dt__elastic_config(dt_node *n)
 	                        &wait_s)))
 		return err;
 	n->el_timeout_ns = (uint64_t)wait_s * 1000000000ull;
-	if (n->cfg.num_servers > 0)
-		return dt__fail(
-		    DT_ENOTSUP,
-		    "DTRAIN_ELASTIC=1 with DMLC_NUM_SERVER=%d: elastic "
-		    "training works in the collectives mode only (a "
-		    "job without servers: dtrain launch -s 0); with "
-		    "parameter servers it is not supported yet",
-		    n->cfg.num_servers);
 	if (n->recover)
 		return dt__fail(
 		    DT_ECONFIG,
@@ -266,6 +258,23 @@ copy_members(dt_node *n, int *ids)
 	return count;
 }
 
+/* The servers of a job with servers get every membership too: their
+ * rounds count its live workers (kv/srv_elastic.c). */
+static void
+send_membership_servers(dt_node *n, const dt_wbuf *w, uint64_t epoch, int gone,
+                        int lost)
+{
+	for (int i = 0; i < n->num_servers; i++) {
+		dt_msg_hdr h = {.cmd = DT_CMD_MEMBERSHIP,
+		                .arg0 = epoch,
+		                .arg1 = (uint64_t)gone,
+		                .arg2 = (uint64_t)lost};
+
+		(void)dt__node_send(n, dt__node_server_id(n, i), &h, w->data,
+		                    (uint32_t)w->len, NULL, 0);
+	}
+}
+
 /* Send the membership to every live worker (scheduler); lost: 1 a worker
  * was lost, 0 one left on schedule, 2 the membership grew. */
 static void
@@ -275,7 +284,8 @@ send_membership(dt_node *n, const int *ids, int count, uint64_t epoch, int gone,
 	dt_wbuf w;
 
 	dt__wbuf_init(&w);
-	if (dt__msg_membership_encode(ids, count, &w) == DT_OK)
+	if (dt__msg_membership_encode(ids, count, &w) == DT_OK) {
+		send_membership_servers(n, &w, epoch, gone, lost);
 		for (int i = 0; i < count; i++) {
 			dt_msg_hdr h = {.cmd = DT_CMD_MEMBERSHIP,
 			                .arg0 = epoch,
@@ -285,6 +295,7 @@ send_membership(dt_node *n, const int *ids, int count, uint64_t epoch, int gone,
 			(void)dt__node_send(n, ids[i], &h, w.data,
 			                    (uint32_t)w.len, NULL, 0);
 		}
+	}
 	dt__wbuf_fini(&w);
 }
 
@@ -684,8 +695,10 @@ dt__elastic_sched_end(dt_node *n)
 		c = s->joining[id]
 		        ? __atomic_load_n(&n->peers[id], __ATOMIC_ACQUIRE)
 		        : NULL;
+		/* (only a joiner's: a server's left counts its end) */
+		if (s->joining[id])
+			s->left[id] = 1;
 		s->joining[id] = 0;
-		s->left[id] = 1;
 		pthread_mutex_unlock(&n->mu);
 		if (c)
 			dt__sched_send_abort(
@@ -704,10 +717,10 @@ dt__elastic_member_on_msg(dt_node *n, dt_conn *c, const dt_msg *m)
 	int slots = dt__elastic_slots(n);
 
 	if (dt__conn_peer(c) != 0 || !n->elastic || !n->have_table ||
-	    n->role != DT_ROLE_WORKER) {
+	    (n->role != DT_ROLE_WORKER && n->role != DT_ROLE_SERVER)) {
 		dt__log(0,
 		        "dropping %s: MEMBERSHIP outside an elastic job's "
-		        "worker, or not from the scheduler",
+		        "worker or server, or not from the scheduler",
 		        dt__conn_addr(c));
 		dt__van_close(n->van, c);
 		return;
@@ -992,6 +1005,26 @@ dt__elastic_sched_check_min(dt_node *n)
 	    (double)n->el_timeout_ns * 1e-9);
 	dt__log(0, "the elastic job ends: %s", reason);
 	dt__sched_abort(n, reason);
+}
+
+void
+dt__node_elastic_take(dt_node *n, uint64_t epoch)
+{
+	pthread_mutex_lock(&n->mu);
+	if (epoch > n->el_taken)
+		n->el_taken = epoch;
+	pthread_mutex_unlock(&n->mu);
+}
+
+uint64_t
+dt__node_elastic_taken(dt_node *n)
+{
+	uint64_t epoch;
+
+	pthread_mutex_lock(&n->mu);
+	epoch = n->el_taken;
+	pthread_mutex_unlock(&n->mu);
+	return epoch;
 }
 
 void

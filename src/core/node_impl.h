@@ -136,6 +136,9 @@ struct dt_node {
 	 * not), which stretches the member's wait for its next membership. */
 	uint64_t el_timeout_ns;
 	uint64_t el_hold_until;
+	/* (mu) The membership this worker's program computes in: the last
+	 * one it took (dt_elastic_restore), named by its pushes to servers. */
+	uint64_t el_taken;
 
 	/* Observability (report.c): frame counters by node id (1 + S + W,
 	 * from the start; relaxed atomics), whether this node owns the

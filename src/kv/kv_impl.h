@@ -89,6 +89,12 @@ dt__kv_op_name(int cmd)
  * worker continues from (docs/fault-tolerance.md). */
 #define DT_KV_AT_ROUND      (1u << 16)
 #define DT_KV_ENC_ANSWER(a) ((unsigned)(((a) >> 8) & 0xffu))
+/* A single-key push's (KV_PUSH, KV_PUSHPULL) arg2 bits 16-31 in an elastic
+ * job: the epoch of the membership the worker computes in, so that a
+ * server never counts a push of an old membership in a round of the new
+ * one (srv_elastic.c). Epochs go up to DT_KV_EPOCH_MAX. */
+#define DT_KV_EPOCH_SHIFT 16
+#define DT_KV_EPOCH_MAX   0xffffu
 uint32_t dt__kv_enc(dt_quant_kind push, dt_quant_kind answer);
 
 /* A request's encoding fields (arg2, and meta) for command cmd against a

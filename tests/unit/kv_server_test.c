@@ -21,6 +21,8 @@
  * before their init on a restarted server, and a dense key in a
  * checkpoint; and what a restarted worker asks of the many-key store and
  * of a row table (the pushes held, a pull as of the round it resumes at).
+ * An elastic job's dense rounds follow the membership the scheduler
+ * sends, and refuse pushes of an old one by name.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -679,6 +681,74 @@ test_dense_rounds(void **state)
 	h_stop();
 }
 
+/* A dense push of an elastic job naming membership epoch. */
+static void
+elastic_push(int w, int cmd, dt_key key, uint64_t epoch, const float *g)
+{
+	send_frame(w, cmd, key, 4, 0, (uint32_t)(epoch << DT_KV_EPOCH_SHIFT),
+	           NULL, 0, g, 4 * sizeof(float));
+}
+
+/* The scheduler's membership epoch of the workers of ranks ws (count),
+ * the last change removing node gone (0: none), handed to the server. */
+static void
+membership(uint64_t epoch, const int *ws, int count, int gone)
+{
+	h_epoch = epoch;
+	h_nmembers = count;
+	for (int i = 0; i < count; i++)
+		h_members[i] = 2 + ws[i];
+	h_hooks.on_membership(h_hooks.arg, (dt_node *)(void *)&h_node_tag,
+	                      epoch, gone, gone != 0);
+}
+
+/* An elastic job's dense rounds: a round waits for the live workers of
+ * the membership; a change drops the open round and answers its push
+ * DT_EMEMBERSHIP; a push of an old membership, or from a worker outside
+ * the membership, is refused by name; one of a membership still to come
+ * waits for it; a round sums in rank order; batched calls are refused. */
+static void
+test_elastic_rounds(void **state)
+{
+	float v[4] = {0}, g1[4] = {1, 1, 1, 1}, g2[4] = {2, 2, 2, 2};
+	const int both[] = {0, 1}, w0[] = {0};
+	uint64_t n0;
+
+	(void)state;
+	h_elastic = 1;
+	h_epoch = 0;
+	assert_non_null(h_start());
+	send_frame(0, DT_CMD_KV_CONFIG, 0, 1, 0, 0, NULL, 0, NULL, 0);
+	dense_req(0, DT_CMD_KV_INIT, 7, 4, v);
+	answered(0);
+	n0 = h_ans.count;
+	elastic_push(0, DT_CMD_KV_PUSHPULL, 7, 0, g1); /* waits for worker 1 */
+	assert_int_equal(h_ans.count, n0);
+	membership(1, w0, 1, 3); /* worker 1 lost */
+	refused(DT_EMEMBERSHIP, "its round was dropped: membership 0 -> 1 "
+	                        "(worker 1 was lost)");
+	elastic_push(0, DT_CMD_KV_PUSH, 7, 0, g1);
+	refused(DT_EMEMBERSHIP, "membership 0 is over");
+	elastic_push(1, DT_CMD_KV_PUSH, 7, 1, g1);
+	refused(DT_EMEMBERSHIP, "worker 1, which is not in membership 1");
+	elastic_push(0, DT_CMD_KV_PUSHPULL, 7, 1, g2); /* the round is it */
+	answered(16);
+	assert_true(ans_f32() == 2.0f);
+	n0 = h_ans.count;
+	elastic_push(0, DT_CMD_KV_PUSHPULL, 7, 2, g1); /* kept for 2 */
+	assert_int_equal(h_ans.count, n0);
+	membership(2, both, 2, 0);
+	assert_int_equal(h_ans.count, n0); /* (now waits for worker 1) */
+	elastic_push(1, DT_CMD_KV_PUSHPULL, 7, 2, g2);
+	assert_int_equal(h_ans.count, n0 + 2);
+	answered(16);
+	assert_true(ans_f32() == 3.0f);
+	send_frame(0, DT_CMD_KV_PUSH_MANY, 0, 1, 0, 0, NULL, 0, NULL, 0);
+	refused(DT_ENOTSUP, "in an elastic job");
+	h_stop();
+	h_elastic = 0;
+}
+
 /* A push big enough to be applied as it streams in (through the dense
  * kind's chunk) sums as a whole one does, bit for bit. */
 static void
@@ -985,6 +1055,7 @@ main(void)
 	    cmocka_unit_test(test_dense_checkpoint),
 	    cmocka_unit_test(test_many_resume),
 	    cmocka_unit_test(test_rows_resume),
+	    cmocka_unit_test(test_elastic_rounds),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
