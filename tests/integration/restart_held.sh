@@ -3,25 +3,25 @@
 # the loss is noticed is held up to DT_RESTART_TIMEOUT, not only up to
 # PS_HEARTBEAT_TIMEOUT (docs/fault-tolerance.md): the scheduler beats it
 # while it waits. A linreg job started by hand (scheduler, server 0, one
-# worker; DTRAIN_RECOVER=1, PS_HEARTBEAT_TIMEOUT=1, DT_RESTART_TIMEOUT=12):
+# worker; DTRAIN_RECOVER=1, PS_HEARTBEAT_TIMEOUT=3, DT_RESTART_TIMEOUT=16):
 #   1. a second server 0 (the same place token) asks while server 0 lives:
 #      it is still waiting 4 heartbeat timeouts later, and is refused
-#      naming DT_RESTART_TIMEOUT after 12 s (not sooner);
+#      naming DT_RESTART_TIMEOUT after 16 s (not sooner);
 #   2. a third one asks, waits past the heartbeat timeout too, then server
 #      0 is killed: it takes the place and the worker trains on with it.
 . "$(dirname "$0")/cluster_lib.bash"
 
-HB_S=1
-# Long enough that case 2's kill lands while the newcomer is held even on
-# a loaded machine (it needs about 2 s; 6 s was too short at a load of 15).
-RESTART_S=12
+# A heartbeat timeout of 1 s expired under a load of 15 (the server took
+# the scheduler for gone), so 3 s, and a restart timeout over 4 of them.
+HB_S=3
+RESTART_S=16
 LIN=("$DTRAIN_BUILD/examples/linreg" --kvstore dist_sync --epochs 100000)
 now_ms() { echo $(($(date +%s%N) / 1000000)); }
 tok() { od -An -tx1 -N16 /dev/urandom | tr -d ' \n'; }
 
 port=$(free_port)
 job_env "$port" 1 1
-export DTRAIN_RECOVER=1 PS_HEARTBEAT_INTERVAL=0.2 PS_HEARTBEAT_TIMEOUT=$HB_S \
+export DTRAIN_RECOVER=1 PS_HEARTBEAT_INTERVAL=0.5 PS_HEARTBEAT_TIMEOUT=$HB_S \
 	DT_RESTART_TIMEOUT=$RESTART_S DTRAIN_CHECKPOINT_DIR="$T_DIR/ck" DTRAIN_CHECKPOINT_EVERY=50
 S0=$(tok)
 DMLC_ROLE=scheduler spawn sched "$DTRAIN" scheduler
@@ -60,10 +60,10 @@ until [ "$(grep -c "waiting up to DT_RESTART_TIMEOUT" "$T_DIR/sched.log")" -ge 2
 	[ $(($(now_ms) - t0)) -lt 30000 ] || fail "the third server 0 was not held"
 	sleep 0.05
 done
-pid=$(child_of "$held2")
 while [ $(($(now_ms) - t0)) -lt $((2 * HB_S * 1000)) ]; do sleep 0.1; done
 kill -0 "$held2" 2>/dev/null || fail "the held server ended before the loss: $(tail -n 2 "$T_DIR/held2.log")"
 kill -KILL -- "-$srv" # (the server, and the timeout(1) in front of it)
+pid=$(child_of "$held2")
 wait_for_line "$T_DIR/sched.log" "server 0 is back: pid $pid " 30 ||
 	fail "the held server (pid $pid) did not take the lost server's place"
 n=$(grep -c "Epoch\[" "$T_DIR/worker.log")
