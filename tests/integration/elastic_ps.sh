@@ -2,8 +2,7 @@
 # elastic_ps.sh - an elastic job with parameter servers (docs/elastic.md,
 # "With parameter servers"): examples/elastic --kvstore dist_sync, a
 # scheduler, 2 servers and 4 workers started by hand with DTRAIN_ELASTIC=1
-# and DTRAIN_ELASTIC_MIN=3 (dtrain launch takes --min-workers without
-# servers only):
+# and DTRAIN_ELASTIC_MIN=3, and once from dtrain launch:
 #   - launch rank 1 leaves at commit step 40 by the schedule, twice: both
 #     runs end 0 with 3 workers and the same weights, bit for bit, and no
 #     sample of an epoch is trained on twice;
@@ -138,6 +137,18 @@ cmp "$T_DIR/kill.bin" "$T_DIR/replay.bin" ||
 cmp "$T_DIR/kill.bin" "$T_DIR/sched.bin" ||
 	fail "the replay differs from the scheduled run"
 log "its replay: bit-identical"
+
+# The same job from dtrain launch (-s 2 --min-workers 3): the launcher
+# keeps the job going when a worker leaves, and the weights are those of
+# the runs started by hand with the same schedule.
+DTRAIN_ELASTIC_SCHEDULE="step 40: -worker 1" timeout $((120 * DT_TEST_TIME_SCALE)) \
+	"$DTRAIN_BUILD/dtrain" launch -n 4 -s 2 --min-workers 3 -- \
+	"$EX" "${ARGS[@]}" --kvstore dist_sync --save "$T_DIR/launched.bin" \
+	>"$T_DIR/launched.log" 2>&1 || fail "launched: exit $? ($(tail -n 3 "$T_DIR/launched.log"))"
+assert_grep "$T_DIR/launched.log" "done with 3 workers at epoch [0-9]+; .*membership 1$" "launched"
+cmp "$T_DIR/sched.bin" "$T_DIR/launched.bin" ||
+	fail "launched: the weights differ from the run started by hand"
+log "the same from dtrain launch -s 2 --min-workers 3: bit-identical"
 
 # dist_async: a worker killed, the others finish.
 run async dist_async --die-at 45 --die-rank 2

@@ -10,9 +10,8 @@
 #     (the worker leaves cleanly at that commit); so does a second replay;
 #   - two losses in one run (ranks 1 and 3 at different steps), replayed;
 #   - node barriers over the workers go on past a lost worker;
-#   - under the minimum the job ends with a message naming it;
-#   - --min-workers with servers is refused by the launcher (an elastic
-#     job with servers is elastic_ps.sh's).
+#   - under the minimum the job ends with a message naming it.
+# (An elastic job with servers is elastic_ps.sh's.)
 . "$(dirname "$0")/coll_lib.bash"
 EX=$BUILD/examples/elastic
 S=${DT_TEST_TIME_SCALE:-1}
@@ -111,10 +110,4 @@ check "under the minimum: the job fails (got $RC)" test "$RC" != 0
 check "under the minimum: named" \
 	grep -q "worker 1 .*killed by signal 9.*: fewer workers remain than the elastic job's minimum of 2" "$TMP/below"
 
-# Not with servers.
-out=$TMP/servers
-DT_TEST_TAG=$TAG timeout $((60 * S)) "$DTRAIN" launch -n 2 -s 1 \
-	--min-workers 1 -- "$EX" >"$out" 2>&1
-check "--min-workers with servers: refused by the launcher" \
-	grep -q "elastic training works without servers (-s 0)" "$out"
 finish

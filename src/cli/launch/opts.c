@@ -58,8 +58,7 @@ usage(FILE *f)
 	    "                           a worker calls dt_kv_checkpoint)\n"
 	    "      --min-workers A      an elastic job: a worker that dies "
 	    "leaves it,\n"
-	    "                           which goes on while A remain "
-	    "(-s 0 only);\n"
+	    "                           which goes on while A remain;\n"
 	    "                           below A it waits for workers to "
 	    "join\n"
 	    "      --max-workers B      its largest size (default -n)\n"
@@ -470,11 +469,6 @@ elastic_opts(struct opts *o)
 		                "--min-workers/--max-workers and --restart "
 		                "exclude each other: a lost worker either "
 		                "leaves an elastic job or is replaced");
-	if (o->servers > 0)
-		return dt__fail(DT_EINVAL,
-		                "--min-workers/--max-workers: elastic training "
-		                "works without servers (-s 0); with parameter "
-		                "servers it is not supported yet");
 	if (!o->min_workers)
 		o->min_workers = 1;
 	if (!o->max_workers)
