@@ -13,7 +13,9 @@
  * the whole table. The new server needs worker 1's pushes since its
  * checkpoint to end the rounds that pull waits for, and worker 1 sits in
  * the barrier: its replay has to go without a call of its own. Both then
- * check the table exactly.
+ * check the table exactly. REPLAY_IDLE_MODE=leave: worker 1 ends instead
+ * (dt_kv_destroy) and the server is killed meanwhile; its pushes are
+ * needed all the same.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -111,7 +113,9 @@ main(void)
 {
 	const char *go = getenv("REPLAY_IDLE_GO");
 	const char *se = getenv("REPLAY_IDLE_STEPS");
+	const char *mode = getenv("REPLAY_IDLE_MODE");
 	int steps = se ? atoi(se) : 25, rank, nw, bad;
+	int leave = mode && strcmp(mode, "leave") == 0;
 	static uint64_t ids[ROWS];
 	static float val[ROWS * WIDTH];
 	dt_kv *kv;
@@ -147,7 +151,14 @@ main(void)
 		fflush(stdout);
 		hold_until(go);
 		bad = check_table(kv, rank, nw, steps);
-		OK(dt_kv_barrier(kv));
+		if (!leave)
+			OK(dt_kv_barrier(kv));
+	} else if (leave) {
+		printf("replay_idle: worker %d: leaving after %d pushes\n",
+		       rank, steps);
+		fflush(stdout);
+		OK(dt_kv_destroy(kv));
+		return 0;
 	} else {
 		printf("replay_idle: worker %d: in the barrier after %d "
 		       "pushes\n",
@@ -156,7 +167,8 @@ main(void)
 		OK(dt_kv_barrier(kv));
 		bad = check_table(kv, rank, nw, steps);
 	}
-	OK(dt_kv_barrier(kv));
+	if (!leave)
+		OK(dt_kv_barrier(kv));
 	OK(dt_kv_destroy(kv));
 	return bad ? 1 : 0;
 }
