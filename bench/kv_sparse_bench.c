@@ -5,11 +5,15 @@
  * exchange of the same request bytes measured in the same run.
  *
  *   dtrain launch -n W -s S -- build/bench/kv_sparse_bench [--json]
- *       [--quick] [--max N] [--random] [--keys-only | --rows-only]
+ *       [--quick] [--min N] [--max N] [--random] [--async] [--ops LIST]
+ *       [--iters N] [--starts] [--keys-only | --rows-only]
  *       [--table-rows R]
  *
  * Every worker makes the same calls (dist_sync, no optimizer: a round's
- * sum is the value); rank 0 prints the median time per call, the time per
+ * sum is the value; with --async dist_async, where each push is applied
+ * at once, by sgd lr=1 on the servers as dist_async asks for an optimizer:
+ * the value is the init less every push); rank 0 prints the median time
+ * per call, the time per
  * key, and the TCP baseline: the request's bytes alone (12 per key for a
  * push or pushpull, 8 for a pull) sent one way over a socket pair and
  * answered with one byte. The answer's values are not in it: a pull moves
@@ -17,7 +21,11 @@
  * the call's time over the baseline's. --random lists the keys as 64-bit
  * hashes in random order instead of 0..N-1. After the largest size, the
  * server's resident memory is read from /proc (1 server on this host) and
- * reported per key.
+ * reported per key. --min and --max pick the sizes (powers of ten from
+ * 10^4), --ops the calls (a comma-separated list of push, pull and
+ * pushpull), --iters the timed calls per size. --starts has every worker
+ * print the start time of each timed call (the host's monotonic clock,
+ * shared by its processes): how far apart the workers start a round.
  *
  * Then row_sparse (MXNet's row_sparse_pull workload): a table of R rows x
  * 64 floats (R = 10^7, 10^6 with --quick; zeros at first: only touched
@@ -198,120 +206,121 @@ bench_rows(dt_kv *kv, uint64_t trows, int json)
 	return 0;
 }
 
-int
-main(int argc, char **argv)
-{
-	int json = 0, quick = 0, random = 0, keys_part = 1, rows_part = 1;
-	size_t max = 10000000;
-	uint64_t trows = 0;
-	const char *ops[] = {"push", "pull", "pushpull"};
-	dt_kv *kv;
+/* What the many-key part runs (main's options). */
+typedef struct keys_opts {
+	int json, random, async, starts, iters;
+	size_t min, max;
+	int ops[3]; /* push, pull, pushpull: 1 to run */
+} keys_opts;
 
-	for (int i = 1; i < argc; i++) {
-		if (strcmp(argv[i], "--json") == 0)
-			json = 1;
-		else if (strcmp(argv[i], "--quick") == 0)
-			quick = 1;
-		else if (strcmp(argv[i], "--random") == 0)
-			random = 1;
-		else if (strcmp(argv[i], "--keys-only") == 0)
-			rows_part = 0;
-		else if (strcmp(argv[i], "--rows-only") == 0)
-			keys_part = 0;
-		else if (strcmp(argv[i], "--max") == 0 && i + 1 < argc)
-			max = (size_t)strtoull(argv[++i], NULL, 10);
-		else if (strcmp(argv[i], "--table-rows") == 0 && i + 1 < argc)
-			trows = strtoull(argv[++i], NULL, 10);
-		else {
-			fprintf(stderr,
-			        "usage: kv_sparse_bench [--json] [--quick] "
-			        "[--max N] [--random] [--keys-only | "
-			        "--rows-only] [--table-rows R]\n");
-			return 2;
-		}
-	}
-	if (quick && max > 1000000)
-		max = 1000000;
-	if (trows == 0)
-		trows = quick ? 1000000 : 10000000;
-	if (trows < 200000) {
-		fprintf(stderr, "kv_sparse_bench: --table-rows: at least "
-		                "200000 (the rows of the largest call)\n");
-		return 2;
-	}
-	if (dt_kv_create("dist_sync", &kv) != DT_OK)
-		FAIL("create");
+/* One size's timed calls of op o (push, pull, pushpull) on n keys; the
+ * check of the answers; rank 0's line. */
+static int
+bench_keys_op(dt_kv *kv, const keys_opts *ko, int o, size_t n,
+              const dt_key *keys, const float *val, float *out, double *t,
+              int iters, size_t *pushes)
+{
+	const char *ops[] = {"push", "pull", "pushpull"};
 	int rank = dt_kv_rank(kv), nw = dt_kv_num_workers(kv);
-	if (rank == 0 && !json && keys_part)
-		printf("%-9s %9s %10s %8s %8s | %10s | %6s\n", "op", "keys",
-		       "ms/call", "ns/key", "p99_ms", "tcp_ms", "x_tcp");
+	/* dist_sync: a round's sum; dist_async (sgd lr=1, exact on these
+	 * small integers): the init, val, less every push so far (a pull
+	 * after the barrier; a pushpull's answer depends on the order of
+	 * the workers' pushes, and is not checked) */
+	float times = ko->async ? 1.0f - (float)*pushes : (float)nw;
+	double *t0 = ko->starts ? malloc(sizeof(double) * (size_t)iters) : NULL;
+
+	dt_kv_barrier(kv);
+	for (int i = -1; i < iters; i++) {
+		double start = now_us();
+		dt_err err =
+		    o == 0   ? dt_kv_push_keys(kv, n, keys, val, NULL)
+		    : o == 1 ? dt_kv_pull_keys(kv, n, keys, out, NULL)
+		             : dt_kv_pushpull_keys(kv, n, keys, val, out, NULL);
+		if (err)
+			FAIL("%s of %zu keys", ops[o], n);
+		if (i >= 0)
+			t[i] = now_us() - start;
+		if (i >= 0 && t0)
+			t0[i] = start;
+	}
+	if (o != 1)
+		*pushes += (size_t)nw * (size_t)(iters + 1);
+	for (size_t i = 0; o > 0 && !(ko->async && o == 2) && i < n; i++)
+		if (out[i] != times * val[i])
+			FAIL("%s of %zu keys: key %zu is %g, expected %g",
+			     ops[o], n, i, (double)out[i],
+			     (double)(times * val[i]));
+	if (t0) {
+		printf(
+		    "{\"bench\":\"kv_sparse\",\"starts\":\"%s\",\"keys\":%zu,"
+		    "\"rank\":%d,\"us\":[",
+		    ops[o], n, rank);
+		for (int i = 0; i < iters; i++)
+			printf("%s%.1f", i ? "," : "", t0[i]);
+		printf("]}\n");
+		free(t0);
+	}
+	if (rank != 0)
+		return 0;
+	result r = summarise(t, iters, n * 12);
+	/* the wire alone: the request one way (keys and values, or keys),
+	 * the answer the other */
+	size_t bytes = o == 1 ? n * 8 : n * 12;
+	result b = tcp_baseline(0, bytes, iters);
+	double ms = r.p50 / 1e3, tcp = b.p50 / 1e3;
+	if (ko->json)
+		printf("{\"bench\":\"kv_sparse\",\"op\":\"%s\","
+		       "\"keys\":%zu,\"workers\":%d,\"mode\":\"%s\","
+		       "\"ms\":%.3f,\"ns_per_key\":%.2f,"
+		       "\"p99_ms\":%.3f,\"tcp_ms\":%.3f}\n",
+		       ops[o], n, nw, ko->async ? "dist_async" : "dist_sync",
+		       ms, r.p50 * 1e3 / (double)n, r.p99 / 1e3, tcp);
+	else
+		printf("%-9s %9zu %10.2f %8.1f %8.2f | %10.2f | %6.2f\n",
+		       ops[o], n, ms, r.p50 * 1e3 / (double)n, r.p99 / 1e3, tcp,
+		       ms / tcp);
+	fflush(stdout);
+	return 0;
+}
+
+/* Push, pull and pushpull of 10^4 ... max one-float keys in one call,
+ * then the server's resident memory. */
+static int
+bench_keys(dt_kv *kv, const keys_opts *ko)
+{
+	int rank = dt_kv_rank(kv);
 	dt_key base = 0;
 	size_t last = 0;
-	for (size_t n = 10000; keys_part && n <= max; n *= 10) {
+
+	if (rank == 0 && !ko->json)
+		printf("%-9s %9s %10s %8s %8s | %10s | %6s\n", "op", "keys",
+		       "ms/call", "ns/key", "p99_ms", "tcp_ms", "x_tcp");
+	for (size_t n = 10000; n <= ko->max; n *= 10) {
+		if (n < ko->min)
+			continue;
 		dt_key *keys = malloc(n * sizeof(*keys));
 		float *val = malloc(n * sizeof(float));
 		float *out = malloc(n * sizeof(float));
-		int iters = n <= 100000 ? 30 : n <= 1000000 ? 10 : 5;
+		int iters = ko->iters      ? ko->iters
+		            : n <= 100000  ? 30
+		            : n <= 1000000 ? 10
+		                           : 5;
 		double *t = malloc(sizeof(double) * (size_t)iters);
 
 		if (!keys || !val || !out || !t)
 			FAIL("out of memory for %zu keys", n);
 		for (size_t i = 0; i < n; i++) {
-			keys[i] = random ? hash64(base + i) : base + i;
+			keys[i] = ko->random ? hash64(base + i) : base + i;
 			val[i] = (float)(i % 7);
 		}
 		base += n; /* each size its own keys */
 		if (dt_kv_init_keys(kv, n, keys, val, NULL) != DT_OK)
 			FAIL("init of %zu keys", n);
-		for (int o = 0; o < 3; o++) {
-			dt_kv_barrier(kv);
-			for (int i = -1; i < iters; i++) {
-				double t0 = now_us();
-				dt_err err =
-				    o == 0   ? dt_kv_push_keys(kv, n, keys, val,
-				                               NULL)
-				    : o == 1 ? dt_kv_pull_keys(kv, n, keys, out,
-				                               NULL)
-				             : dt_kv_pushpull_keys(
-				                   kv, n, keys, val, out, NULL);
-				if (err)
-					FAIL("%s of %zu keys", ops[o], n);
-				if (i >= 0)
-					t[i] = now_us() - t0;
-			}
-			if (o > 0)
-				for (size_t i = 0; i < n; i++)
-					if (out[i] != (float)nw * val[i])
-						FAIL("%s of %zu keys: key %zu "
-						     "is %g, expected %g",
-						     ops[o], n, i,
-						     (double)out[i],
-						     (double)((float)nw *
-						              val[i]));
-			if (rank != 0)
-				continue;
-			result r = summarise(t, iters, n * 12);
-			/* the wire alone: the request one way (keys and
-			 * values, or keys), the answer the other */
-			size_t bytes = o == 1 ? n * 8 : n * 12;
-			result b = tcp_baseline(0, bytes, iters);
-			double ms = r.p50 / 1e3, tcp = b.p50 / 1e3;
-			if (json)
-				printf("{\"bench\":\"kv_sparse\",\"op\":\"%s\","
-				       "\"keys\":%zu,\"workers\":%d,"
-				       "\"ms\":%.3f,\"ns_per_key\":%.2f,"
-				       "\"p99_ms\":%.3f,\"tcp_ms\":%.3f}\n",
-				       ops[o], n, nw, ms,
-				       r.p50 * 1e3 / (double)n, r.p99 / 1e3,
-				       tcp);
-			else
-				printf(
-				    "%-9s %9zu %10.2f %8.1f %8.2f | %10.2f | "
-				    "%6.2f\n",
-				    ops[o], n, ms, r.p50 * 1e3 / (double)n,
-				    r.p99 / 1e3, tcp, ms / tcp);
-			fflush(stdout);
-		}
+		size_t pushes = 0;
+		for (int o = 0; o < 3; o++)
+			if (ko->ops[o] && bench_keys_op(kv, ko, o, n, keys, val,
+			                                out, t, iters, &pushes))
+				return 1;
 		free(keys);
 		free(val);
 		free(out);
@@ -319,10 +328,10 @@ main(int argc, char **argv)
 		last = n;
 	}
 	dt_kv_barrier(kv);
-	if (rank == 0 && keys_part) {
+	if (rank == 0) {
 		size_t rss = server_rss();
 
-		if (rss && json)
+		if (rss && ko->json)
 			printf("{\"bench\":\"kv_sparse\",\"server_rss_bytes\":"
 			       "%zu,\"keys\":%zu}\n",
 			       rss, (size_t)base);
@@ -332,7 +341,99 @@ main(int argc, char **argv)
 			       (double)rss / 1048576.0, (size_t)base,
 			       (double)rss / (double)base, last);
 	}
-	if (rows_part && bench_rows(kv, trows, json))
+	return 0;
+}
+
+/* "push,pushpull" into ops[3] (push, pull, pushpull); 1: a name that is
+ * none of them. */
+static int
+parse_ops(const char *list, int ops[3])
+{
+	const char *names[] = {"push", "pull", "pushpull"};
+
+	memset(ops, 0, 3 * sizeof(int));
+	while (*list) {
+		size_t len = strcspn(list, ",");
+		int o = 0;
+
+		while (o < 3 && !(strlen(names[o]) == len &&
+		                  strncmp(list, names[o], len) == 0))
+			o++;
+		if (o == 3)
+			return 1;
+		ops[o] = 1;
+		list += len + (list[len] == ',');
+	}
+	return 0;
+}
+
+static int
+usage(void)
+{
+	fprintf(stderr, "usage: kv_sparse_bench [--json] [--quick] [--min N] "
+	                "[--max N] [--random] [--async] [--ops LIST] "
+	                "[--iters N] [--starts] [--keys-only | --rows-only] "
+	                "[--table-rows R]\n");
+	return 2;
+}
+
+int
+main(int argc, char **argv)
+{
+	keys_opts ko = {.max = 10000000, .ops = {1, 1, 1}};
+	int quick = 0, keys_part = 1, rows_part = 1;
+	uint64_t trows = 0;
+	dt_kv *kv;
+
+	for (int i = 1; i < argc; i++) {
+		const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+
+		if (strcmp(a, "--json") == 0)
+			ko.json = 1;
+		else if (strcmp(a, "--quick") == 0)
+			quick = 1;
+		else if (strcmp(a, "--random") == 0)
+			ko.random = 1;
+		else if (strcmp(a, "--async") == 0)
+			ko.async = 1;
+		else if (strcmp(a, "--starts") == 0)
+			ko.starts = 1;
+		else if (strcmp(a, "--keys-only") == 0)
+			rows_part = 0;
+		else if (strcmp(a, "--rows-only") == 0)
+			keys_part = 0;
+		else if (strcmp(a, "--min") == 0 && v && ++i)
+			ko.min = (size_t)strtoull(v, NULL, 10);
+		else if (strcmp(a, "--max") == 0 && v && ++i)
+			ko.max = (size_t)strtoull(v, NULL, 10);
+		else if (strcmp(a, "--iters") == 0 && v && ++i)
+			ko.iters = atoi(v);
+		else if (strcmp(a, "--ops") == 0 && v && ++i) {
+			if (parse_ops(v, ko.ops))
+				return usage();
+		} else if (strcmp(a, "--table-rows") == 0 && v && ++i)
+			trows = strtoull(v, NULL, 10);
+		else
+			return usage();
+	}
+	if (ko.iters < 0 || ko.iters > 100000)
+		return usage();
+	if (quick && ko.max > 1000000)
+		ko.max = 1000000;
+	if (trows == 0)
+		trows = quick ? 1000000 : 10000000;
+	if (trows < 200000) {
+		fprintf(stderr, "kv_sparse_bench: --table-rows: at least "
+		                "200000 (the rows of the largest call)\n");
+		return 2;
+	}
+	if (dt_kv_create(ko.async ? "dist_async" : "dist_sync", &kv) != DT_OK)
+		FAIL("create");
+	if (ko.async && dt_kv_set_optimizer(kv, "sgd", "lr=1") != DT_OK)
+		FAIL("sgd lr=1 on the servers");
+	if (keys_part && bench_keys(kv, &ko))
+		return 1;
+	if (rows_part && bench_rows(kv, trows, ko.json))
 		return 1;
 	if (dt_kv_destroy(kv) != DT_OK)
 		FAIL("destroy");

@@ -1,53 +1,63 @@
 /*
  * pipeline_bench.c - pipeline parallelism's throughput, bubble and
  * activation memory, run under `dtrain launch -n S -s 0` (rank s is stage
- * s): an MLP of dense layers cut into stages of equal work (make_spec,
- * cut by dt_nn_model_cut) trained for a few steps under GPipe and 1F1B
- * with M = 1, 2, 4, 8, 16 micro-batches, each stage running whichever pass
- * has its input first (ready-first, the default) or the schedule's fixed
- * order (--order strict; both: one after the other).
+ * s): a model of dense layers cut into stages by the cut rule (make_spec:
+ * by default stages that run exactly the same products, --model equal)
+ * trained for a few steps under GPipe and 1F1B with M = 1, 2, 4, 8, 16
+ * micro-batches, each stage running whichever pass has its input first
+ * (ready-first, the default) or the schedule's fixed order (--order
+ * strict; both: the two orders of each M back to back).
  *
  * The bubble is the share of the stages' time spent idle:
  * 1 - (time the stages spend in their layers) / (S x the step's time).
- * It is measured two ways, and the bench prints both beside the
- * theoretical (S-1)/(M+S-1) of equal stages:
+ * The bench prints it several ways beside the theoretical (S-1)/(M+S-1)
+ * of equal stages:
  *
+ * - "replay", the figure the bench is judged by: every stage records the
+ *   CPU time of each forward and backward pass (dt_nn_pipe_stats.op_cpu_ns,
+ *   not counting time other processes hold the core), each pass's median
+ *   over the steps is taken, and the last rank replays the step with
+ *   those durations: a pass starts when its stage finished the pass
+ *   before it and its input arrived (the forward of the stage before,
+ *   the backward of the stage after), messages taking no time, in the
+ *   order the run used (the strict schedule, or ready-first decided pass
+ *   by pass on the replayed arrivals). It is the schedule's bubble with
+ *   the real cost of every pass, as if each stage had a core of its own:
+ *   what the pipeline makes of its schedule whatever else the machine
+ *   runs. The median leaves out the steps the machine disturbed most (a
+ *   cache another process emptied, a slower core). It is replayed again
+ *   with every pass of a stage at that stage's mean ("at mean times"),
+ *   which leaves only the stages' unequal time, and in the other order on
+ *   the same passes, which leaves only the order's difference.
+ * - "steps": each step replayed with its own passes' times, the median
+ *   over the steps, both orders: this keeps the jitter of the passes
+ *   within a step, which on a shared machine is mostly the machine's.
  * - "wall": each stage's wall time in its layers against the step's wall
  *   time, averaged over the stages. It is the real figure when every
  *   stage has a core of its own; with more stages than free cores (4
  *   stages on 2 shared cores) a stage waits for a core as well as for its
  *   neighbours and this figure says little.
- * - "replay": every stage records the CPU time of each forward and
- *   backward pass (dt_nn_pipe_stats.op_cpu_ns, not counting time other
- *   processes hold the core), and the last rank replays the schedule with
- *   those durations: a pass starts when its stage finished the pass before
- *   it in the schedule's order and its input arrived (the forward of the
- *   stage before, the backward of the stage after), messages taking no
- *   time. It is the bubble of the schedule with the real cost of each
- *   pass, as if each stage had its own core and the links were free: what
- *   the implementation makes of the schedule, independent of the machine's
- *   load. It is replayed again with every pass of a stage taking that
- *   stage's mean forward or backward time: what is left then comes from
- *   the stages' unequal work, the rest from the passes' spread. The
- *   replay follows the order the run used: the strict schedule, or
- *   ready-first decided pass by pass on the replayed arrivals.
  *
- * Memory: each stage's most micro-batches in flight, with the bytes of
- * their inputs and of the activations kept for their backward passes.
+ * Memory: each stage's activation slots allocated and their bytes with
+ * the inputs' (what the schedule may keep in flight), and the most
+ * micro-batches it kept, with the bytes of their inputs and activations.
+ * Each row also goes out as one JSON line.
  *
  *   pipeline_bench [--schedule gpipe|1f1b|both]
  *                  [--order ready|strict|both] [--width W]
- *                  [--micro-batch B] [--steps N] [--max-micro M]
- *                  [--input-pct P]
+ *                  [--micro-batch B] [--steps N] [--warmup N]
+ *                  [--max-micro M] [--model equal|mlp] [--input-pct P]
  *                  [--timeline M]
  *
- * --input-pct P makes the first layer's input P% of the width (150), to
- * move work into or out of stage 0.
+ * --warmup N (3) steps run before the timed ones at each M and order.
+ * --model mlp is the earlier model, whose stages are equal by the count
+ * of operations only; --input-pct P makes its first layer's input P% of
+ * the width (150), to move work into or out of stage 0.
  *
  * --timeline M prints, for M micro-batches, the replayed timeline of a
- * step (each pass's start and end on each stage) with the measured times,
- * with each stage's mean times, and with equal stages under strict 1F1B
- * (the ideal), to show where a stage waits.
+ * step (each pass's start and end on each stage) with the passes' median
+ * times, with each stage's mean times, and with equal stages under
+ * strict 1F1B (the ideal), to show where a stage waits.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -95,24 +105,46 @@ b_wait_any(void *arg, void **h, int n, int *index)
 }
 
 /*
- * S stages of two dense layers of width W each (layers 4s to 4s + 3:
- * dense, relu, dense, relu), the last with the output layer and the loss
- * besides. The first layer computes no input gradient (nothing before it
- * needs one), so its input is 1.5 W wide (in, set by --input-pct): its
- * forward (1.5 units of W x W work) and weight gradient (1.5) then cost
- * what another layer's forward (1), weight and input gradients (2) cost,
- * and the stages are equal but for the last stage's output layer.
+ * The bench's models, S stages of two dense layers of width W each.
+ *
+ * "equal" (the default): stages that run the same computation. A
+ * one-wide input feeds a dense layer of width W, which is the only layer
+ * that computes no input gradient (nothing before it needs one); then
+ * come 2 S dense layers of W x W with a relu after each, a dense layer of
+ * width 1 and an l2 loss on it. The cut rule gives stage 0 the small
+ * first layer and two W x W layers, the last stage two W x W layers and
+ * the small last one, and every other stage two W x W layers, so every
+ * stage runs the same four matrix products forward and backward on the
+ * same shapes. The two small layers, about 1% of a stage's time each
+ * (measured: the call overheads more than their work), sit one at each
+ * end so that the first and last stages weigh the same; the stages
+ * between are lighter by about that much. With stages this equal, what
+ * is left of the gap to the theoretical bubble comes from the machine,
+ * not the model.
+ *
+ * "mlp": the earlier model, S stages of two dense layers of width W
+ * (layers 4s to 4s + 3), the last with a 10-wide output layer and
+ * softmax_ce besides. Its first layer computes no input gradient, so its
+ * input is made 1.5 W wide (in, set by --input-pct): its forward and
+ * weight gradient then count as many operations as another layer's
+ * forward, weight and input gradients. The stages are equal by that count
+ * but not in time (other shapes of product, the output layer).
  */
 static void
-make_spec(char *out, size_t cap, int S, int width, int in)
+make_spec(char *out, size_t cap, int S, int width, int in, int equal)
 {
-	size_t n = (size_t)snprintf(out, cap, "input:%d", in);
+	size_t n;
 
+	if (equal)
+		n = (size_t)snprintf(out, cap, "input:1,dense:%d", width);
+	else
+		n = (size_t)snprintf(out, cap, "input:%d", in);
 	for (int i = 0; i < 2 * S && n < cap; i++)
 		n +=
 		    (size_t)snprintf(out + n, cap - n, ",dense:%d,relu", width);
 	if (n < cap)
-		snprintf(out + n, cap - n, ",dense:10,softmax_ce");
+		snprintf(out + n, cap - n, "%s",
+		         equal ? ",dense:1,l2" : ",dense:10,softmax_ce");
 }
 
 /*
@@ -325,7 +357,7 @@ print_timeline(const char *what, int S, int M)
 typedef struct bench {
 	dt_coll *c;
 	const char *spec;
-	int S, s, mb, steps, width, in, timeline;
+	int S, s, mb, steps, warmup, width, in, label, timeline;
 	int first[MAX_STAGES + 1]; /* the cut rule's stages */
 } bench;
 
@@ -366,7 +398,7 @@ timelines(int ready, int S, int M, int gpipe, const double *cpu, double *mean)
 	double busy, span;
 
 	replay_as(ready, S, M, gpipe, cpu, &busy);
-	print_timeline("each pass's mean CPU time over the steps", S, M);
+	print_timeline("each pass's median CPU time over the steps", S, M);
 	replay_as(ready, S, M, gpipe, mean, &busy);
 	print_timeline("each stage's mean times", S, M);
 	if (ideal_times(S, M, cpu, mean) != 0)
@@ -378,74 +410,167 @@ timelines(int ready, int S, int M, int gpipe, const double *cpu, double *mean)
 }
 
 /* Per stage, gathered: wall bubble, peak stashed, stash and activation
- * bytes, passes reordered per step, then the mean CPU time of each of the
- * 2 M passes, then each step's 2 M times. */
-#define HEAD 5
+ * bytes, passes reordered per step, slots allocated and their bytes,
+ * then each step's CPU times of the 2 M passes. */
+#define HEAD 7
+
+static int
+cmp_double(const void *a, const void *b)
+{
+	double x = *(const double *)a, y = *(const double *)b;
+
+	return (x > y) - (x < y);
+}
+
+/* The median of v[0, n) (sorts v). */
+static double
+median(double *v, int n)
+{
+	qsort(v, (size_t)n, sizeof(*v), cmp_double);
+	return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
+/* Stage s's CPU time of pass i in step t, as gathered. */
+static double
+pass_at(const double *all, size_t row, int M, int s, int t, int i)
+{
+	return all[(size_t)s * row + HEAD + (size_t)t * 2 * M + (size_t)i];
+}
+
+static double
+bubble_of(int S, double span, double busy)
+{
+	return span > 0 ? 1.0 - busy / (S * span) : -1.0;
+}
 
 /*
- * Each step replayed with its own passes' times, under either order, the
- * bubbles averaged over the steps into by[0] (strict) and by[1]
- * (ready-first). Averaging the passes' times over the steps first (the
- * main replay) smooths away the step-to-step jitter a stage meets, which
- * is what ready-first is there to absorb; this keeps it.
+ * Each step replayed with its own passes' times, under either order; the
+ * median over the steps into by[0] (strict) and by[1] (ready-first). The
+ * median leaves out the steps the machine disturbed most (a cache emptied
+ * by another process, a slower core), which the mean would carry.
  */
 static void
 step_bubbles(const bench *b, int M, int gpipe, const double *all, size_t row,
              double *by)
 {
 	size_t n = (size_t)b->S * 2 * M;
-	double *cpu = malloc(sizeof(double) * n), busy, span;
+	double *cpu = malloc(sizeof(double) * n);
+	double *v = malloc(sizeof(double) * (size_t)b->steps * 2), busy;
 
 	by[0] = by[1] = -1.0;
-	if (cpu == NULL)
-		return;
-	by[0] = by[1] = 0.0;
+	if (cpu == NULL || v == NULL)
+		goto out;
 	for (int t = 0; t < b->steps; t++) {
 		for (int s = 0; s < b->S; s++)
-			memcpy(cpu + (size_t)s * 2 * M,
-			       all + s * row + HEAD + (size_t)(t + 1) * 2 * M,
-			       sizeof(double) * 2 * M);
+			for (int i = 0; i < 2 * M; i++)
+				cpu[(size_t)s * 2 * M + i] =
+				    pass_at(all, row, M, s, t, i);
 		for (int ready = 0; ready <= 1; ready++) {
-			span = replay_as(ready, b->S, M, gpipe, cpu, &busy);
-			by[ready] +=
-			    (span > 0 ? 1.0 - busy / (b->S * span) : -1.0) /
-			    b->steps;
+			double span =
+			    replay_as(ready, b->S, M, gpipe, cpu, &busy);
+
+			v[ready * b->steps + t] = bubble_of(b->S, span, busy);
 		}
 	}
+	by[0] = median(v, b->steps);
+	by[1] = median(v + b->steps, b->steps);
+out:
 	free(cpu);
+	free(v);
+}
+
+/* Each pass's median CPU time over the steps into cpu, its least into
+ * least, each stage's mean of the medians (forward, backward) into mean,
+ * and each stage's spread: the mean over its passes of the absolute
+ * deviation of a step's time from the pass's median, relative to the
+ * median, into spread[s]. */
+static void
+pass_medians(const bench *b, int M, const double *all, size_t row, double *cpu,
+             double *least, double *mean, double *spread)
+{
+	double v[1000];
+
+	for (int s = 0; s < b->S; s++) {
+		double f = 0.0, bw = 0.0, dev = 0.0;
+
+		for (int i = 0; i < 2 * M; i++) {
+			double med;
+
+			for (int t = 0; t < b->steps; t++)
+				v[t] = pass_at(all, row, M, s, t, i);
+			med = median(v, b->steps);
+			cpu[(size_t)s * 2 * M + i] = med;
+			least[(size_t)s * 2 * M + i] = v[0]; /* sorted */
+			for (int t = 0; t < b->steps; t++)
+				dev += med > 0 ? (v[t] > med ? v[t] - med
+				                             : med - v[t]) /
+				                     med / b->steps / (2 * M)
+				               : 0.0;
+			if (i < M)
+				f += med / M;
+			else
+				bw += med / M;
+		}
+		for (int k = 0; k < M; k++) {
+			mean[(size_t)s * 2 * M + k] = f;
+			mean[(size_t)s * 2 * M + M + k] = bw;
+		}
+		spread[s] = dev;
+	}
+}
+
+/* One JSON line with the row's figures, for scripts. */
+static void
+print_json(const bench *b, int M, int gpipe, int ready, const double *fig,
+           const double *all, size_t row, const double *cpu)
+{
+	const char *keys[] = {"slots", "alloc_bytes", "peak", "stash_bytes",
+	                      "act_bytes"};
+	const int col[] = {5, 6, 1, 2, 3};
+
+	printf("{\"bench\":\"pipeline\",\"S\":%d,\"schedule\":\"%s\","
+	       "\"order\":\"%s\",\"M\":%d,\"theoretical\":%.4f,"
+	       "\"steps_median\":%.4f,\"replay\":%.4f,\"replay_mean\":%.4f,"
+	       "\"wall\":%.4f,\"replay_least\":%.4f",
+	       b->S, gpipe ? "gpipe" : "1f1b", ready ? "ready" : "strict", M,
+	       (double)(b->S - 1) / (M + b->S - 1), fig[0], fig[1], fig[2],
+	       fig[3], fig[4]);
+	for (int j = 0; j < 5; j++) {
+		printf(",\"%s\":[", keys[j]);
+		for (int s = 0; s < b->S; s++)
+			printf("%s%.0f", s ? "," : "",
+			       all[(size_t)s * row + col[j]]);
+		printf("]");
+	}
+	printf(",\"pass_ms\":[");
+	for (int s = 0; s < b->S; s++) {
+		double t = 0.0;
+
+		for (int i = 0; i < 2 * M; i++)
+			t += cpu[(size_t)s * 2 * M + i] / M / 1e6;
+		printf("%s%.4f", s ? "," : "", t);
+	}
+	printf("]}\n");
 }
 
 static void
 report(const bench *b, int M, int gpipe, int ready, const double *all,
        double wall)
 {
-	size_t row = HEAD + 2 * (size_t)M * (1 + (size_t)b->steps);
+	size_t row = HEAD + 2 * (size_t)M * (size_t)b->steps;
 	size_t n = (size_t)b->S * 2 * M;
 	double *cpu = malloc(sizeof(double) * n);
 	double *mean = calloc(n, sizeof(double));
-	double wall_bubble = 0.0, busy, span, mbusy, mspan, obusy, ospan;
-	double by[2];
+	double *least = calloc(n, sizeof(double));
+	double spread[MAX_STAGES], wall_bubble = 0.0, busy, span, mbusy, mspan,
+	                           obusy, ospan, lbusy, lspan, by[2], fig[5];
 
-	if (cpu == NULL || mean == NULL) {
-		free(cpu);
-		free(mean);
-		return;
-	}
-	for (int s = 0; s < b->S; s++) {
-		double *c = cpu + (size_t)s * 2 * M, f = 0.0, bw = 0.0;
-
+	if (cpu == NULL || mean == NULL || least == NULL)
+		goto out;
+	for (int s = 0; s < b->S; s++)
 		wall_bubble += all[s * row] / b->S;
-		memcpy(c, all + s * row + HEAD, sizeof(double) * 2 * M);
-		for (int k = 0; k < M; k++) {
-			f += c[k] / M;
-			bw += c[M + k] / M;
-		}
-		for (int k = 0; k < M; k++) {
-			mean[(size_t)s * 2 * M + k] = f;
-			mean[(size_t)s * 2 * M + M + k] = bw;
-		}
-	}
-	/* Replayed with each pass's own time, and with each stage's mean
+	pass_medians(b, M, all, row, cpu, least, mean, spread);
+	/* Replayed with each pass's median time, and with each stage's mean
 	 * forward and backward times: the second leaves out the passes'
 	 * spread and keeps only the stages' difference in work. */
 	span = replay_as(ready, b->S, M, gpipe, cpu, &busy);
@@ -453,36 +578,42 @@ report(const bench *b, int M, int gpipe, int ready, const double *all,
 	/* The other order replayed on the same passes: the difference is
 	 * the order's alone, whatever the machine did during the run. */
 	ospan = replay_as(!ready, b->S, M, gpipe, cpu, &obusy);
+	/* With each pass's least time over the steps: the pass as little
+	 * disturbed by the machine as it was seen to run. */
+	lspan = replay_as(ready, b->S, M, gpipe, least, &lbusy);
+	step_bubbles(b, M, gpipe, all, row, by);
+	fig[0] = by[ready];
+	fig[1] = bubble_of(b->S, span, busy);
+	fig[2] = bubble_of(b->S, mspan, mbusy);
+	fig[3] = wall_bubble;
+	fig[4] = bubble_of(b->S, lspan, lbusy);
 	printf("pipeline_bench: S %d %s %s M %2d: %8.0f samples/s, bubble "
-	       "%.3f wall, %.3f replay (%.3f at mean times, %.3f %s), "
-	       "%.3f theoretical\n",
+	       "%.3f replay (%.3f at mean times, %.3f %s, %.3f at least "
+	       "times), %.3f steps (median; %.3f %s), %.3f wall, %.3f "
+	       "theoretical\n",
 	       b->S, gpipe ? "gpipe" : "1f1b ", ready ? "ready " : "strict", M,
-	       (double)b->steps * M * b->mb / (wall / 1e9), wall_bubble,
-	       span > 0 ? 1.0 - busy / (b->S * span) : -1.0,
-	       mspan > 0 ? 1.0 - mbusy / (b->S * mspan) : -1.0,
-	       ospan > 0 ? 1.0 - obusy / (b->S * ospan) : -1.0,
-	       ready ? "strict" : "ready-first",
-	       (double)(b->S - 1) / (M + b->S - 1));
+	       (double)b->steps * M * b->mb / (wall / 1e9), fig[1], fig[2],
+	       bubble_of(b->S, ospan, obusy), ready ? "strict" : "ready-first",
+	       fig[4], fig[0], by[!ready], ready ? "strict" : "ready-first",
+	       fig[3], (double)(b->S - 1) / (M + b->S - 1));
 	for (int s = 0; s < b->S; s++) {
 		const double *r = all + s * row;
-		double f = 0.0, bw = 0.0;
 
-		for (int k = 0; k < M; k++) {
-			f += r[HEAD + k] / M / 1e6;
-			bw += r[HEAD + M + k] / M / 1e6;
-		}
-		printf("pipeline_bench:   stage %d: forward %.2f ms, backward "
-		       "%.2f ms CPU per micro-batch; %d in flight at most: "
-		       "inputs %.0f KiB, activations %.0f KiB; %.1f passes "
-		       "reordered per step\n",
-		       s, f, bw, (int)r[1], r[2] / 1024, r[3] / 1024, r[4]);
+		printf("pipeline_bench:   stage %d: forward %.3f ms, backward "
+		       "%.3f ms CPU per micro-batch (steps %.1f%% off the "
+		       "median); allocated %d slots, %.0f KiB; peak %d in "
+		       "flight: inputs %.0f KiB, activations %.0f KiB; %.1f "
+		       "passes reordered per step\n",
+		       s, mean[(size_t)s * 2 * M] / 1e6,
+		       mean[(size_t)s * 2 * M + M] / 1e6, 100 * spread[s],
+		       (int)r[5], r[6] / 1024, (int)r[1], r[2] / 1024,
+		       r[3] / 1024, r[4]);
 	}
-	step_bubbles(b, M, gpipe, all, row, by);
-	printf("pipeline_bench:   each step replayed with its own times: "
-	       "bubble %.3f ready-first, %.3f strict\n",
-	       by[1], by[0]);
+	print_json(b, M, gpipe, ready, fig, all, row, cpu);
 	if (M == b->timeline)
 		timelines(ready, b->S, M, gpipe, cpu, mean);
+out:
+	free(least);
 	free(mean);
 	free(cpu);
 }
@@ -506,12 +637,12 @@ run(const bench *b, dt_nn_model *st, int M, int gpipe, int ready)
 	                      .wait_any = b_wait_any};
 	double reordered = 0.0;
 	dt_nn_pipe_stats stats = {0};
-	size_t row = HEAD + 2 * (size_t)M * (1 + (size_t)b->steps);
+	size_t row = HEAD + 2 * (size_t)M * (size_t)b->steps;
 	uint64_t op[2 * MAX_MICRO], busy = 0, t0, wall;
 	double *mine = calloc(row, sizeof(double));
 	double *all = calloc(row * (size_t)b->S, sizeof(double));
 	float *x = calloc((size_t)M * b->mb * b->in, sizeof(float));
-	float *y = calloc((size_t)M * b->mb, sizeof(float));
+	float *y = calloc((size_t)M * b->mb * b->label, sizeof(float));
 	int rc = 1;
 
 	if (!mine || !all || !x || !y)
@@ -519,8 +650,12 @@ run(const bench *b, dt_nn_model *st, int M, int gpipe, int ready)
 	cfg.x = x;
 	cfg.y = y;
 	stats.op_cpu_ns = op;
-	/* One step to warm up (buffers, connections), then the timed ones. */
-	if (dt_nn_pipe_step(st, &cfg, &ops, &stats) || dt_coll_barrier(b->c))
+	/* Steps to warm up (buffers, connections, caches, the slots of a
+	 * new schedule), then the timed ones. */
+	for (int i = 0; i < b->warmup; i++)
+		if (dt_nn_pipe_step(st, &cfg, &ops, &stats))
+			goto out;
+	if (dt_coll_barrier(b->c))
 		goto out;
 	t0 = dt_obs_now();
 	for (int i = 0; i < b->steps; i++) {
@@ -529,11 +664,8 @@ run(const bench *b, dt_nn_model *st, int M, int gpipe, int ready)
 			goto out;
 		busy += stats.busy_ns;
 		reordered += (double)stats.reordered / b->steps;
-		for (int j = 0; j < 2 * M; j++) {
-			mine[HEAD + j] += (double)op[j] / b->steps;
-			mine[HEAD + (size_t)(i + 1) * 2 * M + j] =
-			    (double)op[j];
-		}
+		for (int j = 0; j < 2 * M; j++)
+			mine[HEAD + (size_t)i * 2 * M + j] = (double)op[j];
 	}
 	wall = dt_obs_now() - t0;
 	mine[0] = 1.0 - (double)busy / (double)wall;
@@ -541,6 +673,8 @@ run(const bench *b, dt_nn_model *st, int M, int gpipe, int ready)
 	mine[2] = (double)stats.stash_bytes;
 	mine[3] = (double)stats.act_bytes;
 	mine[4] = reordered;
+	mine[5] = stats.slots;
+	mine[6] = (double)stats.alloc_bytes;
 	if (dt_coll_allgather(b->c, mine, all, row, DT_FLOAT64))
 		goto out;
 	if (b->s == b->S - 1)
@@ -574,6 +708,9 @@ cut(bench *b)
 	return 0;
 }
 
+/* Both orders of one schedule and M run back to back, so that they meet
+ * the same machine: run one after the other at the end of the run, a
+ * minute apart, their figures differed by the machine's drift alone. */
 static int
 run_all(bench *b, const char *sched, const char *order, int max_m)
 {
@@ -595,13 +732,13 @@ run_all(bench *b, const char *sched, const char *order, int max_m)
 		if (strcmp(sched, "both") != 0 &&
 		    (strcmp(sched, "gpipe") == 0) != g)
 			continue;
-		for (int ready = 0; ready <= 1 && rc == 0; ready++) {
-			if (strcmp(order, "both") != 0 &&
-			    (strcmp(order, "ready") == 0) != ready)
-				continue;
-			for (int M = 1; M <= max_m && rc == 0; M *= 2)
+		for (int M = 1; M <= max_m && rc == 0; M *= 2)
+			for (int ready = 0; ready <= 1 && rc == 0; ready++) {
+				if (strcmp(order, "both") != 0 &&
+				    (strcmp(order, "ready") == 0) != ready)
+					continue;
 				rc = run(b, st, M, g, ready);
-		}
+			}
 	}
 	dt_nn_model_destroy(st);
 	return rc;
@@ -611,9 +748,9 @@ int
 main(int argc, char **argv)
 {
 	int max_m = 16, in_pct = 150, rc;
-	const char *sched = "both", *order = "ready";
-	char spec[2048];
-	bench b = {.width = 256, .mb = 16, .steps = 5};
+	const char *sched = "both", *order = "ready", *model = "equal";
+	char spec[4096];
+	bench b = {.width = 256, .mb = 16, .steps = 5, .warmup = 3};
 
 	for (int i = 1; i + 1 < argc; i += 2) {
 		if (strcmp(argv[i], "--schedule") == 0)
@@ -624,6 +761,8 @@ main(int argc, char **argv)
 			b.mb = atoi(argv[i + 1]);
 		else if (strcmp(argv[i], "--steps") == 0)
 			b.steps = atoi(argv[i + 1]);
+		else if (strcmp(argv[i], "--warmup") == 0)
+			b.warmup = atoi(argv[i + 1]);
 		else if (strcmp(argv[i], "--max-micro") == 0)
 			max_m = atoi(argv[i + 1]);
 		else if (strcmp(argv[i], "--input-pct") == 0)
@@ -632,6 +771,8 @@ main(int argc, char **argv)
 			b.timeline = atoi(argv[i + 1]);
 		else if (strcmp(argv[i], "--order") == 0)
 			order = argv[i + 1];
+		else if (strcmp(argv[i], "--model") == 0)
+			model = argv[i + 1];
 	}
 	setvbuf(stdout, NULL, _IOLBF, 0);
 	if (dt_coll_init(&b.c)) {
@@ -641,24 +782,33 @@ main(int argc, char **argv)
 	b.s = dt_coll_rank(b.c);
 	b.S = dt_coll_size(b.c);
 	if (b.S > MAX_STAGES || b.width < 16 || b.width > 8192 || b.mb < 1 ||
-	    b.steps < 1 || b.steps > 1000 || max_m < 1 || max_m > MAX_MICRO ||
-	    in_pct < 10 || in_pct > 400) {
+	    b.steps < 1 || b.steps > 1000 || b.warmup < 0 || b.warmup > 1000 ||
+	    max_m < 1 || max_m > MAX_MICRO || in_pct < 10 || in_pct > 400 ||
+	    (strcmp(model, "equal") != 0 && strcmp(model, "mlp") != 0)) {
 		fprintf(stderr,
 		        "pipeline_bench: at most %d stages, --width in [16, "
 		        "8192], --micro-batch >= 1, --steps in [1, 1000], "
-		        "--max-micro "
-		        "in [1, %d], --input-pct in [10, 400]\n",
+		        "--warmup in [0, 1000], --max-micro in [1, %d], "
+		        "--input-pct in [10, 400], --model equal or mlp\n",
 		        MAX_STAGES, MAX_MICRO);
 		dt_coll_finalize(b.c);
 		return 2;
 	}
-	b.in = b.width * in_pct / 100;
-	make_spec(spec, sizeof(spec), b.S, b.width, b.in);
+	if (strcmp(model, "equal") == 0) {
+		b.in = 1;
+		b.label = 1; /* l2 on the one output */
+	} else {
+		b.in = b.width * in_pct / 100;
+		b.label = 1;
+	}
+	make_spec(spec, sizeof(spec), b.S, b.width, b.in,
+	          strcmp(model, "equal") == 0);
 	b.spec = spec;
 	if (b.s == b.S - 1)
-		printf("pipeline_bench: %d stages of 2 dense layers of %d, "
-		       "micro-batches of %d, %d steps per M\n",
-		       b.S, b.width, b.mb, b.steps);
+		printf("pipeline_bench: %s model, %d stages of 2 dense layers "
+		       "of %d, micro-batches of %d, %d steps per M after %d "
+		       "to warm up\n",
+		       model, b.S, b.width, b.mb, b.steps, b.warmup);
 	rc = run_all(&b, sched, order, max_m);
 	if (dt_coll_finalize(b.c) && rc == 0)
 		rc = 1;

@@ -12,8 +12,8 @@
 #   16key_1MiB 16 keys of 1 MiB each, one call   push, pull, pushpull
 #
 # dtrain runs build/bench/kv_sparse_bench (many keys; dist_sync, no
-# optimizer) and build/bench/kv_bench (big keys; the servers run sgd
-# lr=1) under `dtrain launch -n W -s S`. ps-lite runs a small driver this
+# optimizer, and again in dist_async) and build/bench/kv_bench (big keys;
+# the servers run sgd lr=1) under `dtrain launch -n W -s S`. ps-lite runs a small driver this
 # script writes and compiles against PSLITE_DIR (include/, build/libps.a,
 # the system's libzmq and libprotobuf-lite): it times the same calls with
 # ps-lite's KVWorker (Push, Pull, PushPull of std::vector), the same
@@ -23,7 +23,9 @@
 # alone) and adds each push of the big-key shapes into a stored array
 # (a pull returns it), as kv_bench's servers do. Differences that remain:
 # ps-lite applies every push at once (no round) while dtrain's dist_sync
-# answers a push when every worker has pushed that key; ps-lite keeps a
+# answers a push when every worker has pushed that key (dtrain's
+# dist_async, the "async" columns, applies and answers each push at
+# once, as ps-lite does: the like-for-like figure); ps-lite keeps a
 # key whole on one server (range partition: keys are spread as
 # kMaxKey/N*i) while dtrain cuts a 1 MiB key over both servers and puts
 # small keys on key mod S; dtrain moves bytes through shared memory on
@@ -35,6 +37,9 @@
 #   PSLITE_DIR=/path/to/ps-lite bench/pslite_bench.sh [BUILD_DIR]
 #   REPEAT=3  TIMEOUT=300 (seconds one job may take; a ps-lite job that
 #   takes longer is run once more)  QUICK=1 (skip 10^7)
+#   CELLS=keys_1e5,keys_1e7 (the cells to run; default all)
+#   TOPOS=2x2 (servers x workers to run; default 1x1,2x2)
+#   ASYNC=0 (skip dtrain's dist_async runs of the many-key cells)
 # PSLITE_DIR is a ps-lite checkout built with `make` (build/libps.a and
 # tests/test_kv_app_benchmark). Prints the load at start and end, a table
 # (medians over the repeats; ratio = ps-lite time / dtrain time, so above
@@ -172,12 +177,15 @@ if ! "$CXX" -std=c++11 -O2 -pthread -I"$PSLITE_DIR/include" \
 fi
 
 exec python3 - "$BUILD" "$PSLITE_DIR" "$DRIVER" "$OUT" "${REPEAT:-3}" \
-	"${TIMEOUT:-300}" "${QUICK:-0}" <<'PY'
+	"${TIMEOUT:-300}" "${QUICK:-0}" "${CELLS:-}" "${TOPOS:-1x1,2x2}" \
+	"${ASYNC:-1}" <<'PY'
 import json, os, re, signal, socket, stat, statistics, subprocess, sys
 
 build, psdir, driver, out = sys.argv[1:5]
 repeat, timeout, quick = int(sys.argv[5]), float(sys.argv[6]), sys.argv[7] == "1"
-topos = [(1, 1), (2, 2)]
+want = set(sys.argv[8].split(",")) if sys.argv[8] else None
+topos = [tuple(int(x) for x in t.split("x")) for t in sys.argv[9].split(",")]
+with_async = sys.argv[10] == "1"
 MIB = 262144  # floats in 1 MiB
 # shape name -> (keys, floats per key, timed calls, ps-lite server mode);
 # the calls are those kv_sparse_bench and kv_bench make for the shape.
@@ -187,6 +195,13 @@ shapes = {"keys_1e5": (100000, 1, 30, "empty"),
           "16key_1MiB": (16, MIB, 40, "sum")}
 if quick:
     del shapes["keys_1e7"]
+known = set(shapes) | {"own_1e7"}
+if want is not None and not want <= known:
+    sys.exit(f"pslite_bench.sh: CELLS: {','.join(sorted(want - known))} "
+             f"is not one of {','.join(sorted(known))}")
+cells = [c for c in list(shapes) + ([] if quick else ["own_1e7"])
+         if want is None or c in want]
+shapes = {c: v for c, v in shapes.items() if c in cells}
 res = {}  # (topo, cell, op, side) -> [ms, ...]
 
 
@@ -277,13 +292,13 @@ def add(topo, cell, op, side, ms):
 def pslite_round(topo):
     s, w = topo
     args = [f"{n}:{l}:{i}:{m}" for n, l, i, m in shapes.values()]
-    o = "\n".join(run_pslite(s, w, [driver, *args]))
+    o = "\n".join(run_pslite(s, w, [driver, *args])) if args else ""
     names = {(n, l): c for c, (n, l, _, _) in shapes.items()}
     for line in o.splitlines():
         if line.startswith("{"):
             j = json.loads(line)
             add(topo, names[(j["keys"], j["len"])], j["op"], "pslite", j["ms"])
-    if quick:
+    if "own_1e7" not in cells:
         return
     outs = run_pslite(s, w, [f"{psdir}/tests/test_kv_app_benchmark"])
     for op in ("Push", "Pull"):
@@ -294,15 +309,31 @@ def pslite_round(topo):
         add(topo, "own_1e7", op.lower(), "pslite", max(t))
 
 
+def dtrain_many(topo, side, args):
+    """kv_sparse_bench's sizes of the many-key cells chosen."""
+    sizes = [n for c, (n, l, _, _) in shapes.items() if l == 1]
+    if "own_1e7" in cells:
+        sizes.append(10000000)
+    if not sizes:
+        return
+    for j in run_dtrain(*topo, "kv_sparse_bench",
+                        ["--keys-only", "--min", str(min(sizes)), "--max",
+                         str(max(sizes)), *args]):
+        n = j.get("keys")
+        for c, (k, l, _, _) in shapes.items():
+            if l == 1 and n == k and "op" in j:
+                add(topo, c, j["op"], side, j["ms"])
+        if "own_1e7" in cells and n == 10000000 and j.get("op") in ("push", "pull"):
+            add(topo, "own_1e7", j["op"], side, j["ms"])
+
+
 def dtrain_round(topo):
     s, w = topo
-    big = "10000000" if not quick else "100000"
-    for j in run_dtrain(s, w, "kv_sparse_bench", ["--keys-only", "--max", big]):
-        for c, (n, l, _, _) in shapes.items():
-            if l == 1 and j.get("keys") == n:
-                add(topo, c, j["op"], "dtrain", j["ms"])
-                if c == "keys_1e7" and j["op"] != "pushpull":
-                    add(topo, "own_1e7", j["op"], "dtrain", j["ms"])
+    dtrain_many(topo, "dtrain", [])
+    if with_async:
+        dtrain_many(topo, "async", ["--async"])
+    if not any(l > 1 for _, l, _, _ in shapes.values()):
+        return
     for j in run_dtrain(s, w, "kv_bench", []):
         if j["bytes"] == 4 * MIB and j["keys"] == 1:
             add(topo, "1key_1MiB", j["op"], "dtrain", j["p50_us"] / 1e3)
@@ -323,9 +354,11 @@ for r in range(repeat):
             print(f"  run {r + 1}/{repeat} {topo[0]}s{topo[1]}w {side} done "
                   f"(load {load()[0]})", flush=True)
 print(f"load at end {' '.join(load())}\n")
-cells = list(shapes) + ([] if quick else ["own_1e7"])
+print("dtrain: dist_sync (a push answered when every worker pushed); async: "
+      "dtrain's dist_async (each push applied and answered at once, as "
+      "ps-lite does)")
 print(f"{'servers x workers':<18} {'cell':<11} {'op':<9} {'ps-lite ms':>11} "
-      f"{'dtrain ms':>10} {'ratio':>6}")
+      f"{'dtrain ms':>10} {'ratio':>6} {'async ms':>9} {'ratio':>6}")
 lines = []
 for topo in topos:
     for c in cells:
@@ -335,14 +368,21 @@ for topo in topos:
             if not p or not d:
                 continue
             pm, dm = statistics.median(p), statistics.median(d)
+            a = res.get((topo, c, op, "async"))
+            am = statistics.median(a) if a else None
+            tail = f" {am:>9.3f} {pm / am:>6.2f}" if a else ""
             print(f"{f'{topo[0]} x {topo[1]}':<18} {c:<11} {op:<9} "
-                  f"{pm:>11.3f} {dm:>10.3f} {pm / dm:>6.2f}")
-            lines.append(json.dumps({
-                "bench": "pslite", "servers": topo[0], "workers": topo[1],
-                "cell": c, "op": op, "pslite_ms": round(pm, 4),
-                "dtrain_ms": round(dm, 4), "ratio": round(pm / dm, 3),
-                "pslite_runs": [round(x, 4) for x in p],
-                "dtrain_runs": [round(x, 4) for x in d]}))
+                  f"{pm:>11.3f} {dm:>10.3f} {pm / dm:>6.2f}{tail}")
+            j = {"bench": "pslite", "servers": topo[0], "workers": topo[1],
+                 "cell": c, "op": op, "pslite_ms": round(pm, 4),
+                 "dtrain_ms": round(dm, 4), "ratio": round(pm / dm, 3),
+                 "pslite_runs": [round(x, 4) for x in p],
+                 "dtrain_runs": [round(x, 4) for x in d]}
+            if a:
+                j.update({"async_ms": round(am, 4),
+                          "async_ratio": round(pm / am, 3),
+                          "async_runs": [round(x, 4) for x in a]})
+            lines.append(json.dumps(j))
 print()
 with open(f"{out}/pslite_bench.jsonl", "w") as f:
     for l in lines:

@@ -27,6 +27,16 @@
  * commit until file F exists (at most 120 s; up to 4 pairs): a test starts
  * workers that join the running job meanwhile, and lets the job go on once
  * they are waiting (they join at that commit or the next).
+ *
+ * With parameter servers (--kvstore dist_sync; every process of the job
+ * started with DTRAIN_ELASTIC=1, as tests/integration/elastic_ps.sh does): the
+ * gradients are summed by the servers instead of the allreduce - the
+ * weights and the bias are two keys, each pushed and pulled back as the
+ * round's sum - and the update stays on the workers, with the state
+ * dt_elastic commits. --kvstore dist_async: the servers update (SGD with
+ * momentum) as each push comes, and a worker pulls the weights again after
+ * a change. The communicator, for the commits and the counts, is made on
+ * the store's node.
  */
 #include <getopt.h>
 #include <signal.h>
@@ -39,6 +49,7 @@
 
 #include "dtrain/coll.h"
 #include "dtrain/elastic.h"
+#include "dtrain/kv.h"
 #include "dtrain/nn.h"
 
 #define D       16
@@ -55,6 +66,8 @@ typedef struct opts {
 	double lr, momentum;
 	const char *save;
 	int count;
+	const char *kvstore; /* NULL: the allreduce; else dist_sync/_async */
+	dt_kv *kv;
 } opts;
 
 /* What dt_elastic keeps: all of it is the same on every rank. */
@@ -117,6 +130,7 @@ parse(int argc, char **argv, opts *o)
 	    {"die-rank", required_argument, 0, 'r'},
 	    {"hold-at", required_argument, 0, 'H'},
 	    {"hold-file", required_argument, 0, 'F'},
+	    {"kvstore", required_argument, 0, 'K'},
 	    {"help", no_argument, 0, 'h'},
 	    {0, 0, 0, 0},
 	};
@@ -178,25 +192,33 @@ parse(int argc, char **argv, opts *o)
 			if (o->nhfile < 4)
 				o->hold_file[o->nhfile++] = optarg;
 			break;
+		case 'K':
+			o->kvstore = optarg;
+			break;
 		default:
-			fputs("usage: elastic [--samples N] [--batch-size B] "
-			      "[--steps S] [--epochs E]\n"
-			      "               [--commit-every K] [--seed N] "
-			      "[--lr X] [--momentum X]\n"
-			      "               [--save FILE] [--count-samples] "
-			      "[--die-at STEP --die-rank R]...\n"
-			      "               [--hold-at STEP --hold-file "
-			      "F]...\n",
-			      ch == 'h' ? stdout : stderr);
+			fputs(
+			    "usage: elastic [--samples N] [--batch-size B] "
+			    "[--steps S] [--epochs E]\n"
+			    "               [--commit-every K] [--seed N] "
+			    "[--lr X] [--momentum X]\n"
+			    "               [--save FILE] [--count-samples] "
+			    "[--die-at STEP --die-rank R]...\n"
+			    "               [--hold-at STEP --hold-file "
+			    "F]...\n"
+			    "               [--kvstore dist_sync|dist_async]\n",
+			    ch == 'h' ? stdout : stderr);
 			return ch == 'h' ? 1 : 2;
 		}
 	}
 	if (o->n < 1 || o->n > MAX_N || o->batch < 1 || o->steps < 0 ||
 	    o->commit_every < 1 || o->ndie != o->nrank ||
-	    o->nhold != o->nhfile) {
+	    o->nhold != o->nhfile ||
+	    (o->kvstore && strcmp(o->kvstore, "dist_sync") &&
+	     strcmp(o->kvstore, "dist_async"))) {
 		fprintf(stderr,
 		        "elastic: need 1 <= samples <= %d, batch >= 1, "
-		        "commit-every >= 1\n",
+		        "commit-every >= 1, --kvstore dist_sync or "
+		        "dist_async\n",
 		        MAX_N);
 		return 2;
 	}
@@ -240,10 +262,35 @@ hold(const opts *o, uint64_t step, int *held)
 	}
 }
 
+/*
+ * With servers: the weights (key 0) and the bias (key 1) pushed, and the
+ * round's sums pulled back into g (dist_sync), or the servers' weights
+ * after this push into w (dist_async). Both requests are waited for even
+ * when one fails (DT_EMEMBERSHIP: the round was dropped), so that neither
+ * writes into g or w after the step.
+ */
+static dt_err
+push_grads(const opts *o, float *w, float *g)
+{
+	float *out = strcmp(o->kvstore, "dist_async") == 0 ? w : g;
+	dt_kv_req r[2];
+	dt_err err, e2;
+
+	if ((err = dt_kv_pushpull_async(o->kv, 0, g, out, D, &r[0])))
+		return err;
+	if ((err = dt_kv_pushpull_async(o->kv, 1, g + D, out + D, 1, &r[1]))) {
+		(void)dt_kv_wait(o->kv, r[0]);
+		return err;
+	}
+	err = dt_kv_wait(o->kv, r[0]);
+	e2 = dt_kv_wait(o->kv, r[1]);
+	return err ? err : e2;
+}
+
 /* One step: the local gradient of my slice, summed over the ranks. */
 static dt_err
 step_grads(dt_coll *c, const opts *o, const float *x, const float *y,
-           const size_t *idx, const float *w, float *g)
+           const size_t *idx, float *w, float *g)
 {
 	memset(g, 0, sizeof(float) * NPARAMS);
 	for (long k = 0; k < o->batch; k++) {
@@ -256,6 +303,8 @@ step_grads(dt_coll *c, const opts *o, const float *x, const float *y,
 			g[j] += err * xi[j];
 		g[D] += err;
 	}
+	if (o->kv)
+		return push_grads(o, w, g);
 	return dt_coll_allreduce(c, g, g, NPARAMS, DT_FLOAT32, DT_COLL_SUM);
 }
 
@@ -288,6 +337,7 @@ train(dt_coll *c, dt_elastic *e, const opts *o, const float *x, const float *y,
 	float g[NPARAMS];
 	dt_err err = DT_OK;
 	int rc = 1, launch_rank = dt_coll_rank(c), held[4] = {0};
+	int async = o->kvstore && strcmp(o->kvstore, "dist_async") == 0;
 
 	if (all == NULL ||
 	    dt_sampler_create((size_t)o->n, (size_t)o->batch, 1, 0,
@@ -342,7 +392,7 @@ train(dt_coll *c, dt_elastic *e, const opts *o, const float *x, const float *y,
 			goto restore;
 		if (err)
 			goto out;
-		for (int j = 0; j < NPARAMS; j++) {
+		for (int j = 0; j < NPARAMS && !async; j++) {
 			mom[j] = (float)o->momentum * mom[j] +
 			         g[j] / (float)(o->batch * n);
 			w[j] -= (float)o->lr * mom[j];
@@ -357,6 +407,10 @@ train(dt_coll *c, dt_elastic *e, const opts *o, const float *x, const float *y,
 		        dt_errmsg());
 		if ((err = dt_elastic_restore(e, &step)))
 			goto out;
+		/* (dist_async: the weights are the servers') */
+		if (async && ((err = dt_kv_pull(o->kv, 0, w, D)) ||
+		              (err = dt_kv_pull(o->kv, 1, w + D, 1))))
+			goto out;
 		printf("elastic: rank %d of %d from step %llu\n",
 		       dt_coll_rank(c), dt_coll_size(c),
 		       (unsigned long long)step);
@@ -368,6 +422,25 @@ out:
 	dt_sampler_destroy(s);
 	free(all);
 	return rc;
+}
+
+/* --kvstore: the store (a server or the scheduler serves in there and
+ * exits), and the communicator on its node. dist_async: SGD with momentum
+ * on the servers, each push scaled by 1 / the batch. */
+static int
+start_store(opts *o, dt_coll **c)
+{
+	char params[128];
+
+	if (dt_kv_create(o->kvstore, &o->kv) != DT_OK ||
+	    dt_coll_init_node(dt_kv_node(o->kv), c) != DT_OK)
+		return -1;
+	snprintf(params, sizeof(params), "lr=%g,momentum=%g,rescale_grad=%g",
+	         o->lr, o->momentum, 1.0 / (double)o->batch);
+	if (strcmp(o->kvstore, "dist_async") == 0 &&
+	    dt_kv_set_optimizer(o->kv, "sgd", params) != DT_OK)
+		return -1;
+	return 0;
 }
 
 int
@@ -388,7 +461,9 @@ main(int argc, char **argv)
 		return 2;
 	}
 	rc = 1;
-	if (dt_coll_init(&c) != DT_OK)
+	if (o.kvstore && start_store(&o, &c))
+		goto fail;
+	if (!o.kvstore && dt_coll_init(&c) != DT_OK)
 		goto fail;
 	x = malloc(sizeof(float) * (size_t)o.n * D);
 	y = malloc(sizeof(float) * (size_t)o.n);
@@ -403,10 +478,15 @@ main(int argc, char **argv)
 	    (o.count &&
 	     dt_elastic_register(e, "seen", seen, (size_t)o.n) != DT_OK))
 		goto fail;
+	if (o.kv && (dt_kv_init(o.kv, 0, w, D) != DT_OK ||
+	             dt_kv_init(o.kv, 1, w + D, 1) != DT_OK))
+		goto fail;
 	if (dt_coll_rank(c) == 0)
 		printf("elastic: %d workers, %ld samples, batch %ld per "
-		       "worker, %ld steps\n",
-		       dt_coll_size(c), o.n, o.batch, o.steps);
+		       "worker, %ld steps%s%s\n",
+		       dt_coll_size(c), o.n, o.batch, o.steps,
+		       o.kvstore ? ", kvstore " : "",
+		       o.kvstore ? o.kvstore : "");
 	if (train(c, e, &o, x, y, w, mom, &pos, seen))
 		goto out;
 	if (!dt_elastic_left(e) && dt_coll_rank(c) == 0) {
@@ -435,6 +515,10 @@ fail:
 out:
 	dt_elastic_destroy(e);
 	if (c && dt_coll_finalize(c) != DT_OK && rc == 0) {
+		fprintf(stderr, "elastic: %s\n", dt_errmsg());
+		rc = 1;
+	}
+	if (o.kv && dt_kv_destroy(o.kv) != DT_OK && rc == 0) {
 		fprintf(stderr, "elastic: %s\n", dt_errmsg());
 		rc = 1;
 	}

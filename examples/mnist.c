@@ -16,10 +16,14 @@
  * update rule and 2 workers at batch 32 equal 1 process at batch 64.
  * --kvstore horovod averages the gradients with an allreduce among the
  * workers instead (no servers) and updates locally with the same rule.
- * --elastic (with horovod and sgd) goes on when a worker is lost:
+ * --elastic (with horovod or dist_sync, and sgd) goes on when a worker is
+ * lost:
  *
  *   dtrain launch -n 3 -s 0 --min-workers 2 -- build/examples/mnist \
  *       --kvstore horovod --optimizer sgd --lr 0.05 --elastic
+ *
+ * (with dist_sync the servers sum the gradients and the update stays on
+ * the workers; docs/elastic.md, "With parameter servers")
  *
  * The file is over a thousand lines because it holds the example's three
  * loops - data parallel, pipeline (run_pipeline), elastic (run_elastic) -
@@ -271,11 +275,13 @@ usage(FILE *f)
 	    "                             runs whichever pass has its input\n"
 	    "                             first; gpipe-strict, 1f1b-strict:\n"
 	    "                             the schedule's fixed order\n"
-	    "  --stages L1,L2,...|auto    first layer of each stage after the\n"
+	    "  --stages L1,L2,...|auto|measured\n"
+	    "                             first layer of each stage after the\n"
 	    "                             first (default, auto: stages of\n"
-	    "                             balanced work)\n"
-	    "  --elastic                  with --kvstore horovod and sgd: go "
-	    "on\n"
+	    "                             balanced counted work; measured:\n"
+	    "                             of balanced measured time)\n"
+	    "  --elastic                  with --kvstore horovod or "
+	    "dist_sync, and sgd: go on\n"
 	    "                             when a worker is lost "
 	    "(docs/elastic.md)\n"
 	    "  --commit-every K           elastic: commit every K steps "
@@ -472,12 +478,13 @@ parse(int argc, char **argv, opts *o)
 		return -1;
 	}
 	if (o->elastic &&
-	    (strcmp(o->kvstore, "horovod") || strcmp(o->optimizer, "sgd") ||
-	     o->devices != 1 || o->pipe_stages || o->compression ||
-	     o->commit_every < 1)) {
+	    ((strcmp(o->kvstore, "horovod") &&
+	      strcmp(o->kvstore, "dist_sync")) ||
+	     strcmp(o->optimizer, "sgd") || o->devices != 1 || o->pipe_stages ||
+	     o->compression || o->commit_every < 1)) {
 		fprintf(stderr,
 		        "mnist: --elastic trains with --kvstore horovod "
-		        "--optimizer sgd on one device, without "
+		        "or dist_sync, --optimizer sgd on one device, without "
 		        "compression or pipelines, --commit-every >= 1\n");
 		return -1;
 	}
@@ -573,10 +580,102 @@ pipe_ops(dt_coll *c)
 	                        .wait_any = pipe_wait_any};
 }
 
-/* The stages' first layers: --stages L1,L2,... or the cut rule (absent
- * or auto). */
 static int
-pipe_cut(const opts *o, int S, int *first)
+cmp_double(const void *a, const void *b)
+{
+	double x = *(const double *)a, y = *(const double *)b;
+
+	return (x > y) - (x < y);
+}
+
+/* Rank 0 prints the measured cut: where each stage starts and the
+ * median forward + backward CPU time of its layers per micro-batch. */
+static void
+print_measured(const double *cost, int n, const int *first, int S, int mb,
+               int ranks)
+{
+	printf("mnist: measured cut (median over %d ranks of each layer's "
+	       "CPU time, micro-batches of %d): stages start at layers",
+	       ranks, mb);
+	for (int s = 0; s < S; s++)
+		printf(" %d", first[s]);
+	printf(" (of %d); forward + backward per micro-batch:", n);
+	for (int s = 0; s < S; s++) {
+		double t = 0;
+
+		for (int i = first[s]; i < first[s + 1]; i++)
+			t += cost[i];
+		printf(" stage %d %.3f ms%s", s, t / 1e6,
+		       s + 1 < S ? "," : "\n");
+	}
+}
+
+/*
+ * --stages measured: every rank times each layer of the whole model on a
+ * micro-batch (dt_nn_model_profile, CPU time), the figures are gathered,
+ * a layer's cost is the median over the ranks of its forward + backward
+ * time, and rank 0's cut from those costs (dt_nn_model_cut_by) is
+ * broadcast: every rank uses rank 0's cut, so the ranks can never cut
+ * differently, even if their arithmetic on the figures did.
+ */
+static int
+pipe_cut_measured(dt_coll *c, dt_nn_model *whole, int S, int mb, int *first)
+{
+	int n = dt_nn_model_num_layers(whole), R = dt_coll_size(c), rc = -1;
+	double *mine = calloc(2 * (size_t)n, sizeof(double));
+	double *all = calloc(2 * (size_t)n * (size_t)R, sizeof(double));
+	double *cost = calloc((size_t)n, sizeof(double));
+	double *col = calloc((size_t)R, sizeof(double));
+	int32_t cut[66] = {0}; /* ok, then first[0..S] */
+
+	if (!mine || !all || !cost || !col)
+		goto out;
+	/* A rank whose profile fails still takes part, with a figure the
+	 * cut refuses, so that rank 0 reports it and no rank waits. */
+	if (dt_nn_model_profile(whole, mb, 5, mine, mine + n) != DT_OK) {
+		fprintf(stderr, "mnist: %s\n", dt_errmsg());
+		mine[0] = -1.0;
+	}
+	if (dt_coll_allgather(c, mine, all, 2 * (size_t)n, DT_FLOAT64) != DT_OK)
+		goto out;
+	for (int i = 0; i < n; i++) {
+		for (int r = 0; r < R; r++)
+			col[r] = all[(size_t)r * 2 * n + i] +
+			         all[(size_t)r * 2 * n + n + i];
+		qsort(col, (size_t)R, sizeof(double), cmp_double);
+		cost[i] =
+		    R % 2 ? col[R / 2] : (col[R / 2 - 1] + col[R / 2]) / 2;
+		if (col[0] < 0.0) /* a rank failed: the cut refuses it */
+			cost[i] = -1.0;
+	}
+	if (dt_coll_rank(c) == 0 &&
+	    dt_nn_model_cut_by(whole, S, cost, first) == DT_OK) {
+		cut[0] = 1;
+		for (int s = 0; s <= S; s++)
+			cut[1 + s] = first[s];
+		print_measured(cost, n, first, S, mb, R);
+	}
+	if (dt_coll_broadcast(c, cut, (size_t)S + 2, DT_INT32, 0) != DT_OK)
+		goto out;
+	if (!cut[0]) {
+		fprintf(stderr, "mnist: rank 0 found no measured cut\n");
+		goto out;
+	}
+	for (int s = 0; s <= S; s++)
+		first[s] = cut[1 + s];
+	rc = 0;
+out:
+	free(mine);
+	free(all);
+	free(cost);
+	free(col);
+	return rc;
+}
+
+/* The stages' first layers: --stages L1,L2,..., the cut rule (absent or
+ * auto) or the cut by measured time (measured). */
+static int
+pipe_cut(const opts *o, dt_coll *c, int S, int *first)
 {
 	dt_nn_model *whole;
 	const char *p = o->cuts;
@@ -585,8 +684,13 @@ pipe_cut(const opts *o, int S, int *first)
 	if (dt_nn_model_create(o->model, (uint64_t)o->seed, &whole) != DT_OK)
 		return -1;
 	n = dt_nn_model_num_layers(whole);
-	if (p == NULL || strcmp(p, "auto") == 0) {
-		int rc = dt_nn_model_cut(whole, S, first) == DT_OK ? 0 : -1;
+	if (p == NULL || strcmp(p, "auto") == 0 || strcmp(p, "measured") == 0) {
+		int rc = p && strcmp(p, "measured") == 0
+		             ? pipe_cut_measured(
+		                   c, whole, S,
+		                   (int)(o->batch / o->micro_batches), first)
+		         : dt_nn_model_cut(whole, S, first) == DT_OK ? 0
+		                                                     : -1;
 		dt_nn_model_destroy(whole);
 		return rc;
 	}
@@ -648,7 +752,7 @@ run_pipeline(const opts *o)
 	R = dt_coll_size(c) / S;
 	s = dt_coll_rank(c) % S;
 	r = dt_coll_rank(c) / S;
-	if ((rc = pipe_cut(o, S, first)) == -2)
+	if ((rc = pipe_cut(o, c, S, first)) == -2)
 		goto out;
 	snprintf(params, sizeof(params), "lr=%.9g,wd=%g,rescale_grad=%.17g%s",
 	         o->lr, o->wd, 1.0 / ((double)o->batch * R),
@@ -718,9 +822,11 @@ run_pipeline(const opts *o)
 			       (double)(nb * (size_t)o->batch * (size_t)R) /
 			           (now() - t0));
 	}
-	printf("mnist: stage %d: at most %d micro-batches in flight (inputs "
+	printf("mnist: stage %d: activation slots allocated %d (%zu bytes "
+	       "with their inputs); peak in flight %d micro-batches (inputs "
 	       "%zu bytes, activations kept %zu bytes)\n",
-	       s, stats.peak_stashed, stats.stash_bytes, stats.act_bytes);
+	       s, stats.slots, stats.alloc_bytes, stats.peak_stashed,
+	       stats.stash_bytes, stats.act_bytes);
 	if (o->save && r == 0) {
 		char path[512];
 
@@ -761,11 +867,46 @@ typedef struct elastic_pos {
 	uint64_t epoch, consumed;
 } elastic_pos;
 
-/* One step of the elastic loop: gradients of this rank's slice, summed
- * over the ranks, and the update. */
+/*
+ * --kvstore dist_sync: the gradients summed by the servers, a key per
+ * tensor, each round's sum pulled back in place. Every request is waited
+ * for even after one fails (DT_EMEMBERSHIP: its round was dropped), so
+ * that none writes into the gradients later.
+ */
 static dt_err
-elastic_step(dt_coll *c, const opts *o, replica *r, const size_t *idx,
-             float *mom, dt_nn_optim_param *p)
+elastic_ps_sum(dt_kv *kv, dt_nn_model *m)
+{
+	dt_kv_req reqs[64];
+	int nt = dt_nn_model_num_tensors(m), sent = 0;
+	dt_err err = DT_OK;
+
+	if (nt > 64) {
+		fprintf(stderr, "mnist: more than 64 tensors\n");
+		return DT_EINVAL;
+	}
+	for (int i = 0; i < nt; i++) {
+		const dt_nn_tensor *t = dt_nn_model_tensor(m, i);
+		float *g = dt_nn_model_grads(m) + t->offset;
+
+		if ((err = dt_kv_pushpull_async(kv, (dt_key)i, g, g, t->size,
+		                                &reqs[i])))
+			break;
+		sent++;
+	}
+	for (int i = 0; i < sent; i++) {
+		dt_err e = dt_kv_wait(kv, reqs[i]);
+
+		if (err == DT_OK)
+			err = e;
+	}
+	return err;
+}
+
+/* One step of the elastic loop: gradients of this rank's slice, summed
+ * over the ranks (by the servers with kv), and the update. */
+static dt_err
+elastic_step(dt_coll *c, dt_kv *kv, const opts *o, replica *r,
+             const size_t *idx, float *mom, dt_nn_optim_param *p)
 {
 	dt_nn_model *m = r->m;
 	size_t np = dt_nn_model_num_params(m);
@@ -777,7 +918,8 @@ elastic_step(dt_coll *c, const opts *o, replica *r, const size_t *idx,
 		fprintf(stderr, "mnist: %s\n", r->msg);
 		return r->err;
 	}
-	if ((err = dt_coll_dist_opt_sum(c, dt_nn_model_grads(m), np)))
+	if (kv ? (err = elastic_ps_sum(kv, m))
+	       : (err = dt_coll_dist_opt_sum(c, dt_nn_model_grads(m), np)))
 		return err;
 	p->rescale_grad = 1.0 / (double)(o->batch * dt_coll_size(c));
 	for (int i = 0; i < dt_nn_model_num_tensors(m); i++) {
@@ -796,6 +938,7 @@ static int
 run_elastic(const opts *o)
 {
 	dt_coll *c = NULL;
+	dt_kv *kv = NULL;
 	dt_elastic *e = NULL;
 	dt_dataset train = {0}, test = {0};
 	dt_sampler *s = NULL;
@@ -811,9 +954,14 @@ run_elastic(const opts *o)
 	/* The data first: a worker that joins a running job is ready for
 	 * the members' next commit once it has joined the communicator, and
 	 * they wait for it there. */
-	if (dt_data_load_mnist_dir(o->data, 1, &train) != DT_OK ||
+	/* (with servers, the store first: a server or the scheduler serves
+	 * in there and exits; the communicator is made on its node) */
+	if ((strcmp(o->kvstore, "dist_sync") == 0 &&
+	     dt_kv_create(o->kvstore, &kv) != DT_OK) ||
+	    dt_data_load_mnist_dir(o->data, 1, &train) != DT_OK ||
 	    dt_data_load_mnist_dir(o->data, 0, &test) != DT_OK ||
-	    dt_coll_init(&c) != DT_OK)
+	    (kv ? dt_coll_init_node(dt_kv_node(kv), &c) : dt_coll_init(&c)) !=
+	        DT_OK)
 		goto fail;
 	if (o->limit > 0 && (size_t)o->limit < train.n)
 		train.n = (size_t)o->limit;
@@ -845,6 +993,14 @@ run_elastic(const opts *o)
 	    dt_elastic_register(e, "momentum", mom, np * sizeof(float)) ||
 	    dt_elastic_register(e, "position", &pos, sizeof(pos)) != DT_OK)
 		goto fail;
+	for (int i = 0; kv && i < dt_nn_model_num_tensors(r.m); i++) {
+		const dt_nn_tensor *t = dt_nn_model_tensor(r.m, i);
+
+		if (dt_kv_init(kv, (dt_key)i,
+		               dt_nn_model_params(r.m) + t->offset,
+		               t->size) != DT_OK)
+			goto fail;
+	}
 	if (dt_coll_rank(c) == 0)
 		printf("mnist: elastic, %s on %zu images, %d worker(s) x batch "
 		       "%ld, sgd lr %g momentum %g, a commit every %ld steps\n",
@@ -883,7 +1039,7 @@ run_elastic(const opts *o)
 		}
 		if (dt_sampler_batch(s, 0, &idx) != DT_OK)
 			goto fail;
-		err = elastic_step(c, o, &r, idx, mom, &p);
+		err = elastic_step(c, kv, o, &r, idx, mom, &p);
 		if (err == DT_EMEMBERSHIP)
 			goto restore;
 		if (err)
@@ -921,6 +1077,10 @@ out:
 	dt_data_fini(&train);
 	dt_data_fini(&test);
 	if (c && dt_coll_finalize(c) != DT_OK && rc == 0) {
+		fprintf(stderr, "mnist: %s\n", dt_errmsg());
+		rc = 1;
+	}
+	if (kv && dt_kv_destroy(kv) != DT_OK && rc == 0) {
 		fprintf(stderr, "mnist: %s\n", dt_errmsg());
 		rc = 1;
 	}

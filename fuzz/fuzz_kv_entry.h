@@ -144,7 +144,8 @@ fuzz_kv_push(const uint8_t *data, size_t size)
 /*
  * A batched request (KV_*_MANY): [u8 command][u32 arg0][u32 arg1][u32
  * arg2], then the payload. What the decoder accepts adds up to the
- * payload exactly, and its keys go into a fresh many-key store (as an
+ * payload exactly (a key range: 16 bytes of keys that stay below 2^64),
+ * and its listed keys go into a fresh many-key store (as an
  * init would) and are found again, each where it went, or are refused
  * with a message (a key listed twice) and leave the store empty.
  */
@@ -175,6 +176,17 @@ fuzz_kv_many(const uint8_t *data, size_t size)
 		return;
 	}
 	FUZZ_CHECK(b.count == h.arg0);
+	if (b.step) { /* a key range: 16 bytes of keys, none past 2^64 - 1 */
+		FUZZ_CHECK(b.keys == NULL && b.count >= 1 && b.lens.uniform &&
+		           h.cmd != DT_CMD_KV_INIT_MANY);
+		FUZZ_CHECK(b.step <= (UINT64_MAX - b.k0) /
+		                         (b.count > 1 ? b.count - 1 : 1));
+		FUZZ_CHECK(b.nvals == (uint64_t)b.count * b.lens.uniform);
+		FUZZ_CHECK(h.payload_len ==
+		           16 +
+		               (dt__kv_many_has_vals(h.cmd) ? 4 * b.nvals : 0));
+		return;
+	}
 	for (size_t i = 0; i < b.count; i++) {
 		uint32_t l = dt__ks_len_at(&b.lens, i);
 

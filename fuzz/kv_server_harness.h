@@ -16,6 +16,7 @@
 #define DT_KV_SERVER_HARNESS_H
 
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -81,6 +82,45 @@ h_node_send(dt_node *n, int id, dt_msg_hdr *h, const void *meta,
             uint32_t meta_len, const struct iovec *iov, int iovcnt)
 {
 	return h_node_send_ex(n, id, h, meta, meta_len, iov, iovcnt, 0);
+}
+
+/* An elastic job (DTRAIN_ELASTIC=1), as a test sets it before h_start,
+ * and the membership the node would have from the scheduler: its epoch
+ * and the node ids of its workers (h_node_membership). */
+static int h_elastic;
+static uint64_t h_epoch;
+static int h_members[H_WORKERS], h_nmembers;
+
+static int
+h_node_elastic(const dt_node *n)
+{
+	(void)n;
+	return h_elastic;
+}
+
+static int
+h_node_elastic_slots(const dt_node *n)
+{
+	(void)n;
+	return H_WORKERS;
+}
+
+static int
+h_node_membership(dt_node *n, uint64_t *epoch, int *ids, int cap)
+{
+	(void)n;
+	*epoch = h_epoch;
+	for (int i = 0; i < h_nmembers && i < cap; i++)
+		ids[i] = h_members[i];
+	return h_nmembers;
+}
+
+static const char *
+h_node_name(const dt_node *n, int id, char *buf, size_t cap)
+{
+	(void)n;
+	snprintf(buf, cap, "worker %d", id - 2);
+	return buf;
 }
 
 static int
@@ -220,6 +260,12 @@ static char h_discard_tag, h_stream_tag;
 #define dt_node_rank          h_node_rank
 #define dt_node_num_servers   h_node_num_servers
 #define dt_node_num_workers   h_node_num_workers
+
+/* (an elastic job's membership, as a test sets it) */
+#define dt__node_elastic       h_node_elastic
+#define dt__node_elastic_slots h_node_elastic_slots
+#define dt__node_membership    h_node_membership
+#define dt__node_name          h_node_name
 /* (the server's class and registration under names of their own: the
  * library's copy of server.c may be linked in beside this one) */
 extern const dt__app_class h_kv_app;
@@ -235,6 +281,7 @@ dt_err h_kv_register(void);
 #include "kv/srv_ckpt.c"
 #include "kv/server.c"
 #include "kv/srv_reply.c"
+#include "kv/srv_elastic.c"
 #undef dt__kv_register
 #undef dt__kv_app
 

@@ -1,6 +1,6 @@
 /*
- * dtrain/elastic.h - elastic training in the collectives mode: a job that
- * keeps training when a worker is taken away (Horovod Elastic's State with
+ * dtrain/elastic.h - elastic training: a job that keeps training when a
+ * worker is taken away (Horovod Elastic's State with
  * commit / restore / sync, in C).
  *
  * A job started with DTRAIN_ELASTIC=1 (dtrain launch --min-workers A) has
@@ -50,6 +50,16 @@
  * dt_elastic_left() says so; +1 takes in one worker started to join).
  * Each change a run takes is logged with the schedule that replays it;
  * the replay ends bit-identical.
+ *
+ * With parameter servers (DMLC_NUM_SERVER > 0): make the communicator on
+ * the KVStore's node (dt_coll_init_node(dt_kv_node(kv), &c)) and use this
+ * loop unchanged. The servers get every membership, a dist_sync round
+ * waits for the live workers, and a round in flight when a worker is lost
+ * is dropped: its pushes fail with DT_EMEMBERSHIP, and the loop goes back
+ * to its commit. Each push names the membership taken last; a push of an
+ * older one is refused. In dist_sync the optimizer runs on the workers
+ * (its state registered here). A worker that joins such a job skips the
+ * KVStore's set-up barriers (the members passed them at their start).
  *
  * Thread-safety: one thread per dt_elastic, the one calling the
  * communicator's collectives. Every wait is bounded by DT_ELASTIC_TIMEOUT

@@ -60,6 +60,10 @@ int dt_kv_num_workers(const dt_kv *kv); /* 1 for local stores */
  * arrays with dt_stats_fini. */
 dt_err dt_kv_stats(dt_kv *kv, dt_stats *out);
 int dt_kv_is_dist(const dt_kv *kv);
+/* The node a dist store joined the job through (NULL for a local store),
+ * still the store's: e.g. for dt_coll_init_node, so that an elastic job
+ * with servers has its communicator (dtrain/elastic.h) on the same node. */
+dt_node *dt_kv_node(const dt_kv *kv);
 
 /*
  * Run updates in the store (update_on_kvstore): name is "sgd" or "adam";

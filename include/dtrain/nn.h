@@ -124,6 +124,32 @@ dt_err dt_nn_model_create_stage(const char *spec, uint64_t seed, int first,
                                 int last, dt_nn_model **out);
 int dt_nn_model_num_layers(const dt_nn_model *m);
 dt_err dt_nn_model_cut(const dt_nn_model *m, int stages, int *first);
+/*
+ * The cut by measured time: the same rule with cost[i] (a finite number
+ * >= 0, any unit) as layer i's forward and backward cost instead of the
+ * counted operations, as dt_nn_model_profile measures it. Deterministic
+ * given the costs: ranks that must agree on a cut should compute it from
+ * the same figures, or take one rank's cut (DT_EINVAL for a cost that is
+ * negative, infinite or NaN).
+ */
+dt_err dt_nn_model_cut_by(const dt_nn_model *m, int stages, const double *cost,
+                          int *first);
+/*
+ * Each layer's measured time on a batch of `batch` samples: one forward
+ * and backward pass to warm up, then `reps` (1 to 100) more on made-up
+ * inputs, each layer timed in the calling thread's CPU time (the time
+ * other processes hold the core is not counted); fwd_ns[i] and bwd_ns[i]
+ * (dt_nn_model_num_layers entries each) receive the median over the
+ * repetitions of layer i's forward and backward time in ns (0 for the
+ * layers the backward pass does not reach: those before the first with
+ * parameters). The backward pass starts from a made-up gradient of the
+ * output, so it works on a stage as on a whole model, without the loss.
+ * Overwrites the model's activations and leaves its gradients zeroed;
+ * the parameters are unchanged. DT_ESTATE on a model with more than one
+ * activation slot (dt_nn_stage_slots), whose activations it would lose.
+ */
+dt_err dt_nn_model_profile(dt_nn_model *m, int batch, int reps, double *fwd_ns,
+                           double *bwd_ns);
 /* Forward in training mode without a loss: on DT_OK *out holds batch x
  * output_size floats owned by the model, valid until its next call. */
 dt_err dt_nn_stage_forward(dt_nn_model *m, const float *x, int batch,
@@ -141,16 +167,18 @@ const float *dt_nn_model_input_grad(const dt_nn_model *m);
  * Activation slots: a pipeline stage keeps the activations of each
  * micro-batch in flight, from its forward pass to its backward pass,
  * rather than running the forward pass again. dt_nn_stage_slots makes
- * `slots` sets of activation buffers for batches of up to `batch` samples
- * (it only grows; slot 0 is the one dt_nn_stage_forward and every other
- * call use). dt_nn_stage_forward_slot and dt_nn_stage_backward_slot are
- * the calls above on one slot: a backward pass in slot k follows the
- * forward pass last run in slot k, whatever ran in other slots between.
- * A batch larger than the slots' is refused (DT_EINVAL). The input x of a
- * forward pass is read again by its backward pass and must stay as it is
- * until then. dt_nn_stage_slot_bytes is one slot's bytes for a batch.
+ * exactly `slots` sets of activation buffers for batches of up to `batch`
+ * samples, freeing any beyond them and what they held (slot 0, the one
+ * dt_nn_stage_forward and every other call use, always stays);
+ * dt_nn_stage_num_slots says how many there are. dt_nn_stage_forward_slot and
+ * dt_nn_stage_backward_slot are the calls above on one slot: a backward pass in
+ * slot k follows the forward pass last run in slot k, whatever ran in other
+ * slots between. A batch larger than the slots' is refused (DT_EINVAL). The
+ * input x of a forward pass is read again by its backward pass and must stay as
+ * it is until then. dt_nn_stage_slot_bytes is one slot's bytes for a batch.
  */
 dt_err dt_nn_stage_slots(dt_nn_model *m, int slots, int batch);
+int dt_nn_stage_num_slots(const dt_nn_model *m);
 dt_err dt_nn_stage_forward_slot(dt_nn_model *m, int slot, const float *x,
                                 int batch, const float **out);
 dt_err dt_nn_stage_backward_slot(dt_nn_model *m, int slot, const float *dy,
@@ -172,9 +200,13 @@ size_t dt_nn_stage_slot_bytes(const dt_nn_model *m, int batch);
  * to or from a stage, with a tag; the step waits for all its sends before
  * it returns. Every stage of the pipeline must call it with the same
  * schedule, micro_batches and micro_batch. A stage keeps the input and
- * the activations of each micro-batch in flight (activation slots, above:
- * M under GPipe, at most stages - stage under 1F1B) and runs its backward
- * pass from them; st (may be NULL) reports the most it kept.
+ * the activations of each micro-batch in flight (activation slots, above)
+ * and runs its backward pass from them. It allocates as many slots and
+ * stashed inputs as its schedule keeps micro-batches in flight, and no
+ * more (dt_nn_stage_slots, freeing the slots of an earlier step that
+ * needed more): M under GPipe, stages - stage under 1F1B (never more than
+ * M), 1 at the last stage. st (may be NULL) reports what it allocated
+ * and the most it kept.
  *
  * Ready-first: when ops also has recv_async (a receive that returns at
  * once with *h for wait) and wait_any (wait until the first of n handles,
@@ -222,7 +254,12 @@ typedef struct dt_nn_pipe_stats {
 	double loss;        /* last stage: summed over the micro-batches */
 	int peak_stashed;   /* micro-batch inputs kept at once, at most */
 	size_t stash_bytes; /* their bytes */
-	size_t act_bytes;   /* and the bytes of their activations */
+	size_t act_bytes;   /* and the bytes of their activations (0 at the
+	                       last stage: it keeps none between passes) */
+	int slots;          /* activation slots allocated (the schedule's
+	                       micro-batches in flight) */
+	size_t alloc_bytes; /* their bytes with the stashed inputs': slots x
+	                       (a micro-batch's input + activations) */
 	uint64_t busy_ns;   /* time in the layers (the rest is waiting) */
 	int reordered;      /* ready-first: backward passes run ahead of a
 	                       forward the strict order would have run */

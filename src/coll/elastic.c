@@ -255,6 +255,28 @@ added_workers(const int *old, int n, const int *now, int m)
 	return added;
 }
 
+/* Append "step S: -worker R" to the replay for every worker of old that
+ * the membership now lacks: two losses taken as one change (both before
+ * the sync) both go at that step. */
+static void
+replay_removals(dt_coll *c, dt_elastic_change *l, const int *old, int n,
+                uint64_t step)
+{
+	for (int i = 0; i < n; i++) {
+		size_t len = strlen(l->replay);
+		int found = 0;
+
+		pthread_mutex_lock(&c->mu);
+		for (int k = 0; k < c->size; k++)
+			found |= old[i] == c->ids[k];
+		pthread_mutex_unlock(&c->mu);
+		if (!found && len + 40 < sizeof(l->replay))
+			snprintf(l->replay + len, sizeof(l->replay) - len,
+			         "%sstep %llu: -worker %d", len ? "; " : "",
+			         (unsigned long long)step, old[i] - c->base_id);
+	}
+}
+
 /* Record the change just taken, and log the line that replays it. A
  * worker that just joined knows no history to replay: it records only. */
 static void
@@ -283,10 +305,8 @@ note_change(dt_elastic *e, const int *old, int old_size, uint64_t step)
 	l->step = step;
 	l->removed = gone;
 	l->added = added;
-	if (gone >= 0 && len + 40 < sizeof(l->replay))
-		snprintf(l->replay + len, sizeof(l->replay) - len,
-		         "%sstep %llu: -worker %d", len ? "; " : "",
-		         (unsigned long long)step, gone);
+	if (gone >= 0)
+		replay_removals(c, l, old, old_size, step);
 	else if (added > 0 && len + 40 < sizeof(l->replay))
 		snprintf(l->replay + len, sizeof(l->replay) - len,
 		         "%sstep %llu: +%d", len ? "; " : "",
@@ -347,6 +367,8 @@ take_change(dt_elastic *e, uint64_t *step)
 			break;
 		*step = snap_put_back(e);
 		note_change(e, old, old_size, *step);
+		/* (a job with servers: its pushes name this membership now) */
+		dt__node_elastic_take(c->node, e->last.epoch);
 		e->joining = 0;
 		e->changed = 1;
 		e->changed_at = *step;

@@ -65,10 +65,11 @@ X(DTRAIN_CHECKPOINT_EVERY, "100", U, "rounds between two checkpoints (0: only on
 X(DTRAIN_CHECKPOINT_SECONDS, "0", U, "also a checkpoint when this many seconds have passed (0: off)") \
 X(DTRAIN_CHECKPOINT_LOAD, "0", U, "1: each server starts from its checkpoint") \
 X(DTRAIN_RECOVER, "0", U, "1: a lost server or worker may be replaced (implies PS_RESEND=1)") \
-X(DTRAIN_ELASTIC, "0", U, "1: an elastic job (collectives, no servers): a lost worker leaves the membership instead of ending the job") \
+X(DTRAIN_ELASTIC, "0", U, "1: an elastic job (collectives, or servers in dist_sync/dist_async): a lost worker leaves the membership instead of ending the job") \
 X(DTRAIN_ELASTIC_MIN, "1", U, "the fewest workers an elastic job goes on with") \
 X(DTRAIN_ELASTIC_MAX, "(DMLC_NUM_WORKER)", U, "the most workers of an elastic job, those that join it included") \
 X(DTRAIN_ELASTIC_SCHEDULE, "(none)", U, "membership changes at commit steps, \"step S: -worker R; step T: +N; ...\": replays a run") \
+X(DTRAIN_ELASTIC_TIMEOUT, "600", U, "seconds an elastic job with fewer than DTRAIN_ELASTIC_MIN workers waits for workers to join before it ends") \
 X(DT_ELASTIC_TIMEOUT, "60", U, "seconds an elastic worker waits for the scheduler's new membership") \
 X(DTRAIN_REPLAY_MAX, "1024", U, "MiB of push copies a worker keeps to replay to a restarted server") \
 X(DTRAIN_RECOVER_BATCHED, "1", U, "0: with recovery, batched calls go key by key (by default they stay batched in dist_sync: a lost server or worker is recovered with them; dist_async always sends them key by key)") \

@@ -154,6 +154,11 @@ dt_err dt__node_elastic_grow(dt_node *n, int count, uint64_t step, int exact);
  * gives the others a membership without it. The node is stopped as
  * usual afterwards. */
 dt_err dt__node_elastic_leave(dt_node *n);
+/* The membership epoch this worker's program took last (0 at the start):
+ * set by the collectives when the program takes a change, read by the
+ * KVStore, whose pushes name it. */
+void dt__node_elastic_take(dt_node *n, uint64_t epoch);
+uint64_t dt__node_elastic_taken(dt_node *n);
 
 /* This process took the place of a lost node of the job. */
 int dt__node_rejoined(const dt_node *n);

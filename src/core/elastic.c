@@ -7,17 +7,21 @@
  * heartbeats, a SIGKILL) or leaves on purpose (a scheduled removal: its
  * WORKER_DONE with arg0 = 1), it is taken out of the list, the epoch goes
  * up by one, and every remaining worker gets the whole new list in one
- * MEMBERSHIP message, instead of the job being aborted - as long as at
- * least DTRAIN_ELASTIC_MIN workers remain. Members keep the last list
+ * MEMBERSHIP message, instead of the job being aborted. When fewer than
+ * DTRAIN_ELASTIC_MIN remain, the scheduler holds the new list back: the
+ * survivors wait (told how long) for workers to join, and the first
+ * membership they get has the joiners in it; after DTRAIN_ELASTIC_TIMEOUT
+ * seconds without enough, it ends the job, naming the minimum (the
+ * "below the minimum" functions). Members keep the last list
  * they were given (a MEMBERSHIP of an epoch not above theirs is ignored)
  * and tell their apps (on_membership); the collectives re-form their
  * communicator over it when the program takes the change (coll/elastic.c).
  *
  * The scheduler counts a removed worker as done, so the job ends when the
  * survivors are, and its barriers over the workers count the live ones.
- * Elastic jobs have no servers: a server's rounds would need the same
- * change (its round sizes, the snapshot to go back to), which is not done;
- * such a job is refused at start-up on every node.
+ * With parameter servers, every server gets the same MEMBERSHIP messages
+ * as the workers: its dist_sync rounds wait for the live workers, and a
+ * change drops the rounds in flight (kv/srv_elastic.c).
  *
  * Locking: the fields (n->el_*) are guarded by n->mu.
  */
@@ -31,7 +35,7 @@
 dt_err
 dt__elastic_config(dt_node *n)
 {
-	long on, lo, hi;
+	long on, lo, hi, wait_s;
 	dt_err err;
 	int w = n->cfg.num_workers;
 
@@ -43,16 +47,11 @@ dt__elastic_config(dt_node *n)
 	if ((err = dt__env_long("DTRAIN_ELASTIC_MIN", 1, 1, DT_MAX_ROLE_NODES,
 	                        &lo)) ||
 	    (err = dt__env_long("DTRAIN_ELASTIC_MAX", w, 1, DT_MAX_ROLE_NODES,
-	                        &hi)))
+	                        &hi)) ||
+	    (err = dt__env_long("DTRAIN_ELASTIC_TIMEOUT", 600, 1, 7 * 86400,
+	                        &wait_s)))
 		return err;
-	if (n->cfg.num_servers > 0)
-		return dt__fail(
-		    DT_ENOTSUP,
-		    "DTRAIN_ELASTIC=1 with DMLC_NUM_SERVER=%d: elastic "
-		    "training works in the collectives mode only (a "
-		    "job without servers: dtrain launch -s 0); with "
-		    "parameter servers it is not supported yet",
-		    n->cfg.num_servers);
+	n->el_timeout_ns = (uint64_t)wait_s * 1000000000ull;
 	if (n->recover)
 		return dt__fail(
 		    DT_ECONFIG,
@@ -198,6 +197,11 @@ epoch_above(dt_node *n, const void *arg)
 	return n->el_epoch > *(const uint64_t *)arg;
 }
 
+/* How long past the scheduler's hold a member still waits for its word:
+ * the scheduler ends the job at the hold's end, and its ABORT needs no
+ * more than this to arrive, even on a loaded machine. */
+#define HOLD_MARGIN_NS (30 * 1000000000ull)
+
 dt_err
 dt__node_wait_membership(dt_node *n, uint64_t above, uint64_t deadline_ns)
 {
@@ -206,8 +210,24 @@ dt__node_wait_membership(dt_node *n, uint64_t above, uint64_t deadline_ns)
 
 	snprintf(what, sizeof(what), "membership %llu from the scheduler",
 	         (unsigned long long)above + 1);
-	err = dt__node_wait(n, epoch_above, &above, deadline_ns, what);
-	return err;
+	for (;;) {
+		uint64_t until;
+
+		err = dt__node_wait(n, epoch_above, &above, deadline_ns, what);
+		if (err != DT_ETIMEDOUT)
+			return err;
+		/* While the job is below its minimum, the scheduler holds
+		 * the membership back for up to DTRAIN_ELASTIC_TIMEOUT,
+		 * which may be longer than this wait: the member waits as
+		 * long as the scheduler said it would, and a bit. */
+		pthread_mutex_lock(&n->mu);
+		until = n->el_hold_until;
+		pthread_mutex_unlock(&n->mu);
+		if (until == 0 || until + HOLD_MARGIN_NS <= deadline_ns ||
+		    dt__now_ns() >= until + HOLD_MARGIN_NS)
+			return err;
+		deadline_ns = until + HOLD_MARGIN_NS;
+	}
 }
 
 dt_err
@@ -238,6 +258,23 @@ copy_members(dt_node *n, int *ids)
 	return count;
 }
 
+/* The servers of a job with servers get every membership too: their
+ * rounds count its live workers (kv/srv_elastic.c). */
+static void
+send_membership_servers(dt_node *n, const dt_wbuf *w, uint64_t epoch, int gone,
+                        int lost)
+{
+	for (int i = 0; i < n->num_servers; i++) {
+		dt_msg_hdr h = {.cmd = DT_CMD_MEMBERSHIP,
+		                .arg0 = epoch,
+		                .arg1 = (uint64_t)gone,
+		                .arg2 = (uint64_t)lost};
+
+		(void)dt__node_send(n, dt__node_server_id(n, i), &h, w->data,
+		                    (uint32_t)w->len, NULL, 0);
+	}
+}
+
 /* Send the membership to every live worker (scheduler); lost: 1 a worker
  * was lost, 0 one left on schedule, 2 the membership grew. */
 static void
@@ -247,7 +284,8 @@ send_membership(dt_node *n, const int *ids, int count, uint64_t epoch, int gone,
 	dt_wbuf w;
 
 	dt__wbuf_init(&w);
-	if (dt__msg_membership_encode(ids, count, &w) == DT_OK)
+	if (dt__msg_membership_encode(ids, count, &w) == DT_OK) {
+		send_membership_servers(n, &w, epoch, gone, lost);
 		for (int i = 0; i < count; i++) {
 			dt_msg_hdr h = {.cmd = DT_CMD_MEMBERSHIP,
 			                .arg0 = epoch,
@@ -257,10 +295,15 @@ send_membership(dt_node *n, const int *ids, int count, uint64_t epoch, int gone,
 			(void)dt__node_send(n, ids[i], &h, w.data,
 			                    (uint32_t)w.len, NULL, 0);
 		}
+	}
 	dt__wbuf_fini(&w);
 }
 
 static void send_waiting(dt_node *n);
+static uint64_t below_left_ms(dt_node *n);
+static void below_min_begin(dt_node *n, int peer, const char *why, int lost,
+                            int count);
+static void below_min_fill(dt_node *n, int later);
 
 /* A worker that joined but was not taken in yet went: it was never a
  * member, so nothing changes but the count the members are told. */
@@ -333,14 +376,13 @@ dt__elastic_sched_remove(dt_node *n, int peer, const char *why, int lost)
 	pthread_cond_broadcast(&n->cv);
 	pthread_mutex_unlock(&n->mu);
 	dt__node_name(n, peer, name, sizeof(name));
-	if (count < n->el_min || ids == NULL) {
-		snprintf(reason, sizeof(reason),
-		         "%s (pid %d at %s:%d) %s (%s): %d worker%s remain%s, "
-		         "fewer than DTRAIN_ELASTIC_MIN=%d",
-		         name, n->table[peer].pid, n->table[peer].host,
-		         n->table[peer].port, lost ? "was lost" : "left", why,
-		         count, count == 1 ? "" : "s", count == 1 ? "s" : "",
-		         n->el_min);
+	if (count == 0 || ids == NULL) {
+		/* (no survivor holds the state a joiner would take) */
+		snprintf(
+		    reason, sizeof(reason), "%s (pid %d at %s:%d) %s (%s): %s",
+		    name, n->table[peer].pid, n->table[peer].host,
+		    n->table[peer].port, lost ? "was lost" : "left", why,
+		    ids ? "no worker remains" : "no memory for the membership");
 		free(ids);
 		dt__sched_abort(n, reason);
 		return 1;
@@ -349,6 +391,11 @@ dt__elastic_sched_remove(dt_node *n, int peer, const char *why, int lost)
 	for (int mask = 1; mask < 8; mask++)
 		if (mask & DT_GROUP_WORKERS)
 			dt__sched_barrier_recheck(n, mask);
+	if (count < n->el_min) {
+		free(ids);
+		below_min_begin(n, peer, why, lost, count);
+		return 1;
+	}
 	dt__log(0,
 	        "%s (pid %d at %s:%d) %s (%s): membership %llu has %d "
 	        "worker%s",
@@ -373,20 +420,26 @@ count_joining(dt_node *n, int ready_only)
 	return k;
 }
 
-/* Tell every member how many workers are ready to join (GROW, arg0). */
+/* Tell every member how many workers are ready to join (GROW, arg0),
+ * and, below the minimum, how many more milliseconds the scheduler waits
+ * for enough of them (arg1; 0: it does not wait). */
 static void
 send_waiting(dt_node *n)
 {
 	int *ids, count, ready;
+	uint64_t hold_ms;
 
 	if ((ids = malloc(sizeof(int) * (size_t)n->ntable)) == NULL)
 		return;
 	count = copy_members(n, ids);
 	pthread_mutex_lock(&n->mu);
 	ready = count_joining(n, 1);
+	hold_ms = below_left_ms(n);
 	pthread_mutex_unlock(&n->mu);
 	for (int i = 0; i < count; i++) {
-		dt_msg_hdr h = {.cmd = DT_CMD_GROW, .arg0 = (uint64_t)ready};
+		dt_msg_hdr h = {.cmd = DT_CMD_GROW,
+		                .arg0 = (uint64_t)ready,
+		                .arg1 = hold_ms};
 
 		(void)dt__node_send(n, ids[i], &h, NULL, 0, NULL, 0);
 	}
@@ -569,7 +622,8 @@ try_grant(dt_node *n)
 		return;
 	pthread_mutex_lock(&n->mu);
 	want = s->grow_want;
-	if (want == 0 || ensure_ids(n) ||
+	/* (below the minimum, the joiners end the wait: below_min_fill) */
+	if (want == 0 || ensure_ids(n) || s->below_since ||
 	    (s->grow_exact && count_joining(n, 1) < want)) {
 		pthread_mutex_unlock(&n->mu);
 		free(ids);
@@ -603,6 +657,7 @@ dt__elastic_sched_ready(dt_node *n, int peer)
 	pthread_mutex_unlock(&n->mu);
 	dt__log(0, "%s is ready to join",
 	        dt__node_name(n, peer, name, sizeof(name)));
+	below_min_fill(n, 1);
 	send_waiting(n);
 	try_grant(n);
 }
@@ -640,8 +695,10 @@ dt__elastic_sched_end(dt_node *n)
 		c = s->joining[id]
 		        ? __atomic_load_n(&n->peers[id], __ATOMIC_ACQUIRE)
 		        : NULL;
+		/* (only a joiner's: a server's left counts its end) */
+		if (s->joining[id])
+			s->left[id] = 1;
 		s->joining[id] = 0;
-		s->left[id] = 1;
 		pthread_mutex_unlock(&n->mu);
 		if (c)
 			dt__sched_send_abort(
@@ -660,10 +717,10 @@ dt__elastic_member_on_msg(dt_node *n, dt_conn *c, const dt_msg *m)
 	int slots = dt__elastic_slots(n);
 
 	if (dt__conn_peer(c) != 0 || !n->elastic || !n->have_table ||
-	    n->role != DT_ROLE_WORKER) {
+	    (n->role != DT_ROLE_WORKER && n->role != DT_ROLE_SERVER)) {
 		dt__log(0,
 		        "dropping %s: MEMBERSHIP outside an elastic job's "
-		        "worker, or not from the scheduler",
+		        "worker or server, or not from the scheduler",
 		        dt__conn_addr(c));
 		dt__van_close(n->van, c);
 		return;
@@ -693,6 +750,7 @@ dt__elastic_member_on_msg(dt_node *n, dt_conn *c, const dt_msg *m)
 		n->el_n = count;
 		n->el_epoch = epoch;
 		n->el_gone = gone;
+		n->el_hold_until = 0;
 		fresh = 1;
 		pthread_cond_broadcast(&n->cv);
 	}
@@ -734,10 +792,20 @@ dt__elastic_member_on_grow(dt_node *n, dt_conn *c, const dt_msg *m)
 {
 	if (!from_scheduler(n, c, "GROW"))
 		return;
+	uint64_t hold_ms = DT_MIN(m->hdr.arg1, 30ull * 86400 * 1000);
+	int was;
+
 	pthread_mutex_lock(&n->mu);
 	n->el_waiting = (int)DT_MIN(m->hdr.arg0, (uint64_t)n->el_max);
+	was = n->el_hold_until != 0;
+	n->el_hold_until = hold_ms ? dt__now_ns() + hold_ms * 1000000ull : 0;
 	pthread_mutex_unlock(&n->mu);
 	DT_LOG(1, "%d workers wait to join", (int)m->hdr.arg0);
+	if (hold_ms && !was)
+		dt__log(0,
+		        "the job has fewer workers than DTRAIN_ELASTIC_MIN=%d: "
+		        "waiting up to %.0f s more for workers to join",
+		        n->el_min, (double)hold_ms * 1e-3);
 }
 
 void
@@ -796,6 +864,167 @@ dt__elastic_joiner_ready(dt_node *n)
 	if (err == DT_ETIMEDOUT)
 		return dt__fail(err, "%s (DT_WAIT_TIMEOUT)", dt_errmsg());
 	return err;
+}
+
+/*
+ * Below the minimum. A change that leaves fewer than DTRAIN_ELASTIC_MIN
+ * workers does not end the job at once (Horovod's contract): the survivors
+ * are waiting for their next membership already (a loss fails their
+ * operation, a scheduled leaving is at a commit), and the scheduler holds
+ * it back, telling them for how long (GROW arg1), until enough workers
+ * that join are ready. Then one membership takes the change and the
+ * joiners together, and the joiners get the state by the restore's
+ * broadcast, as after a grow. A worker lost while waiting only makes the
+ * list shorter; the last one lost ends the job (no one would hold the
+ * state). After DTRAIN_ELASTIC_TIMEOUT the serve loop ends the job
+ * (dt__elastic_sched_check_min) with a message naming the minimum.
+ */
+
+/* (mu held) The hold's milliseconds left; 0 when the job is not below its
+ * minimum, 1 at least while it is. */
+static uint64_t
+below_left_ms(dt_node *n)
+{
+	dt_sched *s = n->sched;
+	uint64_t now = dt__now_ns(), end;
+
+	if (s == NULL || s->below_since == 0)
+		return 0;
+	end = s->below_since + n->el_timeout_ns;
+	return end > now ? DT_MAX((end - now) / 1000000ull, 1ull) : 1;
+}
+
+/* A change left count (< DTRAIN_ELASTIC_MIN, > 0) workers: wait for
+ * joiners, unless those ready are enough already. */
+static void
+below_min_begin(dt_node *n, int peer, const char *why, int lost, int count)
+{
+	dt_sched *s = n->sched;
+	char name[64];
+	double left;
+
+	pthread_mutex_lock(&n->mu);
+	if (s->below_since == 0)
+		s->below_since = dt__now_ns();
+	s->below_gone = peer;
+	s->below_lost = lost;
+	left = (double)below_left_ms(n) * 1e-3;
+	pthread_mutex_unlock(&n->mu);
+	dt__log(0,
+	        "%s (pid %d at %s:%d) %s (%s): %d worker%s remain%s, fewer "
+	        "than DTRAIN_ELASTIC_MIN=%d; waiting up to %.0f s "
+	        "(DTRAIN_ELASTIC_TIMEOUT) for workers to join",
+	        dt__node_name(n, peer, name, sizeof(name)), n->table[peer].pid,
+	        n->table[peer].host, n->table[peer].port,
+	        lost ? "was lost" : "left on schedule", why, count,
+	        count == 1 ? "" : "s", count == 1 ? "s" : "", n->el_min, left);
+	send_waiting(n);
+	below_min_fill(n, 0);
+}
+
+/* If the job is below its minimum and the ready joiners bring it back to
+ * it, take them all (up to DTRAIN_ELASTIC_MAX) in one membership, which
+ * every member, old and new, gets.
+ *
+ * later: the wait began before (a joiner got ready since). The membership
+ * then says "lost" even when the change was a scheduled leaving: a
+ * survivor may have taken a membership sent before the wait (two workers
+ * leaving at one commit give two), whose sync includes the second leaver
+ * and waits on it; it must fail and take this one. A survivor still
+ * finishing its step before the commit had all the leavers' data long
+ * before a joiner could start, so no operation that should finish fails. */
+static void
+below_min_fill(dt_node *n, int later)
+{
+	dt_sched *s = n->sched;
+	int *ids, count, took, gone, lost;
+	uint64_t epoch, waited;
+
+	if ((ids = malloc(sizeof(int) * (size_t)n->ntable)) == NULL)
+		return; /* (the next ready joiner, or the timeout, decides) */
+	pthread_mutex_lock(&n->mu);
+	if (s->below_since == 0 || ensure_ids(n) ||
+	    n->el_n + count_joining(n, 1) < n->el_min) {
+		pthread_mutex_unlock(&n->mu);
+		free(ids);
+		return;
+	}
+	took = take_ready(n, n->el_max - n->el_n);
+	s->workers_total += took;
+	s->grow_want = 0; /* (a request from before the change is spent) */
+	waited = dt__now_ns() - s->below_since;
+	s->below_since = 0;
+	gone = s->below_gone;
+	lost = s->below_lost || later;
+	n->el_epoch++;
+	n->el_gone = gone;
+	epoch = n->el_epoch;
+	count = n->el_n;
+	memcpy(ids, n->el_ids, sizeof(int) * (size_t)count);
+	pthread_cond_broadcast(&n->cv);
+	pthread_mutex_unlock(&n->mu);
+	dt__log(0,
+	        "membership %llu has %d workers: %d joined; the job has "
+	        "DTRAIN_ELASTIC_MIN=%d again after %.1f s below it",
+	        (unsigned long long)epoch, count, took, n->el_min,
+	        (double)waited * 1e-9);
+	send_membership(n, ids, count, epoch, gone, lost);
+	free(ids);
+	send_waiting(n);
+}
+
+int
+dt__elastic_sched_below_over(dt_node *n)
+{
+	dt_sched *s = n->sched;
+
+	return n->elastic && s && s->below_since &&
+	       dt__now_ns() - s->below_since >= n->el_timeout_ns;
+}
+
+void
+dt__elastic_sched_check_min(dt_node *n)
+{
+	char reason[256];
+	int live;
+
+	pthread_mutex_lock(&n->mu);
+	if (!dt__elastic_sched_below_over(n)) {
+		pthread_mutex_unlock(&n->mu);
+		return;
+	}
+	/* (the wait is over: the serve loop's next wait sees the abort) */
+	n->sched->below_since = 0;
+	live = dt__elastic_live(n);
+	pthread_mutex_unlock(&n->mu);
+	snprintf(
+	    reason, sizeof(reason),
+	    "%d worker%s live, fewer than DTRAIN_ELASTIC_MIN=%d for %.0f s "
+	    "(DTRAIN_ELASTIC_TIMEOUT): not enough workers joined",
+	    live, live == 1 ? "" : "s", n->el_min,
+	    (double)n->el_timeout_ns * 1e-9);
+	dt__log(0, "the elastic job ends: %s", reason);
+	dt__sched_abort(n, reason);
+}
+
+void
+dt__node_elastic_take(dt_node *n, uint64_t epoch)
+{
+	pthread_mutex_lock(&n->mu);
+	if (epoch > n->el_taken)
+		n->el_taken = epoch;
+	pthread_mutex_unlock(&n->mu);
+}
+
+uint64_t
+dt__node_elastic_taken(dt_node *n)
+{
+	uint64_t epoch;
+
+	pthread_mutex_lock(&n->mu);
+	epoch = n->el_taken;
+	pthread_mutex_unlock(&n->mu);
+	return epoch;
 }
 
 void

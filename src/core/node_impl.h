@@ -129,6 +129,16 @@ struct dt_node {
 	 * scheduler says wait to join at the members' next commit (GROW). */
 	int el_joiner;
 	int el_waiting;
+	/* Below the minimum (elastic.c): how long the scheduler waits for
+	 * workers to join when fewer than el_min remain
+	 * (DTRAIN_ELASTIC_TIMEOUT), and on a member (mu) until when the
+	 * scheduler said it holds the membership back for them (0: it does
+	 * not), which stretches the member's wait for its next membership. */
+	uint64_t el_timeout_ns;
+	uint64_t el_hold_until;
+	/* (mu) The membership this worker's program computes in: the last
+	 * one it took (dt_elastic_restore), named by its pushes to servers. */
+	uint64_t el_taken;
 
 	/* Observability (report.c): frame counters by node id (1 + S + W,
 	 * from the start; relaxed atomics), whether this node owns the

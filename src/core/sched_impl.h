@@ -71,6 +71,12 @@ struct dt_sched {
 	int next_worker;
 	uint8_t *joining;
 	int grow_want, grow_exact;
+	/* Below the minimum (elastic.c): since when fewer than
+	 * DTRAIN_ELASTIC_MIN workers are live (0: not below it), and the
+	 * last change that took it there (the worker gone, and whether it
+	 * was lost), which the membership that ends the wait carries. */
+	uint64_t below_since;
+	int below_gone, below_lost;
 };
 
 /* Release barrier mask's round if every member has arrived (mu not
@@ -108,5 +114,10 @@ void dt__elastic_sched_ready(dt_node *n, int peer);
 void dt__elastic_sched_grow(dt_node *n, int peer, const dt_msg *m);
 /* The job ends: refuse the workers still waiting to join. */
 void dt__elastic_sched_end(dt_node *n);
+/* (mu held) Whether the job has been below DTRAIN_ELASTIC_MIN for
+ * DTRAIN_ELASTIC_TIMEOUT; then dt__elastic_sched_check_min (mu not held)
+ * ends it, naming the minimum and the time waited. */
+int dt__elastic_sched_below_over(dt_node *n);
+void dt__elastic_sched_check_min(dt_node *n);
 
 #endif

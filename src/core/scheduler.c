@@ -624,7 +624,8 @@ workers_gone(dt_node *n, const void *arg)
 {
 	(void)arg;
 	return n->sched->workers_done == n->sched->workers_total ||
-	       late_node(n) || dt__sched_held_overdue(n);
+	       late_node(n) || dt__sched_held_overdue(n) ||
+	       dt__elastic_sched_below_over(n);
 }
 
 /* The end: every server left, and with PS_RESEND every worker's link
@@ -831,6 +832,7 @@ dt__sched_serve(dt_node *n)
 		                         "the workers")))
 			return err;
 		dt__sched_refuse_overdue(n);
+		dt__elastic_sched_check_min(n);
 		pthread_mutex_lock(&n->mu);
 		late = late_node(n);
 		int done = s->workers_done == s->workers_total;

@@ -359,6 +359,15 @@ broadcast_to_servers(dt_kv_client *c, int cmd, uint64_t arg0, const void *meta,
 	return dt__kv_client_wait(c, req);
 }
 
+/* A worker that joined a running elastic job: the set-up the members
+ * agreed on at their start (the mode, the optimizer, the keys' inits)
+ * is on the servers already, and they are in no barrier for it now. */
+static int
+elastic_joiner(const dt_kv_client *c)
+{
+	return dt__node_elastic_joiner(c->node);
+}
+
 /* What rank 0 did (err, with its message) reaches every worker: all of
  * them pass a barrier that carries the outcome. */
 dt_err
@@ -376,8 +385,8 @@ dt__kv_client_set_optimizer(dt_kv_client *c, const dt_opt *opt)
 	dt_wbuf w;
 	dt_err err = DT_OK;
 
-	if (c->rejoined && !c->resumed) /* (the servers have it) */
-		return DT_OK;
+	if ((c->rejoined && !c->resumed) || elastic_joiner(c))
+		return DT_OK; /* (the servers have it) */
 	if (dt_node_rank(c->node) == 0) {
 		dt__wbuf_init(&w);
 		dt__opt_encode(opt, &w);
@@ -395,7 +404,7 @@ dt__kv_client_configure(dt_kv_client *c)
 {
 	dt_err err = DT_OK;
 
-	if (c->rejoined && !c->resumed)
+	if ((c->rejoined && !c->resumed) || elastic_joiner(c))
 		return DT_OK;
 	if (dt_node_rank(c->node) == 0)
 		err = broadcast_to_servers(c, DT_CMD_KV_CONFIG,
@@ -421,7 +430,7 @@ dt__kv_client_checkpoint(dt_kv_client *c)
 dt_err
 dt__kv_client_agree_setup(dt_kv_client *c, dt_err err)
 {
-	if (c->rejoined && !c->resumed) /* the others agreed long ago */
-		return err;
+	if ((c->rejoined && !c->resumed) || elastic_joiner(c))
+		return err; /* (the others agreed long ago) */
 	return dt__kv_client_agree(c, err);
 }

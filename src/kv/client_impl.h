@@ -116,6 +116,32 @@ typedef struct mpart {
 	size_t keys_cap, lens_cap, vals_cap, ans_cap, enc_cap; /* bytes */
 } mpart;
 
+/*
+ * A batched call whose keys are k0 + i * d (i < n), cut into key ranges
+ * (kv_range.c; kv_impl.h: DT_KV_KEY_RANGE). Key i's server, (k0 + i d)
+ * mod S, repeats with period P = S / gcd(d, S): the keys of the server of
+ * key j (j < P) are j, j + P, j + 2P ..., a range of step d P.
+ */
+#define DT_KVC_RANGES_MAX 64 /* servers */
+typedef struct kv_ranges {
+	size_t period;                      /* P */
+	int srv[DT_KVC_RANGES_MAX];         /* the server of keys j + m P */
+	size_t off[DT_KVC_RANGES_MAX];      /* per server: its first key's i */
+	size_t count[DT_KVC_RANGES_MAX];    /* per server: its keys (0: none) */
+	uint64_t rng[DT_KVC_RANGES_MAX][2]; /* per server: first key, step */
+} kv_ranges;
+
+/* Whether keys[0..n) are a progression; if so r is their cut over ns
+ * (at most DT_KVC_RANGES_MAX) servers. One pass over the keys. */
+int dt__kvc_ranges_plan(kv_ranges *r, const dt_key *keys, size_t n, int ns);
+/* The values of the servers' ranges into their parts' vals (each server
+ * every P-th value from its first), and the answers in the parts' ans
+ * back to the call's order in outs. */
+void dt__kvc_ranges_gather(const kv_ranges *r, int ns, const float *vals,
+                           size_t n, mpart *mp);
+void dt__kvc_ranges_scatter(const kv_ranges *r, int ns, const mpart *mp,
+                            size_t n, float *outs);
+
 struct dt_kv_client {
 	dt_node *node;
 	int sync;

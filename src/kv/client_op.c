@@ -254,6 +254,38 @@ held_push_done(dt_kv_client *c, kv_op *o, dt_msg_hdr *h)
 	return 1;
 }
 
+/*
+ * An elastic job: a single-key push names the membership this worker
+ * computes in - the one its program took last (dt_elastic_restore), not
+ * the newest the scheduler announced - so that a server counts it only in
+ * a round of that membership (kv/srv_elastic.c). 1: the epoch does not
+ * fit (o failed).
+ */
+static int
+stamp_epoch(dt_kv_client *c, kv_op *o, dt_msg_hdr *h)
+{
+	uint64_t ep;
+
+	if ((h->cmd != DT_CMD_KV_PUSH && h->cmd != DT_CMD_KV_PUSHPULL) ||
+	    !dt__node_elastic(c->node))
+		return 0;
+	ep = dt__node_elastic_taken(c->node);
+	if (ep > DT_KV_EPOCH_MAX) {
+		char msg[160];
+
+		snprintf(msg, sizeof(msg),
+		         "push of key %llu: membership %llu; an elastic job "
+		         "with servers goes through at most %u membership "
+		         "changes",
+		         (unsigned long long)h->key, (unsigned long long)ep,
+		         DT_KV_EPOCH_MAX);
+		dt__kvc_op_fail(o, DT_ETOOBIG, msg);
+		return 1;
+	}
+	h->arg2 |= (uint32_t)(ep << DT_KV_EPOCH_SHIFT);
+	return 0;
+}
+
 void
 dt__kvc_part_done(dt_kv_client *c, kv_op *o)
 {
@@ -336,6 +368,16 @@ dt__kvc_send_part(dt_kv_client *c, kv_op *o, int server, dt_msg_hdr *h,
 		pthread_mutex_unlock(&c->mu);
 		if (c->recover)
 			dt__kvc_send_unlock(c);
+		return;
+	}
+	if (s && stamp_epoch(c, o, h)) {
+		if (le)
+			dt__kvc_logent_drop(le);
+		free(s);
+		o->remaining--;
+		pthread_mutex_unlock(&c->mu);
+		if (c->recover)
+			pthread_mutex_unlock(&c->send_mu);
 		return;
 	}
 	h->seq = c->next_seq++;

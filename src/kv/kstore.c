@@ -11,6 +11,11 @@
  * compiler vectorises, where the lookups were a random access each; it
  * then names consecutive records, so the dist_sync merge, the update and
  * the answer each work on one contiguous stretch of the arenas.
+ *
+ * Size: the index, the runs and the dist_sync rounds (with their deferred
+ * spans) all work on the records through the same private helpers
+ * (update, the marks, the per-record arrays), so they stay one file of
+ * about 1,100 lines rather than sharing those helpers through a header.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -180,6 +185,7 @@ dt__ks_fini(dt_kstore *ks)
 	free(ks->pend);
 	free(ks->npushed);
 	free(ks->wpend);
+	free(ks->dh);
 	memset(ks, 0, sizeof(*ks));
 }
 
@@ -250,6 +256,9 @@ reserve(dt_kstore *ks, size_t nrec, size_t nval)
 
 	if (ks->sync && ks->wpend == NULL &&
 	    (ks->wpend = calloc(w ? w : 1, sizeof(*ks->wpend))) == NULL)
+		return -1;
+	if (ks->sync && ks->dh == NULL &&
+	    (ks->dh = calloc(w ? w : 1, sizeof(*ks->dh))) == NULL)
 		return -1;
 	if (nrec > ks->rec_cap) {
 		size_t rc = DT_MAX(nrec, ks->rec_cap + ks->rec_cap / 2);
@@ -335,8 +344,8 @@ unmark(dt_kstore *ks, const uint32_t *idx, size_t n, size_t lim)
 
 /* ---- runs: requests that list keys in the order init added them ---- */
 
-#define RUN_MIN   64   /* keys a run has at least (below: lookups) */
-#define RUN_CHUNK 4096 /* keys compared between early exits */
+#define RUN_MIN   DT_KV_RANGE_MIN /* keys a run has at least (below: lookups) */
+#define RUN_CHUNK 4096            /* keys compared between early exits */
 
 /* Whether keys[from..count) are k0 + i * d (i their index). The compare
  * has no branch per key, so the compiler can vectorise it. */
@@ -356,15 +365,16 @@ progression(const uint8_t *keys, size_t from, size_t count, uint64_t k0,
 	return 1;
 }
 
-/* The common step of keys[0..count) if they may be a progression (it
- * increases without wrapping; the first two and the last agree), else 0.
- * A step of 0 would list a key twice: never a progression. */
+/* The common step of keys[0..count) if they may be a progression (at
+ * least min keys; it increases without wrapping; the first two and the
+ * last agree), else 0. A step of 0 would list a key twice: never a
+ * progression. */
 static uint64_t
-step_of(const uint8_t *keys, size_t count)
+step_of(const uint8_t *keys, size_t count, size_t min)
 {
 	uint64_t k0, d;
 
-	if (count < RUN_MIN)
+	if (count < min || count < 2)
 		return 0;
 	k0 = dt__kv_u64_at(keys, 0);
 	d = dt__kv_u64_at(keys, 1) - k0;
@@ -374,29 +384,56 @@ step_of(const uint8_t *keys, size_t count)
 	return d;
 }
 
-int
-dt__ks_span(const dt_kstore *ks, size_t count, const uint8_t *keys,
-            const dt_ks_lens *lens, uint32_t *first)
+uint64_t
+dt__kv_key_step(const uint8_t *keys, size_t count)
 {
-	uint64_t d = lens->lens ? 0 : step_of(keys, count), k0;
+	uint64_t d = count >= 2 ? step_of(keys, count, 2) : 0;
 
-	if (d == 0)
-		return 0;
-	k0 = dt__kv_u64_at(keys, 0);
+	/* (the first two and the last keys are checked: step_of) */
+	return d && progression(keys, 2, count - 1, dt__kv_u64_at(keys, 0), d)
+	           ? d
+	           : 0;
+}
+
+/* Whether keys k0 + i * d (i < count), each of len floats, are a stretch
+ * of one of the store's runs: then *first is the record of k0. */
+static int
+run_of(const dt_kstore *ks, size_t count, uint64_t k0, uint64_t d, uint32_t len,
+       uint32_t *first)
+{
 	for (size_t i = 0; i < ks->nruns; i++) {
 		const dt_ks_run *u = &ks->runs[i];
 		uint64_t j0 = (k0 - u->k0) / d;
 
-		if (u->stride != d || u->len != lens->uniform || k0 < u->k0 ||
+		if (u->stride != d || u->len != len || k0 < u->k0 ||
 		    (k0 - u->k0) % d || j0 > u->n || count > u->n - j0)
 			continue;
-		/* (the first two and the last keys are checked: step_of) */
-		if (!progression(keys, 2, count - 1, k0, d))
-			return 0;
 		*first = u->r0 + (uint32_t)j0;
 		return 1;
 	}
 	return 0;
+}
+
+int
+dt__ks_span(const dt_kstore *ks, size_t count, const uint8_t *keys,
+            const dt_ks_lens *lens, uint32_t *first)
+{
+	uint64_t d = lens->lens ? 0 : step_of(keys, count, RUN_MIN), k0;
+
+	if (d == 0)
+		return 0;
+	k0 = dt__kv_u64_at(keys, 0);
+	/* (the first two and the last keys are checked: step_of) */
+	return run_of(ks, count, k0, d, lens->uniform, first) &&
+	       progression(keys, 2, count - 1, k0, d);
+}
+
+int
+dt__ks_span_range(const dt_kstore *ks, size_t count, uint64_t k0, uint64_t d,
+                  uint32_t len, uint32_t *first)
+{
+	return count >= RUN_MIN && d != 0 &&
+	       run_of(ks, count, k0, d, len, first);
 }
 
 /* After count keys were added as records r0 ... in their order, each of
@@ -405,7 +442,7 @@ static void
 note_run(dt_kstore *ks, size_t count, const uint8_t *keys, uint32_t len,
          uint32_t r0)
 {
-	uint64_t d = step_of(keys, count);
+	uint64_t d = step_of(keys, count, RUN_MIN);
 	size_t at;
 
 	if (d == 0 || len == 0 ||
@@ -679,11 +716,25 @@ dt__ks_apply(dt_kstore *ks, const uint32_t *idx, size_t count, const float *g)
 void
 dt__ks_apply_span(dt_kstore *ks, uint32_t first, size_t count, const float *g)
 {
+	size_t o = count ? (size_t)ks->off[first] : 0,
+	       n = count ? (size_t)ks->off[first + count] - o : 0;
+
 	/* (no optimizer: the values are the gradients, one copy) */
 	if (ks->opt.kind == DT_OPT_NONE && count) {
-		memcpy(dt__ks_val(ks, first), g,
-		       (size_t)(ks->off[first + count] - ks->off[first]) *
-		           sizeof(float));
+		memcpy(dt__ks_val(ks, first), g, n * sizeof(float));
+		count_updates(ks, first, count);
+	} else if (ks->opt.kind == DT_OPT_SGD && count) {
+		/* SGD works element by element and its state (momentum)
+		 * lies back to back like the values: one call over the span
+		 * gives each element what one call per key would, without a
+		 * call per key. (Adam's bias correction is per key: its
+		 * steps differ.) */
+		if (ks->prev)
+			memcpy(ks->prev + o, ks->val + o, n * sizeof(float));
+		dt__opt_apply(&ks->opt, ks->val + o, g,
+		              ks->state ? ks->state + o : NULL, n, 0);
+		for (size_t i = 0; i < count; i++)
+			ks->steps[first + i]++;
 		count_updates(ks, first, count);
 	} else
 		apply_sel(ks, NULL, first, count, g);
@@ -695,15 +746,20 @@ pending_sel(const dt_kstore *ks, int worker, const uint32_t *idx,
 {
 	size_t w = (size_t)ks->nworkers;
 
+	int in_d = ks->dcount && ks->dh[worker];
+
 	/* (between rounds, the common case, no record has one: no scan) */
 	if (ks->wpend == NULL || ks->wpend[worker] == 0)
 		return 0;
-	for (size_t i = 0; i < count; i++)
-		if (ks->pend[(size_t)rec_at(idx, first, i) * w +
-		             (size_t)worker]) {
+	for (size_t i = 0; i < count; i++) {
+		uint32_t r = rec_at(idx, first, i);
+
+		if (ks->pend[(size_t)r * w + (size_t)worker] ||
+		    (in_d && r - ks->dfirst < ks->dcount)) {
 			*bad = i;
 			return 1;
 		}
+	}
 	return 0;
 }
 
@@ -847,7 +903,124 @@ dt__ks_push_sync(dt_kstore *ks, int worker, uint32_t req, const uint32_t *idx,
 {
 	tally t = {.done = done, .arg = arg};
 
+	dt__ks_settle(ks);
 	push_sync_sel(ks, worker, req, idx, 0, count, g, keys, key, 0, &t);
+}
+
+/* Every round of the count records whose pending handles are pend
+ * (count x nworkers) closed at once: each worker's handles told as runs
+ * of one handle (one call for a request's keys in the span, the usual
+ * case, instead of one per key), worker by worker as tally_flush would,
+ * then cleared. */
+static void
+tell_runs(dt_kstore *ks, uint32_t *pend, size_t count, tally *t)
+{
+	size_t w = (size_t)ks->nworkers;
+
+	tally_flush(t);
+	for (size_t k = 0; k < w; k++)
+		for (size_t i = 0, j; i < count; i = j) {
+			uint32_t h = pend[i * w + k];
+
+			for (j = i + 1; j < count && pend[j * w + k] == h; j++)
+				;
+			if (h == 0) /* (none pending: nothing to tell) */
+				continue;
+			ks->wpend[k] -= j - i;
+			t->done(t->arg, h, j - i);
+		}
+	memset(pend, 0, count * w * sizeof(*pend));
+}
+
+/* Every round of records first .. first + count - 1 is complete: each
+ * value updated with its sum, in record order as close_round would (with
+ * no optimizer the sums become the values in one copy), the merge
+ * buffers zeroed. */
+static void
+close_values(dt_kstore *ks, uint32_t first, size_t count)
+{
+	size_t o = (size_t)ks->off[first],
+	       n = (size_t)ks->off[first + count] - o;
+
+	if (ks->opt.kind != DT_OPT_NONE) {
+		for (size_t i = 0; i < count; i++) {
+			uint32_t r = first + (uint32_t)i;
+
+			update(ks, r, ks->merge + ks->off[r]);
+		}
+		memset(ks->merge + o, 0, n * sizeof(float));
+		return;
+	}
+	if (ks->prev)
+		memcpy(ks->prev + o, ks->val + o, n * sizeof(float));
+	memcpy(ks->val + o, ks->merge + o, n * sizeof(float));
+	memset(ks->merge + o, 0, n * sizeof(float));
+	count_updates(ks, first, count);
+}
+
+void
+dt__ks_settle(dt_kstore *ks)
+{
+	size_t w = (size_t)ks->nworkers, c = ks->dcount;
+	uint32_t *pend, *np;
+
+	if (c == 0)
+		return;
+	pend = ks->pend + (size_t)ks->dfirst * w;
+	np = ks->npushed + ks->dfirst;
+	for (size_t k = 0; k < w; k++)
+		for (size_t i = 0; ks->dh[k] && i < c; i++)
+			pend[i * w + k] = ks->dh[k];
+	for (size_t i = 0; i < c; i++)
+		np[i] = ks->dn;
+	memset(ks->dh, 0, w * sizeof(*ks->dh));
+	ks->dcount = 0;
+	ks->dn = 0;
+}
+
+/*
+ * The usual dist_sync round of a batched call: every worker pushes the
+ * same span, one after the other, while nothing else is pending. Then
+ * the per-record marks (a handle per record and worker, a count per
+ * record) are not written at all: the span is deferred (kstore.h: dcount
+ * ...) with one handle per worker, and the last worker's push closes
+ * every round in one sweep and tells each handle once. Anything else that
+ * meets a deferred span writes it out first (dt__ks_settle), so the
+ * per-record state is then what span_rounds would have made. 1: taken.
+ */
+static int
+defer(dt_kstore *ks, int worker, uint32_t req, uint32_t first, size_t count,
+      tally *t)
+{
+	size_t w = (size_t)ks->nworkers;
+
+	if (ks->dcount == 0) {
+		for (size_t k = 0; k < w; k++)
+			if (ks->wpend[k]) /* (something pending: as before) */
+				return 0;
+		ks->dfirst = first;
+		ks->dcount = count;
+	} else if (ks->dfirst != first || ks->dcount != count ||
+	           ks->dh[worker]) {
+		return 0;
+	}
+	ks->dh[worker] = req;
+	ks->wpend[worker] += count;
+	if (++ks->dn < (uint32_t)w)
+		return 1;
+	close_values(ks, first, count);
+	ks->dcount = 0;
+	ks->dn = 0;
+	for (size_t k = 0; k < w; k++) {
+		uint32_t h = ks->dh[k];
+
+		ks->dh[k] = 0;
+		if (h) {
+			ks->wpend[k] -= count;
+			t->done(t->arg, h, count);
+		}
+	}
+	return 1;
 }
 
 /* A span's pushes of worker (more than DT_KS_TIMED keys, their gradients
@@ -863,33 +1036,29 @@ span_rounds(dt_kstore *ks, int worker, uint32_t req, uint32_t first,
 	uint32_t *pend = ks->pend + (size_t)first * w,
 	         *np = ks->npushed + first;
 
-	for (size_t i = 0; i < count; i++) {
-		marked += pend[i * w + (size_t)worker] == 0;
-		pend[i * w + (size_t)worker] = req;
-		closed += ++np[i] == (uint32_t)w;
+	uint32_t *mine = pend + worker, nw = (uint32_t)w;
+
+	/* Three loops rather than one: this worker's handles (with none of
+	 * its pushes pending anywhere, the usual case, without a look at
+	 * what was there), then the counts, a contiguous loop that the
+	 * compiler vectorises. */
+	if (ks->wpend[worker] == 0) {
+		for (size_t i = 0; i < count; i++)
+			mine[i * w] = req;
+		marked = count;
+	} else {
+		for (size_t i = 0; i < count; i++) {
+			marked += mine[i * w] == 0;
+			mine[i * w] = req;
+		}
 	}
+	for (size_t i = 0; i < count; i++)
+		closed += ++np[i] == nw;
 	ks->wpend[worker] += marked;
 	if (closed == count && ks->opt.kind == DT_OPT_NONE) {
-		size_t o = (size_t)ks->off[first],
-		       n = (size_t)ks->off[first + count] - o;
-
-		if (ks->prev)
-			memcpy(ks->prev + o, ks->val + o, n * sizeof(float));
-		memcpy(ks->val + o, ks->merge + o, n * sizeof(float));
-		memset(ks->merge + o, 0, n * sizeof(float));
-		count_updates(ks, first, count);
-		for (size_t i = 0; i < count; i++) {
-			np[i] = 0;
-			for (size_t k = 0; k < w; k++) {
-				uint32_t h = pend[i * w + k];
-
-				pend[i * w + k] = 0;
-				if (h) {
-					ks->wpend[k]--;
-					tally_add(t, k, h);
-				}
-			}
-		}
+		close_values(ks, first, count);
+		memset(np, 0, count * sizeof(*np));
+		tell_runs(ks, pend, count, t);
 	} else {
 		for (size_t i = 0; closed && i < count; i++) {
 			uint32_t r = first + (uint32_t)i;
@@ -928,6 +1097,10 @@ dt__ks_push_sync_span(dt_kstore *ks, int worker, uint32_t req, uint32_t first,
 	 * arrival order, as key by key). */
 	if (ks->nworkers > 1)
 		dt__kv_add(ks->merge + ks->off[first], g, n);
+	if (ks->nworkers > 1 && count > DT_KS_TIMED &&
+	    defer(ks, worker, req, first, count, &t))
+		return;
+	dt__ks_settle(ks);
 	if (ks->nworkers > 1 && count > DT_KS_TIMED)
 		span_rounds(ks, worker, req, first, count, &t);
 	else

@@ -74,6 +74,13 @@ typedef struct dt_kstore {
 	uint32_t *pend;    /* rec_cap * nworkers: request handles, 0: none */
 	uint32_t *npushed; /* per record */
 	size_t *wpend;     /* per worker: its records with a push pending */
+	/* A deferred span (kstore.c: defer): records dfirst .. dfirst +
+	 * dcount - 1 hold the pushes of dn workers, handles dh[worker] (0:
+	 * none), and nothing else pending, though their pend and npushed
+	 * entries are still zero (dcount 0: none). */
+	size_t dcount;
+	uint32_t dfirst, dn;
+	uint32_t *dh; /* nworkers */
 	/* runs of keys added in order (see above) */
 	dt_ks_run runs[DT_KS_RUNS];
 	size_t nruns;
@@ -108,6 +115,11 @@ dt_err dt__ks_resolve(dt_kstore *ks, const char *op, size_t count,
  */
 int dt__ks_span(const dt_kstore *ks, size_t count, const uint8_t *keys,
                 const dt_ks_lens *lens, uint32_t *first);
+/* The same for a request that names its keys as a range (kv_impl.h:
+ * DT_KV_KEY_RANGE): keys k0 + i * d (i < count, no wrap), each of len
+ * floats. No pass over keys at all. */
+int dt__ks_span_range(const dt_kstore *ks, size_t count, uint64_t k0,
+                      uint64_t d, uint32_t len, uint32_t *first);
 
 /* No record. */
 #define DT_KS_NONE UINT32_MAX
@@ -140,6 +152,9 @@ void dt__ks_apply(dt_kstore *ks, const uint32_t *idx, size_t count,
 void dt__ks_apply_span(dt_kstore *ks, uint32_t first, size_t count,
                        const float *g);
 
+/* dist_sync: write a deferred span's pushes into the per-record arrays
+ * (before a caller reads pend or npushed itself). */
+void dt__ks_settle(dt_kstore *ks);
 /* dist_sync: whether worker has a push of any of idx pending (its index
  * into *bad). */
 int dt__ks_pending(const dt_kstore *ks, int worker, const uint32_t *idx,

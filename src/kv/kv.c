@@ -216,6 +216,12 @@ dt_kv_num_workers(const dt_kv *kv)
 	return kv && kv->node ? dt_node_num_workers(kv->node) : 1;
 }
 
+dt_node *
+dt_kv_node(const dt_kv *kv)
+{
+	return kv ? kv->node : NULL;
+}
+
 int
 dt_kv_is_dist(const dt_kv *kv)
 {

@@ -89,6 +89,12 @@ dt__kv_op_name(int cmd)
  * worker continues from (docs/fault-tolerance.md). */
 #define DT_KV_AT_ROUND      (1u << 16)
 #define DT_KV_ENC_ANSWER(a) ((unsigned)(((a) >> 8) & 0xffu))
+/* A single-key push's (KV_PUSH, KV_PUSHPULL) arg2 bits 16-31 in an elastic
+ * job: the epoch of the membership the worker computes in, so that a
+ * server never counts a push of an old membership in a round of the new
+ * one (srv_elastic.c). Epochs go up to DT_KV_EPOCH_MAX. */
+#define DT_KV_EPOCH_SHIFT 16
+#define DT_KV_EPOCH_MAX   0xffffu
 uint32_t dt__kv_enc(dt_quant_kind push, dt_quant_kind answer);
 
 /* A request's encoding fields (arg2, and meta) for command cmd against a
@@ -107,7 +113,24 @@ void dt__kv_threshold_meta(float t, uint8_t meta[4]);
  * fp16). The payload: u64 keys[count], [u32 lens[count]], then for init,
  * push and pushpull the keys' values back to back (f32). The answer to a
  * pull or pushpull carries the values in the request's key order.
+ *
+ * A push, pull or pushpull whose keys are k0, k0 + d, k0 + 2d ... (a
+ * worker's keys 0..N-1, or its share of them on one of S servers) may say
+ * so instead of listing them: arg2 bit 17 (DT_KV_KEY_RANGE), every key of
+ * one length (arg1), and the key list is two u64, k0 and the step d >= 1,
+ * with no key past 2^64 - 1. The request then carries 16 bytes of keys
+ * instead of 8 per key, and the server resolves it with no pass over a
+ * key list when it is a stretch of keys one init added in that order
+ * (kstore.h: runs).
  */
+#define DT_KV_KEY_RANGE (1u << 17)
+/* Fewest keys a worker sends as a range (kstore.c's runs are no shorter:
+ * a shorter range gains little and is expanded by the server). */
+#define DT_KV_RANGE_MIN 64
+/* The step d when keys[0..count) (u64, possibly unaligned) are k0 + i * d
+ * for one d >= 1 with no wrap, else 0 (fewer than 2 keys: 0). One pass
+ * over the list in blocks, leaving at the first block that differs. */
+uint64_t dt__kv_key_step(const uint8_t *keys, size_t count);
 /* The i-th u64 of a request's key or row id list (the KVStore's hosts
  * are little-endian, as the wire: one load). */
 static inline uint64_t
@@ -144,7 +167,8 @@ dt__ks_len_at(const dt_ks_lens *l, size_t i)
 
 typedef struct dt_kv_many {
 	size_t count;
-	const uint8_t *keys; /* count u64, little-endian */
+	const uint8_t *keys; /* count u64, little-endian; NULL for a range */
+	uint64_t k0, step;   /* a range (DT_KV_KEY_RANGE): k0 + i * step */
 	dt_ks_lens lens;
 	const uint8_t *vals; /* nvals f32 (init, push, pushpull), or NULL */
 	uint64_t nvals;      /* the keys' lengths summed */

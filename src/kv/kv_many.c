@@ -539,6 +539,10 @@ typedef struct many_plan {
 	dt_fastmod fm;
 	uint64_t mask; /* ns - 1 when ns is a power of two, else 0 */
 	int pow2;
+	/* key ranges (plan_range); rg's ranges are sent from here, so the
+	 * plan outlives the call's answers */
+	int range;
+	kv_ranges rg;
 } many_plan;
 
 /* The server of a batched key (dt__kv_place's rule below the bound: key
@@ -666,6 +670,34 @@ scatter_ones(dt_kv_client *c, const dt_kv_batch *b, const many_plan *pl)
 		b->outs[i] = *ap[part_of(pl, b->keys[i])]++;
 }
 
+/*
+ * Whether the call goes as key ranges (kv_range.c), and if so each
+ * server's count: its keys must be k0, k0 + d, k0 + 2d ... (ps-lite's
+ * 0..N-1, feature ids in order), one float each, none alone, from flat
+ * arrays, with no recovery (whose replay logs and parked requests read
+ * key lists), and every server's range long enough to be worth it.
+ */
+static void
+plan_range(dt_kv_client *c, int cmd, const dt_kv_batch *b, many_plan *pl)
+{
+	size_t n = b->nkeys;
+
+	if (!pl->ones || c->recover || cmd == DT_CMD_KV_INIT ||
+	    pl->ns > DT_KVC_RANGES_MAX ||
+	    n < DT_KV_RANGE_MIN * (size_t)pl->ns ||
+	    (pl->has_vals && !b->vals) || (pl->has_ans && !b->outs) ||
+	    !dt__kvc_ranges_plan(&pl->rg, b->keys, n, pl->ns))
+		return;
+	pl->range = 1;
+	for (int s = 0; s < pl->ns; s++) {
+		c->mp[s].count = c->mp[s].nvals = pl->rg.count[s];
+		c->mp[s].uniform = pl->rg.count[s] ? 1 : 0;
+		c->mp[s].mixed = 0;
+	}
+	/* One server holds them all: the caller's arrays as they are. */
+	pl->direct = pl->rg.period == 1;
+}
+
 /* Pass 1: each server's count, floats and whether its keys are all of
  * one length; the keys that go one by one are counted in nbig. */
 static void
@@ -720,8 +752,8 @@ many_room(dt_kv_client *c, int cmd, const dt_kv_batch *b, many_plan *pl)
 			continue;
 		pl->nparts++;
 		if (p->nvals > SIZE_MAX / 8 ||
-		    part_room(p, !direct, p->mixed, pl->has_vals && !direct,
-		              pl->has_ans && !direct))
+		    part_room(p, !direct && !pl->range, p->mixed,
+		              pl->has_vals && !direct, pl->has_ans && !direct))
 			return dt__fail(DT_ENOMEM,
 			                "batched %s of %zu keys: out of memory",
 			                dt__kv_op_name(cmd), b->nkeys);
@@ -735,6 +767,12 @@ many_gather(dt_kv_client *c, const dt_kv_batch *b, const many_plan *pl)
 {
 	size_t off = 0;
 
+	if (pl->range) { /* (only the values; none for a pull) */
+		if (pl->has_vals)
+			dt__kvc_ranges_gather(&pl->rg, pl->ns, b->vals,
+			                      b->nkeys, c->mp);
+		return;
+	}
 	if (ones_flat(pl, b) && !pl->direct) {
 		gather_ones(c, b, pl);
 		return;
@@ -791,14 +829,22 @@ many_send(dt_kv_client *c, const dt_kv_batch *b, const many_plan *pl,
 		dt_msg_hdr h = {
 		    .cmd = (uint8_t)pl->mcmd,
 		    .flags = DT_F_REQUEST,
-		    .key = direct ? b->keys[0] : p->keys[0],
+		    .key = pl->range ? pl->rg.rng[s][0]
+		           : direct  ? b->keys[0]
+		                     : p->keys[0],
 		    .arg0 = p->count,
 		    .arg1 = p->mixed ? 0 : p->uniform,
 		    .arg2 = pl->has_ans ? dt__kv_enc(DT_QUANT_NONE,
 		                                     (dt_quant_kind)c->pull_enc)
 		                        : 0};
-		iov[n++] = (struct iovec){
-		    direct ? (void *)b->keys : (void *)p->keys, p->count * 8};
+		if (pl->range) {
+			h.arg2 |= DT_KV_KEY_RANGE;
+			iov[n++] = (struct iovec){(void *)pl->rg.rng[s], 16};
+		} else {
+			iov[n++] = (struct iovec){direct ? (void *)b->keys
+			                                 : (void *)p->keys,
+			                          p->count * 8};
+		}
 		if (p->mixed)
 			iov[n++] = (struct iovec){p->lens, p->count * 4};
 		if (pl->has_vals)
@@ -866,6 +912,11 @@ many_scatter(dt_kv_client *c, const dt_kv_batch *b, const many_plan *pl)
 {
 	size_t off = 0;
 
+	if (pl->range) {
+		dt__kvc_ranges_scatter(&pl->rg, pl->ns, c->mp, b->nkeys,
+		                       b->outs);
+		return;
+	}
 	if (ones_flat(pl, b)) {
 		scatter_ones(c, b, pl);
 		return;
@@ -915,7 +966,10 @@ dt__kv_client_many(dt_kv_client *c, int cmd, const dt_kv_batch *b)
 	pl.mask = (uint64_t)pl.ns - 1;
 	pl.ones = b->lens == NULL && batchable(c, 1) &&
 	          dt__table_count(&c->singles) == 0;
-	many_count(c, b, &pl);
+	if (send_batched)
+		plan_range(c, cmd, b, &pl);
+	if (!pl.range)
+		many_count(c, b, &pl);
 	if (send_batched && (err = many_room(c, cmd, b, &pl)))
 		return err;
 	/* The keys that go one by one are listed once each, too (each

@@ -96,13 +96,55 @@ dt__kv_many_has_vals(int cmd)
 	       cmd == DT_CMD_KV_PUSHPULL_MANY;
 }
 
+/* The rest of dt__kv_many_decode for a range (DT_KV_KEY_RANGE): the
+ * header's counts are within their limits already. */
+static dt_err
+many_range(const dt_msg_hdr *h, const uint8_t *p, dt_kv_many *out)
+{
+	const char *op = dt__kv_op_name(h->cmd);
+	uint64_t count = h->arg0, len = h->payload_len, nvals = count * h->arg1;
+	uint64_t want = 16 + (dt__kv_many_has_vals(h->cmd) ? 4 * nvals : 0);
+
+	if (h->cmd == DT_CMD_KV_INIT_MANY || h->arg1 == 0 || count == 0)
+		return dt__fail(DT_EPROTO,
+		                "%s: a key range is for a push, pull or "
+		                "pushpull of at least one key of one length "
+		                "(here %llu keys, length %llu)",
+		                op, (unsigned long long)count,
+		                (unsigned long long)h->arg1);
+	if (len != want || p == NULL)
+		return dt__fail(DT_ESIZE,
+		                "%s of a range of %llu keys: body of %llu "
+		                "bytes, expected %llu",
+		                op, (unsigned long long)count,
+		                (unsigned long long)len,
+		                (unsigned long long)want);
+	out->k0 = dt__get_u64(p);
+	out->step = dt__get_u64(p + 8);
+	if (out->step == 0 ||
+	    out->step > (UINT64_MAX - out->k0) / DT_MAX(count - 1, 1))
+		return dt__fail(DT_EPROTO,
+		                "%s: key range from %llu in steps of %llu: %s",
+		                op, (unsigned long long)out->k0,
+		                (unsigned long long)out->step,
+		                out->step ? "its last key is past 2^64 - 1"
+		                          : "a step of 0 lists a key twice");
+	out->count = (size_t)count;
+	out->lens.uniform = (uint32_t)h->arg1;
+	out->nvals = nvals;
+	out->answer = DT_KV_ENC_ANSWER(h->arg2);
+	out->vals = dt__kv_many_has_vals(h->cmd) ? p + 16 : NULL;
+	return DT_OK;
+}
+
 dt_err
 dt__kv_many_decode(const dt_msg_hdr *h, const void *payload, dt_kv_many *out)
 {
 	const char *op = dt__kv_op_name(h->cmd);
 	uint64_t count = h->arg0, len = h->payload_len, head, nvals = 0;
 	const uint8_t *p = payload;
-	unsigned enc = (unsigned)h->arg2;
+	unsigned enc = h->arg2 & ~DT_KV_KEY_RANGE;
+	int range = (h->arg2 & DT_KV_KEY_RANGE) != 0;
 
 	memset(out, 0, sizeof(*out));
 	if (!dt__kv_many_cmd(h->cmd))
@@ -125,6 +167,8 @@ dt__kv_many_decode(const dt_msg_hdr *h, const void *payload, dt_kv_many *out)
 		                "%s: key length %llu (at most %llu floats)", op,
 		                (unsigned long long)h->arg1,
 		                (unsigned long long)DT_KS_MAX_LEN);
+	if (range)
+		return many_range(h, p, out);
 	head = count * (h->arg1 ? 8 : 12);
 	if (len < head || (count && payload == NULL))
 		return dt__fail(DT_ESIZE,

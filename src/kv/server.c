@@ -150,6 +150,28 @@ srv_home_of(kv_server *s, dt_key key, const srv_kind *self)
 	return NULL;
 }
 
+/*
+ * An elastic job's dist_sync rounds are dropped when a worker is lost, and
+ * the workers go back to their last commit: a key's value must then hold
+ * nothing they cannot restore, so its optimizer runs on the workers
+ * (docs/elastic.md). dist_async has no rounds to go back on. 1: refused.
+ */
+static int
+elastic_opt_refused(kv_server *s, int worker, const dt_msg_hdr *h, int sync,
+                    dt_opt_kind kind)
+{
+	if (!s->elastic || !sync || kind == DT_OPT_NONE)
+		return 0;
+	srv_reply_error(s, worker, h->cmd, h->seq, 0, DT_ENOTSUP,
+	                "%s: an optimizer on the servers in an elastic "
+	                "dist_sync job (its state could not go back to the "
+	                "workers' last commit); run the optimizer on the "
+	                "workers, or use dist_async",
+	                h->cmd == DT_CMD_KV_CONFIG ? "configure"
+	                                           : "set optimizer");
+	return 1;
+}
+
 /* KV_CONFIG: the store's mode. A kind that holds anything has its mode
  * fixed (its records were made for it), and a kind may refuse a mode its
  * records cannot run in. */
@@ -168,6 +190,8 @@ on_config(kv_server *s, int worker, const dt_msg_hdr *h)
 		                s->sync ? "dist_sync" : "dist_async");
 		return;
 	}
+	if (elastic_opt_refused(s, worker, h, sync, s->opt.kind))
+		return;
 	s->sync = sync;
 	DT_LOG(1, "store mode: %s", s->sync ? "dist_sync" : "dist_async");
 	srv_reply(s, worker, h->cmd, h->seq, 0, NULL, 0);
@@ -194,6 +218,8 @@ on_set_opt(kv_server *s, int worker, const dt_msg *m)
 		                "may change now");
 		return;
 	}
+	if (elastic_opt_refused(s, worker, h, s->sync, opt.kind))
+		return;
 	s->opt = opt;
 	for (const srv_kind *const *kind = srv_kinds; *kind; kind++)
 		if ((*kind)->set_opt)
@@ -241,21 +267,30 @@ dispatch(void *arg, dt_node *n, dt_conn *c, dt_msg *m)
 	case DT_CMD_KV_PUSH_MANY:
 	case DT_CMD_KV_PULL_MANY:
 	case DT_CMD_KV_PUSHPULL_MANY:
+		if (srv_elastic_refuse(s, worker, h))
+			return;
 		srv_on_many(s, worker, m);
 		/* Between requests: a snapshot holds each batched request
 		 * whole or not at all, as far as its rounds are closed. */
 		srv_maybe_checkpoint(s);
 		return;
 	case DT_CMD_KV_ROW_INIT:
+		if (srv_elastic_refuse(s, worker, h))
+			return;
 		srv_on_row_init(s, worker, m);
 		return;
 	case DT_CMD_KV_ROW_PUSH:
 	case DT_CMD_KV_ROW_PULL:
 	case DT_CMD_KV_ROW_PUSHPULL:
+		if (srv_elastic_refuse(s, worker, h))
+			return;
 		srv_on_rows(s, worker, m);
 		return;
 	case DT_CMD_KV_PUSH:
 	case DT_CMD_KV_PUSHPULL:
+		if (!srv_elastic_admit(s, worker, &m->hdr, m->meta, m->payload))
+			return;
+		/* fall through */
 	case DT_CMD_KV_PULL:
 		if (m->streamed && s->streaming)
 			s->streaming[worker].on = 0; /* whole: a new one next */
@@ -293,6 +328,7 @@ on_msg(void *arg, dt_node *n, dt_conn *c, dt_msg *m)
 
 	dispatch(arg, n, c, m);
 	scratch_trim((uint8_t **)&s->gath, &s->gath_cap);
+	scratch_trim(&s->kexp, &s->kexp_cap);
 	scratch_trim(&s->half, &s->half_cap);
 	scratch_trim(&s->dec, &s->dec_cap);
 }
@@ -400,6 +436,7 @@ static void
 server_free(kv_server *s)
 {
 	srv_ckpt_stop(s);
+	srv_elastic_free(s);
 	for (const srv_kind *const *kind = srv_kinds; *kind; kind++)
 		if ((*kind)->drop)
 			(*kind)->drop(s);
@@ -415,6 +452,7 @@ server_free(kv_server *s)
 	free(s->rx);
 	free(s->idx);
 	free(s->gath);
+	free(s->kexp);
 	free(s);
 }
 
@@ -454,7 +492,10 @@ server_start(dt_node *n)
 	s->rank = dt_node_rank(n);
 	s->rejoined = dt__node_rejoined(n) && dt__node_recover(n);
 	s->nservers = dt_node_num_servers(n);
-	s->nworkers = dt_node_num_workers(n);
+	/* (an elastic job's tables: a row for every worker it may grow to,
+	 * DTRAIN_ELASTIC_MAX) */
+	s->nworkers = dt__node_elastic(n) ? dt__node_elastic_slots(n)
+	                                  : dt_node_num_workers(n);
 	if (s->rejoined &&
 	    (s->replayed = calloc((size_t)s->nworkers, 1)) == NULL) {
 		free(s);
@@ -473,7 +514,8 @@ server_start(dt_node *n)
 		free(s);
 		return DT_ENOMEM;
 	}
-	if ((err = limits_config(s)) || (err = srv_ckpt_start(s))) {
+	if ((err = limits_config(s)) || (err = srv_elastic_start(s)) ||
+	    (err = srv_ckpt_start(s))) {
 		server_free(s);
 		return err;
 	}
@@ -483,6 +525,7 @@ server_start(dt_node *n)
 	app.dest_pure = 1; /* it only chooses where a payload goes */
 	app.payload_chunk = payload_chunk;
 	app.on_peer_restart = on_peer_restart;
+	app.on_membership = srv_on_membership;
 	app.stream_resumable = 1; /* (payload_chunk skips what it used) */
 	if ((err = dt__node_attach(n, &dt__kv_app, &app))) {
 		server_free(s);

@@ -64,6 +64,12 @@
 #define srv_ckpt_stop        DT_SRV(ckpt_stop)
 #define srv_on_checkpoint    DT_SRV(on_checkpoint)
 #define srv_rejoin           DT_SRV(rejoin)
+#define srv_round_size       DT_SRV(round_size)
+#define srv_elastic_start    DT_SRV(elastic_start)
+#define srv_elastic_free     DT_SRV(elastic_free)
+#define srv_elastic_admit    DT_SRV(elastic_admit)
+#define srv_elastic_refuse   DT_SRV(elastic_refuse)
+#define srv_on_membership    DT_SRV(on_membership)
 
 typedef struct breq breq;
 typedef struct ckpt_job ckpt_job;
@@ -118,6 +124,8 @@ typedef struct kv_server {
 	size_t idx_cap; /* bytes */
 	float *gath;
 	size_t gath_cap; /* bytes */
+	uint8_t *kexp;   /* a key range's keys, listed (srv_many.c) */
+	size_t kexp_cap;
 	/* DTRAIN_MAX_TABLE_BYTES: the most the row_sparse tables here may
 	 * map, all together (dt__rs_plan_bytes), and what they map now. */
 	uint64_t max_table_bytes, table_bytes;
@@ -168,6 +176,14 @@ typedef struct kv_server {
 	uint64_t ck_snap_ns;  /* snapshots' time in the I/O thread */
 	ckpt_job *ck_ok;      /* (ck_mu) the last one written, to be told to
 	                         the workers (recovery; buf freed) */
+	/* An elastic job (srv_elastic.c): the membership the scheduler
+	 * sent - its epoch, the live workers by rank and their count - and
+	 * the pushes of a newer membership than that, kept until it comes. */
+	int elastic;
+	uint64_t epoch;
+	uint8_t *member;
+	int live;
+	srv_kept *early;
 } kv_server;
 
 /* ---- answers and busy time (srv_reply.c) ---- */
@@ -307,7 +323,34 @@ typedef struct srv_kind {
 	void (*replayed)(kv_server *s);
 	/* Free every record (a failed load; the server's stop). */
 	void (*drop)(kv_server *s);
+	/* An elastic job's membership changed (why: how, for the answers):
+	 * every open dist_sync round is dropped, its waiting requests
+	 * answered DT_EMEMBERSHIP (NULL: the kind is refused in elastic
+	 * jobs). */
+	void (*discard)(kv_server *s, const char *why);
 } srv_kind;
+
+/* ---- elastic jobs (srv_elastic.c) ---- */
+
+/* The pushes a dist_sync round waits for: the live workers of the
+ * membership in an elastic job, every worker otherwise. */
+int srv_round_size(const kv_server *s);
+/* At the server's start: whether the job is elastic, and its first
+ * membership (every worker). */
+dt_err srv_elastic_start(kv_server *s);
+void srv_elastic_free(kv_server *s);
+/* A single-key push h (its arg2 carries the membership epoch, taken off
+ * here) from worker: 1, go on with it; 0, answered or kept here (a push
+ * of an old membership or from a worker outside it is refused by name;
+ * one of a membership still to come waits for it). */
+int srv_elastic_admit(kv_server *s, int worker, dt_msg_hdr *h,
+                      const uint8_t *meta, const void *payload);
+/* 1 (answered) when an elastic job's server refuses request h: the
+ * batched and row_sparse kinds have no elastic rounds. */
+int srv_elastic_refuse(kv_server *s, int worker, const dt_msg_hdr *h);
+/* The node's on_membership hook (I/O thread). */
+void srv_on_membership(void *arg, dt_node *n, uint64_t epoch, int gone,
+                       int lost);
 
 /* The kinds, in the order of a checkpoint's sections; NULL-terminated. */
 extern const srv_kind *const srv_kinds[];

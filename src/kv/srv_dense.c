@@ -87,6 +87,7 @@ dense_free_entry(entry *e)
 	free(e->merge);
 	free(e->state);
 	free(e->prev);
+	free(e->hold);
 	free(e->pushed);
 	free(e->applied);
 	free(e);
@@ -173,6 +174,34 @@ finish_round(kv_server *s, entry *e, const float *sum)
 }
 
 /*
+ * An elastic job's round sum: the pushes added in worker rank order, not
+ * in the order they came, so that a run and its replay (the same
+ * membership at the same steps) add the same floats in the same order and
+ * end bit for bit the same whatever the timing. The merge buffer
+ * otherwise.
+ */
+static const float *
+held_sum(kv_server *s, entry *e)
+{
+	int first = 1;
+
+	if (e->hold == NULL)
+		return e->merge;
+	for (int w = 0; w < s->nworkers; w++) {
+		const float *g = e->hold + (size_t)w * e->len;
+
+		if (!e->pushed[w])
+			continue;
+		if (first)
+			memcpy(e->merge, g, e->len * sizeof(float));
+		else
+			dt__kv_add(e->merge, g, e->len);
+		first = 0;
+	}
+	return e->merge;
+}
+
+/*
  * A push of a sync round. g is the pushed array, or NULL when it was
  * streamed: then payload_chunk already added it into the merge buffer, or
  * (one worker) already applied it to the value.
@@ -209,7 +238,7 @@ push_sync(kv_server *s, entry *e, int worker, int cmd, uint64_t seq,
 	}
 	e->pushed[worker] = 1;
 	e->npushed++;
-	if (s->nworkers == 1) { /* the round is this push */
+	if (srv_round_size(s) == 1) { /* the round is this push */
 		if (!streamed) {
 			finish_round(s, e, g);
 			return;
@@ -219,15 +248,18 @@ push_sync(kv_server *s, entry *e, int worker, int cmd, uint64_t seq,
 		round_done(s, e);
 		return;
 	}
-	if (!streamed) {
+	if (e->hold) /* (elastic: summed at the round's end) */
+		memcpy(e->hold + (size_t)worker * e->len, g,
+		       e->len * sizeof(float));
+	else if (!streamed) {
 		uint64_t t0 = dt__now_ns();
 
 		dt__kv_add(e->merge, g, e->len);
 		srv_busy(DT_EV_KV_MERGE, t0, e->key, e->len * sizeof(float),
 		         dt__node_worker_id(s->node, worker));
 	}
-	if (e->npushed == s->nworkers)
-		finish_round(s, e, e->merge);
+	if (e->npushed == srv_round_size(s))
+		finish_round(s, e, held_sum(s, e));
 }
 
 static void
@@ -270,6 +302,12 @@ dense_alloc(kv_server *s, entry *e, uint64_t n, uint64_t offset, size_t len)
 	e->prev = s->sync && dt__node_recover(s->node)
 	              ? malloc(DT_MAX(len, 1) * sizeof(float))
 	              : NULL;
+	e->hold = s->sync && s->elastic
+	              ? malloc(DT_MAX(len, 1) * sizeof(float) *
+	                       (size_t)DT_MAX(s->nworkers, 1))
+	              : NULL;
+	if (s->sync && s->elastic && e->hold == NULL)
+		return -1;
 	if (!e->val || (s->sync && !e->merge) || (st && !e->state) ||
 	    (s->sync && dt__node_recover(s->node) && !e->prev))
 		return -1;
@@ -787,8 +825,8 @@ dense_dest(kv_server *s, dt_conn *c, const dt_msg_hdr *h, const uint8_t *meta,
 	 * this worker's push. dist_async does not stream: there a pull from
 	 * another worker must never see half a push.
 	 */
-	else if (s->sync && h->payload_len >= STREAM_MIN && worker >= 0 &&
-	         worker < s->nworkers && h->arg0 == e->n &&
+	else if (s->sync && !s->elastic && h->payload_len >= STREAM_MIN &&
+	         worker >= 0 && worker < s->nworkers && h->arg0 == e->n &&
 	         h->arg1 == e->offset && !e->pushed[worker] &&
 	         dt__kv_push_check(h, meta, e->len, &kind, &t) == DT_OK)
 		*where = DT_VAN_STREAM;
@@ -827,6 +865,60 @@ dense_chunk(kv_server *s, const dt_msg_hdr *h, const float *g, size_t i0,
 	return 1;
 }
 
+/*
+ * An elastic job's membership changed: every open round is dropped -
+ * its merge, its pushes and the requests waiting for its end, answered
+ * DT_EMEMBERSHIP - and so are second pushes waiting for the next one. The
+ * values stay: in dist_sync they are only the last rounds' sums, and the
+ * workers go back to their own commit.
+ */
+static void
+dense_discard(kv_server *s, const char *why)
+{
+	dt_table_iter it;
+	size_t dropped = 0;
+
+	for (dt_hnode *h = dt__table_first(&s->keys, &it); h;
+	     h = dt__table_next(&it)) {
+		entry *e = DT_CONTAINER_OF(h, entry, hn);
+
+		if (!e->initialised || (e->npushed == 0 && !e->later))
+			continue;
+		dropped++;
+		while (e->answers) {
+			waiter *w = e->answers;
+
+			e->answers = w->next;
+			srv_reply_error(
+			    s, w->worker, w->cmd, w->seq, e->key,
+			    DT_EMEMBERSHIP,
+			    "%s of key %llu: its round was dropped: "
+			    "%s",
+			    dt__kv_op_name(w->cmd), (unsigned long long)e->key,
+			    why);
+			free(w);
+		}
+		while (e->later) {
+			deferred *d = e->later;
+
+			e->later = d->next;
+			srv_reply_error(s, d->worker, d->cmd, d->seq, e->key,
+			                DT_EMEMBERSHIP,
+			                "%s of key %llu: dropped: %s",
+			                dt__kv_op_name(d->cmd),
+			                (unsigned long long)e->key, why);
+			free(d->data);
+			free(d);
+		}
+		if (e->merge)
+			memset(e->merge, 0, e->len * sizeof(float));
+		e->npushed = 0;
+		memset(e->pushed, 0, (size_t)s->nworkers);
+	}
+	if (dropped)
+		DT_LOG(1, "%zu open rounds dropped: %s", dropped, why);
+}
+
 /* Dense keys made in dist_async have no merge buffers (nor recovery
  * copies) for dist_sync rounds; the other way round is fine. */
 static int
@@ -854,4 +946,5 @@ const srv_kind srv_dense_kind = {
     .peer_restart = dense_peer_restart,
     .replayed = dense_replayed,
     .drop = dense_drop,
+    .discard = dense_discard,
 };

@@ -54,6 +54,8 @@ typedef struct entry {
 	float *state;
 	float *prev; /* recovery, dist_sync: the value before the last round
 	                (a restarted worker recomputes that round) */
+	float *hold; /* elastic dist_sync: each worker's push of the round
+	                (len floats by worker rank), summed in rank order */
 	uint64_t steps;
 	uint64_t *applied; /* by worker rank: its pushes in val (checkpoints) */
 	int restored;      /* loaded from a checkpoint: an INIT keeps val */

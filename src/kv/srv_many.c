@@ -404,19 +404,28 @@ breq_new(kv_server *s)
 	return (uint32_t)++s->nbreqs;
 }
 
+/* The i-th key of a batched request (listed, or of its range). */
+static dt_key
+many_key(const dt_kv_many *b, size_t i)
+{
+	return b->step ? b->k0 + b->step * (uint64_t)i
+	               : dt__get_u64(b->keys + 8 * i);
+}
+
 /*
  * dist_sync: worker's pushes g of records idx[0..count) (idx NULL: the
  * span first .. first + count - 1) join their rounds as one pending
  * request, answered (values in encoding enc, for a pushpull) once every
- * one of its rounds is over. keys: the request's keys on the wire, or
- * NULL (a single-key request: h->key), to name one whose round still
- * holds this worker's push.
+ * one of its rounds is over. b: the batched request's body, or NULL (a
+ * single-key request: h->key), to name a key whose round still holds
+ * this worker's push.
  */
 static void
 push_rounds(kv_server *s, int worker, const dt_msg_hdr *h, unsigned enc,
             const uint32_t *idx, uint32_t first, size_t count, const float *g,
-            const uint8_t *keys)
+            const dt_kv_many *b)
 {
+	const uint8_t *keys = b ? b->keys : NULL;
 	const char *op = dt__kv_op_name(h->cmd);
 	int pull =
 	    h->cmd == DT_CMD_KV_PUSHPULL || h->cmd == DT_CMD_KV_PUSHPULL_MANY;
@@ -425,10 +434,11 @@ push_rounds(kv_server *s, int worker, const dt_msg_hdr *h, unsigned enc,
 
 	if (idx ? dt__ks_pending(&s->ks, worker, idx, count, &bad)
 	        : dt__ks_pending_span(&s->ks, worker, first, count, &bad)) {
-		dt_key key = keys ? dt__get_u64(keys + 8 * bad) : h->key;
+		dt_key key = b ? many_key(b, bad) : h->key;
 
-		/* (a batched request's payload starts with its keys) */
-		if (keys && many_park(s, worker, h, NULL, keys, 1))
+		/* (a listed request's payload starts with its keys; a range
+		 * is never parked: on_many) */
+		if (keys && !b->step && many_park(s, worker, h, NULL, keys, 1))
 			return;
 		srv_reply_error(
 		    s, worker, h->cmd, h->seq, key, DT_ESTATE,
@@ -549,6 +559,7 @@ one_in_many(kv_server *s, int worker, const dt_msg_hdr *h, const uint8_t *meta,
 	}
 	if (h->cmd == DT_CMD_KV_PULL) {
 		if (s->sync && dt__ks_pending(&s->ks, worker, &r, 1, &bad)) {
+			dt__ks_settle(&s->ks); /* (then pend has it) */
 			uint32_t hd =
 			    s->ks.pend[(size_t)r * (size_t)s->nworkers +
 			               (size_t)worker];
@@ -664,7 +675,41 @@ on_many_span(kv_server *s, int worker, const dt_msg_hdr *h, const dt_kv_many *b,
 		                 b->count);
 		return;
 	}
-	push_rounds(s, worker, h, b->answer, NULL, first, b->count, g, b->keys);
+	push_rounds(s, worker, h, b->answer, NULL, first, b->count, g, b);
+}
+
+/*
+ * A key range (DT_KV_KEY_RANGE) that is no stretch of a run: its keys
+ * listed in s->kexp, for the lookups. A range cannot name more keys than
+ * the store holds (each is known and listed once), so what a peer can
+ * make the server list is bounded by the store, not by the request's
+ * 16 bytes. 1: refused (answered).
+ */
+static int
+range_list(kv_server *s, int worker, const dt_msg_hdr *h, dt_kv_many *b)
+{
+	size_t nrec = s->ks_on ? s->ks.nrec : 0;
+
+	if (b->count > nrec) {
+		srv_reply_error(s, worker, h->cmd, h->seq, b->k0, DT_ENOKEY,
+		                "%s of %zu keys from key %llu in steps of "
+		                "%llu: more keys than the store holds (%zu): "
+		                "some were never initialised with init",
+		                dt__kv_op_name(h->cmd), b->count,
+		                (unsigned long long)b->k0,
+		                (unsigned long long)b->step, nrec);
+		return 1;
+	}
+	if (!dt__buf_reserve(&s->kexp, &s->kexp_cap, b->count * 8)) {
+		srv_reply_error(s, worker, h->cmd, h->seq, b->k0, DT_ENOMEM,
+		                "%s of %zu keys: out of memory",
+		                dt__kv_op_name(h->cmd), b->count);
+		return 1;
+	}
+	for (size_t i = 0; i < b->count; i++)
+		dt__put_u64(s->kexp + 8 * i, many_key(b, i));
+	b->keys = s->kexp;
+	return 0;
 }
 
 static void
@@ -679,6 +724,16 @@ on_many(kv_server *s, int worker, const dt_msg *m)
 
 	if (m->payload && m->payload == s->rx[worker].buf)
 		s->rx[worker].holder = NULL; /* (whole: used before the next) */
+	/* Workers send ranges only without recovery, whose parked requests
+	 * and replay logs read their keys as a list. */
+	if ((h->arg2 & DT_KV_KEY_RANGE) &&
+	    (s->rejoined || dt__node_recover(s->node))) {
+		srv_reply_error(s, worker, h->cmd, h->seq, 0, DT_EPROTO,
+		                "%s: a key range to a server that recovers "
+		                "lost nodes (DTRAIN_RECOVER): list the keys",
+		                op);
+		return;
+	}
 	if (many_park(s, worker, h, NULL, m->payload, 0))
 		return;
 	if ((err = dt__kv_many_decode(h, m->payload, &b))) {
@@ -686,6 +741,14 @@ on_many(kv_server *s, int worker, const dt_msg *m)
 		                dt_errmsg());
 		return;
 	}
+	if (b.step && s->ks_on &&
+	    dt__ks_span_range(&s->ks, b.count, b.k0, b.step, b.lens.uniform,
+	                      &first)) {
+		on_many_span(s, worker, h, &b, first);
+		return;
+	}
+	if (b.step && range_list(s, worker, h, &b))
+		return;
 	if (b.vals && ((uintptr_t)b.vals & 3)) { /* (never, from a worker) */
 		srv_reply_error(s, worker, h->cmd, h->seq, 0, DT_EPROTO,
 		                "%s: values not aligned", op);
@@ -709,7 +772,7 @@ on_many(kv_server *s, int worker, const dt_msg *m)
 		            &b, 0);
 		return;
 	}
-	if (dt__ks_span(&s->ks, b.count, b.keys, &b.lens, &first)) {
+	if (!b.step && dt__ks_span(&s->ks, b.count, b.keys, &b.lens, &first)) {
 		on_many_span(s, worker, h, &b, first);
 		return;
 	}
@@ -741,7 +804,7 @@ on_many(kv_server *s, int worker, const dt_msg *m)
 		many_answer(s, worker, h->cmd, h->seq, b.answer, idx, b.count);
 		return;
 	}
-	push_rounds(s, worker, h, b.answer, idx, 0, b.count, g, b.keys);
+	push_rounds(s, worker, h, b.answer, idx, 0, b.count, g, &b);
 }
 
 void
@@ -856,14 +919,16 @@ many_dest(kv_server *s, dt_conn *c, const dt_msg_hdr *h, const uint8_t *meta,
 
 	(void)meta;
 	if (dt__kv_many_cmd(h->cmd)) {
+		/* (a key range's list is its first key and step) */
+		uint64_t keys = h->arg2 & DT_KV_KEY_RANGE ? 16 : h->arg0 * 8;
+
 		*where = h->arg1 == 0 || h->arg1 > DT_KS_MAX_LEN ||
 		                 h->arg0 > DT_KS_MAX_KEYS
 		             ? NULL
 		             : srv_rx_lend(s, c, h,
-		                           h->arg0 * 8 +
-		                               (dt__kv_many_has_vals(h->cmd)
-		                                    ? h->arg0 * h->arg1 * 4
-		                                    : 0));
+		                           keys + (dt__kv_many_has_vals(h->cmd)
+		                                       ? h->arg0 * h->arg1 * 4
+		                                       : 0));
 		return 1;
 	}
 	if ((h->cmd != DT_CMD_KV_PUSH && h->cmd != DT_CMD_KV_PUSHPULL) ||

@@ -391,61 +391,128 @@ conv_shape(const layer *L, int B)
 	return sh;
 }
 
+/* Layer i forward from cur (the layer before's output, or the input):
+ * returns its output. */
+const float *
+dt__nn_forward_layer(dt_nn_model *m, int i, const float *cur, int B, int train)
+{
+	layer *L = &m->layers[i];
+	const float *wt =
+	    L->wt >= 0 ? m->params + m->tensors[L->wt].offset : NULL;
+	const float *bs =
+	    L->wt >= 0 ? m->params + m->tensors[L->wt + 1].offset : NULL;
+	float *dst = L->inplace ? (float *)cur : L->out;
+	size_t n = (size_t)B * L->out_size;
+
+	L->x = cur;
+	switch (L->kind) {
+	case L_CONV: {
+		nn_conv_shape sh = conv_shape(L, B);
+
+		nn_conv2d_forward(cur, wt, bs, &sh, L->col, dst);
+		break;
+	}
+	case L_MAXPOOL:
+		nn_maxpool_forward(cur, (size_t)B * L->c, L->h, L->w, L->k,
+		                   L->s, dst, L->arg);
+		break;
+	case L_RELU:
+		nn_relu_forward(cur, n, dst);
+		break;
+	case L_TANH:
+		nn_tanh_forward(cur, n, dst);
+		break;
+	case L_DROPOUT:
+		if (train && L->rate > 0.0f)
+			nn_dropout_forward(cur, n, L->rate, &m->rng, L->mask,
+			                   dst);
+		else if (dst != cur)
+			memcpy(dst, cur, sizeof(float) * n);
+		break;
+	case L_FLATTEN:
+		if (L->alias)
+			dst = (float *)cur;
+		else
+			nn_flatten_forward(cur, L->c, B, (size_t)L->h * L->w,
+			                   dst);
+		break;
+	case L_DENSE:
+		nn_dense_forward(cur, wt, bs, B, L->c, L->oc, dst);
+		break;
+	}
+	L->y = dst;
+	return dst;
+}
+
 void
 dt__nn_forward(dt_nn_model *m, const float *x, int B, int train)
 {
 	const float *cur = x;
 
-	for (int i = 0; i < m->nlayers; i++) {
-		layer *L = &m->layers[i];
-		const float *wt =
-		    L->wt >= 0 ? m->params + m->tensors[L->wt].offset : NULL;
-		const float *bs = L->wt >= 0
-		                      ? m->params + m->tensors[L->wt + 1].offset
-		                      : NULL;
-		float *dst = L->inplace ? (float *)cur : L->out;
-		size_t n = (size_t)B * L->out_size;
-
-		L->x = cur;
-		switch (L->kind) {
-		case L_CONV: {
-			nn_conv_shape sh = conv_shape(L, B);
-
-			nn_conv2d_forward(cur, wt, bs, &sh, L->col, dst);
-			break;
-		}
-		case L_MAXPOOL:
-			nn_maxpool_forward(cur, (size_t)B * L->c, L->h, L->w,
-			                   L->k, L->s, dst, L->arg);
-			break;
-		case L_RELU:
-			nn_relu_forward(cur, n, dst);
-			break;
-		case L_TANH:
-			nn_tanh_forward(cur, n, dst);
-			break;
-		case L_DROPOUT:
-			if (train && L->rate > 0.0f)
-				nn_dropout_forward(cur, n, L->rate, &m->rng,
-				                   L->mask, dst);
-			else if (dst != cur)
-				memcpy(dst, cur, sizeof(float) * n);
-			break;
-		case L_FLATTEN:
-			if (L->alias)
-				dst = (float *)cur;
-			else
-				nn_flatten_forward(cur, L->c, B,
-				                   (size_t)L->h * L->w, dst);
-			break;
-		case L_DENSE:
-			nn_dense_forward(cur, wt, bs, B, L->c, L->oc, dst);
-			break;
-		}
-		L->y = dst;
-		cur = dst;
-	}
+	for (int i = 0; i < m->nlayers; i++)
+		cur = dt__nn_forward_layer(m, i, cur, B, train);
 	m->last_out = cur;
+}
+
+/* Layer i backward from the gradient of its output in gbuf[gi]: returns
+ * the gbuf index holding the gradient of its input, or -1 when no layer
+ * from here down needs one (the pass ends). */
+int
+dt__nn_backward_layer(dt_nn_model *m, int i, int gi, int B, int train)
+{
+	layer *L = &m->layers[i];
+	float *dy = m->gbuf[gi];
+	float *dx = L->need_dx ? m->gbuf[gi ^ 1] : NULL;
+	size_t n = (size_t)B * L->out_size;
+	const float *wt = NULL;
+	float *dw = NULL, *db = NULL;
+
+	if (L->wt < 0 && !L->need_dx)
+		return -1; /* nothing below needs a gradient */
+	if (L->wt >= 0) {
+		wt = m->params + m->tensors[L->wt].offset;
+		dw = m->grads + m->tensors[L->wt].offset;
+		db = m->grads + m->tensors[L->wt + 1].offset;
+	}
+	switch (L->kind) {
+	case L_CONV: {
+		nn_conv_shape sh = conv_shape(L, B);
+
+		nn_conv2d_backward(dy, wt, &sh, L->col, dw, db, dx);
+		gi ^= 1;
+		break;
+	}
+	case L_MAXPOOL:
+		nn_maxpool_backward(dy, L->arg, (size_t)B * L->c, L->h, L->w,
+		                    L->k, L->s, dx);
+		gi ^= 1;
+		break;
+	case L_RELU:
+		nn_relu_backward(dy, L->y, n, dy);
+		break;
+	case L_TANH:
+		nn_tanh_backward(dy, L->y, n, dy);
+		break;
+	case L_DROPOUT:
+		if (train && L->rate > 0.0f)
+			nn_dropout_backward(dy, L->mask, n, dy);
+		break;
+	case L_FLATTEN:
+		if (!L->alias) {
+			nn_flatten_backward(dy, L->c, B, (size_t)L->h * L->w,
+			                    dx);
+			gi ^= 1;
+		}
+		break;
+	case L_DENSE:
+		nn_dense_backward(dy, L->x, wt, B, L->c, L->oc, dw, db, dx);
+		gi ^= 1;
+		break;
+	}
+	/* This layer's weight and bias gradients are final now. */
+	if (L->wt >= 0 && m->grad_hook)
+		m->grad_hook(m->grad_hook_arg, L->wt, 2);
+	return gi;
 }
 
 /* Backward from the loss gradient in gbuf[0]; accumulates into grads. */
@@ -455,59 +522,11 @@ dt__nn_backward(dt_nn_model *m, int B, int train)
 	int gi = 0;
 
 	for (int i = m->nlayers - 1; i >= 0; i--) {
-		layer *L = &m->layers[i];
-		float *dy = m->gbuf[gi];
-		float *dx = L->need_dx ? m->gbuf[gi ^ 1] : NULL;
-		size_t n = (size_t)B * L->out_size;
-		const float *wt = NULL;
-		float *dw = NULL, *db = NULL;
+		int next = dt__nn_backward_layer(m, i, gi, B, train);
 
-		if (L->wt < 0 && !L->need_dx)
-			break; /* nothing below needs a gradient */
-		if (L->wt >= 0) {
-			wt = m->params + m->tensors[L->wt].offset;
-			dw = m->grads + m->tensors[L->wt].offset;
-			db = m->grads + m->tensors[L->wt + 1].offset;
-		}
-		switch (L->kind) {
-		case L_CONV: {
-			nn_conv_shape sh = conv_shape(L, B);
-
-			nn_conv2d_backward(dy, wt, &sh, L->col, dw, db, dx);
-			gi ^= 1;
+		if (next < 0)
 			break;
-		}
-		case L_MAXPOOL:
-			nn_maxpool_backward(dy, L->arg, (size_t)B * L->c, L->h,
-			                    L->w, L->k, L->s, dx);
-			gi ^= 1;
-			break;
-		case L_RELU:
-			nn_relu_backward(dy, L->y, n, dy);
-			break;
-		case L_TANH:
-			nn_tanh_backward(dy, L->y, n, dy);
-			break;
-		case L_DROPOUT:
-			if (train && L->rate > 0.0f)
-				nn_dropout_backward(dy, L->mask, n, dy);
-			break;
-		case L_FLATTEN:
-			if (!L->alias) {
-				nn_flatten_backward(dy, L->c, B,
-				                    (size_t)L->h * L->w, dx);
-				gi ^= 1;
-			}
-			break;
-		case L_DENSE:
-			nn_dense_backward(dy, L->x, wt, B, L->c, L->oc, dw, db,
-			                  dx);
-			gi ^= 1;
-			break;
-		}
-		/* This layer's weight and bias gradients are final now. */
-		if (L->wt >= 0 && m->grad_hook)
-			m->grad_hook(m->grad_hook_arg, L->wt, 2);
+		gi = next;
 	}
 	/* The gradient of the input, when an earlier layer (or stage)
 	 * needs one: elementwise layers leave theirs in place. */

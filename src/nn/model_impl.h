@@ -1,7 +1,8 @@
 /*
  * model_impl.h - the model's private structures, shared by model.c (the
- * spec parser, the buffers and the passes) and stage.c (pipeline stages:
- * cutting a model and the activation slots). Nothing outside src/nn/
+ * spec parser, the buffers and the passes), stage.c (pipeline stages:
+ * cutting a model and the activation slots) and profile.c (each layer's
+ * measured time). Nothing outside src/nn/
  * includes it; the public API is dtrain/nn.h.
  */
 #ifndef DT_NN_MODEL_IMPL_H
@@ -114,6 +115,17 @@ dt_err dt__nn_check_call(const dt_nn_model *m, const float *x, const float *y,
 void dt__nn_forward(dt_nn_model *m, const float *x, int B, int train);
 /* From the loss gradient in gbuf[0]; accumulates into the gradients. */
 void dt__nn_backward(dt_nn_model *m, int B, int train);
+/* One layer of those passes (profile.c times them one by one): layer i
+ * forward from cur, returning its output; layer i backward from the
+ * gradient in gbuf[gi], returning the gbuf index of its input's gradient
+ * or -1 when the pass ends there. */
+const float *dt__nn_forward_layer(dt_nn_model *m, int i, const float *cur,
+                                  int B, int train);
+int dt__nn_backward_layer(dt_nn_model *m, int i, int gi, int B, int train);
+
+/* profile.c: the calling thread's CPU time, in ns (what a layer costs
+ * whatever else runs on the same cores). */
+uint64_t dt__nn_cpu_now(void);
 /* Forward operations per sample of a conv or dense layer, else 0. */
 double dt__nn_layer_flops(const layer *L);
 

@@ -17,8 +17,15 @@
  * one of the model's activation slots, micro-batch k in slot k mod the
  * slots) and runs that micro-batch's backward pass from them. The slots
  * are as many as the schedule keeps micro-batches in flight, M under
- * GPipe and S - s under 1F1B; in flight at once are consecutive
- * micro-batches, so k mod the slots never names a slot still in use.
+ * GPipe and S - s under 1F1B (1 at the last stage), and no more are
+ * allocated: the inputs' stash has as many entries, and dt_nn_stage_slots
+ * frees any slots a step under another schedule made. In flight at once
+ * are consecutive micro-batches (forwards and backwards each run in
+ * micro-batch order, and a forward runs only while fewer than the slots
+ * are in flight), so k mod the slots never names a slot still in use.
+ * What a stage sends goes out of a small ring of buffers of its own (one
+ * more than the slots), each reused once the send before it from that
+ * buffer has been acknowledged.
  * With backward passes in micro-batch order under both schedules the
  * gradients add up in the order one process running the micro-batches
  * one after another adds them.
@@ -38,11 +45,11 @@
  */
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "common/util.h"
 #include "dtrain/nn.h"
 #include "dtrain/obs.h"
+#include "nn/model_impl.h"
 #include "nn/pipe.h"
 
 typedef struct pipe_run {
@@ -50,31 +57,20 @@ typedef struct pipe_run {
 	const dt_nn_pipe_cfg *cfg;
 	const dt_nn_pipe_ops *ops;
 	size_t in_n, out_n; /* floats per micro-batch in and out */
-	float **stash;      /* [M] this stage's input of each micro-batch */
-	float **fwd_out;    /* [M] activations sent on (kept until sent) */
-	float **bwd_out;    /* [M] input gradients sent back */
-	float *dy;          /* the gradient of one micro-batch's output */
-	void **handles;     /* [2 M] sends: forward k at k, backward at M + k */
-	void *fh, *bh;      /* ready-first: the posted receives, or NULL */
-	int slots;          /* activation slots of the model (stages < S-1) */
-	int reordered;      /* backward passes run before a permitted forward */
-	int live, peak;     /* stashed micro-batches now and at most */
+	float **stash;   /* [slots] the input of micro-batch k at k % slots */
+	float **fwd_out; /* [nsend] activations sent on (kept until sent) */
+	float **bwd_out; /* [nsend] input gradients sent back */
+	float *dy;       /* the gradient of one micro-batch's output */
+	void **handles;  /* [2 M] sends: forward k at k, backward at M + k */
+	void *fh, *bh;   /* ready-first: the posted receives, or NULL */
+	int slots;       /* activation slots: micro-batches in flight */
+	int nsend;       /* send buffers of each direction */
+	int reordered;   /* backward passes run before a permitted forward */
+	int live, peak;  /* stashed micro-batches now and at most */
 	double loss;
 	uint64_t busy_ns; /* in the layers */
 	uint64_t *op_cpu; /* the caller's [2 M] (dt_nn_pipe_stats), or NULL */
 } pipe_run;
-
-/* The calling thread's CPU time: what the layers cost whatever else runs
- * on the same cores (the wall time of a layer grows when it is preempted,
- * this does not). */
-static uint64_t
-cpu_now(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
 
 /* Layers timed: wall time into busy_ns and, when traced, CPU time into
  * op_cpu[i]. */
@@ -85,7 +81,7 @@ typedef struct op_clock {
 static op_clock
 op_start(const pipe_run *p)
 {
-	return (op_clock){dt_obs_now(), p->op_cpu ? cpu_now() : 0};
+	return (op_clock){dt_obs_now(), p->op_cpu ? dt__nn_cpu_now() : 0};
 }
 
 static void
@@ -93,7 +89,7 @@ op_end(pipe_run *p, op_clock c, int i)
 {
 	p->busy_ns += dt_obs_now() - c.wall;
 	if (p->op_cpu)
-		p->op_cpu[i] += cpu_now() - c.cpu;
+		p->op_cpu[i] += dt__nn_cpu_now() - c.cpu;
 }
 
 static int
@@ -116,6 +112,28 @@ peer(const dt_nn_pipe_cfg *c, int s)
 	return (c->replicas > 1 ? c->replica * c->stages : 0) + s;
 }
 
+/* Micro-batch k's entry in the stash (its input). */
+static float *
+stash_of(const pipe_run *p, int k)
+{
+	return p->stash[k % p->slots];
+}
+
+/* The send buffer for handle i (forward k at k, backward k at M + k),
+ * free again: the send that used it last, handle i - nsend of the same
+ * direction, has completed. */
+static dt_err
+send_buffer(pipe_run *p, float **set, int i, int base, float **buf)
+{
+	void *h = i - base >= p->nsend ? p->handles[i - p->nsend] : NULL;
+
+	*buf = set[(i - base) % p->nsend];
+	if (h == NULL)
+		return DT_OK;
+	p->handles[i - p->nsend] = NULL;
+	return p->ops->wait(p->ops->arg, h);
+}
+
 /* Forward micro-batch k once its input is in the stash (stage 0 copies
  * it there from x): before the last stage, run the layers in the
  * micro-batch's slot and send the output on. The last stage runs its
@@ -126,24 +144,25 @@ forward_run(pipe_run *p, int k)
 {
 	const dt_nn_pipe_cfg *c = p->cfg;
 	const float *out;
+	float *buf;
 	dt_err err;
 
 	if (is_first(p))
-		memcpy(p->stash[k], c->x + (size_t)k * p->in_n,
+		memcpy(stash_of(p, k), c->x + (size_t)k * p->in_n,
 		       sizeof(float) * p->in_n);
 	p->live++;
 	p->peak = DT_MAX(p->peak, p->live);
 	if (is_last(p))
 		return DT_OK;
 	op_clock t0 = op_start(p);
-	err = dt_nn_stage_forward_slot(p->m, k % p->slots, p->stash[k],
+	err = dt_nn_stage_forward_slot(p->m, k % p->slots, stash_of(p, k),
 	                               c->micro_batch, &out);
 	op_end(p, t0, k);
-	if (err)
+	if (err || (err = send_buffer(p, p->fwd_out, k, 0, &buf)))
 		return err;
-	memcpy(p->fwd_out[k], out, sizeof(float) * p->out_n);
-	return p->ops->send(p->ops->arg, p->fwd_out[k], p->out_n,
-	                    peer(c, c->stage + 1), 2 * k, &p->handles[k]);
+	memcpy(buf, out, sizeof(float) * p->out_n);
+	return p->ops->send(p->ops->arg, buf, p->out_n, peer(c, c->stage + 1),
+	                    2 * k, &p->handles[k]);
 }
 
 /* Forward micro-batch k after receiving its input (stages after the
@@ -155,7 +174,7 @@ forward(pipe_run *p, int k)
 	dt_err err;
 
 	if (!is_first(p) &&
-	    (err = p->ops->recv(p->ops->arg, p->stash[k], p->in_n,
+	    (err = p->ops->recv(p->ops->arg, stash_of(p, k), p->in_n,
 	                        peer(c, c->stage - 1), 2 * k)))
 		return err;
 	return forward_run(p, k);
@@ -170,6 +189,7 @@ backward_run(pipe_run *p, int k)
 {
 	const dt_nn_pipe_cfg *c = p->cfg;
 	const float *dx;
+	float *buf;
 	double loss;
 	dt_err err;
 
@@ -178,7 +198,7 @@ backward_run(pipe_run *p, int k)
 	if (is_last(p)) {
 		t0 = op_start(p);
 		err = dt_nn_forward_backward(
-		    p->m, p->stash[k],
+		    p->m, stash_of(p, k),
 		    c->y + (size_t)k * c->micro_batch *
 		               dt_nn_model_label_size(p->m),
 		    c->micro_batch, &loss, NULL);
@@ -203,10 +223,12 @@ backward_run(pipe_run *p, int k)
 		                "pipeline stage %d: no input gradient to send "
 		                "back (no earlier stage has parameters)",
 		                c->stage);
-	memcpy(p->bwd_out[k], dx, sizeof(float) * p->in_n);
-	return p->ops->send(p->ops->arg, p->bwd_out[k], p->in_n,
-	                    peer(c, c->stage - 1), 2 * k + 1,
-	                    &p->handles[c->micro_batches + k]);
+	if ((err = send_buffer(p, p->bwd_out, c->micro_batches + k,
+	                       c->micro_batches, &buf)))
+		return err;
+	memcpy(buf, dx, sizeof(float) * p->in_n);
+	return p->ops->send(p->ops->arg, buf, p->in_n, peer(c, c->stage - 1),
+	                    2 * k + 1, &p->handles[c->micro_batches + k]);
 }
 
 /* Backward micro-batch k after receiving its output's gradient (stages
@@ -270,7 +292,7 @@ post_inputs(pipe_run *p, int f, int b, int can_f, int can_b)
 	dt_err err;
 
 	if (can_f && !is_first(p) && p->fh == NULL &&
-	    (err = p->ops->recv_async(p->ops->arg, p->stash[f], p->in_n,
+	    (err = p->ops->recv_async(p->ops->arg, stash_of(p, f), p->in_n,
 	                              peer(c, c->stage - 1), 2 * f, &p->fh)))
 		return err;
 	if (can_b && !is_last(p) && p->bh == NULL &&
@@ -339,14 +361,19 @@ schedule(pipe_run *p)
 	return schedule_ready(p);
 }
 
+/* n buffers of len floats; NULL unless all were allocated. */
 static float **
-alloc_set(int M, size_t n)
+alloc_set(int n, size_t len)
 {
-	float **s = calloc((size_t)M, sizeof(*s));
+	float **s = calloc((size_t)n, sizeof(*s));
 
-	for (int k = 0; s && k < M; k++)
-		if ((s[k] = malloc(sizeof(float) * (n ? n : 1))) == NULL)
-			return s; /* caller checks the last */
+	for (int k = 0; s && k < n; k++)
+		if ((s[k] = malloc(sizeof(float) * (len ? len : 1))) == NULL) {
+			while (k-- > 0)
+				free(s[k]);
+			free(s);
+			return NULL;
+		}
 	return s;
 }
 
@@ -409,29 +436,31 @@ dt_nn_pipe_step(dt_nn_model *m, const dt_nn_pipe_cfg *c,
 	if ((err = check_cfg(m, c, ops)))
 		return err;
 	M = c->micro_batches;
-	p.in_n = (size_t)c->micro_batch * dt_nn_model_input_size(m);
-	p.out_n = (size_t)c->micro_batch * dt_nn_model_output_size(m);
-	p.stash = alloc_set(M, p.in_n);
-	p.fwd_out = alloc_set(M, p.out_n);
-	p.bwd_out = alloc_set(M, p.in_n);
-	p.handles = calloc(2 * (size_t)M, sizeof(void *));
-	p.dy = malloc(sizeof(float) * (p.out_n ? p.out_n : 1));
-	if (!p.dy || !p.stash || !p.stash[M - 1] || !p.fwd_out ||
-	    !p.fwd_out[M - 1] || !p.bwd_out || !p.bwd_out[M - 1] ||
-	    !p.handles) {
-		err = dt__fail(DT_ENOMEM,
-		               "pipeline step: buffers for %d "
-		               "micro-batches",
-		               M);
-		goto fail;
-	}
-	/* As many slots as micro-batches the schedule keeps in flight. */
-	p.slots = c->schedule == DT_NN_PIPE_GPIPE
+	/* As many slots as micro-batches the schedule keeps in flight: M
+	 * under GPipe, S - s under 1F1B, 1 at the last stage (its forward
+	 * and backward run at once, backward_run()). One send buffer more
+	 * than that in each direction, so that a stage rarely waits for the
+	 * acknowledgement of a send before it can send again. */
+	p.slots = is_last(&p) ? 1
+	          : c->schedule == DT_NN_PIPE_GPIPE
 	              ? M
 	              : DT_MIN(c->stages - c->stage, M);
-	if (is_last(&p))
-		p.slots = 1; /* forward and backward at once (backward()) */
-	else if ((err = dt_nn_stage_slots(m, p.slots, c->micro_batch)))
+	p.nsend = DT_MIN(p.slots + 1, M);
+	p.in_n = (size_t)c->micro_batch * dt_nn_model_input_size(m);
+	p.out_n = (size_t)c->micro_batch * dt_nn_model_output_size(m);
+	p.stash = alloc_set(p.slots, p.in_n);
+	p.fwd_out = alloc_set(p.nsend, p.out_n);
+	p.bwd_out = alloc_set(p.nsend, p.in_n);
+	p.handles = calloc(2 * (size_t)M, sizeof(void *));
+	p.dy = malloc(sizeof(float) * (p.out_n ? p.out_n : 1));
+	if (!p.dy || !p.stash || !p.fwd_out || !p.bwd_out || !p.handles) {
+		err = dt__fail(DT_ENOMEM,
+		               "pipeline step: buffers for %d "
+		               "micro-batches in flight",
+		               p.slots);
+		goto fail;
+	}
+	if ((err = dt_nn_stage_slots(m, p.slots, c->micro_batch)))
 		goto fail;
 	if (p.op_cpu)
 		memset(p.op_cpu, 0, sizeof(*p.op_cpu) * 2 * (size_t)M);
@@ -456,20 +485,22 @@ fail:
 			err = e;
 	}
 	if (st && err == DT_OK) {
+		size_t act = dt_nn_stage_slot_bytes(m, c->micro_batch);
+
 		st->loss = p.loss;
 		st->peak_stashed = p.peak;
 		st->stash_bytes = (size_t)p.peak * p.in_n * sizeof(float);
-		st->act_bytes =
-		    is_last(&p) ? 0
-		                : (size_t)p.peak *
-		                      dt_nn_stage_slot_bytes(m, c->micro_batch);
+		st->act_bytes = is_last(&p) ? 0 : (size_t)p.peak * act;
+		st->slots = dt_nn_stage_num_slots(m);
+		st->alloc_bytes =
+		    (size_t)st->slots * (p.in_n * sizeof(float) + act);
 		st->busy_ns = p.busy_ns;
 		st->reordered = p.reordered;
 	}
 	free(p.handles);
 	free(p.dy);
-	free_set(p.stash, M);
-	free_set(p.fwd_out, M);
-	free_set(p.bwd_out, M);
+	free_set(p.stash, p.slots);
+	free_set(p.fwd_out, p.nsend);
+	free_set(p.bwd_out, p.nsend);
 	return err;
 }

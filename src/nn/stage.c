@@ -13,6 +13,7 @@
  * layers' own buffers, which every call but the _slot ones uses.
  * pipeline.c drives all this for a training step.
  */
+#include <float.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -169,21 +170,20 @@ least_bound(const double *work, int n, int stages)
  * The cut rule: stages start only at a conv or dense layer (the layers
  * between them, activations, pooling and flattening, stay with the layer
  * that feeds them), and the cut is the one whose most loaded stage has
- * the least work (forward and backward, layer_work): a pipeline goes at
- * the pace of its slowest stage. The units are a conv or dense layer with
- * the layers after it up to the next one; with the least bound on a
- * stage's work known, stages are cut greedily under it, and earlier when
- * only as many units remain as stages still to start.
+ * the least cost (forward and backward): a pipeline goes at the pace of
+ * its slowest stage. The units are a conv or dense layer with the layers
+ * after it up to the next one; with the least bound on a stage's cost
+ * known, stages are cut greedily under it, and earlier when only as many
+ * units remain as stages still to start. cost[i] is layer i's cost, or
+ * NULL for the counted operations of layer_work().
  */
-dt_err
-dt_nn_model_cut(const dt_nn_model *m, int stages, int *first)
+static dt_err
+cut_rule(const dt_nn_model *m, int stages, const double *cost, int *first)
 {
 	double *work = NULL, bound, cur;
 	int *start = NULL, n = 0, s = 1, compute = 0;
 	dt_err err = DT_OK;
 
-	if (m == NULL || first == NULL || stages < 1)
-		return dt__fail(DT_EINVAL, "model cut: bad arguments");
 	work = calloc((size_t)m->nlayers + 1, sizeof(*work));
 	start = calloc((size_t)m->nlayers + 1, sizeof(*start));
 	if (work == NULL || start == NULL) {
@@ -197,7 +197,7 @@ dt_nn_model_cut(const dt_nn_model *m, int stages, int *first)
 			start[n++] = i;
 		else if (n == 0)
 			start[n++] = 0;
-		work[n - 1] += layer_work(&m->layers[i]);
+		work[n - 1] += cost ? cost[i] : layer_work(&m->layers[i]);
 	}
 	if (compute < stages) {
 		err = dt__fail(DT_EINVAL,
@@ -222,6 +222,32 @@ fail:
 	free(work);
 	free(start);
 	return err;
+}
+
+dt_err
+dt_nn_model_cut(const dt_nn_model *m, int stages, int *first)
+{
+	if (m == NULL || first == NULL || stages < 1)
+		return dt__fail(DT_EINVAL, "model cut: bad arguments");
+	return cut_rule(m, stages, NULL, first);
+}
+
+/* The rule on costs the caller measured (dt_nn_model_profile): any cost
+ * that is not a finite number >= 0 is refused, as it would make the
+ * bisection meaningless. */
+dt_err
+dt_nn_model_cut_by(const dt_nn_model *m, int stages, const double *cost,
+                   int *first)
+{
+	if (m == NULL || cost == NULL || first == NULL || stages < 1)
+		return dt__fail(DT_EINVAL, "model cut: bad arguments");
+	for (int i = 0; i < m->nlayers; i++)
+		if (!(cost[i] >= 0.0 && cost[i] <= DBL_MAX))
+			return dt__fail(DT_EINVAL,
+			                "model cut: layer %d's cost %g is not "
+			                "a finite number >= 0",
+			                i, cost[i]);
+	return cut_rule(m, stages, cost, first);
 }
 
 /* ---- activation slots ---- */
@@ -270,6 +296,23 @@ dt__nn_drop_slots(dt_nn_model *m)
 	m->active = 0;
 }
 
+/* Keep slots [0, keep) only, freeing the others' buffers: a stage whose
+ * schedule now keeps fewer micro-batches in flight gives the memory
+ * back. The active slot becomes slot 0 if it is among those freed. */
+static void
+drop_slots_from(dt_nn_model *m, int keep)
+{
+	if (keep <= 1) {
+		dt__nn_drop_slots(m);
+		return;
+	}
+	if (m->active >= keep)
+		dt__nn_select_slot(m, 0);
+	for (int k = keep; k < m->nslots; k++)
+		dt__nn_free_bufs(m->slots[k].b, m->nlayers);
+	m->nslots = keep;
+}
+
 dt_err
 dt_nn_stage_slots(dt_nn_model *m, int slots, int batch)
 {
@@ -286,7 +329,11 @@ dt_nn_stage_slots(dt_nn_model *m, int slots, int batch)
 		                batch, m->max_batch);
 	if ((err = dt__nn_reserve(m, batch)))
 		return err;
-	if (slots <= m->nslots)
+	if (slots < m->nslots) {
+		drop_slots_from(m, slots);
+		return DT_OK;
+	}
+	if (slots == m->nslots)
 		return DT_OK;
 	ns = realloc(m->slots, sizeof(*ns) * (size_t)slots);
 	if (ns == NULL)
@@ -309,6 +356,12 @@ nomem:
 	                "stage_slots: no memory for the activations of %d "
 	                "micro-batches of %d",
 	                slots, batch);
+}
+
+int
+dt_nn_stage_num_slots(const dt_nn_model *m)
+{
+	return m ? m->nslots : 0;
 }
 
 size_t

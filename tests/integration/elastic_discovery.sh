@@ -66,5 +66,5 @@ check "without an elastic job: refused" \
 "$DTRAIN" launch -n 2 -s 0 --min-workers 1 --launcher mpi \
 	--host-discovery-script true -- "$EX" >"$TMP/refused" 2>&1
 check "with another launcher: refused" \
-	grep -q "works with the local launcher only" "$TMP/refused"
+	grep -q "works with the local and ssh launchers only" "$TMP/refused"
 finish

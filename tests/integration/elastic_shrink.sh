@@ -11,8 +11,8 @@
 #   - two losses in one run (ranks 1 and 3 at different steps), replayed;
 #   - node barriers over the workers go on past a lost worker;
 #   - under the minimum the job ends with a message naming it;
-#   - elastic with servers is refused at start-up, by the launcher and by
-#     the library.
+#   - --min-workers with servers is refused by the launcher (an elastic
+#     job with servers is elastic_ps.sh's).
 . "$(dirname "$0")/coll_lib.bash"
 EX=$BUILD/examples/elastic
 S=${DT_TEST_TIME_SCALE:-1}
@@ -105,7 +105,8 @@ check "barriers: both survivors pass every round" \
 	test "$(grep -cE "rank [02] passed 5$" "$out")" = 2
 
 # Under the minimum.
-run below "" -n 2 -s 0 --min-workers 2 -- --die-at 20 --die-rank 1
+run below "" -n 2 -s 0 --min-workers 2 --elastic-timeout 2 -- --die-at 20 \
+	--die-rank 1
 check "under the minimum: the job fails (got $RC)" test "$RC" != 0
 check "under the minimum: named" \
 	grep -q "worker 1 .*killed by signal 9.*: fewer workers remain than the elastic job's minimum of 2" "$TMP/below"
@@ -116,10 +117,4 @@ DT_TEST_TAG=$TAG timeout $((60 * S)) "$DTRAIN" launch -n 2 -s 1 \
 	--min-workers 1 -- "$EX" >"$out" 2>&1
 check "--min-workers with servers: refused by the launcher" \
 	grep -q "elastic training works without servers (-s 0)" "$out"
-DTRAIN_ELASTIC=1 DT_TEST_TAG=$TAG timeout $((60 * S)) "$DTRAIN" launch \
-	-n 2 -s 1 -- "$EX" >"$out" 2>&1
-rc=$?
-check "DTRAIN_ELASTIC=1 with a server: fails (got $rc)" test "$rc" != 0
-check "DTRAIN_ELASTIC=1 with a server: the library names why" \
-	grep -q "with parameter servers it is not supported yet" "$out"
 finish

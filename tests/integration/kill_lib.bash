@@ -34,6 +34,18 @@ wait_for() {
 # the build's DT_TEST_TIME_SCALE (a bound on a hang, not a claim of speed).
 kill_wait() { echo $((${KILL_WAIT:-30} * ${DT_TEST_TIME_SCALE:-1})); }
 
+# find_pid ROLE RANK JOB: pid_of, looked for until it is found (every
+# 20 ms, up to kill_wait) while the job (pid JOB) runs.
+find_pid() {
+	local i p n=$(($(kill_wait) * 50))
+	for i in $(seq "$n"); do
+		p=$(pid_of "$1" "$2") && { echo "$p"; return 0; }
+		kill -0 "$3" 2>/dev/null || return 1
+		sleep 0.02
+	done
+	return 1
+}
+
 # killed NAME ROLE RANK PATTERN launch-args...: start the job, SIGKILL the
 # process once the log shows PATTERN; the launcher's status in $tmp/NAME.rc.
 # A job that ended before the kill could land (this script kept from the
@@ -45,8 +57,12 @@ killed() {
 	for try in 1 2 3; do
 		timeout "${KILL_JOB_LIMIT:-200}" "$@" >"$tmp/$name.log" 2>&1 &
 		job=$!
+		# The process is found first (a look at every process's
+		# environment, slow on a busy machine), so that once PATTERN
+		# shows only the kill is left to do.
+		pid=$(find_pid "$role" "$rank" "$job") || pid=
 		wait_for "$tmp/$name.log" "$pat" "$(kill_wait)" || { kill $job; fail "$name: '$pat' never came"; }
-		if pid=$(pid_of "$role" "$rank"); then
+		if [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null; then
 			kill -9 "$pid"
 			wait $job
 			rc=$?
@@ -63,7 +79,10 @@ killed() {
 			echo "$rc" >"$tmp/$name.rc"
 			return 0
 		fi
-		kill -0 $job 2>/dev/null && { kill $job; fail "$name: no $role $rank"; }
+		if [ -z "$pid" ] && kill -0 $job 2>/dev/null; then
+			kill $job
+			fail "$name: no $role $rank"
+		fi
 		wait $job
 		echo "$name: the job ended before $role $rank could be killed (run $try); once more"
 		rm -rf "$tmp/ck"

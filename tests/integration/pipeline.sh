@@ -6,12 +6,15 @@
 # every stage's parameters must equal bit for bit those of one process
 # running the same micro-batches in turn, and the stash must hold M
 # micro-batches at most under GPipe (1 at the last stage) and S - s under
-# 1F1B (exactly that many in the strict order). Then an MLP in 4 stages over TCP with sgd, and hybrids of 2 stages
+# 1F1B (exactly that many in the strict order). Then an MLP in 4 stages
+# over TCP with sgd, and hybrids of 2 stages
 # x 2 and 3 replicas (data parallelism over pipelines). Then the replay of
 # bench/pipeline_bench against the theoretical bubble. Then the mnist
 # example in 3 and in 4 stages: its stage files, joined by `dtrain params
 # join`, equal one process's file bit for bit, and in 4 stages the files
-# of a ready-first run and of a strict one are the same bytes.
+# of a ready-first run and of a strict one are the same bytes; in 3
+# stages cut by measured time too. The activation slots allocated follow
+# the schedule (the bench's JSON, the example's memory line).
 . "$(dirname "$0")/coll_lib.bash"
 CHECK=$BUILD/tests/progs/pipe_check
 
@@ -84,6 +87,12 @@ for S in 2 4; do
 	check "bench, $S stages: the ideal 1F1B at M = 4 has bubble $ideal" \
 		test "$(grep -c "ideal 1F1B bubble $ideal" "$out")" = 2
 done
+# Activation slots by schedule (the JSON lines): with 2 stages and 4
+# micro-batches, 1F1B allocates 2 at stage 0 and GPipe 4, the last stage 1.
+for want in 'gpipe.*"M":4,.*"slots":\[4,1\]' '1f1b.*"M":4,.*"slots":\[2,1\]'; do
+	check "bench, 2 stages: slots allocated ($want)" \
+		grep -q "$want" "$TMP/bench2"
+done
 order=$(grep -A1 "timeline (ideal" "$TMP/bench2" | grep "stage 0:" |
 	tail -1 | grep -o "F[0-9]\|B[0-9]\|idle" | tr '\n' ' ')
 check "bench, 2 stages: stage 0's ideal 1F1B order (got: $order)" \
@@ -148,12 +157,18 @@ if [ -f "$DATA/train-images-idx3-ubyte.gz" ]; then
 	check "mnist, 4 stages: the cut rule's stage 2 is layers [7, 9)" \
 		grep -q "stage 2 of 4: layers \[7, 9)" "$out"
 	check "mnist, 4 stages, 1f1b: stage 0 keeps 4 micro-batches at most" \
-		grep -q "stage 0: at most 4 micro-batches in flight" "$out"
+		grep -q "stage 0: activation slots allocated 4 .*peak in flight 4 micro-batches" "$out"
+	# 1F1B allocates S - s slots (the last stage one), not M.
+	for st in "1 3" "2 2" "3 1"; do
+		read -r i want <<<"$st"
+		check "mnist, 4 stages, 1f1b: stage $i allocates $want slots" \
+			grep -q "stage $i: activation slots allocated $want (" "$out"
+	done
 	# Ready-first may run stage 2's backward passes before a forward
 	# (its gradients come back from the light last stage before the
 	# heavy stage 1 sends the next activations): 2 at most, maybe 1.
 	check "mnist, 4 stages, 1f1b: stage 2 keeps 2 micro-batches at most" \
-		grep -q "stage 2: at most [12] micro-batches in flight" "$out"
+		grep -q "stage 2: .*peak in flight [12] micro-batches" "$out"
 	# The strict order: exactly 1F1B's S - s, and the same bytes.
 	out=$TMP/mnist4s
 	timeout 280 "$DTRAIN" launch -n 4 -s 0 --launcher local \
@@ -165,7 +180,7 @@ if [ -f "$DATA/train-images-idx3-ubyte.gz" ]; then
 	check "mnist, 4 stages, 1f1b-strict: launcher exits 0 (got $rc)" \
 		test "$rc" = 0
 	check "mnist, 4 stages, 1f1b-strict: stage 2 keeps exactly 2" \
-		grep -q "stage 2: at most 2 micro-batches in flight" "$out"
+		grep -q "stage 2: .*peak in flight 2 micro-batches" "$out"
 	for st in 0 1 2 3; do
 		check "mnist, 4 stages: stage $st's file, ready-first = strict" \
 			cmp -s "$TMP/q.stage$st" "$TMP/qs.stage$st"
@@ -182,6 +197,31 @@ if [ -f "$DATA/train-images-idx3-ubyte.gz" ]; then
 		test "$rc" = 0
 	check "mnist, 4 stages joined: bit-identical to one process" \
 		cmp -s "$TMP/joined4" "$TMP/one4.stage0"
+	# The cut by measured time, 3 stages: every rank times lenet's
+	# layers, rank 0 cuts and sends its cut; whatever the cut, the
+	# stage files joined are one process's bits (the run of 256 samples
+	# above).
+	out=$TMP/mnist_measured
+	timeout 280 "$DTRAIN" launch -n 3 -s 0 --launcher local \
+		--env DT_TEST_TAG="$TAG" -- "$BUILD/examples/mnist" \
+		--pipeline-stages 3 --stages measured --micro-batches 4 \
+		--batch-size 32 --epochs 1 --limit 256 --data "$DATA" \
+		--save "$TMP/me" >"$out" 2>&1
+	rc=$?
+	check "mnist, measured cut: launcher exits 0 (got $rc)" test "$rc" = 0
+	check "mnist, measured cut: printed once, with each stage's time" \
+		test "$(grep -c "measured cut (median over 3 ranks.*stage 2 [0-9.]* ms$" "$out")" = 1
+	read -r c1 c2 <<<"$(sed -n 's/.*stages start at layers 0 \([0-9]*\) \([0-9]*\) (of 10).*/\1 \2/p' "$out")"
+	check "mnist, measured cut: stage 0 follows rank 0's cut ($c1, $c2)" \
+		grep -q "stage 0 of 3: layers \[0, $c1)" "$out"
+	check "mnist, measured cut: stage 1 follows rank 0's cut" \
+		grep -q "stage 1 of 3: layers \[$c1, $c2)" "$out"
+	check "mnist, measured cut: stage 2 follows rank 0's cut" \
+		grep -q "stage 2 of 3: layers \[$c2, 10)" "$out"
+	"$DTRAIN" params join "$TMP/joinedm" "$TMP/me.stage0" "$TMP/me.stage1" \
+		"$TMP/me.stage2" >"$TMP/join.out" 2>&1
+	check "mnist, measured cut joined: bit-identical to one process" \
+		cmp -s "$TMP/joinedm" "$TMP/one.stage0"
 	# Two pipelines of 2 stages on their halves of each global batch.
 	out=$TMP/mnist_hybrid
 	timeout 280 "$DTRAIN" launch -n 4 -s 0 --launcher local \

@@ -445,6 +445,34 @@ run_runs(dt_kv *kv, size_t n)
 	for (size_t i = 0; i < n; i++)
 		CHECK(out[i] == sum * (float)(i % 7), "runs stretch: key %zu",
 		      i);
+	/* Every d-th key of the run (d = 2, 3: ranges of other steps, on
+	 * one server or split over all, an odd count) pushed and pulled:
+	 * the same sums. */
+	for (size_t d = 2; d <= 3; d++) {
+		size_t nd = ((n - 2) / d) | 1;
+		dt_key *kd = malloc(nd * sizeof(*kd));
+		float *vd = malloc(nd * sizeof(float)),
+		      *od = malloc(nd * sizeof(float));
+
+		for (size_t i = 0; i < nd; i++) {
+			kd[i] = base + 1 + d * i;
+			vd[i] = v[1 + d * i];
+		}
+		OK(dt_kv_push_keys(kv, nd, kd, vd, NULL));
+		OK(dt_kv_pull_keys(kv, nd, kd, od, NULL));
+		for (size_t i = 0; i < nd; i++)
+			CHECK(od[i] == sum * (float)((1 + d * i) % 7),
+			      "runs, every %zu-th key: key %zu = %g", d,
+			      1 + d * i, (double)od[i]);
+		OK(dt_kv_pushpull_keys(kv, nd, kd, vd, od, NULL));
+		for (size_t i = 0; i < nd; i++)
+			CHECK(od[i] == sum * (float)((1 + d * i) % 7),
+			      "runs, every %zu-th key, pushpull: key %zu", d,
+			      1 + d * i);
+		free(kd);
+		free(vd);
+		free(od);
+	}
 	/* Two keys of one server swapped, then one of them listed twice:
 	 * that server's part keeps its first and last keys and its count,
 	 * so only the check of every key finds that it is no span. */
@@ -473,7 +501,7 @@ run_runs(dt_kv *kv, size_t n)
 	OK(dt_kv_barrier(kv));
 	if (rank == 0)
 		printf("kv_many runs: %zu keys in order and reversed, a "
-		       "stretch, refusals named\n",
+		       "stretch, every 2nd and 3rd key, refusals named\n",
 		       n);
 	free(keys);
 	free(rev);

@@ -375,6 +375,115 @@ test_spans(void **state)
 	dt__ks_fini(&ks);
 }
 
+/* Key ranges: dt__kv_key_step finds the step of a progression and only
+ * of one; a range (k0, d, count) is a span exactly when the same keys
+ * listed are, naming the same records. */
+static void
+test_key_ranges(void **state)
+{
+	(void)state;
+	dt_kstore ks;
+	uint64_t k[1000];
+	uint32_t f1, f2;
+	dt_ks_lens one = {NULL, 1}, two = {NULL, 2};
+
+	for (size_t i = 0; i < 600; i++)
+		k[i] = 7 + 5 * i;
+	uint8_t *w = wire_keys(k, 600);
+	assert_int_equal(dt__kv_key_step(w, 600), 5);
+	assert_int_equal(dt__kv_key_step(w, 2), 5);
+	assert_int_equal(dt__kv_key_step(w, 1), 0);
+	dt__put_u64(w + 8 * 321, 1); /* (key 321 off) */
+	assert_int_equal(dt__kv_key_step(w, 600), 0);
+	free(w);
+	k[0] = UINT64_MAX - 1; /* (then 2 wraps to 0: no progression) */
+	k[1] = UINT64_MAX;
+	k[2] = 0;
+	w = wire_keys(k, 3);
+	assert_int_equal(dt__kv_key_step(w, 3), 0);
+	assert_int_equal(dt__kv_key_step(w, 2), 1);
+	free(w);
+	for (size_t i = 0; i < 600; i++)
+		k[i] = 600 - i; /* (down: no step) */
+	w = wire_keys(k, 600);
+	assert_int_equal(dt__kv_key_step(w, 600), 0);
+	free(w);
+
+	dt__ks_init(&ks, 1, 1, &no_opt);
+	init_run(&ks, 1000, 1, 1000, 1); /* keys 1000..1999 */
+	init_run(&ks, 5000, 3, 1000, 2); /* keys 5000, 5003 ... of 2 */
+	struct {
+		uint64_t k0, d;
+		size_t n;
+		uint32_t len;
+	} c[] = {
+	    {1000, 1, 1000, 1},          {1100, 1, 200, 1},  {5000, 3, 1000, 2},
+	    {5000 + 3 * 900, 3, 100, 2}, {5000, 3, 1000, 1}, {1000, 2, 400, 1},
+	    {1900, 1, 200, 1},           {1000, 1, 63, 1},   {999, 1, 100, 1}};
+	for (size_t x = 0; x < sizeof(c) / sizeof(c[0]); x++) {
+		for (size_t i = 0; i < c[x].n; i++)
+			k[i] = c[x].k0 + c[x].d * i;
+		w = wire_keys(k, c[x].n);
+		int listed = dt__ks_span(&ks, c[x].n, w,
+		                         c[x].len == 1 ? &one : &two, &f1);
+		int range = dt__ks_span_range(&ks, c[x].n, c[x].k0, c[x].d,
+		                              c[x].len, &f2);
+		assert_int_equal(listed, range);
+		assert_int_equal(range, x < 4);
+		if (range)
+			assert_int_equal(f1, f2);
+		free(w);
+	}
+	assert_false(dt__ks_span_range(&ks, 100, 1000, 0, 1, &f1));
+	dt__ks_fini(&ks);
+}
+
+/* dist_async with sgd (momentum, clipping, weight decay): a span applied
+ * in one call equals key by key bit for bit, values, momentum and step
+ * counts. */
+static void
+test_span_sgd(void **state)
+{
+	(void)state;
+	enum { N = 200 };
+	dt_kstore a, b;
+	dt_opt sgd;
+	uint64_t k[N];
+	uint32_t idx[N], first;
+	float g[N], va[N];
+	dt_ks_lens one = {NULL, 1};
+	size_t bad;
+
+	assert_int_equal(dt__opt_parse("sgd",
+	                               "lr=0.3,momentum=0.9,wd=0.01,"
+	                               "clip_gradient=2",
+	                               &sgd),
+	                 DT_OK);
+	for (size_t i = 0; i < N; i++) {
+		k[i] = 10 + 3 * i;
+		g[i] = (float)((int)(i % 11) - 5) / 3.0f;
+	}
+	dt__ks_init(&a, 2, 0, &sgd);
+	dt__ks_init(&b, 2, 0, &sgd);
+	init_run(&a, 10, 3, N, 1);
+	init_run(&b, 10, 3, N, 1);
+	uint8_t *w = wire_keys(k, N);
+	assert_int_equal(dt__ks_resolve(&a, "push", N, w, &one, 0, idx, &bad),
+	                 DT_OK);
+	assert_true(dt__ks_span(&b, N, w, &one, &first));
+	for (int r = 0; r < 3; r++) {
+		dt__ks_apply(&a, idx, N, g);
+		dt__ks_apply_span(&b, first, N, g);
+	}
+	dt__ks_gather(&a, idx, N, va);
+	assert_memory_equal(va, dt__ks_val(&b, first), sizeof(va));
+	assert_memory_equal(a.state, b.state, N * sizeof(float));
+	assert_memory_equal(a.steps, b.steps, N * sizeof(uint32_t));
+	free(w);
+	dt__ks_fini(&a);
+	dt__ks_fini(&b);
+}
+
 /* The same dist_sync rounds through spans as key by key: the same values
  * bit for bit, and every push told once per key - when one push closes
  * only some of a span's rounds, too. */
@@ -528,7 +637,9 @@ main(void)
 	    cmocka_unit_test(test_sync_rounds),
 	    cmocka_unit_test(test_async_optimizer),
 	    cmocka_unit_test(test_spans),
+	    cmocka_unit_test(test_key_ranges),
 	    cmocka_unit_test(test_span_rounds),
+	    cmocka_unit_test(test_span_sgd),
 	    cmocka_unit_test(test_decode_limits),
 	    cmocka_unit_test(test_fastmod),
 	};

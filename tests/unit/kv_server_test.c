@@ -21,6 +21,8 @@
  * before their init on a restarted server, and a dense key in a
  * checkpoint; and what a restarted worker asks of the many-key store and
  * of a row table (the pushes held, a pull as of the round it resumes at).
+ * An elastic job's dense rounds follow the membership the scheduler
+ * sends, and refuse pushes of an old one by name.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -400,6 +402,114 @@ many_req(int w, int cmd, size_t n, float v)
 	free(b);
 }
 
+/* A batched request naming its keys as a range (DT_KV_KEY_RANGE): keys
+ * k0, k0 + d ... (n of them); for a push, key i's value is v + i. */
+static void
+range_req(int w, int cmd, uint64_t k0, uint64_t d, size_t n, float v)
+{
+	int vals = cmd != DT_CMD_KV_PULL_MANY;
+	uint8_t *b = malloc(16 + 4 * n);
+
+	assert_non_null(b);
+	dt__put_u64(b, k0);
+	dt__put_u64(b + 8, d);
+	for (size_t i = 0; i < n; i++) {
+		float x = v + (float)i;
+
+		memcpy(b + 16 + 4 * i, &x, 4);
+	}
+	send_frame(w, cmd, k0, n, 1, DT_KV_KEY_RANGE, NULL, 0, b,
+	           16 + (vals ? 4 * n : 0));
+	free(b);
+}
+
+/* The values of the last answer (at most 64). */
+static void
+got_values(float *got, size_t n)
+{
+	assert_true(n * 4 <= sizeof(h_ans.data) && h_ans.bytes == n * 4);
+	memcpy(got, h_ans.data, n * 4);
+}
+
+/* Key ranges in dist_sync: a range that is a stretch of the init's run
+ * (the span path) and one that is not (listed, looked up) give the same
+ * sums as listed keys, a short range too; a second push of one worker in
+ * an open round names the key; and what is refused: an init, a step of
+ * 0, a range past 2^64 - 1, a body of the wrong size, more keys than the
+ * store holds, an unknown key, a server that recovers. */
+static void
+test_many_range(void **state)
+{
+	kv_server *s;
+	uint64_t n0;
+	float got[64];
+
+	(void)state;
+	assert_non_null(s = h_start());
+	send_frame(0, DT_CMD_KV_CONFIG, 0, 1, 0, 0, NULL, 0, NULL, 0);
+	many_req(0, DT_CMD_KV_INIT_MANY, 128, 0.5f); /* keys 100 .. 227 */
+	answered(0);
+	n0 = h_ans.count;
+	range_req(0, DT_CMD_KV_PUSH_MANY, 100, 1, 128, 0.0f);
+	/* a second push of worker 0 in the open round: named */
+	range_req(0, DT_CMD_KV_PUSH_MANY, 120, 1, 64, 0.0f);
+	refused(DT_ESTATE, "of key 120: this worker's push of it");
+	range_req(1, DT_CMD_KV_PUSH_MANY, 100, 1, 128, 1000.0f);
+	assert_int_equal(h_ans.count, n0 + 3);
+	answered(0);
+	/* key 100 + i is 2i + 1000: a stretch of the run, by span */
+	range_req(1, DT_CMD_KV_PULL_MANY, 110, 1, 64, 0);
+	got_values(got, 64);
+	for (int i = 0; i < 64; i++)
+		assert_true(got[i] == (float)(2 * (10 + i) + 1000));
+	/* every other key (no run of step 2): listed and looked up */
+	range_req(0, DT_CMD_KV_PULL_MANY, 101, 2, 64, 0);
+	got_values(got, 64);
+	for (int i = 0; i < 64; i++)
+		assert_true(got[i] == (float)(2 * (1 + 2 * i) + 1000));
+	/* a pushpull of every other key, and a short range (10 keys) */
+	range_req(0, DT_CMD_KV_PUSHPULL_MANY, 101, 2, 64, 1.0f);
+	range_req(1, DT_CMD_KV_PUSHPULL_MANY, 101, 2, 64, 2.0f);
+	got_values(got, 64);
+	for (int i = 0; i < 64; i++)
+		assert_true(got[i] == (float)(3 + 2 * i));
+	range_req(1, DT_CMD_KV_PULL_MANY, 101, 2, 10, 0);
+	got_values(got, 10);
+	for (int i = 0; i < 10; i++)
+		assert_true(got[i] == (float)(3 + 2 * i));
+	assert_int_equal(h_ans.errors, 1);
+	/* a single-key pull of a key whose round holds the puller's range
+	 * push waits for that round: answered after the push, with the sum */
+	n0 = h_ans.count;
+	range_req(1, DT_CMD_KV_PUSH_MANY, 100, 1, 128, 5.0f);
+	send_frame(1, DT_CMD_KV_PULL, 130, 1, 0, 0, NULL, 0, NULL, 0);
+	assert_int_equal(h_ans.count, n0);
+	range_req(0, DT_CMD_KV_PUSH_MANY, 100, 1, 128, 7.0f);
+	assert_int_equal(h_ans.count, n0 + 3);
+	assert_int_equal(h_ans.last.cmd, DT_CMD_KV_PULL);
+	got_values(got, 1);
+	assert_true(got[0] == (5.0f + 30) + (7.0f + 30));
+	/* refusals */
+	range_req(0, DT_CMD_KV_INIT_MANY, 300, 1, 64, 0.0f);
+	refused(DT_EPROTO, "a key range is for a push, pull or pushpull");
+	range_req(0, DT_CMD_KV_PULL_MANY, 100, 0, 64, 0);
+	refused(DT_EPROTO, "a step of 0");
+	range_req(0, DT_CMD_KV_PULL_MANY, UINT64_MAX - 100, 2, 64, 0);
+	refused(DT_EPROTO, "past 2^64 - 1");
+	send_frame(0, DT_CMD_KV_PULL_MANY, 100, 64, 1, DT_KV_KEY_RANGE, NULL, 0,
+	           got, 24);
+	refused(DT_ESIZE, "body of 24 bytes, expected 16");
+	range_req(0, DT_CMD_KV_PULL_MANY, 100, 1, 129, 0);
+	refused(DT_ENOKEY, "more keys than the store holds (128)");
+	range_req(0, DT_CMD_KV_PULL_MANY, 200, 1, 64, 0);
+	refused(DT_ENOKEY, "of key 228: unknown key");
+	s->rejoined = 1; /* (as a server in a lost one's place) */
+	range_req(0, DT_CMD_KV_PULL_MANY, 100, 1, 64, 0);
+	refused(DT_EPROTO, "a key range to a server that recovers");
+	s->rejoined = 0;
+	h_stop();
+}
+
 /* The many-key store in a checkpoint: a server started from the file has
  * the keys, the values and update counts of the rounds before it (not
  * those after), keeps them at the workers' init, and answers a pull with
@@ -569,6 +679,74 @@ test_dense_rounds(void **state)
 	dense_req(0, DT_CMD_KV_PUSH, 7, 5, g1); /* (its length is 4) */
 	refused(DT_ESIZE, "length 5 != initialised length 4");
 	h_stop();
+}
+
+/* A dense push of an elastic job naming membership epoch. */
+static void
+elastic_push(int w, int cmd, dt_key key, uint64_t epoch, const float *g)
+{
+	send_frame(w, cmd, key, 4, 0, (uint32_t)(epoch << DT_KV_EPOCH_SHIFT),
+	           NULL, 0, g, 4 * sizeof(float));
+}
+
+/* The scheduler's membership epoch of the workers of ranks ws (count),
+ * the last change removing node gone (0: none), handed to the server. */
+static void
+membership(uint64_t epoch, const int *ws, int count, int gone)
+{
+	h_epoch = epoch;
+	h_nmembers = count;
+	for (int i = 0; i < count; i++)
+		h_members[i] = 2 + ws[i];
+	h_hooks.on_membership(h_hooks.arg, (dt_node *)(void *)&h_node_tag,
+	                      epoch, gone, gone != 0);
+}
+
+/* An elastic job's dense rounds: a round waits for the live workers of
+ * the membership; a change drops the open round and answers its push
+ * DT_EMEMBERSHIP; a push of an old membership, or from a worker outside
+ * the membership, is refused by name; one of a membership still to come
+ * waits for it; a round sums in rank order; batched calls are refused. */
+static void
+test_elastic_rounds(void **state)
+{
+	float v[4] = {0}, g1[4] = {1, 1, 1, 1}, g2[4] = {2, 2, 2, 2};
+	const int both[] = {0, 1}, w0[] = {0};
+	uint64_t n0;
+
+	(void)state;
+	h_elastic = 1;
+	h_epoch = 0;
+	assert_non_null(h_start());
+	send_frame(0, DT_CMD_KV_CONFIG, 0, 1, 0, 0, NULL, 0, NULL, 0);
+	dense_req(0, DT_CMD_KV_INIT, 7, 4, v);
+	answered(0);
+	n0 = h_ans.count;
+	elastic_push(0, DT_CMD_KV_PUSHPULL, 7, 0, g1); /* waits for worker 1 */
+	assert_int_equal(h_ans.count, n0);
+	membership(1, w0, 1, 3); /* worker 1 lost */
+	refused(DT_EMEMBERSHIP, "its round was dropped: membership 0 -> 1 "
+	                        "(worker 1 was lost)");
+	elastic_push(0, DT_CMD_KV_PUSH, 7, 0, g1);
+	refused(DT_EMEMBERSHIP, "membership 0 is over");
+	elastic_push(1, DT_CMD_KV_PUSH, 7, 1, g1);
+	refused(DT_EMEMBERSHIP, "worker 1, which is not in membership 1");
+	elastic_push(0, DT_CMD_KV_PUSHPULL, 7, 1, g2); /* the round is it */
+	answered(16);
+	assert_true(ans_f32() == 2.0f);
+	n0 = h_ans.count;
+	elastic_push(0, DT_CMD_KV_PUSHPULL, 7, 2, g1); /* kept for 2 */
+	assert_int_equal(h_ans.count, n0);
+	membership(2, both, 2, 0);
+	assert_int_equal(h_ans.count, n0); /* (now waits for worker 1) */
+	elastic_push(1, DT_CMD_KV_PUSHPULL, 7, 2, g2);
+	assert_int_equal(h_ans.count, n0 + 2);
+	answered(16);
+	assert_true(ans_f32() == 3.0f);
+	send_frame(0, DT_CMD_KV_PUSH_MANY, 0, 1, 0, 0, NULL, 0, NULL, 0);
+	refused(DT_ENOTSUP, "in an elastic job");
+	h_stop();
+	h_elastic = 0;
 }
 
 /* A push big enough to be applied as it streams in (through the dense
@@ -868,6 +1046,7 @@ main(void)
 	    cmocka_unit_test(test_rows_checkpoint),
 	    cmocka_unit_test(test_rows_replay_order),
 	    cmocka_unit_test(test_many_checkpoint),
+	    cmocka_unit_test(test_many_range),
 	    cmocka_unit_test(test_many_replay_park),
 	    cmocka_unit_test(test_dense_rounds),
 	    cmocka_unit_test(test_dense_streamed),
@@ -876,6 +1055,7 @@ main(void)
 	    cmocka_unit_test(test_dense_checkpoint),
 	    cmocka_unit_test(test_many_resume),
 	    cmocka_unit_test(test_rows_resume),
+	    cmocka_unit_test(test_elastic_rounds),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

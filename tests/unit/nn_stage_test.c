@@ -9,7 +9,8 @@
  * again from the stashed stage input (GPipe with recomputation), and once
  * running every forward first into an activation slot of its own and each
  * backward from its slot (GPipe as dt_nn_pipe_step runs it). Also: the
- * cut rule's stages, the errors of bad cuts, dropout, a loss asked of a
+ * cut rule's stages, the cut by measured time (given costs, and each
+ * layer's measured time), the errors of bad cuts, dropout, a loss asked of a
  * stage that has none, and of slots misused. And the replicas' sum of a
  * stage's gradients (dt_nn_pipe_sum_replicas), R threads passing messages
  * through an in-process mailbox: every replica must end with the sum in
@@ -17,9 +18,13 @@
  * gradients than replicas. And dt_nn_pipe_step's ready-first order, three
  * stages as threads over the mailbox with one forward input held back:
  * the backward pass whose gradient is there runs first, and the gradients
- * are the whole model's bit for bit, as in the fixed order.
+ * are the whole model's bit for bit, as in the fixed order. And the
+ * activation slots a step allocates: as many as its schedule keeps
+ * micro-batches in flight (2 at stage 0 of 2 under 1F1B, 16 under GPipe
+ * with 16 micro-batches), fewer again when the schedule changes back.
  */
 #include <errno.h>
+#include <math.h>
 #include <pthread.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -297,6 +302,79 @@ test_cut_rule(void **state)
 		assert_int_equal(dt_nn_stage_backward(st, x, 1, NULL),
 		                 DT_ESTATE);
 	}
+	dt_nn_model_destroy(st);
+}
+
+/*
+ * The cut by measured time: dt_nn_model_cut_by follows the costs it is
+ * given by the same rule (lenet's units are layers 0-2, 3-6, 7-8 and 9),
+ * refuses costs that are no finite number >= 0, and dt_nn_model_profile
+ * measures every conv and dense layer, leaves the gradients zeroed and
+ * the parameters as they were, and refuses a model holding slots.
+ */
+static void
+test_cut_measured(void **state)
+{
+	dt_nn_model *m, *fresh, *st;
+	int first[5], again[5];
+	double cost[10], fwd[10], bwd[10];
+	float dy[2 * 12] = {0}; /* the output gradient of 2 samples */
+
+	(void)state;
+	assert_int_equal(dt_nn_model_create("lenet", SEED, &m), DT_OK);
+	for (int i = 0; i < 10; i++)
+		cost[i] = 1.0;
+	/* Units of 3, 4, 2 and 1: three stages at 0, 3 and 7 (the largest
+	 * unit alone is the least a stage can be spared). */
+	assert_int_equal(dt_nn_model_cut_by(m, 3, cost, first), DT_OK);
+	assert_int_equal(first[1], 3);
+	assert_int_equal(first[2], 7);
+	assert_int_equal(first[3], 10);
+	/* A last layer that costs more than all the others: two stages cut
+	 * before it, where the counted rule cuts at 7. */
+	cost[9] = 100.0;
+	assert_int_equal(dt_nn_model_cut_by(m, 2, cost, first), DT_OK);
+	assert_int_equal(first[1], 9);
+	assert_int_equal(dt_nn_model_cut(m, 2, first), DT_OK);
+	assert_int_equal(first[1], 7);
+	cost[4] = -1.0;
+	assert_int_equal(dt_nn_model_cut_by(m, 2, cost, first), DT_EINVAL);
+	assert_non_null(strstr(dt_errmsg(), "layer 4's cost"));
+	cost[4] = NAN;
+	assert_int_equal(dt_nn_model_cut_by(m, 2, cost, first), DT_EINVAL);
+	assert_int_equal(dt_nn_model_cut_by(m, 2, NULL, first), DT_EINVAL);
+
+	/* Measured: every conv and dense layer takes time both ways (the
+	 * first computes its weight gradient), and the same figures give
+	 * the same cut. */
+	assert_int_equal(dt_nn_model_profile(m, 0, 3, fwd, bwd), DT_EINVAL);
+	assert_int_equal(dt_nn_model_profile(m, 4, 0, fwd, bwd), DT_EINVAL);
+	assert_int_equal(dt_nn_model_profile(m, 4, 3, fwd, bwd), DT_OK);
+	for (int i = 0; i < 10; i++) {
+		assert_true(fwd[i] >= 0.0 && bwd[i] >= 0.0);
+		if (i == 0 || i == 3 || i == 7 || i == 9)
+			assert_true(fwd[i] > 0.0 && bwd[i] > 0.0);
+		cost[i] = fwd[i] + bwd[i];
+	}
+	assert_int_equal(dt_nn_model_cut_by(m, 4, cost, first), DT_OK);
+	assert_int_equal(dt_nn_model_cut_by(m, 4, cost, again), DT_OK);
+	assert_memory_equal(first, again, sizeof(first));
+	assert_int_equal(dt_nn_model_create("lenet", SEED, &fresh), DT_OK);
+	assert_memory_equal(dt_nn_model_params(m), dt_nn_model_params(fresh),
+	                    sizeof(float) * dt_nn_model_num_params(m));
+	for (size_t i = 0; i < dt_nn_model_num_params(m); i++)
+		assert_true(dt_nn_model_grads(m)[i] == 0.0f);
+	dt_nn_model_destroy(fresh);
+	dt_nn_model_destroy(m);
+	/* A stage holding two slots of activations is not profiled. */
+	assert_int_equal(dt_nn_model_create_stage(mlp, SEED, 0, 3, &st), DT_OK);
+	assert_int_equal(dt_nn_stage_slots(st, 2, 2), DT_OK);
+	assert_int_equal(dt_nn_model_profile(st, 2, 1, fwd, bwd), DT_ESTATE);
+	assert_int_equal(dt_nn_stage_slots(st, 1, 2), DT_OK);
+	assert_int_equal(dt_nn_stage_num_slots(st), 1);
+	assert_int_equal(dt_nn_model_profile(st, 2, 1, fwd, bwd), DT_OK);
+	/* What the profile left is no forward pass of the caller's. */
+	assert_int_equal(dt_nn_stage_backward(st, dy, 2, NULL), DT_ESTATE);
 	dt_nn_model_destroy(st);
 }
 
@@ -677,6 +755,96 @@ check_ready_first(int schedule, int strict)
 	pthread_mutex_destroy(&mb.mu);
 }
 
+/*
+ * The slots a step allocates follow its schedule, not M: two stages of
+ * the MLP as threads, 16 micro-batches, one ready-first step under 1F1B
+ * (stage 0 allocates 2 slots of inputs and activations, the last stage
+ * 1), then GPipe on the same models (16 at stage 0), then 1F1B again
+ * (back to 2: the extra slots are freed). Each step's gradients are the
+ * whole model's over the 16 micro-batches, bit for bit.
+ */
+static void
+test_slots_by_schedule(void **state)
+{
+	enum { S = 2, MB = 16 };
+	static const int sched[] = {DT_NN_PIPE_1F1B, DT_NN_PIPE_GPIPE,
+	                            DT_NN_PIPE_1F1B};
+	mailbox mb = {.head = NULL};
+	dt_nn_model *whole, *models[S];
+	replica st[S];
+	pthread_t th[S];
+	int first[S + 1];
+	size_t in;
+	float *xs, *ys;
+	uint64_t rng = 17;
+
+	(void)state;
+	pthread_mutex_init(&mb.mu, NULL);
+	pthread_cond_init(&mb.cv, NULL);
+	assert_int_equal(dt_nn_model_create(mlp, SEED, &whole), DT_OK);
+	in = dt_nn_model_input_size(whole);
+	xs = malloc(sizeof(float) * MB * B * in);
+	ys = malloc(sizeof(float) * MB * B);
+	for (size_t i = 0; i < (size_t)MB * B * in; i++)
+		xs[i] = frand(&rng) - 0.5f;
+	for (int i = 0; i < MB * B; i++)
+		ys[i] = (float)(i % 10);
+	assert_int_equal(dt_nn_model_cut(whole, S, first), DT_OK);
+	dt_nn_model_zero_grad(whole);
+	for (int k = 0; k < MB; k++)
+		assert_int_equal(
+		    dt_nn_forward_backward(whole, xs + (size_t)k * B * in,
+		                           ys + (size_t)k * B, B, NULL, NULL),
+		    DT_OK);
+	for (int s = 0; s < S; s++)
+		assert_int_equal(dt_nn_model_create_stage(mlp, SEED, first[s],
+		                                          first[s + 1],
+		                                          &models[s]),
+		                 DT_OK);
+	for (int i = 0; i < 3; i++) {
+		for (int s = 0; s < S; s++) {
+			st[s] = (replica){.mb = &mb, .self = s, .m = models[s]};
+			dt_nn_model_zero_grad(models[s]);
+			st[s].cfg = (dt_nn_pipe_cfg){.stage = s,
+			                             .stages = S,
+			                             .schedule = sched[i],
+			                             .micro_batches = MB,
+			                             .micro_batch = B,
+			                             .x = xs,
+			                             .y = ys};
+			assert_int_equal(
+			    pthread_create(&th[s], NULL, stage_main, &st[s]),
+			    0);
+		}
+		for (int s = 0; s < S; s++)
+			pthread_join(th[s], NULL);
+		for (int s = 0; s < S; s++) {
+			int want = s == S - 1                     ? 1
+			           : sched[i] == DT_NN_PIPE_GPIPE ? MB
+			                                          : S - s;
+			size_t one = sizeof(float) * B *
+			                 dt_nn_model_input_size(models[s]) +
+			             dt_nn_stage_slot_bytes(models[s], B);
+
+			assert_int_equal(st[s].err, DT_OK);
+			assert_int_equal(st[s].stats.slots, want);
+			assert_int_equal(dt_nn_stage_num_slots(models[s]),
+			                 want);
+			assert_int_equal(st[s].stats.alloc_bytes, want * one);
+			assert_true(st[s].stats.peak_stashed <= want);
+		}
+		compare(whole, models, S);
+		assert_null(mb.head); /* every message was taken */
+	}
+	dt_nn_model_destroy(whole);
+	for (int s = 0; s < S; s++)
+		dt_nn_model_destroy(models[s]);
+	free(xs);
+	free(ys);
+	pthread_cond_destroy(&mb.cv);
+	pthread_mutex_destroy(&mb.mu);
+}
+
 static void
 test_ready_first(void **state)
 {
@@ -701,9 +869,11 @@ main(void)
 {
 	const struct CMUnitTest tests[] = {
 	    cmocka_unit_test(test_cut_rule),
+	    cmocka_unit_test(test_cut_measured),
 	    cmocka_unit_test(test_slots),
 	    cmocka_unit_test(test_replica_sum),
 	    cmocka_unit_test(test_ready_first),
+	    cmocka_unit_test(test_slots_by_schedule),
 	    cmocka_unit_test(test_mlp_stages),
 	    cmocka_unit_test(test_lenet_stages),
 	};

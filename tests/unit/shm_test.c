@@ -367,7 +367,8 @@ test_copy_once(void **state)
 	(void)state;
 	setenv("DTRAIN_SHM_RING", "65536", 1);
 	endpoint(name, sizeof(name), "once");
-	for (size_t c = 0; c < sizeof(cases) / sizeof(cases[0]); c++) {
+	for (size_t c = 0, tries = 0; c < sizeof(cases) / sizeof(cases[0]);
+	     c++) {
 		setenv("DTRAIN_SHM_COPY_ONCE", "65536", 1); /* the writer's */
 		assert_int_equal(T->listen(name, 0, -1, &lis, NULL), DT_OK);
 		pid_t pid = spawn(name, 5, len, 700000, 0, 1);
@@ -379,8 +380,21 @@ test_copy_once(void **state)
 		uint64_t once = dt__shm_copied_once() - before;
 
 		assert_int_equal(reap(pid), 0);
+		/* A reader that keeps up gets most bytes copied once; on a
+		 * loaded machine a reader kept from the processor is late to
+		 * claim, and the writer sends through the ring instead (as it
+		 * should). So the prompt case is tried up to 3 times: once is
+		 * enough to show the path works (at a load of 15 a run gave
+		 * 2.1 MB of 12.6). */
+		if (cases[c].expect == 2 && once < len / 2 && ++tries < 3) {
+			T->close(&l);
+			T->close(&lis);
+			c--;
+			continue;
+		}
+		tries = 0;
 		if (cases[c].expect == 2 && once < len / 2)
-			fail_msg("only %llu of %zu bytes copied once",
+			fail_msg("only %llu of %zu bytes copied once, 3 times",
 			         (unsigned long long)once, len);
 		/* (all heads and tails come to 18 * 200 bytes) */
 		if (cases[c].expect == 1 && (once == 0 || once > len - 60000))

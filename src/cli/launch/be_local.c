@@ -30,4 +30,5 @@ const struct dl_backend dl_local = {
     .hosts = HOSTS_UNUSED,
     .restart = 1,
     .plan_role = local_role,
+    .discovery = 1,
 };

@@ -437,6 +437,23 @@ ssh_role(struct plan *pl, const char *role, long count, char **cmd, size_t ncmd)
 	return err;
 }
 
+/* A worker that --host-discovery-script's listing brings to host. Only
+ * the hosts of the host file have the job's secret file (written before
+ * the job): a host outside it is refused, by name. */
+static dt_err
+ssh_joiner(struct proc *p, const struct ctx *c, const struct hosts *h,
+           const char *host, char **cmd, size_t ncmd)
+{
+	for (size_t k = 0; k < h->n; k++)
+		if (strcmp(h->h[k].name, host) == 0)
+			return plan_ssh(p, c, &h->h[k], k, "worker", NULL, 0,
+			                cmd, ncmd);
+	return dt__fail(DT_EINVAL,
+	                "it is not in the host file (-H), and the ssh "
+	                "launcher starts workers only on those hosts (the "
+	                "job's secret is written on them at the start)");
+}
+
 static int
 ssh_before(const struct hosts *h, struct ctx *c, struct run *r)
 {
@@ -468,4 +485,6 @@ const struct dl_backend dl_ssh = {
     .plan_role = ssh_role,
     .before = ssh_before,
     .after = ssh_after,
+    .joiner = ssh_joiner,
+    .discovery = 1,
 };

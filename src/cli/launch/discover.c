@@ -1,8 +1,8 @@
 /*
  * discover.c - `dtrain launch --host-discovery-script S` for an elastic job
- * of the local back-end (docs/elastic.md): every few seconds the launcher
- * runs S, which prints the hosts the job may use now, one "host:slots" (or
- * "host", one slot) a line. The launcher keeps one worker per slot running,
+ * of the local or ssh back-end (docs/elastic.md): every few seconds the
+ * launcher runs S, which prints the hosts the job may use now, one "host:slots"
+ * (or "host", one slot) a line. The launcher keeps one worker per slot running,
  * up to --max-workers: it starts a worker for a new slot (it joins the
  * running job at the members' next commit), and stops (SIGTERM) the
  * workers of a host that is no longer listed, or beyond its slots (the job
@@ -11,7 +11,10 @@
  *
  * With the local back-end every worker runs on this machine: a host name is
  * the label of the slots it brings. The workers the launch started fill the
- * slots of the first listing, in its order.
+ * slots of the first listing, in its order. A back-end with a joiner op
+ * (ssh) starts each worker on its host, and its launch's workers are on
+ * the hosts it placed them on; a host it cannot use (not in the host
+ * file) is left out, and said so once.
  *
  * Runs in the supervising loop (supervise.c calls discover_tick from its
  * timers); the script's run is bounded by DISCOVER_SCRIPT_S.
@@ -41,6 +44,9 @@ struct dhost {
 };
 
 struct dl_discover {
+	const struct opts *o;
+	const struct ctx *c;
+	const struct hosts *h;
 	const char *script;
 	long max_workers;
 	uint64_t interval_ns, next_at;
@@ -64,6 +70,17 @@ static int
 running(const struct proc *p)
 {
 	return p->pid > 0 && !p->exited;
+}
+
+/* Whether the scheduler's last word is that the job waits for workers
+ * below its minimum (output.c reads it from its log). */
+static int
+below_min(const struct run *r)
+{
+	for (size_t i = 0; i < r->n; i++)
+		if (r->p[i].is_scheduler)
+			return r->p[i].el_below && !r->p[i].aborted;
+	return 0;
 }
 
 static struct dhost *
@@ -240,16 +257,35 @@ start_worker(struct run *r, struct dl_discover *d, const char *host)
 	if (t == NULL || r->spare == 0 || r->n >= d->cap)
 		return 0;
 	p = &r->p[r->n];
-	proc_init(p, t->kind, host, "worker %ld", d->started++);
+	proc_init(p, t->kind, host, "worker %ld", d->started);
 	p->tag_role = t->tag_role;
-	p->exec_path = t->exec_path;
-	p->secret_env = t->secret_env;
-	p->show_env = t->show_env;
-	for (size_t k = 0; k < t->argv.n && !err; k++)
-		err = strv_dup(&p->argv, t->argv.v[k]);
-	for (size_t k = 0; k < t->env.n && !err; k++)
-		if (strncmp(t->env.v[k], "DMLC_WORKER_ID=", 15) != 0)
-			err = strv_dup(&p->env, t->env.v[k]);
+	if (d->o->be->joiner) {
+		/* (a back-end that starts it on that host) */
+		if ((err = d->o->be->joiner(p, d->c, d->h, host, d->o->cmd,
+		                            (size_t)d->o->ncmd))) {
+			struct dhost *k = known_host(d, host, 1);
+
+			strv_free(&p->argv);
+			strv_free(&p->env);
+			memset(p, 0, sizeof(*p));
+			if (k && !k->black)
+				say("host %s: %s; starting no workers there",
+				    host, dt_errmsg());
+			if (k)
+				k->black = 1;
+			return 0;
+		}
+	} else {
+		p->exec_path = t->exec_path;
+		p->secret_env = t->secret_env;
+		p->show_env = t->show_env;
+		for (size_t k = 0; k < t->argv.n && !err; k++)
+			err = strv_dup(&p->argv, t->argv.v[k]);
+		for (size_t k = 0; k < t->env.n && !err; k++)
+			if (strncmp(t->env.v[k], "DMLC_WORKER_ID=", 15) != 0)
+				err = strv_dup(&p->env, t->env.v[k]);
+	}
+	d->started++;
 	r->n++;
 	r->spare--;
 	if (err || spawn(r, p) != DT_OK) {
@@ -304,8 +340,10 @@ fit_workers(struct run *r, struct dl_discover *d, const struct dhost *list,
 {
 	long total = 0;
 
-	if (!d->placed)
+	/* (a back-end that places workers on hosts has put them there) */
+	if (!d->placed && d->o->be->joiner == NULL)
 		place_launched(r, d, list, nlist);
+	d->placed = 1;
 	for (size_t i = 0; i < r->n && i < d->cap; i++) {
 		struct proc *p = &r->p[i];
 		long slots = -1;
@@ -342,8 +380,10 @@ discover_tick(struct run *r, uint64_t now)
 		return;
 	d->next_at = now + d->interval_ns;
 	count_failures(r, d);
-	/* The job is ending once a worker finished: no one joins then. */
-	for (size_t i = 0; i < r->n; i++)
+	/* The job is ending once a worker finished: no one joins then -
+	 * unless the scheduler waits for workers below the minimum (a
+	 * worker that left on its schedule has finished too). */
+	for (size_t i = 0; i < r->n && !below_min(r); i++)
 		if (is_worker(&r->p[i]) && r->p[i].exited &&
 		    r->p[i].code == CLD_EXITED && r->p[i].status == 0)
 			return;
@@ -384,7 +424,8 @@ discover_next(const struct run *r)
 }
 
 dt_err
-discover_create(struct run *r, const struct opts *o, size_t nprocs)
+discover_create(struct run *r, const struct opts *o, const struct ctx *c,
+                const struct hosts *h, size_t nprocs)
 {
 	struct dl_discover *d;
 
@@ -392,6 +433,9 @@ discover_create(struct run *r, const struct opts *o, size_t nprocs)
 		return DT_OK;
 	if ((d = calloc(1, sizeof(*d))) == NULL)
 		return dt__fail(DT_ENOMEM, "host discovery");
+	d->o = o;
+	d->c = c;
+	d->h = h;
 	d->script = o->discovery;
 	d->max_workers = o->max_workers;
 	d->interval_ns = DISCOVER_INTERVAL_S * NS_PER_S;

@@ -73,6 +73,25 @@ elastic_min(const struct opts *o)
 	return min;
 }
 
+/* How long the scheduler of an elastic job below its minimum waits for
+ * workers to join: DTRAIN_ELASTIC_TIMEOUT as the processes get it (the
+ * last --env or --elastic-timeout, else this environment's), default 600. */
+static long
+elastic_wait(const struct opts *o)
+{
+	static const char key[] = "DTRAIN_ELASTIC_TIMEOUT=";
+	const char *v = NULL;
+	long s = 600;
+
+	for (size_t i = 0; i < o->env.n; i++)
+		if (strncmp(o->env.v[i], key, sizeof(key) - 1) == 0)
+			v = o->env.v[i] + sizeof(key) - 1;
+	if (v ? dt__parse_long("DTRAIN_ELASTIC_TIMEOUT", v, 1, 7 * 86400, &s)
+	      : dt__env_long("DTRAIN_ELASTIC_TIMEOUT", 600, 1, 7 * 86400, &s))
+		return 600;
+	return s;
+}
+
 static int
 run_job(const struct opts *o, const struct hosts *h, struct ctx *c)
 {
@@ -159,8 +178,9 @@ run_job(const struct opts *o, const struct hosts *h, struct ctx *c)
 	                 DISCOVER_ROOM(o));
 	r.restart_max = o->restart;
 	r.elastic_min = elastic_min(o);
+	r.elastic_wait_s = elastic_wait(o);
 	r.spare = (size_t)(2 * o->restart) + DISCOVER_ROOM(o);
-	if ((err = discover_create(&r, o, n + r.spare))) {
+	if ((err = discover_create(&r, o, c, h, n + r.spare))) {
 		say("%s", dt_errmsg());
 		rc = RC_FAIL;
 		goto out;

@@ -95,6 +95,7 @@ struct opts {
 	long restart; /* --restart: new processes per role for lost ones */
 	/* --min-workers / --max-workers: an elastic job (0: not set) */
 	long min_workers, max_workers;
+	long elastic_timeout;  /* --elastic-timeout (0: not set) */
 	const char *discovery; /* --host-discovery-script, or NULL */
 	int verbose, dry_run, no_scheduler, help;
 	char **cmd; /* the worker command, NULL-terminated */
@@ -147,6 +148,14 @@ struct proc {
 	/* The scheduler: the pid its "aborting the job: worker 1 (pid N
 	 * ..." line named as the node lost, 0 if none (output.c). */
 	long named_lost_pid;
+	/* The scheduler: it said it ends the job (an abort), and of an
+	 * elastic job the size of the last membership it announced, whether
+	 * it said since that it waits below the minimum, and how many
+	 * memberships it announced (output.c). */
+	int aborted;
+	long el_live;
+	int el_below;
+	unsigned el_reports;
 	int show_env;           /* the plan shows the variables as env K=V */
 	const char *exec_path;  /* path to exec, NULL: search argv[0] */
 	const char *secret_env; /* "DTRAIN_SECRET=..." added unseen, or NULL */
@@ -264,6 +273,16 @@ struct dl_backend {
 	 * ssh secret file): an exit status, 0 to go on. NULL: nothing. */
 	int (*before)(const struct hosts *h, struct ctx *c, struct run *r);
 	void (*after)(const struct hosts *h, struct ctx *c, struct run *r);
+	/* --host-discovery-script: fill p (proc_init'ed) as a worker on
+	 * host that joins the running elastic job (no rank asked for), or
+	 * fail naming why it cannot run there. NULL: a copy of the launch's
+	 * first worker without its rank, on this machine (local). */
+	dt_err (*joiner)(struct proc *p, const struct ctx *c,
+	                 const struct hosts *h, const char *host, char **cmd,
+	                 size_t ncmd);
+	/* --host-discovery-script works with it (not with mpirun and srun,
+	 * whose set of ranks is fixed when they start) */
+	int discovery;
 };
 
 extern const struct dl_backend dl_local, dl_ssh, dl_mpi, dl_slurm;
@@ -330,6 +349,14 @@ struct run {
 	 * it while at least elastic_min workers run (0: not elastic). */
 	long elastic_min;
 	long elastic_lost; /* workers it went on without */
+	/* Below the minimum: the scheduler waits elastic_wait_s
+	 * (DTRAIN_ELASTIC_TIMEOUT) for workers to join; the launcher keeps
+	 * the job that long and a margin (hold_at, 0: not below it), until
+	 * the scheduler announces a membership of at least the minimum
+	 * after its hold_reports-th. */
+	long elastic_wait_s;
+	uint64_t hold_at;
+	unsigned hold_reports;
 	/* --host-discovery-script (discover.c), NULL without. */
 	struct dl_discover *disc;
 	size_t spare;
@@ -360,7 +387,8 @@ int stream_read(struct proc *p, struct stream *st);
  * each failed one too, until the hosts are blacklisted). */
 #define DISCOVER_ROOM(o) ((o)->discovery ? (size_t)(4 * (o)->max_workers) : 0)
 struct dl_discover;
-dt_err discover_create(struct run *r, const struct opts *o, size_t nprocs);
+dt_err discover_create(struct run *r, const struct opts *o, const struct ctx *c,
+                       const struct hosts *h, size_t nprocs);
 void discover_tick(struct run *r, uint64_t now);
 uint64_t discover_next(const struct run *r);
 void discover_free(struct run *r);

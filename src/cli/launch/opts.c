@@ -59,14 +59,21 @@ usage(FILE *f)
 	    "      --min-workers A      an elastic job: a worker that dies "
 	    "leaves it,\n"
 	    "                           which goes on while A remain "
-	    "(-s 0 only)\n"
+	    "(-s 0 only);\n"
+	    "                           below A it waits for workers to "
+	    "join\n"
 	    "      --max-workers B      its largest size (default -n)\n"
-	    "      --host-discovery-script S  elastic, local launcher: run "
-	    "S every\n"
-	    "                           2 s; it prints host:slots lines; keep "
-	    "a worker\n"
-	    "                           per slot (up to B), stop those of "
-	    "hosts gone\n"
+	    "      --elastic-timeout S  seconds an elastic job below A waits "
+	    "for\n"
+	    "                           workers to join before it ends "
+	    "(default 600)\n"
+	    "      --host-discovery-script S  elastic, local or ssh launcher: "
+	    "run S\n"
+	    "                           every 2 s; it prints host:slots "
+	    "lines; keep a\n"
+	    "                           worker per slot (up to B), stop those "
+	    "of hosts\n"
+	    "                           gone\n"
 	    "      --restart N          start a new process in the place of "
 	    "a\n"
 	    "                           server or worker that dies, up to N "
@@ -308,6 +315,13 @@ parse_opts(int argc, char **argv, struct opts *o)
 			                          &o->max_workers)))
 				return err;
 		} else if ((m = opt_value(argc, argv, &i, NULL,
+		                          "--elastic-timeout", &val, &err)) !=
+		           0) {
+			if (m < 0 ||
+			    (err = dt__parse_long(name, val, 1, 7 * 86400,
+			                          &o->elastic_timeout)))
+				return err;
+		} else if ((m = opt_value(argc, argv, &i, NULL,
 		                          "--host-discovery-script", &val,
 		                          &err)) != 0) {
 			if (m < 0)
@@ -438,10 +452,17 @@ elastic_opts(struct opts *o)
 		return dt__fail(DT_EINVAL,
 		                "--host-discovery-script: for an elastic job "
 		                "(--min-workers / --max-workers)");
-	if (o->discovery && o->be != &dl_local)
+	if (o->elastic_timeout && !o->min_workers && !o->max_workers)
 		return dt__fail(DT_EINVAL,
-		                "--host-discovery-script works with the local "
-		                "launcher only (--launcher local)");
+		                "--elastic-timeout: for an elastic job "
+		                "(--min-workers / --max-workers)");
+	if (o->discovery && !o->be->discovery)
+		return dt__fail(
+		    DT_EINVAL,
+		    "--host-discovery-script works with the local and ssh "
+		    "launchers only: mpirun and srun start a fixed set of "
+		    "ranks (start workers that join by hand, or with another "
+		    "tool, with the job's environment; see docs/elastic.md)");
 	if (!o->min_workers && !o->max_workers)
 		return DT_OK;
 	if (o->restart)
@@ -467,8 +488,11 @@ elastic_opts(struct opts *o)
 	if ((err = strv_dup(&o->env, "DTRAIN_ELASTIC=1")) ||
 	    (err = strv_addf(&o->env, "DTRAIN_ELASTIC_MIN=%ld",
 	                     o->min_workers)) ||
-	    (err =
-	         strv_addf(&o->env, "DTRAIN_ELASTIC_MAX=%ld", o->max_workers)))
+	    (err = strv_addf(&o->env, "DTRAIN_ELASTIC_MAX=%ld",
+	                     o->max_workers)) ||
+	    (o->elastic_timeout &&
+	     (err = strv_addf(&o->env, "DTRAIN_ELASTIC_TIMEOUT=%ld",
+	                      o->elastic_timeout))))
 		return err;
 	return DT_OK;
 }

@@ -68,6 +68,41 @@ note_abort(struct proc *p, const char *s, size_t n)
 		p->named_lost_pid = v;
 }
 
+/* The scheduler's word on an elastic job: "membership E has K workers"
+ * (the size of each new membership), "..., fewer than
+ * DTRAIN_ELASTIC_MIN=M; waiting up to" (it waits for workers to join) and
+ * "the elastic job ends: " (it gave up waiting), which supervise.c's wait
+ * below the minimum follows. */
+static void
+note_elastic(struct proc *p, const char *s, size_t n)
+{
+	char line[256];
+	const char *m;
+	unsigned long long epoch;
+	long live;
+
+	if (!p->is_scheduler)
+		return;
+	snprintf(line, sizeof(line), "%.*s", (int)DT_MIN(n, sizeof(line) - 1),
+	         s);
+	if (strstr(line, "the elastic job ends: ") ||
+	    strstr(line, "aborting the job: "))
+		p->aborted = 1;
+	if (strstr(line, ", fewer than DTRAIN_ELASTIC_MIN=") &&
+	    strstr(line, "; waiting up to "))
+		p->el_below = 1;
+	for (m = strstr(line, "membership "); m;
+	     m = strstr(m + 1, "membership "))
+		if (sscanf(m, "membership %llu has %ld worker", &epoch,
+		           &live) == 2 &&
+		    live >= 0) {
+			p->el_live = live;
+			p->el_below = 0;
+			p->el_reports++;
+			return;
+		}
+}
+
 static void
 emit_line(struct proc *p, int dst, const char *s, size_t n)
 {
@@ -83,6 +118,7 @@ emit_line(struct proc *p, int dst, const char *s, size_t n)
 	if (t > 0 && rank_report(p, rank, s + t, n - t))
 		return;
 	note_abort(p, s, n);
+	note_elastic(p, s, n);
 	if (t > 0)
 		snprintf(label, sizeof(label), "%s %ld", p->tag_role, rank);
 	else

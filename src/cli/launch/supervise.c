@@ -21,6 +21,9 @@
 /* A process that stops its own ranks (mpirun) gets this long before
  * SIGTERM reaches the rest of its session. */
 #define LEADER_WAIT_MS 1500
+/* Below an elastic job's minimum the launcher waits this much longer than
+ * the scheduler, whose end of the wait (an abort) then ends the job. */
+#define HOLD_MARGIN_S 30
 
 static void
 describe_status(int code, int status, char *buf, size_t len)
@@ -129,6 +132,29 @@ frozen(struct run *r, int *sig)
 	return NULL;
 }
 
+static struct proc *scheduler_proc(struct run *r);
+
+/* The scheduler ended an elastic job that waited below its minimum: that
+ * is the cause to name, not the first node that exited for it. */
+static int
+elastic_ended(struct run *r)
+{
+	struct proc *sched;
+
+	if (r->hold_at == 0 || (sched = scheduler_proc(r)) == NULL ||
+	    !sched->aborted || !sched->el_below)
+		return 0;
+	say("the elastic job had fewer workers than --min-workers %ld for "
+	    "DTRAIN_ELASTIC_TIMEOUT=%ld s, and its scheduler ended it; "
+	    "stopping the job",
+	    r->elastic_min, r->elastic_wait_s);
+	snprintf(r->reason, sizeof(r->reason),
+	         "fewer workers than --min-workers %ld for %ld s",
+	         r->elastic_min, r->elastic_wait_s);
+	stop_job(r, RC_FAIL);
+	return 1;
+}
+
 /* Name the failure to blame (a frozen process before any exit but a
  * signal's, then the lowest blame_order, the first seen among equals) and
  * stop the job. */
@@ -176,6 +202,8 @@ blame(struct run *r)
 		stop_job(r, RC_FAIL);
 		return;
 	}
+	if (elastic_ended(r))
+		return;
 	describe(best, how, sizeof(how));
 	if (best->rank_code) {
 		/* mpirun or srun: the rank that failed first, by its own
@@ -251,29 +279,106 @@ restart_procs(struct run *r)
 	}
 }
 
-/* An elastic job: whether a worker's death leaves at least the minimum
- * of workers in the job (the scheduler gives them a membership without
- * it; below the minimum it ends the job, and so does this launcher).
- * Those that finished already count: the job ended well for them. */
+/* The scheduler's process, or NULL (--no-scheduler). Its output read
+ * first, so that what it said before a worker's exit is known. */
+static struct proc *
+scheduler_proc(struct run *r)
+{
+	for (size_t i = 0; i < r->n; i++) {
+		struct proc *p = &r->p[i];
+
+		if (!p->is_scheduler)
+			continue;
+		for (int k = 0; k < 2; k++)
+			for (int t = 0; t < 64 && p->out[k].fd >= 0; t++)
+				if (!stream_read(p, &p->out[k]))
+					break;
+		return p;
+	}
+	return NULL;
+}
+
+/* An elastic job: what a worker's death does. 1: at least the minimum
+ * of workers remain, and the scheduler gives them a membership without
+ * it; 2: fewer remain, and the scheduler waits for workers to join (up to
+ * DTRAIN_ELASTIC_TIMEOUT), as does this launcher; 0: the job fails (not
+ * elastic, no worker left, or the scheduler is ending the job). Those that
+ * finished already count: the job ended well for them. */
 static int
 elastic_goes_on(struct run *r, const struct proc *p)
 {
-	long workers = 0;
+	struct proc *sched = scheduler_proc(r);
+	long workers = 0, left;
 
-	if (r->elastic_min <= 0 || strncmp(p->label, "worker ", 7) != 0)
+	if (r->elastic_min <= 0 || strncmp(p->label, "worker ", 7) != 0 ||
+	    (sched && sched->aborted))
 		return 0;
 	for (size_t i = 0; i < r->n; i++)
 		workers += strncmp(r->p[i].label, "worker ", 7) == 0;
-	if (workers - r->elastic_lost - 1 < r->elastic_min)
+	left = workers - r->elastic_lost - 1;
+	if (left < 1) {
+		say("%s (pid %d): no worker of the elastic job remains",
+		    p->label, (int)p->pid);
 		return 0;
+	}
 	r->elastic_lost++;
-	return 1;
+	if (left >= r->elastic_min)
+		return 1;
+	if (r->hold_at == 0) {
+		r->hold_at =
+		    dt__now_ns() +
+		    (uint64_t)(r->elastic_wait_s + HOLD_MARGIN_S) * NS_PER_S;
+		r->hold_reports = sched ? sched->el_reports : 0;
+	}
+	return 2;
+}
+
+/* Below the minimum: the wait ends when the scheduler announces a
+ * membership of at least the minimum (workers joined: started by the host
+ * discovery or by hand), or fails the job at its deadline, which the
+ * scheduler's own (DTRAIN_ELASTIC_TIMEOUT) comes before. */
+static void
+elastic_hold_tick(struct run *r, uint64_t now)
+{
+	struct proc *sched;
+
+	if (r->hold_at == 0 || r->stopping)
+		return;
+	sched = scheduler_proc(r);
+	/* (at the deadline, a membership announced before this launcher
+	 * saw the loss counts too: the scheduler's last word is what is) */
+	if (sched && !sched->el_below && sched->el_live >= r->elastic_min &&
+	    (sched->el_reports != r->hold_reports || now >= r->hold_at)) {
+		say("the elastic job has %ld workers again (--min-workers "
+		    "%ld)",
+		    sched->el_live, r->elastic_min);
+		r->hold_at = 0;
+		r->elastic_lost = 0;
+		for (size_t i = 0; i < r->n; i++)
+			r->elastic_lost +=
+			    strncmp(r->p[i].label, "worker ", 7) == 0;
+		/* (from the scheduler's count: workers started by hand
+		 * count, those this launcher lost do not) */
+		r->elastic_lost -= sched->el_live;
+		return;
+	}
+	if (now < r->hold_at)
+		return;
+	say("the elastic job had fewer workers than --min-workers %ld for "
+	    "%ld s (DTRAIN_ELASTIC_TIMEOUT %ld s and %d s more); stopping it",
+	    r->elastic_min, r->elastic_wait_s + HOLD_MARGIN_S,
+	    r->elastic_wait_s, HOLD_MARGIN_S);
+	snprintf(r->reason, sizeof(r->reason),
+	         "fewer workers than --min-workers %ld for %ld s",
+	         r->elastic_min, r->elastic_wait_s + HOLD_MARGIN_S);
+	stop_job(r, RC_FAIL);
 }
 
 static void
 note_exit(struct run *r, struct proc *p)
 {
 	char how[128];
+	int going;
 
 	describe(p, how, sizeof(how));
 	p->exit_seq = r->exits++;
@@ -295,16 +400,19 @@ note_exit(struct run *r, struct proc *p)
 		return;
 	}
 	if ((p->code != CLD_EXITED || p->status != 0) &&
-	    elastic_goes_on(r, p)) {
-		say("%s (pid %d) %s; the elastic job goes on without it",
-		    p->label, (int)p->pid, how);
+	    (going = elastic_goes_on(r, p)) != 0) {
+		if (going == 1)
+			say("%s (pid %d) %s; the elastic job goes on without "
+			    "it",
+			    p->label, (int)p->pid, how);
+		else
+			say("%s (pid %d) %s: fewer workers remain than the "
+			    "elastic job's minimum of %ld; waiting up to %ld s "
+			    "(DTRAIN_ELASTIC_TIMEOUT) for workers to join",
+			    p->label, (int)p->pid, how, r->elastic_min,
+			    r->elastic_wait_s);
 		return;
 	}
-	if ((p->code != CLD_EXITED || p->status != 0) && r->elastic_min > 0 &&
-	    strncmp(p->label, "worker ", 7) == 0)
-		say("%s (pid %d) %s: fewer workers remain than the elastic "
-		    "job's minimum of %ld",
-		    p->label, (int)p->pid, how, r->elastic_min);
 	if (p->code != CLD_EXITED || p->status != 0) {
 		p->failed = 1;
 		if (r->verbose)
@@ -429,6 +537,7 @@ on_timers(struct run *r, uint64_t now)
 	if (!r->stopping && r->blame_at && now >= r->blame_at)
 		blame(r);
 	discover_tick(r, now);
+	elastic_hold_tick(r, now);
 	if (!r->stopping && r->deadline && now >= r->deadline) {
 		say("the job did not finish within --timeout %ld s; stopping "
 		    "it",
@@ -526,7 +635,7 @@ supervise(struct run *r)
 		if (!r->stopping)
 			next = min_deadline(
 			    min_deadline(min_deadline(r->deadline, r->grace_at),
-			                 r->blame_at),
+			                 min_deadline(r->blame_at, r->hold_at)),
 			    discover_next(r));
 		else if (!r->killed)
 			next = min_deadline(r->kill_at, r->session_term_at);

@@ -1,0 +1,90 @@
+#!/bin/bash
+# elastic_discovery_ssh.sh - dtrain launch --launcher ssh
+# --host-discovery-script (docs/elastic.md): the workers of the hosts the
+# script adds are started over ssh and join the running elastic job; those
+# of a host it drops are stopped, and the job goes on without them. ssh is
+# the tests' stand-in (DTRAIN_SSH, as in launch_ssh.sh): it runs the remote
+# command on this machine in an environment as empty as a fresh login's,
+# so every "host" shares this file system. A host the script names that is
+# not in the host file gets no worker, and the launcher says why.
+. "$(dirname "$0")/coll_lib.bash"
+EX=$BUILD/examples/elastic
+S=${DT_TEST_TIME_SCALE:-1}
+out=$TMP/out
+hosts=$TMP/hosts
+
+cat >"$TMP/fake_ssh" <<'EOS'
+#!/bin/bash
+# ssh [-o OPT]... [-tt] [-p PORT] HOST COMMAND: run COMMAND here.
+while [ $# -gt 0 ]; do
+	case $1 in
+	-o | -p) shift 2 ;;
+	-*) shift ;;
+	*) break ;;
+	esac
+done
+host=$1
+shift
+echo "$host" >>"$FAKE_SSH_LOG"
+exec env -i PATH="$PATH" FAKE_HOST="$host" sh -c "$*"
+EOS
+chmod +x "$TMP/fake_ssh"
+export DTRAIN_SSH=$TMP/fake_ssh FAKE_SSH_LOG=$TMP/ssh.log
+export DMLC_NODE_HOST=127.0.0.1 # the scheduler's address; not passed on
+mkdir -p "$TMP/work"
+cd "$TMP/work" || exit 1
+printf 'h1\nh2\nh3\n' >hostfile
+
+wait_line() {
+	local end=$((SECONDS + $2 * S))
+	until grep -Eq -- "$1" "$out" 2>/dev/null; do
+		[ $SECONDS -ge $end ] && return 1
+		sleep 0.05
+	done
+}
+
+printf 'h1\nh2\n' >"$hosts"
+timeout $((120 * S)) "$DTRAIN" launch -n 2 -s 0 -H hostfile \
+	--env DT_TEST_TAG="$TAG" --min-workers 1 --max-workers 3 \
+	--host-discovery-script "cat $hosts" -- \
+	"$EX" --samples 512 --steps 160 --count-samples \
+	--hold-at 30 --hold-file "$TMP/go1" --hold-at 90 --hold-file "$TMP/go2" \
+	--save "$TMP/w.bin" >"$out" 2>&1 &
+job=$!
+printf 'h1\nh2\nnowhere:2\nh3\n' >"$hosts.new" && mv "$hosts.new" "$hosts"
+wait_line "host h3 has a free slot: started worker 2" 60 ||
+	fail "the launcher did not start a worker for the new host"
+wait_line "worker 2 is ready to join" 60 ||
+	fail "the new host's worker did not get to wait for the members' commit"
+: >"$TMP/go1"
+wait_line "membership 1 has 3 workers: 1 joined" 60 ||
+	fail "the members did not take the new host's worker in"
+printf 'h1\nh2\n' >"$hosts.new" && mv "$hosts.new" "$hosts"
+wait_line "host h3 is no longer listed: stopping worker 2" 60 ||
+	fail "the launcher did not stop the worker of the host that went"
+wait_line "worker 2 .*the elastic job goes on without it" 60 ||
+	fail "the job did not go on without the stopped worker"
+: >"$TMP/go2"
+wait $job
+rc=$?
+check "the job ends 0 (got $rc)" test "$rc" = 0
+check "the new host's worker ran there, over ssh" \
+	test "$(grep -c '^h3$' "$FAKE_SSH_LOG")" -ge 1
+check "the new worker took the members' state (the sync is logged)" \
+	grep -Eq "membership 1 has 3 workers from step [0-9]+ \(1 worker joined\)" "$out"
+check "the job ends with 2 workers in membership 2" \
+	grep -q "done with 2 workers at epoch [0-9]*; .*membership 2$" "$out"
+check "a host outside the host file gets no worker, and is named" \
+	grep -q "host nowhere: .*not in the host file" "$out"
+check "...once" test "$(grep -c "host nowhere:" "$out")" = 1
+check "no worker was started over ssh for it" \
+	test -z "$(grep '^nowhere$' "$FAKE_SSH_LOG")"
+check "no sample trained on twice in an epoch" \
+	test -z "$(grep "samples: epoch" "$out" | grep -v " 0 more than once")"
+check "no secret file left" test -z "$(ls -A "$TMP/work" | grep dtrain-)"
+
+"$DTRAIN" launch -n 2 -s 0 --min-workers 1 --launcher mpi -H hostfile \
+	--host-discovery-script true -- "$EX" >"$TMP/refused" 2>&1
+check "with mpi: refused, naming what to do" \
+	grep -q "host-discovery-script works with the local and ssh launchers" "$TMP/refused"
+finish

@@ -1,0 +1,109 @@
+#!/bin/bash
+# elastic_min.sh - an elastic job that falls below --min-workers waits for
+# workers to join instead of ending (docs/elastic.md):
+#   - 3 workers, --min-workers 3: launch rank 1 is killed (SIGKILL); the
+#     scheduler holds the survivors back, the host discovery script's
+#     free slot gets a new worker, and the one membership that follows
+#     has it: the job ends 0 with 3 workers, each sample once an epoch;
+#   - the replay line that run logged, with the new worker started by the
+#     discovery from the start, ends with the same weights, bit for bit;
+#   - nobody comes back: with --elastic-timeout 4 (and the workers' own
+#     wait for a membership, DT_ELASTIC_TIMEOUT, shorter than it) the job
+#     ends with the error naming the minimum on the scheduler and every
+#     survivor, within the timeout and a margin, nothing left running.
+. "$(dirname "$0")/coll_lib.bash"
+EX=$BUILD/examples/elastic
+S=${DT_TEST_TIME_SCALE:-1}
+ARGS=(--steps 400 --commit-every 10 --count-samples)
+
+# run NAME SCHEDULE LAUNCH-OPTS... -- EXAMPLE-OPTS...: output in $TMP/NAME,
+# weights in $TMP/NAME.bin; RC is the launcher's status.
+run() {
+	local name=$1 sched=$2
+	shift 2
+	local lopts=()
+	while [ "$1" != "--" ]; do
+		lopts+=("$1")
+		shift
+	done
+	shift
+	DTRAIN_ELASTIC_SCHEDULE=$sched DT_TEST_TAG=$TAG timeout $((120 * S)) \
+		"$DTRAIN" launch "${lopts[@]}" -- "$EX" "${ARGS[@]}" \
+		--save "$TMP/$name.bin" "$@" >"$TMP/$name" 2>&1
+	RC=$?
+}
+
+samples_ok() {
+	grep -q "samples: epoch 0:" "$TMP/$1" &&
+		! grep "samples: epoch" "$TMP/$1" | grep -vq " 0 more than once"
+}
+
+replay_of() {
+	grep -o 'DTRAIN_ELASTIC_SCHEDULE="[^"]*"' "$TMP/$1" | tail -n 1 |
+		sed 's/^DTRAIN_ELASTIC_SCHEDULE="//; s/"$//'
+}
+
+# Whether no process of this test is running any more.
+none_left() {
+	! grep -l "DT_TEST_TAG=$TAG" /proc/[0-9]*/environ 2>/dev/null |
+		grep -q .
+}
+
+# A worker comes back: the listing keeps 3 slots, so the killed worker's
+# slot gets a new one.
+printf 'a:3\n' >"$TMP/hosts3"
+run back "" -n 3 -s 0 --min-workers 3 --max-workers 5 \
+	--host-discovery-script "cat $TMP/hosts3" -- --die-at 55 --die-rank 1
+check "below the minimum, a worker comes back: the job ends 0 (got $RC)" \
+	test "$RC" = 0
+check "the launcher waits below the minimum" \
+	grep -q "worker 1 (pid [0-9]*) killed by signal 9 (Killed): fewer workers remain than the elastic job's minimum of 3; waiting up to 600 s" "$TMP/back"
+check "the scheduler waits for workers to join" \
+	grep -q "2 workers remain, fewer than DTRAIN_ELASTIC_MIN=3; waiting up to 600 s" "$TMP/back"
+check "the discovery starts a worker in the free slot" \
+	grep -q "host a has a free slot: started worker 3" "$TMP/back"
+check "one membership takes the loss and the new worker" \
+	grep -q "membership 2 has 3 workers: 1 joined; the job has DTRAIN_ELASTIC_MIN=3 again" "$TMP/back"
+check "the launcher sees the job back at its minimum" \
+	grep -q "the elastic job has 3 workers again" "$TMP/back"
+check "the job ends with 3 workers in membership 2" \
+	grep -q "done with 3 workers at epoch [0-9]*; .*membership 2$" "$TMP/back"
+check "no sample trained on twice in an epoch" samples_ok back
+sched=$(replay_of back)
+check "the change is logged with its replay ('$sched')" \
+	grep -Eq '^step [0-9]+: -worker 1$' <<<"$sched"
+
+# The replay: worker 1 leaves at its commit, and the discovery starts a
+# worker in its slot, which the scheduler takes in there.
+run replay "$sched" -n 3 -s 0 --min-workers 3 --max-workers 5 \
+	--host-discovery-script "cat $TMP/hosts3" --
+check "replay: ends 0 (got $RC)" test "$RC" = 0
+check "replay: no worker was killed" \
+	test -z "$(grep "killed by signal" "$TMP/replay")"
+check "replay: membership 2 has the new worker" \
+	grep -q "done with 3 workers at epoch [0-9]*; .*membership 2$" "$TMP/replay"
+check "replay: weights bit-identical to the run that lost a worker" \
+	cmp "$TMP/back.bin" "$TMP/replay.bin"
+check "replay: samples once" samples_ok replay
+
+# Nobody comes back.
+t0=$(now_ms)
+run alone "" -n 3 -s 0 --min-workers 3 --elastic-timeout 4 \
+	--env DT_ELASTIC_TIMEOUT=1 -- --die-at 55 --die-rank 1
+t1=$(now_ms)
+check "nobody comes back: the job fails (got $RC)" test "$RC" != 0
+check "nobody comes back: it ends within the timeout and a margin ($((t1 - t0)) ms)" \
+	test $((t1 - t0)) -lt $((40000 * S))
+why="2 workers live, fewer than DTRAIN_ELASTIC_MIN=3 for 4 s"
+check "the scheduler names the minimum" \
+	grep -q "\[scheduler\] .*$why" "$TMP/alone"
+for r in 0 2; do
+	check "worker $r names the minimum" \
+		grep -q "\[worker $r\] .*$why" "$TMP/alone"
+done
+check "the launcher names the minimum as the cause" \
+	grep -q "^dtrain launch: job failed: fewer workers than --min-workers 3 for 4 s$" "$TMP/alone"
+check "the workers waited past their own DT_ELASTIC_TIMEOUT" \
+	test -z "$(grep "timed out waiting for membership" "$TMP/alone")"
+check "nothing is left running" none_left
+finish

@@ -1,0 +1,84 @@
+#!/bin/bash
+# elastic_min_two.sh - two membership changes in one round of an elastic
+# job (docs/elastic.md): two workers are killed at the same step.
+#   - 4 workers, --min-workers 2: the survivors take both losses as one
+#     change (or two in a row), and the run logs a replay with both
+#     removals at that step (its replay is not run here: two workers
+#     leaving at one commit give two memberships, and a survivor that took
+#     the first may wait in its sync for the second leaver until
+#     DT_COLL_TIMEOUT - the collectives' side of that is not done);
+#   - 4 workers, --min-workers 3: the second loss takes the job below its
+#     minimum; the discovery's free slot brings a worker back, the job
+#     ends 0 with 3 workers, and its replay (both workers leave at that
+#     commit, the discovery refills the slot) is bit-identical, twice.
+. "$(dirname "$0")/coll_lib.bash"
+EX=$BUILD/examples/elastic
+S=${DT_TEST_TIME_SCALE:-1}
+ARGS=(--steps 400 --commit-every 10 --count-samples)
+DIE=(--die-at 55 --die-rank 1 --die-at 55 --die-rank 3)
+
+# run NAME SCHEDULE LAUNCH-OPTS... -- EXAMPLE-OPTS...: output in $TMP/NAME,
+# weights in $TMP/NAME.bin; RC is the launcher's status.
+run() {
+	local name=$1 sched=$2
+	shift 2
+	local lopts=()
+	while [ "$1" != "--" ]; do
+		lopts+=("$1")
+		shift
+	done
+	shift
+	DTRAIN_ELASTIC_SCHEDULE=$sched DT_TEST_TAG=$TAG timeout $((120 * S)) \
+		"$DTRAIN" launch "${lopts[@]}" -- "$EX" "${ARGS[@]}" \
+		--save "$TMP/$name.bin" "$@" >"$TMP/$name" 2>&1
+	RC=$?
+}
+
+samples_ok() {
+	grep -q "samples: epoch 0:" "$TMP/$1" &&
+		! grep "samples: epoch" "$TMP/$1" | grep -vq " 0 more than once"
+}
+
+replay_of() {
+	grep -o 'DTRAIN_ELASTIC_SCHEDULE="[^"]*"' "$TMP/$1" | tail -n 1 |
+		sed 's/^DTRAIN_ELASTIC_SCHEDULE="//; s/"$//'
+}
+
+# both_at SCHEDULE: it removes workers 1 and 3 at one step (in either
+# order: one change, or two in a row).
+both_at() {
+	grep -Eq '^step ([0-9]+): -worker 1; step \1: -worker 3$' <<<"$1" ||
+		grep -Eq '^step ([0-9]+): -worker 3; step \1: -worker 1$' <<<"$1"
+}
+
+# Two losses at one step, above the minimum.
+run two "" -n 4 -s 0 --min-workers 2 -- "${DIE[@]}"
+check "two killed at one step: ends 0 (got $RC)" test "$RC" = 0
+check "two killed at one step: 2 workers at the end" \
+	grep -q "done with 2 workers at epoch [0-9]*; .*membership 2$" "$TMP/two"
+check "two killed at one step: samples once" samples_ok two
+sched=$(replay_of two)
+check "both removals are in the replay ('$sched')" both_at "$sched"
+
+# Two losses at one step, the second below the minimum; one comes back.
+printf 'a:3\n' >"$TMP/hosts3"
+DISC=(-n 4 -s 0 --min-workers 3 --max-workers 6
+	--host-discovery-script "cat $TMP/hosts3")
+run below "" "${DISC[@]}" -- "${DIE[@]}"
+check "below the minimum after two losses: ends 0 (got $RC)" test "$RC" = 0
+check "the scheduler waited below the minimum" \
+	grep -q "fewer than DTRAIN_ELASTIC_MIN=3; waiting up to" "$TMP/below"
+check "a worker came back: 3 workers at the end" \
+	grep -q "done with 3 workers at epoch [0-9]*; .*membership 3$" "$TMP/below"
+check "samples once" samples_ok below
+sched=$(replay_of below)
+check "both removals are in its replay ('$sched')" both_at "$sched"
+for k in 1 2; do
+	run below_replay$k "$sched" "${DISC[@]}" --
+	check "replay $k ends 0 (got $RC)" test "$RC" = 0
+	check "replay $k: no worker was killed" \
+		test -z "$(grep "killed by signal" "$TMP/below_replay$k")"
+	check "replay $k is bit-identical" \
+		cmp "$TMP/below.bin" "$TMP/below_replay$k.bin"
+done
+finish
