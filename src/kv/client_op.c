@@ -377,7 +377,7 @@ dt__kvc_send_part(dt_kv_client *c, kv_op *o, int server, dt_msg_hdr *h,
 		o->remaining--;
 		pthread_mutex_unlock(&c->mu);
 		if (c->recover)
-			pthread_mutex_unlock(&c->send_mu);
+			dt__kvc_send_unlock(c);
 		return;
 	}
 	h->seq = c->next_seq++;
