@@ -45,7 +45,11 @@ typedef uint64_t dt_kv_req;
  */
 dt_err dt_kv_create(const char *type, dt_kv **out);
 
-/* Leave the cluster (for dist types) and free the store. */
+/*
+ * Leave the cluster (for dist types) and free the store. With
+ * DTRAIN_RECOVER=1 a worker first waits for every worker to call it (a
+ * barrier): a server restarted meanwhile may still need its pushes.
+ */
 dt_err dt_kv_destroy(dt_kv *kv);
 
 const char *dt_kv_type(const dt_kv *kv);

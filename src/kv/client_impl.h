@@ -242,6 +242,9 @@ void dt__kvc_on_peer_restart(void *arg, dt_node *n, int peer);
 void dt__kvc_replay(dt_kv_client *c, int r);
 /* Any replay due, before anything else is sent (send_mu held). */
 void dt__kvc_run_replays(dt_kv_client *c);
+/* Let go of send_mu, then send any replay that came due meanwhile (the
+ * I/O thread sends one itself only when send_mu is free). */
+void dt__kvc_send_unlock(dt_kv_client *c);
 /* The push counts of key (mu held); NULL: none yet. */
 keycount *dt__kvc_find_count(dt_kv_client *c, dt_key key);
 /* Whether this push of key to server r is one the server holds from the

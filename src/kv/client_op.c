@@ -367,7 +367,7 @@ dt__kvc_send_part(dt_kv_client *c, kv_op *o, int server, dt_msg_hdr *h,
 		o->remaining--;
 		pthread_mutex_unlock(&c->mu);
 		if (c->recover)
-			pthread_mutex_unlock(&c->send_mu);
+			dt__kvc_send_unlock(c);
 		return;
 	}
 	if (s && stamp_epoch(c, o, h)) {
@@ -377,7 +377,7 @@ dt__kvc_send_part(dt_kv_client *c, kv_op *o, int server, dt_msg_hdr *h,
 		o->remaining--;
 		pthread_mutex_unlock(&c->mu);
 		if (c->recover)
-			pthread_mutex_unlock(&c->send_mu);
+			dt__kvc_send_unlock(c);
 		return;
 	}
 	h->seq = c->next_seq++;
@@ -412,7 +412,7 @@ dt__kvc_send_part(dt_kv_client *c, kv_op *o, int server, dt_msg_hdr *h,
 		err = dt__node_send_ex(c->node, s->server_id, h, meta, meta_len,
 		                       val ? &iov : NULL, val ? 1 : 0, vflags);
 	if (c->recover)
-		pthread_mutex_unlock(&c->send_mu);
+		dt__kvc_send_unlock(c);
 	if (err)
 		dt__kvc_send_failed(c, o, h->seq, err);
 }

@@ -8,10 +8,12 @@
  * When a new process takes a lost server's place, it says what its
  * checkpoint holds; the requests after that, and every request still
  * unanswered, are sent to it again in their first order (replay), before
- * any new request to it. The replay runs in a caller's thread (the next
- * start or wait), with send_mu held, as every send is: so nothing
- * overtakes it. A process in a lost worker's place says where its
- * predecessor stopped with dt_kv_resume (dt__kv_client_resume).
+ * any new request to it. The replay runs with send_mu held, as every send
+ * is, so nothing overtakes it: in the I/O thread as soon as the server's
+ * word comes when no caller is sending, else in the caller's thread once
+ * it lets go of send_mu (or in a wait that sees it due). A process in a
+ * lost worker's place says where its predecessor stopped with
+ * dt_kv_resume (dt__kv_client_resume).
  */
 #include <pthread.h>
 #include <stdio.h>
@@ -165,6 +167,46 @@ many_held(const logent *e, const held_key *held, size_t n)
 	return yes == count ? 1 : yes == 0 ? 0 : -1;
 }
 
+/*
+ * A restarted server's replay, sent at once from the I/O thread unless a
+ * caller is sending (send_mu taken). Waiting for the caller's next call
+ * is not enough: this worker may be outside the KVStore (in a barrier
+ * over the workers, computing, or done and stopping) while another worker
+ * waits for a round that this worker's replayed pushes close, and would
+ * wait for ever (that other worker is then kept from the barrier too). A
+ * caller that holds send_mu now sees the replay due when it lets go
+ * (dt__kvc_send_unlock). The I/O thread never waits for send_mu: its
+ * holder may be waiting for a peer that waits for this node to read.
+ */
+static void
+replay_unless_sending(dt_kv_client *c)
+{
+	if (pthread_mutex_trylock(&c->send_mu) != 0)
+		return;
+	dt__kvc_run_replays(c);
+	pthread_mutex_unlock(&c->send_mu);
+}
+
+void
+dt__kvc_send_unlock(dt_kv_client *c)
+{
+	int due;
+
+	/* The I/O thread marks a replay due before it tries send_mu: either
+	 * its try comes after this unlock and succeeds, or the mark is seen
+	 * here. */
+	for (;;) {
+		pthread_mutex_unlock(&c->send_mu);
+		pthread_mutex_lock(&c->mu);
+		due = c->replay_due;
+		pthread_mutex_unlock(&c->mu);
+		if (!due)
+			return;
+		pthread_mutex_lock(&c->send_mu);
+		dt__kvc_run_replays(c);
+	}
+}
+
 /* KV_CKPT_DONE from server id sid (I/O thread). */
 void
 dt__kvc_on_ckpt_done(dt_kv_client *c, int sid, const dt_msg *m)
@@ -225,12 +267,14 @@ dt__kvc_on_ckpt_done(dt_kv_client *c, int sid, const dt_msg *m)
 		}
 	}
 	pthread_mutex_unlock(&c->mu);
-	if (restarted)
-		pthread_cond_broadcast(&c->cv);
 	DT_LOG(1, "server %d %s checkpoint #%llu (%llu keys)", rank,
 	       restarted ? "restarted from" : "wrote",
 	       (unsigned long long)number, (unsigned long long)count);
 	free(held);
+	if (restarted) {
+		pthread_cond_broadcast(&c->cv);
+		replay_unless_sending(c);
+	}
 }
 
 /* A refused batched push e to server r: its keys' pushes are not counted,

@@ -147,6 +147,14 @@ dt_kv_destroy(dt_kv *kv)
 	dt__err_keep(&k, DT_OK);
 	if (kv->client) {
 		dt_err e1 = dt__kv_client_wait_all(kv->client);
+
+		/* Recovery: a server lost after this worker's last call may
+		 * still need its pushes since the server's last checkpoint to
+		 * end the rounds another worker waits for. Its copies go with
+		 * this process, so it leaves only once every worker is done
+		 * (its I/O thread sends a replay meanwhile). */
+		if (!e1 && kv->node && dt__node_recover(kv->node))
+			e1 = dt_node_barrier(kv->node, DT_GROUP_WORKERS);
 		if (e1)
 			dt__err_keep(&k, e1);
 	}

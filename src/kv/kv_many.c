@@ -466,7 +466,7 @@ dt__kvc_send_many_part(dt_kv_client *c, kv_op *o, int server, dt_msg_hdr *h,
 			dt__gen_bump(&c->done_gen);
 		pthread_mutex_unlock(&c->mu);
 		if (c->recover)
-			pthread_mutex_unlock(&c->send_mu);
+			dt__kvc_send_unlock(c);
 		return;
 	}
 	h->seq = c->next_seq++;
@@ -508,7 +508,7 @@ dt__kvc_send_many_part(dt_kv_client *c, kv_op *o, int server, dt_msg_hdr *h,
 		err = dt__node_send_ex(c->node, s->server_id, h, meta, meta_len,
 		                       iov, iovcnt, DT_SEND_STABLE);
 	if (c->recover)
-		pthread_mutex_unlock(&c->send_mu);
+		dt__kvc_send_unlock(c);
 	if (err)
 		dt__kvc_send_failed(c, o, h->seq, err);
 }
