@@ -326,23 +326,51 @@ note_change(dt_elastic *e, const int *old, int old_size, uint64_t step)
 		        (unsigned long long)step, what, l->replay);
 }
 
+/* The epoch of the node's newest membership if it still lists a worker
+ * the schedule removes at step, else 0. Each leaver's word reaches the
+ * scheduler on its own, so leavers at one commit may come as several
+ * memberships in a row. */
+static uint64_t
+leaver_listed(dt_elastic *e, uint64_t step, int *ids)
+{
+	dt_coll *c = e->c;
+	uint64_t epoch;
+	int n = dt__node_membership(c->node, &epoch, ids, c->nworkers);
+
+	for (int s = 0; s < e->nsched; s++)
+		for (int i = 0; i < n && i < c->nworkers; i++)
+			if (e->sched[s].step == step && !e->sched[s].add &&
+			    ids[i] == c->base_id + e->sched[s].worker)
+				return epoch;
+	return 0;
+}
+
 /*
  * Take the change: wait for the scheduler's membership, re-form, and
  * broadcast the new rank 0's commit to every rank. Again if another rank
- * is lost meanwhile (each time with a deadline).
+ * is lost meanwhile, or a newer membership drops one of the ranks the
+ * broadcast runs over (each time with a deadline). At a scheduled
+ * removal (leave_at), the survivors wait for the membership without
+ * every leaver of that commit, and so all re-form over the same list.
  */
 static dt_err
-take_change(dt_elastic *e, uint64_t *step)
+take_change(dt_elastic *e, const uint64_t *leave_at, uint64_t *step)
 {
 	dt_coll *c = e->c;
 	int *old = malloc(sizeof(int) * (size_t)c->nworkers), old_size;
+	int *now = malloc(sizeof(int) * (size_t)c->nworkers);
+	uint64_t seen = 0;
 	dt_err err;
 
-	if (old == NULL)
+	if (old == NULL || now == NULL) {
+		free(old);
+		free(now);
 		return dt__fail(DT_ENOMEM, "elastic: membership");
+	}
 	pthread_mutex_lock(&c->mu);
 	old_size = c->size;
 	memcpy(old, c->ids, sizeof(int) * (size_t)old_size);
+	c->syncing = 1;
 	pthread_mutex_unlock(&c->mu);
 	for (;;) {
 		int changed;
@@ -352,11 +380,14 @@ take_change(dt_elastic *e, uint64_t *step)
 		epoch = c->epoch;
 		pthread_mutex_unlock(&c->mu);
 		if ((err = dt__node_wait_membership(
-		         c->node, epoch, dt__now_ns() + e->timeout_ns))) {
+		         c->node, DT_MAX(epoch, seen),
+		         dt__now_ns() + e->timeout_ns))) {
 			err = dt__fail(err, "elastic: %s (DT_ELASTIC_TIMEOUT)",
 			               dt_errmsg());
 			break;
 		}
+		if (leave_at && (seen = leaver_listed(e, *leave_at, now)))
+			continue; /* another leaver's membership follows */
 		if ((err = dt__coll_reform(c, &changed)))
 			break;
 		err =
@@ -374,7 +405,11 @@ take_change(dt_elastic *e, uint64_t *step)
 		e->changed_at = *step;
 		break;
 	}
+	pthread_mutex_lock(&c->mu);
+	c->syncing = 0;
+	pthread_mutex_unlock(&c->mu);
 	free(old);
+	free(now);
 	return err;
 }
 
@@ -414,7 +449,7 @@ grow_here(dt_elastic *e, uint64_t step, int add, int exact)
 	if (rank == 0 &&
 	    (err = dt__node_elastic_grow(c->node, add, step, exact)))
 		return err;
-	return take_change(e, &at);
+	return take_change(e, NULL, &at);
 }
 
 /* Without a schedule: whether any rank has heard of workers waiting to
@@ -493,7 +528,7 @@ dt_elastic_commit(dt_elastic *e, uint64_t step)
 	if (due && add) /* every member is at this commit */
 		return grow_here(e, step, add, 1);
 	if (due) /* every survivor is at this commit: it is the step */
-		return take_change(e, &at);
+		return take_change(e, &step, &at);
 	/* A change nobody scheduled: the ranks may be at different
 	 * commits, and dt_elastic_restore says which one they all go on
 	 * from. */
@@ -529,7 +564,7 @@ dt_elastic_restore(dt_elastic *e, uint64_t *step)
 		return dt__fail(DT_ESTATE,
 		                "elastic_restore: the job is not elastic "
 		                "(DTRAIN_ELASTIC=1)");
-	return take_change(e, step);
+	return take_change(e, NULL, step);
 }
 
 int

@@ -82,10 +82,19 @@ dt__coll_elastic_lost(dt_coll *c, int peer_id, dt_err err)
 	pthread_mutex_unlock(&c->mu);
 }
 
-/* The scheduler's MEMBERSHIP came (I/O thread). A worker that left on
+/*
+ * The scheduler's MEMBERSHIP came (I/O thread). A worker that left on
  * its schedule did so at a commit, where every rank takes the change: the
  * operation a slower rank is still finishing before that commit had all
- * the leaver's data and must not fail. A loss fails what runs. */
+ * the leaver's data and must not fail. A loss fails what runs.
+ *
+ * While the program is taking a change (syncing), a newer membership
+ * that drops one of the ranks it is re-forming over is a change too,
+ * whatever its kind: that rank will never meet the sync (it left, or
+ * left on schedule while another leaving was being taken), so the sync
+ * is failed at once and the program re-forms over the newest membership
+ * instead of waiting for its timeout.
+ */
 void
 dt__coll_on_membership(void *arg, dt_node *n, uint64_t epoch, int gone,
                        int lost)
@@ -93,12 +102,16 @@ dt__coll_on_membership(void *arg, dt_node *n, uint64_t epoch, int gone,
 	dt_coll *c = arg;
 
 	(void)n;
-	if (!lost)
-		return;
 	pthread_mutex_lock(&c->mu);
 	if (epoch > c->epoch) {
 		int r = dt__coll_rank_of_id(c, gone);
 
+		if (!lost && !(c->syncing && r >= 0 && r != c->rank)) {
+			pthread_mutex_unlock(&c->mu);
+			return;
+		}
+		if (epoch > c->change_epoch)
+			c->change_epoch = epoch;
 		if (r >= 0)
 			dt__coll_elastic_change(
 			    c,
@@ -212,8 +225,12 @@ dt__coll_reform(dt_coll *c, int *changed)
 	c->epoch = epoch;
 	c->seq_base = c->next_seq = c->done_seq = epoch << DT__COLL_EPOCH_SHIFT;
 	dt__coll_early_purge(c);
-	c->changing = 0;
-	c->change_msg[0] = '\0';
+	/* A newer membership announced as a change while this one was read
+	 * stays pending: the sync over this one fails at once. */
+	if (c->change_epoch <= epoch) {
+		c->changing = 0;
+		c->change_msg[0] = '\0';
+	}
 	if (dead >= 0)
 		dt__coll_elastic_change(
 		    c, "rank %d left (membership %llu -> %llu)", dead,

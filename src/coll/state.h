@@ -205,12 +205,18 @@ struct dt_coll {
 	 * DT__COLL_EPOCH_SHIFT), and a change announced but not yet taken -
 	 * a lost rank or a newer membership - which fails every operation
 	 * with DT_EMEMBERSHIP and change_msg until it is. left: this rank
-	 * left the job (its schedule), finalize meets nobody. */
+	 * left the job (its schedule), finalize meets nobody. change_epoch:
+	 * the newest membership announced as a change, which a re-form over
+	 * an older one leaves pending (reform.c). syncing: the program is
+	 * taking a change (coll/elastic.c), when a newer membership without
+	 * one of the ranks is a change whatever its kind. */
 	int elastic;
 	uint64_t epoch;
 	int changing;
 	char change_msg[256];
 	int left;
+	uint64_t change_epoch;
+	int syncing;
 	uint64_t seq_base; /* operations run by the set-up itself */
 	int cma;         /* ranks read each other's memory (process_vm_readv) */
 	int *pids;       /* by rank */

@@ -3,10 +3,9 @@
 # job (docs/elastic.md): two workers are killed at the same step.
 #   - 4 workers, --min-workers 2: the survivors take both losses as one
 #     change (or two in a row), and the run logs a replay with both
-#     removals at that step (its replay is not run here: two workers
-#     leaving at one commit give two memberships, and a survivor that took
-#     the first may wait in its sync for the second leaver until
-#     DT_COLL_TIMEOUT - the collectives' side of that is not done);
+#     removals at that step; the replay, twice, is bit-identical: both
+#     workers leave at one commit, which gives two memberships, and no
+#     survivor waits in a sync over the first for the second leaver;
 #   - 4 workers, --min-workers 3: the second loss takes the job below its
 #     minimum; the discovery's free slot brings a worker back, the job
 #     ends 0 with 3 workers, and its replay (both workers leave at that
@@ -59,6 +58,17 @@ check "two killed at one step: 2 workers at the end" \
 check "two killed at one step: samples once" samples_ok two
 sched=$(replay_of two)
 check "both removals are in the replay ('$sched')" both_at "$sched"
+for k in 1 2; do
+	run two_replay$k "$sched" -n 4 -s 0 --min-workers 2 --
+	check "two leave at one commit, replay $k: ends 0 (got $RC)" \
+		test "$RC" = 0
+	check "two leave at one commit, replay $k: no wait timed out" \
+		test -z "$(grep -Ei "timed out|TIMEOUT" "$TMP/two_replay$k")"
+	check "two leave at one commit, replay $k: 2 workers at the end" \
+		grep -q "done with 2 workers at epoch" "$TMP/two_replay$k"
+	check "two leave at one commit, replay $k is bit-identical" \
+		cmp "$TMP/two.bin" "$TMP/two_replay$k.bin"
+done
 
 # Two losses at one step, the second below the minimum; one comes back.
 printf 'a:3\n' >"$TMP/hosts3"
