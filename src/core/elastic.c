@@ -24,6 +24,13 @@
  * change drops the rounds in flight (kv/srv_elastic.c).
  *
  * Locking: the fields (n->el_*) are guarded by n->mu.
+ *
+ * Why one file of about a thousand lines: the scheduler's half (remove,
+ * join, grow, below the minimum) and the members' half (on_msg, the wait
+ * for a membership) read and write the same n->el_* fields under that
+ * one lock, through small helpers (ensure_ids, count_joining,
+ * below_left_ms) that would otherwise become library-wide names. The
+ * parts are kept in that order, each under its own heading comment.
  */
 #include <stdio.h>
 #include <stdlib.h>
