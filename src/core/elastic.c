@@ -29,8 +29,7 @@
  * join, grow, below the minimum) and the members' half (on_msg, the wait
  * for a membership) read and write the same n->el_* fields under that
  * one lock, through small helpers (ensure_ids, count_joining,
- * below_left_ms) that would otherwise become library-wide names. The
- * parts are kept in that order, each under its own heading comment.
+ * below_left_ms) that would otherwise become library-wide names.
  */
 #include <stdio.h>
 #include <stdlib.h>
