@@ -12,36 +12,8 @@
 #     ends with the error naming the minimum on the scheduler and every
 #     survivor, within the timeout and a margin, nothing left running.
 . "$(dirname "$0")/coll_lib.bash"
-EX=$BUILD/examples/elastic
-S=${DT_TEST_TIME_SCALE:-1}
+. "$(dirname "$0")/elastic_lib.bash"
 ARGS=(--steps 400 --commit-every 10 --count-samples)
-
-# run NAME SCHEDULE LAUNCH-OPTS... -- EXAMPLE-OPTS...: output in $TMP/NAME,
-# weights in $TMP/NAME.bin; RC is the launcher's status.
-run() {
-	local name=$1 sched=$2
-	shift 2
-	local lopts=()
-	while [ "$1" != "--" ]; do
-		lopts+=("$1")
-		shift
-	done
-	shift
-	DTRAIN_ELASTIC_SCHEDULE=$sched DT_TEST_TAG=$TAG timeout $((120 * S)) \
-		"$DTRAIN" launch "${lopts[@]}" -- "$EX" "${ARGS[@]}" \
-		--save "$TMP/$name.bin" "$@" >"$TMP/$name" 2>&1
-	RC=$?
-}
-
-samples_ok() {
-	grep -q "samples: epoch 0:" "$TMP/$1" &&
-		! grep "samples: epoch" "$TMP/$1" | grep -vq " 0 more than once"
-}
-
-replay_of() {
-	grep -o 'DTRAIN_ELASTIC_SCHEDULE="[^"]*"' "$TMP/$1" | tail -n 1 |
-		sed 's/^DTRAIN_ELASTIC_SCHEDULE="//; s/"$//'
-}
 
 # Whether no process of this test is running any more.
 none_left() {
