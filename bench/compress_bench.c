@@ -18,14 +18,6 @@
 static float *in, *res, *acc, *copy;
 static uint8_t *buf;
 
-static int
-cmp_double(const void *a, const void *b)
-{
-	double x = *(const double *)a, y = *(const double *)b;
-
-	return x < y ? -1 : x > y;
-}
-
 enum op { MEMCPY, Q16, D16, Q2, D2, Q1, D1 };
 static const char *const names[] = {"memcpy (baseline)", "fp16 quantise",
                                     "fp16 unpack+add",   "2bit quantise+pack",
@@ -98,7 +90,7 @@ main(int argc, char **argv)
 			run((enum op)op);
 			t[r] = dt__now_s() - t0;
 		}
-		qsort(t, REPS, sizeof(double), cmp_double);
+		qsort(t, REPS, sizeof(double), dt__cmp_double);
 		gbs = (double)N * sizeof(float) / t[REPS / 2] / 1e9;
 		if (op == MEMCPY)
 			base = gbs;

@@ -103,20 +103,12 @@ now_us(void)
 	return (double)dt__now_ns() / 1e3;
 }
 
-static int
-cmp_double(const void *a, const void *b)
-{
-	double x = *(const double *)a, y = *(const double *)b;
-
-	return (x > y) - (x < y);
-}
-
 static double
 percentile(double *v, int n, double q)
 {
 	int i;
 
-	qsort(v, (size_t)n, sizeof(*v), cmp_double);
+	qsort(v, (size_t)n, sizeof(*v), dt__cmp_double);
 	i = (int)(q * (n - 1) + 0.5);
 	return v[i];
 }
@@ -524,7 +516,7 @@ median3(double a, double b, double c)
 {
 	double v[3] = {a, b, c};
 
-	qsort(v, 3, sizeof(double), cmp_double);
+	qsort(v, 3, sizeof(double), dt__cmp_double);
 	return v[1];
 }
 

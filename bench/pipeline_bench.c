@@ -64,6 +64,7 @@
 #include <string.h>
 
 #include "dtrain/coll.h"
+#include "common/util.h"
 #include "dtrain/nn.h"
 #include "dtrain/obs.h"
 
@@ -414,22 +415,6 @@ timelines(int ready, int S, int M, int gpipe, const double *cpu, double *mean)
  * then each step's CPU times of the 2 M passes. */
 #define HEAD 7
 
-static int
-cmp_double(const void *a, const void *b)
-{
-	double x = *(const double *)a, y = *(const double *)b;
-
-	return (x > y) - (x < y);
-}
-
-/* The median of v[0, n) (sorts v). */
-static double
-median(double *v, int n)
-{
-	qsort(v, (size_t)n, sizeof(*v), cmp_double);
-	return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
-}
-
 /* Stage s's CPU time of pass i in step t, as gathered. */
 static double
 pass_at(const double *all, size_t row, int M, int s, int t, int i)
@@ -472,8 +457,8 @@ step_bubbles(const bench *b, int M, int gpipe, const double *all, size_t row,
 			v[ready * b->steps + t] = bubble_of(b->S, span, busy);
 		}
 	}
-	by[0] = median(v, b->steps);
-	by[1] = median(v + b->steps, b->steps);
+	by[0] = dt__median(v, b->steps);
+	by[1] = dt__median(v + b->steps, b->steps);
 out:
 	free(cpu);
 	free(v);
@@ -498,7 +483,7 @@ pass_medians(const bench *b, int M, const double *all, size_t row, double *cpu,
 
 			for (int t = 0; t < b->steps; t++)
 				v[t] = pass_at(all, row, M, s, t, i);
-			med = median(v, b->steps);
+			med = dt__median(v, b->steps);
 			cpu[(size_t)s * 2 * M + i] = med;
 			least[(size_t)s * 2 * M + i] = v[0]; /* sorted */
 			for (int t = 0; t < b->steps; t++)

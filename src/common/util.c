@@ -286,3 +286,18 @@ dt__buf_reserve(uint8_t **buf, size_t *cap, size_t need)
 	*cap = need;
 	return *buf;
 }
+
+int
+dt__cmp_double(const void *a, const void *b)
+{
+	double x = *(const double *)a, y = *(const double *)b;
+
+	return (x > y) - (x < y);
+}
+
+double
+dt__median(double *v, int n)
+{
+	qsort(v, (size_t)n, sizeof(*v), dt__cmp_double);
+	return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}

@@ -110,6 +110,11 @@ const char *dt__shape_str(const int *shape, int ndim, char *out, size_t cap);
  * dt__timespec_at). */
 void dt__cond_init_monotonic(pthread_cond_t *cv);
 /* Monotonic clock (CLOCK_MONOTONIC). */
+/* qsort's comparison of two doubles, ascending. */
+int dt__cmp_double(const void *a, const void *b);
+/* The median of v[0, n), n >= 1 (sorts v; the mean of the two middle
+ * values when n is even). */
+double dt__median(double *v, int n);
 uint64_t dt__now_ns(void);
 /* The instant ns of that clock as a timespec, for pthread_cond_timedwait on
  * a condition variable set to CLOCK_MONOTONIC. */

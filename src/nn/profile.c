@@ -32,22 +32,6 @@ dt__nn_cpu_now(void)
 	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
 
-static int
-cmp_double(const void *a, const void *b)
-{
-	double x = *(const double *)a, y = *(const double *)b;
-
-	return (x > y) - (x < y);
-}
-
-/* The median of v[0, n) (sorts v). */
-static double
-median(double *v, int n)
-{
-	qsort(v, (size_t)n, sizeof(*v), cmp_double);
-	return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
-}
-
 /* One forward and one backward pass, layer by layer, each layer's CPU
  * time into fwd[i * stride] and bwd[i * stride] (0 where the backward
  * pass stops early). dy is the gradient of the output. */
@@ -132,8 +116,8 @@ dt_nn_model_profile(dt_nn_model *m, int batch, int reps, double *fwd_ns,
 		timed_pass(m, x, dy, batch, t + r, t + L * (size_t)reps + r,
 		           reps);
 	for (size_t i = 0; i < L; i++) {
-		fwd_ns[i] = median(t + i * (size_t)reps, reps);
-		bwd_ns[i] = median(t + (L + i) * (size_t)reps, reps);
+		fwd_ns[i] = dt__median(t + i * (size_t)reps, reps);
+		bwd_ns[i] = dt__median(t + (L + i) * (size_t)reps, reps);
 	}
 	dt_nn_model_zero_grad(m);
 	/* The activations left are made-up ones: a stage's backward pass
