@@ -12,7 +12,8 @@
 #     once, ends with the same weights bit for bit; a job without the
 #     change ends with others;
 #   - a worker killed right after it was admitted is forgotten, and the
-#     job it asked to join ends 0 with its workers.
+#     job it asked to join ends 0 with its workers (also with 2 servers,
+#     dist_sync).
 . "$(dirname "$0")/cluster_lib.bash"
 EX=$DTRAIN_BUILD/examples/elastic
 ARGS=(--samples 512 --steps 160 --commit-every 10 --count-samples)
@@ -134,34 +135,45 @@ done
 	fail "a job that never grew ended with the grown job's weights"
 
 # A worker that joins and dies at once: forgotten, the job goes on and
-# ends 0 with its 2 workers.
-TAG=dier
-job_env "$(free_port)" 0 2
-export DTRAIN_ELASTIC_MAX=3
-# (held before their first commit, so that nothing takes it in first)
-HOLD=(--hold-at 0 --hold-file "$T_DIR/go.dier")
-PS_VERBOSE=1 DMLC_ROLE=scheduler start sched.dier "${HOLD[@]}"
-p=("$SPAWNED")
-for i in 0 1; do
-	DMLC_ROLE=worker start "worker$i.dier" "${HOLD[@]}"
-	p+=("$SPAWNED")
-done
-wait_for_line "$T_DIR/sched.dier.log" "all 3 nodes are ready" 60 ||
-	fail "dier: the job did not start"
-DMLC_ROLE=worker start joiner.dier
-dier=$SPAWNED
-wait_for_line "$T_DIR/sched.dier.log" "joins the running elastic job as worker 2" 60 ||
-	fail "dier: the joiner was not admitted"
-kill -KILL -- "-$dier"
-expect_exit "$dier" 60 137 "dier: the joiner killed"
-wait_for_line "$T_DIR/sched.dier.log" "worker 2 .* went before the members took it in" 60 ||
-	fail "dier: the scheduler did not forget the joiner"
-: >"$T_DIR/go.dier"
-for i in "${!p[@]}"; do
-	expect_exit "${p[$i]}" 120 0 "dier: node $i"
-done
-cat "$T_DIR"/worker*.dier.log | grep -q "done with 2 workers .*membership 0$" ||
-	fail "dier: the job did not end with its 2 workers"
-log "a joiner killed at once is forgotten; the job ends 0 with 2 workers"
+# ends 0 with its 2 workers; without servers, and with 2 (dist_sync).
+# dier TAG SERVERS [EXAMPLE-OPTS...]
+dier() {
+	local tag=$1 nserv=$2 i
+	shift 2
+	TAG=$tag
+	job_env "$(free_port)" "$nserv" 2
+	export DTRAIN_ELASTIC_MAX=3
+	# (held before their first commit, so that nothing takes it in first)
+	HOLD=(--hold-at 0 --hold-file "$T_DIR/go.$tag")
+	PS_VERBOSE=1 DMLC_ROLE=scheduler start "sched.$tag" "${HOLD[@]}" "$@"
+	p=("$SPAWNED")
+	for ((i = 0; i < nserv; i++)); do
+		DMLC_ROLE=server start "server$i.$tag" "$@"
+		p+=("$SPAWNED")
+	done
+	for i in 0 1; do
+		DMLC_ROLE=worker start "worker$i.$tag" "${HOLD[@]}" "$@"
+		p+=("$SPAWNED")
+	done
+	wait_for_line "$T_DIR/sched.$tag.log" "all $((3 + nserv)) nodes are ready" 60 ||
+		fail "$tag: the job did not start"
+	DMLC_ROLE=worker start "joiner.$tag" "$@"
+	local j=$SPAWNED
+	wait_for_line "$T_DIR/sched.$tag.log" "joins the running elastic job as worker 2" 60 ||
+		fail "$tag: the joiner was not admitted"
+	kill -KILL -- "-$j"
+	expect_exit "$j" 60 137 "$tag: the joiner killed"
+	wait_for_line "$T_DIR/sched.$tag.log" "worker 2 .* went before the members took it in" 60 ||
+		fail "$tag: the scheduler did not forget the joiner"
+	: >"$T_DIR/go.$tag"
+	for i in "${!p[@]}"; do
+		expect_exit "${p[$i]}" 120 0 "$tag: node $i"
+	done
+	cat "$T_DIR"/worker*."$tag".log | grep -q "done with 2 workers .*membership 0$" ||
+		fail "$tag: the job did not end with its 2 workers"
+	log "$tag: a joiner killed at once is forgotten; the job ends 0 with 2 workers"
+}
+dier dier 0
+dier dier_ps 2 --kvstore dist_sync
 assert_groups_gone
 log "ok"

@@ -58,6 +58,27 @@ check "replay: weights bit-identical to the run that lost a worker" \
 	cmp "$TMP/back.bin" "$TMP/replay.bin"
 check "replay: samples once" samples_ok replay
 
+# The same with parameter servers (2, dist_sync): the servers' rounds wait
+# below the minimum too, and the job comes back with the new worker; its
+# replay is bit-identical.
+run back_ps "" -n 3 -s 2 --min-workers 3 --max-workers 5 \
+	--host-discovery-script "cat $TMP/hosts3" -- --kvstore dist_sync --die-at 55 --die-rank 1
+check "servers: below the minimum, a worker comes back: ends 0 (got $RC)" \
+	test "$RC" = 0
+check "servers: one membership takes the loss and the new worker" \
+	grep -q "membership 2 has 3 workers: 1 joined; the job has DTRAIN_ELASTIC_MIN=3 again" "$TMP/back_ps"
+check "servers: the survivors' round was dropped, naming the loss" \
+	grep -q "its round was dropped: membership 0 -> 2 (worker 1 was lost)" "$TMP/back_ps"
+check "servers: the job ends with 3 workers in membership 2" \
+	grep -q "done with 3 workers at epoch [0-9]*; .*membership 2$" "$TMP/back_ps"
+check "servers: no sample trained on twice in an epoch" samples_ok back_ps
+sched=$(replay_of back_ps)
+run replay_ps "$sched" -n 3 -s 2 --min-workers 3 --max-workers 5 \
+	--host-discovery-script "cat $TMP/hosts3" -- --kvstore dist_sync
+check "servers: replay ('$sched') ends 0 (got $RC)" test "$RC" = 0
+check "servers: replay bit-identical to the run that lost a worker" \
+	cmp "$TMP/back_ps.bin" "$TMP/replay_ps.bin"
+
 # Nobody comes back.
 t0=$(now_ms)
 run alone "" -n 3 -s 0 --min-workers 3 --elastic-timeout 4 \

@@ -42,6 +42,20 @@ for k in 1 2; do
 		cmp "$TMP/two.bin" "$TMP/two_replay$k.bin"
 done
 
+# The same with parameter servers (2, dist_sync): one or two memberships,
+# the rounds of each dropped, and the replay bit-identical.
+run two_ps "" -n 4 -s 2 --min-workers 2 -- --kvstore dist_sync "${DIE[@]}"
+check "servers: two killed at one step: ends 0 (got $RC)" test "$RC" = 0
+check "servers: two killed at one step: 2 workers at the end" \
+	grep -q "done with 2 workers at epoch [0-9]*; .*membership 2$" "$TMP/two_ps"
+check "servers: two killed at one step: samples once" samples_ok two_ps
+sched=$(replay_of two_ps)
+check "servers: both removals are in the replay ('$sched')" both_at "$sched"
+run two_ps_replay "$sched" -n 4 -s 2 --min-workers 2 -- --kvstore dist_sync
+check "servers: the replay ends 0 (got $RC)" test "$RC" = 0
+check "servers: the replay is bit-identical" \
+	cmp "$TMP/two_ps.bin" "$TMP/two_ps_replay.bin"
+
 # Two losses at one step, the second below the minimum; one comes back.
 printf 'a:3\n' >"$TMP/hosts3"
 DISC=(-n 4 -s 0 --min-workers 3 --max-workers 6
