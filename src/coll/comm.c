@@ -129,14 +129,15 @@ dt__coll_rank_of_id(const dt_coll *c, int id)
 static int
 peer_rank(dt_coll *c, dt_conn *conn)
 {
-	int r;
+	int r, me;
 
 	if (c->elastic)
 		pthread_mutex_lock(&c->mu);
 	r = dt__coll_rank_of_id(c, dt__conn_peer(conn));
+	me = c->rank; /* (a re-form changes it too, under mu) */
 	if (c->elastic)
 		pthread_mutex_unlock(&c->mu);
-	return r >= 0 && r != c->rank ? r : -1;
+	return r >= 0 && r != me ? r : -1;
 }
 
 /* ---- stall queries ---- */
