@@ -104,10 +104,11 @@ main(int argc, char **argv)
 				return 2;
 			}
 		} else {
-			fprintf(stderr,
-			        "usage: coll_bench [--op NAME|all] [--json] "
-			        "[--min-bytes N] [--max-bytes N] [--iters N] "
-			        "[--warmup-s S] [--compression C] [--in-place]\n");
+			fprintf(
+			    stderr,
+			    "usage: coll_bench [--op NAME|all] [--json] "
+			    "[--min-bytes N] [--max-bytes N] [--iters N] "
+			    "[--warmup-s S] [--compression C] [--in-place]\n");
 			return 2;
 		}
 	}
