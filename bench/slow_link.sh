@@ -17,7 +17,7 @@
 # Usage: [COMPRESSIONS="none fp16 2bit 1bit"] [PULLS="fp32 fp16"] \
 #        bench/slow_link.sh [BUILD_DIR] [RATE] [MODEL...]
 #        (defaults: none, fp32, build, 1gbit, mlp lenet; MODES="dist_sync
-#        horovod", LIMIT=16384 samples in the epoch)
+#        horovod", LIMIT=60000 samples in the epoch: a whole one)
 #        BENCH=coll runs coll_bench's allreduce instead (one rank per host,
 #        1-16 MiB of float32) with each compression of the distributed
 #        optimizer, and reports its effective bus bandwidth.
@@ -137,7 +137,7 @@ compute_sps() {
 	cat "$TMP/alone1" "$TMP/alone2" | grep -o 'Speed: [0-9.]*' |
 		awk '{ s += $2; n++ } END { if (n) printf "%.0f", s / n; else print 0 }'
 }
-LIMIT=${LIMIT:-16384}
+LIMIT=${LIMIT:-60000}
 read -r -a MODES <<<"${MODES:-dist_sync horovod}"
 Bps=$(rate_bytes)
 printf '%-6s %-9s %-10s %-5s %6s %9s %9s %9s %6s %12s %6s %8s\n' model kvstore \
