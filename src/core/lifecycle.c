@@ -352,13 +352,128 @@ node_free(dt_node *n)
 	free(n);
 }
 
+/* The limits a node lives by, from the environment: how long a call may
+ * wait, how long a connection may take to say who it is, and how many
+ * may be waiting to say so at once, sized to the job: every node joins
+ * the scheduler at once when a job starts, and a worker's peers may all
+ * dial it at once. */
+static dt_err
+node_limits(dt_node *n)
+{
+	long secs, pending, wait;
+	long nodes = 1 + (long)n->cfg.num_servers + n->cfg.num_workers;
+	dt_err err;
+
+	if ((err =
+	         dt__env_long("DT_WAIT_TIMEOUT", 3600, 1, 30L * 86400, &wait)))
+		return err;
+	n->wait_ns = (uint64_t)wait * 1000000000ull;
+	if ((err = dt__env_long("DT_HANDSHAKE_TIMEOUT", 10, 1, 86400, &secs)) ||
+	    (err = dt__env_long("DT_MAX_PENDING_CONNS",
+	                        DT_MAX(256, DT_MIN(nodes, 65536)), 1, 65536,
+	                        &pending)))
+		return err;
+	dt__van_guard(n->van, (uint64_t)secs * 1000000000ull, (int)pending);
+	if ((err = dt__watch_config(&n->hb_interval_ns, &n->hb_timeout_ns)) ||
+	    (err = dt__watch_stats_config(&n->stats_interval_ns)) ||
+	    (err = dt__link_config(n)) || (err = dt__elastic_config(n)))
+		return err;
+	/* Counters by node id, sized once the job's bound on workers is
+	 * known (an elastic job's rows for those that may join). */
+	n->ctr = dt__calloc(1 + (size_t)n->cfg.num_servers +
+	                        (size_t)dt__elastic_slots(n),
+	                    sizeof(*n->ctr));
+	return n->ctr ? DT_OK : DT_ENOMEM;
+}
+
+/* The scheduler: listen where the job's nodes reach it, and serve. */
+static dt_err
+start_scheduler(dt_node *n)
+{
+	const dt_node_config *cfg = &n->cfg;
+	/* (a Service's name is not this pod's to bind: listen_host) */
+	const char *bind =
+	    cfg->listen_host[0] ? cfg->listen_host : cfg->root_uri;
+	dt_err err;
+
+	snprintf(n->host, sizeof(n->host), "%s", cfg->root_uri);
+	err = dt__van_listen(n->van, bind, cfg->root_port, cfg->listen_fd,
+	                     &n->port);
+	if (err == DT_ESYS && cfg->listen_fd < 0 &&
+	    strstr(dt_errmsg(), "assign requested address")) {
+		/* (dt__fail formats before it records) */
+		dt__fail(err,
+		         "%s (DMLC_PS_ROOT_URI names another machine's "
+		         "address, as a Kubernetes Service does: set "
+		         "DMLC_USE_KUBERNETES=1 or DTRAIN_SCHEDULER_BIND "
+		         "to listen on this one's)",
+		         dt_errmsg());
+	}
+	if (err)
+		return err;
+	if ((err = dt__sched_create(n)) || (err = dt__report_sched_open(n)) ||
+	    (err = dt__van_start(n->van)) || (err = dt__watch_start(n)))
+		return err;
+	DT_LOG(1,
+	       "scheduler listening on %s:%d%s%s%s for %d servers and "
+	       "%d workers",
+	       bind, n->port, bind != cfg->root_uri ? " (reached as " : "",
+	       bind != cfg->root_uri ? cfg->root_uri : "",
+	       bind != cfg->root_uri ? ")" : "", cfg->num_servers,
+	       cfg->num_workers);
+	if (cfg->root_port == 0 && cfg->listen_fd < 0)
+		dt__log(0,
+		        "DMLC_PS_ROOT_PORT=0: listening on port %d; "
+		        "start the other nodes with "
+		        "DMLC_PS_ROOT_PORT=%d",
+		        n->port, n->port);
+	return dt__sched_start(n);
+}
+
+/* A server or a worker: listen at the address its peers can reach (and
+ * for same-host peers over shared memory), then join the scheduler. */
+static dt_err
+start_member(dt_node *n)
+{
+	const dt_node_config *cfg = &n->cfg;
+	const char *host_hint;
+	dt_err err;
+
+	if ((err = dt__report_member_begin(n)))
+		return err;
+	host_hint = cfg->node_host[0] ? cfg->node_host : NULL;
+	if (!host_hint && !cfg->interface[0] &&
+	    (strcmp(cfg->root_uri, "127.0.0.1") == 0 ||
+	     strcmp(cfg->root_uri, "localhost") == 0))
+		host_hint = "127.0.0.1"; /* a single-host job */
+	if ((err = dt__net_local_addr(host_hint, cfg->interface, n->host,
+	                              sizeof(n->host))) ||
+	    (err = dt__van_listen(n->van, n->host, cfg->port, -1, &n->port)))
+		return err;
+	/* Peers on this host: shared memory (DTRAIN_TRANSPORT). */
+	dt__host_id(n->hostid, sizeof(n->hostid));
+	if (n->hostid[0] &&
+	    dt__van_listen_local(n->van, n->local, sizeof(n->local))) {
+		dt__log(0, "no shared memory with peers on this host: %s",
+		        dt_errmsg());
+		n->local[0] = '\0';
+	}
+	if ((err = dt__van_start(n->van)) || (err = dt__watch_start(n)))
+		return err;
+	DT_LOG(1, "%s listening on %s:%d", dt_role_name(n->role), n->host,
+	       n->port);
+	if ((err = dt__member_start(n)))
+		return err;
+	dt__trace_span(DT_EV_BOOTSTRAP, DT_TID_MAIN, n->start_ns, 0, 0, 0, 0);
+	return dt__report_clock_sync(n);
+}
+
 dt_err
 dt_node_start(const dt_node_config *cfg, dt_node **out)
 {
 	dt_van_hooks hooks = {0};
 	dt_node *n;
 	dt_err err;
-	const char *host_hint;
 
 	if (out == NULL || cfg == NULL)
 		return dt__fail(DT_EINVAL, "dt_node_start: %s is NULL",
@@ -384,8 +499,7 @@ dt_node_start(const dt_node_config *cfg, dt_node **out)
 	n->num_workers = cfg->num_workers;
 	pthread_mutex_init(&n->mu, NULL);
 	pthread_cond_init(&n->cv, NULL);
-	uint64_t t_start = dt__now_ns();
-	n->start_ns = t_start;
+	n->start_ns = dt__now_ns();
 	if (cfg->verbose > dt__verbose)
 		dt__verbose = cfg->verbose;
 	dt__log_set_name(cfg->role == DT_ROLE_SCHEDULER
@@ -397,120 +511,9 @@ dt_node_start(const dt_node_config *cfg, dt_node **out)
 	hooks.payload_dest = hook_payload_dest;
 	hooks.payload_chunk = hook_payload_chunk;
 	hooks.on_close = hook_on_close;
-	if ((err = dt__van_create(&hooks, &n->van)))
-		goto fail;
-	/* A connection says who it is (ADD_NODE, HELLO) at once, or goes.
-	 * The most that may wait to say so is sized to the job: every node
-	 * joins the scheduler at once when a job starts, and a worker's
-	 * peers may all dial it at once. */
-	{
-		long secs, pending, wait;
-		long nodes = 1 + (long)cfg->num_servers + cfg->num_workers;
-
-		if ((err = dt__env_long("DT_WAIT_TIMEOUT", 3600, 1, 30L * 86400,
-		                        &wait)))
-			goto fail;
-		n->wait_ns = (uint64_t)wait * 1000000000ull;
-		if ((err = dt__env_long("DT_HANDSHAKE_TIMEOUT", 10, 1, 86400,
-		                        &secs)) ||
-		    (err = dt__env_long("DT_MAX_PENDING_CONNS",
-		                        DT_MAX(256, DT_MIN(nodes, 65536)), 1,
-		                        65536, &pending)))
-			goto fail;
-		dt__van_guard(n->van, (uint64_t)secs * 1000000000ull,
-		              (int)pending);
-		if ((err = dt__watch_config(&n->hb_interval_ns,
-		                            &n->hb_timeout_ns)) ||
-		    (err = dt__watch_stats_config(&n->stats_interval_ns)) ||
-		    (err = dt__link_config(n)) || (err = dt__elastic_config(n)))
-			goto fail;
-	}
-	/* Counters by node id, sized once the job's bound on workers is
-	 * known (an elastic job's rows for those that may join). */
-	n->ctr = dt__calloc(1 + (size_t)cfg->num_servers +
-	                        (size_t)dt__elastic_slots(n),
-	                    sizeof(*n->ctr));
-	if (n->ctr == NULL) {
-		err = DT_ENOMEM;
-		goto fail;
-	}
-
-	if (cfg->role == DT_ROLE_SCHEDULER) {
-		/* (a Service's name is not this pod's to bind: listen_host) */
-		const char *bind =
-		    cfg->listen_host[0] ? cfg->listen_host : cfg->root_uri;
-
-		snprintf(n->host, sizeof(n->host), "%s", cfg->root_uri);
-		err = dt__van_listen(n->van, bind, cfg->root_port,
-		                     cfg->listen_fd, &n->port);
-		if (err == DT_ESYS && cfg->listen_fd < 0 &&
-		    strstr(dt_errmsg(), "assign requested address")) {
-			/* (dt__fail formats before it records) */
-			dt__fail(
-			    err,
-			    "%s (DMLC_PS_ROOT_URI names another machine's "
-			    "address, as a Kubernetes Service does: set "
-			    "DMLC_USE_KUBERNETES=1 or DTRAIN_SCHEDULER_BIND "
-			    "to listen on this one's)",
-			    dt_errmsg());
-		}
-		if (err)
-			goto fail;
-		if ((err = dt__sched_create(n)) ||
-		    (err = dt__report_sched_open(n)))
-			goto fail;
-		if ((err = dt__van_start(n->van)) || (err = dt__watch_start(n)))
-			goto fail;
-		DT_LOG(1,
-		       "scheduler listening on %s:%d%s%s%s for %d servers and "
-		       "%d workers",
-		       bind, n->port,
-		       bind != cfg->root_uri ? " (reached as " : "",
-		       bind != cfg->root_uri ? cfg->root_uri : "",
-		       bind != cfg->root_uri ? ")" : "", cfg->num_servers,
-		       cfg->num_workers);
-		if (cfg->root_port == 0 && cfg->listen_fd < 0)
-			dt__log(0,
-			        "DMLC_PS_ROOT_PORT=0: listening on port %d; "
-			        "start the other nodes with "
-			        "DMLC_PS_ROOT_PORT=%d",
-			        n->port, n->port);
-		if ((err = dt__sched_start(n)))
-			goto fail;
-		*out = n;
-		return DT_OK;
-	}
-
-	if ((err = dt__report_member_begin(n)))
-		goto fail;
-	/* Advertise the address peers can reach; listen only there. */
-	host_hint = cfg->node_host[0] ? cfg->node_host : NULL;
-	if (!host_hint && !cfg->interface[0] &&
-	    (strcmp(cfg->root_uri, "127.0.0.1") == 0 ||
-	     strcmp(cfg->root_uri, "localhost") == 0))
-		host_hint = "127.0.0.1"; /* a single-host job */
-	err = dt__net_local_addr(host_hint, cfg->interface, n->host,
-	                         sizeof(n->host));
-	if (err)
-		goto fail;
-	if ((err = dt__van_listen(n->van, n->host, cfg->port, -1, &n->port)))
-		goto fail;
-	/* Peers on this host: shared memory (DTRAIN_TRANSPORT). */
-	dt__host_id(n->hostid, sizeof(n->hostid));
-	if (n->hostid[0] &&
-	    dt__van_listen_local(n->van, n->local, sizeof(n->local))) {
-		dt__log(0, "no shared memory with peers on this host: %s",
-		        dt_errmsg());
-		n->local[0] = '\0';
-	}
-	if ((err = dt__van_start(n->van)) || (err = dt__watch_start(n)))
-		goto fail;
-	DT_LOG(1, "%s listening on %s:%d", dt_role_name(n->role), n->host,
-	       n->port);
-	if ((err = dt__member_start(n)))
-		goto fail;
-	dt__trace_span(DT_EV_BOOTSTRAP, DT_TID_MAIN, t_start, 0, 0, 0, 0);
-	if ((err = dt__report_clock_sync(n)))
+	if ((err = dt__van_create(&hooks, &n->van)) || (err = node_limits(n)) ||
+	    (err = cfg->role == DT_ROLE_SCHEDULER ? start_scheduler(n)
+	                                          : start_member(n)))
 		goto fail;
 	*out = n;
 	return DT_OK;
