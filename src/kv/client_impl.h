@@ -187,6 +187,7 @@ struct dt_kv_client {
 	/* DT_KV_STALL: a wait this long without an answer is reported
 	 * (client_stall.c); 0, never. */
 	uint64_t stall_ns;
+	int stall_asks; /* (mu) KV_STALL questions not answered yet */
 };
 
 /* ---- client_op.c ---- */

@@ -133,11 +133,18 @@ ask(dt_kv_client *c, const owed *w)
 	dt_wbuf b;
 
 	dt__wbuf_init(&b);
+	pthread_mutex_lock(&c->mu);
+	c->stall_asks++;
+	pthread_mutex_unlock(&c->mu);
 	if (dt__kv_stall_query_encode(w->ask, n, &b) != DT_OK ||
 	    dt__node_send(c->node, w->server_id, &h, b.data, (uint32_t)b.len,
-	                  NULL, 0) != DT_OK)
-		dt__log(0, "stall report: could not ask node %d: %s",
-		        w->server_id, dt_errmsg());
+	                  NULL, 0) != DT_OK) {
+		dt__log(0, "stall: could not ask node %d: %s", w->server_id,
+		        dt_errmsg());
+		pthread_mutex_lock(&c->mu);
+		c->stall_asks--;
+		pthread_mutex_unlock(&c->mu);
+	}
 	dt__wbuf_fini(&b);
 }
 
@@ -191,9 +198,22 @@ dt__kvc_on_stall_reply(dt_kv_client *c, dt_conn *conn, const dt_msg *m)
 	char name[64], text[DT_KV_STALL_TEXT];
 	dt_err code;
 
+	int asked;
+
 	dt__node_name(c->node, (int)h->sender, name, sizeof(name));
 	if (dt__conn_peer(conn) != (int)h->sender)
 		return;
+	/* Only as many answers as questions are logged: a peer cannot fill
+	 * the log with answers nobody asked for. */
+	pthread_mutex_lock(&c->mu);
+	asked = c->stall_asks > 0;
+	c->stall_asks -= asked;
+	pthread_mutex_unlock(&c->mu);
+	if (!asked) {
+		DT_LOG(1, "ignoring a KV_STALL answer nobody asked for from %s",
+		       name);
+		return;
+	}
 	if (h->flags & DT_F_ERROR) {
 		if (dt__kv_error_decode(m->meta, h->meta_len, &code, text,
 		                        sizeof(text)) == DT_OK)

@@ -72,6 +72,20 @@ stall_round_line(const kv_server *s, const entry *e, char *buf, size_t cap)
 	         strchr(lacks, ',') ? "s" : "", lacks[0] ? lacks : "(none)");
 }
 
+/* Log e's open round, once (the worker asking about it has waited
+ * DT_KV_STALL: the server says so too, whether or not a message has
+ * come since to look at its rounds). */
+static void
+stall_tell(kv_server *s, entry *e, const char *line)
+{
+	if (!s->sync || e->stall_told || e->npushed == 0)
+		return;
+	e->stall_told = 1;
+	dt__log(
+	    0, "stall: %s, open for %llu s", line,
+	    (unsigned long long)((dt__now_ns() - e->t_open) / 1000000000ull));
+}
+
 int
 dense_describe(kv_server *s, int worker, const dt_kv_stall_ask *a, char *buf,
                size_t cap)
@@ -84,12 +98,14 @@ dense_describe(kv_server *s, int worker, const dt_kv_stall_ask *a, char *buf,
 	for (waiter *w = e->answers; w; w = w->next)
 		if (w->worker == worker && w->seq == a->seq) {
 			stall_round_line(s, e, line, sizeof(line));
+			stall_tell(s, e, line);
 			snprintf(buf, cap, "in the open round: %s", line);
 			return 1;
 		}
 	for (deferred *d = e->later; d; d = d->next)
 		if (d->worker == worker && d->seq == a->seq) {
 			stall_round_line(s, e, line, sizeof(line));
+			stall_tell(s, e, line);
 			snprintf(buf, cap,
 			         "a second push of this worker in the round, "
 			         "held for the next one: %s",
@@ -129,10 +145,7 @@ dense_stalled(kv_server *s, uint64_t now)
 		if (!s->sync || e->npushed == 0 || e->stall_told ||
 		    now - e->t_open < s->stall_ns)
 			continue;
-		e->stall_told = 1;
 		stall_round_line(s, e, line, sizeof(line));
-		dt__log(
-		    0, "stall: %s, open for %llu s", line,
-		    (unsigned long long)((now - e->t_open) / 1000000000ull));
+		stall_tell(s, e, line);
 	}
 }

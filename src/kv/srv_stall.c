@@ -82,8 +82,9 @@ srv_on_stall(kv_server *s, int worker, const dt_msg *m)
 		    (unsigned long long)a[i].seq, dt__kv_op_name((int)a[i].cmd),
 		    (unsigned long long)a[i].key, what);
 	}
-	dt__log(0, "stall: worker %d asks about its requests: %s", worker,
-	        text);
+	/* (level 1: a worker's questions must not fill this log; the
+	 * worker logs the answer, and the open rounds are logged below) */
+	DT_LOG(1, "stall: worker %d asks about its requests: %s", worker, text);
 	if (s->stall_ns)
 		s->stall_next = 0; /* the open rounds are looked at now */
 	srv_stall_tick(s);
