@@ -74,11 +74,12 @@ stall_round_line(const kv_server *s, const entry *e, char *buf, size_t cap)
 
 /* Log e's open round, once (the worker asking about it has waited
  * DT_KV_STALL: the server says so too, whether or not a message has
- * come since to look at its rounds). */
+ * come since to look at its rounds). A server whose own DT_KV_STALL is 0
+ * only answers (its rounds' times are not taken). */
 static void
 stall_tell(kv_server *s, entry *e, const char *line)
 {
-	if (!s->sync || e->stall_told || e->npushed == 0)
+	if (!s->stall_ns || !s->sync || e->stall_told || e->npushed == 0)
 		return;
 	e->stall_told = 1;
 	dt__log(
