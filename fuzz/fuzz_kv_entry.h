@@ -67,6 +67,47 @@ fuzz_kv_opt(const uint8_t *data, size_t size)
 	dt__wbuf_fini(&w);
 }
 
+/* KV_STALL: a query (what a server reads) and an answer (what a worker
+ * logs) decode within their limits and encode back the same. */
+static void
+fuzz_kv_stall(const uint8_t *data, size_t size)
+{
+	dt_kv_stall_ask a[DT_KV_STALL_ASKS], b[DT_KV_STALL_ASKS];
+	char text[DT_KV_STALL_TEXT], again[DT_KV_STALL_TEXT];
+	size_t n = 0, n2 = 0;
+	dt_wbuf w;
+
+	dt__clear_error();
+	if (dt__kv_stall_query_decode(data, size, a, &n) != DT_OK) {
+		FUZZ_CHECK(dt_errmsg()[0] != '\0');
+	} else {
+		FUZZ_CHECK(n >= 1 && n <= DT_KV_STALL_ASKS);
+		for (size_t i = 0; i < n; i++)
+			FUZZ_CHECK(a[i].cmd >= DT_CMD_KV_FIRST &&
+			           a[i].cmd <= DT_CMD_KV_LAST);
+		dt__wbuf_init(&w);
+		FUZZ_CHECK(dt__kv_stall_query_encode(a, n, &w) == DT_OK);
+		FUZZ_CHECK(w.len == size && memcmp(w.data, data, size) == 0);
+		FUZZ_CHECK(dt__kv_stall_query_decode(w.data, w.len, b, &n2) ==
+		               DT_OK &&
+		           n2 == n);
+		dt__wbuf_fini(&w);
+	}
+	dt__clear_error();
+	if (dt__kv_stall_reply_decode(data, size, text) != DT_OK) {
+		FUZZ_CHECK(dt_errmsg()[0] != '\0');
+		return;
+	}
+	FUZZ_CHECK(memchr(text, '\0', sizeof(text)) != NULL);
+	for (const char *p = text; *p; p++)
+		FUZZ_CHECK(*p >= 0x20 && *p <= 0x7e);
+	dt__wbuf_init(&w);
+	FUZZ_CHECK(dt__kv_stall_reply_encode(text, &w) == DT_OK);
+	FUZZ_CHECK(dt__kv_stall_reply_decode(w.data, w.len, again) == DT_OK);
+	FUZZ_CHECK(strcmp(text, again) == 0);
+	dt__wbuf_fini(&w);
+}
+
 static uint32_t
 fuzz_le32(const uint8_t *p)
 {
@@ -303,6 +344,7 @@ dt_fuzz_kv_one(const uint8_t *data, size_t size)
 	fuzz_kv_push(data, size);
 	fuzz_kv_many(data, size);
 	fuzz_kv_rows(data, size);
+	fuzz_kv_stall(data, size);
 	return 0;
 }
 

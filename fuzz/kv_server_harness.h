@@ -36,6 +36,7 @@ typedef struct h_answers {
 	char msg[512];     /* and its message */
 	uint64_t bytes;    /* the last answer's payload */
 	uint8_t data[256]; /* and its first bytes */
+	char text[DT_KV_STALL_TEXT]; /* a KV_STALL answer's ("": none) */
 } h_answers;
 
 static h_answers h_ans;
@@ -68,6 +69,10 @@ h_node_send_ex(dt_node *n, int id, dt_msg_hdr *h, const void *meta,
 	}
 	h_ans.code = DT_OK;
 	h_ans.msg[0] = '\0';
+	h_ans.text[0] = '\0';
+	if (h->cmd == DT_CMD_KV_STALL && !(h->flags & DT_F_ERROR) &&
+	    dt__kv_stall_reply_decode(meta, meta_len, h_ans.text) != DT_OK)
+		snprintf(h_ans.text, sizeof(h_ans.text), "(malformed)");
 	if (h->flags & DT_F_ERROR) {
 		h_ans.errors++;
 		if (dt__kv_error_decode(meta, meta_len, &h_ans.code, h_ans.msg,
@@ -282,6 +287,8 @@ dt_err h_kv_register(void);
 #include "kv/server.c"
 #include "kv/srv_reply.c"
 #include "kv/srv_elastic.c"
+#include "kv/srv_stall.c"
+#include "kv/srv_dense_stall.c"
 #undef dt__kv_register
 #undef dt__kv_app
 

@@ -87,6 +87,7 @@ X(DT_JOIN_TIMEOUT, "300", U, "seconds the scheduler waits for every node to join
 X(DT_END_TIMEOUT, "30", U, "seconds the scheduler waits for the servers to leave at the end") \
 X(DT_SEND_TIMEOUT, "120", U, "seconds a send may wait for a peer that does not read") \
 X(DT_WAIT_TIMEOUT, "3600", U, "seconds a worker's call may wait for its peers") \
+X(DT_KV_STALL, "60", U, "seconds a KVStore call waits without an answer before it logs what it waits for and asks its servers (0: never)") \
 X(DT_HANDSHAKE_TIMEOUT, "10", U, "seconds an accepted connection has to say who it is") \
 X(DT_MAX_PENDING_CONNS, "256, or the job's node count if larger", U, "connections that have not said who they are, at most, per node; the listen queues are as long") \
 X(DT_RECONNECT_TIMEOUT, "10", U, "with PS_RESEND=1: seconds a lost connection may take to come back") \

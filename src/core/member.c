@@ -247,9 +247,24 @@ on_node_update(dt_node *n, dt_conn *c, dt_msg *m)
 	dt__log(0, "%s came back: pid %d at %s:%d",
 	        dt__node_name(n, (int)id, name, sizeof(name)), a.pid, a.host,
 	        a.port);
+	/*
+	 * The apps hear of the new process before its link starts again.
+	 * A KVStore worker holds back its requests to a restarted server
+	 * until the server says what its checkpoint holds, then sends the
+	 * replay first (kv/client_replay.c). Were the link restarted first,
+	 * a request sent between the two would be numbered on the new link
+	 * and reach the new server ahead of the replay - and again inside
+	 * it, counted twice. In this order a request checked before the mark
+	 * is numbered on the old link and dropped with it (the replay sends
+	 * it), and one checked after it waits for the replay. (A caller
+	 * between its check and its send while both happen still numbers
+	 * its request on the new link: closing that needs the check and the
+	 * numbering under one lock.) The hooks only mark state; they send
+	 * nothing to the peer.
+	 */
+	dt__node_restart_apps(n, (int)id);
 	dt__link_restart_peer(n, (int)id, NULL, a.host, a.port,
 	                      dt__node_local_of(n, a.hostid, a.local));
-	dt__node_restart_apps(n, (int)id);
 }
 
 void

@@ -76,6 +76,10 @@ on_msg(void *arg, dt_node *n, dt_conn *conn, dt_msg *m)
 	}
 	if (!(h->flags & DT_F_RESPONSE))
 		return;
+	if (h->cmd == DT_CMD_KV_STALL) {
+		dt__kvc_on_stall_reply(c, conn, m);
+		return;
+	}
 	if (h->seq == 0) /* a replayed request already answered once */
 		return;
 	pthread_mutex_lock(&c->mu);
@@ -183,6 +187,11 @@ dt__kv_client_create(dt_node *node, int sync, size_t bound, dt_kv_map *map,
 	c->recover = dt__node_recover(node);
 	c->rejoined = c->recover && dt__node_rejoined(node);
 	c->batch = 1;
+	if ((err = dt__kv_stall_env(&c->stall_ns))) {
+		free(c->parts);
+		free(c);
+		return err;
+	}
 	if (c->recover) {
 		long mib, batched;
 

@@ -184,6 +184,10 @@ struct dt_kv_client {
 	int batch;        /* sent as KV_*_MANY (dt__kv_client_batches) */
 	mpart *mp;        /* by server rank */
 	dt_table singles; /* keys of single-key inits (their store's) */
+	/* DT_KV_STALL: a wait this long without an answer is reported
+	 * (client_stall.c); 0, never. */
+	uint64_t stall_ns;
+	int stall_asks; /* (mu) KV_STALL questions not answered yet */
 };
 
 /* ---- client_op.c ---- */
@@ -272,6 +276,14 @@ int dt__kvc_many_pidx(dt_kv_client *c, logent *le, int r);
 int dt__kvc_log_part(dt_kv_client *c, const dt_msg_hdr *h, const void *meta,
                      uint32_t meta_len, const struct iovec *iov, int iovcnt,
                      logent **le, void **ids);
+
+/* ---- client_stall.c ---- */
+
+/* Log what o waits for, waited_ns without an answer, and ask the servers
+ * that owe it what they hold of it (c->mu not held; o is the caller's). */
+void dt__kvc_stall_report(dt_kv_client *c, kv_op *o, uint64_t waited_ns);
+/* A server's KV_STALL answer (I/O thread): logged. */
+void dt__kvc_on_stall_reply(dt_kv_client *c, dt_conn *conn, const dt_msg *m);
 
 /* ---- client.c ---- */
 

@@ -458,7 +458,24 @@ dt__kv_client_wait(dt_kv_client *c, dt_kv_req req)
 	uint64_t t_wait = dt__now_ns();
 	uint64_t until = t_wait + dt__node_wait_ns(c->node);
 	int waited = o->remaining > 0;
+	/* DT_KV_STALL: an answer is progress; a stall without one since the
+	 * call began (or since the last answer) is reported once. */
+	uint64_t t_prog = o->t0;
+	uint64_t stall_at = c->stall_ns ? t_prog + c->stall_ns : 0;
+	int left = o->remaining;
 	while (o->remaining > 0) {
+		if (o->remaining != left) {
+			left = o->remaining;
+			t_prog = dt__now_ns();
+			stall_at = c->stall_ns ? t_prog + c->stall_ns : 0;
+		}
+		if (stall_at && dt__now_ns() >= stall_at) {
+			pthread_mutex_unlock(&c->mu);
+			dt__kvc_stall_report(c, o, dt__now_ns() - t_prog);
+			pthread_mutex_lock(&c->mu);
+			stall_at = 0; /* once per stall */
+			continue;
+		}
 		if (until && dt__now_ns() >= until) {
 			int cmd = o->cmd;
 			dt_key key = o->key;
@@ -486,7 +503,10 @@ dt__kv_client_wait(dt_kv_client *c, dt_kv_req req)
 			pthread_mutex_lock(&c->mu);
 			continue;
 		}
-		dt__node_wait_gen(c->node, &c->done_gen, &c->mu, &c->cv, until);
+		dt__node_wait_gen(c->node, &c->done_gen, &c->mu, &c->cv,
+		                  stall_at && (!until || stall_at < until)
+		                      ? stall_at
+		                      : until);
 	}
 	find_op(c, req, 1);
 	pthread_mutex_unlock(&c->mu);

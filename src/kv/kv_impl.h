@@ -301,6 +301,30 @@ dt_err dt__opt_decode(dt_rbuf *r, dt_opt *opt);
 dt_err dt__kv_error_encode(dt_err code, const char *msg, dt_wbuf *w);
 dt_err dt__kv_error_decode(const void *meta, size_t len, dt_err *code,
                            char *msg, size_t cap);
+/*
+ * KV_STALL: a worker whose call has waited DT_KV_STALL seconds asks a
+ * server what it holds of the requests it still owes (at most
+ * DT_KV_STALL_ASKS of them, each its sequence number, command and key);
+ * the answer is one line of printable text of at most DT_KV_STALL_TEXT
+ * bytes. The decoders refuse a count over the limit, a command outside the
+ * KV range, a short or long body and any byte that is not printable.
+ */
+#define DT_KV_STALL_ASKS 8
+#define DT_KV_STALL_TEXT 1024
+typedef struct dt_kv_stall_ask {
+	uint64_t seq;
+	uint32_t cmd;
+	dt_key key;
+} dt_kv_stall_ask;
+/* DT_KV_STALL in nanoseconds (0: no stall reports; client_stall.c). */
+dt_err dt__kv_stall_env(uint64_t *ns);
+dt_err dt__kv_stall_query_encode(const dt_kv_stall_ask *a, size_t n,
+                                 dt_wbuf *w);
+dt_err dt__kv_stall_query_decode(const void *meta, size_t len,
+                                 dt_kv_stall_ask *a, size_t *n);
+dt_err dt__kv_stall_reply_encode(const char *text, dt_wbuf *w);
+/* text: DT_KV_STALL_TEXT bytes. */
+dt_err dt__kv_stall_reply_decode(const void *meta, size_t len, char *text);
 /* Per-array optimizer state: floats needed (0, n or 2n). */
 size_t dt__opt_state_len(const dt_opt *opt, size_t n);
 /*

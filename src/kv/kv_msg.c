@@ -307,3 +307,104 @@ dt__kv_rows_decode(const dt_msg_hdr *h, const uint8_t *meta,
 	out->answer = a;
 	return DT_OK;
 }
+
+/* ---- KV_STALL (docs/protocol.md) ---- */
+
+dt_err
+dt__kv_stall_query_encode(const dt_kv_stall_ask *a, size_t n, dt_wbuf *w)
+{
+	if (n > DT_KV_STALL_ASKS)
+		return dt__fail(DT_EINVAL, "KV_STALL: %zu requests, at most %d",
+		                n, DT_KV_STALL_ASKS);
+	dt__wbuf_u32(w, (uint32_t)n);
+	for (size_t i = 0; i < n; i++) {
+		dt__wbuf_u64(w, a[i].seq);
+		dt__wbuf_u32(w, a[i].cmd);
+		dt__wbuf_u64(w, a[i].key);
+	}
+	return dt__wbuf_err(w);
+}
+
+/* The count is checked before any request is read, and the body must end
+ * where the last request does: a peer cannot make the server read or keep
+ * more than DT_KV_STALL_ASKS requests. */
+dt_err
+dt__kv_stall_query_decode(const void *meta, size_t len, dt_kv_stall_ask *a,
+                          size_t *n)
+{
+	dt_rbuf r;
+	uint32_t cnt;
+	dt_err err;
+
+	dt__rbuf_init(&r, meta, len);
+	cnt = dt__rbuf_u32(&r);
+	if ((err = dt__rbuf_err(&r, "KV_STALL query")))
+		return err;
+	if (cnt == 0 || cnt > DT_KV_STALL_ASKS)
+		return dt__fail(DT_EPROTO,
+		                "KV_STALL query: %u requests, expected 1 to %d",
+		                cnt, DT_KV_STALL_ASKS);
+	for (uint32_t i = 0; i < cnt; i++) {
+		a[i].seq = dt__rbuf_u64(&r);
+		a[i].cmd = dt__rbuf_u32(&r);
+		a[i].key = dt__rbuf_u64(&r);
+		if (!r.failed &&
+		    (a[i].cmd < DT_CMD_KV_FIRST || a[i].cmd > DT_CMD_KV_LAST))
+			return dt__fail(
+			    DT_EPROTO,
+			    "KV_STALL query: request %u names command "
+			    "%u, not a KV command",
+			    i, a[i].cmd);
+	}
+	if ((err = dt__rbuf_err(&r, "KV_STALL query")))
+		return err;
+	if (r.off != len)
+		return dt__fail(
+		    DT_EPROTO,
+		    "KV_STALL query: %zu bytes after its %u requests",
+		    len - r.off, cnt);
+	*n = cnt;
+	return DT_OK;
+}
+
+dt_err
+dt__kv_stall_reply_encode(const char *text, dt_wbuf *w)
+{
+	if (strlen(text) >= DT_KV_STALL_TEXT)
+		return dt__fail(DT_EINVAL,
+		                "KV_STALL answer: %zu bytes, at most %d",
+		                strlen(text), DT_KV_STALL_TEXT - 1);
+	dt__wbuf_str(w, text);
+	return dt__wbuf_err(w);
+}
+
+/* The text goes to the worker's log: a byte that is not printable ASCII
+ * (a control character could forge or hide log lines) refuses it. */
+dt_err
+dt__kv_stall_reply_decode(const void *meta, size_t len, char *text)
+{
+	dt_rbuf r;
+	dt_err err;
+
+	dt__rbuf_init(&r, meta, len);
+	dt__rbuf_str(&r, text, DT_KV_STALL_TEXT);
+	if ((err = dt__rbuf_err(&r, "KV_STALL answer")))
+		return err;
+	if (r.off != len) {
+		text[0] = '\0';
+		return dt__fail(DT_EPROTO,
+		                "KV_STALL answer: %zu bytes after its text",
+		                len - r.off);
+	}
+	for (const unsigned char *p = (const unsigned char *)text; *p; p++)
+		if (*p < 0x20 || *p > 0x7e) {
+			unsigned b = *p;
+
+			text[0] = '\0';
+			return dt__fail(DT_EPROTO,
+			                "KV_STALL answer: byte 0x%02x is not "
+			                "printable",
+			                b);
+		}
+	return DT_OK;
+}

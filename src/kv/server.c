@@ -263,6 +263,9 @@ dispatch(void *arg, dt_node *n, dt_conn *c, dt_msg *m)
 	case DT_CMD_KV_RESUME:
 		srv_resume(s, worker, h, m->meta);
 		return;
+	case DT_CMD_KV_STALL:
+		srv_on_stall(s, worker, m);
+		return;
 	case DT_CMD_KV_INIT_MANY:
 	case DT_CMD_KV_PUSH_MANY:
 	case DT_CMD_KV_PULL_MANY:
@@ -327,6 +330,7 @@ on_msg(void *arg, dt_node *n, dt_conn *c, dt_msg *m)
 	kv_server *s = arg;
 
 	dispatch(arg, n, c, m);
+	srv_stall_tick(s);
 	scratch_trim((uint8_t **)&s->gath, &s->gath_cap);
 	scratch_trim(&s->kexp, &s->kexp_cap);
 	scratch_trim(&s->half, &s->half_cap);
@@ -514,8 +518,9 @@ server_start(dt_node *n)
 		free(s);
 		return DT_ENOMEM;
 	}
-	if ((err = limits_config(s)) || (err = srv_elastic_start(s)) ||
-	    (err = srv_ckpt_start(s))) {
+	if ((err = limits_config(s)) ||
+	    (err = dt__kv_stall_env(&s->stall_ns)) ||
+	    (err = srv_elastic_start(s)) || (err = srv_ckpt_start(s))) {
 		server_free(s);
 		return err;
 	}

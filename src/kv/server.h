@@ -70,6 +70,8 @@
 #define srv_elastic_admit    DT_SRV(elastic_admit)
 #define srv_elastic_refuse   DT_SRV(elastic_refuse)
 #define srv_on_membership    DT_SRV(on_membership)
+#define srv_on_stall         DT_SRV(on_stall)
+#define srv_stall_tick       DT_SRV(stall_tick)
 
 typedef struct breq breq;
 typedef struct ckpt_job ckpt_job;
@@ -184,6 +186,9 @@ typedef struct kv_server {
 	uint8_t *member;
 	int live;
 	srv_kept *early;
+	/* DT_KV_STALL (srv_stall.c): a round open this long is logged once
+	 * (0: never); the next look at the open rounds. */
+	uint64_t stall_ns, stall_next;
 } kv_server;
 
 /* ---- answers and busy time (srv_reply.c) ---- */
@@ -328,7 +333,23 @@ typedef struct srv_kind {
 	 * answered DT_EMEMBERSHIP (NULL: the kind is refused in elastic
 	 * jobs). */
 	void (*discard)(kv_server *s, const char *why);
+	/* The stall report (NULL: the kind says nothing more than "not
+	 * held"). describe: what the kind holds of worker's request a, one
+	 * phrase into buf: 1; 0, not its request. stalled: log, once each,
+	 * the rounds open since before now - s->stall_ns. */
+	int (*describe)(kv_server *s, int worker, const dt_kv_stall_ask *a,
+	                char *buf, size_t cap);
+	void (*stalled)(kv_server *s, uint64_t now);
 } srv_kind;
+
+/* ---- the stall report (srv_stall.c) ---- */
+
+/* KV_STALL from worker: what this server holds of the requests it names,
+ * answered in one line (and logged here). */
+void srv_on_stall(kv_server *s, int worker, const dt_msg *m);
+/* After each message: at most once a second, the rounds open longer than
+ * DT_KV_STALL are logged (one clock read otherwise). */
+void srv_stall_tick(kv_server *s);
 
 /* ---- elastic jobs (srv_elastic.c) ---- */
 

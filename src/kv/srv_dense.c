@@ -237,7 +237,10 @@ push_sync(kv_server *s, entry *e, int worker, int cmd, uint64_t seq,
 		return;
 	}
 	e->pushed[worker] = 1;
-	e->npushed++;
+	if (e->npushed++ == 0 && s->stall_ns) { /* (the stall report) */
+		e->t_open = dt__now_ns();
+		e->stall_told = 0;
+	}
 	if (srv_round_size(s) == 1) { /* the round is this push */
 		if (!streamed) {
 			finish_round(s, e, g);
@@ -947,4 +950,6 @@ const srv_kind srv_dense_kind = {
     .replayed = dense_replayed,
     .drop = dense_drop,
     .discard = dense_discard,
+    .describe = dense_describe,
+    .stalled = dense_stalled,
 };

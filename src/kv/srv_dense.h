@@ -65,7 +65,11 @@ typedef struct entry {
 	waiter *inits;    /* INITs waiting for rank 0's value */
 	deferred *later;  /* second pushes in a round, oldest first */
 	srv_kept *parked; /* before its INIT, oldest first (recovery) */
-	dt_hnode hn;      /* in keys */
+	/* The stall report: when the open round took its first push, and
+	 * whether its stall was logged. */
+	uint64_t t_open;
+	int stall_told;
+	dt_hnode hn; /* in keys */
 } entry;
 
 /* The entry of key (NULL: none); a new one, without a value yet (NULL: no
@@ -86,5 +90,12 @@ void dense_held(kv_server *s, dt_key *keys, uint64_t *applied);
 dt_err dense_load(kv_server *s, const char *path, dt_rbuf *r,
                   const dt_ckpt_head *h);
 void dense_drop(kv_server *s);
+
+/* The kind's part of the stall report (srv_dense_stall.c; srv_kind). */
+#define dense_describe DT_SRV(dense_describe)
+#define dense_stalled  DT_SRV(dense_stalled)
+int dense_describe(kv_server *s, int worker, const dt_kv_stall_ask *a,
+                   char *buf, size_t cap);
+void dense_stalled(kv_server *s, uint64_t now);
 
 #endif

@@ -62,6 +62,7 @@
 	X(KV_ROW_PUSH, 47, "worker -> server")                                 \
 	X(KV_ROW_PULL, 48, "worker -> server")                                 \
 	X(KV_ROW_PUSHPULL, 49, "worker -> server")                             \
+	X(KV_STALL, 50, "worker -> server, and back")                          \
 	/* Collectives (coll/). */                                             \
 	X(COLL_DATA, 64, "worker -> worker")                                   \
 	X(COLL_READY, 65, "worker -> worker")                                  \
