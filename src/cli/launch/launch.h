@@ -97,6 +97,9 @@ struct opts {
 	long min_workers, max_workers;
 	long elastic_timeout;  /* --elastic-timeout (0: not set) */
 	const char *discovery; /* --host-discovery-script, or NULL */
+	/* Workers DTRAIN_ELASTIC_SCHEDULE takes in ("+N"), which the local
+	 * launcher starts with the job (0 with a discovery script) */
+	long sched_joiners;
 	int verbose, dry_run, no_scheduler, help;
 	char **cmd; /* the worker command, NULL-terminated */
 	int ncmd;
