@@ -79,6 +79,19 @@ check "above the minimum: it logs the same schedule" \
 check "above the minimum: weights bit-identical to the run that lost a worker" \
 	cmp "$TMP/back.bin" "$TMP/replay_above.bin"
 
+# The launcher plans the schedule's newcomer (no rank asked for), and
+# refuses a schedule that takes in more than --max-workers leaves room for.
+DTRAIN_ELASTIC_SCHEDULE=$sched "$DTRAIN" launch --dry-run -n 3 -s 0 \
+	--min-workers 3 --max-workers 5 -- "$EX" >"$TMP/plan" 2>&1
+check "the plan has the scheduled newcomer as worker 3, without a rank" \
+	grep -Eq "^worker 3 on localhost: env DMLC_ROLE=worker DMLC_PS_ROOT_URI=" "$TMP/plan"
+check "...and no worker 4" test -z "$(grep "^worker 4 " "$TMP/plan")"
+DTRAIN_ELASTIC_SCHEDULE="step 50: +1; step 90: +2" "$DTRAIN" launch -n 3 \
+	-s 0 --min-workers 3 --max-workers 5 -- "$EX" >"$TMP/toomany" 2>&1
+check "a schedule beyond --max-workers: usage error (got $?)" test $? = 2
+check "...naming the bound" \
+	grep -q "DTRAIN_ELASTIC_SCHEDULE takes in more workers than -n 3 leaves room for under --max-workers 5" "$TMP/toomany"
+
 # The same with parameter servers (2, dist_sync): the servers' rounds wait
 # below the minimum too, and the job comes back with the new worker; its
 # replay is bit-identical.
@@ -103,6 +116,16 @@ check "servers: replay: the job ends with 3 workers in membership 2" \
 	grep -q "done with 3 workers at epoch [0-9]*; .*membership 2$" "$TMP/replay_ps"
 check "servers: replay bit-identical to the run that lost a worker" \
 	cmp "$TMP/back_ps.bin" "$TMP/replay_ps.bin"
+
+# An elastic job with servers made by hand (DTRAIN_ELASTIC=1, no
+# --min-workers): the launcher goes on after a worker's loss too.
+DTRAIN_ELASTIC=1 run byhand_ps "" -n 3 -s 2 -- --kvstore dist_sync \
+	--die-at 55 --die-rank 1
+check "servers, DTRAIN_ELASTIC=1 by hand: ends 0 (got $RC)" test "$RC" = 0
+check "servers, DTRAIN_ELASTIC=1 by hand: the launcher goes on" \
+	grep -q "worker 1 (pid [0-9]*) killed by signal 9 (Killed); the elastic job goes on without it" "$TMP/byhand_ps"
+check "servers, DTRAIN_ELASTIC=1 by hand: 2 workers at the end" \
+	grep -q "done with 2 workers at epoch [0-9]*; .*membership 1$" "$TMP/byhand_ps"
 
 # Nobody comes back.
 t0=$(now_ms)
