@@ -9,7 +9,9 @@
 # not in the host file gets no worker, and the launcher says why. A host
 # dropped and then listed again gets a worker again, which joins: each
 # worker the discovery starts has a secret file of its own (mode 0600 in a
-# directory of mode 0700), written over ssh's input and on no command line.
+# directory of mode 0700), written over ssh's input and on no command line;
+# a host where that write fails counts it as a failed worker, and after 3
+# gets no more.
 . "$(dirname "$0")/coll_lib.bash"
 EX=$BUILD/examples/elastic
 S=${DT_TEST_TIME_SCALE:-1}
@@ -29,7 +31,12 @@ done
 host=$1
 shift
 echo "$host" >>"$FAKE_SSH_LOG"
-printf '%s\n' "$*" >>"$FAKE_SSH_LOG.cmds"
+printf '%s %s\n' "$host" "$*" >>"$FAKE_SSH_LOG.cmds"
+# FAKE_SSH_FAIL_HOST: writing a joining worker's secret file there fails
+# as a connection that cannot be made does.
+case "$*" in
+*-w[0-9]*/secret*) [ "$host" = "${FAKE_SSH_FAIL_HOST:-}" ] && exit 255 ;;
+esac
 exec env -i PATH="$PATH" FAKE_HOST="$host" sh -c "$*"
 EOS
 chmod +x "$TMP/fake_ssh"
@@ -106,6 +113,31 @@ check "no worker was started over ssh for it" \
 check "no sample trained on twice in an epoch" \
 	test -z "$(grep "samples: epoch" "$out" | grep -v " 0 more than once")"
 check "no secret file left" test -z "$(ls -A "$TMP/work" | grep dtrain-)"
+
+# A host where the joiner's secret file cannot be written: 3 failures,
+# then no more tries; the job goes on with its worker.
+printf 'h1\nhbad\n' >hostfile2
+printf 'h1\nhbad\n' >"$hosts"
+: >"$out"
+FAKE_SSH_FAIL_HOST=hbad timeout $((120 * S)) "$DTRAIN" launch -n 1 -s 0 \
+	-H hostfile2 --env DT_TEST_TAG="$TAG" --min-workers 1 --max-workers 3 \
+	--host-discovery-script "cat $hosts" -- "$EX" --samples 256 \
+	--steps 60 --hold-at 30 --hold-file "$TMP/go4" >"$out" 2>&1 &
+job=$!
+wait_line "host hbad: writing its secret file .*starting no workers there" 60 ||
+	fail "the host whose secret file cannot be written was not left out"
+: >"$TMP/go4"
+wait $job
+rc=$?
+check "a host whose secret write fails: the job ends 0 (got $rc)" test "$rc" = 0
+check "...each failure is said, naming the secret file" \
+	test "$(grep -c "a worker for host hbad: writing its secret file over ssh failed" "$out")" = 3
+check "...and then no more tries" test "$(grep -c "hbad" "$out")" = 4
+check "...no worker was started there" \
+	test -z "$(grep '^hbad ' "$FAKE_SSH_LOG.cmds" | grep dtrain-remote)"
+check "...but its secret write was tried 3 times" \
+	test "$(grep '^hbad ' "$FAKE_SSH_LOG.cmds" | grep -c -- '-w[0-9]*/secret')" = 3
+check "...no secret file left" test -z "$(ls -A "$TMP/work" | grep dtrain-)"
 
 "$DTRAIN" launch -n 2 -s 0 --min-workers 1 --launcher mpi -H hostfile \
 	--host-discovery-script true -- "$EX" >"$TMP/refused" 2>&1
