@@ -503,6 +503,7 @@ joiner_secret(const struct ctx *c, const struct host *h, const char *dir)
 	int pi[2] = {-1, -1};
 	size_t len = strlen(c->secret_line);
 	pid_t pid = -1;
+	int wrote;
 	char *line;
 	dt_err err = strv_dup(&a, c->ssh);
 
@@ -544,13 +545,13 @@ joiner_secret(const struct ctx *c, const struct host *h, const char *dir)
 	setpgid(pid, pid);
 	close(pi[0]);
 	pi[0] = -1;
-	/* (a line, less than PIPE_BUF: the pipe takes it at once) */
-	if (write(pi[1], c->secret_line, len) != (ssize_t)len)
-		err = dt__fail(DT_ESYS, "writing its secret file: %s",
-		               strerror(errno));
+	/* (a line, less than PIPE_BUF: the pipe takes it at once, unless
+	 * ssh has already failed and gone, which its status says) */
+	wrote = write(pi[1], c->secret_line, len) == (ssize_t)len;
 	close(pi[1]);
 	pi[1] = -1;
-	if (wait_until(pid, dt__now_ns() + JOINER_SECRET_S * NS_PER_S) && !err)
+	if (wait_until(pid, dt__now_ns() + JOINER_SECRET_S * NS_PER_S) ||
+	    !wrote)
 		err = dt__fail(DT_ESYS,
 		               "writing its secret file over ssh failed (or "
 		               "took over %d s)",
