@@ -11,11 +11,14 @@
  *       (podFailurePolicy FailJob, backoffLimit 0) unless --restart N,
  *       which lets each Job make N new pods that rejoin (DTRAIN_RECOVER).
  *       ttlSecondsAfterFinished removes the Jobs and their pods.
- *       --min-workers/--max-workers make an elastic job (no servers): a
- *       failed worker pod leaves the job, which goes on; Kubernetes makes
- *       one new pod for its index (backoffLimitPerIndex 1), which joins,
- *       as do the pods of the indexes added when the worker Job's
- *       parallelism and completions are raised (docs/kubernetes.md).
+ *       --min-workers/--max-workers make an elastic job: a failed worker
+ *       pod leaves the job, which goes on; Kubernetes makes one new pod
+ *       for its index (backoffLimitPerIndex 1), which joins, as do the
+ *       pods of the indexes added when the worker Job's parallelism and
+ *       completions are raised (docs/kubernetes.md). Its servers, if it
+ *       has any, are not elastic: their Job fails as without --restart,
+ *       and every pod (scheduler and servers too) has the elastic
+ *       variables, as `dtrain launch --min-workers` gives every process.
  *   --kind mxjob: one Kubeflow MXJob (kubeflow.org/v1). The training
  *       operator makes the pods and a Service per pod and sets DMLC_ROLE,
  *       DMLC_PS_ROOT_URI (NAME-scheduler-0), DMLC_PS_ROOT_PORT, DMLC_NUM_*,
@@ -53,6 +56,7 @@ typedef struct k8s_opts {
 	const char *name, *image, *kind, *ns, *secret_from;
 	long workers, servers, port, restart, ttl;
 	long min_workers, max_workers; /* an elastic job when either is set */
+	long elastic_timeout;          /* DTRAIN_ELASTIC_TIMEOUT, or 0 */
 	const char *cpu[R_COUNT], *memory[R_COUNT];
 	const char *env[MAX_ENV];
 	int nenv;
@@ -99,13 +103,17 @@ usage(FILE *f)
 	      "per role and\n"
 	      "                        rejoins (DTRAIN_RECOVER=1); default "
 	      "0: the job fails\n"
-	      "  --min-workers A       an elastic job (-s 0): it goes on "
-	      "while A workers\n"
-	      "                        are left (default 1)\n"
+	      "  --min-workers A       an elastic job: it goes on while A "
+	      "workers are\n"
+	      "                        left (default 1); its servers are not "
+	      "elastic\n"
 	      "  --max-workers B       an elastic job: at most B workers over "
 	      "its life,\n"
 	      "                        those that join included (default "
 	      "W)\n"
+	      "  --elastic-timeout S   an elastic job below A waits S seconds "
+	      "for workers\n"
+	      "                        to join before it ends (default 600)\n"
 	      "  --ttl SECONDS         remove finished Jobs after this long "
 	      "(default 600)\n"
 	      "  --env NAME=VALUE      set a variable in every pod; "
@@ -232,13 +240,25 @@ per_role(const char *flag, const char *v, const char *out[R_COUNT])
 static int
 reserved(const char *name, size_t n)
 {
-	static const char *const names[] = {
-	    "DMLC_ROLE",         "DMLC_PS_ROOT_URI",     "DMLC_PS_ROOT_PORT",
-	    "DMLC_NUM_SERVER",   "DMLC_NUM_WORKER",      "DMLC_WORKER_ID",
-	    "DMLC_SERVER_ID",    "DMLC_NODE_HOST",       "DMLC_USE_KUBERNETES",
-	    "DTRAIN_SECRET",     "DTRAIN_SECRET_FILE",   "DTRAIN_RECOVER",
-	    "DTRAIN_NODE_TOKEN", "JOB_COMPLETION_INDEX", "MX_CONFIG",
-	    "DTRAIN_ELASTIC",    "DTRAIN_ELASTIC_MIN",   "DTRAIN_ELASTIC_MAX"};
+	static const char *const names[] = {"DMLC_ROLE",
+	                                    "DMLC_PS_ROOT_URI",
+	                                    "DMLC_PS_ROOT_PORT",
+	                                    "DMLC_NUM_SERVER",
+	                                    "DMLC_NUM_WORKER",
+	                                    "DMLC_WORKER_ID",
+	                                    "DMLC_SERVER_ID",
+	                                    "DMLC_NODE_HOST",
+	                                    "DMLC_USE_KUBERNETES",
+	                                    "DTRAIN_SECRET",
+	                                    "DTRAIN_SECRET_FILE",
+	                                    "DTRAIN_RECOVER",
+	                                    "DTRAIN_NODE_TOKEN",
+	                                    "JOB_COMPLETION_INDEX",
+	                                    "MX_CONFIG",
+	                                    "DTRAIN_ELASTIC",
+	                                    "DTRAIN_ELASTIC_MIN",
+	                                    "DTRAIN_ELASTIC_MAX",
+	                                    "DTRAIN_ELASTIC_TIMEOUT"};
 
 	for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++)
 		if (strlen(names[i]) == n && strncmp(name, names[i], n) == 0)
@@ -309,6 +329,9 @@ set_opt(k8s_opts *o, const char *a, const char *v)
 	} else if (strcmp(a, "--max-workers") == 0) {
 		if (parse_long(a, v, 1, DT_MAX_ROLE_NODES, &o->max_workers))
 			return 1;
+	} else if (strcmp(a, "--elastic-timeout") == 0) {
+		if (parse_long(a, v, 1, 7L * 86400, &o->elastic_timeout))
+			return 1;
 	} else if (strcmp(a, "--ttl") == 0) {
 		if (parse_long(a, v, 0, 365L * 86400, &o->ttl))
 			return 1;
@@ -331,10 +354,14 @@ set_opt(k8s_opts *o, const char *a, const char *v)
 }
 
 /* --min-workers / --max-workers: an elastic job, as dtrain launch runs
- * one: no servers, every worker a new one (no --restart). */
+ * one: every worker a new one (no --restart); servers, if any, are not
+ * elastic and end the job when one is lost. */
 static int
 check_elastic(k8s_opts *o)
 {
+	if (o->elastic_timeout && !o->min_workers && !o->max_workers)
+		return bad("--elastic-timeout: for an elastic job "
+		           "(--min-workers / --max-workers)");
 	if (!o->min_workers && !o->max_workers)
 		return 0;
 	if (!o->min_workers)
@@ -345,11 +372,6 @@ check_elastic(k8s_opts *o)
 		return bad("--min-workers %ld, -n %ld, --max-workers %ld: "
 		           "need min <= n <= max",
 		           o->min_workers, o->workers, o->max_workers);
-	if (o->servers)
-		return bad("--min-workers/--max-workers: elastic training "
-		           "works in the collectives mode only (-s 0, not "
-		           "%ld)",
-		           o->servers);
 	if (strcmp(o->kind, "job") != 0)
 		return bad("--min-workers/--max-workers: an elastic job is "
 		           "printed as Jobs (--kind job), not as an MXJob");
@@ -357,7 +379,7 @@ check_elastic(k8s_opts *o)
 		return bad("--min-workers/--max-workers and --restart: a lost "
 		           "worker of an elastic job leaves it, and a new pod "
 		           "joins as a new worker");
-	if (dt__job_size_check(0, o->max_workers, "--num-servers",
+	if (dt__job_size_check(o->servers, o->max_workers, "--num-servers",
 	                       "--max-workers"))
 		return bad("%s", dt_errmsg());
 	return 0;
@@ -590,6 +612,10 @@ container_env(FILE *f, const k8s_opts *o, k8s_role r, int in, int mxjob)
 		env_value(f, in, "DTRAIN_ELASTIC_MIN", num);
 		snprintf(num, sizeof(num), "%ld", o->max_workers);
 		env_value(f, in, "DTRAIN_ELASTIC_MAX", num);
+		if (o->elastic_timeout) {
+			snprintf(num, sizeof(num), "%ld", o->elastic_timeout);
+			env_value(f, in, "DTRAIN_ELASTIC_TIMEOUT", num);
+		}
 	}
 	if (o->restart && r != R_SCHED) {
 		/* The pods of a role share a template, and so a token: a
@@ -699,7 +725,8 @@ print_job_kind(FILE *f, const k8s_opts *o)
 		/* An elastic job's workers: a failed pod's index gets one new
 		 * pod, which joins (while the job has places left). A limit
 		 * per index, not per Job: a Job over its backoffLimit would
-		 * stop every pod, the survivors too. */
+		 * stop every pod, the survivors too. Its scheduler and servers
+		 * are not elastic: a failed one fails its Job. */
 		int elastic = o->max_workers && r == R_WORKER;
 
 		snprintf(name, sizeof(name), "%s-%s", o->name, role_names[r]);

@@ -115,18 +115,8 @@ parse_schedule(dt_elastic *e, const char *text)
 			    item, e->c->nworkers - 1, e->c->nworkers);
 		e->sched[e->nsched++] = (sched_item){step, worker, 0};
 	}
-	/* A removal and a grow at one step would be two memberships that
-	 * the ranks could take in either order. */
-	for (int i = 0; i < e->nsched; i++)
-		for (int k = 0; k < e->nsched; k++)
-			if (e->sched[i].step == e->sched[k].step &&
-			    e->sched[i].add && !e->sched[k].add)
-				return dt__fail(
-				    DT_ECONFIG,
-				    "DTRAIN_ELASTIC_SCHEDULE: step %llu both "
-				    "removes and adds workers; put them at "
-				    "two commit steps",
-				    (unsigned long long)e->sched[i].step);
+	/* (a removal and a grow at one step are taken in that order:
+	 * remove_then_grow) */
 	return DT_OK;
 }
 
@@ -305,13 +295,20 @@ note_change(dt_elastic *e, const int *old, int old_size, uint64_t step)
 	l->step = step;
 	l->removed = gone;
 	l->added = added;
+	/* A change may both drop and take in workers (a job below its
+	 * minimum takes the loss and the newcomers as one membership): the
+	 * replay names both, the removals first, as it replays them. */
 	if (gone >= 0)
 		replay_removals(c, l, old, old_size, step);
-	else if (added > 0 && len + 40 < sizeof(l->replay))
+	len = strlen(l->replay);
+	if (added > 0 && len + 40 < sizeof(l->replay))
 		snprintf(l->replay + len, sizeof(l->replay) - len,
 		         "%sstep %llu: +%d", len ? "; " : "",
 		         (unsigned long long)step, added);
-	if (gone >= 0)
+	if (gone >= 0 && added > 0)
+		snprintf(what, sizeof(what), "worker %d left, %d joined", gone,
+		         added);
+	else if (gone >= 0)
 		snprintf(what, sizeof(what), "worker %d left", gone);
 	else if (added > 0)
 		snprintf(what, sizeof(what), "%d worker%s joined", added,
@@ -452,6 +449,34 @@ grow_here(dt_elastic *e, uint64_t step, int add, int exact)
 	return take_change(e, NULL, &at);
 }
 
+/* A scheduled removal and grow at one commit (the replay of a change that
+ * dropped a worker and took newcomers in): the survivors take the removal
+ * first, then ask for the newcomers that membership does not have yet. A
+ * job the removal takes below its minimum gets them in the same
+ * membership, as the run it replays did; otherwise they come in a second
+ * one at the same step. Either way the ranks go on from this commit with
+ * the same workers. */
+static dt_err
+remove_then_grow(dt_elastic *e, uint64_t step, int add)
+{
+	uint64_t at;
+	dt_err err = take_change(e, &step, &at);
+
+	if (err || e->last.added >= add)
+		return err;
+	return grow_here(e, step, add - e->last.added, 1);
+}
+
+/* Whether the schedule removes a worker at step. */
+static int
+removes_at(const dt_elastic *e, uint64_t step)
+{
+	for (int i = 0; i < e->nsched; i++)
+		if (e->sched[i].step == step && e->sched[i].worker >= 0)
+			return 1;
+	return 0;
+}
+
 /* Without a schedule: whether any rank has heard of workers waiting to
  * join, agreed by every rank at this commit (an allreduce of the most
  * any heard of), so that all take them in at the same step. Only while
@@ -525,6 +550,8 @@ dt_elastic_commit(dt_elastic *e, uint64_t step)
 		       (unsigned long long)step);
 		return dt__node_elastic_leave(e->c->node);
 	}
+	if (due && add && removes_at(e, step))
+		return remove_then_grow(e, step, add);
 	if (due && add) /* every member is at this commit */
 		return grow_here(e, step, add, 1);
 	if (due) /* every survivor is at this commit: it is the step */

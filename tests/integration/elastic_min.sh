@@ -5,8 +5,13 @@
 #     scheduler holds the survivors back, the host discovery script's
 #     free slot gets a new worker, and the one membership that follows
 #     has it: the job ends 0 with 3 workers, each sample once an epoch;
-#   - the replay line that run logged, with the new worker started by the
-#     discovery from the start, ends with the same weights, bit for bit;
+#   - that change is logged with a replay naming both the removal and
+#     the newcomer ("step S: -worker 1; step S: +1"); the replay of that
+#     schedule alone (no discovery: the launcher starts the newcomer with
+#     the job, which takes it in at step S) ends with the same weights,
+#     bit for bit, and logs the same schedule; so does that schedule in
+#     a job it leaves above the minimum (--min-workers 1: the removal and
+#     the newcomer's grow are two memberships at that step);
 #   - nobody comes back: with --elastic-timeout 4 (and the workers' own
 #     wait for a membership, DT_ELASTIC_TIMEOUT, shorter than it) the job
 #     ends with the error naming the minimum on the scheduler and every
@@ -42,14 +47,18 @@ check "the job ends with 3 workers in membership 2" \
 	grep -q "done with 3 workers at epoch [0-9]*; .*membership 2$" "$TMP/back"
 check "no sample trained on twice in an epoch" samples_ok back
 sched=$(replay_of back)
-check "the change is logged with its replay ('$sched')" \
-	grep -Eq '^step [0-9]+: -worker 1$' <<<"$sched"
+check "the change is logged with its replay, the newcomer too ('$sched')" \
+	grep -Eq '^step ([0-9]+): -worker 1; step \1: \+1$' <<<"$sched"
 
-# The replay: worker 1 leaves at its commit, and the discovery starts a
-# worker in its slot, which the scheduler takes in there.
-run replay "$sched" -n 3 -s 0 --min-workers 3 --max-workers 5 \
-	--host-discovery-script "cat $TMP/hosts3" --
+# The replay of that schedule alone: worker 1 leaves at its commit, and
+# the worker the launcher started with the job for the "+1" is taken in
+# there (the job is below its minimum in between, as in the run).
+run replay "$sched" -n 3 -s 0 --min-workers 3 --max-workers 5 --
 check "replay: ends 0 (got $RC)" test "$RC" = 0
+check "replay: the scheduled newcomer joined at the step" \
+	grep -q "membership 2 has 3 workers: 1 joined" "$TMP/replay"
+check "replay: it logs the same schedule" \
+	test "$(replay_of replay)" = "$sched"
 check "replay: no worker was killed" \
 	test -z "$(grep "killed by signal" "$TMP/replay")"
 check "replay: membership 2 has the new worker" \
@@ -57,6 +66,31 @@ check "replay: membership 2 has the new worker" \
 check "replay: weights bit-identical to the run that lost a worker" \
 	cmp "$TMP/back.bin" "$TMP/replay.bin"
 check "replay: samples once" samples_ok replay
+
+# The same schedule in a job that the removal leaves above its minimum:
+# two memberships at that step, the removal's and then the newcomer's,
+# and the same weights.
+run replay_above "$sched" -n 3 -s 0 --min-workers 1 --max-workers 5 --
+check "above the minimum: ends 0 (got $RC)" test "$RC" = 0
+check "above the minimum: the removal, then the newcomer, at one step" \
+	grep -q "membership 2 has 3 workers: 1 joined" "$TMP/replay_above"
+check "above the minimum: it logs the same schedule" \
+	test "$(replay_of replay_above)" = "$sched"
+check "above the minimum: weights bit-identical to the run that lost a worker" \
+	cmp "$TMP/back.bin" "$TMP/replay_above.bin"
+
+# The launcher plans the schedule's newcomer (no rank asked for), and
+# refuses a schedule that takes in more than --max-workers leaves room for.
+DTRAIN_ELASTIC_SCHEDULE=$sched "$DTRAIN" launch --dry-run -n 3 -s 0 \
+	--min-workers 3 --max-workers 5 -- "$EX" >"$TMP/plan" 2>&1
+check "the plan has the scheduled newcomer as worker 3, without a rank" \
+	grep -Eq "^worker 3 on localhost: env DMLC_ROLE=worker DMLC_PS_ROOT_URI=" "$TMP/plan"
+check "...and no worker 4" test -z "$(grep "^worker 4 " "$TMP/plan")"
+DTRAIN_ELASTIC_SCHEDULE="step 50: +1; step 90: +2" "$DTRAIN" launch -n 3 \
+	-s 0 --min-workers 3 --max-workers 5 -- "$EX" >"$TMP/toomany" 2>&1
+check "a schedule beyond --max-workers: usage error (got $?)" test $? = 2
+check "...naming the bound" \
+	grep -q "DTRAIN_ELASTIC_SCHEDULE takes in more workers than -n 3 leaves room for under --max-workers 5" "$TMP/toomany"
 
 # The same with parameter servers (2, dist_sync): the servers' rounds wait
 # below the minimum too, and the job comes back with the new worker; its
@@ -73,11 +107,25 @@ check "servers: the job ends with 3 workers in membership 2" \
 	grep -q "done with 3 workers at epoch [0-9]*; .*membership 2$" "$TMP/back_ps"
 check "servers: no sample trained on twice in an epoch" samples_ok back_ps
 sched=$(replay_of back_ps)
-run replay_ps "$sched" -n 3 -s 2 --min-workers 3 --max-workers 5 \
-	--host-discovery-script "cat $TMP/hosts3" -- --kvstore dist_sync
+check "servers: the replay names the removal and the newcomer ('$sched')" \
+	grep -Eq '^step ([0-9]+): -worker 1; step \1: \+1$' <<<"$sched"
+run replay_ps "$sched" -n 3 -s 2 --min-workers 3 --max-workers 5 -- \
+	--kvstore dist_sync
 check "servers: replay ('$sched') ends 0 (got $RC)" test "$RC" = 0
+check "servers: replay: the job ends with 3 workers in membership 2" \
+	grep -q "done with 3 workers at epoch [0-9]*; .*membership 2$" "$TMP/replay_ps"
 check "servers: replay bit-identical to the run that lost a worker" \
 	cmp "$TMP/back_ps.bin" "$TMP/replay_ps.bin"
+
+# An elastic job with servers made by hand (DTRAIN_ELASTIC=1, no
+# --min-workers): the launcher goes on after a worker's loss too.
+DTRAIN_ELASTIC=1 run byhand_ps "" -n 3 -s 2 -- --kvstore dist_sync \
+	--die-at 55 --die-rank 1
+check "servers, DTRAIN_ELASTIC=1 by hand: ends 0 (got $RC)" test "$RC" = 0
+check "servers, DTRAIN_ELASTIC=1 by hand: the launcher goes on" \
+	grep -q "worker 1 (pid [0-9]*) killed by signal 9 (Killed); the elastic job goes on without it" "$TMP/byhand_ps"
+check "servers, DTRAIN_ELASTIC=1 by hand: 2 workers at the end" \
+	grep -q "done with 2 workers at epoch [0-9]*; .*membership 1$" "$TMP/byhand_ps"
 
 # Nobody comes back.
 t0=$(now_ms)

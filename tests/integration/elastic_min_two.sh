@@ -68,7 +68,10 @@ check "a worker came back: 3 workers at the end" \
 	grep -q "done with 3 workers at epoch [0-9]*; .*membership 3$" "$TMP/below"
 check "samples once" samples_ok below
 sched=$(replay_of below)
-check "both removals are in its replay ('$sched')" both_at "$sched"
+check "both removals and the newcomer are in its replay ('$sched')" \
+	both_at "${sched%; step [0-9]*: +1}"
+check "...the newcomer at that step" \
+	grep -Eq '^step ([0-9]+): .*; step \1: \+1$' <<<"$sched"
 for k in 1 2; do
 	run below_replay$k "$sched" "${DISC[@]}" --
 	check "replay $k ends 0 (got $RC)" test "$RC" = 0

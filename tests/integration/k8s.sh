@@ -16,7 +16,9 @@
 #       launch`, and every pod (scheduler and servers too) exits 0; an
 #       elastic job (--min-workers/--max-workers) takes in a worker pod
 #       added while it runs (as after `kubectl patch` of the worker Job's
-#       parallelism), every sample trained once an epoch.
+#       parallelism), every sample trained once an epoch, with the
+#       collectives and with 2 servers (dist_sync), whose pods have the
+#       elastic variables and exit 0 too.
 set -u
 . "$(dirname "$0")/job_lib.bash"
 B=${DTRAIN_BUILD:?}
@@ -78,6 +80,13 @@ for name, d in jobs.items():
         assert d["spec"]["backoffLimit"] == 0 and [r["action"] for r in rules] == ["Ignore", "FailJob"], d["spec"]
 EOF
 echo "elastic: DTRAIN_ELASTIC in every pod, a new pod per lost worker's index, no FailJob for workers"
+# Elastic with servers: the servers' and the scheduler's Jobs as without
+# --restart, the workers' as above; the variables (the timeout too) in
+# every pod.
+"$B/dtrain" k8s --name lin --image registry.example/dtrain:1 -n 2 -s 2 --port 9091 --min-workers 2 \
+	--max-workers 3 --elastic-timeout 120 --cpu 1 --memory worker=2Gi --env PS_VERBOSE=1 \
+	-- linreg --kvstore dist_sync >"$tmp/es.yaml" 2>"$tmp/es.err" || fail "dtrain k8s -s 2 --min-workers: $(cat "$tmp/es.err")"
+python3 "$HERE/k8s_check.py" job 2 2 9091 0 "$tmp/es.yaml" 2 3 120 || fail "the elastic manifest with servers"
 bad() { # expected-message args...
 	local want=$1
 	shift
@@ -97,7 +106,9 @@ bad "--cpu: 'two' is not a quantity" --name lin --image i -n 1 --cpu two -- x
 bad "--memory: 'ps=1Gi' names no role" --name lin --image i -n 1 --memory ps=1Gi -- x
 bad "--env: DMLC_ROLE is set by dtrain k8s" --name lin --image i -n 1 --env DMLC_ROLE=worker -- x
 bad "unknown option '--gpus'" --name lin --image i -n 1 --gpus 1 -- x
-bad "collectives mode only (-s 0, not 1)" --name lin --image i -n 2 --min-workers 1 -- x
+bad "--elastic-timeout: for an elastic job" --name lin --image i -n 2 --elastic-timeout 5 -- x
+bad "--env: DTRAIN_ELASTIC_TIMEOUT is set by dtrain k8s" --name lin --image i -n 1 --env DTRAIN_ELASTIC_TIMEOUT=9 -- x
+bad "and --restart" --name lin --image i -n 2 -s 2 --max-workers 3 --restart 1 -- x
 bad "need min <= n <= max" --name lin --image i -n 2 -s 0 --min-workers 3 -- x
 bad "need min <= n <= max" --name lin --image i -n 2 -s 0 --max-workers 1 -- x
 bad "not as an MXJob" --name lin --image i -n 2 -s 0 --kind mxjob --max-workers 3 -- x
@@ -165,5 +176,23 @@ grep -h "done with 3 workers" "$tmp"/job-elastic/worker-*.log | grep -q . || fai
 ! grep -h "samples: epoch" "$tmp"/job-elastic/worker-*.log | grep -qv " 0 more than once" ||
 	fail "elastic: a sample trained twice in an epoch"
 echo "job, elastic: a worker pod added while the job ran joined it; every pod exited 0, each sample once an epoch"
+# The same with 2 servers (dist_sync): the servers are not elastic, the
+# worker Job grows by one pod.
+SIZE=(-n 2 -s 2 --min-workers 2 --max-workers 3)
+K8S_TEST_GROW=1 K8S_TEST_GROW_GO=$tmp/job-elastic_ps/go \
+	pods job elastic_ps elastic --kvstore dist_sync --samples 512 --steps 120 --count-samples --hold-at 30 \
+	--hold-file "$tmp/job-elastic_ps/go"
+grep -q "membership 1 has 3 workers: 1 joined" "$tmp/job-elastic_ps/scheduler-0.log" ||
+	fail "elastic with servers: the added worker pod was not taken in"
+grep -h "done with 3 workers" "$tmp"/job-elastic_ps/worker-*.log | grep -q . ||
+	fail "elastic with servers: the job did not end with 3 workers"
+grep -h "samples: epoch 0:" "$tmp"/job-elastic_ps/worker-*.log | grep -q . ||
+	fail "elastic with servers: no sample count"
+! grep -h "samples: epoch" "$tmp"/job-elastic_ps/worker-*.log | grep -qv " 0 more than once" ||
+	fail "elastic with servers: a sample trained twice in an epoch"
+for s in 0 1; do
+	grep -q "^server-$s: exit 0$" "$tmp/job-elastic_ps/pods.out" || fail "elastic with servers: server pod $s"
+done
+echo "job, elastic with 2 servers: a worker pod added while the job ran joined it; every pod exited 0, each sample once an epoch"
 [ -z "$(ours)" ] || fail "processes left: $(ours)"
 echo ok

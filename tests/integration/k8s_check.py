@@ -1,8 +1,13 @@
 #!/usr/bin/env python3
-"""k8s_check.py KIND W S PORT RESTART MANIFEST - check `dtrain k8s` output
-offline: valid YAML; every field it uses has the type the Kubernetes API
-(or Kubeflow's MXJob) gives it and no field is unknown (a schema of the
-fields used); and the expected objects, env, ports, labels and policies.
+"""k8s_check.py KIND W S PORT RESTART MANIFEST [MIN MAX [TIMEOUT]] - check
+`dtrain k8s` output offline: valid YAML; every field it uses has the type
+the Kubernetes API (or Kubeflow's MXJob) gives it and no field is unknown
+(a schema of the fields used); and the expected objects, env, ports, labels
+and policies. With MIN and MAX, an elastic job (--min-workers MIN
+--max-workers MAX [--elastic-timeout TIMEOUT]): every pod, scheduler and
+servers too, has the elastic variables; the worker Job replaces a failed
+pod per index and never fails the job; the scheduler's and the servers'
+Jobs fail on a failed pod, as without --restart.
 Prints what it checked; exits 1 naming the first problem."""
 import sys
 
@@ -10,6 +15,7 @@ import yaml
 
 kind, W, S, PORT, RESTART, path = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), \
     int(sys.argv[5]), sys.argv[6]
+ELASTIC = sys.argv[7:10]  # [MIN, MAX] or [MIN, MAX, TIMEOUT], or []
 docs = [d for d in yaml.safe_load_all(open(path)) if d is not None]
 
 # ---- a schema of the fields used: dict = object with these keys (all
@@ -30,6 +36,7 @@ SCHEMA = {
                          "ports": [{"name": STR, "port": INT, "targetPort": INT}]}},
     "Job": {"apiVersion": STR, "kind": STR, "metadata": META,
             "spec": {"completions": INT, "parallelism": INT, "completionMode": STR, "backoffLimit": INT,
+                     "backoffLimitPerIndex": INT,
                      "ttlSecondsAfterFinished": INT,
                      "podFailurePolicy": {"rules": [{"action": STR,
                                                      "onPodConditions": [{"type": STR}],
@@ -103,6 +110,11 @@ def common_env(c, where):
         fail("%s: DTRAIN_RECOVER does not follow --restart" % where)
     if env.get("PS_VERBOSE") != "1":
         fail("%s: --env PS_VERBOSE=1 missing" % where)
+    names = ["DTRAIN_ELASTIC", "DTRAIN_ELASTIC_MIN", "DTRAIN_ELASTIC_MAX", "DTRAIN_ELASTIC_TIMEOUT"]
+    want = dict(zip(names, ["1"] + ELASTIC)) if ELASTIC else {}
+    got = {k: env[k] for k in names if k in env}
+    if got != want:
+        fail("%s: elastic variables %r, expected %r" % (where, got, want))
     return env
 
 
@@ -141,13 +153,21 @@ if kind == "job":
         if d["metadata"]["name"] != "lin-" + role or spec["completions"] != count or \
                 spec["parallelism"] != count or spec["completionMode"] != "Indexed":
             fail("Job %s: completions %r" % (role, spec))
-        if spec["backoffLimit"] != RESTART or spec["ttlSecondsAfterFinished"] <= 0:
-            fail("Job %s: backoffLimit/ttl" % role)
+        # An elastic job's workers: one new pod per failed index, which
+        # joins; a failed worker never fails the job.
+        elastic_workers = bool(ELASTIC) and role == "worker"
+        if elastic_workers:
+            if spec.get("backoffLimitPerIndex") != 1 or "backoffLimit" in spec:
+                fail("Job worker: an elastic job's workers need backoffLimitPerIndex 1, not %r" % spec)
+        elif spec.get("backoffLimit") != RESTART or "backoffLimitPerIndex" in spec:
+            fail("Job %s: backoffLimit" % role)
+        if spec["ttlSecondsAfterFinished"] <= 0:
+            fail("Job %s: ttl" % role)
         rules = spec["podFailurePolicy"]["rules"]
         if rules[0] != {"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget"}]}:
             fail("Job %s: disruptions are not ignored" % role)
         fail_job = [r for r in rules if r["action"] == "FailJob"]
-        if (RESTART == 0) != bool(fail_job) or (fail_job and fail_job[0]["onExitCodes"] != {
+        if (RESTART == 0 and not elastic_workers) != bool(fail_job) or (fail_job and fail_job[0]["onExitCodes"] != {
                 "containerName": "dtrain", "operator": "NotIn", "values": [0]}):
             fail("Job %s: a failed pod must fail the job (without --restart)" % role)
         tmpl = spec["template"]
@@ -169,8 +189,9 @@ if kind == "job":
         if role == "worker" and c["resources"]["requests"]["memory"] != "2Gi":
             fail("Job worker: --memory worker=2Gi not there")
     print("job: Secret, headless Service lin-scheduler (port %d), Jobs %s; env, ports, labels, "
-          "podFailurePolicy and backoffLimit %d checked" % (PORT, ", ".join(
-              d["metadata"]["name"] for d in docs if d["kind"] == "Job"), RESTART))
+          "podFailurePolicy and backoffLimit %d checked%s" % (PORT, ", ".join(
+              d["metadata"]["name"] for d in docs if d["kind"] == "Job"), RESTART,
+              "; elastic %s in every pod" % "/".join(ELASTIC) if ELASTIC else ""))
 else:
     if kinds != ["MXJob", "Secret"]:
         fail("objects %s" % kinds)

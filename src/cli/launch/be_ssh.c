@@ -3,12 +3,19 @@
  * the hosts of -H (plan_hosts), each behind a small supervisor on the
  * remote side; the working directory copied first with --sync-dst-dir;
  * the job's secret in a file of mode 0600, in a directory of mode 0700
- * and of a random name, on every host for the job's duration.
+ * and of a random name, on every host for the job's duration; a worker
+ * that --host-discovery-script brings gets a directory of its own, written
+ * just before it starts (joiner_secret).
  */
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
 
 #include "cli/launch/launch.h"
 
@@ -70,12 +77,14 @@ static const char remote_supervisor[] =
  * A process on another host:
  * ssh -tt HOST 'cd DIR && exec env K=V... sh -c SUPERVISOR dtrain-remote CMD'.
  * The remote side runs on a pseudo-terminal, so when the launcher kills ssh
- * the connection drops and the remote process gets SIGHUP.
+ * the connection drops and the remote process gets SIGHUP. Its secret is
+ * the file in the host's directory, or (joiner >= 0) in the directory of
+ * the discovery's worker number joiner.
  */
 static dt_err
 plan_ssh(struct proc *p, const struct ctx *c, const struct host *h,
-         size_t host_index, const char *role, const char *id_var, long id,
-         char **cmd, size_t ncmd)
+         size_t host_index, long joiner, const char *role, const char *id_var,
+         long id, char **cmd, size_t ncmd)
 {
 	struct sbuf b = {0}, sup = {0};
 	char *dir = NULL, *script;
@@ -85,8 +94,11 @@ plan_ssh(struct proc *p, const struct ctx *c, const struct host *h,
 	if ((err = role_env(p, c, role, id_var, id, 1)))
 		return err;
 	if (c->remote_secret_dir) {
-		if (asprintf(&dir, "%s-%zu", c->remote_secret_dir, host_index) <
-		    0)
+		if ((joiner < 0
+		         ? asprintf(&dir, "%s-%zu", c->remote_secret_dir,
+		                    host_index)
+		         : asprintf(&dir, "%s-%zu-w%ld", c->remote_secret_dir,
+		                    host_index, joiner)) < 0)
 			return dt__fail(DT_ENOMEM, "out of memory");
 		err = strv_addf(&p->env, "DTRAIN_SECRET_FILE=%s/secret", dir);
 		if (err) {
@@ -298,7 +310,12 @@ remote_secret(const struct hosts *h, struct ctx *c, struct run *r, int remove)
 	sb_add(&b, remove ? " && rm -rf " : " && umask 077 && mkdir ");
 	sb_addq(&b, c->remote_secret_dir);
 	sb_add(&b, "-\"$i\"");
-	if (!remove) {
+	if (remove) {
+		/* (and those of the workers the discovery started there) */
+		sb_add(&b, " ");
+		sb_addq(&b, c->remote_secret_dir);
+		sb_add(&b, "-\"$i\"-w*");
+	} else {
 		sb_add(&b, " && cat > ");
 		sb_addq(&b, c->remote_secret_dir);
 		sb_add(&b, "-\"$i\"/secret");
@@ -428,7 +445,7 @@ ssh_role(struct plan *pl, const char *role, long count, char **cmd, size_t ncmd)
 		              hosts[i]->name, "%s %ld", role, i);
 
 		err = p ? plan_ssh(p, pl->c, hosts[i], host_index(pl, hosts[i]),
-		                   role,
+		                   -1, role,
 		                   worker ? "DMLC_WORKER_ID" : "DMLC_SERVER_ID",
 		                   i, cmd, ncmd)
 		        : dt__fail(DT_EINVAL, "the plan is full");
@@ -437,17 +454,142 @@ ssh_role(struct plan *pl, const char *role, long count, char **cmd, size_t ncmd)
 	return err;
 }
 
-/* A worker that --host-discovery-script's listing brings to host. Only
- * the hosts of the host file have the job's secret file (written before
- * the job): a host outside it is refused, by name. */
+/* How long writing a joiner's secret file may take, connecting included;
+ * the launcher's loop waits for it (as for the discovery script). */
+#define JOINER_SECRET_S 20
+
+/* Wait for pid (killing its group at end); 0 when it exited 0. */
+static int
+wait_until(pid_t pid, uint64_t end)
+{
+	int status = 0;
+	pid_t got;
+
+	while ((got = waitpid(pid, &status, WNOHANG)) == 0 ||
+	       (got < 0 && errno == EINTR)) {
+		struct timespec ts = {0, 10 * 1000 * 1000};
+
+		if (dt__now_ns() >= end) {
+			kill(-pid, SIGKILL);
+			while (waitpid(pid, &status, 0) < 0 && errno == EINTR)
+				;
+			return -1;
+		}
+		nanosleep(&ts, NULL);
+	}
+	return got == pid && WIFEXITED(status) && WEXITSTATUS(status) == 0 ? 0
+	                                                                   : -1;
+}
+
+/*
+ * Write the secret file of a worker the discovery starts on host h, in
+ * the directory dir, by the same rules as the host's at the start: a new
+ * directory (mkdir fails on anything already at that name, a link
+ * included) of mode 0700 under umask 077, the secret from ssh's input,
+ * never on a command line. The worker's own ssh cannot carry it: its
+ * input goes through a pseudo-terminal, which would echo it. A directory
+ * of its own, not the host's: the host's went when its workers were
+ * stopped (their supervisors remove it as the connection drops), and a
+ * worker stopped later takes only its own.
+ */
+static dt_err
+joiner_secret(const struct ctx *c, const struct host *h, const char *dir)
+{
+	const char *const opts[] = {"-o", "StrictHostKeyChecking=no",
+	                            "-o", "BatchMode=yes",
+	                            "-o", c->ssh_timeout};
+	struct strv a = {0};
+	struct sbuf b = {0};
+	int pi[2] = {-1, -1};
+	size_t len = strlen(c->secret_line);
+	pid_t pid = -1;
+	int wrote;
+	char *line;
+	dt_err err = strv_dup(&a, c->ssh);
+
+	for (size_t j = 0; j < DT_ARRAY_LEN(opts) && !err; j++)
+		err = strv_dup(&a, opts[j]);
+	if (!err && h->port && !(err = strv_dup(&a, "-p")))
+		err = strv_dup(&a, h->port);
+	if (!err)
+		err = strv_dup(&a, h->name);
+	sb_add(&b, "cd ");
+	sb_addq(&b, c->cwd);
+	sb_add(&b, " && umask 077 && mkdir ");
+	sb_addq(&b, dir);
+	sb_add(&b, " && cat > ");
+	sb_addq(&b, dir);
+	sb_add(&b, "/secret");
+	line = sb_take(&b);
+	if (!err)
+		err = strv_add(&a, line); /* (takes it, NULL included) */
+	else
+		free(line);
+	if (err)
+		goto fail;
+	if (pipe2(pi, O_CLOEXEC) < 0 || (pid = fork()) < 0) {
+		err = dt__fail(DT_ESYS, "writing its secret file: %s",
+		               strerror(errno));
+		goto fail;
+	}
+	if (pid == 0) {
+		sigset_t none;
+
+		setpgid(0, 0); /* (killed as a group past the deadline) */
+		sigemptyset(&none);
+		sigprocmask(SIG_SETMASK, &none, NULL);
+		dup2(pi[0], 0);
+		execvp(a.v[0], a.v);
+		_exit(127);
+	}
+	setpgid(pid, pid);
+	close(pi[0]);
+	pi[0] = -1;
+	/* (a line, less than PIPE_BUF: the pipe takes it at once, unless
+	 * ssh has already failed and gone, which its status says) */
+	wrote = write(pi[1], c->secret_line, len) == (ssize_t)len;
+	close(pi[1]);
+	pi[1] = -1;
+	if (wait_until(pid, dt__now_ns() + JOINER_SECRET_S * NS_PER_S) ||
+	    !wrote)
+		err = dt__fail(DT_ESYS,
+		               "writing its secret file over ssh failed (or "
+		               "took over %d s)",
+		               JOINER_SECRET_S);
+fail:
+	for (int k = 0; k < 2; k++)
+		if (pi[k] >= 0)
+			close(pi[k]);
+	strv_free(&a);
+	return err;
+}
+
+/* A worker that --host-discovery-script's listing brings to host: only a
+ * host of the host file (a host outside it is refused, by name), with a
+ * secret file of its own written first. */
 static dt_err
 ssh_joiner(struct proc *p, const struct ctx *c, const struct hosts *h,
-           const char *host, char **cmd, size_t ncmd)
+           const char *host, long number, char **cmd, size_t ncmd)
 {
-	for (size_t k = 0; k < h->n; k++)
-		if (strcmp(h->h[k].name, host) == 0)
-			return plan_ssh(p, c, &h->h[k], k, "worker", NULL, 0,
-			                cmd, ncmd);
+	char *dir = NULL;
+	dt_err err;
+
+	for (size_t k = 0; k < h->n; k++) {
+		if (strcmp(h->h[k].name, host) != 0)
+			continue;
+		if (c->remote_secret_dir && c->secret_line) {
+			if (asprintf(&dir, "%s-%zu-w%ld", c->remote_secret_dir,
+			             k, number) < 0)
+				return dt__fail(DT_ENOMEM, "out of memory");
+			err = joiner_secret(c, &h->h[k], dir);
+			free(dir);
+			if (err)
+				return err;
+		}
+		return plan_ssh(p, c, &h->h[k], k,
+		                c->remote_secret_dir ? number : -1, "worker",
+		                NULL, 0, cmd, ncmd);
+	}
 	return dt__fail(DT_EINVAL,
 	                "it is not in the host file (-H), and the ssh "
 	                "launcher starts workers only on those hosts (the "

@@ -12,9 +12,11 @@
  * With the local back-end every worker runs on this machine: a host name is
  * the label of the slots it brings. The workers the launch started fill the
  * slots of the first listing, in its order. A back-end with a joiner op
- * (ssh) starts each worker on its host, and its launch's workers are on
- * the hosts it placed them on; a host it cannot use (not in the host
- * file) is left out, and said so once.
+ * (ssh) starts each worker on its host (with a secret file of its own,
+ * so a host listed again after its workers were stopped takes workers
+ * again), and its launch's workers are on the hosts it placed them on; a
+ * host it cannot use (not in the host file) is left out, and said so
+ * once.
  *
  * Runs in the supervising loop (supervise.c calls discover_tick from its
  * timers); the script's run is bounded by DISCOVER_SCRIPT_S.
@@ -261,13 +263,22 @@ start_worker(struct run *r, struct dl_discover *d, const char *host)
 	p->tag_role = t->tag_role;
 	if (d->o->be->joiner) {
 		/* (a back-end that starts it on that host) */
-		if ((err = d->o->be->joiner(p, d->c, d->h, host, d->o->cmd,
-		                            (size_t)d->o->ncmd))) {
+		if ((err = d->o->be->joiner(p, d->c, d->h, host, d->started,
+		                            d->o->cmd, (size_t)d->o->ncmd))) {
 			struct dhost *k = known_host(d, host, 1);
 
 			strv_free(&p->argv);
 			strv_free(&p->env);
 			memset(p, 0, sizeof(*p));
+			/* A host it cannot use at all is left out at once;
+			 * one it failed to prepare (its secret file) counts
+			 * as a failed worker. */
+			if (k && err != DT_EINVAL && !k->black) {
+				say("a worker for host %s: %s", host,
+				    dt_errmsg());
+				if (++k->fails < DISCOVER_FAILS)
+					return 0;
+			}
 			if (k && !k->black)
 				say("host %s: %s; starting no workers there",
 				    host, dt_errmsg());

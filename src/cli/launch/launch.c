@@ -65,8 +65,8 @@ elastic_min(const struct opts *o)
 
 	if (o->min_workers)
 		return o->min_workers;
-	/* (with servers every node refuses DTRAIN_ELASTIC=1 at start) */
-	if (on == NULL || strcmp(on, "1") != 0 || o->servers > 0)
+	/* (with servers too: their workers are elastic as well) */
+	if (on == NULL || strcmp(on, "1") != 0)
 		return 0;
 	if (dt__env_long("DTRAIN_ELASTIC_MIN", 1, 1, 1L << 20, &min))
 		return 1;

@@ -97,6 +97,9 @@ struct opts {
 	long min_workers, max_workers;
 	long elastic_timeout;  /* --elastic-timeout (0: not set) */
 	const char *discovery; /* --host-discovery-script, or NULL */
+	/* Workers DTRAIN_ELASTIC_SCHEDULE takes in ("+N"), which the local
+	 * launcher starts with the job (0 with a discovery script) */
+	long sched_joiners;
 	int verbose, dry_run, no_scheduler, help;
 	char **cmd; /* the worker command, NULL-terminated */
 	int ncmd;
@@ -275,11 +278,12 @@ struct dl_backend {
 	void (*after)(const struct hosts *h, struct ctx *c, struct run *r);
 	/* --host-discovery-script: fill p (proc_init'ed) as a worker on
 	 * host that joins the running elastic job (no rank asked for), or
-	 * fail naming why it cannot run there. NULL: a copy of the launch's
-	 * first worker without its rank, on this machine (local). */
+	 * fail naming why it cannot run there; number is the one in its
+	 * label, unique in the run. NULL: a copy of the launch's first
+	 * worker without its rank, on this machine (local). */
 	dt_err (*joiner)(struct proc *p, const struct ctx *c,
-	                 const struct hosts *h, const char *host, char **cmd,
-	                 size_t ncmd);
+	                 const struct hosts *h, const char *host, long number,
+	                 char **cmd, size_t ncmd);
 	/* --host-discovery-script works with it (not with mpirun and srun,
 	 * whose set of ranks is fixed when they start) */
 	int discovery;

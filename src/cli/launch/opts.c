@@ -440,6 +440,49 @@ parse_opts(int argc, char **argv, struct opts *o)
 	return elastic_opts(o);
 }
 
+/*
+ * The workers a replay's DTRAIN_ELASTIC_SCHEDULE (the last --env's, else
+ * this environment's) takes in: the sum of its "step S: +N" items. Only
+ * these are read here; the workers check the whole schedule and refuse
+ * a bad one by name. The local launcher starts that many workers without
+ * a rank with the job: they join it and wait for their step, as the
+ * replay needs (a discovery script brings its own instead).
+ */
+static dt_err
+sched_joiners(struct opts *o)
+{
+	static const char key[] = "DTRAIN_ELASTIC_SCHEDULE=";
+	const char *v = dt__env_str("DTRAIN_ELASTIC_SCHEDULE");
+	char buf[4096], *save = NULL;
+
+	o->sched_joiners = 0;
+	for (size_t i = 0; i < o->env.n; i++)
+		if (strncmp(o->env.v[i], key, sizeof(key) - 1) == 0)
+			v = o->env.v[i] + sizeof(key) - 1;
+	if (v == NULL || o->discovery || o->be->joiner || !o->be->discovery)
+		return DT_OK;
+	snprintf(buf, sizeof(buf), "%s", v);
+	for (char *item = strtok_r(buf, ";", &save); item;
+	     item = strtok_r(NULL, ";", &save)) {
+		unsigned long long step;
+		long add;
+		int used = 0;
+
+		if (sscanf(item, " step %llu: +%ld %n", &step, &add, &used) !=
+		        2 ||
+		    item[used] != '\0' || add < 1)
+			continue; /* (not a grow: the workers judge it) */
+		if (add > o->max_workers - o->workers - o->sched_joiners)
+			return dt__fail(DT_EINVAL,
+			                "DTRAIN_ELASTIC_SCHEDULE takes in more "
+			                "workers than -n %ld leaves room for "
+			                "under --max-workers %ld",
+			                o->workers, o->max_workers);
+		o->sched_joiners += add;
+	}
+	return DT_OK;
+}
+
 /* --min-workers A / --max-workers B: an elastic job, told to every
  * process through the environment (docs/elastic.md). */
 static dt_err
@@ -488,7 +531,7 @@ elastic_opts(struct opts *o)
 	     (err = strv_addf(&o->env, "DTRAIN_ELASTIC_TIMEOUT=%ld",
 	                      o->elastic_timeout))))
 		return err;
-	return DT_OK;
+	return sched_joiners(o);
 }
 
 /* ------------------------------------------------------------------ */

@@ -242,7 +242,8 @@ build_plan(const struct opts *o, const struct hosts *h, const struct ctx *c,
 	struct plan pl = {.o = o, .h = h, .c = c};
 	dt_err err = DT_OK;
 
-	pl.max = (size_t)(1 + o->servers + o->workers + 2 * o->restart) +
+	pl.max = (size_t)(1 + o->servers + o->workers + o->sched_joiners +
+	                  2 * o->restart) +
 	         DISCOVER_ROOM(o);
 	if ((pl.p = calloc(pl.max, sizeof(*pl.p))) == NULL)
 		return dt__fail(DT_ENOMEM, "out of memory");
@@ -255,6 +256,12 @@ build_plan(const struct opts *o, const struct hosts *h, const struct ctx *c,
 	if (!err)
 		err = o->be->plan_role(&pl, "worker", o->workers, o->cmd,
 		                       (size_t)o->ncmd);
+	/* The workers a replay's schedule takes in: no rank asked for, they
+	 * join the running job (opts.c, sched_joiners). */
+	for (long j = 0; j < o->sched_joiners && !err; j++)
+		err = plan_local(plan_next(&pl, KIND_MAIN, "localhost",
+		                           "worker %ld", o->workers + j),
+		                 c, "worker", NULL, 0, o->cmd, (size_t)o->ncmd);
 	if (err) {
 		procs_free(pl.p, pl.n);
 		return err;
