@@ -587,8 +587,8 @@ dt__elastic_sched_join(dt_node *n, dt_conn *c, const joiner *j)
 	dt__conn_vouch(c);
 	dt__log(0,
 	        "a worker at %s:%d (pid %d) joins the running elastic job as "
-	        "worker %d (node id %d); the members take it in at their "
-	        "next commit",
+	        "worker %d (node id %d); the members take it in once it is "
+	        "ready",
 	        j->host, j->port, j->pid, e->rank, id);
 	send_joiner_table(n, c, id);
 	send_joiner_addr(n, j, id);
@@ -884,7 +884,8 @@ dt__elastic_joiner_ready(dt_node *n)
 
 	if ((err = dt__node_send(n, 0, &h, NULL, 0, NULL, 0)))
 		return err;
-	DT_LOG(1, "ready to join; waiting for the members' next commit");
+	DT_LOG(1, "ready to join; waiting for the members to take this "
+	          "worker in");
 	err = dt__node_wait(n, self_member, NULL, dt__now_ns() + n->wait_ns,
 	                    "the members' next commit to take this worker in");
 	if (err == DT_ETIMEDOUT)
