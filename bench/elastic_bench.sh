@@ -16,8 +16,8 @@
 # slot more from its --host-discovery-script once it has committed step
 # 2K, and the bench reports
 #   admit_s    from the launcher's start of the new worker to the members'
-#              word that it joined (it loads the data, dials, waits for
-#              their next commit, and gets their state);
+#              word that it joined (it asks to join, loads the data, and is
+#              taken in at the members' next step or commit);
 #   join_s     from its start to the first step committed with it.
 # Both measurements run in two modes (MODES, default both): "coll", the
 # workers alone (--kvstore horovod), and "ps", with 2 parameter servers
