@@ -16,9 +16,12 @@
 # slot more from its --host-discovery-script once it has committed step
 # 2K, and the bench reports
 #   admit_s    from the launcher's start of the new worker to the members'
-#              word that it joined (it loads the data, dials, waits for
-#              their next commit, and gets their state);
+#              word that it joined (it asks to join, loads the data, and is
+#              taken in at the members' next step or commit);
 #   join_s     from its start to the first step committed with it.
+# Both measurements run in two modes (MODES, default both): "coll", the
+# workers alone (--kvstore horovod), and "ps", with 2 parameter servers
+# (-s 2, --kvstore dist_sync).
 # Times are read from the job's output as it comes
 # (a line's time is when the bench read it), so they include the
 # output's way through the launcher: an upper bound.
@@ -26,6 +29,7 @@
 #   bench/elastic_bench.sh [BUILD_DIR] [N ...]      (default N: 4 8 16)
 #   MODEL=lenet K=10 BATCH=32 DATA=/usr/share/datasets/fashion-mnist
 #   TIMEOUT=300 (seconds a job may take to reach step 2K)
+#   MODES="coll ps"  RUNS="kill join" (which measurements to make)
 # Prints a table, then JSON lines (also kept in $OUT/elastic_bench.jsonl).
 set -u
 BUILD=${1:-${DTRAIN_BUILD:-build}}
@@ -41,22 +45,27 @@ done
 	{ echo "elastic_bench.sh: no Fashion-MNIST in $DATA (Debian's dataset-fashion-mnist)" >&2; exit 1; }
 echo "elastic_bench.sh: $(nproc) processors; load $(cut -d' ' -f1-3 /proc/loadavg);" \
 	"model ${MODEL:-lenet}, a commit every ${K:-10} steps, batch ${BATCH:-32}"
-exec python3 - "$BUILD" "$OUT" "$DATA" "${MODEL:-lenet}" "${K:-10}" \
-	"${BATCH:-32}" "${TIMEOUT:-300}" $SIZES <<'PY'
+exec /usr/bin/python3 - "$BUILD" "$OUT" "$DATA" "${MODEL:-lenet}" "${K:-10}" \
+	"${BATCH:-32}" "${TIMEOUT:-300}" "${MODES:-coll ps}" \
+	"${RUNS:-kill join}" $SIZES <<'PY'
 import json, os, re, signal, subprocess, sys, threading, time
 
 build, out, data, model = sys.argv[1:5]
 k, batch, timeout = int(sys.argv[5]), int(sys.argv[6]), float(sys.argv[7])
-sizes = [int(s) for s in sys.argv[8:]]
+modes, runs = sys.argv[8].split(), sys.argv[9].split()
+sizes = [int(s) for s in sys.argv[10:]]
 
 
 class Job:
     """A launch whose output lines are kept with the time each was read."""
 
-    def __init__(self, n, log, extra=()):
-        args = [f"{build}/dtrain", "launch", "-v", "-n", str(n), "-s", "0",
+    def __init__(self, n, mode, log, extra=()):
+        ps = mode == "ps"
+        args = [f"{build}/dtrain", "launch", "-v", "-n", str(n),
+                "-s", "2" if ps else "0",
                 "--min-workers", str(n - 1), *extra, "--",
-                f"{build}/examples/mnist", "--kvstore", "horovod",
+                f"{build}/examples/mnist",
+                "--kvstore", "dist_sync" if ps else "horovod",
                 "--optimizer", "sgd", "--lr", "0.05", "--elastic",
                 "--model", model, "--batch-size", str(batch),
                 "--commit-every", str(k), "--epochs", "1000",
@@ -111,14 +120,14 @@ class Job:
         self.log.close()
 
 
-def join_run(n, row):
+def join_run(n, mode, row):
     """A worker added by the discovery script: from its start (the
     launcher's line) to the members' word that it joined, and to the
     first committed step after it."""
     hosts = f"{out}/hosts_{n}"
     with open(hosts, "w") as f:
         f.write(f"a:{n}\n")
-    job = Job(n, f"{out}/grow_{n}.log",
+    job = Job(n, mode, f"{out}/grow_{mode}_{n}.log",
               ("--max-workers", str(n + 1),
                "--host-discovery-script", f"cat {hosts}"))
     try:
@@ -144,11 +153,9 @@ def join_run(n, row):
         job.stop()
 
 
-rows = []
-for n in sizes:
-    row = {"bench": "elastic", "workers": n, "model": model,
-           "commit_every": k, "batch": batch}
-    job = Job(n, f"{out}/shrink_{n}.log")
+def kill_run(n, mode, row):
+    """A worker killed half a commit interval after step 2K's commit."""
+    job = Job(n, mode, f"{out}/shrink_{mode}_{n}.log")
     try:
         t1, _ = job.wait_for(rf"committed step {k}$", deadline=timeout)
         t2, _ = job.wait_for(rf"committed step {2 * k}$", deadline=timeout)
@@ -183,25 +190,35 @@ for n in sizes:
         pass
     finally:
         job.stop()
-    join_run(n, row)
-    rows.append(row)
+
+
+rows = []
+for mode in modes:
+    for n in sizes:
+        row = {"bench": "elastic", "mode": mode, "workers": n,
+               "model": model, "commit_every": k, "batch": batch}
+        if "kill" in runs:
+            kill_run(n, mode, row)
+        if "join" in runs:
+            join_run(n, mode, row)
+        rows.append(row)
 
 def cell(r, name, fmt="{:.3f}"):
     return fmt.format(r[name]) if name in r else "-"
 
 
-print(f"{'workers':>7} {'detect_s':>9} {'resume_s':>9} {'at_step':>8} "
+print(f"{'mode':>4} {'workers':>7} {'detect_s':>9} {'resume_s':>9} {'at_step':>8} "
       f"{'redone':>7} {'admit_s':>8} {'join_s':>7}")
 for r in rows:
     if "error" in r:
-        print(f"{r['workers']:>7} failed: {r['error']}")
+        print(f"{r['mode']:>4} {r['workers']:>7} failed: {r['error']}")
     else:
-        print(f"{r['workers']:>7} {cell(r, 'detect_s'):>9} "
+        print(f"{r['mode']:>4} {r['workers']:>7} {cell(r, 'detect_s'):>9} "
               f"{cell(r, 'resume_s'):>9} {cell(r, 'resumed_at_step', '{}'):>8} "
               f"{cell(r, 'redone', '{}'):>7} {cell(r, 'join_admitted_s'):>8} "
               f"{cell(r, 'join_s'):>7}")
     if "join_error" in r:
-        print(f"{r['workers']:>7} join failed: {r['join_error']}")
+        print(f"{r['mode']:>4} {r['workers']:>7} join failed: {r['join_error']}")
 with open(f"{out}/elastic_bench.jsonl", "w") as f:
     for r in rows:
         line = json.dumps(r)

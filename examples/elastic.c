@@ -26,7 +26,12 @@
  * --hold-at STEP --hold-file F makes every rank wait before that step's
  * commit until file F exists (at most 120 s; up to 4 pairs): a test starts
  * workers that join the running job meanwhile, and lets the job go on once
- * they are waiting (they join at that commit or the next).
+ * they are waiting (they join at that commit or the next). Each rank
+ * prints "elastic: holding before step S" when it starts to wait.
+ * --join-after F makes a worker that joins the running job wait for file F
+ * (at most 120 s) before its first restore, as if it were loading its data:
+ * it has asked to join, and is ready only then (the members take it in at
+ * that step, dt_elastic_poll).
  *
  * With parameter servers (--kvstore dist_sync; every process of the job
  * started with DTRAIN_ELASTIC=1, as tests/integration/elastic_ps.sh does): the
@@ -63,6 +68,7 @@ typedef struct opts {
 	long hold_at[4]; /* --hold-at/--hold-file pairs */
 	const char *hold_file[4];
 	int nhold, nhfile;
+	const char *join_after; /* --join-after */
 	double lr, momentum;
 	const char *save;
 	int count;
@@ -130,6 +136,7 @@ parse(int argc, char **argv, opts *o)
 	    {"die-rank", required_argument, 0, 'r'},
 	    {"hold-at", required_argument, 0, 'H'},
 	    {"hold-file", required_argument, 0, 'F'},
+	    {"join-after", required_argument, 0, 'J'},
 	    {"kvstore", required_argument, 0, 'K'},
 	    {"help", no_argument, 0, 'h'},
 	    {0, 0, 0, 0},
@@ -195,6 +202,9 @@ parse(int argc, char **argv, opts *o)
 		case 'K':
 			o->kvstore = optarg;
 			break;
+		case 'J':
+			o->join_after = optarg;
+			break;
 		default:
 			fputs(
 			    "usage: elastic [--samples N] [--batch-size B] "
@@ -204,7 +214,7 @@ parse(int argc, char **argv, opts *o)
 			    "               [--save FILE] [--count-samples] "
 			    "[--die-at STEP --die-rank R]...\n"
 			    "               [--hold-at STEP --hold-file "
-			    "F]...\n"
+			    "F]... [--join-after F]\n"
 			    "               [--kvstore dist_sync|dist_async]\n",
 			    ch == 'h' ? stdout : stderr);
 			return ch == 'h' ? 1 : 2;
@@ -248,6 +258,14 @@ check_epoch(const opts *o, const position *pos, const uint8_t *seen)
 	return 0;
 }
 
+/* Wait until file exists, at most 120 s. */
+static void
+wait_file(const char *file)
+{
+	for (int t = 0; t < 12000 && access(file, F_OK); t++)
+		nanosleep(&(struct timespec){0, 10000000}, NULL);
+}
+
 /* --hold-at: before step's commit, wait (once per pair, at most 120 s)
  * until the pair's file exists. */
 static void
@@ -257,8 +275,10 @@ hold(const opts *o, uint64_t step, int *held)
 		if ((uint64_t)o->hold_at[i] != step || held[i])
 			continue;
 		held[i] = 1;
-		for (int t = 0; t < 12000 && access(o->hold_file[i], F_OK); t++)
-			nanosleep(&(struct timespec){0, 10000000}, NULL);
+		printf("elastic: holding before step %llu\n",
+		       (unsigned long long)step);
+		fflush(stdout);
+		wait_file(o->hold_file[i]);
 	}
 }
 
@@ -343,13 +363,19 @@ train(dt_coll *c, dt_elastic *e, const opts *o, const float *x, const float *y,
 	    dt_sampler_create((size_t)o->n, (size_t)o->batch, 1, 0,
 	                      (uint64_t)o->seed, 1, &s) != DT_OK)
 		goto out;
+	if (o->join_after && dt_elastic_joining(e))
+		wait_file(o->join_after);
 	while (step < (uint64_t)o->steps && pos->epoch < (uint64_t)o->epochs) {
 		const size_t *idx;
 		int n;
 
 		hold(o, step, held);
-		if (step % (uint64_t)o->commit_every == 0) {
-			err = dt_elastic_commit(e, step);
+		/* (between commits: a worker that joins may be taken in at
+		 * this step, which is then committed) */
+		err = step % (uint64_t)o->commit_every == 0
+		          ? dt_elastic_commit(e, step)
+		          : dt_elastic_poll(e, step, NULL);
+		if (err || step % (uint64_t)o->commit_every == 0) {
 			if (dt_elastic_left(e)) {
 				printf("elastic: rank %d left at step %llu\n",
 				       dt_coll_rank(c),

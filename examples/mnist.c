@@ -951,17 +951,19 @@ run_elastic(const opts *o)
 	int rc = 1;
 	dt_err err;
 
-	/* The data first: a worker that joins a running job is ready for
-	 * the members' next commit once it has joined the communicator, and
-	 * they wait for it there. */
+	/* The communicator first, then the data: a worker that joins a
+	 * running job asks to join as its communicator is made, and is ready
+	 * only at its first restore, so the members learn of it while it
+	 * loads and take it in at the step it is ready. The test set is
+	 * read when an epoch ends (by rank 0 then): a joiner's start is
+	 * the training set's load alone. */
 	/* (with servers, the store first: a server or the scheduler serves
 	 * in there and exits; the communicator is made on its node) */
 	if ((strcmp(o->kvstore, "dist_sync") == 0 &&
 	     dt_kv_create(o->kvstore, &kv) != DT_OK) ||
-	    dt_data_load_mnist_dir(o->data, 1, &train) != DT_OK ||
-	    dt_data_load_mnist_dir(o->data, 0, &test) != DT_OK ||
 	    (kv ? dt_coll_init_node(dt_kv_node(kv), &c) : dt_coll_init(&c)) !=
-	        DT_OK)
+	        DT_OK ||
+	    dt_data_load_mnist_dir(o->data, 1, &train) != DT_OK)
 		goto fail;
 	if (o->limit > 0 && (size_t)o->limit < train.n)
 		train.n = (size_t)o->limit;
@@ -1008,9 +1010,13 @@ run_elastic(const opts *o)
 		       o->momentum, o->commit_every);
 	while (pos.epoch < (uint64_t)o->epochs) {
 		const size_t *idx;
+		int committed = step % (uint64_t)o->commit_every == 0;
 
-		if (step % (uint64_t)o->commit_every == 0) {
-			err = dt_elastic_commit(e, step);
+		/* (between commits: a worker that joins may be taken in at
+		 * this step, which is then committed) */
+		err = committed ? dt_elastic_commit(e, step)
+		                : dt_elastic_poll(e, step, &committed);
+		if (committed || err) {
 			if (dt_elastic_left(e)) {
 				rc = 0;
 				goto out;
@@ -1029,6 +1035,9 @@ run_elastic(const opts *o)
 		                       (size_t)pos.consumed) != DT_OK)
 			goto fail;
 		if (dt_sampler_num_batches(s) == 0) {
+			if (dt_coll_rank(c) == 0 && test.n == 0 &&
+			    dt_data_load_mnist_dir(o->data, 0, &test) != DT_OK)
+				goto fail;
 			if (dt_coll_rank(c) == 0)
 				printf("Epoch[%llu] Validation-accuracy=%.6f\n",
 				       (unsigned long long)pos.epoch,

@@ -21,6 +21,9 @@
  *                     err = dt_elastic_commit(e, step);
  *                     if (dt_elastic_left(e)) break;   (its schedule)
  *                     if (err == DT_EMEMBERSHIP) goto restore;
+ *             } else {
+ *                     err = dt_elastic_poll(e, step, NULL);
+ *                     if (err == DT_EMEMBERSHIP) goto restore;
  *             }
  *             err = one_step(...);     (collectives inside)
  *             if (err == DT_EMEMBERSHIP) {
@@ -39,13 +42,18 @@
  * the change takes effect.
  *
  * Growing: a worker started with the running job's environment joins it.
- * It waits until the members' next commit, where the membership takes it
- * in; its own first dt_elastic_commit returns DT_EMEMBERSHIP, and its
- * dt_elastic_restore receives the state the members committed at that
- * step (the same sync), so the loop above serves it unchanged.
+ * Its communicator asks the scheduler at once; its own first
+ * dt_elastic_commit returns DT_EMEMBERSHIP, and its dt_elastic_restore
+ * says it is ready (so create the communicator first, then load the
+ * data: the members learn of the worker meanwhile) and receives the state
+ * the members committed at the step that took it in (the same sync), so
+ * the loop above serves it unchanged. The members take it in at their
+ * next commit, or, if their last commit saw it on its way but not ready,
+ * at the first step it is (dt_elastic_poll, which commits that step).
  *
  * Determinism: DTRAIN_ELASTIC_SCHEDULE="step 40: -worker 1; step 90:
- * -worker 2; step 120: +1" applies the same changes at those commit steps
+ * -worker 2; step 125: +1" applies the same changes at those steps (at a
+ * commit, or at dt_elastic_poll between commits)
  * without a loss (the worker named by its launch rank leaves cleanly:
  * dt_elastic_left() says so; +1 takes in one worker started to join).
  * Each change a run takes is logged with the schedule that replays it;
@@ -122,6 +130,17 @@ dt_err dt_elastic_register(dt_elastic *e, const char *name, void *p,
  * not be taken, a wait past DT_ELASTIC_TIMEOUT.
  */
 dt_err dt_elastic_commit(dt_elastic *e, uint64_t step);
+
+/*
+ * Call before each step that does not call dt_elastic_commit (every rank
+ * at the same steps). It takes in a worker that asked to join when it is
+ * ready, if the members' last commit saw it on its way (one allreduce of
+ * two words per step, only then), and a change the schedule puts at this
+ * step; either way it commits step first (*committed = 1, if committed is
+ * not NULL) and then returns as dt_elastic_commit does. Otherwise it
+ * returns DT_OK at once, committing nothing.
+ */
+dt_err dt_elastic_poll(dt_elastic *e, uint64_t step, int *committed);
 
 /*
  * After DT_EMEMBERSHIP: wait for the scheduler's new membership, take it,

@@ -962,8 +962,11 @@ comm_start(dt_coll *c)
 		return err;
 	if ((err = start_bg(c)))
 		return err;
-	/* Nobody sends a collective message before everyone listens. */
-	if (c->node && (err = dt_node_barrier(c->node, DT_GROUP_WORKERS)))
+	/* Nobody sends a collective message before everyone listens. (A
+	 * worker joining a running elastic job listens now, and says it is
+	 * ready later, from its first dt_elastic_restore: coll/elastic.c.) */
+	if (c->node && !(c->elastic && dt__node_elastic_joiner(c->node)) &&
+	    (err = dt_node_barrier(c->node, DT_GROUP_WORKERS)))
 		return err;
 	/* An elastic communicator's ranks change; the same-host reads'
 	 * slots and pids by rank are not re-made: its data goes over the

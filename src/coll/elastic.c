@@ -16,6 +16,16 @@
  * agree on one step, and that step is the one logged with the change, so
  * a scheduled replay removes the worker at the same commit.
  *
+ * Joining between commits: a worker that asks to join tells the
+ * scheduler at once, and only later, from its first dt_elastic_restore,
+ * that it is ready (its data loaded). When the members' commit agrees
+ * that one has asked but is not ready yet, they watch: at every step
+ * until it is ready (dt_elastic_poll) they agree again, by an allreduce
+ * of two words, and take it in at the step it is, committing that step
+ * first. The change is logged at that step, and a replay's schedule
+ * takes the worker in at that step through dt_elastic_poll as well. A
+ * job without a joiner on its way pays a flag test per step.
+ *
  * Threads: the caller's only (as the communicator's calls).
  */
 #include <stdio.h>
@@ -56,6 +66,11 @@ struct dt_elastic {
 	 * commit must do nothing the others would have to meet. */
 	int changed;
 	uint64_t changed_at;
+	/* The members agreed at their last commit that a worker asked to
+	 * join and is not ready yet: they look for it at every step. */
+	int watch;
+	/* This joiner told the scheduler that it is ready (its restore). */
+	int ready_sent;
 	uint64_t timeout_ns;
 	sched_item sched[MAX_SCHEDULE];
 	int nsched;
@@ -398,6 +413,7 @@ take_change(dt_elastic *e, const uint64_t *leave_at, uint64_t *step)
 		/* (a job with servers: its pushes name this membership now) */
 		dt__node_elastic_take(c->node, e->last.epoch);
 		e->joining = 0;
+		e->watch = 0; /* (every rank: the next commit decides) */
 		e->changed = 1;
 		e->changed_at = *step;
 		break;
@@ -477,31 +493,52 @@ removes_at(const dt_elastic *e, uint64_t step)
 	return 0;
 }
 
-/* Without a schedule: whether any rank has heard of workers waiting to
- * join, agreed by every rank at this commit (an allreduce of the most
- * any heard of), so that all take them in at the same step. Only while
- * the job is below DTRAIN_ELASTIC_MAX. */
+/* Without a schedule: whether any rank has heard of workers ready to
+ * join, agreed by every rank here (an allreduce of the most any heard
+ * of), so that all take them in at the same step; and whether one has
+ * asked to join but is not ready yet, so that all watch for it at every
+ * step (e->watch). Only while the job is below DTRAIN_ELASTIC_MAX. */
 static dt_err
 waiting_here(dt_elastic *e, int *add)
 {
 	dt_coll *c = e->c;
-	int32_t heard;
+	int32_t heard[2];
 	int size, room;
 	dt_err err;
 
 	*add = 0;
+	e->watch = 0;
 	pthread_mutex_lock(&c->mu);
 	size = c->size;
 	pthread_mutex_unlock(&c->mu);
 	room = dt__node_elastic_max(c->node) - size;
 	if (room <= 0)
 		return DT_OK;
-	heard = dt__node_elastic_waiting(c->node);
-	if ((err = dt_coll_allreduce(c, &heard, &heard, 1, DT_INT32,
-	                             DT_COLL_MAX)))
+	heard[0] = dt__node_elastic_waiting(c->node);
+	heard[1] = dt__node_elastic_announced(c->node);
+	if ((err =
+	         dt_coll_allreduce(c, heard, heard, 2, DT_INT32, DT_COLL_MAX)))
 		return err;
-	*add = heard < room ? (int)heard : room;
+	*add = heard[0] < room ? (int)heard[0] : room;
+	e->watch = heard[0] == 0 && heard[1] > 0;
 	return DT_OK;
+}
+
+/* DT_EMEMBERSHIP if a change nobody scheduled is on its way. */
+static dt_err
+change_pending(dt_elastic *e, const char *where, uint64_t step)
+{
+	char msg[256];
+
+	pthread_mutex_lock(&e->c->mu);
+	if (!e->c->changing) {
+		pthread_mutex_unlock(&e->c->mu);
+		return DT_OK;
+	}
+	snprintf(msg, sizeof(msg), "%s", e->c->change_msg);
+	pthread_mutex_unlock(&e->c->mu);
+	return dt__fail(DT_EMEMBERSHIP, "%s at step %llu: %s", where,
+	                (unsigned long long)step, msg);
 }
 
 dt_err
@@ -559,16 +596,8 @@ dt_elastic_commit(dt_elastic *e, uint64_t step)
 	/* A change nobody scheduled: the ranks may be at different
 	 * commits, and dt_elastic_restore says which one they all go on
 	 * from. */
-	pthread_mutex_lock(&e->c->mu);
-	if (e->c->changing) {
-		char msg[256];
-
-		snprintf(msg, sizeof(msg), "%s", e->c->change_msg);
-		pthread_mutex_unlock(&e->c->mu);
-		return dt__fail(DT_EMEMBERSHIP, "commit at step %llu: %s",
-		                (unsigned long long)step, msg);
-	}
-	pthread_mutex_unlock(&e->c->mu);
+	if ((err = change_pending(e, "commit", step)))
+		return err;
 	/* Workers waiting to join, when no schedule decides the steps. */
 	if (e->nsched == 0 && !again) {
 		if ((err = waiting_here(e, &add)))
@@ -580,8 +609,56 @@ dt_elastic_commit(dt_elastic *e, uint64_t step)
 }
 
 dt_err
+dt_elastic_poll(dt_elastic *e, uint64_t step, int *committed)
+{
+	int me, add;
+	dt_err err;
+
+	if (committed)
+		*committed = 0;
+	if (e == NULL)
+		return dt__fail(DT_EINVAL, "elastic_poll: no state");
+	/* (nothing to watch, nothing scheduled: the usual step) */
+	if (!e->c->elastic || (!e->watch && e->nsched == 0))
+		return DT_OK;
+	if (e->left || e->joining || !e->committed)
+		return dt__fail(DT_ESTATE, "elastic_poll at step %llu: %s",
+		                (unsigned long long)step,
+		                e->left      ? "this worker left the job"
+		                : e->joining ? "this worker joins the running "
+		                               "job and restores first"
+		                             : "nothing committed yet");
+	/* (the step a change was taken at: done there) */
+	if (e->changed && e->changed_at == step)
+		return DT_OK;
+	if (e->nsched) {
+		/* A replay: a change logged between commits is taken here,
+		 * as a commit would take it. */
+		if (!scheduled(e, step, &me, &add))
+			return DT_OK;
+		if (committed)
+			*committed = 1;
+		return dt_elastic_commit(e, step);
+	}
+	if ((err = change_pending(e, "elastic_poll", step)) ||
+	    (err = waiting_here(e, &add)))
+		return err;
+	if (add == 0)
+		return DT_OK;
+	/* Commit this step first: the state the joiner gets, and the one
+	 * every rank goes back to after a later loss, is a committed one. */
+	snap_take(e, step);
+	e->changed = 0;
+	if (committed)
+		*committed = 1;
+	return grow_here(e, step, add, 0);
+}
+
+dt_err
 dt_elastic_restore(dt_elastic *e, uint64_t *step)
 {
+	dt_err err;
+
 	if (e == NULL || step == NULL)
 		return dt__fail(DT_EINVAL, "elastic_restore: no state");
 	if (!e->committed)
@@ -591,6 +668,15 @@ dt_elastic_restore(dt_elastic *e, uint64_t *step)
 		return dt__fail(DT_ESTATE,
 		                "elastic_restore: the job is not elastic "
 		                "(DTRAIN_ELASTIC=1)");
+	/* A worker joining the running job is ready to be taken in only
+	 * now: its program has loaded what it needs and waits for the
+	 * members' state. Its first barrier over the workers says so to the
+	 * scheduler, and ends once a membership takes it in. */
+	if (e->joining && !e->ready_sent) {
+		e->ready_sent = 1;
+		if ((err = dt_node_barrier(e->c->node, DT_GROUP_WORKERS)))
+			return err;
+	}
 	return take_change(e, NULL, step);
 }
 

@@ -146,6 +146,9 @@ int dt__node_elastic_slots(const dt_node *n);
 int dt__node_elastic_joiner(const dt_node *n);
 /* How many started workers wait to join (the scheduler's last word). */
 int dt__node_elastic_waiting(dt_node *n);
+/* How many workers have asked to join, ready or still starting (loading
+ * their data): the members watch every step for them (coll/elastic.c). */
+int dt__node_elastic_announced(dt_node *n);
 /* Ask the scheduler to take count waiting workers into the membership,
  * at commit step `step`; exact: wait until count are ready (a schedule's
  * replay), else take those ready (none: the same list, a new epoch). */

@@ -127,6 +127,17 @@ dt__node_elastic_waiting(dt_node *n)
 	return k;
 }
 
+int
+dt__node_elastic_announced(dt_node *n)
+{
+	int k;
+
+	pthread_mutex_lock(&n->mu);
+	k = n->el_announced;
+	pthread_mutex_unlock(&n->mu);
+	return k;
+}
+
 dt_err
 dt__node_elastic_grow(dt_node *n, int count, uint64_t step, int exact)
 {
@@ -427,12 +438,14 @@ count_joining(dt_node *n, int ready_only)
 }
 
 /* Tell every member how many workers are ready to join (GROW, arg0),
- * and, below the minimum, how many more milliseconds the scheduler waits
- * for enough of them (arg1; 0: it does not wait). */
+ * below the minimum, how many more milliseconds the scheduler waits for
+ * enough of them (arg1; 0: it does not wait), and how many have asked to
+ * join, ready or still starting (arg2): the members then look for them
+ * at every step, not only at their commits. */
 static void
 send_waiting(dt_node *n)
 {
-	int *ids, count, ready;
+	int *ids, count, ready, asked;
 	uint64_t hold_ms;
 
 	if ((ids = malloc(sizeof(int) * (size_t)n->ntable)) == NULL)
@@ -440,12 +453,14 @@ send_waiting(dt_node *n)
 	count = copy_members(n, ids);
 	pthread_mutex_lock(&n->mu);
 	ready = count_joining(n, 1);
+	asked = count_joining(n, 0);
 	hold_ms = below_left_ms(n);
 	pthread_mutex_unlock(&n->mu);
 	for (int i = 0; i < count; i++) {
 		dt_msg_hdr h = {.cmd = DT_CMD_GROW,
 		                .arg0 = (uint64_t)ready,
-		                .arg1 = hold_ms};
+		                .arg1 = hold_ms,
+		                .arg2 = (uint64_t)asked};
 
 		(void)dt__node_send(n, ids[i], &h, NULL, 0, NULL, 0);
 	}
@@ -572,11 +587,14 @@ dt__elastic_sched_join(dt_node *n, dt_conn *c, const joiner *j)
 	dt__conn_vouch(c);
 	dt__log(0,
 	        "a worker at %s:%d (pid %d) joins the running elastic job as "
-	        "worker %d (node id %d); the members take it in at their "
-	        "next commit",
+	        "worker %d (node id %d); the members take it in once it is "
+	        "ready",
 	        j->host, j->port, j->pid, e->rank, id);
 	send_joiner_table(n, c, id);
 	send_joiner_addr(n, j, id);
+	/* (the members learn that a worker is on its way while it still
+	 * loads its data: they take it in at the step it is ready) */
+	send_waiting(n);
 }
 
 int
@@ -803,10 +821,12 @@ dt__elastic_member_on_grow(dt_node *n, dt_conn *c, const dt_msg *m)
 
 	pthread_mutex_lock(&n->mu);
 	n->el_waiting = (int)DT_MIN(m->hdr.arg0, (uint64_t)n->el_max);
+	n->el_announced = (int)DT_MIN(m->hdr.arg2, (uint64_t)n->el_max);
 	was = n->el_hold_until != 0;
 	n->el_hold_until = hold_ms ? dt__now_ns() + hold_ms * 1000000ull : 0;
 	pthread_mutex_unlock(&n->mu);
-	DT_LOG(1, "%d workers wait to join", (int)m->hdr.arg0);
+	DT_LOG(1, "%d workers wait to join (%d asked)", (int)m->hdr.arg0,
+	       (int)DT_MIN(m->hdr.arg2, (uint64_t)n->el_max));
 	if (hold_ms && !was)
 		dt__log(0,
 		        "the job has fewer workers than DTRAIN_ELASTIC_MIN=%d: "
@@ -864,7 +884,8 @@ dt__elastic_joiner_ready(dt_node *n)
 
 	if ((err = dt__node_send(n, 0, &h, NULL, 0, NULL, 0)))
 		return err;
-	DT_LOG(1, "ready to join; waiting for the members' next commit");
+	DT_LOG(1, "ready to join; waiting for the members to take this "
+	          "worker in");
 	err = dt__node_wait(n, self_member, NULL, dt__now_ns() + n->wait_ns,
 	                    "the members' next commit to take this worker in");
 	if (err == DT_ETIMEDOUT)

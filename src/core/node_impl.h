@@ -126,9 +126,11 @@ struct dt_node {
 	int el_gone;
 	/* Growing: this process joined the running job (its NODE_TABLE said
 	 * so; set before have_table), and (mu) how many started workers the
-	 * scheduler says wait to join at the members' next commit (GROW). */
+	 * scheduler says wait to join at the members' next commit (GROW),
+	 * and how many have asked to join, ready or not (GROW arg2). */
 	int el_joiner;
 	int el_waiting;
+	int el_announced;
 	/* Below the minimum (elastic.c): how long the scheduler waits for
 	 * workers to join when fewer than el_min remain
 	 * (DTRAIN_ELASTIC_TIMEOUT), and on a member (mu) until when the
