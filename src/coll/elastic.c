@@ -23,6 +23,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "coll/exec.h"
 #include "coll/state.h"
 #include "dtrain/elastic.h"
 
@@ -358,17 +359,19 @@ leaver_listed(dt_elastic *e, uint64_t step, int *ids)
 
 /*
  * DT_TEST_SYNC_HOLD=R: launch rank R, in its first state sync, waits after
- * re-forming and before the broadcast until the node has a membership
- * newer than the one it re-formed over (at most DT_ELASTIC_TIMEOUT). The
- * other ranks wait in the broadcast for it meanwhile, so a test can make
- * the next change (a worker killed) happen while the sync runs, and every
- * rank's sync meets a newer membership.
+ * re-forming and before the broadcast until the communicator has heard of
+ * a change after the membership it re-formed over (at most
+ * DT_ELASTIC_TIMEOUT). The other ranks wait in the broadcast for it
+ * meanwhile, so a test can make the next change (a worker killed) happen
+ * while the sync runs, and every rank's sync meets a newer membership.
+ * (The node's membership alone is not enough: the node wakes its waiters
+ * before it tells the communicator, dt__coll_on_membership.)
  */
 static void
 sync_hold(dt_elastic *e)
 {
 	dt_coll *c = e->c;
-	uint64_t epoch;
+	uint64_t epoch, until = dt__now_ns() + e->timeout_ns;
 
 	if (e->held || e->hold_rank != dt__node_id(c->node) - c->base_id)
 		return;
@@ -381,8 +384,11 @@ sync_hold(dt_elastic *e)
 	        "over membership %llu until a newer one comes "
 	        "(DT_TEST_SYNC_HOLD)",
 	        e->hold_rank, (int)getpid(), (unsigned long long)epoch);
-	(void)dt__node_wait_membership(c->node, epoch,
-	                               dt__now_ns() + e->timeout_ns);
+	pthread_mutex_lock(&c->mu);
+	while (!c->changing && dt__now_ns() < until)
+		dt__coll_cv_wait_until(
+		    c, DT_MIN(until, dt__now_ns() + 100000000ull));
+	pthread_mutex_unlock(&c->mu);
 }
 
 /*
