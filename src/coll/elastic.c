@@ -31,7 +31,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
+#include "coll/exec.h"
 #include "coll/state.h"
 #include "dtrain/elastic.h"
 
@@ -75,6 +77,10 @@ struct dt_elastic {
 	sched_item sched[MAX_SCHEDULE];
 	int nsched;
 	dt_elastic_change last;
+	/* DT_TEST_SYNC_HOLD (testing): the launch rank held in its first
+	 * state sync (-1: none), and whether it was. */
+	int hold_rank;
+	int held;
 };
 
 static size_t
@@ -140,7 +146,7 @@ dt_elastic_create(dt_coll *c, dt_elastic **out)
 {
 	dt_elastic *e;
 	const char *text;
-	long secs;
+	long secs, hold;
 	dt_err err;
 
 	if (c == NULL || out == NULL)
@@ -155,6 +161,12 @@ dt_elastic_create(dt_coll *c, dt_elastic **out)
 	e->timeout_ns = (uint64_t)secs * 1000000000ull;
 	e->last.removed = -1;
 	e->joining = c->elastic && dt__node_elastic_joiner(c->node);
+	if ((err = dt__env_long("DT_TEST_SYNC_HOLD", -1, -1,
+	                        DT_MAX_ROLE_NODES - 1, &hold))) {
+		free(e);
+		return err;
+	}
+	e->hold_rank = c->elastic ? (int)hold : -1;
 	if ((text = dt__env_str("DTRAIN_ELASTIC_SCHEDULE")) != NULL) {
 		if (!c->elastic) {
 			free(e);
@@ -358,6 +370,40 @@ leaver_listed(dt_elastic *e, uint64_t step, int *ids)
 }
 
 /*
+ * DT_TEST_SYNC_HOLD=R: launch rank R, in its first state sync, waits after
+ * re-forming and before the broadcast until the communicator has heard of
+ * a change after the membership it re-formed over (at most
+ * DT_ELASTIC_TIMEOUT). The other ranks wait in the broadcast for it
+ * meanwhile, so a test can make the next change (a worker killed) happen
+ * while the sync runs, and every rank's sync meets a newer membership.
+ * (The node's membership alone is not enough: the node wakes its waiters
+ * before it tells the communicator, dt__coll_on_membership.)
+ */
+static void
+sync_hold(dt_elastic *e)
+{
+	dt_coll *c = e->c;
+	uint64_t epoch, until = dt__now_ns() + e->timeout_ns;
+
+	if (e->held || e->hold_rank != dt__node_id(c->node) - c->base_id)
+		return;
+	e->held = 1;
+	pthread_mutex_lock(&c->mu);
+	epoch = c->epoch;
+	pthread_mutex_unlock(&c->mu);
+	dt__log(0,
+	        "elastic: launch rank %d (pid %d) holds in the state sync "
+	        "over membership %llu until a newer one comes "
+	        "(DT_TEST_SYNC_HOLD)",
+	        e->hold_rank, (int)getpid(), (unsigned long long)epoch);
+	pthread_mutex_lock(&c->mu);
+	while (!c->changing && dt__now_ns() < until)
+		dt__coll_cv_wait_until(
+		    c, DT_MIN(until, dt__now_ns() + 100000000ull));
+	pthread_mutex_unlock(&c->mu);
+}
+
+/*
  * Take the change: wait for the scheduler's membership, re-form, and
  * broadcast the new rank 0's commit to every rank. Again if another rank
  * is lost meanwhile, or a newer membership drops one of the ranks the
@@ -402,10 +448,18 @@ take_change(dt_elastic *e, const uint64_t *leave_at, uint64_t *step)
 			continue; /* another leaver's membership follows */
 		if ((err = dt__coll_reform(c, &changed)))
 			break;
+		sync_hold(e);
 		err =
 		    dt_coll_broadcast(c, e->snap, e->snap_len / 4, DT_INT32, 0);
-		if (err == DT_EMEMBERSHIP)
-			continue; /* lost another: the next membership */
+		if (err == DT_EMEMBERSHIP) {
+			/* Lost another, or a newer membership drops a rank of
+			 * this one (reform.c): the next membership. */
+			DT_LOG(1,
+			       "elastic: the state sync failed (%s); taking "
+			       "the newer membership",
+			       dt_errmsg());
+			continue;
+		}
 		if (err)
 			break;
 		*step = snap_put_back(e);

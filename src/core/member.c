@@ -30,15 +30,19 @@ role_group(dt_role r)
 }
 
 /* The waiting calls' spin (common/spin.h) suits a machine with a processor
- * for each busy process of the job; count ours on this host. */
+ * for each busy process of the job; count ours on this host. Under mu: in
+ * an elastic job a worker that joins may be written into its row
+ * (NODE_UPDATE, I/O thread) as soon as the table is in. */
 static void
 fit_spin(dt_node *n)
 {
 	int here = 0;
 
+	pthread_mutex_lock(&n->mu);
 	for (int id = 1; id < n->ntable; id++)
 		if (strcmp(n->table[id].host, n->host) == 0)
 			here++;
+	pthread_mutex_unlock(&n->mu);
 	if (dt__spin_fit(here))
 		DT_LOG(1,
 		       "%d servers and workers on this host for %ld "

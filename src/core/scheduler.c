@@ -564,11 +564,15 @@ send_tables(dt_node *n)
 	dt_err err;
 
 	/* Every node's table is the same but for its id, the first field:
-	 * encoded once, the id written in for each. */
+	 * encoded once, the id written in for each. Under mu: in an elastic
+	 * job the I/O thread may seat a worker that joins the running job
+	 * (dt__sched_seat) while this thread encodes. */
 	dt__wbuf_init(&w);
-	if ((err = dt__msg_node_table_encode(0, n->num_servers,
-	                                     n->ntable - 1 - n->num_servers,
-	                                     n->table, &w)))
+	pthread_mutex_lock(&n->mu);
+	err = dt__msg_node_table_encode(
+	    0, n->num_servers, n->ntable - 1 - n->num_servers, n->table, &w);
+	pthread_mutex_unlock(&n->mu);
+	if (err)
 		goto fail;
 	if (w.len > DT_MAX_META) {
 		err = dt__fail(DT_ETOOBIG,

@@ -111,15 +111,17 @@ typedef struct shm_link {
 	dt_ring rx, tx;
 	atomic_int ready; /* the peer's set-up has come */
 	atomic_int shut;
-	/* What a thread did before it sent on the link happens before what
-	 * a thread that reads the link afterwards does (release on every
-	 * send, acquire on every read), as with a socket. The bytes' own
+	/* What a thread did before it sent on the link, the send's own
+	 * copy of its buffer included, happens before what a thread that
+	 * reads the link afterwards does, as with a socket: both rings carry
+	 * this edge (dt_ring.order), released when bytes or a segment are
+	 * published and acquired before they are copied out. The bytes' own
 	 * path goes through another process, or another mapping of the
 	 * ring, neither of which ThreadSanitizer sees: without this edge, a
-	 * reply that frees what its request's sender touched last is
-	 * reported as a race. Both ends of a link and both directions use
-	 * one slot (by the rings' inodes), so it holds with both ends in one
-	 * process too. */
+	 * reply that frees what its request's sender touched last, or lands
+	 * where the request was sent from, is reported as a race. Both ends
+	 * of a link and both directions use one slot (by the rings' inodes),
+	 * so it holds with both ends in one process too. */
 	atomic_uint *order;
 	ino_t rx_ino;
 	pthread_mutex_t setup_mu;
@@ -422,6 +424,8 @@ take_setup(shm_link *s)
 		ino_t tx_ino = fstat(fds[0], &st) == 0 ? st.st_ino : 0;
 
 		s->order = &order_slots[(s->rx_ino ^ tx_ino) % ORDER_SLOTS];
+		s->rx.order = s->order;
+		s->tx.order = s->order;
 		probe_peer(s, dt__get_u64(hdr + 16));
 	}
 	if (nfd > 0)
@@ -695,7 +699,6 @@ seg_read(shm_link *s, void *buf, size_t len)
 		errno = EPROTO;
 		return -1;
 	}
-	(void)atomic_load_explicit(s->order, memory_order_acquire);
 	atomic_fetch_add_explicit(&copied_once, n, memory_order_relaxed);
 	s->rseg_addr += n;
 	s->rseg_left -= n;
@@ -743,7 +746,6 @@ again:
 		return seg_read(s, buf, len);
 	n = dt__ring_read(&s->rx, buf, len);
 	if (n > 0) {
-		(void)atomic_load_explicit(s->order, memory_order_acquire);
 		if (dt__ring_wake(&s->rx))
 			ring_bell(s->room_out);
 		return n;
@@ -901,7 +903,6 @@ shm_sendv(dt_link *l, const struct iovec *iov, int iovcnt)
 		errno = EPIPE;
 		return -1;
 	}
-	atomic_fetch_add_explicit(s->order, 1, memory_order_release);
 	if ((k = big_piece(s, iov, iovcnt, &before)) < 0)
 		return ring_send(s, iov, iovcnt);
 	/* What comes before the big piece goes first, all of it. */

@@ -268,6 +268,20 @@ dt__ring_write(dt_ring *r, const struct iovec *iov, int iovcnt)
 		}
 	}
 	if (done) {
+		/*
+		 * The link's edge is released here, after the copy and before
+		 * the bytes are published, and not before the copy: the answer
+		 * to these bytes may come back into the very memory they were
+		 * copied from (a pushpull in place), and it can only come
+		 * after the peer saw the head. Only the peer, in another
+		 * process, orders the two; the edge makes this process's
+		 * reader (which acquires it before copying the answer out)
+		 * ordered after the copy too, as a socket's send and receive
+		 * are.
+		 */
+		if (r->order)
+			atomic_fetch_add_explicit(r->order, 1,
+			                          memory_order_release);
 		r->pos += done;
 		atomic_store_explicit(&r->hdr->head, r->pos,
 		                      memory_order_release);
@@ -290,6 +304,8 @@ dt__ring_read(dt_ring *r, void *buf, size_t len)
 	if (rc == 1)
 		head = seg_at;
 	n = (size_t)(head - r->pos) < len ? (size_t)(head - r->pos) : len;
+	if (n && r->order) /* (before the copy: it may land in place) */
+		(void)atomic_load_explicit(r->order, memory_order_acquire);
 	while (done < n) {
 		size_t at = (size_t)(r->pos + done) & (r->cap - 1);
 		size_t k = r->cap - at < n - done ? r->cap - at : n - done;
@@ -349,6 +365,8 @@ void
 dt__ring_seg_post(dt_ring *r, uint64_t addr, uint64_t len)
 {
 	r->seg_seq++;
+	if (r->order) /* (as a write's bytes: dt__ring_write) */
+		atomic_fetch_add_explicit(r->order, 1, memory_order_release);
 	atomic_store_explicit(&r->hdr->seg_at, r->pos, memory_order_relaxed);
 	atomic_store_explicit(&r->hdr->seg_addr, addr, memory_order_relaxed);
 	atomic_store_explicit(&r->hdr->seg_len, len, memory_order_relaxed);
@@ -405,6 +423,8 @@ dt__ring_seg_claim(dt_ring *r, uint64_t max_len, uint64_t *addr, uint64_t *len)
 	        memory_order_acq_rel, memory_order_acquire))
 		return 0; /* taken back: its bytes come through the ring */
 	r->seg_claimed = v & ~(uint64_t)7;
+	if (r->order) /* (before the caller copies the segment) */
+		(void)atomic_load_explicit(r->order, memory_order_acquire);
 	*addr = a;
 	*len = n;
 	return 1;

@@ -23,6 +23,7 @@
 #ifndef DT_NET_SHM_RING_H
 #define DT_NET_SHM_RING_H
 
+#include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <sys/types.h>
@@ -44,6 +45,12 @@ typedef struct dt_ring {
 	int broken;           /* a check failed: every later call is EPROTO */
 	uint64_t seg_seq;     /* writer: its last segment's sequence */
 	uint64_t seg_claimed; /* reader: the segment it claimed (seq << 3) */
+	/* The happens-before edge of the link the ring belongs to (NULL:
+	 * none; set by the owner after create or attach): the writer
+	 * releases it once the bytes are copied in and before it publishes
+	 * them (head or segment), the reader acquires it before it copies
+	 * them out. See dt__ring_write. */
+	atomic_uint *order;
 } dt_ring;
 
 /* Create a ring of cap bytes (a power of two in [DT_RING_MIN,
@@ -57,7 +64,9 @@ dt_err dt__ring_attach(int fd, size_t cap, dt_ring *r);
 void dt__ring_unmap(dt_ring *r);
 
 /* Copy up to the free room of iov into the ring: the bytes written, 0 when
- * full, -1 with errno EPROTO when the reader's position is impossible. */
+ * full, -1 with errno EPROTO when the reader's position is impossible.
+ * Every read of iov's memory happens before what a thread of this process
+ * does after it reads the link's other ring (r->order). */
 ssize_t dt__ring_write(dt_ring *r, const struct iovec *iov, int iovcnt);
 /* Copy up to len bytes out: the bytes read, 0 when empty, -1 with errno
  * EPROTO when the writer's position is impossible. */

@@ -6,13 +6,15 @@
  * whose set-up is not the one expected; strangers without the proof of the
  * job key, or of another user, that get nothing allocated; a peer that
  * claims a segment and never copies it, which a serving thread never
- * waits for; and no file left anywhere.
+ * waits for; answers read by one thread into the buffer another thread
+ * sent their requests from; and no file left anywhere.
  *
  * The writers are forked processes, as peers are.
  */
 #include <dirent.h>
 #include <errno.h>
 #include <poll.h>
+#include <pthread.h>
 #include <setjmp.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -1052,6 +1054,167 @@ test_quiet_arm(void **state)
 	T->close(&lis);
 }
 
+/*
+ * A request's answer read into the memory the request was sent from (a
+ * pushpull in place): one thread sends each round's bytes from buf, and
+ * another, as the van's I/O thread does, reads the answer straight into
+ * buf. The peer, a forked echo that adds 1 to every byte, is what orders
+ * the sender's copy out of buf before the reader's copy into it; the
+ * link's own happens-before edge must say so too (ThreadSanitizer sees
+ * only this process, and the TSan pass reports a race when the edge is
+ * released before the send's copy rather than after). Every answer is
+ * checked byte for byte.
+ */
+#define ECHO_LEN    64
+#define ECHO_ROUNDS 300
+
+/* Send all of buf[0..len) within 5 s (not from the test's thread: no
+ * cmocka assertion, a failure is the return value). */
+static int
+send_all(dt_link *l, const uint8_t *buf, size_t len)
+{
+	uint64_t end = dt__now_ns() + 5000000000ull;
+	size_t off = 0;
+
+	while (off < len) {
+		struct iovec iov = {(void *)(buf + off), len - off};
+		ssize_t w = T->sendv(l, &iov, 1);
+
+		if (w > 0) {
+			off += (size_t)w;
+			continue;
+		}
+		if ((w < 0 && errno != EAGAIN) || dt__now_ns() >= end)
+			return -1;
+		T->wait_writable(l, 100);
+	}
+	return 0;
+}
+
+/* Read exactly len bytes into buf within 20 s: 0, else -1 (the end of the
+ * stream first, an error, the deadline); *eof at the end before a byte. */
+static int
+recv_all(dt_link *l, uint8_t *buf, size_t len, int *eof)
+{
+	uint64_t end = dt__now_ns() + 20000000000ull;
+	size_t got = 0;
+
+	*eof = 0;
+	while (got < len) {
+		ssize_t n = T->recv(l, buf + got, len - got);
+
+		if (n > 0) {
+			got += (size_t)n;
+			continue;
+		}
+		if (n == 0) {
+			*eof = got == 0;
+			return -1;
+		}
+		if ((errno != EAGAIN && errno != EINTR) || dt__now_ns() >= end)
+			return -1;
+		struct pollfd p = {.fd = l->fd, .events = POLLIN};
+		poll(&p, 1, 100);
+	}
+	return 0;
+}
+
+/* The peer: each ECHO_LEN bytes back with 1 added, until the end. */
+static void
+echo_child(const char *name)
+{
+	dt_link l;
+	uint8_t buf[ECHO_LEN];
+	int eof;
+
+	if (T->connect(name, 0, dt__now_ns() + 5000000000ull, "test", &l) !=
+	    DT_OK)
+		_exit(2);
+	while (recv_all(&l, buf, sizeof(buf), &eof) == 0) {
+		for (size_t i = 0; i < sizeof(buf); i++)
+			buf[i]++;
+		if (send_all(&l, buf, sizeof(buf)))
+			_exit(3);
+	}
+	T->close(&l);
+	_exit(eof ? 0 : 4);
+}
+
+typedef struct echo_reader {
+	dt_link *l;
+	uint8_t *buf;
+	pthread_mutex_t mu;
+	pthread_cond_t cv;
+	int answered; /* (mu) rounds whose answer came and was right */
+	int bad;      /* (mu) a round's answer was wrong or did not come */
+} echo_reader;
+
+static void *
+echo_read_main(void *arg)
+{
+	echo_reader *r = arg;
+	int eof;
+
+	for (int k = 0; k < ECHO_ROUNDS; k++) {
+		int bad = recv_all(r->l, r->buf, ECHO_LEN, &eof) != 0;
+
+		for (int i = 0; i < ECHO_LEN && !bad; i++)
+			bad = r->buf[i] != (uint8_t)(k * 7 + i + 1);
+		pthread_mutex_lock(&r->mu);
+		r->bad = bad;
+		r->answered += !bad;
+		pthread_cond_signal(&r->cv);
+		pthread_mutex_unlock(&r->mu);
+		if (bad)
+			break;
+	}
+	return NULL;
+}
+
+static void
+test_answer_in_place(void **state)
+{
+	char name[64];
+	dt_link lis, l;
+	uint8_t buf[ECHO_LEN];
+	echo_reader r = {.l = &l, .buf = buf};
+	pthread_t th;
+	pid_t pid;
+
+	(void)state;
+	endpoint(name, sizeof(name), "echo");
+	assert_int_equal(T->listen(name, 0, -1, &lis, NULL), DT_OK);
+	fflush(NULL);
+	pid = fork();
+	assert_true(pid >= 0);
+	if (pid == 0)
+		echo_child(name);
+	accept_one(&lis, &l);
+	pthread_mutex_init(&r.mu, NULL);
+	pthread_cond_init(&r.cv, NULL);
+	assert_int_equal(pthread_create(&th, NULL, echo_read_main, &r), 0);
+	for (int k = 0; k < ECHO_ROUNDS; k++) {
+		/* (the answer before is in and checked: buf is ours) */
+		pthread_mutex_lock(&r.mu);
+		while (r.answered < k && !r.bad)
+			pthread_cond_wait(&r.cv, &r.mu);
+		pthread_mutex_unlock(&r.mu);
+		if (r.bad)
+			break;
+		for (int i = 0; i < ECHO_LEN; i++)
+			buf[i] = (uint8_t)(k * 7 + i);
+		assert_int_equal(send_all(&l, buf, sizeof(buf)), 0);
+	}
+	pthread_join(th, NULL);
+	assert_false(r.bad);
+	assert_int_equal(r.answered, ECHO_ROUNDS);
+	T->close(&l);
+	T->close(&lis);
+	assert_int_equal(reap(pid), 0);
+	pthread_mutex_destroy(&r.mu);
+	pthread_cond_destroy(&r.cv);
+}
+
 static void
 test_no_listener(void **state)
 {
@@ -1077,6 +1240,7 @@ main(void)
 	    cmocka_unit_test(test_quiet_arm),
 	    cmocka_unit_test(test_strangers_allocate_nothing),
 	    cmocka_unit_test(test_stalled_claim),
+	    cmocka_unit_test(test_answer_in_place),
 	};
 
 	signal(SIGPIPE, SIG_IGN);
