@@ -29,6 +29,11 @@ struct dt_sched {
 	joiner *j;
 	int nj;
 	int assigned;
+	/* An elastic job past its start-up barrier, the workers held for it
+	 * admitted (admit_early): a worker that joins now is seated at once.
+	 * Before, it waits with them, so that no member hears of it before
+	 * the member has its table. */
+	int running;
 	int *left; /* by id: worker done, or server closed */
 	int workers_done;
 	int servers_closed;

@@ -159,12 +159,12 @@ on_add_node(dt_node *n, dt_conn *c, dt_msg *m)
 		}
 	}
 	if (n->elastic && j.role == DT_ROLE_WORKER) {
-		int assigned;
+		int running;
 
 		pthread_mutex_lock(&n->mu);
-		assigned = s->assigned;
+		running = s->running;
 		pthread_mutex_unlock(&n->mu);
-		if (assigned) {
+		if (running) {
 			dt__elastic_sched_join(n, c, &j);
 			return;
 		}
@@ -175,9 +175,11 @@ on_add_node(dt_node *n, dt_conn *c, dt_msg *m)
 	for (int i = 0; i < s->nj; i++)
 		have += s->j[i].role == j.role;
 	/* An elastic job's worker beyond the first W, started before the job
-	 * is: it joins the running job once it runs (dt__sched_start). */
-	if (n->elastic && j.role == DT_ROLE_WORKER && have >= room &&
-	    !s->assigned &&
+	 * runs (before its ranks are assigned, or while the members still
+	 * get their tables): it joins the running job once it runs
+	 * (dt__sched_start). */
+	if (n->elastic && j.role == DT_ROLE_WORKER &&
+	    (have >= room || s->assigned) && !s->running &&
 	    s->nheld < 1 + n->num_servers + dt__elastic_slots(n)) {
 		joiner *h = &s->held[s->nheld++];
 
@@ -691,6 +693,9 @@ admit_early(dt_node *n)
 	for (;;) {
 		pthread_mutex_lock(&n->mu);
 		if (s->nheld == 0) {
+			/* (under the same lock as on_add_node's look: no
+			 * worker is held after the last one was let in) */
+			s->running = 1;
 			pthread_mutex_unlock(&n->mu);
 			return;
 		}
