@@ -532,8 +532,13 @@ remove_then_grow(dt_elastic *e, uint64_t step, int add)
 	uint64_t at;
 	dt_err err = take_change(e, &step, &at);
 
-	if (err || e->last.added >= add)
+	if (err || e->last.added == add)
 		return err;
+	if (e->last.added > add)
+		return dt__fail(DT_EMEMBERSHIP,
+		                "step %llu: the schedule takes in %d workers "
+		                "here, but the membership took in %d",
+		                (unsigned long long)step, add, e->last.added);
 	return grow_here(e, step, add - e->last.added, 1);
 }
 

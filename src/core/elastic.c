@@ -976,7 +976,11 @@ below_min_fill(dt_node *n, int later)
 		free(ids);
 		return;
 	}
-	took = take_ready(n, n->el_max - n->el_n);
+	/* Only as many as the minimum needs: the others are taken in by the
+	 * members, at a step they agree on, as any joiner is. A replay of
+	 * the run, whose later joiners are all ready from its start, then
+	 * takes the same number here. */
+	took = take_ready(n, n->el_min - n->el_n);
 	s->workers_total += took;
 	s->grow_want = 0; /* (a request from before the change is spent) */
 	waited = dt__now_ns() - s->below_since;

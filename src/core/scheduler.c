@@ -158,18 +158,14 @@ on_add_node(dt_node *n, dt_conn *c, dt_msg *m)
 			return;
 		}
 	}
-	if (n->elastic && j.role == DT_ROLE_WORKER) {
-		int running;
-
-		pthread_mutex_lock(&n->mu);
-		running = s->running;
-		pthread_mutex_unlock(&n->mu);
-		if (running) {
-			dt__elastic_sched_join(n, c, &j);
-			return;
-		}
-	}
 	pthread_mutex_lock(&n->mu);
+	if (n->elastic && j.role == DT_ROLE_WORKER && s->running) {
+		/* (running is never cleared: the join decides under its own
+		 * lock) */
+		pthread_mutex_unlock(&n->mu);
+		dt__elastic_sched_join(n, c, &j);
+		return;
+	}
 	int have = 0,
 	    room = j.role == DT_ROLE_SERVER ? n->num_servers : n->num_workers;
 	for (int i = 0; i < s->nj; i++)
