@@ -216,9 +216,14 @@ dt__kvc_on_stall_reply(dt_kv_client *c, dt_conn *conn, const dt_msg *m)
 	}
 	if (h->flags & DT_F_ERROR) {
 		if (dt__kv_error_decode(m->meta, h->meta_len, &code, text,
-		                        sizeof(text)) == DT_OK)
+		                        sizeof(text)) == DT_OK) {
+			/* (printable only, as the answers: no line of the
+			 * log forged or hidden by a peer) */
+			for (char *t = text; *t; t++)
+				if (*t < 0x20 || *t > 0x7e)
+					*t = '?';
 			dt__log(0, "stall: %s could not say: %s", name, text);
-		else
+		} else
 			dt__log(0, "stall: %s sent a malformed error answer",
 			        name);
 		return;

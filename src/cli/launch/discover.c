@@ -267,6 +267,11 @@ start_worker(struct run *r, struct dl_discover *d, const char *host)
 		                            d->o->cmd, (size_t)d->o->ncmd))) {
 			struct dhost *k = known_host(d, host, 1);
 
+			/* (after a failed secret file, the next try gets a
+			 * number of its own: a directory made part-way stays
+			 * until the job's end) */
+			if (err != DT_EINVAL)
+				d->started++;
 			strv_free(&p->argv);
 			strv_free(&p->env);
 			memset(p, 0, sizeof(*p));
