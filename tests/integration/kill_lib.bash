@@ -1,7 +1,8 @@
 # kill_lib.bash - killing one process of a running job, for the recovery
 # tests. The caller defines $tmp (its directory), ours (this test's
 # processes: tagged_pids from job_lib.bash) and fail, and may set
-# KILL_JOB_LIMIT (seconds a killed job may run, 200 by default).
+# KILL_JOB_LIMIT (seconds a killed job may run, 200 by default, times
+# DT_TEST_TIME_SCALE).
 
 # pid_of ROLE RANK: the process of that role and rank in this test's job
 # (RANK is ignored for the scheduler)
@@ -55,7 +56,7 @@ killed() {
 	local name=$1 role=$2 rank=$3 pat=$4 pid try job rc
 	shift 4
 	for try in 1 2 3; do
-		timeout "${KILL_JOB_LIMIT:-200}" "$@" >"$tmp/$name.log" 2>&1 &
+		timeout "$((${KILL_JOB_LIMIT:-200} * ${DT_TEST_TIME_SCALE:-1}))" "$@" >"$tmp/$name.log" 2>&1 &
 		job=$!
 		# The process is found first (a look at every process's
 		# environment, slow on a busy machine), so that once PATTERN
@@ -72,6 +73,15 @@ killed() {
 			# saw a death, so it tested nothing.
 			if [ "$rc" = 0 ] && ! grep -q "(pid $pid) killed by signal 9" "$tmp/$name.log"; then
 				echo "$name: $role $rank (pid $pid) had ended before the kill landed (run $try); once more"
+				rm -rf "$tmp/ck"
+				continue
+			fi
+			# ...or had finished its work and told the scheduler so,
+			# and was killed on its way out: its successor is then
+			# rightly refused (there is no place left to take), which
+			# tests nothing of a restart either.
+			if [ "$rc" != 0 ] && grep -q "refusing a node: the job is running and $role $rank, whose place .* has left" "$tmp/$name.log"; then
+				echo "$name: $role $rank (pid $pid) had finished its work before the kill landed (run $try); once more"
 				rm -rf "$tmp/ck"
 				continue
 			fi
@@ -106,7 +116,7 @@ must_pass() {
 killed_held() {
 	local name=$1 role=$2 rank=$3 pat=$4 go=$5 pid
 	shift 5
-	timeout "${KILL_JOB_LIMIT:-200}" "$@" >"$tmp/$name.log" 2>&1 &
+	timeout "$((${KILL_JOB_LIMIT:-200} * ${DT_TEST_TIME_SCALE:-1}))" "$@" >"$tmp/$name.log" 2>&1 &
 	local job=$!
 	wait_for "$tmp/$name.log" "holding after" "$(kill_wait)" &&
 		wait_for "$tmp/$name.log" "$pat" "$(kill_wait)" ||

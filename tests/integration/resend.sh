@@ -33,7 +33,7 @@ FAULTS_KV=(--env PS_RESEND=1 --env PS_RESEND_TIMEOUT=20 --env PS_DROP_MSG=5)
 run() { # name args...: a launch that must succeed
 	local name=$1 rc=0
 	shift
-	run_job 280 "$tmp/$name.log" 30 "$@" || { rc=$?; fail "$name exited $rc"; }
+	run_job $((280 * ${DT_TEST_TIME_SCALE:-1})) "$tmp/$name.log" 30 "$@" || { rc=$?; fail "$name exited $rc"; }
 }
 # faults_seen name [resets]: the log of a faulty run shows drops, resends
 # and reconnections (with resets: reconnections)
