@@ -116,26 +116,28 @@ dt__node_elastic_joiner(const dt_node *n)
 	return n ? n->el_joiner : 0;
 }
 
-int
-dt__node_elastic_waiting(dt_node *n)
+/* A count the I/O thread keeps under the node's lock. */
+static int
+locked_count(dt_node *n, const int *count)
 {
 	int k;
 
 	pthread_mutex_lock(&n->mu);
-	k = n->el_waiting;
+	k = *count;
 	pthread_mutex_unlock(&n->mu);
 	return k;
 }
 
 int
+dt__node_elastic_waiting(dt_node *n)
+{
+	return locked_count(n, &n->el_waiting);
+}
+
+int
 dt__node_elastic_announced(dt_node *n)
 {
-	int k;
-
-	pthread_mutex_lock(&n->mu);
-	k = n->el_announced;
-	pthread_mutex_unlock(&n->mu);
-	return k;
+	return locked_count(n, &n->el_announced);
 }
 
 dt_err
