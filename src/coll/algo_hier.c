@@ -396,6 +396,11 @@ run_hier(dt_coll *c, coll_op *op)
 		                         (void *)(uintptr_t)m->dep,
 		                         rx_peer(op, (size_t)m->dep))))
 			goto out;
+		/* Counted as sent before it is written: the peer may
+		 * take it, finish and leave before this thread holds mu
+		 * again, and its leaving must not find it still needed
+		 * (needs). A failed send fails the operation anyway. */
+		op->tx_sent = i + 1;
 		pthread_mutex_unlock(&c->mu);
 		if (m->dep >= 0)
 			apply_upto(c, op, (size_t)m->dep);
@@ -405,7 +410,6 @@ run_hier(dt_coll *c, coll_op *op)
 		pthread_mutex_lock(&c->mu);
 		if (err)
 			goto out;
-		op->tx_sent = i + 1;
 	}
 	err = dt__coll_wait(c, op, pred_all, NULL, s->from);
 out:

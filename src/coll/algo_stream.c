@@ -195,6 +195,11 @@ run_stream(dt_coll *c, coll_op *op)
 		                         (void *)(uintptr_t)(m->dep + 1),
 		                         s->from)))
 			goto out;
+		/* Counted as sent before it is written: the peer may
+		 * take it, finish and leave before this thread holds mu
+		 * again, and its leaving must not find it still needed
+		 * (needs). A failed send fails the operation anyway. */
+		op->tx_sent = i + 1;
 		pthread_mutex_unlock(&c->mu);
 		err = dt__coll_send_data(c, op, s->to, i, m->off, m->n, 0,
 		                         base + dt__coll_bytes(op, m->off),
@@ -202,7 +207,6 @@ run_stream(dt_coll *c, coll_op *op)
 		pthread_mutex_lock(&c->mu);
 		if (err)
 			goto out;
-		op->tx_sent = i + 1;
 	}
 	err = dt__coll_wait(c, op, pred_rx, (void *)(uintptr_t)s->nrx, s->from);
 	if (step >= 0 && err == DT_OK)
