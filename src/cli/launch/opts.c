@@ -222,191 +222,224 @@ nonempty(const char *name, const char *val, const char *what)
 	return *val ? DT_OK : dt__fail(DT_EINVAL, "%s: empty %s", name, what);
 }
 
-dt_err
-parse_opts(int argc, char **argv, struct opts *o)
+/*
+ * The option groups of parse_opts. Each looks at argv[*i] (its name in
+ * name) and answers 1 when it took it (with its value: *i moves on), 0
+ * when the option is not its, or -1 with *err set.
+ */
+struct arg {
+	int argc;
+	char **argv;
+	int *i;
+	const char *name;
+	dt_err *err;
+};
+
+/* (m: what opt_value answered; err: the value's check) */
+static int
+took(int m, dt_err err, dt_err *errp)
 {
-	const char *val;
-	char name[64];
-	dt_err err = DT_OK;
-	int i, m;
-
-	memset(o, 0, sizeof(*o));
-	o->workers = -1;
-	o->servers = -1;
-	o->grace_s = 30;
-	for (i = 1; i < argc; i++) {
-		const char *a = argv[i];
-
-		if (strcmp(a, "--") == 0) {
-			i++;
-			break;
-		}
-		if (a[0] != '-' || a[1] == '\0')
-			break; /* the command */
-		if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
-			o->help = 1;
-			return DT_OK;
-		}
-		if (strcmp(a, "-v") == 0 || strcmp(a, "--verbose") == 0) {
-			o->verbose = 1;
-			continue;
-		}
-		if (strcmp(a, "--dry-run") == 0) {
-			o->dry_run = 1;
-			continue;
-		}
-		if (strcmp(a, "--no-scheduler") == 0) {
-			o->no_scheduler = 1;
-			continue;
-		}
-		opt_name(a, name, sizeof(name));
-		if ((m = opt_value(argc, argv, &i, "-n", "--num-workers", &val,
-		                   &err)) != 0) {
-			if (m < 0 ||
-			    (err = dt__parse_long(
-			         name, val, 1, DT_MAX_ROLE_NODES, &o->workers)))
-				return err;
-		} else if ((m = opt_value(argc, argv, &i, "-s", "--num-servers",
-		                          &val, &err)) != 0) {
-			if (m < 0 ||
-			    (err = dt__parse_long(
-			         name, val, 0, DT_MAX_ROLE_NODES, &o->servers)))
-				return err;
-		} else if ((m = opt_value(argc, argv, &i, "-H", "--hostfile",
-		                          &val, &err)) != 0) {
-			if (m < 0)
-				return err;
-			if (*val == '\0')
-				return dt__fail(DT_EINVAL,
-				                "%s: empty file name", name);
-			o->hostfile = val;
-		} else if ((m = opt_value(argc, argv, &i, NULL, "--launcher",
-		                          &val, &err)) != 0) {
-			size_t k;
-
-			if (m < 0)
-				return err;
-			for (k = 0; k < dl_nbackends; k++)
-				if (strcmp(val, dl_backends[k]->name) == 0)
-					break;
-			if (k == dl_nbackends)
-				return dt__fail(DT_EINVAL,
-				                "%s: unknown launcher '%s' "
-				                "(use local, ssh, mpi or "
-				                "slurm)",
-				                name, val);
-			o->be = dl_backends[k];
-			o->launcher_set = 1;
-		} else if ((m = opt_value(argc, argv, &i, NULL, "--env", &val,
-		                          &err)) != 0) {
-			if (m < 0 || (err = add_env_opt(o, name, val)))
-				return err;
-		} else if ((m = opt_value(argc, argv, &i, NULL, "--min-workers",
-		                          &val, &err)) != 0) {
-			if (m < 0 ||
-			    (err = dt__parse_long(name, val, 1, 1L << 20,
-			                          &o->min_workers)))
-				return err;
-		} else if ((m = opt_value(argc, argv, &i, NULL, "--max-workers",
-		                          &val, &err)) != 0) {
-			if (m < 0 ||
-			    (err = dt__parse_long(name, val, 1, 1L << 20,
-			                          &o->max_workers)))
-				return err;
-		} else if ((m = opt_value(argc, argv, &i, NULL,
-		                          "--elastic-timeout", &val, &err)) !=
-		           0) {
-			if (m < 0 ||
-			    (err = dt__parse_long(name, val, 1, 7 * 86400,
-			                          &o->elastic_timeout)))
-				return err;
-		} else if ((m = opt_value(argc, argv, &i, NULL,
-		                          "--host-discovery-script", &val,
-		                          &err)) != 0) {
-			if (m < 0)
-				return err;
-			o->discovery = val;
-		} else if ((m = opt_value(argc, argv, &i, NULL, "--restart",
-		                          &val, &err)) != 0) {
-			if (m < 0 || (err = dt__parse_long(name, val, 0, 100,
-			                                   &o->restart)))
-				return err;
-		} else if ((m = opt_value(argc, argv, &i, NULL,
-		                          "--checkpoint-dir", &val, &err)) !=
-		           0) {
-			if (m < 0 ||
-			    (err = nonempty(name, val, "directory name")) ||
-			    (err = strv_addf(&o->env,
-			                     "DTRAIN_CHECKPOINT_DIR=%s", val)))
-				return err;
-		} else if ((m = opt_value(argc, argv, &i, NULL, "--timeline",
-		                          &val, &err)) != 0) {
-			char cwd[4096];
-
-			/* (the scheduler may run elsewhere: a path from
-			 * here, made absolute) */
-			if (m < 0 || (err = nonempty(name, val, "file name")))
-				return err;
-			if (val[0] != '/' && getcwd(cwd, sizeof(cwd)) == NULL)
-				return dt__fail(DT_ESYS,
-				                "%s: cannot read the "
-				                "current directory",
-				                name);
-			if ((err = val[0] == '/'
-			               ? strv_addf(&o->env,
-			                           "DTRAIN_TIMELINE=%s", val)
-			               : strv_addf(&o->env,
-			                           "DTRAIN_TIMELINE=%s/%s", cwd,
-			                           val)))
-				return err;
-		} else if (strcmp(a, "--stats") == 0) {
-			if ((err = strv_addf(&o->env, "DTRAIN_STATS=1")))
-				return err;
-		} else if ((m = opt_value(argc, argv, &i, NULL,
-		                          "--checkpoint-every", &val, &err)) !=
-		           0) {
-			long every;
-
-			if (m < 0 ||
-			    (err = dt__parse_long(name, val, 0, 1L << 40,
-			                          &every)) ||
-			    (err = strv_addf(&o->env,
-			                     "DTRAIN_CHECKPOINT_EVERY=%ld",
-			                     every)))
-				return err;
-		} else if ((m = opt_value(argc, argv, &i, NULL,
-		                          "--sync-dst-dir", &val, &err)) != 0) {
-			if (m < 0 ||
-			    (err = nonempty(name, val, "directory name")))
-				return err;
-			o->sync_dir = val;
-		} else if ((m = opt_value(argc, argv, &i, NULL,
-		                          "--sync-exclude", &val, &err)) != 0) {
-			if (m < 0)
-				return err;
-			if (*val == '\0')
-				return dt__fail(DT_EINVAL, "%s: empty pattern",
-				                name);
-			if ((err = strv_dup(&o->sync_exclude, val)))
-				return err;
-		} else if ((m = opt_value(argc, argv, &i, NULL, "--timeout",
-		                          &val, &err)) != 0) {
-			if (m < 0 ||
-			    (err = dt__parse_long(name, val, 1, MAX_TIMEOUT,
-			                          &o->timeout_s)))
-				return err;
-		} else if ((m = opt_value(argc, argv, &i, NULL, "--grace", &val,
-		                          &err)) != 0) {
-			if (m < 0 ||
-			    (err = dt__parse_long(name, val, 0, MAX_TIMEOUT,
-			                          &o->grace_s)))
-				return err;
-		} else {
-			return dt__fail(DT_EINVAL, "unknown option '%s'", a);
-		}
+	if (m < 0)
+		return -1;
+	if (err) {
+		*errp = err;
+		return -1;
 	}
-	o->cmd = argv + i;
-	o->ncmd = argc - i;
+	return m;
+}
+
+static int
+value(const struct arg *a, const char *sh, const char *lo, const char **val)
+{
+	return opt_value(a->argc, a->argv, a->i, sh, lo, val, a->err);
+}
+
+/* The job's shape: -n, -s, -H, --launcher, --env, --restart and the
+ * elastic options. */
+static int
+shape_opt(const struct arg *a, struct opts *o)
+{
+	const char *val, *name = a->name;
+	int m;
+
+	if ((m = value(a, "-n", "--num-workers", &val)) != 0)
+		return m < 0 ? -1
+		             : took(m,
+		                    dt__parse_long(name, val, 1,
+		                                   DT_MAX_ROLE_NODES,
+		                                   &o->workers),
+		                    a->err);
+	if ((m = value(a, "-s", "--num-servers", &val)) != 0)
+		return m < 0 ? -1
+		             : took(m,
+		                    dt__parse_long(name, val, 0,
+		                                   DT_MAX_ROLE_NODES,
+		                                   &o->servers),
+		                    a->err);
+	if ((m = value(a, "-H", "--hostfile", &val)) != 0) {
+		if (m < 0)
+			return -1;
+		o->hostfile = val;
+		return took(m, nonempty(name, val, "file name"), a->err);
+	}
+	if ((m = value(a, NULL, "--launcher", &val)) != 0) {
+		if (m < 0)
+			return -1;
+		size_t k;
+
+		for (k = 0; k < dl_nbackends; k++)
+			if (strcmp(val, dl_backends[k]->name) == 0)
+				break;
+		if (k == dl_nbackends)
+			return took(m,
+			            dt__fail(DT_EINVAL,
+			                     "%s: unknown launcher '%s' (use "
+			                     "local, ssh, mpi or slurm)",
+			                     name, val),
+			            a->err);
+		o->be = dl_backends[k];
+		o->launcher_set = 1;
+		return m;
+	}
+	if ((m = value(a, NULL, "--env", &val)) != 0)
+		return m < 0 ? -1 : took(m, add_env_opt(o, name, val), a->err);
+	if ((m = value(a, NULL, "--restart", &val)) != 0)
+		return m < 0 ? -1
+		             : took(m,
+		                    dt__parse_long(name, val, 0, 100,
+		                                   &o->restart),
+		                    a->err);
+	if ((m = value(a, NULL, "--min-workers", &val)) != 0)
+		return m < 0 ? -1
+		             : took(m,
+		                    dt__parse_long(name, val, 1, 1L << 20,
+		                                   &o->min_workers),
+		                    a->err);
+	if ((m = value(a, NULL, "--max-workers", &val)) != 0)
+		return m < 0 ? -1
+		             : took(m,
+		                    dt__parse_long(name, val, 1, 1L << 20,
+		                                   &o->max_workers),
+		                    a->err);
+	if ((m = value(a, NULL, "--elastic-timeout", &val)) != 0)
+		return m < 0 ? -1
+		             : took(m,
+		                    dt__parse_long(name, val, 1, 7 * 86400,
+		                                   &o->elastic_timeout),
+		                    a->err);
+	if ((m = value(a, NULL, "--host-discovery-script", &val)) > 0)
+		o->discovery = val;
+	return m; /* (-1: the value is missing) */
+}
+
+/* --timeline FILE: a path from here, made absolute (the scheduler may
+ * run elsewhere). */
+static dt_err
+timeline_opt(struct opts *o, const char *name, const char *val)
+{
+	char cwd[4096];
+	dt_err err;
+
+	if ((err = nonempty(name, val, "file name")))
+		return err;
+	if (val[0] == '/')
+		return strv_addf(&o->env, "DTRAIN_TIMELINE=%s", val);
+	if (getcwd(cwd, sizeof(cwd)) == NULL)
+		return dt__fail(DT_ESYS,
+		                "%s: cannot read the current directory", name);
+	return strv_addf(&o->env, "DTRAIN_TIMELINE=%s/%s", cwd, val);
+}
+
+/* What every process gets in its environment: --checkpoint-dir,
+ * --checkpoint-every, --timeline, --stats. */
+static int
+env_opt(const struct arg *a, struct opts *o)
+{
+	const char *val, *name = a->name;
+	dt_err err;
+	long every;
+	int m;
+
+	if (strcmp(a->argv[*a->i], "--stats") == 0)
+		return took(1, strv_addf(&o->env, "DTRAIN_STATS=1"), a->err);
+	if ((m = value(a, NULL, "--checkpoint-dir", &val)) != 0) {
+		if (m < 0)
+			return -1;
+		if (!(err = nonempty(name, val, "directory name")))
+			err =
+			    strv_addf(&o->env, "DTRAIN_CHECKPOINT_DIR=%s", val);
+		return took(m, err, a->err);
+	}
+	if ((m = value(a, NULL, "--checkpoint-every", &val)) != 0) {
+		if (m < 0)
+			return -1;
+		if (!(err = dt__parse_long(name, val, 0, 1L << 40, &every)))
+			err = strv_addf(&o->env, "DTRAIN_CHECKPOINT_EVERY=%ld",
+			                every);
+		return took(m, err, a->err);
+	}
+	if ((m = value(a, NULL, "--timeline", &val)) != 0)
+		return m < 0 ? -1 : took(m, timeline_opt(o, name, val), a->err);
+	return m;
+}
+
+/* How the launcher runs: --sync-dst-dir, --sync-exclude, --timeout,
+ * --grace. */
+static int
+run_opt(const struct arg *a, struct opts *o)
+{
+	const char *val, *name = a->name;
+	int m;
+
+	if ((m = value(a, NULL, "--sync-dst-dir", &val)) != 0) {
+		if (m < 0)
+			return -1;
+		o->sync_dir = val;
+		return took(m, nonempty(name, val, "directory name"), a->err);
+	}
+	if ((m = value(a, NULL, "--sync-exclude", &val)) != 0)
+		return m < 0 ? -1
+		             : took(m,
+		                    *val ? strv_dup(&o->sync_exclude, val)
+		                         : dt__fail(DT_EINVAL,
+		                                    "%s: empty pattern", name),
+		                    a->err);
+	if ((m = value(a, NULL, "--timeout", &val)) != 0)
+		return m < 0 ? -1
+		             : took(m,
+		                    dt__parse_long(name, val, 1, MAX_TIMEOUT,
+		                                   &o->timeout_s),
+		                    a->err);
+	if ((m = value(a, NULL, "--grace", &val)) != 0)
+		return m < 0 ? -1
+		             : took(m,
+		                    dt__parse_long(name, val, 0, MAX_TIMEOUT,
+		                                   &o->grace_s),
+		                    a->err);
+	return m;
+}
+
+/* The flags without a value; 1 if a is one. */
+static int
+flag_opt(const char *a, struct opts *o)
+{
+	if (strcmp(a, "-v") == 0 || strcmp(a, "--verbose") == 0)
+		o->verbose = 1;
+	else if (strcmp(a, "--dry-run") == 0)
+		o->dry_run = 1;
+	else if (strcmp(a, "--no-scheduler") == 0)
+		o->no_scheduler = 1;
+	else
+		return 0;
+	return 1;
+}
+
+/* What the options mean together, once all are read. */
+static dt_err
+check_opts(struct opts *o)
+{
+	dt_err err;
+
 	if (o->workers < 0)
 		return dt__fail(DT_EINVAL,
 		                "-n (the number of workers) is required");
@@ -438,6 +471,46 @@ parse_opts(int argc, char **argv, struct opts *o)
 		return dt__fail(DT_EINVAL,
 		                "--sync-exclude needs --sync-dst-dir");
 	return elastic_opts(o);
+}
+
+dt_err
+parse_opts(int argc, char **argv, struct opts *o)
+{
+	char name[64];
+	dt_err err = DT_OK;
+	int i, m;
+
+	memset(o, 0, sizeof(*o));
+	o->workers = -1;
+	o->servers = -1;
+	o->grace_s = 30;
+	for (i = 1; i < argc; i++) {
+		const char *a = argv[i];
+		struct arg g = {argc, argv, &i, name, &err};
+
+		if (strcmp(a, "--") == 0) {
+			i++;
+			break;
+		}
+		if (a[0] != '-' || a[1] == '\0')
+			break; /* the command */
+		if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
+			o->help = 1;
+			return DT_OK;
+		}
+		if (flag_opt(a, o))
+			continue;
+		opt_name(a, name, sizeof(name));
+		if ((m = shape_opt(&g, o)) == 0 && (m = env_opt(&g, o)) == 0)
+			m = run_opt(&g, o);
+		if (m < 0)
+			return err;
+		if (m == 0)
+			return dt__fail(DT_EINVAL, "unknown option '%s'", a);
+	}
+	o->cmd = argv + i;
+	o->ncmd = argc - i;
+	return check_opts(o);
 }
 
 /*
