@@ -3,7 +3,8 @@
 # PS_HEARTBEAT_INTERVAL=0.2 and PS_HEARTBEAT_TIMEOUT=2,
 #   1. SIGSTOP of the scheduler, of a server and of a worker, in a linreg
 #      and a short mnist job under `dtrain launch`: the job ends with status
-#      1 within timeout + 2 s, every survivor's error names the frozen node
+#      1 within timeout + 6 s (a loaded machine's slack: a node that
+#      never noticed would wait out far longer limits), every survivor's error names the frozen node
 #      ("server 0 (pid N on host H) sent nothing for 2.2 s"), so does the
 #      launcher's verdict ("job failed: server 0 frozen (stopped by signal
 #      19, ...)"), and nothing is left running, the stopped process included;
@@ -11,12 +12,15 @@
 #      veth pair, and every packet over the pair dropped by a tc qdisc (the
 #      TCP connections stay open; nothing is closed or signalled): the
 #      scheduler and the worker name the server, the server names the
-#      scheduler, all within timeout + 2 s. Needs root, ip and tc; skipped
+#      scheduler, all within timeout + 6 s. Needs root, ip and tc; skipped
 #      with the reason otherwise.
 . "$(dirname "$0")/cluster_lib.bash"
 
 TIMEOUT_S=2
-LIMIT_MS=$(((TIMEOUT_S + 2) * 1000))
+# (the usual end is within 2 s of the timeout; 6 s, scaled under a
+# sanitizer, holds on a loaded machine, and a node that never noticed
+# would wait out its own far longer limits)
+LIMIT_MS=$(((TIMEOUT_S + 6) * 1000 * DT_TEST_TIME_SCALE))
 HB=(--env PS_HEARTBEAT_INTERVAL=0.2 --env "PS_HEARTBEAT_TIMEOUT=$TIMEOUT_S")
 DATA=${FASHION_MNIST:-/usr/share/datasets/fashion-mnist}
 
