@@ -132,19 +132,101 @@ on_chld(int sig)
 	"ends CMD's whole process tree when it ends, and exits with CMD's\n"   \
 	"status. Not meant to be run by hand (dtrain-rank-exec(1)).\n"
 
+/* The signals rank-exec passes on to CMD's process group. */
+static const int fwd_signals[] = {SIGINT,  SIGTERM, SIGHUP,
+                                  SIGQUIT, SIGUSR1, SIGUSR2};
+
+/* Fork CMD (argv) in a process group of its own, with the signal mask
+ * old; its pid, or -1. */
+static pid_t
+start_cmd(char **argv, const sigset_t *old)
+{
+	struct sigaction sa = {0};
+	pid_t pid, parent = getpid();
+	int n;
+
+	if ((pid = fork()) < 0) {
+		fprintf(stderr, "dtrain rank-exec: fork: %s\n",
+		        strerror(errno));
+		return -1;
+	}
+	if (pid == 0) {
+		/* CMD dies with the wrapper, whatever kills it. */
+		prctl(PR_SET_PDEATHSIG, SIGKILL);
+		if (getppid() != parent)
+			_exit(RC_FAIL);
+		setpgid(0, 0);
+		sa.sa_handler = SIG_DFL;
+		sigaction(SIGCHLD, &sa, NULL);
+		sigprocmask(SIG_SETMASK, old, NULL);
+		execvp(argv[0], argv);
+		n = errno;
+		fprintf(stderr, "dtrain rank-exec: cannot run '%s': %s\n",
+		        argv[0], strerror(n));
+		_exit(n == ENOENT || n == ENOTDIR ? 127 : 126);
+	}
+	setpgid(pid, pid); /* (whichever of the two runs first) */
+	return pid;
+}
+
+/* Pass the signals of set on to CMD (pid's group) until CMD ends; its
+ * wait status. Orphans that came to us are reaped on the way, the guard
+ * among them (*guard becomes -1). */
+static int
+relay_until_exit(const sigset_t *set, pid_t pid, pid_t *guard)
+{
+	siginfo_t si;
+	int ws, st = 0, done = 0;
+	pid_t w;
+
+	while (!done) {
+		int sig = sigwaitinfo(set, &si);
+
+		if (sig < 0)
+			continue; /* EINTR */
+		if (sig != SIGCHLD) {
+			if (kill(-pid, sig) < 0)
+				kill(pid, sig);
+			if (sig != SIGUSR1 && sig != SIGUSR2)
+				kill(-pid, SIGCONT);
+			continue;
+		}
+		/* CMD, or orphans that came to us. */
+		while ((w = waitpid(-1, &ws, WNOHANG)) > 0) {
+			if (w == pid) {
+				st = ws;
+				done = 1;
+			} else if (w == *guard) {
+				*guard = -1;
+			}
+		}
+	}
+	return st;
+}
+
+/* CMD failed (wait status st): say how on stderr, for the launcher. */
+static void
+mark_failure(int st)
+{
+	char line[64];
+	int n = snprintf(line, sizeof(line), "%s%d %d\n", RANK_MARK,
+	                 WIFEXITED(st)   ? CLD_EXITED
+	                 : WCOREDUMP(st) ? CLD_DUMPED
+	                                 : CLD_KILLED,
+	                 WIFEXITED(st) ? WEXITSTATUS(st) : WTERMSIG(st));
+
+	if (write(2, line, (size_t)n) < 0) {
+		/* nothing to do: the exit status still says it */
+	}
+}
+
 int
 dt__cli_rank_exec(int argc, char **argv)
 {
-	static const int fwd[] = {SIGINT,  SIGTERM, SIGHUP,
-	                          SIGQUIT, SIGUSR1, SIGUSR2};
 	struct sigaction sa = {0};
 	sigset_t set, old;
-	siginfo_t si;
-	char line[64];
-	int i = 1, st = 0, ws, n, gfd = -1, done = 0;
-	pid_t w;
-	pid_t guard;
-	pid_t pid, parent = getpid();
+	int i = 1, st, gfd = -1;
+	pid_t guard, pid;
 
 	/* --help is help only before `--`: after it, it is CMD's. */
 	if (i < argc &&
@@ -164,74 +246,21 @@ dt__cli_rank_exec(int argc, char **argv)
 	sigaction(SIGCHLD, &sa, NULL);
 	sigemptyset(&set);
 	sigaddset(&set, SIGCHLD);
-	for (size_t k = 0; k < DT_ARRAY_LEN(fwd); k++)
-		sigaddset(&set, fwd[k]);
+	for (size_t k = 0; k < DT_ARRAY_LEN(fwd_signals); k++)
+		sigaddset(&set, fwd_signals[k]);
 	sigprocmask(SIG_BLOCK, &set, &old);
 	/* What CMD's processes leave when their parent dies comes to us,
 	 * not to init: it stays in the rank's process tree, where the
 	 * engine (Slurm's proctrack/linuxproc) and end_group find it. */
 	prctl(PR_SET_CHILD_SUBREAPER, 1);
-	if ((pid = fork()) < 0) {
-		fprintf(stderr, "dtrain rank-exec: fork: %s\n",
-		        strerror(errno));
+	if ((pid = start_cmd(argv + i, &old)) < 0)
 		return RC_FAIL;
-	}
-	if (pid == 0) {
-		/* CMD dies with the wrapper, whatever kills it. */
-		prctl(PR_SET_PDEATHSIG, SIGKILL);
-		if (getppid() != parent)
-			_exit(RC_FAIL);
-		setpgid(0, 0);
-		sa.sa_handler = SIG_DFL;
-		sigaction(SIGCHLD, &sa, NULL);
-		sigprocmask(SIG_SETMASK, &old, NULL);
-		execvp(argv[i], argv + i);
-		n = errno;
-		fprintf(stderr, "dtrain rank-exec: cannot run '%s': %s\n",
-		        argv[i], strerror(n));
-		_exit(n == ENOENT || n == ENOTDIR ? 127 : 126);
-	}
-	setpgid(pid, pid);       /* (whichever of the two runs first) */
 	sa.sa_handler = SIG_IGN; /* (a guard gone: its pipe's EPIPE) */
 	sigaction(SIGPIPE, &sa, NULL);
 	guard = rank_guard(pid, &gfd);
-	for (;;) {
-		int sig = sigwaitinfo(&set, &si);
-
-		if (sig < 0)
-			continue; /* EINTR */
-		if (sig != SIGCHLD) {
-			if (kill(-pid, sig) < 0)
-				kill(pid, sig);
-			if (sig != SIGUSR1 && sig != SIGUSR2)
-				kill(-pid, SIGCONT);
-			continue;
-		}
-		/* CMD, or orphans that came to us. */
-		while ((w = waitpid(-1, &ws, WNOHANG)) > 0) {
-			if (w == pid) {
-				st = ws;
-				done = 1;
-			} else if (w == guard) {
-				guard = -1;
-			}
-		}
-		if (done)
-			break;
-	}
-	if (WIFEXITED(st) && WEXITSTATUS(st) == 0) {
-		end_group(pid, &guard);
-		rank_guard_done(guard, gfd);
-		return 0;
-	}
-	n = snprintf(line, sizeof(line), "%s%d %d\n", RANK_MARK,
-	             WIFEXITED(st)   ? CLD_EXITED
-	             : WCOREDUMP(st) ? CLD_DUMPED
-	                             : CLD_KILLED,
-	             WIFEXITED(st) ? WEXITSTATUS(st) : WTERMSIG(st));
-	if (write(2, line, (size_t)n) < 0) {
-		/* nothing to do: the exit status still says it */
-	}
+	st = relay_until_exit(&set, pid, &guard);
+	if (!WIFEXITED(st) || WEXITSTATUS(st) != 0)
+		mark_failure(st);
 	end_group(pid, &guard);
 	rank_guard_done(guard, gfd);
 	if (WIFSIGNALED(st)) {
