@@ -92,17 +92,79 @@ elastic_wait(const struct opts *o)
 	return s;
 }
 
+/*
+ * Signals: SIGCHLD, SIGINT, SIGTERM and SIGHUP arrive through a signalfd
+ * in the poll loop. A SIGCHLD inherited as ignored would make the kernel
+ * reap children for us, and an ignored SIGTERM would never reach the
+ * signalfd, so both are reset (SIGINT and SIGHUP inherited as ignored stay
+ * ignored, as under nohup). What was there before is kept in r, for
+ * run_job's end. -1 on failure, said.
+ */
+static int
+take_signals(struct run *r)
+{
+	struct sigaction sa = {0};
+	sigset_t set;
+
+	sa.sa_handler = SIG_IGN;
+	sigaction(SIGPIPE, &sa, &r->old_pipe);
+	sa.sa_handler = SIG_DFL;
+	sigaction(SIGCHLD, &sa, &r->old_chld);
+	sigaction(SIGTERM, &sa, &r->old_term);
+	sigemptyset(&set);
+	sigaddset(&set, SIGCHLD);
+	sigaddset(&set, SIGINT);
+	sigaddset(&set, SIGTERM);
+	sigaddset(&set, SIGHUP);
+	sigprocmask(SIG_BLOCK, &set, &r->orig_mask);
+	if ((r->sfd = signalfd(-1, &set, SFD_NONBLOCK | SFD_CLOEXEC)) < 0) {
+		say("signalfd: %s", strerror(errno));
+		return -1;
+	}
+	return 0;
+}
+
+/* The scheduler's socket, before anything starts (r->listen_fd), and the
+ * address every process dials: uri (INET_ADDRSTRLEN) and port (16). With
+ * --no-scheduler, the one this environment names, if any. -1 on failure,
+ * said. */
+static int
+scheduler_socket(const struct opts *o, const struct hosts *h, struct run *r,
+                 char *uri, char *port)
+{
+	struct in_addr addr;
+	int portnum = 0;
+	dt_err err;
+
+	if (o->no_scheduler && dt__env_str("DMLC_PS_ROOT_URI") &&
+	    dt__env_str("DMLC_PS_ROOT_PORT")) {
+		snprintf(uri, INET_ADDRSTRLEN, "%s",
+		         getenv("DMLC_PS_ROOT_URI"));
+		snprintf(port, 16, "%s", getenv("DMLC_PS_ROOT_PORT"));
+		return 0;
+	}
+	if ((err = scheduler_addr(o, h, &addr)) ||
+	    (err = listen_on(addr, &r->listen_fd, &portnum))) {
+		say("%s", dt_errmsg());
+		return -1;
+	}
+	inet_ntop(AF_INET, &addr, uri, INET_ADDRSTRLEN);
+	snprintf(port, 16, "%d", portnum);
+	if (o->no_scheduler) {
+		close(r->listen_fd);
+		r->listen_fd = -1;
+	}
+	return 0;
+}
+
 static int
 run_job(const struct opts *o, const struct hosts *h, struct ctx *c)
 {
 	struct run r = {.sfd = -1, .listen_fd = -1, .guard_fd = -1};
 	struct proc *p = NULL;
 	size_t n = 0;
-	struct sigaction sa = {0};
-	struct in_addr addr;
 	char uri[INET_ADDRSTRLEN], port[16], lfd[16];
-	sigset_t set;
-	int rc = RC_FAIL, portnum = 0;
+	int rc = RC_FAIL;
 	dt_err err;
 
 	r.verbose = o->verbose;
@@ -113,46 +175,11 @@ run_job(const struct opts *o, const struct hosts *h, struct ctx *c)
 		r.deadline = dt__now_ns() + (uint64_t)o->timeout_s * NS_PER_S;
 	open_std_fds();
 
-	/* Signals: SIGCHLD, SIGINT, SIGTERM and SIGHUP arrive through a
-	 * signalfd in the poll loop. A SIGCHLD inherited as ignored would
-	 * make the kernel reap children for us, and an ignored SIGTERM would
-	 * never reach the signalfd, so both are reset (SIGINT and SIGHUP
-	 * inherited as ignored stay ignored, as under nohup). */
-	sa.sa_handler = SIG_IGN;
-	sigaction(SIGPIPE, &sa, &r.old_pipe);
-	sa.sa_handler = SIG_DFL;
-	sigaction(SIGCHLD, &sa, &r.old_chld);
-	sigaction(SIGTERM, &sa, &r.old_term);
-	sigemptyset(&set);
-	sigaddset(&set, SIGCHLD);
-	sigaddset(&set, SIGINT);
-	sigaddset(&set, SIGTERM);
-	sigaddset(&set, SIGHUP);
-	sigprocmask(SIG_BLOCK, &set, &r.orig_mask);
-	if ((r.sfd = signalfd(-1, &set, SFD_NONBLOCK | SFD_CLOEXEC)) < 0) {
-		say("signalfd: %s", strerror(errno));
+	if (take_signals(&r))
 		goto out;
-	}
 	guard_start(&r);
-
-	/* The scheduler's socket, before anything starts. */
-	if (o->no_scheduler && dt__env_str("DMLC_PS_ROOT_URI") &&
-	    dt__env_str("DMLC_PS_ROOT_PORT")) {
-		snprintf(uri, sizeof(uri), "%s", getenv("DMLC_PS_ROOT_URI"));
-		snprintf(port, sizeof(port), "%s", getenv("DMLC_PS_ROOT_PORT"));
-	} else {
-		if ((err = scheduler_addr(o, h, &addr)) ||
-		    (err = listen_on(addr, &r.listen_fd, &portnum))) {
-			say("%s", dt_errmsg());
-			goto out;
-		}
-		inet_ntop(AF_INET, &addr, uri, sizeof(uri));
-		snprintf(port, sizeof(port), "%d", portnum);
-		if (o->no_scheduler) {
-			close(r.listen_fd);
-			r.listen_fd = -1;
-		}
-	}
+	if (scheduler_socket(o, h, &r, uri, port))
+		goto out;
 	snprintf(lfd, sizeof(lfd), "%d", r.listen_fd);
 	c->uri = uri;
 	c->port = port;

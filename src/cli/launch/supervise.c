@@ -584,6 +584,90 @@ min_deadline(uint64_t a, uint64_t b)
 }
 
 /*
+ * Every process has exited, but its output may still be open: something
+ * outside it (a daemon it left) holds the pipe. Give it a moment, kill
+ * the sessions, then give up on the output. 1 when the loop is over.
+ */
+static int
+drained(struct run *r, uint64_t now, uint64_t *drain_at, int *drain_killed)
+{
+	if (streams_closed(r))
+		return 1;
+	if (*drain_at == 0) {
+		*drain_at = now + DRAIN_MS * NS_PER_MS;
+	} else if (now >= *drain_at) {
+		if (*drain_killed) {
+			say("output pipes still open after all processes "
+			    "exited; not waiting");
+			return 1;
+		}
+		kill_all(r, SIGKILL);
+		*drain_killed = 1;
+		*drain_at = now + DRAIN_MS * NS_PER_MS;
+	}
+	return 0;
+}
+
+/* poll's timeout (ms, -1: none) for the next of the run's deadlines. */
+static int
+next_timeout(struct run *r, uint64_t now, uint64_t drain_at)
+{
+	uint64_t next = 0;
+
+	if (!r->stopping)
+		next = min_deadline(
+		    min_deadline(min_deadline(r->deadline, r->grace_at),
+		                 min_deadline(r->blame_at, r->hold_at)),
+		    discover_next(r));
+	else if (!r->killed)
+		next = min_deadline(r->kill_at, r->session_term_at);
+	next = min_deadline(next, drain_at);
+	if (next == 0)
+		return -1;
+	return next <= now
+	           ? 0
+	           : (int)DT_MIN((next - now + NS_PER_MS - 1) / NS_PER_MS,
+	                         (uint64_t)INT_MAX);
+}
+
+/* The signals that came (signalfd): SIGCHLD's exits and restarts, the
+ * others passed on. */
+static void
+take_signals(struct run *r)
+{
+	struct signalfd_siginfo si;
+	int chld = 0;
+
+	while (read(r->sfd, &si, sizeof(si)) == (ssize_t)sizeof(si)) {
+		if (si.ssi_signo == SIGCHLD)
+			chld = 1;
+		else
+			on_signal(r, (int)si.ssi_signo);
+	}
+	if (chld) {
+		check_exits(r);
+		restart_procs(r);
+	}
+}
+
+/* The end: what the processes left behind in their sessions goes too;
+ * then they are reaped, which frees their ids. */
+static void
+reap_all(struct run *r)
+{
+	kill_all(r, SIGKILL);
+	for (size_t i = 0; i < r->n; i++) {
+		struct proc *p = &r->p[i];
+
+		for (int k = 0; k < 2; k++)
+			stream_close(p, &p->out[k]);
+		if (p->pid > 0)
+			while (waitpid(p->pid, NULL, 0) < 0 && errno == EINTR)
+				;
+	}
+}
+
+/*
  * Supervise r->p until every process has exited and its output is read;
  * then kill what is left of their sessions and reap them. Returns the exit
  * status of the launcher for this set of processes.
@@ -606,47 +690,16 @@ supervise(struct run *r)
 	}
 	check_exits(r);
 	while (pfd && pst && pp) {
-		uint64_t now = dt__now_ns(), next = 0;
+		uint64_t now = dt__now_ns();
 		size_t nfd = 0;
-		int timeout = -1, n;
+		int n;
 
 		on_timers(r, now);
 		if (!r->stopping && r->blame_at && all_exited(r, 0))
 			blame(r); /* no exit left to wait for */
-		if (all_exited(r, 0)) {
-			if (streams_closed(r))
-				break;
-			/* Something outside the process (a daemon it left)
-			 * still holds its pipe: give it a moment, kill the
-			 * sessions, then give up on the output. */
-			if (drain_at == 0) {
-				drain_at = now + DRAIN_MS * NS_PER_MS;
-			} else if (now >= drain_at) {
-				if (drain_killed) {
-					say("output pipes still open after all "
-					    "processes exited; not waiting");
-					break;
-				}
-				kill_all(r, SIGKILL);
-				drain_killed = 1;
-				drain_at = now + DRAIN_MS * NS_PER_MS;
-			}
-		}
-		if (!r->stopping)
-			next = min_deadline(
-			    min_deadline(min_deadline(r->deadline, r->grace_at),
-			                 min_deadline(r->blame_at, r->hold_at)),
-			    discover_next(r));
-		else if (!r->killed)
-			next = min_deadline(r->kill_at, r->session_term_at);
-		next = min_deadline(next, drain_at);
-		if (next)
-			timeout =
-			    next <= now
-			        ? 0
-			        : (int)DT_MIN((next - now + NS_PER_MS - 1) /
-			                          NS_PER_MS,
-			                      (uint64_t)INT_MAX);
+		if (all_exited(r, 0) &&
+		    drained(r, now, &drain_at, &drain_killed))
+			break;
 		pfd[nfd++] = (struct pollfd){.fd = r->sfd, .events = POLLIN};
 		for (size_t i = 0; i < r->n; i++)
 			for (int k = 0; k < 2; k++)
@@ -657,7 +710,7 @@ supervise(struct run *r)
 					    .fd = r->p[i].out[k].fd,
 					    .events = POLLIN};
 				}
-		n = poll(pfd, nfd, timeout);
+		n = poll(pfd, nfd, next_timeout(r, now, drain_at));
 		if (n < 0 && errno != EINTR) {
 			say("poll: %s; stopping the job", strerror(errno));
 			stop_job(r, RC_FAIL);
@@ -668,38 +721,13 @@ supervise(struct run *r)
 		for (size_t i = 1; n > 0 && i < nfd; i++)
 			if (pfd[i].revents)
 				stream_read(pp[i], pst[i]);
-		if (n > 0 && pfd[0].revents) {
-			struct signalfd_siginfo si;
-			int chld = 0;
-
-			while (read(r->sfd, &si, sizeof(si)) ==
-			       (ssize_t)sizeof(si)) {
-				if (si.ssi_signo == SIGCHLD)
-					chld = 1;
-				else
-					on_signal(r, (int)si.ssi_signo);
-			}
-			if (chld) {
-				check_exits(r);
-				restart_procs(r);
-			}
-		}
+		if (n > 0 && pfd[0].revents)
+			take_signals(r);
 	}
 	free(pfd);
 	free(pst);
 	free(pp);
-	/* Whatever the processes left behind in their sessions goes too;
-	 * then reap them, which frees their ids. */
-	kill_all(r, SIGKILL);
-	for (size_t i = 0; i < r->n; i++) {
-		struct proc *p = &r->p[i];
-
-		for (int k = 0; k < 2; k++)
-			stream_close(p, &p->out[k]);
-		if (p->pid > 0)
-			while (waitpid(p->pid, NULL, 0) < 0 && errno == EINTR)
-				;
-	}
+	reap_all(r);
 	if (!r->stopping)
 		r->rc = 0;
 	return r->rc;
