@@ -300,6 +300,42 @@ dt__kvc_part_done(dt_kv_client *c, kv_op *o)
 		pthread_cond_broadcast(&c->cv);
 }
 
+/* A sub-request that is not sent after all (out of memory, or an epoch
+ * the request may not carry: stamp_epoch failed the operation): its part
+ * of o is over (mu held, and send_mu with recovery; both released). */
+static void
+abandon_part(dt_kv_client *c, kv_op *o, sub *s, logent *le)
+{
+	if (s == NULL)
+		dt__kvc_op_fail(o, DT_ENOMEM, "out of memory");
+	if (le)
+		dt__kvc_logent_drop(le); /* (never sent) */
+	free(s);
+	o->remaining--;
+	pthread_mutex_unlock(&c->mu);
+	if (c->recover)
+		dt__kvc_send_unlock(c);
+}
+
+/* Recovery: the replay log's entry of a request, to send again to a
+ * restarted server; a push's data is copied only within
+ * DTRAIN_REPLAY_MAX (keep_copy), else the entry says it is lost. NULL
+ * when out of memory. */
+static logent *
+log_part(dt_kv_client *c, const dt_msg_hdr *h, const void *meta,
+         uint32_t meta_len, const struct iovec *iov)
+{
+	int keep =
+	    !(iov->iov_base && iov->iov_len && dt__kvc_push_cmd(h->cmd)) ||
+	    dt__kvc_keep_copy(c, iov->iov_len);
+	logent *le = dt__kvc_log_new(h, meta, meta_len, iov,
+	                             keep && iov->iov_base ? 1 : 0);
+
+	if (le && !keep)
+		le->lost = 1;
+	return le;
+}
+
 /*
  * Send one sub-request; the sub is registered before the send. val is
  * vbytes of payload: the caller's (stable until the answer) or, when
@@ -333,20 +369,11 @@ dt__kvc_send_part(dt_kv_client *c, kv_op *o, int server, dt_msg_hdr *h,
 		vbytes = 0;
 		iov = (struct iovec){NULL, 0};
 	}
-	/* Recovery: a copy, to send again to a restarted server (a push's
-	 * data only within DTRAIN_REPLAY_MAX: keep_copy). */
-	int keep =
-	    !(s && c->recover && val && vbytes && dt__kvc_push_cmd(h->cmd)) ||
-	    dt__kvc_keep_copy(c, vbytes);
-
 	if (s && c->recover && dt__kvc_logged_cmd(h->cmd) &&
-	    (le = dt__kvc_log_new(h, meta, meta_len, &iov,
-	                          keep && val ? 1 : 0)) == NULL) {
+	    (le = log_part(c, h, meta, meta_len, &iov)) == NULL) {
 		free(s);
 		s = NULL;
 	}
-	if (le && !keep)
-		le->lost = 1;
 	/* (without recovery nothing is replayed: no send order to keep) */
 	if (c->recover) {
 		pthread_mutex_lock(&c->send_mu);
@@ -359,25 +386,12 @@ dt__kvc_send_part(dt_kv_client *c, kv_op *o, int server, dt_msg_hdr *h,
 	    (h->cmd == DT_CMD_KV_PUSH || h->cmd == DT_CMD_KV_PUSHPULL) &&
 	    (pidx = dt__kvc_next_push(c, h->key, server)) < 0) {
 		dt__kvc_logent_drop(le); /* (never sent) */
+		le = NULL;
 		free(s);
 		s = NULL;
 	}
-	if (s == NULL) {
-		dt__kvc_op_fail(o, DT_ENOMEM, "out of memory");
-		o->remaining--;
-		pthread_mutex_unlock(&c->mu);
-		if (c->recover)
-			dt__kvc_send_unlock(c);
-		return;
-	}
-	if (s && stamp_epoch(c, o, h)) {
-		if (le)
-			dt__kvc_logent_drop(le);
-		free(s);
-		o->remaining--;
-		pthread_mutex_unlock(&c->mu);
-		if (c->recover)
-			dt__kvc_send_unlock(c);
+	if (s == NULL || stamp_epoch(c, o, h)) {
+		abandon_part(c, o, s, le);
 		return;
 	}
 	h->seq = c->next_seq++;
