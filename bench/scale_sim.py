@@ -84,6 +84,22 @@ def task_cpu_ns(pid):
     return max(tot, ticks_ns)
 
 
+def thread_wchans(pid):
+    """Where each thread of pid sleeps in the kernel, with a count."""
+    seen = {}
+    try:
+        for t in os.listdir(f"/proc/{pid}/task"):
+            try:
+                with open(f"/proc/{pid}/task/{t}/wchan") as f:
+                    w = f.read().strip() or "running"
+            except OSError:
+                continue
+            seen[w] = seen.get(w, 0) + 1
+    except OSError:
+        pass
+    return seen
+
+
 def proc_sample(pid):
     """RSS (KiB), threads, descriptors and sockets of pid."""
     o = {"rss_kib": 0, "threads": 0, "fds": 0, "sockets": 0}
@@ -120,7 +136,7 @@ class Sim:
              str(s), "--barriers", str(BARRIERS), "--host",
              f"127.0.0.{2 + idx % 250}"],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.err,
-            env=env, start_new_session=True)
+            env=env)
         os.set_blocking(self.p.stdout.fileno(), False)
         self.buf, self.lines = "", []
 
@@ -185,7 +201,7 @@ class Sched:
             [f"{build}/dtrain", "scheduler", "--uri", "127.0.0.1", "--port",
              "0", "--num-servers", str(s), "--num-workers", str(w)],
             stdin=subprocess.DEVNULL, stdout=self.err, stderr=self.err,
-            env=env, start_new_session=True)
+            env=env)
         self.rusage_ns, self.status = None, None
 
     def port(self, deadline):
@@ -232,8 +248,8 @@ def kill_all(procs):
     for p in procs:
         if p.poll() is None:
             try:
-                os.killpg(p.pid, signal.SIGCONT)
-                os.killpg(p.pid, signal.SIGTERM)
+                os.kill(p.pid, signal.SIGCONT)
+                os.kill(p.pid, signal.SIGTERM)
             except OSError:
                 pass
     end = time.time() + 10
@@ -242,7 +258,7 @@ def kill_all(procs):
             p.wait(max(0.1, end - time.time()))
         except subprocess.TimeoutExpired:
             try:
-                os.killpg(p.pid, signal.SIGKILL)
+                os.kill(p.pid, signal.SIGKILL)
             except OSError:
                 pass
             p.wait()
@@ -390,6 +406,7 @@ def run(w, s):
                 sched.reap() and all(sm.p.poll() is not None for sm in sims)):
             time.sleep(0.05)
         summary["sched_exit"] = sched.status
+        summary["pids"] = [p.pid for p in procs]
         summary["sim_exits"] = sorted(set(
             sm.p.returncode if sm.p.returncode is not None else "running"
             for sm in sims), key=str)
@@ -419,11 +436,17 @@ def stop_one(sched, sims, w, s):
          "stopped_nodes": stopped.w + stopped.s,
          "end_after_s": round(time.time() - t0, 2) if sched.reap() else None,
          "sched_exit": sched.status}
-    named = [ln for ln in sched.log_tail() if "sent nothing" in ln]
+    tail = sched.log_tail()
+    named = [ln for ln in tail if "sent nothing" in ln]
     o["named"] = named[:3]
-    collect(sims[:-1], 2, time.time() + TIMEOUT)
-    o["others_failed"] = sum(sm.lines[1]["failed"] for sm in sims[:-1]
-                             if len(sm.lines) > 1)
+    if o["end_after_s"] is None:
+        # (what it said, and where its threads wait)
+        o["sched_log_tail"] = tail[-5:]
+        o["sched_wchan"] = thread_wchans(sched.p.pid)
+    # (their lines: ready, join, barrier1)
+    collect(sims[:-1], 3, time.time() + TIMEOUT)
+    o["others_failed"] = sum(sm.lines[2]["failed"] for sm in sims[:-1]
+                             if len(sm.lines) > 2)
     o["others"] = sum(sm.w + sm.s for sm in sims[:-1])
     os.kill(stopped.p.pid, signal.SIGCONT)
     return o
