@@ -66,8 +66,8 @@ TICK = os.sysconf("SC_CLK_TCK")
 
 
 def task_cpu_ns(pid):
-    """pid's CPU time (ns): its live threads' schedstat, plus what its
-    ended threads left in /proc/<pid>/stat (ticks) beyond them."""
+    """pid's CPU time (ns): the sum of its live threads' schedstat, or
+    /proc/<pid>/stat's ticks when none is left."""
     tot = 0
     try:
         for t in os.listdir(f"/proc/{pid}/task"):
@@ -81,7 +81,9 @@ def task_cpu_ns(pid):
         ticks_ns = (int(st[11]) + int(st[12])) * 1000000000 // TICK
     except OSError:
         return None
-    return max(tot, ticks_ns)
+    # (the threads' own clocks while any live: the ticks are 10 ms
+    # coarse; the ticks once they have ended)
+    return tot if tot else ticks_ns
 
 
 def thread_wchans(pid):
