@@ -432,10 +432,16 @@ def stop_one(sched, sims, w, s):
     t0 = time.time()
     for sm in sims[:-1]:
         sm.go()
+    # (when it names a lost node: it aborts the job then; when it exits)
+    named_at = None
     while time.time() < t0 + TIMEOUT and not sched.reap():
+        if named_at is None and any("aborting the job" in ln
+                                    for ln in sched.log_tail()):
+            named_at = time.time()
         time.sleep(0.02)
     o = {"stopped_pid": stopped.p.pid,
          "stopped_nodes": stopped.w + stopped.s,
+         "named_after_s": round(named_at - t0, 2) if named_at else None,
          "end_after_s": round(time.time() - t0, 2) if sched.reap() else None,
          "sched_exit": sched.status}
     tail = sched.log_tail()
