@@ -15,9 +15,10 @@ sockets (/proc), and prints per phase:
   wall_s      the first node entering the phase to the last one out;
   spread_s    the first node entering to the last one entering;
   sched_cpu_s the scheduler's CPU time in the phase;
-  busy        the processor time of the scheduler and the simulators in
-              the phase over wall x processors: near 1, the machine was
-              full and the wall time measures this box, not the protocol;
+  busy        the share of the machine's processor time that was not
+              idle during the phase (every process's, /proc/stat, 10 ms
+              ticks): near 1, the machine was full and the wall time
+              measures this box, not the protocol;
   rx_b/node, rx_m/node, tx_m/node
               bytes and frames each node received from the scheduler,
               and frames it sent it (the nodes' own counters, heartbeats
@@ -65,9 +66,10 @@ NCPU = os.cpu_count() or 1
 TICK = os.sysconf("SC_CLK_TCK")
 
 
-def task_cpu_ns(pid):
+def task_cpu_ns(pid, ticks=False):
     """pid's CPU time (ns): the sum of its live threads' schedstat, or
-    /proc/<pid>/stat's ticks when none is left."""
+    /proc/<pid>/stat's ticks when none is left or `ticks` (the clock of
+    its rusage once it has exited)."""
     tot = 0
     try:
         for t in os.listdir(f"/proc/{pid}/task"):
@@ -83,7 +85,7 @@ def task_cpu_ns(pid):
         return None
     # (the threads' own clocks while any live: the ticks are 10 ms
     # coarse; the ticks once they have ended)
-    return tot if tot else ticks_ns
+    return tot if tot and not ticks else ticks_ns
 
 
 def thread_wchans(pid):
@@ -233,9 +235,9 @@ class Sched:
         self.rusage_ns = int((ru.ru_utime + ru.ru_stime) * 1e9)
         return True
 
-    def cpu_ns(self):
+    def cpu_ns(self, ticks=False):
         if not self.reap():
-            c = task_cpu_ns(self.p.pid)
+            c = task_cpu_ns(self.p.pid, ticks)
             if c is not None:
                 return c
             self.reap()
@@ -266,7 +268,7 @@ def kill_all(procs):
             p.wait()
 
 
-def phase_row(w, s, nsim, name, lines, cpu_ns, sim_cpu_ns):
+def phase_row(w, s, nsim, name, lines, cpu_ns, busy):
     n = w + s
     ok = [x for x in lines if x.get("ok")]
     lat = sorted(v for x in lines for v in x["lat_us"])
@@ -282,9 +284,7 @@ def phase_row(w, s, nsim, name, lines, cpu_ns, sim_cpu_ns):
         o["wall_s"] = round((out_max - in_min) / 1e9, 4)
         o["spread_s"] = round((in_max - in_min) / 1e9, 4)
     o["sched_cpu_s"] = round(cpu_ns / 1e9, 4) if cpu_ns is not None else None
-    if o.get("wall_s") and cpu_ns is not None and sim_cpu_ns is not None:
-        o["busy"] = round((cpu_ns + sim_cpu_ns) / 1e9 /
-                          (o["wall_s"] * NCPU), 2)
+    o["busy"] = round(busy, 2) if busy is not None else None
     for k, col in (("rx_root_bytes", "rx_bytes_per_node"),
                    ("rx_root_msgs", "rx_msgs_per_node"),
                    ("tx_root_msgs", "tx_msgs_per_node")):
@@ -313,12 +313,11 @@ def sample_sims(sims):
     return tot, extra
 
 
-def sims_cpu(sims):
-    t = 0
-    for sm in sims:
-        c = task_cpu_ns(sm.p.pid)
-        t += c or 0
-    return t
+def machine_jiffies():
+    """The machine's idle (and iowait) ticks, and all its ticks."""
+    with open("/proc/stat") as f:
+        v = [int(x) for x in f.readline().split()[1:]]
+    return v[3] + v[4], sum(v[:8])
 
 
 def expected_sockets(sm, w, s):
@@ -371,16 +370,22 @@ def run(w, s):
                 summary.update(stop_one(sched, sims, w, s))
                 live = []  # the job is over; nothing to release
                 break
-            c0, sc0 = sched.cpu_ns(), sims_cpu(live)
+            # (leaving ends the scheduler: its CPU time then comes from
+            # its rusage, whose clock is that of /proc/<pid>/stat)
+            c0 = sched.cpu_ns(ticks=name == "leave")
+            m0 = machine_jiffies()
             for sm in live:
                 sm.go()
             done = collect(live, 2 + k, time.time() + TIMEOUT)
+            m1 = machine_jiffies()
             sched.reap()
-            c1, sc1 = sched.cpu_ns(), sims_cpu(live)
+            c1 = sched.cpu_ns(ticks=name == "leave")
             lines = [sm.lines[1 + k] for sm in live if len(sm.lines) > 1 + k]
             cpu = c1 - c0 if c0 is not None and c1 is not None else None
-            sim_cpu = sc1 - sc0 if name != "leave" else None
-            row = phase_row(w, s, nsim, name, lines, cpu, sim_cpu)
+            busy = None
+            if m1[1] > m0[1]:
+                busy = 1 - (m1[0] - m0[0]) / (m1[1] - m0[1])
+            row = phase_row(w, s, nsim, name, lines, cpu, busy)
             rows.append(row)
             print(json.dumps(row), file=sys.stderr, flush=True)
             if name in ("join", phases[-2]):
