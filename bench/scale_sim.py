@@ -62,7 +62,6 @@ BARRIERS = env_int("BARRIERS", 3)
 TIMEOUT = float(os.environ.get("TIMEOUT", 300))
 RTT_US = float(os.environ.get("RTT_US", 50))
 STOP_ONE = env_int("STOP_ONE", 0)
-NCPU = os.cpu_count() or 1
 TICK = os.sysconf("SC_CLK_TCK")
 
 
@@ -304,13 +303,12 @@ def phase_row(w, s, nsim, name, lines, cpu_ns, busy):
 
 def sample_sims(sims):
     tot = {"rss_kib": 0, "threads": 0, "fds": 0, "sockets": 0}
-    extra = 0
     for sm in sims:
         o = proc_sample(sm.p.pid)
         for k in tot:
             tot[k] += o[k]
         sm.sample = o
-    return tot, extra
+    return tot
 
 
 def machine_jiffies():
@@ -359,7 +357,7 @@ def run(w, s):
         if not collect(sims, 1, time.time() + TIMEOUT):
             summary["error"] = "the simulators did not start"
             return rows, summary
-        base, _ = sample_sims(sims)
+        base = sample_sims(sims)
         summary["rss_kib_base"] = base["rss_kib"]
         phases = ["join"] + [f"barrier{i + 1}" for i in range(BARRIERS)] + [
             "leave"]
@@ -390,7 +388,7 @@ def run(w, s):
             print(json.dumps(row), file=sys.stderr, flush=True)
             if name in ("join", phases[-2]):
                 # (every node up and idle, before anyone leaves)
-                tot, _ = sample_sims(sims)
+                tot = sample_sims(sims)
                 summary["rss_kib_per_node"] = round(
                     (tot["rss_kib"] - base["rss_kib"]) / n, 1)
                 summary["fds_per_node"] = round(tot["fds"] / n, 2)
@@ -444,6 +442,9 @@ def stop_one(sched, sims, w, s):
                                     for ln in sched.log_tail()):
             named_at = time.time()
         time.sleep(0.02)
+    if named_at is None and any("aborting the job" in ln
+                                for ln in sched.log_tail()):
+        named_at = time.time()  # (it named and exited between two looks)
     o = {"stopped_pid": stopped.p.pid,
          "stopped_nodes": stopped.w + stopped.s,
          "named_after_s": round(named_at - t0, 2) if named_at else None,
