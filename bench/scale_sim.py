@@ -1,0 +1,519 @@
+"""scale_sim.py - the driver of bench/scale_sim.sh (run it through that
+script, which sets the descriptor limit first).
+
+For each size W+S it starts one real scheduler (`dtrain scheduler`, port
+0) and P processes of build/bench/scale_sim, each running M real nodes
+(P = ceil((W+S) / PER_PROC)), each process's nodes listening on a
+loopback address of its own (127.0.0.2, .3, ...). It walks them through
+the phases together, one "go" line per phase on their input: join (up to
+the start-up barrier over every node), BARRIERS barriers, and leaving.
+Between phases, with every node held, it reads the scheduler's CPU time
+(the sum of its threads' /proc/<pid>/task/*/schedstat; its rusage once
+it has exited) and the simulators' memory, threads, descriptors and
+sockets (/proc), and prints per phase:
+
+  wall_s      the first node entering the phase to the last one out;
+  spread_s    the first node entering to the last one entering;
+  sched_cpu_s the scheduler's CPU time in the phase;
+  busy        the share of the machine's processor time that was not
+              idle during the phase (every process's, /proc/stat, 10 ms
+              ticks): near 1, the machine was full and the wall time
+              measures this box, not the protocol;
+  rx_b/node, rx_m/node, tx_m/node
+              bytes and frames each node received from the scheduler,
+              and frames it sent it (the nodes' own counters, heartbeats
+              not counted);
+  p50_ms, p99_ms
+              each node's time in the phase, across nodes;
+  model_s     spread + depth x (RTT_US + k x c): depth 1 and k = N (a
+              flat star at the scheduler), c the scheduler's CPU per node
+              in the phase (so k x c is its CPU time): what the phase
+              would take on a cluster of one node per host.
+
+and per size the memory (RSS growth since the processes started, before
+any node), descriptors and threads per node, and the sockets against
+those the nodes' partners explain (each node: its listener and its
+connection to the scheduler; a worker: one per server; a server: one per
+worker). Tables on standard output, then JSON lines (also in
+$OUT/scale_sim.jsonl).
+
+STOP_ONE=1 (the test's mode): after the join, SIGSTOP the last
+simulator, release the first barrier to the others, and time how long
+the scheduler takes to end the job; then SIGCONT it, close its input,
+and check that every process ends.
+"""
+import json
+import math
+import os
+import secrets
+import selectors
+import signal
+import subprocess
+import sys
+import time
+
+build, out = sys.argv[1], sys.argv[2]
+sizes = [tuple(int(x) for x in s.split("+")) if "+" in s else (int(s), 0)
+         for s in sys.argv[3:]]
+env_int = lambda k, d: int(os.environ.get(k, d))
+PER_PROC = env_int("PER_PROC", 250)
+PROCS = env_int("PROCS", 0)
+BARRIERS = env_int("BARRIERS", 3)
+TIMEOUT = float(os.environ.get("TIMEOUT", 300))
+RTT_US = float(os.environ.get("RTT_US", 50))
+STOP_ONE = env_int("STOP_ONE", 0)
+TICK = os.sysconf("SC_CLK_TCK")
+
+
+def task_cpu_ns(pid, ticks=False):
+    """pid's CPU time (ns): the sum of its live threads' schedstat, or
+    /proc/<pid>/stat's ticks when none is left or `ticks` (the clock of
+    its rusage once it has exited)."""
+    tot = 0
+    try:
+        for t in os.listdir(f"/proc/{pid}/task"):
+            try:
+                with open(f"/proc/{pid}/task/{t}/schedstat") as f:
+                    tot += int(f.read().split()[0])
+            except (OSError, ValueError, IndexError):
+                pass
+        with open(f"/proc/{pid}/stat") as f:
+            st = f.read().rsplit(")", 1)[1].split()
+        ticks_ns = (int(st[11]) + int(st[12])) * 1000000000 // TICK
+    except OSError:
+        return None
+    # (the threads' own clocks while any live: the ticks are 10 ms
+    # coarse; the ticks once they have ended)
+    return tot if tot and not ticks else ticks_ns
+
+
+def thread_wchans(pid):
+    """Where each thread of pid sleeps in the kernel, with a count."""
+    seen = {}
+    try:
+        for t in os.listdir(f"/proc/{pid}/task"):
+            try:
+                with open(f"/proc/{pid}/task/{t}/wchan") as f:
+                    w = f.read().strip() or "running"
+            except OSError:
+                continue
+            seen[w] = seen.get(w, 0) + 1
+    except OSError:
+        pass
+    return seen
+
+
+def proc_sample(pid):
+    """RSS (KiB), threads, descriptors and sockets of pid."""
+    o = {"rss_kib": 0, "threads": 0, "fds": 0, "sockets": 0}
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for ln in f:
+                if ln.startswith("VmRSS:"):
+                    o["rss_kib"] = int(ln.split()[1])
+                elif ln.startswith("Threads:"):
+                    o["threads"] = int(ln.split()[1])
+        for fd in os.listdir(f"/proc/{pid}/fd"):
+            o["fds"] += 1
+            try:
+                if os.readlink(f"/proc/{pid}/fd/{fd}").startswith("socket:"):
+                    o["sockets"] += 1
+            except OSError:
+                pass
+    except OSError:
+        pass
+    return o
+
+
+def load():
+    with open("/proc/loadavg") as f:
+        return " ".join(f.read().split()[:3])
+
+
+class Sim:
+    def __init__(self, idx, w, s, env):
+        self.idx, self.w, self.s = idx, w, s
+        self.err = open(os.path.join(out, f"sim.{idx}.err"), "w")
+        self.p = subprocess.Popen(
+            [f"{build}/bench/scale_sim", "--workers", str(w), "--servers",
+             str(s), "--barriers", str(BARRIERS), "--host",
+             f"127.0.0.{2 + idx % 250}"],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.err,
+            env=env)
+        os.set_blocking(self.p.stdout.fileno(), False)
+        self.buf, self.lines = "", []
+
+    def feed(self):
+        try:
+            chunk = os.read(self.p.stdout.fileno(), 1 << 20)
+        except BlockingIOError:
+            return
+        if not chunk:
+            self.eof = True
+            return
+        self.buf += chunk.decode(errors="replace")
+        *done, self.buf = self.buf.split("\n")
+        for ln in done:
+            try:
+                self.lines.append(json.loads(ln))
+            except ValueError:
+                pass
+
+    def go(self):
+        try:
+            self.p.stdin.write(b"go\n")
+            self.p.stdin.flush()
+        except OSError:
+            pass
+
+    def close(self):
+        try:
+            self.p.stdin.close()
+        except OSError:
+            pass
+
+
+def collect(sims, want, deadline):
+    """Wait until each sim has `want` JSON lines, or the deadline."""
+    sel = selectors.DefaultSelector()
+    for s in sims:
+        s.eof = False
+        sel.register(s.p.stdout, selectors.EVENT_READ, s)
+    try:
+        while time.time() < deadline:
+            if all(len(s.lines) >= want or s.eof for s in sims):
+                return True
+            for key, _ in sel.select(0.2):
+                key.data.feed()
+        return all(len(s.lines) >= want for s in sims)
+    finally:
+        sel.close()
+
+
+def quantile(xs, q):
+    if not xs:
+        return None
+    return xs[min(len(xs) - 1, max(0, math.ceil(q * len(xs)) - 1))]
+
+
+class Sched:
+    def __init__(self, env, w, s):
+        self.errpath = os.path.join(out, f"sched.{w}.{s}.err")
+        self.err = open(self.errpath, "w")
+        self.p = subprocess.Popen(
+            [f"{build}/dtrain", "scheduler", "--uri", "127.0.0.1", "--port",
+             "0", "--num-servers", str(s), "--num-workers", str(w)],
+            stdin=subprocess.DEVNULL, stdout=self.err, stderr=self.err,
+            env=env)
+        self.rusage_ns, self.status = None, None
+
+    def port(self, deadline):
+        while time.time() < deadline:
+            with open(self.errpath) as f:
+                for ln in f:
+                    if "listening on port" in ln:
+                        return int(ln.split("listening on port")[1].split(
+                            ";")[0])
+            if self.reap():
+                return None
+            time.sleep(0.05)
+        return None
+
+    def reap(self):
+        """Whether it has exited (then its CPU time comes from rusage)."""
+        if self.status is not None:
+            return True
+        try:
+            pid, st, ru = os.wait4(self.p.pid, os.WNOHANG)
+        except ChildProcessError:
+            return True
+        if pid == 0:
+            return False
+        self.status = os.waitstatus_to_exitcode(st)
+        self.p.returncode = self.status
+        self.rusage_ns = int((ru.ru_utime + ru.ru_stime) * 1e9)
+        return True
+
+    def cpu_ns(self, ticks=False):
+        if not self.reap():
+            c = task_cpu_ns(self.p.pid, ticks)
+            if c is not None:
+                return c
+            self.reap()
+        return self.rusage_ns
+
+    def log_tail(self):
+        with open(self.errpath) as f:
+            return [ln.rstrip() for ln in f if ln.strip()]
+
+
+def kill_all(procs):
+    for p in procs:
+        if p.poll() is None:
+            try:
+                os.kill(p.pid, signal.SIGCONT)
+                os.kill(p.pid, signal.SIGTERM)
+            except OSError:
+                pass
+    end = time.time() + 10
+    for p in procs:
+        try:
+            p.wait(max(0.1, end - time.time()))
+        except subprocess.TimeoutExpired:
+            try:
+                os.kill(p.pid, signal.SIGKILL)
+            except OSError:
+                pass
+            p.wait()
+
+
+def phase_row(w, s, nsim, name, lines, cpu_ns, busy):
+    n = w + s
+    ok = [x for x in lines if x.get("ok")]
+    lat = sorted(v for x in lines for v in x["lat_us"])
+    o = {"bench": "scale_sim", "workers": w, "servers": s, "nodes": n,
+         "procs": nsim, "phase": name,
+         "ok": sum(x["ok"] for x in lines),
+         "failed": sum(x["failed"] for x in lines) + (n - sum(
+             x["nodes"] for x in lines))}
+    if ok:
+        in_min = min(x["in_min"] for x in ok)
+        in_max = max(x["in_max"] for x in ok)
+        out_max = max(x["out_max"] for x in ok)
+        o["wall_s"] = round((out_max - in_min) / 1e9, 4)
+        o["spread_s"] = round((in_max - in_min) / 1e9, 4)
+    o["sched_cpu_s"] = round(cpu_ns / 1e9, 4) if cpu_ns is not None else None
+    o["busy"] = round(busy, 2) if busy is not None else None
+    for k, col in (("rx_root_bytes", "rx_bytes_per_node"),
+                   ("rx_root_msgs", "rx_msgs_per_node"),
+                   ("tx_root_msgs", "tx_msgs_per_node")):
+        o[col] = round(sum(x[k] for x in lines) / n, 1)
+    o["p50_ms"] = round(quantile(lat, 0.5) / 1e3, 3) if lat else None
+    o["p99_ms"] = round(quantile(lat, 0.99) / 1e3, 3) if lat else None
+    if o.get("spread_s") is not None and cpu_ns is not None:
+        c = cpu_ns / 1e9 / n
+        o["model_c_us"] = round(c * 1e6, 2)
+        o["model_s"] = round(o["spread_s"] + 1 * (RTT_US * 1e-6 + n * c), 4)
+    errs = [x["error"] for x in lines if x.get("error")]
+    if errs:
+        o["error"] = errs[0][:300]
+    o["load"] = load()
+    return o
+
+
+def sample_sims(sims):
+    tot = {"rss_kib": 0, "threads": 0, "fds": 0, "sockets": 0}
+    for sm in sims:
+        o = proc_sample(sm.p.pid)
+        for k in tot:
+            tot[k] += o[k]
+        sm.sample = o
+    return tot
+
+
+def machine_jiffies():
+    """The machine's idle (and iowait) ticks, and all its ticks."""
+    with open("/proc/stat") as f:
+        v = [int(x) for x in f.readline().split()[1:]]
+    return v[3] + v[4], sum(v[:8])
+
+
+def expected_sockets(sm, w, s):
+    """A node's listener and its link to the scheduler; a worker's link
+    to every server; a server's link from every worker."""
+    m = sm.w + sm.s
+    return 2 * m + sm.w * s + sm.s * w
+
+
+def run(w, s):
+    n = w + s
+    nsim = PROCS or max(1, math.ceil(n / PER_PROC))
+    nsim = min(nsim, n)
+    env = dict(os.environ, DMLC_PS_ROOT_URI="127.0.0.1",
+               DMLC_NUM_WORKER=str(w), DMLC_NUM_SERVER=str(s),
+               DTRAIN_SECRET=secrets.token_hex(32))
+    env.setdefault("DTRAIN_TRANSPORT", "tcp")
+    env.pop("DMLC_ROLE", None)
+    t0 = time.time()
+    summary = {"bench": "scale_sim", "workers": w, "servers": s,
+               "nodes": n, "procs": nsim, "phase": "all",
+               "load_start": load()}
+    rows = []
+    sched = Sched(env, w, s)
+    procs = [sched.p]
+    sims = []
+    try:
+        port = sched.port(time.time() + 30)
+        if port is None:
+            summary["error"] = "the scheduler did not listen: " + " / ".join(
+                sched.log_tail()[-3:])
+            return rows, summary
+        env["DMLC_PS_ROOT_PORT"] = str(port)
+        for i in range(nsim):
+            sw = w // nsim + (i < w % nsim)
+            ss = s // nsim + (i < s % nsim)
+            sims.append(Sim(i, sw, ss, env))
+            procs.append(sims[-1].p)
+        if not collect(sims, 1, time.time() + TIMEOUT):
+            summary["error"] = "the simulators did not start"
+            return rows, summary
+        base = sample_sims(sims)
+        summary["rss_kib_base"] = base["rss_kib"]
+        phases = ["join"] + [f"barrier{i + 1}" for i in range(BARRIERS)] + [
+            "leave"]
+        for k, name in enumerate(phases):
+            stop_now = STOP_ONE and k == 1
+            live = sims[:-1] if stop_now else sims
+            if stop_now:
+                summary.update(stop_one(sched, sims, w, s))
+                live = []  # the job is over; nothing to release
+                break
+            # (leaving ends the scheduler: its CPU time then comes from
+            # its rusage, whose clock is that of /proc/<pid>/stat)
+            c0 = sched.cpu_ns(ticks=name == "leave")
+            m0 = machine_jiffies()
+            for sm in live:
+                sm.go()
+            done = collect(live, 2 + k, time.time() + TIMEOUT)
+            m1 = machine_jiffies()
+            sched.reap()
+            c1 = sched.cpu_ns(ticks=name == "leave")
+            lines = [sm.lines[1 + k] for sm in live if len(sm.lines) > 1 + k]
+            cpu = c1 - c0 if c0 is not None and c1 is not None else None
+            busy = None
+            if m1[1] > m0[1]:
+                busy = 1 - (m1[0] - m0[0]) / (m1[1] - m0[1])
+            row = phase_row(w, s, nsim, name, lines, cpu, busy)
+            rows.append(row)
+            print(json.dumps(row), file=sys.stderr, flush=True)
+            if name in ("join", phases[-2]):
+                # (every node up and idle, before anyone leaves)
+                tot = sample_sims(sims)
+                summary["rss_kib_per_node"] = round(
+                    (tot["rss_kib"] - base["rss_kib"]) / n, 1)
+                summary["fds_per_node"] = round(tot["fds"] / n, 2)
+                summary["threads_per_node"] = round(tot["threads"] / n, 2)
+                summary["sockets"] = tot["sockets"]
+                summary["sockets_expected"] = sum(
+                    expected_sockets(sm, w, s) for sm in sims)
+                summary["sockets_extra_max"] = max(
+                    sm.sample["sockets"] - expected_sockets(sm, w, s)
+                    for sm in sims)
+            if not done or row["failed"]:
+                summary["error"] = row.get("error") or (
+                    f"{name}: not every simulator reported within "
+                    f"{TIMEOUT:.0f} s")
+                break
+        for sm in sims:
+            sm.close()
+        end = time.time() + TIMEOUT
+        while time.time() < end and not (
+                sched.reap() and all(sm.p.poll() is not None for sm in sims)):
+            time.sleep(0.05)
+        summary["sched_exit"] = sched.status
+        summary["pids"] = [p.pid for p in procs]
+        summary["sim_exits"] = sorted(set(
+            sm.p.returncode if sm.p.returncode is not None else "running"
+            for sm in sims), key=str)
+        summary["sched_cpu_total_s"] = (
+            round(sched.rusage_ns / 1e9, 3) if sched.rusage_ns else None)
+    finally:
+        kill_all(procs)
+        sched.reap()
+        summary["total_s"] = round(time.time() - t0, 2)
+        summary["load_end"] = load()
+        summary["passed_all"] = all(
+            r["failed"] == 0 for r in rows) and len(rows) == BARRIERS + 2
+    return rows, summary
+
+
+def stop_one(sched, sims, w, s):
+    """SIGSTOP the last simulator; the others enter the first barrier;
+    how long until the scheduler ends the job, and what it names."""
+    stopped = sims[-1]
+    os.kill(stopped.p.pid, signal.SIGSTOP)
+    t0 = time.time()
+    for sm in sims[:-1]:
+        sm.go()
+    # (when it names a lost node: it aborts the job then; when it exits)
+    named_at = None
+    while time.time() < t0 + TIMEOUT and not sched.reap():
+        if named_at is None and any("aborting the job" in ln
+                                    for ln in sched.log_tail()):
+            named_at = time.time()
+        time.sleep(0.02)
+    if named_at is None and any("aborting the job" in ln
+                                for ln in sched.log_tail()):
+        named_at = time.time()  # (it named and exited between two looks)
+    o = {"stopped_pid": stopped.p.pid,
+         "stopped_nodes": stopped.w + stopped.s,
+         "named_after_s": round(named_at - t0, 2) if named_at else None,
+         "end_after_s": round(time.time() - t0, 2) if sched.reap() else None,
+         "sched_exit": sched.status}
+    tail = sched.log_tail()
+    named = [ln for ln in tail if "sent nothing" in ln]
+    o["named"] = named[:3]
+    if o["end_after_s"] is None:
+        # (what it said, and where its threads wait)
+        o["sched_log_tail"] = tail[-5:]
+        o["sched_wchan"] = thread_wchans(sched.p.pid)
+    # (their lines: ready, join, barrier1)
+    collect(sims[:-1], 3, time.time() + TIMEOUT)
+    o["others_failed"] = sum(sm.lines[2]["failed"] for sm in sims[:-1]
+                             if len(sm.lines) > 2)
+    o["others"] = sum(sm.w + sm.s for sm in sims[:-1])
+    os.kill(stopped.p.pid, signal.SIGCONT)
+    return o
+
+
+def fmt(o, k, f):
+    v = o.get(k)
+    return (f % v) if v is not None else "-"
+
+
+def main():
+    allrows, sums = [], []
+    with open(os.path.join(out, "scale_sim.jsonl"), "w") as jf:
+        for w, s in sizes:
+            rows, summary = run(w, s)
+            for o in rows + [summary]:
+                jf.write(json.dumps(o) + "\n")
+            jf.flush()
+            print(json.dumps(summary), file=sys.stderr, flush=True)
+            allrows += rows
+            sums.append(summary)
+    print("%6s %4s %4s %-9s %8s %8s %9s %5s %9s %7s %7s %8s %8s %8s %s" % (
+        "W", "S", "P", "phase", "wall s", "spread s", "sched cpu", "busy",
+        "rx B/node", "rx msg", "tx msg", "p50 ms", "p99 ms", "model s",
+        "failed"))
+    for o in allrows:
+        print("%6d %4d %4d %-9s %8s %8s %9s %5s %9s %7s %7s %8s %8s %8s %d" % (
+            o["workers"], o["servers"], o["procs"], o["phase"],
+            fmt(o, "wall_s", "%.3f"), fmt(o, "spread_s", "%.3f"),
+            fmt(o, "sched_cpu_s", "%.3f"), fmt(o, "busy", "%.2f"),
+            fmt(o, "rx_bytes_per_node", "%.0f"),
+            fmt(o, "rx_msgs_per_node", "%.1f"),
+            fmt(o, "tx_msgs_per_node", "%.1f"), fmt(o, "p50_ms", "%.2f"),
+            fmt(o, "p99_ms", "%.2f"), fmt(o, "model_s", "%.3f"),
+            o["failed"]))
+    print()
+    print("%6s %4s %4s %9s %8s %9s %8s %8s %8s %7s %s" % (
+        "W", "S", "P", "RSS KiB/n", "fds/n", "threads/n", "sockets",
+        "expected", "total s", "sched", "load (start / end)"))
+    for o in sums:
+        print("%6d %4d %4d %9s %8s %9s %8s %8s %8s %7s %s / %s" % (
+            o["workers"], o["servers"], o["procs"],
+            fmt(o, "rss_kib_per_node", "%.1f"), fmt(o, "fds_per_node", "%.2f"),
+            fmt(o, "threads_per_node", "%.2f"), fmt(o, "sockets", "%d"),
+            fmt(o, "sockets_expected", "%d"), fmt(o, "total_s", "%.1f"),
+            o.get("sched_exit"), o["load_start"], o["load_end"]))
+        if o.get("error"):
+            print("       %s" % o["error"])
+    print()
+    for o in allrows + sums:
+        print(json.dumps(o))
+    return 0 if all(o.get("passed_all") and not o.get("error")
+                    for o in sums) or STOP_ONE else 1
+
+
+sys.exit(main())

@@ -1,0 +1,37 @@
+#!/bin/bash
+# scale_sim.sh - a job of thousands of real nodes on one machine, many
+# nodes per process: for each size W+S (or N, workers only) it starts one
+# scheduler (`dtrain scheduler`) and ceil(N / PER_PROC) processes of
+# build/bench/scale_sim, each running its share of the nodes (the real
+# join, barriers, heartbeats and leaving, over TCP), walks them through
+# the join, BARRIERS barriers and leaving together, and reports per phase
+# the wall time, the scheduler's CPU time, what each node received from
+# the scheduler, the nodes' time in the phase (p50, p99) beside a model of
+# a real cluster's, and per size the memory, descriptors, threads and
+# sockets per node (bench/scale_sim.py says what each column is).
+#
+#   bench/scale_sim.sh [BUILD_DIR] [W+S | N ...]   (default: 500 1000 2000 4000)
+#
+# Settings (environment): PER_PROC nodes per process (250), PROCS to
+# fix the count of processes instead, BARRIERS (3), TIMEOUT seconds per
+# phase (300), RTT_US the model's round trip per hop (50 us),
+# PS_HEARTBEAT_INTERVAL / PS_HEARTBEAT_TIMEOUT as for any job, OUT the
+# directory of the logs and scale_sim.jsonl (a new temporary one).
+# The bench raises the descriptor limit (ulimit -n) to the hard limit and
+# says what it got, with the machine's processors, threads-max, pid_max
+# and load.
+set -u
+BUILD=${1:-${DTRAIN_BUILD:-build}}
+shift || true
+SIZES=${*:-500 1000 2000 4000}
+OUT=${OUT:-$(mktemp -d "${TMPDIR:-/tmp}/dtrain_scale_sim.XXXXXX")}
+mkdir -p "$OUT"
+for f in "$BUILD/dtrain" "$BUILD/bench/scale_sim"; do
+	[ -x "$f" ] || { echo "scale_sim.sh: no $f (build first)" >&2; exit 1; }
+done
+ulimit -n "$(ulimit -Hn)" 2>/dev/null || true
+echo "scale_sim.sh: ulimit -n $(ulimit -n) (hard $(ulimit -Hn));" \
+	"$(nproc) processors; threads-max $(cat /proc/sys/kernel/threads-max);" \
+	"pid_max $(cat /proc/sys/kernel/pid_max); load $(cut -d' ' -f1-3 /proc/loadavg);" \
+	"logs in $OUT" >&2
+exec /usr/bin/python3 "$(dirname "$0")/scale_sim.py" "$BUILD" "$OUT" $SIZES

@@ -1,0 +1,146 @@
+#!/usr/bin/env bash
+# scale_sim.sh - a job of NODES (2,000) real nodes run by 20 processes of
+# the scale simulator (bench/scale_sim.sh, many nodes per process, over
+# TCP) against one scheduler:
+#   a. every node joins, passes the barriers and leaves;
+#   b. what each node received from the scheduler at the join is below
+#      JOIN_BYTES_BOUND (below; the measured figure is printed);
+#   c. no node holds a link beyond its partners: every simulator's
+#      sockets are exactly its nodes' listeners, their links to the
+#      scheduler, a worker's one link per server and a server's one per
+#      worker;
+#   d. in a job of STOP_NODES (500) nodes in 20 processes, with
+#      PS_HEARTBEAT_INTERVAL=1 and PS_HEARTBEAT_TIMEOUT=5 (scaled), a
+#      SIGSTOP of one process makes the scheduler end the job within the
+#      heartbeat timeout and 3 s, naming a node of the stopped process,
+#      and every other node's barrier fails; the stopped one is let go
+#      and ends, and nothing is left running. (Fewer nodes there: on this
+#      2-processor machine under load a join of 2,000 nodes took up to
+#      6 s, during which a node may hear nothing from the scheduler for
+#      longer than a 5 s timeout.)
+. "$(dirname "$0")/cluster_lib.bash"
+
+NODES=${SCALE_SIM_NODES:-2000}
+STOP_NODES=${SCALE_SIM_STOP_NODES:-500}
+SERVERS=4
+PROCS=20
+# (b) Today the scheduler sends every node the whole node table: about
+# 82 bytes per node of the job with loopback addresses (163,374 bytes per
+# node at 2,000 nodes), so the bound is O(N): 100 bytes per node plus
+# 4 KiB. A per-node assignment would make it O(1); tighten it then.
+JOIN_BYTES_BOUND=$((100 * NODES + 4096))
+HB_INTERVAL=1
+HB_TIMEOUT=$((5 * DT_TEST_TIME_SCALE))
+# A run takes 15 to 20 s here at a load of 100 to 600, but once in a few
+# at loads of hundreds it took minutes (the scheduler and 16,000 threads
+# share two processors with every other job): each phase gets
+# PHASE_LIMIT_S and each run RUN_LIMIT_S (CTest gives the test 600 s).
+PHASE_LIMIT_S=$((120 * DT_TEST_TIME_SCALE))
+RUN_LIMIT_S=$((270 * DT_TEST_TIME_SCALE))
+STOP_LIMIT_S=$((HB_TIMEOUT + 3 * DT_TEST_TIME_SCALE))
+SIM="$DTRAIN_SOURCE/bench/scale_sim.sh"
+[ -x "$DTRAIN_BUILD/bench/scale_sim" ] || fail "no $DTRAIN_BUILD/bench/scale_sim (build it)"
+
+# field JSONL PHASE KEY: the value of KEY in the line of PHASE.
+field() {
+	/usr/bin/python3 -c 'import json, sys
+for ln in open(sys.argv[1]):
+    o = json.loads(ln)
+    if o.get("phase") == sys.argv[2]:
+        v = o.get(sys.argv[3])
+        print(json.dumps(v) if isinstance(v, (list, dict)) else v)
+        break' "$@"
+}
+
+# run_sim NAME N [VAR=VALUE ...]: the simulator's bench on N nodes
+# (SERVERS of them servers) in PROCS processes, its output in
+# $T_DIR/NAME/; sets RUN_MS, RUN_STATUS and JSONL.
+run_sim() {
+	local name=$1 nodes=$2 t0
+	shift 2
+	mkdir -p "$T_DIR/$name"
+	t_now
+	t0=$T_NOW
+	env "$@" OUT="$T_DIR/$name" PROCS=$PROCS BARRIERS=2 \
+		TIMEOUT=$PHASE_LIMIT_S \
+		setsid timeout -k 5 "$RUN_LIMIT_S" \
+		"$SIM" "$DTRAIN_BUILD" "$((nodes - SERVERS))+$SERVERS" \
+		>"$T_DIR/$name.log" 2>&1 &
+	local pid=$!
+	T_GROUPS+=("$pid")
+	wait_exit "$pid" "$((RUN_LIMIT_S / DT_TEST_TIME_SCALE + 10))" ||
+		fail "$name: the simulator did not end"
+	t_now
+	RUN_MS=$(((T_NOW - t0) / 1000000))
+	RUN_STATUS=$EXIT_STATUS
+	JSONL="$T_DIR/$name/scale_sim.jsonl"
+	[ -s "$JSONL" ] || fail "$name: no $JSONL"
+}
+
+# assert_pids_gone JSONL: every process the run started has ended.
+assert_pids_gone() {
+	local p
+	for p in $(field "$1" all pids | tr -d '[],'); do
+		[ -d "/proc/$p" ] || continue
+		grep -q '^State:.*Z' "/proc/$p/status" 2>/dev/null ||
+			fail "process $p of the simulation is still running"
+	done
+}
+
+ulimit -n "$(ulimit -Hn)" 2>/dev/null || true
+log "$NODES nodes ($SERVERS servers) in $PROCS processes; ulimit -n $(ulimit -n); load $(cut -d' ' -f1-3 /proc/loadavg)"
+
+# a, b, c: a whole job. While the scheduler sends out the tables, O(N)
+# bytes each, a node whose copy has not come hears nothing from it: on
+# this 2-processor machine under a load of hundreds a join of 2,000 nodes
+# took more than the default 10 s of PS_HEARTBEAT_TIMEOUT. This part is
+# not about heartbeats (d is): as long as a phase may take.
+run_sim job "$NODES" PS_HEARTBEAT_TIMEOUT=$PHASE_LIMIT_S
+[ "$RUN_STATUS" = 0 ] || fail "the job failed (status $RUN_STATUS): $(grep -m1 error "$T_DIR/job.log")"
+for ph in join barrier1 barrier2 leave; do
+	ok=$(field "$JSONL" "$ph" ok)
+	[ "$ok" = "$NODES" ] || fail "$ph: $ok of $NODES nodes through it"
+done
+[ "$(field "$JSONL" all passed_all)" = True ] || fail "not every node passed every phase"
+join_b=$(field "$JSONL" join rx_bytes_per_node)
+log "(a) every node joined, passed 2 barriers and left in $RUN_MS ms; join $(field "$JSONL" join wall_s) s, barrier p99 $(field "$JSONL" barrier1 p99_ms) ms"
+/usr/bin/python3 -c "import sys; sys.exit(not float('$join_b') <= $JOIN_BYTES_BOUND)" ||
+	fail "(b) each node received $join_b bytes from the scheduler at the join; bound $JOIN_BYTES_BOUND"
+log "(b) each node received $join_b bytes from the scheduler at the join (bound $JOIN_BYTES_BOUND)"
+socks=$(field "$JSONL" all sockets)
+want=$(field "$JSONL" all sockets_expected)
+extra=$(field "$JSONL" all sockets_extra_max)
+[ "$socks" = "$want" ] && [ "$extra" = 0 ] ||
+	fail "(c) the simulators hold $socks sockets, their nodes' partners explain $want (most extra in one: $extra)"
+log "(c) $socks sockets in the simulators, exactly the nodes' partners' links and listeners"
+assert_pids_gone "$JSONL"
+
+# d: one process of 20 stopped.
+run_sim stop "$STOP_NODES" STOP_ONE=1 PS_HEARTBEAT_INTERVAL=$HB_INTERVAL \
+	PS_HEARTBEAT_TIMEOUT=$HB_TIMEOUT
+ok=$(field "$JSONL" join ok)
+[ "$ok" = "$STOP_NODES" ] || fail "(d) $ok of $STOP_NODES nodes joined: $(field "$JSONL" join error)"
+socks=$(field "$JSONL" all sockets)
+[ "$socks" = "$(field "$JSONL" all sockets_expected)" ] ||
+	fail "(d) after the join the simulators hold $socks sockets, their nodes' partners explain $(field "$JSONL" all sockets_expected)"
+named_s=$(field "$JSONL" all named_after_s)
+end_s=$(field "$JSONL" all end_after_s)
+spid=$(field "$JSONL" all stopped_pid)
+[ "$end_s" != None ] ||
+	fail "(d) the scheduler did not end the job after the SIGSTOP; it said: $(field "$JSONL" all sched_log_tail); its threads wait in $(field "$JSONL" all sched_wchan)"
+[ "$(field "$JSONL" all sched_exit)" != 0 ] || fail "(d) the scheduler exited 0"
+[ "$named_s" != None ] || fail "(d) the scheduler exited without naming a lost node"
+/usr/bin/python3 -c "import sys; sys.exit(not float('$named_s') <= $STOP_LIMIT_S)" ||
+	fail "(d) the scheduler ended the job $named_s s after the SIGSTOP; limit $STOP_LIMIT_S s"
+named=$(field "$JSONL" all named)
+grep -q "(pid $spid " <<<"$named" ||
+	fail "(d) the scheduler did not name a node of the stopped process $spid: $named"
+others=$(field "$JSONL" all others)
+[ "$(field "$JSONL" all others_failed)" = "$others" ] ||
+	fail "(d) $(field "$JSONL" all others_failed) of the $others other nodes saw the job end"
+exits=$(field "$JSONL" all sim_exits)
+grep -q running <<<"$exits" && fail "(d) a simulator did not end: $exits"
+assert_pids_gone "$JSONL"
+log "(d) $(field "$JSONL" all stopped_nodes) of $STOP_NODES nodes stopped: the scheduler ended the job after $named_s s and exited after $end_s s (timeout $HB_TIMEOUT s), naming $(grep -o "[a-z]* [0-9]* (pid $spid [^)]*)" <<<"$named" | head -n 1)"
+assert_groups_gone
+log "done in $RUN_MS ms for (d); nothing left running"
