@@ -211,7 +211,7 @@ dt_data_load_mnist(const char *images, const char *labels, dt_dataset *out)
 	uint8_t *pix = NULL, *lab = NULL;
 	dt__data_cache cache;
 	dt__data_src src[2];
-	int cached;
+	int cached, lock = -1;
 	size_t dim;
 	dt_err err;
 
@@ -223,6 +223,13 @@ dt_data_load_mnist(const char *images, const char *labels, dt_dataset *out)
 	cached = dt__data_cache_locate(images, labels, &cache);
 	if (cached && dt__data_cache_map(&cache, out))
 		return DT_OK;
+	/* Not there yet: if another process is decoding these files, its
+	 * arrays, once it has written them; else decode them here. */
+	if (cached && (lock = dt__data_cache_lock(&cache)) >= 0 &&
+	    dt__data_cache_map(&cache, out)) {
+		dt__data_cache_unlock(lock);
+		return DT_OK;
+	}
 	if ((err = read_idx(images, IDX_IMAGES_MAGIC, idims, &pix, &src[0])) ||
 	    (err = read_idx(labels, IDX_LABELS_MAGIC, ldims, &lab, &src[1])))
 		goto fail;
@@ -254,8 +261,10 @@ dt_data_load_mnist(const char *images, const char *labels, dt_dataset *out)
 	free(lab);
 	if (cached)
 		dt__data_cache_keep(&cache, src, out);
+	dt__data_cache_unlock(lock);
 	return DT_OK;
 fail:
+	dt__data_cache_unlock(lock);
 	free(pix);
 	free(lab);
 	dt_data_fini(out);

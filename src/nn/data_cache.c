@@ -25,6 +25,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -386,6 +387,58 @@ dt__data_cache_keep(const dt__data_cache *c, const dt__data_src src[2],
 	free(d->x);
 	free(d->y);
 	*d = m;
+}
+
+int
+dt__data_cache_lock(const dt__data_cache *c)
+{
+	char p[sizeof(c->path) + 8];
+	uint64_t end, pause_us = 1000;
+	struct stat st;
+	int fd, n;
+
+	if (c->src[0].size < DT__DATA_CACHE_LOCK_MIN)
+		return -1;
+	n = snprintf(p, sizeof(p), "%s.lock", c->path);
+	if (n <= 0 || (size_t)n >= sizeof(p))
+		return -1;
+	/* Only a regular file of this user's: a lock someone else planted
+	 * could keep us waiting (the deadline would end it anyway). */
+	fd = open(p,
+	          O_RDWR | O_CREAT | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC |
+	              O_NOCTTY,
+	          0600);
+	if (fd < 0)
+		return -1;
+	if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) ||
+	    st.st_uid != geteuid()) {
+		close(fd);
+		return -1;
+	}
+	end = dt__now_ns() + (uint64_t)DT__DATA_CACHE_LOCK_WAIT_S * 1000000000u;
+	while (flock(fd, LOCK_EX | LOCK_NB) != 0) {
+		if ((errno != EWOULDBLOCK && errno != EINTR) ||
+		    dt__now_ns() >= end) {
+			DT_LOG(1,
+			       "data cache %s: not waiting for another "
+			       "process's decode any longer",
+			       c->path);
+			close(fd);
+			return -1;
+		}
+		/* A decode takes a third of a second alone: look a few
+		 * times a second at most once it has been a while. */
+		usleep((useconds_t)pause_us);
+		pause_us = DT_MIN(pause_us * 2, (uint64_t)50000);
+	}
+	return fd;
+}
+
+void
+dt__data_cache_unlock(int fd)
+{
+	if (fd >= 0)
+		close(fd); /* and with it the lock */
 }
 
 void

@@ -59,11 +59,28 @@ int dt__data_cache_map(const dt__data_cache *c, dt_dataset *out);
 void dt__data_cache_keep(const dt__data_cache *c, const dt__data_src src[2],
                          dt_dataset *d);
 
+/*
+ * Wait for the other processes of this user that are decoding the same
+ * files (the workers of a new job all load at once), then hold the cache's
+ * lock (a file beside it, "<cache>.lock") while this one decodes and
+ * writes: the others map what it wrote instead of decoding too. Only for
+ * an images file of DT__DATA_CACHE_LOCK_MIN bytes or more (a small data
+ * set leaves no lock file). The descriptor to give dt__data_cache_unlock,
+ * or -1 when there is no lock (not worth one, not this user's, or held
+ * by another for over DT__DATA_CACHE_LOCK_WAIT_S: this one decodes too).
+ */
+int dt__data_cache_lock(const dt__data_cache *c);
+void dt__data_cache_unlock(int fd);
+
 /* Undo dt__data_cache_map: unmap out's arrays. */
 void dt__data_cache_unmap(dt_dataset *d);
 
 /* Data sets under this many bytes of arrays decode in milliseconds: they
  * are never cached. */
 #define DT__DATA_CACHE_MIN ((size_t)4 << 20)
+/* An images file this big takes a while to decode: worth waiting for. */
+#define DT__DATA_CACHE_LOCK_MIN ((uint64_t)256 << 10)
+/* The longest a load waits for another process's decode. */
+#define DT__DATA_CACHE_LOCK_WAIT_S 60
 
 #endif

@@ -12,8 +12,8 @@
  * refused: the load
  * decodes the files again, with the same bytes, and puts a good file in
  * its place. Two processes that find no cache and load at once both get
- * the right bytes and leave one file. A small data set is not cached, and
- * "0" turns the cache off.
+ * the right bytes and leave one file (and its lock). A small data set is not
+ * cached, and "0" turns the cache off.
  */
 #include <fcntl.h>
 #include <setjmp.h>
@@ -97,9 +97,10 @@ teardown(void **state)
 }
 
 /* The one cache file in cdir (its path in p), and how many files the
- * directory holds (temporary ones included). */
+ * directory holds (temporary ones included), its lock file counted only
+ * when locks. */
 static int
-cache_file(char *p, size_t cap)
+dir_files(char *p, size_t cap, int locks)
 {
 	DIR *d = opendir(cdir);
 	struct dirent *e;
@@ -112,12 +113,22 @@ cache_file(char *p, size_t cap)
 		if (e->d_name[0] == '.' &&
 		    (e->d_name[1] == '\0' || strcmp(e->d_name, "..") == 0))
 			continue;
+		if (strstr(e->d_name, ".lock") != NULL) {
+			count += locks;
+			continue;
+		}
 		count++;
 		if (strncmp(e->d_name, "dtrain-data-", 12) == 0)
 			snprintf(p, cap, "%s/%s", cdir, e->d_name);
 	}
 	closedir(d);
 	return count;
+}
+
+static int
+cache_file(char *p, size_t cap)
+{
+	return dir_files(p, cap, 0);
 }
 
 /* Load with the cache, check the bytes against the reference; whether the
@@ -325,7 +336,8 @@ test_race(void **state)
 		usleep(10000);
 	}
 	assert_int_equal(ok, 2);
-	assert_int_equal(cache_file(p, sizeof(p)), 1); /* no temporary left */
+	/* no temporary left: the cache and its lock */
+	assert_int_equal(dir_files(p, sizeof(p), 1), 2);
 	load_check(1);
 }
 
@@ -340,8 +352,13 @@ test_small_and_off(void **state)
 	setenv("DTRAIN_DATA_CACHE", "0", 1);
 	load_check(0);
 	setenv("DTRAIN_DATA_CACHE", cdir, 1);
-	if (cache_file(p, sizeof(p)) == 1)
+	if (cache_file(p, sizeof(p)) == 1) {
+		char q[700];
+
+		snprintf(q, sizeof(q), "%s.lock", p);
 		assert_int_equal(unlink(p), 0);
+		assert_int_equal(unlink(q), 0);
+	}
 	snprintf(img, sizeof(img), "%s/small_images", dir);
 	snprintf(lab, sizeof(lab), "%s/small_labels", dir);
 	write_set(100);
@@ -349,7 +366,7 @@ test_small_and_off(void **state)
 	assert_int_equal(d.n, 100);
 	assert_null(d.mapped);
 	dt_data_fini(&d);
-	assert_int_equal(cache_file(p, sizeof(p)), 0);
+	assert_int_equal(dir_files(p, sizeof(p), 1), 0); /* no lock either */
 	snprintf(img, sizeof(img), "%s/images", dir);
 	snprintf(lab, sizeof(lab), "%s/labels", dir);
 }
