@@ -17,7 +17,10 @@
  * load that decodes them again writes a fresh one over it. A new file is
  * written under a random name and renamed into place (common/file.h), so
  * a reader sees a whole file or none; a reader that has mapped the old one
- * keeps it until it unmaps.
+ * keeps it until it unmaps. Processes that miss at the same time take
+ * turns on a lock file beside the cache (flock), so that one decodes and
+ * writes and the others map its file: the workers of a new job would
+ * otherwise all decode and write 188 MB each.
  */
 #include <errno.h>
 #include <fcntl.h>
