@@ -18,7 +18,15 @@
 #   admit_s    from the launcher's start of the new worker to the members'
 #              word that it joined (it asks to join, loads the data, and is
 #              taken in at the members' next step or commit);
-#   join_s     from its start to the first step committed with it.
+#   join_s     from its start to the first step committed with it;
+#   asked_s    from its start to the scheduler's word that it asks to join;
+#   ready_s    from its start to its word that it has loaded the data and
+#              set up the model (it is then ready for the members' state);
+#   load_s     the training set's load, as the new worker timed it, and
+#   load_from  whether it was mapped from the host's data cache or decoded.
+# The data cache (docs/training.md) is on unless DTRAIN_DATA_CACHE=0: the
+# first job's workers decode Fashion-MNIST and write it, later processes
+# map it.
 # Both measurements run in two modes (MODES, default both): "coll", the
 # workers alone (--kvstore horovod), and "ps", with 2 parameter servers
 # (-s 2, --kvstore dist_sync).
@@ -44,7 +52,8 @@ done
 [ -e "$DATA/train-images-idx3-ubyte.gz" ] || [ -e "$DATA/train-images-idx3-ubyte" ] ||
 	{ echo "elastic_bench.sh: no Fashion-MNIST in $DATA (Debian's dataset-fashion-mnist)" >&2; exit 1; }
 echo "elastic_bench.sh: $(nproc) processors; load $(cut -d' ' -f1-3 /proc/loadavg);" \
-	"model ${MODEL:-lenet}, a commit every ${K:-10} steps, batch ${BATCH:-32}"
+	"model ${MODEL:-lenet}, a commit every ${K:-10} steps, batch ${BATCH:-32};" \
+	"data cache: ${DTRAIN_DATA_CACHE-(default)}"
 exec /usr/bin/python3 - "$BUILD" "$OUT" "$DATA" "${MODEL:-lenet}" "${K:-10}" \
 	"${BATCH:-32}" "${TIMEOUT:-300}" "${MODES:-coll ps}" \
 	"${RUNS:-kill join}" $SIZES <<'PY'
@@ -76,7 +85,8 @@ class Job:
         self.p = subprocess.Popen(args, stdout=subprocess.PIPE,
                                   stderr=subprocess.STDOUT, text=True,
                                   start_new_session=True)
-        threading.Thread(target=self._read, daemon=True).start()
+        self.reader = threading.Thread(target=self._read, daemon=True)
+        self.reader.start()
 
     def _read(self):
         for line in self.p.stdout:
@@ -117,6 +127,8 @@ class Job:
             except subprocess.TimeoutExpired:
                 os.killpg(self.p.pid, signal.SIGKILL)
                 self.p.wait()
+        # (the reader writes the log until the job's output ends)
+        self.reader.join(60)
         self.log.close()
 
 
@@ -144,6 +156,18 @@ def join_run(n, mode, row):
         if ts is None or tj is None:
             row["join_error"] = "the new worker was not taken in"
             return
+        ta, _ = job.wait_for(r"joins the running elastic job", after=ts,
+                             deadline=1)
+        tl, ml = job.wait_for(r"mnist: joining the running job: the "
+                              r"training set loaded in ([0-9.]+) s \(([a-z]+)",
+                              after=ts, deadline=1)
+        if ta is not None:
+            row["join_asked_s"] = round(ta - ts, 4)
+        if tl is not None:
+            row["join_ready_s"] = round(tl - ts, 4)
+            row["join_load_s"] = float(ml.group(1))
+            row["join_load_from"] = ("cache" if ml.group(2) == "mapped"
+                                     else ml.group(2))
         tc, _ = job.wait_for(r"mnist: committed step \d+$", after=tj,
                              deadline=120)
         row["join_admitted_s"] = round(tj - ts, 4)
@@ -208,7 +232,8 @@ def cell(r, name, fmt="{:.3f}"):
 
 
 print(f"{'mode':>4} {'workers':>7} {'detect_s':>9} {'resume_s':>9} {'at_step':>8} "
-      f"{'redone':>7} {'admit_s':>8} {'join_s':>7}")
+      f"{'redone':>7} {'admit_s':>8} {'join_s':>7} {'asked_s':>8} "
+      f"{'ready_s':>8} {'load_s':>7} {'load_from':>9}")
 for r in rows:
     if "error" in r:
         print(f"{r['mode']:>4} {r['workers']:>7} failed: {r['error']}")
@@ -216,7 +241,9 @@ for r in rows:
         print(f"{r['mode']:>4} {r['workers']:>7} {cell(r, 'detect_s'):>9} "
               f"{cell(r, 'resume_s'):>9} {cell(r, 'resumed_at_step', '{}'):>8} "
               f"{cell(r, 'redone', '{}'):>7} {cell(r, 'join_admitted_s'):>8} "
-              f"{cell(r, 'join_s'):>7}")
+              f"{cell(r, 'join_s'):>7} {cell(r, 'join_asked_s'):>8} "
+              f"{cell(r, 'join_ready_s'):>8} {cell(r, 'join_load_s'):>7} "
+              f"{cell(r, 'join_load_from', '{}'):>9}")
     if "join_error" in r:
         print(f"{r['mode']:>4} {r['workers']:>7} join failed: {r['join_error']}")
 with open(f"{out}/elastic_bench.jsonl", "w") as f:

@@ -947,6 +947,7 @@ run_elastic(const opts *o)
 	elastic_pos pos = {0};
 	dt_nn_optim_param p;
 	uint64_t step = 0, was;
+	double t_load;
 	size_t np;
 	int rc = 1;
 	dt_err err;
@@ -962,9 +963,12 @@ run_elastic(const opts *o)
 	if ((strcmp(o->kvstore, "dist_sync") == 0 &&
 	     dt_kv_create(o->kvstore, &kv) != DT_OK) ||
 	    (kv ? dt_coll_init_node(dt_kv_node(kv), &c) : dt_coll_init(&c)) !=
-	        DT_OK ||
-	    dt_data_load_mnist_dir(o->data, 1, &train) != DT_OK)
+	        DT_OK)
 		goto fail;
+	t_load = now();
+	if (dt_data_load_mnist_dir(o->data, 1, &train) != DT_OK)
+		goto fail;
+	t_load = now() - t_load;
 	if (o->limit > 0 && (size_t)o->limit < train.n)
 		train.n = (size_t)o->limit;
 	if (dt_nn_model_create(o->model, (uint64_t)o->seed, &r.m) != DT_OK ||
@@ -995,6 +999,13 @@ run_elastic(const opts *o)
 	    dt_elastic_register(e, "momentum", mom, np * sizeof(float)) ||
 	    dt_elastic_register(e, "position", &pos, sizeof(pos)) != DT_OK)
 		goto fail;
+	if (dt_elastic_joining(e))
+		fprintf(stderr,
+		        "mnist: joining the running job: the training set "
+		        "loaded in %.3f s (%s)\n",
+		        t_load,
+		        train.mapped ? "mapped from the host's data cache"
+		                     : "decoded");
 	for (int i = 0; kv && i < dt_nn_model_num_tensors(r.m); i++) {
 		const dt_nn_tensor *t = dt_nn_model_tensor(r.m, i);
 

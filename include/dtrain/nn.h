@@ -428,7 +428,9 @@ uint64_t dt_nn_optim_num_update(const dt_nn_optim *o);
 
 /* A data set in memory. The caller owns the struct; the arrays belong to it
  * after a load and are freed by dt_data_fini(). A caller may lower n to use
- * a prefix of the data. */
+ * a prefix of the data. The arrays of a load from the data cache lie in a
+ * private mapping of the cache file (mapped; NULL otherwise): writable
+ * like malloc'd arrays, the writes staying the process's own. */
 typedef struct dt_dataset {
 	size_t n;         /* samples */
 	size_t dim;       /* floats per sample */
@@ -436,11 +438,17 @@ typedef struct dt_dataset {
 	int shape[3];     /* C, H, W of a sample (1, 28, 28; or 1, 1, dim) */
 	float *x;         /* n x dim */
 	float *y;         /* n x label_dim */
+	void *mapped;     /* the data cache's mapping x and y lie in, or NULL */
+	size_t mapped_len; /* its length in bytes */
 } dt_dataset;
 
 /*
  * Read MNIST idx files (images 0x00000803, labels 0x00000801), gzipped or
- * plain. Pixels are scaled to [0, 1], labels stored as floats. Errors name
+ * plain. Pixels are scaled to [0, 1], labels stored as floats. A data set
+ * of 4 MiB of arrays or more goes through the host's data cache
+ * (DTRAIN_DATA_CACHE, docs/training.md): the first load writes the arrays
+ * it decoded there, and a later load of the same, unchanged files maps
+ * them instead of decoding (the same bytes). Errors name
  * the file: missing (DT_EIO), wrong magic or implausible dimensions
  * (DT_EFORMAT), truncated (DT_EFORMAT), image and label counts that differ
  * (DT_ESIZE). On error *out is left empty.

@@ -55,6 +55,7 @@ X(DTRAIN_COLL_ROOT, "(none)", U, "host:port of rank 0's rendezvous under mpirun 
 X(DTRAIN_RENDEZVOUS, "auto", U, "how ranks under mpirun or srun meet without DTRAIN_COLL_ROOT: auto, pmix or file") \
 X(DTRAIN_COLL_HIER, "auto", U, "ranks on several hosts, the same number on each: auto reduces inside each host, then across, above DT_COLL_RING_THRESHOLD; on: at every size; off: one flat ring") \
 X(DTRAIN_RENDEZVOUS_DIR, "(the directory the job started in)", U, "shared directory of the rendezvous file") \
+X(DTRAIN_DATA_CACHE, "$XDG_RUNTIME_DIR, else /dev/shm", U, "directory of the decoded-data cache of MNIST files that processes of a host share; 0 or off: none") \
 X(DTRAIN_STATS, "0", U, "1: each node logs its counters every DTRAIN_STATS_INTERVAL seconds") \
 X(DTRAIN_STATS_INTERVAL, "10", U, "seconds between two counter lines") \
 X(DTRAIN_STATS_JSON, "(none)", U, "file the scheduler writes the job's counters to, as JSON") \

@@ -8,12 +8,16 @@
  * against the header. Payloads are read in growing chunks rather than
  * allocated from the header, so a corrupt header cannot make us allocate
  * more than the file really holds. Errors name the file and the sizes.
+ * MNIST files of a size worth it go through the host's decoded-data cache
+ * (data_cache.c): the arrays of one process's decode are mapped by the
+ * next.
  */
 #include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <zlib.h>
@@ -21,6 +25,7 @@
 #include "common/file.h"
 #include "common/util.h"
 #include "dtrain/nn.h"
+#include "nn/data_cache.h"
 
 #define IDX_IMAGES_MAGIC 0x00000803u
 #define IDX_LABELS_MAGIC 0x00000801u
@@ -30,16 +35,26 @@
 #define CSV_MAX_BYTES    ((size_t)1 << 32)
 
 /* path for gzread if it is a regular file (a FIFO would block gzopen:
- * refused by name, at once). */
+ * refused by name, at once); src, if not NULL, gets the identity of the
+ * file opened. */
 static dt_err
-gz_open_regular(const char *path, gzFile *f)
+gz_open_regular(const char *path, gzFile *f, dt__data_src *src)
 {
+	struct stat st;
 	int fd;
 	dt_err err;
 
 	*f = NULL;
 	if ((err = dt__file_open_regular(DT_EIO, "data file ", path, &fd)))
 		return err;
+	if (src != NULL) {
+		if (fstat(fd, &st) != 0) {
+			close(fd);
+			return dt__fail(DT_EIO, "%s: %s", path,
+			                strerror(errno));
+		}
+		dt__data_src_of(&st, src);
+	}
 	if ((*f = gzdopen(fd, "rb")) == NULL) {
 		close(fd);
 		return dt__fail(DT_ENOMEM, "%s: out of memory", path);
@@ -91,10 +106,11 @@ gz_read_full(gzFile f, const char *path, void *buf, size_t n, size_t *got)
 /*
  * Read an idx file of unsigned bytes with the given magic: ndims = 1
  * (labels) or 3 (images). dims gets the sizes, *data (caller frees) the
- * payload of dims[0] * dims[1] * dims[2] bytes.
+ * payload of dims[0] * dims[1] * dims[2] bytes, *src the file's identity.
  */
 static dt_err
-read_idx(const char *path, uint32_t magic, uint32_t dims[3], uint8_t **data)
+read_idx(const char *path, uint32_t magic, uint32_t dims[3], uint8_t **data,
+         dt__data_src *src)
 {
 	unsigned char hdr[16];
 	const int ndims = magic == IDX_IMAGES_MAGIC ? 3 : 1;
@@ -106,7 +122,7 @@ read_idx(const char *path, uint32_t magic, uint32_t dims[3], uint8_t **data)
 	char extra;
 
 	*data = NULL;
-	if ((err = gz_open_regular(path, &f)))
+	if ((err = gz_open_regular(path, &f, src)))
 		return err;
 	if ((err = gz_read_full(f, path, hdr, hlen, &got)))
 		goto fail;
@@ -193,14 +209,29 @@ dt_data_load_mnist(const char *images, const char *labels, dt_dataset *out)
 {
 	uint32_t idims[3], ldims[3];
 	uint8_t *pix = NULL, *lab = NULL;
+	dt__data_cache cache;
+	dt__data_src src[2];
+	int cached, lock = -1;
 	size_t dim;
 	dt_err err;
 
 	if (images == NULL || labels == NULL || out == NULL)
 		return dt__fail(DT_EINVAL, "load_mnist: NULL argument");
 	memset(out, 0, sizeof(*out));
-	if ((err = read_idx(images, IDX_IMAGES_MAGIC, idims, &pix)) ||
-	    (err = read_idx(labels, IDX_LABELS_MAGIC, ldims, &lab)))
+	/* The arrays another process decoded from these very files, if the
+	 * host's cache has them (data_cache.c). */
+	cached = dt__data_cache_locate(images, labels, &cache);
+	if (cached && dt__data_cache_map(&cache, out))
+		return DT_OK;
+	/* Not there yet: if another process is decoding these files, its
+	 * arrays, once it has written them; else decode them here. */
+	if (cached && (lock = dt__data_cache_lock(&cache)) >= 0 &&
+	    dt__data_cache_map(&cache, out)) {
+		dt__data_cache_unlock(lock);
+		return DT_OK;
+	}
+	if ((err = read_idx(images, IDX_IMAGES_MAGIC, idims, &pix, &src[0])) ||
+	    (err = read_idx(labels, IDX_LABELS_MAGIC, ldims, &lab, &src[1])))
 		goto fail;
 	if (idims[0] != ldims[0]) {
 		err = dt__fail(DT_ESIZE,
@@ -228,8 +259,12 @@ dt_data_load_mnist(const char *images, const char *labels, dt_dataset *out)
 	out->shape[2] = (int)idims[2];
 	free(pix);
 	free(lab);
+	if (cached)
+		dt__data_cache_keep(&cache, src, out);
+	dt__data_cache_unlock(lock);
 	return DT_OK;
 fail:
+	dt__data_cache_unlock(lock);
 	free(pix);
 	free(lab);
 	dt_data_fini(out);
@@ -373,7 +408,7 @@ slurp(const char *path, char **out, size_t *len)
 	gzFile f;
 	dt_err err;
 
-	if ((err = gz_open_regular(path, &f)))
+	if ((err = gz_open_regular(path, &f, NULL)))
 		return err;
 	for (;;) {
 		if (cap - have < CHUNK + 1) {
@@ -580,8 +615,12 @@ dt_data_fini(dt_dataset *d)
 {
 	if (d == NULL)
 		return;
-	free(d->x);
-	free(d->y);
+	if (d->mapped != NULL) {
+		dt__data_cache_unmap(d);
+	} else {
+		free(d->x);
+		free(d->y);
+	}
 	memset(d, 0, sizeof(*d));
 }
 

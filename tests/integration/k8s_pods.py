@@ -92,6 +92,10 @@ def pod_env(role, i, c, extra):
     # reference run's), as every pod of one image has the same
     # (docs/launcher.md, "Placement and exact results").
     env.update({k: v for k, v in os.environ.items() if k.startswith(("OPENBLAS_", "OMP_"))})
+    # The test suite's data cache (in the build tree, not this host's
+    # /dev/shm), as a volume shared by the pods of one node would be.
+    if "DTRAIN_DATA_CACHE" in os.environ:
+        env["DTRAIN_DATA_CACHE"] = os.environ["DTRAIN_DATA_CACHE"]
     for e in c.get("env", []):
         if "value" in e:
             env[e["name"]] = e["value"]

@@ -326,7 +326,8 @@ forwarded(const char *e)
 	static const char *const prefixes[] = {"PS_", "MXNET_", "DT_",
 	                                       "OPENBLAS_", "OMP_"};
 	static const char *const names[] = {"DMLC_INTERFACE", "DTRAIN_AUTH",
-	                                    "DTRAIN_ENCRYPT"};
+	                                    "DTRAIN_ENCRYPT",
+	                                    "DTRAIN_DATA_CACHE"};
 	size_t len = strcspn(e, "=");
 
 	if (is_reserved(e, len))
