@@ -8,7 +8,8 @@ cd "$TMP" || exit 1
 for v in $(compgen -e); do
 	case $v in PS_* | MXNET_* | DT_* | DMLC_* | OMP_* | OPENBLAS_*) unset "$v" ;; esac
 done
-unset DTRAIN_SECRET DTRAIN_SECRET_FILE DTRAIN_AUTH DTRAIN_SSH_CONNECT_TIMEOUT
+unset DTRAIN_SECRET DTRAIN_SECRET_FILE DTRAIN_AUTH DTRAIN_SSH_CONNECT_TIMEOUT \
+	DTRAIN_ENCRYPT DTRAIN_DATA_CACHE
 export DTRAIN_JOB_ID=testjob # a fixed job id, to compare the lines
 printf 'h1\nh2\n# a comment\n\nh3   # trailing comment\nh4\nh5\n' >hosts5
 printf 'h1\nh2\nh3\n' >hosts3
