@@ -92,7 +92,8 @@ class State:
         self._next = 0
         self._used = 0
         self._objbuf = bytearray(capacity)
-        self.left = False
+        self.left = False  # this worker left the job on its schedule
+        self.joined = False  # it joined the running job (sync)
         for k, v in kwargs.items():
             setattr(self, k, v)
 
@@ -237,6 +238,7 @@ class State:
             except MembershipChanged:
                 pass
             self.restore()
+            self.joined = True
             return True
         self._save()
         for _, buf in self._arrays:

@@ -6,7 +6,7 @@ dtrain.elastic's State - the Python form of examples/elastic.c.
                    [--torch]
 
 Every rank that ends writes its weights to OUT.<launch rank> (rank 0 also
-to OUT) and prints "done: rank R of N, membership E, left L"; a worker
+to OUT) and prints "done: rank R of N, membership E, resets [sizes], joined J"; a worker
 that leaves on its schedule prints "left at step S". --die-at S --die-rank
 R makes launch rank R kill itself (SIGKILL) before step S. At each epoch's
 end rank 0 prints how often each sample was trained on ("samples: epoch E:
@@ -118,7 +118,8 @@ def main():
         print(f"left at step {state.next_step}", flush=True)
     else:
         print(f"done: rank {comm.rank} of {comm.size}, membership "
-              f"{ch['epoch']}, resets {resets}", flush=True)
+              f"{ch['epoch']}, resets {resets}, joined {int(state.joined)}",
+              flush=True)
         wn.tofile(f"{a.save}.{launch_rank}")
         if comm.rank == 0:
             wn.tofile(a.save)
