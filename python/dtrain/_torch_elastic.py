@@ -107,6 +107,14 @@ class TorchState(_el.State):
         if optimizer is not None:
             self._register_optimizer(optimizer)
 
+    def on_reset(self):
+        """After a change: a DistributedOptimizer forgets the reductions
+        of the step that failed; then the reset callbacks run."""
+        reset = getattr(self.optimizer, "_elastic_reset", None)
+        if reset is not None:
+            reset()
+        super().on_reset()
+
     def _register_optimizer(self, optimizer):
         params = [p for g in optimizer.param_groups for p in g["params"]]
         if any(p.requires_grad and not optimizer.state.get(p)

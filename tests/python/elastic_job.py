@@ -6,12 +6,13 @@ dtrain.elastic's State - the Python form of examples/elastic.c.
                    [--torch]
 
 Every rank that ends writes its weights to OUT.<launch rank> (rank 0 also
-to OUT) and prints "done: rank R of N, membership E, resets [sizes], joined J"; a worker
-that leaves on its schedule prints "left at step S". --die-at S --die-rank
-R makes launch rank R kill itself (SIGKILL) before step S. At each epoch's
-end rank 0 prints how often each sample was trained on ("samples: epoch E:
-A once, B never, C more than once"). --torch keeps the weights in a torch
-tensor and its optimizer (torch.optim.SGD) in a TorchState instead.
+to OUT) and prints "done: rank R of N, membership E, resets [sizes],
+joined J"; a worker that leaves on its schedule prints "left at step S".
+--die-at S --die-rank R makes launch rank R kill itself (SIGKILL) before
+step S. At each epoch's end rank 0 prints how often each sample was
+trained on ("samples: epoch E: A once, B never, C more than once").
+--torch keeps the weights in a torch tensor and its optimizer
+(torch.optim.SGD) in a TorchState instead.
 """
 import argparse
 import os

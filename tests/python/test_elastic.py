@@ -3,14 +3,16 @@ jobs of elastic_job.py under `dtrain launch --min-workers 2` that lose a
 worker on their schedule or by SIGKILL, or take one in, and end with
 weights equal bit for bit to a second run, or to the replay the run
 logged; and the binding's refusals, each naming what was wrong."""
+import os
 import re
+import sys
 
 import numpy as np
 import pytest
 
 import dtrain
 from dtrain import elastic
-from conftest import launch, py
+from conftest import SOURCE, launch, py
 
 torch = pytest.importorskip("torch", reason="python3-torch is not installed")
 import dtrain.torch as hvd  # noqa: E402
@@ -175,3 +177,30 @@ def test_sampler_deals_an_epoch_once_whatever_the_size():
         s.advance(size)
     assert len(got) == len(set(got)) == 4 * 19
     assert s.remaining(4) == 1 and s.remaining(1) == 6
+
+
+def test_elastic_mnist_example_killed_and_replayed(tmp_path):
+    """examples/python/elastic_mnist.py as a user runs it: a worker
+    killed, the job goes on with the learning rate scaled, and the replay
+    of the schedule it logged ends with the same parameters."""
+    ex = os.path.join(SOURCE, "examples", "python", "elastic_mnist.py")
+    args = ["--limit", "3072", "--epochs", "2"]
+    outs = {}
+    for name, sched, extra in (("kill", "", ["--die-at", "25",
+                                              "--die-rank", "1"]),
+                               ("replay", None, [])):
+        if sched is None:
+            sched = replay_of(outs["kill"])
+        r = launch(3, 0, [sys.executable, ex, "--save",
+                          str(tmp_path / name)] + args + extra,
+                   env={"DTRAIN_ELASTIC_SCHEDULE": sched}, timeout=300,
+                   opts=["--min-workers", "2"])
+        assert r.returncode == 0, r.stdout
+        assert "elastic_mnist: done with 2 workers" in r.stdout, r.stdout
+        assert "elastic_mnist: 2 workers, lr 0.0333333" in r.stdout
+        assert len(re.findall("Validation-accuracy", r.stdout)) == 2
+        outs[name] = r.stdout
+    assert "killed by signal 9" in outs["kill"]
+    assert "worker 1 left at step" in outs["replay"]
+    one = (tmp_path / "kill").read_bytes()
+    assert len(one) == 4 * 44426 and one == (tmp_path / "replay").read_bytes()
