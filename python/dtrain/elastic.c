@@ -25,11 +25,14 @@ typedef struct {
 	dtpy_buf *bufs; /* the registered arrays, held until close() */
 	Py_ssize_t nbufs, cap;
 	int committed; /* a commit was made */
+	int busy;      /* a call runs without the GIL */
 } ElasticObject;
 
 static PyTypeObject ElasticType;
 
-/* The communicator of an open Elastic, or NULL with ValueError set. */
+/* The communicator of an open Elastic that no other thread is using, or
+ * NULL with ValueError set. The library's state is one thread's (a call
+ * runs without the GIL, so another thread could otherwise come in). */
 static dt_coll *
 need_open(ElasticObject *self)
 {
@@ -38,8 +41,22 @@ need_open(ElasticObject *self)
 		                "the Elastic state is closed");
 		return NULL;
 	}
+	if (self->busy) {
+		PyErr_SetString(PyExc_ValueError,
+		                "the Elastic state is in use by another thread "
+		                "(one thread per state)");
+		return NULL;
+	}
 	return dtpy_coll_get(self->coll, "coll");
 }
+
+/* Run stmt without the GIL, the state marked busy meanwhile. */
+#define ELASTIC_CALL(self, stmt)                                               \
+	do {                                                                   \
+		(self)->busy = 1;                                              \
+		DTPY_NOGIL(stmt);                                              \
+		(self)->busy = 0;                                              \
+	} while (0)
 
 static int
 elastic_tp_init(ElasticObject *self, PyObject *args, PyObject *kw)
@@ -180,7 +197,7 @@ elastic_commit(ElasticObject *self, PyObject *args)
 	if (need_open(self) == NULL ||
 	    parse_step(args, "commit", &step, self) < 0)
 		return NULL;
-	DTPY_NOGIL(err = dt_elastic_commit(self->e, (uint64_t)step));
+	ELASTIC_CALL(self, err = dt_elastic_commit(self->e, (uint64_t)step));
 	self->committed = 1;
 	return err == DT_OK ? Py_NewRef(Py_None) : dtpy_raise(err);
 }
@@ -196,7 +213,8 @@ elastic_poll(ElasticObject *self, PyObject *args)
 	if (need_open(self) == NULL ||
 	    parse_step(args, "poll", &step, self) < 0)
 		return NULL;
-	DTPY_NOGIL(err = dt_elastic_poll(self->e, (uint64_t)step, &committed));
+	ELASTIC_CALL(
+	    self, err = dt_elastic_poll(self->e, (uint64_t)step, &committed));
 	if (committed)
 		self->committed = 1;
 	return err == DT_OK ? PyBool_FromLong(committed) : dtpy_raise(err);
@@ -211,7 +229,7 @@ elastic_restore(ElasticObject *self, PyObject *unused)
 
 	if (need_open(self) == NULL)
 		return NULL;
-	DTPY_NOGIL(err = dt_elastic_restore(self->e, &step));
+	ELASTIC_CALL(self, err = dt_elastic_restore(self->e, &step));
 	if (err != DT_OK)
 		return dtpy_raise(err);
 	return PyLong_FromUnsignedLongLong((unsigned long long)step);
@@ -259,6 +277,10 @@ elastic_release(ElasticObject *self)
 static PyObject *
 elastic_close(ElasticObject *self, PyObject *unused)
 {
+	if (self->busy)
+		return PyErr_Format(PyExc_ValueError,
+		                    "close: the Elastic state is in use by "
+		                    "another thread");
 	elastic_release(self);
 	Py_RETURN_NONE;
 }

@@ -84,6 +84,11 @@ class State:
         if capacity < _LEN.size + 64:
             raise ValueError(f"argument 'capacity': {capacity} bytes is "
                              "too small for the pickled values")
+        for k in kwargs:
+            if k.startswith("_") or hasattr(type(self), k) or k in (
+                    "comm", "left", "joined", "model", "optimizer"):
+                raise ValueError(f"argument '{k}': the name of one of "
+                                 "the state's own attributes")
         self._names = list(kwargs)
         self.comm = comm
         self._arrays = []
