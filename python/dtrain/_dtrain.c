@@ -1,7 +1,7 @@
 /*
  * _dtrain.c - the module dtrain._dtrain: the exception classes (err.c),
- * KV (kv.c), Coll (coll.c), the reduction constants, and serve_role(), the
- * MXNet contract at import time.
+ * KV (kv.c), Coll (coll.c), Elastic (elastic.c), the reduction constants, and
+ * serve_role(), the MXNet contract at import time.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -105,7 +105,7 @@ PyInit__dtrain(void)
 	if (m == NULL)
 		return NULL;
 	if (dtpy_err_add(m) < 0 || dtpy_kv_add(m) < 0 || dtpy_coll_add(m) < 0 ||
-	    add_constants(m) < 0) {
+	    dtpy_elastic_add(m) < 0 || add_constants(m) < 0) {
 		Py_DECREF(m);
 		return NULL;
 	}

@@ -217,6 +217,20 @@ class _DistributedOptimizer(torch.optim.Optimizer):
             return None  # the servers updated the parameters
         return super(self.__class__, self).step(closure)
 
+    def _elastic_reset(self):
+        """After a membership change (dtrain.torch.elastic): forget the
+        reductions of the step that failed - each is waited for, its
+        error dropped - so that the next backward pass starts afresh."""
+        while self._handles:
+            _, (h, _, _) = self._handles.popitem()
+            try:
+                h.wait()
+            except _dtrain.Error:
+                pass
+        self._bucket, self._bucket_bytes, self._nready = [], 0, 0
+        self._flat_due = False
+        self._delay = dict.fromkeys(self._params, self._passes)
+
     def zero_grad(self, *args, **kwargs):
         if self._handles:
             raise AssertionError("zero_grad() while gradients are being "

@@ -802,6 +802,21 @@ static PyTypeObject HandleType = {
     .tp_methods = handle_methods,
 };
 
+dt_coll *
+dtpy_coll_get(PyObject *obj, const char *arg)
+{
+	if (!PyObject_TypeCheck(obj, &CollType)) {
+		PyErr_Format(
+		    PyExc_TypeError,
+		    "argument '%s': expected a dtrain Coll, got %.100s", arg,
+		    Py_TYPE(obj)->tp_name);
+		return NULL;
+	}
+	if (need_open((CollObject *)obj) < 0)
+		return NULL;
+	return ((CollObject *)obj)->c;
+}
+
 int
 dtpy_coll_add(PyObject *module)
 {

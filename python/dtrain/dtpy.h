@@ -73,5 +73,10 @@ int dtpy_buf_expect(const dtpy_buf *b, const char *arg, dt_dtype dtype,
 /* kv.c and coll.c: add the types to the module. */
 int dtpy_kv_add(PyObject *module);
 int dtpy_coll_add(PyObject *module);
+/* elastic.c: the Elastic type. */
+int dtpy_elastic_add(PyObject *module);
+/* The dt_coll of a Coll object (argument arg), or NULL with TypeError
+ * (not a Coll) or ValueError (finalized) set. */
+dt_coll *dtpy_coll_get(PyObject *obj, const char *arg);
 
 #endif

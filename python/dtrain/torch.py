@@ -310,3 +310,4 @@ class Compression:
 
 
 from dtrain._torch_opt import DistributedOptimizer  # noqa: E402
+from dtrain import _torch_elastic as elastic  # noqa: E402,F401

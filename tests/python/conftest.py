@@ -15,13 +15,14 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 SCALE = float(os.environ.get("DT_TEST_TIME_SCALE", "1"))
 
 
-def launch(n, s, cmd, timeout=120, env=None):
+def launch(n, s, cmd, timeout=120, env=None, opts=()):
     """Run cmd as every process of a local job of n workers and s
-    servers; returns the CompletedProcess (output in .stdout)."""
+    servers (and the launcher's options opts); returns the
+    CompletedProcess (output in .stdout)."""
     e = dict(os.environ)
     e.update(env or {})
     argv = [os.path.join(BUILD, "dtrain"), "launch", "-n", str(n), "-s",
-            str(s), "--"] + cmd
+            str(s)] + list(opts) + ["--"] + cmd
     return subprocess.run(argv, stdout=subprocess.PIPE,
                           stderr=subprocess.STDOUT, text=True,
                           timeout=timeout * SCALE, env=e)
