@@ -114,7 +114,7 @@ void dt_elastic_destroy(dt_elastic *e);
  * Register bytes of training state at p (kept by the caller and valid
  * until dt_elastic_destroy). name is for messages. Every rank registers
  * the same ranges, with the same sizes, in the same order, before the
- * first commit.
+ * first commit; at most 65,536 of them (DT_ETOOBIG past it).
  */
 dt_err dt_elastic_register(dt_elastic *e, const char *name, void *p,
                            size_t bytes);

@@ -37,7 +37,9 @@
 #include "coll/state.h"
 #include "dtrain/elastic.h"
 
-#define MAX_RANGES    64
+/* Registered ranges: a model's every tensor and its optimizer's state
+ * may be one each. */
+#define MAX_RANGES    65536
 #define MAX_SCHEDULE  64
 #define SCHEDULE_TEXT 4096
 
@@ -55,8 +57,8 @@ typedef struct sched_item {
 
 struct dt_elastic {
 	dt_coll *c;
-	range r[MAX_RANGES];
-	int nr;
+	range *r; /* nr of them, room for rcap */
+	int nr, rcap;
 	uint8_t *snap; /* the last commit: step, then the ranges */
 	size_t snap_len;
 	int committed;
@@ -189,6 +191,7 @@ dt_elastic_destroy(dt_elastic *e)
 	if (e == NULL)
 		return;
 	free(e->snap);
+	free(e->r);
 	free(e);
 }
 
@@ -206,6 +209,16 @@ dt_elastic_register(dt_elastic *e, const char *name, void *p, size_t bytes)
 		return dt__fail(DT_ETOOBIG,
 		                "elastic_register(%s): more than %d ranges",
 		                name ? name : "?", MAX_RANGES);
+	if (e->nr == e->rcap) {
+		int cap = e->rcap ? 2 * e->rcap : 16;
+		range *r = realloc(e->r, sizeof(*r) * (size_t)cap);
+
+		if (r == NULL)
+			return dt__fail(DT_ENOMEM, "elastic_register(%s)",
+			                name ? name : "?");
+		e->r = r;
+		e->rcap = cap;
+	}
 	snprintf(e->r[e->nr].name, sizeof(e->r[0].name), "%s",
 	         name ? name : "");
 	e->r[e->nr].p = p;

@@ -168,6 +168,17 @@ def test_torch_state_needs_the_optimizer_state(comm):
     st.close()
 
 
+def test_torch_state_of_many_tensors(comm):
+    # 60 layers: 120 parameters and 120 momentum buffers, one range each
+    # (the C library once kept at most 64).
+    model = torch.nn.Sequential(*[torch.nn.Linear(2, 2) for _ in range(60)])
+    opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    hvd.elastic.init_optimizer_state(opt)
+    st = hvd.elastic.TorchState(model, opt, comm=comm, epoch=0)
+    st.commit()
+    st.close()
+
+
 def test_sampler_deals_an_epoch_once_whatever_the_size():
     s = elastic.ElasticSampler(100, 4, seed=3)
     got = []
