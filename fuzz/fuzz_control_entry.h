@@ -3,8 +3,9 @@
  * (fuzz/fuzz_control.c), shared with its CTest replay of
  * fuzz/corpus/control. An input is read as a metadata block and given to
  * the real decoders of core/msg.c: ADD_NODE (what a stranger can send the
- * scheduler first) and NODE_TABLE (what a node reads from "its"
- * scheduler). Besides "no crash, no overread, no leak", it traps when:
+ * scheduler first), ASSIGN and LOOKUP's answer (what a node reads from
+ * "its" scheduler) and LOOKUP's request (what a member asks it). Besides "no
+ * crash, no overread, no leak", it traps when:
  *   - a decoder fails without a message, or with a code other than
  *     DT_EPROTO (DT_ENOMEM aside);
  *   - a decoded ADD_NODE has a field out of its limit, or does not encode

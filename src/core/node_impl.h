@@ -131,7 +131,7 @@ struct dt_node {
 	int *el_ids;
 	int el_n;
 	int el_gone;
-	/* Growing: this process joined the running job (its NODE_TABLE said
+	/* Growing: this process joined the running job (its ASSIGN said
 	 * so; set before have_table), and (mu) how many started workers the
 	 * scheduler says wait to join at the members' next commit (GROW),
 	 * and how many have asked to join, ready or not (GROW arg2). */

@@ -3,7 +3,7 @@
  * docs/fault-tolerance.md): a server or worker that asks to join a running
  * job takes the place of the lost node whose place token it presents
  * (docs/security.md, "Taking a lost node's place"), under that node's id
- * and rank. It gets the node table (arg2: the count of restarts, so it
+ * and rank. It gets its assignment (arg2: the count of restarts, so it
  * knows it rejoins), and every other node the new address (NODE_UPDATE),
  * which starts their link to it again. A process that asks before its
  * node's loss is noticed is held (beaten by the watch thread, watch.c)

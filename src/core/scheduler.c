@@ -1,7 +1,7 @@
 /*
  * scheduler.c - the scheduler's side of the cluster protocol: admit nodes,
- * assign ranks, send the node table, run barriers, end the job in order,
- * and abort it - never hang it - when a node is lost.
+ * assign ranks, send each node its assignment (directory.c), run barriers, end
+ * the job in order, and abort it - never hang it - when a node is lost.
  *
  * Rank rule (deterministic, docs/cluster.md): within each role, a node that
  * asked for a rank (DMLC_WORKER_ID / DMLC_SERVER_ID, or the rank mpirun or

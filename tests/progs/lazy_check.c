@@ -334,8 +334,9 @@ main(int argc, char **argv)
 	dt_coll *c;
 	dt_err err;
 
-	if (argc != 2 || (strcmp(argv[1], "all") && strcmp(argv[1], "ring") &&
-	                  strcmp(argv[1], "gone") && strcmp(argv[1], "first"))) {
+	if (argc != 2 ||
+	    (strcmp(argv[1], "all") && strcmp(argv[1], "ring") &&
+	     strcmp(argv[1], "gone") && strcmp(argv[1], "first"))) {
 		fprintf(stderr, "usage: lazy_check all|ring|gone|first\n");
 		return 2;
 	}
