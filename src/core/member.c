@@ -479,10 +479,17 @@ dt__member_start(dt_node *n)
 	snprintf(name, sizeof(name), "%s %d", dt_role_name(n->role), n->rank);
 	dt__log_set_name(name);
 	fit_spin(n);
-	DT_LOG(1,
-	       "joined the cluster as %s (node id %d) of %d servers and %d "
-	       "workers",
-	       name, n->id, n->num_servers, n->num_workers);
+	if (n->elastic)
+		DT_LOG(1,
+		       "joined the cluster as %s (node id %d) of %d servers "
+		       "and up to %d workers, at membership epoch %llu",
+		       name, n->id, n->num_servers, dt__elastic_slots(n),
+		       (unsigned long long)n->assign_epoch);
+	else
+		DT_LOG(1,
+		       "joined the cluster as %s (node id %d) of %d servers "
+		       "and %d workers",
+		       name, n->id, n->num_servers, n->num_workers);
 
 	/* Connect to the servers. A KV worker talks to every one of them
 	 * (keys are spread over all), so they are dialled now, in one go;
