@@ -132,6 +132,7 @@ fuzz_control_assign(const uint8_t *data, size_t size)
 	FUZZ_CHECK(a.slots >= 1 && a.slots <= DT_MAX_ROLE_NODES);
 	FUZZ_CHECK(a.id >= 1 && a.id <= a.num_servers + a.slots);
 	FUZZ_CHECK(a.here >= 1 && a.here <= a.num_servers + a.slots);
+	FUZZ_CHECK(a.sched_pid >= 0);
 	fuzz_control_entries(t, first, count, a.num_servers,
 	                     1 + a.num_servers + a.slots);
 	/* It encodes back to a block no longer than the input (a known
@@ -144,7 +145,8 @@ fuzz_control_assign(const uint8_t *data, size_t size)
 	                                 &t2) == DT_OK);
 	FUZZ_CHECK(a.id == b.id && a.num_servers == b.num_servers &&
 	           a.slots == b.slots && a.epoch == b.epoch &&
-	           a.here == b.here && first == first2 && count == count2);
+	           a.here == b.here && a.sched_pid == b.sched_pid &&
+	           first == first2 && count == count2);
 	fuzz_control_same(t, t2, count);
 	free(t2);
 	dt__wbuf_fini(&w);

@@ -35,12 +35,13 @@ def entry(i, known=1, host=None, port=None):
             + s('host-a/1' if i % 2 else '') + s('dtrain.%d.ab' % (100 + i) if i % 2 else ''))
 
 
-def assign(me=3, ns=2, nw=2, epoch=0, here=4, first=1, count=None, rows=None):
+def assign(me=3, ns=2, nw=2, epoch=0, here=4, first=1, count=None, rows=None,
+           spid=77):
     if count is None:
         count = ns
     if rows is None:
         rows = b''.join(entry(first + k) for k in range(count))
-    return (u32(me) + u32(ns) + u32(nw) + u64(epoch) + u32(here)
+    return (u32(me) + u32(ns) + u32(nw) + u64(epoch) + u32(here) + u32(spid)
             + u32(first) + u32(count) + rows)
 
 
@@ -171,6 +172,7 @@ SEEDS = {
         'assign_range_past_job': assign(first=4, count=2),
         'assign_id_zero': assign(me=0),
         'assign_here_zero': assign(here=0),
+        'assign_sched_pid_huge': assign(spid=0x80000000),
         'assign_port_zero': assign(rows=entry(1, port=0) + entry(2)),
         'assign_known_2': assign(rows=entry(1, known=2) + entry(2)),
         'assign_trailing': assign() + b'\x00' * 7,

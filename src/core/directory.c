@@ -4,11 +4,12 @@
  * them as nodes join); a node that joins gets a small reply, ASSIGN: its
  * id (its role and rank follow from it, msg.h: dt__msg_place), the job's
  * sizes, the membership epoch, the count of job nodes on its host, and
- * the entries it needs at once: a worker the servers it dials at its
- * start, a server none. Any other entry a member needs (a worker it
- * dials on demand, reach.c; a peer it dials again, link.c; the hosts of
- * the collectives' ranks) it asks of the scheduler with LOOKUP, for a
- * range of ids, and keeps: an entry once known here is not asked again.
+ * the scheduler's pid (the address it was dialled at is the rest of its
+ * entry), and the entries it needs at once: a worker the servers it dials at
+ * its start, a server none. Any other entry a member needs (a worker it dials
+ * on demand, reach.c; a peer it dials again, link.c; the hosts of the
+ * collectives' ranks) it asks of the scheduler with LOOKUP, for a range of ids,
+ * and keeps: an entry once known here is not asked again.
  *
  * An entry that changes reaches the members by a push, as before: a
  * restarted node's new address comes in NODE_UPDATE to every node
@@ -143,7 +144,8 @@ dt__dir_send_assign(dt_node *n, dt_conn *c, int id, int here, uint64_t arg1,
 	dt__msg_assign a = {.id = id,
 	                    .num_servers = n->num_servers,
 	                    .slots = slots,
-	                    .here = here > 0 ? here : 1};
+	                    .here = here > 0 ? here : 1,
+	                    .sched_pid = n->table[0].pid};
 	/* A worker dials every server at its start: their entries come
 	 * with it, as many as one message carries (it looks up the rest). */
 	if (id > n->num_servers)
@@ -269,6 +271,7 @@ dt__dir_on_assign(dt_node *n, const dt_msg *m)
 	}
 	snprintf(t[0].host, DT_HOST_MAX, "%s", n->cfg.root_uri);
 	t[0].port = n->cfg.root_port;
+	t[0].pid = a.sched_pid;
 	t[0].known = 1;
 	snprintf(t[a.id].host, DT_HOST_MAX, "%s", n->host);
 	t[a.id].port = n->port;

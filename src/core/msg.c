@@ -215,6 +215,7 @@ dt__msg_assign_encode(const dt__msg_assign *a, int first, int count,
 	dt__wbuf_u32(w, (uint32_t)a->slots);
 	dt__wbuf_u64(w, a->epoch);
 	dt__wbuf_u32(w, (uint32_t)a->here);
+	dt__wbuf_u32(w, (uint32_t)a->sched_pid);
 	dt__wbuf_u32(w, (uint32_t)first);
 	dt__wbuf_u32(w, (uint32_t)count);
 	put_entries(count, e, w);
@@ -226,7 +227,7 @@ dt__msg_assign_decode(const void *meta, size_t len, dt__msg_assign *a,
                       int *first, int *count, dt_node_entry **out)
 {
 	dt_rbuf r;
-	uint32_t id, ns, nw, here;
+	uint32_t id, ns, nw, here, spid;
 	uint64_t epoch;
 	dt_err err;
 
@@ -238,6 +239,7 @@ dt__msg_assign_decode(const void *meta, size_t len, dt__msg_assign *a,
 	nw = dt__rbuf_u32(&r);
 	epoch = dt__rbuf_u64(&r);
 	here = dt__rbuf_u32(&r);
+	spid = dt__rbuf_u32(&r);
 	if ((err = dt__rbuf_err(&r, "ASSIGN")))
 		return err;
 	if (ns > DT_MAX_ROLE_NODES || nw < 1 || nw > DT_MAX_ROLE_NODES)
@@ -250,6 +252,8 @@ dt__msg_assign_decode(const void *meta, size_t len, dt__msg_assign *a,
 		return dt__fail(DT_EPROTO,
 		                "ASSIGN: %u nodes on this host, of %u", here,
 		                ns + nw);
+	if (spid > INT32_MAX)
+		return dt__fail(DT_EPROTO, "ASSIGN: scheduler pid %u", spid);
 	if ((err = get_range(&r, "ASSIGN", (int)(1 + ns + nw), 0, first,
 	                     count)) ||
 	    (err = get_entries(&r, "ASSIGN", (int)ns, *first, *count, out)))
@@ -259,6 +263,7 @@ dt__msg_assign_decode(const void *meta, size_t len, dt__msg_assign *a,
 	a->slots = (int)nw;
 	a->epoch = epoch;
 	a->here = (int)here;
+	a->sched_pid = (int)spid;
 	return DT_OK;
 }
 

@@ -64,6 +64,7 @@ typedef struct dt__msg_assign {
 	uint64_t epoch;  /* the membership epoch (0 outside elastic jobs) */
 	int here;        /* servers and workers on the node's host, itself
 	                    included */
+	int sched_pid;   /* the scheduler's pid, for messages naming it */
 } dt__msg_assign;
 
 /*

@@ -765,7 +765,8 @@ dt__sched_start(dt_node *n)
 	                              .rank = 0,
 	                              .id = 0,
 	                              .port = n->port,
-	                              .pid = (int)getpid()};
+	                              .pid = (int)getpid(),
+	                              .known = 1};
 	snprintf(n->table[0].host, DT_HOST_MAX, "%s", n->host);
 	for (int i = 0; i < s->nj; i++) {
 		joiner *j = &s->j[i];

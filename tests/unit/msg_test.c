@@ -74,7 +74,8 @@ test_assign_round_trip(void **state)
 	                    .num_servers = 3,
 	                    .slots = 9,
 	                    .epoch = 0x0102030405060708ull,
-	                    .here = 5},
+	                    .here = 5,
+	                    .sched_pid = 4242},
 	               b;
 	int first, count;
 	dt_wbuf w;
@@ -93,6 +94,7 @@ test_assign_round_trip(void **state)
 	assert_int_equal(b.slots, 9);
 	assert_true(b.epoch == a.epoch);
 	assert_int_equal(b.here, 5);
+	assert_int_equal(b.sched_pid, 4242);
 	assert_int_equal(first, 1);
 	assert_int_equal(count, 3);
 	for (int k = 0; k < 3; k++) {
@@ -113,7 +115,7 @@ test_assign_round_trip(void **state)
 	a.id = 2;
 	dt__wbuf_init(&w);
 	assert_int_equal(dt__msg_assign_encode(&a, 1, 0, srv, &w), DT_OK);
-	assert_int_equal(w.len, 32u);
+	assert_int_equal(w.len, 36u);
 	assert_int_equal(
 	    dt__msg_assign_decode(w.data, w.len, &b, &first, &count, &got),
 	    DT_OK);
@@ -123,7 +125,7 @@ test_assign_round_trip(void **state)
 }
 
 /* What the scheduler sends a node of a 10,000-node job does not grow with
- * the job: 32 bytes, and an entry per server for a worker. */
+ * the job: 36 bytes, and an entry per server for a worker. */
 static void
 test_assign_size(void **state)
 {
@@ -138,12 +140,12 @@ test_assign_size(void **state)
 		fill(&srv[k], 1 + k);
 	dt__wbuf_init(&w);
 	assert_int_equal(dt__msg_assign_encode(&a, 1, 1, srv, &w), DT_OK);
-	per = w.len - 32;
+	per = w.len - 36;
 	dt__wbuf_fini(&w);
 	dt__wbuf_init(&w);
 	assert_int_equal(dt__msg_assign_encode(&a, 1, 16, srv, &w), DT_OK);
 	/* (the hosts of servers 10..16 are a character longer) */
-	assert_int_equal(w.len, 32 + 16 * per + 7);
+	assert_int_equal(w.len, 36 + 16 * per + 7);
 	assert_true(per < 110);
 	dt__wbuf_fini(&w);
 }
@@ -181,10 +183,10 @@ test_assign_refused(void **state)
 	/* A count the block cannot hold, refused before allocating. */
 	dt__wbuf_init(&w);
 	dt__msg_assign_encode(&a, 1, 2, srv, &w);
-	dt__put_u32(w.data + 28, 1000);
+	dt__put_u32(w.data + 32, 1000);
 	dt__put_u32(w.data + 8, 100000);
 	assert_int_equal(
-	    dt__msg_assign_decode(w.data, 40, &b, &first, &count, &got),
+	    dt__msg_assign_decode(w.data, 44, &b, &first, &count, &got),
 	    DT_EPROTO);
 	assert_msg_has("do not fit");
 	dt__wbuf_fini(&w);
