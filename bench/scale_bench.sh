@@ -6,6 +6,10 @@
 #   boot_s     launch to the moment every worker has passed the start-up
 #              barrier over all nodes (the last "up" line's wall clock);
 #   sched_cpu_s the scheduler process's CPU time up to then;
+#   sched_b_node the bytes the scheduler sent up to then on its TCP
+#              connections (each socket's bytes_sent, from `ss -tie`: the
+#              handshake's 72 bytes, every frame, heartbeats and barriers
+#              included), divided by the count of servers and workers;
 #   conns      connections between the job's processes, counted once
 #              all are up (TCP and same-host sockets whose both ends are
 #              in the job, listeners left out);
@@ -39,7 +43,7 @@ ulimit -n "$(ulimit -Hn)" 2>/dev/null || true
 echo "scale_bench.sh: ulimit -n $(ulimit -n) (hard $(ulimit -Hn));" \
 	"$(nproc) processors; load $(cut -d' ' -f1-3 /proc/loadavg)"
 exec python3 - "$BUILD" "$OUT" "$TIMEOUT" $SIZES <<'PY'
-import json, os, signal, subprocess, sys, time
+import json, os, re, signal, subprocess, sys, time
 
 build, out, timeout = sys.argv[1], sys.argv[2], float(sys.argv[3])
 sizes = [tuple(int(x) for x in s.split("+")) for s in sys.argv[4:]]
@@ -66,6 +70,26 @@ def cpu_s(pid):
     with open(f"/proc/{pid}/stat") as f:
         st = f.read().rsplit(")", 1)[1].split()
     return (int(st[11]) + int(st[12])) / tick
+
+
+def tcp_sent(inodes):
+    """The bytes sent so far on the TCP sockets of these inodes (ss -tie:
+    a socket's line names its inode, the next one its counters)."""
+    try:
+        text = subprocess.run(["ss", "-tinHe"], capture_output=True,
+                              text=True, timeout=60).stdout
+    except (OSError, subprocess.SubprocessError):
+        return None
+    total, ino = 0, None
+    for ln in text.split("\n"):
+        if not ln.startswith((" ", "\t")):
+            m = re.search(r"\bino:(\d+)", ln)
+            ino = int(m.group(1)) if m else None
+            continue
+        m = re.search(r"\bbytes_sent:(\d+)", ln)
+        if m and ino in inodes:
+            total += int(m.group(1))
+    return total
 
 
 def sockets_of(pid):
@@ -124,12 +148,17 @@ def census(launcher):
     """Connections inside the job, descriptors per process, and the
     scheduler's CPU time so far."""
     pids = [launcher] + children(launcher)
-    owner, fd_max, fd_sched, cpu = {}, 0, 0, None
+    owner, fd_max, fd_sched, cpu, wrote = {}, 0, 0, None, None
+    # (the scheduler's figures first: the count of the others may take
+    # long, and heartbeats go on meanwhile)
+    for p in pids:
+        if p != launcher and is_scheduler(p):
+            cpu, wrote = cpu_s(p), tcp_sent(sockets_of(p)[0])
     for p in pids:
         s, n = sockets_of(p)
         fd_max = max(fd_max, n)
         if p != launcher and is_scheduler(p):
-            fd_sched, cpu = n, cpu_s(p)
+            fd_sched = n
         for i in s:
             owner.setdefault(i, set()).add(p)
     lis = listeners()
@@ -137,7 +166,7 @@ def census(launcher):
     # A connection between two processes of the job is two socket inodes
     # here, one in each; a socket passed to both ends counts once.
     return {"conns": ends // 2, "fd_max": fd_max, "fd_sched": fd_sched,
-            "sched_cpu_s": cpu, "procs": len(pids)}
+            "sched_cpu_s": cpu, "sched_sent": wrote, "procs": len(pids)}
 
 
 def run(w, s):
@@ -175,6 +204,8 @@ def run(w, s):
                     last = max(last or 0, int(f[4]) / 1e9)
             if up == w and not res:
                 res = census(p.pid)
+                if res.get("sched_sent") is not None:
+                    res["sched_b_node"] = res["sched_sent"] // (w + s)
                 res["census_s"] = round(time.time() - t0 - (last - t0), 1)
                 open(hold, "w").close()
                 end = time.time() + timeout
@@ -226,13 +257,15 @@ with open(os.path.join(out, "scale_bench.jsonl"), "w") as jf:
         jf.write(json.dumps(o) + "\n")
         jf.flush()
         print(json.dumps(o), file=sys.stderr, flush=True)
-print("%6s %5s %8s %9s %8s %7s %8s %8s %s" % ("W", "S", "boot s", "sched cpu",
-      "conns", "fd max", "fd sched", "total s", "exit"))
+print("%6s %5s %8s %9s %12s %8s %7s %8s %8s %s" % ("W", "S", "boot s",
+      "sched cpu", "sched B/node", "conns", "fd max", "fd sched", "total s",
+      "exit"))
 for o in rows:
     f = lambda k, fmt: (fmt % o[k]) if o.get(k) is not None else "-"
-    print("%6d %5d %8s %9s %8s %7s %8s %8s %s" % (
+    print("%6d %5d %8s %9s %12s %8s %7s %8s %8s %s" % (
         o["workers"], o["servers"], f("boot_s", "%.2f"),
-        f("sched_cpu_s", "%.2f"), f("conns", "%d"), f("fd_max", "%d"),
+        f("sched_cpu_s", "%.2f"), f("sched_b_node", "%d"), f("conns", "%d"),
+        f("fd_max", "%d"),
         f("fd_sched", "%d"), f("total_s", "%.1f"), o["exit"]))
     if o.get("error"):
         print("       %s" % o["error"])

@@ -3,16 +3,21 @@
  * (fuzz/fuzz_control.c), shared with its CTest replay of
  * fuzz/corpus/control. An input is read as a metadata block and given to
  * the real decoders of core/msg.c: ADD_NODE (what a stranger can send the
- * scheduler first) and NODE_TABLE (what a node reads from "its"
- * scheduler). Besides "no crash, no overread, no leak", it traps when:
+ * scheduler first), ASSIGN and LOOKUP's answer (what a node reads from
+ * "its" scheduler) and LOOKUP's request (what a member asks it). Besides "no
+ * crash, no overread, no leak", it traps when:
  *   - a decoder fails without a message, or with a code other than
  *     DT_EPROTO (DT_ENOMEM aside);
  *   - a decoded ADD_NODE has a field out of its limit, or does not encode
  *     back to the bytes it was read from (less any trailing bytes), which
  *     decode to the same values;
- *   - a decoded NODE_TABLE has an id, a size or an entry out of place, or
- *     does not encode back to a block, no longer than the input, that
- *     decodes to the same table;
+ *   - a decoded ASSIGN has an id, a size, a count of nodes on its host or
+ *     an entry out of place, or does not encode back to a block, no
+ *     longer than the input, that decodes to the same;
+ *   - a decoded LOOKUP request (of a job of ids 1..7) is not 8 bytes
+ *     naming a range within it, or a decoded answer (2 servers, ids
+ *     1..7) has an entry out of place or does not encode back to a
+ *     block, no longer than the input, that decodes to the same;
  *   - a decoded MEMBERSHIP list (of a job of 5 workers, ids 3..7) is
  *     empty, too long, out of range or not ascending, or does not encode
  *     back to the bytes it was read from;
@@ -74,46 +79,109 @@ fuzz_control_add_node(const uint8_t *data, size_t size)
 	dt__wbuf_fini(&w);
 }
 
+/* The entries of two decodes of one range are the same. */
 static void
-fuzz_control_node_table(const uint8_t *data, size_t size)
+fuzz_control_same(const dt_node_entry *x, const dt_node_entry *y, int count)
 {
-	dt_node_entry *t;
-	int id, ns, nw;
+	for (int k = 0; k < count; k++)
+		FUZZ_CHECK(x[k].id == y[k].id && x[k].role == y[k].role &&
+		           x[k].rank == y[k].rank && x[k].known == y[k].known &&
+		           x[k].port == y[k].port && x[k].pid == y[k].pid &&
+		           strcmp(x[k].host, y[k].host) == 0 &&
+		           strcmp(x[k].hostid, y[k].hostid) == 0 &&
+		           strcmp(x[k].local, y[k].local) == 0);
+}
+
+/* Each decoded entry sits where its id says, within the job's sizes. */
+static void
+fuzz_control_entries(const dt_node_entry *e, int first, int count, int ns,
+                     int ntable)
+{
+	FUZZ_CHECK(count >= 0 && count <= DT_DIR_MAX);
+	FUZZ_CHECK(count == 0 || (first >= 1 && first + count <= ntable));
+	FUZZ_CHECK((count == 0) == (e == NULL));
+	for (int k = 0; k < count; k++) {
+		FUZZ_CHECK(e[k].id == first + k);
+		FUZZ_CHECK(e[k].role ==
+		           (first + k <= ns ? DT_ROLE_SERVER : DT_ROLE_WORKER));
+		FUZZ_CHECK(e[k].rank == (first + k <= ns ? first + k - 1
+		                                         : first + k - 1 - ns));
+		FUZZ_CHECK(e[k].known == 0 || e[k].known == 1);
+		FUZZ_CHECK(!e[k].known ||
+		           (e[k].host[0] && e[k].port >= 1 &&
+		            e[k].port <= 65535 && e[k].pid >= 0));
+		FUZZ_CHECK(memchr(e[k].host, '\0', sizeof(e[k].host)));
+	}
+}
+
+static void
+fuzz_control_assign(const uint8_t *data, size_t size)
+{
+	dt__msg_assign a, b;
+	dt_node_entry *t, *t2;
+	int first, count, first2, count2;
 	dt_wbuf w;
 	dt_err err;
 
 	dt__clear_error();
-	if ((err = dt__msg_node_table_decode(data, size, &id, &ns, &nw, &t))) {
+	if ((err = dt__msg_assign_decode(data, size, &a, &first, &count, &t))) {
 		fuzz_control_failed(err);
 		return;
 	}
-	FUZZ_CHECK(ns >= 0 && ns <= DT_MAX_ROLE_NODES);
-	FUZZ_CHECK(nw >= 1 && nw <= DT_MAX_ROLE_NODES);
-	FUZZ_CHECK(id >= 1 && id < 1 + ns + nw);
-	for (int i = 0; i < 1 + ns + nw; i++) {
-		FUZZ_CHECK(t[i].id == i);
-		FUZZ_CHECK(t[i].role == (i == 0    ? DT_ROLE_SCHEDULER
-		                         : i <= ns ? DT_ROLE_SERVER
-		                                   : DT_ROLE_WORKER));
-		FUZZ_CHECK(t[i].port >= 0 && t[i].port <= 65535);
-		FUZZ_CHECK(memchr(t[i].host, '\0', sizeof(t[i].host)));
-	}
+	FUZZ_CHECK(a.num_servers >= 0 && a.num_servers <= DT_MAX_ROLE_NODES);
+	FUZZ_CHECK(a.slots >= 1 && a.slots <= DT_MAX_ROLE_NODES);
+	FUZZ_CHECK(a.id >= 1 && a.id <= a.num_servers + a.slots);
+	FUZZ_CHECK(a.here >= 1 && a.here <= a.num_servers + a.slots);
+	FUZZ_CHECK(a.sched_pid >= 0);
+	fuzz_control_entries(t, first, count, a.num_servers,
+	                     1 + a.num_servers + a.slots);
+	/* It encodes back to a block no longer than the input (a known
+	 * byte over 1 is refused, a host with a NUL inside too), which
+	 * decodes to the same. */
 	dt__wbuf_init(&w);
-	FUZZ_CHECK(dt__msg_node_table_encode(id, ns, nw, t, &w) == DT_OK);
-	/* No longer than what it came from (a host with a NUL inside comes
-	 * back shorter), and it decodes to the same table. */
+	FUZZ_CHECK(dt__msg_assign_encode(&a, first, count, t, &w) == DT_OK);
 	FUZZ_CHECK(w.len <= size);
-	dt_node_entry *t2;
-	int id2, ns2, nw2;
-	FUZZ_CHECK(dt__msg_node_table_decode(w.data, w.len, &id2, &ns2, &nw2,
-	                                     &t2) == DT_OK);
-	FUZZ_CHECK(id2 == id && ns2 == ns && nw2 == nw);
-	for (int i = 0; i < 1 + ns + nw; i++)
-		FUZZ_CHECK(t2[i].role == t[i].role && t2[i].rank == t[i].rank &&
-		           t2[i].port == t[i].port && t2[i].pid == t[i].pid &&
-		           strcmp(t2[i].host, t[i].host) == 0 &&
-		           strcmp(t2[i].hostid, t[i].hostid) == 0 &&
-		           strcmp(t2[i].local, t[i].local) == 0);
+	FUZZ_CHECK(dt__msg_assign_decode(w.data, w.len, &b, &first2, &count2,
+	                                 &t2) == DT_OK);
+	FUZZ_CHECK(a.id == b.id && a.num_servers == b.num_servers &&
+	           a.slots == b.slots && a.epoch == b.epoch &&
+	           a.here == b.here && a.sched_pid == b.sched_pid &&
+	           first == first2 && count == count2);
+	fuzz_control_same(t, t2, count);
+	free(t2);
+	dt__wbuf_fini(&w);
+	free(t);
+}
+
+/* LOOKUP, both ways, in a job of 2 servers and 5 workers (ids 1..7). */
+static void
+fuzz_control_lookup(const uint8_t *data, size_t size)
+{
+	dt_node_entry *t, *t2;
+	int first, count, first2, count2;
+	dt_wbuf w;
+	dt_err err;
+
+	dt__clear_error();
+	if ((err = dt__msg_lookup_decode(data, size, 8, &first, &count)))
+		fuzz_control_failed(err);
+	else
+		FUZZ_CHECK(size == 8 && first >= 1 && count >= 1 &&
+		           first + count <= 8);
+	dt__clear_error();
+	if ((err = dt__msg_dir_decode(data, size, 2, 8, &first, &count, &t))) {
+		fuzz_control_failed(err);
+		return;
+	}
+	FUZZ_CHECK(count >= 1);
+	fuzz_control_entries(t, first, count, 2, 8);
+	dt__wbuf_init(&w);
+	FUZZ_CHECK(dt__msg_dir_encode(first, count, t, &w) == DT_OK);
+	FUZZ_CHECK(w.len <= size);
+	FUZZ_CHECK(dt__msg_dir_decode(w.data, w.len, 2, 8, &first2, &count2,
+	                              &t2) == DT_OK);
+	FUZZ_CHECK(first == first2 && count == count2);
+	fuzz_control_same(t, t2, count);
 	free(t2);
 	dt__wbuf_fini(&w);
 	free(t);
@@ -190,7 +258,8 @@ dt_fuzz_control_one(const uint8_t *data, size_t size)
 {
 	fuzz_control_membership(data, size);
 	fuzz_control_add_node(data, size);
-	fuzz_control_node_table(data, size);
+	fuzz_control_assign(data, size);
+	fuzz_control_lookup(data, size);
 	fuzz_control_report(data, size);
 	return 0;
 }

@@ -27,14 +27,28 @@ def add_node(role=2, want=-1, host='127.0.0.1', port=40000, pid=1234,
     return out if no_token else out + s(token)
 
 
-def table(me=3, ns=2, nw=2, rows=None):
+def entry(i, known=1, host=None, port=None):
+    if not known:
+        return u8(0)
+    return (u8(known) + s(host if host is not None else '10.0.0.%d' % i)
+            + u32(port if port is not None else 9000 + i) + u32(100 + i)
+            + s('host-a/1' if i % 2 else '') + s('dtrain.%d.ab' % (100 + i) if i % 2 else ''))
+
+
+def assign(me=3, ns=2, nw=2, epoch=0, here=4, first=1, count=None, rows=None,
+           spid=77):
+    if count is None:
+        count = ns
     if rows is None:
-        rows = [(0, 0)] + [(1, r) for r in range(ns)] + [(2, r) for r in range(nw)]
-    out = u32(me) + u32(ns) + u32(nw)
-    for i, (role, rank) in enumerate(rows):
-        out += u8(role) + u32(rank) + s('10.0.0.%d' % (i + 1)) + u32(9000 + i) + u32(100 + i)
-        out += s('host-a/1' if i % 2 else '') + s('dtrain.%d.ab' % (100 + i) if i % 2 else '')
-    return out
+        rows = b''.join(entry(first + k) for k in range(count))
+    return (u32(me) + u32(ns) + u32(nw) + u64(epoch) + u32(here) + u32(spid)
+            + u32(first) + u32(count) + rows)
+
+
+def answer(first=3, count=2, rows=None):
+    if rows is None:
+        rows = b''.join(entry(first + k) for k in range(count))
+    return u32(first) + u32(count) + rows
 
 
 def opt(kind, lr=0.1, mom=0.9, wd=1e-4, rescale=1.0, clip=0.0, b1=0.9, b2=0.999, eps=1e-8):
@@ -149,13 +163,28 @@ SEEDS = {
         'add_node_token_128': add_node(token='t' * 128),
         'add_node_token_129': add_node(token='t' * 129),
         'add_node_token_bad_chars': add_node(token='tok en\n0123456789'),
-        'node_table_2x2': table(),
-        'node_table_0_servers': table(me=1, ns=0, nw=1),
-        'node_table_count_wrap': u32(3) + u32(0xffffffff) + u32(2),
-        'node_table_claims_2000': u32(3) + u32(0) + u32(2000) + table()[12:],
-        'node_table_out_of_place': table(rows=[(0, 0), (2, 0), (1, 0), (2, 1), (1, 1)]),
-        'node_table_id_zero': table(me=0),
-        'node_table_trailing': table() + b'\x00' * 7,
+        'assign_worker_2x2': assign(),
+        'assign_server_no_entries': assign(me=1, count=0),
+        'assign_0_servers': assign(me=1, ns=0, nw=1, here=1, count=0),
+        'assign_elastic_epoch': assign(me=4, nw=6, epoch=7),
+        'assign_count_wrap': assign(count=0xffffffff, rows=b''),
+        'assign_claims_2000': assign(ns=3000, nw=3000, count=2000, rows=entry(1)),
+        'assign_range_past_job': assign(first=4, count=2),
+        'assign_id_zero': assign(me=0),
+        'assign_here_zero': assign(here=0),
+        'assign_sched_pid_huge': assign(spid=0x80000000),
+        'assign_port_zero': assign(rows=entry(1, port=0) + entry(2)),
+        'assign_known_2': assign(rows=entry(1, known=2) + entry(2)),
+        'assign_trailing': assign() + b'\x00' * 7,
+        'lookup_request': u32(3) + u32(4),
+        'lookup_request_zero': u32(0) + u32(1),
+        'lookup_request_empty': u32(3) + u32(0),
+        'lookup_request_wrap': u32(5) + u32(0xfffffffc),
+        'lookup_answer': answer(),
+        'lookup_answer_unknown_row': answer(first=6, count=2, rows=entry(6) + entry(7, known=0)),
+        'lookup_answer_all_unknown': answer(first=1, count=7, rows=u8(0) * 7),
+        'lookup_answer_host_empty': answer(rows=entry(3, host='') + entry(4)),
+        'lookup_answer_short': answer()[:20],
         'report_stats': stats(),
         'report_stats_no_peers': stats(peers=0, keys=0),
         'report_stats_peers_huge': stats(peers=0)[:12] + u32(0xffffffff) + stats()[16:],

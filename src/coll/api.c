@@ -930,7 +930,8 @@ cma_pids(dt_coll *c)
 {
 	for (int r = 0; r < c->size; r++) {
 		int id = c->base_id + r;
-		int declared = dt__node_entry(c->node, id)->pid;
+		const dt_node_entry *e = dt__node_entry(c->node, id);
+		int declared = e ? e->pid : 0;
 		int kernel = r == c->rank ? (int)getpid()
 		                          : dt__node_peer_pid(c->node, id);
 

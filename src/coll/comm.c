@@ -943,6 +943,15 @@ dt__coll_attach(dt_coll *c)
 	c->rank = dt_node_rank(n);
 	c->size = dt_node_num_workers(n);
 	c->base_id = 1 + dt_node_num_servers(n);
+	/* The ranks' hosts (the local ranks, the hierarchical map, CMA's
+	 * pids) are asked of the scheduler once, here. An elastic job's
+	 * rows of workers still to come stay unknown until they join (the
+	 * scheduler then tells every member). */
+	if ((err = dt__node_lookup(
+	         n, c->base_id,
+	         dt__node_elastic(n) ? dt__node_elastic_slots(n) : c->size)) &&
+	    !(err == DT_EPEER && dt__node_elastic(n)))
+		return err;
 	me = dt__node_entry(n, c->base_id + c->rank);
 	c->local_rank = 0;
 	c->local_size = 0;

@@ -16,16 +16,5 @@ dt__job_size_check(long servers, long workers, const char *what_s,
 	if (workers < 1 || workers > DT_MAX_ROLE_NODES)
 		return dt__fail(DT_ECONFIG, "%s=%ld: a job has 1 to %d workers",
 		                what_w, workers, DT_MAX_ROLE_NODES);
-	/* (the table is the scheduler's message to every node; see
-	 * limits.h) */
-	if (1 + servers + workers > DT_MAX_TABLE_NODES)
-		return dt__fail(
-		    DT_ECONFIG,
-		    "%s=%ld and %s=%ld make a job of %ld nodes with "
-		    "the scheduler: more than the %d the node table "
-		    "can describe (it travels in one message of at "
-		    "most 1 MiB)",
-		    what_s, servers, what_w, workers, 1 + servers + workers,
-		    DT_MAX_TABLE_NODES);
 	return DT_OK;
 }

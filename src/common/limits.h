@@ -16,20 +16,10 @@
  * workers. */
 #define DT_MAX_NODES (1 + 2 * DT_MAX_ROLE_NODES)
 
-/*
- * The most nodes the node table can describe today. The scheduler sends
- * each node the whole table in one message, whose metadata block holds at
- * most 1 MiB (DT_MAX_META), and an entry takes about 110 bytes with
- * same-host addresses and more with long host names: 8,192 entries leave
- * room for host names of about 60 characters. A larger job is refused
- * before it starts, naming this limit.
- */
-#define DT_MAX_TABLE_NODES 8192
-
 #include "dtrain/err.h"
 
 /* DT_OK when a job of `servers` servers and `workers` workers is within
- * every bound above, else DT_ECONFIG with a message that names the bound
+ * the bounds above, else DT_ECONFIG with a message that names the bound
  * and the knob (`what_s`, `what_w`: how the caller's user sets the two
  * counts, e.g. "-s" and "-n", or "DMLC_NUM_SERVER" and
  * "DMLC_NUM_WORKER"). workers must be at least 1. */

@@ -49,6 +49,11 @@ typedef struct dt_node_entry {
 	 * (dt__van_listen_local); either may be "". */
 	char hostid[DT_HOSTID_MAX];
 	char local[DT_LOCAL_MAX];
+	/* 1 once host..local hold the node's address. A member learns only
+	 * the addresses it needs at its start from the scheduler (ASSIGN)
+	 * and looks up the others when it first needs them
+	 * (dt__node_lookup); role, rank and id are always set. */
+	int known;
 } dt_node_entry;
 
 /* An app's hooks on one node; every one but on_msg is optional. */
@@ -165,8 +170,20 @@ uint64_t dt__node_elastic_taken(dt_node *n);
 
 /* This process took the place of a lost node of the job. */
 int dt__node_rejoined(const dt_node *n);
-/* The table row of node id, or NULL if there is none. */
+/* The table row of node id, or NULL if there is none or its address is
+ * not known here yet (dt__node_lookup). */
 const dt_node_entry *dt__node_entry(const dt_node *n, int id);
+/*
+ * Make the entries of nodes first..first+count-1 known here: those not
+ * known yet are asked of the scheduler (LOOKUP, in ranges of at most
+ * DT_DIR_MAX ids) and this waits for its answers by DT_CONNECT_TIMEOUT.
+ * DT_OK when all are known; DT_EPEER naming the first node the scheduler
+ * does not know (an elastic job's empty row: the others are known then);
+ * DT_ESTATE on the I/O thread, which cannot wait for an answer it would have to
+ * read itself; else the wait's error. A no-op on the scheduler, which knows
+ * every entry.
+ */
+dt_err dt__node_lookup(dt_node *n, int first, int count);
 int dt__node_server_id(const dt_node *n, int rank);
 int dt__node_worker_id(const dt_node *n, int rank);
 /* "worker 1", "server 0", "scheduler", or "node 7" before the table. */

@@ -498,30 +498,13 @@ refuse_join(dt_node *n, dt_conn *c, const joiner *j, int live, int waiting)
 	dt__van_close(n->van, c);
 }
 
-/* Send the joiner at id its table: the job's, its own row filled in;
- * arg1 = 1 tells it that it joins a running job. */
+/* Send the joiner at id its assignment (directory.c); arg1 = 1 tells it
+ * that it joins a running job. */
 static void
 send_joiner_table(dt_node *n, dt_conn *c, int id)
 {
-	dt_node_entry *t;
-	dt_wbuf w;
-	int slots = n->ntable - 1 - n->num_servers;
-
-	if ((t = malloc(sizeof(*t) * (size_t)n->ntable)) == NULL) {
+	if (dt__dir_send_assign(n, c, id, 0, 1, 0) != DT_OK)
 		dt__van_close(n->van, c);
-		return;
-	}
-	pthread_mutex_lock(&n->mu);
-	memcpy(t, n->table, sizeof(*t) * (size_t)n->ntable);
-	pthread_mutex_unlock(&n->mu);
-	dt__wbuf_init(&w);
-	dt_msg_hdr h = {
-	    .cmd = DT_CMD_NODE_TABLE, .recver = (uint32_t)id, .arg1 = 1};
-	if (dt__msg_node_table_encode(id, n->num_servers, slots, t, &w) ==
-	    DT_OK)
-		dt__van_send(n->van, c, &h, w.data, (uint32_t)w.len, NULL, 0);
-	dt__wbuf_fini(&w);
-	free(t);
 }
 
 /* Tell every member where the worker joining at id listens. */
@@ -852,16 +835,10 @@ dt__elastic_member_on_update(dt_node *n, dt_conn *c, const dt_msg *m)
 		dt__log(0, "ignoring a malformed NODE_UPDATE");
 		return;
 	}
-	/* Under mu: a dial to it reads the row after the MEMBERSHIP that
-	 * takes it in, which comes after this on the same connection. */
-	pthread_mutex_lock(&n->mu);
+	/* (a dial to it reads the row after the MEMBERSHIP that takes it
+	 * in, which comes after this on the same connection) */
 	e = &n->table[id];
-	snprintf(e->host, DT_HOST_MAX, "%s", a.host);
-	e->port = a.port;
-	e->pid = a.pid;
-	snprintf(e->hostid, DT_HOSTID_MAX, "%s", a.hostid);
-	snprintf(e->local, DT_LOCAL_MAX, "%s", a.local);
-	pthread_mutex_unlock(&n->mu);
+	dt__dir_learn(n, (int)id, a.host, a.port, a.pid, a.hostid, a.local);
 	DT_LOG(1, "worker %d (node id %d, pid %d at %s:%d) joins the job",
 	       e->rank, (int)id, a.pid, a.host, a.port);
 }

@@ -157,7 +157,7 @@ eligible(unsigned cmd)
 {
 	switch (cmd) {
 	case DT_CMD_ADD_NODE:
-	case DT_CMD_NODE_TABLE:
+	case DT_CMD_ASSIGN:
 	case DT_CMD_HELLO:
 	case DT_CMD_HELLO_ACK:
 	case DT_CMD_HEARTBEAT:
@@ -883,6 +883,17 @@ redial(dt_links *L, int id)
 		local[0] = '\0';
 	} else if (!dt__link_addr(n, id, host, sizeof(host), &port, local,
 	                          sizeof(local))) {
+		/* (a worker that dialled this one: its address is asked of
+		 * the scheduler the first time, directory.c) */
+		if (dt__node_lookup(n, id, 1) != DT_OK) {
+			DT_LOG(1, "dialling %s again: %s",
+			       dt__node_name(n, id, name, sizeof(name)),
+			       dt_errmsg());
+			pthread_mutex_lock(&L->mu);
+			P->redial_ns = dt__now_ns() + REDIAL_GAP_NS;
+			pthread_mutex_unlock(&L->mu);
+			return;
+		}
 		snprintf(host, sizeof(host), "%s", e->host);
 		port = e->port;
 		snprintf(local, sizeof(local), "%s",

@@ -3,7 +3,9 @@
  * (docs/cluster.md has the whole protocol; scheduler.c the other side):
  *   1. connect to the scheduler (retrying until DT_CONNECT_TIMEOUT) and
  *      send ADD_NODE with role, address and any rank request;
- *   2. receive NODE_TABLE: our id and rank, everyone's address;
+ *   2. receive ASSIGN: our id and rank, the job's sizes and, a worker,
+ *      the servers' addresses (directory.c; any other address is looked
+ *      up when first needed);
  *   3. connect to the servers (a worker), each answered by HELLO_ACK;
  *      another worker is dialled when this one first sends to it
  *      (reach.c), except by a worker taking a lost one's place, which
@@ -30,87 +32,22 @@ role_group(dt_role r)
 }
 
 /* The waiting calls' spin (common/spin.h) suits a machine with a processor
- * for each busy process of the job; count ours on this host. Under mu: in
- * an elastic job a worker that joins may be written into its row
- * (NODE_UPDATE, I/O thread) as soon as the table is in. */
+ * for each busy process of the job; the scheduler counted ours on this
+ * host (ASSIGN). */
 static void
 fit_spin(dt_node *n)
 {
-	int here = 0;
-
-	pthread_mutex_lock(&n->mu);
-	for (int id = 1; id < n->ntable; id++)
-		if (strcmp(n->table[id].host, n->host) == 0)
-			here++;
-	pthread_mutex_unlock(&n->mu);
-	if (dt__spin_fit(here))
+	if (dt__spin_fit(n->here))
 		DT_LOG(1,
 		       "%d servers and workers on this host for %ld "
 		       "processors: waiting calls give the processor away "
 		       "while they poll (set DT_SPIN_US to choose)",
-		       here, sysconf(_SC_NPROCESSORS_ONLN));
+		       n->here, sysconf(_SC_NPROCESSORS_ONLN));
 }
 
-/* Member side: the NODE_TABLE message. */
-static dt_err
-parse_table(dt_node *n, const dt_msg *m)
-{
-	int id, ns, nw, count;
-	dt_node_entry *t;
-	dt_err err;
-
-	if ((err = dt__msg_node_table_decode(m->meta, m->hdr.meta_len, &id, &ns,
-	                                     &nw, &t)))
-		return err;
-	/* (an elastic job's table has a row for every worker it may grow
-	 * to, DTRAIN_ELASTIC_MAX) */
-	if (ns != n->cfg.num_servers || nw != dt__elastic_slots(n)) {
-		free(t);
-		if (n->elastic)
-			return dt__fail(
-			    DT_ECONFIG,
-			    "the scheduler runs a job of %d servers "
-			    "and room for %d workers, but this node "
-			    "was started with DMLC_NUM_SERVER=%d "
-			    "DTRAIN_ELASTIC_MAX=%d",
-			    ns, nw, n->cfg.num_servers, dt__elastic_slots(n));
-		return dt__fail(DT_ECONFIG,
-		                "the scheduler runs a job of %d servers and %d "
-		                "workers, but this node was started with "
-		                "DMLC_NUM_SERVER=%d DMLC_NUM_WORKER=%d",
-		                ns, nw, n->cfg.num_servers, n->cfg.num_workers);
-	}
-	count = 1 + ns + nw;
-	if (t[id].role != n->role) {
-		free(t);
-		return dt__fail(DT_EPROTO,
-		                "NODE_TABLE gives this %s the "
-		                "role of another",
-		                dt_role_name(n->role));
-	}
-	n->peers = dt__calloc(count, sizeof(dt_conn *));
-	n->said_bye = dt__calloc(count, 1);
-	if (n->peers == NULL || n->said_bye == NULL) {
-		free(n->peers);
-		free(n->said_bye);
-		n->peers = NULL;
-		n->said_bye = NULL;
-		free(t);
-		return DT_ENOMEM;
-	}
-	pthread_mutex_lock(&n->mu);
-	n->table = t;
-	n->ntable = count;
-	n->num_servers = ns;
-	n->id = id;
-	n->rank = t[id].rank;
-	pthread_mutex_unlock(&n->mu);
-	return DT_OK;
-}
-
-/* The scheduler's node table: this process is in the job. */
+/* The scheduler's assignment: this process is in the job. */
 static void
-on_node_table(dt_node *n, dt_conn *c, dt_msg *m)
+on_assign(dt_node *n, dt_conn *c, dt_msg *m)
 {
 	dt_err err;
 
@@ -118,7 +55,7 @@ on_node_table(dt_node *n, dt_conn *c, dt_msg *m)
 		dt__van_close(n->van, c);
 		return;
 	}
-	if ((err = parse_table(n, m)) != DT_OK) {
+	if ((err = dt__dir_on_assign(n, m)) != DT_OK) {
 		dt__node_set_fatal(n, DT_EPROTO, "cannot join the cluster: %s",
 		                   dt_errmsg());
 		return;
@@ -242,6 +179,10 @@ on_node_update(dt_node *n, dt_conn *c, dt_msg *m)
 		dt__log(0, "ignoring a malformed NODE_UPDATE");
 		return;
 	}
+	/* (a node that had not looked it up yet keeps the new address in
+	 * its table; one that had, in the peer's link, which its dials read
+	 * first) */
+	dt__dir_learn(n, (int)id, a.host, a.port, a.pid, a.hostid, a.local);
 	if (!dt__link_newer_gen(n, (int)id, m->hdr.arg0)) {
 		/* (its HELLO came first and started the link again) */
 		dt__link_set_addr(n, (int)id, a.host, a.port,
@@ -281,8 +222,11 @@ dt__member_on_msg(dt_node *n, dt_conn *c, dt_msg *m)
 	case DT_CMD_GROW:
 		dt__elastic_member_on_grow(n, c, m);
 		return;
-	case DT_CMD_NODE_TABLE:
-		on_node_table(n, c, m);
+	case DT_CMD_ASSIGN:
+		on_assign(n, c, m);
+		return;
+	case DT_CMD_LOOKUP:
+		dt__dir_on_answer(n, c, m);
 		return;
 	case DT_CMD_HELLO:
 		on_hello(n, c, m);
@@ -530,15 +474,22 @@ dt__member_start(dt_node *n)
 	       dt_role_name(n->role), n->host, n->port);
 
 	if ((err = dt__node_wait_count(n, &n->have_table, 0, 1, 0,
-	                               "the node table")))
+	                               "the scheduler's assignment")))
 		return err;
 	snprintf(name, sizeof(name), "%s %d", dt_role_name(n->role), n->rank);
 	dt__log_set_name(name);
 	fit_spin(n);
-	DT_LOG(1,
-	       "joined the cluster as %s (node id %d) of %d servers and %d "
-	       "workers",
-	       name, n->id, n->num_servers, n->num_workers);
+	if (n->elastic)
+		DT_LOG(1,
+		       "joined the cluster as %s (node id %d) of %d servers "
+		       "and up to %d workers, at membership epoch %llu",
+		       name, n->id, n->num_servers, dt__elastic_slots(n),
+		       (unsigned long long)n->assign_epoch);
+	else
+		DT_LOG(1,
+		       "joined the cluster as %s (node id %d) of %d servers "
+		       "and %d workers",
+		       name, n->id, n->num_servers, n->num_workers);
 
 	/* Connect to the servers. A KV worker talks to every one of them
 	 * (keys are spread over all), so they are dialled now, in one go;
@@ -550,6 +501,10 @@ dt__member_start(dt_node *n)
 	if (n->role == DT_ROLE_WORKER) {
 		int last = n->rejoined ? n->id : 1 + n->num_servers;
 
+		/* (the servers' addresses came with the assignment, as many
+		 * as it carries; the rest, and the workers', are asked for) */
+		if ((err = dt__node_lookup(n, 1, last - 1)))
+			return err;
 		for (int id = 1; id < last; id++) {
 			dt_node_entry *e = &n->table[id];
 			dt_conn *c;

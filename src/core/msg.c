@@ -104,104 +104,215 @@ dt__msg_add_node_decode(const void *meta, size_t len, dt__msg_add_node *a)
 	return DT_OK;
 }
 
-dt_err
-dt__msg_node_table_encode(int id, int num_servers, int num_workers,
-                          const dt_node_entry *table, dt_wbuf *w)
+void
+dt__msg_place(int id, int num_servers, dt_role *role, int *rank)
 {
-	int count = 1 + num_servers + num_workers;
-
-	dt__wbuf_u32(w, (uint32_t)id);
-	dt__wbuf_u32(w, (uint32_t)num_servers);
-	dt__wbuf_u32(w, (uint32_t)num_workers);
-	for (int k = 0; k < count; k++) {
-		const dt_node_entry *e = &table[k];
-
-		dt__wbuf_u8(w, (uint8_t)e->role);
-		dt__wbuf_u32(w, (uint32_t)e->rank);
-		dt__wbuf_str(w, e->host);
-		dt__wbuf_u32(w, (uint32_t)e->port);
-		dt__wbuf_u32(w, (uint32_t)e->pid);
-		dt__wbuf_str(w, e->hostid);
-		dt__wbuf_str(w, e->local);
-	}
-	return dt__wbuf_err(w);
+	*role = id == 0             ? DT_ROLE_SCHEDULER
+	        : id <= num_servers ? DT_ROLE_SERVER
+	                            : DT_ROLE_WORKER;
+	*rank = id == 0 ? 0 : id <= num_servers ? id - 1 : id - 1 - num_servers;
 }
 
-dt_err
-dt__msg_node_table_decode(const void *meta, size_t len, int *id,
-                          int *num_servers, int *num_workers,
-                          dt_node_entry **out)
+/* The entries of a range, each a u8 `known` and, when 1, the address. */
+static void
+put_entries(int count, const dt_node_entry *e, dt_wbuf *w)
 {
-	dt_rbuf r;
-	uint32_t me, ns, nw, count;
+	for (int k = 0; k < count; k++) {
+		dt__wbuf_u8(w, e[k].known ? 1 : 0);
+		if (!e[k].known)
+			continue;
+		dt__wbuf_str(w, e[k].host);
+		dt__wbuf_u32(w, (uint32_t)e[k].port);
+		dt__wbuf_u32(w, (uint32_t)e[k].pid);
+		dt__wbuf_str(w, e[k].hostid);
+		dt__wbuf_str(w, e[k].local);
+	}
+}
+
+/* A range first..first+count-1 read as two u32: within 1..ntable-1 and
+ * at most DT_DIR_MAX ids (min: the fewest, 0 or 1). */
+static dt_err
+get_range(dt_rbuf *r, const char *what, int ntable, int min, int *first,
+          int *count)
+{
+	uint32_t f = dt__rbuf_u32(r), c = dt__rbuf_u32(r);
+	dt_err err;
+
+	if ((err = dt__rbuf_err(r, what)))
+		return err;
+	if (c < (uint32_t)min || c > DT_DIR_MAX || f < 1 ||
+	    f >= (uint32_t)ntable || c > (uint32_t)ntable - f)
+		return dt__fail(DT_EPROTO,
+		                "%s: ids %u..+%u are not %d to %d of the job's "
+		                "1..%d",
+		                what, f, c, min, DT_DIR_MAX, ntable - 1);
+	*first = (int)f;
+	*count = (int)c;
+	return DT_OK;
+}
+
+/* The entries of the range (get_range's), into *out (NULL for none). */
+static dt_err
+get_entries(dt_rbuf *r, const char *what, int num_servers, int first, int count,
+            dt_node_entry **out)
+{
 	dt_node_entry *t;
 	dt_err err;
 
 	*out = NULL;
-	dt__rbuf_init(&r, meta, len);
-	me = dt__rbuf_u32(&r);
-	ns = dt__rbuf_u32(&r);
-	nw = dt__rbuf_u32(&r);
-	if ((err = dt__rbuf_err(&r, "NODE_TABLE")))
-		return err;
-	if (ns > DT_MAX_ROLE_NODES || nw < 1 || nw > DT_MAX_ROLE_NODES)
+	if (count == 0)
+		return dt__rbuf_err(r, what);
+	/* (each entry takes a byte at least: refuse a count the block
+	 * cannot hold before allocating for it) */
+	if ((size_t)count > r->len - r->off)
 		return dt__fail(DT_EPROTO,
-		                "NODE_TABLE: job size of %u servers and %u "
-		                "workers",
-		                ns, nw);
-	count = 1 + ns + nw;
-	if (me == 0 || me >= count)
-		return dt__fail(DT_EPROTO, "NODE_TABLE: bad node id %u", me);
-	/* Each entry takes at least 25 bytes: refuse a count the block
-	 * cannot hold before allocating for it. */
-	if ((size_t)count * 25 > len - r.off)
-		return dt__fail(DT_EPROTO,
-		                "NODE_TABLE: %u entries do not fit in %zu "
-		                "bytes",
-		                count, len - r.off);
-	if ((t = dt__calloc(count, sizeof(*t))) == NULL)
+		                "%s: %d entries do not fit in %zu bytes", what,
+		                count, r->len - r->off);
+	if ((t = dt__calloc((size_t)count, sizeof(*t))) == NULL)
 		return DT_ENOMEM;
-	for (uint32_t i = 0; i < count; i++) {
-		uint8_t role = dt__rbuf_u8(&r);
-		uint32_t rank = dt__rbuf_u32(&r), port, pid;
+	for (int k = 0; k < count && !r->failed; k++) {
+		uint8_t known = dt__rbuf_u8(r);
+		uint32_t port = 0, pid = 0;
 
-		dt__rbuf_str(&r, t[i].host, sizeof(t[i].host));
-		port = dt__rbuf_u32(&r);
-		pid = dt__rbuf_u32(&r);
-		dt__rbuf_str(&r, t[i].hostid, sizeof(t[i].hostid));
-		dt__rbuf_str(&r, t[i].local, sizeof(t[i].local));
-		if (r.failed)
+		t[k].id = first + k;
+		dt__msg_place(first + k, num_servers, &t[k].role, &t[k].rank);
+		if (known == 0 || r->failed)
+			continue;
+		dt__rbuf_str(r, t[k].host, sizeof(t[k].host));
+		port = dt__rbuf_u32(r);
+		pid = dt__rbuf_u32(r);
+		dt__rbuf_str(r, t[k].hostid, sizeof(t[k].hostid));
+		dt__rbuf_str(r, t[k].local, sizeof(t[k].local));
+		if (r->failed)
 			break;
-		/* The scheduler's row, then S servers, then W workers, each
-		 * role's ranks in id order. */
-		dt_role want_role = i == 0    ? DT_ROLE_SCHEDULER
-		                    : i <= ns ? DT_ROLE_SERVER
-		                              : DT_ROLE_WORKER;
-		uint32_t want_rank = i == 0 ? 0 : i <= ns ? i - 1 : i - 1 - ns;
-		if (role != (uint8_t)want_role || rank != want_rank ||
+		if (known != 1 || t[k].host[0] == '\0' || port < 1 ||
 		    port > 65535 || pid > INT32_MAX ||
-		    !valid_name(t[i].hostid) || !valid_name(t[i].local)) {
+		    !valid_name(t[k].hostid) || !valid_name(t[k].local)) {
 			free(t);
 			return dt__fail(DT_EPROTO,
-			                "NODE_TABLE: entry %u (role %u rank %u "
-			                "port %u) is out of place",
-			                i, role, rank, port);
+			                "%s: the entry of node %d (known %u, "
+			                "port %u, pid %u) is malformed",
+			                what, first + k, known, port, pid);
 		}
-		t[i].id = (int)i;
-		t[i].role = want_role;
-		t[i].rank = (int)rank;
-		t[i].port = (int)port;
-		t[i].pid = (int)pid;
+		t[k].port = (int)port;
+		t[k].pid = (int)pid;
+		t[k].known = 1;
 	}
-	if ((err = dt__rbuf_err(&r, "NODE_TABLE"))) {
+	if ((err = dt__rbuf_err(r, what))) {
 		free(t);
 		return err;
 	}
-	*id = (int)me;
-	*num_servers = (int)ns;
-	*num_workers = (int)nw;
 	*out = t;
 	return DT_OK;
+}
+
+dt_err
+dt__msg_assign_encode(const dt__msg_assign *a, int first, int count,
+                      const dt_node_entry *e, dt_wbuf *w)
+{
+	dt__wbuf_u32(w, (uint32_t)a->id);
+	dt__wbuf_u32(w, (uint32_t)a->num_servers);
+	dt__wbuf_u32(w, (uint32_t)a->slots);
+	dt__wbuf_u64(w, a->epoch);
+	dt__wbuf_u32(w, (uint32_t)a->here);
+	dt__wbuf_u32(w, (uint32_t)a->sched_pid);
+	dt__wbuf_u32(w, (uint32_t)first);
+	dt__wbuf_u32(w, (uint32_t)count);
+	put_entries(count, e, w);
+	return dt__wbuf_err(w);
+}
+
+dt_err
+dt__msg_assign_decode(const void *meta, size_t len, dt__msg_assign *a,
+                      int *first, int *count, dt_node_entry **out)
+{
+	dt_rbuf r;
+	uint32_t id, ns, nw, here, spid;
+	uint64_t epoch;
+	dt_err err;
+
+	*out = NULL;
+	memset(a, 0, sizeof(*a));
+	dt__rbuf_init(&r, meta, len);
+	id = dt__rbuf_u32(&r);
+	ns = dt__rbuf_u32(&r);
+	nw = dt__rbuf_u32(&r);
+	epoch = dt__rbuf_u64(&r);
+	here = dt__rbuf_u32(&r);
+	spid = dt__rbuf_u32(&r);
+	if ((err = dt__rbuf_err(&r, "ASSIGN")))
+		return err;
+	if (ns > DT_MAX_ROLE_NODES || nw < 1 || nw > DT_MAX_ROLE_NODES)
+		return dt__fail(DT_EPROTO,
+		                "ASSIGN: job size of %u servers and %u workers",
+		                ns, nw);
+	if (id < 1 || id > ns + nw)
+		return dt__fail(DT_EPROTO, "ASSIGN: bad node id %u", id);
+	if (here < 1 || here > ns + nw)
+		return dt__fail(DT_EPROTO,
+		                "ASSIGN: %u nodes on this host, of %u", here,
+		                ns + nw);
+	if (spid > INT32_MAX)
+		return dt__fail(DT_EPROTO, "ASSIGN: scheduler pid %u", spid);
+	if ((err = get_range(&r, "ASSIGN", (int)(1 + ns + nw), 0, first,
+	                     count)) ||
+	    (err = get_entries(&r, "ASSIGN", (int)ns, *first, *count, out)))
+		return err;
+	a->id = (int)id;
+	a->num_servers = (int)ns;
+	a->slots = (int)nw;
+	a->epoch = epoch;
+	a->here = (int)here;
+	a->sched_pid = (int)spid;
+	return DT_OK;
+}
+
+dt_err
+dt__msg_lookup_encode(int first, int count, dt_wbuf *w)
+{
+	dt__wbuf_u32(w, (uint32_t)first);
+	dt__wbuf_u32(w, (uint32_t)count);
+	return dt__wbuf_err(w);
+}
+
+dt_err
+dt__msg_lookup_decode(const void *meta, size_t len, int ntable, int *first,
+                      int *count)
+{
+	dt_rbuf r;
+	dt_err err;
+
+	dt__rbuf_init(&r, meta, len);
+	if ((err = get_range(&r, "LOOKUP", ntable, 1, first, count)))
+		return err;
+	if (r.off != r.len)
+		return dt__fail(DT_EPROTO, "LOOKUP: %zu bytes after the range",
+		                r.len - r.off);
+	return DT_OK;
+}
+
+dt_err
+dt__msg_dir_encode(int first, int count, const dt_node_entry *e, dt_wbuf *w)
+{
+	dt__wbuf_u32(w, (uint32_t)first);
+	dt__wbuf_u32(w, (uint32_t)count);
+	put_entries(count, e, w);
+	return dt__wbuf_err(w);
+}
+
+dt_err
+dt__msg_dir_decode(const void *meta, size_t len, int num_servers, int ntable,
+                   int *first, int *count, dt_node_entry **out)
+{
+	dt_rbuf r;
+	dt_err err;
+
+	*out = NULL;
+	dt__rbuf_init(&r, meta, len);
+	if ((err = get_range(&r, "LOOKUP answer", ntable, 1, first, count)))
+		return err;
+	return get_entries(&r, "LOOKUP answer", num_servers, *first, *count,
+	                   out);
 }
 
 dt_err

@@ -17,8 +17,8 @@
 #include "core/core.h"
 #include "net/codec.h"
 
-/* The most nodes a job can have (DT_MAX_ROLE_NODES of each role) and the
- * node table's own limit (DT_MAX_TABLE_NODES) are common/limits.h's. */
+/* The most nodes a job can have (DT_MAX_ROLE_NODES of each role) is
+ * common/limits.h's. */
 /* The largest rank a node may ask for. */
 #define DT_MAX_RANK_WISH (DT_MAX_ROLE_NODES - 1)
 /* A node's place token (DTRAIN_NODE_TOKEN): at most 128 bytes and a NUL. */
@@ -45,16 +45,61 @@ dt_err dt__msg_add_node_encode(const dt__msg_add_node *a, dt_wbuf *w);
 dt_err dt__msg_add_node_decode(const void *meta, size_t len,
                                dt__msg_add_node *a);
 
+/* Where node id sits in a job of num_servers servers: id 0 is the
+ * scheduler, 1..S the servers (rank id - 1), then the workers (rank
+ * id - 1 - S), so a member knows every node's role and rank from its id
+ * and needs the scheduler only for addresses. */
+void dt__msg_place(int id, int num_servers, dt_role *role, int *rank);
+
+/* The most entries one LOOKUP answer (or an ASSIGN) carries: with the
+ * longest names an entry takes 434 bytes, so 1,024 fit a metadata block
+ * (DT_MAX_META) with room to spare. */
+#define DT_DIR_MAX 1024
+
+/* ASSIGN: the scheduler's reply to a node that joined. */
+typedef struct dt__msg_assign {
+	int id;          /* the node's id; its rank follows (dt__msg_place) */
+	int num_servers; /* S */
+	int slots;       /* W, or an elastic job's DTRAIN_ELASTIC_MAX */
+	uint64_t epoch;  /* the membership epoch (0 outside elastic jobs) */
+	int here;        /* servers and workers on the node's host, itself
+	                    included */
+	int sched_pid;   /* the scheduler's pid, for messages naming it */
+} dt__msg_assign;
+
 /*
- * NODE_TABLE: the scheduler tells node `id` the whole table, 1 + S + W
- * entries by node id. The decoder allocates the table (*out, the caller
- * frees it) only once S and W are within DT_MAX_ROLE_NODES.
+ * ASSIGN's body: the fields above, then the entries e[0..count) of the
+ * nodes first..first+count-1 (a worker's: the servers), at most
+ * DT_DIR_MAX. The decoder checks every field against the job's size and
+ * allocates the entries (*out, the caller frees it; NULL when count is
+ * 0) only once their count fits the block.
  */
-dt_err dt__msg_node_table_encode(int id, int num_servers, int num_workers,
-                                 const dt_node_entry *table, dt_wbuf *w);
-dt_err dt__msg_node_table_decode(const void *meta, size_t len, int *id,
-                                 int *num_servers, int *num_workers,
-                                 dt_node_entry **out);
+dt_err dt__msg_assign_encode(const dt__msg_assign *a, int first, int count,
+                             const dt_node_entry *e, dt_wbuf *w);
+dt_err dt__msg_assign_decode(const void *meta, size_t len, dt__msg_assign *a,
+                             int *first, int *count, dt_node_entry **out);
+
+/*
+ * LOOKUP, the request: the node ids first..first+count-1 whose entries a
+ * member asks for; the decoder refuses a range outside 1..ntable-1 or of
+ * more than DT_DIR_MAX ids.
+ */
+dt_err dt__msg_lookup_encode(int first, int count, dt_wbuf *w);
+dt_err dt__msg_lookup_decode(const void *meta, size_t len, int ntable,
+                             int *first, int *count);
+
+/*
+ * LOOKUP, the answer: the same range and an entry for each (one still
+ * unknown to the scheduler, an elastic job's empty row, says so: its
+ * `known` is 0). The decoder checks the range against the job's ntable
+ * ids as the request's does, fills each entry's id, role and rank from
+ * its id (num_servers) and allocates *out as the ASSIGN's does.
+ */
+dt_err dt__msg_dir_encode(int first, int count, const dt_node_entry *e,
+                          dt_wbuf *w);
+dt_err dt__msg_dir_decode(const void *meta, size_t len, int num_servers,
+                          int ntable, int *first, int *count,
+                          dt_node_entry **out);
 
 /*
  * MEMBERSHIP (elastic jobs): the node ids of the live workers, ascending,

@@ -107,7 +107,8 @@ dt__node_rejoined(const dt_node *n)
 const dt_node_entry *
 dt__node_entry(const dt_node *n, int id)
 {
-	if (n->table == NULL || id < 0 || id >= n->ntable)
+	if (n->table == NULL || id < 0 || id >= n->ntable ||
+	    !__atomic_load_n(&n->table[id].known, __ATOMIC_ACQUIRE))
 		return NULL;
 	return &n->table[id];
 }

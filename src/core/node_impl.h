@@ -68,7 +68,14 @@ struct dt_node {
 
 	pthread_mutex_t mu;
 	pthread_cond_t cv;
-	int have_table;           /* (mu) */
+	int have_table; /* (mu) */
+	/* The directory (directory.c): the job nodes on this host, the
+	 * membership epoch when this node was assigned, and (mu) the
+	 * LOOKUPs asked and the last answered, by tag. */
+	int here;
+	uint64_t assign_epoch;
+	uint64_t dir_asked;
+	uint64_t dir_answered;
 	int hello_acks;           /* (mu) HELLO_ACKs received */
 	uint64_t barrier_done[8]; /* (mu) BARRIER_DONEs per group mask */
 	uint64_t barrier_sent[8]; /* (mu) barriers entered per mask */
@@ -124,7 +131,7 @@ struct dt_node {
 	int *el_ids;
 	int el_n;
 	int el_gone;
-	/* Growing: this process joined the running job (its NODE_TABLE said
+	/* Growing: this process joined the running job (its ASSIGN said
 	 * so; set before have_table), and (mu) how many started workers the
 	 * scheduler says wait to join at the members' next commit (GROW),
 	 * and how many have asked to join, ready or not (GROW arg2). */
@@ -188,6 +195,31 @@ void dt__node_log_text(dt_node *n, int peer, const dt_msg *m);
 dt_err dt__node_wait_count(dt_node *n, const void *flag, int is64,
                            uint64_t want, uint64_t deadline_ns,
                            const char *what);
+
+/*
+ * The directory (directory.c; the design is at its top).
+ */
+/* (member, I/O thread) ASSIGN: the table from the scheduler's reply. */
+dt_err dt__dir_on_assign(dt_node *n, const dt_msg *m);
+/* (member, I/O thread) The scheduler's answer to a LOOKUP. */
+void dt__dir_on_answer(dt_node *n, dt_conn *c, const dt_msg *m);
+/* (member) A pushed address of node id: kept unless one is known. */
+void dt__dir_learn(dt_node *n, int id, const char *host, int port, int pid,
+                   const char *hostid, const char *local);
+/* (scheduler, mu held or the table settled) here[id]: how many seated
+ * servers and workers share node id's host, for every id at once. */
+dt_err dt__dir_host_counts(dt_node *n, int *here);
+/* (scheduler, mu held) The same for node id alone: a scan of the table,
+ * for one node joining a running job or taking a lost one's place. */
+int dt__dir_host_count(dt_node *n, int id);
+/* (scheduler) Send node id its ASSIGN, on c (NULL: by node id), here
+ * its count of nodes on its host (0: counted now, a scan); arg1
+ * and arg2 ride in the header (a joiner of a running elastic job, the
+ * count of restarts of the place it takes). */
+dt_err dt__dir_send_assign(dt_node *n, dt_conn *c, int id, int here,
+                           uint64_t arg1, uint64_t arg2);
+/* (scheduler, I/O thread) A member's LOOKUP: answered from the table. */
+void dt__dir_sched_on_lookup(dt_node *n, dt_conn *c, const dt_msg *m);
 
 /*
  * Connections on demand (reach.c; the design is at its top). A worker

@@ -184,6 +184,7 @@ try_dial(dt_node *n, reach_slot *s, int id, uint64_t deadline, const char *name,
 
 	if (!claim(n, s, id))
 		return 1;
+	/* (its address was looked up before the first try: reach_peer) */
 	peer_addr(n, id, host, sizeof(host), &port, local, sizeof(local));
 	ms = (int)((deadline - now) / 1000000ull) + 1;
 	err = dt__van_connect(n->van, host, port, local, ms, name, &c);
@@ -268,6 +269,10 @@ dt__reach_peer(dt_node *n, int id)
 			                         "membership");
 			break;
 		}
+		/* (where it listens: asked of the scheduler the first time,
+		 * directory.c; the send waits for the answer here) */
+		if ((err = dt__node_lookup(n, id, 1)))
+			break;
 		tries++;
 		int got =
 		    try_dial(n, s, id, try_deadline(n, deadline), name, &err);

@@ -3,7 +3,7 @@
  * docs/fault-tolerance.md): a server or worker that asks to join a running
  * job takes the place of the lost node whose place token it presents
  * (docs/security.md, "Taking a lost node's place"), under that node's id
- * and rank. It gets the node table (arg2: the count of restarts, so it
+ * and rank. It gets its assignment (arg2: the count of restarts, so it
  * knows it rejoins), and every other node the new address (NODE_UPDATE),
  * which starts their link to it again. A process that asks before its
  * node's loss is noticed is held (beaten by the watch thread, watch.c)
@@ -120,31 +120,23 @@ admit(dt_node *n, dt_conn *c, const joiner *j, int id, int restarts)
 {
 	dt_sched *s = n->sched;
 	char name[64];
-	dt_node_entry *t;
+	dt_node_entry *e = &n->table[id];
 	dt_wbuf w;
 
-	/* Its table: the job's, with its own new address. */
-	if ((t = malloc(sizeof(*t) * (size_t)n->ntable)) == NULL) {
-		dt__van_close(n->van, c);
-		return;
-	}
-	memcpy(t, n->table, sizeof(*t) * (size_t)n->ntable);
-	snprintf(t[id].host, DT_HOST_MAX, "%s", j->host);
-	t[id].port = j->port;
-	t[id].pid = j->pid;
-	snprintf(t[id].hostid, DT_HOSTID_MAX, "%s", j->hostid);
-	snprintf(t[id].local, DT_LOCAL_MAX, "%s", j->local);
+	/* The scheduler's entry takes the new address, so a LOOKUP made
+	 * from now on gets it (directory.c); the members that know the old
+	 * one get it below. */
+	pthread_mutex_lock(&n->mu);
+	snprintf(e->host, DT_HOST_MAX, "%s", j->host);
+	e->port = j->port;
+	e->pid = j->pid;
+	snprintf(e->hostid, DT_HOSTID_MAX, "%s", j->hostid);
+	snprintf(e->local, DT_LOCAL_MAX, "%s", j->local);
+	pthread_mutex_unlock(&n->mu);
 	dt__conn_vouch(c);
 	dt__link_restart_peer(n, id, c, NULL, 0, NULL);
-	dt__wbuf_init(&w);
-	dt_msg_hdr h = {.cmd = DT_CMD_NODE_TABLE,
-	                .recver = (uint32_t)id,
-	                .arg2 = (uint64_t)restarts};
-	if (dt__msg_node_table_encode(id, n->num_servers, n->num_workers, t,
-	                              &w) == DT_OK)
-		dt__van_send(n->van, c, &h, w.data, (uint32_t)w.len, NULL, 0);
-	dt__wbuf_fini(&w);
-	free(t);
+	/* Its assignment (arg2: the count of restarts). */
+	(void)dt__dir_send_assign(n, c, id, 0, 0, (uint64_t)restarts);
 	dt__node_name(n, id, name, sizeof(name));
 	dt__log(0, "%s is back: pid %d at %s:%d (restart %d)", name, j->pid,
 	        j->host, j->port, restarts);

@@ -1,7 +1,7 @@
 /*
  * scheduler.c - the scheduler's side of the cluster protocol: admit nodes,
- * assign ranks, send the node table, run barriers, end the job in order,
- * and abort it - never hang it - when a node is lost.
+ * assign ranks, send each node its assignment (directory.c), run barriers, end
+ * the job in order, and abort it - never hang it - when a node is lost.
  *
  * Rank rule (deterministic, docs/cluster.md): within each role, a node that
  * asked for a rank (DMLC_WORKER_ID / DMLC_SERVER_ID, or the rank mpirun or
@@ -326,6 +326,9 @@ dt__sched_on_msg(dt_node *n, dt_conn *c, dt_msg *m)
 		}
 		on_add_node(n, c, m);
 		return;
+	case DT_CMD_LOOKUP:
+		dt__dir_sched_on_lookup(n, c, m);
+		return;
 	case DT_CMD_BARRIER:
 		on_barrier(n, c, m);
 		return;
@@ -558,39 +561,22 @@ assign_role(joiner *j, int nj, dt_role role, int count)
 static dt_err
 send_tables(dt_node *n)
 {
-	dt_wbuf w;
+	int count = 1 + n->num_servers + n->num_workers, *here;
 	dt_err err;
 
-	/* Every node's table is the same but for its id, the first field:
-	 * encoded once, the id written in for each. Under mu: in an elastic
-	 * job the I/O thread may seat a worker that joins the running job
-	 * (dt__sched_seat) while this thread encodes. */
-	dt__wbuf_init(&w);
+	/* Each node gets its own small reply (directory.c): its id, the
+	 * sizes, its host's count of nodes and, a worker, the servers'
+	 * entries: O(S) for each, the counts of all hosts sorted once. Under
+	 * mu: in an elastic job the I/O thread may seat a worker that joins
+	 * the running job (dt__sched_seat) meanwhile. */
+	if ((here = malloc(sizeof(int) * (size_t)n->ntable)) == NULL)
+		return DT_ENOMEM;
 	pthread_mutex_lock(&n->mu);
-	err = dt__msg_node_table_encode(
-	    0, n->num_servers, n->ntable - 1 - n->num_servers, n->table, &w);
+	err = dt__dir_host_counts(n, here);
 	pthread_mutex_unlock(&n->mu);
-	if (err)
-		goto fail;
-	if (w.len > DT_MAX_META) {
-		err = dt__fail(DT_ETOOBIG,
-		               "the node table of %d nodes takes %zu bytes, "
-		               "more than one message carries (%u): shorter "
-		               "host names, or fewer nodes",
-		               n->ntable, w.len, DT_MAX_META);
-		goto fail;
-	}
-	for (int id = 1; id < 1 + n->num_servers + n->num_workers && !err;
-	     id++) {
-		dt_msg_hdr h = {.cmd = DT_CMD_NODE_TABLE,
-		                .flags = DT_F_RESPONSE};
-
-		dt__put_u32(w.data, (uint32_t)id);
-		err =
-		    dt__node_send(n, id, &h, w.data, (uint32_t)w.len, NULL, 0);
-	}
-fail:
-	dt__wbuf_fini(&w);
+	for (int id = 1; id < count && !err; id++)
+		err = dt__dir_send_assign(n, NULL, id, here[id], 0, 0);
+	free(here);
 	return err;
 }
 
@@ -720,6 +706,7 @@ dt__sched_seat(dt_node *n, const joiner *j, dt_conn *c, int id, dt_role role,
 	snprintf(e->host, DT_HOST_MAX, "%s", j->host);
 	snprintf(e->hostid, DT_HOSTID_MAX, "%s", j->hostid);
 	snprintf(e->local, DT_LOCAL_MAX, "%s", j->local);
+	e->known = 1;
 	memcpy(n->sched->token[id], j->token, DT_NODE_TOKEN_MAX);
 	dt__conn_set_peer(c, id);
 	__atomic_store_n(&n->peers[id], c, __ATOMIC_RELEASE);
@@ -778,7 +765,8 @@ dt__sched_start(dt_node *n)
 	                              .rank = 0,
 	                              .id = 0,
 	                              .port = n->port,
-	                              .pid = (int)getpid()};
+	                              .pid = (int)getpid(),
+	                              .known = 1};
 	snprintf(n->table[0].host, DT_HOST_MAX, "%s", n->host);
 	for (int i = 0; i < s->nj; i++) {
 		joiner *j = &s->j[i];

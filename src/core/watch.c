@@ -178,7 +178,7 @@ judge(struct dt_watch *w, int id, dt_conn *c, uint64_t now)
 }
 
 /* The scheduler beats the processes it holds for a lost node's place too:
- * each waits for its node table up to DT_RESTART_TIMEOUT, and would take
+ * each waits for its assignment up to DT_RESTART_TIMEOUT, and would take
  * a silent scheduler for a dead one after PS_HEARTBEAT_TIMEOUT. */
 static void
 beat_held(struct dt_watch *w)

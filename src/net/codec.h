@@ -98,7 +98,7 @@ double dt__rbuf_f64(dt_rbuf *r);
  * (out is then ""). */
 void dt__rbuf_str(dt_rbuf *r, char *out, size_t cap);
 const void *dt__rbuf_bytes(dt_rbuf *r, size_t n);
-/* DT_OK, or DT_EPROTO naming what (e.g. "NODE_TABLE") was truncated. */
+/* DT_OK, or DT_EPROTO naming what (e.g. "ASSIGN") was truncated. */
 dt_err dt__rbuf_err(const dt_rbuf *r, const char *what);
 
 #endif

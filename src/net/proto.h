@@ -26,7 +26,7 @@
 #define DT_PROTO_COMMANDS(X)                                                   \
 	/* Control (core/). */                                                 \
 	X(ADD_NODE, 1, "node -> scheduler")                                    \
-	X(NODE_TABLE, 2, "scheduler -> node")                                  \
+	X(ASSIGN, 2, "scheduler -> node")                                      \
 	X(HELLO, 3, "node -> peer")                                            \
 	X(HELLO_ACK, 4, "peer -> node")                                        \
 	X(BARRIER, 5, "node -> scheduler")                                     \
@@ -43,6 +43,7 @@
 	X(CLOCK, 16, "node -> scheduler, and back")                            \
 	X(MEMBERSHIP, 17, "scheduler -> worker (elastic)")                     \
 	X(GROW, 18, "scheduler <-> worker (elastic)")                          \
+	X(LOOKUP, 19, "member -> scheduler, and back")                         \
 	/* KVStore (kv/). */                                                   \
 	X(KV_CONFIG, 32, "worker 0 -> server")                                 \
 	X(KV_SET_OPT, 33, "worker 0 -> server")                                \

@@ -101,7 +101,10 @@ bad "--name, --image and -n are needed" --name lin -n 1 -- x
 bad "no worker command" --name lin --image i -n 1
 bad "--kind 'tfjob': job or mxjob" --name lin --image i -n 1 --kind tfjob -- x
 bad "-n needs a whole number from 1 to 1000000, not '0'" --name lin --image i -n 0 -- x
-bad "9001 nodes.*8192 the node table" --name lin --image i -n 9000 -s 0 -- x
+bad "-n needs a whole number from 1 to 1000000, not '1000001'" --name lin --image i -n 1000001 -s 0 -- x
+# (a job of 9,001 nodes, once refused for its node table, is made)
+"$B/dtrain" k8s --name lin --image i -n 9000 -s 0 -- x >"$tmp/big.yaml" || fail "dtrain k8s -n 9000"
+grep -q "completions: 9000" "$tmp/big.yaml" || grep -q "replicas: 9000" "$tmp/big.yaml" || fail "dtrain k8s -n 9000: no 9000 workers in the manifest"
 bad "--cpu: 'two' is not a quantity" --name lin --image i -n 1 --cpu two -- x
 bad "--memory: 'ps=1Gi' names no role" --name lin --image i -n 1 --memory ps=1Gi -- x
 bad "--env: DMLC_ROLE is set by dtrain k8s" --name lin --image i -n 1 --env DMLC_ROLE=worker -- x

@@ -11,6 +11,9 @@
 #     ends at the same moment, over shared memory, over TCP, with
 #     PS_RESEND=1, encrypted) lose nothing: every byte checked, one connection per
 #     pair in the end (15);
+#   - each of 4 workers (2 servers) sends a text to the next rank, whose
+#     address the scheduler's assignment did not give it: the send looks
+#     it up (LOOKUP) and dials it, every text arrives, 4 connections;
 #   - a worker that has left before anyone dialled it: a send to it fails
 #     within DT_CONNECT_TIMEOUT naming it (DTRAIN_RECOVER=1, so that the
 #     scheduler waits instead of ending the job), and without recovery the
@@ -60,6 +63,19 @@ for env in "" DTRAIN_TRANSPORT=tcp PS_RESEND=1 DTRAIN_ENCRYPT=1; do
 	check "$what: no FAIL line" test -z "$(grep -F FAIL "$out")"
 	grep -F "lower id" "$out" | head -n 2
 done
+
+out=$TMP/first
+timeout 280 "$DTRAIN" launch -n 4 -s 2 --launcher local \
+	--env DT_TEST_TAG="$TAG" --env PS_VERBOSE=1 -- "$CHECK" first >"$out" 2>&1
+rc=$?
+check "first: launcher exits 0 (got $rc)" test "$rc" = 0
+check "first: every rank reports 0 failed" every_rank 4 "$out" "checks, 0 failed"
+check "first: every text arrived" \
+	test "$(grep -cE 'first text from rank [0-3]' "$out")" = 4
+check "first: every rank dialled its peer on demand" \
+	test "$(grep -cF 'on demand' "$out")" = 4
+links=$(count_links "$out")
+check "first: one connection per pair of the ring (got $links)" test "$links" = 4
 
 out=$TMP/gone
 mkdir -p "$TMP/gone.d"

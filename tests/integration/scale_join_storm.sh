@@ -7,8 +7,9 @@
 # handshake. Every process must exit 0, every worker pass its barriers,
 # and no node may have closed a waiting connection or refused a same-host
 # one for want of room (the pending limit and the listen queues are sized
-# to the job). Then a job larger than the node table can describe is
-# refused by the launcher before any process starts, naming the limit.
+# to the job). Then the launcher plans a job of 9,001 nodes (once refused
+# by a node table sent whole to every node; --dry-run starts nothing) and
+# refuses one past the bound of 1,000,000 workers, naming it.
 . "$(dirname "$0")/cluster_lib.bash"
 
 W=4
@@ -73,8 +74,12 @@ fi
 assert_groups_gone
 log "$((W + S + 1)) nodes joined in one burst and booted; nothing refused"
 
-spawn big "$DTRAIN" launch -n 9000 -s 0 --launcher local -- "$HELLO"
-expect_exit "$SPAWNED" 20 nonzero "launch -n 9000"
-assert_grep "$T_DIR/big.log" "8192.*node table" "launch -n 9000"
-grep -q "is up" "$T_DIR/big.log" && fail "launch -n 9000 started workers"
-log "a job of 9001 nodes is refused before it starts, naming the limit"
+spawn big "$DTRAIN" launch -n 9000 -s 0 --launcher local --dry-run -- "$HELLO"
+expect_exit "$SPAWNED" 60 0 "launch -n 9000 --dry-run"
+n=$(grep -c "^worker [0-9]* on " "$T_DIR/big.log")
+[ "$n" = 9000 ] || fail "launch -n 9000 --dry-run planned $n workers, not 9000"
+spawn huge "$DTRAIN" launch -n 1000001 -s 0 --launcher local -- "$HELLO"
+expect_exit "$SPAWNED" 20 nonzero "launch -n 1000001"
+assert_grep "$T_DIR/huge.log" "1000000" "launch -n 1000001"
+grep -q "is up" "$T_DIR/huge.log" && fail "launch -n 1000001 started workers"
+log "a job of 9001 nodes is planned; one past 1,000,000 workers is refused"

@@ -16,6 +16,13 @@
  *                    sends it a text: the send must fail, naming the
  *                    worker, within DT_CONNECT_TIMEOUT (LAZY_CHECK_DIR:
  *                    where the last rank writes its pid)
+ *   lazy_check first (the node API alone) each rank sends a text to the
+ *                    next rank of a ring, whose address it never had:
+ *                    the scheduler's assignment gives a worker the
+ *                    servers' only, so the send looks the peer up
+ *                    (LOOKUP) before it dials; the entry must be unknown
+ *                    before and known after; then a barrier of the
+ *                    workers and a clean stop
  * Prints "lazy_check rank R: N checks, F failed"; exit status 0 when
  * every check passed.
  */
@@ -28,6 +35,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "core/core.h"
 #include "dtrain/coll.h"
 #include "dtrain/node.h"
 
@@ -296,16 +304,61 @@ gone(dt_node *node)
 	return 0;
 }
 
+/* The first send to a worker whose address this one never had. */
+static void
+first(dt_node *node)
+{
+	int next = (rank_ + 1) % size_;
+	int id = 1 + dt_node_num_servers(node) + next;
+	char text[64];
+
+	checks++;
+	if (dt__node_entry(node, id) != NULL)
+		FAIL("first: the address of rank %d is known before any send",
+		     next);
+	snprintf(text, sizeof(text), "first text from rank %d", rank_);
+	ok("first: a text to the next rank",
+	   dt_node_send_text(node, DT_ROLE_WORKER, next, text));
+	checks++;
+	if (dt__node_entry(node, id) == NULL)
+		FAIL("first: the address of rank %d is unknown after the send",
+		     next);
+	/* (every text is in before anyone stops) */
+	ok("first: the workers' barrier",
+	   dt_node_barrier(node, DT_GROUP_WORKERS));
+}
+
 int
 main(int argc, char **argv)
 {
 	dt_coll *c;
 	dt_err err;
 
-	if (argc != 2 || (strcmp(argv[1], "all") && strcmp(argv[1], "ring") &&
-	                  strcmp(argv[1], "gone"))) {
-		fprintf(stderr, "usage: lazy_check all|ring|gone\n");
+	if (argc != 2 ||
+	    (strcmp(argv[1], "all") && strcmp(argv[1], "ring") &&
+	     strcmp(argv[1], "gone") && strcmp(argv[1], "first"))) {
+		fprintf(stderr, "usage: lazy_check all|ring|gone|first\n");
 		return 2;
+	}
+	if (strcmp(argv[1], "first") == 0) {
+		dt_node *node;
+
+		if (dt_node_init_from_env(&node) != DT_OK || node == NULL) {
+			fprintf(stderr, "lazy_check: %s\n",
+			        node ? dt_errmsg()
+			             : "run it under dtrain launch");
+			return 1;
+		}
+		rank_ = dt_node_rank(node);
+		size_ = dt_node_num_workers(node);
+		if (size_ < 2)
+			FAIL("needs 2 ranks or more");
+		else
+			first(node);
+		ok("first: stop", dt_node_stop(node));
+		printf("lazy_check rank %d: %d checks, %d failed\n", rank_,
+		       checks, failures);
+		return failures ? 1 : 0;
 	}
 	setvbuf(stdout, NULL, _IOLBF, 0);
 	if (strcmp(argv[1], "gone") == 0) {

@@ -1,0 +1,401 @@
+/*
+ * directory.c - where the nodes of a job listen, without a table sent to
+ * every node. The scheduler holds every node's entry (scheduler.c fills
+ * them as nodes join); a node that joins gets a small reply, ASSIGN: its
+ * id (its role and rank follow from it, msg.h: dt__msg_place), the job's
+ * sizes, the membership epoch, the count of job nodes on its host, and
+ * the scheduler's pid (the address it was dialled at is the rest of its
+ * entry), and the entries it needs at once: a worker the servers it dials at
+ * its start, a server none. Any other entry a member needs (a worker it dials
+ * on demand, reach.c; a peer it dials again, link.c; the hosts of the
+ * collectives' ranks) it asks of the scheduler with LOOKUP, for a range of ids,
+ * and keeps: an entry once known here is not asked again.
+ *
+ * An entry that changes reaches the members by a push, as before: a
+ * restarted node's new address comes in NODE_UPDATE to every node
+ * (PS_RESEND's links keep it, link.c), a worker seated in a running
+ * elastic job in NODE_UPDATE to the members (elastic.c). The scheduler
+ * writes the new address into its own table too, so a LOOKUP made later
+ * gets it.
+ *
+ * Threads: the scheduler answers LOOKUP on its I/O thread, reading its
+ * table under node->mu (a seat may write it there). A member's entry is
+ * written once, by the I/O thread under node->mu, its fields before its
+ * `known` flag (stored with release order), so a reader that loads
+ * `known` with acquire order reads a whole entry without the lock. A
+ * lookup waits on node->cv for the scheduler's answer, so the I/O thread
+ * itself never looks up (it would wait for what only it can read).
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "core/msg.h"
+#include "core/node_impl.h"
+
+static int
+entry_known(const dt_node_entry *e)
+{
+	return __atomic_load_n(&e->known, __ATOMIC_ACQUIRE);
+}
+
+/* Write an address into the entry e of this member's table (node mu
+ * held), once: an entry known is never rewritten, so readers without the
+ * lock see it whole. */
+static void
+learn_locked(dt_node_entry *e, const dt_node_entry *from)
+{
+	if (entry_known(e))
+		return;
+	snprintf(e->host, DT_HOST_MAX, "%s", from->host);
+	e->port = from->port;
+	e->pid = from->pid;
+	snprintf(e->hostid, DT_HOSTID_MAX, "%s", from->hostid);
+	snprintf(e->local, DT_LOCAL_MAX, "%s", from->local);
+	__atomic_store_n(&e->known, 1, __ATOMIC_RELEASE);
+}
+
+void
+dt__dir_learn(dt_node *n, int id, const char *host, int port, int pid,
+              const char *hostid, const char *local)
+{
+	dt_node_entry from = {.port = port, .pid = pid};
+
+	if (n->table == NULL || id < 0 || id >= n->ntable)
+		return;
+	snprintf(from.host, DT_HOST_MAX, "%s", host);
+	snprintf(from.hostid, DT_HOSTID_MAX, "%s", hostid);
+	snprintf(from.local, DT_LOCAL_MAX, "%s", local);
+	pthread_mutex_lock(&n->mu);
+	learn_locked(&n->table[id], &from);
+	pthread_cond_broadcast(&n->cv);
+	pthread_mutex_unlock(&n->mu);
+}
+
+/* ---- The scheduler's side ---- */
+
+typedef struct host_id {
+	const char *host;
+	int id;
+} host_id;
+
+static int
+cmp_host(const void *a, const void *b)
+{
+	const host_id *x = a, *y = b;
+	int c = strcmp(x->host, y->host);
+
+	return c ? c : (x->id > y->id) - (x->id < y->id);
+}
+
+dt_err
+dt__dir_host_counts(dt_node *n, int *here)
+{
+	host_id *v = malloc(sizeof(*v) * (size_t)n->ntable);
+	int count = 0;
+
+	if (v == NULL)
+		return DT_ENOMEM;
+	/* Sorted by host, the nodes of one host are a run: O(N log N) once
+	 * for the whole job, rather than a scan of the table per node. */
+	for (int k = 1; k < n->ntable; k++) {
+		here[k] = 0;
+		if (n->table[k].known)
+			v[count++] = (host_id){n->table[k].host, k};
+	}
+	here[0] = 0;
+	qsort(v, (size_t)count, sizeof(*v), cmp_host);
+	for (int a = 0, b; a < count; a = b) {
+		for (b = a + 1; b < count && strcmp(v[a].host, v[b].host) == 0;
+		     b++)
+			;
+		for (int k = a; k < b; k++)
+			here[v[k].id] = b - a;
+	}
+	free(v);
+	return DT_OK;
+}
+
+int
+dt__dir_host_count(dt_node *n, int id)
+{
+	int here = 0;
+
+	/* (one node joining a running job, or taking a lost one's place:
+	 * a scan of the table for that one event) */
+	for (int k = 1; k < n->ntable; k++)
+		if (k == id ||
+		    (n->table[k].known &&
+		     strcmp(n->table[k].host, n->table[id].host) == 0))
+			here++;
+	return here;
+}
+
+dt_err
+dt__dir_send_assign(dt_node *n, dt_conn *c, int id, int here, uint64_t arg1,
+                    uint64_t arg2)
+{
+	int slots = n->ntable - 1 - n->num_servers;
+	int first = 1, count = 0;
+	dt_wbuf w;
+	dt_err err;
+
+	dt__msg_assign a = {.id = id,
+	                    .num_servers = n->num_servers,
+	                    .slots = slots,
+	                    .here = here > 0 ? here : 1,
+	                    .sched_pid = n->table[0].pid};
+	/* A worker dials every server at its start: their entries come
+	 * with it, as many as one message carries (it looks up the rest). */
+	if (id > n->num_servers)
+		count =
+		    n->num_servers < DT_DIR_MAX ? n->num_servers : DT_DIR_MAX;
+	dt__wbuf_init(&w);
+	pthread_mutex_lock(&n->mu);
+	if (here < 1)
+		a.here = dt__dir_host_count(n, id);
+	a.epoch = n->el_epoch;
+	err = dt__msg_assign_encode(&a, first, count, n->table + first, &w);
+	pthread_mutex_unlock(&n->mu);
+	if (err == DT_OK) {
+		dt_msg_hdr h = {.cmd = DT_CMD_ASSIGN,
+		                .flags = DT_F_RESPONSE,
+		                .recver = (uint32_t)id,
+		                .arg1 = arg1,
+		                .arg2 = arg2};
+
+		err = c ? dt__van_send(n->van, c, &h, w.data, (uint32_t)w.len,
+		                       NULL, 0)
+		        : dt__node_send(n, id, &h, w.data, (uint32_t)w.len,
+		                        NULL, 0);
+	}
+	dt__wbuf_fini(&w);
+	return err;
+}
+
+void
+dt__dir_sched_on_lookup(dt_node *n, dt_conn *c, const dt_msg *m)
+{
+	int peer = dt__conn_peer(c), first, count;
+	char name[64];
+	dt_wbuf w;
+	dt_err err;
+
+	/* (only a node of the job asks; a stranger's bytes go no further) */
+	if (peer <= 0 || !(m->hdr.flags & DT_F_REQUEST))
+		return;
+	if ((err = dt__msg_lookup_decode(m->meta, m->hdr.meta_len, n->ntable,
+	                                 &first, &count))) {
+		dt__log(0, "ignoring a LOOKUP from %s: %s",
+		        dt__node_name(n, peer, name, sizeof(name)),
+		        dt_errmsg());
+		return;
+	}
+	dt__wbuf_init(&w);
+	pthread_mutex_lock(&n->mu);
+	err = dt__msg_dir_encode(first, count, n->table + first, &w);
+	pthread_mutex_unlock(&n->mu);
+	if (err == DT_OK) {
+		dt_msg_hdr h = {.cmd = DT_CMD_LOOKUP,
+		                .flags = DT_F_RESPONSE,
+		                .key = m->hdr.key};
+
+		(void)dt__node_send(n, peer, &h, w.data, (uint32_t)w.len, NULL,
+		                    0);
+	}
+	dt__wbuf_fini(&w);
+}
+
+/* ---- A member's side ---- */
+
+dt_err
+dt__dir_on_assign(dt_node *n, const dt_msg *m)
+{
+	dt__msg_assign a;
+	dt_node_entry *given, *t;
+	int first, count, ntable;
+	dt_err err;
+
+	if ((err = dt__msg_assign_decode(m->meta, m->hdr.meta_len, &a, &first,
+	                                 &count, &given)))
+		return err;
+	/* (an elastic job has a row for every worker it may grow to,
+	 * DTRAIN_ELASTIC_MAX) */
+	if (a.num_servers != n->cfg.num_servers ||
+	    a.slots != dt__elastic_slots(n)) {
+		free(given);
+		if (n->elastic)
+			return dt__fail(
+			    DT_ECONFIG,
+			    "the scheduler runs a job of %d servers "
+			    "and room for %d workers, but this node "
+			    "was started with DMLC_NUM_SERVER=%d "
+			    "DTRAIN_ELASTIC_MAX=%d",
+			    a.num_servers, a.slots, n->cfg.num_servers,
+			    dt__elastic_slots(n));
+		return dt__fail(DT_ECONFIG,
+		                "the scheduler runs a job of %d servers and %d "
+		                "workers, but this node was started with "
+		                "DMLC_NUM_SERVER=%d DMLC_NUM_WORKER=%d",
+		                a.num_servers, a.slots, n->cfg.num_servers,
+		                n->cfg.num_workers);
+	}
+	ntable = 1 + a.num_servers + a.slots;
+	dt_role role;
+	int rank;
+	dt__msg_place(a.id, a.num_servers, &role, &rank);
+	if (role != n->role) {
+		free(given);
+		return dt__fail(DT_EPROTO,
+		                "ASSIGN gives this %s the role of another",
+		                dt_role_name(n->role));
+	}
+	t = dt__calloc((size_t)ntable, sizeof(*t));
+	n->peers = dt__calloc((size_t)ntable, sizeof(dt_conn *));
+	n->said_bye = dt__calloc((size_t)ntable, 1);
+	if (t == NULL || n->peers == NULL || n->said_bye == NULL) {
+		free(t);
+		free(n->peers);
+		free(n->said_bye);
+		n->peers = NULL;
+		n->said_bye = NULL;
+		free(given);
+		return DT_ENOMEM;
+	}
+	/* Every row's place from its id; the addresses known so far: the
+	 * scheduler's (dialled already), this node's own and those given. */
+	for (int k = 0; k < ntable; k++) {
+		t[k].id = k;
+		dt__msg_place(k, a.num_servers, &t[k].role, &t[k].rank);
+	}
+	snprintf(t[0].host, DT_HOST_MAX, "%s", n->cfg.root_uri);
+	t[0].port = n->cfg.root_port;
+	t[0].pid = a.sched_pid;
+	t[0].known = 1;
+	snprintf(t[a.id].host, DT_HOST_MAX, "%s", n->host);
+	t[a.id].port = n->port;
+	t[a.id].pid = (int)getpid();
+	snprintf(t[a.id].hostid, DT_HOSTID_MAX, "%s", n->hostid);
+	snprintf(t[a.id].local, DT_LOCAL_MAX, "%s", n->local);
+	t[a.id].known = 1;
+	for (int k = 0; k < count; k++)
+		if (given[k].known && first + k != a.id)
+			t[first + k] = given[k];
+	free(given);
+	pthread_mutex_lock(&n->mu);
+	n->table = t;
+	n->ntable = ntable;
+	n->num_servers = a.num_servers;
+	n->id = a.id;
+	n->rank = rank;
+	n->here = a.here;
+	n->assign_epoch = a.epoch;
+	pthread_mutex_unlock(&n->mu);
+	return DT_OK;
+}
+
+void
+dt__dir_on_answer(dt_node *n, dt_conn *c, const dt_msg *m)
+{
+	dt_node_entry *got;
+	int first, count;
+
+	if (dt__conn_peer(c) != 0 || !(m->hdr.flags & DT_F_RESPONSE) ||
+	    n->table == NULL)
+		return;
+	if (dt__msg_dir_decode(m->meta, m->hdr.meta_len, n->num_servers,
+	                       n->ntable, &first, &count, &got)) {
+		/* (the scheduler is trusted once it authenticated, but a
+		 * malformed answer is still only logged: the lookup that
+		 * waits for it fails by its deadline, naming the node) */
+		dt__log(0, "ignoring a malformed LOOKUP answer: %s",
+		        dt_errmsg());
+		return;
+	}
+	pthread_mutex_lock(&n->mu);
+	for (int k = 0; k < count; k++)
+		if (got[k].known)
+			learn_locked(&n->table[first + k], &got[k]);
+	if (m->hdr.key > n->dir_answered)
+		n->dir_answered = m->hdr.key;
+	pthread_cond_broadcast(&n->cv);
+	pthread_mutex_unlock(&n->mu);
+	free(got);
+}
+
+/* The first id of [first, end) whose entry is not known here, or end. */
+static int
+first_unknown(const dt_node *n, int first, int end)
+{
+	for (int id = first; id < end; id++)
+		if (!entry_known(&n->table[id]))
+			return id;
+	return end;
+}
+
+static int
+answered(dt_node *n, const void *arg)
+{
+	return n->dir_answered >= *(const uint64_t *)arg;
+}
+
+dt_err
+dt__node_lookup(dt_node *n, int first, int count)
+{
+	uint64_t deadline =
+	    dt__now_ns() + (uint64_t)n->cfg.connect_timeout_ms * 1000000ull;
+	int end = first + count, id, pos = first, missing = -1;
+	char name[64];
+	dt_err err;
+
+	if (n->role == DT_ROLE_SCHEDULER || count <= 0)
+		return DT_OK;
+	if (n->table == NULL || first < 0 || count > n->ntable - first)
+		return dt__fail(DT_EINVAL,
+		                "lookup of node ids %d..+%d: not in this job's "
+		                "table",
+		                first, count);
+	while ((id = first_unknown(n, pos, end)) < end) {
+		int span = end - id < DT_DIR_MAX ? end - id : DT_DIR_MAX;
+		uint64_t tag;
+		dt_wbuf w;
+
+		dt__node_name(n, id, name, sizeof(name));
+		if (dt__van_dispatching(n->van))
+			return dt__fail(DT_ESTATE,
+			                "the address of %s is not known here "
+			                "yet, and the I/O thread does not wait "
+			                "for the scheduler's answer",
+			                name);
+		pthread_mutex_lock(&n->mu);
+		tag = ++n->dir_asked;
+		pthread_mutex_unlock(&n->mu);
+		dt_msg_hdr h = {
+		    .cmd = DT_CMD_LOOKUP, .flags = DT_F_REQUEST, .key = tag};
+		dt__wbuf_init(&w);
+		err = dt__msg_lookup_encode(id, span, &w);
+		if (err == DT_OK)
+			err = dt__node_send(n, 0, &h, w.data, (uint32_t)w.len,
+			                    NULL, 0);
+		dt__wbuf_fini(&w);
+		if (err == DT_OK)
+			err = dt__node_wait(n, answered, &tag, deadline,
+			                    "the scheduler's answer to LOOKUP");
+		if (err)
+			return err;
+		/* (answered: an entry still unknown is one the scheduler
+		 * does not know either) */
+		int left = first_unknown(n, id, id + span);
+		if (left < id + span && missing < 0)
+			missing = left;
+		pos = id + span;
+	}
+	if (missing >= 0)
+		return dt__fail(DT_EPEER,
+		                "the scheduler knows no address of %s (node id "
+		                "%d): it is not in the job",
+		                dt__node_name(n, missing, name, sizeof(name)),
+		                missing);
+	return DT_OK;
+}
