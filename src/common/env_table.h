@@ -112,6 +112,7 @@ X(DT_COLL_CMA_HALF_MIN, "131072", U, "2 ranks: push by halves from this size on 
 X(DT_COLL_CMA_WHOLE_MAX, "8388608", U, "2 ranks: read the whole peer input up to this size") \
 X(DT_DROP_SEED, "1", T, "seed of PS_DROP_MSG's drops") \
 X(DT_CUT_EVERY, "0", T, "every N-th large frame a node sends is cut mid-payload") \
+X(DT_TEST_SERVERS_ASSIGNED_LATE, "0", T, "milliseconds the scheduler waits, after the workers' assignments, before the servers'") \
 X(DT_TEST_SYNC_HOLD, "-1 (none)", T, "an elastic job's launch rank that, in its first state sync, waits for a newer membership before the broadcast") \
 X(DT_RESET_EVERY, "0", T, "every so many seconds a node closes the connections it dialled")
 /* clang-format on */

@@ -292,6 +292,7 @@ hook_on_close(void *arg, dt_conn *c, dt_err why)
 	}
 	if (peer < 0) {
 		dt__reach_on_close(n, c); /* a dial refused, perhaps */
+		dt__member_forget_hello(n, c);
 		return;
 	}
 	pthread_mutex_lock(&n->mu);
@@ -344,6 +345,7 @@ node_free(dt_node *n)
 	dt__sched_free(n);
 	dt__elastic_free(n);
 	free(n->table);
+	free(n->early);
 	free(n->peers);
 	free(n->said_bye);
 	free(n->ctr);

@@ -45,6 +45,86 @@ fit_spin(dt_node *n)
 		       n->here, sysconf(_SC_NPROCESSORS_ONLN));
 }
 
+/* A worker's HELLO that came before this node's assignment. */
+struct dt__early_hello {
+	dt_conn *c;
+	uint32_t id;
+	uint64_t gen;
+};
+
+static void on_hello(dt_node *n, dt_conn *c, dt_msg *m);
+
+/*
+ * A worker may get its assignment, dial a server and say HELLO before the
+ * server has its own: the scheduler sends the assignments one after the
+ * other, and a busy server reads its connection to the scheduler late.
+ * Such a HELLO is kept (the connection waits unanswered) and answered
+ * when the assignment comes, as if it came then; at most one per node of
+ * the job (a connection that says HELLO has proved the job's key). 1 if
+ * it was kept.
+ */
+static int
+park_hello(dt_node *n, dt_conn *c, const dt_msg *m)
+{
+	int kept = 0;
+
+	pthread_mutex_lock(&n->mu);
+	if (!n->have_table &&
+	    n->nearly < n->cfg.num_servers + dt__elastic_slots(n)) {
+		if (n->nearly == n->early_cap) {
+			int cap = n->early_cap ? 2 * n->early_cap : 16;
+			struct dt__early_hello *e =
+			    realloc(n->early, sizeof(*e) * (size_t)cap);
+
+			if (e) {
+				n->early = e;
+				n->early_cap = cap;
+			}
+		}
+		if (n->nearly < n->early_cap) {
+			n->early[n->nearly++] = (struct dt__early_hello){
+			    c, m->hdr.sender, m->hdr.arg0};
+			kept = 1;
+		}
+	}
+	pthread_mutex_unlock(&n->mu);
+	return kept;
+}
+
+void
+dt__member_forget_hello(dt_node *n, dt_conn *c)
+{
+	pthread_mutex_lock(&n->mu);
+	for (int i = 0; i < n->nearly; i++)
+		if (n->early[i].c == c)
+			n->early[i--] = n->early[--n->nearly];
+	pthread_mutex_unlock(&n->mu);
+}
+
+/* The assignment is in: the HELLOs kept meanwhile, answered in order. */
+static void
+answer_early(dt_node *n)
+{
+	for (;;) {
+		struct dt__early_hello e;
+		dt_msg m = {0};
+
+		pthread_mutex_lock(&n->mu);
+		if (n->nearly == 0) {
+			pthread_mutex_unlock(&n->mu);
+			return;
+		}
+		e = n->early[0];
+		memmove(n->early, n->early + 1,
+		        sizeof(*n->early) * (size_t)--n->nearly);
+		pthread_mutex_unlock(&n->mu);
+		m.hdr.cmd = DT_CMD_HELLO;
+		m.hdr.sender = e.id;
+		m.hdr.arg0 = e.gen;
+		on_hello(n, e.c, &m);
+	}
+}
+
 /* The scheduler's assignment: this process is in the job. */
 static void
 on_assign(dt_node *n, dt_conn *c, dt_msg *m)
@@ -76,6 +156,7 @@ on_assign(dt_node *n, dt_conn *c, dt_msg *m)
 	n->have_table = 1;
 	pthread_cond_broadcast(&n->cv);
 	pthread_mutex_unlock(&n->mu);
+	answer_early(n);
 }
 
 /* A worker's HELLO: its first connection to this node, a worker that dials
@@ -86,6 +167,9 @@ on_hello(dt_node *n, dt_conn *c, dt_msg *m)
 	char name[64];
 	uint32_t id = m->hdr.sender;
 
+	/* (before this node's assignment: answered when it comes) */
+	if (dt__conn_peer(c) == -1 && park_hello(n, c, m))
+		return;
 	/* Recovery: a new process in a lost worker's place may say
 	 * HELLO before the scheduler's NODE_UPDATE about it comes:
 	 * its link starts again here (arg0: its count of restarts). */

@@ -76,6 +76,11 @@ struct dt_node {
 	uint64_t assign_epoch;
 	uint64_t dir_asked;
 	uint64_t dir_answered;
+	/* (mu) Workers' HELLOs that came before this node's assignment
+	 * (a worker that got its own first dials at once): answered once
+	 * the assignment is in (member.c). */
+	struct dt__early_hello *early;
+	int nearly, early_cap;
 	int hello_acks;           /* (mu) HELLO_ACKs received */
 	uint64_t barrier_done[8]; /* (mu) BARRIER_DONEs per group mask */
 	uint64_t barrier_sent[8]; /* (mu) barriers entered per mask */
@@ -257,6 +262,9 @@ void dt__link_note_conn(dt_node *n, int peer);
 /* Member side (member.c): join the cluster; a control message. */
 dt_err dt__member_start(dt_node *n);
 void dt__member_on_msg(dt_node *n, dt_conn *c, dt_msg *m);
+/* A connection closed before it was named: a HELLO it brought early is
+ * forgotten. */
+void dt__member_forget_hello(dt_node *n, dt_conn *c);
 
 /* Heartbeats (watch.c): read PS_HEARTBEAT_*; start the thread that sends
  * them and judges the peers' silence (after the van started); stop it

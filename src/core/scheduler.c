@@ -558,6 +558,36 @@ assign_role(joiner *j, int nj, dt_role role, int count)
 	free(taken);
 }
 
+/*
+ * The assignments of nodes 1..count-1, the servers' first. With
+ * DT_TEST_SERVERS_ASSIGNED_LATE=MS (testing) the workers' go first and the
+ * servers' MS milliseconds later, so that a worker's HELLO reaches a
+ * server before the server's own assignment does (member.c keeps it).
+ */
+static dt_err
+send_assignments(dt_node *n, const int *here, int count)
+{
+	int first = 1 + n->num_servers;
+	long late = 0;
+	dt_err err;
+
+	if ((err = dt__env_long("DT_TEST_SERVERS_ASSIGNED_LATE", 0, 0, 60000,
+	                        &late)))
+		return err;
+	if (late == 0)
+		first = 1;
+	for (int id = first; id < count && !err; id++)
+		err = dt__dir_send_assign(n, NULL, id, here[id], 0, 0);
+	if (late && !err) {
+		struct timespec ts = {late / 1000, (late % 1000) * 1000000L};
+
+		nanosleep(&ts, NULL);
+		for (int id = 1; id < first && !err; id++)
+			err = dt__dir_send_assign(n, NULL, id, here[id], 0, 0);
+	}
+	return err;
+}
+
 static dt_err
 send_tables(dt_node *n)
 {
@@ -574,8 +604,7 @@ send_tables(dt_node *n)
 	pthread_mutex_lock(&n->mu);
 	err = dt__dir_host_counts(n, here);
 	pthread_mutex_unlock(&n->mu);
-	for (int id = 1; id < count && !err; id++)
-		err = dt__dir_send_assign(n, NULL, id, here[id], 0, 0);
+	err = send_assignments(n, here, count);
 	free(here);
 	return err;
 }

@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # cluster_launch.sh - `dtrain launch --launcher local`: bootstrap of 1, 2
 # and 4 workers with 1 and 2 servers (and none) running hello_cluster, each
-# exiting 0 with one "passed the barriers" line per worker rank; a worker
-# that fails 1 s in ends the whole job within 15 s with a non-zero status
-# naming it; SIGTERM to the launcher stops the job. After each job no
+# exiting 0 with one "passed the barriers" line per worker rank (also with
+# the servers assigned half a second after the workers, whose HELLOs then
+# come first); a worker that fails 1 s in ends the whole job within 15 s
+# with a non-zero status naming it; SIGTERM to the launcher stops the job. After each job no
 # process of it may be left: every process gets DTRAIN_TEST_MARK in its
 # environment through --env, and /proc is searched for it.
 . "$(dirname "$0")/cluster_lib.bash"
@@ -63,6 +64,16 @@ for w in 1 2 4; do
 		log "$name: ok"
 	done
 done
+
+# ---- a server assigned after its workers: their HELLOs come before its
+# own assignment, and it answers them once that is in
+launch late -n 2 -s 2 --launcher local --env DT_TEST_SERVERS_ASSIGNED_LATE=500 \
+	--env PS_VERBOSE=1 -- "$HELLO"
+expect_exit "$SPAWNED" 120 0 "launch with the servers assigned late"
+n=$(grep -c "passed the barriers" "$T_DIR/late.log")
+[ "$n" -eq 2 ] || fail "late: $n 'passed the barriers' lines, expected 2"
+assert_no_leftovers late
+log "servers assigned 500 ms after the workers: ok"
 
 # ---- a worker that fails 1 s in
 cat >"$T_DIR/fail_one.sh" <<SH
