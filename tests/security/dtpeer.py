@@ -12,11 +12,12 @@ import socket
 import struct
 
 WIRE_MAGIC = 0x4E525444  # "DTRN"
+WIRE_VERSION = 3
 HDR = struct.Struct('<IBBHIIQQQQIIQ')  # 64 bytes
 
 
 def hdr(cmd, sender=0, recver=1, meta_len=0, payload_len=0, flags=0, key=0,
-        arg0=0, seq=0, magic=WIRE_MAGIC, ver=2):
+        arg0=0, seq=0, magic=WIRE_MAGIC, ver=WIRE_VERSION):
     """A frame header (docs/protocol.md)."""
     return HDR.pack(magic, ver, cmd, flags, sender, recver, seq, key, arg0,
                     0, 0, meta_len, payload_len)
