@@ -40,7 +40,10 @@ timeout 250 "$B/dtrain" launch -n 2 -s 2 --env "$TAG" -- "${S[@]}" --save "$tmp/
 	>"$tmp/ref.log" 2>&1 || { tail "$tmp/ref.log"; fail "sparse_linear reference run"; }
 
 # A server killed after a random progress line, checkpoints every 10 rounds.
-b=$((10 * (1 + RANDOM % 3)))
+# (Not at the first line, batch 10: the first checkpoint is written then,
+# on a thread of its own, and a kill that beats it leaves the new server
+# nothing to restore; the case below kills a server before any.)
+b=$((10 * (2 + RANDOM % 2)))
 srv=$((RANDOM % 2))
 killed sync server $srv "Epoch\[0\] Batch \[$((b - 10))-$b\]" "$B/dtrain" launch -n 2 -s 2 "${R[@]}" \
 	--checkpoint-every 10 -- "${S[@]}" --save "$tmp/sync.params"
