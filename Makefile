@@ -5,7 +5,7 @@ BUILD      ?= build
 ASAN_BUILD ?= build-asan
 TSAN_BUILD ?= build-tsan
 # The threaded parts: the transport, the KVStore, the collectives, bootstrap.
-TSAN_TESTS ?= shm_ring_test|shm_test|integration_transport|obs_test|integration_observability|van_test|coll_test|integration_kv_matrix|integration_kv_compression|integration_coll_compression|integration_cluster_manual|integration_coll_ranks|integration_heartbeat|integration_resend|integration_checkpoint|integration_recovery|integration_kv_rows|ckpt_test|integration_coll_wait|integration_coll_hier$$|integration_elastic_shrink|integration_elastic_grow$$|integration_elastic_sync
+TSAN_TESTS ?= shm_ring_test|shm_test|integration_transport|obs_test|integration_observability|van_test|coll_test|integration_kv_matrix|integration_kv_compression|integration_coll_compression|integration_cluster_manual|integration_coll_ranks|integration_heartbeat|integration_resend|integration_checkpoint|integration_recovery|integration_kv_rows|ckpt_test|integration_coll_wait|integration_coll_hier$$|integration_elastic_shrink|integration_elastic_grow$$|integration_elastic_sync|integration_lazy_links
 JOBS       ?= $(shell nproc 2>/dev/null || echo 2)
 DEPS        = build-essential cmake pkg-config libcmocka-dev libopenblas-dev \
               zlib1g-dev libsodium-dev openssh-client openmpi-bin libopenmpi-dev dataset-fashion-mnist \
