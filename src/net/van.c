@@ -47,7 +47,8 @@ van_conn_new(dt_van *v, const dt_link *link, int staged)
 
 	if (c == NULL)
 		return NULL;
-	c->stage = staged ? dt__malloc(STAGE_CAP) : NULL;
+	c->stage = staged ? dt__malloc(STAGE_MIN) : NULL;
+	c->stage_cap = staged ? STAGE_MIN : 0;
 	if (staged && c->stage == NULL) {
 		free(c);
 		return NULL;
@@ -159,6 +160,7 @@ van_conn_down(dt_van *v, dt_conn *c, dt_err why, const char *reason)
 	free(c->meta);
 	free(c->rxbuf);
 	c->stage = NULL;
+	c->stage_cap = 0;
 	c->meta = NULL;
 	c->rxbuf = NULL;
 	c->meta_cap = c->rxcap = 0;

@@ -114,11 +114,12 @@ van_sweep_unvouched(dt_van *v)
 static void
 hand_over(dt_van *v, dt_conn *c)
 {
-	if (c->stage == NULL && (c->stage = dt__malloc(STAGE_CAP)) == NULL) {
+	if (c->stage == NULL && (c->stage = dt__malloc(STAGE_MIN)) == NULL) {
 		dt__log(0, "refusing %s: out of memory", c->addr);
 		van_conn_free(c);
 		return;
 	}
+	c->stage_cap = STAGE_MIN;
 	if (v->vouch_ns) {
 		if (atomic_load(&v->unvouched) >= v->max_unvouched) {
 			if (van_once_a_second(&v->hs_logged_ns, dt__now_ns()))

@@ -33,7 +33,8 @@
 #include "net/transport.h"
 #include "net/van.h"
 
-#define STAGE_CAP  (256u << 10) /* receive staging buffer per connection */
+#define STAGE_MIN  (16u << 10)  /* a connection's receive staging at first */
+#define STAGE_CAP  (256u << 10) /* ...grown to at most this while bytes flow */
 #define DIRECT_MIN (32u << 10)  /* payload rest read straight into place */
 #define SEND_CHUNK (1u << 20)   /* bytes per sendmsg call at most */
 #define POLL_BIG   (64u << 10)  /* payload rest that extends a poll */
@@ -110,6 +111,7 @@ struct dt_conn {
 	/* Receive state, owned by the I/O thread. */
 	enum rx_state state;
 	uint8_t *stage;
+	size_t stage_cap; /* its size: STAGE_MIN, doubled while reads fill it */
 	size_t stage_len; /* bytes in stage */
 	size_t stage_off; /* bytes of stage consumed */
 	uint8_t hdrbuf[DT_HDR_SIZE];

@@ -208,6 +208,27 @@ fit_lowat(dt_conn *c)
 		                        : 0);
 }
 
+/*
+ * A read filled the staging buffer: more is waiting, so take it in bigger
+ * bites from now on (up to STAGE_CAP). A connection that only ever carries
+ * small frames (a heartbeat, a barrier) keeps STAGE_MIN: with thousands of
+ * peers, what a node holds per link stays small. Out of memory, the buffer
+ * just stays as it is.
+ */
+static void
+grow_stage(dt_conn *c)
+{
+	size_t cap = c->stage_cap * 2;
+	uint8_t *p;
+
+	if (c->stage_cap >= STAGE_CAP)
+		return;
+	if ((p = realloc(c->stage, DT_MIN(cap, (size_t)STAGE_CAP))) == NULL)
+		return;
+	c->stage = p;
+	c->stage_cap = DT_MIN(cap, (size_t)STAGE_CAP);
+}
+
 /* Read until the kernel has nothing more (or the connection is down). */
 static void
 read_all(dt_van *v, dt_conn *c)
@@ -228,7 +249,7 @@ read_all(dt_van *v, dt_conn *c)
 		}
 		if (c->stage_off == c->stage_len) {
 			c->stage_off = c->stage_len = 0;
-		} else if (c->stage_off > 0 && c->stage_len == STAGE_CAP) {
+		} else if (c->stage_off > 0 && c->stage_len == c->stage_cap) {
 			/* A ragged tail left by a stream: move it to the front.
 			 */
 			memmove(c->stage, c->stage + c->stage_off,
@@ -256,7 +277,7 @@ read_all(dt_van *v, dt_conn *c)
 				continue;
 			}
 		} else {
-			size_t want = STAGE_CAP - c->stage_len;
+			size_t want = c->stage_cap - c->stage_len;
 
 			n = c->link.ops->recv(&c->link, c->stage + c->stage_len,
 			                      want);
@@ -275,6 +296,7 @@ read_all(dt_van *v, dt_conn *c)
 				}
 				if (!atomic_load(&c->open) || (size_t)n < want)
 					return;
+				grow_stage(c);
 				continue;
 			}
 		}
