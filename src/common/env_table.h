@@ -48,7 +48,7 @@ X(DTRAIN_ENCRYPT, "0", U, "1: every frame encrypted and authenticated") \
 X(DTRAIN_NODE_TOKEN, "(made by dtrain launch)", L, "a node's place token: a replacement takes a lost node's place only with it") \
 X(DTRAIN_LAUNCHED, "(unset)", L, "set by dtrain launch: log lines carry no role prefix (the launcher adds it)") \
 X(DTRAIN_TRANSPORT, "auto", U, "auto: shared memory to peers on this host, TCP to others; tcp: TCP to all") \
-X(DTRAIN_SHM_RING, "1048576", U, "bytes of each shared-memory ring (a power of two)") \
+X(DTRAIN_SHM_RING, "1048576", U, "bytes of each shared-memory ring (a power of two; unset: 1 MiB up to 64 job nodes on this host, then less, at least 65536)") \
 X(DTRAIN_SHM_COPY_ONCE, "262144", U, "frame pieces this big or bigger are copied once from the sender's memory") \
 X(DTRAIN_SCHEDULER_BIND, "(DMLC_PS_ROOT_URI)", U, "the address the scheduler listens on") \
 X(DTRAIN_COLL_ROOT, "(none)", U, "host:port of rank 0's rendezvous under mpirun or srun") \

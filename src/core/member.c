@@ -22,6 +22,7 @@
 #include <unistd.h>
 
 #include "core/node_impl.h"
+#include "net/transport.h"
 
 static int
 role_group(dt_role r)
@@ -37,6 +38,7 @@ role_group(dt_role r)
 static void
 fit_spin(dt_node *n)
 {
+	dt__shm_fit(n->here); /* (and the rings of links made from now on) */
 	if (dt__spin_fit(n->here))
 		DT_LOG(1,
 		       "%d servers and workers on this host for %ld "

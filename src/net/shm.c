@@ -63,6 +63,8 @@
 #define SETUP_VERSION 2u
 #define SETUP_LEN     24
 #define RING_DEFAULT  (1u << 20)
+#define RING_FIT_MIN  (64u << 10) /* the smallest ring the fit chooses */
+#define RING_BUDGET   (64u << 20) /* a process's receive rings, spread */
 
 /* Remote segments (copy once): pieces of DTRAIN_SHM_COPY_ONCE bytes or
  * more that do not fit in the ring's free room are read by the peer
@@ -158,13 +160,44 @@ copy_once_min(size_t *out)
 	return DT_OK;
 }
 
-/* DTRAIN_SHM_RING: the bytes of each ring (a power of two). */
+/* The job's nodes on this host (dt__shm_fit), 0 until known. */
+static atomic_int local_nodes;
+
+void
+dt__shm_fit(int nodes_here)
+{
+	atomic_store(&local_nodes, nodes_here > 0 ? nodes_here : 0);
+}
+
+/*
+ * The default ring for a host of `here` job nodes: 1 MiB while a node's
+ * receive rings, one per peer on the host, stay within RING_BUDGET (up to
+ * 64 nodes), then the largest power of two that keeps them there, at
+ * least 64 KiB: with a thousand nodes on a host (a simulation, a big
+ * machine) a node would otherwise map a gigabyte of rings. Frames of any
+ * size still pass (a ring is a stream; big pieces are copied once).
+ */
+size_t
+dt__shm_ring_fit(int here)
+{
+	size_t cap = RING_DEFAULT;
+
+	while (here > 0 && cap > RING_FIT_MIN &&
+	       cap * (size_t)here > RING_BUDGET)
+		cap /= 2;
+	return cap;
+}
+
+/* DTRAIN_SHM_RING: the bytes of each ring (a power of two); unset, the
+ * fit to this host's nodes. */
 static dt_err
 ring_size(size_t *out)
 {
 	long v;
-	dt_err err = dt__env_long("DTRAIN_SHM_RING", RING_DEFAULT, 64 << 10,
-	                          DT_RING_MAX, &v);
+	dt_err err =
+	    dt__env_long("DTRAIN_SHM_RING",
+	                 (long)dt__shm_ring_fit(atomic_load(&local_nodes)),
+	                 64 << 10, DT_RING_MAX, &v);
 
 	if (err)
 		return err;

@@ -155,6 +155,10 @@ extern const dt_transport_ops dt__shm_transport;
 dt_err dt__transport_choose(const dt_transport_ops *out[DT_TRANSPORTS_MAX]);
 /* Check DTRAIN_SHM_RING and DTRAIN_SHM_COPY_ONCE (shm.c). */
 dt_err dt__shm_configure(void);
+/* The job's nodes on this host (from the node's assignment), and the ring
+ * a link made from now on gets without DTRAIN_SHM_RING (shm.c). */
+void dt__shm_fit(int nodes_here);
+size_t dt__shm_ring_fit(int nodes_here);
 /*
  * The same-host listener and connector (shm.c; its endpoint_listen and
  * endpoint_connect) with the token of DT_LINK_TOKEN_LEN bytes. The ops'

@@ -27,6 +27,7 @@
 #include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/un.h>
 #include <sys/wait.h>
 #include <sys/types.h>
@@ -183,9 +184,47 @@ reap(pid_t pid)
 	return st;
 }
 
-/* 6 peers at once, 3 MiB each through 64 KiB rings, read by one thread
- * polling them in turn: every stream whole and in order, and the end of
- * each stream seen after its last byte. */
+/* The ring a link gets without DTRAIN_SHM_RING, by the job's nodes on the
+ * host: 1 MiB up to 64, then halved as they double, never below 64 KiB. */
+static void
+test_ring_fit(void **state)
+{
+	(void)state;
+	assert_int_equal(dt__shm_ring_fit(0), 1u << 20);
+	assert_int_equal(dt__shm_ring_fit(1), 1u << 20);
+	assert_int_equal(dt__shm_ring_fit(64), 1u << 20);
+	assert_int_equal(dt__shm_ring_fit(65), 512u << 10);
+	assert_int_equal(dt__shm_ring_fit(128), 512u << 10);
+	assert_int_equal(dt__shm_ring_fit(256), 256u << 10);
+	assert_int_equal(dt__shm_ring_fit(1000), 64u << 10);
+	assert_int_equal(dt__shm_ring_fit(1000000), 64u << 10);
+}
+
+/* This process's ring mappings (memfds) of exactly cap bytes of data. */
+static int
+rings_of(size_t cap)
+{
+	FILE *f = fopen("/proc/self/maps", "r");
+	char line[512];
+	int n = 0;
+
+	assert_non_null(f);
+	while (fgets(line, sizeof(line), f)) {
+		unsigned long lo, hi;
+
+		if (strstr(line, "memfd:dtrain-ring") &&
+		    sscanf(line, "%lx-%lx", &lo, &hi) == 2 &&
+		    hi - lo == 4096 + cap)
+			n++;
+	}
+	fclose(f);
+	return n;
+}
+
+/* 6 peers at once, 3 MiB each through 64 KiB rings (chosen by the fit to
+ * a thousand nodes on the host), read by one thread polling them in turn:
+ * every stream whole and in order, and the end of each stream seen after
+ * its last byte. */
 static void
 test_many_peers(void **state)
 {
@@ -200,13 +239,15 @@ test_many_peers(void **state)
 
 	(void)state;
 	assert_non_null(buf);
-	setenv("DTRAIN_SHM_RING", "65536", 1);
+	assert_null(getenv("DTRAIN_SHM_RING"));
+	dt__shm_fit(1000);
 	endpoint(name, sizeof(name), "many");
 	assert_int_equal(T->listen(name, 0, -1, &lis, NULL), DT_OK);
 	for (int k = 0; k < PEERS; k++)
 		pid[k] = spawn(name, k, len, 1000 + 7919 * (size_t)k, 0, 0);
 	for (int k = 0; k < PEERS; k++)
 		accept_one(&lis, &l[k]);
+	assert_true(rings_of(64u << 10) >= PEERS);
 	/* which child is which: the first byte of each stream */
 	int who[PEERS];
 	for (int k = 0; k < PEERS; k++) {
@@ -255,7 +296,7 @@ test_many_peers(void **state)
 		T->close(&l[k]);
 	}
 	T->close(&lis);
-	unsetenv("DTRAIN_SHM_RING");
+	dt__shm_fit(0);
 	free(buf);
 }
 
@@ -1231,6 +1272,7 @@ int
 main(void)
 {
 	const struct CMUnitTest tests[] = {
+	    cmocka_unit_test(test_ring_fit),
 	    cmocka_unit_test(test_many_peers),
 	    cmocka_unit_test(test_killed_mid_message),
 	    cmocka_unit_test(test_copy_once),
