@@ -35,12 +35,17 @@ printf '%s %s\n' "$host" "$*" >>"$FAKE_SSH_LOG.cmds"
 # FAKE_SSH_FAIL_HOST: writing a joining worker's secret file there fails
 # as a connection that cannot be made does.
 case "$*" in
-*-w[0-9]*/secret*) [ "$host" = "${FAKE_SSH_FAIL_HOST:-}" ] && exit 255 ;;
+*-w[0-9]*/secret*)
+	[ "$host" = "${FAKE_SSH_FAIL_HOST:-}" ] && exit 255
+	# (a connection that hangs: named, so that the test can look for it)
+	[ "$host" = "${FAKE_SSH_HANG_HOST:-}" ] &&
+		exec bash -c 'exec -a "fake-ssh-hang-$0" sleep 300' "$FAKE_SSH_TAG"
+	;;
 esac
 exec env -i PATH="$PATH" FAKE_HOST="$host" sh -c "$*"
 EOS
 chmod +x "$TMP/fake_ssh"
-export DTRAIN_SSH=$TMP/fake_ssh FAKE_SSH_LOG=$TMP/ssh.log
+export DTRAIN_SSH=$TMP/fake_ssh FAKE_SSH_LOG=$TMP/ssh.log FAKE_SSH_TAG=$TAG
 export DMLC_NODE_HOST=127.0.0.1 # the scheduler's address; not passed on
 mkdir -p "$TMP/work"
 cd "$TMP/work" || exit 1
@@ -124,20 +129,49 @@ FAKE_SSH_FAIL_HOST=hbad timeout $((120 * S)) "$DTRAIN" launch -n 1 -s 0 \
 	--host-discovery-script "cat $hosts" -- "$EX" --samples 256 \
 	--steps 60 --hold-at 30 --hold-file "$TMP/go4" >"$out" 2>&1 &
 job=$!
-wait_line "host hbad: writing its secret file .*starting no workers there" 60 ||
+wait_line "host hbad: 3 of its workers failed; starting no more workers there" 60 ||
 	fail "the host whose secret file cannot be written was not left out"
 : >"$TMP/go4"
 wait $job
 rc=$?
 check "a host whose secret write fails: the job ends 0 (got $rc)" test "$rc" = 0
-check "...each failure is said, naming the secret file" \
-	test "$(grep -c "a worker for host hbad: writing its secret file over ssh failed" "$out")" = 3
+check "...each failure is said by its worker, naming the secret file" \
+	test "$(grep -c "^\[worker [1-3]\] dtrain launch: writing its secret file over ssh failed" "$out")" = 3
 check "...and then no more tries" test "$(grep -c "hbad" "$out")" = 4
 check "...no worker was started there" \
 	test -z "$(grep '^hbad ' "$FAKE_SSH_LOG.cmds" | grep dtrain-remote)"
 check "...but its secret write was tried 3 times" \
 	test "$(grep '^hbad ' "$FAKE_SSH_LOG.cmds" | grep -c -- '-w[0-9]*/secret')" = 3
 check "...no secret file left" test -z "$(ls -A "$TMP/work" | grep dtrain-)"
+
+# A host where writing the secret file hangs: the launcher does not wait
+# for it (the joining worker's own process does, 20 s at most), so it
+# answers a SIGTERM at once, and the hung write goes with the job.
+printf 'h1\nhhang\n' >hostfile3
+printf 'h1\nhhang\n' >"$hosts"
+: >"$out"
+FAKE_SSH_HANG_HOST=hhang timeout $((120 * S)) "$DTRAIN" launch -n 1 -s 0 \
+	-H hostfile3 --env DT_TEST_TAG="$TAG" --min-workers 1 --max-workers 2 \
+	--host-discovery-script "cat $hosts" -- "$EX" --samples 256 \
+	--steps 60 --hold-at 30 --hold-file "$TMP/go5" >"$out" 2>&1 &
+job=$!
+wait_line "host hhang has a free slot: started worker 1" 60 ||
+	fail "no worker was started for the host whose secret write hangs"
+end=$((SECONDS + 30 * S))
+until pgrep -f "fake-ssh-hang-$TAG" >/dev/null; do
+	[ $SECONDS -ge $end ] && break
+	sleep 0.05
+done
+check "the secret write on hhang hangs" pgrep -f "fake-ssh-hang-$TAG"
+launcher=$(pgrep -P $job -f "launch -n 1" | head -n 1)
+t0=$SECONDS
+kill -TERM "${launcher:-$job}"
+wait $job
+check "...the launcher ends on SIGTERM at once, not after the write's 20 s ($((SECONDS - t0)) s)" \
+	test $((SECONDS - t0)) -lt 15
+check "...saying so" grep -q "got SIGTERM; stopping the job" "$out"
+check "...and the hung write is gone with the job" \
+	test -z "$(pgrep -f "fake-ssh-hang-$TAG")"
 
 "$DTRAIN" launch -n 2 -s 0 --min-workers 1 --launcher mpi -H hostfile \
 	--host-discovery-script true -- "$EX" >"$TMP/refused" 2>&1

@@ -454,65 +454,42 @@ ssh_role(struct plan *pl, const char *role, long count, char **cmd, size_t ncmd)
 	return err;
 }
 
-/* How long writing a joiner's secret file may take, connecting included;
- * the launcher's loop waits for it (as for the discovery script). */
+/* How long writing a joiner's secret file may take, connecting included
+ * (the worker's own process waits for it: spawn.c's run_pre). */
 #define JOINER_SECRET_S 20
 
-/* Wait for pid (killing its group at end); 0 when it exited 0. */
-static int
-wait_until(pid_t pid, uint64_t end)
-{
-	int status = 0;
-	pid_t got;
-
-	while ((got = waitpid(pid, &status, WNOHANG)) == 0 ||
-	       (got < 0 && errno == EINTR)) {
-		struct timespec ts = {0, 10 * 1000 * 1000};
-
-		if (dt__now_ns() >= end) {
-			kill(-pid, SIGKILL);
-			while (waitpid(pid, &status, 0) < 0 && errno == EINTR)
-				;
-			return -1;
-		}
-		nanosleep(&ts, NULL);
-	}
-	return got == pid && WIFEXITED(status) && WEXITSTATUS(status) == 0 ? 0
-	                                                                   : -1;
-}
-
 /*
- * Write the secret file of a worker the discovery starts on host h, in
- * the directory dir, by the same rules as the host's at the start: a new
- * directory (mkdir fails on anything already at that name, a link
+ * Have the worker the discovery starts on host h (p) first write its secret
+ * file, in the directory dir, by the same rules as the host's at the start:
+ * a new directory (mkdir fails on anything already at that name, a link
  * included) of mode 0700 under umask 077, the secret from ssh's input,
- * never on a command line. The worker's own ssh cannot carry it: its
- * input goes through a pseudo-terminal, which would echo it. A directory
- * of its own, not the host's: the host's went when its workers were
- * stopped (their supervisors remove it as the connection drops), and a
- * worker stopped later takes only its own.
+ * never on a command line. The worker's own ssh cannot carry it: its input
+ * goes through a pseudo-terminal, which would echo it. So a first ssh
+ * writes it, run by the worker's process before it becomes the worker's
+ * ssh: the launcher's loop goes on meanwhile (signals, deaths, the other
+ * workers), and a write that fails or hangs ends that process with status
+ * 1, a failed worker. A directory of its own, not the host's: the host's
+ * went when its workers were stopped (their supervisors remove it as the
+ * connection drops), and a worker stopped later takes only its own.
  */
 static dt_err
-joiner_secret(const struct ctx *c, const struct host *h, const char *dir)
+joiner_secret(struct proc *p, const struct ctx *c, const struct host *h,
+              const char *dir)
 {
 	const char *const opts[] = {"-o", "StrictHostKeyChecking=no",
 	                            "-o", "BatchMode=yes",
 	                            "-o", c->ssh_timeout};
-	struct strv a = {0};
+	struct strv *a = &p->pre_argv;
 	struct sbuf b = {0};
-	int pi[2] = {-1, -1};
-	size_t len = strlen(c->secret_line);
-	pid_t pid = -1;
-	int wrote;
 	char *line;
-	dt_err err = strv_dup(&a, c->ssh);
+	dt_err err = strv_dup(a, c->ssh);
 
 	for (size_t j = 0; j < DT_ARRAY_LEN(opts) && !err; j++)
-		err = strv_dup(&a, opts[j]);
-	if (!err && h->port && !(err = strv_dup(&a, "-p")))
-		err = strv_dup(&a, h->port);
+		err = strv_dup(a, opts[j]);
+	if (!err && h->port && !(err = strv_dup(a, "-p")))
+		err = strv_dup(a, h->port);
 	if (!err)
-		err = strv_dup(&a, h->name);
+		err = strv_dup(a, h->name);
 	sb_add(&b, "cd ");
 	sb_addq(&b, c->cwd);
 	sb_add(&b, " && umask 077 && mkdir ");
@@ -522,46 +499,17 @@ joiner_secret(const struct ctx *c, const struct host *h, const char *dir)
 	sb_add(&b, "/secret");
 	line = sb_take(&b);
 	if (!err)
-		err = strv_add(&a, line); /* (takes it, NULL included) */
+		err = strv_add(a, line); /* (takes it, NULL included) */
 	else
 		free(line);
-	if (err)
-		goto fail;
-	if (pipe2(pi, O_CLOEXEC) < 0 || (pid = fork()) < 0) {
-		err = dt__fail(DT_ESYS, "writing its secret file: %s",
-		               strerror(errno));
-		goto fail;
+	if (err) {
+		strv_free(a);
+		return err;
 	}
-	if (pid == 0) {
-		sigset_t none;
-
-		setpgid(0, 0); /* (killed as a group past the deadline) */
-		sigemptyset(&none);
-		sigprocmask(SIG_SETMASK, &none, NULL);
-		dup2(pi[0], 0);
-		execvp(a.v[0], a.v);
-		_exit(127);
-	}
-	setpgid(pid, pid);
-	close(pi[0]);
-	pi[0] = -1;
-	/* (a line, less than PIPE_BUF: the pipe takes it at once, unless
-	 * ssh has already failed and gone, which its status says) */
-	wrote = write(pi[1], c->secret_line, len) == (ssize_t)len;
-	close(pi[1]);
-	pi[1] = -1;
-	if (wait_until(pid, dt__now_ns() + JOINER_SECRET_S * NS_PER_S) ||
-	    !wrote)
-		err = dt__fail(DT_ESYS,
-		               "writing its secret file over ssh failed (or "
-		               "took over %d s)",
-		               JOINER_SECRET_S);
-fail:
-	for (int k = 0; k < 2; k++)
-		if (pi[k] >= 0)
-			close(pi[k]);
-	strv_free(&a);
-	return err;
+	p->pre_stdin = c->secret_line;
+	p->pre_what = "writing its secret file over ssh";
+	p->pre_timeout_s = JOINER_SECRET_S;
+	return DT_OK;
 }
 
 /* A worker that --host-discovery-script's listing brings to host: only a
@@ -581,7 +529,7 @@ ssh_joiner(struct proc *p, const struct ctx *c, const struct hosts *h,
 			if (asprintf(&dir, "%s-%zu-w%ld", c->remote_secret_dir,
 			             k, number) < 0)
 				return dt__fail(DT_ENOMEM, "out of memory");
-			err = joiner_secret(c, &h->h[k], dir);
+			err = joiner_secret(p, c, &h->h[k], dir);
 			free(dir);
 			if (err)
 				return err;

@@ -267,17 +267,18 @@ start_worker(struct run *r, struct dl_discover *d, const char *host)
 		                            d->o->cmd, (size_t)d->o->ncmd))) {
 			struct dhost *k = known_host(d, host, 1);
 
-			/* (after a failed secret file, the next try gets a
-			 * number of its own: a directory made part-way stays
-			 * until the job's end) */
+			/* (a failure to prepare it takes a number too: the
+			 * next try gets a directory of its own) */
 			if (err != DT_EINVAL)
 				d->started++;
 			strv_free(&p->argv);
+			strv_free(&p->pre_argv);
 			strv_free(&p->env);
 			memset(p, 0, sizeof(*p));
 			/* A host it cannot use at all is left out at once;
-			 * one it failed to prepare (its secret file) counts
-			 * as a failed worker. */
+			 * one it failed to prepare counts as a failed worker
+			 * (as does one whose secret file cannot be written:
+			 * its process exits 1 before it is the worker). */
 			if (k && err != DT_EINVAL && !k->black) {
 				say("a worker for host %s: %s", host,
 				    dt_errmsg());

@@ -163,6 +163,14 @@ struct proc {
 	const char *exec_path;  /* path to exec, NULL: search argv[0] */
 	const char *secret_env; /* "DTRAIN_SECRET=..." added unseen, or NULL */
 	const char *stdin_data; /* written to the process's stdin, or NULL */
+	/* A command run to its end first, in the process's own child (so
+	 * the launcher never waits for it): pre_stdin on its input, at
+	 * most pre_timeout_s; if it fails the process exits 1 instead of
+	 * running argv (ssh's joiners: their secret file). */
+	struct strv pre_argv;
+	const char *pre_stdin;
+	const char *pre_what; /* what it does, for the failure's line */
+	int pre_timeout_s;
 	struct strv argv;
 	struct strv env; /* K=V added to the launcher's environment */
 	pid_t pid;       /* 0 until started */

@@ -19,6 +19,7 @@ procs_free(struct proc *p, size_t n)
 {
 	for (size_t i = 0; i < n; i++) {
 		strv_free(&p[i].argv);
+		strv_free(&p[i].pre_argv);
 		strv_free(&p[i].env);
 		for (int k = 0; k < 2; k++) {
 			if (p[i].out[k].fd >= 0)

@@ -23,6 +23,7 @@
 #include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "cli/launch/launch.h"
@@ -267,8 +268,53 @@ build_envp(const struct strv *add, const char *extra)
 	return envp;
 }
 
+/*
+ * In the child, before its exec: run p's pre_argv to its end, its input
+ * p->pre_stdin, within p->pre_timeout_s (killed past it). The command
+ * stays in the child's process group and session, so stopping the
+ * process stops it too. 0 when it exited 0.
+ */
+static int
+run_pre(const struct proc *p)
+{
+	uint64_t end = dt__now_ns() + (uint64_t)p->pre_timeout_s * NS_PER_S;
+	size_t len = p->pre_stdin ? strlen(p->pre_stdin) : 0;
+	int pi[2], status = 0, wrote;
+	pid_t pid, got;
+
+	if (pipe2(pi, O_CLOEXEC) < 0 || (pid = fork()) < 0)
+		return -1;
+	if (pid == 0) {
+		dup2(pi[0], 0);
+		execvp(p->pre_argv.v[0], p->pre_argv.v);
+		_exit(127);
+	}
+	close(pi[0]);
+	/* (a line, less than PIPE_BUF: the pipe takes it at once, unless
+	 * the command has already failed and gone, which its status says) */
+	wrote = len == 0 || write(pi[1], p->pre_stdin, len) == (ssize_t)len;
+	close(pi[1]);
+	while ((got = waitpid(pid, &status, WNOHANG)) == 0 ||
+	       (got < 0 && errno == EINTR)) {
+		struct timespec ts = {0, 10 * 1000 * 1000};
+
+		if (dt__now_ns() >= end) {
+			kill(pid, SIGKILL);
+			while (waitpid(pid, &status, 0) < 0 && errno == EINTR)
+				;
+			return -1;
+		}
+		nanosleep(&ts, NULL);
+	}
+	return got == pid && wrote && WIFEXITED(status) &&
+	               WEXITSTATUS(status) == 0
+	           ? 0
+	           : -1;
+}
+
 /* In the child: become a session leader, die with the launcher, wire the
- * pipes, undo the launcher's signal settings, exec. Never returns. */
+ * pipes, run the command that comes first (if any), undo the launcher's
+ * signal settings, exec. Never returns. */
 static void
 child_exec(const struct run *r, const struct proc *p, char **envp, int ifd,
            int ofd, int efd)
@@ -292,11 +338,23 @@ child_exec(const struct run *r, const struct proc *p, char **envp, int ifd,
 	if (p->is_scheduler && r->listen_fd >= 0)
 		fcntl(r->listen_fd, F_SETFD, 0);
 	sigaction(SIGPIPE, &r->old_pipe, NULL);
-	sigaction(SIGCHLD, &r->old_chld, NULL);
+	/* (the default until the command that comes first is waited for) */
+	signal(SIGCHLD, SIG_DFL);
 	sigaction(SIGTERM, &r->old_term, NULL);
 	/* (A limit the launcher raised for the job stays raised: the
 	 * scheduler of a big job needs a descriptor per node.) */
 	sigprocmask(SIG_SETMASK, &r->orig_mask, NULL);
+	/* (after the signals' reset: a stop's SIGTERM ends it meanwhile) */
+	if (p->pre_argv.n && run_pre(p) != 0) {
+		snprintf(msg, sizeof(msg),
+		         "dtrain launch: %s failed (or took over %d s)\n",
+		         p->pre_what ? p->pre_what : p->pre_argv.v[0],
+		         p->pre_timeout_s);
+		if (write(2, msg, strlen(msg)) < 0)
+			_exit(1);
+		_exit(1);
+	}
+	sigaction(SIGCHLD, &r->old_chld, NULL);
 	if (p->exec_path)
 		execve(p->exec_path, p->argv.v, envp);
 	else
