@@ -82,6 +82,13 @@ port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); p
 		DMLC_ROLE=worker DMLC_WORKER_ID=$w DTRAIN_NODE_TOKEN=$(tok) timeout 100 "${LIN[@]}" >"$tmp/h_w$w.log" 2>&1 &
 	done
 	wait_for "$tmp/h_w0.log" "Epoch\[3\] Train" || fail "by hand: no progress"
+	# (its first checkpoint on disk: a loaded machine may write it late,
+	# and a server killed before it rightly starts empty)
+	for _ in $(seq $(($(kill_wait) * 50))); do
+		[ -f "$tmp/ck/server-0.ckpt" ] && break
+		sleep 0.02
+	done
+	[ -f "$tmp/ck/server-0.ckpt" ] || fail "by hand: server 0 wrote no checkpoint"
 	# The new server asks first (as an engine may, before the old one's
 	# end is noticed): it is held until the loss is, then takes the place.
 	old=$(pid_of server 0)
