@@ -39,15 +39,22 @@ struct dt_watch {
 	uint64_t interval_ns; /* 0: send none */
 	uint64_t timeout_ns;  /* 0: judge none */
 	uint64_t tick_ns;
-	dt_conn **cs; /* (watch thread) a round's connections */
-	int cap;
+	dt_conn **cs; /* (watch thread) a round's connections, */
+	int *ids;     /* ...and their peers' node ids */
+	int ncs;      /* room in both */
+	int cap;      /* the job's node ids (the scheduler watches them all) */
 	pthread_t thread;
 	pthread_mutex_t mu;
-	pthread_cond_t cv;   /* CLOCK_MONOTONIC */
-	int stop;            /* (mu) */
-	int joined;          /* the thread is gone (dt__watch_stop) */
-	uint64_t *lost_at;   /* (mu) by node id: a peer's connection closed;
-	                        its loss is told then (0: none) */
+	pthread_cond_t cv; /* CLOCK_MONOTONIC */
+	int stop;          /* (mu) */
+	int joined;        /* the thread is gone (dt__watch_stop) */
+	/* (mu) peers whose connection closed, and when their loss is told
+	 * (a few at a time: a list, not an array by node id) */
+	struct lost {
+		int id;
+		uint64_t at;
+	} * lost;
+	int nlost, lost_cap;
 	uint64_t stats_ns;   /* the counters' line every stats_ns (0: none) */
 	dt__stats_mark mark; /* (watch thread) where the last line ended */
 };
@@ -117,28 +124,82 @@ describe(dt_node *n, int id, dt_conn *c, char *out, size_t cap)
 		snprintf(out, cap, "%s (at %s)", name, dt__conn_addr(c));
 }
 
-/* The connections this node watches, by node id (NULL where none), in
- * out[0..cap); the count. *judge = 0 while the scheduler has not assigned
- * ranks: it then beats the joiners (who watch it) but judges nobody. */
+/* Room for k connections in w->cs and w->ids; 0 without memory. */
 static int
-targets(dt_node *n, dt_conn **out, int cap, int *judge, int *self)
+room_for(struct dt_watch *w, int k)
 {
-	int k;
+	dt_conn **cs;
+	int *ids;
 
+	if (k <= w->ncs)
+		return 1;
+	k += 16;
+	if ((cs = realloc(w->cs, sizeof(*cs) * (size_t)k)) == NULL)
+		return 0;
+	w->cs = cs;
+	if ((ids = realloc(w->ids, sizeof(*ids) * (size_t)k)) == NULL)
+		return 0;
+	w->ids = ids;
+	w->ncs = k;
+	return 1;
+}
+
+/*
+ * A member's watched connections: the scheduler's (id 0) and the one of
+ * each peer that is that peer's now, found among the van's open
+ * connections: the work is what the node holds, not the job's size. The
+ * count (w->cs and w->ids).
+ */
+static int
+member_targets(struct dt_watch *w, int *self)
+{
+	dt_node *n = w->n;
+	int k, m = 0;
+
+	while ((k = dt__van_open_conns(n->van, w->cs, w->ncs)) > w->ncs)
+		if (!room_for(w, k)) {
+			k = w->ncs;
+			break;
+		}
 	pthread_mutex_lock(&n->mu);
-	*judge = 1;
 	*self = n->id;
-	if (n->role == DT_ROLE_SCHEDULER) {
-		k = dt__sched_watch_list(n, out, cap, judge);
-	} else {
-		out[0] = __atomic_load_n(&n->root, __ATOMIC_ACQUIRE);
-		k = 1;
-		for (int id = 1; n->have_table && id < n->ntable && id < cap;
-		     id++, k++)
-			out[id] =
-			    __atomic_load_n(&n->peers[id], __ATOMIC_ACQUIRE);
+	for (int i = 0; i < k; i++) {
+		dt_conn *c = w->cs[i];
+		int id = c == __atomic_load_n(&n->root, __ATOMIC_ACQUIRE)
+		             ? 0
+		             : dt__conn_peer(c);
+
+		if (id > 0 &&
+		    (!n->have_table || id >= n->ntable ||
+		     __atomic_load_n(&n->peers[id], __ATOMIC_ACQUIRE) != c))
+			continue;
+		if (id < 0)
+			continue;
+		w->cs[m] = c;
+		w->ids[m++] = id;
 	}
 	pthread_mutex_unlock(&n->mu);
+	return m;
+}
+
+/* The connections this node watches (w->cs, their ids in w->ids); the
+ * count. *judge = 0 while the scheduler has not assigned ranks: it then
+ * beats the joiners (who watch it) but judges nobody. */
+static int
+targets(struct dt_watch *w, int *judge, int *self)
+{
+	dt_node *n = w->n;
+	int k;
+
+	*judge = 1;
+	if (n->role != DT_ROLE_SCHEDULER)
+		return member_targets(w, self);
+	pthread_mutex_lock(&n->mu);
+	*self = n->id;
+	k = dt__sched_watch_list(n, w->cs, w->ncs, judge);
+	pthread_mutex_unlock(&n->mu);
+	for (int i = 0; i < k; i++)
+		w->ids[i] = *judge ? i : 0;
 	return k;
 }
 
@@ -188,7 +249,7 @@ beat_held(struct dt_watch *w)
 	int k, sent;
 
 	pthread_mutex_lock(&n->mu);
-	k = dt__sched_held_list(n, w->cs, w->cap);
+	k = dt__sched_held_list(n, w->cs, w->ncs);
 	pthread_mutex_unlock(&n->mu);
 	for (int i = 0; i < k; i++)
 		if (w->cs[i] && dt__conn_is_open(w->cs[i]))
@@ -200,7 +261,7 @@ round_of(struct dt_watch *w, int beat)
 {
 	dt_node *n = w->n;
 	uint64_t now = dt__now_ns();
-	int judging, self, k = targets(n, w->cs, w->cap, &judging, &self);
+	int judging, self, k = targets(w, &judging, &self);
 
 	for (int i = 0; i < k; i++) {
 		dt_conn *c = w->cs[i];
@@ -212,11 +273,11 @@ round_of(struct dt_watch *w, int beat)
 			dt_msg_hdr h = {.cmd = DT_CMD_HEARTBEAT};
 
 			h.sender = (uint32_t)(self < 0 ? 0 : self);
-			h.recver = (uint32_t)(judging ? i : 0);
+			h.recver = (uint32_t)(judging ? w->ids[i] : 0);
 			(void)dt__van_beat(n->van, c, &h, &sent);
 		}
 		if (judging && w->timeout_ns)
-			judge(w, i, c, now);
+			judge(w, w->ids[i], c, now);
 	}
 	if (beat && n->role == DT_ROLE_SCHEDULER)
 		beat_held(w);
@@ -241,26 +302,31 @@ dt__watch_root_silent(dt_node *n, char *why, size_t cap)
 	return 1;
 }
 
-/* The losses whose time has come (mu held; let go while telling). */
+/* The losses whose time has come (mu held; let go while telling); when
+ * the next one is due. */
 static uint64_t
 tell_losses(struct dt_watch *w, uint64_t now)
 {
 	uint64_t next = UINT64_MAX;
 
-	for (int id = 0; id < w->cap; id++) {
-		if (w->lost_at[id] == 0)
-			continue;
-		if (w->lost_at[id] > now) {
-			next = w->lost_at[id] < next ? w->lost_at[id] : next;
+	for (int i = 0; i < w->nlost;) {
+		int id = w->lost[i].id;
+
+		if (w->lost[i].at > now) {
+			next = w->lost[i].at < next ? w->lost[i].at : next;
+			i++;
 			continue;
 		}
-		w->lost_at[id] = 0;
+		w->lost[i] = w->lost[--w->nlost];
 		pthread_mutex_unlock(&w->mu);
 		/* (the scheduler's abort, if one came meanwhile, has failed
 		 * everything already, with its reason) */
 		if (dt__node_check(w->n) == DT_OK)
 			dt__node_fail_apps(w->n, id, DT_EPEER);
 		pthread_mutex_lock(&w->mu);
+		/* (the list may have changed meanwhile: look again) */
+		i = 0;
+		next = UINT64_MAX;
 	}
 	return next;
 }
@@ -319,8 +385,24 @@ dt__watch_defer_loss(dt_node *n, int peer)
 		pthread_mutex_unlock(&w->mu);
 		return 0;
 	}
-	if (w->lost_at[peer] == 0)
-		w->lost_at[peer] = dt__now_ns() + grace;
+	int known = 0;
+
+	for (int i = 0; i < w->nlost && !known; i++)
+		known = w->lost[i].id == peer;
+	if (!known && w->nlost == w->lost_cap) {
+		int cap = w->lost_cap ? 2 * w->lost_cap : 8;
+		struct lost *l = realloc(w->lost, sizeof(*l) * (size_t)cap);
+
+		if (l == NULL) {
+			pthread_mutex_unlock(&w->mu);
+			return 0; /* (told at once instead) */
+		}
+		w->lost = l;
+		w->lost_cap = cap;
+	}
+	if (!known)
+		w->lost[w->nlost++] =
+		    (struct lost){.id = peer, .at = dt__now_ns() + grace};
 	pthread_cond_broadcast(&w->cv);
 	pthread_mutex_unlock(&w->mu);
 	return 1;
@@ -339,10 +421,11 @@ dt__watch_start(dt_node *n)
 		return DT_ENOMEM;
 	w->n = n;
 	w->cap = 1 + n->num_servers + dt__elastic_slots(n);
-	if ((w->cs = dt__calloc((size_t)w->cap, sizeof(*w->cs))) == NULL ||
-	    (w->lost_at = dt__calloc((size_t)w->cap, sizeof(uint64_t))) ==
-	        NULL) {
+	/* (the scheduler watches every node; a member what it holds, grown
+	 * as needed) */
+	if (!room_for(w, n->role == DT_ROLE_SCHEDULER ? w->cap : 16)) {
 		free(w->cs);
+		free(w->ids);
 		free(w);
 		return DT_ENOMEM;
 	}
@@ -364,7 +447,8 @@ dt__watch_start(dt_node *n)
 		pthread_mutex_destroy(&w->mu);
 		pthread_cond_destroy(&w->cv);
 		free(w->cs);
-		free(w->lost_at);
+		free(w->ids);
+		free(w->lost);
 		free(w);
 		return dt__fail(DT_ESYS, "starting the heartbeat thread: %s",
 		                strerror(rc));
@@ -399,7 +483,8 @@ dt__watch_free(dt_node *n)
 	pthread_mutex_destroy(&w->mu);
 	pthread_cond_destroy(&w->cv);
 	free(w->cs);
-	free(w->lost_at);
+	free(w->ids);
+	free(w->lost);
 	free(w);
 	n->watch = NULL;
 }

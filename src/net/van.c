@@ -108,6 +108,23 @@ van_wake_io(dt_van *v)
 	}
 }
 
+int
+dt__van_open_conns(dt_van *v, dt_conn **out, int cap)
+{
+	int k = 0;
+
+	pthread_mutex_lock(&v->mu);
+	for (dt_conn *c = v->conns; c; c = c->next) {
+		if (!atomic_load_explicit(&c->open, memory_order_relaxed))
+			continue;
+		if (k < cap)
+			out[k] = c;
+		k++;
+	}
+	pthread_mutex_unlock(&v->mu);
+	return k;
+}
+
 /* Register c with the van's list and epoll. */
 dt_err
 van_conn_add(dt_van *v, dt_conn *c)

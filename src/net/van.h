@@ -184,6 +184,11 @@ dt_err dt__van_beat(dt_van *v, dt_conn *c, dt_msg_hdr *h, int *sent);
  */
 uint64_t dt__conn_silent_ns(const dt_conn *c, uint64_t now);
 
+/* The van's open connections: up to cap of them in out (a connection
+ * stays valid until dt__van_destroy, closed or not); returns how many are
+ * open, more than cap when they did not all fit. Any thread. */
+int dt__van_open_conns(dt_van *v, dt_conn **out, int cap);
+
 /* Close a connection (the on_close hook runs in the I/O thread). What
  * waits to be sent leaves first as far as the peer takes it at once; a
  * close never waits for a peer that does not read. */
