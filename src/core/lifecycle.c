@@ -248,15 +248,29 @@ peer_left(dt_node *n, int peer)
 static void
 say_bye(dt_node *n)
 {
+	dt_conn *few[64], **cs = few;
+	int k;
+
 	if (n->links || n->peers == NULL)
 		return;
-	for (int id = 1; id < n->ntable; id++) {
+	/* (the peers it holds a connection to, found among the van's open
+	 * ones: not a look at every node of the job) */
+	k = dt__van_open_conns(n->van, cs, (int)DT_ARRAY_LEN(few));
+	if (k > (int)DT_ARRAY_LEN(few) &&
+	    (cs = malloc(sizeof(*cs) * (size_t)k)) != NULL)
+		k = DT_MIN(k, dt__van_open_conns(n->van, cs, k));
+	else if (cs == NULL)
+		cs = few, k = (int)DT_ARRAY_LEN(few);
+	for (int i = 0; i < k; i++) {
 		dt_msg_hdr h = {.cmd = DT_CMD_BYE};
+		int id = dt__conn_peer(cs[i]);
 
-		if (id != n->id &&
-		    __atomic_load_n(&n->peers[id], __ATOMIC_ACQUIRE))
+		if (id > 0 && id < n->ntable && id != n->id &&
+		    __atomic_load_n(&n->peers[id], __ATOMIC_ACQUIRE) == cs[i])
 			(void)dt__node_send(n, id, &h, NULL, 0, NULL, 0);
 	}
+	if (cs != few)
+		free(cs);
 }
 
 void
@@ -573,7 +587,7 @@ dt_node_stop(dt_node *n)
 	/* (without links, a server's connection gone at the end is one lost
 	 * too, whichever thread saw it first) */
 	if (n->role == DT_ROLE_WORKER && n->peers && n->table && !n->links)
-		for (int id = 1; id < n->ntable; id++)
+		for (int id = 1; id <= n->num_servers && id < n->ntable; id++)
 			if (n->table[id].role == DT_ROLE_SERVER &&
 			    !__atomic_load_n(&n->peers[id], __ATOMIC_ACQUIRE))
 				dt__node_note_lost_server(n, id);
