@@ -159,11 +159,13 @@ dt__dir_send_assign(dt_node *n, dt_conn *c, int id, int here, uint64_t arg1,
 	err = dt__msg_assign_encode(&a, first, count, n->table + first, &w);
 	pthread_mutex_unlock(&n->mu);
 	if (err == DT_OK) {
+		/* (key 1: its place in the control tree follows, TREE) */
 		dt_msg_hdr h = {.cmd = DT_CMD_ASSIGN,
 		                .flags = DT_F_RESPONSE,
 		                .recver = (uint32_t)id,
 		                .arg1 = arg1,
-		                .arg2 = arg2};
+		                .arg2 = arg2,
+		                .key = n->tree_wait ? 1 : 0};
 
 		err = c ? dt__van_send(n->van, c, &h, w.data, (uint32_t)w.len,
 		                       NULL, 0)
