@@ -23,8 +23,10 @@
  * the same way, or a worker, which dials every server at its start.
  *
  * Threads and locks: n->tree is set once, by the I/O thread under
- * node->mu before the node's start goes on (so later readers need no
- * lock); the open round's counts are guarded by node->mu. A round cannot
+ * node->mu (and with release order, for a sender on another thread that
+ * asks whether a peer is a tree neighbour) before the node's start goes
+ * on, so later readers need no lock; the open round's counts are guarded
+ * by node->mu. A round cannot
  * overlap the next: a child sends its next arrival only after the
  * release of this one, which its parent forwards only after it sent its
  * own aggregate, resetting its counts.
@@ -47,7 +49,9 @@ kid_of(const dt__tree_place *p, int id)
 int
 dt__tree_edge(const dt_node *n, int id)
 {
-	const dt__tree_place *p = n->tree;
+	/* (any thread that sends may ask, reach.c: the place is published
+	 * with release order) */
+	const dt__tree_place *p = __atomic_load_n(&n->tree, __ATOMIC_ACQUIRE);
 
 	return p && id > 0 && (p->parent == id || kid_of(p, id) >= 0);
 }
@@ -76,7 +80,7 @@ dt__tree_on_place(dt_node *n, dt_conn *c, const dt_msg *m)
 		return 0;
 	}
 	pthread_mutex_lock(&n->mu);
-	n->tree = p;
+	__atomic_store_n(&n->tree, p, __ATOMIC_RELEASE);
 	pthread_cond_broadcast(&n->cv);
 	pthread_mutex_unlock(&n->mu);
 	DT_LOG(1,
