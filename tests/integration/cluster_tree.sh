@@ -10,7 +10,10 @@
 #      child), where the star takes one per node.
 #   2. The same KV job (kv_check ckpt: dist_sync with sgd, 10 steps) with
 #      the star and with the tree: both end 0 with the same values, bit
-#      for bit, and the tree's barriers take fewer messages.
+#      for bit, and the tree's barriers take fewer messages. And kv_check
+#      sum over the tree, whose refusals on rank 0 (an init of another
+#      length, another optimizer) every worker must get from a barrier,
+#      named after worker 0.
 #   3. An interior worker (worker 1, parent of worker 5) killed with
 #      SIGKILL while its child waits in a barrier under it: every other
 #      process ends non-zero within 15 s, naming worker 1.
@@ -84,17 +87,24 @@ log "probe: ok"
 
 # ---- 2. a KV job, star and tree
 kv_job() {
-	local tag=$1
-	shift
-	spawn "$tag" env "$@" PS_VERBOSE=1 "$DTRAIN" launch -n 6 -s 2 \
-		--launcher local -- "$DTRAIN_BUILD/tests/progs/kv_check" ckpt 0 10
+	local tag=$1 min=$2
+	shift 2
+	spawn "$tag" env DTRAIN_CTRL_TREE_MIN="$min" PS_VERBOSE=1 "$DTRAIN" \
+		launch -n 6 -s 2 --launcher local -- \
+		"$DTRAIN_BUILD/tests/progs/kv_check" "$@"
 }
-kv_job kv.star DTRAIN_CTRL_TREE_MIN=256
+kv_job kv.star 256 ckpt 0 10
 star=$SPAWNED
-kv_job kv.tree DTRAIN_CTRL_TREE_MIN=1
+kv_job kv.tree 1 ckpt 0 10
 tree=$SPAWNED
+kv_job kv.sum 1 sum
+sum=$SPAWNED
 expect_exit "$star" 120 0 "kv: the job with the star"
 expect_exit "$tree" 120 0 "kv: the job with the tree"
+expect_exit "$sum" 120 0 "kv: kv_check sum over the tree"
+[ "$(grep -c "kv_check sum: worker passed" "$T_DIR/kv.sum.log")" -eq 6 ] ||
+	fail "kv.sum: not every worker passed"
+fewer_messages "$T_DIR/kv.sum.log" kv.sum 20
 for tag in kv.star kv.tree; do
 	[ "$(grep -c "kv_check ckpt: worker passed" "$T_DIR/$tag.log")" -eq 6 ] ||
 		fail "$tag: not every worker passed"
