@@ -18,15 +18,10 @@
 #include "common/util.h"
 #include "core/tree.h"
 
-typedef struct host_key {
-	const char *host;
-	int id;
-} host_key;
-
-static int
-cmp_host_key(const void *a, const void *b)
+int
+dt__host_key_cmp(const void *a, const void *b)
 {
-	const host_key *x = a, *y = b;
+	const dt__host_key *x = a, *y = b;
 	int c = strcmp(x->host, y->host);
 
 	return c ? c : (x->id > y->id) - (x->id < y->id);
@@ -56,7 +51,7 @@ dt__tree_free(dt__tree *t)
 static dt_err
 set_parents(const dt_node_entry *table, int count, int k, int *parent)
 {
-	host_key *v = malloc(sizeof(*v) * (size_t)count);
+	dt__host_key *v = malloc(sizeof(*v) * (size_t)count);
 	int *leader = malloc(sizeof(int) * (size_t)count);
 	int nv = 0, nl = 0;
 
@@ -66,8 +61,8 @@ set_parents(const dt_node_entry *table, int count, int k, int *parent)
 		return DT_ENOMEM;
 	}
 	for (int id = 1; id < count; id++)
-		v[nv++] = (host_key){table[id].host, id};
-	qsort(v, (size_t)nv, sizeof(*v), cmp_host_key);
+		v[nv++] = (dt__host_key){table[id].host, id};
+	qsort(v, (size_t)nv, sizeof(*v), dt__host_key_cmp);
 	parent[0] = -1;
 	for (int a = 0, b; a < nv; a = b) {
 		for (b = a + 1; b < nv && strcmp(v[a].host, v[b].host) == 0;

@@ -63,6 +63,15 @@ void dt__tree_free(dt__tree *t);
 /* Node id's place (id >= 1), read from the whole tree. */
 void dt__tree_place_of(const dt__tree *t, int id, dt__tree_place *p);
 
+/* A node id and its host's name, and their order: by host, then by id
+ * (the nodes of a host are then a run, its lowest id first). Shared with
+ * the scheduler's count of nodes per host (directory.c). */
+typedef struct dt__host_key {
+	const char *host;
+	int id;
+} dt__host_key;
+int dt__host_key_cmp(const void *a, const void *b);
+
 /* The count of a subtree's nodes in the barrier groups of mask
  * (DT_GROUP_SERVERS, DT_GROUP_WORKERS). */
 static inline int
