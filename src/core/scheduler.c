@@ -351,16 +351,19 @@ dt__sched_barrier_recheck(dt_node *n, int mask)
 	       "%llu messages",
 	       (unsigned long long)s->passed[mask], mask, size,
 	       (unsigned long long)msgs);
-	for (int id = 1; id < n->ntable; id++) {
-		/* (not to a worker an elastic job went on without; over the
-		 * tree, to the root's children whose subtree is in the
-		 * group, which pass it on) */
-		if (s->tree.count
-		        ? s->tree.parent[id] != 0 ||
-		              !dt__tree_in_mask(s->tree.servers[id],
-		                                s->tree.workers[id], mask)
-		        : !in_group(&n->table[id], mask) ||
-		              (n->elastic && left_elastic(n, id)))
+	/* (over the tree, to the root's children whose subtree is in the
+	 * group, which pass it on: k of them, not N) */
+	int tree = s->tree.count > 0;
+	int end = tree ? s->tree.nkids[0] : n->ntable;
+
+	for (int i = tree ? 0 : 1; i < end; i++) {
+		int id = tree ? s->tree.kids[s->tree.first[0] + i] : i;
+
+		/* (not to a worker an elastic job went on without) */
+		if (tree ? !dt__tree_in_mask(s->tree.servers[id],
+		                             s->tree.workers[id], mask)
+		         : !in_group(&n->table[id], mask) ||
+		               (n->elastic && left_elastic(n, id)))
 			continue;
 		dt_msg_hdr h = {.cmd = DT_CMD_BARRIER_DONE,
 		                .flags = DT_F_RESPONSE,
