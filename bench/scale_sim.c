@@ -16,7 +16,8 @@
  * clock, ns), each node's time in it (us), how many failed and the first
  * error, and the frames and bytes the nodes received from the scheduler
  * (node id 0) during it, and sent to it (dt_node_stats; heartbeats are
- * not counted there). End of input stops whatever nodes are left.
+ * not counted there); after the join, its nodes' ids. End of input stops
+ * whatever nodes are left.
  *
  *   scale_sim --workers 100 --servers 2 --barriers 3 --host 127.0.0.2
  *
@@ -52,6 +53,7 @@ typedef struct sim_node {
 	dt_role role;
 	dt_node *node;
 	int failed; /* 1 once a call failed: later phases skip it */
+	int id;     /* its node id once it joined (0: not joined) */
 	/* this phase */
 	uint64_t t_in, t_out;
 	uint64_t rx_msgs, rx_bytes, tx_msgs; /* from/to id 0, this phase */
@@ -129,6 +131,11 @@ run_phase(sim_node *s, int phase)
 		if ((err = dt_node_start(&cfg, &s->node)) != DT_OK) {
 			s->node = NULL;
 			fail_node(s, "join");
+		} else {
+			s->id = 1 + dt_node_rank(s->node) +
+			        (s->role == DT_ROLE_WORKER
+			             ? dt_node_num_servers(s->node)
+			             : 0);
 		}
 	} else if (phase < sim.nphases - 1) {
 		if ((err = dt_node_barrier(s->node, sim.groups)) != DT_OK)
@@ -256,6 +263,15 @@ report(int phase, uint64_t *lat)
 	       rxb, txm);
 	for (int i = 0; i < nlat; i++)
 		printf("%s%" PRIu64, i ? ", " : "", lat[i]);
+	/* (after the join, the node ids its nodes got: the driver works
+	 * out from them where the control tree's links are) */
+	if (phase == 0) {
+		printf("], \"ids\": [");
+		for (int i = 0, k = 0; i < sim.nnodes; i++)
+			if (sim.nodes[i].id > 0)
+				printf("%s%d", k++ ? ", " : "",
+				       sim.nodes[i].id);
+	}
 	printf("], \"error\": \"");
 	json_str(first ? first : "");
 	printf("\"}\n");

@@ -23,18 +23,28 @@ sockets (/proc), and prints per phase:
               bytes and frames each node received from the scheduler,
               and frames it sent it (the nodes' own counters, heartbeats
               not counted);
+  root_msgs   the messages the scheduler sent and received in the phase,
+              all nodes together (the same counters): a barrier's 2N
+              with the star, 2 x (the root's children) over the control
+              tree;
   p50_ms, p99_ms
               each node's time in the phase, across nodes;
-  model_s     spread + depth x (RTT_US + k x c): depth 1 and k = N (a
-              flat star at the scheduler), c the scheduler's CPU per node
-              in the phase (so k x c is its CPU time): what the phase
-              would take on a cluster of one node per host.
+  model_s     spread + depth x (RTT_US + k x c): with the star, depth 1
+              and k = N, c the scheduler's CPU per node in the phase (so
+              k x c is its CPU time); over the control tree (from
+              DTRAIN_CTRL_TREE_MIN nodes, 256), the tree's depth and its
+              most children of one node (the same rule as the scheduler's,
+              src/core/tree.c, from the ids the nodes report and their
+              processes' addresses as hosts), c the scheduler's CPU per
+              message it handled: what the phase would take on a cluster
+              of one node per host.
 
 and per size the memory (RSS growth since the processes started, before
 any node), descriptors and threads per node, and the sockets against
 those the nodes' partners explain (each node: its listener and its
 connection to the scheduler; a worker: one per server; a server: one per
-worker). Tables on standard output, then JSON lines (also in
+worker; over the control tree, one for each link between a node and its
+parent of the same role). Tables on standard output, then JSON lines (also in
 $OUT/scale_sim.jsonl).
 
 STOP_ONE=1 (the test's mode): after the join, SIGSTOP the last
@@ -62,6 +72,8 @@ BARRIERS = env_int("BARRIERS", 3)
 TIMEOUT = float(os.environ.get("TIMEOUT", 300))
 RTT_US = float(os.environ.get("RTT_US", 50))
 STOP_ONE = env_int("STOP_ONE", 0)
+TREE_MIN = env_int("DTRAIN_CTRL_TREE_MIN", 256)
+ARITY = env_int("DTRAIN_CTRL_ARITY", 16)
 TICK = os.sysconf("SC_CLK_TCK")
 
 
@@ -125,6 +137,44 @@ def proc_sample(pid):
     return o
 
 
+def tree_shape(owner, hosts, ns, n):
+    """The control tree the scheduler builds (src/core/tree.c), from each
+    node id's process (owner[id]) and its address (hosts[process]): the
+    nodes of a host under its lowest id, ARITY-ary; the hosts' leaders
+    ARITY-ary under the root. A parent's id is always below its child's.
+    Returns its depth, the most children of a node, the root's children,
+    and per process the sockets its links to parents or children of the
+    same role add (a worker's to a server, and back, exist anyway)."""
+    k = ARITY
+    parent = [-1] * (n + 1)
+    order = sorted((hosts[owner[i]], i) for i in range(1, n + 1))
+    leaders = []
+    a = 0
+    while a < len(order):
+        b = a
+        while b < len(order) and order[b][0] == order[a][0]:
+            b += 1
+        run = [x[1] for x in order[a:b]]
+        leaders.append(run[0])
+        for i in range(1, len(run)):
+            parent[run[i]] = run[(i - 1) // k]
+        a = b
+    leaders.sort()
+    for p, i in enumerate(leaders):
+        parent[i] = 0 if p < k else leaders[p // k - 1]
+    depth, kids = [0] * (n + 1), [0] * (n + 1)
+    extra = {}
+    for i in range(1, n + 1):
+        p = parent[i]
+        depth[i] = depth[p] + 1
+        kids[p] += 1
+        if p > 0 and (i <= ns) == (p <= ns):
+            for proc in (owner[i], owner[p]):
+                extra[proc] = extra.get(proc, 0) + 1
+    return {"depth": max(depth), "k_max": max(kids), "root_kids": kids[0],
+            "extra": extra}
+
+
 def load():
     with open("/proc/loadavg") as f:
         return " ".join(f.read().split()[:3])
@@ -133,11 +183,11 @@ def load():
 class Sim:
     def __init__(self, idx, w, s, env):
         self.idx, self.w, self.s = idx, w, s
+        self.host = f"127.0.0.{2 + idx % 250}"
         self.err = open(os.path.join(out, f"sim.{idx}.err"), "w")
         self.p = subprocess.Popen(
             [f"{build}/bench/scale_sim", "--workers", str(w), "--servers",
-             str(s), "--barriers", str(BARRIERS), "--host",
-             f"127.0.0.{2 + idx % 250}"],
+             str(s), "--barriers", str(BARRIERS), "--host", self.host],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.err,
             env=env)
         os.set_blocking(self.p.stdout.fileno(), False)
@@ -267,7 +317,7 @@ def kill_all(procs):
             p.wait()
 
 
-def phase_row(w, s, nsim, name, lines, cpu_ns, busy):
+def phase_row(w, s, nsim, name, lines, cpu_ns, busy, shape):
     n = w + s
     ok = [x for x in lines if x.get("ok")]
     lat = sorted(v for x in lines for v in x["lat_us"])
@@ -288,12 +338,19 @@ def phase_row(w, s, nsim, name, lines, cpu_ns, busy):
                    ("rx_root_msgs", "rx_msgs_per_node"),
                    ("tx_root_msgs", "tx_msgs_per_node")):
         o[col] = round(sum(x[k] for x in lines) / n, 1)
+    o["root_msgs"] = sum(x["rx_root_msgs"] + x["tx_root_msgs"]
+                         for x in lines)
     o["p50_ms"] = round(quantile(lat, 0.5) / 1e3, 3) if lat else None
     o["p99_ms"] = round(quantile(lat, 0.99) / 1e3, 3) if lat else None
-    if o.get("spread_s") is not None and cpu_ns is not None:
+    if o.get("spread_s") is not None and cpu_ns is not None and not shape:
         c = cpu_ns / 1e9 / n
         o["model_c_us"] = round(c * 1e6, 2)
         o["model_s"] = round(o["spread_s"] + 1 * (RTT_US * 1e-6 + n * c), 4)
+    elif o.get("spread_s") is not None and cpu_ns is not None:
+        c = cpu_ns / 1e9 / max(1, o["root_msgs"])
+        o["model_c_us"] = round(c * 1e6, 2)
+        o["model_s"] = round(o["spread_s"] + shape["depth"] * (
+            RTT_US * 1e-6 + shape["k_max"] * c), 4)
     errs = [x["error"] for x in lines if x.get("error")]
     if errs:
         o["error"] = errs[0][:300]
@@ -339,6 +396,7 @@ def run(w, s):
                "nodes": n, "procs": nsim, "phase": "all",
                "load_start": load()}
     rows = []
+    shape = None
     sched = Sched(env, w, s)
     procs = [sched.p]
     sims = []
@@ -383,7 +441,19 @@ def run(w, s):
             busy = None
             if m1[1] > m0[1]:
                 busy = 1 - (m1[0] - m0[0]) / (m1[1] - m0[1])
-            row = phase_row(w, s, nsim, name, lines, cpu, busy)
+            if name == "join" and n >= TREE_MIN and len(lines) == nsim:
+                owner = {i: j for j, x in enumerate(lines)
+                         for i in x.get("ids", [])}
+                if len(owner) == n:
+                    shape = tree_shape(owner, [sm.host for sm in live], s,
+                                       n)
+                    summary.update({"tree_depth": shape["depth"],
+                                    "tree_k_max": shape["k_max"],
+                                    "tree_root_kids": shape["root_kids"]})
+            # (the tree's model for its barriers; the join and the
+            # leaving are the scheduler's work with every node)
+            row = phase_row(w, s, nsim, name, lines, cpu, busy,
+                            shape if name.startswith("barrier") else None)
             rows.append(row)
             print(json.dumps(row), file=sys.stderr, flush=True)
             if name in ("join", phases[-2]):
@@ -394,11 +464,13 @@ def run(w, s):
                 summary["fds_per_node"] = round(tot["fds"] / n, 2)
                 summary["threads_per_node"] = round(tot["threads"] / n, 2)
                 summary["sockets"] = tot["sockets"]
+                tree = shape["extra"] if shape else {}
                 summary["sockets_expected"] = sum(
-                    expected_sockets(sm, w, s) for sm in sims)
-                summary["sockets_extra_max"] = max(
-                    sm.sample["sockets"] - expected_sockets(sm, w, s)
+                    expected_sockets(sm, w, s) + tree.get(sm.idx, 0)
                     for sm in sims)
+                summary["sockets_extra_max"] = max(
+                    sm.sample["sockets"] - expected_sockets(sm, w, s) -
+                    tree.get(sm.idx, 0) for sm in sims)
             if not done or row["failed"]:
                 summary["error"] = row.get("error") or (
                     f"{name}: not every simulator reported within "
@@ -482,20 +554,21 @@ def main():
             print(json.dumps(summary), file=sys.stderr, flush=True)
             allrows += rows
             sums.append(summary)
-    print("%6s %4s %4s %-9s %8s %8s %9s %5s %9s %7s %7s %8s %8s %8s %s" % (
+    print("%6s %4s %4s %-9s %8s %8s %9s %5s %9s %7s %7s %9s %8s %8s %8s %s" % (
         "W", "S", "P", "phase", "wall s", "spread s", "sched cpu", "busy",
-        "rx B/node", "rx msg", "tx msg", "p50 ms", "p99 ms", "model s",
-        "failed"))
+        "rx B/node", "rx msg", "tx msg", "root msgs", "p50 ms", "p99 ms",
+        "model s", "failed"))
     for o in allrows:
-        print("%6d %4d %4d %-9s %8s %8s %9s %5s %9s %7s %7s %8s %8s %8s %d" % (
-            o["workers"], o["servers"], o["procs"], o["phase"],
-            fmt(o, "wall_s", "%.3f"), fmt(o, "spread_s", "%.3f"),
-            fmt(o, "sched_cpu_s", "%.3f"), fmt(o, "busy", "%.2f"),
-            fmt(o, "rx_bytes_per_node", "%.0f"),
-            fmt(o, "rx_msgs_per_node", "%.1f"),
-            fmt(o, "tx_msgs_per_node", "%.1f"), fmt(o, "p50_ms", "%.2f"),
-            fmt(o, "p99_ms", "%.2f"), fmt(o, "model_s", "%.3f"),
-            o["failed"]))
+        print("%6d %4d %4d %-9s %8s %8s %9s %5s %9s %7s %7s %9s %8s %8s %8s %d"
+              % (o["workers"], o["servers"], o["procs"], o["phase"],
+                 fmt(o, "wall_s", "%.3f"), fmt(o, "spread_s", "%.3f"),
+                 fmt(o, "sched_cpu_s", "%.3f"), fmt(o, "busy", "%.2f"),
+                 fmt(o, "rx_bytes_per_node", "%.0f"),
+                 fmt(o, "rx_msgs_per_node", "%.1f"),
+                 fmt(o, "tx_msgs_per_node", "%.1f"),
+                 fmt(o, "root_msgs", "%d"), fmt(o, "p50_ms", "%.2f"),
+                 fmt(o, "p99_ms", "%.2f"), fmt(o, "model_s", "%.3f"),
+                 o["failed"]))
     print()
     print("%6s %4s %4s %9s %8s %9s %8s %8s %8s %7s %s" % (
         "W", "S", "P", "RSS KiB/n", "fds/n", "threads/n", "sockets",
@@ -507,6 +580,10 @@ def main():
             fmt(o, "threads_per_node", "%.2f"), fmt(o, "sockets", "%d"),
             fmt(o, "sockets_expected", "%d"), fmt(o, "total_s", "%.1f"),
             o.get("sched_exit"), o["load_start"], o["load_end"]))
+        if o.get("tree_depth"):
+            print("       control tree: depth %d, %d under the scheduler, "
+                  "at most %d children of a node" % (
+                      o["tree_depth"], o["tree_root_kids"], o["tree_k_max"]))
         if o.get("error"):
             print("       %s" % o["error"])
     print()

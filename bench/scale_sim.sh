@@ -15,7 +15,10 @@
 # Settings (environment): PER_PROC nodes per process (250), PROCS to
 # fix the count of processes instead, BARRIERS (3), TIMEOUT seconds per
 # phase (300), RTT_US the model's round trip per hop (50 us),
-# PS_HEARTBEAT_INTERVAL / PS_HEARTBEAT_TIMEOUT as for any job, OUT the
+# PS_HEARTBEAT_INTERVAL / PS_HEARTBEAT_TIMEOUT as for any job,
+# DTRAIN_CTRL_TREE_MIN / DTRAIN_CTRL_ARITY as for any job (the barriers
+# go over the control tree from 256 nodes; a larger minimum keeps the
+# star: the column "root msgs" compares them), OUT the
 # directory of the logs and scale_sim.jsonl (a new temporary one).
 # The bench raises the descriptor limit (ulimit -n) to the hard limit and
 # says what it got, with the machine's processors, threads-max, pid_max

@@ -253,9 +253,47 @@ fuzz_control_membership(const uint8_t *data, size_t size)
 	dt__wbuf_fini(&w);
 }
 
+/* TREE, as node 3 of a job of 2 servers and 5 workers (ids 1..7). */
+static void
+fuzz_control_tree(const uint8_t *data, size_t size)
+{
+	dt__tree_place p, q;
+	int sum_s = 0, sum_w = 1; /* (node 3: a worker) */
+	dt_wbuf w;
+	dt_err err;
+
+	dt__clear_error();
+	if ((err = dt__msg_tree_decode(data, size, 3, 2, 5, &p))) {
+		fuzz_control_failed(err);
+		return;
+	}
+	FUZZ_CHECK(p.parent >= 0 && p.parent <= 7 && p.parent != 3);
+	FUZZ_CHECK(p.nkids >= 0 && p.nkids <= 7);
+	for (int c = 0; c < p.nkids; c++) {
+		FUZZ_CHECK(p.kid[c].id >= 1 && p.kid[c].id <= 7 &&
+		           p.kid[c].id != 3 && p.kid[c].id != p.parent);
+		FUZZ_CHECK(c == 0 || p.kid[c].id > p.kid[c - 1].id);
+		FUZZ_CHECK(p.kid[c].servers >= 0 && p.kid[c].servers <= 2 &&
+		           p.kid[c].workers >= 0 && p.kid[c].workers <= 5 &&
+		           p.kid[c].servers + p.kid[c].workers >= 1);
+		sum_s += p.kid[c].servers;
+		sum_w += p.kid[c].workers;
+	}
+	FUZZ_CHECK(p.servers == sum_s && p.workers == sum_w);
+	FUZZ_CHECK(p.servers <= 2 && p.workers <= 5);
+	/* It encodes back to the same bytes. */
+	dt__wbuf_init(&w);
+	FUZZ_CHECK(dt__msg_tree_encode(&p, &w) == DT_OK);
+	FUZZ_CHECK(w.len == size && memcmp(w.data, data, size) == 0);
+	FUZZ_CHECK(dt__msg_tree_decode(w.data, w.len, 3, 2, 5, &q) == DT_OK);
+	FUZZ_CHECK(q.nkids == p.nkids && q.parent == p.parent);
+	dt__wbuf_fini(&w);
+}
+
 static int
 dt_fuzz_control_one(const uint8_t *data, size_t size)
 {
+	fuzz_control_tree(data, size);
 	fuzz_control_membership(data, size);
 	fuzz_control_add_node(data, size);
 	fuzz_control_assign(data, size);

@@ -176,6 +176,20 @@ SEEDS = {
         'assign_port_zero': assign(rows=entry(1, port=0) + entry(2)),
         'assign_known_2': assign(rows=entry(1, known=2) + entry(2)),
         'assign_trailing': assign() + b'\x00' * 7,
+        # TREE, for node 3 of a job of 2 servers and 5 workers (the
+        # fuzz target's): parent, subtree servers and workers, children
+        'tree_leaf': u32(1) + u32(0) + u32(1) + u32(0),
+        'tree_interior': (u32(0) + u32(1) + u32(3) + u32(2)
+                          + u32(2) + u32(1) + u32(1) + u32(4) + u32(0) + u32(1)),
+        'tree_parent_self': u32(3) + u32(0) + u32(1) + u32(0),
+        'tree_parent_past_job': u32(8) + u32(0) + u32(1) + u32(0),
+        'tree_child_self': u32(1) + u32(0) + u32(2) + u32(1) + u32(3) + u32(0) + u32(1),
+        'tree_children_descend': (u32(1) + u32(0) + u32(3) + u32(2)
+                                  + u32(5) + u32(0) + u32(1) + u32(4) + u32(0) + u32(1)),
+        'tree_child_empty': u32(1) + u32(0) + u32(1) + u32(1) + u32(4) + u32(0) + u32(0),
+        'tree_counts_off': u32(1) + u32(0) + u32(5) + u32(1) + u32(4) + u32(0) + u32(1),
+        'tree_children_huge': u32(1) + u32(0) + u32(1) + u32(0xffffffff),
+        'tree_trailing': u32(1) + u32(0) + u32(1) + u32(0) + b'\x00' * 3,
         'lookup_request': u32(3) + u32(4),
         'lookup_request_zero': u32(0) + u32(1),
         'lookup_request_empty': u32(3) + u32(0),

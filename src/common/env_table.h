@@ -83,6 +83,8 @@ X(DTRAIN_MPIRUN, "mpirun", U, "the mpirun command of --launcher mpi") \
 X(DTRAIN_SRUN, "srun", U, "the srun command of --launcher slurm") \
 X(DTRAIN_RANK_WRAP, "1", U, "0: under mpirun or srun, ranks run without the dtrain rank-exec wrapper") \
 X(DTRAIN_RSVG, "rsvg-convert", U, "the SVG to PNG converter of dtrain plot") \
+X(DTRAIN_CTRL_TREE_MIN, "256", U, "servers and workers from which a job's barriers go over a host-aware tree of nodes rooted at the scheduler (not in elastic jobs, nor with PS_RESEND or DTRAIN_RECOVER); 1 to 2000000") \
+X(DTRAIN_CTRL_ARITY, "16", U, "children of each node of that tree (2 to 64; a host's leader has up to twice as many)") \
 X(DT_CONNECT_TIMEOUT, "60", U, "seconds to keep retrying the scheduler and peers") \
 X(DT_JOIN_TIMEOUT, "300", U, "seconds the scheduler waits for every node to join") \
 X(DT_END_TIMEOUT, "30", U, "seconds the scheduler waits for the servers to leave at the end") \

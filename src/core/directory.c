@@ -75,24 +75,10 @@ dt__dir_learn(dt_node *n, int id, const char *host, int port, int pid,
 
 /* ---- The scheduler's side ---- */
 
-typedef struct host_id {
-	const char *host;
-	int id;
-} host_id;
-
-static int
-cmp_host(const void *a, const void *b)
-{
-	const host_id *x = a, *y = b;
-	int c = strcmp(x->host, y->host);
-
-	return c ? c : (x->id > y->id) - (x->id < y->id);
-}
-
 dt_err
 dt__dir_host_counts(dt_node *n, int *here)
 {
-	host_id *v = malloc(sizeof(*v) * (size_t)n->ntable);
+	dt__host_key *v = malloc(sizeof(*v) * (size_t)n->ntable);
 	int count = 0;
 
 	if (v == NULL)
@@ -102,10 +88,10 @@ dt__dir_host_counts(dt_node *n, int *here)
 	for (int k = 1; k < n->ntable; k++) {
 		here[k] = 0;
 		if (n->table[k].known)
-			v[count++] = (host_id){n->table[k].host, k};
+			v[count++] = (dt__host_key){n->table[k].host, k};
 	}
 	here[0] = 0;
-	qsort(v, (size_t)count, sizeof(*v), cmp_host);
+	qsort(v, (size_t)count, sizeof(*v), dt__host_key_cmp);
 	for (int a = 0, b; a < count; a = b) {
 		for (b = a + 1; b < count && strcmp(v[a].host, v[b].host) == 0;
 		     b++)
@@ -159,11 +145,13 @@ dt__dir_send_assign(dt_node *n, dt_conn *c, int id, int here, uint64_t arg1,
 	err = dt__msg_assign_encode(&a, first, count, n->table + first, &w);
 	pthread_mutex_unlock(&n->mu);
 	if (err == DT_OK) {
+		/* (key 1: its place in the control tree follows, TREE) */
 		dt_msg_hdr h = {.cmd = DT_CMD_ASSIGN,
 		                .flags = DT_F_RESPONSE,
 		                .recver = (uint32_t)id,
 		                .arg1 = arg1,
-		                .arg2 = arg2};
+		                .arg2 = arg2,
+		                .key = n->tree_wait ? 1 : 0};
 
 		err = c ? dt__van_send(n->van, c, &h, w.data, (uint32_t)w.len,
 		                       NULL, 0)

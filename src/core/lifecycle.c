@@ -360,6 +360,7 @@ node_free(dt_node *n)
 	dt__elastic_free(n);
 	free(n->table);
 	free(n->early);
+	free(n->tree);
 	free(n->peers);
 	free(n->said_bye);
 	free(n->ctr);

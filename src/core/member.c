@@ -12,7 +12,8 @@
  *      dials the workers of lower rank as well (recovery);
  *   4. start the apps meant for this role, then pass the start-up barrier
  *      over all nodes.
- * Then the control messages of a running job: barriers, TERMINATE, ABORT.
+ * Then the control messages of a running job: barriers (over the control
+ * tree in a large job: tree_barrier.c), TERMINATE, ABORT.
  */
 #include <stdarg.h>
 #include <stdio.h>
@@ -71,7 +72,7 @@ park_hello(dt_node *n, dt_conn *c, const dt_msg *m)
 	int kept = 0;
 
 	pthread_mutex_lock(&n->mu);
-	if (!n->have_table &&
+	if ((!n->have_table || (n->tree_wait && n->tree == NULL)) &&
 	    n->nearly < n->cfg.num_servers + dt__elastic_slots(n)) {
 		if (n->nearly == n->early_cap) {
 			int cap = n->early_cap ? 2 * n->early_cap : 16;
@@ -148,6 +149,8 @@ on_assign(dt_node *n, dt_conn *c, dt_msg *m)
 	n->rejoined = m->hdr.arg2 != 0;
 	/* arg1: this worker joins a running elastic job */
 	n->el_joiner = n->elastic && m->hdr.arg1 == 1;
+	/* key 1: the node's place in the control tree follows (TREE) */
+	n->tree_wait = m->hdr.key == 1 && !n->elastic && !n->rejoined;
 	if ((err = dt__link_create(n)) != DT_OK ||
 	    (err = dt__reach_create(n)) != DT_OK) {
 		dt__node_set_fatal(n, err, "cannot join the cluster: %s",
@@ -158,7 +161,10 @@ on_assign(dt_node *n, dt_conn *c, dt_msg *m)
 	n->have_table = 1;
 	pthread_cond_broadcast(&n->cv);
 	pthread_mutex_unlock(&n->mu);
-	answer_early(n);
+	/* (with a TREE to come, the HELLOs wait for it: a server's child
+	 * server is known by it) */
+	if (!n->tree_wait)
+		answer_early(n);
 }
 
 /* A worker's HELLO: its first connection to this node, a worker that dials
@@ -314,6 +320,13 @@ dt__member_on_msg(dt_node *n, dt_conn *c, dt_msg *m)
 	case DT_CMD_LOOKUP:
 		dt__dir_on_answer(n, c, m);
 		return;
+	case DT_CMD_TREE:
+		if (dt__tree_on_place(n, c, m))
+			answer_early(n);
+		return;
+	case DT_CMD_BARRIER:
+		dt__tree_on_barrier(n, c, m);
+		return;
 	case DT_CMD_HELLO:
 		on_hello(n, c, m);
 		return;
@@ -326,7 +339,14 @@ dt__member_on_msg(dt_node *n, dt_conn *c, dt_msg *m)
 		pthread_mutex_unlock(&n->mu);
 		return;
 	case DT_CMD_BARRIER_DONE:
-		if (m->hdr.arg0 < 1 || m->hdr.arg0 > 7 || dt__conn_peer(c) != 0)
+		if (m->hdr.arg0 < 1 || m->hdr.arg0 > 7)
+			return;
+		/* (from the scheduler, or over the tree from the parent,
+		 * which this node forwards to its children) */
+		if (n->tree ? !dt__tree_on_done(n, c, m)
+		            : dt__conn_peer(c) != 0)
+			return;
+		if (!(m->hdr.arg0 & (uint64_t)role_group(n->role)))
 			return;
 		pthread_mutex_lock(&n->mu);
 		n->barrier_err[m->hdr.arg0] =
@@ -440,8 +460,12 @@ dt__node_barrier_status(dt_node *n, int groups, dt_err mine, const char *msg)
 	char text[256];
 
 	snprintf(text, sizeof(text), "%s", mine && msg ? msg : "");
-	if ((err = dt__node_send(n, 0, &h, text, (uint32_t)strlen(text), NULL,
-	                         0)))
+	/* (over the control tree: counted here, sent on when this node's
+	 * subtree is whole, tree_barrier.c) */
+	err = n->tree ? dt__tree_arrive(n, groups, mine, msg)
+	              : dt__node_send(n, 0, &h, text, (uint32_t)strlen(text),
+	                              NULL, 0);
+	if (err)
 		return err;
 	err = dt__node_wait_count(n, &n->barrier_done[groups], 1, want,
 	                          dt__now_ns() + n->wait_ns, "a barrier");
@@ -623,6 +647,10 @@ dt__member_start(dt_node *n)
 	}
 	if ((err = dt__node_wait_count(n, &n->hello_acks, 0, (uint64_t)need,
 	                               deadline, "peers to answer HELLO")))
+		return err;
+	/* (the control tree's edge to the parent, before the start-up
+	 * barrier goes over it) */
+	if ((err = dt__tree_join(n)))
 		return err;
 	if ((err = dt__apps_start(n)))
 		return err;

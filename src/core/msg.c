@@ -268,6 +268,94 @@ dt__msg_assign_decode(const void *meta, size_t len, dt__msg_assign *a,
 }
 
 dt_err
+dt__msg_tree_encode(const dt__tree_place *p, dt_wbuf *w)
+{
+	dt__wbuf_u32(w, (uint32_t)p->parent);
+	dt__wbuf_u32(w, (uint32_t)p->servers);
+	dt__wbuf_u32(w, (uint32_t)p->workers);
+	dt__wbuf_u32(w, (uint32_t)p->nkids);
+	for (int c = 0; c < p->nkids; c++) {
+		dt__wbuf_u32(w, (uint32_t)p->kid[c].id);
+		dt__wbuf_u32(w, (uint32_t)p->kid[c].servers);
+		dt__wbuf_u32(w, (uint32_t)p->kid[c].workers);
+	}
+	return dt__wbuf_err(w);
+}
+
+/* One child of a TREE: in the job, not self nor the parent, after the
+ * one before, its subtree not empty and within the job. */
+static dt_err
+tree_kid_check(const dt__tree_place *p, int c, int self, uint32_t ntable,
+               uint32_t ns, uint32_t nw, uint32_t id, uint32_t s, uint32_t w)
+{
+	if (id < 1 || id >= ntable || (int)id == self || (int)id == p->parent ||
+	    (c > 0 && (int)id <= p->kid[c - 1].id))
+		return dt__fail(DT_EPROTO,
+		                "TREE: child %d is node %u (node %d of %u, "
+		                "parent %d)",
+		                c, id, self, ntable - 1, p->parent);
+	if (s > ns || w > nw || s + w == 0)
+		return dt__fail(DT_EPROTO,
+		                "TREE: child %u's subtree of %u servers and %u "
+		                "workers (job: %u and %u)",
+		                id, s, w, ns, nw);
+	return DT_OK;
+}
+
+dt_err
+dt__msg_tree_decode(const void *meta, size_t len, int self, int num_servers,
+                    int num_workers, dt__tree_place *p)
+{
+	uint32_t ntable = 1 + (uint32_t)num_servers + (uint32_t)num_workers;
+	uint32_t ns = (uint32_t)num_servers, nw = (uint32_t)num_workers;
+	uint32_t parent, s, w, nkids;
+	uint64_t sum_s, sum_w;
+	dt_rbuf r;
+	dt_err err;
+
+	memset(p, 0, sizeof(*p));
+	dt__rbuf_init(&r, meta, len);
+	parent = dt__rbuf_u32(&r);
+	s = dt__rbuf_u32(&r);
+	w = dt__rbuf_u32(&r);
+	nkids = dt__rbuf_u32(&r);
+	if ((err = dt__rbuf_err(&r, "TREE")))
+		return err;
+	if (parent >= ntable || (int)parent == self)
+		return dt__fail(DT_EPROTO, "TREE: parent %u of node %d (of %u)",
+		                parent, self, ntable - 1);
+	if (nkids > DT_TREE_KIDS_MAX || len != 16 + 12 * (size_t)nkids)
+		return dt__fail(DT_EPROTO,
+		                "TREE: %u children in %zu bytes (at most %d, "
+		                "12 bytes each after 16)",
+		                nkids, len, DT_TREE_KIDS_MAX);
+	p->parent = (int)parent;
+	sum_s = self <= num_servers;
+	sum_w = self > num_servers;
+	for (uint32_t c = 0; c < nkids; c++) {
+		uint32_t id = dt__rbuf_u32(&r), ks = dt__rbuf_u32(&r),
+		         kw = dt__rbuf_u32(&r);
+
+		if ((err = tree_kid_check(p, (int)c, self, ntable, ns, nw, id,
+		                          ks, kw)))
+			return err;
+		p->kid[c] = (dt__tree_kid){(int)id, (int)ks, (int)kw};
+		p->nkids = (int)c + 1;
+		sum_s += ks;
+		sum_w += kw;
+	}
+	if (s > ns || w > nw || sum_s != s || sum_w != w)
+		return dt__fail(DT_EPROTO,
+		                "TREE: a subtree of %u servers and %u workers, "
+		                "its node and children count %llu and %llu",
+		                s, w, (unsigned long long)sum_s,
+		                (unsigned long long)sum_w);
+	p->servers = (int)s;
+	p->workers = (int)w;
+	return DT_OK;
+}
+
+dt_err
 dt__msg_lookup_encode(int first, int count, dt_wbuf *w)
 {
 	dt__wbuf_u32(w, (uint32_t)first);

@@ -15,6 +15,7 @@
 
 #include "common/limits.h"
 #include "core/core.h"
+#include "core/tree.h"
 #include "net/codec.h"
 
 /* The most nodes a job can have (DT_MAX_ROLE_NODES of each role) is
@@ -78,6 +79,20 @@ dt_err dt__msg_assign_encode(const dt__msg_assign *a, int first, int count,
                              const dt_node_entry *e, dt_wbuf *w);
 dt_err dt__msg_assign_decode(const void *meta, size_t len, dt__msg_assign *a,
                              int *first, int *count, dt_node_entry **out);
+
+/*
+ * TREE: the scheduler tells a node its place in the control tree
+ * (tree.h), after its ASSIGN. The body: the parent's id, the subtree's
+ * servers and workers, the count of children, then per child its id and
+ * its subtree's servers and workers, all u32. The decoder checks every
+ * field against the job's size (S servers, W workers) for node self:
+ * the ids in the job and none of them self, the parent not a child, the
+ * children ascending, each subtree not empty, and the node's own count
+ * the sum of its children's and itself.
+ */
+dt_err dt__msg_tree_encode(const dt__tree_place *p, dt_wbuf *w);
+dt_err dt__msg_tree_decode(const void *meta, size_t len, int self,
+                           int num_servers, int num_workers, dt__tree_place *p);
 
 /*
  * LOOKUP, the request: the node ids first..first+count-1 whose entries a

@@ -88,6 +88,19 @@ struct dt_node {
 	 * first error a member brought to it (dt__node_barrier_status). */
 	int barrier_err[8];
 	char barrier_msg[8][256];
+	/* The control tree (tree_barrier.c): the ASSIGN said a TREE
+	 * follows (set before have_table); this node's place once it came
+	 * (NULL: barriers go to the scheduler; set once by the I/O thread,
+	 * under mu, before the start goes on); and (mu) the open round per
+	 * group mask: the arrivals counted in this node's subtree, which
+	 * children's are in, and the first error among them. On the
+	 * scheduler, tree_wait says the job uses a tree (scheduler.c). */
+	int tree_wait;
+	dt__tree_place *tree;
+	uint64_t tree_arrived[8];
+	uint8_t tree_in[8][DT_TREE_KIDS_MAX];
+	int tree_err[8];
+	char tree_msg[8][256];
 	int terminated;      /* (mu) TERMINATE received */
 	int stopping;        /* (mu) dt_node_stop in progress */
 	dt_err fatal;        /* (mu) first fatal error, DT_OK if none */
@@ -230,10 +243,11 @@ void dt__dir_sched_on_lookup(dt_node *n, dt_conn *c, const dt_msg *m);
  * Connections on demand (reach.c; the design is at its top). A worker
  * dials another worker only when it first sends to it.
  */
-/* With the table (a no-op for other roles than a worker); free. */
+/* With the table (a no-op for a server outside a control tree); free. */
 dt_err dt__reach_create(dt_node *n);
 void dt__reach_free(dt_node *n);
-/* Whether the connection to node id is made on demand. */
+/* Whether the connection to node id is made on demand: a worker's to
+ * another worker, a server's to a server next to it in the tree. */
 int dt__reach_lazy(const dt_node *n, int id);
 /* Make sure node id has a connection (dial it, say HELLO and wait for
  * HELLO_ACK, by DT_CONNECT_TIMEOUT). DT_OK once peers[id] is set; an error
@@ -250,6 +264,26 @@ int dt__reach_on_hello(dt_node *n, dt_conn *c, int id);
 int dt__reach_on_ack(dt_node *n, dt_conn *c, const dt_msg *m);
 /* (I/O thread) c closed before it said who it is. */
 void dt__reach_on_close(dt_node *n, dt_conn *c);
+/*
+ * Barriers over the control tree (tree_barrier.c; the design is at its
+ * top).
+ */
+/* (member, I/O thread) TREE: this node's place; 1 if taken. */
+int dt__tree_on_place(dt_node *n, dt_conn *c, const dt_msg *m);
+/* (member) Wait for the place, if the ASSIGN said a TREE follows, and
+ * make sure the connection to the parent is up (DT_CONNECT_TIMEOUT). */
+dt_err dt__tree_join(dt_node *n);
+/* Whether node id is this node's parent or child in the tree. */
+int dt__tree_edge(const dt_node *n, int id);
+/* (member) This node's arrival at a barrier over mask, with its outcome
+ * (mine, msg: dt__node_barrier_status). */
+dt_err dt__tree_arrive(dt_node *n, int mask, dt_err mine, const char *msg);
+/* (member, I/O thread) A child's aggregated BARRIER. */
+void dt__tree_on_barrier(dt_node *n, dt_conn *c, const dt_msg *m);
+/* (member, I/O thread) BARRIER_DONE: 1 if from the tree parent (then
+ * forwarded to the children whose subtree is in its group), 0 if not. */
+int dt__tree_on_done(dt_node *n, dt_conn *c, const dt_msg *m);
+
 /* With PS_RESEND: whether peer's link has never had a connection (it is
  * then made on demand; afterwards the links redial it), and where a
  * restarted peer is (0: the table's address). */

@@ -12,6 +12,8 @@
  * every other thread sending to that peer meanwhile waits for the dial
  * (the slot's mutex) and sends after it, in its turn. The I/O thread never
  * dials: a hook that sends to a worker not yet connected gets an error.
+ * In a job with a control tree (tree_barrier.c), a server dials its
+ * parent server the same way, and accepts its child servers' dials.
  *
  * Two workers may dial each other at once. The rule: the connection
  * dialled by the lower node id wins. A node that receives a HELLO from a
@@ -58,7 +60,7 @@ dt__reach_create(dt_node *n)
 {
 	dt__reach *R;
 
-	if (n->role != DT_ROLE_WORKER || n->reach)
+	if ((n->role != DT_ROLE_WORKER && !n->tree_wait) || n->reach)
 		return DT_OK;
 	if ((R = dt__calloc(1, sizeof(*R))) == NULL)
 		return DT_ENOMEM;
@@ -90,8 +92,14 @@ dt__reach_free(dt_node *n)
 int
 dt__reach_lazy(const dt_node *n, int id)
 {
-	return n->reach && n->table && id > n->num_servers && id < n->ntable &&
-	       id != n->id && n->table[id].role == DT_ROLE_WORKER;
+	if (n->reach == NULL || n->table == NULL || id <= 0 ||
+	    id >= n->ntable || id == n->id)
+		return 0;
+	if (n->role == DT_ROLE_WORKER)
+		return id > n->num_servers &&
+		       n->table[id].role == DT_ROLE_WORKER;
+	/* (a server: its parent or child server in the control tree) */
+	return n->table[id].role == DT_ROLE_SERVER && dt__tree_edge(n, id);
 }
 
 /* Where to dial worker id: a restarted one's new address (PS_RESEND's

@@ -45,6 +45,14 @@ struct dt_sched {
 	 * every member with BARRIER_DONE. */
 	int round_err[8];
 	char round_msg[8][256];
+	/* The control tree (tree.c; count 0: none, every node's BARRIER
+	 * comes here): the root's children bring their subtrees' arrivals,
+	 * and per mask tree_in says which of them did in the open round.
+	 * msgs: the BARRIER messages the open round took, per mask. */
+	dt__tree tree;
+	long tree_min, tree_arity; /* DTRAIN_CTRL_TREE_MIN, _ARITY */
+	uint8_t tree_in[8][DT_TREE_ARITY_MAX];
+	uint64_t msgs[8];
 	/* Elastic jobs: by mask * (1 + S + W) + id, whether that node is in
 	 * the open round, so a worker leaving the membership takes its own
 	 * arrival out (elastic.c); NULL otherwise. */

@@ -218,17 +218,46 @@ on_add_node(dt_node *n, dt_conn *c, dt_msg *m)
 	pthread_mutex_unlock(&n->mu);
 }
 
+/* The arrivals one BARRIER brings (0: it may not come from peer): one,
+ * from a node of the group; over the control tree, the whole subtree of
+ * one of the root's children, which *kid names. */
+static int
+barrier_count(dt_node *n, int peer, int mask, const dt_msg *m, int *kid)
+{
+	const dt__tree *t = &n->sched->tree;
+
+	*kid = -1;
+	if (peer <= 0 || mask < 1 || mask > DT_GROUP_ALL)
+		return 0;
+	if (t->count == 0)
+		return in_group(&n->table[peer], mask);
+	for (int k = 0; k < t->nkids[0]; k++) {
+		int id = t->kids[t->first[0] + k];
+		int want =
+		    dt__tree_in_mask(t->servers[id], t->workers[id], mask);
+
+		if (id == peer) {
+			*kid = k;
+			return m->hdr.arg1 == (uint64_t)want ? want : 0;
+		}
+	}
+	return 0;
+}
+
 static void
 on_barrier(dt_node *n, dt_conn *c, dt_msg *m)
 {
 	dt_sched *s = n->sched;
 	int mask = (int)m->hdr.arg0;
 	int peer = dt__conn_peer(c);
+	int kid, count = barrier_count(n, peer, mask, m, &kid);
 
-	if (peer <= 0 || mask < 1 || mask > DT_GROUP_ALL ||
-	    !in_group(&n->table[peer], mask)) {
-		dt__log(0, "dropping %s: bad BARRIER (group mask %d)",
-		        dt__conn_addr(c), mask);
+	if (count == 0) {
+		dt__log(0,
+		        "dropping %s: bad BARRIER (group mask %d, count "
+		        "%llu)",
+		        dt__conn_addr(c), mask,
+		        (unsigned long long)m->hdr.arg1);
 		dt__van_close(n->van, c);
 		return;
 	}
@@ -240,19 +269,38 @@ on_barrier(dt_node *n, dt_conn *c, dt_msg *m)
 		return;
 	}
 	pthread_mutex_lock(&n->mu);
+	if (kid >= 0 && s->tree_in[mask][kid]) {
+		pthread_mutex_unlock(&n->mu);
+		dt__log(0,
+		        "dropping %s: a second BARRIER over group mask %d "
+		        "in one round",
+		        dt__conn_addr(c), mask);
+		dt__van_close(n->van, c);
+		return;
+	}
+	if (kid >= 0)
+		s->tree_in[mask][kid] = 1;
 	if (m->hdr.key != 0 && s->round_err[mask] == 0) {
 		char text[256], name[64];
+		const char *shown = dt__printable(
+		    m->meta ? (const char *)m->meta : "", text, sizeof(text));
 
 		s->round_err[mask] =
 		    (int)dt__err_from_wire(m->hdr.key, DT_EPEER);
-		dt__node_name(n, peer, name, sizeof(name));
-		snprintf(s->round_msg[mask], sizeof(s->round_msg[mask]),
-		         "%s: %s", name,
-		         dt__printable(m->meta ? (const char *)m->meta : "",
-		                       text, sizeof(text)));
+		/* (over the tree, the text names its node already) */
+		if (kid >= 0)
+			snprintf(s->round_msg[mask], sizeof(s->round_msg[mask]),
+			         "%s", shown);
+		else
+			snprintf(s->round_msg[mask], sizeof(s->round_msg[mask]),
+			         "%s: %s",
+			         dt__node_name(n, peer, name, sizeof(name)),
+			         shown);
 	}
-	if (s->arrived[mask]++ == 0)
+	if (s->arrived[mask] == 0)
 		s->first_ns[mask] = dt__now_ns();
+	s->arrived[mask] += (uint64_t)count;
+	s->msgs[mask]++;
 	if (s->in_round)
 		s->in_round[mask * n->ntable + peer] = 1;
 	pthread_mutex_unlock(&n->mu);
@@ -274,7 +322,7 @@ dt__sched_barrier_recheck(dt_node *n, int mask)
 	dt_sched *s = n->sched;
 	int err = 0, size;
 	char msg[256] = "";
-	uint64_t first;
+	uint64_t first, msgs;
 
 	pthread_mutex_lock(&n->mu);
 	size = group_size(n, mask);
@@ -284,6 +332,9 @@ dt__sched_barrier_recheck(dt_node *n, int mask)
 		return;
 	}
 	s->arrived[mask] = 0;
+	msgs = s->msgs[mask];
+	s->msgs[mask] = 0;
+	memset(s->tree_in[mask], 0, sizeof(s->tree_in[mask]));
 	s->passed[mask]++;
 	err = s->round_err[mask];
 	memcpy(msg, s->round_msg[mask], sizeof(msg));
@@ -295,12 +346,24 @@ dt__sched_barrier_recheck(dt_node *n, int mask)
 	pthread_mutex_unlock(&n->mu);
 	dt__report_sched_event(n, DT_EV_BARRIER, DT_TID_IO, first,
 	                       (uint64_t)mask);
-	DT_LOG(1, "barrier #%llu over group mask %d: all %d nodes arrived",
-	       (unsigned long long)s->passed[mask], mask, size);
-	for (int id = 1; id < n->ntable; id++) {
+	DT_LOG(1,
+	       "barrier #%llu over group mask %d: all %d nodes arrived in "
+	       "%llu messages",
+	       (unsigned long long)s->passed[mask], mask, size,
+	       (unsigned long long)msgs);
+	/* (over the tree, to the root's children whose subtree is in the
+	 * group, which pass it on: k of them, not N) */
+	int tree = s->tree.count > 0;
+	int end = tree ? s->tree.nkids[0] : n->ntable;
+
+	for (int i = tree ? 0 : 1; i < end; i++) {
+		int id = tree ? s->tree.kids[s->tree.first[0] + i] : i;
+
 		/* (not to a worker an elastic job went on without) */
-		if (!in_group(&n->table[id], mask) ||
-		    (n->elastic && left_elastic(n, id)))
+		if (tree ? !dt__tree_in_mask(s->tree.servers[id],
+		                             s->tree.workers[id], mask)
+		         : !in_group(&n->table[id], mask) ||
+		               (n->elastic && left_elastic(n, id)))
 			continue;
 		dt_msg_hdr h = {.cmd = DT_CMD_BARRIER_DONE,
 		                .flags = DT_F_RESPONSE,
@@ -558,6 +621,30 @@ assign_role(joiner *j, int nj, dt_role role, int count)
 	free(taken);
 }
 
+/* Node id's place in the control tree (TREE), after its ASSIGN said one
+ * follows; nothing without a tree. */
+static dt_err
+send_place(dt_node *n, int id)
+{
+	dt__tree_place p;
+	dt_wbuf w;
+	dt_err err;
+
+	if (n->sched->tree.count == 0)
+		return DT_OK;
+	dt__tree_place_of(&n->sched->tree, id, &p);
+	dt__wbuf_init(&w);
+	err = dt__msg_tree_encode(&p, &w);
+	if (err == DT_OK) {
+		dt_msg_hdr h = {.cmd = DT_CMD_TREE, .recver = (uint32_t)id};
+
+		err =
+		    dt__node_send(n, id, &h, w.data, (uint32_t)w.len, NULL, 0);
+	}
+	dt__wbuf_fini(&w);
+	return err;
+}
+
 /*
  * The assignments of nodes 1..count-1, the servers' first. With
  * DT_TEST_SERVERS_ASSIGNED_LATE=MS (testing) the workers' go first and the
@@ -577,15 +664,46 @@ send_assignments(dt_node *n, const int *here, int count)
 	if (late == 0)
 		first = 1;
 	for (int id = first; id < count && !err; id++)
-		err = dt__dir_send_assign(n, NULL, id, here[id], 0, 0);
+		if ((err = dt__dir_send_assign(n, NULL, id, here[id], 0, 0)) ==
+		    DT_OK)
+			err = send_place(n, id);
 	if (late && !err) {
 		struct timespec ts = {late / 1000, (late % 1000) * 1000000L};
 
 		nanosleep(&ts, NULL);
 		for (int id = 1; id < first && !err; id++)
-			err = dt__dir_send_assign(n, NULL, id, here[id], 0, 0);
+			if ((err = dt__dir_send_assign(n, NULL, id, here[id], 0,
+			                               0)) == DT_OK)
+				err = send_place(n, id);
 	}
 	return err;
+}
+
+/*
+ * Whether the job's barriers go over a control tree, and its shape
+ * (docs/scale.md): from DTRAIN_CTRL_TREE_MIN servers and workers on, and
+ * not in an elastic job, nor with PS_RESEND or recovery (their nodes
+ * come and go; they keep the star). Once every node is seated.
+ */
+static dt_err
+plan_tree(dt_node *n, int count)
+{
+	dt_sched *s = n->sched;
+	dt_err err;
+
+	if (count - 1 < s->tree_min || n->elastic || n->recover || n->rs_on)
+		return DT_OK;
+	pthread_mutex_lock(&n->mu);
+	err = dt__tree_build(n->table, count, (int)s->tree_arity, &s->tree);
+	pthread_mutex_unlock(&n->mu);
+	if (err)
+		return err;
+	n->tree_wait = 1; /* (the ASSIGNs say a TREE follows) */
+	DT_LOG(1,
+	       "barriers go over a control tree of arity %ld: %d nodes "
+	       "under the scheduler",
+	       s->tree_arity, s->tree.nkids[0]);
+	return DT_OK;
 }
 
 static dt_err
@@ -752,7 +870,11 @@ dt__sched_start(dt_node *n)
 
 	uint64_t t_join = dt__now_ns();
 
-	if ((err = dt__env_long("DT_JOIN_TIMEOUT", 300, 1, 86400, &join_s)))
+	if ((err = dt__env_long("DT_JOIN_TIMEOUT", 300, 1, 86400, &join_s)) ||
+	    (err = dt__env_long("DTRAIN_CTRL_TREE_MIN", 256, 1,
+	                        2L * DT_MAX_ROLE_NODES, &s->tree_min)) ||
+	    (err = dt__env_long("DTRAIN_CTRL_ARITY", 16, DT_TREE_ARITY_MIN,
+	                        DT_TREE_ARITY_MAX, &s->tree_arity)))
 		return err;
 	err = dt__node_wait(n, all_joined, NULL,
 	                    dt__now_ns() + (uint64_t)join_s * 1000000000ull,
@@ -817,7 +939,7 @@ dt__sched_start(dt_node *n)
 		       n->table[id].rank, dt_role_name(n->table[id].role),
 		       n->table[id].host, n->table[id].port, n->table[id].pid,
 		       id);
-	if ((err = send_tables(n)))
+	if ((err = plan_tree(n, count)) || (err = send_tables(n)))
 		return err;
 	DT_LOG(1, "the scheduler is connected to %d workers and %d servers",
 	       n->num_workers, n->num_servers);
@@ -919,6 +1041,7 @@ dt__sched_free(dt_node *n)
 	free(n->sched->token);
 	free(n->sched->in_round);
 	free(n->sched->joining);
+	dt__tree_free(&n->sched->tree);
 	free(n->sched);
 	n->sched = NULL;
 }

@@ -29,8 +29,8 @@
 	X(ASSIGN, 2, "scheduler -> node")                                      \
 	X(HELLO, 3, "node -> peer")                                            \
 	X(HELLO_ACK, 4, "peer -> node")                                        \
-	X(BARRIER, 5, "node -> scheduler")                                     \
-	X(BARRIER_DONE, 6, "scheduler -> node")                                \
+	X(BARRIER, 5, "node -> scheduler, or tree parent")                     \
+	X(BARRIER_DONE, 6, "scheduler -> node, or to tree children")           \
 	X(WORKER_DONE, 7, "worker -> scheduler")                               \
 	X(TERMINATE, 8, "scheduler -> server")                                 \
 	X(ABORT, 9, "scheduler -> node")                                       \
@@ -44,6 +44,7 @@
 	X(MEMBERSHIP, 17, "scheduler -> worker (elastic)")                     \
 	X(GROW, 18, "scheduler <-> worker (elastic)")                          \
 	X(LOOKUP, 19, "member -> scheduler, and back")                         \
+	X(TREE, 20, "scheduler -> node")                                       \
 	/* KVStore (kv/). */                                                   \
 	X(KV_CONFIG, 32, "worker 0 -> server")                                 \
 	X(KV_SET_OPT, 33, "worker 0 -> server")                                \

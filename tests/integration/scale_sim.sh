@@ -8,7 +8,8 @@
 #   c. no node holds a link beyond its partners: every simulator's
 #      sockets are exactly its nodes' listeners, their links to the
 #      scheduler, a worker's one link per server and a server's one per
-#      worker;
+#      worker, and the control tree's links between a node and a parent
+#      of its role;
 #   d. in a job of STOP_NODES (500) nodes in 20 processes, with
 #      PS_HEARTBEAT_INTERVAL=1 and PS_HEARTBEAT_TIMEOUT=5 (scaled), a
 #      SIGSTOP of one process makes the scheduler end the job within the
@@ -18,6 +19,12 @@
 #      2-processor machine under load a join of 2,000 nodes took up to
 #      6 s, during which a node may hear nothing from the scheduler for
 #      longer than a 5 s timeout.)
+#   e. the barriers go over the control tree (forced on, arity 16): the
+#      scheduler sends and receives at most ROOT_MSGS_BOUND (100) messages
+#      per barrier, 2 x the root's children (the 20 processes are 20
+#      hosts: 16 host leaders under the scheduler, 32 messages), where the
+#      star takes 2 x 2,000. (The job of d goes over the tree too: 500
+#      nodes are above DTRAIN_CTRL_TREE_MIN's default of 256.)
 . "$(dirname "$0")/cluster_lib.bash"
 
 NODES=${SCALE_SIM_NODES:-2000}
@@ -26,11 +33,16 @@ SERVERS=4
 PROCS=20
 # (b) Each node gets a small assignment from the scheduler, not the job's
 # node table: 100 bytes, and for a worker one entry per server it dials
-# (at most about 110 bytes each with same-host endpoints), then the
-# start-up barrier's release. The bound is 1 KiB a node whatever the
-# job's size (471 bytes measured at 2,000 nodes with 4 servers; the whole
-# table took 163,374 bytes a node there).
+# (at most about 110 bytes each with same-host endpoints), its place in
+# the control tree (TREE: 80 bytes and 12 per child, at most 32 children
+# at arity 16), then the start-up barrier's release. The bound is 1 KiB a
+# node whatever the job's size (643 bytes measured at 2,000 nodes with 4
+# servers and the tree, 471 without; the whole table took 163,374 bytes
+# a node there).
 JOIN_BYTES_BOUND=1024
+# (e) The tree (arity 16) over 20 hosts: 16 leaders under the scheduler,
+# the other 4 under the first leader: 32 messages a barrier at the root.
+ROOT_MSGS_BOUND=100
 HB_INTERVAL=1
 HB_TIMEOUT=$((5 * DT_TEST_TIME_SCALE))
 # A run takes 15 to 20 s here at a load of 100 to 600, but once in a few
@@ -97,7 +109,8 @@ log "$NODES nodes ($SERVERS servers) in $PROCS processes; ulimit -n $(ulimit -n)
 # this 2-processor machine under a load of hundreds a join of 2,000 nodes
 # took more than the default 10 s of PS_HEARTBEAT_TIMEOUT. This part is
 # not about heartbeats (d is): as long as a phase may take.
-run_sim job "$NODES" PS_HEARTBEAT_TIMEOUT=$PHASE_LIMIT_S
+run_sim job "$NODES" PS_HEARTBEAT_TIMEOUT=$PHASE_LIMIT_S \
+	DTRAIN_CTRL_TREE_MIN=1 DTRAIN_CTRL_ARITY=16
 [ "$RUN_STATUS" = 0 ] || fail "the job failed (status $RUN_STATUS): $(grep -m1 error "$T_DIR/job.log")"
 for ph in join barrier1 barrier2 leave; do
 	ok=$(field "$JSONL" "$ph" ok)
@@ -115,6 +128,13 @@ extra=$(field "$JSONL" all sockets_extra_max)
 [ "$socks" = "$want" ] && [ "$extra" = 0 ] ||
 	fail "(c) the simulators hold $socks sockets, their nodes' partners explain $want (most extra in one: $extra)"
 log "(c) $socks sockets in the simulators, exactly the nodes' partners' links and listeners"
+[ "$(field "$JSONL" all tree_root_kids)" != None ] || fail "(e) no control tree"
+for ph in barrier1 barrier2; do
+	root=$(field "$JSONL" "$ph" root_msgs)
+	[ "$root" -le "$ROOT_MSGS_BOUND" ] && [ "$root" -ge 2 ] ||
+		fail "(e) $ph: $root messages at the scheduler; bound $ROOT_MSGS_BOUND"
+done
+log "(e) a barrier took $(field "$JSONL" barrier1 root_msgs) messages at the scheduler (bound $ROOT_MSGS_BOUND): a tree of depth $(field "$JSONL" all tree_depth), $(field "$JSONL" all tree_root_kids) nodes under the scheduler"
 assert_pids_gone "$JSONL"
 
 # d: one process of 20 stopped.

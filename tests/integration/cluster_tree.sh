@@ -1,0 +1,156 @@
+#!/usr/bin/env bash
+# cluster_tree.sh - barriers over the control tree (docs/scale.md), forced
+# on a small job with DTRAIN_CTRL_TREE_MIN=1 and DTRAIN_CTRL_ARITY=2: 2
+# servers and 6 workers on one host make a tree of depth 4 under the
+# scheduler (server 0; under it server 1 and worker 0; ...).
+#   1. tests/progs/barrier_probe on every node: 3 rounds of barriers over
+#      the workers, the servers, both and all, nobody passing one before
+#      every member arrived; the scheduler takes each barrier in fewer
+#      BARRIER messages than the group has nodes (one: the root has one
+#      child), where the star takes one per node.
+#   2. The same KV job (kv_check ckpt: dist_sync with sgd, 10 steps) with
+#      the star and with the tree: both end 0 with the same values, bit
+#      for bit, and the tree's barriers take fewer messages. And kv_check
+#      sum over the tree, whose refusals on rank 0 (an init of another
+#      length, another optimizer) every worker must get from a barrier,
+#      named after worker 0.
+#   3. An interior worker (worker 1, parent of worker 5) killed with
+#      SIGKILL while its child waits in a barrier under it: every other
+#      process ends non-zero within 15 s, naming worker 1.
+. "$(dirname "$0")/cluster_lib.bash"
+
+LIMIT_S=15
+export DTRAIN_CTRL_TREE_MIN=1 DTRAIN_CTRL_ARITY=2
+
+# spawn_job TAG: scheduler, servers 0-1 and workers 0-5 of barrier_probe.
+spawn_job() {
+	local tag=$1 r
+	port=$(free_port)
+	job_env "$port" 2 6
+	export PS_VERBOSE=1
+	export PROBE_DIR="$T_DIR/probe.$tag"
+	mkdir -p "$PROBE_DIR"
+	pids=()
+	DMLC_ROLE=scheduler spawn "$tag.scheduler" "$PROBE"
+	sched=$SPAWNED
+	for r in 0 1; do
+		DMLC_ROLE=server DMLC_SERVER_ID=$r spawn "$tag.server$r" "$PROBE"
+		pids+=("$SPAWNED")
+	done
+	for r in 0 1 2 3 4 5; do
+		DMLC_ROLE=worker DMLC_WORKER_ID=$r spawn "$tag.worker$r" "$PROBE"
+		pids+=("$SPAWNED")
+	done
+}
+
+# fewer_messages LOG TAG: every barrier the scheduler logged took fewer
+# BARRIER messages than its nodes (at least MIN barriers).
+fewer_messages() {
+	local logf=$1 tag=$2 min=$3 count
+	count=$(grep -cE "over group mask [0-9]: all [0-9]+ nodes arrived in [0-9]+ messages" "$logf")
+	[ "$count" -ge "$min" ] || fail "$tag: $count barriers logged, expected $min or more"
+	awk '/nodes arrived in/ {
+		for (i = 1; i <= NF; i++) {
+			if ($i == "all") nodes = $(i + 1)
+			if ($i == "in") msgs = $(i + 1)
+		}
+		if (msgs + 0 >= nodes + 0) { print; bad = 1 }
+	} END { exit bad }' "$logf" >"$T_DIR/$tag.too_many" ||
+		fail "$tag: a barrier took as many messages as nodes: $(head -1 "$T_DIR/$tag.too_many")"
+	log "$tag: $count barriers, each $(grep -oE 'in [0-9]+ messages' "$logf" | sort -u | tr '\n' ' ')"
+}
+
+# ---- 1. barrier_probe over the tree
+spawn_job probe
+expect_exit "$sched" 90 0 "probe: the scheduler"
+for i in "${!pids[@]}"; do
+	expect_exit "${pids[$i]}" 30 0 "probe: node #$i"
+done
+out=$(cat "$T_DIR"/probe.server*.log "$T_DIR"/probe.worker*.log)
+for who in "server 0" "server 1" "worker 0" "worker 1" "worker 2" \
+	"worker 3" "worker 4" "worker 5"; do
+	grep -q "^$who passed 3 rounds of barriers" <<<"$out" ||
+		fail "probe: $who did not pass its barriers"
+done
+assert_grep "$T_DIR/probe.scheduler.log" "barriers go over a control tree of arity 2: 1 nodes under the scheduler" "probe: scheduler"
+# The shape (tree.c): one host, ids in order, node i under node (i-1)/2.
+assert_grep "$T_DIR/probe.server0.log" "control tree: parent the scheduler, 2 children, 2 servers and 6 workers" "probe: server 0"
+assert_grep "$T_DIR/probe.server1.log" "control tree: parent server 0, 2 children, 1 servers and 3 workers" "probe: server 1"
+assert_grep "$T_DIR/probe.worker1.log" "control tree: parent server 1, 1 children, 0 servers and 2 workers" "probe: worker 1"
+assert_grep "$T_DIR/probe.worker5.log" "control tree: parent worker 1, 0 children" "probe: worker 5"
+# 1 start-up barrier, and 3 rounds over masks 4, 2, 6 and 7
+fewer_messages "$T_DIR/probe.scheduler.log" probe 13
+assert_grep "$T_DIR/probe.scheduler.log" "over group mask 6: all 8 nodes arrived in 1 messages" "probe: scheduler"
+assert_grep "$T_DIR/probe.scheduler.log" "over group mask 2: all 2 nodes arrived in 1 messages" "probe: scheduler"
+assert_groups_gone
+log "probe: ok"
+
+# ---- 2. a KV job, star and tree
+kv_job() {
+	local tag=$1 min=$2
+	shift 2
+	spawn "$tag" env DTRAIN_CTRL_TREE_MIN="$min" PS_VERBOSE=1 "$DTRAIN" \
+		launch -n 6 -s 2 --launcher local -- \
+		"$DTRAIN_BUILD/tests/progs/kv_check" "$@"
+}
+kv_job kv.star 256 ckpt 0 10
+star=$SPAWNED
+kv_job kv.tree 1 ckpt 0 10
+tree=$SPAWNED
+kv_job kv.sum 1 sum
+sum=$SPAWNED
+expect_exit "$star" 120 0 "kv: the job with the star"
+expect_exit "$tree" 120 0 "kv: the job with the tree"
+expect_exit "$sum" 120 0 "kv: kv_check sum over the tree"
+[ "$(grep -c "kv_check sum: worker passed" "$T_DIR/kv.sum.log")" -eq 6 ] ||
+	fail "kv.sum: not every worker passed"
+fewer_messages "$T_DIR/kv.sum.log" kv.sum 20
+for tag in kv.star kv.tree; do
+	[ "$(grep -c "kv_check ckpt: worker passed" "$T_DIR/$tag.log")" -eq 6 ] ||
+		fail "$tag: not every worker passed"
+	grep -E "kv_check ckpt at step [0-9]+: " "$T_DIR/$tag.log" |
+		sed 's/.*kv_check/kv_check/' >"$T_DIR/$tag.values"
+done
+[ "$(wc -l <"$T_DIR/kv.star.values")" -eq 2 ] || fail "kv: no values from the star's job"
+cmp -s "$T_DIR/kv.star.values" "$T_DIR/kv.tree.values" ||
+	fail "kv: the tree's values differ: $(cat "$T_DIR/kv.tree.values") vs $(cat "$T_DIR/kv.star.values")"
+assert_grep "$T_DIR/kv.tree.log" "barriers go over a control tree" "kv.tree"
+grep -q "control tree" "$T_DIR/kv.star.log" && fail "kv.star: a tree below DTRAIN_CTRL_TREE_MIN"
+assert_grep "$T_DIR/kv.star.log" "over group mask 4: all 6 nodes arrived in 6 messages" "kv.star"
+fewer_messages "$T_DIR/kv.tree.log" kv.tree 2
+log "kv: the same values with the star and the tree: $(tr '\n' ' ' <"$T_DIR/kv.tree.values")"
+
+# ---- 3. an interior worker killed
+# Worker 1's first workers' barrier mark is a FIFO: it passes the
+# start-up barrier and blocks opening it, while worker 5, its child,
+# waits in the workers' barrier under it.
+mkdir -p "$T_DIR/probe.lost"
+mkfifo "$T_DIR/probe.lost/m4.r0.worker1"
+spawn_job lost
+wait_for_line "$T_DIR/lost.scheduler.log" "all 9 nodes are ready" 60 ||
+	fail "lost: the job did not start"
+t_now
+deadline=$((T_NOW + 30 * DT_TEST_TIME_SCALE * 1000000000))
+until [ -e "$PROBE_DIR/m4.r0.worker5" ]; do
+	t_now
+	[ "$T_NOW" -lt "$deadline" ] || fail "lost: worker 5 did not reach its barrier"
+	t_pause 0.05
+done
+assert_grep "$T_DIR/lost.worker5.log" "control tree: parent worker 1" "lost: worker 5"
+victim=$(child_of "${pids[3]}")
+[ -n "$victim" ] || fail "lost: cannot find worker 1's process"
+log "lost: kill -9 worker 1 (pid $victim), the parent of worker 5"
+kill -KILL "$victim"
+kill_ns=$(date +%s%N)
+expect_exit "$sched" "$LIMIT_S" nonzero "lost: the scheduler"
+assert_grep "$T_DIR/lost.scheduler.log" "worker 1 .*was lost" "lost: the scheduler names worker 1"
+for i in 0 1 2 4 5 6 7; do
+	expect_exit "${pids[$i]}" "$LIMIT_S" nonzero "lost: node #$i"
+done
+for who in server0 server1 worker0 worker2 worker3 worker4 worker5; do
+	assert_grep "$T_DIR/lost.$who.log" "worker 1 .*was lost" "lost: $who names worker 1"
+done
+log "lost: every node ended non-zero naming worker 1, $((($(date +%s%N) - kill_ns) / 1000000)) ms after the kill"
+wait "${pids[3]}" 2>/dev/null
+assert_groups_gone
+log "ok"
