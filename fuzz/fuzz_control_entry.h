@@ -18,6 +18,10 @@
  *     naming a range within it, or a decoded answer (2 servers, ids
  *     1..7) has an entry out of place or does not encode back to a
  *     block, no longer than the input, that decodes to the same;
+ *   - a decoded LOOKUP of hosts (ids 1..7) is not 8 bytes naming a range
+ *     within it, or its answer has a number out of place or does not
+ *     encode back to a block, no longer than the input, that decodes to
+ *     the same;
  *   - a decoded MEMBERSHIP list (of a job of 5 workers, ids 3..7) is
  *     empty, too long, out of range or not ascending, or does not encode
  *     back to the bytes it was read from;
@@ -254,6 +258,44 @@ fuzz_control_membership(const uint8_t *data, size_t size)
 }
 
 /* TREE, as node 3 of a job of 2 servers and 5 workers (ids 1..7). */
+/* LOOKUP's hosts-only form, the request and the answer (a job of ids
+ * 1..7): a request is 8 bytes naming a range within it; an answer's
+ * numbers cover its range, each below 8 or unknown, and encode back to a
+ * block, no longer than the input, that decodes to the same. */
+static void
+fuzz_control_hosts(const uint8_t *data, size_t size)
+{
+	uint32_t *v, *v2;
+	int first, count, first2, count2;
+	dt_wbuf w;
+	dt_err err;
+
+	dt__clear_error();
+	if ((err = dt__msg_hosts_lookup_decode(data, size, 8, &first, &count)))
+		fuzz_control_failed(err);
+	else
+		FUZZ_CHECK(size == 8 && first >= 1 && count >= 1 &&
+		           first + count <= 8);
+	dt__clear_error();
+	if ((err = dt__msg_hosts_decode(data, size, 8, &first, &count, &v))) {
+		fuzz_control_failed(err);
+		return;
+	}
+	FUZZ_CHECK(first >= 1 && count >= 1 && first + count <= 8);
+	for (int i = 0; i < count; i++)
+		FUZZ_CHECK(v[i] < 8 || v[i] == DT_HOST_UNKNOWN);
+	dt__wbuf_init(&w);
+	FUZZ_CHECK(dt__msg_hosts_encode(first, count, v, &w) == DT_OK);
+	FUZZ_CHECK(w.len <= size);
+	FUZZ_CHECK(dt__msg_hosts_decode(w.data, w.len, 8, &first2, &count2,
+	                                &v2) == DT_OK);
+	FUZZ_CHECK(first2 == first && count2 == count &&
+	           memcmp(v, v2, sizeof(*v) * (size_t)count) == 0);
+	free(v2);
+	free(v);
+	dt__wbuf_fini(&w);
+}
+
 static void
 fuzz_control_tree(const uint8_t *data, size_t size)
 {
@@ -298,6 +340,7 @@ dt_fuzz_control_one(const uint8_t *data, size_t size)
 	fuzz_control_add_node(data, size);
 	fuzz_control_assign(data, size);
 	fuzz_control_lookup(data, size);
+	fuzz_control_hosts(data, size);
 	fuzz_control_report(data, size);
 	return 0;
 }

@@ -190,6 +190,13 @@ SEEDS = {
         'tree_counts_off': u32(1) + u32(0) + u32(5) + u32(1) + u32(4) + u32(0) + u32(1),
         'tree_children_huge': u32(1) + u32(0) + u32(1) + u32(0xffffffff),
         'tree_trailing': u32(1) + u32(0) + u32(1) + u32(0) + b'\x00' * 3,
+        # LOOKUP of hosts, the answer: range, runs, (length, host) each
+        'hosts_answer': u32(2) + u32(5) + u32(2) + u32(3) + u32(0) + u32(2) + u32(1),
+        'hosts_answer_unknown': u32(1) + u32(2) + u32(1) + u32(2) + u32(0xffffffff),
+        'hosts_answer_host_past_job': u32(1) + u32(1) + u32(1) + u32(1) + u32(8),
+        'hosts_answer_runs_short': u32(1) + u32(4) + u32(1) + u32(3) + u32(0),
+        'hosts_answer_runs_huge': u32(1) + u32(4) + u32(0xffffffff) + u32(4) + u32(0),
+        'hosts_answer_run_empty': u32(1) + u32(2) + u32(2) + u32(0) + u32(0) + u32(2) + u32(0),
         'lookup_request': u32(3) + u32(4),
         'lookup_request_zero': u32(0) + u32(1),
         'lookup_request_empty': u32(3) + u32(0),

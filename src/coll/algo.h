@@ -99,9 +99,10 @@ dt_err dt__coll_cma_prepare(dt_coll *c, coll_op *op, int rs, int ag, int whole,
 /* Ranks on several hosts (c->hier_map): inside each host, across the
  * hosts, inside each host again (allreduce). */
 dt_err dt__coll_hier_prepare(dt_coll *c, coll_op *op);
-/* At attach: c->hier_map from the node table's hosts (stays NULL when
- * the ranks do not make a hierarchy); DT_ENOMEM only. */
-dt_err dt__coll_hier_map(dt_coll *c);
+/* At attach: c->hier_map from the ranks' hosts (host[r]: rank r's host
+ * number, equal for one host, DT_HOST_UNKNOWN for one not known; stays
+ * NULL when the ranks do not make a hierarchy); DT_ENOMEM only. */
+dt_err dt__coll_hier_map(dt_coll *c, const uint32_t *host);
 /* Is the hierarchical allreduce op's algorithm? (DTRAIN_COLL_HIER) */
 int dt__coll_hier_wanted(const dt_coll *c, const coll_op *op);
 /* The bytes of each other rank's push slot this rank offers (api.c's

@@ -30,56 +30,47 @@
  * buffered, as with the ring.
  *
  * The hierarchy itself (which rank is where) is made once, at attach
- * (dt__coll_hier_map), from the hosts of the node table.
+ * (dt__coll_hier_map), from the ranks' hosts (the scheduler's numbers of
+ * them: a LOOKUP of hosts, comm.c).
  */
 #include <stdlib.h>
 #include <string.h>
 
 #include "coll/algo.h"
 
-/* The host a node entry runs on: its host id, else its address. */
-static const char *
-entry_host(const dt_node_entry *e)
-{
-	return e->hostid[0] ? e->hostid : e->host;
-}
-
 /*
  * The hierarchy of hosts (algo_hier.c): hosts numbered by their lowest
  * rank, ranks within a host by rank. It exists only when there are 2 or
  * more hosts with the same number of ranks, 2 or more, on each: otherwise
- * c->hier_map stays NULL and every operation runs flat. Every rank reads
- * the same node table, so every rank makes the same map.
+ * c->hier_map stays NULL and every operation runs flat. Every rank gets
+ * the same host numbers from the scheduler, so every rank makes the same
+ * map. O(n) with the hosts' numbers (below n + the job's servers and
+ * scheduler) as indices.
  */
 dt_err
-dt__coll_hier_map(dt_coll *c)
+dt__coll_hier_map(dt_coll *c, const uint32_t *hostno)
 {
 	int n = c->size, H = 0, L;
 	int *host = malloc((size_t)n * sizeof(int));
 	int *map = malloc(2 * (size_t)n * sizeof(int));
-	const dt_node_entry *e, *f;
+	size_t span = 0;
+	int *seen = NULL; /* by host number: its index + 1 */
 
-	if (!host || !map) {
+	for (int r = 0; r < n; r++)
+		if (hostno[r] != DT_HOST_UNKNOWN && hostno[r] + 1 > span)
+			span = (size_t)hostno[r] + 1;
+	if (!host || !map || !(seen = calloc(span ? span : 1, sizeof(int)))) {
 		free(host);
 		free(map);
+		free(seen);
 		return dt__fail(DT_ENOMEM, "host map of %d ranks", n);
 	}
-	for (int r = 0; r < n; r++)
-		host[r] = -1;
 	for (int r = 0; r < n; r++) {
-		if (host[r] >= 0)
-			continue;
-		if ((e = dt__node_entry(c->node, c->base_id + r)) == NULL)
+		if (hostno[r] == DT_HOST_UNKNOWN)
 			goto flat;
-		host[r] = H;
-		for (int q = r + 1; q < n; q++) {
-			f = dt__node_entry(c->node, c->base_id + q);
-			if (f == NULL)
-				goto flat;
-			if (!strcmp(entry_host(e), entry_host(f)))
-				host[q] = H;
-		}
-		H++;
+		if (seen[hostno[r]] == 0)
+			seen[hostno[r]] = ++H;
+		host[r] = seen[hostno[r]] - 1;
 	}
 	L = n / H;
 	if (H < 2 || L < 2 || L * H != n)
@@ -99,6 +90,7 @@ dt__coll_hier_map(dt_coll *c)
 			goto flat;
 	}
 	free(host);
+	free(seen);
 	c->hier_map = map;
 	c->hier_hosts = H;
 	c->hier_local = L;
@@ -106,6 +98,7 @@ dt__coll_hier_map(dt_coll *c)
 flat:
 	free(host);
 	free(map);
+	free(seen);
 	return DT_OK;
 }
 

@@ -979,7 +979,12 @@ comm_start(dt_coll *c)
 		if (c->pids == NULL || c->bounce == NULL)
 			return dt__fail(DT_ENOMEM, "CMA buffers");
 		/* (the pids are checked through connections, made on demand:
-		 * none is made for CMA that will not be used) */
+		 * none is made for CMA that will not be used; the ranks'
+		 * entries, with their declared pids, asked for now: every rank
+		 * is on this host) */
+		if (c->cfg.cma &&
+		    (err = dt__node_lookup(c->node, c->base_id, c->size)))
+			return err;
 		if (!c->cfg.cma || !cma_pids(c))
 			c->cfg.cma = 0; /* the probe agrees on no CMA */
 		if ((err = probe_cma(c)))

@@ -923,6 +923,45 @@ const dt__app_class dt__coll_app = {
     .cmd_last = DT_CMD_COLL_LAST,
 };
 
+/*
+ * The host number of each rank (*out, c->size of them; the caller frees
+ * it): the scheduler's numbers (dt__node_lookup_hosts). An elastic job
+ * asks for its rows' entries instead, as its workers come and go (rows of
+ * workers still to come stay unknown until they join, and the scheduler
+ * tells every member then), and numbers their hosts here.
+ */
+static dt_err
+ranks_hosts(dt_coll *c, uint32_t **out)
+{
+	dt_node *n = c->node;
+	uint32_t *v = malloc(sizeof(*v) * (size_t)c->size);
+	dt_err err;
+
+	if ((*out = v) == NULL)
+		return dt__fail(DT_ENOMEM, "hosts of %d ranks", c->size);
+	if (!dt__node_elastic(n))
+		return dt__node_lookup_hosts(n, c->base_id, c->size, v);
+	if ((err = dt__node_lookup(n, c->base_id, dt__node_elastic_slots(n))) &&
+	    err != DT_EPEER)
+		return err;
+	/* (a few ranks: numbered by the first rank of each host) */
+	for (int r = 0; r < c->size; r++) {
+		const dt_node_entry *e = dt__node_entry(n, c->base_id + r);
+
+		v[r] = e ? (uint32_t)r : DT_HOST_UNKNOWN;
+		for (int q = 0; e && q < r; q++) {
+			const dt_node_entry *f =
+			    dt__node_entry(n, c->base_id + q);
+
+			if (f && strcmp(f->host, e->host) == 0) {
+				v[r] = v[q];
+				break;
+			}
+		}
+	}
+	return DT_OK;
+}
+
 dt_err
 dt__coll_attach(dt_coll *c)
 {
@@ -932,7 +971,7 @@ dt__coll_attach(dt_coll *c)
 	                     .payload_dest = hook_payload_dest,
 	                     .on_fail = hook_on_fail,
 	                     .on_membership = dt__coll_on_membership};
-	const dt_node_entry *me;
+	uint32_t *hosts = NULL;
 	dt_err err;
 
 	if (dt_node_role(n) != DT_ROLE_WORKER)
@@ -943,22 +982,19 @@ dt__coll_attach(dt_coll *c)
 	c->rank = dt_node_rank(n);
 	c->size = dt_node_num_workers(n);
 	c->base_id = 1 + dt_node_num_servers(n);
-	/* The ranks' hosts (the local ranks, the hierarchical map, CMA's
-	 * pids) are asked of the scheduler once, here. An elastic job's
-	 * rows of workers still to come stay unknown until they join (the
-	 * scheduler then tells every member). */
-	if ((err = dt__node_lookup(
-	         n, c->base_id,
-	         dt__node_elastic(n) ? dt__node_elastic_slots(n) : c->size)) &&
-	    !(err == DT_EPEER && dt__node_elastic(n)))
+	/* The ranks' hosts (the local ranks, the hierarchical map) are asked
+	 * of the scheduler once, here: their numbers alone, a few bytes per
+	 * host, not every rank's entry (CMA's pids, on one host, ask for
+	 * those: api.c). */
+	if ((err = ranks_hosts(c, &hosts))) {
+		free(hosts);
 		return err;
-	me = dt__node_entry(n, c->base_id + c->rank);
+	}
 	c->local_rank = 0;
 	c->local_size = 0;
 	for (int r = 0; r < c->size; r++) {
-		const dt_node_entry *e = dt__node_entry(n, c->base_id + r);
-
-		if (me == NULL || e == NULL || strcmp(e->host, me->host))
+		if (hosts[c->rank] == DT_HOST_UNKNOWN ||
+		    hosts[r] != hosts[c->rank])
 			continue;
 		if (r < c->rank)
 			c->local_rank++;
@@ -973,8 +1009,10 @@ dt__coll_attach(dt_coll *c)
 	c->stall_reply = calloc((size_t)c->nworkers, sizeof(int64_t));
 	c->ids = calloc((size_t)c->nworkers, sizeof(int));
 	c->rank_of = calloc((size_t)c->nworkers, sizeof(int));
-	if (!c->dead || !c->ext || !c->stall_reply || !c->ids || !c->rank_of)
+	if (!c->dead || !c->ext || !c->stall_reply || !c->ids || !c->rank_of) {
+		free(hosts);
 		return dt__fail(DT_ENOMEM, "communicator of %d ranks", c->size);
+	}
 	for (int r = 0; r < c->nworkers; r++) {
 		c->ids[r] = c->base_id + r;
 		c->rank_of[r] = r < c->size ? r : -1;
@@ -993,7 +1031,7 @@ dt__coll_attach(dt_coll *c)
 		         "this worker joins the running job: its state comes "
 		         "from the members (dt_elastic_restore)");
 	}
-	if (!c->elastic && (err = dt__coll_hier_map(c)))
-		return err;
-	return dt__node_attach(n, &dt__coll_app, &app);
+	err = c->elastic ? DT_OK : dt__coll_hier_map(c, hosts);
+	free(hosts);
+	return err ? err : dt__node_attach(n, &dt__coll_app, &app);
 }

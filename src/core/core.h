@@ -184,6 +184,17 @@ const dt_node_entry *dt__node_entry(const dt_node *n, int id);
  * every entry.
  */
 dt_err dt__node_lookup(dt_node *n, int first, int count);
+/*
+ * The hosts of nodes first..first+count-1, without their entries: out[i]
+ * is the scheduler's number of node first+i's host (equal numbers for one
+ * host, each below the job's count of ids; DT_HOST_UNKNOWN for a node it
+ * does not know). Asked of the scheduler (LOOKUP's hosts-only form, a few
+ * bytes per host rather than an entry per node), one such lookup at a
+ * time per node; waits by DT_CONNECT_TIMEOUT. DT_EINVAL for a range
+ * outside the job, DT_ESTATE on the I/O thread or the scheduler.
+ */
+#define DT_HOST_UNKNOWN UINT32_MAX
+dt_err dt__node_lookup_hosts(dt_node *n, int first, int count, uint32_t *out);
 int dt__node_server_id(const dt_node *n, int rank);
 int dt__node_worker_id(const dt_node *n, int rank);
 /* "worker 1", "server 0", "scheduler", or "node 7" before the table. */

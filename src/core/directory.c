@@ -33,6 +33,7 @@
 
 #include "core/msg.h"
 #include "core/node_impl.h"
+#include "core/sched_impl.h"
 
 static int
 entry_known(const dt_node_entry *e)
@@ -163,6 +164,120 @@ dt__dir_send_assign(dt_node *n, dt_conn *c, int id, int here, uint64_t arg1,
 }
 
 void
+dt__dir_sched_changed(dt_node *n)
+{
+	free(n->sched->hostno);
+	n->sched->hostno = NULL;
+}
+
+/* The host of an entry: its host id, else its address. */
+static const char *
+entry_host(const dt_node_entry *e)
+{
+	return e->hostid[0] ? e->hostid : e->host;
+}
+
+static uint64_t
+host_hash(const char *s)
+{
+	uint64_t h = 1469598103934665603ull;
+
+	for (; *s; s++)
+		h = (h ^ (uint8_t)*s) * 1099511628211ull;
+	return h;
+}
+
+/*
+ * (mu held) The hosts of the entries first..first+count-1, numbered by
+ * first appearance, into v: one pass with an open-addressing table of the
+ * hosts seen (2 slots an id at least), so a range of W ids costs O(W).
+ */
+static dt_err
+number_hosts(const dt_node *n, int first, int count, uint32_t *v)
+{
+	size_t cap = 16, mask;
+	int *slot, hosts = 0; /* slot: an id of that host + 1, 0 empty */
+
+	while (cap < 2 * (size_t)count)
+		cap *= 2;
+	if ((slot = calloc(cap, sizeof(*slot))) == NULL)
+		return dt__fail(DT_ENOMEM, "numbering %d hosts", count);
+	mask = cap - 1;
+	for (int i = 0; i < count; i++) {
+		const dt_node_entry *e = &n->table[first + i];
+		const char *h = entry_host(e);
+		size_t k;
+
+		if (!entry_known(e)) {
+			v[i] = DT_HOST_UNKNOWN;
+			continue;
+		}
+		for (k = host_hash(h) & mask; slot[k]; k = (k + 1) & mask)
+			if (strcmp(entry_host(&n->table[slot[k] - 1]), h) == 0)
+				break;
+		if (slot[k] == 0) {
+			slot[k] = first + i + 1;
+			v[i] = (uint32_t)hosts++;
+		} else {
+			v[i] = v[slot[k] - 1 - first];
+		}
+	}
+	free(slot);
+	return DT_OK;
+}
+
+/* (I/O thread) A LOOKUP of hosts: answered from the numbers of the
+ * job's hosts, made at the first one (O(N) once) and kept until an entry
+ * changes; each answer costs its range. */
+static void
+on_hosts_lookup(dt_node *n, int peer, const dt_msg *m)
+{
+	dt_sched *s = n->sched;
+	int first, count;
+	char name[64];
+	dt_wbuf w;
+	dt_err err;
+
+	if ((err = dt__msg_hosts_lookup_decode(m->meta, m->hdr.meta_len,
+	                                       n->ntable, &first, &count))) {
+		dt__log(0, "ignoring a LOOKUP of hosts from %s: %s",
+		        dt__node_name(n, peer, name, sizeof(name)),
+		        dt_errmsg());
+		return;
+	}
+	dt__wbuf_init(&w);
+	pthread_mutex_lock(&n->mu);
+	if (s->hostno == NULL) {
+		uint32_t *v = malloc(sizeof(*v) * (size_t)n->ntable);
+
+		if (v == NULL)
+			err = dt__fail(DT_ENOMEM, "numbering %d hosts",
+			               n->ntable);
+		else if ((err = number_hosts(n, 1, n->ntable - 1, v + 1)))
+			free(v);
+		else
+			v[0] = DT_HOST_UNKNOWN, s->hostno = v;
+	}
+	if (err == DT_OK)
+		err = dt__msg_hosts_encode(first, count, s->hostno + first, &w);
+	pthread_mutex_unlock(&n->mu);
+	if (err == DT_OK) {
+		dt_msg_hdr h = {.cmd = DT_CMD_LOOKUP,
+		                .flags = DT_F_RESPONSE,
+		                .arg0 = DT_LOOKUP_HOSTS,
+		                .key = m->hdr.key};
+
+		(void)dt__node_send(n, peer, &h, w.data, (uint32_t)w.len, NULL,
+		                    0);
+	} else {
+		dt__log(0, "a LOOKUP of hosts from %s unanswered: %s",
+		        dt__node_name(n, peer, name, sizeof(name)),
+		        dt_errmsg());
+	}
+	dt__wbuf_fini(&w);
+}
+
+void
 dt__dir_sched_on_lookup(dt_node *n, dt_conn *c, const dt_msg *m)
 {
 	int peer = dt__conn_peer(c), first, count;
@@ -173,6 +288,10 @@ dt__dir_sched_on_lookup(dt_node *n, dt_conn *c, const dt_msg *m)
 	/* (only a node of the job asks; a stranger's bytes go no further) */
 	if (peer <= 0 || !(m->hdr.flags & DT_F_REQUEST))
 		return;
+	if (m->hdr.arg0 == DT_LOOKUP_HOSTS) {
+		on_hosts_lookup(n, peer, m);
+		return;
+	}
 	if ((err = dt__msg_lookup_decode(m->meta, m->hdr.meta_len, n->ntable,
 	                                 &first, &count))) {
 		dt__log(0, "ignoring a LOOKUP from %s: %s",
@@ -283,6 +402,31 @@ dt__dir_on_assign(dt_node *n, const dt_msg *m)
 	return DT_OK;
 }
 
+/* The answer to a LOOKUP of hosts: kept for the lookup waiting for it. */
+static void
+on_hosts_answer(dt_node *n, const dt_msg *m)
+{
+	uint32_t *v;
+	int first, count;
+
+	if (dt__msg_hosts_decode(m->meta, m->hdr.meta_len, n->ntable, &first,
+	                         &count, &v)) {
+		/* (the lookup that waits for it fails by its deadline) */
+		dt__log(0,
+		        "ignoring a malformed answer to a LOOKUP of hosts: %s",
+		        dt_errmsg());
+		return;
+	}
+	pthread_mutex_lock(&n->mu);
+	free(n->hosts_v);
+	n->hosts_v = v;
+	n->hosts_first = first;
+	n->hosts_count = count;
+	n->hosts_tag = m->hdr.key;
+	pthread_cond_broadcast(&n->cv);
+	pthread_mutex_unlock(&n->mu);
+}
+
 void
 dt__dir_on_answer(dt_node *n, dt_conn *c, const dt_msg *m)
 {
@@ -292,6 +436,10 @@ dt__dir_on_answer(dt_node *n, dt_conn *c, const dt_msg *m)
 	if (dt__conn_peer(c) != 0 || !(m->hdr.flags & DT_F_RESPONSE) ||
 	    n->table == NULL)
 		return;
+	if (m->hdr.arg0 == DT_LOOKUP_HOSTS) {
+		on_hosts_answer(n, m);
+		return;
+	}
 	if (dt__msg_dir_decode(m->meta, m->hdr.meta_len, n->num_servers,
 	                       n->ntable, &first, &count, &got)) {
 		/* (the scheduler is trusted once it authenticated, but a
@@ -326,6 +474,92 @@ static int
 answered(dt_node *n, const void *arg)
 {
 	return n->dir_answered >= *(const uint64_t *)arg;
+}
+
+/* (mu held, dt__node_wait) Take the slot of LOOKUPs of hosts if free. */
+static int
+claim_hosts(dt_node *n, const void *arg)
+{
+	(void)arg;
+	if (n->hosts_busy)
+		return 0;
+	n->hosts_busy = 1;
+	return 1;
+}
+
+static int
+hosts_answered(dt_node *n, const void *arg)
+{
+	return n->hosts_tag == *(const uint64_t *)arg;
+}
+
+dt_err
+dt__node_lookup_hosts(dt_node *n, int first, int count, uint32_t *out)
+{
+	uint64_t deadline =
+	    dt__now_ns() + (uint64_t)n->cfg.connect_timeout_ms * 1000000ull;
+	dt_err err = DT_OK;
+
+	if (n->role == DT_ROLE_SCHEDULER)
+		return dt__fail(DT_ESTATE, "the scheduler looks up no hosts");
+	if (n->table == NULL || first < 1 || count < 0 ||
+	    count > n->ntable - first)
+		return dt__fail(DT_EINVAL,
+		                "lookup of the hosts of node ids %d..+%d: not "
+		                "in this job's table",
+		                first, count);
+	if (dt__van_dispatching(n->van))
+		return dt__fail(DT_ESTATE, "the I/O thread does not wait for "
+		                           "the scheduler's answer");
+	/* (one at a time: the answer's slot is the node's) */
+	if ((err = dt__node_wait(n, claim_hosts, NULL, deadline,
+	                         "another LOOKUP of hosts to end")))
+		return err;
+	for (int at = first; at < first + count && err == DT_OK;) {
+		int span = DT_MIN(first + count - at, DT_HOSTS_MAX);
+		uint64_t tag;
+		dt_wbuf w;
+
+		pthread_mutex_lock(&n->mu);
+		tag = ++n->dir_asked;
+		pthread_mutex_unlock(&n->mu);
+		dt_msg_hdr h = {.cmd = DT_CMD_LOOKUP,
+		                .flags = DT_F_REQUEST,
+		                .arg0 = DT_LOOKUP_HOSTS,
+		                .key = tag};
+		dt__wbuf_init(&w);
+		err = dt__msg_lookup_encode(at, span, &w);
+		if (err == DT_OK)
+			err = dt__node_send(n, 0, &h, w.data, (uint32_t)w.len,
+			                    NULL, 0);
+		dt__wbuf_fini(&w);
+		if (err == DT_OK)
+			err =
+			    dt__node_wait(n, hosts_answered, &tag, deadline,
+			                  "the scheduler's answer to a LOOKUP "
+			                  "of hosts");
+		if (err)
+			break;
+		pthread_mutex_lock(&n->mu);
+		if (n->hosts_first != at || n->hosts_count != span)
+			err =
+			    dt__fail(DT_EPROTO,
+			             "the scheduler answered a LOOKUP of the "
+			             "hosts of ids %d..+%d with %d..+%d",
+			             at, span, n->hosts_first, n->hosts_count);
+		else
+			memcpy(out + (at - first), n->hosts_v,
+			       sizeof(*out) * (size_t)span);
+		free(n->hosts_v);
+		n->hosts_v = NULL;
+		pthread_mutex_unlock(&n->mu);
+		at += span;
+	}
+	pthread_mutex_lock(&n->mu);
+	n->hosts_busy = 0;
+	pthread_cond_broadcast(&n->cv);
+	pthread_mutex_unlock(&n->mu);
+	return err;
 }
 
 dt_err

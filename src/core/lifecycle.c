@@ -363,6 +363,7 @@ node_free(dt_node *n)
 	free(n->tree);
 	free(n->peers);
 	free(n->said_bye);
+	free(n->hosts_v);
 	free(n->ctr);
 	pthread_mutex_destroy(&n->mu);
 	pthread_cond_destroy(&n->cv);

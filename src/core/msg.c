@@ -403,6 +403,114 @@ dt__msg_dir_decode(const void *meta, size_t len, int num_servers, int ntable,
 	                   out);
 }
 
+/* A range of ids as get_range's, up to max of them. */
+static dt_err
+get_wide_range(dt_rbuf *r, const char *what, int ntable, int max, int *first,
+               int *count)
+{
+	uint32_t f = dt__rbuf_u32(r), c = dt__rbuf_u32(r);
+	dt_err err;
+
+	if ((err = dt__rbuf_err(r, what)))
+		return err;
+	if (c < 1 || c > (uint32_t)max || f < 1 || f >= (uint32_t)ntable ||
+	    c > (uint32_t)ntable - f)
+		return dt__fail(DT_EPROTO,
+		                "%s: ids %u..+%u are not 1 to %d of the job's "
+		                "1..%d",
+		                what, f, c, max, ntable - 1);
+	*first = (int)f;
+	*count = (int)c;
+	return DT_OK;
+}
+
+dt_err
+dt__msg_hosts_lookup_decode(const void *meta, size_t len, int ntable,
+                            int *first, int *count)
+{
+	dt_rbuf r;
+	dt_err err;
+
+	dt__rbuf_init(&r, meta, len);
+	if ((err = get_wide_range(&r, "LOOKUP of hosts", ntable, DT_HOSTS_MAX,
+	                          first, count)))
+		return err;
+	if (r.off != r.len)
+		return dt__fail(DT_EPROTO,
+		                "LOOKUP of hosts: %zu bytes after the range",
+		                r.len - r.off);
+	return DT_OK;
+}
+
+dt_err
+dt__msg_hosts_encode(int first, int count, const uint32_t *hostno, dt_wbuf *w)
+{
+	uint32_t runs = 0;
+
+	for (int i = 0; i < count; i++)
+		runs += i == 0 || hostno[i] != hostno[i - 1];
+	dt__wbuf_u32(w, (uint32_t)first);
+	dt__wbuf_u32(w, (uint32_t)count);
+	dt__wbuf_u32(w, runs);
+	for (int i = 0, j; i < count; i = j) {
+		for (j = i + 1; j < count && hostno[j] == hostno[i]; j++)
+			;
+		dt__wbuf_u32(w, (uint32_t)(j - i));
+		dt__wbuf_u32(w, hostno[i]);
+	}
+	return dt__wbuf_err(w);
+}
+
+dt_err
+dt__msg_hosts_decode(const void *meta, size_t len, int ntable, int *first,
+                     int *count, uint32_t **out)
+{
+	const char *what = "LOOKUP of hosts, the answer";
+	uint32_t runs, *v;
+	size_t at = 0;
+	dt_rbuf r;
+	dt_err err;
+
+	*out = NULL;
+	dt__rbuf_init(&r, meta, len);
+	if ((err =
+	         get_wide_range(&r, what, ntable, DT_HOSTS_MAX, first, count)))
+		return err;
+	runs = dt__rbuf_u32(&r);
+	if ((err = dt__rbuf_err(&r, what)))
+		return err;
+	/* (8 bytes a run: refuse a count the block cannot hold before
+	 * allocating) */
+	if (runs < 1 || runs > (uint32_t)*count ||
+	    (size_t)runs * 8 != r.len - r.off)
+		return dt__fail(DT_EPROTO,
+		                "%s: %u runs for %d ids in %zu bytes", what,
+		                runs, *count, r.len - r.off);
+	if ((v = malloc(sizeof(*v) * (size_t)*count)) == NULL)
+		return dt__fail(DT_ENOMEM, "%s: %d ids", what, *count);
+	for (uint32_t k = 0; k < runs; k++) {
+		uint32_t n = dt__rbuf_u32(&r), h = dt__rbuf_u32(&r);
+
+		if (n < 1 || n > (size_t)*count - at ||
+		    (h >= (uint32_t)ntable && h != DT_HOST_UNKNOWN)) {
+			free(v);
+			return dt__fail(DT_EPROTO,
+			                "%s: run %u of %u ids, host %u, past "
+			                "the range of %d or the job's %d ids",
+			                what, k, n, h, *count, ntable);
+		}
+		for (uint32_t i = 0; i < n; i++)
+			v[at++] = h;
+	}
+	if (at != (size_t)*count) {
+		free(v);
+		return dt__fail(DT_EPROTO, "%s: the runs cover %zu of %d ids",
+		                what, at, *count);
+	}
+	*out = v;
+	return DT_OK;
+}
+
 dt_err
 dt__msg_membership_encode(const int *ids, int n, dt_wbuf *w)
 {

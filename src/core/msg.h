@@ -117,6 +117,29 @@ dt_err dt__msg_dir_decode(const void *meta, size_t len, int num_servers,
                           dt_node_entry **out);
 
 /*
+ * LOOKUP's hosts-only form (the header's arg0 DT_LOOKUP_HOSTS, both ways):
+ * the request is a range as above, of at most DT_HOSTS_MAX ids; the
+ * answer gives each node of the range the number of its host (the
+ * scheduler numbers the job's hosts once: nodes of one host share a
+ * number, below the job's count of ids; a node it does not know has
+ * DT_HOST_UNKNOWN) as runs of equal numbers: the range, the count of
+ * runs, then each run's length and number, u32 each. Ranks placed host by
+ * host take one run a host; at worst 8 bytes an id fit the metadata
+ * block. The decoder checks the range against the job's ntable ids, each
+ * run (not empty, its number below ntable or DT_HOST_UNKNOWN) and that
+ * the runs cover the range exactly, before it allocates *out (count
+ * numbers; the caller frees it).
+ */
+#define DT_LOOKUP_HOSTS 1
+#define DT_HOSTS_MAX    65536
+dt_err dt__msg_hosts_encode(int first, int count, const uint32_t *hostno,
+                            dt_wbuf *w);
+dt_err dt__msg_hosts_decode(const void *meta, size_t len, int ntable,
+                            int *first, int *count, uint32_t **out);
+dt_err dt__msg_hosts_lookup_decode(const void *meta, size_t len, int ntable,
+                                   int *first, int *count);
+
+/*
  * MEMBERSHIP (elastic jobs): the node ids of the live workers, ascending,
  * as u32 each; the epoch and the cause ride in the header. The decoder
  * takes at most max_ids ids (the job's worker rows, DTRAIN_ELASTIC_MAX)

@@ -76,6 +76,12 @@ struct dt_node {
 	uint64_t assign_epoch;
 	uint64_t dir_asked;
 	uint64_t dir_answered;
+	/* (mu) The last answer to a LOOKUP of hosts: its tag, range and
+	 * numbers (dt__node_lookup_hosts takes them). */
+	uint64_t hosts_tag;
+	int hosts_first, hosts_count;
+	uint32_t *hosts_v;
+	int hosts_busy; /* a LOOKUP of hosts is under way (one at a time) */
 	/* (mu) Workers' HELLOs that came before this node's assignment
 	 * (a worker that got its own first dials at once): answered once
 	 * the assignment is in (member.c). */
@@ -238,6 +244,9 @@ dt_err dt__dir_send_assign(dt_node *n, dt_conn *c, int id, int here,
                            uint64_t arg1, uint64_t arg2);
 /* (scheduler, I/O thread) A member's LOOKUP: answered from the table. */
 void dt__dir_sched_on_lookup(dt_node *n, dt_conn *c, const dt_msg *m);
+/* (scheduler, mu held) An entry of the table was written: the answers
+ * kept for LOOKUPs of hosts are stale. */
+void dt__dir_sched_changed(dt_node *n);
 
 /*
  * Connections on demand (reach.c; the design is at its top). A worker

@@ -132,6 +132,7 @@ admit(dt_node *n, dt_conn *c, const joiner *j, int id, int restarts)
 	e->pid = j->pid;
 	snprintf(e->hostid, DT_HOSTID_MAX, "%s", j->hostid);
 	snprintf(e->local, DT_LOCAL_MAX, "%s", j->local);
+	dt__dir_sched_changed(n);
 	pthread_mutex_unlock(&n->mu);
 	dt__conn_vouch(c);
 	dt__link_restart_peer(n, id, c, NULL, 0, NULL);

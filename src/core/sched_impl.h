@@ -53,6 +53,10 @@ struct dt_sched {
 	long tree_min, tree_arity; /* DTRAIN_CTRL_TREE_MIN, _ARITY */
 	uint8_t tree_in[8][DT_TREE_ARITY_MAX];
 	uint64_t msgs[8];
+	/* By id, the number of each node's host for LOOKUPs of hosts
+	 * (directory.c), made at the first one; dropped (NULL) whenever an
+	 * entry is written (dt__sched_seat, a restart). (n->mu) */
+	uint32_t *hostno;
 	/* Elastic jobs: by mask * (1 + S + W) + id, whether that node is in
 	 * the open round, so a worker leaving the membership takes its own
 	 * arrival out (elastic.c); NULL otherwise. */

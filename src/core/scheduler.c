@@ -854,6 +854,7 @@ dt__sched_seat(dt_node *n, const joiner *j, dt_conn *c, int id, dt_role role,
 	snprintf(e->hostid, DT_HOSTID_MAX, "%s", j->hostid);
 	snprintf(e->local, DT_LOCAL_MAX, "%s", j->local);
 	e->known = 1;
+	dt__dir_sched_changed(n);
 	memcpy(n->sched->token[id], j->token, DT_NODE_TOKEN_MAX);
 	dt__conn_set_peer(c, id);
 	__atomic_store_n(&n->peers[id], c, __ATOMIC_RELEASE);
@@ -1041,6 +1042,7 @@ dt__sched_free(dt_node *n)
 	free(n->sched->token);
 	free(n->sched->in_round);
 	free(n->sched->joining);
+	free(n->sched->hostno);
 	dt__tree_free(&n->sched->tree);
 	free(n->sched);
 	n->sched = NULL;

@@ -77,6 +77,14 @@ check "first: every rank dialled its peer on demand" \
 links=$(count_links "$out")
 check "first: one connection per pair of the ring (got $links)" test "$links" = 4
 
+# A communicator's start asks for its ranks' hosts, not their addresses.
+out=$TMP/hosts
+timeout 280 "$DTRAIN" launch -n 8 -s 1 --launcher local \
+	--env DT_TEST_TAG="$TAG" --env DT_COLL_CMA=0 -- "$CHECK" hosts >"$out" 2>&1
+rc=$?
+check "hosts: launcher exits 0 (got $rc)" test "$rc" = 0
+check "hosts: every rank reports 0 failed" every_rank 8 "$out" "checks, 0 failed"
+
 out=$TMP/gone
 mkdir -p "$TMP/gone.d"
 start=$(now_ms)

@@ -16,6 +16,11 @@
  *                    sends it a text: the send must fail, naming the
  *                    worker, within DT_CONNECT_TIMEOUT (LAZY_CHECK_DIR:
  *                    where the last rank writes its pid)
+ *   lazy_check hosts (a communicator on a node) its start asks for the
+ *                    ranks' hosts alone: the local rank and size are
+ *                    right and no worker's address is known after it but
+ *                    those of its partners (the start's own allreduce);
+ *                    then an allreduce, checked
  *   lazy_check first (the node API alone) each rank sends a text to the
  *                    next rank of a ring, whose address it never had:
  *                    the scheduler's assignment gives a worker the
@@ -328,19 +333,53 @@ first(dt_node *node)
 	   dt_node_barrier(node, DT_GROUP_WORKERS));
 }
 
+/* A communicator's start asks the scheduler for its ranks' hosts alone:
+ * every rank is on this host (local rank and size), and no other
+ * worker's address is known here after it; then an allreduce. (Run with
+ * DT_COLL_CMA=0: same-host reads would ask for every rank's entry.) */
+static void
+hosts(dt_node *node)
+{
+	int base = 1 + dt_node_num_servers(node), known = 0;
+	dt_coll *c;
+
+	if (!ok("hosts: init", dt_coll_init_node(node, &c)))
+		return;
+	checks++;
+	if (dt_coll_local_size(c) != size_ || dt_coll_local_rank(c) != rank_)
+		FAIL("hosts: local rank %d of %d, not %d of %d",
+		     dt_coll_local_rank(c), dt_coll_local_size(c), rank_,
+		     size_);
+	for (int r = 0; r < size_; r++)
+		known += r != rank_ && dt__node_entry(node, base + r) != NULL;
+	/* (the start's own small allreduce, by recursive doubling, has
+	 * dialled log2(size) partners: those are known, no more) */
+	int partners = 0;
+	for (int k = 1; k < size_; k *= 2)
+		partners++;
+	checks++;
+	if (known > partners)
+		FAIL("hosts: %d other workers' addresses known after the "
+		     "start (its partners: %d)",
+		     known, partners);
+	allreduce_check(c, 1000);
+	ok("hosts: finalize", dt_coll_finalize(c));
+}
+
 int
 main(int argc, char **argv)
 {
 	dt_coll *c;
 	dt_err err;
 
-	if (argc != 2 ||
-	    (strcmp(argv[1], "all") && strcmp(argv[1], "ring") &&
-	     strcmp(argv[1], "gone") && strcmp(argv[1], "first"))) {
-		fprintf(stderr, "usage: lazy_check all|ring|gone|first\n");
+	if (argc != 2 || (strcmp(argv[1], "all") && strcmp(argv[1], "ring") &&
+	                  strcmp(argv[1], "gone") && strcmp(argv[1], "first") &&
+	                  strcmp(argv[1], "hosts"))) {
+		fprintf(stderr,
+		        "usage: lazy_check all|ring|gone|first|hosts\n");
 		return 2;
 	}
-	if (strcmp(argv[1], "first") == 0) {
+	if (strcmp(argv[1], "first") == 0 || strcmp(argv[1], "hosts") == 0) {
 		dt_node *node;
 
 		if (dt_node_init_from_env(&node) != DT_OK || node == NULL) {
@@ -353,9 +392,11 @@ main(int argc, char **argv)
 		size_ = dt_node_num_workers(node);
 		if (size_ < 2)
 			FAIL("needs 2 ranks or more");
-		else
+		else if (strcmp(argv[1], "first") == 0)
 			first(node);
-		ok("first: stop", dt_node_stop(node));
+		else
+			hosts(node);
+		ok("stop", dt_node_stop(node));
 		printf("lazy_check rank %d: %d checks, %d failed\n", rank_,
 		       checks, failures);
 		return failures ? 1 : 0;

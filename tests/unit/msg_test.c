@@ -211,6 +211,77 @@ test_assign_refused(void **state)
 	dt__wbuf_fini(&w);
 }
 
+/* LOOKUP of hosts: runs of equal numbers, one a host for ranks placed
+ * host by host; every bound of the answer checked. */
+static void
+test_hosts_round_trip(void **state)
+{
+	const uint32_t v[6] = {0, 0, 1, 1, DT_HOST_UNKNOWN, 0};
+	uint32_t *got;
+	int first, count;
+	dt_wbuf w;
+
+	(void)state;
+	dt__wbuf_init(&w);
+	assert_int_equal(dt__msg_hosts_encode(2, 6, v, &w), DT_OK);
+	/* range, 4 runs of 8 bytes */
+	assert_int_equal(w.len, 12u + 4 * 8);
+	assert_int_equal(
+	    dt__msg_hosts_decode(w.data, w.len, 8, &first, &count, &got),
+	    DT_OK);
+	assert_int_equal(first, 2);
+	assert_int_equal(count, 6);
+	assert_memory_equal(got, v, sizeof(v));
+	free(got);
+	/* past the job's ids */
+	assert_int_equal(
+	    dt__msg_hosts_decode(w.data, w.len, 7, &first, &count, &got),
+	    DT_EPROTO);
+	assert_null(got);
+	/* a host number past the job's ids */
+	dt__put_u32(w.data + 12 + 4, 9);
+	assert_int_equal(
+	    dt__msg_hosts_decode(w.data, w.len, 8, &first, &count, &got),
+	    DT_EPROTO);
+	assert_msg_has("host 9");
+	dt__put_u32(w.data + 12 + 4, 0);
+	/* runs that do not cover the range, an empty run, a run past it */
+	dt__put_u32(w.data + 12, 1);
+	assert_int_equal(
+	    dt__msg_hosts_decode(w.data, w.len, 8, &first, &count, &got),
+	    DT_EPROTO);
+	assert_msg_has("cover");
+	dt__put_u32(w.data + 12, 0);
+	assert_int_equal(
+	    dt__msg_hosts_decode(w.data, w.len, 8, &first, &count, &got),
+	    DT_EPROTO);
+	dt__put_u32(w.data + 12, 7);
+	assert_int_equal(
+	    dt__msg_hosts_decode(w.data, w.len, 8, &first, &count, &got),
+	    DT_EPROTO);
+	dt__put_u32(w.data + 12, 2);
+	/* a count of runs the block does not hold */
+	dt__put_u32(w.data + 8, 5);
+	assert_int_equal(
+	    dt__msg_hosts_decode(w.data, w.len, 8, &first, &count, &got),
+	    DT_EPROTO);
+	assert_msg_has("runs");
+	dt__wbuf_fini(&w);
+
+	/* the request: a range of up to DT_HOSTS_MAX ids */
+	dt__wbuf_init(&w);
+	assert_int_equal(dt__msg_lookup_encode(1, DT_HOSTS_MAX, &w), DT_OK);
+	assert_int_equal(dt__msg_hosts_lookup_decode(
+	                     w.data, w.len, DT_HOSTS_MAX + 1, &first, &count),
+	                 DT_OK);
+	assert_int_equal(count, DT_HOSTS_MAX);
+	dt__put_u32(w.data + 4, DT_HOSTS_MAX + 1);
+	assert_int_equal(
+	    dt__msg_hosts_lookup_decode(w.data, w.len, 1 << 20, &first, &count),
+	    DT_EPROTO);
+	dt__wbuf_fini(&w);
+}
+
 static void
 test_lookup_round_trip(void **state)
 {
@@ -303,6 +374,7 @@ main(void)
 	    cmocka_unit_test(test_assign_size),
 	    cmocka_unit_test(test_assign_refused),
 	    cmocka_unit_test(test_lookup_round_trip),
+	    cmocka_unit_test(test_hosts_round_trip),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
