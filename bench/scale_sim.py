@@ -77,6 +77,8 @@ BARRIERS = env_int("BARRIERS", 3)
 TIMEOUT = float(os.environ.get("TIMEOUT", 300))
 RTT_US = float(os.environ.get("RTT_US", 50))
 STOP_ONE = env_int("STOP_ONE", 0)
+# seconds every node is held idle before each barrier (heartbeats only)
+HOLD_S = float(os.environ.get("HOLD_S", 0))
 TREE_MIN = env_int("DTRAIN_CTRL_TREE_MIN", 256)
 ARITY = env_int("DTRAIN_CTRL_ARITY", 16)
 TICK = os.sysconf("SC_CLK_TCK")
@@ -456,6 +458,8 @@ def run(w, s):
                 break
             # (leaving ends the scheduler: its CPU time then comes from
             # its rusage, whose clock is that of /proc/<pid>/stat)
+            if HOLD_S > 0 and name.startswith("barrier"):
+                time.sleep(HOLD_S)
             c0 = sched.cpu_ns(ticks=name == "leave")
             m0 = machine_jiffies()
             for sm in live:
