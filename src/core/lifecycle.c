@@ -219,6 +219,8 @@ member_lost(dt_node *n, int peer, const char *addr, const char *why)
 	    dt__tree_report_lost(n, peer, DT_TREE_LOST_CLOSED, 0))
 		dt__log(0, "cannot tell the tree parent that %s was lost: %s",
 		        name, dt_errmsg());
+	if (joined)
+		dt__watch_parent_gone(n, peer);
 	if (dt__watch_defer_loss(n, peer))
 		return;
 	dt__node_fail_apps(n, peer, DT_EPEER);

@@ -330,6 +330,11 @@ void dt__watch_describe(dt_node *n, int id, dt_conn *c, char *out, size_t cap);
  * a moment later (the heartbeat thread), unless the scheduler's abort has
  * come by then with the cause. 0: no heartbeat thread, tell them now. */
 int dt__watch_defer_loss(dt_node *n, int peer);
+/* (member) The tree parent's connection closed without BYE while the job
+ * runs: unless the scheduler's ABORT or TERMINATE comes within
+ * PS_HEARTBEAT_TIMEOUT, the node ends naming it (a frozen scheduler's
+ * news, down the tree). A no-op for another peer. */
+void dt__watch_parent_gone(dt_node *n, int peer);
 
 /* PS_RESEND (link.c; the whole design is at its top). */
 dt_err dt__link_config(dt_node *n);

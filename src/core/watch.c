@@ -55,6 +55,9 @@ struct dt_watch {
 	/* (watch thread) by place among the tree children: its loss was
 	 * told to the parent (TREE_LOST) */
 	uint8_t told[DT_TREE_KIDS_MAX];
+	/* (mu) when the tree parent's connection closed without BYE (0:
+	 * it did not), for orphaned() */
+	uint64_t parent_gone;
 	pthread_t thread;
 	pthread_mutex_t mu;
 	pthread_cond_t cv; /* CLOCK_MONOTONIC */
@@ -238,8 +241,8 @@ watching(dt_node *n)
 }
 
 /* A tree child silent for PS_HEARTBEAT_TIMEOUT: tell the parent, once
- * (the scheduler's ABORT follows); 1 if told. */
-static int
+ * (the scheduler's ABORT follows). */
+static void
 tell_parent(struct dt_watch *w, int id, dt_conn *c, uint64_t silent)
 {
 	dt_node *n = w->n;
@@ -247,7 +250,7 @@ tell_parent(struct dt_watch *w, int id, dt_conn *c, uint64_t silent)
 	char who[DT_HOST_MAX + 96];
 
 	if (kid < 0 || w->told[kid] || silent <= w->timeout_ns)
-		return kid >= 0 && w->told[kid];
+		return;
 	w->told[kid] = 1;
 	dt__watch_describe(n, id, c, who, sizeof(who));
 	if (dt__tree_report_lost(n, id, DT_TREE_LOST_SILENT, silent)) {
@@ -255,13 +258,12 @@ tell_parent(struct dt_watch *w, int id, dt_conn *c, uint64_t silent)
 		        "%s sent nothing for %.1f s; cannot tell the tree "
 		        "parent: %s",
 		        who, (double)silent * 1e-9, dt_errmsg());
-		return 0;
+		return;
 	}
 	dt__log(0,
 	        "%s sent nothing for %.1f s (PS_HEARTBEAT_TIMEOUT=%.3g s): "
 	        "told the tree parent",
 	        who, (double)silent * 1e-9, (double)w->timeout_ns * 1e-9);
-	return 1;
 }
 
 static void
@@ -277,7 +279,7 @@ judge(struct dt_watch *w, int id, dt_conn *c, uint64_t now)
 		return;
 	/* (a child's loss goes up the tree; if the scheduler's ABORT does
 	 * not come within the grace, this node ends as for any peer) */
-	(void)tell_parent(w, id, c, silent);
+	tell_parent(w, id, c, silent);
 	if (silent <= limit)
 		return;
 	dt__watch_describe(n, id, c, who, sizeof(who));
@@ -290,6 +292,51 @@ judge(struct dt_watch *w, int id, dt_conn *c, uint64_t now)
 	else
 		dt__node_set_fatal(n, DT_EPEER, "%s", reason);
 	dt__van_close(n->van, c);
+}
+
+/*
+ * A node whose tree parent's connection closed while the job runs, and
+ * to which neither the scheduler's ABORT nor its TERMINATE came within
+ * PS_HEARTBEAT_TIMEOUT, ends naming that parent. It does not watch the
+ * scheduler over the tree: if the scheduler froze, its children found it
+ * and ended, and the news goes down the tree this way, a level per
+ * timeout, instead of leaving the nodes under them waiting.
+ */
+static void
+orphaned(struct dt_watch *w, uint64_t now)
+{
+	dt_node *n = w->n;
+	const dt__tree_place *p = __atomic_load_n(&n->tree, __ATOMIC_ACQUIRE);
+	uint64_t gone;
+	char name[64];
+
+	pthread_mutex_lock(&w->mu);
+	gone = w->parent_gone;
+	pthread_mutex_unlock(&w->mu);
+	if (gone == 0 || p == NULL || w->timeout_ns == 0 || now <= gone ||
+	    now - gone <= w->timeout_ns || !watching(n))
+		return;
+	dt__node_name(n, p->parent, name, sizeof(name));
+	dt__node_set_fatal(n, DT_EPEER,
+	                   "lost the connection to its tree parent, %s, and "
+	                   "heard nothing from the scheduler in the %.1f s "
+	                   "since (PS_HEARTBEAT_TIMEOUT=%.3g s)",
+	                   name, (double)(now - gone) * 1e-9,
+	                   (double)w->timeout_ns * 1e-9);
+}
+
+void
+dt__watch_parent_gone(dt_node *n, int peer)
+{
+	struct dt_watch *w = n->watch;
+	const dt__tree_place *p = __atomic_load_n(&n->tree, __ATOMIC_ACQUIRE);
+
+	if (w == NULL || p == NULL || p->parent != peer || peer <= 0)
+		return;
+	pthread_mutex_lock(&w->mu);
+	if (w->parent_gone == 0)
+		w->parent_gone = dt__now_ns();
+	pthread_mutex_unlock(&w->mu);
 }
 
 /* The scheduler beats the processes it holds for a lost node's place too:
@@ -335,6 +382,8 @@ round_of(struct dt_watch *w, int beat)
 	}
 	if (beat && n->role == DT_ROLE_SCHEDULER)
 		beat_held(w);
+	if (n->role != DT_ROLE_SCHEDULER)
+		orphaned(w, now);
 }
 
 int

@@ -25,6 +25,12 @@
 #      the job: every other process ends non-zero within the timeout and
 #      6 s (scaled), naming worker 5 with its pid. The scheduler received
 #      heartbeats only from its one child (its end-of-job line).
+#   5. The scheduler frozen with SIGSTOP while every node waits in a
+#      barrier: only its child (server 0) watches it; server 0 ends, and
+#      each node whose tree parent's connection closed ends after the
+#      timeout, a level at a time: every node ends non-zero within 4
+#      levels x the timeout and 6 s (scaled), server 0 naming the
+#      scheduler, the others their tree parent.
 . "$(dirname "$0")/cluster_lib.bash"
 
 LIMIT_S=15
@@ -205,5 +211,39 @@ log "frozen: every node ended non-zero naming worker 5, $ms ms after the SIGSTOP
 kill -KILL "$victim"
 kill -CONT "$victim" 2>/dev/null
 wait "${pids[7]}" 2>/dev/null
+assert_groups_gone
+log "frozen: ok"
+
+# ---- 5. a frozen scheduler
+mkdir -p "$T_DIR/probe.nosched"
+mkfifo "$T_DIR/probe.nosched/m4.r0.worker5"
+PS_HEARTBEAT_INTERVAL=0.2 PS_HEARTBEAT_TIMEOUT=$HB_TIMEOUT_S spawn_job nosched
+wait_for_line "$T_DIR/nosched.scheduler.log" "all 9 nodes are ready" 60 ||
+	fail "nosched: the job did not start"
+t_now
+deadline=$((T_NOW + 30 * DT_TEST_TIME_SCALE * 1000000000))
+until [ -e "$PROBE_DIR/m4.r0.worker4" ]; do
+	t_now
+	[ "$T_NOW" -lt "$deadline" ] || fail "nosched: worker 4 did not reach its barrier"
+	t_pause 0.05
+done
+frozen=$(child_of "$sched")
+[ -n "$frozen" ] || fail "nosched: cannot find the scheduler's process"
+log "nosched: kill -STOP the scheduler (pid $frozen)"
+kill -STOP "$frozen"
+stop_ns=$(date +%s%N)
+for i in 0 1 2 3 4 5 6; do
+	expect_exit "${pids[$i]}" "$((4 * HB_TIMEOUT_S + 6))" nonzero "nosched: node #$i"
+done
+ms=$((($(date +%s%N) - stop_ns) / 1000000))
+assert_grep "$T_DIR/nosched.server0.log" "scheduler \\(pid $frozen on host [^)]*\\) sent nothing for" "nosched: server 0 names the scheduler"
+for pair in server1:"server 0" worker0:"server 0" worker1:"server 1" \
+	worker2:"server 1" worker3:"worker 0" worker4:"worker 0"; do
+	assert_grep "$T_DIR/nosched.${pair%%:*}.log" "lost the connection to its tree parent, ${pair#*:}, and heard nothing from the scheduler" "nosched: ${pair%%:*} names its parent"
+done
+log "nosched: every node ended non-zero, the last $ms ms after the SIGSTOP (timeout ${HB_TIMEOUT_S} s)"
+kill -KILL "$frozen" "$(child_of "${pids[7]}")"
+kill -CONT "$frozen" 2>/dev/null
+wait "$sched" "${pids[7]}" 2>/dev/null
 assert_groups_gone
 log "ok"
