@@ -44,7 +44,11 @@ any node), descriptors and threads per node, and the sockets against
 those the nodes' partners explain (each node: its listener and its
 connection to the scheduler; a worker: one per server; a server: one per
 worker; over the control tree, one for each link between a node and its
-parent of the same role). Tables on standard output, then JSON lines (also in
+parent of the same role), and root hb/s: the heartbeats the scheduler
+received a second from the end of the start-up barrier to its own end
+(the last line of its log about them): one a PS_HEARTBEAT_INTERVAL from
+every node with the star, from its children alone over the control tree.
+Tables on standard output, then JSON lines (also in
 $OUT/scale_sim.jsonl).
 
 STOP_ONE=1 (the test's mode): after the join, SIGSTOP the last
@@ -54,6 +58,7 @@ and check that every process ends.
 """
 import json
 import math
+import re
 import os
 import secrets
 import selectors
@@ -72,6 +77,8 @@ BARRIERS = env_int("BARRIERS", 3)
 TIMEOUT = float(os.environ.get("TIMEOUT", 300))
 RTT_US = float(os.environ.get("RTT_US", 50))
 STOP_ONE = env_int("STOP_ONE", 0)
+# seconds every node is held idle before each barrier (heartbeats only)
+HOLD_S = float(os.environ.get("HOLD_S", 0))
 TREE_MIN = env_int("DTRAIN_CTRL_TREE_MIN", 256)
 ARITY = env_int("DTRAIN_CTRL_ARITY", 16)
 TICK = os.sysconf("SC_CLK_TCK")
@@ -296,6 +303,26 @@ class Sched:
         with open(self.errpath) as f:
             return [ln.rstrip() for ln in f if ln.strip()]
 
+    def heartbeats(self):
+        """The heartbeats it received from the start-up barrier to its
+        end, from its last line about them (src/core/sched_watch.c):
+        root_hb (all), root_hb_nodes (senders), root_hb_kids (of those,
+        its tree children; the star: every node), root_hb_s (a second)."""
+        pat = re.compile(r"heartbeats received since the start: (\d+) from "
+                         r"(\d+) nodes \((?:(\d+) of its \d+ tree children|"
+                         r"the star: every node)\) in ([0-9.]+) s, "
+                         r"([0-9.]+) a second")
+        o = {}
+        for ln in self.log_tail():
+            m = pat.search(ln)
+            if m:
+                o = {"root_hb": int(m.group(1)),
+                     "root_hb_nodes": int(m.group(2)),
+                     "root_hb_kids": int(m.group(3) or m.group(2)),
+                     "root_hb_span_s": float(m.group(4)),
+                     "root_hb_s": float(m.group(5))}
+        return o
+
 
 def kill_all(procs):
     for p in procs:
@@ -391,13 +418,16 @@ def run(w, s):
                DTRAIN_SECRET=secrets.token_hex(32))
     env.setdefault("DTRAIN_TRANSPORT", "tcp")
     env.pop("DMLC_ROLE", None)
+    # (the scheduler's log says at its end how many heartbeats it
+    # received: PS_VERBOSE=1 for it alone)
+    senv = dict(env, PS_VERBOSE=env.get("PS_VERBOSE") or "1")
     t0 = time.time()
     summary = {"bench": "scale_sim", "workers": w, "servers": s,
                "nodes": n, "procs": nsim, "phase": "all",
                "load_start": load()}
     rows = []
     shape = None
-    sched = Sched(env, w, s)
+    sched = Sched(senv, w, s)
     procs = [sched.p]
     sims = []
     try:
@@ -428,6 +458,8 @@ def run(w, s):
                 break
             # (leaving ends the scheduler: its CPU time then comes from
             # its rusage, whose clock is that of /proc/<pid>/stat)
+            if HOLD_S > 0 and name.startswith("barrier"):
+                time.sleep(HOLD_S)
             c0 = sched.cpu_ns(ticks=name == "leave")
             m0 = machine_jiffies()
             for sm in live:
@@ -483,6 +515,7 @@ def run(w, s):
                 sched.reap() and all(sm.p.poll() is not None for sm in sims)):
             time.sleep(0.05)
         summary["sched_exit"] = sched.status
+        summary.update(sched.heartbeats())
         summary["pids"] = [p.pid for p in procs]
         summary["sim_exits"] = sorted(set(
             sm.p.returncode if sm.p.returncode is not None else "running"
@@ -570,16 +603,23 @@ def main():
                  fmt(o, "p99_ms", "%.2f"), fmt(o, "model_s", "%.3f"),
                  o["failed"]))
     print()
-    print("%6s %4s %4s %9s %8s %9s %8s %8s %8s %7s %s" % (
+    print("%6s %4s %4s %9s %8s %9s %8s %8s %9s %8s %7s %s" % (
         "W", "S", "P", "RSS KiB/n", "fds/n", "threads/n", "sockets",
-        "expected", "total s", "sched", "load (start / end)"))
+        "expected", "root hb/s", "total s", "sched", "load (start / end)"))
     for o in sums:
-        print("%6d %4d %4d %9s %8s %9s %8s %8s %8s %7s %s / %s" % (
+        print("%6d %4d %4d %9s %8s %9s %8s %8s %9s %8s %7s %s / %s" % (
             o["workers"], o["servers"], o["procs"],
             fmt(o, "rss_kib_per_node", "%.1f"), fmt(o, "fds_per_node", "%.2f"),
             fmt(o, "threads_per_node", "%.2f"), fmt(o, "sockets", "%d"),
-            fmt(o, "sockets_expected", "%d"), fmt(o, "total_s", "%.1f"),
-            o.get("sched_exit"), o["load_start"], o["load_end"]))
+            fmt(o, "sockets_expected", "%d"), fmt(o, "root_hb_s", "%.1f"),
+            fmt(o, "total_s", "%.1f"), o.get("sched_exit"), o["load_start"],
+            o["load_end"]))
+        if o.get("root_hb") is not None:
+            print("       the scheduler received %d heartbeats from %d nodes "
+                  "(%d of them its tree children, or every node with the "
+                  "star) in %.1f s" % (
+                      o["root_hb"], o["root_hb_nodes"], o["root_hb_kids"],
+                      o["root_hb_span_s"]))
         if o.get("tree_depth"):
             print("       control tree: depth %d, %d under the scheduler, "
                   "at most %d children of a node" % (

@@ -13,8 +13,10 @@
 #   bench/scale_sim.sh [BUILD_DIR] [W+S | N ...]   (default: 500 1000 2000 4000)
 #
 # Settings (environment): PER_PROC nodes per process (250), PROCS to
-# fix the count of processes instead, BARRIERS (3), TIMEOUT seconds per
-# phase (300), RTT_US the model's round trip per hop (50 us),
+# fix the count of processes instead, BARRIERS (3), HOLD_S seconds the
+# nodes are held idle, heartbeats alone, before each barrier (0: the
+# root's heartbeats a second are measured over a longer time with more),
+# TIMEOUT seconds per phase (300), RTT_US the model's round trip per hop (50 us),
 # PS_HEARTBEAT_INTERVAL / PS_HEARTBEAT_TIMEOUT as for any job,
 # DTRAIN_CTRL_TREE_MIN / DTRAIN_CTRL_ARITY as for any job (the barriers
 # go over the control tree from 256 nodes; a larger minimum keeps the

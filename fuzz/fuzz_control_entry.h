@@ -332,9 +332,37 @@ fuzz_control_tree(const uint8_t *data, size_t size)
 	dt__wbuf_fini(&w);
 }
 
+/* TREE_LOST, in a job of 7 nodes besides the scheduler (ids 1..7). */
+static void
+fuzz_control_tree_lost(const uint8_t *data, size_t size)
+{
+	dt__msg_tree_lost l, q;
+	dt_wbuf w;
+	dt_err err;
+
+	dt__clear_error();
+	if ((err = dt__msg_tree_lost_decode(data, size, 8, &l))) {
+		fuzz_control_failed(err);
+		return;
+	}
+	FUZZ_CHECK(size == 16);
+	FUZZ_CHECK(l.lost >= 1 && l.lost <= 7);
+	FUZZ_CHECK(l.reason == DT_TREE_LOST_SILENT ||
+	           l.reason == DT_TREE_LOST_CLOSED);
+	FUZZ_CHECK(l.silent_ns <= DT_TREE_LOST_SILENT_MAX);
+	/* It encodes back to the same bytes. */
+	dt__wbuf_init(&w);
+	FUZZ_CHECK(dt__msg_tree_lost_encode(&l, &w) == DT_OK);
+	FUZZ_CHECK(w.len == size && memcmp(w.data, data, size) == 0);
+	FUZZ_CHECK(dt__msg_tree_lost_decode(w.data, w.len, 8, &q) == DT_OK);
+	FUZZ_CHECK(q.lost == l.lost && q.silent_ns == l.silent_ns);
+	dt__wbuf_fini(&w);
+}
+
 static int
 dt_fuzz_control_one(const uint8_t *data, size_t size)
 {
+	fuzz_control_tree_lost(data, size);
 	fuzz_control_tree(data, size);
 	fuzz_control_membership(data, size);
 	fuzz_control_add_node(data, size);

@@ -212,6 +212,15 @@ member_lost(dt_node *n, int peer, const char *addr, const char *why)
 		                   cause);
 		return;
 	}
+	/* A tree child's link closed while the job runs: the parent tells
+	 * its own parent (the scheduler's ABORT follows, naming the child). */
+	if (joined && dt__tree_child(n, peer) >= 0 &&
+	    dt__node_check(n) == DT_OK &&
+	    dt__tree_report_lost(n, peer, DT_TREE_LOST_CLOSED, 0))
+		dt__log(0, "cannot tell the tree parent that %s was lost: %s",
+		        name, dt_errmsg());
+	if (joined)
+		dt__watch_parent_gone(n, peer);
 	if (dt__watch_defer_loss(n, peer))
 		return;
 	dt__node_fail_apps(n, peer, DT_EPEER);

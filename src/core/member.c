@@ -327,6 +327,9 @@ dt__member_on_msg(dt_node *n, dt_conn *c, dt_msg *m)
 	case DT_CMD_BARRIER:
 		dt__tree_on_barrier(n, c, m);
 		return;
+	case DT_CMD_TREE_LOST:
+		dt__tree_on_lost(n, c, m);
+		return;
 	case DT_CMD_HELLO:
 		on_hello(n, c, m);
 		return;

@@ -282,6 +282,49 @@ dt__msg_tree_encode(const dt__tree_place *p, dt_wbuf *w)
 	return dt__wbuf_err(w);
 }
 
+dt_err
+dt__msg_tree_lost_encode(const dt__msg_tree_lost *l, dt_wbuf *w)
+{
+	dt__wbuf_u32(w, (uint32_t)l->lost);
+	dt__wbuf_u32(w, (uint32_t)l->reason);
+	dt__wbuf_u64(w, l->silent_ns);
+	return dt__wbuf_err(w);
+}
+
+dt_err
+dt__msg_tree_lost_decode(const void *meta, size_t len, int ntable,
+                         dt__msg_tree_lost *l)
+{
+	uint32_t lost, reason;
+	uint64_t silent;
+	dt_rbuf r;
+	dt_err err;
+
+	memset(l, 0, sizeof(*l));
+	if (len != 16)
+		return dt__fail(DT_EPROTO, "TREE_LOST: %zu bytes (16)", len);
+	dt__rbuf_init(&r, meta, len);
+	lost = dt__rbuf_u32(&r);
+	reason = dt__rbuf_u32(&r);
+	silent = dt__rbuf_u64(&r);
+	if ((err = dt__rbuf_err(&r, "TREE_LOST")))
+		return err;
+	if (ntable < 2 || lost < 1 || lost >= (uint32_t)ntable)
+		return dt__fail(DT_EPROTO, "TREE_LOST: node %u (of %d)", lost,
+		                ntable - 1);
+	if (reason != DT_TREE_LOST_SILENT && reason != DT_TREE_LOST_CLOSED)
+		return dt__fail(DT_EPROTO, "TREE_LOST: reason %u (1 or 2)",
+		                reason);
+	if (silent > DT_TREE_LOST_SILENT_MAX)
+		return dt__fail(
+		    DT_EPROTO, "TREE_LOST: silent for %llu ns (at most a week)",
+		    (unsigned long long)silent);
+	l->lost = (int)lost;
+	l->reason = (int)reason;
+	l->silent_ns = silent;
+	return DT_OK;
+}
+
 /* One child of a TREE: in the job, not self nor the parent, after the
  * one before, its subtree not empty and within the job. */
 static dt_err

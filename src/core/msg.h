@@ -95,6 +95,26 @@ dt_err dt__msg_tree_decode(const void *meta, size_t len, int self,
                            int num_servers, int num_workers, dt__tree_place *p);
 
 /*
+ * TREE_LOST: a node of the control tree tells its parent (which passes it
+ * on, up to the scheduler) that a node under it was lost. The body: the
+ * lost node's id, the reason (DT_TREE_LOST_SILENT: it sent nothing for
+ * silent_ns; DT_TREE_LOST_CLOSED: its connection to its parent closed),
+ * u32 each, then silent_ns, u64: 16 bytes. The decoder refuses another
+ * length, an id outside 1..ntable-1, another reason, and a silence over
+ * DT_TREE_LOST_SILENT_MAX.
+ */
+enum { DT_TREE_LOST_SILENT = 1, DT_TREE_LOST_CLOSED = 2 };
+#define DT_TREE_LOST_SILENT_MAX (7ull * 86400 * 1000000000ull) /* a week */
+typedef struct dt__msg_tree_lost {
+	int lost;
+	int reason;
+	uint64_t silent_ns;
+} dt__msg_tree_lost;
+dt_err dt__msg_tree_lost_encode(const dt__msg_tree_lost *l, dt_wbuf *w);
+dt_err dt__msg_tree_lost_decode(const void *meta, size_t len, int ntable,
+                                dt__msg_tree_lost *l);
+
+/*
  * LOOKUP, the request: the node ids first..first+count-1 whose entries a
  * member asks for; the decoder refuses a range outside 1..ntable-1 or of
  * more than DT_DIR_MAX ids.

@@ -292,6 +292,15 @@ void dt__tree_on_barrier(dt_node *n, dt_conn *c, const dt_msg *m);
 /* (member, I/O thread) BARRIER_DONE: 1 if from the tree parent (then
  * forwarded to the children whose subtree is in its group), 0 if not. */
 int dt__tree_on_done(dt_node *n, dt_conn *c, const dt_msg *m);
+/* Child id's place among this node's tree children, -1 if not one. */
+int dt__tree_child(const dt_node *n, int id);
+/* Tell the tree parent (TREE_LOST) that child lost was lost: reason
+ * DT_TREE_LOST_SILENT after silent_ns, or DT_TREE_LOST_CLOSED. From any
+ * thread but the I/O thread's wait; an error if it could not be sent. */
+dt_err dt__tree_report_lost(dt_node *n, int lost, int reason,
+                            uint64_t silent_ns);
+/* (member, I/O thread) TREE_LOST from a child: passed on to the parent. */
+void dt__tree_on_lost(dt_node *n, dt_conn *c, const dt_msg *m);
 
 /* With PS_RESEND: whether peer's link has never had a connection (it is
  * then made on demand; afterwards the links redial it), and where a
@@ -323,10 +332,18 @@ void dt__watch_free(dt_node *n);
  * when a member's scheduler has missed two heartbeats: the likelier cause
  * of a peer's loss than the peer. */
 int dt__watch_root_silent(dt_node *n, char *why, size_t cap);
+/* "server 1 (pid 4242 on host h2)", from the table (or, before it, the
+ * address of c, which may be NULL then). */
+void dt__watch_describe(dt_node *n, int id, dt_conn *c, char *out, size_t cap);
 /* A peer's connection closed while the scheduler is heard: tell the apps
  * a moment later (the heartbeat thread), unless the scheduler's abort has
  * come by then with the cause. 0: no heartbeat thread, tell them now. */
 int dt__watch_defer_loss(dt_node *n, int peer);
+/* (member) The tree parent's connection closed without BYE while the job
+ * runs: unless the scheduler's ABORT or TERMINATE comes within
+ * PS_HEARTBEAT_TIMEOUT, the node ends naming it (a frozen scheduler's
+ * news, down the tree). A no-op for another peer. */
+void dt__watch_parent_gone(dt_node *n, int peer);
 
 /* PS_RESEND (link.c; the whole design is at its top). */
 dt_err dt__link_config(dt_node *n);
@@ -401,11 +418,23 @@ void dt__link_finish(dt_node *n, uint64_t deadline_ns);
 void dt__node_peer_lost(dt_node *n, int peer, const char *why);
 void dt__sched_peer_lost(dt_node *n, int peer, const char *why);
 
-/* Scheduler side (scheduler.c). */
-/* (n->mu held) What the scheduler's heartbeats go to: by node id once
- * ranks are assigned (*judge = 1; NULL for itself and for a node that has
- * left), else the joiners' connections (*judge = 0). Returns the count. */
-int dt__sched_watch_list(dt_node *n, dt_conn **out, int cap, int *judge);
+/* Scheduler side (scheduler.c; its heartbeats in sched_watch.c). */
+/* (n->mu held) What the scheduler's heartbeats go to, their node ids in
+ * ids: once ranks are assigned (*judge = 1), every node with the star,
+ * its children over the control tree (NULL for a node that has left);
+ * before, the joiners' connections (*judge = 0, ids 0). The count. */
+int dt__sched_watch_list(dt_node *n, dt_conn **out, int *ids, int cap,
+                         int *judge);
+/* Count the heartbeats received by sender from the end of the start-up
+ * barrier on (start: its caller; note: the I/O thread), and log how many
+ * came, a second and from whom, at the end (log). */
+void dt__sched_hb_start(dt_node *n);
+void dt__sched_hb_note(dt_node *n, int peer);
+void dt__sched_hb_log(dt_node *n);
+/* (I/O thread) TREE_LOST from a child of the scheduler: end the job,
+ * naming the lost node (refused, closing c, unless the node hangs under
+ * that child). */
+void dt__sched_on_tree_lost(dt_node *n, dt_conn *c, const dt_msg *m);
 /* (n->mu held) The connections of the processes held for a lost node's
  * place (recovery): they get heartbeats but are not judged by them, since
  * DT_RESTART_TIMEOUT bounds their wait. Returns the count. */

@@ -1,7 +1,8 @@
 /*
- * sched_impl.h - the scheduler's state, shared by its two files:
- * scheduler.c (admission, ranks, barriers, the end, losses) and rejoin.c
- * (recovery: a new process taking a lost node's place). Private to them;
+ * sched_impl.h - the scheduler's state, shared by its files:
+ * scheduler.c (admission, ranks, barriers, the end, losses), rejoin.c
+ * (recovery: a new process taking a lost node's place) and sched_watch.c
+ * (its heartbeats, and a loss reported up the control tree). Private to them;
  * every field of dt_sched is guarded by node->mu.
  */
 #ifndef DT_CORE_SCHED_IMPL_H
@@ -77,6 +78,12 @@ struct dt_sched {
 	 * enough. Never sent to anyone. */
 	char (*token)[DT_NODE_TOKEN_MAX];
 	int aborting; /* (n->mu) abort_job has begun */
+	/* Heartbeats received (sched_watch.c), from the end of the start-up
+	 * barrier: by sender (hb_n of them; NULL before), all of them, and
+	 * when the count began. */
+	uint32_t *hb_from;
+	int hb_n;
+	uint64_t hb_total, hb_since;
 	/* Elastic jobs that grow (elastic.c): the workers counted at the
 	 * end (the first W and every one the membership took in since), the
 	 * next worker id never given, and by id a worker that joined the

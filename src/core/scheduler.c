@@ -85,32 +85,6 @@ dt__sched_abort(dt_node *n, const char *reason)
 	abort_job(n, reason);
 }
 
-int
-dt__sched_watch_list(dt_node *n, dt_conn **out, int cap, int *judge)
-{
-	dt_sched *s = n->sched;
-	int k = 0;
-
-	if (s == NULL)
-		return 0;
-	if (!s->assigned) {
-		*judge = 0;
-		for (int i = 0; i < s->nj && k < cap; i++)
-			out[k++] = s->j[i].conn;
-		return k;
-	}
-	*judge = 1;
-	out[k++] = NULL; /* itself */
-	for (; k < n->ntable && k < cap; k++) {
-		int gone = s->left[k] ||
-		           (s->ending && n->table[k].role == DT_ROLE_SERVER);
-
-		out[k] = gone ? NULL
-		              : __atomic_load_n(&n->peers[k], __ATOMIC_ACQUIRE);
-	}
-	return k;
-}
-
 static void
 on_add_node(dt_node *n, dt_conn *c, dt_msg *m)
 {
@@ -429,6 +403,11 @@ dt__sched_on_msg(dt_node *n, dt_conn *c, dt_msg *m)
 		dt__node_log_text(n, peer, m);
 		return;
 	case DT_CMD_HEARTBEAT:
+		dt__sched_hb_note(n, peer);
+		return;
+	case DT_CMD_TREE_LOST:
+		dt__sched_on_tree_lost(n, c, m);
+		return;
 	case DT_CMD_ACK:
 		return;
 	case DT_CMD_CLOCK:
@@ -957,6 +936,7 @@ dt__sched_start(dt_node *n)
 	if (err)
 		return err;
 	DT_LOG(1, "all %d nodes are ready", count);
+	dt__sched_hb_start(n);
 	if (n->elastic)
 		admit_early(n);
 	dt__report_sched_event(n, DT_EV_BOOTSTRAP, DT_TID_MAIN, t_join, 0);
@@ -1034,6 +1014,8 @@ dt__sched_free(dt_node *n)
 {
 	if (n->sched == NULL)
 		return;
+	dt__sched_hb_log(n);
+	free(n->sched->hb_from);
 	free(n->sched->j);
 	free(n->sched->left);
 	free(n->sched->down_ns);

@@ -16,6 +16,12 @@
  * whether or not it is in the barrier's group, and its program has no
  * part in it: a server forwards the workers' barriers.
  *
+ * A lost node's news goes up the same edges: a node that finds a child
+ * silent for PS_HEARTBEAT_TIMEOUT (watch.c), or whose link to a child
+ * closed while the job runs (lifecycle.c), sends TREE_LOST to its parent;
+ * each node passes one from a child on to its own parent, and the
+ * scheduler ends the job naming the lost node (sched_watch.c).
+ *
  * Connections: each node connects to its parent before the start-up
  * barrier (dt__tree_join), so the I/O threads, which never dial, find
  * every tree edge up: a worker's parent is a server it dialled at its
@@ -44,6 +50,62 @@ kid_of(const dt__tree_place *p, int id)
 		if (p->kid[k].id == id)
 			return k;
 	return -1;
+}
+
+int
+dt__tree_child(const dt_node *n, int id)
+{
+	const dt__tree_place *p = __atomic_load_n(&n->tree, __ATOMIC_ACQUIRE);
+
+	return p && id > 0 ? kid_of(p, id) : -1;
+}
+
+dt_err
+dt__tree_report_lost(dt_node *n, int lost, int reason, uint64_t silent_ns)
+{
+	const dt__tree_place *p = __atomic_load_n(&n->tree, __ATOMIC_ACQUIRE);
+	dt__msg_tree_lost l = {lost, reason, silent_ns};
+	dt_msg_hdr h = {.cmd = DT_CMD_TREE_LOST};
+	dt_wbuf w;
+	dt_err err;
+
+	if (p == NULL)
+		return dt__fail(DT_EINVAL, "no control tree");
+	dt__wbuf_init(&w);
+	if ((err = dt__msg_tree_lost_encode(&l, &w)) == DT_OK)
+		err = dt__node_send(n, p->parent, &h, w.data, (uint32_t)w.len,
+		                    NULL, 0);
+	dt__wbuf_fini(&w);
+	return err;
+}
+
+void
+dt__tree_on_lost(dt_node *n, dt_conn *c, const dt_msg *m)
+{
+	const dt__tree_place *p = n->tree;
+	int peer = dt__conn_peer(c);
+	dt__msg_tree_lost l;
+	char name[64], lost[64];
+
+	if (p == NULL || dt__tree_child(n, peer) < 0) {
+		dt__log(0, "dropping %s: TREE_LOST not from a tree child",
+		        dt__conn_addr(c));
+		dt__van_close(n->van, c);
+		return;
+	}
+	if (dt__msg_tree_lost_decode(m->meta, m->hdr.meta_len, n->ntable, &l) ||
+	    (l.lost == n->id &&
+	     dt__fail(DT_EPROTO, "TREE_LOST: about this node itself"))) {
+		dt__log(0, "dropping %s: %s", dt__conn_addr(c), dt_errmsg());
+		dt__van_close(n->van, c);
+		return;
+	}
+	DT_LOG(1, "%s reports %s lost: telling the tree parent",
+	       dt__node_name(n, peer, name, sizeof(name)),
+	       dt__node_name(n, l.lost, lost, sizeof(lost)));
+	if (dt__tree_report_lost(n, l.lost, l.reason, l.silent_ns))
+		dt__log(0, "cannot pass TREE_LOST on to the tree parent: %s",
+		        dt_errmsg());
 }
 
 int

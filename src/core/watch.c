@@ -10,14 +10,23 @@
  * waits). Any bytes count as a sign of life (dt__conn_silent_ns, which also
  * forgives the silence of a peer while this node itself did not read).
  *
+ * Over the control tree (docs/scale.md) the beats follow its edges: the
+ * scheduler beats and judges only its children (sched_watch.c), and a
+ * member that is not one of them neither beats the scheduler nor takes
+ * its silence for death; it beats its parent, its children and the peers
+ * it holds links to, as with the star.
+ *
  * A peer silent for PS_HEARTBEAT_TIMEOUT is dead:
  *   - the scheduler aborts the job, naming it ("server 1 (pid 4242 on host
  *     h2) sent nothing for 10.0 s"), so every survivor's error names it;
+ *   - a member whose tree child went silent tells its parent (TREE_LOST,
+ *     passed up to the scheduler, which aborts the job the same way);
  *   - a member whose scheduler went silent fails with the same kind of
  *     message;
  *   - a member whose peer went silent (a partition the scheduler does not
- *     see) waits a little longer first (peer_grace), so that where the
- *     scheduler sees the same silence, its ABORT is what everyone reports.
+ *     see, or a child whose report got nowhere) waits a little longer
+ *     first (peer_grace), so that where the scheduler sees the same
+ *     silence, its ABORT is what everyone reports.
  *
  * With PS_VERBOSE=1 the same thread logs the node's counters in one line
  * every DTRAIN_STATS_INTERVAL (docs/observability.md); it runs for that
@@ -43,6 +52,12 @@ struct dt_watch {
 	int *ids;     /* ...and their peers' node ids */
 	int ncs;      /* room in both */
 	int cap;      /* the job's node ids (the scheduler watches them all) */
+	/* (watch thread) by place among the tree children: its loss was
+	 * told to the parent (TREE_LOST) */
+	uint8_t told[DT_TREE_KIDS_MAX];
+	/* (mu) when the tree parent's connection closed without BYE (0:
+	 * it did not), for orphaned() */
+	uint64_t parent_gone;
 	pthread_t thread;
 	pthread_mutex_t mu;
 	pthread_cond_t cv; /* CLOCK_MONOTONIC */
@@ -109,9 +124,8 @@ peer_grace(const struct dt_watch *w)
 	return g > half ? g : half;
 }
 
-/* "server 1 (pid 4242 on host h2)", or the address before the table. */
-static void
-describe(dt_node *n, int id, dt_conn *c, char *out, size_t cap)
+void
+dt__watch_describe(dt_node *n, int id, dt_conn *c, char *out, size_t cap)
 {
 	char name[64];
 	const dt_node_entry *e = dt__node_entry(n, id);
@@ -121,7 +135,8 @@ describe(dt_node *n, int id, dt_conn *c, char *out, size_t cap)
 		snprintf(out, cap, "%s (pid %d on host %s)", name, e->pid,
 		         e->host);
 	else
-		snprintf(out, cap, "%s (at %s)", name, dt__conn_addr(c));
+		snprintf(out, cap, "%s (at %s)", name,
+		         c ? dt__conn_addr(c) : "?");
 }
 
 /* Room for k connections in w->cs and w->ids; 0 without memory. */
@@ -144,11 +159,21 @@ room_for(struct dt_watch *w, int k)
 	return 1;
 }
 
+/* Whether this member watches the scheduler: not over the control tree
+ * unless the scheduler is its parent (before its place came, it does). */
+static int
+watches_root(const dt_node *n)
+{
+	const dt__tree_place *p = __atomic_load_n(&n->tree, __ATOMIC_ACQUIRE);
+
+	return p == NULL || p->parent == 0;
+}
+
 /*
- * A member's watched connections: the scheduler's (id 0) and the one of
- * each peer that is that peer's now, found among the van's open
- * connections: the work is what the node holds, not the job's size. The
- * count (w->cs and w->ids).
+ * A member's watched connections: the scheduler's (id 0, unless the
+ * control tree says otherwise) and the one of each peer that is that
+ * peer's now, found among the van's open connections: the work is what
+ * the node holds, not the job's size. The count (w->cs and w->ids).
  */
 static int
 member_targets(struct dt_watch *w, int *self)
@@ -161,6 +186,8 @@ member_targets(struct dt_watch *w, int *self)
 			k = w->ncs;
 			break;
 		}
+	int root = watches_root(n);
+
 	pthread_mutex_lock(&n->mu);
 	*self = n->id;
 	for (int i = 0; i < k; i++) {
@@ -173,7 +200,7 @@ member_targets(struct dt_watch *w, int *self)
 		    (!n->have_table || id >= n->ntable ||
 		     __atomic_load_n(&n->peers[id], __ATOMIC_ACQUIRE) != c))
 			continue;
-		if (id < 0)
+		if (id < 0 || (id == 0 && !root))
 			continue;
 		w->cs[m] = c;
 		w->ids[m++] = id;
@@ -196,10 +223,8 @@ targets(struct dt_watch *w, int *judge, int *self)
 		return member_targets(w, self);
 	pthread_mutex_lock(&n->mu);
 	*self = n->id;
-	k = dt__sched_watch_list(n, w->cs, w->ncs, judge);
+	k = dt__sched_watch_list(n, w->cs, w->ids, w->ncs, judge);
 	pthread_mutex_unlock(&n->mu);
-	for (int i = 0; i < k; i++)
-		w->ids[i] = *judge ? i : 0;
 	return k;
 }
 
@@ -215,6 +240,32 @@ watching(dt_node *n)
 	return on;
 }
 
+/* A tree child silent for PS_HEARTBEAT_TIMEOUT: tell the parent, once
+ * (the scheduler's ABORT follows). */
+static void
+tell_parent(struct dt_watch *w, int id, dt_conn *c, uint64_t silent)
+{
+	dt_node *n = w->n;
+	int kid = n->role == DT_ROLE_SCHEDULER ? -1 : dt__tree_child(n, id);
+	char who[DT_HOST_MAX + 96];
+
+	if (kid < 0 || w->told[kid] || silent <= w->timeout_ns)
+		return;
+	w->told[kid] = 1;
+	dt__watch_describe(n, id, c, who, sizeof(who));
+	if (dt__tree_report_lost(n, id, DT_TREE_LOST_SILENT, silent)) {
+		dt__log(0,
+		        "%s sent nothing for %.1f s; cannot tell the tree "
+		        "parent: %s",
+		        who, (double)silent * 1e-9, dt_errmsg());
+		return;
+	}
+	dt__log(0,
+	        "%s sent nothing for %.1f s (PS_HEARTBEAT_TIMEOUT=%.3g s): "
+	        "told the tree parent",
+	        who, (double)silent * 1e-9, (double)w->timeout_ns * 1e-9);
+}
+
 static void
 judge(struct dt_watch *w, int id, dt_conn *c, uint64_t now)
 {
@@ -224,9 +275,14 @@ judge(struct dt_watch *w, int id, dt_conn *c, uint64_t now)
 
 	if (n->role != DT_ROLE_SCHEDULER && id != 0)
 		limit += peer_grace(w);
-	if (silent <= limit || !dt__conn_is_open(c) || !watching(n))
+	if (silent <= w->timeout_ns || !dt__conn_is_open(c) || !watching(n))
 		return;
-	describe(n, id, c, who, sizeof(who));
+	/* (a child's loss goes up the tree; if the scheduler's ABORT does
+	 * not come within the grace, this node ends as for any peer) */
+	tell_parent(w, id, c, silent);
+	if (silent <= limit)
+		return;
+	dt__watch_describe(n, id, c, who, sizeof(who));
 	snprintf(reason, sizeof(reason),
 	         "%s sent nothing for %.1f s (PS_HEARTBEAT_TIMEOUT=%.3g s)",
 	         who, (double)silent * 1e-9, (double)w->timeout_ns * 1e-9);
@@ -236,6 +292,51 @@ judge(struct dt_watch *w, int id, dt_conn *c, uint64_t now)
 	else
 		dt__node_set_fatal(n, DT_EPEER, "%s", reason);
 	dt__van_close(n->van, c);
+}
+
+/*
+ * A node whose tree parent's connection closed while the job runs, and
+ * to which neither the scheduler's ABORT nor its TERMINATE came within
+ * PS_HEARTBEAT_TIMEOUT, ends naming that parent. It does not watch the
+ * scheduler over the tree: if the scheduler froze, its children found it
+ * and ended, and the news goes down the tree this way, a level per
+ * timeout, instead of leaving the nodes under them waiting.
+ */
+static void
+orphaned(struct dt_watch *w, uint64_t now)
+{
+	dt_node *n = w->n;
+	const dt__tree_place *p = __atomic_load_n(&n->tree, __ATOMIC_ACQUIRE);
+	uint64_t gone;
+	char name[64];
+
+	pthread_mutex_lock(&w->mu);
+	gone = w->parent_gone;
+	pthread_mutex_unlock(&w->mu);
+	if (gone == 0 || p == NULL || w->timeout_ns == 0 || now <= gone ||
+	    now - gone <= w->timeout_ns || !watching(n))
+		return;
+	dt__node_name(n, p->parent, name, sizeof(name));
+	dt__node_set_fatal(n, DT_EPEER,
+	                   "lost the connection to its tree parent, %s, and "
+	                   "heard nothing from the scheduler in the %.1f s "
+	                   "since (PS_HEARTBEAT_TIMEOUT=%.3g s)",
+	                   name, (double)(now - gone) * 1e-9,
+	                   (double)w->timeout_ns * 1e-9);
+}
+
+void
+dt__watch_parent_gone(dt_node *n, int peer)
+{
+	struct dt_watch *w = n->watch;
+	const dt__tree_place *p = __atomic_load_n(&n->tree, __ATOMIC_ACQUIRE);
+
+	if (w == NULL || p == NULL || p->parent != peer || peer <= 0)
+		return;
+	pthread_mutex_lock(&w->mu);
+	if (w->parent_gone == 0)
+		w->parent_gone = dt__now_ns();
+	pthread_mutex_unlock(&w->mu);
 }
 
 /* The scheduler beats the processes it holds for a lost node's place too:
@@ -281,6 +382,8 @@ round_of(struct dt_watch *w, int beat)
 	}
 	if (beat && n->role == DT_ROLE_SCHEDULER)
 		beat_held(w);
+	if (n->role != DT_ROLE_SCHEDULER)
+		orphaned(w, now);
 }
 
 int
@@ -291,12 +394,14 @@ dt__watch_root_silent(dt_node *n, char *why, size_t cap)
 	char who[DT_HOST_MAX + 96];
 	uint64_t silent;
 
-	if (w == NULL || c == NULL || w->interval_ns == 0)
+	/* (over the control tree, a scheduler that is not the parent sends
+	 * no heartbeats here: its silence says nothing) */
+	if (w == NULL || c == NULL || w->interval_ns == 0 || !watches_root(n))
 		return 0;
 	silent = dt__conn_silent_ns(c, dt__now_ns());
 	if (silent <= 2 * w->interval_ns)
 		return 0;
-	describe(n, 0, c, who, sizeof(who));
+	dt__watch_describe(n, 0, c, who, sizeof(who));
 	snprintf(why, cap, "%s has sent nothing for %.1f s", who,
 	         (double)silent * 1e-9);
 	return 1;

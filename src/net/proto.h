@@ -45,6 +45,7 @@
 	X(GROW, 18, "scheduler <-> worker (elastic)")                          \
 	X(LOOKUP, 19, "member -> scheduler, and back")                         \
 	X(TREE, 20, "scheduler -> node")                                       \
+	X(TREE_LOST, 21, "node -> tree parent, up to the scheduler")           \
 	/* KVStore (kv/). */                                                   \
 	X(KV_CONFIG, 32, "worker 0 -> server")                                 \
 	X(KV_SET_OPT, 33, "worker 0 -> server")                                \

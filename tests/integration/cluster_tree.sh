@@ -17,6 +17,20 @@
 #   3. An interior worker (worker 1, parent of worker 5) killed with
 #      SIGKILL while its child waits in a barrier under it: every other
 #      process ends non-zero within 15 s, naming worker 1.
+#   4. Heartbeats on the tree's edges (PS_HEARTBEAT_INTERVAL=0.2,
+#      PS_HEARTBEAT_TIMEOUT=2): worker 5, a leaf three levels under the
+#      scheduler's only child, frozen with SIGSTOP while the others wait
+#      for it in a barrier. Its parent (worker 1) finds it silent and
+#      tells its own parent (TREE_LOST), up to the scheduler, which ends
+#      the job: every other process ends non-zero within the timeout and
+#      6 s (scaled), naming worker 5 with its pid. The scheduler received
+#      heartbeats only from its one child (its end-of-job line).
+#   5. The scheduler frozen with SIGSTOP while every node waits in a
+#      barrier: only its child (server 0) watches it; server 0 ends, and
+#      each node whose tree parent's connection closed ends after the
+#      timeout, a level at a time: every node ends non-zero within 4
+#      levels x the timeout and 6 s (scaled), server 0 naming the
+#      scheduler, the others their tree parent.
 . "$(dirname "$0")/cluster_lib.bash"
 
 LIMIT_S=15
@@ -152,5 +166,84 @@ for who in server0 server1 worker0 worker2 worker3 worker4 worker5; do
 done
 log "lost: every node ended non-zero naming worker 1, $((($(date +%s%N) - kill_ns) / 1000000)) ms after the kill"
 wait "${pids[3]}" 2>/dev/null
+assert_groups_gone
+log "lost: ok"
+
+# ---- 4. a frozen leaf, found by its tree parent
+# Worker 5's first workers' barrier mark is a FIFO: it passes the start-up
+# barrier and blocks opening it (its heartbeats go on), while the others
+# wait for it in the workers' barrier. Then it is frozen.
+HB_TIMEOUT_S=2
+STOP_LIMIT_S=$((HB_TIMEOUT_S + 6))
+mkdir -p "$T_DIR/probe.frozen"
+mkfifo "$T_DIR/probe.frozen/m4.r0.worker5"
+PS_HEARTBEAT_INTERVAL=0.2 PS_HEARTBEAT_TIMEOUT=$HB_TIMEOUT_S spawn_job frozen
+wait_for_line "$T_DIR/frozen.scheduler.log" "all 9 nodes are ready" 60 ||
+	fail "frozen: the job did not start"
+t_now
+deadline=$((T_NOW + 30 * DT_TEST_TIME_SCALE * 1000000000))
+until [ -e "$PROBE_DIR/m4.r0.worker4" ]; do
+	t_now
+	[ "$T_NOW" -lt "$deadline" ] || fail "frozen: worker 4 did not reach its barrier"
+	t_pause 0.05
+done
+victim=$(child_of "${pids[7]}")
+[ -n "$victim" ] || fail "frozen: cannot find worker 5's process"
+log "frozen: kill -STOP worker 5 (pid $victim), a leaf under worker 1"
+kill -STOP "$victim"
+stop_ns=$(date +%s%N)
+expect_exit "$sched" "$STOP_LIMIT_S" nonzero "frozen: the scheduler"
+for i in 0 1 2 3 4 5 6; do
+	expect_exit "${pids[$i]}" "$STOP_LIMIT_S" nonzero "frozen: node #$i"
+done
+ms=$((($(date +%s%N) - stop_ns) / 1000000))
+who="worker 5 \\(pid $victim on host [^)]*\\) sent nothing for [0-9.]+ s"
+# (worker 1 names it by its address: a member knows the pid and host of
+# the nodes it was told about, not of a child that dialled it)
+assert_grep "$T_DIR/frozen.worker1.log" "worker 5 \\(.*\\) sent nothing for [0-9.]+ s \\(PS_HEARTBEAT_TIMEOUT=2 s\\): told the tree parent" "frozen: worker 1 reports its child"
+assert_grep "$T_DIR/frozen.scheduler.log" "$who .*seen by its tree parent, worker 1" "frozen: the scheduler names worker 5"
+for who_ in server0 server1 worker0 worker1 worker2 worker3 worker4; do
+	assert_grep "$T_DIR/frozen.$who_.log" "$who" "frozen: $who_ names worker 5"
+done
+# Its heartbeats came from its one child in the tree, server 0, alone.
+assert_grep "$T_DIR/frozen.scheduler.log" "heartbeats received since the start: [1-9][0-9]* from 1 nodes \\(1 of its 1 tree children\\)" "frozen: the scheduler's heartbeats"
+log "frozen: every node ended non-zero naming worker 5, $ms ms after the SIGSTOP (timeout ${HB_TIMEOUT_S} s); the scheduler's $(grep -o 'heartbeats received since the start: .*' "$T_DIR/frozen.scheduler.log")"
+kill -KILL "$victim"
+kill -CONT "$victim" 2>/dev/null
+wait "${pids[7]}" 2>/dev/null
+assert_groups_gone
+log "frozen: ok"
+
+# ---- 5. a frozen scheduler
+mkdir -p "$T_DIR/probe.nosched"
+mkfifo "$T_DIR/probe.nosched/m4.r0.worker5"
+PS_HEARTBEAT_INTERVAL=0.2 PS_HEARTBEAT_TIMEOUT=$HB_TIMEOUT_S spawn_job nosched
+wait_for_line "$T_DIR/nosched.scheduler.log" "all 9 nodes are ready" 60 ||
+	fail "nosched: the job did not start"
+t_now
+deadline=$((T_NOW + 30 * DT_TEST_TIME_SCALE * 1000000000))
+until [ -e "$PROBE_DIR/m4.r0.worker4" ]; do
+	t_now
+	[ "$T_NOW" -lt "$deadline" ] || fail "nosched: worker 4 did not reach its barrier"
+	t_pause 0.05
+done
+frozen=$(child_of "$sched")
+[ -n "$frozen" ] || fail "nosched: cannot find the scheduler's process"
+log "nosched: kill -STOP the scheduler (pid $frozen)"
+kill -STOP "$frozen"
+stop_ns=$(date +%s%N)
+for i in 0 1 2 3 4 5 6; do
+	expect_exit "${pids[$i]}" "$((4 * HB_TIMEOUT_S + 6))" nonzero "nosched: node #$i"
+done
+ms=$((($(date +%s%N) - stop_ns) / 1000000))
+assert_grep "$T_DIR/nosched.server0.log" "scheduler \\(pid $frozen on host [^)]*\\) sent nothing for" "nosched: server 0 names the scheduler"
+for pair in server1:"server 0" worker0:"server 0" worker1:"server 1" \
+	worker2:"server 1" worker3:"worker 0" worker4:"worker 0"; do
+	assert_grep "$T_DIR/nosched.${pair%%:*}.log" "lost the connection to its tree parent, ${pair#*:}, and heard nothing from the scheduler" "nosched: ${pair%%:*} names its parent"
+done
+log "nosched: every node ended non-zero, the last $ms ms after the SIGSTOP (timeout ${HB_TIMEOUT_S} s)"
+kill -KILL "$frozen" "$(child_of "${pids[7]}")"
+kill -CONT "$frozen" 2>/dev/null
+wait "$sched" "${pids[7]}" 2>/dev/null
 assert_groups_gone
 log "ok"

@@ -25,6 +25,12 @@
 #      hosts: 16 host leaders under the scheduler, 32 messages), where the
 #      star takes 2 x 2,000. (The job of d goes over the tree too: 500
 #      nodes are above DTRAIN_CTRL_TREE_MIN's default of 256.)
+#   f. heartbeats go over the tree's edges: from the start-up barrier to
+#      its end, the scheduler of a and of d received heartbeats only from
+#      its children in the tree, at most HB_PER_KID (2) a second each in
+#      a (PS_HEARTBEAT_INTERVAL=1), where the star gets one a second from
+#      every node; in d the frozen process's nodes are found by their
+#      tree parents, or by the scheduler if one is its child.
 . "$(dirname "$0")/cluster_lib.bash"
 
 NODES=${SCALE_SIM_NODES:-2000}
@@ -43,6 +49,8 @@ JOIN_BYTES_BOUND=1024
 # (e) The tree (arity 16) over 20 hosts: 16 leaders under the scheduler,
 # the other 4 under the first leader: 32 messages a barrier at the root.
 ROOT_MSGS_BOUND=100
+# (f) Heartbeats a second at the scheduler, per child of it in the tree.
+HB_PER_KID=2
 HB_INTERVAL=1
 HB_TIMEOUT=$((5 * DT_TEST_TIME_SCALE))
 # A run takes 15 to 20 s here at a load of 100 to 600, but once in a few
@@ -135,6 +143,21 @@ for ph in barrier1 barrier2; do
 		fail "(e) $ph: $root messages at the scheduler; bound $ROOT_MSGS_BOUND"
 done
 log "(e) a barrier took $(field "$JSONL" barrier1 root_msgs) messages at the scheduler (bound $ROOT_MSGS_BOUND): a tree of depth $(field "$JSONL" all tree_depth), $(field "$JSONL" all tree_root_kids) nodes under the scheduler"
+# hb_on_edges TAG JSONL INTERVAL: (f) the scheduler's heartbeats came from
+# its tree children only, at most HB_PER_KID a second each.
+hb_on_edges() {
+	local tag=$1 jsonl=$2 interval=$3 kids nodes rate
+	kids=$(field "$jsonl" all tree_root_kids)
+	nodes=$(field "$jsonl" all root_hb_nodes)
+	rate=$(field "$jsonl" all root_hb_s)
+	[ "$nodes" != None ] || fail "(f) $tag: the scheduler did not say how many heartbeats it received"
+	[ "$nodes" -le "$kids" ] && [ "$(field "$jsonl" all root_hb_kids)" = "$nodes" ] ||
+		fail "(f) $tag: the scheduler received heartbeats from $nodes nodes, $(field "$jsonl" all root_hb_kids) of them among its $kids children"
+	/usr/bin/python3 -c "import sys; sys.exit(not float('$rate') <= $HB_PER_KID * $kids / $interval)" ||
+		fail "(f) $tag: $rate heartbeats a second at the scheduler; bound $HB_PER_KID x $kids children / $interval s"
+	log "(f) $tag: the scheduler received $(field "$jsonl" all root_hb) heartbeats in $(field "$jsonl" all root_hb_span_s) s, $rate a second, from $nodes nodes, all of them among its $kids children (bound $HB_PER_KID x $kids a second)"
+}
+hb_on_edges a "$JSONL" 1
 assert_pids_gone "$JSONL"
 
 # d: one process of 20 stopped.
@@ -163,6 +186,7 @@ others=$(field "$JSONL" all others)
 exits=$(field "$JSONL" all sim_exits)
 grep -q running <<<"$exits" && fail "(d) a simulator did not end: $exits"
 assert_pids_gone "$JSONL"
+hb_on_edges d "$JSONL" "$HB_INTERVAL"
 log "(d) $(field "$JSONL" all stopped_nodes) of $STOP_NODES nodes stopped: the scheduler ended the job after $named_s s and exited after $end_s s (timeout $HB_TIMEOUT s), naming $(grep -o "[a-z]* [0-9]* (pid $spid [^)]*)" <<<"$named" | head -n 1)"
 assert_groups_gone
 log "done in $RUN_MS ms for (d); nothing left running"

@@ -319,6 +319,52 @@ test_codec_refuses(void **state)
 	refused((uint32_t[]){1, 0, 1, 0xffffffffu}, 4, "children");
 }
 
+/* TREE_LOST: a round trip, and each field out of bounds refused, in a job
+ * of nodes 1..5. */
+static void
+test_lost_codec(void **state)
+{
+	dt__msg_tree_lost l = {5, DT_TREE_LOST_SILENT, 2100000000ull}, q;
+	uint8_t b[24];
+	dt_wbuf w;
+
+	(void)state;
+	dt__wbuf_init(&w);
+	assert_int_equal(dt__msg_tree_lost_encode(&l, &w), DT_OK);
+	assert_int_equal(w.len, 16);
+	assert_int_equal(dt__msg_tree_lost_decode(w.data, w.len, 6, &q), DT_OK);
+	assert_int_equal(q.lost, 5);
+	assert_int_equal(q.reason, DT_TREE_LOST_SILENT);
+	assert_true(q.silent_ns == l.silent_ns);
+	for (size_t cut = 0; cut < w.len; cut++) {
+		assert_int_equal(dt__msg_tree_lost_decode(w.data, cut, 6, &q),
+		                 DT_EPROTO);
+		assert_msg_has("TREE_LOST");
+	}
+	memcpy(b, w.data, 16);
+	memset(b + 16, 0, 8);
+	assert_int_equal(dt__msg_tree_lost_decode(b, 17, 6, &q), DT_EPROTO);
+	assert_msg_has("17 bytes");
+	/* a node past the job, node 0, another reason, a silence too long */
+	assert_int_equal(dt__msg_tree_lost_decode(w.data, w.len, 5, &q),
+	                 DT_EPROTO);
+	assert_msg_has("node 5");
+	dt__put_u32(b, 0);
+	assert_int_equal(dt__msg_tree_lost_decode(b, 16, 6, &q), DT_EPROTO);
+	assert_msg_has("node 0");
+	dt__put_u32(b, 2);
+	dt__put_u32(b + 4, 3);
+	assert_int_equal(dt__msg_tree_lost_decode(b, 16, 6, &q), DT_EPROTO);
+	assert_msg_has("reason 3");
+	dt__put_u32(b + 4, DT_TREE_LOST_CLOSED);
+	assert_int_equal(dt__msg_tree_lost_decode(b, 16, 6, &q), DT_OK);
+	assert_int_equal(q.reason, DT_TREE_LOST_CLOSED);
+	dt__put_u64(b + 8, DT_TREE_LOST_SILENT_MAX + 1);
+	assert_int_equal(dt__msg_tree_lost_decode(b, 16, 6, &q), DT_EPROTO);
+	assert_msg_has("silent");
+	dt__wbuf_fini(&w);
+}
+
 int
 main(void)
 {
@@ -329,6 +375,7 @@ main(void)
 	    cmocka_unit_test(test_shape_bad_arity),
 	    cmocka_unit_test(test_codec_roundtrip),
 	    cmocka_unit_test(test_codec_refuses),
+	    cmocka_unit_test(test_lost_codec),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
