@@ -304,6 +304,46 @@ on_node_update(dt_node *n, dt_conn *c, dt_msg *m)
 	                      dt__node_local_of(n, a.hostid, a.local));
 }
 
+/* A barrier's release: from the scheduler, or over the tree from the
+ * parent (which this node forwards to its children first). */
+static void
+on_barrier_done(dt_node *n, dt_conn *c, const dt_msg *m)
+{
+	if (m->hdr.arg0 < 1 || m->hdr.arg0 > 7)
+		return;
+	if (n->tree ? !dt__tree_on_done(n, c, m) : dt__conn_peer(c) != 0)
+		return;
+	if (!(m->hdr.arg0 & (uint64_t)role_group(n->role)))
+		return;
+	pthread_mutex_lock(&n->mu);
+	n->barrier_err[m->hdr.arg0] =
+	    m->hdr.key ? (int)dt__err_from_wire(m->hdr.key, DT_EPEER) : 0;
+	dt__printable(m->meta ? (const char *)m->meta : "",
+	              n->barrier_msg[m->hdr.arg0],
+	              sizeof(n->barrier_msg[m->hdr.arg0]));
+	n->barrier_done[m->hdr.arg0]++;
+	pthread_cond_broadcast(&n->cv);
+	pthread_mutex_unlock(&n->mu);
+}
+
+/* A peer leaving: PS_RESEND's links take its BYE; else it is noted, only
+ * from the connection that is this peer's now (a BYE on an old one says
+ * nothing about the current one). */
+static void
+on_bye(dt_node *n, dt_conn *c)
+{
+	int peer = dt__conn_peer(c);
+
+	if (n->links) {
+		if (peer >= 0)
+			dt__link_bye_from(n, peer);
+		return;
+	}
+	if (peer > 0 && peer < n->ntable && n->said_bye &&
+	    __atomic_load_n(&n->peers[peer], __ATOMIC_ACQUIRE) == c)
+		__atomic_store_n(&n->said_bye[peer], 1, __ATOMIC_RELEASE);
+}
+
 void
 dt__member_on_msg(dt_node *n, dt_conn *c, dt_msg *m)
 {
@@ -342,25 +382,7 @@ dt__member_on_msg(dt_node *n, dt_conn *c, dt_msg *m)
 		pthread_mutex_unlock(&n->mu);
 		return;
 	case DT_CMD_BARRIER_DONE:
-		if (m->hdr.arg0 < 1 || m->hdr.arg0 > 7)
-			return;
-		/* (from the scheduler, or over the tree from the parent,
-		 * which this node forwards to its children) */
-		if (n->tree ? !dt__tree_on_done(n, c, m)
-		            : dt__conn_peer(c) != 0)
-			return;
-		if (!(m->hdr.arg0 & (uint64_t)role_group(n->role)))
-			return;
-		pthread_mutex_lock(&n->mu);
-		n->barrier_err[m->hdr.arg0] =
-		    m->hdr.key ? (int)dt__err_from_wire(m->hdr.key, DT_EPEER)
-		               : 0;
-		dt__printable(m->meta ? (const char *)m->meta : "",
-		              n->barrier_msg[m->hdr.arg0],
-		              sizeof(n->barrier_msg[m->hdr.arg0]));
-		n->barrier_done[m->hdr.arg0]++;
-		pthread_cond_broadcast(&n->cv);
-		pthread_mutex_unlock(&n->mu);
+		on_barrier_done(n, c, m);
 		return;
 	case DT_CMD_NODE_UPDATE:
 		on_node_update(n, c, m);
@@ -387,22 +409,9 @@ dt__member_on_msg(dt_node *n, dt_conn *c, dt_msg *m)
 	case DT_CMD_HEARTBEAT:
 	case DT_CMD_ACK: /* (a PS_RESEND ACK is taken in lifecycle.c) */
 		return;  /* its bytes were the point (watch.c) */
-	case DT_CMD_BYE: {
-		int peer = dt__conn_peer(c);
-
-		if (n->links) {
-			if (peer >= 0)
-				dt__link_bye_from(n, peer);
-			return;
-		}
-		/* Only from the connection that is this peer's now: a BYE on
-		 * an old one says nothing about the current one. */
-		if (peer > 0 && peer < n->ntable && n->said_bye &&
-		    __atomic_load_n(&n->peers[peer], __ATOMIC_ACQUIRE) == c)
-			__atomic_store_n(&n->said_bye[peer], 1,
-			                 __ATOMIC_RELEASE);
+	case DT_CMD_BYE:
+		on_bye(n, c);
 		return;
-	}
 	case DT_CMD_TEXT:
 		/* From a connection that said who it is, named by that. */
 		if (dt__conn_peer(c) < 0) {
@@ -524,21 +533,17 @@ place_token(char *out, size_t cap)
 	return DT_OK;
 }
 
-dt_err
-dt__member_start(dt_node *n)
+/* Dial the scheduler (rank 0's rendezvous under mpirun/srun): the
+ * connection becomes the node's root. */
+static dt_err
+connect_root(dt_node *n)
 {
-	uint64_t deadline;
 	dt_conn *sc;
-	dt_wbuf w;
-	dt_err err;
-	char name[64];
-	int need = 0;
-	char token[DT_NODE_TOKEN_MAX] = "";
-
-	err = dt__van_connect(
+	dt_err err = dt__van_connect(
 	    n->van, n->cfg.root_uri, n->cfg.root_port, NULL,
 	    n->cfg.connect_timeout_ms,
 	    n->cfg.root_var[0] ? "rank 0's rendezvous" : "scheduler", &sc);
+
 	if (err) {
 		char where[320];
 
@@ -560,6 +565,16 @@ dt__member_start(dt_node *n)
 	__atomic_store_n(&n->root, sc, __ATOMIC_RELEASE); /* heartbeats */
 	DT_LOG(1, "connected to the scheduler at %s:%d", n->cfg.root_uri,
 	       n->cfg.root_port);
+	return DT_OK;
+}
+
+/* ADD_NODE to the scheduler, then wait for the assignment (ASSIGN). */
+static dt_err
+ask_to_join(dt_node *n)
+{
+	char token[DT_NODE_TOKEN_MAX] = "", name[64];
+	dt_wbuf w;
+	dt_err err;
 
 	if ((err = place_token(token, sizeof(token))))
 		return err;
@@ -578,8 +593,9 @@ dt__member_start(dt_node *n)
 	h.recver = 0;
 	err = dt__msg_add_node_encode(&a, &w);
 	if (!err)
-		err = dt__van_send(n->van, sc, &h, w.data, (uint32_t)w.len,
-		                   NULL, 0);
+		err = dt__van_send(n->van,
+		                   __atomic_load_n(&n->root, __ATOMIC_ACQUIRE),
+		                   &h, w.data, (uint32_t)w.len, NULL, 0);
 	dt__wbuf_fini(&w);
 	if (err)
 		return err;
@@ -603,51 +619,70 @@ dt__member_start(dt_node *n)
 		       "joined the cluster as %s (node id %d) of %d servers "
 		       "and %d workers",
 		       name, n->id, n->num_servers, n->num_workers);
+	return DT_OK;
+}
 
-	/* Connect to the servers. A KV worker talks to every one of them
-	 * (keys are spread over all), so they are dialled now, in one go;
-	 * other workers on demand (reach.c). A worker in a lost one's place
-	 * dials the workers of lower rank too: with PS_RESEND those that
-	 * talked to its predecessor wait for it to dial again. */
+/*
+ * A worker connects to the servers. A KV worker talks to every one of
+ * them (keys are spread over all), so they are dialled now, in one go;
+ * other workers on demand (reach.c). A worker in a lost one's place dials
+ * the workers of lower rank too: with PS_RESEND those that talked to its
+ * predecessor wait for it to dial again. *need: the HELLOs sent.
+ */
+static dt_err
+dial_servers(dt_node *n, int *need)
+{
+	int last = n->rejoined ? n->id : 1 + n->num_servers;
+	char name[64];
+	dt_err err;
+
+	/* (the servers' addresses came with the assignment, as many as it
+	 * carries; the rest, and the workers', are asked for) */
+	if ((err = dt__node_lookup(n, 1, last - 1)))
+		return err;
+	for (int id = 1; id < last; id++) {
+		dt_node_entry *e = &n->table[id];
+		dt_conn *c;
+
+		err = dt__van_connect(n->van, e->host, e->port,
+		                      dt__node_local_of(n, e->hostid, e->local),
+		                      n->cfg.connect_timeout_ms,
+		                      dt__node_name(n, id, name, sizeof(name)),
+		                      &c);
+		/* (stopped: the node failed meanwhile, and says why) */
+		if (err == DT_ESHUTDOWN) {
+			dt_err fatal = dt__node_check(n);
+
+			return fatal ? fatal : err;
+		}
+		if (err)
+			return err;
+		dt__conn_set_peer(c, id);
+		__atomic_store_n(&n->peers[id], c, __ATOMIC_RELEASE);
+		dt__link_note_conn(n, id);
+		dt_msg_hdr hh = {
+		    .cmd = DT_CMD_HELLO, .flags = DT_F_REQUEST, .arg0 = n->gen};
+		if ((err = dt__node_send(n, id, &hh, NULL, 0, NULL, 0)))
+			return err;
+		(*need)++;
+		DT_LOG(1, "connected to %s at %s", name, dt__conn_addr(c));
+	}
+	return DT_OK;
+}
+
+dt_err
+dt__member_start(dt_node *n)
+{
+	uint64_t deadline;
+	dt_err err;
+	int need = 0;
+
+	if ((err = connect_root(n)) || (err = ask_to_join(n)))
+		return err;
 	deadline =
 	    dt__now_ns() + (uint64_t)n->cfg.connect_timeout_ms * 1000000ull;
-	if (n->role == DT_ROLE_WORKER) {
-		int last = n->rejoined ? n->id : 1 + n->num_servers;
-
-		/* (the servers' addresses came with the assignment, as many
-		 * as it carries; the rest, and the workers', are asked for) */
-		if ((err = dt__node_lookup(n, 1, last - 1)))
-			return err;
-		for (int id = 1; id < last; id++) {
-			dt_node_entry *e = &n->table[id];
-			dt_conn *c;
-
-			err = dt__van_connect(
-			    n->van, e->host, e->port,
-			    dt__node_local_of(n, e->hostid, e->local),
-			    n->cfg.connect_timeout_ms,
-			    dt__node_name(n, id, name, sizeof(name)), &c);
-			/* (stopped: the node failed meanwhile, and says why) */
-			if (err == DT_ESHUTDOWN) {
-				dt_err fatal = dt__node_check(n);
-
-				return fatal ? fatal : err;
-			}
-			if (err)
-				return err;
-			dt__conn_set_peer(c, id);
-			__atomic_store_n(&n->peers[id], c, __ATOMIC_RELEASE);
-			dt__link_note_conn(n, id);
-			dt_msg_hdr hh = {.cmd = DT_CMD_HELLO,
-			                 .flags = DT_F_REQUEST,
-			                 .arg0 = n->gen};
-			if ((err = dt__node_send(n, id, &hh, NULL, 0, NULL, 0)))
-				return err;
-			need++;
-			DT_LOG(1, "connected to %s at %s", name,
-			       dt__conn_addr(c));
-		}
-	}
+	if (n->role == DT_ROLE_WORKER && (err = dial_servers(n, &need)))
+		return err;
 	if ((err = dt__node_wait_count(n, &n->hello_acks, 0, (uint64_t)need,
 	                               deadline, "peers to answer HELLO")))
 		return err;
