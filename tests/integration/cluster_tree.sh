@@ -177,16 +177,22 @@ HB_TIMEOUT_S=2
 STOP_LIMIT_S=$((HB_TIMEOUT_S + 6))
 mkdir -p "$T_DIR/probe.frozen"
 mkfifo "$T_DIR/probe.frozen/m4.r0.worker5"
-PS_HEARTBEAT_INTERVAL=0.2 PS_HEARTBEAT_TIMEOUT=$HB_TIMEOUT_S spawn_job frozen
-wait_for_line "$T_DIR/frozen.scheduler.log" "all 9 nodes are ready" 60 ||
-	fail "frozen: the job did not start"
-t_now
-deadline=$((T_NOW + 30 * DT_TEST_TIME_SCALE * 1000000000))
-until [ -e "$PROBE_DIR/m4.r0.worker4" ]; do
+# start_held NAME: the job NAME with short heartbeats, once it started
+# and worker 4 is in its barrier (worker 5 held by its fifo).
+start_held() {
+	PS_HEARTBEAT_INTERVAL=0.2 PS_HEARTBEAT_TIMEOUT=$HB_TIMEOUT_S spawn_job "$1"
+	wait_for_line "$T_DIR/$1.scheduler.log" "all 9 nodes are ready" 60 ||
+		fail "$1: the job did not start"
 	t_now
-	[ "$T_NOW" -lt "$deadline" ] || fail "frozen: worker 4 did not reach its barrier"
-	t_pause 0.05
-done
+	local deadline=$((T_NOW + 30 * DT_TEST_TIME_SCALE * 1000000000))
+	until [ -e "$PROBE_DIR/m4.r0.worker4" ]; do
+		t_now
+		[ "$T_NOW" -lt "$deadline" ] ||
+			fail "$1: worker 4 did not reach its barrier"
+		t_pause 0.05
+	done
+}
+start_held frozen
 victim=$(child_of "${pids[7]}")
 [ -n "$victim" ] || fail "frozen: cannot find worker 5's process"
 log "frozen: kill -STOP worker 5 (pid $victim), a leaf under worker 1"
@@ -217,16 +223,7 @@ log "frozen: ok"
 # ---- 5. a frozen scheduler
 mkdir -p "$T_DIR/probe.nosched"
 mkfifo "$T_DIR/probe.nosched/m4.r0.worker5"
-PS_HEARTBEAT_INTERVAL=0.2 PS_HEARTBEAT_TIMEOUT=$HB_TIMEOUT_S spawn_job nosched
-wait_for_line "$T_DIR/nosched.scheduler.log" "all 9 nodes are ready" 60 ||
-	fail "nosched: the job did not start"
-t_now
-deadline=$((T_NOW + 30 * DT_TEST_TIME_SCALE * 1000000000))
-until [ -e "$PROBE_DIR/m4.r0.worker4" ]; do
-	t_now
-	[ "$T_NOW" -lt "$deadline" ] || fail "nosched: worker 4 did not reach its barrier"
-	t_pause 0.05
-done
+start_held nosched
 frozen=$(child_of "$sched")
 [ -n "$frozen" ] || fail "nosched: cannot find the scheduler's process"
 log "nosched: kill -STOP the scheduler (pid $frozen)"
