@@ -106,6 +106,8 @@ struct dt_sched {
 /* Release barrier mask's round if every member has arrived (mu not
  * held): after a worker leaves an elastic job, the round may be whole. */
 void dt__sched_barrier_recheck(dt_node *n, int mask);
+/* (I/O thread) A node's BARRIER, or a tree child's count (sched_barrier.c). */
+void dt__sched_on_barrier(dt_node *n, dt_conn *c, dt_msg *m);
 
 /* Tell the process on c why it is refused or why the job ends (ABORT). */
 void dt__sched_send_abort(dt_node *n, dt_conn *c, const char *reason);
