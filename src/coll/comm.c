@@ -858,18 +858,23 @@ static dt_err
 ranks_hosts(dt_coll *c, uint32_t **out)
 {
 	dt_node *n = c->node;
-	uint32_t *v = malloc(sizeof(*v) * (size_t)c->size);
+	/* (an elastic job's rows: every worker it may grow to; a worker
+	 * joining it has a rank, its id's, past the members' count) */
+	int rows = dt__node_elastic(n)
+	               ? DT_MAX(c->size, dt__node_elastic_slots(n))
+	               : c->size;
+	uint32_t *v = malloc(sizeof(*v) * (size_t)rows);
 	dt_err err;
 
 	if ((*out = v) == NULL)
-		return dt__fail(DT_ENOMEM, "hosts of %d ranks", c->size);
+		return dt__fail(DT_ENOMEM, "hosts of %d ranks", rows);
 	if (!dt__node_elastic(n))
 		return dt__node_lookup_hosts(n, c->base_id, c->size, v);
 	if ((err = dt__node_lookup(n, c->base_id, dt__node_elastic_slots(n))) &&
 	    err != DT_EPEER)
 		return err;
 	/* (a few ranks: numbered by the first rank of each host) */
-	for (int r = 0; r < c->size; r++) {
+	for (int r = 0; r < rows; r++) {
 		const dt_node_entry *e = dt__node_entry(n, c->base_id + r);
 
 		v[r] = e ? (uint32_t)r : DT_HOST_UNKNOWN;
@@ -917,6 +922,8 @@ dt__coll_attach(dt_coll *c)
 	c->local_rank = 0;
 	c->local_size = 0;
 	for (int r = 0; r < c->size; r++) {
+		/* (c->rank < the rows ranks_hosts made: an elastic joiner's
+		 * is its id's, below the job's slots) */
 		if (hosts[c->rank] == DT_HOST_UNKNOWN ||
 		    hosts[r] != hosts[c->rank])
 			continue;
