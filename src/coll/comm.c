@@ -873,20 +873,15 @@ ranks_hosts(dt_coll *c, uint32_t **out)
 	if ((err = dt__node_lookup(n, c->base_id, dt__node_elastic_slots(n))) &&
 	    err != DT_EPEER)
 		return err;
-	/* (a few ranks: numbered by the first rank of each host) */
+	/* (its hosts serve for the local ranks alone, the hierarchy being
+	 * flat: 0 for this rank's host, 1 for another, one pass) */
+	const dt_node_entry *me = dt__node_entry(n, c->base_id + c->rank);
+
 	for (int r = 0; r < rows; r++) {
 		const dt_node_entry *e = dt__node_entry(n, c->base_id + r);
 
-		v[r] = e ? (uint32_t)r : DT_HOST_UNKNOWN;
-		for (int q = 0; e && q < r; q++) {
-			const dt_node_entry *f =
-			    dt__node_entry(n, c->base_id + q);
-
-			if (f && strcmp(f->host, e->host) == 0) {
-				v[r] = v[q];
-				break;
-			}
-		}
+		v[r] = !e || !me ? DT_HOST_UNKNOWN
+		                 : (uint32_t)(strcmp(e->host, me->host) != 0);
 	}
 	return DT_OK;
 }

@@ -264,12 +264,17 @@ say_bye(dt_node *n)
 		return;
 	/* (the peers it holds a connection to, found among the van's open
 	 * ones: not a look at every node of the job) */
-	k = dt__van_open_conns(n->van, cs, (int)DT_ARRAY_LEN(few));
-	if (k > (int)DT_ARRAY_LEN(few) &&
-	    (cs = malloc(sizeof(*cs) * (size_t)k)) != NULL)
-		k = DT_MIN(k, dt__van_open_conns(n->van, cs, k));
-	else if (cs == NULL)
-		cs = few, k = (int)DT_ARRAY_LEN(few);
+	k = dt__van_open_conns(n->van, few, (int)DT_ARRAY_LEN(few));
+	if (k > (int)DT_ARRAY_LEN(few)) {
+		dt_conn **all = malloc(sizeof(*all) * (size_t)k);
+
+		/* (out of memory: BYE to the first ones only) */
+		if (all == NULL)
+			k = (int)DT_ARRAY_LEN(few);
+		else
+			cs = all,
+			k = DT_MIN(k, dt__van_open_conns(n->van, all, k));
+	}
 	for (int i = 0; i < k; i++) {
 		dt_msg_hdr h = {.cmd = DT_CMD_BYE};
 		int id = dt__conn_peer(cs[i]);

@@ -30,9 +30,10 @@
  * wait_writable under the link's send lock; the acceptor's set-up may be
  * finished by either, under the link's own lock.
  *
- * Size: its ideas are the ring link (set-up, reading and writing, copy-
- * once segments); admission has its own file (shm_admit.c), and the rest
- * shares the link's state, so it stays one file at about 1,000 lines.
+ * Size: its ideas are the ring link (set-up with its ring's size,
+ * reading and writing, copy-once segments); admission has its own file
+ * (shm_admit.c), and the rest shares the link's state, so it stays one
+ * file at about 1,100 lines.
  */
 #include <errno.h>
 #include <fcntl.h>
