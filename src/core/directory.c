@@ -45,10 +45,15 @@ entry_known(const dt_node_entry *e)
  * held), once: an entry known is never rewritten, so readers without the
  * lock see it whole. */
 static void
-learn_locked(dt_node_entry *e, const dt_node_entry *from)
+learn_locked(const dt_node *n, int id, const dt_node_entry *from)
 {
+	dt_node_entry *e = &n->table[id];
+
 	if (entry_known(e))
 		return;
+	e->id = id;
+	e->role = dt__id_role(n, id);
+	e->rank = dt__id_rank(n, id);
 	snprintf(e->host, DT_HOST_MAX, "%s", from->host);
 	e->port = from->port;
 	e->pid = from->pid;
@@ -69,7 +74,7 @@ dt__dir_learn(dt_node *n, int id, const char *host, int port, int pid,
 	snprintf(from.hostid, DT_HOSTID_MAX, "%s", hostid);
 	snprintf(from.local, DT_LOCAL_MAX, "%s", local);
 	pthread_mutex_lock(&n->mu);
-	learn_locked(&n->table[id], &from);
+	learn_locked(n, id, &from);
 	pthread_cond_broadcast(&n->cv);
 	pthread_mutex_unlock(&n->mu);
 }
@@ -316,6 +321,13 @@ dt__dir_sched_on_lookup(dt_node *n, dt_conn *c, const dt_msg *m)
 
 /* ---- A member's side ---- */
 
+static void
+set_place(dt_node_entry *e, int id, int num_servers)
+{
+	e->id = id;
+	dt__msg_place(id, num_servers, &e->role, &e->rank);
+}
+
 dt_err
 dt__dir_on_assign(dt_node *n, const dt_msg *m)
 {
@@ -370,12 +382,17 @@ dt__dir_on_assign(dt_node *n, const dt_msg *m)
 		free(given);
 		return DT_ENOMEM;
 	}
-	/* Every row's place from its id; the addresses known so far: the
-	 * scheduler's (dialled already), this node's own and those given. */
-	for (int k = 0; k < ntable; k++) {
-		t[k].id = k;
-		dt__msg_place(k, a.num_servers, &t[k].role, &t[k].rank);
-	}
+	/* The addresses known so far: the scheduler's (dialled already),
+	 * this node's own and those given. No other row is written (an
+	 * unknown row stays zero: untouched pages of a large table cost no
+	 * memory), and a row's place follows from its id (dt__id_role). */
+	for (int k = 0; k < count; k++)
+		if (given[k].known && first + k != a.id) {
+			t[first + k] = given[k];
+			set_place(&t[first + k], first + k, a.num_servers);
+		}
+	set_place(&t[0], 0, a.num_servers);
+	set_place(&t[a.id], a.id, a.num_servers);
 	snprintf(t[0].host, DT_HOST_MAX, "%s", n->cfg.root_uri);
 	t[0].port = n->cfg.root_port;
 	t[0].pid = a.sched_pid;
@@ -386,9 +403,6 @@ dt__dir_on_assign(dt_node *n, const dt_msg *m)
 	snprintf(t[a.id].hostid, DT_HOSTID_MAX, "%s", n->hostid);
 	snprintf(t[a.id].local, DT_LOCAL_MAX, "%s", n->local);
 	t[a.id].known = 1;
-	for (int k = 0; k < count; k++)
-		if (given[k].known && first + k != a.id)
-			t[first + k] = given[k];
 	free(given);
 	pthread_mutex_lock(&n->mu);
 	n->table = t;
@@ -452,7 +466,7 @@ dt__dir_on_answer(dt_node *n, dt_conn *c, const dt_msg *m)
 	pthread_mutex_lock(&n->mu);
 	for (int k = 0; k < count; k++)
 		if (got[k].known)
-			learn_locked(&n->table[first + k], &got[k]);
+			learn_locked(n, first + k, &got[k]);
 	if (m->hdr.key > n->dir_answered)
 		n->dir_answered = m->hdr.key;
 	pthread_cond_broadcast(&n->cv);

@@ -359,7 +359,7 @@ dt__elastic_sched_remove(dt_node *n, int peer, const char *why, int lost)
 	char name[64], reason[512];
 
 	if (!n->elastic || s == NULL || peer <= 0 || peer >= n->ntable ||
-	    n->table[peer].role != DT_ROLE_WORKER)
+	    dt__id_role(n, peer) != DT_ROLE_WORKER)
 		return 0;
 	if (forget_joiner(n, peer, why))
 		return 1;

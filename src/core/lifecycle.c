@@ -604,7 +604,7 @@ dt_node_stop(dt_node *n)
 	 * too, whichever thread saw it first) */
 	if (n->role == DT_ROLE_WORKER && n->peers && n->table && !n->links)
 		for (int id = 1; id <= n->num_servers && id < n->ntable; id++)
-			if (n->table[id].role == DT_ROLE_SERVER &&
+			if (dt__id_role(n, id) == DT_ROLE_SERVER &&
 			    !__atomic_load_n(&n->peers[id], __ATOMIC_ACQUIRE))
 				dt__node_note_lost_server(n, id);
 	pthread_mutex_lock(&n->mu);

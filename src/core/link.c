@@ -217,7 +217,7 @@ is_dialer(const dt_node *n, int peer)
 	if (peer == 0)
 		return 1;
 	return n->role == DT_ROLE_WORKER &&
-	       (n->table[peer].role == DT_ROLE_SERVER || peer < n->id);
+	       (dt__id_role(n, peer) == DT_ROLE_SERVER || peer < n->id);
 }
 
 static void
@@ -864,71 +864,92 @@ resend(dt_links *L, int id)
 	pthread_mutex_unlock(&P->order_mu);
 }
 
+/* Where to dial peer id again, into host, local and *port: 0 when its
+ * address could not be had (dialled again after REDIAL_GAP_NS). */
+static int
+redial_addr(dt_links *L, int id, char host[DT_HOST_MAX],
+            char local[DT_LOCAL_MAX], int *port)
+{
+	dt_node *n = L->n;
+	const dt_node_entry *e = &n->table[id];
+	char name[64];
+
+	if (id == 0) {
+		snprintf(host, DT_HOST_MAX, "%s", n->cfg.root_uri);
+		*port = n->cfg.root_port;
+		local[0] = '\0';
+		return 1;
+	}
+	if (dt__link_addr(n, id, host, DT_HOST_MAX, port, local, DT_LOCAL_MAX))
+		return 1;
+	/* (a worker that dialled this one: its address is asked of the
+	 * scheduler the first time, directory.c) */
+	if (dt__node_lookup(n, id, 1) != DT_OK) {
+		DT_LOG(1, "dialling %s again: %s",
+		       dt__node_name(n, id, name, sizeof(name)), dt_errmsg());
+		pthread_mutex_lock(&L->mu);
+		L->p[id].redial_ns = dt__now_ns() + REDIAL_GAP_NS;
+		pthread_mutex_unlock(&L->mu);
+		return 0;
+	}
+	snprintf(host, DT_HOST_MAX, "%s", e->host);
+	*port = e->port;
+	snprintf(local, DT_LOCAL_MAX, "%s",
+	         dt__node_local_of(n, e->hostid, e->local));
+	return 1;
+}
+
+/* A dial to peer id failed with err: try again later, unless the
+ * refusal means the peer has gone for good. */
+static void
+redial_failed(dt_links *L, int id, dt_err err, const char *name)
+{
+	plink *P = &L->p[id];
+	int gone = 0;
+
+	pthread_mutex_lock(&L->mu);
+	P->redial_ns = dt__now_ns() + REDIAL_GAP_NS;
+	if (err == DT_ECONNREFUSED && L->finishing) {
+		/* This node is leaving and the peer's port is closed: it has
+		 * left too (its BYE or our last acknowledgement was cut off).
+		 * Nothing to wait for. */
+		P->gone = 1;
+		queue_clear(L, P);
+	} else if (err == DT_ECONNREFUSED && id == 0) {
+		/* The scheduler listens as long as it lives, and its place is
+		 * never taken again: a closed port means it has gone, and the
+		 * job with it. Waiting out DT_RECONNECT_TIMEOUT would only
+		 * keep this node running after its job ended. */
+		P->gone = gone = 1;
+		queue_clear(L, P);
+	}
+	pthread_mutex_unlock(&L->mu);
+	DT_LOG(1, "dialling %s again: %s", name, dt_errmsg());
+	if (gone)
+		dt__node_peer_lost(L->n, 0,
+		                   "its port refuses connections: the "
+		                   "scheduler has gone");
+}
+
 /* Dial P's peer again (no lock held). */
 static void
 redial(dt_links *L, int id)
 {
 	dt_node *n = L->n;
 	plink *P = &L->p[id];
-	const dt_node_entry *e = &n->table[id];
 	char host[DT_HOST_MAX], local[DT_LOCAL_MAX];
 	int port;
 	char name[64];
 	dt_conn *c;
 	dt_err err;
 
-	if (id == 0) {
-		snprintf(host, sizeof(host), "%s", n->cfg.root_uri);
-		port = n->cfg.root_port;
-		local[0] = '\0';
-	} else if (!dt__link_addr(n, id, host, sizeof(host), &port, local,
-	                          sizeof(local))) {
-		/* (a worker that dialled this one: its address is asked of
-		 * the scheduler the first time, directory.c) */
-		if (dt__node_lookup(n, id, 1) != DT_OK) {
-			DT_LOG(1, "dialling %s again: %s",
-			       dt__node_name(n, id, name, sizeof(name)),
-			       dt_errmsg());
-			pthread_mutex_lock(&L->mu);
-			P->redial_ns = dt__now_ns() + REDIAL_GAP_NS;
-			pthread_mutex_unlock(&L->mu);
-			return;
-		}
-		snprintf(host, sizeof(host), "%s", e->host);
-		port = e->port;
-		snprintf(local, sizeof(local), "%s",
-		         dt__node_local_of(n, e->hostid, e->local));
-	}
-
+	if (!redial_addr(L, id, host, local, &port))
+		return;
 	dt__node_name(n, id, name, sizeof(name));
 	err =
 	    dt__van_connect(n->van, host, port, local, REDIAL_TRY_MS, name, &c);
 	if (err) {
-		int gone = 0;
-
-		pthread_mutex_lock(&L->mu);
-		P->redial_ns = dt__now_ns() + REDIAL_GAP_NS;
-		if (err == DT_ECONNREFUSED && L->finishing) {
-			/* This node is leaving and the peer's port is
-			 * closed: it has left too (its BYE or our last
-			 * acknowledgement was cut off). Nothing to wait for. */
-			P->gone = 1;
-			queue_clear(L, P);
-		} else if (err == DT_ECONNREFUSED && id == 0) {
-			/* The scheduler listens as long as it lives, and its
-			 * place is never taken again: a closed port means it
-			 * has gone, and the job with it. Waiting out
-			 * DT_RECONNECT_TIMEOUT would only keep this node
-			 * running after its job ended. */
-			P->gone = gone = 1;
-			queue_clear(L, P);
-		}
-		pthread_mutex_unlock(&L->mu);
-		DT_LOG(1, "dialling %s again: %s", name, dt_errmsg());
-		if (gone)
-			dt__node_peer_lost(n, 0,
-			                   "its port refuses connections: the "
-			                   "scheduler has gone");
+		redial_failed(L, id, err, name);
 		return;
 	}
 	dt__conn_set_peer(c, id);

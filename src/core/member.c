@@ -183,7 +183,7 @@ on_hello(dt_node *n, dt_conn *c, dt_msg *m)
 	 * its link starts again here (arg0: its count of restarts). */
 	if (n->recover && n->links && n->have_table && id > 0 &&
 	    id < (uint32_t)n->ntable && dt__conn_peer(c) == -1 &&
-	    n->table[id].role == DT_ROLE_WORKER && (int)id > n->id &&
+	    dt__id_role(n, id) == DT_ROLE_WORKER && (int)id > n->id &&
 	    dt__link_newer_gen(n, (int)id, m->hdr.arg0)) {
 		dt__log(0, "%s came back (it says HELLO)",
 		        dt__node_name(n, (int)id, name, sizeof(name)));
@@ -203,7 +203,7 @@ on_hello(dt_node *n, dt_conn *c, dt_msg *m)
 	}
 	/* PS_RESEND: a worker dials again after a lost connection. */
 	if (n->links && n->have_table && id > 0 && id < (uint32_t)n->ntable &&
-	    dt__conn_peer(c) == -1 && n->table[id].role == DT_ROLE_WORKER &&
+	    dt__conn_peer(c) == -1 && dt__id_role(n, id) == DT_ROLE_WORKER &&
 	    (int)id > n->id && dt__link_adopt(n, c, (int)id)) {
 		dt_msg_hdr h = {.cmd = DT_CMD_HELLO_ACK,
 		                .flags = DT_F_RESPONSE};
@@ -215,7 +215,7 @@ on_hello(dt_node *n, dt_conn *c, dt_msg *m)
 	 * connection per node (a second HELLO naming a live node is
 	 * refused, not allowed to replace it). */
 	if (!n->have_table || id == 0 || id >= (uint32_t)n->ntable ||
-	    dt__conn_peer(c) != -1 || n->table[id].role != DT_ROLE_WORKER ||
+	    dt__conn_peer(c) != -1 || dt__id_role(n, id) != DT_ROLE_WORKER ||
 	    (int)id <= n->id ||
 	    __atomic_load_n(&n->peers[id], __ATOMIC_ACQUIRE) != NULL) {
 		/* Two workers that dialled each other at once: our
@@ -267,7 +267,7 @@ on_node_update(dt_node *n, dt_conn *c, dt_msg *m)
 		return;
 	if (id == 0 || id >= (uint64_t)n->ntable || id == (uint64_t)n->id ||
 	    dt__msg_add_node_decode(m->meta, m->hdr.meta_len, &a) ||
-	    a.role != n->table[id].role) {
+	    a.role != dt__id_role(n, id)) {
 		dt__log(0, "ignoring a malformed NODE_UPDATE");
 		return;
 	}

@@ -21,8 +21,8 @@ dt__node_name(const dt_node *n, int id, char *buf, size_t cap)
 	if (id == 0)
 		snprintf(buf, cap, "scheduler");
 	else if (n->table && id > 0 && id < n->ntable)
-		snprintf(buf, cap, "%s %d", dt_role_name(n->table[id].role),
-		         n->table[id].rank);
+		snprintf(buf, cap, "%s %d", dt_role_name(dt__id_role(n, id)),
+		         dt__id_rank(n, id));
 	else
 		snprintf(buf, cap, "node %d", id);
 	return buf;
@@ -210,9 +210,9 @@ dt__node_note_lost_server(dt_node *n, int peer)
 		return;
 	pthread_mutex_lock(&n->mu);
 	if (n->table && peer < n->ntable &&
-	    n->table[peer].role == DT_ROLE_SERVER && n->lost_server[0] == '\0')
+	    dt__id_role(n, peer) == DT_ROLE_SERVER && n->lost_server[0] == '\0')
 		snprintf(n->lost_server, sizeof(n->lost_server), "server %d",
-		         n->table[peer].rank);
+		         dt__id_rank(n, peer));
 	pthread_mutex_unlock(&n->mu);
 }
 

@@ -187,6 +187,26 @@ struct dt_node {
 	struct dt_report *report;
 };
 
+/* A node's role and rank follow from its id (dt__msg_place): a member
+ * reads them from here rather than from its table, whose rows it writes
+ * only when it learns an entry, so that rows of nodes it never hears of
+ * cost address space and not memory. */
+static inline dt_role
+dt__id_role(const dt_node *n, int id)
+{
+	return id == 0                ? DT_ROLE_SCHEDULER
+	       : id <= n->num_servers ? DT_ROLE_SERVER
+	                              : DT_ROLE_WORKER;
+}
+
+static inline int
+dt__id_rank(const dt_node *n, int id)
+{
+	return id == 0                ? 0
+	       : id <= n->num_servers ? id - 1
+	                              : id - 1 - n->num_servers;
+}
+
 /* The attached app owning cmd, or NULL. */
 const dt__node_app *dt__node_app_of(const dt_node *n, unsigned cmd);
 /* Tell every attached app that peer (or the job, -1) failed. */

@@ -97,9 +97,9 @@ dt__reach_lazy(const dt_node *n, int id)
 		return 0;
 	if (n->role == DT_ROLE_WORKER)
 		return id > n->num_servers &&
-		       n->table[id].role == DT_ROLE_WORKER;
+		       dt__id_role(n, id) == DT_ROLE_WORKER;
 	/* (a server: its parent or child server in the control tree) */
-	return n->table[id].role == DT_ROLE_SERVER && dt__tree_edge(n, id);
+	return dt__id_role(n, id) == DT_ROLE_SERVER && dt__tree_edge(n, id);
 }
 
 /* Where to dial worker id: a restarted one's new address (PS_RESEND's

@@ -75,9 +75,9 @@ token_place(dt_node *n, const joiner *j)
 	if (j->token[0] == '\0')
 		return -1;
 	for (int k = 1; k < n->ntable; k++) {
-		int down, wanted = n->table[k].rank == j->want;
+		int down, wanted = dt__id_rank(n, k) == j->want;
 
-		if (n->table[k].role != j->role || !s->token[k][0] ||
+		if (dt__id_role(n, k) != j->role || !s->token[k][0] ||
 		    !same_token(s->token[k], j->token))
 			continue;
 		down = place_lost(n, k);
@@ -143,7 +143,7 @@ admit(dt_node *n, dt_conn *c, const joiner *j, int id, int restarts)
 	        j->host, j->port, restarts);
 	/* Everyone else: its new address. */
 	dt__msg_add_node a = {.role = j->role,
-	                      .want = n->table[id].rank,
+	                      .want = dt__id_rank(n, id),
 	                      .port = j->port,
 	                      .pid = j->pid,
 	                      .num_servers = n->num_servers,

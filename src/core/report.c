@@ -363,8 +363,8 @@ dt__report_sched_names(dt_node *n)
 	for (int id = 1; id < r->count && id < n->ntable; id++)
 		dt__timeline_node(r->tl, id,
 		                  dt__node_name(n, id, name, sizeof(name)),
-		                  n->table[id].role == DT_ROLE_WORKER
-		                      ? 1000 + n->table[id].rank
+		                  dt__id_role(n, id) == DT_ROLE_WORKER
+		                      ? 1000 + dt__id_rank(n, id)
 		                      : id);
 	r->named = 1;
 	pthread_mutex_unlock(&r->mu);
@@ -434,8 +434,8 @@ dt__report_on_msg(dt_node *n, dt_conn *c, const dt_msg *m)
 			return;
 		}
 		s->id = peer; /* a node speaks for itself only */
-		s->role = (int)n->table[peer].role;
-		s->rank = n->table[peer].rank;
+		s->role = (int)dt__id_role(n, peer);
+		s->rank = dt__id_rank(n, peer);
 		pthread_mutex_lock(&r->mu);
 		if (r->stats[peer]) {
 			dt_stats_fini(r->stats[peer]);

@@ -125,7 +125,7 @@ dt__sched_on_barrier(dt_node *n, dt_conn *c, dt_msg *m)
 static int
 left_elastic(dt_node *n, int id)
 {
-	return n->table[id].role == DT_ROLE_WORKER &&
+	return dt__id_role(n, id) == DT_ROLE_WORKER &&
 	       !dt__elastic_member(n, id);
 }
 

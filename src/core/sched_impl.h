@@ -29,6 +29,7 @@ struct dt_sched {
 	int expected;
 	joiner *j;
 	int nj;
+	int nj_servers; /* of them servers (the rest workers) */
 	int assigned;
 	/* An elastic job past its start-up barrier, the workers held for it
 	 * admitted (admit_early): a worker that joins now is seated at once.

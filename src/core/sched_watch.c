@@ -55,7 +55,7 @@ dt__sched_watch_list(dt_node *n, dt_conn **out, int *ids, int cap, int *judge)
 	for (int i = 0; i < end && k < cap; i++) {
 		int id = tree ? t->kids[t->first[0] + i] : i + 1;
 		int gone = s->left[id] ||
-		           (s->ending && n->table[id].role == DT_ROLE_SERVER);
+		           (s->ending && dt__id_role(n, id) == DT_ROLE_SERVER);
 
 		ids[k] = id;
 		out[k++] =
@@ -166,7 +166,7 @@ dt__sched_on_tree_lost(dt_node *n, dt_conn *c, const dt_msg *m)
 	}
 	pthread_mutex_lock(&n->mu);
 	skip = n->fatal != DT_OK || s->left[l.lost] ||
-	       (s->ending && n->table[l.lost].role == DT_ROLE_SERVER);
+	       (s->ending && dt__id_role(n, l.lost) == DT_ROLE_SERVER);
 	pthread_mutex_unlock(&n->mu);
 	if (skip)
 		return;

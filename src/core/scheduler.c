@@ -71,6 +71,38 @@ dt__sched_abort(dt_node *n, const char *reason)
 	abort_job(n, reason);
 }
 
+/* The joiner an ADD_NODE on c describes. */
+static void
+joiner_of(dt_conn *c, const dt__msg_add_node *a, joiner *j)
+{
+	j->conn = c;
+	j->role = a->role;
+	j->want = a->want;
+	memcpy(j->host, a->host, sizeof(j->host));
+	j->port = a->port;
+	j->pid = a->pid;
+	memcpy(j->hostid, a->hostid, sizeof(j->hostid));
+	memcpy(j->local, a->local, sizeof(j->local));
+	memcpy(j->token, a->token, sizeof(j->token));
+}
+
+/* Refuse a node started for a job of other sizes than this one's. */
+static void
+refuse_sizes(dt_node *n, dt_conn *c, const dt__msg_add_node *a)
+{
+	char reason[512];
+
+	snprintf(reason, sizeof(reason),
+	         "a %s at %s:%d was started with DMLC_NUM_SERVER=%d "
+	         "DMLC_NUM_WORKER=%d but this job has %d servers and %d "
+	         "workers",
+	         dt_role_name(a->role), a->host, a->port, a->num_servers,
+	         a->num_workers, n->num_servers, n->num_workers);
+	dt__log(0, "refusing a node: %s", reason);
+	dt__sched_send_abort(n, c, reason);
+	dt__van_close(n->van, c);
+}
+
 static void
 on_add_node(dt_node *n, dt_conn *c, dt_msg *m)
 {
@@ -85,26 +117,10 @@ on_add_node(dt_node *n, dt_conn *c, dt_msg *m)
 		dt__van_close(n->van, c);
 		return;
 	}
-	j.conn = c;
-	j.role = a.role;
-	j.want = a.want;
-	memcpy(j.host, a.host, sizeof(j.host));
-	j.port = a.port;
-	j.pid = a.pid;
-	memcpy(j.hostid, a.hostid, sizeof(j.hostid));
-	memcpy(j.local, a.local, sizeof(j.local));
-	memcpy(j.token, a.token, sizeof(j.token));
+	joiner_of(c, &a, &j);
 	if (a.num_servers != n->num_servers ||
 	    a.num_workers != n->num_workers) {
-		snprintf(reason, sizeof(reason),
-		         "a %s at %s:%d was started with DMLC_NUM_SERVER=%d "
-		         "DMLC_NUM_WORKER=%d but this job has %d servers and "
-		         "%d workers",
-		         dt_role_name(j.role), j.host, j.port, a.num_servers,
-		         a.num_workers, n->num_servers, n->num_workers);
-		dt__log(0, "refusing a node: %s", reason);
-		dt__sched_send_abort(n, c, reason);
-		dt__van_close(n->van, c);
+		refuse_sizes(n, c, &a);
 		return;
 	}
 	if (n->recover) {
@@ -126,10 +142,9 @@ on_add_node(dt_node *n, dt_conn *c, dt_msg *m)
 		dt__elastic_sched_join(n, c, &j);
 		return;
 	}
-	int have = 0,
+	int have = j.role == DT_ROLE_SERVER ? s->nj_servers
+	                                    : s->nj - s->nj_servers,
 	    room = j.role == DT_ROLE_SERVER ? n->num_servers : n->num_workers;
-	for (int i = 0; i < s->nj; i++)
-		have += s->j[i].role == j.role;
 	/* An elastic job's worker beyond the first W, started before the job
 	 * runs (before its ranks are assigned, or while the members still
 	 * get their tables): it joins the running job once it runs
@@ -162,15 +177,14 @@ on_add_node(dt_node *n, dt_conn *c, dt_msg *m)
 		dt__van_close(n->van, c);
 		return;
 	}
-	for (int i = 0; i < s->nj; i++)
-		if (s->j[i].conn == c) {
-			pthread_mutex_unlock(&n->mu);
-			dt__log(0, "dropping %s: second ADD_NODE",
-			        dt__conn_addr(c));
-			dt__van_close(n->van, c);
-			return;
-		}
+	if (dt__conn_vouched(c)) { /* (it joined already) */
+		pthread_mutex_unlock(&n->mu);
+		dt__log(0, "dropping %s: second ADD_NODE", dt__conn_addr(c));
+		dt__van_close(n->van, c);
+		return;
+	}
 	s->j[s->nj++] = j;
+	s->nj_servers += j.role == DT_ROLE_SERVER;
 	dt__conn_vouch(c); /* a node of this job, waiting for its table */
 	DT_LOG(1, "a %s at %s:%d (pid %d) joined: %d of %d nodes",
 	       dt_role_name(j.role), j.host, j.port, j.pid, s->nj, s->expected);
@@ -200,12 +214,12 @@ dt__sched_on_msg(dt_node *n, dt_conn *c, dt_msg *m)
 		dt__sched_on_barrier(n, c, m);
 		return;
 	case DT_CMD_GROW:
-		if (peer <= 0 || n->table[peer].role != DT_ROLE_WORKER)
+		if (peer <= 0 || dt__id_role(n, peer) != DT_ROLE_WORKER)
 			break;
 		dt__elastic_sched_grow(n, peer, m);
 		return;
 	case DT_CMD_WORKER_DONE:
-		if (peer <= 0 || n->table[peer].role != DT_ROLE_WORKER)
+		if (peer <= 0 || dt__id_role(n, peer) != DT_ROLE_WORKER)
 			break;
 		/* (a worker that joined but was never taken in: not one the
 		 * end waits for) */
@@ -286,8 +300,8 @@ left_at_end(dt_node *n, int peer)
 
 	pthread_mutex_lock(&n->mu);
 	expected = s->left[peer] ||
-	           (n->table[peer].role == DT_ROLE_SERVER && s->ending);
-	if (n->table[peer].role == DT_ROLE_SERVER && s->ending &&
+	           (dt__id_role(n, peer) == DT_ROLE_SERVER && s->ending);
+	if (dt__id_role(n, peer) == DT_ROLE_SERVER && s->ending &&
 	    !s->left[peer]) {
 		s->left[peer] = 1;
 		s->servers_closed++;
@@ -317,6 +331,7 @@ dt__sched_on_close(dt_node *n, dt_conn *c, dt_err why)
 				        "started",
 				        dt_role_name(s->j[i].role),
 				        s->j[i].host, s->j[i].port);
+				s->nj_servers -= s->j[i].role == DT_ROLE_SERVER;
 				s->j[i] = s->j[--s->nj];
 			}
 			break;
@@ -582,7 +597,7 @@ nodes_gone(dt_node *n, const void *arg)
 	if (n->sched->servers_closed != n->num_servers)
 		return 0;
 	for (int id = 1; id < n->ntable && n->links; id++)
-		if (n->table[id].role == DT_ROLE_WORKER &&
+		if (dt__id_role(n, id) == DT_ROLE_WORKER &&
 		    !dt__link_ended(n, id))
 			return 0;
 	return 1;
@@ -669,48 +684,34 @@ dt__sched_seat(dt_node *n, const joiner *j, dt_conn *c, int id, dt_role role,
 	__atomic_store_n(&n->peers[id], c, __ATOMIC_RELEASE);
 }
 
-dt_err
-dt__sched_start(dt_node *n)
+/* Not every node joined within DT_JOIN_TIMEOUT (join_s): end the job,
+ * saying how many of each role came. */
+static dt_err
+join_timed_out(dt_node *n, long join_s)
 {
 	dt_sched *s = n->sched;
-	long join_s;
-	dt_err err;
-	int count = 1 + n->num_servers + n->num_workers;
-	int slots = 1 + n->num_servers + dt__elastic_slots(n);
+	int ns, nw;
+	char reason[256];
 
-	uint64_t t_join = dt__now_ns();
+	pthread_mutex_lock(&n->mu);
+	ns = s->nj_servers;
+	nw = s->nj - s->nj_servers;
+	pthread_mutex_unlock(&n->mu);
+	snprintf(reason, sizeof(reason),
+	         "only %d of %d servers and %d of %d workers joined "
+	         "within %ld s (DT_JOIN_TIMEOUT)",
+	         ns, n->num_servers, nw, n->num_workers, join_s);
+	abort_job(n, reason);
+	return dt__fail(DT_ETIMEDOUT, "%s", reason);
+}
 
-	if ((err = dt__env_long("DT_JOIN_TIMEOUT", 300, 1, 86400, &join_s)) ||
-	    (err = dt__env_long("DTRAIN_CTRL_TREE_MIN", 256, 1,
-	                        2L * DT_MAX_ROLE_NODES, &s->tree_min)) ||
-	    (err = dt__env_long("DTRAIN_CTRL_ARITY", 16, DT_TREE_ARITY_MIN,
-	                        DT_TREE_ARITY_MAX, &s->tree_arity)))
-		return err;
-	err = dt__node_wait(n, all_joined, NULL,
-	                    dt__now_ns() + (uint64_t)join_s * 1000000000ull,
-	                    "every node to join");
-	if (err == DT_ETIMEDOUT) {
-		int ns = 0, nw = 0;
-		char reason[256];
+/* Everyone is here: assign ranks and ids, and seat every joiner in the
+ * table (count nodes; rows up to slots for an elastic job's growth). */
+static void
+seat_all(dt_node *n, int count, int slots)
+{
+	dt_sched *s = n->sched;
 
-		pthread_mutex_lock(&n->mu);
-		for (int i = 0; i < s->nj; i++)
-			if (s->j[i].role == DT_ROLE_SERVER)
-				ns++;
-			else
-				nw++;
-		pthread_mutex_unlock(&n->mu);
-		snprintf(reason, sizeof(reason),
-		         "only %d of %d servers and %d of %d workers joined "
-		         "within %ld s (DT_JOIN_TIMEOUT)",
-		         ns, n->num_servers, nw, n->num_workers, join_s);
-		abort_job(n, reason);
-		return dt__fail(DT_ETIMEDOUT, "%s", reason);
-	}
-	if (err)
-		return err;
-
-	/* Everyone is here: assign ranks and ids. */
 	pthread_mutex_lock(&n->mu);
 	qsort(s->j, (size_t)s->nj, sizeof(joiner), cmp_joiner);
 	assign_role(s->j, s->nj, DT_ROLE_SERVER, n->num_servers);
@@ -739,6 +740,33 @@ dt__sched_start(dt_node *n)
 	}
 	s->assigned = 1;
 	pthread_mutex_unlock(&n->mu);
+}
+
+dt_err
+dt__sched_start(dt_node *n)
+{
+	dt_sched *s = n->sched;
+	long join_s;
+	dt_err err;
+	int count = 1 + n->num_servers + n->num_workers;
+	int slots = 1 + n->num_servers + dt__elastic_slots(n);
+
+	uint64_t t_join = dt__now_ns();
+
+	if ((err = dt__env_long("DT_JOIN_TIMEOUT", 300, 1, 86400, &join_s)) ||
+	    (err = dt__env_long("DTRAIN_CTRL_TREE_MIN", 256, 1,
+	                        2L * DT_MAX_ROLE_NODES, &s->tree_min)) ||
+	    (err = dt__env_long("DTRAIN_CTRL_ARITY", 16, DT_TREE_ARITY_MIN,
+	                        DT_TREE_ARITY_MAX, &s->tree_arity)))
+		return err;
+	err = dt__node_wait(n, all_joined, NULL,
+	                    dt__now_ns() + (uint64_t)join_s * 1000000000ull,
+	                    "every node to join");
+	if (err == DT_ETIMEDOUT)
+		return join_timed_out(n, join_s);
+	if (err)
+		return err;
+	seat_all(n, count, slots);
 	dt__report_sched_names(n);
 	if ((err = dt__link_create(n)))
 		return err;
@@ -746,7 +774,7 @@ dt__sched_start(dt_node *n)
 		DT_LOG(1,
 		       "assigned rank %d to the %s at %s:%d (pid %d, node "
 		       "id %d)",
-		       n->table[id].rank, dt_role_name(n->table[id].role),
+		       dt__id_rank(n, id), dt_role_name(dt__id_role(n, id)),
 		       n->table[id].host, n->table[id].port, n->table[id].pid,
 		       id);
 	if ((err = plan_tree(n, count)) || (err = send_tables(n)))

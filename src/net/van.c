@@ -379,6 +379,12 @@ dt__conn_vouch(dt_conn *c)
 		atomic_fetch_sub(&c->van->unvouched, 1);
 }
 
+int
+dt__conn_vouched(const dt_conn *c)
+{
+	return atomic_load(&c->vouched);
+}
+
 void
 dt__van_guard(dt_van *v, uint64_t vouch_ns, int max_unvouched)
 {

@@ -210,6 +210,8 @@ void dt__van_set_cut(dt_van *v, unsigned every);
  */
 void dt__van_guard(dt_van *v, uint64_t vouch_ns, int max_unvouched);
 void dt__conn_vouch(dt_conn *c);
+/* Whether the owner vouched for c (or dialled it). */
+int dt__conn_vouched(const dt_conn *c);
 
 /* Owner-defined tag of a connection (the peer's node id), -1 initially;
  * a tag >= 0 vouches for the connection. */
