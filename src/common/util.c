@@ -5,11 +5,13 @@
 #include <errno.h>
 #include <limits.h>
 #include <stdarg.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 #include <pthread.h>
+#include <sys/mman.h>
 
 #include "common/util.h"
 
@@ -259,6 +261,62 @@ dt__calloc(size_t n, size_t size)
 		dt__fail(DT_ENOMEM, "out of memory allocating %zu x %zu bytes",
 		         n, size);
 	return p;
+}
+
+/* dt__calloc_sparse: a block of SPARSE_MIN bytes or more is mapped
+ * anonymous and private, so the kernel hands out zero pages as they are
+ * first written (calloc may clear a reused block, touching every page of
+ * it: glibc raises its mapping threshold after a large block is freed);
+ * a smaller one comes from calloc. A header of SPARSE_HDR bytes says
+ * which, and the mapping's length. */
+#define SPARSE_MIN ((size_t)64 << 10)
+#define SPARSE_HDR ((size_t)64)
+
+void *
+dt__calloc_sparse(size_t n, size_t size)
+{
+	size_t bytes, *h;
+
+	if (size != 0 && n > (SIZE_MAX - SPARSE_HDR) / size) {
+		dt__fail(DT_ENOMEM, "%zu x %zu bytes is too large", n, size);
+		return NULL;
+	}
+	bytes = SPARSE_HDR + n * size;
+	if (bytes < SPARSE_MIN) {
+		if ((h = aligned_alloc(SPARSE_HDR, (bytes + SPARSE_HDR - 1) /
+		                                       SPARSE_HDR *
+		                                       SPARSE_HDR)) == NULL) {
+			dt__fail(DT_ENOMEM,
+			         "out of memory allocating %zu bytes", bytes);
+			return NULL;
+		}
+		memset(h, 0, bytes);
+		h[0] = 0; /* from the heap */
+	} else {
+		h = mmap(NULL, bytes, PROT_READ | PROT_WRITE,
+		         MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+		if (h == MAP_FAILED) {
+			dt__fail(DT_ENOMEM, "mapping %zu bytes: %s", bytes,
+			         strerror(errno));
+			return NULL;
+		}
+		h[0] = bytes;
+	}
+	return (char *)h + SPARSE_HDR;
+}
+
+void
+dt__free_sparse(void *p)
+{
+	size_t *h;
+
+	if (p == NULL)
+		return;
+	h = (size_t *)(void *)((char *)p - SPARSE_HDR);
+	if (h[0] == 0)
+		free(h);
+	else
+		munmap(h, h[0]);
 }
 
 void *

@@ -145,6 +145,11 @@ dt_err dt__parse_long(const char *what, const char *s, long lo, long hi,
 void *dt__malloc(size_t n);
 void *dt__calloc(size_t n, size_t size);
 void *dt__aligned_alloc(size_t n); /* 64-byte aligned, free with free() */
+/* Zeroed n x size bytes whose pages cost no memory until they are
+ * written: for tables with a row per node of the job, most of whose rows
+ * a node never writes. 64-byte aligned; free with dt__free_sparse. */
+void *dt__calloc_sparse(size_t n, size_t size);
+void dt__free_sparse(void *p);
 /* A grow-only buffer (*buf, *cap bytes, 64-byte aligned): at least need
  * bytes; what it held is not kept when it grows. NULL (and an empty
  * buffer) when memory runs out. */

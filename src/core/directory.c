@@ -370,13 +370,13 @@ dt__dir_on_assign(dt_node *n, const dt_msg *m)
 		                "ASSIGN gives this %s the role of another",
 		                dt_role_name(n->role));
 	}
-	t = dt__calloc((size_t)ntable, sizeof(*t));
-	n->peers = dt__calloc((size_t)ntable, sizeof(dt_conn *));
-	n->said_bye = dt__calloc((size_t)ntable, 1);
+	t = dt__calloc_sparse((size_t)ntable, sizeof(*t));
+	n->peers = dt__calloc_sparse((size_t)ntable, sizeof(dt_conn *));
+	n->said_bye = dt__calloc_sparse((size_t)ntable, 1);
 	if (t == NULL || n->peers == NULL || n->said_bye == NULL) {
-		free(t);
-		free(n->peers);
-		free(n->said_bye);
+		dt__free_sparse(t);
+		dt__free_sparse(n->peers);
+		dt__free_sparse(n->said_bye);
 		n->peers = NULL;
 		n->said_bye = NULL;
 		free(given);

@@ -372,13 +372,13 @@ node_free(dt_node *n)
 	dt__apps_stop(n);
 	dt__sched_free(n);
 	dt__elastic_free(n);
-	free(n->table);
+	dt__free_sparse(n->table);
 	free(n->early);
 	free(n->tree);
-	free(n->peers);
-	free(n->said_bye);
+	dt__free_sparse(n->peers);
+	dt__free_sparse(n->said_bye);
 	free(n->hosts_v);
-	free(n->ctr);
+	dt__free_sparse(n->ctr);
 	pthread_mutex_destroy(&n->mu);
 	pthread_cond_destroy(&n->cv);
 	free(n);
@@ -412,9 +412,9 @@ node_limits(dt_node *n)
 		return err;
 	/* Counters by node id, sized once the job's bound on workers is
 	 * known (an elastic job's rows for those that may join). */
-	n->ctr = dt__calloc(1 + (size_t)n->cfg.num_servers +
-	                        (size_t)dt__elastic_slots(n),
-	                    sizeof(*n->ctr));
+	n->ctr = dt__calloc_sparse(1 + (size_t)n->cfg.num_servers +
+	                               (size_t)dt__elastic_slots(n),
+	                           sizeof(*n->ctr));
 	return n->ctr ? DT_OK : DT_ENOMEM;
 }
 

@@ -39,10 +39,13 @@
 #include "core/node_impl.h"
 
 typedef struct reach_slot {
-	pthread_mutex_t mu; /* one dial at a time to this peer */
-	int dialing;        /* (node mu) a dial is under way */
-	dt_conn *c;         /* (node mu) its connection, once made */
-	int closed;         /* (node mu) c closed before HELLO_ACK */
+	/* One dial at a time to this peer; made at the first (made, node
+	 * mu), so that the slots of peers never dialled stay untouched. */
+	pthread_mutex_t mu;
+	int made;
+	int dialing; /* (node mu) a dial is under way */
+	dt_conn *c;  /* (node mu) its connection, once made */
+	int closed;  /* (node mu) c closed before HELLO_ACK */
 } reach_slot;
 
 struct dt__reach {
@@ -65,12 +68,11 @@ dt__reach_create(dt_node *n)
 	if ((R = dt__calloc(1, sizeof(*R))) == NULL)
 		return DT_ENOMEM;
 	R->count = n->ntable;
-	if ((R->s = dt__calloc((size_t)R->count, sizeof(*R->s))) == NULL) {
+	if ((R->s = dt__calloc_sparse((size_t)R->count, sizeof(*R->s))) ==
+	    NULL) {
 		free(R);
 		return DT_ENOMEM;
 	}
-	for (int i = 0; i < R->count; i++)
-		pthread_mutex_init(&R->s[i].mu, NULL);
 	n->reach = R;
 	return DT_OK;
 }
@@ -83,8 +85,9 @@ dt__reach_free(dt_node *n)
 	if (R == NULL)
 		return;
 	for (int i = 0; i < R->count; i++)
-		pthread_mutex_destroy(&R->s[i].mu);
-	free(R->s);
+		if (R->s[i].made)
+			pthread_mutex_destroy(&R->s[i].mu);
+	dt__free_sparse(R->s);
 	free(R);
 	n->reach = NULL;
 }
@@ -263,6 +266,12 @@ dt__reach_peer(dt_node *n, int id)
 		                "does not dial",
 		                name);
 	s = &n->reach->s[id];
+	pthread_mutex_lock(&n->mu);
+	if (!s->made) {
+		pthread_mutex_init(&s->mu, NULL);
+		s->made = 1;
+	}
+	pthread_mutex_unlock(&n->mu);
 	pthread_mutex_lock(&s->mu);
 	/* (another thread's dial made it while this one waited) */
 	if (__atomic_load_n(&n->peers[id], __ATOMIC_ACQUIRE) != NULL) {

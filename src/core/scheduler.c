@@ -626,8 +626,8 @@ dt__sched_create(dt_node *n)
 	    ((s->in_round = dt__calloc(8 * (size_t)count, 1)) == NULL ||
 	     (s->joining = dt__calloc((size_t)count, 1)) == NULL))
 		return DT_ENOMEM;
-	n->table = dt__calloc((size_t)count, sizeof(dt_node_entry));
-	n->peers = dt__calloc((size_t)count, sizeof(dt_conn *));
+	n->table = dt__calloc_sparse((size_t)count, sizeof(dt_node_entry));
+	n->peers = dt__calloc_sparse((size_t)count, sizeof(dt_conn *));
 	n->sched = s;
 	if (!s->j || !s->left || !s->down_ns || !s->restarts || !s->held ||
 	    !s->token || !n->table || !n->peers)

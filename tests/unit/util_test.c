@@ -7,6 +7,7 @@
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -120,11 +121,61 @@ test_spin_oversubscribed(void **state)
 	assert_int_equal(dt__spin_oversubscribed(), 0);
 }
 
+/* dt__calloc_sparse: zeroed, aligned, writable and freed, small (from
+ * the heap) and large (mapped); a large block's untouched pages cost no
+ * memory (the process's resident size grows by less than a tenth of it);
+ * an overflowing size is refused. */
+static long
+rss_kib(void)
+{
+	FILE *f = fopen("/proc/self/statm", "r");
+	long pages = 0, res = 0;
+
+	if (f) {
+		if (fscanf(f, "%ld %ld", &pages, &res) != 2)
+			res = 0;
+		fclose(f);
+	}
+	return res * (sysconf(_SC_PAGESIZE) / 1024);
+}
+
+static void
+test_calloc_sparse(void **state)
+{
+	(void)state;
+	size_t sizes[] = {1, 100, 4096, 65536, 1 << 20};
+
+	for (size_t k = 0; k < sizeof(sizes) / sizeof(sizes[0]); k++) {
+		unsigned char *p = dt__calloc_sparse(sizes[k], 3);
+
+		assert_non_null(p);
+		assert_int_equal((uintptr_t)p % 64, 0);
+		for (size_t i = 0; i < sizes[k] * 3; i += 997)
+			assert_int_equal(p[i], 0);
+		p[0] = 1;
+		p[sizes[k] * 3 - 1] = 2;
+		dt__free_sparse(p);
+	}
+	dt__free_sparse(NULL);
+	long before = rss_kib();
+	size_t big = (size_t)256 << 20;
+	char *q = dt__calloc_sparse(big, 1);
+
+	assert_non_null(q);
+	q[0] = 1;
+	q[big / 2] = 1;
+	q[big - 1] = 1;
+	assert_true(rss_kib() - before < (long)(big / 1024 / 10));
+	dt__free_sparse(q);
+	assert_null(dt__calloc_sparse(SIZE_MAX / 2, 4));
+}
+
 int
 main(void)
 {
 	const struct CMUnitTest tests[] = {
 	    cmocka_unit_test(test_err_keep),
+	    cmocka_unit_test(test_calloc_sparse),
 	    cmocka_unit_test(test_shape_str),
 	    cmocka_unit_test(test_spin_contention),
 	    cmocka_unit_test(test_spin_oversubscribed),
