@@ -24,7 +24,10 @@
 # directory of the logs and scale_sim.jsonl (a new temporary one).
 # The bench raises the descriptor limit (ulimit -n) to the hard limit and
 # says what it got, with the machine's processors, threads-max, pid_max
-# and load.
+# and load. Each node has 4 threads: when the largest size needs more
+# threads than kernel.pid_max allows (with the machine's own threads and a
+# margin) and the bench runs as root, it raises pid_max for the run and
+# puts the old value back at its end (PID_MAX=keep leaves it alone).
 set -u
 BUILD=${1:-${DTRAIN_BUILD:-build}}
 shift || true
@@ -39,4 +42,25 @@ echo "scale_sim.sh: ulimit -n $(ulimit -n) (hard $(ulimit -Hn));" \
 	"$(nproc) processors; threads-max $(cat /proc/sys/kernel/threads-max);" \
 	"pid_max $(cat /proc/sys/kernel/pid_max); load $(cut -d' ' -f1-3 /proc/loadavg);" \
 	"logs in $OUT" >&2
-exec /usr/bin/python3 "$(dirname "$0")/scale_sim.py" "$BUILD" "$OUT" $SIZES
+# The threads the largest size needs: 4 a node, the machine's, a margin.
+most=0
+for sz in $SIZES; do
+	case $sz in
+	*+*) n=$((${sz%%+*} + ${sz#*+})) ;;
+	*) n=$sz ;;
+	esac
+	[ "$n" -gt "$most" ] && most=$n
+done
+old_pid_max=$(cat /proc/sys/kernel/pid_max)
+want=$(( 4 * most + $(ps -eLf --no-headers | wc -l) + 8192 ))
+if [ "${PID_MAX:-raise}" != keep ] && [ "$want" -gt "$old_pid_max" ]; then
+	[ "$want" -gt 4194304 ] && want=4194304
+	if [ "$(id -u)" = 0 ] && echo "$want" >/proc/sys/kernel/pid_max 2>/dev/null; then
+		trap 'echo "$old_pid_max" >/proc/sys/kernel/pid_max' EXIT
+		echo "scale_sim.sh: pid_max raised to $want for this run ($old_pid_max after it)" >&2
+	else
+		echo "scale_sim.sh: $most nodes need about $want threads, above pid_max $old_pid_max (raise it as root)" >&2
+	fi
+fi
+/usr/bin/python3 "$(dirname "$0")/scale_sim.py" "$BUILD" "$OUT" $SIZES
+exit $?
