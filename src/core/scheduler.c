@@ -39,7 +39,7 @@ dt__sched_send_abort(dt_node *n, dt_conn *c, const char *reason)
  * nodes that end on the first abort must not bring a second one, with
  * another reason, that could reach a node first. */
 static void
-abort_job(dt_node *n, const char *reason)
+abort_job(dt_node *n, const char *reason, int lost)
 {
 	int again = 0;
 
@@ -51,6 +51,11 @@ abort_job(dt_node *n, const char *reason)
 	pthread_mutex_unlock(&n->mu);
 	if (again)
 		return;
+	/* Over the control tree, down its edges (tree_end.c). */
+	if (dt__sched_tree_abort(n, reason, lost)) {
+		dt__node_set_fatal(n, DT_EPEER, "aborting the job: %s", reason);
+		return;
+	}
 	for (int id = 1; id < n->ntable; id++) {
 		dt_conn *c = __atomic_load_n(&n->peers[id], __ATOMIC_ACQUIRE);
 		if (c && dt__conn_is_open(c))
@@ -68,7 +73,13 @@ abort_job(dt_node *n, const char *reason)
 void
 dt__sched_abort(dt_node *n, const char *reason)
 {
-	abort_job(n, reason);
+	abort_job(n, reason, -1);
+}
+
+void
+dt__sched_abort_lost(dt_node *n, const char *reason, int lost)
+{
+	abort_job(n, reason, lost);
 }
 
 static void
@@ -205,6 +216,9 @@ dt__sched_on_msg(dt_node *n, dt_conn *c, dt_msg *m)
 		dt__elastic_sched_grow(n, peer, m);
 		return;
 	case DT_CMD_WORKER_DONE:
+		/* (over the control tree: a child's subtree's count) */
+		if (dt__sched_tree_done(n, c, m))
+			return;
 		if (peer <= 0 || n->table[peer].role != DT_ROLE_WORKER)
 			break;
 		/* (a worker that joined but was never taken in: not one the
@@ -346,6 +360,9 @@ dt__sched_on_close(dt_node *n, dt_conn *c, dt_err why)
 	                            __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE);
 	if (left_at_end(n, peer) || failed)
 		return;
+	/* (over the control tree, its parent tells if it was lost) */
+	if (dt__sched_tree_quiet(n, peer))
+		return;
 	dt__sched_peer_lost(n, peer,
 	                    why == DT_ECLOSED ? "connection closed"
 	                                      : dt_strerror(why));
@@ -387,7 +404,7 @@ dt__sched_peer_lost(dt_node *n, int peer, const char *why)
 	         "%s (pid %d at %s:%d) was lost before the job ended (%s)",
 	         name, n->table[peer].pid, n->table[peer].host,
 	         n->table[peer].port, why);
-	abort_job(n, reason);
+	abort_job(n, reason, peer);
 }
 
 static int
@@ -507,6 +524,8 @@ plan_tree(dt_node *n, int count)
 	pthread_mutex_unlock(&n->mu);
 	if (err)
 		return err;
+	if ((s->tree_done = dt__calloc((size_t)count, 1)) == NULL)
+		return DT_ENOMEM;
 	n->tree_wait = 1; /* (the ASSIGNs say a TREE follows) */
 	DT_LOG(1,
 	       "barriers go over a control tree of arity %ld: %d nodes "
@@ -704,7 +723,7 @@ dt__sched_start(dt_node *n)
 		         "only %d of %d servers and %d of %d workers joined "
 		         "within %ld s (DT_JOIN_TIMEOUT)",
 		         ns, n->num_servers, nw, n->num_workers, join_s);
-		abort_job(n, reason);
+		abort_job(n, reason, -1);
 		return dt__fail(DT_ETIMEDOUT, "%s", reason);
 	}
 	if (err)
@@ -805,7 +824,7 @@ dt__sched_serve(dt_node *n)
 		    "its place within DT_RESTART_TIMEOUT=%.3g s",
 		    name, n->table[late].pid, n->table[late].host,
 		    n->table[late].port, (double)n->restart_ns * 1e-9);
-		abort_job(n, reason);
+		abort_job(n, reason, -1);
 		return dt__fail(DT_EPEER, "%s", reason);
 	}
 	DT_LOG(1, "all %d workers are done; ending the job", s->workers_total);
@@ -813,7 +832,8 @@ dt__sched_serve(dt_node *n)
 	s->ending = 1;
 	pthread_mutex_unlock(&n->mu);
 	dt__elastic_sched_end(n);
-	for (int r = 0; r < n->num_servers; r++) {
+	for (int r = 0; !dt__sched_tree_terminate(n) && r < n->num_servers;
+	     r++) {
 		dt_msg_hdr h = {.cmd = DT_CMD_TERMINATE};
 		dt__node_send(n, dt__node_server_id(n, r), &h, NULL, 0, NULL,
 		              0);
@@ -855,6 +875,7 @@ dt__sched_free(dt_node *n)
 	free(n->sched->in_round);
 	free(n->sched->joining);
 	free(n->sched->hostno);
+	free(n->sched->tree_done);
 	dt__tree_free(&n->sched->tree);
 	free(n->sched);
 	n->sched = NULL;

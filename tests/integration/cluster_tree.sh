@@ -7,7 +7,10 @@
 #      the workers, the servers, both and all, nobody passing one before
 #      every member arrived; the scheduler takes each barrier in fewer
 #      BARRIER messages than the group has nodes (one: the root has one
-#      child), where the star takes one per node.
+#      child), where the star takes one per node. The end goes over the
+#      tree too: one WORKER_DONE at the scheduler, from its child with its
+#      subtree's count, and TERMINATE to that child only, passed on to
+#      server 1.
 #   2. The same KV job (kv_check ckpt: dist_sync with sgd, 10 steps) with
 #      the star and with the tree: both end 0 with the same values, bit
 #      for bit, and the tree's barriers take fewer messages. And kv_check
@@ -16,7 +19,9 @@
 #      named after worker 0.
 #   3. An interior worker (worker 1, parent of worker 5) killed with
 #      SIGKILL while its child waits in a barrier under it: every other
-#      process ends non-zero within 15 s, naming worker 1.
+#      process ends non-zero within 15 s, naming worker 1; the ABORT went
+#      down the tree: the scheduler sent it to its child and to worker 1's
+#      child only.
 #   4. Heartbeats on the tree's edges (PS_HEARTBEAT_INTERVAL=0.2,
 #      PS_HEARTBEAT_TIMEOUT=2): worker 5, a leaf three levels under the
 #      scheduler's only child, frozen with SIGSTOP while the others wait
@@ -24,8 +29,14 @@
 #      tells its own parent (TREE_LOST), up to the scheduler, which ends
 #      the job: every other process ends non-zero within the timeout and
 #      6 s (scaled), naming worker 5 with its pid. The scheduler received
-#      heartbeats only from its one child (its end-of-job line).
-#   5. The scheduler frozen with SIGSTOP while every node waits in a
+#      heartbeats only from its one child (its end-of-job line), and sent
+#      ABORT to that child and to worker 5 alone.
+#   5. A frozen interior node (worker 0, parent of workers 3 and 4): its
+#      parent tells the scheduler, which sends ABORT to its child and to
+#      worker 0's children directly (nothing passes a frozen node):
+#      every other process ends non-zero within the timeout and 6 s
+#      (scaled), naming worker 0.
+#   6. The scheduler frozen with SIGSTOP while every node waits in a
 #      barrier: only its child (server 0) watches it; server 0 ends, and
 #      each node whose tree parent's connection closed ends after the
 #      timeout, a level at a time: every node ends non-zero within 4
@@ -96,6 +107,19 @@ assert_grep "$T_DIR/probe.worker5.log" "control tree: parent worker 1, 0 childre
 fewer_messages "$T_DIR/probe.scheduler.log" probe 13
 assert_grep "$T_DIR/probe.scheduler.log" "over group mask 6: all 8 nodes arrived in 1 messages" "probe: scheduler"
 assert_grep "$T_DIR/probe.scheduler.log" "over group mask 2: all 2 nodes arrived in 1 messages" "probe: scheduler"
+# The end over the tree: one WORKER_DONE from the scheduler's child (server
+# 0) with the count of its subtree's workers, and TERMINATE to that child
+# alone, passed on to server 1 (worker 0 and server 1 brought server 0
+# their subtrees' counts).
+assert_grep "$T_DIR/probe.scheduler.log" "the 6 workers under server 0 are done \\(6 of 6 workers\\)" "probe: scheduler"
+assert_grep "$T_DIR/probe.scheduler.log" "TERMINATE sent over the control tree to 1 nodes" "probe: scheduler"
+grep -qE "worker [0-9] is done \([0-9] of 6 workers\)" "$T_DIR/probe.scheduler.log" &&
+	fail "probe: a worker's WORKER_DONE reached the scheduler itself"
+[ "$(grep -c "TERMINATE sent\|TERMINATE passed on" "$T_DIR"/probe.*.log | awk -F: '{s += $2} END {print s}')" -eq 3 ] ||
+	fail "probe: TERMINATE not sent by the scheduler and passed on by servers 0 and 1 once each"
+assert_grep "$T_DIR/probe.server0.log" "the job ends: TERMINATE passed on to 1 tree children" "probe: server 0"
+assert_grep "$T_DIR/probe.server0.log" "worker 0: the 3 workers of its subtree are done" "probe: server 0"
+assert_grep "$T_DIR/probe.worker1.log" "worker 5: the 1 workers of its subtree are done" "probe: worker 1"
 assert_groups_gone
 log "probe: ok"
 
@@ -164,6 +188,9 @@ done
 for who in server0 server1 worker0 worker2 worker3 worker4 worker5; do
 	assert_grep "$T_DIR/lost.$who.log" "worker 1 .*was lost" "lost: $who names worker 1"
 done
+# The ABORT went down the tree: from the scheduler to its child and to
+# the lost node's child (worker 5, whose parent is gone), no other.
+assert_grep "$T_DIR/lost.scheduler.log" "ABORT sent over the control tree to 2 nodes: 1 of its 1 children, and 1 of the lost worker 1 and its 1 children" "lost: the scheduler's ABORTs"
 log "lost: every node ended non-zero naming worker 1, $((($(date +%s%N) - kill_ns) / 1000000)) ms after the kill"
 wait "${pids[3]}" 2>/dev/null
 assert_groups_gone
@@ -211,6 +238,8 @@ assert_grep "$T_DIR/frozen.scheduler.log" "$who .*seen by its tree parent, worke
 for who_ in server0 server1 worker0 worker1 worker2 worker3 worker4; do
 	assert_grep "$T_DIR/frozen.$who_.log" "$who" "frozen: $who_ names worker 5"
 done
+# The ABORT: to the scheduler's child and to the frozen leaf itself.
+assert_grep "$T_DIR/frozen.scheduler.log" "ABORT sent over the control tree to 2 nodes: 1 of its 1 children, and 1 of the lost worker 5 and its 0 children" "frozen: the scheduler's ABORTs"
 # Its heartbeats came from its one child in the tree, server 0, alone.
 assert_grep "$T_DIR/frozen.scheduler.log" "heartbeats received since the start: [1-9][0-9]* from 1 nodes \\(1 of its 1 tree children\\)" "frozen: the scheduler's heartbeats"
 log "frozen: every node ended non-zero naming worker 5, $ms ms after the SIGSTOP (timeout ${HB_TIMEOUT_S} s); the scheduler's $(grep -o 'heartbeats received since the start: .*' "$T_DIR/frozen.scheduler.log")"
@@ -220,7 +249,44 @@ wait "${pids[7]}" 2>/dev/null
 assert_groups_gone
 log "frozen: ok"
 
-# ---- 5. a frozen scheduler
+# ---- 5. a frozen interior node
+# Worker 0 (parent of workers 3 and 4) frozen while the workers wait for
+# worker 5 (held by its fifo) in a barrier. Its parent, server 0, finds it
+# silent and tells the scheduler, whose ABORT goes to its child and, since
+# nothing passes through a frozen node, to worker 0 and its children
+# directly:
+# every node below it ends within the timeout and 6 s (scaled) like the
+# others, naming worker 0.
+mkdir -p "$T_DIR/probe.interior"
+mkfifo "$T_DIR/probe.interior/m4.r0.worker5"
+start_held interior
+victim=$(child_of "${pids[2]}")
+[ -n "$victim" ] || fail "interior: cannot find worker 0's process"
+log "interior: kill -STOP worker 0 (pid $victim), the parent of workers 3 and 4"
+kill -STOP "$victim"
+stop_ns=$(date +%s%N)
+expect_exit "$sched" "$STOP_LIMIT_S" nonzero "interior: the scheduler"
+for i in 0 1 3 4 5 6; do
+	expect_exit "${pids[$i]}" "$STOP_LIMIT_S" nonzero "interior: node #$i"
+done
+ms=$((($(date +%s%N) - stop_ns) / 1000000))
+who="worker 0 \\(pid $victim on host [^)]*\\) sent nothing for [0-9.]+ s"
+assert_grep "$T_DIR/interior.scheduler.log" "$who .*seen by its tree parent, server 0" "interior: the scheduler names worker 0"
+assert_grep "$T_DIR/interior.scheduler.log" "ABORT sent over the control tree to 4 nodes: 1 of its 1 children, and 3 of the lost worker 0 and its 2 children" "interior: the scheduler's ABORTs"
+for who_ in server0 server1 worker1 worker2 worker3 worker4 worker5; do
+	assert_grep "$T_DIR/interior.$who_.log" "$who" "interior: $who_ names worker 0"
+done
+# (workers 3 and 4 would find their silent parent themselves a second
+# later, PS_HEARTBEAT_TIMEOUT and the grace: which came first is logged)
+aborted=$(grep -l "job aborted by the scheduler: worker 0" "$T_DIR"/interior.worker[34].log | wc -l)
+log "interior: every node ended non-zero naming worker 0, $ms ms after the SIGSTOP (timeout ${HB_TIMEOUT_S} s); $aborted of its 2 children by the scheduler's ABORT"
+kill -KILL "$victim" "$(child_of "${pids[7]}")"
+kill -CONT "$victim" 2>/dev/null
+wait "${pids[2]}" "${pids[7]}" 2>/dev/null
+assert_groups_gone
+log "interior: ok"
+
+# ---- 6. a frozen scheduler
 mkdir -p "$T_DIR/probe.nosched"
 mkfifo "$T_DIR/probe.nosched/m4.r0.worker5"
 start_held nosched
