@@ -216,6 +216,7 @@ dt__sched_on_msg(dt_node *n, dt_conn *c, dt_msg *m)
 		dt__elastic_sched_grow(n, peer, m);
 		return;
 	case DT_CMD_WORKER_DONE:
+		__atomic_add_fetch(&s->end_done, 1, __ATOMIC_RELAXED);
 		/* (over the control tree: a child's subtree's count) */
 		if (dt__sched_tree_done(n, c, m))
 			return;
@@ -262,6 +263,7 @@ dt__sched_on_msg(dt_node *n, dt_conn *c, dt_msg *m)
 	case DT_CMD_REPORT:
 		if (peer <= 0)
 			break;
+		__atomic_add_fetch(&s->end_reports, 1, __ATOMIC_RELAXED);
 		dt__report_on_msg(n, c, m);
 		return;
 	case DT_CMD_BYE:
@@ -835,8 +837,9 @@ dt__sched_serve(dt_node *n)
 	for (int r = 0; !dt__sched_tree_terminate(n) && r < n->num_servers;
 	     r++) {
 		dt_msg_hdr h = {.cmd = DT_CMD_TERMINATE};
-		dt__node_send(n, dt__node_server_id(n, r), &h, NULL, 0, NULL,
-		              0);
+		if (dt__node_send(n, dt__node_server_id(n, r), &h, NULL, 0,
+		                  NULL, 0) == DT_OK)
+			s->end_term++;
 	}
 	if ((err = dt__env_long("DT_END_TIMEOUT", 30, 1, 3600, &grace)))
 		return err;
@@ -856,6 +859,19 @@ dt__sched_serve(dt_node *n)
 		                grace);
 	if (err == DT_OK)
 		DT_LOG(1, "job over: every node has left");
+	DT_LOG(
+	    1,
+	    "the end took %llu messages at the scheduler: %llu "
+	    "WORKER_DONE and %llu REPORT received, %llu TERMINATE sent",
+	    (unsigned long long)(__atomic_load_n(&s->end_done,
+	                                         __ATOMIC_RELAXED) +
+	                         __atomic_load_n(&s->end_reports,
+	                                         __ATOMIC_RELAXED) +
+	                         s->end_term),
+	    (unsigned long long)__atomic_load_n(&s->end_done, __ATOMIC_RELAXED),
+	    (unsigned long long)__atomic_load_n(&s->end_reports,
+	                                        __ATOMIC_RELAXED),
+	    (unsigned long long)s->end_term);
 	return err;
 }
 

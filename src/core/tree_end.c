@@ -435,6 +435,7 @@ dt__sched_tree_terminate(dt_node *n)
 		    dt__node_send(n, id, &h, NULL, 0, NULL, 0) == DT_OK)
 			sent++;
 	}
+	n->sched->end_term = (uint64_t)sent;
 	DT_LOG(1,
 	       "TERMINATE sent over the control tree to %d nodes: its "
 	       "children whose subtree holds servers (of its %d)",

@@ -13,7 +13,9 @@
 #      server 1.
 #   2. The same KV job (kv_check ckpt: dist_sync with sgd, 10 steps) with
 #      the star and with the tree: both end 0 with the same values, bit
-#      for bit, and the tree's barriers take fewer messages. And kv_check
+#      for bit, and the tree's barriers take fewer messages, and its end
+#      2 at the scheduler (8 with the star: a WORKER_DONE per worker, a
+#      TERMINATE per server). And kv_check
 #      sum over the tree, whose refusals on rank 0 (an init of another
 #      length, another optimizer) every worker must get from a barrier,
 #      named after worker 0.
@@ -115,7 +117,7 @@ assert_grep "$T_DIR/probe.scheduler.log" "the 6 workers under server 0 are done 
 assert_grep "$T_DIR/probe.scheduler.log" "TERMINATE sent over the control tree to 1 nodes" "probe: scheduler"
 grep -qE "worker [0-9] is done \([0-9] of 6 workers\)" "$T_DIR/probe.scheduler.log" &&
 	fail "probe: a worker's WORKER_DONE reached the scheduler itself"
-[ "$(grep -c "TERMINATE sent\|TERMINATE passed on" "$T_DIR"/probe.*.log | awk -F: '{s += $2} END {print s}')" -eq 3 ] ||
+[ "$(grep -c "TERMINATE sent over\|TERMINATE passed on" "$T_DIR"/probe.*.log | awk -F: '{s += $2} END {print s}')" -eq 3 ] ||
 	fail "probe: TERMINATE not sent by the scheduler and passed on by servers 0 and 1 once each"
 assert_grep "$T_DIR/probe.server0.log" "the job ends: TERMINATE passed on to 1 tree children" "probe: server 0"
 assert_grep "$T_DIR/probe.server0.log" "worker 0: the 3 workers of its subtree are done" "probe: server 0"
@@ -156,6 +158,10 @@ assert_grep "$T_DIR/kv.tree.log" "barriers go over a control tree" "kv.tree"
 grep -q "control tree" "$T_DIR/kv.star.log" && fail "kv.star: a tree below DTRAIN_CTRL_TREE_MIN"
 assert_grep "$T_DIR/kv.star.log" "over group mask 4: all 6 nodes arrived in 6 messages" "kv.star"
 fewer_messages "$T_DIR/kv.tree.log" kv.tree 2
+# The end at the scheduler: a WORKER_DONE per worker and a TERMINATE per
+# server with the star; over the tree, one of each, from and to its child.
+assert_grep "$T_DIR/kv.star.log" "the end took 8 messages at the scheduler: 6 WORKER_DONE and 0 REPORT received, 2 TERMINATE sent" "kv.star"
+assert_grep "$T_DIR/kv.tree.log" "the end took 2 messages at the scheduler: 1 WORKER_DONE and 0 REPORT received, 1 TERMINATE sent" "kv.tree"
 log "kv: the same values with the star and the tree: $(tr '\n' ' ' <"$T_DIR/kv.tree.values")"
 
 # ---- 3. an interior worker killed
