@@ -14,8 +14,9 @@
 #   2. The same KV job (kv_check ckpt: dist_sync with sgd, 10 steps) with
 #      the star and with the tree: both end 0 with the same values, bit
 #      for bit, and the tree's barriers take fewer messages, and its end
-#      2 at the scheduler (8 with the star: a WORKER_DONE per worker, a
-#      TERMINATE per server). And kv_check
+#      2 at the scheduler besides the nodes' reports (8 with the star: a
+#      WORKER_DONE per worker, a TERMINATE per server); their DTRAIN_STATS summaries are the same
+#      but for timings and the control messages' counts. And kv_check
 #      sum over the tree, whose refusals on rank 0 (an init of another
 #      length, another optimizer) every worker must get from a barrier,
 #      named after worker 0.
@@ -126,6 +127,24 @@ assert_groups_gone
 log "probe: ok"
 
 # ---- 2. a KV job, star and tree
+# stats_shape LOG: the scheduler's end-of-job summary (DTRAIN_STATS=1)
+# without what timing or the control messages change: the nodes' rows by
+# name, the KV calls' counts per worker and kind, the keys' table whole,
+# the servers' merges and updates.
+stats_shape() {
+	sed -n 's/^\[scheduler\] //p' "$1" | awk '
+		/^dtrain stats:/ { on = 1; print; next }
+		!on { next }
+		/^straggler report/ { exit }
+		/^$/ { sec++; print "--"; next }
+		sec == 0 && /^node / { next }
+		sec == 0 { print ($1 == "scheduler") ? $1 : $1 " " $2; next }
+		sec == 1 && (/^KV latency/ || /^worker +op/) { next }
+		sec == 1 { print $1, $2, $3, $4; next }
+		sec == 2 { print; next }
+		sec == 3 && /^server +MB/ { next }
+		sec == 3 { print $1, $2, $4, $5 }'
+}
 kv_job() {
 	local tag=$1 min=$2
 	shift 2
@@ -133,9 +152,9 @@ kv_job() {
 		launch -n 6 -s 2 --launcher local -- \
 		"$DTRAIN_BUILD/tests/progs/kv_check" "$@"
 }
-kv_job kv.star 256 ckpt 0 10
+DTRAIN_STATS=1 kv_job kv.star 256 ckpt 0 10
 star=$SPAWNED
-kv_job kv.tree 1 ckpt 0 10
+DTRAIN_STATS=1 kv_job kv.tree 1 ckpt 0 10
 tree=$SPAWNED
 kv_job kv.sum 1 sum
 sum=$SPAWNED
@@ -158,10 +177,20 @@ assert_grep "$T_DIR/kv.tree.log" "barriers go over a control tree" "kv.tree"
 grep -q "control tree" "$T_DIR/kv.star.log" && fail "kv.star: a tree below DTRAIN_CTRL_TREE_MIN"
 assert_grep "$T_DIR/kv.star.log" "over group mask 4: all 6 nodes arrived in 6 messages" "kv.star"
 fewer_messages "$T_DIR/kv.tree.log" kv.tree 2
+# Every node's report reached the scheduler over the tree as with the
+# star (they still go to it directly): the same summary but for timings
+# and the control messages.
+stats_shape "$T_DIR/kv.star.log" >"$T_DIR/kv.star.stats"
+stats_shape "$T_DIR/kv.tree.log" >"$T_DIR/kv.tree.stats"
+[ "$(grep -c '^worker [0-5]$' "$T_DIR/kv.star.stats")" -eq 6 ] ||
+	fail "kv.star: no summary with a row per worker: $(head -3 "$T_DIR/kv.star.stats")"
+cmp -s "$T_DIR/kv.star.stats" "$T_DIR/kv.tree.stats" ||
+	fail "kv: the tree's summary differs from the star's: $(diff "$T_DIR/kv.star.stats" "$T_DIR/kv.tree.stats" | head -5)"
 # The end at the scheduler: a WORKER_DONE per worker and a TERMINATE per
-# server with the star; over the tree, one of each, from and to its child.
-assert_grep "$T_DIR/kv.star.log" "the end took 8 messages at the scheduler: 6 WORKER_DONE and 0 REPORT received, 2 TERMINATE sent" "kv.star"
-assert_grep "$T_DIR/kv.tree.log" "the end took 2 messages at the scheduler: 1 WORKER_DONE and 0 REPORT received, 1 TERMINATE sent" "kv.tree"
+# server with the star; over the tree, one of each, from and to its child
+# (and in both, each node's REPORT).
+assert_grep "$T_DIR/kv.star.log" "the end took 16 messages at the scheduler: 6 WORKER_DONE and 8 REPORT received, 2 TERMINATE sent" "kv.star"
+assert_grep "$T_DIR/kv.tree.log" "the end took 10 messages at the scheduler: 1 WORKER_DONE and 8 REPORT received, 1 TERMINATE sent" "kv.tree"
 log "kv: the same values with the star and the tree: $(tr '\n' ' ' <"$T_DIR/kv.tree.values")"
 
 # ---- 3. an interior worker killed
