@@ -794,6 +794,23 @@ dt__sched_start(dt_node *n)
 	return DT_OK;
 }
 
+/* What the end took at the scheduler: with the star, a WORKER_DONE per
+ * worker and a TERMINATE per server; over the control tree, a few per
+ * child (tree_end.c). And each node's REPORT, when asked for. */
+static void
+log_end(dt_node *n)
+{
+	dt_sched *s = n->sched;
+	unsigned long long done, reports, term = s->end_term;
+
+	done = __atomic_load_n(&s->end_done, __ATOMIC_RELAXED);
+	reports = __atomic_load_n(&s->end_reports, __ATOMIC_RELAXED);
+	DT_LOG(1,
+	       "the end took %llu messages at the scheduler: %llu "
+	       "WORKER_DONE and %llu REPORT received, %llu TERMINATE sent",
+	       done + reports + term, done, reports, term);
+}
+
 dt_err
 dt__sched_serve(dt_node *n)
 {
@@ -834,13 +851,14 @@ dt__sched_serve(dt_node *n)
 	s->ending = 1;
 	pthread_mutex_unlock(&n->mu);
 	dt__elastic_sched_end(n);
-	for (int r = 0; !dt__sched_tree_terminate(n) && r < n->num_servers;
-	     r++) {
-		dt_msg_hdr h = {.cmd = DT_CMD_TERMINATE};
-		if (dt__node_send(n, dt__node_server_id(n, r), &h, NULL, 0,
-		                  NULL, 0) == DT_OK)
-			s->end_term++;
-	}
+	if (!dt__sched_tree_terminate(n))
+		for (int r = 0; r < n->num_servers; r++) {
+			dt_msg_hdr h = {.cmd = DT_CMD_TERMINATE};
+
+			if (dt__node_send(n, dt__node_server_id(n, r), &h, NULL,
+			                  0, NULL, 0) == DT_OK)
+				s->end_term++;
+		}
 	if ((err = dt__env_long("DT_END_TIMEOUT", 30, 1, 3600, &grace)))
 		return err;
 	err = dt__node_wait(n, nodes_gone, NULL,
@@ -859,19 +877,7 @@ dt__sched_serve(dt_node *n)
 		                grace);
 	if (err == DT_OK)
 		DT_LOG(1, "job over: every node has left");
-	DT_LOG(
-	    1,
-	    "the end took %llu messages at the scheduler: %llu "
-	    "WORKER_DONE and %llu REPORT received, %llu TERMINATE sent",
-	    (unsigned long long)(__atomic_load_n(&s->end_done,
-	                                         __ATOMIC_RELAXED) +
-	                         __atomic_load_n(&s->end_reports,
-	                                         __ATOMIC_RELAXED) +
-	                         s->end_term),
-	    (unsigned long long)__atomic_load_n(&s->end_done, __ATOMIC_RELAXED),
-	    (unsigned long long)__atomic_load_n(&s->end_reports,
-	                                        __ATOMIC_RELAXED),
-	    (unsigned long long)s->end_term);
+	log_end(n);
 	return err;
 }
 

@@ -272,7 +272,7 @@ dt__sched_tree_abort(dt_node *n, const char *reason, int lost)
 {
 	dt_sched *s = n->sched;
 	const dt__tree *t = &s->tree;
-	int on, kids = 0, below = 0, self = 0;
+	int on, kids = 0, below = 0, self = 0, known;
 	char name[64];
 
 	pthread_mutex_lock(&n->mu);
@@ -283,18 +283,18 @@ dt__sched_tree_abort(dt_node *n, const char *reason, int lost)
 	for (int i = 0; i < t->nkids[0]; i++)
 		kids += abort_to(n, t->kids[t->first[0] + i], reason);
 	/* The lost node's subtree would hear it only through that node,
-	 * which may be frozen: its children get it here, and pass it on. */
-	if (lost > 0 && lost < t->count && t->parent[lost] != 0) {
+	 * which may be frozen: its children get it here, and pass it on
+	 * (and the node itself, unless it is a child of the root). */
+	known = lost > 0 && lost < t->count;
+	if (known && t->parent[lost] != 0)
 		self = abort_to(n, lost, reason);
-		for (int i = 0; i < t->nkids[lost]; i++)
-			below +=
-			    abort_to(n, t->kids[t->first[lost] + i], reason);
-	}
+	for (int i = 0; known && i < t->nkids[lost]; i++)
+		below += abort_to(n, t->kids[t->first[lost] + i], reason);
 	pthread_mutex_lock(&n->mu);
 	s->tree_aborted = 1;
 	s->abort_lost = lost;
 	pthread_mutex_unlock(&n->mu);
-	if (lost > 0 && t->parent[lost] != 0)
+	if (known)
 		DT_LOG(1,
 		       "ABORT sent over the control tree to %d nodes: %d of "
 		       "its %d children, and %d of the lost %s and its %d "

@@ -39,7 +39,10 @@
 #      worker 0's children directly (nothing passes a frozen node):
 #      every other process ends non-zero within the timeout and 6 s
 #      (scaled), naming worker 0.
-#   6. The scheduler frozen with SIGSTOP while every node waits in a
+#   6. The scheduler's only child (server 0) killed: the scheduler sends
+#      the ABORT to its children (server 1 and worker 0), which pass it
+#      on; every node ends within 15 s, naming server 0.
+#   7. The scheduler frozen with SIGSTOP while every node waits in a
 #      barrier: only its child (server 0) watches it; server 0 ends, and
 #      each node whose tree parent's connection closed ends after the
 #      timeout, a level at a time: every node ends non-zero within 4
@@ -321,7 +324,34 @@ wait "${pids[2]}" "${pids[7]}" 2>/dev/null
 assert_groups_gone
 log "interior: ok"
 
-# ---- 6. a frozen scheduler
+# ---- 6. the scheduler's child killed
+# Server 0, the scheduler's only child, killed with SIGKILL while the
+# others wait in a barrier: no child of the scheduler is left to pass the
+# ABORT on, so it goes to server 0's children (server 1 and worker 0),
+# which pass it on: every node ends within 15 s, naming server 0.
+mkdir -p "$T_DIR/probe.rootkid"
+mkfifo "$T_DIR/probe.rootkid/m4.r0.worker5"
+start_held rootkid
+victim=$(child_of "${pids[0]}")
+[ -n "$victim" ] || fail "rootkid: cannot find server 0's process"
+log "rootkid: kill -9 server 0 (pid $victim), the scheduler's child"
+kill -KILL "$victim"
+kill_ns=$(date +%s%N)
+expect_exit "$sched" "$LIMIT_S" nonzero "rootkid: the scheduler"
+for i in 1 2 3 4 5 6; do
+	expect_exit "${pids[$i]}" "$LIMIT_S" nonzero "rootkid: node #$i"
+done
+assert_grep "$T_DIR/rootkid.scheduler.log" "ABORT sent over the control tree to 2 nodes: 0 of its 1 children, and 2 of the lost server 0 and its 2 children" "rootkid: the scheduler's ABORTs"
+for who in server1 worker0 worker1 worker2 worker3 worker4 worker5; do
+	assert_grep "$T_DIR/rootkid.$who.log" "job aborted by the scheduler: server 0 .*was lost" "rootkid: $who names server 0"
+done
+log "rootkid: every node ended non-zero naming server 0, $((($(date +%s%N) - kill_ns) / 1000000)) ms after the kill"
+kill -KILL "$(child_of "${pids[7]}")" 2>/dev/null
+wait "${pids[0]}" "${pids[7]}" 2>/dev/null
+assert_groups_gone
+log "rootkid: ok"
+
+# ---- 7. a frozen scheduler
 mkdir -p "$T_DIR/probe.nosched"
 mkfifo "$T_DIR/probe.nosched/m4.r0.worker5"
 start_held nosched
