@@ -196,6 +196,16 @@ assert_grep "$T_DIR/kv.star.log" "the end took 16 messages at the scheduler: 6 W
 assert_grep "$T_DIR/kv.tree.log" "the end took 10 messages at the scheduler: 1 WORKER_DONE and 8 REPORT received, 1 TERMINATE sent" "kv.tree"
 log "kv: the same values with the star and the tree: $(tr '\n' ' ' <"$T_DIR/kv.tree.values")"
 
+# expect_nodes LIMIT TAG I...: the nodes pids[I] each end non-zero within
+# LIMIT seconds.
+expect_nodes() {
+	local limit=$1 tag=$2 i
+	shift 2
+	for i in "$@"; do
+		expect_exit "${pids[$i]}" "$limit" nonzero "$tag: node #$i"
+	done
+}
+
 # ---- 3. an interior worker killed
 # Worker 1's first workers' barrier mark is a FIFO: it passes the
 # start-up barrier and blocks opening it, while worker 5, its child,
@@ -220,9 +230,7 @@ kill -KILL "$victim"
 kill_ns=$(date +%s%N)
 expect_exit "$sched" "$LIMIT_S" nonzero "lost: the scheduler"
 assert_grep "$T_DIR/lost.scheduler.log" "worker 1 .*was lost" "lost: the scheduler names worker 1"
-for i in 0 1 2 4 5 6 7; do
-	expect_exit "${pids[$i]}" "$LIMIT_S" nonzero "lost: node #$i"
-done
+expect_nodes "$LIMIT_S" lost 0 1 2 4 5 6 7
 for who in server0 server1 worker0 worker2 worker3 worker4 worker5; do
 	assert_grep "$T_DIR/lost.$who.log" "worker 1 .*was lost" "lost: $who names worker 1"
 done
@@ -242,11 +250,11 @@ log "lost: ok"
 # wait for it in the workers' barrier. Then it is frozen.
 HB_TIMEOUT_S=2
 STOP_LIMIT_S=$((HB_TIMEOUT_S + 6))
-mkdir -p "$T_DIR/probe.frozen"
-mkfifo "$T_DIR/probe.frozen/m4.r0.worker5"
 # start_held NAME: the job NAME with short heartbeats, once it started
-# and worker 4 is in its barrier (worker 5 held by its fifo).
+# and worker 4 is in its barrier (worker 5 held by its fifo, made here).
 start_held() {
+	mkdir -p "$T_DIR/probe.$1"
+	mkfifo "$T_DIR/probe.$1/m4.r0.worker5"
 	PS_HEARTBEAT_INTERVAL=0.2 PS_HEARTBEAT_TIMEOUT=$HB_TIMEOUT_S spawn_job "$1"
 	wait_for_line "$T_DIR/$1.scheduler.log" "all 9 nodes are ready" 60 ||
 		fail "$1: the job did not start"
@@ -266,9 +274,7 @@ log "frozen: kill -STOP worker 5 (pid $victim), a leaf under worker 1"
 kill -STOP "$victim"
 stop_ns=$(date +%s%N)
 expect_exit "$sched" "$STOP_LIMIT_S" nonzero "frozen: the scheduler"
-for i in 0 1 2 3 4 5 6; do
-	expect_exit "${pids[$i]}" "$STOP_LIMIT_S" nonzero "frozen: node #$i"
-done
+expect_nodes "$STOP_LIMIT_S" frozen 0 1 2 3 4 5 6
 ms=$((($(date +%s%N) - stop_ns) / 1000000))
 who="worker 5 \\(pid $victim on host [^)]*\\) sent nothing for [0-9.]+ s"
 # (worker 1 names it by its address: a member knows the pid and host of
@@ -294,11 +300,8 @@ log "frozen: ok"
 # worker 5 (held by its fifo) in a barrier. Its parent, server 0, finds it
 # silent and tells the scheduler, whose ABORT goes to its child and, since
 # nothing passes through a frozen node, to worker 0 and its children
-# directly:
-# every node below it ends within the timeout and 6 s (scaled) like the
-# others, naming worker 0.
-mkdir -p "$T_DIR/probe.interior"
-mkfifo "$T_DIR/probe.interior/m4.r0.worker5"
+# directly: every node below it ends within the timeout and 6 s (scaled)
+# like the others, naming worker 0.
 start_held interior
 victim=$(child_of "${pids[2]}")
 [ -n "$victim" ] || fail "interior: cannot find worker 0's process"
@@ -306,9 +309,7 @@ log "interior: kill -STOP worker 0 (pid $victim), the parent of workers 3 and 4"
 kill -STOP "$victim"
 stop_ns=$(date +%s%N)
 expect_exit "$sched" "$STOP_LIMIT_S" nonzero "interior: the scheduler"
-for i in 0 1 3 4 5 6; do
-	expect_exit "${pids[$i]}" "$STOP_LIMIT_S" nonzero "interior: node #$i"
-done
+expect_nodes "$STOP_LIMIT_S" interior 0 1 3 4 5 6
 ms=$((($(date +%s%N) - stop_ns) / 1000000))
 who="worker 0 \\(pid $victim on host [^)]*\\) sent nothing for [0-9.]+ s"
 assert_grep "$T_DIR/interior.scheduler.log" "$who .*seen by its tree parent, server 0" "interior: the scheduler names worker 0"
@@ -331,8 +332,6 @@ log "interior: ok"
 # others wait in a barrier: no child of the scheduler is left to pass the
 # ABORT on, so it goes to server 0's children (server 1 and worker 0),
 # which pass it on: every node ends within 15 s, naming server 0.
-mkdir -p "$T_DIR/probe.rootkid"
-mkfifo "$T_DIR/probe.rootkid/m4.r0.worker5"
 start_held rootkid
 victim=$(child_of "${pids[0]}")
 [ -n "$victim" ] || fail "rootkid: cannot find server 0's process"
@@ -340,9 +339,7 @@ log "rootkid: kill -9 server 0 (pid $victim), the scheduler's child"
 kill -KILL "$victim"
 kill_ns=$(date +%s%N)
 expect_exit "$sched" "$LIMIT_S" nonzero "rootkid: the scheduler"
-for i in 1 2 3 4 5 6; do
-	expect_exit "${pids[$i]}" "$LIMIT_S" nonzero "rootkid: node #$i"
-done
+expect_nodes "$LIMIT_S" rootkid 1 2 3 4 5 6
 assert_grep "$T_DIR/rootkid.scheduler.log" "ABORT sent over the control tree to 2 nodes: 0 of its 1 children, and 2 of the lost server 0 and its 2 children" "rootkid: the scheduler's ABORTs"
 for who in server1 worker0 worker1 worker2 worker3 worker4 worker5; do
 	assert_grep "$T_DIR/rootkid.$who.log" "job aborted by the scheduler: server 0 .*was lost" "rootkid: $who names server 0"
@@ -354,17 +351,13 @@ assert_groups_gone
 log "rootkid: ok"
 
 # ---- 7. a frozen scheduler
-mkdir -p "$T_DIR/probe.nosched"
-mkfifo "$T_DIR/probe.nosched/m4.r0.worker5"
 start_held nosched
 frozen=$(child_of "$sched")
 [ -n "$frozen" ] || fail "nosched: cannot find the scheduler's process"
 log "nosched: kill -STOP the scheduler (pid $frozen)"
 kill -STOP "$frozen"
 stop_ns=$(date +%s%N)
-for i in 0 1 2 3 4 5 6; do
-	expect_exit "${pids[$i]}" "$((4 * HB_TIMEOUT_S + 6))" nonzero "nosched: node #$i"
-done
+expect_nodes "$((4 * HB_TIMEOUT_S + 6))" nosched 0 1 2 3 4 5 6
 ms=$((($(date +%s%N) - stop_ns) / 1000000))
 assert_grep "$T_DIR/nosched.server0.log" "scheduler \\(pid $frozen on host [^)]*\\) sent nothing for" "nosched: server 0 names the scheduler"
 for pair in server1:"server 0" worker0:"server 0" worker1:"server 1" \
