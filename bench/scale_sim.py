@@ -47,7 +47,11 @@ worker; over the control tree, one for each link between a node and its
 parent of the same role), and root hb/s: the heartbeats the scheduler
 received a second from the end of the start-up barrier to its own end
 (the last line of its log about them): one a PS_HEARTBEAT_INTERVAL from
-every node with the star, from its children alone over the control tree.
+every node with the star, from its children alone over the control tree;
+and the messages of the end at the scheduler (its line at the end): a
+WORKER_DONE from every worker and a TERMINATE to every server with the
+star, over the tree one WORKER_DONE from each child holding workers and
+a TERMINATE to each child holding servers.
 Tables on standard output, then JSON lines (also in
 $OUT/scale_sim.jsonl).
 
@@ -323,6 +327,25 @@ class Sched:
                      "root_hb_s": float(m.group(5))}
         return o
 
+    def end_msgs(self):
+        """The messages of the end at the scheduler, from its line at the
+        end (src/core/scheduler.c): root_end_msgs (all), and of them
+        root_end_done (WORKER_DONEs received: one per worker with the star,
+        one per child holding workers over the tree), root_end_reports
+        (REPORTs received) and root_end_term (TERMINATEs sent)."""
+        pat = re.compile(r"the end took (\d+) messages at the scheduler: "
+                         r"(\d+) WORKER_DONE and (\d+) REPORT received, "
+                         r"(\d+) TERMINATE sent")
+        o = {}
+        for ln in self.log_tail():
+            m = pat.search(ln)
+            if m:
+                o = {"root_end_msgs": int(m.group(1)),
+                     "root_end_done": int(m.group(2)),
+                     "root_end_reports": int(m.group(3)),
+                     "root_end_term": int(m.group(4))}
+        return o
+
 
 def kill_all(procs):
     for p in procs:
@@ -516,6 +539,7 @@ def run(w, s):
             time.sleep(0.05)
         summary["sched_exit"] = sched.status
         summary.update(sched.heartbeats())
+        summary.update(sched.end_msgs())
         summary["pids"] = [p.pid for p in procs]
         summary["sim_exits"] = sorted(set(
             sm.p.returncode if sm.p.returncode is not None else "running"
@@ -620,6 +644,11 @@ def main():
                   "star) in %.1f s" % (
                       o["root_hb"], o["root_hb_nodes"], o["root_hb_kids"],
                       o["root_hb_span_s"]))
+        if o.get("root_end_msgs") is not None:
+            print("       the end took %d messages at the scheduler: %d "
+                  "WORKER_DONE and %d REPORT received, %d TERMINATE sent" % (
+                      o["root_end_msgs"], o["root_end_done"],
+                      o["root_end_reports"], o["root_end_term"]))
         if o.get("tree_depth"):
             print("       control tree: depth %d, %d under the scheduler, "
                   "at most %d children of a node" % (

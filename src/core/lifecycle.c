@@ -215,7 +215,7 @@ member_lost(dt_node *n, int peer, const char *addr, const char *why)
 	/* A tree child's link closed while the job runs: the parent tells
 	 * its own parent (the scheduler's ABORT follows, naming the child). */
 	if (joined && dt__tree_child(n, peer) >= 0 &&
-	    dt__node_check(n) == DT_OK &&
+	    !dt__tree_child_done(n, peer) && dt__node_check(n) == DT_OK &&
 	    dt__tree_report_lost(n, peer, DT_TREE_LOST_CLOSED, 0))
 		dt__log(0, "cannot tell the tree parent that %s was lost: %s",
 		        name, dt_errmsg());
@@ -287,6 +287,31 @@ say_bye(dt_node *n)
 		free(cs);
 }
 
+/* A worker that finished tells the scheduler (WORKER_DONE), or over the
+ * control tree its parent, once its subtree's workers are done too
+ * (tree_end.c); then it leaves, saying BYE to its peers. */
+static dt_err
+worker_done(dt_node *n)
+{
+	dt_msg_hdr h = {.cmd = DT_CMD_WORKER_DONE, .flags = DT_F_REQUEST};
+	int tree = __atomic_load_n(&n->tree, __ATOMIC_ACQUIRE) != NULL;
+	dt_err err = DT_OK;
+
+	if (tree)
+		err = dt__tree_leave(n);
+	else
+		DT_LOG(1, "%s is done; telling the scheduler", dt__log_name());
+	/* Leave quietly from here on: closing is expected. */
+	pthread_mutex_lock(&n->mu);
+	n->stopping = 1;
+	pthread_mutex_unlock(&n->mu);
+	if (!tree)
+		err = dt__node_send(n, 0, &h, NULL, 0, NULL, 0);
+	if (err == DT_OK || !tree)
+		say_bye(n);
+	return err;
+}
+
 void
 dt__node_peer_lost(dt_node *n, int peer, const char *why)
 {
@@ -350,6 +375,8 @@ node_free(dt_node *n)
 	failed = n->fatal != DT_OK;
 	n->stopping = 1;
 	pthread_mutex_unlock(&n->mu);
+	if (n->role == DT_ROLE_SCHEDULER && failed)
+		dt__sched_tree_linger(n);
 	/* PS_RESEND: what this node sent reaches its peers before it goes. */
 	if (!failed)
 		dt__link_finish(n, dt__now_ns() + 10 * n->rs_timeout_ns +
@@ -623,15 +650,7 @@ dt_node_stop(dt_node *n)
 	           (n->links ||
 	            __atomic_load_n(&n->peers[0], __ATOMIC_ACQUIRE)) &&
 	           err == DT_OK) {
-		dt_msg_hdr h = {.cmd = DT_CMD_WORKER_DONE,
-		                .flags = DT_F_REQUEST};
-		DT_LOG(1, "%s is done; telling the scheduler", dt__log_name());
-		/* Leave quietly from here on: closing is expected. */
-		pthread_mutex_lock(&n->mu);
-		n->stopping = 1;
-		pthread_mutex_unlock(&n->mu);
-		err = dt__node_send(n, 0, &h, NULL, 0, NULL, 0);
-		say_bye(n);
+		err = worker_done(n);
 	}
 	node_free(n);
 	return err;

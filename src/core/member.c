@@ -388,7 +388,8 @@ dt__member_on_msg(dt_node *n, dt_conn *c, dt_msg *m)
 		on_node_update(n, c, m);
 		return;
 	case DT_CMD_TERMINATE:
-		if (dt__conn_peer(c) != 0)
+		/* (from the scheduler, or over the control tree) */
+		if (!dt__tree_on_terminate(n, c))
 			return;
 		DT_LOG(1, "the scheduler ends the job");
 		pthread_mutex_lock(&n->mu);
@@ -397,11 +398,10 @@ dt__member_on_msg(dt_node *n, dt_conn *c, dt_msg *m)
 		pthread_mutex_unlock(&n->mu);
 		return;
 	case DT_CMD_ABORT:
-		if (dt__conn_peer(c) != 0)
-			return;
-		dt__node_set_fatal(n, DT_EPEER,
-		                   "job aborted by the scheduler: %s",
-		                   m->meta ? (const char *)m->meta : "?");
+		(void)dt__tree_on_abort(n, c, m);
+		return;
+	case DT_CMD_WORKER_DONE:
+		dt__tree_on_worker_done(n, c, m);
 		return;
 	case DT_CMD_CLOCK:
 		dt__report_on_clock(n, c, m);

@@ -107,6 +107,15 @@ struct dt_node {
 	uint8_t tree_in[8][DT_TREE_KIDS_MAX];
 	int tree_err[8];
 	char tree_msg[8][256];
+	/* The end over the tree (tree_end.c, mu): the workers of this
+	 * node's subtree that are done (its own stop and its children's
+	 * WORKER_DONE counts), which children's came, whether the
+	 * subtree's count went to the parent, and whether an ABORT or a
+	 * TERMINATE was passed on to the children. */
+	int tree_done;
+	uint8_t tree_done_kid[DT_TREE_KIDS_MAX];
+	int tree_done_sent;
+	int tree_abort_fwd, tree_term_fwd;
 	int terminated;      /* (mu) TERMINATE received */
 	int stopping;        /* (mu) dt_node_stop in progress */
 	dt_err fatal;        /* (mu) first fatal error, DT_OK if none */
@@ -321,6 +330,27 @@ dt_err dt__tree_report_lost(dt_node *n, int lost, int reason,
                             uint64_t silent_ns);
 /* (member, I/O thread) TREE_LOST from a child: passed on to the parent. */
 void dt__tree_on_lost(dt_node *n, dt_conn *c, const dt_msg *m);
+/*
+ * The end of a job over the control tree (tree_end.c; the design is at
+ * its top).
+ */
+/* (member, I/O thread) ABORT from the scheduler or the tree parent:
+ * passed on to the children, once, before the node fails with its text.
+ * 0 if it came from neither (ignored). */
+int dt__tree_on_abort(dt_node *n, dt_conn *c, const dt_msg *m);
+/* (member, I/O thread) TERMINATE from the scheduler or the tree parent:
+ * passed on to the children whose subtree holds servers; 0 if from
+ * neither (ignored). The caller sets terminated. */
+int dt__tree_on_terminate(dt_node *n, dt_conn *c);
+/* (member, I/O thread) A child's WORKER_DONE: its subtree's workers are
+ * all done. */
+void dt__tree_on_worker_done(dt_node *n, dt_conn *c, const dt_msg *m);
+/* (worker, its stop) This worker is done: once every worker of its
+ * subtree is, one WORKER_DONE with their count goes to the parent. Waits
+ * for that (DT_WAIT_TIMEOUT); DT_OK at once without a tree. */
+dt_err dt__tree_leave(dt_node *n);
+/* Whether child id said its subtree's workers are done. */
+int dt__tree_child_done(dt_node *n, int id);
 
 /* With PS_RESEND: whether peer's link has never had a connection (it is
  * then made on demand; afterwards the links redial it), and where a
@@ -459,8 +489,32 @@ void dt__sched_on_tree_lost(dt_node *n, dt_conn *c, const dt_msg *m);
  * place (recovery): they get heartbeats but are not judged by them, since
  * DT_RESTART_TIMEOUT bounds their wait. Returns the count. */
 int dt__sched_held_list(dt_node *n, dt_conn **out, int cap);
-/* Abort the job, telling every node why (reason names the culprit). */
+/* Abort the job, telling every node why (reason names the culprit);
+ * _lost names the node that was lost (its children get the ABORT over
+ * the control tree too: tree_end.c), -1 if none. */
 void dt__sched_abort(dt_node *n, const char *reason);
+void dt__sched_abort_lost(dt_node *n, const char *reason, int lost);
+/* Over the control tree, once the start-up barrier passed (tree_end.c):
+ * the ABORT to the scheduler's children, and to the lost node and its
+ * children (lost -1: none); 0 without a tree, when the caller sends it
+ * to every node. */
+int dt__sched_tree_abort(dt_node *n, const char *reason, int lost);
+/* (I/O thread) WORKER_DONE from a child of the scheduler: its subtree's
+ * count; 1 if taken over the tree, 0 without one. */
+int dt__sched_tree_done(dt_node *n, dt_conn *c, const dt_msg *m);
+/* TERMINATE to the scheduler's children whose subtree holds servers; 0
+ * without a tree (the caller sends it to every server). */
+int dt__sched_tree_terminate(dt_node *n);
+/* Whether a closed connection of node peer is left to its tree parent to
+ * report (TREE_LOST): a node not a child of the scheduler once the job
+ * runs over a tree. */
+int dt__sched_tree_quiet(dt_node *n, int peer);
+/* After an abort over the tree, before the scheduler goes: wait until
+ * every node but the lost one closed its connection (they close once
+ * the ABORT reached them), for up to PS_HEARTBEAT_TIMEOUT (10 s without
+ * heartbeats). A node that saw the scheduler go first would end naming
+ * the scheduler, not the cause. */
+void dt__sched_tree_linger(dt_node *n);
 /* Allocate the scheduler's state; before the I/O thread starts. */
 dt_err dt__sched_create(dt_node *n);
 dt_err dt__sched_start(dt_node *n);

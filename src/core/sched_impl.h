@@ -55,6 +55,16 @@ struct dt_sched {
 	long tree_min, tree_arity; /* DTRAIN_CTRL_TREE_MIN, _ARITY */
 	uint8_t tree_in[8][DT_TREE_ARITY_MAX];
 	uint64_t msgs[8];
+	/* (mu) By id, the scheduler's children whose WORKER_DONE (their
+	 * subtree's count) came (tree_end.c); NULL without a tree. */
+	uint8_t *tree_done;
+	/* (mu) An abort went down the tree, naming node abort_lost (-1:
+	 * none): the scheduler stays until the nodes' connections close. */
+	int tree_aborted, abort_lost;
+	/* (atomic) The end's messages at the scheduler: the WORKER_DONEs
+	 * and REPORTs it received, the TERMINATEs it sent (logged at the
+	 * end: with the tree, a few per child rather than per node). */
+	uint64_t end_done, end_reports, end_term;
 	/* By id, the number of each node's host for LOOKUPs of hosts
 	 * (directory.c), made at the first one; dropped (NULL) whenever an
 	 * entry is written (dt__sched_seat, a restart). (n->mu) */

@@ -185,5 +185,5 @@ dt__sched_on_tree_lost(dt_node *n, dt_conn *c, const dt_msg *m)
 		         "its tree parent, %s, closed)",
 		         who, parent);
 	dt__log(0, "%s", reason);
-	dt__sched_abort(n, reason);
+	dt__sched_abort_lost(n, reason, l.lost);
 }

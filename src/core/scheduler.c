@@ -39,7 +39,7 @@ dt__sched_send_abort(dt_node *n, dt_conn *c, const char *reason)
  * nodes that end on the first abort must not bring a second one, with
  * another reason, that could reach a node first. */
 static void
-abort_job(dt_node *n, const char *reason)
+abort_job(dt_node *n, const char *reason, int lost)
 {
 	int again = 0;
 
@@ -51,6 +51,11 @@ abort_job(dt_node *n, const char *reason)
 	pthread_mutex_unlock(&n->mu);
 	if (again)
 		return;
+	/* Over the control tree, down its edges (tree_end.c). */
+	if (dt__sched_tree_abort(n, reason, lost)) {
+		dt__node_set_fatal(n, DT_EPEER, "aborting the job: %s", reason);
+		return;
+	}
 	for (int id = 1; id < n->ntable; id++) {
 		dt_conn *c = __atomic_load_n(&n->peers[id], __ATOMIC_ACQUIRE);
 		if (c && dt__conn_is_open(c))
@@ -68,7 +73,13 @@ abort_job(dt_node *n, const char *reason)
 void
 dt__sched_abort(dt_node *n, const char *reason)
 {
-	abort_job(n, reason);
+	abort_job(n, reason, -1);
+}
+
+void
+dt__sched_abort_lost(dt_node *n, const char *reason, int lost)
+{
+	abort_job(n, reason, lost);
 }
 
 /* The joiner an ADD_NODE on c describes. */
@@ -219,6 +230,10 @@ dt__sched_on_msg(dt_node *n, dt_conn *c, dt_msg *m)
 		dt__elastic_sched_grow(n, peer, m);
 		return;
 	case DT_CMD_WORKER_DONE:
+		__atomic_add_fetch(&s->end_done, 1, __ATOMIC_RELAXED);
+		/* (over the control tree: a child's subtree's count) */
+		if (dt__sched_tree_done(n, c, m))
+			return;
 		if (peer <= 0 || dt__id_role(n, peer) != DT_ROLE_WORKER)
 			break;
 		/* (a worker that joined but was never taken in: not one the
@@ -262,6 +277,7 @@ dt__sched_on_msg(dt_node *n, dt_conn *c, dt_msg *m)
 	case DT_CMD_REPORT:
 		if (peer <= 0)
 			break;
+		__atomic_add_fetch(&s->end_reports, 1, __ATOMIC_RELAXED);
 		dt__report_on_msg(n, c, m);
 		return;
 	case DT_CMD_BYE:
@@ -361,6 +377,9 @@ dt__sched_on_close(dt_node *n, dt_conn *c, dt_err why)
 	                            __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE);
 	if (left_at_end(n, peer) || failed)
 		return;
+	/* (over the control tree, its parent tells if it was lost) */
+	if (dt__sched_tree_quiet(n, peer))
+		return;
 	dt__sched_peer_lost(n, peer,
 	                    why == DT_ECLOSED ? "connection closed"
 	                                      : dt_strerror(why));
@@ -402,7 +421,7 @@ dt__sched_peer_lost(dt_node *n, int peer, const char *why)
 	         "%s (pid %d at %s:%d) was lost before the job ended (%s)",
 	         name, n->table[peer].pid, n->table[peer].host,
 	         n->table[peer].port, why);
-	abort_job(n, reason);
+	abort_job(n, reason, peer);
 }
 
 static int
@@ -522,6 +541,8 @@ plan_tree(dt_node *n, int count)
 	pthread_mutex_unlock(&n->mu);
 	if (err)
 		return err;
+	if ((s->tree_done = dt__calloc((size_t)count, 1)) == NULL)
+		return DT_ENOMEM;
 	n->tree_wait = 1; /* (the ASSIGNs say a TREE follows) */
 	DT_LOG(1,
 	       "barriers go over a control tree of arity %ld: %d nodes "
@@ -701,7 +722,7 @@ join_timed_out(dt_node *n, long join_s)
 	         "only %d of %d servers and %d of %d workers joined "
 	         "within %ld s (DT_JOIN_TIMEOUT)",
 	         ns, n->num_servers, nw, n->num_workers, join_s);
-	abort_job(n, reason);
+	abort_job(n, reason, -1);
 	return dt__fail(DT_ETIMEDOUT, "%s", reason);
 }
 
@@ -801,6 +822,23 @@ dt__sched_start(dt_node *n)
 	return DT_OK;
 }
 
+/* What the end took at the scheduler: with the star, a WORKER_DONE per
+ * worker and a TERMINATE per server; over the control tree, a few per
+ * child (tree_end.c). And each node's REPORT, when asked for. */
+static void
+log_end(dt_node *n)
+{
+	dt_sched *s = n->sched;
+	unsigned long long done, reports, term = s->end_term;
+
+	done = __atomic_load_n(&s->end_done, __ATOMIC_RELAXED);
+	reports = __atomic_load_n(&s->end_reports, __ATOMIC_RELAXED);
+	DT_LOG(1,
+	       "the end took %llu messages at the scheduler: %llu "
+	       "WORKER_DONE and %llu REPORT received, %llu TERMINATE sent",
+	       done + reports + term, done, reports, term);
+}
+
 dt_err
 dt__sched_serve(dt_node *n)
 {
@@ -833,7 +871,7 @@ dt__sched_serve(dt_node *n)
 		    "its place within DT_RESTART_TIMEOUT=%.3g s",
 		    name, n->table[late].pid, n->table[late].host,
 		    n->table[late].port, (double)n->restart_ns * 1e-9);
-		abort_job(n, reason);
+		abort_job(n, reason, -1);
 		return dt__fail(DT_EPEER, "%s", reason);
 	}
 	DT_LOG(1, "all %d workers are done; ending the job", s->workers_total);
@@ -841,11 +879,14 @@ dt__sched_serve(dt_node *n)
 	s->ending = 1;
 	pthread_mutex_unlock(&n->mu);
 	dt__elastic_sched_end(n);
-	for (int r = 0; r < n->num_servers; r++) {
-		dt_msg_hdr h = {.cmd = DT_CMD_TERMINATE};
-		dt__node_send(n, dt__node_server_id(n, r), &h, NULL, 0, NULL,
-		              0);
-	}
+	if (!dt__sched_tree_terminate(n))
+		for (int r = 0; r < n->num_servers; r++) {
+			dt_msg_hdr h = {.cmd = DT_CMD_TERMINATE};
+
+			if (dt__node_send(n, dt__node_server_id(n, r), &h, NULL,
+			                  0, NULL, 0) == DT_OK)
+				s->end_term++;
+		}
 	if ((err = dt__env_long("DT_END_TIMEOUT", 30, 1, 3600, &grace)))
 		return err;
 	err = dt__node_wait(n, nodes_gone, NULL,
@@ -864,6 +905,7 @@ dt__sched_serve(dt_node *n)
 		                grace);
 	if (err == DT_OK)
 		DT_LOG(1, "job over: every node has left");
+	log_end(n);
 	return err;
 }
 
@@ -883,6 +925,7 @@ dt__sched_free(dt_node *n)
 	free(n->sched->in_round);
 	free(n->sched->joining);
 	free(n->sched->hostno);
+	free(n->sched->tree_done);
 	dt__tree_free(&n->sched->tree);
 	free(n->sched);
 	n->sched = NULL;

@@ -288,7 +288,7 @@ judge(struct dt_watch *w, int id, dt_conn *c, uint64_t now)
 	         who, (double)silent * 1e-9, (double)w->timeout_ns * 1e-9);
 	dt__log(0, "%s", reason);
 	if (n->role == DT_ROLE_SCHEDULER)
-		dt__sched_abort(n, reason);
+		dt__sched_abort_lost(n, reason, id);
 	else
 		dt__node_set_fatal(n, DT_EPEER, "%s", reason);
 	dt__van_close(n->van, c);

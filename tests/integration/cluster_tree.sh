@@ -7,16 +7,24 @@
 #      the workers, the servers, both and all, nobody passing one before
 #      every member arrived; the scheduler takes each barrier in fewer
 #      BARRIER messages than the group has nodes (one: the root has one
-#      child), where the star takes one per node.
+#      child), where the star takes one per node. The end goes over the
+#      tree too: one WORKER_DONE at the scheduler, from its child with its
+#      subtree's count, and TERMINATE to that child only, passed on to
+#      server 1.
 #   2. The same KV job (kv_check ckpt: dist_sync with sgd, 10 steps) with
 #      the star and with the tree: both end 0 with the same values, bit
-#      for bit, and the tree's barriers take fewer messages. And kv_check
+#      for bit, and the tree's barriers take fewer messages, and its end
+#      2 at the scheduler besides the nodes' reports (8 with the star: a
+#      WORKER_DONE per worker, a TERMINATE per server); their DTRAIN_STATS summaries are the same
+#      but for timings and the control messages' counts. And kv_check
 #      sum over the tree, whose refusals on rank 0 (an init of another
 #      length, another optimizer) every worker must get from a barrier,
 #      named after worker 0.
 #   3. An interior worker (worker 1, parent of worker 5) killed with
 #      SIGKILL while its child waits in a barrier under it: every other
-#      process ends non-zero within 15 s, naming worker 1.
+#      process ends non-zero within 15 s, naming worker 1; the ABORT went
+#      down the tree: the scheduler sent it to its child and to worker 1's
+#      child only.
 #   4. Heartbeats on the tree's edges (PS_HEARTBEAT_INTERVAL=0.2,
 #      PS_HEARTBEAT_TIMEOUT=2): worker 5, a leaf three levels under the
 #      scheduler's only child, frozen with SIGSTOP while the others wait
@@ -24,8 +32,17 @@
 #      tells its own parent (TREE_LOST), up to the scheduler, which ends
 #      the job: every other process ends non-zero within the timeout and
 #      6 s (scaled), naming worker 5 with its pid. The scheduler received
-#      heartbeats only from its one child (its end-of-job line).
-#   5. The scheduler frozen with SIGSTOP while every node waits in a
+#      heartbeats only from its one child (its end-of-job line), and sent
+#      ABORT to that child and to worker 5 alone.
+#   5. A frozen interior node (worker 0, parent of workers 3 and 4): its
+#      parent tells the scheduler, which sends ABORT to its child and to
+#      worker 0's children directly (nothing passes a frozen node):
+#      every other process ends non-zero within the timeout and 6 s
+#      (scaled), naming worker 0.
+#   6. The scheduler's only child (server 0) killed: the scheduler sends
+#      the ABORT to its children (server 1 and worker 0), which pass it
+#      on; every node ends within 15 s, naming server 0.
+#   7. The scheduler frozen with SIGSTOP while every node waits in a
 #      barrier: only its child (server 0) watches it; server 0 ends, and
 #      each node whose tree parent's connection closed ends after the
 #      timeout, a level at a time: every node ends non-zero within 4
@@ -96,10 +113,41 @@ assert_grep "$T_DIR/probe.worker5.log" "control tree: parent worker 1, 0 childre
 fewer_messages "$T_DIR/probe.scheduler.log" probe 13
 assert_grep "$T_DIR/probe.scheduler.log" "over group mask 6: all 8 nodes arrived in 1 messages" "probe: scheduler"
 assert_grep "$T_DIR/probe.scheduler.log" "over group mask 2: all 2 nodes arrived in 1 messages" "probe: scheduler"
+# The end over the tree: one WORKER_DONE from the scheduler's child (server
+# 0) with the count of its subtree's workers, and TERMINATE to that child
+# alone, passed on to server 1 (worker 0 and server 1 brought server 0
+# their subtrees' counts).
+assert_grep "$T_DIR/probe.scheduler.log" "the 6 workers under server 0 are done \\(6 of 6 workers\\)" "probe: scheduler"
+assert_grep "$T_DIR/probe.scheduler.log" "TERMINATE sent over the control tree to 1 nodes" "probe: scheduler"
+grep -qE "worker [0-9] is done \([0-9] of 6 workers\)" "$T_DIR/probe.scheduler.log" &&
+	fail "probe: a worker's WORKER_DONE reached the scheduler itself"
+[ "$(grep -c "TERMINATE sent over\|TERMINATE passed on" "$T_DIR"/probe.*.log | awk -F: '{s += $2} END {print s}')" -eq 3 ] ||
+	fail "probe: TERMINATE not sent by the scheduler and passed on by servers 0 and 1 once each"
+assert_grep "$T_DIR/probe.server0.log" "the job ends: TERMINATE passed on to 1 tree children" "probe: server 0"
+assert_grep "$T_DIR/probe.server0.log" "worker 0: the 3 workers of its subtree are done" "probe: server 0"
+assert_grep "$T_DIR/probe.worker1.log" "worker 5: the 1 workers of its subtree are done" "probe: worker 1"
 assert_groups_gone
 log "probe: ok"
 
 # ---- 2. a KV job, star and tree
+# stats_shape LOG: the scheduler's end-of-job summary (DTRAIN_STATS=1)
+# without what timing or the control messages change: the nodes' rows by
+# name, the KV calls' counts per worker and kind, the keys' table whole,
+# the servers' merges and updates.
+stats_shape() {
+	sed -n 's/^\[scheduler\] //p' "$1" | awk '
+		/^dtrain stats:/ { on = 1; print; next }
+		!on { next }
+		/^straggler report/ { exit }
+		/^$/ { sec++; print "--"; next }
+		sec == 0 && /^node / { next }
+		sec == 0 { print ($1 == "scheduler") ? $1 : $1 " " $2; next }
+		sec == 1 && (/^KV latency/ || /^worker +op/) { next }
+		sec == 1 { print $1, $2, $3, $4; next }
+		sec == 2 { print; next }
+		sec == 3 && /^server +MB/ { next }
+		sec == 3 { print $1, $2, $4, $5 }'
+}
 kv_job() {
 	local tag=$1 min=$2
 	shift 2
@@ -107,9 +155,9 @@ kv_job() {
 		launch -n 6 -s 2 --launcher local -- \
 		"$DTRAIN_BUILD/tests/progs/kv_check" "$@"
 }
-kv_job kv.star 256 ckpt 0 10
+DTRAIN_STATS=1 kv_job kv.star 256 ckpt 0 10
 star=$SPAWNED
-kv_job kv.tree 1 ckpt 0 10
+DTRAIN_STATS=1 kv_job kv.tree 1 ckpt 0 10
 tree=$SPAWNED
 kv_job kv.sum 1 sum
 sum=$SPAWNED
@@ -132,7 +180,31 @@ assert_grep "$T_DIR/kv.tree.log" "barriers go over a control tree" "kv.tree"
 grep -q "control tree" "$T_DIR/kv.star.log" && fail "kv.star: a tree below DTRAIN_CTRL_TREE_MIN"
 assert_grep "$T_DIR/kv.star.log" "over group mask 4: all 6 nodes arrived in 6 messages" "kv.star"
 fewer_messages "$T_DIR/kv.tree.log" kv.tree 2
+# Every node's report reached the scheduler over the tree as with the
+# star (they still go to it directly): the same summary but for timings
+# and the control messages.
+stats_shape "$T_DIR/kv.star.log" >"$T_DIR/kv.star.stats"
+stats_shape "$T_DIR/kv.tree.log" >"$T_DIR/kv.tree.stats"
+[ "$(grep -c '^worker [0-5]$' "$T_DIR/kv.star.stats")" -eq 6 ] ||
+	fail "kv.star: no summary with a row per worker: $(head -3 "$T_DIR/kv.star.stats")"
+cmp -s "$T_DIR/kv.star.stats" "$T_DIR/kv.tree.stats" ||
+	fail "kv: the tree's summary differs from the star's: $(diff "$T_DIR/kv.star.stats" "$T_DIR/kv.tree.stats" | head -5)"
+# The end at the scheduler: a WORKER_DONE per worker and a TERMINATE per
+# server with the star; over the tree, one of each, from and to its child
+# (and in both, each node's REPORT).
+assert_grep "$T_DIR/kv.star.log" "the end took 16 messages at the scheduler: 6 WORKER_DONE and 8 REPORT received, 2 TERMINATE sent" "kv.star"
+assert_grep "$T_DIR/kv.tree.log" "the end took 10 messages at the scheduler: 1 WORKER_DONE and 8 REPORT received, 1 TERMINATE sent" "kv.tree"
 log "kv: the same values with the star and the tree: $(tr '\n' ' ' <"$T_DIR/kv.tree.values")"
+
+# expect_nodes LIMIT TAG I...: the nodes pids[I] each end non-zero within
+# LIMIT seconds.
+expect_nodes() {
+	local limit=$1 tag=$2 i
+	shift 2
+	for i in "$@"; do
+		expect_exit "${pids[$i]}" "$limit" nonzero "$tag: node #$i"
+	done
+}
 
 # ---- 3. an interior worker killed
 # Worker 1's first workers' barrier mark is a FIFO: it passes the
@@ -158,12 +230,15 @@ kill -KILL "$victim"
 kill_ns=$(date +%s%N)
 expect_exit "$sched" "$LIMIT_S" nonzero "lost: the scheduler"
 assert_grep "$T_DIR/lost.scheduler.log" "worker 1 .*was lost" "lost: the scheduler names worker 1"
-for i in 0 1 2 4 5 6 7; do
-	expect_exit "${pids[$i]}" "$LIMIT_S" nonzero "lost: node #$i"
-done
+expect_nodes "$LIMIT_S" lost 0 1 2 4 5 6 7
 for who in server0 server1 worker0 worker2 worker3 worker4 worker5; do
 	assert_grep "$T_DIR/lost.$who.log" "worker 1 .*was lost" "lost: $who names worker 1"
 done
+# The ABORT went down the tree: from the scheduler to its child and to
+# the lost node's child (worker 5, whose parent is gone), no other (and
+# to the lost node itself when its parent's report came before the
+# scheduler saw their connection close).
+assert_grep "$T_DIR/lost.scheduler.log" "ABORT sent over the control tree to [23] nodes: 1 of its 1 children, and [12] of the lost worker 1 and its 1 children" "lost: the scheduler's ABORTs"
 log "lost: every node ended non-zero naming worker 1, $((($(date +%s%N) - kill_ns) / 1000000)) ms after the kill"
 wait "${pids[3]}" 2>/dev/null
 assert_groups_gone
@@ -175,11 +250,11 @@ log "lost: ok"
 # wait for it in the workers' barrier. Then it is frozen.
 HB_TIMEOUT_S=2
 STOP_LIMIT_S=$((HB_TIMEOUT_S + 6))
-mkdir -p "$T_DIR/probe.frozen"
-mkfifo "$T_DIR/probe.frozen/m4.r0.worker5"
 # start_held NAME: the job NAME with short heartbeats, once it started
-# and worker 4 is in its barrier (worker 5 held by its fifo).
+# and worker 4 is in its barrier (worker 5 held by its fifo, made here).
 start_held() {
+	mkdir -p "$T_DIR/probe.$1"
+	mkfifo "$T_DIR/probe.$1/m4.r0.worker5"
 	PS_HEARTBEAT_INTERVAL=0.2 PS_HEARTBEAT_TIMEOUT=$HB_TIMEOUT_S spawn_job "$1"
 	wait_for_line "$T_DIR/$1.scheduler.log" "all 9 nodes are ready" 60 ||
 		fail "$1: the job did not start"
@@ -199,9 +274,7 @@ log "frozen: kill -STOP worker 5 (pid $victim), a leaf under worker 1"
 kill -STOP "$victim"
 stop_ns=$(date +%s%N)
 expect_exit "$sched" "$STOP_LIMIT_S" nonzero "frozen: the scheduler"
-for i in 0 1 2 3 4 5 6; do
-	expect_exit "${pids[$i]}" "$STOP_LIMIT_S" nonzero "frozen: node #$i"
-done
+expect_nodes "$STOP_LIMIT_S" frozen 0 1 2 3 4 5 6
 ms=$((($(date +%s%N) - stop_ns) / 1000000))
 who="worker 5 \\(pid $victim on host [^)]*\\) sent nothing for [0-9.]+ s"
 # (worker 1 names it by its address: a member knows the pid and host of
@@ -211,6 +284,8 @@ assert_grep "$T_DIR/frozen.scheduler.log" "$who .*seen by its tree parent, worke
 for who_ in server0 server1 worker0 worker1 worker2 worker3 worker4; do
 	assert_grep "$T_DIR/frozen.$who_.log" "$who" "frozen: $who_ names worker 5"
 done
+# The ABORT: to the scheduler's child and to the frozen leaf itself.
+assert_grep "$T_DIR/frozen.scheduler.log" "ABORT sent over the control tree to 2 nodes: 1 of its 1 children, and 1 of the lost worker 5 and its 0 children" "frozen: the scheduler's ABORTs"
 # Its heartbeats came from its one child in the tree, server 0, alone.
 assert_grep "$T_DIR/frozen.scheduler.log" "heartbeats received since the start: [1-9][0-9]* from 1 nodes \\(1 of its 1 tree children\\)" "frozen: the scheduler's heartbeats"
 log "frozen: every node ended non-zero naming worker 5, $ms ms after the SIGSTOP (timeout ${HB_TIMEOUT_S} s); the scheduler's $(grep -o 'heartbeats received since the start: .*' "$T_DIR/frozen.scheduler.log")"
@@ -220,18 +295,69 @@ wait "${pids[7]}" 2>/dev/null
 assert_groups_gone
 log "frozen: ok"
 
-# ---- 5. a frozen scheduler
-mkdir -p "$T_DIR/probe.nosched"
-mkfifo "$T_DIR/probe.nosched/m4.r0.worker5"
+# ---- 5. a frozen interior node
+# Worker 0 (parent of workers 3 and 4) frozen while the workers wait for
+# worker 5 (held by its fifo) in a barrier. Its parent, server 0, finds it
+# silent and tells the scheduler, whose ABORT goes to its child and, since
+# nothing passes through a frozen node, to worker 0 and its children
+# directly: every node below it ends within the timeout and 6 s (scaled)
+# like the others, naming worker 0.
+start_held interior
+victim=$(child_of "${pids[2]}")
+[ -n "$victim" ] || fail "interior: cannot find worker 0's process"
+log "interior: kill -STOP worker 0 (pid $victim), the parent of workers 3 and 4"
+kill -STOP "$victim"
+stop_ns=$(date +%s%N)
+expect_exit "$sched" "$STOP_LIMIT_S" nonzero "interior: the scheduler"
+expect_nodes "$STOP_LIMIT_S" interior 0 1 3 4 5 6
+ms=$((($(date +%s%N) - stop_ns) / 1000000))
+who="worker 0 \\(pid $victim on host [^)]*\\) sent nothing for [0-9.]+ s"
+assert_grep "$T_DIR/interior.scheduler.log" "$who .*seen by its tree parent, server 0" "interior: the scheduler names worker 0"
+assert_grep "$T_DIR/interior.scheduler.log" "ABORT sent over the control tree to 4 nodes: 1 of its 1 children, and 3 of the lost worker 0 and its 2 children" "interior: the scheduler's ABORTs"
+for who_ in server0 server1 worker1 worker2 worker3 worker4 worker5; do
+	assert_grep "$T_DIR/interior.$who_.log" "$who" "interior: $who_ names worker 0"
+done
+# (workers 3 and 4 would find their silent parent themselves a second
+# later, PS_HEARTBEAT_TIMEOUT and the grace: which came first is logged)
+aborted=$(grep -l "job aborted by the scheduler: worker 0" "$T_DIR"/interior.worker[34].log | wc -l)
+log "interior: every node ended non-zero naming worker 0, $ms ms after the SIGSTOP (timeout ${HB_TIMEOUT_S} s); $aborted of its 2 children by the scheduler's ABORT"
+kill -KILL "$victim" "$(child_of "${pids[7]}")"
+kill -CONT "$victim" 2>/dev/null
+wait "${pids[2]}" "${pids[7]}" 2>/dev/null
+assert_groups_gone
+log "interior: ok"
+
+# ---- 6. the scheduler's child killed
+# Server 0, the scheduler's only child, killed with SIGKILL while the
+# others wait in a barrier: no child of the scheduler is left to pass the
+# ABORT on, so it goes to server 0's children (server 1 and worker 0),
+# which pass it on: every node ends within 15 s, naming server 0.
+start_held rootkid
+victim=$(child_of "${pids[0]}")
+[ -n "$victim" ] || fail "rootkid: cannot find server 0's process"
+log "rootkid: kill -9 server 0 (pid $victim), the scheduler's child"
+kill -KILL "$victim"
+kill_ns=$(date +%s%N)
+expect_exit "$sched" "$LIMIT_S" nonzero "rootkid: the scheduler"
+expect_nodes "$LIMIT_S" rootkid 1 2 3 4 5 6
+assert_grep "$T_DIR/rootkid.scheduler.log" "ABORT sent over the control tree to 2 nodes: 0 of its 1 children, and 2 of the lost server 0 and its 2 children" "rootkid: the scheduler's ABORTs"
+for who in server1 worker0 worker1 worker2 worker3 worker4 worker5; do
+	assert_grep "$T_DIR/rootkid.$who.log" "job aborted by the scheduler: server 0 .*was lost" "rootkid: $who names server 0"
+done
+log "rootkid: every node ended non-zero naming server 0, $((($(date +%s%N) - kill_ns) / 1000000)) ms after the kill"
+kill -KILL "$(child_of "${pids[7]}")" 2>/dev/null
+wait "${pids[0]}" "${pids[7]}" 2>/dev/null
+assert_groups_gone
+log "rootkid: ok"
+
+# ---- 7. a frozen scheduler
 start_held nosched
 frozen=$(child_of "$sched")
 [ -n "$frozen" ] || fail "nosched: cannot find the scheduler's process"
 log "nosched: kill -STOP the scheduler (pid $frozen)"
 kill -STOP "$frozen"
 stop_ns=$(date +%s%N)
-for i in 0 1 2 3 4 5 6; do
-	expect_exit "${pids[$i]}" "$((4 * HB_TIMEOUT_S + 6))" nonzero "nosched: node #$i"
-done
+expect_nodes "$((4 * HB_TIMEOUT_S + 6))" nosched 0 1 2 3 4 5 6
 ms=$((($(date +%s%N) - stop_ns) / 1000000))
 assert_grep "$T_DIR/nosched.server0.log" "scheduler \\(pid $frozen on host [^)]*\\) sent nothing for" "nosched: server 0 names the scheduler"
 for pair in server1:"server 0" worker0:"server 0" worker1:"server 1" \

@@ -31,6 +31,11 @@
 #      a (PS_HEARTBEAT_INTERVAL=1), where the star gets one a second from
 #      every node; in d the frozen process's nodes are found by their
 #      tree parents, or by the scheduler if one is its child.
+#   g. the end goes over the tree: in a, the scheduler received a
+#      WORKER_DONE from each child holding workers (its subtree's count)
+#      and sent TERMINATE to each child holding servers, at most 2 x its
+#      children and END_MSGS_MARGIN messages, where the star takes one
+#      per node.
 . "$(dirname "$0")/cluster_lib.bash"
 
 NODES=${SCALE_SIM_NODES:-2000}
@@ -49,6 +54,9 @@ JOIN_BYTES_BOUND=1024
 # (e) The tree (arity 16) over 20 hosts: 16 leaders under the scheduler,
 # the other 4 under the first leader: 32 messages a barrier at the root.
 ROOT_MSGS_BOUND=100
+# (g) The end's messages at the scheduler beyond 2 x its children (none
+# expected: the REPORTs are sent only with DTRAIN_STATS or a timeline).
+END_MSGS_MARGIN=4
 # (f) Heartbeats a second at the scheduler, per child of it in the tree.
 HB_PER_KID=2
 HB_INTERVAL=1
@@ -158,6 +166,16 @@ hb_on_edges() {
 	log "(f) $tag: the scheduler received $(field "$jsonl" all root_hb) heartbeats in $(field "$jsonl" all root_hb_span_s) s, $rate a second, from $nodes nodes, all of them among its $kids children (bound $HB_PER_KID x $kids a second)"
 }
 hb_on_edges a "$JSONL" 1
+# (g) The end goes over the tree: the scheduler's WORKER_DONEs come from its
+# children (with their subtrees' counts) and its TERMINATEs go to them,
+# at most 2 x its children and END_MSGS_MARGIN, where the star takes one
+# per worker and one per server.
+kids=$(field "$JSONL" all tree_root_kids)
+end_msgs=$(field "$JSONL" all root_end_msgs)
+[ "$end_msgs" != None ] || fail "(g) the scheduler did not say what its end took"
+[ "$end_msgs" -ge 1 ] && [ "$end_msgs" -le $((2 * kids + END_MSGS_MARGIN)) ] ||
+	fail "(g) the end took $end_msgs messages at the scheduler; bound 2 x $kids children + $END_MSGS_MARGIN"
+log "(g) the end took $end_msgs messages at the scheduler ($(field "$JSONL" all root_end_done) WORKER_DONE, $(field "$JSONL" all root_end_term) TERMINATE; bound 2 x $kids children + $END_MSGS_MARGIN), where the star takes $NODES"
 assert_pids_gone "$JSONL"
 
 # d: one process of 20 stopped.
