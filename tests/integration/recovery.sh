@@ -69,6 +69,11 @@ rm -rf "$tmp/ck"
 # with the same variables after its SIGKILL (its place token included:
 # each process has one of its own, DTRAIN_NODE_TOKEN).
 tok() { od -An -tx1 -N16 /dev/urandom | tr -d ' \n'; }
+# (200 epochs: the new server must ask for its place while the job still
+# runs, and 40 epochs take about a second; a loaded machine could end the
+# job before the new process had started)
+LIN_H=("${LIN[@]}" --epochs 200)
+timeout 200 "$B/dtrain" launch -n 2 -s 1 -- "${LIN_H[@]}" >"$tmp/lin_ref_h.log" 2>&1 || fail "linreg reference run, 200 epochs"
 port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
 (
 	exec 2>/dev/null # (bash's note of the kill)
@@ -79,7 +84,7 @@ port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); p
 	s0=$(tok)
 	DMLC_ROLE=server DMLC_SERVER_ID=0 DTRAIN_NODE_TOKEN=$s0 "$B/dtrain" server >"$tmp/h_srv1.log" 2>&1 &
 	for w in 0 1; do
-		DMLC_ROLE=worker DMLC_WORKER_ID=$w DTRAIN_NODE_TOKEN=$(tok) timeout 100 "${LIN[@]}" >"$tmp/h_w$w.log" 2>&1 &
+		DMLC_ROLE=worker DMLC_WORKER_ID=$w DTRAIN_NODE_TOKEN=$(tok) timeout 100 "${LIN_H[@]}" >"$tmp/h_w$w.log" 2>&1 &
 	done
 	wait_for "$tmp/h_w0.log" "Epoch\[3\] Train" || fail "by hand: no progress"
 	# (its first checkpoint on disk: a loaded machine may write it late,
@@ -99,7 +104,7 @@ port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); p
 	wait
 )
 for w in 0 1; do
-	[ "$(grep -o 'w=[^ ]* b=[^ ]*' "$tmp/h_w$w.log" | tail -1)" = "$(last lin_ref)" ] ||
+	[ "$(grep -o 'w=[^ ]* b=[^ ]*' "$tmp/h_w$w.log" | tail -1)" = "$(last lin_ref_h)" ] ||
 		{ tail -n 5 "$tmp/h_w$w.log" "$tmp/h_srv2.log" "$tmp/h_sched.log"; fail "by hand: worker $w ended with another result"; }
 done
 grep -q "restored checkpoint #" "$tmp/h_srv2.log" || fail "by hand: the new server restored nothing"
