@@ -19,11 +19,12 @@ pid_of() {
 	return 1
 }
 
-# wait_for LOG PATTERN [SECONDS]: until the log shows PATTERN (30 s by
-# default). Looked at every 20 ms: a small job's whole run can take under a
-# second on an idle machine, and a kill must land before the job ends.
+# wait_for LOG PATTERN [SECONDS]: until the log shows PATTERN (by default
+# 30 s times DT_TEST_TIME_SCALE). Looked at every 20 ms: a small job's
+# whole run can take under a second on an idle machine, and a kill must
+# land before the job ends.
 wait_for() {
-	local i n=$((${3:-30} * 50))
+	local i n=$((${3:-$((30 * ${DT_TEST_TIME_SCALE:-1}))} * 50))
 	for i in $(seq "$n"); do
 		grep -q "$2" "$1" 2>/dev/null && return 0
 		sleep 0.02

@@ -98,7 +98,7 @@ port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); p
 	# end is noticed): it is held until the loss is, then takes the place.
 	old=$(pid_of server 0)
 	DMLC_ROLE=server DMLC_SERVER_ID=0 DTRAIN_NODE_TOKEN=$s0 timeout 100 "$B/dtrain" server >"$tmp/h_srv2.log" 2>&1 &
-	wait_for "$tmp/h_sched.log" "server 0, which is not lost yet: waiting" "$(kill_wait)" ||
+	wait_for "$tmp/h_sched.log" "server 0, which is not lost yet: waiting" ||
 		{ tail -n 8 "$tmp/h_sched.log" "$tmp/h_srv2.log"; kill -9 "$old"; fail "by hand: the new server was not held"; }
 	kill -9 "$old"
 	wait
