@@ -18,8 +18,10 @@ run: a table, then one JSON object per line (as the other benches print).
   3. LeNet training samples/s (examples/python/mnist_torch_hvd.py's model
      and step, per worker) with DistributedOptimizer (fused, the default,
      and unfused) against the same loop on
-     torch.nn.parallel.DistributedDataParallel (gloo), in turns in one
-     job: --steps turns of one step of each, the median step's figure.
+     torch.nn.parallel.DistributedDataParallel (gloo), and the same step
+     with no reduction (the most any way of reducing could reach), in
+     turns in one job: --steps turns of one step of each, the median
+     step's figure.
 
     PYTHONPATH=build/python python3 bench/py_bench.py [--ranks 2,4]
         [--max-mib 64] [--steps 301] [--rounds 7] [--no-train]
@@ -151,11 +153,13 @@ def worker_allreduce(max_mib, rounds):
 
 
 def worker_train(steps):
-    """LeNet's step three ways in the same processes, one step of each in
+    """LeNet's step four ways in the same processes, one step of each in
     turn: DistributedOptimizer as it is by default (the gradients in one
     flat buffer, reduced by one call), with fusion_bytes=0 (one
-    allreduce per gradient, started from its hook), and
-    DistributedDataParallel on the gloo group set up beside dtrain. On a
+    allreduce per gradient, started from its hook),
+    DistributedDataParallel on the gloo group set up beside dtrain, and
+    the plain optimizer with no reduction at all (the step's computation
+    alone: the bound of any way of reducing). On a
     machine whose load changes from one second to the next, turns of one
     step weigh on the three alike (turns of 20 steps gave ratios that
     moved by 40% from run to run). Each model starts from the same
@@ -174,6 +178,8 @@ def worker_train(steps):
         torch.manual_seed(1)
         model = LeNet()
         opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+        if impl == "torch.local":
+            return model, opt  # no reduction: the step's computation alone
         if impl == "torch.ddp.gloo":
             return torch.nn.parallel.DistributedDataParallel(model), opt
         fusion = {} if impl == "dtrain.torch" else {"fusion_bytes": 0}
@@ -182,7 +188,8 @@ def worker_train(steps):
         hvd.broadcast_parameters(model.state_dict(), root_rank=0)
         return model, opt
     impls = {name: make(name) for name in
-             ("dtrain.torch", "dtrain.torch.unfused", "torch.ddp.gloo")}
+             ("dtrain.torch", "dtrain.torch.unfused", "torch.ddp.gloo",
+              "torch.local")}
     x, y = torch.randn(64, 1, 28, 28), torch.randint(0, 10, (64,))
 
     def run(name, k):
@@ -291,11 +298,12 @@ def table(rows, loads, cores):
     if tr:
         print("# LeNet training, samples/s per worker (batch 64), median "
               "step (best step): DistributedOptimizer fused (the "
-              "default), unfused (fusion_bytes=0), DDP gloo, in turns in "
-              "the same processes")
+              "default), unfused (fusion_bytes=0), DDP gloo, and the same "
+              "step with no reduction, in turns in the same processes")
     for n in sorted({k[1] for k in tr}):
-        f, u, d = (tr.get((i, n)) for i in (
-            "dtrain.torch", "dtrain.torch.unfused", "torch.ddp.gloo"))
+        f, u, d, loc = (tr.get((i, n)) for i in (
+            "dtrain.torch", "dtrain.torch.unfused", "torch.ddp.gloo",
+            "torch.local"))
         if f and u and d:
             print(f"  {n} ranks: fused {f['samples_per_sec']:.0f} "
                   f"({f['best_samples_per_sec']:.0f})  unfused "
@@ -306,6 +314,13 @@ def table(rows, loads, cores):
                   f"x{f['samples_per_sec'] / d['samples_per_sec']:.2f} "
                   f"unfused/DDP "
                   f"x{u['samples_per_sec'] / d['samples_per_sec']:.2f}")
+        if f and d and loc:
+            # (no reduction at all: the most any reduction could give)
+            print(f"    without any reduction {loc['samples_per_sec']:.0f} "
+                  f"({loc['best_samples_per_sec']:.0f}): fused reaches "
+                  f"{f['samples_per_sec'] / loc['samples_per_sec']:.2f} of "
+                  f"it; the most any way of reducing could give over DDP "
+                  f"is x{loc['samples_per_sec'] / d['samples_per_sec']:.2f}")
 
 
 def main():
