@@ -689,9 +689,6 @@ dt_coll_allreduce_group(dt_coll *c, const dt_coll_tensor *t, int n,
 	return first;
 }
 
-/* DT_COLL_CMA_THRESHOLD's default beyond 2 ranks (see dt_coll start-up). */
-#define CMA_THRESHOLD_MANY (16u << 10)
-
 /* ---- creation ---- */
 
 int
@@ -989,13 +986,6 @@ comm_start(dt_coll *c)
 			c->cfg.cma = 0; /* the probe agrees on no CMA */
 		if ((err = probe_cma(c)))
 			return err;
-		/* Beyond two ranks an allreduce by CMA exchanges 2(n-1)
-		 * notices per rank; recursive doubling, which moves the whole
-		 * buffer in each of its rounds, wins only below about 32 KiB
-		 * (4 ranks on 2 cores: 32 KiB 30-32 us by CMA, 34-42 us by
-		 * recursive doubling; 256 KiB 84-85 against 375-386). */
-		if (c->size > 2 && !dt__env_str("DT_COLL_CMA_THRESHOLD"))
-			c->cfg.cma_threshold = CMA_THRESHOLD_MANY;
 		pthread_mutex_lock(&c->mu);
 		c->seq_base = c->next_seq;
 		pthread_mutex_unlock(&c->mu);

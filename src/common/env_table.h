@@ -107,7 +107,7 @@ X(DT_COLL_CHUNK_BYTES, "524288", U, "the ring's pipeline chunk, in bytes") \
 X(DT_COLL_UNEXPECTED_MAX, "268435456", U, "bytes of early collective messages kept before giving up") \
 X(DT_COLL_TIMEOUT, "60", U, "seconds without progress before a collective's stall report") \
 X(DT_COLL_CMA, "1", U, "1: read same-host peers' memory directly") \
-X(DT_COLL_CMA_THRESHOLD, "65536 (2 ranks), else 16384", U, "bytes above which memory reads replace recursive doubling") \
+X(DT_COLL_CMA_THRESHOLD, "65536", U, "bytes above which memory reads replace recursive doubling") \
 X(DT_COLL_CMA_PUSH_MAX, "4194304", U, "2 ranks: write into the peer's slots up to this size") \
 X(DT_COLL_CMA_PUSH_MANY_MAX, "16384", U, "more than 2 ranks: write into every peer's slots up to this size") \
 X(DT_COLL_CMA_HALF_MIN, "131072", U, "2 ranks: push by halves from this size on (0: never)") \
