@@ -27,10 +27,9 @@
  * more than the slots), each reused once the send before it from that
  * buffer has been acknowledged. The stash, the rings and the gradient
  * buffer stay with the model from one step to the next while their
- * shape does (pipe_bufs): a step then allocates nothing and writes into
- * memory the steps before it have already touched, so that its first
- * passes do not pay for fresh pages and cold lines the later ones do
- * not.
+ * shape does (pipe_bufs): a step then allocates nothing and writes only
+ * into memory the steps before it have touched (no allocator work and no
+ * page faults between a step's passes).
  * With backward passes in micro-batch order under both schedules the
  * gradients add up in the order one process running the micro-batches
  * one after another adds them.
