@@ -535,6 +535,19 @@ print_json(const bench *b, int M, int gpipe, int ready, const double *fig,
 			t += cpu[(size_t)s * 2 * M + i] / M / 1e6;
 		printf("%s%.4f", s ? "," : "", t);
 	}
+	/* Each pass's median CPU time by micro-batch, forward then
+	 * backward, per stage: where within a step a stage is slow. */
+	for (int dir = 0; dir < 2; dir++) {
+		printf("],\"%s\":[", dir ? "bwd_ms" : "fwd_ms");
+		for (int s = 0; s < b->S; s++) {
+			printf("%s[", s ? "," : "");
+			for (int k = 0; k < M; k++)
+				printf("%s%.4f", k ? "," : "",
+				       cpu[(size_t)s * 2 * M + dir * M + k] /
+				           1e6);
+			printf("]");
+		}
+	}
 	printf("]}\n");
 }
 

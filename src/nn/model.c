@@ -239,6 +239,7 @@ dt_nn_model_destroy(dt_nn_model *m)
 {
 	if (m == NULL)
 		return;
+	dt__nn_pipe_free(m);
 	dt__nn_drop_slots(m);
 	for (int i = 0; i < m->nlayers; i++) {
 		free(m->layers[i].out);

@@ -79,6 +79,10 @@ struct dt_nn_model {
 	 * array) until a pipeline stage asks for more. */
 	struct act_slot *slots;
 	int nslots, active;
+	/* A pipeline stage's buffers outside the layers (its inputs'
+	 * stash, its send rings), kept from one step to the next while
+	 * their shape stays (pipeline.c); NULL until a step makes them. */
+	struct pipe_bufs *pipe;
 };
 
 /* One set of a model's activation buffers (dt__nn_alloc_layer_bufs). */
@@ -100,6 +104,9 @@ typedef struct act_slot {
 	const float *last_out;
 	int batch;
 } act_slot;
+
+/* pipeline.c: free a stage's pipeline buffers (m->pipe), if any. */
+void dt__nn_pipe_free(dt_nn_model *m);
 
 /* model.c */
 /* One set of activation buffers for B samples into nb (zeroed by the

@@ -25,7 +25,11 @@
  * are in flight), so k mod the slots never names a slot still in use.
  * What a stage sends goes out of a small ring of buffers of its own (one
  * more than the slots), each reused once the send before it from that
- * buffer has been acknowledged.
+ * buffer has been acknowledged. The stash, the rings and the gradient
+ * buffer stay with the model from one step to the next while their
+ * shape does (pipe_bufs): a step then allocates nothing and writes only
+ * into memory the steps before it have touched (no allocator work and no
+ * page faults between a step's passes).
  * With backward passes in micro-batch order under both schedules the
  * gradients add up in the order one process running the micro-batches
  * one after another adds them.
@@ -51,6 +55,16 @@
 #include "dtrain/obs.h"
 #include "nn/model_impl.h"
 #include "nn/pipe.h"
+
+/* A stage's buffers outside the layers, owned by the model (m->pipe)
+ * and kept from step to step while slots, nsend, in_n, out_n and the
+ * handles' count stay; pipe_bufs_get() makes them anew otherwise. */
+typedef struct pipe_bufs {
+	int slots, nsend, nhandles;
+	size_t in_n, out_n;
+	float **stash, **fwd_out, **bwd_out, *dy;
+	void **handles;
+} pipe_bufs;
 
 typedef struct pipe_run {
 	dt_nn_model *m;
@@ -385,6 +399,62 @@ free_set(float **s, int M)
 	free(s);
 }
 
+static void
+pipe_bufs_free(pipe_bufs *b)
+{
+	if (b == NULL)
+		return;
+	free(b->handles);
+	free(b->dy);
+	free_set(b->stash, b->slots);
+	free_set(b->fwd_out, b->nsend);
+	free_set(b->bwd_out, b->nsend);
+	free(b);
+}
+
+void
+dt__nn_pipe_free(dt_nn_model *m)
+{
+	pipe_bufs_free(m->pipe);
+	m->pipe = NULL;
+}
+
+/*
+ * The step's buffers: the model's from the step before when they have
+ * this shape, else new ones (the old freed first, so that a stage whose
+ * schedule keeps fewer micro-batches gives the memory back). NULL when
+ * memory runs out, the model then holding none.
+ */
+static pipe_bufs *
+pipe_bufs_get(dt_nn_model *m, int slots, int nsend, int nhandles, size_t in_n,
+              size_t out_n)
+{
+	pipe_bufs *b = m->pipe;
+
+	if (b && b->slots == slots && b->nsend == nsend &&
+	    b->nhandles == nhandles && b->in_n == in_n && b->out_n == out_n)
+		return b;
+	dt__nn_pipe_free(m);
+	if ((b = calloc(1, sizeof(*b))) == NULL)
+		return NULL;
+	*b = (pipe_bufs){.slots = slots,
+	                 .nsend = nsend,
+	                 .nhandles = nhandles,
+	                 .in_n = in_n,
+	                 .out_n = out_n};
+	b->stash = alloc_set(slots, in_n);
+	b->fwd_out = alloc_set(nsend, out_n);
+	b->bwd_out = alloc_set(nsend, in_n);
+	b->handles = calloc((size_t)nhandles, sizeof(void *));
+	b->dy = malloc(sizeof(float) * (out_n ? out_n : 1));
+	if (!b->dy || !b->stash || !b->fwd_out || !b->bwd_out || !b->handles) {
+		pipe_bufs_free(b);
+		return NULL;
+	}
+	m->pipe = b;
+	return b;
+}
+
 /* This rank's place in the grid of replicas x stages is in range. */
 int
 dt__nn_pipe_grid_ok(const dt_nn_pipe_cfg *c)
@@ -430,6 +500,7 @@ dt_nn_pipe_step(dt_nn_model *m, const dt_nn_pipe_cfg *c,
 {
 	pipe_run p = {
 	    .m = m, .cfg = c, .ops = ops, .op_cpu = st ? st->op_cpu_ns : NULL};
+	pipe_bufs *pb;
 	dt_err err;
 	int M;
 
@@ -448,18 +519,20 @@ dt_nn_pipe_step(dt_nn_model *m, const dt_nn_pipe_cfg *c,
 	p.nsend = DT_MIN(p.slots + 1, M);
 	p.in_n = (size_t)c->micro_batch * dt_nn_model_input_size(m);
 	p.out_n = (size_t)c->micro_batch * dt_nn_model_output_size(m);
-	p.stash = alloc_set(p.slots, p.in_n);
-	p.fwd_out = alloc_set(p.nsend, p.out_n);
-	p.bwd_out = alloc_set(p.nsend, p.in_n);
-	p.handles = calloc(2 * (size_t)M, sizeof(void *));
-	p.dy = malloc(sizeof(float) * (p.out_n ? p.out_n : 1));
-	if (!p.dy || !p.stash || !p.fwd_out || !p.bwd_out || !p.handles) {
+	pb = pipe_bufs_get(m, p.slots, p.nsend, 2 * M, p.in_n, p.out_n);
+	if (pb == NULL) {
 		err = dt__fail(DT_ENOMEM,
 		               "pipeline step: buffers for %d "
 		               "micro-batches in flight",
 		               p.slots);
 		goto fail;
 	}
+	p.stash = pb->stash;
+	p.fwd_out = pb->fwd_out;
+	p.bwd_out = pb->bwd_out;
+	p.dy = pb->dy;
+	p.handles = pb->handles;
+	memset(p.handles, 0, sizeof(void *) * 2 * (size_t)M);
 	if ((err = dt_nn_stage_slots(m, p.slots, c->micro_batch)))
 		goto fail;
 	if (p.op_cpu)
@@ -497,10 +570,5 @@ fail:
 		st->busy_ns = p.busy_ns;
 		st->reordered = p.reordered;
 	}
-	free(p.handles);
-	free(p.dy);
-	free_set(p.stash, p.slots);
-	free_set(p.fwd_out, p.nsend);
-	free_set(p.bwd_out, p.nsend);
 	return err;
 }
