@@ -14,9 +14,14 @@
 #   2. The same KV job (kv_check ckpt: dist_sync with sgd, 10 steps) with
 #      the star and with the tree: both end 0 with the same values, bit
 #      for bit, and the tree's barriers take fewer messages, and its end
-#      2 at the scheduler besides the nodes' reports (8 with the star: a
-#      WORKER_DONE per worker, a TERMINATE per server); their DTRAIN_STATS summaries are the same
-#      but for timings and the control messages' counts. And kv_check
+#      3 at the scheduler (16 with the star: a WORKER_DONE per worker, a
+#      TERMINATE per server, a REPORT per node): over the tree each node
+#      sends its parent one end-of-job report merged with its subtree's,
+#      of the same size whatever the subtree, and the scheduler's
+#      DTRAIN_STATS summary and DTRAIN_STATS_JSON give the star's totals
+#      (KV calls, keys, merges and updates; frames and bytes between
+#      workers and servers but for the tree's control messages), all 8
+#      nodes merged, none missing. And kv_check
 #      sum over the tree, whose refusals on rank 0 (an init of another
 #      length, another optimizer) every worker must get from a barrier,
 #      named after worker 0.
@@ -130,23 +135,90 @@ assert_groups_gone
 log "probe: ok"
 
 # ---- 2. a KV job, star and tree
-# stats_shape LOG: the scheduler's end-of-job summary (DTRAIN_STATS=1)
-# without what timing or the control messages change: the nodes' rows by
-# name, the KV calls' counts per worker and kind, the keys' table whole,
-# the servers' merges and updates.
-stats_shape() {
+# kv_totals LOG: what the scheduler's end-of-job summary (DTRAIN_STATS=1)
+# says in totals, a row per node (the star) or merged (the tree): the KV
+# calls per kind over the workers, the keys' table whole, the servers'
+# merges and updates.
+kv_totals() {
 	sed -n 's/^\[scheduler\] //p' "$1" | awk '
-		/^dtrain stats:/ { on = 1; print; next }
+		/^dtrain stats:/ { on = 1; next }
 		!on { next }
 		/^straggler report/ { exit }
-		/^$/ { sec++; print "--"; next }
-		sec == 0 && /^node / { next }
-		sec == 0 { print ($1 == "scheduler") ? $1 : $1 " " $2; next }
-		sec == 1 && (/^KV latency/ || /^worker +op/) { next }
-		sec == 1 { print $1, $2, $3, $4; next }
-		sec == 2 { print; next }
+		/^$/ { sec++; next }
+		sec == 1 && /^(KV latency|worker +op|op +calls)/ { next }
+		sec == 1 && $1 == "worker" { calls[$3] += $4; next }
+		sec == 1 { calls[$1] += $2; next }
+		sec == 2 && /^(KV keys|key +pushes)/ { next }
+		sec == 2 { print "key", $0; next }
 		sec == 3 && /^server +MB/ { next }
-		sec == 3 { print $1, $2, $4, $5 }'
+		sec == 3 && $1 == "(all)" { m = $3; u = $4; all = 1; next }
+		sec == 3 && !all && $1 == "server" { m += $4; u += $5 }
+		END {
+			for (o in calls) print "calls", o, calls[o]
+			print "merges", m + 0; print "updates", u + 0
+		}' | sort
+}
+# same_totals STAR_JSON TREE_JSON: DTRAIN_STATS_JSON of the star (a line
+# per node) and of the tree (one merged object) agree: frames and bytes
+# between workers and servers (the tree's edges add a few control
+# messages and the reports: at most 64 frames and 256 KiB), the keys
+# summed over the workers, the KV calls per kind, the merges and updates,
+# and every node merged.
+same_totals() {
+	/usr/bin/python3 - "$1" "$2" <<'PY'
+import json, sys
+
+star = [json.loads(line) for line in open(sys.argv[1])]
+tree = json.loads(open(sys.argv[2]).readline())
+FIELDS = ("msgs_sent", "bytes_sent", "msgs_recv", "bytes_recv")
+KEYF = ("pushes", "pulls", "bytes_pushed", "bytes_pulled")
+
+
+def role(i):
+    return "scheduler" if i == 0 else "server" if i <= 2 else "worker"
+
+
+def bad(msg):
+    print(msg)
+    sys.exit(1)
+
+
+tot = {}
+for s in star:
+    for p in s["peers"]:
+        t = tot.setdefault((s["role"], role(p["id"])), [0, 0, 0, 0])
+        for i, f in enumerate(FIELDS):
+            t[i] += p[f]
+seen = []
+for a, b in (("worker", "server"), ("server", "worker")):
+    for i, limit in ((0, 64), (1, 256 * 1024)):
+        st, tr = tot[(a, b)][i], tree["traffic"][a][b][FIELDS[i]]
+        if not 0 <= tr - st <= limit:
+            bad(f"{a} to {b} {FIELDS[i]}: tree {tr}, star {st}")
+        seen.append(f"{a} to {b} {FIELDS[i]} {tr} (star {st})")
+if tree["nodes"] != {"scheduler": 1, "server": 2, "worker": 6}:
+    bad(f"merged nodes {tree['nodes']}")
+if tree["missing_nodes"] != 0 or tree["missing"]:
+    bad(f"missing {tree['missing_nodes']} nodes: {tree['missing']}")
+keys = {}
+for s in star:
+    for k in s["keys"] if s["role"] == "worker" else []:
+        r = keys.setdefault(k["key"], [0, 0, 0, 0])
+        for i, f in enumerate(KEYF):
+            r[i] += k[f]
+tkeys = {k["key"]: [k[f] for f in KEYF] for k in tree["keys"]}
+if not keys or keys != tkeys:
+    bad(f"keys: star {keys}, tree {tkeys}")
+for op in ("push", "pull", "pushpull"):
+    st = sum(s["latency"][op]["count"] for s in star if s["role"] == "worker")
+    if st != tree["latency"][op]["count"]:
+        bad(f"{op} calls: star {st}, tree {tree['latency'][op]['count']}")
+for f in ("merges", "updates"):
+    st = sum(s[f] for s in star if s["role"] == "server")
+    if st != tree[f] or st == 0:
+        bad(f"{f}: star {st}, tree {tree[f]}")
+print("; ".join(seen))
+PY
 }
 kv_job() {
 	local tag=$1 min=$2
@@ -155,9 +227,9 @@ kv_job() {
 		launch -n 6 -s 2 --launcher local -- \
 		"$DTRAIN_BUILD/tests/progs/kv_check" "$@"
 }
-DTRAIN_STATS=1 kv_job kv.star 256 ckpt 0 10
+DTRAIN_STATS=1 DTRAIN_STATS_JSON="$T_DIR/kv.star.json" kv_job kv.star 256 ckpt 0 10
 star=$SPAWNED
-DTRAIN_STATS=1 kv_job kv.tree 1 ckpt 0 10
+DTRAIN_STATS=1 DTRAIN_STATS_JSON="$T_DIR/kv.tree.json" kv_job kv.tree 1 ckpt 0 10
 tree=$SPAWNED
 kv_job kv.sum 1 sum
 sum=$SPAWNED
@@ -180,20 +252,37 @@ assert_grep "$T_DIR/kv.tree.log" "barriers go over a control tree" "kv.tree"
 grep -q "control tree" "$T_DIR/kv.star.log" && fail "kv.star: a tree below DTRAIN_CTRL_TREE_MIN"
 assert_grep "$T_DIR/kv.star.log" "over group mask 4: all 6 nodes arrived in 6 messages" "kv.star"
 fewer_messages "$T_DIR/kv.tree.log" kv.tree 2
-# Every node's report reached the scheduler over the tree as with the
-# star (they still go to it directly): the same summary but for timings
-# and the control messages.
-stats_shape "$T_DIR/kv.star.log" >"$T_DIR/kv.star.stats"
-stats_shape "$T_DIR/kv.tree.log" >"$T_DIR/kv.tree.stats"
-[ "$(grep -c '^worker [0-5]$' "$T_DIR/kv.star.stats")" -eq 6 ] ||
-	fail "kv.star: no summary with a row per worker: $(head -3 "$T_DIR/kv.star.stats")"
-cmp -s "$T_DIR/kv.star.stats" "$T_DIR/kv.tree.stats" ||
-	fail "kv: the tree's summary differs from the star's: $(diff "$T_DIR/kv.star.stats" "$T_DIR/kv.tree.stats" | head -5)"
+# The end-of-job counters: with the star every node's report reaches the
+# scheduler, a row per node; over the tree each node sends its parent one
+# report merged with its subtree's, and the scheduler gets one from its
+# child: the same totals (KV calls, keys, merges, updates; frames and
+# bytes between workers and servers but for the tree's control messages),
+# all 8 nodes merged.
+kv_totals "$T_DIR/kv.star.log" >"$T_DIR/kv.star.totals"
+kv_totals "$T_DIR/kv.tree.log" >"$T_DIR/kv.tree.totals"
+grep -q "^calls pushpull 120$" "$T_DIR/kv.star.totals" ||
+	fail "kv.star: no summary with 120 pushpulls over the workers: $(head -3 "$T_DIR/kv.star.totals")"
+cmp -s "$T_DIR/kv.star.totals" "$T_DIR/kv.tree.totals" ||
+	fail "kv: the tree's totals differ from the star's: $(diff "$T_DIR/kv.star.totals" "$T_DIR/kv.tree.totals" | head -5)"
+assert_grep "$T_DIR/kv.tree.log" "dtrain stats: 2 server\\(s\\), 6 worker\\(s\\), merged over the control tree" "kv.tree"
+assert_grep "$T_DIR/kv.tree.log" "merged: the reports of 8 nodes and the scheduler's; missing: none" "kv.tree"
+assert_grep "$T_DIR/kv.tree.log" "end-of-job reports merged over the control tree: 1 from its children, for 8 nodes \\(0 missing\\)" "kv.tree"
+grep -q "merged over the control tree" "$T_DIR/kv.star.log" && fail "kv.star: a merged summary without a tree"
+traffic=$(same_totals "$T_DIR/kv.star.json" "$T_DIR/kv.tree.json") ||
+	fail "kv: the tree's DTRAIN_STATS_JSON totals differ from the star's: $traffic"
+log "kv: the tree's merged totals are the star's: $traffic"
+# Each node's merged report is one block of the same size, whatever its
+# subtree (server 0's holds all 8 nodes).
+[ "$(grep -ohE "end-of-job report of [0-9]+ nodes \(0 missing\) sent to the tree parent: [0-9]+ bytes" "$T_DIR/kv.tree.log" | awk '{print $NF " " $(NF-1)}' | sort -u | wc -l)" -eq 1 ] ||
+	fail "kv.tree: the merged reports differ in size: $(grep -oh "sent to the tree parent: [0-9]* bytes" "$T_DIR/kv.tree.log" | sort | uniq -c)"
+[ "$(grep -c "end-of-job report of .* sent to the tree parent" "$T_DIR/kv.tree.log")" -eq 8 ] ||
+	fail "kv.tree: not every node sent its parent a merged report"
+assert_grep "$T_DIR/kv.tree.log" "\\[server 0\\] end-of-job report of 8 nodes \\(0 missing\\) sent to the tree parent" "kv.tree"
 # The end at the scheduler: a WORKER_DONE per worker and a TERMINATE per
-# server with the star; over the tree, one of each, from and to its child
-# (and in both, each node's REPORT).
+# server with the star, and each node's REPORT; over the tree, one of
+# each, from and to its child.
 assert_grep "$T_DIR/kv.star.log" "the end took 16 messages at the scheduler: 6 WORKER_DONE and 8 REPORT received, 2 TERMINATE sent" "kv.star"
-assert_grep "$T_DIR/kv.tree.log" "the end took 10 messages at the scheduler: 1 WORKER_DONE and 8 REPORT received, 1 TERMINATE sent" "kv.tree"
+assert_grep "$T_DIR/kv.tree.log" "the end took 3 messages at the scheduler: 1 WORKER_DONE and 1 REPORT received, 1 TERMINATE sent" "kv.tree"
 log "kv: the same values with the star and the tree: $(tr '\n' ' ' <"$T_DIR/kv.tree.values")"
 
 # expect_nodes LIMIT TAG I...: the nodes pids[I] each end non-zero within
