@@ -270,8 +270,8 @@ missing_insert(dt__merged *m, int32_t id)
 
 	while (at > 0 && id < m->missing[at - 1])
 		at--;
-	if (at >= DT_MERGE_MISSING)
-		return;
+	if (at >= DT_MERGE_MISSING || (at > 0 && m->missing[at - 1] == id))
+		return; /* (kept ascending, each id once, as decoded) */
 	uint32_t last =
 	    m->nmissing < DT_MERGE_MISSING ? m->nmissing : DT_MERGE_MISSING - 1;
 
@@ -664,11 +664,12 @@ dt__merged_decode(const void *buf, size_t len, dt__merged *m)
 	rcur r = {buf};
 	dt_err err;
 
-	dt__merged_init(m);
+	/* (the length first: a block too short or too long costs nothing) */
 	if (len < HEAD_BYTES || len > dt__merged_max_bytes())
 		return dt__fail(DT_EPROTO,
 		                "merged report of %zu bytes (%d to %zu)", len,
 		                HEAD_BYTES, dt__merged_max_bytes());
+	dt__merged_init(m);
 	if ((err = r_counts(&r, m, len)) || (err = r_scalars(&r, m)) ||
 	    (err = r_tops(&r, m->slow, m->nslow, "slowest worker")) ||
 	    (err = r_tops(&r, m->busy, m->nbusy, "busiest server")))

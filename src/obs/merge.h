@@ -93,7 +93,8 @@ void dt__merged_merge(dt__merged *into, const dt__merged *m);
 uint64_t dt__mhist_quantile(const dt__mhist *h, double q);
 
 /* The wire form (REPORT kind 4): encode into a buffer *out of *len bytes
- * (the caller frees it); decode checks every count and length first. */
+ * (the caller frees it); decode checks every count and length first (on
+ * error *m holds nothing to use). */
 dt_err dt__merged_encode(const dt__merged *m, uint8_t **out, size_t *len);
 dt_err dt__merged_decode(const void *p, size_t len, dt__merged *m);
 

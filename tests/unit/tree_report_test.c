@@ -290,6 +290,12 @@ test_size_bound(void **state)
 	assert_int_equal(acc->missing[0], 101);
 	assert_int_equal(acc->missing[DT_MERGE_MISSING - 1],
 	                 100 + DT_MERGE_MISSING);
+	/* an id named twice is kept once (the decoder wants them
+	 * ascending) */
+	dt__merged_missing(acc, 103, 1);
+	assert_int_equal(acc->nmissing, DT_MERGE_MISSING);
+	assert_int_equal(acc->missing[2], 103);
+	assert_int_equal(acc->missing[3], 104);
 	free(acc);
 	free(one);
 	free(keys);
