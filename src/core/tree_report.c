@@ -189,6 +189,16 @@ dt__tree_report_send(dt_node *n)
 
 	if (p == NULL || !dt__report_stats_on())
 		return DT_OK;
+	/* Fault injection for tests: a report that never comes. */
+	long skip;
+
+	if ((err = dt__env_long("DT_REPORT_SKIP", 0, 0, 1, &skip)))
+		return err;
+	if (skip) {
+		DT_LOG(1, "DT_REPORT_SKIP=1: no end-of-job report to the "
+		          "tree parent");
+		return DT_OK;
+	}
 	if (n->role == DT_ROLE_SERVER)
 		wait_for_kids(n, p);
 	if ((t = trep_of(n)) == NULL || (m = malloc(sizeof(*m))) == NULL)

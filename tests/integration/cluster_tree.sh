@@ -25,6 +25,11 @@
 #      sum over the tree, whose refusals on rank 0 (an init of another
 #      length, another optimizer) every worker must get from a barrier,
 #      named after worker 0.
+#   2b. The probe with DTRAIN_STATS=1 where server 1 and worker 3 send no
+#      end-of-job report (DT_REPORT_SKIP=1): their parents name them
+#      missing (server 0 after a bounded wait), and the scheduler's
+#      summary says 3 nodes merged, 5 missing, in the subtrees of server 1
+#      and worker 3; every node ends 0.
 #   3. An interior worker (worker 1, parent of worker 5) killed with
 #      SIGKILL while its child waits in a barrier under it: every other
 #      process ends non-zero within 15 s, naming worker 1; the ABORT went
@@ -58,6 +63,15 @@
 LIMIT_S=15
 export DTRAIN_CTRL_TREE_MIN=1 DTRAIN_CTRL_ARITY=2
 
+# skip_of NAME: 1 if NAME (server1, worker3, ...) is in SKIP_REPORT: that
+# node sends no end-of-job report over the tree (DT_REPORT_SKIP).
+skip_of() {
+	case " ${SKIP_REPORT:-} " in
+	*" $1 "*) echo 1 ;;
+	*) echo 0 ;;
+	esac
+}
+
 # spawn_job TAG: scheduler, servers 0-1 and workers 0-5 of barrier_probe.
 spawn_job() {
 	local tag=$1 r
@@ -70,11 +84,13 @@ spawn_job() {
 	DMLC_ROLE=scheduler spawn "$tag.scheduler" "$PROBE"
 	sched=$SPAWNED
 	for r in 0 1; do
-		DMLC_ROLE=server DMLC_SERVER_ID=$r spawn "$tag.server$r" "$PROBE"
+		DT_REPORT_SKIP=$(skip_of "server$r") DMLC_ROLE=server \
+			DMLC_SERVER_ID=$r spawn "$tag.server$r" "$PROBE"
 		pids+=("$SPAWNED")
 	done
 	for r in 0 1 2 3 4 5; do
-		DMLC_ROLE=worker DMLC_WORKER_ID=$r spawn "$tag.worker$r" "$PROBE"
+		DT_REPORT_SKIP=$(skip_of "worker$r") DMLC_ROLE=worker \
+			DMLC_WORKER_ID=$r spawn "$tag.worker$r" "$PROBE"
 		pids+=("$SPAWNED")
 	done
 }
@@ -284,6 +300,28 @@ assert_grep "$T_DIR/kv.tree.log" "\\[server 0\\] end-of-job report of 8 nodes \\
 assert_grep "$T_DIR/kv.star.log" "the end took 16 messages at the scheduler: 6 WORKER_DONE and 8 REPORT received, 2 TERMINATE sent" "kv.star"
 assert_grep "$T_DIR/kv.tree.log" "the end took 3 messages at the scheduler: 1 WORKER_DONE and 1 REPORT received, 1 TERMINATE sent" "kv.tree"
 log "kv: the same values with the star and the tree: $(tr '\n' ' ' <"$T_DIR/kv.tree.values")"
+
+# ---- 2b. end-of-job reports that never come (DT_REPORT_SKIP=1): server 1
+# (its subtree: itself, workers 1, 2 and 5) and worker 3 (a leaf under
+# worker 0) send none. Worker 0 names worker 3 missing at once (its
+# WORKER_DONE came without one); server 0 waits a bounded time for server
+# 1's and names it; the scheduler's summary merges the other 3 nodes,
+# names both, and every node ends 0.
+export DTRAIN_STATS=1
+SKIP_REPORT="server1 worker3" spawn_job miss
+unset DTRAIN_STATS
+expect_exit "$sched" 90 0 "miss: the scheduler"
+for i in "${!pids[@]}"; do
+	expect_exit "${pids[$i]}" 60 0 "miss: node #$i"
+done
+assert_grep "$T_DIR/miss.scheduler.log" "merged: the reports of 3 nodes and the scheduler's; missing: 5 nodes, in the subtrees of server 1, worker 3$" "miss: scheduler"
+assert_grep "$T_DIR/miss.scheduler.log" "end-of-job reports merged over the control tree: 1 from its children, for 3 nodes \\(5 missing\\)" "miss: scheduler"
+assert_grep "$T_DIR/miss.worker0.log" "end-of-job report of 2 nodes \\(1 missing\\) sent to the tree parent" "miss: worker 0"
+assert_grep "$T_DIR/miss.server0.log" "timed out waiting for the tree children's end-of-job reports" "miss: server 0"
+assert_grep "$T_DIR/miss.server0.log" "end-of-job report of 3 nodes \\(5 missing\\) sent to the tree parent" "miss: server 0"
+assert_grep "$T_DIR/miss.server1.log" "DT_REPORT_SKIP=1: no end-of-job report" "miss: server 1"
+assert_groups_gone
+log "miss: the scheduler's summary names the 5 nodes whose reports never came (server 1's subtree and worker 3)"
 
 # expect_nodes LIMIT TAG I...: the nodes pids[I] each end non-zero within
 # LIMIT seconds.
