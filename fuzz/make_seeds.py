@@ -134,6 +134,41 @@ def stats(node=3, role=2, rank=0, peers=2, keys=1, busbw=0.0):
             + b''.join(u64(7 + i) + u64(2) * 4 for i in range(keys)))
 
 
+def hist(values=()):
+    # a merged histogram (obs/merge.c): n, sum, max, 496 u64 buckets
+    b = [0] * 496
+    for v in values:
+        e = v.bit_length() - 1
+        b[v if v < 8 else (e - 2) * 8 + ((v >> (e - 3)) & 7)] += 1
+    return (u64(len(values)) + u64(sum(values)) + u64(max(values, default=0))
+            + b''.join(u64(x) for x in b))
+
+
+def merged(nodes=(0, 1, 2), missing=(9,), missing_nodes=2, keys=(1, 2),
+           slow=((5, 3000000),), busy=((1, 4096),), lat=(1500, 2500, 90000),
+           hist_n_extra=0, busbw=1e9):
+    # a merged REPORT (obs/merge.c): 8 u32 counts, 16 missing ids (u32),
+    # wall, traffic (36), the batched row (5) and keys omitted, 5
+    # histograms, 4 server, 4 collective u64s and busbw, 5 phase sums, 8 +
+    # 8 top rows (u32 id, 5 u64), then the key rows (5 u64 each)
+    head = b''.join(u32(n) for n in nodes) + u32(missing_nodes) + u32(len(missing))
+    head += u32(len(keys)) + u32(len(slow)) + u32(len(busy))
+    head += b''.join(u32(missing[i] if i < len(missing) else 0) for i in range(16))
+    body = u64(2000000000) + b''.join(u64(i * 100) for i in range(36))
+    body += u64(0xffffffffffffffff) + u64(1) * 4 + u64(0)
+    h = hist(lat)
+    h = u64(len(lat) + hist_n_extra) + h[8:]
+    body += h + hist() + hist() + hist(lat) + hist((3000000,))
+    body += u64(60) + u64(1000) + u64(10) + u64(500) + u64(2) + u64(4096) + u64(100) + u64(1)
+    body += f64(busbw) + u64(20) + u64(100000000) + u64(3000000) + u64(0) + u64(0)
+    tops = b''
+    for rows in (slow, busy):
+        for i in range(8):
+            nid, rank = rows[i] if i < len(rows) else (0, 0)
+            tops += u32(nid) + u64(rank) + (u64(1) if i < len(rows) else u64(0)) * 4
+    return head + body + tops + b''.join(u64(k) + u64(3) * 4 for k in keys)
+
+
 def tev(ts=1000, dur=50, key=7, nbytes=4000, id_=0, kind=4, tid=0, flags=3, peer=0):
     # a REPORT timeline record (obs/trace.c), 48 bytes
     return (u64(ts) + u64(dur) + u64(key) + u64(nbytes) + u64(id_)
@@ -223,6 +258,17 @@ SEEDS = {
         'report_event_kind_bogus': tev(kind=999),
         'report_event_tid_bogus': tev(tid=200),
         'report_event_dur_huge': tev(dur=1 << 60),
+        'report_merged': merged(),
+        'report_merged_empty': merged(nodes=(0, 0, 0), missing=(), missing_nodes=0, keys=(), slow=(), busy=(), lat=()),
+        'report_merged_keys_unsorted': merged(keys=(5, 2)),
+        'report_merged_key_batched': merged(keys=(1, 0xffffffffffffffff)),
+        'report_merged_keys_huge': merged()[:20] + u32(0xffffffff) + merged()[24:],
+        'report_merged_hist_count': merged(hist_n_extra=1),
+        'report_merged_missing_unsorted': merged(missing=(9, 4)),
+        'report_merged_nodes_huge': u32(0xffffffff) + merged()[4:],
+        'report_merged_top_node_huge': merged(slow=((0x7fffffff, 1),)),
+        'report_merged_nan_busbw': merged(busbw=float('nan')),
+        'report_merged_short': merged()[:21000],
     },
     'kv': {
         'error_esize': u32(11) + s('push of key 3: length 4 != initialised length 8'),

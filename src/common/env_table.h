@@ -102,6 +102,7 @@ X(OPENBLAS_CORETYPE, "(OpenBLAS chooses)", U, "OpenBLAS's kernels (read by OpenB
 X(DT_LISTEN_FD, "(none)", L, "a listening socket the scheduler adopts") \
 X(DT_HOST_ID, "(boot id and network namespace)", T, "this node's host id (tests: a second host on one machine)") \
 X(DT_CLOCK_SKEW_MS, "0", T, "milliseconds added to this node's trace clock") \
+X(DT_REPORT_SKIP, "0", T, "1: this node sends no end-of-job report over the control tree (its parent names it missing)") \
 X(DT_COLL_RING_THRESHOLD, "262144", U, "bytes above which the ring replaces recursive doubling") \
 X(DT_COLL_CHUNK_BYTES, "524288", U, "the ring's pipeline chunk, in bytes") \
 X(DT_COLL_UNEXPECTED_MAX, "268435456", U, "bytes of early collective messages kept before giving up") \

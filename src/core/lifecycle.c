@@ -393,6 +393,7 @@ node_free(dt_node *n)
 		dt__report_sched_finish(n, failed ? why : NULL);
 	}
 	dt__report_member_end(n);
+	dt__tree_report_free(n);
 	dt__watch_free(n);
 	dt__link_destroy(n);
 	dt__reach_free(n);

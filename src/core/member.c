@@ -403,6 +403,9 @@ dt__member_on_msg(dt_node *n, dt_conn *c, dt_msg *m)
 	case DT_CMD_WORKER_DONE:
 		dt__tree_on_worker_done(n, c, m);
 		return;
+	case DT_CMD_REPORT: /* (a tree child's merged counters) */
+		dt__tree_on_report(n, c, m);
+		return;
 	case DT_CMD_CLOCK:
 		dt__report_on_clock(n, c, m);
 		return;

@@ -116,6 +116,11 @@ struct dt_node {
 	uint8_t tree_done_kid[DT_TREE_KIDS_MAX];
 	int tree_done_sent;
 	int tree_abort_fwd, tree_term_fwd;
+	/* The end-of-job counters merged over the tree (tree_report.c): the
+	 * children's merged reports so far (trep, its own lock) and (mu)
+	 * how many children's came. */
+	struct dt__trep *trep;
+	int tree_reports;
 	int terminated;      /* (mu) TERMINATE received */
 	int stopping;        /* (mu) dt_node_stop in progress */
 	dt_err fatal;        /* (mu) first fatal error, DT_OK if none */
@@ -351,6 +356,32 @@ void dt__tree_on_worker_done(dt_node *n, dt_conn *c, const dt_msg *m);
 dt_err dt__tree_leave(dt_node *n);
 /* Whether child id said its subtree's workers are done. */
 int dt__tree_child_done(dt_node *n, int id);
+
+/*
+ * The end-of-job counters merged up the control tree (tree_report.c; the
+ * design is at its top), with DTRAIN_STATS or DTRAIN_STATS_JSON.
+ */
+/* Whether the end-of-job counters are asked for (DTRAIN_STATS=1 or
+ * DTRAIN_STATS_JSON). */
+int dt__report_stats_on(void);
+/* REPORT's kind (arg0) of a merged report: report.c has kinds 1 to 3. */
+#define DT_REPORT_MERGED 4
+/* (member, I/O thread) A child's merged REPORT (kind 4). */
+void dt__tree_on_report(dt_node *n, dt_conn *c, const dt_msg *m);
+/* (member) This node's counters and its children's merged reports (a
+ * child without one named missing) in one REPORT to the tree parent. A
+ * server first waits for its children's (a bounded wait). */
+dt_err dt__tree_report_send(dt_node *n);
+/* (member, its free) The children's reports kept. */
+void dt__tree_report_free(dt_node *n);
+/* (scheduler) Whether the job has a control tree; whether peer is a child
+ * of the scheduler in it; name missing in m the scheduler's children
+ * whose from[id] is 0 (from: count entries by node id). */
+struct dt__merged;
+int dt__sched_tree_job(dt_node *n);
+int dt__sched_tree_root_child(dt_node *n, int peer);
+void dt__sched_tree_missing(dt_node *n, struct dt__merged *m,
+                            const uint8_t *from, int count);
 
 /* With PS_RESEND: whether peer's link has never had a connection (it is
  * then made on demand; afterwards the links redial it), and where a

@@ -34,6 +34,7 @@
 
 #include "common/file.h"
 #include "core/node_impl.h"
+#include "obs/merge.h"
 #include "obs/obs.h"
 
 #define DT_REPORT_EVENTS 16384 /* records per REPORT (768 KiB of meta) */
@@ -53,6 +54,11 @@ struct dt_report {
 	uint64_t *events; /* by node id: events written */
 	uint64_t dropped; /* over the caps, or malformed */
 	int named;        /* tracks named (the table is known) */
+	/* A job with a control tree: the merged reports of the
+	 * scheduler's children (tree_report.c), and by node id whether
+	 * that child's came. */
+	dt__merged *merged;
+	uint8_t *merged_from;
 };
 
 /* ---- member side ---- */
@@ -210,11 +216,15 @@ dt_err
 dt__report_member_send(dt_node *n)
 {
 	dt_err err = DT_OK;
-	long on;
 
-	if (dt__env_long("DTRAIN_STATS", 0, 0, 1, &on))
-		on = 0;
-	if (on || dt__env_str("DTRAIN_STATS_JSON")) {
+	/* Over a control tree the counters are merged up it instead
+	 * (tree_report.c): a worker's ride with its WORKER_DONE, a
+	 * server's go from here. */
+	if (__atomic_load_n(&n->tree, __ATOMIC_ACQUIRE)) {
+		if (n->role == DT_ROLE_SERVER && dt__tree_report_send(n))
+			dt__log(0, "the end-of-job report was not sent: %s",
+			        dt_errmsg());
+	} else if (dt__report_stats_on()) {
 		dt_stats s;
 		uint8_t *p;
 		size_t len;
@@ -377,6 +387,47 @@ refuse(dt_node *n, dt_conn *c, const char *why)
 	dt__van_close(n->van, c);
 }
 
+/* A child's merged report over the control tree: one per child of the
+ * scheduler, merged as it comes (a block of bounded size). */
+static void
+on_merged(dt_node *n, struct dt_report *r, dt_conn *c, int peer,
+          const dt_msg *m)
+{
+	dt__merged *in;
+	int again;
+
+	if (!dt__sched_tree_root_child(n, peer)) {
+		refuse(n, c, "a merged report from a node not a tree child");
+		return;
+	}
+	if ((in = malloc(sizeof(*in))) == NULL)
+		return;
+	if (dt__merged_decode(m->meta, m->hdr.meta_len, in)) {
+		dt__err_kept why;
+
+		dt__err_keep(&why, DT_EPROTO);
+		free(in);
+		refuse(n, c, why.msg);
+		return;
+	}
+	pthread_mutex_lock(&r->mu);
+	if (r->merged_from == NULL)
+		r->merged_from = dt__calloc((size_t)r->count, 1);
+	again = r->merged_from == NULL || r->merged_from[peer];
+	if (!again && r->merged == NULL) {
+		r->merged = in;
+		in = NULL;
+	} else if (!again) {
+		dt__merged_merge(r->merged, in);
+	}
+	if (!again)
+		r->merged_from[peer] = 1;
+	pthread_mutex_unlock(&r->mu);
+	free(in);
+	if (again)
+		refuse(n, c, "a second merged report");
+}
+
 void
 dt__report_on_msg(dt_node *n, dt_conn *c, const dt_msg *m)
 {
@@ -445,6 +496,9 @@ dt__report_on_msg(dt_node *n, dt_conn *c, const dt_msg *m)
 		pthread_mutex_unlock(&r->mu);
 		return;
 	}
+	case DT_REPORT_MERGED:
+		on_merged(n, r, c, peer, m);
+		return;
 	default:
 		refuse(n, c, "unknown kind");
 	}
@@ -486,6 +540,87 @@ shown_rows(const dt_node *n, const struct dt_report *r)
 	return shown;
 }
 
+static int
+node_name_role(void *arg, int id)
+{
+	return (int)dt__id_role(arg, id);
+}
+
+typedef struct name_ctx {
+	dt_node *n;
+	char buf[64];
+} name_ctx;
+
+static const char *
+node_name_of(void *arg, int id)
+{
+	name_ctx *x = arg;
+
+	return dt__node_name(x->n, id, x->buf, sizeof(x->buf));
+}
+
+/* DTRAIN_STATS_JSON of a tree job: one object, the merged counters. */
+static void
+write_merged_json(struct dt_report *r, const dt__merged *m, name_ctx *x)
+{
+	dt__file_tmp t;
+	FILE *f;
+
+	if (dt__file_create_tmp("DTRAIN_STATS_JSON: ", r->json, 0666, &t)) {
+		dt__log(0, "%s", dt_errmsg());
+		return;
+	}
+	if ((f = dt__file_stream(&t)) == NULL) {
+		dt__file_abort(&t);
+		dt__log(0, "DTRAIN_STATS_JSON: cannot write %s", r->json);
+		return;
+	}
+	dt__merged_json(f, m, node_name_of, x);
+	if (dt__file_commit(&t, 0) != DT_OK)
+		dt__log(0, "%s", dt_errmsg());
+}
+
+/* A job with a control tree: the children's merged reports, the
+ * scheduler's own traffic, and its children that never reported named
+ * missing; totals and the straggler rows, not a row per node. */
+static void
+finish_merged(dt_node *n, struct dt_report *r)
+{
+	dt__merged *m = malloc(sizeof(*m));
+	name_ctx x = {.n = n};
+	dt_stats own;
+	int kids = 0;
+
+	if (m == NULL) {
+		dt__log(0, "out of memory for the end-of-job report");
+		return;
+	}
+	dt__merged_init(m);
+	if (r->merged)
+		dt__merged_merge(m, r->merged);
+	if (dt_node_stats(n, &own) == DT_OK) {
+		dt__merged_add_node(m, &own, NULL, NULL, node_name_role, n);
+		dt_stats_fini(&own);
+	}
+	if (r->merged_from == NULL)
+		r->merged_from = dt__calloc((size_t)r->count, 1);
+	if (r->merged_from) {
+		dt__sched_tree_missing(n, m, r->merged_from, r->count);
+		for (int i = 0; i < r->count; i++)
+			kids += r->merged_from[i];
+	}
+	DT_LOG(1,
+	       "end-of-job reports merged over the control tree: %d from "
+	       "its children, for %u nodes (%u missing)",
+	       kids, m->nodes[1] + m->nodes[2], m->missing_nodes);
+	if (r->stats_on)
+		dt__merged_report(stderr, m, node_name_of, &x);
+	fflush(stderr);
+	if (r->json)
+		write_merged_json(r, m, &x);
+	free(m);
+}
+
 void
 dt__report_sched_finish(dt_node *n, const char *outcome)
 {
@@ -494,7 +629,9 @@ dt__report_sched_finish(dt_node *n, const char *outcome)
 	if (r == NULL)
 		return;
 	n->report = NULL;
-	if (r->stats_on || r->json) {
+	if ((r->stats_on || r->json) && dt__sched_tree_job(n)) {
+		finish_merged(n, r);
+	} else if (r->stats_on || r->json) {
 		dt_stats *own = dt__calloc(1, sizeof(*own));
 		const char **names =
 		    dt__calloc((size_t)r->count, sizeof(char *));
@@ -547,6 +684,8 @@ dt__report_sched_finish(dt_node *n, const char *outcome)
 		}
 	free(r->stats);
 	free(r->events);
+	free(r->merged);
+	free(r->merged_from);
 	pthread_mutex_destroy(&r->mu);
 	free(r);
 }

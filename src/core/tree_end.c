@@ -151,6 +151,11 @@ done_count(dt_node *n, int kid, int count)
 	pthread_mutex_unlock(&n->mu);
 	if (!whole)
 		return DT_OK;
+	/* A worker's merged counters ride just before its WORKER_DONE
+	 * (tree_report.c); a server's go at its stop. */
+	if (n->role == DT_ROLE_WORKER && dt__tree_report_send(n))
+		dt__log(0, "the end-of-job report was not sent: %s",
+		        dt_errmsg());
 	dt_msg_hdr h = {.cmd = DT_CMD_WORKER_DONE,
 	                .flags = DT_F_REQUEST,
 	                .arg1 = (uint64_t)p->workers};

@@ -39,7 +39,7 @@
 	X(ACK, 12, "any node -> its peers (PS_RESEND)")                        \
 	X(BYE, 13, "any node -> its peers, on a clean stop")                   \
 	X(NODE_UPDATE, 14, "scheduler -> node (recovery)")                     \
-	X(REPORT, 15, "node -> scheduler, at its stop")                        \
+	X(REPORT, 15, "node -> scheduler, or merged to tree parent")           \
 	X(CLOCK, 16, "node -> scheduler, and back")                            \
 	X(MEMBERSHIP, 17, "scheduler -> worker (elastic)")                     \
 	X(GROW, 18, "scheduler <-> worker (elastic)")                          \

@@ -172,6 +172,8 @@ void dt__hist_add(dt__hist *h, uint64_t v);
 /* The q-quantile (0 <= q <= 1), a bucket's middle; 0 if empty. */
 uint64_t dt__hist_quantile(const dt__hist *h, double q);
 void dt__hist_merge(dt__hist *into, const dt__hist *h);
+/* The smallest value bucket i (0 <= i < DT_HIST_BUCKETS) holds. */
+uint64_t dt__hist_bucket_lo(int i);
 
 /* Per peer frame counters of a node, by node id (net/ and core/ count;
  * allocated with the node's table). */
@@ -215,6 +217,10 @@ void dt__obs_snapshot(dt_stats *s);
 /* The process's counters alone (a store or communicator without a node:
  * no peers). */
 void dt__obs_stats_local(dt_stats *s);
+/* Copies of the process's KV latency histograms (DT_LAT_*) and of its
+ * training steps' (the end-of-job report merged over the control tree,
+ * obs/merge.h). */
+void dt__obs_hists(dt__hist lat[DT_LAT_COUNT], dt__hist *step);
 /* Clear everything (a new job in the same process). */
 void dt__obs_reset(void);
 

@@ -31,9 +31,9 @@ bucket_of(uint64_t v)
 	return (e - 2) * 8 + (int)((v >> (e - 3)) & 7);
 }
 
-/* The smallest value of bucket i, and the next one's. */
-static uint64_t
-bucket_lo(int i)
+/* The smallest value of bucket i. */
+uint64_t
+dt__hist_bucket_lo(int i)
 {
 	if (i < 8)
 		return (uint64_t)i;
@@ -64,9 +64,10 @@ dt__hist_quantile(const dt__hist *h, double q)
 	for (int i = 0; i < DT_HIST_BUCKETS; i++) {
 		seen += h->b[i];
 		if (seen >= want) {
-			uint64_t lo = bucket_lo(i), hi = i + 1 < DT_HIST_BUCKETS
-			                                     ? bucket_lo(i + 1)
-			                                     : lo;
+			uint64_t lo = dt__hist_bucket_lo(i),
+			         hi = i + 1 < DT_HIST_BUCKETS
+			                  ? dt__hist_bucket_lo(i + 1)
+			                  : lo;
 			uint64_t mid = lo + (hi - lo) / 2;
 			return mid > h->max ? h->max : mid;
 		}
@@ -311,6 +312,15 @@ dt__obs_snapshot(dt_stats *s)
 	s->backward_ns = g.backward_ns;
 	s->step_p50_ns = dt__hist_quantile(&g.step, 0.5);
 	s->step_p99_ns = dt__hist_quantile(&g.step, 0.99);
+	pthread_mutex_unlock(&mu);
+}
+
+void
+dt__obs_hists(dt__hist lat[DT_LAT_COUNT], dt__hist *step)
+{
+	pthread_mutex_lock(&mu);
+	memcpy(lat, g.lat, sizeof(g.lat));
+	*step = g.step;
 	pthread_mutex_unlock(&mu);
 }
 

@@ -14,12 +14,22 @@
 #   2. The same KV job (kv_check ckpt: dist_sync with sgd, 10 steps) with
 #      the star and with the tree: both end 0 with the same values, bit
 #      for bit, and the tree's barriers take fewer messages, and its end
-#      2 at the scheduler besides the nodes' reports (8 with the star: a
-#      WORKER_DONE per worker, a TERMINATE per server); their DTRAIN_STATS summaries are the same
-#      but for timings and the control messages' counts. And kv_check
+#      3 at the scheduler (16 with the star: a WORKER_DONE per worker, a
+#      TERMINATE per server, a REPORT per node): over the tree each node
+#      sends its parent one end-of-job report merged with its subtree's,
+#      of the same size whatever the subtree, and the scheduler's
+#      DTRAIN_STATS summary and DTRAIN_STATS_JSON give the star's totals
+#      (KV calls, keys, merges and updates; frames and bytes between
+#      workers and servers but for the tree's control messages), all 8
+#      nodes merged, none missing. And kv_check
 #      sum over the tree, whose refusals on rank 0 (an init of another
 #      length, another optimizer) every worker must get from a barrier,
 #      named after worker 0.
+#   2b. The probe with DTRAIN_STATS=1 where server 1 and worker 3 send no
+#      end-of-job report (DT_REPORT_SKIP=1): their parents name them
+#      missing (server 0 after a bounded wait), and the scheduler's
+#      summary says 3 nodes merged, 5 missing, in the subtrees of server 1
+#      and worker 3; every node ends 0.
 #   3. An interior worker (worker 1, parent of worker 5) killed with
 #      SIGKILL while its child waits in a barrier under it: every other
 #      process ends non-zero within 15 s, naming worker 1; the ABORT went
@@ -53,6 +63,15 @@
 LIMIT_S=15
 export DTRAIN_CTRL_TREE_MIN=1 DTRAIN_CTRL_ARITY=2
 
+# skip_of NAME: 1 if NAME (server1, worker3, ...) is in SKIP_REPORT: that
+# node sends no end-of-job report over the tree (DT_REPORT_SKIP).
+skip_of() {
+	case " ${SKIP_REPORT:-} " in
+	*" $1 "*) echo 1 ;;
+	*) echo 0 ;;
+	esac
+}
+
 # spawn_job TAG: scheduler, servers 0-1 and workers 0-5 of barrier_probe.
 spawn_job() {
 	local tag=$1 r
@@ -65,11 +84,13 @@ spawn_job() {
 	DMLC_ROLE=scheduler spawn "$tag.scheduler" "$PROBE"
 	sched=$SPAWNED
 	for r in 0 1; do
-		DMLC_ROLE=server DMLC_SERVER_ID=$r spawn "$tag.server$r" "$PROBE"
+		DT_REPORT_SKIP=$(skip_of "server$r") DMLC_ROLE=server \
+			DMLC_SERVER_ID=$r spawn "$tag.server$r" "$PROBE"
 		pids+=("$SPAWNED")
 	done
 	for r in 0 1 2 3 4 5; do
-		DMLC_ROLE=worker DMLC_WORKER_ID=$r spawn "$tag.worker$r" "$PROBE"
+		DT_REPORT_SKIP=$(skip_of "worker$r") DMLC_ROLE=worker \
+			DMLC_WORKER_ID=$r spawn "$tag.worker$r" "$PROBE"
 		pids+=("$SPAWNED")
 	done
 }
@@ -130,23 +151,90 @@ assert_groups_gone
 log "probe: ok"
 
 # ---- 2. a KV job, star and tree
-# stats_shape LOG: the scheduler's end-of-job summary (DTRAIN_STATS=1)
-# without what timing or the control messages change: the nodes' rows by
-# name, the KV calls' counts per worker and kind, the keys' table whole,
-# the servers' merges and updates.
-stats_shape() {
+# kv_totals LOG: what the scheduler's end-of-job summary (DTRAIN_STATS=1)
+# says in totals, a row per node (the star) or merged (the tree): the KV
+# calls per kind over the workers, the keys' table whole, the servers'
+# merges and updates.
+kv_totals() {
 	sed -n 's/^\[scheduler\] //p' "$1" | awk '
-		/^dtrain stats:/ { on = 1; print; next }
+		/^dtrain stats:/ { on = 1; next }
 		!on { next }
 		/^straggler report/ { exit }
-		/^$/ { sec++; print "--"; next }
-		sec == 0 && /^node / { next }
-		sec == 0 { print ($1 == "scheduler") ? $1 : $1 " " $2; next }
-		sec == 1 && (/^KV latency/ || /^worker +op/) { next }
-		sec == 1 { print $1, $2, $3, $4; next }
-		sec == 2 { print; next }
+		/^$/ { sec++; next }
+		sec == 1 && /^(KV latency|worker +op|op +calls)/ { next }
+		sec == 1 && $1 == "worker" { calls[$3] += $4; next }
+		sec == 1 { calls[$1] += $2; next }
+		sec == 2 && /^(KV keys|key +pushes)/ { next }
+		sec == 2 { print "key", $0; next }
 		sec == 3 && /^server +MB/ { next }
-		sec == 3 { print $1, $2, $4, $5 }'
+		sec == 3 && $1 == "(all)" { m = $3; u = $4; all = 1; next }
+		sec == 3 && !all && $1 == "server" { m += $4; u += $5 }
+		END {
+			for (o in calls) print "calls", o, calls[o]
+			print "merges", m + 0; print "updates", u + 0
+		}' | sort
+}
+# same_totals STAR_JSON TREE_JSON: DTRAIN_STATS_JSON of the star (a line
+# per node) and of the tree (one merged object) agree: frames and bytes
+# between workers and servers (the tree's edges add a few control
+# messages and the reports: at most 64 frames and 256 KiB), the keys
+# summed over the workers, the KV calls per kind, the merges and updates,
+# and every node merged.
+same_totals() {
+	/usr/bin/python3 - "$1" "$2" <<'PY'
+import json, sys
+
+star = [json.loads(line) for line in open(sys.argv[1])]
+tree = json.loads(open(sys.argv[2]).readline())
+FIELDS = ("msgs_sent", "bytes_sent", "msgs_recv", "bytes_recv")
+KEYF = ("pushes", "pulls", "bytes_pushed", "bytes_pulled")
+
+
+def role(i):
+    return "scheduler" if i == 0 else "server" if i <= 2 else "worker"
+
+
+def bad(msg):
+    print(msg)
+    sys.exit(1)
+
+
+tot = {}
+for s in star:
+    for p in s["peers"]:
+        t = tot.setdefault((s["role"], role(p["id"])), [0, 0, 0, 0])
+        for i, f in enumerate(FIELDS):
+            t[i] += p[f]
+seen = []
+for a, b in (("worker", "server"), ("server", "worker")):
+    for i, limit in ((0, 64), (1, 256 * 1024)):
+        st, tr = tot[(a, b)][i], tree["traffic"][a][b][FIELDS[i]]
+        if not 0 <= tr - st <= limit:
+            bad(f"{a} to {b} {FIELDS[i]}: tree {tr}, star {st}")
+        seen.append(f"{a} to {b} {FIELDS[i]} {tr} (star {st})")
+if tree["nodes"] != {"scheduler": 1, "server": 2, "worker": 6}:
+    bad(f"merged nodes {tree['nodes']}")
+if tree["missing_nodes"] != 0 or tree["missing"]:
+    bad(f"missing {tree['missing_nodes']} nodes: {tree['missing']}")
+keys = {}
+for s in star:
+    for k in s["keys"] if s["role"] == "worker" else []:
+        r = keys.setdefault(k["key"], [0, 0, 0, 0])
+        for i, f in enumerate(KEYF):
+            r[i] += k[f]
+tkeys = {k["key"]: [k[f] for f in KEYF] for k in tree["keys"]}
+if not keys or keys != tkeys:
+    bad(f"keys: star {keys}, tree {tkeys}")
+for op in ("push", "pull", "pushpull"):
+    st = sum(s["latency"][op]["count"] for s in star if s["role"] == "worker")
+    if st != tree["latency"][op]["count"]:
+        bad(f"{op} calls: star {st}, tree {tree['latency'][op]['count']}")
+for f in ("merges", "updates"):
+    st = sum(s[f] for s in star if s["role"] == "server")
+    if st != tree[f] or st == 0:
+        bad(f"{f}: star {st}, tree {tree[f]}")
+print("; ".join(seen))
+PY
 }
 kv_job() {
 	local tag=$1 min=$2
@@ -155,9 +243,9 @@ kv_job() {
 		launch -n 6 -s 2 --launcher local -- \
 		"$DTRAIN_BUILD/tests/progs/kv_check" "$@"
 }
-DTRAIN_STATS=1 kv_job kv.star 256 ckpt 0 10
+DTRAIN_STATS=1 DTRAIN_STATS_JSON="$T_DIR/kv.star.json" kv_job kv.star 256 ckpt 0 10
 star=$SPAWNED
-DTRAIN_STATS=1 kv_job kv.tree 1 ckpt 0 10
+DTRAIN_STATS=1 DTRAIN_STATS_JSON="$T_DIR/kv.tree.json" kv_job kv.tree 1 ckpt 0 10
 tree=$SPAWNED
 kv_job kv.sum 1 sum
 sum=$SPAWNED
@@ -180,21 +268,60 @@ assert_grep "$T_DIR/kv.tree.log" "barriers go over a control tree" "kv.tree"
 grep -q "control tree" "$T_DIR/kv.star.log" && fail "kv.star: a tree below DTRAIN_CTRL_TREE_MIN"
 assert_grep "$T_DIR/kv.star.log" "over group mask 4: all 6 nodes arrived in 6 messages" "kv.star"
 fewer_messages "$T_DIR/kv.tree.log" kv.tree 2
-# Every node's report reached the scheduler over the tree as with the
-# star (they still go to it directly): the same summary but for timings
-# and the control messages.
-stats_shape "$T_DIR/kv.star.log" >"$T_DIR/kv.star.stats"
-stats_shape "$T_DIR/kv.tree.log" >"$T_DIR/kv.tree.stats"
-[ "$(grep -c '^worker [0-5]$' "$T_DIR/kv.star.stats")" -eq 6 ] ||
-	fail "kv.star: no summary with a row per worker: $(head -3 "$T_DIR/kv.star.stats")"
-cmp -s "$T_DIR/kv.star.stats" "$T_DIR/kv.tree.stats" ||
-	fail "kv: the tree's summary differs from the star's: $(diff "$T_DIR/kv.star.stats" "$T_DIR/kv.tree.stats" | head -5)"
+# The end-of-job counters: with the star every node's report reaches the
+# scheduler, a row per node; over the tree each node sends its parent one
+# report merged with its subtree's, and the scheduler gets one from its
+# child: the same totals (KV calls, keys, merges, updates; frames and
+# bytes between workers and servers but for the tree's control messages),
+# all 8 nodes merged.
+kv_totals "$T_DIR/kv.star.log" >"$T_DIR/kv.star.totals"
+kv_totals "$T_DIR/kv.tree.log" >"$T_DIR/kv.tree.totals"
+grep -q "^calls pushpull 120$" "$T_DIR/kv.star.totals" ||
+	fail "kv.star: no summary with 120 pushpulls over the workers: $(head -3 "$T_DIR/kv.star.totals")"
+cmp -s "$T_DIR/kv.star.totals" "$T_DIR/kv.tree.totals" ||
+	fail "kv: the tree's totals differ from the star's: $(diff "$T_DIR/kv.star.totals" "$T_DIR/kv.tree.totals" | head -5)"
+assert_grep "$T_DIR/kv.tree.log" "dtrain stats: 2 server\\(s\\), 6 worker\\(s\\), merged over the control tree" "kv.tree"
+assert_grep "$T_DIR/kv.tree.log" "merged: the reports of 8 nodes and the scheduler's; missing: none" "kv.tree"
+assert_grep "$T_DIR/kv.tree.log" "end-of-job reports merged over the control tree: 1 from its children, for 8 nodes \\(0 missing\\)" "kv.tree"
+grep -q "merged over the control tree" "$T_DIR/kv.star.log" && fail "kv.star: a merged summary without a tree"
+traffic=$(same_totals "$T_DIR/kv.star.json" "$T_DIR/kv.tree.json") ||
+	fail "kv: the tree's DTRAIN_STATS_JSON totals differ from the star's: $traffic"
+log "kv: the tree's merged totals are the star's: $traffic"
+# Each node's merged report is one block of the same size, whatever its
+# subtree (server 0's holds all 8 nodes).
+[ "$(grep -ohE "end-of-job report of [0-9]+ nodes \(0 missing\) sent to the tree parent: [0-9]+ bytes" "$T_DIR/kv.tree.log" | awk '{print $NF " " $(NF-1)}' | sort -u | wc -l)" -eq 1 ] ||
+	fail "kv.tree: the merged reports differ in size: $(grep -oh "sent to the tree parent: [0-9]* bytes" "$T_DIR/kv.tree.log" | sort | uniq -c)"
+[ "$(grep -c "end-of-job report of .* sent to the tree parent" "$T_DIR/kv.tree.log")" -eq 8 ] ||
+	fail "kv.tree: not every node sent its parent a merged report"
+assert_grep "$T_DIR/kv.tree.log" "\\[server 0\\] end-of-job report of 8 nodes \\(0 missing\\) sent to the tree parent" "kv.tree"
 # The end at the scheduler: a WORKER_DONE per worker and a TERMINATE per
-# server with the star; over the tree, one of each, from and to its child
-# (and in both, each node's REPORT).
+# server with the star, and each node's REPORT; over the tree, one of
+# each, from and to its child.
 assert_grep "$T_DIR/kv.star.log" "the end took 16 messages at the scheduler: 6 WORKER_DONE and 8 REPORT received, 2 TERMINATE sent" "kv.star"
-assert_grep "$T_DIR/kv.tree.log" "the end took 10 messages at the scheduler: 1 WORKER_DONE and 8 REPORT received, 1 TERMINATE sent" "kv.tree"
+assert_grep "$T_DIR/kv.tree.log" "the end took 3 messages at the scheduler: 1 WORKER_DONE and 1 REPORT received, 1 TERMINATE sent" "kv.tree"
 log "kv: the same values with the star and the tree: $(tr '\n' ' ' <"$T_DIR/kv.tree.values")"
+
+# ---- 2b. end-of-job reports that never come (DT_REPORT_SKIP=1): server 1
+# (its subtree: itself, workers 1, 2 and 5) and worker 3 (a leaf under
+# worker 0) send none. Worker 0 names worker 3 missing at once (its
+# WORKER_DONE came without one); server 0 waits a bounded time for server
+# 1's and names it; the scheduler's summary merges the other 3 nodes,
+# names both, and every node ends 0.
+export DTRAIN_STATS=1
+SKIP_REPORT="server1 worker3" spawn_job miss
+unset DTRAIN_STATS
+expect_exit "$sched" 90 0 "miss: the scheduler"
+for i in "${!pids[@]}"; do
+	expect_exit "${pids[$i]}" 60 0 "miss: node #$i"
+done
+assert_grep "$T_DIR/miss.scheduler.log" "merged: the reports of 3 nodes and the scheduler's; missing: 5 nodes, in the subtrees of server 1, worker 3$" "miss: scheduler"
+assert_grep "$T_DIR/miss.scheduler.log" "end-of-job reports merged over the control tree: 1 from its children, for 3 nodes \\(5 missing\\)" "miss: scheduler"
+assert_grep "$T_DIR/miss.worker0.log" "end-of-job report of 2 nodes \\(1 missing\\) sent to the tree parent" "miss: worker 0"
+assert_grep "$T_DIR/miss.server0.log" "timed out waiting for the tree children's end-of-job reports" "miss: server 0"
+assert_grep "$T_DIR/miss.server0.log" "end-of-job report of 3 nodes \\(5 missing\\) sent to the tree parent" "miss: server 0"
+assert_grep "$T_DIR/miss.server1.log" "DT_REPORT_SKIP=1: no end-of-job report" "miss: server 1"
+assert_groups_gone
+log "miss: the scheduler's summary names the 5 nodes whose reports never came (server 1's subtree and worker 3)"
 
 # expect_nodes LIMIT TAG I...: the nodes pids[I] each end non-zero within
 # LIMIT seconds.

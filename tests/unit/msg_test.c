@@ -6,7 +6,11 @@
  * worker's ASSIGN of a 10,000-node job stays under 1 KB but for its
  * servers' entries), and refuses what a hostile peer could send: a range
  * outside the job or over DT_DIR_MAX, a count the block cannot hold, a
- * known entry without an address, trailing bytes after a request.
+ * known entry without an address, trailing bytes after a request. And
+ * REPORT's merged counters block (a tree child's, obs/merge.c) as the
+ * fuzz target's seeds (fuzz/make_seeds.py) write it: the valid ones
+ * decode and encode back to their bytes, each malformed one is refused
+ * with a message.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -19,6 +23,7 @@
 #include <cmocka.h>
 
 #include "core/msg.h"
+#include "obs/merge.h"
 
 static void
 assert_msg_has(const char *word)
@@ -365,11 +370,82 @@ test_lookup_round_trip(void **state)
 	dt__wbuf_fini(&w);
 }
 
+/* A seed of fuzz/corpus/control, whole, in *len bytes (the caller frees
+ * it). */
+static uint8_t *
+seed(const char *name, size_t *len)
+{
+	const char *src = getenv("DTRAIN_SOURCE");
+	char path[4096];
+	FILE *f;
+	uint8_t *p = malloc(1 << 20);
+
+	assert_non_null(src);
+	assert_non_null(p);
+	snprintf(path, sizeof(path), "%s/fuzz/corpus/control/%s", src, name);
+	f = fopen(path, "rb");
+	if (f == NULL)
+		fail_msg("no seed %s", path);
+	*len = fread(p, 1, 1 << 20, f);
+	fclose(f);
+	return p;
+}
+
+static void
+test_merged_report(void **state)
+{
+	(void)state;
+	static const struct {
+		const char *name, *says;
+	} bad[] = {
+	    {"report_merged_keys_unsorted", "out of order"},
+	    {"report_merged_key_batched", "out of order"},
+	    {"report_merged_keys_huge", "over the bounds"},
+	    {"report_merged_hist_count", "histogram"},
+	    {"report_merged_missing_unsorted", "missing id"},
+	    {"report_merged_nodes_huge", "over the bounds"},
+	    {"report_merged_top_node_huge", "row naming node"},
+	    {"report_merged_short", "bytes"},
+	};
+	dt__merged *m = malloc(sizeof(*m));
+	size_t len, len2;
+	uint8_t *p, *q;
+
+	p = seed("report_merged", &len);
+	assert_int_equal(dt__merged_decode(p, len, m), DT_OK);
+	assert_int_equal(m->nodes[2], 2);
+	assert_int_equal(m->nkeys, 2);
+	assert_int_equal(m->missing[0], 9);
+	assert_int_equal(m->slow[0].id, 5);
+	assert_int_equal(m->lat[0].n, 3);
+	assert_int_equal(dt__merged_encode(m, &q, &len2), DT_OK);
+	assert_int_equal(len2, len);
+	assert_memory_equal(p, q, len);
+	free(q);
+	free(p);
+	p = seed("report_merged_nan_busbw", &len);
+	assert_int_equal(dt__merged_decode(p, len, m), DT_OK);
+	assert_true(m->coll_busbw_sum == 0);
+	free(p);
+	p = seed("report_merged_empty", &len);
+	assert_int_equal(dt__merged_decode(p, len, m), DT_OK);
+	free(p);
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		p = seed(bad[i].name, &len);
+		dt__clear_error();
+		assert_int_equal(dt__merged_decode(p, len, m), DT_EPROTO);
+		assert_msg_has(bad[i].says);
+		free(p);
+	}
+	free(m);
+}
+
 int
 main(void)
 {
 	const struct CMUnitTest tests[] = {
 	    cmocka_unit_test(test_place),
+	    cmocka_unit_test(test_merged_report),
 	    cmocka_unit_test(test_assign_round_trip),
 	    cmocka_unit_test(test_assign_size),
 	    cmocka_unit_test(test_assign_refused),
