@@ -506,24 +506,39 @@ dt__report_on_msg(dt_node *n, dt_conn *c, const dt_msg *m)
 /* DTRAIN_STATS_JSON: a new file of a random name beside the path, created
  * exclusively (never through a planted link), renamed over it when
  * whole. */
+static FILE *
+json_begin(struct dt_report *r, dt__file_tmp *t)
+{
+	FILE *f;
+
+	if (dt__file_create_tmp("DTRAIN_STATS_JSON: ", r->json, 0666, t)) {
+		dt__log(0, "%s", dt_errmsg());
+		return NULL;
+	}
+	if ((f = dt__file_stream(t)) == NULL) {
+		dt__file_abort(t);
+		dt__log(0, "DTRAIN_STATS_JSON: cannot write %s", r->json);
+	}
+	return f;
+}
+
+static void
+json_end(dt__file_tmp *t)
+{
+	if (dt__file_commit(t, 0) != DT_OK)
+		dt__log(0, "%s", dt_errmsg());
+}
+
 static void
 write_json(struct dt_report *r, const char *const *names, int shown)
 {
 	dt__file_tmp t;
-	FILE *f;
+	FILE *f = json_begin(r, &t);
 
-	if (dt__file_create_tmp("DTRAIN_STATS_JSON: ", r->json, 0666, &t)) {
-		dt__log(0, "%s", dt_errmsg());
+	if (f == NULL)
 		return;
-	}
-	if ((f = dt__file_stream(&t)) == NULL) {
-		dt__file_abort(&t);
-		dt__log(0, "DTRAIN_STATS_JSON: cannot write %s", r->json);
-		return;
-	}
 	dt__stats_json(f, r->stats, names, shown);
-	if (dt__file_commit(&t, 0) != DT_OK)
-		dt__log(0, "%s", dt_errmsg());
+	json_end(&t);
 }
 
 /* The rows to show: the job's first nodes, and the workers that joined
@@ -564,20 +579,12 @@ static void
 write_merged_json(struct dt_report *r, const dt__merged *m, name_ctx *x)
 {
 	dt__file_tmp t;
-	FILE *f;
+	FILE *f = json_begin(r, &t);
 
-	if (dt__file_create_tmp("DTRAIN_STATS_JSON: ", r->json, 0666, &t)) {
-		dt__log(0, "%s", dt_errmsg());
+	if (f == NULL)
 		return;
-	}
-	if ((f = dt__file_stream(&t)) == NULL) {
-		dt__file_abort(&t);
-		dt__log(0, "DTRAIN_STATS_JSON: cannot write %s", r->json);
-		return;
-	}
 	dt__merged_json(f, m, node_name_of, x);
-	if (dt__file_commit(&t, 0) != DT_OK)
-		dt__log(0, "%s", dt_errmsg());
+	json_end(&t);
 }
 
 /* A job with a control tree: the children's merged reports, the

@@ -41,29 +41,16 @@ mhist_merge(dt__mhist *into, const dt__mhist *m)
 		into->b[i] += m->b[i];
 }
 
+static uint64_t
+mhist_count(const void *h, int i)
+{
+	return ((const dt__mhist *)h)->b[i];
+}
+
 uint64_t
 dt__mhist_quantile(const dt__mhist *h, double q)
 {
-	uint64_t want, seen = 0;
-
-	if (h->n == 0)
-		return 0;
-	want = (uint64_t)ceil(q * (double)h->n);
-	if (want < 1)
-		want = 1;
-	for (int i = 0; i < DT_HIST_BUCKETS; i++) {
-		seen += h->b[i];
-		if (seen >= want) {
-			uint64_t lo = dt__hist_bucket_lo(i);
-			uint64_t hi = i + 1 < DT_HIST_BUCKETS
-			                  ? dt__hist_bucket_lo(i + 1)
-			                  : lo;
-			uint64_t mid = lo + (hi - lo) / 2;
-
-			return mid > h->max ? h->max : mid;
-		}
-	}
-	return h->max;
+	return dt__hist_quantile_by(h->n, h->max, q, mhist_count, h);
 }
 
 /* ---- the top rows ---- */

@@ -171,6 +171,11 @@ typedef struct dt__hist {
 void dt__hist_add(dt__hist *h, uint64_t v);
 /* The q-quantile (0 <= q <= 1), a bucket's middle; 0 if empty. */
 uint64_t dt__hist_quantile(const dt__hist *h, double q);
+/* The same of any histogram of n values, at most max, whose bucket i
+ * holds count(h, i) of them (dt__hist's buckets or wider ones). */
+uint64_t dt__hist_quantile_by(uint64_t n, uint64_t max, double q,
+                              uint64_t (*count)(const void *, int),
+                              const void *h);
 void dt__hist_merge(dt__hist *into, const dt__hist *h);
 /* The smallest value bucket i (0 <= i < DT_HIST_BUCKETS) holds. */
 uint64_t dt__hist_bucket_lo(int i);

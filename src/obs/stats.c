@@ -52,27 +52,40 @@ dt__hist_add(dt__hist *h, uint64_t v)
 }
 
 uint64_t
-dt__hist_quantile(const dt__hist *h, double q)
+dt__hist_quantile_by(uint64_t n, uint64_t max, double q,
+                     uint64_t (*count)(const void *, int), const void *h)
 {
 	uint64_t want, seen = 0;
 
-	if (h->n == 0)
+	if (n == 0)
 		return 0;
-	want = (uint64_t)ceil(q * (double)h->n);
+	want = (uint64_t)ceil(q * (double)n);
 	if (want < 1)
 		want = 1;
 	for (int i = 0; i < DT_HIST_BUCKETS; i++) {
-		seen += h->b[i];
+		seen += count(h, i);
 		if (seen >= want) {
 			uint64_t lo = dt__hist_bucket_lo(i),
 			         hi = i + 1 < DT_HIST_BUCKETS
 			                  ? dt__hist_bucket_lo(i + 1)
 			                  : lo;
 			uint64_t mid = lo + (hi - lo) / 2;
-			return mid > h->max ? h->max : mid;
+			return mid > max ? max : mid;
 		}
 	}
-	return h->max;
+	return max;
+}
+
+static uint64_t
+hist_count(const void *h, int i)
+{
+	return ((const dt__hist *)h)->b[i];
+}
+
+uint64_t
+dt__hist_quantile(const dt__hist *h, double q)
+{
+	return dt__hist_quantile_by(h->n, h->max, q, hist_count, h);
 }
 
 void
