@@ -41,6 +41,14 @@ entry_known(const dt_node_entry *e)
 	return __atomic_load_n(&e->known, __ATOMIC_ACQUIRE);
 }
 
+/* A row's id, role and rank (its place follows from its id). */
+static void
+set_place(dt_node_entry *e, int id, int num_servers)
+{
+	e->id = id;
+	dt__msg_place(id, num_servers, &e->role, &e->rank);
+}
+
 /* Write an address into the entry e of this member's table (node mu
  * held), once: an entry known is never rewritten, so readers without the
  * lock see it whole. */
@@ -51,9 +59,7 @@ learn_locked(const dt_node *n, int id, const dt_node_entry *from)
 
 	if (entry_known(e))
 		return;
-	e->id = id;
-	e->role = dt__id_role(n, id);
-	e->rank = dt__id_rank(n, id);
+	set_place(e, id, n->num_servers);
 	snprintf(e->host, DT_HOST_MAX, "%s", from->host);
 	e->port = from->port;
 	e->pid = from->pid;
@@ -320,13 +326,6 @@ dt__dir_sched_on_lookup(dt_node *n, dt_conn *c, const dt_msg *m)
 }
 
 /* ---- A member's side ---- */
-
-static void
-set_place(dt_node_entry *e, int id, int num_servers)
-{
-	e->id = id;
-	dt__msg_place(id, num_servers, &e->role, &e->rank);
-}
 
 dt_err
 dt__dir_on_assign(dt_node *n, const dt_msg *m)

@@ -208,17 +208,21 @@ struct dt_node {
 static inline dt_role
 dt__id_role(const dt_node *n, int id)
 {
-	return id == 0                ? DT_ROLE_SCHEDULER
-	       : id <= n->num_servers ? DT_ROLE_SERVER
-	                              : DT_ROLE_WORKER;
+	dt_role role;
+	int rank;
+
+	dt__msg_place(id, n->num_servers, &role, &rank);
+	return role;
 }
 
 static inline int
 dt__id_rank(const dt_node *n, int id)
 {
-	return id == 0                ? 0
-	       : id <= n->num_servers ? id - 1
-	                              : id - 1 - n->num_servers;
+	dt_role role;
+	int rank;
+
+	dt__msg_place(id, n->num_servers, &role, &rank);
+	return rank;
 }
 
 /* The attached app owning cmd, or NULL. */
