@@ -267,7 +267,7 @@ dt__calloc(size_t n, size_t size)
  * anonymous and private, so the kernel hands out zero pages as they are
  * first written (calloc may clear a reused block, touching every page of
  * it: glibc raises its mapping threshold after a large block is freed);
- * a smaller one comes from calloc. A header of SPARSE_HDR bytes says
+ * a smaller one comes from the heap, cleared. A header of SPARSE_HDR bytes says
  * which, and the mapping's length. */
 #define SPARSE_MIN ((size_t)64 << 10)
 #define SPARSE_HDR ((size_t)64)
