@@ -446,13 +446,12 @@ tell_losses(struct dt_watch *w, uint64_t now)
 	return next;
 }
 
-/* One pass of the heartbeat work (no lock held): a round of beats when
- * one is due, the counters' line, the losses whose time has come. When
- * the next pass is due. */
+/* The beats and judgements of one pass of the heartbeat work, and the
+ * counters' line when due (no lock held); returns when it began. */
 static uint64_t
-watch_step(struct dt_watch *w)
+watch_beats(struct dt_watch *w)
 {
-	uint64_t now = dt__now_ns(), wake;
+	uint64_t now = dt__now_ns();
 	int beat = w->interval_ns && now >= w->next_beat;
 
 	if (beat)
@@ -462,9 +461,16 @@ watch_step(struct dt_watch *w)
 		w->next_stats = now + w->stats_ns;
 		log_stats(w);
 	}
-	pthread_mutex_lock(&w->mu);
-	wake = tell_losses(w, dt__now_ns());
-	pthread_mutex_unlock(&w->mu);
+	return now;
+}
+
+/* The rest of the pass (mu held): the losses whose time has come. When
+ * the next pass is due, for a pass that began at now. */
+static uint64_t
+watch_losses(struct dt_watch *w, uint64_t now)
+{
+	uint64_t wake = tell_losses(w, dt__now_ns());
+
 	if (wake > now + w->tick_ns)
 		wake = now + w->tick_ns;
 	if (w->stats_ns && wake > w->next_stats)
@@ -480,9 +486,13 @@ watch_main(void *arg)
 	pthread_mutex_lock(&w->mu);
 	while (!w->stop) {
 		pthread_mutex_unlock(&w->mu);
-		uint64_t wake = watch_step(w);
+		uint64_t now = watch_beats(w);
 
 		pthread_mutex_lock(&w->mu);
+		/* (mu held from here into the wait: a loss deferred after
+		 * this look wakes the thread) */
+		uint64_t wake = watch_losses(w, now);
+
 		if (w->stop)
 			break;
 		struct timespec ts = dt__timespec_at(wake);
@@ -493,12 +503,21 @@ watch_main(void *arg)
 	return NULL;
 }
 
-/* The shared heartbeat loop's timer (DT_SHARED_LOOP): the same pass. */
+/* The shared heartbeat loop's timer (DT_SHARED_LOOP): the same pass. A
+ * loss deferred once the losses were looked at brings the timer forward
+ * (dt__watch_defer_loss: dt__loop_timer_at, which the loop keeps for
+ * a timer that runs). */
 static uint64_t
-watch_timer(void *arg, uint64_t now)
+watch_timer(void *arg, uint64_t unused)
 {
-	(void)now;
-	return watch_step(arg);
+	struct dt_watch *w = arg;
+	uint64_t now = watch_beats(w), wake;
+
+	(void)unused;
+	pthread_mutex_lock(&w->mu);
+	wake = watch_losses(w, now);
+	pthread_mutex_unlock(&w->mu);
+	return wake;
 }
 
 int
