@@ -85,12 +85,13 @@ static struct {
 	dt_loop *loops[DT_LOOP_KINDS];
 } reg = {.mu = PTHREAD_MUTEX_INITIALIZER};
 
-static _Thread_local int in_loop;
+/* The loop whose thread this is (NULL: none). */
+static _Thread_local dt_loop *tl_loop;
 
 int
 dt__loop_thread(void)
 {
-	return in_loop;
+	return tl_loop != NULL;
 }
 
 dt_err
@@ -313,7 +314,7 @@ loop_main(void *arg)
 	dt_loop *l = arg;
 	struct epoll_event evs[EVS];
 
-	in_loop = 1;
+	tl_loop = l;
 	/* (it serves every peer: it never waits for one to copy a remote
 	 * segment, transport.h) */
 	(void)dt__transport_set_serving(1);
@@ -530,7 +531,7 @@ dt__loop_timer_at(dt_loop *l, dt_loop_src *s, uint64_t at)
 		sooner = heap_push(l, s) == DT_OK;
 	}
 	pthread_mutex_unlock(&l->lu);
-	if (sooner && !in_loop)
+	if (sooner && tl_loop != l) /* (its own thread looks at the heap) */
 		wake(l);
 }
 
@@ -555,7 +556,7 @@ dt__loop_remove(dt_loop *l, dt_loop_src *s)
 	s->grave = l->graves;
 	l->graves = s;
 	/* (the loop's own thread is what runs s: it returns to the loop) */
-	while (l->cur == s && !in_loop)
+	while (l->cur == s && tl_loop != l)
 		pthread_cond_wait(&l->cv, &l->lu);
 	pthread_mutex_unlock(&l->lu);
 }
