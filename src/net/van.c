@@ -22,7 +22,10 @@
  * re-check `open` under that lock before each write, so none writes to a
  * recycled descriptor) and frees its buffers; the small dt_conn itself
  * lives until the van is destroyed, so a sender still holding it never
- * touches freed memory.
+ * touches freed memory. With DT_SHARED_LOOP the van starts neither thread:
+ * the process's shared loops (loop_shared.c) play their parts for every
+ * van of the process, and the van's destruction takes it out of them
+ * (waiting for a round of it under way) before anything is freed.
  */
 #include <errno.h>
 #include <pthread.h>

@@ -5,7 +5,9 @@
  * TCP connection until it has authenticated (auth.h), evicting the oldest
  * pending ones when strangers crowd in. A connection that passed is handed
  * to the I/O thread (van_loop.c); the same-host listener's are accepted by
- * the I/O thread itself and authenticate there (van_recv.c).
+ * the I/O thread itself and authenticate there (van_recv.c). With
+ * DT_SHARED_LOOP the same work runs in rounds on the process's shared
+ * handshake loop (van_hs_round, van_hs_tick) instead of a thread per van.
  */
 #include <errno.h>
 #include <pthread.h>
