@@ -3,8 +3,10 @@
  * tests/integration/scale_sim.sh. Each simulated node is a dt_node started
  * from its own config (dt_node_start) against a scheduler run elsewhere:
  * it runs the real join, start-up barrier, barriers, heartbeats and
- * leaving, with the library's own threads (I/O, handshake, heartbeats) and
- * one driver thread here that makes its calls.
+ * leaving, and one driver thread here makes its calls. The nodes share
+ * the library's threads (DT_SHARED_LOOP=1 unless set: one I/O, one
+ * handshake and one heartbeat thread for all the nodes of the process;
+ * with DT_SHARED_LOOP=0, three threads per node, as a real node has).
  *
  * The nodes go through the phases together, one phase per line "go" read
  * on standard input: phase 0 joins (dt_node_start, which returns after
@@ -27,7 +29,7 @@
  * share memory rings with each other, as nodes of different hosts could
  * not), and DT_SPIN_US=0 and DT_WAIT_DIRECT=0: a waiting node sleeps, as
  * it would on a host of its own, instead of polling a processor that
- * thousands of others share.
+ * thousands of others share (on the shared loops it always does).
  */
 #include <errno.h>
 #include <inttypes.h>
@@ -40,8 +42,8 @@
 
 #include "dtrain/dtrain.h"
 
-/* Most nodes in one process: the descriptors and threads of more would
- * exceed the usual limits long before. */
+/* Most nodes in one process: the descriptors (and, without the shared
+ * loops, the threads) of more would exceed the usual limits long before. */
 #define MAX_NODES    20000
 #define MAX_BARRIERS 1000
 /* A driver thread's stack: the calls it makes use a few KiB. */
@@ -388,6 +390,7 @@ main(int argc, char **argv)
 	setenv("DTRAIN_TRANSPORT", "tcp", 0);
 	setenv("DT_SPIN_US", "0", 0);
 	setenv("DT_WAIT_DIRECT", "0", 0);
+	setenv("DT_SHARED_LOOP", "1", 0);
 	raise_nofile();
 	if (dt_node_config_from_env(&sim.base, 0) != DT_OK) {
 		fprintf(stderr, "scale_sim: %s\n", dt_errmsg());

@@ -40,7 +40,13 @@ sockets (/proc), and prints per phase:
               of one node per host.
 
 and per size the memory (RSS growth since the processes started, before
-any node), descriptors and threads per node, and the sockets against
+any node), descriptors and threads per node (every thread of the
+simulators, the nodes' driver threads included), sims cpu: the
+simulators' processor time from their start to the last barrier's end,
+lib thr: the most
+threads the library added to one simulator (its threads once its nodes
+joined, less those it had before: 3 per node, or 3 in all on the shared
+loops, DT_SHARED_LOOP=1, the simulator's default), and the sockets against
 those the nodes' partners explain (each node: its listener and its
 connection to the scheduler; a worker: one per server; a server: one per
 worker; over the control tree, one for each link between a node and its
@@ -127,9 +133,13 @@ def thread_wchans(pid):
 
 
 def proc_sample(pid):
-    """RSS (KiB), threads, descriptors and sockets of pid."""
-    o = {"rss_kib": 0, "threads": 0, "fds": 0, "sockets": 0}
+    """RSS (KiB), threads, descriptors, sockets and CPU time (s, user and
+    system: /proc/<pid>/stat's ticks) of pid."""
+    o = {"rss_kib": 0, "threads": 0, "fds": 0, "sockets": 0, "cpu_s": 0.0}
     try:
+        with open(f"/proc/{pid}/stat") as f:
+            v = f.read().rsplit(")", 1)[1].split()
+        o["cpu_s"] = (int(v[11]) + int(v[12])) / os.sysconf("SC_CLK_TCK")
         with open(f"/proc/{pid}/status") as f:
             for ln in f:
                 if ln.startswith("VmRSS:"):
@@ -409,7 +419,7 @@ def phase_row(w, s, nsim, name, lines, cpu_ns, busy, shape):
 
 
 def sample_sims(sims):
-    tot = {"rss_kib": 0, "threads": 0, "fds": 0, "sockets": 0}
+    tot = {"rss_kib": 0, "threads": 0, "fds": 0, "sockets": 0, "cpu_s": 0.0}
     for sm in sims:
         o = proc_sample(sm.p.pid)
         for k in tot:
@@ -470,6 +480,11 @@ def run(w, s):
             return rows, summary
         base = sample_sims(sims)
         summary["rss_kib_base"] = base["rss_kib"]
+        # (each process's threads before any node started: its main
+        # thread and its nodes' driver threads; what the library adds
+        # to them is counted after the join)
+        for sm in sims:
+            sm.base_threads = sm.sample["threads"]
         phases = ["join"] + [f"barrier{i + 1}" for i in range(BARRIERS)] + [
             "leave"]
         for k, name in enumerate(phases):
@@ -518,6 +533,14 @@ def run(w, s):
                     (tot["rss_kib"] - base["rss_kib"]) / n, 1)
                 summary["fds_per_node"] = round(tot["fds"] / n, 2)
                 summary["threads_per_node"] = round(tot["threads"] / n, 2)
+                # (the simulators' CPU time from their start: after
+                # the last barrier, the join's, the barriers' and the
+                # idle nodes' heartbeats meanwhile, HOLD_S)
+                summary["sims_cpu_s"] = round(tot["cpu_s"], 2)
+                summary["threads_proc_max"] = max(
+                    sm.sample["threads"] for sm in sims)
+                summary["lib_threads_proc_max"] = max(
+                    sm.sample["threads"] - sm.base_threads for sm in sims)
                 summary["sockets"] = tot["sockets"]
                 tree = shape["extra"] if shape else {}
                 summary["sockets_expected"] = sum(
@@ -627,14 +650,17 @@ def main():
                  fmt(o, "p99_ms", "%.2f"), fmt(o, "model_s", "%.3f"),
                  o["failed"]))
     print()
-    print("%6s %4s %4s %9s %8s %9s %8s %8s %9s %8s %7s %s" % (
-        "W", "S", "P", "RSS KiB/n", "fds/n", "threads/n", "sockets",
-        "expected", "root hb/s", "total s", "sched", "load (start / end)"))
+    print("%6s %4s %4s %9s %8s %9s %8s %8s %8s %8s %9s %8s %7s %s" % (
+        "W", "S", "P", "RSS KiB/n", "fds/n", "threads/n", "lib thr",
+        "sims cpu", "sockets", "expected", "root hb/s", "total s", "sched",
+        "load (start / end)"))
     for o in sums:
-        print("%6d %4d %4d %9s %8s %9s %8s %8s %9s %8s %7s %s / %s" % (
+        print("%6d %4d %4d %9s %8s %9s %8s %8s %8s %8s %9s %8s %7s %s / %s" % (
             o["workers"], o["servers"], o["procs"],
             fmt(o, "rss_kib_per_node", "%.1f"), fmt(o, "fds_per_node", "%.2f"),
-            fmt(o, "threads_per_node", "%.2f"), fmt(o, "sockets", "%d"),
+            fmt(o, "threads_per_node", "%.2f"),
+            fmt(o, "lib_threads_proc_max", "%d"),
+            fmt(o, "sims_cpu_s", "%.2f"), fmt(o, "sockets", "%d"),
             fmt(o, "sockets_expected", "%d"), fmt(o, "root_hb_s", "%.1f"),
             fmt(o, "total_s", "%.1f"), o.get("sched_exit"), o["load_start"],
             o["load_end"]))

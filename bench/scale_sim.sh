@@ -24,10 +24,13 @@
 # directory of the logs and scale_sim.jsonl (a new temporary one).
 # The bench raises the descriptor limit (ulimit -n) to the hard limit and
 # says what it got, with the machine's processors, threads-max, pid_max
-# and load. Each node has 4 threads: when the largest size needs more
-# threads than kernel.pid_max allows (with the machine's own threads and a
-# margin) and the bench runs as root, it raises pid_max for the run and
-# puts the old value back at its end (PID_MAX=keep leaves it alone).
+# and load. Each node has one thread of the simulator's (its driver), and
+# the nodes of a process share the library's three (DT_SHARED_LOOP=1, the
+# simulator's default; with DT_SHARED_LOOP=0 a node has 4 threads): when
+# the largest size needs more threads than kernel.pid_max allows (with the
+# machine's own threads and a margin) and the bench runs as root, it
+# raises pid_max for the run and puts the old value back at its end
+# (PID_MAX=keep leaves it alone).
 set -u
 BUILD=${1:-${DTRAIN_BUILD:-build}}
 shift || true
@@ -42,7 +45,8 @@ echo "scale_sim.sh: ulimit -n $(ulimit -n) (hard $(ulimit -Hn));" \
 	"$(nproc) processors; threads-max $(cat /proc/sys/kernel/threads-max);" \
 	"pid_max $(cat /proc/sys/kernel/pid_max); load $(cut -d' ' -f1-3 /proc/loadavg);" \
 	"logs in $OUT" >&2
-# The threads the largest size needs: 4 a node, the machine's, a margin.
+# The threads the largest size needs: 1 a node and 4 a process on the
+# shared loops (4 a node without), the machine's, a margin.
 most=0
 for sz in $SIZES; do
 	case $sz in
@@ -52,7 +56,9 @@ for sz in $SIZES; do
 	[ "$n" -gt "$most" ] && most=$n
 done
 old_pid_max=$(cat /proc/sys/kernel/pid_max)
-want=$(( 4 * most + $(ps -eLf --no-headers | wc -l) + 8192 ))
+per_node=1
+[ "${DT_SHARED_LOOP:-1}" = 1 ] || per_node=4
+want=$(( per_node * most + 4 * (most / ${PER_PROC:-250} + 1) + $(ps -eLf --no-headers | wc -l) + 8192 ))
 if [ "${PID_MAX:-raise}" != keep ] && [ "$want" -gt "$old_pid_max" ]; then
 	[ "$want" -gt 4194304 ] && want=4194304
 	if [ "$(id -u)" = 0 ] && echo "$want" >/proc/sys/kernel/pid_max 2>/dev/null; then

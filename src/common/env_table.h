@@ -97,6 +97,7 @@ X(DT_RECONNECT_TIMEOUT, "10", U, "with PS_RESEND=1: seconds a lost connection ma
 X(DT_RESTART_TIMEOUT, "60", U, "seconds the scheduler waits for a lost node's replacement") \
 X(DT_MAX_MESSAGE, "17179869184", U, "largest payload accepted from the wire, in bytes") \
 X(DT_SPIN_US, "200 (0 while other programs fill the processors)", U, "microseconds a waiting call polls before it sleeps") \
+X(DT_SHARED_LOOP, "0", U, "1: the nodes of a process share three threads (I/O, handshakes, heartbeats) instead of three each (the scale simulator's nodes); waiting calls then sleep until woken, whatever DT_SPIN_US and DT_WAIT_DIRECT say") \
 X(DT_WAIT_DIRECT, "1 when the job has more processes on the host than processors, else 0", U, "1: a waiting call sleeps in the network's event loop itself, woken by the message it waits for; 0: the I/O thread receives and wakes it") \
 X(OPENBLAS_CORETYPE, "(OpenBLAS chooses)", U, "OpenBLAS's kernels (read by OpenBLAS); dtrain warns, naming the value, when OpenBLAS falls back to slow ones") \
 X(DT_LISTEN_FD, "(none)", L, "a listening socket the scheduler adopts") \

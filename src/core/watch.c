@@ -3,7 +3,10 @@
  * peer that froze (SIGSTOP, a dead host whose connection stays open, a
  * partition) is noticed, named and ends the job instead of hanging it.
  *
- * One thread per node. Every PS_HEARTBEAT_INTERVAL it sends a HEARTBEAT
+ * One thread per node (with DT_SHARED_LOOP, a timer on the process's
+ * shared heartbeat loop instead: the same pass, watch_step, for every node
+ * of the process on one thread, net/loop_shared.h). Every
+ * PS_HEARTBEAT_INTERVAL it sends a HEARTBEAT
  * (a bare header) on each of the node's connections to the job - a member
  * to the scheduler and to its peers, the scheduler to every node - unless a
  * send is already under way there, which speaks for it (dt__van_beat never
@@ -40,6 +43,7 @@
 #include <time.h>
 
 #include "core/node_impl.h"
+#include "net/loop_shared.h"
 #include "dtrain/obs.h"
 #include "obs/obs.h"
 
@@ -58,7 +62,13 @@ struct dt_watch {
 	/* (mu) when the tree parent's connection closed without BYE (0:
 	 * it did not), for orphaned() */
 	uint64_t parent_gone;
+	uint64_t next_beat, next_stats; /* (watch thread) */
 	pthread_t thread;
+	/* DT_SHARED_LOOP (the van is on the shared loops): no thread, but a
+	 * timer on the process's shared heartbeat loop, which runs watch_step
+	 * for every node of the process (loop_shared.h) */
+	dt_loop *loop;
+	dt_loop_src *timer;
 	pthread_mutex_t mu;
 	pthread_cond_t cv; /* CLOCK_MONOTONIC */
 	int stop;          /* (mu) */
@@ -436,40 +446,78 @@ tell_losses(struct dt_watch *w, uint64_t now)
 	return next;
 }
 
+/* The beats and judgements of one pass of the heartbeat work, and the
+ * counters' line when due (no lock held); returns when it began. */
+static uint64_t
+watch_beats(struct dt_watch *w)
+{
+	uint64_t now = dt__now_ns();
+	int beat = w->interval_ns && now >= w->next_beat;
+
+	if (beat)
+		w->next_beat = now + w->interval_ns;
+	round_of(w, beat);
+	if (w->stats_ns && now >= w->next_stats) {
+		w->next_stats = now + w->stats_ns;
+		log_stats(w);
+	}
+	return now;
+}
+
+/* The rest of the pass (mu held): the losses whose time has come. When
+ * the next pass is due, for a pass that began at now. */
+static uint64_t
+watch_losses(struct dt_watch *w, uint64_t now)
+{
+	uint64_t wake = tell_losses(w, dt__now_ns());
+
+	if (wake > now + w->tick_ns)
+		wake = now + w->tick_ns;
+	if (w->stats_ns && wake > w->next_stats)
+		wake = w->next_stats;
+	return wake;
+}
+
 static void *
 watch_main(void *arg)
 {
 	struct dt_watch *w = arg;
-	uint64_t next_beat = 0, next_stats = dt__now_ns() + w->stats_ns;
 
 	pthread_mutex_lock(&w->mu);
 	while (!w->stop) {
-		uint64_t now = dt__now_ns();
-		int beat = w->interval_ns && now >= next_beat;
-
 		pthread_mutex_unlock(&w->mu);
-		if (beat)
-			next_beat = now + w->interval_ns;
-		round_of(w, beat);
-		if (w->stats_ns && now >= next_stats) {
-			next_stats = now + w->stats_ns;
-			log_stats(w);
-		}
+		uint64_t now = watch_beats(w);
+
 		pthread_mutex_lock(&w->mu);
-		uint64_t wake = tell_losses(w, dt__now_ns());
+		/* (mu held from here into the wait: a loss deferred after
+		 * this look wakes the thread) */
+		uint64_t wake = watch_losses(w, now);
 
 		if (w->stop)
 			break;
-		if (wake > now + w->tick_ns)
-			wake = now + w->tick_ns;
-		if (w->stats_ns && wake > next_stats)
-			wake = next_stats;
 		struct timespec ts = dt__timespec_at(wake);
 
 		pthread_cond_timedwait(&w->cv, &w->mu, &ts);
 	}
 	pthread_mutex_unlock(&w->mu);
 	return NULL;
+}
+
+/* The shared heartbeat loop's timer (DT_SHARED_LOOP): the same pass. A
+ * loss deferred once the losses were looked at brings the timer forward
+ * (dt__watch_defer_loss: dt__loop_timer_at, which the loop keeps for
+ * a timer that runs). */
+static uint64_t
+watch_timer(void *arg, uint64_t unused)
+{
+	struct dt_watch *w = arg;
+	uint64_t now = watch_beats(w), wake;
+
+	(void)unused;
+	pthread_mutex_lock(&w->mu);
+	wake = watch_losses(w, now);
+	pthread_mutex_unlock(&w->mu);
+	return wake;
 }
 
 int
@@ -505,11 +553,14 @@ dt__watch_defer_loss(dt_node *n, int peer)
 		w->lost = l;
 		w->lost_cap = cap;
 	}
+	uint64_t at = dt__now_ns() + grace;
+
 	if (!known)
-		w->lost[w->nlost++] =
-		    (struct lost){.id = peer, .at = dt__now_ns() + grace};
+		w->lost[w->nlost++] = (struct lost){.id = peer, .at = at};
 	pthread_cond_broadcast(&w->cv);
 	pthread_mutex_unlock(&w->mu);
+	if (w->timer)
+		dt__loop_timer_at(w->loop, w->timer, at);
 	return 1;
 }
 
@@ -544,19 +595,34 @@ dt__watch_start(dt_node *n)
 		w->tick_ns = 1000000000ull;
 	if (w->tick_ns < 10000000ull)
 		w->tick_ns = 10000000ull;
+	w->next_stats = dt__now_ns() + w->stats_ns;
 	pthread_mutex_init(&w->mu, NULL);
 	dt__cond_init_monotonic(&w->cv);
-	int rc = pthread_create(&w->thread, NULL, watch_main, w);
+	dt_err err = DT_OK;
 
-	if (rc != 0) {
+	if (dt__van_shared(n->van)) {
+		if ((err = dt__loop_get(DT_LOOP_BEAT, &w->loop)) == DT_OK &&
+		    (err = dt__loop_add_timer(w->loop, watch_timer, w,
+		                              dt__now_ns(), &w->timer))) {
+			dt__loop_put(w->loop);
+			w->loop = NULL;
+		}
+	} else {
+		int rc = pthread_create(&w->thread, NULL, watch_main, w);
+
+		if (rc != 0)
+			err = dt__fail(DT_ESYS,
+			               "starting the heartbeat thread: %s",
+			               strerror(rc));
+	}
+	if (err) {
 		pthread_mutex_destroy(&w->mu);
 		pthread_cond_destroy(&w->cv);
 		free(w->cs);
 		free(w->ids);
 		free(w->lost);
 		free(w);
-		return dt__fail(DT_ESYS, "starting the heartbeat thread: %s",
-		                strerror(rc));
+		return err;
 	}
 	n->watch = w;
 	return DT_OK;
@@ -573,7 +639,15 @@ dt__watch_stop(dt_node *n)
 	w->stop = 1;
 	pthread_cond_signal(&w->cv);
 	pthread_mutex_unlock(&w->mu);
-	pthread_join(w->thread, NULL);
+	if (w->loop) {
+		/* (once removed, no pass of it runs or will run) */
+		dt__loop_remove(w->loop, w->timer);
+		dt__loop_put(w->loop);
+		w->loop = NULL;
+		w->timer = NULL;
+	} else {
+		pthread_join(w->thread, NULL);
+	}
 	w->joined = 1;
 }
 

@@ -22,7 +22,10 @@
  * re-check `open` under that lock before each write, so none writes to a
  * recycled descriptor) and frees its buffers; the small dt_conn itself
  * lives until the van is destroyed, so a sender still holding it never
- * touches freed memory.
+ * touches freed memory. With DT_SHARED_LOOP the van starts neither thread:
+ * the process's shared loops (loop_shared.c) play their parts for every
+ * van of the process, and the van's destruction takes it out of them
+ * (waiting for a round of it under way) before anything is freed.
  */
 #include <errno.h>
 #include <pthread.h>
@@ -202,6 +205,7 @@ dt__van_create(const dt_van_hooks *hooks, dt_van **out)
 {
 	dt_van *v;
 	long maxmsg, tmo, hs;
+	int shared;
 	dt_auth *auth = NULL;
 	dt_err err;
 
@@ -218,6 +222,8 @@ dt__van_create(const dt_van_hooks *hooks, dt_van **out)
 		return err;
 	if ((err = dt__van_wait_configure()))
 		return err;
+	if ((err = dt__loop_configure(&shared)))
+		return err;
 	if ((err = dt__auth_from_env(&auth)))
 		return err;
 	v = dt__calloc(1, sizeof(*v));
@@ -231,6 +237,7 @@ dt__van_create(const dt_van_hooks *hooks, dt_van **out)
 		return err;
 	}
 	v->auth = auth;
+	v->shared = shared;
 	v->handshake_ns = (uint64_t)hs * 1000000000ull;
 	v->hooks = *hooks;
 	v->lis.fd = -1;
@@ -282,6 +289,7 @@ dt__van_destroy(dt_van *v)
 	pthread_mutex_lock(&v->park_mu);
 	pthread_cond_signal(&v->park_cv);
 	pthread_mutex_unlock(&v->park_mu);
+	van_shared_stop(v); /* (shared: no round of it runs from here on) */
 	van_hs_stop(v);
 	if (v->started) {
 		van_wake_io(v);
@@ -338,6 +346,8 @@ dt__van_listen_local(dt_van *v, char *name, size_t cap)
 dt_err
 dt__van_start(dt_van *v)
 {
+	if (v->shared)
+		return van_shared_start(v); /* no thread of its own */
 	if (pthread_create(&v->thread, NULL, van_io_main, v) != 0)
 		return dt__fail(DT_ESYS, "cannot start the I/O thread");
 	pthread_setname_np(v->thread, "dt-io");
@@ -361,6 +371,17 @@ dt__conn_silent_ns(const dt_conn *c, uint64_t now)
 		return 0; /* this node is not reading: it cannot tell */
 	if (stall > heard)
 		heard = stall;
+	/* (on a shared loop, the loop's stalls are this node's too: it
+	 * reads only when the loop comes round to it) */
+	dt_loop *l = __atomic_load_n(&v->io_loop, __ATOMIC_ACQUIRE);
+
+	if (l) {
+		dt__loop_stalls(l, &busy, &stall);
+		if (busy && now > busy && now - busy > STALL_NS)
+			return 0;
+		if (stall > heard)
+			heard = stall;
+	}
 	return now > heard ? now - heard : 0;
 }
 
@@ -444,7 +465,13 @@ dt__conn_is_open(const dt_conn *c)
 int
 dt__van_dispatching(const dt_van *v)
 {
-	return v != NULL && van_tl_dispatch == v;
+	return v != NULL && (van_tl_dispatch == v || dt__loop_thread());
+}
+
+int
+dt__van_shared(const dt_van *v)
+{
+	return v != NULL && v->shared;
 }
 
 uint64_t

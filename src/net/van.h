@@ -88,7 +88,9 @@ void dt__van_destroy(dt_van *v);
  */
 dt_err dt__van_listen(dt_van *v, const char *host, int port, int fd,
                       int *bound_port);
-/* Start the I/O thread. */
+/* Start the I/O thread and the handshake thread; with DT_SHARED_LOOP=1,
+ * add the van to the process's shared loops instead (loop_shared.h): it
+ * then has no thread of its own. */
 dt_err dt__van_start(dt_van *v);
 
 /*
@@ -230,10 +232,15 @@ const char *dt__conn_addr(const dt_conn *c);
 int dt__conn_peer_pid(const dt_conn *c);
 int dt__conn_is_open(const dt_conn *c);
 
-/* 1 if this thread is handling v's events now (a hook runs): such a
- * thread must not wait for a lock that a sender may hold while it waits
- * for a peer. */
+/* 1 if this thread is handling v's events now (a hook runs), or is a
+ * thread of the process's shared loops (DT_SHARED_LOOP), which serve every
+ * node of the process: such a thread must not wait for a lock that a
+ * sender may hold while it waits for a peer, nor for a peer's answer. */
 int dt__van_dispatching(const dt_van *v);
+
+/* 1 if v is served by the process's shared loops (DT_SHARED_LOOP=1, read
+ * when v was made): its owner's periodic work goes there too. */
+int dt__van_shared(const dt_van *v);
 
 /* The largest payload a frame may carry (DT_MAX_MESSAGE). */
 uint64_t dt__van_max_payload(const dt_van *v);

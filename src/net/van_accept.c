@@ -5,7 +5,9 @@
  * TCP connection until it has authenticated (auth.h), evicting the oldest
  * pending ones when strangers crowd in. A connection that passed is handed
  * to the I/O thread (van_loop.c); the same-host listener's are accepted by
- * the I/O thread itself and authenticate there (van_recv.c).
+ * the I/O thread itself and authenticate there (van_recv.c). With
+ * DT_SHARED_LOOP the same work runs in rounds on the process's shared
+ * handshake loop (van_hs_round, van_hs_tick) instead of a thread per van.
  */
 #include <errno.h>
 #include <pthread.h>
@@ -529,11 +531,54 @@ hs_free_dead(dt_van *v)
 	}
 }
 
+/*
+ * One round of the handshake thread's work: the expiries, then the events
+ * of hs_epfd, waiting for them up to wait (1) or not at all (0: a round on
+ * the shared handshake loop, which waited for them itself). 0 once
+ * epoll_wait failed for good.
+ */
+static int
+hs_round(dt_van *v, int wait)
+{
+	struct epoll_event evs[64];
+	uint64_t until = atomic_load(&v->hs_paused_until), now;
+	int tmo = hs_expire(v), n;
+
+	hs_free_dead(v);
+	if (until && (now = dt__now_ns()) < until) {
+		int p = (int)((until - now) / 1000000) + 1;
+
+		tmo = tmo < 0 || p < tmo ? p : tmo;
+	} else if (until) {
+		van_accept_resume(v->hs_epfd, &v->lis, &v->hs_paused_until);
+	}
+	n = epoll_wait(v->hs_epfd, evs, 64, wait ? tmo : 0);
+	if (n < 0) {
+		if (errno == EINTR)
+			return 1;
+		dt__log(0, "epoll_wait (handshakes): %s", strerror(errno));
+		return 0;
+	}
+	for (int i = 0; i < n; i++) {
+		void *p = evs[i].data.ptr;
+
+		if (p == NULL)
+			continue; /* hs_evfd: the van stops */
+		if (p == &v->lis) {
+			van_accept_all(v, &v->lis);
+			continue;
+		}
+		if (atomic_load(&((dt_conn *)p)->open))
+			hs_readable(v, p);
+	}
+	hs_free_dead(v);
+	return 1;
+}
+
 void *
 van_hs_main(void *arg)
 {
 	dt_van *v = arg;
-	struct epoll_event evs[64];
 
 	/* Strangers' handshakes wait for the job's own work, not the other
 	 * way round (on Linux a thread's nice value is its own). */
@@ -541,42 +586,28 @@ van_hs_main(void *arg)
 	                getpriority(PRIO_PROCESS, 0) + 10) < 0) {
 		/* not allowed: it runs at the process's priority */
 	}
-	while (!atomic_load(&v->stopping)) {
-		uint64_t until = atomic_load(&v->hs_paused_until), now;
-		int tmo = hs_expire(v), n;
-
-		hs_free_dead(v);
-		if (until && (now = dt__now_ns()) < until) {
-			int p = (int)((until - now) / 1000000) + 1;
-
-			tmo = tmo < 0 || p < tmo ? p : tmo;
-		} else if (until) {
-			van_accept_resume(v->hs_epfd, &v->lis,
-			                  &v->hs_paused_until);
-		}
-		n = epoll_wait(v->hs_epfd, evs, 64, tmo);
-		if (n < 0) {
-			if (errno == EINTR)
-				continue;
-			dt__log(0, "epoll_wait (handshakes): %s",
-			        strerror(errno));
-			break;
-		}
-		for (int i = 0; i < n; i++) {
-			void *p = evs[i].data.ptr;
-
-			if (p == NULL)
-				continue; /* hs_evfd: the van stops */
-			if (p == &v->lis) {
-				van_accept_all(v, &v->lis);
-				continue;
-			}
-			if (atomic_load(&((dt_conn *)p)->open))
-				hs_readable(v, p);
-		}
-		hs_free_dead(v);
-	}
+	while (!atomic_load(&v->stopping) && hs_round(v, 1))
+		;
 	return NULL;
+}
+
+/* The shared handshake loop (DT_SHARED_LOOP): hs_epfd has events. */
+void
+van_hs_round(void *arg)
+{
+	(void)hs_round(arg, 0);
+}
+
+/* The shared handshake loop's periodic call: the expiries and the end of
+ * a listener's pause, while there are any (the loop's one thread owns
+ * hs_count and the lists, as the handshake thread does). */
+void
+van_hs_tick(void *arg)
+{
+	dt_van *v = arg;
+
+	if (v->hs_count > 0 || atomic_load(&v->hs_paused_until) || v->hs_dead)
+		(void)hs_round(v, 0);
 }
 
 /* Stop the handshake thread and give up the connections it holds (the van

@@ -10,7 +10,9 @@
  *   van_dial.c    dialling a peer, through the first transport that can
  *                 reach it, with the connector's side of the handshake
  *   van_loop.c    the I/O thread ("dt-io"), dispatching events, the
- *                 polling wait of callers (dt__van_wait)
+ *                 polling wait of callers (dt__van_wait), and a van's
+ *                 rounds on the process's shared loops (DT_SHARED_LOOP:
+ *                 loop_shared.c) in place of its own threads
  *   van_recv.c    receive framing: frames cut from a link's bytes,
  *                 payloads into their final buffer
  *   van_send.c    the send queue, the one writer per connection, sending
@@ -30,6 +32,7 @@
 #include <sys/uio.h>
 
 #include "net/auth.h"
+#include "net/loop_shared.h"
 #include "net/transport.h"
 #include "net/van.h"
 
@@ -180,6 +183,13 @@ struct dt_van {
 	atomic_int dial_stop;
 	pthread_t thread;
 	int started;
+	/* DT_SHARED_LOOP: the van has no threads of its own; its epoll set
+	 * is a source of the process's shared I/O loop, its handshake set
+	 * one of the shared handshake loop (van_loop.c: van_shared_start).
+	 * Set before the van starts, cleared once it is taken out. */
+	int shared;
+	dt_loop *io_loop, *hs_loop;
+	dt_loop_src *io_src, *hs_src;
 	pthread_mutex_t mu;
 	/* Held while events are handled, by the I/O thread or by a caller
 	 * that polls while it waits (dt__van_wait): hooks never run in two
@@ -258,10 +268,14 @@ int van_handshake_read(dt_van *v, dt_conn *c, dt_err *err);
 dt_err van_send_small(dt_link *l, const uint8_t *buf, size_t len,
                       uint64_t deadline);
 void *van_hs_main(void *arg);
+void van_hs_round(void *arg);
+void van_hs_tick(void *arg);
 void van_hs_stop(dt_van *v);
 
 /* van_loop.c */
 void *van_io_main(void *arg);
+dt_err van_shared_start(dt_van *v);
+void van_shared_stop(dt_van *v);
 
 /* van_recv.c */
 void van_conn_readable(dt_van *v, dt_conn *c);

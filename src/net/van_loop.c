@@ -284,6 +284,96 @@ van_io_main(void *arg)
 	return NULL;
 }
 
+/*
+ * ---- the shared loops (DT_SHARED_LOOP) ----
+ *
+ * A van in shared mode starts no thread: its epoll set is a source of the
+ * process's shared I/O loop (loop_shared.c), which calls io_round when
+ * the set holds an event, and its handshake set one of the shared
+ * handshake loop (van_accept.c: van_hs_round). A round is one pass of
+ * van_io_main's loop that never sleeps: the events there are now (at most
+ * 32, so one busy node does not hold the others up; the set stays
+ * readable for the next round), dispatched under dispatch_mu as any. The
+ * loop's thread is the van's I/O thread for that while: its sends queue
+ * what a peer does not take (van_send.c), and callers of dt__van_wait
+ * sleep on their condition variable, since there is no I/O thread to park
+ * (DT_SPIN_US and DT_WAIT_DIRECT do not apply).
+ */
+static void
+io_round(void *arg)
+{
+	dt_van *v = arg;
+	struct epoll_event evs[64];
+	int n, nr = 0;
+
+	pthread_mutex_lock(&v->dispatch_mu);
+	n = epoll_wait(v->epfd, evs, 32, 0);
+	if (n < 0)
+		n = 0;
+	if (atomic_load_explicit(&v->npolled, memory_order_relaxed))
+		n = polled_events(v, evs, n, 64, 0);
+	if (n > 0)
+		(void)dispatch(v, evs, n);
+	/* As the I/O thread before it sleeps: ask the polled links for their
+	 * doorbells; if bytes came meanwhile, come round again. */
+	if (atomic_load_explicit(&v->npolled, memory_order_relaxed))
+		nr = polled_events(v, evs, 0, 32, 1);
+	pthread_mutex_unlock(&v->dispatch_mu);
+	if (nr)
+		van_wake_io(v);
+}
+
+/* The shared loop's periodic call: the sweeps and a listener's pause, as
+ * the I/O thread's timeouts would, while there is any to do. */
+static void
+io_tick(void *arg)
+{
+	dt_van *v = arg;
+
+	if (atomic_load(&v->unvouched) == 0 &&
+	    atomic_load(&v->queued_conns) == 0 &&
+	    atomic_load(&v->accept_paused_until) == 0)
+		return;
+	pthread_mutex_lock(&v->dispatch_mu);
+	(void)dispatch(v, NULL, 0);
+	pthread_mutex_unlock(&v->dispatch_mu);
+}
+
+dt_err
+van_shared_start(dt_van *v)
+{
+	dt_err err;
+
+	if ((err = dt__loop_get(DT_LOOP_IO, &v->io_loop)) ||
+	    (err = dt__loop_add_fd(v->io_loop, v->epfd, io_round, io_tick, v,
+	                           &v->io_src)))
+		goto fail;
+	if ((err = dt__loop_get(DT_LOOP_HS, &v->hs_loop)) ||
+	    (err = dt__loop_add_fd(v->hs_loop, v->hs_epfd, van_hs_round,
+	                           van_hs_tick, v, &v->hs_src)))
+		goto fail;
+	return DT_OK;
+fail:
+	van_shared_stop(v);
+	return err;
+}
+
+/* Take the van out of the shared loops: once this returns, no round of
+ * it runs or will run (the van is being destroyed). */
+void
+van_shared_stop(dt_van *v)
+{
+	if (v->hs_src)
+		dt__loop_remove(v->hs_loop, v->hs_src);
+	if (v->io_src)
+		dt__loop_remove(v->io_loop, v->io_src);
+	dt__loop_put(v->hs_loop);
+	dt__loop_put(v->io_loop);
+	v->hs_src = v->io_src = NULL;
+	v->hs_loop = NULL;
+	__atomic_store_n(&v->io_loop, NULL, __ATOMIC_RELEASE);
+}
+
 /* Handle whatever has arrived, in this thread, unless another thread is at
  * it; never blocks. Returns 1 if it read part of a big payload that is
  * still coming in (dispatch). */

@@ -27,14 +27,15 @@
  * in the connection's queue pq, frames as the van sends them.
  *
  * The thread that handles events (the I/O thread, or a caller polling in
- * dt__van_wait) never waits long for a peer: it writes what the socket
- * takes within NB_BUDGET_NS (and NB_WAIT_MS without progress), queues the
- * rest (a copy) and has epoll report the socket writable; the rest leaves
- * from there (van_conn_writable). A peer that stops reading, or a connection
- * its peer has already given up, thus never keeps a node from serving its
- * other connections and answering handshakes. A queue that does not move
- * for DT_SEND_TIMEOUT ends its connection (van_sweep_stuck); one that would
- * pass QUEUE_SLACK more than the largest frame ends it at once.
+ * dt__van_wait), and any thread of a shared loop (loop_shared.h: the
+ * heartbeats of every node of the process), never waits long for a peer: it
+ * writes what the socket takes within NB_BUDGET_NS (and NB_WAIT_MS without
+ * progress), queues the rest (a copy) and has epoll report the socket writable;
+ * the rest leaves from there (van_conn_writable). A peer that stops reading, or
+ * a connection its peer has already given up, thus never keeps a node from
+ * serving its other connections and answering handshakes. A queue that does not
+ * move for DT_SEND_TIMEOUT ends its connection (van_sweep_stuck); one that
+ * would pass QUEUE_SLACK more than the largest frame ends it at once.
  *
  * Other threads may wait: they take the writer's place (busy), write what
  * is queued, then their frame, straight from the caller's buffers, then
@@ -416,7 +417,9 @@ van_send_locked(dt_van *v, dt_conn *c, struct iovec *vec, int n,
 {
 	dt_err err;
 
-	if (van_tl_dispatch != v)
+	/* (a shared loop's thread serves every node of the process: it
+	 * never waits for one peer, whichever van it works for) */
+	if (van_tl_dispatch != v && !dt__loop_thread())
 		return send_wait_locked(v, c, vec, n, what); /* it ends c */
 	err = send_nb_locked(v, c, vec, n, what);
 	if (err && c->link.fd >= 0)

@@ -333,12 +333,29 @@ setup_shm_encrypted(void **state)
 	return setup_shm(state);
 }
 
+/* ...and on the process's shared loops (DT_SHARED_LOOP=1): the vans of a
+ * test have no thread of their own, and one thread serves both ends. */
+static int
+setup_shared(void **state)
+{
+	setenv("DT_SHARED_LOOP", "1", 1);
+	return setup(state);
+}
+
+static int
+setup_shm_shared(void **state)
+{
+	setenv("DT_SHARED_LOOP", "1", 1);
+	return setup_shm(state);
+}
+
 static int
 teardown(void **state)
 {
 	(void)state;
 	if (saved_stderr >= 0)
 		capture_end(NULL, 0);
+	unsetenv("DT_SHARED_LOOP");
 	unsetenv("DT_MAX_MESSAGE");
 	unsetenv("DTRAIN_ENCRYPT");
 	unsetenv("DTRAIN_SHM_RING");
@@ -2530,6 +2547,87 @@ test_encrypted_tamper(void **state)
 	pair_close(&p);
 }
 
+/* The threads of this process (/proc/self/status). */
+static int
+count_threads(void)
+{
+	FILE *f = fopen("/proc/self/status", "r");
+	char line[256];
+	int n = -1;
+
+	assert_non_null(f);
+	while (fgets(line, sizeof(line), f))
+		if (sscanf(line, "Threads: %d", &n) == 1)
+			break;
+	fclose(f);
+	return n;
+}
+
+/* Wait up to 5 s for this process to hold want threads; the count. */
+static int
+wait_threads(int want)
+{
+	uint64_t end = dt__now_ns() + 5000000000ull;
+	int n;
+
+	while ((n = count_threads()) != want && dt__now_ns() < end)
+		usleep(10000);
+	return n;
+}
+
+/*
+ * On the shared loops (setup_shared), VANS vans cost the process two
+ * threads in all (the shared I/O and handshake loops), not two each; they
+ * serve every van's connections (each van dials the next, in a ring, and
+ * sends it a frame); once the last van is gone, the loops' threads are
+ * too.
+ */
+#define VANS 12
+
+static void
+test_shared_threads(void **state)
+{
+	dt_van *v[VANS];
+	sink s[VANS];
+	dt_conn *c[VANS];
+	int port[VANS], before = count_threads();
+	uint8_t buf[512];
+
+	(void)state;
+	fill_random(buf, sizeof(buf), 5);
+	for (int i = 0; i < VANS; i++) {
+		sink_init(&s[i]);
+		v[i] = make_van(&s[i], 0);
+		assert_int_equal(
+		    dt__van_listen(v[i], "127.0.0.1", 0, -1, &port[i]), DT_OK);
+		assert_int_equal(dt__van_start(v[i]), DT_OK);
+	}
+	assert_int_equal(wait_threads(before + 2), before + 2);
+	for (int i = 0; i < VANS; i++)
+		assert_int_equal(
+		    dt__van_connect(v[i], "127.0.0.1", port[(i + 1) % VANS],
+		                    NULL, WAIT_MS, "the next van", &c[i]),
+		    DT_OK);
+	for (int i = 0; i < VANS; i++) {
+		dt_msg_hdr h = {.cmd = DT_CMD_KV_FIRST, .seq = (uint64_t)i};
+		struct iovec iov = {buf, sizeof(buf)};
+
+		assert_int_equal(dt__van_send(v[i], c[i], &h, NULL, 0, &iov, 1),
+		                 DT_OK);
+	}
+	for (int i = 0; i < VANS; i++) {
+		WAIT_RECS(&s[i], 1); /* the previous van's frame */
+		assert_int_equal(s[i].recs[0].h.seq, (i + VANS - 1) % VANS);
+		assert_int_equal(s[i].recs[0].crc, crc_of(buf, sizeof(buf)));
+	}
+	assert_int_equal(count_threads(), before + 2);
+	for (int i = 0; i < VANS; i++)
+		dt__van_destroy(v[i]);
+	for (int i = 0; i < VANS; i++)
+		sink_fini(&s[i]);
+	assert_int_equal(wait_threads(before), before);
+}
+
 int
 main(void)
 {
@@ -2598,6 +2696,35 @@ main(void)
 	    cmocka_unit_test_setup_teardown(test_stream, setup_shm_encrypted,
 	                                    teardown),
 #undef S
+#define H(f) cmocka_unit_test_setup_teardown(f, setup_shared, teardown)
+	    H(test_shared_threads),
+	    H(test_sizes_in_order),
+	    H(test_corked_in_order),
+	    H(test_echo),
+	    H(test_concurrent_senders),
+	    H(test_payload_dest),
+	    H(test_discard),
+	    H(test_stream),
+	    H(test_cut_frame),
+	    H(test_bad_peers),
+	    H(test_dropped_conns_release_fds),
+	    H(test_coalesced_frames),
+	    H(test_connect_retries),
+	    H(test_dial_cut_and_stop),
+	    H(test_close_and_send),
+	    H(test_send_too_big),
+	    H(test_send_timeout),
+	    H(test_auth_refusals),
+	    H(test_guard),
+	    H(test_evict_silent_first),
+#undef H
+#define HS(f) cmocka_unit_test_setup_teardown(f, setup_shm_shared, teardown)
+	    HS(test_sizes_in_order),
+	    HS(test_echo),
+	    HS(test_concurrent_senders),
+	    HS(test_stream),
+	    HS(test_close_and_send),
+#undef HS
 	    cmocka_unit_test(test_accept_out_of_fds),
 	    cmocka_unit_test(test_guard),
 	    cmocka_unit_test(test_evict_silent_first),
