@@ -6,12 +6,13 @@
 # monotonic clock, which perf record -k CLOCK_MONOTONIC also uses).
 #
 #   bench/kv_profile.sh [BUILD_DIR]
-#   SHAPES=keys_1e7,1key_1MiB,16key_1MiB (default: all three)
+#   SHAPES=keys_1e7,1key_1MiB,16key_1MiB (the default; keys_1e5 too)
 #   TOP=8 (functions listed per process)  OUT=DIR (perf.data files kept)
 #   GRAPH=1 (also record call chains, --call-graph dwarf)
 #
 #   keys_1e7    kv_sparse_bench: a push of 10^7 one-float keys, dist_sync,
 #               no optimizer (ITERS_1E7, default 20 calls)
+#   keys_1e5    the same with 10^5 keys (ITERS_1E5, default 2000 calls)
 #   1key_1MiB   kv_bench: a push of one key of 1 MiB, the server running
 #               sgd lr=1 (ITERS_1MIB, default 3000 calls)
 #   16key_1MiB  kv_bench: a push of 16 keys of 1 MiB in one call
@@ -105,11 +106,13 @@ for s in ${SHAPES//,/ }; do
 	case $s in
 	keys_1e7) run_shape keys_1e7 kv_sparse_bench --keys-only --min 10000000 \
 		--max 10000000 --ops push --iters "${ITERS_1E7:-20}" ;;
+	keys_1e5) run_shape keys_1e5 kv_sparse_bench --keys-only --min 100000 \
+		--max 100000 --ops push --iters "${ITERS_1E5:-2000}" ;;
 	1key_1MiB) run_shape 1key_1MiB kv_bench --only 1048576:1 --ops push \
 		--iters "${ITERS_1MIB:-3000}" ;;
 	16key_1MiB) run_shape 16key_1MiB kv_bench --only 16777216:16 --ops push \
 		--iters "${ITERS_16MIB:-300}" ;;
-	*) echo "kv_profile.sh: SHAPES: $s is not keys_1e7, 1key_1MiB or 16key_1MiB" >&2
+	*) echo "kv_profile.sh: SHAPES: $s is not keys_1e7, keys_1e5, 1key_1MiB or 16key_1MiB" >&2
 		exit 2 ;;
 	esac || exit 1
 done
