@@ -1,8 +1,8 @@
 /*
- * bench_tcp.h - what the KV benchmarks share: a clock, percentiles, and
- * the plain TCP baseline (a forked process on a loopback socket pair
- * doing the same exchange: send the bytes and wait for a 1-byte answer
- * (push), or send 1 byte and read the bytes back (pull), both sides with
+ * bench_tcp.h - what the KV benchmarks share: a clock, percentiles, the
+ * parsing of --ops, and the plain TCP baseline (a forked process on a loopback
+ * socket pair doing the same exchange: send the bytes and wait for a 1-byte
+ * answer (push), or send 1 byte and read the bytes back (pull), both sides with
  * TCP_NODELAY and blocking calls).
  */
 #ifndef DT_BENCH_TCP_H
@@ -124,6 +124,29 @@ tcp_baseline(int op, size_t bytes, int iters)
 	free(buf);
 	free(t);
 	return r;
+}
+
+/* "push,pushpull" into ops[3] (push, pull, pushpull); 1: a name that is
+ * none of them. */
+static inline int
+parse_ops(const char *list, int ops[3])
+{
+	const char *names[] = {"push", "pull", "pushpull"};
+
+	memset(ops, 0, 3 * sizeof(int));
+	while (*list) {
+		size_t len = strcspn(list, ",");
+		int o = 0;
+
+		while (o < 3 && !(strlen(names[o]) == len &&
+		                  strncmp(list, names[o], len) == 0))
+			o++;
+		if (o == 3)
+			return 1;
+		ops[o] = 1;
+		list += len + (list[len] == ',');
+	}
+	return 0;
 }
 
 #endif

@@ -344,29 +344,6 @@ bench_keys(dt_kv *kv, const keys_opts *ko)
 	return 0;
 }
 
-/* "push,pushpull" into ops[3] (push, pull, pushpull); 1: a name that is
- * none of them. */
-static int
-parse_ops(const char *list, int ops[3])
-{
-	const char *names[] = {"push", "pull", "pushpull"};
-
-	memset(ops, 0, 3 * sizeof(int));
-	while (*list) {
-		size_t len = strcspn(list, ",");
-		int o = 0;
-
-		while (o < 3 && !(strlen(names[o]) == len &&
-		                  strncmp(list, names[o], len) == 0))
-			o++;
-		if (o == 3)
-			return 1;
-		ops[o] = 1;
-		list += len + (list[len] == ',');
-	}
-	return 0;
-}
-
 static int
 usage(void)
 {

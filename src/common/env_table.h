@@ -49,7 +49,7 @@ X(DTRAIN_NODE_TOKEN, "(made by dtrain launch)", L, "a node's place token: a repl
 X(DTRAIN_LAUNCHED, "(unset)", L, "set by dtrain launch: log lines carry no role prefix (the launcher adds it)") \
 X(DTRAIN_TRANSPORT, "auto", U, "auto: shared memory to peers on this host, TCP to others; tcp: TCP to all") \
 X(DTRAIN_SHM_RING, "1048576", U, "bytes of each shared-memory ring (a power of two; unset: 1 MiB up to 64 job nodes on this host, then less, at least 65536)") \
-X(DTRAIN_SHM_COPY_ONCE, "262144", U, "frame pieces this big or bigger are copied once from the sender's memory") \
+X(DTRAIN_SHM_COPY_ONCE, "0", U, "frame pieces this big or bigger are copied once from the sender's memory (0: never)") \
 X(DTRAIN_SCHEDULER_BIND, "(DMLC_PS_ROOT_URI)", U, "the address the scheduler listens on") \
 X(DTRAIN_COLL_ROOT, "(none)", U, "host:port of rank 0's rendezvous under mpirun or srun") \
 X(DTRAIN_RENDEZVOUS, "auto", U, "how ranks under mpirun or srun meet without DTRAIN_COLL_ROOT: auto, pmix or file") \

@@ -755,7 +755,8 @@ test_wait_direct(void **state)
  * Over shared memory, the I/O thread never sends a remote segment (a peer
  * could claim it and never copy it: shm_test's test_stalled_claim): a's
  * echo of a 4 MiB frame, sent from a's I/O thread, comes through the ring,
- * so at most b's own send (from this thread) is copied once.
+ * so at most b's own send (from this thread) is copied once. (Segments
+ * are off by default: on here, from 256 KiB.)
  */
 static void
 test_io_thread_no_segments(void **state)
@@ -766,6 +767,7 @@ test_io_thread_no_segments(void **state)
 
 	(void)state;
 	assert_non_null(buf);
+	setenv("DTRAIN_SHM_COPY_ONCE", "262144", 1);
 	pair_open(&p, 0);
 	p.sa.echo_van = p.a;
 	fill_random(buf, len, 77);
@@ -784,6 +786,7 @@ test_io_thread_no_segments(void **state)
 		         (unsigned long long)once);
 	free(buf);
 	pair_close(&p);
+	unsetenv("DTRAIN_SHM_COPY_ONCE");
 }
 
 static void
