@@ -68,8 +68,17 @@ expect_exit "$sched_spawned" 30 0 "the scheduler"
 for ((r = 0; r < W; r++)); do
 	assert_grep "$T_DIR/worker.$r.log" "worker [0-9]+ passed the barriers" "worker.$r"
 done
-if cat "$T_DIR"/*.log | grep -E "closing the oldest|refusing a connection" >"$T_DIR/bad"; then
+# (for want of room: the oldest waiting connection closed to make room,
+# a same-host one refused, or memory. A member that gave up waiting for
+# its own handshake - the scheduler, under a loaded machine's sanitizer,
+# answering 300 in turn for longer than DT_HANDSHAKE_TIMEOUT - and dialled
+# again after its nap is the storm absorbed as documented: the scheduler
+# logs it as a connection closed during the handshake.)
+if cat "$T_DIR"/*.log | grep -E "closing the oldest|too many local connections|out of memory" >"$T_DIR/bad"; then
 	fail "the join storm was not absorbed: $(head -n 3 "$T_DIR/bad")"
+fi
+if grep -q "closed during the handshake" "$T_DIR/sched.log"; then
+	log "(some members gave up a slow handshake and dialled again)"
 fi
 assert_groups_gone
 log "$((W + S + 1)) nodes joined in one burst and booted; nothing refused"
