@@ -277,6 +277,17 @@ class Sched:
             stdin=subprocess.DEVNULL, stdout=self.err, stderr=self.err,
             env=env)
         self.rusage_ns, self.status = None, None
+        # SCHED_PERF=FILE: the scheduler's processor time profiled
+        # (perf record -g, attached before any node starts; it ends with
+        # the scheduler): where the root's serial work goes
+        self.perf = None
+        if os.environ.get("SCHED_PERF"):
+            self.perf = subprocess.Popen(
+                ["perf", "record", "-q", "-g", "-o",
+                 f"{os.environ['SCHED_PERF']}.{w}.{s}", "-p",
+                 str(self.p.pid)], stdin=subprocess.DEVNULL,
+                stdout=self.err, stderr=self.err)
+            time.sleep(1)  # (perf attaches)
 
     def port(self, deadline):
         while time.time() < deadline:
@@ -303,6 +314,12 @@ class Sched:
         self.status = os.waitstatus_to_exitcode(st)
         self.p.returncode = self.status
         self.rusage_ns = int((ru.ru_utime + ru.ru_stime) * 1e9)
+        if self.perf is not None:  # (it writes its file and ends)
+            try:
+                self.perf.wait(timeout=120)
+            except subprocess.TimeoutExpired:
+                self.perf.kill()
+                self.perf.wait()
         return True
 
     def cpu_ns(self, ticks=False):

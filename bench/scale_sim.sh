@@ -21,7 +21,9 @@
 # DTRAIN_CTRL_TREE_MIN / DTRAIN_CTRL_ARITY as for any job (the barriers
 # go over the control tree from 256 nodes; a larger minimum keeps the
 # star: the column "root msgs" compares them), OUT the
-# directory of the logs and scale_sim.jsonl (a new temporary one).
+# directory of the logs and scale_sim.jsonl (a new temporary one),
+# SCHED_PERF=FILE the scheduler profiled by perf record -g into
+# FILE.W.S (perf report -i FILE.W.S: where the root's time goes).
 # The bench raises the descriptor limit (ulimit -n) to the hard limit and
 # says what it got, with the machine's processors, threads-max, pid_max
 # and load. Each node has one thread of the simulator's (its driver), and
