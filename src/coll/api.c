@@ -727,6 +727,19 @@ dt_coll_local_size(const dt_coll *c)
 	return c ? c->local_size : 0;
 }
 
+/* Unmap the shared areas (probe_shared), mine and the peers'. */
+static void
+share_free(dt_coll *c)
+{
+	for (int r = 0; c->share_peer && r < c->size; r++)
+		dt__cma_area_unmap(c->share_peer[r], c->share_bytes);
+	free(c->share_peer);
+	dt__cma_area_unmap(c->share_mine, c->share_bytes);
+	c->share_peer = NULL;
+	c->share_mine = NULL;
+	c->share_max = 0;
+}
+
 static void
 comm_free(dt_coll *c)
 {
@@ -747,6 +760,7 @@ comm_free(dt_coll *c)
 	free(c->push_slot[0]);
 	free(c->push_slot[1]);
 	free(c->push_remote);
+	share_free(c);
 	free(c->stall_reply);
 	free(c->pend);
 	free(c->fusion);
@@ -824,10 +838,15 @@ stop_bg(dt_coll *c)
  * everyone else's and writes it back, and the ranks agree (allreduce min)
  * so that all use CMA or none does. Each also publishes two slot areas for
  * the others to write their inputs into (algo_cma.c, push), and their size
- * per rank; all then use the smallest.
+ * per rank; all then use the smallest. With more than 2 ranks each also
+ * offers a shared area (its descriptor's number and size), which the
+ * others map (probe_shared); all use them or none does.
  * Costs two small collectives at start-up, which users' numbering skips.
  */
-enum { PROBE_WORDS = 8 }; /* mark, slot 0, slot 1, slot size: u64 each */
+enum {
+	PROBE_WORDS = 12
+}; /* mark, slot 0, slot 1, slot size, area's
+      descriptor, area size: u64 each */
 
 static uint64_t
 probe_word(const int32_t *w, int i)
@@ -836,13 +855,63 @@ probe_word(const int32_t *w, int i)
 	                                          << 32;
 }
 
+/* My shared area, when more than 2 ranks may use one: its descriptor
+ * (-1: none). */
+static int
+share_create(dt_coll *c)
+{
+	int fd = -1;
+	void *addr;
+
+	if (!c->cfg.cma || c->size <= 2 || c->cfg.cma_shared_max == 0)
+		return -1;
+	if (dt__cma_area_create(c->cfg.cma_shared_max, &fd, &addr)) {
+		DT_LOG(1, "collectives: no shared area (%s)", dt_errmsg());
+		return -1;
+	}
+	c->share_mine = addr;
+	c->share_bytes = c->cfg.cma_shared_max;
+	return fd;
+}
+
+/* Map every peer's area (all[r * PROBE_WORDS]: its probe words) when
+ * each offers one of my size; 1 if all are mapped. */
+static int
+probe_shared(dt_coll *c, const int32_t *all)
+{
+	c->share_peer = calloc((size_t)c->size, sizeof(*c->share_peer));
+	if (c->share_mine == NULL || c->share_peer == NULL)
+		return 0;
+	for (int r = 0; r < c->size; r++) {
+		const int32_t *w = all + (size_t)r * PROBE_WORDS;
+		uint64_t fd = probe_word(w, 4), bytes = probe_word(w, 5);
+
+		if (r == c->rank)
+			continue;
+		if (bytes != c->share_bytes || fd > INT32_MAX ||
+		    dt__cma_area_map(c->pids[r], (int)fd, c->share_bytes,
+		                     (const void **)&c->share_peer[r])) {
+			DT_LOG(1,
+			       "collectives: rank %d's shared area unused "
+			       "(%s)",
+			       r,
+			       bytes != c->share_bytes
+			           ? "another DT_COLL_CMA_SHARED_MAX or none"
+			           : dt_errmsg());
+			return 0;
+		}
+	}
+	return 1;
+}
+
 static dt_err
 probe_cma(dt_coll *c)
 {
 	uint64_t *mark = malloc(sizeof(*mark)), v = 0;
 	int32_t *all = calloc((size_t)c->size * PROBE_WORDS, sizeof(int32_t));
-	int32_t mine[PROBE_WORDS] = {0}, ok[2] = {c->cfg.cma, 0};
-	uint64_t words[4] = {0};
+	int32_t mine[PROBE_WORDS] = {0}, ok[3] = {c->cfg.cma, 0, 0};
+	uint64_t words[PROBE_WORDS / 2] = {0};
+	int share_fd = share_create(c);
 	size_t push = dt__coll_push_bytes(c), others = (size_t)c->size - 1;
 	dt_err err = DT_OK;
 
@@ -862,7 +931,9 @@ probe_cma(dt_coll *c)
 	words[1] = (uint64_t)(uintptr_t)c->push_slot[0];
 	words[2] = (uint64_t)(uintptr_t)c->push_slot[1];
 	words[3] = push && c->cfg.cma ? push : 0;
-	for (int i = 0; i < 4; i++) {
+	words[4] = share_fd >= 0 ? (uint64_t)share_fd : UINT64_MAX;
+	words[5] = share_fd >= 0 ? c->share_bytes : 0;
+	for (int i = 0; i < PROBE_WORDS / 2; i++) {
 		mine[2 * i] = (int32_t)(uint32_t)words[i];
 		mine[2 * i + 1] = (int32_t)(uint32_t)(words[i] >> 32);
 	}
@@ -899,12 +970,20 @@ probe_cma(dt_coll *c)
 		c->push_remote[2 * r + 1] = probe_word(w, 2);
 		push = DT_MIN(push, probe_word(w, 3));
 	}
-	if ((err = dt_coll_allreduce(c, DT_COLL_IN_PLACE, ok, 2, DT_INT32,
+	ok[2] = ok[0] && share_fd >= 0 && probe_shared(c, all);
+	if ((err = dt_coll_allreduce(c, DT_COLL_IN_PLACE, ok, 3, DT_INT32,
 	                             DT_COLL_MIN)))
 		goto out;
 	c->cma = ok[0];
 	c->push_max = ok[0] && ok[1] ? push : 0;
+	c->share_max = ok[0] && ok[2] ? c->share_bytes : 0;
 out:
+	/* (every rank has mapped the areas, or given up, before the
+	 * allreduce above completes) */
+	if (share_fd >= 0)
+		close(share_fd);
+	if (c->share_max == 0)
+		share_free(c);
 	free(mark);
 	free(all);
 	return err;
@@ -990,9 +1069,10 @@ comm_start(dt_coll *c)
 		c->seq_base = c->next_seq;
 		pthread_mutex_unlock(&c->mu);
 	}
-	DT_LOG(1, "collectives: rank %d of %d (local %d of %d)%s", c->rank,
+	DT_LOG(1, "collectives: rank %d of %d (local %d of %d)%s%s", c->rank,
 	       c->size, c->local_rank, c->local_size,
-	       c->cma ? ", same-host reads (CMA)" : "");
+	       c->cma ? ", same-host reads (CMA)" : "",
+	       c->share_max ? ", shared areas" : "");
 	return DT_OK;
 }
 
