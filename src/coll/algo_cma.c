@@ -16,8 +16,9 @@
  *   - allreduce of more ranks up to DT_COLL_CMA_SHARED_MAX: through the
  *     shared areas (each rank copies the blocks of its input the others
  *     reduce into its own area, which they map; rank r adds block r of
- *     everyone's in rank order and leaves it in its area, from which the
- *     others copy it: 2 hops, no FIN, no page pinned: see run_cma_shared);
+ *     everyone's in rank order and leaves it in the area's other half,
+ *     from which the others copy it: 2 hops, no FIN, no page pinned: see
+ *     run_cma_shared);
  *   - allreduce otherwise: rank r reads block r of every peer's input, in
  *     rank order, and reduces it, then writes the finished block into
  *     every peer's output (2 hops, no FIN: see cma_write_blocks);
@@ -476,29 +477,32 @@ shared_reduce(dt_coll *c, coll_op *op, uint8_t *out, size_t lo, size_t len)
 }
 
 /*
- * An allreduce of more than 2 ranks through the shared areas (each
- * rank's is laid out as the buffer): I copy block p of my input into
- * block p of my area for every peer p, and tell p (SRC); I add block r
- * (mine) of everyone's in rank order, from their areas, into block r of my
- * area, tell everyone (BLK), copy it into my output, and copy each peer's
- * finished block out of its area once it has told me. Plain copies: no
- * page of another process is pinned, as a cross-memory read or write
- * would, which costs more than the copy.
+ * An allreduce of more than 2 ranks through the shared areas. Each
+ * rank's area has two halves of c->share_max, both laid out as the
+ * buffer: the input half and the finished half. I copy block p of my
+ * input into my input half for every peer p, and tell p (SRC); I add
+ * block r (mine) of everyone's in rank order, from their input halves,
+ * into block r of my finished half, tell everyone (BLK), copy it into my
+ * output, and copy each peer's finished block out of its area once it has
+ * told me. Plain copies: no page of another process is pinned, as a
+ * cross-memory read or write would, which costs more than the copy.
  *
- * No FIN round, and no slots by parity: a peer's BLK comes after it has
- * read its block of my area, so when I return nobody reads my area's
- * input blocks any more, and nobody ever touches my buffers. My area's
- * block r is written again only in my next operation through the areas
- * after every peer's SRC of it, which each sends once it has finished
- * this operation (copied my block r out). In place is safe: my input's
- * blocks are copied into my area (or, block r, added) before the
- * output's are written.
+ * No FIN round, and no slots by parity, whatever the sizes of successive
+ * operations (which move the blocks' bounds): a peer's BLK comes after it
+ * has read its block of my input half, so when I return nobody reads that
+ * half any more, and nobody ever touches my buffers. My finished half is
+ * written again only after every peer's SRC of a later operation through
+ * the areas, which each sends once it has finished this one (copied my
+ * block out); the input half of the next operation may be written while
+ * peers still copy from the finished half, hence the two halves. In
+ * place is safe: my input's blocks are copied into my area (or, block r,
+ * added) before the output's are written.
  */
 static dt_err
 run_cma_shared(dt_coll *c, coll_op *op)
 {
 	size_t esz = op->esz, lo, len;
-	uint8_t *area = c->share_mine;
+	uint8_t *area = c->share_mine, *done = area + c->share_max;
 	uint64_t addr;
 	dt_err err;
 
@@ -513,7 +517,7 @@ run_cma_shared(dt_coll *c, coll_op *op)
 			return err;
 	}
 	dt__coll_block(op->nelem, c->size, c->rank, &lo, &len);
-	if ((err = shared_reduce(c, op, area + lo * esz, lo, len)))
+	if ((err = shared_reduce(c, op, done + lo * esz, lo, len)))
 		return err;
 	for (int k = 1; k < c->size; k++)
 		if ((err = dt__coll_send_data(c, op, (c->rank + k) % c->size,
@@ -521,7 +525,7 @@ run_cma_shared(dt_coll *c, coll_op *op)
 		                              DT__CF_CMA, NULL, 0)))
 			return err;
 	if (len)
-		memcpy(op->work + lo * esz, area + lo * esz, len * esz);
+		memcpy(op->work + lo * esz, done + lo * esz, len * esz);
 	for (int k = 1; k < c->size; k++) {
 		int p = (c->rank + k) % c->size;
 
@@ -529,7 +533,8 @@ run_cma_shared(dt_coll *c, coll_op *op)
 			return err;
 		dt__coll_block(op->nelem, c->size, p, &lo, &len);
 		if (len)
-			memcpy(op->work + lo * esz, c->share_peer[p] + lo * esz,
+			memcpy(op->work + lo * esz,
+			       c->share_peer[p] + c->share_max + lo * esz,
 			       len * esz);
 	}
 	return DT_OK;

@@ -865,12 +865,13 @@ share_create(dt_coll *c)
 
 	if (!c->cfg.cma || c->size <= 2 || c->cfg.cma_shared_max == 0)
 		return -1;
-	if (dt__cma_area_create(c->cfg.cma_shared_max, &fd, &addr)) {
+	/* (two halves: the input blocks, then the finished ones) */
+	if (dt__cma_area_create(2 * c->cfg.cma_shared_max, &fd, &addr)) {
 		DT_LOG(1, "collectives: no shared area (%s)", dt_errmsg());
 		return -1;
 	}
 	c->share_mine = addr;
-	c->share_bytes = c->cfg.cma_shared_max;
+	c->share_bytes = 2 * c->cfg.cma_shared_max;
 	return fd;
 }
 
@@ -976,7 +977,7 @@ probe_cma(dt_coll *c)
 		goto out;
 	c->cma = ok[0];
 	c->push_max = ok[0] && ok[1] ? push : 0;
-	c->share_max = ok[0] && ok[2] ? c->share_bytes : 0;
+	c->share_max = ok[0] && ok[2] ? c->share_bytes / 2 : 0;
 out:
 	/* (every rank has mapped the areas, or given up, before the
 	 * allreduce above completes) */

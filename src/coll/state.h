@@ -230,9 +230,10 @@ struct dt_coll {
 	uint64_t *push_remote; /* [2 * size]: rank r's areas at 2r, 2r + 1 */
 	size_t push_max;
 	/* More than 2 ranks on one host: each offers a shared area of
-	 * share_max bytes (net/cma.c), share_mine here, which the others map
-	 * read-only (share_peer[r]: rank r's; NULL for me); share_max 0 when
-	 * not in use (algo_cma.c, shared). */
+	 * share_bytes (net/cma.c), share_mine here, which the others map
+	 * read-only (share_peer[r]: rank r's; NULL for me): two halves of
+	 * share_max, for allreduces up to that size (algo_cma.c, shared);
+	 * share_max 0 when not in use. */
 	uint8_t *share_mine;
 	const uint8_t **share_peer;
 	size_t share_max, share_bytes;

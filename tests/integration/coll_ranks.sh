@@ -119,6 +119,18 @@ for o in $orders; do
 	grep -F FAIL "$out" | head -5
 done
 
+# Back-to-back allreduces whose sizes alternate move the blocks' bounds
+# in the shared areas: a rank that starts the next one while the others
+# still copy its finished block must leave that block alone.
+out=$TMP/sizes
+launch 4 "$out" -- --sizes
+rc=$?
+check "4 ranks, alternating sizes through the shared areas: exits 0 (got $rc)" \
+	test "$rc" = 0
+check "alternating sizes: every rank reports 0 failed" \
+	every_rank 4 "$out" "checks, 0 failed"
+grep -F FAIL "$out" | head -5
+
 out=$TMP/tcp
 launch 3 "$out" --env DT_COLL_CMA=0 -- $san
 rc=$?
