@@ -188,8 +188,10 @@ check "shared areas for every size, 4 ranks: exits 0 (got $rc)" \
 	test "$rc" = 0
 check "shared areas, 4 ranks: every rank reports 0 failed" \
 	every_rank 4 "$out" "checks, 0 failed"
-check "shared areas, 4 ranks: every rank uses them" \
-	every_rank 4 "$out" ", shared areas"
+# (Over TCP the links carry no credentials: no same-host paths at all.)
+[ "${DTRAIN_TRANSPORT:-}" = tcp ] ||
+	check "shared areas, 4 ranks: every rank uses them" \
+		every_rank 4 "$out" ", shared areas"
 check "shared areas everywhere: no FAIL line" \
 	test -z "$(grep -F FAIL "$out")"
 grep -F FAIL "$out" | head -5
