@@ -205,4 +205,11 @@ enum { DT__HIER_OFF = 0, DT__HIER_AUTO = 1, DT__HIER_ON = 2 };
  */
 int dt__coll_cma_pid(int declared_pid, int kernel_pid);
 
+/* same_host.c: when every rank of c runs on this host (not elastic), at
+ * start: the ranks' pids, the CMA probe, the push slots and the shared
+ * areas, agreed by all (two small collectives); and their release, with
+ * the communicator. */
+dt_err dt__coll_same_host_start(dt_coll *c);
+void dt__coll_same_host_free(dt_coll *c);
+
 #endif
