@@ -11,7 +11,9 @@
  *     more) on each, above DT_COLL_RING_THRESHOLD (any size with
  *     DTRAIN_COLL_HIER=on; never with off): hierarchical;
  *   - every rank on one host with memory reads allowed (probed at
- *     start-up), above DT_COLL_CMA_THRESHOLD: same-host memory;
+ *     start-up), above DT_COLL_CMA_THRESHOLD: same-host memory (an
+ *     allreduce of more than 2 ranks up to DT_COLL_CMA_SHARED_MAX
+ *     through the shared areas);
  *   - above DT_COLL_RING_THRESHOLD: ring (allreduce, allgather,
  *     reduce-scatter) or chain (broadcast);
  *   - otherwise recursive doubling, barriers too.
@@ -128,6 +130,13 @@ prepare_allreduce(dt_coll *c, coll_op *op)
 		            op->count >= 2
 		        ? 2
 		        : 1);
+	}
+	if (bytes > c->cfg.cma_threshold && c->cma && c->size > 2 &&
+	    bytes <= c->share_max) {
+		if ((err = dt__coll_cma_prepare(c, op, 1, 1, 0, 0)))
+			return err;
+		op->cma_shared = 1;
+		return DT_OK;
 	}
 	if (bytes > c->cfg.cma_threshold && c->cma) {
 		/* Reading the other's whole input is safe only when it is not

@@ -13,6 +13,12 @@
  *   - allreduce of more ranks up to DT_COLL_CMA_PUSH_MANY_MAX: push to
  *     every peer (write my input into my slot at each, one notice each,
  *     and add everyone's inputs in rank order: 1 hop);
+ *   - allreduce of more ranks up to DT_COLL_CMA_SHARED_MAX: through the
+ *     shared areas (each rank copies the blocks of its input the others
+ *     reduce into its own area, which they map; rank r adds block r of
+ *     everyone's in rank order and leaves it in the area's other half,
+ *     from which the others copy it: 2 hops, no FIN, no page pinned: see
+ *     run_cma_shared);
  *   - allreduce otherwise: rank r reads block r of every peer's input, in
  *     rank order, and reduces it, then writes the finished block into
  *     every peer's output (2 hops, no FIN: see cma_write_blocks);
@@ -434,6 +440,106 @@ cma_reduce_range(dt_coll *c, coll_op *op, size_t lo, size_t len)
 	return DT_OK;
 }
 
+/*
+ * Block lo, len of the sum, in rank order - ((x0 + x1) + x2) + ... - into
+ * out, a cache-sized piece at a time: rank p's block from its shared area
+ * (mine from my input), once every source notice is in.
+ */
+static dt_err
+shared_reduce(dt_coll *c, coll_op *op, uint8_t *out, size_t lo, size_t len)
+{
+	size_t esz = op->esz, piece = PUSH_PIECE / esz;
+	const uint8_t *in[2];
+	uint64_t addr;
+	dt_err err;
+
+	for (int p = 0; p < c->size; p++)
+		if (p != c->rank &&
+		    (err = cma_wait(c, op, DT__CMA_KEY_SRC, p, &addr)))
+			return err;
+	for (size_t o = 0; o < len; o += piece) {
+		size_t k = DT_MIN(piece, len - o), at = (lo + o) * esz;
+
+		for (int p = 0; p < 2; p++)
+			in[p] =
+			    p == c->rank ? op->src + at : c->share_peer[p] + at;
+		dt__coll_reduce(op->dtype, op->redop, out + o * esz, in[0],
+		                in[1], k);
+		for (int p = 2; p < c->size; p++)
+			dt__coll_reduce(
+			    op->dtype, op->redop, out + o * esz, out + o * esz,
+			    p == c->rank ? op->src + at : c->share_peer[p] + at,
+			    k);
+	}
+	if (op->redop == DT_COLL_AVG)
+		dt__coll_scale(op->dtype, out, len, c->size);
+	return DT_OK;
+}
+
+/*
+ * An allreduce of more than 2 ranks through the shared areas. Each
+ * rank's area has two halves of c->share_max, both laid out as the
+ * buffer: the input half and the finished half. I copy block p of my
+ * input into my input half for every peer p, and tell p (SRC); I add
+ * block r (mine) of everyone's in rank order, from their input halves,
+ * into block r of my finished half, tell everyone (BLK), copy it into my
+ * output, and copy each peer's finished block out of its area once it has
+ * told me. Plain copies: no page of another process is pinned, as a
+ * cross-memory read or write would, which costs more than the copy.
+ *
+ * No FIN round, and no slots by parity, whatever the sizes of successive
+ * operations (which move the blocks' bounds): a peer's BLK comes after it
+ * has read its block of my input half, so when I return nobody reads that
+ * half any more, and nobody ever touches my buffers. My finished half is
+ * written again only after every peer's SRC of a later operation through
+ * the areas, which each sends once it has finished this one (copied my
+ * block out); the input half of the next operation may be written while
+ * peers still copy from the finished half, hence the two halves. In
+ * place is safe: my input's blocks are copied into my area (or, block r,
+ * added) before the output's are written.
+ */
+static dt_err
+run_cma_shared(dt_coll *c, coll_op *op)
+{
+	size_t esz = op->esz, lo, len;
+	uint8_t *area = c->share_mine, *done = area + c->share_max;
+	uint64_t addr;
+	dt_err err;
+
+	for (int k = 1; k < c->size; k++) {
+		int p = (c->rank + k) % c->size;
+
+		dt__coll_block(op->nelem, c->size, p, &lo, &len);
+		if (len)
+			memcpy(area + lo * esz, op->src + lo * esz, len * esz);
+		if ((err = dt__coll_send_data(c, op, p, DT__CMA_KEY_SRC, 0,
+		                              op->nelem, DT__CF_CMA, NULL, 0)))
+			return err;
+	}
+	dt__coll_block(op->nelem, c->size, c->rank, &lo, &len);
+	if ((err = shared_reduce(c, op, done + lo * esz, lo, len)))
+		return err;
+	for (int k = 1; k < c->size; k++)
+		if ((err = dt__coll_send_data(c, op, (c->rank + k) % c->size,
+		                              DT__CMA_KEY_BLK, 0, op->nelem,
+		                              DT__CF_CMA, NULL, 0)))
+			return err;
+	if (len)
+		memcpy(op->work + lo * esz, done + lo * esz, len * esz);
+	for (int k = 1; k < c->size; k++) {
+		int p = (c->rank + k) % c->size;
+
+		if ((err = cma_wait(c, op, DT__CMA_KEY_BLK, p, &addr)))
+			return err;
+		dt__coll_block(op->nelem, c->size, p, &lo, &len);
+		if (len)
+			memcpy(op->work + lo * esz,
+			       c->share_peer[p] + c->share_max + lo * esz,
+			       len * esz);
+	}
+	return DT_OK;
+}
+
 static dt_err
 run_cma(dt_coll *c, coll_op *op)
 {
@@ -445,6 +551,8 @@ run_cma(dt_coll *c, coll_op *op)
 		return run_cma_halves(c, op);
 	if (op->cma_push)
 		return run_cma_push(c, op);
+	if (op->cma_shared)
+		return run_cma_shared(c, op);
 
 	if (op->kind == DT__COLL_BROADCAST)
 		err = cma_notify(c, op, DT__CMA_KEY_SRC,

@@ -11,12 +11,12 @@
  * thread hand-offs on the latency of small operations.
  *
  * Size: its ideas are the public calls with the operation queue they are
- * made of, and the communicator's set-up (the same-host copy probe, the
- * background thread). The rendezvous under mpirun and srun is
- * rendezvous.c's, point-to-point p2p.c's, the distributed optimizer
- * dist_opt.c's. The set-up stays here because it starts and stops the
- * queue's background thread (bg_main) and frees queued operations, which
- * are this file's own.
+ * made of, and the communicator's set-up (the background thread). The
+ * rendezvous under mpirun and srun is rendezvous.c's, what ranks of one
+ * host set up for each other same_host.c's, point-to-point p2p.c's, the
+ * distributed optimizer dist_opt.c's. The set-up stays here because it starts
+ * and stops the queue's background thread (bg_main) and frees queued
+ * operations, which are this file's own.
  */
 #include <arpa/inet.h>
 #include <errno.h>
@@ -742,11 +742,7 @@ comm_free(dt_coll *c)
 	free(c->ids);
 	free(c->hier_map);
 	free(c->rank_of);
-	free(c->pids);
-	free(c->bounce);
-	free(c->push_slot[0]);
-	free(c->push_slot[1]);
-	free(c->push_remote);
+	dt__coll_same_host_free(c);
 	free(c->stall_reply);
 	free(c->pend);
 	free(c->fusion);
@@ -817,139 +813,6 @@ stop_bg(dt_coll *c)
 	c->bg_started = 0;
 }
 
-/*
- * When every rank runs on this host, find out whether they may read and
- * write each other's memory (process_vm_readv/writev need ptrace rights
- * over the peer): each rank publishes the address of a marker, reads
- * everyone else's and writes it back, and the ranks agree (allreduce min)
- * so that all use CMA or none does. Each also publishes two slot areas for
- * the others to write their inputs into (algo_cma.c, push), and their size
- * per rank; all then use the smallest.
- * Costs two small collectives at start-up, which users' numbering skips.
- */
-enum { PROBE_WORDS = 8 }; /* mark, slot 0, slot 1, slot size: u64 each */
-
-static uint64_t
-probe_word(const int32_t *w, int i)
-{
-	return (uint64_t)(uint32_t)w[2 * i] | (uint64_t)(uint32_t)w[2 * i + 1]
-	                                          << 32;
-}
-
-static dt_err
-probe_cma(dt_coll *c)
-{
-	uint64_t *mark = malloc(sizeof(*mark)), v = 0;
-	int32_t *all = calloc((size_t)c->size * PROBE_WORDS, sizeof(int32_t));
-	int32_t mine[PROBE_WORDS] = {0}, ok[2] = {c->cfg.cma, 0};
-	uint64_t words[4] = {0};
-	size_t push = dt__coll_push_bytes(c), others = (size_t)c->size - 1;
-	dt_err err = DT_OK;
-
-	c->push_remote = calloc(2 * (size_t)c->size, sizeof(uint64_t));
-	if (mark == NULL || all == NULL || c->push_remote == NULL) {
-		err = dt__fail(DT_ENOMEM, "CMA probe");
-		goto out;
-	}
-	*mark = 0x636d610000000000ull + (uint64_t)c->rank;
-	if (push && c->cfg.cma) {
-		c->push_slot[0] = dt__aligned_alloc(push * others);
-		c->push_slot[1] = dt__aligned_alloc(push * others);
-		if (c->push_slot[0] == NULL || c->push_slot[1] == NULL)
-			push = 0;
-	}
-	words[0] = (uint64_t)(uintptr_t)mark;
-	words[1] = (uint64_t)(uintptr_t)c->push_slot[0];
-	words[2] = (uint64_t)(uintptr_t)c->push_slot[1];
-	words[3] = push && c->cfg.cma ? push : 0;
-	for (int i = 0; i < 4; i++) {
-		mine[2 * i] = (int32_t)(uint32_t)words[i];
-		mine[2 * i + 1] = (int32_t)(uint32_t)(words[i] >> 32);
-	}
-	if ((err = dt_coll_allgather(c, mine, all, PROBE_WORDS, DT_INT32)))
-		goto out;
-	ok[1] = ok[0];
-	for (int r = 0; ok[0] && r < c->size; r++) {
-		const int32_t *w = all + (size_t)r * PROBE_WORDS;
-		if (r == c->rank)
-			continue;
-		/* Read its mark, and write it back: the allreduces write
-		 * their blocks into the peers' outputs. */
-		if (dt__cma_read(c->pids[r], &v, probe_word(w, 0), sizeof(v)) ||
-		    v != 0x636d610000000000ull + (uint64_t)r ||
-		    dt__cma_write(c->pids[r], probe_word(w, 0), &v,
-		                  sizeof(v))) {
-			DT_LOG(1,
-			       "collectives: cannot read and write rank %d's "
-			       "memory (%s); using TCP for large messages",
-			       r,
-			       v && v != 0x636d610000000000ull + (uint64_t)r
-			           ? "wrong data"
-			           : dt_errmsg());
-			ok[0] = ok[1] = 0;
-			break;
-		}
-		if (!ok[1] || probe_word(w, 3) == 0 ||
-		    dt__cma_write(c->pids[r], probe_word(w, 1), &v,
-		                  sizeof(v))) {
-			ok[1] = 0;
-			continue;
-		}
-		c->push_remote[2 * r] = probe_word(w, 1);
-		c->push_remote[2 * r + 1] = probe_word(w, 2);
-		push = DT_MIN(push, probe_word(w, 3));
-	}
-	if ((err = dt_coll_allreduce(c, DT_COLL_IN_PLACE, ok, 2, DT_INT32,
-	                             DT_COLL_MIN)))
-		goto out;
-	c->cma = ok[0];
-	c->push_max = ok[0] && ok[1] ? push : 0;
-out:
-	free(mark);
-	free(all);
-	return err;
-}
-
-int
-dt__coll_cma_pid(int declared_pid, int kernel_pid)
-{
-	return kernel_pid > 0 && kernel_pid == declared_pid ? kernel_pid : 0;
-}
-
-/*
- * The pids for CMA, by rank (ours: getpid()): 1 if the kernel vouches for
- * every peer's, else 0 with the first one it does not vouch for logged
- * (PS_VERBOSE=1) and no CMA at all: with DTRAIN_TRANSPORT=tcp always,
- * since a TCP connection carries no credentials.
- */
-static int
-cma_pids(dt_coll *c)
-{
-	for (int r = 0; r < c->size; r++) {
-		int id = c->base_id + r;
-		const dt_node_entry *e = dt__node_entry(c->node, id);
-		int declared = e ? e->pid : 0;
-		int kernel = r == c->rank ? (int)getpid()
-		                          : dt__node_peer_pid(c->node, id);
-
-		c->pids[r] = dt__coll_cma_pid(declared, kernel);
-		if (c->pids[r] == 0) {
-			DT_LOG(
-			    1,
-			    "collectives: rank %d's pid is not vouched for "
-			    "by the kernel (declared %d, connection's %d%s); "
-			    "no cross-memory copies (CMA), large messages "
-			    "go over the connections",
-			    r, declared, kernel,
-			    kernel ? ""
-			           : ": not a same-host shared-memory "
-			             "link");
-			return 0;
-		}
-	}
-	return 1;
-}
-
 /* Attach c to its node, start the thread, and meet every other rank. */
 static dt_err
 comm_start(dt_coll *c)
@@ -970,29 +833,16 @@ comm_start(dt_coll *c)
 	 * slots and pids by rank are not re-made: its data goes over the
 	 * node's links (same-host shared memory included). */
 	if (c->node && c->size > 1 && c->local_size == c->size && !c->elastic) {
-		c->pids = calloc((size_t)c->size, sizeof(int));
-		c->bounce_cap = 256u << 10;
-		c->bounce = dt__aligned_alloc(c->bounce_cap);
-		if (c->pids == NULL || c->bounce == NULL)
-			return dt__fail(DT_ENOMEM, "CMA buffers");
-		/* (the pids are checked through connections, made on demand:
-		 * none is made for CMA that will not be used; the ranks'
-		 * entries, with their declared pids, asked for now: every rank
-		 * is on this host) */
-		if (c->cfg.cma &&
-		    (err = dt__node_lookup(c->node, c->base_id, c->size)))
-			return err;
-		if (!c->cfg.cma || !cma_pids(c))
-			c->cfg.cma = 0; /* the probe agrees on no CMA */
-		if ((err = probe_cma(c)))
+		if ((err = dt__coll_same_host_start(c)))
 			return err;
 		pthread_mutex_lock(&c->mu);
 		c->seq_base = c->next_seq;
 		pthread_mutex_unlock(&c->mu);
 	}
-	DT_LOG(1, "collectives: rank %d of %d (local %d of %d)%s", c->rank,
+	DT_LOG(1, "collectives: rank %d of %d (local %d of %d)%s%s", c->rank,
 	       c->size, c->local_rank, c->local_size,
-	       c->cma ? ", same-host reads (CMA)" : "");
+	       c->cma ? ", same-host reads (CMA)" : "",
+	       c->share_max ? ", shared areas" : "");
 	return DT_OK;
 }
 

@@ -186,6 +186,8 @@ typedef struct dt__coll_cfg {
 	size_t cma_half_min;   /* DT_COLL_CMA_HALF_MIN: from this size on, a
 	                          pushing rank reduces only its half and
 	                          writes it into the other's output */
+	size_t cma_shared_max; /* DT_COLL_CMA_SHARED_MAX: more than 2 ranks
+	                          allreduce through shared areas up to this */
 	int hier; /* DTRAIN_COLL_HIER: DT__HIER_OFF, _AUTO or _ON */
 } dt__coll_cfg;
 dt_err dt__coll_cfg_from_env(dt__coll_cfg *cfg);
@@ -202,5 +204,12 @@ enum { DT__HIER_OFF = 0, DT__HIER_AUTO = 1, DT__HIER_ON = 2 };
  * row, and could name another process of the same user.
  */
 int dt__coll_cma_pid(int declared_pid, int kernel_pid);
+
+/* same_host.c: when every rank of c runs on this host (not elastic), at
+ * start: the ranks' pids, the CMA probe, the push slots and the shared
+ * areas, agreed by all (two small collectives); and their release, with
+ * the communicator. */
+dt_err dt__coll_same_host_start(dt_coll *c);
+void dt__coll_same_host_free(dt_coll *c);
 
 #endif

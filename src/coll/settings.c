@@ -77,6 +77,10 @@ dt__coll_cfg_from_env(dt__coll_cfg *cfg)
 	                        &v)))
 		return err;
 	cfg->cma_half_min = (size_t)v ? (size_t)v : SIZE_MAX;
+	if ((err = dt__env_long("DT_COLL_CMA_SHARED_MAX", 4L << 20, 0, 1L << 30,
+	                        &v)))
+		return err;
+	cfg->cma_shared_max = (size_t)v;
 	if ((err = dt__env_long("DT_COLL_CMA_THRESHOLD", 64L << 10, 0, 1L << 40,
 	                        &v)))
 		return err;

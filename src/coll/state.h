@@ -109,6 +109,7 @@ struct coll_op {
 	int cma_push;       /* 2 ranks: write into the peer's slot; 2: only
 	                       the peer's half, and each reduces its own half
 	                       and writes it into the peer's output */
+	int cma_shared;     /* an allreduce through the shared areas */
 	/* DT__ALG_HIER (algo_hier.c): the other hosts' ring neighbours, the
 	 * phases' message counts (dt__coll_hier_sched) and, (mu), the
 	 * messages processed from from2. */
@@ -228,6 +229,14 @@ struct dt_coll {
 	uint8_t *push_slot[2];
 	uint64_t *push_remote; /* [2 * size]: rank r's areas at 2r, 2r + 1 */
 	size_t push_max;
+	/* More than 2 ranks on one host: each offers a shared area of
+	 * share_bytes (net/cma.c), share_mine here, which the others map
+	 * read-only (share_peer[r]: rank r's; NULL for me): two halves of
+	 * share_max, for allreduces up to that size (algo_cma.c, shared);
+	 * share_max 0 when not in use. */
+	uint8_t *share_mine;
+	const uint8_t **share_peer;
+	size_t share_max, share_bytes;
 	/* The hierarchy of hosts (comm.c, at attach): hier_map[r] is rank r's
 	 * position host * hier_local + local index, hier_map[size + p] the
 	 * rank at position p; NULL when the ranks are not on 2 or more hosts

@@ -88,8 +88,11 @@ grep -F FAIL "$out" | head -5
 # in other orders.)
 # (8 ranks too by push.) The same sums by blocks (each rank adds its block
 # of everyone's input, in rank order, and writes it into every peer's
-# output) at 3 and 4 ranks.
-orders="3:1048576 4:1048576 8:1048576 3:0 4:0"
+# output) at 3 and 4 ranks, and through the shared areas (each rank adds
+# its block of everyone's copies in rank order) at 3, 4 and 8 ranks.
+# Each entry: ranks:DT_COLL_CMA_PUSH_MANY_MAX:DT_COLL_CMA_SHARED_MAX.
+orders="3:1048576:0 4:1048576:0 8:1048576:0 3:0:0 4:0:0 3:0:4194304
+	4:0:4194304 8:0:4194304"
 if [ "${DTRAIN_TRANSPORT:-}" = tcp ]; then
 	orders=
 	echo "DTRAIN_TRANSPORT=tcp: no same-host paths, so no rank-order check"
@@ -97,10 +100,14 @@ fi
 for o in $orders; do
 	n=${o%%:*}
 	push=${o#*:}
-	what="$n ranks, $([ "$push" = 0 ] && echo blocks || echo push)"
-	out=$TMP/order$n.$push
+	shared=${push#*:}
+	push=${push%%:*}
+	what="$n ranks, $([ "$push" != 0 ] && echo push ||
+		{ [ "$shared" = 0 ] && echo blocks || echo shared areas; })"
+	out=$TMP/order$n.$push.$shared
 	launch "$n" "$out" --env DT_COLL_CMA_THRESHOLD=0 \
-		--env DT_COLL_CMA_PUSH_MANY_MAX="$push" -- --order
+		--env DT_COLL_CMA_PUSH_MANY_MAX="$push" \
+		--env DT_COLL_CMA_SHARED_MAX="$shared" -- --order
 	rc=$?
 	check "$what, sums in rank order: exits 0 (got $rc)" test "$rc" = 0
 	check "$what, sums in rank order: every rank reports 0 failed" \
@@ -111,6 +118,18 @@ for o in $orders; do
 		test -z "$(grep -F 'told apart from the reverse in 0 ' "$out")"
 	grep -F FAIL "$out" | head -5
 done
+
+# Back-to-back allreduces whose sizes alternate move the blocks' bounds
+# in the shared areas: a rank that starts the next one while the others
+# still copy its finished block must leave that block alone.
+out=$TMP/sizes
+launch 4 "$out" -- --sizes
+rc=$?
+check "4 ranks, alternating sizes through the shared areas: exits 0 (got $rc)" \
+	test "$rc" = 0
+check "alternating sizes: every rank reports 0 failed" \
+	every_rank 4 "$out" "checks, 0 failed"
+grep -F FAIL "$out" | head -5
 
 out=$TMP/tcp
 launch 3 "$out" --env DT_COLL_CMA=0 -- $san
@@ -153,11 +172,29 @@ check "recursive doubling everywhere: no FAIL line" \
 	test -z "$(grep -F FAIL "$out")"
 
 out=$TMP/cma
-launch 3 "$out" --env DT_COLL_CMA_THRESHOLD=0 -- --quick
+launch 3 "$out" --env DT_COLL_CMA_THRESHOLD=0 --env DT_COLL_CMA_SHARED_MAX=0 \
+	-- --quick
 rc=$?
 check "same-host reads (CMA) for every size, 3 ranks: exits 0 (got $rc)" \
 	test "$rc" = 0
 check "CMA everywhere: no FAIL line" test -z "$(grep -F FAIL "$out")"
+# The allreduce through the shared areas for every size, the largest
+# (2^20+5 elements, 8 MiB of float64) included but under a sanitizer.
+out=$TMP/shared
+launch 4 "$out" --env DT_COLL_CMA_THRESHOLD=0 --env PS_VERBOSE=1 \
+	--env DT_COLL_CMA_SHARED_MAX=16777216 -- $san
+rc=$?
+check "shared areas for every size, 4 ranks: exits 0 (got $rc)" \
+	test "$rc" = 0
+check "shared areas, 4 ranks: every rank reports 0 failed" \
+	every_rank 4 "$out" "checks, 0 failed"
+# (Over TCP the links carry no credentials: no same-host paths at all.)
+[ "${DTRAIN_TRANSPORT:-}" = tcp ] ||
+	check "shared areas, 4 ranks: every rank uses them" \
+		every_rank 4 "$out" ", shared areas"
+check "shared areas everywhere: no FAIL line" \
+	test -z "$(grep -F FAIL "$out")"
+grep -F FAIL "$out" | head -5
 launch 2 "$out" --env DT_COLL_CMA_THRESHOLD=0 -- --quick
 rc=$?
 check "CMA (push) for every size, 2 ranks: exits 0 (got $rc)" test "$rc" = 0

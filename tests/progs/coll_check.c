@@ -27,6 +27,11 @@
  *                          bit, what the test computes by running every
  *                          rank's encoder (residuals included) and adding
  *                          the decoded bodies in rank order
+ *   coll_check --sizes     allreduces of alternating sizes (1 MiB + 4
+ *                          bytes and 4 MiB of float32), back to back:
+ *                          the second moves the bounds of the blocks, so
+ *                          a rank that starts it while others still copy
+ *                          the first's result must not overwrite that
  *   coll_check --order     sums of fractions, whose rounding depends on
  *                          the order of the additions: identical on every
  *                          rank and, by the same-host paths, in rank order
@@ -667,6 +672,51 @@ after_error_ok(dt_coll *c)
 	test_allreduce(c, (1u << 18) + 1, DT_FLOAT32, DT_COLL_SUM, 0);
 }
 
+/*
+ * --sizes: pairs of allreduces of two sizes (1 MiB + 4 bytes, then
+ * 4 MiB, float32 sums, out of place), called back to back - the inputs
+ * and the expected sums made once, before - and both checked after each
+ * pair: the second starts as soon as the first returns, while the others
+ * may still be copying out the first's result.
+ */
+static void
+sizes_suite(dt_coll *c)
+{
+	const size_t n[2] = {(1u << 18) + 1, 1u << 20};
+	float *in[2], *out[2], *want[2];
+
+	for (int k = 0; k < 2; k++) {
+		in[k] = xmalloc(n[k] * sizeof(float));
+		out[k] = xmalloc(n[k] * sizeof(float));
+		want[k] = xmalloc(n[k] * sizeof(float));
+		fill(DT_FLOAT32, in[k], n[k], rank_, 11 + k);
+		for (size_t i = 0; i < n[k]; i++)
+			ref_reduce(DT_FLOAT32, DT_COLL_SUM, want[k], i, 11 + k);
+	}
+	for (int i = 0; i < 12; i++) {
+		dt_err err[2];
+
+		for (int k = 0; k < 2; k++)
+			memset(out[k], 0x7f, n[k] * sizeof(float));
+		for (int k = 0; k < 2; k++)
+			err[k] = dt_coll_allreduce(c, in[k], out[k], n[k],
+			                           DT_FLOAT32, DT_COLL_SUM);
+		for (int k = 0; k < 2; k++)
+			if (call_ok(k ? "allreduce(4 MiB) after 1 MiB"
+			              : "allreduce(1 MiB + 4) before 4 MiB",
+			            err[k]))
+				check_equal(k ? "allreduce(4 MiB) after 1 MiB"
+				              : "allreduce(1 MiB + 4) before "
+				                "4 MiB",
+				            DT_FLOAT32, out[k], want[k], n[k]);
+	}
+	for (int k = 0; k < 2; k++) {
+		free(in[k]);
+		free(out[k]);
+		free(want[k]);
+	}
+}
+
 static void
 mismatch_suite(dt_coll *c)
 {
@@ -934,13 +984,15 @@ main(int argc, char **argv)
 			attach = 1;
 		else if (strcmp(argv[i], "--order") == 0)
 			mode = 4;
+		else if (strcmp(argv[i], "--sizes") == 0)
+			mode = 5;
 		else if (strcmp(argv[i], "--compression") == 0 && i + 1 < argc)
 			spec = argv[++i];
 		else {
-			fprintf(
-			    stderr,
-			    "usage: coll_check [--quick] "
-			    "[--mismatch|--stall|--die|--order] [--node]\n");
+			fprintf(stderr,
+			        "usage: coll_check [--quick] "
+			        "[--mismatch|--stall|--die|--order|--sizes] "
+			        "[--node]\n");
 			return 2;
 		}
 	}
@@ -971,6 +1023,8 @@ main(int argc, char **argv)
 		suite(c, quick);
 	else if (mode == 4)
 		order_suite(c);
+	else if (mode == 5)
+		sizes_suite(c);
 	else if (size_ < 2)
 		printf(
 		    "coll_check: error tests need 2 ranks or more; skipped\n");

@@ -10,7 +10,9 @@
  *     message must match what its receiver expects;
  *   - recursive-doubling partners, tensor-fusion batches, signatures;
  *   - the environment settings and the one-rank API, argument errors
- *     included.
+ *     included;
+ *   - the checks on a peer's shared area (a sealed memory file of the
+ *     announced size, mapped read-only).
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -19,11 +21,14 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include <cmocka.h>
 
 #include "coll/coll_impl.h"
 #include "common/quant.h"
+#include "net/cma.h"
 
 /* ---- kernels ---- */
 
@@ -202,6 +207,48 @@ test_cma_pid_vouched(void **state)
 	assert_int_equal(dt__coll_cma_pid(0, 0), 0);
 	assert_int_equal(dt__coll_cma_pid(-1, -1), 0);
 	assert_int_equal(dt__coll_cma_pid(0, 4242), 0);
+}
+
+/*
+ * A peer's shared area (net/cma.c) is mapped only when its descriptor is
+ * a memory file sealed against shrinking, of exactly the announced size;
+ * then read-only, showing what its owner wrote. (This process plays the
+ * peer: pidfd_getfd on our own pid takes the same path.)
+ */
+static void
+test_cma_area(void **state)
+{
+	const size_t bytes = 64u << 10;
+	int fd, loose = memfd_create("loose", MFD_CLOEXEC);
+	void *mine;
+	const void *seen;
+	(void)state;
+
+	assert_int_equal(dt__cma_area_create(bytes, &fd, &mine), DT_OK);
+	memset(mine, 0x5a, bytes);
+	assert_int_equal(dt__cma_area_map(getpid(), fd, bytes, &seen), DT_OK);
+	assert_memory_equal(seen, mine, bytes);
+	((uint8_t *)mine)[bytes - 1] = 7; /* shared, not a copy */
+	assert_int_equal(((const uint8_t *)seen)[bytes - 1], 7);
+	dt__cma_area_unmap(seen, bytes);
+	/* another size than the file's */
+	assert_int_equal(dt__cma_area_map(getpid(), fd, bytes / 2, &seen),
+	                 DT_EPROTO);
+	assert_null(seen);
+	assert_non_null(strstr(dt_errmsg(), "not a sealed memory file"));
+	/* a file that could shrink under the reader */
+	assert_true(loose >= 0);
+	assert_int_equal(ftruncate(loose, (off_t)bytes), 0);
+	assert_int_equal(dt__cma_area_map(getpid(), loose, bytes, &seen),
+	                 DT_EPROTO);
+	/* no such descriptor, none at all */
+	assert_int_equal(dt__cma_area_map(getpid(), 100000, bytes, &seen),
+	                 DT_ESYS);
+	assert_int_equal(dt__cma_area_map(getpid(), -1, bytes, &seen),
+	                 DT_EPROTO);
+	close(loose);
+	close(fd);
+	dt__cma_area_unmap(mine, bytes);
 }
 
 static void
@@ -627,6 +674,16 @@ test_cfg_env(void **state)
 	assert_non_null(strstr(dt_errmsg(), "DT_COLL_TIMEOUT"));
 	unsetenv("DT_COLL_TIMEOUT");
 	unsetenv("HOROVOD_FUSION_THRESHOLD");
+	unsetenv("DT_COLL_CMA_SHARED_MAX");
+	assert_int_equal(dt__coll_cfg_from_env(&cfg), DT_OK);
+	assert_int_equal(cfg.cma_shared_max, 4u << 20);
+	setenv("DT_COLL_CMA_SHARED_MAX", "0", 1);
+	assert_int_equal(dt__coll_cfg_from_env(&cfg), DT_OK);
+	assert_int_equal(cfg.cma_shared_max, 0);
+	setenv("DT_COLL_CMA_SHARED_MAX", "-1", 1);
+	assert_int_equal(dt__coll_cfg_from_env(&cfg), DT_ECONFIG);
+	assert_non_null(strstr(dt_errmsg(), "DT_COLL_CMA_SHARED_MAX"));
+	unsetenv("DT_COLL_CMA_SHARED_MAX");
 }
 
 /* ---- the one-process communicator ---- */
@@ -736,6 +793,7 @@ main(void)
 	    cmocka_unit_test(test_reduce_f16),
 	    cmocka_unit_test(test_dtype_names),
 	    cmocka_unit_test(test_cma_pid_vouched),
+	    cmocka_unit_test(test_cma_area),
 	    cmocka_unit_test(test_blocks),
 	    cmocka_unit_test(test_chunks),
 	    cmocka_unit_test(test_ring_allreduce_sim),
