@@ -930,16 +930,23 @@ typedef struct hook_log {
 	float *snap; /* the gradients as the hook saw them */
 } hook_log;
 
+/* A hook's call: the first 8 kept. */
+static void
+note_call(int *calls, int *firsts, int *counts, int first, int count)
+{
+	if (*calls < 8) {
+		firsts[*calls] = first;
+		counts[*calls] = count;
+	}
+	(*calls)++;
+}
+
 static void
 hook_record(void *arg, int first, int count)
 {
 	hook_log *h = arg;
 
-	if (h->calls < 8) {
-		h->first[h->calls] = first;
-		h->count[h->calls] = count;
-	}
-	h->calls++;
+	note_call(&h->calls, h->first, h->count, first, count);
 	for (int t = first; t < first + count; t++) {
 		const dt_nn_tensor *tt = dt_nn_model_tensor(h->m, t);
 
@@ -1007,11 +1014,7 @@ param_record(void *arg, int first, int count)
 {
 	param_log *h = arg;
 
-	if (h->calls < 8) {
-		h->first[h->calls] = first;
-		h->count[h->calls] = count;
-	}
-	h->calls++;
+	note_call(&h->calls, h->first, h->count, first, count);
 	for (int t = first; t < first + count; t++) {
 		const dt_nn_tensor *tt = dt_nn_model_tensor(h->m, t);
 
