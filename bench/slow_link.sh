@@ -18,6 +18,8 @@
 #        bench/slow_link.sh [BUILD_DIR] [RATE] [MODEL...]
 #        (defaults: none, fp32, build, 1gbit, mlp lenet; MODES="dist_sync
 #        horovod", LIMIT=60000 samples in the epoch: a whole one)
+#        TIMELINE=PREFIX writes each training job's Chrome trace to
+#        PREFIX.MODEL.KVSTORE.json (docs/observability.md).
 #        BENCH=coll runs coll_bench's allreduce instead (one rank per host,
 #        1-16 MiB of float32) with each compression of the distributed
 #        optimizer, and reports its effective bus bandwidth.
@@ -152,7 +154,9 @@ for pull in "${PULLS[@]}"; do
 	[ "$mode" = horovod ] && [ "$pull" != fp32 ] && continue
 	read -r -a before <<<"$(dir_bytes)"
 	start=$(now_ms)
-	"$DTRAIN" launch -n 2 -s $s -H "$TMP/hosts" --env DT_TEST_TAG="$TAG" -- \
+	tl=()
+	[ -n "${TIMELINE:-}" ] && tl=(--timeline "$TIMELINE.$model.$mode.json")
+	"$DTRAIN" launch -n 2 -s $s -H "$TMP/hosts" --env DT_TEST_TAG="$TAG" "${tl[@]}" -- \
 		"$B/examples/mnist" --model "$model" --kvstore "$mode" \
 		--epochs 1 --limit "$LIMIT" --disp-batches 8 --data "$DATA" \
 		--gradient-compression "$comp" --pull-precision "$pull" \

@@ -9,11 +9,12 @@
  * sampler: the same seeded permutation on every worker), computes the
  * summed gradient of its slice - with --devices N, N threads each run a
  * replica on 1/N of the slice and their gradients are summed locally, as
- * MXNet's multi-device training - pushes one key per parameter tensor and
- * pulls the new weights. The optimizer runs in the store (MXNet's
- * update_on_kvstore), with rescale_grad = 1 / global batch: the servers
- * for dist types, this process for local ones, so all types share one
- * update rule and 2 workers at batch 32 equal 1 process at batch 64.
+ * MXNet's multi-device training - pushes one key per parameter tensor (a
+ * big one as slices, each its own key) and pulls the new weights. The
+ * optimizer runs in the store (MXNet's update_on_kvstore), with
+ * rescale_grad = 1 / global batch: the servers for dist types, this
+ * process for local ones, so all types share one update rule and 2
+ * workers at batch 32 equal 1 process at batch 64.
  * --kvstore horovod averages the gradients with an allreduce among the
  * workers instead (no servers) and updates locally with the same rule.
  * --elastic (with horovod or dist_sync, and sgd) goes on when a worker is
@@ -67,6 +68,7 @@ typedef struct replica {
 	float *x, *y;
 	double loss;
 	int correct;
+	int hooked; /* the overlap's hooks clear the gradients (on_params) */
 	dt_err err;
 	char msg[256];
 } replica;
@@ -76,7 +78,8 @@ replica_step(void *arg)
 {
 	replica *r = arg;
 
-	dt_nn_model_zero_grad(r->m);
+	if (!r->hooked)
+		dt_nn_model_zero_grad(r->m);
 	r->err = dt_data_gather(r->d, r->idx, (size_t)r->count, r->x, r->y);
 	if (!r->err)
 		r->err = dt_nn_forward_backward(r->m, r->x, r->y, r->count,
@@ -89,89 +92,242 @@ replica_step(void *arg)
 /*
  * Overlap (one device): communication starts during the backward pass as
  * soon as a layer's gradients are final (dt_nn_model_set_grad_hook), last
- * layer first, straight from the model's gradient buffer; the step then
- * waits for all. With a KVStore, each layer's push-pull starts there.
+ * layer first, straight from the model's gradient buffer, and the next
+ * forward pass waits for a layer's new parameters only when it reaches
+ * that layer (dt_nn_model_set_param_hook), so its first layers compute
+ * while the values of the later ones still arrive. The end of an epoch
+ * waits for everything (overlap_finish).
+ *
+ * With a KVStore, each tensor's push-pull starts at its hook. With servers
+ * (and no gradient compression) a tensor of more than SLICE_FLOATS goes as
+ * slices of about that size, each its own key, so a server answers a
+ * slice as soon as every worker has pushed it, not the whole tensor. Where
+ * layers come before a big tensor's, the first half of its slices waits
+ * until theirs are sent (the end of the backward pass): their new values
+ * are the first the next forward pass needs and are not queued behind the
+ * big tensor's on the link, which meanwhile still carries its other
+ * half. Every element is summed and updated as before, so slices change
+ * no value.
  *
  * With --kvstore horovod the gradients are summed by one allreduce per
- * bucket (DDP's gradient buckets): consecutive tensors, from the last one
- * down, of at least BUCKET_BYTES together (a smaller rest joins the bucket
- * before it), so small layers share one message. A bucket's allreduce
- * starts, with overlap, as soon as its lowest tensor is final; without,
- * after backward. The calls and their sizes are the same either way, so
- * the two give the same bits whatever algorithm the collectives choose for
- * a size; the local store then updates the weights.
+ * bucket (DDP's gradient buckets): consecutive ranges of the gradient
+ * buffer, from the last tensor down, of at least BUCKET_BYTES together, so
+ * small layers share one message. A bucket's allreduce starts, with
+ * overlap, as soon as its lowest tensor is final; without, after backward.
+ * A tensor of more than BUCKET_BYTES with layers before it is cut as its
+ * slices are: its upper half ends a bucket, its lower half is a bucket of
+ * its own, started after the buckets of the layers before it. The buckets,
+ * their order and sizes are the same either way, so the two give the same
+ * bits whatever algorithm the collectives choose for a size; the local
+ * store then updates the weights, a tensor at a time as the forward pass
+ * reaches it (with overlap) or all after the step (without).
  */
 #define BUCKET_BYTES ((size_t)256 << 10)
-#define MAX_BUCKETS  64
+#define SLICE_FLOATS ((size_t)64 << 10)
+/* The tensors the first layer's hooks name (its weight and bias): those
+ * of a later layer have layers before them. */
+#define FIRST_LAYER_TENSORS 2
+
+/* A bucket: floats [lo, hi) of the gradient buffer, started once the
+ * tensors from trig up are final. */
+typedef struct bucket {
+	size_t lo, hi;
+	int trig;
+	int started;
+	dt_coll_handle *h;
+} bucket;
 
 typedef struct overlap {
-	dt_kv *kv;
-	const dt_key *keys;
-	float *const *gv, *const *pv;
-	const size_t *lens;
-	dt_kv_req reqs[64];
-	int nreqs;
-	dt_coll *coll;       /* horovod: allreduce buckets, no push-pull */
-	int nb;              /* buckets, the last tensors' first */
-	int lo[MAX_BUCKETS]; /* bucket j: tensors lo[j] .. hi[j] */
-	int hi[MAX_BUCKETS];
-	int next; /* the next bucket to start */
-	dt_coll_handle *hs[MAX_BUCKETS];
-	int nh;
+	dt_nn_model *m;
+	dt_kv *kv; /* the store that updates (local with horovod) */
+	int nt;    /* tensors */
+	int nk;    /* keys: a tensor's slices, or the tensor */
+	int *tk;   /* tensor t's keys: tk[t] .. tk[t + 1] - 1 */
+	dt_key *keys;
+	float **gv, **pv; /* a key's gradient and parameters */
+	size_t *lens;
+	int *late;       /* key k waits for the end of backward */
+	dt_kv_req *reqs; /* key k's push-pull, when pending[k] */
+	int *pending;
+	int *due;      /* horovod: tensor t is to be updated */
+	dt_coll *coll; /* horovod: allreduce buckets, no push-pull */
+	float *grads;  /* horovod: the gradient buffer */
+	int nb;        /* buckets, in the order they start */
+	bucket *b;
+	int next;      /* the next bucket to start */
+	double waited; /* seconds the forward pass waited */
 	dt_err err;
 	char msg[256];
 } overlap;
 
-/* Horovod's buckets over nt tensors of lens[] floats. */
-static void
-plan_buckets(overlap *o, int nt)
-{
-	size_t bytes = 0;
-
-	o->nb = 0;
-	for (int i = nt - 1; i >= 0; i--) {
-		if (bytes == 0)
-			o->hi[o->nb] = i;
-		bytes += o->lens[i] * sizeof(float);
-		if (bytes >= BUCKET_BYTES || i == 0) {
-			o->lo[o->nb++] = i;
-			bytes = 0;
-		}
-	}
-	/* A last bucket below the size joins the one before it. */
-	if (o->nb > 1) {
-		size_t last = 0;
-
-		for (int i = o->lo[o->nb - 1]; i <= o->hi[o->nb - 1]; i++)
-			last += o->lens[i] * sizeof(float);
-		if (last < BUCKET_BYTES) {
-			o->lo[o->nb - 2] = o->lo[o->nb - 1];
-			o->nb--;
-		}
-	}
-}
-
 static void
 overlap_fail(overlap *o, dt_err err)
 {
-	o->err = err;
-	snprintf(o->msg, sizeof(o->msg), "%s", dt_errmsg());
+	if (o->err == DT_OK) {
+		o->err = err;
+		snprintf(o->msg, sizeof(o->msg), "%s", dt_errmsg());
+	}
 }
 
-/* Start the allreduce of bucket j, in place in the gradients gv[]. */
+/* Cut the parameters and gradients gbase of m into keys: with slice (dist
+ * stores without compression) a tensor of more than SLICE_FLOATS into
+ * near-equal slices on multiples of 32 floats, else one key a tensor.
+ * Slice j > 0 of tensor t is key t + j * nt * S (S servers): under
+ * MXNet's placement, which keeps an array whole on server key mod S, a
+ * tensor's slices stay on its server. Arrays are o's; 1: no memory. */
+static int
+plan_keys(overlap *o, dt_nn_model *m, float *gbase, int slice, int S)
+{
+	int nt = dt_nn_model_num_tensors(m), nk = 0;
+
+	o->nt = nt;
+	o->tk = calloc((size_t)nt + 1, sizeof(*o->tk));
+	o->due = calloc((size_t)nt, sizeof(*o->due));
+	if (!o->tk || !o->due)
+		return 1;
+	for (int t = 0; t < nt; t++) {
+		size_t n = dt_nn_model_tensor(m, t)->size;
+
+		o->tk[t] = nk;
+		nk += slice && n > SLICE_FLOATS
+		          ? (int)((n + SLICE_FLOATS - 1) / SLICE_FLOATS)
+		          : 1;
+	}
+	o->tk[nt] = nk;
+	o->nk = nk;
+	o->keys = calloc((size_t)nk, sizeof(*o->keys));
+	o->gv = calloc((size_t)nk, sizeof(*o->gv));
+	o->pv = calloc((size_t)nk, sizeof(*o->pv));
+	o->lens = calloc((size_t)nk, sizeof(*o->lens));
+	o->late = calloc((size_t)nk, sizeof(*o->late));
+	o->reqs = calloc((size_t)nk, sizeof(*o->reqs));
+	o->pending = calloc((size_t)nk, sizeof(*o->pending));
+	if (!o->keys || !o->gv || !o->pv || !o->lens || !o->late || !o->reqs ||
+	    !o->pending)
+		return 1;
+	for (int t = 0; t < nt; t++) {
+		const dt_nn_tensor *tt = dt_nn_model_tensor(m, t);
+		int ns = o->tk[t + 1] - o->tk[t];
+		size_t per = (tt->size / (size_t)ns + 31) / 32 * 32, at = 0;
+
+		for (int j = 0; j < ns; j++) {
+			int k = o->tk[t] + j;
+			size_t len = j == ns - 1 ? tt->size - at : per;
+
+			o->keys[k] = (dt_key)t + (dt_key)j * (dt_key)nt *
+			                             (dt_key)(S > 0 ? S : 1);
+			o->pv[k] = dt_nn_model_params(m) + tt->offset + at;
+			o->gv[k] = gbase + tt->offset + at;
+			o->lens[k] = len;
+			/* the first half of a big tensor's slices, when
+			 * layers come before it */
+			o->late[k] =
+			    ns > 1 && t >= FIRST_LAYER_TENSORS && j < ns / 2;
+			at += len;
+		}
+	}
+	return 0;
+}
+
+/* Horovod's buckets over the nt tensors of m (see above); 1: no memory. */
+static int
+plan_buckets(overlap *o, dt_nn_model *m)
+{
+	int nt = o->nt, nlate = 0;
+	size_t hi = 0;
+	bucket *late;
+
+	/* at most a bucket a tensor, and a late one a big tensor */
+	o->b = calloc(2 * (size_t)nt + 1, sizeof(*o->b));
+	late = calloc((size_t)nt + 1, sizeof(*late));
+	if (!o->b || !late) {
+		free(late);
+		return 1;
+	}
+	o->nb = 0;
+	for (int i = nt - 1, open = 0; i >= 0; i--) {
+		const dt_nn_tensor *t = dt_nn_model_tensor(m, i);
+		size_t lo = t->offset;
+		int cut = t->size * sizeof(float) > BUCKET_BYTES &&
+		          i >= FIRST_LAYER_TENSORS;
+
+		if (!open)
+			hi = t->offset + t->size, open = 1;
+		if (cut) {
+			size_t half = (t->size / 2 + 31) / 32 * 32;
+
+			late[nlate++] = (bucket){.lo = lo, .hi = lo + half};
+			lo += half;
+		}
+		if ((hi - lo) * sizeof(float) >= BUCKET_BYTES || i == 0 ||
+		    cut) {
+			o->b[o->nb++] = (bucket){.lo = lo, .hi = hi, .trig = i};
+			open = 0;
+		}
+	}
+	/* The late halves go after the last bucket, as it does. */
+	for (int j = 0; j < nlate; j++)
+		o->b[o->nb++] = late[j];
+	free(late);
+	return 0;
+}
+
+/* Wait for the pending request of key k, or bucket j; the first error
+ * wins, and every request is waited for even after one failed. */
+static void
+wait_key(overlap *o, int k)
+{
+	if (o->pending[k]) {
+		dt_err err = dt_kv_wait(o->kv, o->reqs[k]);
+
+		o->pending[k] = 0;
+		if (err)
+			overlap_fail(o, err);
+	}
+}
+
+static void
+wait_bucket(overlap *o, int j)
+{
+	bucket *b = &o->b[j];
+
+	if (b->started) {
+		dt_err err = dt_coll_wait(b->h);
+
+		b->started = 0;
+		if (err)
+			overlap_fail(o, err);
+	}
+}
+
+/* Start bucket j's allreduce, in place in the gradients. */
 static void
 start_bucket(overlap *o, int j)
 {
-	float *from = o->gv[o->lo[j]];
-	float *to = o->gv[o->hi[j]] + o->lens[o->hi[j]];
-	dt_err err = dt_coll_allreduce_async(o->coll, DT_COLL_IN_PLACE, from,
-	                                     (size_t)(to - from), DT_FLOAT32,
-	                                     DT_COLL_SUM, &o->hs[o->nh]);
+	bucket *b = &o->b[j];
+	dt_err err = dt_coll_allreduce_async(o->coll, DT_COLL_IN_PLACE,
+	                                     o->grads + b->lo, b->hi - b->lo,
+	                                     DT_FLOAT32, DT_COLL_SUM, &b->h);
 
 	if (err)
 		overlap_fail(o, err);
 	else
-		o->nh++;
+		b->started = 1;
+}
+
+static void
+start_key(overlap *o, int k)
+{
+	dt_err err;
+
+	wait_key(o, k); /* (a request left from an earlier step) */
+	err = dt_kv_pushpull_async(o->kv, o->keys[k], o->gv[k], o->pv[k],
+	                           o->lens[k], &o->reqs[k]);
+
+	if (err)
+		overlap_fail(o, err);
+	else
+		o->pending[k] = 1;
 }
 
 static void
@@ -179,45 +335,110 @@ on_grads(void *arg, int first, int count)
 {
 	overlap *o = arg;
 
+	if (o->err)
+		return;
+	for (int t = first; t < first + count; t++)
+		o->due[t] = 1;
 	if (o->coll) {
 		/* Tensors from first up are final: so is every bucket whose
 		 * lowest tensor is among them. */
 		while (o->err == DT_OK && o->next < o->nb &&
-		       o->lo[o->next] >= first)
+		       o->b[o->next].trig >= first)
 			start_bucket(o, o->next++);
 		return;
 	}
-	for (int i = first; i < first + count && o->err == DT_OK; i++) {
-		dt_err err =
-		    dt_kv_pushpull_async(o->kv, o->keys[i], o->gv[i], o->pv[i],
-		                         o->lens[i], &o->reqs[o->nreqs]);
+	for (int k = o->tk[first]; k < o->tk[first + count] && !o->err; k++)
+		if (!o->late[k])
+			start_key(o, k);
+	/* The end of the backward pass: the big tensors' late slices. */
+	for (int k = 0; first == 0 && k < o->nk && !o->err; k++)
+		if (o->late[k])
+			start_key(o, k);
+}
 
+/* Tensor t's new parameters: its keys' answers, or (horovod) its buckets'
+ * sums and the local update. */
+static void
+settle_tensor(overlap *o, int t)
+{
+	if (!o->due[t])
+		return;
+	o->due[t] = 0;
+	if (o->coll == NULL) {
+		for (int k = o->tk[t]; k < o->tk[t + 1]; k++)
+			wait_key(o, k);
+		return;
+	}
+	size_t lo = (size_t)(o->gv[t] - o->grads), hi = lo + o->lens[t];
+
+	for (int j = 0; j < o->nb; j++)
+		if (o->b[j].lo < hi && lo < o->b[j].hi)
+			wait_bucket(o, j);
+	if (o->err == DT_OK) {
+		dt_err err = dt_kv_pushpull(o->kv, o->keys[t], o->gv[t],
+		                            o->pv[t], o->lens[t]);
 		if (err)
 			overlap_fail(o, err);
-		else
-			o->nreqs++;
 	}
 }
 
-/* Wait for every push-pull or allreduce started this step; the first
- * error wins. */
-static dt_err
-overlap_wait(overlap *o)
+static void
+on_params(void *arg, int first, int count)
 {
-	dt_err err = o->err;
+	overlap *o = arg;
+	uint64_t t0 = dt_obs_now();
+	int waits = 0;
 
-	for (int i = 0; i < o->nreqs + o->nh; i++) {
-		dt_err e = i < o->nreqs ? dt_kv_wait(o->kv, o->reqs[i])
-		                        : dt_coll_wait(o->hs[i - o->nreqs]);
+	for (int t = first; t < first + count; t++) {
+		const dt_nn_tensor *tt = dt_nn_model_tensor(o->m, t);
 
-		if (e && err == DT_OK) {
-			err = e;
-			snprintf(o->msg, sizeof(o->msg), "%s", dt_errmsg());
-		}
+		waits |= o->due[t];
+		settle_tensor(o, t);
+		/* The gradients are the allreduce's or the push's until
+		 * settled: cleared here for the backward pass, not before
+		 * the forward one. */
+		memset(dt_nn_model_grads(o->m) + tt->offset, 0,
+		       tt->size * sizeof(float));
 	}
-	o->nreqs = o->nh = o->next = 0;
+	/* (on the timeline inside the forward pass) */
+	if (waits) {
+		dt_obs_phase(DT_PHASE_COMM, t0);
+		o->waited += (double)(dt_obs_now() - t0) * 1e-9;
+	}
+}
+
+/* Every tensor settled (the end of an epoch, or of the job); the first
+ * error of the epoch's communication, kept in o->msg. */
+static dt_err
+overlap_finish(overlap *o)
+{
+	dt_err err;
+
+	for (int t = 0; t < o->nt; t++)
+		settle_tensor(o, t);
+	for (int j = 0; j < o->nb; j++)
+		wait_bucket(o, j);
+	for (int k = 0; k < o->nk; k++)
+		wait_key(o, k);
+	o->next = 0;
+	err = o->err;
 	o->err = DT_OK;
 	return err;
+}
+
+static void
+overlap_free(overlap *o)
+{
+	free(o->tk);
+	free(o->due);
+	free(o->keys);
+	free(o->gv);
+	free(o->pv);
+	free(o->lens);
+	free(o->late);
+	free(o->reqs);
+	free(o->pending);
+	free(o->b);
 }
 
 static double
@@ -422,7 +643,9 @@ parse(int argc, char **argv, opts *o)
 			o->no_overlap = 1;
 			continue;
 		case 'C':
-			o->compression = optarg;
+			/* "none" is no compression: the allreduce overlaps
+			 * the backward pass and big tensors go as slices */
+			o->compression = strcmp(optarg, "none") ? optarg : NULL;
 			continue;
 		case 'P':
 			o->pull_precision = optarg;
@@ -1116,9 +1339,7 @@ main(int argc, char **argv)
 	dt_dataset train = {0}, test = {0};
 	dt_sampler *sampler = NULL;
 	replica rep[MAX_DEV] = {{0}};
-	dt_key *keys = NULL;
-	float **pv = NULL, **gv = NULL;
-	size_t *lens = NULL;
+	overlap ov = {0};
 	float *sum = NULL;
 	int horovod, rank = 0, nw = 1, nt, rc = 1;
 	dt_metrics_log *mlog = NULL;
@@ -1192,34 +1413,29 @@ main(int argc, char **argv)
 	if (o.load && dt_nn_params_load(m, o.load) != DT_OK)
 		goto fail;
 
-	/* One key per parameter tensor; the optimizer runs in the store. */
+	/* One key per parameter tensor, or per slice of a big one
+	 * (plan_keys); the optimizer runs in the store. */
 	nt = dt_nn_model_num_tensors(m);
-	keys = calloc((size_t)nt, sizeof(*keys));
-	pv = calloc((size_t)nt, sizeof(*pv));
-	gv = calloc((size_t)nt, sizeof(*gv));
-	lens = calloc((size_t)nt, sizeof(*lens));
 	sum = malloc(sizeof(float) * dt_nn_model_num_params(m));
-	if (!keys || !pv || !gv || !lens || !sum) {
+	/* (Compressed allreduces need the whole gradient at once.) */
+	int overlapped =
+	    ndev == 1 && !o.no_overlap && !(horovod && o.compression);
+	ov.m = m;
+	ov.kv = updater;
+	ov.coll = horovod ? coll : NULL;
+	ov.grads = overlapped ? dt_nn_model_grads(m) : sum;
+	if (!sum ||
+	    plan_keys(&ov, m, ov.grads,
+	              dt_kv_is_dist(updater) && !o.compression,
+	              kv ? dt_node_num_servers(dt_kv_node(kv)) : 1) ||
+	    plan_buckets(&ov, m)) {
 		fprintf(stderr, "mnist: out of memory\n");
 		goto out;
 	}
-	/* (Compressed allreduces need the whole gradient at once.) */
-	int overlapped = ndev == 1 && !o.no_overlap && nt <= 64 &&
-	                 !(horovod && o.compression);
-	overlap ov = {.kv = updater,
-	              .keys = keys,
-	              .gv = gv,
-	              .pv = pv,
-	              .lens = lens,
-	              .coll = horovod ? coll : NULL};
-	for (int i = 0; i < nt; i++) {
-		const dt_nn_tensor *t = dt_nn_model_tensor(m, i);
-		keys[i] = (dt_key)i;
-		pv[i] = dt_nn_model_params(m) + t->offset;
-		gv[i] = (overlapped ? dt_nn_model_grads(m) : sum) + t->offset;
-		lens[i] = t->size;
-	}
-	plan_buckets(&ov, nt);
+	int nk = ov.nk;
+	dt_key *keys = ov.keys;
+	float **pv = ov.pv, **gv = ov.gv;
+	size_t *lens = ov.lens;
 	if (set_lr(updater, &o, o.lr, nw, params, sizeof(params)) != DT_OK)
 		goto fail;
 	if (o.compression && horovod &&
@@ -1239,10 +1455,10 @@ main(int argc, char **argv)
 	/* A worker started in a lost one's place (launch --restart) resumes
 	 * at the step its predecessor reached; any other at step 0. */
 	uint64_t step = 0;
-	if (dt_kv_init_many(updater, (size_t)nt, keys, (const float *const *)pv,
+	if (dt_kv_init_many(updater, (size_t)nk, keys, (const float *const *)pv,
 	                    lens) != DT_OK ||
-	    dt_kv_resume(updater, (size_t)nt, keys, lens, &step) != DT_OK ||
-	    dt_kv_pull_many(updater, (size_t)nt, keys, pv, lens) != DT_OK)
+	    dt_kv_resume(updater, (size_t)nk, keys, lens, &step) != DT_OK ||
+	    dt_kv_pull_many(updater, (size_t)nk, keys, pv, lens) != DT_OK)
 		goto fail;
 	if (dt_kv_rejoined(updater)) {
 		fprintf(stderr,
@@ -1252,8 +1468,11 @@ main(int argc, char **argv)
 		fflush(stderr);
 	}
 
-	if (overlapped)
+	if (overlapped) {
 		dt_nn_model_set_grad_hook(m, on_grads, &ov);
+		dt_nn_model_set_param_hook(m, on_params, &ov);
+		rep[0].hooked = 1;
+	}
 	if (o.metrics && rank == 0) {
 		char label[65];
 
@@ -1325,13 +1544,18 @@ main(int argc, char **argv)
 				                   &rep[d]) != 0)
 					replica_step(&rep[d]), th[d] = 0;
 			}
+			ov.next = 0;
+			ov.waited = 0;
 			replica_step(&rep[0]);
 			for (int d = 1; d < ndev; d++)
 				if (th[d])
 					pthread_join(th[d], NULL);
+			tcomm += ov.waited;
 			double tc = now();
 			t_comm = dt_obs_now();
-			if (overlapped && overlap_wait(&ov) != DT_OK) {
+			/* (The step's communication is waited for in the
+			 * next forward pass, layer by layer.) */
+			if (overlapped && ov.err) {
 				fprintf(stderr, "mnist: %s\n", ov.msg);
 				goto out;
 			}
@@ -1343,11 +1567,6 @@ main(int argc, char **argv)
 				}
 				correct += rep[d].correct;
 			}
-			if (overlapped && horovod &&
-			    dt_kv_pushpull_many(updater, (size_t)nt, keys,
-			                        (const float *const *)gv, pv,
-			                        lens) != DT_OK)
-				goto fail;
 			if (!overlapped) {
 				/* Sum the devices' gradients (local
 				 * aggregation). */
@@ -1369,14 +1588,14 @@ main(int argc, char **argv)
 				if (horovod && !o.compression) {
 					for (int j = 0; j < ov.nb; j++)
 						start_bucket(&ov, j);
-					if (overlap_wait(&ov) != DT_OK) {
+					if (overlap_finish(&ov) != DT_OK) {
 						fprintf(stderr, "mnist: %s\n",
 						        ov.msg);
 						goto out;
 					}
 				}
 				if (dt_kv_pushpull_many(
-				        updater, (size_t)nt, keys,
+				        updater, (size_t)nk, keys,
 				        (const float *const *)gv, pv,
 				        lens) != DT_OK)
 					goto fail;
@@ -1399,6 +1618,15 @@ main(int argc, char **argv)
 					goto fail;
 			}
 		}
+		/* The last step's new parameters, before anything reads
+		 * them or changes the optimizer. */
+		double tf = now();
+
+		if (overlap_finish(&ov) != DT_OK) {
+			fprintf(stderr, "mnist: %s\n", ov.msg);
+			goto out;
+		}
+		tcomm += now() - tf;
 		double ttrain = now() - t0;
 		if (o.lr_factor != 1.0 && ep + 1 < o.epochs &&
 		    set_lr(updater, &o,
@@ -1450,10 +1678,7 @@ out:
 	dt_sampler_destroy(sampler);
 	dt_data_fini(&train);
 	dt_data_fini(&test);
-	free(keys);
-	free(pv);
-	free(gv);
-	free(lens);
+	overlap_free(&ov);
 	free(sum);
 	if (horovod)
 		dt_kv_destroy(updater);

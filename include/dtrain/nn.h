@@ -349,6 +349,18 @@ dt_err dt_nn_forward_backward(dt_nn_model *m, const float *x, const float *y,
 typedef void (*dt_nn_grad_hook)(void *arg, int first, int count);
 void dt_nn_model_set_grad_hook(dt_nn_model *m, dt_nn_grad_hook fn, void *arg);
 
+/*
+ * Called during every forward pass (training, dt_nn_forward and
+ * evaluation) just before a layer first reads the parameters of tensors
+ * [first, first + count) (its weight and bias), first layer first. A
+ * trainer whose new parameters are still arriving waits here for that
+ * layer's only, so the layers before it compute meanwhile. The hook
+ * cannot fail the pass: a trainer keeps its own error and reports it
+ * after the call. NULL removes the hook.
+ */
+typedef void (*dt_nn_param_hook)(void *arg, int first, int count);
+void dt_nn_model_set_param_hook(dt_nn_model *m, dt_nn_param_hook fn, void *arg);
+
 /* Forward and loss without backward, dropout off (evaluation). */
 dt_err dt_nn_evaluate(dt_nn_model *m, const float *x, const float *y, int batch,
                       double *loss, int *correct);

@@ -405,6 +405,9 @@ dt__nn_forward_layer(dt_nn_model *m, int i, const float *cur, int B, int train)
 	float *dst = L->inplace ? (float *)cur : L->out;
 	size_t n = (size_t)B * L->out_size;
 
+	/* (The trainer may still be receiving these parameters.) */
+	if (L->wt >= 0 && m->param_hook)
+		m->param_hook(m->param_hook_arg, L->wt, 2);
 	L->x = cur;
 	switch (L->kind) {
 	case L_CONV: {
@@ -539,6 +542,13 @@ dt_nn_model_set_grad_hook(dt_nn_model *m, dt_nn_grad_hook fn, void *arg)
 {
 	m->grad_hook = fn;
 	m->grad_hook_arg = arg;
+}
+
+void
+dt_nn_model_set_param_hook(dt_nn_model *m, dt_nn_param_hook fn, void *arg)
+{
+	m->param_hook = fn;
+	m->param_hook_arg = arg;
 }
 
 dt_err

@@ -71,6 +71,8 @@ struct dt_nn_model {
 	const float *last_out;
 	dt_nn_grad_hook grad_hook; /* see dt_nn_model_set_grad_hook */
 	void *grad_hook_arg;
+	dt_nn_param_hook param_hook; /* see dt_nn_model_set_param_hook */
+	void *param_hook_arg;
 	int has_loss;         /* 0: a pipeline stage before the last */
 	const float *in_grad; /* input gradient of the last backward, or NULL */
 	int last_batch;       /* batch of the last dt_nn_stage_forward */

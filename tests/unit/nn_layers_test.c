@@ -930,16 +930,23 @@ typedef struct hook_log {
 	float *snap; /* the gradients as the hook saw them */
 } hook_log;
 
+/* A hook's call: the first 8 kept. */
+static void
+note_call(int *calls, int *firsts, int *counts, int first, int count)
+{
+	if (*calls < 8) {
+		firsts[*calls] = first;
+		counts[*calls] = count;
+	}
+	(*calls)++;
+}
+
 static void
 hook_record(void *arg, int first, int count)
 {
 	hook_log *h = arg;
 
-	if (h->calls < 8) {
-		h->first[h->calls] = first;
-		h->count[h->calls] = count;
-	}
-	h->calls++;
+	note_call(&h->calls, h->first, h->count, first, count);
 	for (int t = first; t < first + count; t++) {
 		const dt_nn_tensor *tt = dt_nn_model_tensor(h->m, t);
 
@@ -992,6 +999,78 @@ test_model_grad_hook(void **state)
 	dt_nn_model_destroy(b);
 }
 
+/* The parameter hook: once per layer with parameters, first layer first,
+ * before that layer reads them: parameters that arrive in the hook (a
+ * pull waited for there) are the ones the pass uses, so a model whose
+ * parameters are all wrong until then computes what the right ones do. */
+typedef struct param_log {
+	dt_nn_model *m;
+	const dt_nn_model *from; /* the right parameters */
+	int calls, first[8], count[8];
+} param_log;
+
+static void
+param_record(void *arg, int first, int count)
+{
+	param_log *h = arg;
+
+	note_call(&h->calls, h->first, h->count, first, count);
+	for (int t = first; t < first + count; t++) {
+		const dt_nn_tensor *tt = dt_nn_model_tensor(h->m, t);
+
+		memcpy(dt_nn_model_params(h->m) + tt->offset,
+		       dt_nn_model_params((dt_nn_model *)h->from) + tt->offset,
+		       tt->size * sizeof(float));
+	}
+}
+
+static void
+test_model_param_hook(void **state)
+{
+	dt_nn_model *a, *b;
+	const int B = 8;
+	float *x, *y;
+	double la, lb;
+	int ca, cb;
+	param_log h = {0};
+
+	(void)state;
+	assert_int_equal(dt_nn_model_create("lenet", 1, &a), DT_OK);
+	assert_int_equal(dt_nn_model_create("lenet", 1, &b), DT_OK);
+	mnist_batch(B, &x, &y);
+	for (size_t i = 0; i < dt_nn_model_num_params(b); i++)
+		dt_nn_model_params(b)[i] = 1e3f;
+	h.m = b;
+	h.from = a;
+	dt_nn_model_set_param_hook(b, param_record, &h);
+	dt_nn_model_zero_grad(a);
+	dt_nn_model_zero_grad(b);
+	assert_int_equal(dt_nn_forward_backward(a, x, y, B, &la, &ca), DT_OK);
+	assert_int_equal(dt_nn_forward_backward(b, x, y, B, &lb, &cb), DT_OK);
+	/* lenet: conv, conv, dense, dense -> 4 calls, first layer first */
+	assert_int_equal(h.calls, 4);
+	for (int c = 0; c < 4; c++) {
+		assert_int_equal(h.first[c], 2 * c);
+		assert_int_equal(h.count[c], 2);
+	}
+	assert_true(la == lb);
+	assert_int_equal(ca, cb);
+	assert_memory_equal(dt_nn_model_grads(a), dt_nn_model_grads(b),
+	                    sizeof(float) * dt_nn_model_num_params(a));
+	/* evaluation calls it too; NULL removes it */
+	h.calls = 0;
+	assert_int_equal(dt_nn_evaluate(b, x, y, B, &lb, &cb), DT_OK);
+	assert_int_equal(h.calls, 4);
+	dt_nn_model_set_param_hook(b, NULL, NULL);
+	h.calls = 0;
+	assert_int_equal(dt_nn_forward_backward(b, x, y, B, NULL, NULL), DT_OK);
+	assert_int_equal(h.calls, 0);
+	free(x);
+	free(y);
+	dt_nn_model_destroy(a);
+	dt_nn_model_destroy(b);
+}
+
 static void
 test_model_flops(void **state)
 {
@@ -1026,6 +1105,7 @@ main(void)
 	    cmocka_unit_test(test_model_batch_growth),
 	    cmocka_unit_test(test_model_replicas_in_threads),
 	    cmocka_unit_test(test_model_grad_hook),
+	    cmocka_unit_test(test_model_param_hook),
 	    cmocka_unit_test(test_model_flops),
 	};
 
