@@ -76,54 +76,7 @@ HB_TIMEOUT=$((5 * DT_TEST_TIME_SCALE))
 PHASE_LIMIT_S=$((120 * DT_TEST_TIME_SCALE))
 RUN_LIMIT_S=$((270 * DT_TEST_TIME_SCALE))
 STOP_LIMIT_S=$((HB_TIMEOUT + 3 * DT_TEST_TIME_SCALE))
-SIM="$DTRAIN_SOURCE/bench/scale_sim.sh"
-[ -x "$DTRAIN_BUILD/bench/scale_sim" ] || fail "no $DTRAIN_BUILD/bench/scale_sim (build it)"
-
-# field JSONL PHASE KEY: the value of KEY in the line of PHASE.
-field() {
-	/usr/bin/python3 -c 'import json, sys
-for ln in open(sys.argv[1]):
-    o = json.loads(ln)
-    if o.get("phase") == sys.argv[2]:
-        v = o.get(sys.argv[3])
-        print(json.dumps(v) if isinstance(v, (list, dict)) else v)
-        break' "$@"
-}
-
-# run_sim NAME N [VAR=VALUE ...]: the simulator's bench on N nodes
-# (SERVERS of them servers) in PROCS processes, its output in
-# $T_DIR/NAME/; sets RUN_MS, RUN_STATUS and JSONL.
-run_sim() {
-	local name=$1 nodes=$2 t0
-	shift 2
-	mkdir -p "$T_DIR/$name"
-	t_now
-	t0=$T_NOW
-	env "$@" OUT="$T_DIR/$name" PROCS=$PROCS BARRIERS=2 \
-		TIMEOUT=$PHASE_LIMIT_S \
-		setsid timeout -k 5 "$RUN_LIMIT_S" \
-		"$SIM" "$DTRAIN_BUILD" "$((nodes - SERVERS))+$SERVERS" \
-		>"$T_DIR/$name.log" 2>&1 &
-	local pid=$!
-	T_GROUPS+=("$pid")
-	wait_exit "$pid" "$((RUN_LIMIT_S / DT_TEST_TIME_SCALE + 10))" ||
-		fail "$name: the simulator did not end"
-	t_now
-	RUN_MS=$(((T_NOW - t0) / 1000000))
-	RUN_STATUS=$EXIT_STATUS
-	JSONL="$T_DIR/$name/scale_sim.jsonl"
-	[ -s "$JSONL" ] || fail "$name: no $JSONL"
-}
-
-# assert_pids_gone JSONL: every process the run started has ended.
-assert_pids_gone() {
-	local p
-	for p in $(field "$1" all pids | tr -d '[],'); do
-		[ -d "/proc/$p" ] || continue
-		grep -q '^State:.*Z' "/proc/$p/status" 2>/dev/null ||
-			fail "process $p of the simulation is still running"
-	done
-}
+. "$(dirname "$0")/scale_lib.bash"
 
 ulimit -n "$(ulimit -Hn)" 2>/dev/null || true
 log "$NODES nodes ($SERVERS servers) in $PROCS processes; ulimit -n $(ulimit -n); load $(cut -d' ' -f1-3 /proc/loadavg)"
@@ -133,7 +86,7 @@ log "$NODES nodes ($SERVERS servers) in $PROCS processes; ulimit -n $(ulimit -n)
 # this 2-processor machine under a load of hundreds a join of 2,000 nodes
 # took more than the default 10 s of PS_HEARTBEAT_TIMEOUT. This part is
 # not about heartbeats (d is): as long as a phase may take.
-run_sim job "$NODES" PS_HEARTBEAT_TIMEOUT=$PHASE_LIMIT_S \
+run_sim job "$NODES" "$PROCS" PS_HEARTBEAT_TIMEOUT=$PHASE_LIMIT_S \
 	DTRAIN_CTRL_TREE_MIN=1 DTRAIN_CTRL_ARITY=16
 [ "$RUN_STATUS" = 0 ] || fail "the job failed (status $RUN_STATUS): $(grep -m1 error "$T_DIR/job.log")"
 for ph in join barrier1 barrier2 leave; do
@@ -190,7 +143,7 @@ log "(g) the end took $end_msgs messages at the scheduler ($(field "$JSONL" all 
 assert_pids_gone "$JSONL"
 
 # d: one process of 20 stopped.
-run_sim stop "$STOP_NODES" STOP_ONE=1 PS_HEARTBEAT_INTERVAL=$HB_INTERVAL \
+run_sim stop "$STOP_NODES" "$PROCS" STOP_ONE=1 PS_HEARTBEAT_INTERVAL=$HB_INTERVAL \
 	PS_HEARTBEAT_TIMEOUT=$HB_TIMEOUT
 ok=$(field "$JSONL" join ok)
 [ "$ok" = "$STOP_NODES" ] || fail "(d) $ok of $STOP_NODES nodes joined: $(field "$JSONL" join error)"

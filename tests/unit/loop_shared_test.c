@@ -17,6 +17,7 @@
 #include <cmocka.h>
 
 #include "common/util.h"
+#include "unit/fds.h"
 #include "net/loop_shared.h"
 
 #define WAIT_NS 10000000000ull /* generous: a sanitizer on a busy box */
@@ -43,21 +44,6 @@ wait_int(const int *p, int want)
 	while (get_int(p) < want && dt__now_ns() < end)
 		usleep(1000);
 	return get_int(p) >= want;
-}
-
-static int
-count_threads(void)
-{
-	FILE *f = fopen("/proc/self/status", "r");
-	char line[256];
-	int n = -1;
-
-	assert_non_null(f);
-	while (fgets(line, sizeof(line), f))
-		if (sscanf(line, "Threads: %d", &n) == 1)
-			break;
-	fclose(f);
-	return n;
 }
 
 /* ---- timers ---- */

@@ -2550,21 +2550,6 @@ test_encrypted_tamper(void **state)
 	pair_close(&p);
 }
 
-/* The threads of this process (/proc/self/status). */
-static int
-count_threads(void)
-{
-	FILE *f = fopen("/proc/self/status", "r");
-	char line[256];
-	int n = -1;
-
-	assert_non_null(f);
-	while (fgets(line, sizeof(line), f))
-		if (sscanf(line, "Threads: %d", &n) == 1)
-			break;
-	fclose(f);
-	return n;
-}
 
 /* Wait up to 5 s for this process to hold want threads; the count. */
 static int
