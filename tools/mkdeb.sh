@@ -106,7 +106,18 @@ TXT
 # the ldconfig trigger that updates the linker cache.
 echo "libdtrain 0 dtrain (>= $version)" >"$root/DEBIAN/shlibs"
 echo "activate-noawait ldconfig" >"$root/DEBIAN/triggers"
+# Python writes the bytecode of the package's modules beside them when it
+# first imports them (as root); it is no file of the package, so dpkg
+# would leave it, and the empty package's directory with it, which Python
+# then takes for a namespace package called dtrain. Removed before the
+# package's files go, as py3clean does for Debian's Python packages.
+cat >"$root/DEBIAN/prerm" <<'TXT'
+#!/bin/sh
+set -e
+rm -rf /usr/lib/python3/dist-packages/dtrain/__pycache__
+TXT
 chmod 0644 "$root/DEBIAN/"*
+chmod 0755 "$root/DEBIAN/prerm"
 
 echo "[deb] dpkg-deb --build"
 mkdir -p "$out"

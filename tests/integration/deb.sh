@@ -90,4 +90,8 @@ log "dtrain launch -n 2 -s 1 -- dtrain-example-linreg: $(grep -m1 '^\[worker 0\]
 purge || fail "apt-get purge: $(tail -20 "$T_DIR/purge.log")"
 dpkg -s dtrain >/dev/null 2>&1 && fail "dtrain is still installed after the purge"
 [ -e /usr/bin/dtrain ] && fail "/usr/bin/dtrain is left after the purge"
+# (the bytecode the import above made included: a directory left there
+# would be imported as an empty namespace package called dtrain)
+[ -e /usr/lib/python3/dist-packages/dtrain ] &&
+	fail "/usr/lib/python3/dist-packages/dtrain is left after the purge: $(find /usr/lib/python3/dist-packages/dtrain | head -n 5)"
 log "purged: nothing left"
