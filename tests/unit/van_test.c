@@ -2550,7 +2550,6 @@ test_encrypted_tamper(void **state)
 	pair_close(&p);
 }
 
-
 /* Wait up to 5 s for this process to hold want threads; the count. */
 static int
 wait_threads(int want)
