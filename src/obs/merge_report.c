@@ -16,18 +16,6 @@ static const char *const role_name[DT_MERGE_ROLES] = {"scheduler", "server",
                                                       "worker"};
 static const char *const op[DT_LAT_COUNT] = {"push", "pull", "pushpull"};
 
-static double
-mb(uint64_t b)
-{
-	return (double)b / 1e6;
-}
-
-static double
-ms(uint64_t ns)
-{
-	return (double)ns / 1e6;
-}
-
 static const char *
 name(const char *(*name_of)(void *, int), void *arg, int id, char *buf,
      size_t cap)
@@ -74,9 +62,9 @@ report_head(FILE *f, const dt__merged *m, const char *(*name_of)(void *, int),
 			fprintf(f, "%-10s %-10s %10llu %12.3f %10llu %12.3f\n",
 			        role_name[r], role_name[p],
 			        (unsigned long long)t[DT_MT_MSGS_SENT],
-			        mb(t[DT_MT_BYTES_SENT]),
+			        dt__mb(t[DT_MT_BYTES_SENT]),
 			        (unsigned long long)t[DT_MT_MSGS_RECV],
-			        mb(t[DT_MT_BYTES_RECV]));
+			        dt__mb(t[DT_MT_BYTES_RECV]));
 		}
 	fprintf(f, "longest wall time: %.2f s\n",
 	        (double)m->wall_max_ns * 1e-9);
@@ -120,9 +108,10 @@ report_keys(FILE *f, const dt__merged *m)
 		else
 			snprintf(kn, sizeof(kn), "%llu",
 			         (unsigned long long)v[a].key);
-		fprintf(f, "%-10s %9llu %12.3f %9llu %12.3f\n", kn,
-		        (unsigned long long)v[a].pushes, mb(v[a].bytes_pushed),
-		        (unsigned long long)v[a].pulls, mb(v[a].bytes_pulled));
+		fprintf(
+		    f, "%-10s %9llu %12.3f %9llu %12.3f\n", kn,
+		    (unsigned long long)v[a].pushes, dt__mb(v[a].bytes_pushed),
+		    (unsigned long long)v[a].pulls, dt__mb(v[a].bytes_pulled));
 	}
 	free(v);
 	if (m->keys_omitted)
@@ -144,9 +133,9 @@ report_kv(FILE *f, const dt__merged *m)
 		if (h->n == 0)
 			continue;
 		fprintf(f, "%-9s %9llu %9.3f %9.3f %9.3f %9.3f\n", op[k],
-		        (unsigned long long)h->n, ms(h->sum / h->n),
-		        ms(dt__mhist_quantile(h, 0.5)),
-		        ms(dt__mhist_quantile(h, 0.99)), ms(h->max));
+		        (unsigned long long)h->n, dt__ms(h->sum / h->n),
+		        dt__ms(dt__mhist_quantile(h, 0.5)),
+		        dt__ms(dt__mhist_quantile(h, 0.99)), dt__ms(h->max));
 	}
 	report_keys(f, m);
 }
@@ -162,15 +151,15 @@ report_servers(FILE *f, const dt__merged *m,
 		recv += m->traffic[1][p][DT_MT_BYTES_RECV];
 	fprintf(f, "\n%-12s %12s %10s %9s %10s\n", "server", "MB recv",
 	        "merges", "updates", "busy s");
-	fprintf(f, "%-12s %12.3f %10llu %9llu %10.3f\n", "(all)", mb(recv),
+	fprintf(f, "%-12s %12.3f %10llu %9llu %10.3f\n", "(all)", dt__mb(recv),
 	        (unsigned long long)m->merges, (unsigned long long)m->updates,
 	        (double)(m->merge_ns + m->update_ns) * 1e-9);
 	for (uint32_t i = 0; i < m->nbusy; i++) {
 		const dt__mtop *r = &m->busy[i];
 
 		fprintf(f, "%-12s %12.3f %10llu %9llu %10.3f\n",
-		        name(name_of, arg, r->id, b, sizeof(b)), mb(r->rank),
-		        (unsigned long long)r->f[0],
+		        name(name_of, arg, r->id, b, sizeof(b)),
+		        dt__mb(r->rank), (unsigned long long)r->f[0],
 		        (unsigned long long)r->f[1], (double)r->f[2] * 1e-9);
 	}
 }
@@ -184,17 +173,19 @@ report_steps(FILE *f, const dt__merged *m, const char *(*name_of)(void *, int),
 
 	fprintf(f, "%-12s %8s %12s %12s %11s\n", "worker", "steps",
 	        "step p50 ms", "step p99 ms", "comm share");
-	fprintf(
-	    f, "%-12s %8llu %12.3f %12.3f %10.1f%%\n", "(all)",
-	    (unsigned long long)m->steps, ms(dt__mhist_quantile(&m->step, 0.5)),
-	    ms(dt__mhist_quantile(&m->step, 0.99)),
-	    m->step_ns ? 100.0 * (double)m->comm_ns / (double)m->step_ns : 0.0);
+	fprintf(f, "%-12s %8llu %12.3f %12.3f %10.1f%%\n", "(all)",
+	        (unsigned long long)m->steps,
+	        dt__ms(dt__mhist_quantile(&m->step, 0.5)),
+	        dt__ms(dt__mhist_quantile(&m->step, 0.99)),
+	        m->step_ns ? 100.0 * (double)m->comm_ns / (double)m->step_ns
+	                   : 0.0);
 	for (uint32_t i = 0; i < m->nslow; i++) {
 		const dt__mtop *r = &m->slow[i];
 
 		fprintf(f, "%-12s %8llu %12.3f %12.3f %10.1f%%\n",
 		        name(name_of, arg, r->id, b, sizeof(b)),
-		        (unsigned long long)r->f[0], ms(r->rank), ms(r->f[1]),
+		        (unsigned long long)r->f[0], dt__ms(r->rank),
+		        dt__ms(r->f[1]),
 		        r->f[3] ? 100.0 * (double)r->f[2] / (double)r->f[3]
 		                : 0.0);
 	}
@@ -204,8 +195,8 @@ report_steps(FILE *f, const dt__merged *m, const char *(*name_of)(void *, int),
 	        "slowest worker: %s, step p50 %.3f ms (%.2fx the workers' "
 	        "median %.3f ms, within 12.5%%)\n",
 	        name(name_of, arg, m->slow[0].id, b, sizeof(b)),
-	        ms(m->slow[0].rank),
-	        med ? (double)m->slow[0].rank / (double)med : 1.0, ms(med));
+	        dt__ms(m->slow[0].rank),
+	        med ? (double)m->slow[0].rank / (double)med : 1.0, dt__ms(med));
 }
 
 void
@@ -228,7 +219,7 @@ dt__merged_report(FILE *f, const dt__merged *m,
 		        "%12.3f\n",
 		        "worker", "collectives", "MB", "time s", "busbw GB/s",
 		        "(all)", (unsigned long long)m->coll_ops,
-		        mb(m->coll_bytes), (double)m->coll_ns * 1e-9,
+		        dt__mb(m->coll_bytes), (double)m->coll_ns * 1e-9,
 		        m->coll_nodes
 		            ? m->coll_busbw_sum / (double)m->coll_nodes / 1e9
 		            : 0.0);
@@ -251,9 +242,10 @@ dt__merged_report(FILE *f, const dt__merged *m,
 	        "busiest server: %s, %.3f MB received (%.1f%% of the "
 	        "servers' %.3f MB; an even share is %.1f%%), busy %.3f s\n",
 	        name(name_of, arg, m->busy[0].id, b, sizeof(b)),
-	        mb(m->busy[0].rank),
+	        dt__mb(m->busy[0].rank),
 	        total ? 100.0 * (double)m->busy[0].rank / (double)total : 0.0,
-	        mb(total), 100.0 / m->nodes[1], (double)m->busy[0].f[2] * 1e-9);
+	        dt__mb(total), 100.0 / m->nodes[1],
+	        (double)m->busy[0].f[2] * 1e-9);
 }
 
 /* ---- JSON ---- */

@@ -259,4 +259,18 @@ typedef struct dt__stats_mark {
 void dt__stats_line(char *buf, size_t cap, const dt_stats *s,
                     dt__stats_mark *mark);
 
+/* Bytes in MB and nanoseconds in ms, as the end-of-job reports print
+ * them (report.c, merge_report.c). */
+static inline double
+dt__mb(uint64_t b)
+{
+	return (double)b / 1e6;
+}
+
+static inline double
+dt__ms(uint64_t ns)
+{
+	return (double)ns / 1e6;
+}
+
 #endif

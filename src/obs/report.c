@@ -41,18 +41,6 @@ sum_recv(const dt_stats *s, uint64_t *msgs)
 	return b;
 }
 
-static double
-mb(uint64_t b)
-{
-	return (double)b / 1e6;
-}
-
-static double
-ms(uint64_t ns)
-{
-	return (double)ns / 1e6;
-}
-
 static const char *const op[DT_LAT_COUNT] = {"push", "pull", "pushpull"};
 
 static int
@@ -124,8 +112,8 @@ report_traffic(FILE *f, dt_stats *const *all, const char *const *names,
 		bs = sum_sent(all[i], &ms_);
 		br = sum_recv(all[i], &mr);
 		fprintf(f, "%-12s %10llu %12.3f %10llu %12.3f %9.2f\n",
-		        names[i], (unsigned long long)ms_, mb(bs),
-		        (unsigned long long)mr, mb(br),
+		        names[i], (unsigned long long)ms_, dt__mb(bs),
+		        (unsigned long long)mr, dt__mb(br),
 		        (double)all[i]->wall_ns * 1e-9);
 	}
 }
@@ -145,8 +133,8 @@ report_kv(FILE *f, dt_stats *const *all, const char *const *names, int count)
 				continue;
 			fprintf(f, "%-12s %-9s %9llu %9.3f %9.3f %9.3f %9.3f\n",
 			        names[i], op[k], (unsigned long long)l->count,
-			        ms(l->mean_ns), ms(l->p50_ns), ms(l->p99_ns),
-			        ms(l->max_ns));
+			        dt__ms(l->mean_ns), dt__ms(l->p50_ns),
+			        dt__ms(l->p99_ns), dt__ms(l->max_ns));
 		}
 	/* Keys: the job's totals over the workers, biggest first. */
 	fprintf(f, "\nKV keys, over all workers (the 10 with most "
@@ -170,10 +158,11 @@ report_kv(FILE *f, dt_stats *const *all, const char *const *names, int count)
 		else
 			snprintf(kn, sizeof(kn), "%llu",
 			         (unsigned long long)top[a].key);
-		fprintf(
-		    f, "%-10s %9llu %12.3f %9llu %12.3f\n", kn,
-		    (unsigned long long)top[a].pushes, mb(top[a].bytes_pushed),
-		    (unsigned long long)top[a].pulls, mb(top[a].bytes_pulled));
+		fprintf(f, "%-10s %9llu %12.3f %9llu %12.3f\n", kn,
+		        (unsigned long long)top[a].pushes,
+		        dt__mb(top[a].bytes_pushed),
+		        (unsigned long long)top[a].pulls,
+		        dt__mb(top[a].bytes_pulled));
 	}
 	free(top);
 	if (omitted)
@@ -195,7 +184,7 @@ report_servers(FILE *f, dt_stats *const *all, const char *const *names,
 		if (!all[i] || all[i]->role != 1)
 			continue;
 		fprintf(f, "%-12s %12.3f %10llu %9llu %10.3f\n", names[i],
-		        mb(sum_recv(all[i], &m)),
+		        dt__mb(sum_recv(all[i], &m)),
 		        (unsigned long long)all[i]->merges,
 		        (unsigned long long)all[i]->updates,
 		        (double)(all[i]->merge_ns + all[i]->update_ns) * 1e-9);
@@ -212,7 +201,8 @@ report_coll(FILE *f, dt_stats *const *all, const char *const *names, int count)
 			continue;
 		fprintf(f, "%-12s %9llu %12.3f %9.3f %12.3f\n", names[i],
 		        (unsigned long long)all[i]->coll_ops,
-		        mb(all[i]->coll_bytes), (double)all[i]->coll_ns * 1e-9,
+		        dt__mb(all[i]->coll_bytes),
+		        (double)all[i]->coll_ns * 1e-9,
 		        all[i]->coll_busbw / 1e9);
 	}
 }
@@ -234,8 +224,8 @@ report_steps(FILE *f, dt_stats *const *all, const char *const *names, int count)
 		if (!s || s->role != 2 || s->steps == 0)
 			continue;
 		fprintf(f, "%-12s %8llu %12.3f %12.3f %10.1f%%\n", names[i],
-		        (unsigned long long)s->steps, ms(s->step_p50_ns),
-		        ms(s->step_p99_ns),
+		        (unsigned long long)s->steps, dt__ms(s->step_p50_ns),
+		        dt__ms(s->step_p99_ns),
 		        s->step_ns
 		            ? 100.0 * (double)s->comm_ns / (double)s->step_ns
 		            : 0.0);
@@ -255,10 +245,10 @@ report_steps(FILE *f, dt_stats *const *all, const char *const *names, int count)
 		fprintf(f,
 		        "slowest worker: %s, step p50 %.3f ms (%.2fx "
 		        "the workers' median %.3f ms)\n",
-		        names[slow], ms(all[slow]->step_p50_ns),
+		        names[slow], dt__ms(all[slow]->step_p50_ns),
 		        med ? (double)all[slow]->step_p50_ns / (double)med
 		            : 1.0,
-		        ms(med));
+		        dt__ms(med));
 	}
 	free(p50s);
 }
@@ -284,9 +274,9 @@ report_busiest(FILE *f, dt_stats *const *all, const char *const *names,
 	fprintf(f,
 	        "busiest server: %s, %.3f MB received (%.1f%% of the "
 	        "servers' %.3f MB; an even share is %.1f%%), busy %.3f s\n",
-	        names[busy], mb(bbusy),
-	        total ? 100.0 * (double)bbusy / (double)total : 0.0, mb(total),
-	        100.0 / ns,
+	        names[busy], dt__mb(bbusy),
+	        total ? 100.0 * (double)bbusy / (double)total : 0.0,
+	        dt__mb(total), 100.0 / ns,
 	        (double)(all[busy]->merge_ns + all[busy]->update_ns) * 1e-9);
 }
 
@@ -448,7 +438,7 @@ dur(char *out, size_t cap, uint64_t ns)
 	else if (ns < 1000000)
 		snprintf(out, cap, "%.1f us", (double)ns / 1e3);
 	else
-		snprintf(out, cap, "%.2f ms", ms(ns));
+		snprintf(out, cap, "%.2f ms", dt__ms(ns));
 	return out;
 }
 
@@ -475,8 +465,8 @@ dt__stats_line(char *buf, size_t cap, const dt_stats *s, dt__stats_mark *mark)
 	add(buf, cap,
 	    "stats at %.1f s: sent %.2f MB in %llu frames (%s), received "
 	    "%.2f MB in %llu frames (%s)",
-	    (double)s->wall_ns * 1e-9, mb(bs), (unsigned long long)fs, rs,
-	    mb(br), (unsigned long long)fr, rr);
+	    (double)s->wall_ns * 1e-9, dt__mb(bs), (unsigned long long)fs, rs,
+	    dt__mb(br), (unsigned long long)fr, rr);
 	for (int i = 0; i < 3; i++)
 		if (s->latency[i].count)
 			add(buf, cap, "; %s %llu, p50 %s, p99 %s", op[i],
@@ -500,7 +490,7 @@ dt__stats_line(char *buf, size_t cap, const dt_stats *s, dt__stats_mark *mark)
 	if (s->coll_ops) {
 		rate(rs, sizeof(rs), s->coll_busbw);
 		add(buf, cap, "; collectives %llu, %.2f MB, busbw %s",
-		    (unsigned long long)s->coll_ops, mb(s->coll_bytes), rs);
+		    (unsigned long long)s->coll_ops, dt__mb(s->coll_bytes), rs);
 	}
 	*mark = (dt__stats_mark){s->wall_ns, bs, br};
 }
