@@ -64,7 +64,7 @@ for engine in ssh mpi; do
 		echo "TABLE $engine mnist rc=$rc ms=$ms"
 	fi
 
-	# A worker fails: named, and the job stops within 2 s of it.
+	# A worker fails: named, and the job stopped (in about 2 s; STOP_MS).
 	rm -f "$TMP/failed_at"
 	run_job failure $engine -n 2 -s 2 -- "$TMP/failw"
 	failed=$(($(cat "$TMP/failed_at" 2>/dev/null || echo 0) / 1000000))
