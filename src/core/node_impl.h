@@ -94,10 +94,10 @@ struct dt_node {
 	 * first error a member brought to it (dt__node_barrier_status). */
 	int barrier_err[8];
 	char barrier_msg[8][256];
-	/* The control tree (tree_barrier.c): the ASSIGN said a TREE
-	 * follows (set before have_table); this node's place once it came
-	 * (NULL: barriers go to the scheduler; set once by the I/O thread,
-	 * under mu, before the start goes on); and (mu) the open round per
+	/* The control tree (tree_barrier.c): the ASSIGN held this node's
+	 * place (set before have_table); the place (NULL: barriers go to
+	 * the scheduler; set once by the I/O thread, under mu, before
+	 * have_table); and (mu) the open round per
 	 * group mask: the arrivals counted in this node's subtree, which
 	 * children's are in, and the first error among them. On the
 	 * scheduler, tree_wait says the job uses a tree (scheduler.c). */
@@ -261,8 +261,11 @@ dt_err dt__node_wait_count(dt_node *n, const void *flag, int is64,
 /*
  * The directory (directory.c; the design is at its top).
  */
-/* (member, I/O thread) ASSIGN: the table from the scheduler's reply. */
-dt_err dt__dir_on_assign(dt_node *n, const dt_msg *m);
+/* (member, I/O thread) ASSIGN: the table from the scheduler's reply, and
+ * in a job with a control tree the node's place in it (*place, the
+ * caller's to free or publish; NULL without one) and its parent's entry
+ * (written into the table). */
+dt_err dt__dir_on_assign(dt_node *n, const dt_msg *m, dt__tree_place **place);
 /* (member, I/O thread) The scheduler's answer to a LOOKUP. */
 void dt__dir_on_answer(dt_node *n, dt_conn *c, const dt_msg *m);
 /* (member) A pushed address of node id: kept unless one is known. */
@@ -315,10 +318,11 @@ void dt__reach_on_close(dt_node *n, dt_conn *c);
  * Barriers over the control tree (tree_barrier.c; the design is at its
  * top).
  */
-/* (member, I/O thread) TREE: this node's place; 1 if taken. */
-int dt__tree_on_place(dt_node *n, dt_conn *c, const dt_msg *m);
-/* (member) Wait for the place, if the ASSIGN said a TREE follows, and
- * make sure the connection to the parent is up (DT_CONNECT_TIMEOUT). */
+/* (member, I/O thread) This node's place, from its ASSIGN: published
+ * (n->tree owns p from here). */
+void dt__tree_set_place(dt_node *n, dt__tree_place *p);
+/* (member) In a job with a control tree, make sure the connection to the
+ * parent is up (DT_CONNECT_TIMEOUT). */
 dt_err dt__tree_join(dt_node *n);
 /* Whether node id is this node's parent or child in the tree. */
 int dt__tree_edge(const dt_node *n, int id);
