@@ -586,6 +586,9 @@ dt__node_lookup_hosts(dt_node *n, int first, int count, uint32_t *out)
 	if ((err = dt__node_wait(n, claim_hosts, NULL, deadline,
 	                         "another LOOKUP of hosts to end")))
 		return err;
+	/* (over the control tree, its idle connection may be closed:
+	 * dialled again for the answers, root.c) */
+	int held = (err = dt__root_hold(n)) == DT_OK;
 	for (int at = first; at < first + count && err == DT_OK;) {
 		int span = DT_MIN(first + count - at, DT_HOSTS_MAX);
 		uint64_t tag;
@@ -626,6 +629,8 @@ dt__node_lookup_hosts(dt_node *n, int first, int count, uint32_t *out)
 		pthread_mutex_unlock(&n->mu);
 		at += span;
 	}
+	if (held)
+		dt__root_release(n);
 	pthread_mutex_lock(&n->mu);
 	n->hosts_busy = 0;
 	pthread_cond_broadcast(&n->cv);
@@ -638,9 +643,9 @@ dt__node_lookup(dt_node *n, int first, int count)
 {
 	uint64_t deadline =
 	    dt__now_ns() + (uint64_t)n->cfg.connect_timeout_ms * 1000000ull;
-	int end = first + count, id, pos = first, missing = -1;
+	int end = first + count, id, pos = first, missing = -1, held = 0;
 	char name[64];
-	dt_err err;
+	dt_err err = DT_OK;
 
 	if (n->role == DT_ROLE_SCHEDULER || count <= 0)
 		return DT_OK;
@@ -655,12 +660,19 @@ dt__node_lookup(dt_node *n, int first, int count)
 		dt_wbuf w;
 
 		dt__node_name(n, id, name, sizeof(name));
-		if (dt__van_dispatching(n->van))
-			return dt__fail(DT_ESTATE,
-			                "the address of %s is not known here "
-			                "yet, and the I/O thread does not wait "
-			                "for the scheduler's answer",
-			                name);
+		if (dt__van_dispatching(n->van)) {
+			err = dt__fail(DT_ESTATE,
+			               "the address of %s is not known here "
+			               "yet, and the I/O thread does not wait "
+			               "for the scheduler's answer",
+			               name);
+			break;
+		}
+		/* (over the control tree, its idle connection may be closed:
+		 * dialled again for the answers, root.c) */
+		if (!held && (err = dt__root_hold(n)))
+			break;
+		held = 1;
 		pthread_mutex_lock(&n->mu);
 		tag = ++n->dir_asked;
 		pthread_mutex_unlock(&n->mu);
@@ -676,7 +688,7 @@ dt__node_lookup(dt_node *n, int first, int count)
 			err = dt__node_wait(n, answered, &tag, deadline,
 			                    "the scheduler's answer to LOOKUP");
 		if (err)
-			return err;
+			break;
 		/* (answered: an entry still unknown is one the scheduler
 		 * does not know either) */
 		int left = first_unknown(n, id, id + span);
@@ -684,6 +696,10 @@ dt__node_lookup(dt_node *n, int first, int count)
 			missing = left;
 		pos = id + span;
 	}
+	if (held)
+		dt__root_release(n);
+	if (err)
+		return err;
 	if (missing >= 0)
 		return dt__fail(DT_EPEER,
 		                "the scheduler knows no address of %s (node id "

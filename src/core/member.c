@@ -705,6 +705,9 @@ dt__member_start(dt_node *n)
 	if (!n->rejoined && !n->el_joiner &&
 	    (err = dt_node_barrier(n, DT_GROUP_ALL)))
 		return err;
+	/* (over the control tree, the scheduler's connection is idle from
+	 * here on: root.c) */
+	dt__root_park(n);
 	DT_LOG(1, "%s is ready", dt__log_name());
 	return DT_OK;
 }

@@ -147,6 +147,13 @@ struct dt_node {
 	dt_conn *root;
 	struct dt_watch *watch;
 
+	/* The idle connection to the scheduler over the control tree
+	 * (root.c; all under mu): whether it is closed when idle, the
+	 * lookups holding it, a dial under way, and how many times it was
+	 * closed and dialled again. */
+	int root_park, root_users, root_dialing;
+	uint64_t root_parks, root_dials;
+
 	/* PS_RESEND (link.c): the settings, and the links once the table is
 	 * known (NULL without PS_RESEND=1). */
 	int rs_on, rs_drop;
@@ -318,6 +325,29 @@ void dt__reach_on_close(dt_node *n, dt_conn *c);
  * Barriers over the control tree (tree_barrier.c; the design is at its
  * top).
  */
+/*
+ * A member's connection to the scheduler over the control tree (root.c;
+ * the design is at its top).
+ */
+/* (member, its start) Once the start-up barrier passed: close the
+ * connection to the scheduler if this node does not need it (a worker
+ * whose tree parent is a node), and dial it again when needed from here
+ * on. A no-op otherwise. */
+void dt__root_park(dt_node *n);
+/* (member, not the I/O thread) Hold the connection to the scheduler for a
+ * request and its answer, dialling it if it was closed while idle; each
+ * DT_OK is matched by a dt__root_release, which closes it again once no
+ * one holds it. An error names the dial that failed. */
+dt_err dt__root_hold(dt_node *n);
+void dt__root_release(dt_node *n);
+/* (member) Dial the scheduler again if its connection was closed while
+ * idle, and leave it open (a message that expects no answer). */
+dt_err dt__root_reopen(dt_node *n);
+/* (scheduler, I/O thread) A HELLO from worker id on c, a connection that
+ * has not said who it is: 1 if c becomes id's connection again (a worker
+ * that closed its idle one and needs the scheduler), 0 if refused. */
+int dt__sched_root_hello(dt_node *n, dt_conn *c, int id);
+
 /* (member, I/O thread) This node's place, from its ASSIGN: published
  * (n->tree owns p from here). */
 void dt__tree_set_place(dt_node *n, dt__tree_place *p);

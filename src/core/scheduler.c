@@ -298,6 +298,12 @@ dt__sched_on_msg(dt_node *n, dt_conn *c, dt_msg *m)
 		if (peer == -1 && n->links && id > 0 &&
 		    id < (uint32_t)n->ntable && dt__link_adopt(n, c, (int)id))
 			return;
+		/* Over the control tree: a worker that closed its idle
+		 * connection dials again (a lookup). */
+		if (peer == -1 && !n->links && id > 0 &&
+		    id < (uint32_t)n->ntable &&
+		    dt__sched_root_hello(n, c, (int)id))
+			return;
 		break;
 	}
 	default:
@@ -812,6 +818,15 @@ log_end(dt_node *n)
 	       "the end took %llu messages at the scheduler: %llu "
 	       "WORKER_DONE and %llu REPORT received, %llu TERMINATE sent",
 	       done + reports + term, done, reports, term);
+	if (s->tree.count > 0) {
+		pthread_mutex_lock(&n->mu);
+		unsigned long long redials = s->root_redials;
+		pthread_mutex_unlock(&n->mu);
+		DT_LOG(1,
+		       "workers dialled the scheduler again %llu times after "
+		       "closing their idle connections",
+		       redials);
+	}
 }
 
 dt_err

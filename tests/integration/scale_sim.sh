@@ -37,6 +37,12 @@
 #      count the ASSIGN (the ADD_NODE goes before a node has an id to
 #      count it by), at most JOIN_MSGS_PER_NODE (1) a node at the root
 #      besides the start-up barrier's ROOT_MSGS_BOUND;
+#   i. once the start-up barrier has passed, a worker whose tree parent is
+#      a node closes its idle connection to the scheduler: after the last
+#      barrier the scheduler holds at most ROOT_FDS_BOUND (100)
+#      descriptors, its own, its tree children's and the servers'
+#      connections, where it held one per node (2,008 at 2,000); and (c)
+#      counts those closed links out of the simulators' sockets;
 #   g. the end goes over the tree: in a, the scheduler received a
 #      WORKER_DONE from each child holding workers (its subtree's count)
 #      and sent TERMINATE to each child holding servers, at most 2 x its
@@ -65,6 +71,10 @@ JOIN_BYTES_BOUND=1024
 # 32; 4 a node when the place came in a TREE and a node whose parent is
 # not a server looked its address up).
 JOIN_MSGS_PER_NODE=1
+# (i) The scheduler's descriptors after the last barrier: about 8 of its
+# own (its listener, epoll sets and event descriptors, its log), 16
+# children and 4 servers.
+ROOT_FDS_BOUND=100
 # (e) The tree (arity 16) over 20 hosts: 16 leaders under the scheduler,
 # the other 4 under the first leader: 32 messages a barrier at the root.
 ROOT_MSGS_BOUND=100
@@ -121,6 +131,10 @@ extra=$(field "$JSONL" all sockets_extra_max)
 [ "$socks" = "$want" ] && [ "$extra" = 0 ] ||
 	fail "(c) the simulators hold $socks sockets, their nodes' partners explain $want (most extra in one: $extra)"
 log "(c) $socks sockets in the simulators, exactly the nodes' partners' links and listeners"
+root_fds=$(field "$JSONL" all root_fds)
+[ "$root_fds" != None ] && [ "$root_fds" -le "$ROOT_FDS_BOUND" ] ||
+	fail "(i) the scheduler holds $root_fds descriptors after the last barrier; bound $ROOT_FDS_BOUND"
+log "(i) the scheduler holds $root_fds descriptors after the last barrier ($(field "$JSONL" all root_fds_join) once every node joined; bound $ROOT_FDS_BOUND)"
 [ "$(field "$JSONL" all tree_root_kids)" != None ] || fail "(e) no control tree"
 for ph in barrier1 barrier2; do
 	root=$(field "$JSONL" "$ph" root_msgs)
