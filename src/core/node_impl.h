@@ -149,10 +149,8 @@ struct dt_node {
 
 	/* The idle connection to the scheduler over the control tree
 	 * (root.c; all under mu): whether it is closed when idle, the
-	 * lookups holding it, a dial under way, and how many times it was
-	 * closed and dialled again. */
+	 * lookups holding it, and a dial under way. */
 	int root_park, root_users, root_dialing;
-	uint64_t root_parks, root_dials;
 
 	/* PS_RESEND (link.c): the settings, and the links once the table is
 	 * known (NULL without PS_RESEND=1). */

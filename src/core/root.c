@@ -50,7 +50,6 @@ take_idle_locked(dt_node *n)
 	dt__conn_set_peer(c, -1);
 	__atomic_store_n(&n->peers[0], NULL, __ATOMIC_RELEASE);
 	__atomic_store_n(&n->root, NULL, __ATOMIC_RELEASE);
-	n->root_parks++;
 	return c;
 }
 
@@ -119,7 +118,6 @@ dial(dt_node *n)
 	pthread_mutex_lock(&n->mu);
 	__atomic_store_n(&n->peers[0], c, __ATOMIC_RELEASE);
 	__atomic_store_n(&n->root, c, __ATOMIC_RELEASE);
-	n->root_dials++;
 	pthread_mutex_unlock(&n->mu);
 	DT_LOG(1, "dialled the scheduler again at %s:%d", n->cfg.root_uri,
 	       n->cfg.root_port);
