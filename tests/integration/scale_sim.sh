@@ -62,9 +62,10 @@ PROCS=20
 # the control tree (in the ASSIGN: 17 bytes, 12 per child, at most 32
 # children at arity 16, and its parent's entry when it is not a server),
 # then the start-up barrier's release. The bound is 1 KiB a
-# node whatever the job's size (643 bytes measured at 2,000 nodes with 4
-# servers and the tree, 471 without; the whole table took 163,374 bytes
-# a node there).
+# node whatever the job's size (510 bytes measured at 2,000 nodes with 4
+# servers and the tree, 643 when the place came in a TREE of its own,
+# 471 without the tree; the whole table took 163,374 bytes a node
+# there).
 JOIN_BYTES_BOUND=1024
 # (h) The join's messages at the scheduler per node that the nodes count:
 # 1, the ASSIGN (2,032 measured at 2,000 nodes with the start-up barrier's
