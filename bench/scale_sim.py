@@ -23,6 +23,9 @@ sockets (/proc), and prints per phase:
               bytes and frames each node received from the scheduler,
               and frames it sent it (the nodes' own counters, heartbeats
               not counted);
+  sched_cs    the scheduler's context switches in the phase, over its
+              threads (voluntary and not: a thread that slept and was
+              woken, or was put off the processor);
   root_msgs   the messages the scheduler sent and received in the phase,
               all nodes together (the same counters): a barrier's 2N
               with the star, 2 x (the root's children) over the control
@@ -116,6 +119,32 @@ def task_cpu_ns(pid, ticks=False):
     return tot if tot and not ticks else ticks_ns
 
 
+def task_switches(pid):
+    """pid's context switches so far, voluntary and not, over its live
+    threads (None once it has exited)."""
+    tot = 0
+    try:
+        for t in os.listdir(f"/proc/{pid}/task"):
+            try:
+                with open(f"/proc/{pid}/task/{t}/status") as f:
+                    for ln in f:
+                        if "ctxt_switches:" in ln:
+                            tot += int(ln.split()[-1])
+            except (OSError, ValueError, IndexError):
+                pass
+    except OSError:
+        return None
+    return tot
+
+
+def task_fds(pid):
+    """pid's open descriptors (None once it has exited)."""
+    try:
+        return len(os.listdir(f"/proc/{pid}/fd"))
+    except OSError:
+        return None
+
+
 def thread_wchans(pid):
     """Where each thread of pid sleeps in the kernel, with a count."""
     seen = {}
@@ -165,7 +194,9 @@ def tree_shape(owner, hosts, ns, n):
     ARITY-ary under the root. A parent's id is always below its child's.
     Returns its depth, the most children of a node, the root's children,
     and per process the sockets its links to parents or children of the
-    same role add (a worker's to a server, and back, exist anyway)."""
+    same role add (a worker's to a server, and back, exist anyway), less
+    the links to the scheduler that its workers under another node close
+    once the start-up barrier passed (src/core/root.c)."""
     k = ARITY
     parent = [-1] * (n + 1)
     order = sorted((hosts[owner[i]], i) for i in range(1, n + 1))
@@ -192,6 +223,8 @@ def tree_shape(owner, hosts, ns, n):
         if p > 0 and (i <= ns) == (p <= ns):
             for proc in (owner[i], owner[p]):
                 extra[proc] = extra.get(proc, 0) + 1
+        if p > 0 and i > ns:
+            extra[owner[i]] = extra.get(owner[i], 0) - 1
     return {"depth": max(depth), "k_max": max(kids), "root_kids": kids[0],
             "extra": extra}
 
@@ -454,7 +487,9 @@ def machine_jiffies():
 
 def expected_sockets(sm, w, s):
     """A node's listener and its link to the scheduler; a worker's link
-    to every server; a server's link from every worker."""
+    to every server; a server's link from every worker. (Over the control
+    tree, tree_shape's extra adds the tree's links and takes off the
+    links to the scheduler its workers close.)"""
     m = sm.w + sm.s
     return 2 * m + sm.w * s + sm.s * w
 
@@ -516,6 +551,7 @@ def run(w, s):
             if HOLD_S > 0 and name.startswith("barrier"):
                 time.sleep(HOLD_S)
             c0 = sched.cpu_ns(ticks=name == "leave")
+            s0 = task_switches(sched.p.pid)
             m0 = machine_jiffies()
             for sm in live:
                 sm.go()
@@ -523,6 +559,7 @@ def run(w, s):
             m1 = machine_jiffies()
             sched.reap()
             c1 = sched.cpu_ns(ticks=name == "leave")
+            s1 = task_switches(sched.p.pid)
             lines = [sm.lines[1 + k] for sm in live if len(sm.lines) > 1 + k]
             cpu = c1 - c0 if c0 is not None and c1 is not None else None
             busy = None
@@ -541,9 +578,16 @@ def run(w, s):
             # leaving are the scheduler's work with every node)
             row = phase_row(w, s, nsim, name, lines, cpu, busy,
                             shape if name.startswith("barrier") else None)
+            row["sched_cs"] = s1 - s0 if s0 is not None and s1 is not None \
+                and s1 >= s0 else None
             rows.append(row)
             print(json.dumps(row), file=sys.stderr, flush=True)
             if name in ("join", phases[-2]):
+                # (the scheduler's descriptors once every node joined,
+                # and after the last barrier: its listener, its own and
+                # one connection per node it still holds)
+                summary["root_fds_join" if name == "join" else
+                        "root_fds"] = task_fds(sched.p.pid)
                 # (every node up and idle, before anyone leaves)
                 tot = sample_sims(sims)
                 summary["rss_kib_per_node"] = round(
@@ -651,15 +695,18 @@ def main():
             print(json.dumps(summary), file=sys.stderr, flush=True)
             allrows += rows
             sums.append(summary)
-    print("%6s %4s %4s %-9s %8s %8s %9s %5s %9s %7s %7s %9s %8s %8s %8s %s" % (
-        "W", "S", "P", "phase", "wall s", "spread s", "sched cpu", "busy",
-        "rx B/node", "rx msg", "tx msg", "root msgs", "p50 ms", "p99 ms",
-        "model s", "failed"))
+    print("%6s %4s %4s %-9s %8s %8s %9s %8s %5s %9s %7s %7s %9s %8s %8s %8s "
+          "%s" % (
+              "W", "S", "P", "phase", "wall s", "spread s", "sched cpu",
+              "sched cs", "busy", "rx B/node", "rx msg", "tx msg",
+              "root msgs", "p50 ms", "p99 ms", "model s", "failed"))
     for o in allrows:
-        print("%6d %4d %4d %-9s %8s %8s %9s %5s %9s %7s %7s %9s %8s %8s %8s %d"
+        print("%6d %4d %4d %-9s %8s %8s %9s %8s %5s %9s %7s %7s %9s %8s %8s "
+              "%8s %d"
               % (o["workers"], o["servers"], o["procs"], o["phase"],
                  fmt(o, "wall_s", "%.3f"), fmt(o, "spread_s", "%.3f"),
-                 fmt(o, "sched_cpu_s", "%.3f"), fmt(o, "busy", "%.2f"),
+                 fmt(o, "sched_cpu_s", "%.3f"), fmt(o, "sched_cs", "%d"),
+                 fmt(o, "busy", "%.2f"),
                  fmt(o, "rx_bytes_per_node", "%.0f"),
                  fmt(o, "rx_msgs_per_node", "%.1f"),
                  fmt(o, "tx_msgs_per_node", "%.1f"),
@@ -692,6 +739,10 @@ def main():
                   "WORKER_DONE and %d REPORT received, %d TERMINATE sent" % (
                       o["root_end_msgs"], o["root_end_done"],
                       o["root_end_reports"], o["root_end_term"]))
+        if o.get("root_fds_join") is not None:
+            print("       the scheduler held %s descriptors once every node "
+                  "joined, %s after the last barrier" % (
+                      o["root_fds_join"], fmt(o, "root_fds", "%d")))
         if o.get("tree_depth"):
             print("       control tree: depth %d, %d under the scheduler, "
                   "at most %d children of a node" % (

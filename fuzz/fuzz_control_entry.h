@@ -163,6 +163,62 @@ fuzz_control_assign(const uint8_t *data, size_t size)
 	free(t);
 }
 
+/* ASSIGN with the node's place in the control tree and its parent's
+ * entry: the job's sizes come from the assignment itself. */
+static void
+fuzz_control_assign_tree(const uint8_t *data, size_t size)
+{
+	dt__msg_assign a, b;
+	dt__tree_place p, q;
+	dt_node_entry *t, *t2, parent, parent2;
+	int first, count, first2, count2, sum_s, sum_w;
+	dt_wbuf w;
+	dt_err err;
+
+	dt__clear_error();
+	if ((err = dt__msg_assign_tree_decode(data, size, &a, &first, &count,
+	                                      &t, &p, &parent))) {
+		fuzz_control_failed(err);
+		return;
+	}
+	FUZZ_CHECK(a.id >= 1 && a.id <= a.num_servers + a.slots);
+	fuzz_control_entries(t, first, count, a.num_servers,
+	                     1 + a.num_servers + a.slots);
+	FUZZ_CHECK(p.parent >= 0 && p.parent <= a.num_servers + a.slots &&
+	           p.parent != a.id);
+	FUZZ_CHECK(p.nkids >= 0 && p.nkids <= DT_TREE_KIDS_MAX);
+	sum_s = a.id <= a.num_servers;
+	sum_w = a.id > a.num_servers;
+	for (int c = 0; c < p.nkids; c++) {
+		FUZZ_CHECK(p.kid[c].id >= 1 && p.kid[c].id != a.id &&
+		           p.kid[c].id != p.parent &&
+		           p.kid[c].id <= a.num_servers + a.slots);
+		FUZZ_CHECK(c == 0 || p.kid[c].id > p.kid[c - 1].id);
+		sum_s += p.kid[c].servers;
+		sum_w += p.kid[c].workers;
+	}
+	FUZZ_CHECK(p.servers == sum_s && p.workers == sum_w);
+	FUZZ_CHECK(!parent.known ||
+	           (p.parent > 0 && parent.id == p.parent && parent.host[0] &&
+	            parent.port >= 1 && parent.port <= 65535));
+	/* It encodes back to no more bytes, which decode to the same. */
+	dt__wbuf_init(&w);
+	FUZZ_CHECK(dt__msg_assign_encode(&a, first, count, t, &w) == DT_OK);
+	FUZZ_CHECK(dt__msg_assign_tree_encode(&p, parent.known ? &parent : NULL,
+	                                      &w) == DT_OK);
+	FUZZ_CHECK(w.len <= size);
+	FUZZ_CHECK(dt__msg_assign_tree_decode(w.data, w.len, &b, &first2,
+	                                      &count2, &t2, &q,
+	                                      &parent2) == DT_OK);
+	FUZZ_CHECK(a.id == b.id && first == first2 && count == count2 &&
+	           p.parent == q.parent && p.nkids == q.nkids &&
+	           parent.known == parent2.known);
+	fuzz_control_same(t, t2, count);
+	free(t2);
+	dt__wbuf_fini(&w);
+	free(t);
+}
+
 /* LOOKUP, both ways, in a job of 2 servers and 5 workers (ids 1..7). */
 static void
 fuzz_control_lookup(const uint8_t *data, size_t size)
@@ -419,6 +475,7 @@ dt_fuzz_control_one(const uint8_t *data, size_t size)
 	fuzz_control_membership(data, size);
 	fuzz_control_add_node(data, size);
 	fuzz_control_assign(data, size);
+	fuzz_control_assign_tree(data, size);
 	fuzz_control_lookup(data, size);
 	fuzz_control_hosts(data, size);
 	fuzz_control_report(data, size);

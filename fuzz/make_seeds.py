@@ -225,6 +225,19 @@ SEEDS = {
         'tree_counts_off': u32(1) + u32(0) + u32(5) + u32(1) + u32(4) + u32(0) + u32(1),
         'tree_children_huge': u32(1) + u32(0) + u32(1) + u32(0xffffffff),
         'tree_trailing': u32(1) + u32(0) + u32(1) + u32(0) + b'\x00' * 3,
+        # ASSIGN with the place (node 3 of 2 servers and 2 workers under
+        # worker 4... or the scheduler) and the parent's entry
+        'assign_tree_parent_worker': (assign(nw=3) + u32(5) + u32(0) + u32(1)
+                                      + u32(0) + entry(5)),
+        'assign_tree_parent_server': (assign() + u32(1) + u32(0) + u32(2) + u32(1)
+                                      + u32(4) + u32(0) + u32(1) + entry(1, known=0)),
+        'assign_tree_under_scheduler': (assign(me=1, count=0) + u32(0) + u32(1)
+                                        + u32(0) + u32(0) + entry(0, known=0)),
+        'assign_tree_scheduler_entry': (assign(me=1, count=0) + u32(0) + u32(1)
+                                        + u32(0) + u32(0) + entry(9)),
+        'assign_tree_no_entry': assign() + u32(1) + u32(0) + u32(1) + u32(0),
+        'assign_tree_trailing': (assign() + u32(1) + u32(0) + u32(1) + u32(0)
+                                 + entry(1, known=0) + b'\x00'),
         # LOOKUP of hosts, the answer: range, runs, (length, host) each
         'hosts_answer': u32(2) + u32(5) + u32(2) + u32(3) + u32(0) + u32(2) + u32(1),
         'hosts_answer_unknown': u32(1) + u32(2) + u32(1) + u32(2) + u32(0xffffffff),

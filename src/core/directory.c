@@ -6,10 +6,12 @@
  * sizes, the membership epoch, the count of job nodes on its host, and
  * the scheduler's pid (the address it was dialled at is the rest of its
  * entry), and the entries it needs at once: a worker the servers it dials at
- * its start, a server none. Any other entry a member needs (a worker it dials
- * on demand, reach.c; a peer it dials again, link.c; the hosts of the
- * collectives' ranks) it asks of the scheduler with LOOKUP, for a range of ids,
- * and keeps: an entry once known here is not asked again.
+ * its start, a server none; in a job with a control tree, also the node's
+ * place in it and its tree parent's entry (the one reply of the join). Any
+ * other entry a member needs (a worker it dials on demand, reach.c; a peer it
+ * dials again, link.c; the hosts of the collectives' ranks) it asks of the
+ * scheduler with LOOKUP, for a range of ids, and keeps: an entry once known
+ * here is not asked again.
  *
  * An entry that changes reaches the members by a push, as before: a
  * restarted node's new address comes in NODE_UPDATE to every node
@@ -130,12 +132,30 @@ dt__dir_host_count(dt_node *n, int id)
 	return here;
 }
 
+/*
+ * (mu held) Node id's place in the control tree, after its assignment,
+ * with its parent's entry when the node would otherwise have to look it
+ * up: a parent of id `given` or more (a worker's assignment carries the
+ * servers below that; a server's none), so that a node's join at the
+ * scheduler is one ADD_NODE and one ASSIGN.
+ */
+static dt_err
+put_place(dt_node *n, int id, int given, dt_wbuf *w)
+{
+	dt__tree_place p;
+
+	dt__tree_place_of(&n->sched->tree, id, &p);
+	return dt__msg_assign_tree_encode(
+	    &p, p.parent >= given ? &n->table[p.parent] : NULL, w);
+}
+
 dt_err
 dt__dir_send_assign(dt_node *n, dt_conn *c, int id, int here, uint64_t arg1,
                     uint64_t arg2)
 {
 	int slots = n->ntable - 1 - n->num_servers;
 	int first = 1, count = 0;
+	int tree = n->tree_wait && id < n->sched->tree.count;
 	dt_wbuf w;
 	dt_err err;
 
@@ -155,15 +175,17 @@ dt__dir_send_assign(dt_node *n, dt_conn *c, int id, int here, uint64_t arg1,
 		a.here = dt__dir_host_count(n, id);
 	a.epoch = n->el_epoch;
 	err = dt__msg_assign_encode(&a, first, count, n->table + first, &w);
+	if (err == DT_OK && tree)
+		err = put_place(n, id, first + count, &w);
 	pthread_mutex_unlock(&n->mu);
 	if (err == DT_OK) {
-		/* (key 1: its place in the control tree follows, TREE) */
+		/* (key 1: its place in the control tree is in it) */
 		dt_msg_hdr h = {.cmd = DT_CMD_ASSIGN,
 		                .flags = DT_F_RESPONSE,
 		                .recver = (uint32_t)id,
 		                .arg1 = arg1,
 		                .arg2 = arg2,
-		                .key = n->tree_wait ? 1 : 0};
+		                .key = tree ? 1 : 0};
 
 		err = c ? dt__van_send(n->van, c, &h, w.data, (uint32_t)w.len,
 		                       NULL, 0)
@@ -327,22 +349,49 @@ dt__dir_sched_on_lookup(dt_node *n, dt_conn *c, const dt_msg *m)
 
 /* ---- A member's side ---- */
 
+/* ASSIGN's body, with the node's place in the control tree when its
+ * header says it holds one (*place, allocated; else NULL). */
+static dt_err
+assign_decode(const dt_msg *m, dt__msg_assign *a, int *first, int *count,
+              dt_node_entry **given, dt__tree_place **place,
+              dt_node_entry *parent)
+{
+	dt_err err;
+
+	*place = NULL;
+	memset(parent, 0, sizeof(*parent));
+	if (m->hdr.key != 1)
+		return dt__msg_assign_decode(m->meta, m->hdr.meta_len, a, first,
+		                             count, given);
+	if ((*place = dt__malloc(sizeof(**place))) == NULL)
+		return dt__fail(DT_ENOMEM, "no memory for the control tree");
+	if ((err =
+	         dt__msg_assign_tree_decode(m->meta, m->hdr.meta_len, a, first,
+	                                    count, given, *place, parent))) {
+		free(*place);
+		*place = NULL;
+	}
+	return err;
+}
+
 dt_err
-dt__dir_on_assign(dt_node *n, const dt_msg *m)
+dt__dir_on_assign(dt_node *n, const dt_msg *m, dt__tree_place **place)
 {
 	dt__msg_assign a;
-	dt_node_entry *given, *t;
+	dt_node_entry *given, *t, parent;
 	int first, count, ntable;
 	dt_err err;
 
-	if ((err = dt__msg_assign_decode(m->meta, m->hdr.meta_len, &a, &first,
-	                                 &count, &given)))
+	if ((err =
+	         assign_decode(m, &a, &first, &count, &given, place, &parent)))
 		return err;
 	/* (an elastic job has a row for every worker it may grow to,
 	 * DTRAIN_ELASTIC_MAX) */
 	if (a.num_servers != n->cfg.num_servers ||
 	    a.slots != dt__elastic_slots(n)) {
 		free(given);
+		free(*place);
+		*place = NULL;
 		if (n->elastic)
 			return dt__fail(
 			    DT_ECONFIG,
@@ -365,6 +414,8 @@ dt__dir_on_assign(dt_node *n, const dt_msg *m)
 	dt__msg_place(a.id, a.num_servers, &role, &rank);
 	if (role != n->role) {
 		free(given);
+		free(*place);
+		*place = NULL;
 		return dt__fail(DT_EPROTO,
 		                "ASSIGN gives this %s the role of another",
 		                dt_role_name(n->role));
@@ -379,6 +430,8 @@ dt__dir_on_assign(dt_node *n, const dt_msg *m)
 		n->peers = NULL;
 		n->said_bye = NULL;
 		free(given);
+		free(*place);
+		*place = NULL;
 		return DT_ENOMEM;
 	}
 	/* The addresses known so far: the scheduler's (dialled already),
@@ -390,6 +443,11 @@ dt__dir_on_assign(dt_node *n, const dt_msg *m)
 			t[first + k] = given[k];
 			set_place(&t[first + k], first + k, a.num_servers);
 		}
+	/* (the tree parent's, which it dials before the start-up barrier) */
+	if (*place && parent.known && parent.id != a.id) {
+		t[parent.id] = parent;
+		set_place(&t[parent.id], parent.id, a.num_servers);
+	}
 	set_place(&t[0], 0, a.num_servers);
 	set_place(&t[a.id], a.id, a.num_servers);
 	snprintf(t[0].host, DT_HOST_MAX, "%s", n->cfg.root_uri);
@@ -528,6 +586,9 @@ dt__node_lookup_hosts(dt_node *n, int first, int count, uint32_t *out)
 	if ((err = dt__node_wait(n, claim_hosts, NULL, deadline,
 	                         "another LOOKUP of hosts to end")))
 		return err;
+	/* (over the control tree, its idle connection may be closed:
+	 * dialled again for the answers, root.c) */
+	int held = (err = dt__root_hold(n)) == DT_OK;
 	for (int at = first; at < first + count && err == DT_OK;) {
 		int span = DT_MIN(first + count - at, DT_HOSTS_MAX);
 		uint64_t tag;
@@ -568,6 +629,8 @@ dt__node_lookup_hosts(dt_node *n, int first, int count, uint32_t *out)
 		pthread_mutex_unlock(&n->mu);
 		at += span;
 	}
+	if (held)
+		dt__root_release(n);
 	pthread_mutex_lock(&n->mu);
 	n->hosts_busy = 0;
 	pthread_cond_broadcast(&n->cv);
@@ -580,9 +643,9 @@ dt__node_lookup(dt_node *n, int first, int count)
 {
 	uint64_t deadline =
 	    dt__now_ns() + (uint64_t)n->cfg.connect_timeout_ms * 1000000ull;
-	int end = first + count, id, pos = first, missing = -1;
+	int end = first + count, id, pos = first, missing = -1, held = 0;
 	char name[64];
-	dt_err err;
+	dt_err err = DT_OK;
 
 	if (n->role == DT_ROLE_SCHEDULER || count <= 0)
 		return DT_OK;
@@ -597,12 +660,19 @@ dt__node_lookup(dt_node *n, int first, int count)
 		dt_wbuf w;
 
 		dt__node_name(n, id, name, sizeof(name));
-		if (dt__van_dispatching(n->van))
-			return dt__fail(DT_ESTATE,
-			                "the address of %s is not known here "
-			                "yet, and the I/O thread does not wait "
-			                "for the scheduler's answer",
-			                name);
+		if (dt__van_dispatching(n->van)) {
+			err = dt__fail(DT_ESTATE,
+			               "the address of %s is not known here "
+			               "yet, and the I/O thread does not wait "
+			               "for the scheduler's answer",
+			               name);
+			break;
+		}
+		/* (over the control tree, its idle connection may be closed:
+		 * dialled again for the answers, root.c) */
+		if (!held && (err = dt__root_hold(n)))
+			break;
+		held = 1;
 		pthread_mutex_lock(&n->mu);
 		tag = ++n->dir_asked;
 		pthread_mutex_unlock(&n->mu);
@@ -618,7 +688,7 @@ dt__node_lookup(dt_node *n, int first, int count)
 			err = dt__node_wait(n, answered, &tag, deadline,
 			                    "the scheduler's answer to LOOKUP");
 		if (err)
-			return err;
+			break;
 		/* (answered: an entry still unknown is one the scheduler
 		 * does not know either) */
 		int left = first_unknown(n, id, id + span);
@@ -626,6 +696,10 @@ dt__node_lookup(dt_node *n, int first, int count)
 			missing = left;
 		pos = id + span;
 	}
+	if (held)
+		dt__root_release(n);
+	if (err)
+		return err;
 	if (missing >= 0)
 		return dt__fail(DT_EPEER,
 		                "the scheduler knows no address of %s (node id "

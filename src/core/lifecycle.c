@@ -613,15 +613,17 @@ dt_node_stop(dt_node *n)
 	if (n == NULL)
 		return DT_OK;
 	err = n->role == DT_ROLE_SCHEDULER ? DT_OK : dt__node_check(n);
-	/* (peers[0] is NULL before the table, and with PS_RESEND while the
-	 * scheduler's connection is being dialled again) */
+	/* (peers[0] is NULL before the table, with PS_RESEND while the
+	 * scheduler's connection is being dialled again, and over the tree
+	 * while it is closed idle: root.c) */
 	/* The end-of-job report (DTRAIN_STATS, DTRAIN_TIMELINE), before a
 	 * worker says it is done or a terminated server leaves. */
 	pthread_mutex_lock(&n->mu);
 	int terminated = n->terminated;
 	pthread_mutex_unlock(&n->mu);
 	if (n->role != DT_ROLE_SCHEDULER && n->peers && err == DT_OK &&
-	    (n->links || __atomic_load_n(&n->peers[0], __ATOMIC_ACQUIRE)) &&
+	    (n->links || n->root_park ||
+	     __atomic_load_n(&n->peers[0], __ATOMIC_ACQUIRE)) &&
 	    (n->role == DT_ROLE_WORKER || terminated) &&
 	    dt__report_member_send(n))
 		dt__log(0, "the end-of-job report was not sent: %s",
@@ -648,7 +650,7 @@ dt_node_stop(dt_node *n)
 		        "scheduler it is done",
 		        dt__log_name(), lost);
 	} else if (n->role == DT_ROLE_WORKER && n->peers &&
-	           (n->links ||
+	           (n->links || n->root_park ||
 	            __atomic_load_n(&n->peers[0], __ATOMIC_ACQUIRE)) &&
 	           err == DT_OK) {
 		err = worker_done(n);

@@ -5,7 +5,8 @@
  *      send ADD_NODE with role, address and any rank request;
  *   2. receive ASSIGN: our id and rank, the job's sizes and, a worker,
  *      the servers' addresses (directory.c; any other address is looked
- *      up when first needed);
+ *      up when first needed), and in a large job the node's place in the
+ *      control tree with its parent's address: the one reply of the join;
  *   3. connect to the servers (a worker), each answered by HELLO_ACK;
  *      another worker is dialled when this one first sends to it
  *      (reach.c), except by a worker taking a lost one's place, which
@@ -72,7 +73,7 @@ park_hello(dt_node *n, dt_conn *c, const dt_msg *m)
 	int kept = 0;
 
 	pthread_mutex_lock(&n->mu);
-	if ((!n->have_table || (n->tree_wait && n->tree == NULL)) &&
+	if (!n->have_table &&
 	    n->nearly < n->cfg.num_servers + dt__elastic_slots(n)) {
 		if (n->nearly == n->early_cap) {
 			int cap = n->early_cap ? 2 * n->early_cap : 16;
@@ -132,16 +133,23 @@ answer_early(dt_node *n)
 static void
 on_assign(dt_node *n, dt_conn *c, dt_msg *m)
 {
+	dt__tree_place *place = NULL;
 	dt_err err;
 
 	if (n->have_table || dt__conn_peer(c) != 0) {
 		dt__van_close(n->van, c);
 		return;
 	}
-	if ((err = dt__dir_on_assign(n, m)) != DT_OK) {
+	if ((err = dt__dir_on_assign(n, m, &place)) != DT_OK) {
 		dt__node_set_fatal(n, DT_EPROTO, "cannot join the cluster: %s",
 		                   dt_errmsg());
 		return;
+	}
+	/* key 1: the node's place in the control tree is in it (never in an
+	 * elastic job's, nor in a lost node's successor's) */
+	if (place && (n->elastic || m->hdr.arg2 != 0)) {
+		free(place);
+		place = NULL;
 	}
 	__atomic_store_n(&n->peers[0], c, __ATOMIC_RELEASE);
 	/* arg2: this process takes a lost node's place (recovery) */
@@ -149,22 +157,23 @@ on_assign(dt_node *n, dt_conn *c, dt_msg *m)
 	n->rejoined = m->hdr.arg2 != 0;
 	/* arg1: this worker joins a running elastic job */
 	n->el_joiner = n->elastic && m->hdr.arg1 == 1;
-	/* key 1: the node's place in the control tree follows (TREE) */
-	n->tree_wait = m->hdr.key == 1 && !n->elastic && !n->rejoined;
+	n->tree_wait = place != NULL;
 	if ((err = dt__link_create(n)) != DT_OK ||
 	    (err = dt__reach_create(n)) != DT_OK) {
+		free(place);
 		dt__node_set_fatal(n, err, "cannot join the cluster: %s",
 		                   dt_errmsg());
 		return;
 	}
+	/* (before the table is published: a HELLO kept meanwhile is
+	 * answered knowing the place, a server's child server by it) */
+	if (place)
+		dt__tree_set_place(n, place);
 	pthread_mutex_lock(&n->mu);
 	n->have_table = 1;
 	pthread_cond_broadcast(&n->cv);
 	pthread_mutex_unlock(&n->mu);
-	/* (with a TREE to come, the HELLOs wait for it: a server's child
-	 * server is known by it) */
-	if (!n->tree_wait)
-		answer_early(n);
+	answer_early(n);
 }
 
 /* A worker's HELLO: its first connection to this node, a worker that dials
@@ -359,10 +368,6 @@ dt__member_on_msg(dt_node *n, dt_conn *c, dt_msg *m)
 		return;
 	case DT_CMD_LOOKUP:
 		dt__dir_on_answer(n, c, m);
-		return;
-	case DT_CMD_TREE:
-		if (dt__tree_on_place(n, c, m))
-			answer_early(n);
 		return;
 	case DT_CMD_BARRIER:
 		dt__tree_on_barrier(n, c, m);
@@ -700,6 +705,9 @@ dt__member_start(dt_node *n)
 	if (!n->rejoined && !n->el_joiner &&
 	    (err = dt_node_barrier(n, DT_GROUP_ALL)))
 		return err;
+	/* (over the control tree, the scheduler's connection is idle from
+	 * here on: root.c) */
+	dt__root_park(n);
 	DT_LOG(1, "%s is ready", dt__log_name());
 	return DT_OK;
 }

@@ -222,25 +222,24 @@ dt__msg_assign_encode(const dt__msg_assign *a, int first, int count,
 	return dt__wbuf_err(w);
 }
 
-dt_err
-dt__msg_assign_decode(const void *meta, size_t len, dt__msg_assign *a,
-                      int *first, int *count, dt_node_entry **out)
+/* ASSIGN's own fields and entries, read from r (both decoders'). */
+static dt_err
+assign_read(dt_rbuf *r, dt__msg_assign *a, int *first, int *count,
+            dt_node_entry **out)
 {
-	dt_rbuf r;
 	uint32_t id, ns, nw, here, spid;
 	uint64_t epoch;
 	dt_err err;
 
 	*out = NULL;
 	memset(a, 0, sizeof(*a));
-	dt__rbuf_init(&r, meta, len);
-	id = dt__rbuf_u32(&r);
-	ns = dt__rbuf_u32(&r);
-	nw = dt__rbuf_u32(&r);
-	epoch = dt__rbuf_u64(&r);
-	here = dt__rbuf_u32(&r);
-	spid = dt__rbuf_u32(&r);
-	if ((err = dt__rbuf_err(&r, "ASSIGN")))
+	id = dt__rbuf_u32(r);
+	ns = dt__rbuf_u32(r);
+	nw = dt__rbuf_u32(r);
+	epoch = dt__rbuf_u64(r);
+	here = dt__rbuf_u32(r);
+	spid = dt__rbuf_u32(r);
+	if ((err = dt__rbuf_err(r, "ASSIGN")))
 		return err;
 	if (ns > DT_MAX_ROLE_NODES || nw < 1 || nw > DT_MAX_ROLE_NODES)
 		return dt__fail(DT_EPROTO,
@@ -254,9 +253,9 @@ dt__msg_assign_decode(const void *meta, size_t len, dt__msg_assign *a,
 		                ns + nw);
 	if (spid > INT32_MAX)
 		return dt__fail(DT_EPROTO, "ASSIGN: scheduler pid %u", spid);
-	if ((err = get_range(&r, "ASSIGN", (int)(1 + ns + nw), 0, first,
-	                     count)) ||
-	    (err = get_entries(&r, "ASSIGN", (int)ns, *first, *count, out)))
+	if ((err =
+	         get_range(r, "ASSIGN", (int)(1 + ns + nw), 0, first, count)) ||
+	    (err = get_entries(r, "ASSIGN", (int)ns, *first, *count, out)))
 		return err;
 	a->id = (int)id;
 	a->num_servers = (int)ns;
@@ -265,6 +264,16 @@ dt__msg_assign_decode(const void *meta, size_t len, dt__msg_assign *a,
 	a->here = (int)here;
 	a->sched_pid = (int)spid;
 	return DT_OK;
+}
+
+dt_err
+dt__msg_assign_decode(const void *meta, size_t len, dt__msg_assign *a,
+                      int *first, int *count, dt_node_entry **out)
+{
+	dt_rbuf r;
+
+	dt__rbuf_init(&r, meta, len);
+	return assign_read(&r, a, first, count, out);
 }
 
 dt_err
@@ -345,39 +354,42 @@ tree_kid_check(const dt__tree_place *p, int c, int self, uint32_t ntable,
 	return DT_OK;
 }
 
-dt_err
-dt__msg_tree_decode(const void *meta, size_t len, int self, int num_servers,
-                    int num_workers, dt__tree_place *p)
+/*
+ * A node's place in the control tree, read from r for node self of a job
+ * of num_servers and num_workers: the checks of dt__msg_tree_decode, its
+ * children counted against the bytes left in r before any is read.
+ */
+static dt_err
+tree_read(dt_rbuf *r, int self, int num_servers, int num_workers,
+          dt__tree_place *p)
 {
 	uint32_t ntable = 1 + (uint32_t)num_servers + (uint32_t)num_workers;
 	uint32_t ns = (uint32_t)num_servers, nw = (uint32_t)num_workers;
 	uint32_t parent, s, w, nkids;
 	uint64_t sum_s, sum_w;
-	dt_rbuf r;
 	dt_err err;
 
 	memset(p, 0, sizeof(*p));
-	dt__rbuf_init(&r, meta, len);
-	parent = dt__rbuf_u32(&r);
-	s = dt__rbuf_u32(&r);
-	w = dt__rbuf_u32(&r);
-	nkids = dt__rbuf_u32(&r);
-	if ((err = dt__rbuf_err(&r, "TREE")))
+	parent = dt__rbuf_u32(r);
+	s = dt__rbuf_u32(r);
+	w = dt__rbuf_u32(r);
+	nkids = dt__rbuf_u32(r);
+	if ((err = dt__rbuf_err(r, "TREE")))
 		return err;
 	if (parent >= ntable || (int)parent == self)
 		return dt__fail(DT_EPROTO, "TREE: parent %u of node %d (of %u)",
 		                parent, self, ntable - 1);
-	if (nkids > DT_TREE_KIDS_MAX || len != 16 + 12 * (size_t)nkids)
+	if (nkids > DT_TREE_KIDS_MAX || 12 * (size_t)nkids > r->len - r->off)
 		return dt__fail(DT_EPROTO,
 		                "TREE: %u children in %zu bytes (at most %d, "
-		                "12 bytes each after 16)",
-		                nkids, len, DT_TREE_KIDS_MAX);
+		                "12 bytes each)",
+		                nkids, r->len - r->off, DT_TREE_KIDS_MAX);
 	p->parent = (int)parent;
 	sum_s = self <= num_servers;
 	sum_w = self > num_servers;
 	for (uint32_t c = 0; c < nkids; c++) {
-		uint32_t id = dt__rbuf_u32(&r), ks = dt__rbuf_u32(&r),
-		         kw = dt__rbuf_u32(&r);
+		uint32_t id = dt__rbuf_u32(r), ks = dt__rbuf_u32(r),
+		         kw = dt__rbuf_u32(r);
 
 		if ((err = tree_kid_check(p, (int)c, self, ntable, ns, nw, id,
 		                          ks, kw)))
@@ -396,6 +408,72 @@ dt__msg_tree_decode(const void *meta, size_t len, int self, int num_servers,
 	p->servers = (int)s;
 	p->workers = (int)w;
 	return DT_OK;
+}
+
+dt_err
+dt__msg_tree_decode(const void *meta, size_t len, int self, int num_servers,
+                    int num_workers, dt__tree_place *p)
+{
+	dt_rbuf r;
+	dt_err err;
+
+	dt__rbuf_init(&r, meta, len);
+	if ((err = tree_read(&r, self, num_servers, num_workers, p)))
+		return err;
+	if (r.off != r.len)
+		return dt__fail(DT_EPROTO, "TREE: %zu bytes after %d children",
+		                r.len - r.off, p->nkids);
+	return DT_OK;
+}
+
+dt_err
+dt__msg_assign_tree_encode(const dt__tree_place *p, const dt_node_entry *parent,
+                           dt_wbuf *w)
+{
+	dt_node_entry none = {0};
+	dt_err err;
+
+	if ((err = dt__msg_tree_encode(p, w)))
+		return err;
+	put_entries(1, parent && p->parent > 0 ? parent : &none, w);
+	return dt__wbuf_err(w);
+}
+
+dt_err
+dt__msg_assign_tree_decode(const void *meta, size_t len, dt__msg_assign *a,
+                           int *first, int *count, dt_node_entry **out,
+                           dt__tree_place *p, dt_node_entry *parent)
+{
+	dt_node_entry *e = NULL;
+	dt_rbuf r;
+	dt_err err;
+
+	memset(parent, 0, sizeof(*parent));
+	dt__rbuf_init(&r, meta, len);
+	if ((err = assign_read(&r, a, first, count, out)))
+		return err;
+	if ((err = tree_read(&r, a->id, a->num_servers, a->slots, p)) ||
+	    (err = get_entries(&r, "ASSIGN", a->num_servers, p->parent, 1, &e)))
+		goto fail;
+	if (e[0].known && p->parent == 0) {
+		err = dt__fail(DT_EPROTO,
+		               "ASSIGN: an entry for the scheduler as the tree "
+		               "parent");
+		goto fail;
+	}
+	if (r.off != r.len) {
+		err = dt__fail(DT_EPROTO, "ASSIGN: %zu bytes after the tree",
+		               r.len - r.off);
+		goto fail;
+	}
+	*parent = e[0];
+	free(e);
+	return DT_OK;
+fail:
+	free(e);
+	free(*out);
+	*out = NULL;
+	return err;
 }
 
 dt_err

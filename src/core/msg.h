@@ -81,8 +81,9 @@ dt_err dt__msg_assign_decode(const void *meta, size_t len, dt__msg_assign *a,
                              int *first, int *count, dt_node_entry **out);
 
 /*
- * TREE: the scheduler tells a node its place in the control tree
- * (tree.h), after its ASSIGN. The body: the parent's id, the subtree's
+ * A node's place in the control tree (tree.h), which the scheduler sends
+ * in the node's ASSIGN when the job's barriers go over the tree (its
+ * header's key 1). The body: the parent's id, the subtree's
  * servers and workers, the count of children, then per child its id and
  * its subtree's servers and workers, all u32. The decoder checks every
  * field against the job's size (S servers, W workers) for node self:
@@ -93,6 +94,24 @@ dt_err dt__msg_assign_decode(const void *meta, size_t len, dt__msg_assign *a,
 dt_err dt__msg_tree_encode(const dt__tree_place *p, dt_wbuf *w);
 dt_err dt__msg_tree_decode(const void *meta, size_t len, int self,
                            int num_servers, int num_workers, dt__tree_place *p);
+
+/*
+ * ASSIGN in a job with a control tree: the assignment (as above), then
+ * the node's place (the body above), then one entry (as a LOOKUP
+ * answer's): the tree parent's address when the node needs it (a parent
+ * other than the scheduler whose entry the assignment does not carry),
+ * else an empty one (a single byte 0). parent may be NULL (empty). The
+ * decoder checks the assignment, then the place against the job's sizes
+ * it gives, an entry for the scheduler refused, and that nothing
+ * follows; *parent is the parent's entry, or zero (not known). On error
+ * nothing is left to free; on DT_OK the caller frees *out.
+ */
+dt_err dt__msg_assign_tree_encode(const dt__tree_place *p,
+                                  const dt_node_entry *parent, dt_wbuf *w);
+dt_err dt__msg_assign_tree_decode(const void *meta, size_t len,
+                                  dt__msg_assign *a, int *first, int *count,
+                                  dt_node_entry **out, dt__tree_place *p,
+                                  dt_node_entry *parent);
 
 /*
  * TREE_LOST: a node of the control tree tells its parent (which passes it

@@ -243,6 +243,15 @@ dt__node_send_ex(dt_node *n, int id, dt_msg_hdr *h, const void *meta,
 		if (err)
 			return err;
 	}
+	/* Over the control tree, the scheduler's idle connection is dialled
+	 * again (root.c). */
+	if (id == 0 && n->role != DT_ROLE_SCHEDULER && n->peers &&
+	    __atomic_load_n(&n->peers[0], __ATOMIC_ACQUIRE) == NULL) {
+		dt_err err = dt__root_reopen(n);
+
+		if (err)
+			return err;
+	}
 	if (id >= 0 && id < n->ntable && id != n->id &&
 	    dt__link_wants(n, h->cmd))
 		return dt__link_send(n, id, h, meta, meta_len, iov, iovcnt,

@@ -94,10 +94,10 @@ struct dt_node {
 	 * first error a member brought to it (dt__node_barrier_status). */
 	int barrier_err[8];
 	char barrier_msg[8][256];
-	/* The control tree (tree_barrier.c): the ASSIGN said a TREE
-	 * follows (set before have_table); this node's place once it came
-	 * (NULL: barriers go to the scheduler; set once by the I/O thread,
-	 * under mu, before the start goes on); and (mu) the open round per
+	/* The control tree (tree_barrier.c): the ASSIGN held this node's
+	 * place (set before have_table); the place (NULL: barriers go to
+	 * the scheduler; set once by the I/O thread, under mu, before
+	 * have_table); and (mu) the open round per
 	 * group mask: the arrivals counted in this node's subtree, which
 	 * children's are in, and the first error among them. On the
 	 * scheduler, tree_wait says the job uses a tree (scheduler.c). */
@@ -146,6 +146,11 @@ struct dt_node {
 	uint64_t hb_interval_ns, hb_timeout_ns, stats_interval_ns;
 	dt_conn *root;
 	struct dt_watch *watch;
+
+	/* The idle connection to the scheduler over the control tree
+	 * (root.c; all under mu): whether it is closed when idle, the
+	 * lookups holding it, and a dial under way. */
+	int root_park, root_users, root_dialing;
 
 	/* PS_RESEND (link.c): the settings, and the links once the table is
 	 * known (NULL without PS_RESEND=1). */
@@ -261,8 +266,11 @@ dt_err dt__node_wait_count(dt_node *n, const void *flag, int is64,
 /*
  * The directory (directory.c; the design is at its top).
  */
-/* (member, I/O thread) ASSIGN: the table from the scheduler's reply. */
-dt_err dt__dir_on_assign(dt_node *n, const dt_msg *m);
+/* (member, I/O thread) ASSIGN: the table from the scheduler's reply, and
+ * in a job with a control tree the node's place in it (*place, the
+ * caller's to free or publish; NULL without one) and its parent's entry
+ * (written into the table). */
+dt_err dt__dir_on_assign(dt_node *n, const dt_msg *m, dt__tree_place **place);
 /* (member, I/O thread) The scheduler's answer to a LOOKUP. */
 void dt__dir_on_answer(dt_node *n, dt_conn *c, const dt_msg *m);
 /* (member) A pushed address of node id: kept unless one is known. */
@@ -315,10 +323,34 @@ void dt__reach_on_close(dt_node *n, dt_conn *c);
  * Barriers over the control tree (tree_barrier.c; the design is at its
  * top).
  */
-/* (member, I/O thread) TREE: this node's place; 1 if taken. */
-int dt__tree_on_place(dt_node *n, dt_conn *c, const dt_msg *m);
-/* (member) Wait for the place, if the ASSIGN said a TREE follows, and
- * make sure the connection to the parent is up (DT_CONNECT_TIMEOUT). */
+/*
+ * A member's connection to the scheduler over the control tree (root.c;
+ * the design is at its top).
+ */
+/* (member, its start) Once the start-up barrier passed: close the
+ * connection to the scheduler if this node does not need it (a worker
+ * whose tree parent is a node), and dial it again when needed from here
+ * on. A no-op otherwise. */
+void dt__root_park(dt_node *n);
+/* (member, not the I/O thread) Hold the connection to the scheduler for a
+ * request and its answer, dialling it if it was closed while idle; each
+ * DT_OK is matched by a dt__root_release, which closes it again once no
+ * one holds it. An error names the dial that failed. */
+dt_err dt__root_hold(dt_node *n);
+void dt__root_release(dt_node *n);
+/* (member) Dial the scheduler again if its connection was closed while
+ * idle, and leave it open (a message that expects no answer). */
+dt_err dt__root_reopen(dt_node *n);
+/* (scheduler, I/O thread) A HELLO from worker id on c, a connection that
+ * has not said who it is: 1 if c becomes id's connection again (a worker
+ * that closed its idle one and needs the scheduler), 0 if refused. */
+int dt__sched_root_hello(dt_node *n, dt_conn *c, int id);
+
+/* (member, I/O thread) This node's place, from its ASSIGN: published
+ * (n->tree owns p from here). */
+void dt__tree_set_place(dt_node *n, dt__tree_place *p);
+/* (member) In a job with a control tree, make sure the connection to the
+ * parent is up (DT_CONNECT_TIMEOUT). */
 dt_err dt__tree_join(dt_node *n);
 /* Whether node id is this node's parent or child in the tree. */
 int dt__tree_edge(const dt_node *n, int id);

@@ -39,10 +39,11 @@ struct dt_sched {
 	int *left; /* by id: worker done, or server closed */
 	int workers_done;
 	int servers_closed;
-	int ending;           /* TERMINATE sent */
-	uint64_t arrived[8];  /* barrier arrivals per group mask */
-	uint64_t passed[8];   /* barriers passed per group mask */
-	uint64_t first_ns[8]; /* the round's first arrival (the timeline) */
+	uint64_t root_redials; /* (mu) workers that dialled again (root.c) */
+	int ending;            /* TERMINATE sent */
+	uint64_t arrived[8];   /* barrier arrivals per group mask */
+	uint64_t passed[8];    /* barriers passed per group mask */
+	uint64_t first_ns[8];  /* the round's first arrival (the timeline) */
 	/* The first error a member brought to the round per mask, handed to
 	 * every member with BARRIER_DONE. */
 	int round_err[8];

@@ -199,7 +199,10 @@ on_add_node(dt_node *n, dt_conn *c, dt_msg *m)
 	dt__conn_vouch(c); /* a node of this job, waiting for its table */
 	DT_LOG(1, "a %s at %s:%d (pid %d) joined: %d of %d nodes",
 	       dt_role_name(j.role), j.host, j.port, j.pid, s->nj, s->expected);
-	pthread_cond_broadcast(&n->cv);
+	/* (the start waits for the last one: waking it at every join was a
+	 * switch of threads per node at the root) */
+	if (s->nj == s->expected)
+		pthread_cond_broadcast(&n->cv);
 	pthread_mutex_unlock(&n->mu);
 }
 
@@ -294,6 +297,12 @@ dt__sched_on_msg(dt_node *n, dt_conn *c, dt_msg *m)
 
 		if (peer == -1 && n->links && id > 0 &&
 		    id < (uint32_t)n->ntable && dt__link_adopt(n, c, (int)id))
+			return;
+		/* Over the control tree: a worker that closed its idle
+		 * connection dials again (a lookup). */
+		if (peer == -1 && !n->links && id > 0 &&
+		    id < (uint32_t)n->ntable &&
+		    dt__sched_root_hello(n, c, (int)id))
 			return;
 		break;
 	}
@@ -464,30 +473,6 @@ assign_role(joiner *j, int nj, dt_role role, int count)
 	free(taken);
 }
 
-/* Node id's place in the control tree (TREE), after its ASSIGN said one
- * follows; nothing without a tree. */
-static dt_err
-send_place(dt_node *n, int id)
-{
-	dt__tree_place p;
-	dt_wbuf w;
-	dt_err err;
-
-	if (n->sched->tree.count == 0)
-		return DT_OK;
-	dt__tree_place_of(&n->sched->tree, id, &p);
-	dt__wbuf_init(&w);
-	err = dt__msg_tree_encode(&p, &w);
-	if (err == DT_OK) {
-		dt_msg_hdr h = {.cmd = DT_CMD_TREE, .recver = (uint32_t)id};
-
-		err =
-		    dt__node_send(n, id, &h, w.data, (uint32_t)w.len, NULL, 0);
-	}
-	dt__wbuf_fini(&w);
-	return err;
-}
-
 /*
  * The assignments of nodes 1..count-1, the servers' first. With
  * DT_TEST_SERVERS_ASSIGNED_LATE=MS (testing) the workers' go first and the
@@ -507,17 +492,13 @@ send_assignments(dt_node *n, const int *here, int count)
 	if (late == 0)
 		first = 1;
 	for (int id = first; id < count && !err; id++)
-		if ((err = dt__dir_send_assign(n, NULL, id, here[id], 0, 0)) ==
-		    DT_OK)
-			err = send_place(n, id);
+		err = dt__dir_send_assign(n, NULL, id, here[id], 0, 0);
 	if (late && !err) {
 		struct timespec ts = {late / 1000, (late % 1000) * 1000000L};
 
 		nanosleep(&ts, NULL);
 		for (int id = 1; id < first && !err; id++)
-			if ((err = dt__dir_send_assign(n, NULL, id, here[id], 0,
-			                               0)) == DT_OK)
-				err = send_place(n, id);
+			err = dt__dir_send_assign(n, NULL, id, here[id], 0, 0);
 	}
 	return err;
 }
@@ -543,7 +524,7 @@ plan_tree(dt_node *n, int count)
 		return err;
 	if ((s->tree_done = dt__calloc((size_t)count, 1)) == NULL)
 		return DT_ENOMEM;
-	n->tree_wait = 1; /* (the ASSIGNs say a TREE follows) */
+	n->tree_wait = 1; /* (the ASSIGNs carry the places) */
 	DT_LOG(1,
 	       "barriers go over a control tree of arity %ld: %d nodes "
 	       "under the scheduler",
@@ -837,6 +818,15 @@ log_end(dt_node *n)
 	       "the end took %llu messages at the scheduler: %llu "
 	       "WORKER_DONE and %llu REPORT received, %llu TERMINATE sent",
 	       done + reports + term, done, reports, term);
+	if (s->tree.count > 0) {
+		pthread_mutex_lock(&n->mu);
+		unsigned long long redials = s->root_redials;
+		pthread_mutex_unlock(&n->mu);
+		DT_LOG(1,
+		       "workers dialled the scheduler again %llu times after "
+		       "closing their idle connections",
+		       redials);
+	}
 }
 
 dt_err

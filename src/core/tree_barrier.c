@@ -1,9 +1,9 @@
 /*
  * tree_barrier.c - a member's side of the control tree (tree.h has its
  * shape; scheduler.c builds it and is its root). In a job that uses the
- * tree (docs/scale.md says when), the scheduler's ASSIGN says a TREE
- * follows, and TREE gives the node its place: its parent, its children
- * and the servers and workers of each subtree.
+ * tree (docs/scale.md says when), the scheduler's ASSIGN gives the node
+ * its place: its parent (and the parent's address), its children and the
+ * servers and workers of each subtree.
  *
  * A barrier over the tree: a node's own arrival (dt__tree_arrive, on the
  * caller's thread) and each child's aggregated BARRIER (on the I/O
@@ -118,29 +118,11 @@ dt__tree_edge(const dt_node *n, int id)
 	return p && id > 0 && (p->parent == id || kid_of(p, id) >= 0);
 }
 
-int
-dt__tree_on_place(dt_node *n, dt_conn *c, const dt_msg *m)
+void
+dt__tree_set_place(dt_node *n, dt__tree_place *p)
 {
-	dt__tree_place *p;
 	char name[64];
 
-	if (dt__conn_peer(c) != 0 || !n->tree_wait || n->tree != NULL) {
-		dt__log(0, "ignoring an unexpected TREE from %s",
-		        dt__conn_addr(c));
-		return 0;
-	}
-	if ((p = dt__malloc(sizeof(*p))) == NULL) {
-		dt__node_set_fatal(n, DT_ENOMEM,
-		                   "no memory for this node's control tree");
-		return 0;
-	}
-	if (dt__msg_tree_decode(m->meta, m->hdr.meta_len, n->id, n->num_servers,
-	                        n->num_workers, p) != DT_OK) {
-		dt__node_set_fatal(n, DT_EPROTO, "cannot join the cluster: %s",
-		                   dt_errmsg());
-		free(p);
-		return 0;
-	}
 	pthread_mutex_lock(&n->mu);
 	__atomic_store_n(&n->tree, p, __ATOMIC_RELEASE);
 	pthread_cond_broadcast(&n->cv);
@@ -151,14 +133,6 @@ dt__tree_on_place(dt_node *n, dt_conn *c, const dt_msg *m)
 	       p->parent ? dt__node_name(n, p->parent, name, sizeof(name))
 	                 : "the scheduler",
 	       p->nkids, p->servers, p->workers);
-	return 1;
-}
-
-static int
-have_place(dt_node *n, const void *arg)
-{
-	(void)arg;
-	return n->tree != NULL;
 }
 
 static int
@@ -178,11 +152,8 @@ dt__tree_join(dt_node *n)
 	int parent;
 	dt_err err;
 
-	if (!n->tree_wait)
+	if (!n->tree_wait || n->tree == NULL)
 		return DT_OK;
-	if ((err = dt__node_wait(n, have_place, NULL, deadline,
-	                         "the scheduler's TREE")))
-		return err;
 	parent = n->tree->parent;
 	if (parent == 0 || parent_connected(n, NULL))
 		return DT_OK;

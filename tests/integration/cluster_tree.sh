@@ -25,6 +25,11 @@
 #      sum over the tree, whose refusals on rank 0 (an init of another
 #      length, another optimizer) every worker must get from a barrier,
 #      named after worker 0.
+#   2c. The collectives over the tree (coll_check --node --quick, 6
+#      workers): the workers under a worker close their idle connections
+#      to the scheduler once started, and dial it again for the lookups
+#      the collectives make at their start; every check passes, and the
+#      scheduler counts the dials.
 #   2b. The probe with DTRAIN_STATS=1 where server 1 and worker 3 send no
 #      end-of-job report (DT_REPORT_SKIP=1): their parents name them
 #      missing (server 0 after a bounded wait), and the scheduler's
@@ -301,6 +306,19 @@ assert_grep "$T_DIR/kv.star.log" "the end took 16 messages at the scheduler: 6 W
 assert_grep "$T_DIR/kv.tree.log" "the end took 3 messages at the scheduler: 1 WORKER_DONE and 1 REPORT received, 1 TERMINATE sent" "kv.tree"
 log "kv: the same values with the star and the tree: $(tr '\n' ' ' <"$T_DIR/kv.tree.values")"
 
+# ---- 2c. the collectives over the tree, their lookups dialling the
+# scheduler again
+spawn coll.tree env DTRAIN_CTRL_TREE_MIN=1 PS_VERBOSE=1 "$DTRAIN" \
+	launch -n 6 -s 0 --launcher local -- \
+	"$DTRAIN_BUILD/tests/progs/coll_check" --node --quick
+expect_exit "$SPAWNED" 120 0 "coll: coll_check over the tree"
+closed=$(grep -c "closed the idle connection to the scheduler" "$T_DIR/coll.tree.log")
+[ "$closed" -ge 1 ] || fail "coll: no worker closed its idle connection to the scheduler"
+redials=$(grep -oE "workers dialled the scheduler again [0-9]+ times" "$T_DIR/coll.tree.log" | grep -oE "[0-9]+")
+[ -n "$redials" ] && [ "$redials" -ge 1 ] ||
+	fail "coll: the scheduler counted no worker dialling it again"
+log "coll: every check passed over the tree; $closed workers closed their idle connections to the scheduler, which they dialled again $redials times"
+
 # ---- 2b. end-of-job reports that never come (DT_REPORT_SKIP=1): server 1
 # (its subtree: itself, workers 1, 2 and 5) and worker 3 (a leaf under
 # worker 0) send none. Worker 0 names worker 3 missing at once (its
@@ -339,7 +357,7 @@ expect_nodes() {
 # waits in the workers' barrier under it.
 mkdir -p "$T_DIR/probe.lost"
 mkfifo "$T_DIR/probe.lost/m4.r0.worker1"
-spawn_job lost
+PS_HEARTBEAT_INTERVAL=0.2 PS_HEARTBEAT_TIMEOUT=2 spawn_job lost
 wait_for_line "$T_DIR/lost.scheduler.log" "all 9 nodes are ready" 60 ||
 	fail "lost: the job did not start"
 t_now
@@ -358,14 +376,16 @@ kill_ns=$(date +%s%N)
 expect_exit "$sched" "$LIMIT_S" nonzero "lost: the scheduler"
 assert_grep "$T_DIR/lost.scheduler.log" "worker 1 .*was lost" "lost: the scheduler names worker 1"
 expect_nodes "$LIMIT_S" lost 0 1 2 4 5 6 7
-for who in server0 server1 worker0 worker2 worker3 worker4 worker5; do
+for who in server0 server1 worker0 worker2 worker3 worker4; do
 	assert_grep "$T_DIR/lost.$who.log" "worker 1 .*was lost" "lost: $who names worker 1"
 done
-# The ABORT went down the tree: from the scheduler to its child and to
-# the lost node's child (worker 5, whose parent is gone), no other (and
-# to the lost node itself when its parent's report came before the
-# scheduler saw their connection close).
-assert_grep "$T_DIR/lost.scheduler.log" "ABORT sent over the control tree to [23] nodes: 1 of its 1 children, and [12] of the lost worker 1 and its 1 children" "lost: the scheduler's ABORTs"
+# The ABORT went down the tree: from the scheduler to its child, no other:
+# the lost node's child (worker 5, whose parent is gone) closed its idle
+# connection to the scheduler after the start, and ends once its
+# parent's connection has been closed for PS_HEARTBEAT_TIMEOUT, naming
+# it.
+assert_grep "$T_DIR/lost.worker5.log" "lost the connection to its tree parent, worker 1, and heard nothing from the scheduler" "lost: worker 5 names worker 1"
+assert_grep "$T_DIR/lost.scheduler.log" "ABORT sent over the control tree to 1 nodes: 1 of its 1 children, and 0 of the lost worker 1 and its 1 children" "lost: the scheduler's ABORTs"
 log "lost: every node ended non-zero naming worker 1, $((($(date +%s%N) - kill_ns) / 1000000)) ms after the kill"
 wait "${pids[3]}" 2>/dev/null
 assert_groups_gone
@@ -411,8 +431,9 @@ assert_grep "$T_DIR/frozen.scheduler.log" "$who .*seen by its tree parent, worke
 for who_ in server0 server1 worker0 worker1 worker2 worker3 worker4; do
 	assert_grep "$T_DIR/frozen.$who_.log" "$who" "frozen: $who_ names worker 5"
 done
-# The ABORT: to the scheduler's child and to the frozen leaf itself.
-assert_grep "$T_DIR/frozen.scheduler.log" "ABORT sent over the control tree to 2 nodes: 1 of its 1 children, and 1 of the lost worker 5 and its 0 children" "frozen: the scheduler's ABORTs"
+# The ABORT: to the scheduler's child alone (the frozen leaf, a worker
+# under a worker, closed its idle connection to the scheduler).
+assert_grep "$T_DIR/frozen.scheduler.log" "ABORT sent over the control tree to 1 nodes: 1 of its 1 children, and 0 of the lost worker 5 and its 0 children" "frozen: the scheduler's ABORTs"
 # Its heartbeats came from its one child in the tree, server 0, alone.
 assert_grep "$T_DIR/frozen.scheduler.log" "heartbeats received since the start: [1-9][0-9]* from 1 nodes \\(1 of its 1 tree children\\)" "frozen: the scheduler's heartbeats"
 log "frozen: every node ended non-zero naming worker 5, $ms ms after the SIGSTOP (timeout ${HB_TIMEOUT_S} s); the scheduler's $(grep -o 'heartbeats received since the start: .*' "$T_DIR/frozen.scheduler.log")"
@@ -440,7 +461,10 @@ expect_nodes "$STOP_LIMIT_S" interior 0 1 3 4 5 6
 ms=$((($(date +%s%N) - stop_ns) / 1000000))
 who="worker 0 \\(pid $victim on host [^)]*\\) sent nothing for [0-9.]+ s"
 assert_grep "$T_DIR/interior.scheduler.log" "$who .*seen by its tree parent, server 0" "interior: the scheduler names worker 0"
-assert_grep "$T_DIR/interior.scheduler.log" "ABORT sent over the control tree to 4 nodes: 1 of its 1 children, and 3 of the lost worker 0 and its 2 children" "interior: the scheduler's ABORTs"
+# (worker 0 and its children, workers under a node, closed their idle
+# connections to the scheduler: the ABORT reaches none of them, and the
+# children find their silent parent themselves)
+assert_grep "$T_DIR/interior.scheduler.log" "ABORT sent over the control tree to 1 nodes: 1 of its 1 children, and 0 of the lost worker 0 and its 2 children" "interior: the scheduler's ABORTs"
 for who_ in server0 server1 worker1 worker2 worker3 worker4 worker5; do
 	assert_grep "$T_DIR/interior.$who_.log" "$who" "interior: $who_ names worker 0"
 done
@@ -467,9 +491,17 @@ kill -KILL "$victim"
 kill_ns=$(date +%s%N)
 expect_exit "$sched" "$LIMIT_S" nonzero "rootkid: the scheduler"
 expect_nodes "$LIMIT_S" rootkid 1 2 3 4 5 6
-assert_grep "$T_DIR/rootkid.scheduler.log" "ABORT sent over the control tree to 2 nodes: 0 of its 1 children, and 2 of the lost server 0 and its 2 children" "rootkid: the scheduler's ABORTs"
-for who in server1 worker0 worker1 worker2 worker3 worker4 worker5; do
+# (to server 1, which passes it on; worker 0, a worker under a node,
+# closed its idle connection to the scheduler, and ends once server 0's
+# connection has been closed for PS_HEARTBEAT_TIMEOUT, naming it; its
+# children then name it)
+assert_grep "$T_DIR/rootkid.scheduler.log" "ABORT sent over the control tree to 1 nodes: 0 of its 1 children, and 1 of the lost server 0 and its 2 children" "rootkid: the scheduler's ABORTs"
+for who in server1 worker1 worker2 worker5; do
 	assert_grep "$T_DIR/rootkid.$who.log" "job aborted by the scheduler: server 0 .*was lost" "rootkid: $who names server 0"
+done
+assert_grep "$T_DIR/rootkid.worker0.log" "lost the connection to its tree parent, server 0, and heard nothing from the scheduler" "rootkid: worker 0 names server 0"
+for who in worker3 worker4; do
+	assert_grep "$T_DIR/rootkid.$who.log" "lost the connection to its tree parent, worker 0, and heard nothing from the scheduler" "rootkid: $who names worker 0"
 done
 log "rootkid: every node ended non-zero naming server 0, $((($(date +%s%N) - kill_ns) / 1000000)) ms after the kill"
 kill -KILL "$(child_of "${pids[7]}")" 2>/dev/null

@@ -31,6 +31,18 @@
 #      a (PS_HEARTBEAT_INTERVAL=1), where the star gets one a second from
 #      every node; in d the frozen process's nodes are found by their
 #      tree parents, or by the scheduler if one is its child.
+#   h. a node's join takes two messages at the scheduler, its ADD_NODE
+#      and the one ASSIGN that carries its place in the tree and its
+#      parent's address (no TREE, no LOOKUP of the parent): the nodes
+#      count the ASSIGN (the ADD_NODE goes before a node has an id to
+#      count it by), at most JOIN_MSGS_PER_NODE (1) a node at the root
+#      besides the start-up barrier's ROOT_MSGS_BOUND;
+#   i. once the start-up barrier has passed, a worker whose tree parent is
+#      a node closes its idle connection to the scheduler: after the last
+#      barrier the scheduler holds at most ROOT_FDS_BOUND (100)
+#      descriptors, its own, its tree children's and the servers'
+#      connections, where it held one per node (2,008 at 2,000); and (c)
+#      counts those closed links out of the simulators' sockets;
 #   g. the end goes over the tree: in a, the scheduler received a
 #      WORKER_DONE from each child holding workers (its subtree's count)
 #      and sent TERMINATE to each child holding servers, at most 2 x its
@@ -47,12 +59,23 @@ PROCS=20
 # (b) Each node gets a small assignment from the scheduler, not the job's
 # node table: 100 bytes, and for a worker one entry per server it dials
 # (at most about 110 bytes each with same-host endpoints), its place in
-# the control tree (TREE: 80 bytes and 12 per child, at most 32 children
-# at arity 16), then the start-up barrier's release. The bound is 1 KiB a
-# node whatever the job's size (643 bytes measured at 2,000 nodes with 4
-# servers and the tree, 471 without; the whole table took 163,374 bytes
-# a node there).
+# the control tree (in the ASSIGN: 17 bytes, 12 per child, at most 32
+# children at arity 16, and its parent's entry when it is not a server),
+# then the start-up barrier's release. The bound is 1 KiB a
+# node whatever the job's size (510 bytes measured at 2,000 nodes with 4
+# servers and the tree, 643 when the place came in a TREE of its own,
+# 471 without the tree; the whole table took 163,374 bytes a node
+# there).
 JOIN_BYTES_BOUND=1024
+# (h) The join's messages at the scheduler per node that the nodes count:
+# 1, the ASSIGN (2,032 measured at 2,000 nodes with the start-up barrier's
+# 32; 4 a node when the place came in a TREE and a node whose parent is
+# not a server looked its address up).
+JOIN_MSGS_PER_NODE=1
+# (i) The scheduler's descriptors after the last barrier: about 8 of its
+# own (its listener, epoll sets and event descriptors, its log), 16
+# children and 4 servers.
+ROOT_FDS_BOUND=100
 # (e) The tree (arity 16) over 20 hosts: 16 leaders under the scheduler,
 # the other 4 under the first leader: 32 messages a barrier at the root.
 ROOT_MSGS_BOUND=100
@@ -99,12 +122,20 @@ log "(a) every node joined, passed 2 barriers and left in $RUN_MS ms; join $(fie
 /usr/bin/python3 -c "import sys; sys.exit(not float('$join_b') <= $JOIN_BYTES_BOUND)" ||
 	fail "(b) each node received $join_b bytes from the scheduler at the join; bound $JOIN_BYTES_BOUND"
 log "(b) each node received $join_b bytes from the scheduler at the join (bound $JOIN_BYTES_BOUND)"
+join_m=$(field "$JSONL" join root_msgs)
+[ "$join_m" -le $((JOIN_MSGS_PER_NODE * NODES + ROOT_MSGS_BOUND)) ] ||
+	fail "(h) the join took $join_m messages at the scheduler; bound $JOIN_MSGS_PER_NODE a node and $ROOT_MSGS_BOUND"
+log "(h) the join took $join_m messages at the scheduler for $NODES nodes (bound $JOIN_MSGS_PER_NODE a node and $ROOT_MSGS_BOUND)"
 socks=$(field "$JSONL" all sockets)
 want=$(field "$JSONL" all sockets_expected)
 extra=$(field "$JSONL" all sockets_extra_max)
 [ "$socks" = "$want" ] && [ "$extra" = 0 ] ||
 	fail "(c) the simulators hold $socks sockets, their nodes' partners explain $want (most extra in one: $extra)"
 log "(c) $socks sockets in the simulators, exactly the nodes' partners' links and listeners"
+root_fds=$(field "$JSONL" all root_fds)
+[ "$root_fds" != None ] && [ "$root_fds" -le "$ROOT_FDS_BOUND" ] ||
+	fail "(i) the scheduler holds $root_fds descriptors after the last barrier; bound $ROOT_FDS_BOUND"
+log "(i) the scheduler holds $root_fds descriptors after the last barrier ($(field "$JSONL" all root_fds_join) once every node joined; bound $ROOT_FDS_BOUND)"
 [ "$(field "$JSONL" all tree_root_kids)" != None ] || fail "(e) no control tree"
 for ph in barrier1 barrier2; do
 	root=$(field "$JSONL" "$ph" root_msgs)

@@ -267,6 +267,152 @@ test_codec_roundtrip(void **state)
 	free(t);
 }
 
+/*
+ * Every node's ASSIGN in a job with a control tree, as the scheduler
+ * makes it (directory.c): the assignment, a worker's with the servers'
+ * entries, then its place, then its parent's entry when the assignment
+ * does not carry it. Each decodes to the place bit for bit, and the one
+ * reply is all a node needs to dial its parent.
+ */
+static void
+test_assign_tree_roundtrip(void **state)
+{
+	int ns = 4, nw = 300, count = 1 + ns + nw, carried = 0;
+	dt_node_entry *t = make_table(ns, nw, dealt, 7);
+	dt__tree tr;
+
+	(void)state;
+	for (int id = 1; id < count; id++) {
+		t[id].port = 1000 + id;
+		t[id].pid = 2000 + id;
+	}
+	assert_int_equal(dt__tree_build(t, count, 16, &tr), DT_OK);
+	for (int id = 1; id < count; id++) {
+		dt__msg_assign a = {.id = id,
+		                    .num_servers = ns,
+		                    .slots = nw,
+		                    .here = 1,
+		                    .sched_pid = 1},
+		               b;
+		int given = id > ns ? ns : 0, first, n;
+		dt__tree_place p, q;
+		dt_node_entry *got, parent;
+		dt_wbuf w;
+
+		dt__tree_place_of(&tr, id, &p);
+		dt__wbuf_init(&w);
+		assert_int_equal(dt__msg_assign_encode(&a, 1, given, t + 1, &w),
+		                 DT_OK);
+		assert_int_equal(
+		    dt__msg_assign_tree_encode(
+		        &p, p.parent > given ? &t[p.parent] : NULL, &w),
+		    DT_OK);
+		assert_int_equal(dt__msg_assign_tree_decode(w.data, w.len, &b,
+		                                            &first, &n, &got,
+		                                            &q, &parent),
+		                 DT_OK);
+		assert_int_equal(b.id, id);
+		assert_int_equal(n, given);
+		assert_int_equal(q.parent, p.parent);
+		assert_int_equal(q.servers, p.servers);
+		assert_int_equal(q.workers, p.workers);
+		assert_int_equal(q.nkids, p.nkids);
+		assert_memory_equal(q.kid, p.kid,
+		                    sizeof(p.kid[0]) * (size_t)p.nkids);
+		/* the parent's address: carried, or among the servers' */
+		if (p.parent > given) {
+			assert_true(parent.known);
+			assert_int_equal(parent.id, p.parent);
+			assert_int_equal(parent.port, 1000 + p.parent);
+			assert_string_equal(parent.host, t[p.parent].host);
+			carried++;
+		} else {
+			assert_false(parent.known);
+			assert_true(p.parent == 0 || p.parent <= given);
+		}
+		/* a worker under a worker: its reply stays small */
+		if (id > ns && p.parent > ns)
+			assert_true(w.len < 1024);
+		free(got);
+		dt__wbuf_fini(&w);
+	}
+	assert_true(carried > 0);
+	dt__tree_free(&tr);
+	free(t);
+}
+
+/* An ASSIGN with a place that is not whole, or more than it, is refused
+ * before anything is kept. */
+static void
+test_assign_tree_refuses(void **state)
+{
+	dt_node_entry e[2] = {{.known = 1, .port = 9, .pid = 1},
+	                      {.known = 1, .port = 10, .pid = 2}};
+	/* node 3 of 1 server and 4 workers, under worker 2, children 4, 5 */
+	dt__tree_place p = {.parent = 2,
+	                    .servers = 0,
+	                    .workers = 3,
+	                    .nkids = 2,
+	                    .kid = {{4, 0, 1}, {5, 0, 1}}},
+	               q;
+	dt__msg_assign a = {.id = 3,
+	                    .num_servers = 1,
+	                    .slots = 4,
+	                    .here = 1,
+	                    .sched_pid = 1},
+	               b;
+	dt_node_entry *got, parent;
+	int first, n;
+	dt_wbuf w;
+
+	(void)state;
+	snprintf(e[0].host, sizeof(e[0].host), "s");
+	snprintf(e[1].host, sizeof(e[1].host), "w");
+	dt__wbuf_init(&w);
+	assert_int_equal(dt__msg_assign_encode(&a, 1, 1, e, &w), DT_OK);
+	assert_int_equal(dt__msg_assign_tree_encode(&p, &e[1], &w), DT_OK);
+	assert_int_equal(dt__msg_assign_tree_decode(w.data, w.len, &b, &first,
+	                                            &n, &got, &q, &parent),
+	                 DT_OK);
+	assert_true(parent.known);
+	assert_string_equal(parent.host, "w");
+	free(got);
+	/* cut anywhere: refused, nothing to free */
+	for (size_t len = 0; len < w.len; len++) {
+		got = (dt_node_entry *)&w; /* (must come back NULL) */
+		assert_int_equal(dt__msg_assign_tree_decode(w.data, len, &b,
+		                                            &first, &n, &got,
+		                                            &q, &parent),
+		                 DT_EPROTO);
+		assert_null(got);
+	}
+	/* a byte more */
+	dt__wbuf_u8(&w, 0);
+	assert_int_equal(dt__msg_assign_tree_decode(w.data, w.len, &b, &first,
+	                                            &n, &got, &q, &parent),
+	                 DT_EPROTO);
+	assert_msg_has("after the tree");
+	assert_null(got);
+	dt__wbuf_fini(&w);
+	/* an address given for the scheduler as the parent */
+	p.parent = 0;
+	dt__wbuf_init(&w);
+	assert_int_equal(dt__msg_assign_encode(&a, 1, 1, e, &w), DT_OK);
+	assert_int_equal(dt__msg_tree_encode(&p, &w), DT_OK);
+	dt__wbuf_u8(&w, 1);
+	dt__wbuf_str(&w, "x");
+	dt__wbuf_u32(&w, 9);
+	dt__wbuf_u32(&w, 1);
+	dt__wbuf_str(&w, "");
+	dt__wbuf_str(&w, "");
+	assert_int_equal(dt__msg_assign_tree_decode(w.data, w.len, &b, &first,
+	                                            &n, &got, &q, &parent),
+	                 DT_EPROTO);
+	assert_msg_has("scheduler");
+	assert_null(got);
+	dt__wbuf_fini(&w);
+}
+
 /* A TREE body from u32 words. */
 static size_t
 words(uint8_t *out, const uint32_t *v, size_t n)
@@ -375,6 +521,8 @@ main(void)
 	    cmocka_unit_test(test_shape_bad_arity),
 	    cmocka_unit_test(test_codec_roundtrip),
 	    cmocka_unit_test(test_codec_refuses),
+	    cmocka_unit_test(test_assign_tree_roundtrip),
+	    cmocka_unit_test(test_assign_tree_refuses),
 	    cmocka_unit_test(test_lost_codec),
 	};
 
