@@ -123,22 +123,24 @@ prepare_allreduce(dt_coll *c, coll_op *op)
 	op->nelem = op->count;
 	if (dt__coll_hier_wanted(c, op))
 		return dt__coll_hier_prepare(c, op);
-	if (bytes > c->cfg.cma_threshold && c->cma && bytes <= c->push_max) {
-		return dt__coll_cma_prepare(
-		    c, op, 0, 0, 0,
-		    c->size == 2 && bytes >= c->cfg.cma_half_min &&
-		            op->count >= 2
-		        ? 2
-		        : 1);
-	}
-	if (bytes > c->cfg.cma_threshold && c->cma && c->size > 2 &&
-	    bytes <= c->share_max) {
-		if ((err = dt__coll_cma_prepare(c, op, 1, 1, 0, 0)))
-			return err;
-		op->cma_shared = 1;
-		return DT_OK;
-	}
 	if (bytes > c->cfg.cma_threshold && c->cma) {
+		/* More than 2 ranks push up to their (small) slots; 2 ranks
+		 * go through the shared areas first, whose copies pin no
+		 * page. */
+		int push = bytes <= c->push_max;
+		if (push && c->size > 2)
+			return dt__coll_cma_prepare(c, op, 0, 0, 0, 1);
+		if (dt__coll_share_fits(c, op)) {
+			if ((err = dt__coll_cma_prepare(c, op, 1, 1, 0, 0)))
+				return err;
+			op->cma_shared = 1;
+			return DT_OK;
+		}
+		if (push)
+			return dt__coll_cma_prepare(
+			    c, op, 0, 0, 0,
+			    bytes >= c->cfg.cma_half_min && op->count >= 2 ? 2
+			                                                   : 1);
 		/* Reading the other's whole input is safe only when it is not
 		 * also the output being written. */
 		int whole = c->size == 2 && op->src != op->work &&

@@ -58,7 +58,7 @@ share_create(dt_coll *c)
 	int fd = -1;
 	void *addr;
 
-	if (!c->cfg.cma || c->size <= 2 || c->cfg.cma_shared_max == 0)
+	if (!c->cfg.cma || c->size < 2 || c->cfg.cma_shared_max == 0)
 		return -1;
 	/* (two halves: the input blocks, then the finished ones) */
 	if (dt__cma_area_create(2 * c->cfg.cma_shared_max, &fd, &addr)) {

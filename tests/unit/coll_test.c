@@ -26,6 +26,7 @@
 
 #include <cmocka.h>
 
+#include "coll/algo.h"
 #include "coll/coll_impl.h"
 #include "common/quant.h"
 #include "net/cma.h"
@@ -249,6 +250,53 @@ test_cma_area(void **state)
 	close(loose);
 	close(fd);
 	dt__cma_area_unmap(mine, bytes);
+}
+
+/*
+ * Which allreduces go through the shared areas: every block must end
+ * within a half of share_max bytes where the layout puts it - in place
+ * with more than 2 ranks, at the half's start with 2 (so twice the size),
+ * odd counts included, whose larger block is rounded up - and none
+ * without areas.
+ */
+static int
+fits(int size, size_t share_max, size_t nelem, size_t esz)
+{
+	static dt_coll c;
+	coll_op op;
+
+	memset(&op, 0, sizeof(op));
+	c.size = size;
+	c.share_max = share_max;
+	op.nelem = nelem;
+	op.esz = esz;
+	return dt__coll_share_fits(&c, &op);
+}
+
+static void
+test_share_fits(void **state)
+{
+	const size_t m = 4u << 20;
+	(void)state;
+
+	assert_false(fits(2, 0, 1024, 4));
+	assert_true(fits(2, m, 2 * m / 4, 4)); /* two halves of m */
+	assert_false(fits(2, m, 2 * m / 4 + 1, 4));
+	assert_true(fits(2, m, 2 * m / 8, 8));
+	assert_false(fits(2, m, 2 * m / 8 + 1, 8));
+	/* an odd count: 20 bytes, but a block of 3 elements, 12 bytes */
+	assert_false(fits(2, 10, 5, 4));
+	assert_true(fits(2, 12, 5, 4));
+	assert_true(fits(2, 12, 6, 4));
+	assert_false(fits(2, 12, 7, 4));
+	assert_true(fits(2, m, 1, 4));
+	assert_true(fits(2, m, 0, 4));
+	/* more ranks: the last block ends at the buffer's end */
+	assert_true(fits(3, m, m / 4, 4));
+	assert_false(fits(3, m, m / 4 + 1, 4));
+	assert_true(fits(4, m, m / 8, 8));
+	assert_false(fits(4, m, m / 8 + 1, 8));
+	assert_false(fits(4, 0, 1, 4));
 }
 
 static void
@@ -794,6 +842,7 @@ main(void)
 	    cmocka_unit_test(test_dtype_names),
 	    cmocka_unit_test(test_cma_pid_vouched),
 	    cmocka_unit_test(test_cma_area),
+	    cmocka_unit_test(test_share_fits),
 	    cmocka_unit_test(test_blocks),
 	    cmocka_unit_test(test_chunks),
 	    cmocka_unit_test(test_ring_allreduce_sim),
