@@ -6,15 +6,16 @@
  * off), large operations move no data through sockets. Every rank sends
  * each peer a notice with the address of its buffer, and reads what it
  * needs (net/cma.c) - one copy instead of a socket's two:
- *   - allreduce of 2 ranks: push (write my input into the peer's slot and
+ *   - allreduce of 2 ranks, without the shared areas or above them: push
+ *     (write my input into the peer's slot and
  *     reduce its input from mine: 1 hop), by halves (write the peer's
  *     half, reduce mine, write the result into its output: 2 hops), or
  *     out of place read the other's whole input and reduce (2 hops);
  *   - allreduce of more ranks up to DT_COLL_CMA_PUSH_MANY_MAX: push to
  *     every peer (write my input into my slot at each, one notice each,
  *     and add everyone's inputs in rank order: 1 hop);
- *   - allreduce of more ranks up to DT_COLL_CMA_SHARED_MAX: through the
- *     shared areas (each rank copies the blocks of its input the others
+ *   - allreduce up to DT_COLL_CMA_SHARED_MAX (2 ranks: twice it): through
+ *     the shared areas (each rank copies the blocks of its input the others
  *     reduce into its own area, which they map; rank r adds block r of
  *     everyone's in rank order and leaves it in the area's other half,
  *     from which the others copy it: 2 hops, no FIN, no page pinned: see

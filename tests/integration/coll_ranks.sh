@@ -107,6 +107,7 @@ for o in $orders; do
 	push=${push%%:*}
 	what="$n ranks, $([ "$push" != 0 ] && echo push ||
 		{ [ "$shared" = 0 ] && echo blocks || echo shared areas; })"
+	[ "$n" = 2 ] && what="2 ranks, fast boxes and shared areas"
 	out=$TMP/order$n.$push.$shared
 	launch "$n" "$out" --env DT_COLL_CMA_THRESHOLD=0 \
 		--env DT_COLL_CMA_PUSH_MANY_MAX="$push" \
@@ -127,14 +128,20 @@ done
 
 # Back-to-back allreduces whose sizes alternate move the blocks' bounds
 # in the shared areas: a rank that starts the next one while the others
-# still copy its finished block must leave that block alone.
-for n in 2 4; do
-	out=$TMP/sizes$n
-	launch $n "$out" -- --sizes
+# still copy its finished block must leave that block alone. The same
+# through 2 ranks' fast boxes (made large enough for both sizes): a rank
+# that starts the next one while the other still reads its box of this
+# one writes the other box.
+for v in 2:65536 4:65536 2:4194304; do
+	n=${v%%:*}
+	fbox=${v#*:}
+	out=$TMP/sizes$n.$fbox
+	launch $n "$out" --env DT_COLL_CMA_FBOX_MAX=$fbox -- --sizes
 	rc=$?
-	check "$n ranks, alternating sizes through the shared areas: exits 0 (got $rc)" \
-		test "$rc" = 0
-	check "alternating sizes, $n ranks: every rank reports 0 failed" \
+	what="$n ranks, alternating sizes through the $([ "$fbox" = 65536 ] &&
+		echo shared areas || echo fast boxes)"
+	check "$what: exits 0 (got $rc)" test "$rc" = 0
+	check "$what: every rank reports 0 failed" \
 		every_rank $n "$out" "checks, 0 failed"
 	grep -F FAIL "$out" | head -5
 done
@@ -207,6 +214,22 @@ grep -F FAIL "$out" | head -5
 # block each: 2^20+5 float64 needs halves of 4 MiB + 24 bytes, so with the
 # default 4 MiB the largest size goes by the reads, and with 16 MiB
 # through the areas).
+# 2 ranks without the fast boxes: recursive doubling below the threshold.
+launch 2 "$out" --env DT_COLL_CMA_FBOX_MAX=0 -- --quick
+rc=$?
+check "2 ranks without fast boxes: exits 0 (got $rc)" test "$rc" = 0
+check "2 ranks without fast boxes: every rank reports 0 failed" \
+	every_rank 2 "$out" "checks, 0 failed"
+# The fast boxes for every size that fits 8 MiB boxes (all but 2^20+5
+# float64), the rest through the areas or the reads.
+launch 2 "$out" --env DT_COLL_CMA_FBOX_MAX=8388608 --env PS_VERBOSE=1 -- $san
+rc=$?
+check "fast boxes of 8 MiB, 2 ranks: exits 0 (got $rc)" test "$rc" = 0
+check "fast boxes of 8 MiB, 2 ranks: every rank reports 0 failed" \
+	every_rank 2 "$out" "checks, 0 failed"
+[ "${DTRAIN_TRANSPORT:-}" = tcp ] ||
+	check "fast boxes, 2 ranks: every rank uses them" \
+		every_rank 2 "$out" ", fast boxes"
 for shared in 4194304 16777216; do
 	launch 2 "$out" --env DT_COLL_CMA_THRESHOLD=0 --env PS_VERBOSE=1 \
 		--env DT_COLL_CMA_SHARED_MAX=$shared -- $san
