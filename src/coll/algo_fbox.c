@@ -27,9 +27,9 @@
  * count is raised before the flag is read (both sequentially
  * consistent), so one of the two sees the other: no lost wake-up. A sleep
  * lasts at most FBOX_SLICE_NS: between sleeps the executor answers stall
- * queries and sees a failure the I/O thread found (a dead peer, an abort,
- * a mismatch by message), and gives up after DT_COLL_TIMEOUT without
- * progress, as every collective wait does.
+ * queries and point-to-point senders, sees a failure the I/O thread
+ * found (a dead peer, an abort, a mismatch by message), and gives up
+ * after DT_COLL_TIMEOUT without progress, as every collective wait does.
  *
  * Nothing the peer wrote is trusted for sizes: the bytes read are this
  * rank's own count, checked against the box's size when the algorithm
@@ -46,6 +46,7 @@
 #include <unistd.h>
 
 #include "coll/algo.h"
+#include "coll/p2p.h"
 #include "common/spin.h"
 
 /* The control page: each word on its own cache line. */
@@ -191,8 +192,13 @@ fbox_sleep(dt_coll *c, coll_op *op, int s, uint64_t w)
 		           op->progress_ns + dt__coll_timeout_ns(c)) {
 			op->waiting_on = 1 - c->rank;
 			err = DT_ETIMEDOUT;
-		} else if (c->nqueries) {
-			dt__coll_answer_queries(c);
+		} else {
+			if (c->nqueries)
+				dt__coll_answer_queries(c);
+			/* (as every collective wait: the point-to-point
+			 * senders this rank owes an answer) */
+			if (dt__coll_p2p_pending_acks(c))
+				dt__coll_p2p_flush(c);
 		}
 		pthread_mutex_unlock(&c->mu);
 		if (err)
