@@ -4,16 +4,20 @@
  * behind one ops table (algo.h): algo_local.c (one rank), algo_rd.c
  * (recursive doubling, small messages), algo_stream.c (ring and chain,
  * large messages), algo_cma.c (ranks of one host reading each other's
- * memory), algo_hier.c (ranks on several hosts). The choice, by size and
- * DT_COLL_* thresholds:
+ * memory), algo_fbox.c (2 ranks of one host, small allreduces),
+ * algo_hier.c (ranks on several hosts). The choice, by size and DT_COLL_*
+ * thresholds:
  *   - one rank: local;
+ *   - an allreduce of 2 ranks of one host up to DT_COLL_CMA_FBOX_MAX:
+ *     the fast boxes in the shared areas;
  *   - an allreduce, ranks on 2 or more hosts with the same number (2 or
  *     more) on each, above DT_COLL_RING_THRESHOLD (any size with
  *     DTRAIN_COLL_HIER=on; never with off): hierarchical;
  *   - every rank on one host with memory reads allowed (probed at
  *     start-up), above DT_COLL_CMA_THRESHOLD: same-host memory (an
- *     allreduce of more than 2 ranks up to DT_COLL_CMA_SHARED_MAX
- *     through the shared areas);
+ *     allreduce up to DT_COLL_CMA_SHARED_MAX, of 2 ranks up to twice it,
+ *     through the shared areas; of more than 2 ranks, first the push up
+ *     to DT_COLL_CMA_PUSH_MANY_MAX);
  *   - above DT_COLL_RING_THRESHOLD: ring (allreduce, allgather,
  *     reduce-scatter) or chain (broadcast);
  *   - otherwise recursive doubling, barriers too.
@@ -33,6 +37,7 @@ dt__coll_algo_of(const coll_op *op)
 	    [DT__ALG_STREAM] = &dt__coll_algo_stream,
 	    [DT__ALG_CMA] = &dt__coll_algo_cma,
 	    [DT__ALG_HIER] = &dt__coll_algo_hier,
+	    [DT__ALG_FBOX] = &dt__coll_algo_fbox,
 	};
 
 	return table[op->algo];
@@ -123,22 +128,26 @@ prepare_allreduce(dt_coll *c, coll_op *op)
 	op->nelem = op->count;
 	if (dt__coll_hier_wanted(c, op))
 		return dt__coll_hier_prepare(c, op);
-	if (bytes > c->cfg.cma_threshold && c->cma && bytes <= c->push_max) {
-		return dt__coll_cma_prepare(
-		    c, op, 0, 0, 0,
-		    c->size == 2 && bytes >= c->cfg.cma_half_min &&
-		            op->count >= 2
-		        ? 2
-		        : 1);
-	}
-	if (bytes > c->cfg.cma_threshold && c->cma && c->size > 2 &&
-	    bytes <= c->share_max) {
-		if ((err = dt__coll_cma_prepare(c, op, 1, 1, 0, 0)))
-			return err;
-		op->cma_shared = 1;
-		return DT_OK;
-	}
+	if (c->fbox_max && bytes <= c->fbox_max)
+		return dt__coll_fbox_prepare(c, op);
 	if (bytes > c->cfg.cma_threshold && c->cma) {
+		/* More than 2 ranks push up to their (small) slots; 2 ranks
+		 * go through the shared areas first, whose copies pin no
+		 * page. */
+		int push = bytes <= c->push_max;
+		if (push && c->size > 2)
+			return dt__coll_cma_prepare(c, op, 0, 0, 0, 1);
+		if (dt__coll_share_fits(c, op)) {
+			if ((err = dt__coll_cma_prepare(c, op, 1, 1, 0, 0)))
+				return err;
+			op->cma_shared = 1;
+			return DT_OK;
+		}
+		if (push)
+			return dt__coll_cma_prepare(
+			    c, op, 0, 0, 0,
+			    bytes >= c->cfg.cma_half_min && op->count >= 2 ? 2
+			                                                   : 1);
 		/* Reading the other's whole input is safe only when it is not
 		 * also the output being written. */
 		int whole = c->size == 2 && op->src != op->work &&

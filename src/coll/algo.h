@@ -58,6 +58,7 @@ extern const dt__coll_algo dt__coll_algo_rd;
 extern const dt__coll_algo dt__coll_algo_stream;
 extern const dt__coll_algo dt__coll_algo_cma;
 extern const dt__coll_algo dt__coll_algo_hier;
+extern const dt__coll_algo dt__coll_algo_fbox;
 
 /* algo.c: choose and prepare op's algorithm (executor, before posting),
  * run it (mu not held) and release it. */
@@ -105,6 +106,12 @@ dt_err dt__coll_hier_prepare(dt_coll *c, coll_op *op);
 dt_err dt__coll_hier_map(dt_coll *c, const uint32_t *host);
 /* Is the hierarchical allreduce op's algorithm? (DTRAIN_COLL_HIER) */
 int dt__coll_hier_wanted(const dt_coll *c, const coll_op *op);
+/* 2 ranks of one host, up to c->fbox_max: the fast boxes. */
+dt_err dt__coll_fbox_prepare(dt_coll *c, coll_op *op);
+/* Does op's allreduce fit the shared areas (c->share_max; 0 when there
+ * are none)? Each block, where the areas' layout puts it, ends within a
+ * half: with 2 ranks each half holds one block, so twice the size fits. */
+int dt__coll_share_fits(const dt_coll *c, const coll_op *op);
 /* The bytes of each other rank's push slot this rank offers (api.c's
  * start-up probe allocates two areas of size - 1 of them). */
 size_t dt__coll_push_bytes(const dt_coll *c);

@@ -6,15 +6,16 @@
  * off), large operations move no data through sockets. Every rank sends
  * each peer a notice with the address of its buffer, and reads what it
  * needs (net/cma.c) - one copy instead of a socket's two:
- *   - allreduce of 2 ranks: push (write my input into the peer's slot and
+ *   - allreduce of 2 ranks, without the shared areas or above them: push
+ *     (write my input into the peer's slot and
  *     reduce its input from mine: 1 hop), by halves (write the peer's
  *     half, reduce mine, write the result into its output: 2 hops), or
  *     out of place read the other's whole input and reduce (2 hops);
  *   - allreduce of more ranks up to DT_COLL_CMA_PUSH_MANY_MAX: push to
  *     every peer (write my input into my slot at each, one notice each,
  *     and add everyone's inputs in rank order: 1 hop);
- *   - allreduce of more ranks up to DT_COLL_CMA_SHARED_MAX: through the
- *     shared areas (each rank copies the blocks of its input the others
+ *   - allreduce up to DT_COLL_CMA_SHARED_MAX (2 ranks: twice it): through
+ *     the shared areas (each rank copies the blocks of its input the others
  *     reduce into its own area, which they map; rank r adds block r of
  *     everyone's in rank order and leaves it in the area's other half,
  *     from which the others copy it: 2 hops, no FIN, no page pinned: see
@@ -441,6 +442,43 @@ cma_reduce_range(dt_coll *c, coll_op *op, size_t lo, size_t len)
 }
 
 /*
+ * Where element lo of the buffer lies in either half of a shared area:
+ * at the same place with more than 2 ranks (every block laid out as in
+ * the buffer), at the start with 2, whose halves each hold one block (the
+ * peer's half of my input, my finished half), so that 2 ranks go through
+ * areas of half the size of the buffer.
+ */
+static size_t
+share_at(const dt_coll *c, const coll_op *op, size_t lo)
+{
+	return c->size == 2 ? 0 : lo * op->esz;
+}
+
+int
+dt__coll_share_fits(const dt_coll *c, const coll_op *op)
+{
+	size_t lo, len, end = 0;
+
+	if (c->share_max == 0)
+		return 0;
+	for (int b = 0; b < c->size; b++) {
+		dt__coll_block(op->nelem, c->size, b, &lo, &len);
+		if (share_at(c, op, lo) + len * op->esz > end)
+			end = share_at(c, op, lo) + len * op->esz;
+	}
+	return end <= c->share_max;
+}
+
+/* Rank p's block starting at element lo, from its input (p, me) or
+ * its area's input half. */
+static const uint8_t *
+share_input(const dt_coll *c, const coll_op *op, int p, size_t lo)
+{
+	return p == c->rank ? op->src + lo * op->esz
+	                    : c->share_peer[p] + share_at(c, op, lo);
+}
+
+/*
  * Block lo, len of the sum, in rank order - ((x0 + x1) + x2) + ... - into
  * out, a cache-sized piece at a time: rank p's block from its shared area
  * (mine from my input), once every source notice is in.
@@ -449,7 +487,6 @@ static dt_err
 shared_reduce(dt_coll *c, coll_op *op, uint8_t *out, size_t lo, size_t len)
 {
 	size_t esz = op->esz, piece = PUSH_PIECE / esz;
-	const uint8_t *in[2];
 	uint64_t addr;
 	dt_err err;
 
@@ -458,18 +495,15 @@ shared_reduce(dt_coll *c, coll_op *op, uint8_t *out, size_t lo, size_t len)
 		    (err = cma_wait(c, op, DT__CMA_KEY_SRC, p, &addr)))
 			return err;
 	for (size_t o = 0; o < len; o += piece) {
-		size_t k = DT_MIN(piece, len - o), at = (lo + o) * esz;
+		size_t k = DT_MIN(piece, len - o), at = o * esz;
 
-		for (int p = 0; p < 2; p++)
-			in[p] =
-			    p == c->rank ? op->src + at : c->share_peer[p] + at;
-		dt__coll_reduce(op->dtype, op->redop, out + o * esz, in[0],
-		                in[1], k);
+		dt__coll_reduce(op->dtype, op->redop, out + at,
+		                share_input(c, op, 0, lo) + at,
+		                share_input(c, op, 1, lo) + at, k);
 		for (int p = 2; p < c->size; p++)
-			dt__coll_reduce(
-			    op->dtype, op->redop, out + o * esz, out + o * esz,
-			    p == c->rank ? op->src + at : c->share_peer[p] + at,
-			    k);
+			dt__coll_reduce(op->dtype, op->redop, out + at,
+			                out + at,
+			                share_input(c, op, p, lo) + at, k);
 	}
 	if (op->redop == DT_COLL_AVG)
 		dt__coll_scale(op->dtype, out, len, c->size);
@@ -511,13 +545,14 @@ run_cma_shared(dt_coll *c, coll_op *op)
 
 		dt__coll_block(op->nelem, c->size, p, &lo, &len);
 		if (len)
-			memcpy(area + lo * esz, op->src + lo * esz, len * esz);
+			memcpy(area + share_at(c, op, lo), op->src + lo * esz,
+			       len * esz);
 		if ((err = dt__coll_send_data(c, op, p, DT__CMA_KEY_SRC, 0,
 		                              op->nelem, DT__CF_CMA, NULL, 0)))
 			return err;
 	}
 	dt__coll_block(op->nelem, c->size, c->rank, &lo, &len);
-	if ((err = shared_reduce(c, op, done + lo * esz, lo, len)))
+	if ((err = shared_reduce(c, op, done + share_at(c, op, lo), lo, len)))
 		return err;
 	for (int k = 1; k < c->size; k++)
 		if ((err = dt__coll_send_data(c, op, (c->rank + k) % c->size,
@@ -525,7 +560,8 @@ run_cma_shared(dt_coll *c, coll_op *op)
 		                              DT__CF_CMA, NULL, 0)))
 			return err;
 	if (len)
-		memcpy(op->work + lo * esz, done + lo * esz, len * esz);
+		memcpy(op->work + lo * esz, done + share_at(c, op, lo),
+		       len * esz);
 	for (int k = 1; k < c->size; k++) {
 		int p = (c->rank + k) % c->size;
 
@@ -534,7 +570,8 @@ run_cma_shared(dt_coll *c, coll_op *op)
 		dt__coll_block(op->nelem, c->size, p, &lo, &len);
 		if (len)
 			memcpy(op->work + lo * esz,
-			       c->share_peer[p] + c->share_max + lo * esz,
+			       c->share_peer[p] + c->share_max +
+			           share_at(c, op, lo),
 			       len * esz);
 	}
 	return DT_OK;

@@ -839,10 +839,11 @@ comm_start(dt_coll *c)
 		c->seq_base = c->next_seq;
 		pthread_mutex_unlock(&c->mu);
 	}
-	DT_LOG(1, "collectives: rank %d of %d (local %d of %d)%s%s", c->rank,
+	DT_LOG(1, "collectives: rank %d of %d (local %d of %d)%s%s%s", c->rank,
 	       c->size, c->local_rank, c->local_size,
 	       c->cma ? ", same-host reads (CMA)" : "",
-	       c->share_max ? ", shared areas" : "");
+	       c->share_max ? ", shared areas" : "",
+	       c->fbox_max ? ", fast boxes" : "");
 	return DT_OK;
 }
 

@@ -186,8 +186,10 @@ typedef struct dt__coll_cfg {
 	size_t cma_half_min;   /* DT_COLL_CMA_HALF_MIN: from this size on, a
 	                          pushing rank reduces only its half and
 	                          writes it into the other's output */
-	size_t cma_shared_max; /* DT_COLL_CMA_SHARED_MAX: more than 2 ranks
-	                          allreduce through shared areas up to this */
+	size_t cma_shared_max; /* DT_COLL_CMA_SHARED_MAX: allreduce through
+	                          shared areas up to this (2 ranks: twice) */
+	size_t cma_fbox_max;   /* DT_COLL_CMA_FBOX_MAX: 2 ranks allreduce
+	                          through fast boxes up to this */
 	int hier; /* DTRAIN_COLL_HIER: DT__HIER_OFF, _AUTO or _ON */
 } dt__coll_cfg;
 dt_err dt__coll_cfg_from_env(dt__coll_cfg *cfg);

@@ -168,30 +168,6 @@ dt__coll_early_purge(dt_coll *c)
 
 /* ---- processing messages of the posted operation (mu held) ---- */
 
-static void
-mismatch(dt_coll *c, coll_op *op, int peer, const dt__coll_sig *theirs)
-{
-	char mine[160], other[160];
-	int lo = c->rank < peer ? c->rank : peer;
-	const dt__coll_sig *slo = c->rank < peer ? &op->sig : theirs;
-	const dt__coll_sig *shi = c->rank < peer ? theirs : &op->sig;
-
-	dt__coll_sig_describe(slo, mine, sizeof(mine));
-	dt__coll_sig_describe(shi, other, sizeof(other));
-	if (strcmp(mine, other) == 0 && slo->kind == DT__COLL_ALLGATHERV)
-		snprintf(other + strlen(other), sizeof(other) - strlen(other),
-		         " with other per-rank counts");
-	else if (strcmp(mine, other) == 0)
-		snprintf(other + strlen(other), sizeof(other) - strlen(other),
-		         " with another group layout");
-	dt__coll_op_fail(op, DT_EMISMATCH, 1,
-	                 "%s #%llu: ranks disagree: rank %d called %s but "
-	                 "rank %d called %s",
-	                 dt__coll_kind_name(op->kind),
-	                 (unsigned long long)op->num, lo, mine,
-	                 lo == c->rank ? peer : c->rank, other);
-}
-
 /* A DATA message (payload in hand, or NULL if dropped) for op. */
 static void
 posted_data(dt_coll *c, coll_op *op, int peer, const dt_msg_hdr *h,
@@ -212,7 +188,7 @@ posted_data(dt_coll *c, coll_op *op, int peer, const dt_msg_hdr *h,
 		return;
 	}
 	if (!dt__coll_sig_equal(sig, &op->sig)) {
-		mismatch(c, op, peer, sig);
+		dt__coll_mismatch(c, op, peer, sig);
 		return;
 	}
 	if (op->err)
@@ -259,7 +235,7 @@ posted_ready(dt_coll *c, coll_op *op, int peer, const dt__coll_sig *sig,
 		return;
 	}
 	if (!dt__coll_sig_equal(sig, &op->sig)) {
-		mismatch(c, op, peer, sig);
+		dt__coll_mismatch(c, op, peer, sig);
 		return;
 	}
 	if (dt__coll_algo_of(op)->ready) {

@@ -189,6 +189,30 @@ dt__coll_send_ready(dt_coll *c, coll_op *op, int to)
 	return dt__coll_send(c, to, &h, meta, len, NULL, 0);
 }
 
+void
+dt__coll_mismatch(dt_coll *c, coll_op *op, int peer, const dt__coll_sig *theirs)
+{
+	char mine[160], other[160];
+	int lo = c->rank < peer ? c->rank : peer;
+	const dt__coll_sig *slo = c->rank < peer ? &op->sig : theirs;
+	const dt__coll_sig *shi = c->rank < peer ? theirs : &op->sig;
+
+	dt__coll_sig_describe(slo, mine, sizeof(mine));
+	dt__coll_sig_describe(shi, other, sizeof(other));
+	if (strcmp(mine, other) == 0 && slo->kind == DT__COLL_ALLGATHERV)
+		snprintf(other + strlen(other), sizeof(other) - strlen(other),
+		         " with other per-rank counts");
+	else if (strcmp(mine, other) == 0)
+		snprintf(other + strlen(other), sizeof(other) - strlen(other),
+		         " with another group layout");
+	dt__coll_op_fail(op, DT_EMISMATCH, 1,
+	                 "%s #%llu: ranks disagree: rank %d called %s but "
+	                 "rank %d called %s",
+	                 dt__coll_kind_name(op->kind),
+	                 (unsigned long long)op->num, lo, mine,
+	                 lo == c->rank ? peer : c->rank, other);
+}
+
 dt_err
 dt__coll_unexpected(coll_op *op, int peer)
 {

@@ -39,6 +39,11 @@ dt_err dt__coll_send_data(dt_coll *c, coll_op *op, int to, uint64_t key,
                           const void *payload, size_t bytes);
 dt_err dt__coll_send_fin(dt_coll *c, coll_op *op, int to);
 dt_err dt__coll_send_ready(dt_coll *c, coll_op *op, int to);
+/* Fail op (mu held): peer called another operation (its signature
+ * theirs), both named, the lower rank's first, so every rank says the
+ * same. */
+void dt__coll_mismatch(dt_coll *c, coll_op *op, int peer,
+                       const dt__coll_sig *theirs);
 /* Fail op: a data message from peer that its algorithm does not expect. */
 dt_err dt__coll_unexpected(coll_op *op, int peer);
 

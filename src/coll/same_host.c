@@ -5,7 +5,8 @@
  * kernel vouches for it; whether the ranks may copy each other's memory
  * (all agree); the slots the pushes write into; and the shared areas the
  * allreduce of more than 2 ranks goes through (net/cma.c makes and maps
- * them). An elastic communicator, whose ranks move, has none of it.
+ * them), with 2 ranks the fast boxes at their end (algo_fbox.c). An
+ * elastic communicator, whose ranks move, has none of it.
  */
 #include <stdlib.h>
 #include <unistd.h>
@@ -24,6 +25,9 @@ share_free(dt_coll *c)
 	c->share_peer = NULL;
 	c->share_mine = NULL;
 	c->share_max = 0;
+	c->fbox_mine = NULL;
+	c->fbox_peer = NULL;
+	c->fbox_max = 0;
 }
 
 /*
@@ -33,9 +37,9 @@ share_free(dt_coll *c)
  * everyone else's and writes it back, and the ranks agree (allreduce min)
  * so that all use CMA or none does. Each also publishes two slot areas for
  * the others to write their inputs into (algo_cma.c, push), and their size
- * per rank; all then use the smallest. With more than 2 ranks each also
- * offers a shared area (its descriptor's number and size), which the
- * others map (probe_shared); all use them or none does.
+ * per rank; all then use the smallest. Each also offers a shared area
+ * (its descriptor's number and size), which the others map
+ * (probe_shared); all use them or none does.
  * Costs two small collectives at start-up, which users' numbering skips.
  */
 enum {
@@ -50,23 +54,34 @@ probe_word(const int32_t *w, int i)
 	                                          << 32;
 }
 
-/* My shared area, when more than 2 ranks may use one: its descriptor
- * (-1: none). */
+/* The fast boxes' part of an area: 2 ranks only. */
+static size_t
+fbox_bytes(const dt_coll *c)
+{
+	return c->size == 2 && c->cfg.cma_fbox_max
+	           ? DT__FBOX_CTL + 2 * c->cfg.cma_fbox_max
+	           : 0;
+}
+
+/* My shared area, when the ranks may use one: its descriptor (-1:
+ * none). */
 static int
 share_create(dt_coll *c)
 {
+	/* (two halves: the input blocks, then the finished ones; with 2
+	 * ranks the fast boxes after them) */
+	size_t bytes = 2 * c->cfg.cma_shared_max + fbox_bytes(c);
 	int fd = -1;
 	void *addr;
 
-	if (!c->cfg.cma || c->size <= 2 || c->cfg.cma_shared_max == 0)
+	if (!c->cfg.cma || c->size < 2 || bytes == 0)
 		return -1;
-	/* (two halves: the input blocks, then the finished ones) */
-	if (dt__cma_area_create(2 * c->cfg.cma_shared_max, &fd, &addr)) {
+	if (dt__cma_area_create(bytes, &fd, &addr)) {
 		DT_LOG(1, "collectives: no shared area (%s)", dt_errmsg());
 		return -1;
 	}
 	c->share_mine = addr;
-	c->share_bytes = 2 * c->cfg.cma_shared_max;
+	c->share_bytes = bytes;
 	return fd;
 }
 
@@ -92,7 +107,8 @@ probe_shared(dt_coll *c, const int32_t *all)
 			       "(%s)",
 			       r,
 			       bytes != c->share_bytes
-			           ? "another DT_COLL_CMA_SHARED_MAX or none"
+			           ? "another DT_COLL_CMA_SHARED_MAX or "
+			             "DT_COLL_CMA_FBOX_MAX, or none"
 			           : dt_errmsg());
 			return 0;
 		}
@@ -172,13 +188,22 @@ probe_cma(dt_coll *c)
 		goto out;
 	c->cma = ok[0];
 	c->push_max = ok[0] && ok[1] ? push : 0;
-	c->share_max = ok[0] && ok[2] ? c->share_bytes / 2 : 0;
+	if (ok[0] && ok[2]) {
+		size_t halves = 2 * c->cfg.cma_shared_max;
+
+		c->share_max = c->cfg.cma_shared_max;
+		if (fbox_bytes(c)) {
+			c->fbox_max = c->cfg.cma_fbox_max;
+			c->fbox_mine = c->share_mine + halves;
+			c->fbox_peer = c->share_peer[1 - c->rank] + halves;
+		}
+	}
 out:
 	/* (every rank has mapped the areas, or given up, before the
 	 * allreduce above completes) */
 	if (share_fd >= 0)
 		close(share_fd);
-	if (c->share_max == 0)
+	if (c->share_max == 0 && c->fbox_max == 0)
 		share_free(c);
 	free(mark);
 	free(all);

@@ -81,6 +81,10 @@ dt__coll_cfg_from_env(dt__coll_cfg *cfg)
 	                        &v)))
 		return err;
 	cfg->cma_shared_max = (size_t)v;
+	if ((err = dt__env_long("DT_COLL_CMA_FBOX_MAX", 256L << 10, 0, 1L << 24,
+	                        &v)))
+		return err;
+	cfg->cma_fbox_max = ((size_t)v + 63) & ~(size_t)63;
 	if ((err = dt__env_long("DT_COLL_CMA_THRESHOLD", 64L << 10, 0, 1L << 40,
 	                        &v)))
 		return err;

@@ -44,7 +44,10 @@ enum {
 	DT__ALG_STREAM = 2, /* ring or chain, pipelined chunks */
 	DT__ALG_CMA = 3,    /* same host: direct reads of peers' memory */
 	DT__ALG_HIER = 4,   /* hosts: inside each, then across, then inside */
+	DT__ALG_FBOX = 5,   /* 2 ranks of one host: fast boxes, no message */
 };
+/* The control page before a shared area's fast boxes (algo_fbox.c). */
+#define DT__FBOX_CTL 4096
 
 /* Keys of DT__ALG_CMA notices. */
 #define DT__CMA_KEY_SRC 0 /* my input (or broadcast buffer) is at addr */
@@ -237,6 +240,13 @@ struct dt_coll {
 	uint8_t *share_mine;
 	const uint8_t **share_peer;
 	size_t share_max, share_bytes;
+	/* 2 ranks on one host: after the two halves, each area holds a
+	 * control page and two fast boxes of fbox_max bytes (algo_fbox.c),
+	 * mine at fbox_mine, the peer's at fbox_peer; fbox_max 0 when not in
+	 * use. */
+	uint8_t *fbox_mine;
+	const uint8_t *fbox_peer;
+	size_t fbox_max;
 	/* The hierarchy of hosts (comm.c, at attach): hier_map[r] is rank r's
 	 * position host * hier_local + local index, hier_map[size + p] the
 	 * rank at position p; NULL when the ranks are not on 2 or more hosts

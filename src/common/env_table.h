@@ -113,7 +113,8 @@ X(DT_COLL_CMA_THRESHOLD, "65536", U, "bytes above which memory reads replace rec
 X(DT_COLL_CMA_PUSH_MAX, "4194304", U, "2 ranks: write into the peer's slots up to this size") \
 X(DT_COLL_CMA_PUSH_MANY_MAX, "16384", U, "more than 2 ranks: write into every peer's slots up to this size") \
 X(DT_COLL_CMA_HALF_MIN, "131072", U, "2 ranks: push by halves from this size on (0: never)") \
-X(DT_COLL_CMA_SHARED_MAX, "4194304", U, "more than 2 ranks: allreduce through shared areas up to this size (each rank offers an area of twice it; 0: never)") \
+X(DT_COLL_CMA_SHARED_MAX, "4194304", U, "allreduce through shared areas up to this size, 2 ranks up to twice it (each rank offers an area of twice it; 0: never)") \
+X(DT_COLL_CMA_FBOX_MAX, "262144", U, "2 ranks: allreduce through fast boxes in the shared areas up to this size, with no message (0: never)") \
 X(DT_COLL_CMA_WHOLE_MAX, "8388608", U, "2 ranks: read the whole peer input up to this size") \
 X(DT_DROP_SEED, "1", T, "seed of PS_DROP_MSG's drops") \
 X(DT_CUT_EVERY, "0", T, "every N-th large frame a node sends is cut mid-payload") \

@@ -46,32 +46,50 @@ check "mismatch by push on 4 ranks: no FAIL line" \
 	test -z "$(grep -F FAIL "$out")"
 grep -F FAIL "$out" | head -5
 
-out=$TMP/stall
-start=$(now_ms)
-launch 3 "$out" --env DT_COLL_TIMEOUT=3 -- --stall
-rc=$?
-ms=$(($(now_ms) - start))
-check "stall: launcher exits 0 (got $rc)" test "$rc" = 0
-check "stall: every rank gets the report naming rank 2" every_rank 3 "$out" \
-	"stall report: DT_ETIMEDOUT: allreduce #2 stalled for 3 s: rank 2 has not called it"
-check "stall: no FAIL line" test -z "$(grep -F FAIL "$out")"
-check "stall: over within 30 s (${ms} ms)" test "$ms" -lt 30000
-grep -F FAIL "$out" | head -5
+# (3 ranks by recursive doubling, 2 through the fast boxes)
+for n in 3 2; do
+	out=$TMP/stall$n
+	start=$(now_ms)
+	launch $n "$out" --env DT_COLL_TIMEOUT=3 -- --stall
+	rc=$?
+	ms=$(($(now_ms) - start))
+	check "stall of $n: launcher exits 0 (got $rc)" test "$rc" = 0
+	check "stall of $n: every rank gets the report naming rank $((n - 1))" \
+		every_rank $n "$out" \
+		"stall report: DT_ETIMEDOUT: allreduce #2 stalled for 3 s: rank $((n - 1)) has not called it"
+	check "stall of $n: no FAIL line" test -z "$(grep -F FAIL "$out")"
+	check "stall of $n: over within 30 s (${ms} ms)" test "$ms" -lt 30000
+	grep -F FAIL "$out" | head -5
+done
 
-out=$TMP/die
-start=$(now_ms)
-mkdir -p "$TMP/die.sync"
-launch 3 "$out" --env DT_COLL_TIMEOUT=60 --env COLL_CHECK_SYNC_DIR="$TMP/die.sync" -- --die
-rc=$?
-ms=$(($(now_ms) - start))
-check "dead rank: the job fails (launcher exits $rc)" test "$rc" != 0
-# The launcher stops the whole job as soon as rank 2 dies, so a surviving
-# rank may be stopped before it prints: require the error from at least one
-# of them (and, below, that the job ended fast - no hang).
-check "dead rank: a surviving rank gets DT_EPEER, not a hang" \
-	grep -q "dead peer: DT_EPEER" "$out"
-check "dead rank: over well within DT_COLL_TIMEOUT (${ms} ms)" \
-	test "$ms" -lt 30000
-check "dead rank: no FAIL line" test -z "$(grep -F FAIL "$out")"
+# (3 ranks by recursive doubling; 2 through the fast boxes, where the
+# survivor polls, then sleeps, on a box the dead rank never fills, and 2
+# through the shared areas, where it waits for a notice that never comes.)
+for v in 3:65536:65536 2:65536:65536 2:0:0; do
+	n=${v%%:*}
+	thr=${v#*:}
+	fbox=${thr#*:}
+	thr=${thr%%:*}
+	what="dead rank of $n$([ "$n" = 2 ] && { [ "$fbox" = 0 ] &&
+		echo " (shared areas)" || echo " (fast boxes)"; })"
+	out=$TMP/die$n.$fbox
+	start=$(now_ms)
+	mkdir -p "$out.sync"
+	launch $n "$out" --env DT_COLL_TIMEOUT=60 --env DT_COLL_CMA_THRESHOLD=$thr \
+		--env DT_COLL_CMA_FBOX_MAX=$fbox \
+		--env COLL_CHECK_SYNC_DIR="$out.sync" -- --die
+	rc=$?
+	ms=$(($(now_ms) - start))
+	check "$what: the job fails (launcher exits $rc)" test "$rc" != 0
+	# The launcher stops the whole job as soon as the last rank dies, so a
+	# surviving rank may be stopped before it prints: require the error
+	# from at least one of them (and, below, that the job ended fast - no
+	# hang).
+	check "$what: a surviving rank gets DT_EPEER, not a hang" \
+		grep -q "dead peer: DT_EPEER" "$out"
+	check "$what: over well within DT_COLL_TIMEOUT (${ms} ms)" \
+		test "$ms" -lt 30000
+	check "$what: no FAIL line" test -z "$(grep -F FAIL "$out")"
+done
 
 finish

@@ -44,26 +44,29 @@ for n in 1 2 3 4 8; do
 	grep -F FAIL "$out" | head -5
 done
 
-# Two same-host ranks have four CMA variants (docs/collectives.md): push
-# the whole input into the peer's slot, push by halves, read the peer's
-# whole input, read by blocks.
+# Two same-host ranks have five CMA variants (docs/collectives.md):
+# through the shared areas (the default, below), push the whole input into
+# the peer's slot, push by halves, read the peer's whole input, read by
+# blocks; the pushes and reads run here without the areas.
 out=$TMP/push
 launch 2 "$out" --env DT_COLL_CMA_PUSH_MAX=67108864 \
-	--env DT_COLL_CMA_HALF_MIN=0 -- $san
+	--env DT_COLL_CMA_SHARED_MAX=0 --env DT_COLL_CMA_HALF_MIN=0 -- $san
 rc=$?
 check "2 ranks, whole push for every size: exits 0 (got $rc)" test "$rc" = 0
 check "2 ranks, whole push: every rank reports 0 failed" \
 	every_rank 2 "$out" "checks, 0 failed"
 out=$TMP/halves
 launch 2 "$out" --env DT_COLL_CMA_PUSH_MAX=67108864 \
-	--env DT_COLL_CMA_THRESHOLD=0 --env DT_COLL_CMA_HALF_MIN=1 -- $san
+	--env DT_COLL_CMA_SHARED_MAX=0 --env DT_COLL_CMA_THRESHOLD=0 \
+	--env DT_COLL_CMA_HALF_MIN=1 -- $san
 rc=$?
 check "2 ranks, push by halves for every size: exits 0 (got $rc)" \
 	test "$rc" = 0
 check "2 ranks, push by halves: every rank reports 0 failed" \
 	every_rank 2 "$out" "checks, 0 failed"
 out=$TMP/nopush
-launch 2 "$out" --env DT_COLL_CMA_PUSH_MAX=0 --env DT_COLL_CMA_WHOLE_MAX=1048576 -- $san
+launch 2 "$out" --env DT_COLL_CMA_PUSH_MAX=0 --env DT_COLL_CMA_SHARED_MAX=0 \
+	--env DT_COLL_CMA_WHOLE_MAX=1048576 -- $san
 rc=$?
 check "2 ranks, no push, whole reads up to 1 MiB: exits 0 (got $rc)" \
 	test "$rc" = 0
@@ -89,10 +92,10 @@ grep -F FAIL "$out" | head -5
 # (8 ranks too by push.) The same sums by blocks (each rank adds its block
 # of everyone's input, in rank order, and writes it into every peer's
 # output) at 3 and 4 ranks, and through the shared areas (each rank adds
-# its block of everyone's copies in rank order) at 3, 4 and 8 ranks.
+# its block of everyone's copies in rank order) at 2, 3, 4 and 8 ranks.
 # Each entry: ranks:DT_COLL_CMA_PUSH_MANY_MAX:DT_COLL_CMA_SHARED_MAX.
-orders="3:1048576:0 4:1048576:0 8:1048576:0 3:0:0 4:0:0 3:0:4194304
-	4:0:4194304 8:0:4194304"
+orders="3:1048576:0 4:1048576:0 8:1048576:0 3:0:0 4:0:0 2:0:4194304
+	3:0:4194304 4:0:4194304 8:0:4194304"
 if [ "${DTRAIN_TRANSPORT:-}" = tcp ]; then
 	orders=
 	echo "DTRAIN_TRANSPORT=tcp: no same-host paths, so no rank-order check"
@@ -104,6 +107,7 @@ for o in $orders; do
 	push=${push%%:*}
 	what="$n ranks, $([ "$push" != 0 ] && echo push ||
 		{ [ "$shared" = 0 ] && echo blocks || echo shared areas; })"
+	[ "$n" = 2 ] && what="2 ranks, fast boxes and shared areas"
 	out=$TMP/order$n.$push.$shared
 	launch "$n" "$out" --env DT_COLL_CMA_THRESHOLD=0 \
 		--env DT_COLL_CMA_PUSH_MANY_MAX="$push" \
@@ -114,22 +118,33 @@ for o in $orders; do
 		every_rank "$n" "$out" "checks, 0 failed"
 	check "$what: every rank compared the orders" \
 		every_rank "$n" "$out" "told apart from the reverse in"
-	check "$what: the orders were told apart" \
-		test -z "$(grep -F 'told apart from the reverse in 0 ' "$out")"
+	# (two addends round alike in either order: x0 + x1 = x1 + x0, so
+	# 2 ranks check only that both get the same bits, and the sum)
+	[ "$n" = 2 ] ||
+		check "$what: the orders were told apart" \
+			test -z "$(grep -F 'told apart from the reverse in 0 ' "$out")"
 	grep -F FAIL "$out" | head -5
 done
 
 # Back-to-back allreduces whose sizes alternate move the blocks' bounds
 # in the shared areas: a rank that starts the next one while the others
-# still copy its finished block must leave that block alone.
-out=$TMP/sizes
-launch 4 "$out" -- --sizes
-rc=$?
-check "4 ranks, alternating sizes through the shared areas: exits 0 (got $rc)" \
-	test "$rc" = 0
-check "alternating sizes: every rank reports 0 failed" \
-	every_rank 4 "$out" "checks, 0 failed"
-grep -F FAIL "$out" | head -5
+# still copy its finished block must leave that block alone. The same
+# through 2 ranks' fast boxes (made large enough for both sizes): a rank
+# that starts the next one while the other still reads its box of this
+# one writes the other box.
+for v in 2:65536 4:65536 2:4194304; do
+	n=${v%%:*}
+	fbox=${v#*:}
+	out=$TMP/sizes$n.$fbox
+	launch $n "$out" --env DT_COLL_CMA_FBOX_MAX=$fbox -- --sizes
+	rc=$?
+	what="$n ranks, alternating sizes through the $([ "$fbox" = 65536 ] &&
+		echo shared areas || echo fast boxes)"
+	check "$what: exits 0 (got $rc)" test "$rc" = 0
+	check "$what: every rank reports 0 failed" \
+		every_rank $n "$out" "checks, 0 failed"
+	grep -F FAIL "$out" | head -5
+done
 
 out=$TMP/tcp
 launch 3 "$out" --env DT_COLL_CMA=0 -- $san
@@ -195,9 +210,40 @@ check "shared areas, 4 ranks: every rank reports 0 failed" \
 check "shared areas everywhere: no FAIL line" \
 	test -z "$(grep -F FAIL "$out")"
 grep -F FAIL "$out" | head -5
-launch 2 "$out" --env DT_COLL_CMA_THRESHOLD=0 -- --quick
+# 2 ranks: through the areas for every size (the areas' halves hold one
+# block each: 2^20+5 float64 needs halves of 4 MiB + 24 bytes, so with the
+# default 4 MiB the largest size goes by the reads, and with 16 MiB
+# through the areas).
+# 2 ranks without the fast boxes: recursive doubling below the threshold.
+launch 2 "$out" --env DT_COLL_CMA_FBOX_MAX=0 -- --quick
 rc=$?
-check "CMA (push) for every size, 2 ranks: exits 0 (got $rc)" test "$rc" = 0
-check "CMA everywhere, 2 ranks: no FAIL line" test -z "$(grep -F FAIL "$out")"
+check "2 ranks without fast boxes: exits 0 (got $rc)" test "$rc" = 0
+check "2 ranks without fast boxes: every rank reports 0 failed" \
+	every_rank 2 "$out" "checks, 0 failed"
+# The fast boxes for every size that fits 8 MiB boxes (all but 2^20+5
+# float64), the rest through the areas or the reads.
+launch 2 "$out" --env DT_COLL_CMA_FBOX_MAX=8388608 --env PS_VERBOSE=1 -- $san
+rc=$?
+check "fast boxes of 8 MiB, 2 ranks: exits 0 (got $rc)" test "$rc" = 0
+check "fast boxes of 8 MiB, 2 ranks: every rank reports 0 failed" \
+	every_rank 2 "$out" "checks, 0 failed"
+[ "${DTRAIN_TRANSPORT:-}" = tcp ] ||
+	check "fast boxes, 2 ranks: every rank uses them" \
+		every_rank 2 "$out" ", fast boxes"
+for shared in 4194304 16777216; do
+	launch 2 "$out" --env DT_COLL_CMA_THRESHOLD=0 --env PS_VERBOSE=1 \
+		--env DT_COLL_CMA_SHARED_MAX=$shared -- $san
+	rc=$?
+	check "shared areas of 2 x $shared for every size, 2 ranks: exits 0 (got $rc)" \
+		test "$rc" = 0
+	check "shared areas of 2 x $shared, 2 ranks: every rank reports 0 failed" \
+		every_rank 2 "$out" "checks, 0 failed"
+	[ "${DTRAIN_TRANSPORT:-}" = tcp ] ||
+		check "shared areas, 2 ranks: every rank uses them" \
+			every_rank 2 "$out" ", shared areas"
+	check "shared areas, 2 ranks: no FAIL line" \
+		test -z "$(grep -F FAIL "$out")"
+	grep -F FAIL "$out" | head -5
+done
 
 finish

@@ -20,12 +20,14 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <pthread.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
 #include <cmocka.h>
 
+#include "coll/algo.h"
 #include "coll/coll_impl.h"
 #include "common/quant.h"
 #include "net/cma.h"
@@ -249,6 +251,207 @@ test_cma_area(void **state)
 	close(loose);
 	close(fd);
 	dt__cma_area_unmap(mine, bytes);
+}
+
+/*
+ * Which allreduces go through the shared areas: every block must end
+ * within a half of share_max bytes where the layout puts it - in place
+ * with more than 2 ranks, at the half's start with 2 (so twice the size),
+ * odd counts included, whose larger block is rounded up - and none
+ * without areas.
+ */
+static int
+fits(int size, size_t share_max, size_t nelem, size_t esz)
+{
+	static dt_coll c;
+	coll_op op;
+
+	memset(&op, 0, sizeof(op));
+	c.size = size;
+	c.share_max = share_max;
+	op.nelem = nelem;
+	op.esz = esz;
+	return dt__coll_share_fits(&c, &op);
+}
+
+static void
+test_share_fits(void **state)
+{
+	const size_t m = 4u << 20;
+	(void)state;
+
+	assert_false(fits(2, 0, 1024, 4));
+	assert_true(fits(2, m, 2 * m / 4, 4)); /* two halves of m */
+	assert_false(fits(2, m, 2 * m / 4 + 1, 4));
+	assert_true(fits(2, m, 2 * m / 8, 8));
+	assert_false(fits(2, m, 2 * m / 8 + 1, 8));
+	/* an odd count: 20 bytes, but a block of 3 elements, 12 bytes */
+	assert_false(fits(2, 10, 5, 4));
+	assert_true(fits(2, 12, 5, 4));
+	assert_true(fits(2, 12, 6, 4));
+	assert_false(fits(2, 12, 7, 4));
+	assert_true(fits(2, m, 1, 4));
+	assert_true(fits(2, m, 0, 4));
+	/* more ranks: the last block ends at the buffer's end */
+	assert_true(fits(3, m, m / 4, 4));
+	assert_false(fits(3, m, m / 4 + 1, 4));
+	assert_true(fits(4, m, m / 8, 8));
+	assert_false(fits(4, m, m / 8 + 1, 8));
+	assert_false(fits(4, 0, 1, 4));
+}
+
+/*
+ * The fast boxes (algo_fbox.c) between two ranks played by two threads,
+ * each with a communicator whose box area is a plain buffer the other
+ * reads: sums of both inputs (rank 0's first) at sizes up to the box's,
+ * in place and not, back to back; a mismatch failing both with both calls
+ * named; a rank alone timing out with the stall error.
+ */
+#define FBOX_TEST_BOX (64u << 10)
+
+typedef struct fbox_rank {
+	dt_coll c;
+	int ncalls;
+	size_t counts[8]; /* element counts by call (both ranks alike, but
+	                     for the mismatch test) */
+	dt_err err[8];
+	int wrong;     /* calls whose result was not x0 + x1 */
+	char msg[256]; /* the first error's message */
+} fbox_rank;
+
+static float
+fbox_val(int rank, size_t i, int call)
+{
+	return (float)(rank + 1) / 3.0f + (float)i * 0.25f + (float)call;
+}
+
+static void *
+fbox_main(void *arg)
+{
+	fbox_rank *fr = arg;
+	dt_coll *c = &fr->c;
+	size_t max = FBOX_TEST_BOX / sizeof(float);
+	float *in = malloc(max * sizeof(float)), *out = malloc(max * 4);
+
+	for (int k = 0; k < fr->ncalls; k++) {
+		size_t n = fr->counts[k];
+		int inplace = k & 1;
+		coll_op op;
+
+		memset(&op, 0, sizeof(op));
+		for (size_t i = 0; i < n; i++)
+			in[i] = fbox_val(c->rank, i, k);
+		if (inplace)
+			memcpy(out, in, n * sizeof(float));
+		op.seq = op.num = (uint64_t)k + 7;
+		op.kind = DT__COLL_ALLREDUCE;
+		op.sig = (dt__coll_sig){.kind = DT__COLL_ALLREDUCE,
+		                        .dtype = DT_FLOAT32,
+		                        .op = DT_COLL_SUM,
+		                        .count = n};
+		op.nelem = op.count = n;
+		op.esz = sizeof(float);
+		op.dtype = DT_FLOAT32;
+		op.redop = DT_COLL_SUM;
+		op.src = inplace ? (uint8_t *)out : (uint8_t *)in;
+		op.work = (uint8_t *)out;
+		op.progress_ns = dt__now_ns();
+		op.waiting_on = -1;
+		fr->err[k] = dt__coll_algo_fbox.run(c, &op);
+		if (fr->err[k] != DT_OK) {
+			if (fr->msg[0] == '\0')
+				snprintf(fr->msg, sizeof(fr->msg), "%s",
+				         dt_errmsg());
+			continue;
+		}
+		for (size_t i = 0; i < n; i++)
+			if (out[i] != fbox_val(0, i, k) + fbox_val(1, i, k)) {
+				fr->wrong++;
+				break;
+			}
+	}
+	free(in);
+	free(out);
+	return NULL;
+}
+
+/* Run ncalls calls of counts on ranks r[0] (and r[1] if both). */
+static void
+fbox_run(fbox_rank *r, int both)
+{
+	static uint8_t *area[2];
+	pthread_t t[2];
+
+	for (int k = 0; k < 2; k++) {
+		dt_coll *c = &r[k].c;
+
+		area[k] = calloc(1, DT__FBOX_CTL + 2 * FBOX_TEST_BOX);
+		assert_non_null(area[k]);
+		c->size = 2;
+		c->rank = k;
+		c->fbox_max = FBOX_TEST_BOX;
+		c->cfg.timeout_s = 0.2;
+		pthread_mutex_init(&c->mu, NULL);
+		dt__list_init(&c->p2p_acks);
+	}
+	for (int k = 0; k < 2; k++) {
+		r[k].c.fbox_mine = area[k];
+		r[k].c.fbox_peer = area[1 - k];
+	}
+	for (int k = 0; k < 1 + both; k++)
+		assert_int_equal(pthread_create(&t[k], NULL, fbox_main, &r[k]),
+		                 0);
+	for (int k = 0; k < 1 + both; k++)
+		pthread_join(t[k], NULL);
+	for (int k = 0; k < 2; k++) {
+		pthread_mutex_destroy(&r[k].c.mu);
+		free(area[k]);
+	}
+}
+
+static void
+test_fbox(void **state)
+{
+	static fbox_rank r[2];
+	const size_t counts[8] = {
+	    1, 1000, FBOX_TEST_BOX / 4, 0, 3, FBOX_TEST_BOX / 4 - 1, 1023, 16};
+	(void)state;
+
+	memset(r, 0, sizeof(r));
+	for (int k = 0; k < 2; k++) {
+		r[k].ncalls = 8;
+		memcpy(r[k].counts, counts, sizeof(counts));
+	}
+	fbox_run(r, 1);
+	for (int k = 0; k < 2; k++) {
+		for (int i = 0; i < 8; i++)
+			assert_int_equal(r[k].err[i], DT_OK);
+		assert_int_equal(r[k].wrong, 0);
+	}
+
+	/* another count on rank 1: both fail, naming both calls */
+	memset(r, 0, sizeof(r));
+	for (int k = 0; k < 2; k++) {
+		r[k].ncalls = 1;
+		r[k].counts[0] = 100 + (size_t)k;
+	}
+	fbox_run(r, 1);
+	for (int k = 0; k < 2; k++) {
+		assert_int_equal(r[k].err[0], DT_EMISMATCH);
+		assert_non_null(strstr(r[k].msg,
+		                       "ranks disagree: rank 0 called "
+		                       "allreduce(count=100, float32"));
+		assert_non_null(
+		    strstr(r[k].msg, "rank 1 called allreduce(count=101"));
+	}
+
+	/* rank 0 alone: the stall error after DT_COLL_TIMEOUT (0.2 s) */
+	memset(r, 0, sizeof(r));
+	r[0].ncalls = 1;
+	r[0].counts[0] = 10;
+	fbox_run(r, 0);
+	assert_int_equal(r[0].err[0], DT_ETIMEDOUT);
+	assert_int_equal(r[1].ncalls, 0);
 }
 
 static void
@@ -794,6 +997,8 @@ main(void)
 	    cmocka_unit_test(test_dtype_names),
 	    cmocka_unit_test(test_cma_pid_vouched),
 	    cmocka_unit_test(test_cma_area),
+	    cmocka_unit_test(test_share_fits),
+	    cmocka_unit_test(test_fbox),
 	    cmocka_unit_test(test_blocks),
 	    cmocka_unit_test(test_chunks),
 	    cmocka_unit_test(test_ring_allreduce_sim),
