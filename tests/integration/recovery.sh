@@ -21,11 +21,16 @@
 #   - a second kill with --restart 1 (a server, a worker) and the scheduler
 #     killed: the job ends, naming the process, with nothing left running.
 . "$(dirname "$0")/recovery_lib.bash"
+# Each process's own limit (a guard against a hang, far above a run's
+# time), scaled like the suite's: a TSan build at a load of 20 took over
+# 100 s for the 200 epochs below.
+T100=$((100 * ${DT_TEST_TIME_SCALE:-1}))
+T200=$((200 * ${DT_TEST_TIME_SCALE:-1}))
 
 # linreg, dist_sync: killed at a random epoch, and before any checkpoint
 LIN=("$B/examples/linreg" --kvstore dist_sync --batch-size 100 --epochs 40)
 last() { grep -o 'w=[^ ]* b=[^ ]*' "$tmp/$1.log" | tail -1; }
-timeout 200 "$B/dtrain" launch -n 2 -s 2 -- "${LIN[@]}" >"$tmp/lin_ref.log" 2>&1 || fail "linreg reference run"
+timeout $T200 "$B/dtrain" launch -n 2 -s 2 -- "${LIN[@]}" >"$tmp/lin_ref.log" 2>&1 || fail "linreg reference run"
 e=$((3 + RANDOM % 15))
 killed lin server 1 "Epoch\[$e\] Train" "$B/dtrain" launch -n 2 -s 2 "${R[@]}" --checkpoint-every 50 -- "${LIN[@]}"
 must_pass lin
@@ -73,18 +78,18 @@ tok() { od -An -tx1 -N16 /dev/urandom | tr -d ' \n'; }
 # runs, and 40 epochs take about a second; a loaded machine could end the
 # job before the new process had started)
 LIN_H=("${LIN[@]}" --epochs 200)
-timeout 200 "$B/dtrain" launch -n 2 -s 1 -- "${LIN_H[@]}" >"$tmp/lin_ref_h.log" 2>&1 || fail "linreg reference run, 200 epochs"
+timeout $T200 "$B/dtrain" launch -n 2 -s 1 -- "${LIN_H[@]}" >"$tmp/lin_ref_h.log" 2>&1 || fail "linreg reference run, 200 epochs"
 port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
 (
 	exec 2>/dev/null # (bash's note of the kill)
 	export DMLC_PS_ROOT_URI=127.0.0.1 DMLC_PS_ROOT_PORT=$port DMLC_NUM_SERVER=1 DMLC_NUM_WORKER=2 \
 		DTRAIN_AUTH=none DTRAIN_RECOVER=1 DTRAIN_CHECKPOINT_DIR="$tmp/ck" DTRAIN_CHECKPOINT_EVERY=50 \
 		DT_RECOVERY_TEST="$tmp"
-	DMLC_ROLE=scheduler timeout 100 "$B/dtrain" scheduler >"$tmp/h_sched.log" 2>&1 &
+	DMLC_ROLE=scheduler timeout $T100 "$B/dtrain" scheduler >"$tmp/h_sched.log" 2>&1 &
 	s0=$(tok)
 	DMLC_ROLE=server DMLC_SERVER_ID=0 DTRAIN_NODE_TOKEN=$s0 "$B/dtrain" server >"$tmp/h_srv1.log" 2>&1 &
 	for w in 0 1; do
-		DMLC_ROLE=worker DMLC_WORKER_ID=$w DTRAIN_NODE_TOKEN=$(tok) timeout 100 "${LIN_H[@]}" >"$tmp/h_w$w.log" 2>&1 &
+		DMLC_ROLE=worker DMLC_WORKER_ID=$w DTRAIN_NODE_TOKEN=$(tok) timeout $T100 "${LIN_H[@]}" >"$tmp/h_w$w.log" 2>&1 &
 	done
 	wait_for "$tmp/h_w0.log" "Epoch\[3\] Train" || fail "by hand: no progress"
 	# (its first checkpoint on disk: a loaded machine may write it late,
@@ -97,7 +102,7 @@ port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); p
 	# The new server asks first (as an engine may, before the old one's
 	# end is noticed): it is held until the loss is, then takes the place.
 	old=$(pid_of server 0)
-	DMLC_ROLE=server DMLC_SERVER_ID=0 DTRAIN_NODE_TOKEN=$s0 timeout 100 "$B/dtrain" server >"$tmp/h_srv2.log" 2>&1 &
+	DMLC_ROLE=server DMLC_SERVER_ID=0 DTRAIN_NODE_TOKEN=$s0 timeout $T100 "$B/dtrain" server >"$tmp/h_srv2.log" 2>&1 &
 	wait_for "$tmp/h_sched.log" "server 0, which is not lost yet: waiting" ||
 		{ tail -n 8 "$tmp/h_sched.log" "$tmp/h_srv2.log"; kill -9 "$old"; fail "by hand: the new server was not held"; }
 	kill -9 "$old"
@@ -117,10 +122,10 @@ port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); p
 	exec 2>/dev/null
 	export DMLC_PS_ROOT_URI=127.0.0.1 DMLC_PS_ROOT_PORT=$port DMLC_NUM_SERVER=1 DMLC_NUM_WORKER=2 \
 		DTRAIN_AUTH=none DTRAIN_RECOVER=1 DT_RECOVERY_TEST="$tmp"
-	DMLC_ROLE=scheduler timeout 100 "$B/dtrain" scheduler >"$tmp/hw_sched.log" 2>&1 &
-	DMLC_ROLE=server DMLC_SERVER_ID=0 DTRAIN_NODE_TOKEN=$(tok) timeout 100 "$B/dtrain" server >"$tmp/hw_srv.log" 2>&1 &
+	DMLC_ROLE=scheduler timeout $T100 "$B/dtrain" scheduler >"$tmp/hw_sched.log" 2>&1 &
+	DMLC_ROLE=server DMLC_SERVER_ID=0 DTRAIN_NODE_TOKEN=$(tok) timeout $T100 "$B/dtrain" server >"$tmp/hw_srv.log" 2>&1 &
 	w1=$(tok)
-	DMLC_ROLE=worker DMLC_WORKER_ID=0 DTRAIN_NODE_TOKEN=$(tok) timeout 100 "${LIN[@]}" >"$tmp/hw_w0.log" 2>&1 &
+	DMLC_ROLE=worker DMLC_WORKER_ID=0 DTRAIN_NODE_TOKEN=$(tok) timeout $T100 "${LIN[@]}" >"$tmp/hw_w0.log" 2>&1 &
 	# (worker 1 without timeout(1), so that its pid is at hand: 40 epochs
 	# take well under a second on an idle machine, and a kill that first
 	# searched /proc for the worker could come after the job had ended;
@@ -132,7 +137,7 @@ port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); p
 		sleep 0.01
 	done
 	kill -9 "$w1pid" || fail "by hand, worker: worker 1 had ended before it could be killed (the run is too short for this machine)"
-	DMLC_ROLE=worker DMLC_WORKER_ID=1 DTRAIN_NODE_TOKEN=$w1 timeout 100 "${LIN[@]}" >"$tmp/hw_w1b.log" 2>&1 &
+	DMLC_ROLE=worker DMLC_WORKER_ID=1 DTRAIN_NODE_TOKEN=$w1 timeout $T100 "${LIN[@]}" >"$tmp/hw_w1b.log" 2>&1 &
 	wait
 )
 for f in hw_w0 hw_w1b; do
@@ -170,7 +175,7 @@ rm -rf "$tmp/ck"
 
 # What is not recovered ends the job, naming the process.
 LONG=("$B/examples/linreg" --kvstore dist_sync --batch-size 100 --epochs 400)
-timeout 200 "$B/dtrain" launch -n 2 -s 2 "${R[@]}" --checkpoint-every 50 -- "${LONG[@]}" >"$tmp/twice.log" 2>&1 &
+timeout $T200 "$B/dtrain" launch -n 2 -s 2 "${R[@]}" --checkpoint-every 50 -- "${LONG[@]}" >"$tmp/twice.log" 2>&1 &
 job=$!
 wait_for "$tmp/twice.log" "Epoch\[2\] Train" || fail "twice: no progress"
 kill -9 "$(pid_of server 0)"
@@ -182,7 +187,7 @@ grep -q "dtrain launch: server 0 (pid [0-9]*) killed by signal 9 (Killed); stopp
 	{ tail "$tmp/twice.log"; fail "twice: the second kill was not named"; }
 echo "server 0 killed twice with --restart 1: the job ends naming it"
 rm -rf "$tmp/ck"
-timeout 200 "$B/dtrain" launch -n 2 -s 2 "${R[@]}" --checkpoint-every 50 -- "${LONG[@]}" >"$tmp/twice_w.log" 2>&1 &
+timeout $T200 "$B/dtrain" launch -n 2 -s 2 "${R[@]}" --checkpoint-every 50 -- "${LONG[@]}" >"$tmp/twice_w.log" 2>&1 &
 job=$!
 wait_for "$tmp/twice_w.log" "Epoch\[2\] Train" || fail "twice, worker: no progress"
 kill -9 "$(pid_of worker 1)"
