@@ -206,12 +206,65 @@ on_add_node(dt_node *n, dt_conn *c, dt_msg *m)
 	pthread_mutex_unlock(&n->mu);
 }
 
+/* A worker's WORKER_DONE (over the control tree: a child's count of its
+ * subtree's); 0 if the sender may not send one. */
+static int
+on_worker_done(dt_node *n, dt_conn *c, dt_msg *m)
+{
+	dt_sched *s = n->sched;
+	int peer = dt__conn_peer(c);
+	char name[64];
+
+	__atomic_add_fetch(&s->end_done, 1, __ATOMIC_RELAXED);
+	/* (over the control tree: a child's subtree's count) */
+	if (dt__sched_tree_done(n, c, m))
+		return 1;
+	if (peer <= 0 || dt__id_role(n, peer) != DT_ROLE_WORKER)
+		return 0;
+	/* (a worker that joined but was never taken in: not one the end
+	 * waits for) */
+	if (n->elastic && dt__elastic_sched_joining(n, peer) &&
+	    dt__elastic_sched_remove(n, peer, "it stopped", 0))
+		return 1;
+	/* arg0 1: it leaves an elastic job that goes on */
+	if (m->hdr.arg0 == 1 &&
+	    dt__elastic_sched_remove(n, peer, "its schedule", 0))
+		return 1;
+	pthread_mutex_lock(&n->mu);
+	if (!s->left[peer]) {
+		s->left[peer] = 1;
+		s->workers_done++;
+	}
+	pthread_cond_broadcast(&n->cv);
+	pthread_mutex_unlock(&n->mu);
+	DT_LOG(1, "%s is done (%d of %d workers)",
+	       dt__node_name(n, peer, name, sizeof(name)), s->workers_done,
+	       s->workers_total);
+	return 1;
+}
+
+/* A HELLO on a connection that is no member's yet: a node dialling the
+ * scheduler again; 0 if it is none of those. */
+static int
+on_hello(dt_node *n, dt_conn *c, dt_msg *m)
+{
+	uint32_t id = m->hdr.sender;
+
+	if (dt__conn_peer(c) != -1 || id == 0 || id >= (uint32_t)n->ntable)
+		return 0;
+	/* PS_RESEND: after a lost connection, saying who it is */
+	if (n->links)
+		return dt__link_adopt(n, c, (int)id);
+	/* Over the control tree: a worker that closed its idle connection
+	 * dials again (a lookup). */
+	return dt__sched_root_hello(n, c, (int)id);
+}
+
 void
 dt__sched_on_msg(dt_node *n, dt_conn *c, dt_msg *m)
 {
 	dt_sched *s = n->sched;
 	int peer = dt__conn_peer(c);
-	char name[64];
 
 	switch (m->hdr.cmd) {
 	case DT_CMD_ADD_NODE:
@@ -233,32 +286,9 @@ dt__sched_on_msg(dt_node *n, dt_conn *c, dt_msg *m)
 		dt__elastic_sched_grow(n, peer, m);
 		return;
 	case DT_CMD_WORKER_DONE:
-		__atomic_add_fetch(&s->end_done, 1, __ATOMIC_RELAXED);
-		/* (over the control tree: a child's subtree's count) */
-		if (dt__sched_tree_done(n, c, m))
+		if (on_worker_done(n, c, m))
 			return;
-		if (peer <= 0 || dt__id_role(n, peer) != DT_ROLE_WORKER)
-			break;
-		/* (a worker that joined but was never taken in: not one the
-		 * end waits for) */
-		if (n->elastic && dt__elastic_sched_joining(n, peer) &&
-		    dt__elastic_sched_remove(n, peer, "it stopped", 0))
-			return;
-		/* arg0 1: it leaves an elastic job that goes on */
-		if (m->hdr.arg0 == 1 &&
-		    dt__elastic_sched_remove(n, peer, "its schedule", 0))
-			return;
-		pthread_mutex_lock(&n->mu);
-		if (!s->left[peer]) {
-			s->left[peer] = 1;
-			s->workers_done++;
-		}
-		pthread_cond_broadcast(&n->cv);
-		pthread_mutex_unlock(&n->mu);
-		DT_LOG(1, "%s is done (%d of %d workers)",
-		       dt__node_name(n, peer, name, sizeof(name)),
-		       s->workers_done, s->workers_total);
-		return;
+		break;
 	case DT_CMD_TEXT:
 		if (peer <= 0) /* only from a node that joined */
 			break;
@@ -290,22 +320,10 @@ dt__sched_on_msg(dt_node *n, dt_conn *c, dt_msg *m)
 		pthread_cond_broadcast(&n->cv); /* (nodes_gone) */
 		pthread_mutex_unlock(&n->mu);
 		return;
-	case DT_CMD_HELLO: {
-		/* PS_RESEND: a node dials the scheduler again after a lost
-		 * connection, and says who it is. */
-		uint32_t id = m->hdr.sender;
-
-		if (peer == -1 && n->links && id > 0 &&
-		    id < (uint32_t)n->ntable && dt__link_adopt(n, c, (int)id))
-			return;
-		/* Over the control tree: a worker that closed its idle
-		 * connection dials again (a lookup). */
-		if (peer == -1 && !n->links && id > 0 &&
-		    id < (uint32_t)n->ntable &&
-		    dt__sched_root_hello(n, c, (int)id))
+	case DT_CMD_HELLO:
+		if (on_hello(n, c, m))
 			return;
 		break;
-	}
 	default:
 		break;
 	}
