@@ -236,6 +236,18 @@ test_shape_bad_arity(void **state)
 	free(t);
 }
 
+/* A decoded place equals the one encoded. */
+static void
+assert_place_equal(const dt__tree_place *q, const dt__tree_place *p)
+{
+	assert_int_equal(q->parent, p->parent);
+	assert_int_equal(q->servers, p->servers);
+	assert_int_equal(q->workers, p->workers);
+	assert_int_equal(q->nkids, p->nkids);
+	assert_memory_equal(q->kid, p->kid,
+	                    sizeof(p->kid[0]) * (size_t)p->nkids);
+}
+
 /* Every node's TREE of a job decodes to its place, bit for bit. */
 static void
 test_codec_roundtrip(void **state)
@@ -255,12 +267,7 @@ test_codec_roundtrip(void **state)
 		assert_int_equal(w.len, 16 + 12 * (size_t)p.nkids);
 		assert_int_equal(
 		    dt__msg_tree_decode(w.data, w.len, id, 4, 300, &q), DT_OK);
-		assert_int_equal(q.parent, p.parent);
-		assert_int_equal(q.servers, p.servers);
-		assert_int_equal(q.workers, p.workers);
-		assert_int_equal(q.nkids, p.nkids);
-		assert_memory_equal(q.kid, p.kid,
-		                    sizeof(p.kid[0]) * (size_t)p.nkids);
+		assert_place_equal(&q, &p);
 		dt__wbuf_fini(&w);
 	}
 	dt__tree_free(&tr);
@@ -313,12 +320,7 @@ test_assign_tree_roundtrip(void **state)
 		                 DT_OK);
 		assert_int_equal(b.id, id);
 		assert_int_equal(n, given);
-		assert_int_equal(q.parent, p.parent);
-		assert_int_equal(q.servers, p.servers);
-		assert_int_equal(q.workers, p.workers);
-		assert_int_equal(q.nkids, p.nkids);
-		assert_memory_equal(q.kid, p.kid,
-		                    sizeof(p.kid[0]) * (size_t)p.nkids);
+		assert_place_equal(&q, &p);
 		/* the parent's address: carried, or among the servers' */
 		if (p.parent > given) {
 			assert_true(parent.known);
