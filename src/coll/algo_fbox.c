@@ -163,6 +163,9 @@ fbox_spin(const dt_coll *c, int s, uint64_t w)
 	uint64_t end;
 	unsigned mask = dt__spin_yields() ? 0 : 63;
 
+	/* (the peer often published first: no clock read then) */
+	if (peer_ready(c, s, w))
+		return 1;
 	if (dt__spin_budget_ns() == 0 || dt__spin_contended(dt__now_ns()))
 		return peer_ready(c, s, w);
 	end = dt__now_ns() + dt__spin_budget_ns();
