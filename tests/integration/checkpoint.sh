@@ -17,6 +17,7 @@
 #     the trained parameters bit-identical to the run without them;
 #   - dt_kv_checkpoint without DTRAIN_CHECKPOINT_DIR, and a directory that
 #     cannot be written, are refused with the reason.
+T_SCALE=${DT_TEST_TIME_SCALE:-1} # the time limits below, scaled under a sanitizer
 set -u
 . "$(dirname "$0")/job_lib.bash"
 B=${DTRAIN_BUILD:?}
@@ -64,13 +65,13 @@ echo "resumed from the newest checkpoints: identical at steps 6 and 9"
 # from them under another placement, or with another number of servers,
 # is refused with both named (its servers' slices would not be the keys'
 # slices the workers compute), and ends with nothing left.
-if timeout 100 "${L[@]}" --env DTRAIN_CHECKPOINT_LOAD=1 --env DTRAIN_KV_PLACEMENT=mxnet \
+if timeout $((100 * T_SCALE)) "${L[@]}" --env DTRAIN_CHECKPOINT_LOAD=1 --env DTRAIN_KV_PLACEMENT=mxnet \
 	-- "$B/tests/progs/kv_check" ckpt 6 9 >"$tmp/place.log" 2>&1; then
 	fail "a job under another placement started from the checkpoints"
 fi
 grep -q "\[server 0\] .*$CK/server-0.ckpt was written under key placement balanced (arrays of 1000 floats and more cut over the servers); this job's is mxnet (1000 floats)" "$tmp/place.log" ||
 	{ grep server "$tmp/place.log" | tail -3; fail "another placement: not named"; }
-if timeout 100 "$B/dtrain" launch -n 2 -s 3 --checkpoint-dir "$CK" --checkpoint-every 0 --env "$TAG" --env KV_CHECK_MANY=300 \
+if timeout $((100 * T_SCALE)) "$B/dtrain" launch -n 2 -s 3 --checkpoint-dir "$CK" --checkpoint-every 0 --env "$TAG" --env KV_CHECK_MANY=300 \
 	--env DTRAIN_CHECKPOINT_LOAD=1 -- "$B/tests/progs/kv_check" ckpt 6 9 >"$tmp/three.log" 2>&1; then
 	fail "a job of 3 servers started from the checkpoints of 2"
 fi
@@ -101,7 +102,7 @@ echo "corrupt and truncated newest files named; resumed from the previous ones: 
 
 # Both files of server 0 damaged: a clear error, the job ends.
 printf '\x55' | dd of="$CK/server-0.ckpt.prev" bs=1 seek=300 conv=notrunc 2>/dev/null
-if timeout 100 "${L[@]}" --env DTRAIN_CHECKPOINT_LOAD=1 -- "$B/tests/progs/kv_check" ckpt 3 9 >"$tmp/bad.log" 2>&1; then
+if timeout $((100 * T_SCALE)) "${L[@]}" --env DTRAIN_CHECKPOINT_LOAD=1 -- "$B/tests/progs/kv_check" ckpt 3 9 >"$tmp/bad.log" 2>&1; then
 	fail "a job started from damaged checkpoints only"
 fi
 grep -q "\[server 0\] dtrain server: no usable checkpoint: $CK/server-0.ckpt: checksum mismatch.*; $CK/server-0.ckpt.prev: checksum mismatch" "$tmp/bad.log" ||
@@ -110,12 +111,12 @@ grep -q "\[server 0\] dtrain server: no usable checkpoint: $CK/server-0.ckpt: ch
 echo "both files damaged: the server names both and the job ends"
 
 # Refusals.
-if timeout 100 "$B/dtrain" launch -n 2 -s 2 -- "$B/tests/progs/kv_check" ckpt 0 2 1 >"$tmp/nodir.log" 2>&1; then
+if timeout $((100 * T_SCALE)) "$B/dtrain" launch -n 2 -s 2 -- "$B/tests/progs/kv_check" ckpt 0 2 1 >"$tmp/nodir.log" 2>&1; then
 	fail "dt_kv_checkpoint without DTRAIN_CHECKPOINT_DIR succeeded"
 fi
 grep -q "checkpoint: server [01] has no DTRAIN_CHECKPOINT_DIR" "$tmp/nodir.log" || { tail "$tmp/nodir.log"; fail "no reason without a directory"; }
 touch "$tmp/file"
-if timeout 100 "$B/dtrain" launch -n 1 -s 1 --checkpoint-dir "$tmp/file" -- "$B/tests/progs/kv_check" ckpt 0 1 >"$tmp/notdir.log" 2>&1; then
+if timeout $((100 * T_SCALE)) "$B/dtrain" launch -n 1 -s 1 --checkpoint-dir "$tmp/file" -- "$B/tests/progs/kv_check" ckpt 0 1 >"$tmp/notdir.log" 2>&1; then
 	fail "a checkpoint directory that is a file was accepted"
 fi
 grep -q "DTRAIN_CHECKPOINT_DIR $tmp/file: not a writable directory" "$tmp/notdir.log" || { tail "$tmp/notdir.log"; fail "no reason for a bad directory"; }

@@ -7,9 +7,10 @@
 # with a non-zero status naming it; SIGTERM to the launcher stops the job. After each job no
 # process of it may be left: every process gets DTRAIN_TEST_MARK in its
 # environment through --env, and /proc is searched for it.
+T_SCALE=${DT_TEST_TIME_SCALE:-1} # the time limits below, scaled under a sanitizer
 . "$(dirname "$0")/cluster_lib.bash"
 
-timeout 10 "$DTRAIN" launch --help >/dev/null 2>&1 ||
+timeout $((10 * T_SCALE)) "$DTRAIN" launch --help >/dev/null 2>&1 ||
 	fail "\`dtrain launch --help\` does not work: the launcher is missing"
 
 MARK="$T_DIR"

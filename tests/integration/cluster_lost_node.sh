@@ -12,6 +12,7 @@
 #   2. kill -9 the server: scheduler and worker 0 exit non-zero naming
 #      server 0; worker 1, released from the FIFO afterwards (a worker busy
 #      computing), fails at its next call naming server 0 too.
+T_SCALE=${DT_TEST_TIME_SCALE:-1} # the time limits below, scaled under a sanitizer
 . "$(dirname "$0")/cluster_lib.bash"
 
 LIMIT_S=15
@@ -82,7 +83,7 @@ deadline_ns=$((kill_ns + LIMIT_S * 1000000000))
 within_limit "$sched" losts.scheduler "server 0 .*was lost"
 within_limit "$w0" losts.worker0 "server 0 .*was lost"
 # Worker 1 comes back from its "computation" and must fail, not hang.
-timeout 10 cat "$PROBE_DIR/m4.r0.worker1" >/dev/null ||
+timeout $((10 * T_SCALE)) cat "$PROBE_DIR/m4.r0.worker1" >/dev/null ||
 	fail "could not release worker 1"
 kill_ns=$(date +%s%N)
 deadline_ns=$((kill_ns + LIMIT_S * 1000000000))

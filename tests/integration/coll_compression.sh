@@ -10,6 +10,7 @@
 #   parameters as the same job through dist_sync servers.
 # (float16 allreduce, broadcast, allgather and reduce-scatter are in
 # coll_check's main suite, run by coll_ranks.sh.)
+T_SCALE=${DT_TEST_TIME_SCALE:-1} # the time limits below, scaled under a sanitizer
 set -u
 B=${DTRAIN_BUILD:?}
 DATA=${FASHION_MNIST:-/usr/share/datasets/fashion-mnist}
@@ -19,7 +20,7 @@ fails=0
 run() {
 	local desc=$1
 	shift
-	if ! out=$(timeout 120 "$@" 2>&1); then
+	if ! out=$(timeout $((120 * T_SCALE)) "$@" 2>&1); then
 		echo "FAIL: $desc"
 		echo "$out" | tail -20
 		fails=$((fails + 1))

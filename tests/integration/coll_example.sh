@@ -4,18 +4,19 @@
 # and 4 ranks, and (when OpenMPI is installed) plain mpirun with
 # DTRAIN_COLL_ROOT and the secret passed by name. Every rank must print
 # its "correct" line and the job exit 0.
+T_SCALE=${DT_TEST_TIME_SCALE:-1} # the time limits below, scaled under a sanitizer
 . "$(dirname "$0")/coll_lib.bash"
 EX=$BUILD/examples/allreduce
 
 out=$TMP/one
-timeout 60 "$EX" --count 1000 >"$out" 2>&1
+timeout $((60 * T_SCALE)) "$EX" --count 1000 >"$out" 2>&1
 rc=$?
 check "one process: exits 0 (got $rc)" test "$rc" = 0
 check "one process: correct" grep -q "rank 0 of 1: .* correct" "$out"
 
 for n in 2 4; do
 	out=$TMP/launch$n
-	timeout 120 "$DTRAIN" launch -n $n -s 0 --env DT_TEST_TAG="$TAG" -- \
+	timeout $((120 * T_SCALE)) "$DTRAIN" launch -n $n -s 0 --env DT_TEST_TAG="$TAG" -- \
 		"$EX" --count 300007 >"$out" 2>&1
 	rc=$?
 	check "dtrain launch -n $n -s 0: exits 0 (got $rc)" test "$rc" = 0
@@ -28,7 +29,7 @@ done
 port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
 out=$TMP/unreachable
 DT_CONNECT_TIMEOUT=1 OMPI_COMM_WORLD_RANK=1 OMPI_COMM_WORLD_SIZE=2 \
-	DTRAIN_COLL_ROOT=127.0.0.1:$port timeout 60 "$EX" --count 10 >"$out" 2>&1
+	DTRAIN_COLL_ROOT=127.0.0.1:$port timeout $((60 * T_SCALE)) "$EX" --count 10 >"$out" 2>&1
 rc=$?
 check "unreachable DTRAIN_COLL_ROOT: fails (got $rc)" test "$rc" = 1
 check "unreachable DTRAIN_COLL_ROOT: named in the error" \
@@ -39,7 +40,7 @@ check "unreachable DTRAIN_COLL_ROOT: DMLC_PS_ROOT_* not blamed" \
 if command -v mpirun >/dev/null; then
 	port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
 	out=$TMP/mpirun
-	DT_TEST_TAG=$TAG DTRAIN_COLL_ROOT=127.0.0.1:$port timeout 120 \
+	DT_TEST_TAG=$TAG DTRAIN_COLL_ROOT=127.0.0.1:$port timeout $((120 * T_SCALE)) \
 		mpirun --allow-run-as-root --oversubscribe -np 2 \
 		-x DT_TEST_TAG -x DTRAIN_COLL_ROOT -x DTRAIN_SECRET "$EX" --count 1000 >"$out" 2>&1
 	rc=$?

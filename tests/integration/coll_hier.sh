@@ -13,6 +13,7 @@
 # and at its default (auto) choice; a mismatched call fails on every rank,
 # a dead rank fails the others at once; an unknown DTRAIN_COLL_HIER is
 # refused naming it; nothing is left behind.
+T_SCALE=${DT_TEST_TIME_SCALE:-1} # the time limits below, scaled under a sanitizer
 . "$(dirname "$0")/launch_lib.bash"
 . "$(dirname "$0")/hier_lib.bash"
 B=$DTRAIN_BUILD
@@ -43,7 +44,7 @@ job() {
 		shift
 	done
 	shift
-	timeout 280 "$DTRAIN" launch -n "$n" -s 0 --launcher local \
+	timeout $((280 * T_SCALE)) "$DTRAIN" launch -n "$n" -s 0 --launcher local \
 		--env DT_TEST_TAG="$TAG" --env HIER_L="$l" --env DT_COLL_TIMEOUT=60 \
 		"${envs[@]}" -- "$TMP/fakehost" "$@" >"$out" 2>&1
 }

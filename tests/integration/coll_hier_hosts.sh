@@ -10,6 +10,7 @@
 # and every min and max are the same bits. Then coll_check's suite with
 # the default (auto) choice. Skipped where namespaces cannot be made;
 # removes everything it made.
+T_SCALE=${DT_TEST_TIME_SCALE:-1} # the time limits below, scaled under a sanitizer
 . "$(dirname "$0")/launch_lib.bash"
 . "$(dirname "$0")/engines_lib.bash"
 . "$(dirname "$0")/hier_lib.bash"
@@ -40,7 +41,7 @@ job() {
 		shift
 	done
 	shift
-	timeout 280 "$DTRAIN" launch -n $((h * l)) -s 0 --launcher ssh \
+	timeout $((280 * T_SCALE)) "$DTRAIN" launch -n $((h * l)) -s 0 --launcher ssh \
 		-H "$(hostfile "$h" "$l")" --env DT_TEST_TAG="$TAG" \
 		"${envs[@]}" -- "$@" >"$out" 2>&1
 }

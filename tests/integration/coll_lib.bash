@@ -3,6 +3,7 @@
 #
 # Every job is started through `dtrain launch` with DT_TEST_TAG=$TAG in its
 # environment, so the exit trap can find and kill anything left over.
+T_SCALE=${DT_TEST_TIME_SCALE:-1} # the time limits below, scaled under a sanitizer
 
 set -u
 
@@ -62,7 +63,7 @@ launch() {
 		shift
 	done
 	shift
-	timeout 280 "$DTRAIN" launch -n "$n" -s 0 --launcher local \
+	timeout $((280 * T_SCALE)) "$DTRAIN" launch -n "$n" -s 0 --launcher local \
 		--env DT_TEST_TAG="$TAG" "${envs[@]}" -- "$CHECK" "$@" \
 		>"$out" 2>&1
 }

@@ -6,6 +6,7 @@
 # right, and no file is left at the end. A secret the user sets still wins
 # over the card's: two ranks given different secrets are refused. Skipped
 # when mpirun is not installed.
+T_SCALE=${DT_TEST_TIME_SCALE:-1} # the time limits below, scaled under a sanitizer
 . "$(dirname "$0")/coll_lib.bash"
 if ! command -v mpirun >/dev/null; then
 	echo "skipped: no mpirun"
@@ -33,7 +34,7 @@ bare() {
 MPIRUN=(mpirun --allow-run-as-root --oversubscribe)
 
 out=$TMP/plain
-(cd "$JOB" && bare timeout 120 "${MPIRUN[@]}" -np 2 "$EX" >"$out" 2>&1)
+(cd "$JOB" && bare timeout $((120 * T_SCALE)) "${MPIRUN[@]}" -np 2 "$EX" >"$out" 2>&1)
 rc=$?
 check "mpirun -np 2 allreduce, no dtrain variable: exits 0 (got $rc)" \
 	test "$rc" = 0
@@ -48,7 +49,7 @@ check "mpirun: the rendezvous file is gone" test -z "$(ls -A "$JOB")"
 # dtrain was built with its header.
 if pkg-config --exists pmix 2>/dev/null; then
 	out=$TMP/pmix
-	(cd "$JOB" && bare timeout 120 "${MPIRUN[@]}" -np 2 -x PS_VERBOSE=1 \
+	(cd "$JOB" && bare timeout $((120 * T_SCALE)) "${MPIRUN[@]}" -np 2 -x PS_VERBOSE=1 \
 		"$EX" --count 1000 >"$out" 2>&1)
 	rc=$?
 	check "mpirun, PS_VERBOSE=1: exits 0 (got $rc)" test "$rc" = 0
@@ -61,7 +62,7 @@ fi
 # named directory: made and removed there, not in the job's directory.
 mkdir -m 700 "$TMP/rdv"
 out=$TMP/dir
-(cd "$JOB" && bare timeout 120 "${MPIRUN[@]}" -np 2 -x PS_VERBOSE=1 \
+(cd "$JOB" && bare timeout $((120 * T_SCALE)) "${MPIRUN[@]}" -np 2 -x PS_VERBOSE=1 \
 	-x DTRAIN_RENDEZVOUS=file -x DTRAIN_RENDEZVOUS_DIR="$TMP/rdv" \
 	"$EX" --count 1000 >"$out" 2>&1)
 rc=$?
@@ -75,7 +76,7 @@ check "DTRAIN_RENDEZVOUS_DIR: nothing left there or in the job's directory" \
 
 # An unknown way is refused by name.
 out=$TMP/bad
-(cd "$JOB" && bare timeout 120 "${MPIRUN[@]}" -np 2 \
+(cd "$JOB" && bare timeout $((120 * T_SCALE)) "${MPIRUN[@]}" -np 2 \
 	-x DTRAIN_RENDEZVOUS=carrier-pigeon "$EX" --count 10 >"$out" 2>&1)
 rc=$?
 check "DTRAIN_RENDEZVOUS=carrier-pigeon fails (got $rc)" test "$rc" != 0
@@ -87,7 +88,7 @@ check "DTRAIN_RENDEZVOUS=carrier-pigeon: named, with the choices" \
 out=$TMP/secrets
 s1=$(od -An -tx1 -N16 /dev/urandom | tr -d ' \n')
 s2=$(od -An -tx1 -N16 /dev/urandom | tr -d ' \n')
-(cd "$JOB" && bare timeout 120 "${MPIRUN[@]}" \
+(cd "$JOB" && bare timeout $((120 * T_SCALE)) "${MPIRUN[@]}" \
 	-np 1 -x DTRAIN_SECRET="$s1" -x DT_CONNECT_TIMEOUT=10 "$EX" : \
 	-np 1 -x DTRAIN_SECRET="$s2" -x DT_CONNECT_TIMEOUT=10 "$EX" \
 	>"$out" 2>&1)

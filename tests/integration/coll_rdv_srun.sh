@@ -6,6 +6,7 @@
 # left; with `--mpi=pmix` (when Slurm has the plugin) the ranks meet over
 # PMIx and no file is made. Skipped, with the reason, where Slurm cannot
 # run.
+T_SCALE=${DT_TEST_TIME_SCALE:-1} # the time limits below, scaled under a sanitizer
 . "$(dirname "$0")/launch_lib.bash"
 . "$(dirname "$0")/engines_lib.bash"
 slurm_setup
@@ -28,7 +29,7 @@ bare() {
 }
 
 start=$(now_ms)
-(cd "$JOB" && bare timeout 120 srun --quiet -n 2 "$EX" >"$TMP/out" 2>"$TMP/err")
+(cd "$JOB" && bare timeout $((120 * T_SCALE)) srun --quiet -n 2 "$EX" >"$TMP/out" 2>"$TMP/err")
 rc=$?
 ms=$(($(now_ms) - start))
 check "srun -n 2 allreduce, no dtrain variable: exits 0 (got $rc, ${ms} ms)" \
@@ -44,7 +45,7 @@ check "srun: no job step left" wait_for 10 test -z "$(squeue -h -s | grep -v '\.
 
 # With Slurm's PMIx plugin the card goes through PMIx instead: no file.
 if srun --mpi=list 2>&1 | grep -qw pmix; then
-	(cd "$JOB" && bare timeout 120 env PS_VERBOSE=1 srun --quiet --mpi=pmix \
+	(cd "$JOB" && bare timeout $((120 * T_SCALE)) env PS_VERBOSE=1 srun --quiet --mpi=pmix \
 		-n 2 "$EX" >"$TMP/out" 2>"$TMP/err")
 	rc=$?
 	check "srun --mpi=pmix -n 2: exits 0 (got $rc)" test "$rc" = 0

@@ -7,6 +7,7 @@
 # purged, also when the test fails, leaving the machine as it was.
 # Skipped, saying why, when not root, when dtrain is already installed as
 # a package (it is not this test's to remove), or for a sanitizer build.
+T_SCALE=${DT_TEST_TIME_SCALE:-1} # the time limits below, scaled under a sanitizer
 . "$(dirname "$0")/cluster_lib.bash"
 : "${DTRAIN_SOURCE:?DTRAIN_SOURCE must name the source directory}"
 
@@ -63,7 +64,7 @@ log "installed with apt-get"
 # Only the installed files: a minimal environment, in an empty directory.
 mkdir "$T_DIR/run"
 (cd "$T_DIR/run" && env -i PATH=/usr/bin:/bin HOME="$T_DIR/run" \
-	timeout 120 dtrain launch -n 2 -s 1 -- dtrain-example-linreg \
+	timeout $((120 * T_SCALE)) dtrain launch -n 2 -s 1 -- dtrain-example-linreg \
 	--kvstore dist_sync --epochs 2) >"$T_DIR/job.log" 2>&1 ||
 	fail "the installed job failed: $(tail -20 "$T_DIR/job.log")"
 # linreg ends with each worker's model, the same on both (dist_sync),

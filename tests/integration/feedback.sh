@@ -5,6 +5,7 @@
 # states the kvstore, compression, pull precision and transport; a horovod
 # job started with servers is warned about; a scheduler whose port is
 # taken says so and how to avoid it.
+T_SCALE=${DT_TEST_TIME_SCALE:-1} # the time limits below, scaled under a sanitizer
 . "$(dirname "$0")/cluster_lib.bash"
 MNIST=$DTRAIN_BUILD/examples/mnist
 DATA=${DTRAIN_DATA:-/usr/share/datasets/fashion-mnist}
@@ -31,7 +32,7 @@ s = socket.socket(); s.bind(("127.0.0.1", int(sys.argv[1]))); s.listen()
 print("ready", flush=True); time.sleep(60)' "$port"
 holder=$SPAWNED
 wait_for_line "$T_DIR/holder.log" ready 20 || fail "the port holder did not start"
-timeout 30 "$DTRAIN" scheduler --uri 127.0.0.1 --port "$port" --num-servers 0 \
+timeout $((30 * T_SCALE)) "$DTRAIN" scheduler --uri 127.0.0.1 --port "$port" --num-servers 0 \
 	--num-workers 1 >/dev/null 2>"$T_DIR/err" && fail "the scheduler started on a taken port"
 grep -q "port $port is in use (use port 0 to let the scheduler choose)" "$T_DIR/err" ||
 	fail "no 'port $port is in use': $(cat "$T_DIR/err")"
@@ -42,11 +43,11 @@ if [ ! -d "$DATA" ]; then
 	log "mnist cases skipped: Fashion-MNIST not installed at $DATA"
 	exit 0
 fi
-timeout 120 "$DTRAIN" launch -n 1 -s 1 -- "$MNIST" --kvstore horovod --epochs 1 \
+timeout $((120 * T_SCALE)) "$DTRAIN" launch -n 1 -s 1 -- "$MNIST" --kvstore horovod --epochs 1 \
 	--limit 128 >"$T_DIR/h.log" 2>&1 || fail "the horovod job failed: $(tail "$T_DIR/h.log")"
 grep -q 'warning: --kvstore horovod uses no servers, but the job has 1' "$T_DIR/h.log" ||
 	fail "no warning about servers in a horovod job: $(head "$T_DIR/h.log")"
-timeout 120 "$DTRAIN" launch -n 1 -s 1 -- "$MNIST" --kvstore dist_sync --epochs 1 \
+timeout $((120 * T_SCALE)) "$DTRAIN" launch -n 1 -s 1 -- "$MNIST" --kvstore dist_sync --epochs 1 \
 	--limit 128 --gradient-compression 2bit --pull-precision fp16 \
 	--metrics "$T_DIR/m.jsonl" >"$T_DIR/d.log" 2>&1 || fail "the dist_sync job failed: $(tail "$T_DIR/d.log")"
 grep -q 'mnist: kvstore dist_sync, gradient compression 2bit, pull precision fp16, transport auto' "$T_DIR/d.log" ||

@@ -5,6 +5,7 @@
 # name the secret; the examples share the spelling --batch-size and
 # sparse_linear still takes its old --batch with a note; a misspelt
 # variable is named with the one meant.
+T_SCALE=${DT_TEST_TIME_SCALE:-1} # the time limits below, scaled under a sanitizer
 . "$(dirname "$0")/cluster_lib.bash"
 
 commands=(launch scheduler server params checkpoint plot k8s env rank-exec version)
@@ -14,7 +15,7 @@ examples=(allreduce hello_cluster linreg mnist sparse_linear)
 help_case() {
 	local name=$1 rc
 	shift
-	timeout 20 "$@" >"$T_DIR/out" 2>"$T_DIR/err"
+	timeout $((20 * T_SCALE)) "$@" >"$T_DIR/out" 2>"$T_DIR/err"
 	rc=$?
 	[ "$rc" = 0 ] || fail "$*: exit $rc, stderr: $(cat "$T_DIR/err")"
 	head -1 "$T_DIR/out" | grep -q "^usage: $name" ||

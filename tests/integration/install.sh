@@ -6,6 +6,7 @@
 # once static, runs as the workers of a job started by the installed
 # `dtrain launch`; then the files are removed again (`make uninstall`'s
 # manifest) and nothing is left.
+T_SCALE=${DT_TEST_TIME_SCALE:-1} # the time limits below, scaled under a sanitizer
 . "$(dirname "$0")/cluster_lib.bash"
 
 PREFIX=/usr/local
@@ -88,7 +89,7 @@ LD_LIBRARY_PATH="$ROOT/$libdir" ldd "$T_DIR/prog_shared" | grep -q 'libdtrain.so
 log "built with pkg-config: shared ($libs) and static ($slibs)"
 
 for kind in shared static; do
-	LD_LIBRARY_PATH="$ROOT/$libdir" timeout 120 "$ROOT/bin/dtrain" launch \
+	LD_LIBRARY_PATH="$ROOT/$libdir" timeout $((120 * T_SCALE)) "$ROOT/bin/dtrain" launch \
 		-n 2 -s 1 -- "$T_DIR/prog_$kind" >"$T_DIR/job_$kind.log" 2>&1 ||
 		fail "the $kind job failed: $(tail -20 "$T_DIR/job_$kind.log")"
 	n=$(grep -c 'pulled 2 2 2 2$' "$T_DIR/job_$kind.log")

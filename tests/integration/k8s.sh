@@ -19,6 +19,7 @@
 #       parallelism), every sample trained once an epoch, with the
 #       collectives and with 2 servers (dist_sync), whose pods have the
 #       elastic variables and exit 0 too.
+T_SCALE=${DT_TEST_TIME_SCALE:-1} # the time limits below, scaled under a sanitizer
 set -u
 . "$(dirname "$0")/job_lib.bash"
 B=${DTRAIN_BUILD:?}
@@ -134,7 +135,7 @@ pods() {
 	"$B/dtrain" k8s --kind "$kind" --name lin --image local "${SIZE[@]}" --port "$port" --ttl 60 \
 		--env DT_CONNECT_TIMEOUT=60 --env PS_VERBOSE=1 -- "$@" >"$dir/manifest.yaml" || fail "$kind $name: dtrain k8s"
 	: >"$dir/hosts"
-	PATH="$B:$B/examples:$PATH" timeout 250 unshare --mount --propagation private sh -c \
+	PATH="$B:$B/examples:$PATH" timeout $((250 * T_SCALE)) unshare --mount --propagation private sh -c \
 		'mount --bind "$1" /etc/hosts && exec python3 "$2" "$3" /etc/hosts "$4" "$5"' \
 		sh "$dir/hosts" "$HERE/k8s_pods.py" "$dir/manifest.yaml" "$dir" "$TAG" >"$dir/pods.out" 2>&1 ||
 		{ cat "$dir/pods.out"; tail -n 5 "$dir"/*.log; fail "$kind $name: a pod failed"; }
@@ -143,7 +144,7 @@ pods() {
 SIZE=(-n 2 -s 2)
 LIN=(linreg --kvstore dist_sync --batch-size 100 --epochs 2)
 last() { grep -o 'w=[^ ]* b=[^ ]*' "$1" | tail -1; }
-timeout 120 "$B/dtrain" launch -n 2 -s 2 -- "$B/examples/${LIN[0]}" "${LIN[@]:1}" >"$tmp/lin_ref.log" 2>&1 ||
+timeout $((120 * T_SCALE)) "$B/dtrain" launch -n 2 -s 2 -- "$B/examples/${LIN[0]}" "${LIN[@]:1}" >"$tmp/lin_ref.log" 2>&1 ||
 	fail "linreg under dtrain launch"
 for kind in job mxjob; do
 	pods $kind lin "${LIN[@]}"
@@ -158,7 +159,7 @@ done
 grep -h "cannot resolve .* yet" "$tmp"/*-lin/*.log | head -1 | sed 's/^/  a pod that started first: /'
 if [ -f "$DATA/train-images-idx3-ubyte.gz" ]; then
 	M=(--model lenet --epochs 1 --limit 1024 --seed 3 --batch-size 32 --optimizer sgd --lr 0.05 --data "$DATA")
-	timeout 200 "$B/dtrain" launch -n 2 -s 2 -- "$B/examples/mnist" --kvstore dist_sync "${M[@]}" \
+	timeout $((200 * T_SCALE)) "$B/dtrain" launch -n 2 -s 2 -- "$B/examples/mnist" --kvstore dist_sync "${M[@]}" \
 		--save "$tmp/ref.params" >"$tmp/m_ref.log" 2>&1 || fail "mnist under dtrain launch"
 	for kind in job mxjob; do
 		pods $kind mnist mnist --kvstore dist_sync "${M[@]}" --save "$tmp/$kind.params"

@@ -3,6 +3,7 @@
 # w=5, b=2 and matches one process at batch 100 to 1e-5 relative; the same
 # program started five times by hand with DMLC_ROLE (seed 001's recipe);
 # the dist_sync run's --metrics log parses.
+T_SCALE=${DT_TEST_TIME_SCALE:-1} # the time limits below, scaled under a sanitizer
 set -u
 B=${DTRAIN_BUILD:?}
 tmp=$(mktemp -d); pids=()
@@ -11,8 +12,8 @@ trap cleanup EXIT
 fail() { echo "FAIL: $*"; exit 1; }
 
 last() { grep -o 'w=[^ ]* b=[^ ]*' "$1" | tail -1; }
-timeout 60 "$B/examples/linreg" --kvstore local --batch-size 100 > "$tmp/local" || fail "local run"
-timeout 120 "$B/dtrain" launch -n 2 -s 2 -- "$B/examples/linreg" --kvstore dist_sync --batch-size 50 \
+timeout $((60 * T_SCALE)) "$B/examples/linreg" --kvstore local --batch-size 100 > "$tmp/local" || fail "local run"
+timeout $((120 * T_SCALE)) "$B/dtrain" launch -n 2 -s 2 -- "$B/examples/linreg" --kvstore dist_sync --batch-size 50 \
 	--metrics "$tmp/m.jsonl" > "$tmp/dist" 2>&1 || { cat "$tmp/dist"; fail "dist_sync run"; }
 grep -q 'Epoch\[0\] Batch \[0-250\] Speed: .* samples/sec mae=' "$tmp/dist" || fail "no Speedometer line"
 # its metrics log: 4 progress lines and an end an epoch, the error falling
@@ -42,7 +43,7 @@ export DMLC_PS_ROOT_URI=127.0.0.1 DMLC_PS_ROOT_PORT=$port DMLC_NUM_SERVER=2 DMLC
 DTRAIN_SECRET=$(od -An -tx1 -N32 /dev/urandom | tr -d ' \n'); export DTRAIN_SECRET
 CMD=("$B/examples/linreg" --kvstore dist_sync --batch-size 50)
 for role in server server scheduler worker worker; do
-  DMLC_ROLE=$role timeout 120 "${CMD[@]}" > "$tmp/$role.$RANDOM" 2>&1 & pids+=($!)
+  DMLC_ROLE=$role timeout $((120 * T_SCALE)) "${CMD[@]}" > "$tmp/$role.$RANDOM" 2>&1 & pids+=($!)
 done
 rc=0
 for p in "${pids[@]}"; do wait "$p" || rc=1; done

@@ -3,12 +3,13 @@
 # second push of a round, big-array sharding and every error case, for 1, 2
 # and 4 workers x 1, 2 and 3 servers; the server optimizers (sgd, adam)
 # against references; dist_async progress and its no-optimizer error.
+T_SCALE=${DT_TEST_TIME_SCALE:-1} # the time limits below, scaled under a sanitizer
 set -u
 B=${DTRAIN_BUILD:?}
 fails=0
 run() {
   local desc=$1; shift
-  if ! out=$(timeout 120 "$@" 2>&1); then
+  if ! out=$(timeout $((120 * T_SCALE)) "$@" 2>&1); then
     echo "FAIL: $desc"; echo "$out" | tail -20; fails=$((fails + 1))
   else
     echo "ok: $desc"

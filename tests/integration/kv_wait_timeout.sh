@@ -5,6 +5,7 @@
 # a message naming the call, instead of a hang; the launcher then stops
 # the job and names the cause: the stopped server, not the worker that
 # gave up on it.
+T_SCALE=${DT_TEST_TIME_SCALE:-1} # the time limits below, scaled under a sanitizer
 set -u
 B=${DTRAIN_BUILD:?}
 tmp=$(mktemp -d)
@@ -17,7 +18,7 @@ cleanup() {
 trap cleanup EXIT
 fail() { echo "FAIL: $*"; cat "$tmp/out" "$tmp/err" 2>/dev/null | tail -30; exit 1; }
 
-timeout 120 "$B/dtrain" launch -v -n 1 -s 1 --env DT_WAIT_TIMEOUT=2 -- \
+timeout $((120 * T_SCALE)) "$B/dtrain" launch -v -n 1 -s 1 --env DT_WAIT_TIMEOUT=2 -- \
 	"$B/examples/linreg" --kvstore dist_sync --epochs 100000 >"$tmp/out" 2>"$tmp/err" &
 lpid=$!
 # The server's pid, once the worker trains.

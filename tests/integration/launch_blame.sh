@@ -4,6 +4,7 @@
 # SIGKILL; the scheduler then exits 1 as it loses the worker, often before
 # the launcher has looked. Ten times over, the message must name worker 1
 # killed by signal 9, never the scheduler (it used to, in 4 runs of 10).
+T_SCALE=${DT_TEST_TIME_SCALE:-1} # the time limits below, scaled under a sanitizer
 . "$(dirname "$0")/launch_lib.bash"
 IDLE="$DTRAIN_BUILD/tests/progs/idle_worker"
 
@@ -13,7 +14,7 @@ for i in 1 2 3 4 5 6 7 8 9 10; do
 	# Worker 1 is killed by a helper once the launcher has printed that
 	# it joined; worker 0 stays until the job is stopped.
 	# shellcheck disable=SC2016
-	timeout 60 "$DTRAIN" launch -n 2 -s 1 --env DT_TEST_TAG="$TAG" -- sh -c '
+	timeout $((60 * T_SCALE)) "$DTRAIN" launch -n 2 -s 1 --env DT_TEST_TAG="$TAG" -- sh -c '
 		if [ "$DMLC_WORKER_ID" = 1 ]; then
 			( n=0; until grep -q "^\[worker 1\] idle_worker ready" "$1"; do
 				sleep 0.02; n=$((n + 1)); [ $n -lt 1500 ] || exit 1; done
@@ -47,7 +48,7 @@ chmod +x "$TMP/sched"
 rm -rf "$TMP/mark"
 mkdir "$TMP/mark"
 # shellcheck disable=SC2016
-REAL_DTRAIN=$DTRAIN DTRAIN_EXE=$TMP/sched MARK=$TMP/mark timeout 60 \
+REAL_DTRAIN=$DTRAIN DTRAIN_EXE=$TMP/sched MARK=$TMP/mark timeout $((60 * T_SCALE)) \
 	"$DTRAIN" launch -n 2 -s 0 --env DT_TEST_TAG="$TAG" -- sh -c '
 	echo $$ >"$MARK/w$DMLC_WORKER_ID.tmp" && mv "$MARK/w$DMLC_WORKER_ID.tmp" "$MARK/w$DMLC_WORKER_ID"
 	for _ in $(seq 600); do [ -e "$MARK/go" ] && break; sleep 0.05; done

@@ -4,6 +4,7 @@
 # workers: the job forms (the scheduler uses the socket the launcher made),
 # ends with status 0, and leaves nothing. Skipped if the example is not
 # built.
+T_SCALE=${DT_TEST_TIME_SCALE:-1} # the time limits below, scaled under a sanitizer
 . "$(dirname "$0")/launch_lib.bash"
 EX=$DTRAIN_BUILD/examples/hello_cluster
 if [ ! -x "$EX" ]; then
@@ -16,7 +17,7 @@ ERR=$TMP/err
 # run_cluster NAME W S [LAUNCHER]
 run_cluster() {
 	local name=$1 w=$2 s=$3 launcher=${4:-local} rc
-	timeout 120 "$DTRAIN" launch --launcher "$launcher" -n "$w" -s "$s" \
+	timeout $((120 * T_SCALE)) "$DTRAIN" launch --launcher "$launcher" -n "$w" -s "$s" \
 		--timeout 100 --env DT_TEST_TAG="$TAG" -- "$EX" >"$OUT" 2>"$ERR"
 	rc=$?
 	check "$name: launcher exits 0 (got $rc)" test "$rc" = 0
@@ -40,7 +41,7 @@ fi
 # A worker that never joins: the scheduler waits, the worker's failure
 # stops the job, and the real scheduler and servers go with it.
 start=$(now_ms)
-timeout 60 "$DTRAIN" launch -n 2 -s 1 --env DT_TEST_TAG="$TAG" -- \
+timeout $((60 * T_SCALE)) "$DTRAIN" launch -n 2 -s 1 --env DT_TEST_TAG="$TAG" -- \
 	sh -c '[ "$DMLC_WORKER_ID" = 1 ] && exit 7; exec "$0"' "$EX" \
 	>"$OUT" 2>"$ERR"
 rc=$?

@@ -2,6 +2,7 @@
 # launch_fail.sh - a failing process stops the whole job quickly, the
 # launcher names it, and no process of the job is left afterwards; servers
 # that ignore SIGTERM are killed; --grace and --timeout bound the job.
+T_SCALE=${DT_TEST_TIME_SCALE:-1} # the time limits below, scaled under a sanitizer
 . "$(dirname "$0")/launch_lib.bash"
 make_fake_dtrain
 
@@ -11,7 +12,7 @@ run_job() {
 	local name=$1 start
 	shift
 	start=$(now_ms)
-	timeout 60 "$DTRAIN" launch --env DT_TEST_TAG="$TAG" "$@" \
+	timeout $((60 * T_SCALE)) "$DTRAIN" launch --env DT_TEST_TAG="$TAG" "$@" \
 		>"$TMP/$name.out" 2>"$TMP/$name.err"
 	rc=$?
 	ms=$(($(now_ms) - start))

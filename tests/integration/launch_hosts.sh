@@ -9,6 +9,7 @@
 # --sync-dst-dir copies to both hosts and removes what it copied when one
 # copy fails. Every case prints a TABLE line (engine, case, exit status,
 # milliseconds to a stopped job). Skipped where namespaces cannot be made.
+T_SCALE=${DT_TEST_TIME_SCALE:-1} # the time limits below, scaled under a sanitizer
 . "$(dirname "$0")/launch_lib.bash"
 . "$(dirname "$0")/engines_lib.bash"
 need_root "a two-host cluster of network namespaces"
@@ -35,7 +36,7 @@ on_host() { "$DTRAIN_SSH" -p "$SSH_PORT" "$@"; }
 run_job() {
 	local name=$1 engine=$2
 	shift 2
-	timeout 300 "$DTRAIN" launch --launcher "$engine" -H "$TMP/hosts" \
+	timeout $((300 * T_SCALE)) "$DTRAIN" launch --launcher "$engine" -H "$TMP/hosts" \
 		--env DT_TEST_TAG="$TAG" "$@" >"$OUT" 2>"$ERR"
 	rc=$?
 	[ "$rc" = 0 ] || { echo "--- $name: rc $rc" >&2; tail -5 "$ERR" >&2; }
@@ -80,7 +81,7 @@ for engine in ssh mpi; do
 	# Ctrl-C, with plain workers and with workers that ignore SIGHUP.
 	for what in plain stubborn; do
 		if [ $what = plain ]; then cmd=("${LINREG[@]}" --epochs 100000); else cmd=("$TMP/stubborn"); fi
-		timeout 120 "$DTRAIN" launch --launcher $engine -H "$TMP/hosts" -n 2 -s 2 \
+		timeout $((120 * T_SCALE)) "$DTRAIN" launch --launcher $engine -H "$TMP/hosts" -n 2 -s 2 \
 			--env DT_TEST_TAG="$TAG" -- "${cmd[@]}" >"$OUT" 2>"$ERR" &
 		L=$!
 		wait_for 60 sh -c "grep -q 'Epoch\[1\]' '$OUT'"
@@ -103,7 +104,7 @@ for engine in ssh mpi; do
 	# (it took 1.3 s quiet, and 4.3 s with a 2 s timeout at load 16).
 	printf '%s:%s\n%s250:%s\n' "${HOSTS[0]}" "$SSH_PORT" "$NET" "$SSH_PORT" >"$TMP/hosts_bad"
 	start=$(now_ms)
-	DTRAIN_SSH_CONNECT_TIMEOUT=1 timeout 120 "$DTRAIN" launch --launcher $engine \
+	DTRAIN_SSH_CONNECT_TIMEOUT=1 timeout $((120 * T_SCALE)) "$DTRAIN" launch --launcher $engine \
 		-H "$TMP/hosts_bad" -n 2 -s 2 --env DT_TEST_TAG="$TAG" -- "${LINREG[@]}" >"$OUT" 2>"$ERR"
 	rc=$?
 	wait_gone 10

@@ -4,6 +4,7 @@
 # --tag-output to "[worker R] ", failures and signals stop everything,
 # ranks included (mpirun puts each rank in a process group of its own).
 # Skipped when mpirun is not installed.
+T_SCALE=${DT_TEST_TIME_SCALE:-1} # the time limits below, scaled under a sanitizer
 . "$(dirname "$0")/launch_lib.bash"
 if ! command -v mpirun >/dev/null; then
 	echo "skipped: no mpirun"
@@ -14,7 +15,7 @@ OUT=$TMP/out
 ERR=$TMP/err
 
 # shellcheck disable=SC2016
-timeout 120 "$DTRAIN" launch --launcher mpi -n 2 -s 1 \
+timeout $((120 * T_SCALE)) "$DTRAIN" launch --launcher mpi -n 2 -s 1 \
 	--env DT_TEST_TAG="$TAG" -- sh -c '
 	echo "rank $OMPI_COMM_WORLD_RANK role $DMLC_ROLE id=${DMLC_WORKER_ID-none} nw=$DMLC_NUM_WORKER ns=$DMLC_NUM_SERVER launched=$DTRAIN_LAUNCHED"
 	echo "err $OMPI_COMM_WORLD_RANK" >&2' >"$OUT" 2>"$ERR"
@@ -39,7 +40,7 @@ POISON=$TMP/tmpdir
 mkdir "$POISON"
 : >"$POISON/ompi.$(hostname).$(id -u)"
 # shellcheck disable=SC2016
-env -u OMPI_MCA_orte_tmpdir_base TMPDIR="$POISON" timeout 120 "$DTRAIN" launch --launcher mpi -n 2 -s 1 \
+env -u OMPI_MCA_orte_tmpdir_base TMPDIR="$POISON" timeout $((120 * T_SCALE)) "$DTRAIN" launch --launcher mpi -n 2 -s 1 \
 	--env DT_TEST_TAG="$TAG" -- sh -c 'echo "rank $OMPI_COMM_WORLD_RANK"' \
 	>"$OUT" 2>"$ERR"
 rc=$?
@@ -53,7 +54,7 @@ check "mpi session dirs: nothing left in TMPDIR" \
 # One rank fails: mpirun exits non-zero, the launcher stops the job.
 start=$(now_ms)
 # shellcheck disable=SC2016
-timeout 120 "$DTRAIN" launch --launcher mpi -n 3 -s 1 \
+timeout $((120 * T_SCALE)) "$DTRAIN" launch --launcher mpi -n 3 -s 1 \
 	--env DT_TEST_TAG="$TAG" -- sh -c '
 	sleep 300 & [ "$OMPI_COMM_WORLD_RANK" = 1 ] && { sleep 1; exit 3; }
 	sleep 300' >"$OUT" 2>"$ERR"
@@ -75,7 +76,7 @@ check "mpi failure: nothing left" wait_gone 5
 # SIGTERM to the launcher while the ranks run.
 rm -f "$TMP"/up.*
 # shellcheck disable=SC2016
-timeout 120 "$DTRAIN" launch --launcher mpi -n 2 -s 1 \
+timeout $((120 * T_SCALE)) "$DTRAIN" launch --launcher mpi -n 2 -s 1 \
 	--env DT_TEST_TAG="$TAG" --env MARK="$TMP/up" -- sh -c '
 	sleep 300 & touch "$MARK.$OMPI_COMM_WORLD_RANK"; sleep 300' \
 	>"$OUT" 2>"$ERR" &

@@ -3,6 +3,7 @@
 # and stderr stay apart, nothing is lost (volume, long lines, a last line
 # without newline, output of a failing worker), and every process gets the
 # DMLC_* variables, --env and the launcher's environment.
+T_SCALE=${DT_TEST_TIME_SCALE:-1} # the time limits below, scaled under a sanitizer
 . "$(dirname "$0")/launch_lib.bash"
 make_fake_dtrain
 OUT=$TMP/out
@@ -10,7 +11,7 @@ ERR=$TMP/err
 
 # Prefixes and separation.
 # shellcheck disable=SC2016
-timeout 60 "$DTRAIN" launch -n 3 -s 2 --env DT_TEST_TAG="$TAG" -- sh -c '
+timeout $((60 * T_SCALE)) "$DTRAIN" launch -n 3 -s 2 --env DT_TEST_TAG="$TAG" -- sh -c '
 	echo "hello from $DMLC_WORKER_ID"
 	echo "oops $DMLC_WORKER_ID" >&2
 	printf "no newline %s" "$DMLC_WORKER_ID"' >"$OUT" 2>"$ERR"
@@ -33,7 +34,7 @@ check "[server 1] prefix" has "$OUT" "[server 1] server 1 role server"
 # Volume: 20000 lines per worker on stdout and stderr, all there and in
 # order; a 100000-byte line is split, not lost.
 # shellcheck disable=SC2016
-timeout 60 "$DTRAIN" launch -n 2 -s 0 --env DT_TEST_TAG="$TAG" -- sh -c '
+timeout $((60 * T_SCALE)) "$DTRAIN" launch -n 2 -s 0 --env DT_TEST_TAG="$TAG" -- sh -c '
 	seq 1 20000 | sed "s/^/line /"
 	seq 1 20000 | sed "s/^/eline /" >&2
 	head -c 100000 /dev/zero | tr "\0" x; echo' >"$OUT" 2>"$ERR"
@@ -55,7 +56,7 @@ done
 
 # The output of a failing worker, up to its last byte, is not lost.
 # shellcheck disable=SC2016
-timeout 60 "$DTRAIN" launch -n 2 -s 0 --env DT_TEST_TAG="$TAG" -- sh -c '
+timeout $((60 * T_SCALE)) "$DTRAIN" launch -n 2 -s 0 --env DT_TEST_TAG="$TAG" -- sh -c '
 	if [ "$DMLC_WORKER_ID" = 1 ]; then
 		seq 1 5000; printf "last words"; exit 3
 	fi
@@ -75,7 +76,7 @@ export FORWARD_ME=forwarded
 export DMLC_WORKER_ID=99 DT_LISTEN_FD=77 # the launcher must not pass these on
 MSG="it's a \"test\" with \$dollar and spaces"
 # shellcheck disable=SC2016
-timeout 60 "$DTRAIN" launch -n 3 -s 2 --env DT_TEST_TAG="$TAG" \
+timeout $((60 * T_SCALE)) "$DTRAIN" launch -n 3 -s 2 --env DT_TEST_TAG="$TAG" \
 	--env "MSG=$MSG" --env FORWARD_ME --env EMPTY= -- sh -c '
 	s=0; for f in /proc/$$/fd/*; do
 		case $(readlink "$f") in socket:*) s=$((s + 1)) ;; esac

@@ -2,6 +2,7 @@
 # launch_signal.sh - SIGTERM, SIGINT or SIGHUP to the launcher stops the
 # whole job (exit 128+N); a launcher killed with SIGKILL leaves nothing
 # behind either, grandchildren included (PDEATHSIG and the guard process).
+T_SCALE=${DT_TEST_TIME_SCALE:-1} # the time limits below, scaled under a sanitizer
 . "$(dirname "$0")/launch_lib.bash"
 make_fake_dtrain
 
@@ -14,7 +15,7 @@ export MARK=$TMP/up
 # the launcher itself (timeout's child) once every worker is up.
 start_job() {
 	rm -f "$MARK".*
-	timeout 60 "$DTRAIN" launch -n 3 -s 2 --env DT_TEST_TAG="$TAG" \
+	timeout $((60 * T_SCALE)) "$DTRAIN" launch -n 3 -s 2 --env DT_TEST_TAG="$TAG" \
 		--env MARK="$MARK" -- sh -c "$WORKER" \
 		>"$TMP/out" 2>"$TMP/err" &
 	T=$!

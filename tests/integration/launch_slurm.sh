@@ -6,6 +6,7 @@
 # rank and status; Ctrl-C and a worker that ignores SIGHUP leave nothing
 # (no process, no job step). Skipped, with the reason, where Slurm cannot
 # run (not root, not installed).
+T_SCALE=${DT_TEST_TIME_SCALE:-1} # the time limits below, scaled under a sanitizer
 . "$(dirname "$0")/launch_lib.bash"
 . "$(dirname "$0")/engines_lib.bash"
 slurm_setup
@@ -23,7 +24,7 @@ job_references
 
 # 1. Inside an allocation (the issue's hang: the second step waited).
 start=$(now_ms)
-timeout 120 salloc --quiet -n 2 "$DTRAIN" launch -n 2 -s 2 --launcher slurm \
+timeout $((120 * T_SCALE)) salloc --quiet -n 2 "$DTRAIN" launch -n 2 -s 2 --launcher slurm \
 	--env DT_TEST_TAG="$TAG" -- "${LINREG[@]}" >"$OUT" 2>"$ERR"
 rc=$?
 ms=$(($(now_ms) - start))
@@ -38,7 +39,7 @@ echo "TABLE slurm linreg rc=$rc ms=$ms"
 # mnist (make demo's model, one epoch of 2048 images) as on one host.
 if [ ${#MNIST[@]} -gt 0 ]; then
 	start=$(now_ms)
-	timeout 300 salloc --quiet -n 2 "$DTRAIN" launch -n 2 -s 2 --launcher slurm \
+	timeout $((300 * T_SCALE)) salloc --quiet -n 2 "$DTRAIN" launch -n 2 -s 2 --launcher slurm \
 		--env DT_TEST_TAG="$TAG" -- "${MNIST[@]}" >"$OUT" 2>"$ERR"
 	rc=$?
 	ms=$(($(now_ms) - start))
@@ -66,7 +67,7 @@ done
 check "sbatch: nothing left" wait_gone 5
 
 # 3. A worker fails: named with its rank and status, the job stopped.
-timeout 120 salloc --quiet -n 2 "$DTRAIN" launch -n 2 -s 1 --launcher slurm \
+timeout $((120 * T_SCALE)) salloc --quiet -n 2 "$DTRAIN" launch -n 2 -s 1 --launcher slurm \
 	--env DT_TEST_TAG="$TAG" -- "$TMP/failw" >"$OUT" 2>"$ERR"
 rc=$?
 end=$(now_ms)
@@ -86,7 +87,7 @@ echo "TABLE slurm failing-worker rc=$rc ms=$ms"
 # SIGHUP and leave a child behind.
 for what in plain stubborn; do
 	if [ $what = plain ]; then cmd=("${LINREG[@]}" --epochs 100000); else cmd=("$TMP/stubborn"); fi
-	timeout 120 salloc --quiet -n 2 "$DTRAIN" launch -n 2 -s 1 --launcher slurm \
+	timeout $((120 * T_SCALE)) salloc --quiet -n 2 "$DTRAIN" launch -n 2 -s 1 --launcher slurm \
 		--env DT_TEST_TAG="$TAG" -- "${cmd[@]}" >"$OUT" 2>"$ERR" &
 	S=$!
 	wait_for 60 sh -c "grep -q 'Epoch\[1\]' '$OUT'"

@@ -3,6 +3,7 @@
 # (DTRAIN_SSH) that runs the remote command here in a clean environment, as
 # a remote login would: quoting, variables, working directory, prefixes,
 # failure handling, and --sync-dst-dir with a stand-in for rsync.
+T_SCALE=${DT_TEST_TIME_SCALE:-1} # the time limits below, scaled under a sanitizer
 . "$(dirname "$0")/launch_lib.bash"
 make_fake_dtrain
 for v in $(compgen -e); do
@@ -60,7 +61,7 @@ ERR=$TMP/err
 
 MSG="it's a \"test\" with \$dollar, spaces and a * star"
 # shellcheck disable=SC2016
-timeout 60 "$DTRAIN" launch -n 2 -s 1 -H hosts --env DT_TEST_TAG="$TAG" \
+timeout $((60 * T_SCALE)) "$DTRAIN" launch -n 2 -s 1 -H hosts --env DT_TEST_TAG="$TAG" \
 	--env "MSG=$MSG" -- sh -c '
 	# The job ends when the workers do: let the server print its line first.
 	i=0; while [ ! -e "'"$TMP"'/server.0.started" ] && [ $i -lt 400 ]; do sleep 0.05; i=$((i + 1)); done
@@ -102,7 +103,7 @@ echo "the planter's file" >"$TMP/planted"
 ln -s "$TMP/planted" "$TMP/work/.dtrain-plantjob.secret"
 : >"$FAKE_SSH_LOG"
 # shellcheck disable=SC2016
-DTRAIN_JOB_ID=plantjob timeout 60 "$DTRAIN" launch -n 1 -s 0 -H hosts \
+DTRAIN_JOB_ID=plantjob timeout $((60 * T_SCALE)) "$DTRAIN" launch -n 1 -s 0 -H hosts \
 	--env DT_TEST_TAG="$TAG" -- sh -c 'echo "secret in $DTRAIN_SECRET_FILE"' \
 	>"$OUT" 2>"$ERR"
 rc=$?
@@ -118,7 +119,7 @@ check "planted link: no secret directory left" test -z "$(ls -A "$TMP/work" | gr
 : >"$FAKE_SSH_LOG"
 start=$(now_ms)
 # shellcheck disable=SC2016
-timeout 60 "$DTRAIN" launch -n 3 -s 0 -H hosts --env DT_TEST_TAG="$TAG" -- \
+timeout $((60 * T_SCALE)) "$DTRAIN" launch -n 3 -s 0 -H hosts --env DT_TEST_TAG="$TAG" -- \
 	sh -c 'sleep 300 & [ "$DMLC_WORKER_ID" = 2 ] && { sleep 1; exit 5; }; sleep 300' \
 	>"$OUT" 2>"$ERR"
 rc=$?
@@ -137,7 +138,7 @@ check "ssh failure: nothing left" wait_gone 5
 echo payload >data.txt
 DST=$TMP/remote/job
 # shellcheck disable=SC2016
-timeout 60 "$DTRAIN" launch -n 2 -s 0 -H hosts --sync-dst-dir "$DST" \
+timeout $((60 * T_SCALE)) "$DTRAIN" launch -n 2 -s 0 -H hosts --sync-dst-dir "$DST" \
 	--env DT_TEST_TAG="$TAG" -- sh -c 'echo "$(pwd): $(cat data.txt)"' \
 	>"$OUT" 2>"$ERR"
 rc=$?
@@ -150,7 +151,7 @@ check "sync: worker 1 runs in the copy" has "$OUT" "[worker 1] $DST: payload"
 
 # A failing rsync stops everything before the job starts.
 : >"$FAKE_RSYNC_LOG"
-FAKE_RSYNC_FAIL=h2 timeout 60 "$DTRAIN" launch -n 2 -s 0 -H hosts \
+FAKE_RSYNC_FAIL=h2 timeout $((60 * T_SCALE)) "$DTRAIN" launch -n 2 -s 0 -H hosts \
 	--sync-dst-dir "$DST" --env DT_TEST_TAG="$TAG" -- echo started \
 	>"$OUT" 2>"$ERR"
 rc=$?

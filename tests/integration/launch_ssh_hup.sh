@@ -7,6 +7,7 @@
 # launcher puts in front of every remote command must then end the
 # command's whole group: after Ctrl-C, and after another worker fails.
 # (It used to leave two processes per worker, reparented to init.)
+T_SCALE=${DT_TEST_TIME_SCALE:-1} # the time limits below, scaled under a sanitizer
 . "$(dirname "$0")/launch_lib.bash"
 command -v python3 >/dev/null || { echo "skipped: no python3 for the pty stand-in"; exit 0; }
 
@@ -79,7 +80,7 @@ check "Ctrl-C: all gone within 12 s (${ms} ms)" test "$ms" -lt $((12000 * DT_TES
 
 # 2. A worker fails while the other (ignoring SIGHUP) runs.
 # shellcheck disable=SC2016
-timeout 60 "$DTRAIN" launch -n 2 -s 0 -H hosts --env DT_TEST_TAG="$TAG" -- \
+timeout $((60 * T_SCALE)) "$DTRAIN" launch -n 2 -s 0 -H hosts --env DT_TEST_TAG="$TAG" -- \
 	sh -c 'trap "" HUP; sleep 300 & [ "$DMLC_WORKER_ID" = 1 ] && { sleep 0.5; exit 4; }; exec sleep 301' \
 	>"$TMP/out2" 2>"$TMP/err2"
 rc=$?

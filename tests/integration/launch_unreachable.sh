@@ -4,6 +4,7 @@
 # the host named, instead of ssh's own timeout of minutes. Uses the real
 # ssh client against an address nothing answers on (10.255.255.1: dropped
 # on most networks, unreachable on the rest; both must end as fast).
+T_SCALE=${DT_TEST_TIME_SCALE:-1} # the time limits below, scaled under a sanitizer
 . "$(dirname "$0")/launch_lib.bash"
 if ! command -v ssh >/dev/null; then
 	echo "skipped: no ssh client (Debian's openssh-client)"
@@ -13,7 +14,7 @@ unset DTRAIN_SSH
 cd "$TMP" || exit 1
 echo 10.255.255.1 >hosts
 t0=$(now_ms)
-DTRAIN_SSH_CONNECT_TIMEOUT=1 timeout 60 "$DTRAIN" launch -n 1 -s 1 -H hosts \
+DTRAIN_SSH_CONNECT_TIMEOUT=1 timeout $((60 * T_SCALE)) "$DTRAIN" launch -n 1 -s 1 -H hosts \
 	--env DT_TEST_TAG="$TAG" -- true >"$TMP/out" 2>"$TMP/err"
 rc=$?
 ms=$(($(now_ms) - t0))
@@ -52,7 +53,7 @@ exit 0
 EOS
 chmod +x "$TMP/fake_ssh"
 printf 'up\ndown\n' >hosts2
-FAKE_DIR=$TMP DTRAIN_SSH=$TMP/fake_ssh DMLC_NODE_HOST=127.0.0.1 timeout 60 "$DTRAIN" launch -n 2 -s 0 \
+FAKE_DIR=$TMP DTRAIN_SSH=$TMP/fake_ssh DMLC_NODE_HOST=127.0.0.1 timeout $((60 * T_SCALE)) "$DTRAIN" launch -n 2 -s 0 \
 	-H hosts2 --env DT_TEST_TAG="$TAG" -- true >"$TMP/out" 2>"$TMP/err"
 rc=$?
 check "one host down: launcher exits 1 (got $rc)" test "$rc" = 1

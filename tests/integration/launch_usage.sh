@@ -2,13 +2,14 @@
 # launch_usage.sh - `dtrain launch` refuses bad usage with exit status 2 and
 # a message naming the option; a command that cannot be found fails its
 # worker with status 127, which stops the job.
+T_SCALE=${DT_TEST_TIME_SCALE:-1} # the time limits below, scaled under a sanitizer
 . "$(dirname "$0")/launch_lib.bash"
 
 # usage_case WORD ARGS...: `dtrain launch ARGS` exits 2, stderr names WORD.
 usage_case() {
 	local word=$1 rc
 	shift
-	timeout 20 "$DTRAIN" launch "$@" >"$TMP/out" 2>"$TMP/err"
+	timeout $((20 * T_SCALE)) "$DTRAIN" launch "$@" >"$TMP/out" 2>"$TMP/err"
 	rc=$?
 	if [ "$rc" = 2 ] && has "$TMP/err" "$word"; then
 		pass "launch $* -> 2, names '$word'"
@@ -48,7 +49,7 @@ usage_case "--sync-exclude needs --sync-dst-dir" \
 usage_case "--sync-exclude: empty pattern" \
 	-n 1 -H "$TMP/hosts" --sync-dst-dir /tmp/x --sync-exclude '' true
 
-timeout 20 "$DTRAIN" launch --help >"$TMP/out" 2>&1
+timeout $((20 * T_SCALE)) "$DTRAIN" launch --help >"$TMP/out" 2>&1
 check "--help exits 0 with the synopsis" \
 	test $? = 0 -a -n "$(grep -F 'usage: dtrain launch -n W' "$TMP/out")"
 
@@ -56,7 +57,7 @@ check "--help exits 0 with the synopsis" \
 # launcher stops the job, naming the worker.
 make_fake_dtrain
 start=$(now_ms)
-timeout 30 "$DTRAIN" launch -n 2 -s 1 --env DT_TEST_TAG="$TAG" \
+timeout $((30 * T_SCALE)) "$DTRAIN" launch -n 2 -s 1 --env DT_TEST_TAG="$TAG" \
 	-- "$TMP/no/such/command" >"$TMP/out" 2>"$TMP/err"
 rc=$?
 check "missing command: launcher exits 1 (got $rc)" test "$rc" = 1

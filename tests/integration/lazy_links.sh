@@ -18,6 +18,7 @@
 #     within DT_CONNECT_TIMEOUT naming it (DTRAIN_RECOVER=1, so that the
 #     scheduler waits instead of ending the job), and without recovery the
 #     scheduler notices the loss and ends the job naming it.
+T_SCALE=${DT_TEST_TIME_SCALE:-1} # the time limits below, scaled under a sanitizer
 . "$(dirname "$0")/coll_lib.bash"
 CHECK=$BUILD/tests/progs/lazy_check
 KV=$BUILD/tests/progs/kv_check
@@ -28,7 +29,7 @@ count_links() {
 }
 
 out=$TMP/kv
-timeout 280 "$DTRAIN" launch -n 4 -s 2 --launcher local \
+timeout $((280 * T_SCALE)) "$DTRAIN" launch -n 4 -s 2 --launcher local \
 	--env DT_TEST_TAG="$TAG" --env PS_VERBOSE=1 -- "$KV" sum >"$out" 2>&1
 rc=$?
 check "kv: launcher exits 0 (got $rc)" test "$rc" = 0
@@ -65,7 +66,7 @@ for env in "" DTRAIN_TRANSPORT=tcp PS_RESEND=1 DTRAIN_ENCRYPT=1; do
 done
 
 out=$TMP/first
-timeout 280 "$DTRAIN" launch -n 4 -s 2 --launcher local \
+timeout $((280 * T_SCALE)) "$DTRAIN" launch -n 4 -s 2 --launcher local \
 	--env DT_TEST_TAG="$TAG" --env PS_VERBOSE=1 -- "$CHECK" first >"$out" 2>&1
 rc=$?
 check "first: launcher exits 0 (got $rc)" test "$rc" = 0
@@ -79,7 +80,7 @@ check "first: one connection per pair of the ring (got $links)" test "$links" = 
 
 # A communicator's start asks for its ranks' hosts, not their addresses.
 out=$TMP/hosts
-timeout 280 "$DTRAIN" launch -n 8 -s 1 --launcher local \
+timeout $((280 * T_SCALE)) "$DTRAIN" launch -n 8 -s 1 --launcher local \
 	--env DT_TEST_TAG="$TAG" --env DT_COLL_CMA=0 -- "$CHECK" hosts >"$out" 2>&1
 rc=$?
 check "hosts: launcher exits 0 (got $rc)" test "$rc" = 0

@@ -6,6 +6,7 @@
 # with --no-overlap (the push after backward instead of per layer in it).
 # Horovod's allreduce of gradient buckets during backward gives the same bits
 # as after it (--no-overlap), with 2 and with 3 workers.
+T_SCALE=${DT_TEST_TIME_SCALE:-1} # the time limits below, scaled under a sanitizer
 set -u
 B=${DTRAIN_BUILD:?}
 . "$(dirname "$0")/blas_env.bash"
@@ -28,7 +29,7 @@ check() { # name file
 }
 run() { # name args...
   local name=$1; shift
-  if ! timeout 240 "$@" > "$tmp/$name.log" 2>&1; then
+  if ! timeout $((240 * T_SCALE)) "$@" > "$tmp/$name.log" 2>&1; then
     echo "FAIL: $name"; tail -20 "$tmp/$name.log"; fails=$((fails+1)); return 1
   fi
 }

@@ -15,6 +15,7 @@
 # of a ready-first run and of a strict one are the same bytes; in 3
 # stages cut by measured time too. The activation slots allocated follow
 # the schedule (the bench's JSON, the example's memory line).
+T_SCALE=${DT_TEST_TIME_SCALE:-1} # the time limits below, scaled under a sanitizer
 . "$(dirname "$0")/coll_lib.bash"
 CHECK=$BUILD/tests/progs/pipe_check
 
@@ -74,7 +75,7 @@ grep -F FAIL "$out" | head -5
 # timeline shows stage 0 of 2 running 1F1B's order with its two waits.
 for S in 2 4; do
 	out=$TMP/bench$S
-	timeout 120 "$DTRAIN" launch -n "$S" -s 0 --launcher local \
+	timeout $((120 * T_SCALE)) "$DTRAIN" launch -n "$S" -s 0 --launcher local \
 		--env DT_TEST_TAG="$TAG" -- "$BUILD/bench/pipeline_bench" \
 		--width 128 --micro-batch 8 --steps 2 --max-micro 4 \
 		--timeline 4 >"$out" 2>&1
@@ -103,7 +104,7 @@ check "bench, 2 stages: stage 0's ideal 1F1B order (got: $order)" \
 DATA=${FASHION_MNIST:-/usr/share/datasets/fashion-mnist}
 if [ -f "$DATA/train-images-idx3-ubyte.gz" ]; then
 	out=$TMP/mnist
-	timeout 280 "$DTRAIN" launch -n 3 -s 0 --launcher local \
+	timeout $((280 * T_SCALE)) "$DTRAIN" launch -n 3 -s 0 --launcher local \
 		--env DT_TEST_TAG="$TAG" -- "$BUILD/examples/mnist" \
 		--pipeline-stages 3 --stages 3,7 --micro-batches 4 \
 		--schedule gpipe --batch-size 32 --epochs 1 --limit 256 \
@@ -119,7 +120,7 @@ if [ -f "$DATA/train-images-idx3-ubyte.gz" ]; then
 	# One process running the same micro-batches (one stage) ends with
 	# the same bits as the three stage files joined.
 	out=$TMP/mnist1
-	timeout 280 "$BUILD/examples/mnist" --pipeline-stages 1 \
+	timeout $((280 * T_SCALE)) "$BUILD/examples/mnist" --pipeline-stages 1 \
 		--micro-batches 4 --schedule gpipe --batch-size 32 --epochs 1 \
 		--limit 256 --data "$DATA" --save "$TMP/one" >"$out" 2>&1
 	rc=$?
@@ -147,7 +148,7 @@ if [ -f "$DATA/train-images-idx3-ubyte.gz" ]; then
 	# Four stages (lenet's cut rule: layers 0, 3, 7 and 9) under 1F1B,
 	# a few batches: the same bits as one process again.
 	out=$TMP/mnist4
-	timeout 280 "$DTRAIN" launch -n 4 -s 0 --launcher local \
+	timeout $((280 * T_SCALE)) "$DTRAIN" launch -n 4 -s 0 --launcher local \
 		--env DT_TEST_TAG="$TAG" -- "$BUILD/examples/mnist" \
 		--pipeline-stages 4 --micro-batches 4 --schedule 1f1b \
 		--batch-size 32 --epochs 1 --limit 128 --data "$DATA" \
@@ -171,7 +172,7 @@ if [ -f "$DATA/train-images-idx3-ubyte.gz" ]; then
 		grep -q "stage 2: .*peak in flight [12] micro-batches" "$out"
 	# The strict order: exactly 1F1B's S - s, and the same bytes.
 	out=$TMP/mnist4s
-	timeout 280 "$DTRAIN" launch -n 4 -s 0 --launcher local \
+	timeout $((280 * T_SCALE)) "$DTRAIN" launch -n 4 -s 0 --launcher local \
 		--env DT_TEST_TAG="$TAG" -- "$BUILD/examples/mnist" \
 		--pipeline-stages 4 --micro-batches 4 --schedule 1f1b-strict \
 		--batch-size 32 --epochs 1 --limit 128 --data "$DATA" \
@@ -185,7 +186,7 @@ if [ -f "$DATA/train-images-idx3-ubyte.gz" ]; then
 		check "mnist, 4 stages: stage $st's file, ready-first = strict" \
 			cmp -s "$TMP/q.stage$st" "$TMP/qs.stage$st"
 	done
-	timeout 280 "$BUILD/examples/mnist" --pipeline-stages 1 \
+	timeout $((280 * T_SCALE)) "$BUILD/examples/mnist" --pipeline-stages 1 \
 		--micro-batches 4 --batch-size 32 --epochs 1 --limit 128 \
 		--data "$DATA" --save "$TMP/one4" >"$TMP/mnist41" 2>&1
 	rc=$?
@@ -202,7 +203,7 @@ if [ -f "$DATA/train-images-idx3-ubyte.gz" ]; then
 	# stage files joined are one process's bits (the run of 256 samples
 	# above).
 	out=$TMP/mnist_measured
-	timeout 280 "$DTRAIN" launch -n 3 -s 0 --launcher local \
+	timeout $((280 * T_SCALE)) "$DTRAIN" launch -n 3 -s 0 --launcher local \
 		--env DT_TEST_TAG="$TAG" -- "$BUILD/examples/mnist" \
 		--pipeline-stages 3 --stages measured --micro-batches 4 \
 		--batch-size 32 --epochs 1 --limit 256 --data "$DATA" \
@@ -224,7 +225,7 @@ if [ -f "$DATA/train-images-idx3-ubyte.gz" ]; then
 		cmp -s "$TMP/joinedm" "$TMP/one.stage0"
 	# Two pipelines of 2 stages on their halves of each global batch.
 	out=$TMP/mnist_hybrid
-	timeout 280 "$DTRAIN" launch -n 4 -s 0 --launcher local \
+	timeout $((280 * T_SCALE)) "$DTRAIN" launch -n 4 -s 0 --launcher local \
 		--env DT_TEST_TAG="$TAG" -- "$BUILD/examples/mnist" \
 		--pipeline-stages 2 --micro-batches 4 --batch-size 32 \
 		--epochs 1 --limit 512 --data "$DATA" --save "$TMP/h" \
@@ -239,7 +240,7 @@ if [ -f "$DATA/train-images-idx3-ubyte.gz" ]; then
 	check "mnist, 2 x 2: replica 0 saved each stage's file" \
 		test -s "$TMP/h.stage0" -a -s "$TMP/h.stage1"
 	out=$TMP/mnist_odd
-	timeout 280 "$DTRAIN" launch -n 3 -s 0 --launcher local \
+	timeout $((280 * T_SCALE)) "$DTRAIN" launch -n 3 -s 0 --launcher local \
 		--env DT_TEST_TAG="$TAG" -- "$BUILD/examples/mnist" \
 		--pipeline-stages 2 --limit 64 --data "$DATA" >"$out" 2>&1
 	rc=$?

@@ -9,6 +9,7 @@
 # the reason, where Slurm cannot run, where /usr/bin/python3 has no torch,
 # without Fashion-MNIST, and in a sanitizer build (the interpreter is not
 # instrumented; python_binding runs the binding's calls there).
+T_SCALE=${DT_TEST_TIME_SCALE:-1} # the time limits below, scaled under a sanitizer
 . "$(dirname "$0")/launch_lib.bash"
 . "$(dirname "$0")/engines_lib.bash"
 : "${DTRAIN_SOURCE:?DTRAIN_SOURCE must name the source directory}"
@@ -27,7 +28,7 @@ JOB=$TMP/job
 mkdir -p "$JOB"
 chmod 700 "$JOB"
 
-timeout 600 "$DTRAIN" launch -n 2 -s 0 --env "DT_TEST_TAG=$TAG" -- "${EX[@]}" \
+timeout $((600 * T_SCALE)) "$DTRAIN" launch -n 2 -s 0 --env "DT_TEST_TAG=$TAG" -- "${EX[@]}" \
 	--save "$TMP/launch.params" >"$TMP/ref" 2>&1
 rc=$?
 check "dtrain launch -n 2 -s 0 mnist_torch_hvd.py: exits 0 (got $rc)" test "$rc" = 0
@@ -44,7 +45,7 @@ bare() {
 }
 
 start=$(now_ms)
-(cd "$JOB" && bare timeout 600 srun --quiet -n 2 \
+(cd "$JOB" && bare timeout $((600 * T_SCALE)) srun --quiet -n 2 \
 	"${EX[@]}" --save "$TMP/srun.params" >"$TMP/out" 2>"$TMP/err")
 rc=$?
 ms=$(($(now_ms) - start))

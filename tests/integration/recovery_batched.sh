@@ -11,6 +11,7 @@
 #     parameters bit-identical after a server kill, again with
 #     DTRAIN_RECOVER_BATCHED=0 (key by key) with a checkpoint and before
 #     any, after a worker kill, and with 2bit pushes and fp16 pulls.
+T_SCALE=${DT_TEST_TIME_SCALE:-1} # the time limits below, scaled under a sanitizer
 . "$(dirname "$0")/recovery_lib.bash"
 
 # Batched calls, batched under recovery in dist_sync (the many-key
@@ -28,7 +29,7 @@ export MXNET_KVSTORE_BIGARRAY_BOUND=1000
 MK=("$B/tests/progs/kv_check" ckpt 0 1000)
 ME=(--env KV_CHECK_MANY=3000 --env KV_CHECK_PROGRESS=1)
 hash_end() { grep -o "kv_check ckpt at step 1000: [0-9a-f]*" "$tmp/$1.log"; }
-timeout 200 "$B/dtrain" launch -n 2 -s 2 "${ME[@]}" -- "${MK[@]}" >"$tmp/many_ref.log" 2>&1 || fail "batched reference run"
+timeout $((200 * T_SCALE)) "$B/dtrain" launch -n 2 -s 2 "${ME[@]}" -- "${MK[@]}" >"$tmp/many_ref.log" 2>&1 || fail "batched reference run"
 [ -n "$(hash_end many_ref)" ] || fail "batched reference run: no hash"
 st=$((20 + RANDOM % 100)) srv=$((RANDOM % 2))
 killed many server $srv "kv_check ckpt step $st done" "$B/dtrain" launch -n 2 -s 2 "${R[@]}" --checkpoint-every 10 \
@@ -75,7 +76,7 @@ elif [ -f "$DATA/train-images-idx3-ubyte.gz" ]; then
 	[ -z "${DT_TEST_SANITIZE:-}" ] || limit=3072 kills=2
 	M=(--kvstore dist_sync --model lenet --epochs 1 --limit $limit --seed 7 --disp-batches 16 --optimizer sgd
 		--lr 0.05 --momentum 0.9 --batch-size 32 --data "$DATA")
-	timeout 200 "$B/dtrain" launch -n 2 -s 2 -- "$B/examples/mnist" "${M[@]}" --save "$tmp/ref.params" \
+	timeout $((200 * T_SCALE)) "$B/dtrain" launch -n 2 -s 2 -- "$B/examples/mnist" "${M[@]}" --save "$tmp/ref.params" \
 		>"$tmp/m_ref.log" 2>&1 || fail "mnist reference run"
 	k=$((16 * (1 + RANDOM % kills)))
 	killed mnist server 0 "Batch \[$((k - 16))-$k\]" "$B/dtrain" launch -n 2 -s 2 "${R[@]}" --checkpoint-every 10 \
@@ -113,7 +114,7 @@ elif [ -f "$DATA/train-images-idx3-ubyte.gz" ]; then
 	# again the compressed bodies they kept (their residuals moved on
 	# once, as in the undisturbed run).
 	C=(--gradient-compression type=2bit,threshold=0.5,min_size=0 --pull-precision fp16)
-	timeout 200 "$B/dtrain" launch -n 2 -s 2 -- "$B/examples/mnist" "${M[@]}" "${C[@]}" \
+	timeout $((200 * T_SCALE)) "$B/dtrain" launch -n 2 -s 2 -- "$B/examples/mnist" "${M[@]}" "${C[@]}" \
 		--save "$tmp/cref.params" >"$tmp/mc_ref.log" 2>&1 || fail "compressed mnist reference run"
 	killed mnist_comp server 1 "Batch \[$((k - 16))-$k\]" "$B/dtrain" launch -n 2 -s 2 "${R[@]}" \
 		--checkpoint-every 10 -- "$B/examples/mnist" "${M[@]}" "${C[@]}" --save "$tmp/ckilled.params"

@@ -11,6 +11,7 @@
 # sparse_recovery.sh's case that found it. Then the same with worker 1
 # ending (dt_kv_destroy) instead: a worker under recovery leaves only once
 # every worker is done, since its copies go with it.
+T_SCALE=${DT_TEST_TIME_SCALE:-1} # the time limits below, scaled under a sanitizer
 set -u
 . "$(dirname "$0")/job_lib.bash"
 B=${DTRAIN_BUILD:?}
@@ -31,7 +32,7 @@ case_of() {
 	local mode=$1 waiting=$2 log=$tmp/$1.log job pid rc w
 	rm -rf "$tmp/ck" "$tmp/go"
 	MXNET_KVSTORE_BIGARRAY_BOUND=64 REPLAY_IDLE_GO=$tmp/go REPLAY_IDLE_MODE=$mode \
-		timeout 250 "$B/dtrain" launch -n 2 -s 2 --restart 1 --checkpoint-dir "$tmp/ck" \
+		timeout $((250 * T_SCALE)) "$B/dtrain" launch -n 2 -s 2 --restart 1 --checkpoint-dir "$tmp/ck" \
 		--checkpoint-every 10 --env "$TAG" --env PS_RESEND_TIMEOUT=20 --env PS_DROP_MSG=5 \
 		-- "$B/tests/progs/replay_idle" >"$log" 2>&1 &
 	job=$!

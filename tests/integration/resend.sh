@@ -13,6 +13,7 @@
 # kv_check sum with every 3rd big frame cut inside (DT_CUT_EVERY=3): sums
 # exact, and streamed pushes cut were used from where they were cut.
 # PS_DROP_MSG without PS_RESEND=1 is refused with the reason.
+T_SCALE=${DT_TEST_TIME_SCALE:-1} # the time limits below, scaled under a sanitizer
 set -u
 . "$(dirname "$0")/job_lib.bash"
 B=${DTRAIN_BUILD:?}
@@ -129,7 +130,7 @@ else
 fi
 
 # Losing messages on purpose without resending them is refused.
-if timeout 60 "$B/dtrain" launch -n 1 -s 1 --env PS_DROP_MSG=5 -- "${LIN[@]}" >"$tmp/bad.log" 2>&1; then
+if timeout $((60 * T_SCALE)) "$B/dtrain" launch -n 1 -s 1 --env PS_DROP_MSG=5 -- "${LIN[@]}" >"$tmp/bad.log" 2>&1; then
 	fail "PS_DROP_MSG without PS_RESEND was accepted"
 fi
 grep -q "PS_DROP_MSG loses messages on purpose; it needs PS_RESEND=1" "$tmp/bad.log" ||

@@ -13,6 +13,7 @@
 #     worker resumes at the step its predecessor reached, and the table is
 #     bit-identical again;
 #   - kv_rows async (dist_async): every row push applied exactly once.
+T_SCALE=${DT_TEST_TIME_SCALE:-1} # the time limits below, scaled under a sanitizer
 set -u
 . "$(dirname "$0")/job_lib.bash"
 B=${DTRAIN_BUILD:?}
@@ -36,7 +37,7 @@ left() { [ -n "$(ours)" ]; }
 R=(--restart 1 --checkpoint-dir "$tmp/ck" --env "$TAG")
 S=("$B/examples/sparse_linear" --kvstore dist_sync --train 40000 --test 2000 --epochs 2 --disp-batches 10)
 
-timeout 250 "$B/dtrain" launch -n 2 -s 2 --env "$TAG" -- "${S[@]}" --save "$tmp/ref.params" \
+timeout $((250 * T_SCALE)) "$B/dtrain" launch -n 2 -s 2 --env "$TAG" -- "${S[@]}" --save "$tmp/ref.params" \
 	>"$tmp/ref.log" 2>&1 || { tail "$tmp/ref.log"; fail "sparse_linear reference run"; }
 
 # A server killed after a random progress line, checkpoints every 10 rounds.
