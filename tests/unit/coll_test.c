@@ -965,6 +965,98 @@ test_single_process(void **state)
 	assert_int_equal(dt_coll_finalize(NULL), DT_OK);
 }
 
+/*
+ * Synchronous calls from several threads at once: one runs in its own
+ * thread on the communicator's op, used again from call to call; a call
+ * made while another runs is queued for the background thread on an op
+ * of its own. Every result is right, and the counters hold every call as
+ * soon as it has returned.
+ */
+#define SYNC_THREADS 3
+#define SYNC_CALLS   200
+
+typedef struct sync_arg {
+	dt_coll *c;
+	int id, bad;
+} sync_arg;
+
+static void *
+sync_main(void *p)
+{
+	sync_arg *a = p;
+	float in[37], out[37];
+
+	for (int k = 0; k < SYNC_CALLS; k++) {
+		for (int i = 0; i < 37; i++)
+			in[i] = (float)(a->id * 1000 + k + i);
+		memset(out, 0, sizeof(out));
+		if (dt_coll_allreduce(a->c, in, out, 37, DT_FLOAT32,
+		                      DT_COLL_SUM) != DT_OK ||
+		    memcmp(in, out, sizeof(in)) != 0)
+			a->bad++;
+	}
+	return NULL;
+}
+
+static uint64_t
+coll_ops_now(dt_coll *c)
+{
+	dt_stats s;
+	uint64_t n;
+
+	memset(&s, 0, sizeof(s));
+	assert_int_equal(dt_coll_stats(c, &s), DT_OK);
+	n = s.coll_ops;
+	dt_stats_fini(&s);
+	return n;
+}
+
+static void
+test_sync_calls_threads(void **state)
+{
+	dt_coll *c;
+	sync_arg a[SYNC_THREADS];
+	pthread_t t[SYNC_THREADS];
+	dt_coll_handle *h;
+	float x[4] = {1, 2, 3, 4}, y[4];
+	uint64_t ops0;
+	(void)state;
+
+	unsetenv("DMLC_PS_ROOT_URI");
+	unsetenv("DMLC_ROLE");
+	unsetenv("OMPI_COMM_WORLD_SIZE");
+	unsetenv("SLURM_PROCID");
+	assert_int_equal(dt_coll_init(&c), DT_OK);
+	ops0 = coll_ops_now(c);
+	/* (one counted as soon as the call returns) */
+	assert_int_equal(dt_coll_allreduce(c, x, y, 4, DT_FLOAT32, DT_COLL_SUM),
+	                 DT_OK);
+	assert_int_equal(coll_ops_now(c), ops0 + 1);
+	/* (a refused call is no operation, and leaves the next one clean) */
+	assert_int_equal(
+	    dt_coll_allreduce(c, x, NULL, 4, DT_FLOAT32, DT_COLL_SUM),
+	    DT_EINVAL);
+	assert_int_equal(coll_ops_now(c), ops0 + 1);
+	/* (an asynchronous call queued while the synchronous ones run) */
+	assert_int_equal(
+	    dt_coll_allreduce_async(c, NULL, x, 4, DT_FLOAT32, DT_COLL_SUM, &h),
+	    DT_OK);
+	for (int i = 0; i < SYNC_THREADS; i++) {
+		a[i] = (sync_arg){.c = c, .id = i};
+		assert_int_equal(pthread_create(&t[i], NULL, sync_main, &a[i]),
+		                 0);
+	}
+	for (int i = 0; i < SYNC_THREADS; i++) {
+		assert_int_equal(pthread_join(t[i], NULL), 0);
+		assert_int_equal(a[i].bad, 0);
+	}
+	assert_int_equal(dt_coll_wait(h), DT_OK);
+	assert_true(x[0] == 1 && x[3] == 4);
+	assert_int_equal(coll_ops_now(c),
+	                 ops0 + 2 + (uint64_t)SYNC_THREADS * SYNC_CALLS);
+	assert_int_equal(dt_coll_finalize(c), DT_OK);
+}
+
 static void
 test_mpi_env_without_root(void **state)
 {
@@ -1009,6 +1101,7 @@ main(void)
 	    cmocka_unit_test(test_sig),
 	    cmocka_unit_test(test_cfg_env),
 	    cmocka_unit_test(test_single_process),
+	    cmocka_unit_test(test_sync_calls_threads),
 	    cmocka_unit_test(test_mpi_env_without_root),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
