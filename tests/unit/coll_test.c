@@ -120,6 +120,74 @@ test_reduce_kernels(void **state)
 	}
 }
 
+/*
+ * The float kernels give the bits of one scalar x op y per element at
+ * every length and alignment, whichever width the processor runs them at
+ * (reduce.c builds them for AVX2 and the baseline): values that round,
+ * signed zeros, infinities and NaNs, separate output and in place.
+ */
+static float
+bits_val(uint32_t *r)
+{
+	static const float odd[] = {0.0f, -0.0f, 1.0f / 0.0f, -1.0f / 0.0f};
+	uint32_t u;
+	float f;
+
+	*r = *r * 1664525u + 1013904223u;
+	if ((*r >> 28) == 0)
+		return odd[(*r >> 8) & 3];
+	/* (finite, any exponent from 2^-30 to 2^33, either sign) */
+	u = (*r & 0x807fffffu) | ((97u + ((*r >> 23) & 63u)) << 23);
+	memcpy(&f, &u, sizeof(f));
+	return f;
+}
+
+static void
+test_reduce_bits(void **state)
+{
+	static const size_t lens[] = {1,  3,  7,  8,  9,   15,
+	                              16, 17, 31, 64, 257, 1027};
+	static const dt_coll_op ops[] = {DT_COLL_SUM, DT_COLL_MIN, DT_COLL_MAX};
+	enum { CAP = 1027 + 4 };
+	float a[CAP], b[CAP], d[CAP], want[CAP];
+	uint32_t r = 12345;
+	(void)state;
+
+	for (size_t li = 0; li < sizeof(lens) / sizeof(lens[0]); li++) {
+		for (size_t off = 0; off < 4; off++) {
+			for (int oi = 0; oi < 3; oi++) {
+				size_t n = lens[li];
+				dt_coll_op op = ops[oi];
+
+				for (size_t i = 0; i < CAP; i++) {
+					a[i] = bits_val(&r);
+					b[i] = bits_val(&r);
+				}
+				if (n > 5)
+					a[off + 5] = 0.0f / 0.0f;
+				for (size_t i = 0; i < n; i++) {
+					volatile float x = a[off + i];
+					volatile float y = b[off + i];
+					want[i] = op == DT_COLL_MIN
+					              ? (y < x ? y : x)
+					          : op == DT_COLL_MAX
+					              ? (y > x ? y : x)
+					              : x + y;
+				}
+				dt__coll_reduce(DT_FLOAT32, op, d + off,
+				                a + off, b + off, n);
+				assert_memory_equal(d + off, want,
+				                    n * sizeof(float));
+				/* in place, into the first input */
+				dt__coll_reduce(DT_FLOAT32, op, a + off,
+				                a + off, b + off, n);
+				assert_memory_equal(a + off, want,
+				                    n * sizeof(float));
+			}
+		}
+	}
+}
+
 static void
 test_reduce_int_wraps(void **state)
 {
@@ -1084,6 +1152,7 @@ main(void)
 	const struct CMUnitTest tests[] = {
 	    cmocka_unit_test(test_reduce_kernels),
 	    cmocka_unit_test(test_reduce_int_wraps),
+	    cmocka_unit_test(test_reduce_bits),
 	    cmocka_unit_test(test_scale),
 	    cmocka_unit_test(test_reduce_f16),
 	    cmocka_unit_test(test_dtype_names),
