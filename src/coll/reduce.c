@@ -106,9 +106,11 @@ dt__coll_op_valid(int op)
  * about half the instructions of a float sum. Each element is still
  * the one addition (or comparison) x op y, whatever the width, so both
  * give the same bits, on every rank and beside every other algorithm.
+ * Not under ThreadSanitizer, which instruments the loader's choice with
+ * calls into its runtime before that runtime has started.
  */
 #if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) &&         \
-    defined(__ELF__)
+    defined(__ELF__) && !defined(__SANITIZE_THREAD__)
 #define DT_KERNEL_CLONES __attribute__((target_clones("avx2", "default")))
 #else
 #define DT_KERNEL_CLONES
