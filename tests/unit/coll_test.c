@@ -959,6 +959,21 @@ test_cfg_env(void **state)
 
 /* ---- the one-process communicator ---- */
 
+/* A communicator of this process alone (no launcher, mpirun or srun in
+ * the environment). */
+static dt_coll *
+one_process(void)
+{
+	dt_coll *c = NULL;
+
+	unsetenv("DMLC_PS_ROOT_URI");
+	unsetenv("DMLC_ROLE");
+	unsetenv("OMPI_COMM_WORLD_SIZE");
+	unsetenv("SLURM_PROCID");
+	assert_int_equal(dt_coll_init(&c), DT_OK);
+	return c;
+}
+
 static void
 test_single_process(void **state)
 {
@@ -969,11 +984,7 @@ test_single_process(void **state)
 	dt_coll_handle *h, *h2;
 	(void)state;
 
-	unsetenv("DMLC_PS_ROOT_URI");
-	unsetenv("DMLC_ROLE");
-	unsetenv("OMPI_COMM_WORLD_SIZE");
-	unsetenv("SLURM_PROCID");
-	assert_int_equal(dt_coll_init(&c), DT_OK);
+	c = one_process();
 	assert_int_equal(dt_coll_rank(c), 0);
 	assert_int_equal(dt_coll_size(c), 1);
 	assert_int_equal(dt_coll_local_rank(c), 0);
@@ -1090,11 +1101,7 @@ test_sync_calls_threads(void **state)
 	uint64_t ops0;
 	(void)state;
 
-	unsetenv("DMLC_PS_ROOT_URI");
-	unsetenv("DMLC_ROLE");
-	unsetenv("OMPI_COMM_WORLD_SIZE");
-	unsetenv("SLURM_PROCID");
-	assert_int_equal(dt_coll_init(&c), DT_OK);
+	c = one_process();
 	ops0 = coll_ops_now(c);
 	/* (one counted as soon as the call returns) */
 	assert_int_equal(dt_coll_allreduce(c, x, y, 4, DT_FLOAT32, DT_COLL_SUM),
