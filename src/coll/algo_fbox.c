@@ -126,19 +126,19 @@ dt__coll_fbox_prepare(dt_coll *c, coll_op *op)
 	return DT_OK;
 }
 
-/* My input and signature into box s, published; the peer woken if it
- * said it sleeps. */
+/* My input and signature (encoded) into box s, published; the peer woken
+ * if it said it sleeps. */
 static void
-fbox_publish(dt_coll *c, coll_op *op, int s)
+fbox_publish(dt_coll *c, coll_op *op, int s,
+             const uint8_t sig[DT__COLL_SIG_LEN])
 {
-	uint8_t *ctl = c->fbox_mine, sig[DT__COLL_SIG_LEN];
+	uint8_t *ctl = c->fbox_mine;
 	uint64_t w = box_word(op->seq);
 
 	atomic_store_explicit(word64(ctl, FBOX_WORD(s)), w | FBOX_BUSY,
 	                      memory_order_relaxed);
 	FULL_FENCE();
-	dt__coll_sig_encode(&op->sig, sig);
-	memcpy(ctl + FBOX_SIG(s), sig, sizeof(sig));
+	memcpy(ctl + FBOX_SIG(s), sig, DT__COLL_SIG_LEN);
 	if (op->nelem)
 		memcpy(c->fbox_mine + DT__FBOX_CTL + (size_t)s * c->fbox_max,
 		       op->src, op->nelem * op->esz);
@@ -161,13 +161,14 @@ static int
 fbox_spin(const dt_coll *c, int s, uint64_t w)
 {
 	uint64_t end;
-	unsigned mask = dt__spin_yields() ? 0 : 63;
+	unsigned mask;
 
 	/* (the peer often published first: no clock read then) */
 	if (peer_ready(c, s, w))
 		return 1;
 	if (dt__spin_budget_ns() == 0 || dt__spin_contended(dt__now_ns()))
 		return peer_ready(c, s, w);
+	mask = dt__spin_yields() ? 0 : 63;
 	end = dt__now_ns() + dt__spin_budget_ns();
 	for (unsigned i = 1;; i++) {
 		if (peer_ready(c, s, w))
@@ -228,15 +229,19 @@ run_fbox(dt_coll *c, coll_op *op)
 	uint64_t w = box_word(op->seq);
 	const uint8_t *theirs =
 	    c->fbox_peer + DT__FBOX_CTL + (size_t)s * c->fbox_max;
+	uint8_t mine[DT__COLL_SIG_LEN];
 	dt__coll_sig sig;
 	dt_err err;
 
-	fbox_publish(c, op, s);
+	dt__coll_sig_encode(&op->sig, mine);
+	fbox_publish(c, op, s, mine);
 	if (!fbox_spin(c, s, w) && (err = fbox_sleep(c, op, s, w)))
 		return err;
-	(void)dt__coll_sig_decode(c->fbox_peer + FBOX_SIG(s), DT__COLL_SIG_LEN,
-	                          &sig);
-	if (!dt__coll_sig_equal(&sig, &op->sig)) {
+	/* (the encoding is one-to-one: equal bytes, equal signatures; the
+	 * peer's are decoded only to name a mismatch) */
+	if (memcmp(c->fbox_peer + FBOX_SIG(s), mine, sizeof(mine)) != 0) {
+		(void)dt__coll_sig_decode(c->fbox_peer + FBOX_SIG(s),
+		                          DT__COLL_SIG_LEN, &sig);
 		pthread_mutex_lock(&c->mu);
 		dt__coll_mismatch(c, op, peer, &sig);
 		err = dt__fail(op->err, "%s", op->msg);

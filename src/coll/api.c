@@ -8,7 +8,8 @@
  * The background thread ("dt-coll") runs queued operations in order and
  * answers stall queries while the program is elsewhere. A synchronous call
  * made while nothing is queued runs in the calling thread, which saves two
- * thread hand-offs on the latency of small operations.
+ * thread hand-offs on the latency of small operations, on an operation
+ * record the communicator keeps (run_sync: no allocation per call).
  *
  * Size: its ideas are the public calls with the operation queue they are
  * made of, and the communicator's set-up (the background thread). The
@@ -21,6 +22,7 @@
 #include <arpa/inet.h>
 #include <errno.h>
 #include <netdb.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -47,14 +49,11 @@ op_free(coll_op *op)
 	free(op);
 }
 
+/* A zeroed op made an operation of this kind on these buffers. */
 static coll_op *
-op_new(int kind, dt_dtype dtype, dt_coll_op redop, int root, const void *send,
-       void *recv, size_t count)
+op_fill(coll_op *op, int kind, dt_dtype dtype, dt_coll_op redop, int root,
+        const void *send, void *recv, size_t count)
 {
-	coll_op *op = dt__calloc(1, sizeof(*op));
-
-	if (op == NULL)
-		return NULL;
 	op->kind = kind;
 	op->dtype = dtype;
 	op->redop = redop;
@@ -71,6 +70,17 @@ op_new(int kind, dt_dtype dtype, dt_coll_op redop, int root, const void *send,
 	op->waiting_on = -1;
 	op->sc.to = op->sc.from = -1;
 	return op;
+}
+
+static coll_op *
+op_new(int kind, dt_dtype dtype, dt_coll_op redop, int root, const void *send,
+       void *recv, size_t count)
+{
+	coll_op *op = dt__calloc(1, sizeof(*op));
+
+	if (op == NULL)
+		return NULL;
+	return op_fill(op, kind, dtype, redop, root, send, recv, count);
 }
 
 static dt_err
@@ -96,7 +106,7 @@ submit(dt_coll *c, coll_op *op, int sync)
 	if (sync && !c->exec_busy && dt__list_empty(&c->queue)) {
 		c->exec_busy = 1;
 		pthread_mutex_unlock(&c->mu);
-		dt__coll_execute(c, op);
+		dt__coll_execute(c, op, 0);
 		op_free(op);
 		pthread_mutex_lock(&c->mu);
 		c->exec_busy = 0;
@@ -163,6 +173,46 @@ start(dt_coll *c, coll_op *op, dt_coll_handle **hp)
 	return wait_handle(c, h);
 }
 
+/*
+ * A synchronous call: run in the calling thread when no other operation
+ * runs or waits, on the communicator's own op (no allocation, no second
+ * look at the handle under the lock: this thread completed it); queued
+ * for the background thread otherwise, as start() does.
+ */
+static dt_err
+run_sync(dt_coll *c, int kind, dt_dtype dtype, dt_coll_op redop, int root,
+         const void *send, void *recv, size_t count)
+{
+	dt_coll_handle h; /* (its text is written on failure only) */
+	dt_coll_handle *hp = &h;
+	coll_op *op = c->inline_op;
+
+	pthread_mutex_lock(&c->mu);
+	if (op == NULL || c->exec_busy || !dt__list_empty(&c->queue)) {
+		pthread_mutex_unlock(&c->mu);
+		return start(
+		    c, op_new(kind, dtype, redop, root, send, recv, count),
+		    NULL);
+	}
+	c->exec_busy = 1;
+	memset(op, 0, offsetof(coll_op, msg));
+	op->msg[0] = '\0';
+	op->seq = ++c->next_seq;
+	op->num = op->seq - c->seq_base;
+	pthread_mutex_unlock(&c->mu);
+	op_fill(op, kind, dtype, redop, root, send, recv, count);
+	h.c = c;
+	h.p2p = NULL;
+	h.done = 0;
+	h.err = DT_OK;
+	op->handles = &hp;
+	op->nhandles = 1;
+	/* (exec_busy cleared with the op's end, what was queued behind it
+	 * meanwhile handed to the background thread) */
+	dt__coll_execute(c, op, 1);
+	return handle_result(&h);
+}
+
 static void *
 bg_main(void *arg)
 {
@@ -184,7 +234,7 @@ bg_main(void *arg)
 
 			c->exec_busy = 1;
 			pthread_mutex_unlock(&c->mu);
-			dt__coll_execute(c, op);
+			dt__coll_execute(c, op, 0);
 			op_free(op);
 			pthread_mutex_lock(&c->mu);
 			c->exec_busy = 0;
@@ -266,6 +316,9 @@ allreduce(dt_coll *c, const void *send, void *recv, size_t count,
 		                                     .h = *h};
 		return DT_OK;
 	}
+	if (h == NULL)
+		return run_sync(c, DT__COLL_ALLREDUCE, dtype, op, 0, send, recv,
+		                count);
 	return start(
 	    c, op_new(DT__COLL_ALLREDUCE, dtype, op, 0, send, recv, count), h);
 }
@@ -332,6 +385,9 @@ broadcast(dt_coll *c, void *buf, size_t count, dt_dtype dtype, int root,
 		                "broadcast: root %d is not a rank "
 		                "of %d",
 		                root, c->size);
+	if (h == NULL)
+		return run_sync(c, DT__COLL_BROADCAST, dtype, DT_COLL_SUM, root,
+		                buf, buf, count);
 	return start_or_record(c,
 	                       op_new(DT__COLL_BROADCAST, dtype, DT_COLL_SUM,
 	                              root, buf, buf, count),
@@ -433,6 +489,9 @@ reduce_scatter(dt_coll *c, const void *send, void *recv, size_t count,
 		return dt__fail(DT_EINVAL,
 		                "reduce_scatter: send == recv; pass "
 		                "DT_COLL_IN_PLACE as send for in place");
+	if (h == NULL)
+		return run_sync(c, DT__COLL_REDUCE_SCATTER, dtype, op, 0, send,
+		                recv, count);
 	return start_or_record(
 	    c, op_new(DT__COLL_REDUCE_SCATTER, dtype, op, 0, send, recv, count),
 	    h);
@@ -460,10 +519,8 @@ dt_coll_barrier(dt_coll *c)
 {
 	if (c == NULL)
 		return dt__fail(DT_EINVAL, "barrier: no communicator");
-	return start(
-	    c,
-	    op_new(DT__COLL_BARRIER, DT_FLOAT32, DT_COLL_SUM, 0, NULL, NULL, 0),
-	    NULL);
+	return run_sync(c, DT__COLL_BARRIER, DT_FLOAT32, DT_COLL_SUM, 0, NULL,
+	                NULL, 0);
 }
 
 dt_err
@@ -751,6 +808,7 @@ comm_free(dt_coll *c)
 	free(c->dopt_res);
 	free(c->dopt_buf);
 	free(c->dopt_layout);
+	free(c->inline_op);
 	dt__coll_p2p_free(c);
 	pthread_mutex_destroy(&c->mu);
 	pthread_cond_destroy(&c->cv);
@@ -768,7 +826,12 @@ comm_new(dt_coll **out)
 	*out = NULL;
 	if ((c = dt__calloc(1, sizeof(*c))) == NULL)
 		return DT_ENOMEM;
+	if ((c->inline_op = dt__calloc(1, sizeof(*c->inline_op))) == NULL) {
+		free(c);
+		return DT_ENOMEM;
+	}
 	if ((err = dt__coll_cfg_from_env(&c->cfg))) {
+		free(c->inline_op);
 		free(c);
 		return err;
 	}

@@ -693,9 +693,12 @@ stall_report(dt_coll *c, coll_op *op)
 static void
 quiesce(dt_coll *c, coll_op *op)
 {
-	uint64_t until = dt__now_ns() + dt__coll_timeout_ns(c);
+	uint64_t until;
 	int closed = 0;
 
+	if (op->io_refs == 0)
+		return; /* (the usual case: no clock read) */
+	until = dt__now_ns() + dt__coll_timeout_ns(c);
 	while (op->io_refs > 0) {
 		if (dt__now_ns() >= until) {
 			if (closed)
@@ -737,18 +740,12 @@ op_record(dt_coll *c, const coll_op *op, uint64_t t0)
 	               DT_EVF_KEY | DT_EVF_BYTES, bytes, -1);
 }
 
-void
-dt__coll_execute(dt_coll *c, coll_op *op)
+/* Start op (mu held): its progress clock, and the failures it meets
+ * before it runs. Returns op->err. */
+static dt_err
+op_begin(dt_coll *c, coll_op *op, dt_err err, uint64_t now)
 {
-	dt_err err;
-	uint64_t t0 = dt__now_ns();
-
-	err = dt__coll_algo_prepare(c, op);
-	if (op->ntensors > 1)
-		dt__trace_span(DT_EV_COLL_FUSION, DT_TID_COLL, t0, 0,
-		               DT_EVF_BYTES, op->nelem * op->esz, -1);
-	pthread_mutex_lock(&c->mu);
-	op->progress_ns = dt__now_ns();
+	op->progress_ns = now;
 	op->waiting_on = -1;
 	c->cur = op;
 	if (err)
@@ -765,17 +762,19 @@ dt__coll_execute(dt_coll *c, coll_op *op)
 		                 (unsigned long long)op->num, c->change_msg);
 	else
 		drain_early(c, op);
-	err = op->err;
-	pthread_mutex_unlock(&c->mu);
+	return op->err;
+}
 
-	if (err == DT_OK)
-		err = dt__coll_algo_run(c, op);
-	pthread_mutex_lock(&c->mu);
+/* A run that failed (err, mu held): the reason kept in op, or the stall
+ * report asked for (mu released meanwhile). */
+static void
+op_failed(dt_coll *c, coll_op *op, dt_err err)
+{
 	if (err == DT_ETIMEDOUT && op->err == DT_OK) {
 		pthread_mutex_unlock(&c->mu);
 		stall_report(c, op);
 		pthread_mutex_lock(&c->mu);
-	} else if (err && op->err == DT_OK && c->elastic) {
+	} else if (op->err == DT_OK && c->elastic) {
 		/* A failed send: in an elastic job, a member is gone and the
 		 * scheduler's membership without it is on its way. */
 		char why[200];
@@ -784,22 +783,19 @@ dt__coll_execute(dt_coll *c, coll_op *op)
 		dt__coll_elastic_change(c, "%s (membership %llu -> %llu)", why,
 		                        (unsigned long long)c->epoch,
 		                        (unsigned long long)c->epoch + 1);
-	} else if (err && op->err == DT_OK) {
+	} else if (op->err == DT_OK) {
 		/* A failed send: the peer is gone or going. */
 		dt__coll_op_fail(op, err, 1, "%s #%llu: %s",
 		                 dt__coll_kind_name(op->kind),
 		                 (unsigned long long)op->num, dt_errmsg());
-	} else if (err == DT_OK) {
-		op->err = DT_OK; /* a late failure after completion is moot */
 	}
-	pthread_mutex_unlock(&c->mu);
-	if (op->err && op->need_abort)
-		send_abort_all(c, op);
-	if (op->err)
-		DT_LOG(op->err == DT_ETIMEDOUT ? 0 : 1, "%s", op->msg);
-	op_record(c, op, t0); /* (before the caller may free op) */
+}
 
-	pthread_mutex_lock(&c->mu);
+/* The end of op (mu held): the I/O thread done with it, its handles
+ * completed. */
+static void
+op_end(dt_coll *c, coll_op *op)
+{
 	quiesce(c, op);
 	c->cur = NULL;
 	c->done_seq = op->seq;
@@ -807,12 +803,64 @@ dt__coll_execute(dt_coll *c, coll_op *op)
 	for (int i = 0; i < op->nhandles; i++) {
 		dt_coll_handle *h = op->handles[i];
 		h->err = op->err;
-		snprintf(h->msg, sizeof(h->msg), "%s", op->err ? op->msg : "");
+		if (op->err)
+			snprintf(h->msg, sizeof(h->msg), "%s", op->msg);
+		else
+			h->msg[0] = '\0';
 		h->done = 1;
 	}
 	pthread_cond_broadcast(&c->done_cv);
+}
+
+/*
+ * Run op in this thread. A call that succeeds takes the lock twice, once
+ * to start and once to end, and reads the clock twice (its start, which is
+ * also the start of its progress clock, and its end for the counters);
+ * a failure also logs, tells the other ranks, and may ask them for a
+ * stall report.
+ */
+void
+dt__coll_execute(dt_coll *c, coll_op *op, int free_exec)
+{
+	dt_err err;
+	uint64_t t0 = dt__now_ns();
+
+	err = dt__coll_algo_prepare(c, op);
+	if (op->ntensors > 1)
+		dt__trace_span(DT_EV_COLL_FUSION, DT_TID_COLL, t0, 0,
+		               DT_EVF_BYTES, op->nelem * op->esz, -1);
+	pthread_mutex_lock(&c->mu);
+	err = op_begin(c, op, err, t0);
 	pthread_mutex_unlock(&c->mu);
+
+	if (err == DT_OK)
+		err = dt__coll_algo_run(c, op);
+	pthread_mutex_lock(&c->mu);
+	if (err == DT_OK) {
+		op->err = DT_OK; /* a late failure after completion is moot */
+		/* (the counters before the handles complete: a caller that
+		 * reads them after its wait finds its operation there) */
+		op_record(c, op, t0);
+	} else {
+		op_failed(c, op, err);
+		pthread_mutex_unlock(&c->mu);
+		if (op->err && op->need_abort)
+			send_abort_all(c, op);
+		if (op->err)
+			DT_LOG(op->err == DT_ETIMEDOUT ? 0 : 1, "%s", op->msg);
+		op_record(c, op, t0);
+		pthread_mutex_lock(&c->mu);
+	}
+	op_end(c, op);
+	/* (what the algorithm holds is freed before another call may use
+	 * the op again: a few free()s, no wait) */
 	dt__coll_algo_release(c, op);
+	if (free_exec) {
+		c->exec_busy = 0;
+		if (!dt__list_empty(&c->queue))
+			pthread_cond_signal(&c->bg_cv);
+	}
+	pthread_mutex_unlock(&c->mu);
 }
 
 /* ---- set-up ---- */

@@ -12,8 +12,10 @@
 /* The collectives' app class (the COLL command range). */
 extern const dt__app_class dt__coll_app;
 dt_err dt__coll_attach(dt_coll *c);
-/* Run op to completion in the calling thread (the executor). */
-void dt__coll_execute(dt_coll *c, coll_op *op);
+/* Run op to completion in the calling thread (the executor). free_exec:
+ * with op's end, under the same lock, clear exec_busy and hand what was
+ * queued meanwhile to the background thread (a call run inline). */
+void dt__coll_execute(dt_coll *c, coll_op *op, int free_exec);
 /* (mu held) The rank of node id in the membership now, or -1. */
 int dt__coll_rank_of_id(const dt_coll *c, int id);
 /* The early queue: free one message; drop those of finished operations

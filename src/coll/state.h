@@ -126,12 +126,13 @@ struct coll_op {
 		uint8_t *scratch;
 		size_t boff, applied;
 	} hier;
-	int io_refs; /* I/O-thread data work in progress */
-	dt_err err;  /* first failure, DT_OK if none */
-	char msg[1024];
+	int io_refs;    /* I/O-thread data work in progress */
+	dt_err err;     /* first failure, DT_OK if none */
 	int need_abort; /* failure found here: tell the other ranks */
 	uint64_t progress_ns;
 	int waiting_on; /* rank whose message the executor waits for */
+	char msg[1024]; /* (last: an op used again clears what is before it,
+	                   api.c) */
 };
 
 /* A DATA or READY message's metadata (coll_msg.c, docs/protocol.md). */
@@ -265,10 +266,14 @@ struct dt_coll {
 	coll_op *cur;           /* (mu) operation being executed */
 	dt_list queue;          /* (mu) queued operations */
 	int exec_busy;          /* (mu) an executor is running an operation */
-	int stop;               /* (mu) background thread: leave */
-	dt_list early;          /* (mu) early messages */
-	size_t eq_bytes;        /* (mu) */
-	dt_err broken;          /* (mu) sticky failure (lost peer, job abort) */
+	/* The operation of a synchronous call run in the calling thread,
+	 * used again from call to call (api.c, run_inline): only the thread
+	 * that set exec_busy for it touches it. */
+	coll_op *inline_op;
+	int stop;        /* (mu) background thread: leave */
+	dt_list early;   /* (mu) early messages */
+	size_t eq_bytes; /* (mu) */
+	dt_err broken;   /* (mu) sticky failure (lost peer, job abort) */
 	char broken_msg[1024];
 	uint8_t *dead;        /* (mu) by rank */
 	uint8_t *ext;         /* (mu) by rank: the van writes into op memory */

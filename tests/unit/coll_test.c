@@ -120,6 +120,74 @@ test_reduce_kernels(void **state)
 	}
 }
 
+/*
+ * The float kernels give the bits of one scalar x op y per element at
+ * every length and alignment, whichever width the processor runs them at
+ * (reduce.c builds them for AVX2 and the baseline): values that round,
+ * signed zeros, infinities and NaNs, separate output and in place.
+ */
+static float
+bits_val(uint32_t *r)
+{
+	static const float odd[] = {0.0f, -0.0f, 1.0f / 0.0f, -1.0f / 0.0f};
+	uint32_t u;
+	float f;
+
+	*r = *r * 1664525u + 1013904223u;
+	if ((*r >> 28) == 0)
+		return odd[(*r >> 8) & 3];
+	/* (finite, any exponent from 2^-30 to 2^33, either sign) */
+	u = (*r & 0x807fffffu) | ((97u + ((*r >> 23) & 63u)) << 23);
+	memcpy(&f, &u, sizeof(f));
+	return f;
+}
+
+static void
+test_reduce_bits(void **state)
+{
+	static const size_t lens[] = {1,  3,  7,  8,  9,   15,
+	                              16, 17, 31, 64, 257, 1027};
+	static const dt_coll_op ops[] = {DT_COLL_SUM, DT_COLL_MIN, DT_COLL_MAX};
+	enum { CAP = 1027 + 4 };
+	float a[CAP], b[CAP], d[CAP], want[CAP];
+	uint32_t r = 12345;
+	(void)state;
+
+	for (size_t li = 0; li < sizeof(lens) / sizeof(lens[0]); li++) {
+		for (size_t off = 0; off < 4; off++) {
+			for (int oi = 0; oi < 3; oi++) {
+				size_t n = lens[li];
+				dt_coll_op op = ops[oi];
+
+				for (size_t i = 0; i < CAP; i++) {
+					a[i] = bits_val(&r);
+					b[i] = bits_val(&r);
+				}
+				if (n > 5)
+					a[off + 5] = 0.0f / 0.0f;
+				for (size_t i = 0; i < n; i++) {
+					volatile float x = a[off + i];
+					volatile float y = b[off + i];
+					want[i] = op == DT_COLL_MIN
+					              ? (y < x ? y : x)
+					          : op == DT_COLL_MAX
+					              ? (y > x ? y : x)
+					              : x + y;
+				}
+				dt__coll_reduce(DT_FLOAT32, op, d + off,
+				                a + off, b + off, n);
+				assert_memory_equal(d + off, want,
+				                    n * sizeof(float));
+				/* in place, into the first input */
+				dt__coll_reduce(DT_FLOAT32, op, a + off,
+				                a + off, b + off, n);
+				assert_memory_equal(a + off, want,
+				                    n * sizeof(float));
+			}
+		}
+	}
+}
+
 static void
 test_reduce_int_wraps(void **state)
 {
@@ -891,6 +959,21 @@ test_cfg_env(void **state)
 
 /* ---- the one-process communicator ---- */
 
+/* A communicator of this process alone (no launcher, mpirun or srun in
+ * the environment). */
+static dt_coll *
+one_process(void)
+{
+	dt_coll *c = NULL;
+
+	unsetenv("DMLC_PS_ROOT_URI");
+	unsetenv("DMLC_ROLE");
+	unsetenv("OMPI_COMM_WORLD_SIZE");
+	unsetenv("SLURM_PROCID");
+	assert_int_equal(dt_coll_init(&c), DT_OK);
+	return c;
+}
+
 static void
 test_single_process(void **state)
 {
@@ -901,11 +984,7 @@ test_single_process(void **state)
 	dt_coll_handle *h, *h2;
 	(void)state;
 
-	unsetenv("DMLC_PS_ROOT_URI");
-	unsetenv("DMLC_ROLE");
-	unsetenv("OMPI_COMM_WORLD_SIZE");
-	unsetenv("SLURM_PROCID");
-	assert_int_equal(dt_coll_init(&c), DT_OK);
+	c = one_process();
 	assert_int_equal(dt_coll_rank(c), 0);
 	assert_int_equal(dt_coll_size(c), 1);
 	assert_int_equal(dt_coll_local_rank(c), 0);
@@ -965,6 +1044,94 @@ test_single_process(void **state)
 	assert_int_equal(dt_coll_finalize(NULL), DT_OK);
 }
 
+/*
+ * Synchronous calls from several threads at once: one runs in its own
+ * thread on the communicator's op, used again from call to call; a call
+ * made while another runs is queued for the background thread on an op
+ * of its own. Every result is right, and the counters hold every call as
+ * soon as it has returned.
+ */
+#define SYNC_THREADS 3
+#define SYNC_CALLS   200
+
+typedef struct sync_arg {
+	dt_coll *c;
+	int id, bad;
+} sync_arg;
+
+static void *
+sync_main(void *p)
+{
+	sync_arg *a = p;
+	float in[37], out[37];
+
+	for (int k = 0; k < SYNC_CALLS; k++) {
+		for (int i = 0; i < 37; i++)
+			in[i] = (float)(a->id * 1000 + k + i);
+		memset(out, 0, sizeof(out));
+		if (dt_coll_allreduce(a->c, in, out, 37, DT_FLOAT32,
+		                      DT_COLL_SUM) != DT_OK ||
+		    memcmp(in, out, sizeof(in)) != 0)
+			a->bad++;
+	}
+	return NULL;
+}
+
+static uint64_t
+coll_ops_now(dt_coll *c)
+{
+	dt_stats s;
+	uint64_t n;
+
+	memset(&s, 0, sizeof(s));
+	assert_int_equal(dt_coll_stats(c, &s), DT_OK);
+	n = s.coll_ops;
+	dt_stats_fini(&s);
+	return n;
+}
+
+static void
+test_sync_calls_threads(void **state)
+{
+	dt_coll *c;
+	sync_arg a[SYNC_THREADS];
+	pthread_t t[SYNC_THREADS];
+	dt_coll_handle *h;
+	float x[4] = {1, 2, 3, 4}, y[4];
+	uint64_t ops0;
+	(void)state;
+
+	c = one_process();
+	ops0 = coll_ops_now(c);
+	/* (one counted as soon as the call returns) */
+	assert_int_equal(dt_coll_allreduce(c, x, y, 4, DT_FLOAT32, DT_COLL_SUM),
+	                 DT_OK);
+	assert_int_equal(coll_ops_now(c), ops0 + 1);
+	/* (a refused call is no operation, and leaves the next one clean) */
+	assert_int_equal(
+	    dt_coll_allreduce(c, x, NULL, 4, DT_FLOAT32, DT_COLL_SUM),
+	    DT_EINVAL);
+	assert_int_equal(coll_ops_now(c), ops0 + 1);
+	/* (an asynchronous call queued while the synchronous ones run) */
+	assert_int_equal(
+	    dt_coll_allreduce_async(c, NULL, x, 4, DT_FLOAT32, DT_COLL_SUM, &h),
+	    DT_OK);
+	for (int i = 0; i < SYNC_THREADS; i++) {
+		a[i] = (sync_arg){.c = c, .id = i};
+		assert_int_equal(pthread_create(&t[i], NULL, sync_main, &a[i]),
+		                 0);
+	}
+	for (int i = 0; i < SYNC_THREADS; i++) {
+		assert_int_equal(pthread_join(t[i], NULL), 0);
+		assert_int_equal(a[i].bad, 0);
+	}
+	assert_int_equal(dt_coll_wait(h), DT_OK);
+	assert_true(x[0] == 1 && x[3] == 4);
+	assert_int_equal(coll_ops_now(c),
+	                 ops0 + 2 + (uint64_t)SYNC_THREADS * SYNC_CALLS);
+	assert_int_equal(dt_coll_finalize(c), DT_OK);
+}
+
 static void
 test_mpi_env_without_root(void **state)
 {
@@ -992,6 +1159,7 @@ main(void)
 	const struct CMUnitTest tests[] = {
 	    cmocka_unit_test(test_reduce_kernels),
 	    cmocka_unit_test(test_reduce_int_wraps),
+	    cmocka_unit_test(test_reduce_bits),
 	    cmocka_unit_test(test_scale),
 	    cmocka_unit_test(test_reduce_f16),
 	    cmocka_unit_test(test_dtype_names),
@@ -1009,6 +1177,7 @@ main(void)
 	    cmocka_unit_test(test_sig),
 	    cmocka_unit_test(test_cfg_env),
 	    cmocka_unit_test(test_single_process),
+	    cmocka_unit_test(test_sync_calls_threads),
 	    cmocka_unit_test(test_mpi_env_without_root),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
