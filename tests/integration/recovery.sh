@@ -107,7 +107,7 @@ port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); p
 		{ tail -n 8 "$tmp/h_sched.log" "$tmp/h_srv2.log"; kill -9 "$old"; fail "by hand: the new server was not held"; }
 	kill -9 "$old"
 	wait
-)
+) || exit 1 # (a failure in it said FAIL already; the EXIT trap ends its processes)
 for w in 0 1; do
 	[ "$(grep -o 'w=[^ ]* b=[^ ]*' "$tmp/h_w$w.log" | tail -1)" = "$(last lin_ref_h)" ] ||
 		{ tail -n 5 "$tmp/h_w$w.log" "$tmp/h_srv2.log" "$tmp/h_sched.log"; fail "by hand: worker $w ended with another result"; }
@@ -139,7 +139,7 @@ port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); p
 	kill -9 "$w1pid" || fail "by hand, worker: worker 1 had ended before it could be killed (the run is too short for this machine)"
 	DMLC_ROLE=worker DMLC_WORKER_ID=1 DTRAIN_NODE_TOKEN=$w1 timeout $T100 "${LIN[@]}" >"$tmp/hw_w1b.log" 2>&1 &
 	wait
-)
+) || exit 1
 for f in hw_w0 hw_w1b; do
 	[ "$(grep -o 'w=[^ ]* b=[^ ]*' "$tmp/$f.log" | tail -1)" = "$(last lin_ref)" ] ||
 		{ tail -n 5 "$tmp/$f.log" "$tmp/hw_srv.log" "$tmp/hw_sched.log"; fail "by hand: $f ended with another result"; }
