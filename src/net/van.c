@@ -159,22 +159,35 @@ van_conn_down(dt_van *v, dt_conn *c, dt_err why, const char *reason)
 		atomic_fetch_sub(&v->unvouched, 1);
 	if (c->polled)
 		atomic_fetch_sub(&v->npolled, 1);
-	epoll_ctl(v->epfd, EPOLL_CTL_DEL, c->link.fd, NULL);
-	c->link.ops->shutdown(&c->link);
+	/* A peer that closed (the end of a join: a node's idle connection,
+	 * thousands at the scheduler) costs one close(): the event that told
+	 * it disarmed c, so epoll has nothing more to report, and the close
+	 * takes it out of epoll and sends the FIN. Otherwise c may still be
+	 * armed, and the shutdown also ends the connection should another
+	 * descriptor of it exist. */
+	int quiet = c->eof && !c->polled;
+
+	if (!quiet) {
+		epoll_ctl(v->epfd, EPOLL_CTL_DEL, c->link.fd, NULL);
+		c->link.ops->shutdown(&c->link);
+	}
 	/*
 	 * Give the descriptor and the receive buffers back now, so a peer
 	 * that connects and misbehaves again and again cannot exhaust them.
 	 * Under send_mu: a sender re-checks `open` under that lock before
 	 * every write, so it never writes to a recycled descriptor; a busy
 	 * writer (one that writes without the lock) closes it when it is
-	 * done (after the shutdown above it wakes at once).
+	 * done (after the shutdown it wakes at once).
 	 */
 	pthread_mutex_lock(&c->send_mu);
 	van_unwant_writable(v, c);
-	if (c->busy)
+	if (c->busy) {
+		if (quiet)
+			c->link.ops->shutdown(&c->link);
 		c->close_deferred = 1; /* its writer closes when it is done */
-	else
+	} else {
 		van_link_release(c);
+	}
 	pthread_mutex_unlock(&c->send_mu);
 	free(c->stage);
 	free(c->meta);

@@ -104,10 +104,18 @@ struct dt_conn {
 	 * first, while the handshake thread owns the connection. */
 	dt_conn *hs_prev, *hs_next;
 	int hs_list;
+	/* (handshake thread) in hs_epfd, and armed there (its watch is one
+	 * shot: once it has fired, nothing more is reported until it is
+	 * armed again, so a connection that passed leaves it with nothing
+	 * to undo) */
+	int hs_watched, hs_armed;
 
 	/* Authentication: until it is done, the connection's bytes go to a
 	 * fixed buffer, never to a frame, a hook or the log. */
 	enum auth_state auth; /* (I/O thread) */
+	/* (I/O thread) the peer closed, seen in the event that disarmed c
+	 * (CONN_EVENTS is one shot): its close needs no more than close() */
+	int eof;
 	uint8_t hsbuf[DT_AUTH_MAX_LEN];
 	size_t hs_got;
 	dt_auth_hs hs;
