@@ -358,8 +358,10 @@ class Sched:
 
     def strace_start(self):
         """SCHED_STRACE=FILE: the scheduler's system calls counted by
-        strace -c -f over the join (into FILE.W.S; strace slows it, so
-        the run's times are not to be compared with others')."""
+        strace -c -f from the join to the end of the last barrier, which
+        holds the closes of the idle connections (into FILE.W.S; strace
+        slows it, so the run's times are not to be compared with
+        others')."""
         path = os.environ.get("SCHED_STRACE")
         if not path:
             return None
@@ -597,6 +599,7 @@ def run(w, s):
             sm.base_threads = sm.sample["threads"]
         phases = ["join"] + [f"barrier{i + 1}" for i in range(BARRIERS)] + [
             "leave"]
+        trace = None
         for k, name in enumerate(phases):
             stop_now = STOP_ONE and k == 1
             live = sims[:-1] if stop_now else sims
@@ -612,11 +615,16 @@ def run(w, s):
             s0 = task_switches(sched.p.pid)
             th0 = task_threads(sched.p.pid)
             m0 = machine_jiffies()
-            trace = sched.strace_start() if name == "join" else None
+            if name == "join":
+                trace = sched.strace_start()
             for sm in live:
                 sm.go()
             done = collect(live, 2 + k, time.time() + TIMEOUT)
-            sched.strace_stop(trace)
+            if name == phases[-2]:
+                # (the join's closes of idle connections come after the
+                # start-up barrier: counted up to the last barrier)
+                sched.strace_stop(trace)
+                trace = None
             m1 = machine_jiffies()
             sched.reap()
             c1 = sched.cpu_ns(ticks=name == "leave")

@@ -87,7 +87,7 @@ van_sweep_unvouched(dt_van *v)
 		return;
 	v->swept_ns = now;
 	pthread_mutex_lock(&v->mu);
-	for (dt_conn *c = v->conns; c; c = c->next) {
+	for (dt_conn *c = v->uv_head; c; c = c->uv_next) {
 		if (atomic_load(&c->vouched) || !atomic_load(&c->open) ||
 		    now - c->born_ns < v->vouch_ns)
 			continue;
@@ -133,8 +133,7 @@ hand_over(dt_van *v, dt_conn *c)
 			van_conn_free(c);
 			return;
 		}
-		atomic_store(&c->vouched, 0);
-		atomic_fetch_add(&v->unvouched, 1);
+		van_unvouched_add(v, c);
 	}
 	atomic_store(&c->heard_ns, dt__now_ns());
 	if (van_conn_add(v, c) != DT_OK)
@@ -205,10 +204,8 @@ van_accept_all(dt_van *v, dt_link *lis)
 		snprintf(c->addr, sizeof(c->addr), "%s", addr);
 		if (v->auth)
 			c->auth = AUTH_HELLO;
-		if (v->vouch_ns) {
-			atomic_store(&c->vouched, 0);
-			atomic_fetch_add(&v->unvouched, 1);
-		}
+		if (v->vouch_ns)
+			van_unvouched_add(v, c);
 		DT_LOG(2, "accepted a connection from %s", c->addr);
 		if (van_conn_add(v, c) != DT_OK)
 			dt__log(0, "cannot watch %s: %s", c->addr, dt_errmsg());
