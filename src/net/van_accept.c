@@ -371,32 +371,31 @@ hs_remove(dt_van *v, dt_conn *c)
 	c->hs_prev = c->hs_next = NULL;
 }
 
-/* Take c off the handshake thread's lists, and out of its epoll while
- * its watch there is armed (one that fired reports nothing more). */
+/* Take c off the handshake thread's lists and, if it is watched there,
+ * out of its epoll (a registration left behind would be called at every
+ * wake-up of the socket for the connection's whole life). */
 static void
 hs_unlink(dt_van *v, dt_conn *c)
 {
 	hs_remove(v, c);
 	v->hs_count--;
-	if (c->hs_armed)
+	if (c->hs_watched)
 		epoll_ctl(v->hs_epfd, EPOLL_CTL_DEL, c->link.fd, NULL);
-	c->hs_armed = 0;
+	c->hs_watched = 0;
 }
 
-/* Watch pending c for its next bytes, once: a connection whose handshake
- * is done has then nothing to take out of hs_epfd before the I/O thread
- * takes it (a system call less per connection at a join). 0, or -1 with
- * errno. */
+/* Watch pending c for its next bytes (once watched, it stays so until
+ * hs_unlink). 0, or -1 with errno. */
 static int
-hs_arm(dt_van *v, dt_conn *c)
+hs_watch(dt_van *v, dt_conn *c)
 {
-	struct epoll_event ev = {.events = EPOLLIN | EPOLLRDHUP | EPOLLONESHOT,
-	                         .data.ptr = c};
+	struct epoll_event ev = {.events = EPOLLIN | EPOLLRDHUP, .data.ptr = c};
 
-	if (epoll_ctl(v->hs_epfd, c->hs_watched ? EPOLL_CTL_MOD : EPOLL_CTL_ADD,
-	              c->link.fd, &ev) < 0)
+	if (c->hs_watched)
+		return 0;
+	if (epoll_ctl(v->hs_epfd, EPOLL_CTL_ADD, c->link.fd, &ev) < 0)
 		return -1;
-	c->hs_watched = c->hs_armed = 1;
+	c->hs_watched = 1;
 	return 0;
 }
 
@@ -492,16 +491,14 @@ hs_advance(dt_van *v, dt_conn *c)
 		hs_remove(v, c);
 		hs_append(v, c, HS_TALKING);
 	}
-	if (hs_arm(v, c) < 0)
+	if (hs_watch(v, c) < 0)
 		hs_drop(v, c, strerror(errno));
 }
 
-/* A pending connection is readable (its watch has fired): go on with its
- * handshake. */
+/* A pending connection is readable: go on with its handshake. */
 static void
 hs_readable(dt_van *v, dt_conn *c)
 {
-	c->hs_armed = 0;
 	if (c->hs_list == HS_SILENT) { /* it speaks (or hangs up) */
 		hs_remove(v, c);
 		hs_append(v, c, HS_TALKING);

@@ -113,11 +113,9 @@ struct dt_conn {
 	 * first, while the handshake thread owns the connection. */
 	dt_conn *hs_prev, *hs_next;
 	int hs_list;
-	/* (handshake thread) in hs_epfd, and armed there (its watch is one
-	 * shot: once it has fired, nothing more is reported until it is
-	 * armed again, so a connection that passed leaves it with nothing
-	 * to undo) */
-	int hs_watched, hs_armed;
+	/* (handshake thread) in hs_epfd: a connection whose handshake is
+	 * done at once (its HELLO came with it) is never watched there */
+	int hs_watched;
 
 	/* Authentication: until it is done, the connection's bytes go to a
 	 * fixed buffer, never to a frame, a hook or the log. */
