@@ -26,6 +26,11 @@ sockets (/proc), and prints per phase:
   sched_cs    the scheduler's context switches in the phase, over its
               threads (voluntary and not: a thread that slept and was
               woken, or was put off the processor);
+  sched_threads
+              the same two per thread of the scheduler, by name (its
+              main thread "dtrain" sends the assignments; "dt-hs" accepts
+              and answers the handshakes; "dt-io" reads and closes), in
+              the JSON line, and for the join under the table;
   root_msgs   the messages the scheduler sent and received in the phase,
               all nodes together (the same counters): a barrier's 2N
               with the star, 2 x (the root's children) over the control
@@ -135,6 +140,34 @@ def task_switches(pid):
     except OSError:
         return None
     return tot
+
+
+def task_threads(pid):
+    """pid's live threads by name: {name: [CPU ns, context switches]}, the
+    threads of one name summed (the scheduler's: dtrain, its main thread
+    that sends the assignments, dt-io and dt-hs)."""
+    out = {}
+    try:
+        tids = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return out
+    for t in tids:
+        try:
+            with open(f"/proc/{pid}/task/{t}/comm") as f:
+                name = f.read().strip()
+            with open(f"/proc/{pid}/task/{t}/schedstat") as f:
+                cpu = int(f.read().split()[0])
+            cs = 0
+            with open(f"/proc/{pid}/task/{t}/status") as f:
+                for ln in f:
+                    if "ctxt_switches:" in ln:
+                        cs += int(ln.split()[-1])
+        except (OSError, ValueError, IndexError):
+            continue
+        o = out.setdefault(name, [0, 0])
+        o[0] += cpu
+        o[1] += cs
+    return out
 
 
 def task_fds(pid):
@@ -310,17 +343,44 @@ class Sched:
             stdin=subprocess.DEVNULL, stdout=self.err, stderr=self.err,
             env=env)
         self.rusage_ns, self.status = None, None
+        self.w, self.s = w, s
         # SCHED_PERF=FILE: the scheduler's processor time profiled
         # (perf record -g, attached before any node starts; it ends with
         # the scheduler): where the root's serial work goes
         self.perf = None
         if os.environ.get("SCHED_PERF"):
             self.perf = subprocess.Popen(
-                ["perf", "record", "-q", "-g", "-o",
+                ["perf", "record", "-q", "-g", "-F", os.environ.get("SCHED_PERF_HZ", "4000"), "-o",
                  f"{os.environ['SCHED_PERF']}.{w}.{s}", "-p",
                  str(self.p.pid)], stdin=subprocess.DEVNULL,
                 stdout=self.err, stderr=self.err)
             time.sleep(1)  # (perf attaches)
+
+    def strace_start(self):
+        """SCHED_STRACE=FILE: the scheduler's system calls counted by
+        strace -c -f from the join to the end of the last barrier, which
+        holds the closes of the idle connections (into FILE.W.S; strace
+        slows it, so the run's times are not to be compared with
+        others')."""
+        path = os.environ.get("SCHED_STRACE")
+        if not path:
+            return None
+        st = subprocess.Popen(
+            ["strace", "-c", "-f", "-o", f"{path}.{self.w}.{self.s}", "-p",
+             str(self.p.pid)], stdin=subprocess.DEVNULL,
+            stdout=self.err, stderr=self.err)
+        time.sleep(1)  # (strace attaches)
+        return st
+
+    def strace_stop(self, st):
+        if st is None:
+            return
+        st.send_signal(signal.SIGINT)
+        try:
+            st.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            st.kill()
+            st.wait()
 
     def port(self, deadline):
         while time.time() < deadline:
@@ -539,6 +599,7 @@ def run(w, s):
             sm.base_threads = sm.sample["threads"]
         phases = ["join"] + [f"barrier{i + 1}" for i in range(BARRIERS)] + [
             "leave"]
+        trace = None
         for k, name in enumerate(phases):
             stop_now = STOP_ONE and k == 1
             live = sims[:-1] if stop_now else sims
@@ -552,14 +613,23 @@ def run(w, s):
                 time.sleep(HOLD_S)
             c0 = sched.cpu_ns(ticks=name == "leave")
             s0 = task_switches(sched.p.pid)
+            th0 = task_threads(sched.p.pid)
             m0 = machine_jiffies()
+            if name == "join":
+                trace = sched.strace_start()
             for sm in live:
                 sm.go()
             done = collect(live, 2 + k, time.time() + TIMEOUT)
+            if name == phases[-2]:
+                # (the join's closes of idle connections come after the
+                # start-up barrier: counted up to the last barrier)
+                sched.strace_stop(trace)
+                trace = None
             m1 = machine_jiffies()
             sched.reap()
             c1 = sched.cpu_ns(ticks=name == "leave")
             s1 = task_switches(sched.p.pid)
+            th1 = task_threads(sched.p.pid)
             lines = [sm.lines[1 + k] for sm in live if len(sm.lines) > 1 + k]
             cpu = c1 - c0 if c0 is not None and c1 is not None else None
             busy = None
@@ -580,6 +650,10 @@ def run(w, s):
                             shape if name.startswith("barrier") else None)
             row["sched_cs"] = s1 - s0 if s0 is not None and s1 is not None \
                 and s1 >= s0 else None
+            # (per thread of the scheduler: CPU s and context switches)
+            row["sched_threads"] = {
+                t: [round((v[0] - th0[t][0]) / 1e9, 4), v[1] - th0[t][1]]
+                for t, v in sorted(th1.items()) if t in th0}
             rows.append(row)
             print(json.dumps(row), file=sys.stderr, flush=True)
             if name in ("join", phases[-2]):
@@ -713,6 +787,13 @@ def main():
                  fmt(o, "root_msgs", "%d"), fmt(o, "p50_ms", "%.2f"),
                  fmt(o, "p99_ms", "%.2f"), fmt(o, "model_s", "%.3f"),
                  o["failed"]))
+    for o in allrows:
+        if o["phase"] == "join" and o.get("sched_threads"):
+            print("       %d+%d join, the scheduler's threads (cpu s / "
+                  "context switches): %s" % (
+                      o["workers"], o["servers"], ", ".join(
+                          "%s %.3f / %d" % (t, v[0], v[1])
+                          for t, v in o["sched_threads"].items())))
     print()
     print("%6s %4s %4s %9s %8s %9s %8s %8s %8s %8s %9s %8s %7s %s" % (
         "W", "S", "P", "RSS KiB/n", "fds/n", "threads/n", "lib thr",

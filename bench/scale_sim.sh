@@ -23,7 +23,10 @@
 # star: the column "root msgs" compares them), OUT the
 # directory of the logs and scale_sim.jsonl (a new temporary one),
 # SCHED_PERF=FILE the scheduler profiled by perf record -g into
-# FILE.W.S (perf report -i FILE.W.S: where the root's time goes).
+# FILE.W.S (perf report -i FILE.W.S: where the root's time goes),
+# SCHED_STRACE=FILE its system calls from the join to the last barrier (the
+# closes of idle connections included) counted by strace -c
+# -f into FILE.W.S (strace slows the scheduler: not for the times).
 # The bench raises the descriptor limit (ulimit -n) to the hard limit and
 # says what it got, with the machine's processors, threads-max, pid_max
 # and load. Each node has one thread of the simulator's (its driver), and

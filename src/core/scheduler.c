@@ -333,8 +333,12 @@ dt__sched_on_msg(dt_node *n, dt_conn *c, dt_msg *m)
 }
 
 /* A server's connection ended, or its link did: once the job is ending,
- * that server has left (counted once). Returns whether the end was
- * expected: a node that said it was done, or a server at the end. */
+ * that server has left (counted once), and the end that waits for it is
+ * woken. Returns whether the end was expected: a node that said it was
+ * done, or a server at the end. (No wake-up otherwise: over the control
+ * tree every worker under another node closes its idle connection once
+ * started, and waking the scheduler's waiting thread at each of those
+ * closes was a switch of threads per node at the root.) */
 static int
 left_at_end(dt_node *n, int peer)
 {
@@ -348,8 +352,8 @@ left_at_end(dt_node *n, int peer)
 	    !s->left[peer]) {
 		s->left[peer] = 1;
 		s->servers_closed++;
+		pthread_cond_broadcast(&n->cv);
 	}
-	pthread_cond_broadcast(&n->cv);
 	pthread_mutex_unlock(&n->mu);
 	return expected;
 }
@@ -585,12 +589,16 @@ started(dt_node *n, const void *arg)
 	return n->sched->passed[DT_GROUP_ALL] >= 1;
 }
 
-/* Recovery: a lost node that no new process replaced in time (mu held). */
+/* Recovery: a lost node that no new process replaced in time (mu held).
+ * Only a job that recovers marks its lost nodes (down_ns): another one
+ * has none to look for among its N ids at each wake-up. */
 static int
 late_node(dt_node *n)
 {
 	uint64_t now = dt__now_ns();
 
+	if (!n->recover)
+		return 0;
 	for (int id = 1; id < n->ntable; id++)
 		if (n->sched->down_ns[id] &&
 		    now - n->sched->down_ns[id] >= n->restart_ns)

@@ -1,6 +1,7 @@
 /*
  * tcp.c - the TCP transport (transport.h): stream sockets, non-blocking,
- * TCP_NODELAY, and a receive low-water mark while a big payload comes in.
+ * TCP_NODELAY (set once on a listener, whose accepted sockets inherit it),
+ * and a receive low-water mark while a big payload comes in.
  */
 #include <errno.h>
 #include <netinet/in.h>
@@ -16,13 +17,18 @@
 #define LOWAT_MIN   (1u << 20)   /* payload rest worth a receive low mark */
 #define LOWAT_PIECE (256u << 10) /* ...and the mark */
 
-static void
+static int
 tune(int fd)
 {
 	int one = 1;
 
-	setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+	return setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
 }
+
+/* A listener's priv: whether the sockets it accepts come with TCP_NODELAY
+ * (Linux copies it from the listener), so accepting costs no setsockopt
+ * per connection: a join of thousands of nodes accepts thousands. */
+#define LIS_NODELAY ((void *)1)
 
 static void
 link_init(dt_link *l, int fd)
@@ -51,6 +57,8 @@ tcp_listen(const char *host, int port, int inherited_fd, dt_link *lis,
 		return err;
 	}
 	link_init(lis, fd);
+	if (tune(fd) == 0)
+		lis->priv = LIS_NODELAY;
 	return DT_OK;
 }
 
@@ -76,7 +84,8 @@ tcp_accept(dt_link *lis, dt_link *out, char *addr, size_t cap)
 				continue;
 			return errno == EAGAIN || errno == EWOULDBLOCK ? 0 : -1;
 		}
-		tune(fd);
+		if (lis->priv != LIS_NODELAY)
+			(void)tune(fd);
 		dt__sock_addr_str(&ss, addr, cap);
 		link_init(out, fd);
 		return 1;
@@ -92,7 +101,7 @@ tcp_connect(const char *host, int port, uint64_t deadline_ns, const char *what,
 
 	if (err)
 		return err;
-	tune(fd);
+	(void)tune(fd);
 	link_init(out, fd);
 	return DT_OK;
 }

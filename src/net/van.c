@@ -135,8 +135,12 @@ van_conn_add(dt_van *v, dt_conn *c)
 	struct epoll_event ev = {.events = CONN_EVENTS, .data.ptr = c};
 
 	pthread_mutex_lock(&v->mu);
+	c->prev = NULL;
 	c->next = v->conns;
+	if (v->conns)
+		v->conns->prev = c;
 	v->conns = c;
+	c->live = 1;
 	pthread_mutex_unlock(&v->mu);
 	if (c->polled)
 		atomic_fetch_add(&v->npolled, 1);
@@ -150,31 +154,105 @@ van_conn_add(dt_van *v, dt_conn *c)
 	return DT_OK;
 }
 
+void
+van_unvouched_add(dt_van *v, dt_conn *c)
+{
+	atomic_store(&c->vouched, 0);
+	atomic_fetch_add(&v->unvouched, 1);
+	pthread_mutex_lock(&v->mu);
+	c->uv_next = NULL;
+	c->uv_prev = v->uv_tail;
+	if (v->uv_tail)
+		v->uv_tail->uv_next = c;
+	else
+		v->uv_head = c;
+	v->uv_tail = c;
+	c->uv_in = 1;
+	pthread_mutex_unlock(&v->mu);
+}
+
+/* c is introduced, or gone: out of the guard's count and list. */
+static void
+unvouched_drop(dt_van *v, dt_conn *c)
+{
+	if (atomic_exchange(&c->vouched, 1) != 0)
+		return;
+	atomic_fetch_sub(&v->unvouched, 1);
+	pthread_mutex_lock(&v->mu);
+	if (c->uv_in) {
+		if (c->uv_prev)
+			c->uv_prev->uv_next = c->uv_next;
+		else
+			v->uv_head = c->uv_next;
+		if (c->uv_next)
+			c->uv_next->uv_prev = c->uv_prev;
+		else
+			v->uv_tail = c->uv_prev;
+		c->uv_prev = c->uv_next = NULL;
+		c->uv_in = 0;
+	}
+	pthread_mutex_unlock(&v->mu);
+}
+
+/* c is down: from the live connections to those kept until the van's
+ * end. */
+static void
+conn_retire(dt_van *v, dt_conn *c)
+{
+	pthread_mutex_lock(&v->mu);
+	if (c->live) {
+		if (c->prev)
+			c->prev->next = c->next;
+		else
+			v->conns = c->next;
+		if (c->next)
+			c->next->prev = c->prev;
+		c->prev = NULL;
+		c->next = v->gone;
+		v->gone = c;
+		c->live = 0;
+	}
+	pthread_mutex_unlock(&v->mu);
+}
+
 /* In the I/O thread: stop reading c and tell the owner. */
 void
 van_conn_down(dt_van *v, dt_conn *c, dt_err why, const char *reason)
 {
 	atomic_store(&c->open, 0);
-	if (atomic_exchange(&c->vouched, 1) == 0)
-		atomic_fetch_sub(&v->unvouched, 1);
+	unvouched_drop(v, c);
+	conn_retire(v, c);
 	if (c->polled)
 		atomic_fetch_sub(&v->npolled, 1);
-	epoll_ctl(v->epfd, EPOLL_CTL_DEL, c->link.fd, NULL);
-	c->link.ops->shutdown(&c->link);
+	/* A peer that closed (the end of a join: a node's idle connection,
+	 * thousands at the scheduler) costs one close(): the event that told
+	 * it disarmed c, so epoll has nothing more to report, and the close
+	 * takes it out of epoll and sends the FIN. Otherwise c may still be
+	 * armed, and the shutdown also ends the connection should another
+	 * descriptor of it exist. */
+	int quiet = c->eof && !c->polled;
+
+	if (!quiet) {
+		epoll_ctl(v->epfd, EPOLL_CTL_DEL, c->link.fd, NULL);
+		c->link.ops->shutdown(&c->link);
+	}
 	/*
 	 * Give the descriptor and the receive buffers back now, so a peer
 	 * that connects and misbehaves again and again cannot exhaust them.
 	 * Under send_mu: a sender re-checks `open` under that lock before
 	 * every write, so it never writes to a recycled descriptor; a busy
 	 * writer (one that writes without the lock) closes it when it is
-	 * done (after the shutdown above it wakes at once).
+	 * done (after the shutdown it wakes at once).
 	 */
 	pthread_mutex_lock(&c->send_mu);
 	van_unwant_writable(v, c);
-	if (c->busy)
+	if (c->busy) {
+		if (quiet)
+			c->link.ops->shutdown(&c->link);
 		c->close_deferred = 1; /* its writer closes when it is done */
-	else
+	} else {
 		van_link_release(c);
+	}
 	pthread_mutex_unlock(&c->send_mu);
 	free(c->stage);
 	free(c->meta);
@@ -299,6 +377,10 @@ dt__van_destroy(dt_van *v)
 		next = c->next;
 		van_conn_free(c);
 	}
+	for (c = v->gone; c; c = next) {
+		next = c->next;
+		van_conn_free(c);
+	}
 	if (v->lis.fd >= 0)
 		v->lis.ops->close(&v->lis);
 	if (v->loc.fd >= 0)
@@ -396,8 +478,7 @@ dt__conn_set_peer(dt_conn *c, int peer)
 void
 dt__conn_vouch(dt_conn *c)
 {
-	if (atomic_exchange(&c->vouched, 1) == 0)
-		atomic_fetch_sub(&c->van->unvouched, 1);
+	unvouched_drop(c->van, c);
 }
 
 int

@@ -87,7 +87,7 @@ van_sweep_unvouched(dt_van *v)
 		return;
 	v->swept_ns = now;
 	pthread_mutex_lock(&v->mu);
-	for (dt_conn *c = v->conns; c; c = c->next) {
+	for (dt_conn *c = v->uv_head; c; c = c->uv_next) {
 		if (atomic_load(&c->vouched) || !atomic_load(&c->open) ||
 		    now - c->born_ns < v->vouch_ns)
 			continue;
@@ -133,8 +133,7 @@ hand_over(dt_van *v, dt_conn *c)
 			van_conn_free(c);
 			return;
 		}
-		atomic_store(&c->vouched, 0);
-		atomic_fetch_add(&v->unvouched, 1);
+		van_unvouched_add(v, c);
 	}
 	atomic_store(&c->heard_ns, dt__now_ns());
 	if (van_conn_add(v, c) != DT_OK)
@@ -143,6 +142,7 @@ hand_over(dt_van *v, dt_conn *c)
 
 static void hs_take(dt_van *v, const dt_link *link, const char *addr);
 static void hs_drop(dt_van *v, dt_conn *c, const char *reason);
+static void hs_advance(dt_van *v, dt_conn *c);
 
 /* Take every waiting connection of lis: the TCP listener's go to the
  * handshake thread's pending list (the caller is that thread), the
@@ -204,10 +204,8 @@ van_accept_all(dt_van *v, dt_link *lis)
 		snprintf(c->addr, sizeof(c->addr), "%s", addr);
 		if (v->auth)
 			c->auth = AUTH_HELLO;
-		if (v->vouch_ns) {
-			atomic_store(&c->vouched, 0);
-			atomic_fetch_add(&v->unvouched, 1);
-		}
+		if (v->vouch_ns)
+			van_unvouched_add(v, c);
 		DT_LOG(2, "accepted a connection from %s", c->addr);
 		if (van_conn_add(v, c) != DT_OK)
 			dt__log(0, "cannot watch %s: %s", c->addr, dt_errmsg());
@@ -373,13 +371,32 @@ hs_remove(dt_van *v, dt_conn *c)
 	c->hs_prev = c->hs_next = NULL;
 }
 
-/* Take c off the handshake thread's lists and epoll. */
+/* Take c off the handshake thread's lists and, if it is watched there,
+ * out of its epoll (a registration left behind would be called at every
+ * wake-up of the socket for the connection's whole life). */
 static void
 hs_unlink(dt_van *v, dt_conn *c)
 {
 	hs_remove(v, c);
 	v->hs_count--;
-	epoll_ctl(v->hs_epfd, EPOLL_CTL_DEL, c->link.fd, NULL);
+	if (c->hs_watched)
+		epoll_ctl(v->hs_epfd, EPOLL_CTL_DEL, c->link.fd, NULL);
+	c->hs_watched = 0;
+}
+
+/* Watch pending c for its next bytes (once watched, it stays so until
+ * hs_unlink). 0, or -1 with errno. */
+static int
+hs_watch(dt_van *v, dt_conn *c)
+{
+	struct epoll_event ev = {.events = EPOLLIN | EPOLLRDHUP, .data.ptr = c};
+
+	if (c->hs_watched)
+		return 0;
+	if (epoll_ctl(v->hs_epfd, EPOLL_CTL_ADD, c->link.fd, &ev) < 0)
+		return -1;
+	c->hs_watched = 1;
+	return 0;
 }
 
 /* Give up a pending connection: closed now, freed at the end of the round
@@ -435,8 +452,46 @@ hs_take(dt_van *v, const dt_link *link, const char *addr)
 	c->auth = AUTH_HELLO;
 	hs_append(v, c, HS_SILENT);
 	v->hs_count++;
-	struct epoll_event ev = {.events = EPOLLIN | EPOLLRDHUP, .data.ptr = c};
-	if (epoll_ctl(v->hs_epfd, EPOLL_CTL_ADD, c->link.fd, &ev) < 0)
+	/* A node sends its HELLO as soon as it has connected: while a join
+	 * keeps this thread busy it is there by the time the connection is
+	 * accepted, and is answered now rather than after another epoll_wait
+	 * (a silent stranger costs one read more). */
+	hs_advance(v, c);
+}
+
+/*
+ * Go on with pending c's handshake as far as its bytes allow, then watch
+ * it for the next ones. Once the challenge is sent, its answer is a round
+ * trip away: the thread waits for it without reading again. A connection
+ * that sends its first bytes leaves the silent list.
+ */
+static void
+hs_advance(dt_van *v, dt_conn *c)
+{
+	dt_err err;
+	int r;
+
+	do {
+		enum auth_state was = c->auth;
+
+		r = van_handshake_read(v, c, &err);
+		if (r == HS_MORE && was == AUTH_HELLO && c->auth == AUTH_PROOF)
+			r = HS_WAIT; /* (the challenge went out) */
+	} while (r == HS_MORE);
+	if (r == HS_DONE) {
+		hs_unlink(v, c);
+		hand_over(v, c);
+		return;
+	}
+	if (r != HS_WAIT) {
+		hs_drop(v, c, dt_errmsg());
+		return;
+	}
+	if (c->hs_list == HS_SILENT && (c->auth != AUTH_HELLO || c->hs_got)) {
+		hs_remove(v, c);
+		hs_append(v, c, HS_TALKING);
+	}
+	if (hs_watch(v, c) < 0)
 		hs_drop(v, c, strerror(errno));
 }
 
@@ -444,27 +499,11 @@ hs_take(dt_van *v, const dt_link *link, const char *addr)
 static void
 hs_readable(dt_van *v, dt_conn *c)
 {
-	dt_err err;
-
 	if (c->hs_list == HS_SILENT) { /* it speaks (or hangs up) */
 		hs_remove(v, c);
 		hs_append(v, c, HS_TALKING);
 	}
-	for (;;) {
-		switch (van_handshake_read(v, c, &err)) {
-		case HS_MORE:
-			continue;
-		case HS_WAIT:
-			return;
-		case HS_DONE:
-			hs_unlink(v, c);
-			hand_over(v, c);
-			return;
-		default:
-			hs_drop(v, c, dt_errmsg());
-			return;
-		}
-	}
+	hs_advance(v, c);
 }
 
 /* How long a connection may take over its handshake. */

@@ -99,15 +99,30 @@ struct dt_conn {
 	 * left alone since is still armed, and its writer rings its doorbell
 	 * (and epoll reports it) at its next write. */
 	int touched;
-	dt_conn *next;
+	/* (van->mu) its place in the van's list of live connections (prev,
+	 * next), or in the list of those taken down (next), and whether it
+	 * is still in the live one; next also links the handshake thread's
+	 * connections given up (hs_dead) */
+	dt_conn *prev, *next;
+	int live;
+	/* (van->mu) its place in the list of connections not introduced
+	 * yet (dt__van_guard), while it is in it */
+	dt_conn *uv_prev, *uv_next;
+	int uv_in;
 	/* (handshake thread) its place in a pending list (hs_q), oldest
 	 * first, while the handshake thread owns the connection. */
 	dt_conn *hs_prev, *hs_next;
 	int hs_list;
+	/* (handshake thread) in hs_epfd: a connection whose handshake is
+	 * done at once (its HELLO came with it) is never watched there */
+	int hs_watched;
 
 	/* Authentication: until it is done, the connection's bytes go to a
 	 * fixed buffer, never to a frame, a hook or the log. */
 	enum auth_state auth; /* (I/O thread) */
+	/* (I/O thread) the peer closed, seen in the event that disarmed c
+	 * (CONN_EVENTS is one shot): its close needs no more than close() */
+	int eof;
 	uint8_t hsbuf[DT_AUTH_MAX_LEN];
 	size_t hs_got;
 	dt_auth_hs hs;
@@ -209,7 +224,14 @@ struct dt_van {
 	pthread_mutex_t park_mu;
 	pthread_cond_t park_cv; /* CLOCK_MONOTONIC */
 	int parked;             /* (park_mu) */
-	dt_conn *conns;
+	/* (mu) The live connections, newest first; those taken down, kept
+	 * (small) until the van is destroyed, so that a sender that still
+	 * holds one never touches freed memory, but out of the way of every
+	 * walk of the live ones; and those not introduced yet, oldest first:
+	 * the sweep of the guard walks these alone, so a join of thousands
+	 * of nodes does not walk every connection ten times a second. */
+	dt_conn *conns, *gone;
+	dt_conn *uv_head, *uv_tail;
 	uint64_t max_payload;
 	int send_timeout_ms;
 	atomic_uint_fast64_t sent;
@@ -251,6 +273,9 @@ dt_conn *van_conn_new(dt_van *v, const dt_link *link, int staged);
 void van_conn_free(dt_conn *c);
 dt_err van_conn_add(dt_van *v, dt_conn *c);
 void van_conn_down(dt_van *v, dt_conn *c, dt_err why, const char *reason);
+/* c is not introduced yet: counted in v->unvouched, and in the guard's
+ * list (before van_conn_add). */
+void van_unvouched_add(dt_van *v, dt_conn *c);
 void van_wake_io(dt_van *v);
 /* Read DT_WAIT_DIRECT (van_loop.c) for dt__van_wait. */
 dt_err dt__van_wait_configure(void);

@@ -306,9 +306,11 @@ read_all(dt_van *v, dt_conn *c)
 				    v, c, DT_EPROTO,
 				    "connection closed in the middle of "
 				    "a frame (truncated message)");
-			else
+			else {
+				c->eof = 1;
 				van_conn_down(v, c, DT_ECLOSED,
 				              "closed by peer");
+			}
 			return;
 		}
 		if (errno == EINTR)

@@ -2076,6 +2076,105 @@ test_evict_silent_first(void **state)
 	sink_fini(&s);
 }
 
+/*
+ * Connections stuck in their handshake hold no one up: with a silent one,
+ * one that sent half its HELLO, and a flood of bad HELLOs pending, a node
+ * that connects after them is answered, authenticated and heard long
+ * before the stuck ones' time is up (the handshake thread answers each as
+ * its bytes come, never waiting for one). The stuck ones are then still
+ * open (their time is not up), the bad ones were hung up on at once, and
+ * none of them reached the owner. A good connection's close (one close()
+ * once its peer has hung up) is reported and gives its descriptor back.
+ */
+static void
+test_stuck_handshakes_hold_no_one(void **state)
+{
+	enum { BAD = 50 };
+	uint8_t hello[DT_AUTH_HELLO_LEN] = "DTH1", bad[DT_AUTH_HELLO_LEN];
+	uint8_t hb[DT_HDR_SIZE];
+	dt_msg_hdr h = {.cmd = DT_CMD_KV_FIRST, .seq = 11};
+	int port = 0, silent, slow, good, bads[BAD];
+	uint64_t t0, took;
+	sink s;
+	dt_van *v;
+
+	(void)state;
+	sink_init(&s);
+	v = make_van(&s, 0);
+	dt__van_guard(v, 60000000000ull, 256); /* 60 s, 256 at once */
+	assert_int_equal(dt__van_listen(v, "127.0.0.1", 0, -1, &port), DT_OK);
+	assert_int_equal(dt__van_start(v), DT_OK);
+	capture_begin(); /* the bad HELLOs' refusals */
+	silent = raw_connect_noauth(port);
+	slow = raw_connect_noauth(port);
+	raw_send(slow, hello, sizeof(hello) / 2);
+	memset(bad, 0x5a, sizeof(bad));
+	for (int i = 0; i < BAD; i++) {
+		bads[i] = raw_connect_noauth(port);
+		raw_send(bads[i], bad, sizeof(bad));
+	}
+	t0 = dt__now_ns();
+	good = raw_connect(port);
+	dt__hdr_encode(&h, hb);
+	raw_send(good, hb, sizeof(hb));
+	assert_true(wait_count(&s, &s.nrec, 1));
+	took = dt__now_ns() - t0;
+	assert_int_equal(s.recs[0].h.seq, 11);
+	for (int i = 0; i < BAD; i++) {
+		assert_true(hung_up_within(bads[i], WAIT_MS));
+		close(bads[i]);
+	}
+	capture_end(NULL, 0);
+	/* (30 s of the stuck ones' 60 would still be "before"; on a quiet
+	 * machine it takes milliseconds) */
+	if (took >= 30000000000ull)
+		fail_msg("a node behind stuck handshakes took %.1f s",
+		         (double)took / 1e9);
+	assert_false(hung_up_within(silent, 0));
+	assert_false(hung_up_within(slow, 0));
+	assert_int_equal(sink_read(&s, &s.nclose), 0);
+	/* The good one hangs up: the van reports it (and the teardown finds
+	 * every descriptor given back). */
+	close(good);
+	assert_true(wait_count(&s, &s.nclose, 1));
+	close(silent);
+	close(slow);
+	dt__van_destroy(v);
+	sink_fini(&s);
+}
+
+/* A TCP listener's accepted sockets come with TCP_NODELAY (set once on the
+ * listener, which they inherit). */
+static void
+test_accepted_nodelay(void **state)
+{
+	dt_link lis, acc;
+	char addr[64];
+	int port = 0, fd, on = 0, got = 0;
+	socklen_t len = sizeof(on);
+	uint64_t deadline;
+
+	(void)state;
+	assert_int_equal(
+	    dt__tcp_transport.listen("127.0.0.1", 0, -1, &lis, &port), DT_OK);
+	fd = raw_connect_noauth(port);
+	deadline = dt__now_ns() + (uint64_t)WAIT_MS * 1000000ull;
+	while ((got = dt__tcp_transport.accept(&lis, &acc, addr,
+	                                       sizeof(addr))) == 0 &&
+	       dt__now_ns() < deadline) {
+		struct pollfd p = {.fd = lis.fd, .events = POLLIN};
+
+		(void)poll(&p, 1, 100);
+	}
+	assert_int_equal(got, 1);
+	assert_int_equal(
+	    getsockopt(acc.fd, IPPROTO_TCP, TCP_NODELAY, &on, &len), 0);
+	assert_true(on != 0);
+	acc.ops->close(&acc);
+	lis.ops->close(&lis);
+	close(fd);
+}
+
 /* The transport is chosen by name; an unknown one is refused by name. */
 static void
 test_transport_choice(void **state)
@@ -2704,6 +2803,7 @@ main(void)
 	    H(test_auth_refusals),
 	    H(test_guard),
 	    H(test_evict_silent_first),
+	    H(test_stuck_handshakes_hold_no_one),
 #undef H
 #define HS(f) cmocka_unit_test_setup_teardown(f, setup_shm_shared, teardown)
 	    HS(test_sizes_in_order),
@@ -2715,6 +2815,8 @@ main(void)
 	    cmocka_unit_test(test_accept_out_of_fds),
 	    cmocka_unit_test(test_guard),
 	    cmocka_unit_test(test_evict_silent_first),
+	    T(test_stuck_handshakes_hold_no_one),
+	    T(test_accepted_nodelay),
 	    cmocka_unit_test(test_sock_helpers),
 	};
 #undef T
