@@ -25,11 +25,6 @@ tune(int fd)
 	return setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
 }
 
-/* A listener's priv: whether the sockets it accepts come with TCP_NODELAY
- * (Linux copies it from the listener), so accepting costs no setsockopt
- * per connection: a join of thousands of nodes accepts thousands. */
-#define LIS_NODELAY ((void *)1)
-
 static void
 link_init(dt_link *l, int fd)
 {
@@ -57,8 +52,12 @@ tcp_listen(const char *host, int port, int inherited_fd, dt_link *lis,
 		return err;
 	}
 	link_init(lis, fd);
-	if (tune(fd) == 0)
-		lis->priv = LIS_NODELAY;
+	/* Set once here: Linux copies TCP_NODELAY from a listener to the
+	 * sockets it accepts, so accepting costs no setsockopt per connection
+	 * (a join of thousands of nodes accepts thousands). A listener that
+	 * cannot take it (an inherited socket that is not TCP) accepts
+	 * sockets that cannot either. */
+	(void)tune(fd);
 	return DT_OK;
 }
 
@@ -84,8 +83,6 @@ tcp_accept(dt_link *lis, dt_link *out, char *addr, size_t cap)
 				continue;
 			return errno == EAGAIN || errno == EWOULDBLOCK ? 0 : -1;
 		}
-		if (lis->priv != LIS_NODELAY)
-			(void)tune(fd);
 		dt__sock_addr_str(&ss, addr, cap);
 		link_init(out, fd);
 		return 1;
