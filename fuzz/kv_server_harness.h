@@ -37,6 +37,8 @@ typedef struct h_answers {
 	uint64_t bytes;    /* the last answer's payload */
 	uint8_t data[256]; /* and its first bytes */
 	char text[DT_KV_STALL_TEXT]; /* a KV_STALL answer's ("": none) */
+	uint64_t pulls;              /* answers to KV_PULL that were values */
+	float pull_f32;              /* and the last one's first float */
 } h_answers;
 
 static h_answers h_ans;
@@ -73,6 +75,11 @@ h_node_send_ex(dt_node *n, int id, dt_msg_hdr *h, const void *meta,
 	if (h->cmd == DT_CMD_KV_STALL && !(h->flags & DT_F_ERROR) &&
 	    dt__kv_stall_reply_decode(meta, meta_len, h_ans.text) != DT_OK)
 		snprintf(h_ans.text, sizeof(h_ans.text), "(malformed)");
+	if (h->cmd == DT_CMD_KV_PULL && !(h->flags & DT_F_ERROR) &&
+	    h_ans.bytes >= sizeof(float)) {
+		h_ans.pulls++;
+		memcpy(&h_ans.pull_f32, h_ans.data, sizeof(float));
+	}
 	if (h->flags & DT_F_ERROR) {
 		h_ans.errors++;
 		if (dt__kv_error_decode(meta, meta_len, &h_ans.code, h_ans.msg,

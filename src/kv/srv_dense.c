@@ -13,7 +13,8 @@
  * then do the round's pushes get their answers. A worker that pushes the
  * same key again before the round is over is not counted twice: its push
  * waits for the next round. A pull from a worker that has pushed in the
- * current round is answered at the round's end, so it sees its own push.
+ * current round is answered at the round's end, so it sees its own push;
+ * one sent after pushes held for later rounds waits for the last of them.
  * dist_async: each push is applied as it arrives.
  *
  * The router (server.c) hands it the single-key requests of its keys,
@@ -52,9 +53,11 @@ dense_insert(kv_server *s, dt_key key)
 		return NULL;
 	e->pushed = calloc((size_t)s->nworkers, 1);
 	e->applied = calloc((size_t)s->nworkers, sizeof(uint64_t));
-	if (e->pushed == NULL || e->applied == NULL) {
+	e->nheld = calloc((size_t)s->nworkers, sizeof(uint32_t));
+	if (e->pushed == NULL || e->applied == NULL || e->nheld == NULL) {
 		free(e->pushed);
 		free(e->applied);
+		free(e->nheld);
 		free(e);
 		return NULL;
 	}
@@ -82,6 +85,11 @@ dense_free_entry(entry *e)
 		free(d->data);
 		free(d);
 	}
+	while (e->pulls) {
+		deferred *d = e->pulls;
+		e->pulls = d->next;
+		free(d);
+	}
 	srv_kept_free(e->parked);
 	free(e->val);
 	free(e->merge);
@@ -90,6 +98,7 @@ dense_free_entry(entry *e)
 	free(e->hold);
 	free(e->pushed);
 	free(e->applied);
+	free(e->nheld);
 	free(e);
 }
 
@@ -121,6 +130,49 @@ touch(kv_server *s, entry *e)
 
 static void unpark(kv_server *s, entry *e);
 
+/* A dist_sync pull: answered at the end of the round that holds the
+ * worker's push, or at once when it has none open. */
+static void
+answer_pull(kv_server *s, entry *e, int worker, int cmd, uint64_t seq,
+            unsigned enc)
+{
+	if (e->pushed[worker]) {
+		if (queue(&e->answers, worker, cmd, seq, 0, 0, enc))
+			srv_reply_error(s, worker, cmd, seq, e->key, DT_ENOMEM,
+			                "out of memory");
+		return;
+	}
+	srv_reply_enc(s, worker, cmd, seq, e->key, e->val, e->len, enc);
+}
+
+/*
+ * A held push of worker is about to join the open round: the pulls it
+ * sent after that push and no other held one are answered at this
+ * round's end, with it. (A worker's replay to a restarted server sends
+ * several rounds' pushes back to back, then the pull that followed them:
+ * the pull must see the round of the last, not the open one.)
+ */
+static void
+release_pulls(kv_server *s, entry *e, int worker)
+{
+	deferred **p = &e->pulls;
+
+	e->nheld[worker]--;
+	while (*p) {
+		deferred *d = *p;
+
+		if (d->worker != worker || --d->ahead > 0) {
+			p = &d->next;
+			continue;
+		}
+		*p = d->next;
+		if (queue(&e->answers, worker, d->cmd, d->seq, 0, 0, d->enc))
+			srv_reply_error(s, worker, d->cmd, d->seq, e->key,
+			                DT_ENOMEM, "out of memory");
+		free(d);
+	}
+}
+
 static void
 round_done(kv_server *s, entry *e)
 {
@@ -146,6 +198,7 @@ round_done(kv_server *s, entry *e)
 		deferred *d = e->later;
 
 		e->later = d->next;
+		release_pulls(s, e, d->worker);
 		push_sync(s, e, d->worker, d->cmd, d->seq, d->enc, d->data, 0);
 		free(d->data);
 		free(d);
@@ -225,10 +278,11 @@ push_sync(kv_server *s, entry *e, int worker, int cmd, uint64_t seq,
 			return;
 		}
 		memcpy(d->data, g, e->len * sizeof(float));
-		*d = (deferred){worker, cmd, seq, enc, d->data, NULL};
+		*d = (deferred){worker, cmd, seq, enc, d->data, 0, NULL};
 		while (*p)
 			p = &(*p)->next;
 		*p = d;
+		e->nheld[worker]++;
 		return;
 	}
 	if (queue(&e->answers, worker, cmd, seq, 0, 0, enc)) {
@@ -557,6 +611,26 @@ on_resume(kv_server *s, int worker, const dt_msg_hdr *h, const uint8_t *meta)
 	srv_reply_held(s, worker, h, have);
 }
 
+/* A pull behind this worker's held pushes: answered with the round the
+ * last of them joins (release_pulls). */
+static void
+hold_pull(kv_server *s, entry *e, int worker, int cmd, uint64_t seq,
+          unsigned enc)
+{
+	deferred *d = malloc(sizeof(*d)), **p = &e->pulls;
+
+	if (d == NULL) {
+		srv_reply_error(s, worker, cmd, seq, e->key, DT_ENOMEM,
+		                "pull of key %llu: out of memory holding it",
+		                (unsigned long long)e->key);
+		return;
+	}
+	*d = (deferred){worker, cmd, seq, enc, NULL, e->nheld[worker], NULL};
+	while (*p)
+		p = &(*p)->next;
+	*p = d;
+}
+
 /* A push, pushpull or pull. */
 static void
 on_data(kv_server *s, int worker, const dt_msg_hdr *h, const uint8_t *meta,
@@ -576,16 +650,13 @@ on_data(kv_server *s, int worker, const dt_msg_hdr *h, const uint8_t *meta,
 			pull_at(s, e, worker, h, meta, enc);
 			return;
 		}
-		if (s->sync && e->pushed[worker]) {
-			if (queue(&e->answers, worker, h->cmd, h->seq, 0, 0,
-			          enc))
-				srv_reply_error(s, worker, h->cmd, h->seq,
-				                h->key, DT_ENOMEM,
-				                "out of memory");
-			return;
-		}
-		srv_reply_enc(s, worker, h->cmd, h->seq, h->key, e->val, e->len,
-		              enc);
+		if (s->sync && e->nheld[worker])
+			hold_pull(s, e, worker, h->cmd, h->seq, enc);
+		else if (s->sync)
+			answer_pull(s, e, worker, h->cmd, h->seq, enc);
+		else
+			srv_reply_enc(s, worker, h->cmd, h->seq, h->key, e->val,
+			              e->len, enc);
 		return;
 	}
 	if ((e = check_access(s, worker, h, meta, 1, &kind, &t)) == NULL)
@@ -649,7 +720,7 @@ srv_unpark_key(kv_server *s, dt_key key)
 	entry *e = dt__table_count(&s->keys) ? dense_find(s, key) : NULL;
 	srv_kept *q;
 
-	if (e == NULL || e->initialised || e->inits || e->later)
+	if (e == NULL || e->initialised || e->inits || e->later || e->pulls)
 		return;
 	q = e->parked;
 	e->parked = NULL;
@@ -713,6 +784,9 @@ dense_peer_restart(kv_server *s, int worker)
 			if (w->worker == worker)
 				w->seq = 0;
 		for (deferred *d = e->later; d; d = d->next)
+			if (d->worker == worker)
+				d->seq = 0;
+		for (deferred *d = e->pulls; d; d = d->next)
 			if (d->worker == worker)
 				d->seq = 0;
 		for (srv_kept *q = e->parked; q; q = q->next)
@@ -868,6 +942,24 @@ dense_chunk(kv_server *s, const dt_msg_hdr *h, const float *g, size_t i0,
 	return 1;
 }
 
+/* The requests held in list (pushes for later rounds, or pulls behind
+ * them), each refused: its round was dropped. */
+static void
+drop_held(kv_server *s, entry *e, deferred **list, const char *why)
+{
+	while (*list) {
+		deferred *d = *list;
+
+		*list = d->next;
+		srv_reply_error(s, d->worker, d->cmd, d->seq, e->key,
+		                DT_EMEMBERSHIP, "%s of key %llu: dropped: %s",
+		                dt__kv_op_name(d->cmd),
+		                (unsigned long long)e->key, why);
+		free(d->data);
+		free(d);
+	}
+}
+
 /*
  * An elastic job's membership changed: every open round is dropped -
  * its merge, its pushes and the requests waiting for its end, answered
@@ -901,18 +993,9 @@ dense_discard(kv_server *s, const char *why)
 			    why);
 			free(w);
 		}
-		while (e->later) {
-			deferred *d = e->later;
-
-			e->later = d->next;
-			srv_reply_error(s, d->worker, d->cmd, d->seq, e->key,
-			                DT_EMEMBERSHIP,
-			                "%s of key %llu: dropped: %s",
-			                dt__kv_op_name(d->cmd),
-			                (unsigned long long)e->key, why);
-			free(d->data);
-			free(d);
-		}
+		drop_held(s, e, &e->later, why);
+		drop_held(s, e, &e->pulls, why);
+		memset(e->nheld, 0, (size_t)s->nworkers * sizeof(uint32_t));
 		if (e->merge)
 			memset(e->merge, 0, e->len * sizeof(float));
 		e->npushed = 0;

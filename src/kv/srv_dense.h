@@ -37,8 +37,9 @@ typedef struct deferred {
 	int worker;
 	int cmd;
 	uint64_t seq;
-	unsigned enc; /* the answer's encoding */
-	float *data;  /* the push, decoded */
+	unsigned enc;   /* the answer's encoding */
+	float *data;    /* the push, decoded (NULL: a held pull) */
+	uint64_t ahead; /* a held pull: its worker's held pushes before it */
 	struct deferred *next;
 } deferred;
 
@@ -64,6 +65,8 @@ typedef struct entry {
 	waiter *answers;  /* answered at the end of the round */
 	waiter *inits;    /* INITs waiting for rank 0's value */
 	deferred *later;  /* second pushes in a round, oldest first */
+	uint32_t *nheld;  /* by worker rank: its pushes in later */
+	deferred *pulls;  /* pulls behind pushes in later, oldest first */
 	srv_kept *parked; /* before its INIT, oldest first (recovery) */
 	/* The stall report: when the open round took its first push, and
 	 * whether its stall was logged. */

@@ -113,6 +113,16 @@ dense_describe(kv_server *s, int worker, const dt_kv_stall_ask *a, char *buf,
 			         line);
 			return 1;
 		}
+	for (deferred *d = e->pulls; d; d = d->next)
+		if (d->worker == worker && d->seq == a->seq) {
+			stall_round_line(s, e, line, sizeof(line));
+			stall_tell(s, e, line);
+			snprintf(buf, cap,
+			         "a pull held until this worker's %llu pushes "
+			         "before it join their rounds: %s",
+			         (unsigned long long)d->ahead, line);
+			return 1;
+		}
 	for (waiter *w = e->inits; w; w = w->next)
 		if (w->worker == worker && w->seq == a->seq) {
 			snprintf(buf, cap,

@@ -681,6 +681,53 @@ test_dense_rounds(void **state)
 	h_stop();
 }
 
+/* A pull sent after pushes held for later rounds (a worker's replay to a
+ * restarted server sends several rounds' pushes back to back, then the
+ * pull that followed them) sees the round of the last of them, not the
+ * open one; KV_RESUME does not count it as a push. */
+static void
+test_dense_pull_after_held(void **state)
+{
+	float v[4] = {1, 2, 3, 4}, g1[4] = {1, 1, 1, 1}, g2[4] = {2, 2, 2, 2};
+	float g10[4] = {10, 10, 10, 10}, g20[4] = {20, 20, 20, 20};
+	float g100[4] = {100, 100, 100, 100}, g200[4] = {200, 200, 200, 200};
+
+	(void)state;
+	assert_non_null(h_start());
+	send_frame(0, DT_CMD_KV_CONFIG, 0, 1, 0, 0, NULL, 0, NULL, 0);
+	dense_req(0, DT_CMD_KV_INIT, 7, 4, v);
+	answered(0);
+	dense_req(1, DT_CMD_KV_INIT, 7, 4, NULL);
+	answered(0);
+	dense_req(0, DT_CMD_KV_PUSH, 7, 4, g1);   /* round 1 */
+	dense_req(0, DT_CMD_KV_PUSH, 7, 4, g10);  /* held for round 2 */
+	dense_req(0, DT_CMD_KV_PUSH, 7, 4, g100); /* held for round 3 */
+	dense_req(0, DT_CMD_KV_PULL, 7, 4, NULL); /* after round 3 */
+	assert_int_equal(resumed(0, 7, 4), 3);
+	dense_req(1, DT_CMD_KV_PUSH, 7, 4, g2); /* round 1 over: 3 */
+	assert_int_equal(h_ans.pulls, 0);
+	dense_req(1, DT_CMD_KV_PUSH, 7, 4, g20); /* round 2 over: 30 */
+	assert_int_equal(h_ans.pulls, 0);
+	dense_req(1, DT_CMD_KV_PUSH, 7, 4, g200); /* round 3 over: 300 */
+	assert_int_equal(h_ans.pulls, 1);
+	assert_true(h_ans.pull_f32 == 300.0f);
+	/* nothing held: answered at once */
+	dense_req(0, DT_CMD_KV_PULL, 7, 4, NULL);
+	assert_int_equal(h_ans.pulls, 2);
+	assert_true(h_ans.pull_f32 == 300.0f);
+	/* a push in the open round, one held, a pull: after the second */
+	dense_req(0, DT_CMD_KV_PUSH, 7, 4, g1);
+	dense_req(0, DT_CMD_KV_PUSH, 7, 4, g10);
+	dense_req(0, DT_CMD_KV_PULL, 7, 4, NULL);
+	dense_req(1, DT_CMD_KV_PUSH, 7, 4, g2); /* 3 */
+	assert_int_equal(h_ans.pulls, 2);
+	dense_req(1, DT_CMD_KV_PUSHPULL, 7, 4, g20); /* 30 */
+	assert_int_equal(h_ans.pulls, 3);
+	assert_true(h_ans.pull_f32 == 30.0f);
+	assert_int_equal(h_ans.errors, 0);
+	h_stop();
+}
+
 /* A dense push of an elastic job naming membership epoch. */
 static void
 elastic_push(int w, int cmd, dt_key key, uint64_t epoch, const float *g)
@@ -1049,6 +1096,7 @@ main(void)
 	    cmocka_unit_test(test_many_range),
 	    cmocka_unit_test(test_many_replay_park),
 	    cmocka_unit_test(test_dense_rounds),
+	    cmocka_unit_test(test_dense_pull_after_held),
 	    cmocka_unit_test(test_dense_streamed),
 	    cmocka_unit_test(test_kind_routing),
 	    cmocka_unit_test(test_dense_park),
