@@ -198,6 +198,8 @@ round_done(kv_server *s, entry *e)
 		deferred *d = e->later;
 
 		e->later = d->next;
+		if (e->later == NULL)
+			e->later_last = NULL;
 		release_pulls(s, e, d->worker);
 		push_sync(s, e, d->worker, d->cmd, d->seq, d->enc, d->data, 0);
 		free(d->data);
@@ -264,7 +266,7 @@ push_sync(kv_server *s, entry *e, int worker, int cmd, uint64_t seq,
           unsigned enc, const float *g, int streamed)
 {
 	if (e->pushed[worker]) {
-		deferred *d = malloc(sizeof(*d)), **p = &e->later;
+		deferred *d = malloc(sizeof(*d));
 
 		if (d)
 			d->data = malloc(e->len * sizeof(float));
@@ -279,9 +281,12 @@ push_sync(kv_server *s, entry *e, int worker, int cmd, uint64_t seq,
 		}
 		memcpy(d->data, g, e->len * sizeof(float));
 		*d = (deferred){worker, cmd, seq, enc, d->data, 0, NULL};
-		while (*p)
-			p = &(*p)->next;
-		*p = d;
+		/* (at the end in O(1): a replay holds thousands) */
+		if (e->later)
+			e->later_last->next = d;
+		else
+			e->later = d;
+		e->later_last = d;
 		e->nheld[worker]++;
 		return;
 	}
@@ -994,6 +999,7 @@ dense_discard(kv_server *s, const char *why)
 			free(w);
 		}
 		drop_held(s, e, &e->later, why);
+		e->later_last = NULL;
 		drop_held(s, e, &e->pulls, why);
 		memset(e->nheld, 0, (size_t)s->nworkers * sizeof(uint32_t));
 		if (e->merge)

@@ -61,13 +61,14 @@ typedef struct entry {
 	uint64_t *applied; /* by worker rank: its pushes in val (checkpoints) */
 	int restored;      /* loaded from a checkpoint: an INIT keeps val */
 	int npushed;
-	uint8_t *pushed;  /* by worker rank, this round */
-	waiter *answers;  /* answered at the end of the round */
-	waiter *inits;    /* INITs waiting for rank 0's value */
-	deferred *later;  /* second pushes in a round, oldest first */
-	uint32_t *nheld;  /* by worker rank: its pushes in later */
-	deferred *pulls;  /* pulls behind pushes in later, oldest first */
-	srv_kept *parked; /* before its INIT, oldest first (recovery) */
+	uint8_t *pushed;      /* by worker rank, this round */
+	waiter *answers;      /* answered at the end of the round */
+	waiter *inits;        /* INITs waiting for rank 0's value */
+	deferred *later;      /* second pushes in a round, oldest first */
+	deferred *later_last; /* its last (NULL when later is) */
+	uint32_t *nheld;      /* by worker rank: its pushes in later */
+	deferred *pulls;      /* pulls behind pushes in later, oldest first */
+	srv_kept *parked;     /* before its INIT, oldest first (recovery) */
 	/* The stall report: when the open round took its first push, and
 	 * whether its stall was logged. */
 	uint64_t t_open;
