@@ -54,7 +54,8 @@ usage(FILE *f)
 	      "[--batch-size N] [--epochs N]\n"
 	      "              [--lr X] [--momentum X] [--seed N] "
 	      "[--disp-batches N]\n"
-	      "              [--metrics FILE] [--run-label L]\n",
+	      "              [--metrics FILE] [--run-label L] "
+	      "[--push-then-pull]\n",
 	      f);
 }
 
@@ -71,6 +72,7 @@ main(int argc, char **argv)
 	    {"disp-batches", required_argument, 0, 'd'},
 	    {"metrics", required_argument, 0, 'T'},
 	    {"run-label", required_argument, 0, 'N'},
+	    {"push-then-pull", no_argument, 0, 'P'},
 	    {"help", no_argument, 0, 'h'},
 	    {0, 0, 0, 0},
 	};
@@ -78,7 +80,7 @@ main(int argc, char **argv)
 	long batch = 100, epochs = 5, seed = 42, disp = 250;
 	double lr = 2e-4, momentum = 0.98;
 	char *end;
-	int c;
+	int c, two_calls = 0;
 
 	while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
 		switch (c) {
@@ -109,6 +111,9 @@ main(int argc, char **argv)
 		case 'N':
 			label = optarg;
 			break;
+		case 'P':
+			two_calls = 1;
+			break;
 		case 'h':
 			usage(stdout);
 			return 0;
@@ -116,7 +121,7 @@ main(int argc, char **argv)
 			usage(stderr);
 			return 2;
 		}
-		if (c != 'k' && c != 'T' && c != 'N' &&
+		if (c != 'k' && c != 'T' && c != 'N' && c != 'P' &&
 		    (*end != '\0' || end == optarg)) {
 			fprintf(stderr, "linreg: bad value '%s' for --%s\n",
 			        optarg,
@@ -240,9 +245,24 @@ main(int argc, char **argv)
 			dt_kv_req r1, r2;
 			double tc = now();
 			t_comm = dt_obs_now();
-			if (dt_kv_pushpull_async(kv, kw, &gw, &w, 1, &r1) ||
-			    dt_kv_pushpull_async(kv, kb, &gb, &b, 1, &r2) ||
-			    dt_kv_wait(kv, r1) || dt_kv_wait(kv, r2))
+			if (two_calls) {
+				/* MXNet's kv.push then kv.pull, issued
+				 * together: each pull sees the round of this
+				 * worker's push before it. */
+				dt_kv_req r3, r4;
+
+				if (dt_kv_push_async(kv, kw, &gw, 1, &r1) ||
+				    dt_kv_push_async(kv, kb, &gb, 1, &r2) ||
+				    dt_kv_pull_async(kv, kw, &w, 1, &r3) ||
+				    dt_kv_pull_async(kv, kb, &b, 1, &r4) ||
+				    dt_kv_wait(kv, r1) || dt_kv_wait(kv, r2) ||
+				    dt_kv_wait(kv, r3) || dt_kv_wait(kv, r4))
+					goto fail;
+			} else if (dt_kv_pushpull_async(kv, kw, &gw, &w, 1,
+			                                &r1) ||
+			           dt_kv_pushpull_async(kv, kb, &gb, &b, 1,
+			                                &r2) ||
+			           dt_kv_wait(kv, r1) || dt_kv_wait(kv, r2))
 				goto fail;
 			tcomm += now() - tc;
 			dt_obs_phase(DT_PHASE_COMM, t_comm);

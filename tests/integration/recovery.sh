@@ -6,8 +6,8 @@
 #   - mnist (lenet) and linreg in dist_sync: parameters bit-identical to
 #     the undisturbed run, killed at a random step (after a random progress
 #     line), and linreg killed before any checkpoint (the new server starts
-#     empty: everything is sent again); mnist again with 2bit pushes and
-#     fp16 pulls;
+#     empty: everything is sent again; and again with push then pull
+#     instead of push-pull); mnist again with 2bit pushes and fp16 pulls;
 #   - the same with the processes started by hand and the server started
 #     again by hand (as an outside engine would: Kubernetes, Slurm), the
 #     new one first, held by the scheduler until the old one's loss;
@@ -43,6 +43,17 @@ must_pass lin0
 grep -q "no checkpoint in $tmp/ck yet: starting empty" "$tmp/lin0.log" || fail "linreg: the new server did not start empty"
 [ "$(last lin0)" = "$(last lin_ref)" ] || fail "linreg from nothing: '$(last lin0)', '$(last lin_ref)' without"
 echo "linreg, server 0 killed before any checkpoint: everything sent again, identical"
+rm -rf "$tmp/ck"
+# MXNet's push then pull (the pulls issued with the pushes): the replay to
+# a new server that starts empty sends every push again back to back, then
+# the pulls that were in flight, each of which must see the round of the
+# last push before it, not the first.
+killed lin_pp server 0 "Epoch\[2\] Train" "$B/dtrain" launch -n 2 -s 2 "${R[@]}" --checkpoint-every 1000000 -- \
+	"${LIN[@]}" --push-then-pull
+must_pass lin_pp
+[ "$(last lin_pp)" = "$(last lin_ref)" ] ||
+	fail "linreg, push then pull, server 0 killed: '$(last lin_pp)', '$(last lin_ref)' without"
+echo "linreg with push then pull, server 0 killed before any checkpoint: identical"
 rm -rf "$tmp/ck"
 # Copies capped (DTRAIN_REPLAY_MAX=0: no push is kept) and no checkpoint:
 # the restarted server cannot be given what it lost; the job ends, named.
