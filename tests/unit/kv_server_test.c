@@ -639,6 +639,19 @@ resumed(int w, dt_key key, uint64_t n)
 	return ans_u64();
 }
 
+/* A dist_sync server with dense key 7 of 4 floats, v from worker 0 and
+ * worker 1's init answered. */
+static void
+sync_key7(const float *v)
+{
+	assert_non_null(h_start());
+	send_frame(0, DT_CMD_KV_CONFIG, 0, 1, 0, 0, NULL, 0, NULL, 0);
+	dense_req(0, DT_CMD_KV_INIT, 7, 4, v);
+	answered(0);
+	dense_req(1, DT_CMD_KV_INIT, 7, 4, NULL);
+	answered(0);
+}
+
 /* A dense key's dist_sync rounds, its requests handed to the dense kind
  * directly: a push waits for the round, a pull of a worker that pushed
  * waits to see its own push, a second push of a worker in a round joins
@@ -651,12 +664,7 @@ test_dense_rounds(void **state)
 	uint64_t n0;
 
 	(void)state;
-	assert_non_null(h_start());
-	send_frame(0, DT_CMD_KV_CONFIG, 0, 1, 0, 0, NULL, 0, NULL, 0);
-	dense_req(0, DT_CMD_KV_INIT, 7, 4, v);
-	answered(0);
-	dense_req(1, DT_CMD_KV_INIT, 7, 4, NULL);
-	answered(0);
+	sync_key7(v);
 	n0 = h_ans.count;
 	dense_req(0, DT_CMD_KV_PUSH, 7, 4, g1);
 	dense_req(0, DT_CMD_KV_PULL, 7, 4, NULL); /* sees its own push */
@@ -693,12 +701,7 @@ test_dense_pull_after_held(void **state)
 	float g100[4] = {100, 100, 100, 100}, g200[4] = {200, 200, 200, 200};
 
 	(void)state;
-	assert_non_null(h_start());
-	send_frame(0, DT_CMD_KV_CONFIG, 0, 1, 0, 0, NULL, 0, NULL, 0);
-	dense_req(0, DT_CMD_KV_INIT, 7, 4, v);
-	answered(0);
-	dense_req(1, DT_CMD_KV_INIT, 7, 4, NULL);
-	answered(0);
+	sync_key7(v);
 	dense_req(0, DT_CMD_KV_PUSH, 7, 4, g1);   /* round 1 */
 	dense_req(0, DT_CMD_KV_PUSH, 7, 4, g10);  /* held for round 2 */
 	dense_req(0, DT_CMD_KV_PUSH, 7, 4, g100); /* held for round 3 */
