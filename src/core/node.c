@@ -48,8 +48,10 @@ dt__node_set_fatal(dt_node *n, dt_err err, const char *fmt, ...)
 		return;
 	dt__log(0, "%s", n->fatal_msg);
 	/* A node that has failed (an ABORT, a lost scheduler) dials nobody
-	 * any more: its start-up or a redial ends now, not at its deadline. */
-	if (n->van)
+	 * any more: its start-up or a redial ends now, not at its deadline.
+	 * (The scheduler dials only to call parked workers back, and an
+	 * abort is what it then tells them: join_park.c.) */
+	if (n->van && n->role != DT_ROLE_SCHEDULER)
 		dt__van_stop_dials(n->van);
 	dt__link_clear(n); /* nothing kept refers to the waits failed here */
 	dt__node_fail_apps(n, -1, err);
