@@ -83,6 +83,7 @@ import selectors
 import signal
 import subprocess
 import sys
+import threading
 import time
 
 build, out = sys.argv[1], sys.argv[2]
@@ -176,6 +177,30 @@ def task_fds(pid):
         return len(os.listdir(f"/proc/{pid}/fd"))
     except OSError:
         return None
+
+
+class FdPeak:
+    """The most descriptors pid held while it runs: sampled every 50 ms
+    on a thread of its own (a join's peak, which the readings between the
+    phases miss)."""
+
+    def __init__(self, pid):
+        self.pid, self.peak, self.stop = pid, 0, threading.Event()
+        self.t = threading.Thread(target=self.run, daemon=True)
+        self.t.start()
+
+    def run(self):
+        while not self.stop.is_set():
+            k = task_fds(self.pid)
+            if k is None:
+                return
+            self.peak = max(self.peak, k)
+            self.stop.wait(0.05)
+
+    def done(self):
+        self.stop.set()
+        self.t.join()
+        return self.peak
 
 
 def thread_wchans(pid):
@@ -423,6 +448,25 @@ class Sched:
             self.reap()
         return self.rusage_ns
 
+    def park_cpu_ns(self, deadline):
+        """The processor time of the threads that called parked workers
+        back (src/core/join_park.c logs it once they are done; they have
+        ended, so no per-thread clock holds it any more): 0 if the joins
+        were not parked."""
+        pat = re.compile(r"called back \d+ parked workers with their "
+                         r"assignments in [0-9.]+ s \(the callers' "
+                         r"processor time ([0-9.]+) s\)")
+        parked = False
+        while True:
+            for ln in self.log_tail():
+                m = pat.search(ln)
+                if m:
+                    return int(float(m.group(1)) * 1e9)
+                parked = parked or "joins are parked" in ln
+            if not parked or time.time() > deadline:
+                return 0
+            time.sleep(0.1)
+
     def log_tail(self):
         with open(self.errpath) as f:
             return [ln.rstrip() for ln in f if ln.strip()]
@@ -615,11 +659,16 @@ def run(w, s):
             s0 = task_switches(sched.p.pid)
             th0 = task_threads(sched.p.pid)
             m0 = machine_jiffies()
+            peak = None
             if name == "join":
                 trace = sched.strace_start()
+                peak = FdPeak(sched.p.pid)
             for sm in live:
                 sm.go()
             done = collect(live, 2 + k, time.time() + TIMEOUT)
+            if peak is not None:
+                # (the scheduler's most descriptors at once in the join)
+                summary["root_fds_peak"] = peak.done()
             if name == phases[-2]:
                 # (the join's closes of idle connections come after the
                 # start-up barrier: counted up to the last barrier)
@@ -632,6 +681,12 @@ def run(w, s):
             th1 = task_threads(sched.p.pid)
             lines = [sm.lines[1 + k] for sm in live if len(sm.lines) > 1 + k]
             cpu = c1 - c0 if c0 is not None and c1 is not None else None
+            park_ns = 0
+            if name == "join" and cpu is not None:
+                # (the threads that called parked workers back have
+                # ended: their time, from the scheduler's log)
+                park_ns = sched.park_cpu_ns(time.time() + 10)
+                cpu += park_ns
             busy = None
             if m1[1] > m0[1]:
                 busy = 1 - (m1[0] - m0[0]) / (m1[1] - m0[1])
@@ -654,6 +709,9 @@ def run(w, s):
             row["sched_threads"] = {
                 t: [round((v[0] - th0[t][0]) / 1e9, 4), v[1] - th0[t][1]]
                 for t, v in sorted(th1.items()) if t in th0}
+            if park_ns:
+                row["sched_threads"]["dt-park"] = [round(park_ns / 1e9, 4),
+                                                   None]
             rows.append(row)
             print(json.dumps(row), file=sys.stderr, flush=True)
             if name in ("join", phases[-2]):
@@ -792,7 +850,8 @@ def main():
             print("       %d+%d join, the scheduler's threads (cpu s / "
                   "context switches): %s" % (
                       o["workers"], o["servers"], ", ".join(
-                          "%s %.3f / %d" % (t, v[0], v[1])
+                          "%s %.3f / %s" % (t, v[0], "-" if v[1] is None
+                                            else "%d" % v[1])
                           for t, v in o["sched_threads"].items())))
     print()
     print("%6s %4s %4s %9s %8s %9s %8s %8s %8s %8s %9s %8s %7s %s" % (
@@ -822,8 +881,10 @@ def main():
                       o["root_end_reports"], o["root_end_term"]))
         if o.get("root_fds_join") is not None:
             print("       the scheduler held %s descriptors once every node "
-                  "joined, %s after the last barrier" % (
-                      o["root_fds_join"], fmt(o, "root_fds", "%d")))
+                  "joined (at most %s during the join), %s after the last "
+                  "barrier" % (
+                      o["root_fds_join"], fmt(o, "root_fds_peak", "%d"),
+                      fmt(o, "root_fds", "%d")))
         if o.get("tree_depth"):
             print("       control tree: depth %d, %d under the scheduler, "
                   "at most %d children of a node" % (

@@ -155,7 +155,25 @@ typedef struct park_run {
 	uint64_t deadline; /* DT_JOIN_TIMEOUT from the first call back */
 	dt_err err;        /* (mu) the first failure */
 	char reason[512];  /* (mu) the abort's, once err is set */
+	uint64_t cpu_ns;   /* (mu) the callers' processor time, at their end */
 } park_run;
+
+/* A caller ends: its processor time joins the run's (the scheduler logs
+ * it: a thread that has ended is in no per-thread count any more). */
+static void
+caller_done(park_run *r)
+{
+	struct rusage ru;
+
+	if (getrusage(RUSAGE_THREAD, &ru) != 0)
+		return;
+	pthread_mutex_lock(&r->n->mu);
+	r->cpu_ns +=
+	    (uint64_t)(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) *
+	        1000000000ull +
+	    (uint64_t)(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) * 1000ull;
+	pthread_mutex_unlock(&r->n->mu);
+}
 
 /* Whether a call back may start: a place in the window, nothing left to
  * do, or an abort (whose call backs hold no place) (mu held). */
@@ -356,6 +374,7 @@ caller_main(void *arg)
 			run_fail(n, r, err, reason, id);
 		}
 	}
+	caller_done(r);
 	return NULL;
 }
 
@@ -396,7 +415,9 @@ dt__sched_park_assign(dt_node *n, const int *here, int count)
 			err = dt__dir_send_assign(n, NULL, id, here[id], 0, 0);
 	if (err)
 		return err;
-	r.deadline = dt__now_ns() + (uint64_t)join_s * 1000000000ull;
+	uint64_t t0 = dt__now_ns();
+
+	r.deadline = t0 + (uint64_t)join_s * 1000000000ull;
 	pthread_mutex_lock(&n->mu);
 	s->park_next = 1;
 	pthread_mutex_unlock(&n->mu);
@@ -404,8 +425,11 @@ dt__sched_park_assign(dt_node *n, const int *here, int count)
 		return err;
 	if (r.err)
 		return dt__fail(r.err, "%s", r.reason);
-	DT_LOG(1, "called back %d parked workers with their assignments",
-	       count - 1 - n->num_servers);
+	DT_LOG(1,
+	       "called back %d parked workers with their assignments in "
+	       "%.2f s (the callers' processor time %.3f s)",
+	       count - 1 - n->num_servers, (double)(dt__now_ns() - t0) * 1e-9,
+	       (double)r.cpu_ns * 1e-9);
 	return dt__node_check(n);
 }
 
@@ -437,6 +461,7 @@ abort_caller_main(void *arg)
 		dt__sched_send_abort(n, c, r->reason);
 		dt__van_close(n->van, c);
 	}
+	caller_done(r);
 	return NULL;
 }
 

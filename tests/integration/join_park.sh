@@ -66,7 +66,7 @@ for i in "${!pids[@]}"; do
 	expect_exit "${pids[$i]}" 30 0 "probe: node #$i"
 done
 assert_grep "$T_DIR/probe.scheduler.log" "8 servers and workers: the workers' joins are parked" "probe: scheduler"
-assert_grep "$T_DIR/probe.scheduler.log" "called back 6 parked workers with their assignments" "probe: scheduler"
+assert_grep "$T_DIR/probe.scheduler.log" "called back 6 parked workers with their assignments in [0-9.]+ s" "probe: scheduler"
 for r in 0 1 2 3 4 5; do
 	f="$T_DIR/probe.worker$r.log"
 	assert_grep "$f" "^worker $r passed 3 rounds of barriers" "probe: worker $r"
