@@ -98,6 +98,8 @@ RTT_US = float(os.environ.get("RTT_US", 50))
 STOP_ONE = env_int("STOP_ONE", 0)
 # seconds every node is held idle before each barrier (heartbeats only)
 HOLD_S = float(os.environ.get("HOLD_S", 0))
+SIM_IDLE = env_int("SIM_IDLE", 0)
+JOIN_RATE = float(os.environ.get("JOIN_RATE", 0))
 TREE_MIN = env_int("DTRAIN_CTRL_TREE_MIN", 256)
 ARITY = env_int("DTRAIN_CTRL_ARITY", 16)
 TICK = os.sysconf("SC_CLK_TCK")
@@ -293,13 +295,23 @@ def load():
 
 
 class Sim:
-    def __init__(self, idx, w, s, env):
+    def __init__(self, idx, w, s, env, nsim=1):
         self.idx, self.w, self.s = idx, w, s
         self.host = f"127.0.0.{2 + idx % 250}"
         self.err = open(os.path.join(out, f"sim.{idx}.err"), "w")
+        # SIM_IDLE=1: the simulators run at SCHED_IDLE, below the
+        # scheduler (a process of its own machine in a real job), which
+        # tens of thousands of their threads would otherwise starve
+        idle = ["chrt", "--idle", "0"] if SIM_IDLE else []
+        # JOIN_RATE=R: the job's nodes start R a second in all (each
+        # simulator's one after the other, nsim / R s apart), not all
+        # at once
+        gap = ["--start-gap-us", str(int(nsim * 1e6 / JOIN_RATE))] \
+            if JOIN_RATE > 0 else []
         self.p = subprocess.Popen(
-            [f"{build}/bench/scale_sim", "--workers", str(w), "--servers",
-             str(s), "--barriers", str(BARRIERS), "--host", self.host],
+            idle + [f"{build}/bench/scale_sim", "--workers", str(w),
+                    "--servers", str(s), "--barriers", str(BARRIERS),
+                    "--host", self.host] + gap,
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.err,
             env=env)
         os.set_blocking(self.p.stdout.fileno(), False)
@@ -629,7 +641,7 @@ def run(w, s):
         for i in range(nsim):
             sw = w // nsim + (i < w % nsim)
             ss = s // nsim + (i < s % nsim)
-            sims.append(Sim(i, sw, ss, env))
+            sims.append(Sim(i, sw, ss, env, nsim))
             procs.append(sims[-1].p)
         if not collect(sims, 1, time.time() + TIMEOUT):
             summary["error"] = "the simulators did not start"
