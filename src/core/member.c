@@ -72,9 +72,15 @@ park_hello(dt_node *n, dt_conn *c, const dt_msg *m)
 {
 	int kept = 0;
 
+	/* (a parked join's tree children may be called back and dial this
+	 * node before its own call back is read: up to a host leader's
+	 * children are kept too, where a refused dial would be tried again
+	 * every 20 ms) */
 	pthread_mutex_lock(&n->mu);
-	if (!n->have_table &&
-	    n->nearly < n->cfg.num_servers + dt__elastic_slots(n)) {
+	int most = n->cfg.num_servers + dt__elastic_slots(n) +
+	           (n->join_parked ? DT_TREE_KIDS_MAX : 0);
+
+	if (!n->have_table && n->nearly < most) {
 		if (n->nearly == n->early_cap) {
 			int cap = n->early_cap ? 2 * n->early_cap : 16;
 			struct dt__early_hello *e =
