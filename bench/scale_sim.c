@@ -75,6 +75,7 @@ static struct {
 	char host[64];
 	int nnodes;
 	sim_node *nodes;
+	long gap_us; /* --start-gap-us: between two nodes' starts */
 } sim = {.mu = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER};
 
 static uint64_t
@@ -123,6 +124,16 @@ run_phase(sim_node *s, int phase)
 	dt_err err = DT_OK;
 
 	s->rx_msgs = s->rx_bytes = s->tx_msgs = 0;
+	if (phase == 0 && sim.gap_us > 0) {
+		/* (the process's nodes start one after the other: node i
+		 * after i gaps) */
+		uint64_t ns =
+		    (uint64_t)s->index * (uint64_t)sim.gap_us * 1000ull;
+		struct timespec ts = {(time_t)(ns / 1000000000ull),
+		                      (long)(ns % 1000000000ull)};
+
+		nanosleep(&ts, NULL);
+	}
 	s->t_in = wall_ns();
 	if (phase == 0) {
 		dt_node_config cfg = sim.base;
@@ -301,9 +312,13 @@ parse_args(int argc, char **argv, int *nw, int *ns, int *nb)
 		}
 		errno = 0;
 		x = strtol(v, &end, 10);
-		if (errno || *end || end == v || x < 0 || x > MAX_NODES)
+		if (errno || *end || end == v || x < 0 ||
+		    x > (strcmp(a, "--start-gap-us") == 0 ? 60000000L
+		                                          : MAX_NODES))
 			goto usage;
-		if (strcmp(a, "--workers") == 0)
+		if (strcmp(a, "--start-gap-us") == 0)
+			sim.gap_us = x;
+		else if (strcmp(a, "--workers") == 0)
 			*nw = (int)x;
 		else if (strcmp(a, "--servers") == 0)
 			*ns = (int)x;
@@ -318,7 +333,8 @@ parse_args(int argc, char **argv, int *nw, int *ns, int *nb)
 usage:
 	fprintf(stderr,
 	        "usage: scale_sim [--workers N] [--servers N] "
-	        "[--barriers N (1)] [--host ADDR (127.0.0.1)]\n"
+	        "[--barriers N (1)] [--host ADDR (127.0.0.1)] "
+	        "[--start-gap-us US (0)]\n"
 	        "  (1 to %d nodes; at most %d barriers; the job's "
 	        "DMLC_* variables and DTRAIN_SECRET set)\n",
 	        MAX_NODES, MAX_BARRIERS);

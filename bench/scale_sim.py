@@ -83,6 +83,7 @@ import selectors
 import signal
 import subprocess
 import sys
+import threading
 import time
 
 build, out = sys.argv[1], sys.argv[2]
@@ -97,6 +98,8 @@ RTT_US = float(os.environ.get("RTT_US", 50))
 STOP_ONE = env_int("STOP_ONE", 0)
 # seconds every node is held idle before each barrier (heartbeats only)
 HOLD_S = float(os.environ.get("HOLD_S", 0))
+SIM_IDLE = env_int("SIM_IDLE", 0)
+JOIN_RATE = float(os.environ.get("JOIN_RATE", 0))
 TREE_MIN = env_int("DTRAIN_CTRL_TREE_MIN", 256)
 ARITY = env_int("DTRAIN_CTRL_ARITY", 16)
 TICK = os.sysconf("SC_CLK_TCK")
@@ -176,6 +179,30 @@ def task_fds(pid):
         return len(os.listdir(f"/proc/{pid}/fd"))
     except OSError:
         return None
+
+
+class FdPeak:
+    """The most descriptors pid held while it runs: sampled every 50 ms
+    on a thread of its own (a join's peak, which the readings between the
+    phases miss)."""
+
+    def __init__(self, pid):
+        self.pid, self.peak, self.stop = pid, 0, threading.Event()
+        self.t = threading.Thread(target=self.run, daemon=True)
+        self.t.start()
+
+    def run(self):
+        while not self.stop.is_set():
+            k = task_fds(self.pid)
+            if k is None:
+                return
+            self.peak = max(self.peak, k)
+            self.stop.wait(0.05)
+
+    def done(self):
+        self.stop.set()
+        self.t.join()
+        return self.peak
 
 
 def thread_wchans(pid):
@@ -268,13 +295,23 @@ def load():
 
 
 class Sim:
-    def __init__(self, idx, w, s, env):
+    def __init__(self, idx, w, s, env, nsim=1):
         self.idx, self.w, self.s = idx, w, s
         self.host = f"127.0.0.{2 + idx % 250}"
         self.err = open(os.path.join(out, f"sim.{idx}.err"), "w")
+        # SIM_IDLE=1: the simulators run at SCHED_IDLE, below the
+        # scheduler (a process of its own machine in a real job), which
+        # tens of thousands of their threads would otherwise starve
+        idle = ["chrt", "--idle", "0"] if SIM_IDLE else []
+        # JOIN_RATE=R: the job's nodes start R a second in all (each
+        # simulator's one after the other, nsim / R s apart), not all
+        # at once
+        gap = ["--start-gap-us", str(int(nsim * 1e6 / JOIN_RATE))] \
+            if JOIN_RATE > 0 else []
         self.p = subprocess.Popen(
-            [f"{build}/bench/scale_sim", "--workers", str(w), "--servers",
-             str(s), "--barriers", str(BARRIERS), "--host", self.host],
+            idle + [f"{build}/bench/scale_sim", "--workers", str(w),
+                    "--servers", str(s), "--barriers", str(BARRIERS),
+                    "--host", self.host] + gap,
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.err,
             env=env)
         os.set_blocking(self.p.stdout.fileno(), False)
@@ -422,6 +459,25 @@ class Sched:
                 return c
             self.reap()
         return self.rusage_ns
+
+    def park_cpu_ns(self, deadline):
+        """The processor time of the threads that called parked workers
+        back (src/core/join_park.c logs it once they are done; they have
+        ended, so no per-thread clock holds it any more): 0 if the joins
+        were not parked."""
+        pat = re.compile(r"called back \d+ parked workers with their "
+                         r"assignments in [0-9.]+ s \(the callers' "
+                         r"processor time ([0-9.]+) s\)")
+        parked = False
+        while True:
+            for ln in self.log_tail():
+                m = pat.search(ln)
+                if m:
+                    return int(float(m.group(1)) * 1e9)
+                parked = parked or "joins are parked" in ln
+            if not parked or time.time() > deadline:
+                return 0
+            time.sleep(0.1)
 
     def log_tail(self):
         with open(self.errpath) as f:
@@ -585,7 +641,7 @@ def run(w, s):
         for i in range(nsim):
             sw = w // nsim + (i < w % nsim)
             ss = s // nsim + (i < s % nsim)
-            sims.append(Sim(i, sw, ss, env))
+            sims.append(Sim(i, sw, ss, env, nsim))
             procs.append(sims[-1].p)
         if not collect(sims, 1, time.time() + TIMEOUT):
             summary["error"] = "the simulators did not start"
@@ -615,11 +671,16 @@ def run(w, s):
             s0 = task_switches(sched.p.pid)
             th0 = task_threads(sched.p.pid)
             m0 = machine_jiffies()
+            peak = None
             if name == "join":
                 trace = sched.strace_start()
+                peak = FdPeak(sched.p.pid)
             for sm in live:
                 sm.go()
             done = collect(live, 2 + k, time.time() + TIMEOUT)
+            if peak is not None:
+                # (the scheduler's most descriptors at once in the join)
+                summary["root_fds_peak"] = peak.done()
             if name == phases[-2]:
                 # (the join's closes of idle connections come after the
                 # start-up barrier: counted up to the last barrier)
@@ -632,6 +693,12 @@ def run(w, s):
             th1 = task_threads(sched.p.pid)
             lines = [sm.lines[1 + k] for sm in live if len(sm.lines) > 1 + k]
             cpu = c1 - c0 if c0 is not None and c1 is not None else None
+            park_ns = 0
+            if name == "join" and cpu is not None:
+                # (the threads that called parked workers back have
+                # ended: their time, from the scheduler's log)
+                park_ns = sched.park_cpu_ns(time.time() + 10)
+                cpu += park_ns
             busy = None
             if m1[1] > m0[1]:
                 busy = 1 - (m1[0] - m0[0]) / (m1[1] - m0[1])
@@ -654,6 +721,9 @@ def run(w, s):
             row["sched_threads"] = {
                 t: [round((v[0] - th0[t][0]) / 1e9, 4), v[1] - th0[t][1]]
                 for t, v in sorted(th1.items()) if t in th0}
+            if park_ns:
+                row["sched_threads"]["dt-park"] = [round(park_ns / 1e9, 4),
+                                                   None]
             rows.append(row)
             print(json.dumps(row), file=sys.stderr, flush=True)
             if name in ("join", phases[-2]):
@@ -792,7 +862,8 @@ def main():
             print("       %d+%d join, the scheduler's threads (cpu s / "
                   "context switches): %s" % (
                       o["workers"], o["servers"], ", ".join(
-                          "%s %.3f / %d" % (t, v[0], v[1])
+                          "%s %.3f / %s" % (t, v[0], "-" if v[1] is None
+                                            else "%d" % v[1])
                           for t, v in o["sched_threads"].items())))
     print()
     print("%6s %4s %4s %9s %8s %9s %8s %8s %8s %8s %9s %8s %7s %s" % (
@@ -822,8 +893,10 @@ def main():
                       o["root_end_reports"], o["root_end_term"]))
         if o.get("root_fds_join") is not None:
             print("       the scheduler held %s descriptors once every node "
-                  "joined, %s after the last barrier" % (
-                      o["root_fds_join"], fmt(o, "root_fds", "%d")))
+                  "joined (at most %s during the join), %s after the last "
+                  "barrier" % (
+                      o["root_fds_join"], fmt(o, "root_fds_peak", "%d"),
+                      fmt(o, "root_fds", "%d")))
         if o.get("tree_depth"):
             print("       control tree: depth %d, %d under the scheduler, "
                   "at most %d children of a node" % (

@@ -22,6 +22,10 @@
 # go over the control tree from 256 nodes; a larger minimum keeps the
 # star: the column "root msgs" compares them), OUT the
 # directory of the logs and scale_sim.jsonl (a new temporary one),
+# SIM_IDLE=1 the simulators at SCHED_IDLE (below the scheduler, which
+# tens of thousands of their threads would otherwise starve), JOIN_RATE=R
+# the job's nodes started R a second (each simulator's one after the
+# other; 0, all at once),
 # SCHED_PERF=FILE the scheduler profiled by perf record -g into
 # FILE.W.S (perf report -i FILE.W.S: where the root's time goes),
 # SCHED_STRACE=FILE its system calls from the join to the last barrier (the

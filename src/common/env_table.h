@@ -85,6 +85,9 @@ X(DTRAIN_RANK_WRAP, "1", U, "0: under mpirun or srun, ranks run without the dtra
 X(DTRAIN_RSVG, "rsvg-convert", U, "the SVG to PNG converter of dtrain plot") \
 X(DTRAIN_CTRL_TREE_MIN, "256", U, "servers and workers from which a job's barriers go over a host-aware tree of nodes rooted at the scheduler (not in elastic jobs, nor with PS_RESEND or DTRAIN_RECOVER); 1 to 2000000") \
 X(DTRAIN_CTRL_ARITY, "16", U, "children of each node of that tree (2 to 64; a host's leader has up to twice as many)") \
+X(DTRAIN_JOIN_PARK_MIN, "16384", U, "servers and workers from which, in a job over that tree, the scheduler parks each worker's join and calls it back with its assignment once all joined, holding no connection per node meanwhile (also when the job has more nodes than the scheduler's descriptor limit less 1024); 1 to 2000000") \
+X(DTRAIN_JOIN_WINDOW, "1024", U, "called-back connections of parked workers the scheduler holds open at once, until each worker reached its tree parent") \
+X(DTRAIN_JOIN_DIALERS, "8", U, "the scheduler's threads that call parked workers back (1 to 256)") \
 X(DT_CONNECT_TIMEOUT, "60", U, "seconds to keep retrying the scheduler and peers") \
 X(DT_JOIN_TIMEOUT, "300", U, "seconds the scheduler waits for every node to join") \
 X(DT_END_TIMEOUT, "30", U, "seconds the scheduler waits for the servers to leave at the end") \

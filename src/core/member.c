@@ -72,9 +72,15 @@ park_hello(dt_node *n, dt_conn *c, const dt_msg *m)
 {
 	int kept = 0;
 
+	/* (a parked join's tree children may be called back and dial this
+	 * node before its own call back is read: up to a host leader's
+	 * children are kept too, where a refused dial would be tried again
+	 * every 20 ms) */
 	pthread_mutex_lock(&n->mu);
-	if (!n->have_table &&
-	    n->nearly < n->cfg.num_servers + dt__elastic_slots(n)) {
+	int most = n->cfg.num_servers + dt__elastic_slots(n) +
+	           (n->join_parked ? DT_TREE_KIDS_MAX : 0);
+
+	if (!n->have_table && n->nearly < most) {
 		if (n->nearly == n->early_cap) {
 			int cap = n->early_cap ? 2 * n->early_cap : 16;
 			struct dt__early_hello *e =
@@ -127,6 +133,60 @@ answer_early(dt_node *n)
 		m.hdr.arg0 = e.gen;
 		on_hello(n, e.c, &m);
 	}
+}
+
+/* JOIN_PARK: the scheduler parks this worker's join (a large job,
+ * join_park.c). The ticket is kept, and the connection closed at once:
+ * the scheduler waits for that close before it calls back, so a HELLO
+ * with the ticket finds it known. */
+static void
+on_join_park(dt_node *n, dt_conn *c, const dt_msg *m)
+{
+	int ok;
+
+	pthread_mutex_lock(&n->mu);
+	ok = dt__conn_peer(c) == 0 && !n->have_table && !n->join_parked &&
+	     n->role == DT_ROLE_WORKER && m->hdr.meta_len == DT_JOIN_TICKET;
+	if (ok) {
+		memcpy(n->join_ticket, m->meta, DT_JOIN_TICKET);
+		n->join_parked = 1;
+		/* (its close is no loss of the scheduler, lifecycle.c) */
+		dt__conn_set_peer(c, -1);
+		__atomic_store_n(&n->root, NULL, __ATOMIC_RELEASE);
+		pthread_cond_broadcast(&n->cv);
+	}
+	pthread_mutex_unlock(&n->mu);
+	if (ok)
+		DT_LOG(1, "the scheduler parked this node's join: it calls "
+		          "back with the assignment once every node joined");
+	else
+		dt__log(0, "dropping %s: unexpected JOIN_PARK",
+		        dt__conn_addr(c));
+	dt__van_close(n->van, c);
+}
+
+/* A HELLO from node 0 on a connection accepted here: the scheduler
+ * calling back a parked join, with its ticket; 1 if taken (the
+ * connection is then the scheduler's, and its ASSIGN follows). */
+static int
+on_call_back(dt_node *n, dt_conn *c, const dt_msg *m)
+{
+	int ok;
+
+	pthread_mutex_lock(&n->mu);
+	ok = n->join_parked == 1 && !n->have_table && dt__conn_peer(c) == -1 &&
+	     m->hdr.meta_len == DT_JOIN_TICKET && m->meta != NULL &&
+	     memcmp(m->meta, n->join_ticket, DT_JOIN_TICKET) == 0;
+	if (ok) {
+		n->join_parked = 2;
+		dt__conn_set_peer(c, 0);
+		__atomic_store_n(&n->root, c, __ATOMIC_RELEASE);
+	}
+	pthread_mutex_unlock(&n->mu);
+	if (ok)
+		DT_LOG(1, "the scheduler called back from %s",
+		       dt__conn_addr(c));
+	return ok;
 }
 
 /* The scheduler's assignment: this process is in the job. */
@@ -184,6 +244,16 @@ on_hello(dt_node *n, dt_conn *c, dt_msg *m)
 	char name[64];
 	uint32_t id = m->hdr.sender;
 
+	if (id == 0) {
+		if (on_call_back(n, c, m))
+			return;
+		dt__log(0,
+		        "dropping %s: HELLO as the scheduler without this "
+		        "node's ticket",
+		        dt__conn_addr(c));
+		dt__van_close(n->van, c);
+		return;
+	}
 	/* (before this node's assignment: answered when it comes) */
 	if (dt__conn_peer(c) == -1 && park_hello(n, c, m))
 		return;
@@ -365,6 +435,9 @@ dt__member_on_msg(dt_node *n, dt_conn *c, dt_msg *m)
 		return;
 	case DT_CMD_ASSIGN:
 		on_assign(n, c, m);
+		return;
+	case DT_CMD_JOIN_PARK:
+		on_join_park(n, c, m);
 		return;
 	case DT_CMD_LOOKUP:
 		dt__dir_on_answer(n, c, m);
@@ -576,6 +649,48 @@ connect_root(dt_node *n)
 	return DT_OK;
 }
 
+static int
+assigned_or_parked(dt_node *n, const void *arg)
+{
+	(void)arg;
+	return n->have_table || n->join_parked;
+}
+
+/* The assignment: on the connection to the scheduler, whose close ends
+ * the wait; or, once the join is parked (a large job), called back
+ * within twice DT_JOIN_TIMEOUT (the scheduler's wait for every node,
+ * then for its call backs). */
+static dt_err
+wait_assignment(dt_node *n)
+{
+	long join_s;
+	dt_err err;
+
+	if ((err = dt__node_wait(n, assigned_or_parked, NULL, 0,
+	                         "the scheduler's assignment")))
+		return err;
+	pthread_mutex_lock(&n->mu);
+	int parked = !n->have_table;
+	pthread_mutex_unlock(&n->mu);
+	if (!parked)
+		return DT_OK;
+	if ((err = dt__env_long("DT_JOIN_TIMEOUT", 300, 1, 86400, &join_s)))
+		return err;
+	err = dt__node_wait_count(n, &n->have_table, 0, 1,
+	                          dt__now_ns() +
+	                              2 * (uint64_t)join_s * 1000000000ull,
+	                          "the scheduler's call back");
+	if (err == DT_ETIMEDOUT)
+		return dt__fail(
+		    err,
+		    "the scheduler parked this worker's join and "
+		    "did not call back with its assignment within "
+		    "2 x DT_JOIN_TIMEOUT=%ld s (DMLC_PS_ROOT_URI=%s "
+		    "DMLC_PS_ROOT_PORT=%d)",
+		    join_s, n->cfg.root_uri, n->cfg.root_port);
+	return err;
+}
+
 /* ADD_NODE to the scheduler, then wait for the assignment (ASSIGN). */
 static dt_err
 ask_to_join(dt_node *n)
@@ -610,8 +725,7 @@ ask_to_join(dt_node *n)
 	DT_LOG(1, "asked the scheduler to add this %s at %s:%d",
 	       dt_role_name(n->role), n->host, n->port);
 
-	if ((err = dt__node_wait_count(n, &n->have_table, 0, 1, 0,
-	                               "the scheduler's assignment")))
+	if ((err = wait_assignment(n)))
 		return err;
 	snprintf(name, sizeof(name), "%s %d", dt_role_name(n->role), n->rank);
 	dt__log_set_name(name);
@@ -698,6 +812,8 @@ dt__member_start(dt_node *n)
 	 * barrier goes over it) */
 	if ((err = dt__tree_join(n)))
 		return err;
+	/* (a parked join: the scheduler's connection is idle from here) */
+	dt__root_park_joined(n);
 	if ((err = dt__apps_start(n)))
 		return err;
 	DT_LOG(1, "%s is connected to its peers", dt__log_name());

@@ -24,6 +24,9 @@
 #define DT_MAX_RANK_WISH (DT_MAX_ROLE_NODES - 1)
 /* A node's place token (DTRAIN_NODE_TOKEN): at most 128 bytes and a NUL. */
 #define DT_NODE_TOKEN_MAX 129
+/* The ticket of a parked join (JOIN_PARK, and the HELLO that calls the
+ * worker back): random bytes, the body of both. */
+#define DT_JOIN_TICKET 16
 
 /* ADD_NODE: a server or worker asks the scheduler to admit it. */
 typedef struct dt__msg_add_node {

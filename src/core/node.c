@@ -48,8 +48,10 @@ dt__node_set_fatal(dt_node *n, dt_err err, const char *fmt, ...)
 		return;
 	dt__log(0, "%s", n->fatal_msg);
 	/* A node that has failed (an ABORT, a lost scheduler) dials nobody
-	 * any more: its start-up or a redial ends now, not at its deadline. */
-	if (n->van)
+	 * any more: its start-up or a redial ends now, not at its deadline.
+	 * (The scheduler dials only to call parked workers back, and an
+	 * abort is what it then tells them: join_park.c.) */
+	if (n->van && n->role != DT_ROLE_SCHEDULER)
 		dt__van_stop_dials(n->van);
 	dt__link_clear(n); /* nothing kept refers to the waits failed here */
 	dt__node_fail_apps(n, -1, err);
@@ -284,10 +286,22 @@ dt__node_wait(dt_node *n, int (*done)(dt_node *, const void *), const void *arg,
 			               what);
 			break;
 		}
-		/* Wake at least every 100 ms to check the deadline. */
+		/* Wake at least every 100 ms to check the deadline (and any
+		 * state a waker changed without a broadcast). On the shared
+		 * loops, where one process runs hundreds of nodes, every 5 s
+		 * or at the deadline: each change a waiter waits for is
+		 * broadcast, and 100,000 waiting threads woken ten times a
+		 * second were most of a simulated join's processor time. */
+		uint64_t step =
+		    dt__van_shared(n->van) ? 5000000000ull : 100000000ull;
+		uint64_t now = dt__now_ns();
+		if (deadline_ns && deadline_ns > now &&
+		    deadline_ns - now < step)
+			step = deadline_ns - now;
 		struct timespec ts;
 		clock_gettime(CLOCK_REALTIME, &ts);
-		ts.tv_nsec += 100 * 1000000L;
+		ts.tv_sec += (time_t)(step / 1000000000ull);
+		ts.tv_nsec += (long)(step % 1000000000ull);
 		if (ts.tv_nsec >= 1000000000L) {
 			ts.tv_sec++;
 			ts.tv_nsec -= 1000000000L;

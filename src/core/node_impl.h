@@ -151,6 +151,11 @@ struct dt_node {
 	 * (root.c; all under mu): whether it is closed when idle, the
 	 * lookups holding it, and a dial under way. */
 	int root_park, root_users, root_dialing;
+	/* A large job's parked join (member.c; all under mu): 1 once the
+	 * scheduler said JOIN_PARK (its ticket kept), 2 once it called back
+	 * with that ticket. */
+	int join_parked;
+	uint8_t join_ticket[DT_JOIN_TICKET];
 
 	/* PS_RESEND (link.c): the settings, and the links once the table is
 	 * known (NULL without PS_RESEND=1). */
@@ -332,6 +337,11 @@ void dt__reach_on_close(dt_node *n, dt_conn *c);
  * whose tree parent is a node), and dial it again when needed from here
  * on. A no-op otherwise. */
 void dt__root_park(dt_node *n);
+/* (member, its start) A worker called back by the scheduler after a
+ * parked join, once its edge to its tree parent is up: tells the
+ * scheduler (JOIN_PARK) and, unless it keeps it as dt__root_park would,
+ * closes that connection now rather than after the start-up barrier. */
+void dt__root_park_joined(dt_node *n);
 /* (member, not the I/O thread) Hold the connection to the scheduler for a
  * request and its answer, dialling it if it was closed while idle; each
  * DT_OK is matched by a dt__root_release, which closes it again once no

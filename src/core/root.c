@@ -65,18 +65,50 @@ close_if_idle(dt_node *n)
 		dt__van_close(n->van, c);
 }
 
-void
-dt__root_park(dt_node *n)
+/* Whether this node closes its connection to the scheduler while idle. */
+static int
+parks(const dt_node *n)
 {
 	const dt__tree_place *p = __atomic_load_n(&n->tree, __ATOMIC_ACQUIRE);
 
 	/* (a node under the scheduler talks to it over this connection;
 	 * a server's close is how the scheduler sees it leave at the end;
 	 * PS_RESEND, recovery and elastic jobs have no tree) */
-	if (p == NULL || p->parent == 0 || n->role != DT_ROLE_WORKER ||
-	    n->links || n->recover || n->elastic || n->tracing)
+	return p != NULL && p->parent != 0 && n->role == DT_ROLE_WORKER &&
+	       !n->links && !n->recover && !n->elastic && !n->tracing;
+}
+
+void
+dt__root_park_joined(dt_node *n)
+{
+	dt_msg_hdr h = {.cmd = DT_CMD_JOIN_PARK, .sender = (uint32_t)n->id};
+	dt_conn *c;
+	int called;
+
+	pthread_mutex_lock(&n->mu);
+	called = n->join_parked == 2;
+	pthread_mutex_unlock(&n->mu);
+	c = __atomic_load_n(&n->peers[0], __ATOMIC_ACQUIRE);
+	if (!called || c == NULL)
+		return;
+	/* (arg0 1: it closes the connection now, which is then no loss;
+	 * 0: it keeps it, and its place in the scheduler's window is free) */
+	h.arg0 = (uint64_t)parks(n);
+	if (dt__van_send(n->van, c, &h, NULL, 0, NULL, 0))
+		return; /* (its close says the rest) */
+	dt__root_park(n);
+}
+
+void
+dt__root_park(dt_node *n)
+{
+	if (!parks(n))
 		return;
 	pthread_mutex_lock(&n->mu);
+	if (n->root_park) { /* (at its parked join's end already) */
+		pthread_mutex_unlock(&n->mu);
+		return;
+	}
 	n->root_park = 1;
 	pthread_mutex_unlock(&n->mu);
 	close_if_idle(n);
@@ -212,8 +244,10 @@ dt__sched_root_hello(dt_node *n, dt_conn *c, int id)
 	/* (a worker of the job that is not the scheduler's tree child, once
 	 * the start-up barrier passed and while it has not left) */
 	pthread_mutex_lock(&n->mu);
-	ok = s->tree.count > 0 && s->passed[DT_GROUP_ALL] >= 1 && id > 0 &&
-	     id < s->tree.count && s->tree.parent[id] != 0 &&
+	ok = s->tree.count > 0 &&
+	     (s->passed[DT_GROUP_ALL] >= 1 ||
+	      dt__sched_park_idle_locked(n, id)) &&
+	     id > 0 && id < s->tree.count && s->tree.parent[id] != 0 &&
 	     dt__id_role(n, id) == DT_ROLE_WORKER && !s->left[id];
 	if (ok) {
 		/* (its old connection's close may not be read yet: it ends

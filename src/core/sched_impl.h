@@ -23,6 +23,10 @@ typedef struct joiner {
 	int rank;
 	char token[DT_NODE_TOKEN_MAX]; /* its place token, "" if none */
 	uint64_t until;                /* held (recovery): refused after this */
+	/* The parked join (join_park.c): the ticket its call back carries,
+	 * and whether it was parked (its conn is then NULL). */
+	uint8_t ticket[DT_JOIN_TICKET];
+	int parked;
 } joiner;
 
 struct dt_sched {
@@ -90,6 +94,20 @@ struct dt_sched {
 	 * enough. Never sent to anyone. */
 	char (*token)[DT_NODE_TOKEN_MAX];
 	int aborting; /* (n->mu) abort_job has begun */
+	/* The parked join of a large job (join_park.c): on or off, the most
+	 * called-back connections open at once (DTRAIN_JOIN_WINDOW) and the
+	 * threads that call back; by id, each parked worker's ticket,
+	 * whether its called-back connection is open and counted in the
+	 * window (park_held of them), and whether the worker said it closes
+	 * that connection (JOIN_PARK): then its close is no loss. The next
+	 * id to call back; the parked connections still open (the start
+	 * waits for their closes: a worker closes its own once it has read
+	 * JOIN_PARK, so it knows its ticket before it is called back). */
+	int park, park_pending;
+	long park_window, park_dialers;
+	uint8_t (*park_ticket)[DT_JOIN_TICKET];
+	uint8_t *park_open, *park_idle;
+	int park_held, park_next;
 	/* Heartbeats received (sched_watch.c), from the end of the start-up
 	 * barrier: by sender (hb_n of them; NULL before), all of them, and
 	 * when the count began. */
@@ -157,5 +175,29 @@ void dt__elastic_sched_end(dt_node *n);
  * ends it, naming the minimum and the time waited. */
 int dt__elastic_sched_below_over(dt_node *n);
 void dt__elastic_sched_check_min(dt_node *n);
+
+/* join_park.c: the parked join (docs/scale.md). The settings, read when
+ * the scheduler is made; whether worker j is parked (mu held: its
+ * ticket made, its conn in j forgotten), then JOIN_PARK sent on c and
+ * c left for the worker to close (mu not held); the assignments,
+ * called back to the parked workers by a few threads, at most the
+ * window's connections open at once (the others' on their own
+ * connections first); a worker's JOIN_PARK (its tree edge is up); and a
+ * closed connection's part in the window: 1 if its close is no loss. */
+dt_err dt__sched_park_setup(dt_node *n);
+int dt__sched_park_locked(dt_node *n, joiner *j, dt_conn *c);
+void dt__sched_park_tell(dt_node *n, dt_conn *c, const joiner *j);
+dt_err dt__sched_park_assign(dt_node *n, const int *here, int count);
+void dt__sched_park_on_msg(dt_node *n, dt_conn *c, const dt_msg *m);
+int dt__sched_park_closed(dt_node *n, int peer);
+/* (I/O thread) A connection that is no member's closed: 1 if it was a
+ * parked join's (then counted; the start may begin). */
+int dt__sched_park_conn_closed(dt_node *n, dt_conn *c);
+/* The job is aborted before every node joined: the parked workers are
+ * called back with the ABORT (mu not held). */
+void dt__sched_park_abort_joiners(dt_node *n, const char *reason);
+/* (mu held) Whether worker id said it closes its connection (JOIN_PARK
+ * with arg0 1) before the start-up barrier: it may dial again. */
+int dt__sched_park_idle_locked(dt_node *n, int id);
 
 #endif

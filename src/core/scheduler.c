@@ -194,6 +194,9 @@ on_add_node(dt_node *n, dt_conn *c, dt_msg *m)
 		dt__van_close(n->van, c);
 		return;
 	}
+	/* (a large job's worker: called back once all have joined) */
+	int parked = dt__sched_park_locked(n, &j, c);
+
 	s->j[s->nj++] = j;
 	s->nj_servers += j.role == DT_ROLE_SERVER;
 	dt__conn_vouch(c); /* a node of this job, waiting for its table */
@@ -201,9 +204,11 @@ on_add_node(dt_node *n, dt_conn *c, dt_msg *m)
 	       dt_role_name(j.role), j.host, j.port, j.pid, s->nj, s->expected);
 	/* (the start waits for the last one: waking it at every join was a
 	 * switch of threads per node at the root) */
-	if (s->nj == s->expected)
+	if (s->nj == s->expected && s->park_pending == 0)
 		pthread_cond_broadcast(&n->cv);
 	pthread_mutex_unlock(&n->mu);
+	if (parked)
+		dt__sched_park_tell(n, c, &j);
 }
 
 /* A worker's WORKER_DONE (over the control tree: a child's count of its
@@ -313,6 +318,9 @@ dt__sched_on_msg(dt_node *n, dt_conn *c, dt_msg *m)
 		__atomic_add_fetch(&s->end_reports, 1, __ATOMIC_RELAXED);
 		dt__report_on_msg(n, c, m);
 		return;
+	case DT_CMD_JOIN_PARK:
+		dt__sched_park_on_msg(n, c, m);
+		return;
 	case DT_CMD_BYE:
 		if (peer > 0)
 			dt__link_bye_from(n, peer);
@@ -367,6 +375,9 @@ dt__sched_on_close(dt_node *n, dt_conn *c, dt_err why)
 	if (s == NULL)
 		return;
 	if (peer < 0) {
+		/* (a parked join's, closed by its worker: no news) */
+		if (dt__sched_park_conn_closed(n, c))
+			return;
 		/* Not (yet) a member: forget it if it had asked to join. */
 		pthread_mutex_lock(&n->mu);
 		for (int i = 0; i < s->nj; i++) {
@@ -406,6 +417,10 @@ dt__sched_on_close(dt_node *n, dt_conn *c, dt_err why)
 	}
 	__atomic_compare_exchange_n(&n->peers[peer], &(dt_conn *){c}, NULL, 0,
 	                            __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE);
+	/* (a called-back worker that said it closes it: its tree parent
+	 * watches it now) */
+	if (dt__sched_park_closed(n, peer))
+		return;
 	if (left_at_end(n, peer) || failed)
 		return;
 	/* (over the control tree, its parent tells if it was lost) */
@@ -570,7 +585,8 @@ send_tables(dt_node *n)
 	pthread_mutex_lock(&n->mu);
 	err = dt__dir_host_counts(n, here);
 	pthread_mutex_unlock(&n->mu);
-	err = send_assignments(n, here, count);
+	err = n->sched->park ? dt__sched_park_assign(n, here, count)
+	                     : send_assignments(n, here, count);
 	free(here);
 	return err;
 }
@@ -579,7 +595,8 @@ static int
 all_joined(dt_node *n, const void *arg)
 {
 	(void)arg;
-	return n->sched->nj == n->sched->expected;
+	return n->sched->nj == n->sched->expected &&
+	       n->sched->park_pending == 0;
 }
 
 static int
@@ -660,7 +677,7 @@ dt__sched_create(dt_node *n)
 	if (!s->j || !s->left || !s->down_ns || !s->restarts || !s->held ||
 	    !s->token || !n->table || !n->peers)
 		return DT_ENOMEM;
-	return DT_OK;
+	return dt__sched_park_setup(n);
 }
 
 /* The workers held for an elastic job to start join it now, in the order
@@ -708,6 +725,10 @@ dt__sched_seat(dt_node *n, const joiner *j, dt_conn *c, int id, dt_role role,
 	e->known = 1;
 	dt__dir_sched_changed(n);
 	memcpy(n->sched->token[id], j->token, DT_NODE_TOKEN_MAX);
+	if (j->parked) /* (no connection until it is called back) */
+		memcpy(n->sched->park_ticket[id], j->ticket, DT_JOIN_TICKET);
+	if (c == NULL)
+		return;
 	dt__conn_set_peer(c, id);
 	__atomic_store_n(&n->peers[id], c, __ATOMIC_RELEASE);
 }
@@ -730,6 +751,7 @@ join_timed_out(dt_node *n, long join_s)
 	         "within %ld s (DT_JOIN_TIMEOUT)",
 	         ns, n->num_servers, nw, n->num_workers, join_s);
 	abort_job(n, reason, -1);
+	dt__sched_park_abort_joiners(n, reason);
 	return dt__fail(DT_ETIMEDOUT, "%s", reason);
 }
 
@@ -942,6 +964,9 @@ dt__sched_free(dt_node *n)
 	free(n->sched->joining);
 	free(n->sched->hostno);
 	free(n->sched->tree_done);
+	dt__free_sparse(n->sched->park_ticket);
+	free(n->sched->park_open);
+	free(n->sched->park_idle);
 	dt__tree_free(&n->sched->tree);
 	free(n->sched);
 	n->sched = NULL;

@@ -22,7 +22,7 @@
 #include "net/proto.h"
 
 #define DT_WIRE_MAGIC   0x4e525444u /* "DTRN" */
-#define DT_WIRE_VERSION 7
+#define DT_WIRE_VERSION 8
 #define DT_HDR_SIZE     64
 #define DT_MAX_META     (1u << 20)
 /* Default payload limit; DT_MAX_MESSAGE (bytes) overrides it. */

@@ -46,6 +46,7 @@
 	X(LOOKUP, 19, "member -> scheduler, and back")                         \
 	X(TREE, 20, "scheduler -> node")                                       \
 	X(TREE_LOST, 21, "node -> tree parent, up to the scheduler")           \
+	X(JOIN_PARK, 22, "scheduler <-> joining worker (a large job)")         \
 	/* KVStore (kv/). */                                                   \
 	X(KV_CONFIG, 32, "worker 0 -> server")                                 \
 	X(KV_SET_OPT, 33, "worker 0 -> server")                                \

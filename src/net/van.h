@@ -116,7 +116,8 @@ dt_err dt__van_connect(dt_van *v, const char *host, int port, const char *local,
 
 /*
  * Make every dt__van_connect of v, now and later, give up within about
- * 20 ms (a TCP connect in progress: within a second) with DT_ESHUTDOWN:
+ * 20 ms (a TCP connect or a handshake in progress: within a second) with
+ * DT_ESHUTDOWN:
  * the owner is failing or stopping and waits for nobody. Any thread.
  */
 void dt__van_stop_dials(dt_van *v);

@@ -54,8 +54,13 @@ recv_small(dt_van *v, dt_link *l, uint8_t *buf, size_t len, uint64_t deadline)
 		if ((now = dt__now_ns()) >= deadline)
 			return dt__fail(DT_ETIMEDOUT,
 			                "did not answer the handshake in time");
+		/* (a second at a time, to see a stop: a poll every 100 ms by
+		 * each of the thousands of nodes a simulator runs, all
+		 * waiting for a busy scheduler's answer, kept the
+		 * processors from the scheduler) */
 		struct pollfd pfd = {.fd = l->fd, .events = POLLIN};
-		poll(&pfd, 1, (int)DT_MIN((deadline - now) / 1000000 + 1, 100));
+		poll(&pfd, 1,
+		     (int)DT_MIN((deadline - now) / 1000000 + 1, 1000));
 	}
 	return DT_OK;
 }

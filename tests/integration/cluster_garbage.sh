@@ -26,7 +26,7 @@ import os, socket, struct, sys, time
 import dtpeer
 port, case = int(sys.argv[1]), sys.argv[2]
 
-def hdr(cmd, meta_len=0, payload_len=0, flags=0, magic=0x4e525444, ver=7):
+def hdr(cmd, meta_len=0, payload_len=0, flags=0, magic=0x4e525444, ver=8):
     return struct.pack('<IBBHIIQQQQIIQ', magic, ver, cmd, flags, 0, 0, 0, 0,
                        0, 0, 0, meta_len, payload_len)
 

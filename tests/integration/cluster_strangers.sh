@@ -163,7 +163,7 @@ def add_node(role, port_of_node):
     host = b"127.0.0.1"
     meta = (struct.pack('<BI', role, 0xffffffff) + struct.pack('<I', len(host))
             + host + struct.pack('<IIII', port_of_node, 4242, 1, 1))
-    return struct.pack('<IBBHIIQQQQIIQ', 0x4e525444, 7, 1, 1, 0, 0, 0, 0, 0,
+    return struct.pack('<IBBHIIQQQQIIQ', 0x4e525444, 8, 1, 1, 0, 0, 0, 0, 0,
                        0, 0, len(meta), 0) + meta
 
 first = dtpeer.connect(port, secret)

@@ -50,9 +50,21 @@
 #      per node; with DTRAIN_STATS=1 or DTRAIN_STATS_JSON in the test's
 #      environment, also at most one REPORT per child (each node's
 #      counters merged up the tree), none without.
+#   j. the parked join (docs/scale.md), forced on a job of PARK_NODES
+#      (1,000) nodes with 4 servers in 10 processes, the nodes started 500
+#      a second: every node joins, passes the barriers and leaves; the
+#      scheduler holds at most PARK_FDS_BOUND (half the nodes) descriptors
+#      at once during the join (the joins in flight, at most
+#      DTRAIN_JOIN_WINDOW=32 called-back connections, its children and
+#      the servers), where it holds one per node without it, and at most
+#      ROOT_FDS_BOUND after the barriers; each node gets at most
+#      JOIN_BYTES_BOUND from it; the sockets are exactly the nodes'
+#      partners'.
 . "$(dirname "$0")/cluster_lib.bash"
 
 NODES=${SCALE_SIM_NODES:-2000}
+PARK_NODES=${SCALE_SIM_PARK_NODES:-1000}
+PARK_FDS_BOUND=$((PARK_NODES / 2))
 STOP_NODES=${SCALE_SIM_STOP_NODES:-500}
 SERVERS=4
 PROCS=20
@@ -172,6 +184,31 @@ end_reports=$(field "$JSONL" all root_end_reports)
 	fail "(g) the scheduler received $end_reports REPORTs at the end; bound $REPORTS_PER_KID x $kids children"
 log "(g) the end took $end_msgs messages at the scheduler ($(field "$JSONL" all root_end_done) WORKER_DONE, $end_reports REPORT, $(field "$JSONL" all root_end_term) TERMINATE; bound $((2 + REPORTS_PER_KID)) x $kids children + $END_MSGS_MARGIN), where the star takes $NODES"
 assert_pids_gone "$JSONL"
+
+# j: the parked join.
+run_sim park "$PARK_NODES" 10 PS_HEARTBEAT_TIMEOUT=$PHASE_LIMIT_S \
+	DTRAIN_CTRL_TREE_MIN=1 DTRAIN_JOIN_PARK_MIN=1 DTRAIN_JOIN_WINDOW=32 \
+	JOIN_RATE=500
+[ "$RUN_STATUS" = 0 ] || fail "(j) the parked job failed (status $RUN_STATUS): $(grep -m1 error "$T_DIR/park.log")"
+for ph in join barrier1 barrier2 leave; do
+	ok=$(field "$JSONL" "$ph" ok)
+	[ "$ok" = "$PARK_NODES" ] || fail "(j) $ph: $ok of $PARK_NODES nodes through it"
+done
+grep -q "the workers' joins are parked" "$T_DIR/park/sched.$((PARK_NODES - SERVERS)).$SERVERS.err" ||
+	fail "(j) the scheduler did not park the joins"
+peak=$(field "$JSONL" all root_fds_peak)
+after=$(field "$JSONL" all root_fds)
+[ "$peak" != None ] && [ "$peak" -le "$PARK_FDS_BOUND" ] ||
+	fail "(j) the scheduler held $peak descriptors at once during the parked join; bound $PARK_FDS_BOUND"
+[ "$after" -le "$ROOT_FDS_BOUND" ] ||
+	fail "(j) the scheduler holds $after descriptors after the barriers; bound $ROOT_FDS_BOUND"
+join_b=$(field "$JSONL" join rx_bytes_per_node)
+/usr/bin/python3 -c "import sys; sys.exit(not float('$join_b') <= $JOIN_BYTES_BOUND)" ||
+	fail "(j) each node received $join_b bytes from the scheduler at the parked join; bound $JOIN_BYTES_BOUND"
+[ "$(field "$JSONL" all sockets)" = "$(field "$JSONL" all sockets_expected)" ] ||
+	fail "(j) the simulators hold $(field "$JSONL" all sockets) sockets, their nodes' partners explain $(field "$JSONL" all sockets_expected)"
+assert_pids_gone "$JSONL"
+log "(j) parked join of $PARK_NODES nodes: the scheduler held at most $peak descriptors at once (bound $PARK_FDS_BOUND), $after after the barriers; $join_b bytes a node from it"
 
 # d: one process of 20 stopped.
 run_sim stop "$STOP_NODES" "$PROCS" STOP_ONE=1 PS_HEARTBEAT_INTERVAL=$HB_INTERVAL \

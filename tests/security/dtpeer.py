@@ -12,7 +12,7 @@ import socket
 import struct
 
 WIRE_MAGIC = 0x4E525444  # "DTRN"
-WIRE_VERSION = 7
+WIRE_VERSION = 8
 HDR = struct.Struct('<IBBHIIQQQQIIQ')  # 64 bytes
 
 

@@ -274,7 +274,7 @@ test_reject_version(void **state)
 static int
 cmd_is_known(unsigned c)
 {
-	return (c >= DT_CMD_ADD_NODE && c <= DT_CMD_TREE_LOST) ||
+	return (c >= DT_CMD_ADD_NODE && c <= DT_CMD_JOIN_PARK) ||
 	       (c >= DT_CMD_KV_FIRST && c <= DT_CMD_KV_LAST) ||
 	       (c >= DT_CMD_COLL_FIRST && c <= DT_CMD_COLL_LAST);
 }
@@ -306,8 +306,8 @@ test_reject_unknown_command(void **state)
 		assert_msg_has(num);
 		rejected++;
 	}
-	/* 0, 22..31 and 96..255. */
-	assert_int_equal(rejected, 1 + (32 - 22) + (256 - 96));
+	/* 0, 23..31 and 96..255. */
+	assert_int_equal(rejected, 1 + (32 - 23) + (256 - 96));
 }
 
 static void
@@ -418,7 +418,8 @@ test_cmd_names(void **state)
 	assert_string_equal(dt__cmd_name(DT_CMD_GROW), "GROW");
 	assert_string_equal(dt__cmd_name(DT_CMD_TREE), "TREE");
 	assert_string_equal(dt__cmd_name(DT_CMD_TREE_LOST), "TREE_LOST");
-	assert_string_equal(dt__cmd_name(22), "cmd 22");
+	assert_string_equal(dt__cmd_name(DT_CMD_JOIN_PARK), "JOIN_PARK");
+	assert_string_equal(dt__cmd_name(23), "cmd 23");
 	assert_string_equal(dt__cmd_name(DT_CMD_KV_FIRST + 31), "cmd 63");
 }
 
