@@ -112,6 +112,19 @@ void dt__cond_init_monotonic(pthread_cond_t *cv);
 /* Monotonic clock (CLOCK_MONOTONIC). */
 /* qsort's comparison of two doubles, ascending. */
 int dt__cmp_double(const void *a, const void *b);
+
+/* Whether n bytes at a and b are the same, in a time that does not depend
+ * on where they differ (secrets: tokens, tickets). */
+static inline int
+dt__same_bytes(const void *a, const void *b, size_t n)
+{
+	const unsigned char *x = a, *y = b;
+	unsigned char diff = 0;
+
+	for (size_t i = 0; i < n; i++)
+		diff |= (unsigned char)(x[i] ^ y[i]);
+	return diff == 0;
+}
 /* The median of v[0, n), n >= 1 (sorts v; the mean of the two middle
  * values when n is even). */
 double dt__median(double *v, int n);

@@ -165,18 +165,6 @@ on_join_park(dt_node *n, dt_conn *c, const dt_msg *m)
 	dt__van_close(n->van, c);
 }
 
-/* Whether a HELLO's ticket is this node's, in a time that does not
- * depend on where they differ. */
-static int
-same_ticket(const uint8_t *a, const uint8_t *b)
-{
-	unsigned char diff = 0;
-
-	for (size_t i = 0; i < DT_JOIN_TICKET; i++)
-		diff |= (unsigned char)(a[i] ^ b[i]);
-	return diff == 0;
-}
-
 /* A HELLO from node 0 on a connection accepted here: the scheduler
  * calling back a parked join, with its ticket; 1 if taken (the
  * connection is then the scheduler's, and its ASSIGN follows). */
@@ -188,7 +176,7 @@ on_call_back(dt_node *n, dt_conn *c, const dt_msg *m)
 	pthread_mutex_lock(&n->mu);
 	ok = n->join_parked == 1 && !n->have_table && dt__conn_peer(c) == -1 &&
 	     m->hdr.meta_len == DT_JOIN_TICKET && m->meta != NULL &&
-	     same_ticket(m->meta, n->join_ticket);
+	     dt__same_bytes(m->meta, n->join_ticket, DT_JOIN_TICKET);
 	if (ok) {
 		n->join_parked = 2;
 		dt__conn_set_peer(c, 0);

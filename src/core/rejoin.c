@@ -38,18 +38,6 @@ refuse(dt_node *n, dt_conn *c, const char *reason)
 	dt__van_close(n->van, c);
 }
 
-/* Whether two place tokens are the same, in a time that does not depend
- * on where they differ (both are NUL-padded to their full size). */
-static int
-same_token(const char *a, const char *b)
-{
-	unsigned char diff = 0;
-
-	for (size_t i = 0; i < DT_NODE_TOKEN_MAX; i++)
-		diff |= (unsigned char)(a[i] ^ b[i]);
-	return diff == 0;
-}
-
 /* Whether node id's place is free (mu held): it was lost, and did not
  * leave at its end. */
 static int
@@ -78,7 +66,7 @@ token_place(dt_node *n, const joiner *j)
 		int down, wanted = dt__id_rank(n, k) == j->want;
 
 		if (dt__id_role(n, k) != j->role || !s->token[k][0] ||
-		    !same_token(s->token[k], j->token))
+		    !dt__same_bytes(s->token[k], j->token, DT_NODE_TOKEN_MAX))
 			continue;
 		down = place_lost(n, k);
 		if (id < 0 || (down && !lost) || (down == lost && wanted))
