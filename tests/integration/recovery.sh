@@ -104,12 +104,18 @@ port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); p
 	done
 	wait_for "$tmp/h_w0.log" "Epoch\[3\] Train" || fail "by hand: no progress"
 	# (its first checkpoint on disk: a loaded machine may write it late,
-	# and a server killed before it rightly starts empty)
+	# and a server killed before it rightly starts empty; a new one is
+	# renamed in after the last is renamed to .prev, so for a moment only
+	# .prev is there: the check is made once)
+	ck=0
 	for _ in $(seq $(($(kill_wait) * 50))); do
-		[ -f "$tmp/ck/server-0.ckpt" ] && break
+		if [ -f "$tmp/ck/server-0.ckpt" ] || [ -f "$tmp/ck/server-0.ckpt.prev" ]; then
+			ck=1
+			break
+		fi
 		sleep 0.02
 	done
-	[ -f "$tmp/ck/server-0.ckpt" ] || fail "by hand: server 0 wrote no checkpoint"
+	[ $ck = 1 ] || fail "by hand: server 0 wrote no checkpoint"
 	# The new server asks first (as an engine may, before the old one's
 	# end is noticed): it is held until the loss is, then takes the place.
 	old=$(pid_of server 0)
