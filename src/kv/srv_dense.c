@@ -136,6 +136,19 @@ touch(kv_server *s, entry *e)
 
 static void unpark(kv_server *s, entry *e);
 
+/* A request answered at the end of the open round (0), or refused for
+ * want of memory (-1). */
+static int
+at_round_end(kv_server *s, entry *e, int worker, int cmd, uint64_t seq,
+             unsigned enc)
+{
+	if (queue(&e->answers, worker, cmd, seq, 0, 0, enc) == 0)
+		return 0;
+	srv_reply_error(s, worker, cmd, seq, e->key, DT_ENOMEM,
+	                "out of memory");
+	return -1;
+}
+
 /* A dist_sync pull: answered at the end of the round that holds the
  * worker's push, or at once when it has none open. */
 static void
@@ -143,9 +156,7 @@ answer_pull(kv_server *s, entry *e, int worker, int cmd, uint64_t seq,
             unsigned enc)
 {
 	if (e->pushed[worker]) {
-		if (queue(&e->answers, worker, cmd, seq, 0, 0, enc))
-			srv_reply_error(s, worker, cmd, seq, e->key, DT_ENOMEM,
-			                "out of memory");
+		at_round_end(s, e, worker, cmd, seq, enc);
 		return;
 	}
 	srv_reply_enc(s, worker, cmd, seq, e->key, e->val, e->len, enc);
@@ -172,9 +183,7 @@ release_pulls(kv_server *s, entry *e, int worker)
 			continue;
 		}
 		*p = d->next;
-		if (queue(&e->answers, worker, d->cmd, d->seq, 0, 0, d->enc))
-			srv_reply_error(s, worker, d->cmd, d->seq, e->key,
-			                DT_ENOMEM, "out of memory");
+		at_round_end(s, e, worker, d->cmd, d->seq, d->enc);
 		free(d);
 	}
 }
@@ -296,11 +305,8 @@ push_sync(kv_server *s, entry *e, int worker, int cmd, uint64_t seq,
 		e->nheld[worker]++;
 		return;
 	}
-	if (queue(&e->answers, worker, cmd, seq, 0, 0, enc)) {
-		srv_reply_error(s, worker, cmd, seq, e->key, DT_ENOMEM,
-		                "out of memory");
+	if (at_round_end(s, e, worker, cmd, seq, enc))
 		return;
-	}
 	e->pushed[worker] = 1;
 	if (e->npushed++ == 0 && s->stall_ns) { /* (the stall report) */
 		e->t_open = dt__now_ns();
